@@ -1,0 +1,3 @@
+from hpcprof.cli import main
+
+main()

@@ -1,0 +1,12 @@
+"""Collector for ncu profiles of a run (see hpcprof.analysis.CollectContext)."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from hpcprof.analysis import CollectContext
+
+
+def collect_ncu(ctx: CollectContext) -> dict[str, pd.DataFrame]:
+    """Analyse the run's ncu profiles; returns named tables."""
+    raise NotImplementedError

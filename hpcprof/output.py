@@ -1,0 +1,48 @@
+"""Write a DataFrame as csv, json or a rich table: the one output path of every CLI report."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TextIO
+
+import pandas as pd
+from rich.console import Console
+from rich.table import Table
+
+FORMATS = ("csv", "table", "json")
+
+
+def render_table(df: pd.DataFrame, title: str | None = None) -> Table:
+    """A rich Table of a DataFrame; numbers right-aligned."""
+    table = Table(title=title, show_lines=False)
+    for col in df.columns:
+        justify = "right" if pd.api.types.is_numeric_dtype(df[col]) else "left"
+        table.add_column(str(col), justify=justify)
+    for row in df.itertuples(index=False):
+        table.add_row(*("" if pd.isna(v) else str(v) for v in row))
+    return table
+
+
+def emit(df: pd.DataFrame, fmt: str, out: TextIO | None = None, title: str | None = None) -> None:
+    """Print `df` in format `fmt` (csv | table | json) to `out` (stdout by default)."""
+    out = out or sys.stdout
+    if fmt == "csv":
+        df.to_csv(out, index=False)
+    elif fmt == "json":
+        out.write(df.to_json(orient="records", indent=1))
+        out.write("\n")
+    elif fmt == "table":
+        Console(file=out, width=200).print(render_table(df, title))
+    else:
+        raise ValueError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
+
+
+def write(df: pd.DataFrame, path: Path, fmt: str = "csv") -> Path:
+    """Write `df` to `path` atomically (temp file + rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("w") as fh:
+        emit(df, fmt, fh)
+    tmp.replace(path)
+    return path

@@ -1,0 +1,1 @@
+"""Workloads hpcprof launches: `command` (any argv), `seqpar`, `ddp`."""
