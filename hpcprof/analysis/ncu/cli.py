@@ -1,8 +1,52 @@
 """`hpcprof ncu ...` commands."""
 
+from __future__ import annotations
+
+from pathlib import Path
+
 import click
+
+from hpcprof.analysis.ncu.metrics import metric_key, metrics_table
+from hpcprof.errors import UserError
+from hpcprof.output import FORMATS, emit
 
 
 @click.group("ncu")
 def ncu() -> None:
     """Nsight Compute kernel metrics (Echo's table) from ncu CSV exports or .ncu-rep."""
+
+
+def _check_metric(ctx: click.Context, param: click.Parameter, specs: tuple[str, ...]) -> tuple[str, ...]:
+    for spec in specs:
+        try:
+            metric_key(spec)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), ctx, param) from None
+    return specs
+
+
+@ncu.command("metrics")
+@click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--metric", "metrics", multiple=True, callback=_check_metric,
+              help='Extra column: "Section Name/Metric Name" of the details page (e.g. '
+                   '"Launch Statistics/Registers Per Thread") or a raw metric name '
+                   '(gpu__time_duration.sum); in base units. Repeatable.')
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
+@click.option("--ncu", "ncu_path", metavar="PATH",
+              help="ncu executable used to read .ncu-rep files (default: ncu on PATH).")
+def metrics(files: tuple[Path, ...], metrics: tuple[str, ...], fmt: str, ncu_path: str | None) -> None:
+    """Echo's kernel metric table of ncu profiles, one FILE per rank.
+
+    FILE is `ncu --csv --page details` (or `--page raw`) output, or a .ncu-rep read through
+    ncu. Columns: ID, Kernel Name, Compute throughput, SM, Memory throughput, DRAM throughput,
+    Achieved occupancy, Maximum occupancy (theoretical), L1 hit rate, L2 hit rate (%; SM is
+    the SM count); empty where the profile lacks the section. With several files a `rank`
+    column (from `rank<N>` in the file name) and a `file` column come first.
+    """
+    df, errors = metrics_table(list(files), metrics, ncu=ncu_path)
+    for message in errors:
+        click.echo(f"hpcprof ncu metrics: {message}", err=True)
+    if len(df):
+        emit(df, fmt)
+    if errors:
+        raise UserError(f"{len(errors)} problem(s) with the input; see above")

@@ -1,0 +1,179 @@
+"""Read Nsight Compute CSV exports (`--page details`, `--page raw`) and `.ncu-rep` reports.
+
+Both pages become one long table, one row per (kernel launch, metric):
+`ID, Kernel Name, Section Name, Metric Name, Metric Unit, Metric Value`. Details rows keep
+their section and display name ("Occupancy" / "Achieved Occupancy"); raw rows have an empty
+section and the metric's real name ("sm__warps_active.avg.pct_of_peak_sustained_active").
+`Metric Value` stays the printed text; `parse_number` and `to_base_unit` turn it into numbers.
+
+Layouts handled: ncu 2022 (`Kernel Time` column), 2024/2025 (`Block Size`, `Device`, `CC`,
+`Estimated Speedup` columns), metric rows shorter than the header (2025 ends them after
+`Metric Value`), thousands separators ("17,984"), `==PROF==` and program output before the
+header, auto-scaled units of both generations ("usecond"/"us", "Gbyte/second"/"Gbyte/s").
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pandas as pd
+
+LONG_COLUMNS = ["ID", "Kernel Name", "Section Name", "Metric Name", "Metric Unit", "Metric Value"]
+SUMMARY_MARKERS = {"Invocations", "Minimum", "Maximum", "Average"}
+
+_THOUSANDS = re.compile(r"^[+-]?\d{1,3}(,\d{3})+(\.\d*)?$")
+_TIME_NS = {"ns": 1.0, "nsecond": 1.0, "us": 1e3, "usecond": 1e3, "ms": 1e6, "msecond": 1e6,
+            "s": 1e9, "second": 1e9}
+_PER_TIME = {"ns": 1e-9, "nsecond": 1e-9, "us": 1e-6, "usecond": 1e-6, "ms": 1e-3, "msecond": 1e-3,
+             "s": 1.0, "second": 1.0}
+_PREFIX = re.compile(r"^([KMGT])([a-z]+)$")
+_PREFIX_FACTOR = {"K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
+
+
+class NcuInputError(ValueError):
+    """A file that cannot be read as ncu output; the message names the file."""
+
+
+def parse_number(text: str) -> float | None:
+    """The number in an ncu value ("17,984", "0.74", "1,215,000,000.00"); None if not numeric."""
+    s = text.strip()
+    if _THOUSANDS.match(s):
+        s = s.replace(",", "")
+    try:
+        value = float(s)
+    except ValueError:
+        return None
+    return None if math.isnan(value) else value
+
+
+def to_base_unit(value: float, unit: str) -> tuple[float, str]:
+    """`value` in `unit` converted to ncu's base unit: ns, byte, hz, per second (SI prefixes)."""
+    num, _, den = unit.strip().partition("/")
+    factor = 1.0
+    if num in _TIME_NS:
+        factor, num = _TIME_NS[num], "ns"
+    elif m := _PREFIX.match(num):
+        factor, num = _PREFIX_FACTOR[m.group(1)], m.group(2)
+    if den in _PER_TIME:
+        factor, den = factor / _PER_TIME[den], "s"
+    if factor != 1.0:
+        value = float(f"{value * factor:.15g}")  # 459.46 us -> 459460 ns, not 459460.00000000006
+    return value, f"{num}/{den}" if den else num
+
+
+def _records(text: str, source: str) -> tuple[list[str], list[list[str]], int]:
+    """Header, data rows and the header's line number of the ncu CSV inside `text`."""
+    if not text.strip():
+        raise NcuInputError(f"{source}: empty file")
+    lines = text.splitlines(keepends=True)
+    for i, line in enumerate(lines):
+        if not line.startswith('"'):
+            continue
+        header = next(csv.reader([line]))
+        if "Kernel Name" not in header:
+            continue
+        if SUMMARY_MARKERS <= set(header):
+            raise NcuInputError(f"{source}: this is `ncu --print-summary` output; "
+                                "export with --page details or --page raw instead")
+        if header[0] != "ID":
+            continue
+        if not text.endswith(("\n", "\r")):
+            raise NcuInputError(f"{source}: truncated (the last line is incomplete)")
+        rows = [r for r in csv.reader(io.StringIO("".join(lines[i + 1:]))) if r]
+        if not rows:
+            raise NcuInputError(f"{source}: no kernel results after the header")
+        return header, rows, i + 1
+    raise NcuInputError(f"{source}: not ncu --csv output (no header line with \"ID\" and "
+                        "\"Kernel Name\")")
+
+
+def _details(header: list[str], rows: list[list[str]], source: str, line0: int) -> pd.DataFrame:
+    """Long table of a details page; rule rows (no metric name) are dropped."""
+    idx = [header.index(c) for c in LONG_COLUMNS]
+    need = max(idx) + 1
+    out = []
+    for n, row in enumerate(rows):
+        if len(row) < need or len(row) > len(header):
+            raise NcuInputError(f"{source}: malformed or truncated row after line {line0 + n} "
+                                f"({len(row)} fields, header has {len(header)})")
+        rec = [row[i] for i in idx]
+        if rec[3]:
+            out.append(rec)
+    return pd.DataFrame(out, columns=LONG_COLUMNS)
+
+
+def _raw(header: list[str], rows: list[list[str]], source: str, line0: int) -> pd.DataFrame:
+    """Long table of a raw page (one row per kernel, one column per metric, units row first)."""
+    if any(len(r) != len(header) for r in rows):
+        n = next(i for i, r in enumerate(rows) if len(r) != len(header))
+        raise NcuInputError(f"{source}: malformed or truncated row after line {line0 + n} "
+                            f"({len(rows[n])} fields, header has {len(header)})")
+    if rows[0][0] != "":
+        raise NcuInputError(f"{source}: raw page without its units row")
+    units, data = rows[0], rows[1:]
+    if not data:
+        raise NcuInputError(f"{source}: no kernel results after the header")
+    metrics = [i for i, name in enumerate(header) if "__" in name]
+    id_col, name_col = header.index("ID"), header.index("Kernel Name")
+    out = [[row[id_col], row[name_col], "", header[i], units[i], row[i]]
+           for row in data for i in metrics]
+    return pd.DataFrame(out, columns=LONG_COLUMNS)
+
+
+def read_ncu_csv(text: str, source: str = "<csv>") -> pd.DataFrame:
+    """Long metric table of one `ncu --csv` export (details or raw page) given as text."""
+    header, rows, line0 = _records(text, source)
+    if set(LONG_COLUMNS) <= set(header):
+        df = _details(header, rows, source, line0)
+    elif any("__" in c for c in header):
+        df = _raw(header, rows, source, line0)
+    else:
+        raise NcuInputError(f"{source}: ncu CSV of an unsupported page "
+                            "(export with --page details or --page raw)")
+    ids = pd.to_numeric(df["ID"], errors="coerce")
+    if ids.isna().any():
+        raise NcuInputError(f"{source}: non-numeric kernel ID {df['ID'][ids.isna()].iloc[0]!r}")
+    return df.assign(ID=ids.astype("int64"))
+
+
+def find_ncu(path: str | None = None) -> str | None:
+    """The ncu executable: `path` if given, else `ncu` on PATH (None if there is none)."""
+    return shutil.which(path) if path else shutil.which("ncu")
+
+
+def export_report(report: Path, ncu: str | None, page: str) -> str:
+    """`ncu --import REPORT --csv --page PAGE` output; NcuInputError if ncu is missing or fails."""
+    exe = find_ncu(ncu)
+    if exe is None:
+        where = f"{ncu!r} is not an executable" if ncu else "ncu is not on PATH"
+        raise NcuInputError(f"{report}: reading a .ncu-rep needs Nsight Compute's ncu ({where}); "
+                            f"pass --ncu PATH, or export it: ncu --import {report} --csv "
+                            f"--page details > {report.stem}_details.csv")
+    proc = subprocess.run([exe, "--import", str(report), "--csv", "--page", page],
+                          capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        why = (proc.stderr + proc.stdout).strip().splitlines()
+        raise NcuInputError(f"{report}: ncu --import failed (exit {proc.returncode}): "
+                            f"{why[0] if why else 'no output'}")
+    return proc.stdout
+
+
+def load(path: Path, ncu: str | None = None) -> pd.DataFrame:
+    """Long metric table of a CSV export or a `.ncu-rep` (its details and raw pages, via ncu)."""
+    if not path.is_file():
+        raise NcuInputError(f"{path}: no such file")
+    if path.suffix == ".ncu-rep":
+        pages = [read_ncu_csv(export_report(path, ncu, p), f"{path} ({p} page)")
+                 for p in ("details", "raw")]
+        return pd.concat(pages, ignore_index=True)
+    try:
+        text = path.read_text(encoding="utf-8", errors="strict")
+    except UnicodeDecodeError:
+        raise NcuInputError(f"{path}: not ncu --csv output (binary or not UTF-8)") from None
+    return read_ncu_csv(text, str(path))

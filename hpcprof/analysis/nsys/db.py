@@ -1,0 +1,207 @@
+"""Open an Nsight Systems SQLite export read-only and read its tables as columns.
+
+SQL is built with SQLAlchemy Core against the reflected tables and run on the
+driver cursor (rows come back as tuples, turned into numpy arrays per column):
+the fastest columnar path sqlite3 offers. The user's file is opened with
+`mode=ro&immutable=1`, so SQLite never writes to it or next to it.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import urllib.parse
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
+RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
+MEMCPY = "CUPTI_ACTIVITY_KIND_MEMCPY"
+MEMSET = "CUPTI_ACTIVITY_KIND_MEMSET"
+NVTX = "NVTX_EVENTS"
+OSRT = "OSRT_API"
+STRINGS = "StringIds"
+GPU_TABLES = (KERNEL, MEMCPY, MEMSET)
+
+NVTX_PUSHPOP = (59, 70)       # NvtxPushPopRange, NVTX-t variant
+NVTX_STARTEND = (60, 71)      # NvtxStartEndRange, NVTX-t variant
+NVTX_DOMAIN_CREATE = 75
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+class NsysInputError(Exception):
+    """An export that cannot be analysed (not SQLite, truncated, no GPU data, ...)."""
+
+
+def pid_of(global_id: np.ndarray | pd.Series) -> np.ndarray:
+    """Process id from a serialized globalPid/globalTid."""
+    return (np.asarray(global_id, dtype=np.int64) >> 24) & 0xFFFFFF
+
+
+def tid_of(global_tid: np.ndarray | pd.Series) -> np.ndarray:
+    """Thread id from a serialized globalTid."""
+    return np.asarray(global_tid, dtype=np.int64) & 0xFFFFFF
+
+
+def process_of(global_tid: np.ndarray | pd.Series) -> np.ndarray:
+    """The globalPid of the process a globalTid belongs to (tid bits zeroed)."""
+    return np.asarray(global_tid, dtype=np.int64) & ~np.int64(0xFFFFFF)
+
+
+def _check_sqlite_file(path: Path) -> None:
+    """Raise NsysInputError unless `path` looks like a complete SQLite database."""
+    if not path.is_file():
+        raise NsysInputError(f"{path}: no such file")
+    size = path.stat().st_size
+    with path.open("rb") as fh:
+        header = fh.read(100)
+    if len(header) < 100 or not header.startswith(SQLITE_MAGIC):
+        raise NsysInputError(f"{path}: not an SQLite database (export .nsys-rep files with "
+                             "`nsys export -t sqlite` first)")
+    page_size = int.from_bytes(header[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    pages = int.from_bytes(header[28:32], "big")
+    if pages and size < pages * page_size:
+        raise NsysInputError(f"{path}: truncated SQLite file ({size} of {pages * page_size} bytes)")
+
+
+class Export:
+    """One nsys SQLite export, opened read-only, with the tables it actually has."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        _check_sqlite_file(self.path)
+        uri = "file:" + urllib.parse.quote(str(self.path.resolve())) + "?mode=ro&immutable=1"
+        self.engine: Engine = sa.create_engine(f"sqlite:///{uri}&uri=true", poolclass=sa.pool.StaticPool)
+        self._meta = sa.MetaData()
+        try:
+            self._conn = self.engine.connect()
+            self.table_names: set[str] = set(sa.inspect(self._conn).get_table_names())
+        except sa.exc.DBAPIError as exc:
+            self.close()
+            raise NsysInputError(f"{self.path}: unreadable SQLite file ({exc.orig})") from None
+        self._dbapi: sqlite3.Connection = self._conn.connection.driver_connection  # type: ignore[assignment]
+
+    def close(self) -> None:
+        """Release the connection."""
+        if getattr(self, "_conn", None) is not None:
+            self._conn.close()
+            self._conn = None
+        self.engine.dispose()
+
+    def __enter__(self) -> "Export":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- schema ---------------------------------------------------------------------------
+
+    def has(self, table: str) -> bool:
+        """Whether the export has `table`."""
+        return table in self.table_names
+
+    def table(self, name: str) -> sa.Table:
+        """The reflected table `name` (reflected on first use)."""
+        if name not in self._meta.tables:
+            try:
+                sa.Table(name, self._meta, autoload_with=self._conn)
+            except sa.exc.DBAPIError as exc:
+                raise NsysInputError(f"{self.path}: cannot read table {name} ({exc.orig})") from None
+        return self._meta.tables[name]
+
+    def columns(self, name: str) -> set[str]:
+        """Column names of `name` (empty when the table is missing)."""
+        return set(self.table(name).c.keys()) if self.has(name) else set()
+
+    @cached_property
+    def metadata(self) -> dict[str, str]:
+        """META_DATA_EXPORT as a dict (empty when absent)."""
+        if not self.has("META_DATA_EXPORT"):
+            return {}
+        t = self.table("META_DATA_EXPORT")
+        return {str(k): str(v) for k, v in self.rows(sa.select(t.c.name, t.c.value))}
+
+    @property
+    def version(self) -> str:
+        """The nsys version that wrote the export, e.g. '2025.3.2.0' ('' when unknown)."""
+        return self.metadata.get("EXPORT_PRODUCT_VERSION", "")
+
+    @property
+    def schema_version(self) -> tuple[int, ...]:
+        """EXPORT_SCHEMA_VERSION as a tuple, e.g. (3, 20, 3)."""
+        raw = self.metadata.get("EXPORT_SCHEMA_VERSION", "")
+        return tuple(int(p) for p in raw.split(".") if p.isdigit())
+
+    def has_rows(self, table: str) -> bool:
+        """Whether `table` exists and has at least one row."""
+        if not self.has(table):
+            return False
+        return bool(self.rows(sa.select(sa.literal(1)).select_from(self.table(table)).limit(1)))
+
+    def check_gpu_activity(self) -> None:
+        """Raise NsysInputError when the export has no kernel, memcpy or memset rows."""
+        if not any(self.has_rows(t) for t in GPU_TABLES):
+            raise NsysInputError(f"{self.path}: no GPU activity (no CUDA kernels, memcpys or memsets "
+                                 "in the export; was the run traced with -t cuda?)")
+
+    # -- reading --------------------------------------------------------------------------
+
+    def rows(self, stmt: sa.Select) -> list[tuple]:
+        """Run a Core select on the driver cursor; all rows as tuples."""
+        sql = stmt.compile(self.engine, compile_kwargs={"literal_binds": True})
+        try:
+            return self._dbapi.execute(str(sql)).fetchall()
+        except sqlite3.DatabaseError as exc:
+            raise NsysInputError(f"{self.path}: SQLite error ({exc})") from None
+
+    def frame(self, stmt: sa.Select) -> pd.DataFrame:
+        """Run a Core select; a DataFrame with one numpy column per selected column.
+
+        Integer columns without NULLs become int64, others keep Python objects
+        (strings, NULL-able values)."""
+        names = [c.name for c in stmt.selected_columns]
+        rows = self.rows(stmt)
+        if not rows:
+            return pd.DataFrame({n: np.empty(0, dtype=np.int64) for n in names})
+        cols = list(zip(*rows))
+        data = {}
+        for name, col in zip(names, cols):
+            arr = np.array(col, dtype=object)
+            try:
+                arr = np.array(col, dtype=np.int64)
+            except (TypeError, ValueError, OverflowError):
+                pass
+            data[name] = arr
+        return pd.DataFrame(data, copy=False)
+
+    def ints(self, stmt: sa.Select) -> dict[str, np.ndarray]:
+        """Run a Core select of integer columns; {name: int64 array} (NULL → -1)."""
+        names = [c.name for c in stmt.selected_columns]
+        rows = self.rows(stmt)
+        if not rows:
+            return {n: np.empty(0, dtype=np.int64) for n in names}
+        try:
+            table = np.array(rows, dtype=np.int64)
+        except TypeError:
+            table = np.array(rows, dtype=object)
+            table[table == None] = -1  # noqa: E711 (elementwise comparison)
+            table = table.astype(np.int64)
+        return {n: table[:, i] for i, n in enumerate(names)}
+
+    def strings(self, ids: np.ndarray) -> np.ndarray:
+        """StringIds.value for each id in `ids` (object array; None for unknown ids)."""
+        ids = np.asarray(ids, dtype=np.int64)
+        uniq, inverse = np.unique(ids, return_inverse=True)
+        if not self.has(STRINGS):
+            raise NsysInputError(f"{self.path}: the StringIds table is missing, names cannot be resolved")
+        t = self.table(STRINGS)
+        lookup = dict(self.rows(sa.select(t.c.id, t.c.value).where(t.c.id.in_(uniq.tolist()))))
+        values = np.array([lookup.get(int(i)) for i in uniq] + [None], dtype=object)[:-1]
+        return values[inverse]

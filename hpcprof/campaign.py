@@ -1,0 +1,109 @@
+"""Plan, submit, watch and cancel runs: config -> render -> scheduler, recorded in the store."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from hpcprof.config.experiment import expand, load_experiment
+from hpcprof.config.site import SiteConfig
+from hpcprof.render.job import RenderedRun, render_point, template_dirs, write_run
+from hpcprof.rundir import RunDir, new_run_id
+from hpcprof.schedulers import get_scheduler
+from hpcprof.schedulers.base import JobState
+from hpcprof.schedulers.local import LocalScheduler
+from hpcprof.store import Store
+
+
+@dataclass
+class Plan:
+    """Every run of one submit, rendered in memory and validated."""
+
+    sweep_id: str
+    experiment: str
+    site: SiteConfig
+    spec: dict
+    runs: list[RenderedRun]
+
+
+def plan(experiment_file: Path, site: SiteConfig, overrides: list[str], workdir: Path,
+         templates: Path | None = None) -> Plan:
+    """Validate the experiment on `site`, expand the sweep and render every point (no writes)."""
+    data = load_experiment(experiment_file, overrides)
+    points = expand(data, site, f"experiment {experiment_file}")
+    dirs = template_dirs(site, templates)
+    sweep_id = new_run_id()
+    name = points[0].experiment.name
+    runs = []
+    for point in points:
+        run_id = sweep_id if len(points) == 1 else f"{sweep_id}-p{point.index:03d}"
+        run_dir = (workdir / name / run_id).resolve()
+        runs.append(render_point(point, site, run_dir, run_id, dirs))
+    return Plan(sweep_id, name, site, points[0].experiment.sweep, runs)
+
+
+def write(plan_: Plan, store: Store) -> list[RunDir]:
+    """Write every run directory and record the sweep in the store."""
+    run_dirs = [RunDir(write_run(r)) for r in plan_.runs]
+    store.add_sweep(plan_.sweep_id, plan_.experiment, plan_.site.name, plan_.spec, [
+        {"run_id": r.run_id, "point_index": r.point.index, "params": r.point.params,
+         "experiment": plan_.experiment, "site": plan_.site.name, "run_dir": str(r.run_dir),
+         "world_size": r.point.world_size, "profile_tool": r.point.experiment.profile.tool}
+        for r in plan_.runs])
+    return run_dirs
+
+
+def submit(run: RunDir, site: SiteConfig, store: Store, foreground: bool = False) -> str:
+    """Hand one run to its scheduler (local runs may run in the foreground)."""
+    scheduler = get_scheduler(site.scheduler)
+    script = run.path / "job.sh"
+    if foreground and isinstance(scheduler, LocalScheduler):
+        job_id = f"local-fg-{run.run_id}"
+        run.record_submission(scheduler.name, job_id)
+        store.add_job(run.run_id, job_id, scheduler.name)
+        scheduler.run_foreground(script, run.path)
+    else:
+        job_id = scheduler.submit(script, run.path)
+        run.record_submission(scheduler.name, job_id)
+        store.add_job(run.run_id, job_id, scheduler.name)
+    refresh(run, store)
+    return job_id
+
+
+def current_state(run: RunDir) -> JobState:
+    """The run's state: its own status file first, then its scheduler."""
+    sub = run.submission
+    if not sub:
+        return JobState("NOT_SUBMITTED")
+    if sub["job_id"].startswith("local-fg-"):
+        return run.state(None)
+    scheduler = get_scheduler(sub["scheduler"])
+    return run.state(scheduler.state(sub["job_id"], run.path))
+
+
+def refresh(run: RunDir, store: Store) -> JobState:
+    """Look the state up and store it if it changed."""
+    state = current_state(run)
+    if store.has_run(run.run_id):
+        store.record_state(run.run_id, state.state, state.exit_code, state.reason)
+    return state
+
+
+def wait(run: RunDir, store: Store, timeout: float | None = None) -> JobState:
+    """Poll until the run is terminal, backing off from 0.5 s to 10 s."""
+    delay, start = 0.5, time.monotonic()
+    while True:
+        state = refresh(run, store)
+        if state.terminal or (timeout is not None and time.monotonic() - start > timeout):
+            return state
+        time.sleep(delay)
+        delay = min(delay * 1.5, 10.0)
+
+
+def cancel(run: RunDir, store: Store) -> JobState:
+    """Cancel the run's job and record the result."""
+    sub = run.submission
+    if sub:
+        get_scheduler(sub["scheduler"]).cancel(sub["job_id"], run.path)
+    return refresh(run, store)

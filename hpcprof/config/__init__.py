@@ -1,0 +1,1 @@
+"""Configuration: site configs and experiment files, validated into typed models."""

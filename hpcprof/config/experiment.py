@@ -1,0 +1,180 @@
+"""Experiment files: what to run, on how much, profiled how, swept over what.
+
+An experiment expands into one `Point` per sweep point; `--set dotted.key=value` overrides are
+applied before validation, so every point is validated in full before anything is written.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, Field, field_validator, model_validator
+
+from hpcprof.config.profile import ProfileConfig
+from hpcprof.config.site import SiteConfig, Strict, check_env, check_walltime, walltime_seconds
+from hpcprof.config.validation import load_yaml, validate
+from hpcprof.errors import UserError
+from hpcprof.workloads import workload_args_model
+
+
+class WorkloadConfig(Strict):
+    """The program every rank runs: `command` (any argv), `seqpar` or `ddp` with its args."""
+
+    kind: Literal["command", "seqpar", "ddp"]
+    argv: list[str] = []
+    args: dict[str, Any] = {}
+
+    @model_validator(mode="after")
+    def _argv_for_command(self) -> "WorkloadConfig":
+        if self.kind == "command" and not self.argv:
+            raise ValueError("workload kind 'command' needs argv: [program, arg, ...]")
+        if self.kind != "command" and self.argv:
+            raise ValueError(f"argv is for kind 'command'; {self.kind} takes args: {{...}}")
+        if self.kind == "command" and self.args:
+            raise ValueError("kind 'command' takes argv, not args")
+        return self
+
+
+class Resources(Strict):
+    """How much to ask for; queue/account/walltime override the site's defaults."""
+
+    nodes: int = Field(1, ge=1)
+    ranks_per_node: int | None = Field(None, ge=1)
+    walltime: str | None = None
+    queue: str | None = None
+    partition: str | None = None
+    account: str | None = None
+    filesystems: str | None = None
+    constraint: str | None = None
+
+    _walltime = field_validator("walltime")(classmethod(lambda cls, v: check_walltime(v)))
+
+
+class Experiment(Strict):
+    """One experiment file."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
+    workload: WorkloadConfig
+    resources: Resources = Resources()
+    profile: ProfileConfig = ProfileConfig()
+    env: dict[str, str] = {}
+    sweep: dict[str, list[Any]] = {}
+
+    _env = field_validator("env")(classmethod(lambda cls, v: check_env(v)))
+
+    @field_validator("sweep")
+    @classmethod
+    def _sweep_lists(cls, value: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        for key, values in value.items():
+            if key.startswith("sweep") or key == "name":
+                raise ValueError(f"cannot sweep over {key!r}")
+            if not values:
+                raise ValueError(f"sweep key {key!r} has no values")
+        return value
+
+
+class Point(BaseModel):
+    """One fully resolved sweep point, ready to render."""
+
+    index: int
+    params: dict[str, Any]            # the sweep values of this point
+    experiment: Experiment
+    workload_args: Any = None         # the workload's validated Args model (None for command)
+    ranks_per_node: int
+    walltime: str
+
+    @property
+    def world_size(self) -> int:
+        return self.experiment.resources.nodes * self.ranks_per_node
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """`a.b=value` -> ("a.b", YAML-parsed value)."""
+    key, sep, raw = text.partition("=")
+    if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_\-]+)*", key):
+        raise UserError(f"--set {text!r}: expected dotted.key=value, e.g. resources.nodes=2")
+    try:
+        value = yaml.safe_load(raw) if raw else ""
+    except yaml.YAMLError:
+        value = raw
+    return key, value
+
+
+def set_dotted(data: dict[str, Any], key: str, value: Any, source: str) -> None:
+    """Set `data[a][b]... = value` for key `a.b...`, creating mappings on the way."""
+    node = data
+    parts = key.split(".")
+    for part in parts[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise UserError(f"{source}: cannot set '{key}': '{part}' is not a mapping")
+        node = child
+    node[parts[-1]] = value
+
+
+def load_experiment(path: Path, overrides: list[str] = ()) -> dict[str, Any]:
+    """The raw experiment mapping with `--set` overrides applied (validated later, per point)."""
+    data = load_yaml(path, "experiment")
+    for text in overrides:
+        key, value = parse_override(text)
+        set_dotted(data, key, value, f"--set {text}")
+    return data
+
+
+def expand(data: dict[str, Any], site: SiteConfig, source: str) -> list[Point]:
+    """Validate the experiment against `site` and expand its sweep into points."""
+    base = validate(Experiment, data, source)
+    keys = list(base.sweep)
+    combos = list(itertools.product(*(base.sweep[k] for k in keys))) or [()]
+    args_model = workload_args_model(base.workload.kind)
+    points = []
+    for index, combo in enumerate(combos):
+        params = dict(zip(keys, combo))
+        if params:
+            point_data = copy.deepcopy(data)
+            point_data.pop("sweep", None)
+            for key, value in params.items():
+                set_dotted(point_data, key, value, f"{source} sweep")
+            where = f"{source} (sweep point {index}: {', '.join(f'{k}={v!r}' for k, v in params.items())})"
+            experiment = validate(Experiment, point_data, where)
+        else:
+            where, experiment = source, base
+        workload_args = None
+        if args_model is not None:
+            workload_args = validate(args_model, experiment.workload.args, f"{where} workload.args")
+        points.append(resolve_point(index, params, experiment, workload_args, site, where))
+    return points
+
+
+def resolve_point(index: int, params: dict[str, Any], experiment: Experiment, workload_args: Any,
+                  site: SiteConfig, where: str) -> Point:
+    """Fill site defaults and check the resources are possible on the site."""
+    res = experiment.resources
+    ranks_per_node = res.ranks_per_node or site.node.ranks_per_node
+    walltime = res.walltime or site.defaults.walltime
+    hw_threads = site.node.cores * site.node.threads_per_core
+    if site.node.max_nodes and res.nodes > site.node.max_nodes:
+        raise UserError(f"{where}: field 'resources.nodes': {res.nodes} nodes but site "
+                        f"{site.name} has at most {site.node.max_nodes}")
+    if ranks_per_node > hw_threads:
+        raise UserError(f"{where}: field 'resources.ranks_per_node': {ranks_per_node} ranks but a "
+                        f"{site.name} node has {hw_threads} hardware threads")
+    depth = site.binding.depth or 1
+    if ranks_per_node * depth > hw_threads:
+        raise UserError(f"{where}: field 'resources.ranks_per_node': {ranks_per_node} ranks x depth "
+                        f"{depth} exceeds the {hw_threads} hardware threads of a {site.name} node")
+    if site.defaults.max_walltime and walltime_seconds(walltime) > walltime_seconds(site.defaults.max_walltime):
+        raise UserError(f"{where}: field 'resources.walltime': {walltime} exceeds the site maximum "
+                        f"{site.defaults.max_walltime}")
+    selection = experiment.profile.selection
+    world = res.nodes * ranks_per_node
+    if experiment.profile.tool != "none" and not any(
+            selection.selects(r, r % ranks_per_node, ranks_per_node) for r in range(world)):
+        raise UserError(f"{where}: field 'profile.ranks': {selection} selects none of the {world} ranks")
+    return Point(index=index, params=params, experiment=experiment, workload_args=workload_args,
+                 ranks_per_node=ranks_per_node, walltime=walltime)

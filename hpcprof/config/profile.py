@@ -1,0 +1,259 @@
+"""Profile settings of an experiment: tool, rank selection and tool options.
+
+Everything here is validated when the experiment is loaded, so a wrong option fails at render
+time on the login node, not an hour later in the queue.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from hpcprof.config.site import Strict
+
+NSYS_TRACES = ("cuda", "nvtx", "osrt", "cublas", "cublas-verbose", "cudnn", "cusparse", "cusolver",
+               "mpi", "ucx", "oshmem", "openacc", "openmp", "opengl", "vulkan", "nvvideo",
+               "python-gil", "syscall", "none")
+SAFE_TOKEN = re.compile(r"^[A-Za-z0-9_.,:@/=+\-]+$")
+
+
+class RankSelection:
+    """Which ranks a profiler wraps: all | 0,3,5 | local:K | first-nodes:N | every:N, combined
+    with `+` (all must hold), e.g. `local:0+first-nodes:2` = local rank 0 on the first 2 nodes."""
+
+    POLICIES = ("all", "<r>,<r>,...", "local:K", "first-nodes:N", "every:N")
+
+    def __init__(self, spec: str | int | list[int]) -> None:
+        self.spec = spec
+        self.ranks: list[int] | None = None
+        self.local: int | None = None
+        self.first_nodes: int | None = None
+        self.every: int | None = None
+        if isinstance(spec, bool):
+            raise ValueError(self._bad(spec))
+        if isinstance(spec, int):
+            spec = [spec]
+        if isinstance(spec, list):
+            if not spec or not all(isinstance(r, int) and not isinstance(r, bool) and r >= 0 for r in spec):
+                raise ValueError(self._bad(spec))
+            self.ranks = sorted(set(spec))
+            return
+        if spec == "all":
+            return
+        for part in str(spec).split("+"):
+            key, _, value = part.strip().partition(":")
+            if key in ("local", "first-nodes", "every") and value.isdigit():
+                number = int(value)
+                if key == "local":
+                    self.local = number
+                elif number < 1:
+                    raise ValueError(f"{key}:{value} must be at least 1")
+                elif key == "first-nodes":
+                    self.first_nodes = number
+                else:
+                    self.every = number
+            elif re.fullmatch(r"\d+(,\d+)*", part.strip()):
+                self.ranks = sorted({int(r) for r in part.split(",")})
+            else:
+                raise ValueError(self._bad(spec))
+
+    @staticmethod
+    def _bad(spec: object) -> str:
+        return (f"unknown rank selection {spec!r}; use all, a list of ranks, local:K, first-nodes:N "
+                "or every:N, combined with '+' (e.g. local:0+first-nodes:2)")
+
+    def selects(self, rank: int, local_rank: int, ranks_per_node: int) -> bool:
+        """Whether global `rank` (with `local_rank`) is profiled: the same rule as the wrapper."""
+        return ((self.ranks is None or rank in self.ranks)
+                and (self.local is None or local_rank == self.local)
+                and (self.first_nodes is None or rank < self.first_nodes * ranks_per_node)
+                and (self.every is None or rank % self.every == 0))
+
+    def bash_condition(self, ranks_per_node: int) -> str:
+        """A bash test on $hp_rank/$hp_local_rank (integers only: nothing user-written)."""
+        tests = []
+        if self.ranks is not None:
+            tests.append("case \" %s \" in *\" $hp_rank \"*) true ;; *) false ;; esac"
+                         % " ".join(map(str, self.ranks)))
+        if self.local is not None:
+            tests.append(f"[ \"$hp_local_rank\" -eq {self.local} ]")
+        if self.first_nodes is not None:
+            tests.append(f"[ \"$hp_rank\" -lt {self.first_nodes * ranks_per_node} ]")
+        if self.every is not None:
+            tests.append(f"[ $((hp_rank % {self.every})) -eq 0 ]")
+        return " && ".join(f"{{ {t}; }}" for t in tests) or "true"
+
+    def __str__(self) -> str:
+        return str(self.spec)
+
+
+class NsysOptions(Strict):
+    """`nsys profile` options."""
+
+    trace: list[str] = ["cuda", "nvtx", "osrt"]
+    capture_range: Literal["none", "cudaProfilerApi", "nvtx"] = "none"
+    nvtx_capture: str | None = None
+    capture_range_end: str | None = None
+    stats: bool = False
+    sample: Literal["none", "cpu", "process-tree", "system-wide"] | None = None
+    cpuctxsw: Literal["none", "process-tree", "system-wide"] | None = None
+    gpuctxsw: bool | None = None
+    cuda_graph_trace: Literal["graph", "node"] | None = None
+    mpi_impl: Literal["openmpi", "mpich"] | None = None
+    python_sampling: bool | None = None
+    export_sqlite: bool = True
+    extra_args: list[str] = []
+
+    @field_validator("trace")
+    @classmethod
+    def _known_traces(cls, value: list[str]) -> list[str]:
+        for item in value:
+            if item not in NSYS_TRACES:
+                raise ValueError(f"unknown nsys trace {item!r}; allowed: {', '.join(NSYS_TRACES)}")
+        return value
+
+    @field_validator("capture_range_end")
+    @classmethod
+    def _range_end(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"stop|stop-shutdown|none|repeat(:\d+)?|repeat-shutdown:\d+", value):
+            raise ValueError("capture_range_end must be stop, stop-shutdown, none, repeat[:N] or repeat-shutdown:N")
+        return value
+
+    @field_validator("nvtx_capture")
+    @classmethod
+    def _nvtx_capture(cls, value: str | None) -> str | None:
+        if value is not None and not SAFE_TOKEN.match(value.replace(" ", "_")):
+            raise ValueError("nvtx_capture must be RANGE or RANGE@DOMAIN")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "NsysOptions":
+        if self.capture_range == "nvtx" and not self.nvtx_capture:
+            raise ValueError("capture_range nvtx needs nvtx_capture (RANGE or RANGE@DOMAIN)")
+        if self.nvtx_capture and self.capture_range != "nvtx":
+            raise ValueError("nvtx_capture needs capture_range: nvtx")
+        if self.capture_range_end and self.capture_range == "none":
+            raise ValueError("capture_range_end needs capture_range cudaProfilerApi or nvtx")
+        if "mpi" in self.trace and not self.mpi_impl:
+            raise ValueError("trace 'mpi' needs mpi_impl: openmpi or mpich")
+        return self
+
+    def argv(self) -> list[str]:
+        """The `nsys profile` options (without -o)."""
+        args = [f"--trace={','.join(self.trace)}", f"--capture-range={self.capture_range}"]
+        if self.nvtx_capture:
+            args.append(f"--nvtx-capture={self.nvtx_capture}")
+        if self.capture_range_end:
+            args.append(f"--capture-range-end={self.capture_range_end}")
+        args.append(f"--stats={'true' if self.stats else 'false'}")
+        if self.sample:
+            args.append(f"--sample={self.sample}")
+        if self.cpuctxsw:
+            args.append(f"--cpuctxsw={self.cpuctxsw}")
+        if self.gpuctxsw is not None:
+            args.append(f"--gpuctxsw={'true' if self.gpuctxsw else 'false'}")
+        if self.cuda_graph_trace:
+            args.append(f"--cuda-graph-trace={self.cuda_graph_trace}")
+        if self.mpi_impl:
+            args.append(f"--mpi-impl={self.mpi_impl}")
+        if self.python_sampling is not None:
+            args.append(f"--python-sampling={'true' if self.python_sampling else 'false'}")
+        if self.export_sqlite:
+            args.append("--export=sqlite")
+        return [*args, "--force-overwrite=true", *self.extra_args]
+
+
+class NcuOptions(Strict):
+    """`ncu` options."""
+
+    set: str | None = None                      # basic | detailed | full | roofline | ...
+    sections: list[str] = []
+    metrics: list[str] = []
+    kernel_name: str | None = None              # name, or regex:EXPR
+    kernel_name_base: Literal["function", "demangled", "mangled"] | None = None
+    launch_skip: int | None = Field(None, ge=0)
+    launch_count: int | None = Field(None, ge=1)
+    nvtx_include: list[str] = []
+    replay_mode: Literal["kernel", "application", "range", "app-range"] | None = None
+    target_processes: Literal["all", "application-only"] | None = None
+    profile_from_start: bool = True
+    extra_args: list[str] = []
+
+    @field_validator("set")
+    @classmethod
+    def _set_name(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"[A-Za-z0-9_\-]+", value):
+            raise ValueError("set must be a section-set name such as basic, detailed, full or roofline")
+        return value
+
+    @field_validator("sections", "metrics")
+    @classmethod
+    def _identifiers(cls, value: list[str]) -> list[str]:
+        for item in value:
+            if not re.fullmatch(r"[A-Za-z0-9_.:\-]+", item):
+                raise ValueError(f"{item!r} is not a section or metric identifier")
+        return value
+
+    def argv(self) -> list[str]:
+        """The `ncu` options (without -o)."""
+        args: list[str] = []
+        if self.set:
+            args += ["--set", self.set]
+        for section in self.sections:
+            args += ["--section", section]
+        if self.metrics:
+            args += ["--metrics", ",".join(self.metrics)]
+        if self.kernel_name_base:
+            args += ["--kernel-name-base", self.kernel_name_base]
+        if self.kernel_name:
+            args += ["--kernel-name", self.kernel_name]
+        if self.launch_skip is not None:
+            args += ["--launch-skip", str(self.launch_skip)]
+        if self.launch_count is not None:
+            args += ["--launch-count", str(self.launch_count)]
+        if self.nvtx_include:
+            args.append("--nvtx")
+            for rule in self.nvtx_include:
+                args += ["--nvtx-include", rule]
+        if self.replay_mode:
+            args += ["--replay-mode", self.replay_mode]
+        if self.target_processes:
+            args += ["--target-processes", self.target_processes]
+        if not self.profile_from_start:
+            args += ["--profile-from-start", "off"]
+        return [*args, "-f", *self.extra_args]
+
+
+class TorchOptions(Strict):
+    """torch.profiler schedule and switches (the workload reads them from the environment)."""
+
+    wait: int = Field(1, ge=0)
+    warmup: int = Field(1, ge=0)
+    active: int = Field(3, ge=1)
+    repeat: int = Field(1, ge=0)
+    gzip: bool = False
+
+    def schedule(self) -> str:
+        return f"wait={self.wait},warmup={self.warmup},active={self.active},repeat={self.repeat}"
+
+
+class ProfileConfig(Strict):
+    """Which profiler wraps which ranks, with its options."""
+
+    tool: Literal["nsys", "ncu", "torch", "none"] = "none"
+    ranks: str | int | list[int] = "all"
+    nsys: NsysOptions = NsysOptions()
+    ncu: NcuOptions = NcuOptions()
+    torch: TorchOptions = TorchOptions()
+
+    @field_validator("ranks")
+    @classmethod
+    def _selection(cls, value: str | int | list[int]) -> str | int | list[int]:
+        RankSelection(value)
+        return value
+
+    @property
+    def selection(self) -> RankSelection:
+        return RankSelection(self.ranks)

@@ -1,0 +1,178 @@
+"""Site configs: one YAML per site (scheduler + launcher + node shape + environment).
+
+Sites are looked up by name in `--site-file PATH`, then `$HPCPROF_SITE_PATH` (colon-separated
+directories), then the site configs shipped with hpcprof.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from importlib import resources
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from hpcprof.config.validation import load_yaml, validate
+from hpcprof.errors import UserError
+
+WALLTIME = re.compile(r"^(\d+:)?\d{1,2}:\d{2}(:\d{2})?$")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class Strict(BaseModel):
+    """Base of every config model: unknown keys are errors."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+def check_walltime(value: str | None) -> str | None:
+    """Walltime as [H]H:MM:SS (or MM:SS); None passes."""
+    if value is not None and not WALLTIME.match(value):
+        raise ValueError("walltime must look like HH:MM:SS, e.g. 00:30:00")
+    return value
+
+
+def walltime_seconds(value: str) -> int:
+    """Seconds in a walltime string."""
+    parts = [int(p) for p in value.split(":")]
+    while len(parts) < 3:
+        parts.insert(0, 0)
+    h, m, s = parts
+    return h * 3600 + m * 60 + s
+
+
+def check_env(env: dict[str, str]) -> dict[str, str]:
+    """Environment variable names must be shell identifiers."""
+    for name in env:
+        if not ENV_NAME.match(name):
+            raise ValueError(f"environment variable name {name!r} is not a valid identifier")
+    return env
+
+
+class Launcher(Strict):
+    """How ranks are started: mpiexec (PALS/Hydra/Open MPI), srun or torchrun."""
+
+    kind: Literal["mpiexec", "srun", "torchrun"]
+    flavor: Literal["pals", "hydra", "openmpi"] | None = None   # mpiexec only
+    mpi: Literal["pmi2", "pmix", "cray_shasta", "none"] | None = None  # srun --mpi=
+    command: str | None = None          # path of the launcher binary (default: kind)
+    extra_args: list[str] = []
+
+    @model_validator(mode="after")
+    def _flavor_fits_kind(self) -> "Launcher":
+        if self.kind == "mpiexec" and self.flavor is None:
+            raise ValueError("launcher.flavor is required for mpiexec: pals, hydra or openmpi")
+        if self.kind != "mpiexec" and self.flavor is not None:
+            raise ValueError(f"launcher.flavor applies to mpiexec only, not {self.kind}")
+        if self.kind != "srun" and self.mpi is not None:
+            raise ValueError(f"launcher.mpi applies to srun only, not {self.kind}")
+        return self
+
+
+class NodeShape(Strict):
+    """What one compute node has."""
+
+    gpus: int = Field(0, ge=0)
+    cores: int = Field(1, ge=1)               # physical cores
+    threads_per_core: int = Field(1, ge=1)
+    ranks_per_node: int = Field(1, ge=1)      # default ranks per node
+    max_nodes: int | None = Field(None, ge=1)
+
+
+class Binding(Strict):
+    """CPU binding passed to the launcher."""
+
+    depth: int | None = Field(None, ge=1)     # mpiexec --depth (PALS) / cpus per task
+    cpu_bind: str | None = None               # e.g. depth, numa, cores, list:24:16:8:0
+
+    @field_validator("cpu_bind")
+    @classmethod
+    def _no_spaces(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(r"^[A-Za-z0-9_:,.\-]+$", value):
+            raise ValueError("cpu_bind takes letters, digits and ':,.-_' only, e.g. depth or list:0:8")
+        return value
+
+
+class Defaults(Strict):
+    """Scheduler defaults an experiment may override."""
+
+    queue: str | None = None            # PBS -q / Slurm --qos
+    partition: str | None = None        # Slurm --partition
+    account: str | None = None
+    filesystems: str | None = None      # PBS -l filesystems=
+    constraint: str | None = None       # Slurm -C
+    walltime: str = "00:30:00"
+    max_walltime: str | None = None
+
+    _walltime = field_validator("walltime", "max_walltime")(classmethod(lambda cls, v: check_walltime(v)))
+
+
+class ToolPaths(Strict):
+    """Executables used on the compute nodes."""
+
+    python: str = "python3"
+    nsys: str = "nsys"
+    ncu: str = "ncu"
+
+
+class SiteConfig(Strict):
+    """A site: scheduler + launcher + node shape + environment."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_.\-]+$")
+    description: str = ""
+    scheduler: Literal["local", "pbs", "slurm"]
+    launcher: Launcher
+    defaults: Defaults = Defaults()
+    node: NodeShape = NodeShape()
+    binding: Binding = Binding()
+    gpu_affinity: Literal["none", "identity", "reverse"] = "none"
+    setup: list[str] = []               # raw shell lines (module load, conda activate): not quoted
+    env: dict[str, str] = {}
+    paths: ToolPaths = ToolPaths()
+    templates: str | None = None        # directory of user templates overriding the shipped ones
+    pbs_select: str | None = None       # extra PBS select resources, e.g. "system=polaris"
+    sbatch_options: list[str] = []      # extra #SBATCH lines, e.g. "--gpu-bind=none"
+    pbs_options: list[str] = []         # extra #PBS lines, e.g. "-r y"
+
+    _env = field_validator("env")(classmethod(lambda cls, v: check_env(v)))
+
+
+def shipped_site_dir() -> Path:
+    """Directory of the site configs installed with hpcprof."""
+    return Path(str(resources.files("hpcprof._site_configs")))
+
+
+def site_dirs() -> list[Path]:
+    """Where sites are looked up: $HPCPROF_SITE_PATH entries, then the shipped ones."""
+    extra = [Path(p) for p in os.environ.get("HPCPROF_SITE_PATH", "").split(":") if p]
+    return [*extra, shipped_site_dir()]
+
+
+def load_site_file(path: Path) -> SiteConfig:
+    """Load and validate one site config file."""
+    return validate(SiteConfig, load_yaml(path, "site config"), f"site config {path}")
+
+
+def find_site(name: str, site_file: Path | None = None) -> SiteConfig:
+    """The site called `name` (or the one in `site_file`)."""
+    if site_file is not None:
+        return load_site_file(site_file)
+    for directory in site_dirs():
+        path = directory / f"{name}.yaml"
+        if path.is_file():
+            return load_site_file(path)
+    known = ", ".join(sorted(available_sites()))
+    raise UserError(f"--site {name!r}: unknown site; available: {known} "
+                    "(add sites with $HPCPROF_SITE_PATH or --site-file PATH)")
+
+
+def available_sites() -> dict[str, Path]:
+    """Site name -> file, earlier directories winning."""
+    found: dict[str, Path] = {}
+    for directory in reversed(site_dirs()):
+        if directory.is_dir():
+            for path in sorted(directory.glob("*.yaml")):
+                found[path.stem] = path
+    return found

@@ -1,0 +1,1 @@
+"""Render job scripts and rank wrappers from Jinja templates (StrictUndefined, quoted values)."""

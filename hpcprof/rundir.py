@@ -1,0 +1,99 @@
+"""The run directory `<workdir>/<experiment>/<run-id>/` and the status the job writes there.
+
+Layout: config.json (resolved), job.sh, rank_wrapper.sh, logs/, profiles/<tool>/, results/,
+tmp/, derived/ (collect's own intermediate files, e.g. exported .sqlite), `status` (key=value lines written by the job: start, host, job_id, exit_code, end),
+`DONE` (written last by the job), `submission.json` (written at submit: scheduler, job id).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hpcprof.errors import UserError
+from hpcprof.schedulers.base import CANCELLED, COMPLETED, FAILED, RUNNING, UNKNOWN, JobState
+
+
+def new_run_id(index: int | None = None) -> str:
+    """A run id fixed once at submit: time stamp + random suffix (+ sweep point)."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    suffix = secrets.token_hex(3)
+    return f"{stamp}-{suffix}" if index is None else f"{stamp}-{suffix}-p{index:03d}"
+
+
+@dataclass(frozen=True)
+class RunDir:
+    """One run's directory."""
+
+    path: Path
+
+    @property
+    def run_id(self) -> str:
+        return self.path.name
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return json.loads((self.path / "config.json").read_text())
+
+    @property
+    def submission(self) -> dict[str, Any]:
+        path = self.path / "submission.json"
+        return json.loads(path.read_text()) if path.exists() else {}
+
+    def record_submission(self, scheduler: str, job_id: str) -> None:
+        data = {"scheduler": scheduler, "job_id": job_id, "submitted_at": time.time()}
+        tmp = self.path / "submission.json.tmp"
+        tmp.write_text(json.dumps(data, indent=1))
+        tmp.replace(self.path / "submission.json")
+
+    def job_status(self) -> dict[str, str]:
+        """The key=value lines the job wrote (last value of a key wins)."""
+        path = self.path / "status"
+        if not path.exists():
+            return {}
+        pairs = (line.partition("=") for line in path.read_text().splitlines())
+        return {key: value for key, sep, value in pairs if sep}
+
+    @property
+    def done(self) -> bool:
+        return (self.path / "DONE").exists()
+
+    def state(self, scheduler_view: JobState | None) -> JobState:
+        """The run's state: the job's own status file first, the scheduler second."""
+        status = self.job_status()
+        if self.done and status.get("exit_code", "").lstrip("-").isdigit():
+            code = int(status["exit_code"])
+            return JobState(COMPLETED if code == 0 else FAILED, code,
+                            "" if code == 0 else f"exit code {code}")
+        if status.get("cancelled"):
+            return JobState(CANCELLED, None, "cancelled by hpcprof")
+        if scheduler_view is not None and scheduler_view.state != UNKNOWN:
+            if scheduler_view.state == COMPLETED and not self.done and status.get("start"):
+                return JobState(FAILED, scheduler_view.exit_code, "job ended without writing DONE")
+            return scheduler_view
+        if status.get("start"):
+            return JobState(RUNNING if scheduler_view is None else UNKNOWN, None, "started, no DONE yet")
+        return scheduler_view or JobState(UNKNOWN)
+
+
+def find_run(ref: str, workdir: Path) -> RunDir:
+    """A run named by its path or by its id (searched under `workdir`)."""
+    path = Path(ref)
+    if (path / "config.json").is_file():
+        return RunDir(path.resolve())
+    matches = [p.parent for p in workdir.glob(f"*/{ref}/config.json")]
+    if len(matches) == 1:
+        return RunDir(matches[0].resolve())
+    if not matches:
+        raise UserError(f"run {ref!r}: no such run directory or run id under {workdir}")
+    raise UserError(f"run {ref!r}: ambiguous, matches {', '.join(str(m) for m in matches)}")
+
+
+def all_runs(workdir: Path) -> list[RunDir]:
+    """Every run under `workdir`, oldest first."""
+    return [RunDir(p.parent.resolve()) for p in sorted(workdir.glob("*/*/config.json"),
+                                                      key=lambda p: p.parent.name)]

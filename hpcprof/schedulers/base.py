@@ -1,0 +1,61 @@
+"""The one interface every scheduler module implements: submit, state, cancel.
+
+Rendering is shared (hpcprof.render picks the scheduler's template by `Scheduler.template`).
+A job's final state is decided by `hpcprof.rundir.RunDir.status` first (the job writes its own
+status file) and by the scheduler second.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+
+from hpcprof.errors import UserError
+
+#: Normalised job states. Terminal ones end a wait.
+PENDING, RUNNING, COMPLETED, FAILED = "PENDING", "RUNNING", "COMPLETED", "FAILED"
+CANCELLED, TIMEOUT, NODE_FAIL, OUT_OF_MEMORY = "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"
+PREEMPTED, UNKNOWN = "PREEMPTED", "UNKNOWN"
+TERMINAL = frozenset({COMPLETED, FAILED, CANCELLED, TIMEOUT, NODE_FAIL, OUT_OF_MEMORY, PREEMPTED})
+
+
+@dataclass(frozen=True)
+class JobState:
+    """A job as the scheduler sees it."""
+
+    state: str                   # one of the constants above
+    exit_code: int | None = None
+    reason: str = ""             # scheduler's words (e.g. "CANCELLED by 0", "DUE TO TIME LIMIT")
+
+    @property
+    def terminal(self) -> bool:
+        return self.state in TERMINAL
+
+
+class Scheduler(ABC):
+    """A batch system (or the local machine) behind one interface."""
+
+    name: str
+    template: str  # the job-script template this scheduler uses, e.g. "pbs.sh.j2"
+
+    @abstractmethod
+    def submit(self, script: Path, run_dir: Path) -> str:
+        """Submit the rendered job script; returns the job id."""
+
+    @abstractmethod
+    def state(self, job_id: str, run_dir: Path) -> JobState:
+        """The scheduler's view of the job."""
+
+    @abstractmethod
+    def cancel(self, job_id: str, run_dir: Path) -> None:
+        """Cancel the job (no error if it already ended)."""
+
+
+def run_command(argv: list[str], what: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """Run a scheduler client command; a missing client is a user error naming it."""
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+    except FileNotFoundError as exc:
+        raise UserError(f"{what}: command {argv[0]!r} not found; is this a {what} host?") from exc

@@ -1,0 +1,200 @@
+"""PBS: `qsub`, state from PBS Pro's `qstat -xf -F json` (or Torque's `qstat -f`), `qdel`.
+
+Job ids are kept whole (Polaris: `308834.polaris-pbs-01.hsn.cm.polaris.alcf.anl.gov`; plain
+`qstat` truncates them). Slurm's Torque wrappers (Debian `slurm-wlm-torque`) support neither
+`-x` nor `-F json`, report every ended job as `job_state = C` without `exit_status`, and ignore
+`#PBS -o/-e/-j` inside the script, so `-j oe -o RUN_DIR/logs/job.out` go on the command line.
+
+Exit_status conventions differ. PBS Pro (OpenPBS src/include/job.h): 0 success, 1-255 the
+script's own code (128+N: a child died of signal N), >256 the job's shell was killed by signal
+X-256 (271: SIGTERM, e.g. qdel), negative: PBS itself (JOB_EXEC_*; -29 walltime, -27/-26
+mem/vmem, -28 cput). Torque (Adaptive docs): negative -1..-14 (-11 walltime, -10 memory,
+-12 cput), 271 for a cancelled running job.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+from hpcprof.errors import UserError
+from hpcprof.schedulers.base import (
+    CANCELLED, COMPLETED, FAILED, NODE_FAIL, OUT_OF_MEMORY, PENDING, RUNNING, TIMEOUT, UNKNOWN,
+    JobState, Scheduler, run_command,
+)
+
+#: `qstat` exit codes meaning "no such job (any more)": unknown job id / finished, use -x.
+QSTAT_GONE = (153, 35)
+#: Written into the run directory by `cancel`: the wrappers' `C` and a purged id cannot tell a
+#: cancelled job from a finished one.
+CANCEL_MARKER = "cancel_requested"
+#: PBS Pro history substate of a job deleted with qdel (JOB_SUBSTATE_TERMINATED).
+SUBSTATE_TERMINATED = 91
+
+PBS_LETTERS: dict[str, str] = {
+    **dict.fromkeys("QHWT", PENDING),  # queued, held, waiting, in transit
+    **dict.fromkeys("REBSU", RUNNING),  # running, exiting, array begun, suspended
+}
+
+#: PBS Pro negative Exit_status (JOB_EXEC_*) with a state of their own; other negatives: FAILED.
+PBSPRO_CODES: dict[int, tuple[str, str]] = {
+    -29: (TIMEOUT, "JOB_EXEC_KILL_WALLTIME"), -28: (TIMEOUT, "JOB_EXEC_KILL_CPUT"),
+    -27: (OUT_OF_MEMORY, "JOB_EXEC_KILL_MEM"), -26: (OUT_OF_MEMORY, "JOB_EXEC_KILL_VMEM"),
+    -25: (FAILED, "JOB_EXEC_KILL_NCPUS_SUM"), -24: (FAILED, "JOB_EXEC_KILL_NCPUS_BURST"),
+    -20: (NODE_FAIL, "JOB_EXEC_RERUN_MS_FAIL"), -14: (NODE_FAIL, "JOB_EXEC_RERUN_SIS_FAIL"),
+    -4: (NODE_FAIL, "JOB_EXEC_INITABT"), -1: (FAILED, "JOB_EXEC_FAIL1"),
+    -2: (FAILED, "JOB_EXEC_FAIL2"), -3: (FAILED, "JOB_EXEC_RETRY"),
+}
+
+#: Torque's negative exit_status codes with a state of their own; other negatives: FAILED.
+TORQUE_CODES: dict[int, tuple[str, str]] = {
+    -11: (TIMEOUT, "JOB_EXEC_OVERLIMIT_WT"), -12: (TIMEOUT, "JOB_EXEC_OVERLIMIT_CPUT"),
+    -10: (OUT_OF_MEMORY, "JOB_EXEC_OVERLIMIT_MEM"),
+}
+
+
+def parse_qsub(stdout: str) -> str:
+    """The job id `qsub` printed (the last non-empty line, kept whole)."""
+    lines = [line.strip() for line in stdout.splitlines() if line.strip()]
+    if not lines or not re.fullmatch(r"\d+(\[\d*\])?(\.[\w.-]+)?", lines[-1]):
+        raise ValueError(f"qsub printed no job id: {stdout.strip()!r}")
+    return lines[-1]
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def _ended(code: int | None, deleted: bool, table: dict[int, tuple[str, str]],
+           detail: str) -> JobState:
+    """An ended job from its exit status (None: not reported) and whether qdel ended it."""
+    if code is None:
+        return JobState(CANCELLED if deleted else COMPLETED, None,
+                        f"{detail}; no exit status (the run's status file has it)")
+    if code in table:
+        state, name = table[code]
+        return JobState(state, code, f"{detail}; Exit_status={code} {name}")
+    if code < 0:
+        return JobState(CANCELLED if deleted else FAILED, code,
+                        f"{detail}; Exit_status={code} (PBS could not run the job)")
+    if code > 256:
+        number = code - 256
+        return JobState(CANCELLED if deleted else FAILED, 128 + number,
+                        f"{detail}; Exit_status={code}: killed by {_signal_name(number)}")
+    if code == 0:
+        return JobState(COMPLETED, 0, detail)
+    return JobState(CANCELLED if deleted else FAILED, code, f"{detail}; Exit_status={code}")
+
+
+def parse_qstat_json(text: str, job_id: str) -> JobState:
+    """PBS Pro `qstat -xf -F json ID` → state; the job is looked up by its full id."""
+    try:
+        jobs: dict[str, dict[str, Any]] = json.loads(text, strict=False).get("Jobs", {})
+    except json.JSONDecodeError:  # some PBS Pro releases print invalid escapes in Variable_List
+        return pbspro_state(_scrape_json(text))
+    job = jobs.get(job_id)
+    if job is None:  # a short id given, the server answered with the long one
+        job = next((v for k, v in jobs.items() if k.split(".")[0] == job_id.split(".")[0]), None)
+    if job is None:
+        return JobState(UNKNOWN, reason=f"job {job_id} not in qstat output")
+    return pbspro_state(job)
+
+
+def _scrape_json(text: str) -> dict[str, Any]:
+    """The attributes `pbspro_state` needs, read from JSON that does not parse."""
+    found: dict[str, Any] = {}
+    for key in ("job_state", "comment"):
+        match = re.search(rf'"{key}"\s*:\s*"([^"]*)"', text)
+        if match:
+            found[key] = match[1]
+    for key in ("substate", "Exit_status"):
+        match = re.search(rf'"{key}"\s*:\s*(-?\d+)', text)
+        if match:
+            found[key] = int(match[1])
+    return found
+
+
+def pbspro_state(job: dict[str, Any]) -> JobState:
+    """One job's attributes from PBS Pro's JSON (job_state, substate, Exit_status, comment)."""
+    letter = str(job.get("job_state", ""))
+    detail = f"job_state={letter}" + (f" ({job['comment']})" if job.get("comment") else "")
+    if letter in PBS_LETTERS:
+        return JobState(PBS_LETTERS[letter], None, detail)
+    if letter not in ("F", "X"):
+        return JobState(UNKNOWN, None, detail)
+    code = job.get("Exit_status")
+    deleted = int(job.get("substate", 0)) == SUBSTATE_TERMINATED
+    return _ended(None if code is None else int(code), deleted, PBSPRO_CODES, detail)
+
+
+def parse_qstat_full(text: str, cancelled: bool = False) -> JobState:
+    """Torque `qstat -f ID` text (`job_state = C`, `exit_status = N` when present) → state.
+
+    `cancelled`: hpcprof asked for the job to be cancelled (the wrappers cannot say so)."""
+    attrs = dict(re.findall(r"^\s+([\w.]+) = (.*)$", text, re.MULTILINE))
+    letter = attrs.get("job_state", "").strip()
+    detail = f"job_state={letter}"
+    if letter in PBS_LETTERS:
+        return JobState(PBS_LETTERS[letter], None, detail)
+    if letter != "C":
+        return JobState(UNKNOWN, None, detail)
+    code = attrs.get("exit_status")
+    if code is not None and int(code) == 271:  # Torque: a running job cancelled with qdel
+        return JobState(CANCELLED, 128 + 15, f"{detail}; exit_status=271 (qdel)")
+    return _ended(None if code is None else int(code), cancelled, TORQUE_CODES, detail)
+
+
+class PbsScheduler(Scheduler):
+    """PBS Pro / OpenPBS, and Torque-style `qstat -f` as a fallback."""
+
+    name = "pbs"
+    template = "pbs.sh.j2"
+
+    def submit(self, script: Path, run_dir: Path) -> str:
+        """`qsub -j oe -o RUN_DIR/logs/job.out SCRIPT` (output paths on the command line)."""
+        log = run_dir.resolve() / "logs" / "job.out"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        proc = run_command(["qsub", "-j", "oe", "-o", str(log), str(script.resolve())], "pbs")
+        if proc.returncode != 0:
+            raise UserError(f"qsub rejected {script}: {(proc.stderr or proc.stdout).strip()}")
+        try:
+            return parse_qsub(proc.stdout)
+        except ValueError as exc:
+            raise UserError(str(exc)) from exc
+
+    def state(self, job_id: str, run_dir: Path) -> JobState:
+        """`qstat -xf -F json`; Torque's `qstat -f` where those options are unknown."""
+        cancelled = (run_dir / CANCEL_MARKER).exists()
+        proc = run_command(["qstat", "-xf", "-F", "json", job_id], "pbs")
+        if proc.returncode == 0:
+            return parse_qstat_json(proc.stdout, job_id)
+        if proc.returncode not in QSTAT_GONE:
+            proc = run_command(["qstat", "-f", job_id], "pbs")
+            if proc.returncode == 0:
+                return parse_qstat_full(proc.stdout, cancelled)
+        if proc.returncode in QSTAT_GONE:
+            if cancelled:
+                return JobState(CANCELLED, None, f"qstat rc {proc.returncode}; cancelled by hpcprof")
+            return JobState(UNKNOWN, None, f"qstat rc {proc.returncode}: job {job_id} unknown "
+                                           "or finished; the run's status file decides")
+        raise UserError(f"qstat {job_id} failed (rc {proc.returncode}): "
+                        f"{(proc.stderr or proc.stdout).strip()}")
+
+    def cancel(self, job_id: str, run_dir: Path) -> None:
+        """`qdel ID`, noted in the run directory; a job that already ended is not an error."""
+        proc = run_command(["qdel", job_id], "pbs")
+        if proc.returncode == 0:
+            (run_dir / CANCEL_MARKER).write_text(f"{job_id} {int(time.time())}\n")
+            return
+        message = (proc.stderr or proc.stdout).strip()
+        ended = proc.returncode in QSTAT_GONE or not message or re.search(
+            r"unknown job|has finished|invalid state|already", message, re.IGNORECASE)
+        if not ended:
+            raise UserError(f"qdel {job_id} failed: {message}")

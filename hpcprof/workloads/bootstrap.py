@@ -1,0 +1,253 @@
+"""Rank discovery, device choice and process-group setup shared by the workloads.
+
+Works under MPI launchers (MPICH Hydra, Open MPI, Cray PALS, `srun --mpi=pmi2|pmix`) through
+mpi4py, under torchrun (env://), under plain `srun` (no MPI) and as a single process.
+Rank variables set by hpcprof's rank wrapper (`HPCPROF_RANK`, `HPCPROF_LOCAL_RANK`) win over the
+launchers' own ones.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import re
+import socket
+import sys
+import traceback
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+import torch.distributed as dist
+
+GLOBAL_RANK_VARS = ("PALS_RANKID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID", "RANK")
+LOCAL_RANK_VARS = (
+    "PALS_LOCAL_RANKID",
+    "OMPI_COMM_WORLD_LOCAL_RANK",
+    "MPI_LOCALRANKID",
+    "PMI_LOCAL_RANK",
+    "SLURM_LOCALID",
+    "LOCAL_RANK",
+)
+# Variables that only an MPI launcher (or srun with an MPI plugin) sets.
+MPI_MARKERS = ("PALS_RANKID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "PMI_FD", "HYDI_CONTROL_FD")
+
+Backend = Literal["auto", "nccl", "gloo"]
+DeviceKind = Literal["auto", "cuda", "cpu"]
+GpuMap = Literal["identity", "reverse"]
+
+
+@dataclass(frozen=True)
+class RankLayout:
+    """Where this process sits in the job, before any process group exists."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    launcher: Literal["mpi", "torchrun", "srun", "single"]
+
+
+@dataclass(frozen=True)
+class Dist:
+    """An initialised process group plus the device this rank computes on."""
+
+    layout: RankLayout
+    device: torch.device
+    backend: str
+
+    @property
+    def rank(self) -> int:
+        return self.layout.rank
+
+    @property
+    def world_size(self) -> int:
+        return self.layout.world_size
+
+    @property
+    def is_cuda(self) -> bool:
+        return self.device.type == "cuda"
+
+
+def _first_int(names: tuple[str, ...]) -> int | None:
+    for name in names:
+        value = os.environ.get(name, "").strip()
+        if value.isdigit():
+            return int(value)
+    return None
+
+
+def local_rank_from_env() -> int:
+    """HPCPROF_LOCAL_RANK, else the launchers' local-rank variables, else 0."""
+    found = _first_int(("HPCPROF_LOCAL_RANK",) + LOCAL_RANK_VARS)
+    return 0 if found is None else found
+
+
+def discover_layout() -> RankLayout:
+    """Rank, size and local rank of this process, from the launcher (MPI is asked when present)."""
+    env = os.environ
+    local_rank = local_rank_from_env()
+    if any(name in env for name in MPI_MARKERS):
+        from mpi4py import MPI
+
+        comm = MPI.COMM_WORLD
+        return RankLayout(comm.Get_rank(), comm.Get_size(), local_rank, "mpi")
+    if "RANK" in env and "WORLD_SIZE" in env and "MASTER_ADDR" in env:
+        return RankLayout(int(env["RANK"]), int(env["WORLD_SIZE"]), local_rank, "torchrun")
+    if "SLURM_PROCID" in env and "SLURM_NTASKS" in env:
+        return RankLayout(int(env["SLURM_PROCID"]), int(env["SLURM_NTASKS"]), local_rank, "srun")
+    return RankLayout(0, 1, 0, "single")
+
+
+def choose_device(kind: DeviceKind, local_rank: int, gpu_map: GpuMap) -> torch.device:
+    """The device of this rank: local rank modulo the visible GPUs, optionally in reverse order.
+
+    When the site wrapper narrowed CUDA_VISIBLE_DEVICES to one GPU, this is always cuda:0.
+    """
+    use_cuda = torch.cuda.is_available() if kind == "auto" else kind == "cuda"
+    if not use_cuda:
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise RuntimeError("--device cuda asked for, but torch sees no CUDA device")
+    count = torch.cuda.device_count()
+    index = local_rank % count
+    if gpu_map == "reverse":
+        index = count - 1 - index
+    return torch.device("cuda", index)
+
+
+def free_port() -> int:
+    """A TCP port that is free on this host right now (bound to port 0, then closed)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("", 0))
+        return int(sock.getsockname()[1])
+
+
+def first_slurm_host(nodelist: str) -> str:
+    """First host of a Slurm node list: `nid[001-004,010],gpu7` -> `nid001`."""
+    match = re.match(r"([^,\[]+)(?:\[([^\]]+)\])?", nodelist)
+    if match is None:
+        raise RuntimeError(f"cannot parse Slurm node list {nodelist!r}")
+    prefix, ranges = match.group(1), match.group(2)
+    if not ranges:
+        return prefix
+    return prefix + ranges.split(",")[0].split("-")[0]
+
+
+def _rendezvous(layout: RankLayout) -> None:
+    """Set MASTER_ADDR/MASTER_PORT for env:// unless the launcher (torchrun) already did."""
+    env = os.environ
+    if layout.launcher == "torchrun":
+        return
+    if layout.launcher == "mpi":
+        from mpi4py import MPI
+
+        address = None
+        if layout.rank == 0:
+            address = (env.get("HPCPROF_MASTER_ADDR") or socket.gethostname(), free_port())
+        host, port = MPI.COMM_WORLD.bcast(address, root=0)
+    elif layout.launcher == "srun":
+        nodelist = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or socket.gethostname()
+        host = env.get("MASTER_ADDR") or first_slurm_host(nodelist)
+        port = int(env.get("MASTER_PORT") or 20000 + int(env.get("SLURM_JOB_ID", "0")) % 20000)
+    else:
+        host, port = "127.0.0.1", free_port()
+    env["MASTER_ADDR"] = str(host)
+    env["MASTER_PORT"] = str(port)
+
+
+def init_distributed(
+    layout: RankLayout, backend: Backend = "auto", device_kind: DeviceKind = "auto", gpu_map: GpuMap = "identity"
+) -> Dist:
+    """Pick the device, rendezvous and create the default process group (NCCL on GPU, gloo on CPU)."""
+    device = choose_device(device_kind, layout.local_rank, gpu_map)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    chosen = backend if backend != "auto" else ("nccl" if device.type == "cuda" else "gloo")
+    if chosen == "nccl" and device.type != "cuda":
+        raise RuntimeError("backend nccl needs a CUDA device")
+    _rendezvous(layout)
+    kwargs: dict[str, Any] = {}
+    if chosen == "nccl":
+        kwargs["device_id"] = device
+    dist.init_process_group(
+        backend=chosen, init_method="env://", rank=layout.rank, world_size=layout.world_size, **kwargs
+    )
+    return Dist(layout=layout, device=device, backend=chosen)
+
+
+@contextlib.contextmanager
+def abort_on_error(ctx: Dist) -> Iterator[None]:
+    """On an exception in one rank, print it and abort the MPI job so the other ranks do not hang."""
+    try:
+        yield
+    except BaseException:
+        if ctx.layout.launcher == "mpi" and ctx.world_size > 1:
+            traceback.print_exc()
+            sys.stderr.flush()
+            from mpi4py import MPI
+
+            MPI.COMM_WORLD.Abort(1)
+        raise
+
+
+def shutdown(ctx: Dist) -> None:
+    """Barrier, then destroy the process group."""
+    if dist.is_initialized():
+        if ctx.is_cuda:
+            torch.cuda.synchronize(ctx.device)
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+def versions(ctx: Dist) -> dict[str, str | None]:
+    """Versions of the software that shapes the numbers: Python, torch, CUDA, NCCL, MPI."""
+    nccl = None
+    if torch.cuda.is_available() and hasattr(torch.cuda, "nccl"):
+        raw = torch.cuda.nccl.version()
+        nccl = ".".join(str(x) for x in raw) if isinstance(raw, tuple) else str(raw)
+    mpi = None
+    if "mpi4py" in sys.modules:
+        from mpi4py import MPI
+
+        mpi = " ".join(MPI.Get_library_version().splitlines()[0].split())
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": str(torch.backends.cudnn.version()) if torch.cuda.is_available() else None,
+        "nccl": nccl,
+        "mpi": mpi,
+        "backend": ctx.backend,
+        "launcher": ctx.layout.launcher,
+    }
+
+
+def rank_info(ctx: Dist) -> dict[str, Any]:
+    """This rank's identity: rank, local rank, host, device and device name."""
+    name = torch.cuda.get_device_name(ctx.device) if ctx.is_cuda else platform.processor() or "cpu"
+    return {
+        "rank": ctx.rank,
+        "local_rank": ctx.layout.local_rank,
+        "host": socket.gethostname(),
+        "device": str(ctx.device),
+        "device_name": name,
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+    }
+
+
+def results_dir(override: Path | None) -> Path:
+    """`--results-dir`, else `$HPCPROF_RUN_DIR/results`, else `./results`."""
+    if override is not None:
+        return override
+    run_dir = os.environ.get("HPCPROF_RUN_DIR")
+    return Path(run_dir) / "results" if run_dir else Path("results")
+
+
+def gather_objects(obj: Any) -> list[Any]:
+    """Every rank's `obj`, in rank order, on every rank."""
+    out: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out

@@ -1,0 +1,350 @@
+"""Sequence-parallel mini-benchmark (ALCF hands-on), per Megatron sequence parallelism.
+
+Per iteration, with p ranks:
+    input [S/p, H] --all_gather_into_tensor--> [S, H] --@ W1 [H, H/p]--> [S, H/p]
+    --@ W2 [H/p, H]--> [S, H] --reduce_scatter_tensor--> [S/p, H]
+
+Run under any launcher: `mpiexec -n 4 python -m hpcprof.workloads.seqpar -s 4608 -d 9216 -p bfloat16`.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+import torch.distributed as dist
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from hpcprof.errors import UserError
+from hpcprof.workloads import bootstrap, options, timing
+
+PHASES = ["allgather", "matmul1", "matmul2", "reduce_scatter", "iteration"]
+COLLECTIVES = ("allgather", "reduce_scatter")
+MATMULS = ("matmul1", "matmul2")
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+# ||out - ref|| / ||ref|| accepted by --check, per precision (float32 without TF32).
+CHECK_TOLERANCE = {"float32": 1e-4, "bfloat16": 2e-2, "float16": 5e-3}
+RESULTS_FILE = "seqpar.json"
+SCHEMA = "hpcprof.seqpar/1"
+SHORT_FLAGS = {
+    "sequence_length": ("-s", "--sequence_length"),
+    "hidden_dim": ("-d", "--hidden_dimension"),
+    "iterations": ("-it",),
+    "warmup_iterations": ("-wit", "--warmup_iterations"),
+    "precision": ("-p",),
+}
+
+warnings.filterwarnings("ignore", message=r".*(all_gather_into_tensor|reduce_scatter_tensor)` is deprecated")
+
+
+class SeqparArgs(BaseModel):
+    """Options of the seqpar workload, as under `workload.args` in the experiment YAML."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    sequence_length: int = Field(4608, gt=0, description="sequence length S (rows of the all-gather buffer)")
+    hidden_dim: int = Field(9216, gt=0, description="hidden dimension H")
+    iterations: int = Field(18, ge=1, description="timed iterations")
+    warmup_iterations: int = Field(10, ge=0, description="untimed warm-up iterations")
+    precision: Literal["float32", "bfloat16", "float16"] = Field("float32", description="float32|bfloat16|float16")
+    backend: bootstrap.Backend = Field("auto", description="auto (nccl on GPU, gloo on CPU)|nccl|gloo")
+    device: bootstrap.DeviceKind = Field("auto", description="auto|cuda|cpu")
+    gpu_map: bootstrap.GpuMap = Field("identity", description="local rank r -> GPU r (identity) or n-1-r (reverse)")
+    check: bool = Field(False, description="compare one iteration with a float64 reference")
+    profile_iterations: str | None = Field(
+        None, description="A:B: cudaProfilerStart/Stop around timed iterations A..B-1 (0-based)"
+    )
+    capture: Literal["none", "iteration", "allgather", "matmul1", "matmul2", "reduce_scatter"] = Field(
+        "none", description="one cudaProfilerStart/Stop range per occurrence of this phase (nsys --capture-range-end=repeat)"
+    )
+    torch_profiler: bool = Field(False, description="torch.profiler trace per rank (also HPCPROF_PROFILE_TOOL=torch)")
+    torch_schedule: str | None = Field(None, description="e.g. wait=1,warmup=1,active=3,repeat=1 (HPCPROF_TORCH_SCHEDULE)")
+    torch_gzip: bool = Field(False, description="write .pt.trace.json.gz (also HPCPROF_TORCH_GZIP=1)")
+    seed: int = Field(1234, description="random seed (offset by rank)")
+    results_dir: Path | None = Field(None, description="default $HPCPROF_RUN_DIR/results or ./results")
+
+    @field_validator("profile_iterations")
+    @classmethod
+    def _window_syntax(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        match = re.fullmatch(r"(\d+):(\d+)", value.strip())
+        if match is None or int(match.group(1)) >= int(match.group(2)):
+            raise ValueError("expected A:B with integers 0 <= A < B")
+        return value.strip()
+
+    @field_validator("torch_schedule")
+    @classmethod
+    def _schedule_syntax(cls, value: str | None) -> str | None:
+        if value is not None:
+            timing.parse_schedule(value)
+        return value
+
+    @model_validator(mode="after")
+    def _window_inside_loop(self) -> SeqparArgs:
+        if self.profile_iterations is not None:
+            end = int(self.profile_iterations.split(":")[1])
+            if end > self.iterations:
+                raise ValueError(f"profile_iterations end {end} is past iterations={self.iterations}")
+        return self
+
+    def profile_range(self) -> range | None:
+        """Timed iterations inside the cudaProfiler window, if one was asked for."""
+        if self.profile_iterations is None:
+            return None
+        start, end = (int(x) for x in self.profile_iterations.split(":"))
+        return range(start, end)
+
+
+def launch_argv(args: SeqparArgs, python: str) -> list[str]:
+    """The argv one rank runs for these args."""
+    return [python, "-m", "hpcprof.workloads.seqpar", *options.to_argv(args)]
+
+
+def parser() -> Any:
+    return options.build_parser(SeqparArgs, "hpcprof-seqpar", __doc__.splitlines()[0], SHORT_FLAGS)
+
+
+def parse_args(argv: Sequence[str]) -> SeqparArgs:
+    return options.parse_argv(SeqparArgs, parser(), argv, "seqpar")
+
+
+def check_divisible(args: SeqparArgs, world_size: int) -> None:
+    """S and H must split evenly over the ranks."""
+    for field, value in (("sequence_length", args.sequence_length), ("hidden_dim", args.hidden_dim)):
+        if value % world_size:
+            raise UserError(f"seqpar: {field}: {value} is not divisible by the {world_size} ranks")
+
+
+class Buffers:
+    """The rank's shards and work buffers."""
+
+    def __init__(self, args: SeqparArgs, ctx: bootstrap.Dist) -> None:
+        p, s, h = ctx.world_size, args.sequence_length, args.hidden_dim
+        dtype, dev = DTYPES[args.precision], ctx.device
+        gen = torch.Generator(device=dev).manual_seed(args.seed + ctx.rank)
+        # x ~ U(0,1), W ~ N(0, 1/H): every stage keeps O(1) values, at any iteration count.
+        self.input = torch.rand(s // p, h, generator=gen, device=dev).to(dtype)
+        self.w1 = (torch.randn(h, h // p, generator=gen, device=dev) / math.sqrt(h)).to(dtype)
+        self.w2 = (torch.randn(h // p, h, generator=gen, device=dev) / math.sqrt(h)).to(dtype)
+        self.gathered = torch.empty(s, h, dtype=dtype, device=dev)
+        self.hidden = torch.empty(s, h // p, dtype=dtype, device=dev)
+        self.full = torch.empty(s, h, dtype=dtype, device=dev)
+        self.output = torch.empty(s // p, h, dtype=dtype, device=dev)
+
+
+def one_iteration(buf: Buffers, timer: timing.PhaseTimer, iteration: int, capture: str) -> None:
+    """AG -> MM1 -> MM2 -> RS, each phase timed; `capture` wraps that phase in cudaProfilerStart/Stop."""
+    with _captured(capture == "iteration"), timer.phase(iteration, "iteration"):
+        with _captured(capture == "allgather"), timer.phase(iteration, "allgather"):
+            dist.all_gather_into_tensor(buf.gathered, buf.input)
+        with _captured(capture == "matmul1"), timer.phase(iteration, "matmul1"):
+            torch.matmul(buf.gathered, buf.w1, out=buf.hidden)
+        with _captured(capture == "matmul2"), timer.phase(iteration, "matmul2"):
+            torch.matmul(buf.hidden, buf.w2, out=buf.full)
+        with _captured(capture == "reduce_scatter"), timer.phase(iteration, "reduce_scatter"):
+            dist.reduce_scatter_tensor(buf.output, buf.full)
+
+
+class _captured:
+    """cudaProfilerStart/Stop around a block when `on`."""
+
+    def __init__(self, on: bool) -> None:
+        self.on = on
+
+    def __enter__(self) -> None:
+        if self.on:
+            timing.profiler_start()
+
+    def __exit__(self, *exc: object) -> None:
+        if self.on:
+            timing.profiler_stop()
+
+
+def reference_check(args: SeqparArgs, buf: Buffers, ctx: bootstrap.Dist) -> dict[str, Any]:
+    """Run one iteration and compare this rank's output with a float64 reference.
+
+    The reference is X[rows of this rank] @ W1_full @ W2_full, with W1_full = [W1_0 | ... | W1_p-1]
+    and W2_full = [W2_0; ...; W2_p-1] gathered from all ranks.
+    """
+    p, s, h = ctx.world_size, args.sequence_length, args.hidden_dim
+    one_iteration(buf, timing.PhaseTimer(ctx.device), -1, "none")
+    rows = slice(ctx.rank * (s // p), (ctx.rank + 1) * (s // p))
+    allgather_exact = bool(torch.equal(buf.gathered[rows], buf.input))
+    w1_t = torch.empty(h, h, dtype=buf.w1.dtype, device=ctx.device)
+    dist.all_gather_into_tensor(w1_t, buf.w1.t().contiguous())
+    w2_full = torch.empty(h, h, dtype=buf.w2.dtype, device=ctx.device)
+    dist.all_gather_into_tensor(w2_full, buf.w2.contiguous())
+    ref = buf.gathered[rows].double() @ w1_t.double().t() @ w2_full.double()
+    out = buf.output.double()
+    rel_error = float(torch.linalg.vector_norm(out - ref) / torch.linalg.vector_norm(ref))
+    finite = bool(torch.isfinite(out).all())
+    tolerance = CHECK_TOLERANCE[args.precision]
+    return {
+        "rank": ctx.rank,
+        "rel_error": rel_error,
+        "tolerance": tolerance,
+        "allgather_exact": allgather_exact,
+        "finite": finite,
+        "passed": finite and allgather_exact and rel_error <= tolerance,
+    }
+
+
+def derived_rates(stats: list[dict[str, Any]], args: SeqparArgs, world_size: int) -> list[dict[str, Any]]:
+    """Add bytes, algbw/busbw (nccl-tests convention) and matmul TFLOP/s to the phase stats rows."""
+    p, s, h = world_size, args.sequence_length, args.hidden_dim
+    elem = DTYPES[args.precision].itemsize
+    coll_bytes = s * h * elem  # all-gather output = reduce-scatter input = S*H elements
+    matmul_flops = 2 * s * h * (h // p)
+    for row in stats:
+        row.update({"bytes": None, "algbw_GBps": None, "busbw_GBps": None, "busbw_GBps_median": None})
+        row.update({"flops": None, "tflops": None, "tflops_median": None})
+        if row["phase"] in COLLECTIVES:
+            factor = (p - 1) / p
+            algbw = coll_bytes / (row["mean_ms"] * 1e-3) / 1e9
+            algbw_median = coll_bytes / (row["median_ms"] * 1e-3) / 1e9
+            row.update(
+                bytes=coll_bytes,
+                algbw_GBps=algbw,
+                busbw_GBps=algbw * factor,
+                busbw_GBps_median=algbw_median * factor,
+            )
+        elif row["phase"] in MATMULS:
+            row.update(
+                flops=matmul_flops,
+                tflops=matmul_flops / (row["mean_ms"] * 1e-3) / 1e12,
+                tflops_median=matmul_flops / (row["median_ms"] * 1e-3) / 1e12,
+            )
+    return stats
+
+
+def benchmark(args: SeqparArgs, ctx: bootstrap.Dist) -> dict[str, Any]:
+    """Warm up, run the timed loop (with the requested profiler hooks), gather results on every rank."""
+    buf = Buffers(args, ctx)
+    window = args.profile_range()
+    use_torch_profiler = timing.torch_profile_tool_requested(args.torch_profiler)
+    schedule = timing.resolve_torch_schedule(args.torch_schedule)
+
+    with timing.nvtx_range("warmup"):
+        warm = timing.PhaseTimer(ctx.device)
+        for i in range(args.warmup_iterations):
+            one_iteration(buf, warm, i, "none")
+        warm.finish()
+
+    timer = timing.PhaseTimer(ctx.device)
+    prof = timing.make_torch_profiler(ctx.rank, schedule, timing.torch_gzip_requested(args.torch_gzip)) if use_torch_profiler else None
+    if ctx.is_cuda:
+        torch.cuda.synchronize()
+    dist.barrier()
+    loop_start = time.perf_counter()
+    if prof is not None:
+        prof.start()
+    with timing.nvtx_range("timed"):
+        for i in range(args.iterations):
+            in_window = window is None or i in window
+            if window is not None and args.capture == "none" and i == window.start:
+                timing.profiler_start()
+            one_iteration(buf, timer, i, args.capture if in_window else "none")
+            if window is not None and args.capture == "none" and i == window.stop - 1:
+                timing.profiler_stop()
+            if prof is not None:
+                prof.step()
+    if prof is not None:
+        prof.stop()
+    if ctx.is_cuda:
+        torch.cuda.synchronize()
+    loop_wall_s = time.perf_counter() - loop_start
+
+    rows = [{"rank": ctx.rank, **row} for row in timer.finish()]
+    check = reference_check(args, buf, ctx) if args.check else None
+    gathered = bootstrap.gather_objects(
+        {"rows": rows, "info": bootstrap.rank_info(ctx), "check": check, "loop_wall_s": loop_wall_s}
+    )
+    all_rows = [row for part in gathered for row in part["rows"]]
+    config = args.model_dump(mode="json") | {
+        "world_size": ctx.world_size,
+        "element_bytes": DTYPES[args.precision].itemsize,
+        "tf32": bool(torch.backends.cuda.matmul.allow_tf32),
+        "shapes": {
+            "input": [args.sequence_length // ctx.world_size, args.hidden_dim],
+            "gathered": [args.sequence_length, args.hidden_dim],
+            "w1": [args.hidden_dim, args.hidden_dim // ctx.world_size],
+            "w2": [args.hidden_dim // ctx.world_size, args.hidden_dim],
+        },
+    }
+    return {
+        "schema": SCHEMA,
+        "workload": "seqpar",
+        "config": config,
+        "versions": bootstrap.versions(ctx),
+        "ranks": [part["info"] for part in gathered],
+        "phases": derived_rates(timing.phase_stats(all_rows, PHASES), args, ctx.world_size),
+        "iterations": all_rows,
+        "loop": [{"rank": part["info"]["rank"], "wall_s": part["loop_wall_s"]} for part in gathered],
+        "check": [part["check"] for part in gathered] if args.check else None,
+    }
+
+
+def summary(result: dict[str, Any]) -> str:
+    """Readable rank-0 summary of a result."""
+    cfg = result["config"]
+    lines = [
+        f"seqpar: {cfg['world_size']} ranks, S={cfg['sequence_length']} H={cfg['hidden_dim']} "
+        f"{cfg['precision']}, {cfg['iterations']} timed + {cfg['warmup_iterations']} warm-up iterations, "
+        f"backend {result['versions']['backend']}, {result['ranks'][0]['device_name']}",
+        f"  shapes: input {cfg['shapes']['input']}, gathered {cfg['shapes']['gathered']}, "
+        f"W1 {cfg['shapes']['w1']}, W2 {cfg['shapes']['w2']}",
+        f"  {'phase':<15}{'mean ms':>10}{'min-rank':>10}{'max-rank':>10}{'median':>10}  rate",
+    ]
+    for row in result["phases"]:
+        if row["busbw_GBps"] is not None:
+            rate = f"{row['bytes'] / 1e6:.1f} MB, algbw {row['algbw_GBps']:.2f} GB/s, busbw {row['busbw_GBps']:.2f} GB/s"
+        elif row["tflops"] is not None:
+            rate = f"{row['tflops']:.2f} TFLOP/s"
+        else:
+            rate = ""
+        lines.append(
+            f"  {row['phase']:<15}{row['mean_ms']:>10.3f}{row['min_rank_mean_ms']:>10.3f}"
+            f"{row['max_rank_mean_ms']:>10.3f}{row['median_ms']:>10.3f}  {rate}"
+        )
+    if result["check"]:
+        worst = max(c["rel_error"] for c in result["check"])
+        ok = all(c["passed"] for c in result["check"])
+        lines.append(f"  check vs float64: max rel error {worst:.3e} ({'PASS' if ok else 'FAIL'})")
+    return "\n".join(lines)
+
+
+def run(args: SeqparArgs) -> int:
+    """Run the benchmark on this rank; rank 0 prints the summary and writes results/seqpar.json.
+
+    Returns 0, or 1 when --check fails.
+    """
+    layout = bootstrap.discover_layout()
+    check_divisible(args, layout.world_size)
+    if timing.torch_profile_tool_requested(args.torch_profiler):
+        timing.check_schedule_fits("seqpar", args.torch_schedule, args.iterations)
+    ctx = bootstrap.init_distributed(layout, args.backend, args.device, args.gpu_map)
+    with bootstrap.abort_on_error(ctx):
+        result = benchmark(args, ctx)
+    bootstrap.shutdown(ctx)
+    if ctx.rank == 0:
+        path = timing.write_json(bootstrap.results_dir(args.results_dir) / RESULTS_FILE, result)
+        print(summary(result), flush=True)
+        print(f"  results: {path}", flush=True)
+    if result["check"] and not all(c["passed"] for c in result["check"]):
+        return 1
+    return 0
+
+
+def main(argv: Sequence[str]) -> int:
+    return run(parse_args(argv))
+
+
+if __name__ == "__main__":
+    options.run_module_main(main)

@@ -1,0 +1,209 @@
+"""Phase timing (CUDA events on GPU, perf_counter on CPU), cross-rank statistics and profiler hooks."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import statistics
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from hpcprof.errors import UserError
+
+SCHEDULE_KEYS = ("skip_first", "wait", "warmup", "active", "repeat")
+DEFAULT_TORCH_SCHEDULE = "wait=1,warmup=1,active=3,repeat=1"
+
+
+class PhaseTimer:
+    """Times named phases of one iteration.
+
+    On CUDA it records an event pair per phase on the current stream and reads them once at the
+    end (no synchronisation between phases); on CPU it synchronises nothing and uses perf_counter.
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+        self._pending: list[tuple[int, str, Any, Any]] = []
+        self.rows: list[dict[str, Any]] = []
+
+    @contextlib.contextmanager
+    def phase(self, iteration: int, name: str) -> Iterator[None]:
+        """Time the body as phase `name` of `iteration`; also an NVTX range of that name."""
+        with nvtx_range(name):
+            if self.cuda:
+                start = torch.cuda.Event(enable_timing=True)
+                end = torch.cuda.Event(enable_timing=True)
+                start.record()
+                yield
+                end.record()
+                self._pending.append((iteration, name, start, end))
+            else:
+                t0 = time.perf_counter()
+                yield
+                self.rows.append({"iteration": iteration, "phase": name, "time_ms": (time.perf_counter() - t0) * 1e3})
+
+    def finish(self) -> list[dict[str, Any]]:
+        """Resolve pending CUDA events (one synchronize) and return rows {iteration, phase, time_ms}."""
+        if self._pending:
+            torch.cuda.synchronize()
+            for iteration, name, start, end in self._pending:
+                self.rows.append({"iteration": iteration, "phase": name, "time_ms": float(start.elapsed_time(end))})
+            self._pending.clear()
+        return self.rows
+
+
+def phase_stats(rows: list[dict[str, Any]], phases: list[str]) -> list[dict[str, Any]]:
+    """Per phase: min/mean/max across ranks of each rank's mean time, plus median and extremes over all rows.
+
+    `rows` are {rank, iteration, phase, time_ms} from every rank.
+    """
+    out = []
+    for phase in phases:
+        per_rank: dict[int, list[float]] = {}
+        for row in rows:
+            if row["phase"] == phase:
+                per_rank.setdefault(row["rank"], []).append(row["time_ms"])
+        if not per_rank:
+            continue
+        rank_means = [statistics.fmean(v) for v in per_rank.values()]
+        every = [t for v in per_rank.values() for t in v]
+        out.append(
+            {
+                "phase": phase,
+                "ranks": len(per_rank),
+                "samples": len(every),
+                "mean_ms": statistics.fmean(rank_means),
+                "min_rank_mean_ms": min(rank_means),
+                "max_rank_mean_ms": max(rank_means),
+                "median_ms": statistics.median(every),
+                "min_ms": min(every),
+                "max_ms": max(every),
+            }
+        )
+    return out
+
+
+def cuda_enabled() -> bool:
+    """True when NVTX and the CUDA profiler API can be called."""
+    return torch.cuda.is_available()
+
+
+@contextlib.contextmanager
+def nvtx_range(name: str) -> Iterator[None]:
+    """An NVTX push/pop range on GPU; nothing on CPU."""
+    if cuda_enabled():
+        torch.cuda.nvtx.range_push(name)
+        try:
+            yield
+        finally:
+            torch.cuda.nvtx.range_pop()
+    else:
+        yield
+
+
+def profiler_start() -> None:
+    """cudaProfilerStart (the capture range of nsys -c cudaProfilerApi and ncu --profile-from-start off)."""
+    if cuda_enabled():
+        torch.cuda.synchronize()
+        torch.cuda.cudart().cudaProfilerStart()
+
+
+def profiler_stop() -> None:
+    """Synchronize, then cudaProfilerStop."""
+    if cuda_enabled():
+        torch.cuda.synchronize()
+        torch.cuda.cudart().cudaProfilerStop()
+
+
+def parse_schedule(text: str) -> dict[str, int]:
+    """`wait=1,warmup=1,active=3,repeat=1` -> dict; unknown keys or non-integers raise ValueError."""
+    values = {"skip_first": 0, "wait": 0, "warmup": 0, "active": 1, "repeat": 1}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or key not in SCHEDULE_KEYS or not value.strip().isdigit():
+            raise ValueError(f"bad item {item!r}; expected key=int with key in {', '.join(SCHEDULE_KEYS)}")
+        values[key] = int(value)
+    if values["active"] < 1:
+        raise ValueError("active must be >= 1")
+    return values
+
+
+def torch_profile_tool_requested(flag: bool) -> bool:
+    """Torch profiler mode: the workload flag, or HPCPROF_PROFILE_TOOL=torch from the rank wrapper."""
+    return flag or os.environ.get("HPCPROF_PROFILE_TOOL", "").strip().lower() == "torch"
+
+
+def trace_dir() -> Path:
+    """$HPCPROF_PROFILE_DIR, else ./profiles/torch."""
+    return Path(os.environ.get("HPCPROF_PROFILE_DIR") or Path("profiles") / "torch")
+
+
+@dataclass
+class TorchTraceWriter:
+    """on_trace_ready handler: rank<N>.pt.trace.json[.gz]; later schedule cycles get .cycle<k>."""
+
+    directory: Path
+    rank: int
+    gzip_output: bool
+    written: int = 0
+
+    def __call__(self, prof: torch.profiler.profile) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        cycle = "" if self.written == 0 else f".cycle{self.written}"
+        suffix = ".pt.trace.json.gz" if self.gzip_output else ".pt.trace.json"
+        prof.export_chrome_trace(str(self.directory / f"rank{self.rank}{cycle}{suffix}"))
+        self.written += 1
+
+
+def make_torch_profiler(rank: int, schedule: dict[str, int], gzip_output: bool) -> torch.profiler.profile:
+    """A torch.profiler.profile with CPU (+CUDA) activities writing one Kineto trace per rank."""
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if torch.cuda.is_available():
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    return torch.profiler.profile(
+        activities=activities,
+        schedule=torch.profiler.schedule(**schedule),
+        on_trace_ready=TorchTraceWriter(trace_dir(), rank, gzip_output),
+        record_shapes=True,
+    )
+
+
+def resolve_torch_schedule(flag_value: str | None) -> dict[str, int]:
+    """Schedule from the flag, else HPCPROF_TORCH_SCHEDULE, else the default."""
+    return parse_schedule(flag_value or os.environ.get("HPCPROF_TORCH_SCHEDULE") or DEFAULT_TORCH_SCHEDULE)
+
+
+def schedule_length(schedule: dict[str, int]) -> int:
+    """Steps a schedule needs before its last trace is written."""
+    return schedule["skip_first"] + (schedule["wait"] + schedule["warmup"] + schedule["active"]) * schedule["repeat"]
+
+
+def check_schedule_fits(workload: str, flag_value: str | None, steps: int | None) -> None:
+    """UserError when the torch.profiler schedule is malformed or longer than `steps` (if given)."""
+    source = "torch_schedule" if flag_value else "HPCPROF_TORCH_SCHEDULE"
+    try:
+        needed = schedule_length(resolve_torch_schedule(flag_value))
+    except ValueError as exc:
+        raise UserError(f"{workload}: {source}: {exc}") from None
+    if steps is not None and needed > steps:
+        raise UserError(f"{workload}: {source}: the schedule needs {needed} steps, only {steps} are run")
+
+
+def torch_gzip_requested(flag: bool) -> bool:
+    return flag or os.environ.get("HPCPROF_TORCH_GZIP", "") == "1"
+
+
+def write_json(path: Path, payload: dict[str, Any]) -> Path:
+    """Write JSON atomically (temp file + rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(payload, indent=1, default=str))
+    tmp.replace(path)
+    return path
