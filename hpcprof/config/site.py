@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import re
-from importlib import resources
 from pathlib import Path
 from typing import Literal
 
@@ -16,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from hpcprof.config.validation import load_yaml, validate
 from hpcprof.errors import UserError
+from hpcprof.resources import site_config_dir
 
 WALLTIME = re.compile(r"^(\d+:)?\d{1,2}:\d{2}(:\d{2})?$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -140,8 +140,8 @@ class SiteConfig(Strict):
 
 
 def shipped_site_dir() -> Path:
-    """Directory of the site configs installed with hpcprof."""
-    return Path(str(resources.files("hpcprof._site_configs")))
+    """Directory of the site configs shipped with hpcprof."""
+    return site_config_dir()
 
 
 def site_dirs() -> list[Path]:

@@ -9,7 +9,6 @@ import shutil
 import sys
 import zlib
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ from hpcprof.config.site import SiteConfig
 from hpcprof.errors import UserError
 from hpcprof.render.launchers import launch_argv
 from hpcprof.render.quoting import directive, quote, quote_join
+from hpcprof.resources import template_dir
 from hpcprof.schedulers import get_scheduler
 from hpcprof.workloads import rank_argv
 
@@ -29,8 +29,8 @@ PROFILE_EXTENSIONS = {"nsys": ".nsys-rep", "ncu": ".ncu-rep", "torch": ".pt.trac
 
 
 def shipped_template_dir() -> Path:
-    """The templates installed with hpcprof."""
-    return Path(str(resources.files("hpcprof._templates")))
+    """The templates shipped with hpcprof."""
+    return template_dir()
 
 
 def template_dirs(site: SiteConfig, user_dir: Path | None) -> tuple[Path, ...]:

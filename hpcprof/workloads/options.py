@@ -93,6 +93,7 @@ def run_module_main(main: Callable[[Sequence[str]], int], argv: Sequence[str] | 
     try:
         code = main(sys.argv[1:] if argv is None else argv)
     except UserError as exc:
-        print(f"error: {exc.format_message()}", file=sys.stderr, flush=True)
+        sys.stderr.write(f"error: {exc.format_message()}\n")  # one write: lines of ranks stay whole
+        sys.stderr.flush()
         sys.exit(2)
     sys.exit(code)

@@ -1,23 +1,15 @@
-"""Echo's kernel metric table (Echo-slowdown `kernel_metric/ncu_report_process.py`), any ncu metric on request.
+"""Echo's kernel metric table (Echo-slowdown kernel_metric/ncu_report_process.py) and extra metrics.
 
-Echo reads the details page and takes, per kernel ID, eight (section, metric) values. ncu 2022
-names two of them differently ("Compute (SM) [%]", "Memory [%]"), and a raw page has only
-metric names, so each column has a list of sources, the first one present wins:
-
-| column | details (2024+) | details (2022) | raw page |
-|---|---|---|---|
-| Compute throughput | GPU Speed Of Light Throughput / Compute (SM) Throughput | … / Compute (SM) [%] | sm__throughput.avg.pct_of_peak_sustained_elapsed |
-| SM | Launch Statistics / # SMs | (absent) | device__attribute_multiprocessor_count |
-| Memory throughput | GPU Speed Of Light Throughput / Memory Throughput | … / Memory [%] | gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed |
-| DRAM throughput | GPU Speed Of Light Throughput / DRAM Throughput | same | gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed |
-| Achieved occupancy | Occupancy / Achieved Occupancy | same | sm__warps_active.avg.pct_of_peak_sustained_active |
-| Maximum occupancy | Occupancy / Theoretical Occupancy | same | sm__maximum_warps_per_active_cycle_pct |
-| L1 hit rate | Memory Workload Analysis / L1/TEX Hit Rate | same | l1tex__t_sector_hit_rate.pct |
-| L2 hit rate | Memory Workload Analysis / L2 Hit Rate | same | lts__t_sector_hit_rate.pct |
-
-A column whose section was not collected stays empty. `Kernel Name` is the function base name
-(what Echo joined from `ncu --print-kernel-base function`). Requested metrics ("Section/Metric"
-of the details page, or a raw metric name) are converted to base units, named in the header.
+Echo reads the details page and takes eight (section, metric) values per kernel ID. ncu 2022
+names two of them differently ("Compute (SM) [%]", "Memory [%]"), 2022 reports have no
+"# SMs", and a raw page has only metric names; so each column has a list of sources
+(`ECHO_SOURCES`) and the first one present wins: details names first, then the raw metric
+(sm__throughput…, device__attribute_multiprocessor_count, gpu__compute_memory_throughput…,
+gpu__dram_throughput…, sm__warps_active…, sm__maximum_warps_per_active_cycle_pct,
+l1tex__t_sector_hit_rate.pct, lts__t_sector_hit_rate.pct). A column whose section was not
+collected stays empty. `Kernel Name` is the function base name (what Echo joined from
+`ncu --print-kernel-base function`). Requested metrics ("Section/Metric" of the details page,
+or a raw metric name) are converted to base units, which are named in the column header.
 """
 
 from __future__ import annotations

@@ -1,8 +1,200 @@
 """`hpcprof nsys ...` commands."""
 
+from __future__ import annotations
+
+import sys
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Callable, TextIO
+
 import click
+import pandas as pd
+
+from hpcprof.analysis.nsys import distributed as dist
+from hpcprof.analysis.nsys.db import Export, NsysInputError
+from hpcprof.analysis.nsys.stats import REPORTS, MissingData, run_report, write_csv
+from hpcprof.errors import UserError
+from hpcprof.output import FORMATS, emit
+
+EXTENSIONS = {"csv": "csv", "json": "json", "table": "txt"}
 
 
 @click.group("nsys")
 def nsys() -> None:
     """Reports and distributed analyses of Nsight Systems exports (.sqlite / .nsys-rep)."""
+
+
+def _fail(path: Path | str, message: str) -> None:
+    """One line on stderr naming the file."""
+    text = message if message.startswith(str(path)) else f"{path}: {message}"
+    click.echo(f"hpcprof nsys: {text}", err=True)
+
+
+def open_exports(paths: list[Path], stack: ExitStack) -> tuple[list[Export], int]:
+    """Open every file that is a usable export; report the others on stderr. Returns (exports, failures)."""
+    exports, failures = [], 0
+    for path in paths:
+        try:
+            export = stack.enter_context(Export(path))
+            export.check_gpu_activity()
+        except NsysInputError as exc:
+            _fail(path, str(exc))
+            failures += 1
+            continue
+        exports.append(export)
+    return exports, failures
+
+
+def _finish(failures: int, total: int) -> None:
+    if failures:
+        raise UserError(f"{failures} of {total} input file(s) could not be processed (see messages above)")
+
+
+def _emit(df: pd.DataFrame, fmt: str, out: TextIO, title: str | None = None) -> None:
+    if fmt == "csv" and "formats" in df.attrs:
+        write_csv(df, out)
+    else:
+        emit(df, fmt, out, title=title)
+
+
+def _write(df: pd.DataFrame, fmt: str, output: str | None, title: str) -> None:
+    if output is None:
+        _emit(df, fmt, sys.stdout, title)
+        return
+    path = Path(output)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as fh:
+        _emit(df, fmt, fh, title)
+    click.echo(f"wrote {path}", err=True)
+
+
+def _report_names(value: str) -> list[str]:
+    names = [r.strip() for r in value.split(",") if r.strip()]
+    unknown = [r for r in names if r not in REPORTS]
+    if unknown:
+        raise click.BadParameter(f"unknown report(s) {', '.join(unknown)}; known: {', '.join(REPORTS)}")
+    return names
+
+
+format_option = click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True,
+                             help="Output format.")
+files_argument = click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
+
+
+@nsys.command("stats")
+@files_argument
+@click.option("--report", "-r", "reports", required=True, help="Report name(s), comma separated "
+              "(current names such as cuda_gpu_kern_sum, or nsys 2022.4 names such as gpukernsum).")
+@format_option
+@click.option("--output", "-o", "prefix", default=None,
+              help="Write PREFIX_<report>.<ext> (PREFIX_<file>_<report>.<ext> for several files) instead of stdout.")
+def stats_cmd(files: tuple[Path, ...], reports: str, fmt: str, prefix: str | None) -> None:
+    """`nsys stats` reports, with the same numbers, rows and CSV bytes as nsys."""
+    names = _report_names(reports)
+    blocks = len(files) * len(names)
+    with ExitStack() as stack:
+        exports, failures = open_exports(list(files), stack)
+        for export in exports:
+            for name in names:
+                try:
+                    df = run_report(export, name)
+                except MissingData as exc:
+                    _fail(export.path, f"{name} skipped: {exc}")
+                    continue
+                except NsysInputError as exc:
+                    _fail(export.path, str(exc))
+                    failures += 1
+                    break
+                if prefix is not None:
+                    stem = f"{prefix}_{export.path.stem}" if len(files) > 1 else prefix
+                    _write(df, fmt, f"{stem}_{name}.{EXTENSIONS[fmt]}", name)
+                    continue
+                if blocks > 1:
+                    click.echo(f"# {export.path} {name}")
+                _emit(df, fmt, sys.stdout, f"{export.path.name}: {name}")
+                if blocks > 1:
+                    click.echo("")
+    _finish(failures, len(files))
+
+
+@nsys.command("nccl")
+@files_argument
+@click.option("--rank-map", default=None, help="FILE=RANK[,FILE=RANK...] when file names carry no rank.")
+@format_option
+@click.option("--output", "-o", default=None, help="Write to this file instead of stdout.")
+def nccl_cmd(files: tuple[Path, ...], rank_map: str | None, fmt: str, output: str | None) -> None:
+    """NCCL collectives per type: count, total, mean, min, max per rank and across ranks, slowest rank."""
+    _run_analysis(files, rank_map, fmt, output, "nccl", dist.nccl_summary)
+
+
+@nsys.command("overlap")
+@files_argument
+@click.option("--rank-map", default=None, help="FILE=RANK[,FILE=RANK...] when file names carry no rank.")
+@format_option
+@click.option("--output", "-o", default=None, help="Write to this file instead of stdout.")
+def overlap_cmd(files: tuple[Path, ...], rank_map: str | None, fmt: str, output: str | None) -> None:
+    """Compute vs communication time per rank and device; overlap % = compute-during-comm / comm (HTA)."""
+    _run_analysis(files, rank_map, fmt, output, "overlap", dist.overlap)
+
+
+@nsys.command("gaps")
+@files_argument
+@click.option("--threshold-ms", default=500.0, show_default=True, help="Report idle gaps longer than this.")
+@click.option("--rank-map", default=None, help="FILE=RANK[,FILE=RANK...] when file names carry no rank.")
+@format_option
+@click.option("--output", "-o", default=None, help="Write to this file instead of stdout.")
+def gaps_cmd(files: tuple[Path, ...], threshold_ms: float, rank_map: str | None, fmt: str,
+             output: str | None) -> None:
+    """GPU idle gaps over a threshold per process and device (nsys's gpu_gaps rule)."""
+    _run_analysis(files, rank_map, fmt, output, "gaps",
+                  lambda act: dist.gaps(act, int(threshold_ms * 1_000_000)))
+
+
+@nsys.command("phases")
+@files_argument
+@click.option("--rank-map", default=None, help="FILE=RANK[,FILE=RANK...] when file names carry no rank.")
+@format_option
+@click.option("--output", "-o", default=None, help="Write to this file instead of stdout.")
+def phases_cmd(files: tuple[Path, ...], rank_map: str | None, fmt: str, output: str | None) -> None:
+    """GPU time of the kernels launched inside each NVTX range, per rank."""
+    _run_analysis(files, rank_map, fmt, output, "phases", dist.phases)
+
+
+@nsys.command("slowdown")
+@click.option("--baseline", required=True, type=click.Path(path_type=Path),
+              help="Export of the run without communication (e.g. world size 1).")
+@click.option("--distributed", "distributed", required=True, multiple=True, type=click.Path(path_type=Path),
+              help="Export(s) of the distributed run (repeat the option, one per rank).")
+@click.option("--rank-map", default=None, help="FILE=RANK[,FILE=RANK...] when file names carry no rank.")
+@format_option
+@click.option("--output", "-o", default=None, help="Write to this file instead of stdout.")
+def slowdown_cmd(baseline: Path, distributed: tuple[Path, ...], rank_map: str | None, fmt: str,
+                 output: str | None) -> None:
+    """Echo's slowdown per compute kernel: (dur_N − dur_1) / (overlap_ratio · dur_1), every device."""
+    mapping = _rank_map(rank_map)
+    total = 1 + len(distributed)
+    with ExitStack() as stack:
+        base, base_failures = open_exports([baseline], stack)
+        exports, failures = open_exports(list(distributed), stack)
+        failures += base_failures
+        if base and exports:
+            result = dist.slowdown(dist.load_activity(base, {}), dist.load_activity(exports, mapping))
+            _write(result, fmt, output, "slowdown")
+    _finish(failures, total)
+
+
+def _rank_map(spec: str | None) -> dict[str, int]:
+    try:
+        return dist.parse_rank_map(spec) if spec else {}
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+
+
+def _run_analysis(files: tuple[Path, ...], rank_map: str | None, fmt: str, output: str | None, title: str,
+                  func: Callable[[dist.Activity], pd.DataFrame]) -> None:
+    mapping = _rank_map(rank_map)
+    with ExitStack() as stack:
+        exports, failures = open_exports(list(files), stack)
+        if exports:
+            _write(func(dist.load_activity(exports, mapping)), fmt, output, title)
+    _finish(failures, len(files))

@@ -190,7 +190,7 @@ def by_total(total: np.ndarray, *tiebreak: np.ndarray) -> np.ndarray:
 
 def _need(export: Export, table: str, what: str) -> None:
     if not export.has(table):
-        raise MissingData(f"{export.path} does not contain {what}.")
+        raise MissingData(f"no {what}")
 
 
 def clean_api_name(names: np.ndarray) -> np.ndarray:
@@ -236,7 +236,7 @@ def memops(export: Export, layout: str, value: str = "duration") -> tuple[np.nda
         names.append(np.full(len(d["v"]), MEMSET_LABEL, dtype=object))
         values.append(d["v"])
     if not names:
-        raise MissingData(f"{export.path} does not contain GPU memory data.")
+        raise MissingData("no GPU memory data")
     return np.concatenate(names), np.concatenate(values)
 
 
@@ -423,7 +423,7 @@ def cuda_gpu_sum(export: Export, layout: str = NEW, variant: str = "demangled") 
     except MissingData:
         pass
     if not names:
-        raise MissingData(f"{export.path} does not contain GPU kernel/memory operations data.")
+        raise MissingData("no GPU kernel/memory operations data")
     allnames = np.concatenate(names)
     allcats = np.concatenate(cats)
     codes, (uniq,) = group_codes(allnames)
@@ -562,7 +562,7 @@ def cuda_gpu_trace(export: Export, layout: str = NEW, variant: str = "demangled"
                                    "dev": m["deviceId"], "ctx": m["contextId"], "strm": m["streamId"],
                                    "green": m["greenContextId"], "name": names}))
     if not parts:
-        raise MissingData(f"{export.path} does not contain GPU trace data.")
+        raise MissingData("no GPU trace data")
     f = pd.concat(parts, ignore_index=True).sort_values("start", kind="stable").reset_index(drop=True)
     dev = f["dev"].to_numpy(np.int64)
     device = np.array([f"{gpu_names.get(int(i))} ({int(i)})" if gpu_names.get(int(i)) is not None else None

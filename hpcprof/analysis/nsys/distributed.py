@@ -1,0 +1,402 @@
+"""Analyses over one nsys export per rank: NCCL collectives, compute/communication
+overlap, GPU idle gaps, GPU time per NVTX phase and Echo's slowdown.
+
+Each analysis is a function from loaded GPU activity (`load_activity`) to a
+DataFrame. Interval work is a sorted sweep (O(n log n)), never a pairwise join.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import sqlalchemy as sa
+
+from hpcprof.analysis.nsys.db import (
+    KERNEL,
+    MEMCPY,
+    MEMSET,
+    NVTX,
+    NVTX_PUSHPOP,
+    NVTX_STARTEND,
+    RUNTIME,
+    Export,
+    pid_of,
+    process_of,
+)
+from hpcprof.analysis.nsys.stats import OLD, nvtx_ranges
+
+RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
+NCCL_KERNEL = re.compile(r"^nccl(?:Dev)?Kernel_([A-Za-z0-9]+?)(?:_|\(|$)")
+
+
+def rank_from_name(path: Path) -> int | None:
+    """The rank written in a file name (`rank3.sqlite`, `report_rank_3.sqlite`), if any."""
+    m = RANK_IN_NAME.search(path.name)
+    return int(m.group(1)) if m else None
+
+
+def parse_rank_map(spec: str) -> dict[str, int]:
+    """`--rank-map` text `FILE=RANK[,FILE=RANK...]` → {file name or path: rank}."""
+    out: dict[str, int] = {}
+    for item in filter(None, (p.strip() for p in spec.split(","))):
+        name, sep, rank = item.rpartition("=")
+        if not sep or not rank.strip().isdigit():
+            raise ValueError(f"bad --rank-map entry {item!r}; expected FILE=RANK")
+        out[name.strip()] = int(rank)
+    return out
+
+
+def collective_of(names: pd.Series) -> pd.Series:
+    """Collective type of NCCL kernel names (AllGather, ReduceScatter, SendRecv, ...); NaN otherwise."""
+    return names.str.extract(NCCL_KERNEL, expand=False)
+
+
+def is_nccl(names: pd.Series) -> np.ndarray:
+    """Communication kernels: names starting with `nccl` (the nsys recipes' rule)."""
+    return names.str.startswith("nccl").to_numpy(dtype=bool)
+
+
+@dataclass
+class Activity:
+    """GPU activity of all ranks: one row per kernel or memory operation."""
+
+    ops: pd.DataFrame        # rank, file, pid, device, stream, start, end, kind, name, short, corr, gpid
+    runtime: pd.DataFrame    # rank, file, gtid, gpid, start, end, corr (CUDA API calls)
+    exports: dict[Path, Export]
+
+    @property
+    def kernels(self) -> pd.DataFrame:
+        """Kernel rows only."""
+        return self.ops[self.ops["kind"] == "kernel"]
+
+
+def _file_ops(export: Export) -> pd.DataFrame:
+    """Kernels, memcpys and memsets of one export."""
+    parts = []
+    if export.has(KERNEL):
+        t = export.table(KERNEL)
+        k = export.ints(sa.select(t.c.start, t.c.end, t.c.deviceId, t.c.streamId, t.c.globalPid, t.c.correlationId,
+                                  t.c.demangledName, sa.func.coalesce(t.c.shortName, t.c.demangledName).label("s")))
+        parts.append(pd.DataFrame({"start": k["start"], "end": k["end"], "device": k["deviceId"],
+                                   "stream": k["streamId"], "gpid": k["globalPid"], "corr": k["correlationId"],
+                                   "kind": "kernel", "name": export.strings(k["demangledName"]),
+                                   "short": export.strings(k["s"])}))
+    for table, label in ((MEMCPY, "memcpy"), (MEMSET, "memset")):
+        if export.has(table):
+            t = export.table(table)
+            m = export.ints(sa.select(t.c.start, t.c.end, t.c.deviceId, t.c.streamId, t.c.globalPid,
+                                      t.c.correlationId))
+            parts.append(pd.DataFrame({"start": m["start"], "end": m["end"], "device": m["deviceId"],
+                                       "stream": m["streamId"], "gpid": m["globalPid"], "corr": m["correlationId"],
+                                       "kind": label, "name": f"[CUDA {label}]", "short": f"[CUDA {label}]"}))
+    ops = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(
+        columns=["start", "end", "device", "stream", "gpid", "corr", "kind", "name", "short"])
+    ops["pid"] = pid_of(ops["gpid"].to_numpy(np.int64))
+    return ops
+
+
+def _file_runtime(export: Export) -> pd.DataFrame:
+    if not export.has(RUNTIME):
+        return pd.DataFrame({c: np.empty(0, dtype=np.int64) for c in ("gtid", "gpid", "start", "end", "corr")})
+    t = export.table(RUNTIME)
+    r = export.ints(sa.select(t.c.globalTid, t.c.start, t.c.end, t.c.correlationId))
+    return pd.DataFrame({"gtid": r["globalTid"], "gpid": process_of(r["globalTid"]), "start": r["start"],
+                         "end": r["end"], "corr": r["correlationId"]})
+
+
+def load_activity(exports: list[Export], rank_map: dict[str, int] | None = None) -> Activity:
+    """GPU activity and CUDA API calls of each export, with the global rank of each row.
+
+    Rank: `rank_map` (by path or file name), else `rank<N>` in the file name, else
+    the next free rank in input order; an export holding several GPU processes
+    (e.g. torchrun under one nsys) gives one rank per process, in pid order."""
+    rank_map = rank_map or {}
+    ops_parts, rt_parts = [], []
+    taken: set[int] = set()
+    pending: list[tuple[int, pd.DataFrame, pd.DataFrame]] = []
+    for i, export in enumerate(exports):
+        ops, rt = _file_ops(export), _file_runtime(export)
+        ops["file"] = rt["file"] = str(export.path)
+        rank = rank_map.get(str(export.path), rank_map.get(export.path.name, rank_from_name(export.path)))
+        if rank is None:
+            pending.append((i, ops, rt))
+            continue
+        ops["rank"], rt["rank"] = rank, rank
+        taken.add(rank)
+        ops_parts.append(ops)
+        rt_parts.append(rt)
+    next_rank = 0
+    for _, ops, rt in pending:
+        pids = np.unique(ops["pid"].to_numpy(np.int64)) if len(ops) else np.array([0])
+        ranks = {}
+        for pid in pids:
+            while next_rank in taken:
+                next_rank += 1
+            ranks[int(pid)] = next_rank
+            taken.add(next_rank)
+        ops["rank"] = ops["pid"].map(ranks).astype(np.int64)
+        rt_pid = pid_of(rt["gpid"].to_numpy(np.int64))
+        rt["rank"] = pd.Series(rt_pid).map(ranks).fillna(-1).astype(np.int64).to_numpy()
+        ops_parts.append(ops)
+        rt_parts.append(rt)
+    ops = pd.concat(ops_parts, ignore_index=True)
+    for c in ("start", "end", "device", "stream", "gpid", "corr", "pid", "rank"):
+        ops[c] = ops[c].astype(np.int64)
+    ops["name"] = ops["name"].astype(object)
+    ops["short"] = ops["short"].astype(object)
+    return Activity(ops.sort_values(["rank", "start"], kind="stable").reset_index(drop=True),
+                    pd.concat(rt_parts, ignore_index=True), {e.path: e for e in exports})
+
+
+# ---------------------------------------------------------------------------------------
+# interval helpers
+
+
+def merge_intervals(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Union of intervals as sorted, disjoint (start, end) arrays."""
+    if len(start) == 0:
+        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+    order = np.argsort(start, kind="stable")
+    s, e = np.asarray(start)[order], np.asarray(end)[order]
+    reach = np.maximum.accumulate(e)
+    new = np.concatenate(([True], s[1:] > reach[:-1]))
+    idx = np.flatnonzero(new)
+    seg_end = np.maximum.reduceat(e, idx)
+    return s[idx], seg_end
+
+
+def covered(start: np.ndarray, end: np.ndarray) -> int:
+    """Length of the union of intervals."""
+    s, e = merge_intervals(start, end)
+    return int((e - s).sum())
+
+
+def intersection(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> int:
+    """Length of the intersection of two unions of disjoint sorted intervals (a sweep)."""
+    if len(a[0]) == 0 or len(b[0]) == 0:
+        return 0
+    times = np.concatenate((a[0], a[1], b[0], b[1]))
+    da = np.concatenate((np.ones(len(a[0])), -np.ones(len(a[1])), np.zeros(len(b[0]) + len(b[1]))))
+    db = np.concatenate((np.zeros(len(a[0]) + len(a[1])), np.ones(len(b[0])), -np.ones(len(b[1]))))
+    order = np.argsort(times, kind="stable")
+    t = times[order]
+    both = (np.cumsum(da[order]) > 0) & (np.cumsum(db[order]) > 0)
+    return int((np.diff(t) * both[:-1]).sum())
+
+
+def covered_within(union: tuple[np.ndarray, np.ndarray], start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """For each interval [start, end): how much of it the disjoint sorted `union` covers."""
+    us, ue = union
+    if len(us) == 0:
+        return np.zeros(len(start), dtype=np.int64)
+    cum = np.concatenate(([0], np.cumsum(ue - us)))
+
+    def upto(t: np.ndarray) -> np.ndarray:            # covered length in (-inf, t)
+        i = np.searchsorted(us, t, side="right")       # segments starting before or at t
+        full = cum[np.maximum(i - 1, 0)]
+        last = np.where(i > 0, np.clip(t - us[np.maximum(i - 1, 0)], 0, (ue - us)[np.maximum(i - 1, 0)]), 0)
+        return np.where(i > 0, full + last, 0)
+
+    return upto(np.asarray(end)) - upto(np.asarray(start))
+
+
+# ---------------------------------------------------------------------------------------
+# analyses
+
+
+def nccl_summary(act: Activity) -> pd.DataFrame:
+    """Per collective type: count, total, mean, min, max per rank, and across ranks with the slowest rank."""
+    k = act.kernels
+    k = k[is_nccl(k["short"]) | is_nccl(k["name"])].copy()
+    k["collective"] = collective_of(k["short"]).fillna(collective_of(k["name"])).fillna("other")
+    k["dur"] = k["end"] - k["start"]
+    per = (k.groupby(["rank", "collective"])["dur"].agg(count="count", total_ns="sum", mean_ns="mean",
+                                                        min_ns="min", max_ns="max").reset_index())
+    per.insert(0, "scope", "rank")
+    rows = []
+    for coll, g in per.groupby("collective", sort=True):
+        slow = g.loc[g["total_ns"].idxmax()]
+        total, count = int(g["total_ns"].sum()), int(g["count"].sum())
+        mins = k.loc[k["collective"] == coll, "dur"]
+        rows.append({"scope": "all", "rank": pd.NA, "collective": coll, "count": count, "total_ns": total,
+                     "mean_ns": total / count, "min_ns": int(mins.min()), "max_ns": int(mins.max()),
+                     "slowest_rank": int(slow["rank"]), "slowest_total_ns": int(slow["total_ns"])})
+    out = pd.concat([per, pd.DataFrame(rows)], ignore_index=True) if rows else per
+    out["rank"] = out["rank"].astype("Int64")
+    for c in ("slowest_rank", "slowest_total_ns"):
+        out[c] = out[c].astype("Int64") if c in out else pd.array([pd.NA] * len(out), dtype="Int64")
+    out["mean_ns"] = out["mean_ns"].round(1)
+    return out[["scope", "rank", "collective", "count", "total_ns", "mean_ns", "min_ns", "max_ns",
+                "slowest_rank", "slowest_total_ns"]]
+
+
+def overlap(act: Activity) -> pd.DataFrame:
+    """Per rank and device: compute, communication, compute-during-communication and idle time.
+
+    HTA's definition: overlap % = 100 · |compute ∩ comm| / |comm| (merged intervals);
+    idle = span of all GPU activity − its union."""
+    rows = []
+    for (rank, dev), g in act.ops.groupby(["rank", "device"], sort=True):
+        kern = g[g["kind"] == "kernel"]
+        comm_mask = is_nccl(kern["short"]) | is_nccl(kern["name"])
+        comm = merge_intervals(kern["start"].to_numpy()[comm_mask], kern["end"].to_numpy()[comm_mask])
+        comp = merge_intervals(kern["start"].to_numpy()[~comm_mask], kern["end"].to_numpy()[~comm_mask])
+        comm_ns, comp_ns = int((comm[1] - comm[0]).sum()), int((comp[1] - comp[0]).sum())
+        both = intersection(comp, comm)
+        busy = covered(g["start"].to_numpy(), g["end"].to_numpy())
+        span = int(g["end"].max() - g["start"].min())
+        rows.append({"rank": rank, "device": dev, "compute_ns": comp_ns, "comm_ns": comm_ns, "overlap_ns": both,
+                     "overlap_pct": round(100.0 * both / comm_ns, 2) if comm_ns else 0.0,
+                     "idle_ns": span - busy, "span_ns": span})
+    return pd.DataFrame(rows, columns=["rank", "device", "compute_ns", "comm_ns", "overlap_ns", "overlap_pct",
+                                       "idle_ns", "span_ns"])
+
+
+def _overhead(act: Activity) -> pd.DataFrame:
+    """PROFILER_OVERHEAD intervals of every export: file, pid, start, end."""
+    parts = []
+    for path, export in act.exports.items():
+        if export.has("PROFILER_OVERHEAD"):
+            t = export.table("PROFILER_OVERHEAD")
+            o = export.ints(sa.select(t.c.start, t.c.end, t.c.globalTid))
+            parts.append(pd.DataFrame({"file": str(path), "pid": pid_of(o["globalTid"]),
+                                       "start": o["start"], "end": o["end"]}))
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["file", "pid", "start", "end"])
+
+
+def gaps(act: Activity, threshold_ns: int = 500_000_000) -> pd.DataFrame:
+    """GPU idle gaps longer than `threshold_ns` per process and device (nsys's gpu_gaps rule:
+    no gap before the first or after the last operation; gaps holding profiler overhead are dropped)."""
+    overhead = _overhead(act)
+    rows = []
+    for (rank, file, pid, dev), g in act.ops.groupby(["rank", "file", "pid", "device"], sort=True):
+        g = g.sort_values("start", kind="stable")
+        start, end = g["start"].to_numpy(), g["end"].to_numpy()
+        reach = np.maximum.accumulate(end)
+        prev_end, next_start = reach[:-1], start[1:]
+        idx = np.flatnonzero(next_start - prev_end > threshold_ns)
+        if len(idx) == 0:
+            continue
+        o = overhead[(overhead["file"] == file) & (overhead["pid"] == pid)]
+        # the operation before a gap is the one that reached the furthest end so far
+        last_reach = np.maximum.accumulate(np.where(end == reach, np.arange(len(end)), 0))
+        prev_op = g["short"].to_numpy()[last_reach[idx]]
+        for j, i in enumerate(idx):
+            gs, ge = int(prev_end[i]), int(next_start[i])
+            if len(o) and ((o["start"] < ge) & (o["end"] > gs)).any():
+                continue
+            rows.append({"rank": rank, "pid": pid, "device": dev, "start_ns": gs, "end_ns": ge,
+                         "duration_ns": ge - gs, "before": prev_op[j], "after": g["short"].to_numpy()[i + 1]})
+    return pd.DataFrame(rows, columns=["rank", "pid", "device", "start_ns", "end_ns", "duration_ns", "before",
+                                       "after"])
+
+
+def phases(act: Activity) -> pd.DataFrame:
+    """GPU time under each NVTX range, per rank: kernels whose launching CUDA API call
+    starts inside the range (on the range's thread for push/pop ranges, in its process
+    for start/end ranges), as nsys's NVTX GPU projection attributes them."""
+    k = act.kernels[["rank", "file", "gpid", "corr", "start", "end"]]
+    launches = act.runtime.merge(k, on=["rank", "file", "gpid", "corr"], suffixes=("", "_k"))
+    launches = launches.assign(dur=launches["end_k"] - launches["start_k"])
+    rows = []
+    for path, export in act.exports.items():
+        if not export.has(NVTX):
+            continue
+        ranges = nvtx_ranges(export, NVTX_PUSHPOP + NVTX_STARTEND, OLD)
+        if ranges.empty:
+            continue
+        ranges = ranges.assign(gpid=process_of(ranges["globalTid"]), pushpop=np.isin(ranges["eventType"], NVTX_PUSHPOP))
+        lf = launches[launches["file"] == str(path)]
+        for pushpop, key in ((True, "gtid"), (False, "gpid")):
+            rr = ranges[ranges["pushpop"] == pushpop]
+            for owner, group in rr.groupby("globalTid" if pushpop else "gpid"):
+                calls = lf[lf[key] == owner].sort_values("start", kind="stable")
+                rank = calls["rank"].iloc[0] if len(calls) else _rank_of_process(act, str(path), owner)
+                t = calls["start"].to_numpy()
+                cum = np.concatenate(([0], np.cumsum(calls["dur"].to_numpy())))
+                ks, ke = calls["start_k"].to_numpy(), calls["end_k"].to_numpy()
+                lo = np.searchsorted(t, group["start"].to_numpy(), side="left")
+                hi = np.searchsorted(t, group["end"].to_numpy(), side="right")
+                n = hi - lo
+                first = np.array([ks[a:b].min() if b > a else -1 for a, b in zip(lo, hi)], dtype=np.int64)
+                last = np.array([ke[a:b].max() if b > a else -1 for a, b in zip(lo, hi)], dtype=np.int64)
+                rows.append(pd.DataFrame({"rank": rank, "range": group["name"].to_numpy(),
+                                          "range_ns": group["duration"].to_numpy(), "kernels": n,
+                                          "gpu_ns": cum[hi] - cum[lo], "gpu_start": first, "gpu_end": last}))
+    cols = ["rank", "range", "instances", "kernels", "gpu_time_ns", "gpu_span_ns", "range_time_ns"]
+    if not rows:
+        return pd.DataFrame(columns=cols)
+    r = pd.concat(rows, ignore_index=True)
+    r["gpu_span"] = np.where(r["kernels"] > 0, r["gpu_end"] - r["gpu_start"], 0)
+    out = r.groupby(["rank", "range"], sort=True).agg(
+        instances=("range_ns", "size"), kernels=("kernels", "sum"), gpu_time_ns=("gpu_ns", "sum"),
+        gpu_span_ns=("gpu_span", "sum"), range_time_ns=("range_ns", "sum")).reset_index()
+    return out[cols]
+
+
+def _rank_of_process(act: Activity, file: str, owner: int) -> int:
+    """Rank of the process owning a globalTid/globalPid in `file` (first rank of the file if unknown)."""
+    ops = act.ops[act.ops["file"] == file]
+    match = ops[ops["gpid"] == process_of(np.array([owner]))[0]]
+    return int((match if len(match) else ops)["rank"].iloc[0]) if len(ops) else -1
+
+
+def compute_kernels(act: Activity) -> pd.DataFrame:
+    """Non-NCCL kernels with duration > 0, per rank and device, with their overlap with
+    NCCL kernels on the same device: occurrence (index of the name within the window),
+    duration_ns, overlap_ns and overlap_ratio = overlap/duration."""
+    out = []
+    for (rank, dev), g in act.kernels.groupby(["rank", "device"], sort=True):
+        comm_mask = is_nccl(g["short"]) | is_nccl(g["name"])
+        comm = merge_intervals(g["start"].to_numpy()[comm_mask], g["end"].to_numpy()[comm_mask])
+        c = g[~comm_mask & (g["end"] > g["start"]).to_numpy()].sort_values("start", kind="stable")
+        ov = covered_within(comm, c["start"].to_numpy(), c["end"].to_numpy())
+        dur = (c["end"] - c["start"]).to_numpy()
+        out.append(pd.DataFrame({"rank": rank, "device": dev, "name": c["name"].to_numpy(),
+                                 "short": c["short"].to_numpy(), "occurrence": c.groupby("name").cumcount().to_numpy(),
+                                 "start": c["start"].to_numpy(), "duration_ns": dur, "overlap_ns": ov,
+                                 "overlap_ratio": ov / dur}))
+    return pd.concat(out, ignore_index=True) if out else pd.DataFrame(
+        columns=["rank", "device", "name", "short", "occurrence", "start", "duration_ns", "overlap_ns", "overlap_ratio"])
+
+
+def slowdown(baseline: Activity, distributed: Activity) -> pd.DataFrame:
+    """Echo's slowdown of each compute kernel of each distributed device against the baseline:
+    slowdown = (dur_N − dur_1) / (overlap_ratio · dur_1), 0 without overlap.
+
+    Kernels are matched by name and occurrence index (k-th launch of that name in the
+    captured window), per device: the baseline device with the same id, or the baseline's
+    only device. Kernels present on one side only are listed with status
+    `baseline only` / `distributed only`."""
+    base = compute_kernels(baseline)
+    dist = compute_kernels(distributed)
+    base_devices = sorted(base["device"].unique())
+    parts = []
+    for (rank, dev), d in dist.groupby(["rank", "device"], sort=True):
+        bdev = dev if dev in base_devices else (base_devices[0] if len(base_devices) == 1 else None)
+        b = base[base["device"] == bdev] if bdev is not None else base.iloc[0:0]
+        m = d.merge(b[["name", "occurrence", "duration_ns"]].rename(columns={"duration_ns": "baseline_ns"}),
+                    on=["name", "occurrence"], how="outer", indicator=True)
+        m["rank"], m["device"] = rank, dev
+        m["status"] = m["_merge"].map({"both": "matched", "left_only": "distributed only",
+                                       "right_only": "baseline only"}).astype(object)
+        m["short"] = m["short"].fillna(m["name"].map(dict(zip(b["name"], b["short"]))))
+        parts.append(m.drop(columns="_merge"))
+    cols = ["rank", "device", "name", "short", "occurrence", "status", "baseline_ns", "duration_ns", "overlap_ns",
+            "overlap_ratio", "slowdown"]
+    if not parts:
+        return pd.DataFrame(columns=cols)
+    r = pd.concat(parts, ignore_index=True)
+    ratio = r["overlap_ratio"].astype(float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        sd = (r["duration_ns"].astype(float) - r["baseline_ns"].astype(float)) / (ratio * r["baseline_ns"].astype(float))
+    r["slowdown"] = np.where(r["status"] != "matched", np.nan, np.where(ratio > 0, sd, 0.0))
+    for c in ("baseline_ns", "duration_ns", "overlap_ns"):
+        r[c] = r[c].astype("Int64")
+    r = r.sort_values(["rank", "device", "status", "start", "name", "occurrence"], kind="stable",
+                      na_position="last")
+    return r[cols].reset_index(drop=True)

@@ -1,0 +1,115 @@
+"""End to end on the local site: real mpiexec (the mpich wheel), 2 ranks."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, text
+
+
+def hpcprof(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """Run the real CLI in `cwd`."""
+    result = subprocess.run([sys.executable, "-m", "hpcprof", *args], cwd=cwd, capture_output=True,
+                            text=True, timeout=300)
+    if check and result.returncode != 0:
+        raise AssertionError(f"hpcprof {' '.join(args)} -> {result.returncode}\n{result.stdout}\n{result.stderr}")
+    return result
+
+
+def write_experiment(path: Path, argv: list[str], extra: str = "") -> Path:
+    path.write_text(f"name: t\nworkload:\n  kind: command\n  argv: {json.dumps(argv)}\n"
+                    f"resources:\n  nodes: 1\n  ranks_per_node: 2\n{extra}")
+    return path
+
+
+def run_dirs(cwd: Path) -> list[Path]:
+    return sorted(p.parent for p in (cwd / "hpcprof-runs").glob("*/*/config.json"))
+
+
+def status_json(cwd: Path, *runs: str) -> list[dict]:
+    return json.loads(hpcprof("status", *runs, "--format", "json", cwd=cwd).stdout)
+
+
+def snapshot(run: Path, db: Path) -> tuple[dict[str, bytes], list[tuple]]:
+    files = {str(p.relative_to(run)): p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file()}
+    with create_engine(f"sqlite:///{db}").connect() as conn:
+        rows = conn.execute(text("select run_id, source, name, row_index, data from results order by id")).all()
+        rows += conn.execute(text("select * from runs")).all()
+    return files, [tuple(r) for r in rows]
+
+
+def test_two_ranks_complete_and_collect_is_idempotent(tmp_path: Path) -> None:
+    exp = write_experiment(tmp_path / "exp.yaml", ["bash", "-c", 'echo "hello from $HPCPROF_RANK/$HPCPROF_LOCAL_RANK"'])
+    hpcprof("submit", str(exp), "--site", "local", "--wait", cwd=tmp_path)
+    [run] = run_dirs(tmp_path)
+    for name in ("config.json", "job.sh", "rank_wrapper.sh", "DONE", "status", "logs/job.out"):
+        assert (run / name).is_file(), name
+    assert "hello from 0/0" in (run / "logs/rank0.log").read_text()
+    assert "hello from 1/1" in (run / "logs/rank1.log").read_text()
+    status = dict(line.split("=", 1) for line in (run / "status").read_text().splitlines())
+    assert status["exit_code"] == "0" and int(status["end"]) >= int(status["start"])
+    config = json.loads((run / "config.json").read_text())
+    assert config["run_id"] == run.name and config["world_size"] == 2
+    [row] = status_json(tmp_path)
+    assert (row["state"], row["exit_code"]) == ("COMPLETED", 0)
+
+    hpcprof("collect", cwd=tmp_path)
+    manifest = (run / "results" / "files_manifest.csv").read_text()
+    assert "logs/rank0.log" in manifest and "logs/rank1.log" in manifest
+    db = tmp_path / "hpcprof-runs" / "hpcprof.db"
+    first = snapshot(run, db)
+    hpcprof("collect", cwd=tmp_path)
+    assert snapshot(run, db) == first
+    assert "COMPLETED" in hpcprof("report", cwd=tmp_path).stdout
+
+
+def test_rank_exit_code_is_reported(tmp_path: Path) -> None:
+    exp = write_experiment(tmp_path / "exp.yaml", ["bash", "-c", '[ "$HPCPROF_RANK" = 1 ] && exit 3; exit 0'])
+    result = hpcprof("submit", str(exp), "--site", "local", "--wait", cwd=tmp_path, check=False)
+    assert result.returncode == 1
+    [row] = status_json(tmp_path)
+    assert row["state"] == "FAILED" and row["exit_code"] == 3
+
+
+def test_background_run_can_be_cancelled(tmp_path: Path) -> None:
+    exp = write_experiment(tmp_path / "exp.yaml", ["sleep", "120"])
+    hpcprof("submit", str(exp), "--site", "local", cwd=tmp_path)
+    [run] = run_dirs(tmp_path)
+    deadline = time.monotonic() + 30
+    while status_json(tmp_path, run.name)[0]["state"] != "RUNNING":
+        assert time.monotonic() < deadline, "run never started"
+        time.sleep(0.2)
+    hpcprof("cancel", run.name, cwd=tmp_path)
+    [row] = status_json(tmp_path, str(run))
+    assert row["state"] == "CANCELLED"
+    pid = int((run / "job.pid").read_text())
+    ps = subprocess.run(["ps", "-o", "pid=,stat=", "-g", str(pid)], capture_output=True, text=True).stdout
+    assert all(line.split()[1].startswith("Z") for line in ps.splitlines()), ps
+
+
+def test_sweep_makes_one_run_per_point_and_db_url(tmp_path: Path) -> None:
+    exp = write_experiment(tmp_path / "exp.yaml", ["true"],
+                           "sweep:\n  resources.ranks_per_node: [1, 2]\n  env.X: [a, b]\n")
+    db = tmp_path / "elsewhere.db"
+    hpcprof("submit", str(exp), "--site", "local", "--wait", "--db", f"sqlite:///{db}", cwd=tmp_path)
+    runs = run_dirs(tmp_path)
+    assert len(runs) == 4 and len({r.name[:-5] for r in runs}) == 1
+    sizes = sorted(json.loads((r / "config.json").read_text())["world_size"] for r in runs)
+    assert sizes == [1, 1, 2, 2]
+    with create_engine(f"sqlite:///{db}").connect() as conn:
+        assert conn.execute(text("select count(*) from runs where state='COMPLETED'")).scalar() == 4
+        assert conn.execute(text("select n_points from sweeps")).scalar() == 4
+
+
+@pytest.mark.parametrize("bad", ["resources.nodes=0", "profile.tool=perf"])
+def test_bad_override_writes_nothing(tmp_path: Path, bad: str) -> None:
+    exp = write_experiment(tmp_path / "exp.yaml", ["true"])
+    result = hpcprof("submit", str(exp), "--site", "local", "--set", bad, cwd=tmp_path, check=False)
+    assert result.returncode == 2
+    assert len(result.stderr.strip().splitlines()) == 1 and bad.split("=")[0] in result.stderr
+    assert not (tmp_path / "hpcprof-runs").exists()

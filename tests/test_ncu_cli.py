@@ -1,0 +1,171 @@
+"""`hpcprof ncu metrics` and the ncu collector: output formats, .ncu-rep through ncu, bad input."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import stat
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from hpcprof.analysis import CollectContext
+from hpcprof.analysis.ncu.collect import collect_ncu
+from hpcprof.analysis.ncu.metrics import ECHO_COLUMNS
+from hpcprof.cli import main
+
+GOLD = "ncu/gold_ncu_2022.3"
+REP = "ncu/indexspaces_74de19f.ncu-rep"
+
+
+def fake_ncu(tmp_path: Path, fixtures_dir: Path, exit_code: int = 0) -> Path:
+    """An `ncu` that answers `--import X --csv --page details|raw` with the gold exports of X."""
+    exe = tmp_path / "bin" / "ncu"
+    exe.parent.mkdir(exist_ok=True)
+    gold = fixtures_dir / GOLD
+    exe.write_text(f"""#!/bin/sh
+echo "$@" >> {tmp_path}/ncu_calls.txt
+if [ {exit_code} -ne 0 ]; then echo "==ERROR== Could not open report file '$2'."; exit {exit_code}; fi
+name=$(basename "$2" .ncu-rep)
+case "$*" in
+  *"--page details"*) cat {gold}/${{name}}_details.csv ;;
+  *"--page raw"*) cat {gold}/${{name}}_raw.csv ;;
+esac
+""")
+    exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
+    return exe
+
+
+def run(*args: str, env: dict[str, str] | None = None):
+    return CliRunner().invoke(main, ["ncu", "metrics", *args], env=env)
+
+
+def test_csv_output(fixtures_dir: Path) -> None:
+    result = run(str(fixtures_dir / GOLD / "indexspaces_7dc4fa5_details.csv"), "--format", "csv")
+    assert result.exit_code == 0, result.output
+    df = pd.read_csv(io.StringIO(result.stdout))
+    assert list(df.columns) == ECHO_COLUMNS
+    assert df["Compute throughput"].tolist() == [17.89, 23.98, 24.76, 24.09, 49.77]
+    assert df["L2 hit rate"].tolist() == [100.12, 100.04, 100.04, 100.08, 75.89]
+    assert df["SM"].isna().all()
+
+
+def test_json_output_with_metric(fixtures_dir: Path) -> None:
+    result = run(str(fixtures_dir / "ncu/superbench_cublaslt_ncu_b200.log"), "--format", "json",
+                 "--metric", "GPU Speed Of Light Throughput/Duration", "--metric", "Occupancy/Block Limit SM")
+    assert result.exit_code == 0, result.output
+    [row] = json.loads(result.stdout)
+    assert row["DRAM throughput"] == 0.74 and row["SM"] == 152 and row["L1 hit rate"] is None
+    assert row["GPU Speed Of Light Throughput/Duration [ns]"] == 406240
+    assert row["Occupancy/Block Limit SM [block]"] == 32
+
+
+def test_table_output_several_ranks(fixtures_dir: Path, tmp_path: Path) -> None:
+    for rank, name in enumerate(["indexspaces_74de19f_details.csv", "indexspaces_7dc4fa5_details.csv"]):
+        shutil.copy(fixtures_dir / GOLD / name, tmp_path / f"kernels.rank{rank}.csv")
+    result = run(str(tmp_path / "kernels.rank0.csv"), str(tmp_path / "kernels.rank1.csv"))
+    assert result.exit_code == 0, result.output
+    assert "rank" in result.stdout and "julia_frb_5885" in result.stdout
+    csv_out = run(str(tmp_path / "kernels.rank0.csv"), str(tmp_path / "kernels.rank1.csv"), "--format", "csv")
+    assert pd.read_csv(io.StringIO(csv_out.stdout))["rank"].tolist() == [0, 0, 1, 1, 1, 1, 1]
+
+
+def test_bad_files_reported_others_processed(fixtures_dir: Path, tmp_path: Path) -> None:
+    details = (fixtures_dir / GOLD / "indexspaces_74de19f_details.csv").read_text()
+    files = {"empty.csv": "", "truncated.csv": details[:7000], "other.csv": "step,loss\n1,0.5\n"}
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    good = fixtures_dir / "ncu/superbench_cublaslt_ncu_b200.log"
+    result = run(*(str(tmp_path / n) for n in files), str(good), "--format", "csv")
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert lines[:3] == [
+        f"hpcprof ncu metrics: {tmp_path / 'empty.csv'}: empty file",
+        f"hpcprof ncu metrics: {tmp_path / 'truncated.csv'}: truncated (the last line is incomplete)",
+        f"hpcprof ncu metrics: {tmp_path / 'other.csv'}: not ncu --csv output (no header line with "
+        "\"ID\" and \"Kernel Name\")",
+    ]
+    assert lines[3] == "Error: 3 problem(s) with the input; see above"
+    df = pd.read_csv(io.StringIO(result.stdout))
+    assert df["file"].tolist() == [good.name] and df["DRAM throughput"].tolist() == [0.74]
+
+
+def test_bad_metric_spec_is_a_usage_error(fixtures_dir: Path) -> None:
+    result = run(str(fixtures_dir / "ncu/superbench_cublaslt_ncu_b200.log"), "--metric", "Duration")
+    assert result.exit_code == 2 and "Section Name/Metric Name" in result.stderr
+
+
+def test_ncu_rep_without_ncu(fixtures_dir: Path, tmp_path: Path) -> None:
+    result = run(str(fixtures_dir / REP), env={"PATH": str(tmp_path)})
+    assert result.exit_code == 2
+    assert result.stderr.splitlines()[0] == (
+        f"hpcprof ncu metrics: {fixtures_dir / REP}: reading a .ncu-rep needs Nsight Compute's ncu "
+        f"(ncu is not on PATH); pass --ncu PATH, or export it: ncu --import {fixtures_dir / REP} "
+        "--csv --page details > indexspaces_74de19f_details.csv")
+    missing = run(str(fixtures_dir / REP), "--ncu", str(tmp_path / "nope"))
+    assert f"({str(tmp_path / 'nope')!r} is not an executable)" in missing.stderr
+
+
+def test_ncu_rep_through_ncu(fixtures_dir: Path, tmp_path: Path) -> None:
+    """Details and raw pages are exported; the raw page fills SM, which 2022 details lack."""
+    exe = fake_ncu(tmp_path, fixtures_dir)
+    result = run(str(fixtures_dir / REP), "--ncu", str(exe), "--format", "csv", "--metric", "gpu__time_duration.sum")
+    assert result.exit_code == 0, result.output
+    rep = fixtures_dir / REP
+    assert (tmp_path / "ncu_calls.txt").read_text().splitlines() == [
+        f"--import {rep} --csv --page details", f"--import {rep} --csv --page raw"]
+    df = pd.read_csv(io.StringIO(result.stdout))
+    assert df["SM"].tolist() == [84, 84]
+    assert df["Compute throughput"].tolist() == [17.56, 66.27]          # details win over raw
+    assert df["gpu__time_duration.sum [ns]"].tolist() == [459456, 8974464]
+    on_path = run(str(rep), "--format", "csv", env={"PATH": f"{exe.parent}{os.pathsep}{os.environ['PATH']}"})
+    assert on_path.exit_code == 0 and on_path.stdout == run(str(rep), "--ncu", str(exe), "--format", "csv").stdout
+
+
+def test_ncu_rep_ncu_fails(fixtures_dir: Path, tmp_path: Path) -> None:
+    exe = fake_ncu(tmp_path, fixtures_dir, exit_code=1)
+    result = run(str(fixtures_dir / REP), "--ncu", str(exe))
+    assert result.exit_code == 2
+    assert result.stderr.splitlines()[0] == (
+        f"hpcprof ncu metrics: {fixtures_dir / REP}: ncu --import failed (exit 1): "
+        f"==ERROR== Could not open report file '{fixtures_dir / REP}'.")
+
+
+def context(tmp_path: Path, files: list[Path], ranks: list[int], **kw) -> tuple[CollectContext, list[str]]:
+    logged: list[str] = []
+    ctx = CollectContext(run_dir=tmp_path, tool="ncu", files=files, rank_of=dict(zip(files, ranks)),
+                         work_dir=tmp_path / "work", log=logged.append, **kw)
+    return ctx, logged
+
+
+def test_collect_ncu(fixtures_dir: Path, tmp_path: Path) -> None:
+    files = [fixtures_dir / "ncu/superbench_cublaslt_ncu_b200.log",
+             fixtures_dir / GOLD / "indexspaces_7dc4fa5_details.csv", fixtures_dir / REP]
+    ctx, logged = context(tmp_path, files, [3, 1, 0], tool_paths={"ncu": str(tmp_path / "no-ncu")})
+    tables = collect_ncu(ctx)
+    assert list(tables) == ["metrics"]
+    df = tables["metrics"]
+    assert list(df.columns) == ["rank", "file", *ECHO_COLUMNS]
+    assert df["rank"].tolist() == [3, 1, 1, 1, 1, 1]
+    assert df["DRAM throughput"].tolist() == [0.74, 90.63, 42.36, 49.38, 43.17, 67.20]
+    assert len(logged) == 1 and logged[0].startswith(f"ncu: skipped {fixtures_dir / REP}: reading a .ncu-rep")
+
+
+def test_collect_ncu_rep_with_tool_path(fixtures_dir: Path, tmp_path: Path) -> None:
+    ctx, logged = context(tmp_path, [fixtures_dir / REP], [5],
+                          tool_paths={"ncu": str(fake_ncu(tmp_path, fixtures_dir))})
+    df = collect_ncu(ctx)["metrics"]
+    assert logged == []
+    assert df[["rank", "ID", "Kernel Name", "SM"]].values.tolist() == \
+        [[5, 0, "julia__5_6739", 84], [5, 1, "julia_bb_4477", 84]]
+
+
+def test_collect_ncu_nothing_readable(tmp_path: Path) -> None:
+    (tmp_path / "x_rank0.csv").write_text("")
+    ctx, logged = context(tmp_path, [tmp_path / "x_rank0.csv"], [0])
+    assert collect_ncu(ctx) == {}
+    assert logged == [f"ncu: skipped {tmp_path / 'x_rank0.csv'}: empty file"]

@@ -1,0 +1,29 @@
+"""A plain (non-editable) install carries the templates and site configs."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+
+def test_wheel_ships_templates_and_sites(repo: Path, tmp_path: Path) -> None:
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+                    "-w", str(tmp_path / "dist"), str(repo)], check=True, cwd=tmp_path)
+    wheel = next((tmp_path / "dist").glob("hpcprof-*.whl"))
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for template in ("pbs.sh.j2", "slurm.sh.j2", "local.sh.j2", "rank_wrapper.sh.j2", "_job.sh.j2"):
+        assert f"hpcprof/_templates/{template}" in names
+    for site in ("local", "slurm-local", "polaris", "perlmutter"):
+        assert f"hpcprof/_site_configs/{site}.yaml" in names
+
+    unpacked = tmp_path / "site-packages"
+    zipfile.ZipFile(wheel).extractall(unpacked)
+    probe = ("from hpcprof.resources import template_dir, site_config_dir;"
+             "from hpcprof.config.site import find_site;"
+             "print(template_dir()); print(site_config_dir()); print(find_site('polaris').scheduler)")
+    out = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True,
+                         env={"PYTHONPATH": str(unpacked), "PATH": "/usr/bin:/bin"}, check=True).stdout.split()
+    assert out[0].startswith(str(unpacked)) and out[1].startswith(str(unpacked))
+    assert out[2] == "pbs"

@@ -1,0 +1,146 @@
+"""PbsScheduler: parsing of recorded `qstat` output (PBS Pro JSON as on Polaris, hand-written to
+its shape; Torque-style `qstat -f` captured from Slurm's Torque wrappers), and submit/state/cancel
+through those wrappers (qsub/qstat/qdel) on the real local Slurm."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hpcprof.errors import UserError
+from hpcprof.rundir import RunDir
+from hpcprof.schedulers import get_scheduler
+from hpcprof.schedulers.base import (
+    CANCELLED, COMPLETED, FAILED, OUT_OF_MEMORY, PENDING, RUNNING, TIMEOUT, UNKNOWN, JobState,
+)
+from hpcprof.schedulers.pbs import (
+    CANCEL_MARKER, PbsScheduler, parse_qstat_full, parse_qstat_json, parse_qsub,
+)
+from tests.slurm_cluster import poll, slurm_cluster, torque_cluster, write_job  # noqa: F401
+
+DATA = Path(__file__).parent / "data" / "qstat"
+POLARIS = "polaris-pbs-01.hsn.cm.polaris.alcf.anl.gov"
+
+
+def test_parse_qsub_keeps_long_ids() -> None:
+    assert parse_qsub(f"308834.{POLARIS}\n") == f"308834.{POLARIS}"
+    assert parse_qsub("12\n") == "12"
+    assert parse_qsub("1234[].pbs01\n") == "1234[].pbs01"
+    with pytest.raises(ValueError):
+        parse_qsub("qsub: Unknown queue\n")
+
+
+@pytest.mark.parametrize(("fixture", "state", "exit_code", "words"), [
+    ("pbspro_queued.json", PENDING, None, "Insufficient amount of resource"),
+    ("pbspro_held.json", PENDING, None, "job_state=H"),
+    ("pbspro_running.json", RUNNING, None, "job_state=R"),
+    ("pbspro_finished_ok.json", COMPLETED, 0, "and finished"),
+    ("pbspro_finished_exit3.json", FAILED, 3, "Exit_status=3"),
+    ("pbspro_walltime.json", TIMEOUT, -29, "JOB_EXEC_KILL_WALLTIME"),
+    ("pbspro_mem.json", OUT_OF_MEMORY, -27, "JOB_EXEC_KILL_MEM"),
+    ("pbspro_signal.json", FAILED, 128 + 9, "killed by SIGKILL"),
+    ("pbspro_deleted_running.json", CANCELLED, 128 + 15, "killed by SIGTERM"),
+    ("pbspro_deleted_queued.json", CANCELLED, None, "no exit status"),
+    ("pbspro_bad_escape.json", FAILED, 3, "Exit_status=3"),  # invalid JSON escape in an env var
+])
+def test_pbspro_json(fixture: str, state: str, exit_code: int | None, words: str) -> None:
+    text = (DATA / fixture).read_text()
+    number = next(line for line in text.splitlines() if POLARIS + '":{' in line).split('"')[1]
+    result = parse_qstat_json(text, number)
+    assert (result.state, result.exit_code) == (state, exit_code)
+    assert words in result.reason
+    assert parse_qstat_json(text, number.split(".")[0]) == result  # short id: same job
+
+
+def test_pbspro_json_other_job() -> None:
+    text = (DATA / "pbspro_running.json").read_text()
+    assert parse_qstat_json(text, f"1.{POLARIS}").state == UNKNOWN
+
+
+@pytest.mark.parametrize(("fixture", "cancelled", "expected"), [
+    ("torque_wrapper_queued.txt", False, JobState(PENDING, None, "job_state=Q")),
+    ("torque_wrapper_running.txt", False, JobState(RUNNING, None, "job_state=R")),
+    ("torque_wrapper_completed.txt", False, JobState(
+        COMPLETED, None, "job_state=C; no exit status (the run's status file has it)")),
+    ("torque_wrapper_deleted.txt", True, JobState(
+        CANCELLED, None, "job_state=C; no exit status (the run's status file has it)")),
+])
+def test_torque_wrapper_recorded(fixture: str, cancelled: bool, expected: JobState) -> None:
+    assert parse_qstat_full((DATA / fixture).read_text(), cancelled) == expected
+
+
+@pytest.mark.parametrize(("exit_status", "state", "exit_code"), [
+    ("0", COMPLETED, 0), ("3", FAILED, 3), ("-11", TIMEOUT, -11), ("-10", OUT_OF_MEMORY, -10),
+    ("271", CANCELLED, 143), ("-1", FAILED, -1),
+])
+def test_real_torque_exit_status(exit_status: str, state: str, exit_code: int) -> None:
+    """Real Torque adds `exit_status` (Adaptive docs: -11 walltime, -10 memory, 271 qdel)."""
+    text = (DATA / "torque_wrapper_completed.txt").read_text().replace(
+        "\tResource_List.ncpus = 1\n", f"\tResource_List.ncpus = 1\n\texit_status = {exit_status}\n")
+    result = parse_qstat_full(text)
+    assert (result.state, result.exit_code) == (state, exit_code)
+
+
+def test_registry_and_missing_client(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    scheduler = get_scheduler("pbs")
+    assert isinstance(scheduler, PbsScheduler)
+    assert (scheduler.name, scheduler.template) == ("pbs", "pbs.sh.j2")
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(UserError, match="qstat"):
+        scheduler.state("1", tmp_path)
+
+
+# ------------------------------------------------------------------------------------------
+# Slurm's Torque wrappers on the real local Slurm
+
+
+def submit(run_dir: Path, body: str) -> tuple[PbsScheduler, str]:
+    script = write_job(run_dir, ["#PBS -N hp-torque", "#PBS -l select=1:ncpus=1",
+                                 "#PBS -l walltime=00:02:00", "#PBS -l filesystems=home:eagle",
+                                 "#PBS -q debug", "#PBS -j oe", "#PBS -o ignored.out"], body)
+    scheduler = PbsScheduler()
+    return scheduler, scheduler.submit(script, run_dir)
+
+
+def final(scheduler: PbsScheduler, job_id: str, run_dir: Path) -> JobState:
+    return poll(lambda: scheduler.state(job_id, run_dir), lambda s: s.terminal, 90)
+
+
+@pytest.mark.torque
+def test_qsub_completed(torque_cluster: str, tmp_path: Path) -> None:
+    scheduler, job_id = submit(tmp_path, 'echo "PBS_JOBID=$PBS_JOBID"; echo to-stderr >&2')
+    state = final(scheduler, job_id, tmp_path)
+    assert state.state == COMPLETED and state.exit_code is None  # the wrappers give no exit code
+    assert RunDir(tmp_path).state(state) == JobState(COMPLETED, 0, "")
+    out = (tmp_path / "logs" / "job.out").read_text()  # -j oe -o from the command line
+    assert f"PBS_JOBID={job_id}" in out and "to-stderr" in out
+    assert not (tmp_path / "ignored.out").exists()
+
+
+@pytest.mark.torque
+def test_qsub_exit_3(torque_cluster: str, tmp_path: Path) -> None:
+    scheduler, job_id = submit(tmp_path, "bash -c 'exit 3'")
+    state = final(scheduler, job_id, tmp_path)
+    assert state.terminal
+    assert RunDir(tmp_path).state(state) == JobState(FAILED, 3, "exit code 3")
+
+
+@pytest.mark.torque
+def test_qdel_running_job(torque_cluster: str, tmp_path: Path) -> None:
+    scheduler, job_id = submit(tmp_path, "sleep 300")
+    poll(lambda: scheduler.state(job_id, tmp_path), lambda s: s.state == RUNNING, 60)
+    scheduler.cancel(job_id, tmp_path)
+    assert (tmp_path / CANCEL_MARKER).read_text().startswith(job_id)
+    assert final(scheduler, job_id, tmp_path).state == CANCELLED
+    assert not (tmp_path / "DONE").exists()
+    scheduler.cancel(job_id, tmp_path)  # again: already ended, no error
+
+
+@pytest.mark.torque
+def test_unknown_job_is_left_to_the_run_dir(torque_cluster: str, tmp_path: Path) -> None:
+    scheduler = PbsScheduler()
+    state = scheduler.state("99999999", tmp_path)
+    assert state.state == UNKNOWN and "rc 153" in state.reason
+    scheduler.cancel("99999999", tmp_path)  # no error
+    assert not (tmp_path / CANCEL_MARKER).exists()

@@ -1,0 +1,175 @@
+"""SlurmScheduler: parsing of sbatch/sacct/scontrol output, and submit/state/cancel on the real
+local Slurm (accounting_storage/none + jobcomp/filetxt, as tools/slurm-local.sh sets it up)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from hpcprof.errors import UserError
+from hpcprof.schedulers import get_scheduler
+from hpcprof.schedulers.base import (
+    CANCELLED, COMPLETED, FAILED, NODE_FAIL, OUT_OF_MEMORY, PENDING, PREEMPTED, RUNNING, TIMEOUT,
+    UNKNOWN, JobState,
+)
+from hpcprof.schedulers.slurm import (
+    SlurmScheduler, exit_code_of, parse_sacct, parse_sbatch, parse_scontrol, to_job_state,
+)
+from tests.slurm_cluster import poll, slurm_cluster, write_job  # noqa: F401  (fixture)
+
+# Recorded on the local Slurm 22.05.8 (a job that exited 3, then one cancelled while running).
+SCONTROL_FAILED = (
+    "JobId=1 JobName=ok.sh UserId=root(0) GroupId=root(0) MCS_label=N/A Priority=4294901759 "
+    "Nice=0 Account=(null) QOS=(null) JobState=FAILED Reason=NonZeroExitCode Dependency=(null) "
+    "Requeue=1 Restarts=0 BatchFlag=1 Reboot=0 ExitCode=3:0 RunTime=00:00:00 TimeLimit=01:00:00")
+SCONTROL_CANCELLED_MULTILINE = """JobId=4 JobName=wrap
+   JobState=CANCELLED Reason=None Dependency=(null)
+   Requeue=1 Restarts=0 BatchFlag=1 Reboot=0 ExitCode=0:15
+"""
+# slurmdbd-style sacct -P output: the job line, then its steps.
+SACCT_WITH_STEPS = """7|CANCELLED by 0|0:15
+7.batch|CANCELLED|0:15
+7.extern|COMPLETED|0:0
+7.0|CANCELLED|0:15
+"""
+
+
+def test_parse_sbatch() -> None:
+    assert parse_sbatch("42\n") == "42"
+    assert parse_sbatch("42;localtest\n") == "42"
+    with pytest.raises(ValueError):
+        parse_sbatch("sbatch: error: Batch job submission failed\n")
+
+
+@pytest.mark.parametrize(("text", "code"), [("0:0", 0), ("3:0", 3), ("0:15", 143), ("0:9", 137),
+                                            ("", None), ("junk", None)])
+def test_exit_code_of(text: str, code: int | None) -> None:
+    assert exit_code_of(text) == code
+
+
+@pytest.mark.parametrize(("slurm", "exit_text", "expected"), [
+    ("PENDING", "0:0", JobState(PENDING, None, "PENDING")),
+    ("RUNNING", "0:0", JobState(RUNNING, None, "RUNNING")),
+    ("COMPLETING", "0:0", JobState(RUNNING, None, "COMPLETING")),
+    ("COMPLETED", "0:0", JobState(COMPLETED, 0, "COMPLETED")),
+    ("FAILED", "3:0", JobState(FAILED, 3, "FAILED")),
+    ("CANCELLED by 0", "0:15", JobState(CANCELLED, 143, "CANCELLED by 0")),
+    ("CANCELLED+", "0:0", JobState(CANCELLED, 0, "CANCELLED+")),
+    ("TIMEOUT", "0:0", JobState(TIMEOUT, 0, "TIMEOUT")),
+    ("DEADLINE", "0:0", JobState(TIMEOUT, 0, "DEADLINE")),
+    ("NODE_FAIL", "0:0", JobState(NODE_FAIL, 0, "NODE_FAIL")),
+    ("BOOT_FAIL", "0:0", JobState(NODE_FAIL, 0, "BOOT_FAIL")),
+    ("OUT_OF_MEMORY", "0:9", JobState(OUT_OF_MEMORY, 137, "OUT_OF_MEMORY")),
+    ("PREEMPTED", "0:0", JobState(PREEMPTED, 0, "PREEMPTED")),
+    ("REQUEUED", "0:0", JobState(PENDING, None, "REQUEUED")),
+    ("SOMETHING_NEW", "0:0", JobState(UNKNOWN, None, "SOMETHING_NEW")),
+])
+def test_to_job_state(slurm: str, exit_text: str, expected: JobState) -> None:
+    assert to_job_state(slurm, exit_text) == expected
+
+
+def test_parse_sacct_takes_the_job_line_not_steps() -> None:
+    assert parse_sacct(SACCT_WITH_STEPS, "7") == JobState(CANCELLED, 143, "CANCELLED by 0")
+    assert parse_sacct(SACCT_WITH_STEPS, "70") is None
+    assert parse_sacct("", "7") is None
+
+
+def test_parse_scontrol_recorded() -> None:
+    assert parse_scontrol(SCONTROL_FAILED) == JobState(FAILED, 3, "FAILED NonZeroExitCode")
+    assert parse_scontrol(SCONTROL_CANCELLED_MULTILINE) == JobState(CANCELLED, 143, "CANCELLED")
+    assert parse_scontrol("slurm_load_jobs error: Invalid job id specified") is None
+
+
+def test_registry_and_missing_client(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    scheduler = get_scheduler("slurm")
+    assert isinstance(scheduler, SlurmScheduler)
+    assert (scheduler.name, scheduler.template) == ("slurm", "slurm.sh.j2")
+    monkeypatch.setenv("PATH", str(tmp_path))  # no Slurm clients at all
+    with pytest.raises(UserError, match="sbatch"):
+        scheduler.submit(tmp_path / "job.sh", tmp_path)
+
+
+# ------------------------------------------------------------------------------------------
+# The real cluster
+
+
+def submit(run_dir: Path, body: str, *directives: str) -> tuple[SlurmScheduler, str]:
+    """Submit a status-writing job (output to the relative logs/job.out: checks --chdir)."""
+    script = write_job(run_dir, ["#SBATCH -J hp-test", "#SBATCH -o logs/job.out", *directives],
+                       body)
+    scheduler = SlurmScheduler()
+    return scheduler, scheduler.submit(script, run_dir)
+
+
+def status(run_dir: Path) -> dict[str, str]:
+    lines = (run_dir / "status").read_text().splitlines() if (run_dir / "status").exists() else []
+    return dict(line.split("=", 1) for line in lines)
+
+
+def final(scheduler: SlurmScheduler, job_id: str, run_dir: Path, timeout: float = 90) -> JobState:
+    return poll(lambda: scheduler.state(job_id, run_dir), lambda s: s.terminal, timeout)
+
+
+@pytest.mark.slurm
+def test_completed_two_ranks(slurm_cluster: str, tmp_path: Path) -> None:
+    scheduler, job_id = submit(
+        tmp_path, "srun bash -c 'echo rank=$SLURM_PROCID of $SLURM_NTASKS'",
+        "#SBATCH -N 1", "#SBATCH --ntasks-per-node=2", "#SBATCH -t 2")
+    assert job_id.isdigit()
+    assert final(scheduler, job_id, tmp_path) == JobState(COMPLETED, 0, "COMPLETED")
+    assert status(tmp_path)["exit_code"] == "0" and status(tmp_path)["job_id"] == job_id
+    assert (tmp_path / "DONE").exists()
+    out = (tmp_path / "logs" / "job.out").read_text()
+    assert "rank=0 of 2" in out and "rank=1 of 2" in out
+
+
+@pytest.mark.slurm
+def test_rank_exit_3_is_failed_3(slurm_cluster: str, tmp_path: Path) -> None:
+    scheduler, job_id = submit(
+        tmp_path, "srun bash -c 'exit $(( SLURM_PROCID == 1 ? 3 : 0 ))'",
+        "#SBATCH -N 1", "#SBATCH --ntasks-per-node=2", "#SBATCH -t 2")
+    state = final(scheduler, job_id, tmp_path)
+    assert (state.state, state.exit_code) == (FAILED, 3)
+    assert status(tmp_path)["exit_code"] == "3"
+    # accounting is off here: the answer came from scontrol; the jobcomp file agrees
+    sacct_c = subprocess.run(["sacct", "-c", "-P", "-n", "-j", job_id, "-o", "JobID,State,ExitCode"],
+                             capture_output=True, text=True, check=True).stdout
+    assert parse_sacct(sacct_c, job_id) == JobState(FAILED, 3, "FAILED")
+
+
+@pytest.mark.slurm
+def test_cancel_running_job(slurm_cluster: str, tmp_path: Path) -> None:
+    scheduler, job_id = submit(tmp_path, "srun sleep 300", "#SBATCH -t 5")
+    poll(lambda: status(tmp_path), lambda s: "start" in s, 60)
+    assert scheduler.state(job_id, tmp_path).state == RUNNING
+    scheduler.cancel(job_id, tmp_path)
+    state = final(scheduler, job_id, tmp_path, timeout=60)
+    assert state.state == CANCELLED
+    assert not (tmp_path / "DONE").exists()
+    scheduler.cancel(job_id, tmp_path)  # again: already ended, no error
+
+
+@pytest.mark.slurm
+def test_time_limit_is_timeout(slurm_cluster: str, tmp_path: Path) -> None:
+    """`-t 1`: Slurm kills the job at its next limit check (76-120 s here)."""
+    scheduler, job_id = submit(tmp_path, "sleep 600", "#SBATCH -t 1")
+    state = final(scheduler, job_id, tmp_path, timeout=240)
+    assert state.state == TIMEOUT
+    assert state.exit_code == 128 + 15  # scontrol's 0:15, more specific than jobcomp's 0:0
+    assert "DUE TO TIME LIMIT" in (tmp_path / "logs" / "job.out").read_text()
+
+
+@pytest.mark.slurm
+def test_unknown_job(slurm_cluster: str, tmp_path: Path) -> None:
+    scheduler = SlurmScheduler()
+    assert scheduler.state("99999999", tmp_path).state == UNKNOWN
+    scheduler.cancel("99999999", tmp_path)  # no error
+
+
+@pytest.mark.slurm
+def test_sbatch_rejection_is_a_user_error(slurm_cluster: str, tmp_path: Path) -> None:
+    script = write_job(tmp_path, ["#SBATCH --partition=no_such_partition"], "true")
+    with pytest.raises(UserError, match="sbatch rejected"):
+        SlurmScheduler().submit(script, tmp_path)
