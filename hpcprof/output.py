@@ -20,8 +20,17 @@ def render_table(df: pd.DataFrame, title: str | None = None) -> Table:
         justify = "right" if pd.api.types.is_numeric_dtype(df[col]) else "left"
         table.add_column(str(col), justify=justify)
     for row in df.itertuples(index=False):
-        table.add_row(*("" if pd.isna(v) else str(v) for v in row))
+        table.add_row(*(format_cell(v) for v in row))
     return table
+
+
+def format_cell(value: object) -> str:
+    """Empty for missing, 6 significant digits for floats, str otherwise."""
+    if value is None or (isinstance(value, float) and pd.isna(value)):
+        return ""
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)
 
 
 def emit(df: pd.DataFrame, fmt: str, out: TextIO | None = None, title: str | None = None) -> None:

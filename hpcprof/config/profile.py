@@ -42,9 +42,15 @@ class RankSelection:
             return
         if spec == "all":
             return
+        seen: set[str] = set()
         for part in str(spec).split("+"):
             key, _, value = part.strip().partition(":")
-            if key in ("local", "first-nodes", "every") and value.isdigit():
+            kind = key if value else "list"
+            if kind in seen:
+                raise ValueError(f"rank selection {spec!r} names {kind} twice; combine different "
+                                 "policies with '+', e.g. local:0+first-nodes:2")
+            seen.add(kind)
+            if key in ("local", "first-nodes", "every") and re.fullmatch(r"[0-9]+", value):
                 number = int(value)
                 if key == "local":
                     self.local = number
@@ -54,7 +60,7 @@ class RankSelection:
                     self.first_nodes = number
                 else:
                     self.every = number
-            elif re.fullmatch(r"\d+(,\d+)*", part.strip()):
+            elif re.fullmatch(r"[0-9]+(,[0-9]+)*", part.strip()):
                 self.ranks = sorted({int(r) for r in part.split(",")})
             else:
                 raise ValueError(self._bad(spec))
@@ -124,7 +130,7 @@ class NsysOptions(Strict):
     @field_validator("nvtx_capture")
     @classmethod
     def _nvtx_capture(cls, value: str | None) -> str | None:
-        if value is not None and not SAFE_TOKEN.match(value.replace(" ", "_")):
+        if value is not None and not SAFE_TOKEN.fullmatch(value.replace(" ", "_")):
             raise ValueError("nvtx_capture must be RANGE or RANGE@DOMAIN")
         return value
 

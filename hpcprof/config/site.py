@@ -29,7 +29,7 @@ class Strict(BaseModel):
 
 def check_walltime(value: str | None) -> str | None:
     """Walltime as [H]H:MM:SS (or MM:SS); None passes."""
-    if value is not None and not WALLTIME.match(value):
+    if value is not None and not WALLTIME.fullmatch(value):
         raise ValueError("walltime must look like HH:MM:SS, e.g. 00:30:00")
     return value
 
@@ -46,7 +46,7 @@ def walltime_seconds(value: str) -> int:
 def check_env(env: dict[str, str]) -> dict[str, str]:
     """Environment variable names must be shell identifiers."""
     for name in env:
-        if not ENV_NAME.match(name):
+        if not ENV_NAME.fullmatch(name):
             raise ValueError(f"environment variable name {name!r} is not a valid identifier")
     return env
 
@@ -90,7 +90,7 @@ class Binding(Strict):
     @field_validator("cpu_bind")
     @classmethod
     def _no_spaces(cls, value: str | None) -> str | None:
-        if value is not None and not re.match(r"^[A-Za-z0-9_:,.\-]+$", value):
+        if value is not None and not re.fullmatch(r"[A-Za-z0-9_:,.\-]+", value):
             raise ValueError("cpu_bind takes letters, digits and ':,.-_' only, e.g. depth or list:0:8")
         return value
 

@@ -19,8 +19,12 @@ WRAPPER = Raw('"$RUN_DIR/rank_wrapper.sh"')
 
 
 def resolve_command(name: str, configured: str | None) -> str:
-    """The launcher binary: the site's path, or next to this Python (venv), or PATH."""
-    if configured and configured != "auto":
+    """The launcher binary: the site's path; `auto` (local/CI sites): next to this Python (venv),
+    else PATH here; unset: the plain name, found on the compute node's PATH (never a path of
+    the machine that renders, which would leak e.g. a venv's mpiexec into a Polaris script)."""
+    if configured is None:
+        return name
+    if configured != "auto":
         return configured
     beside = Path(sys.executable).parent / name
     if beside.exists():

@@ -33,7 +33,7 @@ def quote_join(values: Iterable[Any]) -> str:
 def directive(value: Any, field: str = "value") -> str:
     """A value for a #PBS/#SBATCH line: no quoting there, so only a safe charset is allowed."""
     text = str(value)
-    if not DIRECTIVE_SAFE.match(text):
+    if not DIRECTIVE_SAFE.fullmatch(text):
         raise UserError(f"field '{field}': {text!r} cannot go into a batch directive; use letters, "
                         "digits and _.:@+&|,=/- only")
     return text

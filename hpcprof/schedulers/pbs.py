@@ -170,7 +170,8 @@ class PbsScheduler(Scheduler):
             raise UserError(str(exc)) from exc
 
     def state(self, job_id: str, run_dir: Path) -> JobState:
-        """`qstat -xf -F json`; Torque's `qstat -f` where those options are unknown."""
+        """`qstat -xf -F json`; Torque's `qstat -f` where those options are unknown. A failing
+        qstat (server busy or down) gives UNKNOWN, so that a wait goes on polling."""
         cancelled = (run_dir / CANCEL_MARKER).exists()
         proc = run_command(["qstat", "-xf", "-F", "json", job_id], "pbs")
         if proc.returncode == 0:
@@ -179,13 +180,13 @@ class PbsScheduler(Scheduler):
             proc = run_command(["qstat", "-f", job_id], "pbs")
             if proc.returncode == 0:
                 return parse_qstat_full(proc.stdout, cancelled)
+        if proc.returncode in QSTAT_GONE and cancelled:
+            return JobState(CANCELLED, None, f"qstat rc {proc.returncode}; cancelled by hpcprof")
         if proc.returncode in QSTAT_GONE:
-            if cancelled:
-                return JobState(CANCELLED, None, f"qstat rc {proc.returncode}; cancelled by hpcprof")
             return JobState(UNKNOWN, None, f"qstat rc {proc.returncode}: job {job_id} unknown "
                                            "or finished; the run's status file decides")
-        raise UserError(f"qstat {job_id} failed (rc {proc.returncode}): "
-                        f"{(proc.stderr or proc.stdout).strip()}")
+        return JobState(UNKNOWN, None, f"qstat rc {proc.returncode} (polling goes on): "
+                                       f"{(proc.stderr or proc.stdout).strip()[:200]}")
 
     def cancel(self, job_id: str, run_dir: Path) -> None:
         """`qdel ID`, noted in the run directory; a job that already ended is not an error."""

@@ -1,8 +1,128 @@
-"""`hpcprof trace ...` commands."""
+"""`hpcprof trace ...` commands: HTA's analyses of torch.profiler traces, one file per rank."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Optional
 
 import click
+import pandas as pd
+
+from hpcprof.analysis.trace import analyses
+from hpcprof.analysis.trace.load import RankTrace, load_traces
+from hpcprof.errors import UserError
+from hpcprof.output import FORMATS, emit
+
+
+def parse_ranks(text: Optional[str], option: str = "--ranks") -> Optional[set[int]]:
+    """'0,2,4-7' -> {0, 2, 4, 5, 6, 7}; None stays None (all)."""
+    if text is None:
+        return None
+    ranks: set[int] = set()
+    try:
+        for part in filter(None, (p.strip() for p in text.split(","))):
+            lo, _, hi = part.partition("-")
+            ranks.update(range(int(lo), int(hi or lo) + 1))
+    except ValueError:
+        raise UserError(f"{option} {text!r}: expected a list such as 0,2,4-7") from None
+    return ranks
+
+
+def trace_command(name: str, help_: str) -> Callable[[Callable[..., pd.DataFrame]], click.Command]:
+    """A `trace` subcommand: loads PATH... and emits what the wrapped function returns.
+
+    Unreadable files and files without GPU events get one line each on stderr; the others are
+    still analysed, and the command then exits with status 2.
+    """
+
+    def decorate(func: Callable[..., pd.DataFrame]) -> click.Command:
+        @trace.command(name, help=help_)
+        @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+        @click.option("--ranks", help="Ranks to analyse, e.g. 0,2,4-7 (default: all).")
+        @click.option("--include-last-step", is_flag=True,
+                      help="Keep the last ProfilerStep (HTA drops it as possibly truncated).")
+        @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table",
+                      show_default=True)
+        @functools.wraps(func)
+        def command(paths: tuple[Path, ...], ranks: Optional[str], include_last_step: bool,
+                    fmt: str, **options: Any) -> None:
+            wanted = parse_ranks(ranks)
+            traces, errors = load_traces(paths, wanted, include_last_step)
+            for line in errors:
+                click.echo(f"hpcprof: {line}", err=True)
+            if wanted is not None and traces and not wanted <= {t.rank for t in traces}:
+                missing = sorted(wanted - {t.rank for t in traces})
+                errors.append(f"ranks not found: {missing}")
+                click.echo(f"hpcprof: ranks not found: {missing}", err=True)
+            if traces:
+                emit(func(traces, **options), fmt, title=name)
+            if errors or not traces:
+                raise UserError(f"{len(errors)} trace file(s) or rank(s) could not be analysed"
+                                if traces else "no trace could be analysed")
+
+        return command
+
+    return decorate
 
 
 @click.group("trace")
 def trace() -> None:
-    """HTA's analyses of torch.profiler (Kineto) traces, one file per rank."""
+    """HTA's analyses of torch.profiler (Kineto) traces, one file per rank.
+
+    PATH is a trace file (.json or .json.gz) or a folder of them. The rank of a file is
+    distributedInfo.rank, else the number in 'rank<N>' of its name. All ranks are analysed
+    unless --ranks is given.
+    """
+
+
+@trace_command("temporal", "Idle, compute and non-compute GPU time per rank.")
+def temporal(traces: list[RankTrace]) -> pd.DataFrame:
+    return analyses.temporal_breakdown(traces)
+
+
+@trace_command("overlap", "Percentage of communication time overlapped by computation, per rank.")
+def overlap(traces: list[RankTrace]) -> pd.DataFrame:
+    return analyses.comm_comp_overlap(traces)
+
+
+@trace_command("idle", "GPU idle time per rank and stream: host wait, kernel wait, other.")
+@click.option("--streams", help="Streams to analyse, e.g. 7,20 (default: all).")
+@click.option("--consecutive-kernel-delay", type=float, default=30, show_default=True,
+              help="Gaps shorter than this (µs) count as kernel wait.")
+@click.option("--stats", is_flag=True, help="Show statistics of the idle intervals instead.")
+def idle(traces: list[RankTrace], streams: Optional[str], consecutive_kernel_delay: float,
+         stats: bool) -> pd.DataFrame:
+    analysis = analyses.idle_interval_stats if stats else analyses.idle_time_breakdown
+    chosen = sorted(parse_ranks(streams, "--streams")) if streams else None
+    return analysis(traces, chosen, consecutive_kernel_delay)
+
+
+@trace_command("launch", "CPU launch time, GPU time and launch delay per correlation id.")
+@click.option("--runtime-cutoff", type=float, default=50, show_default=True,
+              help="CPU launch calls longer than this (µs) are runtime outliers.")
+@click.option("--launch-delay-cutoff", type=float, default=100, show_default=True,
+              help="Launch delays longer than this (µs) are outliers.")
+@click.option("--no-memory-events", is_flag=True,
+              help="Leave out cudaMemcpyAsync / cudaMemsetAsync.")
+def launch(traces: list[RankTrace], runtime_cutoff: float, launch_delay_cutoff: float,
+           no_memory_events: bool) -> pd.DataFrame:
+    return analyses.kernel_launch_stats(traces, runtime_cutoff, launch_delay_cutoff,
+                                        not no_memory_events)
+
+
+@trace_command("kernels", "Time per GPU kernel and per kernel type (COMM / COMP / MEM).")
+@click.option("--types", "by_type", is_flag=True,
+              help="Show time per kernel type and type overlap instead of per kernel.")
+@click.option("--per-rank", is_flag=True, help="With --types: one breakdown per rank.")
+@click.option("--num-kernels", type=int, default=10, show_default=True,
+              help="Kernels shown per type and rank; the rest are 'others'.")
+@click.option("--duration-ratio", type=float, default=0.8, show_default=True,
+              help="Kernels past this quantile of cumulative time are 'others'.")
+@click.option("--no-memory", is_flag=True, help="Leave out MEMORY kernels (memcpy/memset).")
+def kernels(traces: list[RankTrace], by_type: bool, per_rank: bool, num_kernels: int,
+            duration_ratio: float, no_memory: bool) -> pd.DataFrame:
+    if by_type:
+        return analyses.kernel_type_breakdown(traces, not no_memory, per_rank)
+    return analyses.kernel_breakdown(traces, num_kernels, duration_ratio, not no_memory)

@@ -1,0 +1,224 @@
+"""`hpcprof nsys stats` against the gold CSVs of the real `nsys stats` (byte for byte)."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from hpcprof.analysis.nsys.db import Export, pid_of, process_of, tid_of
+from hpcprof.analysis.nsys.stats import (
+    REPORTS,
+    MissingData,
+    clean_api_name,
+    run_report,
+    sqlite_round1,
+    sqlite_round1_exact,
+    write_csv,
+)
+from hpcprof.cli import main
+
+NSYS = "nsys"
+OLD_GOLD = "gold_nsys_stats_2022.4.2"
+FIXTURES = ["fuser_report1_nsys2024.6.2", "fuser_report1_nsys2025.1.1", "nsysai_h100_2gpu_1s",
+            "nsysai_mfu_2gpu_after", "nsysai_mfu_2gpu_before", "nsysai_mock"]
+OLD_REPORTS = ["cudaapisum", "gpukernsum", "gpumemsizesum", "gpumemtimesum", "gpusum", "kernexecsum",
+               "nvtxppsum", "nvtxsum"]
+NEW_REPORTS = ["cuda_api_sum", "cuda_gpu_kern_sum", "cuda_gpu_mem_size_sum", "cuda_gpu_mem_time_sum", "nvtx_sum",
+               "osrt_sum"]
+# nsysai_mock has no NVTX: nsys 2022.4 skipped its nvtx reports, so there is no gold file
+OLD_PAIRS = [(f, r) for f in FIXTURES for r in OLD_REPORTS if not (f == "nsysai_mock" and r.startswith("nvtx"))]
+NEW_PAIRS = [(rank, r) for rank in ("rank0", "rank1") for r in NEW_REPORTS]
+
+
+def gold_text(path: Path) -> str:
+    if path.with_name(path.name + ".gz").exists():
+        with gzip.open(path.with_name(path.name + ".gz"), "rt", newline="") as fh:
+            return fh.read()
+    return path.read_text()
+
+
+def report_csv(db: Path, report: str) -> str:
+    with Export(db) as export:
+        buf = io.StringIO()
+        write_csv(run_report(export, report), buf)
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize(("fixture", "report"), OLD_PAIRS, ids=[f"{f}-{r}" for f, r in OLD_PAIRS])
+def test_old_layout_matches_nsys_2022_4_gold(fixtures_dir: Path, fixture: str, report: str) -> None:
+    nsys = fixtures_dir / NSYS
+    expected = gold_text(nsys / OLD_GOLD / f"{fixture}_{report}.csv")
+    assert report_csv(nsys / f"{fixture}.sqlite", report) == expected
+
+
+@pytest.mark.parametrize(("rank", "report"), NEW_PAIRS, ids=[f"{k}-{r}" for k, r in NEW_PAIRS])
+def test_new_layout_matches_nsys_2025_3_gold(fixtures_dir: Path, rank: str, report: str) -> None:
+    run = fixtures_dir / NSYS / "h200_seqpar_bf16"
+    assert report_csv(run / f"{rank}.sqlite", report) == (run / f"{rank}_{report}.csv").read_text()
+
+
+# Outputs of the real nsys 2022.4.2 (`nsys stats --format csv`) on fixtures for which the shared
+# gold set has no file; small enough to keep here.
+MOCK_GPUTRACE = """\
+Start (ns),Duration (ns),CorrId,GrdX,GrdY,GrdZ,BlkX,BlkY,BlkZ,Reg/Trd,StcSMem (MB),DymSMem (MB),Bytes (MB),\
+Throughput (MBps),SrcMemKd,DstMemKd,Device,Ctx,Strm,Name
+1517727052,1440,143,1,1,1,128,1,1,16,0.000,0.000,None,,None,None,NVIDIA GeForce RTX 3080 (0),1,7,"void at::native::\
+vectorized_elementwise_kernel<(int)4, at::native::FillFunctor<float>, std::array<char *, (unsigned long)1>>(int, T2, T3)"
+1535979030,2689,159,1,1,1,16,1,1,28,0.000,0.000,None,,None,None,NVIDIA GeForce RTX 3080 (0),1,7,"void at::native::\
+reduce_kernel<(int)512, (int)1, at::native::ReduceOp<float, at::native::func_wrapper_t<float, at::native::sum_functor\
+<float, float, float>::operator ()(at::TensorIterator &)::[lambda(float, float) (instance 1)]>, unsigned int, float, \
+(int)4>>(T3)"
+1540178479,1632,171,None,None,None,None,None,None,None,None,None,0.000,2.451,Device,Pinned,NVIDIA GeForce RTX 3080 (0),\
+1,7,[CUDA memcpy DtoH]
+"""
+H200_RANK0_OSRTSUM = """\
+Time (%),Total Time (ns),Num Calls,Avg (ns),Med (ns),Min (ns),Max (ns),StdDev (ns),Name
+100.0,100110903,1,100110903.0,100110903.0,100110903,100110903,0.0,pthread_cond_timedwait
+"""
+H200_RANK0_GPUTRACE_MD5 = "fb6f799d25955a7ee44fd965aa7bfb07"   # 30 rows: kernels + memsets
+
+
+def test_gputrace_and_osrtsum_match_nsys_2022_4(fixtures_dir: Path) -> None:
+    nsys = fixtures_dir / NSYS
+    assert report_csv(nsys / "nsysai_mock.sqlite", "gputrace") == MOCK_GPUTRACE
+    assert report_csv(nsys / "h200_seqpar_bf16" / "rank0.sqlite", "osrtsum") == H200_RANK0_OSRTSUM
+    trace = report_csv(nsys / "h200_seqpar_bf16" / "rank0.sqlite", "gputrace")
+    assert hashlib.md5(trace.encode()).hexdigest() == H200_RANK0_GPUTRACE_MD5
+
+
+@pytest.mark.parametrize("fixture", FIXTURES)
+def test_kern_sum_equals_the_kernel_rows_of_gpusum(fixtures_dir: Path, fixture: str) -> None:
+    """Today's cuda_gpu_kern_sum groups by name only: the CUDA_KERNEL rows of nsys 2022.4's gpusum
+    (analysis_formats.md §2.1), Time % recomputed over kernels."""
+    nsys = fixtures_dir / NSYS
+    gold = pd.read_csv(nsys / OLD_GOLD / f"{fixture}_gpusum.csv", keep_default_na=False)
+    gold = gold[gold["Category"] == "CUDA_KERNEL"].drop(columns=["Category", "Time (%)"])
+    with Export(nsys / f"{fixture}.sqlite") as export:
+        ours = run_report(export, "cuda_gpu_kern_sum")
+    ours = ours.rename(columns={"Name": "Operation"}).drop(columns="Time (%)")
+    key = ["Operation"]
+    merged = gold.merge(ours, on=key, suffixes=("_gold", ""), validate="one_to_one")
+    assert len(merged) == len(gold) == len(ours)
+    for col in ["Total Time (ns)", "Instances", "Avg (ns)", "Med (ns)", "Min (ns)", "Max (ns)", "StdDev (ns)"]:
+        np.testing.assert_allclose(merged[col].astype(float), merged[f"{col}_gold"].astype(float), atol=0.051)
+    totals = ours["Total Time (ns)"].to_numpy()
+    assert (np.diff(totals) <= 0).all()
+
+
+@pytest.mark.parametrize("report", sorted(REPORTS))
+def test_every_report_runs_on_every_fixture_with_sane_totals(fixtures_dir: Path, report: str) -> None:
+    """Invariants where no gold exists: Time % sums to ~100, rows sorted by total, counts positive."""
+    files = sorted((fixtures_dir / NSYS).glob("*.sqlite")) + sorted((fixtures_dir / NSYS / "h200_seqpar_bf16").glob("*.sqlite"))
+    ran = 0
+    for db in files:
+        with Export(db) as export:
+            try:
+                df = run_report(export, report)
+            except MissingData:
+                continue
+        ran += 1
+        assert len(df.columns) == len(df.attrs["formats"])
+        if "Time (%)" in df and len(df):
+            assert abs(df["Time (%)"].sum() - 100.0) <= 0.05 * len(df) + 0.1
+            assert (np.diff(df["Total Time (ns)"].to_numpy(np.int64)) <= 0).all()
+        if "Start (ns)" in df:
+            assert (np.diff(df["Start (ns)"].to_numpy(np.int64)) >= 0).all()
+    assert ran > 0
+
+
+def test_new_layout_labels_and_names(fixtures_dir: Path) -> None:
+    nsys = fixtures_dir / NSYS
+    with Export(nsys / "nsysai_mfu_2gpu_before.sqlite") as export:
+        mem = run_report(export, "cuda_gpu_mem_time_sum")
+        old = run_report(export, "gpumemtimesum")
+        gb = run_report(export, "cuda_gpu_kern_gb_sum")
+        gk = run_report(export, "gpukernsum")
+        startend = run_report(export, "nvtx_startend_sum")
+        pushpop = run_report(export, "nvtx_pushpop_sum")
+        both = run_report(export, "nvtx_sum")
+    assert set(mem["Operation"]) == {"[CUDA memcpy Device-to-Device]", "[CUDA memcpy Host-to-Device]", "[CUDA memset]"}
+    assert mem["Total Time (ns)"].tolist() == old["Total Time (ns)"].tolist()
+    assert sorted(gb["Total Time (ns)"]) == sorted(gk["Total Time (ns)"])
+    assert all(":" in name for name in pushpop["Range"])          # `domain:range`, empty default domain
+    assert pushpop["Instances"].sum() + startend["Instances"].sum() == both["Instances"].sum()
+
+
+def test_sqlite_rounding_of_both_nsys_generations() -> None:
+    x = np.array([9735.55, 0.25, 0.15, 2.5e-2, 1234.75, 0.0, np.nan])
+    # SQLite 3.36 (nsys 2022.4): long-double printf with a 3e-16 fudge; newer: 16 significant digits
+    np.testing.assert_array_equal(sqlite_round1(x), [9735.6, 0.3, 0.2, 0.0, 1234.8, 0.0, np.nan])
+    np.testing.assert_array_equal(sqlite_round1_exact(x), [9735.5, 0.3, 0.2, 0.0, 1234.8, 0.0, np.nan])
+
+
+def test_api_name_cleanup() -> None:
+    names = np.array(["cudaLaunchKernel_v7000", "cudaStreamIsCapturing_v10000", "cuLaunchKernelEx", "_v1234", None],
+                     dtype=object)
+    assert clean_api_name(names).tolist() == ["cudaLaunchKernel", "cudaStreamIsCapturing_v10000", "cuLaunchKernelEx",
+                                              "", None]
+
+
+def test_export_metadata_ids_and_read_only(fixtures_dir: Path) -> None:
+    db = fixtures_dir / NSYS / "h200_seqpar_bf16" / "rank0.sqlite"
+    before = hashlib.md5(db.read_bytes()).hexdigest()
+    with Export(db) as export:
+        assert export.version == "2025.3.2.0"
+        assert export.schema_version == (3, 20, 3)
+        assert not export.has("CUPTI_ACTIVITY_KIND_MEMCPY") and export.has("OSRT_API")
+        gtid = 281503078549131           # an NVTX thread of this file
+        assert int(pid_of(np.array([gtid]))[0]) == 1675
+        assert int(process_of(np.array([gtid]))[0]) == gtid & ~0xFFFFFF
+        assert int(tid_of(np.array([gtid]))[0]) == gtid & 0xFFFFFF
+    assert hashlib.md5(db.read_bytes()).hexdigest() == before
+    assert not db.with_name(db.name + "-journal").exists() and not db.with_name(db.name + "-wal").exists()
+
+
+def test_nvtx_names_from_text_and_textid(fixtures_dir: Path) -> None:
+    """nsysai_mfu_2gpu_before mixes inline `text` (18,656 ranges) and `textId` (NCCL ranges; the
+    time-sliced file has no domain-create rows, so no `NCCL:` prefix)."""
+    with Export(fixtures_dir / NSYS / "nsysai_mfu_2gpu_before.sqlite") as export:
+        df = run_report(export, "nvtxppsum")
+    ranges = set(df["Range"])
+    assert {"ncclSend", "ncclRecv", "ncclGroupStart"} <= ranges
+    assert any(r.startswith("aten::") for r in ranges)
+
+
+def test_cli_csv_is_byte_identical_and_output_prefix(fixtures_dir: Path, tmp_path: Path) -> None:
+    nsys = fixtures_dir / NSYS
+    runner = CliRunner()
+    res = runner.invoke(main, ["nsys", "stats", str(nsys / "nsysai_mock.sqlite"), "--report", "gpukernsum",
+                               "--format", "csv"])
+    assert res.exit_code == 0, res.output
+    assert res.stdout == (nsys / OLD_GOLD / "nsysai_mock_gpukernsum.csv").read_text()
+    prefix = tmp_path / "out" / "h200"
+    run = nsys / "h200_seqpar_bf16"
+    res = runner.invoke(main, ["nsys", "stats", str(run / "rank1.sqlite"), "-r", "cuda_gpu_kern_sum,cuda_api_sum",
+                               "--format", "csv", "--output", str(prefix)])
+    assert res.exit_code == 0, res.output
+    for report in ("cuda_gpu_kern_sum", "cuda_api_sum"):
+        assert Path(f"{prefix}_{report}.csv").read_text() == (run / f"rank1_{report}.csv").read_text()
+
+
+@pytest.mark.parametrize("fmt", ["json", "table"])
+def test_cli_json_and_table(fixtures_dir: Path, fmt: str) -> None:
+    res = CliRunner().invoke(main, ["nsys", "stats", str(fixtures_dir / NSYS / "nsysai_mock.sqlite"),
+                                    "-r", "cuda_gpu_kern_sum", "--format", fmt])
+    assert res.exit_code == 0, res.output
+    if fmt == "json":
+        rows = pd.read_json(io.StringIO(res.stdout))
+        assert rows["Total Time (ns)"].tolist() == [2689, 1440]
+    else:
+        assert "reduce_kernel" in res.stdout and "2689" in res.stdout
+
+
+def test_cli_rejects_unknown_report(fixtures_dir: Path) -> None:
+    res = CliRunner().invoke(main, ["nsys", "stats", str(fixtures_dir / NSYS / "nsysai_mock.sqlite"),
+                                    "-r", "gpukernsum,nope"])
+    assert res.exit_code == 2
+    assert "nope" in res.output
