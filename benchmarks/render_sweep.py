@@ -3,8 +3,9 @@
     python benchmarks/render_sweep.py [--site polaris] [--points 1000] [--profile]
 
 The experiment is a `command` workload profiled with nsys on Polaris, swept over a 10 x 10 x 10
-cartesian product (nodes x precision-like argv x walltime), so every point is validated and
-rendered in full by `hpcprof.campaign.plan`, exactly as `hpcprof submit` does.
+cartesian product (nodes x walltime x argv), so every point is validated and rendered in full
+by `hpcprof.campaign.plan`, exactly as `hpcprof submit` does; then `write_run` writes each run
+directory to a temporary workdir (removed afterwards).
 """
 
 from __future__ import annotations
@@ -25,14 +26,15 @@ from hpcprof.render.job import write_run
 
 
 def experiment(points: int) -> dict:
-    """An experiment whose sweep has `points` points (a cube of three keys, trimmed)."""
-    side = max(1, round(points ** (1 / 3)))
-    while side ** 3 < points:
-        side += 1
+    """An experiment whose sweep has exactly `points` points: a cartesian product of nodes (10),
+    walltime (10) and argv, where `points` allows, otherwise fewer keys."""
+    nodes = 10 if points % 10 == 0 else 1
+    walltimes = 10 if points % (10 * nodes) == 0 else 1
+    argvs = points // (nodes * walltimes)
     sweep = {
-        "resources.nodes": list(range(1, side + 1)),
-        "workload.argv": [["python", "app.py", "--seq", str(1024 * (i + 1))] for i in range(side)],
-        "resources.walltime": [f"00:{10 + i:02d}:00" for i in range(side)],
+        "resources.nodes": list(range(1, nodes + 1)),
+        "resources.walltime": [f"00:{10 + i:02d}:00" for i in range(walltimes)],
+        "workload.argv": [["python", "app.py", "--seq", str(1024 * (i + 1))] for i in range(argvs)],
     }
     return {
         "name": "render-sweep",
@@ -64,7 +66,6 @@ def main() -> None:
         planned = plan(exp_file, site, [], workdir)
         if profiler:
             profiler.disable()
-        planned.runs = planned.runs[:args.points]
         rendered = time.perf_counter()
         for run in planned.runs:
             run.run_dir.parent.mkdir(parents=True, exist_ok=True)

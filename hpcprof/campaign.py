@@ -11,7 +11,8 @@ from hpcprof.config.site import SiteConfig
 from hpcprof.render.job import RenderedRun, render_point, template_dirs, write_run
 from hpcprof.rundir import RunDir, new_run_id
 from hpcprof.schedulers import get_scheduler
-from hpcprof.schedulers.base import JobState
+from hpcprof.errors import UserError
+from hpcprof.schedulers.base import UNKNOWN, JobState
 from hpcprof.schedulers.local import LocalScheduler
 from hpcprof.store import Store
 
@@ -39,7 +40,7 @@ def plan(experiment_file: Path, site: SiteConfig, overrides: list[str], workdir:
     for point in points:
         run_id = sweep_id if len(points) == 1 else f"{sweep_id}-p{point.index:03d}"
         run_dir = (workdir / name / run_id).resolve()
-        runs.append(render_point(point, site, run_dir, run_id, dirs))
+        runs.append(render_point(point, site, run_dir, run_id, dirs, submit_dir=Path.cwd()))
     return Plan(sweep_id, name, site, points[0].experiment.sweep, runs)
 
 
@@ -72,14 +73,17 @@ def submit(run: RunDir, site: SiteConfig, store: Store, foreground: bool = False
 
 
 def current_state(run: RunDir) -> JobState:
-    """The run's state: its own status file first, then its scheduler."""
+    """The run's state: its own status file first, then its scheduler (if its client is here)."""
     sub = run.submission
     if not sub:
         return JobState("NOT_SUBMITTED")
-    if sub["job_id"].startswith("local-fg-"):
+    if run.done or sub["job_id"].startswith("local-fg-"):
         return run.state(None)
-    scheduler = get_scheduler(sub["scheduler"])
-    return run.state(scheduler.state(sub["job_id"], run.path))
+    try:
+        view = get_scheduler(sub["scheduler"]).state(sub["job_id"], run.path)
+    except UserError as exc:  # e.g. a run copied off the cluster: no qstat/sacct here
+        view = JobState(UNKNOWN, None, exc.format_message())
+    return run.state(view)
 
 
 def refresh(run: RunDir, store: Store) -> JobState:

@@ -112,18 +112,19 @@ def test_ncu_rep_without_ncu(fixtures_dir: Path, tmp_path: Path) -> None:
 
 def test_ncu_rep_through_ncu(fixtures_dir: Path, tmp_path: Path) -> None:
     """Details and raw pages are exported; the raw page fills SM, which 2022 details lack."""
-    exe = fake_ncu(tmp_path, fixtures_dir)
-    result = run(str(fixtures_dir / REP), "--ncu", str(exe), "--format", "csv", "--metric", "gpu__time_duration.sum")
+    exe, rep = fake_ncu(tmp_path, fixtures_dir), fixtures_dir / REP
+    result = run(str(rep), "--ncu", str(exe), "--format", "csv", "--metric", "gpu__time_duration.sum")
     assert result.exit_code == 0, result.output
-    rep = fixtures_dir / REP
     assert (tmp_path / "ncu_calls.txt").read_text().splitlines() == [
         f"--import {rep} --csv --page details", f"--import {rep} --csv --page raw"]
     df = pd.read_csv(io.StringIO(result.stdout))
     assert df["SM"].tolist() == [84, 84]
     assert df["Compute throughput"].tolist() == [17.56, 66.27]          # details win over raw
     assert df["gpu__time_duration.sum [ns]"].tolist() == [459456, 8974464]
-    on_path = run(str(rep), "--format", "csv", env={"PATH": f"{exe.parent}{os.pathsep}{os.environ['PATH']}"})
-    assert on_path.exit_code == 0 and on_path.stdout == run(str(rep), "--ncu", str(exe), "--format", "csv").stdout
+    path = f"{exe.parent}{os.pathsep}{os.environ['PATH']}"
+    on_path = run(str(rep), "--format", "csv", env={"PATH": path})
+    assert on_path.exit_code == 0
+    assert on_path.stdout == run(str(rep), "--ncu", str(exe), "--format", "csv").stdout
 
 
 def test_ncu_rep_ncu_fails(fixtures_dir: Path, tmp_path: Path) -> None:

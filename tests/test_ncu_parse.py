@@ -234,3 +234,12 @@ def test_bad_raw_and_summary_input(fixtures_dir: Path, tmp_path: Path) -> None:
         load(tmp_path / "binary.csv")
     with pytest.raises(NcuInputError, match="no such file"):
         load(tmp_path / "missing.csv")
+
+
+def test_program_output_and_ncu_lines_around_the_csv(fixtures_dir: Path) -> None:
+    details = (fixtures_dir / GOLD / "indexspaces_74de19f_details.csv").read_text()
+    expected = read_ncu_csv(details)
+    live = ("==PROF== Connected to process 69163\nstep 1 loss 0.5\n" + details
+            + "==WARNING== Found outstanding GPU clock reset, trying to revert...Success.\n")
+    pd.testing.assert_frame_equal(read_ncu_csv(live), expected)
+    pd.testing.assert_frame_equal(read_ncu_csv(details.replace("\n", "\r\n")), expected)

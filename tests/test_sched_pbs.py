@@ -76,8 +76,8 @@ def test_torque_wrapper_recorded(fixture: str, cancelled: bool, expected: JobSta
 ])
 def test_real_torque_exit_status(exit_status: str, state: str, exit_code: int) -> None:
     """Real Torque adds `exit_status` (Adaptive docs: -11 walltime, -10 memory, 271 qdel)."""
-    text = (DATA / "torque_wrapper_completed.txt").read_text().replace(
-        "\tResource_List.ncpus = 1\n", f"\tResource_List.ncpus = 1\n\texit_status = {exit_status}\n")
+    recorded = (DATA / "torque_wrapper_completed.txt").read_text()
+    text = recorded.replace("\tegroup", f"\texit_status = {exit_status}\n\tegroup")
     result = parse_qstat_full(text)
     assert (result.state, result.exit_code) == (state, exit_code)
 
@@ -108,7 +108,8 @@ def final(scheduler: PbsScheduler, job_id: str, run_dir: Path) -> JobState:
 
 
 @pytest.mark.torque
-def test_qsub_completed(torque_cluster: str, tmp_path: Path) -> None:
+@pytest.mark.usefixtures("torque_cluster")
+def test_qsub_completed(tmp_path: Path) -> None:
     scheduler, job_id = submit(tmp_path, 'echo "PBS_JOBID=$PBS_JOBID"; echo to-stderr >&2')
     state = final(scheduler, job_id, tmp_path)
     assert state.state == COMPLETED and state.exit_code is None  # the wrappers give no exit code
@@ -119,7 +120,8 @@ def test_qsub_completed(torque_cluster: str, tmp_path: Path) -> None:
 
 
 @pytest.mark.torque
-def test_qsub_exit_3(torque_cluster: str, tmp_path: Path) -> None:
+@pytest.mark.usefixtures("torque_cluster")
+def test_qsub_exit_3(tmp_path: Path) -> None:
     scheduler, job_id = submit(tmp_path, "bash -c 'exit 3'")
     state = final(scheduler, job_id, tmp_path)
     assert state.terminal
@@ -127,7 +129,8 @@ def test_qsub_exit_3(torque_cluster: str, tmp_path: Path) -> None:
 
 
 @pytest.mark.torque
-def test_qdel_running_job(torque_cluster: str, tmp_path: Path) -> None:
+@pytest.mark.usefixtures("torque_cluster")
+def test_qdel_running_job(tmp_path: Path) -> None:
     scheduler, job_id = submit(tmp_path, "sleep 300")
     poll(lambda: scheduler.state(job_id, tmp_path), lambda s: s.state == RUNNING, 60)
     scheduler.cancel(job_id, tmp_path)
@@ -138,7 +141,8 @@ def test_qdel_running_job(torque_cluster: str, tmp_path: Path) -> None:
 
 
 @pytest.mark.torque
-def test_unknown_job_is_left_to_the_run_dir(torque_cluster: str, tmp_path: Path) -> None:
+@pytest.mark.usefixtures("torque_cluster")
+def test_unknown_job_is_left_to_the_run_dir(tmp_path: Path) -> None:
     scheduler = PbsScheduler()
     state = scheduler.state("99999999", tmp_path)
     assert state.state == UNKNOWN and "rc 153" in state.reason

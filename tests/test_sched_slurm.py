@@ -1,5 +1,6 @@
 """SlurmScheduler: parsing of sbatch/sacct/scontrol output, and submit/state/cancel on the real
-local Slurm (accounting_storage/none + jobcomp/filetxt, as tools/slurm-local.sh sets it up)."""
+local Slurm (tools/slurm-local.sh: accounting off + jobcomp file by default, where state() falls
+back to scontrol / sacct -c; the same tests pass with ACCT=dbd, where sacct answers first)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from hpcprof.schedulers.base import (
 from hpcprof.schedulers.slurm import (
     SlurmScheduler, exit_code_of, parse_sacct, parse_sbatch, parse_scontrol, to_job_state,
 )
-from tests.slurm_cluster import poll, slurm_cluster, write_job  # noqa: F401  (fixture)
+from tests.slurm_cluster import poll, slurm_cluster, write_job  # noqa: F401 (fixture)
 
 # Recorded on the local Slurm 22.05.8 (a job that exited 3, then one cancelled while running).
 SCONTROL_FAILED = (
@@ -28,11 +29,19 @@ SCONTROL_CANCELLED_MULTILINE = """JobId=4 JobName=wrap
    JobState=CANCELLED Reason=None Dependency=(null)
    Requeue=1 Restarts=0 BatchFlag=1 Reboot=0 ExitCode=0:15
 """
-# slurmdbd-style sacct -P output: the job line, then its steps.
-SACCT_WITH_STEPS = """7|CANCELLED by 0|0:15
-7.batch|CANCELLED|0:15
-7.extern|COMPLETED|0:0
-7.0|CANCELLED|0:15
+# `sacct -P -n -o JobID,State,ExitCode` with slurmdbd (ACCT=dbd), recorded on the local Slurm:
+# completed, exit 3, cancelled while running, time limit. Job lines, then steps.
+SACCT_DBD = """29|COMPLETED|0:0
+29.batch|COMPLETED|0:0
+29.0|COMPLETED|0:0
+30|FAILED|3:0
+30.batch|FAILED|3:0
+30.0|FAILED|3:0
+31|CANCELLED by 0|0:0
+31.batch|CANCELLED|0:15
+31.0|CANCELLED|0:15
+32|TIMEOUT|0:0
+32.batch|CANCELLED|0:15
 """
 
 
@@ -69,11 +78,39 @@ def test_exit_code_of(text: str, code: int | None) -> None:
 def test_to_job_state(slurm: str, exit_text: str, expected: JobState) -> None:
     assert to_job_state(slurm, exit_text) == expected
 
+# `sacct -c -P -n -o JobID,State,ExitCode` (jobcomp/filetxt, no accounting storage), recorded:
+# no steps, and TIMEOUT / CANCELLED logged with 0:0 (scontrol has 0:15).
+SACCT_JOBCOMP = """4|CANCELLED|0:0
+3|TIMEOUT|0:0
+6|COMPLETED|0:0
+7|FAILED|3:0
+"""
 
-def test_parse_sacct_takes_the_job_line_not_steps() -> None:
-    assert parse_sacct(SACCT_WITH_STEPS, "7") == JobState(CANCELLED, 143, "CANCELLED by 0")
-    assert parse_sacct(SACCT_WITH_STEPS, "70") is None
-    assert parse_sacct("", "7") is None
+
+@pytest.mark.parametrize(("job_id", "expected"), [
+    ("3", JobState(TIMEOUT, 0, "TIMEOUT")),
+    ("4", JobState(CANCELLED, 0, "CANCELLED")),
+    ("6", JobState(COMPLETED, 0, "COMPLETED")),
+    ("7", JobState(FAILED, 3, "FAILED")),
+])
+def test_parse_sacct_jobcomp_recorded(job_id: str, expected: JobState) -> None:
+    assert parse_sacct(SACCT_JOBCOMP, job_id) == expected
+
+
+@pytest.mark.parametrize(("job_id", "expected"), [
+    ("29", JobState(COMPLETED, 0, "COMPLETED")),
+    ("30", JobState(FAILED, 3, "FAILED")),
+    ("31", JobState(CANCELLED, 143, "CANCELLED by 0")),  # signal from the batch step
+    ("32", JobState(TIMEOUT, 143, "TIMEOUT")),
+])
+def test_parse_sacct_dbd_recorded(job_id: str, expected: JobState) -> None:
+    assert parse_sacct(SACCT_DBD, job_id) == expected
+
+
+def test_parse_sacct_no_job_line() -> None:
+    assert parse_sacct(SACCT_DBD, "3") is None
+    assert parse_sacct("29.batch|COMPLETED|0:0\n", "29") is None
+    assert parse_sacct("", "29") is None
 
 
 def test_parse_scontrol_recorded() -> None:
@@ -113,7 +150,8 @@ def final(scheduler: SlurmScheduler, job_id: str, run_dir: Path, timeout: float 
 
 
 @pytest.mark.slurm
-def test_completed_two_ranks(slurm_cluster: str, tmp_path: Path) -> None:
+@pytest.mark.usefixtures("slurm_cluster")
+def test_completed_two_ranks(tmp_path: Path) -> None:
     scheduler, job_id = submit(
         tmp_path, "srun bash -c 'echo rank=$SLURM_PROCID of $SLURM_NTASKS'",
         "#SBATCH -N 1", "#SBATCH --ntasks-per-node=2", "#SBATCH -t 2")
@@ -126,22 +164,24 @@ def test_completed_two_ranks(slurm_cluster: str, tmp_path: Path) -> None:
 
 
 @pytest.mark.slurm
-def test_rank_exit_3_is_failed_3(slurm_cluster: str, tmp_path: Path) -> None:
+@pytest.mark.usefixtures("slurm_cluster")
+def test_rank_exit_3_is_failed_3(tmp_path: Path) -> None:
     scheduler, job_id = submit(
         tmp_path, "srun bash -c 'exit $(( SLURM_PROCID == 1 ? 3 : 0 ))'",
         "#SBATCH -N 1", "#SBATCH --ntasks-per-node=2", "#SBATCH -t 2")
     state = final(scheduler, job_id, tmp_path)
     assert (state.state, state.exit_code) == (FAILED, 3)
     assert status(tmp_path)["exit_code"] == "3"
-    # accounting is off here: the answer came from scontrol; the jobcomp file agrees
-    sacct_c = subprocess.run(["sacct", "-c", "-P", "-n", "-j", job_id, "-o", "JobID,State,ExitCode"],
-                             capture_output=True, text=True, check=True).stdout
+    # the job-completion file (the fallback once scontrol has forgotten the job) agrees
+    argv = ["sacct", "-c", "-P", "-n", "-j", job_id, "-o", "JobID,State,ExitCode"]
+    sacct_c = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
     assert parse_sacct(sacct_c, job_id) == JobState(FAILED, 3, "FAILED")
 
 
 @pytest.mark.slurm
-def test_cancel_running_job(slurm_cluster: str, tmp_path: Path) -> None:
-    scheduler, job_id = submit(tmp_path, "srun sleep 300", "#SBATCH -t 5")
+@pytest.mark.usefixtures("slurm_cluster")
+def test_cancel_running_job(tmp_path: Path) -> None:
+    scheduler, job_id = submit(tmp_path, "srun sleep 300", "#SBATCH -t 2")
     poll(lambda: status(tmp_path), lambda s: "start" in s, 60)
     assert scheduler.state(job_id, tmp_path).state == RUNNING
     scheduler.cancel(job_id, tmp_path)
@@ -152,7 +192,8 @@ def test_cancel_running_job(slurm_cluster: str, tmp_path: Path) -> None:
 
 
 @pytest.mark.slurm
-def test_time_limit_is_timeout(slurm_cluster: str, tmp_path: Path) -> None:
+@pytest.mark.usefixtures("slurm_cluster")
+def test_time_limit_is_timeout(tmp_path: Path) -> None:
     """`-t 1`: Slurm kills the job at its next limit check (76-120 s here)."""
     scheduler, job_id = submit(tmp_path, "sleep 600", "#SBATCH -t 1")
     state = final(scheduler, job_id, tmp_path, timeout=240)
@@ -162,14 +203,16 @@ def test_time_limit_is_timeout(slurm_cluster: str, tmp_path: Path) -> None:
 
 
 @pytest.mark.slurm
-def test_unknown_job(slurm_cluster: str, tmp_path: Path) -> None:
+@pytest.mark.usefixtures("slurm_cluster")
+def test_unknown_job(tmp_path: Path) -> None:
     scheduler = SlurmScheduler()
     assert scheduler.state("99999999", tmp_path).state == UNKNOWN
     scheduler.cancel("99999999", tmp_path)  # no error
 
 
 @pytest.mark.slurm
-def test_sbatch_rejection_is_a_user_error(slurm_cluster: str, tmp_path: Path) -> None:
+@pytest.mark.usefixtures("slurm_cluster")
+def test_sbatch_rejection_is_a_user_error(tmp_path: Path) -> None:
     script = write_job(tmp_path, ["#SBATCH --partition=no_such_partition"], "true")
     with pytest.raises(UserError, match="sbatch rejected"):
         SlurmScheduler().submit(script, tmp_path)

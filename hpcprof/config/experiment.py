@@ -16,7 +16,9 @@ import yaml
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from hpcprof.config.profile import ProfileConfig
-from hpcprof.config.site import SiteConfig, Strict, check_env, check_walltime, walltime_seconds
+from hpcprof.config.site import (
+    SiteConfig, Strict, check_directive, check_env, check_walltime, walltime_seconds,
+)
 from hpcprof.config.validation import load_yaml, validate
 from hpcprof.errors import UserError
 from hpcprof.workloads import workload_args_model
@@ -53,6 +55,8 @@ class Resources(Strict):
     constraint: str | None = None
 
     _walltime = field_validator("walltime")(classmethod(lambda cls, v: check_walltime(v)))
+    _directive = field_validator("queue", "partition", "account", "filesystems", "constraint")(
+        classmethod(lambda cls, v: check_directive(v)))
 
 
 class Experiment(Strict):

@@ -19,6 +19,13 @@ from hpcprof.resources import site_config_dir
 
 WALLTIME = re.compile(r"^(\d+:)?\d{1,2}:\d{2}(:\d{2})?$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: Names bash expands or runs on its own (BASH_ENV is expanded and sourced by every
+#: non-interactive bash, e.g. the rank wrapper) or that the job script itself uses.
+RESERVED_ENV = frozenset({"BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS", "IFS", "PS4",
+                          "PROMPT_COMMAND", "RUN_DIR"})
+#: A value inside a #PBS/#SBATCH line (queue, account, ...), and a whole extra option line.
+DIRECTIVE_VALUE = re.compile(r"[A-Za-z0-9_.:@+&|,=/\-]+")
+DIRECTIVE_OPTION = re.compile(r"-[A-Za-z0-9_.:@+&|,=/\- ]*")
 
 
 class Strict(BaseModel):
@@ -44,11 +51,30 @@ def walltime_seconds(value: str) -> int:
 
 
 def check_env(env: dict[str, str]) -> dict[str, str]:
-    """Environment variable names must be shell identifiers."""
+    """Environment variable names must be shell identifiers, and not ones bash acts on."""
     for name in env:
         if not ENV_NAME.fullmatch(name):
             raise ValueError(f"environment variable name {name!r} is not a valid identifier")
+        if name in RESERVED_ENV:
+            raise ValueError(f"environment variable {name} is reserved (bash or the job script "
+                             f"uses it); not allowed: {', '.join(sorted(RESERVED_ENV))}")
     return env
+
+
+def check_directive(value: str | None) -> str | None:
+    """A value that goes into a #PBS/#SBATCH line; None passes."""
+    if value is not None and not DIRECTIVE_VALUE.fullmatch(value):
+        raise ValueError("goes into a batch directive: use letters, digits and _.:@+&|,=/- only")
+    return value
+
+
+def check_options(values: list[str]) -> list[str]:
+    """Extra #PBS/#SBATCH option lines: each starts with '-', no quotes or line breaks."""
+    for value in values:
+        if not DIRECTIVE_OPTION.fullmatch(value):
+            raise ValueError(f"{value!r} is not a batch option: start with '-', then letters, "
+                             "digits, spaces and _.:@+&|,=/- only (e.g. '-r y')")
+    return values
 
 
 class Launcher(Strict):
@@ -107,6 +133,8 @@ class Defaults(Strict):
     max_walltime: str | None = None
 
     _walltime = field_validator("walltime", "max_walltime")(classmethod(lambda cls, v: check_walltime(v)))
+    _directive = field_validator("queue", "partition", "account", "filesystems", "constraint")(
+        classmethod(lambda cls, v: check_directive(v)))
 
 
 class ToolPaths(Strict):
@@ -137,6 +165,8 @@ class SiteConfig(Strict):
     pbs_options: list[str] = []         # extra #PBS lines, e.g. "-r y"
 
     _env = field_validator("env")(classmethod(lambda cls, v: check_env(v)))
+    _select = field_validator("pbs_select")(classmethod(lambda cls, v: check_directive(v)))
+    _options = field_validator("sbatch_options", "pbs_options")(classmethod(lambda cls, v: check_options(v)))
 
 
 def shipped_site_dir() -> Path:

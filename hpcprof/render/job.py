@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import sys
+import traceback
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,12 +35,13 @@ def shipped_template_dir() -> Path:
 
 
 def template_dirs(site: SiteConfig, user_dir: Path | None) -> tuple[Path, ...]:
-    """Template search path: --templates DIR, then the site's directory, then the shipped ones."""
+    """Template search path: --templates DIR, then the site's directory, then the shipped ones
+    (absolute, so that the cached Jinja environment never serves another directory's files)."""
     dirs = [d for d in (user_dir, Path(site.templates).expanduser() if site.templates else None) if d]
     for d in dirs:
         if not d.is_dir():
             raise UserError(f"templates directory {d}: not found (make one with `hpcprof templates copy DIR`)")
-    return (*dirs, shipped_template_dir())
+    return (*(d.resolve() for d in dirs), shipped_template_dir())
 
 
 @functools.lru_cache(maxsize=8)
@@ -68,9 +70,23 @@ def resolve_python(site: SiteConfig) -> str:
     return sys.executable if site.paths.python == "auto" else site.paths.python
 
 
+def render_template(env: jinja2.Environment, name: str, context: dict[str, Any]) -> str:
+    """Render template `name`; any template error becomes one line naming the file and line
+    (for errors raised while rendering, the innermost template frame of the traceback)."""
+    try:
+        return env.get_template(name).render(context)
+    except jinja2.TemplateSyntaxError as exc:
+        raise UserError(f"template {exc.filename or exc.name or name}:{exc.lineno}: {exc.message}") from None
+    except jinja2.TemplateError as exc:
+        frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename.endswith(".j2")]
+        where = f"{frames[-1].filename}:{frames[-1].lineno}" if frames else name
+        raise UserError(f"template {where}: {exc.message}") from None
+
+
 def render_point(point: Point, site: SiteConfig, run_dir: Path, run_id: str,
-                 dirs: tuple[Path, ...]) -> RenderedRun:
-    """Render the job script and rank wrapper of one sweep point."""
+                 dirs: tuple[Path, ...], submit_dir: Path | None = None) -> RenderedRun:
+    """Render the job script and rank wrapper of one sweep point. Ranks start in `submit_dir`
+    (default: the run directory), so relative paths in a command's argv work as typed."""
     exp = point.experiment
     res = exp.resources
     scheduler = get_scheduler(site.scheduler)
@@ -88,6 +104,7 @@ def render_point(point: Point, site: SiteConfig, run_dir: Path, run_id: str,
         "experiment": exp.name,
         "site": site,
         "run_dir": str(run_dir),
+        "submit_dir": str(submit_dir or run_dir),
         "env": {**site.env, **exp.env},
         "nodes": res.nodes,
         "ranks_per_node": point.ranks_per_node,
@@ -112,13 +129,8 @@ def render_point(point: Point, site: SiteConfig, run_dir: Path, run_id: str,
         "torch_gzip": "1" if profile.torch.gzip else "0",
     }
     env = jinja_env(dirs)
-    try:
-        job = env.get_template(scheduler.template).render(context)
-        wrapper = env.get_template(WRAPPER_TEMPLATE).render(context)
-    except jinja2.TemplateError as exc:
-        where = getattr(exc, "filename", None) or getattr(exc, "name", "") or "template"
-        line = getattr(exc, "lineno", None)
-        raise UserError(f"template {where}{f':{line}' if line else ''}: {exc.message}") from None
+    job = render_template(env, scheduler.template, context)
+    wrapper = render_template(env, WRAPPER_TEMPLATE, context)
     config = {
         "run_id": run_id,
         "experiment": json.loads(exp.model_dump_json()),

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import re
 import shlex
 from typing import Any, Iterable
 
+from hpcprof.config.site import DIRECTIVE_OPTION, DIRECTIVE_VALUE
 from hpcprof.errors import UserError
-
-DIRECTIVE_SAFE = re.compile(r"^[A-Za-z0-9_.:@+&|,=/\-]+$")
 
 
 class Raw(str):
@@ -30,10 +28,12 @@ def quote_join(values: Iterable[Any]) -> str:
     return " ".join(quote(v) for v in values)
 
 
-def directive(value: Any, field: str = "value") -> str:
-    """A value for a #PBS/#SBATCH line: no quoting there, so only a safe charset is allowed."""
+def directive(value: Any, field: str = "value", option: bool = False) -> str:
+    """A value (or with `option`, a whole `-x value` option) for a #PBS/#SBATCH line: no quoting
+    there, so only a safe charset is allowed. The config models check their fields the same way;
+    this is the backstop for what they do not see (the workdir, edited templates)."""
     text = str(value)
-    if not DIRECTIVE_SAFE.fullmatch(text):
+    if not (DIRECTIVE_OPTION if option else DIRECTIVE_VALUE).fullmatch(text):
         raise UserError(f"field '{field}': {text!r} cannot go into a batch directive; use letters, "
-                        "digits and _.:@+&|,=/- only")
+                        f"digits{', spaces' if option else ''} and _.:@+&|,=/- only")
     return text

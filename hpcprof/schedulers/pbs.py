@@ -40,7 +40,7 @@ PBS_LETTERS: dict[str, str] = {
     **dict.fromkeys("REBSU", RUNNING),  # running, exiting, array begun, suspended
 }
 
-#: PBS Pro negative Exit_status (JOB_EXEC_*) with a state of their own; other negatives: FAILED.
+#: PBS Pro negative Exit_status (JOB_EXEC_*) by name and state; other negatives: FAILED.
 PBSPRO_CODES: dict[int, tuple[str, str]] = {
     -29: (TIMEOUT, "JOB_EXEC_KILL_WALLTIME"), -28: (TIMEOUT, "JOB_EXEC_KILL_CPUT"),
     -27: (OUT_OF_MEMORY, "JOB_EXEC_KILL_MEM"), -26: (OUT_OF_MEMORY, "JOB_EXEC_KILL_VMEM"),
@@ -50,7 +50,7 @@ PBSPRO_CODES: dict[int, tuple[str, str]] = {
     -2: (FAILED, "JOB_EXEC_FAIL2"), -3: (FAILED, "JOB_EXEC_RETRY"),
 }
 
-#: Torque's negative exit_status codes with a state of their own; other negatives: FAILED.
+#: Torque negative exit_status codes by name and state; other negatives: FAILED.
 TORQUE_CODES: dict[int, tuple[str, str]] = {
     -11: (TIMEOUT, "JOB_EXEC_OVERLIMIT_WT"), -12: (TIMEOUT, "JOB_EXEC_OVERLIMIT_CPUT"),
     -10: (OUT_OF_MEMORY, "JOB_EXEC_OVERLIMIT_MEM"),

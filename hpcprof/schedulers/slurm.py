@@ -64,12 +64,17 @@ def to_job_state(slurm_state: str, slurm_exit: str = "", reason: str = "") -> Jo
 
 
 def parse_sacct(stdout: str, job_id: str) -> JobState | None:
-    """The job's own line (not its steps) in `sacct -P -n -o JobID,State,ExitCode`, or None."""
-    for line in stdout.splitlines():
-        fields = line.split("|")
-        if len(fields) >= 3 and fields[0] == job_id:
-            return to_job_state(fields[1], fields[2])
-    return None
+    """The job's own line in `sacct -P -n -o JobID,State,ExitCode`, or None. slurmdbd logs a
+    TIMEOUT or `CANCELLED by 0` job line with 0:0; the signal is then taken from its batch step."""
+    rows = {fields[0]: fields for fields in (line.split("|") for line in stdout.splitlines())
+            if len(fields) >= 3}
+    if job_id not in rows:
+        return None
+    state = to_job_state(rows[job_id][1], rows[job_id][2])
+    batch = rows.get(f"{job_id}.batch")
+    if batch and state.terminal and state.state != COMPLETED and not state.exit_code:
+        return JobState(state.state, exit_code_of(batch[2]) or state.exit_code, state.reason)
+    return state
 
 
 def parse_scontrol(stdout: str) -> JobState | None:
@@ -89,7 +94,7 @@ class SlurmScheduler(Scheduler):
     template = "slurm.sh.j2"
 
     def submit(self, script: Path, run_dir: Path) -> str:
-        """`sbatch --parsable --chdir RUN_DIR SCRIPT`: the job (and relative #SBATCH -o) run there."""
+        """`sbatch --parsable --chdir RUN_DIR SCRIPT`: the job (and relative -o paths) run there."""
         argv = ["sbatch", "--parsable", f"--chdir={run_dir.resolve()}", str(script.resolve())]
         proc = run_command(argv, "slurm")
         if proc.returncode != 0:
@@ -100,12 +105,13 @@ class SlurmScheduler(Scheduler):
             raise UserError(str(exc)) from exc
 
     def state(self, job_id: str, run_dir: Path) -> JobState:
-        """sacct first; scontrol when sacct is off, lagging or silent; then the jobcomp file."""
+        """sacct first; scontrol when sacct is off, lagging, silent or has no signal yet (an
+        ended job line can precede its batch step); then the jobcomp file."""
         acct = self._sacct(job_id, completion_file=False)
-        if acct is not None and acct.terminal:
+        if acct is not None and acct.terminal and (acct.state == COMPLETED or acct.exit_code):
             return acct
         live = self._scontrol(job_id)
-        if live is not None:
+        if live is not None and (live.terminal or acct is None or not acct.terminal):
             return live
         if acct is not None:
             return acct

@@ -286,7 +286,9 @@ def train(args: DdpArgs, module: ModuleType, ctx: bootstrap.Dist) -> dict[str, A
     rows = []
     for row in timer.finish():
         epoch, step = divmod(row["iteration"], steps)
-        rows.append({"rank": ctx.rank, **row, "epoch": epoch, "step": step, "counted": epoch >= args.warmup_epochs})
+        counted = epoch >= args.warmup_epochs
+        in_window = row["iteration"] == window.iteration
+        rows.append({"rank": ctx.rank, **row, "epoch": epoch, "step": step, "counted": counted, "window": in_window})
     gathered = bootstrap.gather_objects({"rows": rows, "info": bootstrap.rank_info(ctx)})
     all_rows = [row for part in gathered for row in part["rows"]]
     params = sum(p.numel() for p in model.parameters())
@@ -305,7 +307,8 @@ def train(args: DdpArgs, module: ModuleType, ctx: bootstrap.Dist) -> dict[str, A
             "total_epochs": total_epochs,
             "total_iterations": total_epochs * steps,
         },
-        "phases": timing.phase_stats([r for r in all_rows if r["counted"]], PHASES),
+        # Counted epochs without the window step, whose time holds the profiler's start and stop.
+        "phases": timing.phase_stats([r for r in all_rows if r["counted"] and not r["window"]], PHASES),
         "steps": all_rows,
     }
 

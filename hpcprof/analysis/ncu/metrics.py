@@ -101,6 +101,8 @@ def _table(long: pd.DataFrame, metrics: Sequence[str]) -> tuple[pd.DataFrame, di
     kernels = long.drop_duplicates("ID").sort_values("ID")
     out = pd.DataFrame({"ID": kernels["ID"].to_numpy(),
                         "Kernel Name": kernels["Kernel Name"].map(function_name).to_numpy()})
+    wanted = {m for sources in ECHO_SOURCES.values() for _, m in sources}
+    long = long[long["Metric Name"].isin(wanted | {metric_key(s)[1] for s in metrics})]
     units: dict[str, set[str]] = {}
     for col, sources in ECHO_SOURCES.items():
         out[col] = _column(long, out["ID"], sources)[0]
@@ -143,7 +145,7 @@ def metrics_table(files: Sequence[Path], metrics: Sequence[str] = (), ncu: str |
     the file name) and a `file` column come first. A requested metric found in no file is an error.
     """
     for spec in metrics:
-        metric_key(spec)
+        metric_key(spec)                    # a bad spec fails before any file is read
     tables, errors = [], []
     units: dict[str, set[str]] = {s: set() for s in metrics}
     for path in files:

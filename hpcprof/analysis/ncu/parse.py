@@ -67,8 +67,8 @@ def to_base_unit(value: float, unit: str) -> tuple[float, str]:
     return value, f"{num}/{den}" if den else num
 
 
-def _records(text: str, source: str) -> tuple[list[str], list[list[str]], int]:
-    """Header, data rows and the header's line number of the ncu CSV inside `text`."""
+def _records(text: str, source: str) -> tuple[list[str], list[list[str]]]:
+    """Header and data rows of the ncu CSV inside `text` (`==PROF==`-style lines skipped)."""
     if not text.strip():
         raise NcuInputError(f"{source}: empty file")
     lines = text.splitlines(keepends=True)
@@ -85,61 +85,68 @@ def _records(text: str, source: str) -> tuple[list[str], list[list[str]], int]:
             continue
         if not text.endswith(("\n", "\r")):
             raise NcuInputError(f"{source}: truncated (the last line is incomplete)")
-        rows = [r for r in csv.reader(io.StringIO("".join(lines[i + 1:]))) if r]
+        body = "".join(line for line in lines[i + 1:] if not line.startswith("=="))
+        rows = [r for r in csv.reader(io.StringIO(body)) if r]
         if not rows:
             raise NcuInputError(f"{source}: no kernel results after the header")
-        return header, rows, i + 1
+        return header, rows
     raise NcuInputError(f"{source}: not ncu --csv output (no header line with \"ID\" and "
                         "\"Kernel Name\")")
 
 
-def _details(header: list[str], rows: list[list[str]], source: str, line0: int) -> pd.DataFrame:
+def _kernel_ids(ids: pd.Series, source: str) -> pd.Series:
+    """Kernel IDs as integers; NcuInputError on anything else."""
+    numbers = pd.to_numeric(ids, errors="coerce")
+    if numbers.isna().any():
+        raise NcuInputError(f"{source}: non-numeric kernel ID {ids[numbers.isna()].iloc[0]!r}")
+    return numbers.astype("int64")
+
+
+def _details(header: list[str], rows: list[list[str]], source: str) -> pd.DataFrame:
     """Long table of a details page; rule rows (no metric name) are dropped."""
     idx = [header.index(c) for c in LONG_COLUMNS]
     need = max(idx) + 1
     out = []
     for n, row in enumerate(rows):
         if len(row) < need or len(row) > len(header):
-            raise NcuInputError(f"{source}: malformed or truncated row after line {line0 + n} "
+            raise NcuInputError(f"{source}: malformed or truncated row {n + 1} after the header "
                                 f"({len(row)} fields, header has {len(header)})")
         rec = [row[i] for i in idx]
         if rec[3]:
             out.append(rec)
-    return pd.DataFrame(out, columns=LONG_COLUMNS)
+    df = pd.DataFrame(out, columns=LONG_COLUMNS)
+    return df.assign(ID=_kernel_ids(df["ID"], source))
 
 
-def _raw(header: list[str], rows: list[list[str]], source: str, line0: int) -> pd.DataFrame:
+def _raw(header: list[str], rows: list[list[str]], source: str) -> pd.DataFrame:
     """Long table of a raw page (one row per kernel, one column per metric, units row first)."""
-    if any(len(r) != len(header) for r in rows):
-        n = next(i for i, r in enumerate(rows) if len(r) != len(header))
-        raise NcuInputError(f"{source}: malformed or truncated row after line {line0 + n} "
-                            f"({len(rows[n])} fields, header has {len(header)})")
+    for n, row in enumerate(rows):
+        if len(row) != len(header):
+            raise NcuInputError(f"{source}: malformed or truncated row {n + 1} after the header "
+                                f"({len(row)} fields, header has {len(header)})")
     if rows[0][0] != "":
         raise NcuInputError(f"{source}: raw page without its units row")
-    units, data = rows[0], rows[1:]
-    if not data:
+    if len(rows) == 1:
         raise NcuInputError(f"{source}: no kernel results after the header")
-    metrics = [i for i, name in enumerate(header) if "__" in name]
-    id_col, name_col = header.index("ID"), header.index("Kernel Name")
-    out = [[row[id_col], row[name_col], "", header[i], units[i], row[i]]
-           for row in data for i in metrics]
-    return pd.DataFrame(out, columns=LONG_COLUMNS)
+    wide = pd.DataFrame(rows[1:], columns=header)
+    wide["ID"] = _kernel_ids(wide["ID"], source)
+    metrics = [name for name in header if "__" in name]
+    long = wide.melt(id_vars=["ID", "Kernel Name"], value_vars=metrics,
+                     var_name="Metric Name", value_name="Metric Value")
+    long.insert(2, "Section Name", "")
+    long.insert(4, "Metric Unit", long["Metric Name"].map(dict(zip(header, rows[0]))))
+    return long
 
 
 def read_ncu_csv(text: str, source: str = "<csv>") -> pd.DataFrame:
     """Long metric table of one `ncu --csv` export (details or raw page) given as text."""
-    header, rows, line0 = _records(text, source)
+    header, rows = _records(text, source)
     if set(LONG_COLUMNS) <= set(header):
-        df = _details(header, rows, source, line0)
-    elif any("__" in c for c in header):
-        df = _raw(header, rows, source, line0)
-    else:
-        raise NcuInputError(f"{source}: ncu CSV of an unsupported page "
-                            "(export with --page details or --page raw)")
-    ids = pd.to_numeric(df["ID"], errors="coerce")
-    if ids.isna().any():
-        raise NcuInputError(f"{source}: non-numeric kernel ID {df['ID'][ids.isna()].iloc[0]!r}")
-    return df.assign(ID=ids.astype("int64"))
+        return _details(header, rows, source)
+    if any("__" in c for c in header):
+        return _raw(header, rows, source)
+    raise NcuInputError(f"{source}: ncu CSV of an unsupported page "
+                        "(export with --page details or --page raw)")
 
 
 def find_ncu(path: str | None = None) -> str | None:

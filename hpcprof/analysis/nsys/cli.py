@@ -12,7 +12,7 @@ import pandas as pd
 
 from hpcprof.analysis.nsys import distributed as dist
 from hpcprof.analysis.nsys.db import Export, NsysInputError
-from hpcprof.analysis.nsys.stats import REPORTS, MissingData, run_report, write_csv
+from hpcprof.analysis.nsys.stats import REPORTS, MissingData, run_reports, write_csv
 from hpcprof.errors import UserError
 from hpcprof.output import FORMATS, emit
 
@@ -36,7 +36,7 @@ def open_exports(paths: list[Path], stack: ExitStack) -> tuple[list[Export], int
     for path in paths:
         try:
             export = stack.enter_context(Export(path))
-            export.check_gpu_activity()
+            export.check_usable()
         except NsysInputError as exc:
             _fail(path, str(exc))
             failures += 1
@@ -95,14 +95,12 @@ def stats_cmd(files: tuple[Path, ...], reports: str, fmt: str, prefix: str | Non
     with ExitStack() as stack:
         exports, failures = open_exports(list(files), stack)
         for export in exports:
-            for name in names:
-                try:
-                    df = run_report(export, name)
-                except MissingData as exc:
-                    _fail(export.path, f"{name} skipped: {exc}")
+            for name, df in zip(names, run_reports(export, names)):
+                if isinstance(df, MissingData):
+                    _fail(export.path, f"{name} skipped: {df}")
                     continue
-                except NsysInputError as exc:
-                    _fail(export.path, str(exc))
+                if isinstance(df, NsysInputError):
+                    _fail(export.path, str(df))
                     failures += 1
                     break
                 if prefix is not None:

@@ -63,7 +63,7 @@ def collect_nsys(ctx: CollectContext) -> dict[str, pd.DataFrame]:
         for path, rank in sorted(files.items(), key=lambda item: (item[1], str(item[0]))):
             try:
                 export = stack.enter_context(Export(path))
-                export.check_gpu_activity()
+                export.check_usable()
             except NsysInputError as exc:
                 ctx.log(f"nsys: skipped: {exc}")
                 continue

@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import threading
 import urllib.parse
 from functools import cached_property
 from pathlib import Path
+from typing import Iterator
 
+import adbc_driver_sqlite.dbapi as adbc_dbapi
 import numpy as np
+import pyarrow as pa
 import pandas as pd
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
@@ -33,6 +37,7 @@ NVTX_STARTEND = (60, 71)      # NvtxStartEndRange, NVTX-t variant
 NVTX_DOMAIN_CREATE = 75
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
+BATCH_ROWS = 1 << 16          # rows per Arrow batch read from SQLite
 
 
 class NsysInputError(Exception):
@@ -71,15 +76,40 @@ def _check_sqlite_file(path: Path) -> None:
         raise NsysInputError(f"{path}: truncated SQLite file ({size} of {pages * page_size} bytes)")
 
 
+class TextCodes:
+    """Integer codes for the strings of Arrow text columns, shared across batches (NUL = NULL)."""
+
+    def __init__(self) -> None:
+        self._codes: dict[str, int] = {}
+
+    def encode(self, column: pa.Array) -> np.ndarray:
+        """Code of each value of `column` (dictionary-encoded in C; only distinct values touch Python)."""
+        encoded = column.cast(pa.string()).dictionary_encode()
+        local = np.array([self._codes.setdefault(v, len(self._codes)) for v in encoded.dictionary.to_pylist()],
+                         dtype=np.int64)
+        return local[encoded.indices.to_numpy()] if len(local) else np.empty(0, dtype=np.int64)
+
+    def values(self) -> np.ndarray:
+        """The distinct values in code order (None for NULL)."""
+        values = np.array(list(self._codes) + [None], dtype=object)[:-1]
+        values[values == "\x00"] = None
+        return values
+
+
 class Export:
     """One nsys SQLite export, opened read-only, with the tables it actually has."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         _check_sqlite_file(self.path)
-        uri = "file:" + urllib.parse.quote(str(self.path.resolve())) + "?mode=ro&immutable=1"
-        self.engine: Engine = sa.create_engine(f"sqlite:///{uri}&uri=true", poolclass=sa.pool.StaticPool)
+        self._uri = "file:" + urllib.parse.quote(str(self.path.resolve())) + "?mode=ro&immutable=1"
+        self.engine: Engine = sa.create_engine(
+            "sqlite://", poolclass=sa.pool.StaticPool,
+            creator=lambda: sqlite3.connect(self._uri, uri=True, check_same_thread=False))
         self._meta = sa.MetaData()
+        self._lock = threading.RLock()          # the SQLAlchemy connection is shared by report threads
+        self._local = threading.local()         # one ADBC connection per thread
+        self._arrow_conns: list[adbc_dbapi.Connection] = []
         try:
             self._conn = self.engine.connect()
             self.table_names: set[str] = set(sa.inspect(self._conn).get_table_names())
@@ -89,7 +119,9 @@ class Export:
         self._dbapi: sqlite3.Connection = self._conn.connection.driver_connection  # type: ignore[assignment]
 
     def close(self) -> None:
-        """Release the connection."""
+        """Release the connections."""
+        while self._arrow_conns:
+            self._arrow_conns.pop().close()
         if getattr(self, "_conn", None) is not None:
             self._conn.close()
             self._conn = None
@@ -109,12 +141,13 @@ class Export:
 
     def table(self, name: str) -> sa.Table:
         """The reflected table `name` (reflected on first use)."""
-        if name not in self._meta.tables:
-            try:
-                sa.Table(name, self._meta, autoload_with=self._conn)
-            except sa.exc.DBAPIError as exc:
-                raise NsysInputError(f"{self.path}: cannot read table {name} ({exc.orig})") from None
-        return self._meta.tables[name]
+        with self._lock:
+            if name not in self._meta.tables:
+                try:
+                    sa.Table(name, self._meta, autoload_with=self._conn)
+                except sa.exc.DBAPIError as exc:
+                    raise NsysInputError(f"{self.path}: cannot read table {name} ({exc.orig})") from None
+            return self._meta.tables[name]
 
     def columns(self, name: str) -> set[str]:
         """Column names of `name` (empty when the table is missing)."""
@@ -145,8 +178,10 @@ class Export:
             return False
         return bool(self.rows(sa.select(sa.literal(1)).select_from(self.table(table)).limit(1)))
 
-    def check_gpu_activity(self) -> None:
-        """Raise NsysInputError when the export has no kernel, memcpy or memset rows."""
+    def check_usable(self) -> None:
+        """Raise NsysInputError when the export has no StringIds table or no kernel, memcpy or memset rows."""
+        if not self.has(STRINGS):
+            raise NsysInputError(f"{self.path}: the StringIds table is missing, names cannot be resolved")
         if not any(self.has_rows(t) for t in GPU_TABLES):
             raise NsysInputError(f"{self.path}: no GPU activity (no CUDA kernels, memcpys or memsets "
                                  "in the export; was the run traced with -t cuda?)")
@@ -157,43 +192,49 @@ class Export:
         """Run a Core select on the driver cursor; all rows as tuples."""
         sql = stmt.compile(self.engine, compile_kwargs={"literal_binds": True})
         try:
-            return self._dbapi.execute(str(sql)).fetchall()
+            with self._lock:
+                return self._dbapi.execute(str(sql)).fetchall()
         except sqlite3.DatabaseError as exc:
             raise NsysInputError(f"{self.path}: SQLite error ({exc})") from None
 
-    def frame(self, stmt: sa.Select) -> pd.DataFrame:
-        """Run a Core select; a DataFrame with one numpy column per selected column.
-
-        Integer columns without NULLs become int64, others keep Python objects
-        (strings, NULL-able values)."""
-        names = [c.name for c in stmt.selected_columns]
-        rows = self.rows(stmt)
-        if not rows:
-            return pd.DataFrame({n: np.empty(0, dtype=np.int64) for n in names})
-        cols = list(zip(*rows))
-        data = {}
-        for name, col in zip(names, cols):
-            arr = np.array(col, dtype=object)
-            try:
-                arr = np.array(col, dtype=np.int64)
-            except (TypeError, ValueError, OverflowError):
-                pass
-            data[name] = arr
-        return pd.DataFrame(data, copy=False)
-
     def ints(self, stmt: sa.Select) -> dict[str, np.ndarray]:
-        """Run a Core select of integer columns; {name: int64 array} (NULL → -1)."""
+        """Run a Core select of integer columns; {name: int64 array} (NULL → -1).
+
+        Rows are read by the ADBC SQLite driver into Arrow record batches (C code, no
+        per-row Python objects), each batch copied into numpy and released."""
         names = [c.name for c in stmt.selected_columns]
-        rows = self.rows(stmt)
-        if not rows:
-            return {n: np.empty(0, dtype=np.int64) for n in names}
+        parts: list[list[np.ndarray]] = [[] for _ in names]
+        for batch in self.batches(stmt):
+            for i in range(len(names)):
+                parts[i].append(batch.column(i).to_numpy().astype(np.int64, copy=False))
+        return {n: np.concatenate(p) if p else np.empty(0, dtype=np.int64) for n, p in zip(names, parts)}
+
+    def batches(self, stmt: sa.Select, text: tuple[int, ...] = ()) -> Iterator[pa.RecordBatch]:
+        """Run a Core select through ADBC; Arrow record batches of up to BATCH_ROWS rows.
+
+        Columns whose positions are in `text` come back as strings with NULL as "\\x00"
+        (see TextCodes); the others must be integers, NULL as -1."""
+        stmt = stmt.with_only_columns(*(
+            sa.func.coalesce(c, sa.func.char(0) if i in text else -1).label(c.name)
+            for i, c in enumerate(stmt.selected_columns)))
+        sql = str(stmt.compile(self.engine, compile_kwargs={"literal_binds": True}))
         try:
-            table = np.array(rows, dtype=np.int64)
-        except TypeError:
-            table = np.array(rows, dtype=object)
-            table[table == None] = -1  # noqa: E711 (elementwise comparison)
-            table = table.astype(np.int64)
-        return {n: table[:, i] for i, n in enumerate(names)}
+            with self._arrow.cursor() as cur:
+                cur.adbc_statement.set_options(**{"adbc.sqlite.query.batch_rows": str(BATCH_ROWS)})
+                cur.execute(sql)
+                yield from cur.fetch_record_batch()
+        except adbc_dbapi.Error as exc:
+            raise NsysInputError(f"{self.path}: SQLite error ({exc})") from None
+
+    @property
+    def _arrow(self) -> adbc_dbapi.Connection:
+        """This thread's columnar (ADBC) read-only connection to the same file."""
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._local.conn = adbc_dbapi.connect(self._uri, autocommit=True)
+            with self._lock:
+                self._arrow_conns.append(conn)
+        return conn
 
     def strings(self, ids: np.ndarray) -> np.ndarray:
         """StringIds.value for each id in `ids` (object array; None for unknown ids)."""

@@ -117,20 +117,20 @@ def load_activity(exports: list[Export], rank_map: dict[str, int] | None = None)
     rank_map = rank_map or {}
     ops_parts, rt_parts = [], []
     taken: set[int] = set()
-    pending: list[tuple[int, pd.DataFrame, pd.DataFrame]] = []
-    for i, export in enumerate(exports):
+    pending: list[tuple[pd.DataFrame, pd.DataFrame]] = []
+    for export in exports:
         ops, rt = _file_ops(export), _file_runtime(export)
         ops["file"] = rt["file"] = str(export.path)
         rank = rank_map.get(str(export.path), rank_map.get(export.path.name, rank_from_name(export.path)))
         if rank is None:
-            pending.append((i, ops, rt))
+            pending.append((ops, rt))
             continue
         ops["rank"], rt["rank"] = rank, rank
         taken.add(rank)
         ops_parts.append(ops)
         rt_parts.append(rt)
     next_rank = 0
-    for _, ops, rt in pending:
+    for ops, rt in pending:
         pids = np.unique(ops["pid"].to_numpy(np.int64)) if len(ops) else np.array([0])
         ranks = {}
         for pid in pids:
@@ -268,10 +268,11 @@ def _overhead(act: Activity) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["file", "pid", "start", "end"])
 
 
-def gaps(act: Activity, threshold_ns: int = 500_000_000) -> pd.DataFrame:
+def gaps(act: Activity, threshold_ns: int = 500_000_000, skip_overhead: bool = True) -> pd.DataFrame:
     """GPU idle gaps longer than `threshold_ns` per process and device (nsys's gpu_gaps rule:
-    no gap before the first or after the last operation; gaps holding profiler overhead are dropped)."""
-    overhead = _overhead(act)
+    no gap before the first or after the last operation; with `skip_overhead`, gaps holding
+    profiler overhead of the process are dropped)."""
+    overhead = _overhead(act) if skip_overhead else pd.DataFrame(columns=["file", "pid", "start", "end"])
     rows = []
     for (rank, file, pid, dev), g in act.ops.groupby(["rank", "file", "pid", "device"], sort=True):
         g = g.sort_values("start", kind="stable")
@@ -306,9 +307,10 @@ def phases(act: Activity) -> pd.DataFrame:
     for path, export in act.exports.items():
         if not export.has(NVTX):
             continue
-        ranges = nvtx_ranges(export, NVTX_PUSHPOP + NVTX_STARTEND, OLD)
+        ranges, names = nvtx_ranges(export, NVTX_PUSHPOP + NVTX_STARTEND, OLD, with_times=True)
         if ranges.empty:
             continue
+        ranges["name"] = names[ranges["name"].to_numpy()]
         ranges = ranges.assign(gpid=process_of(ranges["globalTid"]), pushpop=np.isin(ranges["eventType"], NVTX_PUSHPOP))
         lf = launches[launches["file"] == str(path)]
         for pushpop, key in ((True, "gtid"), (False, "gpid")):
@@ -397,6 +399,6 @@ def slowdown(baseline: Activity, distributed: Activity) -> pd.DataFrame:
     r["slowdown"] = np.where(r["status"] != "matched", np.nan, np.where(ratio > 0, sd, 0.0))
     for c in ("baseline_ns", "duration_ns", "overlap_ns"):
         r[c] = r[c].astype("Int64")
-    r = r.sort_values(["rank", "device", "status", "start", "name", "occurrence"], kind="stable",
-                      na_position="last")
+    r["order"] = r["status"].map({"matched": 0, "distributed only": 1, "baseline only": 2})
+    r = r.sort_values(["rank", "device", "order", "start", "name", "occurrence"], kind="stable", na_position="last")
     return r[cols].reset_index(drop=True)

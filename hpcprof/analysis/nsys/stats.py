@@ -11,8 +11,9 @@ those of nsys 2024-2025 (kernel summary by name only with tie-breaks,
 `[CUDA memcpy Host-to-Device]` labels, `domain:range` NVTX names).
 
 Numbers follow nsys's SQL: Total = Σ(end-start); Avg/Med/StdDev rounded to one
-decimal as SQLite 3.36's round() does (half away from zero on the long double
-value); StdDev is the sample standard deviation (0 for fewer than 2 values);
+decimal as the SQLite inside that nsys rounds (3.36's long-double printf for
+2022.4, the 16-significant-digit decimal rounding of newer SQLite for 2025);
+StdDev is the sample standard deviation (0 for fewer than 2 values);
 Time % = round(100·total/Σtotal, 1); rows sorted by total, descending, ties in
 GROUP BY order (the key order SQLite's sorter leaves them in).
 """
@@ -20,11 +21,14 @@ GROUP BY order (the key order SQLite's sorter leaves them in).
 from __future__ import annotations
 
 import csv
+import os
+from concurrent.futures import ThreadPoolExecutor
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Callable, TextIO
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import sqlalchemy as sa
 
 from hpcprof.analysis.nsys.db import (
@@ -39,6 +43,7 @@ from hpcprof.analysis.nsys.db import (
     RUNTIME,
     Export,
     NsysInputError,
+    TextCodes,
     process_of,
 )
 
@@ -72,7 +77,7 @@ class MissingData(Exception):
 
 
 def sqlite_round1(x: np.ndarray) -> np.ndarray:
-    """round(x, 1) as SQLite 3.36 (nsys 2022.4-2025) computes it; NaN stays NaN.
+    """round(x, 1) as SQLite 3.36 (inside nsys 2022.4) computes it; NaN stays NaN.
 
     SQLite prints the value with `%.1f` in long double after adding 0.05 and a
     3e-16 relative fudge, then parses the text back."""
@@ -104,30 +109,36 @@ class Groups:
     """Sample statistics of `values` per group code (codes 0..n-1 in GROUP BY order)."""
 
     def __init__(self, codes: np.ndarray, values: np.ndarray, ngroups: int) -> None:
-        order = np.lexsort((values, codes))
-        v = values[order]
-        c = codes[order]
-        self.count = np.bincount(c, minlength=ngroups).astype(np.int64)
+        if len(values) and ngroups < 2**22 and values.min() >= 0 and values.max() < 2**41:
+            v = codes.astype(np.int64) << 41           # one int64 sort instead of a lexsort
+            v |= values
+            v.sort()
+            v &= 2**41 - 1                              # groups are contiguous: counts give the bounds
+        else:
+            v = values[np.lexsort((values, codes))]
+        self.count = np.bincount(codes, minlength=ngroups).astype(np.int64)
         starts = np.concatenate(([0], np.cumsum(self.count)[:-1]))
         nonempty = self.count > 0
         s = starts[nonempty]
-        ends = s + self.count[nonempty]
+        n = self.count[nonempty]
         self.total = np.zeros(ngroups, dtype=np.int64)
         self.min = np.zeros(ngroups, dtype=np.int64)
         self.max = np.zeros(ngroups, dtype=np.int64)
         self.med = np.full(ngroups, np.nan)
         self.std = np.zeros(ngroups)
-        if len(v):
-            self.total[nonempty] = np.add.reduceat(v, s)
-            self.min[nonempty] = v[s]
-            self.max[nonempty] = v[ends - 1]
-            n = self.count[nonempty]
-            self.med[nonempty] = (v[s + (n - 1) // 2].astype(np.float64) + v[s + n // 2]) / 2.0
         with np.errstate(invalid="ignore", divide="ignore"):
+            if len(v):
+                self.total[nonempty] = np.add.reduceat(v, s)
+                self.min[nonempty] = v[s]
+                self.max[nonempty] = v[s + n - 1]
+                self.med[nonempty] = (v[s + (n - 1) // 2].astype(np.float64) + v[s + n // 2]) / 2.0
             self.avg = self.total / self.count
             if len(v):
-                dev = v - np.repeat(self.avg[nonempty], self.count[nonempty])
-                ss = np.add.reduceat(dev * dev, s)
+                dev = v.astype(np.float64)
+                del v
+                dev -= np.repeat(self.avg[nonempty], n)
+                dev *= dev
+                ss = np.add.reduceat(dev, s)
                 self.std[nonempty] = np.where(n > 1, np.sqrt(ss / np.maximum(n - 1, 1)), 0.0)
 
     def ratio(self, layout: str) -> np.ndarray:
@@ -154,8 +165,8 @@ def group_codes(*keys: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
                                    sort=True, use_na_sentinel=True)
         has_null = (codes < 0).any()
         codes = codes + 1 if has_null else codes
-        uniq = np.asarray(uniq, dtype=object)
-        uniques.append(np.concatenate(([None], uniq)) if has_null else uniq)
+        uniq = np.asarray(uniq, dtype=object if key.dtype == object else None)
+        uniques.append(np.concatenate(([None], uniq.astype(object))) if has_null else uniq)
         sub_codes.append(codes.astype(np.int64))
     if len(keys) == 1:
         return sub_codes[0], uniques
@@ -256,48 +267,88 @@ def mem_kind_labels(export: Export, layout: str) -> dict[int, str]:
     return {int(i): str(label) for i, label in export.rows(sa.select(t.c.id, t.c.label))}
 
 
-def nvtx_ranges(export: Export, event_types: tuple[int, ...], layout: str) -> pd.DataFrame:
-    """NVTX ranges of `event_types`: start, end (unterminated → last NVTX timestamp),
-    duration, eventType, globalTid, and the range name of the layout."""
+def nvtx_ranges(export: Export, event_types: tuple[int, ...], layout: str,
+                with_times: bool = False) -> tuple[pd.DataFrame, np.ndarray]:
+    """NVTX ranges of `event_types` and their distinct names, from one scan of NVTX_EVENTS.
+
+    Returns (ranges, names): ranges has duration (unterminated ranges end at the last
+    NVTX timestamp), eventType, `name` (index into `names`) and, `with_times`, start,
+    end and globalTid. Range text is the StringIds value of textId, else the inline
+    text; with a domain (eventType 75 row of the same process) it becomes
+    `domain:text`. The new layout always writes `domain:text`, with an empty domain
+    for the default one."""
     _need(export, NVTX, "NV Tools Extension (NVTX) data")
     t = export.table(NVTX)
     cols = export.columns(NVTX)
-    text = t.c.text if "text" in cols else sa.null()
-    text_id = t.c.textId if "textId" in cols else sa.null()
-    domain_id = t.c.domainId if "domainId" in cols else sa.literal(0)
-    d = export.frame(sa.select(t.c.start, t.c.end, t.c.eventType, t.c.globalTid, domain_id.label("domainId"),
-                               text.label("text"), text_id.label("textId"))
-                     .where(t.c.eventType.in_(list(event_types) + [NVTX_DOMAIN_CREATE])))
-    maxts = export.rows(sa.select(sa.func.max(t.c.start), sa.func.max(t.c.end)))[0]
-    last = max(v for v in maxts if v is not None) if any(v is not None for v in maxts) else 0
-    text_ids = d["textId"].astype("Int64")
-    resolved = np.full(len(d), None, dtype=object)
-    has = text_ids.notna().to_numpy()
-    if has.any():
-        resolved[has] = export.strings(text_ids[has].to_numpy(np.int64))
-    inline = np.asarray(d["text"], dtype=object)
-    # range text: StringIds value first, inline text second (both nsys layouts)
-    label = np.where(pd.isna(resolved), inline, resolved)
-    is_domain = np.asarray(d["eventType"] == NVTX_DOMAIN_CREATE)
-    pid = process_of(d["globalTid"].to_numpy(np.int64))
-    doms = pd.DataFrame({"domainId": d["domainId"].to_numpy()[is_domain], "pid": pid[is_domain],
-                         "start": d["start"].to_numpy()[is_domain],
-                         "name": (inline if layout == OLD else label)[is_domain]})
-    doms = doms.sort_values("start", kind="stable").drop_duplicates(["domainId", "pid"])
-    r = d.loc[~is_domain].reset_index(drop=True)
-    rl = label[~is_domain]
-    key = pd.MultiIndex.from_arrays([r["domainId"].to_numpy(), pid[~is_domain]])
-    dom_name = doms.set_index(["domainId", "pid"])["name"].reindex(key).to_numpy(dtype=object)
-    if layout == OLD:
-        names = np.where(pd.isna(dom_name), rl, np.array([f"{a}:{b}" for a, b in zip(dom_name, rl)], dtype=object))
+    optional = [(t.c[c] if c in cols else sa.literal(-1)).label(c) for c in ("textId", "domainId")]
+    stmt = sa.select(t.c.start, t.c.end, t.c.eventType, t.c.globalTid, *optional,
+                     (t.c.text if "text" in cols else sa.null()).label("text"))
+    names = ["start", "end", "eventType", "globalTid", "textId", "domainId"]
+    wanted = np.array(event_types + (NVTX_DOMAIN_CREATE,))
+    parts: dict[str, list[np.ndarray]] = {n: [] for n in names + ["text"]}
+    last = 0
+    codes = TextCodes()
+    for batch in export.batches(stmt, text=(6,)):      # the last timestamp is over all events, marks included
+        arrays = {n: batch.column(i).to_numpy().astype(np.int64, copy=False) for i, n in enumerate(names)}
+        last = max(last, int(arrays["start"].max()), int(arrays["end"].max()))
+        keep = np.isin(arrays["eventType"], wanted)
+        for n in names:
+            parts[n].append(arrays[n][keep].astype(NVTX_DTYPES.get(n, np.int64)))
+        parts["text"].append(codes.encode(batch.column(6).filter(pa.array(keep))).astype(np.int32))
+    texts = codes.values()
+    event_type = _concat(parts.pop("eventType"), np.int16)
+    is_domain = event_type == NVTX_DOMAIN_CREATE
+    if not (is_domain.any() or with_times):         # thread and domain ids only matter for domains or times
+        del parts["globalTid"], parts["domainId"]
+    d = {n: _concat(parts.pop(n), NVTX_DTYPES.get(n, np.int64)) for n in list(parts)} | {"eventType": event_type}
+    # label of each distinct (textId, text): the StringIds value first, the inline text second
+    pair, pairs = pd.factorize(d["textId"].astype(np.int64) * (len(texts) + 1) + d["text"])
+    pairs = np.asarray(pairs, dtype=np.int64)
+    uid, utext = pairs // (len(texts) + 1), pairs % (len(texts) + 1)
+    label = texts[utext] if len(texts) else np.full(len(pairs), None, dtype=object)
+    if (uid >= 0).any():
+        resolved = export.strings(uid[uid >= 0])
+        label[uid >= 0] = np.where(pd.isna(resolved), label[uid >= 0], resolved)
+    if is_domain.any():
+        name_code, range_names = _with_domains(d, is_domain, pair, label, texts, layout)
     else:
-        dn = np.where(pd.isna(dom_name), "", dom_name)
-        names = np.array([f"{a}:{'' if b is None or b != b else b}" for a, b in zip(dn, rl)], dtype=object)
-    end = r["end"].astype("Int64").fillna(last).to_numpy(np.int64)
-    start = r["start"].to_numpy(np.int64)
-    return pd.DataFrame({"start": start, "end": end, "duration": end - start,
-                         "eventType": r["eventType"].to_numpy(np.int64),
-                         "globalTid": r["globalTid"].to_numpy(np.int64), "name": names})
+        name_code = pair
+        range_names = label if layout == OLD else np.array([f":{lab or ''}" for lab in label], dtype=object)
+    keep = ~is_domain
+    end = np.where(d["end"][keep] < 0, last, d["end"][keep])
+    out = {"duration": end - d["start"][keep], "eventType": d["eventType"][keep], "name": name_code[keep]}
+    if with_times:
+        out |= {"start": d["start"][keep], "end": end, "globalTid": d["globalTid"][keep]}
+    return pd.DataFrame(out), range_names
+
+
+NVTX_DTYPES = {"eventType": np.int16, "textId": np.int32, "domainId": np.int32, "text": np.int32}
+
+
+def _concat(parts: list[np.ndarray], dtype: type) -> np.ndarray:
+    return np.concatenate(parts) if parts else np.empty(0, dtype=dtype)
+
+
+def _with_domains(d: dict[str, np.ndarray], is_domain: np.ndarray, pair: np.ndarray, label: np.ndarray,
+                  texts: np.ndarray, layout: str) -> tuple[np.ndarray, np.ndarray]:
+    """Range name codes and names `domain:label`, the domain being the first eventType 75
+    row with the range's domainId in the range's process (2022.4 names it by its inline
+    text, newer nsys by its StringIds value or text)."""
+    domain_text = texts[d["text"][is_domain]] if layout == OLD else label[pair[is_domain]]
+    doms = pd.DataFrame({"start": d["start"][is_domain], "domainId": d["domainId"][is_domain],
+                         "pid": process_of(d["globalTid"][is_domain]), "text": domain_text})
+    doms = doms.sort_values("start", kind="stable").drop_duplicates(["domainId", "pid"]).reset_index(drop=True)
+    key = pd.MultiIndex.from_arrays([doms["domainId"].to_numpy(np.int64), doms["pid"].to_numpy(np.int64)])
+    dom_of_row = key.get_indexer(pd.MultiIndex.from_arrays([d["domainId"], process_of(d["globalTid"])]))
+    combo, combos = pd.factorize(dom_of_row * (len(label) + 1) + pair)
+    combos = np.asarray(combos, dtype=np.int64)
+    dom_names = np.concatenate((doms["text"].to_numpy(dtype=object), [None]))[combos // (len(label) + 1)]
+    labels = label[combos % (len(label) + 1)]
+    if layout == OLD:
+        names = [lab if dn is None else f"{dn}:{lab}" for dn, lab in zip(dom_names, labels)]
+    else:
+        names = [f"{dn or ''}:{lab or ''}" for dn, lab in zip(dom_names, labels)]
+    return combo, np.array(names, dtype=object)
 
 
 # ---------------------------------------------------------------------------------------
@@ -435,18 +486,20 @@ def cuda_gpu_sum(export: Export, layout: str = NEW, variant: str = "demangled") 
 
 
 def _nvtx_summary(export: Export, event_types: tuple[int, ...], layout: str, style: bool) -> pd.DataFrame:
-    r = nvtx_ranges(export, event_types, layout)
-    keys = [r["name"].to_numpy(dtype=object)]
+    r, names = nvtx_ranges(export, event_types, layout)
+    name_rank, (sorted_names,) = group_codes(names)          # GROUP BY order of the name text
+    key = name_rank[r["name"].to_numpy()] * 2
     if style:
-        keys.append(np.where(np.isin(r["eventType"], NVTX_PUSHPOP), "PushPop", "StartEnd").astype(object))
-    codes, uniq = group_codes(*keys)
+        key += np.isin(r["eventType"].to_numpy(), NVTX_STARTEND)          # PushPop (0) before StartEnd (1)
+    codes, (ukey,) = group_codes(key)
+    uniq = [ukey // 2, ukey % 2]
     g = Groups(codes, r["duration"].to_numpy(np.int64), len(uniq[0]))
     cols = g.summary("Instances", layout)
     fmts = list(SUMMARY_FMT)
     if style:
-        cols["Style"] = uniq[1]
+        cols["Style"] = np.where(uniq[1] == 1, "StartEnd", "PushPop").astype(object)
         fmts.append("s")
-    cols["Range"] = uniq[0]
+    cols["Range"] = sorted_names[uniq[0].astype(np.int64)]
     return frame(cols, fmts + ["s"], by_total(g.total), null=_null(layout))
 
 
@@ -582,7 +635,7 @@ def cuda_gpu_trace(export: Export, layout: str = NEW, variant: str = "demangled"
     fmts = ["i", "i", "i", "i", "i", "i", "i", "i", "i", "i", "f3", "f3", "f3", "f3", "s", "s", "s", "i"]
     if green:
         gc = f["green"].to_numpy(np.int64).astype(object)
-        gc[f["green"].to_numpy(np.int64) == 0] = None
+        gc[f["green"].to_numpy(np.int64) <= 0] = None
         cols["GreenCtx"] = gc
         fmts.append("i")
     cols["Strm"] = f["strm"]
@@ -654,6 +707,21 @@ def run_report(export: Export, name: str) -> pd.DataFrame:
     if name not in REPORTS:
         raise NsysInputError(f"unknown report {name!r}; known: {', '.join(REPORTS)}")
     return REPORTS[name](export)
+
+
+def run_reports(export: Export, names: list[str], workers: int | None = None) -> list[pd.DataFrame | Exception]:
+    """Reports `names` on `export`, computed concurrently (the column reads and sorts release
+    the GIL); each entry is the DataFrame or the MissingData/NsysInputError it raised."""
+    workers = workers or max(1, min(len(names), os.cpu_count() or 1))
+    with ThreadPoolExecutor(workers) as pool:
+        futures = [pool.submit(run_report, export, name) for name in names]
+    out: list[pd.DataFrame | Exception] = []
+    for future in futures:
+        exc = future.exception()
+        if exc is not None and not isinstance(exc, (MissingData, NsysInputError)):
+            raise exc
+        out.append(exc if exc is not None else future.result())
+    return out
 
 
 def _cells(values: np.ndarray, fmt: str, null: str) -> list[str]:

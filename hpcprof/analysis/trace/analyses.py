@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Optional
 
 import numpy as np
 import pandas as pd
@@ -19,7 +18,8 @@ from hpcprof.analysis.trace.load import RankTrace
 
 COMP, COMM, MEM, OTHER = "COMPUTATION", "COMMUNICATION", "MEMORY", "OTHER"
 IDLE_CATEGORIES = ("host_wait", "kernel_wait", "other")
-KERNEL_CATS = ("kernel", "Kernel", "gpu_memset", "Memset", "gpu_memcpy", "Memcpy", "mtia_ccp_events")
+KERNEL_CATS = ("kernel", "Kernel", "gpu_memset", "Memset", "gpu_memcpy", "Memcpy",
+               "mtia_ccp_events")
 LAUNCH_NAMES = ("cudaLaunchKernel", "cudaLaunchKernelExC",
                 "runFunction - job_prep_and_submit_for_execution")
 MEMORY_LAUNCH_NAMES = ("cudaMemcpyAsync", "cudaMemsetAsync")
@@ -56,7 +56,7 @@ def _merge(ts: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return ts[first], np.maximum.reduceat(end, first)
 
 
-def _busy(gpu: pd.DataFrame, mask: Optional[np.ndarray] = None) -> tuple[np.ndarray, np.ndarray]:
+def _busy(gpu: pd.DataFrame, mask: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     ts, end = gpu["ts"].to_numpy(), gpu["end"].to_numpy()
     return _merge(ts, end) if mask is None else _merge(ts[mask], end[mask])
 
@@ -84,9 +84,9 @@ def temporal_breakdown(traces: Sequence[RankTrace]) -> pd.DataFrame:
     for t in traces:
         starts, ends = _busy(t.gpu)
         kernel_time = ends[-1] - starts[0]
-        idle = kernel_time - (ends.sum() - starts.sum())
+        idle = kernel_time - (ends - starts).sum()
         cs, ce = _busy(t.gpu, _types(t.gpu) == COMP)
-        compute = ce.sum() - cs.sum()
+        compute = (ce - cs).sum()
         rows.append((t.rank, idle, compute, kernel_time - compute - idle, kernel_time))
     df = pd.DataFrame(rows, columns=["rank", "idle_time(us)", "compute_time(us)",
                                      "non_compute_time(us)", "kernel_time(us)"])
@@ -103,13 +103,13 @@ def comm_comp_overlap(traces: Sequence[RankTrace]) -> pd.DataFrame:
         types = _types(t.gpu)
         comm = _busy(t.gpu, types == COMM)
         running, length = _sweep([comm, _busy(t.gpu, types == COMP)])
-        comm_time = comm[1].sum() - comm[0].sum()
+        comm_time = (comm[1] - comm[0]).sum()
         ratio = length[running == 3].sum() / comm_time if comm_time else np.nan
         rows.append((t.rank, round(100 * ratio, 2)))
     return pd.DataFrame(rows, columns=["rank", "comp_comm_overlap_pctg"])
 
 
-def _classify_idle(traces: Sequence[RankTrace], streams: Optional[Sequence[int]],
+def _classify_idle(traces: Sequence[RankTrace], streams: Sequence[int] | None,
                    consecutive_kernel_delay: float) -> pd.DataFrame:
     """One row per kernel/memcpy/memset: rank, stream, idle_interval before it, idle_category."""
     parts = []
@@ -134,7 +134,7 @@ def _classify_idle(traces: Sequence[RankTrace], streams: Optional[Sequence[int]]
     return pd.concat(parts, ignore_index=True)
 
 
-def idle_time_breakdown(traces: Sequence[RankTrace], streams: Optional[Sequence[int]] = None,
+def idle_time_breakdown(traces: Sequence[RankTrace], streams: Sequence[int] | None = None,
                         consecutive_kernel_delay: float = 30) -> pd.DataFrame:
     """GPU idle time per rank and stream split into host_wait / kernel_wait / other (HTA
     `get_idle_time_breakdown`, but for all ranks by default).
@@ -154,7 +154,7 @@ def idle_time_breakdown(traces: Sequence[RankTrace], streams: Optional[Sequence[
     return df[["rank", "stream", "idle_category", "idle_time", "idle_time_ratio"]].round(2)
 
 
-def idle_interval_stats(traces: Sequence[RankTrace], streams: Optional[Sequence[int]] = None,
+def idle_interval_stats(traces: Sequence[RankTrace], streams: Sequence[int] | None = None,
                         consecutive_kernel_delay: float = 30) -> pd.DataFrame:
     """Statistics (pandas `describe`, 2 decimals) of the idle intervals per rank, stream and
     category, as HTA's `show_idle_interval_stats=True`."""
@@ -245,25 +245,44 @@ def kernel_breakdown(traces: Sequence[RankTrace], num_kernels: int = 10,
     their own statistics and "others" has the statistics of all its kernel instances. The sums
     are HTA's in both cases.
     """
-    stats = ["sum", "max", "min", "mean", "std"]
     parts = []
     for t in traces:
-        frame = pd.DataFrame({"name": t.gpu["name"].astype(str), "dur": t.gpu["dur"],
-                              "kernel_type": _types(t.gpu)})
+        codes = t.gpu["name"].cat.codes.to_numpy()
+        names = t.gpu["name"].cat.categories.to_numpy(dtype=object)
+        alphabetical = np.argsort(np.argsort(names.astype(str), kind="stable"))
+        kinds, dur = _types(t.gpu), t.gpu["dur"].to_numpy()
         for kind in _analysed_types(include_memory_kernels):
-            events = frame[frame["kernel_type"] == kind]
-            per_name = events.groupby("name")["dur"].sum().sort_values(
-                ascending=False, kind="stable")
-            if len(per_name) > num_kernels:
-                cumsum = per_name.cumsum()
-                collapse = (cumsum > cumsum.quantile(duration_ratio)).to_numpy()
+            group, d = codes[kinds == kind], dur[kinds == kind]
+            if len(group) == 0:
+                continue
+            ids, stats = _group_stats(group, d)
+            if len(ids) > num_kernels:
+                by_time = np.lexsort((alphabetical[ids], -stats["sum"]))
+                cumsum = np.cumsum(stats["sum"][by_time])
+                collapse = cumsum > np.quantile(cumsum, duration_ratio)
                 collapse[num_kernels:] = True
-                rename = pd.Series(np.where(collapse, "others", per_name.index), per_name.index)
-                events = events.assign(name=events["name"].map(rename))
-            table = events.groupby("name")["dur"].agg(stats).fillna({"std": 0}).reset_index()
-            parts.append(table.assign(kernel_type=kind, rank=t.rank))
+                group = np.where(np.isin(group, ids[by_time][collapse]), -1, group)
+                ids, stats = _group_stats(group, d)
+            label = np.where(ids < 0, "others", names[np.maximum(ids, 0)])
+            parts.append(pd.DataFrame({"name": label, **stats, "kernel_type": kind,
+                                       "rank": t.rank}))
     df = pd.concat(parts, ignore_index=True)
     df = df.sort_values(["kernel_type", "name", "rank"], kind="stable", ignore_index=True)
     return df.rename(columns={"sum": "sum (us)", "max": "max (us)", "min": "min (us)",
                               "std": "stddev", "mean": "mean (us)"})[
         ["name", "sum (us)", "max (us)", "min (us)", "stddev", "mean (us)", "kernel_type", "rank"]]
+
+
+def _group_stats(groups: np.ndarray, dur: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """(group ids, {sum, max, min, mean, std}) of `dur` per group; std is the sample standard
+    deviation (two-pass), 0 for a single value."""
+    order = np.argsort(groups, kind="stable")
+    groups, dur = groups[order], dur[order]
+    first = np.flatnonzero(np.diff(groups, prepend=groups[0] - 1))
+    count = np.diff(np.append(first, len(dur)))
+    total = np.add.reduceat(dur, first)
+    mean = total / count
+    squares = np.add.reduceat((dur - np.repeat(mean, count)) ** 2, first)
+    std = np.where(count > 1, np.sqrt(squares / np.maximum(count - 1, 1)), 0.0)
+    return groups[first], {"sum": total, "max": np.maximum.reduceat(dur, first),
+                           "min": np.minimum.reduceat(dur, first), "mean": mean, "std": std}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import click
 import pandas as pd
@@ -16,18 +16,16 @@ from hpcprof.errors import UserError
 from hpcprof.output import FORMATS, emit
 
 
-def parse_ranks(text: Optional[str], option: str = "--ranks") -> Optional[set[int]]:
-    """'0,2,4-7' -> {0, 2, 4, 5, 6, 7}; None stays None (all)."""
-    if text is None:
-        return None
-    ranks: set[int] = set()
+def parse_int_list(text: str, option: str) -> set[int]:
+    """'0,2,4-7' -> {0, 2, 4, 5, 6, 7}; a UserError naming `option` when malformed."""
+    numbers: set[int] = set()
     try:
         for part in filter(None, (p.strip() for p in text.split(","))):
             lo, _, hi = part.partition("-")
-            ranks.update(range(int(lo), int(hi or lo) + 1))
+            numbers.update(range(int(lo), int(hi or lo) + 1))
     except ValueError:
         raise UserError(f"{option} {text!r}: expected a list such as 0,2,4-7") from None
-    return ranks
+    return numbers
 
 
 def trace_command(name: str, help_: str) -> Callable[[Callable[..., pd.DataFrame]], click.Command]:
@@ -46,9 +44,9 @@ def trace_command(name: str, help_: str) -> Callable[[Callable[..., pd.DataFrame
         @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table",
                       show_default=True)
         @functools.wraps(func)
-        def command(paths: tuple[Path, ...], ranks: Optional[str], include_last_step: bool,
+        def command(paths: tuple[Path, ...], ranks: str | None, include_last_step: bool,
                     fmt: str, **options: Any) -> None:
-            wanted = parse_ranks(ranks)
+            wanted = None if ranks is None else parse_int_list(ranks, "--ranks")
             traces, errors = load_traces(paths, wanted, include_last_step)
             for line in errors:
                 click.echo(f"hpcprof: {line}", err=True)
@@ -59,7 +57,7 @@ def trace_command(name: str, help_: str) -> Callable[[Callable[..., pd.DataFrame
             if traces:
                 emit(func(traces, **options), fmt, title=name)
             if errors or not traces:
-                raise UserError(f"{len(errors)} trace file(s) or rank(s) could not be analysed"
+                raise UserError(f"{len(errors)} input(s) not analysed, see the 'hpcprof:' lines"
                                 if traces else "no trace could be analysed")
 
         return command
@@ -92,10 +90,10 @@ def overlap(traces: list[RankTrace]) -> pd.DataFrame:
 @click.option("--consecutive-kernel-delay", type=float, default=30, show_default=True,
               help="Gaps shorter than this (µs) count as kernel wait.")
 @click.option("--stats", is_flag=True, help="Show statistics of the idle intervals instead.")
-def idle(traces: list[RankTrace], streams: Optional[str], consecutive_kernel_delay: float,
+def idle(traces: list[RankTrace], streams: str | None, consecutive_kernel_delay: float,
          stats: bool) -> pd.DataFrame:
     analysis = analyses.idle_interval_stats if stats else analyses.idle_time_breakdown
-    chosen = sorted(parse_ranks(streams, "--streams")) if streams else None
+    chosen = sorted(parse_int_list(streams, "--streams")) if streams else None
     return analysis(traces, chosen, consecutive_kernel_delay)
 
 

@@ -23,43 +23,46 @@ Semantics follow HTA 0.5.0's parser (`hta.common.trace_parser`, `hta.common.trac
 
 from __future__ import annotations
 
-import gzip
+import math
+import multiprocessing
+import os
 import re
 import zlib
 from collections.abc import Container, Iterable, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any
 
 import msgspec
 import numpy as np
 import pandas as pd
 
 SYNC_NAMES = ("Event Sync", "Context Sync")
+PARALLEL_MIN_BYTES = 4 << 20  # below this, starting worker processes costs more than it saves
 _STEP_RE = re.compile(r"ProfilerStep\s*#\s*(\d+)")
 _RANK_IN_NAME_RE = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
-_Number = Union[int, float, None]
 
 
 class TraceError(Exception):
     """A trace file that cannot be analysed; the message names the file."""
 
 
-class _Args(msgspec.Struct):
+class _Args(msgspec.Struct, gc=False):
     stream: Any = -1
     correlation: Any = -1
 
 
-class _Event(msgspec.Struct):
+class _Event(msgspec.Struct, gc=False):
     cat: Any = None
     name: Any = None
-    ts: _Number = None
-    dur: _Number = None
-    args: Optional[_Args] = None
+    ts: int | float | None = None
+    dur: float | None = math.nan  # missing (flow, metadata events) -> NaN, fast to convert
+    args: _Args | None = None
 
 
 class _Trace(msgspec.Struct):
-    traceEvents: Optional[list[_Event]] = None  # noqa: N815 (Kineto's key)
+    traceEvents: list[_Event] | None = None  # noqa: N815 (Kineto's key)
     distributedInfo: Any = None  # noqa: N815
 
 
@@ -74,7 +77,8 @@ class RankTrace:
     `gpu`: GPU events (`stream != -1`) with columns ts, dur, end, name, cat (categoricals),
     stream, correlation and launch_ts (start of the CPU call with the same correlation id, NaN
     when it is not in the trace). `cpu`: CPU events with a correlation id (runtime/driver calls)
-    with ts, dur, name, correlation. `profiler_steps`: the step numbers that were kept.
+    with ts, dur, name, correlation. `profiler_steps`: the step numbers that were kept. Times are
+    relative to `origin`, the earliest loaded start (µs on the trace's clock).
     """
 
     path: Path
@@ -82,6 +86,7 @@ class RankTrace:
     gpu: pd.DataFrame
     cpu: pd.DataFrame
     profiler_steps: list[int] = field(default_factory=list)
+    origin: float = 0.0
 
 
 def find_trace_files(paths: Iterable[Path]) -> list[Path]:
@@ -98,13 +103,14 @@ def find_trace_files(paths: Iterable[Path]) -> list[Path]:
 def _read_bytes(path: Path) -> bytes:
     try:
         data = path.read_bytes()
-        return gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data
-    except (OSError, EOFError, zlib.error) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise TraceError(f"{path}: cannot read: {reason}") from exc
+        return zlib.decompress(data, wbits=31) if data[:2] == b"\x1f\x8b" else data
+    except OSError as exc:
+        raise TraceError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    except zlib.error as exc:
+        raise TraceError(f"{path}: truncated or corrupt gzip data ({exc})") from exc
 
 
-def _rank_from(distributed_info: Any, path: Path) -> Optional[int]:
+def _rank_from(distributed_info: Any, path: Path) -> int | None:
     if isinstance(distributed_info, dict) and isinstance(distributed_info.get("rank"), int):
         return distributed_info["rank"]
     match = _RANK_IN_NAME_RE.search(path.name)
@@ -120,16 +126,17 @@ def _as_int(value: Any) -> int:
 
 
 def _int_column(values: list[Any]) -> np.ndarray:
-    return np.fromiter(
-        (v if type(v) is int else _as_int(v) for v in values), dtype=np.int64, count=len(values)
-    )
+    try:
+        return np.array(values, dtype=np.int64)
+    except (TypeError, ValueError, OverflowError):
+        return np.fromiter(map(_as_int, values), dtype=np.int64, count=len(values))
 
 
 def _str_index(values: np.ndarray) -> pd.Index:
     return pd.Index([v if isinstance(v, str) else str(v) for v in values], dtype=object)
 
 
-def peek_rank(path: Path) -> Optional[int]:
+def peek_rank(path: Path) -> int | None:
     """The rank of a trace file (distributedInfo.rank, else `rank<N>` in the name), or None."""
     try:
         head = msgspec.json.decode(_read_bytes(path), type=_Head)
@@ -139,7 +146,7 @@ def peek_rank(path: Path) -> Optional[int]:
 
 
 def load_trace(
-    path: Path, rank: Optional[int] = None, include_last_profiler_step: bool = False
+    path: Path, rank: int | None = None, include_last_profiler_step: bool = False
 ) -> RankTrace:
     """Load one rank's trace (`.json` or `.json.gz`); `rank` overrides the detected rank.
 
@@ -160,39 +167,39 @@ def load_trace(
         rank = _rank_from(doc.distributedInfo, path)
     ranked = 0 if rank is None else rank
 
-    ts_raw = [e.ts for e in events]
-    ts_is_float = any(type(v) is not int for v in ts_raw)  # pandas would make the column float64
-    ts = np.array(ts_raw, dtype=np.float64)
-    del ts_raw
-    dur = np.array([e.dur for e in events], dtype=np.float64)
-    cat_codes, cats = pd.factorize(np.array([e.cat for e in events], dtype=object))
-    name_codes, names = pd.factorize(np.array([e.name for e in events], dtype=object))
+    ts_is_float = any(type(e.ts) is not int for e in events)  # pandas would make it float64
     no_args = _Args()
     args = [e.args or no_args for e in events]
-    del events, doc
     stream = _int_column([a.stream for a in args])
     corr = _int_column([a.correlation for a in args])
     del args
+    name_codes, names = pd.factorize(np.array([e.name for e in events], dtype=object))
+    names = _str_index(names)
+    step_name = np.append(names.str.contains("ProfilerStep", regex=False), False)[name_codes]
+    sync_name = np.append(names.isin(SYNC_NAMES), False)[name_codes]  # code -1 (no name): False
 
-    names, cats = _str_index(names), _str_index(cats)
-    is_step_name = names.str.contains("ProfilerStep", regex=False)
-    is_sync_name = names.isin(SYNC_NAMES)
-    step_name = np.append(is_step_name, False)[name_codes]  # code -1 (no name) -> False
-    sync_name = np.append(is_sync_name, False)[name_codes]
-
-    trace_cat = cats.get_loc("Trace") if "Trace" in cats else -2
-    keep = ~np.isnan(dur) & (cat_codes >= 0) & (cat_codes != trace_cat)
-    keep &= (stream != -1) | (corr != -1) | step_name | sync_name
-    idx = np.flatnonzero(keep)
-    ts, dur, stream, corr = ts[idx], dur[idx], stream[idx], corr[idx]
-    name_codes, cat_codes, step_name, sync_name = (
-        name_codes[idx], cat_codes[idx], step_name[idx], sync_name[idx]
-    )
-    end = ts + dur
+    # Only the events an analysis can use go further (most CPU ops and flow events do not).
+    idx = np.flatnonzero((stream != -1) | (corr != -1) | step_name | sync_name)
+    chosen = [events[i] for i in idx.tolist()]
+    del events, doc
+    ts = np.array([e.ts for e in chosen], dtype=np.float64)
+    dur = np.array([e.dur for e in chosen], dtype=np.float64)
+    cat = np.array([e.cat for e in chosen], dtype=object)
+    del chosen
+    keep = np.flatnonzero(~np.isnan(dur) & pd.notna(cat) & (cat != "Trace"))
+    idx = idx[keep]
+    ts, dur, stream, corr = ts[keep], dur[keep], stream[idx], corr[idx]
+    name_codes, step_name, sync_name = name_codes[idx], step_name[idx], sync_name[idx]
+    cat_codes, cats = pd.factorize(cat[keep])
+    cats = _str_index(cats)
+    del cat
     if ts_is_float:
-        ts, end = np.ceil(ts), np.floor(end)
-        end = np.maximum(end, ts)
+        end = np.maximum(np.floor(ts + dur), np.ceil(ts))
+        ts = np.ceil(ts)
         dur = end - ts
+    origin = ts.min() if len(ts) else 0.0
+    ts = ts - origin  # relative times keep sums of µs exact in float64, as HTA's aligned ones
+    end = ts + dur
 
     is_gpu = ((stream >= 0) & (corr >= 0)) | sync_name
     is_cpu = ~is_gpu
@@ -243,35 +250,56 @@ def load_trace(
         for m in map(_STEP_RE.search, names[name_codes[kept & steps]].unique())
         if m
     }
-    return RankTrace(path, ranked, gpu, cpu, sorted(step_numbers))
+    return RankTrace(path, ranked, gpu, cpu, sorted(step_numbers), origin)
+
+
+def _load_wanted(path: Path, rank: int | None, ranks: Container[int] | None,
+                 include_last_profiler_step: bool) -> RankTrace | str | None:
+    """load_trace for one file of load_traces: the trace, its error line, or None if unwanted."""
+    try:
+        if ranks is not None:
+            rank = peek_rank(path) if rank is None else rank
+            if (0 if rank is None else rank) not in ranks:
+                return None
+        return load_trace(path, rank, include_last_profiler_step)
+    except TraceError as exc:
+        return str(exc)
 
 
 def load_traces(
     paths: Sequence[Path],
-    ranks: Optional[Container[int]] = None,
+    ranks: Container[int] | None = None,
     include_last_profiler_step: bool = False,
-    rank_of: Optional[dict[Path, int]] = None,
+    rank_of: dict[Path, int] | None = None,
+    workers: int | None = None,
 ) -> tuple[list[RankTrace], list[str]]:
     """Load every trace file (directories expanded), sorted by rank; bad files become errors.
 
     `ranks` keeps only those ranks (other files are only peeked at); `rank_of` gives ranks that
-    override detection. Returns (traces, one error line per file that could not be used).
+    override detection. Files are loaded in `workers` processes, as HTA does (default: one per
+    CPU core when the files total more than PARALLEL_MIN_BYTES on disk, else in this process);
+    each file needs about twice its decompressed size in memory while it loads. Returns
+    (traces, one error line per file that could not be used).
     """
+    files = find_trace_files(paths)
+    jobs = [(f, (rank_of or {}).get(f), ranks, include_last_profiler_step) for f in files]
+    if workers is None:
+        size = sum(f.stat().st_size for f in files if f.is_file())
+        workers = (os.cpu_count() or 1) if size > PARALLEL_MIN_BYTES else 1
+    workers = min(workers, len(files))
+    if workers > 1:
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+            results = list(pool.map(_load_wanted, *zip(*jobs)))
+    else:
+        results = [_load_wanted(*job) for job in jobs]
     traces: dict[int, RankTrace] = {}
     errors: list[str] = []
-    for path in find_trace_files(paths):
-        rank = (rank_of or {}).get(path)
-        try:
-            if ranks is not None:
-                rank = peek_rank(path) if rank is None else rank
-                if (0 if rank is None else rank) not in ranks:
-                    continue
-            trace = load_trace(path, rank, include_last_profiler_step)
-        except TraceError as exc:
-            errors.append(str(exc))
-            continue
-        if trace.rank in traces:
-            errors.append(f"{path}: rank {trace.rank} already loaded from {traces[trace.rank].path}")
-            continue
-        traces[trace.rank] = trace
+    for path, result in zip(files, results):
+        if isinstance(result, str):
+            errors.append(result)
+        elif result is not None and result.rank in traces:
+            first = traces[result.rank].path
+            errors.append(f"{path}: rank {result.rank} already loaded from {first}")
+        elif result is not None:
+            traces[result.rank] = result
     return [traces[r] for r in sorted(traces)], errors

@@ -1,0 +1,179 @@
+"""hpcprof nsys stats vs the reference `nsys stats` (2022.4) on a large export.
+
+Builds a large export by repeating a real fixture's activity in time (copies shifted
+by the capture span, correlation ids shifted so launches still pair with kernels),
+writes it under /tmp, then runs the six summary reports (nsys 2022.4 names, which both
+tools know) with each tool in a child process, checks that the CSV files are
+byte-identical, and prints wall time, the ratio and each child's peak RSS. The "floor"
+is one raw SQLite scan of the columns the reports need: SQLite alone (`count()` over
+the columns) and SQLite plus the transfer of the values into numpy (hpcprof's reader).
+
+    python benchmarks/nsys_stats_speed.py [--source FIXTURE.sqlite] [--copies N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import filecmp
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from itertools import chain
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_SOURCE = REPO.parent / "shared" / "fixtures" / "nsys" / "h200_seqpar_bf16" / "rank0.sqlite"
+NSYS_2022 = "/usr/lib/x86_64-linux-gnu/nsight-systems/target-linux-x64/nsys"
+REPORTS = ["gpukernsum", "cudaapisum", "gpumemtimesum", "gpumemsizesum", "nvtxsum", "osrtsum"]
+# tables whose rows are repeated; the columns each report reads (for the floor)
+ACTIVITY = {
+    "CUPTI_ACTIVITY_KIND_KERNEL": "start, end, demangledName, gridX, gridY, gridZ, blockX, blockY, blockZ",
+    "CUPTI_ACTIVITY_KIND_RUNTIME": "start, end, nameId",
+    "CUPTI_ACTIVITY_KIND_MEMCPY": "start, end, bytes, copyKind",
+    "CUPTI_ACTIVITY_KIND_MEMSET": "start, end, bytes",
+    "NVTX_EVENTS": "start, end, eventType, globalTid, domainId, textId, text",
+    "OSRT_API": "start, end, nameId, eventClass",
+    "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION": None,
+}
+
+
+def build(source: Path, copies: int, out: Path) -> dict[str, int]:
+    """Copy `source` to `out` and append `copies - 1` time-shifted repetitions of its activity."""
+    shutil.copy(source, out)
+    out.chmod(0o644)
+    con = sqlite3.connect(out)
+    tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    present = [t for t in ACTIVITY if t in tables]
+    bounds = [con.execute(f"SELECT min(start), max(coalesce(end, start)) FROM {t}").fetchone() for t in present]
+    lo = min(b[0] for b in bounds if b[0] is not None)
+    hi = max(b[1] for b in bounds if b[1] is not None)
+    span = hi - lo + 1000
+    corr = max(con.execute(f"SELECT max(correlationId) FROM {t}").fetchone()[0] or 0
+               for t in present if "correlationId" in _columns(con, t)) + 1
+    con.execute("PRAGMA journal_mode=OFF")
+    con.execute("PRAGMA synchronous=OFF")
+    con.execute(f"CREATE TEMP TABLE k AS WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s "
+                f"WHERE i < {copies - 1}) SELECT i FROM s")
+    counts = {}
+    for table in present:
+        cols = _columns(con, table)
+        shifted = []
+        for c in cols:
+            if c in ("start", "end"):
+                shifted.append(f"o.{c} + k.i * {span}")
+            elif c == "correlationId":
+                shifted.append(f"o.{c} + k.i * {corr}")
+            else:
+                shifted.append(f"o.{c}")
+        con.execute(f"CREATE TEMP TABLE o AS SELECT * FROM main.{table}")
+        con.execute(f"INSERT INTO main.{table} ({', '.join(cols)}) SELECT {', '.join(shifted)} FROM o, k")
+        con.execute("DROP TABLE o")
+        counts[table] = con.execute(f"SELECT count(*) FROM main.{table}").fetchone()[0]
+        con.commit()
+    con.close()
+    return counts
+
+
+def _columns(con: sqlite3.Connection, table: str) -> list[str]:
+    return [r[1] for r in con.execute(f"PRAGMA table_info({table})")]
+
+
+def run_child(cmd: list[str], cwd: Path) -> tuple[float, int]:
+    """Run `cmd`; (wall seconds, peak RSS in MiB of that child)."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t0
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    err = proc.stderr.read().decode() if proc.stderr else ""
+    if proc.returncode != 0:
+        raise SystemExit(f"{cmd[0]} failed ({proc.returncode}): {err.strip()[-500:]}")
+    return wall, usage.ru_maxrss // 1024
+
+
+def floor(db: Path) -> tuple[float, float]:
+    """(SQLite-only scan, scan + transfer into numpy) seconds over the reports' columns."""
+    con = sqlite3.connect(f"file:{db}?mode=ro&immutable=1", uri=True)
+    tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    scans = [(t, c) for t, c in ACTIVITY.items() if c and t in tables]
+    t0 = time.perf_counter()
+    for table, cols in scans:
+        con.execute(f"SELECT {', '.join(f'count({c})' for c in cols.split(', '))} FROM {table}").fetchall()
+    sqlite_only = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    for table, cols in scans:
+        ints = [c for c in cols.split(", ") if c != "text"]
+        np.fromiter(chain.from_iterable(con.execute(
+            f"SELECT {', '.join(f'coalesce({c}, -1)' for c in ints)} FROM {table}")), dtype=np.int64)
+        if "text" in cols:
+            seen: dict[object, int] = {}
+            np.fromiter((seen.setdefault(v, len(seen)) for (v,) in con.execute(f"SELECT text FROM {table}")),
+                        dtype=np.int64)
+    transfer = time.perf_counter() - t0
+    con.close()
+    return sqlite_only, transfer
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--source", type=Path, default=DEFAULT_SOURCE, help="fixture export to repeat")
+    parser.add_argument("--copies", type=int, default=15_000, help="repetitions of its activity")
+    parser.add_argument("--nsys", default=NSYS_2022, help="reference nsys (2022.4 from Debian non-free)")
+    parser.add_argument("--repeat", type=int, default=3, help="runs of each tool (best is reported)")
+    parser.add_argument("--keep", action="store_true", help="keep the built export and outputs")
+    args = parser.parse_args()
+    if not Path(args.nsys).exists():
+        raise SystemExit(f"reference nsys not found at {args.nsys}; apt-get install nsight-systems-target "
+                         "(Debian non-free, see shared/fixtures/SOURCES.md)")
+    work = Path(tempfile.mkdtemp(prefix="nsys_stats_speed_", dir="/tmp"))
+    db = work / "big.sqlite"
+    t0 = time.perf_counter()
+    counts = build(args.source, args.copies, db)
+    print(f"input: {args.source.name} x {args.copies} -> {db} ({db.stat().st_size / 2**20:.0f} MiB, "
+          f"built in {time.perf_counter() - t0:.1f} s)")
+    for table, n in counts.items():
+        print(f"  {table:40s} {n:>12,d} rows")
+    print(f"reports: {','.join(REPORTS)}  (--format csv)")
+
+    hp_cmd = [sys.executable, "-m", "hpcprof", "nsys", "stats", str(db), "-r", ",".join(REPORTS), "--format", "csv",
+              "--output", str(work / "hpcprof")]
+    ns_cmd = [args.nsys, "stats", "--report", ",".join(REPORTS), "--format", "csv", "--output", str(work / "nsys"),
+              "--force-overwrite", "true", str(db)]
+    startup_cmd = [sys.executable, "-c", "import hpcprof.cli, hpcprof.analysis.nsys.db"]
+    runs: dict[str, list[tuple[float, int]]] = {"hpcprof": [], "nsys": [], "startup": []}
+    for _ in range(args.repeat):                     # interleaved, best of N: the machine is shared
+        runs["hpcprof"].append(run_child(hp_cmd, work))
+        runs["nsys"].append(run_child(ns_cmd, work))
+        runs["startup"].append(run_child(startup_cmd, work))
+    (hp_wall, hp_rss), (ns_wall, ns_rss), (startup, _) = (
+        (min(w for w, _ in runs[k]), max(r for _, r in runs[k])) for k in ("hpcprof", "nsys", "startup"))
+    same = []
+    for report in REPORTS:
+        ours, ref = work / f"hpcprof_{report}.csv", work / f"nsys_{report}.csv"
+        if not ref.exists() and not ours.exists():
+            print(f"  {report:15s} skipped by both (no such data in the export)")
+            continue
+        same.append(ref.exists() and ours.exists() and filecmp.cmp(ours, ref, shallow=False))
+        print(f"  {report:15s} identical: {'yes' if same[-1] else 'NO'}")
+    sqlite_only, transfer = floor(db)
+    print(f"best of {args.repeat} runs each, wall time of the whole command:")
+    print(f"nsys stats 2022.4 : {ns_wall:7.2f} s   peak RSS {ns_rss:6d} MiB")
+    print(f"hpcprof nsys stats: {hp_wall:7.2f} s   peak RSS {hp_rss:6d} MiB")
+    print(f"  of which Python start-up and imports {startup:.2f} s; reports {hp_wall - startup:.2f} s")
+    print(f"speed-up          : {ns_wall / hp_wall:7.2f} x   (reports alone: {ns_wall / (hp_wall - startup):.2f} x)")
+    print(f"floor: one SQLite scan of the needed columns {sqlite_only:.2f} s (hpcprof's reports at "
+          f"{(hp_wall - startup) / sqlite_only:.1f} x it); the same scan moved into numpy row by row through "
+          f"Python's sqlite3 {transfer:.2f} s")
+    print(f"all outputs identical: {'yes' if all(same) else 'NO'}")
+    if not args.keep:
+        shutil.rmtree(work)
+
+
+if __name__ == "__main__":
+    main()

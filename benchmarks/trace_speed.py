@@ -1,0 +1,225 @@
+"""hpcprof vs HTA 0.5.0 on the five torch.profiler trace analyses: same traces, same run.
+
+HTA is run from its own virtual environment (it pins plotly, jupyterlab, ... and pandas<3, which
+must not enter hpcprof's). Set it up once:
+
+    python3 -m venv /tmp/hta-venv
+    /tmp/hta-venv/bin/pip install HolisticTraceAnalysis==0.5.0 'pandas<3'
+
+Then, from the repository root:
+
+    .venv/bin/python benchmarks/trace_speed.py [--target-mb 25] [--repeat 3] [--hta-python PY]
+
+(`--hta-python` defaults to /tmp/hta-venv/bin/python.)
+
+Real fixtures (`hta/trace_filter`: 2 ranks, µs timestamps, NCCL; `hta/ns_resolution_trace`:
+1 rank, ns timestamps) are scaled up by repeating their events (shifted in time, with new
+correlation ids and ProfilerStep numbers) into .json.gz files of about `--target-mb` MB each
+under `--workdir`. Each tool then runs in its own subprocess: load all ranks, then temporal
+breakdown, comm/comp overlap, GPU kernel breakdown, idle time breakdown and kernel launch stats
+for every rank. Times are measured inside each process (imports excluded), the fastest of
+`--repeat` runs. Memory is the process's peak RSS (VmHWM) during the first run, with its RSS
+after the imports and the difference. HTA parses the ranks in a pool of worker processes, as it
+does by default; its figure is that of its main process, which ends up holding every rank's
+data. The results of both are compared number by number before the ratio is printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import io
+import json
+import math
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURES = REPO.parent / "shared" / "fixtures" / "hta"
+
+HTA_DRIVER = r"""
+import json, sys, time
+from hta.trace_analysis import TraceAnalysis
+def hwm_kb():
+    with open("/proc/self/status") as f:
+        return int(next(l for l in f if l.startswith("VmHWM")).split()[1])
+base = hwm_kb()
+times = []
+for _ in range(int(sys.argv[3])):
+    t0 = time.perf_counter()
+    a = TraceAnalysis(trace_dir=sys.argv[1])
+    ranks = a.t.get_ranks()
+    t1 = time.perf_counter()
+    types, kernels = a.get_gpu_kernel_breakdown(visualize=False)
+    tables = {
+        "temporal": a.get_temporal_breakdown(visualize=False),
+        "overlap": a.get_comm_comp_overlap(visualize=False),
+        "kernel_types": types,
+        "kernels": kernels,
+        "idle": a.get_idle_time_breakdown(ranks=ranks, visualize=False)[0],
+        "launch": __import__("pandas").concat(
+            [df.assign(rank=r) for r, df in
+             a.get_cuda_kernel_launch_stats(ranks=ranks, visualize=False).items()]),
+    }
+    times.append((time.perf_counter() - t0, t1 - t0, time.perf_counter() - t1))
+    peak = peak if times[1:] else hwm_kb()
+    del a
+total, load, analyses = min(times)
+json.dump({"load_s": load, "analyses_s": analyses, "base_kb": base, "peak_kb": peak,
+           "tables": {k: v.to_json(orient="split", index=False) for k, v in tables.items()}},
+          open(sys.argv[2], "w"))
+"""
+
+HPCPROF_DRIVER = r"""
+import json, sys, time
+from hpcprof.analysis.trace import analyses as A
+from hpcprof.analysis.trace.load import load_traces
+def hwm_kb():
+    with open("/proc/self/status") as f:
+        return int(next(l for l in f if l.startswith("VmHWM")).split()[1])
+base = hwm_kb()
+times = []
+for _ in range(int(sys.argv[3])):
+    t0 = time.perf_counter()
+    traces, errors = load_traces([sys.argv[1]])
+    assert not errors, errors
+    t1 = time.perf_counter()
+    tables = {
+        "temporal": A.temporal_breakdown(traces),
+        "overlap": A.comm_comp_overlap(traces),
+        "kernel_types": A.kernel_type_breakdown(traces),
+        "kernels": A.kernel_breakdown(traces),
+        "idle": A.idle_time_breakdown(traces),
+        "launch": A.kernel_launch_stats(traces),
+    }
+    times.append((time.perf_counter() - t0, t1 - t0, time.perf_counter() - t1))
+    peak = peak if times[1:] else hwm_kb()
+    del traces
+total, load, analyses = min(times)
+json.dump({"load_s": load, "analyses_s": analyses, "base_kb": base, "peak_kb": peak,
+           "tables": {k: v.to_json(orient="split", index=False) for k, v in tables.items()}},
+          open(sys.argv[2], "w"))
+"""
+
+
+def scale_trace(src: Path, dst: Path, copies: int) -> None:
+    """Write `src`'s events `copies` times, each copy shifted past the previous one."""
+    doc = json.loads(gzip.decompress(src.read_bytes()))
+    events = doc.pop("traceEvents")
+    once = [e for e in events if e.get("ph") == "M" or e.get("cat") == "Trace"]
+    timed = [e for e in events if not (e.get("ph") == "M" or e.get("cat") == "Trace")]
+    start = min(e["ts"] for e in timed)
+    period = math.ceil(max(e["ts"] + (e.get("dur") or 0) for e in timed) - start) + 1000
+    corr_span = 1 + max(
+        max(e.get("args", {}).get("correlation", 0), e.get("args", {}).get("External id", 0))
+        for e in timed)
+    steps = [int(e["name"].split("#")[1]) for e in timed
+             if e.get("name", "").startswith("ProfilerStep#")]
+    step_span = max(steps) - min(steps) + 1
+    with gzip.open(dst, "wt", compresslevel=1) as out:
+        out.write(json.dumps(doc)[:-1] + ', "traceEvents": [\n')
+        out.write(",\n".join(map(json.dumps, once)))
+        for i in range(copies):
+            for e in timed:
+                c = dict(e, ts=e["ts"] + i * period)
+                if "args" in e:
+                    c["args"] = args = dict(e["args"])
+                    for key in ("correlation", "External id"):
+                        if key in args:
+                            args[key] += i * corr_span
+                if "id" in e:
+                    c["id"] = e["id"] + i * corr_span
+                if e.get("name", "").startswith("ProfilerStep#"):
+                    c["name"] = f"ProfilerStep#{int(e['name'].split('#')[1]) + i * step_span}"
+                out.write(",\n" + json.dumps(c))
+        out.write("\n]}\n")
+
+
+def run(python: str, driver: str, trace_dir: Path, result: Path, repeat: int) -> dict[str, Any]:
+    """Run a driver in a subprocess and return what it measured."""
+    with open(result.with_suffix(".log"), "w") as log:
+        proc = subprocess.run([python, "-c", driver, str(trace_dir), str(result), str(repeat)],
+                              stdout=log, stderr=log, cwd=REPO, check=False)
+    if proc.returncode != 0:
+        sys.exit(f"{python} failed; see {result.with_suffix('.log')}")
+    out = json.loads(result.read_text())
+    out["tables"] = {k: pd.read_json(io.StringIO(v), orient="split")
+                     for k, v in out["tables"].items()}
+    return out
+
+
+def compare(hta: dict[str, pd.DataFrame], ours: dict[str, pd.DataFrame]) -> list[str]:
+    """Check every number HTA reports against hpcprof's; one line per table."""
+    hta = dict(hta)
+    hta["kernel_types"] = hta["kernel_types"][hta["kernel_types"]["sum"] > 0]
+    hta["launch"] = hta["launch"][["rank", *hta["launch"].columns.drop("rank")]]
+    columns = {  # hpcprof's per-kernel max/min/mean/stddev deliberately differ (see docstring)
+        "kernels": ["name", "sum (us)", "kernel_type", "rank"],
+        "launch": list(hta["launch"].columns),
+    }
+    lines = []
+    for name, theirs in hta.items():
+        cols = columns.get(name, list(theirs.columns))
+        mine = ours[name][cols].reset_index(drop=True)
+        pd.testing.assert_frame_equal(mine, theirs[cols].reset_index(drop=True),
+                                      check_dtype=False, rtol=1e-9)
+        lines.append(f"  {name:<13} {len(mine):>7} rows x {len(cols)} columns: identical")
+    return lines
+
+
+def bench(source: Path, target_mb: float, hta_python: str, workdir: Path, repeat: int) -> None:
+    """Scale `source`'s traces to about `target_mb` MB each, run both tools, print the report."""
+    files = sorted(source.glob("*.json.gz"))
+    size = max(len(gzip.decompress(p.read_bytes())) for p in files)
+    copies = max(1, round(target_mb * 1e6 / size))
+    traces = workdir / f"{source.name}_x{copies}"
+    traces.mkdir(parents=True, exist_ok=True)
+    for src in files:
+        if not (traces / src.name).exists():
+            scale_trace(src, traces / src.name, copies)
+
+    hta = run(hta_python, HTA_DRIVER, traces, workdir / f"{source.name}_hta.json", repeat)
+    ours = run(sys.executable, HPCPROF_DRIVER, traces, workdir / f"{source.name}_hpcprof.json",
+               repeat)
+
+    print(f"== fixture hta/{source.name}, its events repeated {copies}x, in {traces}")
+    for p in sorted(traces.glob("*.json.gz")):
+        raw = len(gzip.decompress(p.read_bytes()))
+        print(f"  {p.name}: {raw / 1e6:.1f} MB JSON ({p.stat().st_size / 1e6:.1f} MB gzip)")
+    print("same numbers (every value HTA returns, 1e-9 relative; per-kernel statistics other")
+    print("than the sum differ by design, see hpcprof.analysis.trace.analyses.kernel_breakdown):")
+    print("\n".join(compare(hta["tables"], ours["tables"])))
+    print(f"  {'':10} {'load s':>7} {'analyses s':>11} {'total s':>8} {'peak RSS MiB':>13} "
+          f"{'after imports':>14} {'peak - imports':>15}")
+    for label, r in (("HTA 0.5.0", hta), ("hpcprof", ours)):
+        total = r["load_s"] + r["analyses_s"]
+        print(f"  {label:10} {r['load_s']:7.2f} {r['analyses_s']:11.2f} {total:8.2f} "
+              f"{r['peak_kb'] / 1024:13.0f} {r['base_kb'] / 1024:14.0f} "
+              f"{(r['peak_kb'] - r['base_kb']) / 1024:15.0f}")
+    ratio = (hta["load_s"] + hta["analyses_s"]) / (ours["load_s"] + ours["analyses_s"])
+    print(f"  speed-up, load + five analyses: {ratio:.1f}x")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--target-mb", type=float, default=25,
+                        help="size of each scaled trace file (uncompressed JSON)")
+    parser.add_argument("--fixtures", nargs="+", default=["trace_filter", "ns_resolution_trace"],
+                        help="folders under shared/fixtures/hta to scale up")
+    parser.add_argument("--repeat", type=int, default=3,
+                        help="runs per tool; the fastest is reported (the machine may be shared)")
+    parser.add_argument("--hta-python", default="/tmp/hta-venv/bin/python")
+    parser.add_argument("--workdir", type=Path,
+                        default=Path(tempfile.gettempdir()) / "hpcprof-trace-speed")
+    args = parser.parse_args()
+    for name in args.fixtures:
+        bench(FIXTURES / name, args.target_mb, args.hta_python, args.workdir, args.repeat)
+
+
+if __name__ == "__main__":
+    main()

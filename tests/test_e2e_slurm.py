@@ -1,0 +1,97 @@
+"""End to end on the real local Slurm: `hpcprof submit --site slurm-local` (rendered job script,
+srun --mpi=pmi2, rank wrapper, run directory), then `hpcprof status` / `cancel` / `collect`, for a
+run that completes, one whose rank exits non-zero, one cancelled while running and one that
+exceeds its time limit."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.slurm_cluster import poll, slurm_cluster  # noqa: F401 (fixture)
+
+REPO = Path(__file__).resolve().parents[1]
+HELLO = REPO / "examples" / "command_hello.yaml"
+
+pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm_cluster")]
+
+
+def hpcprof(workdir: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """The real command line, `python -m hpcprof ARGS --workdir WORKDIR`."""
+    return subprocess.run([sys.executable, "-m", "hpcprof", *args, "--workdir", str(workdir)],
+                          capture_output=True, text=True, timeout=timeout, cwd=workdir.parent,
+                          check=False)
+
+
+def submit(workdir: Path, *args: str, timeout: float = 300) -> tuple[str, str, int]:
+    """Submit HELLO to slurm-local with ARGS; returns run id, job id and the exit code."""
+    proc = hpcprof(workdir, "submit", str(HELLO), "--site", "slurm-local", *args, timeout=timeout)
+    match = re.search(r"submitted (\S+) as (\d+)", proc.stderr)  # progress goes to stderr
+    assert match, f"no submission in output (rc {proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+    return match[1], match[2], proc.returncode
+
+
+def status(workdir: Path, run_id: str) -> dict[str, Any]:
+    proc = hpcprof(workdir, "status", run_id, "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    (row,) = json.loads(proc.stdout)
+    return row
+
+
+def run_dir(workdir: Path, run_id: str) -> Path:
+    return workdir / "hello" / run_id
+
+
+def test_completed_with_outputs(tmp_path: Path) -> None:
+    workdir = tmp_path / "runs"
+    run_id, job_id, rc = submit(workdir, "--wait")
+    assert rc == 0
+    row = status(workdir, run_id)
+    assert (row["state"], row["exit_code"], row["job_id"]) == ("COMPLETED", 0, job_id)
+    path = run_dir(workdir, run_id)
+    assert (path / "DONE").exists() and "exit_code=0" in (path / "status").read_text()
+    for rank in (0, 1):
+        assert f"rank {rank} of run {run_id}" in (path / "logs" / f"rank{rank}.log").read_text()
+    assert f"rank 1 of run {run_id}" in (path / "logs" / "job.out").read_text()
+    collected = hpcprof(workdir, "collect", run_id)
+    assert collected.returncode == 0, collected.stderr
+    assert any((path / "results").iterdir())
+
+
+def test_rank_exit_nonzero_is_failed(tmp_path: Path) -> None:
+    workdir = tmp_path / "runs"
+    argv = '[bash, -c, "exit $(( HPCPROF_RANK == 1 ? 3 : 0 ))"]'
+    run_id, _, rc = submit(workdir, "--wait", "--set", f"workload.argv={argv}")
+    assert rc == 1
+    row = status(workdir, run_id)
+    assert (row["state"], row["exit_code"]) == ("FAILED", 3)
+
+
+def test_cancel_running(tmp_path: Path) -> None:
+    workdir = tmp_path / "runs"
+    run_id, _, rc = submit(workdir, "--set", 'workload.argv=[sleep, "300"]',
+                           "--set", "resources.walltime='00:02:00'")  # no stray job if it fails
+    assert rc == 0
+    poll(lambda: status(workdir, run_id)["state"], lambda s: s == "RUNNING", 60)
+    cancelled = hpcprof(workdir, "cancel", run_id)
+    assert cancelled.returncode == 0, cancelled.stderr
+    final = poll(lambda: status(workdir, run_id)["state"], lambda s: s != "RUNNING", 60)
+    assert final == "CANCELLED"
+    assert not (run_dir(workdir, run_id) / "DONE").exists()
+
+
+def test_time_limit_is_timeout(tmp_path: Path) -> None:
+    """walltime 1 min: Slurm kills the job at its next limit check (76-120 s here)."""
+    workdir = tmp_path / "runs"
+    run_id, _, rc = submit(workdir, "--wait", "--set", "resources.walltime='00:01:00'",
+                           "--set", 'workload.argv=[sleep, "600"]', timeout=400)
+    assert rc == 1
+    row = status(workdir, run_id)
+    assert row["state"] == "TIMEOUT"
+    assert "DUE TO TIME LIMIT" in (run_dir(workdir, run_id) / "logs" / "job.out").read_text()

@@ -1,0 +1,131 @@
+"""`hpcprof trace ...` commands and the torch collector."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from hpcprof.analysis import CollectContext
+from hpcprof.analysis.trace import analyses as A
+from hpcprof.analysis.trace.collect import collect_traces
+from hpcprof.analysis.trace.load import load_traces
+from hpcprof.cli import main
+
+
+@pytest.fixture(scope="module")
+def trace_filter(fixtures_dir: Path) -> Path:
+    return fixtures_dir / "hta" / "trace_filter"
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(main, ["trace", *args])
+    return result.exit_code, result.stdout, result.stderr
+
+
+@pytest.mark.parametrize("command, analysis", [
+    (["temporal"], A.temporal_breakdown),
+    (["overlap"], A.comm_comp_overlap),
+    (["idle"], A.idle_time_breakdown),
+    (["idle", "--stats"], A.idle_interval_stats),
+    (["launch"], A.kernel_launch_stats),
+    (["kernels"], A.kernel_breakdown),
+    (["kernels", "--types"], A.kernel_type_breakdown),
+])
+def test_commands_print_the_analysis_for_all_ranks(command: list[str], analysis: Callable,
+                                                   trace_filter: Path) -> None:
+    code, out, err = run(*command, str(trace_filter), "--format", "csv")
+    assert (code, err) == (0, "")
+    expected = analysis(load_traces([trace_filter])[0])
+    pd.testing.assert_frame_equal(pd.read_csv(io.StringIO(out)), expected, check_dtype=False)
+
+
+def test_json_and_table_formats(trace_filter: Path) -> None:
+    code, out, _ = run("temporal", str(trace_filter), "--format", "json")
+    assert code == 0 and [r["rank"] for r in json.loads(out)] == [0, 1]
+    code, out, _ = run("overlap", str(trace_filter))
+    assert code == 0 and "comp_comm_overlap_pctg" in out and "20.05" in out
+
+
+def test_options_reach_the_analyses(trace_filter: Path) -> None:
+    code, out, _ = run("idle", str(trace_filter), "--ranks", "1", "--streams", "7,84",
+                       "--consecutive-kernel-delay", "5", "--format", "csv")
+    df = pd.read_csv(io.StringIO(out))
+    assert code == 0 and set(df["rank"]) == {1} and set(df["stream"]) == {7, 84}
+    code, out, _ = run("kernels", str(trace_filter), "--num-kernels", "3", "--no-memory",
+                       "--format", "csv")
+    df = pd.read_csv(io.StringIO(out))
+    assert code == 0 and "MEMORY" not in set(df["kernel_type"])
+    assert df.groupby(["rank", "kernel_type"]).size().max() <= 4  # 3 kernels + others
+    code, out, _ = run("launch", str(trace_filter), "--no-memory-events", "--format", "csv")
+    assert code == 0 and len(pd.read_csv(io.StringIO(out))) < 1179
+    code, out, _ = run("temporal", str(trace_filter), "--include-last-step", "--format", "csv")
+    assert code == 0 and pd.read_csv(io.StringIO(out))["kernel_time(us)"].iloc[0] > 600058
+
+
+def test_bad_files_are_reported_and_the_rest_analysed(tmp_path: Path, trace_filter: Path) -> None:
+    truncated = tmp_path / "truncated.json.gz"
+    truncated.write_bytes((trace_filter / "sampled_rank-1.json.gz").read_bytes()[:40_000])
+    not_json = tmp_path / "notes.json"
+    not_json.write_text("this is not a trace\n")
+    cpu_only = tmp_path / "cpu_rank5.json"
+    cpu_only.write_text(json.dumps({"traceEvents": [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1, "dur": 2}]}))
+    missing = tmp_path / "missing.json"
+    good = trace_filter / "sampled_rank-0.json.gz"
+    code, out, err = run("temporal", str(truncated), str(not_json), str(good), str(cpu_only),
+                         str(missing), "--format", "csv")
+    assert code == 2
+    assert pd.read_csv(io.StringIO(out))["rank"].tolist() == [0]
+    lines = err.strip().splitlines()
+    assert len(lines) == 5 and lines[-1].startswith("Error: ")
+    for path, reason in ((truncated, "truncated or corrupt gzip"),
+                         (not_json, "not a Kineto JSON trace"),
+                         (cpu_only, "no GPU events"), (missing, "cannot read")):
+        assert sum(line.startswith(f"hpcprof: {path}: ") for line in lines) == 1
+        assert reason in next(line for line in lines if str(path) in line)
+
+
+def test_nothing_analysable_and_unknown_ranks(tmp_path: Path, trace_filter: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text("{")
+    code, out, err = run("overlap", str(bad))
+    assert code == 2 and out == "" and "no trace could be analysed" in err
+    code, out, err = run("overlap", str(trace_filter), "--ranks", "0,3-4")
+    assert code == 2 and "ranks not found: [3, 4]" in err and "11.81" in out
+    code, _, err = run("overlap", str(trace_filter), "--ranks", "x")
+    assert code == 2 and "--ranks 'x'" in err
+
+
+def test_collect_traces(tmp_path: Path, trace_filter: Path, fixtures_dir: Path) -> None:
+    files = sorted(trace_filter.glob("*.json.gz"))
+    broken = tmp_path / "rank2.json.gz"
+    broken.write_bytes(gzip.compress(b'{"traceEvents": ['))
+    logged: list[str] = []
+    ctx = CollectContext(run_dir=tmp_path, tool="torch", files=[*files, broken],
+                         rank_of={files[0]: 0, files[1]: 1, broken: 2}, work_dir=tmp_path,
+                         log=logged.append)
+    tables = collect_traces(ctx)
+    assert set(tables) == {"temporal", "overlap", "idle", "launch", "kernels", "kernel_types"}
+    for name, table in tables.items():
+        assert set(table["rank"]) == {0, 1}, name
+    gold = json.loads((fixtures_dir / "hta" / "gold_hta" / "hta0.5.0_trace_filter.json")
+                      .read_text())
+    assert tables["overlap"].to_dict("records") == gold["trace_filter.comm_comp_overlap"]
+    assert tables["temporal"]["idle_time_pctg"].tolist() == [53.56, 54.72]
+    assert any(line.startswith(f"skipped because {broken}: ") for line in logged)
+
+
+def test_collect_without_usable_traces(tmp_path: Path) -> None:
+    bad = tmp_path / "x.json"
+    bad.write_text("[]")
+    logged: list[str] = []
+    ctx = CollectContext(run_dir=tmp_path, tool="torch", files=[bad], rank_of={bad: 0},
+                         work_dir=tmp_path, log=logged.append)
+    assert collect_traces(ctx) == {} and len(logged) == 1
