@@ -187,3 +187,18 @@ def test_profiler_steps_trace_filter(trace_filter: list[RankTrace], gold: dict) 
     assert [t.rank for t in trace_filter] == gold["trace_filter.ranks"]
     for t in trace_filter:
         assert t.profiler_steps == [int(s) for s in gold["trace_filter.profiler_steps"]]
+
+
+@pytest.mark.parametrize("name, kind", [
+    ("ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclDevComm*, unsigned long, ncclWork*)",
+     "COMMUNICATION"),
+    ("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)", "COMMUNICATION"),
+    ("Memcpy DtoD (Device -> Device)", "MEMORY"),
+    ("Memset (Device)", "MEMORY"),
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>",
+     "COMPUTATION"),
+    ("Event Sync", "OTHER"),
+    ("void at::native::copy_Memcpy_like_kernel", "OTHER"),  # HTA 0.5.0: '.*Memcpy' is not compute
+])
+def test_kernel_type_is_hta_050s(name: str, kind: str) -> None:
+    assert A.kernel_type(name) == kind

@@ -57,6 +57,7 @@ class DdpArgs(BaseModel):
     lr: float = Field(2e-5, gt=0, description="learning rate")
     window: Literal["backward", "step"] = Field("backward", description="cudaProfilerStart/Stop around backward or the whole step")
     profile_iteration: int | None = Field(None, ge=0, description="global iteration of the window (default: Echo's rule)")
+    window_barrier: bool = Field(True, description="barrier after cudaProfilerStart so all ranks enter the window together")
     cuda_version_check: str | None = Field(None, description="expected torch CUDA version, major.minor (empty: no check)")
     cuda_visible_devices: str | None = Field(None, description="CUDA_VISIBLE_DEVICES when the launcher sets none")
     backend: bootstrap.Backend = Field("auto", description="auto (nccl on GPU, gloo on CPU)|nccl|gloo")
@@ -260,12 +261,12 @@ def train(args: DdpArgs, module: ModuleType, ctx: bootstrap.Dist) -> dict[str, A
             for batch, _ in zip(data, range(steps)):
                 at_window = iteration == window.iteration
                 if at_window and args.window == "step":
-                    timing.profiler_start()
+                    open_window(args.window_barrier, ctx)
                 with timer.phase(iteration, "step"):
                     with timer.phase(iteration, "forward"):
                         output = forward(model, model_inputs(batch))
                     if at_window and args.window == "backward":
-                        timing.profiler_start()
+                        open_window(args.window_barrier, ctx)
                     with timer.phase(iteration, "backward"):
                         backward(output)
                     if at_window and args.window == "backward":
@@ -311,6 +312,15 @@ def train(args: DdpArgs, module: ModuleType, ctx: bootstrap.Dist) -> dict[str, A
         "phases": timing.phase_stats([r for r in all_rows if r["counted"] and not r["window"]], PHASES),
         "steps": all_rows,
     }
+
+
+def open_window(barrier: bool, ctx: bootstrap.Dist) -> None:
+    """cudaProfilerStart; then, with `barrier` and several ranks, a barrier so that every rank is
+    being captured before any starts the window (a profiler's start latency differs per rank)."""
+    timing.profiler_start()
+    if barrier and ctx.world_size > 1:
+        with timing.nvtx_range("window barrier"):
+            torch.distributed.barrier()
 
 
 def aligned_schedule(flag_value: str | None, window_iteration: int) -> dict[str, int]:
