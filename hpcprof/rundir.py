@@ -65,12 +65,12 @@ class RunDir:
     def state(self, scheduler_view: JobState | None) -> JobState:
         """The run's state: the job's own status file first, the scheduler second."""
         status = self.job_status()
-        if self.done and status.get("exit_code", "").lstrip("-").isdigit():
-            code = int(status["exit_code"])
+        code = int(status["exit_code"]) if status.get("exit_code", "").lstrip("-").isdigit() else None
+        if status.get("cancelled") and code != 0:  # a job cancelled while it ended
+            return JobState(CANCELLED, code, "cancelled by hpcprof")
+        if self.done and code is not None:
             return JobState(COMPLETED if code == 0 else FAILED, code,
                             "" if code == 0 else f"exit code {code}")
-        if status.get("cancelled"):
-            return JobState(CANCELLED, None, "cancelled by hpcprof")
         if scheduler_view is not None and scheduler_view.state != UNKNOWN:
             if scheduler_view.state == COMPLETED and not self.done and status.get("start"):
                 return JobState(FAILED, scheduler_view.exit_code, "job ended without writing DONE")

@@ -3,9 +3,9 @@
 `slurm_cluster` makes sure `sinfo` answers and the node takes jobs: if not, and we are root, it
 runs `slurm-local.sh start` (a few seconds); otherwise the test is skipped with the reason
 (conftest turns skips into failures under CI=true). `torque_cluster` adds the Torque wrappers.
-Knobs: HPCPROF_SLURM_LOCAL (path of slurm-local.sh), and the script's own (STATE, CPUS, TORQUE,
-AUTH, ACCT), defaulting here to CPUS=4 TORQUE=1 so that two small jobs run side by side and
-qsub/qstat/qdel work.
+Knobs: HPCPROF_SLURM_LOCAL (path of slurm-local.sh; default $HPCPROF_SHARED/tools/, as in
+tests/run.sh), and the script's own (STATE, CPUS, TORQUE, AUTH, ACCT), defaulting here to
+CPUS=4 TORQUE=1 so that two small jobs run side by side and qsub/qstat/qdel work.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from typing import TypeVar
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SCRIPT = Path(os.environ.get("HPCPROF_SLURM_LOCAL",
-                             REPO.parent / "shared" / "tools" / "slurm-local.sh"))
+SHARED = Path(os.environ.get("HPCPROF_SHARED", REPO.parent / "shared"))
+SCRIPT = Path(os.environ.get("HPCPROF_SLURM_LOCAL", SHARED / "tools" / "slurm-local.sh"))
 USABLE = ("idle", "mixed", "allocated", "completing")
 T = TypeVar("T")
 

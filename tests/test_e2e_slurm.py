@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.slurm_cluster import poll, slurm_cluster  # noqa: F401 (fixture)
+from slurm_cluster import poll, slurm_cluster  # noqa: F401 (fixture)
 
 REPO = Path(__file__).resolve().parents[1]
 HELLO = REPO / "examples" / "command_hello.yaml"

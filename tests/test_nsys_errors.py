@@ -93,3 +93,23 @@ def test_user_file_is_never_written(fixtures_dir: Path, tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     assert (db.read_bytes(), db.stat().st_mtime_ns) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == [db.name]
+
+
+def test_nsys_rep_is_exported_with_nsys_on_path(fixtures_dir: Path, tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    rep = tmp_path / "rank1.nsys-rep"
+    rep.write_bytes(b"report")
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    res = CliRunner().invoke(main, ["nsys", "stats", str(rep), "-r", "cuda_gpu_kern_sum", "--format", "csv"])
+    assert res.exit_code == 2
+    assert f"{rep}: a .nsys-rep needs nsys" in res.stderr
+    # a stand-in nsys that "exports" by copying the H200 rank1 export
+    (tmp_path / "bin").mkdir()
+    fake = tmp_path / "bin" / "nsys"
+    source = fixtures_dir / "nsys" / "h200_seqpar_bf16" / "rank1.sqlite"
+    fake.write_text(f'#!/bin/sh\n[ "$1 $2 $3" = "export -t sqlite" ] || exit 3\n/bin/cp "{source}" "$7"\n')
+    fake.chmod(0o755)
+    res = CliRunner().invoke(main, ["nsys", "stats", str(rep), "-r", "cuda_gpu_kern_sum", "--format", "csv"])
+    assert res.exit_code == 0, res.output
+    assert res.stdout == (source.parent / "rank1_cuda_gpu_kern_sum.csv").read_text()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bin", "rank1.nsys-rep"]

@@ -14,10 +14,8 @@ from hpcprof.schedulers import get_scheduler
 from hpcprof.schedulers.base import (
     CANCELLED, COMPLETED, FAILED, OUT_OF_MEMORY, PENDING, RUNNING, TIMEOUT, UNKNOWN, JobState,
 )
-from hpcprof.schedulers.pbs import (
-    CANCEL_MARKER, PbsScheduler, parse_qstat_full, parse_qstat_json, parse_qsub,
-)
-from tests.slurm_cluster import poll, slurm_cluster, torque_cluster, write_job  # noqa: F401
+from hpcprof.schedulers.pbs import PbsScheduler, parse_qstat_full, parse_qstat_json, parse_qsub
+from slurm_cluster import poll, slurm_cluster, torque_cluster, write_job  # noqa: F401
 
 DATA = Path(__file__).parent / "data" / "qstat"
 POLARIS = "polaris-pbs-01.hsn.cm.polaris.alcf.anl.gov"
@@ -134,10 +132,12 @@ def test_qdel_running_job(tmp_path: Path) -> None:
     scheduler, job_id = submit(tmp_path, "sleep 300")
     poll(lambda: scheduler.state(job_id, tmp_path), lambda s: s.state == RUNNING, 60)
     scheduler.cancel(job_id, tmp_path)
-    assert (tmp_path / CANCEL_MARKER).read_text().startswith(job_id)
-    assert final(scheduler, job_id, tmp_path).state == CANCELLED
-    assert not (tmp_path / "DONE").exists()
-    scheduler.cancel(job_id, tmp_path)  # again: already ended, no error
+    assert "cancelled" in RunDir(tmp_path).job_status()  # the wrappers' `C` cannot say it
+    state = final(scheduler, job_id, tmp_path)
+    assert state.state == CANCELLED
+    assert RunDir(tmp_path).state(state).state == CANCELLED
+    scheduler.cancel(job_id, tmp_path)  # again: already ended, no error, not marked again
+    assert (tmp_path / "status").read_text().count("cancelled=") == 1
 
 
 @pytest.mark.torque
@@ -146,5 +146,5 @@ def test_unknown_job_is_left_to_the_run_dir(tmp_path: Path) -> None:
     scheduler = PbsScheduler()
     state = scheduler.state("99999999", tmp_path)
     assert state.state == UNKNOWN and "rc 153" in state.reason
-    scheduler.cancel("99999999", tmp_path)  # no error
-    assert not (tmp_path / CANCEL_MARKER).exists()
+    scheduler.cancel("99999999", tmp_path)  # no error, nothing marked
+    assert not (tmp_path / "status").exists()

@@ -18,7 +18,7 @@ from hpcprof.schedulers.base import (
 from hpcprof.schedulers.slurm import (
     SlurmScheduler, exit_code_of, parse_sacct, parse_sbatch, parse_scontrol, to_job_state,
 )
-from tests.slurm_cluster import poll, slurm_cluster, write_job  # noqa: F401 (fixture)
+from slurm_cluster import poll, slurm_cluster, write_job  # noqa: F401 (fixture)
 
 # Recorded on the local Slurm 22.05.8 (a job that exited 3, then one cancelled while running).
 SCONTROL_FAILED = (
@@ -185,10 +185,11 @@ def test_cancel_running_job(tmp_path: Path) -> None:
     poll(lambda: status(tmp_path), lambda s: "start" in s, 60)
     assert scheduler.state(job_id, tmp_path).state == RUNNING
     scheduler.cancel(job_id, tmp_path)
+    assert "cancelled" in status(tmp_path)  # the batch shell may still write DONE after this
     state = final(scheduler, job_id, tmp_path, timeout=60)
-    assert state.state == CANCELLED
-    assert not (tmp_path / "DONE").exists()
-    scheduler.cancel(job_id, tmp_path)  # again: already ended, no error
+    assert (state.state, state.exit_code) == (CANCELLED, 128 + 15)
+    scheduler.cancel(job_id, tmp_path)  # again: already ended, no error, not marked again
+    assert (tmp_path / "status").read_text().count("cancelled=") == 1
 
 
 @pytest.mark.slurm
@@ -207,7 +208,8 @@ def test_time_limit_is_timeout(tmp_path: Path) -> None:
 def test_unknown_job(tmp_path: Path) -> None:
     scheduler = SlurmScheduler()
     assert scheduler.state("99999999", tmp_path).state == UNKNOWN
-    scheduler.cancel("99999999", tmp_path)  # no error
+    scheduler.cancel("99999999", tmp_path)  # no error, nothing marked
+    assert not (tmp_path / "status").exists()
 
 
 @pytest.mark.slurm

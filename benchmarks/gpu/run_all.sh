@@ -3,12 +3,12 @@
 # under ncu on one rank (GEMM kernels, launch-skip/count), the per-phase capture mode, the slowdown
 # of unprofiled ranks, DDP (Echo GPT-2) under nsys with the window, and standalone matmul and
 # collective loops of the same shapes. Run from the repository root:
-#   bash benchmarks/gpu/run_all.sh RESULTS_DIR "env seqpar standalone mpi repeat nsys slowdown ncu ddp capture torch"
+#   bash benchmarks/gpu/run_all.sh RESULTS_DIR "env seqpar standalone mpi repeat nsys slowdown ncu ddp ddpextra capture torch"
 # Each step has a time limit, cut to what is left of BUDGET seconds; later steps are then skipped. Reports are turned
 # into CSV here (nsys stats, ncu --import --csv), where the tools are.
 set -u
 RES=$(mkdir -p "${1:-gpu-results}" && cd "${1:-gpu-results}" && pwd)
-STEPS=${2:-env seqpar standalone mpi repeat nsys slowdown ncu ddp capture torch}
+STEPS=${2:-env seqpar standalone mpi repeat nsys slowdown ncu ddp ddpextra capture torch}
 REPO=$(pwd)
 HERE=$REPO/benchmarks/gpu
 mkdir -p "$RES"/{seqpar,standalone,nsys,ncu,ddp,logs}
@@ -153,6 +153,20 @@ if wants ddp; then
       --results-dir "$RES/ddp/nsys_p$p"
     nsys_stats "$RES/nsys/ddp_gpt2_p${p}"_rank*.nsys-rep
   done
+fi
+
+if wants ddpextra && [ "$NGPU" -ge 2 ]; then
+  # The window around the whole step, and the torch.profiler window (one Kineto trace per rank).
+  step ddp_nsys_step_p2 240 env GPT2_PRESET=gpt2 TOOL=nsys TAG=ddp_gpt2_step_p2 PROFILE_DIR="$RES/nsys" \
+    NSYS_ARGS="$NSYS_BASE --capture-range=cudaProfilerApi --capture-range-end=stop" \
+    bash "$HERE/launch.sh" 2 "$PY" -m hpcprof.workloads.ddp --echo-input "$REPO/examples/echo_gpt2" \
+    --world-size 2 --batchsize 8 --epochs 2 --warmup-epochs 1 --steps-per-epoch 12 --window step \
+    --results-dir "$RES/ddp/nsys_step_p2"
+  nsys_stats "$RES/nsys/ddp_gpt2_step_p2"_rank*.nsys-rep
+  step ddp_torch_p2 240 env GPT2_PRESET=gpt2 TOOL=torch PROFILE_DIR="$RES/torch" HPCPROF_TORCH_GZIP=1 \
+    HPCPROF_TORCH_SCHEDULE=wait=1,warmup=1,active=1 bash "$HERE/launch.sh" 2 "$PY" -m hpcprof.workloads.ddp \
+    --echo-input "$REPO/examples/echo_gpt2" --world-size 2 --batchsize 8 --epochs 2 --warmup-epochs 1 \
+    --steps-per-epoch 12 --results-dir "$RES/ddp/torch_p2"
 fi
 
 if wants capture && [ "$NGPU" -ge 2 ]; then

@@ -116,8 +116,8 @@ def ratio_table(data: Path, pairs: list[tuple[str, str, str]]) -> str:
 
 def ddp_table(data: Path) -> str:
     lines = [
-        "| run | ranks | launcher | forward ms | backward ms | optimizer ms | step ms (median per rank) | window |",
-        "|---|---|---|---|---|---|---|---|",
+        "| run | ranks | launcher | rank | forward ms | backward ms | optimizer ms | step ms | window |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for path in sorted(data.glob("run*/ddp/*/ddp_steps.json")):
         res = load(path)
@@ -125,9 +125,10 @@ def ddp_table(data: Path) -> str:
         win = res["window"]
         for rank in med.index:
             lines.append(
-                f"| {path.parent.parent.parent.name}/{path.parent.name} | {res['config']['world_size']} | {res['versions']['launcher']} | "
+                f"| {path.parent.parent.parent.name}/{path.parent.name} | {res['config']['world_size']} | {res['versions']['launcher']} "
+                f"| {rank} | "
                 + " | ".join(f"{med.loc[rank, p]:.2f}" for p in ("forward", "backward", "optimizer", "step"))
-                + f" | it {win['iteration']} (epoch {win['epoch']}, step {win['step']}) |"
+                + f" | it {win['iteration']} (epoch {win['epoch']}, step {win['step']}), {win['mode']} |"
             )
     return "\n".join(lines)
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from hpcprof.errors import UserError
+from hpcprof.rundir import RunDir
 from hpcprof.schedulers.base import (
     CANCELLED, COMPLETED, FAILED, NODE_FAIL, OUT_OF_MEMORY, PENDING, RUNNING, TIMEOUT, UNKNOWN,
     JobState, Scheduler, run_command,
@@ -29,9 +30,6 @@ from hpcprof.schedulers.base import (
 
 #: `qstat` exit codes meaning "no such job (any more)": unknown job id / finished, use -x.
 QSTAT_GONE = (153, 35)
-#: Written into the run directory by `cancel`: the wrappers' `C` and a purged id cannot tell a
-#: cancelled job from a finished one.
-CANCEL_MARKER = "cancel_requested"
 #: PBS Pro history substate of a job deleted with qdel (JOB_SUBSTATE_TERMINATED).
 SUBSTATE_TERMINATED = 91
 
@@ -137,7 +135,7 @@ def pbspro_state(job: dict[str, Any]) -> JobState:
 def parse_qstat_full(text: str, cancelled: bool = False) -> JobState:
     """Torque `qstat -f ID` text (`job_state = C`, `exit_status = N` when present) → state.
 
-    `cancelled`: hpcprof asked for the job to be cancelled (the wrappers cannot say so)."""
+    `cancelled`: hpcprof cancelled the job (the wrappers cannot say so)."""
     attrs = dict(re.findall(r"^\s+([\w.]+) = (.*)$", text, re.MULTILINE))
     letter = attrs.get("job_state", "").strip()
     detail = f"job_state={letter}"
@@ -171,8 +169,9 @@ class PbsScheduler(Scheduler):
 
     def state(self, job_id: str, run_dir: Path) -> JobState:
         """`qstat -xf -F json`; Torque's `qstat -f` where those options are unknown. A failing
-        qstat (server busy or down) gives UNKNOWN, so that a wait goes on polling."""
-        cancelled = (run_dir / CANCEL_MARKER).exists()
+        qstat (server busy or down) gives UNKNOWN, so that a wait goes on polling. Where qstat
+        cannot tell (wrappers' `C`, purged id), the run's `cancelled=` status line does."""
+        cancelled = "cancelled" in RunDir(run_dir).job_status()
         proc = run_command(["qstat", "-xf", "-F", "json", job_id], "pbs")
         if proc.returncode == 0:
             return parse_qstat_json(proc.stdout, job_id)
@@ -189,10 +188,12 @@ class PbsScheduler(Scheduler):
                                        f"{(proc.stderr or proc.stdout).strip()[:200]}")
 
     def cancel(self, job_id: str, run_dir: Path) -> None:
-        """`qdel ID`, noted in the run directory; a job that already ended is not an error."""
+        """`qdel ID`, then `cancelled=EPOCH` in the run's status file; a job that already ended
+        is not an error (and not marked)."""
         proc = run_command(["qdel", job_id], "pbs")
         if proc.returncode == 0:
-            (run_dir / CANCEL_MARKER).write_text(f"{job_id} {int(time.time())}\n")
+            with open(run_dir / "status", "a") as fh:
+                fh.write(f"cancelled={int(time.time())}\n")
             return
         message = (proc.stderr or proc.stdout).strip()
         ended = proc.returncode in QSTAT_GONE or not message or re.search(

@@ -11,6 +11,7 @@ and the job-completion file through `sacct -c` (jobcomp/filetxt; logs TIMEOUT wi
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 
 from hpcprof.errors import UserError
@@ -121,12 +122,21 @@ class SlurmScheduler(Scheduler):
         return JobState(UNKNOWN, reason=f"job {job_id} unknown to sacct, scontrol and sacct -c")
 
     def cancel(self, job_id: str, run_dir: Path) -> None:
-        """`scancel ID`; a job that already ended is not an error."""
+        """`scancel ID` and `cancelled=EPOCH` in the run's status file (the batch shell can
+        outlive its cancelled step long enough to write DONE). A job that already ended is
+        left alone and unmarked: scancel exits 0 for it (and for unknown ids), so the state
+        is asked first."""
+        before = self.state(job_id, run_dir)
+        if before.terminal:
+            return
         proc = run_command(["scancel", job_id], "slurm")
         message = (proc.stderr or proc.stdout).strip()
         if proc.returncode != 0 and not re.search(
                 r"already completing or completed|invalid job id", message, re.IGNORECASE):
             raise UserError(f"scancel {job_id} failed: {message}")
+        if before.state != UNKNOWN:
+            with open(run_dir / "status", "a") as fh:
+                fh.write(f"cancelled={int(time.time())}\n")
 
     @staticmethod
     def _sacct(job_id: str, completion_file: bool) -> JobState | None:

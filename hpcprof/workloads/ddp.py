@@ -12,6 +12,7 @@ around the backward pass (default) or the whole step.
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import json
 import os
@@ -87,7 +88,7 @@ def launch_argv(args: DdpArgs, python: str) -> list[str]:
     return [python, "-m", "hpcprof.workloads.ddp", *options.to_argv(args)]
 
 
-def parser() -> Any:
+def parser() -> argparse.ArgumentParser:
     return options.build_parser(DdpArgs, "hpcprof-ddp", __doc__.splitlines()[0], {})
 
 

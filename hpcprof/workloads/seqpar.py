@@ -9,6 +9,7 @@ Run under any launcher: `mpiexec -n 4 python -m hpcprof.workloads.seqpar -s 4608
 
 from __future__ import annotations
 
+import argparse
 import math
 import re
 import time
@@ -107,7 +108,7 @@ def launch_argv(args: SeqparArgs, python: str) -> list[str]:
     return [python, "-m", "hpcprof.workloads.seqpar", *options.to_argv(args)]
 
 
-def parser() -> Any:
+def parser() -> argparse.ArgumentParser:
     return options.build_parser(SeqparArgs, "hpcprof-seqpar", __doc__.splitlines()[0], SHORT_FLAGS)
 
 

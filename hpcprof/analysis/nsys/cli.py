@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 import sys
+import tempfile
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Callable, TextIO
@@ -11,6 +14,7 @@ import click
 import pandas as pd
 
 from hpcprof.analysis.nsys import distributed as dist
+from hpcprof.analysis.nsys.collect import export_sqlite
 from hpcprof.analysis.nsys.db import Export, NsysInputError
 from hpcprof.analysis.nsys.stats import REPORTS, MissingData, run_reports, write_csv
 from hpcprof.errors import UserError
@@ -31,11 +35,24 @@ def _fail(path: Path | str, message: str) -> None:
 
 
 def open_exports(paths: list[Path], stack: ExitStack) -> tuple[list[Export], int]:
-    """Open every file that is a usable export; report the others on stderr. Returns (exports, failures)."""
+    """Open every file that is a usable export (a .nsys-rep is first exported to SQLite in a
+    temporary folder with the nsys on PATH); report the others on stderr. Returns (exports, failures)."""
     exports, failures = [], 0
+    scratch: Path | None = None
     for path in paths:
         try:
-            export = stack.enter_context(Export(path))
+            source = path
+            if path.suffix == ".nsys-rep":
+                nsys_exe = shutil.which("nsys")
+                if nsys_exe is None:
+                    raise NsysInputError(f"{path}: a .nsys-rep needs nsys to export it to SQLite; "
+                                         "nsys is not on PATH (run `nsys export -t sqlite` where it is)")
+                scratch = scratch or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="hpcprof-nsys-")))
+                try:
+                    source = export_sqlite(nsys_exe, path, scratch / str(len(exports) + failures))
+                except subprocess.CalledProcessError as exc:
+                    raise NsysInputError(f"{path}: nsys export failed ({' '.join((exc.stderr or '').split())})")
+            export = stack.enter_context(Export(source))
             export.check_usable()
         except NsysInputError as exc:
             _fail(path, str(exc))

@@ -44,6 +44,7 @@ from hpcprof.analysis.nsys.db import (
     Export,
     NsysInputError,
     TextCodes,
+    pid_of,
     process_of,
 )
 
@@ -284,66 +285,71 @@ def nvtx_ranges(export: Export, event_types: tuple[int, ...], layout: str,
     stmt = sa.select(t.c.start, t.c.end, t.c.eventType, t.c.globalTid, *optional,
                      (t.c.text if "text" in cols else sa.null()).label("text"))
     names = ["start", "end", "eventType", "globalTid", "textId", "domainId"]
-    wanted = np.array(event_types + (NVTX_DOMAIN_CREATE,))
-    parts: dict[str, list[np.ndarray]] = {n: [] for n in names + ["text"]}
+    columns = ["duration", "eventType", "textId", "text", "domainId", "pid"]
+    columns += ["start", "end", "globalTid"] if with_times else []
+    ranges: dict[str, list[np.ndarray]] = {n: [] for n in columns}
+    domains: dict[str, list[np.ndarray]] = {n: [] for n in ("start", "domainId", "pid", "textId", "text")}
     last = 0
     codes = TextCodes()
     for batch in export.batches(stmt, text=(6,)):      # the last timestamp is over all events, marks included
-        arrays = {n: batch.column(i).to_numpy().astype(np.int64, copy=False) for i, n in enumerate(names)}
-        last = max(last, int(arrays["start"].max()), int(arrays["end"].max()))
-        keep = np.isin(arrays["eventType"], wanted)
-        for n in names:
-            parts[n].append(arrays[n][keep].astype(NVTX_DTYPES.get(n, np.int64)))
-        parts["text"].append(codes.encode(batch.column(6).filter(pa.array(keep))).astype(np.int32))
+        a = {n: batch.column(i).to_numpy().astype(np.int64, copy=False) for i, n in enumerate(names)}
+        last = max(last, int(a["start"].max()), int(a["end"].max()))
+        a["text"] = codes.encode(batch.column(6))
+        a["pid"] = pid_of(a["globalTid"])
+        # end - start, or -(start + 1) for an unterminated range (its end is known after the scan)
+        a["duration"] = np.where(a["end"] >= 0, a["end"] - a["start"], -a["start"] - 1)
+        for keep, out in ((np.isin(a["eventType"], event_types), ranges), (a["eventType"] == NVTX_DOMAIN_CREATE, domains)):
+            for n in out:
+                out[n].append(a[n][keep].astype(NVTX_DTYPES.get(n, np.int64)))
+    d = {n: _concat(ranges.pop(n), NVTX_DTYPES.get(n, np.int64)) for n in columns}
+    dom = pd.DataFrame({n: _concat(v, NVTX_DTYPES.get(n, np.int64)) for n, v in domains.items()})
     texts = codes.values()
-    event_type = _concat(parts.pop("eventType"), np.int16)
-    is_domain = event_type == NVTX_DOMAIN_CREATE
-    if not (is_domain.any() or with_times):         # thread and domain ids only matter for domains or times
-        del parts["globalTid"], parts["domainId"]
-    d = {n: _concat(parts.pop(n), NVTX_DTYPES.get(n, np.int64)) for n in list(parts)} | {"eventType": event_type}
     # label of each distinct (textId, text): the StringIds value first, the inline text second
-    pair, pairs = pd.factorize(d["textId"].astype(np.int64) * (len(texts) + 1) + d["text"])
+    width = len(texts) + 1
+    pair, pairs = pd.factorize(np.concatenate((d["textId"], dom["textId"])).astype(np.int64) * width
+                               + np.concatenate((d["text"], dom["text"])))
     pairs = np.asarray(pairs, dtype=np.int64)
-    uid, utext = pairs // (len(texts) + 1), pairs % (len(texts) + 1)
+    uid, utext = pairs // width, pairs % width
     label = texts[utext] if len(texts) else np.full(len(pairs), None, dtype=object)
     if (uid >= 0).any():
         resolved = export.strings(uid[uid >= 0])
         label[uid >= 0] = np.where(pd.isna(resolved), label[uid >= 0], resolved)
-    if is_domain.any():
-        name_code, range_names = _with_domains(d, is_domain, pair, label, texts, layout)
+    n_ranges = len(d["duration"])
+    if len(dom):
+        dom["name"] = texts[dom["text"].to_numpy()] if layout == OLD else label[pair[n_ranges:]]
+        name_code, range_names = _with_domains(d, dom, pair[:n_ranges], label, layout)
     else:
-        name_code = pair
+        name_code = pair[:n_ranges]
         range_names = label if layout == OLD else np.array([f":{lab or ''}" for lab in label], dtype=object)
-    keep = ~is_domain
-    end = np.where(d["end"][keep] < 0, last, d["end"][keep])
-    out = {"duration": end - d["start"][keep], "eventType": d["eventType"][keep], "name": name_code[keep]}
+    duration = d["duration"]
+    duration[duration < 0] = last + 1 + duration[duration < 0]
+    out = {"duration": duration, "eventType": d["eventType"], "name": name_code}
     if with_times:
-        out |= {"start": d["start"][keep], "end": end, "globalTid": d["globalTid"][keep]}
+        out |= {"start": d["start"], "end": np.where(d["end"] < 0, last, d["end"]), "globalTid": d["globalTid"]}
     return pd.DataFrame(out), range_names
 
 
-NVTX_DTYPES = {"eventType": np.int16, "textId": np.int32, "domainId": np.int32, "text": np.int32}
+NVTX_DTYPES = {"eventType": np.int16, "textId": np.int32, "domainId": np.int32, "text": np.int32, "pid": np.int32}
 
 
 def _concat(parts: list[np.ndarray], dtype: type) -> np.ndarray:
     return np.concatenate(parts) if parts else np.empty(0, dtype=dtype)
 
 
-def _with_domains(d: dict[str, np.ndarray], is_domain: np.ndarray, pair: np.ndarray, label: np.ndarray,
-                  texts: np.ndarray, layout: str) -> tuple[np.ndarray, np.ndarray]:
+def _with_domains(d: dict[str, np.ndarray], dom: pd.DataFrame, pair: np.ndarray, label: np.ndarray,
+                  layout: str) -> tuple[np.ndarray, np.ndarray]:
     """Range name codes and names `domain:label`, the domain being the first eventType 75
     row with the range's domainId in the range's process (2022.4 names it by its inline
     text, newer nsys by its StringIds value or text)."""
-    domain_text = texts[d["text"][is_domain]] if layout == OLD else label[pair[is_domain]]
-    doms = pd.DataFrame({"start": d["start"][is_domain], "domainId": d["domainId"][is_domain],
-                         "pid": process_of(d["globalTid"][is_domain]), "text": domain_text})
-    doms = doms.sort_values("start", kind="stable").drop_duplicates(["domainId", "pid"]).reset_index(drop=True)
-    key = pd.MultiIndex.from_arrays([doms["domainId"].to_numpy(np.int64), doms["pid"].to_numpy(np.int64)])
-    dom_of_row = key.get_indexer(pd.MultiIndex.from_arrays([d["domainId"], process_of(d["globalTid"])]))
-    combo, combos = pd.factorize(dom_of_row * (len(label) + 1) + pair)
+    dom = dom.sort_values("start", kind="stable").drop_duplicates(["domainId", "pid"]).reset_index(drop=True)
+    key = pd.MultiIndex.from_arrays([dom["domainId"].to_numpy(np.int64), dom["pid"].to_numpy(np.int64)])
+    dom_of_row = key.get_indexer(pd.MultiIndex.from_arrays([d["domainId"].astype(np.int64),
+                                                            d["pid"].astype(np.int64)]))
+    width = len(label) + 1
+    combo, combos = pd.factorize(dom_of_row * width + pair)
     combos = np.asarray(combos, dtype=np.int64)
-    dom_names = np.concatenate((doms["text"].to_numpy(dtype=object), [None]))[combos // (len(label) + 1)]
-    labels = label[combos % (len(label) + 1)]
+    dom_names = np.concatenate((dom["name"].to_numpy(dtype=object), [None]))[combos // width]
+    labels = label[combos % width]
     if layout == OLD:
         names = [lab if dn is None else f"{dn}:{lab}" for dn, lab in zip(dom_names, labels)]
     else:
