@@ -203,3 +203,21 @@ def test_cli_slowdown_lists_every_device(fixtures_dir: Path, tmp_path: Path) -> 
     assert res.exit_code == 0, res.output
     df = pd.read_csv(out)
     assert sorted(df["device"].unique()) == [0, 1] and (df["status"] == "matched").all()
+
+
+def test_phases_match_nsys_nvtx_gpu_proj_sum(repo: Path) -> None:
+    """Projected GPU time, GPU op count and range time per NVTX range equal nsys 2025.3.1's
+    nvtx_gpu_proj_sum on the GPT-2 DDP exports in benchmarks/gpu."""
+    run = repo / "benchmarks" / "gpu" / "data" / "run3" / "nsys"
+    checked = 0
+    for gold_path in sorted(run.glob("*_nvtx_gpu_proj_sum.csv")):
+        db = run / gold_path.name.replace("_nvtx_gpu_proj_sum.csv", ".sqlite")
+        ours = dist.phases(dist.load_activity([Export(db)])).set_index("range")
+        gold = pd.read_csv(gold_path)
+        for row in gold.to_dict("records"):
+            mine = ours.loc[row["Range"].removeprefix(":")]   # hpcprof names the default domain's ranges plainly
+            assert (mine["proj_time_ns"], mine["gpu_ops"], mine["range_time_ns"], mine["instances"]) == (
+                row["Total Proj Time (ns)"], row["Total GPU Ops"], row["Total Range Time (ns)"],
+                row["Range Instances"]), (gold_path.name, row["Range"])
+            checked += 1
+    assert checked == 29

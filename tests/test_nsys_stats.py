@@ -222,3 +222,23 @@ def test_cli_rejects_unknown_report(fixtures_dir: Path) -> None:
                                     "-r", "gpukernsum,nope"])
     assert res.exit_code == 2
     assert "nope" in res.output
+
+
+def _ddp_gold(repo: Path) -> list[Path]:
+    return sorted((repo / "benchmarks" / "gpu" / "data" / "run3" / "nsys").glob("*_rank*_*_sum.csv"))
+
+
+DDP_REPORTS = ("cuda_gpu_kern_sum", "nvtx_sum")
+
+
+def test_ddp_gpt2_exports_match_nsys_2025_3_gold(repo: Path) -> None:
+    """The GPT-2 DDP run in benchmarks/gpu (nsys 2025.3.1 CSVs next to each export)."""
+    compared = 0
+    for gold in _ddp_gold(repo):
+        report = next((r for r in DDP_REPORTS if gold.name.endswith(f"_{r}.csv")), None)
+        if report is None:
+            continue
+        db = gold.with_name(gold.name.removesuffix(f"_{report}.csv") + ".sqlite")
+        assert report_csv(db, report) == gold.read_text(), gold.name
+        compared += 1
+    assert compared == 10

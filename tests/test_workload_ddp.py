@@ -179,3 +179,16 @@ def test_explicit_fields_override_echo_configs(tmp_path: Path) -> None:
     resolved = ddp.resolve_args(ddp.DdpArgs(echo_input=echo, epochs=5))
     assert (resolved.epochs, resolved.cap_size, resolved.warmup_epochs, resolved.world_size) == (5, 2.0, 1, 2)
     assert resolved.cuda_version_check is None
+
+
+NOT_A_MODULE = BARE_MODEL.replace(
+    "return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 8))", 'return "a string"'
+)
+
+
+def test_bad_model_after_init_aborts_all_ranks_with_2(tmp_path: Path) -> None:
+    model_file = tmp_path / "define_model.py"
+    model_file.write_text(NOT_A_MODULE)
+    proc = run_ddp(2, ["--model-file", str(model_file)], tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert "error: get_model returned str, expected a torch.nn.Module" in proc.stderr

@@ -63,7 +63,7 @@ if wants env; then
     nvidia-smi --query-gpu=index,name,driver_version,memory.total,clocks.sm,clocks.max.sm,power.limit --format=csv
     nvidia-smi topo -m
     $PY -c 'import torch, platform; print("python", platform.python_version(), "torch", torch.__version__, "cuda", torch.version.cuda, "nccl", torch.cuda.nccl.version(), "cudnn", torch.backends.cudnn.version())'
-    $PY -c 'from mpi4py import MPI; print("mpi4py MPI:", MPI.Get_library_version().splitlines()[0])' 2>&1 | tail -1
+    $PY -c 'from mpi4py import MPI; print("mpi4py MPI:", MPI.Get_library_version().replace(chr(0), "").splitlines()[0])' 2>&1 | tail -1
     command -v mpiexec && mpiexec --version 2>&1 | head -2
     echo "nsys: $NSYS"; "$NSYS" --version
     echo "ncu: $NCU"; "$NCU" --version | tail -1

@@ -75,11 +75,22 @@ class Experiment(Strict):
     @classmethod
     def _sweep_lists(cls, value: dict[str, list[Any]]) -> dict[str, list[Any]]:
         for key, values in value.items():
-            if key.startswith("sweep") or key == "name":
+            names = key.split(",")
+            if any(n.startswith("sweep") or n == "name" for n in names):
                 raise ValueError(f"cannot sweep over {key!r}")
             if not values:
                 raise ValueError(f"sweep key {key!r} has no values")
+            if len(names) > 1 and not all(isinstance(v, list) and len(v) == len(names) for v in values):
+                raise ValueError(f"sweep key {key!r} zips {len(names)} keys: each value must be a list of "
+                                 f"{len(names)} values, e.g. [[1, 1], [2, 2]]")
         return value
+
+    def sweep_points(self) -> list[dict[str, Any]]:
+        """The sweep's points: the cartesian product over its keys, where a key `a,b` zips
+        its keys together (its values are [a, b] pairs)."""
+        axes = [[dict(zip(key.split(","), v if "," in key else [v])) for v in values]
+                for key, values in self.sweep.items()]
+        return [{k: v for part in combo for k, v in part.items()} for combo in itertools.product(*axes)]
 
 
 class Point(BaseModel):
@@ -133,12 +144,9 @@ def load_experiment(path: Path, overrides: list[str] = ()) -> dict[str, Any]:
 def expand(data: dict[str, Any], site: SiteConfig, source: str) -> list[Point]:
     """Validate the experiment against `site` and expand its sweep into points."""
     base = validate(Experiment, data, source)
-    keys = list(base.sweep)
-    combos = list(itertools.product(*(base.sweep[k] for k in keys))) or [()]
     args_model = workload_args_model(base.workload.kind)
     points = []
-    for index, combo in enumerate(combos):
-        params = dict(zip(keys, combo))
+    for index, params in enumerate(base.sweep_points()):
         if params:
             point_data = copy.deepcopy(data)
             point_data.pop("sweep", None)

@@ -23,6 +23,8 @@ from typing import Any, Literal
 import torch
 import torch.distributed as dist
 
+from hpcprof.errors import UserError
+
 GLOBAL_RANK_VARS = ("PALS_RANKID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID", "RANK")
 LOCAL_RANK_VARS = (
     "PALS_LOCAL_RANKID",
@@ -180,16 +182,20 @@ def init_distributed(
 
 @contextlib.contextmanager
 def abort_on_error(ctx: Dist) -> Iterator[None]:
-    """On an exception in one rank, print it and abort the MPI job so the other ranks do not hang."""
+    """On an exception in one rank, print it and abort the MPI job so the other ranks do not hang
+    (exit code 2 for a UserError, printed as one line; 1 otherwise)."""
     try:
         yield
-    except BaseException:
+    except BaseException as exc:
         if ctx.layout.launcher == "mpi" and ctx.world_size > 1:
-            traceback.print_exc()
+            if isinstance(exc, UserError):
+                sys.stderr.write(f"error: {exc.format_message()}\n")
+            else:
+                traceback.print_exc()
             sys.stderr.flush()
             from mpi4py import MPI
 
-            MPI.COMM_WORLD.Abort(1)
+            MPI.COMM_WORLD.Abort(2 if isinstance(exc, UserError) else 1)
         raise
 
 
@@ -212,7 +218,7 @@ def versions(ctx: Dist) -> dict[str, str | None]:
     if "mpi4py" in sys.modules:
         from mpi4py import MPI
 
-        mpi = " ".join(MPI.Get_library_version().splitlines()[0].split())
+        mpi = " ".join(MPI.Get_library_version().replace("\x00", "").splitlines()[0].split())
     return {
         "python": platform.python_version(),
         "torch": torch.__version__,

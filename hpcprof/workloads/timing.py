@@ -121,6 +121,18 @@ def profiler_stop() -> None:
         torch.cuda.cudart().cudaProfilerStop()
 
 
+@contextlib.contextmanager
+def profiler_range(on: bool) -> Iterator[None]:
+    """cudaProfilerStart/Stop around the body when `on`."""
+    if on:
+        profiler_start()
+    try:
+        yield
+    finally:
+        if on:
+            profiler_stop()
+
+
 def parse_schedule(text: str) -> dict[str, int]:
     """`wait=1,warmup=1,active=3,repeat=1` -> dict; unknown keys or non-integers raise ValueError."""
     values = {"skip_first": 0, "wait": 0, "warmup": 0, "active": 1, "repeat": 1}

@@ -297,12 +297,16 @@ def gaps(act: Activity, threshold_ns: int = 500_000_000, skip_overhead: bool = T
 
 
 def phases(act: Activity) -> pd.DataFrame:
-    """GPU time under each NVTX range, per rank: kernels whose launching CUDA API call
-    starts inside the range (on the range's thread for push/pop ranges, in its process
-    for start/end ranges), as nsys's NVTX GPU projection attributes them."""
-    k = act.kernels[["rank", "file", "gpid", "corr", "start", "end"]]
-    launches = act.runtime.merge(k, on=["rank", "file", "gpid", "corr"], suffixes=("", "_k"))
-    launches = launches.assign(dur=launches["end_k"] - launches["start_k"])
+    """GPU work under each NVTX range, per rank, attributed as nsys's NVTX GPU projection does:
+    the GPU operations (kernels, memcpys, memsets) whose launching CUDA API call starts inside
+    the range, on the range's thread for push/pop ranges, in its process for start/end ranges.
+
+    Columns: instances, gpu_ops, kernels, gpu_time_ns (Σ kernel durations), proj_time_ns
+    (Σ over instances of last op end − first op start, nsys's "Total Proj Time") and
+    range_time_ns (Σ CPU durations of the range)."""
+    ops = act.ops[["file", "gpid", "corr", "start", "end", "kind", "rank"]]
+    launches = act.runtime.drop(columns="rank").merge(ops, on=["file", "gpid", "corr"], suffixes=("", "_op"))
+    launches["kernel_ns"] = np.where(launches["kind"] == "kernel", launches["end_op"] - launches["start_op"], 0)
     rows = []
     for path, export in act.exports.items():
         if not export.has(NVTX):
@@ -311,33 +315,35 @@ def phases(act: Activity) -> pd.DataFrame:
         if ranges.empty:
             continue
         ranges["name"] = names[ranges["name"].to_numpy()]
-        ranges = ranges.assign(gpid=process_of(ranges["globalTid"]), pushpop=np.isin(ranges["eventType"], NVTX_PUSHPOP))
-        lf = launches[launches["file"] == str(path)]
-        for pushpop, key in ((True, "gtid"), (False, "gpid")):
-            rr = ranges[ranges["pushpop"] == pushpop]
-            for owner, group in rr.groupby("globalTid" if pushpop else "gpid"):
-                calls = lf[lf[key] == owner].sort_values("start", kind="stable")
-                rank = calls["rank"].iloc[0] if len(calls) else _rank_of_process(act, str(path), owner)
+        ranges["gpid"] = process_of(ranges["globalTid"])
+        pushpop = np.isin(ranges["eventType"], NVTX_PUSHPOP)
+        calls_of_file = launches[launches["file"] == str(path)]
+        for rr, key in ((ranges[pushpop], "gtid"), (ranges[~pushpop], "gpid")):
+            owners = calls_of_file.groupby(key)
+            for owner, group in rr.groupby("globalTid" if key == "gtid" else "gpid"):
+                calls = owners.get_group(owner).sort_values("start", kind="stable") \
+                    if owner in owners.groups else calls_of_file.iloc[0:0]
+                rank = int(calls["rank"].iloc[0]) if len(calls) else _rank_of_process(act, str(path), owner)
                 t = calls["start"].to_numpy()
-                cum = np.concatenate(([0], np.cumsum(calls["dur"].to_numpy())))
-                ks, ke = calls["start_k"].to_numpy(), calls["end_k"].to_numpy()
+                cum = np.concatenate(([0], np.cumsum(calls["kernel_ns"].to_numpy())))
+                kcum = np.concatenate(([0], np.cumsum(calls["kind"].to_numpy() == "kernel")))
+                os_, oe = calls["start_op"].to_numpy(), calls["end_op"].to_numpy()
                 lo = np.searchsorted(t, group["start"].to_numpy(), side="left")
                 hi = np.searchsorted(t, group["end"].to_numpy(), side="right")
-                n = hi - lo
-                first = np.array([ks[a:b].min() if b > a else -1 for a, b in zip(lo, hi)], dtype=np.int64)
-                last = np.array([ke[a:b].max() if b > a else -1 for a, b in zip(lo, hi)], dtype=np.int64)
+                proj = np.array([oe[a:b].max() - os_[a:b].min() if b > a else 0 for a, b in zip(lo, hi)],
+                                dtype=np.int64)
                 rows.append(pd.DataFrame({"rank": rank, "range": group["name"].to_numpy(),
-                                          "range_ns": group["duration"].to_numpy(), "kernels": n,
-                                          "gpu_ns": cum[hi] - cum[lo], "gpu_start": first, "gpu_end": last}))
-    cols = ["rank", "range", "instances", "kernels", "gpu_time_ns", "gpu_span_ns", "range_time_ns"]
+                                          "range_ns": group["duration"].to_numpy(), "gpu_ops": hi - lo,
+                                          "kernels": kcum[hi] - kcum[lo], "gpu_ns": cum[hi] - cum[lo],
+                                          "proj_ns": proj}))
+    cols = ["rank", "range", "instances", "gpu_ops", "kernels", "gpu_time_ns", "proj_time_ns", "range_time_ns"]
     if not rows:
         return pd.DataFrame(columns=cols)
     r = pd.concat(rows, ignore_index=True)
-    r["gpu_span"] = np.where(r["kernels"] > 0, r["gpu_end"] - r["gpu_start"], 0)
     out = r.groupby(["rank", "range"], sort=True).agg(
-        instances=("range_ns", "size"), kernels=("kernels", "sum"), gpu_time_ns=("gpu_ns", "sum"),
-        gpu_span_ns=("gpu_span", "sum"), range_time_ns=("range_ns", "sum")).reset_index()
-    return out[cols]
+        instances=("range_ns", "size"), gpu_ops=("gpu_ops", "sum"), kernels=("kernels", "sum"),
+        gpu_time_ns=("gpu_ns", "sum"), proj_time_ns=("proj_ns", "sum"), range_time_ns=("range_ns", "sum"))
+    return out.reset_index()[cols]
 
 
 def _rank_of_process(act: Activity, file: str, owner: int) -> int:
