@@ -1,69 +1,61 @@
-"""The `hpcprof` command line."""
+"""The `hpcprof` command line. Sub-commands are imported only when run, so `hpcprof nsys stats`
+does not pay for the run machinery (and nothing but `bench` imports torch)."""
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import sys
-from pathlib import Path
+import importlib
 
 import click
-import pandas as pd
-from rich.console import Console
 
-from hpcprof import campaign
-from hpcprof.analysis.ncu.cli import ncu
-from hpcprof.analysis.nsys.cli import nsys
-from hpcprof.analysis.trace.cli import trace
-from hpcprof.collect import collect_run
-from hpcprof.config.site import SiteConfig, available_sites, find_site, load_site_file
-from hpcprof.errors import UserError
-from hpcprof.output import FORMATS, emit, render_table
-from hpcprof.render.job import shipped_template_dir
-from hpcprof.rundir import RunDir, all_runs, find_run
-from hpcprof.store import Store, database_url
-from hpcprof.workloads.cli import bench
-
-console = Console(stderr=True)
-
-workdir_option = click.option(
-    "--workdir", type=click.Path(file_okay=False, path_type=Path),
-    default=lambda: os.environ.get("HPCPROF_WORKDIR", "hpcprof-runs"), show_default="$HPCPROF_WORKDIR or ./hpcprof-runs",
-    help="Where run directories (and the default SQLite store) live.")
-db_option = click.option("--db", default=None, help="SQLAlchemy URL of the campaign store (default $HPCPROF_DB "
-                         "or sqlite:///<workdir>/hpcprof.db).")
-site_options = [
-    click.option("--site", "site_name", default="local", show_default=True, help="Site config name."),
-    click.option("--site-file", type=click.Path(dir_okay=False, exists=True, path_type=Path),
-                 help="A site config file (overrides --site)."),
-]
-set_option = click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
-                          help="Override an experiment field, e.g. resources.nodes=2 (repeatable).")
-templates_option = click.option("--templates", type=click.Path(file_okay=False, path_type=Path),
-                                help="Directory of edited templates (from `hpcprof templates copy`).")
+#: command name -> "module:attribute"
+COMMANDS = {
+    "sites": "hpcprof.run_commands:sites",
+    "render": "hpcprof.run_commands:render",
+    "submit": "hpcprof.run_commands:submit",
+    "status": "hpcprof.run_commands:status",
+    "cancel": "hpcprof.run_commands:cancel",
+    "collect": "hpcprof.run_commands:collect",
+    "report": "hpcprof.run_commands:report",
+    "templates": "hpcprof.run_commands:templates",
+    "nsys": "hpcprof.analysis.nsys.cli:nsys",
+    "trace": "hpcprof.analysis.trace.cli:trace",
+    "ncu": "hpcprof.analysis.ncu.cli:ncu",
+    "bench": "hpcprof.workloads.cli:bench",
+}
+SHORT_HELP = {
+    "sites": "List the available site configs.",
+    "render": "Render job script and rank wrapper without submitting.",
+    "submit": "Render an experiment for a site and submit every sweep point.",
+    "status": "Show the state of runs.",
+    "cancel": "Cancel runs.",
+    "collect": "Collect finished runs into results/ and the store.",
+    "report": "Show the collected results of runs.",
+    "templates": "Editable copies of the job-script templates.",
+    "nsys": "nsys stats reports and distributed analyses of Nsight Systems exports.",
+    "trace": "HTA's analyses of torch.profiler traces.",
+    "ncu": "Nsight Compute kernel metrics (Echo's table).",
+    "bench": "Run a built-in workload directly under any launcher.",
+}
 
 
-def with_site(func):  # type: ignore[no-untyped-def]
-    for option in reversed(site_options):
-        func = option(func)
-    return func
+class LazyGroup(click.Group):
+    """A group whose commands are imported on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in COMMANDS:
+            return None
+        module, _, attr = COMMANDS[name].partition(":")
+        return getattr(importlib.import_module(module), attr)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, SHORT_HELP[name]) for name in COMMANDS])
 
 
-def open_store(workdir: Path, db: str | None) -> Store:
-    workdir.mkdir(parents=True, exist_ok=True)
-    return Store(database_url(workdir, db))
-
-
-def runs_from(refs: tuple[str, ...], workdir: Path) -> list[RunDir]:
-    return [find_run(r, workdir) for r in refs] if refs else all_runs(workdir)
-
-
-def site_of(run: RunDir) -> SiteConfig:
-    return SiteConfig.model_validate(run.config["site"])
-
-
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="hpcprof")
 def main() -> None:
     """Profile distributed PyTorch work on HPC clusters.
@@ -73,174 +65,3 @@ def main() -> None:
     hpcprof status / cancel RUN                follow the runs
     hpcprof collect; hpcprof report            analyse profiles, store and show results
     """
-
-
-@main.command()
-def sites() -> None:
-    """List the available site configs."""
-    rows = []
-    for name, path in available_sites().items():
-        site = load_site_file(path)
-        launcher = site.launcher.kind + (f" ({site.launcher.flavor})" if site.launcher.flavor else "")
-        rows.append({"site": name, "scheduler": site.scheduler, "launcher": launcher,
-                     "gpus/node": site.node.gpus, "description": site.description, "file": str(path)})
-    emit(pd.DataFrame(rows), "table")
-
-
-@main.command()
-@click.argument("experiment", type=click.Path(dir_okay=False, exists=True, path_type=Path))
-@with_site
-@set_option
-@templates_option
-@click.option("-o", "--output", type=click.Path(file_okay=False, path_type=Path),
-              help="Write job.sh, rank_wrapper.sh and config.json per point here (default: print).")
-def render(experiment: Path, site_name: str, site_file: Path | None, overrides: tuple[str, ...],
-           templates: Path | None, output: Path | None) -> None:
-    """Render the job script and rank wrapper of EXPERIMENT for a site, without submitting."""
-    site = find_site(site_name, site_file)
-    planned = campaign.plan(experiment, site, list(overrides), Path("hpcprof-runs"), templates)
-    if output is None:
-        for run in planned.runs:
-            click.echo(run.files["job.sh"])
-        return
-    for run in planned.runs:
-        target = output if len(planned.runs) == 1 else output / f"p{run.point.index:03d}"
-        target.mkdir(parents=True, exist_ok=True)
-        for name, content in run.files.items():
-            (target / name).write_text(content)
-            (target / name).chmod(0o755)
-        (target / "config.json").write_text(json.dumps(run.config, indent=1))
-        console.print(f"rendered {target}/job.sh and rank_wrapper.sh")
-
-
-@main.command()
-@click.argument("experiment", type=click.Path(dir_okay=False, exists=True, path_type=Path))
-@with_site
-@set_option
-@templates_option
-@workdir_option
-@db_option
-@click.option("--dry-run", is_flag=True, help="Validate and render, print the plan, write nothing.")
-@click.option("--wait", is_flag=True, help="Wait until every run ends (local runs: in the foreground).")
-def submit(experiment: Path, site_name: str, site_file: Path | None, overrides: tuple[str, ...],
-           templates: Path | None, workdir: Path, db: str | None, dry_run: bool, wait: bool) -> None:
-    """Render EXPERIMENT (every sweep point) for a site and submit it."""
-    site = find_site(site_name, site_file)
-    planned = campaign.plan(experiment, site, list(overrides), workdir, templates)
-    if dry_run:
-        for run in planned.runs:
-            console.print(f"[bold]{run.run_id}[/] {run.point.params or ''} -> {run.run_dir}")
-            click.echo(run.files["job.sh"])
-        return
-    store = open_store(workdir, db)
-    run_dirs = campaign.write(planned, store)
-    for run in run_dirs:
-        console.print(f"submitting {run.run_id} ({site.scheduler}) -> {run.path}", markup=False)
-        job_id = campaign.submit(run, site, store, foreground=wait)
-        console.print(f"submitted {run.run_id} as {job_id}", markup=False)
-    if wait:
-        final = [campaign.wait(run, store) for run in run_dirs]
-        show_states(list(zip(run_dirs, final)), "table")
-        if any(s.state != "COMPLETED" for s in final):
-            sys.exit(1)
-
-
-def show_states(pairs: list, fmt: str) -> None:  # type: ignore[type-arg]
-    rows = [{"run": run.run_id, "experiment": run.path.parent.name, "state": state.state,
-             "exit_code": state.exit_code, "reason": state.reason,
-             "job_id": run.submission.get("job_id", ""), "path": str(run.path)} for run, state in pairs]
-    emit(pd.DataFrame(rows, columns=["run", "experiment", "state", "exit_code", "reason", "job_id", "path"]), fmt)
-
-
-@main.command()
-@click.argument("runs", nargs=-1)
-@workdir_option
-@db_option
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
-def status(runs: tuple[str, ...], workdir: Path, db: str | None, fmt: str) -> None:
-    """Show the state of RUNS (ids or paths; default: every run in the workdir)."""
-    store = open_store(workdir, db)
-    selected = runs_from(runs, workdir)
-    show_states([(run, campaign.refresh(run, store)) for run in selected], fmt)
-
-
-@main.command()
-@click.argument("runs", nargs=-1, required=True)
-@workdir_option
-@db_option
-def cancel(runs: tuple[str, ...], workdir: Path, db: str | None) -> None:
-    """Cancel RUNS (ids or paths)."""
-    store = open_store(workdir, db)
-    for run in runs_from(runs, workdir):
-        state = campaign.cancel(run, store)
-        console.print(f"{run.run_id}: cancel requested, now {state.state}")
-
-
-@main.command()
-@click.argument("runs", nargs=-1)
-@workdir_option
-@db_option
-def collect(runs: tuple[str, ...], workdir: Path, db: str | None) -> None:
-    """Collect finished RUNS (default: every finished run): results/ CSVs and the store."""
-    store = open_store(workdir, db)
-    selected = runs_from(runs, workdir)
-    if not selected:
-        raise UserError(f"no runs under {workdir}; submit one first (hpcprof submit EXP --site S)")
-    for run in selected:
-        state = campaign.refresh(run, store)
-        if not state.terminal:
-            console.print(f"{run.run_id}: {state.state}, not collected yet")
-            continue
-        tables = collect_run(run, store, log=lambda line: console.print(line, markup=False))
-        summary = ", ".join(f"{source}: {len(names)}" for source, names in tables.items())
-        console.print(f"collected {run.run_id} ({state.state}) -> {run.path / 'results'} ({summary} tables)",
-                      markup=False)
-
-
-@main.command()
-@click.argument("runs", nargs=-1)
-@workdir_option
-@db_option
-@click.option("--rows", default=12, show_default=True, help="Rows shown per table.")
-def report(runs: tuple[str, ...], workdir: Path, db: str | None, rows: int) -> None:
-    """Show the collected results of RUNS (default: the latest run)."""
-    store = open_store(workdir, db)
-    selected = runs_from(runs, workdir) if runs else all_runs(workdir)[-1:]
-    out = Console(width=200)
-    for run in selected:
-        state = campaign.refresh(run, store)
-        out.rule(f"{run.run_id}  {state.state}  {run.path}")
-        names = store.result_names(run.run_id)
-        if not names:
-            out.print("not collected yet: run `hpcprof collect`")
-        for source, name in names:
-            if source == "files":
-                continue
-            df = store.results_frame(run.run_id, source, name)
-            out.print(render_table(df.head(rows), title=f"{source}: {name} ({len(df)} rows)"))
-
-
-@main.group()
-def templates() -> None:
-    """Editable copies of the job-script templates."""
-
-
-@templates.command("copy")
-@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
-def templates_copy(directory: Path) -> None:
-    """Copy the shipped templates into DIRECTORY; use them with --templates DIR or a site's
-    `templates:` key."""
-    sources = sorted(shipped_template_dir().glob("*.j2"))
-    existing = [directory / p.name for p in sources if (directory / p.name).exists()]
-    if existing:
-        raise UserError(f"{existing[0]} exists; copy into a new or empty directory")
-    directory.mkdir(parents=True, exist_ok=True)
-    for path in sources:
-        shutil.copyfile(path, directory / path.name)
-        console.print(f"wrote {directory / path.name}", markup=False)
-
-
-main.add_command(nsys)
-main.add_command(trace)
-main.add_command(ncu)
-main.add_command(bench)

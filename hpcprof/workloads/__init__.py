@@ -1,7 +1,8 @@
 """Workloads hpcprof launches: `command` (any argv), `seqpar` and `ddp`.
 
-Each built-in workload module exports a pydantic `Args` model (the experiment's
-`workload.args`) and `launch_argv(args, python) -> list[str]`, the argv one rank runs.
+The built-in workloads' pydantic Args models (the experiment's `workload.args`) and
+`launch_argv(args, python) -> list[str]`, the argv one rank runs, live in the torch-free
+`hpcprof.workloads.args`, so that rendering and submitting never import torch.
 """
 
 from __future__ import annotations
@@ -13,21 +14,15 @@ from pydantic import BaseModel
 
 def workload_args_model(kind: str) -> type[BaseModel] | None:
     """The Args model of a built-in workload (None for `command`)."""
-    if kind == "seqpar":
-        from hpcprof.workloads.seqpar import SeqparArgs
-        return SeqparArgs
-    if kind == "ddp":
-        from hpcprof.workloads.ddp import DdpArgs
-        return DdpArgs
-    return None
+    from hpcprof.workloads.args import ARGS_MODELS
+
+    return ARGS_MODELS.get(kind)
 
 
 def rank_argv(kind: str, argv: list[str], args: Any, python: str) -> list[str]:
     """The command each rank runs (before the rank wrapper)."""
-    if kind == "seqpar":
-        from hpcprof.workloads.seqpar import launch_argv
-        return launch_argv(args, python)
-    if kind == "ddp":
-        from hpcprof.workloads.ddp import launch_argv as ddp_argv
-        return ddp_argv(args, python)
+    from hpcprof.workloads.args import MODULES, kind_argv
+
+    if kind in MODULES:
+        return kind_argv(kind, args, python)
     return list(argv)

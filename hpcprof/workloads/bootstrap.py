@@ -24,6 +24,7 @@ import torch
 import torch.distributed as dist
 
 from hpcprof.errors import UserError
+from hpcprof.workloads.args import Backend, DeviceKind, GpuMap
 
 GLOBAL_RANK_VARS = ("PALS_RANKID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID", "RANK")
 LOCAL_RANK_VARS = (
@@ -36,10 +37,6 @@ LOCAL_RANK_VARS = (
 )
 # Variables that only an MPI launcher (or srun with an MPI plugin) sets.
 MPI_MARKERS = ("PALS_RANKID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "PMI_FD", "HYDI_CONTROL_FD")
-
-Backend = Literal["auto", "nccl", "gloo"]
-DeviceKind = Literal["auto", "cuda", "cpu"]
-GpuMap = Literal["identity", "reverse"]
 
 
 @dataclass(frozen=True)

@@ -21,14 +21,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Literal
+from typing import Any
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from torch.nn.parallel import DistributedDataParallel
 
 from hpcprof.errors import UserError
 from hpcprof.workloads import bootstrap, options, timing
+from hpcprof.workloads.args import DdpArgs, launch_argv  # noqa: F401  (re-exported; torch-free)
 
 REQUIRED_FUNCTIONS = ("get_model", "get_dataloader", "forward_pass", "backward_pass")
 LOCAL_CONFIG_KEYS = ("world_size", "cap_size", "epochs", "batchsize", "warmup_epochs")
@@ -36,56 +36,6 @@ GLOBAL_CONFIG_KEYS = ("cuda_visible_devices", "cuda_version_check")  # others (t
 PHASES = ["forward", "backward", "optimizer", "step"]
 RESULTS_FILE = "ddp_steps.json"
 SCHEMA = "hpcprof.ddp/1"
-
-
-class DdpArgs(BaseModel):
-    """Options of the ddp workload, as under `workload.args` in the experiment YAML.
-
-    Fields set here override the same keys of the Echo folder's local_config.json/global_config.json.
-    """
-
-    model_config = ConfigDict(extra="forbid")
-
-    echo_input: Path | None = Field(None, description="Echo input folder (define_model.py, local_config.json, global_config.json)")
-    model_file: Path | None = Field(None, description="define_model.py (default: <echo_input>/define_model.py)")
-    world_size: int | None = Field(None, ge=1, description="expected number of ranks; a mismatch is an error")
-    cap_size: float = Field(25.0, gt=0, description="DDP bucket_cap_mb")
-    epochs: int = Field(3, ge=1, description="counted epochs; the window is in the middle of the last one")
-    batchsize: int = Field(16, ge=1, description="batch size passed to get_dataloader")
-    warmup_epochs: int = Field(0, ge=0, description="epochs run before the counted ones")
-    steps_per_epoch: int | None = Field(None, ge=1, description="use at most this many batches per epoch")
-    optimizer: Literal["adamw", "adam", "sgd"] = Field("adamw", description="adamw|adam|sgd")
-    lr: float = Field(2e-5, gt=0, description="learning rate")
-    window: Literal["backward", "step"] = Field("backward", description="cudaProfilerStart/Stop around backward or the whole step")
-    profile_iteration: int | None = Field(None, ge=0, description="global iteration of the window (default: Echo's rule)")
-    window_barrier: bool = Field(True, description="barrier after cudaProfilerStart so all ranks enter the window together")
-    cuda_version_check: str | None = Field(None, description="expected torch CUDA version, major.minor (empty: no check)")
-    cuda_visible_devices: str | None = Field(None, description="CUDA_VISIBLE_DEVICES when the launcher sets none")
-    backend: bootstrap.Backend = Field("auto", description="auto (nccl on GPU, gloo on CPU)|nccl|gloo")
-    device: bootstrap.DeviceKind = Field("auto", description="auto|cuda|cpu")
-    gpu_map: bootstrap.GpuMap = Field("identity", description="local rank r -> GPU r (identity) or n-1-r (reverse)")
-    torch_profiler: bool = Field(False, description="torch.profiler trace of the window per rank (also HPCPROF_PROFILE_TOOL=torch)")
-    torch_schedule: str | None = Field(None, description="e.g. wait=1,warmup=1,active=3,repeat=1 (HPCPROF_TORCH_SCHEDULE)")
-    torch_gzip: bool = Field(False, description="write .pt.trace.json.gz (also HPCPROF_TORCH_GZIP=1)")
-    results_dir: Path | None = Field(None, description="default $HPCPROF_RUN_DIR/results or ./results")
-
-    @field_validator("torch_schedule")
-    @classmethod
-    def _schedule_syntax(cls, value: str | None) -> str | None:
-        if value is not None:
-            timing.parse_schedule(value)
-        return value
-
-    @model_validator(mode="after")
-    def _model_source(self) -> DdpArgs:
-        if self.echo_input is None and self.model_file is None:
-            raise ValueError("echo_input or model_file is required")
-        return self
-
-
-def launch_argv(args: DdpArgs, python: str) -> list[str]:
-    """The argv one rank runs for these args."""
-    return [python, "-m", "hpcprof.workloads.ddp", *options.to_argv(args)]
 
 
 def parser() -> argparse.ArgumentParser:

@@ -11,19 +11,17 @@ from __future__ import annotations
 
 import argparse
 import math
-import re
 import time
 import warnings
 from collections.abc import Sequence
-from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import torch
 import torch.distributed as dist
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from hpcprof.errors import UserError
 from hpcprof.workloads import bootstrap, options, timing
+from hpcprof.workloads.args import SeqparArgs, launch_argv  # noqa: F401  (re-exported; torch-free)
 
 PHASES = ["allgather", "matmul1", "matmul2", "reduce_scatter", "iteration"]
 COLLECTIVES = ("allgather", "reduce_scatter")
@@ -42,70 +40,6 @@ SHORT_FLAGS = {
 }
 
 warnings.filterwarnings("ignore", message=r".*(all_gather_into_tensor|reduce_scatter_tensor)` is deprecated")
-
-
-class SeqparArgs(BaseModel):
-    """Options of the seqpar workload, as under `workload.args` in the experiment YAML."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    sequence_length: int = Field(4608, gt=0, description="sequence length S (rows of the all-gather buffer)")
-    hidden_dim: int = Field(9216, gt=0, description="hidden dimension H")
-    iterations: int = Field(18, ge=1, description="timed iterations")
-    warmup_iterations: int = Field(10, ge=0, description="untimed warm-up iterations")
-    precision: Literal["float32", "bfloat16", "float16"] = Field("float32", description="float32|bfloat16|float16")
-    backend: bootstrap.Backend = Field("auto", description="auto (nccl on GPU, gloo on CPU)|nccl|gloo")
-    device: bootstrap.DeviceKind = Field("auto", description="auto|cuda|cpu")
-    gpu_map: bootstrap.GpuMap = Field("identity", description="local rank r -> GPU r (identity) or n-1-r (reverse)")
-    check: bool = Field(False, description="compare one iteration with a float64 reference")
-    profile_iterations: str | None = Field(
-        None, description="A:B: cudaProfilerStart/Stop around timed iterations A..B-1 (0-based)"
-    )
-    capture: Literal["none", "iteration", "allgather", "matmul1", "matmul2", "reduce_scatter"] = Field(
-        "none", description="one cudaProfilerStart/Stop range per occurrence of this phase (nsys --capture-range-end=repeat)"
-    )
-    torch_profiler: bool = Field(False, description="torch.profiler trace per rank (also HPCPROF_PROFILE_TOOL=torch)")
-    torch_schedule: str | None = Field(None, description="e.g. wait=1,warmup=1,active=3,repeat=1 (HPCPROF_TORCH_SCHEDULE)")
-    torch_gzip: bool = Field(False, description="write .pt.trace.json.gz (also HPCPROF_TORCH_GZIP=1)")
-    seed: int = Field(1234, description="random seed (offset by rank)")
-    results_dir: Path | None = Field(None, description="default $HPCPROF_RUN_DIR/results or ./results")
-
-    @field_validator("profile_iterations")
-    @classmethod
-    def _window_syntax(cls, value: str | None) -> str | None:
-        if value is None:
-            return value
-        match = re.fullmatch(r"(\d+):(\d+)", value.strip())
-        if match is None or int(match.group(1)) >= int(match.group(2)):
-            raise ValueError("expected A:B with integers 0 <= A < B")
-        return value.strip()
-
-    @field_validator("torch_schedule")
-    @classmethod
-    def _schedule_syntax(cls, value: str | None) -> str | None:
-        if value is not None:
-            timing.parse_schedule(value)
-        return value
-
-    @model_validator(mode="after")
-    def _window_inside_loop(self) -> SeqparArgs:
-        if self.profile_iterations is not None:
-            end = int(self.profile_iterations.split(":")[1])
-            if end > self.iterations:
-                raise ValueError(f"profile_iterations end {end} is past iterations={self.iterations}")
-        return self
-
-    def profile_range(self) -> range | None:
-        """Timed iterations inside the cudaProfiler window, if one was asked for."""
-        if self.profile_iterations is None:
-            return None
-        start, end = (int(x) for x in self.profile_iterations.split(":"))
-        return range(start, end)
-
-
-def launch_argv(args: SeqparArgs, python: str) -> list[str]:
-    """The argv one rank runs for these args."""
-    return [python, "-m", "hpcprof.workloads.seqpar", *options.to_argv(args)]
 
 
 def parser() -> argparse.ArgumentParser:

@@ -15,8 +15,8 @@ from typing import Any
 import torch
 
 from hpcprof.errors import UserError
+from hpcprof.workloads.args import SCHEDULE_KEYS, parse_schedule  # noqa: F401  (re-exported; torch-free)
 
-SCHEDULE_KEYS = ("skip_first", "wait", "warmup", "active", "repeat")
 DEFAULT_TORCH_SCHEDULE = "wait=1,warmup=1,active=3,repeat=1"
 
 
@@ -131,20 +131,6 @@ def profiler_range(on: bool) -> Iterator[None]:
     finally:
         if on:
             profiler_stop()
-
-
-def parse_schedule(text: str) -> dict[str, int]:
-    """`wait=1,warmup=1,active=3,repeat=1` -> dict; unknown keys or non-integers raise ValueError."""
-    values = {"skip_first": 0, "wait": 0, "warmup": 0, "active": 1, "repeat": 1}
-    for item in filter(None, (part.strip() for part in text.split(","))):
-        key, sep, value = item.partition("=")
-        key = key.strip()
-        if not sep or key not in SCHEDULE_KEYS or not value.strip().isdigit():
-            raise ValueError(f"bad item {item!r}; expected key=int with key in {', '.join(SCHEDULE_KEYS)}")
-        values[key] = int(value)
-    if values["active"] < 1:
-        raise ValueError("active must be >= 1")
-    return values
 
 
 def torch_profile_tool_requested(flag: bool) -> bool:
