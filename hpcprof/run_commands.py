@@ -15,14 +15,15 @@ from rich.console import Console
 
 from hpcprof import campaign
 from hpcprof.collect import collect_run
-from hpcprof.config.site import SiteConfig, available_sites, find_site, load_site_file
+from hpcprof.config.site import available_sites, find_site, load_site_file
 from hpcprof.errors import UserError
-from hpcprof.output import FORMATS, emit, render_table
+from hpcprof.output import emit, render_table
 from hpcprof.render.job import shipped_template_dir
 from hpcprof.rundir import RunDir, all_runs, find_run
+from hpcprof.schedulers.base import JobState
 from hpcprof.store import Store, database_url
 
-console = Console(stderr=True)
+console = Console(stderr=True, soft_wrap=True)
 
 workdir_option = click.option(
     "--workdir", type=click.Path(file_okay=False, path_type=Path),
@@ -30,34 +31,24 @@ workdir_option = click.option(
     help="Where run directories (and the default SQLite store) live.")
 db_option = click.option("--db", default=None, help="SQLAlchemy URL of the campaign store (default $HPCPROF_DB "
                          "or sqlite:///<workdir>/hpcprof.db).")
-site_options = [
-    click.option("--site", "site_name", default="local", show_default=True, help="Site config name."),
-    click.option("--site-file", type=click.Path(dir_okay=False, exists=True, path_type=Path),
-                 help="A site config file (overrides --site)."),
-]
+site_option = click.option("--site", "site_name", default="local", show_default=True, help="Site config name.")
+site_file_option = click.option("--site-file", type=click.Path(dir_okay=False, exists=True, path_type=Path),
+                                help="A site config file (overrides --site).")
 set_option = click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
                           help="Override an experiment field, e.g. resources.nodes=2 (repeatable).")
 templates_option = click.option("--templates", type=click.Path(file_okay=False, path_type=Path),
                                 help="Directory of edited templates (from `hpcprof templates copy`).")
 
 
-def with_site(func):  # type: ignore[no-untyped-def]
-    for option in reversed(site_options):
-        func = option(func)
-    return func
-
-
 def open_store(workdir: Path, db: str | None) -> Store:
+    """The campaign store of `workdir` (or `db`)."""
     workdir.mkdir(parents=True, exist_ok=True)
     return Store(database_url(workdir, db))
 
 
 def runs_from(refs: tuple[str, ...], workdir: Path) -> list[RunDir]:
+    """Runs named by id or path, or every run in `workdir`."""
     return [find_run(r, workdir) for r in refs] if refs else all_runs(workdir)
-
-
-def site_of(run: RunDir) -> SiteConfig:
-    return SiteConfig.model_validate(run.config["site"])
 
 
 @click.command()
@@ -74,7 +65,8 @@ def sites() -> None:
 
 @click.command()
 @click.argument("experiment", type=click.Path(dir_okay=False, exists=True, path_type=Path))
-@with_site
+@site_option
+@site_file_option
 @set_option
 @templates_option
 @click.option("-o", "--output", type=click.Path(file_okay=False, path_type=Path),
@@ -100,7 +92,8 @@ def render(experiment: Path, site_name: str, site_file: Path | None, overrides: 
 
 @click.command()
 @click.argument("experiment", type=click.Path(dir_okay=False, exists=True, path_type=Path))
-@with_site
+@site_option
+@site_file_option
 @set_option
 @templates_option
 @workdir_option
@@ -130,7 +123,8 @@ def submit(experiment: Path, site_name: str, site_file: Path | None, overrides: 
             sys.exit(1)
 
 
-def show_states(pairs: list, fmt: str) -> None:  # type: ignore[type-arg]
+def show_states(pairs: list[tuple[RunDir, JobState]], fmt: str) -> None:
+    """One row per run: state, exit code, reason, job id, path."""
     rows = [{"run": run.run_id, "experiment": run.path.parent.name, "state": state.state,
              "exit_code": state.exit_code, "reason": state.reason,
              "job_id": run.submission.get("job_id", ""), "path": str(run.path)} for run, state in pairs]

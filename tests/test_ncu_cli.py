@@ -10,7 +10,6 @@ import stat
 from pathlib import Path
 
 import pandas as pd
-import pytest
 from click.testing import CliRunner
 
 from hpcprof.analysis import CollectContext

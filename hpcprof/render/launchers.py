@@ -77,7 +77,7 @@ def torchrun(site: SiteConfig, nodes: int, ppn: int) -> list[str]:
     run = [resolve_command("torchrun", site.launcher.command), f"--nnodes={nodes}", f"--nproc-per-node={ppn}"]
     if nodes == 1:
         return [*run, "--standalone", "--no-python", *site.launcher.extra_args]
-    rdzv = [f"--rdzv-backend=c10d", Raw('--rdzv-endpoint="$MASTER_ADDR:$MASTER_PORT"'), "--no-python"]
+    rdzv = ["--rdzv-backend=c10d", Raw('--rdzv-endpoint="$MASTER_ADDR:$MASTER_PORT"'), "--no-python"]
     if site.scheduler == "slurm":
         prefix = ["srun", "-N", str(nodes), "--ntasks-per-node=1"]
     elif site.scheduler == "pbs":

@@ -9,7 +9,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from hpcprof.schedulers.base import CANCELLED, FAILED, RUNNING, UNKNOWN, JobState, Scheduler
+from hpcprof.schedulers.base import FAILED, RUNNING, UNKNOWN, JobState, Scheduler
 
 
 class LocalScheduler(Scheduler):
