@@ -166,6 +166,7 @@ def main() -> None:
                          "(Debian non-free, see shared/fixtures/SOURCES.md)")
     work = Path(tempfile.mkdtemp(prefix="nsys_stats_speed_", dir="/tmp"))
     db = work / "big.sqlite"
+    args.source = args.source.resolve()             # the children run in the scratch folder
     me = [sys.executable, str(Path(__file__).resolve())]
     built, _, out = measure(me + ["--child-build", str(args.source), str(args.copies), str(db)], work)
     counts = json.loads(out)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from hpcprof.errors import UserError
-from hpcprof.workloads import bootstrap, options, seqpar, timing
+from hpcprof.workloads import args, bootstrap, options, seqpar, timing
 
 LAUNCHER_VARS = [*bootstrap.GLOBAL_RANK_VARS, *bootstrap.LOCAL_RANK_VARS, *bootstrap.MPI_MARKERS,
                  "HPCPROF_RANK", "HPCPROF_LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "SLURM_NTASKS"]
@@ -93,3 +95,100 @@ def test_bool_flags_round_trip() -> None:
     args = seqpar.SeqparArgs(check=False, torch_gzip=True)
     assert options.to_argv(args) == ["--no-check", "--torch-gzip"]
     assert seqpar.parse_args(options.to_argv(args)) == args
+
+
+NO_TORCH_SCRIPT = r"""
+import contextlib, io, sys
+from hpcprof.config.experiment import expand
+from hpcprof.render.job import render_point
+from hpcprof.workloads import workload_args_model, rank_argv
+seqpar_model, ddp_model = workload_args_model("seqpar"), workload_args_model("ddp")
+assert rank_argv("seqpar", [], seqpar_model(check=True), "py") == ["py", "-m", "hpcprof.workloads.seqpar", "--check"]
+assert rank_argv("ddp", [], ddp_model(echo_input="in"), "py") == ["py", "-m", "hpcprof.workloads.ddp", "--echo-input", "in"]
+assert "torch" not in sys.modules, "rendering imported torch"
+
+import hpcprof.cli
+from hpcprof.cli import main
+runs = [["--help"], ["bench", "--help"],
+        ["render", sys.argv[1], "--site", "polaris"],
+        ["render", sys.argv[2], "--site", "local"],
+        ["submit", sys.argv[1], "--site", "polaris", "--dry-run", "--workdir", sys.argv[3]]]
+for argv in runs:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        try:
+            main(argv, standalone_mode=False)
+        except SystemExit as exc:
+            assert not exc.code, (argv, exc.code)
+    assert out.getvalue(), argv
+    assert "torch" not in sys.modules, f"hpcprof {' '.join(argv)} imported torch"
+print("no torch")
+"""
+
+
+def test_render_and_submit_do_not_import_torch(tmp_path: Path) -> None:
+    """Login nodes render and submit: the Args models and rank argv come from the torch-free args.py."""
+    repo = Path(__file__).resolve().parents[1]
+    ddp_experiment = tmp_path / "ddp.yaml"
+    ddp_experiment.write_text(
+        "name: ddp-echo\n"
+        f"workload: {{kind: ddp, args: {{echo_input: {repo / 'examples' / 'echo_gpt2'}, epochs: 2}}}}\n"
+        "resources: {nodes: 1, ranks_per_node: 2}\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", NO_TORCH_SCRIPT, str(repo / "examples" / "seqpar_polaris.yaml"), str(ddp_experiment),
+         str(tmp_path / "runs")],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().endswith("no torch")
+
+
+def test_args_module_imports_no_torch_and_workloads_reexport_it() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-c", "import sys, hpcprof.workloads.args, hpcprof.workloads.options; "
+         "assert 'torch' not in sys.modules"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert seqpar.SeqparArgs is args.SeqparArgs and seqpar.launch_argv is args.launch_argv
+    assert timing.parse_schedule is args.parse_schedule
+    assert bootstrap.Backend is args.Backend and bootstrap.GpuMap is args.GpuMap
+
+
+PROFILED_SHUTDOWN_SCRIPT = r"""
+import os
+from hpcprof.workloads import bootstrap, timing
+import torch, torch.distributed as dist
+
+def gloo_threads():
+    names = [open(f"/proc/self/task/{t}/comm").read().strip() for t in os.listdir("/proc/self/task")]
+    return sorted(n for n in names if "gloo" in n)
+
+ctx = bootstrap.init_distributed(bootstrap.discover_layout(), "gloo", "cpu")
+prof = timing.make_torch_profiler(0, timing.parse_schedule("wait=1,warmup=1,active=2"), False)
+x, out = torch.ones(4), torch.empty(4)
+prof.start()
+for _ in range(4):
+    dist.all_gather_into_tensor(out, x)
+    prof.step()
+prof.stop()
+before = gloo_threads()
+bootstrap.shutdown(ctx)
+print("before", before, "after", gloo_threads())
+"""
+
+
+def test_shutdown_after_torch_profiler_frees_the_process_group(bare_env: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Regression: torch.profiler's first start imports torch.distributed.nn.functional, whose default
+    arguments captured the live default group; destroy_process_group then left the gloo threads
+    running into interpreter exit, where one could abort the process ("terminate called without an
+    active exception", exit 6) after all results were written. Deterministic: checks the threads."""
+    bare_env.setenv("HPCPROF_PROFILE_DIR", str(tmp_path / "torch"))
+    bare_env.setenv("OMP_NUM_THREADS", "1")
+    proc = subprocess.run([sys.executable, "-c", PROFILED_SHUTDOWN_SCRIPT], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    line = proc.stdout.strip().splitlines()[-1]
+    assert line.startswith("before ['") and line.endswith("after []"), line  # gloo threads existed, then joined
+    assert (tmp_path / "torch" / "rank0.pt.trace.json").is_file()

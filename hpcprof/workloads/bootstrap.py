@@ -157,6 +157,24 @@ def _rendezvous(layout: RankLayout) -> None:
     env["MASTER_PORT"] = str(port)
 
 
+def _import_default_group_users() -> None:
+    """Import, before the process group exists, the torch modules that capture it at import time.
+
+    `torch.distributed.nn.functional` has `group=group.WORLD` default arguments, evaluated on its
+    first import. torch.profiler imports it lazily on its first start (prepare_trace ->
+    `hasattr(torch, "_inductor")` -> torch._inductor -> ... -> torch.distributed.nn.functional), as
+    does torch.compile. Imported after init_process_group, those defaults hold the default group
+    for good: destroy_process_group then cannot free it, and its gloo/NCCL worker threads are
+    still running at interpreter exit. A worker that drops the last reference of a finished Work
+    then needs the GIL of a finalizing interpreter, which ends the thread with a forced unwind
+    through a noexcept destructor: "terminate called without an active exception", SIGABRT, after
+    all output was written (the torch-profiler runs that failed under load). Imported first, the
+    defaults are None (the default group at call time) and shutdown frees the group.
+    """
+    with contextlib.suppress(ImportError):
+        import torch.distributed.nn.functional  # noqa: F401
+
+
 def init_distributed(
     layout: RankLayout, backend: Backend = "auto", device_kind: DeviceKind = "auto", gpu_map: GpuMap = "identity"
 ) -> Dist:
@@ -168,6 +186,7 @@ def init_distributed(
     if chosen == "nccl" and device.type != "cuda":
         raise RuntimeError("backend nccl needs a CUDA device")
     _rendezvous(layout)
+    _import_default_group_users()
     kwargs: dict[str, Any] = {}
     if chosen == "nccl":
         kwargs["device_id"] = device

@@ -10,15 +10,22 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Callable, TextIO
 
-import click
-import pandas as pd
+from typing import TYPE_CHECKING
 
-from hpcprof.analysis.nsys import distributed as dist
-from hpcprof.analysis.nsys.collect import export_sqlite
+import click
+
 from hpcprof.analysis.nsys.db import Export, NsysInputError
-from hpcprof.analysis.nsys.stats import REPORTS, MissingData, run_reports, write_csv
+from hpcprof.analysis.nsys.stats import REPORTS, MissingData, _Lazy, run_reports, write_csv
 from hpcprof.errors import UserError
-from hpcprof.output import FORMATS, emit
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from hpcprof.analysis.nsys import distributed as dist
+else:
+    dist = _Lazy("hpcprof.analysis.nsys.distributed")   # SQLAlchemy and the analyses: imported when used
+
+FORMATS = ("csv", "table", "json")     # = hpcprof.output.FORMATS (output imports rich: only for table/json)
 
 EXTENSIONS = {"csv": "csv", "json": "json", "table": "txt"}
 
@@ -48,6 +55,8 @@ def open_exports(paths: list[Path], stack: ExitStack) -> tuple[list[Export], int
                     raise NsysInputError(f"{path}: a .nsys-rep needs nsys to export it to SQLite; "
                                          "nsys is not on PATH (run `nsys export -t sqlite` where it is)")
                 scratch = scratch or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="hpcprof-nsys-")))
+                from hpcprof.analysis.nsys.collect import export_sqlite
+
                 try:
                     source = export_sqlite(nsys_exe, path, scratch / str(len(exports) + failures))
                 except subprocess.CalledProcessError as exc:
@@ -71,6 +80,8 @@ def _emit(df: pd.DataFrame, fmt: str, out: TextIO, title: str | None = None) -> 
     if fmt == "csv" and "formats" in df.attrs:
         write_csv(df, out)
     else:
+        from hpcprof.output import emit
+
         emit(df, fmt, out, title=title)
 
 

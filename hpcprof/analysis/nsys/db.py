@@ -1,9 +1,11 @@
 """Open an Nsight Systems SQLite export read-only and read its tables as columns.
 
-SQL is built with SQLAlchemy Core against the reflected tables and run on the
-driver cursor (rows come back as tuples, turned into numpy arrays per column):
-the fastest columnar path sqlite3 offers. The user's file is opened with
-`mode=ro&immutable=1`, so SQLite never writes to it or next to it.
+Columns are read by the ADBC SQLite driver into Arrow record batches (no per-row Python
+objects). SQL is either plain text (the summary reports, which pack several integers
+into one column in SQL: the driver's cost is per value moved, SQLite's arithmetic is
+nearly free) or built with SQLAlchemy Core against the reflected tables; SQLAlchemy is
+imported on first use only, so the summary reports never pay for it. The user's file
+is opened with `mode=ro&immutable=1`, so SQLite never writes to it or next to it.
 """
 
 from __future__ import annotations
@@ -14,14 +16,17 @@ import threading
 import urllib.parse
 from functools import cached_property
 from pathlib import Path
-from typing import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Callable, Iterator, TypeVar
 
 import adbc_driver_sqlite.dbapi as adbc_dbapi
 import numpy as np
 import pyarrow as pa
 import pandas as pd
-import sqlalchemy as sa
-from sqlalchemy.engine import Engine
+
+if TYPE_CHECKING:
+    import sqlalchemy as sa
+    from sqlalchemy.engine import Engine
 
 KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
 RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
@@ -38,6 +43,9 @@ NVTX_DOMAIN_CREATE = 75
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 BATCH_ROWS = 1 << 16          # rows per Arrow batch read from SQLite
+SPLIT_ROWS = 1 << 20          # tables larger than this are read in parallel parts ...
+SPLIT_PARTS = 2               # ... of this many rowid ranges
+T = TypeVar("T")
 
 
 class NsysInputError(Exception):
@@ -103,29 +111,50 @@ class Export:
         self.path = Path(path)
         _check_sqlite_file(self.path)
         self._uri = "file:" + urllib.parse.quote(str(self.path.resolve())) + "?mode=ro&immutable=1"
-        self.engine: Engine = sa.create_engine(
-            "sqlite://", poolclass=sa.pool.StaticPool,
-            creator=lambda: sqlite3.connect(self._uri, uri=True, check_same_thread=False))
-        self._meta = sa.MetaData()
-        self._lock = threading.RLock()          # the SQLAlchemy connection is shared by report threads
+        self._lock = threading.RLock()          # the sqlite3 connection is shared by report threads
         self._local = threading.local()         # one ADBC connection per thread
         self._arrow_conns: list[adbc_dbapi.Connection] = []
+        self._engine: Engine | None = None
+        self._conn = None
+        self._meta = None
+        self._columns: dict[str, set[str]] = {}
+        self._memo: dict[str, object] = {}
+        self._memo_locks: dict[str, threading.Lock] = {}
+        self._dbapi: sqlite3.Connection | None = None
         try:
-            self._conn = self.engine.connect()
-            self.table_names: set[str] = set(sa.inspect(self._conn).get_table_names())
-        except sa.exc.DBAPIError as exc:
+            self._dbapi = sqlite3.connect(self._uri, uri=True, check_same_thread=False)
+            self.table_names: set[str] = {r[0] for r in self._dbapi.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table'")}
+        except sqlite3.DatabaseError as exc:
             self.close()
-            raise NsysInputError(f"{self.path}: unreadable SQLite file ({exc.orig})") from None
-        self._dbapi: sqlite3.Connection = self._conn.connection.driver_connection  # type: ignore[assignment]
+            raise NsysInputError(f"{self.path}: unreadable SQLite file ({exc})") from None
+
+    @property
+    def engine(self) -> Engine:
+        """A SQLAlchemy engine on the same read-only connection (created on first use)."""
+        with self._lock:
+            if self._engine is None:
+                import sqlalchemy as sa
+
+                self._engine = sa.create_engine("sqlite://", poolclass=sa.pool.StaticPool,
+                                                creator=lambda: self._dbapi)
+                self._meta = sa.MetaData()
+                self._conn = self._engine.connect()
+            return self._engine
 
     def close(self) -> None:
         """Release the connections."""
         while self._arrow_conns:
             self._arrow_conns.pop().close()
-        if getattr(self, "_conn", None) is not None:
+        if self._conn is not None:
             self._conn.close()
             self._conn = None
-        self.engine.dispose()
+        if self._engine is not None:
+            self._engine.dispose()
+            self._engine = None
+        if self._dbapi is not None:
+            self._dbapi.close()
+            self._dbapi = None
 
     def __enter__(self) -> "Export":
         return self
@@ -141,6 +170,9 @@ class Export:
 
     def table(self, name: str) -> sa.Table:
         """The reflected table `name` (reflected on first use)."""
+        import sqlalchemy as sa
+
+        self.engine                             # noqa: B018 (creates the engine, metadata, connection)
         with self._lock:
             if name not in self._meta.tables:
                 try:
@@ -151,15 +183,20 @@ class Export:
 
     def columns(self, name: str) -> set[str]:
         """Column names of `name` (empty when the table is missing)."""
-        return set(self.table(name).c.keys()) if self.has(name) else set()
+        if not self.has(name):
+            return set()
+        with self._lock:
+            if name not in self._columns:
+                quoted = name.replace('"', '""')
+                self._columns[name] = {r[1] for r in self._dbapi.execute(f'PRAGMA table_info("{quoted}")')}
+            return set(self._columns[name])
 
     @cached_property
     def metadata(self) -> dict[str, str]:
         """META_DATA_EXPORT as a dict (empty when absent)."""
         if not self.has("META_DATA_EXPORT"):
             return {}
-        t = self.table("META_DATA_EXPORT")
-        return {str(k): str(v) for k, v in self.rows(sa.select(t.c.name, t.c.value))}
+        return {str(k): str(v) for k, v in self.sql_rows("SELECT name, value FROM META_DATA_EXPORT")}
 
     @property
     def version(self) -> str:
@@ -172,11 +209,18 @@ class Export:
         raw = self.metadata.get("EXPORT_SCHEMA_VERSION", "")
         return tuple(int(p) for p in raw.split(".") if p.isdigit())
 
+    def size(self, table: str) -> int:
+        """Rows of `table`, roughly (the rowid span; 0 when the table is missing or empty)."""
+        if not self.has(table):
+            return 0
+        lo, hi = self.sql_rows(f'SELECT (SELECT min(rowid) FROM "{table}"), (SELECT max(rowid) FROM "{table}")')[0]
+        return 0 if lo is None else hi - lo + 1
+
     def has_rows(self, table: str) -> bool:
         """Whether `table` exists and has at least one row."""
         if not self.has(table):
             return False
-        return bool(self.rows(sa.select(sa.literal(1)).select_from(self.table(table)).limit(1)))
+        return bool(self.sql_rows(f'SELECT 1 FROM "{table}" LIMIT 1'))
 
     def check_usable(self) -> None:
         """Raise NsysInputError when the export has no StringIds table or no kernel, memcpy or memset rows."""
@@ -188,12 +232,24 @@ class Export:
 
     # -- reading --------------------------------------------------------------------------
 
+    def memo(self, key: str, compute: Callable[[], object]) -> object:
+        """`compute()` once per export (thread-safe): reports that share a table read it once."""
+        with self._lock:
+            lock = self._memo_locks.setdefault(key, threading.Lock())
+        with lock:
+            if key not in self._memo:
+                self._memo[key] = compute()
+            return self._memo[key]
+
     def rows(self, stmt: sa.Select) -> list[tuple]:
         """Run a Core select on the driver cursor; all rows as tuples."""
-        sql = stmt.compile(self.engine, compile_kwargs={"literal_binds": True})
+        return self.sql_rows(str(stmt.compile(self.engine, compile_kwargs={"literal_binds": True})))
+
+    def sql_rows(self, sql: str) -> list[tuple]:
+        """Run SQL text on the sqlite3 connection; all rows as tuples (small results only)."""
         try:
             with self._lock:
-                return self._dbapi.execute(str(sql)).fetchall()
+                return self._dbapi.execute(sql).fetchall()
         except sqlite3.DatabaseError as exc:
             raise NsysInputError(f"{self.path}: SQLite error ({exc})") from None
 
@@ -206,7 +262,7 @@ class Export:
         parts: list[list[np.ndarray]] = [[] for _ in names]
         for batch in self.batches(stmt):
             for i in range(len(names)):
-                parts[i].append(batch.column(i).to_numpy().astype(np.int64, copy=False))
+                parts[i].append(np.array(batch.column(i).to_numpy(), dtype=np.int64))   # no view: frees the batch
         return {n: np.concatenate(p) if p else np.empty(0, dtype=np.int64) for n, p in zip(names, parts)}
 
     def batches(self, stmt: sa.Select, text: tuple[int, ...] = ()) -> Iterator[pa.RecordBatch]:
@@ -214,10 +270,47 @@ class Export:
 
         Columns whose positions are in `text` come back as strings with NULL as "\\x00"
         (see TextCodes); the others must be integers, NULL as -1."""
+        import sqlalchemy as sa
+
         stmt = stmt.with_only_columns(*(
             sa.func.coalesce(c, sa.func.char(0) if i in text else -1).label(c.name)
             for i, c in enumerate(stmt.selected_columns)))
-        sql = str(stmt.compile(self.engine, compile_kwargs={"literal_binds": True}))
+        yield from self.sql_batches(str(stmt.compile(self.engine, compile_kwargs={"literal_binds": True})))
+
+    def sql_ints(self, columns: str, table: str, where: str = "", ncols: int = 1) -> list[np.ndarray]:
+        """`SELECT columns FROM table WHERE where` of `ncols` integer columns (never NULL, the SQL
+        coalesces); one int64 array per column, in table order (read by map_batches)."""
+        def arrays(batch: pa.RecordBatch) -> list[np.ndarray]:
+            # copies: a view would keep the driver's whole batch alive
+            return [np.array(batch.column(i).to_numpy(), dtype=np.int64) for i in range(ncols)]
+
+        parts = self.map_batches(columns, table, where, arrays)
+        return [np.concatenate([p[i] for p in parts]) if parts else np.empty(0, dtype=np.int64)
+                for i in range(ncols)]
+
+    def map_batches(self, columns: str, table: str, where: str, fn: Callable[[pa.RecordBatch], T]) -> list[T]:
+        """`fn` of each record batch of `SELECT columns FROM table WHERE where`, in table order.
+
+        A table of more than SPLIT_ROWS rows is read as SPLIT_PARTS rowid ranges in parallel
+        threads, each on its own ADBC connection (the driver and numpy release the GIL)."""
+        lo, hi = self.sql_rows(f'SELECT (SELECT min(rowid) FROM "{table}"), (SELECT max(rowid) FROM "{table}")')[0]
+        ranges: list[tuple[int, int] | None] = [None]
+        if lo is not None and hi - lo + 1 > SPLIT_ROWS:
+            step = (hi - lo + SPLIT_PARTS) // SPLIT_PARTS
+            ranges = [(a, min(a + step - 1, hi)) for a in range(lo, hi + 1, step)]
+
+        def run(rowids: tuple[int, int] | None) -> list[T]:
+            conds = ([f"rowid BETWEEN {rowids[0]} AND {rowids[1]}"] if rowids else []) + ([f"({where})"] if where else [])
+            sql = f'SELECT {columns} FROM "{table}"' + (" WHERE " + " AND ".join(conds) if conds else "")
+            return [fn(batch) for batch in self.sql_batches(sql)]
+
+        if len(ranges) == 1:
+            return run(ranges[0])
+        with ThreadPoolExecutor(len(ranges)) as pool:
+            return [r for part in pool.map(run, ranges) for r in part]
+
+    def sql_batches(self, sql: str) -> Iterator[pa.RecordBatch]:
+        """Run SQL text through ADBC; Arrow record batches of up to BATCH_ROWS rows."""
         try:
             with self._arrow.cursor() as cur:
                 cur.adbc_statement.set_options(**{"adbc.sqlite.query.batch_rows": str(BATCH_ROWS)})
@@ -242,7 +335,10 @@ class Export:
         uniq, inverse = np.unique(ids, return_inverse=True)
         if not self.has(STRINGS):
             raise NsysInputError(f"{self.path}: the StringIds table is missing, names cannot be resolved")
-        t = self.table(STRINGS)
-        lookup = dict(self.rows(sa.select(t.c.id, t.c.value).where(t.c.id.in_(uniq.tolist()))))
+        lookup: dict[int, str] = {}
+        for i in range(0, len(uniq), 50_000):
+            ids_sql = ",".join(map(str, uniq[i:i + 50_000].tolist()))
+            lookup.update(self.sql_rows(f"SELECT id, value FROM {STRINGS} WHERE id IN ({ids_sql})"))
         values = np.array([lookup.get(int(i)) for i in uniq] + [None], dtype=object)[:-1]
         return values[inverse]
+

@@ -29,7 +29,6 @@ from typing import Callable, TextIO
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import sqlalchemy as sa
 
 from hpcprof.analysis.nsys.db import (
     KERNEL,
@@ -47,6 +46,22 @@ from hpcprof.analysis.nsys.db import (
     pid_of,
     process_of,
 )
+
+
+class _Lazy:
+    """A module imported on first attribute access (SQLAlchemy: only the reports that build
+    SQL with it pay for its import; the six summary reports use SQL text)."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, attr: str) -> object:
+        import importlib
+
+        return getattr(importlib.import_module(self._name), attr)
+
+
+sa = _Lazy("sqlalchemy")
 
 OLD, NEW = "2022.4", "2025.3"
 
@@ -106,19 +121,51 @@ def round1(x: np.ndarray, layout: str) -> np.ndarray:
     return sqlite_round1(x) if layout == OLD else sqlite_round1_exact(x)
 
 
+PACK_BITS = 41                       # value bits of a packed (key << 41 | value) int64
+PACK_MASK = (1 << PACK_BITS) - 1     # values 0 .. 2^41-1 ns (36 min) or bytes (2 TB)
+PACK_KEYS = 1 << 22                  # keys 0 .. 2^22-1
+DUR = '"end" - "start"'              # SQL of a row's duration
+
+
+def pack_sql(key: str, value: str) -> str:
+    """SQL of `key << 41 | value` for one int64 column, -1 where either is out of range or NULL
+    (then the caller falls back to reading the columns separately)."""
+    return (f"CASE WHEN ({value}) BETWEEN 0 AND {PACK_MASK} AND ({key}) BETWEEN 0 AND {PACK_KEYS - 1} "
+            f"THEN (({key}) << {PACK_BITS}) | ({value}) ELSE -1 END")
+
+
 class Groups:
     """Sample statistics of `values` per group code (codes 0..n-1 in GROUP BY order)."""
 
     def __init__(self, codes: np.ndarray, values: np.ndarray, ngroups: int) -> None:
-        if len(values) and ngroups < 2**22 and values.min() >= 0 and values.max() < 2**41:
-            v = codes.astype(np.int64) << 41           # one int64 sort instead of a lexsort
+        if len(values) and ngroups < PACK_KEYS and values.min() >= 0 and values.max() <= PACK_MASK:
+            v = codes.astype(np.int64) << PACK_BITS     # one int64 sort instead of a lexsort
             v |= values
             v.sort()
-            v &= 2**41 - 1                              # groups are contiguous: counts give the bounds
+            v &= PACK_MASK                              # groups are contiguous: counts give the bounds
         else:
             v = values[np.lexsort((values, codes))]
-        self.count = np.bincount(codes, minlength=ngroups).astype(np.int64)
-        starts = np.concatenate(([0], np.cumsum(self.count)[:-1]))
+        self._reduce(v, np.bincount(codes, minlength=ngroups).astype(np.int64))
+
+    @classmethod
+    def from_packed(cls, v: np.ndarray) -> tuple[np.ndarray, "Groups"]:
+        """Groups of packed `key << 41 | value` (sorted here, in place): (keys ascending, groups)."""
+        v.sort()
+        keys = v >> PACK_BITS
+        starts = np.flatnonzero(keys[1:] != keys[:-1]) + 1 if len(v) else np.empty(0, dtype=np.int64)
+        starts = np.concatenate(([0], starts)) if len(v) else starts
+        ukeys = keys[starts]
+        del keys
+        v &= PACK_MASK
+        g = cls.__new__(cls)
+        g._reduce(v, np.diff(np.append(starts, len(v))).astype(np.int64))
+        return ukeys, g
+
+    def _reduce(self, v: np.ndarray, count: np.ndarray) -> None:
+        """Statistics of `v`, sorted by (group, value), groups of `count` values each."""
+        ngroups = len(count)
+        self.count = count
+        starts = np.concatenate(([0], np.cumsum(self.count)[:-1])).astype(np.int64)
         nonempty = self.count > 0
         s = starts[nonempty]
         n = self.count[nonempty]
@@ -232,24 +279,52 @@ def kernels(export: Export, extra: tuple[str, ...] = (), variant: str = "demangl
 
 def memops(export: Export, layout: str, value: str = "duration") -> tuple[np.ndarray, np.ndarray]:
     """(operation name, duration or bytes) of every memcpy and memset row."""
-    names, values = [], []
+    codes, names, values = memop_codes(export, layout, value)
+    return names[codes], values
+
+
+def _memop_columns(export: Export) -> dict[str, list[np.ndarray]]:
+    """copyKind, duration and bytes of the memcpy rows, duration and bytes of the memset rows
+    (NULL as -1), read once for all the reports of an export."""
+    out = {}
     if export.has(MEMCPY):
-        t = export.table(MEMCPY)
-        col = (t.c.end - t.c.start) if value == "duration" else t.c.bytes
-        d = export.ints(sa.select(t.c.copyKind, col.label("v")))
-        labels = memcpy_labels(export, layout)
-        keep = np.isin(d["copyKind"], list(labels))          # nsys inner-joins the label table
-        names.append(np.array([labels[k] for k in d["copyKind"][keep]], dtype=object))
-        values.append(d["v"][keep])
+        out[MEMCPY] = export.sql_ints(f"coalesce(copyKind, -1), coalesce({DUR}, -1), coalesce(bytes, -1)",
+                                      MEMCPY, ncols=3)
     if export.has(MEMSET):
-        t = export.table(MEMSET)
-        col = (t.c.end - t.c.start) if value == "duration" else t.c.bytes
-        d = export.ints(sa.select(col.label("v")))
-        names.append(np.full(len(d["v"]), MEMSET_LABEL, dtype=object))
-        values.append(d["v"])
-    if not names:
+        out[MEMSET] = export.sql_ints(f"-1, coalesce({DUR}, -1), coalesce(bytes, -1)", MEMSET, ncols=3)
+    return out
+
+
+def memop_codes(export: Export, layout: str, value: str = "duration") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(label code per memcpy/memset row, labels, duration or bytes per row)."""
+    tables = export.memo("memops", lambda: _memop_columns(export))
+    if not tables:
         raise MissingData("no GPU memory data")
-    return np.concatenate(names), np.concatenate(values)
+    labels = memcpy_labels(export, layout)
+    names, codes, values = [], [], []
+    for table, (kind, dur, size) in tables.items():
+        v = dur if value == "duration" else size
+        if table == MEMCPY:
+            kinds = np.intersect1d(np.array(list(labels), dtype=np.int64), pd.unique(kind))
+            keep = np.isin(kind, kinds)                      # nsys inner-joins the label table
+            kind_codes = np.searchsorted(kinds, kind[keep]) + len(names)
+            names += [labels[k] for k in kinds.tolist()]
+            codes.append(kind_codes)
+            values.append(v[keep])
+        elif len(v):
+            codes.append(np.full(len(v), len(names), dtype=np.int64))
+            names.append(MEMSET_LABEL)
+            values.append(v)
+    if not codes:
+        return np.empty(0, dtype=np.int64), np.array(names, dtype=object), np.empty(0, dtype=np.int64)
+    return np.concatenate(codes), np.array(names, dtype=object), np.concatenate(values)
+
+
+def _memop_groups(export: Export, layout: str, value: str) -> tuple[np.ndarray, Groups]:
+    """Distinct operation labels (sorted, as SQLite groups them) and their statistics."""
+    codes, names, values = memop_codes(export, layout, value)
+    label_codes, (uniq,) = group_codes(names)                 # labels, not copyKinds, are the groups
+    return uniq, Groups(label_codes[codes], values, len(uniq))
 
 
 def memcpy_labels(export: Export, layout: str) -> dict[int, str]:
@@ -365,12 +440,25 @@ def _name_summary(export: Export, ids: np.ndarray, values: np.ndarray, count_lab
                   layout: str, clean: bool = False) -> pd.DataFrame:
     """Summary grouped by a StringIds id (SQLite groups by the id, not by the text)."""
     codes, (uniq,) = group_codes(ids)
-    g = Groups(codes, values, len(uniq))
-    names = export.strings(uniq.astype(np.int64))
+    return _id_summary_frame(export, uniq, Groups(codes, values, len(uniq)), count_label, name_label, layout, clean)
+
+
+def _id_summary_frame(export: Export, ids: np.ndarray, g: Groups, count_label: str, name_label: str,
+                      layout: str, clean: bool = False) -> pd.DataFrame:
+    names = export.strings(ids.astype(np.int64))
     if clean:
         names = clean_api_name(names)
     cols = g.summary(count_label, layout) | {name_label: names}
     return frame(cols, SUMMARY_FMT + ["s"], by_total(g.total), null=_null(layout))
+
+
+def _packed_by_id(export: Export, table: str, id_col: str, where: str = "") -> tuple[np.ndarray, Groups] | None:
+    """Durations grouped by the StringIds id in `id_col`, read as one packed column
+    (None when some row does not pack: the caller reads the columns instead)."""
+    (v,) = export.sql_ints(pack_sql(id_col, DUR), table, where)
+    if len(v) and v.min() < 0:
+        return None
+    return Groups.from_packed(v)
 
 
 def _null(layout: str) -> str:
@@ -380,6 +468,9 @@ def _null(layout: str) -> str:
 def cuda_api_sum(export: Export, layout: str = NEW) -> pd.DataFrame:
     """CUDA runtime and driver API calls per API name."""
     _need(export, RUNTIME, "CUDA trace data")
+    fast = _packed_by_id(export, RUNTIME, "nameId")
+    if fast is not None:
+        return _id_summary_frame(export, *fast, "Num Calls", "Name", layout, clean=True)
     t = export.table(RUNTIME)
     d = export.ints(sa.select(t.c.nameId, (t.c.end - t.c.start).label("dur")))
     return _name_summary(export, d["nameId"], d["dur"], "Num Calls", "Name", layout, clean=True)
@@ -388,6 +479,9 @@ def cuda_api_sum(export: Export, layout: str = NEW) -> pd.DataFrame:
 def osrt_sum(export: Export, layout: str = NEW) -> pd.DataFrame:
     """OS runtime calls per function name."""
     _need(export, OSRT, "OS Runtime trace data")
+    fast = _packed_by_id(export, OSRT, "nameId", f"eventClass = {OSRT_EVENT_CLASS}")
+    if fast is not None:
+        return _id_summary_frame(export, *fast, "Num Calls", "Name", layout)
     t = export.table(OSRT)
     d = export.ints(sa.select(t.c.nameId, (t.c.end - t.c.start).label("dur"))
                     .where(t.c.eventClass == OSRT_EVENT_CLASS))
@@ -401,22 +495,76 @@ def _grid_block(d: dict[str, np.ndarray], prefix: str) -> np.ndarray:
 
 def cuda_gpu_kern_gb_sum(export: Export, layout: str = NEW, variant: str = "demangled") -> pd.DataFrame:
     """Kernels per (name, grid, block): nsys 2022.4's `gpukernsum`, today's `cuda_gpu_kern_gb_sum`."""
-    dims = ("gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ")
-    d = kernels(export, dims, variant)
-    dur = d["end"] - d["start"]
-    # group the dims first (few distinct), then (nameId, grid, block) with grid/block as text
-    dcodes, dparts = group_codes(*(d[c] for c in dims))
-    grid_u = _grid_block(dict(zip(dims, dparts)), "grid")
-    block_u = _grid_block(dict(zip(dims, dparts)), "block")
-    gcodes, (grid_s,) = group_codes(grid_u)
-    bcodes, (block_s,) = group_codes(block_u)
-    codes, (ids, gi, bi) = group_codes(d["nameId"], gcodes[dcodes], bcodes[dcodes])
-    g = Groups(codes, dur, len(ids))
+    _need(export, KERNEL, "CUDA kernel data")
+    fast = _kern_gb_packed(export, variant)
+    if fast is not None:
+        ids, g, grid_s, block_s = fast
+    else:
+        dims = ("gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ")
+        d = kernels(export, dims, variant)
+        dur = d["end"] - d["start"]
+        # group the dims first (few distinct), then (nameId, grid, block) with grid/block as text
+        dcodes, dparts = group_codes(*(d[c] for c in dims))
+        grid_u = _grid_block(dict(zip(dims, dparts)), "grid")
+        block_u = _grid_block(dict(zip(dims, dparts)), "block")
+        gcodes, (grid_u,) = group_codes(grid_u)
+        bcodes, (block_u,) = group_codes(block_u)
+        codes, (ids, gi, bi) = group_codes(d["nameId"], gcodes[dcodes], bcodes[dcodes])
+        g = Groups(codes, dur, len(ids))
+        grid_s, block_s = grid_u[gi.astype(np.int64)], block_u[bi.astype(np.int64)]
     names = export.strings(ids.astype(np.int64))
-    cols = g.summary("Instances", layout) | {"GridXYZ": grid_s[gi.astype(np.int64)],
-                                     "BlockXYZ": block_s[bi.astype(np.int64)], "Name": names}
+    cols = g.summary("Instances", layout) | {"GridXYZ": grid_s, "BlockXYZ": block_s, "Name": names}
     order = by_total(g.total) if layout == OLD else by_total(g.total, g.count, _rank(names))
     return frame(cols, SUMMARY_FMT + ["s", "s", "s"], order, null=_null(layout))
+
+
+def _dims_text(packed: np.ndarray, shifts: tuple[int, int], mask: int) -> np.ndarray:
+    """"%4d %4d %4d" of packed (x << shifts[0] | y << shifts[1] | z) dims."""
+    d = {"X": packed >> shifts[0], "Y": (packed >> shifts[1]) & mask, "Z": packed & ((1 << shifts[1]) - 1)}
+    return _grid_block({f"p{a}": d[a] for a in "XYZ"}, "p")
+
+
+def _dense_sorted(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(code of each value, distinct values ascending): codes number the values in sorted order
+    (hashing, then a sort of the distinct values only)."""
+    codes, uniq = pd.factorize(values)
+    uniq = np.asarray(uniq)
+    order = np.argsort(uniq, kind="stable")
+    rank = np.empty(len(uniq), dtype=np.int64)
+    rank[order] = np.arange(len(uniq))
+    return rank[codes], uniq[order]
+
+
+def _kern_gb_packed(export: Export, variant: str) -> tuple[np.ndarray, Groups, np.ndarray, np.ndarray] | None:
+    """gpukernsum's groups from three packed columns: (nameId, duration), grid, block (None when
+    some value does not pack). Returns (name ids, groups, grid text, block text) in GROUP BY order."""
+    col = kernel_name_column(export, variant)
+    name = "demangledName" if col == "demangledName" else f"coalesce({col}, demangledName)"
+    grid = ("CASE WHEN gridX BETWEEN 0 AND 2147483647 AND gridY BETWEEN 0 AND 65535 AND gridZ BETWEEN 0 AND 65535 "
+            "THEN (gridX << 32) | (gridY << 16) | gridZ ELSE -1 END")
+    block = ("CASE WHEN blockX BETWEEN 0 AND 2097151 AND blockY BETWEEN 0 AND 2097151 AND blockZ BETWEEN 0 AND 2097151 "
+             "THEN (blockX << 42) | (blockY << 21) | blockZ ELSE -1 END")
+    v, gp, bp = export.sql_ints(f"{pack_sql(name, DUR)}, {grid}, {block}", KERNEL, ncols=3)
+    if len(v) and min(v.min(), gp.min(), bp.min()) < 0:
+        return None
+    gcode, gu = _dense_sorted(gp)
+    bcode, bu = _dense_sorted(bp)
+    grid_rank, (grid_u,) = group_codes(_dims_text(gu, (32, 16), 0xFFFF))       # text order of the grids
+    block_rank, (block_u,) = group_codes(_dims_text(bu, (42, 21), 0x1FFFFF))
+    ng, nb = max(len(grid_u), 1), max(len(block_u), 1)
+    key = v >> PACK_BITS
+    key *= ng
+    key += grid_rank[gcode]
+    key *= nb
+    key += block_rank[bcode]
+    del gcode, bcode, gp, bp
+    code, ukey = _dense_sorted(key)
+    del key
+    v &= PACK_MASK
+    v |= code << PACK_BITS
+    del code
+    _, g = Groups.from_packed(v)
+    return ukey // (ng * nb), g, grid_u[(ukey // nb) % ng], block_u[ukey % nb]
 
 
 def _rank(values: np.ndarray) -> np.ndarray:
@@ -445,18 +593,14 @@ def cuda_gpu_kern_sum(export: Export, layout: str = NEW, variant: str = "demangl
 
 def cuda_gpu_mem_time_sum(export: Export, layout: str = NEW) -> pd.DataFrame:
     """Memcpy and memset operations per kind: time."""
-    names, dur = memops(export, layout, "duration")
-    codes, (uniq,) = group_codes(names)
-    g = Groups(codes, dur, len(uniq))
+    uniq, g = _memop_groups(export, layout, "duration")
     cols = g.summary("Count", layout) | {"Operation": uniq}
     return frame(cols, SUMMARY_FMT + ["s"], by_total(g.total), null=_null(layout))
 
 
 def cuda_gpu_mem_size_sum(export: Export, layout: str = NEW) -> pd.DataFrame:
     """Memcpy and memset operations per kind: bytes, shown in MB (10^6 bytes)."""
-    names, size = memops(export, layout, "bytes")
-    codes, (uniq,) = group_codes(names)
-    g = Groups(codes, size, len(uniq))
+    uniq, g = _memop_groups(export, layout, "bytes")
     mb = 1e6
     cols = {"Total (MB)": g.total / mb, "Count": g.count, "Avg (MB)": g.avg / mb, "Med (MB)": g.med / mb,
             "Min (MB)": g.min / mb, "Max (MB)": g.max / mb, "StdDev (MB)": g.std / mb, "Operation": uniq}
@@ -492,14 +636,19 @@ def cuda_gpu_sum(export: Export, layout: str = NEW, variant: str = "demangled") 
 
 
 def _nvtx_summary(export: Export, event_types: tuple[int, ...], layout: str, style: bool) -> pd.DataFrame:
-    r, names = nvtx_ranges(export, event_types, layout)
-    name_rank, (sorted_names,) = group_codes(names)          # GROUP BY order of the name text
-    key = name_rank[r["name"].to_numpy()] * 2
-    if style:
-        key += np.isin(r["eventType"].to_numpy(), NVTX_STARTEND)          # PushPop (0) before StartEnd (1)
-    codes, (ukey,) = group_codes(key)
-    uniq = [ukey // 2, ukey % 2]
-    g = Groups(codes, r["duration"].to_numpy(np.int64), len(uniq[0]))
+    fast = _nvtx_packed(export, event_types, layout, style)
+    if fast is not None:
+        ukey, g, sorted_names = fast
+        uniq = [ukey // 2, ukey % 2]
+    else:
+        r, names = nvtx_ranges(export, event_types, layout)
+        name_rank, (sorted_names,) = group_codes(names)          # GROUP BY order of the name text
+        key = name_rank[r["name"].to_numpy()] * 2
+        if style:
+            key += np.isin(r["eventType"].to_numpy(), NVTX_STARTEND)          # PushPop (0) before StartEnd (1)
+        codes, (ukey,) = group_codes(key)
+        uniq = [ukey // 2, ukey % 2]
+        g = Groups(codes, r["duration"].to_numpy(np.int64), len(uniq[0]))
     cols = g.summary("Instances", layout)
     fmts = list(SUMMARY_FMT)
     if style:
@@ -507,6 +656,126 @@ def _nvtx_summary(export: Export, event_types: tuple[int, ...], layout: str, sty
         fmts.append("s")
     cols["Range"] = sorted_names[uniq[0].astype(np.int64)]
     return frame(cols, fmts + ["s"], by_total(g.total), null=_null(layout))
+
+
+NVTX_TEXT_IDS = 1 << 19              # textId + 1 packed with the 2-bit class into a 22-bit key
+
+
+def _nvtx_packed(export: Export, event_types: tuple[int, ...], layout: str,
+                 style: bool) -> tuple[np.ndarray, Groups, np.ndarray] | None:
+    """The NVTX summary's groups from one scan of two columns: a packed (textId + 1, class,
+    duration) and the inline text, each batch's text dictionary-encoded in C and released;
+    the batch dictionaries are merged once at the end. Returns (keys name rank * 2 + style,
+    groups, names in GROUP BY order), or None where the packed read does not apply (an
+    unterminated range, a duration or textId out of range): nvtx_ranges then does it."""
+    _need(export, NVTX, "NV Tools Extension (NVTX) data")
+    cols = export.columns(NVTX)
+    text_id = "coalesce(textId, -1) + 1" if "textId" in cols else "0"
+    text = "coalesce(text, char(0))" if "text" in cols else "char(0)"
+    dom = NVTX_DOMAIN_CREATE
+    cls = f"CASE WHEN eventType = {dom} THEN 2 WHEN eventType IN {NVTX_STARTEND} THEN 1 ELSE 0 END"
+    key = f"CASE WHEN ({text_id}) < {NVTX_TEXT_IDS} THEN (({text_id}) << 2) | {cls} ELSE -1 END"
+    dur = f"CASE WHEN eventType = {dom} THEN 0 ELSE {DUR} END"
+    where = f"eventType IN ({', '.join(map(str, event_types + (dom,)))})"
+
+    def encode(batch: pa.RecordBatch) -> tuple[np.ndarray, np.ndarray, pa.Array]:
+        encoded = batch.column(1).cast(pa.string()).dictionary_encode()
+        # a copy: a view would keep the driver's whole batch (its text) alive
+        return np.array(batch.column(0).to_numpy(), dtype=np.int64), encoded.indices.to_numpy(), encoded.dictionary
+
+    parts = export.map_batches(f"{pack_sql(key, dur)}, {text}", NVTX, where, encode)
+    if not parts or min(p[0].min() for p in parts) < 0:
+        return None
+    packed, local, dicts = (list(x) for x in zip(*parts))
+    del parts
+    # one dictionary for all batches: encode the concatenated batch dictionaries (C, hashing)
+    merged = pa.concat_arrays(dicts).dictionary_encode() if dicts else None
+    to_global = merged.indices.to_numpy()
+    texts = np.asarray(merged.dictionary.to_pylist() + [None], dtype=object)[:-1]
+    texts[texts == "\x00"] = None
+    offsets = np.cumsum([0] + [len(d) for d in dicts])
+    del dicts, merged
+    tcode = np.concatenate([to_global[o + i] for o, i in zip(offsets, local)])
+    del local
+    v = np.concatenate(packed)
+    del packed
+    kls = (v >> PACK_BITS) & 3
+    tid = v >> (PACK_BITS + 2)                                # textId + 1, 0 for NULL
+    domains = kls == 2
+    if domains.any():
+        return _nvtx_packed_domains(export, event_types, layout, style, where, v, kls, tid, tcode, texts, domains)
+    # (textId, text) pairs -> dense codes; each pair's label: the StringIds value, else the text
+    ntext = len(texts) + 1
+    if tid.any():
+        used_tid = np.flatnonzero(np.bincount(tid))
+        tid_code = np.zeros(int(used_tid[-1]) + 1, dtype=np.int64)
+        tid_code[used_tid] = np.arange(len(used_tid))
+        pair_key = tid_code[tid] * ntext + tcode
+        pair, pairs = _dense_sorted(pair_key)
+        del pair_key
+        p_tid, p_text = used_tid[pairs // ntext], pairs % ntext
+    else:
+        pair, p_tid, p_text = tcode.astype(np.int64), np.zeros(len(texts), dtype=np.int64), np.arange(len(texts))
+    label = _nvtx_labels(export, p_tid, p_text, texts)
+    del tid, tcode
+    names = label if layout == OLD else np.array([f":{lab or ''}" for lab in label], dtype=object)
+    name_rank, (sorted_names,) = group_codes(names)
+    if len(sorted_names) * 2 > PACK_KEYS:
+        return None
+    key_rows = name_rank[pair] * 2
+    del pair
+    if style:
+        key_rows += kls == 1                                  # PushPop (0) before StartEnd (1)
+    del kls
+    v &= PACK_MASK
+    v |= key_rows << PACK_BITS
+    del key_rows
+    ukey, g = Groups.from_packed(v)
+    return ukey, g, sorted_names
+
+
+def _nvtx_labels(export: Export, tid: np.ndarray, text: np.ndarray, texts: np.ndarray) -> np.ndarray:
+    """Label of (textId + 1, text code) pairs: the StringIds value of textId, else the inline text."""
+    label = np.concatenate((texts, [None]))[np.minimum(text, len(texts))].astype(object)
+    has_id = tid > 0
+    if has_id.any():
+        resolved = export.strings(tid[has_id] - 1)
+        label[has_id] = np.where(pd.isna(resolved), label[has_id], resolved)
+    return label
+
+
+def _nvtx_packed_domains(export: Export, event_types: tuple[int, ...], layout: str, style: bool, where: str,
+                         v: np.ndarray, kls: np.ndarray, tid: np.ndarray, tcode: np.ndarray, texts: np.ndarray,
+                         domains: np.ndarray) -> tuple[np.ndarray, Groups, np.ndarray] | None:
+    """_nvtx_packed where the export creates NVTX domains (eventType 75): the ranges' domainId
+    and process, and the domain rows themselves, are read by two more queries (same scan order)."""
+    cols = export.columns(NVTX)
+    dom_id = "coalesce(domainId, -1)" if "domainId" in cols else "-1"
+    start, dom_id_rows, gtid = export.sql_ints(f"start, {dom_id}, coalesce(globalTid, -1)", NVTX, where, 3)
+    if len(start) != len(v):
+        return None
+    ranges = ~domains
+    pid = pid_of(gtid)
+    d = {"domainId": dom_id_rows[ranges], "pid": pid[ranges]}
+    dom = pd.DataFrame({"start": start[domains], "domainId": dom_id_rows[domains], "pid": pid[domains]})
+    del start, dom_id_rows, gtid, pid
+    ntext = len(texts) + 1
+    pair, pairs = _dense_sorted(tid * ntext + tcode)
+    label = _nvtx_labels(export, pairs // ntext, pairs % ntext, texts)
+    dom_text = tcode[domains]
+    dom["name"] = (np.concatenate((texts, [None]))[np.minimum(dom_text, len(texts))] if layout == OLD
+                   else label[pair[domains]])
+    name_code, range_names = _with_domains(d, dom, pair[ranges], label, layout)
+    name_rank, (sorted_names,) = group_codes(range_names)
+    if len(sorted_names) * 2 > PACK_KEYS:
+        return None
+    key_rows = name_rank[name_code] * 2
+    if style:
+        key_rows += kls[ranges] == 1
+    w = v[ranges] & PACK_MASK
+    w |= key_rows << PACK_BITS
+    ukey, g = Groups.from_packed(w)
+    return ukey, g, sorted_names
 
 
 def nvtx_sum(export: Export, layout: str = NEW) -> pd.DataFrame:
@@ -676,6 +945,7 @@ def _with(func: Callable[..., pd.DataFrame], layout: str) -> Report:
     def run(export: Export) -> pd.DataFrame:
         return func(export, layout)
     run.__doc__ = func.__doc__
+    run.__wrapped__ = func  # type: ignore[attr-defined]
     return run
 
 
@@ -704,6 +974,14 @@ REPORTS: dict[str, Report] = {
     "gputrace": _with(cuda_gpu_trace, OLD),
     "kernexecsum": _with(cuda_kern_exec_sum, OLD),
 }
+# the tables each report reads (to start the largest reports first)
+_TABLES = {cuda_gpu_kern_sum: (KERNEL,), cuda_gpu_kern_gb_sum: (KERNEL,), cuda_api_sum: (RUNTIME,),
+           cuda_gpu_mem_time_sum: (MEMCPY, MEMSET), cuda_gpu_mem_size_sum: (MEMCPY, MEMSET),
+           cuda_gpu_sum: (KERNEL, MEMCPY, MEMSET), nvtx_sum: (NVTX,), nvtx_pushpop_sum: (NVTX,),
+           nvtx_startend_sum: (NVTX,), osrt_sum: (OSRT,), cuda_gpu_trace: (KERNEL, MEMCPY, MEMSET),
+           cuda_kern_exec_sum: (KERNEL, RUNTIME)}
+REPORT_TABLES: dict[str, tuple[str, ...]] = {name: _TABLES[report.__wrapped__]  # type: ignore[attr-defined]
+                                             for name, report in REPORTS.items()}
 SUMMARY_REPORTS = ("cuda_gpu_kern_sum", "cuda_api_sum", "cuda_gpu_mem_time_sum", "cuda_gpu_mem_size_sum",
                    "nvtx_sum", "osrt_sum")
 
@@ -719,8 +997,11 @@ def run_reports(export: Export, names: list[str], workers: int | None = None) ->
     """Reports `names` on `export`, computed concurrently (the column reads and sorts release
     the GIL); each entry is the DataFrame or the MissingData/NsysInputError it raised."""
     workers = workers or max(1, min(len(names), os.cpu_count() or 1))
-    with ThreadPoolExecutor(workers) as pool:
-        futures = [pool.submit(run_report, export, name) for name in names]
+    sizes = {t: export.size(t) for t in {t for n in names for t in REPORT_TABLES.get(n, ())}}
+    weight = {n: sum(sizes[t] for t in REPORT_TABLES.get(n, ())) for n in names}
+    with ThreadPoolExecutor(workers) as pool:                  # the largest first: the pool stays busy
+        started = {n: pool.submit(run_report, export, n) for n in sorted(set(names), key=lambda n: -weight[n])}
+        futures = [started[n] for n in names]
     out: list[pd.DataFrame | Exception] = []
     for future in futures:
         exc = future.exception()
