@@ -27,7 +27,7 @@ COMMON=(--site-file "$SITE" --wait --set resources.nodes=1 --set resources.ranks
     --set workload.args.iterations=50 --set workload.args.check=true \
     --set profile.nsys.sample=none --set profile.nsys.cpuctxsw=none --set profile.nsys.stats=false
   python3 -m hpcprof submit examples/seqpar_polaris.yaml "${COMMON[@]}" --set profile.tool=torch \
-    --set workload.args.iterations=12
+    --set profile.torch.gzip=true --set workload.args.iterations=12
   python3 -m hpcprof submit examples/seqpar_polaris.yaml "${COMMON[@]}" --set profile.tool=ncu \
     --set 'profile.ranks=[0]' --set 'profile.ncu.kernel_name=regex:gemm|nvjet|xmma|cutlass' \
     --set profile.ncu.launch_skip=4 --set profile.ncu.launch_count=4 \
@@ -38,6 +38,5 @@ COMMON=(--site-file "$SITE" --wait --set resources.nodes=1 --set resources.ranks
   set +x
 } > "$OUT_DIR/e2e.log" 2>&1
 python3 -m hpcprof report $(ls /tmp/hpcprof-runs/seqpar-polaris) --rows 8 > "$OUT_DIR/report.txt" 2>&1
-tar -C /tmp/hpcprof-runs -czf "$OUT_DIR/runs.tar.gz" --exclude='*.nsys-rep' --exclude='*.ncu-rep' \
-  --exclude='derived' --exclude='*.sqlite' --exclude='*.pt.trace.json*' --exclude='tmp' .
+tar -C /tmp/hpcprof-runs -czf "$OUT_DIR/runs.tar.gz" --exclude='*.nsys-rep' --exclude='derived' --exclude='tmp' .
 tail -n 40 "$OUT_DIR/e2e.log"

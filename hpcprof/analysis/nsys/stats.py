@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import csv
 import os
+import re
 from concurrent.futures import ThreadPoolExecutor
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Callable, TextIO
@@ -658,124 +659,115 @@ def _nvtx_summary(export: Export, event_types: tuple[int, ...], layout: str, sty
     return frame(cols, fmts + ["s"], by_total(g.total), null=_null(layout))
 
 
-NVTX_TEXT_IDS = 1 << 19              # textId + 1 packed with the 2-bit class into a 22-bit key
+NVTX_TYPE_SHIFT = 56                 # eventType << 56 | duration, one int64 per range
+NVTX_NO_END = (1 << NVTX_TYPE_SHIFT) - 1
+_TEXT_ID = re.compile(r"\x01(-?[0-9]+)\x02(.*)", re.DOTALL)
 
 
 def _nvtx_packed(export: Export, event_types: tuple[int, ...], layout: str,
                  style: bool) -> tuple[np.ndarray, Groups, np.ndarray] | None:
-    """The NVTX summary's groups from one scan of two columns: a packed (textId + 1, class,
-    duration) and the inline text, each batch's text dictionary-encoded in C and released;
-    the batch dictionaries are merged once at the end. Returns (keys name rank * 2 + style,
-    groups, names in GROUP BY order), or None where the packed read does not apply (an
-    unterminated range, a duration or textId out of range): nvtx_ranges then does it."""
+    """The NVTX summary's groups from one scan of two columns: `eventType << 56 | duration`
+    and the range's text, "\x01textId\x02text" where it has a textId. SQLite's expressions
+    cost per row as much as the columns moved, so the SQL stays this small. Each batch's text
+    is dictionary-encoded in C and released; the batch dictionaries are merged once at the end
+    and only the distinct texts become Python strings. Returns (keys name rank * 2 + style,
+    groups, names in GROUP BY order), or None where this does not apply (an unterminated range,
+    a negative duration or one of 2^41 ns or more): nvtx_ranges then does it."""
     _need(export, NVTX, "NV Tools Extension (NVTX) data")
     cols = export.columns(NVTX)
-    text_id = "coalesce(textId, -1) + 1" if "textId" in cols else "0"
     text = "coalesce(text, char(0))" if "text" in cols else "char(0)"
-    dom = NVTX_DOMAIN_CREATE
-    cls = f"CASE WHEN eventType = {dom} THEN 2 WHEN eventType IN {NVTX_STARTEND} THEN 1 ELSE 0 END"
-    key = f"CASE WHEN ({text_id}) < {NVTX_TEXT_IDS} THEN (({text_id}) << 2) | {cls} ELSE -1 END"
-    dur = f"CASE WHEN eventType = {dom} THEN 0 ELSE {DUR} END"
-    where = f"eventType IN ({', '.join(map(str, event_types + (dom,)))})"
+    if "textId" in cols:
+        text = f"CASE WHEN textId IS NULL THEN {text} ELSE char(1) || textId || char(2) || {text} END"
+    value = f"(eventType << {NVTX_TYPE_SHIFT}) | coalesce({DUR}, {NVTX_NO_END})"
+    where = f"eventType IN ({', '.join(map(str, event_types + (NVTX_DOMAIN_CREATE,)))})"
 
     def encode(batch: pa.RecordBatch) -> tuple[np.ndarray, np.ndarray, pa.Array]:
-        encoded = batch.column(1).cast(pa.string()).dictionary_encode()
+        encoded = batch.column(0).cast(pa.string()).dictionary_encode()
         # a copy: a view would keep the driver's whole batch (its text) alive
-        return np.array(batch.column(0).to_numpy(), dtype=np.int64), encoded.indices.to_numpy(), encoded.dictionary
+        return encoded.indices.to_numpy(), np.array(batch.column(1).to_numpy(), dtype=np.int64), encoded.dictionary
 
-    parts = export.map_batches(f"{pack_sql(key, dur)}, {text}", NVTX, where, encode)
-    if not parts or min(p[0].min() for p in parts) < 0:
+    parts = export.map_batches(f"{text}, {value}", NVTX, where, encode)
+    if not parts:
         return None
-    packed, local, dicts = (list(x) for x in zip(*parts))
+    local, packed, dicts = (list(x) for x in zip(*parts))
     del parts
-    # one dictionary for all batches: encode the concatenated batch dictionaries (C, hashing)
-    merged = pa.concat_arrays(dicts).dictionary_encode() if dicts else None
-    to_global = merged.indices.to_numpy()
-    texts = np.asarray(merged.dictionary.to_pylist() + [None], dtype=object)[:-1]
-    texts[texts == "\x00"] = None
-    offsets = np.cumsum([0] + [len(d) for d in dicts])
-    del dicts, merged
-    tcode = np.concatenate([to_global[o + i] for o, i in zip(offsets, local)])
-    del local
     v = np.concatenate(packed)
     del packed
-    kls = (v >> PACK_BITS) & 3
-    tid = v >> (PACK_BITS + 2)                                # textId + 1, 0 for NULL
-    domains = kls == 2
+    if v.min() < 0:
+        return None
+    etype = v >> NVTX_TYPE_SHIFT
+    v &= NVTX_NO_END
+    domains = etype == NVTX_DOMAIN_CREATE
+    if v[~domains].max(initial=0) > PACK_MASK:
+        return None
+    kls = np.isin(etype, NVTX_STARTEND)
+    del etype
+    # one dictionary for all batches: encode the concatenated batch dictionaries (C, hashing)
+    merged = pa.concat_arrays(dicts).dictionary_encode()
+    to_global = merged.indices.to_numpy()
+    offsets = np.cumsum([0] + [len(d) for d in dicts])
+    del dicts
+    pair = np.concatenate([to_global[o + i] for o, i in zip(offsets, local)]).astype(np.int64)
+    del local, to_global
+    text_ids, inline = [], []
+    for value_text in merged.dictionary.to_pylist():
+        m = _TEXT_ID.fullmatch(value_text) if value_text.startswith("\x01") else None
+        text_ids.append(int(m.group(1)) if m else -1)
+        rest = m.group(2) if m else value_text
+        inline.append(None if rest == "\x00" else rest)
+    del merged
+    inline_text = np.array(inline + [None], dtype=object)[:-1]
+    label = _nvtx_labels(export, np.array(text_ids, dtype=np.int64), inline_text)
     if domains.any():
-        return _nvtx_packed_domains(export, event_types, layout, style, where, v, kls, tid, tcode, texts, domains)
-    # (textId, text) pairs -> dense codes; each pair's label: the StringIds value, else the text
-    ntext = len(texts) + 1
-    if tid.any():
-        used_tid = np.flatnonzero(np.bincount(tid))
-        tid_code = np.zeros(int(used_tid[-1]) + 1, dtype=np.int64)
-        tid_code[used_tid] = np.arange(len(used_tid))
-        pair_key = tid_code[tid] * ntext + tcode
-        pair, pairs = _dense_sorted(pair_key)
-        del pair_key
-        p_tid, p_text = used_tid[pairs // ntext], pairs % ntext
+        dom_names = inline_text if layout == OLD else label
+        found = _nvtx_domain_names(export, where, domains, pair, label, dom_names, layout)
+        if found is None:
+            return None
+        pair, names = found
+        v, kls = v[~domains], kls[~domains]
     else:
-        pair, p_tid, p_text = tcode.astype(np.int64), np.zeros(len(texts), dtype=np.int64), np.arange(len(texts))
-    label = _nvtx_labels(export, p_tid, p_text, texts)
-    del tid, tcode
-    names = label if layout == OLD else np.array([f":{lab or ''}" for lab in label], dtype=object)
+        names = label if layout == OLD else np.array([f":{lab or ''}" for lab in label], dtype=object)
     name_rank, (sorted_names,) = group_codes(names)
     if len(sorted_names) * 2 > PACK_KEYS:
         return None
     key_rows = name_rank[pair] * 2
     del pair
     if style:
-        key_rows += kls == 1                                  # PushPop (0) before StartEnd (1)
+        key_rows += kls                                       # PushPop (0) before StartEnd (1)
     del kls
-    v &= PACK_MASK
     v |= key_rows << PACK_BITS
     del key_rows
     ukey, g = Groups.from_packed(v)
     return ukey, g, sorted_names
 
 
-def _nvtx_labels(export: Export, tid: np.ndarray, text: np.ndarray, texts: np.ndarray) -> np.ndarray:
-    """Label of (textId + 1, text code) pairs: the StringIds value of textId, else the inline text."""
-    label = np.concatenate((texts, [None]))[np.minimum(text, len(texts))].astype(object)
-    has_id = tid > 0
+def _nvtx_labels(export: Export, text_ids: np.ndarray, inline: np.ndarray) -> np.ndarray:
+    """Label of each (textId, inline text): the StringIds value of textId, else the inline text."""
+    label = inline.copy()
+    has_id = text_ids >= 0
     if has_id.any():
-        resolved = export.strings(tid[has_id] - 1)
+        resolved = export.strings(text_ids[has_id])
         label[has_id] = np.where(pd.isna(resolved), label[has_id], resolved)
     return label
 
 
-def _nvtx_packed_domains(export: Export, event_types: tuple[int, ...], layout: str, style: bool, where: str,
-                         v: np.ndarray, kls: np.ndarray, tid: np.ndarray, tcode: np.ndarray, texts: np.ndarray,
-                         domains: np.ndarray) -> tuple[np.ndarray, Groups, np.ndarray] | None:
-    """_nvtx_packed where the export creates NVTX domains (eventType 75): the ranges' domainId
-    and process, and the domain rows themselves, are read by two more queries (same scan order)."""
+def _nvtx_domain_names(export: Export, where: str, domains: np.ndarray, pair: np.ndarray, label: np.ndarray,
+                       dom_names: np.ndarray, layout: str) -> tuple[np.ndarray, np.ndarray] | None:
+    """Where the export creates NVTX domains (eventType 75 rows): the ranges' domainId and
+    process, and the domain rows' start, read by one more query in the same scan order.
+    Returns (name code per range, names)."""
     cols = export.columns(NVTX)
     dom_id = "coalesce(domainId, -1)" if "domainId" in cols else "-1"
     start, dom_id_rows, gtid = export.sql_ints(f"start, {dom_id}, coalesce(globalTid, -1)", NVTX, where, 3)
-    if len(start) != len(v):
+    if len(start) != len(pair):
         return None
     ranges = ~domains
     pid = pid_of(gtid)
     d = {"domainId": dom_id_rows[ranges], "pid": pid[ranges]}
-    dom = pd.DataFrame({"start": start[domains], "domainId": dom_id_rows[domains], "pid": pid[domains]})
+    dom = pd.DataFrame({"start": start[domains], "domainId": dom_id_rows[domains], "pid": pid[domains],
+                        "name": dom_names[pair[domains]]})
     del start, dom_id_rows, gtid, pid
-    ntext = len(texts) + 1
-    pair, pairs = _dense_sorted(tid * ntext + tcode)
-    label = _nvtx_labels(export, pairs // ntext, pairs % ntext, texts)
-    dom_text = tcode[domains]
-    dom["name"] = (np.concatenate((texts, [None]))[np.minimum(dom_text, len(texts))] if layout == OLD
-                   else label[pair[domains]])
-    name_code, range_names = _with_domains(d, dom, pair[ranges], label, layout)
-    name_rank, (sorted_names,) = group_codes(range_names)
-    if len(sorted_names) * 2 > PACK_KEYS:
-        return None
-    key_rows = name_rank[name_code] * 2
-    if style:
-        key_rows += kls[ranges] == 1
-    w = v[ranges] & PACK_MASK
-    w |= key_rows << PACK_BITS
-    ukey, g = Groups.from_packed(w)
-    return ukey, g, sorted_names
+    return _with_domains(d, dom, pair[ranges], label, layout)
 
 
 def nvtx_sum(export: Export, layout: str = NEW) -> pd.DataFrame:
