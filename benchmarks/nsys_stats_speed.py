@@ -4,8 +4,9 @@ Builds a large export by repeating a real fixture's activity in time (copies shi
 by the capture span, correlation ids shifted so launches still pair with kernels),
 writes it under /tmp, then runs the six summary reports (nsys 2022.4 names, which both
 tools know) with each tool in a child process, checks that the CSV files are
-byte-identical, and prints wall time, the ratio and each child's peak RSS; also the
-time of hpcprof's reports in this process (without interpreter start-up and imports).
+byte-identical, and prints wall time, the ratio and each child's peak RSS; also hpcprof's
+start-up (`hpcprof nsys stats --help`: interpreter and imports) and the time of its reports
+in one process (without interpreter start-up and imports).
 The "floor" is one raw SQLite scan of the columns the reports need (`count()` over
 them, SQLite alone), and for comparison the same values moved into numpy row by row
 through Python's sqlite3 module (hpcprof reads through ADBC/Arrow instead).
@@ -180,8 +181,11 @@ def main() -> None:
               "--output", str(work / "hpcprof")]
     ns_cmd = [args.nsys, "stats", "--report", ",".join(REPORTS), "--format", "csv", "--output", str(work / "nsys"),
               "--force-overwrite", "true", str(db)]
-    runs: dict[str, list[tuple[float, int, str]]] = {"hpcprof": [], "nsys": [], "inproc": [], "floor": []}
+    help_cmd = [sys.executable, "-m", "hpcprof", "nsys", "stats", "--help"]     # interpreter + the imports
+    runs: dict[str, list[tuple[float, int, str]]] = {"hpcprof": [], "nsys": [], "inproc": [], "floor": [],
+                                                     "startup": []}
     for _ in range(args.repeat):                     # interleaved, best of N: the machine is shared
+        runs["startup"].append(measure(help_cmd, work))
         runs["hpcprof"].append(measure(hp_cmd, work))
         runs["nsys"].append(measure(ns_cmd, work))
         runs["inproc"].append(measure(me + ["--child-reports", str(db)], work))
@@ -189,6 +193,7 @@ def main() -> None:
     (hp_wall, hp_rss), (ns_wall, ns_rss) = (
         (min(w for w, _, _ in runs[k]), max(r for _, r, _ in runs[k])) for k in ("hpcprof", "nsys"))
     reports_s = min(float(out) for _, _, out in runs["inproc"])
+    startup_s = min(w for w, _, _ in runs["startup"])
     sqlite_only = min(float(out.split()[0]) for _, _, out in runs["floor"])
     transfer = min(float(out.split()[1]) for _, _, out in runs["floor"])
     same = []
@@ -202,6 +207,7 @@ def main() -> None:
     print(f"best of {args.repeat} runs each, wall time of the whole command:")
     print(f"nsys stats 2022.4 : {ns_wall:7.2f} s   peak RSS {ns_rss:6d} MiB")
     print(f"hpcprof nsys stats: {hp_wall:7.2f} s   peak RSS {hp_rss:6d} MiB")
+    print(f"hpcprof start-up (`hpcprof nsys stats --help`: interpreter and imports): {startup_s:.2f} s")
     print(f"hpcprof reports, in process (no start-up or imports): {reports_s:.2f} s")
     print(f"speed-up          : {ns_wall / hp_wall:7.2f} x   (reports alone: {ns_wall / reports_s:.2f} x)")
     print(f"floor: one SQLite scan of the needed columns {sqlite_only:.2f} s (hpcprof's reports at "

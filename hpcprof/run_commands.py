@@ -192,7 +192,8 @@ def report(runs: tuple[str, ...], workdir: Path, db: str | None, rows: int) -> N
         names = store.result_names(run.run_id)
         if not names:
             out.print("not collected yet: run `hpcprof collect`")
-        for source, name in names:
+        # summaries first (per-phase and per-collective tables), per-event tables last
+        for source, name in sorted(names, key=lambda sn: (not sn[1].endswith(("phases", "nccl", "temporal")), sn)):
             if source == "files":
                 continue
             df = store.results_frame(run.run_id, source, name)

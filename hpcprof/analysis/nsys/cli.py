@@ -8,14 +8,12 @@ import sys
 import tempfile
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Callable, TextIO
-
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable, TextIO
 
 import click
 
 from hpcprof.analysis.nsys.db import Export, NsysInputError
-from hpcprof.analysis.nsys.stats import REPORTS, MissingData, _Lazy, run_reports, write_csv
+from hpcprof.analysis.nsys.stats import REPORTS, LazyModule, MissingData, run_reports, write_csv
 from hpcprof.errors import UserError
 
 if TYPE_CHECKING:
@@ -23,7 +21,7 @@ if TYPE_CHECKING:
 
     from hpcprof.analysis.nsys import distributed as dist
 else:
-    dist = _Lazy("hpcprof.analysis.nsys.distributed")   # SQLAlchemy and the analyses: imported when used
+    dist = LazyModule("hpcprof.analysis.nsys.distributed")   # SQLAlchemy and the analyses: imported when used
 
 FORMATS = ("csv", "table", "json")     # = hpcprof.output.FORMATS (output imports rich: only for table/json)
 

@@ -211,10 +211,20 @@ class Export:
 
     def size(self, table: str) -> int:
         """Rows of `table`, roughly (the rowid span; 0 when the table is missing or empty)."""
-        if not self.has(table):
-            return 0
-        lo, hi = self.sql_rows(f'SELECT (SELECT min(rowid) FROM "{table}"), (SELECT max(rowid) FROM "{table}")')[0]
+        lo, hi = self._rowids(table)
         return 0 if lo is None else hi - lo + 1
+
+    def _rowids(self, table: str) -> tuple[int | None, int | None]:
+        """(min, max) rowid of `table` (two index look-ups); (None, None) when empty, missing or
+        a WITHOUT ROWID table."""
+        if not self.has(table):
+            return None, None
+        try:
+            with self._lock:
+                return self._dbapi.execute(f'SELECT (SELECT min(rowid) FROM "{table}"), '
+                                           f'(SELECT max(rowid) FROM "{table}")').fetchone()
+        except sqlite3.DatabaseError:
+            return None, None
 
     def has_rows(self, table: str) -> bool:
         """Whether `table` exists and has at least one row."""
@@ -293,9 +303,9 @@ class Export:
 
         A table of more than SPLIT_ROWS rows is read as SPLIT_PARTS rowid ranges in parallel
         threads, each on its own ADBC connection (the driver and numpy release the GIL)."""
-        lo, hi = self.sql_rows(f'SELECT (SELECT min(rowid) FROM "{table}"), (SELECT max(rowid) FROM "{table}")')[0]
+        lo, hi = self._rowids(table)
         ranges: list[tuple[int, int] | None] = [None]
-        if lo is not None and hi - lo + 1 > SPLIT_ROWS:
+        if lo is not None and hi is not None and hi - lo + 1 > SPLIT_ROWS:
             step = (hi - lo + SPLIT_PARTS) // SPLIT_PARTS
             ranges = [(a, min(a + step - 1, hi)) for a in range(lo, hi + 1, step)]
 

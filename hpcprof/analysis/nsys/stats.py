@@ -16,6 +16,14 @@ decimal as the SQLite inside that nsys rounds (3.36's long-double printf for
 StdDev is the sample standard deviation (0 for fewer than 2 values);
 Time % = round(100·total/Σtotal, 1); rows sorted by total, descending, ties in
 GROUP BY order (the key order SQLite's sorter leaves them in).
+
+Speed: the summary reports read each table once, with as few columns as possible (the
+ADBC driver's cost is per row and per value moved): a group key and the duration packed
+into one int64 in SQL (`key << 41 | value`, checked in SQL, -1 where it does not fit), so
+one int64 sort gives groups, medians and all; NVTX text is dictionary-encoded per batch in
+Arrow and only distinct texts become Python strings. Tables over a million rows are read
+as two rowid ranges in parallel threads. Where a packed read does not apply (a value out
+of range, an unterminated NVTX range) the report falls back to the general column reads.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ from __future__ import annotations
 import csv
 import os
 import re
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Callable, TextIO
@@ -30,6 +39,7 @@ from typing import Callable, TextIO
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from hpcprof.analysis.nsys.db import (
     KERNEL,
@@ -49,7 +59,7 @@ from hpcprof.analysis.nsys.db import (
 )
 
 
-class _Lazy:
+class LazyModule:
     """A module imported on first attribute access (SQLAlchemy: only the reports that build
     SQL with it pay for its import; the six summary reports use SQL text)."""
 
@@ -62,7 +72,7 @@ class _Lazy:
         return getattr(importlib.import_module(self._name), attr)
 
 
-sa = _Lazy("sqlalchemy")
+sa = LazyModule("sqlalchemy")
 
 OLD, NEW = "2022.4", "2025.3"
 
@@ -679,36 +689,55 @@ def _nvtx_packed(export: Export, event_types: tuple[int, ...], layout: str,
     if "textId" in cols:
         text = f"CASE WHEN textId IS NULL THEN {text} ELSE char(1) || textId || char(2) || {text} END"
     value = f"(eventType << {NVTX_TYPE_SHIFT}) | coalesce({DUR}, {NVTX_NO_END})"
-    where = f"eventType IN ({', '.join(map(str, event_types + (NVTX_DOMAIN_CREATE,)))})"
 
-    def encode(batch: pa.RecordBatch) -> tuple[np.ndarray, np.ndarray, pa.Array]:
+    seen: dict[int, list[pa.Array]] = {}                  # per reading thread: its distinct texts so far
+
+    def encode(batch: pa.RecordBatch) -> tuple[int, np.ndarray, np.ndarray]:
         encoded = batch.column(0).cast(pa.string()).dictionary_encode()
+        known = seen.setdefault(threading.get_ident(), [pa.array([], pa.string())])
+        where = pc.index_in(encoded.dictionary, value_set=known[0])
+        if where.null_count:                                  # texts new to this thread: append them
+            known[0] = pa.concat_arrays([known[0], encoded.dictionary.filter(where.is_null())])
+            where = pc.index_in(encoded.dictionary, value_set=known[0])
+        codes = where.to_numpy(zero_copy_only=False).astype(np.int32)[encoded.indices.to_numpy()]
         # a copy: a view would keep the driver's whole batch (its text) alive
-        return encoded.indices.to_numpy(), np.array(batch.column(1).to_numpy(), dtype=np.int64), encoded.dictionary
+        return threading.get_ident(), codes, np.array(batch.column(1).to_numpy(), dtype=np.int64)
 
-    parts = export.map_batches(f"{text}, {value}", NVTX, where, encode)
+    parts = export.map_batches(f"{text}, {value}", NVTX, "", encode)     # no WHERE: filtering costs SQLite more
     if not parts:
         return None
-    local, packed, dicts = (list(x) for x in zip(*parts))
+    threads, local, packed = (list(x) for x in zip(*parts))
     del parts
     v = np.concatenate(packed)
     del packed
     if v.min() < 0:
         return None
-    etype = v >> NVTX_TYPE_SHIFT
+    etype = (v >> NVTX_TYPE_SHIFT).astype(np.int16)
+    keep = _one_of(etype, event_types + (NVTX_DOMAIN_CREATE,))
+    everything = bool(keep.all())
+    if not everything:
+        v, etype = v[keep], etype[keep]
     v &= NVTX_NO_END
     domains = etype == NVTX_DOMAIN_CREATE
-    if v[~domains].max(initial=0) > PACK_MASK:
+    v[domains] = 0                                            # a domain's "duration" is unused
+    if v.max(initial=0) > PACK_MASK:
         return None
-    kls = np.isin(etype, NVTX_STARTEND)
+    kls = _one_of(etype, NVTX_STARTEND)
     del etype
-    # one dictionary for all batches: encode the concatenated batch dictionaries (C, hashing)
-    merged = pa.concat_arrays(dicts).dictionary_encode()
+    # one dictionary for all threads' texts (C, hashing); each thread's codes mapped onto it
+    order = list(seen)
+    merged = pa.concat_arrays([seen[t][0] for t in order]).dictionary_encode()
     to_global = merged.indices.to_numpy()
-    offsets = np.cumsum([0] + [len(d) for d in dicts])
-    del dicts
-    pair = np.concatenate([to_global[o + i] for o, i in zip(offsets, local)]).astype(np.int64)
+    offsets = dict(zip(order, np.cumsum([0] + [len(seen[t][0]) for t in order]).tolist()))
+    seen.clear()
+    pair = np.empty(sum(len(c) for c in local), dtype=np.int32)
+    at = 0
+    for t, c in zip(threads, local):
+        pair[at:at + len(c)] = to_global[c + offsets[t]] if offsets[t] else to_global[c]
+        at += len(c)
     del local, to_global
+    if not everything:
+        pair = pair[keep]
     text_ids, inline = [], []
     for value_text in merged.dictionary.to_pylist():
         m = _TEXT_ID.fullmatch(value_text) if value_text.startswith("\x01") else None
@@ -720,7 +749,7 @@ def _nvtx_packed(export: Export, event_types: tuple[int, ...], layout: str,
     label = _nvtx_labels(export, np.array(text_ids, dtype=np.int64), inline_text)
     if domains.any():
         dom_names = inline_text if layout == OLD else label
-        found = _nvtx_domain_names(export, where, domains, pair, label, dom_names, layout)
+        found = _nvtx_domain_names(export, None if everything else keep, domains, pair, label, dom_names, layout)
         if found is None:
             return None
         pair, names = found
@@ -741,6 +770,14 @@ def _nvtx_packed(export: Export, event_types: tuple[int, ...], layout: str,
     return ukey, g, sorted_names
 
 
+def _one_of(values: np.ndarray, choices: tuple[int, ...]) -> np.ndarray:
+    """values ∈ choices, by comparisons (np.isin sorts, in memory the size of `values` several times)."""
+    out = np.zeros(len(values), dtype=bool)
+    for c in choices:
+        out |= values == c
+    return out
+
+
 def _nvtx_labels(export: Export, text_ids: np.ndarray, inline: np.ndarray) -> np.ndarray:
     """Label of each (textId, inline text): the StringIds value of textId, else the inline text."""
     label = inline.copy()
@@ -751,14 +788,18 @@ def _nvtx_labels(export: Export, text_ids: np.ndarray, inline: np.ndarray) -> np
     return label
 
 
-def _nvtx_domain_names(export: Export, where: str, domains: np.ndarray, pair: np.ndarray, label: np.ndarray,
+def _nvtx_domain_names(export: Export, keep: np.ndarray | None, domains: np.ndarray, pair: np.ndarray, label: np.ndarray,
                        dom_names: np.ndarray, layout: str) -> tuple[np.ndarray, np.ndarray] | None:
     """Where the export creates NVTX domains (eventType 75 rows): the ranges' domainId and
     process, and the domain rows' start, read by one more query in the same scan order.
     Returns (name code per range, names)."""
     cols = export.columns(NVTX)
     dom_id = "coalesce(domainId, -1)" if "domainId" in cols else "-1"
-    start, dom_id_rows, gtid = export.sql_ints(f"start, {dom_id}, coalesce(globalTid, -1)", NVTX, where, 3)
+    start, dom_id_rows, gtid = export.sql_ints(f"start, {dom_id}, coalesce(globalTid, -1)", NVTX, "", 3)
+    if keep is not None:
+        if len(start) != len(keep):
+            return None
+        start, dom_id_rows, gtid = start[keep], dom_id_rows[keep], gtid[keep]
     if len(start) != len(pair):
         return None
     ranges = ~domains
@@ -1003,6 +1044,9 @@ def run_reports(export: Export, names: list[str], workers: int | None = None) ->
     return out
 
 
+CELL_FORMATS = {"i": ("%d", np.int64), "f1": ("%.1f", np.float64), "f3": ("%.3f", np.float64)}
+
+
 def _cells(values: np.ndarray, fmt: str, null: str) -> list[str]:
     """One column as CSV cell strings."""
     values = np.asarray(values, dtype=object)
@@ -1013,12 +1057,9 @@ def _cells(values: np.ndarray, fmt: str, null: str) -> list[str]:
     ok = ~isnull & ~blank
     if ok.any():
         v = values[ok]
-        if fmt == "i":
-            out[ok] = np.char.mod("%d", v.astype(np.int64))
-        elif fmt == "f1":
-            out[ok] = np.char.mod("%.1f", v.astype(np.float64))
-        elif fmt == "f3":
-            out[ok] = np.char.mod("%.3f", v.astype(np.float64))
+        if fmt in CELL_FORMATS:                 # Python's % per value (what np.char.mod does, slower)
+            spec, dtype = CELL_FORMATS[fmt]
+            out[ok] = [spec % x for x in v.astype(dtype).tolist()]
         else:
             out[ok] = v.astype(str)
     return out.tolist()
