@@ -310,7 +310,8 @@ class Export:
             ranges = [(a, min(a + step - 1, hi)) for a in range(lo, hi + 1, step)]
 
         def run(rowids: tuple[int, int] | None) -> list[T]:
-            conds = ([f"rowid BETWEEN {rowids[0]} AND {rowids[1]}"] if rowids else []) + ([f"({where})"] if where else [])
+            conds = [f"rowid BETWEEN {rowids[0]} AND {rowids[1]}"] if rowids else []
+            conds += [f"({where})"] if where else []
             sql = f'SELECT {columns} FROM "{table}"' + (" WHERE " + " AND ".join(conds) if conds else "")
             return [fn(batch) for batch in self.sql_batches(sql)]
 

@@ -788,8 +788,8 @@ def _nvtx_labels(export: Export, text_ids: np.ndarray, inline: np.ndarray) -> np
     return label
 
 
-def _nvtx_domain_names(export: Export, keep: np.ndarray | None, domains: np.ndarray, pair: np.ndarray, label: np.ndarray,
-                       dom_names: np.ndarray, layout: str) -> tuple[np.ndarray, np.ndarray] | None:
+def _nvtx_domain_names(export: Export, keep: np.ndarray | None, domains: np.ndarray, pair: np.ndarray,
+                       label: np.ndarray, dom_names: np.ndarray, layout: str) -> tuple[np.ndarray, np.ndarray] | None:
     """Where the export creates NVTX domains (eventType 75 rows): the ranges' domainId and
     process, and the domain rows' start, read by one more query in the same scan order.
     Returns (name code per range, names)."""

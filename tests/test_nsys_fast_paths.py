@@ -1,0 +1,73 @@
+"""The summary reports' packed, parallel reads give the same bytes as the general column reads,
+and fall back to them where a packed read does not apply."""
+
+from __future__ import annotations
+
+import io
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+import hpcprof.analysis.nsys.db as nsys_db
+from hpcprof.analysis.nsys import stats
+from hpcprof.analysis.nsys.db import Export
+
+FIXTURES = ["fuser_report1_nsys2024.6.2", "fuser_report1_nsys2025.1.1", "nsysai_h100_2gpu_1s",
+            "nsysai_mfu_2gpu_after", "nsysai_mfu_2gpu_before", "nsysai_mock", "h200_seqpar_bf16/rank0"]
+SUMMARIES = ["gpukernsum", "cudaapisum", "gpumemtimesum", "gpumemsizesum", "nvtxsum", "nvtxppsum", "osrtsum",
+             "cuda_gpu_kern_gb_sum", "cuda_api_sum", "cuda_gpu_mem_time_sum", "cuda_gpu_mem_size_sum", "nvtx_sum",
+             "osrt_sum"]
+
+
+def _csvs(db: Path) -> dict[str, str]:
+    out = {}
+    with Export(db) as export:
+        for name, df in zip(SUMMARIES, stats.run_reports(export, SUMMARIES)):
+            if isinstance(df, Exception):
+                out[name] = f"{type(df).__name__}: {df}"
+                continue
+            buf = io.StringIO()
+            stats.write_csv(df, buf)
+            out[name] = buf.getvalue()
+    return out
+
+
+def _general(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Turn the packed reads off: every report takes its general path."""
+    monkeypatch.setattr(stats, "_nvtx_packed", lambda *a, **k: None)
+    monkeypatch.setattr(stats, "_packed_by_id", lambda *a, **k: None)
+    monkeypatch.setattr(stats, "_kern_gb_packed", lambda *a, **k: None)
+
+
+@pytest.mark.parametrize("fixture", FIXTURES)
+def test_packed_reads_equal_the_general_reads(fixtures_dir: Path, fixture: str,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    db = fixtures_dir / "nsys" / f"{fixture}.sqlite"
+    monkeypatch.setattr(nsys_db, "SPLIT_ROWS", 1000)          # small tables are split into parallel parts too
+    fast = _csvs(db)
+    _general(monkeypatch)
+    assert fast == _csvs(db)
+
+
+def test_fallback_where_values_do_not_pack(fixtures_dir: Path, tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """An unterminated NVTX range, a kernel grid beyond the packed width and an API call of more
+    than 2^41 ns: the packed reads decline and the general reads give the answer."""
+    db = tmp_path / "edited.sqlite"
+    shutil.copy(fixtures_dir / "nsys" / "nsysai_mfu_2gpu_before.sqlite", db)
+    db.chmod(0o644)
+    con = sqlite3.connect(db)
+    con.execute("UPDATE NVTX_EVENTS SET end = NULL WHERE rowid = (SELECT max(rowid) FROM NVTX_EVENTS)")
+    con.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET gridY = 70000 WHERE rowid = 1")
+    con.execute("UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET end = start + (1 << 42) WHERE rowid = 1")
+    con.commit()
+    con.close()
+    with Export(db) as export:
+        assert stats._nvtx_packed(export, stats.NVTX_PUSHPOP + stats.NVTX_STARTEND, stats.OLD, True) is None
+        assert stats._kern_gb_packed(export, "demangled") is None
+        assert stats._packed_by_id(export, stats.RUNTIME, "nameId") is None
+    fast = _csvs(db)
+    _general(monkeypatch)
+    assert fast == _csvs(db)
