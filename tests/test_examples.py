@@ -8,6 +8,7 @@ import pytest
 
 from hpcprof.campaign import plan
 from hpcprof.config.site import available_sites, find_site
+from hpcprof.errors import UserError
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
@@ -28,3 +29,10 @@ def test_zipped_sweep_moves_keys_together(tmp_path: Path, monkeypatch: pytest.Mo
     pairs = [(r.point.ranks_per_node, r.point.workload_args.world_size) for r in planned.runs]
     assert pairs == [(1, 1), (2, 2)]
     assert [r.run_id[-4:] for r in planned.runs] == ["p000", "p001"]
+
+
+def test_world_size_must_match_resources(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(REPO)
+    with pytest.raises(UserError, match=r"workload\.args\.world_size': 3 but the resources give 2 ranks"):
+        plan(REPO / "examples/ddp_slowdown.yaml", find_site("local"),
+             ["sweep={}", "resources.ranks_per_node=2", "workload.args.world_size=3"], tmp_path)

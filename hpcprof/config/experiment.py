@@ -185,6 +185,10 @@ def resolve_point(index: int, params: dict[str, Any], experiment: Experiment, wo
                         f"{site.defaults.max_walltime}")
     selection = experiment.profile.selection
     world = res.nodes * ranks_per_node
+    expected = getattr(workload_args, "world_size", None)
+    if expected is not None and expected != world:
+        raise UserError(f"{where}: field 'workload.args.world_size': {expected} but the resources give "
+                        f"{world} ranks ({res.nodes} nodes x {ranks_per_node}); make them agree")
     if experiment.profile.tool != "none" and not any(
             selection.selects(r, r % ranks_per_node, ranks_per_node) for r in range(world)):
         raise UserError(f"{where}: field 'profile.ranks': {selection} selects none of the {world} ranks")
