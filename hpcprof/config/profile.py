@@ -16,6 +16,11 @@ from hpcprof.config.site import Strict
 NSYS_TRACES = ("cuda", "nvtx", "osrt", "cublas", "cublas-verbose", "cudnn", "cusparse", "cusolver",
                "mpi", "ucx", "oshmem", "openacc", "openmp", "opengl", "vulkan", "nvvideo",
                "python-gil", "syscall", "none")
+#: optional NsysOptions fields -> `nsys profile` flags, in the order they are written
+NSYS_FLAGS = {"nvtx_capture": "--nvtx-capture", "capture_range_end": "--capture-range-end",
+              "stats": "--stats", "sample": "--sample", "cpuctxsw": "--cpuctxsw", "gpuctxsw": "--gpuctxsw",
+              "cuda_graph_trace": "--cuda-graph-trace", "mpi_impl": "--mpi-impl",
+              "python_sampling": "--python-sampling"}
 SAFE_TOKEN = re.compile(r"^[A-Za-z0-9_.,:@/=+\-]+$")
 
 
@@ -147,25 +152,12 @@ class NsysOptions(Strict):
         return self
 
     def argv(self) -> list[str]:
-        """The `nsys profile` options (without -o)."""
+        """The `nsys profile` options (without -o), in nsys' own spelling."""
         args = [f"--trace={','.join(self.trace)}", f"--capture-range={self.capture_range}"]
-        if self.nvtx_capture:
-            args.append(f"--nvtx-capture={self.nvtx_capture}")
-        if self.capture_range_end:
-            args.append(f"--capture-range-end={self.capture_range_end}")
-        args.append(f"--stats={'true' if self.stats else 'false'}")
-        if self.sample:
-            args.append(f"--sample={self.sample}")
-        if self.cpuctxsw:
-            args.append(f"--cpuctxsw={self.cpuctxsw}")
-        if self.gpuctxsw is not None:
-            args.append(f"--gpuctxsw={'true' if self.gpuctxsw else 'false'}")
-        if self.cuda_graph_trace:
-            args.append(f"--cuda-graph-trace={self.cuda_graph_trace}")
-        if self.mpi_impl:
-            args.append(f"--mpi-impl={self.mpi_impl}")
-        if self.python_sampling is not None:
-            args.append(f"--python-sampling={'true' if self.python_sampling else 'false'}")
+        for field, flag in NSYS_FLAGS.items():
+            value = getattr(self, field)
+            if value is not None:
+                args.append(f"{flag}={str(value).lower() if isinstance(value, bool) else value}")
         if self.export_sqlite:
             args.append("--export=sqlite")
         return [*args, "--force-overwrite=true", *self.extra_args]

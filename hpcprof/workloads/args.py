@@ -37,6 +37,13 @@ def parse_schedule(text: str) -> dict[str, int]:
     return values
 
 
+def check_schedule(value: str | None) -> str | None:
+    """Validator of the torch_schedule fields: parses (raising ValueError) and keeps the text."""
+    if value is not None:
+        parse_schedule(value)
+    return value
+
+
 class SeqparArgs(BaseModel):
     """Options of the seqpar workload, as under `workload.args` in the experiment YAML."""
 
@@ -73,12 +80,7 @@ class SeqparArgs(BaseModel):
             raise ValueError("expected A:B with integers 0 <= A < B")
         return value.strip()
 
-    @field_validator("torch_schedule")
-    @classmethod
-    def _schedule_syntax(cls, value: str | None) -> str | None:
-        if value is not None:
-            parse_schedule(value)
-        return value
+    _schedule_syntax = field_validator("torch_schedule")(classmethod(lambda cls, v: check_schedule(v)))
 
     @model_validator(mode="after")
     def _window_inside_loop(self) -> SeqparArgs:
@@ -127,12 +129,7 @@ class DdpArgs(BaseModel):
     torch_gzip: bool = Field(False, description="write .pt.trace.json.gz (also HPCPROF_TORCH_GZIP=1)")
     results_dir: Path | None = Field(None, description="default $HPCPROF_RUN_DIR/results or ./results")
 
-    @field_validator("torch_schedule")
-    @classmethod
-    def _schedule_syntax(cls, value: str | None) -> str | None:
-        if value is not None:
-            parse_schedule(value)
-        return value
+    _schedule_syntax = field_validator("torch_schedule")(classmethod(lambda cls, v: check_schedule(v)))
 
     @model_validator(mode="after")
     def _model_source(self) -> DdpArgs:
