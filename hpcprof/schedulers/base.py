@@ -11,6 +11,7 @@ import subprocess
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from hpcprof.errors import UserError
 
@@ -59,3 +60,15 @@ def run_command(argv: list[str], what: str, timeout: float = 60) -> subprocess.C
         return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
     except FileNotFoundError as exc:
         raise UserError(f"{what}: command {argv[0]!r} not found; is this a {what} host?") from exc
+
+
+def submit_command(argv: list[str], what: str, parse: Callable[[str], str]) -> str:
+    """Run a submit command (`sbatch`, `qsub`) and parse the job id from its output; a rejected
+    submission or unreadable answer is a user error quoting the scheduler's words."""
+    proc = run_command(argv, what)
+    if proc.returncode != 0:
+        raise UserError(f"{argv[0]} rejected {argv[-1]}: {(proc.stderr or proc.stdout).strip()}")
+    try:
+        return parse(proc.stdout)
+    except ValueError as exc:
+        raise UserError(str(exc)) from exc

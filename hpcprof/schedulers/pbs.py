@@ -25,7 +25,7 @@ from hpcprof.errors import UserError
 from hpcprof.rundir import RunDir
 from hpcprof.schedulers.base import (
     CANCELLED, COMPLETED, FAILED, NODE_FAIL, OUT_OF_MEMORY, PENDING, RUNNING, TIMEOUT, UNKNOWN,
-    JobState, Scheduler, run_command,
+    JobState, Scheduler, run_command, submit_command,
 )
 
 #: `qstat` exit codes meaning "no such job (any more)": unknown job id / finished, use -x.
@@ -159,13 +159,7 @@ class PbsScheduler(Scheduler):
         """`qsub -j oe -o RUN_DIR/logs/job.out SCRIPT` (output paths on the command line)."""
         log = run_dir.resolve() / "logs" / "job.out"
         log.parent.mkdir(parents=True, exist_ok=True)
-        proc = run_command(["qsub", "-j", "oe", "-o", str(log), str(script.resolve())], "pbs")
-        if proc.returncode != 0:
-            raise UserError(f"qsub rejected {script}: {(proc.stderr or proc.stdout).strip()}")
-        try:
-            return parse_qsub(proc.stdout)
-        except ValueError as exc:
-            raise UserError(str(exc)) from exc
+        return submit_command(["qsub", "-j", "oe", "-o", str(log), str(script.resolve())], "pbs", parse_qsub)
 
     def state(self, job_id: str, run_dir: Path) -> JobState:
         """`qstat -xf -F json`; Torque's `qstat -f` where those options are unknown. A failing

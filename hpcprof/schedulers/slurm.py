@@ -17,7 +17,7 @@ from pathlib import Path
 from hpcprof.errors import UserError
 from hpcprof.schedulers.base import (
     CANCELLED, COMPLETED, FAILED, NODE_FAIL, OUT_OF_MEMORY, PENDING, PREEMPTED, RUNNING, TIMEOUT,
-    UNKNOWN, JobState, Scheduler, run_command,
+    UNKNOWN, JobState, Scheduler, run_command, submit_command,
 )
 
 #: Slurm job states (squeue/sacct/scontrol spelling) → normalised states.
@@ -97,13 +97,7 @@ class SlurmScheduler(Scheduler):
     def submit(self, script: Path, run_dir: Path) -> str:
         """`sbatch --parsable --chdir RUN_DIR SCRIPT`: the job (and relative -o paths) run there."""
         argv = ["sbatch", "--parsable", f"--chdir={run_dir.resolve()}", str(script.resolve())]
-        proc = run_command(argv, "slurm")
-        if proc.returncode != 0:
-            raise UserError(f"sbatch rejected {script}: {(proc.stderr or proc.stdout).strip()}")
-        try:
-            return parse_sbatch(proc.stdout)
-        except ValueError as exc:
-            raise UserError(str(exc)) from exc
+        return submit_command(argv, "slurm", parse_sbatch)
 
     def state(self, job_id: str, run_dir: Path) -> JobState:
         """sacct first; scontrol when sacct is off, lagging, silent or has no signal yet (an
