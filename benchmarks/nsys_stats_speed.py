@@ -34,7 +34,10 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_SOURCE = REPO.parent / "shared" / "fixtures" / "nsys" / "h200_seqpar_bf16" / "rank0.sqlite"
+sys.path.insert(0, str(REPO / "tests"))
+from fixture_files import materialize  # noqa: E402  (the repository's fixtures, unpacked)
+
+DEFAULT_SOURCE = materialize(REPO / ".fixtures") / "nsys" / "h200_seqpar_bf16" / "rank0.sqlite"
 NSYS_2022 = "/usr/lib/x86_64-linux-gnu/nsight-systems/target-linux-x64/nsys"
 REPORTS = ["gpukernsum", "cudaapisum", "gpumemtimesum", "gpumemsizesum", "nvtxsum", "osrtsum"]
 # tables whose rows are repeated; the columns each report reads (for the floor)

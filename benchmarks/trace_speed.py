@@ -40,7 +40,10 @@ from typing import Any
 import pandas as pd
 
 REPO = Path(__file__).resolve().parents[1]
-FIXTURES = REPO.parent / "shared" / "fixtures" / "hta"
+sys.path.insert(0, str(REPO / "tests"))
+from fixture_files import materialize  # noqa: E402  (the repository's fixtures, unpacked)
+
+FIXTURES = materialize(REPO / ".fixtures") / "hta"
 
 HTA_DRIVER = r"""
 import json, sys, time

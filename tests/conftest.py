@@ -6,9 +6,10 @@ import os
 from pathlib import Path
 
 import pytest
+from fixture_files import materialize
 
 REPO = Path(__file__).resolve().parents[1]
-FIXTURES = Path(os.environ.get("HPCPROF_FIXTURES", REPO.parent / "shared" / "fixtures"))
+FIXTURES_OVERRIDE = os.environ.get("HPCPROF_FIXTURES")  # an unpacked tree to use instead
 IN_CI = os.environ.get("CI") == "true"
 
 
@@ -28,7 +29,8 @@ def repo() -> Path:
 
 
 @pytest.fixture(scope="session")
-def fixtures_dir() -> Path:
-    if not FIXTURES.is_dir():
-        pytest.fail(f"fixtures not found at {FIXTURES}; set HPCPROF_FIXTURES")
-    return FIXTURES
+def fixtures_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The repository's fixtures (tests/fixtures), unpacked once per session."""
+    if FIXTURES_OVERRIDE:
+        return Path(FIXTURES_OVERRIDE)
+    return materialize(tmp_path_factory.mktemp("fixtures"))
