@@ -39,7 +39,9 @@ from fixture_files import materialize  # noqa: E402  (the repository's fixtures,
 
 DEFAULT_SOURCE = materialize(REPO / ".fixtures") / "nsys" / "h200_seqpar_bf16" / "rank0.sqlite"
 NSYS_2022 = "/usr/lib/x86_64-linux-gnu/nsight-systems/target-linux-x64/nsys"
-REPORTS = ["gpukernsum", "cudaapisum", "gpumemtimesum", "gpumemsizesum", "nvtxsum", "osrtsum"]
+OLD_NAMES = ["gpukernsum", "cudaapisum", "gpumemtimesum", "gpumemsizesum", "nvtxsum", "osrtsum"]  # nsys 2022.4
+NEW_NAMES = ["cuda_gpu_kern_sum", "cuda_api_sum", "cuda_gpu_mem_time_sum", "cuda_gpu_mem_size_sum", "nvtx_sum", "osrt_sum"]
+REPORTS = OLD_NAMES
 # tables whose rows are repeated; the columns each report reads (for the floor)
 ACTIVITY = {
     "CUPTI_ACTIVITY_KIND_KERNEL": "start, end, demangledName, gridX, gridY, gridZ, blockX, blockY, blockZ",
@@ -149,12 +151,16 @@ def main() -> None:
     parser.add_argument("--source", type=Path, default=DEFAULT_SOURCE, help="fixture export to repeat")
     parser.add_argument("--copies", type=int, default=15_000, help="repetitions of its activity")
     parser.add_argument("--nsys", default=NSYS_2022, help="reference nsys (2022.4 from Debian non-free)")
+    parser.add_argument("--names", choices=["old", "new"], default="old",
+                        help="report names and layouts: nsys 2022.4's (old) or today's (new, for nsys 2023+)")
     parser.add_argument("--repeat", type=int, default=3, help="runs of each tool (best is reported)")
     parser.add_argument("--keep", action="store_true", help="keep the built export and outputs")
     parser.add_argument("--child-build", nargs=3, help=argparse.SUPPRESS)
     parser.add_argument("--child-reports", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--child-floor", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    global REPORTS
+    REPORTS = NEW_NAMES if args.names == "new" else OLD_NAMES
     if args.child_build:
         source, copies, out = args.child_build
         print(json.dumps(build(Path(source), int(copies), Path(out))))
@@ -191,7 +197,7 @@ def main() -> None:
         runs["startup"].append(measure(help_cmd, work))
         runs["hpcprof"].append(measure(hp_cmd, work))
         runs["nsys"].append(measure(ns_cmd, work))
-        runs["inproc"].append(measure(me + ["--child-reports", str(db)], work))
+        runs["inproc"].append(measure(me + ["--names", args.names, "--child-reports", str(db)], work))
         runs["floor"].append(measure(me + ["--child-floor", str(db)], work))
     (hp_wall, hp_rss), (ns_wall, ns_rss) = (
         (min(w for w, _, _ in runs[k]), max(r for _, r, _ in runs[k])) for k in ("hpcprof", "nsys"))

@@ -19,7 +19,7 @@ from hpcprof.analysis.nsys.stats import (
     clean_api_name,
     run_report,
     sqlite_round1,
-    sqlite_round1_exact,
+    exact_round1,
     write_csv,
 )
 from hpcprof.cli import main
@@ -62,6 +62,21 @@ def test_old_layout_matches_nsys_2022_4_gold(fixtures_dir: Path, fixture: str, r
 def test_new_layout_matches_nsys_2025_3_gold(fixtures_dir: Path, rank: str, report: str) -> None:
     run = fixtures_dir / NSYS / "h200_seqpar_bf16"
     assert report_csv(run / f"{rank}.sqlite", report) == (run / f"{rank}_{report}.csv").read_text()
+
+
+FRESH_GOLD = "gold_nsys_stats_2025.3.1"   # benchmarks/gpu/nsys_gold.sh on the exports in h200_campaign/
+FRESH_EXPORTS = ["ddp_ws1_rank0", "ddp_ws2_rank0", "ddp_ws2_rank1", "seqpar_bf16_p4_rank3", "seqpar_fp32_p2_rank1"]
+FRESH_PAIRS = [(e, r) for e in FRESH_EXPORTS for r in sorted(n for n in REPORTS if "_" in n)]
+
+
+@pytest.mark.parametrize(("export", "report"), FRESH_PAIRS, ids=[f"{e}-{r}" for e, r in FRESH_PAIRS])
+def test_every_current_report_matches_nsys_2025_3_1_on_fresh_h200_exports(fixtures_dir: Path, export: str,
+                                                                        report: str) -> None:
+    """The 4x H200 campaign's exports (seqpar fp32/bf16, Echo GPT-2 DDP), `nsys stats` 2025.3.1 run on
+    the GPU machine: every current-layout report byte for byte (ties, `MB/s`, empty reports)."""
+    nsys = fixtures_dir / NSYS
+    gold = (nsys / FRESH_GOLD / f"{export}_{report}.csv").read_text()
+    assert report_csv(nsys / "h200_campaign" / f"{export}.sqlite", report) == gold
 
 
 # Outputs of the real nsys 2022.4.2 (`nsys stats --format csv`) on fixtures for which the shared
@@ -151,10 +166,11 @@ def test_new_layout_labels_and_names(fixtures_dir: Path) -> None:
 
 
 def test_sqlite_rounding_of_both_nsys_generations() -> None:
-    x = np.array([9735.55, 0.25, 0.15, 2.5e-2, 1234.75, 0.0, np.nan])
-    # SQLite 3.36 (nsys 2022.4): long-double printf with a 3e-16 fudge; newer: 16 significant digits
-    np.testing.assert_array_equal(sqlite_round1(x), [9735.6, 0.3, 0.2, 0.0, 1234.8, 0.0, np.nan])
-    np.testing.assert_array_equal(sqlite_round1_exact(x), [9735.5, 0.3, 0.2, 0.0, 1234.8, 0.0, np.nan])
+    x = np.array([9735.55, 0.25, 0.15, 2.5e-2, 1234.75, 0.0, np.nan, 14_351_679 / 60, 214_110 / 24])
+    # SQLite 3.36 (nsys 2022.4): long-double printf with a 3e-16 fudge
+    np.testing.assert_array_equal(sqlite_round1(x)[:7], [9735.6, 0.3, 0.2, 0.0, 1234.8, 0.0, np.nan])
+    # nsys 2025.3.1: the exact binary value, half away from zero (239194.65 is 239194.6499..., 8921.25 exact)
+    np.testing.assert_array_equal(exact_round1(x), [9735.5, 0.3, 0.1, 0.0, 1234.8, 0.0, np.nan, 239194.6, 8921.3])
 
 
 def test_api_name_cleanup() -> None:

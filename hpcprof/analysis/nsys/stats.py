@@ -11,8 +11,8 @@ those of nsys 2024-2025 (kernel summary by name only with tie-breaks,
 `[CUDA memcpy Host-to-Device]` labels, `domain:range` NVTX names).
 
 Numbers follow nsys's SQL: Total = Σ(end-start); Avg/Med/StdDev rounded to one
-decimal as the SQLite inside that nsys rounds (3.36's long-double printf for
-2022.4, the 16-significant-digit decimal rounding of newer SQLite for 2025);
+decimal as that nsys rounds (SQLite 3.36's long-double printf for 2022.4, for 2025 the
+exact binary value rounded half away from zero: 239194.65 is 239194.6499.. and prints .6);
 StdDev is the sample standard deviation (0 for fewer than 2 values);
 Time % = round(100·total/Σtotal, 1); rows sorted by total, descending, ties in
 GROUP BY order (the key order SQLite's sorter leaves them in).
@@ -118,18 +118,19 @@ def sqlite_round1(x: np.ndarray) -> np.ndarray:
     return np.where(np.isnan(x), np.nan, out + 0.0)
 
 
-def sqlite_round1_exact(x: np.ndarray) -> np.ndarray:
-    """round(x, 1) as newer SQLite (nsys 2025) computes it: the value's 16 significant
-    digits, rounded half away from zero at the first decimal."""
+def exact_round1(x: np.ndarray) -> np.ndarray:
+    """round(x, 1) as nsys 2025 computes it: the float64 value's exact binary expansion rounded
+    half away from zero, so 3193803.15 (stored as 3193803.1499999...) gives 3193803.1 and
+    8921.25 (exact in binary) gives 8921.3; NaN stays NaN."""
     tenth = Decimal("0.1")
-    out = [np.nan if v != v else float(Decimal(f"{v:.15e}").quantize(tenth, ROUND_HALF_UP))
+    out = [np.nan if v != v else float(Decimal(v).quantize(tenth, ROUND_HALF_UP))
            for v in np.asarray(x, dtype=np.float64).tolist()]
     return np.asarray(out, dtype=np.float64)
 
 
 def round1(x: np.ndarray, layout: str) -> np.ndarray:
-    """round(x, 1) of the SQLite inside the nsys of `layout`."""
-    return sqlite_round1(x) if layout == OLD else sqlite_round1_exact(x)
+    """round(x, 1) as the nsys of `layout` computes it (SQLite 3.36 in 2022.4, exact binary half away from zero in 2025)."""
+    return sqlite_round1(x) if layout == OLD else exact_round1(x)
 
 
 PACK_BITS = 41                       # value bits of a packed (key << 41 | value) int64
@@ -935,7 +936,7 @@ def cuda_gpu_trace(export: Export, layout: str = NEW, variant: str = "demangled"
     for c, h in (("gx", "GrdX"), ("gy", "GrdY"), ("gz", "GrdZ"), ("bx", "BlkX"), ("by", "BlkY"), ("bz", "BlkZ"),
                  ("regs", "Reg/Trd"), ("smem", "StcSMem (MB)"), ("dmem", "DymSMem (MB)"), ("bytes", "Bytes (MB)")):
         cols[h] = _object_column(f, c)
-    cols["Throughput (MBps)"] = np.asarray(thru, dtype=object)
+    cols["Throughput (MBps)" if layout == OLD else "Throughput (MB/s)"] = np.asarray(thru, dtype=object)
     cols["SrcMemKd"] = _object_column(f, "src")
     cols["DstMemKd"] = _object_column(f, "dst")
     cols["Device"] = device
@@ -976,7 +977,9 @@ Report = Callable[[Export], pd.DataFrame]
 
 def _with(func: Callable[..., pd.DataFrame], layout: str) -> Report:
     def run(export: Export) -> pd.DataFrame:
-        return func(export, layout)
+        df = func(export, layout)
+        df.attrs["layout"] = layout
+        return df
     run.__doc__ = func.__doc__
     run.__wrapped__ = func  # type: ignore[attr-defined]
     return run
@@ -1066,7 +1069,10 @@ def _cells(values: np.ndarray, fmt: str, null: str) -> list[str]:
 
 
 def write_csv(df: pd.DataFrame, out: TextIO) -> None:
-    """Write a report as `nsys stats --format csv` does (header, cells, minimal quoting)."""
+    """Write a report as `nsys stats --format csv` does (header, cells, minimal quoting); an
+    empty current-layout report is an empty file, as nsys 2025 writes it."""
+    if df.empty and df.attrs.get("layout") == NEW:
+        return
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(df.columns)
     formats = df.attrs.get("formats", ["s"] * len(df.columns))

@@ -1,0 +1,31 @@
+#!/bin/bash
+# Gold from the newest nsys (2025.3.1, only on the GPU machine): `nsys stats --format csv` for every
+# current-layout report hpcprof knows, on every export under DIR (`*.sqlite` or `*.sqlite.xz`).
+# Writes OUT/gold.tar.xz holding <stem>_<report>.csv (a report nsys cannot make on that export,
+# e.g. no NVTX, leaves no file) and OUT/nsys_gold.log.
+# Needs .gpu/libs carried (libdw/libelf, shared/tools/gpu-nsys-libs.sh). Usage: nsys_gold.sh DIR OUT
+set -u
+SRC=${1:?folder of exports}; OUT_DIR=${2:?output directory}
+REPORTS="cuda_gpu_kern_sum cuda_gpu_kern_gb_sum cuda_api_sum cuda_gpu_mem_time_sum cuda_gpu_mem_size_sum
+cuda_gpu_sum nvtx_sum nvtx_pushpop_sum nvtx_startend_sum osrt_sum cuda_gpu_trace"
+export LD_LIBRARY_PATH=$PWD/.gpu/libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+NSYS=$(ls -d /opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys | tail -1)
+work=$(mktemp -d); gold=$work/gold; mkdir -p "$gold"
+for f in "$SRC"/*.sqlite "$SRC"/*.sqlite.xz; do
+  [ -e "$f" ] || continue
+  stem=$(basename "${f%.xz}" .sqlite)
+  case "$f" in *.xz) xz -dc "$f" > "$work/$stem.sqlite" ;; *) cp "$f" "$work/$stem.sqlite" ;; esac
+done
+{
+  "$NSYS" --version
+  ls "$work"/*.sqlite | wc -l
+  # one nsys per export with every report (-o PREFIX writes PREFIX_<report>.csv), 16 at a time
+  export NSYS gold REPORTS_CSV=$(echo $REPORTS | tr ' ' ',')
+  ls "$work"/*.sqlite | xargs -P "$(nproc)" -I{} bash -c \
+    'db={}; stem=$(basename "$db" .sqlite); "$NSYS" stats --report "$REPORTS_CSV" --format csv \
+       --force-overwrite true --output "$gold/$stem" "$db" >/dev/null 2>"$db.err" || echo "$stem: rc=$?"; \
+     grep -i "skip\|error" "$db.err" | sed "s|^|$stem: |" | head -5'
+  ls "$gold" | wc -l
+} > "$OUT_DIR/nsys_gold.log" 2>&1
+tar -C "$gold" -cJf "$OUT_DIR/gold.tar.xz" .
+cat "$OUT_DIR/nsys_gold.log" | tail -20
