@@ -34,3 +34,21 @@ def fixtures_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if FIXTURES_OVERRIDE:
         return Path(FIXTURES_OVERRIDE)
     return materialize(tmp_path_factory.mktemp("fixtures"))
+
+
+COUNTS_KEY = pytest.StashKey[list]()
+
+
+@pytest.fixture
+def record_counts(request: pytest.FixtureRequest):
+    """`record_counts(line)`: a line printed in the terminal summary (differential-test counts)."""
+    lines = request.config.stash.setdefault(COUNTS_KEY, [])
+    return lines.append
+
+
+def pytest_terminal_summary(terminalreporter: object, config: pytest.Config) -> None:
+    lines = config.stash.get(COUNTS_KEY, [])
+    if lines:
+        terminalreporter.section("differential counts")  # type: ignore[attr-defined]
+        for line in lines:
+            terminalreporter.write_line(line)  # type: ignore[attr-defined]

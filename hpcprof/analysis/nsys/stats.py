@@ -157,11 +157,13 @@ class Groups:
             v &= PACK_MASK                              # groups are contiguous: counts give the bounds
         else:
             v = values[np.lexsort((values, codes))]
-        self._reduce(v, np.bincount(codes, minlength=ngroups).astype(np.int64))
+        self._reduce(v, np.bincount(codes, minlength=ngroups).astype(np.int64),
+                     lambda g: values[codes == g])
 
     @classmethod
     def from_packed(cls, v: np.ndarray) -> tuple[np.ndarray, "Groups"]:
         """Groups of packed `key << 41 | value` (sorted here, in place): (keys ascending, groups)."""
+        in_rows = v.copy()                  # row order, for StdDev ties (see _welford_at_ties)
         v.sort()
         keys = v >> PACK_BITS
         starts = np.flatnonzero(keys[1:] != keys[:-1]) + 1 if len(v) else np.empty(0, dtype=np.int64)
@@ -170,11 +172,13 @@ class Groups:
         del keys
         v &= PACK_MASK
         g = cls.__new__(cls)
-        g._reduce(v, np.diff(np.append(starts, len(v))).astype(np.int64))
+        g._reduce(v, np.diff(np.append(starts, len(v))).astype(np.int64),
+                  lambda i: in_rows[(in_rows >> PACK_BITS) == ukeys[i]] & PACK_MASK)
         return ukeys, g
 
-    def _reduce(self, v: np.ndarray, count: np.ndarray) -> None:
-        """Statistics of `v`, sorted by (group, value), groups of `count` values each."""
+    def _reduce(self, v: np.ndarray, count: np.ndarray, in_rows: Callable[[int], np.ndarray]) -> None:
+        """Statistics of `v`, sorted by (group, value), groups of `count` values each;
+        `in_rows(g)` gives group g's values in the export's row order."""
         ngroups = len(count)
         self.count = count
         starts = np.concatenate(([0], np.cumsum(self.count)[:-1])).astype(np.int64)
@@ -195,11 +199,25 @@ class Groups:
             self.avg = self.total / self.count
             if len(v):
                 dev = v.astype(np.float64)
-                del v
                 dev -= np.repeat(self.avg[nonempty], n)
                 dev *= dev
                 ss = np.add.reduceat(dev, s)
                 self.std[nonempty] = np.where(n > 1, np.sqrt(ss / np.maximum(n - 1, 1)), 0.0)
+                self._welford_at_ties(in_rows, nonempty)
+
+    def _welford_at_ties(self, in_rows: Callable[[int], np.ndarray], nonempty: np.ndarray) -> None:
+        """Where the two-pass StdDev sits on a rounding tie (x.x5), recompute it as nsys's SQLite
+        `stdev()` does: Welford's running update over the rows in table order, whose rounding
+        error decides the tie (a true 1.75 comes out 1.7499999999999998 and prints 1.7)."""
+        tens = self.std * 10.0
+        tie = nonempty & (self.count > 1) & (np.abs(tens - np.floor(tens) - 0.5) < 1e-9 * np.maximum(tens, 1.0))
+        for g in np.flatnonzero(tie):
+            mean = spread = 0.0
+            for k, x in enumerate(in_rows(g).tolist(), start=1):
+                delta = x - mean
+                mean += delta / k
+                spread += delta * (x - mean)
+            self.std[g] = np.sqrt(spread / (self.count[g] - 1))
 
     def ratio(self, layout: str) -> np.ndarray:
         """Time %: round(100·total/Σtotal, 1)."""
@@ -865,7 +883,8 @@ def cuda_kern_exec_sum(export: Export, layout: str = OLD, variant: str = "demang
         fmts += ["f1", "f1", "i", "i", "f1"]
     cols["API Name"] = uapi
     cols["Kernel Name"] = ukern
-    return frame(cols, fmts + ["s", "s"], by_total(gt.avg), null=_null(layout))
+    # ORDER BY 6 DESC: the rounded average total time (groups with equal rounded averages keep GROUP BY order)
+    return frame(cols, fmts + ["s", "s"], by_total(sqlite_round1(gt.avg)), null=_null(layout))
 
 
 def _nullable(values: np.ndarray, null: np.ndarray) -> np.ndarray:
@@ -875,7 +894,9 @@ def _nullable(values: np.ndarray, null: np.ndarray) -> np.ndarray:
 
 
 def cuda_gpu_trace(export: Export, layout: str = NEW, variant: str = "demangled") -> pd.DataFrame:
-    """One row per kernel, memcpy and memset, by start time."""
+    """One row per kernel, memcpy and memset, by start time. nsys's report needs the GPU table:
+    without TARGET_INFO_GPU it fails and writes nothing (2022.4 and 2025.3.1 alike)."""
+    _need(export, "TARGET_INFO_GPU", "GPU description (TARGET_INFO_GPU) for the GPU trace")
     parts = []
     gpu_names = _gpu_names(export)
     kinds = mem_kind_labels(export, layout)
@@ -977,9 +998,7 @@ Report = Callable[[Export], pd.DataFrame]
 
 def _with(func: Callable[..., pd.DataFrame], layout: str) -> Report:
     def run(export: Export) -> pd.DataFrame:
-        df = func(export, layout)
-        df.attrs["layout"] = layout
-        return df
+        return func(export, layout)
     run.__doc__ = func.__doc__
     run.__wrapped__ = func  # type: ignore[attr-defined]
     return run
@@ -1069,9 +1088,9 @@ def _cells(values: np.ndarray, fmt: str, null: str) -> list[str]:
 
 
 def write_csv(df: pd.DataFrame, out: TextIO) -> None:
-    """Write a report as `nsys stats --format csv` does (header, cells, minimal quoting); an
-    empty current-layout report is an empty file, as nsys 2025 writes it."""
-    if df.empty and df.attrs.get("layout") == NEW:
+    """Write a report as `nsys stats --format csv` does (header, cells, minimal quoting); a
+    report with no rows is an empty file, as nsys 2022.4 and 2025 write it."""
+    if df.empty:
         return
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(df.columns)
