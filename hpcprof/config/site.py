@@ -13,6 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from hpcprof.config.container import ContainerConfig
 from hpcprof.config.validation import load_yaml, validate
 from hpcprof.errors import UserError
 from hpcprof.resources import site_config_dir
@@ -163,6 +164,7 @@ class SiteConfig(Strict):
     pbs_select: str | None = None       # extra PBS select resources, e.g. "system=polaris"
     sbatch_options: list[str] = []      # extra #SBATCH lines, e.g. "--gpu-bind=none"
     pbs_options: list[str] = []         # extra #PBS lines, e.g. "-r y"
+    container: ContainerConfig | None = None  # run ranks in an image (hpcprof.config.container)
 
     _env = field_validator("env")(classmethod(lambda cls, v: check_env(v)))
     _select = field_validator("pbs_select")(classmethod(lambda cls, v: check_directive(v)))
