@@ -16,7 +16,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, field_validator
 
 #: An image reference (`registry/name:tag@sha256:...`), a `docker://` / `docker:` URI or a .sif path.
-IMAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@+\-]*")
+IMAGE = re.compile(r"[A-Za-z0-9/][A-Za-z0-9._/:@+\-]*")
 #: A bind mount `SRC[:DST[:OPTIONS]]`, absolute paths, no characters the shell or runtime parse.
 MOUNT = re.compile(r"/[A-Za-z0-9._/+\-]*(:/[A-Za-z0-9._/+\-]*(:(ro|rw))?)?")
 #: One extra runtime option, e.g. `--fakeroot` or `--module=mpich`.
