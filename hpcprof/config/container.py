@@ -24,6 +24,14 @@ OPTION = re.compile(r"-[A-Za-z0-9._/:=,+\-]*")
 PATH = re.compile(r"[A-Za-z0-9._/+\-]+")
 
 
+def check_image(value: str) -> str:
+    """An image name, URI or path made of characters no shell or YAML parser acts on."""
+    if not IMAGE.fullmatch(value):
+        raise ValueError(f"{value!r} is not an image name: letters, digits and ._/:@+- only, "
+                         "e.g. nvcr.io/nvidia/pytorch:24.05-py3 or /path/image.sif")
+    return value
+
+
 class ContainerConfig(BaseModel):
     """Which runtime starts which image, with which GPU flag and bind mounts."""
 
@@ -37,13 +45,7 @@ class ContainerConfig(BaseModel):
     command: str | None = None        # the runtime's binary (default: its name on PATH)
     options: list[str] = []           # extra runtime options, e.g. ["--fakeroot"] or ["--mpi"]
 
-    @field_validator("image")
-    @classmethod
-    def _image(cls, value: str) -> str:
-        if not IMAGE.fullmatch(value):
-            raise ValueError(f"{value!r} is not an image name: letters, digits and ._/:@+- only, "
-                             "e.g. nvcr.io/nvidia/pytorch:24.05-py3 or /path/image.sif")
-        return value
+    _image = field_validator("image")(classmethod(lambda cls, v: check_image(v)))
 
     @field_validator("mounts")
     @classmethod
@@ -68,4 +70,49 @@ class ContainerConfig(BaseModel):
     def _command(cls, value: str | None) -> str | None:
         if value is not None and not PATH.fullmatch(value):
             raise ValueError(f"{value!r} is not a program path: letters, digits and ._/+- only")
+        return value
+
+
+#: A Kubernetes object name (DNS-1123 label) and a resource name such as nvidia.com/gpu.
+DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+RESOURCE_NAME = re.compile(r"([a-z0-9.\-]+/)?[a-z0-9A-Z._\-]+")
+
+
+class KubernetesConfig(BaseModel):
+    """`scheduler: kubernetes`: a kubeflow MPIJob (v2beta1) whose launcher runs job.sh and whose
+    workers host the ranks; the run directory lives on a PVC mounted at `mount_path` in every pod
+    and at the same path where hpcprof submits and collects."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    image: str                        # launcher and worker image (ships MPI, Python, nsys)
+    pvc: str                          # PersistentVolumeClaim holding the hpcprof work directory
+    mount_path: str                   # where the PVC is mounted (pods and the submit host)
+    namespace: str = "default"
+    gpu_resource: str = "nvidia.com/gpu"
+    mpi_implementation: Literal["OpenMPI", "Intel", "MPICH"] = "OpenMPI"
+    worker_command: list[str] = ["/usr/sbin/sshd", "-De"]  # workers serve mpirun's ssh (operator v2)
+
+    _image = field_validator("image")(classmethod(lambda cls, v: check_image(v)))
+
+    @field_validator("pvc", "namespace")
+    @classmethod
+    def _dns_label(cls, value: str) -> str:
+        if not DNS_LABEL.fullmatch(value):
+            raise ValueError(f"{value!r} is not a Kubernetes name: lower-case letters, digits and '-', "
+                             "at most 63, starting and ending alphanumeric")
+        return value
+
+    @field_validator("mount_path")
+    @classmethod
+    def _mount_path(cls, value: str) -> str:
+        if not re.fullmatch(r"/[A-Za-z0-9._/+\-]*", value):
+            raise ValueError(f"{value!r} is not an absolute path of letters, digits and ._/+-")
+        return value
+
+    @field_validator("gpu_resource")
+    @classmethod
+    def _resource(cls, value: str) -> str:
+        if not RESOURCE_NAME.fullmatch(value):
+            raise ValueError(f"{value!r} is not a resource name, e.g. nvidia.com/gpu")
         return value

@@ -99,7 +99,7 @@ def render_point(point: Point, site: SiteConfig, run_dir: Path, run_id: str,
         tool_args, tool_path = profile.nsys.argv(), site.paths.nsys
     elif profile.tool == "ncu":
         tool_args, tool_path = profile.ncu.argv(), site.paths.ncu
-    container = effective_container(site, exp.container)
+    container = None if site.scheduler == "kubernetes" else effective_container(site, exp.container)
     if container is not None:
         check_container(site, container)
     launcher, rank = wrap_launch(container, launch_argv(site, res.nodes, point.ranks_per_node),
@@ -150,7 +150,11 @@ def render_point(point: Point, site: SiteConfig, run_dir: Path, run_id: str,
         "profile_extension": PROFILE_EXTENSIONS.get(profile.tool),
         "hpcprof_version": hpcprof.__version__,
     }
-    return RenderedRun(run_id, run_dir, point, {"job.sh": job, "rank_wrapper.sh": wrapper}, config)
+    files = {"job.sh": job, "rank_wrapper.sh": wrapper}
+    if site.scheduler == "kubernetes":
+        from hpcprof.schedulers.kubernetes import MANIFEST, render_manifest
+        files[MANIFEST] = render_manifest(env, context, site, run_dir)
+    return RenderedRun(run_id, run_dir, point, files, config)
 
 
 def write_run(rendered: RenderedRun) -> Path:
