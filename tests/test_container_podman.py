@@ -63,7 +63,7 @@ def image() -> str:
 def host_mounts() -> list[str]:
     """What the ranks need from the host, read-only at the same paths: Python, venv, hpcprof."""
     paths = {Path(sys.base_prefix).resolve(), Path(sys.prefix), Path(hpcprof.__file__).resolve().parents[1]}
-    paths = {p for p in paths if not str(p).startswith("/usr/")}
+    paths = {p for p in paths if not p.is_relative_to("/usr")}  # /usr is the site's own mount
     return [f"{p}:{p}:ro" for p in sorted(paths)]
 
 
