@@ -153,11 +153,15 @@ def hpcprof(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess[st
     ({"image": 'repo/img:1"\n  evil: x'}, "kubernetes.image"),
     ({"mount_path": "/elsewhere"}, "kubernetes.mount_path"),
     ({"gpu_resource": "nvidia.com/gpu: 8\n"}, "kubernetes.gpu_resource"),
+    ({"container": {"runtime": "podman", "image": "ubuntu:24.04"}}, "container"),
 ])
 def test_bad_kubernetes_input(tmp_path: Path, change: dict[str, Any], field: str) -> None:
     """One line naming the field, exit 2, nothing written."""
+    exp, change = experiment(), dict(change)
+    if "container" in change:  # an experiment container block on a Kubernetes site
+        exp["container"] = change.pop("container")
     (tmp_path / "site.yaml").write_text(yaml.safe_dump(eks_site(mount=str(tmp_path), **change)))
-    (tmp_path / "exp.yaml").write_text(yaml.safe_dump(experiment()))
+    (tmp_path / "exp.yaml").write_text(yaml.safe_dump(exp))
     proc = hpcprof("submit", "exp.yaml", "--site", "eks", "--site-file", "site.yaml", cwd=tmp_path)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     message = proc.stderr.strip()

@@ -154,7 +154,7 @@ def render_point(point: Point, site: SiteConfig, run_dir: Path, run_id: str,
     files = {"job.sh": job, "rank_wrapper.sh": wrapper}
     if site.scheduler == "kubernetes":
         from hpcprof.schedulers.kubernetes import MANIFEST, render_manifest
-        files[MANIFEST] = render_manifest(env, context, site, run_dir)
+        files[MANIFEST] = render_manifest(env, {**context, "experiment_container": exp.container}, site, run_dir)
     return RenderedRun(run_id, run_dir, point, files, config)
 
 

@@ -18,7 +18,7 @@ from typing import Any
 import jinja2
 import yaml
 
-from hpcprof.config.container import KubernetesConfig
+from hpcprof.config.container import ContainerConfig, KubernetesConfig
 from hpcprof.config.site import SiteConfig, walltime_seconds
 from hpcprof.errors import UserError
 from hpcprof.schedulers.base import (
@@ -37,13 +37,14 @@ def k8s_name(run_id: str) -> str:
     return ("hpcprof-" + re.sub(r"[^a-z0-9-]", "-", run_id.lower()))[:50].rstrip("-")
 
 
-def check_site(site: SiteConfig, run_dir: Path) -> KubernetesConfig:
-    """A Kubernetes site needs its `kubernetes:` block, no `container:` (the pods are the
-    containers), and the run directory under the PVC's mount path."""
+def check_site(site: SiteConfig, run_dir: Path,
+               experiment_container: ContainerConfig | None = None) -> KubernetesConfig:
+    """A Kubernetes site needs its `kubernetes:` block, no `container:` on the site or the
+    experiment (the pods are the containers), and the run directory under the PVC's mount path."""
     if site.kubernetes is None:
         raise UserError(f"field 'kubernetes': site {site.name} uses scheduler kubernetes but has no "
                         "kubernetes: block (image, pvc, mount_path)")
-    if site.container is not None:
+    if site.container is not None or experiment_container is not None:
         raise UserError(f"field 'container': site {site.name} runs on Kubernetes, whose pods already "
                         "run kubernetes.image; remove the container: block")
     mount = Path(site.kubernetes.mount_path)
@@ -56,7 +57,7 @@ def check_site(site: SiteConfig, run_dir: Path) -> KubernetesConfig:
 def render_manifest(env: jinja2.Environment, context: dict[str, Any], site: SiteConfig,
                     run_dir: Path) -> str:
     """The MPIJob for one run, parsed back once so that a broken document never gets written."""
-    k8s = check_site(site, run_dir)
+    k8s = check_site(site, run_dir, context["experiment_container"])
     launch = [*context["launcher"], f"{run_dir}/rank_wrapper.sh", *context["rank_argv"]]
     text = env.get_template(MANIFEST_TEMPLATE).render({
         **context, "k8s": k8s, "k8s_name": k8s_name(context["run_id"]),
