@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 import functools
-import json
+import os
 import shlex
 import shutil
 import subprocess
@@ -142,7 +142,6 @@ def test_state_from_conditions(conditions: list[tuple[str, str, str]], state: st
 
 
 def hpcprof(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    import os
     return subprocess.run([sys.executable, "-m", "hpcprof", *args], cwd=cwd, capture_output=True, text=True,
                           timeout=120, env={**os.environ, **env})
 
