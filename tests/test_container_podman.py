@@ -116,17 +116,21 @@ def test_two_rank_seqpar_in_podman_containers(tmp_path: Path, image: str) -> Non
     assert (row["state"], row["exit_code"]) == ("COMPLETED", 0)
 
 
-def test_ranks_really_run_in_containers(tmp_path: Path, image: str) -> None:
-    """Each rank's wrapper sees podman's /run/.containerenv and writes into the bind-mounted
-    run directory under the same name it would use outside."""
+@pytest.mark.parametrize("profiler", ["inside", "outside"])
+def test_ranks_really_run_in_containers(tmp_path: Path, image: str, profiler: str) -> None:
+    """Each rank's program sees podman's /run/.containerenv and writes into the bind-mounted
+    run directory under the same name it would use outside; with `profiler: outside` the rank
+    wrapper runs on the host and starts the container itself."""
     exp = tmp_path / "exp.yaml"
     exp.write_text("name: where\nworkload:\n  kind: command\n  argv: [bash, -c, 'test -f /run/.containerenv "
                    "&& echo inside > \"$HPCPROF_RUN_DIR/results/where$HPCPROF_RANK.txt\"']\n"
                    "resources: {nodes: 1, ranks_per_node: 2}\n")
-    sub = hpcprof_cli("submit", str(exp), "--site", "local-podman", "--site-file", str(site_file(tmp_path)),
-                      "--wait", cwd=tmp_path)
+    sub = hpcprof_cli("submit", str(exp), "--site", "local-podman", "--site-file",
+                      str(site_file(tmp_path, profiler=profiler)), "--wait", cwd=tmp_path)
     assert sub.returncode == 0, sub.stdout + sub.stderr
     [run] = [p.parent for p in (tmp_path / "hpcprof-runs").glob("*/*/config.json")]
+    [line] = [x for x in (run / "job.sh").read_text().splitlines() if "rank_wrapper.sh" in x]
+    assert (line.index("podman run") < line.index("rank_wrapper.sh")) == (profiler == "inside")
     assert [(run / "results" / f"where{r}.txt").read_text() for r in (0, 1)] == ["inside\n", "inside\n"]
 
 
