@@ -122,6 +122,16 @@ def test_cpu_site_asks_for_no_gpus_and_hostile_argv_stays_data() -> None:
     assert shlex.split(doc["metadata"]["annotations"]["hpcprof/rank-command"])[-3:] == argv
 
 
+def test_ranks_start_on_the_volume() -> None:
+    """A submit directory the pods cannot see is replaced by the run directory; one on the PVC stays."""
+    site = validate(SiteConfig, eks_site(), "site test")
+    (point,) = expand(experiment(), site, "experiment test")
+    run_dir = Path("/fsx/runs/ddp-profile/" + RUN_ID)
+    for submit_dir, start in ((Path("/home/user"), run_dir), (Path("/fsx/project"), Path("/fsx/project"))):
+        job = render_point(point, site, run_dir, RUN_ID, template_dirs(site, None), submit_dir).files["job.sh"]
+        assert f"\ncd {start} || exit 1\n" in job
+
+
 def test_job_name_is_a_dns_label() -> None:
     assert k8s_name("20250101-120000-ABC_123") == "hpcprof-20250101-120000-abc-123"
 

@@ -99,6 +99,9 @@ def render_point(point: Point, site: SiteConfig, run_dir: Path, run_id: str,
         tool_args, tool_path = profile.nsys.argv(), site.paths.nsys
     elif profile.tool == "ncu":
         tool_args, tool_path = profile.ncu.argv(), site.paths.ncu
+    if site.scheduler == "kubernetes":
+        from hpcprof.schedulers.kubernetes import pod_start_dir
+        submit_dir = pod_start_dir(site, submit_dir, run_dir)
     container = None if site.scheduler == "kubernetes" else effective_container(site, exp.container)
     if container is not None:
         check_container(site, container)

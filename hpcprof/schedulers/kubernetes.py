@@ -54,6 +54,15 @@ def check_site(site: SiteConfig, run_dir: Path,
     return site.kubernetes
 
 
+def pod_start_dir(site: SiteConfig, submit_dir: Path | None, run_dir: Path) -> Path | None:
+    """Where ranks start in the pods: the submit directory if it is on the PVC, else the run
+    directory (a path only the submit host has would stop job.sh at its `cd`)."""
+    mount = site.kubernetes.mount_path if site.kubernetes else "/"
+    if submit_dir is not None and submit_dir.resolve().is_relative_to(mount):
+        return submit_dir
+    return run_dir
+
+
 def render_manifest(env: jinja2.Environment, context: dict[str, Any], site: SiteConfig,
                     run_dir: Path) -> str:
     """The MPIJob for one run, parsed back once so that a broken document never gets written."""
