@@ -18,6 +18,7 @@ from hpcprof.collect import collect_run
 from hpcprof.config.site import available_sites, find_site, load_site_file
 from hpcprof.errors import UserError
 from hpcprof.output import emit, render_table
+from hpcprof.render.containers import check_runtimes
 from hpcprof.render.job import shipped_template_dir
 from hpcprof.rundir import RunDir, all_runs, find_run
 from hpcprof.schedulers.base import JobState
@@ -105,6 +106,7 @@ def submit(experiment: Path, site_name: str, site_file: Path | None, overrides: 
     """Render EXPERIMENT (every sweep point) for a site and submit it."""
     site = find_site(site_name, site_file)
     planned = campaign.plan(experiment, site, list(overrides), workdir, templates)
+    check_runtimes(site, [run.point.experiment.container for run in planned.runs])
     if dry_run:
         for run in planned.runs:
             console.print(f"[bold]{run.run_id}[/] {run.point.params or ''} -> {run.run_dir}")

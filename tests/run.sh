@@ -18,4 +18,6 @@ if [ "$(id -u)" = 0 ] && [ -x "$SHARED/tools/slurm-local.sh" -o -f "$SHARED/tool
   bash "$SHARED/tools/slurm-local.sh" start
 fi
 
+if [ "$(id -u)" = 0 ]; then bash tests/services/podman.sh; bash tests/services/kubectl.sh; fi  # issue 11
+
 exec .venv/bin/pytest -q -p no:cacheprovider "$@"

@@ -19,6 +19,7 @@ from hpcprof.config.profile import ProfileConfig
 from hpcprof.config.site import (
     SiteConfig, Strict, check_directive, check_env, check_walltime, walltime_seconds,
 )
+from hpcprof.config.container import ContainerConfig
 from hpcprof.config.validation import load_yaml, validate
 from hpcprof.errors import UserError
 from hpcprof.workloads import workload_args_model
@@ -68,6 +69,7 @@ class Experiment(Strict):
     profile: ProfileConfig = ProfileConfig()
     env: dict[str, str] = {}
     sweep: dict[str, list[Any]] = {}
+    container: ContainerConfig | None = None  # overrides the site's container block
 
     _env = field_validator("env")(classmethod(lambda cls, v: check_env(v)))
 

@@ -13,6 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from hpcprof.config.container import ContainerConfig, KubernetesConfig
 from hpcprof.config.validation import load_yaml, validate
 from hpcprof.errors import UserError
 from hpcprof.resources import site_config_dir
@@ -150,7 +151,7 @@ class SiteConfig(Strict):
 
     name: str = Field(pattern=r"^[A-Za-z0-9_.\-]+$")
     description: str = ""
-    scheduler: Literal["local", "pbs", "slurm"]
+    scheduler: Literal["local", "pbs", "slurm", "kubernetes"]
     launcher: Launcher
     defaults: Defaults = Defaults()
     node: NodeShape = NodeShape()
@@ -163,6 +164,8 @@ class SiteConfig(Strict):
     pbs_select: str | None = None       # extra PBS select resources, e.g. "system=polaris"
     sbatch_options: list[str] = []      # extra #SBATCH lines, e.g. "--gpu-bind=none"
     pbs_options: list[str] = []         # extra #PBS lines, e.g. "-r y"
+    container: ContainerConfig | None = None  # run ranks in an image (hpcprof.config.container)
+    kubernetes: KubernetesConfig | None = None  # scheduler: kubernetes (MPIJob, PVC, image)
 
     _env = field_validator("env")(classmethod(lambda cls, v: check_env(v)))
     _select = field_validator("pbs_select")(classmethod(lambda cls, v: check_directive(v)))

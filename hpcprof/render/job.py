@@ -19,6 +19,7 @@ import hpcprof
 from hpcprof.config.experiment import Point
 from hpcprof.config.site import SiteConfig
 from hpcprof.errors import UserError
+from hpcprof.render.containers import check_container, effective_container, wrap_launch
 from hpcprof.render.launchers import launch_argv
 from hpcprof.render.quoting import directive, quote, quote_join
 from hpcprof.resources import template_dir
@@ -98,6 +99,15 @@ def render_point(point: Point, site: SiteConfig, run_dir: Path, run_id: str,
         tool_args, tool_path = profile.nsys.argv(), site.paths.nsys
     elif profile.tool == "ncu":
         tool_args, tool_path = profile.ncu.argv(), site.paths.ncu
+    if site.scheduler == "kubernetes":
+        from hpcprof.schedulers.kubernetes import pod_start_dir
+        submit_dir = pod_start_dir(site, submit_dir, run_dir)
+    container = None if site.scheduler == "kubernetes" else effective_container(site, exp.container)
+    if container is not None:
+        check_container(site, container)
+    launcher, rank = wrap_launch(container, launch_argv(site, res.nodes, point.ranks_per_node),
+                                 rank_argv(exp.workload.kind, exp.workload.argv, point.workload_args, python),
+                                 sorted({**site.env, **exp.env}), submit_dir not in (None, run_dir))
     context = {
         "version": hpcprof.__version__,
         "run_id": run_id,
@@ -118,8 +128,9 @@ def render_point(point: Point, site: SiteConfig, run_dir: Path, run_id: str,
         "job_name": f"{exp.name}"[:64],
         "log_path": str(run_dir / "logs" / "job.out"),
         "master_port": 20000 + zlib.crc32(run_id.encode()) % 20000,
-        "launcher": launch_argv(site, res.nodes, point.ranks_per_node),
-        "rank_argv": rank_argv(exp.workload.kind, exp.workload.argv, point.workload_args, python),
+        "container": container,
+        "launcher": launcher,
+        "rank_argv": rank,
         "tool": profile.tool,
         "selection": str(profile.selection),
         "condition": profile.selection.bash_condition(point.ranks_per_node),
@@ -143,7 +154,11 @@ def render_point(point: Point, site: SiteConfig, run_dir: Path, run_id: str,
         "profile_extension": PROFILE_EXTENSIONS.get(profile.tool),
         "hpcprof_version": hpcprof.__version__,
     }
-    return RenderedRun(run_id, run_dir, point, {"job.sh": job, "rank_wrapper.sh": wrapper}, config)
+    files = {"job.sh": job, "rank_wrapper.sh": wrapper}
+    if site.scheduler == "kubernetes":
+        from hpcprof.schedulers.kubernetes import MANIFEST, render_manifest
+        files[MANIFEST] = render_manifest(env, {**context, "experiment_container": exp.container}, site, run_dir)
+    return RenderedRun(run_id, run_dir, point, files, config)
 
 
 def write_run(rendered: RenderedRun) -> Path:
