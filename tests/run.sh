@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The test command (the README's second command; .ci/run runs exactly this).
 # Installs hpcprof (non-editable, so the packaged templates and site configs are what is tested)
-# with its test extras into .venv, starts the local one-node Slurm with Torque wrappers when run
-# as root, then runs pytest. Arguments are passed to pytest.
+# with its test extras into .venv; as root, starts the local one-node Slurm with Torque wrappers
+# (from ../shared/tools, when there) and installs the test services; then runs pytest. Arguments
+# are passed to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SHARED="${HPCPROF_SHARED:-$(cd .. && pwd)/shared}"
@@ -18,6 +19,12 @@ if [ "$(id -u)" = 0 ] && [ -x "$SHARED/tools/slurm-local.sh" -o -f "$SHARED/tool
   bash "$SHARED/tools/slurm-local.sh" start
 fi
 
-if [ "$(id -u)" = 0 ]; then bash tests/services/podman.sh; bash tests/services/kubectl.sh; fi  # issue 11
+# The test services the project installs itself (tests/services/*.sh, idempotent, as root): nsys
+# 2022.4 for the differential tests, podman and kubectl for the container and Kubernetes tests.
+# Without root the tests that need them skip with the reason (never under CI=true).
+if [ "$(id -u)" = 0 ]; then
+  apt-get update -qq >/dev/null
+  for service in nsys podman kubectl; do bash "tests/services/$service.sh" >/dev/null; done
+fi
 
 exec .venv/bin/pytest -q -p no:cacheprovider "$@"
