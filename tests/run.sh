@@ -13,10 +13,16 @@ python3 -m venv .venv
 .venv/bin/python -m pip install -q torch==2.13.0
 .venv/bin/python -m pip install -q ".[test]"
 
-if [ "$(id -u)" = 0 ] && [ -x "$SHARED/tools/slurm-local.sh" -o -f "$SHARED/tools/slurm-local.sh" ]; then
+if [ "$(id -u)" = 0 ] && [ -f "$SHARED/tools/slurm-local.sh" ]; then
   export TORQUE=1 CPUS=4
   bash "$SHARED/tools/slurm-local.sh" install
   bash "$SHARED/tools/slurm-local.sh" start
+fi
+# A real OpenPBS server with Polaris's resources; its commands stay in /opt/pbs/bin (LINK_BIN=0)
+# so they do not shadow the Torque wrappers above.
+if [ "$(id -u)" = 0 ] && [ -f "$SHARED/tools/openpbs/pbs-local.sh" ]; then
+  LINK_BIN=0 bash "$SHARED/tools/openpbs/pbs-local.sh" install
+  LINK_BIN=0 bash "$SHARED/tools/openpbs/pbs-local.sh" start
 fi
 
 # The test services the project installs itself (tests/services/*.sh, idempotent, as root): nsys

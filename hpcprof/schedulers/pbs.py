@@ -30,8 +30,10 @@ from hpcprof.schedulers.base import (
 
 #: `qstat` exit codes meaning "no such job (any more)": unknown job id / finished, use -x.
 QSTAT_GONE = (153, 35)
-#: PBS Pro history substate of a job deleted with qdel (JOB_SUBSTATE_TERMINATED).
+#: PBS Pro history substates (OpenPBS job.h): deleted with qdel, ended failed (an array whose
+#: parent shows Exit_status 0 while a subjob failed has this one).
 SUBSTATE_TERMINATED = 91
+SUBSTATE_FAILED = 93
 
 PBS_LETTERS: dict[str, str] = {
     **dict.fromkeys("QHWT", PENDING),  # queued, held, waiting, in transit
@@ -128,8 +130,11 @@ def pbspro_state(job: dict[str, Any]) -> JobState:
     if letter not in ("F", "X"):
         return JobState(UNKNOWN, None, detail)
     code = job.get("Exit_status")
-    deleted = int(job.get("substate", 0)) == SUBSTATE_TERMINATED
-    return _ended(None if code is None else int(code), deleted, PBSPRO_CODES, detail)
+    substate = int(job.get("substate", 0))
+    ended = _ended(None if code is None else int(code), substate == SUBSTATE_TERMINATED, PBSPRO_CODES, detail)
+    if ended.state == COMPLETED and substate == SUBSTATE_FAILED:
+        return JobState(FAILED, ended.exit_code, f"{detail}; substate {SUBSTATE_FAILED}: failed")
+    return ended
 
 
 def parse_qstat_full(text: str, cancelled: bool = False) -> JobState:
