@@ -1,0 +1,119 @@
+"""Multi-node runs on a real Slurm of two nodes (tests/services/slurm-cluster.sh): each node a
+slurmd in its own network and UTS namespace, so ranks see two hosts with their own names and
+addresses. Through `hpcprof submit` with srun (PMI2): seqpar on 2 nodes x 2 ranks (gloo across
+the namespaces), rank selection across nodes, and a node lost in the middle of a run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from slurm_cluster import poll
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "tests" / "services" / "slurm-cluster.sh"
+SITE = REPO / "tests" / "data" / "sites" / "slurm-cluster.yaml"
+SEQPAR = REPO / "examples" / "seqpar_cpu.yaml"
+CONF = Path("/var/lib/slurm-cluster/slurm.conf")
+
+pytestmark = pytest.mark.slurm
+
+
+@pytest.fixture(scope="module")
+def cluster() -> dict[str, str]:
+    """The two-node cluster, started if needed (root); the environment that reaches it."""
+    if os.geteuid() != 0:
+        pytest.skip("the multi-node Slurm needs root (network namespaces): sudo bash tests/services/slurm-cluster.sh start")
+    proc = subprocess.run(["bash", str(SCRIPT), "start"], capture_output=True, text=True, timeout=300, check=False)
+    if proc.returncode != 0:
+        pytest.fail(f"slurm-cluster.sh start failed: {(proc.stderr or proc.stdout)[-800:]}")
+    return {**os.environ, "SLURM_CONF": str(CONF)}
+
+
+def hpcprof(env: dict[str, str], workdir: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "hpcprof", *args, "--workdir", str(workdir)],
+                          capture_output=True, text=True, timeout=timeout, cwd=workdir.parent, env=env,
+                          check=False)
+
+
+def submit(env: dict[str, str], workdir: Path, *args: str) -> tuple[str, int]:
+    proc = hpcprof(env, workdir, "submit", str(SEQPAR), "--site-file", str(SITE), "--set", "resources.nodes=2",
+                   *args)
+    match = re.search(r"submitted (\S+) as (\S+)", proc.stderr)
+    assert match, f"no submission (rc {proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+    return match[1], proc.returncode
+
+
+def status(env: dict[str, str], workdir: Path, run_id: str) -> dict[str, Any]:
+    proc = hpcprof(env, workdir, "status", run_id, "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    (row,) = json.loads(proc.stdout)
+    return row
+
+
+def run_dir(workdir: Path, run_id: str) -> Path:
+    return workdir / "seqpar-cpu" / run_id
+
+
+def profiled_ranks(path: Path) -> set[int]:
+    """Ranks whose log says the wrapper started them under the profiler."""
+    return {int(m[1]) for log in (path / "logs").glob("rank*.log")
+            for m in re.finditer(r"hpcprof: rank (\d+) \(local \d+\) on \S+ runs under", log.read_text())}
+
+
+def test_seqpar_on_two_nodes_with_srun(cluster: dict[str, str], tmp_path: Path) -> None:
+    workdir = tmp_path / "runs"
+    run_id, rc = submit(cluster, workdir, "--wait")
+    assert rc == 0, status(cluster, workdir, run_id)
+    assert status(cluster, workdir, run_id)["state"] == "COMPLETED"
+    results = json.loads((run_dir(workdir, run_id) / "results" / "seqpar.json").read_text())
+    hosts = {r["rank"]: r["host"] for r in results["ranks"]}
+    assert hosts == {0: "node1", 1: "node1", 2: "node2", 3: "node2"}   # srun's block distribution
+    collected = hpcprof(cluster, workdir, "collect", run_id)
+    assert collected.returncode == 0, collected.stderr
+
+
+@pytest.mark.parametrize(("ranks", "expected"), [("local:0", {0, 2}), ("local:0+first-nodes:1", {0})])
+def test_rank_selection_across_nodes(cluster: dict[str, str], tmp_path: Path, ranks: str,
+                                     expected: set[int]) -> None:
+    workdir = tmp_path / "runs"
+    run_id, rc = submit(cluster, workdir, "--wait", "--set", "profile.tool=torch",
+                        "--set", f"profile.ranks={ranks}", "--set", "workload.args.iterations=8")
+    assert rc == 0
+    path = run_dir(workdir, run_id)
+    assert profiled_ranks(path) == expected
+    traces = {int(m[1]) for p in (path / "profiles" / "torch").iterdir() if (m := re.search(r"rank(\d+)", p.name))}
+    assert traces == expected
+
+
+def test_node_lost_mid_run(cluster: dict[str, str], tmp_path: Path) -> None:
+    """Every process of node2 (its slurmd, step daemon and ranks) killed while the run is in its
+    loop: the run ends FAILED or NODE_FAIL with a reason, node1's rank logs stay, collect works."""
+    workdir = tmp_path / "runs"
+    run_id, rc = submit(cluster, workdir, "--set", "workload.args.iterations=100000",
+                        "--set", "resources.walltime='00:03:00'")
+    assert rc == 0
+    path = run_dir(workdir, run_id)
+    poll(lambda: status(cluster, workdir, run_id)["state"], lambda s: s == "RUNNING", 120)
+    poll(lambda: (path / "logs" / "rank2.log").exists(), bool, 60)
+    time.sleep(8)                                 # ranks past their setup, in the loop
+    pids = subprocess.run(["ip", "netns", "pids", "hpn2"], capture_output=True, text=True, check=True).stdout.split()
+    subprocess.run(["kill", "-9", *pids], check=False)
+    try:
+        final = poll(lambda: status(cluster, workdir, run_id), lambda r: r["state"] not in ("PENDING", "RUNNING"), 180)
+    finally:
+        subprocess.run(["bash", str(SCRIPT), "start"], capture_output=True, timeout=300, check=False)  # node2 back
+    assert final["state"] in ("FAILED", "NODE_FAIL"), final
+    assert final["reason"] or final["exit_code"], final
+    assert (path / "logs" / "rank0.log").exists() and (path / "logs" / "rank1.log").exists()
+    collected = hpcprof(cluster, workdir, "collect", run_id)
+    assert collected.returncode in (0, 3), collected.stderr
