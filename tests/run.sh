@@ -26,11 +26,13 @@ if [ "$(id -u)" = 0 ] && [ -f "$SHARED/tools/openpbs/pbs-local.sh" ]; then
 fi
 
 # The test services the project installs itself (tests/services/*.sh, idempotent, as root): nsys
-# 2022.4 for the differential tests, podman and kubectl for the container and Kubernetes tests.
+# 2022.4 for the differential tests, podman and kubectl for the container and Kubernetes tests, a
+# two-node Slurm for the multi-node tests.
 # Without root the tests that need them skip with the reason (never under CI=true).
 if [ "$(id -u)" = 0 ]; then
   apt-get update -qq >/dev/null
   for service in nsys podman kubectl; do bash "tests/services/$service.sh" >/dev/null; done
+  bash tests/services/slurm-cluster.sh start   # two Slurm nodes in network namespaces (needs slurm-wlm, munge)
 fi
 
 exec .venv/bin/pytest -q -p no:cacheprovider "$@"
