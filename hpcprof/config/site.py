@@ -13,11 +13,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from hpcprof.config.directives import check_fields, walltime_seconds
 from hpcprof.config.validation import load_yaml, validate
 from hpcprof.errors import UserError
 from hpcprof.resources import site_config_dir
 
-WALLTIME = re.compile(r"^(\d+:)?\d{1,2}:\d{2}(:\d{2})?$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 #: Names bash expands or runs on its own (BASH_ENV is expanded and sourced by every
 #: non-interactive bash, e.g. the rank wrapper) or that the job script itself uses.
@@ -29,30 +29,30 @@ DIRECTIVE_OPTION = re.compile(r"-[A-Za-z0-9_.:@+&|,=/\- ]*")
 
 
 class Strict(BaseModel):
-    """Base of every config model: unknown keys are errors."""
+    """Base of every config model: unknown keys are errors, and types are strict (no `true`
+    for a number, no number for a string)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 def check_walltime(value: str | None) -> str | None:
-    """Walltime as [H]H:MM:SS (or MM:SS); None passes."""
-    if value is not None and not WALLTIME.fullmatch(value):
-        raise ValueError("walltime must look like HH:MM:SS, e.g. 00:30:00")
+    """Walltime as [H]H:MM:SS (or MM:SS), positive, minutes and seconds below 60; None passes."""
+    if value is not None:
+        walltime_seconds(value)
     return value
 
 
-def walltime_seconds(value: str) -> int:
-    """Seconds in a walltime string."""
-    parts = [int(p) for p in value.split(":")]
-    while len(parts) < 3:
-        parts.insert(0, 0)
-    h, m, s = parts
-    return h * 3600 + m * 60 + s
+def check_text(value: str) -> str:
+    """No NUL bytes (they cannot reach a process's argv or environment)."""
+    if "\x00" in value:
+        raise ValueError("contains a NUL byte")
+    return value
 
 
 def check_env(env: dict[str, str]) -> dict[str, str]:
     """Environment variable names must be shell identifiers, and not ones bash acts on."""
-    for name in env:
+    for name, value in env.items():
+        check_text(value)
         if not ENV_NAME.fullmatch(name):
             raise ValueError(f"environment variable name {name!r} is not a valid identifier")
         if name in RESERVED_ENV:
@@ -100,17 +100,17 @@ class Launcher(Strict):
 class NodeShape(Strict):
     """What one compute node has."""
 
-    gpus: int = Field(0, ge=0)
-    cores: int = Field(1, ge=1)               # physical cores
-    threads_per_core: int = Field(1, ge=1)
-    ranks_per_node: int = Field(1, ge=1)      # default ranks per node
-    max_nodes: int | None = Field(None, ge=1)
+    gpus: int = Field(0, ge=0, le=1024)
+    cores: int = Field(1, ge=1, le=1 << 20)             # physical cores
+    threads_per_core: int = Field(1, ge=1, le=64)
+    ranks_per_node: int = Field(1, ge=1, le=1 << 16)    # default ranks per node
+    max_nodes: int | None = Field(None, ge=1, le=1 << 24)
 
 
 class Binding(Strict):
     """CPU binding passed to the launcher."""
 
-    depth: int | None = Field(None, ge=1)     # mpiexec --depth (PALS) / cpus per task
+    depth: int | None = Field(None, ge=1, le=1 << 16)    # mpiexec --depth (PALS) / cpus per task
     cpu_bind: str | None = None               # e.g. depth, numa, cores, list:24:16:8:0
 
     @field_validator("cpu_bind")
@@ -167,6 +167,15 @@ class SiteConfig(Strict):
     _env = field_validator("env")(classmethod(lambda cls, v: check_env(v)))
     _select = field_validator("pbs_select")(classmethod(lambda cls, v: check_directive(v)))
     _options = field_validator("sbatch_options", "pbs_options")(classmethod(lambda cls, v: check_options(v)))
+
+    @model_validator(mode="after")
+    def _directives_fit_scheduler(self) -> "SiteConfig":
+        try:
+            check_fields(self.scheduler, {**self.defaults.model_dump(), "pbs_select": self.pbs_select},
+                         f"site {self.name} defaults")
+        except UserError as exc:  # UserError -> pydantic's one error naming the field
+            raise ValueError(exc.format_message()) from None
+        return self
 
 
 def shipped_site_dir() -> Path:
