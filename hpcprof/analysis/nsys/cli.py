@@ -163,7 +163,9 @@ def overlap_cmd(files: tuple[Path, ...], rank_map: str | None, fmt: str, output:
 
 @nsys.command("gaps")
 @files_argument
-@click.option("--threshold-ms", default=500.0, show_default=True, help="Report idle gaps longer than this.")
+@click.option("--threshold-ms", type=click.FloatRange(min=0, max=1e9), default=500.0, show_default=True,
+              callback=lambda ctx, param, value: _finite(param, value),
+              help="Report idle gaps longer than this.")
 @click.option("--rank-map", default=None, help="FILE=RANK[,FILE=RANK...] when file names carry no rank.")
 @format_option
 @click.option("--output", "-o", default=None, help="Write to this file instead of stdout.")
@@ -202,9 +204,37 @@ def slowdown_cmd(baseline: Path, distributed: tuple[Path, ...], rank_map: str | 
         exports, failures = open_exports(list(distributed), stack)
         failures += base_failures
         if base and exports:
-            result = dist.slowdown(dist.load_activity(base, {}), dist.load_activity(exports, mapping))
-            _write(result, fmt, output, "slowdown")
+            base_act, dist_act = _activity(base, {}), _activity(exports, mapping)
+            if base_act is not None and dist_act is not None:
+                result = dist.slowdown(base_act, dist_act)
+                failures += _report_failed(base_act) + _report_failed(dist_act)
+                _write(result, fmt, output, "slowdown")
+            else:
+                failures = max(failures, 1)
     _finish(failures, total)
+
+
+def _activity(exports: list[Export], mapping: dict[str, int]) -> dist.Activity | None:
+    """The exports' activity; None (reported) when none of them could be read."""
+    try:
+        return dist.load_activity(exports, mapping)
+    except NsysInputError as exc:
+        _fail("input", str(exc))
+        return None
+
+
+def _report_failed(act: dist.Activity) -> int:
+    """One line per export that failed while being read (after the analysis); their number."""
+    for path, message in act.failed.items():
+        _fail(path, message)
+    return len(act.failed)
+
+
+def _finite(param: click.Parameter, value: float) -> float:
+    """Refuse nan/inf (click's FloatRange lets nan through)."""
+    if value != value or value in (float("inf"), float("-inf")):
+        raise click.BadParameter(f"{value} is not a finite number", param=param)
+    return value
 
 
 def _rank_map(spec: str | None) -> dict[str, int]:
@@ -219,6 +249,11 @@ def _run_analysis(files: tuple[Path, ...], rank_map: str | None, fmt: str, outpu
     mapping = _rank_map(rank_map)
     with ExitStack() as stack:
         exports, failures = open_exports(list(files), stack)
-        if exports:
-            _write(func(dist.load_activity(exports, mapping)), fmt, output, title)
+        act = _activity(exports, mapping) if exports else None
+        if act is not None:
+            result = func(act)
+            failures += _report_failed(act)
+            _write(result, fmt, output, title)
+        elif exports:
+            failures = len(files)
     _finish(failures, len(files))
