@@ -37,3 +37,15 @@ def as_user_error(exc: BaseException) -> UserError | None:
     if isinstance(exc, ValueError) and "null byte" in str(exc):
         return UserError("a path or argument contains a NUL byte")
     return None
+
+
+class FiniteRange(click.FloatRange):
+    """click.FloatRange that also refuses nan and inf (FloatRange lets nan through)."""
+
+    name = "finite float range"
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        number = super().convert(value, param, ctx)
+        if number != number or number in (float("inf"), float("-inf")):
+            self.fail(f"{value} is not a finite number", param, ctx)
+        return number

@@ -14,7 +14,7 @@ import click
 
 from hpcprof.analysis.nsys.db import Export, NsysInputError
 from hpcprof.analysis.nsys.stats import REPORTS, LazyModule, MissingData, run_reports, write_csv
-from hpcprof.errors import UserError
+from hpcprof.errors import FiniteRange, UserError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -118,12 +118,14 @@ def stats_cmd(files: tuple[Path, ...], reports: str, fmt: str, prefix: str | Non
     """`nsys stats` reports, with the same numbers, rows and CSV bytes as nsys."""
     names = _report_names(reports)
     blocks = len(files) * len(names)
+    skipped = 0
     with ExitStack() as stack:
         exports, failures = open_exports(list(files), stack)
         for export in exports:
             for name, df in zip(names, run_reports(export, names)):
                 if isinstance(df, MissingData):
                     _fail(export.path, f"{name} skipped: {df}")
+                    skipped += 1
                     continue
                 if isinstance(df, NsysInputError):
                     _fail(export.path, str(df))
@@ -138,6 +140,8 @@ def stats_cmd(files: tuple[Path, ...], reports: str, fmt: str, prefix: str | Non
                 _emit(df, fmt, sys.stdout, f"{export.path.name}: {name}")
                 if blocks > 1:
                     click.echo("")
+    if exports and skipped == len(exports) * len(names):
+        raise UserError(f"nothing to report: every report was skipped for lack of data ({', '.join(names)})")
     _finish(failures, len(files))
 
 
@@ -163,8 +167,7 @@ def overlap_cmd(files: tuple[Path, ...], rank_map: str | None, fmt: str, output:
 
 @nsys.command("gaps")
 @files_argument
-@click.option("--threshold-ms", type=click.FloatRange(min=0, max=1e9), default=500.0, show_default=True,
-              callback=lambda ctx, param, value: _finite(param, value),
+@click.option("--threshold-ms", type=FiniteRange(min=0, max=1e9), default=500.0, show_default=True,
               help="Report idle gaps longer than this.")
 @click.option("--rank-map", default=None, help="FILE=RANK[,FILE=RANK...] when file names carry no rank.")
 @format_option
@@ -228,13 +231,6 @@ def _report_failed(act: dist.Activity) -> int:
     for path, message in act.failed.items():
         _fail(path, message)
     return len(act.failed)
-
-
-def _finite(param: click.Parameter, value: float) -> float:
-    """Refuse nan/inf (click's FloatRange lets nan through)."""
-    if value != value or value in (float("inf"), float("-inf")):
-        raise click.BadParameter(f"{value} is not a finite number", param=param)
-    return value
 
 
 def _rank_map(spec: str | None) -> dict[str, int]:
