@@ -17,7 +17,7 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 
 from hpcprof.config.profile import ProfileConfig
 from hpcprof.config.directives import check_fields, walltime_seconds
-from hpcprof.config.site import SiteConfig, Strict, check_directive, check_env, check_text, check_walltime
+from hpcprof.config.site import EnvValue, SiteConfig, Strict, check_directive, check_env, check_text, check_walltime
 from hpcprof.config.validation import load_yaml, parse_yaml, validate
 from hpcprof.errors import UserError
 from hpcprof.workloads import workload_args_model
@@ -74,7 +74,7 @@ class Experiment(Strict):
     workload: WorkloadConfig
     resources: Resources = Resources()
     profile: ProfileConfig = ProfileConfig()
-    env: dict[str, str] = {}
+    env: dict[str, EnvValue] = {}
     sweep: dict[str, list[Any]] = {}
 
     _env = field_validator("env")(classmethod(lambda cls, v: check_env(v)))

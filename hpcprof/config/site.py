@@ -9,9 +9,9 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from hpcprof.config.directives import check_fields, walltime_seconds
 from hpcprof.config.validation import load_yaml, validate
@@ -26,6 +26,12 @@ RESERVED_ENV = frozenset({"BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS", "IFS", "PS
 #: A value inside a #PBS/#SBATCH line (queue, account, ...), and a whole extra option line.
 DIRECTIVE_VALUE = re.compile(r"[A-Za-z0-9_.:@+&|,=/\-]+")
 DIRECTIVE_OPTION = re.compile(r"-[A-Za-z0-9_.:@+&|,=/\- ]*")
+
+
+#: An environment value: text; a number is written as text (a bool is refused: `true` is
+#: rarely what a program wants in its environment, write "1" or "true").
+EnvValue = Annotated[str, BeforeValidator(
+    lambda v: str(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v)]
 
 
 class Strict(BaseModel):
@@ -157,7 +163,7 @@ class SiteConfig(Strict):
     binding: Binding = Binding()
     gpu_affinity: Literal["none", "identity", "reverse"] = "none"
     setup: list[str] = []               # raw shell lines (module load, conda activate): not quoted
-    env: dict[str, str] = {}
+    env: dict[str, EnvValue] = {}
     paths: ToolPaths = ToolPaths()
     templates: str | None = None        # directory of user templates overriding the shipped ones
     pbs_select: str | None = None       # extra PBS select resources, e.g. "system=polaris"
