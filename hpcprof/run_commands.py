@@ -3,6 +3,7 @@ templates (config -> render -> schedulers -> collect -> store -> report)."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -27,7 +28,7 @@ from hpcprof.store import Store, database_url
 console = Console(stderr=True, soft_wrap=True)
 
 workdir_option = click.option(
-    "--workdir", type=click.Path(file_okay=False, path_type=Path),
+    "--workdir", type=click.Path(file_okay=False, path_type=Path), callback=lambda ctx, param, value: _workdir(value),
     default=lambda: os.environ.get("HPCPROF_WORKDIR", "hpcprof-runs"), show_default="$HPCPROF_WORKDIR or ./hpcprof-runs",
     help="Where run directories (and the default SQLite store) live.")
 db_option = click.option("--db", default=None, help="SQLAlchemy URL of the campaign store (default $HPCPROF_DB "
@@ -43,18 +44,25 @@ templates_option = click.option("--templates", type=click.Path(file_okay=False, 
                                 help="Directory of edited templates (from `hpcprof templates copy`).")
 
 
+def _workdir(value: Path) -> Path:
+    """--workdir: refuse an empty value (it would mean the current directory)."""
+    if not str(value).strip() or str(value) == ".":
+        raise UserError("--workdir is empty; give a directory (default ./hpcprof-runs)")
+    return value
+
+
 def open_store(workdir: Path, db: str | None, create: bool = True) -> Store | None:
     """The campaign store of `workdir` (or `db`). Read-only commands pass `create=False`:
     nothing is created then, and a default store that does not exist is None."""
-    if not str(workdir).strip():
-        raise UserError("--workdir is empty; give a directory (default ./hpcprof-runs)")
     url = database_url(workdir, db)
     if not create:
         if url == database_url(workdir, None) and not (workdir / "hpcprof.db").is_file():
             return None
         return Store(url)
     workdir.mkdir(parents=True, exist_ok=True)
-    return Store(url)
+    with open(workdir / ".hpcprof.lock", "a") as lock:  # first use: one process creates the store
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return Store(url)
 
 
 def runs_from(refs: tuple[str, ...], workdir: Path) -> list[RunDir]:
