@@ -10,6 +10,7 @@ real damaged exports, with --slurm also the local one-node Slurm), then is class
               (a killed stranger, a rewritten final state, a good file's result missing, a
               run directory the store does not know, a file created by a read-only command)
   traceback   a Python traceback reached the user
+  accepted    bad input taken without a word (exit 0)
   other       none of the above (e.g. a wrong state, a wrong exit code)
 Prints one line per case that is not handled, then the counts (goal: lost data 0, tracebacks 0).
 """
@@ -34,7 +35,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(os.environ.get("HPCPROF_FIXTURES", REPO.parent / "shared" / "fixtures"))
 BASE = 'name: t\nworkload:\n  kind: command\n  argv: ["true"]\n'
-HANDLED, LOST, TRACEBACK, OTHER = "handled", "lost data", "traceback", "other"
+HANDLED, LOST, TRACEBACK, ACCEPTED, OTHER = "handled", "lost data", "traceback", "accepted in silence", "other"
 
 
 def cli(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -46,6 +47,8 @@ def one_line(result: subprocess.CompletedProcess[str]) -> str:
     """HANDLED for exit 2 with exactly one `Error:` line, else the class of what happened."""
     if "Traceback" in result.stderr:
         return TRACEBACK
+    if result.returncode == 0:
+        return ACCEPTED
     errors = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
     return HANDLED if result.returncode == 2 and len(errors) == 1 else OTHER
 
@@ -107,10 +110,14 @@ def bad_input_cases(tmp: Path, fixtures: Path) -> list[tuple[str, Callable[[], s
             work = Path(tempfile.mkdtemp(dir=tmp))
             path = work / "e.yaml"
             path.write_bytes(text if isinstance(text, bytes) else text.encode())
-            results = [one_line(cli(cmd, str(path), "--site", site, "--workdir", "w", cwd=work))
-                       for cmd in ("render", "submit")]
-            if (work / "w").exists():
-                return LOST  # something written for a refused experiment
+            procs = [cli(cmd, str(path), "--site", site, "--workdir", "w", cwd=work) for cmd in ("render", "submit")]
+            results = [one_line(p) for p in procs]
+            if TRACEBACK in results:
+                return TRACEBACK
+            if any(p.returncode == 0 for p in procs):
+                return ACCEPTED
+            if (work / "w").exists() and run_dirs(work / "w"):
+                return LOST  # a run directory left behind by a refused submit
             return next((r for r in results if r != HANDLED), HANDLED)
         return run
 
@@ -402,6 +409,7 @@ def main() -> None:
     print(f"handled (one-line error / recovered): {counts[HANDLED]}")
     print(f"lost data: {counts[LOST]}")
     print(f"tracebacks: {counts[TRACEBACK]}")
+    print(f"accepted in silence: {counts[ACCEPTED]}")
     print(f"other: {counts[OTHER]}")
     print(f"({time.monotonic() - started:.0f} s{', with Slurm' if args.slurm else ''})")
 
