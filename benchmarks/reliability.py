@@ -229,6 +229,16 @@ def alive(pid: int) -> bool:
         return False
 
 
+def point_job_pid_at(run: Path, pid: int) -> None:
+    """Make the run's recorded job process `pid` (as after PID reuse), keeping the rest of what
+    was recorded (job.pid is JSON with start time and session; older hpcprof wrote the PID alone)."""
+    ident = json.loads((run / "job.pid").read_text())
+    new = {**ident, "pid": pid, "sid": pid} if isinstance(ident, dict) else pid
+    (run / "job.pid").write_text(json.dumps(new))
+    submission = json.loads((run / "submission.json").read_text())
+    (run / "submission.json").write_text(json.dumps({**submission, "job_id": f"local-{pid}"}))
+
+
 def job_cases(tmp: Path) -> list[tuple[str, Callable[[], str]]]:
     def fresh() -> Path:
         return Path(tempfile.mkdtemp(dir=tmp))
@@ -239,8 +249,7 @@ def job_cases(tmp: Path) -> list[tuple[str, Callable[[], str]]]:
         [run] = run_dirs(work / "hpcprof-runs")
         stranger = subprocess.Popen(["sleep", "60"], start_new_session=True)
         try:
-            ident = json.loads((run / "job.pid").read_text())
-            (run / "job.pid").write_text(json.dumps({**ident, "pid": stranger.pid, "sid": stranger.pid}))
+            point_job_pid_at(run, stranger.pid)
             (run / "DONE").unlink()
             result = cli("cancel", run.name, cwd=work)
             time.sleep(0.3)
@@ -255,8 +264,7 @@ def job_cases(tmp: Path) -> list[tuple[str, Callable[[], str]]]:
         work = fresh()
         cli("submit", str(write_exp(work / "e.yaml", ["true"])), "--wait", cwd=work)
         [run] = run_dirs(work / "hpcprof-runs")
-        ident = json.loads((run / "job.pid").read_text())
-        (run / "job.pid").write_text(json.dumps({**ident, "pid": 1, "sid": 1}))
+        point_job_pid_at(run, 1)
         (run / "DONE").unlink()
         return HANDLED if status(work, run)["state"] != "RUNNING" else OTHER
 
