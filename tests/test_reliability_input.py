@@ -37,8 +37,7 @@ def test_bad_experiment_is_one_line(case: str, tmp_path: Path) -> None:
     text, *words = BAD_EXPERIMENTS[case]
     path = tmp_path / "e.yaml"
     path.write_text(text)
-    for command in ("render", "submit"):
-        one_line_error(hpcprof(command, str(path), "--site", "local", cwd=tmp_path), *words)
+    one_line_error(hpcprof("submit", str(path), "--site", "local", cwd=tmp_path), *words)
     assert not (tmp_path / "hpcprof-runs").exists()
 
 
