@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from hpcprof.config.experiment import expand, load_experiment
+from hpcprof.config.directives import check_rendered
+from hpcprof.config.experiment import MAX_POINTS, expand, load_experiment
 from hpcprof.config.site import SiteConfig
 from hpcprof.render.job import RenderedRun, render_point, template_dirs, write_run
 from hpcprof.rundir import RunDir, new_run_id
@@ -29,10 +31,11 @@ class Plan:
 
 
 def plan(experiment_file: Path, site: SiteConfig, overrides: list[str], workdir: Path,
-         templates: Path | None = None) -> Plan:
-    """Validate the experiment on `site`, expand the sweep and render every point (no writes)."""
+         templates: Path | None = None, max_points: int = MAX_POINTS) -> Plan:
+    """Validate the experiment on `site`, expand the sweep and render every point (no writes);
+    each rendered job script's directives are parsed back and checked against the site limits."""
     data = load_experiment(experiment_file, overrides)
-    points = expand(data, site, f"experiment {experiment_file}")
+    points = expand(data, site, f"experiment {experiment_file}", max_points)
     dirs = template_dirs(site, templates)
     sweep_id = new_run_id()
     name = points[0].experiment.name
@@ -40,35 +43,43 @@ def plan(experiment_file: Path, site: SiteConfig, overrides: list[str], workdir:
     for point in points:
         run_id = sweep_id if len(points) == 1 else f"{sweep_id}-p{point.index:03d}"
         run_dir = (workdir / name / run_id).resolve()
-        runs.append(render_point(point, site, run_dir, run_id, dirs, submit_dir=Path.cwd()))
+        rendered = render_point(point, site, run_dir, run_id, dirs, submit_dir=Path.cwd())
+        check_rendered(site.scheduler, rendered.files["job.sh"], site.defaults.max_walltime,
+                       site.node.max_nodes, f"experiment {experiment_file} point {point.index}")
+        runs.append(rendered)
     return Plan(sweep_id, name, site, points[0].experiment.sweep, runs)
 
 
 def write(plan_: Plan, store: Store) -> list[RunDir]:
-    """Write every run directory and record the sweep in the store."""
-    run_dirs = [RunDir(write_run(r)) for r in plan_.runs]
-    store.add_sweep(plan_.sweep_id, plan_.experiment, plan_.site.name, plan_.spec, [
-        {"run_id": r.run_id, "point_index": r.point.index, "params": r.point.params,
-         "experiment": plan_.experiment, "site": plan_.site.name, "run_dir": str(r.run_dir),
-         "world_size": r.point.world_size, "profile_tool": r.point.experiment.profile.tool}
-        for r in plan_.runs])
+    """Write every run directory and record the sweep in the store; if either fails, the run
+    directories written so far are removed (nothing the store does not know is left)."""
+    run_dirs: list[RunDir] = []
+    try:
+        for r in plan_.runs:
+            run_dirs.append(RunDir(write_run(r)))
+        store.add_sweep(plan_.sweep_id, plan_.experiment, plan_.site.name, plan_.spec, [
+            {"run_id": r.run_id, "point_index": r.point.index, "params": r.point.params,
+             "experiment": plan_.experiment, "site": plan_.site.name, "run_dir": str(r.run_dir),
+             "world_size": r.point.world_size, "profile_tool": r.point.experiment.profile.tool}
+            for r in plan_.runs])
+    except BaseException:
+        for run in run_dirs:
+            shutil.rmtree(run.path, ignore_errors=True)
+        raise
     return run_dirs
 
 
 def submit(run: RunDir, site: SiteConfig, store: Store, foreground: bool = False) -> str:
     """Hand one run to its scheduler (local runs may run in the foreground)."""
     scheduler = get_scheduler(site.scheduler)
-    script = run.path / "job.sh"
-    if foreground and isinstance(scheduler, LocalScheduler):
-        job_id = f"local-fg-{run.run_id}"
-        run.record_submission(scheduler.name, job_id)
-        store.add_job(run.run_id, job_id, scheduler.name)
-        scheduler.run_foreground(script, run.path)
-    else:
-        job_id = scheduler.submit(script, run.path)
-        run.record_submission(scheduler.name, job_id)
-        store.add_job(run.run_id, job_id, scheduler.name)
-    refresh(run, store)
+    job_id = scheduler.submit(run.path / "job.sh", run.path)
+    run.record_submission(scheduler.name, job_id)
+    store.add_job(run.run_id, job_id, scheduler.name)
+    try:
+        if foreground and isinstance(scheduler, LocalScheduler):
+            scheduler.follow(job_id, run.path)
+    finally:
+        refresh(run, store)
     return job_id
 
 
@@ -77,7 +88,9 @@ def current_state(run: RunDir) -> JobState:
     sub = run.submission
     if not sub:
         return JobState("NOT_SUBMITTED")
-    if run.done or sub["job_id"].startswith("local-fg-"):
+    if "error" in sub:
+        return JobState(UNKNOWN, None, sub["error"])
+    if run.done:
         return run.state(None)
     try:
         view = get_scheduler(sub["scheduler"]).state(sub["job_id"], run.path)
@@ -86,10 +99,10 @@ def current_state(run: RunDir) -> JobState:
     return run.state(view)
 
 
-def refresh(run: RunDir, store: Store) -> JobState:
-    """Look the state up and store it if it changed."""
+def refresh(run: RunDir, store: Store | None) -> JobState:
+    """Look the state up and store it if it changed (a None store: read-only, no store)."""
     state = current_state(run)
-    if store.has_run(run.run_id):
+    if store is not None and store.has_run(run.run_id):
         store.record_state(run.run_id, state.state, state.exit_code, state.reason)
     return state
 
@@ -105,9 +118,12 @@ def wait(run: RunDir, store: Store, timeout: float | None = None) -> JobState:
         delay = min(delay * 1.5, 10.0)
 
 
-def cancel(run: RunDir, store: Store) -> JobState:
-    """Cancel the run's job and record the result."""
+def cancel(run: RunDir, store: Store | None) -> JobState:
+    """Cancel the run's job and record the result; a run already ended keeps its state."""
     sub = run.submission
+    before = current_state(run)
+    if before.terminal:
+        return before
     if sub:
         get_scheduler(sub["scheduler"]).cancel(sub["job_id"], run.path)
     return refresh(run, store)

@@ -7,6 +7,8 @@ import importlib
 
 import click
 
+from hpcprof.errors import as_user_error
+
 #: command name -> "module:attribute"
 COMMANDS = {
     "sites": "hpcprof.run_commands:sites",
@@ -49,6 +51,16 @@ class LazyGroup(click.Group):
             return None
         module, _, attr = COMMANDS[name].partition(":")
         return getattr(importlib.import_module(module), attr)
+
+    def invoke(self, ctx: click.Context) -> object:
+        """Run the command; known failures of bad input become one line and exit code 2."""
+        try:
+            return super().invoke(ctx)
+        except (OSError, UnicodeError, RecursionError, ValueError) as exc:
+            error = as_user_error(exc)
+            if error is None:
+                raise
+            raise error from None
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         with formatter.section("Commands"):

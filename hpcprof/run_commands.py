@@ -3,6 +3,7 @@ templates (config -> render -> schedulers -> collect -> store -> report)."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -15,6 +16,7 @@ from rich.console import Console
 
 from hpcprof import campaign
 from hpcprof.collect import collect_run
+from hpcprof.config.experiment import MAX_POINTS
 from hpcprof.config.site import available_sites, find_site, load_site_file
 from hpcprof.errors import UserError
 from hpcprof.output import emit, render_table
@@ -27,7 +29,7 @@ from hpcprof.store import Store, database_url
 console = Console(stderr=True, soft_wrap=True)
 
 workdir_option = click.option(
-    "--workdir", type=click.Path(file_okay=False, path_type=Path),
+    "--workdir", type=click.Path(file_okay=False, path_type=Path), callback=lambda ctx, param, value: _workdir(value),
     default=lambda: os.environ.get("HPCPROF_WORKDIR", "hpcprof-runs"), show_default="$HPCPROF_WORKDIR or ./hpcprof-runs",
     help="Where run directories (and the default SQLite store) live.")
 db_option = click.option("--db", default=None, help="SQLAlchemy URL of the campaign store (default $HPCPROF_DB "
@@ -37,19 +39,41 @@ site_file_option = click.option("--site-file", type=click.Path(dir_okay=False, e
                                 help="A site config file (overrides --site).")
 set_option = click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
                           help="Override an experiment field, e.g. resources.nodes=2 (repeatable).")
+max_points_option = click.option("--max-points", type=click.IntRange(min=1), default=MAX_POINTS, show_default=True,
+                                 help="Most sweep points to expand (a larger sweep is refused).")
 templates_option = click.option("--templates", type=click.Path(file_okay=False, path_type=Path),
                                 help="Directory of edited templates (from `hpcprof templates copy`).")
 
 
-def open_store(workdir: Path, db: str | None) -> Store:
-    """The campaign store of `workdir` (or `db`)."""
+def _workdir(value: Path) -> Path:
+    """--workdir: refuse an empty value (it would mean the current directory)."""
+    if not str(value).strip() or str(value) == ".":
+        raise UserError("--workdir is empty; give a directory (default ./hpcprof-runs)")
+    return value
+
+
+def open_store(workdir: Path, db: str | None, create: bool = True) -> Store | None:
+    """The campaign store of `workdir` (or `db`). Read-only commands pass `create=False`:
+    nothing is created then, and a default store that does not exist is None."""
+    url = database_url(workdir, db)
+    if not create:
+        if url == database_url(workdir, None) and not (workdir / "hpcprof.db").is_file():
+            return None
+        return Store(url)
     workdir.mkdir(parents=True, exist_ok=True)
-    return Store(database_url(workdir, db))
+    with open(workdir / ".hpcprof.lock", "a") as lock:  # first use: one process creates the store
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return Store(url)
 
 
 def runs_from(refs: tuple[str, ...], workdir: Path) -> list[RunDir]:
-    """Runs named by id or path, or every run in `workdir`."""
-    return [find_run(r, workdir) for r in refs] if refs else all_runs(workdir)
+    """Runs named by id or path, or every run in `workdir` (which must exist)."""
+    if refs:
+        return [find_run(r, workdir) for r in refs]
+    if not workdir.is_dir():
+        raise UserError(f"--workdir {workdir}: no such work directory; give the --workdir you "
+                        "submitted with (or $HPCPROF_WORKDIR)")
+    return all_runs(workdir)
 
 
 @click.command()
@@ -70,13 +94,14 @@ def sites() -> None:
 @site_file_option
 @set_option
 @templates_option
+@max_points_option
 @click.option("-o", "--output", type=click.Path(file_okay=False, path_type=Path),
               help="Write job.sh, rank_wrapper.sh and config.json per point here (default: print).")
 def render(experiment: Path, site_name: str, site_file: Path | None, overrides: tuple[str, ...],
-           templates: Path | None, output: Path | None) -> None:
+           templates: Path | None, max_points: int, output: Path | None) -> None:
     """Render the job script and rank wrapper of EXPERIMENT for a site, without submitting."""
     site = find_site(site_name, site_file)
-    planned = campaign.plan(experiment, site, list(overrides), Path("hpcprof-runs"), templates)
+    planned = campaign.plan(experiment, site, list(overrides), Path("hpcprof-runs"), templates, max_points)
     if output is None:
         for run in planned.runs:
             click.echo(run.files["job.sh"])
@@ -97,15 +122,18 @@ def render(experiment: Path, site_name: str, site_file: Path | None, overrides: 
 @site_file_option
 @set_option
 @templates_option
+@max_points_option
 @workdir_option
 @db_option
 @click.option("--dry-run", is_flag=True, help="Validate and render, print the plan, write nothing.")
-@click.option("--wait", is_flag=True, help="Wait until every run ends (local runs: in the foreground).")
+@click.option("--wait", is_flag=True, help="Wait until every run ends (local runs: in the foreground; "
+              "Ctrl-C cancels the run).")
 def submit(experiment: Path, site_name: str, site_file: Path | None, overrides: tuple[str, ...],
-           templates: Path | None, workdir: Path, db: str | None, dry_run: bool, wait: bool) -> None:
+           templates: Path | None, max_points: int, workdir: Path, db: str | None, dry_run: bool,
+           wait: bool) -> None:
     """Render EXPERIMENT (every sweep point) for a site and submit it."""
     site = find_site(site_name, site_file)
-    planned = campaign.plan(experiment, site, list(overrides), workdir, templates)
+    planned = campaign.plan(experiment, site, list(overrides), workdir, templates, max_points)
     check_runtimes(site, [run.point.experiment.container for run in planned.runs])
     if dry_run:
         for run in planned.runs:
@@ -116,7 +144,11 @@ def submit(experiment: Path, site_name: str, site_file: Path | None, overrides: 
     run_dirs = campaign.write(planned, store)
     for run in run_dirs:
         console.print(f"submitting {run.run_id} ({site.scheduler}) -> {run.path}", markup=False)
-        job_id = campaign.submit(run, site, store, foreground=wait)
+        try:
+            job_id = campaign.submit(run, site, store, foreground=wait)
+        except KeyboardInterrupt:
+            console.print(f"{run.run_id}: interrupted, run cancelled; later points not submitted", markup=False)
+            sys.exit(130)
         console.print(f"submitted {run.run_id} as {job_id}", markup=False)
     if wait:
         final = [campaign.wait(run, store) for run in run_dirs]
@@ -130,7 +162,8 @@ def show_states(pairs: list[tuple[RunDir, JobState]], fmt: str) -> None:
     rows = [{"run": run.run_id, "experiment": run.path.parent.name, "state": state.state,
              "exit_code": state.exit_code, "reason": state.reason,
              "job_id": run.submission.get("job_id", ""), "path": str(run.path)} for run, state in pairs]
-    emit(pd.DataFrame(rows, columns=["run", "experiment", "state", "exit_code", "reason", "job_id", "path"]), fmt)
+    frame = pd.DataFrame(rows, columns=["run", "experiment", "state", "exit_code", "reason", "job_id", "path"])
+    emit(frame.astype({"exit_code": "Int64"}), fmt)
 
 
 @click.command()
@@ -140,7 +173,7 @@ def show_states(pairs: list[tuple[RunDir, JobState]], fmt: str) -> None:
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 def status(runs: tuple[str, ...], workdir: Path, db: str | None, fmt: str) -> None:
     """Show the state of RUNS (ids or paths; default: every run in the workdir)."""
-    store = open_store(workdir, db)
+    store = open_store(workdir, db, create=False)
     selected = runs_from(runs, workdir)
     show_states([(run, campaign.refresh(run, store)) for run in selected], fmt)
 
@@ -151,7 +184,7 @@ def status(runs: tuple[str, ...], workdir: Path, db: str | None, fmt: str) -> No
 @db_option
 def cancel(runs: tuple[str, ...], workdir: Path, db: str | None) -> None:
     """Cancel RUNS (ids or paths)."""
-    store = open_store(workdir, db)
+    store = open_store(workdir, db, create=False)
     for run in runs_from(runs, workdir):
         state = campaign.cancel(run, store)
         console.print(f"{run.run_id}: cancel requested, now {state.state}")
@@ -182,16 +215,17 @@ def collect(runs: tuple[str, ...], workdir: Path, db: str | None) -> None:
 @click.argument("runs", nargs=-1)
 @workdir_option
 @db_option
-@click.option("--rows", default=12, show_default=True, help="Rows shown per table.")
+@click.option("--rows", type=click.IntRange(min=1, max=1_000_000), default=12, show_default=True,
+              help="Rows shown per table.")
 def report(runs: tuple[str, ...], workdir: Path, db: str | None, rows: int) -> None:
     """Show the collected results of RUNS (default: the latest run)."""
-    store = open_store(workdir, db)
-    selected = runs_from(runs, workdir) if runs else all_runs(workdir)[-1:]
+    store = open_store(workdir, db, create=False)
+    selected = runs_from(runs, workdir)[-1 if not runs else 0:]
     out = Console(width=200)
     for run in selected:
         state = campaign.refresh(run, store)
         out.rule(f"{run.run_id}  {state.state}  {run.path}")
-        names = store.result_names(run.run_id)
+        names = store.result_names(run.run_id) if store is not None else []
         if not names:
             out.print("not collected yet: run `hpcprof collect`")
         # summaries first (per-phase and per-collective tables), per-event tables last

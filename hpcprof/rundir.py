@@ -7,7 +7,9 @@ tmp/, derived/ (collect's own intermediate files, e.g. exported .sqlite), `statu
 
 from __future__ import annotations
 
+import glob
 import json
+import re
 import secrets
 import time
 from dataclasses import dataclass
@@ -15,7 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from hpcprof.errors import UserError
-from hpcprof.schedulers.base import CANCELLED, COMPLETED, FAILED, RUNNING, UNKNOWN, JobState
+from hpcprof.config.directives import walltime_seconds
+from hpcprof.schedulers.base import CANCELLED, COMPLETED, FAILED, RUNNING, TIMEOUT, UNKNOWN, JobState
+
+#: A run id as new_run_id makes them (and as `status RUN` accepts them): no glob characters.
+RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}")
+#: A TERM this close to the walltime (seconds) is the walltime's.
+WALLTIME_SLACK = 5
 
 
 def new_run_id(index: int | None = None) -> str:
@@ -41,12 +49,21 @@ class RunDir:
 
     @property
     def submission(self) -> dict[str, Any]:
+        """What submit recorded; {} before submit; {"error": ...} when the file is damaged."""
         path = self.path / "submission.json"
-        return json.loads(path.read_text()) if path.exists() else {}
+        if not path.exists():
+            return {}
+        try:
+            data = json.loads(path.read_text())
+            if isinstance(data, dict) and isinstance(data.get("job_id"), str) and isinstance(data.get("scheduler"), str):
+                return data
+        except (OSError, ValueError):
+            pass
+        return {"error": f"{path} is damaged (not the JSON submit wrote)"}
 
     def record_submission(self, scheduler: str, job_id: str) -> None:
         data = {"scheduler": scheduler, "job_id": job_id, "submitted_at": time.time()}
-        tmp = self.path / "submission.json.tmp"
+        tmp = self.path / f"submission.json.{secrets.token_hex(4)}.tmp"
         tmp.write_text(json.dumps(data, indent=1))
         tmp.replace(self.path / "submission.json")
 
@@ -62,15 +79,27 @@ class RunDir:
     def done(self) -> bool:
         return (self.path / "DONE").exists()
 
+    def _walltime_reached(self, status: dict[str, str]) -> bool:
+        """Whether the job's TERM trap ran at its walltime (start/end from the status file)."""
+        try:
+            elapsed = int(status["end"]) - int(status["start"])
+            return elapsed >= walltime_seconds(str(self.config["walltime"])) - WALLTIME_SLACK
+        except (KeyError, ValueError, TypeError, OSError):
+            return False
+
     def state(self, scheduler_view: JobState | None) -> JobState:
-        """The run's state: the job's own status file first, the scheduler second."""
+        """The run's state: the job's own status file first, the scheduler second. A job that
+        wrote DONE keeps the exit code it wrote (a later cancel does not rewrite it); a job whose
+        TERM trap ran (no DONE) was cancelled by hpcprof, or else reached its walltime."""
         status = self.job_status()
-        code = int(status["exit_code"]) if status.get("exit_code", "").lstrip("-").isdigit() else None
-        if status.get("cancelled") and code != 0:  # a job cancelled while it ended
+        code = int(status["exit_code"]) if re.fullmatch(r"-?\d{1,9}", status.get("exit_code", "")) else None
+        if status.get("cancelled") and code != 0:  # marked only while running: see campaign.cancel
             return JobState(CANCELLED, code, "cancelled by hpcprof")
         if self.done and code is not None:
             return JobState(COMPLETED if code == 0 else FAILED, code,
                             "" if code == 0 else f"exit code {code}")
+        if status.get("signal") and self._walltime_reached(status):
+            return JobState(TIMEOUT, None, "killed at its walltime (job's TERM trap)")
         if scheduler_view is not None and scheduler_view.state != UNKNOWN:
             if scheduler_view.state == COMPLETED and not self.done and status.get("start"):
                 return JobState(FAILED, scheduler_view.exit_code, "job ended without writing DONE")
@@ -85,7 +114,9 @@ def find_run(ref: str, workdir: Path) -> RunDir:
     path = Path(ref)
     if (path / "config.json").is_file():
         return RunDir(path.resolve())
-    matches = [p.parent for p in workdir.glob(f"*/{ref}/config.json")]
+    if not RUN_ID.fullmatch(ref):
+        raise UserError(f"run {ref!r}: not a run id (letters, digits and _.- only) nor a run directory")
+    matches = [Path(p).parent for p in glob.glob(f"{glob.escape(str(workdir))}/*/{ref}/config.json")]
     if len(matches) == 1:
         return RunDir(matches[0].resolve())
     if not matches:

@@ -87,7 +87,7 @@ def test_background_run_can_be_cancelled(tmp_path: Path) -> None:
     hpcprof("cancel", run.name, cwd=tmp_path)
     [row] = status_json(tmp_path, str(run))
     assert row["state"] == "CANCELLED"
-    pid = int((run / "job.pid").read_text())
+    pid = json.loads((run / "job.pid").read_text())["pid"]
     ps = subprocess.run(["ps", "-o", "pid=,stat=", "-g", str(pid)], capture_output=True, text=True).stdout
     assert all(line.split()[1].startswith("Z") for line in ps.splitlines()), ps
 

@@ -16,11 +16,10 @@ import yaml
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from hpcprof.config.profile import ProfileConfig
-from hpcprof.config.site import (
-    SiteConfig, Strict, check_directive, check_env, check_walltime, walltime_seconds,
-)
 from hpcprof.config.container import ContainerConfig
-from hpcprof.config.validation import load_yaml, validate
+from hpcprof.config.directives import check_fields, walltime_seconds
+from hpcprof.config.site import EnvValue, SiteConfig, Strict, check_directive, check_env, check_text, check_walltime
+from hpcprof.config.validation import load_yaml, parse_yaml, validate
 from hpcprof.errors import UserError
 from hpcprof.workloads import workload_args_model
 
@@ -31,6 +30,15 @@ class WorkloadConfig(Strict):
     kind: Literal["command", "seqpar", "ddp"]
     argv: list[str] = []
     args: dict[str, Any] = {}
+
+    @field_validator("argv")
+    @classmethod
+    def _argv_text(cls, value: list[str]) -> list[str]:
+        for item in value:
+            check_text(item)
+        if value and not value[0].strip():
+            raise ValueError("argv[0] (the program) is empty")
+        return value
 
     @model_validator(mode="after")
     def _argv_for_command(self) -> "WorkloadConfig":
@@ -46,8 +54,8 @@ class WorkloadConfig(Strict):
 class Resources(Strict):
     """How much to ask for; queue/account/walltime override the site's defaults."""
 
-    nodes: int = Field(1, ge=1)
-    ranks_per_node: int | None = Field(None, ge=1)
+    nodes: int = Field(1, ge=1, le=1 << 24)
+    ranks_per_node: int | None = Field(None, ge=1, le=1 << 16)
     walltime: str | None = None
     queue: str | None = None
     partition: str | None = None
@@ -67,7 +75,7 @@ class Experiment(Strict):
     workload: WorkloadConfig
     resources: Resources = Resources()
     profile: ProfileConfig = ProfileConfig()
-    env: dict[str, str] = {}
+    env: dict[str, EnvValue] = {}
     sweep: dict[str, list[Any]] = {}
     container: ContainerConfig | None = None  # overrides the site's container block
 
@@ -116,8 +124,8 @@ def parse_override(text: str) -> tuple[str, Any]:
     if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_\-]+)*", key):
         raise UserError(f"--set {text!r}: expected dotted.key=value, e.g. resources.nodes=2")
     try:
-        value = yaml.safe_load(raw) if raw else ""
-    except yaml.YAMLError:
+        value = parse_yaml(raw) if raw else ""
+    except (yaml.YAMLError, RecursionError):
         value = raw
     return key, value
 
@@ -135,17 +143,38 @@ def set_dotted(data: dict[str, Any], key: str, value: Any, source: str) -> None:
 
 
 def load_experiment(path: Path, overrides: list[str] = ()) -> dict[str, Any]:
-    """The raw experiment mapping with `--set` overrides applied (validated later, per point)."""
+    """The raw experiment mapping with `--set` overrides applied (validated later, per point).
+    An override of a key the sweep sets is refused: the sweep would replace it unchecked."""
     data = load_yaml(path, "experiment")
+    keys = []
     for text in overrides:
         key, value = parse_override(text)
         set_dotted(data, key, value, f"--set {text}")
+        keys.append((text, key))
+    sweep = data.get("sweep")
+    swept = [n for k in sweep for n in str(k).split(",")] if isinstance(sweep, dict) else []
+    for text, key in keys:
+        clash = next((n for n in swept if n == key or n.startswith(key + ".") or key.startswith(n + ".")), None)
+        if clash is not None and key.split(".")[0] != "sweep":
+            raise UserError(f"--set {text}: the sweep sets '{clash}' for every point, so this value would "
+                            f"never be used; change the sweep instead (--set 'sweep={{...}}')")
     return data
 
 
-def expand(data: dict[str, Any], site: SiteConfig, source: str) -> list[Point]:
-    """Validate the experiment against `site` and expand its sweep into points."""
+#: Most sweep points one submit expands without --max-points.
+MAX_POINTS = 1000
+
+
+def expand(data: dict[str, Any], site: SiteConfig, source: str, max_points: int = MAX_POINTS) -> list[Point]:
+    """Validate the experiment against `site` and expand its sweep into points (at most
+    `max_points`, counted before anything is expanded)."""
     base = validate(Experiment, data, source)
+    count = 1
+    for values in base.sweep.values():
+        count *= len(values)
+    if count > max_points:
+        raise UserError(f"{source}: field 'sweep': {count} points, more than the limit of {max_points}; "
+                        "shrink the sweep or raise the limit with --max-points N")
     args_model = workload_args_model(base.workload.kind)
     points = []
     for index, params in enumerate(base.sweep_points()):
@@ -169,6 +198,8 @@ def resolve_point(index: int, params: dict[str, Any], experiment: Experiment, wo
                   site: SiteConfig, where: str) -> Point:
     """Fill site defaults and check the resources are possible on the site."""
     res = experiment.resources
+    check_fields(site.scheduler, {**site.defaults.model_dump(exclude_none=True),
+                                  **res.model_dump(exclude_none=True)}, where)
     ranks_per_node = res.ranks_per_node or site.node.ranks_per_node
     walltime = res.walltime or site.defaults.walltime
     hw_threads = site.node.cores * site.node.threads_per_core

@@ -41,21 +41,23 @@ class RankSelection:
         if isinstance(spec, int):
             spec = [spec]
         if isinstance(spec, list):
-            if not spec or not all(isinstance(r, int) and not isinstance(r, bool) and r >= 0 for r in spec):
+            if not spec or not all(isinstance(r, int) and not isinstance(r, bool) and 0 <= r < 1 << 24 for r in spec):
                 raise ValueError(self._bad(spec))
             self.ranks = sorted(set(spec))
             return
         if spec == "all":
             return
+        if not isinstance(spec, str) or re.search(r"\s", spec):
+            raise ValueError(self._bad(spec) + "; no spaces")
         seen: set[str] = set()
         for part in str(spec).split("+"):
-            key, _, value = part.strip().partition(":")
+            key, _, value = part.partition(":")
             kind = key if value else "list"
             if kind in seen:
                 raise ValueError(f"rank selection {spec!r} names {kind} twice; combine different "
                                  "policies with '+', e.g. local:0+first-nodes:2")
             seen.add(kind)
-            if key in ("local", "first-nodes", "every") and re.fullmatch(r"[0-9]+", value):
+            if key in ("local", "first-nodes", "every") and re.fullmatch(r"[0-9]{1,8}", value):
                 number = int(value)
                 if key == "local":
                     self.local = number
@@ -65,7 +67,7 @@ class RankSelection:
                     self.first_nodes = number
                 else:
                     self.every = number
-            elif re.fullmatch(r"[0-9]+(,[0-9]+)*", part.strip()):
+            elif re.fullmatch(r"[0-9]{1,8}(,[0-9]{1,8})*", part):
                 self.ranks = sorted({int(r) for r in part.split(",")})
             else:
                 raise ValueError(self._bad(spec))

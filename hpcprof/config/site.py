@@ -9,16 +9,16 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from hpcprof.config.container import ContainerConfig, KubernetesConfig
+from hpcprof.config.directives import check_fields, walltime_seconds
 from hpcprof.config.validation import load_yaml, validate
 from hpcprof.errors import UserError
 from hpcprof.resources import site_config_dir
 
-WALLTIME = re.compile(r"^(\d+:)?\d{1,2}:\d{2}(:\d{2})?$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 #: Names bash expands or runs on its own (BASH_ENV is expanded and sourced by every
 #: non-interactive bash, e.g. the rank wrapper) or that the job script itself uses.
@@ -29,31 +29,37 @@ DIRECTIVE_VALUE = re.compile(r"[A-Za-z0-9_.:@+&|,=/\-]+")
 DIRECTIVE_OPTION = re.compile(r"-[A-Za-z0-9_.:@+&|,=/\- ]*")
 
 
-class Strict(BaseModel):
-    """Base of every config model: unknown keys are errors."""
+#: An environment value: text; a number is written as text (a bool is refused: `true` is
+#: rarely what a program wants in its environment, write "1" or "true").
+EnvValue = Annotated[str, BeforeValidator(
+    lambda v: str(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v)]
 
-    model_config = ConfigDict(extra="forbid")
+
+class Strict(BaseModel):
+    """Base of every config model: unknown keys are errors, and types are strict (no `true`
+    for a number, no number for a string)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 def check_walltime(value: str | None) -> str | None:
-    """Walltime as [H]H:MM:SS (or MM:SS); None passes."""
-    if value is not None and not WALLTIME.fullmatch(value):
-        raise ValueError("walltime must look like HH:MM:SS, e.g. 00:30:00")
+    """Walltime as [H]H:MM:SS (or MM:SS), positive, minutes and seconds below 60; None passes."""
+    if value is not None:
+        walltime_seconds(value)
     return value
 
 
-def walltime_seconds(value: str) -> int:
-    """Seconds in a walltime string."""
-    parts = [int(p) for p in value.split(":")]
-    while len(parts) < 3:
-        parts.insert(0, 0)
-    h, m, s = parts
-    return h * 3600 + m * 60 + s
+def check_text(value: str) -> str:
+    """No NUL bytes (they cannot reach a process's argv or environment)."""
+    if "\x00" in value:
+        raise ValueError("contains a NUL byte")
+    return value
 
 
 def check_env(env: dict[str, str]) -> dict[str, str]:
     """Environment variable names must be shell identifiers, and not ones bash acts on."""
-    for name in env:
+    for name, value in env.items():
+        check_text(value)
         if not ENV_NAME.fullmatch(name):
             raise ValueError(f"environment variable name {name!r} is not a valid identifier")
         if name in RESERVED_ENV:
@@ -101,17 +107,17 @@ class Launcher(Strict):
 class NodeShape(Strict):
     """What one compute node has."""
 
-    gpus: int = Field(0, ge=0)
-    cores: int = Field(1, ge=1)               # physical cores
-    threads_per_core: int = Field(1, ge=1)
-    ranks_per_node: int = Field(1, ge=1)      # default ranks per node
-    max_nodes: int | None = Field(None, ge=1)
+    gpus: int = Field(0, ge=0, le=1024)
+    cores: int = Field(1, ge=1, le=1 << 20)             # physical cores
+    threads_per_core: int = Field(1, ge=1, le=64)
+    ranks_per_node: int = Field(1, ge=1, le=1 << 16)    # default ranks per node
+    max_nodes: int | None = Field(None, ge=1, le=1 << 24)
 
 
 class Binding(Strict):
     """CPU binding passed to the launcher."""
 
-    depth: int | None = Field(None, ge=1)     # mpiexec --depth (PALS) / cpus per task
+    depth: int | None = Field(None, ge=1, le=1 << 16)    # mpiexec --depth (PALS) / cpus per task
     cpu_bind: str | None = None               # e.g. depth, numa, cores, list:24:16:8:0
 
     @field_validator("cpu_bind")
@@ -158,7 +164,7 @@ class SiteConfig(Strict):
     binding: Binding = Binding()
     gpu_affinity: Literal["none", "identity", "reverse"] = "none"
     setup: list[str] = []               # raw shell lines (module load, conda activate): not quoted
-    env: dict[str, str] = {}
+    env: dict[str, EnvValue] = {}
     paths: ToolPaths = ToolPaths()
     templates: str | None = None        # directory of user templates overriding the shipped ones
     pbs_select: str | None = None       # extra PBS select resources, e.g. "system=polaris"
@@ -170,6 +176,15 @@ class SiteConfig(Strict):
     _env = field_validator("env")(classmethod(lambda cls, v: check_env(v)))
     _select = field_validator("pbs_select")(classmethod(lambda cls, v: check_directive(v)))
     _options = field_validator("sbatch_options", "pbs_options")(classmethod(lambda cls, v: check_options(v)))
+
+    @model_validator(mode="after")
+    def _directives_fit_scheduler(self) -> "SiteConfig":
+        try:
+            check_fields(self.scheduler, {**self.defaults.model_dump(), "pbs_select": self.pbs_select},
+                         f"site {self.name} defaults")
+        except UserError as exc:  # UserError -> pydantic's one error naming the field
+            raise ValueError(exc.format_message()) from None
+        return self
 
 
 def shipped_site_dir() -> Path:

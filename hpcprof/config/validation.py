@@ -49,18 +49,67 @@ def validate(model: type[Model], data: Any, source: str) -> Model:
         raise UserError(describe(exc, model, source)) from None
 
 
+#: Deepest nesting of mappings and lists a config file may have.
+MAX_DEPTH = 32
+#: Largest config file read (bytes).
+MAX_BYTES = 4 << 20
+
+
+class StrictLoader(yaml.SafeLoader):
+    """yaml.SafeLoader that refuses duplicate keys and nesting deeper than MAX_DEPTH."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        self._depth = getattr(self, "_depth", 0) + 1
+        try:
+            if self._depth > MAX_DEPTH:
+                raise yaml.YAMLError(f"nested deeper than {MAX_DEPTH} levels")
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if isinstance(key, (list, dict)):
+                raise yaml.YAMLError(f"line {key_node.start_mark.line + 1}: a key must be a plain value")
+            if key in seen:
+                raise yaml.YAMLError(f"line {key_node.start_mark.line + 1}: duplicate key {key!r}; "
+                                     "keep one of them")
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+def parse_yaml(text: str) -> Any:
+    """Parse YAML with StrictLoader."""
+    return yaml.load(text, Loader=StrictLoader)  # noqa: S506 - StrictLoader is a SafeLoader
+
+
 def load_yaml(path: Path, what: str) -> dict[str, Any]:
-    """Load a YAML mapping, with one-line errors for a missing file or bad syntax."""
+    """Load a YAML mapping: UTF-8 text, no duplicate keys, bounded size and depth; one-line
+    errors for a missing file, bad encoding or bad syntax."""
     try:
-        text = path.read_text()
+        with open(path, "rb") as fh:
+            raw = fh.read(MAX_BYTES + 1)
     except OSError as exc:
         raise UserError(f"{what} {path}: cannot read ({exc.strerror})") from None
+    if len(raw) > MAX_BYTES:
+        raise UserError(f"{what} {path}: larger than {MAX_BYTES >> 20} MiB; not a config file")
     try:
-        data = yaml.safe_load(text)
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[:exc.start].count(b"\n") + 1
+        raise UserError(f"{what} {path}: line {line}: not UTF-8 text; save the file as UTF-8") from None
+    if "\x00" in text:
+        raise UserError(f"{what} {path}: contains a NUL byte; not a text file")
+    try:
+        data = parse_yaml(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""
-        raise UserError(f"{what} {path}:{where} not valid YAML ({getattr(exc, 'problem', exc)})") from None
+        raise UserError(f"{what} {path}:{where} not valid YAML ({getattr(exc, 'problem', None) or exc})") from None
+    except RecursionError:
+        raise UserError(f"{what} {path}: nested too deeply") from None
     if not isinstance(data, dict):
         raise UserError(f"{what} {path}: expected a YAML mapping at the top level")
     return data

@@ -57,6 +57,28 @@ def check_divisible(args: SeqparArgs, world_size: int) -> None:
             raise UserError(f"seqpar: {field}: {value} is not divisible by the {world_size} ranks")
 
 
+def buffer_bytes(args: SeqparArgs, world_size: int) -> int:
+    """Bytes one rank allocates for its Buffers (plus the float32 tensor each shard is drawn in)."""
+    p, s, h = world_size, args.sequence_length, args.hidden_dim
+    item = DTYPES[args.precision].itemsize
+    return item * (2 * s * h + 2 * (s // p) * h + s * (h // p) + 2 * h * (h // p)) + 4 * max(s // p * h, h * (h // p))
+
+
+def check_memory(args: SeqparArgs, ctx: bootstrap.Dist) -> None:
+    """Refuse sizes whose buffers do not fit in the device's free memory (all ranks of a CPU
+    run share this host's), before anything is allocated."""
+    need = buffer_bytes(args, ctx.world_size)
+    if ctx.device.type == "cuda":
+        free, sharers = torch.cuda.mem_get_info(ctx.device)[0], 1
+    else:
+        meminfo = dict(line.split(":", 1) for line in open("/proc/meminfo"))
+        free, sharers = int(meminfo["MemAvailable"].split()[0]) * 1024, ctx.world_size
+    if need * sharers > free:
+        raise UserError(f"seqpar: sequence_length {args.sequence_length} x hidden_dim {args.hidden_dim} "
+                        f"needs {need * sharers / 2**30:.1f} GiB of {ctx.device.type} memory, "
+                        f"{free / 2**30:.1f} GiB free; use smaller -s/-d")
+
+
 class Buffers:
     """The rank's shards and work buffers."""
 
@@ -252,6 +274,7 @@ def run(args: SeqparArgs) -> int:
     if timing.torch_profile_tool_requested(args.torch_profiler):
         timing.check_schedule_fits("seqpar", args.torch_schedule, args.iterations)
     ctx = bootstrap.init_distributed(layout, args.backend, args.device, args.gpu_map)
+    check_memory(args, ctx)
     with bootstrap.abort_on_error(ctx):
         result = benchmark(args, ctx)
     bootstrap.shutdown(ctx)

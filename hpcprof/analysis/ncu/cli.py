@@ -44,6 +44,12 @@ def metrics(files: tuple[Path, ...], metrics: tuple[str, ...], fmt: str, ncu_pat
     column (from `rank<N>` in the file name) and a `file` column come first.
     """
     df, errors = metrics_table(list(files), metrics, ncu=ncu_path)
+    values = [c for c in df.columns if c not in ("ID", "Kernel Name", "rank", "file")]
+    empty = df[values].isna().all(axis=1) if values else None
+    if empty is not None and len(df) and empty.all():  # e.g. every value n/a: nothing measured
+        errors.append(f"{', '.join(map(str, files))}: no metric has a value (all n/a or missing); "
+                      "profile with the sections of Echo's table (ncu --set full)")
+        df = df.iloc[0:0]
     for message in errors:
         click.echo(f"hpcprof ncu metrics: {message}", err=True)
     if len(df):

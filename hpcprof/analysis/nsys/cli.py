@@ -14,7 +14,7 @@ import click
 
 from hpcprof.analysis.nsys.db import Export, NsysInputError
 from hpcprof.analysis.nsys.stats import REPORTS, LazyModule, MissingData, run_reports, write_csv
-from hpcprof.errors import UserError
+from hpcprof.errors import FiniteRange, UserError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -118,12 +118,14 @@ def stats_cmd(files: tuple[Path, ...], reports: str, fmt: str, prefix: str | Non
     """`nsys stats` reports, with the same numbers, rows and CSV bytes as nsys."""
     names = _report_names(reports)
     blocks = len(files) * len(names)
+    skipped = 0
     with ExitStack() as stack:
         exports, failures = open_exports(list(files), stack)
         for export in exports:
             for name, df in zip(names, run_reports(export, names)):
                 if isinstance(df, MissingData):
                     _fail(export.path, f"{name} skipped: {df}")
+                    skipped += 1
                     continue
                 if isinstance(df, NsysInputError):
                     _fail(export.path, str(df))
@@ -138,6 +140,8 @@ def stats_cmd(files: tuple[Path, ...], reports: str, fmt: str, prefix: str | Non
                 _emit(df, fmt, sys.stdout, f"{export.path.name}: {name}")
                 if blocks > 1:
                     click.echo("")
+    if exports and skipped == len(exports) * len(names):
+        raise UserError(f"nothing to report: every report was skipped for lack of data ({', '.join(names)})")
     _finish(failures, len(files))
 
 
@@ -163,7 +167,8 @@ def overlap_cmd(files: tuple[Path, ...], rank_map: str | None, fmt: str, output:
 
 @nsys.command("gaps")
 @files_argument
-@click.option("--threshold-ms", default=500.0, show_default=True, help="Report idle gaps longer than this.")
+@click.option("--threshold-ms", type=FiniteRange(min=0, max=1e9), default=500.0, show_default=True,
+              help="Report idle gaps longer than this.")
 @click.option("--rank-map", default=None, help="FILE=RANK[,FILE=RANK...] when file names carry no rank.")
 @format_option
 @click.option("--output", "-o", default=None, help="Write to this file instead of stdout.")
@@ -202,9 +207,30 @@ def slowdown_cmd(baseline: Path, distributed: tuple[Path, ...], rank_map: str | 
         exports, failures = open_exports(list(distributed), stack)
         failures += base_failures
         if base and exports:
-            result = dist.slowdown(dist.load_activity(base, {}), dist.load_activity(exports, mapping))
-            _write(result, fmt, output, "slowdown")
+            base_act, dist_act = _activity(base, {}), _activity(exports, mapping)
+            if base_act is not None and dist_act is not None:
+                result = dist.slowdown(base_act, dist_act)
+                failures += _report_failed(base_act) + _report_failed(dist_act)
+                _write(result, fmt, output, "slowdown")
+            else:
+                failures = max(failures, 1)
     _finish(failures, total)
+
+
+def _activity(exports: list[Export], mapping: dict[str, int]) -> dist.Activity | None:
+    """The exports' activity; None (reported) when none of them could be read."""
+    try:
+        return dist.load_activity(exports, mapping)
+    except NsysInputError as exc:
+        _fail("input", str(exc))
+        return None
+
+
+def _report_failed(act: dist.Activity) -> int:
+    """One line per export that failed while being read (after the analysis); their number."""
+    for path, message in act.failed.items():
+        _fail(path, message)
+    return len(act.failed)
 
 
 def _rank_map(spec: str | None) -> dict[str, int]:
@@ -219,6 +245,11 @@ def _run_analysis(files: tuple[Path, ...], rank_map: str | None, fmt: str, outpu
     mapping = _rank_map(rank_map)
     with ExitStack() as stack:
         exports, failures = open_exports(list(files), stack)
-        if exports:
-            _write(func(dist.load_activity(exports, mapping)), fmt, output, title)
+        act = _activity(exports, mapping) if exports else None
+        if act is not None:
+            result = func(act)
+            failures += _report_failed(act)
+            _write(result, fmt, output, title)
+        elif exports:
+            failures = len(files)
     _finish(failures, len(files))

@@ -8,7 +8,7 @@ DataFrame. Interval work is a sorted sweep (O(n log n)), never a pairwise join.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +24,7 @@ from hpcprof.analysis.nsys.db import (
     NVTX_STARTEND,
     RUNTIME,
     Export,
+    NsysInputError,
     pid_of,
     process_of,
 )
@@ -67,6 +68,9 @@ class Activity:
     ops: pd.DataFrame        # rank, file, pid, device, stream, start, end, kind, name, short, corr, gpid
     runtime: pd.DataFrame    # rank, file, gtid, gpid, start, end, corr (CUDA API calls)
     exports: dict[Path, Export]
+    #: exports that failed while being read (damaged part of a file): path -> one-line reason.
+    #: They are left out of every result; the other exports are still analysed.
+    failed: dict[Path, str] = field(default_factory=dict)
 
     @property
     def kernels(self) -> pd.DataFrame:
@@ -118,8 +122,13 @@ def load_activity(exports: list[Export], rank_map: dict[str, int] | None = None)
     ops_parts, rt_parts = [], []
     taken: set[int] = set()
     pending: list[tuple[pd.DataFrame, pd.DataFrame]] = []
+    failed: dict[Path, str] = {}
     for export in exports:
-        ops, rt = _file_ops(export), _file_runtime(export)
+        try:
+            ops, rt = _file_ops(export), _file_runtime(export)
+        except NsysInputError as exc:
+            failed[export.path] = str(exc)
+            continue
         ops["file"] = rt["file"] = str(export.path)
         rank = rank_map.get(str(export.path), rank_map.get(export.path.name, rank_from_name(export.path)))
         if rank is None:
@@ -143,13 +152,16 @@ def load_activity(exports: list[Export], rank_map: dict[str, int] | None = None)
         rt["rank"] = pd.Series(rt_pid).map(ranks).fillna(-1).astype(np.int64).to_numpy()
         ops_parts.append(ops)
         rt_parts.append(rt)
+    if not ops_parts:
+        raise NsysInputError("; ".join(failed.values()) or "no export given")
     ops = pd.concat(ops_parts, ignore_index=True)
     for c in ("start", "end", "device", "stream", "gpid", "corr", "pid", "rank"):
         ops[c] = ops[c].astype(np.int64)
     ops["name"] = ops["name"].astype(object)
     ops["short"] = ops["short"].astype(object)
     return Activity(ops.sort_values(["rank", "start"], kind="stable").reset_index(drop=True),
-                    pd.concat(rt_parts, ignore_index=True), {e.path: e for e in exports})
+                    pd.concat(rt_parts, ignore_index=True),
+                    {e.path: e for e in exports if e.path not in failed}, failed)
 
 
 # ---------------------------------------------------------------------------------------
@@ -309,9 +321,13 @@ def phases(act: Activity) -> pd.DataFrame:
     launches["kernel_ns"] = np.where(launches["kind"] == "kernel", launches["end_op"] - launches["start_op"], 0)
     rows = []
     for path, export in act.exports.items():
-        if not export.has(NVTX):
+        try:
+            if not export.has(NVTX):
+                continue
+            ranges, names = nvtx_ranges(export, NVTX_PUSHPOP + NVTX_STARTEND, OLD, with_times=True)
+        except NsysInputError as exc:
+            act.failed[path] = str(exc)
             continue
-        ranges, names = nvtx_ranges(export, NVTX_PUSHPOP + NVTX_STARTEND, OLD, with_times=True)
         if ranges.empty:
             continue
         ranges["name"] = names[ranges["name"].to_numpy()]

@@ -12,20 +12,29 @@ import pandas as pd
 
 from hpcprof.analysis.trace import analyses
 from hpcprof.analysis.trace.load import RankTrace, load_traces
-from hpcprof.errors import UserError
+from hpcprof.errors import FiniteRange, UserError
 from hpcprof.output import FORMATS, emit
 
 
+#: Most numbers a --ranks/--streams list may name (ranges included).
+MAX_LIST = 1 << 20
+
+
 def parse_int_list(text: str, option: str) -> set[int]:
-    """'0,2,4-7' -> {0, 2, 4, 5, 6, 7}; a UserError naming `option` when malformed."""
-    numbers: set[int] = set()
+    """'0,2,4-7' -> {0, 2, 4, 5, 6, 7}; a UserError naming `option` when malformed, descending
+    or naming more than MAX_LIST numbers (counted before any range is expanded)."""
+    spans = []
     try:
         for part in filter(None, (p.strip() for p in text.split(","))):
             lo, _, hi = part.partition("-")
-            numbers.update(range(int(lo), int(hi or lo) + 1))
+            spans.append((int(lo), int(hi or lo)))
     except ValueError:
         raise UserError(f"{option} {text!r}: expected a list such as 0,2,4-7") from None
-    return numbers
+    if any(lo < 0 or hi < lo for lo, hi in spans):
+        raise UserError(f"{option} {text!r}: ranges go from low to high, from 0 (e.g. 4-7)")
+    if sum(hi - lo + 1 for lo, hi in spans) > MAX_LIST:
+        raise UserError(f"{option} {text!r}: names more than {MAX_LIST} numbers")
+    return {n for lo, hi in spans for n in range(lo, hi + 1)}
 
 
 def trace_command(name: str, help_: str) -> Callable[[Callable[..., pd.DataFrame]], click.Command]:
@@ -87,7 +96,7 @@ def overlap(traces: list[RankTrace]) -> pd.DataFrame:
 
 @trace_command("idle", "GPU idle time per rank and stream: host wait, kernel wait, other.")
 @click.option("--streams", help="Streams to analyse, e.g. 7,20 (default: all).")
-@click.option("--consecutive-kernel-delay", type=float, default=30, show_default=True,
+@click.option("--consecutive-kernel-delay", type=FiniteRange(min=0, max=1e12), default=30, show_default=True,
               help="Gaps shorter than this (µs) count as kernel wait.")
 @click.option("--stats", is_flag=True, help="Show statistics of the idle intervals instead.")
 def idle(traces: list[RankTrace], streams: str | None, consecutive_kernel_delay: float,
@@ -98,9 +107,9 @@ def idle(traces: list[RankTrace], streams: str | None, consecutive_kernel_delay:
 
 
 @trace_command("launch", "CPU launch time, GPU time and launch delay per correlation id.")
-@click.option("--runtime-cutoff", type=float, default=50, show_default=True,
+@click.option("--runtime-cutoff", type=FiniteRange(min=0, max=1e12), default=50, show_default=True,
               help="CPU launch calls longer than this (µs) are runtime outliers.")
-@click.option("--launch-delay-cutoff", type=float, default=100, show_default=True,
+@click.option("--launch-delay-cutoff", type=FiniteRange(min=0, max=1e12), default=100, show_default=True,
               help="Launch delays longer than this (µs) are outliers.")
 @click.option("--no-memory-events", is_flag=True,
               help="Leave out cudaMemcpyAsync / cudaMemsetAsync.")
@@ -114,9 +123,9 @@ def launch(traces: list[RankTrace], runtime_cutoff: float, launch_delay_cutoff: 
 @click.option("--types", "by_type", is_flag=True,
               help="Show time per kernel type and type overlap instead of per kernel.")
 @click.option("--per-rank", is_flag=True, help="With --types: one breakdown per rank.")
-@click.option("--num-kernels", type=int, default=10, show_default=True,
+@click.option("--num-kernels", type=click.IntRange(min=1), default=10, show_default=True,
               help="Kernels shown per type and rank; the rest are 'others'.")
-@click.option("--duration-ratio", type=float, default=0.8, show_default=True,
+@click.option("--duration-ratio", type=FiniteRange(min=0, max=1, min_open=True), default=0.8, show_default=True,
               help="Kernels past this quantile of cumulative time are 'others'.")
 @click.option("--no-memory", is_flag=True, help="Leave out MEMORY kernels (memcpy/memset).")
 def kernels(traces: list[RankTrace], by_type: bool, per_rank: bool, num_kernels: int,
