@@ -936,6 +936,7 @@ def cuda_gpu_trace(export: Export, layout: str = NEW, variant: str = "demangled"
     for c, h in (("gx", "GrdX"), ("gy", "GrdY"), ("gz", "GrdZ"), ("bx", "BlkX"), ("by", "BlkY"), ("bz", "BlkZ"),
                  ("regs", "Reg/Trd"), ("smem", "StcSMem (MB)"), ("dmem", "DymSMem (MB)"), ("bytes", "Bytes (MB)")):
         cols[h] = _object_column(f, c)
+    # nsys 2022.4 heads it "Throughput (MBps)", nsys 2025.3.1 "Throughput (MB/s)"
     cols["Throughput (MBps)" if layout == OLD else "Throughput (MB/s)"] = np.asarray(thru, dtype=object)
     cols["SrcMemKd"] = _object_column(f, "src")
     cols["DstMemKd"] = _object_column(f, "dst")
@@ -1069,9 +1070,9 @@ def _cells(values: np.ndarray, fmt: str, null: str) -> list[str]:
 
 
 def write_csv(df: pd.DataFrame, out: TextIO) -> None:
-    """Write a report as `nsys stats --format csv` does (header, cells, minimal quoting); an
-    empty current-layout report is an empty file, as nsys 2025 writes it."""
-    if df.empty and df.attrs.get("layout") == NEW:
+    """Write a report as `nsys stats --format csv` does (header, cells, minimal quoting); a
+    report with no rows is an empty file, without header, as nsys 2022.4 and 2025 write it."""
+    if df.empty and "layout" in df.attrs:
         return
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(df.columns)
