@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import io
+import os
 from pathlib import Path
 
 import numpy as np
@@ -258,3 +259,19 @@ def test_ddp_gpt2_exports_match_nsys_2025_3_gold(repo: Path) -> None:
         assert report_csv(db, report) == gold.read_text(), gold.name
         compared += 1
     assert compared == 10
+
+
+def test_differential_vs_nsys_2022_4(fixtures_dir: Path) -> None:
+    """Generated exports (tests/differential/nsys_gen.py) through the real nsys 2022.4 and
+    hpcprof: every report nsys 2022.4 knows, byte for byte (tests/services/nsys.sh installs it).
+    HPCPROF_NSYS_DIFF_N sets the number of exports (default 500)."""
+    from differential.nsys_diff import compare, find_nsys
+
+    nsys = find_nsys()
+    if nsys is None:
+        pytest.skip("nsys 2022.4 not installed: run tests/services/nsys.sh as root")
+    n = int(os.environ.get("HPCPROF_NSYS_DIFF_N", "500"))
+    compared, identical, diffs = compare(fixtures_dir, range(n), nsys)
+    print(f"\nnsys 2022.4 differential: {n} exports, {compared} reports compared, {identical} identical")
+    assert compared > 9 * n
+    assert not diffs, "\n".join(diffs[:20])

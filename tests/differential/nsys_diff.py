@@ -15,7 +15,7 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from tests.differential.nsys_gen import generate
+from .nsys_gen import generate
 
 #: every report hpcprof knows under the names nsys 2022.4 knows
 OLD_REPORTS = ["cudaapisum", "gpukernsum", "gpumemsizesum", "gpumemtimesum", "gpusum", "kernexecsum",
