@@ -275,3 +275,23 @@ def test_differential_vs_nsys_2022_4(fixtures_dir: Path) -> None:
     print(f"\nnsys 2022.4 differential: {n} exports, {compared} reports compared, {identical} identical")
     assert compared > 9 * n
     assert not diffs, "\n".join(diffs[:20])
+
+
+GENERATED_GOLD = "nsys_gold_generated_2025.3.1.tar"   # tests/fixtures/nsys/<this>.xz
+
+
+def test_generated_exports_match_nsys_2025_3_1_gold(fixtures_dir: Path) -> None:
+    """The same generated exports against the gold nsys 2025.3.1 made on the GPU machine
+    (benchmarks/gpu/nsys_gold_generated.sh), every current-layout report byte for byte."""
+    from differential.nsys_diff import compare_gold
+
+    gold = fixtures_dir / "nsys" / GENERATED_GOLD
+    if not gold.exists() and gold.with_name(gold.name + ".xz").exists():
+        gold = gold.with_name(gold.name + ".xz")
+    if not gold.exists():
+        pytest.skip(f"no nsys 2025.3.1 gold for generated exports at {gold}: "
+                    "benchmarks/gpu/nsys_gold_generated.sh makes it")
+    exports, compared, identical, diffs = compare_gold(fixtures_dir, gold)
+    print(f"\nnsys 2025.3.1 gold: {exports} exports, {compared} reports compared, {identical} identical")
+    assert exports >= 500
+    assert not diffs, "\n".join(diffs[:20])

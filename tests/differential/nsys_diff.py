@@ -15,7 +15,7 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from .nsys_gen import generate
+from .nsys_gen import fixtures_tree, generate
 
 #: every report hpcprof knows under the names nsys 2022.4 knows
 OLD_REPORTS = ["cudaapisum", "gpukernsum", "gpumemsizesum", "gpumemtimesum", "gpusum", "kernexecsum",
@@ -81,6 +81,38 @@ def compare(fixtures: Path, seeds: range, nsys: str, reports: list[str] = OLD_RE
     return len(results), len(results) - len(diffs), diffs
 
 
+NEW_REPORTS = ["cuda_api_sum", "cuda_gpu_kern_gb_sum", "cuda_gpu_kern_sum", "cuda_gpu_mem_size_sum",
+               "cuda_gpu_mem_time_sum", "cuda_gpu_sum", "cuda_gpu_trace", "nvtx_pushpop_sum",
+               "nvtx_startend_sum", "nvtx_sum", "osrt_sum"]
+
+
+def compare_gold(fixtures: Path, gold: Path) -> tuple[int, int, int, list[str]]:
+    """(exports, compared, identical, differences) of hpcprof against the nsys 2025.3.1 gold
+    tarball of benchmarks/gpu/nsys_gold_generated.sh (gen<seed>_<report>.csv; a report nsys
+    skipped is an empty or absent file; exports where nsys reported an error are left out)."""
+    import re
+    import tarfile
+
+    with tarfile.open(gold) as tar:
+        files = {Path(m.name).name: tar.extractfile(m).read().decode()  # type: ignore[union-attr]
+                 for m in tar.getmembers() if m.isfile()}
+    seeds = sorted({int(m.group(1)) for name in files if (m := re.match(r"gen(\d+)_", name))})
+    seeds = [s for s in seeds if f"gen{s}.err" not in files]
+    diffs: list[str] = []
+    compared = 0
+    with tempfile.TemporaryDirectory(prefix="nsys-gold-") as tmp:
+        for seed in seeds:
+            db = generate(fixtures, seed, Path(tmp) / f"gen{seed}.sqlite")
+            ours = hpcprof_reports(db, NEW_REPORTS)
+            db.unlink()
+            for report in NEW_REPORTS:
+                theirs = files.get(f"gen{seed}_{report}.csv", "")
+                compared += 1
+                if theirs != ours[report]:
+                    diffs.append(f"seed {seed} {report}: {_first_diff(theirs, ours[report])}")
+    return len(seeds), compared, compared - len(diffs), diffs
+
+
 def _first_diff(a: str, b: str) -> str:
     for i, (x, y) in enumerate(zip(a.splitlines(), b.splitlines())):
         if x != y:
@@ -91,7 +123,7 @@ def _first_diff(a: str, b: str) -> str:
 def main() -> None:
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 500
     start = int(sys.argv[2]) if len(sys.argv) > 2 else 0
-    fixtures = Path(os.environ.get("HPCPROF_FIXTURES", Path(__file__).parents[2] / "tests" / "data"))
+    fixtures = fixtures_tree()
     nsys = find_nsys()
     if nsys is None:
         sys.exit("nsys not found: run tests/services/nsys.sh as root")

@@ -12,12 +12,15 @@ from __future__ import annotations
 import random
 import shutil
 import sqlite3
+import sys
+import tempfile
 from pathlib import Path
 
 #: base exports under the fixtures' nsys/ directory
 BASES = ["nsysai_mock.sqlite", "fuser_report1_nsys2024.6.2.sqlite", "fuser_report1_nsys2025.1.1.sqlite",
          "h200_seqpar_bf16/rank0.sqlite", "h200_seqpar_bf16/rank1.sqlite", "nsysai_h100_2gpu_1s.sqlite",
-         "nsysai_mfu_2gpu_before.sqlite"]
+         "nsysai_mfu_2gpu_before.sqlite", "h200_campaign/ddp_ws2_rank1.sqlite",
+         "h200_campaign/seqpar_bf16_p4_rank3.sqlite"]
 EVENT_TABLES = ["CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_MEMCPY",
                 "CUPTI_ACTIVITY_KIND_MEMSET", "NVTX_EVENTS", "OSRT_API"]
 MAX_ROWS = 400                     # rows kept per table at most: small files, fast tools
@@ -99,3 +102,28 @@ def generate(fixtures: Path, seed: int, out: Path) -> Path:
     finally:
         db.close()
     return out
+
+
+def fixtures_tree() -> Path:
+    """The unpacked fixtures: $HPCPROF_FIXTURES, else tests/fixtures unpacked to a temp dir."""
+    import os
+
+    if os.environ.get("HPCPROF_FIXTURES"):
+        return Path(os.environ["HPCPROF_FIXTURES"])
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from fixture_files import materialize
+
+    return materialize(Path(tempfile.mkdtemp(prefix="hpcprof-fixtures-")))
+
+
+def main() -> None:
+    """`python3 tests/differential/nsys_gen.py OUT FIRST COUNT`: write OUT/gen<seed>.sqlite."""
+    out, first, count = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+    out.mkdir(parents=True, exist_ok=True)
+    fixtures = fixtures_tree()
+    for seed in range(first, first + count):
+        generate(fixtures, seed, out / f"gen{seed}.sqlite")
+
+
+if __name__ == "__main__":
+    main()
