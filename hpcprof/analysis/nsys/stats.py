@@ -908,8 +908,11 @@ def cuda_gpu_trace(export: Export, layout: str = NEW, variant: str = "demangled"
                                                                           else sa.literal(-1).label("memKind")]
         m = export.ints(sa.select(*sel))
         dur = m["end"] - m["start"]
-        with np.errstate(divide="ignore"):
-            thru = m["bytes"] * np.where(dur > 0, 1_000_000_000 // np.maximum(dur, 1), 0) / 1e6
+        # SQL bytes * (1000000000 / duration): integer, turning REAL where the product overflows int64
+        per_s = np.where(dur > 0, 1_000_000_000 // np.maximum(dur, 1), 0)
+        as_real = m["bytes"].astype(np.float64) * per_s
+        with np.errstate(over="ignore"):
+            thru = np.where(np.abs(as_real) >= 2.0 ** 63, as_real, (m["bytes"] * per_s).astype(np.float64)) / 1e6
         if is_copy:
             labels = memcpy_labels(export, layout)
             names = np.array([labels.get(c) for c in m["copyKind"]], dtype=object)
