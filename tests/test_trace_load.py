@@ -121,12 +121,15 @@ def test_ns_resolution_rounds_to_whole_microseconds(tmp_path: Path) -> None:
     assert us.gpu.iloc[0]["dur"] == 9.7  # integer timestamps are not rounded, as in HTA
 
 
-def test_sub_microsecond_event_gets_zero_duration(tmp_path: Path) -> None:
-    """Documented deviation: HTA 0.5.0 rounds this memset to [11, 10), a duration of -1, and its
-    temporal breakdown then fails its own non_compute_time >= 0 assertion."""
+def test_sub_microsecond_event_as_hta_or_clamped(tmp_path: Path) -> None:
+    """HTA 0.5.0 rounds this memset to [11, 10), a duration of -1 (and its temporal breakdown
+    then fails its own non_compute_time >= 0 assertion); hpcprof does the same by default, and
+    with the named deviation `clamp_sub_us` gives it duration 0."""
     events = [launch(1.5, 2.0, 1), kernel(10.2, 0.5, 1, "Memset (Device)", "gpu_memset"),
               launch(3.0, 2.0, 2), kernel(20.0, 5.0, 2)]
-    trace = load_trace(write_trace(tmp_path / "t.json", events))
+    path = write_trace(tmp_path / "t.json", events)
+    assert load_trace(path).gpu["dur"].tolist() == [-1, 5]
+    trace = load_trace(path, clamp_sub_us=True)
     assert trace.gpu["dur"].tolist() == [0, 5]
     row = A.temporal_breakdown([trace]).iloc[0]
     assert (row["kernel_time(us)"], row["idle_time(us)"], row["compute_time(us)"],

@@ -41,13 +41,16 @@ def trace_command(name: str, help_: str) -> Callable[[Callable[..., pd.DataFrame
         @click.option("--ranks", help="Ranks to analyse, e.g. 0,2,4-7 (default: all).")
         @click.option("--include-last-step", is_flag=True,
                       help="Keep the last ProfilerStep (HTA drops it as possibly truncated).")
+        @click.option("--clamp-sub-us", is_flag=True,
+                      help="Give sub-µs events of ns traces duration 0 (HTA lets their end "
+                           "fall before their start).")
         @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table",
                       show_default=True)
         @functools.wraps(func)
         def command(paths: tuple[Path, ...], ranks: str | None, include_last_step: bool,
-                    fmt: str, **options: Any) -> None:
+                    clamp_sub_us: bool, fmt: str, **options: Any) -> None:
             wanted = None if ranks is None else parse_int_list(ranks, "--ranks")
-            traces, errors = load_traces(paths, wanted, include_last_step)
+            traces, errors = load_traces(paths, wanted, include_last_step, clamp_sub_us=clamp_sub_us)
             for line in errors:
                 click.echo(f"hpcprof: {line}", err=True)
             if wanted is not None and traces and not wanted <= {t.rank for t in traces}:

@@ -146,13 +146,16 @@ def peek_rank(path: Path) -> int | None:
 
 
 def load_trace(
-    path: Path, rank: int | None = None, include_last_profiler_step: bool = False
+    path: Path, rank: int | None = None, include_last_profiler_step: bool = False,
+    clamp_sub_us: bool = False,
 ) -> RankTrace:
     """Load one rank's trace (`.json` or `.json.gz`); `rank` overrides the detected rank.
 
-    Deviation from HTA 0.5.0: when ns timestamps are rounded, an event shorter than a microsecond
-    that does not cross a microsecond boundary gets end < start in HTA (a negative duration, seen
-    on short memsets), which shrinks merged busy time. Here such an event gets duration 0.
+    Times with fractional µs are rounded as HTA 0.5.0 does: start = ceil(ts), end =
+    floor(ts + dur), dur = end - start. An event shorter than a microsecond that crosses no
+    microsecond boundary so gets end < start (a negative duration, seen on short memsets and
+    kernels), which HTA's idle gaps and busy unions then include. `clamp_sub_us=True` (a
+    deviation from HTA, option `--clamp-sub-us`) gives such an event duration 0 instead.
     Raises TraceError for unreadable or non-Kineto files and for traces without GPU events.
     """
     path = Path(path)
@@ -194,8 +197,10 @@ def load_trace(
     cats = _str_index(cats)
     del cat
     if ts_is_float:
-        end = np.maximum(np.floor(ts + dur), np.ceil(ts))
+        end = np.floor(ts + dur)
         ts = np.ceil(ts)
+        if clamp_sub_us:
+            end = np.maximum(end, ts)
         dur = end - ts
     origin = ts.min() if len(ts) else 0.0
     ts = ts - origin  # relative times keep sums of µs exact in float64, as HTA's aligned ones
@@ -254,14 +259,14 @@ def load_trace(
 
 
 def _load_wanted(path: Path, rank: int | None, ranks: Container[int] | None,
-                 include_last_profiler_step: bool) -> RankTrace | str | None:
+                 include_last_profiler_step: bool, clamp_sub_us: bool) -> RankTrace | str | None:
     """load_trace for one file of load_traces: the trace, its error line, or None if unwanted."""
     try:
         if ranks is not None:
             rank = peek_rank(path) if rank is None else rank
             if (0 if rank is None else rank) not in ranks:
                 return None
-        return load_trace(path, rank, include_last_profiler_step)
+        return load_trace(path, rank, include_last_profiler_step, clamp_sub_us)
     except TraceError as exc:
         return str(exc)
 
@@ -272,17 +277,18 @@ def load_traces(
     include_last_profiler_step: bool = False,
     rank_of: dict[Path, int] | None = None,
     workers: int | None = None,
+    clamp_sub_us: bool = False,
 ) -> tuple[list[RankTrace], list[str]]:
     """Load every trace file (directories expanded), sorted by rank; bad files become errors.
 
     `ranks` keeps only those ranks (other files are only peeked at); `rank_of` gives ranks that
-    override detection. Files are loaded in `workers` processes, as HTA does (default: one per
+    override detection; `clamp_sub_us` as in `load_trace`. Files are loaded in `workers` processes, as HTA does (default: one per
     CPU core when the files total more than PARALLEL_MIN_BYTES on disk, else in this process);
     each file needs about twice its decompressed size in memory while it loads. Returns
     (traces, one error line per file that could not be used).
     """
     files = find_trace_files(paths)
-    jobs = [(f, (rank_of or {}).get(f), ranks, include_last_profiler_step) for f in files]
+    jobs = [(f, (rank_of or {}).get(f), ranks, include_last_profiler_step, clamp_sub_us) for f in files]
     if workers is None:
         size = sum(f.stat().st_size for f in files if f.is_file())
         workers = (os.cpu_count() or 1) if size > PARALLEL_MIN_BYTES else 1
