@@ -18,4 +18,6 @@ if [ "$(id -u)" = 0 ] && [ -x "$SHARED/tools/slurm-local.sh" -o -f "$SHARED/tool
   bash "$SHARED/tools/slurm-local.sh" start
 fi
 
+bash tests/services/nsys.sh   # nsys 2022.4 for the nsys stats differential (needs root)
+
 exec .venv/bin/pytest -q -p no:cacheprovider "$@"
