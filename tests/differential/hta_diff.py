@@ -65,8 +65,7 @@ def analyses(directory: Path) -> dict[str, Callable[[], str | None]]:
         by_type = by_type[by_type["sum"] > 0]
         diff = _same(A.kernel_type_breakdown(traces), by_type, list(by_type.columns), ["kernel_type"])
         ours = A.kernel_breakdown(traces)
-        return diff or _same(ours, by_kernel, ["name", "sum (us)", "kernel_type", "rank"],
-                             ["kernel_type", "rank", "name"])
+        return diff or _same(ours, by_kernel, list(ours.columns), ["kernel_type", "rank", "name"])
 
     return {"temporal": temporal, "idle": idle, "overlap": overlap, "launch": launch, "kernels": kernels}
 

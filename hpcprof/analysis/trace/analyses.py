@@ -234,16 +234,18 @@ def kernel_type_breakdown(traces: Sequence[RankTrace], include_memory_kernels: b
 
 def kernel_breakdown(traces: Sequence[RankTrace], num_kernels: int = 10,
                      duration_ratio: float = 0.8,
-                     include_memory_kernels: bool = True) -> pd.DataFrame:
+                     include_memory_kernels: bool = True,
+                     instance_stats: bool = False) -> pd.DataFrame:
     """Per rank and kernel type, sum/max/min/stddev/mean duration of each kernel name (HTA
     `get_gpu_kernel_breakdown` second table; stddev is the sample std, 0 for one instance).
 
     Beyond the `num_kernels` longest kernels of a type, or past the `duration_ratio` quantile of
-    their cumulative time, kernels are collapsed into "others". Deviation from HTA 0.5.0, which
-    then recomputes every row from per-kernel *totals* (so a kept kernel shows max = min = mean =
-    its sum and stddev 0, and "others" gives statistics of kernel totals): here kept kernels keep
-    their own statistics and "others" has the statistics of all its kernel instances. The sums
-    are HTA's in both cases.
+    their cumulative time, kernels are collapsed into "others", and then, as HTA 0.5.0 does,
+    every row is recomputed from per-kernel *totals*: a kept kernel shows max = min = mean = its
+    sum and stddev 0, and "others" gives the statistics of its kernels' totals.
+    `instance_stats=True` (a deviation from HTA, option `--instance-stats`) keeps each kept
+    kernel's own statistics and gives "others" those of all its kernel instances. The sums are
+    HTA's in both cases.
     """
     parts = []
     for t in traces:
@@ -261,8 +263,12 @@ def kernel_breakdown(traces: Sequence[RankTrace], num_kernels: int = 10,
                 cumsum = np.cumsum(stats["sum"][by_time])
                 collapse = cumsum > np.quantile(cumsum, duration_ratio)
                 collapse[num_kernels:] = True
-                group = np.where(np.isin(group, ids[by_time][collapse]), -1, group)
-                ids, stats = _group_stats(group, d)
+                if instance_stats:
+                    group = np.where(np.isin(group, ids[by_time][collapse]), -1, group)
+                    ids, stats = _group_stats(group, d)
+                else:
+                    totals = stats["sum"]
+                    ids, stats = _group_stats(np.where(np.isin(ids, ids[by_time][collapse]), -1, ids), totals)
             label = np.where(ids < 0, "others", names[np.maximum(ids, 0)])
             parts.append(pd.DataFrame({"name": label, **stats, "kernel_type": kind,
                                        "rank": t.rank}))

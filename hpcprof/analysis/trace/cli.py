@@ -122,8 +122,11 @@ def launch(traces: list[RankTrace], runtime_cutoff: float, launch_delay_cutoff: 
 @click.option("--duration-ratio", type=float, default=0.8, show_default=True,
               help="Kernels past this quantile of cumulative time are 'others'.")
 @click.option("--no-memory", is_flag=True, help="Leave out MEMORY kernels (memcpy/memset).")
+@click.option("--instance-stats", is_flag=True,
+              help="Once kernels are collapsed into 'others', keep per-instance max/min/mean/stddev "
+                   "(HTA recomputes them from per-kernel totals).")
 def kernels(traces: list[RankTrace], by_type: bool, per_rank: bool, num_kernels: int,
-            duration_ratio: float, no_memory: bool) -> pd.DataFrame:
+            duration_ratio: float, no_memory: bool, instance_stats: bool) -> pd.DataFrame:
     if by_type:
         return analyses.kernel_type_breakdown(traces, not no_memory, per_rank)
-    return analyses.kernel_breakdown(traces, num_kernels, duration_ratio, not no_memory)
+    return analyses.kernel_breakdown(traces, num_kernels, duration_ratio, not no_memory, instance_stats)
