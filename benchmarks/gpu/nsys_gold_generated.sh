@@ -6,12 +6,12 @@
 # (a report nsys skips leaves an empty or no file) and gen<seed>.err (nsys's stderr, kept only
 # when it reports an error), plus OUT/nsys_gold_generated.log.
 # Needs .gpu/libs carried (libdw/libelf, shared/tools/gpu-nsys-libs.sh).
-# Usage: benchmarks/gpu/nsys_gold_generated.sh OUT [FIRST=0] [COUNT=600]
+# Usage: benchmarks/gpu/nsys_gold_generated.sh OUT [FIRST=0] [COUNT=520]
 set -euo pipefail
-OUT_DIR=${1:?output directory}; FIRST=${2:-0}; COUNT=${3:-600}
+OUT_DIR=${1:?output directory}; FIRST=${2:-0}; COUNT=${3:-520}
 REPORTS=cuda_gpu_kern_sum,cuda_gpu_kern_gb_sum,cuda_api_sum,cuda_gpu_mem_time_sum,cuda_gpu_mem_size_sum,cuda_gpu_sum,nvtx_sum,nvtx_pushpop_sum,nvtx_startend_sum,osrt_sum,cuda_gpu_trace
 export LD_LIBRARY_PATH=$PWD/.gpu/libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-NSYS=$(ls -d /opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys | tail -1)
+NSYS=${NSYS:-$(ls -d /opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys | tail -1)}
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/exports" "$work/gold" "$OUT_DIR"
 start=$(date +%s%N)
@@ -20,7 +20,7 @@ gen_ms=$(( ($(date +%s%N) - start) / 1000000 ))
 export NSYS REPORTS gold=$work/gold
 start=$(date +%s%N)
 ls "$work"/exports/*.sqlite | xargs -P "$(nproc)" -I{} bash -c \
-  'db={}; stem=$(basename "$db" .sqlite); "$NSYS" stats -q --report "$REPORTS" --format csv \
+  'db={}; stem=$(basename "$db" .sqlite); "$NSYS" stats --report "$REPORTS" --format csv \
      --force-overwrite true --output "$gold/$stem" "$db" >"$gold/$stem.err" 2>&1 || true
    grep -qi "error" "$gold/$stem.err" || rm -f "$gold/$stem.err"'
 stats_ms=$(( ($(date +%s%N) - start) / 1000000 ))

@@ -2,7 +2,8 @@
 
 Independent of hpcprof. A set has 1-3 ranks; each rank has launches on the CPU and kernels on
 1-3 streams: compute kernels, NCCL kernels, memcpy/memset, overlapping across streams;
-timestamps either whole µs (int) or with fractional µs (ns resolution, float); some launches
+timestamps either whole µs (int) or with fractional µs (ns resolution, float, with some
+sub-µs events that HTA's rounding makes end before they start); some launches
 have no kernel and some kernels have no launch (their correlation id is absent on the CPU).
 """
 
@@ -48,6 +49,8 @@ def rank_events(rng: random.Random, ns: bool) -> list[dict[str, Any]]:
         stream = rng.choice(streams)
         start = max(gpu_free[stream], cpu_t + launch_dur) + rng.choice([0, 0, 1, 2, 20, 50])
         dur = base + rng.randint(0, 3) + (rng.choice([0.0, 0.2, 0.5, 0.8]) if ns else 0)
+        if ns and rng.random() < 0.1:                    # sub-µs events (short memsets, kernels)
+            dur = rng.choice([0.2, 0.5, 0.9])
         if rng.random() > 0.05:                          # else: a launch without a kernel
             events.append({"ph": "X", "cat": cat, "name": name, "pid": 0, "tid": stream,
                            "ts": _t(rng, start, ns), "dur": _t(rng, dur, ns),

@@ -86,7 +86,7 @@ NEW_REPORTS = ["cuda_api_sum", "cuda_gpu_kern_gb_sum", "cuda_gpu_kern_sum", "cud
                "nvtx_startend_sum", "nvtx_sum", "osrt_sum"]
 
 
-def compare_gold(fixtures: Path, gold: Path) -> tuple[int, int, int, list[str]]:
+def compare_gold(fixtures: Path, gold: Path, workers: int = 2) -> tuple[int, int, int, list[str]]:
     """(exports, compared, identical, differences) of hpcprof against the nsys 2025.3.1 gold
     tarball of benchmarks/gpu/nsys_gold_generated.sh (gen<seed>_<report>.csv; a report nsys
     skipped is an empty or absent file; exports where nsys reported an error are left out)."""
@@ -98,18 +98,16 @@ def compare_gold(fixtures: Path, gold: Path) -> tuple[int, int, int, list[str]]:
                  for m in tar.getmembers() if m.isfile()}
     seeds = sorted({int(m.group(1)) for name in files if (m := re.match(r"gen(\d+)_", name))})
     seeds = [s for s in seeds if f"gen{s}.err" not in files]
-    diffs: list[str] = []
-    compared = 0
     with tempfile.TemporaryDirectory(prefix="nsys-gold-") as tmp:
-        for seed in seeds:
+        def one(seed: int) -> list[str]:
             db = generate(fixtures, seed, Path(tmp) / f"gen{seed}.sqlite")
             ours = hpcprof_reports(db, NEW_REPORTS)
             db.unlink()
-            for report in NEW_REPORTS:
-                theirs = files.get(f"gen{seed}_{report}.csv", "")
-                compared += 1
-                if theirs != ours[report]:
-                    diffs.append(f"seed {seed} {report}: {_first_diff(theirs, ours[report])}")
+            return [f"seed {seed} {r}: {_first_diff(files.get(f'gen{seed}_{r}.csv', ''), ours[r])}"
+                    for r in NEW_REPORTS if files.get(f"gen{seed}_{r}.csv", "") != ours[r]]
+        with ThreadPoolExecutor(workers) as pool:
+            diffs = [d for part in pool.map(one, seeds) for d in part]
+    compared = len(seeds) * len(NEW_REPORTS)
     return len(seeds), compared, compared - len(diffs), diffs
 
 

@@ -98,7 +98,6 @@ def generate(fixtures: Path, seed: int, out: Path) -> Path:
                 db.execute("UPDATE CUPTI_ACTIVITY_KIND_MEMCPY SET bytes = ?, copyKind = ? WHERE rowid = ?",
                            (rng.choice(sizes), rng.choice([1, 2, 8, 10]), rowid))
         db.commit()
-        db.execute("VACUUM")
     finally:
         db.close()
     return out
