@@ -57,6 +57,9 @@ def rank_events(rng: random.Random, ns: bool) -> list[dict[str, Any]]:
                            "args": {"stream": stream, "correlation": corr, "device": 0}})
         gpu_free[stream] = start + dur
         cpu_t += launch_dur + rng.choice([0, 1, 3, 30, 120])
+    if rng.random() < 0.4:          # a CPU op first in the file, at any time (HTA's index 0)
+        events.insert(0, {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1,
+                          "ts": _t(rng, rng.uniform(events[0]["ts"], cpu_t), ns), "dur": 5})
     return events
 
 

@@ -44,13 +44,18 @@ def trace_command(name: str, help_: str) -> Callable[[Callable[..., pd.DataFrame
         @click.option("--clamp-sub-us", is_flag=True,
                       help="Give sub-µs events of ns traces duration 0 (HTA lets their end "
                            "fall before their start).")
+        @click.option("--ignore-unmatched-launches", is_flag=True,
+                      help="A GPU event whose launch is not in the trace is never host_wait (HTA "
+                           "takes the file's first event as its launch).")
         @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table",
                       show_default=True)
         @functools.wraps(func)
         def command(paths: tuple[Path, ...], ranks: str | None, include_last_step: bool,
-                    clamp_sub_us: bool, fmt: str, **options: Any) -> None:
+                    clamp_sub_us: bool, ignore_unmatched_launches: bool, fmt: str,
+                    **options: Any) -> None:
             wanted = None if ranks is None else parse_int_list(ranks, "--ranks")
-            traces, errors = load_traces(paths, wanted, include_last_step, clamp_sub_us=clamp_sub_us)
+            traces, errors = load_traces(paths, wanted, include_last_step, clamp_sub_us=clamp_sub_us,
+                                         ignore_unmatched_launches=ignore_unmatched_launches)
             for line in errors:
                 click.echo(f"hpcprof: {line}", err=True)
             if wanted is not None and traces and not wanted <= {t.rank for t in traces}:
