@@ -33,8 +33,8 @@ def nsys_reports(nsys: str, db: Path, reports: list[str]) -> dict[str, str | Non
     has no rows; None where nsys fails: 2022.4's gputrace needs TARGET_INFO_GPU)."""
     prefix = db.with_suffix("")
     proc = subprocess.run([nsys, "stats", "-q", "--force-export=false", "--report", ",".join(reports),
-                    "--format", "csv", "--output", str(prefix), str(db)],
-                   check=False, capture_output=True, text=True, timeout=120)
+                           "--format", "csv", "--output", str(prefix), str(db)],
+                          check=False, capture_output=True, text=True, timeout=120)
     out: dict[str, str | None] = {}
     for report in reports:
         path = Path(f"{prefix}_{report}.csv")
@@ -71,7 +71,7 @@ def compare(fixtures: Path, seeds: range, nsys: str, reports: list[str] = OLD_RE
             db = generate(fixtures, seed, Path(tmp) / f"gen{seed}.sqlite")
             theirs = nsys_reports(nsys, db, reports)
             ours = hpcprof_reports(db, reports)
-            for path in Path(tmp).glob(f"gen{seed}*"):
+            for path in [db, *Path(tmp).glob(f"gen{seed}_*.csv")]:
                 path.unlink()
             return [(f"seed {seed} {r}: {_first_diff(theirs[r] or '', ours[r])}", theirs[r] == ours[r])
                     for r in reports if theirs[r] is not None]
