@@ -300,9 +300,9 @@ def load_traces(
     """Load every trace file (directories expanded), sorted by rank; bad files become errors.
 
     `ranks` keeps only those ranks (other files are only peeked at); `rank_of` gives ranks that
-    override detection; `clamp_sub_us` and `ignore_unmatched_launches` as in `load_trace`. Files are loaded in `workers` processes, as HTA does (default: one per
-    CPU core when the files total more than PARALLEL_MIN_BYTES on disk, else in this process);
-    each file needs about twice its decompressed size in memory while it loads. Returns
+    override detection; `clamp_sub_us` and `ignore_unmatched_launches` as in `load_trace`.
+    Files are loaded in `workers` processes, as HTA does (default: one per CPU core when the
+    files total more than PARALLEL_MIN_BYTES on disk, else in this process); each file needs about twice its decompressed size in memory while it loads. Returns
     (traces, one error line per file that could not be used).
     """
     files = find_trace_files(paths)
