@@ -302,8 +302,9 @@ def load_traces(
     `ranks` keeps only those ranks (other files are only peeked at); `rank_of` gives ranks that
     override detection; `clamp_sub_us` and `ignore_unmatched_launches` as in `load_trace`.
     Files are loaded in `workers` processes, as HTA does (default: one per CPU core when the
-    files total more than PARALLEL_MIN_BYTES on disk, else in this process); each file needs about twice its decompressed size in memory while it loads. Returns
-    (traces, one error line per file that could not be used).
+    files total more than PARALLEL_MIN_BYTES on disk, else in this process); each file needs
+    about twice its decompressed size in memory while it loads. Returns (traces, one error line
+    per file that could not be used).
     """
     files = find_trace_files(paths)
     jobs = [(f, (rank_of or {}).get(f), ranks, include_last_profiler_step, clamp_sub_us,
