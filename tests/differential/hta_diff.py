@@ -81,7 +81,7 @@ def compare(seeds: range) -> tuple[int, int, int, list[str]]:
             for name, check in analyses(generate(seed, Path(tmp) / str(seed))).items():
                 try:
                     diff = check()
-                except AssertionError as exc:      # HTA's own assertions (negative durations)
+                except AssertionError:             # HTA's own assertions (negative durations)
                     failed += 1
                     continue
                 compared += 1
