@@ -88,7 +88,9 @@ def test_bad_files_reported_others_processed(fixtures_dir: Path, tmp_path: Path)
         f"hpcprof ncu metrics: {tmp_path / 'other.csv'}: not ncu --csv output (no header line with "
         "\"ID\" and \"Kernel Name\")",
     ]
-    assert lines[3] == "Error: 3 problem(s) with the input; see above"
+    assert lines[3:5] == [f"hpcprof ncu metrics: column '{c} hit rate' is empty: profile with --section "
+                          "MemoryWorkloadAnalysis" for c in ("L1", "L2")]
+    assert lines[5:] == ["Error: 3 problem(s) with the input; see above"]
     df = pd.read_csv(io.StringIO(result.stdout))
     assert df["file"].tolist() == [good.name] and df["DRAM throughput"].tolist() == [0.74]
 
@@ -169,3 +171,34 @@ def test_collect_ncu_nothing_readable(tmp_path: Path) -> None:
     ctx, logged = context(tmp_path, [tmp_path / "x_rank0.csv"], [0])
     assert collect_ncu(ctx) == {}
     assert logged == [f"ncu: skipped {tmp_path / 'x_rank0.csv'}: empty file"]
+
+
+def test_empty_columns_name_their_section(fixtures_dir: Path) -> None:
+    """A profile without LaunchStats / MemoryWorkloadAnalysis: the empty Echo columns are named
+    with the section each needs (stderr for csv/json, the title for the table); exit 0."""
+    superbench = str(fixtures_dir / "ncu/superbench_cublaslt_ncu_b200.log")
+    result = run(superbench, "--format", "csv")
+    assert result.exit_code == 0, result.output
+    assert result.stderr.splitlines() == [
+        "hpcprof ncu metrics: column 'L1 hit rate' is empty: profile with --section MemoryWorkloadAnalysis",
+        "hpcprof ncu metrics: column 'L2 hit rate' is empty: profile with --section MemoryWorkloadAnalysis"]
+    table = run(superbench)
+    assert table.exit_code == 0 and table.stderr == ""
+    assert "'L1 hit rate' is empty: profile with --section MemoryWorkloadAnalysis" in table.stdout
+    full = run(str(fixtures_dir / GOLD / "indexspaces_7dc4fa5_details.csv"), "--format", "csv")
+    assert full.stderr.splitlines() == [
+        "hpcprof ncu metrics: column 'SM' is empty: profile with --section LaunchStats"]
+
+
+def test_default_sections_fill_echo_table() -> None:
+    """With neither `set` nor `sections`, hpcprof asks ncu for every section Echo's table needs;
+    a user's own choice is passed through unchanged."""
+    from hpcprof.analysis.ncu.metrics import ECHO_SECTION_IDS, ECHO_SOURCES
+    from hpcprof.config.profile import NcuOptions
+
+    argv = NcuOptions().argv()
+    asked = {argv[i + 1] for i, a in enumerate(argv) if a == "--section"}
+    assert set(ECHO_SECTION_IDS) == set(ECHO_SOURCES)
+    assert asked == set(ECHO_SECTION_IDS.values())
+    assert "--section" not in NcuOptions(set="basic").argv()
+    assert NcuOptions(sections=["Occupancy"]).argv().count("--section") == 1

@@ -129,3 +129,16 @@ def test_collect_without_usable_traces(tmp_path: Path) -> None:
     ctx = CollectContext(run_dir=tmp_path, tool="torch", files=[bad], rank_of={bad: 0},
                          work_dir=tmp_path, log=logged.append)
     assert collect_traces(ctx) == {} and len(logged) == 1
+
+
+def test_named_deviations_are_options(trace_filter: Path, fixtures_dir: Path) -> None:
+    """--instance-stats and --clamp-sub-us give what the library options give."""
+    code, out, err = run("kernels", "--instance-stats", str(trace_filter), "--format", "csv")
+    assert (code, err) == (0, "")
+    expected = A.kernel_breakdown(load_traces([trace_filter])[0], instance_stats=True)
+    pd.testing.assert_frame_equal(pd.read_csv(io.StringIO(out)), expected, check_dtype=False)
+    ns = fixtures_dir / "hta" / "ns_resolution_trace"
+    code, out, err = run("idle", "--clamp-sub-us", str(ns), "--format", "csv")
+    assert (code, err) == (0, "")
+    expected = A.idle_time_breakdown(load_traces([ns], clamp_sub_us=True)[0])
+    pd.testing.assert_frame_equal(pd.read_csv(io.StringIO(out)), expected, check_dtype=False)

@@ -95,30 +95,28 @@ def test_kernel_type_breakdown_per_rank_adds_up(trace_filter: list[RankTrace],
 
 
 def test_kernel_breakdown(trace_filter: list[RankTrace], gold: dict) -> None:
-    """Sums match HTA on every row; the other statistics where HTA kept per-instance ones."""
+    """Every column of every row as HTA 0.5.0 (collapsed types recomputed from kernel totals)."""
     expected = pd.DataFrame(gold["trace_filter.kernel_breakdown_head"])  # first 30 rows
     ours = A.kernel_breakdown(trace_filter).head(len(expected))
-    _same(ours, gold["trace_filter.kernel_breakdown_head"],
-          ["name", "sum (us)", "kernel_type", "rank"])
-    # COMMUNICATION and MEMORY have fewer than num_kernels names, so HTA collapsed nothing.
-    uncollapsed = expected["kernel_type"].isin(["COMMUNICATION", "MEMORY"]).to_numpy()
-    _same(ours[uncollapsed], expected[uncollapsed].to_dict("records"))
+    _same(ours, gold["trace_filter.kernel_breakdown_head"])
 
 
-def test_kernel_breakdown_keeps_instance_statistics(trace_filter: list[RankTrace]) -> None:
-    """Documented deviation: with collapsing, HTA 0.5.0 shows max = min = mean = sum for a kept
-    kernel; hpcprof keeps the statistics of its instances and gives "others" those of all the
-    collapsed instances."""
+def test_kernel_breakdown_instance_stats_option(trace_filter: list[RankTrace]) -> None:
+    """The named deviation `instance_stats`: where HTA 0.5.0 shows max = min = mean = sum for a
+    kept kernel of a collapsed type, hpcprof keeps the statistics of its instances and gives
+    "others" those of all the collapsed instances."""
     rank1 = trace_filter[1].gpu
     name = "ampere_sgemm_128x64_nn"
     durations = rank1.loc[rank1["name"] == name, "dur"]
-    row = A.kernel_breakdown(trace_filter).query("name == @name and rank == 1").iloc[0]
-    assert len(durations) == 4 and row["sum (us)"] == 1956  # HTA: max = min = mean = 1956
+    hta = A.kernel_breakdown(trace_filter).query("name == @name and rank == 1").iloc[0]
+    assert (hta["max (us)"], hta["min (us)"], hta["mean (us)"], hta["stddev"]) == (1956, 1956, 1956, 0)
+    row = A.kernel_breakdown(trace_filter, instance_stats=True).query("name == @name and rank == 1").iloc[0]
+    assert len(durations) == 4 and row["sum (us)"] == 1956
     assert (row["max (us)"], row["min (us)"], row["mean (us)"]) == (
         durations.max(), durations.min(), durations.mean())
     assert row["stddev"] == pytest.approx(durations.std())
 
-    table = A.kernel_breakdown(trace_filter)
+    table = A.kernel_breakdown(trace_filter, instance_stats=True)
     comp = table[(table["rank"] == 0) & (table["kernel_type"] == "COMPUTATION")]
     kept = comp.loc[comp["name"] != "others", "name"]
     gpu = trace_filter[0].gpu

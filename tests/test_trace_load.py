@@ -121,23 +121,32 @@ def test_ns_resolution_rounds_to_whole_microseconds(tmp_path: Path) -> None:
     assert us.gpu.iloc[0]["dur"] == 9.7  # integer timestamps are not rounded, as in HTA
 
 
-def test_sub_microsecond_event_gets_zero_duration(tmp_path: Path) -> None:
-    """Documented deviation: HTA 0.5.0 rounds this memset to [11, 10), a duration of -1, and its
-    temporal breakdown then fails its own non_compute_time >= 0 assertion."""
+def test_sub_microsecond_event_as_hta_or_clamped(tmp_path: Path) -> None:
+    """HTA 0.5.0 rounds this memset to [11, 10), a duration of -1 (and its temporal breakdown
+    then fails its own non_compute_time >= 0 assertion); hpcprof does the same by default, and
+    with the named deviation `clamp_sub_us` gives it duration 0."""
     events = [launch(1.5, 2.0, 1), kernel(10.2, 0.5, 1, "Memset (Device)", "gpu_memset"),
               launch(3.0, 2.0, 2), kernel(20.0, 5.0, 2)]
-    trace = load_trace(write_trace(tmp_path / "t.json", events))
+    path = write_trace(tmp_path / "t.json", events)
+    assert load_trace(path).gpu["dur"].tolist() == [-1, 5]
+    trace = load_trace(path, clamp_sub_us=True)
     assert trace.gpu["dur"].tolist() == [0, 5]
     row = A.temporal_breakdown([trace]).iloc[0]
     assert (row["kernel_time(us)"], row["idle_time(us)"], row["compute_time(us)"],
             row["non_compute_time(us)"]) == (14, 9, 5, 0)
 
 
-def test_kernel_without_launch_in_trace_is_not_host_wait(tmp_path: Path) -> None:
-    """Documented deviation: HTA 0.5.0 compares such a kernel with the first event of the file
-    (here a CPU op at 1000 µs) and calls its 80 µs gap host wait."""
+def test_kernel_without_launch_in_trace_as_hta_or_ignored(tmp_path: Path) -> None:
+    """HTA 0.5.0 compares a kernel whose launch is not in the trace with the first event of the
+    file (here a CPU op at 1000 µs) and calls its 80 µs gap host wait; hpcprof does the same, and
+    with the named deviation `ignore_unmatched_launches` leaves its launch unknown (other)."""
     events = [cpu_op(1000, 5), launch(0, 2, 1), kernel(10, 10, 1), kernel(100, 10, 99)]
-    trace = load_trace(write_trace(tmp_path / "t.json", events))
+    path = write_trace(tmp_path / "t.json", events)
+    trace = load_trace(path)
+    assert trace.gpu["launch_ts"].tolist() == [0, 1000]
+    idle = A.idle_time_breakdown([trace])
+    assert idle[["idle_category", "idle_time"]].values.tolist() == [["host_wait", 80.0], ["other", 0.0]]
+    trace = load_trace(path, ignore_unmatched_launches=True)
     assert trace.gpu["launch_ts"].isna().tolist() == [False, True]
     idle = A.idle_time_breakdown([trace])
     assert idle[["idle_category", "idle_time"]].values.tolist() == [["other", 80.0]]

@@ -16,10 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
+from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hpcprof.config.experiment import Experiment, Point, expand
+from hpcprof.cli import main
+from hpcprof.config.experiment import RANK_ENV, Experiment, Point, expand
 from hpcprof.config.profile import RankSelection
 from hpcprof.config.site import SiteConfig, find_site
 from hpcprof.render.job import render_point, template_dirs, write_run
@@ -244,3 +247,42 @@ def test_mpiexec_job_four_ranks(tools: Path, tmp_path: Path) -> None:
     for rank in range(4):
         assert f"app rank={rank} local={rank}" in (run_dir / "logs" / f"rank{rank}.log").read_text()
     assert "runs under nsys" in (run_dir / "logs" / "rank2.log").read_text()
+
+
+def test_no_rank_variable_fails(tools: Path, tmp_path: Path) -> None:
+    """Started without any launcher's rank variable the wrapper stops with one stderr line and a
+    non-zero status instead of every rank becoming rank 0; nothing runs, no log is written."""
+    run_dir = make_run(site_with_tools(tools), tmp_path / "run", {"tool": "nsys", "ranks": "all"})
+    result = subprocess.run(["bash", str(run_dir / "rank_wrapper.sh"), "bash", str(tools / "app.sh")],
+                            env=clean_env(), capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("hpcprof: no rank variable set (tried PALS_RANKID")
+    assert not list((run_dir / "results").glob("app.*"))
+    assert not list((run_dir / "logs").glob("rank*.log"))
+    assert not (run_dir / "profiles").exists() or not any((run_dir / "profiles").rglob("*"))
+
+
+def test_wrapper_reads_only_guarded_rank_variables() -> None:
+    """Every variable the wrapper resolves ranks from is one `env` may not set."""
+    text = (Path(__file__).parents[1] / "templates" / "rank_wrapper.sh.j2").read_text()
+    read = {name for line in text.splitlines() if "$(hp_first " in line
+            for name in line.split("$(hp_first ")[1].split(")")[0].split()}
+    assert read and read <= RANK_ENV
+
+
+@pytest.mark.parametrize("name", ["OMPI_COMM_WORLD_RANK", "SLURM_PROCID", "LOCAL_RANK", "HPCPROF_RANK"])
+def test_env_cannot_override_rank(name: str, tmp_path: Path) -> None:
+    """`env: {OMPI_COMM_WORLD_RANK: "0"}` would make every rank rank 0: rejected at validation,
+    exit 2, one line naming the field and the variable, nothing written."""
+    experiment = {"name": "e", "workload": {"kind": "command", "argv": ["true"]}, "env": {name: "0"}}
+    (tmp_path / "exp.yaml").write_text(yaml.safe_dump(experiment))
+    result = CliRunner().invoke(main, ["submit", str(tmp_path / "exp.yaml"), "--workdir",
+                                       str(tmp_path / "runs")],
+                                env={"HPCPROF_WORKDIR": str(tmp_path / "runs"), "HPCPROF_SITE_PATH": ""})
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.output
+    assert "'env'" in lines[0] and f"rank variable {name}" in lines[0], lines[0]
+    assert not (tmp_path / "runs").exists()

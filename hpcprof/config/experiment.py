@@ -23,6 +23,23 @@ from hpcprof.config.validation import load_yaml, parse_yaml, validate
 from hpcprof.errors import UserError
 from hpcprof.workloads import workload_args_model
 
+#: The launchers' rank variables the rank wrapper reads (templates/rank_wrapper.sh.j2) and the
+#: ones it exports; an experiment's `env` setting one would give several ranks the same identity.
+RANK_ENV = frozenset({
+    "RANK", "LOCAL_RANK", "PALS_RANKID", "PALS_LOCAL_RANKID", "OMPI_COMM_WORLD_RANK",
+    "OMPI_COMM_WORLD_LOCAL_RANK", "PMI_RANK", "PMIX_RANK", "MPI_LOCALRANKID", "PMI_LOCAL_RANK",
+    "SLURM_PROCID", "SLURM_LOCALID", "HPCPROF_RANK", "HPCPROF_LOCAL_RANK"})
+
+
+def check_rank_env(env: dict[str, str]) -> dict[str, str]:
+    """`check_env`, and no variable the launcher sets per rank."""
+    check_env(env)
+    clash = sorted(RANK_ENV.intersection(env))
+    if clash:
+        raise ValueError(f"sets the launcher's rank variable {', '.join(clash)}: remove it "
+                         "(each rank gets its own from the launcher)")
+    return env
+
 
 class WorkloadConfig(Strict):
     """The program every rank runs: `command` (any argv), `seqpar` or `ddp` with its args."""
@@ -79,7 +96,7 @@ class Experiment(Strict):
     sweep: dict[str, list[Any]] = {}
     container: ContainerConfig | None = None  # overrides the site's container block
 
-    _env = field_validator("env")(classmethod(lambda cls, v: check_env(v)))
+    _env = field_validator("env")(classmethod(lambda cls, v: check_rank_env(v)))
 
     @field_validator("sweep")
     @classmethod

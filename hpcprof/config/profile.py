@@ -165,6 +165,11 @@ class NsysOptions(Strict):
         return [*args, "--force-overwrite=true", *self.extra_args]
 
 
+#: Sections asked for when an experiment names neither `set` nor `sections`: those that fill
+#: Echo's kernel metric table (hpcprof.analysis.ncu.metrics.ECHO_SECTION_IDS).
+DEFAULT_NCU_SECTIONS = ("SpeedOfLight", "LaunchStats", "Occupancy", "MemoryWorkloadAnalysis")
+
+
 class NcuOptions(Strict):
     """`ncu` options."""
 
@@ -201,7 +206,7 @@ class NcuOptions(Strict):
         args: list[str] = []
         if self.set:
             args += ["--set", self.set]
-        for section in self.sections:
+        for section in self.sections or ([] if self.set else DEFAULT_NCU_SECTIONS):
             args += ["--section", section]
         if self.metrics:
             args += ["--metrics", ",".join(self.metrics)]

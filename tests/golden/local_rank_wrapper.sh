@@ -5,12 +5,13 @@
 hp_first() {
   local name
   for name in "$@"; do
-    if [ -n "${!name:-}" ]; then printf '%s' "${!name}"; return; fi
+    if [ -n "${!name:-}" ]; then printf '%s' "${!name}"; return 0; fi
   done
-  printf '0'
+  echo "hpcprof: no rank variable set (tried $*): start this wrapper through the site's launcher" >&2
+  return 1
 }
-hp_rank=$(hp_first PALS_RANKID OMPI_COMM_WORLD_RANK PMI_RANK PMIX_RANK SLURM_PROCID RANK)
-hp_local_rank=$(hp_first PALS_LOCAL_RANKID OMPI_COMM_WORLD_LOCAL_RANK MPI_LOCALRANKID PMI_LOCAL_RANK SLURM_LOCALID LOCAL_RANK)
+hp_rank=$(hp_first PALS_RANKID OMPI_COMM_WORLD_RANK PMI_RANK PMIX_RANK SLURM_PROCID RANK) || exit 2
+hp_local_rank=$(hp_first PALS_LOCAL_RANKID OMPI_COMM_WORLD_LOCAL_RANK MPI_LOCALRANKID PMI_LOCAL_RANK SLURM_LOCALID LOCAL_RANK) || exit 2
 export HPCPROF_RUN_DIR=/tmp/hpcprof-runs/seqpar-like/20250101-120000-abc123
 export HPCPROF_RANK="$hp_rank" HPCPROF_LOCAL_RANK="$hp_local_rank"
 exec > >(tee -a "$HPCPROF_RUN_DIR/logs/rank${hp_rank}.log") 2>&1

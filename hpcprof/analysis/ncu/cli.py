@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from hpcprof.analysis.ncu.metrics import metric_key, metrics_table
+from hpcprof.analysis.ncu.metrics import metric_key, metrics_table, missing_sections
 from hpcprof.errors import UserError
 from hpcprof.output import FORMATS, emit
 
@@ -40,7 +40,8 @@ def metrics(files: tuple[Path, ...], metrics: tuple[str, ...], fmt: str, ncu_pat
     FILE is `ncu --csv --page details` (or `--page raw`) output, or a .ncu-rep read through
     ncu. Columns: ID, Kernel Name, Compute throughput, SM, Memory throughput, DRAM throughput,
     Achieved occupancy, Maximum occupancy (theoretical), L1 hit rate, L2 hit rate (%; SM is
-    the SM count); empty where the profile lacks the section. With several files a `rank`
+    the SM count); empty where the profile lacks the section, and then the table's title (csv,
+    json: a stderr line) names the section each empty column needs. With several files a `rank`
     column (from `rank<N>` in the file name) and a `file` column come first.
     """
     df, errors = metrics_table(list(files), metrics, ncu=ncu_path)
@@ -52,7 +53,11 @@ def metrics(files: tuple[Path, ...], metrics: tuple[str, ...], fmt: str, ncu_pat
         df = df.iloc[0:0]
     for message in errors:
         click.echo(f"hpcprof ncu metrics: {message}", err=True)
+    notes = missing_sections(df)
+    if notes and fmt != "table":
+        for note in notes:
+            click.echo(f"hpcprof ncu metrics: {note}", err=True)
     if len(df):
-        emit(df, fmt)
+        emit(df, fmt, title="; ".join(notes) if notes and fmt == "table" else None)
     if errors:
         raise UserError(f"{len(errors)} problem(s) with the input; see above")

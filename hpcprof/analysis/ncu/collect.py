@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from hpcprof.analysis import CollectContext
-from hpcprof.analysis.ncu.metrics import metrics_table
+from hpcprof.analysis.ncu.metrics import metrics_table, missing_sections
 
 
 def collect_ncu(ctx: CollectContext) -> dict[str, pd.DataFrame]:
@@ -17,4 +17,6 @@ def collect_ncu(ctx: CollectContext) -> dict[str, pd.DataFrame]:
     df, errors = metrics_table(ctx.files, ncu=ctx.tool_paths.get("ncu"), ranks=ctx.rank_of)
     for message in errors:
         ctx.log(f"ncu: skipped {message}")
+    for note in missing_sections(df):
+        ctx.log(f"ncu: {note}")
     return {"metrics": df} if len(df) else {}

@@ -40,6 +40,12 @@ ECHO_SOURCES: dict[str, list[tuple[str, str]]] = {
     "L2 hit rate": [("Memory Workload Analysis", "L2 Hit Rate"), ("", "lts__t_sector_hit_rate.pct")],
 }
 ECHO_COLUMNS = ["ID", "Kernel Name", *ECHO_SOURCES]
+#: The ncu section (`--section` identifier) each Echo column comes from.
+ECHO_SECTION_IDS: dict[str, str] = {
+    "Compute throughput": "SpeedOfLight", "SM": "LaunchStats", "Memory throughput": "SpeedOfLight",
+    "DRAM throughput": "SpeedOfLight", "Achieved occupancy": "Occupancy",
+    "Maximum occupancy": "Occupancy", "L1 hit rate": "MemoryWorkloadAnalysis",
+    "L2 hit rate": "MemoryWorkloadAnalysis"}
 _OPEN, _CLOSE = "(<[", ")>]"
 
 
@@ -129,6 +135,14 @@ def kernel_table(long: pd.DataFrame, metrics: Sequence[str] = ()) -> pd.DataFram
     """Echo's table (ECHO_COLUMNS) of one long metric table (see parse.load), plus `metrics`."""
     df, units = _table(long, metrics)
     return _finish(df, units)
+
+
+def missing_sections(df: pd.DataFrame) -> list[str]:
+    """One line per Echo column that is empty in every row: the ncu section it needs."""
+    if df.empty:
+        return []
+    return [f"column {col!r} is empty: profile with --section {ECHO_SECTION_IDS[col]}"
+            for col in ECHO_SOURCES if col in df and df[col].isna().all()]
 
 
 def rank_from_name(path: Path) -> int | None:

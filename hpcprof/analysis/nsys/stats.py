@@ -929,8 +929,11 @@ def cuda_gpu_trace(export: Export, layout: str = NEW, variant: str = "demangled"
                                                                           else sa.literal(-1).label("memKind")]
         m = export.ints(sa.select(*sel))
         dur = m["end"] - m["start"]
-        with np.errstate(divide="ignore"):
-            thru = m["bytes"] * np.where(dur > 0, 1_000_000_000 // np.maximum(dur, 1), 0) / 1e6
+        # SQL bytes * (1000000000 / duration): integer, turning REAL where the product overflows int64
+        per_s = np.where(dur > 0, 1_000_000_000 // np.maximum(dur, 1), 0)
+        as_real = m["bytes"].astype(np.float64) * per_s
+        with np.errstate(over="ignore"):
+            thru = np.where(np.abs(as_real) >= 2.0 ** 63, as_real, (m["bytes"] * per_s).astype(np.float64)) / 1e6
         if is_copy:
             labels = memcpy_labels(export, layout)
             names = np.array([labels.get(c) for c in m["copyKind"]], dtype=object)
@@ -957,6 +960,7 @@ def cuda_gpu_trace(export: Export, layout: str = NEW, variant: str = "demangled"
     for c, h in (("gx", "GrdX"), ("gy", "GrdY"), ("gz", "GrdZ"), ("bx", "BlkX"), ("by", "BlkY"), ("bz", "BlkZ"),
                  ("regs", "Reg/Trd"), ("smem", "StcSMem (MB)"), ("dmem", "DymSMem (MB)"), ("bytes", "Bytes (MB)")):
         cols[h] = _object_column(f, c)
+    # nsys 2022.4 heads it "Throughput (MBps)", nsys 2025.3.1 "Throughput (MB/s)"
     cols["Throughput (MBps)" if layout == OLD else "Throughput (MB/s)"] = np.asarray(thru, dtype=object)
     cols["SrcMemKd"] = _object_column(f, "src")
     cols["DstMemKd"] = _object_column(f, "dst")

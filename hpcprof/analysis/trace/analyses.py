@@ -48,12 +48,21 @@ def _merge(ts: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Union of intervals [ts, end) as sorted disjoint (starts, ends); touching ones are joined."""
     if len(ts) == 0:
         return ts, end
-    order = np.argsort(ts, kind="stable")
+    order = _hta_order(ts)
     ts, end = ts[order], end[order]
     new = np.ones(len(ts), dtype=bool)
     new[1:] = ts[1:] > np.maximum.accumulate(end)[:-1]
     first = np.flatnonzero(new)
     return ts[first], np.maximum.reduceat(end, first)
+
+
+def _hta_order(ts: np.ndarray) -> np.ndarray:
+    """The order in which HTA 0.5.0 sorts events by start (pandas `sort_values`: NumPy's
+    quicksort, on int64 where times are whole µs). Events with equal starts keep that (unstable)
+    order, which matters with negative durations: a [10, 9) before a [10, 15) starts its own
+    merged interval."""
+    whole = np.all(ts == np.floor(ts))
+    return np.argsort(ts.astype(np.int64) if whole else ts, kind="quicksort")
 
 
 def _busy(gpu: pd.DataFrame, mask: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -142,8 +151,8 @@ def idle_time_breakdown(traces: Sequence[RankTrace], streams: Sequence[int] | No
     Per stream, the gap before each kernel/memcpy/memset is host_wait when its CPU launch started
     after the previous event ended, else kernel_wait when shorter than `consecutive_kernel_delay`
     µs, else other. idle_time_ratio is the share of the stream's idle time (2 decimals).
-    Deviation: an event whose launch call is not in the trace is never host_wait (HTA 0.5.0
-    compares against the first event of the file instead, through its index-0 sentinel).
+    An event whose launch call is not in the trace is compared, as in HTA 0.5.0, with the start
+    of the file's first event (see `load_trace`, option `ignore_unmatched_launches`).
     """
     rows = _classify_idle(traces, streams, consecutive_kernel_delay)
     df = (rows.groupby(["rank", "order", "stream", "idle_category"], sort=True)["idle_interval"]
@@ -234,16 +243,18 @@ def kernel_type_breakdown(traces: Sequence[RankTrace], include_memory_kernels: b
 
 def kernel_breakdown(traces: Sequence[RankTrace], num_kernels: int = 10,
                      duration_ratio: float = 0.8,
-                     include_memory_kernels: bool = True) -> pd.DataFrame:
+                     include_memory_kernels: bool = True,
+                     instance_stats: bool = False) -> pd.DataFrame:
     """Per rank and kernel type, sum/max/min/stddev/mean duration of each kernel name (HTA
     `get_gpu_kernel_breakdown` second table; stddev is the sample std, 0 for one instance).
 
     Beyond the `num_kernels` longest kernels of a type, or past the `duration_ratio` quantile of
-    their cumulative time, kernels are collapsed into "others". Deviation from HTA 0.5.0, which
-    then recomputes every row from per-kernel *totals* (so a kept kernel shows max = min = mean =
-    its sum and stddev 0, and "others" gives statistics of kernel totals): here kept kernels keep
-    their own statistics and "others" has the statistics of all its kernel instances. The sums
-    are HTA's in both cases.
+    their cumulative time, kernels are collapsed into "others", and then, as HTA 0.5.0 does,
+    every row is recomputed from per-kernel *totals*: a kept kernel shows max = min = mean = its
+    sum and stddev 0, and "others" gives the statistics of its kernels' totals.
+    `instance_stats=True` (a deviation from HTA, option `--instance-stats`) keeps each kept
+    kernel's own statistics and gives "others" those of all its kernel instances. The sums are
+    HTA's in both cases.
     """
     parts = []
     for t in traces:
@@ -261,8 +272,13 @@ def kernel_breakdown(traces: Sequence[RankTrace], num_kernels: int = 10,
                 cumsum = np.cumsum(stats["sum"][by_time])
                 collapse = cumsum > np.quantile(cumsum, duration_ratio)
                 collapse[num_kernels:] = True
-                group = np.where(np.isin(group, ids[by_time][collapse]), -1, group)
-                ids, stats = _group_stats(group, d)
+                collapse &= stats["sum"][by_time] >= 0  # HTA never collapses a negative total
+                if instance_stats:
+                    group = np.where(np.isin(group, ids[by_time][collapse]), -1, group)
+                    ids, stats = _group_stats(group, d)
+                else:
+                    totals = stats["sum"]
+                    ids, stats = _group_stats(np.where(np.isin(ids, ids[by_time][collapse]), -1, ids), totals)
             label = np.where(ids < 0, "others", names[np.maximum(ids, 0)])
             parts.append(pd.DataFrame({"name": label, **stats, "kernel_type": kind,
                                        "rank": t.rank}))

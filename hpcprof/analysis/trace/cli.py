@@ -50,13 +50,21 @@ def trace_command(name: str, help_: str) -> Callable[[Callable[..., pd.DataFrame
         @click.option("--ranks", help="Ranks to analyse, e.g. 0,2,4-7 (default: all).")
         @click.option("--include-last-step", is_flag=True,
                       help="Keep the last ProfilerStep (HTA drops it as possibly truncated).")
+        @click.option("--clamp-sub-us", is_flag=True,
+                      help="Give sub-µs events of ns traces duration 0 (HTA lets their end "
+                           "fall before their start).")
+        @click.option("--ignore-unmatched-launches", is_flag=True,
+                      help="A GPU event whose launch is not in the trace is never host_wait (HTA "
+                           "takes the file's first event as its launch).")
         @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table",
                       show_default=True)
         @functools.wraps(func)
         def command(paths: tuple[Path, ...], ranks: str | None, include_last_step: bool,
-                    fmt: str, **options: Any) -> None:
+                    clamp_sub_us: bool, ignore_unmatched_launches: bool, fmt: str,
+                    **options: Any) -> None:
             wanted = None if ranks is None else parse_int_list(ranks, "--ranks")
-            traces, errors = load_traces(paths, wanted, include_last_step)
+            traces, errors = load_traces(paths, wanted, include_last_step, clamp_sub_us=clamp_sub_us,
+                                         ignore_unmatched_launches=ignore_unmatched_launches)
             for line in errors:
                 click.echo(f"hpcprof: {line}", err=True)
             if wanted is not None and traces and not wanted <= {t.rank for t in traces}:
@@ -128,8 +136,11 @@ def launch(traces: list[RankTrace], runtime_cutoff: float, launch_delay_cutoff: 
 @click.option("--duration-ratio", type=FiniteRange(min=0, max=1, min_open=True), default=0.8, show_default=True,
               help="Kernels past this quantile of cumulative time are 'others'.")
 @click.option("--no-memory", is_flag=True, help="Leave out MEMORY kernels (memcpy/memset).")
+@click.option("--instance-stats", is_flag=True,
+              help="Once kernels are collapsed into 'others', keep per-instance max/min/mean/stddev "
+                   "(HTA recomputes them from per-kernel totals).")
 def kernels(traces: list[RankTrace], by_type: bool, per_rank: bool, num_kernels: int,
-            duration_ratio: float, no_memory: bool) -> pd.DataFrame:
+            duration_ratio: float, no_memory: bool, instance_stats: bool) -> pd.DataFrame:
     if by_type:
         return analyses.kernel_type_breakdown(traces, not no_memory, per_rank)
-    return analyses.kernel_breakdown(traces, num_kernels, duration_ratio, not no_memory)
+    return analyses.kernel_breakdown(traces, num_kernels, duration_ratio, not no_memory, instance_stats)

@@ -146,13 +146,22 @@ def peek_rank(path: Path) -> int | None:
 
 
 def load_trace(
-    path: Path, rank: int | None = None, include_last_profiler_step: bool = False
+    path: Path, rank: int | None = None, include_last_profiler_step: bool = False,
+    clamp_sub_us: bool = False, ignore_unmatched_launches: bool = False,
 ) -> RankTrace:
     """Load one rank's trace (`.json` or `.json.gz`); `rank` overrides the detected rank.
 
-    Deviation from HTA 0.5.0: when ns timestamps are rounded, an event shorter than a microsecond
-    that does not cross a microsecond boundary gets end < start in HTA (a negative duration, seen
-    on short memsets), which shrinks merged busy time. Here such an event gets duration 0.
+    Times with fractional µs are rounded as HTA 0.5.0 does: start = ceil(ts), end =
+    floor(ts + dur), dur = end - start. An event shorter than a microsecond that crosses no
+    microsecond boundary so gets end < start (a negative duration, seen on short memsets and
+    kernels), which HTA's idle gaps and busy unions then include. `clamp_sub_us=True` (a
+    deviation from HTA, option `--clamp-sub-us`) gives such an event duration 0 instead.
+
+    A GPU event whose correlation id has no CPU call in the trace gets, as in HTA 0.5.0, the start
+    of the file's first event as its launch time (HTA's index-0 fallback), so that the idle time
+    breakdown may count the gap before it as host_wait; `ignore_unmatched_launches=True` (a
+    deviation, option `--ignore-unmatched-launches`) leaves its launch time unknown (never
+    host_wait).
     Raises TraceError for unreadable or non-Kineto files and for traces without GPU events.
     """
     path = Path(path)
@@ -181,6 +190,11 @@ def load_trace(
     # Only the events an analysis can use go further (most CPU ops and flow events do not).
     idx = np.flatnonzero((stream != -1) | (corr != -1) | step_name | sync_name)
     chosen = [events[i] for i in idx.tolist()]
+    # HTA joins a GPU event whose correlation id has no CPU partner to the file's first event
+    # (index 0), if HTA keeps that event (it has dur and cat)
+    first = events[0] if events else None
+    first_ts = (float(first.ts) if first is not None and first.ts is not None and first.cat is not None
+                and first.dur is not None and first.dur == first.dur else math.nan)
     del events, doc
     ts = np.array([e.ts for e in chosen], dtype=np.float64)
     dur = np.array([e.dur for e in chosen], dtype=np.float64)
@@ -194,10 +208,14 @@ def load_trace(
     cats = _str_index(cats)
     del cat
     if ts_is_float:
-        end = np.maximum(np.floor(ts + dur), np.ceil(ts))
+        end = np.floor(ts + dur)
         ts = np.ceil(ts)
+        first_ts = math.ceil(first_ts) if first_ts == first_ts else first_ts
+        if clamp_sub_us:
+            end = np.maximum(end, ts)
         dur = end - ts
     origin = ts.min() if len(ts) else 0.0
+    first_ts -= origin
     ts = ts - origin  # relative times keep sums of µs exact in float64, as HTA's aligned ones
     end = ts + dur
 
@@ -215,6 +233,7 @@ def load_trace(
             kept_cpu = is_cpu & (ts <= end[steps].max())
         else:
             kept_cpu = is_cpu & (ts < ts[steps].max())
+            first_ts = first_ts if first_ts < ts[steps].max() else math.nan
         kept = kept_cpu | (is_gpu & np.isin(corr, corr[kept_cpu]))
 
     on_stream = kept & (stream != -1)
@@ -222,7 +241,9 @@ def load_trace(
     partner = partner_of.reindex(corr[gpu_idx]).to_numpy()
     has_partner = ~np.isnan(partner)
     partner_i = np.where(has_partner, partner, 0).astype(np.int64)
-    launch_ts = np.where(has_partner & kept[partner_i], ts[partner_i], np.nan)
+    unmatched = math.nan if ignore_unmatched_launches else first_ts
+    launch_ts = np.where(has_partner & kept[partner_i], ts[partner_i],
+                         np.where(~has_partner & (corr[gpu_idx] >= 0), unmatched, np.nan))
 
     def categorical(codes: np.ndarray, uniques: pd.Index) -> pd.Categorical:
         return pd.Categorical.from_codes(codes, categories=uniques).remove_unused_categories()
@@ -254,14 +275,15 @@ def load_trace(
 
 
 def _load_wanted(path: Path, rank: int | None, ranks: Container[int] | None,
-                 include_last_profiler_step: bool) -> RankTrace | str | None:
+                 include_last_profiler_step: bool, clamp_sub_us: bool,
+                 ignore_unmatched_launches: bool) -> RankTrace | str | None:
     """load_trace for one file of load_traces: the trace, its error line, or None if unwanted."""
     try:
         if ranks is not None:
             rank = peek_rank(path) if rank is None else rank
             if (0 if rank is None else rank) not in ranks:
                 return None
-        return load_trace(path, rank, include_last_profiler_step)
+        return load_trace(path, rank, include_last_profiler_step, clamp_sub_us, ignore_unmatched_launches)
     except TraceError as exc:
         return str(exc)
 
@@ -272,17 +294,21 @@ def load_traces(
     include_last_profiler_step: bool = False,
     rank_of: dict[Path, int] | None = None,
     workers: int | None = None,
+    clamp_sub_us: bool = False,
+    ignore_unmatched_launches: bool = False,
 ) -> tuple[list[RankTrace], list[str]]:
     """Load every trace file (directories expanded), sorted by rank; bad files become errors.
 
     `ranks` keeps only those ranks (other files are only peeked at); `rank_of` gives ranks that
-    override detection. Files are loaded in `workers` processes, as HTA does (default: one per
-    CPU core when the files total more than PARALLEL_MIN_BYTES on disk, else in this process);
-    each file needs about twice its decompressed size in memory while it loads. Returns
-    (traces, one error line per file that could not be used).
+    override detection; `clamp_sub_us` and `ignore_unmatched_launches` as in `load_trace`.
+    Files are loaded in `workers` processes, as HTA does (default: one per CPU core when the
+    files total more than PARALLEL_MIN_BYTES on disk, else in this process); each file needs
+    about twice its decompressed size in memory while it loads. Returns (traces, one error line
+    per file that could not be used).
     """
     files = find_trace_files(paths)
-    jobs = [(f, (rank_of or {}).get(f), ranks, include_last_profiler_step) for f in files]
+    jobs = [(f, (rank_of or {}).get(f), ranks, include_last_profiler_step, clamp_sub_us,
+             ignore_unmatched_launches) for f in files]
     if workers is None:
         size = sum(f.stat().st_size for f in files if f.is_file())
         workers = (os.cpu_count() or 1) if size > PARALLEL_MIN_BYTES else 1
