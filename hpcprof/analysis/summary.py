@@ -14,11 +14,14 @@ from typing import Any
 import pandas as pd
 
 try:
-    from hpcprof.results import read_table
+    from hpcprof.results import list_tables, read_table
 except ImportError:  # until the Parquet results store lands: the CSVs collect writes today
     def read_table(run_dir: Path, name: str) -> pd.DataFrame | None:
         path = Path(run_dir) / "results" / f"{name}.csv"
         return pd.read_csv(path) if path.is_file() and path.stat().st_size else None
+
+    def list_tables(run_dir: Path) -> list[str]:
+        return sorted(p.stem for p in (Path(run_dir) / "results").glob("*.csv"))
 
 Metric = tuple[str, float, str]
 
@@ -117,6 +120,25 @@ def torch_metrics(run_dir: Path) -> list[Metric]:
     temporal = read_table(run_dir, "torch_temporal")
     if temporal is not None and not temporal.empty:
         out.append(("idle_pct", float(temporal["idle_time_pctg"].mean()), "%"))
+    return out
+
+
+def top_kernels(run_dir: Path, tool: str, n: int = 3) -> pd.DataFrame:
+    """The `n` kernels with the most GPU time over all ranks: name, time_ms, category."""
+    if tool == "nsys":
+        df = read_table(run_dir, "nsys_cuda_gpu_kern_sum")
+        name, ms = "Name", lambda d: d["Total Time (ns)"].astype(float) / 1e6
+    elif tool == "torch":
+        df = read_table(run_dir, "torch_kernels")
+        name, ms = "name", lambda d: d["sum (us)"].astype(float) / 1e3
+    else:
+        df = None
+    if df is None or df.empty:
+        return pd.DataFrame(columns=["name", "time_ms", "category"])
+    df = df[df[name] != "others"]
+    out = ms(df).groupby(df[name].astype(str)).sum().nlargest(n).rename("time_ms").reset_index()
+    out.columns = ["name", "time_ms"]
+    out["category"] = out["name"].map(kernel_category)
     return out
 
 

@@ -23,6 +23,8 @@ from hpcprof.config.validation import load_yaml, validate
 from hpcprof.errors import UserError
 from hpcprof.workloads import workload_args_model
 
+REPEAT = "repeat"  # the sweep-point parameter that numbers repetitions
+
 
 class WorkloadConfig(Strict):
     """The program every rank runs: `command` (any argv), `seqpar` or `ddp` with its args."""
@@ -68,6 +70,7 @@ class Experiment(Strict):
     profile: ProfileConfig = ProfileConfig()
     env: dict[str, str] = {}
     sweep: dict[str, list[Any]] = {}
+    repeat: int = Field(1, ge=1, le=1000)  # runs per sweep point (params get "repeat": 0..N-1)
 
     _env = field_validator("env")(classmethod(lambda cls, v: check_env(v)))
 
@@ -76,7 +79,7 @@ class Experiment(Strict):
     def _sweep_lists(cls, value: dict[str, list[Any]]) -> dict[str, list[Any]]:
         for key, values in value.items():
             names = key.split(",")
-            if any(n.startswith("sweep") or n == "name" for n in names):
+            if any(n.startswith("sweep") or n in ("name", REPEAT) for n in names):
                 raise ValueError(f"cannot sweep over {key!r}")
             if not values:
                 raise ValueError(f"sweep key {key!r} has no values")
@@ -87,10 +90,13 @@ class Experiment(Strict):
 
     def sweep_points(self) -> list[dict[str, Any]]:
         """The sweep's points: the cartesian product over its keys, where a key `a,b` zips
-        its keys together (its values are [a, b] pairs)."""
+        its keys together (its values are [a, b] pairs); each `repeat` times (param `repeat`)."""
         axes = [[dict(zip(key.split(","), v if "," in key else [v])) for v in values]
                 for key, values in self.sweep.items()]
-        return [{k: v for part in combo for k, v in part.items()} for combo in itertools.product(*axes)]
+        points = [{k: v for part in combo for k, v in part.items()} for combo in itertools.product(*axes)]
+        if self.repeat == 1:
+            return points
+        return [{**p, REPEAT: r} for p in points for r in range(self.repeat)]
 
 
 class Point(BaseModel):
@@ -151,7 +157,8 @@ def expand(data: dict[str, Any], site: SiteConfig, source: str) -> list[Point]:
             point_data = copy.deepcopy(data)
             point_data.pop("sweep", None)
             for key, value in params.items():
-                set_dotted(point_data, key, value, f"{source} sweep")
+                if key != REPEAT:
+                    set_dotted(point_data, key, value, f"{source} sweep")
             where = f"{source} (sweep point {index}: {', '.join(f'{k}={v!r}' for k, v in params.items())})"
             experiment = validate(Experiment, point_data, where)
         else:
