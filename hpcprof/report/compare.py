@@ -12,7 +12,7 @@ import pandas as pd
 from hpcprof.analysis.summary import list_tables, run_summary, top_kernels
 from hpcprof.config.experiment import REPEAT
 from hpcprof.errors import UserError
-from hpcprof.rundir import RunDir, all_runs, find_run
+from hpcprof.rundir import RunDir, all_runs, find_run, sweep_of
 
 
 @dataclass
@@ -53,12 +53,6 @@ def select_runs(refs: tuple[str, ...], workdir: Path) -> list[RunDir]:
             points = [find_run(ref, workdir)]
         selected += [p for p in points if p not in selected]
     return selected
-
-
-def sweep_of(run_id: str) -> str:
-    """The sweep id of a run id (`<sweep>-p003` -> `<sweep>`)."""
-    head, sep, tail = run_id.rpartition("-p")
-    return head if sep and tail.isdigit() else run_id
 
 
 def load(runs: list[RunDir], require_collected: bool = True) -> list[RunInfo]:
