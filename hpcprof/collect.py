@@ -12,6 +12,7 @@ from typing import Callable
 import pandas as pd
 
 from hpcprof.analysis import CollectContext, collectors
+from hpcprof.analysis.nsys.echo import echo_slowdown
 from hpcprof.output import write
 from hpcprof.rundir import RunDir
 from hpcprof.store import Store
@@ -88,5 +89,6 @@ def collect_run(run: RunDir, store: Store, log: Callable[[str], None] = print) -
             save(tool, collectors()[tool](ctx))
         else:
             log(f"{run.run_id}: no {tool} profiles in {profile_dir}")
+    save("echo", echo_slowdown(run, log))  # Echo's flow: a ws-N DDP run against its sweep's ws-1 run
     store.mark_collected(run.run_id)
     return done

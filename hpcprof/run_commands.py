@@ -1,4 +1,4 @@
-"""The run commands of `hpcprof`: sites, render, submit, status, cancel, collect, report,
+"""The run commands of `hpcprof`: sites, render, submit, status, cancel, collect,
 templates (config -> render -> schedulers -> collect -> store -> report)."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from hpcprof import campaign
 from hpcprof.collect import collect_run
 from hpcprof.config.site import available_sites, find_site, load_site_file
 from hpcprof.errors import UserError
-from hpcprof.output import emit, render_table
+from hpcprof.output import emit
 from hpcprof.render.job import shipped_template_dir
 from hpcprof.rundir import RunDir, all_runs, find_run
 from hpcprof.schedulers.base import JobState
@@ -174,30 +174,6 @@ def collect(runs: tuple[str, ...], workdir: Path, db: str | None) -> None:
         summary = ", ".join(f"{source}: {len(names)}" for source, names in tables.items())
         console.print(f"collected {run.run_id} ({state.state}) -> {run.path / 'results'} ({summary} tables)",
                       markup=False)
-
-
-@click.command()
-@click.argument("runs", nargs=-1)
-@workdir_option
-@db_option
-@click.option("--rows", default=12, show_default=True, help="Rows shown per table.")
-def report(runs: tuple[str, ...], workdir: Path, db: str | None, rows: int) -> None:
-    """Show the collected results of RUNS (default: the latest run)."""
-    store = open_store(workdir, db)
-    selected = runs_from(runs, workdir) if runs else all_runs(workdir)[-1:]
-    out = Console(width=200)
-    for run in selected:
-        state = campaign.refresh(run, store)
-        out.rule(f"{run.run_id}  {state.state}  {run.path}")
-        names = store.result_names(run.run_id)
-        if not names:
-            out.print("not collected yet: run `hpcprof collect`")
-        # summaries first (per-phase and per-collective tables), per-event tables last
-        for source, name in sorted(names, key=lambda sn: (not sn[1].endswith(("phases", "nccl", "temporal")), sn)):
-            if source == "files":
-                continue
-            df = store.results_frame(run.run_id, source, name)
-            out.print(render_table(df.head(rows), title=f"{source}: {name} ({len(df)} rows)"))
 
 
 @click.group()

@@ -158,6 +158,11 @@ def run_summary(run_dir: Path, config: dict[str, Any]) -> list[Metric]:
     tool = experiment["profile"]["tool"]
     if tool == "nsys":
         out += nsys_metrics(run_dir)
+        slowdown = read_table(run_dir, "echo_slowdown")
+        if slowdown is not None and slowdown["slowdown"].notna().any():
+            values = slowdown["slowdown"].dropna()
+            out += [("slowdown.median", float(values.median()), ""), ("slowdown.mean", float(values.mean()), ""),
+                    ("slowdown.p90", float(values.quantile(0.9)), "")]
     elif tool == "torch":
         out += torch_metrics(run_dir)
     return out

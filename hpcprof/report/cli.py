@@ -62,7 +62,8 @@ def report(runs: tuple[str, ...], workdir: Path, full: bool, rows: int, html_fil
     failed runs with their reason and log tail."""
     from hpcprof.report.compare import load, select_runs
 
-    infos = load(select_runs(runs, workdir), require_collected=html_file is not None)
+    infos = load(select_runs(runs, workdir), require_collected=html_file is not None,
+                 one_workload=html_file is not None)
     if html_file is not None:
         from hpcprof.report.html import build_html
 

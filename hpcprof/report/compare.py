@@ -55,8 +55,9 @@ def select_runs(refs: tuple[str, ...], workdir: Path) -> list[RunDir]:
     return selected
 
 
-def load(runs: list[RunDir], require_collected: bool = True) -> list[RunInfo]:
-    """Each run's state and headline metrics; every run must be collected (unless failed)."""
+def load(runs: list[RunDir], require_collected: bool = True, one_workload: bool = True) -> list[RunInfo]:
+    """Each run's state and headline metrics; every completed run must be collected, and with
+    `one_workload` all runs must run the same workload kind."""
     from hpcprof.campaign import current_state
 
     infos = []
@@ -71,7 +72,7 @@ def load(runs: list[RunDir], require_collected: bool = True) -> list[RunInfo]:
             info.top = top_kernels(run.path, info.tool)
         infos.append(info)
     kinds = sorted({i.kind for i in infos})
-    if len(kinds) > 1:
+    if one_workload and len(kinds) > 1:
         raise UserError(f"the selection mixes workloads {', '.join(kinds)}; compare runs of one workload "
                         "(name one sweep or the runs of one experiment)")
     return infos

@@ -109,7 +109,7 @@ def nsys_figures(info: RunInfo) -> Iterator[go.Figure]:
         yield plots.stacked_per_rank(overlap.assign(**{c: overlap[c] / 1e6 for c in ("compute_ns", "comm_ns", "idle_ns")}),
                                      {"compute_ns": "compute", "comm_ns": "communication", "idle_ns": "idle"},
                                      "ms", "GPU busy and idle time per rank")
-    slowdown = read_table(run, "nsys_slowdown")
+    slowdown = read_table(run, "echo_slowdown")
     if slowdown is not None and "slowdown" in slowdown and slowdown["slowdown"].notna().any():
         yield plots.histogram(slowdown["slowdown"].dropna(), "slowdown (distributed / 1 GPU)",
                               "kernel slowdown distribution (Echo)")
