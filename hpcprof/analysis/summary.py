@@ -45,12 +45,17 @@ def kernel_category(name: str) -> str:
     return "gemm" if GEMM.search(name) else "other"
 
 
+def counted(rows: pd.DataFrame) -> pd.DataFrame:
+    """Timing rows without warm-up epochs and the profiled window step (when the rows say which)."""
+    if "counted" in rows and "window" in rows:
+        return rows[rows["counted"].astype(bool) & ~rows["window"].astype(bool)]
+    return rows
+
+
 def iteration_metrics(rows: pd.DataFrame, phase: str) -> list[Metric]:
     """Iteration time mean/median/spread over ranks and the slowest rank, from per-iteration rows
-    {rank, iteration, phase, time_ms} (only counted iterations, when the rows say which)."""
-    rows = rows[rows["phase"] == phase]
-    if "counted" in rows and "window" in rows:
-        rows = rows[rows["counted"].astype(bool) & ~rows["window"].astype(bool)]
+    {rank, iteration, phase, time_ms} (counted iterations only)."""
+    rows = counted(rows[rows["phase"] == phase])
     if rows.empty:
         return []
     per_rank = rows.groupby("rank")["time_ms"].mean()

@@ -105,6 +105,17 @@ def param_columns(df: pd.DataFrame) -> list[str]:
     return [c for c in df.columns[1:stop] if c not in (REPEAT, "world_size")]
 
 
+def point_labels(df: pd.DataFrame, params: list[str], sep: str = ", ") -> pd.Series:
+    """Each row's parameter values joined as text (empty for a missing value)."""
+    def label(v: Any) -> str:
+        if v is None or (isinstance(v, float) and pd.isna(v)):
+            return ""
+        return str(int(v)) if isinstance(v, float) and v.is_integer() else str(v)
+
+    text = df[params].apply(lambda col: col.map(label))
+    return text.agg(sep.join, axis=1) if params else pd.Series("", index=df.index)
+
+
 def metric_columns(df: pd.DataFrame) -> list[str]:
     return [c for c in df.columns if c.endswith("]") and pd.api.types.is_numeric_dtype(df[c])]
 
@@ -116,7 +127,7 @@ def fold_repetitions(df: pd.DataFrame) -> pd.DataFrame:
         return df
     params = param_columns(df)
     metrics = metric_columns(df)
-    keyed = df.assign(_key=df[params].astype(str).agg("|".join, axis=1)) if params else df.assign(_key="")
+    keyed = df.assign(_key=point_labels(df, params, "|"))
     rows = []
     for _, group in keyed.groupby("_key", sort=False):
         first = group.iloc[0]

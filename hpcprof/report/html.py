@@ -10,9 +10,10 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
-from hpcprof.analysis.summary import read_table
+from hpcprof.analysis.summary import counted, read_table
 from hpcprof.report import plots
-from hpcprof.report.compare import RunInfo, comparison, fold_repetitions, metric_columns, param_columns
+from hpcprof.report.compare import (RunInfo, comparison, fold_repetitions, metric_columns, param_columns,
+                                     point_labels)
 from hpcprof.report.terminal import format_value
 
 #: sweep metrics drawn against the swept parameters (prefixes of metric names)
@@ -25,10 +26,11 @@ def sweep_figures(infos: list[RunInfo]) -> Iterator[go.Figure]:
     """Each headline metric against the swept parameter(s), when the runs differ in one."""
     df = fold_repetitions(comparison(infos))
     params = param_columns(df)
+    df = df[df[params].notna().all(axis=1)] if params else df
     if len(df) < 2 or not params:
         return
-    label = "_".join(params) if len(params) > 1 else params[0]
-    df = df.assign(**{label: df[params].astype(str).agg(", ".join, axis=1)}) if len(params) > 1 else df
+    label = ", ".join(params) if len(params) > 1 else params[0]
+    df = df.assign(**{label: point_labels(df, params)}) if len(params) > 1 else df
     for col in metric_columns(df):
         if col.startswith(SWEEP_METRICS) and not col.endswith(("share [%]",)) and df[col].notna().sum() > 1:
             sd = f"{col} sd" if f"{col} sd" in df else None
@@ -43,7 +45,7 @@ def workload_figures(info: RunInfo) -> Iterator[go.Figure]:
         return
     rows = read_table(info.run.path, tables[0])
     if rows is not None and not rows.empty:
-        yield plots.phase_time_per_rank(rows, "time per phase and rank")
+        yield plots.phase_time_per_rank(counted(rows), "time per phase and rank (counted iterations)")
     phases = read_table(info.run.path, tables[1])
     if phases is not None and "tflops" in phases and phases["tflops"].notna().any():
         yield plots.rates(phases, "tflops", "TFLOP/s", None, "matmul TFLOP/s per phase")
@@ -101,9 +103,11 @@ def nsys_figures(info: RunInfo) -> Iterator[go.Figure]:
                                       "NCCL collectives per type and rank")
     phases = read_table(run, "nsys_phases")
     if phases is not None and not phases.empty:
-        mean = phases.groupby(["rank", "range"], as_index=False)["range_ns"].mean()
-        yield plots.bars_per_rank(mean.assign(ms=mean["range_ns"] / 1e6), "ms", "range", "NVTX range (ms)",
-                                  "NVTX phases per rank (mean duration)")
+        top = phases.groupby("range")["range_time_ns"].sum().nlargest(10).index
+        df = phases[phases["range"].isin(top)]
+        df = df.assign(ms=df["range_time_ns"] / df["instances"].clip(lower=1) / 1e6)
+        yield plots.grouped(df, "range", "ms", "rank", "mean range time (ms)",
+                            "NVTX ranges per rank (mean time, the 10 longest ranges)")
     overlap = read_table(run, "nsys_overlap")
     if overlap is not None and not overlap.empty:
         yield plots.stacked_per_rank(overlap.assign(**{c: overlap[c] / 1e6 for c in ("compute_ns", "comm_ns", "idle_ns")}),

@@ -44,6 +44,12 @@ def bars_per_rank(df: pd.DataFrame, value: str, color: str, unit: str, title: st
     return _fig(fig, title)
 
 
+def grouped(df: pd.DataFrame, x: str, y: str, group: str, unit: str, title: str) -> go.Figure:
+    """Grouped bars of `y` per `x`, one bar per `group` value (e.g. rank)."""
+    fig = px.bar(df, x=x, y=y, color=df[group].astype(str), barmode="group", labels={y: unit, "color": group})
+    return _fig(fig, title)
+
+
 def histogram(values: pd.Series, unit: str, title: str, color: pd.Series | None = None) -> go.Figure:
     fig = px.histogram(x=values, color=color, nbins=50, labels={"x": unit, "color": ""})
     return _fig(fig, title)

@@ -14,7 +14,7 @@ from rich.table import Table
 
 from hpcprof.analysis.summary import list_tables, read_table
 from hpcprof.output import render_table
-from hpcprof.report.compare import RunInfo, metric_columns, param_columns
+from hpcprof.report.compare import RunInfo, metric_columns, param_columns, point_labels
 
 LOG_TAIL = 15
 
@@ -45,7 +45,7 @@ def comparison_table(df: pd.DataFrame) -> Table:
     parameter and metric; `mean ± sd` for folded repetitions, `(×r)` ratios to the baseline."""
     table = Table(show_lines=False)
     table.add_column("")
-    labels = [", ".join(f"{format_value(v)}" for v in row) for row in df[param_columns(df)].itertuples(index=False)]
+    labels = list(point_labels(df, param_columns(df)))
     for i, run in enumerate(df["run"]):
         table.add_column(labels[i] if labels[i] else str(run), justify="right")
     table.add_row("run", *[str(r) for r in df["run"]])
