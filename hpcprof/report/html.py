@@ -14,7 +14,7 @@ from hpcprof.analysis.summary import counted, read_table
 from hpcprof.report import plots
 from hpcprof.report.compare import (RunInfo, comparison, fold_repetitions, metric_columns, param_columns,
                                      point_labels)
-from hpcprof.report.terminal import format_value
+from hpcprof.report.terminal import format_value, with_unit
 
 #: sweep metrics drawn against the swept parameters (prefixes of metric names)
 SWEEP_METRICS = ("iteration.mean", "phase.", "gpu.", "overlap_pct", "idle_pct", "slowest_rank.excess_pct")
@@ -97,7 +97,8 @@ def nsys_figures(info: RunInfo) -> Iterator[go.Figure]:
         yield plots.top_kernels(top, "top kernels per rank")
     nccl = read_table(run, "nsys_nccl")
     if nccl is not None and not nccl.empty and "scope" in nccl:
-        per_rank = nccl[nccl["scope"] != "all"].assign(time_ms=lambda d: d["total_ns"] / 1e6)
+        per_rank = nccl[nccl["scope"] != "all"].assign(time_ms=lambda d: d["total_ns"] / 1e6,
+                                                       rank=lambda d: d["rank"].astype(int))
         if not per_rank.empty:
             yield plots.bars_per_rank(per_rank, "time_ms", "collective", "NCCL time (ms)",
                                       "NCCL collectives per type and rank")
@@ -132,7 +133,8 @@ def ncu_figures(info: RunInfo) -> Iterator[go.Figure]:
 
 
 def section(title: str, figures: list[go.Figure], counter: list[int], grid: bool = False) -> str:
-    parts = [f"<h2>{html.escape(title)}</h2><div class='{'grid' if grid else 'col'}'>"]
+    heading = f"<h2>{html.escape(title)}</h2>" if title else ""
+    parts = [f"{heading}<div class='{'grid' if grid else 'col'}'>"]
     for fig in figures:
         counter[0] += 1
         parts.append(fig.to_html(full_html=False, include_plotlyjs=False, div_id=f"fig{counter[0]}",
@@ -142,7 +144,7 @@ def section(title: str, figures: list[go.Figure], counter: list[int], grid: bool
 
 def run_header(info: RunInfo) -> str:
     params = ", ".join(f"{k}={format_value(v)}" for k, v in info.params.items())
-    metrics = "".join(f"<tr><td>{html.escape(n)}</td><td>{html.escape(format_value(v, u))} {html.escape(u)}</td></tr>"
+    metrics = "".join(f"<tr><td>{html.escape(n)}</td><td>{html.escape(with_unit(v, u))}</td></tr>"
                       for n, v, u in info.metrics)
     return (f"<p>{html.escape(info.kind)} on {info.config.get('world_size')} rank(s), profile {html.escape(info.tool)}; "
             f"{html.escape(params)}; state {html.escape(info.state)}</p><table class='m'>{metrics}</table>")
@@ -157,8 +159,8 @@ def build_html(infos: list[RunInfo]) -> str:
         body.append(section("Sweep: headline metrics against the swept parameters", sweep, counter, grid=True))
     for info in infos:
         figures = [*workload_figures(info), *torch_figures(info), *nsys_figures(info), *ncu_figures(info)]
-        body.append(section(f"Run {info.run.run_id}", figures, counter))
-        body.append(run_header(info))
+        body.append(f"<h2>Run {html.escape(info.run.run_id)}</h2>" + run_header(info))
+        body.append(section("", figures, counter))
     title = f"hpcprof report: {infos[0].config['experiment']['name']}" if infos else "hpcprof report"
     return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
             "<style>body{font-family:sans-serif;margin:2em}table.m td{padding:0 1em}"
