@@ -18,4 +18,6 @@ if [ "$(id -u)" = 0 ] && [ -x "$SHARED/tools/slurm-local.sh" -o -f "$SHARED/tool
   bash "$SHARED/tools/slurm-local.sh" start
 fi
 
+[ "$(id -u)" = 0 ] && bash tests/services/chromium.sh   # headless Chromium for the HTML report check
+
 exec .venv/bin/pytest -q -p no:cacheprovider "$@"
