@@ -109,6 +109,9 @@ def nsys_figures(info: RunInfo) -> Iterator[go.Figure]:
         df = df.assign(ms=df["range_time_ns"] / df["instances"].clip(lower=1) / 1e6)
         yield plots.grouped(df, "range", "ms", "rank", "mean range time (ms)",
                             "NVTX ranges per rank (mean time, the 10 longest ranges)")
+    timeline = read_table(run, "nsys_timeline")
+    if timeline is not None and not timeline.empty:
+        yield plots.gantt(timeline, "NVTX ranges of one iteration on every rank")
     overlap = read_table(run, "nsys_overlap")
     if overlap is not None and not overlap.empty:
         yield plots.stacked_per_rank(overlap.assign(**{c: overlap[c] / 1e6 for c in ("compute_ns", "comm_ns", "idle_ns")}),

@@ -67,6 +67,17 @@ def top_kernels(df: pd.DataFrame, title: str) -> go.Figure:
     return _fig(fig, title).update_layout(height=max(380, 28 * df["short"].nunique()))
 
 
+def gantt(df: pd.DataFrame, title: str) -> go.Figure:
+    """One row per rank, a bar per NVTX range from start_ms to end_ms (df: rank, range, start_ms, end_ms)."""
+    fig = go.Figure()
+    for name, g in df.groupby("range", sort=False):
+        fig.add_trace(go.Bar(name=str(name), orientation="h", y=[f"rank {r}" for r in g["rank"]],
+                             base=g["start_ms"], x=g["end_ms"] - g["start_ms"], hovertext=str(name)))
+    fig.update_layout(barmode="overlay", xaxis_title="ms from the iteration's start", bargap=0.3)
+    fig.update_traces(opacity=0.6)
+    return _fig(fig, title).update_layout(height=max(300, 60 * df["rank"].nunique() + 150))
+
+
 def sol_bars(df: pd.DataFrame, title: str) -> go.Figure:
     """Speed-of-light % per kernel (df: kernel, metric, pct)."""
     fig = px.bar(df, y="kernel", x="pct", color="metric", barmode="group", orientation="h",

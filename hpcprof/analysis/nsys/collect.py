@@ -13,6 +13,7 @@ from hpcprof.analysis import CollectContext
 from hpcprof.analysis.nsys import distributed as dist
 from hpcprof.analysis.nsys.db import Export, NsysInputError
 from hpcprof.analysis.nsys.stats import SUMMARY_REPORTS, MissingData, run_report
+from hpcprof.analysis.nsys.timeline import iteration_timeline
 
 
 def find_nsys(ctx: CollectContext) -> str | None:
@@ -89,6 +90,7 @@ def collect_nsys(ctx: CollectContext) -> dict[str, pd.DataFrame]:
         out["nccl"] = dist.nccl_summary(activity)
         out["overlap"] = dist.overlap(activity)
         out["phases"] = dist.phases(activity)
+        out["timeline"] = iteration_timeline(activity)
     for df in out.values():
         df.attrs.clear()
     ctx.log(f"nsys: {len(exports)} export(s) analysed: {', '.join(sorted(out))}")
