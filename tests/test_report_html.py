@@ -139,3 +139,22 @@ def test_html_report_of_gpu_ddp_runs_with_echo_slowdown(repo: Path, tmp_path: Pa
                   "GPU time by kernel category per rank", "NCCL collectives per type and rank"):
         assert title in text, title
     check_html(html, tmp_path / "gpu_ddp.png", at_least=15)
+
+
+def test_html_report_of_an_h200_seqpar_run_against_peaks(repo: Path, fixtures_dir: Path, tmp_path: Path) -> None:
+    """nsys profiles of the H200 bf16 fixture and the workload results of an H200 bf16 2-rank run
+    of benchmarks/gpu/data/run1 (two runs of the same configuration), collected and drawn."""
+    hpcprof("render", str(repo / "examples" / "seqpar_polaris.yaml"), "--site", "polaris", "-o", "s",
+            "--set", "sweep={}", "--set", "resources.nodes=1", "--set", "resources.ranks_per_node=2",
+            "--set", "profile.ranks=all", cwd=tmp_path)
+    work = tmp_path / "runs"
+    gpu_run(work, tmp_path / "s", "20261121-000002-5e9a00", "nsys",
+            {f"rank{r}.sqlite": fixtures_dir / "nsys" / "h200_seqpar_bf16" / f"rank{r}.sqlite" for r in (0, 1)},
+            repo / "benchmarks" / "gpu" / "data" / "run1" / "seqpar" / "nsys_bfloat16_p2" / "seqpar.json")
+    hpcprof("collect", "--workdir", str(work), cwd=tmp_path)
+    html = tmp_path / "seqpar.html"
+    hpcprof("report", "--html", str(html), "--workdir", str(work), cwd=tmp_path)
+    text = html.read_text()
+    assert "peak 989 TFLOP" in text and "peak 450 GB" in text  # the figure JSON escapes "/"
+    assert "NVTX ranges of one iteration on every rank" in text
+    check_html(html, tmp_path / "h200_seqpar.png", at_least=8)

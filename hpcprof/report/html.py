@@ -22,6 +22,21 @@ SWEEP_METRICS = ("iteration.mean", "phase.", "gpu.", "overlap_pct", "idle_pct", 
 SOL_COLUMNS = ("Compute throughput", "Memory throughput", "DRAM throughput", "Achieved occupancy")
 
 
+#: dense peak TFLOP/s per precision and NVLink GB/s per direction, from NVIDIA's SXM datasheets
+PEAKS = {"H200": {"float32": 67.0, "bfloat16": 989.4, "float16": 989.4, "nvlink": 450.0},
+         "H100": {"float32": 67.0, "bfloat16": 989.4, "float16": 989.4, "nvlink": 450.0},
+         "A100": {"float32": 19.5, "bfloat16": 312.0, "float16": 312.0, "nvlink": 300.0}}
+
+
+def device_peaks(info: RunInfo) -> dict[str, float]:
+    """The peaks of the run's GPU (by the device name rank 0 reported), {} when unknown."""
+    ranks = read_table(info.run.path, "workload_seqpar.ranks")
+    if ranks is None or ranks.empty:
+        return {}
+    name = str(ranks["device_name"].iloc[0])
+    return next((peaks for key, peaks in PEAKS.items() if key in name), {})
+
+
 def sweep_figures(infos: list[RunInfo]) -> Iterator[go.Figure]:
     """Each headline metric against the swept parameter(s), when the runs differ in one."""
     df = fold_repetitions(comparison(infos))
@@ -47,10 +62,12 @@ def workload_figures(info: RunInfo) -> Iterator[go.Figure]:
     if rows is not None and not rows.empty:
         yield plots.phase_time_per_rank(counted(rows), "time per phase and rank (counted iterations)")
     phases = read_table(info.run.path, tables[1])
+    peaks = device_peaks(info)
+    precision = info.config["experiment"]["workload"].get("args", {}).get("precision", "")
     if phases is not None and "tflops" in phases and phases["tflops"].notna().any():
-        yield plots.rates(phases, "tflops", "TFLOP/s", None, "matmul TFLOP/s per phase")
+        yield plots.rates(phases, "tflops", "TFLOP/s", peaks.get(precision), f"matmul TFLOP/s per phase ({precision})")
     if phases is not None and "busbw_GBps" in phases and phases["busbw_GBps"].notna().any():
-        yield plots.rates(phases, "busbw_GBps", "GB/s", None, "collective bus bandwidth per phase")
+        yield plots.rates(phases, "busbw_GBps", "GB/s", peaks.get("nvlink"), "collective bus bandwidth per phase")
 
 
 def torch_figures(info: RunInfo) -> Iterator[go.Figure]:
