@@ -125,3 +125,17 @@ def test_thousands_separators_and_units() -> None:
     assert with_unit(12.3456, "ms") == "12.35 ms"
     assert with_unit(0.012345, "GB/s") == "0.0123 GB/s"
     assert format_value(3.0, "rank") == "3"
+
+
+@pytest.mark.parametrize("name, category", [
+    ("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT", "gemm"),
+    ("void cutlass::Kernel2<cutlass_80_simt_sgemm_128x256_8x4_nn_align1>(T1::Params)", "gemm"),
+    ("sm80_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize64x64x8", "gemm"),
+    ("ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "nccl.AllGather"),
+    ("ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)", "nccl.AllReduce"),
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>", "other"),
+])
+def test_kernel_categories(name: str, category: str) -> None:
+    from hpcprof.analysis.summary import kernel_category
+
+    assert kernel_category(name) == category

@@ -25,8 +25,8 @@ except ImportError:  # until the Parquet results store lands: the CSVs collect w
 
 Metric = tuple[str, float, str]
 
-#: GEMM kernels by name (cuBLAS/cuBLASLt, CUTLASS, the sm80/sm90 xmma and gemm families, MKL/oneDNN on CPU)
-GEMM = re.compile(r"gemm|cutlass|cublas|xmma|matmul|wgmma|s\d+gemm|_hmma|_imma|mm_", re.IGNORECASE)
+#: GEMM kernels by name (cuBLAS/cuBLASLt incl. Hopper's nvjet, CUTLASS, the sm80/sm90 xmma and gemm families)
+GEMM = re.compile(r"gemm|cutlass|cublas|nvjet|xmma|matmul|wgmma|_hmma|_imma", re.IGNORECASE)
 NCCL = re.compile(r"^nccl(?:Dev)?Kernel_([A-Za-z0-9]+?)(?:_|\(|$)")
 #: per-iteration phase of each workload's timing rows
 ITERATION_PHASE = {"seqpar": "iteration", "ddp": "step"}

@@ -163,11 +163,11 @@ def section(title: str, figures: list[go.Figure], counter: list[int], grid: bool
 
 
 def run_header(info: RunInfo) -> str:
-    params = ", ".join(f"{k}={format_value(v)}" for k, v in info.params.items())
+    params = "".join(f"{k}={format_value(v)}; " for k, v in info.params.items())
     metrics = "".join(f"<tr><td>{html.escape(n)}</td><td>{html.escape(with_unit(v, u))}</td></tr>"
                       for n, v, u in info.metrics)
     return (f"<p>{html.escape(info.kind)} on {info.config.get('world_size')} rank(s), profile {html.escape(info.tool)}; "
-            f"{html.escape(params)}; state {html.escape(info.state)}</p><table class='m'>{metrics}</table>")
+            f"{html.escape(params)}state {html.escape(info.state)}</p><table class='m'>{metrics}</table>")
 
 
 def build_html(infos: list[RunInfo]) -> str:
