@@ -4,6 +4,7 @@ float32 vs bfloat16, 2 repetitions) and a failed run; bad input exits 2 and writ
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -105,6 +106,8 @@ def test_report_headline_first_and_failed_run_with_log_tail(campaign: dict) -> N
     assert text.index(first) < text.index("headline metrics") < text.index("iteration.mean")
     assert "workload.args.precision" in text and "bfloat16" in text and "TFLOP/s" in text
     assert "workload_seqpar.iterations" not in text                 # per-event tables only with --full
+    comparison = text[text.index("comparison"):]                    # repetitions folded: mean ± sd, n = 2
+    assert "±" in comparison and re.search(r"│ n\s+│\s+2 │\s+2 │", comparison)
     failed = text[text.index(campaign["failed"]):]
     assert "FAILED" in failed and "rank 1 broke" in failed and f"hpcprof logs {campaign['failed']}" in failed
     full = hpcprof("report", first, "--full", cwd=campaign["cwd"]).stdout

@@ -135,6 +135,9 @@ def fold_repetitions(df: pd.DataFrame) -> pd.DataFrame:
                                "world_size": first["world_size"],
                                "state": "/".join(sorted(set(group["state"]))), "n": len(group)}
         for col in metrics:
+            if col.endswith("[rank]"):  # a rank id: the most frequent one, no spread
+                row[col] = group[col].mode().min() if group[col].notna().any() else float("nan")
+                continue
             row[col] = group[col].mean()
             row[f"{col} sd"] = group[col].std(ddof=1) if group[col].count() > 1 else float("nan")
         rows.append(row)

@@ -14,7 +14,9 @@ from rich.table import Table
 
 from hpcprof.analysis.summary import list_tables, read_table
 from hpcprof.output import render_table
-from hpcprof.report.compare import RunInfo, metric_columns, param_columns, point_labels
+from hpcprof.rundir import sweep_of
+from hpcprof.report.compare import (RunInfo, comparison, fold_repetitions, metric_columns, param_columns,
+                                     point_labels)
 
 LOG_TAIL = 15
 
@@ -40,6 +42,12 @@ def with_unit(value: Any, unit: str) -> str:
     return f"{text} {unit}" if text and unit not in ("", "rank") else text
 
 
+def short_runs(runs: str) -> str:
+    """`S-p000,S-p001` -> `S-p000,p001`: the folded runs of one sweep point, readable."""
+    ids = runs.split(",")
+    return ",".join([ids[0]] + [i.rpartition("-")[2] if sweep_of(i) == sweep_of(ids[0]) else i for i in ids[1:]])
+
+
 def comparison_table(df: pd.DataFrame) -> Table:
     """The comparison transposed for reading: a column per run (or sweep point), a row per
     parameter and metric; `mean ± sd` for folded repetitions, `(×r)` ratios to the baseline."""
@@ -48,7 +56,7 @@ def comparison_table(df: pd.DataFrame) -> Table:
     labels = list(point_labels(df, param_columns(df)))
     for i, run in enumerate(df["run"]):
         table.add_column(labels[i] if labels[i] else str(run), justify="right")
-    table.add_row("run", *[str(r) for r in df["run"]])
+    table.add_row("run", *[short_runs(r) for r in df["run"]])
     for col in param_columns(df) + ["world_size", "state"] + (["n"] if "n" in df else []):
         table.add_row(col, *[format_value(v) for v in df[col]])
     for col in metric_columns(df):
@@ -149,9 +157,14 @@ def full_tables(info: RunInfo, out: Console, rows: int) -> None:
 
 
 def report(infos: list[RunInfo], full: bool, rows: int, out: Console) -> None:
-    """Headline blocks of every run, then (with `full`) their result tables."""
+    """Headline blocks of every run, then (with `full`) their result tables; for several runs of
+    one workload, the comparison (repetitions folded into mean ± sd) last."""
     for info in infos:
         headline(info, out)
         if full:
             full_tables(info, out, rows)
+    collected = [i for i in infos if i.metrics]
+    if len(collected) > 1 and len({i.kind for i in collected}) == 1:
+        out.rule("[bold]comparison[/]")
+        out.print(comparison_table(fold_repetitions(comparison(collected))))
     out.print(f"[dim]{time.strftime('%Y-%m-%d %H:%M:%S')}; --full for every result table[/]")
