@@ -142,3 +142,21 @@ def test_kernel_categories(name: str, category: str) -> None:
     from hpcprof.analysis.summary import kernel_category
 
     assert kernel_category(name) == category
+
+
+@pytest.mark.parametrize("args, needle", [(["nosuchsweep"], "nosuchsweep"), (["SWEEP", "FAILED"], "mixes workloads")])
+def test_html_bad_input_writes_nothing(campaign: dict, tmp_path: Path, args: list[str], needle: str) -> None:
+    names = {"SWEEP": campaign["sweep"], "FAILED": campaign["failed"]}
+    out = tmp_path / "r.html"
+    res = hpcprof("report", *(names.get(a, a) for a in args), "--html", str(out), cwd=campaign["cwd"], check=False)
+    assert res.returncode == 2 and needle in res.stderr and len(res.stderr.strip().splitlines()) == 1
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("extra, needle", [("repeat: 0\n", "'repeat'"),
+                                           ("sweep:\n  repeat: [1, 2]\n", "cannot sweep over 'repeat'")])
+def test_bad_repeat_is_one_line_exit_2(tmp_path: Path, extra: str, needle: str) -> None:
+    (tmp_path / "exp.yaml").write_text(EXPERIMENT.split("repeat:")[0] + extra)
+    res = hpcprof("submit", "exp.yaml", "--site", "local", cwd=tmp_path, check=False)
+    assert res.returncode == 2 and needle in res.stderr and len(res.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "hpcprof-runs").exists()

@@ -18,6 +18,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from hpcprof.results import read_table
+
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync",
                   "--enable-logging=stderr", "--v=0", "--virtual-time-budget=15000"]
@@ -120,7 +122,7 @@ def test_html_report_of_gpu_ddp_runs_with_echo_slowdown(repo: Path, tmp_path: Pa
             data / "ddp" / "torch_p2" / "ddp_steps.json")
     hpcprof("collect", "--workdir", str(work), cwd=tmp_path)
 
-    slow = pd.read_csv(next(work.glob("*/*-p001/results/echo_slowdown.csv")))
+    slow = read_table(next(work.glob("*/*-p001")), "echo_slowdown")
     matched = slow[slow["status"] == "matched"]
     assert len(matched) > 400 and sorted(matched["rank"].unique()) == [0, 1]
     assert (matched.loc[matched["overlap_ratio"] == 0, "slowdown"] == 0).all()

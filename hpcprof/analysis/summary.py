@@ -13,15 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-try:
-    from hpcprof.results import list_tables, read_table
-except ImportError:  # until the Parquet results store lands: the CSVs collect writes today
-    def read_table(run_dir: Path, name: str) -> pd.DataFrame | None:
-        path = Path(run_dir) / "results" / f"{name}.csv"
-        return pd.read_csv(path) if path.is_file() and path.stat().st_size else None
-
-    def list_tables(run_dir: Path) -> list[str]:
-        return sorted(p.stem for p in (Path(run_dir) / "results").glob("*.csv"))
+from hpcprof.results import list_tables, read_table
 
 Metric = tuple[str, float, str]
 

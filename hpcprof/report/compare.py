@@ -9,9 +9,10 @@ from typing import Any
 
 import pandas as pd
 
-from hpcprof.analysis.summary import list_tables, run_summary, top_kernels
+from hpcprof.analysis.summary import run_summary, top_kernels
 from hpcprof.config.experiment import REPEAT
 from hpcprof.errors import UserError
+from hpcprof.results import list_tables
 from hpcprof.rundir import RunDir, all_runs, find_run, sweep_of
 
 

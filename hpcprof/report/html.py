@@ -10,11 +10,12 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
-from hpcprof.analysis.summary import counted, read_table
+from hpcprof.analysis.summary import counted, kernel_category
 from hpcprof.report import plots
 from hpcprof.report.compare import (RunInfo, comparison, fold_repetitions, metric_columns, param_columns,
                                      point_labels)
 from hpcprof.report.terminal import format_value, with_unit
+from hpcprof.results import read_table
 
 #: sweep metrics drawn against the swept parameters (prefixes of metric names)
 SWEEP_METRICS = ("iteration.mean", "phase.", "gpu.", "overlap_pct", "idle_pct", "slowest_rank.excess_pct")
@@ -101,8 +102,6 @@ def torch_figures(info: RunInfo) -> Iterator[go.Figure]:
 
 def nsys_figures(info: RunInfo) -> Iterator[go.Figure]:
     """GPU time by kernel category per rank, NCCL per collective and rank, phases per rank."""
-    from hpcprof.analysis.summary import kernel_category
-
     run = info.run.path
     kern = read_table(run, "nsys_cuda_gpu_kern_sum")
     if kern is not None and not kern.empty:

@@ -12,11 +12,11 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
-from hpcprof.analysis.summary import list_tables, read_table
 from hpcprof.output import render_table
-from hpcprof.rundir import sweep_of
 from hpcprof.report.compare import (RunInfo, comparison, fold_repetitions, metric_columns, param_columns,
                                      point_labels)
+from hpcprof.results import list_tables, read_table
+from hpcprof.rundir import sweep_of
 
 LOG_TAIL = 15
 
