@@ -14,7 +14,6 @@ import pandas as pd
 from rich.console import Console
 
 from hpcprof import campaign
-from hpcprof.collect import collect_run
 from hpcprof.config.site import available_sites, find_site, load_site_file
 from hpcprof.errors import UserError
 from hpcprof.output import emit
@@ -159,21 +158,24 @@ def cancel(runs: tuple[str, ...], workdir: Path, db: str | None) -> None:
 @click.argument("runs", nargs=-1)
 @workdir_option
 @db_option
-def collect(runs: tuple[str, ...], workdir: Path, db: str | None) -> None:
-    """Collect finished RUNS (default: every finished run): results/ CSVs and the store."""
+@click.option("--workers", type=click.IntRange(1, 4096), default=1, show_default=True,
+              help="Processes analysing rank files in parallel (under `mpiexec -n N python -m "
+                   "mpi4py.futures -m hpcprof collect` the MPI workers are used instead).")
+def collect(runs: tuple[str, ...], workdir: Path, db: str | None, workers: int) -> None:
+    """Collect finished RUNS (default: every finished run): results/*.parquet and the store.
+
+    Exit status 3 when a run or a file could not be collected (each is named in one line and the
+    run is recorded as partially collected); everything else is collected."""
+    from hpcprof.collect import collect_runs
+
     store = open_store(workdir, db)
     selected = runs_from(runs, workdir)
     if not selected:
         raise UserError(f"no runs under {workdir}; submit one first (hpcprof submit EXP --site S)")
-    for run in selected:
-        state = campaign.refresh(run, store)
-        if not state.terminal:
-            console.print(f"{run.run_id}: {state.state}, not collected yet")
-            continue
-        tables = collect_run(run, store, log=lambda line: console.print(line, markup=False))
-        summary = ", ".join(f"{source}: {len(names)}" for source, names in tables.items())
-        console.print(f"collected {run.run_id} ({state.state}) -> {run.path / 'results'} ({summary} tables)",
-                      markup=False)
+    status = collect_runs(selected, store, lambda run: campaign.refresh(run, store),
+                          log=lambda line: console.print(line, markup=False, highlight=False), workers=workers)
+    if status:
+        raise SystemExit(status)
 
 
 @click.group()
