@@ -167,7 +167,8 @@ class Store:
         with self.engine.begin() as conn:
             conn.execute(insert(sweeps).values(sweep_id=sweep_id, experiment=experiment, site=site,
                                                n_points=len(run_rows), spec=spec, created_at=now))
-            conn.execute(insert(runs), [{"sweep_id": sweep_id, "state": "PENDING", **r} for r in run_rows])
+            if run_rows:
+                conn.execute(insert(runs), [{"sweep_id": sweep_id, "state": "PENDING", **r} for r in run_rows])
             params = [p for r in run_rows for p in param_rows(
                 r["run_id"], {**r["params"], "world_size": r["world_size"], "profile_tool": r["profile_tool"]})]
             if params:
