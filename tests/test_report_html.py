@@ -19,6 +19,7 @@ import pandas as pd
 import pytest
 
 from hpcprof.results import read_table
+from hpcprof.store import Store, database_url
 
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -104,6 +105,12 @@ def gpu_run(workdir: Path, rendered: Path, run_id: str, tool: str, profiles: dic
     (run / "status").write_text("start=1763760000\nexit_code=0\nend=1763760090\n")
     (run / "submission.json").write_text(json.dumps({"scheduler": "local", "job_id": f"local-fg-{run_id}"}))
     (run / "DONE").write_text("")
+    store = Store(database_url(workdir))  # recorded as submit does (one sweep row per run here)
+    if not store.has_run(run_id):
+        row = {"run_id": run_id, "point_index": config["sweep_point"]["index"], "params": config["sweep_point"]["params"],
+               "experiment": config["experiment"]["name"], "site": config["site"]["name"], "run_dir": str(run),
+               "world_size": config["world_size"], "profile_tool": tool}
+        store.add_sweep(run_id, row["experiment"], row["site"], config["experiment"].get("sweep", {}), [row])
     return run
 
 

@@ -4,7 +4,8 @@
 #   2. Echo's GPT-2 DDP example (examples/ddp_slowdown.yaml, GPT2_PRESET=gpt2) at world size 1 and 2
 #      under nsys, so that collect computes Echo's slowdown of every device of the ws-2 run.
 # Every .nsys-rep is exported to SQLite beside it (rank<N>.sqlite, which collect reads without nsys);
-# the workdir is tarred into OUT/campaign-runs.tar.gz without the .nsys-rep files, to be collected,
+# the workdir (with its store, hpcprof.db) is tarred into OUT/campaign-runs.tar.gz without the .nsys-rep
+# files, to be unpacked at the same path (/tmp/hpcprof-campaign) and collected,
 # compared and reported where hpcprof is developed.
 # Needs (carried, git-ignored): .gpu/whl + .gpu/whl2 (pydantic, sqlalchemy, msgspec, adbc, ...) and
 # .gpu/libs (libdw/libelf for nsys), as e2e_hpcprof.sh. Usage: bash benchmarks/gpu/campaign.sh OUT
@@ -37,6 +38,6 @@ NSYS_LEAN=(--set profile.nsys.sample=none --set profile.nsys.cpuctxsw=none --set
   set +x
 } > "$OUT_DIR/campaign.log" 2>&1
 tar -C "$HPCPROF_WORKDIR" -czf "$OUT_DIR/campaign-runs.tar.gz" --exclude='*.nsys-rep' --exclude='derived' \
-  --exclude='tmp' --exclude='hpcprof.db' .
+  --exclude='tmp' .
 ls -la "$OUT_DIR"
 tail -n 30 "$OUT_DIR/campaign.log"

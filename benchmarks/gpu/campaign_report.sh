@@ -1,5 +1,5 @@
 #!/bin/bash
-# The local half of campaign.sh: unpack the GPU machine's workdir, collect it here (nsys SQLite
+# The local half of campaign.sh: unpack the GPU machine's workdir at its path, collect it here (nsys SQLite
 # exports are in the tarball: no nsys needed), and write under benchmarks/gpu/campaign/ the
 # comparisons (table and CSV), the HTML report of each sweep and a Chromium screenshot of it.
 #   bash benchmarks/gpu/campaign_report.sh OUT/campaign-runs.tar.gz
@@ -7,9 +7,10 @@ set -euo pipefail
 TARBALL=${1:?campaign-runs.tar.gz from campaign.sh}
 REPO=$(pwd)
 DEST=$REPO/benchmarks/gpu/campaign
-WORK=$(mktemp -d /tmp/hpcprof-campaign.XXXXXX)
+WORK=/tmp/hpcprof-campaign   # the path of the runs (and of the store's run_dir) on the GPU machine
 HP=("$REPO/.venv/bin/python" -m hpcprof)
-mkdir -p "$DEST"
+[ -e "$WORK" ] && { echo "$WORK exists: move it away first" >&2; exit 2; }
+mkdir -p "$DEST" "$WORK"
 tar -C "$WORK" -xzf "$TARBALL"
 "${HP[@]}" collect --workdir "$WORK" 2>&1 | tail -n 20
 for exp in seqpar-polaris echo-slowdown; do
