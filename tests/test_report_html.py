@@ -167,3 +167,20 @@ def test_html_report_of_an_h200_seqpar_run_against_peaks(repo: Path, fixtures_di
     assert "peak 989 TFLOP" in text and "peak 450 GB" in text  # the figure JSON escapes "/"
     assert "NVTX ranges of one iteration on every rank" in text
     check_html(html, tmp_path / "h200_seqpar.png", at_least=8)
+
+
+def test_html_report_of_an_h200_ncu_run_shows_speed_of_light(repo: Path, tmp_path: Path) -> None:
+    """The ncu run of benchmarks/gpu/data/run1 (rank 0's details CSV and the run's seqpar.json)."""
+    data = repo / "benchmarks" / "gpu" / "data" / "run1"
+    hpcprof("render", str(repo / "examples" / "seqpar_polaris.yaml"), "--site", "polaris", "-o", "n",
+            "--set", "sweep={}", "--set", "resources.nodes=1", "--set", "resources.ranks_per_node=2",
+            "--set", "profile.tool=ncu", "--set", "profile.ranks=[0]", cwd=tmp_path)
+    work = tmp_path / "runs"
+    gpu_run(work, tmp_path / "n", "20261121-000003-9c0000", "ncu",
+            {"rank0.csv": data / "ncu" / "ncu_bfloat16_p2_rank0_details.csv"},
+            data / "seqpar" / "ncu_bfloat16_p2" / "seqpar.json")
+    hpcprof("collect", "--workdir", str(work), cwd=tmp_path)
+    html = tmp_path / "ncu.html"
+    hpcprof("report", "--html", str(html), "--workdir", str(work), cwd=tmp_path)
+    assert "ncu speed of light (Echo metrics)" in html.read_text()
+    check_html(html, tmp_path / "h200_ncu.png", at_least=4)
