@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 import pandas as pd
 
-from hpcprof.results import ResultError, check_name, list_tables, remove_table, write_table
+from hpcprof.results import ResultError, check_name, write_table
 from hpcprof.rundir import RunDir
 from hpcprof.store import Store
 
@@ -54,16 +54,16 @@ class Collected:
     problems: list[str] = field(default_factory=list)
 
 
-def workload_tables(results_dir: Path, problems: list[str]) -> dict[str, pd.DataFrame]:
+def workload_tables(results_dir: Path, problem: Log) -> dict[str, pd.DataFrame]:
     """Tables from the workload's JSON results: every list of records becomes one table
     (`<file>.<key>`), the scalar fields of each file one row (`<file>`). Unreadable files and
-    names that are not one safe path component are reported in `problems` and skipped."""
+    names that are not one safe path component are reported through `problem` and skipped."""
     tables: dict[str, pd.DataFrame] = {}
     for path in sorted(results_dir.glob("*.json")):
         try:
             data = json.loads(path.read_text())
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            problems.append(f"{path}: unreadable JSON ({_short(exc)})")
+            problem(f"{path}: unreadable JSON, skipped ({_short(exc)})")
             continue
         if not isinstance(data, dict):
             continue
@@ -79,7 +79,7 @@ def workload_tables(results_dir: Path, problems: list[str]) -> dict[str, pd.Data
                 check_name(f"workload_{name}")
                 tables[name] = make()
             except (ResultError, ValueError, TypeError) as exc:
-                problems.append(f"{path}: table {name!r} skipped ({_short(exc)})")
+                problem(f"{path}: table {name!r} skipped ({_short(exc)})")
     return tables
 
 
@@ -184,8 +184,6 @@ def map_file(tool: str, path: str, rank: int, parts: str) -> list[str]:
 
     tables = file_analyser(tool)(Path(path), rank)
     out = Path(parts) / _part_key(Path(path))
-    for name in list_tables(out):
-        remove_table(out, name)
     for name, df in tables.items():
         write_table(out, name, df)
     return sorted(tables)
@@ -206,7 +204,7 @@ def _save_manifest(parts: Path, data: dict[str, Any]) -> None:
 
 
 def map_files(tool: str, files: dict[Path, int], run_path: Path, executor: Executor, log: Log,
-              problems: list[str]) -> dict[str, list[str]]:
+              problem: Log) -> dict[str, list[str]]:
     """Run `map_file` over every file not collected yet (or changed), streaming results as
     workers finish; returns {part key: tables} of every usable file, in rank order."""
     parts = _parts_dir(run_path, tool)
@@ -231,8 +229,7 @@ def map_files(tool: str, files: dict[Path, int], run_path: Path, executor: Execu
             try:
                 tables = future.result()
             except Exception as exc:  # a damaged file, or a worker that died: this file only
-                problems.append(f"{tool}: {path}: skipped ({_short(exc)})")
-                log(problems[-1])
+                problem(f"{tool}: {path}: skipped ({_short(exc)})")
             else:
                 new[_part_key(path)] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "rank": rank,
                                         "tables": tables}
@@ -244,13 +241,13 @@ def map_files(tool: str, files: dict[Path, int], run_path: Path, executor: Execu
     return {k: new[k]["tables"] for k in order}
 
 
-def concat_parts(parts: Path, keys: list[str], name: str, target: Path) -> bool:
-    """Stream the `name` tables of every part into one Parquet file (one part in memory at a time)."""
+def concat_parts(parts: Path, mapped: dict[str, list[str]], name: str, target: Path) -> bool:
+    """Stream the `name` tables of every part that has one into one Parquet file, in the order of
+    `mapped` (one part in memory at a time)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    paths = [parts / k / "results" / f"{name}.parquet" for k in keys]
-    paths = [p for p in paths if p.is_file()]
+    paths = [parts / k / "results" / f"{name}.parquet" for k, tables in mapped.items() if name in tables]
     if not paths:
         return False
     schema = pa.unify_schemas([pq.read_schema(p).remove_metadata() for p in paths],
@@ -277,11 +274,11 @@ def reduce_parts(tool: str, run_path: Path, mapped: dict[str, list[str]]) -> lis
     from hpcprof.analysis import cross_rank_reducer
     from hpcprof.results import read_table, table_path
 
-    parts, keys = _parts_dir(run_path, tool), list(mapped)
+    parts = _parts_dir(run_path, tool)
     names = sorted({n for tables in mapped.values() for n in tables})
     written = []
     for name in names:
-        if concat_parts(parts, keys, name, table_path(run_path, f"{tool}_{name}")):
+        if concat_parts(parts, mapped, name, table_path(run_path, f"{tool}_{name}")):
             written.append(f"{tool}_{name}")
     reducer = cross_rank_reducer(tool)
     if reducer is not None:
@@ -301,12 +298,15 @@ def collect_run(run: RunDir, store: Store, log: Log = print, executor: Executor 
     done = Collected()
     executor = executor or InProcess()
 
+    def problem(line: str) -> None:
+        done.problems.append(line)
+        log(f"{run.run_id}: {line}")
+
     def step(label: str, fn: Callable[[], None]) -> None:
         try:
             fn()
         except Exception as exc:  # one step failing never stops the others
-            done.problems.append(f"{label}: {_short(exc)}")
-            log(f"{run.run_id}: {done.problems[-1]}")
+            problem(f"{label}: {_short(exc)}")
 
     def save(source: str, tables: dict[str, pd.DataFrame]) -> None:
         for name, df in tables.items():
@@ -314,10 +314,10 @@ def collect_run(run: RunDir, store: Store, log: Log = print, executor: Executor 
                 write_table(run.path, f"{source}_{name}", df)
                 done.tables.append(f"{source}_{name}")
             except (ResultError, ValueError, TypeError, OSError) as exc:
-                done.problems.append(f"{source}_{name}: not written ({_short(exc)})")
+                problem(f"{source}_{name}: not written ({_short(exc)})")
 
     config = run.config  # an unreadable config.json fails the run (the caller reports it)
-    step("workload", lambda: save("workload", workload_tables(run.path / "results", done.problems)))
+    step("workload", lambda: save("workload", workload_tables(run.path / "results", problem)))
     step("files", lambda: save("files", {"manifest": manifest(run)}))
     tool = config["experiment"]["profile"]["tool"]
     profile_dir = run.path / "profiles" / tool
@@ -330,9 +330,7 @@ def collect_run(run: RunDir, store: Store, log: Log = print, executor: Executor 
         site_paths = config["site"]["paths"]
 
         def tool_log(line: str) -> None:  # collectors say "skipped ..." of files they could not use
-            if "skipped" in line:
-                done.problems.append(line)
-            log(line)
+            problem(line) if "skipped" in line else log(line)
 
         ctx = CollectContext(run_dir=run.path, tool=tool, files=files,
                              rank_of={p: rank_of(p) for p in files},  # type: ignore[misc]
@@ -342,11 +340,11 @@ def collect_run(run: RunDir, store: Store, log: Log = print, executor: Executor 
         ctx.work_dir.mkdir(parents=True, exist_ok=True)
         if tool in file_analysers():
             inputs = file_analysers()[tool](ctx)
-            mapped = map_files(tool, inputs, run.path, executor, log, done.problems)
+            mapped = map_files(tool, inputs, run.path, executor, log, problem)
             if mapped:
                 done.tables.extend(reduce_parts(tool, run.path, mapped))
             else:
-                done.problems.append(f"{tool}: no usable profile")
+                problem(f"{tool}: no usable profile")
         else:
             save(tool, collectors()[tool](ctx))
 
@@ -365,8 +363,8 @@ def collect_run(run: RunDir, store: Store, log: Log = print, executor: Executor 
 
         store.replace_metrics(run.run_id, run_summary(run.path, config))
 
-    step("summary", summary)
-    if store.has_run(run.run_id):
+    if store.has_run(run.run_id):  # a run directory copied in from elsewhere has no record to update
+        step("summary", summary)
         store.mark_collected(run.run_id, done.problems)
     return done
 
