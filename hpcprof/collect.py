@@ -122,13 +122,17 @@ class InProcess(Executor):
         return future
 
 
-def make_executor(workers: int) -> Executor:
-    """mpi4py.futures workers under mpiexec, else a process pool of `workers` (1: this process)."""
+def make_executor(workers: int) -> tuple[Executor, str]:
+    """mpi4py.futures workers under mpiexec, else a process pool of `workers` (1: this process);
+    with a description for the log."""
     if under_mpi_futures():
+        from mpi4py import MPI
         from mpi4py.futures import MPIPoolExecutor
 
-        return MPIPoolExecutor()
-    return InProcess() if workers <= 1 else ProcessPoolExecutor(workers)
+        return MPIPoolExecutor(), f"{MPI.COMM_WORLD.Get_size() - 1} mpi4py.futures worker(s)"
+    if workers <= 1:
+        return InProcess(), "1 process"
+    return ProcessPoolExecutor(workers), f"{workers} worker processes"
 
 
 class Progress:
@@ -374,7 +378,8 @@ def collect_runs(selected: list[RunDir], store: Store, refresh: Callable[[RunDir
     """Collect every terminal run of `selected`, each isolated; returns the exit status
     (0, or EXIT_PARTIAL when a run or a file was skipped)."""
     skipped = False
-    executor = make_executor(workers)
+    executor, how = make_executor(workers)
+    log(f"collect: rank files analysed by {how}")
     try:
         for run in selected:
             try:

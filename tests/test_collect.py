@@ -147,3 +147,17 @@ def test_concurrent_collects_on_a_fresh_workdir(tmp_path: Path, fixtures_dir: Pa
     for run in runs:
         kern = read_table(fresh / "hpcprof-runs/t" / run.name, "nsys_cuda_gpu_kern_sum")
         assert sorted(kern["rank"].unique()) == [0, 1]
+
+
+def test_collect_under_mpi4py_futures(tmp_path: Path, fixtures_dir: Path) -> None:
+    """`mpiexec -n 3 python -m mpi4py.futures -m hpcprof collect`: two MPI workers, same tables."""
+    runs = nsys_runs(tmp_path, fixtures_dir, {})
+    mpiexec = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shutil.which("mpiexec")
+    if mpiexec is None:
+        pytest.skip("no mpiexec (the mpich wheel of the test extra provides one)")
+    result = subprocess.run([mpiexec, "-n", "3", sys.executable, "-m", "mpi4py.futures", "-m", "hpcprof",
+                             "collect", runs[0].name], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "2 mpi4py.futures worker(s)" in result.stderr
+    kern = read_table(runs[0], "nsys_cuda_gpu_kern_sum")
+    assert kern.groupby("rank")["Total Time (ns)"].sum().to_dict() == {0: 43_530_292, 1: 6_906_115}
