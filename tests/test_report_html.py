@@ -144,7 +144,7 @@ def test_html_report_of_gpu_ddp_runs_with_echo_slowdown(repo: Path, tmp_path: Pa
     hpcprof("report", "20261121-000000-ec40ec", "20261121-000001-70c470", "--html", str(html),
             "--workdir", str(work), cwd=tmp_path)
     text = html.read_text()
-    for title in ("kernel slowdown distribution", "temporal breakdown per rank", "kernel launch delay",
+    for title in ("kernel slowdown distribution", "temporal breakdown per rank", "kernel launch delay", "GPU idle gaps",
                   "GPU time by kernel category per rank", "NCCL collectives per type and rank"):
         assert title in text, title
     check_html(html, tmp_path / "gpu_ddp.png", at_least=15)

@@ -128,6 +128,9 @@ def nsys_figures(info: RunInfo) -> Iterator[go.Figure]:
     timeline = read_table(run, "nsys_timeline")
     if timeline is not None and not timeline.empty:
         yield plots.gantt(timeline, "NVTX ranges of one iteration on every rank")
+    gaps = read_table(run, "nsys_gaps")
+    if gaps is not None and not gaps.empty:
+        yield plots.gaps(gaps, "GPU idle gaps over 0.1 ms per rank")
     overlap = read_table(run, "nsys_overlap")
     if overlap is not None and not overlap.empty:
         yield plots.stacked_per_rank(overlap.assign(**{c: overlap[c] / 1e6 for c in ("compute_ns", "comm_ns", "idle_ns")}),

@@ -78,6 +78,15 @@ def gantt(df: pd.DataFrame, title: str) -> go.Figure:
     return _fig(fig, title).update_layout(height=max(300, 60 * df["rank"].nunique() + 150))
 
 
+def gaps(df: pd.DataFrame, title: str) -> go.Figure:
+    """Idle gaps as points: when (s from the rank's first gap) against how long (ms), per rank."""
+    df = df.assign(t_s=(df["start_ns"] - df.groupby("rank")["start_ns"].transform("min")) / 1e9,
+                   ms=df["duration_ns"] / 1e6, rank=df["rank"].astype(str))
+    fig = px.scatter(df, x="t_s", y="ms", color="rank", hover_data=["before", "after"],
+                     labels={"t_s": "s from the first gap", "ms": "gap (ms)"})
+    return _fig(fig, title)
+
+
 def sol_bars(df: pd.DataFrame, title: str) -> go.Figure:
     """Speed-of-light % per kernel (df: kernel, metric, pct)."""
     fig = px.bar(df, y="kernel", x="pct", color="metric", barmode="group", orientation="h",

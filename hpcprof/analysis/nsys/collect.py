@@ -55,9 +55,13 @@ def sqlite_files(ctx: CollectContext) -> dict[Path, int]:
     return {f: (r if r is not None else -1) for f, r in given.items()}
 
 
+#: GPU idle gaps reported by collect (the report's gaps plot): longer than 0.1 ms
+GAP_NS = 100_000
+
+
 def analyse_file(path: Path, rank: int) -> dict[str, pd.DataFrame]:
-    """One rank's export: its summary reports, NCCL per collective, overlap, NVTX phases and
-    iteration timeline, each with a `rank` column. NsysInputError when it cannot be used."""
+    """One rank's export: its summary reports, NCCL per collective, overlap, NVTX phases,
+    iteration timeline and GPU idle gaps over GAP_NS, each with a `rank` column. NsysInputError when it cannot be used."""
     out: dict[str, pd.DataFrame] = {}
     with Export(path) as export:
         export.check_usable()
@@ -74,6 +78,7 @@ def analyse_file(path: Path, rank: int) -> dict[str, pd.DataFrame]:
         out["overlap"] = dist.overlap(activity)
         out["phases"] = dist.phases(activity)
         out["timeline"] = iteration_timeline(activity)
+        out["gaps"] = dist.gaps(activity, GAP_NS)
     for df in out.values():
         df.attrs.clear()
     return out
