@@ -14,6 +14,8 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from hpcprof.errors import UserError
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -22,8 +24,8 @@ SUFFIX = ".parquet"
 NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,199}")
 
 
-class ResultError(ValueError):
-    """A result table that cannot be written or read (bad name, damaged file)."""
+class ResultError(UserError, ValueError):
+    """A result table that cannot be written or read (bad name, damaged file): one line, exit 2."""
 
 
 def results_dir(run_dir: Path) -> Path:
@@ -80,7 +82,7 @@ def read_table(run_dir: Path, name: str) -> pd.DataFrame | None:
         return pq.read_table(path).to_pandas()
     except Exception as exc:  # pyarrow raises ArrowInvalid, OSError, ... on a damaged file
         raise ResultError(f"{path}: damaged result table ({str(exc).splitlines()[0][:120]}); "
-                          "collect the run again (`hpcprof collect --force RUN`)") from None
+                          "collect the run again (`hpcprof collect RUN` rewrites it)") from None
 
 
 def list_tables(run_dir: Path) -> list[str]:
