@@ -18,7 +18,7 @@ import re
 import sys
 import time
 import uuid
-from concurrent.futures import Executor, Future, ProcessPoolExecutor, as_completed
+from concurrent.futures import BrokenExecutor, Executor, Future, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -232,7 +232,9 @@ def map_files(tool: str, files: dict[Path, int], run_path: Path, executor: Execu
             path, rank, st = todo[future]
             try:
                 tables = future.result()
-            except Exception as exc:  # a damaged file, or a worker that died: this file only
+            except BrokenExecutor:  # a worker died (killed, out of memory): the files it left undone
+                problem(f"{tool}: {path}: skipped (a worker process died; collect again to retry)")
+            except Exception as exc:  # a damaged file: this file only
                 problem(f"{tool}: {path}: skipped ({_short(exc)})")
             else:
                 new[_part_key(path)] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "rank": rank,
@@ -398,6 +400,9 @@ def collect_runs(selected: list[RunDir], store: Store, refresh: Callable[[RunDir
                     pass
                 continue
             skipped |= bool(result.problems)
+            if any("a worker process died" in line for line in result.problems):
+                executor.shutdown(wait=False)   # the pool is broken: a new one for the next runs
+                executor, how = make_executor(workers)
             status = f"partially, {len(result.problems)} problem(s)" if result.problems else state.state
             log(f"collected {run.run_id} ({status}) -> {run.path / 'results'} ({len(result.tables)} tables)")
     finally:

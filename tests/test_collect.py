@@ -161,3 +161,33 @@ def test_collect_under_mpi4py_futures(tmp_path: Path, fixtures_dir: Path) -> Non
     assert "2 mpi4py.futures worker(s)" in result.stderr
     kern = read_table(runs[0], "nsys_cuda_gpu_kern_sum")
     assert kern.groupby("rank")["Total Time (ns)"].sum().to_dict() == {0: 43_530_292, 1: 6_906_115}
+
+
+def test_a_worker_killed_mid_collect(tmp_path: Path, fixtures_dir: Path) -> None:
+    """SIGKILL of a pool worker: that run is partial (exit 3), the next runs are still collected
+    (a new pool), and collecting again completes it."""
+    import signal
+    import time
+
+    runs = nsys_runs(tmp_path, fixtures_dir, {})
+    for rank in range(2, 40):
+        os.link(runs[0] / "profiles/nsys" / f"rank{rank % 2}.sqlite", runs[0] / "profiles/nsys" / f"rank{rank}.sqlite")
+    proc = subprocess.Popen([sys.executable, "-m", "hpcprof", "collect", "--workers", "2"], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    workers: list[int] = []
+    deadline = time.monotonic() + 60
+    while not workers and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+        found = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
+        workers = [int(pid) for pid in found]
+    assert workers, "no worker process seen"
+    time.sleep(1.0)
+    os.kill(workers[0], signal.SIGKILL)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 3, err
+    assert "a worker process died" in err and "Traceback" not in err
+    for run in runs[1:]:
+        assert sorted(read_table(run, "nsys_cuda_gpu_kern_sum")["rank"].unique()) == [0, 1]
+    again = hpcprof("collect", runs[0].name, "--workers", "2", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert sorted(read_table(runs[0], "nsys_cuda_gpu_kern_sum")["rank"].unique()) == list(range(40))
