@@ -149,6 +149,11 @@ class Store:
                                         f"{', '.join(sorted(present)[:3])}); give a new or hpcprof database")
                     if not OURS <= present:
                         metadata.create_all(conn, checkfirst=True)
+                    if missing := [c for c in ("collect_status", "collect_note")
+                                     if c not in {col["name"] for col in inspect(conn).get_columns("runs")}]:
+                        for name in missing:  # a store made by an earlier hpcprof
+                            kind = runs.c[name].type.compile(dialect=self.engine.dialect)
+                            conn.execute(text(f"ALTER TABLE runs ADD COLUMN {name} {kind}"))
                 return
             except UserError:
                 raise

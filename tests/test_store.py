@@ -121,3 +121,20 @@ def test_unusable_store_is_one_line_exit_2(make: str, tmp_path: Path) -> None:
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
     assert "--db" in result.stderr
+
+
+def test_a_store_of_an_earlier_hpcprof_is_upgraded(tmp_path: Path) -> None:
+    import sqlite3
+
+    path = tmp_path / "old.db"
+    Store(f"sqlite:///{path}").engine.dispose()
+    with sqlite3.connect(path) as conn:                     # the schema before run_metrics/collect_status
+        conn.execute("ALTER TABLE runs DROP COLUMN collect_status")
+        conn.execute("ALTER TABLE runs DROP COLUMN collect_note")
+        conn.execute("DROP TABLE run_metrics")
+    store = Store(f"sqlite:///{path}")
+    [rid] = _sweep(store, "s", 1)
+    store.mark_collected(rid, ["a problem"])
+    store.replace_metrics(rid, [("iteration.mean", 1.0, "ms")])
+    assert store.run_record(rid)["collect_status"] == "partial"
+    assert store.metrics(rid) == {"iteration.mean": (1.0, "ms")}
