@@ -50,7 +50,8 @@ def test_echo_layout_csv_and_xlsx_per_device(nsys_dir: Path, tmp_path: Path) -> 
         pd.testing.assert_frame_equal(xlsx, csv, check_dtype=False)
         mine = full[(full["device"] == device) & (full["status"] == "matched")]
         assert list(csv["id"]) == list(range(1, len(mine) + 1))
-        assert list(csv["ground_truth"]) == list(mine["baseline_ns"]) and list(csv["duration"]) == list(mine["duration_ns"])
+        assert list(csv["ground_truth"]) == list(mine["baseline_ns"])
+        assert list(csv["duration"]) == list(mine["duration_ns"])
         assert csv["slowdown"].to_numpy() == pytest.approx(mine["slowdown"].to_numpy())
 
 
@@ -59,7 +60,8 @@ def test_echo_layout_csv_and_xlsx_per_device(nsys_dir: Path, tmp_path: Path) -> 
     (["--baseline", "{base}", "--distributed", "{base}", "--layout", "echo"], "-o FILE"),
     (["--baseline", "{base}", "--distributed", "{base}", "-o", "{out}"], "--layout echo"),
 ])
-def test_bad_input_one_line_exit_2_nothing_written(nsys_dir: Path, tmp_path: Path, args: list[str], needle: str) -> None:
+def test_bad_input_one_line_exit_2_nothing_written(nsys_dir: Path, tmp_path: Path, args: list[str],
+                                                   needle: str) -> None:
     names = {"{base}": str(nsys_dir / "ddp_gpt2_p1_rank0.sqlite"), "{out}": str(tmp_path / "s.xlsx")}
     code, out = slowdown(*(names.get(a, a) for a in args))
     assert code == 2 and needle in out and len(out.strip().splitlines()) == 1

@@ -62,10 +62,11 @@ def load_in_chromium(html: Path, screenshot: Path) -> tuple[str, list[str]]:
 
 
 def drawn_figures(dom: str) -> tuple[int, int]:
-    """(figures in the page, figures whose div holds a rendered plotly SVG with drawn marks)."""
+    """(figures in the page, figures whose div holds a rendered plotly SVG with drawn marks:
+    bar or marker points, pie slices or lines)."""
     declared = int(re.search(r"data-figures=\"(\d+)\"", dom).group(1))
     parts = re.split(r'<div id="fig\d+"', dom)[1:]
-    drawn = sum(1 for p in parts if 'class="main-svg"' in p and re.search(r'class="(point|bars|slice|trace bars|scatterlayer)', p))
+    drawn = sum(1 for p in parts if 'class="main-svg"' in p and re.search(r'class="(point|slice|js-line)[ "]', p))
     return declared, drawn
 
 
@@ -107,7 +108,8 @@ def gpu_run(workdir: Path, rendered: Path, run_id: str, tool: str, profiles: dic
     (run / "DONE").write_text("")
     store = Store(database_url(workdir))  # recorded as submit does (one sweep row per run here)
     if not store.has_run(run_id):
-        row = {"run_id": run_id, "point_index": config["sweep_point"]["index"], "params": config["sweep_point"]["params"],
+        point = config["sweep_point"]
+        row = {"run_id": run_id, "point_index": point["index"], "params": point["params"],
                "experiment": config["experiment"]["name"], "site": config["site"]["name"], "run_dir": str(run),
                "world_size": config["world_size"], "profile_tool": tool}
         store.add_sweep(run_id, row["experiment"], row["site"], config["experiment"].get("sweep", {}), [row])
@@ -123,7 +125,8 @@ def test_html_report_of_gpu_ddp_runs_with_echo_slowdown(repo: Path, tmp_path: Pa
     work = tmp_path / "runs"
     for p, ws in ((0, 1), (1, 2)):
         gpu_run(work, tmp_path / "r" / f"p00{p}", f"20261121-000000-ec40ec-p00{p}", "nsys",
-                {f"rank{r}.sqlite": data / "nsys" / f"ddp_gpt2_p{ws}_rank{r}.sqlite" for r in range(ws)}, data / "ddp" / f"nsys_p{ws}" / "ddp_steps.json")
+                {f"rank{r}.sqlite": data / "nsys" / f"ddp_gpt2_p{ws}_rank{r}.sqlite" for r in range(ws)},
+                data / "ddp" / f"nsys_p{ws}" / "ddp_steps.json")
     gpu_run(work, tmp_path / "t", "20261121-000001-70c470", "torch",
             {f"rank{r}.pt.trace.json.gz": data / "torch" / f"rank{r}.pt.trace.json.gz" for r in (0, 1)},
             data / "ddp" / "torch_p2" / "ddp_steps.json")
@@ -144,8 +147,8 @@ def test_html_report_of_gpu_ddp_runs_with_echo_slowdown(repo: Path, tmp_path: Pa
     hpcprof("report", "20261121-000000-ec40ec", "20261121-000001-70c470", "--html", str(html),
             "--workdir", str(work), cwd=tmp_path)
     text = html.read_text()
-    for title in ("kernel slowdown distribution", "temporal breakdown per rank", "kernel launch delay", "GPU idle gaps",
-                  "GPU time by kernel category per rank", "NCCL collectives per type and rank"):
+    for title in ("kernel slowdown distribution", "temporal breakdown per rank", "kernel launch delay",
+                  "GPU idle gaps", "GPU time by kernel category per rank", "NCCL collectives per type and rank"):
         assert title in text, title
     check_html(html, tmp_path / "gpu_ddp.png", at_least=15)
 

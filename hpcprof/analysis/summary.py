@@ -13,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-from hpcprof.results import list_tables, read_table
+from hpcprof.results import read_table
 
 Metric = tuple[str, float, str]
 

@@ -133,7 +133,8 @@ def nsys_figures(info: RunInfo) -> Iterator[go.Figure]:
         yield plots.gaps(gaps, "GPU idle gaps over 0.1 ms per rank")
     overlap = read_table(run, "nsys_overlap")
     if overlap is not None and not overlap.empty:
-        yield plots.stacked_per_rank(overlap.assign(**{c: overlap[c] / 1e6 for c in ("compute_ns", "comm_ns", "idle_ns")}),
+        ms = overlap.assign(**{c: overlap[c] / 1e6 for c in ("compute_ns", "comm_ns", "idle_ns")})
+        yield plots.stacked_per_rank(ms,
                                      {"compute_ns": "compute", "comm_ns": "communication", "idle_ns": "idle"},
                                      "ms", "GPU busy and idle time per rank")
     slowdown = read_table(run, "echo_slowdown")
@@ -149,7 +150,8 @@ def ncu_figures(info: RunInfo) -> Iterator[go.Figure]:
         return
     cols = [c for c in table.columns if c.startswith(SOL_COLUMNS) and pd.api.types.is_numeric_dtype(table[c])]
     if cols:
-        head = table.head(20).assign(kernel=lambda d: d["ID"].astype(str) + " " + d["Kernel Name"].astype(str).str.slice(0, 40))
+        head = table.head(20)
+        head = head.assign(kernel=head["ID"].astype(str) + " " + head["Kernel Name"].astype(str).str.slice(0, 40))
         long = head.melt(id_vars="kernel", value_vars=cols, var_name="metric", value_name="pct")
         yield plots.sol_bars(long, "ncu speed of light (Echo metrics)")
 
@@ -168,7 +170,8 @@ def run_header(info: RunInfo) -> str:
     params = "".join(f"{k}={format_value(v)}; " for k, v in info.params.items())
     metrics = "".join(f"<tr><td>{html.escape(n)}</td><td>{html.escape(with_unit(v, u))}</td></tr>"
                       for n, v, u in info.metrics)
-    return (f"<p>{html.escape(info.kind)} on {info.config.get('world_size')} rank(s), profile {html.escape(info.tool)}; "
+    return (f"<p>{html.escape(info.kind)} on {info.config.get('world_size')} rank(s), "
+            f"profile {html.escape(info.tool)}; "
             f"{html.escape(params)}state {html.escape(info.state)}</p><table class='m'>{metrics}</table>")
 
 

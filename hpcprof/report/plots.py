@@ -82,7 +82,7 @@ def gaps(df: pd.DataFrame, title: str) -> go.Figure:
     """Idle gaps as points: when (s from the rank's first gap) against how long (ms), per rank."""
     df = df.assign(t_s=(df["start_ns"] - df.groupby("rank")["start_ns"].transform("min")) / 1e9,
                    ms=df["duration_ns"] / 1e6, rank=df["rank"].astype(str))
-    fig = px.scatter(df, x="t_s", y="ms", color="rank", hover_data=["before", "after"],
+    fig = px.scatter(df, x="t_s", y="ms", color="rank", hover_data=["before", "after"], render_mode="svg",
                      labels={"t_s": "s from the first gap", "ms": "gap (ms)"})
     return _fig(fig, title)
 

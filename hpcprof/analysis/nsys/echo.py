@@ -23,9 +23,13 @@ def echo_layout(slowdown: pd.DataFrame) -> dict[int, pd.DataFrame]:
     out = {}
     for device, d in matched.groupby("device", sort=True):
         out[int(device)] = pd.DataFrame({
-            "id": range(1, len(d) + 1), "kShortName": d["short"].to_numpy(), "kDemangledName": d["name"].to_numpy(),
-            "ground_truth": d["baseline_ns"].astype("int64").to_numpy(), "duration": d["duration_ns"].astype("int64").to_numpy(),
-            "overlap_ratio": d["overlap_ratio"].astype(float).to_numpy(), "slowdown": d["slowdown"].astype(float).to_numpy()})
+            "id": range(1, len(d) + 1),
+            "kShortName": d["short"].to_numpy(),
+            "kDemangledName": d["name"].to_numpy(),
+            "ground_truth": d["baseline_ns"].astype("int64").to_numpy(),
+            "duration": d["duration_ns"].astype("int64").to_numpy(),
+            "overlap_ratio": d["overlap_ratio"].astype(float).to_numpy(),
+            "slowdown": d["slowdown"].astype(float).to_numpy()})
     return out
 
 
