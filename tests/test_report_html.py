@@ -142,6 +142,10 @@ def test_html_report_of_gpu_ddp_runs_with_echo_slowdown(repo: Path, tmp_path: Pa
     assert list(cmp["world_size"]) == [1, 2]
     assert pd.isna(cmp.loc[0, "slowdown.median []"]) and pd.notna(cmp.loc[1, "slowdown.median []"])
     assert cmp.loc[1, "gpu.nccl.AllReduce [ms]"] > 0 and (cmp["gpu.gemm [ms]"] > 0).all()
+    kern = read_table(next(work.glob("*/*-p001")), "nsys_cuda_gpu_kern_sum")   # per rank: mean over the 2 ranks
+    assert cmp.loc[1, "gpu.total [ms]"] == pytest.approx(kern["Total Time (ns)"].sum() / 1e6 / 2)
+    parts = ["gpu.gemm [ms]", "gpu.nccl.AllReduce [ms]", "gpu.other [ms]"]
+    assert cmp.loc[1, parts].sum() == pytest.approx(cmp.loc[1, "gpu.total [ms]"])
 
     html = tmp_path / "gpu.html"
     hpcprof("report", "20261121-000000-ec40ec", "20261121-000001-70c470", "--html", str(html),

@@ -62,11 +62,14 @@ def iteration_metrics(rows: pd.DataFrame, phase: str) -> list[Metric]:
     return out
 
 
-def phase_metrics(phases: pd.DataFrame) -> list[Metric]:
-    """Per-phase mean time, and TFLOP/s and bus bandwidth where the workload derived them."""
+def phase_metrics(phases: pd.DataFrame, iteration: str) -> list[Metric]:
+    """Per-phase mean time, and TFLOP/s and bus bandwidth where the workload derived them (the
+    whole-iteration phase is `iteration.mean` already)."""
     out: list[Metric] = []
     for row in phases.to_dict("records"):
         name = row["phase"]
+        if name == iteration:
+            continue
         out.append((f"phase.{name}.time", float(row["mean_ms"]), "ms"))
         if pd.notna(row.get("tflops")):
             out.append((f"phase.{name}.tflops", float(row["tflops"]), "TFLOP/s"))
@@ -151,7 +154,7 @@ def run_summary(run_dir: Path, config: dict[str, Any]) -> list[Metric]:
             out += iteration_metrics(rows, ITERATION_PHASE[kind])
         phases = read_table(run_dir, phases_name)
         if phases is not None and not phases.empty:
-            out += phase_metrics(phases)
+            out += phase_metrics(phases, ITERATION_PHASE[kind])
     tool = experiment["profile"]["tool"]
     if tool == "nsys":
         out += nsys_metrics(run_dir)
