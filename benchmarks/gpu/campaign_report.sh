@@ -12,7 +12,8 @@ HP=("$REPO/.venv/bin/python" -m hpcprof)
 [ -e "$WORK" ] && { echo "$WORK exists: move it away first" >&2; exit 2; }
 mkdir -p "$DEST" "$WORK"
 tar -C "$WORK" -xzf "$TARBALL"
-"${HP[@]}" collect --workdir "$WORK" 2>&1 | tail -n 20
+"${HP[@]}" collect --workdir "$WORK" > "$DEST/collect.log" 2>&1 || echo "collect: exit $? (3: partly; see $DEST/collect.log)"
+tail -n 5 "$DEST/collect.log"
 for exp in seqpar-polaris echo-slowdown; do
   sweep=$(ls "$WORK/$exp" | head -n 1 | sed 's/-p[0-9]*$//')
   "${HP[@]}" compare "$sweep" --workdir "$WORK" -o "$DEST/compare_$exp.txt"
