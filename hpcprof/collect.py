@@ -240,6 +240,8 @@ def map_files(tool: str, files: dict[Path, int], run_path: Path, executor: Execu
                 new[_part_key(path)] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "rank": rank,
                                         "tables": tables}
             progress.advance(st.st_size)
+            if progress.done % 256 == 0:  # an interrupted collect keeps what is done
+                _save_manifest(parts, new)
     finally:
         progress.close()
     _save_manifest(parts, new)
@@ -336,7 +338,10 @@ def collect_run(run: RunDir, store: Store, log: Log = print, executor: Executor 
         site_paths = config["site"]["paths"]
 
         def tool_log(line: str) -> None:  # collectors say "skipped ..." of files they could not use
-            problem(line) if "skipped" in line else log(line)
+            if "skipped" in line:
+                problem(line)
+            else:
+                log(line)
 
         ctx = CollectContext(run_dir=run.path, tool=tool, files=files,
                              rank_of={p: rank_of(p) for p in files},  # type: ignore[misc]
