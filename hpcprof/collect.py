@@ -249,27 +249,39 @@ def map_files(tool: str, files: dict[Path, int], run_path: Path, executor: Execu
     return {k: new[k]["tables"] for k in order}
 
 
-def concat_parts(parts: Path, mapped: dict[str, list[str]], name: str, target: Path) -> bool:
+def concat_parts(parts: Path, mapped: dict[str, list[str]], name: str, target: Path,
+                 row_group: int = 262_144) -> bool:
     """Stream the `name` tables of every part that has one into one Parquet file, in the order of
-    `mapped` (one part in memory at a time)."""
+    `mapped`: one part (and one row group of at most `row_group` rows) in memory at a time."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     paths = [parts / k / "results" / f"{name}.parquet" for k, tables in mapped.items() if name in tables]
     if not paths:
         return False
-    schema = pa.unify_schemas([pq.read_schema(p).remove_metadata() for p in paths],
-                              promote_options="permissive")
+    schema = pq.read_schema(paths[0]).remove_metadata()
+    for p in paths[1:]:  # one running schema, not one per part
+        other = pq.read_schema(p).remove_metadata()
+        if not other.equals(schema):
+            schema = pa.unify_schemas([schema, other], promote_options="permissive")
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
     try:
         with pq.ParquetWriter(tmp, schema) as writer:
+            pending: list[pa.Table] = []
+            rows = 0
             for p in paths:
                 table = pq.read_table(p).replace_schema_metadata(None)
                 for column in schema.names:
                     if column not in table.column_names:
                         table = table.append_column(column, pa.nulls(len(table), schema.field(column).type))
-                writer.write_table(table.select(schema.names).cast(schema))
+                pending.append(table.select(schema.names).cast(schema))
+                rows += len(table)
+                if rows >= row_group:
+                    writer.write_table(pa.concat_tables(pending))
+                    pending, rows = [], 0
+            if pending:
+                writer.write_table(pa.concat_tables(pending))
         os.replace(tmp, target)
     finally:
         tmp.unlink(missing_ok=True)
