@@ -4,11 +4,14 @@ typed params and metrics queryable across runs, concurrent first use, unusable U
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import uuid
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 from sqlalchemy import text
@@ -20,14 +23,17 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="session")
-def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """Start Debian's PostgreSQL (initdb in a temp dir, Unix socket); the server's base URL."""
-    where = Path(os.environ.get("HPCPROF_PG_DIR", "/tmp/hpcprof-pg-tests"))
-    result = subprocess.run(["bash", str(REPO / "tests/services/postgres.sh"), "start", str(where)],
-                            capture_output=True, text=True, timeout=300)
+def postgres_server() -> Iterator[str]:
+    """Start Debian's PostgreSQL (initdb in a temp dir, Unix socket) for the session; its base URL."""
+    script = str(REPO / "tests/services/postgres.sh")
+    where = Path(os.environ.get("HPCPROF_PG_DIR") or tempfile.mkdtemp(prefix="hpcprof-pg-"))
+    result = subprocess.run(["bash", script, "start", str(where)], capture_output=True, text=True, timeout=300)
     if result.returncode != 0:
         pytest.skip(f"PostgreSQL could not be started: {result.stderr.strip()[-300:]}")
-    return result.stdout.strip().splitlines()[-1]
+    yield result.stdout.strip().splitlines()[-1]
+    if "HPCPROF_PG_DIR" not in os.environ:  # ours: stop it and remove its data
+        subprocess.run(["bash", script, "stop", str(where)], capture_output=True, timeout=120)
+        shutil.rmtree(where, ignore_errors=True)
 
 
 def fresh_postgres_db(base_url: str) -> str:
