@@ -1,23 +1,38 @@
 """Collect finished runs: workload results, a manifest of logs and profiles, and each profile
-tool's analysis, into `results/` (CSV) and the campaign store. Collecting twice changes nothing.
+tool's analysis, into `results/<table>.parquet` (hpcprof.results) and the run's typed summary in
+the campaign store. Collecting twice changes nothing.
+
+Isolation: every run and every file is collected on its own; one that cannot be read is reported
+in one line and recorded (`collect_status = partial`), the rest is collected. nsys exports are
+analysed per file in parallel (a process pool, or `mpi4py.futures` workers when launched under
+`mpiexec -n N python -m mpi4py.futures -m hpcprof collect`): each worker writes its rank's tables
+to `derived/nsys/parts/`, the cross-rank tables are reduced from those parts, so memory does not
+grow with the number of ranks. Files unchanged since the last collect (size and mtime) are skipped.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import sys
+import time
+import uuid
+from concurrent.futures import BrokenExecutor, Executor, Future, ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import pandas as pd
 
-from hpcprof.analysis import CollectContext, collectors
-from hpcprof.output import write
+from hpcprof.results import ResultError, check_name, write_table
 from hpcprof.rundir import RunDir
 from hpcprof.store import Store
 
 RANK_IN_NAME = re.compile(r"rank(\d+)")
-MANIFEST = "manifest.csv"
+#: exit status of `hpcprof collect` when something was skipped (the rest is collected)
+EXIT_PARTIAL = 3
+Log = Callable[[str], None]
 
 
 def rank_of(path: Path) -> int | None:
@@ -26,67 +41,387 @@ def rank_of(path: Path) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def workload_tables(results_dir: Path) -> dict[str, pd.DataFrame]:
+def _short(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0][:160]}" if lines else type(exc).__name__
+
+
+@dataclass
+class Collected:
+    """What collecting one run gave: table names written, and one line per problem."""
+
+    tables: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+
+def workload_tables(results_dir: Path, problem: Log) -> dict[str, pd.DataFrame]:
     """Tables from the workload's JSON results: every list of records becomes one table
-    (`<file>.<key>`), the scalar fields of each file one row (`<file>`)."""
+    (`<file>.<key>`), the scalar fields of each file one row (`<file>`). Unreadable files and
+    names that are not one safe path component are reported through `problem` and skipped."""
     tables: dict[str, pd.DataFrame] = {}
     for path in sorted(results_dir.glob("*.json")):
         try:
             data = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError):
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            problem(f"{path}: unreadable JSON, skipped ({_short(exc)})")
             continue
         if not isinstance(data, dict):
             continue
+        candidates: dict[str, Callable[[], pd.DataFrame]] = {}
         scalars = {k: v for k, v in data.items() if isinstance(v, (str, int, float, bool)) or v is None}
         if scalars:
-            tables[path.stem] = pd.DataFrame([scalars])
+            candidates[path.stem] = lambda s=scalars: pd.DataFrame([s])
         for key, value in data.items():
             if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
-                tables[f"{path.stem}.{key}"] = pd.json_normalize(value)
+                candidates[f"{path.stem}.{key}"] = lambda v=value: pd.json_normalize(v)
+        for name, make in candidates.items():
+            try:
+                check_name(f"workload_{name}")
+                tables[name] = make()
+            except (ResultError, ValueError, TypeError) as exc:
+                problem(f"{path}: table {name!r} skipped ({_short(exc)})")
     return tables
 
 
 def manifest(run: RunDir) -> pd.DataFrame:
-    """Every log, profile and result file of the run, with rank and size."""
+    """Every log, profile and workload result file of the run, with rank and size."""
     rows = []
     for sub in ("logs", "profiles", "results"):
         for path in sorted((run.path / sub).rglob("*")):
-            if path.is_file() and path.name != MANIFEST and not path.name.endswith(".tmp"):
-                if sub == "results" and path.suffix == ".csv":
-                    continue  # our own outputs
-                rows.append({"kind": sub, "path": str(path.relative_to(run.path)),
-                             "rank": rank_of(path), "bytes": path.stat().st_size})
-    return pd.DataFrame(rows, columns=["kind", "path", "rank", "bytes"])
+            if path.name.startswith(".") or path.name.endswith((".tmp", ".parquet")) or not path.is_file():
+                continue
+            rows.append({"kind": sub, "path": str(path.relative_to(run.path)),
+                         "rank": rank_of(path), "bytes": path.stat().st_size})
+    return pd.DataFrame(rows, columns=["kind", "path", "rank", "bytes"]).astype({"rank": "Int64"})
 
 
-def collect_run(run: RunDir, store: Store, log: Callable[[str], None] = print) -> dict[str, list[str]]:
-    """Collect one run; returns {source: [table names]}."""
-    results_dir = run.path / "results"
-    config = run.config
-    done: dict[str, list[str]] = {}
+# ---------------------------------------------------------------------------------------------
+# executors and progress
+
+
+def under_mpi_futures() -> bool:
+    """True when started by `mpiexec ... python -m mpi4py.futures` with more than one process."""
+    if not any(k in os.environ for k in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS")):
+        return False
+    if "mpi4py.futures" not in sys.modules:
+        return False
+    from mpi4py import MPI
+
+    return MPI.COMM_WORLD.Get_size() > 1
+
+
+class InProcess(Executor):
+    """Runs each task at once in this process (1 worker: no pool, no pickling)."""
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future:
+        future: Future = Future()
+        try:
+            future.set_result(fn(*args, **kwargs))
+        except BaseException as exc:  # handed to the caller through the future
+            future.set_exception(exc)
+        return future
+
+
+def make_executor(workers: int) -> tuple[Executor, str]:
+    """mpi4py.futures workers under mpiexec, else a process pool of `workers` (1: this process);
+    with a description for the log."""
+    if under_mpi_futures():
+        from mpi4py import MPI
+        from mpi4py.futures import MPIPoolExecutor
+
+        return MPIPoolExecutor(), f"{MPI.COMM_WORLD.Get_size() - 1} mpi4py.futures worker(s)"
+    if workers <= 1:
+        return InProcess(), "1 process"
+    return ProcessPoolExecutor(workers), f"{workers} worker processes"
+
+
+class Progress:
+    """Files and bytes done with an ETA: a rich bar on a terminal, else a few plain log lines."""
+
+    def __init__(self, label: str, total_files: int, total_bytes: int, log: Log) -> None:
+        self.label, self.total, self.bytes, self.log = label, total_files, total_bytes, log
+        self.done = self.done_bytes = 0
+        self.start = time.monotonic()
+        self.bar = None
+        if sys.stderr.isatty() and total_files > 1:
+            from rich.progress import (BarColumn, DownloadColumn, MofNCompleteColumn, Progress as Bar,
+                                       TextColumn, TimeRemainingColumn)
+
+            self.bar = Bar(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                           DownloadColumn(), TimeRemainingColumn(), transient=True)
+            self.task = self.bar.add_task(label, total=total_bytes)
+            self.bar.start()
+
+    def advance(self, nbytes: int) -> None:
+        self.done += 1
+        self.done_bytes += nbytes
+        if self.bar is not None:
+            self.bar.update(self.task, advance=nbytes, description=f"{self.label} {self.done}/{self.total} files")
+            return
+        step = max(1, self.total // 10)
+        if self.done % step == 0 or self.done == self.total:
+            elapsed = time.monotonic() - self.start
+            eta = elapsed / self.done_bytes * (self.bytes - self.done_bytes) if self.done_bytes else 0.0
+            self.log(f"{self.label}: {self.done}/{self.total} files, {self.done_bytes / 1e6:.1f}/"
+                     f"{self.bytes / 1e6:.1f} MB, {elapsed:.1f} s, ETA {eta:.0f} s")
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+# ---------------------------------------------------------------------------------------------
+# per-file map and cross-rank reduce (nsys)
+
+
+def _parts_dir(run_path: Path, tool: str) -> Path:
+    return run_path / "derived" / tool / "parts"
+
+
+def _part_key(path: Path) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", path.name)
+
+
+def map_file(tool: str, path: str, rank: int, parts: str) -> list[str]:
+    """Analyse one rank's file (in a worker) and write its tables under `parts/<file>/`."""
+    from hpcprof.analysis import file_analyser
+
+    tables = file_analyser(tool)(Path(path), rank)
+    out = Path(parts) / _part_key(Path(path))
+    for name, df in tables.items():
+        write_table(out, name, df)
+    return sorted(tables)
+
+
+def _load_manifest(parts: Path) -> dict[str, Any]:
+    try:
+        return json.loads((parts / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _save_manifest(parts: Path, data: dict[str, Any]) -> None:
+    parts.mkdir(parents=True, exist_ok=True)
+    tmp = parts / f".manifest.{os.getpid()}.{uuid.uuid4().hex}.tmp"
+    tmp.write_text(json.dumps(data, indent=0, sort_keys=True))
+    os.replace(tmp, parts / "manifest.json")
+
+
+def map_files(tool: str, files: dict[Path, int], run_path: Path, executor: Executor, log: Log,
+              problem: Log) -> dict[str, list[str]]:
+    """Run `map_file` over every file not collected yet (or changed), streaming results as
+    workers finish; returns {part key: tables} of every usable file, in rank order."""
+    parts = _parts_dir(run_path, tool)
+    old = _load_manifest(parts)
+    new: dict[str, Any] = {}
+    todo: dict[Future, tuple[Path, int, os.stat_result]] = {}
+    for path, rank in files.items():
+        st = path.stat()
+        key = _part_key(path)
+        prev = old.get(key)
+        if prev and prev["size"] == st.st_size and prev["mtime_ns"] == st.st_mtime_ns \
+                and prev["rank"] == rank and (parts / key).is_dir():
+            new[key] = prev
+        else:
+            todo[executor.submit(map_file, tool, str(path), rank, str(parts))] = (path, rank, st)
+    if len(new):
+        log(f"{tool}: {len(new)} file(s) unchanged since the last collect, skipped")
+    progress = Progress(f"{tool} {run_path.name}", len(todo), sum(st.st_size for _, _, st in todo.values()), log)
+    try:
+        for future in as_completed(todo):
+            path, rank, st = todo[future]
+            try:
+                tables = future.result()
+            except BrokenExecutor:  # a worker died (killed, out of memory): the files it left undone
+                problem(f"{tool}: {path}: skipped (a worker process died; collect again to retry)")
+            except Exception as exc:  # a damaged file: this file only
+                problem(f"{tool}: {path}: skipped ({_short(exc)})")
+            else:
+                new[_part_key(path)] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "rank": rank,
+                                        "tables": tables}
+            progress.advance(st.st_size)
+            if progress.done % 256 == 0:  # an interrupted collect keeps what is done
+                _save_manifest(parts, new)
+    finally:
+        progress.close()
+    _save_manifest(parts, new)
+    order = sorted(new, key=lambda k: (new[k]["rank"], k))
+    return {k: new[k]["tables"] for k in order}
+
+
+def concat_parts(parts: Path, mapped: dict[str, list[str]], name: str, target: Path,
+                 row_group: int = 262_144) -> bool:
+    """Stream the `name` tables of every part that has one into one Parquet file, in the order of
+    `mapped`: one part (and one row group of at most `row_group` rows) in memory at a time."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    paths = [parts / k / "results" / f"{name}.parquet" for k, tables in mapped.items() if name in tables]
+    if not paths:
+        return False
+    schema = pq.read_schema(paths[0]).remove_metadata()
+    for p in paths[1:]:  # one running schema, not one per part
+        other = pq.read_schema(p).remove_metadata()
+        if not other.equals(schema):
+            schema = pa.unify_schemas([schema, other], promote_options="permissive")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
+    try:
+        with pq.ParquetWriter(tmp, schema) as writer:
+            pending: list[pa.Table] = []
+            rows = 0
+            for p in paths:
+                table = pq.read_table(p).replace_schema_metadata(None)
+                for column in schema.names:
+                    if column not in table.column_names:
+                        table = table.append_column(column, pa.nulls(len(table), schema.field(column).type))
+                pending.append(table.select(schema.names).cast(schema))
+                rows += len(table)
+                if rows >= row_group:
+                    writer.write_table(pa.concat_tables(pending))
+                    pending, rows = [], 0
+            if pending:
+                writer.write_table(pa.concat_tables(pending))
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return True
+
+
+def reduce_parts(tool: str, run_path: Path, mapped: dict[str, list[str]]) -> list[str]:
+    """Tables of the whole run from the per-file parts: concatenated, then each tool's cross-rank
+    reduce (e.g. nsys's NCCL summary across ranks). Returns the table names written."""
+    from hpcprof.analysis import cross_rank_reducer
+    from hpcprof.results import read_table, table_path
+
+    parts = _parts_dir(run_path, tool)
+    names = sorted({n for tables in mapped.values() for n in tables})
+    written = []
+    for name in names:
+        if concat_parts(parts, mapped, name, table_path(run_path, f"{tool}_{name}")):
+            written.append(f"{tool}_{name}")
+    reducer = cross_rank_reducer(tool)
+    if reducer is not None:
+        for name, df in reducer(lambda n: read_table(run_path, f"{tool}_{n}")).items():
+            write_table(run_path, f"{tool}_{name}", df)
+    return written
+
+
+# ---------------------------------------------------------------------------------------------
+# one run
+
+
+def collect_run(run: RunDir, store: Store, log: Log = print, executor: Executor | None = None) -> Collected:
+    """Collect one run; every step is isolated, problems are returned and recorded."""
+    from hpcprof.analysis import CollectContext, collectors, file_analysers
+
+    done = Collected()
+    executor = executor or InProcess()
+
+    def problem(line: str) -> None:
+        done.problems.append(line)
+        log(f"{run.run_id}: {line}")
+
+    def step(label: str, fn: Callable[[], None]) -> None:
+        try:
+            fn()
+        except Exception as exc:  # one step failing never stops the others
+            problem(f"{label}: {_short(exc)}")
 
     def save(source: str, tables: dict[str, pd.DataFrame]) -> None:
         for name, df in tables.items():
-            write(df, results_dir / f"{source}_{name}.csv")
-        store.replace_results(run.run_id, source, tables)
-        done[source] = sorted(tables)
+            try:
+                write_table(run.path, f"{source}_{name}", df)
+                done.tables.append(f"{source}_{name}")
+            except (ResultError, ValueError, TypeError, OSError) as exc:
+                problem(f"{source}_{name}: not written ({_short(exc)})")
 
-    save("workload", workload_tables(results_dir))
-    save("files", {"manifest": manifest(run)})
+    config = run.config  # an unreadable config.json fails the run (the caller reports it)
+    step("workload", lambda: save("workload", workload_tables(run.path / "results", problem)))
+    step("files", lambda: save("files", {"manifest": manifest(run)}))
     tool = config["experiment"]["profile"]["tool"]
     profile_dir = run.path / "profiles" / tool
-    if tool != "none" and profile_dir.is_dir():
+
+    def profiles() -> None:
         files = sorted(p for p in profile_dir.iterdir() if p.is_file() and rank_of(p) is not None)
-        if files:
-            site_paths = config["site"]["paths"]
-            ctx = CollectContext(run_dir=run.path, tool=tool, files=files,
-                                 rank_of={p: rank_of(p) for p in files},  # type: ignore[misc]
-                                 work_dir=run.path / "derived" / tool,
-                                 tool_paths={"nsys": site_paths["nsys"], "ncu": site_paths["ncu"]},
-                                 log=log)
-            ctx.work_dir.mkdir(parents=True, exist_ok=True)
-            save(tool, collectors()[tool](ctx))
-        else:
+        if not files:
             log(f"{run.run_id}: no {tool} profiles in {profile_dir}")
-    store.mark_collected(run.run_id)
+            return
+        site_paths = config["site"]["paths"]
+
+        def tool_log(line: str) -> None:  # collectors say "skipped ..." of files they could not use
+            if "skipped" in line:
+                problem(line)
+            else:
+                log(line)
+
+        ctx = CollectContext(run_dir=run.path, tool=tool, files=files,
+                             rank_of={p: rank_of(p) for p in files},  # type: ignore[misc]
+                             work_dir=run.path / "derived" / tool,
+                             tool_paths={"nsys": site_paths["nsys"], "ncu": site_paths["ncu"]},
+                             log=tool_log)
+        ctx.work_dir.mkdir(parents=True, exist_ok=True)
+        if tool in file_analysers():
+            inputs = file_analysers()[tool](ctx)
+            mapped = map_files(tool, inputs, run.path, executor, log, problem)
+            if mapped:
+                done.tables.extend(reduce_parts(tool, run.path, mapped))
+            else:
+                problem(f"{tool}: no usable profile")
+        else:
+            save(tool, collectors()[tool](ctx))
+
+    if tool != "none" and profile_dir.is_dir():
+        step(tool, profiles)
+
+    def echo() -> None:
+        from hpcprof.analysis.nsys.echo import echo_slowdown
+
+        save("echo", echo_slowdown(run, log))  # Echo's flow: a ws-N DDP run against its sweep's ws-1 run
+
+    step("echo", echo)
+
+    def summary() -> None:
+        from hpcprof.analysis.summary import run_summary
+
+        store.replace_metrics(run.run_id, run_summary(run.path, config))
+
+    if store.has_run(run.run_id):  # a run directory copied in from elsewhere has no record to update
+        step("summary", summary)
+        store.mark_collected(run.run_id, done.problems)
     return done
+
+
+def collect_runs(selected: list[RunDir], store: Store, refresh: Callable[[RunDir], Any], log: Log,
+                 workers: int = 1) -> int:
+    """Collect every terminal run of `selected`, each isolated; returns the exit status
+    (0, or EXIT_PARTIAL when a run or a file was skipped)."""
+    skipped = False
+    executor, how = make_executor(workers)
+    log(f"collect: rank files analysed by {how}")
+    try:
+        for run in selected:
+            try:
+                state = refresh(run)
+                if not state.terminal:
+                    log(f"{run.run_id}: {state.state}, not collected yet")
+                    continue
+                result = collect_run(run, store, log=log, executor=executor)
+            except Exception as exc:  # this run only: the others are still collected
+                skipped = True
+                log(f"{run.run_id}: not collected ({_short(exc)})")
+                try:
+                    if store.has_run(run.run_id):
+                        store.mark_collected(run.run_id, [f"not collected: {_short(exc)}"])
+                except Exception:  # the store itself is unusable: the line above says enough
+                    pass
+                continue
+            skipped |= bool(result.problems)
+            if any("a worker process died" in line for line in result.problems):
+                executor.shutdown(wait=False)   # the pool is broken: a new one for the next runs
+                executor, how = make_executor(workers)
+            status = f"partially, {len(result.problems)} problem(s)" if result.problems else state.state
+            log(f"collected {run.run_id} ({status}) -> {run.path / 'results'} ({len(result.tables)} tables)")
+    finally:
+        executor.shutdown()
+    return EXIT_PARTIAL if skipped else 0

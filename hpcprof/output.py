@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import sys
+import uuid
 from pathlib import Path
 from typing import TextIO
 
@@ -50,8 +52,11 @@ def emit(df: pd.DataFrame, fmt: str, out: TextIO | None = None, title: str | Non
 def write(df: pd.DataFrame, path: Path, fmt: str = "csv") -> Path:
     """Write `df` to `path` atomically (temp file + rename)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w") as fh:
-        emit(df, fmt, fh)
-    tmp.replace(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:12]}.tmp")  # unique: concurrent writers
+    try:
+        with tmp.open("w") as fh:
+            emit(df, fmt, fh)
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
     return path

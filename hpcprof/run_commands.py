@@ -1,4 +1,4 @@
-"""The run commands of `hpcprof`: sites, render, submit, status, cancel, collect, report,
+"""The run commands of `hpcprof`: sites, render, submit, status, cancel, collect,
 templates (config -> render -> schedulers -> collect -> store -> report)."""
 
 from __future__ import annotations
@@ -15,11 +15,10 @@ import pandas as pd
 from rich.console import Console
 
 from hpcprof import campaign
-from hpcprof.collect import collect_run
 from hpcprof.config.experiment import MAX_POINTS
 from hpcprof.config.site import available_sites, find_site, load_site_file
 from hpcprof.errors import UserError
-from hpcprof.output import emit, render_table
+from hpcprof.output import emit
 from hpcprof.render.containers import check_runtimes
 from hpcprof.render.job import shipped_template_dir
 from hpcprof.rundir import RunDir, all_runs, find_run
@@ -194,46 +193,24 @@ def cancel(runs: tuple[str, ...], workdir: Path, db: str | None) -> None:
 @click.argument("runs", nargs=-1)
 @workdir_option
 @db_option
-def collect(runs: tuple[str, ...], workdir: Path, db: str | None) -> None:
-    """Collect finished RUNS (default: every finished run): results/ CSVs and the store."""
+@click.option("--workers", type=click.IntRange(1, 4096), default=1, show_default=True,
+              help="Processes analysing rank files in parallel (under `mpiexec -n N python -m "
+                   "mpi4py.futures -m hpcprof collect` the MPI workers are used instead).")
+def collect(runs: tuple[str, ...], workdir: Path, db: str | None, workers: int) -> None:
+    """Collect finished RUNS (default: every finished run): results/*.parquet and the store.
+
+    Exit status 3 when a run or a file could not be collected (each is named in one line and the
+    run is recorded as partially collected); everything else is collected."""
+    from hpcprof.collect import collect_runs
+
     store = open_store(workdir, db)
     selected = runs_from(runs, workdir)
     if not selected:
         raise UserError(f"no runs under {workdir}; submit one first (hpcprof submit EXP --site S)")
-    for run in selected:
-        state = campaign.refresh(run, store)
-        if not state.terminal:
-            console.print(f"{run.run_id}: {state.state}, not collected yet")
-            continue
-        tables = collect_run(run, store, log=lambda line: console.print(line, markup=False))
-        summary = ", ".join(f"{source}: {len(names)}" for source, names in tables.items())
-        console.print(f"collected {run.run_id} ({state.state}) -> {run.path / 'results'} ({summary} tables)",
-                      markup=False)
-
-
-@click.command()
-@click.argument("runs", nargs=-1)
-@workdir_option
-@db_option
-@click.option("--rows", type=click.IntRange(min=1, max=1_000_000), default=12, show_default=True,
-              help="Rows shown per table.")
-def report(runs: tuple[str, ...], workdir: Path, db: str | None, rows: int) -> None:
-    """Show the collected results of RUNS (default: the latest run)."""
-    store = open_store(workdir, db, create=False)
-    selected = runs_from(runs, workdir)[-1 if not runs else 0:]
-    out = Console(width=200)
-    for run in selected:
-        state = campaign.refresh(run, store)
-        out.rule(f"{run.run_id}  {state.state}  {run.path}")
-        names = store.result_names(run.run_id) if store is not None else []
-        if not names:
-            out.print("not collected yet: run `hpcprof collect`")
-        # summaries first (per-phase and per-collective tables), per-event tables last
-        for source, name in sorted(names, key=lambda sn: (not sn[1].endswith(("phases", "nccl", "temporal")), sn)):
-            if source == "files":
-                continue
-            df = store.results_frame(run.run_id, source, name)
-            out.print(render_table(df.head(rows), title=f"{source}: {name} ({len(df)} rows)"))
+    status = collect_runs(selected, store, lambda run: campaign.refresh(run, store),
+                          log=lambda line: console.print(line, markup=False, highlight=False), workers=workers)
+    if status:
+        raise SystemExit(status)
 
 
 @click.group()

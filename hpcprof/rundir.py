@@ -124,6 +124,12 @@ def find_run(ref: str, workdir: Path) -> RunDir:
     raise UserError(f"run {ref!r}: ambiguous, matches {', '.join(str(m) for m in matches)}")
 
 
+def sweep_of(run_id: str) -> str:
+    """The sweep id of a run id (`<sweep>-p003` -> `<sweep>`; a single-point run is its sweep)."""
+    head, sep, tail = run_id.rpartition("-p")
+    return head if sep and tail.isdigit() else run_id
+
+
 def all_runs(workdir: Path) -> list[RunDir]:
     """Every run under `workdir`, oldest first."""
     return [RunDir(p.parent.resolve()) for p in sorted(workdir.glob("*/*/config.json"),

@@ -1,8 +1,13 @@
-"""The campaign store (SQLAlchemy Core): sweeps, runs (sweep points), jobs, states, results.
+"""The campaign store (SQLAlchemy Core): sweeps, runs (sweep points), jobs, states, and a typed
+summary of every collected run that SQL can query across runs.
 
-A SQLite file in the workdir by default; `--db URL` or `$HPCPROF_DB` for any SQLAlchemy URL
-(e.g. postgresql+psycopg://user@host/db). Result tables are stored row by row as JSON so any
-analysis output fits without schema changes; `results_frame` reads one back as a DataFrame.
+A SQLite file in the workdir by default (WAL journal, 30 s busy timeout); `--db URL` or
+`$HPCPROF_DB` for any SQLAlchemy URL, e.g. `postgresql+psycopg://user@host/db`. Result tables
+themselves are Parquet files in each run directory (`hpcprof.results`); the store keeps, per run,
+its parameters (`run_params`) and headline metrics (`run_metrics`) as typed rows:
+
+    SELECT p.value, m.value FROM run_metrics m JOIN run_params p USING (run_id)
+    WHERE m.metric = 'iteration.mean' AND p.param = 'world_size';
 """
 
 from __future__ import annotations
@@ -11,12 +16,14 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
-import pandas as pd
 from sqlalchemy import (JSON, Column, Float, ForeignKey, Integer, MetaData, String, Table, Text,
-                        create_engine, delete, insert, select, update)
+                        create_engine, delete, event, insert, inspect, select, text, update)
 from sqlalchemy.engine import Engine
+from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, SQLAlchemyError
+
+from hpcprof.errors import UserError
 
 metadata = MetaData()
 
@@ -44,6 +51,8 @@ runs = Table(
     Column("state", String(32), nullable=False),
     Column("exit_code", Integer),
     Column("collected_at", Float),
+    Column("collect_status", String(16)),          # complete | partial (None: not collected)
+    Column("collect_note", Text),                  # what was skipped, one line per problem
 )
 
 jobs = Table(
@@ -64,15 +73,23 @@ states = Table(
     Column("observed_at", Float, nullable=False),
 )
 
-results = Table(
-    "results", metadata,
-    Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("run_id", String(80), ForeignKey("runs.run_id"), nullable=False, index=True),
-    Column("source", String(32), nullable=False),   # nsys | ncu | torch | workload
-    Column("name", String(128), nullable=False),    # table name, e.g. cuda_gpu_kern_sum
-    Column("row_index", Integer, nullable=False),
-    Column("data", JSON, nullable=False),
+run_params = Table(
+    "run_params", metadata,
+    Column("run_id", String(80), ForeignKey("runs.run_id"), primary_key=True),
+    Column("param", String(200), primary_key=True),
+    Column("value", Text),                         # as text (JSON for lists and maps)
+    Column("value_num", Float),                    # the number, when the value is one
 )
+
+run_metrics = Table(
+    "run_metrics", metadata,
+    Column("run_id", String(80), ForeignKey("runs.run_id"), primary_key=True),
+    Column("metric", String(200), primary_key=True),
+    Column("value", Float),
+    Column("unit", String(32), nullable=False, default=""),
+)
+
+OURS = set(metadata.tables)
 
 
 def database_url(workdir: Path, db: str | None = None) -> str:
@@ -80,21 +97,87 @@ def database_url(workdir: Path, db: str | None = None) -> str:
     return db or os.environ.get("HPCPROF_DB") or f"sqlite:///{workdir.resolve() / 'hpcprof.db'}"
 
 
+def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+    cursor = dbapi_conn.cursor()
+    cursor.execute("PRAGMA busy_timeout = 30000")
+    cursor.execute("PRAGMA journal_mode = WAL")
+    cursor.execute("PRAGMA foreign_keys = ON")
+    cursor.close()
+
+
+def _one_line(exc: BaseException) -> str:
+    text_ = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+    return text_[0][:200] if text_ else type(exc).__name__
+
+
+def param_rows(run_id: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+    """One typed row per parameter of a run."""
+    rows = []
+    for key, value in sorted(params.items()):
+        number = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+        shown = value if isinstance(value, str) else json.dumps(value)
+        rows.append({"run_id": run_id, "param": str(key), "value": shown, "value_num": number})
+    return rows
+
+
 class Store:
-    """The campaign database."""
+    """The campaign database. A URL that cannot be used raises UserError (one line, exit 2)."""
 
     def __init__(self, url: str) -> None:
-        self.engine: Engine = create_engine(url)
-        metadata.create_all(self.engine)
+        try:
+            self.engine: Engine = create_engine(url, **({"connect_args": {"timeout": 30}}
+                                                         if url.startswith("sqlite") else {}))
+        except (ArgumentError, NoSuchModuleError, ValueError) as exc:
+            raise UserError(f"--db {url!r}: not a usable database URL ({_one_line(exc)}); use e.g. "
+                            "sqlite:////path/hpcprof.db or postgresql+psycopg://user@host/db") from None
+        if self.engine.dialect.name == "sqlite":
+            event.listen(self.engine, "connect", _sqlite_pragmas)
+        self.url = url
+        self._create_schema()
+
+    def _create_schema(self) -> None:
+        """Create the tables once, safely when several processes start on a fresh store."""
+        shown = self.engine.url.render_as_string(hide_password=True)
+        for attempt in range(20):
+            try:
+                with self.engine.begin() as conn:
+                    if self.engine.dialect.name == "postgresql":
+                        conn.execute(text("SELECT pg_advisory_xact_lock(724011)"))
+                    present = set(inspect(conn).get_table_names())
+                    if present and not present & OURS:
+                        raise UserError(f"--db {shown}: not a hpcprof store (it holds other tables: "
+                                        f"{', '.join(sorted(present)[:3])}); give a new or hpcprof database")
+                    if not OURS <= present:
+                        metadata.create_all(conn, checkfirst=True)
+                    if missing := [c for c in ("collect_status", "collect_note")
+                                     if c not in {col["name"] for col in inspect(conn).get_columns("runs")}]:
+                        for name in missing:  # a store made by an earlier hpcprof
+                            kind = runs.c[name].type.compile(dialect=self.engine.dialect)
+                            conn.execute(text(f"ALTER TABLE runs ADD COLUMN {name} {kind}"))
+                return
+            except UserError:
+                raise
+            except (DBAPIError, SQLAlchemyError) as exc:
+                message = _one_line(exc)
+                if "already exists" in message and attempt < 19:
+                    time.sleep(0.05 * (attempt + 1))  # another process created it first
+                    continue
+                raise UserError(f"--db {shown}: cannot open the store ({message}); check the path or "
+                                "URL, or move a damaged file away") from None
 
     def add_sweep(self, sweep_id: str, experiment: str, site: str, spec: dict[str, Any],
                   run_rows: list[dict[str, Any]]) -> None:
-        """Record a submitted sweep and its runs (one per point) in one transaction."""
+        """Record a submitted sweep and its runs (one per point) and their parameters, in one transaction."""
         now = time.time()
         with self.engine.begin() as conn:
             conn.execute(insert(sweeps).values(sweep_id=sweep_id, experiment=experiment, site=site,
                                                n_points=len(run_rows), spec=spec, created_at=now))
-            conn.execute(insert(runs), [{"sweep_id": sweep_id, "state": "PENDING", **r} for r in run_rows])
+            if run_rows:
+                conn.execute(insert(runs), [{"sweep_id": sweep_id, "state": "PENDING", **r} for r in run_rows])
+            params = [p for r in run_rows for p in param_rows(
+                r["run_id"], {**r["params"], "world_size": r["world_size"], "profile_tool": r["profile_tool"]})]
+            if params:
+                conn.execute(insert(run_params), params)
 
     def add_job(self, run_id: str, job_id: str, scheduler: str) -> None:
         with self.engine.begin() as conn:
@@ -115,33 +198,35 @@ class Store:
         with self.engine.connect() as conn:
             return conn.execute(select(runs.c.run_id).where(runs.c.run_id == run_id)).first() is not None
 
-    def replace_results(self, run_id: str, source: str, tables: dict[str, pd.DataFrame]) -> None:
-        """Replace the stored tables of (run, source): collecting twice changes nothing."""
+    def replace_metrics(self, run_id: str, metrics: Iterable[tuple[str, float, str]]) -> None:
+        """Replace the run's headline metrics: collecting twice changes nothing."""
+        rows = {m: {"run_id": run_id, "metric": m, "value": float(v), "unit": u or ""} for m, v, u in metrics}
         with self.engine.begin() as conn:
-            conn.execute(delete(results).where(results.c.run_id == run_id, results.c.source == source))
-            rows = [{"run_id": run_id, "source": source, "name": name, "row_index": i, "data": record}
-                    for name, df in tables.items()
-                    for i, record in enumerate(json.loads(df.to_json(orient="records")))]
+            conn.execute(delete(run_metrics).where(run_metrics.c.run_id == run_id))
             if rows:
-                conn.execute(insert(results), rows)
+                conn.execute(insert(run_metrics), list(rows.values()))
 
-    def mark_collected(self, run_id: str) -> None:
+    def mark_collected(self, run_id: str, problems: list[str] | None = None) -> None:
+        """Record the run as collected: `complete`, or `partial` with what was skipped."""
         with self.engine.begin() as conn:
             conn.execute(update(runs).where(runs.c.run_id == run_id, runs.c.collected_at.is_(None))
                          .values(collected_at=time.time()))
+            conn.execute(update(runs).where(runs.c.run_id == run_id).values(
+                collect_status="partial" if problems else "complete",
+                collect_note="\n".join(problems) if problems else None))
 
-    def runs_frame(self) -> pd.DataFrame:
+    def run_record(self, run_id: str) -> dict[str, Any] | None:
+        with self.engine.connect() as conn:
+            row = conn.execute(select(runs).where(runs.c.run_id == run_id)).first()
+            return dict(row._mapping) if row else None
+
+    def metrics(self, run_id: str) -> dict[str, tuple[float, str]]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(run_metrics).where(run_metrics.c.run_id == run_id)).all()
+            return {r.metric: (r.value, r.unit) for r in rows}
+
+    def runs_frame(self) -> Any:
+        import pandas as pd
+
         with self.engine.connect() as conn:
             return pd.read_sql(select(runs).order_by(runs.c.run_id), conn)
-
-    def results_frame(self, run_id: str, source: str, name: str) -> pd.DataFrame:
-        """One stored result table as a DataFrame."""
-        query = (select(results.c.data).where(results.c.run_id == run_id, results.c.source == source,
-                                              results.c.name == name).order_by(results.c.row_index))
-        with self.engine.connect() as conn:
-            return pd.DataFrame([row.data for row in conn.execute(query)])
-
-    def result_names(self, run_id: str) -> list[tuple[str, str]]:
-        query = select(results.c.source, results.c.name).where(results.c.run_id == run_id).distinct()
-        with self.engine.connect() as conn:
-            return sorted((r.source, r.name) for r in conn.execute(query))

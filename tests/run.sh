@@ -35,4 +35,6 @@ if [ "$(id -u)" = 0 ]; then
   bash tests/services/slurm-cluster.sh start   # two Slurm nodes in network namespaces (needs slurm-wlm, munge)
 fi
 
+[ "$(id -u)" = 0 ] && bash tests/services/chromium.sh   # headless Chromium for the HTML report check
+
 exec .venv/bin/pytest -q -p no:cacheprovider "$@"

@@ -38,7 +38,7 @@ def status_json(cwd: Path, *runs: str) -> list[dict]:
 def snapshot(run: Path, db: Path) -> tuple[dict[str, bytes], list[tuple]]:
     files = {str(p.relative_to(run)): p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file()}
     with create_engine(f"sqlite:///{db}").connect() as conn:
-        rows = conn.execute(text("select run_id, source, name, row_index, data from results order by id")).all()
+        rows = conn.execute(text("select run_id, metric, value, unit from run_metrics order by metric")).all()
         rows += conn.execute(text("select * from runs")).all()
     return files, [tuple(r) for r in rows]
 
@@ -59,7 +59,9 @@ def test_two_ranks_complete_and_collect_is_idempotent(tmp_path: Path) -> None:
     assert (row["state"], row["exit_code"]) == ("COMPLETED", 0)
 
     hpcprof("collect", cwd=tmp_path)
-    manifest = (run / "results" / "files_manifest.csv").read_text()
+    from hpcprof.results import read_table
+
+    manifest = read_table(run, "files_manifest")["path"].tolist()
     assert "logs/rank0.log" in manifest and "logs/rank1.log" in manifest
     db = tmp_path / "hpcprof-runs" / "hpcprof.db"
     first = snapshot(run, db)

@@ -1,12 +1,14 @@
 #!/bin/bash
-# Issue 8's GPU campaign (and the fresh data issues 12 and 13 ask for), through hpcprof itself on a
-# lent 4x H200 machine: submit -> rendered job + rank wrapper -> run -> collect (nsys exports).
-#   1. seqpar float32 vs bfloat16 on 2 and 4 GPUs, nsys on every rank (campaign/seqpar_nsys.yaml);
-#   2. Echo's GPT-2 (examples/ddp_slowdown.yaml) at world size 1 and 2 under nsys;
-#   3. Kineto traces: seqpar and the DDP example on 2 GPUs under torch.profiler (for HTA);
-#   4. the Polaris site's rendering (PALS -> Open MPI, gpu_affinity: reverse): which GPU each rank sees.
-# Needs (carried, git-ignored): .gpu/whl (wheels the GPU image lacks) and .gpu/libs (libdw/libelf for
-# nsys, from shared/tools/gpu-nsys-libs.sh). Usage: bash benchmarks/gpu/campaign.sh OUT
+# Issue 8's GPU campaign on one 4-GPU machine (the shape of a Polaris node), all through `hpcprof submit`:
+#   1. seqpar float32 vs bfloat16 on 2 and 4 ranks, nsys on every rank, 2 repetitions per point;
+#   2. Echo's GPT-2 DDP example (examples/ddp_slowdown.yaml, GPT2_PRESET=gpt2) at world size 1 and 2
+#      under nsys, so that collect computes Echo's slowdown of every device of the ws-2 run.
+# Every .nsys-rep is exported to SQLite beside it (rank<N>.sqlite, which collect reads without nsys);
+# the workdir (with its store, hpcprof.db) is tarred into OUT/campaign-runs.tar.gz without the .nsys-rep
+# files, to be unpacked at the same path (/tmp/hpcprof-campaign) and collected,
+# compared and reported where hpcprof is developed.
+# Needs (carried, git-ignored): .gpu/whl + .gpu/whl2 (pydantic, sqlalchemy, msgspec, adbc, ...) and
+# .gpu/libs (libdw/libelf for nsys), as e2e_hpcprof.sh. Usage: bash benchmarks/gpu/campaign.sh OUT
 set -u
 OUT_DIR=${1:?output directory}
 REPO=$(pwd)
@@ -14,30 +16,28 @@ mkdir -p "$OUT_DIR" /tmp/site /tmp/bin
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .gpu/whl/*.whl
 export PYTHONPATH=/tmp/site:$REPO PYTHONUNBUFFERED=1
 export LD_LIBRARY_PATH=$REPO/.gpu/libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-ln -sf "$(ls -d /opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys | tail -1)" /tmp/bin/nsys
-command -v ncu >/dev/null || ln -sf "$(ls -d /opt/nvidia/nsight-compute/*/ncu | tail -1)" /tmp/bin/ncu
+command -v nsys >/dev/null || ln -sf "$(ls -d /opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys | tail -1)" /tmp/bin/nsys
 export PATH=/tmp/bin:$PATH
-export HPCPROF_WORKDIR=/tmp/campaign
-X4=(--site-file benchmarks/gpu/site-h200x4.yaml --wait)
-DDP=(--set env.GPT2_PRESET=gpt2 --set workload.args.batchsize=8 --set workload.args.epochs=2
-     --set workload.args.warmup_epochs=1 --set workload.args.steps_per_epoch=12)
+export HPCPROF_WORKDIR=/tmp/hpcprof-campaign
+SITE=benchmarks/gpu/site-h200x4.yaml
+NSYS_LEAN=(--set profile.nsys.sample=none --set profile.nsys.cpuctxsw=none --set profile.nsys.stats=false)
 {
-  nvidia-smi --query-gpu=index,name,pci.bus_id,driver_version --format=csv,noheader
+  nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader
   python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "nccl", torch.cuda.nccl.version())'
-  nsys --version; ncu --version | tail -1
+  nsys --version
   set -x
-  time python3 -m hpcprof submit benchmarks/gpu/campaign/seqpar_nsys.yaml "${X4[@]}"
-  time python3 -m hpcprof submit examples/ddp_slowdown.yaml "${X4[@]}" "${DDP[@]}"
-  time python3 -m hpcprof submit benchmarks/gpu/campaign/seqpar_torch.yaml "${X4[@]}"
-  time python3 -m hpcprof submit examples/ddp_slowdown.yaml "${X4[@]}" "${DDP[@]}" --set 'sweep={}' \
-    --set resources.ranks_per_node=2 --set workload.args.world_size=2 --set profile.tool=torch \
-    --set profile.torch.wait=1 --set profile.torch.warmup=1 --set profile.torch.active=1 --set profile.torch.gzip=true
-  time python3 -m hpcprof submit benchmarks/gpu/campaign/affinity.yaml \
-    --site-file benchmarks/gpu/site-polaris-local.yaml --wait
-  time python3 -m hpcprof collect
-  python3 -m hpcprof status
+  python3 -m hpcprof submit examples/seqpar_polaris.yaml --site-file "$SITE" --wait \
+    --set resources.nodes=1 --set profile.ranks=all --set repeat=2 \
+    --set 'sweep={workload.args.precision: [float32, bfloat16], resources.ranks_per_node: [2, 4]}' \
+    --set workload.args.iterations=50 --set workload.args.warmup_iterations=10 "${NSYS_LEAN[@]}"
+  python3 -m hpcprof submit examples/ddp_slowdown.yaml --site-file "$SITE" --wait --set env.GPT2_PRESET=gpt2
+  for rep in "$HPCPROF_WORKDIR"/*/*/profiles/nsys/*.nsys-rep; do
+    nsys export -t sqlite --force-overwrite true -o "${rep%.nsys-rep}.sqlite" "$rep" >/dev/null
+  done
+  python3 -m hpcprof status --format json
   set +x
 } > "$OUT_DIR/campaign.log" 2>&1
-grep -rh AFFINITY /tmp/campaign/affinity/*/logs/ | sort > "$OUT_DIR/affinity.txt"
-tar -C /tmp/campaign -czf "$OUT_DIR/campaign.tar.gz" --exclude='*.nsys-rep' --exclude='derived' --exclude='tmp' .
-ls -la "$OUT_DIR"; tail -n 30 "$OUT_DIR/campaign.log"; cat "$OUT_DIR/affinity.txt"
+tar -C "$HPCPROF_WORKDIR" -czf "$OUT_DIR/campaign-runs.tar.gz" --exclude='*.nsys-rep' --exclude='derived' \
+  --exclude='tmp' .
+ls -la "$OUT_DIR"
+tail -n 30 "$OUT_DIR/campaign.log"

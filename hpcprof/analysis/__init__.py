@@ -1,18 +1,20 @@
 """Analyses of profiler output, one package per tool, each a function from data to DataFrames.
 
-`collect` hands each run's profiles to the collector registered here for the profile tool.
-A collector takes a `CollectContext` and returns named DataFrames; `collect` writes them to
-`results/<tool>_<name>.csv` and into the campaign store. Collectors never write into the
-user's profile files.
+`collect` hands each run's profiles to its tool. A tool either analyses each rank's file on its
+own (a map run in parallel workers: `file_analyser`, with a cross-rank reduce over the per-rank
+tables: `cross_rank_reducer`), or takes the whole run at once (`collectors`: a `CollectContext`
+in, named DataFrames out). `collect` writes the tables to `results/<tool>_<name>.parquet`.
+Collectors never write into the user's profile files.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-import pandas as pd
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 @dataclass
@@ -28,13 +30,38 @@ class CollectContext:
     log: Callable[[str], None] = print          # progress and "skipped because ..." lines
 
 
-Collector = Callable[[CollectContext], dict[str, pd.DataFrame]]
+Collector = Callable[[CollectContext], "dict[str, pd.DataFrame]"]
+#: the files to map of a run, with their ranks
+Inputs = Callable[[CollectContext], "dict[Path, int]"]
+#: one rank's file -> its tables (each with a rank column)
+FileAnalyser = Callable[[Path, int], "dict[str, pd.DataFrame]"]
+#: reads a concatenated per-rank table by name -> extra cross-rank tables
+Reducer = Callable[[Callable[[str], "pd.DataFrame | None"]], "dict[str, pd.DataFrame]"]
 
 
 def collectors() -> dict[str, Collector]:
-    """The collector of each profile tool (imported lazily: analyses are heavy)."""
+    """The whole-run collector of each profile tool (imported lazily: analyses are heavy)."""
     from hpcprof.analysis.ncu.collect import collect_ncu
     from hpcprof.analysis.nsys.collect import collect_nsys
     from hpcprof.analysis.trace.collect import collect_traces
 
     return {"nsys": collect_nsys, "ncu": collect_ncu, "torch": collect_traces}
+
+
+def file_analysers() -> dict[str, Inputs]:
+    """Tools analysed file by file in parallel: tool -> the run's inputs to map."""
+    from hpcprof.analysis.nsys.collect import sqlite_files
+
+    return {"nsys": sqlite_files}
+
+
+def file_analyser(tool: str) -> FileAnalyser:
+    from hpcprof.analysis.nsys.collect import analyse_file
+
+    return {"nsys": analyse_file}[tool]
+
+
+def cross_rank_reducer(tool: str) -> Reducer | None:
+    from hpcprof.analysis.nsys.collect import reduce_ranks
+
+    return {"nsys": reduce_ranks}.get(tool)

@@ -23,6 +23,8 @@ from hpcprof.config.validation import load_yaml, parse_yaml, validate
 from hpcprof.errors import UserError
 from hpcprof.workloads import workload_args_model
 
+REPEAT = "repeat"  # the sweep-point parameter that numbers repetitions
+
 #: The launchers' rank variables the rank wrapper reads (templates/rank_wrapper.sh.j2) and the
 #: ones it exports; an experiment's `env` setting one would give several ranks the same identity.
 RANK_ENV = frozenset({
@@ -95,6 +97,7 @@ class Experiment(Strict):
     env: dict[str, EnvValue] = {}
     sweep: dict[str, list[Any]] = {}
     container: ContainerConfig | None = None  # overrides the site's container block
+    repeat: int = Field(1, ge=1, le=1000)  # runs per sweep point (params get "repeat": 0..N-1)
 
     _env = field_validator("env")(classmethod(lambda cls, v: check_rank_env(v)))
 
@@ -103,7 +106,7 @@ class Experiment(Strict):
     def _sweep_lists(cls, value: dict[str, list[Any]]) -> dict[str, list[Any]]:
         for key, values in value.items():
             names = key.split(",")
-            if any(n.startswith("sweep") or n == "name" for n in names):
+            if any(n.startswith("sweep") or n in ("name", REPEAT) for n in names):
                 raise ValueError(f"cannot sweep over {key!r}")
             if not values:
                 raise ValueError(f"sweep key {key!r} has no values")
@@ -114,10 +117,13 @@ class Experiment(Strict):
 
     def sweep_points(self) -> list[dict[str, Any]]:
         """The sweep's points: the cartesian product over its keys, where a key `a,b` zips
-        its keys together (its values are [a, b] pairs)."""
+        its keys together (its values are [a, b] pairs); each `repeat` times (param `repeat`)."""
         axes = [[dict(zip(key.split(","), v if "," in key else [v])) for v in values]
                 for key, values in self.sweep.items()]
-        return [{k: v for part in combo for k, v in part.items()} for combo in itertools.product(*axes)]
+        points = [{k: v for part in combo for k, v in part.items()} for combo in itertools.product(*axes)]
+        if self.repeat == 1:
+            return points
+        return [{**p, REPEAT: r} for p in points for r in range(self.repeat)]
 
 
 class Point(BaseModel):
@@ -199,7 +205,8 @@ def expand(data: dict[str, Any], site: SiteConfig, source: str, max_points: int 
             point_data = copy.deepcopy(data)
             point_data.pop("sweep", None)
             for key, value in params.items():
-                set_dotted(point_data, key, value, f"{source} sweep")
+                if key != REPEAT:
+                    set_dotted(point_data, key, value, f"{source} sweep")
             where = f"{source} (sweep point {index}: {', '.join(f'{k}={v!r}' for k, v in params.items())})"
             experiment = validate(Experiment, point_data, where)
         else:

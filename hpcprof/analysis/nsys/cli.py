@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import glob
 import shutil
 import subprocess
 import sys
@@ -189,32 +190,63 @@ def phases_cmd(files: tuple[Path, ...], rank_map: str | None, fmt: str, output: 
     _run_analysis(files, rank_map, fmt, output, "phases", dist.phases)
 
 
+def expand_paths(values: tuple[str, ...], option: str) -> list[Path]:
+    """Paths, with glob patterns (quoted, so the shell left them) expanded; a pattern matching
+    nothing is an error naming the option."""
+    paths: list[Path] = []
+    for value in values:
+        if glob.has_magic(value):
+            matches = sorted(glob.glob(value))
+            if not matches:
+                raise UserError(f"{option} {value!r}: the pattern matches no file")
+            paths += [Path(m) for m in matches]
+        else:
+            paths.append(Path(value))
+    return paths
+
+
 @nsys.command("slowdown")
-@click.option("--baseline", required=True, type=click.Path(path_type=Path),
-              help="Export of the run without communication (e.g. world size 1).")
-@click.option("--distributed", "distributed", required=True, multiple=True, type=click.Path(path_type=Path),
-              help="Export(s) of the distributed run (repeat the option, one per rank).")
+@click.option("--baseline", "baseline", required=True, multiple=True,
+              help="Export(s) of the run without communication (world size 1); a glob is expanded.")
+@click.option("--distributed", "distributed", required=True, multiple=True,
+              help="Exports of the distributed run: repeat the option, give a quoted glob "
+                   "('ws2/rank*.sqlite'), or list the files after it (the shell's glob).")
+@click.argument("more", nargs=-1, type=click.Path(path_type=Path), metavar="[DISTRIBUTED...]")
 @click.option("--rank-map", default=None, help="FILE=RANK[,FILE=RANK...] when file names carry no rank.")
 @format_option
+@click.option("--layout", type=click.Choice(["hpcprof", "echo"]), default="hpcprof", show_default=True,
+              help="echo: Echo's columns (id, kShortName, kDemangledName, ground_truth, duration, "
+                   "overlap_ratio, slowdown), one file per device; -o FILE.xlsx writes Excel.")
 @click.option("--output", "-o", default=None, help="Write to this file instead of stdout.")
-def slowdown_cmd(baseline: Path, distributed: tuple[Path, ...], rank_map: str | None, fmt: str,
-                 output: str | None) -> None:
+def slowdown_cmd(baseline: tuple[str, ...], distributed: tuple[str, ...], more: tuple[Path, ...],
+                 rank_map: str | None, fmt: str, layout: str, output: str | None) -> None:
     """Echo's slowdown per compute kernel: (dur_N − dur_1) / (overlap_ratio · dur_1), every device."""
     mapping = _rank_map(rank_map)
-    total = 1 + len(distributed)
+    base_paths = expand_paths(baseline, "--baseline")
+    paths = expand_paths(distributed, "--distributed") + list(more)
+    if layout == "echo" and output is None:
+        raise UserError("--layout echo writes files: add -o FILE.csv or -o FILE.xlsx")
+    if output is not None and Path(output).suffix == ".xlsx" and layout != "echo":
+        raise UserError(f"-o {output}: .xlsx is written for --layout echo only; add --layout echo")
     with ExitStack() as stack:
-        base, base_failures = open_exports([baseline], stack)
-        exports, failures = open_exports(list(distributed), stack)
+        base, base_failures = open_exports(base_paths, stack)
+        exports, failures = open_exports(paths, stack)
         failures += base_failures
         if base and exports:
             base_act, dist_act = _activity(base, {}), _activity(exports, mapping)
             if base_act is not None and dist_act is not None:
                 result = dist.slowdown(base_act, dist_act)
                 failures += _report_failed(base_act) + _report_failed(dist_act)
-                _write(result, fmt, output, "slowdown")
+                if layout == "echo":
+                    from hpcprof.analysis.nsys.echo import write_echo
+
+                    for path in write_echo(result, Path(output)):
+                        click.echo(f"wrote {path}", err=True)
+                else:
+                    _write(result, fmt, output, "slowdown")
             else:
                 failures = max(failures, 1)
-    _finish(failures, total)
+    _finish(failures, len(base_paths) + len(paths))
 
 
 def _activity(exports: list[Export], mapping: dict[str, int]) -> dist.Activity | None:

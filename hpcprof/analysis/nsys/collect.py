@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-from contextlib import ExitStack
 from pathlib import Path
+from typing import Callable
 
 import pandas as pd
 
@@ -13,6 +13,7 @@ from hpcprof.analysis import CollectContext
 from hpcprof.analysis.nsys import distributed as dist
 from hpcprof.analysis.nsys.db import Export, NsysInputError
 from hpcprof.analysis.nsys.stats import SUMMARY_REPORTS, MissingData, run_report
+from hpcprof.analysis.nsys.timeline import iteration_timeline
 
 
 def find_nsys(ctx: CollectContext) -> str | None:
@@ -54,42 +55,74 @@ def sqlite_files(ctx: CollectContext) -> dict[Path, int]:
     return {f: (r if r is not None else -1) for f, r in given.items()}
 
 
-def collect_nsys(ctx: CollectContext) -> dict[str, pd.DataFrame]:
-    """Per-rank summary reports (with a `rank` column) and the NCCL, overlap and phase tables."""
-    files = sqlite_files(ctx)
+#: GPU idle gaps reported by collect (the report's gaps plot): longer than 0.1 ms
+GAP_NS = 100_000
+
+
+def analyse_file(path: Path, rank: int) -> dict[str, pd.DataFrame]:
+    """One rank's export: its summary reports, NCCL per collective, overlap, NVTX phases,
+    iteration timeline and GPU idle gaps over GAP_NS, each with a `rank` column. NsysInputError when it cannot be used."""
     out: dict[str, pd.DataFrame] = {}
-    with ExitStack() as stack:
-        exports, ranks = [], {}
-        for path, rank in sorted(files.items(), key=lambda item: (item[1], str(item[0]))):
-            try:
-                export = stack.enter_context(Export(path))
-                export.check_usable()
-            except NsysInputError as exc:
-                ctx.log(f"nsys: skipped: {exc}")
-                continue
-            exports.append(export)
-            if rank >= 0:
-                ranks[str(path)] = rank
-        if not exports:
-            ctx.log("nsys: no usable export")
-            return out
-        activity = dist.load_activity(exports, ranks)
-        file_rank = activity.ops.groupby("file")["rank"].min().to_dict()
+    with Export(path) as export:
+        export.check_usable()
+        activity = dist.load_activity([export], {str(path): rank})
         for name in SUMMARY_REPORTS:
-            parts = []
-            for export in exports:
-                try:
-                    df = run_report(export, name)
-                except MissingData:
-                    continue
-                df.insert(0, "rank", int(file_rank.get(str(export.path), -1)))
-                parts.append(df)
-            if parts:
-                out[name] = pd.concat(parts, ignore_index=True)
-        out["nccl"] = dist.nccl_summary(activity)
+            try:
+                df = run_report(export, name)
+            except MissingData:
+                continue
+            df.insert(0, "rank", rank)
+            out[name] = df
+        nccl = dist.nccl_summary(activity)
+        out["nccl"] = nccl[nccl["scope"] == "rank"].reset_index(drop=True)
         out["overlap"] = dist.overlap(activity)
         out["phases"] = dist.phases(activity)
+        out["timeline"] = iteration_timeline(activity)
+        out["gaps"] = dist.gaps(activity, GAP_NS)
     for df in out.values():
         df.attrs.clear()
-    ctx.log(f"nsys: {len(exports)} export(s) analysed: {', '.join(sorted(out))}")
+    return out
+
+
+def reduce_ranks(read: Callable[[str], pd.DataFrame | None]) -> dict[str, pd.DataFrame]:
+    """Cross-rank rows from the per-rank tables: per collective, the totals over all ranks and the
+    slowest rank (`scope == "all"`), appended to the per-rank NCCL rows."""
+    per = read("nccl")
+    if per is None or per.empty:
+        return {}
+    per = per[per["scope"] == "rank"]
+    rows = []
+    for coll, g in per.groupby("collective", sort=True):
+        slow = g.loc[g["total_ns"].idxmax()]
+        total, count = int(g["total_ns"].sum()), int(g["count"].sum())
+        rows.append({"scope": "all", "rank": pd.NA, "collective": coll, "count": count, "total_ns": total,
+                     "mean_ns": round(total / count, 1), "min_ns": int(g["min_ns"].min()),
+                     "max_ns": int(g["max_ns"].max()), "slowest_rank": int(slow["rank"]),
+                     "slowest_total_ns": int(slow["total_ns"])})
+    out = pd.concat([per, pd.DataFrame(rows)], ignore_index=True)
+    for c in ("rank", "slowest_rank", "slowest_total_ns"):
+        out[c] = out[c].astype("Int64")
+    return {"nccl": out}
+
+
+def collect_nsys(ctx: CollectContext) -> dict[str, pd.DataFrame]:
+    """Every rank's tables (analyse_file) concatenated in rank order, then the cross-rank reduce,
+    in this process (`hpcprof collect` runs the same map and reduce in parallel workers)."""
+    per_file: dict[str, list[pd.DataFrame]] = {}
+    used = 0
+    for path, rank in sorted(sqlite_files(ctx).items(), key=lambda item: (item[1], str(item[0]))):
+        try:
+            tables = analyse_file(path, rank)
+        except NsysInputError as exc:
+            ctx.log(f"nsys: skipped: {exc}")
+            continue
+        used += 1
+        for name, df in tables.items():
+            per_file.setdefault(name, []).append(df)
+    if not used:
+        ctx.log("nsys: no usable export")
+        return {}
+    out = {name: pd.concat(parts, ignore_index=True) for name, parts in per_file.items()}
+    out.update(reduce_ranks(out.get))
+    ctx.log(f"nsys: {used} export(s) analysed: {', '.join(sorted(out))}")
     return out

@@ -37,6 +37,29 @@ def parse_int_list(text: str, option: str) -> set[int]:
     return {n for lo, hi in spans for n in range(lo, hi + 1)}
 
 
+def load_or_fail(paths: tuple[Path, ...], ranks: str | None, include_last_step: bool, clamp_sub_us: bool = False,
+                 ignore_unmatched_launches: bool = False) -> tuple[list[RankTrace], list[str]]:
+    """Load the traces; one 'hpcprof:' line on stderr per input not analysed (and per rank asked
+    for but absent). UserError when nothing could be loaded."""
+    wanted = None if ranks is None else parse_int_list(ranks, "--ranks")
+    traces, errors = load_traces(paths, wanted, include_last_step, clamp_sub_us=clamp_sub_us,
+                                 ignore_unmatched_launches=ignore_unmatched_launches)
+    for line in errors:
+        click.echo(f"hpcprof: {line}", err=True)
+    if wanted is not None and traces and not wanted <= {t.rank for t in traces}:
+        missing = sorted(wanted - {t.rank for t in traces})
+        errors.append(f"ranks not found: {missing}")
+        click.echo(f"hpcprof: ranks not found: {missing}", err=True)
+    if not traces:
+        raise UserError("no trace could be analysed")
+    return traces, errors
+
+
+def fail_if(errors: list[str]) -> None:
+    if errors:
+        raise UserError(f"{len(errors)} input(s) not analysed, see the 'hpcprof:' lines")
+
+
 def trace_command(name: str, help_: str) -> Callable[[Callable[..., pd.DataFrame]], click.Command]:
     """A `trace` subcommand: loads PATH... and emits what the wrapped function returns.
 
@@ -62,20 +85,9 @@ def trace_command(name: str, help_: str) -> Callable[[Callable[..., pd.DataFrame
         def command(paths: tuple[Path, ...], ranks: str | None, include_last_step: bool,
                     clamp_sub_us: bool, ignore_unmatched_launches: bool, fmt: str,
                     **options: Any) -> None:
-            wanted = None if ranks is None else parse_int_list(ranks, "--ranks")
-            traces, errors = load_traces(paths, wanted, include_last_step, clamp_sub_us=clamp_sub_us,
-                                         ignore_unmatched_launches=ignore_unmatched_launches)
-            for line in errors:
-                click.echo(f"hpcprof: {line}", err=True)
-            if wanted is not None and traces and not wanted <= {t.rank for t in traces}:
-                missing = sorted(wanted - {t.rank for t in traces})
-                errors.append(f"ranks not found: {missing}")
-                click.echo(f"hpcprof: ranks not found: {missing}", err=True)
-            if traces:
-                emit(func(traces, **options), fmt, title=name)
-            if errors or not traces:
-                raise UserError(f"{len(errors)} input(s) not analysed, see the 'hpcprof:' lines"
-                                if traces else "no trace could be analysed")
+            traces, errors = load_or_fail(paths, ranks, include_last_step, clamp_sub_us, ignore_unmatched_launches)
+            emit(func(traces, **options), fmt, title=name)
+            fail_if(errors)
 
         return command
 
@@ -144,3 +156,39 @@ def kernels(traces: list[RankTrace], by_type: bool, per_rank: bool, num_kernels:
     if by_type:
         return analyses.kernel_type_breakdown(traces, not no_memory, per_rank)
     return analyses.kernel_breakdown(traces, num_kernels, duration_ratio, not no_memory, instance_stats)
+
+
+@trace.command("all")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--ranks", help="Ranks to analyse, e.g. 0,2,4-7 (default: all).")
+@click.option("--include-last-step", is_flag=True,
+              help="Keep the last ProfilerStep (HTA drops it as possibly truncated).")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
+@click.option("-o", "--output-dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Write one file per analysis here (<name>.csv or .json) instead of printing.")
+def all_(paths: tuple[Path, ...], ranks: str | None, include_last_step: bool, fmt: str,
+         output_dir: Path | None) -> None:
+    """Every analysis (temporal, overlap, idle, launch, kernels, kernel_types) with its defaults,
+    loading the traces once; one output per analysis."""
+    from hpcprof.analysis.trace.collect import all_analyses
+
+    traces, errors = load_or_fail(paths, ranks, include_last_step)
+    results = all_analyses(traces)
+    if output_dir is None:
+        for name, df in results.items():
+            if fmt == "table":
+                emit(df, fmt, title=name)
+            else:
+                click.echo(f"# {name}")
+                emit(df, fmt)
+    else:
+        if fmt == "table":
+            raise UserError("-o DIR writes files: add --format csv or --format json")
+        from hpcprof.output import write
+
+        try:
+            for name, df in results.items():
+                click.echo(f"wrote {write(df, output_dir / f'{name}.{fmt}', fmt)}", err=True)
+        except OSError as exc:
+            raise UserError(f"-o {output_dir}: cannot write ({exc.strerror}); choose a writable directory") from None
+    fail_if(errors)

@@ -1,27 +1,20 @@
-"""Collector for trace profiles of a run (see hpcprof.analysis.CollectContext)."""
+"""Collector for trace profiles of a run (see hpcprof.analysis.CollectContext), and the one
+path that runs every analysis on traces loaded once (`hpcprof trace all` uses it too)."""
 
 from __future__ import annotations
+
+from typing import Sequence
 
 import pandas as pd
 
 from hpcprof.analysis import CollectContext
 from hpcprof.analysis.trace import analyses
-from hpcprof.analysis.trace.load import load_traces
+from hpcprof.analysis.trace.load import RankTrace, load_traces
 
 
-def collect_traces(ctx: CollectContext) -> dict[str, pd.DataFrame]:
-    """Run HTA's five analyses on the run's torch.profiler traces, all ranks.
-
-    Returns temporal, overlap, idle, launch, kernels and kernel_types (per rank), each with a
-    rank column; files that cannot be analysed are logged and skipped ({} when none is left).
-    """
-    traces, errors = load_traces(ctx.files, rank_of=ctx.rank_of)
-    for line in errors:
-        ctx.log(f"skipped because {line}")
-    if not traces:
-        return {}
-    ctx.log(f"analysing {len(traces)} torch.profiler trace(s), ranks "
-            f"{', '.join(str(t.rank) for t in traces)}")
+def all_analyses(traces: Sequence[RankTrace]) -> dict[str, pd.DataFrame]:
+    """HTA's five analyses with their defaults, on traces loaded once: temporal, overlap, idle,
+    launch, kernels and kernel_types (per rank), each with a rank column."""
     return {
         "temporal": analyses.temporal_breakdown(traces),
         "overlap": analyses.comm_comp_overlap(traces),
@@ -30,3 +23,16 @@ def collect_traces(ctx: CollectContext) -> dict[str, pd.DataFrame]:
         "kernels": analyses.kernel_breakdown(traces),
         "kernel_types": analyses.kernel_type_breakdown(traces, per_rank=True),
     }
+
+
+def collect_traces(ctx: CollectContext) -> dict[str, pd.DataFrame]:
+    """All analyses (all_analyses) of the run's torch.profiler traces, all ranks; files that
+    cannot be analysed are logged and skipped ({} when none is left)."""
+    traces, errors = load_traces(ctx.files, rank_of=ctx.rank_of)
+    for line in errors:
+        ctx.log(f"skipped because {line}")
+    if not traces:
+        return {}
+    ctx.log(f"analysing {len(traces)} torch.profiler trace(s), ranks "
+            f"{', '.join(str(t.rank) for t in traces)}")
+    return all_analyses(traces)

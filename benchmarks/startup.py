@@ -1,0 +1,80 @@
+"""Start-up of hpcprof commands against `python -c pass` (and `nsys stats` when nsys is on PATH).
+
+Each command is run --repeat times, interleaved (the machine may be shared), best wall time and
+reported with the ratio to `python -c pass`. Goal: `sites`, `render`, `status`
+under 0.3 s; `nsys stats` on a per-rank export no slower than `nsys stats` itself.
+
+    python benchmarks/startup.py [--repeat 5] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURES = Path(os.environ.get("HPCPROF_FIXTURES", REPO.parent / "shared" / "fixtures"))
+GOAL_S = 0.3
+
+
+def timed(cmd: list[str], cwd: Path) -> float:
+    """Wall seconds of one run of `cmd` (a fresh child each time)."""
+    start = time.perf_counter()
+    subprocess.run(cmd, cwd=cwd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    py = [sys.executable]
+    export = FIXTURES / "nsys/h200_seqpar_bf16/rank0.sqlite"
+    with tempfile.TemporaryDirectory(prefix="hpcprof-startup-") as tmp:
+        work = Path(tmp)
+        shutil.copy(export, work / "rank0.sqlite")
+        commands = {
+            "python -c pass": py + ["-c", "pass"],
+            "hpcprof --help": py + ["-m", "hpcprof", "--help"],
+            "hpcprof sites": py + ["-m", "hpcprof", "sites"],
+            "hpcprof render": py + ["-m", "hpcprof", "render", str(REPO / "examples/seqpar_polaris.yaml"),
+                                    "--site", "polaris", "-o", str(work / "job")],
+            "hpcprof status": py + ["-m", "hpcprof", "status", "--workdir", str(work / "runs")],
+            "hpcprof nsys stats": py + ["-m", "hpcprof", "nsys", "stats", "-r", "cuda_gpu_kern_sum",
+                                        "--format", "csv", "rank0.sqlite"],
+        }
+        nsys = shutil.which("nsys")
+        if nsys:
+            commands["nsys stats"] = [nsys, "stats", "-q", "-r", "cuda_gpu_kern_sum", "-f", "csv",
+                                      "rank0.sqlite"]
+        best: dict[str, float] = {}
+        for _ in range(args.repeat):
+            for name, cmd in commands.items():
+                wall = timed(cmd, work)
+                best[name] = min(best.get(name, float("inf")), wall)
+    base = best["python -c pass"]
+    lines = [f"# startup: best of {args.repeat}, {os.cpu_count()} CPUs (shared with other work)",
+             f"{'command':<22} {'best s':>7} {'x python -c pass':>17} {'goal':>10}"]
+    for name, wall in best.items():
+        goal = ""
+        if name in ("hpcprof sites", "hpcprof render", "hpcprof status"):
+            goal = "met" if wall < GOAL_S else f"missed ({wall / GOAL_S:.1f}x)"
+        if name == "hpcprof nsys stats" and "nsys stats" in best:
+            goal = f"{wall / best['nsys stats']:.2f}x nsys"
+        lines.append(f"{name:<22} {wall:>7.3f} {wall / base:>17.1f} {goal:>10}")
+    if "nsys stats" not in best:
+        lines.append("(nsys not on PATH: no `nsys stats` comparison on this machine)")
+    print("\n".join(lines))
+    if args.out:
+        args.out.write_text("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,168 @@
+"""The headline metrics of one collected run: what `compare`, `report` and the store show first.
+
+`run_summary` reads the run's result tables (workload timings, nsys or Kineto analyses) and
+returns (metric, value, unit) triples; a metric is absent when its source table is.
+Metric names are dotted: `iteration.mean`, `phase.matmul1.tflops`, `gpu.nccl.AllGather`, ...
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from hpcprof.results import read_table
+
+Metric = tuple[str, float, str]
+
+#: GEMM kernels by name (cuBLAS/cuBLASLt incl. Hopper's nvjet, CUTLASS, the sm80/sm90 xmma and gemm families)
+GEMM = re.compile(r"gemm|cutlass|cublas|nvjet|xmma|matmul|wgmma|_hmma|_imma", re.IGNORECASE)
+NCCL = re.compile(r"^nccl(?:Dev)?Kernel_([A-Za-z0-9]+?)(?:_|\(|$)")
+#: per-iteration phase of each workload's timing rows
+ITERATION_PHASE = {"seqpar": "iteration", "ddp": "step"}
+#: workload timing tables: workload kind -> (phase stats, per-iteration rows)
+WORKLOAD_TABLES = {"seqpar": ("workload_seqpar.phases", "workload_seqpar.iterations"),
+                   "ddp": ("workload_ddp_steps.phases", "workload_ddp_steps.steps")}
+
+
+def kernel_category(name: str) -> str:
+    """`gemm`, `nccl.<Collective>` or `other` for a GPU kernel name."""
+    match = NCCL.match(name)
+    if match:
+        return f"nccl.{match.group(1)}"
+    if name.startswith("nccl"):
+        return "nccl.other"
+    return "gemm" if GEMM.search(name) else "other"
+
+
+def counted(rows: pd.DataFrame) -> pd.DataFrame:
+    """Timing rows without warm-up epochs and the profiled window step (when the rows say which)."""
+    if "counted" in rows and "window" in rows:
+        return rows[rows["counted"].astype(bool) & ~rows["window"].astype(bool)]
+    return rows
+
+
+def iteration_metrics(rows: pd.DataFrame, phase: str) -> list[Metric]:
+    """Iteration time mean/median/spread over ranks and the slowest rank, from per-iteration rows
+    {rank, iteration, phase, time_ms} (counted iterations only)."""
+    rows = counted(rows[rows["phase"] == phase])
+    if rows.empty:
+        return []
+    per_rank = rows.groupby("rank")["time_ms"].mean()
+    middle = float(per_rank.median())
+    out = [("iteration.mean", float(per_rank.mean()), "ms"),
+           ("iteration.median", float(rows["time_ms"].median()), "ms"),
+           ("iteration.spread", float(per_rank.max() - per_rank.min()), "ms"),
+           ("iteration.spread_pct", 100.0 * float(per_rank.max() - per_rank.min()) / middle if middle else 0.0, "%")]
+    if len(per_rank) > 1:
+        out += [("slowest_rank", float(per_rank.idxmax()), "rank"),
+                ("slowest_rank.excess_pct", 100.0 * (float(per_rank.max()) / middle - 1.0) if middle else 0.0, "%")]
+    return out
+
+
+def phase_metrics(phases: pd.DataFrame, iteration: str) -> list[Metric]:
+    """Per-phase mean time, and TFLOP/s and bus bandwidth where the workload derived them (the
+    whole-iteration phase is `iteration.mean` already)."""
+    out: list[Metric] = []
+    for row in phases.to_dict("records"):
+        name = row["phase"]
+        if name == iteration:
+            continue
+        out.append((f"phase.{name}.time", float(row["mean_ms"]), "ms"))
+        if pd.notna(row.get("tflops")):
+            out.append((f"phase.{name}.tflops", float(row["tflops"]), "TFLOP/s"))
+        if pd.notna(row.get("busbw_GBps")):
+            out.append((f"phase.{name}.busbw", float(row["busbw_GBps"]), "GB/s"))
+    return out
+
+
+def gpu_time_metrics(names: pd.Series, totals_ms: pd.Series, n_ranks: int) -> list[Metric]:
+    """GPU time per rank (mean over ranks) by category, and each category's share."""
+    by_cat = totals_ms.groupby(names.map(kernel_category)).sum() / max(n_ranks, 1)
+    total = float(by_cat.sum())
+    out: list[Metric] = [("gpu.total", total, "ms")]
+    for cat, value in sorted(by_cat.items()):
+        out.append((f"gpu.{cat}", float(value), "ms"))
+        out.append((f"gpu.{cat}.share", 100.0 * float(value) / total if total else 0.0, "%"))
+    return out
+
+
+def nsys_metrics(run_dir: Path) -> list[Metric]:
+    """GPU time by category, overlap and idle % from the nsys tables."""
+    out: list[Metric] = []
+    kern = read_table(run_dir, "nsys_cuda_gpu_kern_sum")
+    if kern is not None and not kern.empty:
+        out += gpu_time_metrics(kern["Name"].astype(str), kern["Total Time (ns)"].astype(float) / 1e6,
+                                kern["rank"].nunique())
+    ov = read_table(run_dir, "nsys_overlap")
+    if ov is not None and not ov.empty:
+        comm, span = float(ov["comm_ns"].sum()), float(ov["span_ns"].sum())
+        if comm:
+            out.append(("overlap_pct", 100.0 * float(ov["overlap_ns"].sum()) / comm, "%"))
+        if span:
+            out.append(("idle_pct", 100.0 * float(ov["idle_ns"].sum()) / span, "%"))
+    return out
+
+
+def torch_metrics(run_dir: Path) -> list[Metric]:
+    """GPU time by category, overlap and idle % from HTA's analyses of the Kineto traces."""
+    out: list[Metric] = []
+    kernels = read_table(run_dir, "torch_kernels")
+    if kernels is not None and not kernels.empty:
+        names = kernels["name"].astype(str).where(kernels["name"] != "others",
+                                                  kernels["kernel_type"].map({"COMMUNICATION": "nccl"}).fillna(""))
+        out += gpu_time_metrics(names, kernels["sum (us)"].astype(float) / 1e3, kernels["rank"].nunique())
+    ov = read_table(run_dir, "torch_overlap")
+    if ov is not None and ov["comp_comm_overlap_pctg"].notna().any():
+        out.append(("overlap_pct", float(ov["comp_comm_overlap_pctg"].mean()), "%"))
+    temporal = read_table(run_dir, "torch_temporal")
+    if temporal is not None and not temporal.empty:
+        out.append(("idle_pct", float(temporal["idle_time_pctg"].mean()), "%"))
+    return out
+
+
+def top_kernels(run_dir: Path, tool: str, n: int = 3) -> pd.DataFrame:
+    """The `n` kernels with the most GPU time over all ranks: name, time_ms, category."""
+    if tool == "nsys":
+        df = read_table(run_dir, "nsys_cuda_gpu_kern_sum")
+        name, ms = "Name", lambda d: d["Total Time (ns)"].astype(float) / 1e6
+    elif tool == "torch":
+        df = read_table(run_dir, "torch_kernels")
+        name, ms = "name", lambda d: d["sum (us)"].astype(float) / 1e3
+    else:
+        df = None
+    if df is None or df.empty:
+        return pd.DataFrame(columns=["name", "time_ms", "category"])
+    df = df[df[name] != "others"]
+    out = ms(df).groupby(df[name].astype(str)).sum().nlargest(n).rename("time_ms").reset_index()
+    out.columns = ["name", "time_ms"]
+    out["category"] = out["name"].map(kernel_category)
+    return out
+
+
+def run_summary(run_dir: Path, config: dict[str, Any]) -> list[Metric]:
+    """The headline metrics of the collected run in `run_dir` (config: its config.json)."""
+    experiment = config["experiment"]
+    kind = experiment["workload"]["kind"]
+    out: list[Metric] = []
+    if kind in WORKLOAD_TABLES:
+        phases_name, rows_name = WORKLOAD_TABLES[kind]
+        rows = read_table(run_dir, rows_name)
+        if rows is not None and not rows.empty:
+            out += iteration_metrics(rows, ITERATION_PHASE[kind])
+        phases = read_table(run_dir, phases_name)
+        if phases is not None and not phases.empty:
+            out += phase_metrics(phases, ITERATION_PHASE[kind])
+    tool = experiment["profile"]["tool"]
+    if tool == "nsys":
+        out += nsys_metrics(run_dir)
+        slowdown = read_table(run_dir, "echo_slowdown")
+        if slowdown is not None and slowdown["slowdown"].notna().any():
+            values = slowdown["slowdown"].dropna()
+            out += [("slowdown.median", float(values.median()), ""), ("slowdown.mean", float(values.mean()), ""),
+                    ("slowdown.p90", float(values.quantile(0.9)), "")]
+    elif tool == "torch":
+        out += torch_metrics(run_dir)
+    return out

@@ -1,0 +1,91 @@
+"""`hpcprof compare`, `hpcprof report` and `hpcprof logs`: from collected runs to answers."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import click
+from rich.console import Console
+
+from hpcprof.errors import UserError
+from hpcprof.run_commands import workdir_option
+
+selection = click.argument("runs", nargs=-1, metavar="[SWEEP | RUN...]")
+
+
+def write_atomic(path: Path, data: str | bytes) -> None:
+    """Write `path` via a temp file and rename: nothing half-written."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data.encode() if isinstance(data, str) else data)
+    tmp.replace(path)
+
+
+@click.command()
+@selection
+@workdir_option
+@click.option("--baseline", metavar="RUN", help="Add ratios to this run (one of the compared runs).")
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write here instead of stdout.")
+def compare(runs: tuple[str, ...], workdir: Path, baseline: str | None, fmt: str, output: Path | None) -> None:
+    """Compare runs: one row per run (or per sweep point, repetitions folded into mean and sd),
+    its swept parameters and headline metrics. Default: the latest sweep."""
+    from hpcprof.report.compare import compare_frame
+    from hpcprof.report.terminal import comparison_table
+
+    df = compare_frame(runs, workdir, baseline)
+    if fmt == "table":
+        buf = io.StringIO()
+        Console(file=buf, width=220).print(comparison_table(df))
+        text = buf.getvalue()
+    elif fmt == "csv":
+        text = df.to_csv(index=False)
+    else:
+        text = df.to_json(orient="records", indent=1) + "\n"
+    if output is None:
+        click.echo(text, nl=False)
+    else:
+        write_atomic(output, text)
+        click.echo(f"wrote {output}", err=True)
+
+
+@click.command()
+@selection
+@workdir_option
+@click.option("--full", is_flag=True, help="Also print every result table (per-event tables included).")
+@click.option("--rows", default=12, show_default=True, help="Rows shown per table with --full.")
+@click.option("--html", "html_file", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write a self-contained interactive HTML report (plots) to this file.")
+def report(runs: tuple[str, ...], workdir: Path, full: bool, rows: int, html_file: Path | None) -> None:
+    """Headline metrics of runs (a sweep id selects all its points; default: the latest sweep);
+    failed runs with their reason and log tail."""
+    from hpcprof.report.compare import load, select_runs
+
+    infos = load(select_runs(runs, workdir), require_collected=html_file is not None,
+                 one_workload=html_file is not None)
+    if html_file is not None:
+        from hpcprof.report.html import build_html
+
+        write_atomic(html_file, build_html(infos))
+        click.echo(f"wrote {html_file}", err=True)
+        return
+    from hpcprof.report.terminal import report as terminal_report
+
+    terminal_report(infos, full, rows, Console(width=200))
+
+
+@click.command()
+@click.argument("run")
+@workdir_option
+@click.option("--rank", type=int, help="Print this rank's log (default: the job log).")
+def logs(run: str, workdir: Path, rank: int | None) -> None:
+    """Print a run's job log, or one rank's log."""
+    from hpcprof.rundir import find_run
+
+    found = find_run(run, workdir)
+    path = found.path / "logs" / ("job.out" if rank is None else f"rank{rank}.log")
+    if not path.is_file():
+        have = sorted(p.name for p in (found.path / "logs").glob("*")) if (found.path / "logs").is_dir() else []
+        raise UserError(f"{path}: no such log; the run has {', '.join(have) or 'no logs yet'}")
+    click.echo(path.read_text(errors="replace"), nl=False)

@@ -1,0 +1,172 @@
+"""Compare runs: select runs (sweep ids or run ids), one row per run of swept parameters and
+headline metrics, repetitions folded into mean and spread, ratios to a baseline run."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from hpcprof.analysis.summary import run_summary, top_kernels
+from hpcprof.config.experiment import REPEAT
+from hpcprof.errors import UserError
+from hpcprof.results import list_tables
+from hpcprof.rundir import RunDir, all_runs, find_run, sweep_of
+
+
+@dataclass
+class RunInfo:
+    """One selected run: its directory, parameters, state and headline metrics."""
+
+    run: RunDir
+    config: dict[str, Any]
+    state: str
+    reason: str = ""
+    metrics: list[tuple[str, float, str]] = field(default_factory=list)
+    top: pd.DataFrame | None = None
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return dict(self.config.get("sweep_point", {}).get("params") or {})
+
+    @property
+    def kind(self) -> str:
+        return self.config["experiment"]["workload"]["kind"]
+
+    @property
+    def tool(self) -> str:
+        return self.config["experiment"]["profile"]["tool"]
+
+
+def select_runs(refs: tuple[str, ...], workdir: Path) -> list[RunDir]:
+    """Runs named by run id, run directory or sweep id (all its points); default: the latest sweep."""
+    runs = all_runs(workdir)
+    if not refs:
+        if not runs:
+            raise UserError(f"no runs under {workdir}; submit a sweep first (hpcprof submit EXP --site S)")
+        refs = (sweep_of(runs[-1].run_id),)
+    selected: list[RunDir] = []
+    for ref in refs:
+        points = [r for r in runs if r.run_id == ref or r.run_id.startswith(ref + "-p")]
+        if not points:
+            points = [find_run(ref, workdir)]
+        selected += [p for p in points if p not in selected]
+    return selected
+
+
+def load(runs: list[RunDir], require_collected: bool = True, one_workload: bool = True) -> list[RunInfo]:
+    """Each run's state and headline metrics; every completed run must be collected, and with
+    `one_workload` all runs must run the same workload kind."""
+    from hpcprof.campaign import current_state
+
+    infos = []
+    for run in runs:
+        state = current_state(run)
+        info = RunInfo(run, run.config, state.state, state.reason)
+        collected = bool(list_tables(run.path))
+        if not collected and require_collected and state.state == "COMPLETED":
+            raise UserError(f"run {run.run_id} is not collected; run `hpcprof collect {run.run_id}` first")
+        if collected:
+            info.metrics = run_summary(run.path, info.config)
+            info.top = top_kernels(run.path, info.tool)
+        infos.append(info)
+    kinds = sorted({i.kind for i in infos})
+    if one_workload and len(kinds) > 1:
+        raise UserError(f"the selection mixes workloads {', '.join(kinds)}; compare runs of one workload "
+                        "(name one sweep or the runs of one experiment)")
+    return infos
+
+
+def metric_column(name: str, unit: str) -> str:
+    return f"{name} [{unit}]"
+
+
+def comparison(infos: list[RunInfo]) -> pd.DataFrame:
+    """One row per run: run, swept parameters, world size, state, headline metrics, top kernel."""
+    keys: list[str] = []
+    for info in infos:
+        keys += [k for k in info.params if k not in keys]
+    rows = []
+    for info in infos:
+        row: dict[str, Any] = {"run": info.run.run_id, **{k: info.params.get(k) for k in keys},
+                               "world_size": info.config.get("world_size"), "state": info.state}
+        row.update({metric_column(name, unit): value for name, value, unit in info.metrics})
+        if info.top is not None and not info.top.empty:
+            top = info.top.iloc[0]
+            row["top kernel"] = f"{str(top['name'])[:60]} ({top['time_ms']:,.3f} ms)"
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def param_columns(df: pd.DataFrame) -> list[str]:
+    """The swept-parameter columns of a comparison frame (repetition number excluded)."""
+    stop = list(df.columns).index("state")
+    return [c for c in df.columns[1:stop] if c not in (REPEAT, "world_size")]
+
+
+def point_labels(df: pd.DataFrame, params: list[str], sep: str = ", ") -> pd.Series:
+    """Each row's parameter values joined as text (empty for a missing value)."""
+    def label(v: Any) -> str:
+        if v is None or (isinstance(v, float) and pd.isna(v)):
+            return ""
+        return str(int(v)) if isinstance(v, float) and v.is_integer() else str(v)
+
+    text = df[params].apply(lambda col: col.map(label))
+    return text.agg(sep.join, axis=1) if params else pd.Series("", index=df.index)
+
+
+def metric_columns(df: pd.DataFrame) -> list[str]:
+    return [c for c in df.columns if c.endswith("]") and pd.api.types.is_numeric_dtype(df[c])]
+
+
+def fold_repetitions(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per sweep point: the mean of each metric over its repetitions, its standard
+    deviation (`<metric> sd`), and `n`, the repetitions that have the metric."""
+    if REPEAT not in df:
+        return df
+    params = param_columns(df)
+    metrics = metric_columns(df)
+    keyed = df.assign(_key=point_labels(df, params, "|"))
+    rows = []
+    for _, group in keyed.groupby("_key", sort=False):
+        first = group.iloc[0]
+        row: dict[str, Any] = {"run": ",".join(group["run"]), **{p: first[p] for p in params},
+                               "world_size": first["world_size"],
+                               "state": "/".join(sorted(set(group["state"]))), "n": len(group)}
+        for col in metrics:
+            if col.endswith("[rank]"):  # a rank id: the most frequent one, no spread
+                row[col] = group[col].mode().min() if group[col].notna().any() else float("nan")
+                continue
+            row[col] = group[col].mean()
+            row[f"{col} sd"] = group[col].std(ddof=1) if group[col].count() > 1 else float("nan")
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def with_baseline(df: pd.DataFrame, baseline: str) -> pd.DataFrame:
+    """Add `<metric> /base` ratio columns (value / the baseline row's value)."""
+    match = df.index[df["run"].str.split(",").map(lambda ids: baseline in ids)]
+    if len(match) == 0:
+        raise UserError(f"--baseline {baseline}: not among the compared runs ({', '.join(df['run'])}); "
+                        "add it to the selection or name one of them")
+    base = df.loc[match[0]]
+    out = df.copy()
+    for col in metric_columns(df):
+        if not pd.notna(base[col]) or base[col] == 0:
+            continue
+        out[f"{col} /base"] = df[col] / base[col]
+    return out
+
+
+def compare_frame(refs: tuple[str, ...], workdir: Path, baseline: str | None = None) -> pd.DataFrame:
+    """The comparison of the selected runs (folded repetitions, baseline ratios)."""
+    runs = select_runs(refs, workdir)
+    if baseline is not None:
+        base_run = find_run(baseline, workdir)
+        if base_run not in runs:
+            raise UserError(f"--baseline {baseline}: not in the selection; add it to the runs compared")
+        baseline = base_run.run_id
+    df = fold_repetitions(comparison(load(runs)))
+    return with_baseline(df, baseline) if baseline else df

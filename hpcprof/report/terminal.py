@@ -1,0 +1,170 @@
+"""The terminal report: a headline block per run (parameters, state, duration, metrics), numbers
+with units and thousands separators as `nsys stats` prints them, failed runs with their reason and
+log tail, long per-event tables only with `--full`."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from rich.console import Console
+from rich.table import Table
+
+from hpcprof.output import render_table
+from hpcprof.report.compare import (RunInfo, comparison, fold_repetitions, metric_columns, param_columns,
+                                     point_labels)
+from hpcprof.results import list_tables, read_table
+from hpcprof.rundir import sweep_of
+
+LOG_TAIL = 15
+
+
+def format_value(value: Any, unit: str = "") -> str:
+    """`1,234.5` style: thousands separators, 1-3 decimals by magnitude, ints as ints."""
+    if value is None or (isinstance(value, float) and pd.isna(value)):
+        return ""
+    if unit == "rank" or isinstance(value, (int,)) and not isinstance(value, bool):
+        return f"{int(value):,}"
+    if not isinstance(value, float):
+        return str(value)
+    magnitude = abs(value)
+    if magnitude >= 100:
+        return f"{value:,.1f}"
+    if magnitude >= 1:
+        return f"{value:,.2f}"
+    return f"{value:.3g}"
+
+
+def with_unit(value: Any, unit: str) -> str:
+    text = format_value(value, unit)
+    return f"{text} {unit}" if text and unit not in ("", "rank") else text
+
+
+def short_runs(runs: str) -> str:
+    """`S-p000,S-p001` -> `S-p000,p001`: the folded runs of one sweep point, readable."""
+    ids = runs.split(",")
+    return ",".join([ids[0]] + [i.rpartition("-")[2] if sweep_of(i) == sweep_of(ids[0]) else i for i in ids[1:]])
+
+
+def comparison_table(df: pd.DataFrame) -> Table:
+    """The comparison transposed for reading: a column per run (or sweep point), a row per
+    parameter and metric; `mean ± sd` for folded repetitions, `(×r)` ratios to the baseline."""
+    table = Table(show_lines=False)
+    table.add_column("")
+    labels = list(point_labels(df, param_columns(df)))
+    for i, run in enumerate(df["run"]):
+        table.add_column(labels[i] if labels[i] else str(run), justify="right")
+    table.add_row("run", *[short_runs(r) for r in df["run"]])
+    for col in param_columns(df) + ["world_size", "state"] + (["n"] if "n" in df else []):
+        table.add_row(col, *[format_value(v) for v in df[col]])
+    for col in metric_columns(df):
+        if col.endswith("/base"):
+            continue
+        name, _, unit = col.rpartition(" [")
+        unit = unit.rstrip("]")
+        cells = []
+        for i in df.index:
+            cell = with_unit(df.at[i, col], unit)
+            sd = df.at[i, f"{col} sd"] if f"{col} sd" in df else None
+            if cell and sd is not None and pd.notna(sd):
+                cell = f"{format_value(df.at[i, col], unit)} ± {with_unit(sd, unit)}"
+            ratio = df.at[i, f"{col} /base"] if f"{col} /base" in df else None
+            if cell and ratio is not None and pd.notna(ratio):
+                cell += f" (×{ratio:.2f})"
+            cells.append(cell)
+        table.add_row(name, *cells)
+    if "top kernel" in df:
+        table.add_row("top kernel", *[format_value(v) for v in df["top kernel"]])
+    return table
+
+
+def duration(info: RunInfo) -> str:
+    status = info.run.job_status()
+    start, end = status.get("start", ""), status.get("end", "")
+    if start.isdigit() and end.isdigit():
+        return f"{int(end) - int(start):,} s"
+    return "running" if start.isdigit() else "not started"
+
+
+def log_files(run_dir: Path) -> list[Path]:
+    logs = run_dir / "logs"
+    return sorted(logs.glob("*")) if logs.is_dir() else []
+
+
+def tail(path: Path, lines: int = LOG_TAIL) -> list[str]:
+    try:
+        return path.read_text(errors="replace").splitlines()[-lines:]
+    except OSError:
+        return []
+
+
+def headline(info: RunInfo, out: Console) -> None:
+    """The run's header, parameters, state and duration, its metrics, and for a failed run the
+    reason and the tail of its logs."""
+    run = info.run
+    out.rule(f"[bold]{run.run_id}[/]  {info.config['experiment']['name']}  {info.state}")
+    head = Table.grid(padding=(0, 2))
+    head.add_column(style="bold")
+    head.add_column()
+    for key, value in info.params.items():
+        head.add_row(key, format_value(value))
+    head.add_row("workload", f"{info.kind} on {info.config.get('world_size')} rank(s), profile {info.tool}")
+    head.add_row("state", info.state + (f" ({info.reason})" if info.reason else ""))
+    head.add_row("duration", duration(info))
+    head.add_row("directory", str(run.path))
+    out.print(head)
+    if info.metrics:
+        table = Table(title="headline metrics", title_justify="left")
+        table.add_column("metric")
+        table.add_column("value", justify="right")
+        for name, value, unit in info.metrics:
+            table.add_row(name, with_unit(value, unit))
+        out.print(table)
+    if info.top is not None and not info.top.empty:
+        top = info.top.assign(time_ms=info.top["time_ms"].map(lambda v: with_unit(v, "ms")))
+        out.print(render_table(top, title="top kernels (all ranks)"))
+    if info.state not in ("COMPLETED", "RUNNING", "PENDING"):
+        failure(info, out)
+    elif not info.metrics and info.state == "COMPLETED" and not list_tables(run.path):
+        out.print(f"not collected yet: run `hpcprof collect {run.run_id}`")
+
+
+def failure(info: RunInfo, out: Console) -> None:
+    """Reason, the tail of the job log and of the last-written rank log, and where the logs are."""
+    logs = log_files(info.run.path)
+    out.print(f"[red]{info.state}[/]: {info.reason or 'no reason recorded'}")
+    ranks = [p for p in logs if p.name.startswith("rank")]
+    shown = [p for p in logs if p.name == "job.out"]
+    if ranks:
+        shown.append(max(ranks, key=lambda p: p.stat().st_mtime))
+    for path in shown:
+        out.print(f"[bold]last lines of {path}[/]:")
+        for line in tail(path):
+            out.print("  " + line, markup=False, highlight=False)
+    out.print(f"logs: {info.run.path / 'logs'} (hpcprof logs {info.run.run_id} [--rank N])", markup=False)
+
+
+def full_tables(info: RunInfo, out: Console, rows: int) -> None:
+    """Every result table of the run (first `rows` rows each)."""
+    for name in list_tables(info.run.path):
+        if name.startswith("files_"):
+            continue
+        df = read_table(info.run.path, name)
+        if df is not None:
+            out.print(render_table(df.head(rows), title=f"{name} ({len(df):,} rows)"))
+
+
+def report(infos: list[RunInfo], full: bool, rows: int, out: Console) -> None:
+    """Headline blocks of every run, then (with `full`) their result tables; for several runs of
+    one workload, the comparison (repetitions folded into mean ± sd) last."""
+    for info in infos:
+        headline(info, out)
+        if full:
+            full_tables(info, out, rows)
+    collected = [i for i in infos if i.metrics]
+    if len(collected) > 1 and len({i.kind for i in collected}) == 1:
+        out.rule("[bold]comparison[/]")
+        out.print(comparison_table(fold_repetitions(comparison(collected))))
+    out.print(f"[dim]{time.strftime('%Y-%m-%d %H:%M:%S')}; --full for every result table[/]")

@@ -1,0 +1,99 @@
+"""Per-run result tables: one Parquet file per table at `<run_dir>/results/<table>.parquet`.
+
+Table names are those `collect` gives (`nsys_cuda_gpu_kern_sum`, `workload_seqpar.phases`,
+`torch_temporal`, ...). Writes are atomic (a unique temporary name, then a rename), so readers
+never see half a table and concurrent writers never share a temporary file. A name is a single
+path component: anything that could leave `results/` is refused.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from hpcprof.errors import UserError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+SUFFIX = ".parquet"
+#: letters, digits, `_ . -`; no leading dot (no `..`, no hidden files), at most 200 characters
+NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,199}")
+
+
+class ResultError(UserError, ValueError):
+    """A result table that cannot be written or read (bad name, damaged file): one line, exit 2."""
+
+
+def results_dir(run_dir: Path) -> Path:
+    return Path(run_dir) / "results"
+
+
+def check_name(name: str) -> str:
+    """`name` if it is a safe table name, else ResultError (never a path outside results/)."""
+    if not isinstance(name, str) or not NAME.fullmatch(name) or ".." in name:
+        raise ResultError(f"result table name {name!r}: use letters, digits, '_', '.', '-' "
+                          "(one path component, no '..')")
+    return name
+
+
+def table_path(run_dir: Path, name: str) -> Path:
+    return results_dir(run_dir) / f"{check_name(name)}{SUFFIX}"
+
+
+def write_table(run_dir: Path, name: str, df: pd.DataFrame) -> Path:
+    """Write one table atomically; returns its path."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = table_path(run_dir, name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    frame = df.copy(deep=False)
+    frame.attrs = {}
+    frame.columns = [str(c) for c in frame.columns]
+    for column in frame.columns:  # mixed-type object columns (e.g. ints and strings) as text
+        if frame[column].dtype == object:
+            kinds = {type(v) for v in frame[column] if v is not None and v == v}
+            if len(kinds) > 1:
+                frame[column] = frame[column].map(lambda v: None if v is None or v != v else str(v))
+    table = pa.Table.from_pandas(frame, preserve_index=False)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
+    try:
+        pq.write_table(table, tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+def read_table(run_dir: Path, name: str) -> pd.DataFrame | None:
+    """One table as a DataFrame, None when the run has no such table.
+
+    A damaged file raises ResultError naming it."""
+    path = table_path(run_dir, name)
+    if not path.is_file():
+        return None
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.read_table(path).to_pandas()
+    except Exception as exc:  # pyarrow raises ArrowInvalid, OSError, ... on a damaged file
+        raise ResultError(f"{path}: damaged result table ({str(exc).splitlines()[0][:120]}); "
+                          "collect the run again (`hpcprof collect RUN` rewrites it)") from None
+
+
+def list_tables(run_dir: Path) -> list[str]:
+    """The names of the run's result tables, sorted."""
+    directory = results_dir(run_dir)
+    if not directory.is_dir():
+        return []
+    return sorted(p.name[:-len(SUFFIX)] for p in directory.iterdir()
+                  if p.name.endswith(SUFFIX) and not p.name.startswith(".") and p.is_file())
+
+
+def remove_table(run_dir: Path, name: str) -> None:
+    """Delete one table (nothing if absent)."""
+    table_path(run_dir, name).unlink(missing_ok=True)

@@ -1,0 +1,193 @@
+"""`hpcprof collect` for real (local runs, real nsys exports, SQLite and PostgreSQL stores):
+isolation of bad files and runs, paths confined to the run, parallel = serial, incremental,
+concurrent collects on a fresh work directory."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from sqlalchemy import create_engine, text
+
+from hpcprof.results import list_tables, read_table
+from test_store import fresh_postgres_db, postgres_server  # noqa: F401  (fixture)
+
+EXPERIMENT = """name: t
+workload:
+  kind: command
+  argv: ["true"]
+resources:
+  nodes: 1
+  ranks_per_node: 1
+sweep:
+  resources.ranks_per_node: [1, 2, 3]
+"""
+
+
+def hpcprof(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "hpcprof", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=300, env={**os.environ, **(env or {})})
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_env(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, str]:
+    """$HPCPROF_DB for each backend (empty: the workdir's SQLite file)."""
+    if request.param == "sqlite":
+        return {}
+    return {"HPCPROF_DB": fresh_postgres_db(request.getfixturevalue("postgres_server"))}
+
+
+def nsys_runs(cwd: Path, fixtures: Path, env: dict[str, str]) -> list[Path]:
+    """Three finished local runs turned into nsys runs holding the two H200 rank exports."""
+    (cwd / "exp.yaml").write_text(EXPERIMENT)
+    result = hpcprof("submit", "exp.yaml", "--site", "local", "--wait", cwd=cwd, env=env)
+    assert result.returncode == 0, result.stderr
+    runs = sorted(p.parent for p in (cwd / "hpcprof-runs").glob("t/*/config.json"))
+    for run in runs:
+        config = json.loads((run / "config.json").read_text())
+        config["experiment"]["profile"]["tool"] = "nsys"
+        (run / "config.json").write_text(json.dumps(config))
+        (run / "profiles" / "nsys").mkdir(parents=True, exist_ok=True)
+        for rank in (0, 1):
+            shutil.copy(fixtures / "nsys/h200_seqpar_bf16" / f"rank{rank}.sqlite",
+                        run / "profiles/nsys" / f"rank{rank}.sqlite")
+    return runs
+
+
+def damage(path: Path) -> None:
+    """Random bytes in the middle of the file (as a bad disk or a cut copy would)."""
+    data = bytearray(path.read_bytes())
+    middle = len(data) // 2
+    data[middle:middle + 65536] = os.urandom(min(65536, len(data) - middle))
+    data[:100] = os.urandom(100)
+    path.write_bytes(bytes(data))
+
+
+def store_rows(cwd: Path, env: dict[str, str], sql: str) -> list[tuple]:
+    url = env.get("HPCPROF_DB") or f"sqlite:///{cwd / 'hpcprof-runs/hpcprof.db'}"
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            return [tuple(r) for r in conn.execute(text(sql))]
+    finally:
+        engine.dispose()
+
+
+def test_bad_file_and_bad_run_are_isolated(tmp_path: Path, fixtures_dir: Path, db_env: dict[str, str]) -> None:
+    good, partial, broken = nsys_runs(tmp_path, fixtures_dir, db_env)
+    damage(partial / "profiles/nsys/rank1.sqlite")
+    (broken / "config.json").write_text('{"run_id": ')                    # a corrupt config.json
+    escape = tmp_path / "escaped"
+    (partial / "results").mkdir(exist_ok=True)
+    (partial / "results/evil.json").write_text(json.dumps({f"../../../../{escape}/x": [{"a": 1}], "n": 1}))
+
+    result = hpcprof("collect", "--workers", "2", cwd=tmp_path, env=db_env)
+    assert result.returncode == 3, result.stderr
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.splitlines()
+    assert any("rank1.sqlite" in line and "skipped" in line for line in lines)
+    assert any(broken.name in line and "not collected" in line for line in lines)
+    assert not escape.exists() and not list(tmp_path.parent.glob("**/x.csv"))
+    for run, ranks in ((good, [0, 1]), (partial, [0])):
+        kern = read_table(run, "nsys_cuda_gpu_kern_sum")
+        assert sorted(kern["rank"].unique()) == ranks
+        assert {"nsys_nccl", "nsys_overlap", "nsys_phases", "files_manifest"} <= set(list_tables(run))
+    assert read_table(partial, "workload_evil")["n"].tolist() == [1]     # the rest of that file is kept
+    assert any("evil.json" in line and "skipped" in line for line in lines)
+    status = dict(store_rows(tmp_path, db_env, "SELECT run_id, collect_status FROM runs"))
+    assert status == {good.name: "complete", partial.name: "partial", broken.name: "partial"}
+    metrics = store_rows(tmp_path, db_env, f"SELECT count(*) FROM run_metrics WHERE run_id = '{good.name}'")
+    assert metrics[0][0] > 0
+
+
+def test_parallel_equals_serial_and_is_incremental(tmp_path: Path, fixtures_dir: Path) -> None:
+    runs = nsys_runs(tmp_path, fixtures_dir, {})
+    assert hpcprof("collect", runs[0].name, "--workers", "2", cwd=tmp_path).returncode == 0
+    parallel = {name: read_table(runs[0], name) for name in list_tables(runs[0])}
+    shutil.rmtree(runs[0] / "derived")
+    for name in parallel:
+        (runs[0] / "results" / f"{name}.parquet").unlink()
+    serial_run = hpcprof("collect", runs[0].name, "--workers", "1", cwd=tmp_path)
+    assert serial_run.returncode == 0
+    assert "unchanged" not in serial_run.stderr
+    serial = {name: read_table(runs[0], name) for name in list_tables(runs[0])}
+    assert parallel.keys() == serial.keys() and "nsys_nccl" in serial
+    for name in serial:
+        pd.testing.assert_frame_equal(parallel[name], serial[name])
+    nccl = serial["nsys_nccl"]
+    assert nccl[nccl["scope"] == "all"].set_index("collective")["count"].to_dict() == {"AllGather": 10,
+                                                                                       "ReduceScatter": 10}
+    again = hpcprof("collect", runs[0].name, cwd=tmp_path)
+    assert "2 file(s) unchanged" in again.stderr
+    os.utime(runs[0] / "profiles/nsys/rank1.sqlite")                    # touched: analysed again
+    assert "1 file(s) unchanged" in hpcprof("collect", runs[0].name, cwd=tmp_path).stderr
+    for name in serial:
+        pd.testing.assert_frame_equal(read_table(runs[0], name), serial[name])
+
+
+def test_concurrent_collects_on_a_fresh_workdir(tmp_path: Path, fixtures_dir: Path, db_env: dict[str, str]) -> None:
+    made = tmp_path / "made"
+    made.mkdir()
+    runs = nsys_runs(made, fixtures_dir, {})
+    fresh = tmp_path / "fresh"
+    for run in runs:                                                      # run directories, no store yet
+        shutil.copytree(run, fresh / "hpcprof-runs/t" / run.name)
+    procs = [subprocess.Popen([sys.executable, "-m", "hpcprof", "collect"], cwd=fresh, env={**os.environ, **db_env},
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(4)]
+    outputs = [p.communicate(timeout=300) for p in procs]
+    for proc, (_, err) in zip(procs, outputs):
+        assert proc.returncode == 0, err
+        assert "Traceback" not in err
+    for run in runs:
+        kern = read_table(fresh / "hpcprof-runs/t" / run.name, "nsys_cuda_gpu_kern_sum")
+        assert sorted(kern["rank"].unique()) == [0, 1]
+
+
+def test_collect_under_mpi4py_futures(tmp_path: Path, fixtures_dir: Path) -> None:
+    """`mpiexec -n 3 python -m mpi4py.futures -m hpcprof collect`: two MPI workers, same tables."""
+    runs = nsys_runs(tmp_path, fixtures_dir, {})
+    mpiexec = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shutil.which("mpiexec")
+    if mpiexec is None:
+        pytest.skip("no mpiexec (the mpich wheel of the test extra provides one)")
+    result = subprocess.run([mpiexec, "-n", "3", sys.executable, "-m", "mpi4py.futures", "-m", "hpcprof",
+                             "collect", runs[0].name], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "2 mpi4py.futures worker(s)" in result.stderr
+    kern = read_table(runs[0], "nsys_cuda_gpu_kern_sum")
+    assert kern.groupby("rank")["Total Time (ns)"].sum().to_dict() == {0: 43_530_292, 1: 6_906_115}
+
+
+def test_a_worker_killed_mid_collect(tmp_path: Path, fixtures_dir: Path) -> None:
+    """SIGKILL of a pool worker: that run is partial (exit 3), the next runs are still collected
+    (a new pool), and collecting again completes it."""
+    import signal
+    import time
+
+    runs = nsys_runs(tmp_path, fixtures_dir, {})
+    for rank in range(2, 40):
+        os.link(runs[0] / "profiles/nsys" / f"rank{rank % 2}.sqlite", runs[0] / "profiles/nsys" / f"rank{rank}.sqlite")
+    proc = subprocess.Popen([sys.executable, "-m", "hpcprof", "collect", "--workers", "2"], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    workers: list[int] = []
+    deadline = time.monotonic() + 60
+    while not workers and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+        found = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
+        workers = [int(pid) for pid in found]
+    assert workers, "no worker process seen"
+    time.sleep(1.0)
+    os.kill(workers[0], signal.SIGKILL)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 3, err
+    assert "a worker process died" in err and "Traceback" not in err
+    for run in runs[1:]:
+        assert sorted(read_table(run, "nsys_cuda_gpu_kern_sum")["rank"].unique()) == [0, 1]
+    again = hpcprof("collect", runs[0].name, "--workers", "2", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert sorted(read_table(runs[0], "nsys_cuda_gpu_kern_sum")["rank"].unique()) == list(range(40))

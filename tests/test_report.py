@@ -1,0 +1,163 @@
+"""compare / report / logs on a real local CPU sweep (mpiexec from the mpich wheel, 2 ranks,
+float32 vs bfloat16, 2 repetitions) and a failed run; bad input exits 2 and writes nothing."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+EXPERIMENT = """name: seqpar-cmp
+workload:
+  kind: seqpar
+  args: {sequence_length: 128, hidden_dim: 64, iterations: 4, warmup_iterations: 1, precision: float32}
+resources: {nodes: 1, ranks_per_node: 2, walltime: "00:05:00"}
+repeat: 2
+sweep:
+  workload.args.precision: [float32, bfloat16]
+"""
+FAILING = """name: fails
+workload:
+  kind: command
+  argv: [bash, -c, 'echo "step $HPCPROF_RANK ok"; [ "$HPCPROF_RANK" = 1 ] && echo "rank 1 broke" && exit 3; exit 0']
+resources: {nodes: 1, ranks_per_node: 2}
+"""
+
+
+def hpcprof(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run([sys.executable, "-m", "hpcprof", *args], cwd=cwd, capture_output=True, text=True,
+                            timeout=300)
+    if check and result.returncode != 0:
+        raise AssertionError(f"hpcprof {' '.join(args)} -> {result.returncode}\n{result.stdout}\n{result.stderr}")
+    return result
+
+
+@pytest.fixture(scope="module")
+def campaign(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """One real sweep (4 runs) collected, one failed run, one completed run not collected."""
+    cwd = tmp_path_factory.mktemp("cmp")
+    (cwd / "sweep.yaml").write_text(EXPERIMENT)
+    (cwd / "fails.yaml").write_text(FAILING)
+    hpcprof("submit", "sweep.yaml", "--site", "local", "--wait", cwd=cwd)
+    hpcprof("collect", cwd=cwd)
+    hpcprof("submit", "fails.yaml", "--site", "local", "--wait", cwd=cwd, check=False)
+    hpcprof("submit", "fails.yaml", "--site", "local", "--wait", "--set", "workload.argv=[\"true\"]", cwd=cwd)
+    runs = sorted(p.parent for p in (cwd / "hpcprof-runs" / "seqpar-cmp").glob("*/config.json"))
+    [failed, uncollected] = sorted(p.parent.name for p in (cwd / "hpcprof-runs" / "fails").glob("*/config.json"))
+    return {"cwd": cwd, "runs": runs, "sweep": runs[0].name.rsplit("-p", 1)[0], "failed": failed,
+            "uncollected": uncollected}
+
+
+def test_repeat_makes_runs_per_point(campaign: dict) -> None:
+    params = [json.loads((r / "config.json").read_text())["sweep_point"]["params"] for r in campaign["runs"]]
+    assert params == [{"workload.args.precision": p, "repeat": r} for p in ("float32", "bfloat16") for r in (0, 1)]
+
+
+def test_compare_folds_repetitions_into_mean_and_sd(campaign: dict) -> None:
+    out = hpcprof("compare", campaign["sweep"], "--format", "csv", cwd=campaign["cwd"]).stdout
+    df = pd.read_csv(pd.io.common.StringIO(out))
+    assert list(df["workload.args.precision"]) == ["float32", "bfloat16"] and list(df["n"]) == [2, 2]
+    for i, precision_runs in enumerate((campaign["runs"][:2], campaign["runs"][2:])):
+        per_run = []
+        for run in precision_runs:  # independent: the rank means of the workload's own JSON rows
+            rows = pd.DataFrame(json.loads((run / "results" / "seqpar.json").read_text())["iterations"])
+            per_run.append(rows[rows["phase"] == "iteration"].groupby("rank")["time_ms"].mean().mean())
+        assert df.loc[i, "iteration.mean [ms]"] == pytest.approx(sum(per_run) / 2)
+        assert df.loc[i, "iteration.mean [ms] sd"] == pytest.approx(pd.Series(per_run).std())
+    assert (df["phase.matmul1.tflops [TFLOP/s]"] > 0).all() and (df["phase.allgather.busbw [GB/s]"] > 0).all()
+
+
+def test_compare_baseline_ratios_and_formats(campaign: dict, tmp_path: Path) -> None:
+    base = campaign["runs"][0].name
+    out = tmp_path / "cmp.json"
+    hpcprof("compare", campaign["sweep"], "--baseline", base, "--format", "json", "-o", str(out), cwd=campaign["cwd"])
+    rows = json.loads(out.read_text())
+    assert rows[0]["iteration.mean [ms] /base"] == pytest.approx(1.0)
+    mean = "iteration.mean [ms]"
+    assert rows[1][f"{mean} /base"] == pytest.approx(rows[1][mean] / rows[0][mean])
+    table = hpcprof("compare", *(r.name for r in campaign["runs"][:2]), cwd=campaign["cwd"]).stdout
+    assert "iteration.mean" in table and " ms" in table and "float32" in table
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["nosuchrun"], "nosuchrun"),
+    (["SWEEP", "FAILED"], "mixes workloads"),
+    (["SWEEP", "--baseline", "UNCOLLECTED"], "--baseline"),
+    (["UNCOLLECTED"], "hpcprof collect"),
+])
+def test_compare_bad_input_one_line_exit_2_nothing_written(campaign: dict, tmp_path: Path, args: list[str],
+                                                           needle: str) -> None:
+    names = {"SWEEP": campaign["sweep"], "FAILED": campaign["failed"], "UNCOLLECTED": campaign["uncollected"]}
+    out = tmp_path / "out.csv"
+    res = hpcprof("compare", *(names.get(a, a) for a in args), "-o", str(out), cwd=campaign["cwd"], check=False)
+    assert res.returncode == 2 and needle in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1 and "Traceback" not in res.stderr
+    assert not out.exists() and not list(tmp_path.iterdir())
+
+
+def test_report_headline_first_and_failed_run_with_log_tail(campaign: dict) -> None:
+    res = hpcprof("report", campaign["sweep"], campaign["failed"], cwd=campaign["cwd"])
+    text = res.stdout
+    first = campaign["runs"][0].name
+    assert text.index(first) < text.index("headline metrics") < text.index("iteration.mean")
+    assert "workload.args.precision" in text and "bfloat16" in text and "TFLOP/s" in text
+    assert "workload_seqpar.iterations" not in text                 # per-event tables only with --full
+    comparison = text[text.index("comparison"):]                    # repetitions folded: mean ± sd, n = 2
+    assert "±" in comparison and re.search(r"│ n\s+│\s+2 │\s+2 │", comparison)
+    failed = text[text.index(campaign["failed"]):]
+    assert "FAILED" in failed and "rank 1 broke" in failed and f"hpcprof logs {campaign['failed']}" in failed
+    full = hpcprof("report", first, "--full", cwd=campaign["cwd"]).stdout
+    assert "workload_seqpar.iterations" in full
+
+
+def test_logs_prints_a_rank_log(campaign: dict) -> None:
+    res = hpcprof("logs", campaign["failed"], "--rank", "1", cwd=campaign["cwd"])
+    assert "rank 1 broke" in res.stdout
+    bad = hpcprof("logs", campaign["failed"], "--rank", "7", cwd=campaign["cwd"], check=False)
+    assert bad.returncode == 2 and "rank7.log" in bad.stderr and "rank1.log" in bad.stderr
+
+
+def test_thousands_separators_and_units() -> None:
+    from hpcprof.report.terminal import format_value, with_unit
+
+    assert format_value(1234567.891) == "1,234,567.9"
+    assert with_unit(12.3456, "ms") == "12.35 ms"
+    assert with_unit(0.012345, "GB/s") == "0.0123 GB/s"
+    assert format_value(3.0, "rank") == "3"
+
+
+@pytest.mark.parametrize("name, category", [
+    ("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT", "gemm"),
+    ("void cutlass::Kernel2<cutlass_80_simt_sgemm_128x256_8x4_nn_align1>(T1::Params)", "gemm"),
+    ("sm80_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize64x64x8", "gemm"),
+    ("ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "nccl.AllGather"),
+    ("ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)", "nccl.AllReduce"),
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>", "other"),
+])
+def test_kernel_categories(name: str, category: str) -> None:
+    from hpcprof.analysis.summary import kernel_category
+
+    assert kernel_category(name) == category
+
+
+@pytest.mark.parametrize("args, needle", [(["nosuchsweep"], "nosuchsweep"), (["SWEEP", "FAILED"], "mixes workloads")])
+def test_html_bad_input_writes_nothing(campaign: dict, tmp_path: Path, args: list[str], needle: str) -> None:
+    names = {"SWEEP": campaign["sweep"], "FAILED": campaign["failed"]}
+    out = tmp_path / "r.html"
+    res = hpcprof("report", *(names.get(a, a) for a in args), "--html", str(out), cwd=campaign["cwd"], check=False)
+    assert res.returncode == 2 and needle in res.stderr and len(res.stderr.strip().splitlines()) == 1
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("extra, needle", [("repeat: 0\n", "'repeat'"),
+                                           ("sweep:\n  repeat: [1, 2]\n", "cannot sweep over 'repeat'")])
+def test_bad_repeat_is_one_line_exit_2(tmp_path: Path, extra: str, needle: str) -> None:
+    (tmp_path / "exp.yaml").write_text(EXPERIMENT.split("repeat:")[0] + extra)
+    res = hpcprof("submit", "exp.yaml", "--site", "local", cwd=tmp_path, check=False)
+    assert res.returncode == 2 and needle in res.stderr and len(res.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "hpcprof-runs").exists()

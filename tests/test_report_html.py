@@ -1,0 +1,193 @@
+"""`hpcprof report --html` checked in a real headless Chromium: no console errors, every figure
+drawn, a PNG screenshot written. Two campaigns: a real local CPU sweep, and the GPT-2 DDP GPU
+runs of benchmarks/gpu/data/run3 (nsys at world size 1 and 2, torch.profiler at 2) laid out as
+run directories rendered by `hpcprof render` and collected by the real `collect` (Echo's slowdown
+included)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from hpcprof.results import read_table
+from hpcprof.store import Store, database_url
+
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                  "--enable-logging=stderr", "--v=0", "--virtual-time-budget=15000"]
+SEQPAR = """name: seqpar-html
+workload:
+  kind: seqpar
+  args: {sequence_length: 128, hidden_dim: 64, iterations: 4, warmup_iterations: 1}
+resources: {nodes: 1, ranks_per_node: 2, walltime: "00:05:00"}
+sweep:
+  workload.args.precision: [float32, bfloat16]
+"""
+
+
+def hpcprof(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run([sys.executable, "-m", "hpcprof", *args], cwd=cwd, capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, f"hpcprof {' '.join(args)}: {result.stdout}\n{result.stderr}"
+    return result
+
+
+def chromium() -> str:
+    exe = shutil.which("chromium")
+    if exe is None:
+        pytest.skip("chromium not installed (tests/services/chromium.sh installs it)")
+    return exe
+
+
+def load_in_chromium(html: Path, screenshot: Path) -> tuple[str, list[str]]:
+    """(DOM after the scripts ran, console messages), and a 1400-wide screenshot of the page."""
+    exe = chromium()
+    with tempfile.TemporaryDirectory(prefix="hpcprof-chromium-") as profile:
+        dump = subprocess.run([exe, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--dump-dom", html.as_uri()],
+                              capture_output=True, text=True, timeout=120)
+    with tempfile.TemporaryDirectory(prefix="hpcprof-chromium-") as profile:
+        subprocess.run([exe, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--window-size=1400,2400",
+                        f"--screenshot={screenshot}", html.as_uri()], capture_output=True, text=True, timeout=120)
+    console = [line for line in dump.stderr.splitlines() if ":CONSOLE" in line]
+    return dump.stdout, console
+
+
+def drawn_figures(dom: str) -> tuple[int, int]:
+    """(figures in the page, figures whose div holds a rendered plotly SVG with drawn marks:
+    bar or marker points, pie slices or lines)."""
+    declared = int(re.search(r"data-figures=\"(\d+)\"", dom).group(1))
+    parts = re.split(r'<div id="fig\d+"', dom)[1:]
+    drawn = sum(1 for p in parts if 'class="main-svg"' in p and re.search(r'class="(point|slice|js-line)[ "]', p))
+    return declared, drawn
+
+
+def check_html(html: Path, screenshot: Path, at_least: int) -> None:
+    dom, console = load_in_chromium(html, screenshot)
+    assert console == [], console
+    declared, drawn = drawn_figures(dom)
+    assert declared >= at_least and drawn == declared, (declared, drawn)
+    assert screenshot.stat().st_size > 20_000
+    assert "cdn" not in html.read_text()[:2000].lower() and "<script src" not in html.read_text()
+    if os.environ.get("HPCPROF_SCREENSHOTS"):
+        shutil.copy(screenshot, Path(os.environ["HPCPROF_SCREENSHOTS"]) / screenshot.name)
+
+
+def test_html_report_of_a_local_cpu_sweep(tmp_path: Path) -> None:
+    (tmp_path / "exp.yaml").write_text(SEQPAR)
+    hpcprof("submit", "exp.yaml", "--site", "local", "--wait", cwd=tmp_path)
+    hpcprof("collect", cwd=tmp_path)
+    html = tmp_path / "report.html"
+    hpcprof("report", "--html", str(html), cwd=tmp_path)
+    # 2 runs x (phase times, TFLOP/s, busbw) + the sweep's metrics against the precision
+    check_html(html, tmp_path / "cpu_sweep.png", at_least=2 * 3 + 5)
+
+
+def gpu_run(workdir: Path, rendered: Path, run_id: str, tool: str, profiles: dict[str, Path], result: Path) -> Path:
+    """A run directory from `hpcprof render` output and a finished GPU run's profiles and results."""
+    config = json.loads((rendered / "config.json").read_text())
+    run = workdir / config["experiment"]["name"] / run_id
+    (run / "profiles" / tool).mkdir(parents=True)
+    (run / "results").mkdir()
+    (run / "logs").mkdir()
+    config["run_id"] = run_id
+    (run / "config.json").write_text(json.dumps(config))
+    for name, source in profiles.items():
+        shutil.copy(source, run / "profiles" / tool / name)
+    shutil.copy(result, run / "results" / result.name)
+    (run / "status").write_text("start=1763760000\nexit_code=0\nend=1763760090\n")
+    (run / "submission.json").write_text(json.dumps({"scheduler": "local", "job_id": f"local-fg-{run_id}"}))
+    (run / "DONE").write_text("")
+    store = Store(database_url(workdir))  # recorded as submit does (one sweep row per run here)
+    if not store.has_run(run_id):
+        point = config["sweep_point"]
+        row = {"run_id": run_id, "point_index": point["index"], "params": point["params"],
+               "experiment": config["experiment"]["name"], "site": config["site"]["name"], "run_dir": str(run),
+               "world_size": config["world_size"], "profile_tool": tool}
+        store.add_sweep(run_id, row["experiment"], row["site"], config["experiment"].get("sweep", {}), [row])
+    return run
+
+
+def test_html_report_of_gpu_ddp_runs_with_echo_slowdown(repo: Path, tmp_path: Path) -> None:
+    data = repo / "benchmarks" / "gpu" / "data" / "run3"
+    hpcprof("render", str(repo / "examples" / "ddp_slowdown.yaml"), "--site", "polaris", "-o", "r", cwd=tmp_path)
+    hpcprof("render", str(repo / "examples" / "ddp_slowdown.yaml"), "--site", "polaris", "-o", "t",
+            "--set", "sweep={}", "--set", "profile.tool=torch", "--set", "resources.ranks_per_node=2",
+            "--set", "workload.args.world_size=2", cwd=tmp_path)
+    work = tmp_path / "runs"
+    for p, ws in ((0, 1), (1, 2)):
+        gpu_run(work, tmp_path / "r" / f"p00{p}", f"20261121-000000-ec40ec-p00{p}", "nsys",
+                {f"rank{r}.sqlite": data / "nsys" / f"ddp_gpt2_p{ws}_rank{r}.sqlite" for r in range(ws)},
+                data / "ddp" / f"nsys_p{ws}" / "ddp_steps.json")
+    gpu_run(work, tmp_path / "t", "20261121-000001-70c470", "torch",
+            {f"rank{r}.pt.trace.json.gz": data / "torch" / f"rank{r}.pt.trace.json.gz" for r in (0, 1)},
+            data / "ddp" / "torch_p2" / "ddp_steps.json")
+    hpcprof("collect", "--workdir", str(work), cwd=tmp_path)
+
+    slow = read_table(next(work.glob("*/*-p001")), "echo_slowdown")
+    matched = slow[slow["status"] == "matched"]
+    assert len(matched) > 400 and sorted(matched["rank"].unique()) == [0, 1]
+    assert (matched.loc[matched["overlap_ratio"] == 0, "slowdown"] == 0).all()
+
+    out = hpcprof("compare", "20261121-000000-ec40ec", "--format", "csv", "--workdir", str(work), cwd=tmp_path).stdout
+    cmp = pd.read_csv(pd.io.common.StringIO(out))
+    assert list(cmp["world_size"]) == [1, 2]
+    assert pd.isna(cmp.loc[0, "slowdown.median []"]) and pd.notna(cmp.loc[1, "slowdown.median []"])
+    assert cmp.loc[1, "gpu.nccl.AllReduce [ms]"] > 0 and (cmp["gpu.gemm [ms]"] > 0).all()
+    kern = read_table(next(work.glob("*/*-p001")), "nsys_cuda_gpu_kern_sum")   # per rank: mean over the 2 ranks
+    assert cmp.loc[1, "gpu.total [ms]"] == pytest.approx(kern["Total Time (ns)"].sum() / 1e6 / 2)
+    parts = ["gpu.gemm [ms]", "gpu.nccl.AllReduce [ms]", "gpu.other [ms]"]
+    assert cmp.loc[1, parts].sum() == pytest.approx(cmp.loc[1, "gpu.total [ms]"])
+
+    html = tmp_path / "gpu.html"
+    hpcprof("report", "20261121-000000-ec40ec", "20261121-000001-70c470", "--html", str(html),
+            "--workdir", str(work), cwd=tmp_path)
+    text = html.read_text()
+    for title in ("kernel slowdown distribution", "temporal breakdown per rank", "kernel launch delay",
+                  "GPU idle gaps", "GPU time by kernel category per rank", "NCCL collectives per type and rank"):
+        assert title in text, title
+    check_html(html, tmp_path / "gpu_ddp.png", at_least=15)
+
+
+def test_html_report_of_an_h200_seqpar_run_against_peaks(repo: Path, fixtures_dir: Path, tmp_path: Path) -> None:
+    """nsys profiles of the H200 bf16 fixture and the workload results of an H200 bf16 2-rank run
+    of benchmarks/gpu/data/run1 (two runs of the same configuration), collected and drawn."""
+    hpcprof("render", str(repo / "examples" / "seqpar_polaris.yaml"), "--site", "polaris", "-o", "s",
+            "--set", "sweep={}", "--set", "resources.nodes=1", "--set", "resources.ranks_per_node=2",
+            "--set", "profile.ranks=all", cwd=tmp_path)
+    work = tmp_path / "runs"
+    gpu_run(work, tmp_path / "s", "20261121-000002-5e9a00", "nsys",
+            {f"rank{r}.sqlite": fixtures_dir / "nsys" / "h200_seqpar_bf16" / f"rank{r}.sqlite" for r in (0, 1)},
+            repo / "benchmarks" / "gpu" / "data" / "run1" / "seqpar" / "nsys_bfloat16_p2" / "seqpar.json")
+    hpcprof("collect", "--workdir", str(work), cwd=tmp_path)
+    html = tmp_path / "seqpar.html"
+    hpcprof("report", "--html", str(html), "--workdir", str(work), cwd=tmp_path)
+    text = html.read_text()
+    assert "peak 989 TFLOP" in text and "peak 450 GB" in text  # the figure JSON escapes "/"
+    assert "NVTX ranges of one iteration on every rank" in text
+    check_html(html, tmp_path / "h200_seqpar.png", at_least=8)
+
+
+def test_html_report_of_an_h200_ncu_run_shows_speed_of_light(repo: Path, tmp_path: Path) -> None:
+    """The ncu run of benchmarks/gpu/data/run1 (rank 0's details CSV and the run's seqpar.json)."""
+    data = repo / "benchmarks" / "gpu" / "data" / "run1"
+    hpcprof("render", str(repo / "examples" / "seqpar_polaris.yaml"), "--site", "polaris", "-o", "n",
+            "--set", "sweep={}", "--set", "resources.nodes=1", "--set", "resources.ranks_per_node=2",
+            "--set", "profile.tool=ncu", "--set", "profile.ranks=[0]", cwd=tmp_path)
+    work = tmp_path / "runs"
+    gpu_run(work, tmp_path / "n", "20261121-000003-9c0000", "ncu",
+            {"rank0.csv": data / "ncu" / "ncu_bfloat16_p2_rank0_details.csv"},
+            data / "seqpar" / "ncu_bfloat16_p2" / "seqpar.json")
+    hpcprof("collect", "--workdir", str(work), cwd=tmp_path)
+    html = tmp_path / "ncu.html"
+    hpcprof("report", "--html", str(html), "--workdir", str(work), cwd=tmp_path)
+    assert "ncu speed of light (Echo metrics)" in html.read_text()
+    check_html(html, tmp_path / "h200_ncu.png", at_least=4)
