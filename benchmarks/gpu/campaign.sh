@@ -30,7 +30,9 @@ NSYS_LEAN=(--set profile.nsys.sample=none --set profile.nsys.cpuctxsw=none --set
     --set resources.nodes=1 --set profile.ranks=all --set repeat=2 \
     --set 'sweep={workload.args.precision: [float32, bfloat16], resources.ranks_per_node: [2, 4]}' \
     --set workload.args.iterations=50 --set workload.args.warmup_iterations=10 "${NSYS_LEAN[@]}"
-  python3 -m hpcprof submit examples/ddp_slowdown.yaml --site-file "$SITE" --wait --set env.GPT2_PRESET=gpt2
+  python3 -m hpcprof submit examples/ddp_slowdown.yaml --site-file "$SITE" --wait --set env.GPT2_PRESET=gpt2 \
+    --set workload.args.batchsize=8 --set workload.args.epochs=2 --set workload.args.warmup_epochs=1 \
+    --set workload.args.steps_per_epoch=12
   for rep in "$HPCPROF_WORKDIR"/*/*/profiles/nsys/*.nsys-rep; do
     nsys export -t sqlite --force-overwrite true -o "${rep%.nsys-rep}.sqlite" "$rep" >/dev/null
   done
