@@ -14,7 +14,7 @@
 RUN_DIR=/pscratch/sd/u/user/hpcprof-runs/torch-app/20250101-120000-abc123
 cd "$RUN_DIR" || exit 1
 hp_status() { printf '%s=%s\n' "$1" "$2" >> "$RUN_DIR/status"; }
-trap 'hp_status signal TERM; exit 143' TERM  # cancelled or out of time: no DONE
+trap 'hp_status signal TERM; hp_status end "$(date +%s)"; exit 143' TERM  # cancelled or out of time: no DONE
 hp_status start "$(date +%s)"
 hp_status host "$(hostname)"
 hp_status job_id "${PBS_JOBID:-${SLURM_JOB_ID:-$$}}"
