@@ -43,9 +43,9 @@ def test_echo_layout_csv_and_xlsx_per_device(nsys_dir: Path, tmp_path: Path) -> 
     assert slowdown(*args, "-o", str(tmp_path / "s.csv"))[0] == 0
     assert slowdown(*args[:-2], "--format", "csv", "-o", str(tmp_path / "full.csv"))[0] == 0
     full = pd.read_csv(tmp_path / "full.csv")
-    for device in (0, 1):
-        xlsx = pd.read_excel(tmp_path / f"s_device_{device}.xlsx", engine="openpyxl")
-        csv = pd.read_csv(tmp_path / f"s_device_{device}.csv")
+    for device in (0, 1):                          # these torchrun ranks saw both GPUs: rank r on device r
+        xlsx = pd.read_excel(tmp_path / f"s_rank{device}_device_{device}.xlsx", engine="openpyxl")
+        csv = pd.read_csv(tmp_path / f"s_rank{device}_device_{device}.csv")
         assert list(xlsx.columns) == ECHO_COLUMNS and list(csv.columns) == ECHO_COLUMNS
         pd.testing.assert_frame_equal(xlsx, csv, check_dtype=False)
         mine = full[(full["device"] == device) & (full["status"] == "matched")]

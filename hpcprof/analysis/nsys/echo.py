@@ -1,6 +1,7 @@
 """Echo's slowdown flow: the world-size-1 run of a DDP sweep is the baseline of its world-size-N
 runs; `echo_slowdown` computes the slowdown of every device of an N run during collect, and
-`write_echo` writes Echo's table layout (CSV or .xlsx, one file per device)."""
+`write_echo` writes Echo's table layout (CSV or .xlsx, one file per GPU: per rank and device, as
+each rank usually sees its one GPU as device 0)."""
 
 from __future__ import annotations
 
@@ -17,12 +18,13 @@ ECHO_COLUMNS = ["id", "kShortName", "kDemangledName", "ground_truth", "duration"
 RANK = re.compile(r"rank(\d+)")
 
 
-def echo_layout(slowdown: pd.DataFrame) -> dict[int, pd.DataFrame]:
-    """Echo's table per device: matched compute kernels in launch order, 1-based `id`, durations in ns."""
+def echo_layout(slowdown: pd.DataFrame) -> dict[tuple[int, int], pd.DataFrame]:
+    """Echo's table per (rank, device): matched compute kernels in launch order, 1-based `id`,
+    durations in ns."""
     matched = slowdown[slowdown["status"] == "matched"]
     out = {}
-    for device, d in matched.groupby("device", sort=True):
-        out[int(device)] = pd.DataFrame({
+    for (rank, device), d in matched.groupby(["rank", "device"], sort=True):
+        out[(int(rank), int(device))] = pd.DataFrame({
             "id": range(1, len(d) + 1),
             "kShortName": d["short"].to_numpy(),
             "kDemangledName": d["name"].to_numpy(),
@@ -33,11 +35,11 @@ def echo_layout(slowdown: pd.DataFrame) -> dict[int, pd.DataFrame]:
     return out
 
 
-def echo_paths(path: Path, devices: list[int]) -> dict[int, Path]:
-    """`path` for one device, else `<stem>_device_<d><suffix>` per device (Echo's naming)."""
-    if len(devices) == 1:
-        return {devices[0]: path}
-    return {d: path.with_name(f"{path.stem}_device_{d}{path.suffix}") for d in devices}
+def echo_paths(path: Path, gpus: list[tuple[int, int]]) -> dict[tuple[int, int], Path]:
+    """`path` for one GPU, else `<stem>_rank<r>_device_<d><suffix>` per (rank, device)."""
+    if len(gpus) == 1:
+        return {gpus[0]: path}
+    return {(r, d): path.with_name(f"{path.stem}_rank{r}_device_{d}{path.suffix}") for r, d in gpus}
 
 
 def write_echo(slowdown: pd.DataFrame, path: Path) -> list[Path]:
@@ -45,12 +47,12 @@ def write_echo(slowdown: pd.DataFrame, path: Path) -> list[Path]:
     tables = echo_layout(slowdown)
     written = []
     path.parent.mkdir(parents=True, exist_ok=True)
-    for device, target in echo_paths(path, sorted(tables)).items():
+    for gpu, target in echo_paths(path, sorted(tables)).items():
         tmp = target.with_name(target.name + ".tmp")
         if target.suffix == ".xlsx":
-            tables[device].to_excel(tmp, index=False, engine="openpyxl")
+            tables[gpu].to_excel(tmp, index=False, engine="openpyxl")
         else:
-            tables[device].to_csv(tmp, index=False)
+            tables[gpu].to_csv(tmp, index=False)
         written.append(tmp)
     return [tmp.replace(tmp.with_name(tmp.name[:-4])) for tmp in written]
 
@@ -112,5 +114,6 @@ def echo_slowdown(run: RunDir, log: Callable[[str], None] = print) -> dict[str, 
         table = dist.slowdown(dist.load_activity(base_exports, {}),
                               dist.load_activity(exports, {str(p): r for p, r in files.items()}))
     matched = int((table["status"] == "matched").sum())
-    log(f"echo: slowdown of {matched} kernel(s) on {table['device'].nunique()} device(s) against {base.run_id}")
+    gpus = len(table[["rank", "device"]].drop_duplicates())
+    log(f"echo: slowdown of {matched} kernel(s) on {gpus} GPU(s) against {base.run_id}")
     return {"slowdown": table}
