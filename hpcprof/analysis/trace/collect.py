@@ -30,7 +30,10 @@ def collect_traces(ctx: CollectContext) -> dict[str, pd.DataFrame]:
     cannot be analysed are logged and skipped ({} when none is left)."""
     traces, errors = load_traces(ctx.files, rank_of=ctx.rank_of)
     for line in errors:
-        ctx.log(f"skipped because {line}")
+        if "no GPU events" in line:      # a CPU run's trace: nothing for HTA's GPU analyses, not a fault
+            ctx.log(f"note: {line}")
+        else:
+            ctx.log(f"skipped because {line}")
     if not traces:
         return {}
     ctx.log(f"analysing {len(traces)} torch.profiler trace(s), ranks "
