@@ -15,11 +15,11 @@ from differential.hta_diff import analyses, compare
 pytestmark = pytest.mark.filterwarnings("ignore")  # HTA 0.5.0's pandas deprecation warnings
 
 
-def test_differential_vs_hta_0_5_0() -> None:
+def test_differential_vs_hta_0_5_0(record_counts) -> None:
     n = int(os.environ.get("HPCPROF_HTA_DIFF_N", "200"))
     compared, identical, failed, diffs = compare(range(n))
-    print(f"\nHTA 0.5.0 differential: {n} trace sets, {compared} analyses compared, {identical} identical, "
-          f"{failed} not compared (HTA's own assertion failed)")
+    record_counts(f"HTA 0.5.0: {compared} analyses compared over {n} generated trace sets, {identical} identical, "
+                  f"{failed} not compared (HTA's own assertion failed)")
     assert compared >= 4 * n
     assert not diffs, "\n".join(diffs[:20])
 
