@@ -29,7 +29,7 @@ REPEAT = "repeat"  # the sweep-point parameter that numbers repetitions
 #: ones it exports; an experiment's `env` setting one would give several ranks the same identity.
 RANK_ENV = frozenset({
     "RANK", "LOCAL_RANK", "PALS_RANKID", "PALS_LOCAL_RANKID", "OMPI_COMM_WORLD_RANK",
-    "OMPI_COMM_WORLD_LOCAL_RANK", "PMI_RANK", "PMIX_RANK", "MPI_LOCALRANKID", "PMI_LOCAL_RANK",
+    "OMPI_COMM_WORLD_LOCAL_RANK", "PMI_RANK", "PMIX_RANK", "PMI_ID", "MPI_LOCALRANKID", "PMI_LOCAL_RANK",
     "SLURM_PROCID", "SLURM_LOCALID", "HPCPROF_RANK", "HPCPROF_LOCAL_RANK"})
 
 

@@ -54,7 +54,8 @@ def compare(runs: tuple[str, ...], workdir: Path, baseline: str | None, fmt: str
 @selection
 @workdir_option
 @click.option("--full", is_flag=True, help="Also print every result table (per-event tables included).")
-@click.option("--rows", default=12, show_default=True, help="Rows shown per table with --full.")
+@click.option("--rows", type=click.IntRange(min=1, max=1_000_000), default=12, show_default=True,
+              help="Rows shown per table with --full.")
 @click.option("--html", "html_file", type=click.Path(dir_okay=False, path_type=Path),
               help="Write a self-contained interactive HTML report (plots) to this file.")
 def report(runs: tuple[str, ...], workdir: Path, full: bool, rows: int, html_file: Path | None) -> None:
