@@ -1,4 +1,4 @@
-"""A plain (non-editable) install carries the templates and site configs."""
+"""A plain (non-editable) install carries every module, the templates and the site configs."""
 
 from __future__ import annotations
 
@@ -15,8 +15,10 @@ def test_wheel_ships_templates_and_sites(repo: Path, tmp_path: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     for template in ("pbs.sh.j2", "slurm.sh.j2", "local.sh.j2", "rank_wrapper.sh.j2", "_job.sh.j2"):
         assert f"hpcprof/_templates/{template}" in names
-    for site in ("local", "slurm-local", "polaris", "perlmutter"):
+    for site in ("local", "slurm-local", "polaris", "perlmutter", "pbs-local", "local-podman"):
         assert f"hpcprof/_site_configs/{site}.yaml" in names
+    for module in sorted((repo / "hpcprof").rglob("*.py")):     # every module of the source tree
+        assert module.relative_to(repo).as_posix() in names
 
     unpacked = tmp_path / "site-packages"
     zipfile.ZipFile(wheel).extractall(unpacked)
