@@ -10,6 +10,7 @@ under 0.3 s; `nsys stats` on a per-rank export no slower than `nsys stats` itsel
 from __future__ import annotations
 
 import argparse
+import lzma
 import os
 import shutil
 import subprocess
@@ -19,7 +20,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-FIXTURES = Path(os.environ.get("HPCPROF_FIXTURES", REPO.parent / "shared" / "fixtures"))
+sys.path.insert(0, str(REPO / "tests"))
+from fixture_files import STORED  # noqa: E402  (the real fixtures kept in the repository)
+
 GOAL_S = 0.3
 
 
@@ -36,10 +39,18 @@ def main() -> None:
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     py = [sys.executable]
-    export = FIXTURES / "nsys/h200_seqpar_bf16/rank0.sqlite"
     with tempfile.TemporaryDirectory(prefix="hpcprof-startup-") as tmp:
         work = Path(tmp)
-        shutil.copy(export, work / "rank0.sqlite")
+        stored = STORED / "nsys/h200_seqpar_bf16/rank0.sqlite"
+        if stored.exists():
+            shutil.copy(stored, work / "rank0.sqlite")
+        else:
+            with lzma.open(stored.with_name(stored.name + ".xz")) as src, open(work / "rank0.sqlite", "wb") as out:
+                shutil.copyfileobj(src, out)
+        # `status` of a real finished run in a real store (a local 2-rank command job)
+        subprocess.run(py + ["-m", "hpcprof", "submit", str(REPO / "examples/command_hello.yaml"), "--site", "local",
+                             "--wait", "--workdir", str(work / "runs")], cwd=work, check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         commands = {
             "python -c pass": py + ["-c", "pass"],
             "hpcprof --help": py + ["-m", "hpcprof", "--help"],

@@ -6,17 +6,19 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from hpcprof.config.directives import check_rendered
-from hpcprof.config.experiment import MAX_POINTS, expand, load_experiment
-from hpcprof.config.site import SiteConfig
-from hpcprof.render.job import RenderedRun, render_point, template_dirs, write_run
+from hpcprof.config import MAX_POINTS
+from hpcprof.errors import UserError
 from hpcprof.rundir import RunDir, new_run_id
 from hpcprof.schedulers import get_scheduler
-from hpcprof.errors import UserError
 from hpcprof.schedulers.base import UNKNOWN, JobState
 from hpcprof.schedulers.local import LocalScheduler
-from hpcprof.store import Store
+
+if TYPE_CHECKING:  # plan/write import the models and the renderer when they run: status stays light
+    from hpcprof.config.site import SiteConfig
+    from hpcprof.render.job import RenderedRun
+    from hpcprof.store import Store
 
 
 @dataclass
@@ -34,6 +36,10 @@ def plan(experiment_file: Path, site: SiteConfig, overrides: list[str], workdir:
          templates: Path | None = None, max_points: int = MAX_POINTS) -> Plan:
     """Validate the experiment on `site`, expand the sweep and render every point (no writes);
     each rendered job script's directives are parsed back and checked against the site limits."""
+    from hpcprof.config.directives import check_rendered
+    from hpcprof.config.experiment import expand, load_experiment
+    from hpcprof.render.job import render_point, template_dirs
+
     data = load_experiment(experiment_file, overrides)
     points = expand(data, site, f"experiment {experiment_file}", max_points)
     dirs = template_dirs(site, templates)
@@ -53,6 +59,8 @@ def plan(experiment_file: Path, site: SiteConfig, overrides: list[str], workdir:
 def write(plan_: Plan, store: Store) -> list[RunDir]:
     """Write every run directory and record the sweep in the store; if either fails, the run
     directories written so far are removed (nothing the store does not know is left)."""
+    from hpcprof.render.job import write_run
+
     run_dirs: list[RunDir] = []
     try:
         for r in plan_.runs:
@@ -102,9 +110,19 @@ def current_state(run: RunDir) -> JobState:
 def refresh(run: RunDir, store: Store | None) -> JobState:
     """Look the state up and store it if it changed (a None store: read-only, no store)."""
     state = current_state(run)
-    if store is not None and store.has_run(run.run_id):
-        store.record_state(run.run_id, state.state, state.exit_code, state.reason)
+    record(run, state, store)
     return state
+
+
+def record(run: RunDir, state: JobState, store: Store | None) -> None:
+    """Store `state` if it changed. A terminal state is final: once stored, the run directory
+    says so, and later looks need not open the store (`hpcprof status` stays fast)."""
+    if store is None or run.terminal_state_stored(state):
+        return
+    if store.has_run(run.run_id):
+        store.record_state(run.run_id, state.state, state.exit_code, state.reason)
+        if state.terminal:
+            run.mark_terminal_state_stored(state)
 
 
 def wait(run: RunDir, store: Store, timeout: float | None = None) -> JobState:

@@ -1,22 +1,30 @@
-"""Write a DataFrame as csv, json or a rich table: the one output path of every CLI report."""
+"""Write a DataFrame (or plain rows) as csv, json or a rich table: the one output path of every
+CLI report. pandas is imported only for DataFrames, so the run commands start fast."""
 
 from __future__ import annotations
 
+import csv
+import json
+import math
 import os
 import sys
 import uuid
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, Any, Sequence, TextIO
 
-import pandas as pd
 from rich.console import Console
 from rich.table import Table
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 FORMATS = ("csv", "table", "json")
 
 
 def render_table(df: pd.DataFrame, title: str | None = None) -> Table:
     """A rich Table of a DataFrame; numbers right-aligned."""
+    import pandas as pd
+
     table = Table(title=title, show_lines=False)
     for col in df.columns:
         justify = "right" if pd.api.types.is_numeric_dtype(df[col]) else "left"
@@ -28,7 +36,8 @@ def render_table(df: pd.DataFrame, title: str | None = None) -> Table:
 
 def format_cell(value: object) -> str:
     """Empty for missing, 6 significant digits for floats, str otherwise."""
-    if value is None or (isinstance(value, float) and pd.isna(value)):
+    if value is None or value is getattr(sys.modules.get("pandas"), "NA", None) or (
+            isinstance(value, float) and math.isnan(value)):
         return ""
     if isinstance(value, float):
         return f"{value:.6g}"
@@ -45,6 +54,30 @@ def emit(df: pd.DataFrame, fmt: str, out: TextIO | None = None, title: str | Non
         out.write("\n")
     elif fmt == "table":
         Console(file=out, width=200).print(render_table(df, title))
+    else:
+        raise ValueError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
+
+
+def emit_rows(rows: Sequence[dict[str, Any]], columns: Sequence[str], fmt: str,
+              out: TextIO | None = None, title: str | None = None) -> None:
+    """Print plain rows (dicts of str/int/float/None) like `emit` prints a DataFrame, without pandas."""
+    out = out or sys.stdout
+    if fmt == "csv":
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(columns)
+        writer.writerows([["" if row.get(c) is None else row.get(c) for c in columns] for row in rows])
+    elif fmt == "json":
+        out.write(json.dumps([{c: row.get(c) for c in columns} for row in rows], indent=1))
+        out.write("\n")
+    elif fmt == "table":
+        table = Table(title=title, show_lines=False)
+        for col in columns:
+            values = [row.get(col) for row in rows if row.get(col) is not None]
+            numeric = bool(values) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+            table.add_column(col, justify="right" if numeric else "left")
+        for row in rows:
+            table.add_row(*(format_cell(row.get(c)) for c in columns))
+        Console(file=out, width=200).print(table)
     else:
         raise ValueError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
 

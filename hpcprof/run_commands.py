@@ -1,5 +1,7 @@
 """The run commands of `hpcprof`: sites, render, submit, status, cancel, collect,
-templates (config -> render -> schedulers -> collect -> store -> report)."""
+templates (config -> render -> schedulers -> collect -> store -> report).
+
+Each command imports what it uses when it runs (`hpcprof sites` needs neither pandas nor SQLAlchemy)."""
 
 from __future__ import annotations
 
@@ -9,21 +11,18 @@ import os
 import shutil
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
-import pandas as pd
 from rich.console import Console
 
-from hpcprof import campaign
-from hpcprof.config.experiment import MAX_POINTS
-from hpcprof.config.site import available_sites, find_site, load_site_file
+from hpcprof.config import MAX_POINTS
 from hpcprof.errors import UserError
-from hpcprof.output import emit
-from hpcprof.render.containers import check_runtimes
-from hpcprof.render.job import shipped_template_dir
 from hpcprof.rundir import RunDir, all_runs, find_run
-from hpcprof.schedulers.base import JobState
-from hpcprof.store import Store, database_url
+
+if TYPE_CHECKING:
+    from hpcprof.schedulers.base import JobState
+    from hpcprof.store import Store
 
 console = Console(stderr=True, soft_wrap=True)
 
@@ -54,6 +53,8 @@ def _workdir(value: Path) -> Path:
 def open_store(workdir: Path, db: str | None, create: bool = True) -> Store | None:
     """The campaign store of `workdir` (or `db`). Read-only commands pass `create=False`:
     nothing is created then, and a default store that does not exist is None."""
+    from hpcprof.store import Store, database_url
+
     url = database_url(workdir, db)
     if not create:
         if url == database_url(workdir, None) and not (workdir / "hpcprof.db").is_file():
@@ -78,13 +79,16 @@ def runs_from(refs: tuple[str, ...], workdir: Path) -> list[RunDir]:
 @click.command()
 def sites() -> None:
     """List the available site configs."""
+    from hpcprof.config.site import available_sites, load_site_file
+    from hpcprof.output import emit_rows
+
     rows = []
     for name, path in available_sites().items():
         site = load_site_file(path)
         launcher = site.launcher.kind + (f" ({site.launcher.flavor})" if site.launcher.flavor else "")
         rows.append({"site": name, "scheduler": site.scheduler, "launcher": launcher,
                      "gpus/node": site.node.gpus, "description": site.description, "file": str(path)})
-    emit(pd.DataFrame(rows), "table")
+    emit_rows(rows, ["site", "scheduler", "launcher", "gpus/node", "description", "file"], "table")
 
 
 @click.command()
@@ -99,6 +103,9 @@ def sites() -> None:
 def render(experiment: Path, site_name: str, site_file: Path | None, overrides: tuple[str, ...],
            templates: Path | None, max_points: int, output: Path | None) -> None:
     """Render the job script and rank wrapper of EXPERIMENT for a site, without submitting."""
+    from hpcprof import campaign
+    from hpcprof.config.site import find_site
+
     site = find_site(site_name, site_file)
     planned = campaign.plan(experiment, site, list(overrides), Path("hpcprof-runs"), templates, max_points)
     if output is None:
@@ -131,6 +138,10 @@ def submit(experiment: Path, site_name: str, site_file: Path | None, overrides: 
            templates: Path | None, max_points: int, workdir: Path, db: str | None, dry_run: bool,
            wait: bool) -> None:
     """Render EXPERIMENT (every sweep point) for a site and submit it."""
+    from hpcprof import campaign
+    from hpcprof.config.site import find_site
+    from hpcprof.render.containers import check_runtimes
+
     site = find_site(site_name, site_file)
     planned = campaign.plan(experiment, site, list(overrides), workdir, templates, max_points)
     check_runtimes(site, [run.point.experiment.container for run in planned.runs])
@@ -158,11 +169,12 @@ def submit(experiment: Path, site_name: str, site_file: Path | None, overrides: 
 
 def show_states(pairs: list[tuple[RunDir, JobState]], fmt: str) -> None:
     """One row per run: state, exit code, reason, job id, path."""
+    from hpcprof.output import emit_rows
+
     rows = [{"run": run.run_id, "experiment": run.path.parent.name, "state": state.state,
              "exit_code": state.exit_code, "reason": state.reason,
              "job_id": run.submission.get("job_id", ""), "path": str(run.path)} for run, state in pairs]
-    frame = pd.DataFrame(rows, columns=["run", "experiment", "state", "exit_code", "reason", "job_id", "path"])
-    emit(frame.astype({"exit_code": "Int64"}), fmt)
+    emit_rows(rows, ["run", "experiment", "state", "exit_code", "reason", "job_id", "path"], fmt)
 
 
 @click.command()
@@ -172,9 +184,15 @@ def show_states(pairs: list[tuple[RunDir, JobState]], fmt: str) -> None:
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 def status(runs: tuple[str, ...], workdir: Path, db: str | None, fmt: str) -> None:
     """Show the state of RUNS (ids or paths; default: every run in the workdir)."""
-    store = open_store(workdir, db, create=False)
+    from hpcprof import campaign
+
     selected = runs_from(runs, workdir)
-    show_states([(run, campaign.refresh(run, store)) for run in selected], fmt)
+    pairs = [(run, campaign.current_state(run)) for run in selected]
+    if not all(run.terminal_state_stored(state) for run, state in pairs):  # else the store knows them all
+        store = open_store(workdir, db, create=False)
+        for run, state in pairs:
+            campaign.record(run, state, store)
+    show_states(pairs, fmt)
 
 
 @click.command()
@@ -183,6 +201,8 @@ def status(runs: tuple[str, ...], workdir: Path, db: str | None, fmt: str) -> No
 @db_option
 def cancel(runs: tuple[str, ...], workdir: Path, db: str | None) -> None:
     """Cancel RUNS (ids or paths)."""
+    from hpcprof import campaign
+
     store = open_store(workdir, db, create=False)
     for run in runs_from(runs, workdir):
         state = campaign.cancel(run, store)
@@ -201,6 +221,7 @@ def collect(runs: tuple[str, ...], workdir: Path, db: str | None, workers: int) 
 
     Exit status 3 when a run or a file could not be collected (each is named in one line and the
     run is recorded as partially collected); everything else is collected."""
+    from hpcprof import campaign
     from hpcprof.collect import collect_runs
 
     store = open_store(workdir, db)
@@ -223,6 +244,8 @@ def templates() -> None:
 def templates_copy(directory: Path) -> None:
     """Copy the shipped templates into DIRECTORY; use them with --templates DIR or a site's
     `templates:` key."""
+    from hpcprof.render.job import shipped_template_dir
+
     sources = sorted(shipped_template_dir().glob("*.j2"))
     existing = [directory / p.name for p in sources if (directory / p.name).exists()]
     if existing:

@@ -75,6 +75,20 @@ class RunDir:
         pairs = (line.partition("=") for line in path.read_text().splitlines())
         return {key: value for key, sep, value in pairs if sep}
 
+    def terminal_state_stored(self, state: JobState) -> bool:
+        """Whether `state` is terminal and the store already holds it (see `mark_terminal_state_stored`)."""
+        path = self.path / "state.stored"
+        try:
+            return state.terminal and path.read_text() == f"{state.state} {state.exit_code}"
+        except OSError:
+            return False
+
+    def mark_terminal_state_stored(self, state: JobState) -> None:
+        """Note that the store holds this final state."""
+        tmp = self.path / f"state.stored.{secrets.token_hex(4)}.tmp"
+        tmp.write_text(f"{state.state} {state.exit_code}")
+        tmp.replace(self.path / "state.stored")
+
     @property
     def done(self) -> bool:
         return (self.path / "DONE").exists()

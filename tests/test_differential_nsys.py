@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from hpcprof.analysis.nsys import small
 from hpcprof.analysis.nsys.stats import REPORTS, Export, MissingData, run_report, write_csv
 
 sys.path.insert(0, str(Path(__file__).parent / "differential"))
@@ -67,23 +68,45 @@ def ours(db: Path, reports: list[str]) -> dict[str, str]:
     return out
 
 
+def ours_python(db: Path, reports: list[str]) -> dict[str, str]:
+    """The standard-library engine's CSV text of each report it has ('' where no such data)."""
+    names = [r for r in reports if r in small.REPORTS]
+    out = {}
+    for report, result in zip(names, small.run_reports(db, names)):
+        buf = io.StringIO()
+        if isinstance(result, small.Report):
+            small.write_csv(result, buf)
+        elif not isinstance(result, MissingData):
+            raise result
+        out[report] = buf.getvalue()
+    return out
+
+
 def _derive(args: tuple[int, Path, Path]) -> Path:
     return derive(*args)
 
 
-def _compare(args: tuple[Path, Path]) -> tuple[Outcome, Outcome]:
-    """One export against nsys 2022.4's files beside it (if it ran) and the 2025.3.1 gold."""
+def _compare(args: tuple[Path, Path]) -> dict[str, Outcome]:
+    """One export against nsys 2022.4's files beside it (if it ran) and the 2025.3.1 gold, for
+    both engines: columnar (stats.py, every report) and python (small.py, the summary reports)."""
     db, gold_dir = args
-    old, new = Outcome(), Outcome()
+    outcomes = {key: Outcome() for key in KEYS}
     with_2022 = Path(f"{db.with_suffix('')}_{OLD_REPORTS[0]}.csv").exists()
-    mine = ours(db, (OLD_REPORTS if with_2022 else []) + NEW_REPORTS)
-    if with_2022:
-        for report in OLD_REPORTS:
-            old.add(db.name, report, Path(f"{db.with_suffix('')}_{report}.csv").read_text(), mine[report])
-    for report in NEW_REPORTS:
-        gold = gold_dir / f"{db.stem}_{report}.csv"
-        new.add(db.name, report, gold.read_text() if gold.exists() else "", mine[report])
-    return old, new
+    reports = (OLD_REPORTS if with_2022 else []) + NEW_REPORTS
+    engines = {"columnar": ours(db, reports), "python": ours_python(db, reports)}
+    for engine, mine in engines.items():
+        if with_2022:
+            for report in (r for r in OLD_REPORTS if r in mine):
+                theirs = Path(f"{db.with_suffix('')}_{report}.csv").read_text()
+                outcomes[("2022.4", engine)].add(db.name, report, theirs, mine[report])
+        for report in (r for r in NEW_REPORTS if r in mine):
+            gold = gold_dir / f"{db.stem}_{report}.csv"
+            outcomes[("2025.3.1", engine)].add(db.name, report, gold.read_text() if gold.exists() else "",
+                                               mine[report])
+    return outcomes
+
+
+KEYS = [(version, engine) for version in ("2022.4", "2025.3.1") for engine in ("columnar", "python")]
 
 
 def _nsys_2022() -> Path | str:
@@ -113,25 +136,29 @@ def comparisons(fixtures_dir: Path, tmp_path_factory: pytest.TempPathFactory) ->
                            capture_output=True, timeout=300, check=False)
         with ThreadPoolExecutor(max_workers=2) as threads:
             list(threads.map(reference, exports))
-    old, new = Outcome(), Outcome()
+    totals = {key: Outcome() for key in KEYS}
     with ProcessPoolExecutor(max_workers=2) as pool:
-        for o, n in pool.map(_compare, [(db, gold_dir) for db in exports], chunksize=8):
-            for total, part in ((old, o), (new, n)):
-                total.compared += part.compared
-                total.identical += part.identical
-                total.differing += part.differing
-    return {"2022.4": old if isinstance(nsys, Path) else nsys, "2025.3.1": new, "exports": str(len(exports))}
+        for outcomes in pool.map(_compare, [(db, gold_dir) for db in exports], chunksize=8):
+            for key, part in outcomes.items():
+                totals[key].compared += part.compared
+                totals[key].identical += part.identical
+                totals[key].differing += part.differing
+    return {f"{version} {engine}": totals[(version, engine)] if version != "2022.4" or isinstance(nsys, Path) else nsys
+            for version, engine in KEYS} | {"exports": str(len(exports))}
 
 
 @pytest.mark.parametrize("version", ["2022.4", "2025.3.1"])
-def test_every_report_identical_to_nsys_on_generated_exports(comparisons: dict, version: str,
+@pytest.mark.parametrize("engine", ["columnar", "python"])
+def test_every_report_identical_to_nsys_on_generated_exports(comparisons: dict, version: str, engine: str,
                                                              record_counts) -> None:
-    outcome = comparisons[version]
+    outcome = comparisons[f"{version} {engine}"]
     if isinstance(outcome, str):
         pytest.skip(outcome)
     source = "run here" if version == "2022.4" else "gold made on the GPU machine"
-    record_counts(f"nsys {version} ({source}): {outcome.compared} reports compared over "
+    reports = [r for r in (OLD_REPORTS if version == "2022.4" else NEW_REPORTS)
+               if engine == "columnar" or r in small.REPORTS]
+    record_counts(f"nsys {version} ({source}), {engine} engine: {outcome.compared} reports compared over "
                   f"{comparisons['exports']} generated exports, {outcome.identical} identical")
-    assert outcome.compared >= 500 * len(OLD_REPORTS if version == "2022.4" else NEW_REPORTS) or len(SEEDS) < 500
+    assert outcome.compared >= 500 * len(reports) or len(SEEDS) < 500
     assert not outcome.differing, (f"{len(outcome.differing)} reports differ; first:\n"
                                    + "\n".join(outcome.differing[:5]))

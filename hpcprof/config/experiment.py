@@ -15,6 +15,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, Field, field_validator, model_validator
 
+from hpcprof.config import MAX_POINTS
 from hpcprof.config.profile import ProfileConfig
 from hpcprof.config.container import ContainerConfig
 from hpcprof.config.directives import check_fields, walltime_seconds
@@ -182,10 +183,6 @@ def load_experiment(path: Path, overrides: list[str] = ()) -> dict[str, Any]:
             raise UserError(f"--set {text}: the sweep sets '{clash}' for every point, so this value would "
                             f"never be used; change the sweep instead (--set 'sweep={{...}}')")
     return data
-
-
-#: Most sweep points one submit expands without --max-points.
-MAX_POINTS = 1000
 
 
 def expand(data: dict[str, Any], site: SiteConfig, source: str, max_points: int = MAX_POINTS) -> list[Point]:

@@ -3,26 +3,28 @@
 from __future__ import annotations
 
 import glob
-import shutil
-import subprocess
 import sys
-import tempfile
 from contextlib import ExitStack
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, TextIO
+from typing import TYPE_CHECKING, Callable, Iterator, TextIO
 
 import click
 
-from hpcprof.analysis.nsys.db import Export, NsysInputError
-from hpcprof.analysis.nsys.stats import REPORTS, LazyModule, MissingData, run_reports, write_csv
+from hpcprof.analysis.nsys import small
+from hpcprof.analysis.nsys.schema import MissingData, NsysInputError
 from hpcprof.errors import FiniteRange, UserError
+from hpcprof.lazy import LazyModule
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from hpcprof.analysis.nsys import distributed as dist
+    from hpcprof.analysis.nsys.db import Export
 else:
     dist = LazyModule("hpcprof.analysis.nsys.distributed")   # SQLAlchemy and the analyses: imported when used
+
+#: `--engine auto` reads exports up to this size with the standard-library engine (small.py)
+SMALL_EXPORT_BYTES = 32 << 20
 
 FORMATS = ("csv", "table", "json")     # = hpcprof.output.FORMATS (output imports rich: only for table/json)
 
@@ -43,6 +45,12 @@ def _fail(path: Path | str, message: str) -> None:
 def open_exports(paths: list[Path], stack: ExitStack) -> tuple[list[Export], int]:
     """Open every file that is a usable export (a .nsys-rep is first exported to SQLite in a
     temporary folder with the nsys on PATH); report the others on stderr. Returns (exports, failures)."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    from hpcprof.analysis.nsys.db import Export
+
     exports, failures = [], 0
     scratch: Path | None = None
     for path in paths:
@@ -75,8 +83,12 @@ def _finish(failures: int, total: int) -> None:
         raise UserError(f"{failures} of {total} input file(s) could not be processed (see messages above)")
 
 
-def _emit(df: pd.DataFrame, fmt: str, out: TextIO, title: str | None = None) -> None:
-    if fmt == "csv" and "formats" in df.attrs:
+def _emit(df: pd.DataFrame | small.Report, fmt: str, out: TextIO, title: str | None = None) -> None:
+    if isinstance(df, small.Report):
+        small.write_csv(df, out)
+    elif fmt == "csv" and "formats" in df.attrs:
+        from hpcprof.analysis.nsys.stats import write_csv
+
         write_csv(df, out)
     else:
         from hpcprof.output import emit
@@ -84,7 +96,7 @@ def _emit(df: pd.DataFrame, fmt: str, out: TextIO, title: str | None = None) -> 
         emit(df, fmt, out, title=title)
 
 
-def _write(df: pd.DataFrame, fmt: str, output: str | None, title: str) -> None:
+def _write(df: pd.DataFrame | small.Report, fmt: str, output: str | None, title: str) -> None:
     if output is None:
         _emit(df, fmt, sys.stdout, title)
         return
@@ -97,10 +109,41 @@ def _write(df: pd.DataFrame, fmt: str, output: str | None, title: str) -> None:
 
 def _report_names(value: str) -> list[str]:
     names = [r.strip() for r in value.split(",") if r.strip()]
-    unknown = [r for r in names if r not in REPORTS]
-    if unknown:
-        raise click.BadParameter(f"unknown report(s) {', '.join(unknown)}; known: {', '.join(REPORTS)}")
+    if any(r not in small.REPORTS for r in names):          # only then the full list is needed
+        from hpcprof.analysis.nsys.stats import REPORTS
+
+        unknown = [r for r in names if r not in REPORTS]
+        if unknown:
+            raise click.BadParameter(f"unknown report(s) {', '.join(unknown)}; known: {', '.join(REPORTS)}")
     return names
+
+
+def _python_engine(engine: str, names: list[str], fmt: str, files: tuple[Path, ...]) -> bool:
+    """Whether the standard-library engine runs the reports: `--engine python`, or `auto` for CSV
+    of the six summary reports on .sqlite exports under SMALL_EXPORT_BYTES (there the imports of
+    the columnar engine cost more than the reports)."""
+    fits = fmt == "csv" and all(n in small.REPORTS for n in names)
+    if engine == "python":
+        if not fits:
+            raise UserError(f"--engine python writes --format csv of {', '.join(small.REPORTS)}; "
+                            "use --engine columnar (or auto) for other reports and formats")
+        if any(p.suffix == ".nsys-rep" for p in files):
+            raise UserError("--engine python reads SQLite exports; export the .nsys-rep files first "
+                            "(nsys export -t sqlite) or use --engine columnar")
+        return True
+    return engine == "auto" and fits and all(
+        p.suffix != ".nsys-rep" and p.is_file() and p.stat().st_size <= SMALL_EXPORT_BYTES for p in files)
+
+
+def _python_results(files: tuple[Path, ...], names: list[str]) -> Iterator[tuple[Path, list[object] | None]]:
+    """(file, reports) of each export by the standard-library engine; None (named on stderr) where
+    the file is not a usable export."""
+    for path in files:
+        try:
+            yield path, small.run_reports(path, names)
+        except NsysInputError as exc:
+            _fail(path, str(exc))
+            yield path, None
 
 
 format_option = click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True,
@@ -115,33 +158,47 @@ files_argument = click.argument("files", nargs=-1, required=True, type=click.Pat
 @format_option
 @click.option("--output", "-o", "prefix", default=None,
               help="Write PREFIX_<report>.<ext> (PREFIX_<file>_<report>.<ext> for several files) instead of stdout.")
-def stats_cmd(files: tuple[Path, ...], reports: str, fmt: str, prefix: str | None) -> None:
+@click.option("--engine", type=click.Choice(["auto", "python", "columnar"]), default="auto", show_default=True,
+              help="python: standard library only (CSV of the six summary reports); columnar: numpy/Arrow, "
+                   "every report and format, fast on large exports; auto: python for CSV of those reports "
+                   "on exports up to 32 MB. Both give nsys's bytes.")
+def stats_cmd(files: tuple[Path, ...], reports: str, fmt: str, prefix: str | None, engine: str) -> None:
     """`nsys stats` reports, with the same numbers, rows and CSV bytes as nsys."""
     names = _report_names(reports)
     blocks = len(files) * len(names)
-    skipped = 0
+    skipped = failures = usable = 0
     with ExitStack() as stack:
-        exports, failures = open_exports(list(files), stack)
-        for export in exports:
-            for name, df in zip(names, run_reports(export, names)):
+        if _python_engine(engine, names, fmt, files):
+            results = _python_results(files, names)
+        else:
+            from hpcprof.analysis.nsys.stats import run_reports
+
+            exports, failures = open_exports(list(files), stack)
+            results = ((export.path, run_reports(export, names)) for export in exports)
+        for path, outcomes in results:
+            if outcomes is None:
+                failures += 1
+                continue
+            usable += 1
+            for name, df in zip(names, outcomes):
                 if isinstance(df, MissingData):
-                    _fail(export.path, f"{name} skipped: {df}")
+                    _fail(path, f"{name} skipped: {df}")
                     skipped += 1
                     continue
                 if isinstance(df, NsysInputError):
-                    _fail(export.path, str(df))
+                    _fail(path, str(df))
                     failures += 1
                     break
                 if prefix is not None:
-                    stem = f"{prefix}_{export.path.stem}" if len(files) > 1 else prefix
+                    stem = f"{prefix}_{path.stem}" if len(files) > 1 else prefix
                     _write(df, fmt, f"{stem}_{name}.{EXTENSIONS[fmt]}", name)
                     continue
                 if blocks > 1:
-                    click.echo(f"# {export.path} {name}")
-                _emit(df, fmt, sys.stdout, f"{export.path.name}: {name}")
+                    click.echo(f"# {path} {name}")
+                _emit(df, fmt, sys.stdout, f"{path.name}: {name}")
                 if blocks > 1:
                     click.echo("")
-    if exports and skipped == len(exports) * len(names):
+    if usable and skipped == usable * len(names):
         raise UserError(f"nothing to report: every report was skipped for lack of data ({', '.join(names)})")
     _finish(failures, len(files))
 

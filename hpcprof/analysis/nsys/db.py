@@ -24,32 +24,32 @@ import numpy as np
 import pyarrow as pa
 import pandas as pd
 
+from hpcprof.analysis.nsys.schema import (  # noqa: F401  (re-exported: the analyses import them from here)
+    GPU_TABLES,
+    KERNEL,
+    MEMCPY,
+    MEMSET,
+    NO_GPU_ACTIVITY,
+    NO_STRINGS,
+    NVTX,
+    NVTX_DOMAIN_CREATE,
+    NVTX_PUSHPOP,
+    NVTX_STARTEND,
+    OSRT,
+    RUNTIME,
+    STRINGS,
+    NsysInputError,
+    check_sqlite_file,
+)
+
 if TYPE_CHECKING:
     import sqlalchemy as sa
     from sqlalchemy.engine import Engine
 
-KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
-RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
-MEMCPY = "CUPTI_ACTIVITY_KIND_MEMCPY"
-MEMSET = "CUPTI_ACTIVITY_KIND_MEMSET"
-NVTX = "NVTX_EVENTS"
-OSRT = "OSRT_API"
-STRINGS = "StringIds"
-GPU_TABLES = (KERNEL, MEMCPY, MEMSET)
-
-NVTX_PUSHPOP = (59, 70)       # NvtxPushPopRange, NVTX-t variant
-NVTX_STARTEND = (60, 71)      # NvtxStartEndRange, NVTX-t variant
-NVTX_DOMAIN_CREATE = 75
-
-SQLITE_MAGIC = b"SQLite format 3\x00"
 BATCH_ROWS = 1 << 16          # rows per Arrow batch read from SQLite
 SPLIT_ROWS = 1 << 20          # tables larger than this are read in parallel parts ...
 SPLIT_PARTS = 2               # ... of this many rowid ranges
 T = TypeVar("T")
-
-
-class NsysInputError(Exception):
-    """An export that cannot be analysed (not SQLite, truncated, no GPU data, ...)."""
 
 
 def pid_of(global_id: np.ndarray | pd.Series) -> np.ndarray:
@@ -65,23 +65,6 @@ def tid_of(global_tid: np.ndarray | pd.Series) -> np.ndarray:
 def process_of(global_tid: np.ndarray | pd.Series) -> np.ndarray:
     """The globalPid of the process a globalTid belongs to (tid bits zeroed)."""
     return np.asarray(global_tid, dtype=np.int64) & ~np.int64(0xFFFFFF)
-
-
-def _check_sqlite_file(path: Path) -> None:
-    """Raise NsysInputError unless `path` looks like a complete SQLite database."""
-    if not path.is_file():
-        raise NsysInputError(f"{path}: no such file")
-    size = path.stat().st_size
-    with path.open("rb") as fh:
-        header = fh.read(100)
-    if len(header) < 100 or not header.startswith(SQLITE_MAGIC):
-        raise NsysInputError(f"{path}: not an SQLite database (export .nsys-rep files with "
-                             "`nsys export -t sqlite` first)")
-    page_size = int.from_bytes(header[16:18], "big")
-    page_size = 65536 if page_size == 1 else page_size
-    pages = int.from_bytes(header[28:32], "big")
-    if pages and size < pages * page_size:
-        raise NsysInputError(f"{path}: truncated SQLite file ({size} of {pages * page_size} bytes)")
 
 
 class TextCodes:
@@ -109,7 +92,7 @@ class Export:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
-        _check_sqlite_file(self.path)
+        check_sqlite_file(self.path)
         self._uri = "file:" + urllib.parse.quote(str(self.path.resolve())) + "?mode=ro&immutable=1"
         self._lock = threading.RLock()          # the sqlite3 connection is shared by report threads
         self._local = threading.local()         # one ADBC connection per thread
@@ -235,10 +218,9 @@ class Export:
     def check_usable(self) -> None:
         """Raise NsysInputError when the export has no StringIds table or no kernel, memcpy or memset rows."""
         if not self.has(STRINGS):
-            raise NsysInputError(f"{self.path}: the StringIds table is missing, names cannot be resolved")
+            raise NsysInputError(f"{self.path}: {NO_STRINGS}")
         if not any(self.has_rows(t) for t in GPU_TABLES):
-            raise NsysInputError(f"{self.path}: no GPU activity (no CUDA kernels, memcpys or memsets "
-                                 "in the export; was the run traced with -t cuda?)")
+            raise NsysInputError(f"{self.path}: {NO_GPU_ACTIVITY}")
 
     # -- reading --------------------------------------------------------------------------
 
@@ -345,7 +327,7 @@ class Export:
         ids = np.asarray(ids, dtype=np.int64)
         uniq, inverse = np.unique(ids, return_inverse=True)
         if not self.has(STRINGS):
-            raise NsysInputError(f"{self.path}: the StringIds table is missing, names cannot be resolved")
+            raise NsysInputError(f"{self.path}: {NO_STRINGS}")
         lookup: dict[int, str] = {}
         for i in range(0, len(uniq), 50_000):
             ids_sql = ",".join(map(str, uniq[i:i + 50_000].tolist()))

@@ -57,46 +57,23 @@ from hpcprof.analysis.nsys.db import (
     pid_of,
     process_of,
 )
-
-
-class LazyModule:
-    """A module imported on first attribute access (SQLAlchemy: only the reports that build
-    SQL with it pay for its import; the six summary reports use SQL text)."""
-
-    def __init__(self, name: str) -> None:
-        self._name = name
-
-    def __getattr__(self, attr: str) -> object:
-        import importlib
-
-        return getattr(importlib.import_module(self._name), attr)
+from hpcprof.lazy import LazyModule
+from hpcprof.analysis.nsys.schema import (  # noqa: F401  (MissingData re-exported for the callers)
+    MEMSET_LABEL,
+    OLD_MEM_KINDS,
+    OLD_MEMCPY_LABELS,
+    OSRT_EVENT_CLASS,
+    MissingData,
+)
 
 
 sa = LazyModule("sqlalchemy")
 
 OLD, NEW = "2022.4", "2025.3"
 
-# nsys 2022.4's hard-coded memcpy labels (copyKind -> name); newer nsys uses ENUM_CUDA_MEMCPY_OPER.label
-OLD_MEMCPY_LABELS = {
-    0: "[CUDA memcpy Unknown]", 1: "[CUDA memcpy HtoD]", 2: "[CUDA memcpy DtoH]",
-    3: "[CUDA memcpy HtoA]", 4: "[CUDA memcpy AtoH]", 5: "[CUDA memcpy AtoA]",
-    6: "[CUDA memcpy AtoD]", 7: "[CUDA memcpy DtoA]", 8: "[CUDA memcpy DtoD]",
-    9: "[CUDA memcpy HtoH]", 10: "[CUDA memcpy PtoP]",
-    11: "[CUDA Unified Memory memcpy HtoD]", 12: "[CUDA Unified Memory memcpy DtoH]",
-    13: "[CUDA Unified Memory memcpy DtoD]",
-}
-OLD_MEM_KINDS = {0: "Pageable", 1: "Pinned", 2: "Device", 3: "Array", 4: "Managed",
-                 5: "Device Static", 6: "Managed Static", 7: "Unknown"}
-MEMSET_LABEL = "[CUDA memset]"
-OSRT_EVENT_CLASS = 27
-
 SUMMARY_COLS = ["Time (%)", "Total Time (ns)", "{count}", "Avg (ns)", "Med (ns)", "Min (ns)",
                 "Max (ns)", "StdDev (ns)"]
 SUMMARY_FMT = ["f1", "i", "i", "f1", "f1", "i", "i", "f1"]
-
-
-class MissingData(Exception):
-    """The export lacks the data a report needs (nsys prints SKIPPED for these)."""
 
 
 # ---------------------------------------------------------------------------------------

@@ -1,0 +1,65 @@
+"""What an nsys SQLite export holds (table names, NVTX event types) and the check that a file is
+a complete SQLite database: the standard library only, shared by both report engines."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
+RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
+MEMCPY = "CUPTI_ACTIVITY_KIND_MEMCPY"
+MEMSET = "CUPTI_ACTIVITY_KIND_MEMSET"
+NVTX = "NVTX_EVENTS"
+OSRT = "OSRT_API"
+STRINGS = "StringIds"
+GPU_TABLES = (KERNEL, MEMCPY, MEMSET)
+
+NVTX_PUSHPOP = (59, 70)       # NvtxPushPopRange, NVTX-t variant
+NVTX_STARTEND = (60, 71)      # NvtxStartEndRange, NVTX-t variant
+NVTX_DOMAIN_CREATE = 75
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+# nsys 2022.4's hard-coded memcpy labels (copyKind -> name); newer nsys uses ENUM_CUDA_MEMCPY_OPER.label
+OLD_MEMCPY_LABELS = {
+    0: "[CUDA memcpy Unknown]", 1: "[CUDA memcpy HtoD]", 2: "[CUDA memcpy DtoH]",
+    3: "[CUDA memcpy HtoA]", 4: "[CUDA memcpy AtoH]", 5: "[CUDA memcpy AtoA]",
+    6: "[CUDA memcpy AtoD]", 7: "[CUDA memcpy DtoA]", 8: "[CUDA memcpy DtoD]",
+    9: "[CUDA memcpy HtoH]", 10: "[CUDA memcpy PtoP]",
+    11: "[CUDA Unified Memory memcpy HtoD]", 12: "[CUDA Unified Memory memcpy DtoH]",
+    13: "[CUDA Unified Memory memcpy DtoD]",
+}
+OLD_MEM_KINDS = {0: "Pageable", 1: "Pinned", 2: "Device", 3: "Array", 4: "Managed",
+                 5: "Device Static", 6: "Managed Static", 7: "Unknown"}
+MEMSET_LABEL = "[CUDA memset]"
+OSRT_EVENT_CLASS = 27
+
+
+class MissingData(Exception):
+    """The export lacks the data a report needs (nsys prints SKIPPED for these)."""
+
+
+class NsysInputError(Exception):
+    """An export that cannot be analysed (not SQLite, truncated, no GPU data, ...)."""
+
+
+def check_sqlite_file(path: Path) -> None:
+    """Raise NsysInputError unless `path` looks like a complete SQLite database."""
+    if not path.is_file():
+        raise NsysInputError(f"{path}: no such file")
+    size = path.stat().st_size
+    with path.open("rb") as fh:
+        header = fh.read(100)
+    if len(header) < 100 or not header.startswith(SQLITE_MAGIC):
+        raise NsysInputError(f"{path}: not an SQLite database (export .nsys-rep files with "
+                             "`nsys export -t sqlite` first)")
+    page_size = int.from_bytes(header[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    pages = int.from_bytes(header[28:32], "big")
+    if pages and size < pages * page_size:
+        raise NsysInputError(f"{path}: truncated SQLite file ({size} of {pages * page_size} bytes)")
+
+
+NO_STRINGS = "the StringIds table is missing, names cannot be resolved"
+NO_GPU_ACTIVITY = ("no GPU activity (no CUDA kernels, memcpys or memsets in the export; was the run "
+                   "traced with -t cuda?)")

@@ -1,0 +1,16 @@
+"""A module imported on first attribute access, for the heavy libraries only some paths use."""
+
+from __future__ import annotations
+
+import importlib
+
+
+class LazyModule:
+    """A module imported on first attribute access (SQLAlchemy: only the reports that build
+    SQL with it pay for its import; the six summary reports use SQL text)."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, attr: str) -> object:
+        return getattr(importlib.import_module(self._name), attr)

@@ -1,0 +1,104 @@
+"""The standard-library engine of `hpcprof nsys stats` (small.py): the same bytes as the columnar
+engine and as nsys's gold, chosen by `--engine auto` for CSV of small exports, and a start-up path
+that imports neither pandas, numpy, pyarrow nor SQLAlchemy. (Against nsys itself on generated
+exports: tests/test_differential_nsys.py, both engines.)"""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from hpcprof.analysis.nsys import small, stats
+from hpcprof.cli import main
+
+SIX = "gpukernsum,cudaapisum,gpumemtimesum,gpumemsizesum,nvtxsum,osrtsum"
+SIX_NEW = "cuda_gpu_kern_sum,cuda_api_sum,cuda_gpu_mem_time_sum,cuda_gpu_mem_size_sum,nvtx_sum,osrt_sum"
+
+
+def _stats(*args: str) -> tuple[int, str, str]:
+    res = CliRunner().invoke(main, ["nsys", "stats", *args])
+    return res.exit_code, res.stdout, res.stderr
+
+
+def _exports(fixtures_dir: Path) -> list[Path]:
+    return sorted((fixtures_dir / "nsys").rglob("*.sqlite"))
+
+
+@pytest.mark.parametrize("reports", [SIX, SIX_NEW])
+def test_both_engines_write_the_same_bytes_on_every_fixture(fixtures_dir: Path, reports: str) -> None:
+    exports = _exports(fixtures_dir)
+    assert len(exports) >= 10
+    for export in exports:
+        python = _stats(str(export), "-r", reports, "--format", "csv", "--engine", "python")
+        columnar = _stats(str(export), "-r", reports, "--format", "csv", "--engine", "columnar")
+        assert python[0] == columnar[0], (export, python[2], columnar[2])
+        assert python[1] == columnar[1], export
+        assert python[2] == columnar[2], export           # the same "skipped" lines
+        assert python[1].count("Time (%)") + python[1].count("Total (MB)") >= 2
+
+
+def test_python_engine_matches_the_nsys_gold(fixtures_dir: Path) -> None:
+    run = fixtures_dir / "nsys" / "h200_seqpar_bf16"
+    for report in SIX_NEW.split(","):
+        code, out, _ = _stats(str(run / "rank0.sqlite"), "-r", report, "--format", "csv", "--engine", "python")
+        assert code == 0
+        assert out == (run / f"rank0_{report}.csv").read_text(), report
+
+
+def test_rounding_emulations_agree_with_the_columnar_ones() -> None:
+    rng = np.random.default_rng(7)
+    values = np.concatenate((rng.integers(0, 10**12, 3000) / rng.integers(1, 10**4, 3000),
+                             np.arange(0, 3000) + 0.05, np.arange(0, 3000) / 4, [239194.65, 8921.25, 1.75, 0.0,
+                                                                                   -2.25, math.nan, 1e15 + 0.25]))
+    old = stats.sqlite_round1(values)
+    new = stats.exact_round1(values)
+    for x, o, n in zip(values.tolist(), old.tolist(), new.tolist()):
+        for mine, theirs in ((small.sqlite_round1(x), o), (small.exact_round1(x), n)):
+            assert mine == theirs or (math.isnan(mine) and math.isnan(theirs)), x
+
+
+def test_auto_picks_python_for_small_csv_and_columnar_otherwise(fixtures_dir: Path) -> None:
+    export = fixtures_dir / "nsys" / "h200_seqpar_bf16" / "rank0.sqlite"
+    probe = ("import sys; from hpcprof.cli import main; "
+             "main(sys.argv[1:], standalone_mode=False); "
+             "print('HEAVY', sorted(m for m in ('pandas', 'numpy', 'pyarrow', 'sqlalchemy') if m in sys.modules), "
+             "file=sys.stderr)")
+    csv = subprocess.run([sys.executable, "-c", probe, "nsys", "stats", "-r", SIX_NEW, "--format", "csv", str(export)],
+                         capture_output=True, text=True, check=True)
+    assert "HEAVY []" in csv.stderr
+    table = subprocess.run([sys.executable, "-c", probe, "nsys", "stats", "-r", "cuda_gpu_kern_sum", str(export)],
+                           capture_output=True, text=True, check=True)
+    assert "'pandas'" in table.stderr and "ncclDevKernel" in table.stdout
+    trace = subprocess.run([sys.executable, "-c", probe, "nsys", "stats", "-r", "cuda_gpu_trace", "--format", "csv",
+                            str(export)], capture_output=True, text=True, check=True)
+    assert "'pandas'" in trace.stderr
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["-r", "cuda_gpu_trace", "--format", "csv"], "--engine python writes --format csv of"),
+    (["-r", "cuda_gpu_kern_sum", "--format", "json"], "--engine python writes --format csv of"),
+])
+def test_python_engine_refuses_what_it_does_not_do(fixtures_dir: Path, args: list[str], message: str) -> None:
+    export = fixtures_dir / "nsys" / "nsysai_mock.sqlite"
+    code, out, err = _stats(str(export), *args, "--engine", "python")
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1 and out == ""
+
+
+def test_python_engine_names_a_damaged_file_and_goes_on(fixtures_dir: Path, tmp_path: Path) -> None:
+    good = fixtures_dir / "nsys" / "nsysai_mock.sqlite"
+    truncated = tmp_path / "truncated.sqlite"
+    truncated.write_bytes(good.read_bytes()[:50_000])
+    text = tmp_path / "notes.sqlite"
+    text.write_text("not a database")
+    code, out, err = _stats(str(truncated), str(good), str(text), "-r", "cuda_gpu_kern_sum", "--format", "csv",
+                            "--engine", "python")
+    assert code == 2
+    assert "truncated.sqlite: truncated SQLite file" in err and "notes.sqlite: not an SQLite database" in err
+    assert "2 of 3 input file(s) could not be processed" in err
+    assert "reduce_kernel" in out and "Traceback" not in err
