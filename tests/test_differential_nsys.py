@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from hpcprof.analysis.nsys import small
-from hpcprof.analysis.nsys.stats import REPORTS, Export, MissingData, run_report, write_csv
+from hpcprof.analysis.nsys.stats import REPORTS, Export, MissingData, run_table, write_csv
 
 sys.path.insert(0, str(Path(__file__).parent / "differential"))
 from nsys_exports import derive  # noqa: E402
@@ -61,7 +61,7 @@ def ours(db: Path, reports: list[str]) -> dict[str, str]:
         for report in reports:
             buf = io.StringIO()
             try:
-                write_csv(run_report(export, report), buf)
+                write_csv(run_table(export, report), buf)     # what the CLI writes (no DataFrame)
             except MissingData:
                 pass
             out[report] = buf.getvalue()

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
     from hpcprof.analysis.nsys import distributed as dist
     from hpcprof.analysis.nsys.db import Export
+    from hpcprof.analysis.nsys.stats import Table
 else:
     dist = LazyModule("hpcprof.analysis.nsys.distributed")   # SQLAlchemy and the analyses: imported when used
 
@@ -83,10 +84,10 @@ def _finish(failures: int, total: int) -> None:
         raise UserError(f"{failures} of {total} input file(s) could not be processed (see messages above)")
 
 
-def _emit(df: pd.DataFrame | small.Report, fmt: str, out: TextIO, title: str | None = None) -> None:
+def _emit(df: pd.DataFrame | Table | small.Report, fmt: str, out: TextIO, title: str | None = None) -> None:
     if isinstance(df, small.Report):
         small.write_csv(df, out)
-    elif fmt == "csv" and "formats" in df.attrs:
+    elif fmt == "csv" and (hasattr(df, "formats") or "formats" in df.attrs):    # a stats Table or its DataFrame
         from hpcprof.analysis.nsys.stats import write_csv
 
         write_csv(df, out)
@@ -96,7 +97,7 @@ def _emit(df: pd.DataFrame | small.Report, fmt: str, out: TextIO, title: str | N
         emit(df, fmt, out, title=title)
 
 
-def _write(df: pd.DataFrame | small.Report, fmt: str, output: str | None, title: str) -> None:
+def _write(df: pd.DataFrame | Table | small.Report, fmt: str, output: str | None, title: str) -> None:
     if output is None:
         _emit(df, fmt, sys.stdout, title)
         return
@@ -174,7 +175,7 @@ def stats_cmd(files: tuple[Path, ...], reports: str, fmt: str, prefix: str | Non
             from hpcprof.analysis.nsys.stats import run_reports
 
             exports, failures = open_exports(list(files), stack)
-            results = ((export.path, run_reports(export, names)) for export in exports)
+            results = ((export.path, run_reports(export, names, frames=fmt != "csv")) for export in exports)
         for path, outcomes in results:
             if outcomes is None:
                 failures += 1

@@ -19,10 +19,10 @@ from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Callable, Iterator, TypeVar
 
-import adbc_driver_sqlite.dbapi as adbc_dbapi
+import adbc_driver_manager
+import adbc_driver_sqlite
 import numpy as np
 import pyarrow as pa
-import pandas as pd
 
 from hpcprof.analysis.nsys.schema import (  # noqa: F401  (re-exported: the analyses import them from here)
     GPU_TABLES,
@@ -43,6 +43,7 @@ from hpcprof.analysis.nsys.schema import (  # noqa: F401  (re-exported: the anal
 )
 
 if TYPE_CHECKING:
+    import pandas as pd
     import sqlalchemy as sa
     from sqlalchemy.engine import Engine
 
@@ -50,6 +51,31 @@ BATCH_ROWS = 1 << 16          # rows per Arrow batch read from SQLite
 SPLIT_ROWS = 1 << 20          # tables larger than this are read in parallel parts ...
 SPLIT_PARTS = 2               # ... of this many rowid ranges
 T = TypeVar("T")
+
+
+#: Arrow types read as numpy views of their value buffer
+NUMPY_TYPES = {pa.int64(): np.int64, pa.int32(): np.int32, pa.int16(): np.int16, pa.int8(): np.int8,
+               pa.uint32(): np.uint32, pa.float64(): np.float64}
+
+
+def numpy_of(array: pa.Array) -> np.ndarray:
+    """A numpy view of a null-free integer/float Arrow array's values. (pyarrow's `to_numpy`
+    and `pa.array` import pandas, 0.2-0.5 s a CSV report never needs; other arrays still
+    take that path.)"""
+    dtype = NUMPY_TYPES.get(array.type)
+    if dtype is None or array.null_count:
+        return array.to_numpy(zero_copy_only=False)
+    size = np.dtype(dtype).itemsize
+    return np.frombuffer(array.buffers()[1], dtype=dtype, count=len(array), offset=array.offset * size)
+
+
+def arrow_of(values: np.ndarray) -> pa.Array:
+    """An Arrow array viewing a 1-d numpy integer/float array (object arrays: `pa.array`)."""
+    kinds = {np.dtype(v): k for k, v in NUMPY_TYPES.items()}
+    values = np.ascontiguousarray(values)
+    if values.dtype not in kinds:
+        return pa.array(values, from_pandas=True)
+    return pa.Array.from_buffers(kinds[values.dtype], len(values), [None, pa.py_buffer(values)])
 
 
 def pid_of(global_id: np.ndarray | pd.Series) -> np.ndarray:
@@ -78,13 +104,37 @@ class TextCodes:
         encoded = column.cast(pa.string()).dictionary_encode()
         local = np.array([self._codes.setdefault(v, len(self._codes)) for v in encoded.dictionary.to_pylist()],
                          dtype=np.int64)
-        return local[encoded.indices.to_numpy()] if len(local) else np.empty(0, dtype=np.int64)
+        return local[numpy_of(encoded.indices)] if len(local) else np.empty(0, dtype=np.int64)
 
     def values(self) -> np.ndarray:
         """The distinct values in code order (None for NULL)."""
         values = np.array(list(self._codes) + [None], dtype=object)[:-1]
         values[values == "\x00"] = None
         return values
+
+
+class ArrowConnection:
+    """An ADBC SQLite connection used through the driver manager's own API: its DB-API module
+    imports pyarrow.dataset and with it pandas, 0.2-0.5 s that a CSV report never needs."""
+
+    def __init__(self, uri: str) -> None:
+        self._database = adbc_driver_sqlite.connect(uri)
+        self._connection = adbc_driver_manager.AdbcConnection(self._database)
+
+    def batches(self, sql: str) -> Iterator[pa.RecordBatch]:
+        """The record batches of `sql`, up to BATCH_ROWS rows each."""
+        statement = adbc_driver_manager.AdbcStatement(self._connection)
+        try:
+            statement.set_options(**{"adbc.sqlite.query.batch_rows": str(BATCH_ROWS)})
+            statement.set_sql_query(sql)
+            stream, _ = statement.execute_query()
+            yield from pa.RecordBatchReader.from_stream(stream)
+        finally:
+            statement.close()
+
+    def close(self) -> None:
+        self._connection.close()
+        self._database.close()
 
 
 class Export:
@@ -96,7 +146,7 @@ class Export:
         self._uri = "file:" + urllib.parse.quote(str(self.path.resolve())) + "?mode=ro&immutable=1"
         self._lock = threading.RLock()          # the sqlite3 connection is shared by report threads
         self._local = threading.local()         # one ADBC connection per thread
-        self._arrow_conns: list[adbc_dbapi.Connection] = []
+        self._arrow_conns: list[ArrowConnection] = []
         self._engine: Engine | None = None
         self._conn = None
         self._meta = None
@@ -254,7 +304,7 @@ class Export:
         parts: list[list[np.ndarray]] = [[] for _ in names]
         for batch in self.batches(stmt):
             for i in range(len(names)):
-                parts[i].append(np.array(batch.column(i).to_numpy(), dtype=np.int64))   # no view: frees the batch
+                parts[i].append(np.array(numpy_of(batch.column(i)), dtype=np.int64))   # a copy: frees the batch
         return {n: np.concatenate(p) if p else np.empty(0, dtype=np.int64) for n, p in zip(names, parts)}
 
     def batches(self, stmt: sa.Select, text: tuple[int, ...] = ()) -> Iterator[pa.RecordBatch]:
@@ -274,7 +324,7 @@ class Export:
         coalesces); one int64 array per column, in table order (read by map_batches)."""
         def arrays(batch: pa.RecordBatch) -> list[np.ndarray]:
             # copies: a view would keep the driver's whole batch alive
-            return [np.array(batch.column(i).to_numpy(), dtype=np.int64) for i in range(ncols)]
+            return [np.array(numpy_of(batch.column(i)), dtype=np.int64) for i in range(ncols)]
 
         parts = self.map_batches(columns, table, where, arrays)
         return [np.concatenate([p[i] for p in parts]) if parts else np.empty(0, dtype=np.int64)
@@ -305,19 +355,16 @@ class Export:
     def sql_batches(self, sql: str) -> Iterator[pa.RecordBatch]:
         """Run SQL text through ADBC; Arrow record batches of up to BATCH_ROWS rows."""
         try:
-            with self._arrow.cursor() as cur:
-                cur.adbc_statement.set_options(**{"adbc.sqlite.query.batch_rows": str(BATCH_ROWS)})
-                cur.execute(sql)
-                yield from cur.fetch_record_batch()
-        except adbc_dbapi.Error as exc:
+            yield from self._arrow.batches(sql)
+        except adbc_driver_manager.Error as exc:
             raise NsysInputError(f"{self.path}: SQLite error ({exc})") from None
 
     @property
-    def _arrow(self) -> adbc_dbapi.Connection:
+    def _arrow(self) -> ArrowConnection:
         """This thread's columnar (ADBC) read-only connection to the same file."""
         conn = getattr(self._local, "conn", None)
         if conn is None:
-            conn = self._local.conn = adbc_dbapi.connect(self._uri, autocommit=True)
+            conn = self._local.conn = ArrowConnection(self._uri)
             with self._lock:
                 self._arrow_conns.append(conn)
         return conn

@@ -1,9 +1,9 @@
 """`nsys stats` reports recomputed from an export: same columns, rounding and row order.
 
-Each report is a function `Export -> DataFrame`. The DataFrame carries its CSV
-cell formats in `df.attrs["formats"]` (one per column: "i" integer, "f1" one
-decimal, "f3" three decimals, "s" text, NULL shown as `df.attrs["null"]`), which
-`write_csv` uses to print exactly what `nsys stats --format csv` prints.
+Each report is a function `Export -> Table`: numpy columns carrying their CSV cell formats
+(one per column: "i" integer, "f1" one decimal, "f3" three decimals, "s" text, and the text
+of NULL), which `write_csv` uses to print exactly what `nsys stats --format csv` prints, with
+no pandas (`run_report` gives the DataFrame, formats in `df.attrs`).
 
 Two layouts exist: the old report names (gpukernsum, cudaapisum, ...) give nsys
 2022.4's columns and labels; the current names (cuda_gpu_kern_sum, ...) give
@@ -34,10 +34,9 @@ import re
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from decimal import ROUND_HALF_UP, Decimal
-from typing import Callable, TextIO
+from typing import TYPE_CHECKING, Callable, TextIO
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -54,6 +53,8 @@ from hpcprof.analysis.nsys.db import (
     Export,
     NsysInputError,
     TextCodes,
+    arrow_of,
+    numpy_of,
     pid_of,
     process_of,
 )
@@ -68,6 +69,10 @@ from hpcprof.analysis.nsys.schema import (  # noqa: F401  (MissingData re-export
 
 
 sa = LazyModule("sqlalchemy")
+if TYPE_CHECKING:
+    import pandas as pd
+else:   # the summary reports and their CSV need no pandas (0.2-0.5 s of start-up): imported when used
+    pd = LazyModule("pandas")
 
 OLD, NEW = "2022.4", "2025.3"
 
@@ -210,19 +215,54 @@ class Groups:
         return dict(zip(cols, vals))
 
 
+def factorize_sorted(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(code of each value, distinct values in SQLite's order: ascending, NULL first). Values are
+    hashed in Arrow and only the distinct ones sorted; text as Python orders str (code points,
+    which is SQLite's byte order of UTF-8), None and NaN as NULL."""
+    if key.dtype == object and len(key) <= PYTHON_FACTORIZE_MAX:
+        return _factorize_objects(key)
+    if key.dtype == object:
+        encoded = pa.array(key, type=pa.string(), from_pandas=True).dictionary_encode()
+        uniq = np.asarray(encoded.dictionary.to_numpy(zero_copy_only=False), dtype=object)
+    else:
+        encoded = arrow_of(key).dictionary_encode()
+        uniq = numpy_of(encoded.dictionary)
+    order = np.argsort(uniq, kind="stable")
+    rank = np.empty(len(uniq) + 1, dtype=np.int64)
+    rank[order] = np.arange(len(uniq))
+    index = numpy_of(encoded.indices)
+    if not encoded.indices.null_count:
+        return rank[index.astype(np.int64, copy=False)], uniq[order]
+    rank[-1] = -1                                         # NULL: a code before every value
+    codes = rank[np.where(np.isnan(index), len(uniq), index).astype(np.int64)] + 1
+    return codes, np.concatenate(([None], uniq[order].astype(object)))
+
+
+#: object arrays up to this length are factorized in Python (`pa.array` of text imports pandas)
+PYTHON_FACTORIZE_MAX = 200_000
+
+
+def _factorize_objects(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """factorize_sorted of an object array (text, None/NaN as NULL) with a dict."""
+    index: dict[object, int] = {}
+    raw = np.fromiter((index.setdefault(None if v is None or v != v else v, len(index)) for v in key.tolist()),
+                      dtype=np.int64, count=len(key))
+    distinct = list(index)
+    order = sorted(range(len(distinct)), key=lambda i: (distinct[i] is not None, distinct[i] or ""))
+    rank = np.empty(len(distinct), dtype=np.int64)
+    rank[order] = np.arange(len(distinct))
+    return rank[raw] if len(raw) else raw, np.array([distinct[i] for i in order] + [None], dtype=object)[:-1]
+
+
 def group_codes(*keys: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
     """Codes of the distinct key tuples, numbered in sorted (SQLite GROUP BY) order.
 
     NULL (None) sorts first, as in SQLite. Returns (codes, unique values per key)."""
     sub_codes, uniques = [], []
     for key in keys:
-        codes, uniq = pd.factorize(pd.Series(key, dtype=object if key.dtype == object else None),
-                                   sort=True, use_na_sentinel=True)
-        has_null = (codes < 0).any()
-        codes = codes + 1 if has_null else codes
-        uniq = np.asarray(uniq, dtype=object if key.dtype == object else None)
-        uniques.append(np.concatenate(([None], uniq.astype(object))) if has_null else uniq)
-        sub_codes.append(codes.astype(np.int64))
+        codes, uniq = factorize_sorted(np.asarray(key))
+        uniques.append(uniq)
+        sub_codes.append(codes)
     if len(keys) == 1:
         return sub_codes[0], uniques
     dims = [len(u) for u in uniques]
@@ -232,16 +272,38 @@ def group_codes(*keys: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
     return codes.astype(np.int64), [u[i] for u, i in zip(uniques, idx)]
 
 
+class Table:
+    """A report: its columns (numpy arrays in row order), the CSV cell format of each ("i"
+    integer, "f1"/"f3" decimals, "s" text) and the text of NULL. `to_frame` gives the DataFrame
+    (importing pandas then); `write_csv` needs no pandas."""
+
+    def __init__(self, columns: dict[str, np.ndarray], formats: list[str], null: str) -> None:
+        self.columns, self.formats, self.null = columns, formats, null
+
+    def __len__(self) -> int:
+        return len(next(iter(self.columns.values()))) if self.columns else 0
+
+    def to_frame(self) -> pd.DataFrame:
+        """The report as a DataFrame carrying its formats in `attrs`."""
+        df = pd.DataFrame(self.columns)
+        df.attrs["formats"] = self.formats
+        df.attrs["null"] = self.null
+        return df
+
+    @classmethod
+    def from_frame(cls, df: pd.DataFrame) -> "Table":
+        return cls({str(c): df[c].to_numpy(dtype=object) for c in df.columns},
+                   df.attrs.get("formats", ["s"] * len(df.columns)), df.attrs.get("null", ""))
+
+
 def frame(columns: dict[str, np.ndarray], formats: list[str], order: np.ndarray | None = None,
-          null: str = "None") -> pd.DataFrame:
-    """A report DataFrame (rows in `order`) carrying its CSV cell formats."""
-    df = pd.DataFrame({k: (np.asarray(v, dtype=object) if np.asarray(v).dtype == object else np.asarray(v))
-                       for k, v in columns.items()})
+          null: str = "None") -> Table:
+    """A report (rows in `order`) carrying its CSV cell formats."""
+    arrays = {k: (np.asarray(v, dtype=object) if np.asarray(v).dtype == object else np.asarray(v))
+              for k, v in columns.items()}
     if order is not None:
-        df = df.iloc[order].reset_index(drop=True)
-    df.attrs["formats"] = formats
-    df.attrs["null"] = null
-    return df
+        arrays = {k: v[order] for k, v in arrays.items()}
+    return Table(arrays, formats, null)
 
 
 def by_total(total: np.ndarray, *tiebreak: np.ndarray) -> np.ndarray:
@@ -312,7 +374,7 @@ def memop_codes(export: Export, layout: str, value: str = "duration") -> tuple[n
     for table, (kind, dur, size) in tables.items():
         v = dur if value == "duration" else size
         if table == MEMCPY:
-            kinds = np.intersect1d(np.array(list(labels), dtype=np.int64), pd.unique(kind))
+            kinds = np.intersect1d(np.array(list(labels), dtype=np.int64), kind)
             keep = np.isin(kind, kinds)                      # nsys inner-joins the label table
             kind_codes = np.searchsorted(kinds, kind[keep]) + len(names)
             names += [labels[k] for k in kinds.tolist()]
@@ -399,7 +461,8 @@ def nvtx_ranges(export: Export, event_types: tuple[int, ...], layout: str,
     n_ranges = len(d["duration"])
     if len(dom):
         dom["name"] = texts[dom["text"].to_numpy()] if layout == OLD else label[pair[n_ranges:]]
-        name_code, range_names = _with_domains(d, dom, pair[:n_ranges], label, layout)
+        domain_rows = {k: dom[k].to_numpy() for k in ("start", "domainId", "pid", "name")}
+        name_code, range_names = _with_domains(d, domain_rows, pair[:n_ranges], label, layout)
     else:
         name_code = pair[:n_ranges]
         range_names = label if layout == OLD else np.array([f":{lab or ''}" for lab in label], dtype=object)
@@ -418,19 +481,25 @@ def _concat(parts: list[np.ndarray], dtype: type) -> np.ndarray:
     return np.concatenate(parts) if parts else np.empty(0, dtype=dtype)
 
 
-def _with_domains(d: dict[str, np.ndarray], dom: pd.DataFrame, pair: np.ndarray, label: np.ndarray,
+def _with_domains(d: dict[str, np.ndarray], dom: dict[str, np.ndarray], pair: np.ndarray, label: np.ndarray,
                   layout: str) -> tuple[np.ndarray, np.ndarray]:
     """Range name codes and names `domain:label`, the domain being the first eventType 75
-    row with the range's domainId in the range's process (2022.4 names it by its inline
-    text, newer nsys by its StringIds value or text)."""
-    dom = dom.sort_values("start", kind="stable").drop_duplicates(["domainId", "pid"]).reset_index(drop=True)
-    key = pd.MultiIndex.from_arrays([dom["domainId"].to_numpy(np.int64), dom["pid"].to_numpy(np.int64)])
-    dom_of_row = key.get_indexer(pd.MultiIndex.from_arrays([d["domainId"].astype(np.int64),
-                                                            d["pid"].astype(np.int64)]))
+    row (by start) with the range's domainId in the range's process (2022.4 names it by its
+    inline text, newer nsys by its StringIds value or text). `dom` holds the domain rows'
+    start, domainId, pid and name."""
+    by_start = np.argsort(dom["start"], kind="stable")
+    keys = (dom["domainId"].astype(np.int64)[by_start] << 32) | dom["pid"].astype(np.int64)[by_start]
+    domain_keys, first = np.unique(keys, return_index=True)          # the first row of each (domain, process)
+    domain_names = np.asarray(dom["name"], dtype=object)[by_start][first]
+    row_keys = (d["domainId"].astype(np.int64) << 32) | d["pid"].astype(np.int64)
+    at = np.searchsorted(domain_keys, row_keys)
+    found = at < len(domain_keys)
+    found[found] = domain_keys[at[found]] == row_keys[found]
+    dom_of_row = np.where(found, at, -1)
     width = len(label) + 1
-    combo, combos = pd.factorize(dom_of_row * width + pair)
+    combo, combos = factorize_sorted(dom_of_row * width + pair)
     combos = np.asarray(combos, dtype=np.int64)
-    dom_names = np.concatenate((dom["name"].to_numpy(dtype=object), [None]))[combos // width]
+    dom_names = np.concatenate((domain_names, [None]))[combos // width]
     labels = label[combos % width]
     if layout == OLD:
         names = [lab if dn is None else f"{dn}:{lab}" for dn, lab in zip(dom_names, labels)]
@@ -444,14 +513,14 @@ def _with_domains(d: dict[str, np.ndarray], dom: pd.DataFrame, pair: np.ndarray,
 
 
 def _name_summary(export: Export, ids: np.ndarray, values: np.ndarray, count_label: str, name_label: str,
-                  layout: str, clean: bool = False) -> pd.DataFrame:
+                  layout: str, clean: bool = False) -> Table:
     """Summary grouped by a StringIds id (SQLite groups by the id, not by the text)."""
     codes, (uniq,) = group_codes(ids)
     return _id_summary_frame(export, uniq, Groups(codes, values, len(uniq)), count_label, name_label, layout, clean)
 
 
 def _id_summary_frame(export: Export, ids: np.ndarray, g: Groups, count_label: str, name_label: str,
-                      layout: str, clean: bool = False) -> pd.DataFrame:
+                      layout: str, clean: bool = False) -> Table:
     names = export.strings(ids.astype(np.int64))
     if clean:
         names = clean_api_name(names)
@@ -472,7 +541,7 @@ def _null(layout: str) -> str:
     return "None" if layout == OLD else ""
 
 
-def cuda_api_sum(export: Export, layout: str = NEW) -> pd.DataFrame:
+def cuda_api_sum(export: Export, layout: str = NEW) -> Table:
     """CUDA runtime and driver API calls per API name."""
     _need(export, RUNTIME, "CUDA trace data")
     fast = _packed_by_id(export, RUNTIME, "nameId")
@@ -483,7 +552,7 @@ def cuda_api_sum(export: Export, layout: str = NEW) -> pd.DataFrame:
     return _name_summary(export, d["nameId"], d["dur"], "Num Calls", "Name", layout, clean=True)
 
 
-def osrt_sum(export: Export, layout: str = NEW) -> pd.DataFrame:
+def osrt_sum(export: Export, layout: str = NEW) -> Table:
     """OS runtime calls per function name."""
     _need(export, OSRT, "OS Runtime trace data")
     fast = _packed_by_id(export, OSRT, "nameId", f"eventClass = {OSRT_EVENT_CLASS}")
@@ -500,7 +569,7 @@ def _grid_block(d: dict[str, np.ndarray], prefix: str) -> np.ndarray:
     return np.char.mod("%4d", xs).astype(object) + " " + np.char.mod("%4d", ys) + " " + np.char.mod("%4d", zs)
 
 
-def cuda_gpu_kern_gb_sum(export: Export, layout: str = NEW, variant: str = "demangled") -> pd.DataFrame:
+def cuda_gpu_kern_gb_sum(export: Export, layout: str = NEW, variant: str = "demangled") -> Table:
     """Kernels per (name, grid, block): nsys 2022.4's `gpukernsum`, today's `cuda_gpu_kern_gb_sum`."""
     _need(export, KERNEL, "CUDA kernel data")
     fast = _kern_gb_packed(export, variant)
@@ -531,17 +600,6 @@ def _dims_text(packed: np.ndarray, shifts: tuple[int, int], mask: int) -> np.nda
     return _grid_block({f"p{a}": d[a] for a in "XYZ"}, "p")
 
 
-def _dense_sorted(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(code of each value, distinct values ascending): codes number the values in sorted order
-    (hashing, then a sort of the distinct values only)."""
-    codes, uniq = pd.factorize(values)
-    uniq = np.asarray(uniq)
-    order = np.argsort(uniq, kind="stable")
-    rank = np.empty(len(uniq), dtype=np.int64)
-    rank[order] = np.arange(len(uniq))
-    return rank[codes], uniq[order]
-
-
 def _kern_gb_packed(export: Export, variant: str) -> tuple[np.ndarray, Groups, np.ndarray, np.ndarray] | None:
     """gpukernsum's groups from three packed columns: (nameId, duration), grid, block (None when
     some value does not pack). Returns (name ids, groups, grid text, block text) in GROUP BY order."""
@@ -554,8 +612,8 @@ def _kern_gb_packed(export: Export, variant: str) -> tuple[np.ndarray, Groups, n
     v, gp, bp = export.sql_ints(f"{pack_sql(name, DUR)}, {grid}, {block}", KERNEL, ncols=3)
     if len(v) and min(v.min(), gp.min(), bp.min()) < 0:
         return None
-    gcode, gu = _dense_sorted(gp)
-    bcode, bu = _dense_sorted(bp)
+    gcode, gu = factorize_sorted(gp)
+    bcode, bu = factorize_sorted(bp)
     grid_rank, (grid_u,) = group_codes(_dims_text(gu, (32, 16), 0xFFFF))       # text order of the grids
     block_rank, (block_u,) = group_codes(_dims_text(bu, (42, 21), 0x1FFFFF))
     ng, nb = max(len(grid_u), 1), max(len(block_u), 1)
@@ -565,7 +623,7 @@ def _kern_gb_packed(export: Export, variant: str) -> tuple[np.ndarray, Groups, n
     key *= nb
     key += block_rank[bcode]
     del gcode, bcode, gp, bp
-    code, ukey = _dense_sorted(key)
+    code, ukey = factorize_sorted(key)
     del key
     v &= PACK_MASK
     v |= code << PACK_BITS
@@ -588,7 +646,7 @@ def _kernel_name_codes(export: Export, ids: np.ndarray) -> tuple[np.ndarray, np.
     return name_codes[id_codes], uniq
 
 
-def cuda_gpu_kern_sum(export: Export, layout: str = NEW, variant: str = "demangled") -> pd.DataFrame:
+def cuda_gpu_kern_sum(export: Export, layout: str = NEW, variant: str = "demangled") -> Table:
     """Kernels per name (nsys 2024+ `cuda_gpu_kern_sum`)."""
     d = kernels(export, (), variant)
     codes, names = _kernel_name_codes(export, d["nameId"])
@@ -598,14 +656,14 @@ def cuda_gpu_kern_sum(export: Export, layout: str = NEW, variant: str = "demangl
                  null=_null(layout))
 
 
-def cuda_gpu_mem_time_sum(export: Export, layout: str = NEW) -> pd.DataFrame:
+def cuda_gpu_mem_time_sum(export: Export, layout: str = NEW) -> Table:
     """Memcpy and memset operations per kind: time."""
     uniq, g = _memop_groups(export, layout, "duration")
     cols = g.summary("Count", layout) | {"Operation": uniq}
     return frame(cols, SUMMARY_FMT + ["s"], by_total(g.total), null=_null(layout))
 
 
-def cuda_gpu_mem_size_sum(export: Export, layout: str = NEW) -> pd.DataFrame:
+def cuda_gpu_mem_size_sum(export: Export, layout: str = NEW) -> Table:
     """Memcpy and memset operations per kind: bytes, shown in MB (10^6 bytes)."""
     uniq, g = _memop_groups(export, layout, "bytes")
     mb = 1e6
@@ -614,7 +672,7 @@ def cuda_gpu_mem_size_sum(export: Export, layout: str = NEW) -> pd.DataFrame:
     return frame(cols, ["f3", "i", "f3", "f3", "f3", "f3", "f3", "s"], by_total(g.total), null=_null(layout))
 
 
-def cuda_gpu_sum(export: Export, layout: str = NEW, variant: str = "demangled") -> pd.DataFrame:
+def cuda_gpu_sum(export: Export, layout: str = NEW, variant: str = "demangled") -> Table:
     """Kernels and memory operations together, per name, with a Category column."""
     names, values, cats = [], [], []
     if export.has(KERNEL):
@@ -642,7 +700,7 @@ def cuda_gpu_sum(export: Export, layout: str = NEW, variant: str = "demangled") 
     return frame(cols, SUMMARY_FMT + ["s", "s"], by_total(g.total), null=_null(layout))
 
 
-def _nvtx_summary(export: Export, event_types: tuple[int, ...], layout: str, style: bool) -> pd.DataFrame:
+def _nvtx_summary(export: Export, event_types: tuple[int, ...], layout: str, style: bool) -> Table:
     fast = _nvtx_packed(export, event_types, layout, style)
     if fast is not None:
         ukey, g, sorted_names = fast
@@ -690,14 +748,14 @@ def _nvtx_packed(export: Export, event_types: tuple[int, ...], layout: str,
 
     def encode(batch: pa.RecordBatch) -> tuple[int, np.ndarray, np.ndarray]:
         encoded = batch.column(0).cast(pa.string()).dictionary_encode()
-        known = seen.setdefault(threading.get_ident(), [pa.array([], pa.string())])
+        known = seen.setdefault(threading.get_ident(), [pa.nulls(0, pa.string())])
         where = pc.index_in(encoded.dictionary, value_set=known[0])
         if where.null_count:                                  # texts new to this thread: append them
             known[0] = pa.concat_arrays([known[0], encoded.dictionary.filter(where.is_null())])
             where = pc.index_in(encoded.dictionary, value_set=known[0])
-        codes = where.to_numpy(zero_copy_only=False).astype(np.int32)[encoded.indices.to_numpy()]
+        codes = numpy_of(where).astype(np.int32)[numpy_of(encoded.indices)]
         # a copy: a view would keep the driver's whole batch (its text) alive
-        return threading.get_ident(), codes, np.array(batch.column(1).to_numpy(), dtype=np.int64)
+        return threading.get_ident(), codes, np.array(numpy_of(batch.column(1)), dtype=np.int64)
 
     parts = export.map_batches(f"{text}, {value}", NVTX, "", encode)     # no WHERE: filtering costs SQLite more
     if not parts:
@@ -723,7 +781,7 @@ def _nvtx_packed(export: Export, event_types: tuple[int, ...], layout: str,
     # one dictionary for all threads' texts (C, hashing); each thread's codes mapped onto it
     order = list(seen)
     merged = pa.concat_arrays([seen[t][0] for t in order]).dictionary_encode()
-    to_global = merged.indices.to_numpy()
+    to_global = numpy_of(merged.indices)
     offsets = dict(zip(order, np.cumsum([0] + [len(seen[t][0]) for t in order]).tolist()))
     seen.clear()
     pair = np.empty(sum(len(c) for c in local), dtype=np.int32)
@@ -780,7 +838,8 @@ def _nvtx_labels(export: Export, text_ids: np.ndarray, inline: np.ndarray) -> np
     has_id = text_ids >= 0
     if has_id.any():
         resolved = export.strings(text_ids[has_id])
-        label[has_id] = np.where(pd.isna(resolved), label[has_id], resolved)
+        unknown = np.array([v is None for v in resolved.tolist()], dtype=bool)
+        label[has_id] = np.where(unknown, label[has_id], resolved)
     return label
 
 
@@ -801,28 +860,28 @@ def _nvtx_domain_names(export: Export, keep: np.ndarray | None, domains: np.ndar
     ranges = ~domains
     pid = pid_of(gtid)
     d = {"domainId": dom_id_rows[ranges], "pid": pid[ranges]}
-    dom = pd.DataFrame({"start": start[domains], "domainId": dom_id_rows[domains], "pid": pid[domains],
-                        "name": dom_names[pair[domains]]})
+    dom = {"start": start[domains], "domainId": dom_id_rows[domains], "pid": pid[domains],
+           "name": dom_names[pair[domains]]}
     del start, dom_id_rows, gtid, pid
     return _with_domains(d, dom, pair[ranges], label, layout)
 
 
-def nvtx_sum(export: Export, layout: str = NEW) -> pd.DataFrame:
+def nvtx_sum(export: Export, layout: str = NEW) -> Table:
     """NVTX push/pop and start/end ranges per (name, style)."""
     return _nvtx_summary(export, NVTX_PUSHPOP + NVTX_STARTEND, layout, style=True)
 
 
-def nvtx_pushpop_sum(export: Export, layout: str = NEW) -> pd.DataFrame:
+def nvtx_pushpop_sum(export: Export, layout: str = NEW) -> Table:
     """NVTX push/pop ranges per name."""
     return _nvtx_summary(export, NVTX_PUSHPOP, layout, style=False)
 
 
-def nvtx_startend_sum(export: Export, layout: str = NEW) -> pd.DataFrame:
+def nvtx_startend_sum(export: Export, layout: str = NEW) -> Table:
     """NVTX start/end ranges per name."""
     return _nvtx_summary(export, NVTX_STARTEND, layout, style=False)
 
 
-def cuda_kern_exec_sum(export: Export, layout: str = OLD, variant: str = "demangled") -> pd.DataFrame:
+def cuda_kern_exec_sum(export: Export, layout: str = OLD, variant: str = "demangled") -> Table:
     """Kernel launch → execution per (PID, TID, device, API, kernel): total, API, queue and kernel time."""
     _need(export, RUNTIME, "CUDA API data")
     k = kernels(export, ("deviceId", "correlationId", "globalPid"), variant)
@@ -870,7 +929,7 @@ def _nullable(values: np.ndarray, null: np.ndarray) -> np.ndarray:
     return out
 
 
-def cuda_gpu_trace(export: Export, layout: str = NEW, variant: str = "demangled") -> pd.DataFrame:
+def cuda_gpu_trace(export: Export, layout: str = NEW, variant: str = "demangled") -> Table:
     """One row per kernel, memcpy and memset, by start time. nsys's report needs the GPU table:
     without TARGET_INFO_GPU it fails and writes nothing (2022.4 and 2025.3.1 alike)."""
     _need(export, "TARGET_INFO_GPU", "GPU description (TARGET_INFO_GPU) for the GPU trace")
@@ -974,11 +1033,11 @@ def _gpu_names(export: Export) -> dict[int, str]:
 # registry and CSV
 
 
-Report = Callable[[Export], pd.DataFrame]
+Report = Callable[[Export], Table]
 
 
-def _with(func: Callable[..., pd.DataFrame], layout: str) -> Report:
-    def run(export: Export) -> pd.DataFrame:
+def _with(func: Callable[..., Table], layout: str) -> Report:
+    def run(export: Export) -> Table:
         return func(export, layout)
     run.__doc__ = func.__doc__
     run.__wrapped__ = func  # type: ignore[attr-defined]
@@ -1022,23 +1081,31 @@ SUMMARY_REPORTS = ("cuda_gpu_kern_sum", "cuda_api_sum", "cuda_gpu_mem_time_sum",
                    "nvtx_sum", "osrt_sum")
 
 
-def run_report(export: Export, name: str) -> pd.DataFrame:
+def run_table(export: Export, name: str) -> Table:
     """Report `name` (current or nsys 2022.4 spelling) on `export`."""
     if name not in REPORTS:
         raise NsysInputError(f"unknown report {name!r}; known: {', '.join(REPORTS)}")
     return REPORTS[name](export)
 
 
-def run_reports(export: Export, names: list[str], workers: int | None = None) -> list[pd.DataFrame | Exception]:
+def run_report(export: Export, name: str) -> pd.DataFrame:
+    """Report `name` on `export` as a DataFrame."""
+    return run_table(export, name).to_frame()
+
+
+def run_reports(export: Export, names: list[str], workers: int | None = None,
+                frames: bool = True) -> list[pd.DataFrame | Table | Exception]:
     """Reports `names` on `export`, computed concurrently (the column reads and sorts release
-    the GIL); each entry is the DataFrame or the MissingData/NsysInputError it raised."""
+    the GIL); each entry is the DataFrame (a Table with `frames=False`) or the
+    MissingData/NsysInputError it raised."""
+    run = run_report if frames else run_table
     workers = workers or max(1, min(len(names), os.cpu_count() or 1))
     sizes = {t: export.size(t) for t in {t for n in names for t in REPORT_TABLES.get(n, ())}}
     weight = {n: sum(sizes[t] for t in REPORT_TABLES.get(n, ())) for n in names}
     with ThreadPoolExecutor(workers) as pool:                  # the largest first: the pool stays busy
-        started = {n: pool.submit(run_report, export, n) for n in sorted(set(names), key=lambda n: -weight[n])}
+        started = {n: pool.submit(run, export, n) for n in sorted(set(names), key=lambda n: -weight[n])}
         futures = [started[n] for n in names]
-    out: list[pd.DataFrame | Exception] = []
+    out: list[pd.DataFrame | Table | Exception] = []
     for future in futures:
         exc = future.exception()
         if exc is not None and not isinstance(exc, (MissingData, NsysInputError)):
@@ -1053,7 +1120,7 @@ CELL_FORMATS = {"i": ("%d", np.int64), "f1": ("%.1f", np.float64), "f3": ("%.3f"
 def _cells(values: np.ndarray, fmt: str, null: str) -> list[str]:
     """One column as CSV cell strings."""
     values = np.asarray(values, dtype=object)
-    isnull = pd.isna(pd.Series(values, dtype=object)).to_numpy()
+    isnull = np.fromiter((v is None or (isinstance(v, float) and v != v) for v in values.tolist()), bool, len(values))
     out = np.full(len(values), null, dtype=object)
     blank = np.array([isinstance(v, str) and v == "" for v in values], dtype=bool)
     out[blank] = ""
@@ -1068,14 +1135,13 @@ def _cells(values: np.ndarray, fmt: str, null: str) -> list[str]:
     return out.tolist()
 
 
-def write_csv(df: pd.DataFrame, out: TextIO) -> None:
+def write_csv(report: Table | pd.DataFrame, out: TextIO) -> None:
     """Write a report as `nsys stats --format csv` does (header, cells, minimal quoting); a
     report with no rows is an empty file, as nsys 2022.4 and 2025 write it."""
-    if df.empty:
+    table = report if isinstance(report, Table) else Table.from_frame(report)
+    if not len(table):
         return
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(df.columns)
-    formats = df.attrs.get("formats", ["s"] * len(df.columns))
-    null = df.attrs.get("null", "")
-    cols = [_cells(df[c].to_numpy(dtype=object), f, null) for c, f in zip(df.columns, formats)]
+    writer.writerow(table.columns)
+    cols = [_cells(values, f, table.null) for values, f in zip(table.columns.values(), table.formats)]
     writer.writerows(zip(*cols))
