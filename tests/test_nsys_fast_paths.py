@@ -46,7 +46,6 @@ def test_packed_reads_equal_the_general_reads(fixtures_dir: Path, fixture: str,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     db = fixtures_dir / "nsys" / f"{fixture}.sqlite"
     monkeypatch.setattr(nsys_db, "SPLIT_ROWS", 1000)          # small tables are split into parallel parts too
-    monkeypatch.setattr(nsys_db, "INT_SPLIT_PARTS", 7)        # as on a 16-core host (an odd count: uneven ranges)
     fast = _csvs(db)
     _general(monkeypatch)
     assert fast == _csvs(db)

@@ -49,8 +49,7 @@ if TYPE_CHECKING:
 
 BATCH_ROWS = 1 << 16          # rows per Arrow batch read from SQLite
 SPLIT_ROWS = 1 << 20          # tables larger than this are read in parallel parts ...
-SPLIT_PARTS = 2               # ... of this many rowid ranges where text is read (its batches cost memory),
-INT_SPLIT_PARTS = max(2, min(8, (os.cpu_count() or 2) // 2))   # ... of up to 8 for integer columns
+SPLIT_PARTS = 2               # ... of this many rowid ranges
 T = TypeVar("T")
 
 
@@ -327,20 +326,19 @@ class Export:
             # copies: a view would keep the driver's whole batch alive
             return [np.array(numpy_of(batch.column(i)), dtype=np.int64) for i in range(ncols)]
 
-        parts = self.map_batches(columns, table, where, arrays, INT_SPLIT_PARTS)
+        parts = self.map_batches(columns, table, where, arrays)
         return [np.concatenate([p[i] for p in parts]) if parts else np.empty(0, dtype=np.int64)
                 for i in range(ncols)]
 
-    def map_batches(self, columns: str, table: str, where: str, fn: Callable[[pa.RecordBatch], T],
-                    parts: int = SPLIT_PARTS) -> list[T]:
+    def map_batches(self, columns: str, table: str, where: str, fn: Callable[[pa.RecordBatch], T]) -> list[T]:
         """`fn` of each record batch of `SELECT columns FROM table WHERE where`, in table order.
 
-        A table of more than SPLIT_ROWS rows is read as `parts` rowid ranges in parallel
+        A table of more than SPLIT_ROWS rows is read as SPLIT_PARTS rowid ranges in parallel
         threads, each on its own ADBC connection (the driver and numpy release the GIL)."""
         lo, hi = self._rowids(table)
         ranges: list[tuple[int, int] | None] = [None]
         if lo is not None and hi is not None and hi - lo + 1 > SPLIT_ROWS:
-            step = (hi - lo + parts) // parts
+            step = (hi - lo + SPLIT_PARTS) // SPLIT_PARTS
             ranges = [(a, min(a + step - 1, hi)) for a in range(lo, hi + 1, step)]
 
         def run(rowids: tuple[int, int] | None) -> list[T]:
