@@ -36,8 +36,7 @@ def render_table(df: pd.DataFrame, title: str | None = None) -> Table:
 
 def format_cell(value: object) -> str:
     """Empty for missing, 6 significant digits for floats, str otherwise."""
-    if value is None or value is getattr(sys.modules.get("pandas"), "NA", None) or (
-            isinstance(value, float) and math.isnan(value)):
+    if value is None or (isinstance(value, float) and math.isnan(value)):
         return ""
     if isinstance(value, float):
         return f"{value:.6g}"
