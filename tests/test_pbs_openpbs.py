@@ -78,13 +78,19 @@ def qstat_x(env: dict[str, str], job_id: str) -> dict[str, Any]:
     return next(iter(json.loads(proc.stdout)["Jobs"].values()))
 
 
+def finished(env: dict[str, str], job_id: str) -> dict[str, Any]:
+    """The job's record once the server has finished it (`--wait` returns when the job's own status
+    file says it ended, which can be a moment before the server writes Exit_status)."""
+    return poll(lambda: qstat_x(env, job_id), lambda j: j["job_state"] == "F" and "Exit_status" in j, 60)
+
+
 def test_completed_through_the_polaris_rendering(openpbs: dict[str, str], tmp_path: Path) -> None:
     workdir = tmp_path / "runs"
     run_id, job_id, rc = submit(openpbs, workdir, "--wait")
     assert rc == 0
     row = status(openpbs, workdir, run_id)
     assert (row["state"], row["exit_code"], row["job_id"]) == ("COMPLETED", 0, job_id)
-    job = qstat_x(openpbs, job_id)
+    job = finished(openpbs, job_id)
     assert (job["job_state"], job["Exit_status"], job["queue"]) == ("F", 0, "debug")
     assert job["Resource_List"]["filesystems"] == "home:eagle"
     assert job["Resource_List"]["select"] == "1:system=polaris"
@@ -103,7 +109,7 @@ def test_exit_code_is_failed_with_the_code(openpbs: dict[str, str], tmp_path: Pa
     assert rc == 1
     row = status(openpbs, workdir, run_id)
     assert (row["state"], row["exit_code"]) == ("FAILED", 3)
-    assert qstat_x(openpbs, job_id)["Exit_status"] == 3
+    assert finished(openpbs, job_id)["Exit_status"] == 3
 
 
 def test_walltime_exceeded_is_timeout(openpbs: dict[str, str], tmp_path: Path) -> None:
@@ -113,7 +119,7 @@ def test_walltime_exceeded_is_timeout(openpbs: dict[str, str], tmp_path: Path) -
     assert rc == 1
     row = status(openpbs, workdir, run_id)
     assert row["state"] == "TIMEOUT", row
-    assert qstat_x(openpbs, job_id)["Exit_status"] == -29
+    assert finished(openpbs, job_id)["Exit_status"] == -29
 
 
 def test_cancel_running_is_cancelled(openpbs: dict[str, str], tmp_path: Path) -> None:

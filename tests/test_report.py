@@ -45,10 +45,11 @@ def campaign(tmp_path_factory: pytest.TempPathFactory) -> dict:
     (cwd / "fails.yaml").write_text(FAILING)
     hpcprof("submit", "sweep.yaml", "--site", "local", "--wait", cwd=cwd)
     hpcprof("collect", cwd=cwd)
-    hpcprof("submit", "fails.yaml", "--site", "local", "--wait", cwd=cwd, check=False)
-    hpcprof("submit", "fails.yaml", "--site", "local", "--wait", "--set", "workload.argv=[\"true\"]", cwd=cwd)
+    failed_submit = hpcprof("submit", "fails.yaml", "--site", "local", "--wait", cwd=cwd, check=False)
+    ok_submit = hpcprof("submit", "fails.yaml", "--site", "local", "--wait", "--set", "workload.argv=[\"true\"]", cwd=cwd)
     runs = sorted(p.parent for p in (cwd / "hpcprof-runs" / "seqpar-cmp").glob("*/config.json"))
-    [failed, uncollected] = sorted(p.parent.name for p in (cwd / "hpcprof-runs" / "fails").glob("*/config.json"))
+    # by what submit printed: two run ids made in the same second do not sort in submit order
+    failed, uncollected = (re.search(r"submitted (\S+) as", r.stderr).group(1) for r in (failed_submit, ok_submit))
     return {"cwd": cwd, "runs": runs, "sweep": runs[0].name.rsplit("-p", 1)[0], "failed": failed,
             "uncollected": uncollected}
 
