@@ -24,6 +24,10 @@ from hpcprof.schedulers.base import CANCELLED, COMPLETED, FAILED, RUNNING, TIMEO
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}")
 #: A TERM this close to the walltime (seconds) is the walltime's.
 WALLTIME_SLACK = 5
+#: srun's line for the first task that failed (with --kill-on-bad-exit it then stops the others)
+SRUN_TASK_EXIT = re.compile(r"srun: error: \S+: tasks? ([0-9,\-]+): Exited with exit code (\d+)")
+#: how much of the end of the job log is searched for it
+LOG_TAIL_BYTES = 1 << 16
 
 
 def new_run_id(index: int | None = None) -> str:
@@ -93,6 +97,16 @@ class RunDir:
     def done(self) -> bool:
         return (self.path / "DONE").exists()
 
+    def _first_failed_task(self) -> str:
+        """"; rank R exited with code C first" where srun's job log names the task that failed."""
+        try:
+            with open(self.path / "logs" / "job.out", "rb") as log:
+                log.seek(max(0, log.seek(0, 2) - LOG_TAIL_BYTES))
+                match = SRUN_TASK_EXIT.search(log.read().decode(errors="replace"))
+        except OSError:
+            return ""
+        return f"; rank {match[1]} exited with code {match[2]} first (srun stopped the others)" if match else ""
+
     def _walltime_reached(self, status: dict[str, str]) -> bool:
         """Whether the job's TERM trap ran at its walltime (start/end from the status file)."""
         try:
@@ -111,7 +125,7 @@ class RunDir:
             return JobState(CANCELLED, code, "cancelled by hpcprof")
         if self.done and code is not None:
             return JobState(COMPLETED if code == 0 else FAILED, code,
-                            "" if code == 0 else f"exit code {code}")
+                            "" if code == 0 else f"exit code {code}{self._first_failed_task()}")
         if status.get("signal") and self._walltime_reached(status):
             return JobState(TIMEOUT, None, "killed at its walltime (job's TERM trap)")
         if scheduler_view is not None and scheduler_view.state != UNKNOWN:

@@ -9,6 +9,7 @@ import json
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +72,21 @@ def test_rank_exit_nonzero_is_failed(tmp_path: Path) -> None:
     assert rc == 1
     row = status(workdir, run_id)
     assert (row["state"], row["exit_code"]) == ("FAILED", 3)
+
+
+def test_a_dead_rank_ends_the_job_instead_of_the_walltime(tmp_path: Path) -> None:
+    """srun --kill-on-bad-exit: rank 1 exits 3 at once while rank 0 would sleep for 5 minutes; the
+    step (and the job) ends in seconds, not at the 10-minute walltime: FAILED, the reason naming
+    rank 1's code (the job's own code is srun's, 143 for the rank it stopped)."""
+    workdir = tmp_path / "runs"
+    argv = '[bash, -c, "if [ $HPCPROF_RANK = 1 ]; then exit 3; else sleep 300; fi"]'
+    started = time.monotonic()
+    run_id, _, rc = submit(workdir, "--wait", "--set", f"workload.argv={argv}", timeout=200)
+    assert rc == 1 and time.monotonic() - started < 120
+    row = status(workdir, run_id)
+    assert row["state"] == "FAILED" and row["exit_code"] != 0
+    assert "rank 1 exited with code 3 first" in row["reason"]
+    assert "--kill-on-bad-exit=1" in (run_dir(workdir, run_id) / "job.sh").read_text()
 
 
 def test_cancel_running(tmp_path: Path) -> None:

@@ -161,8 +161,8 @@ def test_perlmutter_directives() -> None:
         "--job-name=seqpar-like", "--nodes=2", "--ntasks-per-node=4", "--time=00:10:00",
         "--qos=regular", "--account=m1234_g", "--constraint=gpu", "--gpus-per-node=4",
         "--cpus-per-task=32", f"--output={PERLMUTTER_DIR}/logs/job.out", "--gpu-bind=none"]
-    assert launch_line(job)[:9] == ["srun", "-N", "2", "-n", "8", "--ntasks-per-node", "4",
-                                    "--mpi=pmi2", "-c"]
+    assert launch_line(job)[:10] == ["srun", "-N", "2", "-n", "8", "--ntasks-per-node", "4",
+                                     "--kill-on-bad-exit=1", "--mpi=pmi2", "-c"]
     assert 'export MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"' in job
 
 
@@ -194,3 +194,38 @@ def test_done_when_command(tmp_path: Path) -> None:
         assert argv[argv.index("WRAPPER") + 1:][-2:] == ["--precision", precision]
         assert 'if { [ "$hp_local_rank" -eq 0 ]; }; then' in wrapper
         assert 'exec nsys profile' in wrapper
+
+
+@pytest.mark.parametrize(("kind", "flavor", "bind", "expected"), [
+    ("mpiexec", "pals", "depth", ["--depth=8", "--cpu-bind", "depth"]),
+    ("mpiexec", "hydra", "depth", ["-bind-to", "core:8"]),
+    ("mpiexec", "openmpi", "depth", ["--map-by", "ppr:4:node:PE=8", "--bind-to", "core"]),
+    ("srun", None, "depth", ["-c", "8", "--cpu-bind=cores"]),
+    ("mpiexec", "openmpi", "numa", ["--bind-to", "numa"]),
+    ("mpiexec", "hydra", "cores", ["-bind-to", "core"]),
+    ("srun", None, "socket", ["--cpu-bind=sockets"]),
+    ("mpiexec", "pals", "list:0-7:8-15:16-23:24-31", ["--cpu-bind", "list:0-7:8-15:16-23:24-31"]),
+    ("srun", None, "map_cpu:0,8,16,24", ["--cpu-bind=map_cpu:0,8,16,24"]),
+])
+def test_cpu_binding_in_each_launchers_words(kind: str, flavor: str | None, bind: str, expected: list[str]) -> None:
+    """The site's `binding.cpu_bind` is translated per launcher (Open MPI rejects `--bind-to depth`)."""
+    data = find_site("polaris").model_dump()
+    data["launcher"] = {"kind": kind, "flavor": flavor} if flavor else {"kind": kind}
+    data["scheduler"] = "slurm" if kind == "srun" else "pbs"
+    data["binding"] = {"depth": 8, "cpu_bind": bind}
+    line = launch_line(render(experiment(), SiteConfig.model_validate(data), POLARIS_DIR).files["job.sh"])
+    at = next(i for i in range(len(line)) if line[i:i + len(expected)] == expected)
+    assert at > 0
+
+
+@pytest.mark.parametrize(("flavor", "bind"), [("openmpi", "list:0-7"), ("hydra", "map_cpu:0,8"), ("openmpi", "bogus")])
+def test_a_binding_the_launcher_does_not_take_is_one_line(flavor: str, bind: str, tmp_path: Path) -> None:
+    site = tmp_path / "site.yaml"
+    site.write_text(f"name: mine\nscheduler: local\nlauncher: {{kind: mpiexec, flavor: {flavor}}}\n"
+                    f"node: {{cores: 8}}\nbinding: {{depth: 2, cpu_bind: '{bind}'}}\n")
+    exp = tmp_path / "exp.yaml"
+    exp.write_text("name: x\nworkload: {kind: command, argv: ['true']}\n")
+    res = CliRunner().invoke(main, ["render", str(exp), "--site-file", str(site)])
+    assert res.exit_code == 2
+    assert f"binding.cpu_bind: {bind!r} is not a binding the {flavor} launcher takes" in res.output
+    assert len(res.output.strip().splitlines()) == 1

@@ -17,6 +17,40 @@ from hpcprof.render.quoting import Raw
 
 WRAPPER = Raw('"$RUN_DIR/rank_wrapper.sh"')
 
+#: site `binding.cpu_bind` words every launcher knows -> each launcher's own spelling
+BIND_WORDS: dict[str, dict[str, str]] = {
+    "core": {"pals": "core", "hydra": "core", "openmpi": "core", "srun": "cores"},
+    "thread": {"pals": "thread", "hydra": "hwthread", "openmpi": "hwthread", "srun": "threads"},
+    "socket": {"pals": "socket", "hydra": "socket", "openmpi": "package", "srun": "sockets"},
+    "numa": {"pals": "numa", "hydra": "numa", "openmpi": "numa", "srun": "ldoms"},
+    "none": {"pals": "none", "hydra": "none", "openmpi": "none", "srun": "none"},
+}
+BIND_ALIASES = {"cores": "core", "threads": "thread", "hwthread": "thread", "sockets": "socket",
+                "package": "socket", "ldoms": "numa"}
+#: launcher-native forms passed through as they are (PALS cpu lists, srun maps and masks)
+NATIVE_BIND = {"pals": ("list:", "mask:"), "srun": ("map_cpu:", "mask_cpu:", "map_ldom:", "mask_ldom:")}
+
+
+def cpu_bind(site: SiteConfig, launcher: str) -> str | None:
+    """The site's `binding.cpu_bind` in `launcher`'s words. `depth` (ALCF's: each rank on
+    `binding.depth` consecutive cores) becomes PALS `depth`, Hydra `core:DEPTH`, Open MPI `core`
+    (with `PE=DEPTH` in --map-by) and srun `cores` (with -c DEPTH)."""
+    value = site.binding.cpu_bind
+    if value is None:
+        return None
+    if value == "depth":
+        if not site.binding.depth:
+            raise UserError(f"site {site.name}: binding.cpu_bind: depth needs binding.depth (cores per rank)")
+        return {"pals": "depth", "hydra": f"core:{site.binding.depth}", "openmpi": "core", "srun": "cores"}[launcher]
+    word = BIND_ALIASES.get(value, value)
+    if word in BIND_WORDS:
+        return BIND_WORDS[word][launcher]
+    if value.startswith(NATIVE_BIND.get(launcher, ())):
+        return value
+    native = ", ".join(f"{prefix}..." for prefix in NATIVE_BIND.get(launcher, ()))
+    raise UserError(f"site {site.name}: binding.cpu_bind: {value!r} is not a binding the {launcher} launcher "
+                    f"takes; use depth, {', '.join(BIND_WORDS)}{', ' + native if native else ''}")
+
 
 def resolve_command(name: str, configured: str | None) -> str:
     """The launcher binary: the site's path; `auto` (local/CI sites): next to this Python (venv),
@@ -38,7 +72,7 @@ def mpiexec_pals(site: SiteConfig, nodes: int, ppn: int) -> list[str]:
     if site.binding.depth:
         cmd += [f"--depth={site.binding.depth}"]
     if site.binding.cpu_bind:
-        cmd += ["--cpu-bind", site.binding.cpu_bind]
+        cmd += ["--cpu-bind", cpu_bind(site, "pals")]
     return [*cmd, "--env", Raw('TMPDIR="$TMPDIR"'), *site.launcher.extra_args]
 
 
@@ -46,7 +80,7 @@ def mpiexec_hydra(site: SiteConfig, nodes: int, ppn: int) -> list[str]:
     """MPICH Hydra mpiexec (the mpich wheel; finds hosts from Slurm/PBS itself)."""
     cmd = [resolve_command("mpiexec", site.launcher.command), "-n", str(nodes * ppn), "-ppn", str(ppn)]
     if site.binding.cpu_bind:
-        cmd += ["-bind-to", site.binding.cpu_bind]
+        cmd += ["-bind-to", cpu_bind(site, "hydra")]
     return [*cmd, "-genv", "TMPDIR", Raw('"$TMPDIR"'), *site.launcher.extra_args]
 
 
@@ -55,20 +89,21 @@ def mpiexec_openmpi(site: SiteConfig, nodes: int, ppn: int) -> list[str]:
     mapping = f"ppr:{ppn}:node" + (f":PE={site.binding.depth}" if site.binding.depth else "")
     cmd = [resolve_command("mpiexec", site.launcher.command), "-n", str(nodes * ppn), "--map-by", mapping]
     if site.binding.cpu_bind:
-        cmd += ["--bind-to", site.binding.cpu_bind]
+        cmd += ["--bind-to", cpu_bind(site, "openmpi")]
     return [*cmd, "-x", "TMPDIR", *site.launcher.extra_args]
 
 
 def srun(site: SiteConfig, nodes: int, ppn: int) -> list[str]:
-    """Slurm srun with the site's --mpi plugin and binding."""
+    """Slurm srun with the site's --mpi plugin and binding; a rank that fails ends the step
+    (--kill-on-bad-exit), so the others do not wait for it until the walltime."""
     cmd = [resolve_command("srun", site.launcher.command), "-N", str(nodes), "-n", str(nodes * ppn),
-           "--ntasks-per-node", str(ppn)]
+           "--ntasks-per-node", str(ppn), "--kill-on-bad-exit=1"]
     if site.launcher.mpi:
         cmd.append(f"--mpi={site.launcher.mpi}")
     if site.binding.depth:
         cmd += ["-c", str(site.binding.depth)]
     if site.binding.cpu_bind:
-        cmd.append(f"--cpu-bind={site.binding.cpu_bind}")
+        cmd.append(f"--cpu-bind={cpu_bind(site, 'srun')}")
     return [*cmd, *site.launcher.extra_args]
 
 
@@ -79,7 +114,7 @@ def torchrun(site: SiteConfig, nodes: int, ppn: int) -> list[str]:
         return [*run, "--standalone", "--no-python", *site.launcher.extra_args]
     rdzv = ["--rdzv-backend=c10d", Raw('--rdzv-endpoint="$MASTER_ADDR:$MASTER_PORT"'), "--no-python"]
     if site.scheduler == "slurm":
-        prefix = ["srun", "-N", str(nodes), "--ntasks-per-node=1"]
+        prefix = ["srun", "-N", str(nodes), "--ntasks-per-node=1", "--kill-on-bad-exit=1"]
     elif site.scheduler == "pbs":
         prefix = ["mpiexec", "-n", str(nodes), "--ppn", "1"]
     else:

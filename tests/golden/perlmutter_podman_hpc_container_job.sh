@@ -32,7 +32,7 @@ export MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
 export MASTER_PORT=23612
 # ---- launch 8 ranks (2 nodes x 4) from the submit directory
 cd /pscratch/sd/u/user/hpcprof-runs/torch-app/20250101-120000-abc123 || exit 1
-srun -N 2 -n 8 --ntasks-per-node 4 --mpi=pmi2 -c 32 --cpu-bind=cores podman-hpc run --rm --gpu --network=host --ipc=host -v /global/cfs/cdirs/m1234:/data:ro -v "$RUN_DIR:$RUN_DIR" -w "$PWD" -e 'PMI_*' -e 'PMIX_*' -e 'MPI_*' -e 'HYDI_*' -e 'PALS_*' -e 'OMPI_*' -e 'SLURM_*' -e 'HPCPROF_*' -e RANK -e LOCAL_RANK -e GROUP_RANK -e ROLE_RANK -e ROLE_NAME -e WORLD_SIZE -e LOCAL_WORLD_SIZE -e ROLE_WORLD_SIZE -e MASTER_ADDR -e MASTER_PORT -e 'TORCHELASTIC_*' -e 'TORCH_*' -e 'NCCL_*' -e CUDA_VISIBLE_DEVICES -e TMPDIR -e FI_MR_CACHE_MONITOR -e OMP_NUM_THREADS -e SLURM_CPU_BIND --mpi registry.nersc.gov/m1234/pytorch:24.05 "$RUN_DIR/rank_wrapper.sh" python3 train.py --epochs 1
+srun -N 2 -n 8 --ntasks-per-node 4 --kill-on-bad-exit=1 --mpi=pmi2 -c 32 --cpu-bind=cores podman-hpc run --rm --gpu --network=host --ipc=host -v /global/cfs/cdirs/m1234:/data:ro -v "$RUN_DIR:$RUN_DIR" -w "$PWD" -e 'PMI_*' -e 'PMIX_*' -e 'MPI_*' -e 'HYDI_*' -e 'PALS_*' -e 'OMPI_*' -e 'SLURM_*' -e 'HPCPROF_*' -e RANK -e LOCAL_RANK -e GROUP_RANK -e ROLE_RANK -e ROLE_NAME -e WORLD_SIZE -e LOCAL_WORLD_SIZE -e ROLE_WORLD_SIZE -e MASTER_ADDR -e MASTER_PORT -e 'TORCHELASTIC_*' -e 'TORCH_*' -e 'NCCL_*' -e CUDA_VISIBLE_DEVICES -e TMPDIR -e FI_MR_CACHE_MONITOR -e OMP_NUM_THREADS -e SLURM_CPU_BIND --mpi registry.nersc.gov/m1234/pytorch:24.05 "$RUN_DIR/rank_wrapper.sh" python3 train.py --epochs 1
 hp_rc=$?
 hp_status exit_code "$hp_rc"
 hp_status end "$(date +%s)"

@@ -32,7 +32,7 @@ export MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
 export MASTER_PORT=23612
 # ---- launch 8 ranks (2 nodes x 4) from the submit directory
 cd /pscratch/sd/u/user/hpcprof-runs/torch-app/20250101-120000-abc123 || exit 1
-srun -N 2 -n 8 --ntasks-per-node 4 --mpi=pmi2 -c 32 --cpu-bind=cores "$RUN_DIR/rank_wrapper.sh" shifter --image=docker:nersc/pytorch:24.05 --module=gpu --volume=/global/cfs/cdirs/m1234:/data python3 train.py --epochs 1
+srun -N 2 -n 8 --ntasks-per-node 4 --kill-on-bad-exit=1 --mpi=pmi2 -c 32 --cpu-bind=cores "$RUN_DIR/rank_wrapper.sh" shifter --image=docker:nersc/pytorch:24.05 --module=gpu --volume=/global/cfs/cdirs/m1234:/data python3 train.py --epochs 1
 hp_rc=$?
 hp_status exit_code "$hp_rc"
 hp_status end "$(date +%s)"
