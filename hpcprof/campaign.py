@@ -33,9 +33,11 @@ class Plan:
 
 
 def plan(experiment_file: Path, site: SiteConfig, overrides: list[str], workdir: Path,
-         templates: Path | None = None, max_points: int = MAX_POINTS) -> Plan:
+         templates: Path | None = None, max_points: int = MAX_POINTS, out_dir: Path | None = None) -> Plan:
     """Validate the experiment on `site`, expand the sweep and render every point (no writes);
-    each rendered job script's directives are parsed back and checked against the site limits."""
+    each rendered job script's directives are parsed back and checked against the site limits.
+    Run directories are WORKDIR/EXPERIMENT/RUN_ID, or with `out_dir` (`render -o`) OUT_DIR itself
+    (one point) or OUT_DIR/pNNN."""
     from hpcprof.config.directives import check_rendered
     from hpcprof.config.experiment import expand, load_experiment
     from hpcprof.render.job import render_point, template_dirs
@@ -48,7 +50,10 @@ def plan(experiment_file: Path, site: SiteConfig, overrides: list[str], workdir:
     runs = []
     for point in points:
         run_id = sweep_id if len(points) == 1 else f"{sweep_id}-p{point.index:03d}"
-        run_dir = (workdir / name / run_id).resolve()
+        if out_dir is None:
+            run_dir = (workdir / name / run_id).resolve()
+        else:
+            run_dir = (out_dir if len(points) == 1 else out_dir / f"p{point.index:03d}").resolve()
         rendered = render_point(point, site, run_dir, run_id, dirs, submit_dir=Path.cwd())
         check_rendered(site.scheduler, rendered.files["job.sh"], site.defaults.max_walltime,
                        site.node.max_nodes, f"experiment {experiment_file} point {point.index}")

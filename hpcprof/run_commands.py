@@ -99,27 +99,35 @@ def sites() -> None:
 @templates_option
 @max_points_option
 @click.option("-o", "--output", type=click.Path(file_okay=False, path_type=Path),
-              help="Write job.sh, rank_wrapper.sh and config.json per point here (default: print).")
+              help="Write each point's run directory here (DIR, or DIR/pNNN for a sweep): job.sh, "
+                   "rank_wrapper.sh, config.json and logs/, ready to submit by hand (default: print job.sh).")
 def render(experiment: Path, site_name: str, site_file: Path | None, overrides: tuple[str, ...],
            templates: Path | None, max_points: int, output: Path | None) -> None:
     """Render the job script and rank wrapper of EXPERIMENT for a site, without submitting."""
     from hpcprof import campaign
     from hpcprof.config.site import find_site
+    from hpcprof.render.job import write_files
 
     site = find_site(site_name, site_file)
-    planned = campaign.plan(experiment, site, list(overrides), Path("hpcprof-runs"), templates, max_points)
+    planned = campaign.plan(experiment, site, list(overrides), Path("hpcprof-runs"), templates, max_points,
+                            out_dir=output)
     if output is None:
         for run in planned.runs:
             click.echo(run.files["job.sh"])
         return
     for run in planned.runs:
-        target = output if len(planned.runs) == 1 else output / f"p{run.point.index:03d}"
-        target.mkdir(parents=True, exist_ok=True)
-        for name, content in run.files.items():
-            (target / name).write_text(content)
-            (target / name).chmod(0o755)
-        (target / "config.json").write_text(json.dumps(run.config, indent=1))
-        console.print(f"rendered {target}/job.sh and rank_wrapper.sh")
+        try:
+            write_files(run, run.run_dir)
+        except OSError as exc:
+            raise UserError(f"-o {output}: cannot write {exc.filename}: {exc.strerror}") from None
+        console.print(f"rendered {run.run_dir}: submit it as it is with "
+                      f"`{HAND_SUBMIT[site.scheduler]} {run.run_dir}/{HAND_SUBMIT_FILE.get(site.scheduler, 'job.sh')}`",
+                      markup=False)
+
+
+#: how a rendered run is submitted by hand, per scheduler
+HAND_SUBMIT = {"local": "bash", "slurm": "sbatch", "pbs": "qsub", "kubernetes": "kubectl apply -f"}
+HAND_SUBMIT_FILE = {"kubernetes": "mpijob.yaml"}
 
 
 @click.command()
@@ -254,3 +262,17 @@ def templates_copy(directory: Path) -> None:
     for path in sources:
         shutil.copyfile(path, directory / path.name)
         console.print(f"wrote {directory / path.name}", markup=False)
+
+
+@templates.command("vars")
+def templates_vars() -> None:
+    """The variables and filters the job and wrapper templates can use."""
+    from hpcprof.render.job import MANIFEST_VARS, TEMPLATE_FILTERS, TEMPLATE_VARS
+
+    width = max(map(len, [*TEMPLATE_VARS, *MANIFEST_VARS, *TEMPLATE_FILTERS]))
+    click.echo("Variables (every template):")
+    click.echo("\n".join(f"  {name:<{width}}  {text}" for name, text in TEMPLATE_VARS.items()))
+    click.echo("Variables (mpijob.yaml.j2 only):")
+    click.echo("\n".join(f"  {name:<{width}}  {text}" for name, text in MANIFEST_VARS.items()))
+    click.echo("Filters:")
+    click.echo("\n".join(f"  {name:<{width}}  {text}" for name, text in TEMPLATE_FILTERS.items()))

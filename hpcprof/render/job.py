@@ -84,13 +84,59 @@ def render_template(env: jinja2.Environment, name: str, context: dict[str, Any])
         raise UserError(f"template {where}: {exc.message}") from None
 
 
-def render_point(point: Point, site: SiteConfig, run_dir: Path, run_id: str,
-                 dirs: tuple[Path, ...], submit_dir: Path | None = None) -> RenderedRun:
-    """Render the job script and rank wrapper of one sweep point. Ranks start in `submit_dir`
-    (default: the run directory), so relative paths in a command's argv work as typed."""
+#: every variable the job and wrapper templates get, with what it holds (`hpcprof templates vars`)
+TEMPLATE_VARS: dict[str, str] = {
+    "version": "hpcprof's version",
+    "run_id": "the run id (sweep id, plus -pNNN for a sweep point)",
+    "experiment": "the experiment's name",
+    "site": "the site config: site.name, site.scheduler, site.node.gpus, site.launcher.kind, site.setup, "
+            "site.gpu_affinity, site.pbs_select, site.sbatch_options, site.pbs_options, ...",
+    "run_dir": "absolute path of the run directory (RUN_DIR in the job)",
+    "submit_dir": "where the ranks start (the directory `hpcprof submit` ran in)",
+    "env": "environment of the ranks: the site's env, then the experiment's (name -> value)",
+    "nodes": "resources.nodes",
+    "ranks_per_node": "ranks on each node",
+    "world_size": "nodes x ranks_per_node",
+    "walltime": "the walltime, HH:MM:SS",
+    "queue": "resources.queue, else the site's default",
+    "partition": "resources.partition, else the site's default (Slurm)",
+    "account": "resources.account, else the site's default",
+    "filesystems": "resources.filesystems, else the site's default (PBS)",
+    "constraint": "resources.constraint, else the site's default (Slurm)",
+    "job_name": "the job name (the experiment's name, at most 64 characters)",
+    "log_path": "the job's stdout/stderr file, RUN_DIR/logs/job.out",
+    "master_port": "a port for torch.distributed, fixed per run id",
+    "container": "the container config the ranks run in, or none",
+    "launcher": "the launcher's tokens up to the rank wrapper (srun/mpiexec/torchrun ...); use with | qjoin",
+    "rank_argv": "the workload's command after the wrapper; use with | qjoin",
+    "tool": "the profiler: nsys, ncu, torch or none",
+    "selection": "the profiled ranks as written (e.g. local:0+first-nodes:1)",
+    "condition": "the shell test that is true on a profiled rank",
+    "tool_path": "the nsys/ncu binary of the site",
+    "tool_args": "the profiler's options",
+    "torch_schedule": "torch.profiler's schedule (wait,warmup,active,repeat)",
+    "torch_gzip": "1 to gzip torch traces, else 0",
+}
+#: what mpijob.yaml.j2 (Kubernetes) gets besides TEMPLATE_VARS
+MANIFEST_VARS = {
+    "experiment_container": "the experiment's own container block (image, options), or none",
+    "k8s": "the site's kubernetes block (image, pvc, mount_path, namespace, gpu_resource, ...)",
+    "k8s_name": "the MPIJob's name (the run id as a Kubernetes name)",
+    "walltime_seconds": "the walltime in seconds (activeDeadlineSeconds)",
+    "rank_command": "launcher, rank wrapper and workload as one shell command line",
+}
+#: Jinja filters the templates may use
+TEMPLATE_FILTERS = {"q": "shell-quote one value", "qjoin": "shell-quote and join a list of tokens",
+                    "directive": "check a value that goes into a #PBS/#SBATCH line"}
+
+
+def template_context(point: Point, site: SiteConfig, run_dir: Path, run_id: str,
+                     submit_dir: Path | None = None) -> dict[str, Any]:
+    """The variables of the job and wrapper templates for one sweep point (see TEMPLATE_VARS).
+    Ranks start in `submit_dir` (default: the run directory), so relative paths in a command's
+    argv work as typed."""
     exp = point.experiment
     res = exp.resources
-    scheduler = get_scheduler(site.scheduler)
     python = resolve_python(site)
     profile = exp.profile
     tool_args: list[str] = []
@@ -108,7 +154,7 @@ def render_point(point: Point, site: SiteConfig, run_dir: Path, run_id: str,
     launcher, rank = wrap_launch(container, launch_argv(site, res.nodes, point.ranks_per_node),
                                  rank_argv(exp.workload.kind, exp.workload.argv, point.workload_args, python),
                                  sorted({**site.env, **exp.env}), submit_dir not in (None, run_dir))
-    context = {
+    return {
         "version": hpcprof.__version__,
         "run_id": run_id,
         "experiment": exp.name,
@@ -139,6 +185,16 @@ def render_point(point: Point, site: SiteConfig, run_dir: Path, run_id: str,
         "torch_schedule": profile.torch.schedule(),
         "torch_gzip": "1" if profile.torch.gzip else "0",
     }
+
+
+def render_point(point: Point, site: SiteConfig, run_dir: Path, run_id: str,
+                 dirs: tuple[Path, ...], submit_dir: Path | None = None) -> RenderedRun:
+    """Render the job script and rank wrapper of one sweep point."""
+    exp = point.experiment
+    profile = exp.profile
+    python = resolve_python(site)
+    scheduler = get_scheduler(site.scheduler)
+    context = template_context(point, site, run_dir, run_id, submit_dir)
     env = jinja_env(dirs)
     job = render_template(env, scheduler.template, context)
     wrapper = render_template(env, WRAPPER_TEMPLATE, context)
@@ -161,6 +217,20 @@ def render_point(point: Point, site: SiteConfig, run_dir: Path, run_id: str,
     return RenderedRun(run_id, run_dir, point, files, config)
 
 
+RUN_SUBDIRS = ("logs", "profiles", "results", "tmp")
+
+
+def write_files(rendered: RenderedRun, directory: Path) -> None:
+    """The run's files (executable), its config.json and the empty sub-directories under `directory`."""
+    for sub in RUN_SUBDIRS:
+        (directory / sub).mkdir(parents=True, exist_ok=True)
+    for name, content in rendered.files.items():
+        path = directory / name
+        path.write_text(content)
+        os.chmod(path, 0o755)
+    (directory / "config.json").write_text(json.dumps(rendered.config, indent=1))
+
+
 def write_run(rendered: RenderedRun) -> Path:
     """Create the run directory atomically: build it under a temporary name, then rename."""
     final = rendered.run_dir
@@ -168,13 +238,7 @@ def write_run(rendered: RenderedRun) -> Path:
         raise UserError(f"run directory {final} already exists")
     tmp = final.with_name(f".{final.name}.tmp")
     try:
-        for sub in ("logs", "profiles", "results", "tmp"):
-            (tmp / sub).mkdir(parents=True, exist_ok=True)
-        for name, content in rendered.files.items():
-            path = tmp / name
-            path.write_text(content)
-            os.chmod(path, 0o755)
-        (tmp / "config.json").write_text(json.dumps(rendered.config, indent=1))
+        write_files(rendered, tmp)
         tmp.rename(final)
     except OSError as exc:
         shutil.rmtree(tmp, ignore_errors=True)
