@@ -21,6 +21,7 @@ from hpcprof.errors import UserError
 from hpcprof.rundir import RunDir, all_runs, find_run
 
 if TYPE_CHECKING:
+    from hpcprof.config.site import SiteConfig
     from hpcprof.schedulers.base import JobState
     from hpcprof.store import Store
 
@@ -137,13 +138,16 @@ HAND_SUBMIT_FILE = {"kubernetes": "mpijob.yaml"}
 @set_option
 @templates_option
 @max_points_option
-@workdir_option
+@click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              callback=lambda ctx, param, value: None if value is None else _workdir(value),
+              help="Where run directories (and the default SQLite store) live [default: $HPCPROF_WORKDIR, "
+                   "else the site's workdir:, else ./hpcprof-runs].")
 @db_option
 @click.option("--dry-run", is_flag=True, help="Validate and render, print the plan, write nothing.")
 @click.option("--wait", is_flag=True, help="Wait until every run ends (local runs: in the foreground; "
               "Ctrl-C cancels the run).")
 def submit(experiment: Path, site_name: str, site_file: Path | None, overrides: tuple[str, ...],
-           templates: Path | None, max_points: int, workdir: Path, db: str | None, dry_run: bool,
+           templates: Path | None, max_points: int, workdir: Path | None, db: str | None, dry_run: bool,
            wait: bool) -> None:
     """Render EXPERIMENT (every sweep point) for a site and submit it."""
     from hpcprof import campaign
@@ -151,6 +155,8 @@ def submit(experiment: Path, site_name: str, site_file: Path | None, overrides: 
     from hpcprof.render.containers import check_runtimes
 
     site = find_site(site_name, site_file)
+    from_site = workdir is None and "HPCPROF_WORKDIR" not in os.environ and site.workdir is not None
+    workdir = submit_workdir(workdir, site, experiment, overrides)
     planned = campaign.plan(experiment, site, list(overrides), workdir, templates, max_points)
     check_runtimes(site, [run.point.experiment.container for run in planned.runs])
     if dry_run:
@@ -168,11 +174,31 @@ def submit(experiment: Path, site_name: str, site_file: Path | None, overrides: 
             console.print(f"{run.run_id}: interrupted, run cancelled; later points not submitted", markup=False)
             sys.exit(130)
         console.print(f"submitted {run.run_id} as {job_id}", markup=False)
+    if from_site:
+        console.print(f"runs are under {workdir} (site {site.name}'s workdir): give status, collect and report "
+                      f"--workdir {workdir}, or export HPCPROF_WORKDIR={workdir}", markup=False)
     if wait:
         final = [campaign.wait(run, store) for run in run_dirs]
         show_states(list(zip(run_dirs, final)), "table")
         if any(s.state != "COMPLETED" for s in final):
             sys.exit(1)
+
+
+def submit_workdir(given: Path | None, site: SiteConfig, experiment: Path, overrides: tuple[str, ...]) -> Path:
+    """--workdir, else $HPCPROF_WORKDIR, else the site's `workdir:` (its {account} from the
+    experiment's resources or the site's defaults), else ./hpcprof-runs."""
+    if given is not None:
+        return given
+    if os.environ.get("HPCPROF_WORKDIR"):
+        return _workdir(Path(os.environ["HPCPROF_WORKDIR"]))
+    if site.workdir is None:
+        return Path("hpcprof-runs")
+    from hpcprof.config.experiment import load_experiment
+    from hpcprof.config.site import expand_workdir
+
+    resources = load_experiment(experiment, list(overrides)).get("resources") or {}
+    account = resources.get("account") if isinstance(resources, dict) else None
+    return expand_workdir(site, account if isinstance(account, str) else site.defaults.account)
 
 
 def show_states(pairs: list[tuple[RunDir, JobState]], fmt: str) -> None:

@@ -27,10 +27,10 @@ POLARIS_DIR = "/lus/eagle/projects/datascience/hpcprof-runs/torch-app/" + RUN_ID
 PERLMUTTER_DIR = "/pscratch/sd/u/user/hpcprof-runs/torch-app/" + RUN_ID
 
 
-def experiment(container: dict[str, Any], tool: str = "nsys") -> dict[str, Any]:
+def experiment(container: dict[str, Any], tool: str = "nsys", account: str = "datascience") -> dict[str, Any]:
     return {"name": "torch-app",
             "workload": {"kind": "command", "argv": ["python3", "train.py", "--epochs", "1"]},
-            "resources": {"nodes": 2, "walltime": "00:10:00", "account": "datascience"},
+            "resources": {"nodes": 2, "walltime": "00:10:00", "account": account},
             "profile": {"tool": tool, "ranks": "local:0"},
             "container": container}
 
@@ -82,7 +82,7 @@ def test_perlmutter_podman_hpc() -> None:
     # podman starts containers with a clean environment, so the rank variables go in with -e.
     container = {"runtime": "podman-hpc", "image": "registry.nersc.gov/m1234/pytorch:24.05",
                  "gpu": True, "options": ["--mpi"], "mounts": ["/global/cfs/cdirs/m1234:/data:ro"]}
-    script = job_script(experiment(container), find_site("perlmutter"), PERLMUTTER_DIR)
+    script = job_script(experiment(container, account="m1234_g"), find_site("perlmutter"), PERLMUTTER_DIR)
     check_golden("perlmutter_podman_hpc_container_job.sh", script)
     argv = launch(script)
     head = argv.index("podman-hpc")
@@ -100,7 +100,7 @@ def test_perlmutter_shifter_profiler_outside() -> None:
     # Here nsys is the host's (profiler: outside): srun -> wrapper -> nsys -> shifter -> python.
     container = {"runtime": "shifter", "image": "docker:nersc/pytorch:24.05", "gpu": True,
                  "profiler": "outside", "mounts": ["/global/cfs/cdirs/m1234:/data"]}
-    script = job_script(experiment(container), find_site("perlmutter"), PERLMUTTER_DIR)
+    script = job_script(experiment(container, account="m1234_g"), find_site("perlmutter"), PERLMUTTER_DIR)
     check_golden("perlmutter_shifter_container_job.sh", script)
     argv = launch(script)
     assert argv[0] == "srun" and "shifter" not in argv[:argv.index("WRAPPER")]

@@ -18,7 +18,10 @@ EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
 def test_example_renders(example: Path, site_name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(REPO)
-    planned = plan(example, find_site(site_name), [], tmp_path)
+    site = find_site(site_name)
+    # an example's account is Polaris's; a site whose GPU accounts carry a suffix gets one of its own
+    overrides = [f"resources.account=m1234{site.gpu_account_suffix}"] if site.gpu_account_suffix else []
+    planned = plan(example, site, overrides, tmp_path)
     assert planned.runs and all("rank_wrapper.sh" in r.files["job.sh"] for r in planned.runs)
     assert not any(tmp_path.iterdir()), "planning must not write"
 

@@ -19,7 +19,7 @@ from hpcprof.config import MAX_POINTS
 from hpcprof.config.profile import ProfileConfig
 from hpcprof.config.container import ContainerConfig
 from hpcprof.config.directives import check_fields, walltime_seconds
-from hpcprof.config.site import EnvValue, SiteConfig, Strict, check_directive, check_env, check_text, check_walltime
+from hpcprof.config.site import EnvValue, QueueLimits, SiteConfig, Strict, check_directive, check_env, check_text, check_walltime
 from hpcprof.config.validation import load_yaml, parse_yaml, validate
 from hpcprof.errors import UserError
 from hpcprof.workloads import workload_args_model
@@ -215,6 +215,39 @@ def expand(data: dict[str, Any], site: SiteConfig, source: str, max_points: int 
     return points
 
 
+def check_queue(site: SiteConfig, queue: str | None, nodes: int, walltime: str, where: str) -> None:
+    """The job fits its queue's limits in the site config (none listed: nothing to check);
+    otherwise one line naming the field, the limit and the queues that would take it."""
+    if not site.queues or queue is None:
+        return
+    name = queue.split("@")[0]                  # PBS queue@server
+    if name not in site.queues:
+        raise UserError(f"{where}: field 'resources.queue': {name} is not a queue of site {site.name} "
+                        f"(known: {', '.join(site.queues)}); add it under `queues:` in the site config")
+    seconds = walltime_seconds(walltime)
+
+    def fits(limits: QueueLimits) -> str:
+        low, high, longest = limits.limits_for(nodes)
+        if nodes < low or (high is not None and nodes > high):
+            return "nodes"
+        if longest and seconds > walltime_seconds(longest):
+            return "walltime"
+        return ""
+
+    problem = fits(site.queues[name])
+    if not problem:
+        return
+    others = [q for q, limits in site.queues.items() if q != name and not fits(limits)]
+    hint = f"; queues that take it: {', '.join(others)} (--set resources.queue=...)" if others else ""
+    low, high, longest = site.queues[name].limits_for(nodes)
+    if problem == "nodes":
+        span = f"{low}-{high}" if high is not None else f"at least {low}"
+        raise UserError(f"{where}: field 'resources.nodes': {nodes} nodes, but queue {name} of site "
+                        f"{site.name} takes {span} nodes{hint}")
+    raise UserError(f"{where}: field 'resources.walltime': {walltime}, but queue {name} of site {site.name} "
+                    f"allows at most {longest} for {nodes} nodes{hint}")
+
+
 def resolve_point(index: int, params: dict[str, Any], experiment: Experiment, workload_args: Any,
                   site: SiteConfig, where: str) -> Point:
     """Fill site defaults and check the resources are possible on the site."""
@@ -237,6 +270,12 @@ def resolve_point(index: int, params: dict[str, Any], experiment: Experiment, wo
     if site.defaults.max_walltime and walltime_seconds(walltime) > walltime_seconds(site.defaults.max_walltime):
         raise UserError(f"{where}: field 'resources.walltime': {walltime} exceeds the site maximum "
                         f"{site.defaults.max_walltime}")
+    check_queue(site, res.queue or site.defaults.queue, res.nodes, walltime, where)
+    account = res.account or site.defaults.account
+    if site.gpu_account_suffix and site.node.gpus and account and not account.endswith(site.gpu_account_suffix):
+        raise UserError(f"{where}: field 'resources.account': {account} is not a GPU allocation; GPU jobs on "
+                        f"{site.name} charge accounts ending in {site.gpu_account_suffix}: use "
+                        f"{account}{site.gpu_account_suffix}")
     selection = experiment.profile.selection
     world = res.nodes * ranks_per_node
     expected = getattr(workload_args, "world_size", None)

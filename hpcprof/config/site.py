@@ -144,6 +144,38 @@ class Defaults(Strict):
         classmethod(lambda cls, v: check_directive(v)))
 
 
+class QueueLimits(Strict):
+    """What one queue (PBS -q) or QOS (Slurm --qos) accepts; `by_nodes` splits a routing queue
+    (Polaris `prod`) into node ranges with their own walltime maxima, smallest first."""
+
+    min_nodes: int = Field(1, ge=1, le=1 << 24)
+    max_nodes: int | None = Field(None, ge=1, le=1 << 24)
+    max_walltime: str | None = None
+    by_nodes: list["NodeRange"] = []
+
+    _walltime = field_validator("max_walltime")(classmethod(lambda cls, v: check_walltime(v)))
+
+    def limits_for(self, nodes: int) -> tuple[int, int | None, str | None]:
+        """(min nodes, max nodes, max walltime) that apply to a job of `nodes` nodes."""
+        for part in self.by_nodes:
+            if nodes <= part.max_nodes:
+                return self.min_nodes, self.max_nodes, part.max_walltime
+        return self.min_nodes, self.max_nodes, self.max_walltime
+
+
+class NodeRange(Strict):
+    """Jobs of up to `max_nodes` nodes in a routing queue, and their walltime maximum."""
+
+    max_nodes: int = Field(ge=1, le=1 << 24)
+    max_walltime: str
+
+    _walltime = field_validator("max_walltime")(classmethod(lambda cls, v: check_walltime(v)))
+
+
+#: `workdir:` of a site: text, {account} and {user}, and $VAR / ${VAR} (no command substitution)
+WORKDIR = re.compile(r"[A-Za-z0-9_.~/+\-{}$]+")
+
+
 class ToolPaths(Strict):
     """Executables used on the compute nodes."""
 
@@ -172,6 +204,17 @@ class SiteConfig(Strict):
     pbs_options: list[str] = []         # extra #PBS lines, e.g. "-r y"
     container: ContainerConfig | None = None  # run ranks in an image (hpcprof.config.container)
     kubernetes: KubernetesConfig | None = None  # scheduler: kubernetes (MPIJob, PVC, image)
+    queues: dict[str, QueueLimits] = {}  # queue (PBS) / QOS (Slurm) -> its limits, checked at render
+    gpu_account_suffix: str | None = None  # GPU jobs charge accounts ending so (Perlmutter: "_g")
+    workdir: str | None = None          # default work directory: /eagle/{account}/hpcprof, $PSCRATCH/hpcprof
+
+    @field_validator("workdir")
+    @classmethod
+    def _workdir(cls, value: str | None) -> str | None:
+        if value is not None and not WORKDIR.fullmatch(value):
+            raise ValueError(f"{value!r}: a path of letters, digits and ._/+-~, {{account}}, {{user}} and "
+                             "$VAR only, e.g. /eagle/{account}/hpcprof or $PSCRATCH/hpcprof")
+        return value
 
     _env = field_validator("env")(classmethod(lambda cls, v: check_env(v)))
     _select = field_validator("pbs_select")(classmethod(lambda cls, v: check_directive(v)))
@@ -185,6 +228,27 @@ class SiteConfig(Strict):
         except UserError as exc:  # UserError -> pydantic's one error naming the field
             raise ValueError(exc.format_message()) from None
         return self
+
+
+def expand_workdir(site: SiteConfig, account: str | None) -> Path:
+    """The site's `workdir:` with {account}, {user} and $VAR / ${VAR} filled in; a field or
+    variable without a value is a one-line error naming it."""
+    import getpass
+
+    template = site.workdir or ""
+    if "{account}" in template and not account:
+        raise UserError(f"site {site.name}: workdir {template} needs an account; set resources.account "
+                        "(or the site's defaults.account), or give --workdir")
+    text = template.replace("{account}", account or "").replace("{user}", getpass.getuser())
+
+    def variable(match: re.Match[str]) -> str:
+        name = match[1] or match[2]
+        if name not in os.environ:
+            raise UserError(f"site {site.name}: workdir {template} uses ${name}, which is not set here; "
+                            f"set it or give --workdir")
+        return os.environ[name]
+
+    return Path(re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)", variable, text)).expanduser()
 
 
 def shipped_site_dir() -> Path:

@@ -20,7 +20,7 @@ hp_status host "$(hostname)"
 hp_status job_id "${PBS_JOBID:-${SLURM_JOB_ID:-$$}}"
 
 # ---- site setup (perlmutter)
-module load pytorch
+module load pytorch/2.3.1
 set -u  # after the site setup: module and conda activate scripts use unset variables
 # ---- environment
 export FI_MR_CACHE_MONITOR=userfaultfd

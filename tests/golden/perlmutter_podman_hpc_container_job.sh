@@ -4,7 +4,7 @@
 #SBATCH --ntasks-per-node=4
 #SBATCH --time=00:10:00
 #SBATCH --qos=regular
-#SBATCH --account=datascience
+#SBATCH --account=m1234_g
 #SBATCH --constraint=gpu
 #SBATCH --gpus-per-node=4
 #SBATCH --cpus-per-task=32
@@ -20,7 +20,7 @@ hp_status host "$(hostname)"
 hp_status job_id "${PBS_JOBID:-${SLURM_JOB_ID:-$$}}"
 
 # ---- site setup (perlmutter)
-module load pytorch
+module load pytorch/2.3.1
 set -u  # after the site setup: module and conda activate scripts use unset variables
 # ---- environment
 export FI_MR_CACHE_MONITOR=userfaultfd

@@ -20,7 +20,7 @@ hp_status job_id "${PBS_JOBID:-${SLURM_JOB_ID:-$$}}"
 
 # ---- site setup (polaris)
 module use /soft/modulefiles
-module load conda
+module load conda/2024-04-29
 conda activate
 set -u  # after the site setup: module and conda activate scripts use unset variables
 # ---- environment
