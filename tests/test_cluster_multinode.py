@@ -1,7 +1,9 @@
 """Multi-node runs on a real Slurm of two nodes (tests/services/slurm-cluster.sh): each node a
 slurmd in its own network and UTS namespace, so ranks see two hosts with their own names and
-addresses. Through `hpcprof submit` with srun (PMI2): seqpar on 2 nodes x 2 ranks (gloo across
-the namespaces), rank selection across nodes, and a node lost in the middle of a run.
+addresses. Through `hpcprof submit`: seqpar on 2 nodes x 2 ranks (gloo across the namespaces) with
+srun (PMI2), with torchrun per node (srun starts the agents, c10d rendezvous on the first node) and
+with MPICH's Hydra mpiexec across the allocation; rank selection across nodes under each; srun
+with PMIx; and a node lost in the middle of a run.
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ from slurm_cluster import poll
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "tests" / "services" / "slurm-cluster.sh"
-SITE = REPO / "tests" / "data" / "sites" / "slurm-cluster.yaml"
+SITES = REPO / "tests" / "data" / "sites"
+SITE = SITES / "slurm-cluster.yaml"
+LAUNCHERS = {"srun": SITE, "torchrun": SITES / "slurm-cluster-torchrun.yaml", "hydra": SITES / "slurm-cluster-hydra.yaml"}
 SEQPAR = REPO / "examples" / "seqpar_cpu.yaml"
 CONF = Path("/var/lib/slurm-cluster/slurm.conf")
 
@@ -45,8 +49,9 @@ def hpcprof(env: dict[str, str], workdir: Path, *args: str, timeout: float = 300
                           check=False)
 
 
-def submit(env: dict[str, str], workdir: Path, *args: str) -> tuple[str, int]:
-    proc = hpcprof(env, workdir, "submit", str(SEQPAR), "--site-file", str(SITE), "--set", "resources.nodes=2",
+def submit(env: dict[str, str], workdir: Path, *args: str, site: Path = SITE,
+           experiment: Path = SEQPAR) -> tuple[str, int]:
+    proc = hpcprof(env, workdir, "submit", str(experiment), "--site-file", str(site), "--set", "resources.nodes=2",
                    *args)
     match = re.search(r"submitted (\S+) as (\S+)", proc.stderr)
     assert match, f"no submission (rc {proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
@@ -70,29 +75,59 @@ def profiled_ranks(path: Path) -> set[int]:
             for m in re.finditer(r"hpcprof: rank (\d+) \(local \d+\) on \S+ runs under", log.read_text())}
 
 
-def test_seqpar_on_two_nodes_with_srun(cluster: dict[str, str], tmp_path: Path) -> None:
+@pytest.mark.parametrize(("launcher", "reported"), [("srun", "mpi"), ("torchrun", "torchrun"), ("hydra", "mpi")])
+def test_seqpar_on_two_nodes(cluster: dict[str, str], tmp_path: Path, launcher: str, reported: str) -> None:
+    """2 nodes x 2 ranks: the rank -> host map is the launcher's (block: ranks 0-1 on node1), the
+    gloo rendezvous at $MASTER_ADDR (node1, from scontrol) is reached from both nodes."""
     workdir = tmp_path / "runs"
-    run_id, rc = submit(cluster, workdir, "--wait")
-    assert rc == 0, status(cluster, workdir, run_id)
+    run_id, rc = submit(cluster, workdir, "--wait", site=LAUNCHERS[launcher])
+    assert rc == 0, (status(cluster, workdir, run_id), (run_dir(workdir, run_id) / "logs" / "job.out").read_text()[-2000:])
     assert status(cluster, workdir, run_id)["state"] == "COMPLETED"
     results = json.loads((run_dir(workdir, run_id) / "results" / "seqpar.json").read_text())
     hosts = {r["rank"]: r["host"] for r in results["ranks"]}
-    assert hosts == {0: "node1", 1: "node1", 2: "node2", 3: "node2"}   # srun's block distribution
-    collected = hpcprof(cluster, workdir, "collect", run_id)
-    assert collected.returncode == 0, collected.stderr
+    assert hosts == {0: "node1", 1: "node1", 2: "node2", 3: "node2"}
+    assert results["versions"]["launcher"] == reported and results["config"]["world_size"] == 4
+    job = (run_dir(workdir, run_id) / "job.sh").read_text()
+    assert 'export MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"' in job
+    if launcher == "srun":
+        collected = hpcprof(cluster, workdir, "collect", run_id)
+        assert collected.returncode == 0, collected.stderr
 
 
+@pytest.mark.parametrize("launcher", ["srun", "torchrun", "hydra"])
 @pytest.mark.parametrize(("ranks", "expected"), [("local:0", {0, 2}), ("local:0+first-nodes:1", {0})])
-def test_rank_selection_across_nodes(cluster: dict[str, str], tmp_path: Path, ranks: str,
+def test_rank_selection_across_nodes(cluster: dict[str, str], tmp_path: Path, launcher: str, ranks: str,
                                      expected: set[int]) -> None:
     workdir = tmp_path / "runs"
     run_id, rc = submit(cluster, workdir, "--wait", "--set", "profile.tool=torch",
-                        "--set", f"profile.ranks={ranks}", "--set", "workload.args.iterations=8")
+                        "--set", f"profile.ranks={ranks}", "--set", "workload.args.iterations=8",
+                        site=LAUNCHERS[launcher])
     assert rc == 0
     path = run_dir(workdir, run_id)
     assert profiled_ranks(path) == expected
     traces = {int(m[1]) for p in (path / "profiles" / "torch").iterdir() if (m := re.search(r"rank(\d+)", p.name))}
     assert traces == expected
+
+
+PMIX_HELLO = REPO / "tests" / "data" / "pmix_hello.yaml"
+
+
+def test_srun_with_pmix(cluster: dict[str, str], tmp_path: Path) -> None:
+    """srun --mpi=pmix (Slurm's pmix_v4 plugin): the wrapper takes each rank from PMIX_RANK, the
+    ranks are spread over both nodes. (The PyPI MPICH wheel has no PMIx client, so MPI programs
+    such as seqpar cannot run under it here: MPICH aborts with "unsupported PMI version PMIx".)"""
+    plugins = subprocess.run(["srun", "--mpi=list"], capture_output=True, text=True, env=cluster, check=False)
+    assert "pmix" in plugins.stdout + plugins.stderr, "Debian's slurm-wlm lists the pmix plugin"
+    workdir = tmp_path / "runs"
+    run_id, rc = submit(cluster, workdir, "--wait", site=SITES / "slurm-cluster-pmix.yaml", experiment=PMIX_HELLO)
+    path = workdir / "pmix-hello" / run_id
+    assert rc == 0, (path / "logs" / "job.out").read_text()[-2000:]
+    seen = {}
+    for rank in range(4):
+        match = re.search(r"rank (\d+) pmix (\d+) on (\S+)", (path / "logs" / f"rank{rank}.log").read_text())
+        assert match, rank
+        seen[int(match[1])] = (int(match[2]), match[3])
+    assert seen == {0: (0, "node1"), 1: (1, "node1"), 2: (2, "node2"), 3: (3, "node2")}
 
 
 def test_node_lost_mid_run(cluster: dict[str, str], tmp_path: Path) -> None:

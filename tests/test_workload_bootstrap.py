@@ -12,7 +12,7 @@ from hpcprof.errors import UserError
 from hpcprof.workloads import args, bootstrap, options, seqpar, timing
 
 LAUNCHER_VARS = [*bootstrap.GLOBAL_RANK_VARS, *bootstrap.LOCAL_RANK_VARS, *bootstrap.MPI_MARKERS,
-                 "HPCPROF_RANK", "HPCPROF_LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "SLURM_NTASKS"]
+                 "HPCPROF_RANK", "HPCPROF_LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "SLURM_NTASKS", "TORCHELASTIC_RUN_ID"]
 
 
 @pytest.fixture
@@ -28,6 +28,16 @@ def test_single_process_layout(bare_env: pytest.MonkeyPatch) -> None:
 
 def test_torchrun_layout(bare_env: pytest.MonkeyPatch) -> None:
     for name, value in {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "MASTER_ADDR": "n1"}.items():
+        bare_env.setenv(name, value)
+    assert bootstrap.discover_layout() == bootstrap.RankLayout(3, 4, 1, "torchrun")
+
+
+def test_torchrun_workers_started_by_srun_are_not_mpi_ranks(bare_env: pytest.MonkeyPatch) -> None:
+    """srun starts one torchrun agent per node; its workers inherit srun's PMI variables and
+    SLURM_LOCALID=0, but their rank and local rank are torchrun's (MPI_Init would fail there)."""
+    for name, value in {"TORCHELASTIC_RUN_ID": "none", "RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1",
+                        "MASTER_ADDR": "node1", "PMI_FD": "13", "PMI_RANK": "1", "SLURM_PROCID": "1",
+                        "SLURM_LOCALID": "0"}.items():
         bare_env.setenv(name, value)
     assert bootstrap.discover_layout() == bootstrap.RankLayout(3, 4, 1, "torchrun")
 

@@ -114,7 +114,7 @@ def torchrun(site: SiteConfig, nodes: int, ppn: int) -> list[str]:
         return [*run, "--standalone", "--no-python", *site.launcher.extra_args]
     rdzv = ["--rdzv-backend=c10d", Raw('--rdzv-endpoint="$MASTER_ADDR:$MASTER_PORT"'), "--no-python"]
     if site.scheduler == "slurm":
-        prefix = ["srun", "-N", str(nodes), "--ntasks-per-node=1", "--kill-on-bad-exit=1"]
+        prefix = ["srun", "-N", str(nodes), "-n", str(nodes), "--ntasks-per-node=1", "--kill-on-bad-exit=1"]
     elif site.scheduler == "pbs":
         prefix = ["mpiexec", "-n", str(nodes), "--ppn", "1"]
     else:

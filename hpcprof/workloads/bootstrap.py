@@ -88,6 +88,10 @@ def discover_layout() -> RankLayout:
     """Rank, size and local rank of this process, from the launcher (MPI is asked when present)."""
     env = os.environ
     local_rank = local_rank_from_env()
+    torchrun = "TORCHELASTIC_RUN_ID" in env and "RANK" in env and "WORLD_SIZE" in env
+    if torchrun:      # a torchrun worker, also where srun/mpiexec started the agent (their PMI variables leak in)
+        local = _first_int(("HPCPROF_LOCAL_RANK", "LOCAL_RANK"))
+        return RankLayout(int(env["RANK"]), int(env["WORLD_SIZE"]), local or 0, "torchrun")
     if any(name in env for name in MPI_MARKERS):
         from mpi4py import MPI
 

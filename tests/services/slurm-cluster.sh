@@ -24,8 +24,9 @@ die() { echo "slurm-cluster.sh: $*" >&2; exit 1; }
 alive() { [ -f "$1" ] && grep -qa slurm "/proc/$(cat "$1")/cmdline" 2>/dev/null; }   # a Slurm daemon, not a reused PID
 
 install() {
-  command -v slurmctld >/dev/null && command -v munged >/dev/null && return
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends slurm-wlm munge >/dev/null
+  # libpmix-dev: srun --mpi=pmix (Slurm's pmix_v4 plugin) opens the unversioned libpmix.so
+  command -v slurmctld >/dev/null && command -v munged >/dev/null && ldconfig -p | grep -q 'libpmix.so ' && return
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends slurm-wlm munge libpmix-dev >/dev/null
 }
 
 network() {
@@ -85,6 +86,7 @@ SlurmdTimeout=10
 Waittime=0
 MailProg=/bin/true
 SlurmdParameters=config_overrides
+TmpFS=$STATE/nodetmp
 EOF
     for k in $(seq 1 "$NODES"); do
       echo "NodeName=node$k NodeAddr=$NET.$((10 + k)) CPUs=$CPUS RealMemory=1000 State=UNKNOWN"
@@ -103,10 +105,13 @@ start() {
   for k in $(seq 1 "$NODES"); do
     alive "$STATE/node$k.pid" && continue
     # its own network (nsenter into the netns; not ip netns exec, which mounts a fresh /sys without
-    # the cgroup mounts slurmd reads) and hostname (unshare --uts); neither forks: $! is slurmd
-    mkdir -p "$STATE/spool.node$k"
-    SLURM_CONF=$CONF setsid nsenter --net="/var/run/netns/hpn$k" unshare --uts sh -c \
-      "hostname node$k && exec /usr/sbin/slurmd -D -N node$k -f $CONF" >/dev/null 2>&1 < /dev/null &
+    # the cgroup mounts slurmd reads), hostname (unshare --uts) and TmpFS (a mount namespace binding
+    # its own directory on $STATE/nodetmp: the nodes share /tmp, where PMIx's per-step directories
+    # would collide); none of them forks: $! is slurmd
+    mkdir -p "$STATE/spool.node$k" "$STATE/nodetmp" "$STATE/tmp.node$k"
+    SLURM_CONF=$CONF setsid nsenter --net="/var/run/netns/hpn$k" unshare --uts --mount --propagation private sh -c \
+      "mount --bind $STATE/tmp.node$k $STATE/nodetmp && hostname node$k && exec /usr/sbin/slurmd -D -N node$k -f $CONF" \
+      >/dev/null 2>&1 < /dev/null &
     echo $! > "$STATE/node$k.pid"
   done
   for _ in $(seq 1 100); do
