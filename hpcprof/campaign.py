@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
 from hpcprof.config import MAX_POINTS
 from hpcprof.errors import UserError
@@ -16,6 +17,7 @@ from hpcprof.schedulers.base import UNKNOWN, JobState
 from hpcprof.schedulers.local import LocalScheduler
 
 if TYPE_CHECKING:  # plan/write import the models and the renderer when they run: status stays light
+    from hpcprof.config.experiment import Point
     from hpcprof.config.site import SiteConfig
     from hpcprof.render.job import RenderedRun
     from hpcprof.store import Store
@@ -38,12 +40,19 @@ def plan(experiment_file: Path, site: SiteConfig, overrides: list[str], workdir:
     each rendered job script's directives are parsed back and checked against the site limits.
     Run directories are WORKDIR/EXPERIMENT/RUN_ID, or with `out_dir` (`render -o`) OUT_DIR itself
     (one point) or OUT_DIR/pNNN."""
-    from hpcprof.config.directives import check_rendered
     from hpcprof.config.experiment import expand, load_experiment
+
+    source = f"experiment {experiment_file}"
+    points = expand(load_experiment(experiment_file, overrides), site, source, max_points)
+    return plan_points(points, site, workdir, templates, source, out_dir)
+
+
+def plan_points(points: list[Point], site: SiteConfig, workdir: Path, templates: Path | None, source: str,
+                out_dir: Path | None = None, submit_dir: Path | None = None) -> Plan:
+    """Render resolved points into a Plan (see `plan`)."""
+    from hpcprof.config.directives import check_rendered
     from hpcprof.render.job import render_point, template_dirs
 
-    data = load_experiment(experiment_file, overrides)
-    points = expand(data, site, f"experiment {experiment_file}", max_points)
     dirs = template_dirs(site, templates)
     sweep_id = new_run_id()
     name = points[0].experiment.name
@@ -54,11 +63,56 @@ def plan(experiment_file: Path, site: SiteConfig, overrides: list[str], workdir:
             run_dir = (workdir / name / run_id).resolve()
         else:
             run_dir = (out_dir if len(points) == 1 else out_dir / f"p{point.index:03d}").resolve()
-        rendered = render_point(point, site, run_dir, run_id, dirs, submit_dir=Path.cwd())
+        rendered = render_point(point, site, run_dir, run_id, dirs, submit_dir=submit_dir or Path.cwd())
         check_rendered(site.scheduler, rendered.files["job.sh"], site.defaults.max_walltime,
-                       site.node.max_nodes, f"experiment {experiment_file} point {point.index}")
+                       site.node.max_nodes, f"{source} point {point.index}")
         runs.append(rendered)
     return Plan(sweep_id, name, site, points[0].experiment.sweep, runs)
+
+
+def plan_resubmit(runs: list[RunDir], workdir: Path) -> Plan:
+    """New runs re-rendered from old ones (their site and resolved point, as config.json keeps
+    them), in one new sweep; each new config.json names the run it replaces (`resubmit_of`)."""
+    from hpcprof.config.experiment import expand
+    from hpcprof.config.site import SiteConfig
+
+    configs = [run.config for run in runs]
+    sites = {json.dumps(c["site"], sort_keys=True) for c in configs}
+    if len(sites) > 1:
+        raise UserError("resubmit: the runs were submitted to different site configs; resubmit them one site at a time")
+    site = SiteConfig.model_validate_json(sites.pop())
+    points = []
+    for index, (run, config) in enumerate(zip(runs, configs)):
+        data = {**config["experiment"], "sweep": {}, "repeat": 1}
+        (point,) = expand(data, site, f"run {run.run_id}", 1)
+        points.append(point.model_copy(update={"index": index, "params": config["sweep_point"]["params"]}))
+    submit_dir = configs[0].get("submit_dir")             # where the first submit ran (relative argv paths)
+    planned = plan_points(points, site, workdir, None, "resubmit", submit_dir=Path(submit_dir) if submit_dir else None)
+    for rendered, old in zip(planned.runs, runs):
+        rendered.config["resubmit_of"] = old.run_id
+    return planned
+
+
+#: the experiment name of `collect --submit` jobs
+COLLECT_JOB = "hpcprof-collect"
+#: the states `resubmit --failed` takes
+RESUBMITTABLE = frozenset({"FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
+                           "NOT_SUBMITTED"})
+
+
+def plan_collect(runs: list[RunDir], site: SiteConfig, workdir: Path, db: str | None, workers: int,
+                 walltime: str) -> Plan:
+    """A one-rank run of `hpcprof collect RUN... --workdir W [--db URL]` on `site` (the URL only
+    when given on the command line: a job script must not copy a password from $HPCPROF_DB)."""
+    from hpcprof.config.experiment import expand
+    from hpcprof.render.job import resolve_python
+
+    argv = [resolve_python(site), "-m", "hpcprof", "collect", *(run.run_id for run in runs),
+            "--workdir", str(workdir.resolve()), "--workers", str(workers), *(["--db", db] if db else [])]
+    data = {"name": COLLECT_JOB, "workload": {"kind": "command", "argv": argv},
+            "resources": {"nodes": 1, "ranks_per_node": 1, "walltime": walltime}}
+    points = expand(data, site, "collect --submit")
+    return plan_points(points, site, workdir, None, "collect --submit", submit_dir=workdir.resolve())
 
 
 def write(plan_: Plan, store: Store) -> list[RunDir]:
@@ -75,6 +129,7 @@ def write(plan_: Plan, store: Store) -> list[RunDir]:
              "experiment": plan_.experiment, "site": plan_.site.name, "run_dir": str(r.run_dir),
              "world_size": r.point.world_size, "profile_tool": r.point.experiment.profile.tool}
             for r in plan_.runs])
+        store.link_resubmits({r.run_id: r.config["resubmit_of"] for r in plan_.runs if "resubmit_of" in r.config})
     except BaseException:
         for run in run_dirs:
             shutil.rmtree(run.path, ignore_errors=True)
@@ -82,10 +137,12 @@ def write(plan_: Plan, store: Store) -> list[RunDir]:
     return run_dirs
 
 
-def submit(run: RunDir, site: SiteConfig, store: Store, foreground: bool = False) -> str:
-    """Hand one run to its scheduler (local runs may run in the foreground)."""
+def submit(run: RunDir, site: SiteConfig, store: Store, foreground: bool = False,
+           after: Sequence[str] = ()) -> str:
+    """Hand one run to its scheduler (local runs may run in the foreground), to start once the
+    jobs `after` have ended."""
     scheduler = get_scheduler(site.scheduler)
-    job_id = scheduler.submit(run.path / "job.sh", run.path)
+    job_id = scheduler.submit(run.path / "job.sh", run.path, after)
     run.record_submission(scheduler.name, job_id)
     store.add_job(run.run_id, job_id, scheduler.name)
     try:
@@ -94,6 +151,67 @@ def submit(run: RunDir, site: SiteConfig, store: Store, foreground: bool = False
     finally:
         refresh(run, store)
     return job_id
+
+
+def check_array(plan_: Plan) -> None:
+    """The sweep can be one array job on its site (before anything is written): a batch
+    scheduler, at most the site's (or scheduler's) array size, the same resources for every point."""
+    from hpcprof.render.job import array_script
+
+    scheduler = get_scheduler(plan_.site.scheduler)
+    if scheduler.directive is None:
+        raise UserError(f"--array: the {scheduler.name} scheduler runs no job arrays; submit without --array, "
+                        "or use a slurm or pbs site")
+    if len(plan_.runs) < scheduler.min_array_size:
+        raise UserError(f"--array: {scheduler.name} arrays need at least {scheduler.min_array_size} points and "
+                        f"this sweep has {len(plan_.runs)}; submit without --array")
+    limit = plan_.site.max_array_size or scheduler.max_array_size
+    if len(plan_.runs) > limit:
+        raise UserError(f"--array: {len(plan_.runs)} sweep points, but site {plan_.site.name} takes arrays of at "
+                        f"most {limit} (max_array_size); submit without --array or split the sweep")
+    array_script({r.run_dir: r.files["job.sh"] for r in plan_.runs}, scheduler.directive,
+                 scheduler.array_index or "", plan_.sweep_id)
+
+
+def submit_array(plan_: Plan, runs: list[RunDir], store: Store, after: Sequence[str] = ()) -> list[str]:
+    """Submit the written runs of a sweep as one array job (task k = point k); each run records
+    its own task id, so status and cancel work per point."""
+    from hpcprof.render.job import array_script
+
+    scheduler = get_scheduler(plan_.site.scheduler)
+    array_dir = runs[0].path.parent / f".{plan_.sweep_id}.array"
+    array_dir.mkdir(parents=True, exist_ok=True)
+    script = array_dir / "array.sh"
+    script.write_text(array_script({r.path: (r.path / "job.sh").read_text() for r in runs},
+                                   scheduler.directive or "", scheduler.array_index or "", plan_.sweep_id))
+    job_ids = scheduler.submit_array(script, array_dir, len(runs), after)
+    for run, job_id in zip(runs, job_ids):
+        run.record_submission(scheduler.name, job_id)
+        store.add_job(run.run_id, job_id, scheduler.name)
+    return job_ids
+
+
+def check_after(scheduler: str, after: Sequence[str]) -> None:
+    """Refuse dependencies where the scheduler has no batch system, before anything is written."""
+    from hpcprof.schedulers.base import no_dependencies
+
+    if after and get_scheduler(scheduler).directive is None:
+        no_dependencies(scheduler, after)
+
+
+def job_ids(runs: list[RunDir], scheduler: str, option: str = "--after") -> list[str]:
+    """The job ids of `runs` (to wait for), which must have been submitted to `scheduler`."""
+    ids = []
+    for run in runs:
+        sub = run.submission
+        if not sub.get("job_id"):
+            raise UserError(f"{option} {run.run_id}: the run has no job id (never submitted, or its "
+                            "submission.json is damaged)")
+        if sub["scheduler"] != scheduler:
+            raise UserError(f"{option} {run.run_id}: submitted to {sub['scheduler']}, not {scheduler}; "
+                            "a job can only wait for jobs of its own scheduler")
+        ids.append(sub["job_id"])
+    return ids
 
 
 def current_state(run: RunDir) -> JobState:

@@ -21,6 +21,7 @@ from hpcprof.errors import UserError
 from hpcprof.rundir import RunDir, all_runs, find_run
 
 if TYPE_CHECKING:
+    from hpcprof.campaign import Plan
     from hpcprof.config.site import SiteConfig
     from hpcprof.schedulers.base import JobState
     from hpcprof.store import Store
@@ -42,6 +43,11 @@ max_points_option = click.option("--max-points", type=click.IntRange(min=1), def
                                  help="Most sweep points to expand (a larger sweep is refused).")
 templates_option = click.option("--templates", type=click.Path(file_okay=False, path_type=Path),
                                 help="Directory of edited templates (from `hpcprof templates copy`).")
+
+
+after_option = click.option("--after", multiple=True, metavar="RUN|SWEEP",
+                            help="Start only once these runs' jobs have ended, in any state (Slurm "
+                                 "--dependency=afterany, PBS -W depend=afterany); repeatable.")
 
 
 def _workdir(value: Path) -> Path:
@@ -146,9 +152,12 @@ HAND_SUBMIT_FILE = {"kubernetes": "mpijob.yaml"}
 @click.option("--dry-run", is_flag=True, help="Validate and render, print the plan, write nothing.")
 @click.option("--wait", is_flag=True, help="Wait until every run ends (local runs: in the foreground; "
               "Ctrl-C cancels the run).")
+@click.option("--array", "as_array", is_flag=True, help="Submit the sweep as one array job (Slurm --array, PBS -J); "
+              "each point keeps its run directory.")
+@after_option
 def submit(experiment: Path, site_name: str, site_file: Path | None, overrides: tuple[str, ...],
            templates: Path | None, max_points: int, workdir: Path | None, db: str | None, dry_run: bool,
-           wait: bool) -> None:
+           wait: bool, as_array: bool, after: tuple[str, ...]) -> None:
     """Render EXPERIMENT (every sweep point) for a site and submit it."""
     from hpcprof import campaign
     from hpcprof.config.site import find_site
@@ -159,6 +168,9 @@ def submit(experiment: Path, site_name: str, site_file: Path | None, overrides: 
     workdir = submit_workdir(workdir, site, experiment, overrides)
     planned = campaign.plan(experiment, site, list(overrides), workdir, templates, max_points)
     check_runtimes(site, [run.point.experiment.container for run in planned.runs])
+    wait_for = after_jobs(after, workdir, site.scheduler)
+    if as_array:
+        campaign.check_array(planned)
     if dry_run:
         for run in planned.runs:
             console.print(f"[bold]{run.run_id}[/] {run.point.params or ''} -> {run.run_dir}")
@@ -166,22 +178,50 @@ def submit(experiment: Path, site_name: str, site_file: Path | None, overrides: 
         return
     store = open_store(workdir, db)
     run_dirs = campaign.write(planned, store)
-    for run in run_dirs:
-        console.print(f"submitting {run.run_id} ({site.scheduler}) -> {run.path}", markup=False)
-        try:
-            job_id = campaign.submit(run, site, store, foreground=wait)
-        except KeyboardInterrupt:
-            console.print(f"{run.run_id}: interrupted, run cancelled; later points not submitted", markup=False)
-            sys.exit(130)
-        console.print(f"submitted {run.run_id} as {job_id}", markup=False)
+    launch(planned, run_dirs, store, wait, wait_for, as_array)
     if from_site:
         console.print(f"runs are under {workdir} (site {site.name}'s workdir): give status, collect and report "
                       f"--workdir {workdir}, or export HPCPROF_WORKDIR={workdir}", markup=False)
     if wait:
-        final = [campaign.wait(run, store) for run in run_dirs]
-        show_states(list(zip(run_dirs, final)), "table")
-        if any(s.state != "COMPLETED" for s in final):
-            sys.exit(1)
+        finish(run_dirs, store)
+
+
+def launch(planned: Plan, run_dirs: list[RunDir], store: Store, foreground: bool,
+           wait_for: list[str], as_array: bool) -> None:
+    """Submit written runs: one array job, or one job per run (local runs in the foreground)."""
+    from hpcprof import campaign
+
+    if as_array:
+        for run, job_id in zip(run_dirs, campaign.submit_array(planned, run_dirs, store, wait_for)):
+            console.print(f"submitted {run.run_id} as {job_id} -> {run.path}", markup=False)
+        return
+    for run in run_dirs:
+        console.print(f"submitting {run.run_id} ({planned.site.scheduler}) -> {run.path}", markup=False)
+        try:
+            job_id = campaign.submit(run, planned.site, store, foreground=foreground, after=wait_for)
+        except KeyboardInterrupt:
+            console.print(f"{run.run_id}: interrupted, run cancelled; later points not submitted", markup=False)
+            sys.exit(130)
+        console.print(f"submitted {run.run_id} as {job_id}", markup=False)
+
+
+def finish(run_dirs: list[RunDir], store: Store) -> None:
+    """Wait for the runs, show their states; exit 1 unless all completed."""
+    from hpcprof import campaign
+
+    final = [campaign.wait(run, store) for run in run_dirs]
+    show_states(list(zip(run_dirs, final)), "table")
+    if any(s.state != "COMPLETED" for s in final):
+        sys.exit(1)
+
+
+def after_jobs(refs: tuple[str, ...], workdir: Path, scheduler: str) -> list[str]:
+    """The job ids of the runs named by --after (run ids, sweep ids or run directories)."""
+    from hpcprof import campaign
+    from hpcprof.rundir import select_runs
+
+    campaign.check_after(scheduler, refs)
+    return campaign.job_ids(select_runs(refs, workdir), scheduler) if refs else []
 
 
 def submit_workdir(given: Path | None, site: SiteConfig, experiment: Path, overrides: tuple[str, ...]) -> Path:
@@ -250,7 +290,13 @@ def cancel(runs: tuple[str, ...], workdir: Path, db: str | None) -> None:
 @click.option("--workers", type=click.IntRange(1, 4096), default=1, show_default=True,
               help="Processes analysing rank files in parallel (under `mpiexec -n N python -m "
                    "mpi4py.futures -m hpcprof collect` the MPI workers are used instead).")
-def collect(runs: tuple[str, ...], workdir: Path, db: str | None, workers: int) -> None:
+@click.option("--submit", "as_job", is_flag=True, help="Send this collect to the site's scheduler as a job "
+              "that starts once the runs' jobs have ended (any state); it is a run of its own (status shows it).")
+@site_option
+@site_file_option
+@click.option("--walltime", default="01:00:00", show_default=True, help="Walltime of the --submit job.")
+def collect(runs: tuple[str, ...], workdir: Path, db: str | None, workers: int, as_job: bool, site_name: str,
+            site_file: Path | None, walltime: str) -> None:
     """Collect finished RUNS (default: every finished run): results/*.parquet and the store.
 
     Exit status 3 when a run or a file could not be collected (each is named in one line and the
@@ -258,6 +304,9 @@ def collect(runs: tuple[str, ...], workdir: Path, db: str | None, workers: int) 
     from hpcprof import campaign
     from hpcprof.collect import collect_runs
 
+    if as_job:
+        submit_collect(runs, workdir, db, workers, site_name, site_file, walltime)
+        return
     store = open_store(workdir, db)
     selected = runs_from(runs, workdir)
     if not selected:
@@ -266,6 +315,63 @@ def collect(runs: tuple[str, ...], workdir: Path, db: str | None, workers: int) 
                           log=lambda line: console.print(line, markup=False, highlight=False), workers=workers)
     if status:
         raise SystemExit(status)
+
+
+def submit_collect(refs: tuple[str, ...], workdir: Path, db: str | None, workers: int, site_name: str,
+                   site_file: Path | None, walltime: str) -> None:
+    """`collect --submit`: a job of the site's scheduler that runs `hpcprof collect` for the runs
+    once their jobs have ended."""
+    from hpcprof import campaign
+    from hpcprof.config.site import find_site
+    from hpcprof.rundir import select_runs
+
+    site = find_site(site_name, site_file)
+    selected = select_runs(refs, workdir) if refs else [r for r in runs_from((), workdir)
+                                                         if r.path.parent.name != campaign.COLLECT_JOB]
+    if not selected:
+        raise UserError(f"no runs under {workdir} to collect; submit some first (hpcprof submit EXP --site S)")
+    pending = [run for run in selected if not campaign.current_state(run).terminal]
+    wait_for = campaign.job_ids(pending, site.scheduler, "collect --submit: run")
+    campaign.check_after(site.scheduler, wait_for)
+    planned = campaign.plan_collect(selected, site, workdir, db, workers, walltime)
+    store = open_store(workdir, db)
+    (run,) = campaign.write(planned, store)
+    job_id = campaign.submit(run, site, store, after=wait_for)
+    console.print(f"collect job {run.run_id} submitted as {job_id}, after {len(wait_for)} job(s) of "
+                  f"{len(selected)} run(s); follow it with `hpcprof status {run.run_id}`", markup=False)
+
+
+@click.command()
+@click.argument("refs", nargs=-1, required=True, metavar="RUN|SWEEP...")
+@workdir_option
+@db_option
+@click.option("--failed", is_flag=True, help="Only the runs that ended FAILED, CANCELLED, TIMEOUT, NODE_FAIL, "
+              "OUT_OF_MEMORY or PREEMPTED (or were never submitted).")
+@click.option("--wait", is_flag=True, help="Wait until the new runs end.")
+def resubmit(refs: tuple[str, ...], workdir: Path, db: str | None, failed: bool, wait: bool) -> None:
+    """Submit runs again as new runs (new run ids and directories, the same site and parameters),
+    each linked to the run it replaces."""
+    from hpcprof import campaign
+    from hpcprof.rundir import select_runs
+
+    chosen = []
+    for run in select_runs(refs, workdir):
+        state = campaign.current_state(run)
+        if not state.terminal and state.state != "NOT_SUBMITTED":
+            raise UserError(f"resubmit {run.run_id}: the run is {state.state}; cancel it first (hpcprof cancel "
+                            f"{run.run_id}) or leave it out")
+        if not failed or state.state in campaign.RESUBMITTABLE:
+            chosen.append(run)
+    if not chosen:
+        raise UserError(f"resubmit: none of {', '.join(refs)} failed; drop --failed to run completed runs again")
+    planned = campaign.plan_resubmit(chosen, workdir)
+    store = open_store(workdir, db)
+    run_dirs = campaign.write(planned, store)
+    for old, new in zip(chosen, run_dirs):
+        console.print(f"{old.run_id} -> {new.run_id}", markup=False)
+    launch(planned, run_dirs, store, wait, [], False)
+    if wait:
+        finish(run_dirs, store)
 
 
 @click.group()

@@ -162,3 +162,15 @@ def all_runs(workdir: Path) -> list[RunDir]:
     """Every run under `workdir`, oldest first."""
     return [RunDir(p.parent.resolve()) for p in sorted(workdir.glob("*/*/config.json"),
                                                       key=lambda p: p.parent.name)]
+
+
+def select_runs(refs: tuple[str, ...] | list[str], workdir: Path) -> list[RunDir]:
+    """Runs named by run id, run directory or sweep id (all its points), each once, in order."""
+    runs = all_runs(workdir) if workdir.is_dir() else []
+    selected: list[RunDir] = []
+    for ref in refs:
+        points = [r for r in runs if r.run_id == ref or r.run_id.startswith(ref + "-p")]
+        if not points:
+            points = [find_run(ref, workdir)]
+        selected += [p for p in points if p not in selected]
+    return selected

@@ -89,6 +89,12 @@ run_metrics = Table(
     Column("unit", String(32), nullable=False, default=""),
 )
 
+resubmits = Table(
+    "resubmits", metadata,
+    Column("run_id", String(80), ForeignKey("runs.run_id"), primary_key=True),
+    Column("resubmit_of", String(80), nullable=False),     # the run it replaces (`hpcprof resubmit`)
+)
+
 OURS = set(metadata.tables)
 
 
@@ -178,6 +184,17 @@ class Store:
                 r["run_id"], {**r["params"], "world_size": r["world_size"], "profile_tool": r["profile_tool"]})]
             if params:
                 conn.execute(insert(run_params), params)
+
+    def link_resubmits(self, links: dict[str, str]) -> None:
+        """Record which run each new run replaces."""
+        if links:
+            with self.engine.begin() as conn:
+                conn.execute(insert(resubmits), [{"run_id": new, "resubmit_of": old} for new, old in links.items()])
+
+    def resubmit_of(self, run_id: str) -> str | None:
+        """The run that `run_id` replaces, if it was resubmitted from one."""
+        with self.engine.connect() as conn:
+            return conn.execute(select(resubmits.c.resubmit_of).where(resubmits.c.run_id == run_id)).scalar()
 
     def add_job(self, run_id: str, job_id: str, scheduler: str) -> None:
         with self.engine.begin() as conn:

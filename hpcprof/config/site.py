@@ -207,6 +207,7 @@ class SiteConfig(Strict):
     queues: dict[str, QueueLimits] = {}  # queue (PBS) / QOS (Slurm) -> its limits, checked at render
     gpu_account_suffix: str | None = None  # GPU jobs charge accounts ending so (Perlmutter: "_g")
     workdir: str | None = None          # default work directory: /eagle/{account}/hpcprof, $PSCRATCH/hpcprof
+    max_array_size: int | None = Field(None, ge=2, le=1 << 24)  # largest --array (default: the scheduler's)
 
     @field_validator("workdir")
     @classmethod

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import shutil
 import sys
 import traceback
@@ -207,6 +208,7 @@ def render_point(point: Point, site: SiteConfig, run_dir: Path, run_id: str,
         "world_size": point.world_size,
         "walltime": point.walltime,
         "python": python,
+        "submit_dir": str(submit_dir or run_dir),
         "profile_extension": PROFILE_EXTENSIONS.get(profile.tool),
         "hpcprof_version": hpcprof.__version__,
     }
@@ -244,3 +246,33 @@ def write_run(rendered: RenderedRun) -> Path:
         shutil.rmtree(tmp, ignore_errors=True)
         raise UserError(f"cannot write run directory {final}: {exc.strerror}") from None
     return final
+
+
+def array_script(scripts: dict[Path, str], directive: str, index_var: str, sweep_id: str) -> str:
+    """One batch script running the job script of run directory k as task k of an array: the
+    directives of the points (which must agree, except their output file) and a dispatch on
+    `index_var`; each task's output goes to its run's logs/job.out."""
+    def directives(text: str) -> tuple[str, list[str]]:
+        lines = text.splitlines()
+        block = [line for line in lines[1:] if line.startswith(directive)]
+        kept = [line for line in block if not re.match(rf"{re.escape(directive)} (--output=|-o )", line)]
+        return lines[0], kept
+
+    (first_dir, first_text), *rest = scripts.items()
+    shebang, common = directives(first_text)
+    for run_dir, text in rest:
+        _, own = directives(text)
+        if own != common:
+            differ = next((a for a, b in zip(own, common) if a != b), (own + common)[0])
+            raise UserError(f"--array: sweep point {run_dir.name} differs in `{differ}`; an array job needs the "
+                            "same resources for every point (submit without --array)")
+    cases = "\n".join(f"  {k}) hp_run={quote(str(run_dir))} ;;" for k, run_dir in enumerate(scripts))
+    return "\n".join([
+        shebang, *common,
+        f"# ---- hpcprof: sweep {sweep_id} as one array job; task k runs point k's own job script",
+        f'case "${{{index_var}:-}}" in',
+        cases,
+        f'  *) echo "hpcprof: no sweep point for array index ${{{index_var}:-}}" >&2; exit 2 ;;',
+        "esac",
+        'exec bash "$hp_run/job.sh" >> "$hp_run/logs/job.out" 2>&1',
+        ""])

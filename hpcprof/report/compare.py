@@ -14,6 +14,7 @@ from hpcprof.config.experiment import REPEAT
 from hpcprof.errors import UserError
 from hpcprof.results import list_tables
 from hpcprof.rundir import RunDir, all_runs, find_run, sweep_of
+from hpcprof.rundir import select_runs as rundir_select
 
 
 @dataclass
@@ -42,18 +43,12 @@ class RunInfo:
 
 def select_runs(refs: tuple[str, ...], workdir: Path) -> list[RunDir]:
     """Runs named by run id, run directory or sweep id (all its points); default: the latest sweep."""
-    runs = all_runs(workdir)
     if not refs:
+        runs = all_runs(workdir)
         if not runs:
             raise UserError(f"no runs under {workdir}; submit a sweep first (hpcprof submit EXP --site S)")
         refs = (sweep_of(runs[-1].run_id),)
-    selected: list[RunDir] = []
-    for ref in refs:
-        points = [r for r in runs if r.run_id == ref or r.run_id.startswith(ref + "-p")]
-        if not points:
-            points = [find_run(ref, workdir)]
-        selected += [p for p in points if p not in selected]
-    return selected
+    return rundir_select(refs, workdir)
 
 
 def load(runs: list[RunDir], require_collected: bool = True, one_workload: bool = True) -> list[RunInfo]:

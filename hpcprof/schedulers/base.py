@@ -11,7 +11,7 @@ import subprocess
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 from hpcprof.errors import UserError
 
@@ -40,10 +40,23 @@ class Scheduler(ABC):
 
     name: str
     template: str  # the job-script template this scheduler uses, e.g. "pbs.sh.j2"
+    #: the batch directive prefix ("#SBATCH", "#PBS"); None: no batch script (no arrays)
+    directive: str | None = None
+    #: the variable holding a task's index in an array job
+    array_index: str | None = None
+    #: the smallest and (by default: a site's max_array_size overrides it) largest array it accepts
+    min_array_size: int = 1
+    max_array_size: int = 0
 
     @abstractmethod
-    def submit(self, script: Path, run_dir: Path) -> str:
-        """Submit the rendered job script; returns the job id."""
+    def submit(self, script: Path, run_dir: Path, after: Sequence[str] = ()) -> str:
+        """Submit the rendered job script, to start once the jobs `after` ended (any state);
+        returns the job id."""
+
+    def submit_array(self, script: Path, out_dir: Path, count: int, after: Sequence[str] = ()) -> list[str]:
+        """Submit `script` as an array of `count` tasks (indices 0..count-1), their scheduler
+        output under `out_dir`; returns the job id of each task."""
+        raise UserError(f"{self.name} runs no job arrays; submit without --array, or use a slurm or pbs site")
 
     @abstractmethod
     def state(self, job_id: str, run_dir: Path) -> JobState:
@@ -52,6 +65,13 @@ class Scheduler(ABC):
     @abstractmethod
     def cancel(self, job_id: str, run_dir: Path) -> None:
         """Cancel the job (no error if it already ended)."""
+
+
+def no_dependencies(scheduler: str, after: Sequence[str]) -> None:
+    """Schedulers that start jobs at once cannot wait for others."""
+    if after:
+        raise UserError(f"--after: the {scheduler} scheduler starts jobs at once and cannot make one wait "
+                        "for another; submit when they have ended, or use a slurm or pbs site")
 
 
 def run_command(argv: list[str], what: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:

@@ -13,7 +13,7 @@ import re
 import shlex
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import jinja2
 import yaml
@@ -22,7 +22,7 @@ from hpcprof.config.container import ContainerConfig, KubernetesConfig
 from hpcprof.config.site import SiteConfig, walltime_seconds
 from hpcprof.errors import UserError
 from hpcprof.schedulers.base import (
-    COMPLETED, FAILED, PENDING, RUNNING, UNKNOWN, JobState, Scheduler, run_command,
+    COMPLETED, FAILED, PENDING, RUNNING, UNKNOWN, JobState, Scheduler, no_dependencies, run_command,
 )
 
 MANIFEST_TEMPLATE = "mpijob.yaml.j2"
@@ -97,8 +97,9 @@ class KubernetesScheduler(Scheduler):
     def _kubectl(args: list[str]) -> Any:
         return run_command(["kubectl", *args], "kubernetes")
 
-    def submit(self, script: Path, run_dir: Path) -> str:
+    def submit(self, script: Path, run_dir: Path, after: Sequence[str] = ()) -> str:
         """`kubectl apply -f RUN_DIR/mpijob.yaml -o json`."""
+        no_dependencies(self.name, after)
         proc = self._kubectl(["apply", "-f", str(run_dir / MANIFEST), "-o", "json"])
         if proc.returncode != 0:
             raise UserError(f"kubectl rejected {run_dir / MANIFEST}: {(proc.stderr or proc.stdout).strip()}")

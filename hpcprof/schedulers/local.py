@@ -16,11 +16,12 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 import click
 
 from hpcprof.config.directives import walltime_seconds
-from hpcprof.schedulers.base import FAILED, RUNNING, UNKNOWN, JobState, Scheduler
+from hpcprof.schedulers.base import FAILED, RUNNING, UNKNOWN, JobState, Scheduler, no_dependencies
 
 #: Seconds between the walltime's TERM and the KILL that follows.
 KILL_AFTER = 10
@@ -78,7 +79,8 @@ class LocalScheduler(Scheduler):
     def __init__(self) -> None:
         self._children: dict[int, subprocess.Popen[bytes]] = {}
 
-    def submit(self, script: Path, run_dir: Path) -> str:
+    def submit(self, script: Path, run_dir: Path, after: Sequence[str] = ()) -> str:
+        no_dependencies(self.name, after)
         walltime = json.loads((run_dir / "config.json").read_text()).get("walltime") or "00:30:00"
         argv = ["timeout", "--signal=TERM", f"--kill-after={KILL_AFTER}", str(walltime_seconds(walltime)),
                 "bash", str(script)]

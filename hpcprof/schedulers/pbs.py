@@ -19,7 +19,7 @@ import re
 import signal
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from hpcprof.errors import UserError
 from hpcprof.rundir import RunDir
@@ -55,6 +55,13 @@ TORQUE_CODES: dict[int, tuple[str, str]] = {
     -11: (TIMEOUT, "JOB_EXEC_OVERLIMIT_WT"), -12: (TIMEOUT, "JOB_EXEC_OVERLIMIT_CPUT"),
     -10: (OUT_OF_MEMORY, "JOB_EXEC_OVERLIMIT_MEM"),
 }
+
+
+def _depend(after: Sequence[str]) -> list[str]:
+    """`-W depend=afterany:...`; a subjob `7[3].server` is waited for through its array `7[].server`
+    (PBS takes no dependency on a single subjob)."""
+    jobs = list(dict.fromkeys(re.sub(r"\[\d+\]", "[]", job) for job in after))
+    return ["-W", f"depend=afterany:{':'.join(jobs)}"] if jobs else []
 
 
 def parse_qsub(stdout: str) -> str:
@@ -160,11 +167,27 @@ class PbsScheduler(Scheduler):
     name = "pbs"
     template = "pbs.sh.j2"
 
-    def submit(self, script: Path, run_dir: Path) -> str:
-        """`qsub -j oe -o RUN_DIR/logs/job.out SCRIPT` (output paths on the command line)."""
+    directive = "#PBS"
+    array_index = "PBS_ARRAY_INDEX"
+    min_array_size = 2           # qsub -J 0-0 is refused
+    max_array_size = 10000       # PBS Pro's default max_array_size
+
+    def submit(self, script: Path, run_dir: Path, after: Sequence[str] = ()) -> str:
+        """`qsub -j oe -o RUN_DIR/logs/job.out [-W depend=afterany:ID:...] SCRIPT` (output paths
+        on the command line)."""
         log = run_dir.resolve() / "logs" / "job.out"
         log.parent.mkdir(parents=True, exist_ok=True)
-        return submit_command(["qsub", "-j", "oe", "-o", str(log), str(script.resolve())], "pbs", parse_qsub)
+        return submit_command(["qsub", "-j", "oe", "-o", str(log), *_depend(after), str(script.resolve())],
+                              "pbs", parse_qsub)
+
+    def submit_array(self, script: Path, out_dir: Path, count: int, after: Sequence[str] = ()) -> list[str]:
+        """`qsub -J 0-N-1`, output OUT_DIR/array.^array_index^.out; subjob i is `ID[i].server`
+        (PBS arrays have at least 2 subjobs)."""
+        log = out_dir.resolve() / "array.^array_index^.out"
+        job_id = submit_command(["qsub", "-J", f"0-{count - 1}", "-j", "oe", "-o", str(log), *_depend(after),
+                                 str(script.resolve())], "pbs", parse_qsub)
+        head, _, server = job_id.partition("[]")
+        return [f"{head}[{index}]{server}" for index in range(count)]
 
     def state(self, job_id: str, run_dir: Path) -> JobState:
         """`qstat -xf -F json`; Torque's `qstat -f` where those options are unknown. A failing

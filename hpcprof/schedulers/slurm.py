@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 import time
 from pathlib import Path
+from typing import Sequence
 
 from hpcprof.errors import UserError
 from hpcprof.schedulers.base import (
@@ -33,6 +34,10 @@ SLURM_STATES: dict[str, str] = {
 }
 
 _ACCOUNTING_OFF = "accounting storage is disabled"
+
+
+def _dependency(after: Sequence[str]) -> list[str]:
+    return [f"--dependency=afterany:{':'.join(after)}"] if after else []
 
 
 def parse_sbatch(stdout: str) -> str:
@@ -93,11 +98,22 @@ class SlurmScheduler(Scheduler):
 
     name = "slurm"
     template = "slurm.sh.j2"
+    directive = "#SBATCH"
+    array_index = "SLURM_ARRAY_TASK_ID"
+    max_array_size = 1000        # Slurm's default MaxArraySize is 1001: indices 0..1000
 
-    def submit(self, script: Path, run_dir: Path) -> str:
-        """`sbatch --parsable --chdir RUN_DIR SCRIPT`: the job (and relative -o paths) run there."""
-        argv = ["sbatch", "--parsable", f"--chdir={run_dir.resolve()}", str(script.resolve())]
+    def submit(self, script: Path, run_dir: Path, after: Sequence[str] = ()) -> str:
+        """`sbatch --parsable --chdir RUN_DIR [--dependency=afterany:ID:...] SCRIPT`: the job (and
+        relative -o paths) run there."""
+        argv = ["sbatch", "--parsable", f"--chdir={run_dir.resolve()}", *_dependency(after), str(script.resolve())]
         return submit_command(argv, "slurm", parse_sbatch)
+
+    def submit_array(self, script: Path, out_dir: Path, count: int, after: Sequence[str] = ()) -> list[str]:
+        """`sbatch --array=0-N-1 --output=OUT_DIR/array-%a.out`; task i is `ID_i`."""
+        argv = ["sbatch", "--parsable", f"--chdir={out_dir.resolve()}", f"--array=0-{count - 1}",
+                f"--output={out_dir.resolve() / 'array-%a.out'}", *_dependency(after), str(script.resolve())]
+        job_id = submit_command(argv, "slurm", parse_sbatch)
+        return [f"{job_id}_{index}" for index in range(count)]
 
     def state(self, job_id: str, run_dir: Path) -> JobState:
         """sacct first; scontrol when sacct is off, lagging, silent or has no signal yet (an
