@@ -1,4 +1,4 @@
-"""The run commands of `hpcprof`: sites, render, submit, status, cancel, collect,
+"""The run commands of `hpcprof`: sites, render, submit, status, cancel, collect, resubmit,
 templates (config -> render -> schedulers -> collect -> store -> report).
 
 Each command imports what it uses when it runs (`hpcprof sites` needs neither pandas nor SQLAlchemy)."""
@@ -6,7 +6,6 @@ Each command imports what it uses when it runs (`hpcprof sites` needs neither pa
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import shutil
 import sys
