@@ -182,11 +182,11 @@ def _part_key(path: Path) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", path.name)
 
 
-def map_file(tool: str, path: str, rank: int, parts: str) -> list[str]:
+def map_file(tool: str, path: str, rank: int, parts: str, tool_paths: dict[str, str]) -> list[str]:
     """Analyse one rank's file (in a worker) and write its tables under `parts/<file>/`."""
     from hpcprof.analysis import file_analyser
 
-    tables = file_analyser(tool)(Path(path), rank)
+    tables = file_analyser(tool, tool_paths)(Path(path), rank)
     out = Path(parts) / _part_key(Path(path))
     for name, df in tables.items():
         write_table(out, name, df)
@@ -208,13 +208,16 @@ def _save_manifest(parts: Path, data: dict[str, Any]) -> None:
 
 
 def map_files(tool: str, files: dict[Path, int], run_path: Path, executor: Executor, log: Log,
-              problem: Log) -> dict[str, list[str]]:
-    """Run `map_file` over every file not collected yet (or changed), streaming results as
-    workers finish; returns {part key: tables} of every usable file, in rank order."""
+              problem: Log, tool_paths: dict[str, str] | None = None, in_flight: int = 64) -> dict[str, list[str]]:
+    """Run `map_file` over every file not collected yet (or changed), at most `in_flight` files
+    submitted at a time, streaming results as workers finish; returns {part key: tables} of every
+    usable file, in rank order."""
+    from hpcprof.analysis import NothingToAnalyse
+
     parts = _parts_dir(run_path, tool)
     old = _load_manifest(parts)
     new: dict[str, Any] = {}
-    todo: dict[Future, tuple[Path, int, os.stat_result]] = {}
+    pending: list[tuple[Path, int, os.stat_result]] = []
     for path, rank in files.items():
         st = path.stat()
         key = _part_key(path)
@@ -223,17 +226,33 @@ def map_files(tool: str, files: dict[Path, int], run_path: Path, executor: Execu
                 and prev["rank"] == rank and (parts / key).is_dir():
             new[key] = prev
         else:
-            todo[executor.submit(map_file, tool, str(path), rank, str(parts))] = (path, rank, st)
+            pending.append((path, rank, st))
+    del old
     if len(new):
         log(f"{tool}: {len(new)} file(s) unchanged since the last collect, skipped")
-    progress = Progress(f"{tool} {run_path.name}", len(todo), sum(st.st_size for _, _, st in todo.values()), log)
+    progress = Progress(f"{tool} {run_path.name}", len(pending), sum(st.st_size for _, _, st in pending), log)
+    queue = iter(pending)
+    running: dict[Future, tuple[Path, int, os.stat_result]] = {}
+
+    def submit_next() -> None:
+        for path, rank, st in queue:
+            running[executor.submit(map_file, tool, str(path), rank, str(parts), tool_paths or {})] = (path, rank, st)
+            return
+
     try:
-        for future in as_completed(todo):
-            path, rank, st = todo[future]
+        for _ in range(in_flight):
+            submit_next()
+        while running:
+            future = next(as_completed(running))
+            path, rank, st = running.pop(future)
+            submit_next()
             try:
                 tables = future.result()
             except BrokenExecutor:  # a worker died (killed, out of memory): the files it left undone
                 problem(f"{tool}: {path}: skipped (a worker process died; collect again to retry)")
+            except NothingToAnalyse as exc:  # readable, nothing for the analyses: a note
+                log(f"{tool}: note: {exc}")
+                new[_part_key(path)] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "rank": rank, "tables": []}
             except Exception as exc:  # a damaged file: this file only
                 problem(f"{tool}: {path}: skipped ({_short(exc)})")
             else:
@@ -288,7 +307,7 @@ def concat_parts(parts: Path, mapped: dict[str, list[str]], name: str, target: P
     return True
 
 
-def reduce_parts(tool: str, run_path: Path, mapped: dict[str, list[str]]) -> list[str]:
+def reduce_parts(tool: str, run_path: Path, mapped: dict[str, list[str]], log: Log = print) -> list[str]:
     """Tables of the whole run from the per-file parts: concatenated, then each tool's cross-rank
     reduce (e.g. nsys's NCCL summary across ranks). Returns the table names written."""
     from hpcprof.analysis import cross_rank_reducer
@@ -302,7 +321,7 @@ def reduce_parts(tool: str, run_path: Path, mapped: dict[str, list[str]]) -> lis
             written.append(f"{tool}_{name}")
     reducer = cross_rank_reducer(tool)
     if reducer is not None:
-        for name, df in reducer(lambda n: read_table(run_path, f"{tool}_{n}")).items():
+        for name, df in reducer(lambda n: read_table(run_path, f"{tool}_{n}"), log).items():
             write_table(run_path, f"{tool}_{name}", df)
     return written
 
@@ -363,9 +382,11 @@ def collect_run(run: RunDir, store: Store, log: Log = print, executor: Executor 
         ctx.work_dir.mkdir(parents=True, exist_ok=True)
         if tool in file_analysers():
             inputs = file_analysers()[tool](ctx)
-            mapped = map_files(tool, inputs, run.path, executor, log, problem)
-            if mapped:
-                done.tables.extend(reduce_parts(tool, run.path, mapped))
+            mapped = map_files(tool, inputs, run.path, executor, log, problem, ctx.tool_paths)
+            if any(mapped.values()):
+                done.tables.extend(reduce_parts(tool, run.path, mapped, log))
+            elif mapped:
+                log(f"{run.run_id}: {tool}: nothing to analyse in its profiles")
             else:
                 problem(f"{tool}: no usable profile")
         else:
