@@ -217,6 +217,7 @@ def map_files(tool: str, files: dict[Path, int], run_path: Path, executor: Execu
     parts = _parts_dir(run_path, tool)
     old = _load_manifest(parts)
     new: dict[str, Any] = {}
+    table_lists: dict[tuple[str, ...], list[str]] = {}  # one list per distinct set of tables, not one per file
     pending: list[tuple[Path, int, os.stat_result]] = []
     for path, rank in files.items():
         st = path.stat()
@@ -224,6 +225,7 @@ def map_files(tool: str, files: dict[Path, int], run_path: Path, executor: Execu
         prev = old.get(key)
         if prev and prev["size"] == st.st_size and prev["mtime_ns"] == st.st_mtime_ns \
                 and prev["rank"] == rank and (parts / key).is_dir():
+            prev["tables"] = table_lists.setdefault(tuple(prev["tables"]), prev["tables"])
             new[key] = prev
         else:
             pending.append((path, rank, st))
@@ -257,7 +259,7 @@ def map_files(tool: str, files: dict[Path, int], run_path: Path, executor: Execu
                 problem(f"{tool}: {path}: skipped ({_short(exc)})")
             else:
                 new[_part_key(path)] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "rank": rank,
-                                        "tables": tables}
+                                        "tables": table_lists.setdefault(tuple(tables), tables)}
             progress.advance(st.st_size)
             if progress.done % 256 == 0:  # an interrupted collect keeps what is done
                 _save_manifest(parts, new)
@@ -268,14 +270,16 @@ def map_files(tool: str, files: dict[Path, int], run_path: Path, executor: Execu
     return {k: new[k]["tables"] for k in order}
 
 
-def concat_parts(parts: Path, mapped: dict[str, list[str]], name: str, target: Path,
-                 row_group: int = 262_144) -> bool:
-    """Stream the `name` tables of every part that has one into one Parquet file, in the order of
-    `mapped`: one part (and one row group of at most `row_group` rows) in memory at a time."""
+def concat_parts(parts: Path, keys: list[str], name: str, target: Path,
+                 row_group: int = 262_144, compact_every: int = 64) -> bool:
+    """Stream the `name` tables of the parts `keys` into one Parquet file, in that order: one part
+    (and one row group of at most `row_group` rows) in memory at a time. The parts waiting for
+    their row group are merged into one contiguous table every `compact_every` parts (thousands of
+    small Arrow tables cost far more memory than their rows)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    paths = [parts / k / "results" / f"{name}.parquet" for k, tables in mapped.items() if name in tables]
+    paths = [parts / k / "results" / f"{name}.parquet" for k in keys]
     if not paths:
         return False
     schema = pq.read_schema(paths[0]).remove_metadata()
@@ -290,12 +294,14 @@ def concat_parts(parts: Path, mapped: dict[str, list[str]], name: str, target: P
             pending: list[pa.Table] = []
             rows = 0
             for p in paths:
-                table = pq.read_table(p).replace_schema_metadata(None)
+                table = pq.ParquetFile(p).read(use_threads=False).replace_schema_metadata(None)
                 for column in schema.names:
                     if column not in table.column_names:
                         table = table.append_column(column, pa.nulls(len(table), schema.field(column).type))
                 pending.append(table.select(schema.names).cast(schema))
                 rows += len(table)
+                if len(pending) >= compact_every:
+                    pending = [pa.concat_tables(pending).combine_chunks()]
                 if rows >= row_group:
                     writer.write_table(pa.concat_tables(pending))
                     pending, rows = [], 0
@@ -307,23 +313,40 @@ def concat_parts(parts: Path, mapped: dict[str, list[str]], name: str, target: P
     return True
 
 
-def reduce_parts(tool: str, run_path: Path, mapped: dict[str, list[str]], log: Log = print) -> list[str]:
-    """Tables of the whole run from the per-file parts: concatenated, then each tool's cross-rank
-    reduce (e.g. nsys's NCCL summary across ranks). Returns the table names written."""
+def cross_rank_tables(tool: str, run_path: Path) -> tuple[list[str], list[str]]:
+    """The tool's cross-rank reduce over the run's concatenated tables, written to results/;
+    returns (table names written, notes to log)."""
     from hpcprof.analysis import cross_rank_reducer
-    from hpcprof.results import read_table, table_path
+    from hpcprof.results import read_table
 
+    reducer = cross_rank_reducer(tool)
+    notes: list[str] = []
+    if reducer is None:
+        return [], notes
+    written = []
+    for name, df in reducer(lambda n: read_table(run_path, f"{tool}_{n}"), notes.append).items():
+        write_table(run_path, f"{tool}_{name}", df)
+        written.append(f"{tool}_{name}")
+    return written, notes
+
+
+def reduce_parts(tool: str, run_path: Path, mapped: dict[str, list[str]], executor: Executor | None = None,
+                 log: Log = print) -> list[str]:
+    """Tables of the whole run from the per-file parts: each table concatenated, then the tool's
+    cross-rank reduce (e.g. nsys's NCCL summary across ranks), both in `executor`'s workers so
+    that this process never holds the rows of all ranks. Returns the table names written."""
+    from hpcprof.results import table_path
+
+    executor = executor or InProcess()
     parts = _parts_dir(run_path, tool)
     names = sorted({n for tables in mapped.values() for n in tables})
-    written = []
-    for name in names:
-        if concat_parts(parts, mapped, name, table_path(run_path, f"{tool}_{name}")):
-            written.append(f"{tool}_{name}")
-    reducer = cross_rank_reducer(tool)
-    if reducer is not None:
-        for name, df in reducer(lambda n: read_table(run_path, f"{tool}_{n}"), log).items():
-            write_table(run_path, f"{tool}_{name}", df)
-    return written
+    futures = {name: executor.submit(concat_parts, parts, [k for k, t in mapped.items() if name in t], name,
+                                     table_path(run_path, f"{tool}_{name}")) for name in names}
+    written = [f"{tool}_{name}" for name, future in futures.items() if future.result()]
+    reduced, notes = executor.submit(cross_rank_tables, tool, run_path).result()
+    for line in notes:
+        log(line)
+    return written + [name for name in reduced if name not in written]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -384,7 +407,7 @@ def collect_run(run: RunDir, store: Store, log: Log = print, executor: Executor 
             inputs = file_analysers()[tool](ctx)
             mapped = map_files(tool, inputs, run.path, executor, log, problem, ctx.tool_paths)
             if any(mapped.values()):
-                done.tables.extend(reduce_parts(tool, run.path, mapped, log))
+                done.tables.extend(reduce_parts(tool, run.path, mapped, executor, log))
             elif mapped:
                 log(f"{run.run_id}: {tool}: nothing to analyse in its profiles")
             else:
@@ -405,7 +428,8 @@ def collect_run(run: RunDir, store: Store, log: Log = print, executor: Executor 
     def summary() -> None:
         from hpcprof.analysis.summary import run_summary
 
-        store.replace_metrics(run.run_id, run_summary(run.path, config))
+        # in a worker: the summary reads whole-run tables, which this process never holds
+        store.replace_metrics(run.run_id, executor.submit(run_summary, run.path, config).result())
 
     if store.has_run(run.run_id):  # a run directory copied in from elsewhere has no record to update
         step("summary", summary)
