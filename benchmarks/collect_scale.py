@@ -32,6 +32,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(os.environ.get("HPCPROF_FIXTURES", next((p / "shared" / "fixtures" for p in REPO.parents
                                                       if (p / "shared" / "fixtures").is_dir()), REPO.parent)))
+#: children import hpcprof from this tree, whatever the interpreter has installed
+CHILD_ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
 EXPERIMENT = 'name: scale\nworkload:\n  kind: command\n  argv: ["true"]\nresources:\n  nodes: 1\n  ranks_per_node: 1\n'
 
 
@@ -81,7 +83,7 @@ def cross_rank(n: int, scratch: Path, commands: list[str]) -> list[dict]:
         start = time.perf_counter()
         proc = subprocess.run([sys.executable, __file__, "--cli", "nsys", command, "--format", "csv",
                                "-o", str(scratch / f"{command}{n}.csv"), *paths],
-                              capture_output=True, text=True, cwd=REPO)
+                              capture_output=True, text=True, cwd=REPO, env=CHILD_ENV)
         wall = time.perf_counter() - start
         result = json.loads(proc.stdout.strip().splitlines()[-1])
         rows = sum(1 for _ in open(scratch / f"{command}{n}.csv")) - 1 if result["status"] == 0 else 0
@@ -125,7 +127,7 @@ def template(base: Path) -> Path:
     """A finished local run (real submit) and its store."""
     (base / "exp.yaml").write_text(EXPERIMENT)
     subprocess.run([sys.executable, "-m", "hpcprof", "submit", "exp.yaml", "--site", "local", "--wait"],
-                   cwd=base, check=True, capture_output=True)
+                   cwd=base, check=True, capture_output=True, env=CHILD_ENV)
     [run] = (base / "hpcprof-runs" / "scale").iterdir()
     config = json.loads((run / "config.json").read_text())
     config["experiment"]["profile"]["tool"] = "nsys"
@@ -151,7 +153,7 @@ def measure(tmpl: Path, n: int, workers: int, mpi: bool, scratch: Path) -> dict:
         mpiexec = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or "mpiexec"
         cmd = [mpiexec, "-n", str(workers + 1), sys.executable, "-m", "mpi4py.futures", __file__,
                "--one", str(work), "--workers", "1"]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True, cwd=REPO).stdout
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, cwd=REPO, env=CHILD_ENV).stdout
     result = json.loads(out.strip().splitlines()[-1])
     [run] = (work / "scale").iterdir()
     result["store_mb"] = sum(p.stat().st_size for p in work.glob("hpcprof.db*")) / 1e6
