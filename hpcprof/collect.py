@@ -3,11 +3,13 @@ tool's analysis, into `results/<table>.parquet` (hpcprof.results) and the run's 
 the campaign store. Collecting twice changes nothing.
 
 Isolation: every run and every file is collected on its own; one that cannot be read is reported
-in one line and recorded (`collect_status = partial`), the rest is collected. nsys exports are
-analysed per file in parallel (a process pool, or `mpi4py.futures` workers when launched under
-`mpiexec -n N python -m mpi4py.futures -m hpcprof collect`): each worker writes its rank's tables
-to `derived/nsys/parts/`, the cross-rank tables are reduced from those parts, so memory does not
-grow with the number of ranks. Files unchanged since the last collect (size and mtime) are skipped.
+in one line and recorded (`collect_status = partial`), the rest is collected. Rank files (nsys
+exports, ncu CSVs, torch traces) are analysed per file in parallel (a process pool, or
+`mpi4py.futures` workers when launched under `mpiexec -n N python -m mpi4py.futures -m hpcprof
+collect`): each worker writes its rank's tables to `derived/<tool>/parts/`; the run's tables are
+concatenated from those parts, the cross-rank tables reduced and the summary computed in the
+workers too, so this process's memory does not grow with the number of ranks. Files unchanged
+since the last collect (size and mtime) are skipped.
 """
 
 from __future__ import annotations
@@ -208,7 +210,7 @@ def _save_manifest(parts: Path, data: dict[str, Any]) -> None:
 
 
 def map_files(tool: str, files: dict[Path, int], run_path: Path, executor: Executor, log: Log,
-              problem: Log, tool_paths: dict[str, str] | None = None, in_flight: int = 64) -> dict[str, list[str]]:
+              problem: Log, tool_paths: dict[str, str] | None = None, in_flight: int = 1024) -> dict[str, list[str]]:
     """Run `map_file` over every file not collected yet (or changed), at most `in_flight` files
     submitted at a time, streaming results as workers finish; returns {part key: tables} of every
     usable file, in rank order."""
