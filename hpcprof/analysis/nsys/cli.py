@@ -288,7 +288,11 @@ def _analyse_one_at_a_time(files: tuple[Path, ...], ranks: list[int], func: Call
     Returns (the table or None when no file could be used, failures)."""
     import pandas as pd
 
-    results, failures = [], 0
+    def merged(frames: list[pd.DataFrame]) -> pd.DataFrame:  # empty frames would change the dtypes
+        return pd.concat([f for f in frames if len(f)] or frames[:1], ignore_index=True)
+
+    results: list[pd.DataFrame] = []
+    failures = 0
     for rank, path in sorted(zip(ranks, files)):
         with ExitStack() as stack:
             exports, failed = open_exports([path], stack)
@@ -303,9 +307,11 @@ def _analyse_one_at_a_time(files: tuple[Path, ...], ranks: list[int], func: Call
                 continue
             results.append(func(act))
             failures += _report_failed(act)
+        if len(results) >= 64:  # thousands of small frames cost far more memory than their rows
+            results = [merged(results)]
     if not results:
         return None, failures
-    df = pd.concat([r for r in results if len(r)] or results[:1], ignore_index=True)
+    df = merged(results)
     return (across_ranks(df) if across_ranks else df), failures
 
 
