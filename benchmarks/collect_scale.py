@@ -5,10 +5,15 @@ links, so 4,096 ranks cost no disk). A run directory is made once by a real loca
 copied per N with its store. Every measurement is a fresh child process (the CLI's own code path,
 `collect_runs`), which reports its wall time and peak RSS (itself, and its largest worker).
 Printed per N: time per rank file, speed-up of 2 workers over 1, peak RSS, store and results size.
+Then the nsys cross-rank commands (`hpcprof nsys nccl|overlap` over all N rank files, one child
+process each): wall time and peak RSS. Last, each goal as met or missed, with its numbers.
 
-    python benchmarks/collect_scale.py [--sizes 64,256,1024,4096] [--serial-max 1024] [--out FILE]
+    python benchmarks/collect_scale.py [--sizes 64,256,1024,4096] [--serial-max 1024]
+                                       [--cross-sizes 256,1024,4096] [--cross-commands nccl,overlap]
+                                       [--out FILE]
 
-Goals: >= 1.8x with 2 workers; peak RSS independent of N; 4,096 ranks collected.
+Goals: >= 1.8x with 2 workers; main-process peak RSS flat in N (within 15 %); 4,096 ranks
+collected; the cross-rank commands at 4,096 ranks with peak RSS flat in N (within 15 %).
 """
 
 from __future__ import annotations
@@ -25,7 +30,10 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-FIXTURES = Path(os.environ.get("HPCPROF_FIXTURES", REPO.parent / "shared" / "fixtures"))
+FIXTURES = Path(os.environ.get("HPCPROF_FIXTURES", next((p / "shared" / "fixtures" for p in REPO.parents
+                                                      if (p / "shared" / "fixtures").is_dir()), REPO.parent)))
+#: children import hpcprof from this tree, whatever the interpreter has installed
+CHILD_ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
 EXPERIMENT = 'name: scale\nworkload:\n  kind: command\n  argv: ["true"]\nresources:\n  nodes: 1\n  ranks_per_node: 1\n'
 
 
@@ -47,11 +55,79 @@ def one(workdir: Path, workers: int) -> None:
                       "rss_worker_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}))
 
 
+def cli(args: list[str]) -> None:
+    """Child: run `hpcprof ARGS`; print a JSON line with its exit status and peak RSS."""
+    from hpcprof.cli import main as hpcprof_main
+
+    try:
+        hpcprof_main.main(args, standalone_mode=False)
+        status = 0
+    except SystemExit as exc:
+        status = int(exc.code or 0)
+    except Exception as exc:  # a failing command is a missed goal, reported in the table
+        print(f"{type(exc).__name__}: {exc}", file=sys.stderr)
+        status = 1
+    print(json.dumps({"status": status, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+
+
+def cross_rank(n: int, scratch: Path, commands: list[str]) -> list[dict]:
+    """`hpcprof nsys COMMAND` over N rank files: wall time, peak RSS, exit status."""
+    files = scratch / f"cross{n}"
+    files.mkdir()
+    sources = [FIXTURES / "nsys/h200_seqpar_bf16" / f"rank{r}.sqlite" for r in (0, 1)]
+    for rank in range(n):
+        os.link(sources[rank % 2], files / f"rank{rank}.sqlite")
+    paths = [str(files / f"rank{rank}.sqlite") for rank in range(n)]
+    out = []
+    for command in commands:
+        start = time.perf_counter()
+        proc = subprocess.run([sys.executable, __file__, "--cli", "nsys", command, "--format", "csv",
+                               "-o", str(scratch / f"{command}{n}.csv"), *paths],
+                              capture_output=True, text=True, cwd=REPO, env=CHILD_ENV)
+        wall = time.perf_counter() - start
+        result = json.loads(proc.stdout.strip().splitlines()[-1])
+        rows = sum(1 for _ in open(scratch / f"{command}{n}.csv")) - 1 if result["status"] == 0 else 0
+        out.append({"n": n, "command": command, "wall_s": wall, "rows": rows, **result})
+    shutil.rmtree(files)
+    return out
+
+
+def flat(values: dict[int, float]) -> tuple[bool, str]:
+    """Whether the largest value is within 15 % of the smallest, and the figures."""
+    ratio = max(values.values()) / min(values.values())
+    return ratio <= 1.15, ", ".join(f"{v:.0f} MB at {n}" for n, v in sorted(values.items())) + f" (x{ratio:.2f})"
+
+
+def goals(collected: list[dict], crossed: list[dict]) -> list[str]:
+    """One line per goal: met or missed, with the numbers."""
+    lines = ["# goals"]
+    speed = [(r["n"], r["speedup"]) for r in collected if r.get("speedup")]
+    if speed:
+        n, best = max(speed)
+        lines.append(f"{'met' if best >= 1.8 else 'missed'}: speed-up with 2 workers >= 1.8x: {best:.2f}x at N={n}")
+    if collected:
+        rss = {r["n"]: r["rss_main_mb"] for r in collected if r["workers"] == 2 and not r["mpi"]}
+        if len(rss) > 1:
+            ok, text = flat(rss)
+            lines.append(f"{'met' if ok else 'missed'}: main-process peak RSS flat in N (2 workers): {text}")
+        big = [r for r in collected if r["n"] >= 4096]
+        if big:
+            done = any(r["status"] == 0 for r in big)
+            lines.append(f"{'met' if done else 'missed'}: 4,096 ranks collected: {big[0]['wall_s']:.0f} s")
+    for command in sorted({r["command"] for r in crossed}):
+        rows = [r for r in crossed if r["command"] == command]
+        ok, text = flat({r["n"]: r["rss_mb"] for r in rows})
+        at4096 = [r for r in rows if r["n"] >= 4096 and r["status"] == 0]
+        lines.append(f"{'met' if ok and at4096 else 'missed'}: nsys {command} at 4,096 ranks, memory flat: "
+                     + (f"{at4096[0]['wall_s']:.0f} s; " if at4096 else "not done at 4,096; ") + text)
+    return lines
+
+
 def template(base: Path) -> Path:
     """A finished local run (real submit) and its store."""
     (base / "exp.yaml").write_text(EXPERIMENT)
     subprocess.run([sys.executable, "-m", "hpcprof", "submit", "exp.yaml", "--site", "local", "--wait"],
-                   cwd=base, check=True, capture_output=True)
+                   cwd=base, check=True, capture_output=True, env=CHILD_ENV)
     [run] = (base / "hpcprof-runs" / "scale").iterdir()
     config = json.loads((run / "config.json").read_text())
     config["experiment"]["profile"]["tool"] = "nsys"
@@ -77,7 +153,7 @@ def measure(tmpl: Path, n: int, workers: int, mpi: bool, scratch: Path) -> dict:
         mpiexec = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or "mpiexec"
         cmd = [mpiexec, "-n", str(workers + 1), sys.executable, "-m", "mpi4py.futures", __file__,
                "--one", str(work), "--workers", "1"]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True, cwd=REPO).stdout
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, cwd=REPO, env=CHILD_ENV).stdout
     result = json.loads(out.strip().splitlines()[-1])
     [run] = (work / "scale").iterdir()
     result["store_mb"] = sum(p.stat().st_size for p in work.glob("hpcprof.db*")) / 1e6
@@ -91,37 +167,60 @@ def measure(tmpl: Path, n: int, workers: int, mpi: bool, scratch: Path) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--one", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--cli", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     parser.add_argument("--workers", type=int, default=1, help=argparse.SUPPRESS)
-    parser.add_argument("--sizes", default="64,256,1024,4096")
+    parser.add_argument("--sizes", default="64,256,1024,4096", help="N collected ('' for none)")
     parser.add_argument("--serial-max", type=int, default=1024, help="largest N also measured with 1 worker")
     parser.add_argument("--mpi-n", type=int, default=256, help="N measured with mpi4py.futures (2 workers)")
+    parser.add_argument("--cross-sizes", default="256,1024,4096", help="N for the cross-rank commands ('' for none)")
+    parser.add_argument("--cross-commands", default="nccl,overlap", help="cross-rank nsys commands measured")
     parser.add_argument("--out", type=Path, help="also write the table here")
     args = parser.parse_args()
     if args.one:
         return one(args.one, args.workers)
-    lines = [f"# collect_scale: {os.cpu_count()} CPUs (shared with other work), nsys exports of "
-             f"{(FIXTURES / 'nsys/h200_seqpar_bf16/rank0.sqlite').stat().st_size / 1e3:.0f} kB per rank",
+    if args.cli:
+        return cli(args.cli)
+    load = os.getloadavg()
+    lines = [f"# collect_scale: {os.cpu_count()} CPUs (shared with other work; load average {load[0]:.1f} at the "
+             f"start), nsys exports of {(FIXTURES / 'nsys/h200_seqpar_bf16/rank0.sqlite').stat().st_size / 1e3:.0f} kB per rank",
              f"{'N':>5} {'mode':>12} {'wall s':>8} {'ms/file':>8} {'speed-up':>8} {'RSS main MB':>11} "
              f"{'RSS worker MB':>13} {'store MB':>8} {'results MB':>10} {'parts MB':>8}"]
     print("\n".join(lines), flush=True)
+    collected: list[dict] = []
+    crossed: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="collect-scale-") as tmp:
         scratch = Path(tmp)
         (scratch / "tmpl-base").mkdir()
         tmpl = template(scratch / "tmpl-base")
-        for n in [int(s) for s in args.sizes.split(",")]:
+        for n in [int(s) for s in args.sizes.split(",") if s]:
             modes = ([(1, False)] if n <= args.serial_max else []) + [(2, False)] + ([(2, True)] if n == args.mpi_n else [])
             serial = None
             for workers, mpi in modes:
                 r = measure(tmpl, n, workers, mpi, scratch)
                 if workers == 1:
                     serial = r["wall_s"]
+                r["speedup"] = serial / r["wall_s"] if serial and workers > 1 and not mpi else None
                 speed = f"{serial / r['wall_s']:.2f}x" if serial and workers > 1 else "-"
                 mode = f"{workers} mpi4py" if mpi else f"{workers} worker{'s' if workers > 1 else ''}"
                 line = (f"{n:>5} {mode:>12} {r['wall_s']:>8.1f} {1000 * r['wall_s'] / n:>8.1f} {speed:>8} "
                         f"{r['rss_main_mb']:>11.0f} {r['rss_worker_mb']:>13.0f} {r['store_mb']:>8.2f} "
                         f"{r['results_mb']:>10.2f} {r['parts_mb']:>8.1f}" + ("" if r["status"] == 0 else " (skipped files!)"))
+                collected.append(r)
                 lines.append(line)
                 print(line, flush=True)
+        cross_sizes = [int(s) for s in args.cross_sizes.split(",") if s]
+        if cross_sizes:
+            lines.append(f"# nsys cross-rank commands over N rank files\n{'N':>5} {'command':>8} {'wall s':>8} "
+                         f"{'ms/file':>8} {'RSS MB':>7} {'rows':>6} {'exit':>4}")
+            print("\n".join(lines[-1:]), flush=True)
+        for n in cross_sizes:
+            for r in cross_rank(n, scratch, args.cross_commands.split(",")):
+                crossed.append(r)
+                lines.append(f"{n:>5} {r['command']:>8} {r['wall_s']:>8.1f} {1000 * r['wall_s'] / n:>8.1f} "
+                             f"{r['rss_mb']:>7.0f} {r['rows']:>6} {r['status']:>4}")
+                print(lines[-1], flush=True)
+    lines += goals(collected, crossed)
+    print("\n".join(goals(collected, crossed)), flush=True)
     if args.out:
         args.out.write_text("\n".join(lines) + "\n")
 

@@ -3,11 +3,13 @@ tool's analysis, into `results/<table>.parquet` (hpcprof.results) and the run's 
 the campaign store. Collecting twice changes nothing.
 
 Isolation: every run and every file is collected on its own; one that cannot be read is reported
-in one line and recorded (`collect_status = partial`), the rest is collected. nsys exports are
-analysed per file in parallel (a process pool, or `mpi4py.futures` workers when launched under
-`mpiexec -n N python -m mpi4py.futures -m hpcprof collect`): each worker writes its rank's tables
-to `derived/nsys/parts/`, the cross-rank tables are reduced from those parts, so memory does not
-grow with the number of ranks. Files unchanged since the last collect (size and mtime) are skipped.
+in one line and recorded (`collect_status = partial`), the rest is collected. Rank files (nsys
+exports, ncu CSVs, torch traces) are analysed per file in parallel (a process pool, or
+`mpi4py.futures` workers when launched under `mpiexec -n N python -m mpi4py.futures -m hpcprof
+collect`): each worker writes its rank's tables to `derived/<tool>/parts/`; the run's tables are
+concatenated from those parts, the cross-rank tables reduced and the summary computed in the
+workers too, so this process's memory does not grow with the number of ranks. Files unchanged
+since the last collect (size and mtime) are skipped.
 """
 
 from __future__ import annotations
@@ -182,11 +184,11 @@ def _part_key(path: Path) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", path.name)
 
 
-def map_file(tool: str, path: str, rank: int, parts: str) -> list[str]:
+def map_file(tool: str, path: str, rank: int, parts: str, tool_paths: dict[str, str]) -> list[str]:
     """Analyse one rank's file (in a worker) and write its tables under `parts/<file>/`."""
     from hpcprof.analysis import file_analyser
 
-    tables = file_analyser(tool)(Path(path), rank)
+    tables = file_analyser(tool, tool_paths)(Path(path), rank)
     out = Path(parts) / _part_key(Path(path))
     for name, df in tables.items():
         write_table(out, name, df)
@@ -208,37 +210,58 @@ def _save_manifest(parts: Path, data: dict[str, Any]) -> None:
 
 
 def map_files(tool: str, files: dict[Path, int], run_path: Path, executor: Executor, log: Log,
-              problem: Log) -> dict[str, list[str]]:
-    """Run `map_file` over every file not collected yet (or changed), streaming results as
-    workers finish; returns {part key: tables} of every usable file, in rank order."""
+              problem: Log, tool_paths: dict[str, str] | None = None, in_flight: int = 1024) -> dict[str, list[str]]:
+    """Run `map_file` over every file not collected yet (or changed), at most `in_flight` files
+    submitted at a time, streaming results as workers finish; returns {part key: tables} of every
+    usable file, in rank order."""
+    from hpcprof.analysis import NothingToAnalyse
+
     parts = _parts_dir(run_path, tool)
     old = _load_manifest(parts)
     new: dict[str, Any] = {}
-    todo: dict[Future, tuple[Path, int, os.stat_result]] = {}
+    table_lists: dict[tuple[str, ...], list[str]] = {}  # one list per distinct set of tables, not one per file
+    pending: list[tuple[Path, int, os.stat_result]] = []
     for path, rank in files.items():
         st = path.stat()
         key = _part_key(path)
         prev = old.get(key)
         if prev and prev["size"] == st.st_size and prev["mtime_ns"] == st.st_mtime_ns \
                 and prev["rank"] == rank and (parts / key).is_dir():
+            prev["tables"] = table_lists.setdefault(tuple(prev["tables"]), prev["tables"])
             new[key] = prev
         else:
-            todo[executor.submit(map_file, tool, str(path), rank, str(parts))] = (path, rank, st)
+            pending.append((path, rank, st))
+    del old
     if len(new):
         log(f"{tool}: {len(new)} file(s) unchanged since the last collect, skipped")
-    progress = Progress(f"{tool} {run_path.name}", len(todo), sum(st.st_size for _, _, st in todo.values()), log)
+    progress = Progress(f"{tool} {run_path.name}", len(pending), sum(st.st_size for _, _, st in pending), log)
+    queue = iter(pending)
+    running: dict[Future, tuple[Path, int, os.stat_result]] = {}
+
+    def submit_next() -> None:
+        for path, rank, st in queue:
+            running[executor.submit(map_file, tool, str(path), rank, str(parts), tool_paths or {})] = (path, rank, st)
+            return
+
     try:
-        for future in as_completed(todo):
-            path, rank, st = todo[future]
+        for _ in range(in_flight):
+            submit_next()
+        while running:
+            future = next(as_completed(running))
+            path, rank, st = running.pop(future)
+            submit_next()
             try:
                 tables = future.result()
             except BrokenExecutor:  # a worker died (killed, out of memory): the files it left undone
                 problem(f"{tool}: {path}: skipped (a worker process died; collect again to retry)")
+            except NothingToAnalyse as exc:  # readable, nothing for the analyses: a note
+                log(f"{tool}: note: {exc}")
+                new[_part_key(path)] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "rank": rank, "tables": []}
             except Exception as exc:  # a damaged file: this file only
                 problem(f"{tool}: {path}: skipped ({_short(exc)})")
             else:
                 new[_part_key(path)] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "rank": rank,
-                                        "tables": tables}
+                                        "tables": table_lists.setdefault(tuple(tables), tables)}
             progress.advance(st.st_size)
             if progress.done % 256 == 0:  # an interrupted collect keeps what is done
                 _save_manifest(parts, new)
@@ -249,14 +272,16 @@ def map_files(tool: str, files: dict[Path, int], run_path: Path, executor: Execu
     return {k: new[k]["tables"] for k in order}
 
 
-def concat_parts(parts: Path, mapped: dict[str, list[str]], name: str, target: Path,
-                 row_group: int = 262_144) -> bool:
-    """Stream the `name` tables of every part that has one into one Parquet file, in the order of
-    `mapped`: one part (and one row group of at most `row_group` rows) in memory at a time."""
+def concat_parts(parts: Path, keys: list[str], name: str, target: Path,
+                 row_group: int = 262_144, compact_every: int = 64) -> bool:
+    """Stream the `name` tables of the parts `keys` into one Parquet file, in that order: one part
+    (and one row group of at most `row_group` rows) in memory at a time. The parts waiting for
+    their row group are merged into one contiguous table every `compact_every` parts (thousands of
+    small Arrow tables cost far more memory than their rows)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    paths = [parts / k / "results" / f"{name}.parquet" for k, tables in mapped.items() if name in tables]
+    paths = [parts / k / "results" / f"{name}.parquet" for k in keys]
     if not paths:
         return False
     schema = pq.read_schema(paths[0]).remove_metadata()
@@ -271,12 +296,14 @@ def concat_parts(parts: Path, mapped: dict[str, list[str]], name: str, target: P
             pending: list[pa.Table] = []
             rows = 0
             for p in paths:
-                table = pq.read_table(p).replace_schema_metadata(None)
+                table = pq.ParquetFile(p).read(use_threads=False).replace_schema_metadata(None)
                 for column in schema.names:
                     if column not in table.column_names:
                         table = table.append_column(column, pa.nulls(len(table), schema.field(column).type))
                 pending.append(table.select(schema.names).cast(schema))
                 rows += len(table)
+                if len(pending) >= compact_every:
+                    pending = [pa.concat_tables(pending).combine_chunks()]
                 if rows >= row_group:
                     writer.write_table(pa.concat_tables(pending))
                     pending, rows = [], 0
@@ -288,23 +315,40 @@ def concat_parts(parts: Path, mapped: dict[str, list[str]], name: str, target: P
     return True
 
 
-def reduce_parts(tool: str, run_path: Path, mapped: dict[str, list[str]]) -> list[str]:
-    """Tables of the whole run from the per-file parts: concatenated, then each tool's cross-rank
-    reduce (e.g. nsys's NCCL summary across ranks). Returns the table names written."""
+def cross_rank_tables(tool: str, run_path: Path) -> tuple[list[str], list[str]]:
+    """The tool's cross-rank reduce over the run's concatenated tables, written to results/;
+    returns (table names written, notes to log)."""
     from hpcprof.analysis import cross_rank_reducer
-    from hpcprof.results import read_table, table_path
+    from hpcprof.results import read_table
 
+    reducer = cross_rank_reducer(tool)
+    notes: list[str] = []
+    if reducer is None:
+        return [], notes
+    written = []
+    for name, df in reducer(lambda n: read_table(run_path, f"{tool}_{n}"), notes.append).items():
+        write_table(run_path, f"{tool}_{name}", df)
+        written.append(f"{tool}_{name}")
+    return written, notes
+
+
+def reduce_parts(tool: str, run_path: Path, mapped: dict[str, list[str]], executor: Executor | None = None,
+                 log: Log = print) -> list[str]:
+    """Tables of the whole run from the per-file parts: each table concatenated, then the tool's
+    cross-rank reduce (e.g. nsys's NCCL summary across ranks), both in `executor`'s workers so
+    that this process never holds the rows of all ranks. Returns the table names written."""
+    from hpcprof.results import table_path
+
+    executor = executor or InProcess()
     parts = _parts_dir(run_path, tool)
     names = sorted({n for tables in mapped.values() for n in tables})
-    written = []
-    for name in names:
-        if concat_parts(parts, mapped, name, table_path(run_path, f"{tool}_{name}")):
-            written.append(f"{tool}_{name}")
-    reducer = cross_rank_reducer(tool)
-    if reducer is not None:
-        for name, df in reducer(lambda n: read_table(run_path, f"{tool}_{n}")).items():
-            write_table(run_path, f"{tool}_{name}", df)
-    return written
+    futures = {name: executor.submit(concat_parts, parts, [k for k, t in mapped.items() if name in t], name,
+                                     table_path(run_path, f"{tool}_{name}")) for name in names}
+    written = [f"{tool}_{name}" for name, future in futures.items() if future.result()]
+    reduced, notes = executor.submit(cross_rank_tables, tool, run_path).result()
+    for line in notes:
+        log(line)
+    return written + [name for name in reduced if name not in written]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -363,9 +407,11 @@ def collect_run(run: RunDir, store: Store, log: Log = print, executor: Executor 
         ctx.work_dir.mkdir(parents=True, exist_ok=True)
         if tool in file_analysers():
             inputs = file_analysers()[tool](ctx)
-            mapped = map_files(tool, inputs, run.path, executor, log, problem)
-            if mapped:
-                done.tables.extend(reduce_parts(tool, run.path, mapped))
+            mapped = map_files(tool, inputs, run.path, executor, log, problem, ctx.tool_paths)
+            if any(mapped.values()):
+                done.tables.extend(reduce_parts(tool, run.path, mapped, executor, log))
+            elif mapped:
+                log(f"{run.run_id}: {tool}: nothing to analyse in its profiles")
             else:
                 problem(f"{tool}: no usable profile")
         else:
@@ -384,7 +430,8 @@ def collect_run(run: RunDir, store: Store, log: Log = print, executor: Executor 
     def summary() -> None:
         from hpcprof.analysis.summary import run_summary
 
-        store.replace_metrics(run.run_id, run_summary(run.path, config))
+        # in a worker: the summary reads whole-run tables, which this process never holds
+        store.replace_metrics(run.run_id, executor.submit(run_summary, run.path, config).result())
 
     if store.has_run(run.run_id):  # a run directory copied in from elsewhere has no record to update
         step("summary", summary)

@@ -221,3 +221,39 @@ def test_phases_match_nsys_nvtx_gpu_proj_sum(repo: Path) -> None:
                 row["Range Instances"]), (gold_path.name, row["Range"])
             checked += 1
     assert checked == 29
+
+
+@pytest.mark.parametrize("command", ["nccl", "overlap", "gaps", "phases"])
+def test_cross_rank_commands_one_file_at_a_time_equal_all_at_once(command: str, fixtures_dir: Path,
+                                                                  tmp_path: Path) -> None:
+    """Files named by rank are analysed one at a time; files without a rank in their name all at
+    once (ranks from the processes inside). Both give the same table; 64 rank files, more than
+    the open files allowed below, are analysed under a limit of 48 open files."""
+    import shutil
+    import subprocess
+    import sys
+
+    run = fixtures_dir / "nsys" / "h200_seqpar_bf16"
+    unnamed = [shutil.copy(run / f"rank{r}.sqlite", tmp_path / f"{'ab'[r]}.sqlite") for r in (0, 1)]
+    extra = ["--threshold-ms", "0.1"] if command == "gaps" else []
+    all_at_once = CliRunner().invoke(main, ["nsys", command, "--format", "csv", *extra, *map(str, unnamed)])
+    per_file = CliRunner().invoke(main, ["nsys", command, "--format", "csv", *extra,
+                                         str(run / "rank1.sqlite"), str(run / "rank0.sqlite")])
+    assert all_at_once.exit_code == 0 and per_file.exit_code == 0, per_file.stderr
+    assert per_file.stdout == all_at_once.stdout.replace(str(tmp_path / "a.sqlite"), str(run / "rank0.sqlite")) \
+        .replace(str(tmp_path / "b.sqlite"), str(run / "rank1.sqlite"))
+    assert len(per_file.stdout.splitlines()) >= 2    # a header and rows
+
+    many = tmp_path / "many"
+    many.mkdir()
+    for rank in range(64):
+        (many / f"rank{rank}.sqlite").hardlink_to(run / f"rank{rank % 2}.sqlite")
+    limited = subprocess.run(
+        [sys.executable, "-c", "import resource, sys; resource.setrlimit(resource.RLIMIT_NOFILE, (48, 48)); "
+         "from hpcprof.cli import main; main(sys.argv[1:])", "nsys", command, "--format", "csv", *extra,
+         *(str(many / f"rank{rank}.sqlite") for rank in range(64))],
+        capture_output=True, text=True, timeout=300)
+    assert limited.returncode == 0, limited.stderr[-2000:]
+    rank_column = 1 if command == "nccl" else 0
+    ranks = {line.split(",")[rank_column] for line in limited.stdout.splitlines()[1:]}
+    assert ranks - {""} == ({str(r) for r in range(64)} if command != "gaps" else {str(r) for r in range(1, 64, 2)})

@@ -35,8 +35,13 @@ Collector = Callable[[CollectContext], "dict[str, pd.DataFrame]"]
 Inputs = Callable[[CollectContext], "dict[Path, int]"]
 #: one rank's file -> its tables (each with a rank column)
 FileAnalyser = Callable[[Path, int], "dict[str, pd.DataFrame]"]
-#: reads a concatenated per-rank table by name -> extra cross-rank tables
-Reducer = Callable[[Callable[[str], "pd.DataFrame | None"]], "dict[str, pd.DataFrame]"]
+#: reads a concatenated per-rank table by name, logs notes -> extra or re-ordered cross-rank tables
+Reducer = Callable[[Callable[[str], "pd.DataFrame | None"], Callable[[str], None]], "dict[str, pd.DataFrame]"]
+
+
+class NothingToAnalyse(Exception):
+    """A readable rank file that holds nothing the tool's analyses use (e.g. a CPU run's torch
+    trace): a note, not a damaged file."""
 
 
 def collectors() -> dict[str, Collector]:
@@ -52,16 +57,28 @@ def file_analysers() -> dict[str, Inputs]:
     """Tools analysed file by file in parallel: tool -> the run's inputs to map."""
     from hpcprof.analysis.nsys.collect import sqlite_files
 
-    return {"nsys": sqlite_files}
+    def as_given(ctx: CollectContext) -> dict[Path, int]:
+        return {f: ctx.rank_of.get(f, -1) for f in ctx.files}
+
+    return {"nsys": sqlite_files, "ncu": as_given, "torch": as_given}
 
 
-def file_analyser(tool: str) -> FileAnalyser:
-    from hpcprof.analysis.nsys.collect import analyse_file
+def file_analyser(tool: str, tool_paths: dict[str, str] | None = None) -> FileAnalyser:
+    """One rank file's analysis for `tool` (ncu with the site's ncu from `tool_paths`)."""
+    from functools import partial
 
-    return {"nsys": analyse_file}[tool]
+    from hpcprof.analysis.ncu.collect import analyse_file as ncu_file
+    from hpcprof.analysis.nsys.collect import analyse_file as nsys_file
+    from hpcprof.analysis.trace.collect import analyse_file as trace_file
+
+    ncu = partial(ncu_file, ncu=(tool_paths or {}).get("ncu"))
+    return {"nsys": nsys_file, "ncu": ncu, "torch": trace_file}[tool]
 
 
 def cross_rank_reducer(tool: str) -> Reducer | None:
+    """The reduce over the concatenated per-rank tables of `tool`, if it has one."""
+    from hpcprof.analysis.ncu.collect import reduce_files as ncu_reduce
     from hpcprof.analysis.nsys.collect import reduce_ranks
+    from hpcprof.analysis.trace.collect import reduce_ranks as trace_reduce
 
-    return {"nsys": reduce_ranks}.get(tool)
+    return {"nsys": lambda read, log: reduce_ranks(read), "ncu": ncu_reduce, "torch": trace_reduce}.get(tool)

@@ -211,7 +211,8 @@ def stats_cmd(files: tuple[Path, ...], reports: str, fmt: str, prefix: str | Non
 @click.option("--output", "-o", default=None, help="Write to this file instead of stdout.")
 def nccl_cmd(files: tuple[Path, ...], rank_map: str | None, fmt: str, output: str | None) -> None:
     """NCCL collectives per type: count, total, mean, min, max per rank and across ranks, slowest rank."""
-    _run_analysis(files, rank_map, fmt, output, "nccl", dist.nccl_summary)
+    _run_analysis(files, rank_map, fmt, output, "nccl", dist.nccl_summary,
+                  per_file=dist.nccl_per_rank, across_ranks=dist.nccl_across_ranks)
 
 
 @nsys.command("overlap")
@@ -330,9 +331,64 @@ def _rank_map(spec: str | None) -> dict[str, int]:
         raise UserError(str(exc)) from None
 
 
+def _ranks_of_files(files: tuple[Path, ...], mapping: dict[str, int]) -> list[int] | None:
+    """Each file's rank from --rank-map or its name, when every file has its own; else None."""
+    ranks = [mapping.get(str(p), mapping.get(p.name, dist.rank_from_name(p))) for p in files]
+    if None in ranks or len(set(ranks)) < len(ranks):
+        return None
+    return ranks  # type: ignore[return-value]
+
+
+def _analyse_one_at_a_time(files: tuple[Path, ...], ranks: list[int], func: Callable[[dist.Activity], pd.DataFrame],
+                           across_ranks: Callable[[pd.DataFrame], pd.DataFrame] | None) -> tuple[pd.DataFrame | None, int]:
+    """`func` on each file on its own, in rank order (one export open and one rank's activity in
+    memory at a time), the results concatenated, then `across_ranks` over them.
+    Returns (the table or None when no file could be used, failures)."""
+    import pandas as pd
+
+    def merged(frames: list[pd.DataFrame]) -> pd.DataFrame:  # empty frames would change the dtypes
+        return pd.concat([f for f in frames if len(f)] or frames[:1], ignore_index=True)
+
+    results: list[pd.DataFrame] = []
+    failures = 0
+    for rank, path in sorted(zip(ranks, files)):
+        with ExitStack() as stack:
+            exports, failed = open_exports([path], stack)
+            failures += failed
+            if not exports:
+                continue
+            try:
+                act = dist.load_activity(exports, {str(exports[0].path): rank})
+            except NsysInputError as exc:
+                _fail(path, str(exc))
+                failures += 1
+                continue
+            results.append(func(act))
+            failures += _report_failed(act)
+        if len(results) >= 64:  # thousands of small frames cost far more memory than their rows
+            results = [merged(results)]
+    if not results:
+        return None, failures
+    df = merged(results)
+    return (across_ranks(df) if across_ranks else df), failures
+
+
 def _run_analysis(files: tuple[Path, ...], rank_map: str | None, fmt: str, output: str | None, title: str,
-                  func: Callable[[dist.Activity], pd.DataFrame]) -> None:
+                  func: Callable[[dist.Activity], pd.DataFrame],
+                  per_file: Callable[[dist.Activity], pd.DataFrame] | None = None,
+                  across_ranks: Callable[[pd.DataFrame], pd.DataFrame] | None = None) -> None:
+    """`func` over the files' activity, written out. When every file has its own rank, the files
+    are analysed one at a time (`per_file`, default `func`, then `across_ranks` over the rows of
+    all files), so memory and open files do not grow with the number of ranks; otherwise (ranks
+    found inside the exports) all at once."""
     mapping = _rank_map(rank_map)
+    ranks = _ranks_of_files(files, mapping) if len(files) > 1 else None
+    if ranks is not None:
+        result, failures = _analyse_one_at_a_time(files, ranks, per_file or func, across_ranks)
+        if result is not None:
+            _write(result, fmt, output, title)
+        _finish(failures, len(files))
+        return
     with ExitStack() as stack:
         exports, failures = open_exports(list(files), stack)
         act = _activity(exports, mapping) if exports else None

@@ -220,8 +220,8 @@ def covered_within(union: tuple[np.ndarray, np.ndarray], start: np.ndarray, end:
 # analyses
 
 
-def nccl_summary(act: Activity) -> pd.DataFrame:
-    """Per collective type: count, total, mean, min, max per rank, and across ranks with the slowest rank."""
+def nccl_per_rank(act: Activity) -> pd.DataFrame:
+    """Per rank and collective type: count, total, mean, min, max (`scope == "rank"`)."""
     k = act.kernels
     k = k[is_nccl(k["short"]) | is_nccl(k["name"])].copy()
     k["collective"] = collective_of(k["short"]).fillna(collective_of(k["name"])).fillna("other")
@@ -229,21 +229,32 @@ def nccl_summary(act: Activity) -> pd.DataFrame:
     per = (k.groupby(["rank", "collective"])["dur"].agg(count="count", total_ns="sum", mean_ns="mean",
                                                         min_ns="min", max_ns="max").reset_index())
     per.insert(0, "scope", "rank")
+    return per
+
+
+def nccl_across_ranks(per: pd.DataFrame) -> pd.DataFrame:
+    """The per-rank rows (nccl_per_rank, any number of ranks) followed by one row per collective
+    across all ranks (`scope == "all"`) with the slowest rank: only the per-rank rows are needed,
+    so the ranks can be analysed one file at a time."""
     rows = []
     for coll, g in per.groupby("collective", sort=True):
         slow = g.loc[g["total_ns"].idxmax()]
         total, count = int(g["total_ns"].sum()), int(g["count"].sum())
-        mins = k.loc[k["collective"] == coll, "dur"]
         rows.append({"scope": "all", "rank": pd.NA, "collective": coll, "count": count, "total_ns": total,
-                     "mean_ns": total / count, "min_ns": int(mins.min()), "max_ns": int(mins.max()),
+                     "mean_ns": total / count, "min_ns": int(g["min_ns"].min()), "max_ns": int(g["max_ns"].max()),
                      "slowest_rank": int(slow["rank"]), "slowest_total_ns": int(slow["total_ns"])})
-    out = pd.concat([per, pd.DataFrame(rows)], ignore_index=True) if rows else per
+    out = pd.concat([per, pd.DataFrame(rows)], ignore_index=True) if rows else per.copy()
     out["rank"] = out["rank"].astype("Int64")
     for c in ("slowest_rank", "slowest_total_ns"):
         out[c] = out[c].astype("Int64") if c in out else pd.array([pd.NA] * len(out), dtype="Int64")
     out["mean_ns"] = out["mean_ns"].round(1)
     return out[["scope", "rank", "collective", "count", "total_ns", "mean_ns", "min_ns", "max_ns",
                 "slowest_rank", "slowest_total_ns"]]
+
+
+def nccl_summary(act: Activity) -> pd.DataFrame:
+    """Per collective type: count, total, mean, min, max per rank, and across ranks with the slowest rank."""
+    return nccl_across_ranks(nccl_per_rank(act))
 
 
 def overlap(act: Activity) -> pd.DataFrame:

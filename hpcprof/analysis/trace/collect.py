@@ -3,13 +3,14 @@ path that runs every analysis on traces loaded once (`hpcprof trace all` uses it
 
 from __future__ import annotations
 
-from typing import Sequence
+from pathlib import Path
+from typing import Callable, Sequence
 
 import pandas as pd
 
-from hpcprof.analysis import CollectContext
+from hpcprof.analysis import CollectContext, NothingToAnalyse
 from hpcprof.analysis.trace import analyses
-from hpcprof.analysis.trace.load import RankTrace, load_traces
+from hpcprof.analysis.trace.load import RankTrace, TraceError, load_trace, load_traces
 
 
 def all_analyses(traces: Sequence[RankTrace]) -> dict[str, pd.DataFrame]:
@@ -39,3 +40,23 @@ def collect_traces(ctx: CollectContext) -> dict[str, pd.DataFrame]:
     ctx.log(f"analysing {len(traces)} torch.profiler trace(s), ranks "
             f"{', '.join(str(t.rank) for t in traces)}")
     return all_analyses(traces)
+
+
+def analyse_file(path: Path, rank: int) -> dict[str, pd.DataFrame]:
+    """One rank's trace (`hpcprof collect`'s per-file map): all_analyses of that trace.
+    TraceError names a damaged file; NothingToAnalyse a trace without GPU events."""
+    try:
+        trace = load_trace(path, rank)
+    except TraceError as exc:
+        if "no GPU events" in str(exc):  # a CPU run's trace: nothing for HTA's GPU analyses, not a fault
+            raise NothingToAnalyse(str(exc)) from None
+        raise
+    return all_analyses([trace])
+
+
+def reduce_ranks(read: Callable[[str], pd.DataFrame | None], log: Callable[[str], None]) -> dict[str, pd.DataFrame]:
+    """The kernels table in all_analyses' order over all ranks (kernel type, name, rank)."""
+    kernels = read("kernels")
+    if kernels is None:
+        return {}
+    return {"kernels": kernels.sort_values(["kernel_type", "name", "rank"], kind="stable", ignore_index=True)}
