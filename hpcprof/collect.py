@@ -357,7 +357,7 @@ def reduce_parts(tool: str, run_path: Path, mapped: dict[str, list[str]], execut
 
 def collect_run(run: RunDir, store: Store, log: Log = print, executor: Executor | None = None) -> Collected:
     """Collect one run; every step is isolated, problems are returned and recorded."""
-    from hpcprof.analysis import CollectContext, collectors, file_analysers
+    from hpcprof.analysis import CollectContext, file_analysers
 
     done = Collected()
     executor = executor or InProcess()
@@ -405,17 +405,14 @@ def collect_run(run: RunDir, store: Store, log: Log = print, executor: Executor 
                              tool_paths={"nsys": site_paths["nsys"], "ncu": site_paths["ncu"]},
                              log=tool_log)
         ctx.work_dir.mkdir(parents=True, exist_ok=True)
-        if tool in file_analysers():
-            inputs = file_analysers()[tool](ctx)
-            mapped = map_files(tool, inputs, run.path, executor, log, problem, ctx.tool_paths)
-            if any(mapped.values()):
-                done.tables.extend(reduce_parts(tool, run.path, mapped, executor, log))
-            elif mapped:
-                log(f"{run.run_id}: {tool}: nothing to analyse in its profiles")
-            else:
-                problem(f"{tool}: no usable profile")
+        inputs = file_analysers()[tool](ctx)
+        mapped = map_files(tool, inputs, run.path, executor, log, problem, ctx.tool_paths)
+        if any(mapped.values()):
+            done.tables.extend(reduce_parts(tool, run.path, mapped, executor, log))
+        elif mapped:
+            log(f"{run.run_id}: {tool}: nothing to analyse in its profiles")
         else:
-            save(tool, collectors()[tool](ctx))
+            problem(f"{tool}: no usable profile")
 
     if tool != "none" and profile_dir.is_dir():
         step(tool, profiles)

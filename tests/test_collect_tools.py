@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from hpcprof.analysis import CollectContext
-from hpcprof.analysis.ncu.collect import collect_ncu
-from hpcprof.analysis.trace.collect import collect_traces
+from hpcprof.analysis.ncu.metrics import metrics_table
+from hpcprof.analysis.trace.collect import all_analyses
+from hpcprof.analysis.trace.load import load_traces
 from hpcprof.results import read_table
 from test_collect import hpcprof
 
@@ -35,19 +35,16 @@ def tool_run(cwd: Path, tool: str, files: dict[str, Path]) -> Path:
     return run
 
 
-def whole_run(collector, run: Path, tool: str) -> dict[str, pd.DataFrame]:
-    """The whole-run collector's tables of the run's good files (rank from the file name)."""
-    files = sorted((run / "profiles" / tool).iterdir())
-    ranks = {f: int(f.name[4]) for f in files}
-    ctx = CollectContext(run_dir=run, tool=tool, files=files, rank_of=ranks, work_dir=run / "scratch",
-                         log=lambda line: None)
-    return collector(ctx)
+def good_files(run: Path, tool: str) -> dict[Path, int]:
+    """The run's profile files (rank from the file name)."""
+    return {f: int(f.name[4]) for f in sorted((run / "profiles" / tool).iterdir())}
 
 
 def test_ncu_per_file_equals_whole_run_and_isolates_a_bad_file(tmp_path: Path, fixtures_dir: Path) -> None:
     run = tool_run(tmp_path, "ncu", {"rank0.csv": fixtures_dir / "ncu/gold_ncu_2022.3/indexspaces_7dc4fa5_details.csv",
                                      "rank1.log": fixtures_dir / "ncu/superbench_cublaslt_ncu_b200.log"})
-    expected = whole_run(collect_ncu, run, "ncu")["metrics"]
+    expected, errors = metrics_table(list(good_files(run, "ncu")), ranks=good_files(run, "ncu"))   # all files at once
+    assert not errors
     (run / "profiles/ncu/rank2.csv").write_bytes(b"\x00\xff" * 64)   # a binary file where a CSV should be
     result = hpcprof("collect", "--workers", "2", cwd=tmp_path)
     assert result.returncode == 3, result.stderr
@@ -62,7 +59,9 @@ def test_torch_per_file_equals_whole_run_and_isolates_a_bad_file(tmp_path: Path,
     traces = fixtures_dir / "hta/trace_filter"
     run = tool_run(tmp_path, "torch", {"rank0.json.gz": traces / "sampled_rank-0.json.gz",
                                        "rank1.json.gz": traces / "sampled_rank-1.json.gz"})
-    expected = whole_run(collect_traces, run, "torch")
+    traces, errors = load_traces(list(good_files(run, "torch")), rank_of=good_files(run, "torch"))
+    assert not errors
+    expected = all_analyses(traces)                                          # all ranks at once
     (run / "profiles/torch/rank2.json.gz").write_bytes(gzip.compress(b'{"traceEvents": ['))  # cut short
     result = hpcprof("collect", "--workers", "2", cwd=tmp_path)
     assert result.returncode == 3, result.stderr

@@ -10,11 +10,12 @@ import stat
 from pathlib import Path
 
 import pandas as pd
+import pytest
 from click.testing import CliRunner
 
-from hpcprof.analysis import CollectContext
-from hpcprof.analysis.ncu.collect import collect_ncu
+from hpcprof.analysis.ncu.collect import analyse_file
 from hpcprof.analysis.ncu.metrics import ECHO_COLUMNS
+from hpcprof.analysis.ncu.parse import NcuInputError
 from hpcprof.cli import main
 
 GOLD = "ncu/gold_ncu_2022.3"
@@ -137,40 +138,29 @@ def test_ncu_rep_ncu_fails(fixtures_dir: Path, tmp_path: Path) -> None:
         f"==ERROR== Could not open report file '{fixtures_dir / REP}'.")
 
 
-def context(tmp_path: Path, files: list[Path], ranks: list[int], **kw) -> tuple[CollectContext, list[str]]:
-    logged: list[str] = []
-    ctx = CollectContext(run_dir=tmp_path, tool="ncu", files=files, rank_of=dict(zip(files, ranks)),
-                         work_dir=tmp_path / "work", log=logged.append, **kw)
-    return ctx, logged
-
-
-def test_collect_ncu(fixtures_dir: Path, tmp_path: Path) -> None:
-    files = [fixtures_dir / "ncu/superbench_cublaslt_ncu_b200.log",
-             fixtures_dir / GOLD / "indexspaces_7dc4fa5_details.csv", fixtures_dir / REP]
-    ctx, logged = context(tmp_path, files, [3, 1, 0], tool_paths={"ncu": str(tmp_path / "no-ncu")})
-    tables = collect_ncu(ctx)
-    assert list(tables) == ["metrics"]
-    df = tables["metrics"]
+def test_collect_ncu_per_file(fixtures_dir: Path, tmp_path: Path) -> None:
+    """`hpcprof collect`'s per-file ncu analysis: Echo's table with rank and file columns; a .ncu-rep
+    without a usable ncu is an error naming the file (collect then skips it, the run partial)."""
+    files = {fixtures_dir / "ncu/superbench_cublaslt_ncu_b200.log": 3, fixtures_dir / GOLD / "indexspaces_7dc4fa5_details.csv": 1}
+    df = pd.concat([analyse_file(path, rank, ncu=str(tmp_path / "no-ncu"))["metrics"] for path, rank in files.items()],
+                   ignore_index=True)
     assert list(df.columns) == ["rank", "file", *ECHO_COLUMNS]
     assert df["rank"].tolist() == [3, 1, 1, 1, 1, 1]
     assert df["DRAM throughput"].tolist() == [0.74, 90.63, 42.36, 49.38, 43.17, 67.20]
-    assert len(logged) == 1 and logged[0].startswith(f"ncu: skipped {fixtures_dir / REP}: reading a .ncu-rep")
+    with pytest.raises(NcuInputError, match="reading a .ncu-rep"):
+        analyse_file(fixtures_dir / REP, 0, ncu=str(tmp_path / "no-ncu"))
 
 
 def test_collect_ncu_rep_with_tool_path(fixtures_dir: Path, tmp_path: Path) -> None:
-    ctx, logged = context(tmp_path, [fixtures_dir / REP], [5],
-                          tool_paths={"ncu": str(fake_ncu(tmp_path, fixtures_dir))})
-    df = collect_ncu(ctx)["metrics"]
-    assert logged == []
+    df = analyse_file(fixtures_dir / REP, 5, ncu=str(fake_ncu(tmp_path, fixtures_dir)))["metrics"]
     assert df[["rank", "ID", "Kernel Name", "SM"]].values.tolist() == \
         [[5, 0, "julia__5_6739", 84], [5, 1, "julia_bb_4477", 84]]
 
 
 def test_collect_ncu_nothing_readable(tmp_path: Path) -> None:
     (tmp_path / "x_rank0.csv").write_text("")
-    ctx, logged = context(tmp_path, [tmp_path / "x_rank0.csv"], [0])
-    assert collect_ncu(ctx) == {}
-    assert logged == [f"ncu: skipped {tmp_path / 'x_rank0.csv'}: empty file"]
+    with pytest.raises(NcuInputError, match="empty file"):
+        analyse_file(tmp_path / "x_rank0.csv", 0)
 
 
 def test_empty_columns_name_their_section(fixtures_dir: Path) -> None:

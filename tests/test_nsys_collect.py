@@ -1,4 +1,6 @@
-"""collect_nsys on a run directory holding the H200 seqpar exports."""
+"""The nsys part of `hpcprof collect` (the exports of a run, each rank's tables, the cross-rank
+reduce: the registry `collect` runs in its workers, run here in one process) on a run directory
+holding the H200 seqpar exports."""
 
 from __future__ import annotations
 
@@ -8,8 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from hpcprof.analysis import CollectContext
-from hpcprof.analysis.nsys.collect import collect_nsys
+from hpcprof.analysis import CollectContext, cross_rank_reducer, file_analyser, file_analysers
 
 KERN_SUM_TOTALS = {0: 43_530_292, 1: 6_906_115}   # Σ Total Time of the gold cuda_gpu_kern_sum per rank
 
@@ -25,6 +26,17 @@ def run_dir(fixtures_dir: Path, tmp_path: Path) -> Path:
 def _ctx(run_dir: Path, files: list[Path], log: list[str], nsys: str | None = None) -> CollectContext:
     return CollectContext(run_dir=run_dir, tool="nsys", files=files, rank_of={f: i for i, f in enumerate(files)},
                           work_dir=run_dir / "work", tool_paths={"nsys": nsys} if nsys else {}, log=log.append)
+
+
+def collect_nsys(ctx: CollectContext) -> dict[str, pd.DataFrame]:
+    """Map every export of the run through nsys's file analyser in rank order, then reduce."""
+    per_file: dict[str, list[pd.DataFrame]] = {}
+    for path, rank in sorted(file_analysers()["nsys"](ctx).items(), key=lambda item: item[1]):
+        for name, df in file_analyser("nsys")(path, rank).items():
+            per_file.setdefault(name, []).append(df)
+    out = {name: pd.concat(parts, ignore_index=True) for name, parts in per_file.items()}
+    out.update(cross_rank_reducer("nsys")(out.get, ctx.log))
+    return out
 
 
 def _check_tables(out: dict[str, pd.DataFrame]) -> None:

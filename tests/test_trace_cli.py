@@ -12,10 +12,9 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from hpcprof.analysis import CollectContext
 from hpcprof.analysis.trace import analyses as A
-from hpcprof.analysis.trace.collect import collect_traces
-from hpcprof.analysis.trace.load import load_traces
+from hpcprof.analysis.trace.collect import analyse_file, reduce_ranks
+from hpcprof.analysis.trace.load import TraceError, load_traces
 from hpcprof.cli import main
 
 
@@ -103,15 +102,13 @@ def test_nothing_analysable_and_unknown_ranks(tmp_path: Path, trace_filter: Path
     assert code == 2 and "--ranks 'x'" in err
 
 
-def test_collect_traces(tmp_path: Path, trace_filter: Path, fixtures_dir: Path) -> None:
+def test_collect_traces_per_file(tmp_path: Path, trace_filter: Path, fixtures_dir: Path) -> None:
+    """`hpcprof collect`'s per-file trace analysis, ranks concatenated and reduced: HTA's numbers;
+    a damaged trace is an error naming the file (collect then skips it, the run partial)."""
     files = sorted(trace_filter.glob("*.json.gz"))
-    broken = tmp_path / "rank2.json.gz"
-    broken.write_bytes(gzip.compress(b'{"traceEvents": ['))
-    logged: list[str] = []
-    ctx = CollectContext(run_dir=tmp_path, tool="torch", files=[*files, broken],
-                         rank_of={files[0]: 0, files[1]: 1, broken: 2}, work_dir=tmp_path,
-                         log=logged.append)
-    tables = collect_traces(ctx)
+    per_file = [analyse_file(path, rank) for rank, path in enumerate(files)]
+    tables = {name: pd.concat([t[name] for t in per_file], ignore_index=True) for name in per_file[0]}
+    tables.update(reduce_ranks(tables.get, lambda line: None))
     assert set(tables) == {"temporal", "overlap", "idle", "launch", "kernels", "kernel_types"}
     for name, table in tables.items():
         assert set(table["rank"]) == {0, 1}, name
@@ -119,16 +116,14 @@ def test_collect_traces(tmp_path: Path, trace_filter: Path, fixtures_dir: Path) 
                       .read_text())
     assert tables["overlap"].to_dict("records") == gold["trace_filter.comm_comp_overlap"]
     assert tables["temporal"]["idle_time_pctg"].tolist() == [53.56, 54.72]
-    assert any(line.startswith(f"skipped because {broken}: ") for line in logged)
-
-
-def test_collect_without_usable_traces(tmp_path: Path) -> None:
+    broken = tmp_path / "rank2.json.gz"
+    broken.write_bytes(gzip.compress(b'{"traceEvents": ['))
+    with pytest.raises(TraceError, match=str(broken)):
+        analyse_file(broken, 2)
     bad = tmp_path / "x.json"
     bad.write_text("[]")
-    logged: list[str] = []
-    ctx = CollectContext(run_dir=tmp_path, tool="torch", files=[bad], rank_of={bad: 0},
-                         work_dir=tmp_path, log=logged.append)
-    assert collect_traces(ctx) == {} and len(logged) == 1
+    with pytest.raises(TraceError):
+        analyse_file(bad, 0)
 
 
 def test_named_deviations_are_options(trace_filter: Path, fixtures_dir: Path) -> None:

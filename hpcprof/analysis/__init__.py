@@ -1,10 +1,10 @@
 """Analyses of profiler output, one package per tool, each a function from data to DataFrames.
 
-`collect` hands each run's profiles to its tool. A tool either analyses each rank's file on its
-own (a map run in parallel workers: `file_analyser`, with a cross-rank reduce over the per-rank
-tables: `cross_rank_reducer`), or takes the whole run at once (`collectors`: a `CollectContext`
-in, named DataFrames out). `collect` writes the tables to `results/<tool>_<name>.parquet`.
-Collectors never write into the user's profile files.
+`collect` hands each run's profiles to its tool: every tool analyses each rank's file on its own
+(a map run in parallel workers: `file_analyser`, the files chosen from a `CollectContext` by
+`file_analysers`), then reduces across ranks over the per-rank tables (`cross_rank_reducer`).
+`collect` writes the tables to `results/<tool>_<name>.parquet`. Analyses never write into the
+user's profile files.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 @dataclass
 class CollectContext:
-    """What a collector gets: the run, its per-rank profile files and the site's tools."""
+    """A run's profiles as `collect` finds them: the run, its per-rank files and the site's tools."""
 
     run_dir: Path
     tool: str                                   # nsys | ncu | torch
@@ -30,7 +30,6 @@ class CollectContext:
     log: Callable[[str], None] = print          # progress and "skipped because ..." lines
 
 
-Collector = Callable[[CollectContext], "dict[str, pd.DataFrame]"]
 #: the files to map of a run, with their ranks
 Inputs = Callable[[CollectContext], "dict[Path, int]"]
 #: one rank's file -> its tables (each with a rank column)
@@ -42,15 +41,6 @@ Reducer = Callable[[Callable[[str], "pd.DataFrame | None"], Callable[[str], None
 class NothingToAnalyse(Exception):
     """A readable rank file that holds nothing the tool's analyses use (e.g. a CPU run's torch
     trace): a note, not a damaged file."""
-
-
-def collectors() -> dict[str, Collector]:
-    """The whole-run collector of each profile tool (imported lazily: analyses are heavy)."""
-    from hpcprof.analysis.ncu.collect import collect_ncu
-    from hpcprof.analysis.nsys.collect import collect_nsys
-    from hpcprof.analysis.trace.collect import collect_traces
-
-    return {"nsys": collect_nsys, "ncu": collect_ncu, "torch": collect_traces}
 
 
 def file_analysers() -> dict[str, Inputs]:

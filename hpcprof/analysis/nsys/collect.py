@@ -1,4 +1,4 @@
-"""Collector for nsys profiles of a run (see hpcprof.analysis.CollectContext)."""
+"""nsys profiles in `hpcprof collect`: the exports of a run, one rank's tables, the cross-rank reduce."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pandas as pd
 
 from hpcprof.analysis import CollectContext
 from hpcprof.analysis.nsys import distributed as dist
-from hpcprof.analysis.nsys.db import Export, NsysInputError
+from hpcprof.analysis.nsys.db import Export
 from hpcprof.analysis.nsys.stats import SUMMARY_REPORTS, MissingData, run_report
 from hpcprof.analysis.nsys.timeline import iteration_timeline
 
@@ -103,26 +103,3 @@ def reduce_ranks(read: Callable[[str], pd.DataFrame | None]) -> dict[str, pd.Dat
     for c in ("rank", "slowest_rank", "slowest_total_ns"):
         out[c] = out[c].astype("Int64")
     return {"nccl": out}
-
-
-def collect_nsys(ctx: CollectContext) -> dict[str, pd.DataFrame]:
-    """Every rank's tables (analyse_file) concatenated in rank order, then the cross-rank reduce,
-    in this process (`hpcprof collect` runs the same map and reduce in parallel workers)."""
-    per_file: dict[str, list[pd.DataFrame]] = {}
-    used = 0
-    for path, rank in sorted(sqlite_files(ctx).items(), key=lambda item: (item[1], str(item[0]))):
-        try:
-            tables = analyse_file(path, rank)
-        except NsysInputError as exc:
-            ctx.log(f"nsys: skipped: {exc}")
-            continue
-        used += 1
-        for name, df in tables.items():
-            per_file.setdefault(name, []).append(df)
-    if not used:
-        ctx.log("nsys: no usable export")
-        return {}
-    out = {name: pd.concat(parts, ignore_index=True) for name, parts in per_file.items()}
-    out.update(reduce_ranks(out.get))
-    ctx.log(f"nsys: {used} export(s) analysed: {', '.join(sorted(out))}")
-    return out

@@ -1,5 +1,6 @@
-"""Collector for trace profiles of a run (see hpcprof.analysis.CollectContext), and the one
-path that runs every analysis on traces loaded once (`hpcprof trace all` uses it too)."""
+"""torch.profiler traces in `hpcprof collect` (one rank's trace at a time, then the kernels table
+across ranks), and the one path that runs every analysis on traces loaded once (`hpcprof trace
+all` uses it too)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ from typing import Callable, Sequence
 
 import pandas as pd
 
-from hpcprof.analysis import CollectContext, NothingToAnalyse
+from hpcprof.analysis import NothingToAnalyse
 from hpcprof.analysis.trace import analyses
-from hpcprof.analysis.trace.load import RankTrace, TraceError, load_trace, load_traces
+from hpcprof.analysis.trace.load import RankTrace, TraceError, load_trace
 
 
 def all_analyses(traces: Sequence[RankTrace]) -> dict[str, pd.DataFrame]:
@@ -24,22 +25,6 @@ def all_analyses(traces: Sequence[RankTrace]) -> dict[str, pd.DataFrame]:
         "kernels": analyses.kernel_breakdown(traces),
         "kernel_types": analyses.kernel_type_breakdown(traces, per_rank=True),
     }
-
-
-def collect_traces(ctx: CollectContext) -> dict[str, pd.DataFrame]:
-    """All analyses (all_analyses) of the run's torch.profiler traces, all ranks; files that
-    cannot be analysed are logged and skipped ({} when none is left)."""
-    traces, errors = load_traces(ctx.files, rank_of=ctx.rank_of)
-    for line in errors:
-        if "no GPU events" in line:      # a CPU run's trace: nothing for HTA's GPU analyses, not a fault
-            ctx.log(f"note: {line}")
-        else:
-            ctx.log(f"skipped because {line}")
-    if not traces:
-        return {}
-    ctx.log(f"analysing {len(traces)} torch.profiler trace(s), ranks "
-            f"{', '.join(str(t.rank) for t in traces)}")
-    return all_analyses(traces)
 
 
 def analyse_file(path: Path, rank: int) -> dict[str, pd.DataFrame]:
