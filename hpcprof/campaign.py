@@ -153,13 +153,14 @@ def submit(run: RunDir, site: SiteConfig, store: Store, foreground: bool = False
     return job_id
 
 
-def check_array(plan_: Plan) -> None:
-    """The sweep can be one array job on its site (before anything is written): a batch
-    scheduler, at most the site's (or scheduler's) array size, the same resources for every point."""
+def check_array(plan_: Plan) -> str:
+    """The sweep as one array job's script, once it is sure the sweep can be one on its site
+    (before anything is written): a batch scheduler, at most the site's (or scheduler's) array
+    size, the same resources for every point."""
     from hpcprof.render.job import array_script
 
     scheduler = get_scheduler(plan_.site.scheduler)
-    if scheduler.directive is None:
+    if scheduler.directive is None or scheduler.array_index is None:
         raise UserError(f"--array: the {scheduler.name} scheduler runs no job arrays; submit without --array, "
                         "or use a slurm or pbs site")
     if len(plan_.runs) < scheduler.min_array_size:
@@ -169,21 +170,19 @@ def check_array(plan_: Plan) -> None:
     if len(plan_.runs) > limit:
         raise UserError(f"--array: {len(plan_.runs)} sweep points, but site {plan_.site.name} takes arrays of at "
                         f"most {limit} (max_array_size); submit without --array or split the sweep")
-    array_script({r.run_dir: r.files["job.sh"] for r in plan_.runs}, scheduler.directive,
-                 scheduler.array_index or "", plan_.sweep_id)
+    return array_script({r.run_dir: r.files["job.sh"] for r in plan_.runs}, scheduler.directive,
+                        scheduler.array_index, plan_.sweep_id)
 
 
-def submit_array(plan_: Plan, runs: list[RunDir], store: Store, after: Sequence[str] = ()) -> list[str]:
-    """Submit the written runs of a sweep as one array job (task k = point k); each run records
-    its own task id, so status and cancel work per point."""
-    from hpcprof.render.job import array_script
-
+def submit_array(plan_: Plan, runs: list[RunDir], script_text: str, store: Store,
+                 after: Sequence[str] = ()) -> list[str]:
+    """Submit the written runs of a sweep as one array job (`script_text` from check_array; task
+    k = point k); each run records its own task id, so status and cancel work per point."""
     scheduler = get_scheduler(plan_.site.scheduler)
     array_dir = runs[0].path.parent / f".{plan_.sweep_id}.array"
     array_dir.mkdir(parents=True, exist_ok=True)
     script = array_dir / "array.sh"
-    script.write_text(array_script({r.path: (r.path / "job.sh").read_text() for r in runs},
-                                   scheduler.directive or "", scheduler.array_index or "", plan_.sweep_id))
+    script.write_text(script_text)
     job_ids = scheduler.submit_array(script, array_dir, len(runs), after)
     for run, job_id in zip(runs, job_ids):
         run.record_submission(scheduler.name, job_id)

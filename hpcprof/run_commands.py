@@ -113,6 +113,7 @@ def render(experiment: Path, site_name: str, site_file: Path | None, overrides: 
     from hpcprof import campaign
     from hpcprof.config.site import find_site
     from hpcprof.render.job import write_files
+    from hpcprof.schedulers import get_scheduler
 
     site = find_site(site_name, site_file)
     planned = campaign.plan(experiment, site, list(overrides), Path("hpcprof-runs"), templates, max_points,
@@ -127,13 +128,7 @@ def render(experiment: Path, site_name: str, site_file: Path | None, overrides: 
         except OSError as exc:
             raise UserError(f"-o {output}: cannot write {exc.filename}: {exc.strerror}") from None
         console.print(f"rendered {run.run_dir}: submit it as it is with "
-                      f"`{HAND_SUBMIT[site.scheduler]} {run.run_dir}/{HAND_SUBMIT_FILE.get(site.scheduler, 'job.sh')}`",
-                      markup=False)
-
-
-#: how a rendered run is submitted by hand, per scheduler
-HAND_SUBMIT = {"local": "bash", "slurm": "sbatch", "pbs": "qsub", "kubernetes": "kubectl apply -f"}
-HAND_SUBMIT_FILE = {"kubernetes": "mpijob.yaml"}
+                      f"`{get_scheduler(site.scheduler).by_hand.format(run_dir=run.run_dir)}`", markup=False)
 
 
 @click.command()
@@ -168,8 +163,7 @@ def submit(experiment: Path, site_name: str, site_file: Path | None, overrides: 
     planned = campaign.plan(experiment, site, list(overrides), workdir, templates, max_points)
     check_runtimes(site, [run.point.experiment.container for run in planned.runs])
     wait_for = after_jobs(after, workdir, site.scheduler)
-    if as_array:
-        campaign.check_array(planned)
+    array = campaign.check_array(planned) if as_array else None
     if dry_run:
         for run in planned.runs:
             console.print(f"[bold]{run.run_id}[/] {run.point.params or ''} -> {run.run_dir}")
@@ -177,7 +171,7 @@ def submit(experiment: Path, site_name: str, site_file: Path | None, overrides: 
         return
     store = open_store(workdir, db)
     run_dirs = campaign.write(planned, store)
-    launch(planned, run_dirs, store, wait, wait_for, as_array)
+    launch(planned, run_dirs, store, wait, wait_for, array)
     if from_site:
         console.print(f"runs are under {workdir} (site {site.name}'s workdir): give status, collect and report "
                       f"--workdir {workdir}, or export HPCPROF_WORKDIR={workdir}", markup=False)
@@ -186,12 +180,13 @@ def submit(experiment: Path, site_name: str, site_file: Path | None, overrides: 
 
 
 def launch(planned: Plan, run_dirs: list[RunDir], store: Store, foreground: bool,
-           wait_for: list[str], as_array: bool) -> None:
-    """Submit written runs: one array job, or one job per run (local runs in the foreground)."""
+           wait_for: list[str], array: str | None) -> None:
+    """Submit written runs: as one array job (`array`: its script), or one job per run (local
+    runs in the foreground)."""
     from hpcprof import campaign
 
-    if as_array:
-        for run, job_id in zip(run_dirs, campaign.submit_array(planned, run_dirs, store, wait_for)):
+    if array is not None:
+        for run, job_id in zip(run_dirs, campaign.submit_array(planned, run_dirs, array, store, wait_for)):
             console.print(f"submitted {run.run_id} as {job_id} -> {run.path}", markup=False)
         return
     for run in run_dirs:
@@ -368,7 +363,7 @@ def resubmit(refs: tuple[str, ...], workdir: Path, db: str | None, failed: bool,
     run_dirs = campaign.write(planned, store)
     for old, new in zip(chosen, run_dirs):
         console.print(f"{old.run_id} -> {new.run_id}", markup=False)
-    launch(planned, run_dirs, store, wait, [], False)
+    launch(planned, run_dirs, store, wait, [], None)
     if wait:
         finish(run_dirs, store)
 

@@ -40,6 +40,8 @@ class Scheduler(ABC):
 
     name: str
     template: str  # the job-script template this scheduler uses, e.g. "pbs.sh.j2"
+    #: the command a user submits a rendered run with, e.g. "sbatch {run_dir}/job.sh"
+    by_hand: str = "bash {run_dir}/job.sh"
     #: the batch directive prefix ("#SBATCH", "#PBS"); None: no batch script (no arrays)
     directive: str | None = None
     #: the variable holding a task's index in an array job

@@ -92,6 +92,7 @@ class KubernetesScheduler(Scheduler):
 
     name = "kubernetes"
     template = "local.sh.j2"  # job.sh runs in the launcher pod exactly as a local job
+    by_hand = "kubectl apply -f {run_dir}/mpijob.yaml"
 
     @staticmethod
     def _kubectl(args: list[str]) -> Any:

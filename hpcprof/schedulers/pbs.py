@@ -166,6 +166,7 @@ class PbsScheduler(Scheduler):
 
     name = "pbs"
     template = "pbs.sh.j2"
+    by_hand = "qsub {run_dir}/job.sh"
 
     directive = "#PBS"
     array_index = "PBS_ARRAY_INDEX"

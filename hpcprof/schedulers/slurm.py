@@ -98,6 +98,7 @@ class SlurmScheduler(Scheduler):
 
     name = "slurm"
     template = "slurm.sh.j2"
+    by_hand = "sbatch {run_dir}/job.sh"
     directive = "#SBATCH"
     array_index = "SLURM_ARRAY_TASK_ID"
     max_array_size = 1000        # Slurm's default MaxArraySize is 1001: indices 0..1000

@@ -56,6 +56,7 @@ T = TypeVar("T")
 #: Arrow types read as numpy views of their value buffer
 NUMPY_TYPES = {pa.int64(): np.int64, pa.int32(): np.int32, pa.int16(): np.int16, pa.int8(): np.int8,
                pa.uint32(): np.uint32, pa.float64(): np.float64}
+ARROW_TYPES = {np.dtype(v): k for k, v in NUMPY_TYPES.items()}
 
 
 def numpy_of(array: pa.Array) -> np.ndarray:
@@ -71,11 +72,10 @@ def numpy_of(array: pa.Array) -> np.ndarray:
 
 def arrow_of(values: np.ndarray) -> pa.Array:
     """An Arrow array viewing a 1-d numpy integer/float array (object arrays: `pa.array`)."""
-    kinds = {np.dtype(v): k for k, v in NUMPY_TYPES.items()}
     values = np.ascontiguousarray(values)
-    if values.dtype not in kinds:
+    if values.dtype not in ARROW_TYPES:
         return pa.array(values, from_pandas=True)
-    return pa.Array.from_buffers(kinds[values.dtype], len(values), [None, pa.py_buffer(values)])
+    return pa.Array.from_buffers(ARROW_TYPES[values.dtype], len(values), [None, pa.py_buffer(values)])
 
 
 def pid_of(global_id: np.ndarray | pd.Series) -> np.ndarray:

@@ -33,7 +33,6 @@ import os
 import re
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from decimal import ROUND_HALF_UP, Decimal
 from typing import TYPE_CHECKING, Callable, TextIO
 
 import numpy as np
@@ -58,6 +57,8 @@ from hpcprof.analysis.nsys.db import (
     pid_of,
     process_of,
 )
+from hpcprof.analysis.nsys import small
+from hpcprof.analysis.nsys.small import SUMMARY_COLS, SUMMARY_FMT
 from hpcprof.lazy import LazyModule
 from hpcprof.analysis.nsys.schema import (  # noqa: F401  (MissingData re-exported for the callers)
     MEMSET_LABEL,
@@ -76,9 +77,6 @@ else:   # the summary reports and their CSV need no pandas (0.2-0.5 s of start-u
 
 OLD, NEW = "2022.4", "2025.3"
 
-SUMMARY_COLS = ["Time (%)", "Total Time (ns)", "{count}", "Avg (ns)", "Med (ns)", "Min (ns)",
-                "Max (ns)", "StdDev (ns)"]
-SUMMARY_FMT = ["f1", "i", "i", "f1", "f1", "i", "i", "f1"]
 
 
 # ---------------------------------------------------------------------------------------
@@ -104,10 +102,7 @@ def exact_round1(x: np.ndarray) -> np.ndarray:
     """round(x, 1) as nsys 2025 computes it: the float64 value's exact binary expansion rounded
     half away from zero, so 3193803.15 (stored as 3193803.1499999...) gives 3193803.1 and
     8921.25 (exact in binary) gives 8921.3; NaN stays NaN."""
-    tenth = Decimal("0.1")
-    out = [np.nan if v != v else float(Decimal(v).quantize(tenth, ROUND_HALF_UP))
-           for v in np.asarray(x, dtype=np.float64).tolist()]
-    return np.asarray(out, dtype=np.float64)
+    return np.asarray([small.exact_round1(v) for v in np.asarray(x, dtype=np.float64).tolist()], dtype=np.float64)
 
 
 def round1(x: np.ndarray, layout: str) -> np.ndarray:
