@@ -261,6 +261,9 @@ def wait(run: RunDir, store: Store, timeout: float | None = None) -> JobState:
 def cancel(run: RunDir, store: Store | None) -> JobState:
     """Cancel the run's job and record the result; a run already ended keeps its state."""
     sub = run.submission
+    if "error" in sub:
+        raise UserError(f"{sub['error']}: the job to cancel is unknown; cancel it with the scheduler's own "
+                        "command (scancel, qdel)")
     before = current_state(run)
     if before.terminal:
         return before

@@ -58,28 +58,40 @@ def _workdir(value: Path) -> Path:
 
 def open_store(workdir: Path, db: str | None, create: bool = True) -> Store | None:
     """The campaign store of `workdir` (or `db`). Read-only commands pass `create=False`:
-    nothing is created then, and a default store that does not exist is None."""
-    from hpcprof.store import Store, database_url
+    nothing is created then, and a SQLite store that does not exist is None. A URL that cannot
+    be used is refused before the workdir is made."""
+    from hpcprof.store import Store, database_url, make_engine, sqlite_file
 
     url = database_url(workdir, db)
+    path = sqlite_file(make_engine(url))
     if not create:
-        if url == database_url(workdir, None) and not (workdir / "hpcprof.db").is_file():
-            return None
-        return Store(url)
+        return None if path is not None and not path.is_file() else Store(url)
+    made = not workdir.exists()
     workdir.mkdir(parents=True, exist_ok=True)
-    with open(workdir / ".hpcprof.lock", "a") as lock:  # first use: one process creates the store
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        return Store(url)
+    lock_path = workdir / ".hpcprof.lock"
+    try:
+        with open(lock_path, "a") as lock:  # first use: one process creates the store
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            return Store(url)
+    except BaseException:
+        if made:  # a refused store leaves no workdir behind
+            lock_path.unlink(missing_ok=True)
+            try:
+                workdir.rmdir()
+            except OSError:
+                pass
+        raise
 
 
-def runs_from(refs: tuple[str, ...], workdir: Path) -> list[RunDir]:
-    """Runs named by id or path, or every run in `workdir` (which must exist)."""
+def runs_from(refs: tuple[str, ...], workdir: Path, damaged: bool = False) -> list[RunDir]:
+    """Runs named by id or path, or every run in `workdir` (which must exist; runs with a
+    damaged config.json only with `damaged`, else each is named in a warning)."""
     if refs:
         return [find_run(r, workdir) for r in refs]
     if not workdir.is_dir():
         raise UserError(f"--workdir {workdir}: no such work directory; give the --workdir you "
                         "submitted with (or $HPCPROF_WORKDIR)")
-    return all_runs(workdir)
+    return all_runs(workdir, damaged)
 
 
 @click.command()
@@ -271,10 +283,18 @@ def cancel(runs: tuple[str, ...], workdir: Path, db: str | None) -> None:
     """Cancel RUNS (ids or paths)."""
     from hpcprof import campaign
 
+    selected = runs_from(runs, workdir)
     store = open_store(workdir, db, create=False)
-    for run in runs_from(runs, workdir):
-        state = campaign.cancel(run, store)
-        console.print(f"{run.run_id}: cancel requested, now {state.state}")
+    failed = []
+    for run in selected:  # one run that cannot be cancelled does not stop the others
+        try:
+            state = campaign.cancel(run, store)
+        except UserError as exc:
+            failed.append(f"{run.run_id}: {exc.format_message()}")
+            continue
+        console.print(f"{run.run_id}: cancel requested, now {state.state}", markup=False)
+    if failed:
+        raise UserError(f"{len(failed)} of {len(selected)} run(s) not cancelled: {'; '.join(failed)}")
 
 
 @click.command()
@@ -301,10 +321,10 @@ def collect(runs: tuple[str, ...], workdir: Path, db: str | None, workers: int, 
     if as_job:
         submit_collect(runs, workdir, db, workers, site_name, site_file, walltime)
         return
-    store = open_store(workdir, db)
-    selected = runs_from(runs, workdir)
+    selected = runs_from(runs, workdir, damaged=True)  # a damaged run is reported as not collected
     if not selected:
         raise UserError(f"no runs under {workdir}; submit one first (hpcprof submit EXP --site S)")
+    store = open_store(workdir, db)
     status = collect_runs(selected, store, lambda run: campaign.refresh(run, store),
                           log=lambda line: console.print(line, markup=False, highlight=False), workers=workers)
     if status:

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
+import uuid
 from pathlib import Path
 from typing import Callable
 
 import pandas as pd
 
 from hpcprof.analysis import CollectContext
+from hpcprof.errors import Problem
 from hpcprof.analysis.nsys import distributed as dist
 from hpcprof.analysis.nsys.db import Export
 from hpcprof.analysis.nsys.stats import SUMMARY_REPORTS, MissingData, run_report
@@ -30,8 +33,13 @@ def export_sqlite(nsys: str, rep: Path, work_dir: Path) -> Path:
     if out.exists() and out.stat().st_mtime >= rep.stat().st_mtime:
         return out
     work_dir.mkdir(parents=True, exist_ok=True)
-    subprocess.run([nsys, "export", "-t", "sqlite", "--force-overwrite", "true", "-o", str(out), str(rep)],
-                   check=True, capture_output=True, text=True)
+    tmp = out.with_name(f".{out.stem}.{os.getpid()}.{uuid.uuid4().hex[:16]}.sqlite")  # a failed export leaves no file
+    try:
+        subprocess.run([nsys, "export", "-t", "sqlite", "--force-overwrite", "true", "-o", str(tmp), str(rep)],
+                       check=True, capture_output=True, text=True)
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
     return out
 
 
@@ -45,13 +53,14 @@ def sqlite_files(ctx: CollectContext) -> dict[Path, int]:
         if rep.stem in have:
             continue
         if nsys is None:
-            ctx.log(f"nsys: no nsys executable found; skipping {rep.name} (export it with "
-                    "`nsys export -t sqlite`), using the .sqlite files present")
-            break
+            ctx.problem(Problem(rep, "not exported: no nsys executable found (set the site's paths.nsys, or "
+                                     "export it with `nsys export -t sqlite` beside it)"))
+            continue
         try:
             given[export_sqlite(nsys, rep, ctx.work_dir)] = ctx.rank_of.get(rep)
-        except subprocess.CalledProcessError as exc:
-            ctx.log(f"nsys: export of {rep} failed: {(exc.stderr or '').strip().splitlines()[-1:] or exc}")
+        except (subprocess.CalledProcessError, OSError) as exc:
+            last = (getattr(exc, "stderr", None) or "").strip().splitlines()[-1:]
+            ctx.problem(Problem(rep, f"nsys export failed: {last[0][:200] if last else exc}"))
     return {f: (r if r is not None else -1) for f, r in given.items()}
 
 
