@@ -98,11 +98,16 @@ def runs_from(refs: tuple[str, ...], workdir: Path, damaged: bool = False) -> li
 def sites() -> None:
     """List the available site configs."""
     from hpcprof.config.site import available_sites, load_site_file
+    from hpcprof.errors import warn
     from hpcprof.output import emit_rows
 
     rows = []
     for name, path in available_sites().items():
-        site = load_site_file(path)
+        try:
+            site = load_site_file(path)
+        except UserError as exc:  # one broken site config does not hide the others
+            warn(f"{exc.format_message()}; not listed")
+            continue
         launcher = site.launcher.kind + (f" ({site.launcher.flavor})" if site.launcher.flavor else "")
         rows.append({"site": name, "scheduler": site.scheduler, "launcher": launcher,
                      "gpus/node": site.node.gpus, "description": site.description, "file": str(path)})
@@ -118,13 +123,16 @@ def sites() -> None:
 @max_points_option
 @click.option("-o", "--output", type=click.Path(file_okay=False, path_type=Path),
               help="Write each point's run directory here (DIR, or DIR/pNNN for a sweep): job.sh, "
-                   "rank_wrapper.sh, config.json and logs/, ready to submit by hand (default: print job.sh).")
+                   "rank_wrapper.sh, config.json and logs/, ready to submit by hand (default: print job.sh). "
+                   "DIR must be new or empty.")
+@click.option("--force", is_flag=True, help="With -o: write into a directory that holds files (never into a "
+              "submitted run's directory).")
 def render(experiment: Path, site_name: str, site_file: Path | None, overrides: tuple[str, ...],
-           templates: Path | None, max_points: int, output: Path | None) -> None:
+           templates: Path | None, max_points: int, output: Path | None, force: bool) -> None:
     """Render the job script and rank wrapper of EXPERIMENT for a site, without submitting."""
     from hpcprof import campaign
     from hpcprof.config.site import find_site
-    from hpcprof.render.job import write_files
+    from hpcprof.render.job import write_rendered
     from hpcprof.schedulers import get_scheduler
 
     site = find_site(site_name, site_file)
@@ -134,11 +142,8 @@ def render(experiment: Path, site_name: str, site_file: Path | None, overrides: 
         for run in planned.runs:
             click.echo(run.files["job.sh"])
         return
+    write_rendered(planned.runs, output, force)
     for run in planned.runs:
-        try:
-            write_files(run, run.run_dir)
-        except OSError as exc:
-            raise UserError(f"-o {output}: cannot write {exc.filename}: {exc.strerror}") from None
         console.print(f"rendered {run.run_dir}: submit it as it is with "
                       f"`{get_scheduler(site.scheduler).by_hand.format(run_dir=run.run_dir)}`", markup=False)
 
@@ -400,14 +405,25 @@ def templates_copy(directory: Path) -> None:
     `templates:` key."""
     from hpcprof.render.job import shipped_template_dir
 
+    from hpcprof.atomic import atomic_write
+
     sources = sorted(shipped_template_dir().glob("*.j2"))
     existing = [directory / p.name for p in sources if (directory / p.name).exists()]
     if existing:
         raise UserError(f"{existing[0]} exists; copy into a new or empty directory")
-    directory.mkdir(parents=True, exist_ok=True)
-    for path in sources:
-        shutil.copyfile(path, directory / path.name)
-        console.print(f"wrote {directory / path.name}", markup=False)
+    made = not directory.exists()
+    written: list[Path] = []
+    try:  # all the templates or none: a failure (a full disk) leaves nothing to block the retry
+        for path in sources:
+            written.append(atomic_write(directory / path.name, path.read_bytes(), what="template"))
+    except BaseException:
+        for path in written:
+            path.unlink(missing_ok=True)
+        if made:
+            shutil.rmtree(directory, ignore_errors=True)
+        raise
+    for path in written:
+        console.print(f"wrote {path}", markup=False)
 
 
 @templates.command("vars")

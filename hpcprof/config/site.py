@@ -16,10 +16,12 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_valida
 from hpcprof.config.container import ContainerConfig, KubernetesConfig
 from hpcprof.config.directives import check_fields, walltime_seconds
 from hpcprof.config.validation import load_yaml, validate
-from hpcprof.errors import UserError
+from hpcprof.errors import UserError, shorten
 from hpcprof.resources import site_config_dir
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: a site's name: a file name in a site directory, never a path
+SITE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}")
 #: Names bash expands or runs on its own (BASH_ENV is expanded and sourced by every
 #: non-interactive bash, e.g. the rank wrapper) or that the job script itself uses.
 RESERVED_ENV = frozenset({"BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS", "IFS", "PS4",
@@ -56,16 +58,42 @@ def check_text(value: str) -> str:
     return value
 
 
+#: The kernel's limit on one NAME=value string of an exec's environment (MAX_ARG_STRLEN, with its NUL)
+MAX_ENV_STRING = 128 * 1024
+#: The most the environment hpcprof sets may take in all: half of the usual ARG_MAX (2 MiB), which
+#: the inherited environment and the argv share; beyond it every exec in the job fails with E2BIG
+MAX_ENV_TOTAL = 1 << 20
+
+
+def env_bytes(name: str, value: str) -> int:
+    """What one variable takes of an exec's argument space (NAME=value, its NUL and pointer)."""
+    return len(name.encode()) + len(value.encode()) + 2 + 8
+
+
 def check_env(env: dict[str, str]) -> dict[str, str]:
-    """Environment variable names must be shell identifiers, and not ones bash acts on."""
+    """Environment variable names must be shell identifiers, and not ones bash acts on; each
+    variable and all together within the kernel's limits."""
     for name, value in env.items():
         check_text(value)
+        if env_bytes(name, value) - 8 > MAX_ENV_STRING:
+            raise ValueError(f"environment variable {name} is {len(value.encode()):,} bytes; the kernel takes "
+                             f"at most {MAX_ENV_STRING:,} per variable (MAX_ARG_STRLEN) and every program "
+                             "of the job would fail to start (E2BIG): pass large data in a file")
         if not ENV_NAME.fullmatch(name):
             raise ValueError(f"environment variable name {name!r} is not a valid identifier")
         if name in RESERVED_ENV:
             raise ValueError(f"environment variable {name} is reserved (bash or the job script "
                              f"uses it); not allowed: {', '.join(sorted(RESERVED_ENV))}")
+    check_env_total(env)
     return env
+
+
+def check_env_total(env: dict[str, str]) -> None:
+    """All of `env` within MAX_ENV_TOTAL."""
+    total = sum(env_bytes(name, value) for name, value in env.items())
+    if total > MAX_ENV_TOTAL:
+        raise ValueError(f"the environment takes {total:,} bytes in all; at most {MAX_ENV_TOTAL:,} (the kernel's "
+                         "ARG_MAX is shared with the inherited environment and argv): pass large data in a file")
 
 
 def check_directive(value: str | None) -> str | None:
@@ -272,6 +300,9 @@ def find_site(name: str, site_file: Path | None = None) -> SiteConfig:
     """The site called `name` (or the one in `site_file`)."""
     if site_file is not None:
         return load_site_file(site_file)
+    if not SITE_NAME.fullmatch(name):
+        raise UserError(f"--site {shorten(repr(name), 80)}: not a site name (letters, digits and _.- only); give "
+                        "--site-file PATH for a site config elsewhere")
     for directory in site_dirs():
         path = directory / f"{name}.yaml"
         if path.is_file():

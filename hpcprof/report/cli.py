@@ -14,14 +14,6 @@ from hpcprof.run_commands import workdir_option
 selection = click.argument("runs", nargs=-1, metavar="[SWEEP | RUN...]")
 
 
-def write_atomic(path: Path, data: str | bytes) -> None:
-    """Write `path` via a temp file and rename: nothing half-written."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(data.encode() if isinstance(data, str) else data)
-    tmp.replace(path)
-
-
 @click.command()
 @selection
 @workdir_option
@@ -46,7 +38,9 @@ def compare(runs: tuple[str, ...], workdir: Path, baseline: str | None, fmt: str
     if output is None:
         click.echo(text, nl=False)
     else:
-        write_atomic(output, text)
+        from hpcprof.atomic import atomic_write
+
+        atomic_write(output, text)
         click.echo(f"wrote {output}", err=True)
 
 
@@ -68,7 +62,9 @@ def report(runs: tuple[str, ...], workdir: Path, full: bool, rows: int, html_fil
     if html_file is not None:
         from hpcprof.report.html import build_html
 
-        write_atomic(html_file, build_html(infos))
+        from hpcprof.atomic import atomic_write
+
+        atomic_write(html_file, build_html(infos))
         click.echo(f"wrote {html_file}", err=True)
         return
     from hpcprof.report.terminal import report as terminal_report

@@ -6,7 +6,7 @@ import glob
 import sys
 from contextlib import ExitStack
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator, TextIO
+from typing import TYPE_CHECKING, Callable, Iterator, Sequence, TextIO
 
 import click
 
@@ -97,14 +97,14 @@ def _emit(df: pd.DataFrame | Table | small.Report, fmt: str, out: TextIO, title:
         emit(df, fmt, out, title=title)
 
 
-def _write(df: pd.DataFrame | Table | small.Report, fmt: str, output: str | None, title: str) -> None:
+def _write(df: pd.DataFrame | Table | small.Report, fmt: str, output: str | None, title: str,
+           inputs: Sequence[Path] = ()) -> None:
     if output is None:
         _emit(df, fmt, sys.stdout, title)
         return
-    path = Path(output)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="") as fh:
-        _emit(df, fmt, fh, title)
+    from hpcprof.atomic import write_text_stream
+
+    path = write_text_stream(Path(output), lambda fh: _emit(df, fmt, fh, title), inputs=inputs)
     click.echo(f"wrote {path}", err=True)
 
 
@@ -192,7 +192,7 @@ def stats_cmd(files: tuple[Path, ...], reports: str, fmt: str, prefix: str | Non
                     break
                 if prefix is not None:
                     stem = f"{prefix}_{path.stem}" if len(files) > 1 else prefix
-                    _write(df, fmt, f"{stem}_{name}.{EXTENSIONS[fmt]}", name)
+                    _write(df, fmt, f"{stem}_{name}.{EXTENSIONS[fmt]}", name, files)
                     continue
                 if blocks > 1:
                     click.echo(f"# {path} {name}")
@@ -302,7 +302,7 @@ def slowdown_cmd(baseline: tuple[str, ...], distributed: tuple[str, ...], more: 
                     for path in write_echo(result, Path(output)):
                         click.echo(f"wrote {path}", err=True)
                 else:
-                    _write(result, fmt, output, "slowdown")
+                    _write(result, fmt, output, "slowdown", [*base_paths, *paths])
             else:
                 failures = max(failures, 1)
     _finish(failures, len(base_paths) + len(paths))
@@ -386,7 +386,7 @@ def _run_analysis(files: tuple[Path, ...], rank_map: str | None, fmt: str, outpu
     if ranks is not None:
         result, failures = _analyse_one_at_a_time(files, ranks, per_file or func, across_ranks)
         if result is not None:
-            _write(result, fmt, output, title)
+            _write(result, fmt, output, title, files)
         _finish(failures, len(files))
         return
     with ExitStack() as stack:
@@ -395,7 +395,7 @@ def _run_analysis(files: tuple[Path, ...], rank_map: str | None, fmt: str, outpu
         if act is not None:
             result = func(act)
             failures += _report_failed(act)
-            _write(result, fmt, output, title)
+            _write(result, fmt, output, title, files)
         elif exports:
             failures = len(files)
     _finish(failures, len(files))
