@@ -83,6 +83,15 @@ def open_store(workdir: Path, db: str | None, create: bool = True) -> Store | No
         raise
 
 
+def check_store(workdir: Path, db: str | None) -> None:
+    """Refuse an unusable store (a bad URL, a missing driver, a file that is not a store)
+    before anything is made or read."""
+    from hpcprof.store import check_ours, database_url, make_engine, sqlite_file
+
+    if (path := sqlite_file(make_engine(database_url(workdir, db)))) is not None:
+        check_ours(path)
+
+
 def runs_from(refs: tuple[str, ...], workdir: Path, damaged: bool = False) -> list[RunDir]:
     """Runs named by id or path, or every run in `workdir` (which must exist; runs with a
     damaged config.json only with `damaged`, else each is named in a warning)."""
@@ -326,6 +335,7 @@ def collect(runs: tuple[str, ...], workdir: Path, db: str | None, workers: int, 
     if as_job:
         submit_collect(runs, workdir, db, workers, site_name, site_file, walltime)
         return
+    check_store(workdir, db)
     selected = runs_from(runs, workdir, damaged=True)  # a damaged run is reported as not collected
     if not selected:
         raise UserError(f"no runs under {workdir}; submit one first (hpcprof submit EXP --site S)")
