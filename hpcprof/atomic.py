@@ -53,6 +53,14 @@ def _watch_sigterm() -> None:
         signal.signal(signal.SIGTERM, _on_sigterm)
 
 
+class WriteError(UserError):
+    """A file that could not be written (nothing of it is left); `strerror` says why."""
+
+    def __init__(self, message: str, strerror: str) -> None:
+        super().__init__(message)
+        self.strerror = strerror
+
+
 def temp_path(path: Path) -> Path:
     """A temporary name beside `path`, unique across processes and threads."""
     return path.with_name(f".{path.name}.{HOST}-{os.getpid()}.{uuid.uuid4().hex[:16]}.tmp")
@@ -91,8 +99,9 @@ def atomic_write(path: Path, content: str | bytes | Callable[[Path], None], *,
                 fh.write(content)
         os.replace(tmp, path)
     except OSError as exc:
-        raise UserError(f"{what + ' ' if what else ''}{path}: cannot write ({exc.strerror or exc}); "
-                        "nothing was written there") from None
+        reason = exc.strerror or str(exc)
+        raise WriteError(f"{what + ' ' if what else ''}{path}: cannot write ({reason}); nothing was written there",
+                         reason) from None
     finally:
         _in_flight.discard(tmp)
         try:

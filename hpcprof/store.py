@@ -132,9 +132,10 @@ def make_engine(url: str) -> Engine:
     try:
         return create_engine(url, **({"connect_args": {"timeout": 30}} if url.startswith("sqlite") else {}))
     except ImportError as exc:
-        raise UserError(f"--db {url.split('://')[0]}://...: its database driver ({exc.name}) is not installed; "
-                        "install hpcprof with the [postgresql] extra (pip install 'hpcprof[postgresql]') "
-                        "or use a sqlite:/// URL") from None
+        scheme = url.split("://")[0]
+        raise UserError(f"--db {scheme}://...: its database driver ({exc.name}) is not installed; install hpcprof "
+                        "with the [postgresql] extra (pip install 'hpcprof[postgresql]') and give the URL as "
+                        "postgresql+psycopg://user@host/db, or use a sqlite:/// URL") from None
     except (ArgumentError, NoSuchModuleError, ValueError) as exc:
         raise UserError(f"--db {url!r}: not a usable database URL ({_one_line(exc)}); use e.g. "
                         "sqlite:////path/hpcprof.db or postgresql+psycopg://user@host/db") from None

@@ -65,6 +65,17 @@ _NOT_TEXT = {"tag:yaml.org,2002:bool": "a boolean", "tag:yaml.org,2002:int": "th
              "tag:yaml.org,2002:float": "the number"}
 
 
+def _pairs(node: yaml.MappingNode) -> Any:
+    """(key text, value node) of a mapping node, merged mappings (`<<:`) included."""
+    for key_node, value_node in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":
+            for merged in value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]:
+                if isinstance(merged, yaml.MappingNode):
+                    yield from _pairs(merged)
+        else:
+            yield getattr(key_node, "value", "?"), value_node
+
+
 class StrictLoader(yaml.SafeLoader):
     """yaml.SafeLoader that refuses duplicate keys, nesting deeper than MAX_DEPTH, and
     environment values (under `env:`, or a sweep's `env.NAME:` list) that YAML 1.1 reads as
@@ -72,8 +83,7 @@ class StrictLoader(yaml.SafeLoader):
 
     def _check_env_values(self, key: str, value_node: Any) -> None:
         if isinstance(value_node, yaml.MappingNode):
-            self.flatten_mapping(value_node)
-            items = [(getattr(k, "value", "?"), v) for k, v in value_node.value]
+            items = list(_pairs(value_node))
         elif isinstance(value_node, yaml.SequenceNode) and key.startswith("env."):
             items = [(key.removeprefix("env."), v) for v in value_node.value]
         else:

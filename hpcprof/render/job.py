@@ -18,7 +18,7 @@ import jinja2
 import jinja2.sandbox
 
 import hpcprof
-from hpcprof.atomic import atomic_write, temp_path
+from hpcprof.atomic import WriteError, atomic_write, temp_path
 from hpcprof.config.experiment import Point
 from hpcprof.config.site import SiteConfig
 from hpcprof.errors import UserError
@@ -257,10 +257,9 @@ def write_run(rendered: RenderedRun) -> Path:
     try:
         write_files(rendered, tmp)
         tmp.rename(final)
-    except (OSError, UserError) as exc:
+    except (OSError, WriteError) as exc:
         shutil.rmtree(tmp, ignore_errors=True)
-        reason = exc.strerror if isinstance(exc, OSError) else exc.format_message()
-        raise UserError(f"cannot write run directory {final}: {reason}; nothing was written there") from None
+        raise UserError(f"cannot write run directory {final}: {exc.strerror}; nothing was written there") from None
     return final
 
 
@@ -289,7 +288,7 @@ def write_rendered(runs: list[RenderedRun], out_dir: Path, force: bool) -> None:
     targets = [r.run_dir for r in runs]
     for path in dict.fromkeys([out_dir.resolve(), *targets]):
         check_output_dir(path, force)
-    made: list[Path] = []
+    made: list[Path] = [] if out_dir.exists() else [out_dir]
     try:
         for run in runs:
             if run.run_dir.exists() and any(run.run_dir.iterdir()):  # --force: file by file, each whole
@@ -297,7 +296,7 @@ def write_rendered(runs: list[RenderedRun], out_dir: Path, force: bool) -> None:
             else:
                 made.append(write_run(run))
     except BaseException:
-        for path in made:
+        for path in reversed(made):
             shutil.rmtree(path, ignore_errors=True)
         raise
 
