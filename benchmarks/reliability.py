@@ -37,6 +37,7 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -411,6 +412,7 @@ def main() -> None:
     parser.add_argument("--slurm", action="store_true", help="also the cases on the local one-node Slurm")
     parser.add_argument("--fixtures", type=Path, default=FIXTURES)
     parser.add_argument("--group", action="append", choices=GROUPS, help="only these groups of cases")
+    parser.add_argument("--jobs", type=int, default=1, help="cases run at once (default 1: timings as measured alone)")
     args = parser.parse_args()
     groups = set(args.group or GROUPS)
     counts: Counter[str] = Counter()
@@ -420,14 +422,17 @@ def main() -> None:
         makers = {"input": bad_input_cases, "damaged": damaged_cases, "jobs": lambda t, f: job_cases(t),
                   "faults": fault_cases, "slurm": lambda t, f: slurm_cases(t) if args.slurm else []}
         cases = [case for group in GROUPS if group in groups for case in makers[group](tmp, args.fixtures)]
-        for label, case in cases:
+        def attempt(case: Callable[[], str]) -> str:
             try:
-                outcome = case()
+                return case()
             except Exception as exc:  # noqa: BLE001 - a harness failure is counted, not hidden
-                outcome = f"{OTHER} (harness: {type(exc).__name__}: {exc})"
-            counts[outcome.split(" (")[0]] += 1
-            if outcome != HANDLED:
-                print(f"  {outcome}: {label}")
+                return f"{OTHER} (harness: {type(exc).__name__}: {exc})"
+
+        with ThreadPoolExecutor(args.jobs) as pool:  # each case runs its own processes
+            for (label, _), outcome in zip(cases, pool.map(attempt, [case for _, case in cases])):
+                counts[outcome.split(" (")[0]] += 1
+                if outcome != HANDLED:
+                    print(f"  {outcome}: {label}", flush=True)
     print(f"cases tried: {sum(counts.values())}")
     print(f"handled (one-line error / recovered): {counts[HANDLED]}")
     print(f"lost data: {counts[LOST]}")

@@ -8,7 +8,6 @@ filled so that writes fail with ENOSPC.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import os
@@ -19,12 +18,24 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from reliability import (ACCEPTED, BLOCKED, HANDLED, LEFT, LOST, OTHER, TRACEBACK, cli, one_line, run_dirs,
-                         write_exp)
+from reliability import (
+    ACCEPTED,
+    BLOCKED,
+    HANDLED,
+    LEFT,
+    LOST,
+    OTHER,
+    TRACEBACK,
+    cli,
+    one_line,
+    run_dirs,
+    write_exp,
+)
 
 Case = tuple[str, Callable[[], str]]
 SWEEP = "sweep:\n  env.A: [x, y]\n"
@@ -52,16 +63,28 @@ def exit_class(result: subprocess.CompletedProcess[str], code: int) -> str:
     return HANDLED if result.returncode == code else OTHER
 
 
+def made_once(make: Callable[[Fixtures], Path]) -> property:
+    """A Fixtures property made by the first case that needs it (cases may run in threads)."""
+    def locked(self: Fixtures) -> Path:
+        with self.lock:
+            if make.__name__ not in self.made:
+                self.made[make.__name__] = make(self)
+            return self.made[make.__name__]
+    return property(locked)
+
+
 class Fixtures:
     """Run directories made once (real local runs), copied for every case that damages one."""
 
     def __init__(self, tmp: Path, fixtures: Path) -> None:
         self.tmp, self.fixtures = tmp, fixtures
+        self.lock = threading.Lock()
+        self.made: dict[str, Path] = {}
 
     def fresh(self) -> Path:
         return Path(tempfile.mkdtemp(dir=self.tmp))
 
-    @functools.cached_property
+    @made_once
     def sweep(self) -> Path:
         """A work directory holding one finished 2-point sweep (runs `hpcprof-runs/t/*`)."""
         work = self.tmp / "sweep-base"
@@ -70,7 +93,7 @@ class Fixtures:
         assert result.returncode == 0, result.stderr
         return work
 
-    @functools.cached_property
+    @made_once
     def nsys(self) -> Path:
         """A work directory holding one finished run turned into an nsys run with two rank exports."""
         work = self.tmp / "nsys-base"

@@ -12,8 +12,8 @@ import os
 import re
 import signal
 import socket
-import time
 import threading
+import time
 import uuid
 from pathlib import Path
 from typing import IO, Callable, Iterable

@@ -413,9 +413,8 @@ def templates() -> None:
 def templates_copy(directory: Path) -> None:
     """Copy the shipped templates into DIRECTORY; use them with --templates DIR or a site's
     `templates:` key."""
-    from hpcprof.render.job import shipped_template_dir
-
     from hpcprof.atomic import atomic_write
+    from hpcprof.render.job import shipped_template_dir
 
     sources = sorted(shipped_template_dir().glob("*.j2"))
     existing = [directory / p.name for p in sources if (directory / p.name).exists()]

@@ -87,7 +87,7 @@ class RunDir:
     def damage(self) -> str | None:
         """The one line naming the run's damaged config.json, or None when it reads."""
         try:
-            self.config
+            _ = self.config
         except DamagedRunFile as exc:
             return exc.format_message()
         return None

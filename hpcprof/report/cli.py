@@ -60,9 +60,8 @@ def report(runs: tuple[str, ...], workdir: Path, full: bool, rows: int, html_fil
     infos = load(select_runs(runs, workdir), require_collected=html_file is not None,
                  one_workload=html_file is not None)
     if html_file is not None:
-        from hpcprof.report.html import build_html
-
         from hpcprof.atomic import atomic_write
+        from hpcprof.report.html import build_html
 
         atomic_write(html_file, build_html(infos))
         click.echo(f"wrote {html_file}", err=True)

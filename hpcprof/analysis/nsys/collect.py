@@ -12,11 +12,11 @@ from typing import Callable
 import pandas as pd
 
 from hpcprof.analysis import CollectContext
-from hpcprof.errors import Problem
 from hpcprof.analysis.nsys import distributed as dist
 from hpcprof.analysis.nsys.db import Export
 from hpcprof.analysis.nsys.stats import SUMMARY_REPORTS, MissingData, run_report
 from hpcprof.analysis.nsys.timeline import iteration_timeline
+from hpcprof.errors import Problem
 
 
 def find_nsys(ctx: CollectContext) -> str | None:
