@@ -412,6 +412,7 @@ def main() -> None:
     parser.add_argument("--slurm", action="store_true", help="also the cases on the local one-node Slurm")
     parser.add_argument("--fixtures", type=Path, default=FIXTURES)
     parser.add_argument("--group", action="append", choices=GROUPS, help="only these groups of cases")
+    parser.add_argument("--only", default="", help="only the cases whose label holds this text")
     parser.add_argument("--jobs", type=int, default=1, help="cases run at once (default 1: timings as measured alone)")
     args = parser.parse_args()
     groups = set(args.group or GROUPS)
@@ -421,18 +422,24 @@ def main() -> None:
         tmp = Path(name)
         makers = {"input": bad_input_cases, "damaged": damaged_cases, "jobs": lambda t, f: job_cases(t),
                   "faults": fault_cases, "slurm": lambda t, f: slurm_cases(t) if args.slurm else []}
-        cases = [case for group in GROUPS if group in groups for case in makers[group](tmp, args.fixtures)]
-        def attempt(case: Callable[[], str]) -> str:
+        cases = [case for group in GROUPS if group in groups for case in makers[group](tmp, args.fixtures)
+                 if args.only in case[0]]
+        def attempt(case: Callable[[], str]) -> tuple[str, float]:
+            start = time.monotonic()
             try:
-                return case()
+                outcome = case()
             except Exception as exc:  # noqa: BLE001 - a harness failure is counted, not hidden
-                return f"{OTHER} (harness: {type(exc).__name__}: {exc})"
+                outcome = f"{OTHER} (harness: {type(exc).__name__}: {exc})"
+            return outcome, time.monotonic() - start
 
+        took: dict[str, float] = {}
         with ThreadPoolExecutor(args.jobs) as pool:  # each case runs its own processes
-            for (label, _), outcome in zip(cases, pool.map(attempt, [case for _, case in cases])):
+            for (label, _), (outcome, seconds) in zip(cases, pool.map(attempt, [case for _, case in cases])):
+                took[label] = seconds
                 counts[outcome.split(" (")[0]] += 1
                 if outcome != HANDLED:
                     print(f"  {outcome}: {label}", flush=True)
+    slowest = sorted(took, key=took.__getitem__, reverse=True)[:3]
     print(f"cases tried: {sum(counts.values())}")
     print(f"handled (one-line error / recovered): {counts[HANDLED]}")
     print(f"lost data: {counts[LOST]}")
@@ -441,7 +448,8 @@ def main() -> None:
     print(f"blocked: {counts[BLOCKED]}")
     print(f"left behind: {counts[LEFT]}")
     print(f"other: {counts[OTHER]}")
-    print(f"({time.monotonic() - started:.0f} s{', with Slurm' if args.slurm else ''})")
+    print(f"({time.monotonic() - started:.0f} s{', with Slurm' if args.slurm else ''}, {args.jobs} at a time; slowest: "
+          f"{', '.join(f'{label} {took[label]:.0f} s' for label in slowest)})")
 
 
 if __name__ == "__main__":
