@@ -16,7 +16,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import IO, Callable, Iterable
+from typing import Callable, Iterable, TextIO
 
 from hpcprof.errors import UserError
 
@@ -111,7 +111,7 @@ def atomic_write(path: Path, content: str | bytes | Callable[[Path], None], *,
     return path
 
 
-def write_text_stream(path: Path, write: Callable[[IO[str]], None], *, what: str = "",
+def write_text_stream(path: Path, write: Callable[[TextIO], None], *, what: str = "",
                       inputs: Iterable[Path] = ()) -> Path:
     """`atomic_write` for a writer of an open text file (csv, json, tables)."""
     def to(tmp: Path) -> None:
