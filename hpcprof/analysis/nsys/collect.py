@@ -13,7 +13,8 @@ from hpcprof.analysis import CollectContext
 from hpcprof.analysis.nsys import distributed as dist
 from hpcprof.analysis.nsys.db import Export
 from hpcprof.analysis.nsys.stats import SUMMARY_REPORTS, MissingData, run_report
-from hpcprof.analysis.nsys.timeline import iteration_timeline
+from hpcprof.analysis.nsys import window as win
+from hpcprof.analysis.nsys.timeline import iteration_timeline, median_iteration
 
 
 def find_nsys(ctx: CollectContext) -> str | None:
@@ -59,9 +60,13 @@ def sqlite_files(ctx: CollectContext) -> dict[Path, int]:
 GAP_NS = 100_000
 
 
-def analyse_file(path: Path, rank: int) -> dict[str, pd.DataFrame]:
-    """One rank's export: its summary reports, NCCL per collective, overlap, NVTX phases,
-    iteration timeline and GPU idle gaps over GAP_NS, each with a `rank` column. NsysInputError when it cannot be used."""
+def analyse_file(path: Path, rank: int, nvtx_window: str | None = None) -> dict[str, pd.DataFrame]:
+    """One rank's export: its summary reports (whole capture, as `nsys stats` gives them); over the
+    measured window (nsys/window.py; `nvtx_window`, else the run's `profile.window.nvtx`, names
+    the iteration range): the window, its iterations, kernels, NCCL per collective, overlap, NVTX
+    ranges, iteration timeline and GPU idle gaps over GAP_NS; over the whole capture: overlap and
+    NVTX ranges again (`capture_*`). Each table has a `rank` column, those of the window a
+    `window` column. NsysInputError when the export cannot be used."""
     out: dict[str, pd.DataFrame] = {}
     with Export(path) as export:
         export.check_usable()
@@ -73,33 +78,48 @@ def analyse_file(path: Path, rank: int) -> dict[str, pd.DataFrame]:
                 continue
             df.insert(0, "rank", rank)
             out[name] = df
-        nccl = dist.nccl_summary(activity)
-        out["nccl"] = nccl[nccl["scope"] == "rank"].reset_index(drop=True)
-        out["overlap"] = dist.overlap(activity)
-        out["phases"] = dist.phases(activity)
-        out["timeline"] = iteration_timeline(activity)
-        out["gaps"] = dist.gaps(activity, GAP_NS)
+        window = win.find_window(activity, nvtx_window or win.run_window_range(path))
+        inside = win.clip(activity, window)
+        out["window"] = win.window_summary(activity, window)
+        out["iterations"] = win.iteration_series(activity, window)
+        out["kernels"] = win.with_window(win.kernel_sum(inside), window)
+        nccl = dist.nccl_summary(inside)
+        out["nccl"] = win.with_window(nccl[nccl["scope"] == "rank"].reset_index(drop=True), window)
+        out["overlap"] = win.with_window(dist.overlap(inside), window)
+        out["phases"] = win.with_window(dist.phases(activity, win.instances_inside(window)), window)
+        out["timeline"] = iteration_timeline(activity, window)
+        out["gaps"] = win.with_window(dist.gaps(inside, GAP_NS), window)
+        out["capture_overlap"] = dist.overlap(activity)
+        out["capture_phases"] = dist.phases(activity, window.instances)
     for df in out.values():
         df.attrs.clear()
     return out
 
 
 def reduce_ranks(read: Callable[[str], pd.DataFrame | None]) -> dict[str, pd.DataFrame]:
-    """Cross-rank rows from the per-rank tables: per collective, the totals over all ranks and the
-    slowest rank (`scope == "all"`), appended to the per-rank NCCL rows."""
+    """Cross-rank tables from the per-rank ones: per collective, the totals over all ranks and the
+    slowest rank (`scope == "all"`) appended to the per-rank NCCL rows; the timeline cut to the
+    window's median iteration (the same iteration on every rank)."""
+    out: dict[str, pd.DataFrame] = {}
+    timeline = read("timeline")
+    middle = median_iteration(read("iterations"))
+    if timeline is not None and middle is not None:
+        out["timeline"] = timeline[timeline["iteration"] == middle].reset_index(drop=True)
     per = read("nccl")
     if per is None or per.empty:
-        return {}
+        return out
     per = per[per["scope"] == "rank"]
     rows = []
     for coll, g in per.groupby("collective", sort=True):
         slow = g.loc[g["total_ns"].idxmax()]
         total, count = int(g["total_ns"].sum()), int(g["count"].sum())
-        rows.append({"scope": "all", "rank": pd.NA, "collective": coll, "count": count, "total_ns": total,
+        rows.append({"scope": "all", "rank": pd.NA, "window": "+".join(sorted(set(g["window"].astype(str)))),
+                     "collective": coll, "count": count, "total_ns": total,
                      "mean_ns": round(total / count, 1), "min_ns": int(g["min_ns"].min()),
                      "max_ns": int(g["max_ns"].max()), "slowest_rank": int(slow["rank"]),
                      "slowest_total_ns": int(slow["total_ns"])})
-    out = pd.concat([per, pd.DataFrame(rows)], ignore_index=True)
+    nccl = pd.concat([per, pd.DataFrame(rows)], ignore_index=True)
     for c in ("rank", "slowest_rank", "slowest_total_ns"):
-        out[c] = out[c].astype("Int64")
-    return {"nccl": out}
+        nccl[c] = nccl[c].astype("Int64")
+    out["nccl"] = nccl
+    return out

@@ -1,0 +1,96 @@
+"""The measured window of a Kineto trace: its `ProfilerStep#N` ranges projected onto GPU time.
+
+Each kept ProfilerStep (load_trace drops the last, possibly truncated, one as HTA does) is one
+iteration: the GPU events whose launching CPU call starts inside the step, from the first one's
+start to the last one's end. The window runs from the first iteration's GPU start to the last
+one's end; a trace without ProfilerStep annotations is measured whole (`capture`). Times come
+out in ns on the trace's clock (Kineto's µs × 1000).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from hpcprof.analysis.trace.analyses import COMM, COMP, kernel_type
+from hpcprof.analysis.trace.load import RankTrace
+
+STEP_WINDOW = "ProfilerStep"
+CAPTURE = "capture"
+ITERATION_COLUMNS = ["rank", "window", "iteration", "start_ns", "end_ns", "gpu_ns", "busy_ns", "idle_ns"]
+WINDOW_COLUMNS = ["rank", "window", "start_ns", "end_ns", "duration_ns", "iterations", "busy_ns", "idle_ns",
+                  "span_ns", "compute_ns", "comm_ns", "overlap_ns"]
+
+
+def _union(ts: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted disjoint union of intervals [ts, end)."""
+    if len(ts) == 0:
+        return ts, end
+    order = np.argsort(ts, kind="stable")
+    ts, end = ts[order], end[order]
+    new = np.concatenate(([True], ts[1:] > np.maximum.accumulate(end)[:-1]))
+    first = np.flatnonzero(new)
+    return ts[first], np.maximum.reduceat(end, first)
+
+
+def _covered(union: tuple[np.ndarray, np.ndarray], lo: float, hi: float) -> float:
+    """Length of `union` inside [lo, hi)."""
+    s, e = union
+    return float(np.clip(np.minimum(e, hi) - np.maximum(s, lo), 0, None).sum())
+
+
+def _intersection(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray], lo: float, hi: float) -> float:
+    """Length of the intersection of two unions inside [lo, hi)."""
+    total = 0.0
+    for s, e in zip(*a):
+        s, e = max(s, lo), min(e, hi)
+        if e > s:
+            total += _covered(b, s, e)
+    return total
+
+
+def step_iterations(trace: RankTrace) -> pd.DataFrame:
+    """Per kept ProfilerStep: its GPU projection (start_us, end_us relative to the origin)."""
+    gpu = trace.gpu
+    launch = gpu["launch_ts"].to_numpy(np.float64)
+    rows = []
+    for step in trace.steps.sort_values("ts", kind="stable").to_dict("records"):
+        inside = (launch >= step["ts"]) & (launch <= step["end"])
+        if inside.any():
+            rows.append({"iteration": int(step["step"]), "start_us": float(gpu["ts"].to_numpy()[inside].min()),
+                         "end_us": float(gpu["end"].to_numpy()[inside].max())})
+    return pd.DataFrame(rows, columns=["iteration", "start_us", "end_us"])
+
+
+def trace_window(trace: RankTrace) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(window, iterations) of one rank's trace: the window's bounds, length, iterations, busy and
+    idle time, compute, communication and their overlap (HTA's kernel types); per iteration the
+    GPU bounds, length, busy and idle time. All in ns."""
+    gpu = trace.gpu
+    ts, end = gpu["ts"].to_numpy(np.float64), gpu["end"].to_numpy(np.float64)
+    kinds = np.array([kernel_type(str(n)) for n in gpu["name"].cat.categories], dtype=object)[gpu["name"].cat.codes]
+    busy = _union(ts, end)
+    comm = _union(ts[kinds == COMM], end[kinds == COMM])
+    comp = _union(ts[kinds == COMP], end[kinds == COMP])
+    its = step_iterations(trace)
+    label = STEP_WINDOW if len(its) else CAPTURE
+    lo, hi = (its["start_us"].min(), its["end_us"].max()) if len(its) else (ts.min(), end.max())
+    origin_ns = trace.origin * 1000.0
+
+    def ns(us: float) -> int:
+        return int(round(origin_ns + us * 1000.0))
+
+    busy_us = _covered(busy, lo, hi)
+    window = pd.DataFrame([{
+        "rank": trace.rank, "window": label, "start_ns": ns(lo), "end_ns": ns(hi),
+        "duration_ns": ns(hi) - ns(lo), "iterations": len(its), "busy_ns": int(round(busy_us * 1000)),
+        "idle_ns": ns(hi) - ns(lo) - int(round(busy_us * 1000)), "span_ns": ns(hi) - ns(lo),
+        "compute_ns": int(round(_covered(comp, lo, hi) * 1000)), "comm_ns": int(round(_covered(comm, lo, hi) * 1000)),
+        "overlap_ns": int(round(_intersection(comm, comp, lo, hi) * 1000))}], columns=WINDOW_COLUMNS)
+    rows = []
+    for it in its.to_dict("records"):
+        start, stop = ns(it["start_us"]), ns(it["end_us"])
+        b = int(round(_covered(busy, it["start_us"], it["end_us"]) * 1000))
+        rows.append({"rank": trace.rank, "window": label, "iteration": it["iteration"], "start_ns": start,
+                     "end_ns": stop, "gpu_ns": stop - start, "busy_ns": b, "idle_ns": stop - start - b})
+    return window, pd.DataFrame(rows, columns=ITERATION_COLUMNS)
