@@ -116,6 +116,18 @@ class Experiment(Strict):
                                  f"{len(names)} values, e.g. [[1, 1], [2, 2]]")
         return value
 
+    @model_validator(mode="after")
+    def _capture_range_opened(self) -> "Experiment":
+        """Under an nsys capture range something must open it: seqpar and ddp do (around their
+        timed iterations); a `command` program must say that it does, else nsys records nothing."""
+        nsys = self.profile.nsys
+        if self.profile.tool == "nsys" and nsys.capture_range != "none" and self.workload.kind == "command" \
+                and not self.profile.window.opened_by_program:
+            raise ValueError(f"profile.nsys.capture_range {nsys.capture_range} records only what the program "
+                             "opens: set profile.window.opened_by_program: true if it calls cudaProfilerStart/Stop "
+                             "(or pushes the nvtx_capture range), else capture_range: none")
+        return self
+
     def sweep_points(self) -> list[dict[str, Any]]:
         """The sweep's points: the cartesian product over its keys, where a key `a,b` zips
         its keys together (its values are [a, b] pairs); each `repeat` times (param `repeat`)."""

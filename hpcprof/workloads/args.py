@@ -59,7 +59,8 @@ class SeqparArgs(BaseModel):
     gpu_map: GpuMap = Field("identity", description="local rank r -> GPU r (identity) or n-1-r (reverse)")
     check: bool = Field(False, description="compare one iteration with a float64 reference")
     profile_iterations: str | None = Field(
-        None, description="A:B: cudaProfilerStart/Stop around timed iterations A..B-1 (0-based)"
+        None, description="A:B: cudaProfilerStart/Stop around timed iterations A..B-1 (0-based); "
+                          "default: around the whole timed loop"
     )
     capture: Literal["none", "iteration", "allgather", "matmul1", "matmul2", "reduce_scatter"] = Field(
         "none", description="one cudaProfilerStart/Stop range per occurrence of this phase (nsys --capture-range-end=repeat)"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -123,3 +124,38 @@ def reduce_ranks(read: Callable[[str], pd.DataFrame | None]) -> dict[str, pd.Dat
         nccl[c] = nccl[c].astype("Int64")
     out["nccl"] = nccl
     return out
+
+
+#: what nsys prints when its capture range never opened (cudaProfilerApi / nvtx)
+NOTHING_RECORDED = "No reports were generated"
+
+
+def missing_profiles(run_dir: Path, config: dict) -> list[str]:
+    """One line per rank that the run's config says nsys profiles (profile.ranks over the run's
+    ranks) but that left no nsys profile, with the cause its rank log gives. Empty for other tools."""
+    from hpcprof.config.profile import RankSelection
+
+    profile = config["experiment"]["profile"]
+    if profile["tool"] != "nsys":
+        return []
+    per_node, world = int(config["ranks_per_node"]), int(config["world_size"])
+    selection = RankSelection(profile["ranks"])
+    ranged = profile["nsys"]["capture_range"] != "none"
+    lines = []
+    for rank in range(world):
+        if not selection.selects(rank, rank % per_node, per_node):
+            continue
+        own = re.compile(rf"rank{rank}(?:\.\d+)?\.(?:nsys-rep|qdrep|sqlite)")
+        if any(own.fullmatch(p.name) for p in (run_dir / "profiles" / "nsys").glob(f"rank{rank}.*")):
+            continue
+        log = run_dir / "logs" / f"rank{rank}.log"
+        text = log.read_text(errors="replace") if log.is_file() else None
+        if text is None:
+            cause = f"no nsys profile and no rank log ({log.relative_to(run_dir)}): the rank never started"
+        elif NOTHING_RECORDED in text:
+            cause = ("nsys recorded nothing: the capture range never opened" if ranged
+                     else "nsys recorded nothing") + f" ({log.relative_to(run_dir)}: {NOTHING_RECORDED})"
+        else:
+            cause = f"no nsys profile written (see {log.relative_to(run_dir)})"
+        lines.append(f"nsys: rank {rank}: {cause}")
+    return lines

@@ -78,19 +78,22 @@ def trace_window(trace: RankTrace) -> tuple[pd.DataFrame, pd.DataFrame]:
     origin_ns = trace.origin * 1000.0
 
     def ns(us: float) -> int:
-        return int(round(origin_ns + us * 1000.0))
+        return round(origin_ns + us * 1000.0)
+
+    def us_to_ns(us: float) -> int:
+        return round(us * 1000)
 
     busy_us = _covered(busy, lo, hi)
     window = pd.DataFrame([{
         "rank": trace.rank, "window": label, "start_ns": ns(lo), "end_ns": ns(hi),
-        "duration_ns": ns(hi) - ns(lo), "iterations": len(its), "busy_ns": int(round(busy_us * 1000)),
-        "idle_ns": ns(hi) - ns(lo) - int(round(busy_us * 1000)), "span_ns": ns(hi) - ns(lo),
-        "compute_ns": int(round(_covered(comp, lo, hi) * 1000)), "comm_ns": int(round(_covered(comm, lo, hi) * 1000)),
-        "overlap_ns": int(round(_intersection(comm, comp, lo, hi) * 1000))}], columns=WINDOW_COLUMNS)
+        "duration_ns": ns(hi) - ns(lo), "iterations": len(its), "busy_ns": us_to_ns(busy_us),
+        "idle_ns": ns(hi) - ns(lo) - us_to_ns(busy_us), "span_ns": ns(hi) - ns(lo),
+        "compute_ns": us_to_ns(_covered(comp, lo, hi)), "comm_ns": us_to_ns(_covered(comm, lo, hi)),
+        "overlap_ns": us_to_ns(_intersection(comm, comp, lo, hi))}], columns=WINDOW_COLUMNS)
     rows = []
     for it in its.to_dict("records"):
         start, stop = ns(it["start_us"]), ns(it["end_us"])
-        b = int(round(_covered(busy, it["start_us"], it["end_us"]) * 1000))
+        b = us_to_ns(_covered(busy, it["start_us"], it["end_us"]))
         rows.append({"rank": trace.rank, "window": label, "iteration": it["iteration"], "start_ns": start,
                      "end_ns": stop, "gpu_ns": stop - start, "busy_ns": b, "idle_ns": stop - start - b})
     return window, pd.DataFrame(rows, columns=ITERATION_COLUMNS)
