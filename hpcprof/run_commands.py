@@ -235,14 +235,28 @@ def submit_workdir(given: Path | None, site: SiteConfig, experiment: Path, overr
     return expand_workdir(site, account if isinstance(account, str) else site.defaults.account)
 
 
-def show_states(pairs: list[tuple[RunDir, JobState]], fmt: str) -> None:
-    """One row per run: state, exit code, reason, job id, path."""
+def show_states(pairs: list[tuple[RunDir, JobState]], fmt: str, collected: dict[str, str] | None = None) -> None:
+    """One row per run: state, exit code, reason, job id, path (and how it was collected, when given)."""
     from hpcprof.output import emit_rows
 
     rows = [{"run": run.run_id, "experiment": run.path.parent.name, "state": state.state,
              "exit_code": state.exit_code, "reason": state.reason,
-             "job_id": run.submission.get("job_id", ""), "path": str(run.path)} for run, state in pairs]
-    emit_rows(rows, ["run", "experiment", "state", "exit_code", "reason", "job_id", "path"], fmt)
+             "job_id": run.submission.get("job_id", ""), "path": str(run.path),
+             "collected": (collected or {}).get(run.run_id, "")} for run, state in pairs]
+    columns = ["run", "experiment", "state", "exit_code", "reason", "job_id", "path"]
+    emit_rows(rows, columns + ["collected"] if collected else columns, fmt)
+
+
+def collect_states(store: Store | None, run_ids: list[str]) -> dict[str, str]:
+    """Per collected run: `complete`, or `partial: ` and its first problem (e.g. a profiled rank
+    whose nsys recorded nothing)."""
+    out = {}
+    for run_id in run_ids if store is not None else []:
+        record = store.run_record(run_id) or {}
+        if record.get("collect_status"):
+            note = (record.get("collect_note") or "").splitlines()
+            out[run_id] = record["collect_status"] + (f": {note[0]}" if note else "")
+    return out
 
 
 @click.command()
@@ -256,11 +270,11 @@ def status(runs: tuple[str, ...], workdir: Path, db: str | None, fmt: str) -> No
 
     selected = runs_from(runs, workdir)
     pairs = [(run, campaign.current_state(run)) for run in selected]
+    store = open_store(workdir, db, create=False)
     if not all(run.terminal_state_stored(state) for run, state in pairs):  # else the store knows them all
-        store = open_store(workdir, db, create=False)
         for run, state in pairs:
             campaign.record(run, state, store)
-    show_states(pairs, fmt)
+    show_states(pairs, fmt, collect_states(store, [run.run_id for run, _ in pairs]))
 
 
 @click.command()

@@ -116,18 +116,6 @@ class Experiment(Strict):
                                  f"{len(names)} values, e.g. [[1, 1], [2, 2]]")
         return value
 
-    @model_validator(mode="after")
-    def _capture_range_opened(self) -> "Experiment":
-        """Under an nsys capture range something must open it: seqpar and ddp do (around their
-        timed iterations); a `command` program must say that it does, else nsys records nothing."""
-        nsys = self.profile.nsys
-        if self.profile.tool == "nsys" and nsys.capture_range != "none" and self.workload.kind == "command" \
-                and not self.profile.window.opened_by_program:
-            raise ValueError(f"profile.nsys.capture_range {nsys.capture_range} records only what the program "
-                             "opens: set profile.window.opened_by_program: true if it calls cudaProfilerStart/Stop "
-                             "(or pushes the nvtx_capture range), else capture_range: none")
-        return self
-
     def sweep_points(self) -> list[dict[str, Any]]:
         """The sweep's points: the cartesian product over its keys, where a key `a,b` zips
         its keys together (its values are [a, b] pairs); each `repeat` times (param `repeat`)."""
@@ -294,6 +282,13 @@ def resolve_point(index: int, params: dict[str, Any], experiment: Experiment, wo
     if expected is not None and expected != world:
         raise UserError(f"{where}: field 'workload.args.world_size': {expected} but the resources give "
                         f"{world} ranks ({res.nodes} nodes x {ranks_per_node}); make them agree")
+    nsys = experiment.profile.nsys
+    if experiment.profile.tool == "nsys" and nsys.capture_range != "none" and experiment.workload.kind == "command" \
+            and not experiment.profile.window.opened_by_program:
+        # seqpar and ddp open the range around their timed iterations; a command must say it does
+        raise UserError(f"{where}: field 'profile.window.opened_by_program': capture_range {nsys.capture_range} "
+                        "records only what the program opens; set it to true if the program calls "
+                        "cudaProfilerStart/Stop (or pushes the nvtx_capture range), else use capture_range: none")
     if experiment.profile.tool != "none" and not any(
             selection.selects(r, r % ranks_per_node, ranks_per_node) for r in range(world)):
         raise UserError(f"{where}: field 'profile.ranks': {selection} selects none of the {world} ranks")
