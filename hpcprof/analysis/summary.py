@@ -120,7 +120,8 @@ def nsys_metrics(run_dir: Path) -> list[Metric]:
     kern = read_table(run_dir, "nsys_kernels")
     if kern is not None and not kern.empty:
         out += gpu_time_metrics(kern["name"].astype(str), kern["total_ns"].astype(float) / 1e6, kern["rank"].nunique())
-    out += overlap_idle_metrics(read_table(run_dir, "nsys_overlap"))
+    ov = read_table(run_dir, "nsys_overlap")          # collected before windows: the whole capture's
+    out += overlap_idle_metrics(ov, prefix="" if ov is None or "window" in ov else "capture.")
     kern = read_table(run_dir, "nsys_cuda_gpu_kern_sum")
     if kern is not None and not kern.empty:
         out += gpu_time_metrics(kern["Name"].astype(str), kern["Total Time (ns)"].astype(float) / 1e6,

@@ -13,6 +13,7 @@ around the backward pass (default) or the whole step.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
 import os
@@ -207,7 +208,10 @@ def train(args: DdpArgs, module: ModuleType, ctx: bootstrap.Dist) -> dict[str, A
     timer = timing.PhaseTimer(ctx.device)
     model.train()
     iteration = 0
+    counted = contextlib.ExitStack()       # NVTX `timed` around the counted epochs: a profile's window
     for epoch in range(total_epochs):
+        if epoch == args.warmup_epochs:
+            counted.enter_context(timing.nvtx_range("timed"))
         with timing.nvtx_range(f"epoch {epoch}"):
             for batch, _ in zip(data, range(steps)):
                 at_window = iteration == window.iteration
@@ -232,6 +236,7 @@ def train(args: DdpArgs, module: ModuleType, ctx: bootstrap.Dist) -> dict[str, A
                 iteration += 1
         if ctx.is_cuda:
             torch.cuda.empty_cache()
+    counted.close()
     if prof is not None:
         prof.stop()
 
