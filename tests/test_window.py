@@ -4,6 +4,7 @@ committed H200 exports (window idle small, capture idle large) and against HTA 0
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 import sqlite3
@@ -98,6 +99,12 @@ def test_named_range_is_the_window(fixtures_dir: Path, tmp_path: Path) -> None:
     tables = analyse_file(small_export(fixtures_dir, tmp_path / "rank0.sqlite"), 0, nvtx_window="warmup")
     w = tables["window"].iloc[0]
     assert (w["window"], w["start_ns"], w["end_ns"], w["iterations"]) == ("nvtx:warmup", 1000, 5000, 1)
+    run = tmp_path / "run"                          # collect's case: the run's config.json names the range
+    (run / "profiles/nsys").mkdir(parents=True)
+    (run / "config.json").write_text(json.dumps({"experiment": {"profile": {"window": {"nvtx": "iteration"}}}}))
+    export = small_export(fixtures_dir, run / "profiles/nsys/rank0.sqlite")
+    its = analyse_file(export, 0)["iterations"]
+    assert set(its["window"]) == {"nvtx:iteration"} and its["start_ns"].tolist() == [1000, 6000, 9000]
 
 
 def test_window_equals_nsys_nvtx_gpu_proj_sum(repo: Path) -> None:
@@ -186,3 +193,30 @@ def test_kineto_window_against_hta(fixtures_dir: Path, tmp_path: Path, name: str
     metrics = {m: v for m, v, _ in torch_metrics(run)}
     idle = pd.concat(windows)
     assert metrics["idle_pct"] == pytest.approx(100 * idle["idle_ns"].sum() / idle["span_ns"].sum())
+
+
+NSYS_2022 = Path("/usr/lib/x86_64-linux-gnu/nsight-systems/target-linux-x64/nsys")
+
+
+@pytest.mark.parametrize("export", ["small", "nsys/h200_campaign/seqpar_fp32_p2_rank1.sqlite"])
+def test_window_and_iterations_equal_nsys_2022_projection(fixtures_dir: Path, tmp_path: Path, export: str) -> None:
+    """nsys 2022.4's `nvtxgpuproj` (one row per NVTX range instance, projected onto the GPU;
+    installed by tests/services/nsys.sh): its `timed` row is the window and its `iteration` rows
+    inside it are the iterations, on the small export and on the H200 float32 capture."""
+    import subprocess
+
+    if not NSYS_2022.exists():
+        pytest.skip("nsys 2022.4 not installed (tests/services/nsys.sh)")
+    db = small_export(fixtures_dir, tmp_path / "rank0.sqlite") if export == "small" else fixtures_dir / export
+    subprocess.run([str(NSYS_2022), "stats", "--report", "nvtxgpuproj", "--format", "csv", "--output",
+                    str(tmp_path / "proj"), str(db)], check=True, capture_output=True, text=True)
+    proj = pd.read_csv(tmp_path / "proj_nvtxgpuproj.csv")
+    timed = proj[proj["Name"] == "timed"].iloc[0]
+    inside = proj[(proj["Name"] == "iteration") & (pd.to_numeric(proj["ParentId"]) == timed["RangeId"])]
+    tables = analyse_file(db, 0)
+    w = tables["window"].iloc[0]
+    assert (w["start_ns"], w["duration_ns"]) == (timed["Projected Start (ns)"], timed["Projected Duration (ns)"])
+    its = tables["iterations"]
+    assert its["start_ns"].tolist() == inside["Projected Start (ns)"].tolist()
+    assert its["gpu_ns"].tolist() == inside["Projected Duration (ns)"].tolist()
+    assert len(its) == (2 if export == "small" else 30)

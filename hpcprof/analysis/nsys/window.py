@@ -24,7 +24,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from hpcprof.analysis.nsys.distributed import Activity, merge_intervals, range_instances
+from hpcprof.analysis.nsys.distributed import (
+    Activity,
+    covered_within,
+    merge_intervals,
+    range_instances,
+)
 
 TIMED_RANGE = "timed"
 ITERATION_RANGE = re.compile(r"(?:iteration|step)\d*")
@@ -40,11 +45,6 @@ class Window:
     bounds: pd.DataFrame       # rank, window, start_ns, end_ns (GPU), cpu_start, cpu_end (CPU, NVTX)
     iterations: pd.DataFrame   # rank, window, iteration, start_ns, end_ns (GPU projection of each)
     instances: pd.DataFrame    # every NVTX range instance (range_instances)
-
-    def label(self, rank: int) -> str:
-        """The window's name on `rank` (`nvtx:timed`, `nvtx:iteration`, ..., `capture`)."""
-        row = self.bounds[self.bounds["rank"] == rank]
-        return str(row["window"].iloc[0]) if len(row) else CAPTURE
 
 
 def run_window_range(path: Path) -> str | None:
@@ -131,8 +131,6 @@ def clip(act: Activity, window: Window) -> Activity:
 
 def busy_within(ops: pd.DataFrame, start: np.ndarray, end: np.ndarray) -> np.ndarray:
     """For each interval [start, end): the time some GPU operation of `ops` runs in it."""
-    from hpcprof.analysis.nsys.distributed import covered_within
-
     union = merge_intervals(ops["start"].to_numpy(np.int64), ops["end"].to_numpy(np.int64))
     return covered_within(union, np.asarray(start, dtype=np.int64), np.asarray(end, dtype=np.int64))
 

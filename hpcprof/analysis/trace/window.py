@@ -33,20 +33,30 @@ def _union(ts: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return ts[first], np.maximum.reduceat(end, first)
 
 
+def _covered_each(union: tuple[np.ndarray, np.ndarray], start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """For each interval [start, end): how much of it the disjoint sorted `union` covers."""
+    us, ue = union
+    start, end = np.asarray(start, dtype=np.float64), np.asarray(end, dtype=np.float64)
+    if len(us) == 0:
+        return np.zeros(len(start))
+    cum = np.concatenate(([0.0], np.cumsum(ue - us)))
+
+    def upto(t: np.ndarray) -> np.ndarray:             # covered length in (-inf, t)
+        i = np.searchsorted(us, t, side="right")
+        j = np.maximum(i - 1, 0)
+        return np.where(i > 0, cum[j] + np.clip(t - us[j], 0, (ue - us)[j]), 0.0)
+
+    return upto(np.maximum(end, start)) - upto(start)
+
+
 def _covered(union: tuple[np.ndarray, np.ndarray], lo: float, hi: float) -> float:
     """Length of `union` inside [lo, hi)."""
-    s, e = union
-    return float(np.clip(np.minimum(e, hi) - np.maximum(s, lo), 0, None).sum())
+    return float(_covered_each(union, np.array([lo]), np.array([hi]))[0])
 
 
 def _intersection(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray], lo: float, hi: float) -> float:
     """Length of the intersection of two unions inside [lo, hi)."""
-    total = 0.0
-    for s, e in zip(*a):
-        s, e = max(s, lo), min(e, hi)
-        if e > s:
-            total += _covered(b, s, e)
-    return total
+    return float(_covered_each(b, np.clip(a[0], lo, hi), np.clip(a[1], lo, hi)).sum())
 
 
 def step_iterations(trace: RankTrace) -> pd.DataFrame:
