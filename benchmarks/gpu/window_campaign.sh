@@ -43,8 +43,10 @@ SEQPAR=(examples/seqpar_polaris.yaml --site-file "$SITE" --wait "${LEAN[@]}"
   done
   python3 -m hpcprof collect --workers 4; echo "collect rc=$? (3 expected: window-never-opened)"
   python3 -m hpcprof status --format json
-  python3 -m hpcprof compare window-seqpar
-  python3 -m hpcprof compare window-seqpar --format csv > "$OUT_DIR/compare_window-seqpar.csv"
+  sweep=$(ls "$HPCPROF_WORKDIR/window-seqpar" | head -n 1 | sed 's/-p[0-9]*$//')
+  python3 -m hpcprof compare "$sweep" -o "$OUT_DIR/compare_window-seqpar.txt"
+  python3 -m hpcprof compare "$sweep" --format csv -o "$OUT_DIR/compare_window-seqpar.csv"
+  cat "$OUT_DIR/compare_window-seqpar.txt"
   python3 benchmarks/gpu/window_check.py "$HPCPROF_WORKDIR"; echo "window_check rc=$?"
   set +x
 } > "$OUT_DIR/window_campaign.log" 2>&1
