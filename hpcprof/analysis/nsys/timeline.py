@@ -18,18 +18,22 @@ def iteration_timeline(act: Activity, window: Window) -> pd.DataFrame:
     from the iteration's GPU start."""
     out = []
     inst = window.instances
-    for it in window.iterations.to_dict("records"):
-        start, end = int(it["start_ns"]), int(it["end_ns"])
-        mine = inst[(inst["rank"] == it["rank"]) & (inst["gpu_ops"] > 0) & (inst["start"] >= it["cpu_start"])
-                    & (inst["end"] <= it["cpu_end"])].sort_values(["proj_start", "start"], kind="stable")
-        k = act.kernels
-        k = k[(k["rank"] == it["rank"]) & (k["start"] >= start) & (k["start"] < end)]
-        for kind, names, s, e in (("phase", mine["range"], mine["proj_start"], mine["proj_end"]),
-                                  ("kernel", k["short"], k["start"], k["end"])):
-            out.append(pd.DataFrame({"rank": it["rank"], "window": it["window"], "iteration": it["iteration"],
-                                     "kind": kind, "range": names.astype(str).to_numpy(),
-                                     "start_ms": (s.to_numpy(np.int64) - start) / 1e6,
-                                     "end_ms": (e.to_numpy(np.int64) - start) / 1e6}))
+    inst = inst[inst["gpu_ops"] > 0].sort_values("start", kind="stable") if len(inst) else inst
+    kernels = act.kernels.sort_values("start", kind="stable")
+    for rank, its in window.iterations.groupby("rank", sort=True):
+        mine, k = inst[inst["rank"] == rank], kernels[kernels["rank"] == rank]
+        cpu, gpu = mine["start"].to_numpy(np.int64), k["start"].to_numpy(np.int64)
+        for it in its.to_dict("records"):
+            start, end = int(it["start_ns"]), int(it["end_ns"])
+            ranges = mine.iloc[np.searchsorted(cpu, it["cpu_start"]):np.searchsorted(cpu, it["cpu_end"], "right")]
+            ranges = ranges[ranges["end"] <= it["cpu_end"]].sort_values(["proj_start", "start"], kind="stable")
+            run = k.iloc[np.searchsorted(gpu, start):np.searchsorted(gpu, end)]
+            for kind, names, s, e in (("phase", ranges["range"], ranges["proj_start"], ranges["proj_end"]),
+                                      ("kernel", run["short"], run["start"], run["end"])):
+                out.append(pd.DataFrame({"rank": rank, "window": it["window"], "iteration": it["iteration"],
+                                         "kind": kind, "range": names.astype(str).to_numpy(),
+                                         "start_ms": (s.to_numpy(np.int64) - start) / 1e6,
+                                         "end_ms": (e.to_numpy(np.int64) - start) / 1e6}))
     return pd.concat(out, ignore_index=True) if out else pd.DataFrame(columns=COLUMNS)
 
 
