@@ -220,3 +220,32 @@ def test_window_and_iterations_equal_nsys_2022_projection(fixtures_dir: Path, tm
     assert its["start_ns"].tolist() == inside["Projected Start (ns)"].tolist()
     assert its["gpu_ns"].tolist() == inside["Projected Duration (ns)"].tolist()
     assert len(its) == (2 if export == "small" else 30)
+
+
+def test_kineto_window_by_hand(tmp_path: Path) -> None:
+    """ProfilerStep#1 [0,100) and #2 [100,200) µs; #3 (the last) is dropped as HTA does. Step 1
+    launches a GEMM [10,40) and an NCCL kernel [30,60); step 2 a GEMM [120,150); a kernel launched
+    before the steps [0,5) is outside the window. Window [10,150): busy 50 + 30, idle 60."""
+    def cpu(name: str, ts: float, dur: float, corr: int = -1) -> dict:
+        return {"ph": "X", "cat": "cpu_op" if corr < 0 else "cuda_runtime", "name": name, "ts": ts, "dur": dur,
+                "pid": 1, "tid": 1, **({"args": {"correlation": corr}} if corr >= 0 else {})}
+
+    def kernel(name: str, ts: float, dur: float, corr: int) -> dict:
+        return {"ph": "X", "cat": "kernel", "name": name, "ts": ts, "dur": dur, "pid": 0, "tid": 7,
+                "args": {"stream": 7, "correlation": corr}}
+
+    events = [cpu("cudaLaunchKernel", -10, 1, 1), kernel("sgemm_128x128", 0, 5, 1),
+              cpu("ProfilerStep#1", 1, 99), cpu("ProfilerStep#2", 100, 100), cpu("ProfilerStep#3", 200, 50),
+              cpu("cudaLaunchKernel", 2, 1, 2), kernel("sgemm_128x128", 10, 30, 2),
+              cpu("cudaLaunchKernel", 4, 1, 3), kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 30, 30, 3),
+              cpu("cudaLaunchKernel", 110, 1, 4), kernel("sgemm_128x128", 120, 30, 4)]
+    path = tmp_path / "rank0.pt.trace.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    tables = trace_file(path, 0)
+    w = tables["window"].iloc[0]
+    assert (w["window"], w["iterations"], w["duration_ns"], w["busy_ns"], w["idle_ns"]) == (
+        "ProfilerStep", 2, 140_000, 80_000, 60_000)
+    assert (w["comm_ns"], w["compute_ns"], w["overlap_ns"]) == (30_000, 60_000, 10_000)
+    its = tables["iterations"]
+    assert its[["iteration", "gpu_ns", "busy_ns", "idle_ns"]].values.tolist() == [[1, 50_000, 50_000, 0],
+                                                                              [2, 30_000, 30_000, 0]]
