@@ -10,6 +10,7 @@ from typing import Callable
 import pandas as pd
 
 from hpcprof.analysis import CollectContext
+from hpcprof.analysis.nsys import critical_path
 from hpcprof.analysis.nsys import distributed as dist
 from hpcprof.analysis.nsys.db import Export
 from hpcprof.analysis.nsys.stats import SUMMARY_REPORTS, MissingData, run_report
@@ -79,6 +80,7 @@ def analyse_file(path: Path, rank: int) -> dict[str, pd.DataFrame]:
         out["phases"] = dist.phases(activity)
         out["timeline"] = iteration_timeline(activity)
         out["gaps"] = dist.gaps(activity, GAP_NS)
+        out[critical_path.EVENTS_TABLE] = critical_path.rank_events(activity)
     for df in out.values():
         df.attrs.clear()
     return out
@@ -87,9 +89,10 @@ def analyse_file(path: Path, rank: int) -> dict[str, pd.DataFrame]:
 def reduce_ranks(read: Callable[[str], pd.DataFrame | None]) -> dict[str, pd.DataFrame]:
     """Cross-rank rows from the per-rank tables: per collective, the totals over all ranks and the
     slowest rank (`scope == "all"`), appended to the per-rank NCCL rows."""
+    paths = critical_path.collect_tables(read)
     per = read("nccl")
     if per is None or per.empty:
-        return {}
+        return paths
     per = per[per["scope"] == "rank"]
     rows = []
     for coll, g in per.groupby("collective", sort=True):
@@ -102,4 +105,4 @@ def reduce_ranks(read: Callable[[str], pd.DataFrame | None]) -> dict[str, pd.Dat
     out = pd.concat([per, pd.DataFrame(rows)], ignore_index=True)
     for c in ("rank", "slowest_rank", "slowest_total_ns"):
         out[c] = out[c].astype("Int64")
-    return {"nccl": out}
+    return {"nccl": out, **paths}
