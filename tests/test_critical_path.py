@@ -163,6 +163,14 @@ def test_hand_built_exports_through_collect_and_cli(hand_exports: list[Path], tm
     pd.testing.assert_frame_equal(pd.read_csv(out, keep_default_na=False), expected_rows(), check_dtype=False)
     seg = CliRunner().invoke(main, ["nsys", "critical-path", *map(str, hand_exports), "--segments", "--format", "csv"])
     assert seg.exit_code == 0 and seg.stdout.splitlines()[0] == ",".join(core.SEGMENT_COLUMNS)
+    # the whole `timed` range as one iteration: the three iterations and the 1 µs gaps between them
+    # (no GPU work: the next all-gather's lead) on the path; the longest wait is still rank 1's matmul2
+    whole = CliRunner().invoke(main, ["nsys", "critical-path", *map(str, hand_exports), "--iteration-range", "timed",
+                                      "--format", "csv"])
+    assert whole.exit_code == 0, whole.output
+    assert whole.stdout.splitlines()[1] == f"0,{3 * 633_000 + MM2_DELAY + 2 * 1_000}.0,ReduceScatter,1,matmul2,123457.0,2"
+    none = CliRunner().invoke(main, ["nsys", "critical-path", *map(str, hand_exports), "--iteration-range", "epoch"])
+    assert none.exit_code == 0 and "no iteration has collectives on two or more ranks" in none.stderr
 
 
 def test_cli_names_a_damaged_file_and_still_reports_the_others(hand_exports: list[Path], tmp_path: Path) -> None:

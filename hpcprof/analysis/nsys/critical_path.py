@@ -29,13 +29,17 @@ from hpcprof.analysis.nsys.timeline import ITERATION_RANGE, WINDOW_RANGE
 TIMED_RANGE = "timed"
 
 
-def timed_iterations(ranges: pd.DataFrame) -> pd.DataFrame:
+def timed_iterations(ranges: pd.DataFrame, iteration_range: str | None = None) -> pd.DataFrame:
     """The iteration ranges (number, start, end) among one process's NVTX ranges (name, start, end):
-    `iteration`/`step<N>` inside `timed` when there is such a range, else every one, else `backward`."""
+    those named `iteration_range` when given; else `iteration`/`step<N>` inside `timed` when there is
+    such a range, else every one, else `backward`."""
     names = ranges["name"].astype(str)
-    its = ranges[names.str.fullmatch(ITERATION_RANGE)]
-    if its.empty:
-        its = ranges[names == WINDOW_RANGE]
+    if iteration_range is not None:
+        its = ranges[names == iteration_range]
+    else:
+        its = ranges[names.str.fullmatch(ITERATION_RANGE)]
+        if its.empty:
+            its = ranges[names == WINDOW_RANGE]
     timed = ranges[names == TIMED_RANGE]
     if len(timed) and len(its):
         within = np.zeros(len(its), dtype=bool)
@@ -47,8 +51,9 @@ def timed_iterations(ranges: pd.DataFrame) -> pd.DataFrame:
                          "end": its["end"].to_numpy(np.int64)})
 
 
-def rank_events(act: Activity) -> pd.DataFrame:
-    """Every rank's collectives per timed iteration with the GPU work before each (per-file part)."""
+def rank_events(act: Activity, iteration_range: str | None = None) -> pd.DataFrame:
+    """Every rank's collectives per timed iteration (`iteration_range`: the NVTX range that marks one,
+    see timed_iterations) with the GPU work before each (per-file part)."""
     launches = act.runtime[["file", "gpid", "corr", "start"]].rename(columns={"start": "launch"})
     ops = act.ops[["rank", "file", "pid", "gpid", "corr", "stream", "start", "end", "name", "short"]].merge(
         launches.drop_duplicates(["file", "gpid", "corr"]), on=["file", "gpid", "corr"], how="left")
@@ -64,7 +69,7 @@ def rank_events(act: Activity) -> pd.DataFrame:
                                "end": ranges["end"].to_numpy(np.int64), "pid": pid_of(ranges["globalTid"])})
         for (rank, pid), mine in ops[ops["file"] == str(path)].groupby(["rank", "pid"], sort=True):
             own = ranges[ranges["pid"] == pid]
-            its = timed_iterations(own)
+            its = timed_iterations(own, iteration_range)
             phases = own.drop(own.index[own["start"].isin(its["start"]) & own["end"].isin(its["end"])])
             parts.append(events_of_rank(int(rank), mine.assign(name=mine["short"]), its, phases))
     parts = [p for p in parts if len(p)]
