@@ -20,7 +20,13 @@ from hpcprof.analysis.critical_path import (  # noqa: F401  (re-exported for col
     empty_events,
 )
 from hpcprof.analysis.critical_path import rank_events as events_of_rank
-from hpcprof.analysis.nsys.db import NVTX, NVTX_PUSHPOP, NVTX_STARTEND, pid_of
+from hpcprof.analysis.nsys.db import (
+    NVTX,
+    NVTX_PUSHPOP,
+    NVTX_STARTEND,
+    NsysInputError,
+    pid_of,
+)
 from hpcprof.analysis.nsys.distributed import Activity, collective_of, is_nccl
 from hpcprof.analysis.nsys.stats import OLD, nvtx_ranges
 from hpcprof.analysis.nsys.timeline import ITERATION_RANGE, WINDOW_RANGE
@@ -62,9 +68,13 @@ def rank_events(act: Activity, iteration_range: str | None = None) -> pd.DataFra
                                  .fillna("other").to_numpy(object), None)
     parts = []
     for path, export in act.exports.items():
-        if not export.has(NVTX):
+        try:
+            if not export.has(NVTX):
+                continue
+            ranges, names = nvtx_ranges(export, NVTX_PUSHPOP + NVTX_STARTEND, OLD, with_times=True)
+        except NsysInputError as exc:       # as dist.phases: the export is named, the others analysed
+            act.failed[path] = str(exc)
             continue
-        ranges, names = nvtx_ranges(export, NVTX_PUSHPOP + NVTX_STARTEND, OLD, with_times=True)
         ranges = pd.DataFrame({"name": names[ranges["name"].to_numpy()], "start": ranges["start"].to_numpy(np.int64),
                                "end": ranges["end"].to_numpy(np.int64), "pid": pid_of(ranges["globalTid"])})
         for (rank, pid), mine in ops[ops["file"] == str(path)].groupby(["rank", "pid"], sort=True):
