@@ -141,9 +141,11 @@ def rank_events(rank: int, ops: pd.DataFrame, iterations: pd.DataFrame, ranges: 
             for name, s, e in _runs(wl[sel], ws[sel], lo, hi):
                 rows.append((rank, number, "compute", key[0], key[1], name, s, e, "", -1))
 
+        by_end = np.argsort(ce, kind="stable")          # the previous collective: the latest to end before
+        latest = np.searchsorted(ce[by_end], cs, side="right") - 1
         for j in range(len(c)):
-            before = np.flatnonzero((ce <= cs[j]) & (np.arange(len(c)) != j))
-            prev = int(before[np.argmax(ce[before])]) if len(before) else -1
+            i = int(latest[j]) - int(latest[j] >= 0 and by_end[latest[j]] == j)   # never itself (0 ns)
+            prev = int(by_end[i]) if i >= 0 else -1
             lo = int(ce[prev]) if prev >= 0 else first_start
             pkey = keys[prev] if prev >= 0 else END
             lead(keys[j], lo, int(cs[j]))
@@ -209,11 +211,9 @@ def critical_path(events: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
             seen.add(at)
             rank, name, start, end, prev = node[(it, *at)]
             w_rank, wait, w_start = hold[(it, *at)]
-            block = lead_of(rank, at)
-            if wait > 0:
-                block.append((w_rank, "wait", name, w_start, w_start + wait))
-            block.append((rank, "collective", name, start, end))
-            blocks.append((block, (at, rank, name, wait, lead_of(rank, at))))
+            lead = lead_of(rank, at)
+            waited = [(w_rank, "wait", name, w_start, w_start + wait)] if wait > 0 else []
+            blocks.append((lead + waited + [(rank, "collective", name, start, end)], (at, rank, name, wait, lead)))
             at = prev
         chain = [seg for block, _ in reversed(blocks) for seg in block]
         held = [info for _, info in reversed(blocks) if info is not None]
