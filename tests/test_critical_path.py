@@ -36,10 +36,11 @@ KERNELS = {"AllGather": "ncclDevKernel_AllGather_RING_LL", "ReduceScatter": "ncc
            "matmul1": "gemm_256x128", "matmul2": "gemm_192x192"}
 MM2_DELAY = 123_457        # rank 1's matmul2 runs this much longer in timed iteration 1
 HOST_DELAY = 50_000        # rank 2's host launches timed iteration 0's all-gather this much later
+MM1_DELAY = 77_777         # rank 2's matmul1 runs this much longer in timed iteration 3
 WARMUP_DELAY = 1_000_000   # rank 0's matmul1 in the warm-up iteration (outside the timed range)
 
 
-def simulate(iterations: int = 4) -> list[list[dict]]:
+def simulate(iterations: int = 5) -> list[list[dict]]:
     """Per rank, the GPU operations of one warm-up and `iterations - 1` timed iterations on a common
     clock: {iteration (-1 = warm-up), phase, collective, start, end}."""
     ready = [1_000_000] * RANKS
@@ -49,6 +50,7 @@ def simulate(iterations: int = 4) -> list[list[dict]]:
             starts = [ready[r] + (HOST_DELAY if (it, r, phase) == (0, 2, "allgather") else 0) for r in range(RANKS)]
             for r in range(RANKS):
                 extra = MM2_DELAY if (it, r, phase) == (1, 1, "matmul2") else 0
+                extra += MM1_DELAY if (it, r, phase) == (3, 2, "matmul1") else 0
                 extra += WARMUP_DELAY if (it, r, phase) == (-1, 0, "matmul1") else 0
                 end = max(starts) + dur if coll else starts[r] + dur + extra
                 ops[r].append({"iteration": it, "phase": phase, "collective": coll, "start": starts[r], "end": end})
@@ -112,24 +114,25 @@ def hand_exports(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
 def expected_rows() -> pd.DataFrame:
     """The answer of the simulated schedule, by hand: iteration 0 waits for rank 2's host before the
     all-gather, iteration 1 for rank 1's matmul2 before the reduce-scatter, iteration 2 waits for nobody
-    (every collective of it starts together, so no rank is later: the first one, rank 0)."""
+    (every collective of it starts together, so no rank is later: the first one, rank 0), iteration 3
+    for rank 2's matmul1 (not matmul2, which ran just before the reduce-scatter but took no longer)."""
     length = sum(d for _, _, d in SCHEDULE) + 3_000      # and the 1 µs launch gap after each of 3 operations
     return pd.DataFrame({
-        "iteration": [0, 1, 2],
-        "iteration_ns": [float(length), float(length + MM2_DELAY), float(length)],
-        "collective": ["AllGather", "ReduceScatter", "AllGather"],
-        "critical_rank": [2, 1, 0],
-        "held_by": [core.IDLE, "matmul2", core.IDLE],
-        "held_ns": [float(HOST_DELAY), float(MM2_DELAY), 0.0],
-        "waiting_ranks": [2, 2, 0],
+        "iteration": [0, 1, 2, 3],
+        "iteration_ns": [float(length), float(length + MM2_DELAY), float(length), float(length + MM1_DELAY)],
+        "collective": ["AllGather", "ReduceScatter", "AllGather", "ReduceScatter"],
+        "critical_rank": [2, 1, 0, 2],
+        "held_by": [core.IDLE, "matmul2", core.IDLE, "matmul1"],
+        "held_ns": [float(HOST_DELAY), float(MM2_DELAY), 0.0, float(MM1_DELAY)],
+        "waiting_ranks": [2, 2, 0, 2],
     }).astype({"collective": object, "held_by": object})
 
 
 def test_hand_built_nsys_exports_name_the_delayed_rank_phase_and_delay(hand_exports: list[Path]) -> None:
     events = pd.concat([nsys_cp.rank_events(dist.load_activity([Export(p)], {str(p): r}))
                         for r, p in enumerate(hand_exports)], ignore_index=True)
-    # the warm-up iteration is outside `timed`: 3 timed iterations, 2 collectives each, on every rank
-    assert events[events["kind"] == "collective"].groupby("rank").size().tolist() == [6, 6, 6]
+    # the warm-up iteration is outside `timed`: 4 timed iterations, 2 collectives each, on every rank
+    assert events[events["kind"] == "collective"].groupby("rank").size().tolist() == [8, 8, 8]
     rows, segments = nsys_cp.critical_path(events)
     pd.testing.assert_frame_equal(rows, expected_rows())
     it1 = segments[segments["iteration"] == 1]
@@ -163,12 +166,13 @@ def test_hand_built_exports_through_collect_and_cli(hand_exports: list[Path], tm
     pd.testing.assert_frame_equal(pd.read_csv(out, keep_default_na=False), expected_rows(), check_dtype=False)
     seg = CliRunner().invoke(main, ["nsys", "critical-path", *map(str, hand_exports), "--segments", "--format", "csv"])
     assert seg.exit_code == 0 and seg.stdout.splitlines()[0] == ",".join(core.SEGMENT_COLUMNS)
-    # the whole `timed` range as one iteration: the three iterations and the 1 µs gaps between them
+    # the whole `timed` range as one iteration: the four iterations and the 1 µs gaps between them
     # (no GPU work: the next all-gather's lead) on the path; the longest wait is still rank 1's matmul2
     whole = CliRunner().invoke(main, ["nsys", "critical-path", *map(str, hand_exports), "--iteration-range", "timed",
                                       "--format", "csv"])
     assert whole.exit_code == 0, whole.output
-    assert whole.stdout.splitlines()[1] == f"0,{3 * 633_000 + MM2_DELAY + 2 * 1_000}.0,ReduceScatter,1,matmul2,123457.0,2"
+    assert whole.stdout.splitlines()[1] == \
+        f"0,{4 * 633_000 + MM2_DELAY + MM1_DELAY + 3 * 1_000}.0,ReduceScatter,1,matmul2,123457.0,2"
     none = CliRunner().invoke(main, ["nsys", "critical-path", *map(str, hand_exports), "--iteration-range", "epoch"])
     assert none.exit_code == 0 and "no iteration has collectives on two or more ranks" in none.stderr
 
@@ -179,7 +183,7 @@ def test_cli_names_a_damaged_file_and_still_reports_the_others(hand_exports: lis
     res = CliRunner().invoke(main, ["nsys", "critical-path", *map(str, hand_exports), str(bad), "--format", "csv"])
     assert res.exit_code == 2
     assert "rank3.sqlite: not an SQLite database" in res.stderr and "Traceback" not in res.output
-    assert pd.read_csv(pd.io.common.StringIO(res.stdout))["critical_rank"].tolist() == [2, 1, 0]
+    assert pd.read_csv(pd.io.common.StringIO(res.stdout))["critical_rank"].tolist() == [2, 1, 0, 2]
 
 
 def write_kineto(path: Path, rank: int, ops: list[dict], clock_offset: int, with_seq: bool) -> None:
@@ -222,7 +226,7 @@ def test_hand_built_kineto_traces(tmp_path: Path, with_seq: bool) -> None:
     events, errors = trace_cp.load_events(paths)
     assert errors == []
     coll = events[events["kind"] == "collective"]
-    assert sorted(coll["seq"].unique()) == ([101, 104, 105, 108, 109, 112] if with_seq else [0, 1])
+    assert sorted(coll["seq"].unique()) == ([101, 104, 105, 108, 109, 112, 113, 116] if with_seq else [0, 1])
     assert set(coll["channel"]) == {"pg 0"}
     rows, _ = trace_cp.critical_path(events)
     expected = expected_rows()

@@ -19,7 +19,9 @@ Two steps, so that one rank's profile is read at a time and memory stays flat in
   and their collective ends still differ by 24-32 µs after aligning the session starts), while
   durations are not. The chain is walked back from the iteration's end: the tail on the rank with
   the longest work after its last collective, that collective on its critical rank, that rank's lead,
-  the collective the lead started from, and so on to the iteration's start. Each segment's start/end
+  the collective the lead started from, and so on to the iteration's start. What held a collective is
+  the phase of the critical rank's lead that took the most longer than on the rank that waited longest
+  (the one nearest the collective among equals). Each segment's start/end
   is on its own rank's clock; the iteration's length on the critical path is the sum of the chain's
   compute and collective segments.
 
@@ -162,6 +164,22 @@ def rank_events(rank: int, ops: pd.DataFrame, iterations: pd.DataFrame, ranges: 
     return out
 
 
+def _culprit(lead: list[Segment], other: list[Segment]) -> str:
+    """What held a collective on its critical rank: of the runs of its lead, the phase that took the most
+    longer than on the rank that waited longest (`other`'s lead into the same collective); among equals
+    the one nearest the collective. IDLE for a lead without GPU work."""
+    if not lead:
+        return IDLE
+    excess: dict[str, int] = {}
+    for _, _, name, start, end in lead:
+        excess[name] = excess.get(name, 0) + end - start
+    for _, _, name, start, end in other:
+        if name in excess:
+            excess[name] -= end - start
+    most = max(excess.values())
+    return next(name for _, _, name, _, _ in reversed(lead) if excess[name] == most)
+
+
 def critical_path(events: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(one row per iteration, the chain's segments) from every rank's `rank_events` (module docstring).
     Needs collectives of at least two ranks; otherwise both tables are empty."""
@@ -221,7 +239,7 @@ def critical_path(events: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
             continue
         on_path = sum(e - s for _, kind, _, s, e in chain if kind != "wait")
         k, rank, name, wait, lead = max(held, key=lambda h: h[3])      # the first of equal waits
-        rows.append((it, float(on_path), name, rank, lead[-1][2] if lead else IDLE, float(wait),
+        rows.append((it, float(on_path), name, rank, _culprit(lead, lead_of(hold[(it, *k)][0], k)), float(wait),
                      int(waiting.get((it, *k), 0))))
         segs += [(it, i, r, kind, n, float(s), float(e), float(e - s)) for i, (r, kind, n, s, e) in enumerate(chain)]
     if rows:
