@@ -275,6 +275,9 @@ def test_h200_seqpar_nsys(fixtures_dir: Path) -> None:
     ag1 = nth_kernel(files[1], "ncclDevKernel_AllGather%", 2)
     gemm = nth_kernel(files[1], "nvjet%", 5)                         # matmul1, matmul2 per step: the 6th
     assert gemm[1] <= rs1[0] and launch_range(files[1], gemm[2]) == "matmul2"
+    mm1, mm2 = ([nth_kernel(f, "nvjet%", n) for f in files] for n in (4, 5))
+    slower = {name: (k1[1] - k1[0]) - (k0[1] - k0[0]) for name, (k0, k1) in (("matmul1", mm1), ("matmul2", mm2))}
+    assert max(slower, key=slower.get) == "matmul2" and slower["matmul2"] > 0   # rank 1's matmul2: +22 µs
     row = rows.set_index("iteration").loc[2]
     assert (row["collective"], row["critical_rank"], row["held_by"]) == ("ReduceScatter", 1, "matmul2")
     assert row["held_ns"] == (rs0[1] - rs0[0]) - (rs1[1] - rs1[0]) == 28_672
