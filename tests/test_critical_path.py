@@ -364,3 +364,18 @@ def test_h200_kineto_fixtures(fixtures_dir: Path) -> None:
 def test_one_rank_gives_no_cross_rank_table() -> None:
     assert core.collect_tables(lambda name: core.empty_events()) == {}
     assert core.critical_path(core.empty_events())[0].columns.tolist() == core.ROW_COLUMNS
+
+
+def test_collect_writes_the_tables(hand_exports: list[Path], tmp_path: Path) -> None:
+    """`collect`'s map (one worker call per rank file, parts on disk) and reduce (Parquet in, Parquet out)."""
+    from hpcprof.collect import InProcess, map_files, reduce_parts
+    from hpcprof.results import read_table
+
+    problems: list[str] = []
+    mapped = map_files("nsys", {p: r for r, p in enumerate(hand_exports)}, tmp_path, InProcess(), lambda line: None,
+                       problems.append)
+    written = reduce_parts("nsys", tmp_path, mapped, InProcess(), lambda line: None)
+    assert problems == [] and {"nsys_critical_path", "nsys_critical_path_segments"} <= set(written)
+    rows = read_table(tmp_path, "nsys_critical_path")
+    pd.testing.assert_frame_equal(rows, expected_rows(), check_dtype=False)
+    assert read_table(tmp_path, "nsys_critical_path_segments").columns.tolist() == core.SEGMENT_COLUMNS
