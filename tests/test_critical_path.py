@@ -199,7 +199,7 @@ def write_kineto(path: Path, rank: int, ops: list[dict], clock_offset: int, with
         launch = op["start"] - 5_000
         args = {"stream": 7, "correlation": corr, "device": rank}
         if op["collective"]:
-            args |= {"Collective name": op["collective"], "Process Group Name": "0"}
+            args |= {"Collective name": op["collective"], "Process Group Name": "0", "Process Group Ranks": "[0, 1, 2]"}
             if with_seq:
                 args["Seq"] = 100 + corr        # sequence numbers: not the launch order in the step
         events.append({"ph": "X", "cat": "kernel", "name": KERNELS[op["collective"] or op["phase"]], "pid": 0,
@@ -227,7 +227,7 @@ def test_hand_built_kineto_traces(tmp_path: Path, with_seq: bool) -> None:
     assert errors == []
     coll = events[events["kind"] == "collective"]
     assert sorted(coll["seq"].unique()) == ([101, 104, 105, 108, 109, 112, 113, 116] if with_seq else [0, 1])
-    assert set(coll["channel"]) == {"pg 0"}
+    assert set(coll["channel"]) == {"pg 0 [0, 1, 2]"}
     rows, _ = trace_cp.critical_path(events)
     expected = expected_rows()
     expected["iteration"] += 10            # ProfilerStep numbers

@@ -4,7 +4,10 @@ Per export: the GPU operations with the start of their launching CUDA API call (
 correlation), the NCCL kernels as collectives (channel: the NCCL stream in order of first use; seq:
 launch order in the iteration), the iterations (the workload's NVTX `iteration`/`step<N>` ranges
 inside its `timed` range when it has one, else all of them, else Echo's `backward` window) and the
-NVTX ranges inside them as phases. Then the cross-rank reduce over all ranks' rows.
+NVTX ranges inside them as phases. Then the cross-rank reduce over all ranks' rows. An export does
+not say which communicator a kernel belongs to, so collectives are matched over all the ranks given:
+right for one communicator per NCCL stream across them (data or sequence parallel); for disjoint
+subgroups (tensor x pipeline parallel) give one group's files at a time.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 Per trace: the GPU operations (kernels, memcpys, memsets) with the start of their launching CUDA
 call (same `correlation`), the `nccl*` kernels as collectives (channel: the process group,
-`args["Process Group Name"]`, else the stream in order of first use; seq: the collective's sequence
+`args["Process Group Name"]` with its `"Process Group Ranks"`, so that disjoint subgroups of the same
+name are told apart, else the stream in order of first use; seq: the collective's sequence
 number, `args["Seq"]`/`args["seq"]`, where the trace has one, else launch order in the iteration),
 the iterations (the `ProfilerStep#N` annotations, numbered N) and the other CPU `user_annotation`
 ranges inside them as phases (seqpar's `matmul2`, ddp's `backward`). Times are converted to ns.
@@ -39,6 +40,7 @@ class _Args(msgspec.Struct, gc=False):
     stream: Any = None
     correlation: Any = None
     group: Any = msgspec.field(default=None, name="Process Group Name")
+    members: Any = msgspec.field(default=None, name="Process Group Ranks")
     seq: Any = None
     Seq: Any = None
 
@@ -91,8 +93,8 @@ def file_events(path: Path, rank: int | None = None) -> pd.DataFrame:
             name = str(e.name)
             nccl = name.startswith("nccl")
             seq = _int(a.Seq if a.Seq is not None else a.seq) if nccl else -1
-            gpu.append((_ns(e.ts), _ns(e.ts + e.dur), _int(a.stream), _int(a.correlation), name,
-                        a.group if nccl and a.group is not None else None, seq))
+            group = f"pg {a.group} {a.members or ''}".strip() if nccl and a.group is not None else None
+            gpu.append((_ns(e.ts), _ns(e.ts + e.dur), _int(a.stream), _int(a.correlation), name, group, seq))
         elif e.cat in ("cuda_runtime", "cuda_driver") and a is not None and _int(a.correlation) >= 0:
             launch[_int(a.correlation)] = _ns(e.ts)
         elif e.cat == "user_annotation":
@@ -111,7 +113,7 @@ def file_events(path: Path, rank: int | None = None) -> pd.DataFrame:
     ops["collective"] = np.where(nccl, coll.fillna("other").to_numpy(object), None)
     first = ops[nccl].groupby("stream")["start"].min().sort_values(kind="stable")
     by_stream = ops["stream"].map({s: f"stream{i}" for i, s in enumerate(first.index)})
-    ops["channel"] = np.where(ops["group"].notna(), "pg " + ops["group"].astype(str), by_stream)
+    ops["channel"] = np.where(ops["group"].notna(), ops["group"], by_stream)
     its = pd.DataFrame(steps, columns=["number", "start", "end"])
     return events_of_rank(0 if rank is None else rank, ops, its,
                           pd.DataFrame(ranges, columns=["name", "start", "end"]))
