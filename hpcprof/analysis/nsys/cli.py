@@ -399,3 +399,35 @@ def _run_analysis(files: tuple[Path, ...], rank_map: str | None, fmt: str, outpu
         elif exports:
             failures = len(files)
     _finish(failures, len(files))
+
+
+@nsys.command("critical-path")
+@files_argument
+@click.option("--rank-map", default=None, help="FILE=RANK[,FILE=RANK...] when file names carry no rank.")
+@click.option("--iteration-range", default=None, metavar="NAME",
+              help="The NVTX range that marks one iteration (default: the workload's `iteration` inside "
+                   "`timed`, `step<N>`, or Echo's `backward` window).")
+@click.option("--segments", is_flag=True, help="Show the chain of each iteration (compute, wait and collective "
+              "segments per rank) instead of one row per iteration.")
+@format_option
+@click.option("--output", "-o", default=None, help="Write to this file instead of stdout.")
+def critical_path_cmd(files: tuple[Path, ...], rank_map: str | None, iteration_range: str | None, segments: bool,
+                      fmt: str, output: str | None) -> None:
+    """Per timed iteration, across ranks: the collective the others waited longest in, the rank they
+    waited for, the NVTX phase (or kernel) that held it, the wait, and the iteration's length on the
+    critical path."""
+    from hpcprof.analysis.nsys import critical_path as cp
+
+    def per_file(act: dist.Activity) -> pd.DataFrame:
+        return cp.rank_events(act, iteration_range)
+
+    def across_ranks(events: pd.DataFrame) -> pd.DataFrame:
+        table = cp.critical_path(events)[1 if segments else 0]
+        if table.empty:
+            _fail("critical-path", "no iteration has collectives on two or more ranks (iterations: "
+                  + (f"NVTX `{iteration_range}`" if iteration_range else "NVTX `iteration` inside `timed`, "
+                     "`step<N>` or `backward`; name another with --iteration-range") + ")")
+        return table
+
+    _run_analysis(files, rank_map, fmt, output, "critical-path", lambda act: across_ranks(per_file(act)),
+                  per_file=per_file, across_ranks=across_ranks)

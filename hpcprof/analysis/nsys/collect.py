@@ -11,6 +11,7 @@ from typing import Callable
 import pandas as pd
 
 from hpcprof.analysis import CollectContext
+from hpcprof.analysis.nsys import critical_path
 from hpcprof.analysis.nsys import distributed as dist
 from hpcprof.analysis.nsys.db import Export
 from hpcprof.analysis.nsys.stats import SUMMARY_REPORTS, MissingData, run_report
@@ -92,6 +93,7 @@ def analyse_file(path: Path, rank: int, nvtx_window: str | None = None) -> dict[
         out["gaps"] = win.with_window(dist.gaps(inside, GAP_NS), window)
         out["capture_overlap"] = dist.overlap(activity)
         out["capture_phases"] = dist.phases(activity, window.instances)
+        out[critical_path.EVENTS_TABLE] = critical_path.rank_events(activity)
     for df in out.values():
         df.attrs.clear()
     return out
@@ -101,7 +103,7 @@ def reduce_ranks(read: Callable[[str], pd.DataFrame | None]) -> dict[str, pd.Dat
     """Cross-rank tables from the per-rank ones: per collective, the totals over all ranks and the
     slowest rank (`scope == "all"`) appended to the per-rank NCCL rows; the timeline cut to the
     window's median iteration (the same iteration on every rank)."""
-    out: dict[str, pd.DataFrame] = {}
+    out: dict[str, pd.DataFrame] = critical_path.collect_tables(read)
     timeline = read("timeline")
     middle = median_iteration(read("iterations"))
     if timeline is not None and middle is not None:

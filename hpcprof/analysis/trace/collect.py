@@ -10,7 +10,7 @@ from typing import Callable, Sequence
 import pandas as pd
 
 from hpcprof.analysis import NothingToAnalyse
-from hpcprof.analysis.trace import analyses
+from hpcprof.analysis.trace import analyses, critical_path
 from hpcprof.analysis.trace.load import RankTrace, TraceError, load_trace
 from hpcprof.analysis.trace.window import trace_window
 
@@ -39,12 +39,14 @@ def analyse_file(path: Path, rank: int) -> dict[str, pd.DataFrame]:
             raise NothingToAnalyse(str(exc)) from None
         raise
     window, iterations = trace_window(trace)
-    return {**all_analyses([trace]), "window": window, "iterations": iterations}
+    return {**all_analyses([trace]), "window": window, "iterations": iterations,
+            critical_path.EVENTS_TABLE: critical_path.file_events(path, trace.rank)}
 
 
 def reduce_ranks(read: Callable[[str], pd.DataFrame | None], log: Callable[[str], None]) -> dict[str, pd.DataFrame]:
     """The kernels table in all_analyses' order over all ranks (kernel type, name, rank)."""
+    paths = critical_path.collect_tables(read)
     kernels = read("kernels")
     if kernels is None:
-        return {}
-    return {"kernels": kernels.sort_values(["kernel_type", "name", "rank"], kind="stable", ignore_index=True)}
+        return paths
+    return {"kernels": kernels.sort_values(["kernel_type", "name", "rank"], kind="stable", ignore_index=True), **paths}
