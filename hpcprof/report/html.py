@@ -4,7 +4,7 @@ sweep and of each run, from the runs' result tables."""
 from __future__ import annotations
 
 import html
-from typing import Iterator
+from collections.abc import Iterator
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -12,8 +12,14 @@ from plotly.offline import get_plotlyjs
 
 from hpcprof.analysis.summary import counted, kernel_category
 from hpcprof.report import plots
-from hpcprof.report.compare import (RunInfo, comparison, fold_repetitions, metric_columns, param_columns,
-                                     point_labels)
+from hpcprof.report.compare import (
+    RunInfo,
+    comparison,
+    fold_repetitions,
+    metric_columns,
+    param_columns,
+    point_labels,
+)
 from hpcprof.report.terminal import format_value, with_unit
 from hpcprof.results import read_table
 
