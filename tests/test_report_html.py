@@ -191,3 +191,19 @@ def test_html_report_of_an_h200_ncu_run_shows_speed_of_light(repo: Path, tmp_pat
     hpcprof("report", "--html", str(html), "--workdir", str(work), cwd=tmp_path)
     assert "ncu speed of light (Echo metrics)" in html.read_text()
     check_html(html, tmp_path / "h200_ncu.png", at_least=4)
+
+
+def gpu_sweep(repo: Path, tmp_path: Path, sweep: str, repeat: int, results: list[str], sweep_id: str) -> Path:
+    """A collected sweep of seqpar runs without a profile (tool none) from the H200 workload results
+    of benchmarks/gpu/data (`results`: one `runN/seqpar/NAME` per rendered point, in point order);
+    returns the workdir."""
+    out = tmp_path / f"render-{sweep_id}"
+    hpcprof("render", str(repo / "examples" / "seqpar_polaris.yaml"), "--site", "polaris", "-o", str(out),
+            "--set", "resources.nodes=1", "--set", "profile.tool=none", "--set", f"sweep={sweep}",
+            "--set", f"repeat={repeat}", cwd=tmp_path)
+    work = tmp_path / "runs"
+    data = repo / "benchmarks" / "gpu" / "data"
+    for index, name in enumerate(results):
+        gpu_run(work, out / f"p{index:03d}", f"{sweep_id}-p{index:03d}", "none", {}, data / name / "seqpar.json")
+    hpcprof("collect", "--workdir", str(work), cwd=tmp_path)
+    return work

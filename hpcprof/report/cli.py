@@ -89,17 +89,26 @@ def gate(df: pd.DataFrame, pct: float) -> None:
               help="Rows shown per table with --full.")
 @click.option("--html", "html_file", type=click.Path(dir_okay=False, path_type=Path),
               help="Write a self-contained interactive HTML report (plots) to this file.")
-def report(runs: tuple[str, ...], workdir: Path, full: bool, rows: int, html_file: Path | None) -> None:
+@click.option("--baseline", metavar="RUN", help="With --html: the run the verdicts compare against "
+              "(default: the first run).")
+def report(runs: tuple[str, ...], workdir: Path, full: bool, rows: int, html_file: Path | None,
+           baseline: str | None) -> None:
     """Headline metrics of runs (a sweep id selects all its points; default: the latest sweep);
     failed runs with their reason and log tail."""
     from hpcprof.report.compare import load, select_runs
+    from hpcprof.rundir import find_run
 
-    infos = load(select_runs(runs, workdir), require_collected=html_file is not None,
-                 one_workload=html_file is not None)
+    selected = select_runs(runs, workdir)
+    if baseline is not None:
+        base_run = find_run(baseline, workdir)
+        if html_file is None or base_run not in selected:
+            raise UserError(f"--baseline {baseline}: give it with --html and name a run of the selection")
+        baseline = base_run.run_id
+    infos = load(selected, require_collected=html_file is not None, one_workload=html_file is not None)
     if html_file is not None:
         from hpcprof.report.html import build_html
 
-        write_atomic(html_file, build_html(infos))
+        write_atomic(html_file, build_html(infos, baseline))
         click.echo(f"wrote {html_file}", err=True)
         return
     from hpcprof.report.terminal import report as terminal_report
