@@ -203,7 +203,8 @@ def gpu_sweep(repo: Path, tmp_path: Path, sweep: str, repeat: int, results: list
             "--set", f"repeat={repeat}", cwd=tmp_path)
     work = tmp_path / "runs"
     data = repo / "benchmarks" / "gpu" / "data"
-    for index, name in enumerate(results):
-        gpu_run(work, out / f"p{index:03d}", f"{sweep_id}-p{index:03d}", "none", {}, data / name / "seqpar.json")
+    for index, name in enumerate(results):  # a sweep of one point renders into `out` itself
+        rendered = out / f"p{index:03d}" if len(results) > 1 else out
+        gpu_run(work, rendered, f"{sweep_id}-p{index:03d}", "none", {}, data / name / "seqpar.json")
     hpcprof("collect", "--workdir", str(work), cwd=tmp_path)
     return work
