@@ -41,10 +41,10 @@ def where_time_goes(points: list[Point], phases: pd.DataFrame, gpu: pd.DataFrame
             parts.append(f"an iteration takes {format_value(time)} ms{ci_text}")
         phase_text = shares(phases[phases["point"] == p.label], "phase") if not phases.empty else ""
         if phase_text:
-            parts.append(f"of the phases' time {phase_text}")
+            parts.append(f"phases: {phase_text}")
         gpu_text = shares(gpu[gpu["point"] == p.label], "category") if not gpu.empty else ""
         if gpu_text:
-            parts.append(f"of the GPU time ({window}) {gpu_text}")
+            parts.append(f"GPU time {window}: {gpu_text}")
         if parts:
             out.append(f"{p.label}: " + "; ".join(parts) + ".")
     return out

@@ -11,8 +11,9 @@ from typing import Any
 import pandas as pd
 
 from hpcprof.analysis.summary import ITERATION_PHASE, WORKLOAD_TABLES, counted
-from hpcprof.report.compare import RunInfo, judged, param_columns, point_labels
+from hpcprof.report.compare import RunInfo, judged, param_columns
 from hpcprof.report.peaks import Peaks, device_peaks, matmul_precision
+from hpcprof.report.terminal import format_value
 from hpcprof.results import list_tables, read_table
 
 #: sweep parameters that set the number of ranks (scaling is drawn against the world size)
@@ -49,10 +50,17 @@ def sweep_points(infos: list[RunInfo], baseline: str | None) -> list[Point]:
     if not collected:
         return []
     df = judged(collected, baseline or collected[0].run.run_id)
-    labels = point_labels(df, param_columns(df))
     by_id = {i.run.run_id: i for i in collected}
-    return [Point(labels[i] or str(df.at[i, "run"]), df.loc[i], [by_id[r] for r in str(df.at[i, "run"]).split(",")])
-            for i in df.index]
+    return [Point(point_label(df.loc[i], param_columns(df)), df.loc[i],
+                  [by_id[r] for r in str(df.at[i, "run"]).split(",")]) for i in df.index]
+
+
+def point_label(row: pd.Series, params: list[str]) -> str:
+    """`precision=float32, ranks_per_node=2`: the point's swept values by the last part of their
+    names; the first run's id when it has none."""
+    parts = [f"{p.rpartition('.')[2]}={format_value(row[p])}" for p in params
+             if row[p] is not None and not (isinstance(row[p], float) and pd.isna(row[p]))]
+    return ", ".join(parts) or str(row["run"]).split(",")[0]
 
 
 def phase_breakdown(points: list[Point]) -> pd.DataFrame:
@@ -76,10 +84,10 @@ def window_note(points: list[Point]) -> str:
     """Which window the GPU metrics cover: the measured iterations when collect says so."""
     iterations = points[0].metric("window.iterations") if points else None
     if iterations is not None:
-        return f"over the measured window ({iterations:,.0f} iterations)"
+        return f"over the measured window of {iterations:,.0f} iterations"
     if points and points[0].metric("window.duration") is not None:
         return "over the measured window"
-    return "over the whole capture (start-up included)"
+    return "over the whole capture, start-up included"
 
 
 def scaling(points: list[Point]) -> pd.DataFrame:
