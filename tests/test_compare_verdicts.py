@@ -22,7 +22,7 @@ SWEEP_2X2 = ("{workload.args.precision: [float32, bfloat16], resources.ranks_per
              [SEQPAR.format(1, n) for n in ("base_float32_p1", "nsys_float32_p1", "base_float32_p2", "nsys_float32_p2",
                                             "base_bfloat16_p1", "nsys_bfloat16_p1", "base_bfloat16_p2",
                                             "base2_bfloat16_p2")])
-#: precision on 1 rank, 4 repetitions each (two from run1, two from run2, days apart)
+#: precision on 1 rank, 4 repetitions each (two from the session of run1, two from run2's)
 SWEEP_REP4 = ("{workload.args.precision: [float32, bfloat16], resources.ranks_per_node: [1]}",
               [SEQPAR.format(r, n) for r, n in ((1, "base_float32_p1"), (1, "nsys_float32_p1"),
                                                 (2, "repeat1_float32_p1"), (2, "repeat2_float32_p1"),

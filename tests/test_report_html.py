@@ -107,7 +107,7 @@ def test_html_report_of_a_local_cpu_sweep(tmp_path: Path) -> None:
     # 4 runs (2 points x 2 repetitions): breakdown, repetitions, stragglers, jitter, a figure per point's first run
     assert 6 <= figure_count(html) <= MAX_FIGURES
     said = "\n".join(findings(html))
-    assert "bfloat16 against float32 (baseline)" in said and "2 repetitions" in said
+    assert "precision=bfloat16 against precision=float32 (baseline)" in said and "2 repetitions" in said
     assert "no peak known for device 'cpu'" in said   # no GPU: no % of peak, and it says so
     check_html(html, tmp_path / "cpu_sweep.png", at_least=6)
 
