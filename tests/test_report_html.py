@@ -39,7 +39,7 @@ MAX_FIGURES = 24
 
 def hpcprof(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     result = subprocess.run([sys.executable, "-m", "hpcprof", *args], cwd=cwd, capture_output=True, text=True,
-                            timeout=300)
+                            timeout=300, check=False)
     assert result.returncode == 0, f"hpcprof {' '.join(args)}: {result.stdout}\n{result.stderr}"
     return result
 
@@ -56,10 +56,11 @@ def load_in_chromium(html: Path, screenshot: Path) -> tuple[str, list[str]]:
     exe = chromium()
     with tempfile.TemporaryDirectory(prefix="hpcprof-chromium-") as profile:
         dump = subprocess.run([exe, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--dump-dom", html.as_uri()],
-                              capture_output=True, text=True, timeout=120)
+                              capture_output=True, text=True, timeout=120, check=False)
     with tempfile.TemporaryDirectory(prefix="hpcprof-chromium-") as profile:
         subprocess.run([exe, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--window-size=1400,2400",
-                        f"--screenshot={screenshot}", html.as_uri()], capture_output=True, text=True, timeout=120)
+                        f"--screenshot={screenshot}", html.as_uri()], capture_output=True, text=True, timeout=120,
+                       check=False)
     console = [line for line in dump.stderr.splitlines() if ":CONSOLE" in line]
     return dump.stdout, console
 
@@ -75,8 +76,8 @@ def drawn_figures(dom: str) -> tuple[int, int]:
 
 def findings(html: Path) -> list[str]:
     """The sentences of the report's findings section, as text."""
-    section = re.search(r"<section id='findings'>(.*?)</section>", html.read_text(), re.S).group(1)
-    return [unescape(re.sub(r"<[^>]+>", "", li)) for li in re.findall(r"<li>(.*?)</li>", section, re.S)]
+    section = re.search(r"<section id='findings'>(.*?)</section>", html.read_text(), re.DOTALL).group(1)
+    return [unescape(re.sub(r"<[^>]+>", "", li)) for li in re.findall(r"<li>(.*?)</li>", section, re.DOTALL)]
 
 
 def figure_count(html: Path) -> int:
