@@ -58,7 +58,10 @@ def sweep_points(infos: list[RunInfo], baseline: str | None) -> list[Point]:
 def point_label(row: pd.Series, params: list[str]) -> str:
     """`precision=float32, ranks_per_node=2`: the point's swept values by the last part of their
     names; the first run's id when it has none."""
-    parts = [f"{p.rpartition('.')[2]}={format_value(row[p])}" for p in params
+    def text(value: Any) -> str:
+        return str(int(value)) if isinstance(value, float) and value.is_integer() else format_value(value)
+
+    parts = [f"{p.rpartition('.')[2]}={text(row[p])}" for p in params
              if row[p] is not None and not (isinstance(row[p], float) and pd.isna(row[p]))]
     return ", ".join(parts) or str(row["run"]).split(",")[0]
 
