@@ -184,6 +184,24 @@ class ToolPaths(Strict):
     ncu: str = "ncu"
 
 
+class Peaks(Strict):
+    """The hardware's peaks that the report's `% of peak` uses instead of its table of known GPUs
+    (hpcprof/report/peaks.py): dense matmul TFLOP/s per precision, link bandwidths per direction."""
+
+    tflops: dict[Literal["float32", "tf32", "bfloat16", "float16", "float64"], float] = {}
+    nvlink_GBps: float | None = Field(None, gt=0)     # GPU-to-GPU inside a node, one direction
+    network_GBps: float | None = Field(None, gt=0)    # per node across nodes (NICs together), one direction
+    source: str = ""                                  # where the figures come from (datasheet, measurement)
+
+    @field_validator("tflops")
+    @classmethod
+    def _positive(cls, value: dict[str, float]) -> dict[str, float]:
+        for precision, peak in value.items():
+            if not peak > 0:
+                raise ValueError(f"peaks.tflops.{precision}: {peak} is not a positive TFLOP/s figure")
+        return value
+
+
 class SiteConfig(Strict):
     """A site: scheduler + launcher + node shape + environment."""
 
@@ -208,6 +226,7 @@ class SiteConfig(Strict):
     gpu_account_suffix: str | None = None  # GPU jobs charge accounts ending so (Perlmutter: "_g")
     workdir: str | None = None          # default work directory: /eagle/{account}/hpcprof, $PSCRATCH/hpcprof
     max_array_size: int | None = Field(None, ge=2, le=1 << 24)  # largest --array (default: the scheduler's)
+    peaks: Peaks | None = None          # hardware peaks for the report's % of peak (default: known GPUs)
 
     @field_validator("workdir")
     @classmethod
