@@ -1,7 +1,8 @@
 """Site configs: one YAML per site (scheduler + launcher + node shape + environment).
 
 Sites are looked up by name in `--site-file PATH`, then `$HPCPROF_SITE_PATH` (colon-separated
-directories), then the site configs shipped with hpcprof.
+directories), then the user's site directory (`$XDG_CONFIG_HOME/hpcprof/sites`, written by
+`hpcprof sites init`), then the site configs shipped with hpcprof.
 """
 
 from __future__ import annotations
@@ -208,6 +209,7 @@ class SiteConfig(Strict):
     gpu_account_suffix: str | None = None  # GPU jobs charge accounts ending so (Perlmutter: "_g")
     workdir: str | None = None          # default work directory: /eagle/{account}/hpcprof, $PSCRATCH/hpcprof
     max_array_size: int | None = Field(None, ge=2, le=1 << 24)  # largest --array (default: the scheduler's)
+    require_account: bool = False       # the scheduler refuses a job without one (Polaris: #PBS -A)
 
     @field_validator("workdir")
     @classmethod
@@ -257,10 +259,17 @@ def shipped_site_dir() -> Path:
     return site_config_dir()
 
 
+def user_site_dir() -> Path:
+    """The user's own site configs: $XDG_CONFIG_HOME/hpcprof/sites (default ~/.config/hpcprof/sites)."""
+    config = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(config) / "hpcprof" / "sites"
+
+
 def site_dirs() -> list[Path]:
-    """Where sites are looked up: $HPCPROF_SITE_PATH entries, then the shipped ones."""
+    """Where sites are looked up: $HPCPROF_SITE_PATH entries, the user's site directory, then
+    the shipped ones."""
     extra = [Path(p) for p in os.environ.get("HPCPROF_SITE_PATH", "").split(":") if p]
-    return [*extra, shipped_site_dir()]
+    return [*extra, user_site_dir(), shipped_site_dir()]
 
 
 def load_site_file(path: Path) -> SiteConfig:
