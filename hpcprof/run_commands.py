@@ -82,9 +82,12 @@ def runs_from(refs: tuple[str, ...], workdir: Path) -> list[RunDir]:
     return all_runs(workdir)
 
 
-@click.command()
-def sites() -> None:
-    """List the available site configs."""
+@click.group(invoke_without_command=True)
+@click.pass_context
+def sites(ctx: click.Context) -> None:
+    """List the available site configs (`sites init NAME` writes your own)."""
+    if ctx.invoked_subcommand is not None:
+        return
     from hpcprof.config.site import available_sites, load_site_file
     from hpcprof.output import emit_rows
 
@@ -95,6 +98,54 @@ def sites() -> None:
         rows.append({"site": name, "scheduler": site.scheduler, "launcher": launcher,
                      "gpus/node": site.node.gpus, "description": site.description, "file": str(path)})
     emit_rows(rows, ["site", "scheduler", "launcher", "gpus/node", "description", "file"], "table")
+
+
+@sites.command("init")
+@click.argument("name")
+@click.option("--venv", "venv_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="The venv (made with --system-site-packages on top of the site's module, hpcprof installed "
+                   "into it) that every job activates after the site's setup.")
+@click.option("--account", default=None, help="Your project: written as the site's defaults.account.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Site file to write [default: $XDG_CONFIG_HOME/hpcprof/sites/NAME.yaml, found by --site NAME].")
+@click.option("--force", is_flag=True, help="Overwrite an existing file.")
+def sites_init(name: str, venv_dir: Path, account: str | None, output: Path | None, force: bool) -> None:
+    """Write your own site file from site NAME (a shipped one): its setup also activates --venv,
+    and --account becomes its default account. `--site NAME` then finds yours first."""
+    import yaml
+
+    from hpcprof.config.site import find_site, load_site_file, shipped_site_dir, user_site_dir
+    from hpcprof.config.validation import load_yaml
+
+    source = shipped_site_dir() / f"{name}.yaml"
+    if not source.is_file():
+        find_site(name)  # the one-line "unknown site; available: ..." error
+        raise UserError(f"sites init {name}: not a shipped site; start from one of the shipped ones "
+                        f"(polaris, perlmutter, ...) or copy your file by hand")
+    venv_dir = venv_dir.expanduser().absolute()
+    if not (venv_dir / "bin" / "activate").is_file():
+        raise UserError(f"--venv {venv_dir}: no bin/activate there; make it first, e.g. `python -m venv "
+                        f"--system-site-packages {venv_dir}` after the site's module is loaded (README: "
+                        "Installing on a cluster)")
+    data = load_yaml(source, "site config")
+    data["setup"] = [*data.get("setup", []), f"source {venv_dir}/bin/activate"]
+    if account is not None:
+        data.setdefault("defaults", {})["account"] = account
+    path = output or user_site_dir() / f"{name}.yaml"
+    if path.exists() and not force:
+        raise UserError(f"{path} exists; give --force to overwrite it or -o FILE")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(f"# Written by `hpcprof sites init {name}` from {source}: its setup, then your venv.\n"
+                   + yaml.safe_dump(data, sort_keys=False))
+    try:
+        load_site_file(tmp)
+    except UserError:
+        tmp.unlink()
+        raise
+    tmp.replace(path)
+    console.print(f"wrote {path}; check it with `hpcprof doctor --site {name}`"
+                  + ("" if output is None else f" --site-file {path}"), markup=False)
 
 
 @click.command()
@@ -162,6 +213,12 @@ def submit(experiment: Path, site_name: str, site_file: Path | None, overrides: 
     workdir = submit_workdir(workdir, site, experiment, overrides)
     planned = campaign.plan(experiment, site, list(overrides), workdir, templates, max_points)
     check_runtimes(site, [run.point.experiment.container for run in planned.runs])
+    if site.scheduler == "local" and site.container is None:  # elsewhere the job checks at its start
+        from hpcprof.doctor import check_local_profilers
+
+        for line in check_local_profilers(site, {run.point.experiment.profile.tool for run in planned.runs
+                                                 if run.point.experiment.container is None}):
+            console.print(line, markup=False)
     wait_for = after_jobs(after, workdir, site.scheduler)
     array = campaign.check_array(planned) if as_array else None
     if dry_run:
