@@ -77,13 +77,13 @@ def probe_script(site: SiteConfig) -> str:
     for index, line in enumerate(site.setup):  # each line's exit status and the last line it printed
         lines += ["{", line, '} > "$hp_said" 2>&1', f'echo "@@setup-{index} $? $(tail -n 1 "$hp_said")"']
     lines += [f"export {name}={quote(value)}" for name, value in site.env.items()]
-    lines += ['if type module >/dev/null 2>&1; then echo "@@modules $(module -t list 2>&1 | tr "\\n" " ")"; '
-              'else echo "@@modules"; fi']
+    lines.append('if type module >/dev/null 2>&1; then echo "@@modules $(module -t list 2>&1 | tr "\\n" " ")"; '
+                 'else echo "@@modules"; fi')
     python = sys.executable if site.paths.python == "auto" else site.paths.python
     lines += [f"{quote(python)} -c {quote(PYTHON_PROBE)} || echo \"@@python-failed $?\""]
     for tool, path in (("nsys", site.paths.nsys), ("ncu", site.paths.ncu)):
-        lines += [f'if hp_tool=$(command -v {quote(path)}); then echo "@@{tool} $("$hp_tool" --version 2>&1 | '
-                  f'tail -n 1) ($hp_tool)"; else echo "@@{tool}"; fi']
+        lines.append(f'if hp_tool=$(command -v {quote(path)}); then echo "@@{tool} $("$hp_tool" --version 2>&1 | '
+                     f'tail -n 1) ($hp_tool)"; else echo "@@{tool}"; fi')
     lines += [PLUGIN_PROBE]
     return "\n".join(lines) + "\n"
 
@@ -91,7 +91,8 @@ def probe_script(site: SiteConfig) -> str:
 def run_probes(site: SiteConfig, timeout: float = 300) -> dict[str, str]:
     """Run the probe script: its `@@name value` lines."""
     try:
-        done = subprocess.run(["bash", "-c", probe_script(site)], capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run(["bash", "-c", probe_script(site)], capture_output=True, text=True, timeout=timeout,
+                              check=False)
     except subprocess.TimeoutExpired:
         raise UserError(f"doctor: the probes of site {site.name} did not finish in {timeout:.0f} s "
                         "(a setup line waiting for input?)") from None
@@ -203,7 +204,7 @@ def check_local_profilers(site: SiteConfig, tools: set[str]) -> list[str]:
         if found is None:
             raise UserError(f"profile.tool: {tool} ({path}) is not on PATH here; install it, or set paths.{tool} "
                             f"of site {site.name} to its full path")
-        done = subprocess.run([found, "--version"], capture_output=True, text=True, timeout=60)
+        done = subprocess.run([found, "--version"], capture_output=True, text=True, timeout=60, check=False)
         said = (done.stdout or done.stderr).strip().splitlines()
         lines.append(f"{tool}: {said[-1] if said else 'no version printed'} ({found})")
     return lines

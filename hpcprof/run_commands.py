@@ -114,7 +114,12 @@ def sites_init(name: str, venv_dir: Path, account: str | None, output: Path | No
     and --account becomes its default account. `--site NAME` then finds yours first."""
     import yaml
 
-    from hpcprof.config.site import find_site, load_site_file, shipped_site_dir, user_site_dir
+    from hpcprof.config.site import (
+        find_site,
+        load_site_file,
+        shipped_site_dir,
+        user_site_dir,
+    )
     from hpcprof.config.validation import load_yaml
 
     source = shipped_site_dir() / f"{name}.yaml"

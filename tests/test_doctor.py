@@ -73,7 +73,7 @@ def test_doctor_reports_versions_of_a_working_site(tmp_path: Path) -> None:
 
 
 def test_doctor_workdir_of_polaris_with_account(tmp_path: Path) -> None:
-    code, rows = doctor("--site", "polaris", "--account", "PROJECT")
+    _, rows = doctor("--site", "polaris", "--account", "PROJECT")
     assert rows["account"]["found"] == "PROJECT"
     assert rows["workdir"]["found"].startswith("/eagle/PROJECT/hpcprof (would be created under /")
 

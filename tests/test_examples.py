@@ -19,7 +19,7 @@ EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
 
 def readme_experiments() -> list[tuple[str, str]]:
     """(id, text) of every ```yaml block of README.md that is an experiment (has `workload:`)."""
-    blocks = re.findall(r"^```yaml\n(.*?)^```", (REPO / "README.md").read_text(), re.S | re.M)
+    blocks = re.findall(r"^```yaml\n(.*?)^```", (REPO / "README.md").read_text(), re.DOTALL | re.MULTILINE)
     found = [(f"README-{i}", text) for i, text in enumerate(blocks)
              if isinstance(yaml.safe_load(text), dict) and "workload" in yaml.safe_load(text)]
     assert found, "README.md shows no experiment"
