@@ -49,6 +49,85 @@ after_option = click.option("--after", multiple=True, metavar="RUN|SWEEP",
                                  "--dependency=afterany, PBS -W depend=afterany); repeatable.")
 
 
+lookup_site_option = click.option(
+    "--site", "lookup_site", default=None, metavar="SITE",
+    help="Look in SITE's workdir (its workdir:, or where your submits to SITE went) instead of --workdir.")
+
+
+def known_workdirs_file() -> Path:
+    """The per-user list of the workdirs submit used: $XDG_STATE_HOME/hpcprof/workdirs
+    (default ~/.local/state/hpcprof/workdirs), one `site<TAB>absolute path` per line."""
+    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(state) / "hpcprof" / "workdirs"
+
+
+def known_workdirs() -> list[tuple[str, Path]]:
+    """(site, workdir) pairs submit recorded, oldest first (an unreadable file: none)."""
+    try:
+        lines = known_workdirs_file().read_text().splitlines()
+    except (OSError, UnicodeError):
+        return []
+    pairs = [tuple(line.split("\t", 1)) for line in lines if "\t" in line]
+    return [(site, Path(path)) for site, path in pairs]
+
+
+def record_workdir(site: str, workdir: Path) -> None:
+    """Remember that a submit to `site` wrote runs under `workdir` (moved to the end if known)."""
+    entry = (site, workdir.resolve())
+    pairs = [pair for pair in known_workdirs() if pair != entry] + [entry]
+    path = known_workdirs_file()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text("".join(f"{site}\t{where}\n" for site, where in pairs[-200:]))
+        tmp.replace(path)
+    except OSError as exc:
+        console.print(f"note: could not record the workdir in {path}: {exc.strerror}", markup=False)
+
+
+def read_workdir(workdir: Path, lookup_site: str | None, refs: tuple[str, ...] = ()) -> Path:
+    """The workdir a read command (status, collect, report, compare) looks in: --workdir or
+    $HPCPROF_WORKDIR when given, else --site's workdir (its `workdir:` expanded, else the latest
+    recorded for that site), else ./hpcprof-runs. When that holds no runs (and no RUN given is a
+    path), the error lists the workdirs submit recorded that do."""
+    from hpcprof.rundir import all_runs
+
+    ctx = click.get_current_context()
+    given = ctx.get_parameter_source("workdir") is not click.core.ParameterSource.DEFAULT
+    if lookup_site is not None and not given and not os.environ.get("HPCPROF_WORKDIR"):
+        workdir = site_workdir(lookup_site)
+    if (workdir.is_dir() and all_runs(workdir)) or any(Path(ref).exists() for ref in refs):
+        return workdir
+    elsewhere = [(site, where, len(all_runs(where))) for site, where in reversed(known_workdirs())
+                 if where != workdir.resolve() and where.is_dir()]
+    elsewhere = [entry for entry in elsewhere if entry[2]]
+    if elsewhere:
+        listed = "; ".join(f"{where} (site {site}, {count} run{'s' if count != 1 else ''})"
+                           for site, where, count in elsewhere[:5])
+        raise UserError(f"no runs under {workdir}; runs you submitted are under {listed}: give --site "
+                        f"{elsewhere[0][0]} or --workdir {elsewhere[0][1]}")
+    return workdir
+
+
+def site_workdir(name: str) -> Path:
+    """Site `name`'s workdir: its `workdir:` (with its default account), else the latest one
+    submit recorded for it."""
+    from hpcprof.config.site import expand_workdir, find_site
+
+    site = find_site(name)
+    recorded = [where for site_name, where in known_workdirs() if site_name == site.name]
+    if site.workdir is not None:
+        try:
+            return expand_workdir(site, site.defaults.account)
+        except UserError:
+            if not recorded:
+                raise
+    if recorded:
+        return recorded[-1]
+    raise UserError(f"--site {name}: the site has no workdir: and no submit to it was recorded "
+                    f"({known_workdirs_file()}); give --workdir")
+
+
 def _workdir(value: Path) -> Path:
     """--workdir: refuse an empty value (it would mean the current directory)."""
     if not str(value).strip() or str(value) == ".":
@@ -234,9 +313,10 @@ def submit(experiment: Path, site_name: str, site_file: Path | None, overrides: 
     store = open_store(workdir, db)
     run_dirs = campaign.write(planned, store)
     launch(planned, run_dirs, store, wait, wait_for, array)
+    record_workdir(site.name, workdir)
     if from_site:
-        console.print(f"runs are under {workdir} (site {site.name}'s workdir): give status, collect and report "
-                      f"--workdir {workdir}, or export HPCPROF_WORKDIR={workdir}", markup=False)
+        console.print(f"runs are under {workdir} (site {site.name}'s workdir): give status, collect, report and "
+                      f"compare --site {site.name} (or --workdir {workdir})", markup=False)
     if wait:
         finish(run_dirs, store)
 
@@ -298,24 +378,27 @@ def submit_workdir(given: Path | None, site: SiteConfig, experiment: Path, overr
 
 
 def show_states(pairs: list[tuple[RunDir, JobState]], fmt: str) -> None:
-    """One row per run: state, exit code, reason, job id, path."""
+    """One row per run: its sweep (what compare/report take), state, exit code, reason, job id, path."""
     from hpcprof.output import emit_rows
+    from hpcprof.rundir import sweep_of
 
-    rows = [{"run": run.run_id, "experiment": run.path.parent.name, "state": state.state,
-             "exit_code": state.exit_code, "reason": state.reason,
+    rows = [{"run": run.run_id, "sweep": sweep_of(run.run_id), "experiment": run.path.parent.name,
+             "state": state.state, "exit_code": state.exit_code, "reason": state.reason,
              "job_id": run.submission.get("job_id", ""), "path": str(run.path)} for run, state in pairs]
-    emit_rows(rows, ["run", "experiment", "state", "exit_code", "reason", "job_id", "path"], fmt)
+    emit_rows(rows, ["run", "sweep", "experiment", "state", "exit_code", "reason", "job_id", "path"], fmt)
 
 
 @click.command()
 @click.argument("runs", nargs=-1)
 @workdir_option
+@lookup_site_option
 @db_option
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
-def status(runs: tuple[str, ...], workdir: Path, db: str | None, fmt: str) -> None:
+def status(runs: tuple[str, ...], workdir: Path, lookup_site: str | None, db: str | None, fmt: str) -> None:
     """Show the state of RUNS (ids or paths; default: every run in the workdir)."""
     from hpcprof import campaign
 
+    workdir = read_workdir(workdir, lookup_site, runs)
     selected = runs_from(runs, workdir)
     pairs = [(run, campaign.current_state(run)) for run in selected]
     if not all(run.terminal_state_stored(state) for run, state in pairs):  # else the store knows them all
@@ -348,10 +431,12 @@ def cancel(runs: tuple[str, ...], workdir: Path, db: str | None) -> None:
                    "mpi4py.futures -m hpcprof collect` the MPI workers are used instead).")
 @click.option("--submit", "as_job", is_flag=True, help="Send this collect to the site's scheduler as a job "
               "that starts once the runs' jobs have ended (any state); it is a run of its own (status shows it).")
-@site_option
+@click.option("--site", "site_name", default=None, metavar="SITE",
+              help="Look in SITE's workdir (as status --site); with --submit, the site that runs the collect job "
+                   "[default: local].")
 @site_file_option
 @click.option("--walltime", default="01:00:00", show_default=True, help="Walltime of the --submit job.")
-def collect(runs: tuple[str, ...], workdir: Path, db: str | None, workers: int, as_job: bool, site_name: str,
+def collect(runs: tuple[str, ...], workdir: Path, db: str | None, workers: int, as_job: bool, site_name: str | None,
             site_file: Path | None, walltime: str) -> None:
     """Collect finished RUNS (default: every finished run): results/*.parquet and the store.
 
@@ -360,8 +445,9 @@ def collect(runs: tuple[str, ...], workdir: Path, db: str | None, workers: int, 
     from hpcprof import campaign
     from hpcprof.collect import collect_runs
 
+    workdir = read_workdir(workdir, site_name, runs)
     if as_job:
-        submit_collect(runs, workdir, db, workers, site_name, site_file, walltime)
+        submit_collect(runs, workdir, db, workers, site_name or "local", site_file, walltime)
         return
     store = open_store(workdir, db)
     selected = runs_from(runs, workdir)
