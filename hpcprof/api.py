@@ -70,7 +70,10 @@ class Traces:
         `get_idle_time_breakdown`; with `show_idle_interval_stats`, also the interval statistics,
         as the tuple HTA returns)."""
         from hpcprof import api_plots
-        from hpcprof.analysis.trace.analyses import idle_interval_stats, idle_time_breakdown
+        from hpcprof.analysis.trace.analyses import (
+            idle_interval_stats,
+            idle_time_breakdown,
+        )
 
         traces = self._of(ranks)
         df = idle_time_breakdown(traces, streams, consecutive_kernel_delay)
@@ -104,7 +107,10 @@ class Traces:
         """(time by kernel type, the longest kernels of each type per rank), HTA
         `get_gpu_kernel_breakdown`; `plot=True`: the kernel-type pie."""
         from hpcprof import api_plots
-        from hpcprof.analysis.trace.analyses import kernel_breakdown, kernel_type_breakdown
+        from hpcprof.analysis.trace.analyses import (
+            kernel_breakdown,
+            kernel_type_breakdown,
+        )
 
         traces = self._of(ranks)
         by_type = kernel_type_breakdown(traces, include_memory_kernels)
