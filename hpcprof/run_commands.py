@@ -297,6 +297,7 @@ def submit(experiment: Path, site_name: str, site_file: Path | None, overrides: 
     workdir = submit_workdir(workdir, site, experiment, overrides)
     planned = campaign.plan(experiment, site, list(overrides), workdir, templates, max_points)
     check_runtimes(site, [run.point.experiment.container for run in planned.runs])
+    echo_notes(planned)
     if site.scheduler == "local" and site.container is None:  # elsewhere the job checks at its start
         from hpcprof.doctor import check_local_profilers
 
@@ -309,6 +310,9 @@ def submit(experiment: Path, site_name: str, site_file: Path | None, overrides: 
         for run in planned.runs:
             console.print(f"[bold]{run.run_id}[/] {run.point.params or ''} -> {run.run_dir}")
             click.echo(run.files["job.sh"])
+        if array is not None:
+            console.print(f"[bold]{planned.sweep_id}[/]: the array job script (task k runs point k's job.sh)")
+            click.echo(array)
         return
     store = open_store(workdir, db)
     run_dirs = campaign.write(planned, store)
@@ -319,6 +323,16 @@ def submit(experiment: Path, site_name: str, site_file: Path | None, overrides: 
                       f"compare --site {site.name} (or --workdir {workdir})", markup=False)
     if wait:
         finish(run_dirs, store)
+
+
+def echo_notes(planned: Plan) -> None:
+    """Warn about the Echo global_config.json keys hpcprof ignores (each folder once)."""
+    from hpcprof.workloads.args import echo_global_config_notes
+
+    folders = {getattr(run.point.workload_args, "echo_input", None) for run in planned.runs}
+    for folder in sorted(str(f) for f in folders if f is not None):
+        for line in echo_global_config_notes(Path(folder)):
+            console.print(line, markup=False)
 
 
 def launch(planned: Plan, run_dirs: list[RunDir], store: Store, foreground: bool,
@@ -453,10 +467,31 @@ def collect(runs: tuple[str, ...], workdir: Path, db: str | None, workers: int, 
     selected = runs_from(runs, workdir)
     if not selected:
         raise UserError(f"no runs under {workdir}; submit one first (hpcprof submit EXP --site S)")
+    if not runs:  # every run: those collected after they ended are done (name a run to collect it again)
+        earlier = [run for run in selected if collected_after_end(run, store)]
+        selected = [run for run in selected if run not in earlier]
+        if earlier:
+            console.print(f"{len(earlier)} run(s) collected earlier and unchanged since: skipped (name a run to "
+                          "collect it again)", markup=False)
+        if not selected:
+            return
     status = collect_runs(selected, store, lambda run: campaign.refresh(run, store),
                           log=lambda line: console.print(line, markup=False, highlight=False), workers=workers)
     if status:
         raise SystemExit(status)
+
+
+def collected_after_end(run: RunDir, store: Store) -> bool:
+    """Whether the run ended (DONE), was collected completely (the store says so) and its results
+    were written after it ended; a partial collect is tried again."""
+    from hpcprof.results import results_dir
+
+    done = run.path / "DONE"
+    tables = list(results_dir(run.path).glob("*.parquet")) if done.exists() else []
+    if not tables or max(t.stat().st_mtime for t in tables) < done.stat().st_mtime:
+        return False
+    record = store.run_record(run.run_id)
+    return record is not None and record.get("collect_status") == "complete"
 
 
 def submit_collect(refs: tuple[str, ...], workdir: Path, db: str | None, workers: int, site_name: str,
