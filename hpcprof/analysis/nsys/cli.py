@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import glob
+import math
 import sys
 from contextlib import ExitStack
 from pathlib import Path
@@ -89,7 +90,7 @@ TABLE_CELLS = {"i": "{:,d}", "f1": "{:,.1f}", "f3": "{:,.3f}"}
 
 
 def _table_cell(value: object, fmt: str, null: str) -> str:
-    if value is None or (isinstance(value, float) and value != value):
+    if value is None or (isinstance(value, float) and math.isnan(value)):
         return null
     if fmt in TABLE_CELLS and not isinstance(value, str):
         return TABLE_CELLS[fmt].format(int(value) if fmt == "i" else float(value))  # type: ignore[call-overload]
