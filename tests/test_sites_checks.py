@@ -144,3 +144,38 @@ def test_nccl_net_needs_its_plugin(tmp_path: Path, with_plugin: bool) -> None:
         line = failed_check(result)
         assert "NCCL_NET=AWS Libfabric needs an NCCL network plugin (libnccl-net*.so) on LD_LIBRARY_PATH" in line
         assert "/soft/libraries/aws-ofi-nccl/v1.9.1-aws/lib" in line
+
+
+def test_polaris_job_puts_the_plugin_on_the_library_path(tmp_path: Path) -> None:
+    """Polaris sets NCCL_NET='AWS Libfabric': its job puts ALCF's aws-ofi-nccl plugin and hwloc on
+    LD_LIBRARY_PATH (site setup) before the environment and the checks (ALCF's NCCL page)."""
+    out = render(REPO / "examples/seqpar_polaris.yaml", shipped_site_dir() / "polaris.yaml", tmp_path / "r",
+                 "resources.account=PROJECT")
+    job = (out / "p000" / "job.sh").read_text()
+    plugin = job.index("export LD_LIBRARY_PATH=/soft/libraries/aws-ofi-nccl/v1.9.1-aws/lib:${LD_LIBRARY_PATH:-}\n")
+    hwloc = job.index("export LD_LIBRARY_PATH=/soft/libraries/hwloc/lib/:$LD_LIBRARY_PATH\n")
+    net = job.index("export NCCL_NET='AWS Libfabric'\n")
+    assert plugin < hwloc < net < job.index("# ---- job-start checks")
+    for name, value in (("NCCL_NET_GDR_LEVEL", "PHB"), ("NCCL_CROSS_NIC", "1"), ("NCCL_COLLNET_ENABLE", "1"),
+                        ("FI_CXI_DISABLE_HOST_REGISTER", "1"), ("FI_MR_CACHE_MONITOR", "userfaultfd"),
+                        ("FI_CXI_DEFAULT_CQ_SIZE", "131072")):
+        assert f"export {name}={value}\n" in job
+
+
+@pytest.mark.parametrize("site", sorted(p.stem for p in shipped_site_dir().glob("*.yaml")))
+def test_every_shipped_site_that_names_a_plugin_loads_one(site: str) -> None:
+    """A shipped site whose env sets NCCL_NET to a plugin puts a plugin directory on LD_LIBRARY_PATH."""
+    data = yaml.safe_load((shipped_site_dir() / f"{site}.yaml").read_text())
+    net = (data.get("env") or {}).get("NCCL_NET")
+    if net not in (None, "IB", "Socket"):
+        assert any("LD_LIBRARY_PATH=" in line and "nccl" in line for line in data.get("setup", [])), site
+
+
+def test_perlmutter_reverses_the_gpu_order(tmp_path: Path) -> None:
+    """Local rank r -> GPU 3-r with all GPUs visible (--gpu-bind=none), as NERSC's scripts do."""
+    out = render(REPO / "examples/seqpar_polaris.yaml", shipped_site_dir() / "perlmutter.yaml", tmp_path / "r",
+                 "resources.account=m1234_g")
+    wrapper = (out / "p000" / "rank_wrapper.sh").read_text()
+    job = (out / "p000" / "job.sh").read_text()
+    assert "export CUDA_VISIBLE_DEVICES=$(( 4 - 1 - hp_local_rank % 4 ))" in wrapper
+    assert "#SBATCH --gpu-bind=none" in job and "--cpu-bind=cores" in job and "-c 32" in job
