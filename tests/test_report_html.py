@@ -118,8 +118,8 @@ def gpu_run(workdir: Path, rendered: Path, run_id: str, tool: str, profiles: dic
 
 def test_html_report_of_gpu_ddp_runs_with_echo_slowdown(repo: Path, tmp_path: Path) -> None:
     data = repo / "benchmarks" / "gpu" / "data" / "run3"
-    hpcprof("render", str(repo / "examples" / "ddp_slowdown.yaml"), "--site", "polaris", "-o", "r", cwd=tmp_path)
-    hpcprof("render", str(repo / "examples" / "ddp_slowdown.yaml"), "--site", "polaris", "-o", "t",
+    hpcprof("render", str(repo / "examples" / "ddp_slowdown.yaml"), "--site", "polaris", "--set", "resources.account=PROJECT", "-o", "r", cwd=tmp_path)
+    hpcprof("render", str(repo / "examples" / "ddp_slowdown.yaml"), "--site", "polaris", "--set", "resources.account=PROJECT", "-o", "t",
             "--set", "sweep={}", "--set", "profile.tool=torch", "--set", "resources.ranks_per_node=2",
             "--set", "workload.args.world_size=2", cwd=tmp_path)
     work = tmp_path / "runs"
@@ -160,7 +160,7 @@ def test_html_report_of_gpu_ddp_runs_with_echo_slowdown(repo: Path, tmp_path: Pa
 def test_html_report_of_an_h200_seqpar_run_against_peaks(repo: Path, fixtures_dir: Path, tmp_path: Path) -> None:
     """nsys profiles of the H200 bf16 fixture and the workload results of an H200 bf16 2-rank run
     of benchmarks/gpu/data/run1 (two runs of the same configuration), collected and drawn."""
-    hpcprof("render", str(repo / "examples" / "seqpar_polaris.yaml"), "--site", "polaris", "-o", "s",
+    hpcprof("render", str(repo / "examples" / "seqpar_polaris.yaml"), "--site", "polaris", "--set", "resources.account=PROJECT", "-o", "s",
             "--set", "sweep={}", "--set", "resources.nodes=1", "--set", "resources.ranks_per_node=2",
             "--set", "profile.ranks=all", cwd=tmp_path)
     work = tmp_path / "runs"
@@ -179,7 +179,7 @@ def test_html_report_of_an_h200_seqpar_run_against_peaks(repo: Path, fixtures_di
 def test_html_report_of_an_h200_ncu_run_shows_speed_of_light(repo: Path, tmp_path: Path) -> None:
     """The ncu run of benchmarks/gpu/data/run1 (rank 0's details CSV and the run's seqpar.json)."""
     data = repo / "benchmarks" / "gpu" / "data" / "run1"
-    hpcprof("render", str(repo / "examples" / "seqpar_polaris.yaml"), "--site", "polaris", "-o", "n",
+    hpcprof("render", str(repo / "examples" / "seqpar_polaris.yaml"), "--site", "polaris", "--set", "resources.account=PROJECT", "-o", "n",
             "--set", "sweep={}", "--set", "resources.nodes=1", "--set", "resources.ranks_per_node=2",
             "--set", "profile.tool=ncu", "--set", "profile.ranks=[0]", cwd=tmp_path)
     work = tmp_path / "runs"
