@@ -18,6 +18,7 @@ from rich.console import Console
 from hpcprof.config import MAX_POINTS
 from hpcprof.errors import UserError
 from hpcprof.rundir import RunDir, all_runs, find_run
+from hpcprof.workdirs import known_workdirs, known_workdirs_file, record_workdir
 
 if TYPE_CHECKING:
     from hpcprof.campaign import Plan
@@ -52,37 +53,6 @@ after_option = click.option("--after", multiple=True, metavar="RUN|SWEEP",
 lookup_site_option = click.option(
     "--site", "lookup_site", default=None, metavar="SITE",
     help="Look in SITE's workdir (its workdir:, or where your submits to SITE went) instead of --workdir.")
-
-
-def known_workdirs_file() -> Path:
-    """The per-user list of the workdirs submit used: $XDG_STATE_HOME/hpcprof/workdirs
-    (default ~/.local/state/hpcprof/workdirs), one `site<TAB>absolute path` per line."""
-    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(state) / "hpcprof" / "workdirs"
-
-
-def known_workdirs() -> list[tuple[str, Path]]:
-    """(site, workdir) pairs submit recorded, oldest first (an unreadable file: none)."""
-    try:
-        lines = known_workdirs_file().read_text().splitlines()
-    except (OSError, UnicodeError):
-        return []
-    pairs = [tuple(line.split("\t", 1)) for line in lines if "\t" in line]
-    return [(site, Path(path)) for site, path in pairs]
-
-
-def record_workdir(site: str, workdir: Path) -> None:
-    """Remember that a submit to `site` wrote runs under `workdir` (moved to the end if known)."""
-    entry = (site, workdir.resolve())
-    pairs = [pair for pair in known_workdirs() if pair != entry] + [entry]
-    path = known_workdirs_file()
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text("".join(f"{site}\t{where}\n" for site, where in pairs[-200:]))
-        tmp.replace(path)
-    except OSError as exc:
-        console.print(f"note: could not record the workdir in {path}: {exc.strerror}", markup=False)
 
 
 def read_workdir(workdir: Path, lookup_site: str | None, refs: tuple[str, ...] = ()) -> Path:
@@ -191,43 +161,9 @@ def sites(ctx: click.Context) -> None:
 def sites_init(name: str, venv_dir: Path, account: str | None, output: Path | None, force: bool) -> None:
     """Write your own site file from site NAME (a shipped one): its setup also activates --venv,
     and --account becomes its default account. `--site NAME` then finds yours first."""
-    import yaml
+    from hpcprof.config.site import write_user_site
 
-    from hpcprof.config.site import (
-        find_site,
-        load_site_file,
-        shipped_site_dir,
-        user_site_dir,
-    )
-    from hpcprof.config.validation import load_yaml
-
-    source = shipped_site_dir() / f"{name}.yaml"
-    if not source.is_file():
-        find_site(name)  # the one-line "unknown site; available: ..." error
-        raise UserError(f"sites init {name}: not a shipped site; start from one of the shipped ones "
-                        f"(polaris, perlmutter, ...) or copy your file by hand")
-    venv_dir = venv_dir.expanduser().absolute()
-    if not (venv_dir / "bin" / "activate").is_file():
-        raise UserError(f"--venv {venv_dir}: no bin/activate there; make it first, e.g. `python -m venv "
-                        f"--system-site-packages {venv_dir}` after the site's module is loaded (README: "
-                        "Installing on a cluster)")
-    data = load_yaml(source, "site config")
-    data["setup"] = [*data.get("setup", []), f"source {venv_dir}/bin/activate"]
-    if account is not None:
-        data.setdefault("defaults", {})["account"] = account
-    path = output or user_site_dir() / f"{name}.yaml"
-    if path.exists() and not force:
-        raise UserError(f"{path} exists; give --force to overwrite it or -o FILE")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(f"# Written by `hpcprof sites init {name}` from {source}: its setup, then your venv.\n"
-                   + yaml.safe_dump(data, sort_keys=False))
-    try:
-        load_site_file(tmp)
-    except UserError:
-        tmp.unlink()
-        raise
-    tmp.replace(path)
+    path = write_user_site(name, venv_dir, account, output, force)
     console.print(f"wrote {path}; check it with `hpcprof doctor --site {name}`"
                   + ("" if output is None else f" --site-file {path}"), markup=False)
 
@@ -317,7 +253,10 @@ def submit(experiment: Path, site_name: str, site_file: Path | None, overrides: 
     store = open_store(workdir, db)
     run_dirs = campaign.write(planned, store)
     launch(planned, run_dirs, store, wait, wait_for, array)
-    record_workdir(site.name, workdir)
+    try:
+        record_workdir(site.name, workdir)
+    except OSError as exc:   # the runs are submitted; only the record is missing
+        console.print(f"note: {exc.strerror}", markup=False)
     if from_site:
         console.print(f"runs are under {workdir} (site {site.name}'s workdir): give status, collect, report and "
                       f"compare --site {site.name} (or --workdir {workdir})", markup=False)

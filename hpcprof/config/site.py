@@ -298,3 +298,38 @@ def available_sites() -> dict[str, Path]:
             for path in sorted(directory.glob("*.yaml")):
                 found[path.stem] = path
     return found
+
+
+def write_user_site(name: str, venv_dir: Path, account: str | None, output: Path | None, force: bool) -> Path:
+    """Write the user's site file from shipped site `name`: its setup, then `source VENV/bin/activate`,
+    and `account` as defaults.account; validated before it replaces anything. Returns its path."""
+    import yaml
+
+    source = shipped_site_dir() / f"{name}.yaml"
+    if not source.is_file():
+        find_site(name)  # the one-line "unknown site; available: ..." error
+        raise UserError(f"sites init {name}: not a shipped site; start from one of the shipped ones "
+                        f"(polaris, perlmutter, ...) or copy your file by hand")
+    venv_dir = venv_dir.expanduser().absolute()
+    if not (venv_dir / "bin" / "activate").is_file():
+        raise UserError(f"--venv {venv_dir}: no bin/activate there; make it first, e.g. `python -m venv "
+                        f"--system-site-packages {venv_dir}` after the site's module is loaded (README: "
+                        "Installing on a cluster)")
+    data = load_yaml(source, "site config")
+    data["setup"] = [*data.get("setup", []), f"source {venv_dir}/bin/activate"]
+    if account is not None:
+        data.setdefault("defaults", {})["account"] = account
+    path = output or user_site_dir() / f"{name}.yaml"
+    if path.exists() and not force:
+        raise UserError(f"{path} exists; give --force to overwrite it or -o FILE")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(f"# Written by `hpcprof sites init {name}` from {source}: its setup, then your venv.\n"
+                   + yaml.safe_dump(data, sort_keys=False))
+    try:
+        load_site_file(tmp)
+    except UserError:
+        tmp.unlink()
+        raise
+    tmp.replace(path)
+    return path
