@@ -83,3 +83,34 @@ def test_world_size_must_match_resources(tmp_path: Path, monkeypatch: pytest.Mon
     with pytest.raises(UserError, match=r"workload\.args\.world_size': 3 but the resources give 2 ranks"):
         plan(REPO / "examples/ddp_slowdown.yaml", find_site("local"),
              ["sweep={}", "resources.ranks_per_node=2", "workload.args.world_size=3"], tmp_path)
+
+
+def quickstart_commands() -> list[list[str]]:
+    """The `hpcprof ...` command lines of examples/quickstart.sh (continuations joined), as argv."""
+    import shlex
+
+    text = (REPO / "examples" / "quickstart.sh").read_text().replace("\\\n", " ")
+    body = text[:text.index("cat <<EOF")]
+    return [shlex.split(line.split(" #")[0])[1:] for line in body.splitlines() if line.startswith("hpcprof ")]
+
+
+def test_quickstart_runs_as_written(tmp_path: Path) -> None:
+    """The quickstart's hpcprof commands (its venv set-up aside) end with the answer: the sweep's
+    two points compared and the HTML report written."""
+    import os
+    import subprocess
+    import sys
+
+    commands = quickstart_commands()
+    assert [c[0] for c in commands] == ["submit", "collect", "compare", "report"]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "HPCPROF_WORKDIR": str(tmp_path / "runs")}
+    outputs = []
+    for argv in commands:
+        argv = [str(REPO / a) if a.startswith("examples/") else a for a in argv]
+        done = subprocess.run([sys.executable, "-m", "hpcprof", *argv], cwd=tmp_path, env=env, capture_output=True,
+                              text=True, timeout=600, check=False)
+        assert done.returncode == 0, f"hpcprof {' '.join(argv)}: {done.stderr}"
+        outputs.append(done.stdout)
+    compare = outputs[2]
+    assert "workload.args.hidden_dim" in compare and "iteration.mean" in compare
+    assert (tmp_path / "hpcprof-report.html").stat().st_size > 10_000
