@@ -6,11 +6,13 @@ Each command imports what it uses when it runs (`hpcprof sites` needs neither pa
 from __future__ import annotations
 
 import fcntl
+import functools
 import os
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.console import Console
@@ -53,6 +55,17 @@ after_option = click.option("--after", multiple=True, metavar="RUN|SWEEP",
 lookup_site_option = click.option(
     "--site", "lookup_site", default=None, metavar="SITE",
     help="Look in SITE's workdir (its workdir:, or where your submits to SITE went) instead of --workdir.")
+
+
+def with_site_lookup(command: Callable[..., None]) -> Callable[..., None]:
+    """Give a read command (with `runs` and `workdir` parameters) `--site SITE`: its workdir
+    becomes `read_workdir(workdir, SITE, runs)`."""
+    @functools.wraps(command)
+    def run(*args: Any, lookup_site: str | None = None, **kwargs: Any) -> None:
+        kwargs["workdir"] = read_workdir(kwargs["workdir"], lookup_site, kwargs.get("runs", ()))
+        command(*args, **kwargs)
+
+    return lookup_site_option(run)
 
 
 def read_workdir(workdir: Path, lookup_site: str | None, refs: tuple[str, ...] = ()) -> Path:
@@ -342,16 +355,15 @@ def show_states(pairs: list[tuple[RunDir, JobState]], fmt: str) -> None:
 
 
 @click.command()
+@with_site_lookup
 @click.argument("runs", nargs=-1)
 @workdir_option
-@lookup_site_option
 @db_option
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
-def status(runs: tuple[str, ...], workdir: Path, lookup_site: str | None, db: str | None, fmt: str) -> None:
+def status(runs: tuple[str, ...], workdir: Path, db: str | None, fmt: str) -> None:
     """Show the state of RUNS (ids or paths; default: every run in the workdir)."""
     from hpcprof import campaign
 
-    workdir = read_workdir(workdir, lookup_site, runs)
     selected = runs_from(runs, workdir)
     pairs = [(run, campaign.current_state(run)) for run in selected]
     if not all(run.terminal_state_stored(state) for run, state in pairs):  # else the store knows them all

@@ -9,7 +9,7 @@ import click
 from rich.console import Console
 
 from hpcprof.errors import UserError
-from hpcprof.run_commands import lookup_site_option, read_workdir, workdir_option
+from hpcprof.run_commands import with_site_lookup, workdir_option
 
 selection = click.argument("runs", nargs=-1, metavar="[SWEEP | RUN...]")
 
@@ -23,20 +23,17 @@ def write_atomic(path: Path, data: str | bytes) -> None:
 
 
 @click.command()
+@with_site_lookup
 @selection
 @workdir_option
-@lookup_site_option
 @click.option("--baseline", metavar="RUN", help="Add ratios to this run (one of the compared runs).")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write here instead of stdout.")
-def compare(runs: tuple[str, ...], workdir: Path, lookup_site: str | None, baseline: str | None, fmt: str,
-            output: Path | None) -> None:
+def compare(runs: tuple[str, ...], workdir: Path, baseline: str | None, fmt: str, output: Path | None) -> None:
     """Compare runs: one row per run (or per sweep point, repetitions folded into mean and sd),
     its swept parameters and headline metrics. Default: the latest sweep."""
     from hpcprof.report.compare import compare_frame
     from hpcprof.report.terminal import comparison_table
-
-    workdir = read_workdir(workdir, lookup_site, runs)
 
     df = compare_frame(runs, workdir, baseline)
     if fmt == "table":
@@ -55,21 +52,18 @@ def compare(runs: tuple[str, ...], workdir: Path, lookup_site: str | None, basel
 
 
 @click.command()
+@with_site_lookup
 @selection
 @workdir_option
-@lookup_site_option
 @click.option("--full", is_flag=True, help="Also print every result table (per-event tables included).")
 @click.option("--rows", type=click.IntRange(min=1, max=1_000_000), default=12, show_default=True,
               help="Rows shown per table with --full.")
 @click.option("--html", "html_file", type=click.Path(dir_okay=False, path_type=Path),
               help="Write a self-contained interactive HTML report (plots) to this file.")
-def report(runs: tuple[str, ...], workdir: Path, lookup_site: str | None, full: bool, rows: int,
-           html_file: Path | None) -> None:
+def report(runs: tuple[str, ...], workdir: Path, full: bool, rows: int, html_file: Path | None) -> None:
     """Headline metrics of runs (a sweep id selects all its points; default: the latest sweep);
     failed runs with their reason and log tail."""
     from hpcprof.report.compare import load, select_runs
-
-    workdir = read_workdir(workdir, lookup_site, runs)
 
     infos = load(select_runs(runs, workdir), require_collected=html_file is not None,
                  one_workload=html_file is not None)
