@@ -13,6 +13,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+import hpcprof
 from hpcprof.cli import main
 from hpcprof.config.site import find_site, shipped_site_dir
 
@@ -65,7 +66,7 @@ def test_doctor_reports_versions_of_a_working_site(tmp_path: Path) -> None:
     code, rows = doctor("--site", "local")
     assert code == 0
     assert rows["python"]["found"].endswith(f"({sys.executable})")
-    assert rows["hpcprof"]["found"] == "0.1.0"
+    assert rows["hpcprof"]["found"] == hpcprof.__version__
     assert rows["torch"]["found"] == torch.__version__
     assert rows["mpi4py"]["found"] == mpi4py.__version__
     assert rows["cuda"]["found"].startswith("none (CPU build)") if torch.version.cuda is None else True

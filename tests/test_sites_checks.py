@@ -17,6 +17,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+import hpcprof
 from hpcprof.cli import main
 from hpcprof.config.site import shipped_site_dir
 from hpcprof.rundir import RunDir
@@ -99,7 +100,7 @@ def test_python_with_hpcprof_passes_and_says_what_it_found(tmp_path: Path) -> No
     result = run_job(out, {"PYTHONPATH": str(REPO)})
     assert result.returncode == 0, result.stdout + result.stderr
     job_log = result.stdout
-    assert f"hpcprof: hpcprof 0.1.0 ({REPO}/hpcprof/__init__.py), Python" in job_log
+    assert f"hpcprof: hpcprof {hpcprof.__version__} ({REPO}/hpcprof/__init__.py), Python" in job_log
 
 
 def test_missing_profiler_fails_in_one_line(tmp_path: Path) -> None:

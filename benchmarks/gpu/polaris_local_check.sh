@@ -94,7 +94,7 @@ for run in runs:
     shutil.copy(Path(run["path"]) / "job.sh", out / f"{label}.job.sh")
     good &= run["state"] == state and needle in run["reason"]
 text = (out / "C.job.out").read_text()
-good &= "hpcprof: hpcprof 0.1.0 (" in text and "hpcprof: nsys " in text
+good &= "hpcprof: hpcprof " in text and "hpcprof: nsys " in text
 sys.exit(0 if good else 1)
 EOF
 tail -n 30 "$OUT_DIR/check.log"
