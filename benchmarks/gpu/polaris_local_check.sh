@@ -10,7 +10,7 @@
 #   B. paths.python = a venv without hpcprof -> one line naming `hpcprof sites init`;
 #   C. NCCL_NET dropped (ALCF's documented fallback) -> checks pass (hpcprof, nsys version printed),
 #      the run COMPLETES, collect + report.
-# Needs (carried, git-ignored, as e2e_hpcprof.sh): .gpu/whl + .gpu/whl2, .gpu/libs; Open MPI mpiexec
+# Needs (carried, git-ignored, as e2e_hpcprof.sh): .gpu/whl (and .gpu/whl2 if there), .gpu/libs; Open MPI mpiexec
 # and nsys on the machine. Best on nvidia-h200-x4 (Polaris has 4 GPUs per node); with fewer GPUs the
 # node shape follows the machine. Run from the repository root:
 #   bash benchmarks/gpu/polaris_local_check.sh "$OUT"
@@ -21,7 +21,7 @@ set -u
 OUT_DIR=${1:?output directory}
 REPO=$(pwd)
 mkdir -p "$OUT_DIR" /tmp/site /tmp/bin
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .gpu/whl/*.whl .gpu/whl2/*.whl
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site $(ls .gpu/whl*/*.whl)
 export PYTHONPATH=/tmp/site:$REPO PYTHONUNBUFFERED=1
 [ -d "$REPO/.gpu/libs" ] && export LD_LIBRARY_PATH=$REPO/.gpu/libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 command -v nsys >/dev/null || ln -sf "$(ls -d /opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys | tail -1)" /tmp/bin/nsys
