@@ -18,7 +18,7 @@
 # cannot import hpcprof ...)", "C: COMPLETED", and in $OUT/C.job.out the lines "hpcprof: hpcprof
 # 0.1.0 (...)" and "hpcprof: nsys <version> (<path>)"; exit 0 only when all three are as expected.
 set -u
-OUT_DIR=${1:?output directory}
+OUT_DIR=$(mkdir -p "${1:?output directory}" && cd "$1" && pwd)
 REPO=$(pwd)
 mkdir -p "$OUT_DIR" /tmp/site /tmp/bin
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site $(ls .gpu/whl*/*.whl)
@@ -27,7 +27,8 @@ export PYTHONPATH=/tmp/site:$REPO PYTHONUNBUFFERED=1
 command -v nsys >/dev/null || ln -sf "$(ls -d /opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys | tail -1)" /tmp/bin/nsys
 export PATH=/tmp/bin:$PATH
 export HPCPROF_WORKDIR=/tmp/hpcprof-polaris-local XDG_STATE_HOME=/tmp/hpcprof-state
-NGPU=$(python3 -c 'import torch; print(torch.cuda.device_count())')
+NGPU=${NGPU:-$(python3 -c 'import torch; print(torch.cuda.device_count())')}
+[ "$NGPU" -ge 1 ] || { echo "polaris_local_check: no GPU here (torch sees none)"; exit 2; }
 python3 -m venv --without-pip /tmp/venv-without-hpcprof
 
 derive() {  # derive NAME [drop-nccl-net] [python]: the shipped polaris site with only the local swaps
@@ -50,6 +51,8 @@ if drop_net:
 if ngpu < site["node"]["gpus"]:
     site["node"].update(gpus=ngpu, ranks_per_node=ngpu)
 site["paths"]["python"] = python
+if python != "python3":   # run B: the job's PYTHONPATH has the dependencies but not hpcprof
+    site["env"]["PYTHONPATH"] = "/tmp/site"
 print(yaml.safe_dump(site, sort_keys=False))
 EOF
 }
@@ -68,9 +71,11 @@ ok=0
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
   python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "nccl", torch.cuda.nccl.version())'
   nsys --version
-  for run in A B C; do
+  mkdir -p /tmp/polaris-submit
+  for run in A B C; do   # submitted outside the repository: the ranks start there (no hpcprof in the cwd)
     echo "=== run $run"
-    python3 -m hpcprof submit examples/seqpar_polaris.yaml --site-file "$OUT_DIR/site-$run.yaml" "${COMMON[@]}"
+    (cd /tmp/polaris-submit && python3 -m hpcprof submit "$REPO/examples/seqpar_polaris.yaml" \
+       --site-file "$OUT_DIR/site-$run.yaml" "${COMMON[@]}")
     echo "submit exit $?"
   done
   python3 -m hpcprof status --format json > "$OUT_DIR/status.json"
