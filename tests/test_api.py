@@ -5,6 +5,7 @@ tables, and an nsys report equals nsys's own output."""
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from pathlib import Path
 
@@ -26,14 +27,14 @@ def python_cells(path: Path) -> list[str]:
 
 
 def test_notebook_runs_as_written(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    pytest.importorskip("hta")  # the notebook's last check compares with HTA itself
     monkeypatch.chdir(REPO)
     cells = python_cells(NOTEBOOK)
     assert len(cells) >= 10
     namespace: dict[str, object] = {}
     for cell in cells:
         exec(compile(cell, str(NOTEBOOK), "exec"), namespace)  # noqa: S102 - the example is the test
-    assert "hpcprof and HTA agree" in capsys.readouterr().out
+    if importlib.util.find_spec("hta") is not None:   # the notebook's last cell compares with HTA itself
+        assert "hpcprof and HTA agree" in capsys.readouterr().out
     temporal = namespace["temporal"]
     assert isinstance(temporal, pd.DataFrame) and list(temporal["rank"]) == [0, 1]
     idle, stats = namespace["idle"], namespace["idle_stats"]
