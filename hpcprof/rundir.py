@@ -124,8 +124,8 @@ class RunDir:
         if status.get("cancelled") and code != 0:  # marked only while running: see campaign.cancel
             return JobState(CANCELLED, code, "cancelled by hpcprof")
         if self.done and code is not None:
-            return JobState(COMPLETED if code == 0 else FAILED, code,
-                            "" if code == 0 else f"exit code {code}{self._first_failed_task()}")
+            return JobState(COMPLETED if code == 0 else FAILED, code, "" if code == 0 else status.get(
+                "check") or f"exit code {code}{self._first_failed_task()}")  # check: a failed job-start check
         if status.get("signal") and self._walltime_reached(status):
             return JobState(TIMEOUT, None, "killed at its walltime (job's TERM trap)")
         if scheduler_view is not None and scheduler_view.state != UNKNOWN:

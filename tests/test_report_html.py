@@ -140,8 +140,8 @@ def gpu_run(workdir: Path, rendered: Path, run_id: str, tool: str, profiles: dic
 
 def test_html_report_of_gpu_ddp_runs_with_echo_slowdown(repo: Path, tmp_path: Path) -> None:
     data = repo / "benchmarks" / "gpu" / "data" / "run3"
-    hpcprof("render", str(repo / "examples" / "ddp_slowdown.yaml"), "--site", "polaris", "-o", "r", cwd=tmp_path)
-    hpcprof("render", str(repo / "examples" / "ddp_slowdown.yaml"), "--site", "polaris", "-o", "t",
+    hpcprof("render", str(repo / "examples" / "ddp_slowdown.yaml"), "--site", "polaris", "--set", "resources.account=PROJECT", "-o", "r", cwd=tmp_path)
+    hpcprof("render", str(repo / "examples" / "ddp_slowdown.yaml"), "--site", "polaris", "--set", "resources.account=PROJECT", "-o", "t",
             "--set", "sweep={}", "--set", "profile.tool=torch", "--set", "resources.ranks_per_node=2",
             "--set", "workload.args.world_size=2", cwd=tmp_path)
     work = tmp_path / "runs"
@@ -187,7 +187,7 @@ def test_html_report_of_gpu_ddp_runs_with_echo_slowdown(repo: Path, tmp_path: Pa
 def test_html_report_of_an_h200_seqpar_run_against_peaks(repo: Path, fixtures_dir: Path, tmp_path: Path) -> None:
     """nsys profiles of the H200 bf16 fixture and the workload results of an H200 bf16 2-rank run
     of benchmarks/gpu/data/run1 (two runs of the same configuration), collected and drawn."""
-    hpcprof("render", str(repo / "examples" / "seqpar_polaris.yaml"), "--site", "polaris", "-o", "s",
+    hpcprof("render", str(repo / "examples" / "seqpar_polaris.yaml"), "--site", "polaris", "--set", "resources.account=PROJECT", "-o", "s",
             "--set", "sweep={}", "--set", "resources.nodes=1", "--set", "resources.ranks_per_node=2",
             "--set", "profile.ranks=all", cwd=tmp_path)
     work = tmp_path / "runs"
@@ -207,7 +207,7 @@ def test_html_report_of_an_h200_seqpar_run_against_peaks(repo: Path, fixtures_di
 def test_html_report_of_an_h200_ncu_run_shows_speed_of_light(repo: Path, tmp_path: Path) -> None:
     """The ncu run of benchmarks/gpu/data/run1 (rank 0's details CSV and the run's seqpar.json)."""
     data = repo / "benchmarks" / "gpu" / "data" / "run1"
-    hpcprof("render", str(repo / "examples" / "seqpar_polaris.yaml"), "--site", "polaris", "-o", "n",
+    hpcprof("render", str(repo / "examples" / "seqpar_polaris.yaml"), "--site", "polaris", "--set", "resources.account=PROJECT", "-o", "n",
             "--set", "sweep={}", "--set", "resources.nodes=1", "--set", "resources.ranks_per_node=2",
             "--set", "profile.tool=ncu", "--set", "profile.ranks=[0]", cwd=tmp_path)
     work = tmp_path / "runs"
@@ -222,7 +222,7 @@ def test_html_report_of_an_h200_ncu_run_shows_speed_of_light(repo: Path, tmp_pat
 
 
 def gpu_sweep(repo: Path, tmp_path: Path, sweep: str, repeat: int, results: list[str], sweep_id: str,
-              site: tuple[str, ...] = ("--site", "polaris")) -> Path:
+              site: tuple[str, ...] = ("--site", "polaris", "--set", "resources.account=PROJECT")) -> Path:
     """A collected sweep of seqpar runs without a profile (tool none) from the H200 workload results
     of benchmarks/gpu/data (`results`: one `runN/seqpar/NAME` per rendered point, in point order);
     returns the workdir."""
@@ -280,7 +280,7 @@ def test_site_peaks_override_the_known_gpus(repo: Path, tmp_path: Path) -> None:
     (tmp_path / "site.yaml").write_text(site + "peaks:\n  tflops: {bfloat16: 1000}\n  nvlink_GBps: 400\n"
                                         "  source: measured by the site's acceptance tests\n")
     work = gpu_sweep(repo, tmp_path, "{workload.args.precision: [bfloat16], resources.ranks_per_node: [2]}", 1,
-                     [SWEEP_2X2[1][6]], "20261121-000021-a5a1aa", site=("--site-file", str(tmp_path / "site.yaml")))
+                     [SWEEP_2X2[1][6]], "20261121-000021-a5a1aa", site=("--site-file", str(tmp_path / "site.yaml"), "--set", "resources.account=PROJECT"))
     html = tmp_path / "site.html"
     hpcprof("report", "--html", str(html), "--workdir", str(work), cwd=tmp_path)
     said = "\n".join(findings(html))
@@ -290,7 +290,7 @@ def test_site_peaks_override_the_known_gpus(repo: Path, tmp_path: Path) -> None:
     assert "site polaris: measured by the site&#x27;s acceptance tests" in html.read_text()
     (tmp_path / "bad.yaml").write_text(site + "peaks:\n  tflops: {bfloat16: -1}\n")
     res = subprocess.run([sys.executable, "-m", "hpcprof", "render", str(repo / "examples" / "seqpar_polaris.yaml"),
-                          "--site-file", str(tmp_path / "bad.yaml"), "-o", "bad"], cwd=tmp_path, capture_output=True,
+                          "--site-file", str(tmp_path / "bad.yaml"), "--set", "resources.account=PROJECT", "-o", "bad"], cwd=tmp_path, capture_output=True,
                          text=True, timeout=120, check=False)
     assert res.returncode == 2 and "peaks" in res.stderr and "Traceback" not in res.stderr
     assert not (tmp_path / "bad").exists()

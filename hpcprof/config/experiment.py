@@ -272,6 +272,10 @@ def resolve_point(index: int, params: dict[str, Any], experiment: Experiment, wo
                         f"{site.defaults.max_walltime}")
     check_queue(site, res.queue or site.defaults.queue, res.nodes, walltime, where)
     account = res.account or site.defaults.account
+    if site.require_account and not account:
+        raise UserError(f"{where}: field 'resources.account': site {site.name} requires an account (the project "
+                        f"charged); set resources.account (e.g. --set resources.account=PROJECT) or the site's "
+                        "defaults.account (hpcprof sites init --account PROJECT)")
     if site.gpu_account_suffix and site.node.gpus and account and not account.endswith(site.gpu_account_suffix):
         raise UserError(f"{where}: field 'resources.account': {account} is not a GPU allocation; GPU jobs on "
                         f"{site.name} charge accounts ending in {site.gpu_account_suffix}: use "

@@ -10,7 +10,7 @@ import click
 from rich.console import Console
 
 from hpcprof.errors import FiniteRange, UserError
-from hpcprof.run_commands import workdir_option
+from hpcprof.run_commands import with_site_lookup, workdir_option
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -27,6 +27,7 @@ def write_atomic(path: Path, data: str | bytes) -> None:
 
 
 @click.command()
+@with_site_lookup
 @selection
 @workdir_option
 @click.option("--baseline", metavar="RUN", help="Add ratios to this run (one of the compared runs) and a verdict "
@@ -82,6 +83,7 @@ def gate(df: pd.DataFrame, pct: float) -> None:
 
 
 @click.command()
+@with_site_lookup
 @selection
 @workdir_option
 @click.option("--full", is_flag=True, help="Also print every result table (per-event tables included).")

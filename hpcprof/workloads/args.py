@@ -155,3 +155,23 @@ def launch_argv(args: WorkloadArgs, python: str) -> list[str]:
     """The argv one rank runs for these args (seqpar or ddp, chosen by the model's type)."""
     kind = next(k for k, model in ARGS_MODELS.items() if isinstance(args, model))
     return kind_argv(kind, args, python)
+
+
+#: Echo's global_config.json keys hpcprof does not read (the site config names the tools), and
+#: what replaces each
+ECHO_IGNORED_GLOBAL_KEYS = {"python_path": "paths.python", "nsys_path": "paths.nsys", "ncu_path": "paths.ncu"}
+
+
+def echo_global_config_notes(folder: Path) -> list[str]:
+    """One warning line per global_config.json key of an Echo folder that hpcprof ignores (the
+    tool paths: the site's `paths:` are used), so that they are not ignored silently."""
+    import json
+
+    path = Path(folder) / "global_config.json"
+    try:
+        keys = json.loads(path.read_text()) if path.is_file() else {}
+    except (OSError, ValueError):
+        return []   # the workload reports a damaged file itself
+    ignored = [k for k in ECHO_IGNORED_GLOBAL_KEYS if isinstance(keys, dict) and keys.get(k)]
+    return [f"warning: {path}: {key} is ignored; hpcprof runs the site's {ECHO_IGNORED_GLOBAL_KEYS[key]} "
+            f"({key}={keys[key]!r} in Echo)" for key in ignored]

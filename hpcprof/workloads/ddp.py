@@ -33,7 +33,7 @@ from hpcprof.workloads.args import DdpArgs, launch_argv  # noqa: F401  (re-expor
 
 REQUIRED_FUNCTIONS = ("get_model", "get_dataloader", "forward_pass", "backward_pass")
 LOCAL_CONFIG_KEYS = ("world_size", "cap_size", "epochs", "batchsize", "warmup_epochs")
-GLOBAL_CONFIG_KEYS = ("cuda_visible_devices", "cuda_version_check")  # others (tool paths) are read by submit
+GLOBAL_CONFIG_KEYS = ("cuda_visible_devices", "cuda_version_check")  # the tool paths: ignored, with a warning
 PHASES = ["forward", "backward", "optimizer", "step"]
 RESULTS_FILE = "ddp_steps.json"
 SCHEMA = "hpcprof.ddp/1"
@@ -108,6 +108,11 @@ def resolve_args(args: DdpArgs) -> DdpArgs:
     merged: dict[str, Any] = {}
     if args.echo_input is not None:
         echo = load_echo_input(args.echo_input)
+        if os.environ.get("HPCPROF_RANK", "0") == "0":  # submit said it too; `bench ddp` users see it here
+            from hpcprof.workloads.args import echo_global_config_notes
+
+            for line in echo_global_config_notes(echo.folder):
+                print(f"hpcprof: {line}", file=sys.stderr)
         for path, values in (
             (echo.folder / "local_config.json", echo.local_config),
             (echo.folder / "global_config.json", {k: echo.global_config[k] for k in GLOBAL_CONFIG_KEYS if k in echo.global_config}),

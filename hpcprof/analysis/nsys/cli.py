@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import glob
+import math
 import sys
 from contextlib import ExitStack
 from pathlib import Path
@@ -84,13 +85,46 @@ def _finish(failures: int, total: int) -> None:
         raise UserError(f"{failures} of {total} input file(s) could not be processed (see messages above)")
 
 
+#: `nsys stats --format table` cells: thousands separators, the CSV's decimals (7,541,095.4)
+TABLE_CELLS = {"i": "{:,d}", "f1": "{:,.1f}", "f3": "{:,.3f}"}
+
+
+def _table_cell(value: object, fmt: str, null: str) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return null
+    if fmt in TABLE_CELLS and not isinstance(value, str):
+        return TABLE_CELLS[fmt].format(int(value) if fmt == "i" else float(value))  # type: ignore[call-overload]
+    return str(value)
+
+
+def _emit_stats_table(df: pd.DataFrame | Table, out: TextIO, title: str | None) -> None:
+    """A stats report as a table with nsys's number formatting."""
+    from rich.console import Console
+    from rich.table import Table as RichTable
+
+    from hpcprof.analysis.nsys.stats import Table as StatsTable
+
+    table = df if isinstance(df, StatsTable) else StatsTable.from_frame(df)
+    shown = RichTable(title=title, show_lines=False)
+    for name, fmt in zip(table.columns, table.formats):
+        shown.add_column(name, justify="right" if fmt in TABLE_CELLS else "left")
+    cells = [[_table_cell(v, fmt, table.null) for v in values.tolist()]
+             for values, fmt in zip(table.columns.values(), table.formats)]
+    for row in zip(*cells):
+        shown.add_row(*row)
+    Console(file=out, width=200).print(shown)
+
+
 def _emit(df: pd.DataFrame | Table | small.Report, fmt: str, out: TextIO, title: str | None = None) -> None:
     if isinstance(df, small.Report):
         small.write_csv(df, out)
-    elif fmt == "csv" and (hasattr(df, "formats") or "formats" in df.attrs):    # a stats Table or its DataFrame
+    elif fmt in ("csv", "table") and (hasattr(df, "formats") or "formats" in df.attrs):  # a stats Table/its frame
         from hpcprof.analysis.nsys.stats import write_csv
 
-        write_csv(df, out)
+        if fmt == "csv":
+            write_csv(df, out)
+        else:
+            _emit_stats_table(df, out, title)
     else:
         from hpcprof.output import emit
 
@@ -235,8 +269,15 @@ def overlap_cmd(files: tuple[Path, ...], rank_map: str | None, fmt: str, output:
 def gaps_cmd(files: tuple[Path, ...], threshold_ms: float, rank_map: str | None, fmt: str,
              output: str | None) -> None:
     """GPU idle gaps over a threshold per process and device (nsys's gpu_gaps rule)."""
-    _run_analysis(files, rank_map, fmt, output, "gaps",
-                  lambda act: dist.gaps(act, int(threshold_ms * 1_000_000)))
+    def said_when_none(df: pd.DataFrame) -> pd.DataFrame:
+        if df.empty:
+            click.echo(f"gaps: no GPU idle gap over {threshold_ms:g} ms in {len(files)} file(s) "
+                       "(a lower --threshold-ms shows shorter ones)", err=True)
+        return df
+
+    ns = int(threshold_ms * 1_000_000)
+    _run_analysis(files, rank_map, fmt, output, "gaps", lambda act: said_when_none(dist.gaps(act, ns)),
+                  per_file=lambda act: dist.gaps(act, ns), across_ranks=said_when_none)
 
 
 @nsys.command("phases")
