@@ -348,7 +348,7 @@ def isolation_cases(fx: Fixtures) -> list[Case]:
                 part.write_bytes(b"")
             else:  # garbage in the data pages, the footer intact
                 part.write_bytes(data[:4] + os.urandom(len(data) // 2 - 4) + data[len(data) // 2:])
-            again = [cli("collect", cwd=work)]  # the next collect makes the part again (before: every one failed)
+            again = [cli("collect", run_dir.name, cwd=work)]  # named: collected again, the part made again
             if any("Traceback" in r.stderr for r in again):
                 return TRACEBACK
             if any(r.returncode != 0 for r in again):
@@ -435,7 +435,7 @@ def leftover_cases(fx: Fixtures) -> list[Case]:
         for attempt in range(3):
             shutil.rmtree(run_dir / "derived", ignore_errors=True)
             shutil.rmtree(run_dir / "results", ignore_errors=True)
-            proc = subprocess.Popen([sys.executable, "-m", "hpcprof", "collect", "--workdir", "hpcprof-runs"],
+            proc = subprocess.Popen([sys.executable, "-m", "hpcprof", "collect", run_dir.name],
                                     cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
             started = time.monotonic()
             while proc.poll() is None and not temporaries(run_dir):
@@ -444,7 +444,7 @@ def leftover_cases(fx: Fixtures) -> list[Case]:
                 if attempt < 2:
                     continue
                 shutil.rmtree(run_dir / "results", ignore_errors=True)
-                proc = subprocess.Popen([sys.executable, "-m", "hpcprof", "collect", "--workdir", "hpcprof-runs"],
+                proc = subprocess.Popen([sys.executable, "-m", "hpcprof", "collect", run_dir.name],
                                         cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
                 time.sleep((time.monotonic() - started) / 2)
             delay = time.monotonic() - started
@@ -453,7 +453,7 @@ def leftover_cases(fx: Fixtures) -> list[Case]:
             if "Traceback" in err and sig != signal.SIGTERM:
                 return TRACEBACK
             if sig == signal.SIGKILL:
-                again = cli("collect", cwd=work)
+                again = cli("collect", run_dir.name, cwd=work)
                 if again.returncode != 0:
                     return BLOCKED
             if left := temporaries(run_dir):

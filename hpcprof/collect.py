@@ -473,6 +473,14 @@ def collect_run(run: RunDir, store: Store, log: Log = print, executor: Executor 
     if tool != "none" and profile_dir.is_dir():
         step(tool, profiles)
 
+    def missing() -> None:  # a rank the profile was asked of that recorded nothing makes the run partial
+        from hpcprof.analysis.nsys.collect import missing_profiles
+
+        for line in missing_profiles(run.path, config):
+            done.report(Problem(None, line))
+
+    step("profiles", missing)
+
     def echo() -> None:
         from hpcprof.analysis.nsys.echo import echo_slowdown
 

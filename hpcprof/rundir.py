@@ -173,8 +173,8 @@ class RunDir:
         if status.get("cancelled") and code != 0:  # marked only while running: see campaign.cancel
             return JobState(CANCELLED, code, "cancelled by hpcprof")
         if self.done and code is not None:
-            return JobState(COMPLETED if code == 0 else FAILED, code,
-                            "" if code == 0 else f"exit code {code}{self._first_failed_task()}")
+            return JobState(COMPLETED if code == 0 else FAILED, code, "" if code == 0 else status.get(
+                "check") or f"exit code {code}{self._first_failed_task()}")  # check: a failed job-start check
         if self.done:  # the job ended (DONE is written last) but its exit code cannot be read
             shown = status.get("damaged") or (f"{self.path / 'status'}: exit_code={status['exit_code'][:40]!r} is "
                                               "not a number" if "exit_code" in status else

@@ -84,8 +84,8 @@ def test_a_damaged_cached_part_is_made_again(nsys_run: Path) -> None:
     parts[0].write_bytes(parts[0].read_bytes()[:100])          # truncated: its footer is gone
     data = parts[1].read_bytes()                                 # garbage inside, the footer intact
     parts[1].write_bytes(data[:4] + b"\x00" * (len(data) // 2 - 4) + data[len(data) // 2:])
-    ok(hpcprof("collect", cwd=work))
-    ok(hpcprof("collect", cwd=work))
+    ok(hpcprof("collect", nsys_run.name, cwd=work))  # named: collected again (an unnamed collect skips it)
+    ok(hpcprof("collect", nsys_run.name, cwd=work))
     assert read_table(nsys_run, "nsys_cuda_gpu_kern_sum").equals(expected)
     assert collect_status(nsys_run)[0] == "complete"
 

@@ -295,6 +295,10 @@ def resolve_point(index: int, params: dict[str, Any], experiment: Experiment, wo
                         f"{site.defaults.max_walltime}")
     check_queue(site, res.queue or site.defaults.queue, res.nodes, walltime, where)
     account = res.account or site.defaults.account
+    if site.require_account and not account:
+        raise UserError(f"{where}: field 'resources.account': site {site.name} requires an account (the project "
+                        f"charged); set resources.account (e.g. --set resources.account=PROJECT) or the site's "
+                        "defaults.account (hpcprof sites init --account PROJECT)")
     if site.gpu_account_suffix and site.node.gpus and account and not account.endswith(site.gpu_account_suffix):
         raise UserError(f"{where}: field 'resources.account': {account} is not a GPU allocation; GPU jobs on "
                         f"{site.name} charge accounts ending in {site.gpu_account_suffix}: use "
@@ -305,6 +309,13 @@ def resolve_point(index: int, params: dict[str, Any], experiment: Experiment, wo
     if expected is not None and expected != world:
         raise UserError(f"{where}: field 'workload.args.world_size': {expected} but the resources give "
                         f"{world} ranks ({res.nodes} nodes x {ranks_per_node}); make them agree")
+    nsys = experiment.profile.nsys
+    if experiment.profile.tool == "nsys" and nsys.capture_range != "none" and experiment.workload.kind == "command" \
+            and not experiment.profile.window.opened_by_program:
+        # seqpar and ddp open the range around their timed iterations; a command must say it does
+        raise UserError(f"{where}: field 'profile.window.opened_by_program': capture_range {nsys.capture_range} "
+                        "records only what the program opens; set it to true if the program calls "
+                        "cudaProfilerStart/Stop (or pushes the nvtx_capture range), else use capture_range: none")
     if experiment.profile.tool != "none" and not any(
             selection.selects(r, r % ranks_per_node, ranks_per_node) for r in range(world)):
         raise UserError(f"{where}: field 'profile.ranks': {selection} selects none of the {world} ranks")

@@ -125,6 +125,8 @@ TEMPLATE_VARS: dict[str, str] = {
     "tool_args": "the profiler's options",
     "torch_schedule": "torch.profiler's schedule (wait,warmup,active,repeat)",
     "torch_gzip": "1 to gzip torch traces, else 0",
+    "check_python": "the Python whose `import hpcprof` the job checks before any rank starts ('' = no check)",
+    "check_tool": "the profiler binary the job checks is on PATH (and prints the version of) ('' = no check)",
 }
 #: what mpijob.yaml.j2 (Kubernetes) gets besides TEMPLATE_VARS
 MANIFEST_VARS = {
@@ -163,7 +165,13 @@ def template_context(point: Point, site: SiteConfig, run_dir: Path, run_id: str,
     launcher, rank = wrap_launch(container, launch_argv(site, res.nodes, point.ranks_per_node),
                                  rank_argv(exp.workload.kind, exp.workload.argv, point.workload_args, python),
                                  sorted({**site.env, **exp.env}), submit_dir not in (None, run_dir))
+    # job-start checks (the job's own host, so not inside a container or a Kubernetes pod): the ranks'
+    # Python imports hpcprof (built-in workloads and `python -m hpcprof ...` commands), the profiler runs
+    checked = container is None and site.scheduler != "kubernetes"
+    uses_hpcprof = exp.workload.kind != "command" or "hpcprof" in exp.workload.argv[1:3]
     return {
+        "check_python": python if checked and uses_hpcprof else "",
+        "check_tool": tool_path if checked else "",
         "version": hpcprof.__version__,
         "run_id": run_id,
         "experiment": exp.name,
