@@ -10,7 +10,7 @@ set -u
 OUT_DIR=${1:?output directory}
 REPO=$(pwd)
 mkdir -p "$OUT_DIR" /tmp/site /tmp/bin
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .gpu/whl/*.whl .gpu/whl2/*.whl
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site $(ls .gpu/whl*/*.whl)
 export PYTHONPATH=/tmp/site:$REPO PYTHONUNBUFFERED=1
 export LD_LIBRARY_PATH=$REPO/.gpu/libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 command -v nsys >/dev/null || ln -sf "$(ls -d /opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys | tail -1)" /tmp/bin/nsys
