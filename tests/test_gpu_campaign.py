@@ -265,3 +265,39 @@ def test_critical_path_delay_profiler_marks_every_timed_iteration(tmp_path: Path
     prof.export_chrome_trace(str(trace))
     names = [e["name"] for e in json.loads(trace.read_text())["traceEvents"] if e.get("cat") == "user_annotation"]
     assert sorted(n for n in names if n.startswith("ProfilerStep")) == [f"ProfilerStep#{i}" for i in range(4)]
+
+
+def kineto_trace(path: Path, steps: bool) -> Path:
+    """A one-rank Kineto trace by hand: a matmul kernel and an NCCL all-reduce launched inside an
+    `iteration` annotation, in a ProfilerStep#0 when `steps`."""
+    def launch(name: str, ts: float, corr: int) -> list[dict[str, object]]:
+        return [{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": ts, "dur": 2,
+                 "args": {"correlation": corr}},
+                {"ph": "X", "cat": "kernel", "name": name, "ts": ts + 5, "dur": 10,
+                 "args": {"stream": 7 if name.startswith("nccl") else 9, "correlation": corr}}]
+
+    events = [{"ph": "X", "cat": "user_annotation", "name": "iteration", "ts": 100, "dur": 50},
+              *launch("sm90_gemm", 110, 1), *launch("ncclDevKernel_AllReduce_Sum_f32", 130, 2)]
+    if steps:
+        events.append({"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#0", "ts": 99, "dur": 52})
+    path.write_text(json.dumps({"distributedInfo": {"rank": 0, "world_size": 1}, "traceEvents": events}))
+    return path
+
+
+def test_trace_critical_path_says_when_a_trace_has_no_profiler_steps(tmp_path: Path) -> None:
+    """The GPU check's torch traces (no schedule: no ProfilerStep#N) gave an empty table in silence;
+    such a trace is now named with the cause, and the command exits 2."""
+    from hpcprof.analysis.trace import critical_path as trace_cp
+
+    with_steps = kineto_trace(tmp_path / "rank0.pt.trace.json", steps=True)
+    events, errors = trace_cp.load_events([with_steps])
+    assert errors == [] and events is not None and set(events["iteration"]) == {0}
+    (tmp_path / "plain").mkdir()
+    without = kineto_trace(tmp_path / "plain" / "rank0.pt.trace.json", steps=False)
+    events, errors = trace_cp.load_events([without])
+    assert events is None
+    assert errors == [f"{without}: no collective in an iteration: no ProfilerStep#N range with NCCL work "
+                      "launched in it (torch.profiler marks steps only when profile() is given a schedule)"]
+    cli = subprocess.run([sys.executable, "-m", "hpcprof", "trace", "critical-path", str(without)], cwd=REPO,
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert cli.returncode == 2 and "no collective in an iteration: no ProfilerStep#N" in cli.stderr, cli.stderr
