@@ -23,6 +23,16 @@ from hpcprof.workloads import bootstrap
 from hpcprof.workloads.timing import nvtx_range, trace_dir
 
 
+def step_profiler(activities: list[torch.profiler.ProfilerActivity]) -> torch.profiler.profile:
+    """A profiler that records every step and marks each as `ProfilerStep#i` (i = timed iteration).
+
+    torch.profiler writes ProfilerStep annotations only when given a schedule (without one,
+    `record_steps` is off and the trace has no iterations for `hpcprof trace critical-path`); this
+    schedule records every step and never ends a cycle, so nothing is cleared before the export.
+    """
+    return torch.profiler.profile(activities=activities, schedule=lambda step: torch.profiler.ProfilerAction.RECORD)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-s", "--sequence-length", type=int, default=4608)
@@ -70,20 +80,20 @@ def main() -> None:
                 dist.reduce_scatter_tensor(out, full)
 
     with nvtx_range("warmup"):
-        for i in range(args.warmup_iterations):
+        for _ in range(args.warmup_iterations):
             iteration(-1)
     torch.cuda.synchronize()
     dist.barrier()
     torch_tool = os.environ.get("HPCPROF_PROFILE_TOOL") == "torch"
-    prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
-                                              torch.profiler.ProfilerActivity.CUDA]) if torch_tool else None
+    prof = step_profiler([torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]) \
+        if torch_tool else None
     if prof is not None:
         prof.start()
     with nvtx_range("timed"):
         for i in range(args.iterations):
+            if prof is not None and i > 0:
+                prof.step()     # closes ProfilerStep#(i-1), opens ProfilerStep#i
             iteration(i)
-            if prof is not None:
-                prof.step()
     torch.cuda.synchronize()
     if prof is not None:
         prof.stop()

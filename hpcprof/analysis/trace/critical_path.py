@@ -121,7 +121,7 @@ def file_events(path: Path, rank: int | None = None) -> pd.DataFrame:
 
 def load_events(paths: Iterable[Path]) -> tuple[pd.DataFrame | None, list[str]]:
     """Every trace's events, one file at a time; (events of the usable files or None, one error line
-    per file that could not be used)."""
+    per file that could not be used, or that has no iteration)."""
     parts, errors = [], []
     for path in paths:
         try:
@@ -129,7 +129,11 @@ def load_events(paths: Iterable[Path]) -> tuple[pd.DataFrame | None, list[str]]:
         except TraceError as exc:
             errors.append(str(exc))
             continue
+        if events.empty:  # torch.profiler writes ProfilerStep#N only under a schedule: say so, never 0 rows
+            errors.append(f"{path}: no collective in an iteration: no ProfilerStep#N range with NCCL work "
+                          "launched in it (torch.profiler marks steps only when profile() is given a schedule)")
+            continue
         parts.append(events)
     if not parts:
         return None, errors
-    return pd.concat([p for p in parts if len(p)] or parts[:1], ignore_index=True), errors
+    return pd.concat(parts, ignore_index=True), errors
