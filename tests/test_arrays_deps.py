@@ -146,7 +146,8 @@ def test_resubmit_refuses_a_running_run(tmp_path: Path) -> None:
 
 
 def test_pbs_array_and_after_on_openpbs(openpbs: dict[str, str], tmp_path: Path) -> None:  # noqa: F811
-    two = SWEEP.replace("[a, b, c]", "[a, b]")
+    # 12 s per point: the array must still run when the dependent job is submitted, also on a loaded machine
+    two = SWEEP.replace("[a, b, c]", "[a, b]").replace("sleep 3", "sleep 12")
     ids = submitted(hpcprof(tmp_path, "submit", experiment(tmp_path, "sweep", two), "--site", "pbs-local",
                             "--array", env=openpbs))
     jobs = sorted(ids.values())
