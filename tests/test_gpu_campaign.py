@@ -193,9 +193,8 @@ def welch_p(a: list[float], b: list[float]) -> float:
 
 
 def test_two_fp32_repetitions_show_no_significant_change(campaign: tuple[Path, object]) -> None:
-    """`compare RUN1 RUN2 --baseline RUN1` folds two repetitions of one point into one row (the baseline):
-    the two runs are judged as two points here through the verdict code compare uses, each run's 50
-    iteration times (mean over ranks) against the other's."""
+    """The two fp32 repetitions judged through the verdict code compare uses, each run's 50 iteration
+    times (mean over ranks) against the other's, checked against an independent Welch p."""
     from hpcprof.report.compare import comparison, load, select_runs, with_baseline
     from hpcprof.report.verdict import ITERATION, add_verdicts, iteration_samples
 
@@ -301,3 +300,16 @@ def test_trace_critical_path_says_when_a_trace_has_no_profiler_steps(tmp_path: P
     cli = subprocess.run([sys.executable, "-m", "hpcprof", "trace", "critical-path", str(without)], cwd=REPO,
                          capture_output=True, text=True, timeout=120, check=False)
     assert cli.returncode == 2 and "no collective in an iteration: no ProfilerStep#N" in cli.stderr, cli.stderr
+
+
+def test_compare_two_repetitions_against_each_other(campaign: tuple[Path, object]) -> None:
+    """`compare RUN0 RUN1 --baseline RUN0` on two repetitions of one point: the baseline run is its own
+    row and the other is judged against it (the verdict of the test above, through the command)."""
+    workdir, _ = campaign
+    result = hpcprof("compare", *FP32, "--baseline", FP32[0], "--format", "json", workdir=workdir)
+    assert result.returncode == 0, result.stderr
+    rows = json.loads(result.stdout)
+    assert [r["run"] for r in rows] == [FP32[0], FP32[1]]
+    assert rows[1]["verdict"] == "no significant change"
+    assert rows[1]["change_pct"] == pytest.approx(0.0116, abs=0.0005)
+    assert rows[1]["p_value"] == pytest.approx(0.814, abs=0.001)

@@ -165,11 +165,27 @@ def with_baseline(df: pd.DataFrame, base_index: int) -> pd.DataFrame:
     return out
 
 
+def separate_baseline(df: pd.DataFrame, baseline: str) -> pd.DataFrame:
+    """When every selected run is a repetition of the baseline run's point (`compare RUN1 RUN2
+    --baseline RUN1`), a `baseline` parameter column (the run id on its row, empty on the others), so
+    the baseline run is its own row and the other repetitions fold into one row judged against it.
+    Across sweep points the baseline stays the whole point, its repetitions folded."""
+    if REPEAT not in df or baseline not in set(df["run"]):
+        return df
+    labels = point_labels(df, param_columns(df), "|")
+    base_label = labels[df["run"] == baseline].iloc[0]
+    if len(df) < 2 or not (labels == base_label).all():
+        return df
+    out = df.copy()
+    out.insert(list(out.columns).index("state"), "baseline", (out["run"] == baseline).map({True: baseline, False: ""}))
+    return out
+
+
 def judged(infos: list[RunInfo], baseline: str) -> pd.DataFrame:
     """The folded comparison of `infos` with baseline ratios and verdicts against run `baseline`."""
     from hpcprof.report.verdict import ITERATION, add_verdicts, iteration_samples
 
-    per_run_df = comparison(infos)
+    per_run_df = separate_baseline(comparison(infos), baseline)
     df = fold_repetitions(per_run_df)
     base_index = baseline_row(df, baseline)
     per_run = dict(zip(per_run_df["run"], per_run_df[ITERATION])) if ITERATION in per_run_df else {}
