@@ -565,28 +565,52 @@ def _grid_block(d: dict[str, np.ndarray], prefix: str) -> np.ndarray:
 
 
 def cuda_gpu_kern_gb_sum(export: Export, layout: str = NEW, variant: str = "demangled") -> Table:
-    """Kernels per (name, grid, block): nsys 2022.4's `gpukernsum`, today's `cuda_gpu_kern_gb_sum`."""
+    """Kernels per (name, grid, block): nsys 2022.4's `gpukernsum`, today's `cuda_gpu_kern_gb_sum`.
+
+    2022.4 groups by (nameId, grid text, block text) and orders by total only, ties in that
+    GROUP BY order. nsys 2024+ groups by (name text, gridX, gridY, gridZ, blockX, blockY, blockZ)
+    and orders by total descending, count ascending, name, ties in that GROUP BY order: the
+    dimensions as numbers, so a grid of 13000 comes after one of 2048 (as text it would not)."""
     _need(export, KERNEL, "CUDA kernel data")
     fast = _kern_gb_packed(export, variant)
-    if fast is not None:
+    names = export.strings(fast[0].astype(np.int64)) if fast is not None else None
+    if fast is not None and (layout == OLD or _distinct(names)):
         ids, g, grid_s, block_s = fast
-    else:
+    else:   # values that do not pack, or (2024+) two name ids with one text: group the columns
         dims = ("gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ")
         d = kernels(export, dims, variant)
-        dur = d["end"] - d["start"]
-        # group the dims first (few distinct), then (nameId, grid, block) with grid/block as text
+        # group the dims first (few distinct), then (name, grid, block) with grid/block as text
         dcodes, dparts = group_codes(*(d[c] for c in dims))
         grid_u = _grid_block(dict(zip(dims, dparts)), "grid")
         block_u = _grid_block(dict(zip(dims, dparts)), "block")
         gcodes, (grid_u,) = group_codes(grid_u)
         bcodes, (block_u,) = group_codes(block_u)
-        codes, (ids, gi, bi) = group_codes(d["nameId"], gcodes[dcodes], bcodes[dcodes])
-        g = Groups(codes, dur, len(ids))
+        if layout == OLD:
+            name_key = d["nameId"]
+        else:
+            name_key, name_texts = _kernel_name_codes(export, d["nameId"])
+        codes, (ids, gi, bi) = group_codes(name_key, gcodes[dcodes], bcodes[dcodes])
+        g = Groups(codes, d["end"] - d["start"], len(ids))
         grid_s, block_s = grid_u[gi.astype(np.int64)], block_u[bi.astype(np.int64)]
-    names = export.strings(ids.astype(np.int64))
+        names = export.strings(ids.astype(np.int64)) if layout == OLD else name_texts[ids.astype(np.int64)]
     cols = g.summary("Instances", layout) | {"GridXYZ": grid_s, "BlockXYZ": block_s, "Name": names}
-    order = by_total(g.total) if layout == OLD else by_total(g.total, g.count, _rank(names))
+    if layout == OLD:
+        order = by_total(g.total)
+    else:
+        order = by_total(g.total, g.count, _rank(names), *_dims_of(grid_s), *_dims_of(block_s))
     return frame(cols, SUMMARY_FMT + ["s", "s", "s"], order, null=_null(layout))
+
+
+def _distinct(names: np.ndarray) -> bool:
+    """Whether no two entries of `names` (text, None for an unknown id) are equal."""
+    values = [None if v is None or v != v else v for v in names.tolist()]
+    return len(set(values)) == len(values)
+
+
+def _dims_of(texts: np.ndarray) -> list[np.ndarray]:
+    """The three numbers of each "%4d %4d %4d" text, as three int64 arrays."""
+    parts = np.array([[int(x) for x in t.split()] for t in texts.tolist()], dtype=np.int64).reshape(-1, 3)
+    return [parts[:, 0], parts[:, 1], parts[:, 2]]
 
 
 def _dims_text(packed: np.ndarray, shifts: tuple[int, int], mask: int) -> np.ndarray:
