@@ -603,7 +603,7 @@ def cuda_gpu_kern_gb_sum(export: Export, layout: str = NEW, variant: str = "dema
 
 def _distinct(names: np.ndarray) -> bool:
     """Whether no two entries of `names` (text, None for an unknown id) are equal."""
-    values = [None if v is None or v != v else v for v in names.tolist()]
+    values = [v if isinstance(v, str) else None for v in names.tolist()]
     return len(set(values)) == len(values)
 
 
