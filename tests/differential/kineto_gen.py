@@ -45,6 +45,7 @@ def rank_events(rng: random.Random, ns: bool, overlap: bool = False) -> list[dic
         kind = rng.random()
         if overlap:        # compute on the first stream, NCCL on the second, both long
             kind = 0.2 if rng.random() < 0.4 else 0.9
+        if kind < 0.15:
             name, cat, api = rng.choice(MEMORY)
         elif kind < 0.35:
             name, cat, api = rng.choice(COMM), "kernel", "cudaLaunchKernel"

@@ -1063,6 +1063,18 @@ def _with(func: Callable[..., Table], layout: str) -> Report:
     return run
 
 
+def _trace_report(name: str) -> Callable[..., Table]:
+    """Report `name` of hpcprof.analysis.nsys.traces (imported when run, as it imports this module)."""
+    def run(export: Export, layout: str = OLD) -> Table:
+        from hpcprof.analysis.nsys import traces
+        return getattr(traces, name)(export, layout)
+    run.__doc__ = f"See hpcprof.analysis.nsys.traces.{name}."
+    return run
+
+
+cuda_api_trace = _trace_report("cuda_api_trace")
+cuda_kern_exec_trace = _trace_report("cuda_kern_exec_trace")
+
 REPORTS: dict[str, Report] = {
     "cuda_gpu_kern_sum": _with(cuda_gpu_kern_sum, NEW),
     "cuda_gpu_kern_gb_sum": _with(cuda_gpu_kern_gb_sum, NEW),
@@ -1087,13 +1099,16 @@ REPORTS: dict[str, Report] = {
     "osrtsum": _with(osrt_sum, OLD),
     "gputrace": _with(cuda_gpu_trace, OLD),
     "kernexecsum": _with(cuda_kern_exec_sum, OLD),
+    "cudaapitrace": _with(cuda_api_trace, OLD),
+    "kernexectrace": _with(cuda_kern_exec_trace, OLD),
 }
 # the tables each report reads (to start the largest reports first)
 _TABLES = {cuda_gpu_kern_sum: (KERNEL,), cuda_gpu_kern_gb_sum: (KERNEL,), cuda_api_sum: (RUNTIME,),
            cuda_gpu_mem_time_sum: (MEMCPY, MEMSET), cuda_gpu_mem_size_sum: (MEMCPY, MEMSET),
            cuda_gpu_sum: (KERNEL, MEMCPY, MEMSET), nvtx_sum: (NVTX,), nvtx_pushpop_sum: (NVTX,),
            nvtx_startend_sum: (NVTX,), osrt_sum: (OSRT,), cuda_gpu_trace: (KERNEL, MEMCPY, MEMSET),
-           cuda_kern_exec_sum: (KERNEL, RUNTIME)}
+           cuda_kern_exec_sum: (KERNEL, RUNTIME), cuda_api_trace: (RUNTIME,),
+           cuda_kern_exec_trace: (KERNEL, RUNTIME)}
 REPORT_TABLES: dict[str, tuple[str, ...]] = {name: _TABLES[report.__wrapped__]  # type: ignore[attr-defined]
                                              for name, report in REPORTS.items()}
 SUMMARY_REPORTS = ("cuda_gpu_kern_sum", "cuda_api_sum", "cuda_gpu_mem_time_sum", "cuda_gpu_mem_size_sum",
