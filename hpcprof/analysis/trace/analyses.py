@@ -94,7 +94,13 @@ def temporal_breakdown(traces: Sequence[RankTrace]) -> pd.DataFrame:
         starts, ends = _busy(t.gpu)
         kernel_time = ends[-1] - starts[0]
         idle = kernel_time - (ends - starts).sum()
-        cs, ce = _busy(t.gpu, _types(t.gpu) == COMP)
+        # HTA merges the compute kernels taken from all GPU events as its first merge left them:
+        # sorted by start in place (its quicksort's order of equal starts decides where an
+        # event of negative duration falls)
+        ts, end = t.gpu["ts"].to_numpy(), t.gpu["end"].to_numpy()
+        by_start = _hta_order(ts)
+        comp = by_start[(_types(t.gpu) == COMP)[by_start]]
+        cs, ce = _merge(ts[comp], end[comp])
         compute = (ce - cs).sum()
         rows.append((t.rank, idle, compute, kernel_time - compute - idle, kernel_time))
     df = pd.DataFrame(rows, columns=["rank", "idle_time(us)", "compute_time(us)",
