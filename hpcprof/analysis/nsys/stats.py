@@ -15,7 +15,12 @@ decimal as that nsys rounds (SQLite 3.36's long-double printf for 2022.4, for 20
 exact binary value rounded half away from zero: 239194.65 is 239194.6499.. and prints .6);
 StdDev is the sample standard deviation (0 for fewer than 2 values);
 Time % = round(100·total/Σtotal, 1); rows sorted by total, descending, ties in
-GROUP BY order (the key order SQLite's sorter leaves them in).
+GROUP BY order (the key order SQLite's sorter leaves them in: SQLite's ORDER BY sort is
+stable, so rows with equal sort keys keep the order the grouping produced them in). The
+GROUP BY keys are each report's own: 2022.4's gpukernsum groups by (nameId, grid text, block
+text); 2024+'s cuda_gpu_kern_gb_sum by (name text, gridX, gridY, gridZ, blockX, blockY, blockZ)
+as numbers and orders by total descending, count ascending, name (so of two tied grids 2048
+comes before 13000, which the text "%4d" order puts first).
 
 Speed: the summary reports read each table once, with as few columns as possible (the
 ADBC driver's cost is per row and per value moved): a group key and the duration packed
