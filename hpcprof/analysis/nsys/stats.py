@@ -578,7 +578,7 @@ def cuda_gpu_kern_gb_sum(export: Export, layout: str = NEW, variant: str = "dema
     dimensions as numbers, so a grid of 13000 comes after one of 2048 (as text it would not)."""
     _need(export, KERNEL, "CUDA kernel data")
     fast = _kern_gb_packed(export, variant)
-    names = export.strings(fast[0].astype(np.int64)) if fast is not None else None
+    names = export.strings(fast[0].astype(np.int64)) if fast is not None else np.empty(0, dtype=object)
     if fast is not None and (layout == OLD or _distinct(names)):
         ids, g, grid_s, block_s = fast
     else:   # values that do not pack, or (2024+) two name ids with one text: group the columns
