@@ -34,7 +34,8 @@ from nsys_exports import TIE_SEEDS, derive  # noqa: E402
 REPO = Path(__file__).resolve().parents[1]
 NSYS_2022 = Path("/usr/lib/x86_64-linux-gnu/nsight-systems/target-linux-x64/nsys")
 OLD_REPORTS = ["gpukernsum", "cudaapisum", "gpumemtimesum", "gpumemsizesum", "gpusum", "nvtxsum", "nvtxppsum",
-               "nvtxsesum", "osrtsum", "gputrace", "kernexecsum", "cudaapitrace", "kernexectrace"]
+               "nvtxsesum", "osrtsum", "gputrace", "kernexecsum", "cudaapitrace", "kernexectrace",
+               "apigpusum"]
 NEW_REPORTS = sorted(name for name in REPORTS if "_" in name)
 # nsys 2025.3.1 gold per seed range (stored as .tar.xz, unpacked by fixture_files)
 GOLD_2025 = {"plain": "gold_generated_2025.3.1.tar", "ties": "gold_generated_ties_2025.3.1.tar"}

@@ -696,9 +696,17 @@ def cuda_gpu_mem_size_sum(export: Export, layout: str = NEW) -> Table:
     return frame(cols, ["f3", "i", "f3", "f3", "f3", "f3", "f3", "s"], by_total(g.total), null=_null(layout))
 
 
-def cuda_gpu_sum(export: Export, layout: str = NEW, variant: str = "demangled") -> Table:
-    """Kernels and memory operations together, per name, with a Category column."""
+def cuda_gpu_sum(export: Export, layout: str = NEW, variant: str = "demangled", api: bool = False) -> Table:
+    """Kernels and memory operations together, per name, with a Category column; `api`: CUDA API
+    calls too, first (nsys 2022.4's `apigpusum`), their names without a `_vNNNN` suffix."""
     names, values, cats = [], [], []
+    if api and export.has(RUNTIME):
+        rt = export.table(RUNTIME)
+        r = export.ints(sa.select(rt.c.nameId, (rt.c.end - rt.c.start).label("dur")))
+        id_codes, (uid,) = group_codes(r["nameId"])
+        names.append(clean_api_name(export.strings(uid.astype(np.int64)))[id_codes])
+        values.append(r["dur"])
+        cats.append(np.full(len(id_codes), "CUDA_API", dtype=object))
     if export.has(KERNEL):
         d = kernels(export, (), variant)
         codes, uniq = _kernel_name_codes(export, d["nameId"])
@@ -713,7 +721,8 @@ def cuda_gpu_sum(export: Export, layout: str = NEW, variant: str = "demangled") 
     except MissingData:
         pass
     if not names:
-        raise MissingData("no GPU kernel/memory operations data")
+        raise MissingData("no CUDA API, GPU kernel, nor memory operations data" if api
+                          else "no GPU kernel/memory operations data")
     allnames = np.concatenate(names)
     allcats = np.concatenate(cats)
     codes, (uniq,) = group_codes(allnames)
@@ -722,6 +731,11 @@ def cuda_gpu_sum(export: Export, layout: str = NEW, variant: str = "demangled") 
     category[codes] = allcats                       # SQLite reports a bare column from the last row
     cols = g.summary("Instances", layout) | {"Category": category, "Operation": uniq}
     return frame(cols, SUMMARY_FMT + ["s", "s"], by_total(g.total), null=_null(layout))
+
+
+def cuda_api_gpu_sum(export: Export, layout: str = OLD, variant: str = "demangled") -> Table:
+    """CUDA API calls, kernels and memory operations together, per name (`apigpusum`)."""
+    return cuda_gpu_sum(export, layout, variant, api=True)
 
 
 def _nvtx_summary(export: Export, event_types: tuple[int, ...], layout: str, style: bool) -> Table:
@@ -1105,6 +1119,7 @@ REPORTS: dict[str, Report] = {
     "gputrace": _with(cuda_gpu_trace, OLD),
     "kernexecsum": _with(cuda_kern_exec_sum, OLD),
     "cudaapitrace": _with(cuda_api_trace, OLD),
+    "apigpusum": _with(cuda_api_gpu_sum, OLD),
     "kernexectrace": _with(cuda_kern_exec_trace, OLD),
 }
 # the tables each report reads (to start the largest reports first)
@@ -1113,6 +1128,7 @@ _TABLES = {cuda_gpu_kern_sum: (KERNEL,), cuda_gpu_kern_gb_sum: (KERNEL,), cuda_a
            cuda_gpu_sum: (KERNEL, MEMCPY, MEMSET), nvtx_sum: (NVTX,), nvtx_pushpop_sum: (NVTX,),
            nvtx_startend_sum: (NVTX,), osrt_sum: (OSRT,), cuda_gpu_trace: (KERNEL, MEMCPY, MEMSET),
            cuda_kern_exec_sum: (KERNEL, RUNTIME), cuda_api_trace: (RUNTIME,),
+           cuda_api_gpu_sum: (RUNTIME, KERNEL, MEMCPY, MEMSET),
            cuda_kern_exec_trace: (KERNEL, RUNTIME)}
 REPORT_TABLES: dict[str, tuple[str, ...]] = {name: _TABLES[report.__wrapped__]  # type: ignore[attr-defined]
                                              for name, report in REPORTS.items()}
