@@ -1,6 +1,6 @@
 """Try hpcprof on bad input, damaged files and job faults, and count what happened.
 
-    python benchmarks/reliability.py [--slurm] [--fixtures DIR]
+    python benchmarks/reliability.py [--slurm] [--fixtures DIR] [--group NAME ...]
 
 Every case runs the real `hpcprof` command line in a subprocess (real local runs under MPICH,
 real damaged exports, with --slurm also the local one-node Slurm), then is classed as:
@@ -10,9 +10,16 @@ real damaged exports, with --slurm also the local one-node Slurm), then is class
               (a killed stranger, a rewritten final state, a good file's result missing, a
               run directory the store does not know, a file created by a read-only command)
   traceback   a Python traceback reached the user
-  accepted    bad input taken without a word (exit 0)
-  other       none of the above (e.g. a wrong state, a wrong exit code)
-Prints one line per case that is not handled, then the counts (goal: lost data 0, tracebacks 0).
+  accepted    bad input taken without a word (exit 0), or a result silently incomplete (a
+              rank file not read and the run `complete`, exit 0)
+  blocked     one damaged file stopped the work on the others (a healthy run not shown, a
+              healthy site not listed, a collect that keeps failing on its own damaged cache)
+  left behind a file left by a failed, refused or interrupted command (a temporary, a 0-byte or
+              half-written output, a store, workdir or lock file of a read-only command)
+  other       none of the above (e.g. a wrong state, a wrong exit code, a 1 MB error line)
+Groups (--group, repeatable; default all): input, damaged, jobs, faults (the cases of issue 22:
+files touched, silently incomplete results, damage isolation, leftovers), slurm (with --slurm).
+Prints one line per case that is not handled, then the counts (goal: all but handled 0).
 """
 
 from __future__ import annotations
@@ -30,17 +37,19 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(os.environ.get("HPCPROF_FIXTURES", REPO.parent / "shared" / "fixtures"))
 BASE = 'name: t\nworkload:\n  kind: command\n  argv: ["true"]\n'
 HANDLED, LOST, TRACEBACK, ACCEPTED, OTHER = "handled", "lost data", "traceback", "accepted in silence", "other"
+BLOCKED, LEFT = "blocked", "left behind"
 
 
-def cli(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def cli(*args: str, cwd: Path, timeout: float = 300, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "hpcprof", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout)
+                          timeout=timeout, env={**os.environ, **(env or {})})
 
 
 def one_line(result: subprocess.CompletedProcess[str]) -> str:
@@ -393,33 +402,54 @@ def slurm_cases(tmp: Path) -> list[tuple[str, Callable[[], str]]]:
             ("slurm: cancel a FAILED job", final)]
 
 
+GROUPS = ("input", "damaged", "jobs", "faults", "slurm")
+
+
 def main() -> None:
+    from reliability_faults import fault_cases  # the cases of issue 22
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--slurm", action="store_true", help="also the cases on the local one-node Slurm")
     parser.add_argument("--fixtures", type=Path, default=FIXTURES)
+    parser.add_argument("--group", action="append", choices=GROUPS, help="only these groups of cases")
+    parser.add_argument("--only", default="", help="only the cases whose label holds this text")
+    parser.add_argument("--jobs", type=int, default=1, help="cases run at once (default 1: timings as measured alone)")
     args = parser.parse_args()
+    groups = set(args.group or GROUPS)
     counts: Counter[str] = Counter()
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="hpcprof-reliability-") as name:
         tmp = Path(name)
-        cases = [*bad_input_cases(tmp, args.fixtures), *damaged_cases(tmp, args.fixtures), *job_cases(tmp)]
-        if args.slurm:
-            cases += slurm_cases(tmp)
-        for label, case in cases:
+        makers = {"input": bad_input_cases, "damaged": damaged_cases, "jobs": lambda t, f: job_cases(t),
+                  "faults": fault_cases, "slurm": lambda t, f: slurm_cases(t) if args.slurm else []}
+        cases = [case for group in GROUPS if group in groups for case in makers[group](tmp, args.fixtures)
+                 if args.only in case[0]]
+        def attempt(case: Callable[[], str]) -> tuple[str, float]:
+            start = time.monotonic()
             try:
                 outcome = case()
             except Exception as exc:  # noqa: BLE001 - a harness failure is counted, not hidden
                 outcome = f"{OTHER} (harness: {type(exc).__name__}: {exc})"
-            counts[outcome.split(" (")[0]] += 1
-            if outcome != HANDLED:
-                print(f"  {outcome}: {label}")
+            return outcome, time.monotonic() - start
+
+        took: dict[str, float] = {}
+        with ThreadPoolExecutor(args.jobs) as pool:  # each case runs its own processes
+            for (label, _), (outcome, seconds) in zip(cases, pool.map(attempt, [case for _, case in cases])):
+                took[label] = seconds
+                counts[outcome.split(" (")[0]] += 1
+                if outcome != HANDLED:
+                    print(f"  {outcome}: {label}", flush=True)
+    slowest = sorted(took, key=took.__getitem__, reverse=True)[:3]
     print(f"cases tried: {sum(counts.values())}")
     print(f"handled (one-line error / recovered): {counts[HANDLED]}")
     print(f"lost data: {counts[LOST]}")
     print(f"tracebacks: {counts[TRACEBACK]}")
     print(f"accepted in silence: {counts[ACCEPTED]}")
+    print(f"blocked: {counts[BLOCKED]}")
+    print(f"left behind: {counts[LEFT]}")
     print(f"other: {counts[OTHER]}")
-    print(f"({time.monotonic() - started:.0f} s{', with Slurm' if args.slurm else ''})")
+    print(f"({time.monotonic() - started:.0f} s{', with Slurm' if args.slurm else ''}, {args.jobs} at a time; slowest: "
+          f"{', '.join(f'{label} {took[label]:.0f} s' for label in slowest)})")
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
+from hpcprof.atomic import atomic_write
 from hpcprof.config import MAX_POINTS
 from hpcprof.errors import UserError
 from hpcprof.rundir import RunDir, new_run_id
@@ -180,9 +181,7 @@ def submit_array(plan_: Plan, runs: list[RunDir], script_text: str, store: Store
     k = point k); each run records its own task id, so status and cancel work per point."""
     scheduler = get_scheduler(plan_.site.scheduler)
     array_dir = runs[0].path.parent / f".{plan_.sweep_id}.array"
-    array_dir.mkdir(parents=True, exist_ok=True)
-    script = array_dir / "array.sh"
-    script.write_text(script_text)
+    script = atomic_write(array_dir / "array.sh", script_text)
     job_ids = scheduler.submit_array(script, array_dir, len(runs), after)
     for run, job_id in zip(runs, job_ids):
         run.record_submission(scheduler.name, job_id)
@@ -261,6 +260,9 @@ def wait(run: RunDir, store: Store, timeout: float | None = None) -> JobState:
 def cancel(run: RunDir, store: Store | None) -> JobState:
     """Cancel the run's job and record the result; a run already ended keeps its state."""
     sub = run.submission
+    if "error" in sub:
+        raise UserError(f"{sub['error']}: the job to cancel is unknown; cancel it with the scheduler's own "
+                        "command (scancel, qdel)")
     before = current_state(run)
     if before.terminal:
         return before

@@ -26,9 +26,10 @@ COMMANDS = {
     "trace": "hpcprof.analysis.trace.cli:trace",
     "ncu": "hpcprof.analysis.ncu.cli:ncu",
     "bench": "hpcprof.workloads.cli:bench",
+    "doctor": "hpcprof.doctor:doctor",
 }
 SHORT_HELP = {
-    "sites": "List the available site configs.",
+    "sites": "List the available site configs; `sites init NAME` writes your own.",
     "render": "Render job script and rank wrapper without submitting.",
     "submit": "Render an experiment for a site and submit every sweep point.",
     "status": "Show the state of runs.",
@@ -43,6 +44,7 @@ SHORT_HELP = {
     "trace": "HTA's analyses of torch.profiler traces.",
     "ncu": "Nsight Compute kernel metrics (Echo's table).",
     "bench": "Run a built-in workload directly under any launcher.",
+    "doctor": "Run a site's job-start checks here and print what they found.",
 }
 
 

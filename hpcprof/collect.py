@@ -2,14 +2,19 @@
 tool's analysis, into `results/<table>.parquet` (hpcprof.results) and the run's typed summary in
 the campaign store. Collecting twice changes nothing.
 
-Isolation: every run and every file is collected on its own; one that cannot be read is reported
-in one line and recorded (`collect_status = partial`), the rest is collected. Rank files (nsys
+Isolation: every run and every file is collected on its own; one that cannot be read is a
+`Problem` (hpcprof.errors: the file and why), reported in one line and recorded (`collect_status
+= partial`, exit status 3), the rest is collected. Whatever the cause (a damaged export, an export
+nsys could not make or no nsys to make it, a directory or a symlink loop named like a rank file,
+a worker that died), it is a Problem value handed to `Collected.report`, never a log line matched
+for words. Rank files (nsys
 exports, ncu CSVs, torch traces) are analysed per file in parallel (a process pool, or
 `mpi4py.futures` workers when launched under `mpiexec -n N python -m mpi4py.futures -m hpcprof
 collect`): each worker writes its rank's tables to `derived/<tool>/parts/`; the run's tables are
 concatenated from those parts, the cross-rank tables reduced and the summary computed in the
 workers too, so this process's memory does not grow with the number of ranks. Files unchanged
-since the last collect (size and mtime) are skipped.
+since the last collect (size and mtime) are skipped while their cached parts read; a damaged
+part is made again. Temporary files a killed collect left behind are removed.
 """
 
 from __future__ import annotations
@@ -17,9 +22,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 import sys
 import time
-import uuid
 from concurrent.futures import BrokenExecutor, Executor, Future, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +32,8 @@ from typing import Any, Callable
 
 import pandas as pd
 
+from hpcprof.atomic import atomic_write, remove_stale_temps
+from hpcprof.errors import Problem, UserError, WorkerDied
 from hpcprof.results import ResultError, check_name, write_table
 from hpcprof.rundir import RunDir
 from hpcprof.store import Store
@@ -35,6 +42,8 @@ RANK_IN_NAME = re.compile(r"rank(\d+)")
 #: exit status of `hpcprof collect` when something was skipped (the rest is collected)
 EXIT_PARTIAL = 3
 Log = Callable[[str], None]
+#: where a Problem goes (Collected.report of the run being collected)
+Report = Callable[[Problem], None]
 
 
 def rank_of(path: Path) -> int | None:
@@ -44,19 +53,28 @@ def rank_of(path: Path) -> int | None:
 
 
 def _short(exc: BaseException) -> str:
+    if isinstance(exc, UserError):
+        return exc.format_message()
     lines = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {lines[0][:160]}" if lines else type(exc).__name__
 
 
 @dataclass
 class Collected:
-    """What collecting one run gave: table names written, and one line per problem."""
+    """What collecting one run gave: table names written, and every Problem (each also logged)."""
 
+    run_id: str
+    log: Log = print
     tables: list[str] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+
+    def report(self, problem: Problem) -> None:
+        """Record one Problem of the run: the run is then `partial` (collect exits 3)."""
+        self.problems.append(problem)
+        self.log(f"{self.run_id}: {problem}")
 
 
-def workload_tables(results_dir: Path, problem: Log) -> dict[str, pd.DataFrame]:
+def workload_tables(results_dir: Path, problem: Report) -> dict[str, pd.DataFrame]:
     """Tables from the workload's JSON results: every list of records becomes one table
     (`<file>.<key>`), the scalar fields of each file one row (`<file>`). Unreadable files and
     names that are not one safe path component are reported through `problem` and skipped."""
@@ -65,7 +83,7 @@ def workload_tables(results_dir: Path, problem: Log) -> dict[str, pd.DataFrame]:
         try:
             data = json.loads(path.read_text())
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            problem(f"{path}: unreadable JSON, skipped ({_short(exc)})")
+            problem(Problem(path, f"unreadable JSON, skipped ({_short(exc)})"))
             continue
         if not isinstance(data, dict):
             continue
@@ -81,7 +99,7 @@ def workload_tables(results_dir: Path, problem: Log) -> dict[str, pd.DataFrame]:
                 check_name(f"workload_{name}")
                 tables[name] = make()
             except (ResultError, ValueError, TypeError) as exc:
-                problem(f"{path}: table {name!r} skipped ({_short(exc)})")
+                problem(Problem(path, f"table {name!r} skipped ({_short(exc)})"))
     return tables
 
 
@@ -203,17 +221,28 @@ def _load_manifest(parts: Path) -> dict[str, Any]:
 
 
 def _save_manifest(parts: Path, data: dict[str, Any]) -> None:
-    parts.mkdir(parents=True, exist_ok=True)
-    tmp = parts / f".manifest.{os.getpid()}.{uuid.uuid4().hex}.tmp"
-    tmp.write_text(json.dumps(data, indent=0, sort_keys=True))
-    os.replace(tmp, parts / "manifest.json")
+    atomic_write(parts / "manifest.json", json.dumps(data, indent=0, sort_keys=True), what="collect cache")
+
+
+def _part_reads(parts: Path, key: str, tables: list[str]) -> bool:
+    """Whether every cached table of one file's part is there and its Parquet footer reads
+    (a damaged or truncated part is made again)."""
+    import pyarrow.parquet as pq
+
+    try:
+        for name in tables:
+            pq.read_metadata(parts / key / "results" / f"{name}.parquet")
+    except Exception:  # pyarrow raises ArrowInvalid, OSError, ... on a damaged file
+        return False
+    return True
 
 
 def map_files(tool: str, files: dict[Path, int], run_path: Path, executor: Executor, log: Log,
-              problem: Log, tool_paths: dict[str, str] | None = None, in_flight: int = 1024) -> dict[str, list[str]]:
-    """Run `map_file` over every file not collected yet (or changed), at most `in_flight` files
-    submitted at a time, streaming results as workers finish; returns {part key: tables} of every
-    usable file, in rank order."""
+              problem: Report, tool_paths: dict[str, str] | None = None,
+              in_flight: int = 1024) -> dict[str, list[str]]:
+    """Run `map_file` over every file not collected yet (or changed, or whose cached part is
+    damaged), at most `in_flight` files submitted at a time, streaming results as workers finish;
+    returns {part key: tables} of every usable file, in rank order."""
     from hpcprof.analysis import NothingToAnalyse
 
     parts = _parts_dir(run_path, tool)
@@ -222,11 +251,16 @@ def map_files(tool: str, files: dict[Path, int], run_path: Path, executor: Execu
     table_lists: dict[tuple[str, ...], list[str]] = {}  # one list per distinct set of tables, not one per file
     pending: list[tuple[Path, int, os.stat_result]] = []
     for path, rank in files.items():
-        st = path.stat()
+        try:
+            st = path.stat()
+        except OSError as exc:
+            problem(Problem(path, f"skipped ({exc.strerror})"))
+            continue
         key = _part_key(path)
         prev = old.get(key)
-        if prev and prev["size"] == st.st_size and prev["mtime_ns"] == st.st_mtime_ns \
-                and prev["rank"] == rank and (parts / key).is_dir():
+        if isinstance(prev, dict) and prev.get("size") == st.st_size and prev.get("mtime_ns") == st.st_mtime_ns \
+                and prev.get("rank") == rank and isinstance(prev.get("tables"), list) \
+                and _part_reads(parts, key, prev["tables"]):
             prev["tables"] = table_lists.setdefault(tuple(prev["tables"]), prev["tables"])
             new[key] = prev
         else:
@@ -253,12 +287,12 @@ def map_files(tool: str, files: dict[Path, int], run_path: Path, executor: Execu
             try:
                 tables = future.result()
             except BrokenExecutor:  # a worker died (killed, out of memory): the files it left undone
-                problem(f"{tool}: {path}: skipped (a worker process died; collect again to retry)")
+                problem(WorkerDied(path))
             except NothingToAnalyse as exc:  # readable, nothing for the analyses: a note
                 log(f"{tool}: note: {exc}")
                 new[_part_key(path)] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "rank": rank, "tables": []}
             except Exception as exc:  # a damaged file: this file only
-                problem(f"{tool}: {path}: skipped ({_short(exc)})")
+                problem(Problem(path, f"skipped ({_short(exc)})"))
             else:
                 new[_part_key(path)] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "rank": rank,
                                         "tables": table_lists.setdefault(tuple(tables), tables)}
@@ -289,9 +323,8 @@ def concat_parts(parts: Path, keys: list[str], name: str, target: Path,
         other = pq.read_schema(p).remove_metadata()
         if not other.equals(schema):
             schema = pa.unify_schemas([schema, other], promote_options="permissive")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
-    try:
+
+    def write(tmp: Path) -> None:
         with pq.ParquetWriter(tmp, schema) as writer:
             pending: list[pa.Table] = []
             rows = 0
@@ -309,9 +342,8 @@ def concat_parts(parts: Path, keys: list[str], name: str, target: Path,
                     pending, rows = [], 0
             if pending:
                 writer.write_table(pa.concat_tables(pending))
-        os.replace(tmp, target)
-    finally:
-        tmp.unlink(missing_ok=True)
+
+    atomic_write(target, write, what="result table")
     return True
 
 
@@ -344,33 +376,59 @@ def reduce_parts(tool: str, run_path: Path, mapped: dict[str, list[str]], execut
     names = sorted({n for tables in mapped.values() for n in tables})
     futures = {name: executor.submit(concat_parts, parts, [k for k, t in mapped.items() if name in t], name,
                                      table_path(run_path, f"{tool}_{name}")) for name in names}
-    written = [f"{tool}_{name}" for name, future in futures.items() if future.result()]
+    try:
+        written = [f"{tool}_{name}" for name, future in futures.items() if future.result()]
+    except Exception as exc:  # a cached part whose footer reads but whose data does not
+        (parts / "manifest.json").unlink(missing_ok=True)  # every part is made again
+        raise DamagedCache(f"{parts}: a cached part does not read ({_short(exc)})") from None
     reduced, notes = executor.submit(cross_rank_tables, tool, run_path).result()
     for line in notes:
         log(line)
     return written + [name for name in reduced if name not in written]
 
 
+class DamagedCache(Exception):
+    """collect's own cache of per-file parts is damaged: it is made again."""
+
+
 # ---------------------------------------------------------------------------------------------
 # one run
+
+
+def rank_files(profile_dir: Path, problem: Report) -> list[Path]:
+    """The per-rank files of a profile directory (a rank in the name); every entry named like
+    one that is not a readable regular file (a directory, a symlink loop, a dangling link) is
+    a Problem."""
+    files = []
+    for path in sorted(profile_dir.iterdir()):
+        if rank_of(path) is None or path.name.startswith("."):
+            continue
+        try:
+            mode = path.stat().st_mode
+        except OSError as exc:
+            problem(Problem(path, f"skipped ({exc.strerror})"))
+            continue
+        if not stat.S_ISREG(mode):
+            problem(Problem(path, "skipped (not a regular file)"))
+            continue
+        files.append(path)
+    return files
 
 
 def collect_run(run: RunDir, store: Store, log: Log = print, executor: Executor | None = None) -> Collected:
     """Collect one run; every step is isolated, problems are returned and recorded."""
     from hpcprof.analysis import CollectContext, file_analysers
 
-    done = Collected()
+    done = Collected(run.run_id, log)
     executor = executor or InProcess()
-
-    def problem(line: str) -> None:
-        done.problems.append(line)
-        log(f"{run.run_id}: {line}")
+    for directory in (run.path / "results", run.path / "derived"):
+        remove_stale_temps(directory)  # what a killed collect was writing
 
     def step(label: str, fn: Callable[[], None]) -> None:
         try:
             fn()
         except Exception as exc:  # one step failing never stops the others
-            problem(f"{label}: {_short(exc)}")
+            done.report(Problem(None, f"{label}: {_short(exc)}"))
 
     def save(source: str, tables: dict[str, pd.DataFrame]) -> None:
         for name, df in tables.items():
@@ -378,44 +436,50 @@ def collect_run(run: RunDir, store: Store, log: Log = print, executor: Executor 
                 write_table(run.path, f"{source}_{name}", df)
                 done.tables.append(f"{source}_{name}")
             except (ResultError, ValueError, TypeError, OSError) as exc:
-                problem(f"{source}_{name}: not written ({_short(exc)})")
+                done.report(Problem(None, f"{source}_{name}: not written ({_short(exc)})"))
 
     config = run.config  # an unreadable config.json fails the run (the caller reports it)
-    step("workload", lambda: save("workload", workload_tables(run.path / "results", problem)))
+    step("workload", lambda: save("workload", workload_tables(run.path / "results", done.report)))
     step("files", lambda: save("files", {"manifest": manifest(run)}))
     tool = config["experiment"]["profile"]["tool"]
     profile_dir = run.path / "profiles" / tool
 
     def profiles() -> None:
-        files = sorted(p for p in profile_dir.iterdir() if p.is_file() and rank_of(p) is not None)
+        files = rank_files(profile_dir, done.report)
         if not files:
             log(f"{run.run_id}: no {tool} profiles in {profile_dir}")
             return
         site_paths = config["site"]["paths"]
-
-        def tool_log(line: str) -> None:  # collectors say "skipped ..." of files they could not use
-            if "skipped" in line:
-                problem(line)
-            else:
-                log(line)
-
         ctx = CollectContext(run_dir=run.path, tool=tool, files=files,
                              rank_of={p: rank_of(p) for p in files},  # type: ignore[misc]
                              work_dir=run.path / "derived" / tool,
                              tool_paths={"nsys": site_paths["nsys"], "ncu": site_paths["ncu"]},
-                             log=tool_log)
+                             log=log, problem=done.report)
         ctx.work_dir.mkdir(parents=True, exist_ok=True)
         inputs = file_analysers()[tool](ctx)
-        mapped = map_files(tool, inputs, run.path, executor, log, problem, ctx.tool_paths)
+        mapped = map_files(tool, inputs, run.path, executor, log, done.report, ctx.tool_paths)
         if any(mapped.values()):
-            done.tables.extend(reduce_parts(tool, run.path, mapped, executor, log))
+            try:
+                done.tables.extend(reduce_parts(tool, run.path, mapped, executor, log))
+            except DamagedCache as exc:
+                log(f"{run.run_id}: {exc}; made again")
+                mapped = map_files(tool, inputs, run.path, executor, log, done.report, ctx.tool_paths)
+                done.tables.extend(reduce_parts(tool, run.path, mapped, executor, log))
         elif mapped:
             log(f"{run.run_id}: {tool}: nothing to analyse in its profiles")
         else:
-            problem(f"{tool}: no usable profile")
+            done.report(Problem(profile_dir, f"no usable {tool} profile"))
 
     if tool != "none" and profile_dir.is_dir():
         step(tool, profiles)
+
+    def missing() -> None:  # a rank the profile was asked of that recorded nothing makes the run partial
+        from hpcprof.analysis.nsys.collect import missing_profiles
+
+        for line in missing_profiles(run.path, config):
+            done.report(Problem(None, line))
+
+    step("profiles", missing)
 
     def echo() -> None:
         from hpcprof.analysis.nsys.echo import echo_slowdown
@@ -432,14 +496,14 @@ def collect_run(run: RunDir, store: Store, log: Log = print, executor: Executor 
 
     if store.has_run(run.run_id):  # a run directory copied in from elsewhere has no record to update
         step("summary", summary)
-        store.mark_collected(run.run_id, done.problems)
+        store.mark_collected(run.run_id, [str(p) for p in done.problems])
     return done
 
 
 def collect_runs(selected: list[RunDir], store: Store, refresh: Callable[[RunDir], Any], log: Log,
                  workers: int = 1) -> int:
     """Collect every terminal run of `selected`, each isolated; returns the exit status
-    (0, or EXIT_PARTIAL when a run or a file was skipped)."""
+    (0, or EXIT_PARTIAL when a run had a Problem or could not be collected)."""
     skipped = False
     executor, how = make_executor(workers)
     log(f"collect: rank files analysed by {how}")
@@ -461,7 +525,7 @@ def collect_runs(selected: list[RunDir], store: Store, refresh: Callable[[RunDir
                     pass
                 continue
             skipped |= bool(result.problems)
-            if any("a worker process died" in line for line in result.problems):
+            if any(isinstance(p, WorkerDied) for p in result.problems):
                 executor.shutdown(wait=False)   # the pool is broken: a new one for the next runs
                 executor, how = make_executor(workers)
             status = f"partially, {len(result.problems)} problem(s)" if result.problems else state.state

@@ -3,14 +3,20 @@
 `UserError` is raised for bad input; `as_user_error` turns the known low-level failures of bad
 input (an unreadable or unwritable path, a file that is not UTF-8 text, input nested too deeply)
 into one, and the CLI's top-level handler (`hpcprof.cli.LazyGroup.invoke`) applies it to every
-command.
+command. `warn` names a damaged file that is skipped while the work goes on; `Problem` is what
+`collect` could not use (a file, a step), whatever the cause.
 """
 
 from __future__ import annotations
 
 import errno
+from dataclasses import dataclass
+from pathlib import Path
 
 import click
+
+#: longest error line printed (a huge bad value is cut in the middle)
+MAX_MESSAGE = 2000
 
 
 class UserError(click.ClickException):
@@ -19,7 +25,52 @@ class UserError(click.ClickException):
     exit_code = 2
 
     def format_message(self) -> str:
-        return " ".join(str(self.message).split())
+        return shorten(" ".join(str(self.message).split()), MAX_MESSAGE)
+
+
+def shorten(text: str, limit: int) -> str:
+    """`text`, cut in the middle to at most about `limit` characters, saying how much was cut."""
+    if len(text) <= limit:
+        return text
+    keep = max(limit - 40, 20)
+    return f"{text[:keep * 3 // 4]} ...({len(text) - keep} characters cut)... {text[-(keep // 4):]}"
+
+
+def printable(text: str) -> str:
+    """`text` with terminal control characters (escape sequences, carriage returns, ...) shown as
+    escapes, so user-provided text cannot drive the terminal."""
+    return "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in text)
+
+
+_warned: set[str] = set()
+
+
+def warn(line: str) -> None:
+    """One `Warning:` line on stderr (each line once per process): a damaged file skipped while
+    the work on the others goes on."""
+    if line not in _warned:
+        _warned.add(line)
+        click.echo(f"Warning: {printable(line)}", err=True)
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A file (or a step) that could not be used while the rest was: `hpcprof collect` records
+    the run `partial` and exits 3 for every Problem reported, whatever its kind."""
+
+    path: Path | None
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.reason}" if self.path is not None else self.reason
+
+
+class WorkerDied(Problem):
+    """A collect worker process died (killed, out of memory) with this file undone: the pool
+    is replaced before the next run."""
+
+    def __init__(self, path: Path | None, reason: str = "skipped (a worker process died; collect again to retry)"):
+        super().__init__(path, reason)
 
 
 def as_user_error(exc: BaseException) -> UserError | None:

@@ -6,14 +6,15 @@ from __future__ import annotations
 import csv
 import json
 import math
-import os
 import sys
-import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence, TextIO
+from typing import TYPE_CHECKING, Any, Iterable, Sequence, TextIO
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
+
+from hpcprof.errors import printable
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -74,21 +75,16 @@ def emit_rows(rows: Sequence[dict[str, Any]], columns: Sequence[str], fmt: str,
             values = [row.get(col) for row in rows if row.get(col) is not None]
             numeric = bool(values) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
             table.add_column(col, justify="right" if numeric else "left")
-        for row in rows:
-            table.add_row(*(format_cell(row.get(c)) for c in columns))
+        for row in rows:  # user text (a site's description, a reason) as plain text: no markup, no control characters
+            table.add_row(*(Text(printable(format_cell(row.get(c)))) for c in columns))
         Console(file=out, width=200).print(table)
     else:
         raise ValueError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
 
 
-def write(df: pd.DataFrame, path: Path, fmt: str = "csv") -> Path:
-    """Write `df` to `path` atomically (temp file + rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:12]}.tmp")  # unique: concurrent writers
-    try:
-        with tmp.open("w") as fh:
-            emit(df, fmt, fh)
-        tmp.replace(path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return path
+def write(df: pd.DataFrame, path: Path, fmt: str = "csv", inputs: Iterable[Path] = ()) -> Path:
+    """Write `df` to `path` atomically (hpcprof.atomic: never one of `inputs`, nothing
+    half-written, a failure is one line naming the path)."""
+    from hpcprof.atomic import write_text_stream
+
+    return write_text_stream(path, lambda fh: emit(df, fmt, fh), inputs=inputs)

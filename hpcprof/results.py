@@ -1,19 +1,18 @@
 """Per-run result tables: one Parquet file per table at `<run_dir>/results/<table>.parquet`.
 
 Table names are those `collect` gives (`nsys_cuda_gpu_kern_sum`, `workload_seqpar.phases`,
-`torch_temporal`, ...). Writes are atomic (a unique temporary name, then a rename), so readers
-never see half a table and concurrent writers never share a temporary file. A name is a single
+`torch_temporal`, ...). Writes are atomic (hpcprof.atomic), so readers never see half a table
+and concurrent writers never share a temporary file. A name is a single
 path component: anything that could leave `results/` is refused.
 """
 
 from __future__ import annotations
 
-import os
 import re
-import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from hpcprof.atomic import atomic_write
 from hpcprof.errors import UserError
 
 if TYPE_CHECKING:
@@ -50,7 +49,6 @@ def write_table(run_dir: Path, name: str, df: pd.DataFrame) -> Path:
     import pyarrow.parquet as pq
 
     path = table_path(run_dir, name)
-    path.parent.mkdir(parents=True, exist_ok=True)
     frame = df.copy(deep=False)
     frame.attrs = {}
     frame.columns = [str(c) for c in frame.columns]
@@ -60,13 +58,7 @@ def write_table(run_dir: Path, name: str, df: pd.DataFrame) -> Path:
             if len(kinds) > 1:
                 frame[column] = frame[column].map(lambda v: None if v is None or v != v else str(v))
     table = pa.Table.from_pandas(frame, preserve_index=False)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
-    try:
-        pq.write_table(table, tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return path
+    return atomic_write(path, lambda tmp: pq.write_table(table, tmp), what="result table")
 
 
 def read_table(run_dir: Path, name: str) -> pd.DataFrame | None:

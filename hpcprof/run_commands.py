@@ -6,11 +6,13 @@ Each command imports what it uses when it runs (`hpcprof sites` needs neither pa
 from __future__ import annotations
 
 import fcntl
+import functools
 import os
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.console import Console
@@ -18,6 +20,7 @@ from rich.console import Console
 from hpcprof.config import MAX_POINTS
 from hpcprof.errors import UserError
 from hpcprof.rundir import RunDir, all_runs, find_run
+from hpcprof.workdirs import known_workdirs, known_workdirs_file, record_workdir
 
 if TYPE_CHECKING:
     from hpcprof.campaign import Plan
@@ -49,6 +52,65 @@ after_option = click.option("--after", multiple=True, metavar="RUN|SWEEP",
                                  "--dependency=afterany, PBS -W depend=afterany); repeatable.")
 
 
+lookup_site_option = click.option(
+    "--site", "lookup_site", default=None, metavar="SITE",
+    help="Look in SITE's workdir (its workdir:, or where your submits to SITE went) instead of --workdir.")
+
+
+def with_site_lookup(command: Callable[..., None]) -> Callable[..., None]:
+    """Give a read command (with `runs` and `workdir` parameters) `--site SITE`: its workdir
+    becomes `read_workdir(workdir, SITE, runs)`."""
+    @functools.wraps(command)
+    def run(*args: Any, lookup_site: str | None = None, **kwargs: Any) -> None:
+        kwargs["workdir"] = read_workdir(kwargs["workdir"], lookup_site, kwargs.get("runs", ()))
+        command(*args, **kwargs)
+
+    return lookup_site_option(run)
+
+
+def read_workdir(workdir: Path, lookup_site: str | None, refs: tuple[str, ...] = ()) -> Path:
+    """The workdir a read command (status, collect, report, compare) looks in: --workdir or
+    $HPCPROF_WORKDIR when given, else --site's workdir (its `workdir:` expanded, else the latest
+    recorded for that site), else ./hpcprof-runs. When that holds no runs (and no RUN given is a
+    path), the error lists the workdirs submit recorded that do."""
+    from hpcprof.rundir import all_runs
+
+    ctx = click.get_current_context()
+    given = ctx.get_parameter_source("workdir") is not click.core.ParameterSource.DEFAULT
+    if lookup_site is not None and not given and not os.environ.get("HPCPROF_WORKDIR"):
+        workdir = site_workdir(lookup_site)
+    if (workdir.is_dir() and all_runs(workdir)) or any(Path(ref).exists() for ref in refs):
+        return workdir
+    elsewhere = [(site, where, len(all_runs(where))) for site, where in reversed(known_workdirs())
+                 if where != workdir.resolve() and where.is_dir()]
+    elsewhere = [entry for entry in elsewhere if entry[2]]
+    if elsewhere:
+        listed = "; ".join(f"{where} (site {site}, {count} run{'s' if count != 1 else ''})"
+                           for site, where, count in elsewhere[:5])
+        raise UserError(f"no runs under {workdir}; runs you submitted are under {listed}: give --site "
+                        f"{elsewhere[0][0]} or --workdir {elsewhere[0][1]}")
+    return workdir
+
+
+def site_workdir(name: str) -> Path:
+    """Site `name`'s workdir: its `workdir:` (with its default account), else the latest one
+    submit recorded for it."""
+    from hpcprof.config.site import expand_workdir, find_site
+
+    site = find_site(name)
+    recorded = [where for site_name, where in known_workdirs() if site_name == site.name]
+    if site.workdir is not None:
+        try:
+            return expand_workdir(site, site.defaults.account)
+        except UserError:
+            if not recorded:
+                raise
+    if recorded:
+        return recorded[-1]
+    raise UserError(f"--site {name}: the site has no workdir: and no submit to it was recorded "
+                    f"({known_workdirs_file()}); give --workdir")
+
+
 def _workdir(value: Path) -> Path:
     """--workdir: refuse an empty value (it would mean the current directory)."""
     if not str(value).strip() or str(value) == ".":
@@ -58,43 +120,91 @@ def _workdir(value: Path) -> Path:
 
 def open_store(workdir: Path, db: str | None, create: bool = True) -> Store | None:
     """The campaign store of `workdir` (or `db`). Read-only commands pass `create=False`:
-    nothing is created then, and a default store that does not exist is None."""
-    from hpcprof.store import Store, database_url
+    nothing is created then, and a SQLite store that does not exist is None. A URL that cannot
+    be used is refused before the workdir is made."""
+    from hpcprof.store import Store, database_url, make_engine, sqlite_file
 
     url = database_url(workdir, db)
+    path = sqlite_file(make_engine(url))
     if not create:
-        if url == database_url(workdir, None) and not (workdir / "hpcprof.db").is_file():
-            return None
-        return Store(url)
+        return None if path is not None and not path.is_file() else Store(url)
+    made = not workdir.exists()
     workdir.mkdir(parents=True, exist_ok=True)
-    with open(workdir / ".hpcprof.lock", "a") as lock:  # first use: one process creates the store
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        return Store(url)
+    lock_path = workdir / ".hpcprof.lock"
+    try:
+        with open(lock_path, "a") as lock:  # first use: one process creates the store
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            return Store(url)
+    except BaseException:
+        if made:  # a refused store leaves no workdir behind
+            lock_path.unlink(missing_ok=True)
+            try:
+                workdir.rmdir()
+            except OSError:
+                pass
+        raise
 
 
-def runs_from(refs: tuple[str, ...], workdir: Path) -> list[RunDir]:
-    """Runs named by id or path, or every run in `workdir` (which must exist)."""
+def check_store(workdir: Path, db: str | None) -> None:
+    """Refuse an unusable store (a bad URL, a missing driver, a file that is not a store)
+    before anything is made or read."""
+    from hpcprof.store import check_ours, database_url, make_engine, sqlite_file
+
+    if (path := sqlite_file(make_engine(database_url(workdir, db)))) is not None:
+        check_ours(path)
+
+
+def runs_from(refs: tuple[str, ...], workdir: Path, damaged: bool = False) -> list[RunDir]:
+    """Runs named by id or path, or every run in `workdir` (which must exist; runs with a
+    damaged config.json only with `damaged`, else each is named in a warning)."""
     if refs:
         return [find_run(r, workdir) for r in refs]
     if not workdir.is_dir():
         raise UserError(f"--workdir {workdir}: no such work directory; give the --workdir you "
                         "submitted with (or $HPCPROF_WORKDIR)")
-    return all_runs(workdir)
+    return all_runs(workdir, damaged)
 
 
-@click.command()
-def sites() -> None:
-    """List the available site configs."""
+@click.group(invoke_without_command=True)
+@click.pass_context
+def sites(ctx: click.Context) -> None:
+    """List the available site configs (`sites init NAME` writes your own)."""
+    if ctx.invoked_subcommand is not None:
+        return
     from hpcprof.config.site import available_sites, load_site_file
+    from hpcprof.errors import warn
     from hpcprof.output import emit_rows
 
     rows = []
     for name, path in available_sites().items():
-        site = load_site_file(path)
+        try:
+            site = load_site_file(path)
+        except UserError as exc:  # one broken site config does not hide the others
+            warn(f"{exc.format_message()}; not listed")
+            continue
         launcher = site.launcher.kind + (f" ({site.launcher.flavor})" if site.launcher.flavor else "")
         rows.append({"site": name, "scheduler": site.scheduler, "launcher": launcher,
                      "gpus/node": site.node.gpus, "description": site.description, "file": str(path)})
     emit_rows(rows, ["site", "scheduler", "launcher", "gpus/node", "description", "file"], "table")
+
+
+@sites.command("init")
+@click.argument("name")
+@click.option("--venv", "venv_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="The venv (made with --system-site-packages on top of the site's module, hpcprof installed "
+                   "into it) that every job activates after the site's setup.")
+@click.option("--account", default=None, help="Your project: written as the site's defaults.account.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Site file to write [default: $XDG_CONFIG_HOME/hpcprof/sites/NAME.yaml, found by --site NAME].")
+@click.option("--force", is_flag=True, help="Overwrite an existing file.")
+def sites_init(name: str, venv_dir: Path, account: str | None, output: Path | None, force: bool) -> None:
+    """Write your own site file from site NAME (a shipped one): its setup also activates --venv,
+    and --account becomes its default account. `--site NAME` then finds yours first."""
+    from hpcprof.config.site import write_user_site
+
+    path = write_user_site(name, venv_dir, account, output, force)
+    console.print(f"wrote {path}; check it with `hpcprof doctor --site {name}`"
+                  + ("" if output is None else f" --site-file {path}"), markup=False)
 
 
 @click.command()
@@ -106,13 +216,16 @@ def sites() -> None:
 @max_points_option
 @click.option("-o", "--output", type=click.Path(file_okay=False, path_type=Path),
               help="Write each point's run directory here (DIR, or DIR/pNNN for a sweep): job.sh, "
-                   "rank_wrapper.sh, config.json and logs/, ready to submit by hand (default: print job.sh).")
+                   "rank_wrapper.sh, config.json and logs/, ready to submit by hand (default: print job.sh). "
+                   "DIR must be new or empty.")
+@click.option("--force", is_flag=True, help="With -o: write into a directory that holds files (never into a "
+              "submitted run's directory).")
 def render(experiment: Path, site_name: str, site_file: Path | None, overrides: tuple[str, ...],
-           templates: Path | None, max_points: int, output: Path | None) -> None:
+           templates: Path | None, max_points: int, output: Path | None, force: bool) -> None:
     """Render the job script and rank wrapper of EXPERIMENT for a site, without submitting."""
     from hpcprof import campaign
     from hpcprof.config.site import find_site
-    from hpcprof.render.job import write_files
+    from hpcprof.render.job import write_rendered
     from hpcprof.schedulers import get_scheduler
 
     site = find_site(site_name, site_file)
@@ -122,11 +235,8 @@ def render(experiment: Path, site_name: str, site_file: Path | None, overrides: 
         for run in planned.runs:
             click.echo(run.files["job.sh"])
         return
+    write_rendered(planned.runs, output, force)
     for run in planned.runs:
-        try:
-            write_files(run, run.run_dir)
-        except OSError as exc:
-            raise UserError(f"-o {output}: cannot write {exc.filename}: {exc.strerror}") from None
         console.print(f"rendered {run.run_dir}: submit it as it is with "
                       f"`{get_scheduler(site.scheduler).by_hand.format(run_dir=run.run_dir)}`", markup=False)
 
@@ -162,21 +272,45 @@ def submit(experiment: Path, site_name: str, site_file: Path | None, overrides: 
     workdir = submit_workdir(workdir, site, experiment, overrides)
     planned = campaign.plan(experiment, site, list(overrides), workdir, templates, max_points)
     check_runtimes(site, [run.point.experiment.container for run in planned.runs])
+    echo_notes(planned)
+    if site.scheduler == "local" and site.container is None:  # elsewhere the job checks at its start
+        from hpcprof.doctor import check_local_profilers
+
+        for line in check_local_profilers(site, {run.point.experiment.profile.tool for run in planned.runs
+                                                 if run.point.experiment.container is None}):
+            console.print(line, markup=False)
     wait_for = after_jobs(after, workdir, site.scheduler)
     array = campaign.check_array(planned) if as_array else None
     if dry_run:
         for run in planned.runs:
             console.print(f"[bold]{run.run_id}[/] {run.point.params or ''} -> {run.run_dir}")
             click.echo(run.files["job.sh"])
+        if array is not None:
+            console.print(f"[bold]{planned.sweep_id}[/]: the array job script (task k runs point k's job.sh)")
+            click.echo(array)
         return
     store = open_store(workdir, db)
     run_dirs = campaign.write(planned, store)
     launch(planned, run_dirs, store, wait, wait_for, array)
+    try:
+        record_workdir(site.name, workdir)
+    except OSError as exc:   # the runs are submitted; only the record is missing
+        console.print(f"note: {exc.strerror}", markup=False)
     if from_site:
-        console.print(f"runs are under {workdir} (site {site.name}'s workdir): give status, collect and report "
-                      f"--workdir {workdir}, or export HPCPROF_WORKDIR={workdir}", markup=False)
+        console.print(f"runs are under {workdir} (site {site.name}'s workdir): give status, collect, report and "
+                      f"compare --site {site.name} (or --workdir {workdir})", markup=False)
     if wait:
         finish(run_dirs, store)
+
+
+def echo_notes(planned: Plan) -> None:
+    """Warn about the Echo global_config.json keys hpcprof ignores (each folder once)."""
+    from hpcprof.workloads.args import echo_global_config_notes
+
+    folders = {getattr(run.point.workload_args, "echo_input", None) for run in planned.runs}
+    for folder in sorted(str(f) for f in folders if f is not None):
+        for line in echo_global_config_notes(Path(folder)):
+            console.print(line, markup=False)
 
 
 def launch(planned: Plan, run_dirs: list[RunDir], store: Store, foreground: bool,
@@ -235,17 +369,34 @@ def submit_workdir(given: Path | None, site: SiteConfig, experiment: Path, overr
     return expand_workdir(site, account if isinstance(account, str) else site.defaults.account)
 
 
-def show_states(pairs: list[tuple[RunDir, JobState]], fmt: str) -> None:
-    """One row per run: state, exit code, reason, job id, path."""
+def show_states(pairs: list[tuple[RunDir, JobState]], fmt: str, collected: dict[str, str] | None = None) -> None:
+    """One row per run: its sweep (what compare/report take), state, exit code, reason, job id, path
+    (and how it was collected, when given)."""
     from hpcprof.output import emit_rows
+    from hpcprof.rundir import sweep_of
 
-    rows = [{"run": run.run_id, "experiment": run.path.parent.name, "state": state.state,
-             "exit_code": state.exit_code, "reason": state.reason,
-             "job_id": run.submission.get("job_id", ""), "path": str(run.path)} for run, state in pairs]
-    emit_rows(rows, ["run", "experiment", "state", "exit_code", "reason", "job_id", "path"], fmt)
+    rows = [{"run": run.run_id, "sweep": sweep_of(run.run_id), "experiment": run.path.parent.name,
+             "state": state.state, "exit_code": state.exit_code, "reason": state.reason,
+             "job_id": run.submission.get("job_id", ""), "path": str(run.path),
+             "collected": (collected or {}).get(run.run_id, "")} for run, state in pairs]
+    columns = ["run", "sweep", "experiment", "state", "exit_code", "reason", "job_id", "path"]
+    emit_rows(rows, columns + ["collected"] if collected else columns, fmt)
+
+
+def collect_states(store: Store | None, run_ids: list[str]) -> dict[str, str]:
+    """Per collected run: `complete`, or `partial: ` and its first problem (e.g. a profiled rank
+    whose nsys recorded nothing)."""
+    out = {}
+    for run_id in run_ids if store is not None else []:
+        record = store.run_record(run_id) or {}
+        if record.get("collect_status"):
+            note = (record.get("collect_note") or "").splitlines()
+            out[run_id] = record["collect_status"] + (f": {note[0]}" if note else "")
+    return out
 
 
 @click.command()
+@with_site_lookup
 @click.argument("runs", nargs=-1)
 @workdir_option
 @db_option
@@ -256,11 +407,11 @@ def status(runs: tuple[str, ...], workdir: Path, db: str | None, fmt: str) -> No
 
     selected = runs_from(runs, workdir)
     pairs = [(run, campaign.current_state(run)) for run in selected]
+    store = open_store(workdir, db, create=False)
     if not all(run.terminal_state_stored(state) for run, state in pairs):  # else the store knows them all
-        store = open_store(workdir, db, create=False)
         for run, state in pairs:
             campaign.record(run, state, store)
-    show_states(pairs, fmt)
+    show_states(pairs, fmt, collect_states(store, [run.run_id for run, _ in pairs]))
 
 
 @click.command()
@@ -271,10 +422,18 @@ def cancel(runs: tuple[str, ...], workdir: Path, db: str | None) -> None:
     """Cancel RUNS (ids or paths)."""
     from hpcprof import campaign
 
+    selected = runs_from(runs, workdir)
     store = open_store(workdir, db, create=False)
-    for run in runs_from(runs, workdir):
-        state = campaign.cancel(run, store)
-        console.print(f"{run.run_id}: cancel requested, now {state.state}")
+    failed = []
+    for run in selected:  # one run that cannot be cancelled does not stop the others
+        try:
+            state = campaign.cancel(run, store)
+        except UserError as exc:
+            failed.append(f"{run.run_id}: {exc.format_message()}")
+            continue
+        console.print(f"{run.run_id}: cancel requested, now {state.state}", markup=False)
+    if failed:
+        raise UserError(f"{len(failed)} of {len(selected)} run(s) not cancelled: {'; '.join(failed)}")
 
 
 @click.command()
@@ -286,10 +445,12 @@ def cancel(runs: tuple[str, ...], workdir: Path, db: str | None) -> None:
                    "mpi4py.futures -m hpcprof collect` the MPI workers are used instead).")
 @click.option("--submit", "as_job", is_flag=True, help="Send this collect to the site's scheduler as a job "
               "that starts once the runs' jobs have ended (any state); it is a run of its own (status shows it).")
-@site_option
+@click.option("--site", "site_name", default=None, metavar="SITE",
+              help="Look in SITE's workdir (as status --site); with --submit, the site that runs the collect job "
+                   "[default: local].")
 @site_file_option
 @click.option("--walltime", default="01:00:00", show_default=True, help="Walltime of the --submit job.")
-def collect(runs: tuple[str, ...], workdir: Path, db: str | None, workers: int, as_job: bool, site_name: str,
+def collect(runs: tuple[str, ...], workdir: Path, db: str | None, workers: int, as_job: bool, site_name: str | None,
             site_file: Path | None, walltime: str) -> None:
     """Collect finished RUNS (default: every finished run): results/*.parquet and the store.
 
@@ -298,17 +459,40 @@ def collect(runs: tuple[str, ...], workdir: Path, db: str | None, workers: int, 
     from hpcprof import campaign
     from hpcprof.collect import collect_runs
 
+    workdir = read_workdir(workdir, site_name, runs)
     if as_job:
-        submit_collect(runs, workdir, db, workers, site_name, site_file, walltime)
+        submit_collect(runs, workdir, db, workers, site_name or "local", site_file, walltime)
         return
-    store = open_store(workdir, db)
-    selected = runs_from(runs, workdir)
+    check_store(workdir, db)
+    selected = runs_from(runs, workdir, damaged=True)  # a damaged run is reported as not collected
     if not selected:
         raise UserError(f"no runs under {workdir}; submit one first (hpcprof submit EXP --site S)")
+    store = open_store(workdir, db)
+    if not runs:  # every run: those collected after they ended are done (name a run to collect it again)
+        earlier = [run for run in selected if collected_after_end(run, store)]
+        selected = [run for run in selected if run not in earlier]
+        if earlier:
+            console.print(f"{len(earlier)} run(s) collected earlier and unchanged since: skipped (name a run to "
+                          "collect it again)", markup=False)
+        if not selected:
+            return
     status = collect_runs(selected, store, lambda run: campaign.refresh(run, store),
                           log=lambda line: console.print(line, markup=False, highlight=False), workers=workers)
     if status:
         raise SystemExit(status)
+
+
+def collected_after_end(run: RunDir, store: Store) -> bool:
+    """Whether the run ended (DONE), was collected completely (the store says so) and its results
+    were written after it ended; a partial collect is tried again."""
+    from hpcprof.results import results_dir
+
+    done = run.path / "DONE"
+    tables = list(results_dir(run.path).glob("*.parquet")) if done.exists() else []
+    if not tables or max(t.stat().st_mtime for t in tables) < done.stat().st_mtime:
+        return False
+    record = store.run_record(run.run_id)
+    return record is not None and record.get("collect_status") == "complete"
 
 
 def submit_collect(refs: tuple[str, ...], workdir: Path, db: str | None, workers: int, site_name: str,
@@ -378,16 +562,26 @@ def templates() -> None:
 def templates_copy(directory: Path) -> None:
     """Copy the shipped templates into DIRECTORY; use them with --templates DIR or a site's
     `templates:` key."""
+    from hpcprof.atomic import atomic_write
     from hpcprof.render.job import shipped_template_dir
 
     sources = sorted(shipped_template_dir().glob("*.j2"))
     existing = [directory / p.name for p in sources if (directory / p.name).exists()]
     if existing:
         raise UserError(f"{existing[0]} exists; copy into a new or empty directory")
-    directory.mkdir(parents=True, exist_ok=True)
-    for path in sources:
-        shutil.copyfile(path, directory / path.name)
-        console.print(f"wrote {directory / path.name}", markup=False)
+    made = not directory.exists()
+    written: list[Path] = []
+    try:  # all the templates or none: a failure (a full disk) leaves nothing to block the retry
+        for path in sources:
+            written.append(atomic_write(directory / path.name, path.read_bytes(), what="template"))
+    except BaseException:
+        for path in written:
+            path.unlink(missing_ok=True)
+        if made:
+            shutil.rmtree(directory, ignore_errors=True)
+        raise
+    for path in written:
+        console.print(f"wrote {path}", markup=False)
 
 
 @templates.command("vars")

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hpcprof.errors import UserError
+from hpcprof.atomic import atomic_write
+from hpcprof.errors import UserError, warn
 from hpcprof.config.directives import walltime_seconds
 from hpcprof.schedulers.base import CANCELLED, COMPLETED, FAILED, RUNNING, TIMEOUT, UNKNOWN, JobState
 
@@ -37,6 +38,27 @@ def new_run_id(index: int | None = None) -> str:
     return f"{stamp}-{suffix}" if index is None else f"{stamp}-{suffix}-p{index:03d}"
 
 
+class DamagedRunFile(UserError):
+    """A run file hpcprof wrote that cannot be read back (config.json): one line naming it."""
+
+
+def config_problem(data: Any) -> str | None:
+    """What is wrong with a loaded config.json, or None: the keys every reader uses."""
+    if not isinstance(data, dict):
+        return "not a JSON object"
+    experiment = data.get("experiment")
+    if not isinstance(experiment, dict) or not isinstance(experiment.get("name"), str):
+        return "no experiment.name"
+    for part, key in (("workload", "kind"), ("profile", "tool")):
+        if not isinstance(experiment.get(part), dict) or not isinstance(experiment[part].get(key), str):
+            return f"no experiment.{part}.{key}"
+    if not isinstance(data.get("site"), dict):
+        return "no site"
+    if not isinstance(data.get("sweep_point"), dict):
+        return "no sweep_point"
+    return None
+
+
 @dataclass(frozen=True)
 class RunDir:
     """One run's directory."""
@@ -49,7 +71,26 @@ class RunDir:
 
     @property
     def config(self) -> dict[str, Any]:
-        return json.loads((self.path / "config.json").read_text())
+        """The resolved config; DamagedRunFile (one line naming the file) when it cannot be read."""
+        path = self.path / "config.json"
+        try:
+            data = json.loads(path.read_bytes().decode("utf-8"))
+        except (OSError, ValueError) as exc:
+            reason = getattr(exc, "strerror", None) or str(exc).splitlines()[0][:120]
+            raise DamagedRunFile(f"{path}: damaged run file ({reason}); this run cannot be read "
+                                 "(move its directory away, or resubmit the experiment)") from None
+        if (problem := config_problem(data)) is not None:
+            raise DamagedRunFile(f"{path}: damaged run file ({problem}); this run cannot be read "
+                                 "(move its directory away, or resubmit the experiment)")
+        return data
+
+    def damage(self) -> str | None:
+        """The one line naming the run's damaged config.json, or None when it reads."""
+        try:
+            _ = self.config
+        except DamagedRunFile as exc:
+            return exc.format_message()
+        return None
 
     @property
     def submission(self) -> dict[str, Any]:
@@ -67,31 +108,39 @@ class RunDir:
 
     def record_submission(self, scheduler: str, job_id: str) -> None:
         data = {"scheduler": scheduler, "job_id": job_id, "submitted_at": time.time()}
-        tmp = self.path / f"submission.json.{secrets.token_hex(4)}.tmp"
-        tmp.write_text(json.dumps(data, indent=1))
-        tmp.replace(self.path / "submission.json")
+        atomic_write(self.path / "submission.json", json.dumps(data, indent=1))
 
     def job_status(self) -> dict[str, str]:
-        """The key=value lines the job wrote (last value of a key wins)."""
+        """The key=value lines the job wrote (last value of a key wins); a line that is not
+        UTF-8 text is kept as `damaged` (the first one), see `state`."""
         path = self.path / "status"
-        if not path.exists():
+        try:
+            raw = path.read_bytes()
+        except OSError:
             return {}
-        pairs = (line.partition("=") for line in path.read_text().splitlines())
-        return {key: value for key, sep, value in pairs if sep}
+        status: dict[str, str] = {}
+        for number, line in enumerate(raw.splitlines(), 1):
+            try:
+                key, sep, value = line.decode("utf-8").partition("=")
+            except UnicodeDecodeError:
+                status.setdefault("damaged", f"{path}: line {number} is not UTF-8 text")
+                continue
+            if sep:
+                status[key] = value
+        return status
 
     def terminal_state_stored(self, state: JobState) -> bool:
-        """Whether `state` is terminal and the store already holds it (see `mark_terminal_state_stored`)."""
+        """Whether `state` is terminal and the store already holds it (see `mark_terminal_state_stored`);
+        a damaged note is as good as none (it is written again)."""
         path = self.path / "state.stored"
         try:
-            return state.terminal and path.read_text() == f"{state.state} {state.exit_code}"
+            return state.terminal and path.read_bytes() == f"{state.state} {state.exit_code}".encode()
         except OSError:
             return False
 
     def mark_terminal_state_stored(self, state: JobState) -> None:
         """Note that the store holds this final state."""
-        tmp = self.path / f"state.stored.{secrets.token_hex(4)}.tmp"
-        tmp.write_text(f"{state.state} {state.exit_code}")
-        tmp.replace(self.path / "state.stored")
+        atomic_write(self.path / "state.stored", f"{state.state} {state.exit_code}")
 
     @property
     def done(self) -> bool:
@@ -112,7 +161,7 @@ class RunDir:
         try:
             elapsed = int(status["end"]) - int(status["start"])
             return elapsed >= walltime_seconds(str(self.config["walltime"])) - WALLTIME_SLACK
-        except (KeyError, ValueError, TypeError, OSError):
+        except (KeyError, ValueError, TypeError, OSError, UserError):
             return False
 
     def state(self, scheduler_view: JobState | None) -> JobState:
@@ -124,8 +173,15 @@ class RunDir:
         if status.get("cancelled") and code != 0:  # marked only while running: see campaign.cancel
             return JobState(CANCELLED, code, "cancelled by hpcprof")
         if self.done and code is not None:
-            return JobState(COMPLETED if code == 0 else FAILED, code,
-                            "" if code == 0 else f"exit code {code}{self._first_failed_task()}")
+            return JobState(COMPLETED if code == 0 else FAILED, code, "" if code == 0 else status.get(
+                "check") or f"exit code {code}{self._first_failed_task()}")  # check: a failed job-start check
+        if self.done:  # the job ended (DONE is written last) but its exit code cannot be read
+            shown = status.get("damaged") or (f"{self.path / 'status'}: exit_code={status['exit_code'][:40]!r} is "
+                                              "not a number" if "exit_code" in status else
+                                              f"{self.path / 'status'}: no exit_code")
+            return JobState(FAILED, None, f"ended, exit code unknown ({shown})")
+        if "damaged" in status:
+            return JobState(UNKNOWN, None, status["damaged"])
         if status.get("signal") and self._walltime_reached(status):
             return JobState(TIMEOUT, None, "killed at its walltime (job's TERM trap)")
         if scheduler_view is not None and scheduler_view.state != UNKNOWN:
@@ -158,19 +214,36 @@ def sweep_of(run_id: str) -> str:
     return head if sep and tail.isdigit() else run_id
 
 
-def all_runs(workdir: Path) -> list[RunDir]:
-    """Every run under `workdir`, oldest first."""
-    return [RunDir(p.parent.resolve()) for p in sorted(workdir.glob("*/*/config.json"),
-                                                      key=lambda p: p.parent.name)]
+def readable(runs: list[RunDir]) -> list[RunDir]:
+    """The runs whose config.json reads; each damaged one is named in a warning and left out,
+    so one damaged run never hides the others."""
+    kept = []
+    for run in runs:
+        if (problem := run.damage()) is None:
+            kept.append(run)
+        else:
+            warn(f"{problem}; skipped")
+    return kept
+
+
+def all_runs(workdir: Path, damaged: bool = False) -> list[RunDir]:
+    """Every run under `workdir`, oldest first; those with a damaged config.json only with
+    `damaged` (else each is named in a warning)."""
+    runs = [RunDir(p.parent.resolve()) for p in sorted(workdir.glob("*/*/config.json"), key=lambda p: p.parent.name)]
+    return runs if damaged else readable(runs)
 
 
 def select_runs(refs: tuple[str, ...] | list[str], workdir: Path) -> list[RunDir]:
-    """Runs named by run id, run directory or sweep id (all its points), each once, in order."""
-    runs = all_runs(workdir) if workdir.is_dir() else []
+    """Runs named by run id, run directory or sweep id (all its points), each once, in order;
+    those with a damaged config.json are named in a warning and left out (all of them
+    damaged: a one-line error naming the first)."""
+    runs = all_runs(workdir, damaged=True) if workdir.is_dir() else []
     selected: list[RunDir] = []
     for ref in refs:
         points = [r for r in runs if r.run_id == ref or r.run_id.startswith(ref + "-p")]
         if not points:
             points = [find_run(ref, workdir)]
         selected += [p for p in points if p not in selected]
-    return selected
+    if selected and all(run.damage() for run in selected):
+        raise DamagedRunFile(str(selected[0].damage()))
+    return readable(selected)

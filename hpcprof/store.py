@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import time
 from pathlib import Path
 from typing import Any, Iterable
@@ -126,17 +127,59 @@ def param_rows(run_id: str, params: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
+def make_engine(url: str) -> Engine:
+    """The engine of `url` (nothing connected yet); a URL that cannot be used is one line."""
+    try:
+        return create_engine(url, **({"connect_args": {"timeout": 30}} if url.startswith("sqlite") else {}))
+    except ImportError as exc:
+        scheme = url.split("://")[0]
+        raise UserError(f"--db {scheme}://...: its database driver ({exc.name}) is not installed; install hpcprof "
+                        "with the [postgresql] extra (pip install 'hpcprof[postgresql]') and give the URL as "
+                        "postgresql+psycopg://user@host/db, or use a sqlite:/// URL") from None
+    except (ArgumentError, NoSuchModuleError, ValueError) as exc:
+        raise UserError(f"--db {url!r}: not a usable database URL ({_one_line(exc)}); use e.g. "
+                        "sqlite:////path/hpcprof.db or postgresql+psycopg://user@host/db") from None
+
+
+def sqlite_file(engine: Engine) -> Path | None:
+    """The file of a SQLite engine (None for other databases and in-memory SQLite)."""
+    database = engine.url.database
+    if engine.dialect.name != "sqlite" or not database or database == ":memory:" or database.startswith("file:"):
+        return None
+    return Path(database)
+
+
+def check_ours(path: Path) -> None:
+    """Refuse, before anything opens it for writing, an existing file that is not a hpcprof
+    store (another SQLite database such as an nsys export, or not SQLite at all). It is read
+    through a read-only connection, so it is left exactly as it was."""
+    try:
+        if not path.is_file() or path.stat().st_size == 0:
+            return
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    except OSError:
+        return  # the engine's own open gives the one-line error
+    try:
+        present = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    except sqlite3.DatabaseError as exc:
+        raise UserError(f"--db {path}: not a hpcprof store ({exc}); give a new file or a hpcprof "
+                        "store") from None
+    finally:
+        conn.close()
+    if present and not present & OURS:
+        raise UserError(f"--db {path}: not a hpcprof store (it holds other tables: "
+                        f"{', '.join(sorted(present)[:3])}); give a new file or a hpcprof store")
+
+
 class Store:
-    """The campaign database. A URL that cannot be used raises UserError (one line, exit 2)."""
+    """The campaign database. A URL that cannot be used raises UserError (one line, exit 2);
+    a file that is not a store is refused before anything writes to it."""
 
     def __init__(self, url: str) -> None:
-        try:
-            self.engine: Engine = create_engine(url, **({"connect_args": {"timeout": 30}}
-                                                         if url.startswith("sqlite") else {}))
-        except (ArgumentError, NoSuchModuleError, ValueError) as exc:
-            raise UserError(f"--db {url!r}: not a usable database URL ({_one_line(exc)}); use e.g. "
-                            "sqlite:////path/hpcprof.db or postgresql+psycopg://user@host/db") from None
+        self.engine: Engine = make_engine(url)
         if self.engine.dialect.name == "sqlite":
+            if (path := sqlite_file(self.engine)) is not None:
+                check_ours(path)
             event.listen(self.engine, "connect", _sqlite_pragmas)
         self.url = url
         self._create_schema()

@@ -52,6 +52,7 @@ def nsys_runs(cwd: Path, fixtures: Path, env: dict[str, str]) -> list[Path]:
     for run in runs:
         config = json.loads((run / "config.json").read_text())
         config["experiment"]["profile"]["tool"] = "nsys"
+        config["experiment"]["profile"]["ranks"] = [0, 1]      # the ranks whose profiles are copied in
         (run / "config.json").write_text(json.dumps(config))
         (run / "profiles" / "nsys").mkdir(parents=True, exist_ok=True)
         for rank in (0, 1):

@@ -1,29 +1,73 @@
-"""Every shipped example validates and renders on every shipped site."""
+"""Every experiment the README shows and every shipped example validates and renders on every
+shipped site (with an account where the site requires one), and Polaris refuses a job without one."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 from hpcprof.campaign import plan
-from hpcprof.config.site import available_sites, find_site
+from hpcprof.config.site import SiteConfig, available_sites, find_site
 from hpcprof.errors import UserError
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
 
 
+def readme_experiments() -> list[tuple[str, str]]:
+    """(id, text) of every ```yaml block of README.md that is an experiment (has `workload:`)."""
+    blocks = re.findall(r"^```yaml\n(.*?)^```", (REPO / "README.md").read_text(), re.DOTALL | re.MULTILINE)
+    found = [(f"README-{i}", text) for i, text in enumerate(blocks)
+             if isinstance(yaml.safe_load(text), dict) and "workload" in yaml.safe_load(text)]
+    assert found, "README.md shows no experiment"
+    return found
+
+
+def account_overrides(site: SiteConfig) -> list[str]:
+    """What a user of `site` adds: an account where the site requires one (a GPU one on Perlmutter)."""
+    if site.gpu_account_suffix:
+        return [f"resources.account=m1234{site.gpu_account_suffix}"]
+    return ["resources.account=PROJECT"] if site.require_account else []
+
+
+def render_everywhere(experiment: Path, site_name: str, workdir: Path) -> None:
+    site = find_site(site_name)
+    planned = plan(experiment, site, account_overrides(site), workdir)
+    assert planned.runs and all("rank_wrapper.sh" in r.files["job.sh"] for r in planned.runs)
+    assert not any(workdir.iterdir()), "planning must not write"
+
+
 @pytest.mark.parametrize("site_name", sorted(available_sites()))
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
 def test_example_renders(example: Path, site_name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(REPO)
-    site = find_site(site_name)
-    # an example's account is Polaris's; a site whose GPU accounts carry a suffix gets one of its own
-    overrides = [f"resources.account=m1234{site.gpu_account_suffix}"] if site.gpu_account_suffix else []
-    planned = plan(example, site, overrides, tmp_path)
-    assert planned.runs and all("rank_wrapper.sh" in r.files["job.sh"] for r in planned.runs)
-    assert not any(tmp_path.iterdir()), "planning must not write"
+    render_everywhere(example, site_name, tmp_path)
+
+
+@pytest.mark.parametrize("site_name", sorted(available_sites()))
+@pytest.mark.parametrize("block", readme_experiments(), ids=lambda b: b[0])
+def test_readme_experiment_renders(block: tuple[str, str], site_name: str, tmp_path: Path,
+                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(REPO)
+    experiment = tmp_path / "experiment.yaml"
+    experiment.write_text(block[1])
+    workdir = tmp_path / "runs"
+    workdir.mkdir()
+    render_everywhere(experiment, site_name, workdir)
+
+
+def test_polaris_refuses_no_account(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(REPO)
+    with pytest.raises(UserError, match=r"field 'resources.account': site polaris requires an account"):
+        plan(REPO / "examples/seqpar_polaris.yaml", find_site("polaris"), [], tmp_path)
+
+
+def test_examples_carry_no_real_project() -> None:
+    texts = [p.read_text() for p in EXAMPLES] + [(REPO / "README.md").read_text()]
+    assert not any("datascience" in text for text in texts), "ALCF's own project in an example"
 
 
 def test_zipped_sweep_moves_keys_together(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -39,3 +83,34 @@ def test_world_size_must_match_resources(tmp_path: Path, monkeypatch: pytest.Mon
     with pytest.raises(UserError, match=r"workload\.args\.world_size': 3 but the resources give 2 ranks"):
         plan(REPO / "examples/ddp_slowdown.yaml", find_site("local"),
              ["sweep={}", "resources.ranks_per_node=2", "workload.args.world_size=3"], tmp_path)
+
+
+def quickstart_commands() -> list[list[str]]:
+    """The `hpcprof ...` command lines of examples/quickstart.sh (continuations joined), as argv."""
+    import shlex
+
+    text = (REPO / "examples" / "quickstart.sh").read_text().replace("\\\n", " ")
+    body = text[:text.index("cat <<EOF")]
+    return [shlex.split(line.split(" #")[0])[1:] for line in body.splitlines() if line.startswith("hpcprof ")]
+
+
+def test_quickstart_runs_as_written(tmp_path: Path) -> None:
+    """The quickstart's hpcprof commands (its venv set-up aside) end with the answer: the sweep's
+    two points compared and the HTML report written."""
+    import os
+    import subprocess
+    import sys
+
+    commands = quickstart_commands()
+    assert [c[0] for c in commands] == ["submit", "collect", "compare", "report"]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "HPCPROF_WORKDIR": str(tmp_path / "runs")}
+    outputs = []
+    for argv in commands:
+        argv = [str(REPO / a) if a.startswith("examples/") else a for a in argv]
+        done = subprocess.run([sys.executable, "-m", "hpcprof", *argv], cwd=tmp_path, env=env, capture_output=True,
+                              text=True, timeout=600, check=False)
+        assert done.returncode == 0, f"hpcprof {' '.join(argv)}: {done.stderr}"
+        outputs.append(done.stdout)
+    compare = outputs[2]
+    assert "workload.args.hidden_dim" in compare and "iteration.mean" in compare
+    assert (tmp_path / "hpcprof-report.html").stat().st_size > 10_000

@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from hpcprof.analysis import CollectContext, cross_rank_reducer, file_analyser, file_analysers
+from hpcprof.errors import Problem
 
 KERN_SUM_TOTALS = {0: 43_530_292, 1: 6_906_115}   # Σ Total Time of the gold cuda_gpu_kern_sum per rank
 
@@ -23,9 +24,11 @@ def run_dir(fixtures_dir: Path, tmp_path: Path) -> Path:
     return tmp_path
 
 
-def _ctx(run_dir: Path, files: list[Path], log: list[str], nsys: str | None = None) -> CollectContext:
+def _ctx(run_dir: Path, files: list[Path], log: list[str], nsys: str | None = None,
+         problems: list[Problem] | None = None) -> CollectContext:
     return CollectContext(run_dir=run_dir, tool="nsys", files=files, rank_of={f: i for i, f in enumerate(files)},
-                          work_dir=run_dir / "work", tool_paths={"nsys": nsys} if nsys else {}, log=log.append)
+                          work_dir=run_dir / "work", tool_paths={"nsys": nsys} if nsys else {}, log=log.append,
+                          problem=(problems if problems is not None else []).append)
 
 
 def collect_nsys(ctx: CollectContext) -> dict[str, pd.DataFrame]:
@@ -81,6 +84,8 @@ def test_collect_without_nsys_goes_on_with_sqlite_files(run_dir: Path, monkeypat
     rep = run_dir / "rank2.nsys-rep"
     rep.write_bytes(b"")
     log: list[str] = []
-    out = collect_nsys(_ctx(run_dir, [run_dir / "rank0.sqlite", run_dir / "rank1.sqlite", rep], log))
+    problems: list[Problem] = []
+    out = collect_nsys(_ctx(run_dir, [run_dir / "rank0.sqlite", run_dir / "rank1.sqlite", rep], log,
+                            problems=problems))
     _check_tables(out)
-    assert sum("no nsys executable found" in line for line in log) == 1
+    assert problems == [Problem(rep, problems[0].reason)] and "no nsys executable found" in problems[0].reason

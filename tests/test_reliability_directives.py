@@ -57,7 +57,8 @@ def edited_templates(tmp_path: Path, name: str, extra: str) -> Path:
 def test_rendered_limits_are_enforced(tmp_path: Path) -> None:
     exp = experiment(tmp_path / "e.yaml", ["true"])
     tpl = edited_templates(tmp_path, "pbs.sh.j2", "#PBS -l walltime=72:00:00")
-    one_line_error(hpcprof("render", str(exp), "--site", "polaris", "--templates", str(tpl), cwd=tmp_path),
+    one_line_error(hpcprof("render", str(exp), "--site", "polaris", "--set", "resources.account=PROJECT",
+                           "--templates", str(tpl), cwd=tmp_path),
                    "walltime 2 times")
     site = yaml.safe_load((REPO / "site_configs" / "slurm-local.yaml").read_text())
     site["node"]["max_nodes"] = 1

@@ -73,7 +73,8 @@ def test_a_rendered_slurm_job_is_submitted_with_sbatch_by_hand(slurm_cluster, tm
 @pytest.mark.parametrize("site", ["local", "polaris", "perlmutter", "slurm-local", "pbs-local"])
 def test_templates_vars_lists_exactly_what_the_renderer_passes(site: str, tmp_path: Path) -> None:
     config = find_site(site, None)
-    (point,) = expand(load_experiment(HELLO, []), config, "hello")
+    (point,) = expand(load_experiment(HELLO, ["resources.account=PROJECT"] if config.require_account else []),
+                      config, "hello")
     context = template_context(point, config, tmp_path / "run", "run")
     assert set(context) == set(TEMPLATE_VARS)
     res = CliRunner().invoke(main, ["templates", "vars"])

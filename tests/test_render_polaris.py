@@ -180,7 +180,7 @@ def test_done_when_command(tmp_path: Path) -> None:
     PBS script and wrapper per sweep point (float32, bfloat16)."""
     example = Path(__file__).parents[1] / "examples" / "seqpar_polaris.yaml"
     result = CliRunner().invoke(main, [
-        "render", str(example), "--site", "polaris", "--set", "resources.nodes=2",
+        "render", str(example), "--site", "polaris", "--set", "resources.account=PROJECT", "--set", "resources.nodes=2",
         "--set", "profile.tool=nsys", "--set", "profile.ranks=local:0", "-o", str(tmp_path)])
     assert result.exit_code == 0, result.output
     for index, precision in enumerate(["float32", "bfloat16"]):

@@ -31,7 +31,7 @@ resources: {nodes: 1, ranks_per_node: 2}
 
 def hpcprof(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess[str]:
     result = subprocess.run([sys.executable, "-m", "hpcprof", *args], cwd=cwd, capture_output=True, text=True,
-                            timeout=300)
+                            timeout=300, check=False)
     if check and result.returncode != 0:
         raise AssertionError(f"hpcprof {' '.join(args)} -> {result.returncode}\n{result.stdout}\n{result.stderr}")
     return result
@@ -70,6 +70,9 @@ def test_compare_folds_repetitions_into_mean_and_sd(campaign: dict) -> None:
             per_run.append(rows[rows["phase"] == "iteration"].groupby("rank")["time_ms"].mean().mean())
         assert df.loc[i, "iteration.mean [ms]"] == pytest.approx(sum(per_run) / 2)
         assert df.loc[i, "iteration.mean [ms] sd"] == pytest.approx(pd.Series(per_run).std())
+        # 95 % CI half-width of 2 repetitions: t_{0.975, 1} = 12.706 (t table) * sd / sqrt(2)
+        assert df.loc[i, "iteration.mean [ms] ci95"] == pytest.approx(12.7062 * pd.Series(per_run).std() / 2 ** 0.5,
+                                                                      rel=1e-4)
     assert (df["phase.matmul1.tflops [TFLOP/s]"] > 0).all() and (df["phase.allgather.busbw [GB/s]"] > 0).all()
 
 
@@ -81,6 +84,11 @@ def test_compare_baseline_ratios_and_formats(campaign: dict, tmp_path: Path) -> 
     assert rows[0]["iteration.mean [ms] /base"] == pytest.approx(1.0)
     mean = "iteration.mean [ms]"
     assert rows[1][f"{mean} /base"] == pytest.approx(rows[1][mean] / rows[0][mean])
+    assert rows[0]["verdict"] == "baseline" and rows[1]["change_pct"] == pytest.approx(
+        100 * (rows[1][mean] / rows[0][mean] - 1))
+    assert rows[1]["verdict"] in ("faster", "slower", "no significant change")   # CPU noise decides which
+    assert rows[1]["test"] == "Welch t-test over iterations (8 vs 8; fewer than 3 repetitions)"
+    assert 0 <= rows[1]["p_value"] <= 1
     table = hpcprof("compare", *(r.name for r in campaign["runs"][:2]), cwd=campaign["cwd"]).stdout
     assert "iteration.mean" in table and " ms" in table and "float32" in table
 

@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from html import unescape
 from pathlib import Path
 
 import pandas as pd
@@ -29,14 +30,16 @@ workload:
   kind: seqpar
   args: {sequence_length: 128, hidden_dim: 64, iterations: 4, warmup_iterations: 1}
 resources: {nodes: 1, ranks_per_node: 2, walltime: "00:05:00"}
+repeat: 2
 sweep:
   workload.args.precision: [float32, bfloat16]
 """
+MAX_FIGURES = 24
 
 
 def hpcprof(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     result = subprocess.run([sys.executable, "-m", "hpcprof", *args], cwd=cwd, capture_output=True, text=True,
-                            timeout=300)
+                            timeout=300, check=False)
     assert result.returncode == 0, f"hpcprof {' '.join(args)}: {result.stdout}\n{result.stderr}"
     return result
 
@@ -53,10 +56,11 @@ def load_in_chromium(html: Path, screenshot: Path) -> tuple[str, list[str]]:
     exe = chromium()
     with tempfile.TemporaryDirectory(prefix="hpcprof-chromium-") as profile:
         dump = subprocess.run([exe, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--dump-dom", html.as_uri()],
-                              capture_output=True, text=True, timeout=120)
+                              capture_output=True, text=True, timeout=120, check=False)
     with tempfile.TemporaryDirectory(prefix="hpcprof-chromium-") as profile:
         subprocess.run([exe, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--window-size=1400,2400",
-                        f"--screenshot={screenshot}", html.as_uri()], capture_output=True, text=True, timeout=120)
+                        f"--screenshot={screenshot}", html.as_uri()], capture_output=True, text=True, timeout=120,
+                       check=False)
     console = [line for line in dump.stderr.splitlines() if ":CONSOLE" in line]
     return dump.stdout, console
 
@@ -70,11 +74,25 @@ def drawn_figures(dom: str) -> tuple[int, int]:
     return declared, drawn
 
 
+def findings(html: Path) -> list[str]:
+    """The sentences of the report's findings section, as text."""
+    section = re.search(r"<section id='findings'>(.*?)</section>", html.read_text(), re.DOTALL).group(1)
+    return [unescape(re.sub(r"<[^>]+>", "", li)) for li in re.findall(r"<li>(.*?)</li>", section, re.DOTALL)]
+
+
+def figure_count(html: Path) -> int:
+    """Figures in the page: plotly divs, and the count the page declares (they must agree)."""
+    text = html.read_text()
+    declared = int(re.search(r"data-figures='(\d+)'", text).group(1))
+    assert declared == len(re.findall(r'<div id="fig\d+"', text))
+    return declared
+
+
 def check_html(html: Path, screenshot: Path, at_least: int) -> None:
     dom, console = load_in_chromium(html, screenshot)
     assert console == [], console
     declared, drawn = drawn_figures(dom)
-    assert declared >= at_least and drawn == declared, (declared, drawn)
+    assert at_least <= declared <= MAX_FIGURES and drawn == declared, (declared, drawn)
     assert screenshot.stat().st_size > 20_000
     assert "cdn" not in html.read_text()[:2000].lower() and "<script src" not in html.read_text()
     if os.environ.get("HPCPROF_SCREENSHOTS"):
@@ -87,8 +105,12 @@ def test_html_report_of_a_local_cpu_sweep(tmp_path: Path) -> None:
     hpcprof("collect", cwd=tmp_path)
     html = tmp_path / "report.html"
     hpcprof("report", "--html", str(html), cwd=tmp_path)
-    # 2 runs x (phase times, TFLOP/s, busbw) + the sweep's metrics against the precision
-    check_html(html, tmp_path / "cpu_sweep.png", at_least=2 * 3 + 5)
+    # 4 runs (2 points x 2 repetitions): breakdown, repetitions, stragglers, jitter, a figure per point's first run
+    assert 6 <= figure_count(html) <= MAX_FIGURES
+    said = "\n".join(findings(html))
+    assert "precision=bfloat16 against precision=float32 (baseline)" in said and "2 repetitions" in said
+    assert "no peak known for device 'cpu'" in said   # no GPU: no % of peak, and it says so
+    check_html(html, tmp_path / "cpu_sweep.png", at_least=6)
 
 
 def gpu_run(workdir: Path, rendered: Path, run_id: str, tool: str, profiles: dict[str, Path], result: Path) -> Path:
@@ -118,8 +140,8 @@ def gpu_run(workdir: Path, rendered: Path, run_id: str, tool: str, profiles: dic
 
 def test_html_report_of_gpu_ddp_runs_with_echo_slowdown(repo: Path, tmp_path: Path) -> None:
     data = repo / "benchmarks" / "gpu" / "data" / "run3"
-    hpcprof("render", str(repo / "examples" / "ddp_slowdown.yaml"), "--site", "polaris", "-o", "r", cwd=tmp_path)
-    hpcprof("render", str(repo / "examples" / "ddp_slowdown.yaml"), "--site", "polaris", "-o", "t",
+    hpcprof("render", str(repo / "examples" / "ddp_slowdown.yaml"), "--site", "polaris", "--set", "resources.account=PROJECT", "-o", "r", cwd=tmp_path)
+    hpcprof("render", str(repo / "examples" / "ddp_slowdown.yaml"), "--site", "polaris", "--set", "resources.account=PROJECT", "-o", "t",
             "--set", "sweep={}", "--set", "profile.tool=torch", "--set", "resources.ranks_per_node=2",
             "--set", "workload.args.world_size=2", cwd=tmp_path)
     work = tmp_path / "runs"
@@ -154,13 +176,18 @@ def test_html_report_of_gpu_ddp_runs_with_echo_slowdown(repo: Path, tmp_path: Pa
     for title in ("kernel slowdown distribution", "temporal breakdown per rank", "kernel launch delay",
                   "GPU idle gaps", "GPU time by kernel category per rank", "NCCL collectives per type and rank"):
         assert title in text, title
+    steps = [pd.DataFrame(json.loads((data / "ddp" / f"nsys_p{ws}" / "ddp_steps.json").read_text())["phases"])
+             for ws in (1, 2)]
+    t1, t2 = (float(df.loc[df["phase"] == "step", "mean_ms"].iloc[0]) for df in steps)
+    said = "\n".join(findings(html))   # ddp scales weakly: 2 ranks do twice the work in about the same time
+    assert f"speed-up {2 * t1 / t2:.2f}x (ideal 2.00x), parallel efficiency" in said and "weak scaling" in said
     check_html(html, tmp_path / "gpu_ddp.png", at_least=15)
 
 
 def test_html_report_of_an_h200_seqpar_run_against_peaks(repo: Path, fixtures_dir: Path, tmp_path: Path) -> None:
     """nsys profiles of the H200 bf16 fixture and the workload results of an H200 bf16 2-rank run
     of benchmarks/gpu/data/run1 (two runs of the same configuration), collected and drawn."""
-    hpcprof("render", str(repo / "examples" / "seqpar_polaris.yaml"), "--site", "polaris", "-o", "s",
+    hpcprof("render", str(repo / "examples" / "seqpar_polaris.yaml"), "--site", "polaris", "--set", "resources.account=PROJECT", "-o", "s",
             "--set", "sweep={}", "--set", "resources.nodes=1", "--set", "resources.ranks_per_node=2",
             "--set", "profile.ranks=all", cwd=tmp_path)
     work = tmp_path / "runs"
@@ -170,16 +197,17 @@ def test_html_report_of_an_h200_seqpar_run_against_peaks(repo: Path, fixtures_di
     hpcprof("collect", "--workdir", str(work), cwd=tmp_path)
     html = tmp_path / "seqpar.html"
     hpcprof("report", "--html", str(html), "--workdir", str(work), cwd=tmp_path)
-    text = html.read_text()
-    assert "peak 989 TFLOP" in text and "peak 450 GB" in text  # the figure JSON escapes "/"
-    assert "NVTX ranges of one iteration on every rank" in text
+    said = "\n".join(findings(html))
+    assert "of the H200 SXM bfloat16 dense peak (989.5 TFLOP/s)" in said
+    assert "of the H200 SXM NVLink per direction (450.0 GB/s)" in said
+    assert "one iteration on every rank" in html.read_text()
     check_html(html, tmp_path / "h200_seqpar.png", at_least=8)
 
 
 def test_html_report_of_an_h200_ncu_run_shows_speed_of_light(repo: Path, tmp_path: Path) -> None:
     """The ncu run of benchmarks/gpu/data/run1 (rank 0's details CSV and the run's seqpar.json)."""
     data = repo / "benchmarks" / "gpu" / "data" / "run1"
-    hpcprof("render", str(repo / "examples" / "seqpar_polaris.yaml"), "--site", "polaris", "-o", "n",
+    hpcprof("render", str(repo / "examples" / "seqpar_polaris.yaml"), "--site", "polaris", "--set", "resources.account=PROJECT", "-o", "n",
             "--set", "sweep={}", "--set", "resources.nodes=1", "--set", "resources.ranks_per_node=2",
             "--set", "profile.tool=ncu", "--set", "profile.ranks=[0]", cwd=tmp_path)
     work = tmp_path / "runs"
@@ -191,3 +219,78 @@ def test_html_report_of_an_h200_ncu_run_shows_speed_of_light(repo: Path, tmp_pat
     hpcprof("report", "--html", str(html), "--workdir", str(work), cwd=tmp_path)
     assert "ncu speed of light (Echo metrics)" in html.read_text()
     check_html(html, tmp_path / "h200_ncu.png", at_least=4)
+
+
+def gpu_sweep(repo: Path, tmp_path: Path, sweep: str, repeat: int, results: list[str], sweep_id: str,
+              site: tuple[str, ...] = ("--site", "polaris", "--set", "resources.account=PROJECT")) -> Path:
+    """A collected sweep of seqpar runs without a profile (tool none) from the H200 workload results
+    of benchmarks/gpu/data (`results`: one `runN/seqpar/NAME` per rendered point, in point order);
+    returns the workdir."""
+    out = tmp_path / f"render-{sweep_id}"
+    hpcprof("render", str(repo / "examples" / "seqpar_polaris.yaml"), *site, "-o", str(out),
+            "--set", "resources.nodes=1", "--set", "profile.tool=none", "--set", f"sweep={sweep}",
+            "--set", f"repeat={repeat}", cwd=tmp_path)
+    work = tmp_path / "runs"
+    data = repo / "benchmarks" / "gpu" / "data"
+    for index, name in enumerate(results):  # a sweep of one point renders into `out` itself
+        rendered = out / f"p{index:03d}" if len(results) > 1 else out
+        gpu_run(work, rendered, f"{sweep_id}-p{index:03d}", "none", {}, data / name / "seqpar.json")
+    hpcprof("collect", "--workdir", str(work), cwd=tmp_path)
+    return work
+
+
+SWEEP_2X2 = ("{workload.args.precision: [float32, bfloat16], resources.ranks_per_node: [1, 2]}",
+             [f"run1/seqpar/{n}" for n in ("base_float32_p1", "nsys_float32_p1", "base_float32_p2", "nsys_float32_p2",
+                                           "base_bfloat16_p1", "nsys_bfloat16_p1", "base_bfloat16_p2",
+                                           "base2_bfloat16_p2")])
+
+
+def seqpar_mean(repo: Path, name: str, column: str = "mean_ms", phase: str = "iteration") -> float:
+    """A phase's figure from the workload's own JSON (independent of collect and report)."""
+    phases = pd.DataFrame(json.loads((repo / "benchmarks" / "gpu" / "data" / name / "seqpar.json").read_text())["phases"])
+    return float(phases.loc[phases["phase"] == phase, column].iloc[0])
+
+
+def test_html_report_of_an_h200_sweep_explains_it(repo: Path, tmp_path: Path) -> None:
+    """precision x ranks (1, 2) x 2 repetitions of H200 runs: findings with numbers checked against
+    the workload's JSON, scaling, % of peak, and at most 24 figures for the 8 runs."""
+    work = gpu_sweep(repo, tmp_path, SWEEP_2X2[0], 2, SWEEP_2X2[1], "20261121-000020-a2x2aa")
+    html = tmp_path / "sweep.html"
+    hpcprof("report", "20261121-000020-a2x2aa", "--html", str(html), "--workdir", str(work), cwd=tmp_path)
+    said = "\n".join(findings(html))
+    names = SWEEP_2X2[1]
+    t_fp32 = [(seqpar_mean(repo, names[i]) + seqpar_mean(repo, names[i + 1])) / 2 for i in (0, 2)]
+    assert f"precision=float32: 2 ranks against precision=float32, ranks_per_node=1: speed-up " \
+           f"{t_fp32[0] / t_fp32[1]:.2f}x (ideal 2.00x)" in said and "strong scaling" in said
+    tflops = (seqpar_mean(repo, names[6], "tflops", "matmul1") + seqpar_mean(repo, names[7], "tflops", "matmul1")) / 2
+    assert f"matmul1 {tflops:,.1f} TFLOP/s = {100 * tflops / 989.5:.2f} % of the H200 SXM bfloat16 dense peak" in said
+    assert "precision=bfloat16, ranks_per_node=2 against precision=float32, ranks_per_node=1 (baseline)" in said
+    assert "faster (Welch t-test over iterations (200 vs 200" in said
+    text = html.read_text()
+    assert "hpc-datasheet-sc23-h200" in text            # each peak says where it comes from
+    for section in ("breakdown", "repetitions", "scaling", "peaks", "iterations", "appendix"):
+        assert f"<section id='{section}'>" in text, section
+    assert 8 <= figure_count(html) <= MAX_FIGURES
+    check_html(html, tmp_path / "h200_sweep.png", at_least=8)
+
+
+def test_site_peaks_override_the_known_gpus(repo: Path, tmp_path: Path) -> None:
+    """A site file's `peaks:` replaces the table's figures it gives and says so; bad peaks exit 2."""
+    site = (repo / "site_configs" / "polaris.yaml").read_text()
+    (tmp_path / "site.yaml").write_text(site + "peaks:\n  tflops: {bfloat16: 1000}\n  nvlink_GBps: 400\n"
+                                        "  source: measured by the site's acceptance tests\n")
+    work = gpu_sweep(repo, tmp_path, "{workload.args.precision: [bfloat16], resources.ranks_per_node: [2]}", 1,
+                     [SWEEP_2X2[1][6]], "20261121-000021-a5a1aa", site=("--site-file", str(tmp_path / "site.yaml"), "--set", "resources.account=PROJECT"))
+    html = tmp_path / "site.html"
+    hpcprof("report", "--html", str(html), "--workdir", str(work), cwd=tmp_path)
+    said = "\n".join(findings(html))
+    tflops = seqpar_mean(repo, SWEEP_2X2[1][6], "tflops", "matmul1")
+    assert f"matmul1 {tflops:,.1f} TFLOP/s = {tflops / 10:.2f} % of the H200 SXM bfloat16 dense peak (1,000.0" in said
+    assert "of the H200 SXM NVLink per direction (400.0 GB/s)" in said
+    assert "site polaris: measured by the site&#x27;s acceptance tests" in html.read_text()
+    (tmp_path / "bad.yaml").write_text(site + "peaks:\n  tflops: {bfloat16: -1}\n")
+    res = subprocess.run([sys.executable, "-m", "hpcprof", "render", str(repo / "examples" / "seqpar_polaris.yaml"),
+                          "--site-file", str(tmp_path / "bad.yaml"), "--set", "resources.account=PROJECT", "-o", "bad"], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=120, check=False)
+    assert res.returncode == 2 and "peaks" in res.stderr and "Traceback" not in res.stderr
+    assert not (tmp_path / "bad").exists()

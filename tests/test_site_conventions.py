@@ -38,6 +38,7 @@ def render(site: str, *sets: str, cwd: Path) -> tuple[int, str]:
     ("perlmutter", ["resources.account=m1234_g", "resources.queue=debug", "resources.walltime='01:00:00'"],
      "resources.walltime", "queue debug of site perlmutter allows at most 00:30:00"),
     ("perlmutter", ["resources.account=m1234"], "resources.account", "use m1234_g"),
+    ("polaris", [], "resources.account", "site polaris requires an account"),   # PBS on Polaris needs #PBS -A
 ])
 def test_limits_and_accounts_are_one_line_errors_and_nothing_is_written(
         site: str, sets: list[str], field: str, needle: str, tmp_path: Path) -> None:
@@ -49,10 +50,12 @@ def test_limits_and_accounts_are_one_line_errors_and_nothing_is_written(
 
 
 @pytest.mark.parametrize(("site", "sets"), [
-    ("polaris", []),                                                       # debug, 2 nodes, 10 min
-    ("polaris", ["resources.queue=debug-scaling", "resources.nodes=8"]),
-    ("polaris", ["resources.queue=prod", "resources.nodes=120", "resources.walltime='20:00:00'"]),
-    ("polaris", ["resources.queue=prod@polaris-pbs-01", "resources.nodes=12", "resources.walltime='03:00:00'"]),
+    ("polaris", ["resources.account=PROJECT"]),                             # debug, 2 nodes, 10 min
+    ("polaris", ["resources.account=PROJECT", "resources.queue=debug-scaling", "resources.nodes=8"]),
+    ("polaris", ["resources.account=PROJECT", "resources.queue=prod", "resources.nodes=120",
+                 "resources.walltime='20:00:00'"]),
+    ("polaris", ["resources.account=PROJECT", "resources.queue=prod@polaris-pbs-01", "resources.nodes=12",
+                 "resources.walltime='03:00:00'"]),
     ("perlmutter", ["resources.account=m1234_g"]),                         # regular, 2 nodes
 ])
 def test_jobs_within_the_limits_render(site: str, sets: list[str], tmp_path: Path) -> None:

@@ -109,9 +109,10 @@ def test_collect_traces_per_file(tmp_path: Path, trace_filter: Path, fixtures_di
     per_file = [analyse_file(path, rank) for rank, path in enumerate(files)]
     tables = {name: pd.concat([t[name] for t in per_file], ignore_index=True) for name in per_file[0]}
     tables.update(reduce_ranks(tables.get, lambda line: None))
-    assert set(tables) == {"temporal", "overlap", "idle", "launch", "kernels", "kernel_types"}
-    for name, table in tables.items():
-        assert set(table["rank"]) == {0, 1}, name
+    hta = {"temporal", "overlap", "idle", "launch", "kernels", "kernel_types", "window", "iterations"}
+    assert set(tables) == hta | {"critical_path_events", "critical_path", "critical_path_segments"}
+    for name in hta | {"critical_path_events"}:
+        assert set(tables[name]["rank"]) == {0, 1}, name
     gold = json.loads((fixtures_dir / "hta" / "gold_hta" / "hta0.5.0_trace_filter.json")
                       .read_text())
     assert tables["overlap"].to_dict("records") == gold["trace_filter.comm_comp_overlap"]

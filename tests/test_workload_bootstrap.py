@@ -120,9 +120,10 @@ assert "torch" not in sys.modules, "rendering imported torch"
 import hpcprof.cli
 from hpcprof.cli import main
 runs = [["--help"], ["bench", "--help"],
-        ["render", sys.argv[1], "--site", "polaris"],
+        ["render", sys.argv[1], "--site", "polaris", "--set", "resources.account=PROJECT"],
         ["render", sys.argv[2], "--site", "local"],
-        ["submit", sys.argv[1], "--site", "polaris", "--dry-run", "--workdir", sys.argv[3]]]
+        ["submit", sys.argv[1], "--site", "polaris", "--set", "resources.account=PROJECT", "--dry-run",
+         "--workdir", sys.argv[3]]]
 for argv in runs:
     out = io.StringIO()
     with contextlib.redirect_stdout(out):

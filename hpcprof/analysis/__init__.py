@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
+from hpcprof.errors import Problem
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -27,7 +29,8 @@ class CollectContext:
     rank_of: dict[Path, int]                    # global rank of each file
     work_dir: Path                              # scratch/derived files (e.g. exported .sqlite)
     tool_paths: dict[str, str] = field(default_factory=dict)  # {"nsys": path, "ncu": path}
-    log: Callable[[str], None] = print          # progress and "skipped because ..." lines
+    log: Callable[[str], None] = print          # progress lines and notes
+    problem: Callable[[Problem], None] = print  # a file that cannot be used: the run is `partial`
 
 
 #: the files to map of a run, with their ranks

@@ -78,37 +78,66 @@ def phase_metrics(phases: pd.DataFrame, iteration: str) -> list[Metric]:
     return out
 
 
-def gpu_time_metrics(names: pd.Series, totals_ms: pd.Series, n_ranks: int) -> list[Metric]:
-    """GPU time per rank (mean over ranks) by category, and each category's share."""
+def gpu_time_metrics(names: pd.Series, totals_ms: pd.Series, n_ranks: int, prefix: str = "") -> list[Metric]:
+    """GPU time per rank (mean over ranks) by category, and each category's share; `prefix`
+    (`capture.`) names figures over the whole capture."""
     by_cat = totals_ms.groupby(names.map(kernel_category)).sum() / max(n_ranks, 1)
     total = float(by_cat.sum())
-    out: list[Metric] = [("gpu.total", total, "ms")]
+    out: list[Metric] = [(f"{prefix}gpu.total", total, "ms")]
     for cat, value in sorted(by_cat.items()):
-        out.append((f"gpu.{cat}", float(value), "ms"))
-        out.append((f"gpu.{cat}.share", 100.0 * float(value) / total if total else 0.0, "%"))
+        out.append((f"{prefix}gpu.{cat}", float(value), "ms"))
+        out.append((f"{prefix}gpu.{cat}.share", 100.0 * float(value) / total if total else 0.0, "%"))
     return out
 
 
-def nsys_metrics(run_dir: Path) -> list[Metric]:
-    """GPU time by category, overlap and idle % from the nsys tables."""
+def overlap_idle_metrics(ov: pd.DataFrame | None, prefix: str = "") -> list[Metric]:
+    """overlap % (compute during communication over communication) and idle % (idle over the span),
+    summed over ranks and devices, from an nsys overlap table."""
+    if ov is None or ov.empty:
+        return []
     out: list[Metric] = []
+    comm, span = float(ov["comm_ns"].sum()), float(ov["span_ns"].sum())
+    if comm:
+        out.append((f"{prefix}overlap_pct", 100.0 * float(ov["overlap_ns"].sum()) / comm, "%"))
+    if span:
+        out.append((f"{prefix}idle_pct", 100.0 * float(ov["idle_ns"].sum()) / span, "%"))
+    return out
+
+
+def window_metrics(window: pd.DataFrame | None) -> list[Metric]:
+    """The measured window's length (ms, mean over ranks) and iterations (mean count over ranks)
+    from a `<tool>_window` table {rank, duration_ns, iterations}."""
+    if window is None or window.empty:
+        return []
+    return [("window.duration", float(window["duration_ns"].mean()) / 1e6, "ms"),
+            ("window.iterations", float(window["iterations"].mean()), "count")]
+
+
+def nsys_metrics(run_dir: Path) -> list[Metric]:
+    """GPU time by category, overlap and idle % over the measured window (nsys_kernels,
+    nsys_overlap), the window itself, and the same over the whole capture as `capture.*`."""
+    out: list[Metric] = window_metrics(read_table(run_dir, "nsys_window"))
+    kern = read_table(run_dir, "nsys_kernels")
+    if kern is not None and not kern.empty:
+        out += gpu_time_metrics(kern["name"].astype(str), kern["total_ns"].astype(float) / 1e6, kern["rank"].nunique())
+    ov = read_table(run_dir, "nsys_overlap")          # collected before windows: the whole capture's
+    out += overlap_idle_metrics(ov, prefix="" if ov is None or "window" in ov else "capture.")
     kern = read_table(run_dir, "nsys_cuda_gpu_kern_sum")
     if kern is not None and not kern.empty:
         out += gpu_time_metrics(kern["Name"].astype(str), kern["Total Time (ns)"].astype(float) / 1e6,
-                                kern["rank"].nunique())
-    ov = read_table(run_dir, "nsys_overlap")
-    if ov is not None and not ov.empty:
-        comm, span = float(ov["comm_ns"].sum()), float(ov["span_ns"].sum())
-        if comm:
-            out.append(("overlap_pct", 100.0 * float(ov["overlap_ns"].sum()) / comm, "%"))
-        if span:
-            out.append(("idle_pct", 100.0 * float(ov["idle_ns"].sum()) / span, "%"))
+                                kern["rank"].nunique(), prefix="capture.")
+    out += overlap_idle_metrics(read_table(run_dir, "nsys_capture_overlap"), prefix="capture.")
     return out
 
 
 def torch_metrics(run_dir: Path) -> list[Metric]:
-    """GPU time by category, overlap and idle % from HTA's analyses of the Kineto traces."""
+    """Over the ProfilerStep window (torch_window): idle and overlap %, the window itself; GPU time
+    by category from HTA's kernel breakdown (the traced steps); HTA's whole-trace idle and overlap
+    % as `capture.*`."""
     out: list[Metric] = []
+    window = read_table(run_dir, "torch_window")
+    out += window_metrics(window)
+    out += overlap_idle_metrics(window)
     kernels = read_table(run_dir, "torch_kernels")
     if kernels is not None and not kernels.empty:
         names = kernels["name"].astype(str).where(kernels["name"] != "others",
@@ -116,18 +145,19 @@ def torch_metrics(run_dir: Path) -> list[Metric]:
         out += gpu_time_metrics(names, kernels["sum (us)"].astype(float) / 1e3, kernels["rank"].nunique())
     ov = read_table(run_dir, "torch_overlap")
     if ov is not None and ov["comp_comm_overlap_pctg"].notna().any():
-        out.append(("overlap_pct", float(ov["comp_comm_overlap_pctg"].mean()), "%"))
+        out.append(("capture.overlap_pct", float(ov["comp_comm_overlap_pctg"].mean()), "%"))
     temporal = read_table(run_dir, "torch_temporal")
     if temporal is not None and not temporal.empty:
-        out.append(("idle_pct", float(temporal["idle_time_pctg"].mean()), "%"))
+        out.append(("capture.idle_pct", float(temporal["idle_time_pctg"].mean()), "%"))
     return out
 
 
 def top_kernels(run_dir: Path, tool: str, n: int = 3) -> pd.DataFrame:
-    """The `n` kernels with the most GPU time over all ranks: name, time_ms, category."""
+    """The `n` kernels with the most GPU time over all ranks in the measured window (nsys) or the
+    traced steps (torch): name, time_ms, category."""
     if tool == "nsys":
-        df = read_table(run_dir, "nsys_cuda_gpu_kern_sum")
-        name, ms = "Name", lambda d: d["Total Time (ns)"].astype(float) / 1e6
+        df = read_table(run_dir, "nsys_kernels")
+        name, ms = "name", lambda d: d["total_ns"].astype(float) / 1e6
     elif tool == "torch":
         df = read_table(run_dir, "torch_kernels")
         name, ms = "name", lambda d: d["sum (us)"].astype(float) / 1e3

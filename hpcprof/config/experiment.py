@@ -19,7 +19,8 @@ from hpcprof.config import MAX_POINTS
 from hpcprof.config.profile import ProfileConfig
 from hpcprof.config.container import ContainerConfig
 from hpcprof.config.directives import check_fields, walltime_seconds
-from hpcprof.config.site import EnvValue, QueueLimits, SiteConfig, Strict, check_directive, check_env, check_text, check_walltime
+from hpcprof.config.site import (EnvValue, QueueLimits, SiteConfig, Strict, check_directive, check_env, check_env_total,
+                                 check_text, check_walltime)
 from hpcprof.config.validation import load_yaml, parse_yaml, validate
 from hpcprof.errors import UserError
 from hpcprof.workloads import workload_args_model
@@ -42,6 +43,19 @@ def check_rank_env(env: dict[str, str]) -> dict[str, str]:
         raise ValueError(f"sets the launcher's rank variable {', '.join(clash)}: remove it "
                          "(each rank gets its own from the launcher)")
     return env
+
+
+def check_sweep_fields(fields: list[tuple[str, str]]) -> None:
+    """No field set twice by a sweep ((sweep key, field) pairs): two keys naming one field (or
+    a field and a field inside it, `resources` and `resources.nodes`), or one field twice in a
+    zipped key, would drop values without a word."""
+    for i, (key, name) in enumerate(fields):
+        for other_key, other in fields[:i]:
+            if name == other or name.startswith(other + ".") or other.startswith(name + "."):
+                where = f"key {key!r} names '{name}' twice" if key == other_key and name == other else (
+                    f"keys {other_key!r} and {key!r} both set '{min(name, other, key=len)}'")
+                raise ValueError(f"sweep {where}: each field may be swept by one key only; "
+                                 "zip them in one key (a,b: [[..., ...]]) or drop one")
 
 
 class WorkloadConfig(Strict):
@@ -114,6 +128,7 @@ class Experiment(Strict):
             if len(names) > 1 and not all(isinstance(v, list) and len(v) == len(names) for v in values):
                 raise ValueError(f"sweep key {key!r} zips {len(names)} keys: each value must be a list of "
                                  f"{len(names)} values, e.g. [[1, 1], [2, 2]]")
+        check_sweep_fields([(key, name) for key in value for name in key.split(",")])
         return value
 
     def sweep_points(self) -> list[dict[str, Any]]:
@@ -143,10 +158,13 @@ class Point(BaseModel):
 
 
 def parse_override(text: str) -> tuple[str, Any]:
-    """`a.b=value` -> ("a.b", YAML-parsed value)."""
+    """`a.b=value` -> ("a.b", YAML-parsed value); an environment value (`env.NAME=...`) is
+    the text as typed (`0755` stays 0755)."""
     key, sep, raw = text.partition("=")
     if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_\-]+)*", key):
         raise UserError(f"--set {text!r}: expected dotted.key=value, e.g. resources.nodes=2")
+    if key.startswith("env."):
+        return key, raw
     try:
         value = parse_yaml(raw) if raw else ""
     except (yaml.YAMLError, RecursionError):
@@ -189,11 +207,12 @@ def expand(data: dict[str, Any], site: SiteConfig, source: str, max_points: int 
     """Validate the experiment against `site` and expand its sweep into points (at most
     `max_points`, counted before anything is expanded)."""
     base = validate(Experiment, data, source)
-    count = 1
+    count = base.repeat
     for values in base.sweep.values():
         count *= len(values)
     if count > max_points:
-        raise UserError(f"{source}: field 'sweep': {count} points, more than the limit of {max_points}; "
+        repeats = f" ({count // base.repeat} x repeat {base.repeat})" if base.repeat > 1 else ""
+        raise UserError(f"{source}: field 'sweep': {count} points{repeats}, more than the limit of {max_points}; "
                         "shrink the sweep or raise the limit with --max-points N")
     args_model = workload_args_model(base.workload.kind)
     points = []
@@ -252,6 +271,10 @@ def resolve_point(index: int, params: dict[str, Any], experiment: Experiment, wo
                   site: SiteConfig, where: str) -> Point:
     """Fill site defaults and check the resources are possible on the site."""
     res = experiment.resources
+    try:
+        check_env_total({**site.env, **experiment.env})
+    except ValueError as exc:
+        raise UserError(f"{where}: field 'env': {exc} (site {site.name}'s env included)") from None
     check_fields(site.scheduler, {**site.defaults.model_dump(exclude_none=True),
                                   **res.model_dump(exclude_none=True)}, where)
     ranks_per_node = res.ranks_per_node or site.node.ranks_per_node
@@ -272,6 +295,10 @@ def resolve_point(index: int, params: dict[str, Any], experiment: Experiment, wo
                         f"{site.defaults.max_walltime}")
     check_queue(site, res.queue or site.defaults.queue, res.nodes, walltime, where)
     account = res.account or site.defaults.account
+    if site.require_account and not account:
+        raise UserError(f"{where}: field 'resources.account': site {site.name} requires an account (the project "
+                        f"charged); set resources.account (e.g. --set resources.account=PROJECT) or the site's "
+                        "defaults.account (hpcprof sites init --account PROJECT)")
     if site.gpu_account_suffix and site.node.gpus and account and not account.endswith(site.gpu_account_suffix):
         raise UserError(f"{where}: field 'resources.account': {account} is not a GPU allocation; GPU jobs on "
                         f"{site.name} charge accounts ending in {site.gpu_account_suffix}: use "
@@ -282,6 +309,13 @@ def resolve_point(index: int, params: dict[str, Any], experiment: Experiment, wo
     if expected is not None and expected != world:
         raise UserError(f"{where}: field 'workload.args.world_size': {expected} but the resources give "
                         f"{world} ranks ({res.nodes} nodes x {ranks_per_node}); make them agree")
+    nsys = experiment.profile.nsys
+    if experiment.profile.tool == "nsys" and nsys.capture_range != "none" and experiment.workload.kind == "command" \
+            and not experiment.profile.window.opened_by_program:
+        # seqpar and ddp open the range around their timed iterations; a command must say it does
+        raise UserError(f"{where}: field 'profile.window.opened_by_program': capture_range {nsys.capture_range} "
+                        "records only what the program opens; set it to true if the program calls "
+                        "cudaProfilerStart/Stop (or pushes the nvtx_capture range), else use capture_range: none")
     if experiment.profile.tool != "none" and not any(
             selection.selects(r, r % ranks_per_node, ranks_per_node) for r in range(world)):
         raise UserError(f"{where}: field 'profile.ranks': {selection} selects none of the {world} ranks")

@@ -160,6 +160,10 @@ class NsysOptions(Strict):
             value = getattr(self, field)
             if value is not None:
                 args.append(f"{flag}={str(value).lower() if isinstance(value, bool) else value}")
+        if self.capture_range == "nvtx":
+            # torch.cuda.nvtx (and most Python NVTX) push unregistered strings, which nsys's NVTX
+            # capture ignores unless this is set in the profiled process
+            args.append("--env-var=NSYS_NVTX_PROFILER_REGISTER_ONLY=0")
         if self.export_sqlite:
             args.append("--export=sqlite")
         return [*args, "--force-overwrite=true", *self.extra_args]
@@ -244,11 +248,29 @@ class TorchOptions(Strict):
         return f"wait={self.wait},warmup={self.warmup},active={self.active},repeat={self.repeat}"
 
 
+class WindowConfig(Strict):
+    """The measured window of a `command` workload (seqpar and ddp mark their own):
+    `nvtx` names the NVTX range that spans one timed iteration (metrics are computed over its
+    instances, projected onto GPU time); `opened_by_program` states that the program itself
+    opens nsys's capture range (calls cudaProfilerStart/Stop, or pushes the `nvtx_capture` range)."""
+
+    nvtx: str | None = None
+    opened_by_program: bool = False
+
+    @field_validator("nvtx")
+    @classmethod
+    def _range_name(cls, value: str | None) -> str | None:
+        if value is not None and not value.strip():
+            raise ValueError("nvtx must name an NVTX range, e.g. train_step")
+        return value
+
+
 class ProfileConfig(Strict):
     """Which profiler wraps which ranks, with its options."""
 
     tool: Literal["nsys", "ncu", "torch", "none"] = "none"
     ranks: str | int | list[int] = "all"
+    window: WindowConfig = WindowConfig()
     nsys: NsysOptions = NsysOptions()
     ncu: NcuOptions = NcuOptions()
     torch: TorchOptions = TorchOptions()

@@ -1,7 +1,8 @@
 """Site configs: one YAML per site (scheduler + launcher + node shape + environment).
 
 Sites are looked up by name in `--site-file PATH`, then `$HPCPROF_SITE_PATH` (colon-separated
-directories), then the site configs shipped with hpcprof.
+directories), then the user's site directory (`$XDG_CONFIG_HOME/hpcprof/sites`, written by
+`hpcprof sites init`), then the site configs shipped with hpcprof.
 """
 
 from __future__ import annotations
@@ -16,10 +17,12 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_valida
 from hpcprof.config.container import ContainerConfig, KubernetesConfig
 from hpcprof.config.directives import check_fields, walltime_seconds
 from hpcprof.config.validation import load_yaml, validate
-from hpcprof.errors import UserError
+from hpcprof.errors import UserError, shorten
 from hpcprof.resources import site_config_dir
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: a site's name: a file name in a site directory, never a path
+SITE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}")
 #: Names bash expands or runs on its own (BASH_ENV is expanded and sourced by every
 #: non-interactive bash, e.g. the rank wrapper) or that the job script itself uses.
 RESERVED_ENV = frozenset({"BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS", "IFS", "PS4",
@@ -56,16 +59,42 @@ def check_text(value: str) -> str:
     return value
 
 
+#: The kernel's limit on one NAME=value string of an exec's environment (MAX_ARG_STRLEN, with its NUL)
+MAX_ENV_STRING = 128 * 1024
+#: The most the environment hpcprof sets may take in all: half of the usual ARG_MAX (2 MiB), which
+#: the inherited environment and the argv share; beyond it every exec in the job fails with E2BIG
+MAX_ENV_TOTAL = 1 << 20
+
+
+def env_bytes(name: str, value: str) -> int:
+    """What one variable takes of an exec's argument space (NAME=value, its NUL and pointer)."""
+    return len(name.encode()) + len(value.encode()) + 2 + 8
+
+
 def check_env(env: dict[str, str]) -> dict[str, str]:
-    """Environment variable names must be shell identifiers, and not ones bash acts on."""
+    """Environment variable names must be shell identifiers, and not ones bash acts on; each
+    variable and all together within the kernel's limits."""
     for name, value in env.items():
         check_text(value)
+        if env_bytes(name, value) - 8 > MAX_ENV_STRING:
+            raise ValueError(f"environment variable {name} is {len(value.encode()):,} bytes; the kernel takes "
+                             f"at most {MAX_ENV_STRING:,} per variable (MAX_ARG_STRLEN) and every program "
+                             "of the job would fail to start (E2BIG): pass large data in a file")
         if not ENV_NAME.fullmatch(name):
             raise ValueError(f"environment variable name {name!r} is not a valid identifier")
         if name in RESERVED_ENV:
             raise ValueError(f"environment variable {name} is reserved (bash or the job script "
                              f"uses it); not allowed: {', '.join(sorted(RESERVED_ENV))}")
+    check_env_total(env)
     return env
+
+
+def check_env_total(env: dict[str, str]) -> None:
+    """All of `env` within MAX_ENV_TOTAL."""
+    total = sum(env_bytes(name, value) for name, value in env.items())
+    if total > MAX_ENV_TOTAL:
+        raise ValueError(f"the environment takes {total:,} bytes in all; at most {MAX_ENV_TOTAL:,} (the kernel's "
+                         "ARG_MAX is shared with the inherited environment and argv): pass large data in a file")
 
 
 def check_directive(value: str | None) -> str | None:
@@ -184,6 +213,24 @@ class ToolPaths(Strict):
     ncu: str = "ncu"
 
 
+class Peaks(Strict):
+    """The hardware's peaks that the report's `% of peak` uses instead of its table of known GPUs
+    (hpcprof/report/peaks.py): dense matmul TFLOP/s per precision, link bandwidths per direction."""
+
+    tflops: dict[Literal["float32", "tf32", "bfloat16", "float16", "float64"], float] = {}
+    nvlink_GBps: float | None = Field(None, gt=0)     # GPU-to-GPU inside a node, one direction
+    network_GBps: float | None = Field(None, gt=0)    # per node across nodes (NICs together), one direction
+    source: str = ""                                  # where the figures come from (datasheet, measurement)
+
+    @field_validator("tflops")
+    @classmethod
+    def _positive(cls, value: dict[str, float]) -> dict[str, float]:
+        for precision, peak in value.items():
+            if not peak > 0:
+                raise ValueError(f"peaks.tflops.{precision}: {peak} is not a positive TFLOP/s figure")
+        return value
+
+
 class SiteConfig(Strict):
     """A site: scheduler + launcher + node shape + environment."""
 
@@ -208,6 +255,8 @@ class SiteConfig(Strict):
     gpu_account_suffix: str | None = None  # GPU jobs charge accounts ending so (Perlmutter: "_g")
     workdir: str | None = None          # default work directory: /eagle/{account}/hpcprof, $PSCRATCH/hpcprof
     max_array_size: int | None = Field(None, ge=2, le=1 << 24)  # largest --array (default: the scheduler's)
+    peaks: Peaks | None = None          # hardware peaks for the report's % of peak (default: known GPUs)
+    require_account: bool = False       # the scheduler refuses a job without one (Polaris: #PBS -A)
 
     @field_validator("workdir")
     @classmethod
@@ -257,10 +306,17 @@ def shipped_site_dir() -> Path:
     return site_config_dir()
 
 
+def user_site_dir() -> Path:
+    """The user's own site configs: $XDG_CONFIG_HOME/hpcprof/sites (default ~/.config/hpcprof/sites)."""
+    config = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(config) / "hpcprof" / "sites"
+
+
 def site_dirs() -> list[Path]:
-    """Where sites are looked up: $HPCPROF_SITE_PATH entries, then the shipped ones."""
+    """Where sites are looked up: $HPCPROF_SITE_PATH entries, the user's site directory, then
+    the shipped ones."""
     extra = [Path(p) for p in os.environ.get("HPCPROF_SITE_PATH", "").split(":") if p]
-    return [*extra, shipped_site_dir()]
+    return [*extra, user_site_dir(), shipped_site_dir()]
 
 
 def load_site_file(path: Path) -> SiteConfig:
@@ -272,6 +328,9 @@ def find_site(name: str, site_file: Path | None = None) -> SiteConfig:
     """The site called `name` (or the one in `site_file`)."""
     if site_file is not None:
         return load_site_file(site_file)
+    if not SITE_NAME.fullmatch(name):
+        raise UserError(f"--site {shorten(repr(name), 80)}: not a site name (letters, digits and _.- only); give "
+                        "--site-file PATH for a site config elsewhere")
     for directory in site_dirs():
         path = directory / f"{name}.yaml"
         if path.is_file():
@@ -289,3 +348,38 @@ def available_sites() -> dict[str, Path]:
             for path in sorted(directory.glob("*.yaml")):
                 found[path.stem] = path
     return found
+
+
+def write_user_site(name: str, venv_dir: Path, account: str | None, output: Path | None, force: bool) -> Path:
+    """Write the user's site file from shipped site `name`: its setup, then `source VENV/bin/activate`,
+    and `account` as defaults.account; validated before it replaces anything. Returns its path."""
+    import yaml
+
+    source = shipped_site_dir() / f"{name}.yaml"
+    if not source.is_file():
+        find_site(name)  # the one-line "unknown site; available: ..." error
+        raise UserError(f"sites init {name}: not a shipped site; start from one of the shipped ones "
+                        f"(polaris, perlmutter, ...) or copy your file by hand")
+    venv_dir = venv_dir.expanduser().absolute()
+    if not (venv_dir / "bin" / "activate").is_file():
+        raise UserError(f"--venv {venv_dir}: no bin/activate there; make it first, e.g. `python -m venv "
+                        f"--system-site-packages {venv_dir}` after the site's module is loaded (README: "
+                        "Installing on a cluster)")
+    data = load_yaml(source, "site config")
+    data["setup"] = [*data.get("setup", []), f"source {venv_dir}/bin/activate"]
+    if account is not None:
+        data.setdefault("defaults", {})["account"] = account
+    path = output or user_site_dir() / f"{name}.yaml"
+    if path.exists() and not force:
+        raise UserError(f"{path} exists; give --force to overwrite it or -o FILE")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(f"# Written by `hpcprof sites init {name}` from {source}: its setup, then your venv.\n"
+                   + yaml.safe_dump(data, sort_keys=False))
+    try:
+        load_site_file(tmp)
+    except UserError:
+        tmp.unlink()
+        raise
+    tmp.replace(path)
+    return path

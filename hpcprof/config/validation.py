@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from hpcprof.errors import UserError
+from hpcprof.errors import UserError, shorten
 
 Model = TypeVar("Model", bound=BaseModel)
 
@@ -37,7 +37,7 @@ def describe(error: ValidationError, model: type[BaseModel], source: str) -> str
         return f"{source}: unknown key '{field}'{hint}"
     msg = first["msg"].removeprefix("Value error, ")
     got = first.get("input")
-    shown = "" if isinstance(got, (dict, list)) or got is None else f" (got {got!r})"
+    shown = "" if isinstance(got, (dict, list)) or got is None else f" (got {shorten(repr(got), 120)})"
     return f"{source}: field '{field}': {msg}{shown}"
 
 
@@ -55,8 +55,47 @@ MAX_DEPTH = 32
 MAX_BYTES = 4 << 20
 
 
+class YamlValueError(yaml.YAMLError):
+    """Valid YAML that does not mean what it looks like (an environment value YAML 1.1 reads
+    as a number or a boolean): one line naming the line, the value and the quoting."""
+
+
+#: the tags of plain scalars YAML 1.1 turns into something else than the text written
+_NOT_TEXT = {"tag:yaml.org,2002:bool": "a boolean", "tag:yaml.org,2002:int": "the number",
+             "tag:yaml.org,2002:float": "the number"}
+
+
+def _pairs(node: yaml.MappingNode) -> Any:
+    """(key text, value node) of a mapping node, merged mappings (`<<:`) included."""
+    for key_node, value_node in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":
+            for merged in value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]:
+                if isinstance(merged, yaml.MappingNode):
+                    yield from _pairs(merged)
+        else:
+            yield getattr(key_node, "value", "?"), value_node
+
+
 class StrictLoader(yaml.SafeLoader):
-    """yaml.SafeLoader that refuses duplicate keys and nesting deeper than MAX_DEPTH."""
+    """yaml.SafeLoader that refuses duplicate keys, nesting deeper than MAX_DEPTH, and
+    environment values (under `env:`, or a sweep's `env.NAME:` list) that YAML 1.1 reads as
+    something else than their text (`0755` -> 493, `yes` -> true, `3.10` -> 3.1)."""
+
+    def _check_env_values(self, key: str, value_node: Any) -> None:
+        if isinstance(value_node, yaml.MappingNode):
+            items = list(_pairs(value_node))
+        elif isinstance(value_node, yaml.SequenceNode) and key.startswith("env."):
+            items = [(key.removeprefix("env."), v) for v in value_node.value]
+        else:
+            return
+        for name, node in items:
+            if not isinstance(node, yaml.ScalarNode) or node.style is not None or node.tag not in _NOT_TEXT:
+                continue
+            value = self.construct_object(node)
+            if node.tag.endswith("bool") or str(value) != node.value:
+                raise YamlValueError(f"line {node.start_mark.line + 1}: env {name}: YAML 1.1 reads {node.value} as "
+                                     f"{_NOT_TEXT[node.tag]} {json_text(value)}; quote it to keep the text "
+                                     f"({name}: \"{node.value}\")")
 
     def compose_node(self, parent: Any, index: Any) -> Any:
         self._depth = getattr(self, "_depth", 0) + 1
@@ -69,15 +108,27 @@ class StrictLoader(yaml.SafeLoader):
 
     def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
         seen: set[Any] = set()
-        for key_node, _ in node.value:
+        own = sum(1 for key_node, _ in node.value if key_node.tag != "tag:yaml.org,2002:merge")
+        self.flatten_mapping(node)  # merge keys (`<<: *defaults`) as SafeLoader takes them
+        merged = len(node.value) - own  # the merged entries come first; the mapping's own keys override them
+        for position, (key_node, value_node) in enumerate(node.value):
             key = self.construct_object(key_node, deep=True)
             if isinstance(key, (list, dict)):
                 raise yaml.YAMLError(f"line {key_node.start_mark.line + 1}: a key must be a plain value")
+            if position < merged:
+                continue
             if key in seen:
                 raise yaml.YAMLError(f"line {key_node.start_mark.line + 1}: duplicate key {key!r}; "
                                      "keep one of them")
             seen.add(key)
+            if isinstance(key, str) and (key == "env" or key.startswith("env.")):
+                self._check_env_values(key, value_node)
         return super().construct_mapping(node, deep)
+
+
+def json_text(value: Any) -> str:
+    """A value as YAML/JSON writes it (true, 493, 3.1)."""
+    return "true" if value is True else "false" if value is False else str(value)
 
 
 def parse_yaml(text: str) -> Any:
@@ -104,6 +155,8 @@ def load_yaml(path: Path, what: str) -> dict[str, Any]:
         raise UserError(f"{what} {path}: contains a NUL byte; not a text file")
     try:
         data = parse_yaml(text)
+    except YamlValueError as exc:
+        raise UserError(f"{what} {path}: {exc}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""

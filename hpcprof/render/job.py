@@ -12,11 +12,13 @@ import traceback
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import jinja2
+import jinja2.sandbox
 
 import hpcprof
+from hpcprof.atomic import WriteError, atomic_write, temp_path
 from hpcprof.config.experiment import Point
 from hpcprof.config.site import SiteConfig
 from hpcprof.errors import UserError
@@ -48,10 +50,12 @@ def template_dirs(site: SiteConfig, user_dir: Path | None) -> tuple[Path, ...]:
 
 @functools.lru_cache(maxsize=8)
 def jinja_env(dirs: tuple[Path, ...]) -> jinja2.Environment:
-    """A strict Jinja environment with the shell-quoting filters."""
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader([str(d) for d in dirs]),
-                             undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
-                             autoescape=False, trim_blocks=False)
+    """A strict, sandboxed Jinja environment with the shell-quoting filters: templates (a
+    site's `templates:` may be shared by every user of a site directory) reach no Python
+    internals (`cycler.__init__.__globals__` is refused), only the variables they are given."""
+    env = jinja2.sandbox.SandboxedEnvironment(loader=jinja2.FileSystemLoader([str(d) for d in dirs]),
+                                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
+                                              autoescape=False, trim_blocks=False)
     env.filters.update(q=quote, qjoin=quote_join, directive=directive)
     return env
 
@@ -73,16 +77,20 @@ def resolve_python(site: SiteConfig) -> str:
 
 
 def render_template(env: jinja2.Environment, name: str, context: dict[str, Any]) -> str:
-    """Render template `name`; any template error becomes one line naming the file and line
-    (for errors raised while rendering, the innermost template frame of the traceback)."""
+    """Render template `name`; any error of the template (syntax, undefined, refused by the
+    sandbox, or an exception its expressions raise such as `{{ 1 // 0 }}`) becomes one line
+    naming the file and line (the innermost template frame of the traceback)."""
     try:
         return env.get_template(name).render(context)
     except jinja2.TemplateSyntaxError as exc:
         raise UserError(f"template {exc.filename or exc.name or name}:{exc.lineno}: {exc.message}") from None
-    except jinja2.TemplateError as exc:
+    except UserError:
+        raise
+    except Exception as exc:  # the template's own code failed: the template is the user's input
         frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename.endswith(".j2")]
         where = f"{frames[-1].filename}:{frames[-1].lineno}" if frames else name
-        raise UserError(f"template {where}: {exc.message}") from None
+        message = exc.message if isinstance(exc, jinja2.TemplateError) else f"{type(exc).__name__}: {exc}"
+        raise UserError(f"template {where}: {message}") from None
 
 
 #: every variable the job and wrapper templates get, with what it holds (`hpcprof templates vars`)
@@ -117,6 +125,8 @@ TEMPLATE_VARS: dict[str, str] = {
     "tool_args": "the profiler's options",
     "torch_schedule": "torch.profiler's schedule (wait,warmup,active,repeat)",
     "torch_gzip": "1 to gzip torch traces, else 0",
+    "check_python": "the Python whose `import hpcprof` the job checks before any rank starts ('' = no check)",
+    "check_tool": "the profiler binary the job checks is on PATH (and prints the version of) ('' = no check)",
 }
 #: what mpijob.yaml.j2 (Kubernetes) gets besides TEMPLATE_VARS
 MANIFEST_VARS = {
@@ -155,7 +165,13 @@ def template_context(point: Point, site: SiteConfig, run_dir: Path, run_id: str,
     launcher, rank = wrap_launch(container, launch_argv(site, res.nodes, point.ranks_per_node),
                                  rank_argv(exp.workload.kind, exp.workload.argv, point.workload_args, python),
                                  sorted({**site.env, **exp.env}), submit_dir not in (None, run_dir))
+    # job-start checks (the job's own host, so not inside a container or a Kubernetes pod): the ranks'
+    # Python imports hpcprof (built-in workloads and `python -m hpcprof ...` commands), the profiler runs
+    checked = container is None and site.scheduler != "kubernetes"
+    uses_hpcprof = exp.workload.kind != "command" or "hpcprof" in exp.workload.argv[1:3]
     return {
+        "check_python": python if checked and uses_hpcprof else "",
+        "check_tool": tool_path if checked else "",
         "version": hpcprof.__version__,
         "run_id": run_id,
         "experiment": exp.name,
@@ -223,29 +239,74 @@ RUN_SUBDIRS = ("logs", "profiles", "results", "tmp")
 
 
 def write_files(rendered: RenderedRun, directory: Path) -> None:
-    """The run's files (executable), its config.json and the empty sub-directories under `directory`."""
+    """The run's files (executable), its config.json and the empty sub-directories under
+    `directory`, each file written whole or not at all."""
     for sub in RUN_SUBDIRS:
         (directory / sub).mkdir(parents=True, exist_ok=True)
+
+    def executable(content: str) -> Callable[[Path], None]:
+        def write(tmp: Path) -> None:
+            tmp.write_text(content)
+            os.chmod(tmp, 0o755)
+        return write
+
     for name, content in rendered.files.items():
-        path = directory / name
-        path.write_text(content)
-        os.chmod(path, 0o755)
-    (directory / "config.json").write_text(json.dumps(rendered.config, indent=1))
+        atomic_write(directory / name, executable(content))
+    atomic_write(directory / "config.json", json.dumps(rendered.config, indent=1))
 
 
 def write_run(rendered: RenderedRun) -> Path:
-    """Create the run directory atomically: build it under a temporary name, then rename."""
+    """Create the run directory atomically: build it under a temporary name, then rename (onto
+    nothing, or an empty directory); a failure leaves nothing and names the directory."""
     final = rendered.run_dir
-    if final.exists():
+    if final.exists() and not (final.is_dir() and not any(final.iterdir())):
         raise UserError(f"run directory {final} already exists")
-    tmp = final.with_name(f".{final.name}.tmp")
+    tmp = temp_path(final)
     try:
         write_files(rendered, tmp)
         tmp.rename(final)
-    except OSError as exc:
+    except (OSError, WriteError) as exc:
         shutil.rmtree(tmp, ignore_errors=True)
-        raise UserError(f"cannot write run directory {final}: {exc.strerror}") from None
+        raise UserError(f"cannot write run directory {final}: {exc.strerror}; nothing was written there") from None
     return final
+
+
+#: files a submitted (recorded) run has: `render -o` never writes into such a directory
+SUBMITTED_MARKS = ("submission.json", "status", "DONE", "state.stored")
+
+
+def check_output_dir(path: Path, force: bool) -> None:
+    """`render -o`: refuse a submitted run directory (always) and a directory holding files
+    (without --force), before anything is written."""
+    if not path.exists():
+        return
+    if not path.is_dir():
+        raise UserError(f"-o {path}: exists and is not a directory; give a new directory")
+    if mark := next((m for m in SUBMITTED_MARKS if (path / m).exists()), None):
+        raise UserError(f"-o {path}: a submitted run directory (it has {mark}); it is never overwritten, "
+                        "give a new directory")
+    if not force and (first := next(iter(sorted(path.iterdir())), None)) is not None:
+        raise UserError(f"-o {path}: not empty ({first.name} would be overwritten or mixed in); give a new "
+                        "or empty directory, or add --force to overwrite the files rendered there")
+
+
+def write_rendered(runs: list[RenderedRun], out_dir: Path, force: bool) -> None:
+    """`render -o OUT_DIR`: every run directory checked (check_output_dir) before any is
+    written; each written whole; on a failure the directories this call made are removed."""
+    targets = [r.run_dir for r in runs]
+    for path in dict.fromkeys([out_dir.resolve(), *targets]):
+        check_output_dir(path, force)
+    made: list[Path] = [] if out_dir.exists() else [out_dir]
+    try:
+        for run in runs:
+            if run.run_dir.exists() and any(run.run_dir.iterdir()):  # --force: file by file, each whole
+                write_files(run, run.run_dir)
+            else:
+                made.append(write_run(run))
+    except BaseException:
+        for path in reversed(made):
+            shutil.rmtree(path, ignore_errors=True)
+        raise
 
 
 def array_script(scripts: dict[Path, str], directive: str, index_var: str, sweep_id: str) -> str:

@@ -4,36 +4,41 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 from rich.console import Console
 
-from hpcprof.errors import UserError
-from hpcprof.run_commands import workdir_option
+from hpcprof.errors import FiniteRange, UserError
+from hpcprof.run_commands import with_site_lookup, workdir_option
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 selection = click.argument("runs", nargs=-1, metavar="[SWEEP | RUN...]")
 
 
-def write_atomic(path: Path, data: str | bytes) -> None:
-    """Write `path` via a temp file and rename: nothing half-written."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(data.encode() if isinstance(data, str) else data)
-    tmp.replace(path)
-
-
 @click.command()
+@with_site_lookup
 @selection
 @workdir_option
-@click.option("--baseline", metavar="RUN", help="Add ratios to this run (one of the compared runs).")
+@click.option("--baseline", metavar="RUN", help="Add ratios to this run (one of the compared runs) and a verdict "
+              "per point: faster, slower or no significant change (Welch t-test, 5 % level).")
+@click.option("--fail-if-slower", "fail_pct", type=FiniteRange(min=0), metavar="PCT",
+              help="Exit 1 when a point is significantly slower than --baseline by more than PCT % "
+                   "of its iteration time (for CI gates).")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write here instead of stdout.")
-def compare(runs: tuple[str, ...], workdir: Path, baseline: str | None, fmt: str, output: Path | None) -> None:
-    """Compare runs: one row per run (or per sweep point, repetitions folded into mean and sd),
-    its swept parameters and headline metrics. Default: the latest sweep."""
+def compare(runs: tuple[str, ...], workdir: Path, baseline: str | None, fail_pct: float | None, fmt: str,
+            output: Path | None) -> None:
+    """Compare runs: one row per run (or per sweep point, repetitions folded into mean, sd and
+    95 % confidence interval), its swept parameters and headline metrics; with --baseline the
+    change of the iteration time and a verdict. Default: the latest sweep."""
     from hpcprof.report.compare import compare_frame
     from hpcprof.report.terminal import comparison_table
 
+    if fail_pct is not None and baseline is None:
+        raise UserError("--fail-if-slower needs --baseline RUN: the run the others must not be slower than")
     df = compare_frame(runs, workdir, baseline)
     if fmt == "table":
         buf = io.StringIO()
@@ -46,11 +51,33 @@ def compare(runs: tuple[str, ...], workdir: Path, baseline: str | None, fmt: str
     if output is None:
         click.echo(text, nl=False)
     else:
-        write_atomic(output, text)
+        from hpcprof.atomic import atomic_write
+
+        atomic_write(output, text)
         click.echo(f"wrote {output}", err=True)
+    if fail_pct is not None:
+        gate(df, fail_pct)
+
+
+def gate(df: pd.DataFrame, pct: float) -> None:
+    """Exit 1, naming the points, when any is significantly slower than the baseline by more than `pct` %."""
+    from hpcprof.report.compare import param_columns, point_labels
+    from hpcprof.report.verdict import slower_than
+
+    slow = slower_than(df, pct)
+    if slow.empty:
+        click.echo(f"no point significantly slower than the baseline by more than {pct:g} %", err=True)
+        return
+    labels = point_labels(df, param_columns(df))
+    for i in slow.index:
+        click.echo(f"slower than the baseline by {slow.at[i, 'change_pct']:+.2f} % (more than {pct:g} %; "
+                   f"p = {slow.at[i, 'p_value']:.3g}, {slow.at[i, 'test']}): {labels[i] or slow.at[i, 'run']}",
+                   err=True)
+    raise SystemExit(1)
 
 
 @click.command()
+@with_site_lookup
 @selection
 @workdir_option
 @click.option("--full", is_flag=True, help="Also print every result table (per-event tables included).")
@@ -58,17 +85,27 @@ def compare(runs: tuple[str, ...], workdir: Path, baseline: str | None, fmt: str
               help="Rows shown per table with --full.")
 @click.option("--html", "html_file", type=click.Path(dir_okay=False, path_type=Path),
               help="Write a self-contained interactive HTML report (plots) to this file.")
-def report(runs: tuple[str, ...], workdir: Path, full: bool, rows: int, html_file: Path | None) -> None:
+@click.option("--baseline", metavar="RUN", help="With --html: the run the verdicts compare against "
+              "(default: the first run).")
+def report(runs: tuple[str, ...], workdir: Path, full: bool, rows: int, html_file: Path | None,
+           baseline: str | None) -> None:
     """Headline metrics of runs (a sweep id selects all its points; default: the latest sweep);
     failed runs with their reason and log tail."""
     from hpcprof.report.compare import load, select_runs
+    from hpcprof.rundir import find_run
 
-    infos = load(select_runs(runs, workdir), require_collected=html_file is not None,
-                 one_workload=html_file is not None)
+    selected = select_runs(runs, workdir)
+    if baseline is not None:
+        base_run = find_run(baseline, workdir)
+        if html_file is None or base_run not in selected:
+            raise UserError(f"--baseline {baseline}: give it with --html and name a run of the selection")
+        baseline = base_run.run_id
+    infos = load(selected, require_collected=html_file is not None, one_workload=html_file is not None)
     if html_file is not None:
+        from hpcprof.atomic import atomic_write
         from hpcprof.report.html import build_html
 
-        write_atomic(html_file, build_html(infos))
+        atomic_write(html_file, build_html(infos, baseline))
         click.echo(f"wrote {html_file}", err=True)
         return
     from hpcprof.report.terminal import report as terminal_report

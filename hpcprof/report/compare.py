@@ -1,5 +1,6 @@
 """Compare runs: select runs (sweep ids or run ids), one row per run of swept parameters and
-headline metrics, repetitions folded into mean and spread, ratios to a baseline run."""
+headline metrics, repetitions folded into mean, spread and 95 % confidence interval, ratios and a
+verdict against a baseline run (hpcprof.report.verdict)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pandas as pd
 from hpcprof.analysis.summary import run_summary, top_kernels
 from hpcprof.config.experiment import REPEAT
 from hpcprof.errors import UserError
+from hpcprof.report.stats import ci_halfwidth
 from hpcprof.results import list_tables
 from hpcprof.rundir import RunDir, all_runs, find_run, sweep_of
 from hpcprof.rundir import select_runs as rundir_select
@@ -118,7 +120,8 @@ def metric_columns(df: pd.DataFrame) -> list[str]:
 
 def fold_repetitions(df: pd.DataFrame) -> pd.DataFrame:
     """One row per sweep point: the mean of each metric over its repetitions, its standard
-    deviation (`<metric> sd`), and `n`, the repetitions that have the metric."""
+    deviation (`<metric> sd`), the half-width of its 95 % confidence interval (`<metric> ci95`:
+    Student t with n - 1 degrees of freedom), and `n`, the point's repetitions."""
     if REPEAT not in df:
         return df
     params = param_columns(df)
@@ -134,19 +137,26 @@ def fold_repetitions(df: pd.DataFrame) -> pd.DataFrame:
             if col.endswith("[rank]"):  # a rank id: the most frequent one, no spread
                 row[col] = group[col].mode().min() if group[col].notna().any() else float("nan")
                 continue
+            values = [float(v) for v in group[col].dropna()]
             row[col] = group[col].mean()
-            row[f"{col} sd"] = group[col].std(ddof=1) if group[col].count() > 1 else float("nan")
+            row[f"{col} sd"] = group[col].std(ddof=1) if len(values) > 1 else float("nan")
+            row[f"{col} ci95"] = ci_halfwidth(values)
         rows.append(row)
     return pd.DataFrame(rows)
 
 
-def with_baseline(df: pd.DataFrame, baseline: str) -> pd.DataFrame:
-    """Add `<metric> /base` ratio columns (value / the baseline row's value)."""
+def baseline_row(df: pd.DataFrame, baseline: str) -> int:
+    """The index of the row (sweep point) whose runs include run `baseline`."""
     match = df.index[df["run"].str.split(",").map(lambda ids: baseline in ids)]
     if len(match) == 0:
         raise UserError(f"--baseline {baseline}: not among the compared runs ({', '.join(df['run'])}); "
                         "add it to the selection or name one of them")
-    base = df.loc[match[0]]
+    return int(match[0])
+
+
+def with_baseline(df: pd.DataFrame, base_index: int) -> pd.DataFrame:
+    """Add `<metric> /base` ratio columns (value / the baseline row's value)."""
+    base = df.loc[base_index]
     out = df.copy()
     for col in metric_columns(df):
         if not pd.notna(base[col]) or base[col] == 0:
@@ -155,13 +165,25 @@ def with_baseline(df: pd.DataFrame, baseline: str) -> pd.DataFrame:
     return out
 
 
+def judged(infos: list[RunInfo], baseline: str) -> pd.DataFrame:
+    """The folded comparison of `infos` with baseline ratios and verdicts against run `baseline`."""
+    from hpcprof.report.verdict import ITERATION, add_verdicts, iteration_samples
+
+    per_run_df = comparison(infos)
+    df = fold_repetitions(per_run_df)
+    base_index = baseline_row(df, baseline)
+    per_run = dict(zip(per_run_df["run"], per_run_df[ITERATION])) if ITERATION in per_run_df else {}
+    samples = {i.run.run_id: iteration_samples(i.run.path, i.kind) for i in infos if i.metrics}
+    return add_verdicts(with_baseline(df, base_index), base_index, samples, per_run)
+
+
 def compare_frame(refs: tuple[str, ...], workdir: Path, baseline: str | None = None) -> pd.DataFrame:
-    """The comparison of the selected runs (folded repetitions, baseline ratios)."""
+    """The comparison of the selected runs (folded repetitions with confidence intervals; with a
+    baseline, ratios to it and verdicts)."""
     runs = select_runs(refs, workdir)
-    if baseline is not None:
-        base_run = find_run(baseline, workdir)
-        if base_run not in runs:
-            raise UserError(f"--baseline {baseline}: not in the selection; add it to the runs compared")
-        baseline = base_run.run_id
-    df = fold_repetitions(comparison(load(runs)))
-    return with_baseline(df, baseline) if baseline else df
+    if baseline is None:
+        return fold_repetitions(comparison(load(runs)))
+    base_run = find_run(baseline, workdir)
+    if base_run not in runs:
+        raise UserError(f"--baseline {baseline}: not in the selection; add it to the runs compared")
+    return judged(load(runs), base_run.run_id)

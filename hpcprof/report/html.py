@@ -1,78 +1,174 @@
-"""The HTML report: one self-contained file (plotly's JS inline, no CDN) with the figures of a
-sweep and of each run, from the runs' result tables."""
+"""The HTML report: one self-contained file (plotly's JS inline, no CDN) that explains a sweep (or
+one run): findings in words first, then where the time goes per sweep point, repetitions and
+verdicts, scaling, % of hardware peak, stragglers and jitter per iteration, the critical path, and
+the runs in an appendix. At most MAX_FIGURES figures: each answers one question; the appendix
+draws the first repetition of each point within what is left."""
 
 from __future__ import annotations
 
 import html
-from typing import Iterator
+from collections.abc import Callable, Iterator
 
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
 from hpcprof.analysis.summary import counted, kernel_category
-from hpcprof.report import plots
-from hpcprof.report.compare import (RunInfo, comparison, fold_repetitions, metric_columns, param_columns,
-                                     point_labels)
+from hpcprof.report import findings as words
+from hpcprof.report import plots, sweep
+from hpcprof.report.compare import RunInfo
 from hpcprof.report.terminal import format_value, with_unit
 from hpcprof.results import read_table
 
-#: sweep metrics drawn against the swept parameters (prefixes of metric names)
-SWEEP_METRICS = ("iteration.mean", "phase.", "gpu.", "overlap_pct", "idle_pct", "slowest_rank.excess_pct")
+MAX_FIGURES = 24
 #: ncu's Echo columns drawn as speed-of-light bars (by name prefix)
 SOL_COLUMNS = ("Compute throughput", "Memory throughput", "DRAM throughput", "Achieved occupancy")
+STYLE = ("body{font-family:sans-serif;margin:2em;max-width:1500px}table{border-collapse:collapse;margin:.5em 0}"
+         "td,th{padding:2px 10px;border-bottom:1px solid #ddd;text-align:left}td.n{text-align:right}"
+         "#findings li{margin:.3em 0}.grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(600px,1fr));"
+         "gap:8px}details{margin:1em 0}summary{font-weight:bold;cursor:pointer}")
 
 
-#: dense peak TFLOP/s per precision and NVLink GB/s per direction, from NVIDIA's SXM datasheets
-PEAKS = {"H200": {"float32": 67.0, "bfloat16": 989.4, "float16": 989.4, "nvlink": 450.0},
-         "H100": {"float32": 67.0, "bfloat16": 989.4, "float16": 989.4, "nvlink": 450.0},
-         "A100": {"float32": 19.5, "bfloat16": 312.0, "float16": 312.0, "nvlink": 300.0}}
+def table_html(df: pd.DataFrame) -> str:
+    """A small HTML table; numbers formatted as the terminal report does."""
+    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in df.columns)
+    body = "".join("<tr>" + "".join(
+        f"<td class='n'>{html.escape(format_value(v))}</td>" if isinstance(v, (int, float)) and not isinstance(v, bool)
+        else f"<td>{html.escape(format_value(v))}</td>" for v in row) + "</tr>" for row in df.itertuples(index=False))
+    return f"<table><tr>{head}</tr>{body}</table>"
 
 
-def device_peaks(info: RunInfo) -> dict[str, float]:
-    """The peaks of the run's GPU (by the device name rank 0 reported), {} when unknown."""
-    ranks = read_table(info.run.path, "workload_seqpar.ranks")
-    if ranks is None or ranks.empty:
-        return {}
-    name = str(ranks["device_name"].iloc[0])
-    return next((peaks for key, peaks in PEAKS.items() if key in name), {})
+class Page:
+    """The document being built: sections of HTML and figures, numbered fig1, fig2, ..."""
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+        self.figures = 0
+
+    def add(self, text: str) -> None:
+        self.parts.append(text)
+
+    def figure(self, fig: go.Figure) -> None:
+        self.figures += 1
+        self.parts.append(fig.to_html(full_html=False, include_plotlyjs=False, div_id=f"fig{self.figures}",
+                                      config={"displaylogo": False}))
+
+    def section(self, ident: str, title: str, intro: str, figures: list[go.Figure], extra: str = "") -> None:
+        self.add(f"<section id='{ident}'><h2>{html.escape(title)}</h2><p>{html.escape(intro)}</p><div class='grid'>")
+        for fig in figures:
+            self.figure(fig)
+        self.add(f"</div>{extra}</section>")
 
 
-def sweep_figures(infos: list[RunInfo]) -> Iterator[go.Figure]:
-    """Each headline metric against the swept parameter(s), when the runs differ in one."""
-    df = fold_repetitions(comparison(infos))
-    params = param_columns(df)
-    df = df[df[params].notna().all(axis=1)] if params else df
-    if len(df) < 2 or not params:
-        return
-    label = ", ".join(params) if len(params) > 1 else params[0]
-    df = df.assign(**{label: point_labels(df, params)}) if len(params) > 1 else df
-    for col in metric_columns(df):
-        if col.startswith(SWEEP_METRICS) and not col.endswith(("share [%]",)) and df[col].notna().sum() > 1:
-            sd = f"{col} sd" if f"{col} sd" in df else None
-            yield plots.metric_vs_param(df, label, col, sd, f"{col} against {label}")
+def repetitions_table(points: list[sweep.Point]) -> pd.DataFrame:
+    rows = []
+    for p in points:
+        row = p.row
+        rows.append({"point": p.label, "runs": len(p.infos), "iteration (ms)": p.metric("iteration.mean"),
+                     "95 % CI ± (ms)": row.get("iteration.mean [ms] ci95"),
+                     "change (%)": row.get("change_pct"), "verdict": row.get("verdict"), "test": row.get("test"),
+                     "p": words.p_text(row["p_value"]) if pd.notna(row.get("p_value")) else ""})
+    return pd.DataFrame(rows)
+
+
+def main_sections(page: Page, points: list[sweep.Point]) -> list[str]:
+    """Draw the sweep's sections into `page`; returns the findings' sentences."""
+    found: list[str] = []
+    phases, gpu = sweep.phase_breakdown(points), sweep.gpu_breakdown(points)
+    window = sweep.window_note(points)
+    found += words.where_time_goes(points, phases, gpu, window)
+    figures = []
+    if not phases.empty:
+        figures.append(plots.stacked_by_point(phases, "phase", "mean time (ms)",
+                                              "Where does an iteration's time go? (workload phases, counted iterations)"))
+    if not gpu.empty:
+        figures.append(plots.stacked_by_point(gpu, "category", "GPU time per rank (ms)",
+                                              f"Which kernels take the GPU time? ({window})"))
+    page.section("breakdown", "Where the time goes", "One stacked bar per sweep point.", figures)
+
+    found += words.changes(points)
+    found += words.noise(points)
+    reps = sweep.repetitions(points)
+    summary = pd.DataFrame({"point": [p.label for p in points], "mean": [p.metric("iteration.mean") for p in points],
+                            "ci95": [p.row.get("iteration.mean [ms] ci95") for p in points]})
+    figures = [plots.iteration_ci(summary, reps, "How long is an iteration, and how much do repetitions vary?")] \
+        if summary["mean"].notna().any() else []
+    tests = sorted({str(t) for t in (p.row.get("test") for p in points) if t and t != "the baseline"})
+    page.section("repetitions", "Repetitions and verdicts",
+                 "Bars: mean over repetitions with the 95 % confidence interval (Student t, n - 1 degrees of "
+                 "freedom); dots: each repetition. Verdicts against the baseline at the 5 % level: "
+                 + ("; ".join(tests) or "none") + ".", figures, table_html(repetitions_table(points)))
+
+    scale = sweep.scaling(points)
+    if not scale.empty:
+        found += words.scaling_sentences(scale)
+        page.section("scaling", "Scaling", "Speed-up and parallel efficiency against the smallest world size of "
+                     "each group of points; dashed: ideal.",
+                     [plots.against_ranks(scale, "speedup", "ideal", "speed-up", "How much faster with more ranks?"),
+                      plots.against_ranks(scale, "efficiency_pct", 100.0, "parallel efficiency (%)",
+                                          "How efficiently are the added ranks used?")])
+
+    peaks = sweep.peak_shares(points)
+    if not peaks.empty:
+        found += words.peak_sentences(peaks)
+        sources = peaks.drop_duplicates("reference")[["reference", "peak", "unit", "source"]]
+        figures = [plots.peak_pct(peaks, "How close to the hardware's peak? (matmul TFLOP/s, bus bandwidth)")] \
+            if peaks["pct"].notna().any() else []
+        page.section("peaks", "% of hardware peak", "Matmul TFLOP/s against the GPU's dense peak for the precision; "
+                     "bus bandwidth against NVLink (one node) or the network (several nodes), per direction. "
+                     "Where each peak comes from:", figures, table_html(sources))
+    return found + iteration_sections(page, points)
+
+
+def iteration_sections(page: Page, points: list[sweep.Point]) -> list[str]:
+    """Per-iteration sections: stragglers, jitter and GPU idle per iteration, the critical path."""
+    found: list[str] = []
+    strag, series = sweep.stragglers(points), sweep.per_iteration(points)
+    idle = sweep.gpu_idle_per_iteration(points)
+    found += words.slowest_rank(points, strag)
+    found += words.idle_sentence(idle)
+    figures = []
+    if not strag.empty:
+        figures.append(plots.per_iteration_lines(strag, "excess_ms", "slowest rank's excess over the median (ms)",
+                                                 "Which iterations have a straggler, and how much does it cost?"))
+    if not series.empty:
+        figures.append(plots.per_iteration_lines(series, "time_ms", "iteration time, mean over ranks (ms)",
+                                                 "Does the iteration time settle? (warm-up and jitter)"))
+    if not idle.empty:
+        figures.append(plots.per_iteration_lines(idle.assign(repetition=idle.groupby("point")["run"].rank("dense")),
+                                                 "idle_pct", "GPU idle (%)", "How idle is the GPU in each iteration?"))
+    extra = ""
+    if not strag.empty:
+        table = strag.groupby(["point", "slowest_rank"], sort=False).agg(
+            iterations=("iteration", "size"), median_excess_ms=("excess_ms", "median"),
+            max_excess_ms=("excess_ms", "max")).reset_index()
+        extra = "<p>Slowest rank per iteration, counted over the iterations of each point:</p>" + table_html(table)
+    if figures:
+        page.section("iterations", "Per iteration: stragglers and jitter",
+                     "From each iteration's time on every rank (counted iterations for stragglers).", figures, extra)
+    critical = sweep.critical_path(points)
+    if not critical.empty:
+        found += words.critical_sentence(critical)
+        held = critical.assign(held_ms=critical["held_ns"] / 1e6)
+        by_rank = held.groupby(["point", "critical_rank"], as_index=False)["held_ms"].sum()
+        top = held.nlargest(10, "held_ms")[["point", "iteration", "collective", "critical_rank", "held_by", "held_ms"]]
+        page.section("critical-path", "Critical path across ranks", "Which rank's work the others waited for, and "
+                     "in which collective.",
+                     [plots.grouped(by_rank, "critical_rank", "held_ms", "point", "time others waited (ms)",
+                                    "Which rank holds the others up?")], table_html(top))
+    return found
 
 
 def workload_figures(info: RunInfo) -> Iterator[go.Figure]:
-    """seqpar / ddp: per-phase time per rank; seqpar: TFLOP/s and bus bandwidth per phase."""
-    tables = {"seqpar": ("workload_seqpar.iterations", "workload_seqpar.phases"),
-              "ddp": ("workload_ddp_steps.steps", "workload_ddp_steps.phases")}.get(info.kind)
-    if tables is None:
-        return
-    rows = read_table(info.run.path, tables[0])
+    """seqpar / ddp: per-phase time per rank."""
+    tables = sweep.WORKLOAD_TABLES.get(info.kind)
+    rows = read_table(info.run.path, tables[1]) if tables else None
     if rows is not None and not rows.empty:
         yield plots.phase_time_per_rank(counted(rows), "time per phase and rank (counted iterations)")
-    phases = read_table(info.run.path, tables[1])
-    peaks = device_peaks(info)
-    precision = info.config["experiment"]["workload"].get("args", {}).get("precision", "")
-    if phases is not None and "tflops" in phases and phases["tflops"].notna().any():
-        yield plots.rates(phases, "tflops", "TFLOP/s", peaks.get(precision), f"matmul TFLOP/s per phase ({precision})")
-    if phases is not None and "busbw_GBps" in phases and phases["busbw_GBps"].notna().any():
-        yield plots.rates(phases, "busbw_GBps", "GB/s", peaks.get("nvlink"), "collective bus bandwidth per phase")
 
 
 def torch_figures(info: RunInfo) -> Iterator[go.Figure]:
-    """HTA's views: temporal breakdown, idle time, overlap, launch delay, kernel types, top kernels."""
+    """HTA's views: temporal breakdown, idle time, overlap, launch delay, kernel types."""
     run = info.run.path
     temporal = read_table(run, "torch_temporal")
     if temporal is not None and not temporal.empty:
@@ -93,24 +189,20 @@ def torch_figures(info: RunInfo) -> Iterator[go.Figure]:
     if types is not None and not types.empty:
         yield plots.shares(types.groupby("kernel_type", as_index=False)["sum"].sum(), "kernel_type", "sum",
                            "GPU time by kernel type (all ranks)")
-    kernels = read_table(run, "torch_kernels")
-    if kernels is not None and not kernels.empty:
-        top = kernels[kernels["name"] != "others"].assign(time_ms=kernels["sum (us)"] / 1e3)
-        top = top.sort_values("time_ms", ascending=False).groupby("rank").head(8)
-        yield plots.top_kernels(top, "top kernels per rank")
 
 
 def nsys_figures(info: RunInfo) -> Iterator[go.Figure]:
-    """GPU time by kernel category per rank, NCCL per collective and rank, phases per rank."""
+    """Echo's slowdown, GPU time by category and NCCL per rank, the timeline, busy/idle, gaps."""
     run = info.run.path
+    slowdown = read_table(run, "echo_slowdown")
+    if slowdown is not None and "slowdown" in slowdown and slowdown["slowdown"].notna().any():
+        yield plots.histogram(slowdown["slowdown"].dropna(), "slowdown (distributed / 1 GPU)",
+                              "kernel slowdown distribution (Echo)")
     kern = read_table(run, "nsys_cuda_gpu_kern_sum")
     if kern is not None and not kern.empty:
-        df = kern.assign(category=kern["Name"].astype(str).map(kernel_category),
-                         time_ms=kern["Total Time (ns)"] / 1e6)
+        df = kern.assign(category=kern["Name"].astype(str).map(kernel_category), time_ms=kern["Total Time (ns)"] / 1e6)
         by = df.groupby(["rank", "category"], as_index=False)["time_ms"].sum()
         yield plots.bars_per_rank(by, "time_ms", "category", "GPU time (ms)", "GPU time by kernel category per rank")
-        top = df.sort_values("time_ms", ascending=False).groupby("rank").head(8).rename(columns={"Name": "name"})
-        yield plots.top_kernels(top, "top kernels per rank")
     nccl = read_table(run, "nsys_nccl")
     if nccl is not None and not nccl.empty and "scope" in nccl:
         per_rank = nccl[nccl["scope"] != "all"].assign(time_ms=lambda d: d["total_ns"] / 1e6,
@@ -118,29 +210,17 @@ def nsys_figures(info: RunInfo) -> Iterator[go.Figure]:
         if not per_rank.empty:
             yield plots.bars_per_rank(per_rank, "time_ms", "collective", "NCCL time (ms)",
                                       "NCCL collectives per type and rank")
-    phases = read_table(run, "nsys_phases")
-    if phases is not None and not phases.empty:
-        top = phases.groupby("range")["range_time_ns"].sum().nlargest(10).index
-        df = phases[phases["range"].isin(top)]
-        df = df.assign(ms=df["range_time_ns"] / df["instances"].clip(lower=1) / 1e6)
-        yield plots.grouped(df, "range", "ms", "rank", "mean range time (ms)",
-                            "NVTX ranges per rank (mean time, the 10 longest ranges)")
     timeline = read_table(run, "nsys_timeline")
     if timeline is not None and not timeline.empty:
-        yield plots.gantt(timeline, "NVTX ranges of one iteration on every rank")
-    gaps = read_table(run, "nsys_gaps")
-    if gaps is not None and not gaps.empty:
-        yield plots.gaps(gaps, "GPU idle gaps over 0.1 ms per rank")
+        yield plots.gantt(timeline, "one iteration on every rank")
     overlap = read_table(run, "nsys_overlap")
     if overlap is not None and not overlap.empty:
         ms = overlap.assign(**{c: overlap[c] / 1e6 for c in ("compute_ns", "comm_ns", "idle_ns")})
-        yield plots.stacked_per_rank(ms,
-                                     {"compute_ns": "compute", "comm_ns": "communication", "idle_ns": "idle"},
+        yield plots.stacked_per_rank(ms, {"compute_ns": "compute", "comm_ns": "communication", "idle_ns": "idle"},
                                      "ms", "GPU busy and idle time per rank")
-    slowdown = read_table(run, "echo_slowdown")
-    if slowdown is not None and "slowdown" in slowdown and slowdown["slowdown"].notna().any():
-        yield plots.histogram(slowdown["slowdown"].dropna(), "slowdown (distributed / 1 GPU)",
-                              "kernel slowdown distribution (Echo)")
+    gaps = read_table(run, "nsys_gaps")
+    if gaps is not None and not gaps.empty:
+        yield plots.gaps(gaps, "GPU idle gaps over 0.1 ms per rank")
 
 
 def ncu_figures(info: RunInfo) -> Iterator[go.Figure]:
@@ -156,40 +236,58 @@ def ncu_figures(info: RunInfo) -> Iterator[go.Figure]:
         yield plots.sol_bars(long, "ncu speed of light (Echo metrics)")
 
 
-def section(title: str, figures: list[go.Figure], counter: list[int], grid: bool = False) -> str:
-    heading = f"<h2>{html.escape(title)}</h2>" if title else ""
-    parts = [f"{heading}<div class='{'grid' if grid else 'col'}'>"]
-    for fig in figures:
-        counter[0] += 1
-        parts.append(fig.to_html(full_html=False, include_plotlyjs=False, div_id=f"fig{counter[0]}",
-                                 config={"displaylogo": False}))
-    return "\n".join(parts) + "</div>"
+#: per-run figures, most telling first
+RUN_FIGURES: list[Callable[[RunInfo], Iterator[go.Figure]]] = [nsys_figures, torch_figures, ncu_figures,
+                                                               workload_figures]
 
 
 def run_header(info: RunInfo) -> str:
     params = "".join(f"{k}={format_value(v)}; " for k, v in info.params.items())
-    metrics = "".join(f"<tr><td>{html.escape(n)}</td><td>{html.escape(with_unit(v, u))}</td></tr>"
-                      for n, v, u in info.metrics)
-    return (f"<p>{html.escape(info.kind)} on {info.config.get('world_size')} rank(s), "
-            f"profile {html.escape(info.tool)}; "
-            f"{html.escape(params)}state {html.escape(info.state)}</p><table class='m'>{metrics}</table>")
+    metrics = pd.DataFrame([(n, with_unit(v, u)) for n, v, u in info.metrics], columns=["metric", "value"])
+    text = (f"<p>{html.escape(info.kind)} on {info.config.get('world_size')} rank(s), profile "
+            f"{html.escape(info.tool)}; {html.escape(params)}state {html.escape(info.state)}"
+            f"{' (' + html.escape(info.reason) + ')' if info.reason else ''}; {html.escape(str(info.run.path))}</p>")
+    if not metrics.empty:
+        text += table_html(metrics)
+    if info.top is not None and not info.top.empty:
+        text += "<p>Top kernels (all ranks):</p>" + table_html(info.top)
+    return text
 
 
-def build_html(infos: list[RunInfo]) -> str:
-    """The report as one HTML document."""
-    counter = [0]
-    body = []
-    sweep = list(sweep_figures(infos))
-    if sweep:
-        body.append(section("Sweep: headline metrics against the swept parameters", sweep, counter, grid=True))
+def appendix(page: Page, infos: list[RunInfo], points: list[sweep.Point]) -> None:
+    """Every run's header and metrics; figures for the first repetition of each point while the
+    figure budget lasts, shared evenly."""
+    drawn = {p.first.run.run_id for p in points}
+    budget = max(0, MAX_FIGURES - page.figures)
+    per_run = budget // max(1, len(drawn))
+    page.add("<section id='appendix'><h2>Appendix: runs</h2><p>Each run's metrics; figures per rank for the "
+             f"first repetition of each sweep point (at most {per_run} per run, {MAX_FIGURES} figures in the report)."
+             "</p>")
     for info in infos:
-        figures = [*workload_figures(info), *torch_figures(info), *nsys_figures(info), *ncu_figures(info)]
-        body.append(f"<h2>Run {html.escape(info.run.run_id)}</h2>" + run_header(info))
-        body.append(section("", figures, counter))
+        page.add(f"<details open><summary>Run {html.escape(info.run.run_id)}</summary>{run_header(info)}"
+                 "<div class='grid'>")
+        if info.run.run_id in drawn:
+            figures = [fig for make in RUN_FIGURES for fig in make(info)]
+            for fig in figures[:per_run]:
+                page.figure(fig)
+        page.add("</div></details>")
+    page.add("</section>")
+
+
+def build_html(infos: list[RunInfo], baseline: str | None = None) -> str:
+    """The report as one HTML document (verdicts against run `baseline`, default: the first run)."""
+    page = Page()
+    points = sweep.sweep_points(infos, baseline)
+    found = main_sections(page, points) if points else []
+    body = "".join(page.parts)
+    page.parts = []
+    appendix(page, infos, points)
     title = f"hpcprof report: {infos[0].config['experiment']['name']}" if infos else "hpcprof report"
+    state = ", ".join(f"{n} {s}" for s, n in pd.Series([i.state for i in infos]).value_counts().items())
+    items = "".join(f"<li>{html.escape(s)}</li>" for s in found) or "<li>No collected run to explain.</li>"
     return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-            "<style>body{font-family:sans-serif;margin:2em}table.m td{padding:0 1em}"
-            "table.m td:last-child{text-align:right}"
-            ".grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(480px,1fr));gap:8px}</style>"
-            f"<script type='text/javascript'>{get_plotlyjs()}</script></head><body><h1>{html.escape(title)}</h1>"
-            f"<p data-figures='{counter[0]}'>{counter[0]} figures</p>" + "\n".join(body) + "</body></html>")
+            f"<style>{STYLE}</style><script type='text/javascript'>{get_plotlyjs()}</script></head><body>"
+            f"<h1>{html.escape(title)}</h1><p data-figures='{page.figures}'>{len(infos)} runs ({html.escape(state)}), "
+            f"{len(points)} sweep point(s), {page.figures} figures.</p>"
+            f"<section id='findings'><h2>Findings</h2><ul>{items}</ul></section>"
+            + body + "".join(page.parts) + "</body></html>")

@@ -21,13 +21,6 @@ def phase_time_per_rank(rows: pd.DataFrame, title: str) -> go.Figure:
     return _fig(fig, title)
 
 
-def rates(phases: pd.DataFrame, column: str, unit: str, peak: float | None, title: str) -> go.Figure:
-    """A rate per phase (TFLOP/s or GB/s), with the device's peak as a line when known."""
-    df = phases[phases[column].notna()]
-    fig = px.bar(df, x="phase", y=column, labels={column: unit})
-    if peak:
-        fig.add_hline(y=peak, line_dash="dash", annotation_text=f"peak {peak:,.0f} {unit}")
-    return _fig(fig, title)
 
 
 def stacked_per_rank(df: pd.DataFrame, parts: dict[str, str], unit: str, title: str) -> go.Figure:
@@ -37,7 +30,7 @@ def stacked_per_rank(df: pd.DataFrame, parts: dict[str, str], unit: str, title: 
     return _fig(fig, title)
 
 
-def bars_per_rank(df: pd.DataFrame, value: str, color: str, unit: str, title: str) -> go.Figure:
+def bars_per_rank(df: pd.DataFrame, value: str, color: str | None, unit: str, title: str) -> go.Figure:
     """Grouped bars: `value` per rank, one colour per `color` category."""
     fig = px.bar(df, x=df["rank"].astype(str), y=value, color=color, barmode="stack",
                  labels={"x": "rank", value: unit})
@@ -59,12 +52,6 @@ def shares(df: pd.DataFrame, names: str, values: str, title: str) -> go.Figure:
     return _fig(px.pie(df, names=names, values=values), title)
 
 
-def top_kernels(df: pd.DataFrame, title: str) -> go.Figure:
-    """Horizontal bars of kernel time (df: name, time_ms, rank), short names on the axis."""
-    df = df.assign(short=df["name"].astype(str).str.slice(0, 50), rank=df["rank"].astype(str))
-    fig = px.bar(df, y="short", x="time_ms", color="rank", barmode="group", orientation="h",
-                 hover_data=["name"], labels={"time_ms": "GPU time (ms)", "short": ""})
-    return _fig(fig, title).update_layout(height=max(380, 28 * df["short"].nunique()))
 
 
 def gantt(df: pd.DataFrame, title: str) -> go.Figure:
@@ -94,13 +81,57 @@ def sol_bars(df: pd.DataFrame, title: str) -> go.Figure:
     return _fig(fig, title)
 
 
-def metric_vs_param(df: pd.DataFrame, param: str, metric: str, sd: str | None, title: str) -> go.Figure:
-    """A headline metric against a swept parameter (error bars: sd over repetitions)."""
-    error = {"type": "data", "array": df[sd]} if sd else None
-    if pd.api.types.is_numeric_dtype(df[param]):
-        df = df.sort_values(param)
-        fig = go.Figure(go.Scatter(x=df[param], y=df[metric], mode="markers+lines", error_y=error))
-    else:
-        fig = go.Figure(go.Bar(x=df[param].astype(str), y=df[metric], error_y=error))
-    fig.update_layout(xaxis_title=param, yaxis_title=metric)
-    return _fig(fig, title).update_layout(height=300, title_font_size=13)
+
+
+def stacked_by_point(df: pd.DataFrame, part: str, unit: str, title: str) -> go.Figure:
+    """One stacked bar per sweep point (df: point, `part`, ms), a colour per part."""
+    fig = go.Figure([go.Bar(name=str(name), x=g["point"], y=g["ms"]) for name, g in df.groupby(part, sort=False)])
+    fig.update_layout(barmode="stack", xaxis_title="sweep point", yaxis_title=unit, legend_title=part)
+    return _fig(fig, title)
+
+
+def iteration_ci(points: pd.DataFrame, runs: pd.DataFrame, title: str) -> go.Figure:
+    """Mean iteration time per point with its 95 % confidence interval (points: point, mean, ci95)
+    and each repetition as a dot (runs: point, time_ms, run)."""
+    error = {"type": "data", "array": points["ci95"].fillna(0)}
+    fig = go.Figure([go.Bar(name="mean (95 % CI)", x=points["point"], y=points["mean"], error_y=error, opacity=0.6),
+                     go.Scatter(name="repetition", x=runs["point"], y=runs["time_ms"], mode="markers",
+                                hovertext=runs["run"], marker={"size": 9, "color": "black"})])
+    fig.update_layout(xaxis_title="sweep point", yaxis_title="iteration time (ms)")
+    return _fig(fig, title)
+
+
+def against_ranks(df: pd.DataFrame, value: str, ideal: str | float, unit: str, title: str) -> go.Figure:
+    """`value` against the world size, a line per group, and the ideal as a dashed line
+    (`ideal`: a column of df or a constant)."""
+    fig = go.Figure()
+    for name, g in df.groupby("group", sort=False):
+        g = g.sort_values("world_size")
+        fig.add_trace(go.Scatter(name=str(name), x=g["world_size"], y=g[value], mode="markers+lines",
+                                 hovertext=g["point"]))
+    sizes = sorted(df["world_size"].unique())
+    ideal_y = [ideal] * len(sizes) if not isinstance(ideal, str) else \
+        [float(df.loc[df["world_size"] == n, ideal].iloc[0]) for n in sizes]
+    fig.add_trace(go.Scatter(name="ideal", x=sizes, y=ideal_y, mode="lines", line={"dash": "dash", "color": "gray"}))
+    fig.update_layout(xaxis_title="ranks (world size)", yaxis_title=unit,
+                      xaxis={"tickmode": "array", "tickvals": sizes})
+    return _fig(fig, title)
+
+
+def peak_pct(df: pd.DataFrame, title: str) -> go.Figure:
+    """% of the hardware's peak per point, a bar per phase (df: point, phase, what, pct, value, unit)."""
+    df = df[df["pct"].notna()].assign(series=lambda d: d["phase"] + " (" + d["unit"] + ")")
+    fig = px.bar(df, x="point", y="pct", color="series", barmode="group", hover_data=["value", "unit", "reference"],
+                 labels={"pct": "% of peak", "point": "sweep point", "series": ""})
+    fig.add_hline(y=100, line_dash="dash", line_color="gray")
+    return _fig(fig, title)
+
+
+def per_iteration_lines(df: pd.DataFrame, value: str, unit: str, title: str) -> go.Figure:
+    """`value` against the iteration, a line per run (df: point, repetition, iteration, `value`)."""
+    fig = go.Figure()
+    for (point, rep), g in df.groupby(["point", "repetition"], sort=False):
+        fig.add_trace(go.Scatter(name=f"{point} #{rep}", x=g["iteration"], y=g[value], mode="lines+markers",
+                                 marker={"size": 4}))
+    fig.update_layout(xaxis_title="iteration", yaxis_title=unit)
+    return _fig(fig, title)

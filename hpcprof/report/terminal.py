@@ -13,8 +13,14 @@ from rich.console import Console
 from rich.table import Table
 
 from hpcprof.output import render_table
-from hpcprof.report.compare import (RunInfo, comparison, fold_repetitions, metric_columns, param_columns,
-                                     point_labels)
+from hpcprof.report.compare import (
+    RunInfo,
+    comparison,
+    fold_repetitions,
+    metric_columns,
+    param_columns,
+    point_labels,
+)
 from hpcprof.results import list_tables, read_table
 from hpcprof.rundir import sweep_of
 
@@ -50,8 +56,14 @@ def short_runs(runs: str) -> str:
 
 def comparison_table(df: pd.DataFrame) -> Table:
     """The comparison transposed for reading: a column per run (or sweep point), a row per
-    parameter and metric; `mean ± sd` for folded repetitions, `(×r)` ratios to the baseline."""
-    table = Table(show_lines=False)
+    parameter and metric; `mean ± half-width of the 95 % confidence interval` for folded
+    repetitions, `(×r)` ratios to the baseline, then the verdicts against it."""
+    caption = "± : 95 % confidence interval of the mean over repetitions (Student t, n - 1 dof)" \
+        if any(c.endswith(" ci95") for c in df.columns) else None
+    if "verdict" in df:
+        tests = sorted({str(t) for t in df["test"] if t and str(t) != "the baseline"})
+        caption = "; ".join([*([caption] if caption else []), f"verdicts at the 5 % level: {'; '.join(tests)}"])
+    table = Table(show_lines=False, caption=caption, caption_justify="left")
     table.add_column("")
     labels = list(point_labels(df, param_columns(df)))
     for i, run in enumerate(df["run"]):
@@ -67,9 +79,9 @@ def comparison_table(df: pd.DataFrame) -> Table:
         cells = []
         for i in df.index:
             cell = with_unit(df.at[i, col], unit)
-            sd = df.at[i, f"{col} sd"] if f"{col} sd" in df else None
-            if cell and sd is not None and pd.notna(sd):
-                cell = f"{format_value(df.at[i, col], unit)} ± {with_unit(sd, unit)}"
+            ci = df.at[i, f"{col} ci95"] if f"{col} ci95" in df else None
+            if cell and ci is not None and pd.notna(ci):
+                cell = f"{format_value(df.at[i, col], unit)} ± {with_unit(ci, unit)}"
             ratio = df.at[i, f"{col} /base"] if f"{col} /base" in df else None
             if cell and ratio is not None and pd.notna(ratio):
                 cell += f" (×{ratio:.2f})"
@@ -77,6 +89,10 @@ def comparison_table(df: pd.DataFrame) -> Table:
         table.add_row(name, *cells)
     if "top kernel" in df:
         table.add_row("top kernel", *[format_value(v) for v in df["top kernel"]])
+    if "verdict" in df:
+        table.add_row("iteration time change", *[f"{v:+.2f} %" if pd.notna(v) else "" for v in df["change_pct"]])
+        table.add_row("p (Welch)", *[f"{v:.3g}" if pd.notna(v) else "" for v in df["p_value"]])
+        table.add_row("verdict", *[str(v) for v in df["verdict"]])
     return table
 
 

@@ -59,7 +59,8 @@ class SeqparArgs(BaseModel):
     gpu_map: GpuMap = Field("identity", description="local rank r -> GPU r (identity) or n-1-r (reverse)")
     check: bool = Field(False, description="compare one iteration with a float64 reference")
     profile_iterations: str | None = Field(
-        None, description="A:B: cudaProfilerStart/Stop around timed iterations A..B-1 (0-based)"
+        None, description="A:B: cudaProfilerStart/Stop around timed iterations A..B-1 (0-based); "
+                          "default: around the whole timed loop"
     )
     capture: Literal["none", "iteration", "allgather", "matmul1", "matmul2", "reduce_scatter"] = Field(
         "none", description="one cudaProfilerStart/Stop range per occurrence of this phase (nsys --capture-range-end=repeat)"
@@ -154,3 +155,23 @@ def launch_argv(args: WorkloadArgs, python: str) -> list[str]:
     """The argv one rank runs for these args (seqpar or ddp, chosen by the model's type)."""
     kind = next(k for k, model in ARGS_MODELS.items() if isinstance(args, model))
     return kind_argv(kind, args, python)
+
+
+#: Echo's global_config.json keys hpcprof does not read (the site config names the tools), and
+#: what replaces each
+ECHO_IGNORED_GLOBAL_KEYS = {"python_path": "paths.python", "nsys_path": "paths.nsys", "ncu_path": "paths.ncu"}
+
+
+def echo_global_config_notes(folder: Path) -> list[str]:
+    """One warning line per global_config.json key of an Echo folder that hpcprof ignores (the
+    tool paths: the site's `paths:` are used), so that they are not ignored silently."""
+    import json
+
+    path = Path(folder) / "global_config.json"
+    try:
+        keys = json.loads(path.read_text()) if path.is_file() else {}
+    except (OSError, ValueError):
+        return []   # the workload reports a damaged file itself
+    ignored = [k for k in ECHO_IGNORED_GLOBAL_KEYS if isinstance(keys, dict) and keys.get(k)]
+    return [f"warning: {path}: {key} is ignored; hpcprof runs the site's {ECHO_IGNORED_GLOBAL_KEYS[key]} "
+            f"({key}={keys[key]!r} in Echo)" for key in ignored]

@@ -13,6 +13,7 @@ around the backward pass (default) or the whole step.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
 import os
@@ -32,7 +33,7 @@ from hpcprof.workloads.args import DdpArgs, launch_argv  # noqa: F401  (re-expor
 
 REQUIRED_FUNCTIONS = ("get_model", "get_dataloader", "forward_pass", "backward_pass")
 LOCAL_CONFIG_KEYS = ("world_size", "cap_size", "epochs", "batchsize", "warmup_epochs")
-GLOBAL_CONFIG_KEYS = ("cuda_visible_devices", "cuda_version_check")  # others (tool paths) are read by submit
+GLOBAL_CONFIG_KEYS = ("cuda_visible_devices", "cuda_version_check")  # the tool paths: ignored, with a warning
 PHASES = ["forward", "backward", "optimizer", "step"]
 RESULTS_FILE = "ddp_steps.json"
 SCHEMA = "hpcprof.ddp/1"
@@ -107,6 +108,11 @@ def resolve_args(args: DdpArgs) -> DdpArgs:
     merged: dict[str, Any] = {}
     if args.echo_input is not None:
         echo = load_echo_input(args.echo_input)
+        if os.environ.get("HPCPROF_RANK", "0") == "0":  # submit said it too; `bench ddp` users see it here
+            from hpcprof.workloads.args import echo_global_config_notes
+
+            for line in echo_global_config_notes(echo.folder):
+                print(f"hpcprof: {line}", file=sys.stderr)
         for path, values in (
             (echo.folder / "local_config.json", echo.local_config),
             (echo.folder / "global_config.json", {k: echo.global_config[k] for k in GLOBAL_CONFIG_KEYS if k in echo.global_config}),
@@ -207,7 +213,10 @@ def train(args: DdpArgs, module: ModuleType, ctx: bootstrap.Dist) -> dict[str, A
     timer = timing.PhaseTimer(ctx.device)
     model.train()
     iteration = 0
+    counted = contextlib.ExitStack()       # NVTX `timed` around the counted epochs: a profile's window
     for epoch in range(total_epochs):
+        if epoch == args.warmup_epochs:
+            counted.enter_context(timing.nvtx_range("timed"))
         with timing.nvtx_range(f"epoch {epoch}"):
             for batch, _ in zip(data, range(steps)):
                 at_window = iteration == window.iteration
@@ -232,6 +241,7 @@ def train(args: DdpArgs, module: ModuleType, ctx: bootstrap.Dist) -> dict[str, A
                 iteration += 1
         if ctx.is_cuda:
             torch.cuda.empty_cache()
+    counted.close()
     if prof is not None:
         prof.stop()
 

@@ -183,6 +183,12 @@ def benchmark(args: SeqparArgs, ctx: bootstrap.Dist) -> dict[str, Any]:
 
     timer = timing.PhaseTimer(ctx.device)
     prof = timing.make_torch_profiler(ctx.rank, schedule, timing.torch_gzip_requested(args.torch_gzip)) if use_torch_profiler else None
+    # without a narrower window, the profiler API's window is the timed loop: an nsys/ncu capture
+    # range (cudaProfilerApi) then holds the timed iterations only, not start-up and warm-up. It
+    # opens before the barrier, so every rank is being captured before any starts the loop.
+    whole_loop = window is None and args.capture == "none"
+    if whole_loop:
+        timing.profiler_start()
     if ctx.is_cuda:
         torch.cuda.synchronize()
     dist.barrier()
@@ -199,6 +205,8 @@ def benchmark(args: SeqparArgs, ctx: bootstrap.Dist) -> dict[str, Any]:
                 timing.profiler_stop()
             if prof is not None:
                 prof.step()
+    if whole_loop:
+        timing.profiler_stop()
     if prof is not None:
         prof.stop()
     if ctx.is_cuda:

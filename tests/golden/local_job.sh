@@ -14,6 +14,21 @@ export TMPDIR="$RUN_DIR/tmp"
 mkdir -p "$TMPDIR" "$RUN_DIR/logs" "$RUN_DIR/results" "$RUN_DIR/profiles"
 # ---- launch 2 ranks (1 node x 2) from the submit directory
 cd /tmp/hpcprof-runs/seqpar-like/20250101-120000-abc123 || exit 1
+# ---- job-start checks, before any rank starts: each failure is one line naming the fix (exit 3)
+hp_fail() { echo "hpcprof: job-start check failed: $1" >&2; hp_status check "$1"; hp_status exit_code 3; hp_status end "$(date +%s)"; touch "$RUN_DIR/DONE"; exit 3; }
+hp_tool=$(command -v nsys) \
+  || hp_fail 'nsys (nsys) is not on PATH: load its module in the setup: of site local or set paths.nsys to its full path'
+echo "hpcprof: nsys $("$hp_tool" --version 2>&1 | tail -n 1) ($hp_tool)"
+case "${NCCL_NET:-}" in
+  ""|IB|Socket) ;;
+  *) hp_plugin=""
+     IFS=: read -r -a hp_dirs <<< "${LD_LIBRARY_PATH:-}"
+     for hp_dir in "${hp_dirs[@]}"; do
+       for hp_lib in "$hp_dir"/libnccl-net*.so; do [ -e "$hp_lib" ] && { hp_plugin=$hp_lib; break 2; }; done
+     done
+     [ -n "$hp_plugin" ] || hp_fail "NCCL_NET=$NCCL_NET needs an NCCL network plugin (libnccl-net*.so) on LD_LIBRARY_PATH and there is none: add the plugin lib directory to LD_LIBRARY_PATH in the site setup: (Polaris: /soft/libraries/aws-ofi-nccl/v1.9.1-aws/lib) or drop NCCL_NET from the site env:"
+     echo "hpcprof: NCCL_NET=$NCCL_NET uses $hp_plugin" ;;
+esac
 <VENV_BIN>/mpiexec -n 2 -ppn 2 -genv TMPDIR "$TMPDIR" "$RUN_DIR/rank_wrapper.sh" python app.py --precision bfloat16
 hp_rc=$?
 hp_status exit_code "$hp_rc"

@@ -32,6 +32,18 @@ export MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
 export MASTER_PORT=23612
 # ---- launch 8 ranks (2 nodes x 4) from the submit directory
 cd /pscratch/sd/u/user/hpcprof-runs/torch-app/20250101-120000-abc123 || exit 1
+# ---- job-start checks, before any rank starts: each failure is one line naming the fix (exit 3)
+hp_fail() { echo "hpcprof: job-start check failed: $1" >&2; hp_status check "$1"; hp_status exit_code 3; hp_status end "$(date +%s)"; touch "$RUN_DIR/DONE"; exit 3; }
+case "${NCCL_NET:-}" in
+  ""|IB|Socket) ;;
+  *) hp_plugin=""
+     IFS=: read -r -a hp_dirs <<< "${LD_LIBRARY_PATH:-}"
+     for hp_dir in "${hp_dirs[@]}"; do
+       for hp_lib in "$hp_dir"/libnccl-net*.so; do [ -e "$hp_lib" ] && { hp_plugin=$hp_lib; break 2; }; done
+     done
+     [ -n "$hp_plugin" ] || hp_fail "NCCL_NET=$NCCL_NET needs an NCCL network plugin (libnccl-net*.so) on LD_LIBRARY_PATH and there is none: add the plugin lib directory to LD_LIBRARY_PATH in the site setup: (Polaris: /soft/libraries/aws-ofi-nccl/v1.9.1-aws/lib) or drop NCCL_NET from the site env:"
+     echo "hpcprof: NCCL_NET=$NCCL_NET uses $hp_plugin" ;;
+esac
 srun -N 2 -n 8 --ntasks-per-node 4 --kill-on-bad-exit=1 --mpi=pmi2 -c 32 --cpu-bind=cores podman-hpc run --rm --gpu --network=host --ipc=host -v /global/cfs/cdirs/m1234:/data:ro -v "$RUN_DIR:$RUN_DIR" -w "$PWD" -e 'PMI_*' -e 'PMIX_*' -e 'MPI_*' -e 'HYDI_*' -e 'PALS_*' -e 'OMPI_*' -e 'SLURM_*' -e 'HPCPROF_*' -e RANK -e LOCAL_RANK -e GROUP_RANK -e ROLE_RANK -e ROLE_NAME -e WORLD_SIZE -e LOCAL_WORLD_SIZE -e ROLE_WORLD_SIZE -e MASTER_ADDR -e MASTER_PORT -e 'TORCHELASTIC_*' -e 'TORCH_*' -e 'NCCL_*' -e CUDA_VISIBLE_DEVICES -e TMPDIR -e FI_MR_CACHE_MONITOR -e OMP_NUM_THREADS -e SLURM_CPU_BIND --mpi registry.nersc.gov/m1234/pytorch:24.05 "$RUN_DIR/rank_wrapper.sh" python3 train.py --epochs 1
 hp_rc=$?
 hp_status exit_code "$hp_rc"

@@ -14,6 +14,7 @@ hp_rank=$(hp_first PALS_RANKID OMPI_COMM_WORLD_RANK PMI_RANK PMIX_RANK SLURM_PRO
 hp_local_rank=$(hp_first PALS_LOCAL_RANKID OMPI_COMM_WORLD_LOCAL_RANK MPI_LOCALRANKID PMI_LOCAL_RANK SLURM_LOCALID LOCAL_RANK) || exit 2
 export HPCPROF_RUN_DIR=/pscratch/sd/u/user/hpcprof-runs/seqpar-like/20250101-120000-abc123
 export HPCPROF_RANK="$hp_rank" HPCPROF_LOCAL_RANK="$hp_local_rank"
+export CUDA_VISIBLE_DEVICES=$(( 4 - 1 - hp_local_rank % 4 ))
 exec > >(tee -a "$HPCPROF_RUN_DIR/logs/rank${hp_rank}.log") 2>&1
 
 # ---- profiled ranks: local:0+first-nodes:2

@@ -22,6 +22,8 @@ hp_status job_id "${PBS_JOBID:-${SLURM_JOB_ID:-$$}}"
 module use /soft/modulefiles
 module load conda/2024-04-29
 conda activate
+export LD_LIBRARY_PATH=/soft/libraries/aws-ofi-nccl/v1.9.1-aws/lib:${LD_LIBRARY_PATH:-}
+export LD_LIBRARY_PATH=/soft/libraries/hwloc/lib/:$LD_LIBRARY_PATH
 set -u  # after the site setup: module and conda activate scripts use unset variables
 # ---- environment
 export NCCL_NET_GDR_LEVEL=PHB
@@ -40,6 +42,21 @@ export MASTER_ADDR="$(head -n 1 "$PBS_NODEFILE")"
 export MASTER_PORT=23612
 # ---- launch 8 ranks (2 nodes x 4) from the submit directory
 cd /lus/eagle/projects/datascience/hpcprof-runs/seqpar-like/20250101-120000-abc123 || exit 1
+# ---- job-start checks, before any rank starts: each failure is one line naming the fix (exit 3)
+hp_fail() { echo "hpcprof: job-start check failed: $1" >&2; hp_status check "$1"; hp_status exit_code 3; hp_status end "$(date +%s)"; touch "$RUN_DIR/DONE"; exit 3; }
+hp_tool=$(command -v nsys) \
+  || hp_fail 'nsys (nsys) is not on PATH: load its module in the setup: of site polaris or set paths.nsys to its full path'
+echo "hpcprof: nsys $("$hp_tool" --version 2>&1 | tail -n 1) ($hp_tool)"
+case "${NCCL_NET:-}" in
+  ""|IB|Socket) ;;
+  *) hp_plugin=""
+     IFS=: read -r -a hp_dirs <<< "${LD_LIBRARY_PATH:-}"
+     for hp_dir in "${hp_dirs[@]}"; do
+       for hp_lib in "$hp_dir"/libnccl-net*.so; do [ -e "$hp_lib" ] && { hp_plugin=$hp_lib; break 2; }; done
+     done
+     [ -n "$hp_plugin" ] || hp_fail "NCCL_NET=$NCCL_NET needs an NCCL network plugin (libnccl-net*.so) on LD_LIBRARY_PATH and there is none: add the plugin lib directory to LD_LIBRARY_PATH in the site setup: (Polaris: /soft/libraries/aws-ofi-nccl/v1.9.1-aws/lib) or drop NCCL_NET from the site env:"
+     echo "hpcprof: NCCL_NET=$NCCL_NET uses $hp_plugin" ;;
+esac
 mpiexec -n 8 --ppn 4 --depth=8 --cpu-bind depth --env TMPDIR="$TMPDIR" -l --line-buffer "$RUN_DIR/rank_wrapper.sh" python app.py --precision bfloat16
 hp_rc=$?
 hp_status exit_code "$hp_rc"

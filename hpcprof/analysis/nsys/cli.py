@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import glob
+import math
 import sys
 from contextlib import ExitStack
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator, TextIO
+from typing import TYPE_CHECKING, Callable, Iterator, Sequence, TextIO
 
 import click
 
@@ -84,27 +85,60 @@ def _finish(failures: int, total: int) -> None:
         raise UserError(f"{failures} of {total} input file(s) could not be processed (see messages above)")
 
 
+#: `nsys stats --format table` cells: thousands separators, the CSV's decimals (7,541,095.4)
+TABLE_CELLS = {"i": "{:,d}", "f1": "{:,.1f}", "f3": "{:,.3f}"}
+
+
+def _table_cell(value: object, fmt: str, null: str) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return null
+    if fmt in TABLE_CELLS and not isinstance(value, str):
+        return TABLE_CELLS[fmt].format(int(value) if fmt == "i" else float(value))  # type: ignore[call-overload]
+    return str(value)
+
+
+def _emit_stats_table(df: pd.DataFrame | Table, out: TextIO, title: str | None) -> None:
+    """A stats report as a table with nsys's number formatting."""
+    from rich.console import Console
+    from rich.table import Table as RichTable
+
+    from hpcprof.analysis.nsys.stats import Table as StatsTable
+
+    table = df if isinstance(df, StatsTable) else StatsTable.from_frame(df)
+    shown = RichTable(title=title, show_lines=False)
+    for name, fmt in zip(table.columns, table.formats):
+        shown.add_column(name, justify="right" if fmt in TABLE_CELLS else "left")
+    cells = [[_table_cell(v, fmt, table.null) for v in values.tolist()]
+             for values, fmt in zip(table.columns.values(), table.formats)]
+    for row in zip(*cells):
+        shown.add_row(*row)
+    Console(file=out, width=200).print(shown)
+
+
 def _emit(df: pd.DataFrame | Table | small.Report, fmt: str, out: TextIO, title: str | None = None) -> None:
     if isinstance(df, small.Report):
         small.write_csv(df, out)
-    elif fmt == "csv" and (hasattr(df, "formats") or "formats" in df.attrs):    # a stats Table or its DataFrame
+    elif fmt in ("csv", "table") and (hasattr(df, "formats") or "formats" in df.attrs):  # a stats Table/its frame
         from hpcprof.analysis.nsys.stats import write_csv
 
-        write_csv(df, out)
+        if fmt == "csv":
+            write_csv(df, out)
+        else:
+            _emit_stats_table(df, out, title)
     else:
         from hpcprof.output import emit
 
         emit(df, fmt, out, title=title)
 
 
-def _write(df: pd.DataFrame | Table | small.Report, fmt: str, output: str | None, title: str) -> None:
+def _write(df: pd.DataFrame | Table | small.Report, fmt: str, output: str | None, title: str,
+           inputs: Sequence[Path] = ()) -> None:
     if output is None:
         _emit(df, fmt, sys.stdout, title)
         return
-    path = Path(output)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="") as fh:
-        _emit(df, fmt, fh, title)
+    from hpcprof.atomic import write_text_stream
+
+    path = write_text_stream(Path(output), lambda fh: _emit(df, fmt, fh, title), inputs=inputs)
     click.echo(f"wrote {path}", err=True)
 
 
@@ -192,7 +226,7 @@ def stats_cmd(files: tuple[Path, ...], reports: str, fmt: str, prefix: str | Non
                     break
                 if prefix is not None:
                     stem = f"{prefix}_{path.stem}" if len(files) > 1 else prefix
-                    _write(df, fmt, f"{stem}_{name}.{EXTENSIONS[fmt]}", name)
+                    _write(df, fmt, f"{stem}_{name}.{EXTENSIONS[fmt]}", name, files)
                     continue
                 if blocks > 1:
                     click.echo(f"# {path} {name}")
@@ -235,8 +269,15 @@ def overlap_cmd(files: tuple[Path, ...], rank_map: str | None, fmt: str, output:
 def gaps_cmd(files: tuple[Path, ...], threshold_ms: float, rank_map: str | None, fmt: str,
              output: str | None) -> None:
     """GPU idle gaps over a threshold per process and device (nsys's gpu_gaps rule)."""
-    _run_analysis(files, rank_map, fmt, output, "gaps",
-                  lambda act: dist.gaps(act, int(threshold_ms * 1_000_000)))
+    def said_when_none(df: pd.DataFrame) -> pd.DataFrame:
+        if df.empty:
+            click.echo(f"gaps: no GPU idle gap over {threshold_ms:g} ms in {len(files)} file(s) "
+                       "(a lower --threshold-ms shows shorter ones)", err=True)
+        return df
+
+    ns = int(threshold_ms * 1_000_000)
+    _run_analysis(files, rank_map, fmt, output, "gaps", lambda act: said_when_none(dist.gaps(act, ns)),
+                  per_file=lambda act: dist.gaps(act, ns), across_ranks=said_when_none)
 
 
 @nsys.command("phases")
@@ -302,7 +343,7 @@ def slowdown_cmd(baseline: tuple[str, ...], distributed: tuple[str, ...], more: 
                     for path in write_echo(result, Path(output)):
                         click.echo(f"wrote {path}", err=True)
                 else:
-                    _write(result, fmt, output, "slowdown")
+                    _write(result, fmt, output, "slowdown", [*base_paths, *paths])
             else:
                 failures = max(failures, 1)
     _finish(failures, len(base_paths) + len(paths))
@@ -386,7 +427,7 @@ def _run_analysis(files: tuple[Path, ...], rank_map: str | None, fmt: str, outpu
     if ranks is not None:
         result, failures = _analyse_one_at_a_time(files, ranks, per_file or func, across_ranks)
         if result is not None:
-            _write(result, fmt, output, title)
+            _write(result, fmt, output, title, files)
         _finish(failures, len(files))
         return
     with ExitStack() as stack:
@@ -395,7 +436,39 @@ def _run_analysis(files: tuple[Path, ...], rank_map: str | None, fmt: str, outpu
         if act is not None:
             result = func(act)
             failures += _report_failed(act)
-            _write(result, fmt, output, title)
+            _write(result, fmt, output, title, files)
         elif exports:
             failures = len(files)
     _finish(failures, len(files))
+
+
+@nsys.command("critical-path")
+@files_argument
+@click.option("--rank-map", default=None, help="FILE=RANK[,FILE=RANK...] when file names carry no rank.")
+@click.option("--iteration-range", default=None, metavar="NAME",
+              help="The NVTX range that marks one iteration (default: the workload's `iteration` inside "
+                   "`timed`, `step<N>`, or Echo's `backward` window).")
+@click.option("--segments", is_flag=True, help="Show the chain of each iteration (compute, wait and collective "
+              "segments per rank) instead of one row per iteration.")
+@format_option
+@click.option("--output", "-o", default=None, help="Write to this file instead of stdout.")
+def critical_path_cmd(files: tuple[Path, ...], rank_map: str | None, iteration_range: str | None, segments: bool,
+                      fmt: str, output: str | None) -> None:
+    """Per timed iteration, across ranks: the collective the others waited longest in, the rank they
+    waited for, the NVTX phase (or kernel) that held it, the wait, and the iteration's length on the
+    critical path."""
+    from hpcprof.analysis.nsys import critical_path as cp
+
+    def per_file(act: dist.Activity) -> pd.DataFrame:
+        return cp.rank_events(act, iteration_range)
+
+    def across_ranks(events: pd.DataFrame) -> pd.DataFrame:
+        table = cp.critical_path(events)[1 if segments else 0]
+        if table.empty:
+            _fail("critical-path", "no iteration has collectives on two or more ranks (iterations: "
+                  + (f"NVTX `{iteration_range}`" if iteration_range else "NVTX `iteration` inside `timed`, "
+                     "`step<N>` or `backward`; name another with --iteration-range") + ")")
+        return table
+
+    _run_analysis(files, rank_map, fmt, output, "critical-path", lambda act: across_ranks(per_file(act)),
+                  per_file=per_file, across_ranks=across_ranks)

@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+import os
+import re
 import shutil
 import subprocess
+import uuid
 from pathlib import Path
 from typing import Callable
 
 import pandas as pd
 
 from hpcprof.analysis import CollectContext
+from hpcprof.analysis.nsys import critical_path
 from hpcprof.analysis.nsys import distributed as dist
 from hpcprof.analysis.nsys.db import Export
 from hpcprof.analysis.nsys.stats import SUMMARY_REPORTS, MissingData, run_report
-from hpcprof.analysis.nsys.timeline import iteration_timeline
+from hpcprof.analysis.nsys import window as win
+from hpcprof.analysis.nsys.timeline import iteration_timeline, median_iteration
+from hpcprof.errors import Problem
 
 
 def find_nsys(ctx: CollectContext) -> str | None:
@@ -30,8 +36,13 @@ def export_sqlite(nsys: str, rep: Path, work_dir: Path) -> Path:
     if out.exists() and out.stat().st_mtime >= rep.stat().st_mtime:
         return out
     work_dir.mkdir(parents=True, exist_ok=True)
-    subprocess.run([nsys, "export", "-t", "sqlite", "--force-overwrite", "true", "-o", str(out), str(rep)],
-                   check=True, capture_output=True, text=True)
+    tmp = out.with_name(f".{out.stem}.{os.getpid()}.{uuid.uuid4().hex[:16]}.sqlite")  # a failed export leaves no file
+    try:
+        subprocess.run([nsys, "export", "-t", "sqlite", "--force-overwrite", "true", "-o", str(tmp), str(rep)],
+                       check=True, capture_output=True, text=True)
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
     return out
 
 
@@ -45,13 +56,14 @@ def sqlite_files(ctx: CollectContext) -> dict[Path, int]:
         if rep.stem in have:
             continue
         if nsys is None:
-            ctx.log(f"nsys: no nsys executable found; skipping {rep.name} (export it with "
-                    "`nsys export -t sqlite`), using the .sqlite files present")
-            break
+            ctx.problem(Problem(rep, "not exported: no nsys executable found (set the site's paths.nsys, or "
+                                     "export it with `nsys export -t sqlite` beside it)"))
+            continue
         try:
             given[export_sqlite(nsys, rep, ctx.work_dir)] = ctx.rank_of.get(rep)
-        except subprocess.CalledProcessError as exc:
-            ctx.log(f"nsys: export of {rep} failed: {(exc.stderr or '').strip().splitlines()[-1:] or exc}")
+        except (subprocess.CalledProcessError, OSError) as exc:
+            last = (getattr(exc, "stderr", None) or "").strip().splitlines()[-1:]
+            ctx.problem(Problem(rep, f"nsys export failed: {last[0][:200] if last else exc}"))
     return {f: (r if r is not None else -1) for f, r in given.items()}
 
 
@@ -59,9 +71,13 @@ def sqlite_files(ctx: CollectContext) -> dict[Path, int]:
 GAP_NS = 100_000
 
 
-def analyse_file(path: Path, rank: int) -> dict[str, pd.DataFrame]:
-    """One rank's export: its summary reports, NCCL per collective, overlap, NVTX phases,
-    iteration timeline and GPU idle gaps over GAP_NS, each with a `rank` column. NsysInputError when it cannot be used."""
+def analyse_file(path: Path, rank: int, nvtx_window: str | None = None) -> dict[str, pd.DataFrame]:
+    """One rank's export: its summary reports (whole capture, as `nsys stats` gives them); over the
+    measured window (nsys/window.py; `nvtx_window`, else the run's `profile.window.nvtx`, names
+    the iteration range): the window, its iterations, kernels, NCCL per collective, overlap, NVTX
+    ranges, iteration timeline and GPU idle gaps over GAP_NS; over the whole capture: overlap and
+    NVTX ranges again (`capture_*`). Each table has a `rank` column, those of the window a
+    `window` column. NsysInputError when the export cannot be used."""
     out: dict[str, pd.DataFrame] = {}
     with Export(path) as export:
         export.check_usable()
@@ -73,33 +89,84 @@ def analyse_file(path: Path, rank: int) -> dict[str, pd.DataFrame]:
                 continue
             df.insert(0, "rank", rank)
             out[name] = df
-        nccl = dist.nccl_summary(activity)
-        out["nccl"] = nccl[nccl["scope"] == "rank"].reset_index(drop=True)
-        out["overlap"] = dist.overlap(activity)
-        out["phases"] = dist.phases(activity)
-        out["timeline"] = iteration_timeline(activity)
-        out["gaps"] = dist.gaps(activity, GAP_NS)
+        window = win.find_window(activity, nvtx_window or win.run_window_range(path))
+        inside = win.clip(activity, window)
+        out["window"] = win.window_summary(activity, window)
+        out["iterations"] = win.iteration_series(activity, window)
+        out["kernels"] = win.with_window(win.kernel_sum(inside), window)
+        nccl = dist.nccl_summary(inside)
+        out["nccl"] = win.with_window(nccl[nccl["scope"] == "rank"].reset_index(drop=True), window)
+        out["overlap"] = win.with_window(dist.overlap(inside), window)
+        out["phases"] = win.with_window(dist.phases(activity, win.instances_inside(window)), window)
+        out["timeline"] = iteration_timeline(activity, window)
+        out["gaps"] = win.with_window(dist.gaps(inside, GAP_NS), window)
+        out["capture_overlap"] = dist.overlap(activity)
+        out["capture_phases"] = dist.phases(activity, window.instances)
+        out[critical_path.EVENTS_TABLE] = critical_path.rank_events(activity)
     for df in out.values():
         df.attrs.clear()
     return out
 
 
 def reduce_ranks(read: Callable[[str], pd.DataFrame | None]) -> dict[str, pd.DataFrame]:
-    """Cross-rank rows from the per-rank tables: per collective, the totals over all ranks and the
-    slowest rank (`scope == "all"`), appended to the per-rank NCCL rows."""
+    """Cross-rank tables from the per-rank ones: per collective, the totals over all ranks and the
+    slowest rank (`scope == "all"`) appended to the per-rank NCCL rows; the timeline cut to the
+    window's median iteration (the same iteration on every rank)."""
+    out: dict[str, pd.DataFrame] = critical_path.collect_tables(read)
+    timeline = read("timeline")
+    middle = median_iteration(read("iterations"))
+    if timeline is not None and middle is not None:
+        out["timeline"] = timeline[timeline["iteration"] == middle].reset_index(drop=True)
     per = read("nccl")
     if per is None or per.empty:
-        return {}
+        return out
     per = per[per["scope"] == "rank"]
     rows = []
     for coll, g in per.groupby("collective", sort=True):
         slow = g.loc[g["total_ns"].idxmax()]
         total, count = int(g["total_ns"].sum()), int(g["count"].sum())
-        rows.append({"scope": "all", "rank": pd.NA, "collective": coll, "count": count, "total_ns": total,
+        rows.append({"scope": "all", "rank": pd.NA, "window": "+".join(sorted(set(g["window"].astype(str)))),
+                     "collective": coll, "count": count, "total_ns": total,
                      "mean_ns": round(total / count, 1), "min_ns": int(g["min_ns"].min()),
                      "max_ns": int(g["max_ns"].max()), "slowest_rank": int(slow["rank"]),
                      "slowest_total_ns": int(slow["total_ns"])})
-    out = pd.concat([per, pd.DataFrame(rows)], ignore_index=True)
+    nccl = pd.concat([per, pd.DataFrame(rows)], ignore_index=True)
     for c in ("rank", "slowest_rank", "slowest_total_ns"):
-        out[c] = out[c].astype("Int64")
-    return {"nccl": out}
+        nccl[c] = nccl[c].astype("Int64")
+    out["nccl"] = nccl
+    return out
+
+
+#: what nsys prints when its capture range never opened (cudaProfilerApi / nvtx)
+NOTHING_RECORDED = "No reports were generated"
+
+
+def missing_profiles(run_dir: Path, config: dict) -> list[str]:
+    """One line per rank that the run's config says nsys profiles (profile.ranks over the run's
+    ranks) but that left no nsys profile, with the cause its rank log gives. Empty for other tools."""
+    from hpcprof.config.profile import RankSelection
+
+    profile = config["experiment"]["profile"]
+    if profile["tool"] != "nsys":
+        return []
+    per_node, world = int(config["ranks_per_node"]), int(config["world_size"])
+    selection = RankSelection(profile["ranks"])
+    ranged = profile["nsys"]["capture_range"] != "none"
+    lines = []
+    for rank in range(world):
+        if not selection.selects(rank, rank % per_node, per_node):
+            continue
+        own = re.compile(rf"rank{rank}(?:\.\d+)?\.(?:nsys-rep|qdrep|sqlite)")
+        if any(own.fullmatch(p.name) for p in (run_dir / "profiles" / "nsys").glob(f"rank{rank}.*")):
+            continue
+        log = run_dir / "logs" / f"rank{rank}.log"
+        text = log.read_text(errors="replace") if log.is_file() else None
+        if text is None:
+            cause = f"no nsys profile and no rank log ({log.relative_to(run_dir)}): the rank never started"
+        elif NOTHING_RECORDED in text:
+            cause = ("nsys recorded nothing: the capture range never opened" if ranged
+                     else "nsys recorded nothing") + f" ({log.relative_to(run_dir)}: {NOTHING_RECORDED})"
+        else:
+            cause = f"no nsys profile written (see {log.relative_to(run_dir)})"
+        lines.append(f"nsys: rank {rank}: {cause}")
+    return lines

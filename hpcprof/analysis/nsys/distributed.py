@@ -319,14 +319,14 @@ def gaps(act: Activity, threshold_ns: int = 500_000_000, skip_overhead: bool = T
                                        "after"])
 
 
-def phases(act: Activity) -> pd.DataFrame:
-    """GPU work under each NVTX range, per rank, attributed as nsys's NVTX GPU projection does:
-    the GPU operations (kernels, memcpys, memsets) whose launching CUDA API call starts inside
-    the range, on the range's thread for push/pop ranges, in its process for start/end ranges.
+def range_instances(act: Activity) -> pd.DataFrame:
+    """Every NVTX range instance of every export with its GPU projection, as nsys's NVTX GPU
+    projection attributes work: the GPU operations (kernels, memcpys, memsets) whose launching
+    CUDA API call starts inside the range, on the range's thread for push/pop ranges, in its
+    process for start/end ranges.
 
-    Columns: instances, gpu_ops, kernels, gpu_time_ns (Σ kernel durations), proj_time_ns
-    (Σ over instances of last op end − first op start, nsys's "Total Proj Time") and
-    range_time_ns (Σ CPU durations of the range)."""
+    Columns: rank, range, start, end (CPU ns), range_ns, gpu_ops, kernels, gpu_ns (Σ kernel
+    durations), proj_start, proj_end (first op start, last op end; 0 without ops), proj_ns."""
     ops = act.ops[["file", "gpid", "corr", "start", "end", "kind", "rank"]]
     launches = act.runtime.drop(columns="rank").merge(ops, on=["file", "gpid", "corr"], suffixes=("", "_op"))
     launches["kernel_ns"] = np.where(launches["kind"] == "kernel", launches["end_op"] - launches["start_op"], 0)
@@ -357,16 +357,30 @@ def phases(act: Activity) -> pd.DataFrame:
                 os_, oe = calls["start_op"].to_numpy(), calls["end_op"].to_numpy()
                 lo = np.searchsorted(t, group["start"].to_numpy(), side="left")
                 hi = np.searchsorted(t, group["end"].to_numpy(), side="right")
-                proj = np.array([oe[a:b].max() - os_[a:b].min() if b > a else 0 for a, b in zip(lo, hi)],
-                                dtype=np.int64)
+                first = np.array([os_[a:b].min() if b > a else 0 for a, b in zip(lo, hi)], dtype=np.int64)
+                last = np.array([oe[a:b].max() if b > a else 0 for a, b in zip(lo, hi)], dtype=np.int64)
                 rows.append(pd.DataFrame({"rank": rank, "range": group["name"].to_numpy(),
+                                          "start": group["start"].to_numpy(np.int64),
+                                          "end": group["start"].to_numpy(np.int64) + group["duration"].to_numpy(np.int64),
                                           "range_ns": group["duration"].to_numpy(), "gpu_ops": hi - lo,
                                           "kernels": kcum[hi] - kcum[lo], "gpu_ns": cum[hi] - cum[lo],
-                                          "proj_ns": proj}))
+                                          "proj_start": first, "proj_end": last, "proj_ns": last - first}))
+    cols = ["rank", "range", "start", "end", "range_ns", "gpu_ops", "kernels", "gpu_ns", "proj_start", "proj_end",
+            "proj_ns"]
+    return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=cols)
+
+
+def phases(act: Activity, instances: pd.DataFrame | None = None) -> pd.DataFrame:
+    """GPU work under each NVTX range, per rank (range_instances summed per range name; pass
+    `instances` to sum a selection, e.g. those inside the measured window).
+
+    Columns: instances, gpu_ops, kernels, gpu_time_ns (Σ kernel durations), proj_time_ns
+    (Σ over instances of last op end − first op start, nsys's "Total Proj Time") and
+    range_time_ns (Σ CPU durations of the range)."""
+    r = range_instances(act) if instances is None else instances
     cols = ["rank", "range", "instances", "gpu_ops", "kernels", "gpu_time_ns", "proj_time_ns", "range_time_ns"]
-    if not rows:
+    if r.empty:
         return pd.DataFrame(columns=cols)
-    r = pd.concat(rows, ignore_index=True)
     out = r.groupby(["rank", "range"], sort=True).agg(
         instances=("range_ns", "size"), gpu_ops=("gpu_ops", "sum"), kernels=("kernels", "sum"),
         gpu_time_ns=("gpu_ns", "sum"), proj_time_ns=("proj_ns", "sum"), range_time_ns=("range_ns", "sum"))

@@ -192,3 +192,38 @@ def all_(paths: tuple[Path, ...], ranks: str | None, include_last_step: bool, fm
         except OSError as exc:
             raise UserError(f"-o {output_dir}: cannot write ({exc.strerror}); choose a writable directory") from None
     fail_if(errors)
+
+
+@trace.command("critical-path")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--segments", is_flag=True, help="Show the chain of each iteration (compute, wait and collective "
+              "segments per rank) instead of one row per iteration.")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write to this file (--format csv or json) instead of stdout.")
+def critical_path_cmd(paths: tuple[Path, ...], segments: bool, fmt: str, output: Path | None) -> None:
+    """Per ProfilerStep, across ranks: the collective the others waited longest in, the rank they
+    waited for, the annotation (or kernel) that held it, the wait, and the step's length on the
+    critical path. Collectives are matched by process group and sequence number (launch order where
+    the trace has none)."""
+    from hpcprof.analysis.trace import critical_path as cp
+    from hpcprof.analysis.trace.load import find_trace_files
+
+    if output is not None and fmt == "table":
+        raise UserError("-o FILE writes --format csv or --format json; add one of them")
+    events, errors = cp.load_events(find_trace_files(paths))
+    for line in errors:
+        click.echo(f"hpcprof: {line}", err=True)
+    if events is None:
+        raise UserError("no trace could be analysed")
+    table = cp.critical_path(events)[1 if segments else 0]
+    if output is None:
+        emit(table, fmt, title="critical-path")
+    else:
+        from hpcprof.output import write
+
+        try:
+            click.echo(f"wrote {write(table, output, fmt)}", err=True)
+        except OSError as exc:
+            raise UserError(f"-o {output}: cannot write ({exc.strerror}); choose a writable path") from None
+    fail_if(errors)

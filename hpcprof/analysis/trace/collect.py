@@ -10,8 +10,9 @@ from typing import Callable, Sequence
 import pandas as pd
 
 from hpcprof.analysis import NothingToAnalyse
-from hpcprof.analysis.trace import analyses
+from hpcprof.analysis.trace import analyses, critical_path
 from hpcprof.analysis.trace.load import RankTrace, TraceError, load_trace
+from hpcprof.analysis.trace.window import trace_window
 
 
 def all_analyses(traces: Sequence[RankTrace]) -> dict[str, pd.DataFrame]:
@@ -28,20 +29,24 @@ def all_analyses(traces: Sequence[RankTrace]) -> dict[str, pd.DataFrame]:
 
 
 def analyse_file(path: Path, rank: int) -> dict[str, pd.DataFrame]:
-    """One rank's trace (`hpcprof collect`'s per-file map): all_analyses of that trace.
-    TraceError names a damaged file; NothingToAnalyse a trace without GPU events."""
+    """One rank's trace (`hpcprof collect`'s per-file map): all_analyses of that trace, and its
+    measured window (ProfilerStep ranges on GPU time, trace/window.py) as `window` and
+    `iterations`. TraceError names a damaged file; NothingToAnalyse a trace without GPU events."""
     try:
         trace = load_trace(path, rank)
     except TraceError as exc:
         if "no GPU events" in str(exc):  # a CPU run's trace: nothing for HTA's GPU analyses, not a fault
             raise NothingToAnalyse(str(exc)) from None
         raise
-    return all_analyses([trace])
+    window, iterations = trace_window(trace)
+    return {**all_analyses([trace]), "window": window, "iterations": iterations,
+            critical_path.EVENTS_TABLE: critical_path.file_events(path, trace.rank)}
 
 
 def reduce_ranks(read: Callable[[str], pd.DataFrame | None], log: Callable[[str], None]) -> dict[str, pd.DataFrame]:
     """The kernels table in all_analyses' order over all ranks (kernel type, name, rank)."""
+    paths = critical_path.collect_tables(read)
     kernels = read("kernels")
     if kernels is None:
-        return {}
-    return {"kernels": kernels.sort_values(["kernel_type", "name", "rank"], kind="stable", ignore_index=True)}
+        return paths
+    return {"kernels": kernels.sort_values(["kernel_type", "name", "rank"], kind="stable", ignore_index=True), **paths}

@@ -87,6 +87,8 @@ class RankTrace:
     cpu: pd.DataFrame
     profiler_steps: list[int] = field(default_factory=list)
     origin: float = 0.0
+    #: the kept `ProfilerStep#N` annotations: step (N), ts, end (µs, relative to `origin`)
+    steps: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=["step", "ts", "end"]))
 
 
 def find_trace_files(paths: Iterable[Path]) -> list[Path]:
@@ -271,7 +273,12 @@ def load_trace(
         for m in map(_STEP_RE.search, names[name_codes[kept & steps]].unique())
         if m
     }
-    return RankTrace(path, ranked, gpu, cpu, sorted(step_numbers), origin)
+    step_idx = np.flatnonzero(kept & steps)
+    step_of = [_STEP_RE.search(names[c]) for c in name_codes[step_idx]]
+    numbered = np.array([m is not None for m in step_of], dtype=bool)
+    step_table = pd.DataFrame({"step": np.array([int(m.group(1)) for m in step_of if m], dtype=np.int64),
+                               "ts": ts[step_idx][numbered], "end": end[step_idx][numbered]})
+    return RankTrace(path, ranked, gpu, cpu, sorted(step_numbers), origin, step_table)
 
 
 def _load_wanted(path: Path, rank: int | None, ranks: Container[int] | None,

@@ -1,0 +1,109 @@
+"""The measured window of a Kineto trace: its `ProfilerStep#N` ranges projected onto GPU time.
+
+Each kept ProfilerStep (load_trace drops the last, possibly truncated, one as HTA does) is one
+iteration: the GPU events whose launching CPU call starts inside the step, from the first one's
+start to the last one's end. The window runs from the first iteration's GPU start to the last
+one's end; a trace without ProfilerStep annotations is measured whole (`capture`). Times come
+out in ns on the trace's clock (Kineto's µs × 1000).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from hpcprof.analysis.trace.analyses import COMM, COMP, kernel_type
+from hpcprof.analysis.trace.load import RankTrace
+
+STEP_WINDOW = "ProfilerStep"
+CAPTURE = "capture"
+ITERATION_COLUMNS = ["rank", "window", "iteration", "start_ns", "end_ns", "gpu_ns", "busy_ns", "idle_ns"]
+WINDOW_COLUMNS = ["rank", "window", "start_ns", "end_ns", "duration_ns", "iterations", "busy_ns", "idle_ns",
+                  "span_ns", "compute_ns", "comm_ns", "overlap_ns"]
+
+
+def _union(ts: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted disjoint union of intervals [ts, end)."""
+    if len(ts) == 0:
+        return ts, end
+    order = np.argsort(ts, kind="stable")
+    ts, end = ts[order], end[order]
+    new = np.concatenate(([True], ts[1:] > np.maximum.accumulate(end)[:-1]))
+    first = np.flatnonzero(new)
+    return ts[first], np.maximum.reduceat(end, first)
+
+
+def _covered_each(union: tuple[np.ndarray, np.ndarray], start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """For each interval [start, end): how much of it the disjoint sorted `union` covers."""
+    us, ue = union
+    start, end = np.asarray(start, dtype=np.float64), np.asarray(end, dtype=np.float64)
+    if len(us) == 0:
+        return np.zeros(len(start))
+    cum = np.concatenate(([0.0], np.cumsum(ue - us)))
+
+    def upto(t: np.ndarray) -> np.ndarray:             # covered length in (-inf, t)
+        i = np.searchsorted(us, t, side="right")
+        j = np.maximum(i - 1, 0)
+        return np.where(i > 0, cum[j] + np.clip(t - us[j], 0, (ue - us)[j]), 0.0)
+
+    return upto(np.maximum(end, start)) - upto(start)
+
+
+def _covered(union: tuple[np.ndarray, np.ndarray], lo: float, hi: float) -> float:
+    """Length of `union` inside [lo, hi)."""
+    return float(_covered_each(union, np.array([lo]), np.array([hi]))[0])
+
+
+def _intersection(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray], lo: float, hi: float) -> float:
+    """Length of the intersection of two unions inside [lo, hi)."""
+    return float(_covered_each(b, np.clip(a[0], lo, hi), np.clip(a[1], lo, hi)).sum())
+
+
+def step_iterations(trace: RankTrace) -> pd.DataFrame:
+    """Per kept ProfilerStep: its GPU projection (start_us, end_us relative to the origin)."""
+    gpu = trace.gpu
+    launch = gpu["launch_ts"].to_numpy(np.float64)
+    rows = []
+    for step in trace.steps.sort_values("ts", kind="stable").to_dict("records"):
+        inside = (launch >= step["ts"]) & (launch <= step["end"])
+        if inside.any():
+            rows.append({"iteration": int(step["step"]), "start_us": float(gpu["ts"].to_numpy()[inside].min()),
+                         "end_us": float(gpu["end"].to_numpy()[inside].max())})
+    return pd.DataFrame(rows, columns=["iteration", "start_us", "end_us"])
+
+
+def trace_window(trace: RankTrace) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(window, iterations) of one rank's trace: the window's bounds, length, iterations, busy and
+    idle time, compute, communication and their overlap (HTA's kernel types); per iteration the
+    GPU bounds, length, busy and idle time. All in ns."""
+    gpu = trace.gpu
+    ts, end = gpu["ts"].to_numpy(np.float64), gpu["end"].to_numpy(np.float64)
+    kinds = np.array([kernel_type(str(n)) for n in gpu["name"].cat.categories], dtype=object)[gpu["name"].cat.codes]
+    busy = _union(ts, end)
+    comm = _union(ts[kinds == COMM], end[kinds == COMM])
+    comp = _union(ts[kinds == COMP], end[kinds == COMP])
+    its = step_iterations(trace)
+    label = STEP_WINDOW if len(its) else CAPTURE
+    lo, hi = (its["start_us"].min(), its["end_us"].max()) if len(its) else (ts.min(), end.max())
+    origin_ns = trace.origin * 1000.0
+
+    def ns(us: float) -> int:
+        return round(origin_ns + us * 1000.0)
+
+    def us_to_ns(us: float) -> int:
+        return round(us * 1000)
+
+    busy_us = _covered(busy, lo, hi)
+    window = pd.DataFrame([{
+        "rank": trace.rank, "window": label, "start_ns": ns(lo), "end_ns": ns(hi),
+        "duration_ns": ns(hi) - ns(lo), "iterations": len(its), "busy_ns": us_to_ns(busy_us),
+        "idle_ns": ns(hi) - ns(lo) - us_to_ns(busy_us), "span_ns": ns(hi) - ns(lo),
+        "compute_ns": us_to_ns(_covered(comp, lo, hi)), "comm_ns": us_to_ns(_covered(comm, lo, hi)),
+        "overlap_ns": us_to_ns(_intersection(comm, comp, lo, hi))}], columns=WINDOW_COLUMNS)
+    rows = []
+    for it in its.to_dict("records"):
+        start, stop = ns(it["start_us"]), ns(it["end_us"])
+        b = us_to_ns(_covered(busy, it["start_us"], it["end_us"]))
+        rows.append({"rank": trace.rank, "window": label, "iteration": it["iteration"], "start_ns": start,
+                     "end_ns": stop, "gpu_ns": stop - start, "busy_ns": b, "idle_ns": stop - start - b})
+    return window, pd.DataFrame(rows, columns=ITERATION_COLUMNS)

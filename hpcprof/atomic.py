@@ -1,0 +1,159 @@
+"""Every file hpcprof writes goes through `atomic_write`: a unique temporary name beside the
+target, then a rename, so a reader never sees half a file and a failed write (a full disk, an
+unwritable directory, SIGTERM) leaves nothing behind: the temporary file is removed on any
+failure, and on SIGTERM by a handler that removes the temporaries in flight and then dies of the
+signal as before. Temporaries a killed process (SIGKILL) left are removed by `remove_stale_temps`
+once their process is gone. An output is never one of the command's inputs (`check_not_input`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Callable, Iterable, TextIO
+
+from hpcprof.errors import UserError
+
+#: `.<name>.<host>-<pid>.<random>.tmp`: the writer's host and PID tell whether a leftover is stale
+TEMP_NAME = re.compile(r"^\..+\.([A-Za-z0-9\-]*)-(\d+)\.[0-9a-f]{16}\.tmp$")
+#: a leftover of another host's writer is stale after this long (seconds) untouched
+OTHER_HOST_STALE = 3600
+HOST = re.sub(r"[^A-Za-z0-9\-]", "-", socket.gethostname())[:64]
+_in_flight: set[Path] = set()
+_previous_handler: object = None
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    """Remove the temporaries in flight, then die of SIGTERM (or run the handler there was)."""
+    for path in list(_in_flight):
+        try:
+            path.unlink()
+        except OSError:
+            pass
+    if callable(_previous_handler):
+        _previous_handler(signum, frame)
+        return
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _watch_sigterm() -> None:
+    global _previous_handler
+    if threading.current_thread() is not threading.main_thread():
+        return
+    current = signal.getsignal(signal.SIGTERM)
+    if current is not _on_sigterm and current is not signal.SIG_IGN:
+        _previous_handler = current if callable(current) else None
+        signal.signal(signal.SIGTERM, _on_sigterm)
+
+
+class WriteError(UserError):
+    """A file that could not be written (nothing of it is left); `strerror` says why."""
+
+    def __init__(self, message: str, strerror: str) -> None:
+        super().__init__(message)
+        self.strerror = strerror
+
+
+def temp_path(path: Path) -> Path:
+    """A temporary name beside `path`, unique across processes and threads."""
+    return path.with_name(f".{path.name}.{HOST}-{os.getpid()}.{uuid.uuid4().hex[:16]}.tmp")
+
+
+def check_not_input(output: Path, inputs: Iterable[Path], option: str = "-o") -> None:
+    """Refuse an output that is one of the inputs (it would replace what is being read)."""
+    for source in inputs:
+        try:
+            same = Path(output).exists() and os.path.samefile(output, source)
+        except OSError:
+            same = False
+        if same:
+            raise UserError(f"{option} {output}: that is an input of this command; write the output "
+                            "to another file")
+
+
+def atomic_write(path: Path, content: str | bytes | Callable[[Path], None], *,
+                 what: str = "", inputs: Iterable[Path] = ()) -> Path:
+    """Write `content` (text, bytes, or a function writing a given temporary path) to `path`:
+    whole or not at all. A failure to write is one line naming `path` (and `what` it is)."""
+    path = Path(path)
+    check_not_input(path, inputs)
+    tmp = temp_path(path)
+    _watch_sigterm()
+    _in_flight.add(tmp)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if callable(content):
+            content(tmp)
+        elif isinstance(content, str):
+            with open(tmp, "w", encoding="utf-8", newline="") as fh:
+                fh.write(content)
+        else:
+            with open(tmp, "wb") as fh:
+                fh.write(content)
+        os.replace(tmp, path)
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise WriteError(f"{what + ' ' if what else ''}{path}: cannot write ({reason}); nothing was written there",
+                         reason) from None
+    finally:
+        _in_flight.discard(tmp)
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+    return path
+
+
+def write_text_stream(path: Path, write: Callable[[TextIO], None], *, what: str = "",
+                      inputs: Iterable[Path] = ()) -> Path:
+    """`atomic_write` for a writer of an open text file (csv, json, tables)."""
+    def to(tmp: Path) -> None:
+        with open(tmp, "w", encoding="utf-8", newline="") as fh:
+            write(fh)
+    return atomic_write(path, to, what=what, inputs=inputs)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def _stale(name: str, path: str) -> bool:
+    match = TEMP_NAME.match(name)
+    if not match:
+        return False
+    host, pid = match[1], int(match[2])
+    if host == HOST:
+        return pid != os.getpid() and not _alive(pid)
+    try:
+        return time.time() - os.stat(path).st_mtime > OTHER_HOST_STALE
+    except OSError:
+        return False
+
+
+def remove_stale_temps(directory: Path) -> int:
+    """Remove the temporaries under `directory` whose writer is gone (killed mid-write: its
+    PID is gone on this host, or another host's has not touched it for an hour); returns how many."""
+    removed = 0
+    for root, _dirs, files in os.walk(directory):
+        for name in files:
+            path = os.path.join(root, name)
+            if _stale(name, path):
+                try:
+                    os.unlink(path)
+                    removed += 1
+                except OSError:
+                    pass
+    return removed

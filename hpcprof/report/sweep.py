@@ -1,0 +1,269 @@
+"""The report's analysis of a sweep (or of one run): sweep points with their repetitions and
+verdicts, where the time goes per point, scaling, % of hardware peak, per-iteration stragglers,
+jitter and the critical path. Each function returns a DataFrame that html.py draws and
+findings.py puts in words; a function returns an empty frame when its source is absent."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from hpcprof.analysis.summary import ITERATION_PHASE, WORKLOAD_TABLES, counted
+from hpcprof.report.compare import RunInfo, judged, param_columns
+from hpcprof.report.peaks import Peaks, device_peaks, matmul_precision
+from hpcprof.report.terminal import format_value
+from hpcprof.results import list_tables, read_table
+
+#: sweep parameters that set the number of ranks (scaling is drawn against the world size)
+WORLD_PARAMS = ("resources.ranks_per_node", "resources.nodes", "workload.args.world_size")
+#: how each workload scales: strong (the problem is split over the ranks) or weak (work per rank fixed)
+SCALING = {"seqpar": "strong", "ddp": "weak"}
+#: the profile's per-iteration and critical-path tables, by tool
+ITERATION_TABLES = {"nsys": "nsys_iterations", "torch": "torch_iterations"}
+CRITICAL_TABLES = {"nsys": "nsys_critical_path", "torch": "torch_critical_path"}
+
+
+@dataclass
+class Point:
+    """One sweep point: its label, folded comparison row (means, ci95, verdict) and its runs."""
+
+    label: str
+    row: pd.Series
+    infos: list[RunInfo]
+
+    @property
+    def first(self) -> RunInfo:
+        return self.infos[0]
+
+    def metric(self, name: str) -> float | None:
+        """The point's mean of metric `name [unit]` (None when absent)."""
+        col = next((c for c in self.row.index if c.startswith(f"{name} [") and c.endswith("]")), None)
+        return float(self.row[col]) if col is not None and pd.notna(self.row[col]) else None
+
+
+def sweep_points(infos: list[RunInfo], baseline: str | None) -> list[Point]:
+    """The collected runs folded into sweep points, judged against run `baseline` (default: the
+    first collected run)."""
+    collected = [i for i in infos if i.metrics]
+    if not collected:
+        return []
+    df = judged(collected, baseline or collected[0].run.run_id)
+    by_id = {i.run.run_id: i for i in collected}
+    return [Point(point_label(df.loc[i], param_columns(df)), df.loc[i],
+                  [by_id[r] for r in str(df.at[i, "run"]).split(",")]) for i in df.index]
+
+
+def point_label(row: pd.Series, params: list[str]) -> str:
+    """`precision=float32, ranks_per_node=2`: the point's swept values by the last part of their
+    names; the first run's id when it has none."""
+    def text(value: Any) -> str:
+        return str(int(value)) if isinstance(value, float) and value.is_integer() else format_value(value)
+
+    parts = [f"{p.rpartition('.')[2]}={text(row[p])}" for p in params
+             if row[p] is not None and not (isinstance(row[p], float) and pd.isna(row[p]))]
+    return ", ".join(parts) or str(row["run"]).split(",")[0]
+
+
+def phase_breakdown(points: list[Point]) -> pd.DataFrame:
+    """Mean time per workload phase and point (point, phase, ms): seqpar's allgather, matmuls,
+    reduce_scatter; ddp's forward, backward, optimizer."""
+    rows = [{"point": p.label, "phase": c[len("phase."):-len(".time [ms]")], "ms": float(p.row[c])}
+            for p in points for c in p.row.index
+            if c.startswith("phase.") and c.endswith(".time [ms]") and pd.notna(p.row[c])]
+    return pd.DataFrame(rows, columns=["point", "phase", "ms"])
+
+
+def gpu_breakdown(points: list[Point]) -> pd.DataFrame:
+    """GPU time per kernel category and point, mean over ranks (point, category, ms)."""
+    rows = [{"point": p.label, "category": c[len("gpu."):-len(" [ms]")], "ms": float(p.row[c])}
+            for p in points for c in p.row.index
+            if c.startswith("gpu.") and c.endswith(" [ms]") and c != "gpu.total [ms]" and pd.notna(p.row[c])]
+    return pd.DataFrame(rows, columns=["point", "category", "ms"])
+
+
+def window_note(points: list[Point]) -> str:
+    """Which window the GPU metrics cover: the measured iterations when collect says so."""
+    iterations = points[0].metric("window.iterations") if points else None
+    if iterations is not None:
+        return f"over the measured window of {iterations:,.0f} iterations"
+    if points and points[0].metric("window.duration") is not None:
+        return "over the measured window"
+    return "over the whole capture, start-up included"
+
+
+def scaling(points: list[Point]) -> pd.DataFrame:
+    """Speed-up and parallel efficiency against the smallest world size of each group of points
+    that differ only in the number of ranks: strong scaling (seqpar: speed-up = T_min / T) or weak
+    (ddp: throughput speed-up = (N / N_min) * T_min / T); ideal speed-up N / N_min. Empty when
+    the world size does not vary."""
+    rows = []
+    for p in points:
+        time = p.metric("iteration.mean")
+        if time is None or not time:
+            continue
+        group = ", ".join(f"{k.rpartition('.')[2]}={v}" for k, v in p.first.params.items()
+                          if k not in WORLD_PARAMS and k != "repeat")
+        rows.append({"group": group or "all", "point": p.label, "world_size": int(p.first.config["world_size"]),
+                     "nodes": int(p.first.config["experiment"]["resources"].get("nodes") or 1),
+                     "time_ms": time, "mode": SCALING.get(p.first.kind, "strong")})
+    df = pd.DataFrame(rows)
+    if df.empty or df["world_size"].nunique() < 2:
+        return pd.DataFrame()
+    out = []
+    for _, g in df.groupby("group", sort=False):
+        if g["world_size"].nunique() < 2:
+            continue
+        ref = g.loc[g["world_size"].idxmin()]
+        ideal = g["world_size"] / ref["world_size"]
+        time_ratio = ref["time_ms"] / g["time_ms"]
+        speedup = time_ratio if ref["mode"] == "strong" else ideal * time_ratio
+        out.append(g.assign(ideal=ideal, speedup=speedup, efficiency_pct=100.0 * speedup / ideal,
+                            reference=ref["point"]))
+    return pd.concat(out, ignore_index=True) if out else pd.DataFrame()
+
+
+def tool_table(info: RunInfo, tables: dict[str, str]) -> pd.DataFrame | None:
+    """The run's result table for its profile tool among `tables` (tool -> name), None when absent."""
+    name = tables.get(info.tool)
+    return read_table(info.run.path, name) if name else None
+
+
+def run_device(info: RunInfo) -> str:
+    """The GPU (or CPU) name rank 0 reported in the workload's results ('' when unknown)."""
+    for name in list_tables(info.run.path):
+        if name.startswith("workload_") and name.endswith(".ranks"):
+            ranks = read_table(info.run.path, name)
+            if ranks is not None and "device_name" in ranks and not ranks.empty:
+                return str(ranks["device_name"].iloc[0])
+    return ""
+
+
+def run_peaks(info: RunInfo) -> Peaks | None:
+    return device_peaks(run_device(info), info.config.get("site") or {})
+
+
+def peak_shares(points: list[Point]) -> pd.DataFrame:
+    """Each point's rates against its hardware's peak: matmul TFLOP/s against the precision's
+    dense peak, collective bus bandwidth against NVLink (one node) or the network (several)
+    (point, phase, what, value, unit, peak, pct, reference, source)."""
+    rows = []
+    for p in points:
+        peaks = run_peaks(p.first)
+        args = p.first.config["experiment"]["workload"].get("args") or {}
+        precision = matmul_precision(args)
+        nodes = int(p.first.config["experiment"]["resources"].get("nodes") or 1)
+        for col in p.row.index:
+            if not col.startswith("phase.") or not col.endswith("]") or not pd.notna(p.row[col]):
+                continue
+            phase, _, what = col[len("phase."):].rpartition(" [")[0].rpartition(".")
+            if what == "tflops":
+                peak = peaks.tflops.get(precision) if peaks else None
+                reference = f"{peaks.gpu} {precision} dense peak" if peaks else f"device {run_device(p.first)!r}"
+                unit = "TFLOP/s"
+            elif what == "busbw" and p.first.config["world_size"] > 1:   # one rank: no traffic
+                peak = (peaks.nvlink_GBps if nodes == 1 else peaks.network_GBps) if peaks else None
+                link = "NVLink" if nodes == 1 else "network"
+                reference = f"{peaks.gpu} {link} per direction" if peaks else f"device {run_device(p.first)!r}"
+                unit = "GB/s"
+            else:
+                continue
+            value = float(p.row[col])
+            rows.append({"point": p.label, "phase": phase, "what": what, "value": value, "unit": unit,
+                         "peak": peak, "pct": 100.0 * value / peak if peak else None, "reference": reference,
+                         "source": peaks.source if peaks else ""})
+    return pd.DataFrame(rows, columns=["point", "phase", "what", "value", "unit", "peak", "pct", "reference",
+                                       "source"])
+
+
+def rank_iterations(info: RunInfo) -> pd.DataFrame:
+    """Per rank and iteration: time_ms and whether the iteration is counted, from the workload's
+    timing rows, else from the profile's per-iteration table (rank, iteration, time_ms, counted)."""
+    if info.kind in WORKLOAD_TABLES:
+        rows = read_table(info.run.path, WORKLOAD_TABLES[info.kind][1])
+        if rows is not None and not rows.empty:
+            rows = rows[rows["phase"] == ITERATION_PHASE[info.kind]]
+            kept = counted(rows).index
+            return pd.DataFrame({"rank": rows["rank"].astype(int), "iteration": rows["iteration"].astype(int),
+                                 "time_ms": rows["time_ms"].astype(float), "counted": rows.index.isin(kept)})
+    table = tool_table(info, ITERATION_TABLES)
+    if table is not None and not table.empty:
+        return pd.DataFrame({"rank": table["rank"].astype(int), "iteration": table["iteration"].astype(int),
+                             "time_ms": (table["end_ns"] - table["start_ns"]) / 1e6, "counted": True})
+    return pd.DataFrame(columns=["rank", "iteration", "time_ms", "counted"])
+
+
+def per_iteration(points: list[Point]) -> pd.DataFrame:
+    """Iteration time (mean over ranks) per iteration of every run (point, run, repetition,
+    iteration, time_ms, counted): warm-up and jitter."""
+    parts = []
+    for p in points:
+        for rep, info in enumerate(p.infos):
+            rows = rank_iterations(info)
+            if rows.empty:
+                continue
+            mean = rows.groupby("iteration", as_index=False).agg(time_ms=("time_ms", "mean"), counted=("counted", "all"))
+            parts.append(mean.assign(point=p.label, run=info.run.run_id, repetition=rep))
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+
+
+def stragglers(points: list[Point]) -> pd.DataFrame:
+    """Per counted iteration of every multi-rank run: the slowest rank and its excess over the
+    median rank (point, run, repetition, iteration, slowest_rank, excess_ms, excess_pct)."""
+    parts = []
+    for p in points:
+        for rep, info in enumerate(p.infos):
+            rows = rank_iterations(info)
+            rows = rows[rows["counted"].astype(bool)]
+            if rows.empty or rows["rank"].nunique() < 2:
+                continue
+            by_iter = rows.groupby("iteration")["time_ms"]
+            slowest = rows.loc[by_iter.idxmax(), ["iteration", "rank", "time_ms"]].set_index("iteration")
+            median = by_iter.median()
+            excess = slowest["time_ms"] - median
+            parts.append(pd.DataFrame({"point": p.label, "run": info.run.run_id, "repetition": rep,
+                                       "iteration": slowest.index, "slowest_rank": slowest["rank"].to_numpy(),
+                                       "excess_ms": excess.to_numpy(),
+                                       "excess_pct": (100.0 * excess / median).to_numpy()}))
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+
+
+def gpu_idle_per_iteration(points: list[Point]) -> pd.DataFrame:
+    """GPU idle % of each iteration (idle over the iteration's span, summed over ranks) from the
+    profile's per-iteration table (point, run, iteration, idle_pct); empty when absent."""
+    parts = []
+    for p in points:
+        for info in p.infos:
+            table = tool_table(info, ITERATION_TABLES)
+            if table is None or table.empty or "idle_ns" not in table:
+                continue
+            span = (table["end_ns"] - table["start_ns"]).groupby(table["iteration"]).sum()
+            idle = table.groupby("iteration")["idle_ns"].sum()
+            parts.append(pd.DataFrame({"point": p.label, "run": info.run.run_id, "iteration": span.index,
+                                       "idle_pct": (100.0 * idle / span.where(span > 0)).to_numpy()}))
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+
+
+def critical_path(points: list[Point]) -> pd.DataFrame:
+    """The critical-path rows of every run (the table's columns plus point and run); empty when
+    no run has the table."""
+    parts = []
+    for p in points:
+        for info in p.infos:
+            table = tool_table(info, CRITICAL_TABLES)
+            if table is not None and not table.empty:
+                parts.append(table.assign(point=p.label, run=info.run.run_id))
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+
+
+def repetitions(points: list[Point]) -> pd.DataFrame:
+    """Each run's mean iteration time with its point and repetition number (point, run, repetition,
+    time_ms)."""
+    rows: list[dict[str, Any]] = []
+    for p in points:
+        for rep, info in enumerate(p.infos):
+            value = next((v for n, v, _ in info.metrics if n == "iteration.mean"), None)
+            if value is not None:
+                rows.append({"point": p.label, "run": info.run.run_id, "repetition": rep, "time_ms": value})
+    return pd.DataFrame(rows, columns=["point", "run", "repetition", "time_ms"])

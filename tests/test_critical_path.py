@@ -1,0 +1,381 @@
+"""The critical path across ranks (hpcprof.analysis.critical_path and its nsys / Kineto readers).
+
+Hand-built cases: a seqpar-like schedule (all-gather -> matmul1 -> matmul2 -> reduce-scatter per
+iteration) simulated on 3 ranks with known delays, where a collective starts on each rank when that
+rank is ready and ends on every rank at the same moment; written as nsys-schema SQLite exports (each
+rank on its own clock) and as Kineto traces. The tables must name the delayed rank, its phase and the
+delay to the nanosecond. Real 2xH200 fixtures: invariants, and values recomputed here with plain
+sqlite3 / json.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import sqlite3
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from hpcprof.analysis import critical_path as core
+from hpcprof.analysis.nsys import collect as nsys_collect
+from hpcprof.analysis.nsys import critical_path as nsys_cp
+from hpcprof.analysis.nsys import distributed as dist
+from hpcprof.analysis.nsys.db import Export
+from hpcprof.analysis.trace import collect as trace_collect
+from hpcprof.analysis.trace import critical_path as trace_cp
+from hpcprof.cli import main
+
+RANKS = 3
+#: (phase, collective or None, GPU duration ns) of one iteration
+SCHEDULE = [("allgather", "AllGather", 100_000), ("matmul1", None, 200_000), ("matmul2", None, 250_000),
+            ("reduce_scatter", "ReduceScatter", 80_000)]
+KERNELS = {"AllGather": "ncclDevKernel_AllGather_RING_LL", "ReduceScatter": "ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL",
+           "matmul1": "gemm_256x128", "matmul2": "gemm_192x192"}
+MM2_DELAY = 123_457        # rank 1's matmul2 runs this much longer in timed iteration 1
+HOST_DELAY = 50_000        # rank 2's host launches timed iteration 0's all-gather this much later
+MM1_DELAY = 77_777         # rank 2's matmul1 runs this much longer in timed iteration 3
+WARMUP_DELAY = 1_000_000   # rank 0's matmul1 in the warm-up iteration (outside the timed range)
+
+
+def simulate(iterations: int = 5) -> list[list[dict]]:
+    """Per rank, the GPU operations of one warm-up and `iterations - 1` timed iterations on a common
+    clock: {iteration (-1 = warm-up), phase, collective, start, end}."""
+    ready = [1_000_000] * RANKS
+    ops: list[list[dict]] = [[] for _ in range(RANKS)]
+    for it in range(-1, iterations - 1):
+        for phase, coll, dur in SCHEDULE:
+            starts = [ready[r] + (HOST_DELAY if (it, r, phase) == (0, 2, "allgather") else 0) for r in range(RANKS)]
+            for r in range(RANKS):
+                extra = MM2_DELAY if (it, r, phase) == (1, 1, "matmul2") else 0
+                extra += MM1_DELAY if (it, r, phase) == (3, 2, "matmul1") else 0
+                extra += WARMUP_DELAY if (it, r, phase) == (-1, 0, "matmul1") else 0
+                end = max(starts) + dur if coll else starts[r] + dur + extra
+                ops[r].append({"iteration": it, "phase": phase, "collective": coll, "start": starts[r], "end": end})
+                ready[r] = end + 1_000
+    return ops
+
+
+def write_nsys_export(path: Path, rank: int, ops: list[dict], clock_offset: int) -> None:
+    """A minimal nsys SQLite export (the real schema's columns that analyses read) of one rank whose
+    clock reads `clock_offset` more than the common one: NVTX push/pop ranges warmup > iteration,
+    timed > iteration > phase, one CUDA runtime launch per operation, 5 µs before it runs."""
+    con = sqlite3.connect(path)
+    con.executescript("""
+        CREATE TABLE StringIds (id INTEGER NOT NULL PRIMARY KEY, value TEXT NOT NULL);
+        CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER NOT NULL, end INTEGER NOT NULL,
+            deviceId INTEGER NOT NULL, contextId INTEGER NOT NULL, streamId INTEGER NOT NULL,
+            correlationId INTEGER, globalPid INTEGER, demangledName INTEGER NOT NULL, shortName INTEGER NOT NULL);
+        CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (start INTEGER NOT NULL, end INTEGER NOT NULL,
+            eventClass INTEGER NOT NULL, globalTid INTEGER, correlationId INTEGER, nameId INTEGER NOT NULL,
+            returnValue INTEGER NOT NULL);
+        CREATE TABLE NVTX_EVENTS (start INTEGER NOT NULL, end INTEGER, eventType INTEGER NOT NULL, text TEXT,
+            globalTid INTEGER, textId INTEGER, domainId INTEGER);
+    """)
+    names = sorted(set(KERNELS.values())) + ["cudaLaunchKernel"]
+    sid = {n: i for i, n in enumerate(names)}
+    con.executemany("INSERT INTO StringIds VALUES (?, ?)", list(enumerate(names)))
+    pid = 4000 + rank
+    gpid, gtid = pid << 24, (pid << 24) | pid
+    nvtx, first_launch, last_launch = [], {}, {}
+    for corr, op in enumerate(ops, start=1):
+        start, end = op["start"] + clock_offset, op["end"] + clock_offset
+        launch = start - 5_000
+        name = KERNELS[op["collective"] or op["phase"]]
+        con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (?,?,?,0,7,?,?,?,?)",
+                    (start, end, rank, corr, gpid, sid[name], sid[name]))
+        con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?,?,0,?,?,?,0)",
+                    (launch, launch + 2_000, gtid, corr, sid["cudaLaunchKernel"]))
+        nvtx.append((launch - 100, launch + 2_100, op["phase"]))
+        first_launch.setdefault(op["iteration"], launch)
+        last_launch[op["iteration"]] = launch
+    for it, lo in first_launch.items():
+        nvtx.append((lo - 200, last_launch[it] + 2_200, "iteration"))
+    nvtx.append((first_launch[-1] - 300, last_launch[-1] + 2_300, "warmup"))
+    nvtx.append((first_launch[0] - 300, last_launch[max(last_launch)] + 2_300, "timed"))
+    con.executemany("INSERT INTO NVTX_EVENTS VALUES (?, ?, 59, ?, ?, NULL, 0)",
+                    [(s, e, text, gtid) for s, e, text in nvtx])
+    con.commit()
+    con.close()
+
+
+@pytest.fixture(scope="module")
+def hand_exports(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    out = tmp_path_factory.mktemp("critical_path_nsys")
+    paths = []
+    for rank, ops in enumerate(simulate()):
+        paths.append(out / f"rank{rank}.sqlite")
+        write_nsys_export(paths[-1], rank, ops, clock_offset=rank * 1_000_003 + 17)  # every rank its own clock
+    return paths
+
+
+def expected_rows() -> pd.DataFrame:
+    """The answer of the simulated schedule, by hand: iteration 0 waits for rank 2's host before the
+    all-gather, iteration 1 for rank 1's matmul2 before the reduce-scatter, iteration 2 waits for nobody
+    (every collective of it starts together, so no rank is later: the first one, rank 0), iteration 3
+    for rank 2's matmul1 (not matmul2, which ran just before the reduce-scatter but took no longer)."""
+    length = sum(d for _, _, d in SCHEDULE) + 3_000      # and the 1 µs launch gap after each of 3 operations
+    return pd.DataFrame({
+        "iteration": [0, 1, 2, 3],
+        "iteration_ns": [float(length), float(length + MM2_DELAY), float(length), float(length + MM1_DELAY)],
+        "collective": ["AllGather", "ReduceScatter", "AllGather", "ReduceScatter"],
+        "critical_rank": [2, 1, 0, 2],
+        "held_by": [core.IDLE, "matmul2", core.IDLE, "matmul1"],
+        "held_ns": [float(HOST_DELAY), float(MM2_DELAY), 0.0, float(MM1_DELAY)],
+        "waiting_ranks": [2, 2, 0, 2],
+    }).astype({"collective": object, "held_by": object})
+
+
+def test_hand_built_nsys_exports_name_the_delayed_rank_phase_and_delay(hand_exports: list[Path]) -> None:
+    events = pd.concat([nsys_cp.rank_events(dist.load_activity([Export(p)], {str(p): r}))
+                        for r, p in enumerate(hand_exports)], ignore_index=True)
+    # the warm-up iteration is outside `timed`: 4 timed iterations, 2 collectives each, on every rank
+    assert events[events["kind"] == "collective"].groupby("rank").size().tolist() == [8, 8, 8]
+    rows, segments = nsys_cp.critical_path(events)
+    pd.testing.assert_frame_equal(rows, expected_rows())
+    it1 = segments[segments["iteration"] == 1]
+    assert it1[["rank", "kind", "name", "duration_ns"]].values.tolist() == [
+        [0, "collective", "AllGather", 100_000.0],
+        [1, "compute", "matmul1", 1_000 + 200_000.0 + 1_000],   # with the launch gaps before and after it
+        [1, "compute", "matmul2", 250_000.0 + MM2_DELAY + 1_000],
+        [0, "wait", "ReduceScatter", float(MM2_DELAY)],
+        [1, "collective", "ReduceScatter", 80_000.0]]
+    assert segments.loc[segments["kind"] != "wait", "duration_ns"].groupby(segments["iteration"]).sum().tolist() \
+        == rows["iteration_ns"].tolist()
+    assert (segments["duration_ns"] >= 0).all() and list(segments["segment"][:5]) == [0, 1, 2, 3, 4]
+    assert nsys_cp.critical_path_sentence(rows.iloc[1]) == "iteration 1: rank 1's matmul2 held the ReduceScatter for 0.123 ms"
+    assert nsys_cp.critical_path_sentence(rows.iloc[0]) == ("iteration 0: rank 2 held the AllGather for 50 µs "
+                                                            "(its GPU had no work before it: its host was late)")
+    assert nsys_cp.critical_path_sentence(rows.iloc[2]) == "iteration 2: no rank waited for another in a collective"
+
+
+def test_hand_built_exports_through_collect_and_cli(hand_exports: list[Path], tmp_path: Path) -> None:
+    """collect's per-file map, then its cross-rank reduce (reading the concatenated per-rank tables),
+    and the CLI (files one at a time) give the same table."""
+    parts = [nsys_collect.analyse_file(p, r) for r, p in enumerate(hand_exports)]
+    tables = nsys_collect.reduce_ranks(lambda name: pd.concat([t[name] for t in parts], ignore_index=True)
+                                       if name in parts[0] else None)
+    pd.testing.assert_frame_equal(tables["critical_path"], expected_rows())
+    assert set(tables) >= {"nccl", "critical_path", "critical_path_segments"}
+    out = tmp_path / "cp.csv"
+    res = CliRunner().invoke(main, ["nsys", "critical-path", *map(str, reversed(hand_exports)), "--format", "csv",
+                                    "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    pd.testing.assert_frame_equal(pd.read_csv(out, keep_default_na=False), expected_rows(), check_dtype=False)
+    seg = CliRunner().invoke(main, ["nsys", "critical-path", *map(str, hand_exports), "--segments", "--format", "csv"])
+    assert seg.exit_code == 0 and seg.stdout.splitlines()[0] == ",".join(core.SEGMENT_COLUMNS)
+    # the whole `timed` range as one iteration: the four iterations and the 1 µs gaps between them
+    # (no GPU work: the next all-gather's lead) on the path; the longest wait is still rank 1's matmul2
+    whole = CliRunner().invoke(main, ["nsys", "critical-path", *map(str, hand_exports), "--iteration-range", "timed",
+                                      "--format", "csv"])
+    assert whole.exit_code == 0, whole.output
+    assert whole.stdout.splitlines()[1] == \
+        f"0,{4 * 633_000 + MM2_DELAY + MM1_DELAY + 3 * 1_000}.0,ReduceScatter,1,matmul2,123457.0,2"
+    none = CliRunner().invoke(main, ["nsys", "critical-path", *map(str, hand_exports), "--iteration-range", "epoch"])
+    assert none.exit_code == 0 and "no iteration has collectives on two or more ranks" in none.stderr
+
+
+def test_cli_names_a_damaged_file_and_still_reports_the_others(hand_exports: list[Path], tmp_path: Path) -> None:
+    bad = tmp_path / "rank3.sqlite"
+    bad.write_text("not a database")
+    res = CliRunner().invoke(main, ["nsys", "critical-path", *map(str, hand_exports), str(bad), "--format", "csv"])
+    assert res.exit_code == 2
+    assert "rank3.sqlite: not an SQLite database" in res.stderr and "Traceback" not in res.output
+    assert pd.read_csv(pd.io.common.StringIO(res.stdout))["critical_rank"].tolist() == [2, 1, 0, 2]
+
+
+def write_kineto(path: Path, rank: int, ops: list[dict], clock_offset: int, with_seq: bool) -> None:
+    """A Kineto trace of one rank: ProfilerStep#<10 + iteration> annotations,
+    phase annotations, cudaLaunchKernel calls and kernels linked by correlation (times in µs)."""
+    events = []
+    steps: dict[int, list[float]] = {}
+
+    def to_us(ns: int) -> float:
+        return (ns + clock_offset) / 1000
+
+    for corr, op in enumerate(ops, start=1):
+        launch = op["start"] - 5_000
+        args = {"stream": 7, "correlation": corr, "device": rank}
+        if op["collective"]:
+            args |= {"Collective name": op["collective"], "Process Group Name": "0", "Process Group Ranks": "[0, 1, 2]"}
+            if with_seq:
+                args["Seq"] = 100 + corr        # sequence numbers: not the launch order in the step
+        events.append({"ph": "X", "cat": "kernel", "name": KERNELS[op["collective"] or op["phase"]], "pid": 0,
+                       "tid": 7, "ts": to_us(op["start"]), "dur": (op["end"] - op["start"]) / 1000, "args": args})
+        events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 9, "tid": 9,
+                       "ts": to_us(launch), "dur": 2.0, "args": {"correlation": corr}})
+        events.append({"ph": "X", "cat": "user_annotation", "name": op["phase"], "pid": 9, "tid": 9,
+                       "ts": to_us(launch - 100), "dur": 2.2, "args": {}})
+        steps.setdefault(op["iteration"], []).append(to_us(launch))
+    for it, launches in steps.items():
+        events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{10 + it}", "pid": 9, "tid": 9,
+                       "ts": launches[0] - 0.2, "dur": launches[-1] - launches[0] + 2.4, "args": {}})
+    doc = {"distributedInfo": {"rank": rank, "world_size": RANKS}, "traceEvents": events}
+    with gzip.open(path, "wt") as fh:
+        json.dump(doc, fh)
+
+
+@pytest.mark.parametrize("with_seq", [True, False])
+def test_hand_built_kineto_traces(tmp_path: Path, with_seq: bool) -> None:
+    paths = []
+    for rank, ops in enumerate(simulate()):
+        paths.append(tmp_path / f"trace_{'abc'[rank]}.pt.trace.json.gz")    # the rank comes from distributedInfo
+        write_kineto(paths[-1], rank, [o for o in ops if o["iteration"] >= 0], rank * 3_000_011, with_seq)
+    events, errors = trace_cp.load_events(paths)
+    assert errors == []
+    coll = events[events["kind"] == "collective"]
+    assert sorted(coll["seq"].unique()) == ([101, 104, 105, 108, 109, 112, 113, 116] if with_seq else [0, 1])
+    assert set(coll["channel"]) == {"pg 0 [0, 1, 2]"}
+    rows, _ = trace_cp.critical_path(events)
+    expected = expected_rows()
+    expected["iteration"] += 10            # ProfilerStep numbers
+    pd.testing.assert_frame_equal(rows, expected)
+    res = CliRunner().invoke(main, ["trace", "critical-path", *map(str, paths), "--format", "csv"])
+    assert res.exit_code == 0, res.output
+    assert res.stdout.splitlines()[2] == "11,756457.0,ReduceScatter,1,matmul2,123457.0,2"
+
+
+# ---------------------------------------------------------------------------------------------
+# the real 2xH200 fixtures
+
+
+def nth_kernel(db: Path, like: str, n: int) -> tuple[int, int, int]:
+    """(start, end, correlationId) of the n-th kernel (start order) whose short name is LIKE `like`."""
+    with sqlite3.connect(db) as con:
+        return con.execute("SELECT k.start, k.end, k.correlationId FROM CUPTI_ACTIVITY_KIND_KERNEL k "
+                           "JOIN StringIds s ON s.id = k.shortName WHERE s.value LIKE ? ORDER BY k.start "
+                           "LIMIT 1 OFFSET ?", (like, n)).fetchone()
+
+
+def launch_range(db: Path, corr: int) -> str:
+    """The innermost NVTX range around the launch of the operation with this correlation id (plain SQL)."""
+    with sqlite3.connect(db) as con:
+        return con.execute("SELECT n.text FROM NVTX_EVENTS n, CUPTI_ACTIVITY_KIND_RUNTIME r "
+                           "WHERE r.correlationId = ? AND n.eventType = 59 AND n.text IS NOT NULL "
+                           "AND n.start <= r.start AND n.end >= r.start ORDER BY n.start DESC LIMIT 1",
+                           (corr,)).fetchone()[0]
+
+
+def test_h200_seqpar_nsys(fixtures_dir: Path) -> None:
+    run = fixtures_dir / "nsys" / "h200_seqpar_bf16"
+    files = [run / "rank0.sqlite", run / "rank1.sqlite"]
+    events = pd.concat([nsys_cp.rank_events(dist.load_activity([Export(p)], {str(p): r}))
+                        for r, p in enumerate(files)], ignore_index=True)
+    coll = events[events["kind"] == "collective"]
+    assert coll.groupby("rank").size().tolist() == [10, 10]          # 5 steps x (all-gather, reduce-scatter)
+    rows, segments = nsys_cp.critical_path(events)
+    assert rows["iteration"].tolist() == [0, 1, 2, 3, 4]              # the export's 5 NVTX steps
+    assert (rows["held_ns"] >= 0).all() and (segments["duration_ns"] >= 0).all()
+    # iteration 2, recomputed with plain SQL: the third reduce-scatter of each rank; rank 1's is the
+    # shorter (it started last), rank 0 waited the difference; the kernel before it on rank 1 was
+    # launched inside NVTX `matmul2`; rank 1 set both collectives, so the length is its RS end - AG start
+    rs0, rs1 = (nth_kernel(f, "ncclDevKernel_ReduceScatter%", 2) for f in files)
+    ag1 = nth_kernel(files[1], "ncclDevKernel_AllGather%", 2)
+    gemm = nth_kernel(files[1], "nvjet%", 5)                         # matmul1, matmul2 per step: the 6th
+    assert gemm[1] <= rs1[0] and launch_range(files[1], gemm[2]) == "matmul2"
+    mm1, mm2 = ([nth_kernel(f, "nvjet%", n) for f in files] for n in (4, 5))
+    slower = {name: (k1[1] - k1[0]) - (k0[1] - k0[0]) for name, (k0, k1) in (("matmul1", mm1), ("matmul2", mm2))}
+    assert max(slower, key=slower.get) == "matmul2" and slower["matmul2"] > 0   # rank 1's matmul2: +22 µs
+    row = rows.set_index("iteration").loc[2]
+    assert (row["collective"], row["critical_rank"], row["held_by"]) == ("ReduceScatter", 1, "matmul2")
+    assert row["held_ns"] == (rs0[1] - rs0[0]) - (rs1[1] - rs1[0]) == 28_672
+    assert row["iteration_ns"] == rs1[1] - ag1[0]
+    # the first step's all-gather waited for rank 1 to start at all (36 ms: its host, not its GPU)
+    assert rows.iloc[0][["collective", "critical_rank", "held_by"]].tolist() == ["AllGather", 1, core.IDLE]
+
+
+def timed_iterations_sql(db: Path) -> int:
+    """NVTX `iteration` ranges inside the `timed` range, in plain SQL."""
+    with sqlite3.connect(db) as con:
+        return con.execute(
+            "WITH r AS (SELECT n.start, n.end, coalesce(n.text, s.value) AS name FROM NVTX_EVENTS n "
+            "LEFT JOIN StringIds s ON s.id = n.textId WHERE n.eventType = 59) "
+            "SELECT count(*) FROM r i, r t WHERE i.name = 'iteration' AND t.name = 'timed' "
+            "AND i.start >= t.start AND i.end <= t.end").fetchone()[0]
+
+
+def test_h200_campaign_nsys(fixtures_dir: Path) -> None:
+    """DDP ws2 (Echo's backward window on both ranks): one iteration, 49 all-reduces on each rank
+    (the 50th, in the window barrier, is outside).
+    seqpar fp32 p2 (one rank's export only): its timed iterations, and no cross-rank table."""
+    camp = fixtures_dir / "nsys" / "h200_campaign"
+    files = [camp / "ddp_ws2_rank0.sqlite", camp / "ddp_ws2_rank1.sqlite"]
+    events = pd.concat([nsys_cp.rank_events(dist.load_activity([Export(p)], {str(p): r}))
+                        for r, p in enumerate(files)], ignore_index=True)
+    counts = []
+    for f in files:      # NCCL kernels launched inside the NVTX `backward` range, in plain SQL
+        with sqlite3.connect(f) as con:
+            counts.append(con.execute(
+                "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = k.shortName "
+                "JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = k.correlationId "
+                "JOIN NVTX_EVENTS n LEFT JOIN StringIds t ON t.id = n.textId "
+                "WHERE s.value LIKE 'nccl%' AND coalesce(n.text, t.value) = 'backward' "
+                "AND r.start BETWEEN n.start AND n.end").fetchone()[0])
+    assert events[events["kind"] == "collective"].groupby("rank").size().tolist() == counts == [49, 49]
+    rows, segments = nsys_cp.critical_path(events)
+    assert rows["iteration"].tolist() == [0] and rows["collective"].tolist() == ["AllReduce"]
+    assert (segments["duration_ns"] >= 0).all() and rows["held_ns"].iloc[0] > 0
+
+    single = camp / "seqpar_fp32_p2_rank1.sqlite"
+    one = nsys_cp.rank_events(dist.load_activity([Export(single)], {str(single): 1}))
+    timed = timed_iterations_sql(single)
+    assert sorted(one["iteration"].unique()) == list(range(timed)) and timed > 0
+    assert nsys_cp.critical_path(one)[0].empty
+
+
+def test_h200_kineto_fixtures(fixtures_dir: Path) -> None:
+    run = fixtures_dir / "hta" / "h200_seqpar_bf16"
+    events, errors = trace_cp.load_events(sorted(run.glob("*.json.gz")))
+    assert errors == []
+    assert events[events["kind"] == "collective"].groupby("rank").size().tolist() == [6, 6]
+    rows, segments = trace_cp.critical_path(events)
+    assert rows["iteration"].tolist() == [2, 3, 4]                   # ProfilerStep#2..#4
+    assert (rows["held_ns"] >= 0).all() and (segments["duration_ns"] >= 0).all()
+
+    def rs_in_step(rank: int, step: int) -> float:
+        """Duration (ns) of the reduce-scatter kernel launched inside ProfilerStep#step (plain json)."""
+        with gzip.open(run / f"rank{rank}.pt.trace.json.gz") as fh:
+            ev = json.load(fh)["traceEvents"]
+        s = next(e for e in ev if e.get("name") == f"ProfilerStep#{step}")
+        launched = {e["args"]["correlation"] for e in ev if e.get("cat") in ("cuda_runtime", "cuda_driver")
+                    and s["ts"] <= e["ts"] <= s["ts"] + s["dur"]}
+        k = next(e for e in ev if e.get("cat") == "kernel" and "ReduceScatter" in e["name"]
+                 and e["args"]["correlation"] in launched)
+        return round(k["dur"] * 1000)
+
+    row = rows.set_index("iteration").loc[3]
+    d0, d1 = rs_in_step(0, 3), rs_in_step(1, 3)
+    assert row["collective"] == "ReduceScatter" and row["held_by"] == "matmul2"
+    assert row["held_ns"] == abs(d0 - d1) and row["critical_rank"] == (0 if d0 < d1 else 1)
+
+    ddp = fixtures_dir / "hta" / "h200_ddp_gpt2"
+    parts = [trace_collect.analyse_file(p, r) for r, p in enumerate(sorted(ddp.glob("*.json.gz")))]
+    tables = trace_collect.reduce_ranks(lambda n: pd.concat([t[n] for t in parts], ignore_index=True), print)
+    ddp_rows = tables["critical_path"]
+    assert ddp_rows["iteration"].tolist() == [30]                    # the one ProfilerStep captured
+    events = pd.concat([t["critical_path_events"] for t in parts])
+    counts = events[events["kind"] == "collective"].groupby("rank").size().tolist()
+    assert counts[0] == counts[1] == 50
+    assert (tables["critical_path_segments"]["duration_ns"] >= 0).all()
+
+
+def test_one_rank_gives_no_cross_rank_table() -> None:
+    assert core.collect_tables(lambda name: core.empty_events()) == {}
+    assert core.critical_path(core.empty_events())[0].columns.tolist() == core.ROW_COLUMNS
+
+
+def test_collect_writes_the_tables(hand_exports: list[Path], tmp_path: Path) -> None:
+    """`collect`'s map (one worker call per rank file, parts on disk) and reduce (Parquet in, Parquet out)."""
+    from hpcprof.collect import InProcess, map_files, reduce_parts
+    from hpcprof.results import read_table
+
+    problems: list[str] = []
+    mapped = map_files("nsys", {p: r for r, p in enumerate(hand_exports)}, tmp_path, InProcess(), lambda line: None,
+                       problems.append)
+    written = reduce_parts("nsys", tmp_path, mapped, InProcess(), lambda line: None)
+    assert problems == [] and {"nsys_critical_path", "nsys_critical_path_segments"} <= set(written)
+    rows = read_table(tmp_path, "nsys_critical_path")
+    pd.testing.assert_frame_equal(rows, expected_rows(), check_dtype=False)
+    assert read_table(tmp_path, "nsys_critical_path_segments").columns.tolist() == core.SEGMENT_COLUMNS

@@ -1,0 +1,143 @@
+"""Writes: one atomic_write (whole or nothing, the path named, temporaries removed on failure, on
+SIGTERM, and after SIGKILL), outputs never an input, a --db that is not ours never written,
+read-only and refused commands create nothing, render -o never over a run or foreign files."""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from hpcprof.atomic import HOST, atomic_write, check_not_input, remove_stale_temps, temp_path
+from hpcprof.errors import UserError
+from hpcprof.store import Store
+from reliability_util import experiment, hpcprof, ok, one_line_error, runs
+
+
+def sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_atomic_write_is_whole_or_nothing(tmp_path: Path) -> None:
+    target = tmp_path / "out.csv"
+    target.write_text("old")
+
+    def fails(tmp: Path) -> None:
+        tmp.write_text("half")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    with pytest.raises(UserError, match=r"out.csv: cannot write \(No space left on device\)"):
+        atomic_write(target, fails)
+    assert target.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["out.csv"]
+    atomic_write(target, "new")
+    assert target.read_text() == "new" and [p.name for p in tmp_path.iterdir()] == ["out.csv"]
+
+
+def test_temporaries_are_unique_and_named_for_their_writer(tmp_path: Path) -> None:
+    names = {temp_path(tmp_path / "x").name for _ in range(100)}
+    assert len(names) == 100 and all(f".{HOST}-{os.getpid()}." in n and n.endswith(".tmp") for n in names)
+
+
+def test_an_output_is_never_an_input(tmp_path: Path) -> None:
+    source = tmp_path / "x.sqlite"
+    source.write_bytes(b"export")
+    with pytest.raises(UserError, match="input of this command"):
+        atomic_write(tmp_path / "." / "x.sqlite", "csv", inputs=[source])
+    check_not_input(tmp_path / "y.csv", [source])  # another file is fine
+    assert source.read_bytes() == b"export"
+
+
+def test_sigterm_mid_write_removes_the_temporary(tmp_path: Path) -> None:
+    code = ("import sys, time\nfrom pathlib import Path\nfrom hpcprof.atomic import atomic_write\n"
+            "def slow(tmp):\n    tmp.write_text('part')\n    print('writing', flush=True)\n    time.sleep(60)\n"
+            f"atomic_write(Path({str(tmp_path / 'out')!r}), slow)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "writing"
+    assert [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]  # the temporary exists mid-write
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == -signal.SIGTERM  # it still dies of the signal
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_stale_temporaries_of_dead_writers_are_removed(tmp_path: Path) -> None:
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale = tmp_path / f".t.parquet.{HOST}-{dead.pid}.0123456789abcdef.tmp"
+    live = tmp_path / f".u.parquet.{HOST}-{os.getpid()}.0123456789abcdef.tmp"
+    other_host = tmp_path / ".v.parquet.elsewhere-1.0123456789abcdef.tmp"
+    for path in (stale, live, other_host):
+        path.write_text("x")
+    assert remove_stale_temps(tmp_path) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, other_host.name])
+    os.utime(other_host, (time.time() - 7200, time.time() - 7200))  # another host's, untouched for 2 h
+    assert remove_stale_temps(tmp_path) == 1 and other_host.exists() is False
+
+
+def test_a_foreign_sqlite_file_is_refused_unchanged(tmp_path: Path, fixtures_dir: Path) -> None:
+    export = tmp_path / "report.sqlite"
+    shutil.copyfile(fixtures_dir / "nsys" / "nsysai_mock.sqlite", export)
+    before = sha(export)
+    with pytest.raises(UserError, match="not a hpcprof store"):
+        Store(f"sqlite:///{export}")
+    noise = tmp_path / "noise.db"
+    noise.write_bytes(os.urandom(4096))
+    with pytest.raises(UserError, match="not a hpcprof store"):
+        Store(f"sqlite:///{noise}")
+    assert sha(export) == before and sorted(p.name for p in tmp_path.iterdir()) == ["noise.db", "report.sqlite"]
+    with sqlite3.connect(export) as conn:  # still in its own journal mode (the hook never ran)
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+
+
+def test_refused_and_read_only_commands_create_nothing(tmp_path: Path) -> None:
+    experiment(tmp_path / "e.yaml", ["true"])
+    (tmp_path / "w").mkdir()
+    one_line_error(hpcprof("submit", "e.yaml", "--db", "bogus://", cwd=tmp_path), "bogus")
+    one_line_error(hpcprof("collect", "--workdir", "w", cwd=tmp_path), "no runs")
+    ok(hpcprof("status", "--workdir", "w", "--db", "sqlite:///new.db", cwd=tmp_path))
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["e.yaml", "w"]
+
+
+def test_postgresql_without_its_driver_names_the_extra(tmp_path: Path) -> None:
+    blocker = tmp_path / "block" / "psycopg"
+    blocker.mkdir(parents=True)
+    (blocker / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'psycopg'\", name='psycopg')\n")
+    experiment(tmp_path / "e.yaml", ["true"])
+    env = {"PYTHONPATH": os.pathsep.join([str(tmp_path / "block"), os.environ.get("PYTHONPATH", "")])}
+    line = one_line_error(hpcprof("submit", "e.yaml", "--db", "postgresql+psycopg://u@localhost/x", cwd=tmp_path,
+                                  env=env), "[postgresql]", "psycopg")
+    assert "u@localhost" not in line and not (tmp_path / "hpcprof-runs").exists()
+
+
+def test_render_o_never_overwrites_a_run_or_foreign_files(tmp_path: Path) -> None:
+    exp = experiment(tmp_path / "e.yaml", ["true"])
+    ok(hpcprof("submit", str(exp), "--wait", cwd=tmp_path))
+    [run] = runs(tmp_path / "hpcprof-runs")
+    before = {p.name: sha(p) for p in run.iterdir() if p.is_file()}
+    other = experiment(tmp_path / "o.yaml", ["echo", "other"])
+    one_line_error(hpcprof("render", str(other), "-o", str(run), "--force", cwd=tmp_path), "submitted run")
+    assert {p.name: sha(p) for p in run.iterdir() if p.is_file()} == before
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "job.sh").write_text("my job")
+    one_line_error(hpcprof("render", str(other), "-o", str(mine), cwd=tmp_path), "not empty", "--force")
+    assert (mine / "job.sh").read_text() == "my job"
+    ok(hpcprof("render", str(other), "-o", str(mine), "--force", cwd=tmp_path))
+    assert "echo other" in (mine / "job.sh").read_text() or "other" in (mine / "config.json").read_text()
+    assert not [p for p in mine.rglob("*") if p.name.endswith(".tmp")]
+
+
+def test_nsys_output_over_its_input_is_refused(tmp_path: Path, fixtures_dir: Path) -> None:
+    export = tmp_path / "x.sqlite"
+    shutil.copyfile(fixtures_dir / "nsys" / "h200_seqpar_bf16" / "rank0.sqlite", export)
+    before = sha(export)
+    one_line_error(hpcprof("nsys", "overlap", "x.sqlite", "-o", "x.sqlite", cwd=tmp_path), "x.sqlite", "input")
+    assert sha(export) == before
