@@ -145,8 +145,8 @@ def comparisons(fixtures_dir: Path, tmp_path_factory: pytest.TempPathFactory) ->
             subprocess.run([str(nsys), "stats", "--report", ",".join(OLD_REPORTS), "--format", "csv",
                             "--force-overwrite", "true", "--output", str(db.with_suffix("")), str(db)],
                            capture_output=True, timeout=300, check=False)
-        with ThreadPoolExecutor(max_workers=2) as threads:
-            list(threads.map(reference, exports))
+        with ThreadPoolExecutor(max_workers=2) as threads:        # the exports with ties only (CI time)
+            list(threads.map(reference, [db for seed, db in zip(SEEDS, exports) if seed >= TIE_SEEDS]))
     totals = {key: Outcome() for key in KEYS}
     with ProcessPoolExecutor(max_workers=2) as pool:
         jobs = [(db, gold_dirs["ties" if seed >= TIE_SEEDS else "plain"]) for seed, db in zip(SEEDS, exports)]
