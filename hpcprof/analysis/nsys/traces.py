@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hpcprof.analysis.nsys.db import KERNEL, RUNTIME, Export, process_of
+from hpcprof.analysis.nsys.db import RUNTIME, Export, process_of
 from hpcprof.analysis.nsys.stats import (
     OLD,
     Table,
