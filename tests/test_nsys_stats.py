@@ -258,3 +258,27 @@ def test_ddp_gpt2_exports_match_nsys_2025_3_gold(repo: Path) -> None:
         assert report_csv(db, report) == gold.read_text(), gold.name
         compared += 1
     assert compared == 10
+
+
+def test_kern_gb_sum_ties_follow_each_nsys_group_by(fixtures_dir: Path, tmp_path: Path) -> None:
+    """Equal totals, counts and names, grids 13000 and 2048: nsys 2022.4 groups by the grid
+    text ("13000" < "2048"), nsys 2024+ by gridX as a number (2048 first). Checked against
+    nsys itself by the differential tests (exports with ties, seeds from nsys_exports.TIE_SEEDS)."""
+    import shutil
+    import sqlite3
+
+    db = tmp_path / "ties.sqlite"
+    shutil.copyfile(fixtures_dir / NSYS / "nsysai_mock.sqlite", db)
+    con = sqlite3.connect(db)
+    name = con.execute("SELECT demangledName FROM CUPTI_ACTIVITY_KIND_KERNEL LIMIT 1").fetchone()[0]
+    rows = [r[0] for r in con.execute("SELECT rowid FROM CUPTI_ACTIVITY_KIND_KERNEL ORDER BY rowid")]
+    assert len(rows) == 2
+    con.executemany('UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET demangledName = ?, gridX = ?, gridY = 1, gridZ = 1, '
+                    '"end" = start + 500 WHERE rowid = ?', [(name, 2048, rows[0]), (name, 13000, rows[1])])
+    con.commit()
+    con.close()
+    with Export(db) as export:
+        new = run_report(export, "cuda_gpu_kern_gb_sum")["GridXYZ"].tolist()
+        old = run_report(export, "gpukernsum")["GridXYZ"].tolist()
+    assert new == ["2048    1    1", "13000    1    1"]
+    assert old == ["13000    1    1", "2048    1    1"]

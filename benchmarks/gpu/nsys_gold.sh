@@ -1,11 +1,23 @@
 #!/bin/bash
 # Gold from the newest nsys (2025.3.1, only on the GPU machine): `nsys stats --format csv` for every
-# current-layout report hpcprof knows, on every export under DIR (`*.sqlite` or `*.sqlite.xz`).
+# current-layout report hpcprof knows, on every export under DIR (`*.sqlite` or `*.sqlite.xz`), or on
+# the generated exports of seeds FIRST .. FIRST+COUNT-1 (tests/differential/nsys_exports.py, made
+# here from the committed fixtures: the same bytes as in CI).
 # Writes OUT/gold.tar.xz holding <stem>_<report>.csv (a report nsys cannot make on that export,
 # e.g. no NVTX, leaves no file) and OUT/nsys_gold.log.
-# Needs .gpu/libs carried (libdw/libelf, shared/tools/gpu-nsys-libs.sh). Usage: nsys_gold.sh DIR OUT
+# Needs .gpu/libs carried (libdw/libelf, shared/tools/gpu-nsys-libs.sh).
+# Usage: nsys_gold.sh DIR OUT
+#        nsys_gold.sh --seeds FIRST COUNT OUT
+# The exports with exact ties (issue 18), to commit as tests/fixtures/nsys/gold_generated_ties_2025.3.1.tar.xz:
+#        bash benchmarks/gpu/nsys_gold.sh --seeds 1000 520 $OUT
 set -u
-SRC=${1:?folder of exports}; OUT_DIR=${2:?output directory}
+if [ "${1:-}" = "--seeds" ]; then
+  FIRST=${2:?first seed}; COUNT=${3:?number of seeds}; OUT_DIR=${4:?output directory}
+  SRC=$(mktemp -d)
+  python3 tests/differential/nsys_exports.py tests/fixtures "$SRC" "$FIRST" "$COUNT" || exit 1
+else
+  SRC=${1:?folder of exports}; OUT_DIR=${2:?output directory}
+fi
 REPORTS="cuda_gpu_kern_sum cuda_gpu_kern_gb_sum cuda_api_sum cuda_gpu_mem_time_sum cuda_gpu_mem_size_sum
 cuda_gpu_sum nvtx_sum nvtx_pushpop_sum nvtx_startend_sum osrt_sum cuda_gpu_trace"
 export LD_LIBRARY_PATH=$PWD/.gpu/libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}

@@ -7,6 +7,14 @@ kernels spread over several devices and streams, tables cut to one row or emptie
 nested inside each other. Only Python's `random.Random(seed)` and sqlite3 are used, so a seed
 gives the same export on any machine (the GPU machine regenerates them to make nsys 2025 gold).
 
+Seeds from TIE_SEEDS on also get exact ties (`_make_ties`), for every report with an ORDER BY:
+kernels of one name spread evenly over grid/block variants (grids past 9999 too, where the
+text "%4d" order and the numeric order differ) with the same durations, so their totals,
+counts and names are equal; several names, API calls, OS calls, memory operation kinds and NVTX
+ranges with equal totals; the same spread over devices and streams; equal start times within
+and across the kernel, memcpy and memset tables. Seeds below TIE_SEEDS are made as before (their
+nsys 2025.3.1 gold is committed).
+
     python tests/differential/nsys_exports.py FIXTURES_DIR DEST_DIR FIRST_SEED COUNT
 """
 
@@ -25,6 +33,10 @@ BASES = ["h200_seqpar_bf16/rank0", "fuser_report1_nsys2024.6.2", "h200_campaign/
 ACTIVITY = ["CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_MEMCPY",
             "CUPTI_ACTIVITY_KIND_MEMSET", "NVTX_EVENTS", "OSRT_API"]
 MAX_ROWS = 400             # keep each export small: hundreds of them run in CI
+TIE_SEEDS = 1000           # seeds from here on get exact ties (`_make_ties`)
+GRIDS = [(1, 1, 1), (3, 1, 1), (64, 2, 1), (2048, 1, 1), (9999, 1, 1), (13000, 1, 1), (41472, 1, 1),
+         (100000, 1, 1), (2, 10000, 1), (2, 9, 1), (18, 36, 1), (18, 72, 1)]
+BLOCKS = [(128, 1, 1), (256, 1, 1), (1024, 1, 1), (32, 4, 1), (32, 32, 1), (64, 1, 1)]
 
 
 def _base_file(fixtures: Path, name: str, cache: Path) -> Path:
@@ -72,17 +84,18 @@ def _rewrite_durations(con: sqlite3.Connection, table: str, rng: random.Random) 
     con.executemany(f'UPDATE {table} SET start = ?, "end" = ? WHERE rowid = ?', updates)
 
 
-def _cut(con: sqlite3.Connection, table: str, rng: random.Random) -> None:
-    """Keep at most MAX_ROWS rows; sometimes one row only, sometimes none (empty groups/tables)."""
+def _cut(con: sqlite3.Connection, table: str, rng: random.Random, at_least: int = 0) -> None:
+    """Keep at most MAX_ROWS rows; sometimes one row only, sometimes none (empty groups/tables),
+    but `at_least` rows where the table has them."""
     n = con.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
     keep = min(n, MAX_ROWS)
     roll = rng.random()
     if roll < 0.05:
-        keep = 0
+        keep = min(n, at_least)
     elif roll < 0.12:
         keep = min(n, 1)
     elif n > keep or roll < 0.4:
-        keep = rng.randint(min(n, 1), keep) if keep else 0
+        keep = rng.randint(min(n, max(1, at_least)), keep) if keep else 0
     if keep < n:
         rowids = [r[0] for r in con.execute(f"SELECT rowid FROM {table} ORDER BY rowid")]
         drop = rng.sample(rowids, n - keep)
@@ -109,6 +122,107 @@ def _resize(con: sqlite3.Connection, table: str, rng: random.Random) -> None:
     con.executemany(f"UPDATE {table} SET bytes = ? WHERE rowid = ?", [(rng.choice(sizes), r) for r in rows])
 
 
+def _even(rows: list[int], k: int, rng: random.Random) -> list[int]:
+    """Slot 0..k-1 of each row: round-robin after a shuffle, so every slot gets the same count
+    (± 1) and the rows of a slot are spread over the table."""
+    order = rows[:]
+    rng.shuffle(order)
+    slot = {r: i % k for i, r in enumerate(order)}
+    return [slot[r] for r in rows]
+
+
+def _tied_durations(slots: list[int], k: int, rng: random.Random) -> list[int]:
+    """Durations such that the n-th row of every slot gets the same value: equal multisets per
+    slot (equal total, count, mean, median, StdDev) when the slots have equal counts."""
+    pattern = [int(10 ** rng.uniform(0, 7)) + rng.randint(0, 3) for _ in range(rng.choice([1, 1, 2, 3]))]
+    seen = [0] * k
+    out = []
+    for s in slots:
+        out.append(pattern[seen[s] % len(pattern)])
+        seen[s] += 1
+    return out
+
+
+def _retime(con: sqlite3.Connection, table: str, rowids: list[int], durations: list[int],
+            rng: random.Random, quantum: int) -> None:
+    """end = start + duration; with `quantum` > 0 starts are rounded down to multiples of it
+    (rows then share start times)."""
+    starts = dict(con.execute(f"SELECT rowid, start FROM {table}"))
+    updates = []
+    for rowid, dur in zip(rowids, durations):
+        start = starts[rowid] // quantum * quantum if quantum else starts[rowid]
+        updates.append((start, start + dur, rowid))
+    con.executemany(f'UPDATE {table} SET start = ?, "end" = ? WHERE rowid = ?', updates)
+
+
+def _make_ties(con: sqlite3.Connection, rng: random.Random) -> None:
+    """Exact ties for every report's ORDER BY (see the module docstring)."""
+    present = _tables(con)
+    quantum = rng.choice([0, 0, 1000, 100_000, 10_000_000])
+    kernel = "CUPTI_ACTIVITY_KIND_KERNEL"
+    if kernel in present:
+        rows = [r[0] for r in con.execute(f"SELECT rowid FROM {kernel} ORDER BY rowid")]
+        names = sorted({r[0] for r in con.execute(f"SELECT demangledName FROM {kernel}")})
+        if rows and names:
+            names = rng.sample(names, min(len(names), rng.randint(1, 3)))
+            variants = [(rng.choice(GRIDS), rng.choice(BLOCKS)) for _ in range(rng.randint(1, 4))]
+            k = len(names) * len(variants)
+            slots = _even(rows, k, rng)
+            devices = sorted({r[0] for r in con.execute(f"SELECT DISTINCT deviceId FROM {kernel}")}
+                             | ({r[0] for r in con.execute("SELECT id FROM TARGET_INFO_GPU")}
+                                if "TARGET_INFO_GPU" in present else set()))
+            spread = rng.random() < 0.5          # slots over devices and streams too
+            updates = []
+            for rowid, s in zip(rows, slots):
+                (gx, gy, gz), (bx, by, bz) = variants[s % len(variants)]
+                device = devices[s % len(devices)] if spread and devices else None
+                stream = s % 3 + 7 if spread else None
+                updates.append((names[s // len(variants)], gx, gy, gz, bx, by, bz, device, stream, rowid))
+            con.executemany(f"UPDATE {kernel} SET demangledName = ?, gridX = ?, gridY = ?, gridZ = ?, blockX = ?, "
+                            "blockY = ?, blockZ = ?, deviceId = coalesce(?, deviceId), "
+                            "streamId = coalesce(?, streamId) WHERE rowid = ?", updates)
+            _retime(con, kernel, rows, _tied_durations(slots, k, rng), rng, quantum)
+    for table, key in (("CUPTI_ACTIVITY_KIND_MEMCPY", "copyKind"), ("CUPTI_ACTIVITY_KIND_MEMSET", None)):
+        if table not in present:
+            continue
+        rows = [r[0] for r in con.execute(f"SELECT rowid FROM {table} ORDER BY rowid")]
+        if not rows:
+            continue
+        kinds = rng.sample([1, 2, 8, 10], rng.randint(1, 3)) if key else [0]
+        slots = _even(rows, len(kinds), rng)
+        size = rng.choice([1, 4096, 1 << 20, 123457])
+        if key:
+            con.executemany(f"UPDATE {table} SET {key} = ?, bytes = ? WHERE rowid = ?",
+                            [(kinds[s], size, r) for r, s in zip(rows, slots)])
+        else:
+            con.execute(f"UPDATE {table} SET bytes = ?", (size,))
+        _retime(con, table, rows, _tied_durations(slots, len(kinds), rng), rng, quantum)
+    for table in ("CUPTI_ACTIVITY_KIND_RUNTIME", "OSRT_API"):
+        if table not in present:
+            continue
+        rows = [r[0] for r in con.execute(f"SELECT rowid FROM {table} ORDER BY rowid")]
+        names = sorted({r[0] for r in con.execute(f"SELECT nameId FROM {table}")})
+        if not rows or not names or rng.random() < 0.3:
+            continue
+        names = rng.sample(names, min(len(names), rng.randint(2, 4)))
+        slots = _even(rows, len(names), rng)
+        con.executemany(f"UPDATE {table} SET nameId = ? WHERE rowid = ?", [(names[s], r) for r, s in zip(rows, slots)])
+        _retime(con, table, rows, _tied_durations(slots, len(names), rng), rng, 0)
+    if "NVTX_EVENTS" in present and rng.random() < 0.7:
+        cols = {r[1] for r in con.execute("PRAGMA table_info(NVTX_EVENTS)")}
+        text_id = "textId" if "textId" in cols else "NULL"
+        rows = con.execute(f'SELECT rowid, text, {text_id} FROM NVTX_EVENTS WHERE eventType IN (59, 60, 70, 71) '
+                           'AND "end" IS NOT NULL ORDER BY rowid').fetchall()
+        labels = sorted({(r[1], r[2]) for r in rows}, key=repr)
+        if rows and labels:
+            labels = rng.sample(labels, min(len(labels), rng.randint(1, 3)))
+            slots = _even([r[0] for r in rows], len(labels), rng)
+            set_id = ", textId = ?" if text_id == "textId" else ""
+            con.executemany(f"UPDATE NVTX_EVENTS SET text = ?{set_id} WHERE rowid = ?",
+                            [(labels[s][0], *((labels[s][1],) if set_id else ()), r[0]) for r, s in zip(rows, slots)])
+            _retime(con, "NVTX_EVENTS", [r[0] for r in rows], _tied_durations(slots, len(labels), rng), rng, 0)
+
+
 def derive(seed: int, fixtures: Path, dest: Path) -> Path:
     """Write the export of `seed` into `dest` (a folder); returns its path."""
     rng = random.Random(seed)
@@ -123,7 +237,8 @@ def derive(seed: int, fixtures: Path, dest: Path) -> Path:
         for table in ACTIVITY:
             if table not in present:
                 continue
-            _cut(con, table, rng)
+            # an export with ties keeps a kernel (one without GPU activity is refused, not reported)
+            _cut(con, table, rng, 1 if seed >= TIE_SEEDS and table == "CUPTI_ACTIVITY_KIND_KERNEL" else 0)
             if rng.random() < 0.9:
                 _rewrite_durations(con, table, rng)
             if table in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY",
@@ -131,6 +246,8 @@ def derive(seed: int, fixtures: Path, dest: Path) -> Path:
                 _spread_devices_and_streams(con, table, rng)
             if table in ("CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET") and rng.random() < 0.7:
                 _resize(con, table, rng)
+        if seed >= TIE_SEEDS:
+            _make_ties(con, rng)
         con.commit()
     finally:
         con.close()

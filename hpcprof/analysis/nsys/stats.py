@@ -15,7 +15,12 @@ decimal as that nsys rounds (SQLite 3.36's long-double printf for 2022.4, for 20
 exact binary value rounded half away from zero: 239194.65 is 239194.6499.. and prints .6);
 StdDev is the sample standard deviation (0 for fewer than 2 values);
 Time % = round(100·total/Σtotal, 1); rows sorted by total, descending, ties in
-GROUP BY order (the key order SQLite's sorter leaves them in).
+GROUP BY order (the key order SQLite's sorter leaves them in: SQLite's ORDER BY sort is
+stable, so rows with equal sort keys keep the order the grouping produced them in). The
+GROUP BY keys are each report's own: 2022.4's gpukernsum groups by (nameId, grid text, block
+text); 2024+'s cuda_gpu_kern_gb_sum by (name text, gridX, gridY, gridZ, blockX, blockY, blockZ)
+as numbers and orders by total descending, count ascending, name (so of two tied grids 2048
+comes before 13000, which the text "%4d" order puts first).
 
 Speed: the summary reports read each table once, with as few columns as possible (the
 ADBC driver's cost is per row and per value moved): a group key and the duration packed
@@ -565,28 +570,52 @@ def _grid_block(d: dict[str, np.ndarray], prefix: str) -> np.ndarray:
 
 
 def cuda_gpu_kern_gb_sum(export: Export, layout: str = NEW, variant: str = "demangled") -> Table:
-    """Kernels per (name, grid, block): nsys 2022.4's `gpukernsum`, today's `cuda_gpu_kern_gb_sum`."""
+    """Kernels per (name, grid, block): nsys 2022.4's `gpukernsum`, today's `cuda_gpu_kern_gb_sum`.
+
+    2022.4 groups by (nameId, grid text, block text) and orders by total only, ties in that
+    GROUP BY order. nsys 2024+ groups by (name text, gridX, gridY, gridZ, blockX, blockY, blockZ)
+    and orders by total descending, count ascending, name, ties in that GROUP BY order: the
+    dimensions as numbers, so a grid of 13000 comes after one of 2048 (as text it would not)."""
     _need(export, KERNEL, "CUDA kernel data")
     fast = _kern_gb_packed(export, variant)
-    if fast is not None:
+    names = export.strings(fast[0].astype(np.int64)) if fast is not None else np.empty(0, dtype=object)
+    if fast is not None and (layout == OLD or _distinct(names)):
         ids, g, grid_s, block_s = fast
-    else:
+    else:   # values that do not pack, or (2024+) two name ids with one text: group the columns
         dims = ("gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ")
         d = kernels(export, dims, variant)
-        dur = d["end"] - d["start"]
-        # group the dims first (few distinct), then (nameId, grid, block) with grid/block as text
+        # group the dims first (few distinct), then (name, grid, block) with grid/block as text
         dcodes, dparts = group_codes(*(d[c] for c in dims))
         grid_u = _grid_block(dict(zip(dims, dparts)), "grid")
         block_u = _grid_block(dict(zip(dims, dparts)), "block")
         gcodes, (grid_u,) = group_codes(grid_u)
         bcodes, (block_u,) = group_codes(block_u)
-        codes, (ids, gi, bi) = group_codes(d["nameId"], gcodes[dcodes], bcodes[dcodes])
-        g = Groups(codes, dur, len(ids))
+        if layout == OLD:
+            name_key = d["nameId"]
+        else:
+            name_key, name_texts = _kernel_name_codes(export, d["nameId"])
+        codes, (ids, gi, bi) = group_codes(name_key, gcodes[dcodes], bcodes[dcodes])
+        g = Groups(codes, d["end"] - d["start"], len(ids))
         grid_s, block_s = grid_u[gi.astype(np.int64)], block_u[bi.astype(np.int64)]
-    names = export.strings(ids.astype(np.int64))
+        names = export.strings(ids.astype(np.int64)) if layout == OLD else name_texts[ids.astype(np.int64)]
     cols = g.summary("Instances", layout) | {"GridXYZ": grid_s, "BlockXYZ": block_s, "Name": names}
-    order = by_total(g.total) if layout == OLD else by_total(g.total, g.count, _rank(names))
+    if layout == OLD:
+        order = by_total(g.total)
+    else:
+        order = by_total(g.total, g.count, _rank(names), *_dims_of(grid_s), *_dims_of(block_s))
     return frame(cols, SUMMARY_FMT + ["s", "s", "s"], order, null=_null(layout))
+
+
+def _distinct(names: np.ndarray) -> bool:
+    """Whether no two entries of `names` (text, None for an unknown id) are equal."""
+    values = [v if isinstance(v, str) else None for v in names.tolist()]
+    return len(set(values)) == len(values)
+
+
+def _dims_of(texts: np.ndarray) -> list[np.ndarray]:
+    """The three numbers of each "%4d %4d %4d" text, as three int64 arrays."""
+    parts = np.array([[int(x) for x in t.split()] for t in texts.tolist()], dtype=np.int64).reshape(-1, 3)
+    return [parts[:, 0], parts[:, 1], parts[:, 2]]
 
 
 def _dims_text(packed: np.ndarray, shifts: tuple[int, int], mask: int) -> np.ndarray:
@@ -667,9 +696,17 @@ def cuda_gpu_mem_size_sum(export: Export, layout: str = NEW) -> Table:
     return frame(cols, ["f3", "i", "f3", "f3", "f3", "f3", "f3", "s"], by_total(g.total), null=_null(layout))
 
 
-def cuda_gpu_sum(export: Export, layout: str = NEW, variant: str = "demangled") -> Table:
-    """Kernels and memory operations together, per name, with a Category column."""
+def cuda_gpu_sum(export: Export, layout: str = NEW, variant: str = "demangled", api: bool = False) -> Table:
+    """Kernels and memory operations together, per name, with a Category column; `api`: CUDA API
+    calls too, first (nsys 2022.4's `apigpusum`), their names without a `_vNNNN` suffix."""
     names, values, cats = [], [], []
+    if api and export.has(RUNTIME):
+        rt = export.table(RUNTIME)
+        r = export.ints(sa.select(rt.c.nameId, (rt.c.end - rt.c.start).label("dur")))
+        id_codes, (uid,) = group_codes(r["nameId"])
+        names.append(clean_api_name(export.strings(uid.astype(np.int64)))[id_codes])
+        values.append(r["dur"])
+        cats.append(np.full(len(id_codes), "CUDA_API", dtype=object))
     if export.has(KERNEL):
         d = kernels(export, (), variant)
         codes, uniq = _kernel_name_codes(export, d["nameId"])
@@ -684,7 +721,8 @@ def cuda_gpu_sum(export: Export, layout: str = NEW, variant: str = "demangled") 
     except MissingData:
         pass
     if not names:
-        raise MissingData("no GPU kernel/memory operations data")
+        raise MissingData("no CUDA API, GPU kernel, nor memory operations data" if api
+                          else "no GPU kernel/memory operations data")
     allnames = np.concatenate(names)
     allcats = np.concatenate(cats)
     codes, (uniq,) = group_codes(allnames)
@@ -693,6 +731,11 @@ def cuda_gpu_sum(export: Export, layout: str = NEW, variant: str = "demangled") 
     category[codes] = allcats                       # SQLite reports a bare column from the last row
     cols = g.summary("Instances", layout) | {"Category": category, "Operation": uniq}
     return frame(cols, SUMMARY_FMT + ["s", "s"], by_total(g.total), null=_null(layout))
+
+
+def cuda_api_gpu_sum(export: Export, layout: str = OLD, variant: str = "demangled") -> Table:
+    """CUDA API calls, kernels and memory operations together, per name (`apigpusum`)."""
+    return cuda_gpu_sum(export, layout, variant, api=True)
 
 
 def _nvtx_summary(export: Export, event_types: tuple[int, ...], layout: str, style: bool) -> Table:
@@ -1039,6 +1082,18 @@ def _with(func: Callable[..., Table], layout: str) -> Report:
     return run
 
 
+def _trace_report(name: str) -> Callable[..., Table]:
+    """Report `name` of hpcprof.analysis.nsys.traces (imported when run, as it imports this module)."""
+    def run(export: Export, layout: str = OLD) -> Table:
+        from hpcprof.analysis.nsys import traces
+        return getattr(traces, name)(export, layout)
+    run.__doc__ = f"See hpcprof.analysis.nsys.traces.{name}."
+    return run
+
+
+cuda_api_trace = _trace_report("cuda_api_trace")
+cuda_kern_exec_trace = _trace_report("cuda_kern_exec_trace")
+
 REPORTS: dict[str, Report] = {
     "cuda_gpu_kern_sum": _with(cuda_gpu_kern_sum, NEW),
     "cuda_gpu_kern_gb_sum": _with(cuda_gpu_kern_gb_sum, NEW),
@@ -1063,13 +1118,18 @@ REPORTS: dict[str, Report] = {
     "osrtsum": _with(osrt_sum, OLD),
     "gputrace": _with(cuda_gpu_trace, OLD),
     "kernexecsum": _with(cuda_kern_exec_sum, OLD),
+    "cudaapitrace": _with(cuda_api_trace, OLD),
+    "apigpusum": _with(cuda_api_gpu_sum, OLD),
+    "kernexectrace": _with(cuda_kern_exec_trace, OLD),
 }
 # the tables each report reads (to start the largest reports first)
 _TABLES = {cuda_gpu_kern_sum: (KERNEL,), cuda_gpu_kern_gb_sum: (KERNEL,), cuda_api_sum: (RUNTIME,),
            cuda_gpu_mem_time_sum: (MEMCPY, MEMSET), cuda_gpu_mem_size_sum: (MEMCPY, MEMSET),
            cuda_gpu_sum: (KERNEL, MEMCPY, MEMSET), nvtx_sum: (NVTX,), nvtx_pushpop_sum: (NVTX,),
            nvtx_startend_sum: (NVTX,), osrt_sum: (OSRT,), cuda_gpu_trace: (KERNEL, MEMCPY, MEMSET),
-           cuda_kern_exec_sum: (KERNEL, RUNTIME)}
+           cuda_kern_exec_sum: (KERNEL, RUNTIME), cuda_api_trace: (RUNTIME,),
+           cuda_api_gpu_sum: (RUNTIME, KERNEL, MEMCPY, MEMSET),
+           cuda_kern_exec_trace: (KERNEL, RUNTIME)}
 REPORT_TABLES: dict[str, tuple[str, ...]] = {name: _TABLES[report.__wrapped__]  # type: ignore[attr-defined]
                                              for name, report in REPORTS.items()}
 SUMMARY_REPORTS = ("cuda_gpu_kern_sum", "cuda_api_sum", "cuda_gpu_mem_time_sum", "cuda_gpu_mem_size_sum",

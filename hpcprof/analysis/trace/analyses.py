@@ -94,7 +94,13 @@ def temporal_breakdown(traces: Sequence[RankTrace]) -> pd.DataFrame:
         starts, ends = _busy(t.gpu)
         kernel_time = ends[-1] - starts[0]
         idle = kernel_time - (ends - starts).sum()
-        cs, ce = _busy(t.gpu, _types(t.gpu) == COMP)
+        # HTA merges the compute kernels taken from all GPU events as its first merge left them:
+        # sorted by start in place (its quicksort's order of equal starts decides where an
+        # event of negative duration falls)
+        ts, end = t.gpu["ts"].to_numpy(), t.gpu["end"].to_numpy()
+        by_start = _hta_order(ts)
+        comp = by_start[(_types(t.gpu) == COMP)[by_start]]
+        cs, ce = _merge(ts[comp], end[comp])
         compute = (ce - cs).sum()
         rows.append((t.rank, idle, compute, kernel_time - compute - idle, kernel_time))
     df = pd.DataFrame(rows, columns=["rank", "idle_time(us)", "compute_time(us)",
@@ -255,33 +261,44 @@ def kernel_breakdown(traces: Sequence[RankTrace], num_kernels: int = 10,
     `instance_stats=True` (a deviation from HTA, option `--instance-stats`) keeps each kept
     kernel's own statistics and gives "others" those of all its kernel instances. The sums are
     HTA's in both cases.
+
+    The arithmetic is HTA's to the last bit: the same pandas groupby aggregations over the same
+    values in the same order (rows in file order, grouped by name in sorted order), so the mean
+    is pandas' sum / count and the stddev pandas' one-pass (Welford) update in row order, and
+    the collapse sorts by total with the same (unstable) pandas sort.
     """
     parts = []
     for t in traces:
         codes = t.gpu["name"].cat.codes.to_numpy()
         names = t.gpu["name"].cat.categories.to_numpy(dtype=object)
-        alphabetical = np.argsort(np.argsort(names.astype(str), kind="stable"))
-        kinds, dur = _types(t.gpu), t.gpu["dur"].to_numpy()
+        by_name = np.argsort(names.astype(str), kind="stable")
+        alphabetical = np.empty(len(names), dtype=np.int64)   # code -> rank of its name (groupby order)
+        alphabetical[by_name] = np.arange(len(names))
+        sorted_names = names[by_name]
+        kinds, dur = _types(t.gpu), t.gpu["dur"].to_numpy(np.float64)
         for kind in _analysed_types(include_memory_kernels):
-            group, d = codes[kinds == kind], dur[kinds == kind]
+            group, d = alphabetical[codes[kinds == kind]], dur[kinds == kind]
             if len(group) == 0:
                 continue
-            ids, stats = _group_stats(group, d)
-            if len(ids) > num_kernels:
-                by_time = np.lexsort((alphabetical[ids], -stats["sum"]))
-                cumsum = np.cumsum(stats["sum"][by_time])
-                collapse = cumsum > np.quantile(cumsum, duration_ratio)
-                collapse[num_kernels:] = True
-                collapse &= stats["sum"][by_time] >= 0  # HTA never collapses a negative total
+            stats = _aggregate(group, d)
+            stats.index = sorted_names[stats.index.to_numpy()]
+            stats.index.name = "name"
+            if len(stats) > num_kernels:
+                by_time = stats.reset_index().sort_values(by=["sum"], ascending=False, ignore_index=True)
+                keep = by_time["sum"] < 0                          # HTA's "always false": negative totals stay
+                collapse = ~keep & (by_time["sum"].cumsum() > by_time["sum"].cumsum().quantile(duration_ratio))
+                collapse |= ~keep & (by_time.index >= num_kernels)
+                label = by_time["name"].where(~collapse, "others")
                 if instance_stats:
-                    group = np.where(np.isin(group, ids[by_time][collapse]), -1, group)
-                    ids, stats = _group_stats(group, d)
+                    others = set(by_time["name"][collapse])
+                    instance = np.array([sorted_names[g] in others for g in range(len(sorted_names))])[group]
+                    labels = np.where(instance, "others", sorted_names[group].astype(object))
+                    stats = _aggregate(labels, d)
                 else:
-                    totals = stats["sum"]
-                    ids, stats = _group_stats(np.where(np.isin(ids, ids[by_time][collapse]), -1, ids), totals)
-            label = np.where(ids < 0, "others", names[np.maximum(ids, 0)])
-            parts.append(pd.DataFrame({"name": label, **stats, "kernel_type": kind,
-                                       "rank": t.rank}))
+                    stats = _aggregate(label.to_numpy(dtype=object), by_time["sum"].to_numpy(np.float64))
+            parts.append(pd.DataFrame({"name": stats.index.to_numpy(dtype=object),
+                                       **{c: stats[c].to_numpy() for c in STAT_COLUMNS},
+                                       "kernel_type": kind, "rank": t.rank}))
     df = pd.concat(parts, ignore_index=True)
     df = df.sort_values(["kernel_type", "name", "rank"], kind="stable", ignore_index=True)
     return df.rename(columns={"sum": "sum (us)", "max": "max (us)", "min": "min (us)",
@@ -289,16 +306,12 @@ def kernel_breakdown(traces: Sequence[RankTrace], num_kernels: int = 10,
         ["name", "sum (us)", "max (us)", "min (us)", "stddev", "mean (us)", "kernel_type", "rank"]]
 
 
-def _group_stats(groups: np.ndarray, dur: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    """(group ids, {sum, max, min, mean, std}) of `dur` per group; std is the sample standard
-    deviation (two-pass), 0 for a single value."""
-    order = np.argsort(groups, kind="stable")
-    groups, dur = groups[order], dur[order]
-    first = np.flatnonzero(np.diff(groups, prepend=groups[0] - 1))
-    count = np.diff(np.append(first, len(dur)))
-    total = np.add.reduceat(dur, first)
-    mean = total / count
-    squares = np.add.reduceat((dur - np.repeat(mean, count)) ** 2, first)
-    std = np.where(count > 1, np.sqrt(squares / np.maximum(count - 1, 1)), 0.0)
-    return groups[first], {"sum": total, "max": np.maximum.reduceat(dur, first),
-                           "min": np.minimum.reduceat(dur, first), "mean": mean, "std": std}
+STAT_COLUMNS = ["sum", "max", "min", "mean", "std"]
+
+
+def _aggregate(groups: np.ndarray, dur: np.ndarray) -> pd.DataFrame:
+    """HTA's `groupby(name)[dur].agg(["sum", "max", "min", "mean", "std"])` with a missing std
+    (one value) as 0: one row per group, in sorted group order. `groups` are names or
+    their sort ranks (the same groups in the same order, so the same arithmetic)."""
+    stats = pd.DataFrame({"name": groups, "dur": dur}).groupby("name")["dur"].agg(STAT_COLUMNS)
+    return stats.fillna({"std": 0})

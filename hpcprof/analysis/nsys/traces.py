@@ -1,0 +1,95 @@
+"""`nsys stats` trace reports (one row per call), as nsys 2022.4 writes them: `cudaapitrace`
+(every CUDA API call) and `kernexectrace` (every kernel joined with the API call that launched
+it). Same columns, NULL text and row order as nsys's SQL: rows by start time (`ORDER BY 1`), rows
+with equal start times in the order SQLite's join produces them (the driving table in rowid order),
+which a stable sort of the joined rows reproduces. Checked against nsys 2022.4 by the differential
+tests.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from hpcprof.analysis.nsys.db import RUNTIME, Export, process_of
+from hpcprof.analysis.nsys.stats import (
+    OLD,
+    Table,
+    _grid_block,
+    _need,
+    _null,
+    clean_api_name,
+    frame,
+    kernels,
+    sa,
+)
+
+
+def cuda_api_trace(export: Export, layout: str = OLD) -> Table:
+    """One row per CUDA API call: start, duration, name (`_vNNNN` dropped), result, correlation
+    id, process and thread, thread priority and name (from ThreadNames)."""
+    import pandas as pd
+
+    _need(export, RUNTIME, "CUDA trace data")
+    _need(export, "ThreadNames", "thread names (ThreadNames)")
+    rt = export.table(RUNTIME)
+    r = export.ints(sa.select(rt.c.start, rt.c.end, rt.c.nameId, rt.c.returnValue, rt.c.correlationId,
+                              rt.c.globalTid))
+    tn = export.table("ThreadNames")
+    threads = export.ints(sa.select(tn.c.globalTid, tn.c.nameId, tn.c.priority))
+    calls = pd.DataFrame({"start": r["start"], "dur": r["end"] - r["start"], "name": r["nameId"],
+                          "result": r["returnValue"], "corr": r["correlationId"], "gtid": r["globalTid"]})
+    names = pd.DataFrame({"gtid": threads["globalTid"], "tname": threads["nameId"], "prio": threads["priority"]})
+    j = calls.merge(names, on="gtid", how="left", sort=False)        # LEFT JOIN: calls in table order
+    j = j.sort_values("start", kind="stable", ignore_index=True)
+    gtid = j["gtid"].to_numpy(np.int64)
+    has_thread = j["tname"].notna().to_numpy()
+    thread_names = np.full(len(j), None, dtype=object)
+    if has_thread.any():
+        thread_names[has_thread] = export.strings(j["tname"].to_numpy()[has_thread].astype(np.int64))
+    prio = j["prio"].astype(object).where(has_thread, None).to_numpy(dtype=object)
+    cols = {"Start (ns)": j["start"].to_numpy(), "Duration (ns)": j["dur"].to_numpy(),
+            "Name": clean_api_name(export.strings(j["name"].to_numpy(np.int64))),
+            "Result": j["result"].to_numpy(), "CorrID": j["corr"].to_numpy(),
+            "Pid": (gtid >> 24) & 0xFFFFFF, "Tid": gtid & 0xFFFFFF, "T-Pri": prio, "Thread Name": thread_names}
+    return frame(cols, ["i", "i", "s", "i", "i", "i", "i", "i", "s"], null=_null(layout))
+
+
+def cuda_kern_exec_trace(export: Export, layout: str = OLD, variant: str = "demangled") -> Table:
+    """One row per kernel with its launch call: API start and duration, queue start and duration
+    (NULL where the kernel started before the call returned), kernel start and duration, total
+    (call start to the later of call end and kernel end), PID, TID, device, API name, grid, block
+    and kernel name."""
+    import pandas as pd
+
+    _need(export, RUNTIME, "CUDA API data")
+    dims = ("gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ")
+    k = kernels(export, ("deviceId", "correlationId", "globalPid", *dims), variant)
+    rt = export.table(RUNTIME)
+    r = export.ints(sa.select(rt.c.start, rt.c.end, rt.c.correlationId, rt.c.globalTid, rt.c.nameId))
+    kf = pd.DataFrame({"kstart": k["start"], "kend": k["end"], "dev": k["deviceId"], "kname": k["nameId"],
+                       "corr": k["correlationId"], "proc": k["globalPid"], **{c: k[c] for c in dims}})
+    rf = pd.DataFrame({"rstart": r["start"], "rend": r["end"], "corr": r["correlationId"],
+                       "proc": process_of(r["globalTid"]), "gtid": r["globalTid"], "rname": r["nameId"]})
+    j = kf.merge(rf, on=["corr", "proc"], how="inner", sort=False)      # kernels in table order
+    j = j.sort_values("rstart", kind="stable", ignore_index=True)
+    queue = (j["kstart"] - j["rend"]).to_numpy(np.int64)
+    queued = queue >= 0
+    gtid = j["gtid"].to_numpy(np.int64)
+    d = {c: j[c].to_numpy(np.int64) for c in dims}
+    cols = {"API Start (ns)": j["rstart"].to_numpy(), "API Dur (ns)": (j["rend"] - j["rstart"]).to_numpy(),
+            "Queue Start (ns)": _where(queued, j["rend"].to_numpy()), "Queue Dur (ns)": _where(queued, queue),
+            "Kernel Start (ns)": j["kstart"].to_numpy(), "Kernel Dur (ns)": (j["kend"] - j["kstart"]).to_numpy(),
+            "Total Dur (ns)": (np.maximum(j["rend"], j["kend"]) - j["rstart"]).to_numpy(),
+            "PID": (gtid >> 24) & 0xFFFFFF, "TID": gtid & 0xFFFFFF, "DevId": j["dev"].to_numpy(),
+            "API Function": clean_api_name(export.strings(j["rname"].to_numpy(np.int64))),
+            "GridXYZ": _grid_block(d, "grid"), "BlockXYZ": _grid_block(d, "block"),
+            "Kernel Name": export.strings(j["kname"].to_numpy(np.int64))}
+    return frame(cols, ["i"] * 10 + ["s"] * 4, null=_null(layout))
+
+
+def _where(keep: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """`values` as objects, NULL (None) where not `keep`."""
+    out = values.astype(object)
+    out[~keep] = None
+    return out
+
