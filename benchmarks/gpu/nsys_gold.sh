@@ -13,10 +13,10 @@
 set -u
 if [ "${1:-}" = "--seeds" ]; then
   FIRST=${2:?first seed}; COUNT=${3:?number of seeds}; OUT_DIR=${4:?output directory}
-  SRC=$(mktemp -d)
+  SRC=$(mktemp -d); mkdir -p "${4:?output directory}"
   python3 tests/differential/nsys_exports.py tests/fixtures "$SRC" "$FIRST" "$COUNT" || exit 1
 else
-  SRC=${1:?folder of exports}; OUT_DIR=${2:?output directory}
+  SRC=${1:?folder of exports}; OUT_DIR=${2:?output directory}; mkdir -p "$OUT_DIR"
 fi
 REPORTS="cuda_gpu_kern_sum cuda_gpu_kern_gb_sum cuda_api_sum cuda_gpu_mem_time_sum cuda_gpu_mem_size_sum
 cuda_gpu_sum nvtx_sum nvtx_pushpop_sum nvtx_startend_sum osrt_sum cuda_gpu_trace"
