@@ -10,7 +10,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from hpcprof.analysis import CollectContext, cross_rank_reducer, file_analyser, file_analysers
+from hpcprof.analysis.collector import CollectContext
+from hpcprof.analysis.registry import collector
 from hpcprof.errors import Problem
 
 KERN_SUM_TOTALS = {0: 43_530_292, 1: 6_906_115}   # Σ Total Time of the gold cuda_gpu_kern_sum per rank
@@ -24,21 +25,22 @@ def run_dir(fixtures_dir: Path, tmp_path: Path) -> Path:
     return tmp_path
 
 
-def _ctx(run_dir: Path, files: list[Path], log: list[str], nsys: str | None = None,
+def _ctx(run_dir: Path, files: list[Path], log: list[str],
          problems: list[Problem] | None = None) -> CollectContext:
     return CollectContext(run_dir=run_dir, tool="nsys", files=files, rank_of={f: i for i, f in enumerate(files)},
-                          work_dir=run_dir / "work", tool_paths={"nsys": nsys} if nsys else {}, log=log.append,
+                          work_dir=run_dir / "work", log=log.append,
                           problem=(problems if problems is not None else []).append)
 
 
-def collect_nsys(ctx: CollectContext) -> dict[str, pd.DataFrame]:
-    """Map every export of the run through nsys's file analyser in rank order, then reduce."""
+def collect_nsys(ctx: CollectContext, nsys: str | None = None) -> dict[str, pd.DataFrame]:
+    """Map every export of the run through nsys's ToolCollector in rank order, then reduce."""
+    tool = collector("nsys", {"nsys": nsys} if nsys else {})
     per_file: dict[str, list[pd.DataFrame]] = {}
-    for path, rank in sorted(file_analysers()["nsys"](ctx).items(), key=lambda item: item[1]):
-        for name, df in file_analyser("nsys")(path, rank).items():
+    for path, rank in sorted(tool.inputs(ctx).items(), key=lambda item: item[1]):
+        for name, df in tool.analyse_file(path, rank).items():
             per_file.setdefault(name, []).append(df)
     out = {name: pd.concat(parts, ignore_index=True) for name, parts in per_file.items()}
-    out.update(cross_rank_reducer("nsys")(out.get, ctx.log))
+    out.update(tool.reduce(out.get, ctx.log))
     return out
 
 
@@ -74,7 +76,7 @@ def test_collect_exports_nsys_rep_with_the_site_nsys(run_dir: Path) -> None:
                     f'[ "$1 $2 $3" = "export -t sqlite" ] || exit 3\ncp "{run_dir / "rank1.export-src"}" "$7"\n')
     fake.chmod(0o755)
     log: list[str] = []
-    out = collect_nsys(_ctx(run_dir, [run_dir / "rank0.sqlite", rep], log, nsys=str(fake)))
+    out = collect_nsys(_ctx(run_dir, [run_dir / "rank0.sqlite", rep], log), nsys=str(fake))
     _check_tables(out)
     assert (run_dir / "work" / "rank1.sqlite").exists()
 

@@ -15,6 +15,7 @@ from hpcprof.analysis.nsys import small
 from hpcprof.analysis.nsys.schema import MissingData, NsysInputError
 from hpcprof.errors import FiniteRange, UserError
 from hpcprof.lazy import LazyModule
+from hpcprof.ranks import rank_from_filename
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -374,7 +375,7 @@ def _rank_map(spec: str | None) -> dict[str, int]:
 
 def _ranks_of_files(files: tuple[Path, ...], mapping: dict[str, int]) -> list[int] | None:
     """Each file's rank from --rank-map or its name, when every file has its own; else None."""
-    ranks = [mapping.get(str(p), mapping.get(p.name, dist.rank_from_name(p))) for p in files]
+    ranks = [mapping.get(str(p), mapping.get(p.name, rank_from_filename(p))) for p in files]
     if None in ranks or len(set(ranks)) < len(ranks):
         return None
     return ranks  # type: ignore[return-value]
