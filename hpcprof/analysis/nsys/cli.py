@@ -383,35 +383,35 @@ def _ranks_of_files(files: tuple[Path, ...], mapping: dict[str, int]) -> list[in
 
 def _analyse_one_at_a_time(files: tuple[Path, ...], ranks: list[int], func: Callable[[dist.Activity], pd.DataFrame],
                            across_ranks: Callable[[pd.DataFrame], pd.DataFrame] | None) -> tuple[pd.DataFrame | None, int]:
-    """`func` on each file on its own, in rank order (one export open and one rank's activity in
-    memory at a time), the results concatenated, then `across_ranks` over them.
-    Returns (the table or None when no file could be used, failures)."""
-    import pandas as pd
+    """`func` on each file on its own, in rank order, through collect's engine (one export open
+    and one rank's activity in memory at a time), the results concatenated as they stream in,
+    then `across_ranks` over them. Returns (the table or None when no file could be used, failures)."""
+    from hpcprof.collect.engine import InProcess, concat_frames, stream_map
 
-    def merged(frames: list[pd.DataFrame]) -> pd.DataFrame:  # empty frames would change the dtypes
-        return pd.concat([f for f in frames if len(f)] or frames[:1], ignore_index=True)
-
-    results: list[pd.DataFrame] = []
     failures = 0
-    for rank, path in sorted(zip(ranks, files)):
+
+    def one_file(path: Path, rank: int) -> pd.DataFrame | None:
+        nonlocal failures
         with ExitStack() as stack:
             exports, failed = open_exports([path], stack)
             failures += failed
             if not exports:
-                continue
+                return None
             try:
                 act = dist.load_activity(exports, {str(exports[0].path): rank})
             except NsysInputError as exc:
                 _fail(path, str(exc))
                 failures += 1
-                continue
-            results.append(func(act))
+                return None
+            result = func(act)
             failures += _report_failed(act)
-        if len(results) >= 64:  # thousands of small frames cost far more memory than their rows
-            results = [merged(results)]
-    if not results:
+            return result
+
+    jobs = ((path, (path, rank)) for rank, path in sorted(zip(ranks, files)))
+    results = (future.result() for _, future in stream_map(InProcess(), one_file, jobs, in_flight=1))
+    df = concat_frames(r for r in results if r is not None)
+    if df is None:
         return None, failures
-    df = merged(results)
     return (across_ranks(df) if across_ranks else df), failures
 
 
