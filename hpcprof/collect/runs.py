@@ -1,21 +1,21 @@
-"""Collect finished runs (one run's orchestration; the engine it runs on is hpcprof.collect.engine):
-workload results, a manifest of logs and profiles, and each profile
-tool's analysis, into `results/<table>.parquet` (hpcprof.results) and the run's typed summary in
-the campaign store. Collecting twice changes nothing.
+"""Collect finished runs, one run at a time (the engine it runs on is hpcprof.collect.engine):
+workload results, a manifest of logs and profiles, and each profile tool's analysis, into
+`results/<table>.parquet` (hpcprof.results) and the run's typed summary in the campaign store.
+Collecting twice changes nothing.
 
 Isolation: every run and every file is collected on its own; one that cannot be read is a
 `Problem` (hpcprof.errors: the file and why), reported in one line and recorded (`collect_status
 = partial`, exit status 3), the rest is collected. Whatever the cause (a damaged export, an export
 nsys could not make or no nsys to make it, a directory or a symlink loop named like a rank file,
 a worker that died), it is a Problem value handed to `Collected.report`, never a log line matched
-for words. Rank files (nsys
-exports, ncu CSVs, torch traces) are analysed per file in parallel by their tool's ToolCollector (hpcprof.analysis.registry; a process pool, or
-`mpi4py.futures` workers when launched under `mpiexec -n N python -m mpi4py.futures -m hpcprof
-collect`): each worker writes its rank's tables to `derived/<tool>/parts/`; the run's tables are
-concatenated from those parts, the cross-rank tables reduced and the summary computed in the
-workers too, so this process's memory does not grow with the number of ranks. Files unchanged
-since the last collect (size and mtime) are skipped while their cached parts read; a damaged
-part is made again. Temporary files a killed collect left behind are removed.
+for words. Rank files (nsys exports, ncu CSVs, torch traces) are analysed per file in parallel by
+their tool's ToolCollector (hpcprof.analysis.registry), in a process pool or `mpi4py.futures`
+workers when launched under `mpiexec -n N python -m mpi4py.futures -m hpcprof collect`: each
+worker writes its rank's tables to `derived/<tool>/parts/`; the run's tables are concatenated
+from those parts, the cross-rank tables reduced and the summary computed in the workers too, so
+this process's memory does not grow with the number of ranks. Files unchanged since the last
+collect (size and mtime) are skipped while their cached parts read; a damaged part is made
+again. Temporary files a killed collect left behind are removed.
 """
 
 from __future__ import annotations
