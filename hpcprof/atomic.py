@@ -15,13 +15,14 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Callable, Iterable, TextIO
+from typing import TextIO
 
 from hpcprof.errors import UserError
 
-#: `.<name>.<host>-<pid>.<random>.tmp`: the writer's host and PID tell whether a leftover is stale
-TEMP_NAME = re.compile(r"^\..+\.([A-Za-z0-9\-]*)-(\d+)\.[0-9a-f]{16}\.tmp$")
+#: `.<name>.<host>-<pid>.<random>.tmp[<suffix>]`: the writer's host and PID tell whether a leftover is stale
+TEMP_NAME = re.compile(r"^\..+\.([A-Za-z0-9\-]*)-(\d+)\.[0-9a-f]{16}\.tmp(?:\.[A-Za-z0-9]+)?$")
 #: a leftover of another host's writer is stale after this long (seconds) untouched
 OTHER_HOST_STALE = 3600
 HOST = re.sub(r"[^A-Za-z0-9\-]", "-", socket.gethostname())[:64]
@@ -61,9 +62,10 @@ class WriteError(UserError):
         self.strerror = strerror
 
 
-def temp_path(path: Path) -> Path:
-    """A temporary name beside `path`, unique across processes and threads."""
-    return path.with_name(f".{path.name}.{HOST}-{os.getpid()}.{uuid.uuid4().hex[:16]}.tmp")
+def temp_path(path: Path, suffix: str = "") -> Path:
+    """A temporary name beside `path`, unique across processes and threads, ending in `suffix`
+    (for a writer that insists on its extension, e.g. `nsys export`)."""
+    return path.with_name(f".{path.name}.{HOST}-{os.getpid()}.{uuid.uuid4().hex[:16]}.tmp{suffix}")
 
 
 def check_not_input(output: Path, inputs: Iterable[Path], option: str = "-o") -> None:
@@ -79,12 +81,13 @@ def check_not_input(output: Path, inputs: Iterable[Path], option: str = "-o") ->
 
 
 def atomic_write(path: Path, content: str | bytes | Callable[[Path], None], *,
-                 what: str = "", inputs: Iterable[Path] = ()) -> Path:
-    """Write `content` (text, bytes, or a function writing a given temporary path) to `path`:
-    whole or not at all. A failure to write is one line naming `path` (and `what` it is)."""
+                 what: str = "", inputs: Iterable[Path] = (), suffix: str = "") -> Path:
+    """Write `content` (text, bytes, or a function writing a given temporary path, which ends in
+    `suffix`) to `path`: whole or not at all. A failure to write is one line naming `path` (and
+    `what` it is)."""
     path = Path(path)
     check_not_input(path, inputs)
-    tmp = temp_path(path)
+    tmp = temp_path(path, suffix)
     _watch_sigterm()
     _in_flight.add(tmp)
     try:

@@ -4,8 +4,11 @@ none)."""
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
+
+from hpcprof.atomic import WriteError, atomic_write
 
 
 def known_workdirs_file() -> Path:
@@ -31,9 +34,6 @@ def record_workdir(site: str, workdir: Path) -> None:
     pairs = [pair for pair in known_workdirs() if pair != entry] + [entry]
     path = known_workdirs_file()
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text("".join(f"{site}\t{where}\n" for site, where in pairs[-200:]))
-        tmp.replace(path)
-    except OSError as exc:
-        raise OSError(exc.errno, f"could not record the workdir in {path}: {exc.strerror}") from None
+        atomic_write(path, "".join(f"{site}\t{where}\n" for site, where in pairs[-200:]), what="workdir record")
+    except WriteError as exc:
+        raise OSError(errno.EIO, f"could not record the workdir in {path}: {exc.strerror}") from None

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from hpcprof.analysis.ncu.metrics import (
-    ECHO_COLUMNS, function_name, kernel_table, metric_key, metrics_table, rank_from_name,
+    ECHO_COLUMNS, function_name, kernel_table, metric_key, metrics_table,
 )
 from hpcprof.analysis.ncu.parse import load
 
@@ -150,12 +150,6 @@ def test_requested_raw_metric(fixtures_dir: Path) -> None:
     # the auto-scaled page prints "1.310490" Gbyte: 6 decimals of the column's unit
     np.testing.assert_allclose(table["dram__bytes_read.sum [byte]"],
                                [k["dram__bytes_read.sum"] for k in gold], atol=500)
-
-
-def test_rank_from_name() -> None:
-    assert rank_from_name(Path("/x/run3/ncu_rank12.csv")) == 12
-    assert rank_from_name(Path("profile.rank0.details.csv")) == 0
-    assert rank_from_name(Path("profile.csv")) is None
 
 
 def test_metrics_table_several_ranks(fixtures_dir: Path, tmp_path: Path) -> None:

@@ -10,7 +10,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from hpcprof.analysis import CollectContext, cross_rank_reducer, file_analyser, file_analysers
+from hpcprof.analysis.collector import CollectContext
+from hpcprof.analysis.registry import collector
 from hpcprof.errors import Problem
 
 KERN_SUM_TOTALS = {0: 43_530_292, 1: 6_906_115}   # Σ Total Time of the gold cuda_gpu_kern_sum per rank
@@ -24,21 +25,22 @@ def run_dir(fixtures_dir: Path, tmp_path: Path) -> Path:
     return tmp_path
 
 
-def _ctx(run_dir: Path, files: list[Path], log: list[str], nsys: str | None = None,
+def _ctx(run_dir: Path, files: list[Path], log: list[str],
          problems: list[Problem] | None = None) -> CollectContext:
     return CollectContext(run_dir=run_dir, tool="nsys", files=files, rank_of={f: i for i, f in enumerate(files)},
-                          work_dir=run_dir / "work", tool_paths={"nsys": nsys} if nsys else {}, log=log.append,
+                          work_dir=run_dir / "work", log=log.append,
                           problem=(problems if problems is not None else []).append)
 
 
-def collect_nsys(ctx: CollectContext) -> dict[str, pd.DataFrame]:
-    """Map every export of the run through nsys's file analyser in rank order, then reduce."""
+def collect_nsys(ctx: CollectContext, nsys: str | None = None) -> dict[str, pd.DataFrame]:
+    """Map every export of the run through nsys's ToolCollector in rank order, then reduce."""
+    tool = collector("nsys", {"nsys": nsys} if nsys else {})
     per_file: dict[str, list[pd.DataFrame]] = {}
-    for path, rank in sorted(file_analysers()["nsys"](ctx).items(), key=lambda item: item[1]):
-        for name, df in file_analyser("nsys")(path, rank).items():
+    for path, rank in sorted(tool.inputs(ctx).items(), key=lambda item: item[1]):
+        for name, df in tool.analyse_file(path, rank).items():
             per_file.setdefault(name, []).append(df)
     out = {name: pd.concat(parts, ignore_index=True) for name, parts in per_file.items()}
-    out.update(cross_rank_reducer("nsys")(out.get, ctx.log))
+    out.update(tool.reduce(out.get, ctx.log))
     return out
 
 
@@ -74,7 +76,7 @@ def test_collect_exports_nsys_rep_with_the_site_nsys(run_dir: Path) -> None:
                     f'[ "$1 $2 $3" = "export -t sqlite" ] || exit 3\ncp "{run_dir / "rank1.export-src"}" "$7"\n')
     fake.chmod(0o755)
     log: list[str] = []
-    out = collect_nsys(_ctx(run_dir, [run_dir / "rank0.sqlite", rep], log, nsys=str(fake)))
+    out = collect_nsys(_ctx(run_dir, [run_dir / "rank0.sqlite", rep], log), nsys=str(fake))
     _check_tables(out)
     assert (run_dir / "work" / "rank1.sqlite").exists()
 
@@ -89,3 +91,37 @@ def test_collect_without_nsys_goes_on_with_sqlite_files(run_dir: Path, monkeypat
                             problems=problems))
     _check_tables(out)
     assert problems == [Problem(rep, problems[0].reason)] and "no nsys executable found" in problems[0].reason
+
+
+def _all_rows(nccl: pd.DataFrame) -> pd.DataFrame:
+    columns = ["collective", "count", "total_ns", "mean_ns", "min_ns", "max_ns", "slowest_rank", "slowest_total_ns"]
+    return nccl[nccl["scope"] == "all"][columns].reset_index(drop=True)
+
+
+def test_nccl_across_ranks_is_one_reduction_for_the_cli_and_collect(run_dir: Path) -> None:
+    """`hpcprof nsys nccl` (file by file through collect's engine) and collect's nsys_nccl table
+    reduce the same per-rank rows with the one function: equal rows across ranks, even where the
+    old collect rounding (Python's round) and the CLI's (pandas) differed in the last digit."""
+    from hpcprof.analysis.nsys import distributed as dist
+    from hpcprof.analysis.nsys.cli import _analyse_one_at_a_time
+    from hpcprof.analysis.nsys.collect import reduce_ranks
+
+    files = (run_dir / "rank0.sqlite", run_dir / "rank1.sqlite")
+    cli, failures = _analyse_one_at_a_time(files, [0, 1], dist.nccl_per_rank, dist.nccl_across_ranks)
+    assert failures == 0 and cli is not None
+    per = cli[cli["scope"] == "rank"].copy()
+    per.insert(2, "window", "capture")                           # collect's per-rank rows carry their window
+    collected = reduce_ranks({"nccl": per}.get)["nccl"]
+    pd.testing.assert_frame_equal(_all_rows(collected), _all_rows(cli))
+    assert set(collected.loc[collected["scope"] == "all", "window"]) == {"capture"}
+    assert _all_rows(cli)["count"].tolist() == [10, 10]         # AllGather, ReduceScatter: 5 per rank
+
+    # 43,530,002 ns over 40 calls = 1,088,250.05 ns: half to even gives 1,088,250.0 (Python's
+    # round of the float gave 1,088,250.1 in the old collect reduce, the CLI 1,088,250.0)
+    crafted = pd.DataFrame({"scope": "rank", "rank": [0, 1], "window": "timed", "collective": "AllReduce",
+                            "count": [20, 20], "total_ns": [20_000_001, 23_530_001], "mean_ns": [1e6, 1176500.0],
+                            "min_ns": [1, 2], "max_ns": [3, 4]})
+    collected = _all_rows(reduce_ranks({"nccl": crafted}.get)["nccl"])
+    from_cli = _all_rows(dist.nccl_across_ranks(crafted.drop(columns="window")))
+    pd.testing.assert_frame_equal(collected, from_cli)
+    assert collected.loc[0, "mean_ns"] == 1_088_250.0 and collected.loc[0, "slowest_rank"] == 1

@@ -14,6 +14,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
+from hpcprof.atomic import atomic_write
 from hpcprof.config.container import ContainerConfig, KubernetesConfig
 from hpcprof.config.directives import check_fields, walltime_seconds
 from hpcprof.config.validation import load_yaml, validate
@@ -372,14 +373,10 @@ def write_user_site(name: str, venv_dir: Path, account: str | None, output: Path
     path = output or user_site_dir() / f"{name}.yaml"
     if path.exists() and not force:
         raise UserError(f"{path} exists; give --force to overwrite it or -o FILE")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(f"# Written by `hpcprof sites init {name}` from {source}: its setup, then your venv.\n"
-                   + yaml.safe_dump(data, sort_keys=False))
-    try:
+
+    def write(tmp: Path) -> None:  # checked before it replaces anything
+        tmp.write_text(f"# Written by `hpcprof sites init {name}` from {source}: its setup, then your venv.\n"
+                       + yaml.safe_dump(data, sort_keys=False))
         load_site_file(tmp)
-    except UserError:
-        tmp.unlink()
-        raise
-    tmp.replace(path)
-    return path
+
+    return atomic_write(path, write, what="site config")

@@ -199,9 +199,7 @@ def torch_gzip_requested(flag: bool) -> bool:
 
 
 def write_json(path: Path, payload: dict[str, Any]) -> Path:
-    """Write JSON atomically (temp file + rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(payload, indent=1, default=str))
-    tmp.replace(path)
-    return path
+    """Write JSON whole or not at all (hpcprof.atomic)."""
+    from hpcprof.atomic import atomic_write
+
+    return atomic_write(path, json.dumps(payload, indent=1, default=str), what="workload results")

@@ -14,13 +14,13 @@ or a raw metric name) are converted to base units, which are named in the column
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pandas as pd
 
 from hpcprof.analysis.ncu.parse import NcuInputError, load, parse_number, to_base_unit
+from hpcprof.ranks import rank_from_filename
 
 SOL = "GPU Speed Of Light Throughput"
 ECHO_SOURCES: dict[str, list[tuple[str, str]]] = {
@@ -145,12 +145,6 @@ def missing_sections(df: pd.DataFrame) -> list[str]:
             for col in ECHO_SOURCES if col in df and df[col].isna().all()]
 
 
-def rank_from_name(path: Path) -> int | None:
-    """The N of `rank<N>` in a file name, else None."""
-    m = re.search(r"rank(\d+)", path.name)
-    return int(m.group(1)) if m else None
-
-
 def metrics_table(files: Sequence[Path], metrics: Sequence[str] = (), ncu: str | None = None,
                   ranks: Mapping[Path, int] | None = None) -> tuple[pd.DataFrame, list[str]]:
     """Echo's table of several profiles (one per rank) and one message per file that failed.
@@ -169,7 +163,7 @@ def metrics_table(files: Sequence[Path], metrics: Sequence[str] = (), ncu: str |
             errors.append(str(exc))
             continue
         if ranks is not None or len(files) > 1:
-            rank = ranks.get(path) if ranks is not None else rank_from_name(path)
+            rank = ranks.get(path) if ranks is not None else rank_from_filename(path)
             df.insert(0, "file", path.name)
             df.insert(0, "rank", pd.array([rank] * len(df), dtype="Int64"))
         for spec, u in found.items():

@@ -15,6 +15,7 @@ from hpcprof.analysis.nsys import small
 from hpcprof.analysis.nsys.schema import MissingData, NsysInputError
 from hpcprof.errors import FiniteRange, UserError
 from hpcprof.lazy import LazyModule
+from hpcprof.ranks import rank_from_filename
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -374,7 +375,7 @@ def _rank_map(spec: str | None) -> dict[str, int]:
 
 def _ranks_of_files(files: tuple[Path, ...], mapping: dict[str, int]) -> list[int] | None:
     """Each file's rank from --rank-map or its name, when every file has its own; else None."""
-    ranks = [mapping.get(str(p), mapping.get(p.name, dist.rank_from_name(p))) for p in files]
+    ranks = [mapping.get(str(p), mapping.get(p.name, rank_from_filename(p))) for p in files]
     if None in ranks or len(set(ranks)) < len(ranks):
         return None
     return ranks  # type: ignore[return-value]
@@ -382,35 +383,35 @@ def _ranks_of_files(files: tuple[Path, ...], mapping: dict[str, int]) -> list[in
 
 def _analyse_one_at_a_time(files: tuple[Path, ...], ranks: list[int], func: Callable[[dist.Activity], pd.DataFrame],
                            across_ranks: Callable[[pd.DataFrame], pd.DataFrame] | None) -> tuple[pd.DataFrame | None, int]:
-    """`func` on each file on its own, in rank order (one export open and one rank's activity in
-    memory at a time), the results concatenated, then `across_ranks` over them.
-    Returns (the table or None when no file could be used, failures)."""
-    import pandas as pd
+    """`func` on each file on its own, in rank order, through collect's engine (one export open
+    and one rank's activity in memory at a time), the results concatenated as they stream in,
+    then `across_ranks` over them. Returns (the table or None when no file could be used, failures)."""
+    from hpcprof.collect.engine import InProcess, concat_frames, stream_map
 
-    def merged(frames: list[pd.DataFrame]) -> pd.DataFrame:  # empty frames would change the dtypes
-        return pd.concat([f for f in frames if len(f)] or frames[:1], ignore_index=True)
-
-    results: list[pd.DataFrame] = []
     failures = 0
-    for rank, path in sorted(zip(ranks, files)):
+
+    def one_file(path: Path, rank: int) -> pd.DataFrame | None:
+        nonlocal failures
         with ExitStack() as stack:
             exports, failed = open_exports([path], stack)
             failures += failed
             if not exports:
-                continue
+                return None
             try:
                 act = dist.load_activity(exports, {str(exports[0].path): rank})
             except NsysInputError as exc:
                 _fail(path, str(exc))
                 failures += 1
-                continue
-            results.append(func(act))
+                return None
+            result = func(act)
             failures += _report_failed(act)
-        if len(results) >= 64:  # thousands of small frames cost far more memory than their rows
-            results = [merged(results)]
-    if not results:
+            return result
+
+    jobs = ((path, (path, rank)) for rank, path in sorted(zip(ranks, files)))
+    results = (future.result() for _, future in stream_map(InProcess(), one_file, jobs, in_flight=1))
+    df = concat_frames(r for r in results if r is not None)
+    if df is None:
         return None, failures
-    df = merged(results)
     return (across_ranks(df) if across_ranks else df), failures
 
 

@@ -2,29 +2,28 @@
 
 from __future__ import annotations
 
-import os
-import re
 import shutil
 import subprocess
-import uuid
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Callable
 
 import pandas as pd
 
-from hpcprof.analysis import CollectContext
+from hpcprof.analysis.collector import CollectContext, Log, ReadTable, ToolCollector
 from hpcprof.analysis.nsys import critical_path
 from hpcprof.analysis.nsys import distributed as dist
+from hpcprof.analysis.nsys import window as win
 from hpcprof.analysis.nsys.db import Export
 from hpcprof.analysis.nsys.stats import SUMMARY_REPORTS, MissingData, run_report
-from hpcprof.analysis.nsys import window as win
 from hpcprof.analysis.nsys.timeline import iteration_timeline, median_iteration
+from hpcprof.atomic import atomic_write
 from hpcprof.errors import Problem
+from hpcprof.ranks import rank_from_filename
 
 
-def find_nsys(ctx: CollectContext) -> str | None:
+def find_nsys(tool_paths: Mapping[str, str]) -> str | None:
     """The site's nsys (tool_paths["nsys"]) or nsys on PATH, if any."""
-    configured = ctx.tool_paths.get("nsys")
+    configured = tool_paths.get("nsys")
     if configured and Path(configured).exists():
         return configured
     return shutil.which(configured or "nsys")
@@ -35,23 +34,21 @@ def export_sqlite(nsys: str, rep: Path, work_dir: Path) -> Path:
     out = work_dir / (rep.stem + ".sqlite")
     if out.exists() and out.stat().st_mtime >= rep.stat().st_mtime:
         return out
-    work_dir.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.stem}.{os.getpid()}.{uuid.uuid4().hex[:16]}.sqlite")  # a failed export leaves no file
-    try:
+
+    def export(tmp: Path) -> None:  # a failed export leaves no file
         subprocess.run([nsys, "export", "-t", "sqlite", "--force-overwrite", "true", "-o", str(tmp), str(rep)],
                        check=True, capture_output=True, text=True)
-        os.replace(tmp, out)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return out
+
+    return atomic_write(out, export, what="nsys export", suffix=".sqlite")
 
 
-def sqlite_files(ctx: CollectContext) -> dict[Path, int]:
-    """The run's exports with their ranks: .sqlite files as given, .nsys-rep exported when nsys exists."""
+def sqlite_files(ctx: CollectContext, tool_paths: Mapping[str, str]) -> dict[Path, int]:
+    """The run's exports with their ranks: .sqlite files as given, .nsys-rep exported with the
+    site's nsys (`tool_paths`) when there is one."""
     reps = [f for f in ctx.files if f.suffix == ".nsys-rep"]
     given = {f: ctx.rank_of.get(f) for f in ctx.files if f.suffix == ".sqlite"}
     have = {f.stem for f in given}
-    nsys = find_nsys(ctx) if any(r.stem not in have for r in reps) else None
+    nsys = find_nsys(tool_paths) if any(r.stem not in have for r in reps) else None
     for rep in reps:
         if rep.stem in have:
             continue
@@ -108,35 +105,38 @@ def analyse_file(path: Path, rank: int, nvtx_window: str | None = None) -> dict[
     return out
 
 
-def reduce_ranks(read: Callable[[str], pd.DataFrame | None]) -> dict[str, pd.DataFrame]:
+def reduce_ranks(read: ReadTable) -> dict[str, pd.DataFrame]:
     """Cross-rank tables from the per-rank ones: per collective, the totals over all ranks and the
-    slowest rank (`scope == "all"`) appended to the per-rank NCCL rows; the timeline cut to the
-    window's median iteration (the same iteration on every rank)."""
+    slowest rank (`scope == "all"`, distributed.nccl_across_ranks: the same rows as `hpcprof nsys
+    nccl`) appended to the per-rank NCCL rows; the timeline cut to the window's median iteration
+    (the same iteration on every rank)."""
     out: dict[str, pd.DataFrame] = critical_path.collect_tables(read)
     timeline = read("timeline")
     middle = median_iteration(read("iterations"))
     if timeline is not None and middle is not None:
         out["timeline"] = timeline[timeline["iteration"] == middle].reset_index(drop=True)
     per = read("nccl")
-    if per is None or per.empty:
-        return out
-    per = per[per["scope"] == "rank"]
-    rows = []
-    for coll, g in per.groupby("collective", sort=True):
-        slow = g.loc[g["total_ns"].idxmax()]
-        total, count = int(g["total_ns"].sum()), int(g["count"].sum())
-        rows.append({"scope": "all", "rank": pd.NA, "window": "+".join(sorted(set(g["window"].astype(str)))),
-                     "collective": coll, "count": count, "total_ns": total,
-                     "mean_ns": round(total / count, 1), "min_ns": int(g["min_ns"].min()),
-                     "max_ns": int(g["max_ns"].max()), "slowest_rank": int(slow["rank"]),
-                     "slowest_total_ns": int(slow["total_ns"])})
-    nccl = pd.concat([per, pd.DataFrame(rows)], ignore_index=True)
-    for c in ("rank", "slowest_rank", "slowest_total_ns"):
-        nccl[c] = nccl[c].astype("Int64")
-    out["nccl"] = nccl
+    if per is not None and not per.empty:
+        out["nccl"] = dist.nccl_across_ranks(per)
     return out
 
 
+class NsysCollector(ToolCollector):
+    """nsys in `collect`: exports (.nsys-rep exported to SQLite), each rank's tables, the NCCL
+    summary and timeline across ranks."""
+
+    def inputs(self, ctx: CollectContext) -> dict[Path, int]:
+        return sqlite_files(ctx, self.tool_paths)
+
+    def analyse_file(self, path: Path, rank: int) -> dict[str, pd.DataFrame]:
+        return analyse_file(path, rank)
+
+    def reduce(self, read: ReadTable, log: Log) -> dict[str, pd.DataFrame]:
+        return reduce_ranks(read)
+
+
+#: the files of an nsys profile (a report, the old name of one, or its SQLite export)
+PROFILE_SUFFIXES = (".nsys-rep", ".qdrep", ".sqlite")
 #: what nsys prints when its capture range never opened (cudaProfilerApi / nvtx)
 NOTHING_RECORDED = "No reports were generated"
 
@@ -152,12 +152,12 @@ def missing_profiles(run_dir: Path, config: dict) -> list[str]:
     per_node, world = int(config["ranks_per_node"]), int(config["world_size"])
     selection = RankSelection(profile["ranks"])
     ranged = profile["nsys"]["capture_range"] != "none"
+    profiles = run_dir / "profiles" / "nsys"
+    present = {rank_from_filename(p) for p in profiles.iterdir() if p.suffix in PROFILE_SUFFIXES} \
+        if profiles.is_dir() else set()
     lines = []
     for rank in range(world):
-        if not selection.selects(rank, rank % per_node, per_node):
-            continue
-        own = re.compile(rf"rank{rank}(?:\.\d+)?\.(?:nsys-rep|qdrep|sqlite)")
-        if any(own.fullmatch(p.name) for p in (run_dir / "profiles" / "nsys").glob(f"rank{rank}.*")):
+        if rank in present or not selection.selects(rank, rank % per_node, per_node):
             continue
         log = run_dir / "logs" / f"rank{rank}.log"
         text = log.read_text(errors="replace") if log.is_file() else None

@@ -29,15 +29,9 @@ from hpcprof.analysis.nsys.db import (
     process_of,
 )
 from hpcprof.analysis.nsys.stats import OLD, nvtx_ranges
+from hpcprof.ranks import rank_from_filename
 
-RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
 NCCL_KERNEL = re.compile(r"^nccl(?:Dev)?Kernel_([A-Za-z0-9]+?)(?:_|\(|$)")
-
-
-def rank_from_name(path: Path) -> int | None:
-    """The rank written in a file name (`rank3.sqlite`, `report_rank_3.sqlite`), if any."""
-    m = RANK_IN_NAME.search(path.name)
-    return int(m.group(1)) if m else None
 
 
 def parse_rank_map(spec: str) -> dict[str, int]:
@@ -130,7 +124,7 @@ def load_activity(exports: list[Export], rank_map: dict[str, int] | None = None)
             failed[export.path] = str(exc)
             continue
         ops["file"] = rt["file"] = str(export.path)
-        rank = rank_map.get(str(export.path), rank_map.get(export.path.name, rank_from_name(export.path)))
+        rank = rank_map.get(str(export.path), rank_map.get(export.path.name, rank_from_filename(export.path)))
         if rank is None:
             pending.append((ops, rt))
             continue
@@ -233,23 +227,30 @@ def nccl_per_rank(act: Activity) -> pd.DataFrame:
 
 
 def nccl_across_ranks(per: pd.DataFrame) -> pd.DataFrame:
-    """The per-rank rows (nccl_per_rank, any number of ranks) followed by one row per collective
-    across all ranks (`scope == "all"`) with the slowest rank: only the per-rank rows are needed,
-    so the ranks can be analysed one file at a time."""
+    """The per-rank rows (`scope == "rank"`, any number of ranks, as nccl_per_rank gives them)
+    followed by one row per collective across all ranks (`scope == "all"`) with the slowest rank;
+    a `window` column (collect's tables) is kept, the row across ranks naming every rank's window.
+    Only the per-rank rows are needed, so the ranks can be analysed one file at a time: the one
+    reduction `hpcprof nsys nccl` and `collect`'s nsys_nccl table both use (mean_ns to 0.1 ns)."""
+    per = per[per["scope"] == "rank"]
+    windowed = "window" in per.columns
     rows = []
     for coll, g in per.groupby("collective", sort=True):
         slow = g.loc[g["total_ns"].idxmax()]
         total, count = int(g["total_ns"].sum()), int(g["count"].sum())
-        rows.append({"scope": "all", "rank": pd.NA, "collective": coll, "count": count, "total_ns": total,
-                     "mean_ns": total / count, "min_ns": int(g["min_ns"].min()), "max_ns": int(g["max_ns"].max()),
-                     "slowest_rank": int(slow["rank"]), "slowest_total_ns": int(slow["total_ns"])})
+        row = {"scope": "all", "rank": pd.NA, "collective": coll, "count": count, "total_ns": total,
+               "mean_ns": total / count, "min_ns": int(g["min_ns"].min()), "max_ns": int(g["max_ns"].max()),
+               "slowest_rank": int(slow["rank"]), "slowest_total_ns": int(slow["total_ns"])}
+        if windowed:
+            row["window"] = "+".join(sorted(set(g["window"].astype(str))))
+        rows.append(row)
     out = pd.concat([per, pd.DataFrame(rows)], ignore_index=True) if rows else per.copy()
     out["rank"] = out["rank"].astype("Int64")
     for c in ("slowest_rank", "slowest_total_ns"):
         out[c] = out[c].astype("Int64") if c in out else pd.array([pd.NA] * len(out), dtype="Int64")
-    out["mean_ns"] = out["mean_ns"].round(1)
-    return out[["scope", "rank", "collective", "count", "total_ns", "mean_ns", "min_ns", "max_ns",
-                "slowest_rank", "slowest_total_ns"]]
+    out["mean_ns"] = out["mean_ns"].astype(float).round(1)
+    return out[["scope", "rank", *(["window"] if windowed else []), "collective", "count", "total_ns", "mean_ns",
+                "min_ns", "max_ns", "slowest_rank", "slowest_total_ns"]]
 
 
 def nccl_summary(act: Activity) -> pd.DataFrame:

@@ -1,21 +1,22 @@
 """Echo's slowdown flow: the world-size-1 run of a DDP sweep is the baseline of its world-size-N
 runs; `echo_slowdown` computes the slowdown of every device of an N run during collect, and
 `write_echo` writes Echo's table layout (CSV or .xlsx, one file per GPU: per rank and device, as
-each rank usually sees its one GPU as device 0)."""
+each rank usually sees its one GPU as device 0). Which run of a sweep is the baseline is decided
+here (`is_baseline_for`); finding the sweep's runs is the caller's (hpcprof.collect.runs)."""
 
 from __future__ import annotations
 
-import re
+from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pandas as pd
 
-from hpcprof.rundir import RunDir, sweep_of
+from hpcprof.atomic import atomic_write
+from hpcprof.ranks import rank_from_filename
 
 ECHO_COLUMNS = ["id", "kShortName", "kDemangledName", "ground_truth", "duration", "overlap_ratio", "slowdown"]
-RANK = re.compile(r"rank(\d+)")
 
 
 def echo_layout(slowdown: pd.DataFrame) -> dict[tuple[int, int], pd.DataFrame]:
@@ -43,18 +44,19 @@ def echo_paths(path: Path, gpus: list[tuple[int, int]]) -> dict[tuple[int, int],
 
 
 def write_echo(slowdown: pd.DataFrame, path: Path) -> list[Path]:
-    """Write Echo's layout as CSV, or as .xlsx when `path` ends in .xlsx (via temp files + rename)."""
+    """Write Echo's layout as CSV, or as .xlsx when `path` ends in .xlsx (each file whole or not at all)."""
     tables = echo_layout(slowdown)
     written = []
-    path.parent.mkdir(parents=True, exist_ok=True)
     for gpu, target in echo_paths(path, sorted(tables)).items():
-        tmp = target.with_name(target.name + ".tmp")
+        table = tables[gpu]
         if target.suffix == ".xlsx":
-            tables[gpu].to_excel(tmp, index=False, engine="openpyxl")
+            def excel(tmp: Path, table: pd.DataFrame = table) -> None:
+                table.to_excel(tmp, index=False, engine="openpyxl")
+
+            written.append(atomic_write(target, excel, what="Echo table", suffix=".xlsx"))
         else:
-            tables[gpu].to_csv(tmp, index=False)
-        written.append(tmp)
-    return [tmp.replace(tmp.with_name(tmp.name[:-4])) for tmp in written]
+            written.append(atomic_write(target, table.to_csv(index=False), what="Echo table"))
+    return written
 
 
 def model_key(config: dict[str, Any]) -> dict[str, Any]:
@@ -69,40 +71,32 @@ def sqlite_exports(run_dir: Path) -> dict[Path, int]:
     found: dict[str, tuple[Path, int]] = {}
     for sub in ("profiles/nsys", "derived/nsys"):
         for path in sorted((run_dir / sub).glob("*.sqlite")):
-            match = RANK.search(path.name)
-            if match:
-                found[path.stem] = (path, int(match.group(1)))
+            rank = rank_from_filename(path)
+            if rank is not None:
+                found[path.stem] = (path, rank)
     return dict(found.values())
 
 
-def baseline_run(run: RunDir) -> RunDir | None:
-    """The world-size-1 run of the same DDP model under nsys in `run`'s sweep, if any."""
-    sweep = sweep_of(run.run_id)
-    key = model_key(run.config)
-    for other in sorted(run.path.parent.glob(f"{sweep}*/config.json")):
-        cand = RunDir(other.parent)
-        if cand.path == run.path or sweep_of(cand.run_id) != sweep:
-            continue
-        cfg = cand.config
-        if cfg["world_size"] == 1 and cfg["experiment"]["profile"]["tool"] == "nsys" and model_key(cfg) == key:
-            return cand
-    return None
-
-
-def echo_slowdown(run: RunDir, log: Callable[[str], None] = print) -> dict[str, pd.DataFrame]:
-    """{"slowdown": every device's kernels against the sweep's world-size-1 run} for a DDP run of
-    world size > 1 under nsys; {} for any other run."""
-    config = run.config
+def wants_baseline(config: dict[str, Any]) -> bool:
+    """Whether a run has Echo's slowdown: a DDP run of world size > 1 under nsys."""
     exp = config["experiment"]
-    if exp["workload"]["kind"] != "ddp" or exp["profile"]["tool"] != "nsys" or config["world_size"] < 2:
-        return {}
-    base = baseline_run(run)
-    if base is None:
-        return {}
-    base_files, files = sqlite_exports(base.path), sqlite_exports(run.path)
+    return exp["workload"]["kind"] == "ddp" and exp["profile"]["tool"] == "nsys" and config["world_size"] >= 2
+
+
+def is_baseline_for(config: dict[str, Any], candidate: dict[str, Any]) -> bool:
+    """Whether the run of `candidate` (a config) is the baseline of the run of `config`: the same
+    DDP model under nsys on world size 1."""
+    return (candidate["world_size"] == 1 and candidate["experiment"]["profile"]["tool"] == "nsys"
+            and model_key(candidate) == model_key(config))
+
+
+def echo_slowdown(run_dir: Path, baseline_dir: Path, log: Callable[[str], None] = print) -> dict[str, pd.DataFrame]:
+    """{"slowdown": every device's kernels of the run in `run_dir` against its world-size-1
+    baseline run in `baseline_dir`}; {} (logged) while either has no SQLite export yet."""
+    base_files, files = sqlite_exports(baseline_dir), sqlite_exports(run_dir)
     if not base_files or not files:
-        missing = base if not base_files else run
-        log(f"echo: no nsys SQLite export in {missing.path}; collect {missing.run_id} first (needs nsys "
+        missing = baseline_dir if not base_files else run_dir
+        log(f"echo: no nsys SQLite export in {missing}; collect {missing.name} first (needs nsys "
             "to export .nsys-rep), then collect this run again")
         return {}
     from hpcprof.analysis.nsys import distributed as dist
@@ -115,5 +109,5 @@ def echo_slowdown(run: RunDir, log: Callable[[str], None] = print) -> dict[str, 
                               dist.load_activity(exports, {str(p): r for p, r in files.items()}))
     matched = int((table["status"] == "matched").sum())
     gpus = len(table[["rank", "device"]].drop_duplicates())
-    log(f"echo: slowdown of {matched} kernel(s) on {gpus} GPU(s) against {base.run_id}")
+    log(f"echo: slowdown of {matched} kernel(s) on {gpus} GPU(s) against {baseline_dir.name}")
     return {"slowdown": table}

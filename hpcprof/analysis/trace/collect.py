@@ -4,12 +4,12 @@ all` uses it too)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 import pandas as pd
 
-from hpcprof.analysis import NothingToAnalyse
+from hpcprof.analysis.collector import Log, NothingToAnalyse, ReadTable, ToolCollector
 from hpcprof.analysis.trace import analyses, critical_path
 from hpcprof.analysis.trace.load import RankTrace, TraceError, load_trace
 from hpcprof.analysis.trace.window import trace_window
@@ -43,10 +43,21 @@ def analyse_file(path: Path, rank: int) -> dict[str, pd.DataFrame]:
             critical_path.EVENTS_TABLE: critical_path.file_events(path, trace.rank)}
 
 
-def reduce_ranks(read: Callable[[str], pd.DataFrame | None], log: Callable[[str], None]) -> dict[str, pd.DataFrame]:
+def reduce_ranks(read: ReadTable, log: Log) -> dict[str, pd.DataFrame]:
     """The kernels table in all_analyses' order over all ranks (kernel type, name, rank)."""
     paths = critical_path.collect_tables(read)
     kernels = read("kernels")
     if kernels is None:
         return paths
     return {"kernels": kernels.sort_values(["kernel_type", "name", "rank"], kind="stable", ignore_index=True), **paths}
+
+
+class TorchCollector(ToolCollector):
+    """torch.profiler traces in `collect`: HTA's analyses and the window of each rank's trace,
+    then the kernels and critical-path tables across ranks."""
+
+    def analyse_file(self, path: Path, rank: int) -> dict[str, pd.DataFrame]:
+        return analyse_file(path, rank)
+
+    def reduce(self, read: ReadTable, log: Log) -> dict[str, pd.DataFrame]:
+        return reduce_ranks(read, log)

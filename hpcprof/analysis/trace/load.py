@@ -38,10 +38,11 @@ import msgspec
 import numpy as np
 import pandas as pd
 
+from hpcprof.ranks import rank_from_filename
+
 SYNC_NAMES = ("Event Sync", "Context Sync")
 PARALLEL_MIN_BYTES = 4 << 20  # below this, starting worker processes costs more than it saves
 _STEP_RE = re.compile(r"ProfilerStep\s*#\s*(\d+)")
-_RANK_IN_NAME_RE = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 
 
 class TraceError(Exception):
@@ -115,8 +116,7 @@ def _read_bytes(path: Path) -> bytes:
 def _rank_from(distributed_info: Any, path: Path) -> int | None:
     if isinstance(distributed_info, dict) and isinstance(distributed_info.get("rank"), int):
         return distributed_info["rank"]
-    match = _RANK_IN_NAME_RE.search(path.name)
-    return int(match.group(1)) if match else None
+    return rank_from_filename(path)
 
 
 def _as_int(value: Any) -> int:

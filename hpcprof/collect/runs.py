@@ -1,20 +1,21 @@
-"""Collect finished runs: workload results, a manifest of logs and profiles, and each profile
-tool's analysis, into `results/<table>.parquet` (hpcprof.results) and the run's typed summary in
-the campaign store. Collecting twice changes nothing.
+"""Collect finished runs, one run at a time (the engine it runs on is hpcprof.collect.engine):
+workload results, a manifest of logs and profiles, and each profile tool's analysis, into
+`results/<table>.parquet` (hpcprof.results) and the run's typed summary in the campaign store.
+Collecting twice changes nothing.
 
 Isolation: every run and every file is collected on its own; one that cannot be read is a
 `Problem` (hpcprof.errors: the file and why), reported in one line and recorded (`collect_status
 = partial`, exit status 3), the rest is collected. Whatever the cause (a damaged export, an export
 nsys could not make or no nsys to make it, a directory or a symlink loop named like a rank file,
 a worker that died), it is a Problem value handed to `Collected.report`, never a log line matched
-for words. Rank files (nsys
-exports, ncu CSVs, torch traces) are analysed per file in parallel (a process pool, or
-`mpi4py.futures` workers when launched under `mpiexec -n N python -m mpi4py.futures -m hpcprof
-collect`): each worker writes its rank's tables to `derived/<tool>/parts/`; the run's tables are
-concatenated from those parts, the cross-rank tables reduced and the summary computed in the
-workers too, so this process's memory does not grow with the number of ranks. Files unchanged
-since the last collect (size and mtime) are skipped while their cached parts read; a damaged
-part is made again. Temporary files a killed collect left behind are removed.
+for words. Rank files (nsys exports, ncu CSVs, torch traces) are analysed per file in parallel by
+their tool's ToolCollector (hpcprof.analysis.registry), in a process pool or `mpi4py.futures`
+workers when launched under `mpiexec -n N python -m mpi4py.futures -m hpcprof collect`: each
+worker writes its rank's tables to `derived/<tool>/parts/`; the run's tables are concatenated
+from those parts, the cross-rank tables reduced and the summary computed in the workers too, so
+this process's memory does not grow with the number of ranks. Files unchanged since the last
+collect (size and mtime) are skipped while their cached parts read; a damaged part is made
+again. Temporary files a killed collect left behind are removed.
 """
 
 from __future__ import annotations
@@ -23,33 +24,28 @@ import json
 import os
 import re
 import stat
-import sys
-import time
-from concurrent.futures import BrokenExecutor, Executor, Future, ProcessPoolExecutor, as_completed
+from collections.abc import Callable
+from concurrent.futures import BrokenExecutor, Executor
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import Any, Callable
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from hpcprof.atomic import atomic_write, remove_stale_temps
+from hpcprof.collect.engine import InProcess, Log, Progress, concat_parts, make_executor, stream_map
 from hpcprof.errors import Problem, UserError, WorkerDied
+from hpcprof.ranks import rank_from_filename
 from hpcprof.results import ResultError, check_name, write_table
-from hpcprof.rundir import RunDir
+from hpcprof.rundir import RunDir, sweep_of
 from hpcprof.store import Store
 
-RANK_IN_NAME = re.compile(r"rank(\d+)")
+if TYPE_CHECKING:
+    import pandas as pd
+
 #: exit status of `hpcprof collect` when something was skipped (the rest is collected)
 EXIT_PARTIAL = 3
-Log = Callable[[str], None]
 #: where a Problem goes (Collected.report of the run being collected)
 Report = Callable[[Problem], None]
-
-
-def rank_of(path: Path) -> int | None:
-    """The rank in a per-rank file name (`rank3.nsys-rep` -> 3)."""
-    match = RANK_IN_NAME.search(path.name)
-    return int(match.group(1)) if match else None
 
 
 def _short(exc: BaseException) -> str:
@@ -78,6 +74,8 @@ def workload_tables(results_dir: Path, problem: Report) -> dict[str, pd.DataFram
     """Tables from the workload's JSON results: every list of records becomes one table
     (`<file>.<key>`), the scalar fields of each file one row (`<file>`). Unreadable files and
     names that are not one safe path component are reported through `problem` and skipped."""
+    import pandas as pd
+
     tables: dict[str, pd.DataFrame] = {}
     for path in sorted(results_dir.glob("*.json")):
         try:
@@ -90,10 +88,10 @@ def workload_tables(results_dir: Path, problem: Report) -> dict[str, pd.DataFram
         candidates: dict[str, Callable[[], pd.DataFrame]] = {}
         scalars = {k: v for k, v in data.items() if isinstance(v, (str, int, float, bool)) or v is None}
         if scalars:
-            candidates[path.stem] = lambda s=scalars: pd.DataFrame([s])
+            candidates[path.stem] = partial(pd.DataFrame, [scalars])
         for key, value in data.items():
             if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
-                candidates[f"{path.stem}.{key}"] = lambda v=value: pd.json_normalize(v)
+                candidates[f"{path.stem}.{key}"] = partial(pd.json_normalize, value)
         for name, make in candidates.items():
             try:
                 check_name(f"workload_{name}")
@@ -105,93 +103,20 @@ def workload_tables(results_dir: Path, problem: Report) -> dict[str, pd.DataFram
 
 def manifest(run: RunDir) -> pd.DataFrame:
     """Every log, profile and workload result file of the run, with rank and size."""
+    import pandas as pd
+
     rows = []
     for sub in ("logs", "profiles", "results"):
         for path in sorted((run.path / sub).rglob("*")):
             if path.name.startswith(".") or path.name.endswith((".tmp", ".parquet")) or not path.is_file():
                 continue
             rows.append({"kind": sub, "path": str(path.relative_to(run.path)),
-                         "rank": rank_of(path), "bytes": path.stat().st_size})
+                         "rank": rank_from_filename(path), "bytes": path.stat().st_size})
     return pd.DataFrame(rows, columns=["kind", "path", "rank", "bytes"]).astype({"rank": "Int64"})
 
 
 # ---------------------------------------------------------------------------------------------
-# executors and progress
-
-
-def under_mpi_futures() -> bool:
-    """True when started by `mpiexec ... python -m mpi4py.futures` with more than one process."""
-    if not any(k in os.environ for k in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS")):
-        return False
-    if "mpi4py.futures" not in sys.modules:
-        return False
-    from mpi4py import MPI
-
-    return MPI.COMM_WORLD.Get_size() > 1
-
-
-class InProcess(Executor):
-    """Runs each task at once in this process (1 worker: no pool, no pickling)."""
-
-    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future:
-        future: Future = Future()
-        try:
-            future.set_result(fn(*args, **kwargs))
-        except BaseException as exc:  # handed to the caller through the future
-            future.set_exception(exc)
-        return future
-
-
-def make_executor(workers: int) -> tuple[Executor, str]:
-    """mpi4py.futures workers under mpiexec, else a process pool of `workers` (1: this process);
-    with a description for the log."""
-    if under_mpi_futures():
-        from mpi4py import MPI
-        from mpi4py.futures import MPIPoolExecutor
-
-        return MPIPoolExecutor(), f"{MPI.COMM_WORLD.Get_size() - 1} mpi4py.futures worker(s)"
-    if workers <= 1:
-        return InProcess(), "1 process"
-    return ProcessPoolExecutor(workers), f"{workers} worker processes"
-
-
-class Progress:
-    """Files and bytes done with an ETA: a rich bar on a terminal, else a few plain log lines."""
-
-    def __init__(self, label: str, total_files: int, total_bytes: int, log: Log) -> None:
-        self.label, self.total, self.bytes, self.log = label, total_files, total_bytes, log
-        self.done = self.done_bytes = 0
-        self.start = time.monotonic()
-        self.bar = None
-        if sys.stderr.isatty() and total_files > 1:
-            from rich.progress import (BarColumn, DownloadColumn, MofNCompleteColumn, Progress as Bar,
-                                       TextColumn, TimeRemainingColumn)
-
-            self.bar = Bar(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                           DownloadColumn(), TimeRemainingColumn(), transient=True)
-            self.task = self.bar.add_task(label, total=total_bytes)
-            self.bar.start()
-
-    def advance(self, nbytes: int) -> None:
-        self.done += 1
-        self.done_bytes += nbytes
-        if self.bar is not None:
-            self.bar.update(self.task, advance=nbytes, description=f"{self.label} {self.done}/{self.total} files")
-            return
-        step = max(1, self.total // 10)
-        if self.done % step == 0 or self.done == self.total:
-            elapsed = time.monotonic() - self.start
-            eta = elapsed / self.done_bytes * (self.bytes - self.done_bytes) if self.done_bytes else 0.0
-            self.log(f"{self.label}: {self.done}/{self.total} files, {self.done_bytes / 1e6:.1f}/"
-                     f"{self.bytes / 1e6:.1f} MB, {elapsed:.1f} s, ETA {eta:.0f} s")
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.stop()
-
-
-# ---------------------------------------------------------------------------------------------
-# per-file map and cross-rank reduce (nsys)
+# per-file map and cross-rank reduce, through the tool's ToolCollector
 
 
 def _parts_dir(run_path: Path, tool: str) -> Path:
@@ -204,9 +129,9 @@ def _part_key(path: Path) -> str:
 
 def map_file(tool: str, path: str, rank: int, parts: str, tool_paths: dict[str, str]) -> list[str]:
     """Analyse one rank's file (in a worker) and write its tables under `parts/<file>/`."""
-    from hpcprof.analysis import file_analyser
+    from hpcprof.analysis.registry import collector
 
-    tables = file_analyser(tool, tool_paths)(Path(path), rank)
+    tables = collector(tool, tool_paths).analyse_file(Path(path), rank)
     out = Path(parts) / _part_key(Path(path))
     for name, df in tables.items():
         write_table(out, name, df)
@@ -243,7 +168,7 @@ def map_files(tool: str, files: dict[Path, int], run_path: Path, executor: Execu
     """Run `map_file` over every file not collected yet (or changed, or whose cached part is
     damaged), at most `in_flight` files submitted at a time, streaming results as workers finish;
     returns {part key: tables} of every usable file, in rank order."""
-    from hpcprof.analysis import NothingToAnalyse
+    from hpcprof.analysis.collector import NothingToAnalyse
 
     parts = _parts_dir(run_path, tool)
     old = _load_manifest(parts)
@@ -269,21 +194,9 @@ def map_files(tool: str, files: dict[Path, int], run_path: Path, executor: Execu
     if len(new):
         log(f"{tool}: {len(new)} file(s) unchanged since the last collect, skipped")
     progress = Progress(f"{tool} {run_path.name}", len(pending), sum(st.st_size for _, _, st in pending), log)
-    queue = iter(pending)
-    running: dict[Future, tuple[Path, int, os.stat_result]] = {}
-
-    def submit_next() -> None:
-        for path, rank, st in queue:
-            running[executor.submit(map_file, tool, str(path), rank, str(parts), tool_paths or {})] = (path, rank, st)
-            return
-
+    jobs = (((path, rank, st), (tool, str(path), rank, str(parts), tool_paths or {})) for path, rank, st in pending)
     try:
-        for _ in range(in_flight):
-            submit_next()
-        while running:
-            future = next(as_completed(running))
-            path, rank, st = running.pop(future)
-            submit_next()
+        for (path, rank, st), future in stream_map(executor, map_file, jobs, in_flight):
             try:
                 tables = future.result()
             except BrokenExecutor:  # a worker died (killed, out of memory): the files it left undone
@@ -306,59 +219,15 @@ def map_files(tool: str, files: dict[Path, int], run_path: Path, executor: Execu
     return {k: new[k]["tables"] for k in order}
 
 
-def concat_parts(parts: Path, keys: list[str], name: str, target: Path,
-                 row_group: int = 262_144, compact_every: int = 64) -> bool:
-    """Stream the `name` tables of the parts `keys` into one Parquet file, in that order: one part
-    (and one row group of at most `row_group` rows) in memory at a time. The parts waiting for
-    their row group are merged into one contiguous table every `compact_every` parts (thousands of
-    small Arrow tables cost far more memory than their rows)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    paths = [parts / k / "results" / f"{name}.parquet" for k in keys]
-    if not paths:
-        return False
-    schema = pq.read_schema(paths[0]).remove_metadata()
-    for p in paths[1:]:  # one running schema, not one per part
-        other = pq.read_schema(p).remove_metadata()
-        if not other.equals(schema):
-            schema = pa.unify_schemas([schema, other], promote_options="permissive")
-
-    def write(tmp: Path) -> None:
-        with pq.ParquetWriter(tmp, schema) as writer:
-            pending: list[pa.Table] = []
-            rows = 0
-            for p in paths:
-                table = pq.ParquetFile(p).read(use_threads=False).replace_schema_metadata(None)
-                for column in schema.names:
-                    if column not in table.column_names:
-                        table = table.append_column(column, pa.nulls(len(table), schema.field(column).type))
-                pending.append(table.select(schema.names).cast(schema))
-                rows += len(table)
-                if len(pending) >= compact_every:
-                    pending = [pa.concat_tables(pending).combine_chunks()]
-                if rows >= row_group:
-                    writer.write_table(pa.concat_tables(pending))
-                    pending, rows = [], 0
-            if pending:
-                writer.write_table(pa.concat_tables(pending))
-
-    atomic_write(target, write, what="result table")
-    return True
-
-
 def cross_rank_tables(tool: str, run_path: Path) -> tuple[list[str], list[str]]:
     """The tool's cross-rank reduce over the run's concatenated tables, written to results/;
     returns (table names written, notes to log)."""
-    from hpcprof.analysis import cross_rank_reducer
+    from hpcprof.analysis.registry import collector
     from hpcprof.results import read_table
 
-    reducer = cross_rank_reducer(tool)
     notes: list[str] = []
-    if reducer is None:
-        return [], notes
     written = []
-    for name, df in reducer(lambda n: read_table(run_path, f"{tool}_{n}"), notes.append).items():
+    for name, df in collector(tool).reduce(lambda n: read_table(run_path, f"{tool}_{n}"), notes.append).items():
         write_table(run_path, f"{tool}_{name}", df)
         written.append(f"{tool}_{name}")
     return written, notes
@@ -374,7 +243,8 @@ def reduce_parts(tool: str, run_path: Path, mapped: dict[str, list[str]], execut
     executor = executor or InProcess()
     parts = _parts_dir(run_path, tool)
     names = sorted({n for tables in mapped.values() for n in tables})
-    futures = {name: executor.submit(concat_parts, parts, [k for k, t in mapped.items() if name in t], name,
+    futures = {name: executor.submit(concat_parts, [parts / k / "results" / f"{name}.parquet"
+                                                    for k, t in mapped.items() if name in t],
                                      table_path(run_path, f"{tool}_{name}")) for name in names}
     try:
         written = [f"{tool}_{name}" for name, future in futures.items() if future.result()]
@@ -401,7 +271,7 @@ def rank_files(profile_dir: Path, problem: Report) -> list[Path]:
     a Problem."""
     files = []
     for path in sorted(profile_dir.iterdir()):
-        if rank_of(path) is None or path.name.startswith("."):
+        if rank_from_filename(path) is None or path.name.startswith("."):
             continue
         try:
             mode = path.stat().st_mode
@@ -415,9 +285,23 @@ def rank_files(profile_dir: Path, problem: Report) -> list[Path]:
     return files
 
 
+def echo_baseline(run: RunDir) -> RunDir | None:
+    """The world-size-1 run of the same DDP model under nsys in `run`'s sweep, if any (Echo's
+    baseline: nsys/echo.py decides which run is one)."""
+    from hpcprof.analysis.nsys.echo import is_baseline_for
+
+    sweep = sweep_of(run.run_id)
+    for other in sorted(run.path.parent.glob(f"{sweep}*/config.json")):
+        cand = RunDir(other.parent)
+        if cand.path != run.path and sweep_of(cand.run_id) == sweep and is_baseline_for(run.config, cand.config):
+            return cand
+    return None
+
+
 def collect_run(run: RunDir, store: Store, log: Log = print, executor: Executor | None = None) -> Collected:
     """Collect one run; every step is isolated, problems are returned and recorded."""
-    from hpcprof.analysis import CollectContext, file_analysers
+    from hpcprof.analysis.collector import CollectContext
+    from hpcprof.analysis.registry import collector
 
     done = Collected(run.run_id, log)
     executor = executor or InProcess()
@@ -450,20 +334,19 @@ def collect_run(run: RunDir, store: Store, log: Log = print, executor: Executor 
             log(f"{run.run_id}: no {tool} profiles in {profile_dir}")
             return
         site_paths = config["site"]["paths"]
+        tool_paths = {"nsys": site_paths["nsys"], "ncu": site_paths["ncu"]}
         ctx = CollectContext(run_dir=run.path, tool=tool, files=files,
-                             rank_of={p: rank_of(p) for p in files},  # type: ignore[misc]
-                             work_dir=run.path / "derived" / tool,
-                             tool_paths={"nsys": site_paths["nsys"], "ncu": site_paths["ncu"]},
-                             log=log, problem=done.report)
+                             rank_of={p: rank_from_filename(p) for p in files},  # type: ignore[misc]
+                             work_dir=run.path / "derived" / tool, log=log, problem=done.report)
         ctx.work_dir.mkdir(parents=True, exist_ok=True)
-        inputs = file_analysers()[tool](ctx)
-        mapped = map_files(tool, inputs, run.path, executor, log, done.report, ctx.tool_paths)
+        inputs = collector(tool, tool_paths).inputs(ctx)
+        mapped = map_files(tool, inputs, run.path, executor, log, done.report, tool_paths)
         if any(mapped.values()):
             try:
                 done.tables.extend(reduce_parts(tool, run.path, mapped, executor, log))
             except DamagedCache as exc:
                 log(f"{run.run_id}: {exc}; made again")
-                mapped = map_files(tool, inputs, run.path, executor, log, done.report, ctx.tool_paths)
+                mapped = map_files(tool, inputs, run.path, executor, log, done.report, tool_paths)
                 done.tables.extend(reduce_parts(tool, run.path, mapped, executor, log))
         elif mapped:
             log(f"{run.run_id}: {tool}: nothing to analyse in its profiles")
@@ -481,10 +364,12 @@ def collect_run(run: RunDir, store: Store, log: Log = print, executor: Executor 
 
     step("profiles", missing)
 
-    def echo() -> None:
-        from hpcprof.analysis.nsys.echo import echo_slowdown
+    def echo() -> None:  # Echo's flow: a ws-N DDP run against its sweep's ws-1 run
+        from hpcprof.analysis.nsys.echo import echo_slowdown, wants_baseline
 
-        save("echo", echo_slowdown(run, log))  # Echo's flow: a ws-N DDP run against its sweep's ws-1 run
+        base = echo_baseline(run) if wants_baseline(config) else None
+        if base is not None:
+            save("echo", echo_slowdown(run.path, base.path, log))
 
     step("echo", echo)
 

@@ -1,0 +1,68 @@
+"""The interface every profiling tool implements for `hpcprof collect` (nsys, ncu, torch).
+
+A tool is one `ToolCollector` subclass registered by name in hpcprof.analysis.registry:
+
+- `inputs(ctx)`: the run's files to analyse, with their ranks (e.g. nsys exports .nsys-rep);
+  a file it cannot use is a Problem handed to `ctx.problem`, the others go on.
+- `analyse_file(path, rank)`: one rank's file -> its tables (each with a `rank` column); runs in
+  a worker process, so it reads nothing but the file and `self.tool_paths`. Raise
+  `NothingToAnalyse` for a readable file with nothing in it for the analyses (a note), any
+  other exception for a damaged file (that file is skipped, a Problem).
+- `reduce(read, log)`: tables across ranks, from the concatenated per-rank tables (`read(name)`
+  gives one, or None); returns new or replacing tables, logs notes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from hpcprof.errors import Problem
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+Log = Callable[[str], None]
+#: a concatenated per-rank table by name, None when no rank has it
+ReadTable = Callable[[str], "pd.DataFrame | None"]
+
+
+@dataclass
+class CollectContext:
+    """A run's profiles as `collect` finds them: the run and its per-rank files."""
+
+    run_dir: Path
+    tool: str                                   # nsys | ncu | torch
+    files: list[Path]                           # the profile files of this tool, all ranks
+    rank_of: dict[Path, int]                    # global rank of each file
+    work_dir: Path                              # scratch/derived files (e.g. exported .sqlite)
+    log: Log = print                            # progress lines and notes
+    problem: Callable[[Problem], None] = print  # a file that cannot be used: the run is `partial`
+
+
+class NothingToAnalyse(Exception):
+    """A readable rank file that holds nothing the tool's analyses use (e.g. a CPU run's torch
+    trace): a note, not a damaged file."""
+
+
+class ToolCollector:
+    """One profiling tool in `collect`; `tool_paths` are the site's executables ({"nsys": path,
+    "ncu": path}). Subclasses implement `analyse_file` and, where they need to, `inputs` and
+    `reduce`."""
+
+    def __init__(self, tool_paths: Mapping[str, str] | None = None) -> None:
+        self.tool_paths = dict(tool_paths or {})
+
+    def inputs(self, ctx: CollectContext) -> dict[Path, int]:
+        """The files to analyse with their ranks: every file as found."""
+        return {f: ctx.rank_of.get(f, -1) for f in ctx.files}
+
+    def analyse_file(self, path: Path, rank: int) -> dict[str, pd.DataFrame]:
+        """One rank's file -> its tables (each with a `rank` column)."""
+        raise NotImplementedError
+
+    def reduce(self, read: ReadTable, log: Log) -> dict[str, pd.DataFrame]:
+        """Tables across ranks from the concatenated per-rank ones: none by default."""
+        return {}

@@ -1,0 +1,173 @@
+"""collect's engine, generic over what it runs: executors (this process, a process pool, or
+`mpi4py.futures` workers under mpiexec), progress with an ETA, a bounded streaming map over an
+executor, and streaming reduces (Parquet parts into one file, data frames into one) that hold one
+part in memory at a time. It knows nothing of runs, tools or profiles (hpcprof.collect.runs does).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable, Hashable, Iterable, Iterator
+from concurrent.futures import Executor, Future, ProcessPoolExecutor, as_completed
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from hpcprof.atomic import atomic_write
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+Log = Callable[[str], None]
+K = TypeVar("K", bound=Hashable)
+
+
+def under_mpi_futures() -> bool:
+    """True when started by `mpiexec ... python -m mpi4py.futures` with more than one process."""
+    if not any(k in os.environ for k in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS")):
+        return False
+    if "mpi4py.futures" not in sys.modules:
+        return False
+    from mpi4py import MPI
+
+    return bool(MPI.COMM_WORLD.Get_size() > 1)
+
+
+class InProcess(Executor):
+    """Runs each task at once in this process (1 worker: no pool, no pickling)."""
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future:
+        future: Future = Future()
+        try:
+            future.set_result(fn(*args, **kwargs))
+        except BaseException as exc:  # handed to the caller through the future
+            future.set_exception(exc)
+        return future
+
+
+def make_executor(workers: int) -> tuple[Executor, str]:
+    """mpi4py.futures workers under mpiexec, else a process pool of `workers` (1: this process);
+    with a description for the log."""
+    if under_mpi_futures():
+        from mpi4py import MPI
+        from mpi4py.futures import MPIPoolExecutor
+
+        return MPIPoolExecutor(), f"{MPI.COMM_WORLD.Get_size() - 1} mpi4py.futures worker(s)"
+    if workers <= 1:
+        return InProcess(), "1 process"
+    return ProcessPoolExecutor(workers), f"{workers} worker processes"
+
+
+class Progress:
+    """Files and bytes done with an ETA: a rich bar on a terminal, else a few plain log lines."""
+
+    def __init__(self, label: str, total_files: int, total_bytes: int, log: Log) -> None:
+        self.label, self.total, self.bytes, self.log = label, total_files, total_bytes, log
+        self.done = self.done_bytes = 0
+        self.start = time.monotonic()
+        self.bar = None
+        if sys.stderr.isatty() and total_files > 1:
+            from rich.progress import BarColumn, DownloadColumn, MofNCompleteColumn, TextColumn, TimeRemainingColumn
+            from rich.progress import Progress as Bar
+
+            self.bar = Bar(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                           DownloadColumn(), TimeRemainingColumn(), transient=True)
+            self.task = self.bar.add_task(label, total=total_bytes)
+            self.bar.start()
+
+    def advance(self, nbytes: int) -> None:
+        self.done += 1
+        self.done_bytes += nbytes
+        if self.bar is not None:
+            self.bar.update(self.task, advance=nbytes, description=f"{self.label} {self.done}/{self.total} files")
+            return
+        step = max(1, self.total // 10)
+        if self.done % step == 0 or self.done == self.total:
+            elapsed = time.monotonic() - self.start
+            eta = elapsed / self.done_bytes * (self.bytes - self.done_bytes) if self.done_bytes else 0.0
+            self.log(f"{self.label}: {self.done}/{self.total} files, {self.done_bytes / 1e6:.1f}/"
+                     f"{self.bytes / 1e6:.1f} MB, {elapsed:.1f} s, ETA {eta:.0f} s")
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+def stream_map(executor: Executor, fn: Callable[..., Any], jobs: Iterable[tuple[K, tuple[Any, ...]]],
+               in_flight: int = 1024) -> Iterator[tuple[K, Future]]:
+    """`fn(*args)` for each `(key, args)` of `jobs` in `executor`, at most `in_flight` submitted at
+    a time (jobs are read lazily); yields `(key, finished future)` as workers finish (in job order
+    with one in flight). The caller takes each result or exception from its future."""
+    queue = iter(jobs)
+    running: dict[Future, K] = {}
+
+    def submit_next() -> None:
+        for key, args in queue:
+            running[executor.submit(fn, *args)] = key
+            return
+
+    for _ in range(max(1, in_flight)):
+        submit_next()
+    while running:
+        future = next(as_completed(running))
+        key = running.pop(future)
+        submit_next()
+        yield key, future
+
+
+def concat_parts(paths: list[Path], target: Path, row_group: int = 262_144, compact_every: int = 64) -> bool:
+    """Stream the Parquet files `paths` into one Parquet file `target`, in that order, under one
+    schema unifying theirs: one part (and one row group of at most `row_group` rows) in memory at a
+    time. The parts waiting for their row group are merged into one contiguous table every
+    `compact_every` parts (thousands of small Arrow tables cost far more memory than their rows).
+    False when there is no part."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if not paths:
+        return False
+    schema = pq.read_schema(paths[0]).remove_metadata()
+    for p in paths[1:]:  # one running schema, not one per part
+        other = pq.read_schema(p).remove_metadata()
+        if not other.equals(schema):
+            schema = pa.unify_schemas([schema, other], promote_options="permissive")
+
+    def write(tmp: Path) -> None:
+        with pq.ParquetWriter(tmp, schema) as writer:
+            pending: list[pa.Table] = []
+            rows = 0
+            for p in paths:
+                table = pq.ParquetFile(p).read(use_threads=False).replace_schema_metadata(None)
+                for column in schema.names:
+                    if column not in table.column_names:
+                        table = table.append_column(column, pa.nulls(len(table), schema.field(column).type))
+                pending.append(table.select(schema.names).cast(schema))
+                rows += len(table)
+                if len(pending) >= compact_every:
+                    pending = [pa.concat_tables(pending).combine_chunks()]
+                if rows >= row_group:
+                    writer.write_table(pa.concat_tables(pending))
+                    pending, rows = [], 0
+            if pending:
+                writer.write_table(pa.concat_tables(pending))
+
+    atomic_write(target, write, what="result table")
+    return True
+
+
+def concat_frames(frames: Iterable[pd.DataFrame], compact_every: int = 64) -> pd.DataFrame | None:
+    """The frames concatenated in order, merged every `compact_every` frames as they stream in
+    (thousands of small frames cost far more memory than their rows); empty frames are left out
+    unless all are empty (they would change the dtypes). None when there is no frame."""
+    import pandas as pd
+
+    def merged(parts: list[pd.DataFrame]) -> pd.DataFrame:
+        return pd.concat([f for f in parts if len(f)] or parts[:1], ignore_index=True)
+
+    pending: list[pd.DataFrame] = []
+    for frame in frames:
+        pending.append(frame)
+        if len(pending) >= compact_every:
+            pending = [merged(pending)]
+    return merged(pending) if pending else None

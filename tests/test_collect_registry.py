@@ -1,0 +1,63 @@
+"""collect's tool registry: every registered tool implements the ToolCollector interface, and a
+new tool is one ToolCollector class plus one line in COLLECTORS — here a CSV-per-rank tool run
+through collect's real map (parts on disk, the cache) and reduce (Parquet in, Parquet out)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from hpcprof.analysis import registry
+from hpcprof.analysis.collector import CollectContext, Log, ReadTable, ToolCollector
+from hpcprof.ranks import rank_from_filename
+
+
+class CsvCollector(ToolCollector):
+    """A stand-in profiler: each rank's file is a CSV of kernel durations."""
+
+    def analyse_file(self, path: Path, rank: int) -> dict[str, pd.DataFrame]:
+        df = pd.read_csv(path)
+        if list(df.columns) != ["name", "ns"]:
+            raise ValueError(f"{path.name}: not a kernel CSV")
+        df.insert(0, "rank", rank)
+        return {"kernels": df}
+
+    def reduce(self, read: ReadTable, log: Log) -> dict[str, pd.DataFrame]:
+        kernels = read("kernels")
+        assert kernels is not None
+        log(f"csv: {len(kernels)} kernels")
+        return {"total": kernels.groupby("name", as_index=False)["ns"].sum()}
+
+
+@pytest.mark.parametrize("tool", sorted(registry.COLLECTORS))
+def test_every_registered_tool_is_a_tool_collector(tool: str) -> None:
+    found = registry.collector(tool, {"ncu": "/site/ncu"})
+    assert isinstance(found, ToolCollector) and found.tool_paths == {"ncu": "/site/ncu"}
+    assert type(found).analyse_file is not ToolCollector.analyse_file
+
+
+def test_a_new_tool_is_one_class_and_one_registry_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from hpcprof.collect import InProcess, map_files, reduce_parts
+    from hpcprof.results import read_table
+
+    monkeypatch.setitem(registry.COLLECTORS, "csv", f"{__name__}:CsvCollector")
+    profiles = tmp_path / "profiles" / "csv"
+    profiles.mkdir(parents=True)
+    (profiles / "rank0.csv").write_text("name,ns\nA,10\nB,5\n")
+    (profiles / "rank_1.csv").write_text("name,ns\nA,7\n")
+    (profiles / "rank2.csv").write_text("\x00 not a csv")
+    files = sorted(profiles.iterdir())
+    ctx = CollectContext(run_dir=tmp_path, tool="csv", files=files,
+                         rank_of={f: rank_from_filename(f) or 0 for f in files}, work_dir=tmp_path / "derived" / "csv")
+    inputs = registry.collector("csv").inputs(ctx)
+    problems: list[object] = []
+    notes: list[str] = []
+    mapped = map_files("csv", inputs, tmp_path, InProcess(), notes.append, problems.append)
+    written = reduce_parts("csv", tmp_path, mapped, InProcess(), notes.append)
+    assert sorted(written) == ["csv_kernels", "csv_total"]
+    assert [getattr(p, "path", None) for p in problems] == [profiles / "rank2.csv"]   # the damaged file only
+    assert read_table(tmp_path, "csv_total").set_index("name")["ns"].to_dict() == {"A": 17, "B": 5}
+    assert read_table(tmp_path, "csv_kernels")["rank"].tolist() == [0, 0, 1]
+    assert "csv: 3 kernels" in notes

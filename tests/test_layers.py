@@ -1,0 +1,123 @@
+"""hpcprof's rooms import one way: a module imports only its own room and the rooms below it.
+
+The rule (LAYERS, bottom first) and the edges still allowed against it (TEMPORARY) are written
+once, here. Every `import`/`from ... import` of hpcprof/ counts, at module level or inside a
+function (a lazy import is still a dependency). Decided from the code (issue 20): the base
+modules every room uses; workloads run on compute nodes and import only the base; config
+validates workload arguments; a run directory is layout only, so schedulers (pbs reads a
+RunDir) and render (a scheduler renders its directives and the Kubernetes manifest) sit above
+it; the campaign submits rendered runs and records them in the store; analyses read profiles;
+collect runs the analyses and fills the store; report reads what collect wrote; the commands and
+the Python API are at the top.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import hpcprof
+
+#: rooms, bottom first; a room is a module or package prefix (the longest prefix names a module's room)
+LAYERS: list[list[str]] = [
+    ["hpcprof", "hpcprof.errors", "hpcprof.lazy", "hpcprof.ranks", "hpcprof.resources", "hpcprof.atomic",
+     "hpcprof.output", "hpcprof.results", "hpcprof.workdirs", "hpcprof.collect.engine"],
+    ["hpcprof.workloads"],
+    ["hpcprof.config"],
+    ["hpcprof.rundir"],
+    ["hpcprof.schedulers"],
+    ["hpcprof.render"],
+    ["hpcprof.store"],
+    ["hpcprof.campaign"],
+    ["hpcprof.analysis"],
+    ["hpcprof.collect"],
+    ["hpcprof.report"],
+    ["hpcprof.doctor", "hpcprof.api", "hpcprof.api_plots", "hpcprof.run_commands", "hpcprof.cli",
+     "hpcprof.__main__"],
+]
+
+#: (importing room, imported room): upward edges other issue 20 branches remove; the lead deletes
+#: each line when its branch is merged. Nothing else may be added here.
+TEMPORARY: dict[tuple[str, str], str] = {
+    ("hpcprof.rundir", "hpcprof.schedulers"): "issue 20 item 3 (branch arch-sched): RunDir becomes layout only",
+    ("hpcprof.report", "hpcprof.campaign"): "issue 20 item 3 (arch-sched): report/compare never calls a scheduler",
+    ("hpcprof.report", "hpcprof.run_commands"): "issue 20 item 4 (arch-layers): CLI options in one place",
+}
+
+ROOT = Path(hpcprof.__file__).parent
+LEVEL = {room: level for level, rooms in enumerate(LAYERS) for room in rooms}
+
+
+def room_of(module: str) -> str:
+    """The room of a dotted module name: its longest prefix listed in LAYERS."""
+    parts = module.split(".")
+    for n in range(len(parts), 0, -1):
+        if ".".join(parts[:n]) in LEVEL:
+            return ".".join(parts[:n])
+    raise AssertionError(f"{module} is in no room of LAYERS: add it to one")
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports(path: Path) -> set[str]:
+    """The hpcprof modules `path` imports (for `from M import x`: M.x when that is a module, else M)."""
+    found = set()
+    package = module_name(path) if path.name == "__init__.py" else module_name(path).rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.split(".")[0] == "hpcprof"}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative import
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+            if base.split(".")[0] != "hpcprof":
+                continue
+            for alias in node.names:
+                sub = f"{base}.{alias.name}"
+                is_module = (ROOT.parent / sub.replace(".", "/")).with_suffix(".py").exists() \
+                    or (ROOT.parent / sub.replace(".", "/") / "__init__.py").exists()
+                found.add(sub if is_module else base)
+    return found
+
+
+def edges() -> list[tuple[str, str]]:
+    return sorted({(module_name(p), target) for p in ROOT.rglob("*.py") for target in imports(p)})
+
+
+def test_no_upward_import() -> None:
+    upward = []
+    for source, target in edges():
+        a, b = room_of(source), room_of(target)
+        if LEVEL[b] > LEVEL[a] and (a, b) not in TEMPORARY:
+            upward.append(f"{source} -> {target} ({a} is below {b})")
+    assert upward == []
+
+
+def test_every_temporary_exception_is_still_needed() -> None:
+    """An exception whose edge is gone is deleted, so the list never grows stale."""
+    used = {(room_of(s), room_of(t)) for s, t in edges()}
+    assert [edge for edge in TEMPORARY if edge not in used] == []
+
+
+def test_no_import_cycle_between_a_package_and_its_modules() -> None:
+    """A package's __init__ imports none of its own submodules that import it back (the
+    analysis/__init__ <-> analysis/{nsys,trace}/collect cycle)."""
+    graph: dict[str, set[str]] = {}
+    for source, target in edges():
+        graph.setdefault(source, set()).add(target)
+    cycles = [(pkg, mod) for pkg in graph if (ROOT.parent / pkg.replace(".", "/") / "__init__.py").exists()
+              for mod in graph[pkg] if mod.startswith(pkg + ".") and pkg in graph.get(mod, set())]
+    assert cycles == []
+
+
+def test_the_rule_catches_an_upward_edge() -> None:
+    """The checker itself: an analysis importing the collect orchestration is upward, one using
+    collect's engine is not, and every module of hpcprof/ has a room."""
+    assert LEVEL[room_of("hpcprof.collect.runs")] > LEVEL[room_of("hpcprof.analysis.nsys.cli")]
+    assert LEVEL[room_of("hpcprof.collect.engine")] < LEVEL[room_of("hpcprof.analysis.nsys.cli")]
+    assert room_of("hpcprof.analysis.nsys.echo") == "hpcprof.analysis"
+    for path in ROOT.rglob("*.py"):
+        room_of(module_name(path))
