@@ -16,11 +16,29 @@ import json
 import os
 import sqlite3
 import time
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
-from sqlalchemy import (JSON, Column, Float, ForeignKey, Integer, MetaData, String, Table, Text,
-                        create_engine, delete, event, insert, inspect, select, text, update)
+from sqlalchemy import (
+    JSON,
+    Column,
+    Float,
+    ForeignKey,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    create_engine,
+    delete,
+    event,
+    insert,
+    inspect,
+    select,
+    text,
+    update,
+)
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, SQLAlchemyError
 
@@ -234,11 +252,6 @@ class Store:
             with self.engine.begin() as conn:
                 conn.execute(insert(resubmits), [{"run_id": new, "resubmit_of": old} for new, old in links.items()])
 
-    def resubmit_of(self, run_id: str) -> str | None:
-        """The run that `run_id` replaces, if it was resubmitted from one."""
-        with self.engine.connect() as conn:
-            return conn.execute(select(resubmits.c.resubmit_of).where(resubmits.c.run_id == run_id)).scalar()
-
     def add_job(self, run_id: str, job_id: str, scheduler: str) -> None:
         with self.engine.begin() as conn:
             conn.execute(insert(jobs).values(job_id=job_id, run_id=run_id, scheduler=scheduler,
@@ -284,9 +297,3 @@ class Store:
         with self.engine.connect() as conn:
             rows = conn.execute(select(run_metrics).where(run_metrics.c.run_id == run_id)).all()
             return {r.metric: (r.value, r.unit) for r in rows}
-
-    def runs_frame(self) -> Any:
-        import pandas as pd
-
-        with self.engine.connect() as conn:
-            return pd.read_sql(select(runs).order_by(runs.c.run_id), conn)
