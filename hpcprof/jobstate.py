@@ -134,28 +134,23 @@ def recorded_state(run: RunDir) -> JobState:
     return reconcile(run, stored_view(run))
 
 
-def record(run: RunDir, state: JobState, store: Store | None) -> None:
-    """Store `state` if it changed. A terminal state is final: once stored, the run directory
-    says so, and later looks need not open the store nor ask the scheduler (`status` stays fast)."""
-    if store is None or terminal_state_stored(run, state):
+def record(states: dict[RunDir, JobState], store: Store | None) -> None:
+    """Store each run's state if it changed, in one transaction. A terminal state is final: once
+    stored, the run directory says so, and later looks need not open the store nor ask the
+    scheduler (`status` stays fast)."""
+    todo = {run: state for run, state in states.items() if not terminal_state_stored(run, state)}
+    if store is None or not todo:
         return
-    if store.has_run(run.run_id):
-        store.record_state(run.run_id, state.state, state.exit_code, state.reason)
-        if state.terminal:
+    known = store.record_states({run.run_id: (s.state, s.exit_code, s.reason) for run, s in todo.items()})
+    for run, state in todo.items():
+        if state.terminal and run.run_id in known:
             run.store_state(f"{_note(state)}\n{state.reason}")
-
-
-def record_all(states: dict[RunDir, JobState], store: Store | None) -> None:
-    """`record` each run's state; nothing opened when the store already holds them all."""
-    if not all(terminal_state_stored(run, state) for run, state in states.items()):
-        for run, state in states.items():
-            record(run, state, store)
 
 
 def refresh(run: RunDir, store: Store | None) -> JobState:
     """Look the state up and store it if it changed (a None store: read-only, no store)."""
     state = current_state(run)
-    record(run, state, store)
+    record({run: state}, store)
     return state
 
 

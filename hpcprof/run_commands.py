@@ -408,7 +408,7 @@ def status(runs: tuple[str, ...], workdir: Path, db: str | None, fmt: str) -> No
     selected = runs_from(runs, workdir)
     states = jobstate.current_states(selected)  # one scheduler query for all the runs
     store = open_store(workdir, db, create=False)
-    jobstate.record_all(states, store)
+    jobstate.record(states, store)
     show_states(list(states.items()), fmt, collect_states(store, [run.run_id for run in states]))
 
 

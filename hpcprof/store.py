@@ -257,15 +257,25 @@ class Store:
             conn.execute(insert(jobs).values(job_id=job_id, run_id=run_id, scheduler=scheduler,
                                              submitted_at=time.time()))
 
-    def record_state(self, run_id: str, state: str, exit_code: int | None, reason: str) -> None:
-        """Store a state change (nothing if the state is unchanged)."""
+    def record_states(self, observed: dict[str, tuple[str, int | None, str]]) -> set[str]:
+        """Store each run's state change (run id -> state, exit code, reason; nothing for an unchanged
+        state or a run the store does not know), in one transaction; returns the run ids it knows."""
+        if not observed:
+            return set()
         with self.engine.begin() as conn:
-            row = conn.execute(select(runs.c.state, runs.c.exit_code).where(runs.c.run_id == run_id)).first()
-            if row is None or (row.state, row.exit_code) == (state, exit_code):
-                return
-            conn.execute(update(runs).where(runs.c.run_id == run_id).values(state=state, exit_code=exit_code))
-            conn.execute(insert(states).values(run_id=run_id, state=state, exit_code=exit_code,
-                                               reason=reason, observed_at=time.time()))
+            ids, known = list(observed), {}
+            for first in range(0, len(ids), 500):  # under old SQLite's 999 bound parameters
+                known.update({row.run_id: (row.state, row.exit_code) for row in conn.execute(select(
+                    runs.c.run_id, runs.c.state, runs.c.exit_code).where(runs.c.run_id.in_(ids[first:first + 500])))})
+            now = time.time()
+            changed = [(run_id, *observed[run_id]) for run_id, old in known.items() if old != observed[run_id][:2]]
+            for run_id, state, exit_code, _ in changed:
+                conn.execute(update(runs).where(runs.c.run_id == run_id).values(state=state, exit_code=exit_code))
+            if changed:
+                conn.execute(insert(states), [{"run_id": run_id, "state": state, "exit_code": exit_code,
+                                               "reason": reason, "observed_at": now}
+                                              for run_id, state, exit_code, reason in changed])
+        return set(known)
 
     def has_run(self, run_id: str) -> bool:
         with self.engine.connect() as conn:
