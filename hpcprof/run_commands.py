@@ -387,8 +387,7 @@ def collect_states(store: Store | None, run_ids: list[str]) -> dict[str, str]:
     """Per collected run: `complete`, or `partial: ` and its first problem (e.g. a profiled rank
     whose nsys recorded nothing)."""
     out = {}
-    for run_id in run_ids if store is not None else []:
-        record = store.run_record(run_id) or {}
+    for run_id, record in (store.run_records(run_ids) if store is not None else {}).items():
         if record.get("collect_status"):
             note = (record.get("collect_note") or "").splitlines()
             out[run_id] = record["collect_status"] + (f": {note[0]}" if note else "")

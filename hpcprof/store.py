@@ -298,6 +298,15 @@ class Store:
                 collect_status="partial" if problems else "complete",
                 collect_note="\n".join(problems) if problems else None))
 
+    def run_records(self, run_ids: list[str]) -> dict[str, dict[str, Any]]:
+        """The runs' rows by run id (those the store knows), read in one connection."""
+        found: dict[str, dict[str, Any]] = {}
+        with self.engine.connect() as conn:
+            for first in range(0, len(run_ids), 500):  # under old SQLite's 999 bound parameters
+                rows = conn.execute(select(runs).where(runs.c.run_id.in_(run_ids[first:first + 500])))
+                found.update({row.run_id: dict(row._mapping) for row in rows})
+        return found
+
     def run_record(self, run_id: str) -> dict[str, Any] | None:
         with self.engine.connect() as conn:
             row = conn.execute(select(runs).where(runs.c.run_id == run_id)).first()
