@@ -25,15 +25,16 @@ QUERIES = ("sacct", "squeue", "scontrol", "qstat")
 GOAL_S = 2.0
 
 
-def shim(directory: Path, log: Path) -> dict[str, str]:
-    """An environment whose scheduler query clients log each call to `log`, then run the real one."""
+def shim(directory: Path) -> dict[str, str]:
+    """An environment whose scheduler query clients log each call to $QUERY_LOG (set for status only),
+    then run the real one."""
     directory.mkdir()
     for name in QUERIES:
         real = shutil.which(name)
         if real is None:
             continue
         script = directory / name
-        script.write_text(f'#!/bin/sh\necho "{name} $*" >> "{log}"\nexec "{real}" "$@"\n')
+        script.write_text(f'#!/bin/sh\n[ -n "$QUERY_LOG" ] && echo "{name} $*" >> "$QUERY_LOG"\nexec "{real}" "$@"\n')
         script.chmod(0o755)
     env = {**os.environ, "PATH": f"{directory}:{os.environ['PATH']}", "PYTHONPATH": str(REPO)}
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # as installed: byte code cached after the first run
@@ -54,7 +55,7 @@ def timed_status(env: dict[str, str], cwd: Path, log: Path, fmt: str = "json") -
     log.write_text("")
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    proc = hpcprof(env, cwd, "status", "--format", fmt)
+    proc = hpcprof({**env, "QUERY_LOG": str(log)}, cwd, "status", "--format", fmt)  # the jobs' calls not logged
     elapsed = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
@@ -71,7 +72,7 @@ def main(points: int) -> None:
         sys.exit("no Slurm here: run `TORQUE=1 CPUS=4 bash ../shared/tools/slurm-local.sh install && ... start` as root")
     cwd = Path(tempfile.mkdtemp(prefix="status-scale-"))
     log = cwd / "queries.log"
-    env = shim(cwd / "shim", log)
+    env = shim(cwd / "shim")
     values = ", ".join(f'"{i}"' for i in range(points))
     (cwd / "scale.yaml").write_text(
         "name: scale\nworkload: {kind: command, argv: [sleep, '600']}\n"

@@ -29,13 +29,15 @@ sweep: {{env.POINT: [{", ".join(str(i) for i in range(POINTS))}]}}
 
 
 def shimmed(base: dict[str, str], tmp_path: Path) -> tuple[dict[str, str], Path]:
-    """`base` with each query client on its PATH logging to the returned file before running."""
+    """`base` with each query client on its PATH, logging its call to $QUERY_LOG where that is set (so
+    that the jobs' own calls, e.g. `scontrol show hostnames`, are not counted) before running."""
     shims, log = tmp_path / "shims", tmp_path / "queries.log"
     shims.mkdir()
     for name in QUERIES:
         real = shutil.which(name, path=base["PATH"])
         if real:
-            (shims / name).write_text(f'#!/bin/sh\necho "{name} $*" >> "{log}"\nexec "{real}" "$@"\n')
+            (shims / name).write_text(f'#!/bin/sh\n[ -n "$QUERY_LOG" ] && echo "{name} $*" >> "$QUERY_LOG"\n'
+                                      f'exec "{real}" "$@"\n')
             (shims / name).chmod(0o755)
     return {**base, "PATH": f"{shims}:{base['PATH']}", "PYTHONPATH": str(REPO)}, log
 
@@ -50,7 +52,7 @@ def hpcprof(env: dict[str, str], cwd: Path, *args: str) -> subprocess.CompletedP
 def polled(env: dict[str, str], cwd: Path, log: Path) -> tuple[dict[str, str], list[str]]:
     """One `status` of every run: state by run, and the scheduler queries it made."""
     log.write_text("")
-    rows = json.loads(hpcprof(env, cwd, "status", "--format", "json").stdout)
+    rows = json.loads(hpcprof({**env, "QUERY_LOG": str(log)}, cwd, "status", "--format", "json").stdout)
     return {row["run"]: row["state"] for row in rows}, log.read_text().splitlines()
 
 
@@ -70,7 +72,7 @@ def check_one_query_per_poll(env: dict[str, str], cwd: Path, log: Path, site: st
     states, calls = polled(env, cwd, log)  # the final states are recorded: nothing to ask
     assert set(states.values()) == {"CANCELLED"} and calls == [], (states, calls)
     log.write_text("")
-    hpcprof(env, cwd, "compare", *runs, "--format", "json")  # compare reads recorded state only
+    hpcprof({**env, "QUERY_LOG": str(log)}, cwd, "compare", *runs, "--format", "json")  # compare reads recorded state only
     assert log.read_text() == ""
 
 
