@@ -88,3 +88,31 @@ def test_slurm_status_one_query_per_poll(slurm_cluster, tmp_path: Path, array: b
 def test_openpbs_status_one_qstat_per_poll(openpbs: dict[str, str], tmp_path: Path) -> None:  # noqa: F811
     env, log = shimmed(openpbs, tmp_path)
     check_one_query_per_poll(env, tmp_path, log, "pbs-local", ("qstat",))
+
+
+# ------------------------------------------------------------------------------------------
+# The parsing behind the one query (no scheduler needed)
+
+def test_collapsed_array_ids_name_each_task() -> None:
+    """sacct prints pending array tasks as one line `7_[2-4,9%2]` (Slurm's job_array docs: range,
+    list and `%` throttle): each task is found in it."""
+    from hpcprof.schedulers.slurm import array_ids, parse_sacct
+
+    assert array_ids("7_[2-4,9%2]") == ["7_2", "7_3", "7_4", "7_9"]
+    assert array_ids("7_3") == ["7_3"] and array_ids("12") == ["12"]
+    sacct = "7_[2-3]|PENDING|0:0\n7_1|CANCELLED by 0|0:0\n7_1.batch|CANCELLED|0:15\n"
+    assert parse_sacct(sacct, "7_3").state == "PENDING"
+    assert (parse_sacct(sacct, "7_1").state, parse_sacct(sacct, "7_1").exit_code) == ("CANCELLED", 128 + 15)
+
+
+def test_accounting_disabled_read_from_slurm_conf(tmp_path: Path) -> None:
+    from hpcprof.schedulers.slurm import accounting_disabled
+
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("ClusterName=x\nAccountingStorageType=accounting_storage/none\n")
+    assert accounting_disabled(conf)
+    conf.write_text("ClusterName=x\nAccountingStorageType=accounting_storage/slurmdbd\n")
+    assert not accounting_disabled(conf)
+    conf.write_text("ClusterName=x\n")  # Slurm's default: no accounting storage
+    assert accounting_disabled(conf)
+    assert not accounting_disabled(tmp_path / "absent.conf")  # configless: sacct is tried
