@@ -154,13 +154,17 @@ def refresh(run: RunDir, store: Store | None) -> JobState:
     return state
 
 
-def wait(run: RunDir, store: Store, timeout: float | None = None) -> JobState:
-    """Poll until the run is terminal, backing off from 0.5 s to 10 s."""
+def wait(runs: Sequence[RunDir], store: Store, timeout: float | None = None) -> dict[RunDir, JobState]:
+    """Poll until every run is terminal (one scheduler query per poll for those still going),
+    backing off from 0.5 s to 10 s."""
     delay, start = 0.5, time.monotonic()
+    final: dict[RunDir, JobState] = {}
     while True:
-        state = refresh(run, store)
-        if state.terminal or (timeout is not None and time.monotonic() - start > timeout):
-            return state
+        states = current_states([run for run in runs if run not in final])
+        record(states, store)
+        final.update({run: state for run, state in states.items() if state.terminal})
+        if len(final) == len(set(runs)) or (timeout is not None and time.monotonic() - start > timeout):
+            return {run: final.get(run) or states[run] for run in runs}
         time.sleep(delay)
         delay = min(delay * 1.5, 10.0)
 

@@ -337,9 +337,9 @@ def finish(run_dirs: list[RunDir], store: Store) -> None:
     """Wait for the runs, show their states; exit 1 unless all completed."""
     from hpcprof import jobstate
 
-    final = [jobstate.wait(run, store) for run in run_dirs]
-    show_states(list(zip(run_dirs, final)), "table")
-    if any(s.state != "COMPLETED" for s in final):
+    final = jobstate.wait(run_dirs, store)
+    show_states(list(final.items()), "table")
+    if any(s.state != "COMPLETED" for s in final.values()):
         sys.exit(1)
 
 
