@@ -39,7 +39,7 @@ EXPERIMENT = 'name: scale\nworkload:\n  kind: command\n  argv: ["true"]\nresourc
 
 def one(workdir: Path, workers: int) -> None:
     """Child: collect every run of `workdir`; print a JSON line of measurements."""
-    from hpcprof import campaign
+    from hpcprof import jobstate
     from hpcprof.collect import collect_runs
     from hpcprof.rundir import all_runs
     from hpcprof.store import Store, database_url
@@ -47,7 +47,7 @@ def one(workdir: Path, workers: int) -> None:
     store = Store(database_url(workdir))
     runs = all_runs(workdir)
     start = time.perf_counter()
-    status = collect_runs(runs, store, lambda run: campaign.refresh(run, store), log=lambda line: None,
+    status = collect_runs(runs, store, lambda run: jobstate.refresh(run, store), log=lambda line: None,
                           workers=workers)
     wall = time.perf_counter() - start
     print(json.dumps({"wall_s": wall, "status": status,

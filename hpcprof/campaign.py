@@ -1,21 +1,23 @@
-"""Plan, submit, watch and cancel runs: config -> render -> scheduler, recorded in the store."""
+"""Plan and submit runs: config -> render -> scheduler, recorded in the store (their state
+afterwards: hpcprof.jobstate)."""
 
 from __future__ import annotations
 
 import json
 import shutil
-import time
+import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 from hpcprof.atomic import atomic_write
 from hpcprof.config import MAX_POINTS
 from hpcprof.errors import UserError
+from hpcprof.jobstate import cancel as cancel_run
+from hpcprof.jobstate import refresh
 from hpcprof.rundir import RunDir, new_run_id
 from hpcprof.schedulers import get_scheduler
-from hpcprof.schedulers.base import UNKNOWN, JobState
-from hpcprof.schedulers.local import LocalScheduler
 
 if TYPE_CHECKING:  # plan/write import the models and the renderer when they run: status stays light
     from hpcprof.config.experiment import Point
@@ -83,13 +85,13 @@ def plan_resubmit(runs: list[RunDir], workdir: Path) -> Plan:
         raise UserError("resubmit: the runs were submitted to different site configs; resubmit them one site at a time")
     site = SiteConfig.model_validate_json(sites.pop())
     points = []
-    for index, (run, config) in enumerate(zip(runs, configs)):
+    for index, (run, config) in enumerate(zip(runs, configs, strict=True)):
         data = {**config["experiment"], "sweep": {}, "repeat": 1}
         (point,) = expand(data, site, f"run {run.run_id}", 1)
         points.append(point.model_copy(update={"index": index, "params": config["sweep_point"]["params"]}))
     submit_dir = configs[0].get("submit_dir")             # where the first submit ran (relative argv paths)
     planned = plan_points(points, site, workdir, None, "resubmit", submit_dir=Path(submit_dir) if submit_dir else None)
-    for rendered, old in zip(planned.runs, runs):
+    for rendered, old in zip(planned.runs, runs, strict=True):
         rendered.config["resubmit_of"] = old.run_id
     return planned
 
@@ -147,8 +149,12 @@ def submit(run: RunDir, site: SiteConfig, store: Store, foreground: bool = False
     run.record_submission(scheduler.name, job_id)
     store.add_job(run.run_id, job_id, scheduler.name)
     try:
-        if foreground and isinstance(scheduler, LocalScheduler):
+        if foreground:
             scheduler.follow(job_id, run.path)
+    except KeyboardInterrupt:
+        print(f"interrupted: cancelling {job_id}", file=sys.stderr)
+        cancel_run(run, store)
+        raise
     finally:
         refresh(run, store)
     return job_id
@@ -183,7 +189,7 @@ def submit_array(plan_: Plan, runs: list[RunDir], script_text: str, store: Store
     array_dir = runs[0].path.parent / f".{plan_.sweep_id}.array"
     script = atomic_write(array_dir / "array.sh", script_text)
     job_ids = scheduler.submit_array(script, array_dir, len(runs), after)
-    for run, job_id in zip(runs, job_ids):
+    for run, job_id in zip(runs, job_ids, strict=True):
         run.record_submission(scheduler.name, job_id)
         store.add_job(run.run_id, job_id, scheduler.name)
     return job_ids
@@ -210,62 +216,3 @@ def job_ids(runs: list[RunDir], scheduler: str, option: str = "--after") -> list
                             "a job can only wait for jobs of its own scheduler")
         ids.append(sub["job_id"])
     return ids
-
-
-def current_state(run: RunDir) -> JobState:
-    """The run's state: its own status file first, then its scheduler (if its client is here)."""
-    sub = run.submission
-    if not sub:
-        return JobState("NOT_SUBMITTED")
-    if "error" in sub:
-        return JobState(UNKNOWN, None, sub["error"])
-    if run.done:
-        return run.state(None)
-    try:
-        view = get_scheduler(sub["scheduler"]).state(sub["job_id"], run.path)
-    except UserError as exc:  # e.g. a run copied off the cluster: no qstat/sacct here
-        view = JobState(UNKNOWN, None, exc.format_message())
-    return run.state(view)
-
-
-def refresh(run: RunDir, store: Store | None) -> JobState:
-    """Look the state up and store it if it changed (a None store: read-only, no store)."""
-    state = current_state(run)
-    record(run, state, store)
-    return state
-
-
-def record(run: RunDir, state: JobState, store: Store | None) -> None:
-    """Store `state` if it changed. A terminal state is final: once stored, the run directory
-    says so, and later looks need not open the store (`hpcprof status` stays fast)."""
-    if store is None or run.terminal_state_stored(state):
-        return
-    if store.has_run(run.run_id):
-        store.record_state(run.run_id, state.state, state.exit_code, state.reason)
-        if state.terminal:
-            run.mark_terminal_state_stored(state)
-
-
-def wait(run: RunDir, store: Store, timeout: float | None = None) -> JobState:
-    """Poll until the run is terminal, backing off from 0.5 s to 10 s."""
-    delay, start = 0.5, time.monotonic()
-    while True:
-        state = refresh(run, store)
-        if state.terminal or (timeout is not None and time.monotonic() - start > timeout):
-            return state
-        time.sleep(delay)
-        delay = min(delay * 1.5, 10.0)
-
-
-def cancel(run: RunDir, store: Store | None) -> JobState:
-    """Cancel the run's job and record the result; a run already ended keeps its state."""
-    sub = run.submission
-    if "error" in sub:
-        raise UserError(f"{sub['error']}: the job to cancel is unknown; cancel it with the scheduler's own "
-                        "command (scancel, qdel)")
-    before = current_state(run)
-    if before.terminal:
-        return before
-    if sub:
-        get_scheduler(sub["scheduler"]).cancel(sub["job_id"], run.path)
-    return refresh(run, store)

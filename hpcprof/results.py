@@ -84,8 +84,3 @@ def list_tables(run_dir: Path) -> list[str]:
         return []
     return sorted(p.name[:-len(SUFFIX)] for p in directory.iterdir()
                   if p.name.endswith(SUFFIX) and not p.name.startswith(".") and p.is_file())
-
-
-def remove_table(run_dir: Path, name: str) -> None:
-    """Delete one table (nothing if absent)."""
-    table_path(run_dir, name).unlink(missing_ok=True)

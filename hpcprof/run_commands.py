@@ -335,11 +335,11 @@ def launch(planned: Plan, run_dirs: list[RunDir], store: Store, foreground: bool
 
 def finish(run_dirs: list[RunDir], store: Store) -> None:
     """Wait for the runs, show their states; exit 1 unless all completed."""
-    from hpcprof import campaign
+    from hpcprof import jobstate
 
-    final = [campaign.wait(run, store) for run in run_dirs]
-    show_states(list(zip(run_dirs, final)), "table")
-    if any(s.state != "COMPLETED" for s in final):
+    final = jobstate.wait(run_dirs, store)
+    show_states(list(final.items()), "table")
+    if any(s.state != "COMPLETED" for s in final.values()):
         sys.exit(1)
 
 
@@ -387,8 +387,7 @@ def collect_states(store: Store | None, run_ids: list[str]) -> dict[str, str]:
     """Per collected run: `complete`, or `partial: ` and its first problem (e.g. a profiled rank
     whose nsys recorded nothing)."""
     out = {}
-    for run_id in run_ids if store is not None else []:
-        record = store.run_record(run_id) or {}
+    for run_id, record in (store.run_records(run_ids) if store is not None else {}).items():
         if record.get("collect_status"):
             note = (record.get("collect_note") or "").splitlines()
             out[run_id] = record["collect_status"] + (f": {note[0]}" if note else "")
@@ -403,15 +402,13 @@ def collect_states(store: Store | None, run_ids: list[str]) -> dict[str, str]:
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 def status(runs: tuple[str, ...], workdir: Path, db: str | None, fmt: str) -> None:
     """Show the state of RUNS (ids or paths; default: every run in the workdir)."""
-    from hpcprof import campaign
+    from hpcprof import jobstate
 
     selected = runs_from(runs, workdir)
-    pairs = [(run, campaign.current_state(run)) for run in selected]
+    states = jobstate.current_states(selected)  # one scheduler query for all the runs
     store = open_store(workdir, db, create=False)
-    if not all(run.terminal_state_stored(state) for run, state in pairs):  # else the store knows them all
-        for run, state in pairs:
-            campaign.record(run, state, store)
-    show_states(pairs, fmt, collect_states(store, [run.run_id for run, _ in pairs]))
+    jobstate.record(states, store)
+    show_states(list(states.items()), fmt, collect_states(store, [run.run_id for run in states]))
 
 
 @click.command()
@@ -420,14 +417,14 @@ def status(runs: tuple[str, ...], workdir: Path, db: str | None, fmt: str) -> No
 @db_option
 def cancel(runs: tuple[str, ...], workdir: Path, db: str | None) -> None:
     """Cancel RUNS (ids or paths)."""
-    from hpcprof import campaign
+    from hpcprof import jobstate
 
     selected = runs_from(runs, workdir)
     store = open_store(workdir, db, create=False)
     failed = []
     for run in selected:  # one run that cannot be cancelled does not stop the others
         try:
-            state = campaign.cancel(run, store)
+            state = jobstate.cancel(run, store)
         except UserError as exc:
             failed.append(f"{run.run_id}: {exc.format_message()}")
             continue
@@ -456,7 +453,7 @@ def collect(runs: tuple[str, ...], workdir: Path, db: str | None, workers: int, 
 
     Exit status 3 when a run or a file could not be collected (each is named in one line and the
     run is recorded as partially collected); everything else is collected."""
-    from hpcprof import campaign
+    from hpcprof import jobstate
     from hpcprof.collect import collect_runs
 
     workdir = read_workdir(workdir, site_name, runs)
@@ -476,7 +473,7 @@ def collect(runs: tuple[str, ...], workdir: Path, db: str | None, workers: int, 
                           "collect it again)", markup=False)
         if not selected:
             return
-    status = collect_runs(selected, store, lambda run: campaign.refresh(run, store),
+    status = collect_runs(selected, store, lambda run: jobstate.refresh(run, store),
                           log=lambda line: console.print(line, markup=False, highlight=False), workers=workers)
     if status:
         raise SystemExit(status)
@@ -499,7 +496,7 @@ def submit_collect(refs: tuple[str, ...], workdir: Path, db: str | None, workers
                    site_file: Path | None, walltime: str) -> None:
     """`collect --submit`: a job of the site's scheduler that runs `hpcprof collect` for the runs
     once their jobs have ended."""
-    from hpcprof import campaign
+    from hpcprof import campaign, jobstate
     from hpcprof.config.site import find_site
     from hpcprof.rundir import select_runs
 
@@ -508,7 +505,7 @@ def submit_collect(refs: tuple[str, ...], workdir: Path, db: str | None, workers
                                                          if r.path.parent.name != campaign.COLLECT_JOB]
     if not selected:
         raise UserError(f"no runs under {workdir} to collect; submit some first (hpcprof submit EXP --site S)")
-    pending = [run for run in selected if not campaign.current_state(run).terminal]
+    pending = [run for run, state in jobstate.current_states(selected).items() if not state.terminal]
     wait_for = campaign.job_ids(pending, site.scheduler, "collect --submit: run")
     campaign.check_after(site.scheduler, wait_for)
     planned = campaign.plan_collect(selected, site, workdir, db, workers, walltime)
@@ -529,12 +526,11 @@ def submit_collect(refs: tuple[str, ...], workdir: Path, db: str | None, workers
 def resubmit(refs: tuple[str, ...], workdir: Path, db: str | None, failed: bool, wait: bool) -> None:
     """Submit runs again as new runs (new run ids and directories, the same site and parameters),
     each linked to the run it replaces."""
-    from hpcprof import campaign
+    from hpcprof import campaign, jobstate
     from hpcprof.rundir import select_runs
 
     chosen = []
-    for run in select_runs(refs, workdir):
-        state = campaign.current_state(run)
+    for run, state in jobstate.current_states(select_runs(refs, workdir)).items():
         if not state.terminal and state.state != "NOT_SUBMITTED":
             raise UserError(f"resubmit {run.run_id}: the run is {state.state}; cancel it first (hpcprof cancel "
                             f"{run.run_id}) or leave it out")

@@ -1,8 +1,11 @@
-"""The run directory `<workdir>/<experiment>/<run-id>/` and the status the job writes there.
+"""The run directory `<workdir>/<experiment>/<run-id>/`: its layout, and reading and writing its
+files (the state they add up to is hpcprof.jobstate's).
 
 Layout: config.json (resolved), job.sh, rank_wrapper.sh, logs/, profiles/<tool>/, results/,
-tmp/, derived/ (collect's own intermediate files, e.g. exported .sqlite), `status` (key=value lines written by the job: start, host, job_id, exit_code, end),
-`DONE` (written last by the job), `submission.json` (written at submit: scheduler, job id).
+tmp/, derived/ (collect's own intermediate files, e.g. exported .sqlite), `status` (key=value lines
+written by the job: start, host, job_id, exit_code, end; and `cancelled=` by `mark_cancelled`),
+`DONE` (written last by the job), `submission.json` (written at submit: scheduler, job id),
+`state.stored` (the final state the store holds).
 """
 
 from __future__ import annotations
@@ -18,24 +21,16 @@ from typing import Any
 
 from hpcprof.atomic import atomic_write
 from hpcprof.errors import UserError, warn
-from hpcprof.config.directives import walltime_seconds
-from hpcprof.schedulers.base import CANCELLED, COMPLETED, FAILED, RUNNING, TIMEOUT, UNKNOWN, JobState
 
 #: A run id as new_run_id makes them (and as `status RUN` accepts them): no glob characters.
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}")
-#: A TERM this close to the walltime (seconds) is the walltime's.
-WALLTIME_SLACK = 5
-#: srun's line for the first task that failed (with --kill-on-bad-exit it then stops the others)
-SRUN_TASK_EXIT = re.compile(r"srun: error: \S+: tasks? ([0-9,\-]+): Exited with exit code (\d+)")
-#: how much of the end of the job log is searched for it
+#: how much of the end of the job log `log_tail` reads
 LOG_TAIL_BYTES = 1 << 16
 
 
-def new_run_id(index: int | None = None) -> str:
-    """A run id fixed once at submit: time stamp + random suffix (+ sweep point)."""
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    suffix = secrets.token_hex(3)
-    return f"{stamp}-{suffix}" if index is None else f"{stamp}-{suffix}-p{index:03d}"
+def new_run_id() -> str:
+    """A run id fixed once at submit: time stamp + random suffix (a sweep point adds -pNNN)."""
+    return f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
 
 
 class DamagedRunFile(UserError):
@@ -129,68 +124,34 @@ class RunDir:
                 status[key] = value
         return status
 
-    def terminal_state_stored(self, state: JobState) -> bool:
-        """Whether `state` is terminal and the store already holds it (see `mark_terminal_state_stored`);
-        a damaged note is as good as none (it is written again)."""
-        path = self.path / "state.stored"
+    def stored_state(self) -> bytes | None:
+        """The `state.stored` note (see `store_state`), or None."""
         try:
-            return state.terminal and path.read_bytes() == f"{state.state} {state.exit_code}".encode()
+            return (self.path / "state.stored").read_bytes()
         except OSError:
-            return False
+            return None
 
-    def mark_terminal_state_stored(self, state: JobState) -> None:
-        """Note that the store holds this final state."""
-        atomic_write(self.path / "state.stored", f"{state.state} {state.exit_code}")
+    def store_state(self, note: str) -> None:
+        """Note the final state the store now holds."""
+        atomic_write(self.path / "state.stored", note)
+
+    def mark_cancelled(self) -> None:
+        """Add `cancelled=EPOCH` to the status file: hpcprof asked the scheduler to stop the job."""
+        with open(self.path / "status", "a") as fh:
+            fh.write(f"cancelled={int(time.time())}\n")
 
     @property
     def done(self) -> bool:
         return (self.path / "DONE").exists()
 
-    def _first_failed_task(self) -> str:
-        """"; rank R exited with code C first" where srun's job log names the task that failed."""
+    def log_tail(self) -> str:
+        """The last LOG_TAIL_BYTES of the job log (logs/job.out), '' when it cannot be read."""
         try:
             with open(self.path / "logs" / "job.out", "rb") as log:
                 log.seek(max(0, log.seek(0, 2) - LOG_TAIL_BYTES))
-                match = SRUN_TASK_EXIT.search(log.read().decode(errors="replace"))
+                return log.read().decode(errors="replace")
         except OSError:
             return ""
-        return f"; rank {match[1]} exited with code {match[2]} first (srun stopped the others)" if match else ""
-
-    def _walltime_reached(self, status: dict[str, str]) -> bool:
-        """Whether the job's TERM trap ran at its walltime (start/end from the status file)."""
-        try:
-            elapsed = int(status["end"]) - int(status["start"])
-            return elapsed >= walltime_seconds(str(self.config["walltime"])) - WALLTIME_SLACK
-        except (KeyError, ValueError, TypeError, OSError, UserError):
-            return False
-
-    def state(self, scheduler_view: JobState | None) -> JobState:
-        """The run's state: the job's own status file first, the scheduler second. A job that
-        wrote DONE keeps the exit code it wrote (a later cancel does not rewrite it); a job whose
-        TERM trap ran (no DONE) was cancelled by hpcprof, or else reached its walltime."""
-        status = self.job_status()
-        code = int(status["exit_code"]) if re.fullmatch(r"-?\d{1,9}", status.get("exit_code", "")) else None
-        if status.get("cancelled") and code != 0:  # marked only while running: see campaign.cancel
-            return JobState(CANCELLED, code, "cancelled by hpcprof")
-        if self.done and code is not None:
-            return JobState(COMPLETED if code == 0 else FAILED, code, "" if code == 0 else status.get(
-                "check") or f"exit code {code}{self._first_failed_task()}")  # check: a failed job-start check
-        if self.done:  # the job ended (DONE is written last) but its exit code cannot be read
-            shown = status.get("damaged") or (f"{self.path / 'status'}: exit_code={status['exit_code'][:40]!r} is "
-                                              "not a number" if "exit_code" in status else
-                                              f"{self.path / 'status'}: no exit_code")
-            return JobState(FAILED, None, f"ended, exit code unknown ({shown})")
-        if "damaged" in status:
-            return JobState(UNKNOWN, None, status["damaged"])
-        if status.get("signal") and self._walltime_reached(status):
-            return JobState(TIMEOUT, None, "killed at its walltime (job's TERM trap)")
-        if scheduler_view is not None and scheduler_view.state != UNKNOWN:
-            if scheduler_view.state == COMPLETED and not self.done and status.get("start"):
-                return JobState(FAILED, scheduler_view.exit_code, "job ended without writing DONE")
-            return scheduler_view
-        if status.get("start"):
-            return JobState(RUNNING if scheduler_view is None else UNKNOWN, None, "started, no DONE yet")
-        return scheduler_view or JobState(UNKNOWN)
 
 
 def find_run(ref: str, workdir: Path) -> RunDir:

@@ -16,11 +16,29 @@ import json
 import os
 import sqlite3
 import time
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
-from sqlalchemy import (JSON, Column, Float, ForeignKey, Integer, MetaData, String, Table, Text,
-                        create_engine, delete, event, insert, inspect, select, text, update)
+from sqlalchemy import (
+    JSON,
+    Column,
+    Float,
+    ForeignKey,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    create_engine,
+    delete,
+    event,
+    insert,
+    inspect,
+    select,
+    text,
+    update,
+)
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, SQLAlchemyError
 
@@ -234,25 +252,30 @@ class Store:
             with self.engine.begin() as conn:
                 conn.execute(insert(resubmits), [{"run_id": new, "resubmit_of": old} for new, old in links.items()])
 
-    def resubmit_of(self, run_id: str) -> str | None:
-        """The run that `run_id` replaces, if it was resubmitted from one."""
-        with self.engine.connect() as conn:
-            return conn.execute(select(resubmits.c.resubmit_of).where(resubmits.c.run_id == run_id)).scalar()
-
     def add_job(self, run_id: str, job_id: str, scheduler: str) -> None:
         with self.engine.begin() as conn:
             conn.execute(insert(jobs).values(job_id=job_id, run_id=run_id, scheduler=scheduler,
                                              submitted_at=time.time()))
 
-    def record_state(self, run_id: str, state: str, exit_code: int | None, reason: str) -> None:
-        """Store a state change (nothing if the state is unchanged)."""
+    def record_states(self, observed: dict[str, tuple[str, int | None, str]]) -> set[str]:
+        """Store each run's state change (run id -> state, exit code, reason; nothing for an unchanged
+        state or a run the store does not know), in one transaction; returns the run ids it knows."""
+        if not observed:
+            return set()
         with self.engine.begin() as conn:
-            row = conn.execute(select(runs.c.state, runs.c.exit_code).where(runs.c.run_id == run_id)).first()
-            if row is None or (row.state, row.exit_code) == (state, exit_code):
-                return
-            conn.execute(update(runs).where(runs.c.run_id == run_id).values(state=state, exit_code=exit_code))
-            conn.execute(insert(states).values(run_id=run_id, state=state, exit_code=exit_code,
-                                               reason=reason, observed_at=time.time()))
+            ids, known = list(observed), {}
+            for first in range(0, len(ids), 500):  # under old SQLite's 999 bound parameters
+                known.update({row.run_id: (row.state, row.exit_code) for row in conn.execute(select(
+                    runs.c.run_id, runs.c.state, runs.c.exit_code).where(runs.c.run_id.in_(ids[first:first + 500])))})
+            now = time.time()
+            changed = [(run_id, *observed[run_id]) for run_id, old in known.items() if old != observed[run_id][:2]]
+            for run_id, state, exit_code, _ in changed:
+                conn.execute(update(runs).where(runs.c.run_id == run_id).values(state=state, exit_code=exit_code))
+            if changed:
+                conn.execute(insert(states), [{"run_id": run_id, "state": state, "exit_code": exit_code,
+                                               "reason": reason, "observed_at": now}
+                                              for run_id, state, exit_code, reason in changed])
+        return set(known)
 
     def has_run(self, run_id: str) -> bool:
         with self.engine.connect() as conn:
@@ -275,6 +298,15 @@ class Store:
                 collect_status="partial" if problems else "complete",
                 collect_note="\n".join(problems) if problems else None))
 
+    def run_records(self, run_ids: list[str]) -> dict[str, dict[str, Any]]:
+        """The runs' rows by run id (those the store knows), read in one connection."""
+        found: dict[str, dict[str, Any]] = {}
+        with self.engine.connect() as conn:
+            for first in range(0, len(run_ids), 500):  # under old SQLite's 999 bound parameters
+                rows = conn.execute(select(runs).where(runs.c.run_id.in_(run_ids[first:first + 500])))
+                found.update({row.run_id: dict(row._mapping) for row in rows})
+        return found
+
     def run_record(self, run_id: str) -> dict[str, Any] | None:
         with self.engine.connect() as conn:
             row = conn.execute(select(runs).where(runs.c.run_id == run_id)).first()
@@ -284,9 +316,3 @@ class Store:
         with self.engine.connect() as conn:
             rows = conn.execute(select(run_metrics).where(run_metrics.c.run_id == run_id)).all()
             return {r.metric: (r.value, r.unit) for r in rows}
-
-    def runs_frame(self) -> Any:
-        import pandas as pd
-
-        with self.engine.connect() as conn:
-            return pd.read_sql(select(runs).order_by(runs.c.run_id), conn)

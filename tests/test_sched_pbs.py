@@ -1,4 +1,4 @@
-"""PbsScheduler: parsing of recorded `qstat` output (PBS Pro JSON as on Polaris, hand-written to
+"""PbsScheduler / TorqueScheduler: parsing of recorded `qstat` output (PBS Pro JSON as on Polaris, hand-written to
 its shape; Torque-style `qstat -f` captured from Slurm's Torque wrappers), and submit/state/cancel
 through those wrappers (qsub/qstat/qdel) on the real local Slurm."""
 
@@ -7,15 +7,31 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from slurm_cluster import poll, slurm_cluster, torque_cluster, write_job  # noqa: F401
 
 from hpcprof.errors import UserError
+from hpcprof.jobstate import reconcile
 from hpcprof.rundir import RunDir
 from hpcprof.schedulers import get_scheduler
 from hpcprof.schedulers.base import (
-    CANCELLED, COMPLETED, FAILED, OUT_OF_MEMORY, PENDING, RUNNING, TIMEOUT, UNKNOWN, JobState,
+    CANCELLED,
+    COMPLETED,
+    FAILED,
+    OUT_OF_MEMORY,
+    PENDING,
+    RUNNING,
+    TIMEOUT,
+    UNKNOWN,
+    JobState,
 )
-from hpcprof.schedulers.pbs import PbsScheduler, parse_qstat_full, parse_qstat_json, parse_qsub
-from slurm_cluster import poll, slurm_cluster, torque_cluster, write_job  # noqa: F401
+from hpcprof.schedulers.pbs import (
+    PbsScheduler,
+    TorqueScheduler,
+    parse_qstat_full,
+    parse_qstat_full_all,
+    parse_qstat_json,
+    parse_qsub,
+)
 
 DATA = Path(__file__).parent / "data" / "qstat"
 POLARIS = "polaris-pbs-01.hsn.cm.polaris.alcf.anl.gov"
@@ -57,10 +73,18 @@ def test_pbspro_json_other_job() -> None:
     ("torque_wrapper_completed.txt", False, JobState(
         COMPLETED, None, "job_state=C; no exit status (the run's status file has it)")),
     ("torque_wrapper_deleted.txt", True, JobState(
-        CANCELLED, None, "job_state=C; no exit status (the run's status file has it)")),
+        COMPLETED, None, "job_state=C; no exit status (the run's status file has it)")),
 ])
-def test_torque_wrapper_recorded(fixture: str, cancelled: bool, expected: JobState) -> None:
-    assert parse_qstat_full((DATA / fixture).read_text(), cancelled) == expected
+def test_torque_wrapper_recorded(tmp_path: Path, fixture: str, cancelled: bool, expected: JobState) -> None:
+    """The wrappers cannot say a job was deleted: the run's `cancelled=` line (hpcprof.jobstate) does."""
+    text = (DATA / fixture).read_text()
+    assert parse_qstat_full(text) == expected
+    job_id = text.split("Job Id:", 1)[1].split()[0]
+    assert parse_qstat_full_all(text + text.replace(job_id, "999"), [job_id, "998"]) == {
+        job_id: expected, "998": JobState(UNKNOWN, None, "job 998 unknown or finished; the run's status file decides")}
+    if cancelled:
+        RunDir(tmp_path).mark_cancelled()
+        assert reconcile(RunDir(tmp_path), parse_qstat_full(text)).state == CANCELLED
 
 
 @pytest.mark.parametrize(("exit_status", "state", "exit_code"), [
@@ -77,8 +101,9 @@ def test_real_torque_exit_status(exit_status: str, state: str, exit_code: int) -
 
 def test_registry_and_missing_client(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     scheduler = get_scheduler("pbs")
-    assert isinstance(scheduler, PbsScheduler)
+    assert isinstance(scheduler, PbsScheduler) and not isinstance(scheduler, TorqueScheduler)
     assert (scheduler.name, scheduler.template) == ("pbs", "pbs.sh.j2")
+    assert isinstance(get_scheduler("torque"), TorqueScheduler)
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(UserError, match="qstat"):
         scheduler.state("1", tmp_path)
@@ -88,15 +113,15 @@ def test_registry_and_missing_client(monkeypatch: pytest.MonkeyPatch, tmp_path: 
 # Slurm's Torque wrappers on the real local Slurm
 
 
-def submit(run_dir: Path, body: str) -> tuple[PbsScheduler, str]:
+def submit(run_dir: Path, body: str) -> tuple[TorqueScheduler, str]:
     script = write_job(run_dir, ["#PBS -N hp-torque", "#PBS -l select=1:ncpus=1",
                                  "#PBS -l walltime=00:02:00", "#PBS -l filesystems=home:eagle",
                                  "#PBS -q debug", "#PBS -j oe", "#PBS -o ignored.out"], body)
-    scheduler = PbsScheduler()
+    scheduler = TorqueScheduler()
     return scheduler, scheduler.submit(script, run_dir)
 
 
-def final(scheduler: PbsScheduler, job_id: str, run_dir: Path) -> JobState:
+def final(scheduler: TorqueScheduler, job_id: str, run_dir: Path) -> JobState:
     return poll(lambda: scheduler.state(job_id, run_dir), lambda s: s.terminal, 90)
 
 
@@ -106,7 +131,7 @@ def test_qsub_completed(tmp_path: Path) -> None:
     scheduler, job_id = submit(tmp_path, 'echo "PBS_JOBID=$PBS_JOBID"; echo to-stderr >&2')
     state = final(scheduler, job_id, tmp_path)
     assert state.state == COMPLETED and state.exit_code is None  # the wrappers give no exit code
-    assert RunDir(tmp_path).state(state) == JobState(COMPLETED, 0, "")
+    assert reconcile(RunDir(tmp_path), state) == JobState(COMPLETED, 0, "")
     out = (tmp_path / "logs" / "job.out").read_text()  # -j oe -o from the command line
     assert f"PBS_JOBID={job_id}" in out and "to-stderr" in out
     assert not (tmp_path / "ignored.out").exists()
@@ -118,7 +143,7 @@ def test_qsub_exit_3(tmp_path: Path) -> None:
     scheduler, job_id = submit(tmp_path, "bash -c 'exit 3'")
     state = final(scheduler, job_id, tmp_path)
     assert state.terminal
-    assert RunDir(tmp_path).state(state) == JobState(FAILED, 3, "exit code 3")
+    assert reconcile(RunDir(tmp_path), state) == JobState(FAILED, 3, "exit code 3")
 
 
 @pytest.mark.torque
@@ -126,20 +151,17 @@ def test_qsub_exit_3(tmp_path: Path) -> None:
 def test_qdel_running_job(tmp_path: Path) -> None:
     scheduler, job_id = submit(tmp_path, "sleep 300")
     poll(lambda: scheduler.state(job_id, tmp_path), lambda s: s.state == RUNNING, 60)
-    scheduler.cancel(job_id, tmp_path)
-    assert "cancelled" in RunDir(tmp_path).job_status()  # the wrappers' `C` cannot say it
+    assert scheduler.cancel(job_id, tmp_path) is True  # a live job: hpcprof.jobstate marks the run
+    RunDir(tmp_path).mark_cancelled()
     state = final(scheduler, job_id, tmp_path)
-    assert state.state == CANCELLED
-    assert RunDir(tmp_path).state(state).state == CANCELLED
-    scheduler.cancel(job_id, tmp_path)  # again: already ended, no error, not marked again
-    assert (tmp_path / "status").read_text().count("cancelled=") == 1
+    assert reconcile(RunDir(tmp_path), state).state == CANCELLED  # the wrappers' `C` cannot say it
+    assert scheduler.cancel(job_id, tmp_path) is False  # again: already ended, no error
 
 
 @pytest.mark.torque
 @pytest.mark.usefixtures("torque_cluster")
 def test_unknown_job_is_left_to_the_run_dir(tmp_path: Path) -> None:
-    scheduler = PbsScheduler()
+    scheduler = TorqueScheduler()
     state = scheduler.state("99999999", tmp_path)
     assert state.state == UNKNOWN and "rc 153" in state.reason
-    scheduler.cancel("99999999", tmp_path)  # no error, nothing marked
-    assert not (tmp_path / "status").exists()
+    assert scheduler.cancel("99999999", tmp_path) is False  # no error, nothing to mark

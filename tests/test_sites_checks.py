@@ -20,6 +20,7 @@ from click.testing import CliRunner
 import hpcprof
 from hpcprof.cli import main
 from hpcprof.config.site import shipped_site_dir
+from hpcprof.jobstate import reconcile
 from hpcprof.rundir import RunDir
 
 REPO = Path(__file__).resolve().parents[1]
@@ -88,7 +89,7 @@ def test_python_without_hpcprof_fails_in_one_line(tmp_path: Path) -> None:
            "(ModuleNotFoundError: No module named 'hpcprof'): install hpcprof" in line
     assert "hpcprof sites init local --venv DIR" in line
     run = RunDir(out)
-    assert run.state(None).state == "FAILED" and "cannot import hpcprof" in run.state(None).reason
+    assert reconcile(run, None).state == "FAILED" and "cannot import hpcprof" in reconcile(run, None).reason
     assert not list((out / "logs").glob("rank*.log")), "no rank started"
 
 

@@ -10,9 +10,10 @@ import shutil
 import sys
 import traceback
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import jinja2
 import jinja2.sandbox
@@ -156,10 +157,9 @@ def template_context(point: Point, site: SiteConfig, run_dir: Path, run_id: str,
         tool_args, tool_path = profile.nsys.argv(), site.paths.nsys
     elif profile.tool == "ncu":
         tool_args, tool_path = profile.ncu.argv(), site.paths.ncu
-    if site.scheduler == "kubernetes":
-        from hpcprof.schedulers.kubernetes import pod_start_dir
-        submit_dir = pod_start_dir(site, submit_dir, run_dir)
-    container = None if site.scheduler == "kubernetes" else effective_container(site, exp.container)
+    scheduler = get_scheduler(site.scheduler)
+    submit_dir = scheduler.start_dir(site, submit_dir, run_dir)
+    container = None if scheduler.runs_containers else effective_container(site, exp.container)
     if container is not None:
         check_container(site, container)
     launcher, rank = wrap_launch(container, launch_argv(site, res.nodes, point.ranks_per_node),
@@ -167,7 +167,7 @@ def template_context(point: Point, site: SiteConfig, run_dir: Path, run_id: str,
                                  sorted({**site.env, **exp.env}), submit_dir not in (None, run_dir))
     # job-start checks (the job's own host, so not inside a container or a Kubernetes pod): the ranks'
     # Python imports hpcprof (built-in workloads and `python -m hpcprof ...` commands), the profiler runs
-    checked = container is None and site.scheduler != "kubernetes"
+    checked = container is None and not scheduler.runs_containers
     uses_hpcprof = exp.workload.kind != "command" or "hpcprof" in exp.workload.argv[1:3]
     return {
         "check_python": python if checked and uses_hpcprof else "",
@@ -228,10 +228,8 @@ def render_point(point: Point, site: SiteConfig, run_dir: Path, run_id: str,
         "profile_extension": PROFILE_EXTENSIONS.get(profile.tool),
         "hpcprof_version": hpcprof.__version__,
     }
-    files = {"job.sh": job, "rank_wrapper.sh": wrapper}
-    if site.scheduler == "kubernetes":
-        from hpcprof.schedulers.kubernetes import MANIFEST, render_manifest
-        files[MANIFEST] = render_manifest(env, {**context, "experiment_container": exp.container}, site, run_dir)
+    files = {"job.sh": job, "rank_wrapper.sh": wrapper,
+             **scheduler.extra_files(env, {**context, "experiment_container": exp.container}, site, run_dir)}
     return RenderedRun(run_id, run_dir, point, files, config)
 
 
@@ -324,7 +322,7 @@ def array_script(scripts: dict[Path, str], directive: str, index_var: str, sweep
     for run_dir, text in rest:
         _, own = directives(text)
         if own != common:
-            differ = next((a for a, b in zip(own, common) if a != b), (own + common)[0])
+            differ = next((a for a, b in zip(own, common, strict=False) if a != b), (own + common)[0])
             raise UserError(f"--array: sweep point {run_dir.name} differs in `{differ}`; an array job needs the "
                             "same resources for every point (submit without --array)")
     cases = "\n".join(f"  {k}) hp_run={quote(str(run_dir))} ;;" for k, run_dir in enumerate(scripts))

@@ -8,14 +8,12 @@ from __future__ import annotations
 
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from hpcprof.config.site import SiteConfig
 from hpcprof.errors import UserError
 from hpcprof.render.quoting import Raw
-
-WRAPPER = Raw('"$RUN_DIR/rank_wrapper.sh"')
 
 #: site `binding.cpu_bind` words every launcher knows -> each launcher's own spelling
 BIND_WORDS: dict[str, dict[str, str]] = {

@@ -1,4 +1,4 @@
-"""Schedulers by name (site config `scheduler:`): local, slurm, pbs, kubernetes."""
+"""Schedulers by name (site config `scheduler:`): local, slurm, pbs (PBS Pro, OpenPBS), torque, kubernetes."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ REGISTRY = {
     "local": "hpcprof.schedulers.local:LocalScheduler",
     "slurm": "hpcprof.schedulers.slurm:SlurmScheduler",
     "pbs": "hpcprof.schedulers.pbs:PbsScheduler",
+    "torque": "hpcprof.schedulers.pbs:TorqueScheduler",
     "kubernetes": "hpcprof.schedulers.kubernetes:KubernetesScheduler",
 }
 

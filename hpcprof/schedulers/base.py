@@ -1,17 +1,19 @@
-"""The one interface every scheduler module implements: submit, state, cancel.
+"""The one interface every scheduler module implements: submit, states (batched), cancel, and
+what a scheduler adds to a run (`extra_files`) or does while a run goes on (`follow`).
 
 Rendering is shared (hpcprof.render picks the scheduler's template by `Scheduler.template`).
-A job's final state is decided by `hpcprof.rundir.RunDir.status` first (the job writes its own
-status file) and by the scheduler second.
+A run's state is decided by `hpcprof.jobstate` (the job's own status file first, the
+scheduler's view second); schedulers never read or write a run directory's state files.
 """
 
 from __future__ import annotations
 
 import subprocess
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any
 
 from hpcprof.errors import UserError
 
@@ -35,6 +37,14 @@ class JobState:
         return self.state in TERMINAL
 
 
+@dataclass(frozen=True)
+class Job:
+    """One submitted job: its scheduler id and the run directory it runs in."""
+
+    id: str
+    run_dir: Path
+
+
 class Scheduler(ABC):
     """A batch system (or the local machine) behind one interface."""
 
@@ -46,6 +56,9 @@ class Scheduler(ABC):
     directive: str | None = None
     #: the variable holding a task's index in an array job
     array_index: str | None = None
+    #: whether the scheduler's own workers are the containers (Kubernetes pods): no `container:`
+    #: wrapping and no job-start checks on a host of ours
+    runs_containers: bool = False
     #: the smallest and (by default: a site's max_array_size overrides it) largest array it accepts
     min_array_size: int = 1
     max_array_size: int = 0
@@ -61,12 +74,33 @@ class Scheduler(ABC):
         raise UserError(f"{self.name} runs no job arrays; submit without --array, or use a slurm or pbs site")
 
     @abstractmethod
+    def states(self, jobs: Sequence[Job]) -> dict[Job, JobState]:
+        """The scheduler's view of every job in `jobs`, asked in one query where the batch system
+        allows it (one `sacct`, one `qstat`): status of 1,000 runs is one poll, not 1,000."""
+
     def state(self, job_id: str, run_dir: Path) -> JobState:
-        """The scheduler's view of the job."""
+        """The scheduler's view of one job (`states` of one)."""
+        job = Job(job_id, run_dir)
+        return self.states([job])[job]
 
     @abstractmethod
-    def cancel(self, job_id: str, run_dir: Path) -> None:
-        """Cancel the job (no error if it already ended)."""
+    def cancel(self, job_id: str, run_dir: Path) -> bool:
+        """Cancel the job; True when a live job was asked to stop (the caller then marks the run
+        cancelled), False when it had already ended or is unknown (no error)."""
+
+    def extra_files(self, env: Any, context: dict[str, Any], site: Any, run_dir: Path) -> dict[str, str]:
+        """Files this scheduler adds to a run directory besides job.sh and rank_wrapper.sh (name ->
+        content), rendered with the Jinja `env` from the job templates' `context`; none by default."""
+        return {}
+
+    def start_dir(self, site: Any, submit_dir: Path | None, run_dir: Path) -> Path | None:
+        """Where the ranks start: the submit directory by default."""
+        return submit_dir
+
+    def follow(self, job_id: str, run_dir: Path) -> None:
+        """Stay with a just-submitted job until it ends, showing its output (`submit --wait` of a
+        local run); batch schedulers return at once and are polled instead."""
+        return None
 
 
 def no_dependencies(scheduler: str, after: Sequence[str]) -> None:

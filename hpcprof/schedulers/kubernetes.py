@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 import re
 import shlex
-import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import jinja2
 import yaml
@@ -22,7 +22,16 @@ from hpcprof.config.container import ContainerConfig, KubernetesConfig
 from hpcprof.config.site import SiteConfig, walltime_seconds
 from hpcprof.errors import UserError
 from hpcprof.schedulers.base import (
-    COMPLETED, FAILED, PENDING, RUNNING, UNKNOWN, JobState, Scheduler, no_dependencies, run_command,
+    COMPLETED,
+    FAILED,
+    PENDING,
+    RUNNING,
+    UNKNOWN,
+    Job,
+    JobState,
+    Scheduler,
+    no_dependencies,
+    run_command,
 )
 
 MANIFEST_TEMPLATE = "mpijob.yaml.j2"
@@ -92,6 +101,7 @@ class KubernetesScheduler(Scheduler):
 
     name = "kubernetes"
     template = "local.sh.j2"  # job.sh runs in the launcher pod exactly as a local job
+    runs_containers = True
     by_hand = "kubectl apply -f {run_dir}/mpijob.yaml"
 
     @staticmethod
@@ -107,20 +117,32 @@ class KubernetesScheduler(Scheduler):
         meta = json.loads(proc.stdout)["metadata"]
         return f"{meta['namespace']}/{meta['name']}"
 
-    def state(self, job_id: str, run_dir: Path) -> JobState:
-        namespace, _, name = job_id.partition("/")
-        proc = self._kubectl(["get", "mpijob", name, "-n", namespace, "-o", "json"])
-        if proc.returncode != 0:
-            return JobState(UNKNOWN, reason=(proc.stderr or proc.stdout).strip())
-        return parse_state(json.loads(proc.stdout))
+    def states(self, jobs: Sequence[Job]) -> dict[Job, JobState]:
+        """One `kubectl get mpijobs -o json` per namespace for all the jobs."""
+        found: dict[str, JobState] = {}
+        for namespace in dict.fromkeys(job.id.partition("/")[0] for job in jobs):
+            proc = self._kubectl(["get", "mpijobs", "-n", namespace, "-o", "json"])
+            if proc.returncode != 0:
+                failed = JobState(UNKNOWN, reason=(proc.stderr or proc.stdout).strip())
+                found.update({job.id: failed for job in jobs if job.id.startswith(f"{namespace}/")})
+                continue
+            for item in json.loads(proc.stdout).get("items", []):
+                found[f"{namespace}/{item['metadata']['name']}"] = parse_state(item)
+        return {job: found.get(job.id, JobState(UNKNOWN, reason=f"mpijob {job.id} not found")) for job in jobs}
 
-    def cancel(self, job_id: str, run_dir: Path) -> None:
+    def cancel(self, job_id: str, run_dir: Path) -> bool:
         """`kubectl delete mpijob NAME --ignore-not-found` (its pods go with it)."""
         if self.state(job_id, run_dir).terminal:
-            return
+            return False
         namespace, _, name = job_id.partition("/")
         proc = self._kubectl(["delete", "mpijob", name, "-n", namespace, "--ignore-not-found", "--wait=false"])
         if proc.returncode != 0:
             raise UserError(f"kubectl delete mpijob {name} failed: {(proc.stderr or proc.stdout).strip()}")
-        with open(run_dir / "status", "a") as fh:
-            fh.write(f"cancelled={int(time.time())}\n")
+        return True
+
+    def extra_files(self, env: Any, context: dict[str, Any], site: Any, run_dir: Path) -> dict[str, str]:
+        """The run's MPIJob manifest."""
+        return {MANIFEST: render_manifest(env, context, site, run_dir)}
+
+    def start_dir(self, site: Any, submit_dir: Path | None, run_dir: Path) -> Path | None:
+        return pod_start_dir(site, submit_dir, run_dir)

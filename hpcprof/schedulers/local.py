@@ -14,14 +14,12 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
-
-import click
 
 from hpcprof.config.directives import walltime_seconds
-from hpcprof.schedulers.base import FAILED, RUNNING, UNKNOWN, JobState, Scheduler, no_dependencies
+from hpcprof.schedulers.base import FAILED, RUNNING, UNKNOWN, Job, JobState, Scheduler, no_dependencies
 
 #: Seconds between the walltime's TERM and the KILL that follows.
 KILL_AFTER = 10
@@ -44,7 +42,7 @@ class Identity:
     boot: str
 
     @classmethod
-    def of(cls, pid: int) -> "Identity | None":
+    def of(cls, pid: int) -> Identity | None:
         """The identity of live, non-zombie process `pid`, or None."""
         try:
             with open(f"/proc/{pid}/stat") as fh:
@@ -56,7 +54,7 @@ class Identity:
         return cls(pid, int(fields[19]), int(fields[3]), _boot_id())
 
     @classmethod
-    def load(cls, run_dir: Path) -> "Identity | None":
+    def load(cls, run_dir: Path) -> Identity | None:
         """The identity recorded at submit, or None if missing or unreadable."""
         try:
             data = json.loads((run_dir / "job.pid").read_text())
@@ -97,24 +95,19 @@ class LocalScheduler(Scheduler):
 
     def follow(self, job_id: str, run_dir: Path) -> None:
         """Copy the job's log to stdout until it ends (`submit --wait`). The job writes to its
-        log file, never to us, so it does not depend on this process; Ctrl-C cancels it."""
+        log file, never to us, so it does not depend on this process; a Ctrl-C reaches the
+        caller (hpcprof.campaign.submit), which cancels the job."""
         process = self._children[int(job_id.removeprefix("local-"))]
         with open(run_dir / "logs" / "job.out", "rb") as log:
-            try:
-                while True:
-                    chunk = log.read(65536)
-                    if chunk:
-                        sys.stdout.buffer.write(chunk)
-                        sys.stdout.buffer.flush()
-                    elif process.poll() is not None:
-                        break
-                    else:
-                        time.sleep(0.1)
-            except KeyboardInterrupt:
-                click.echo(f"interrupted: cancelling {job_id}", err=True)
-                self.cancel(job_id, run_dir)
-                process.wait()
-                raise
+            while True:
+                chunk = log.read(65536)
+                if chunk:
+                    sys.stdout.buffer.write(chunk)
+                    sys.stdout.buffer.flush()
+                elif process.poll() is not None:
+                    break
+                else:
+                    time.sleep(0.1)
 
     def _ours(self, run_dir: Path) -> Identity | None:
         """The job's process if it is still alive and still the one we started."""
@@ -126,7 +119,11 @@ class LocalScheduler(Scheduler):
             return None
         return recorded if Identity.of(recorded.pid) == recorded and recorded.sid == recorded.pid else None
 
-    def state(self, job_id: str, run_dir: Path) -> JobState:
+    def states(self, jobs: Sequence[Job]) -> dict[Job, JobState]:
+        """Each job from its recorded process identity (no scheduler to ask: /proc is read)."""
+        return {job: self._state(job.run_dir) for job in jobs}
+
+    def _state(self, run_dir: Path) -> JobState:
         if self._ours(run_dir) is not None:
             return JobState(RUNNING)
         if (run_dir / "DONE").exists():
@@ -135,21 +132,20 @@ class LocalScheduler(Scheduler):
             return JobState(FAILED, None, "job.pid missing or unreadable: not a job hpcprof started")
         return JobState(FAILED, None, "job process ended without writing DONE")
 
-    def cancel(self, job_id: str, run_dir: Path) -> None:
+    def cancel(self, job_id: str, run_dir: Path) -> bool:
         """TERM, then KILL, the job's process group, only while it is verifiably ours and the
         run has not written DONE."""
         if (run_dir / "DONE").exists() or self._ours(run_dir) is None:
-            return
-        with open(run_dir / "status", "a") as fh:
-            fh.write(f"cancelled={int(time.time())}\n")
+            return False
         for sig, grace in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 0.0)):
             identity = self._ours(run_dir)
             if identity is None:
-                return
+                break
             try:
                 os.killpg(identity.pid, sig)
             except ProcessLookupError:
-                return
+                break
             deadline = time.monotonic() + grace
             while time.monotonic() < deadline and self._ours(run_dir) is not None:
                 time.sleep(0.1)
+        return True

@@ -1,4 +1,5 @@
-"""PBS: `qsub`, state from PBS Pro's `qstat -xf -F json` (or Torque's `qstat -f`), `qdel`.
+"""PBS: `qsub`, states from ONE `qstat -xf -F json ID...` per poll (PBS Pro, OpenPBS) or one
+`qstat -f ID...` (Torque, `TorqueScheduler`), `qdel`.
 
 Job ids are kept whole (Polaris: `308834.polaris-pbs-01.hsn.cm.polaris.alcf.anl.gov`; plain
 `qstat` truncates them). Slurm's Torque wrappers (Debian `slurm-wlm-torque`) support neither
@@ -17,15 +18,26 @@ from __future__ import annotations
 import json
 import re
 import signal
-import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from hpcprof.errors import UserError
-from hpcprof.rundir import RunDir
 from hpcprof.schedulers.base import (
-    CANCELLED, COMPLETED, FAILED, NODE_FAIL, OUT_OF_MEMORY, PENDING, RUNNING, TIMEOUT, UNKNOWN,
-    JobState, Scheduler, run_command, submit_command,
+    CANCELLED,
+    COMPLETED,
+    FAILED,
+    NODE_FAIL,
+    OUT_OF_MEMORY,
+    PENDING,
+    RUNNING,
+    TIMEOUT,
+    UNKNOWN,
+    Job,
+    JobState,
+    Scheduler,
+    run_command,
+    submit_command,
 )
 
 #: `qstat` exit codes meaning "no such job (any more)": unknown job id / finished, use -x.
@@ -106,6 +118,22 @@ def parse_qstat_json(text: str, job_id: str) -> JobState:
         jobs: dict[str, dict[str, Any]] = json.loads(text, strict=False).get("Jobs", {})
     except json.JSONDecodeError:  # some PBS Pro releases print invalid escapes in Variable_List
         return pbspro_state(_scrape_json(text))
+    return _lookup(jobs, job_id)
+
+
+def parse_qstat_json_all(text: str, job_ids: Sequence[str]) -> dict[str, JobState]:
+    """PBS Pro `qstat -xf -F json ID...` → state of each job asked; JSON that does not parse
+    (invalid escapes in Variable_List) is read job by job."""
+    try:
+        jobs: dict[str, dict[str, Any]] = json.loads(text, strict=False).get("Jobs", {})
+    except json.JSONDecodeError:
+        parts = re.split(r'\n\s*"([^"\n]+)"\s*:\s*\{', text)
+        jobs = {parts[i]: _scrape_json(parts[i + 1]) for i in range(1, len(parts) - 1, 2)}
+    return {job_id: _lookup(jobs, job_id) for job_id in job_ids}
+
+
+def _lookup(jobs: dict[str, dict[str, Any]], job_id: str) -> JobState:
+    """One job of `qstat`'s JSON by its full id, else by its number (a short id given)."""
     job = jobs.get(job_id)
     if job is None:  # a short id given, the server answered with the long one
         job = next((v for k, v in jobs.items() if k.split(".")[0] == job_id.split(".")[0]), None)
@@ -144,10 +172,9 @@ def pbspro_state(job: dict[str, Any]) -> JobState:
     return ended
 
 
-def parse_qstat_full(text: str, cancelled: bool = False) -> JobState:
-    """Torque `qstat -f ID` text (`job_state = C`, `exit_status = N` when present) → state.
-
-    `cancelled`: hpcprof cancelled the job (the wrappers cannot say so)."""
+def parse_qstat_full(text: str) -> JobState:
+    """Torque `qstat -f ID` text (`job_state = C`, `exit_status = N` when present) → state. The
+    wrappers cannot say that a job was cancelled: the run's `cancelled=` line does (hpcprof.jobstate)."""
     attrs = dict(re.findall(r"^\s+([\w.]+) = (.*)$", text, re.MULTILINE))
     letter = attrs.get("job_state", "").strip()
     detail = f"job_state={letter}"
@@ -158,11 +185,23 @@ def parse_qstat_full(text: str, cancelled: bool = False) -> JobState:
     code = attrs.get("exit_status")
     if code is not None and int(code) == 271:  # Torque: a running job cancelled with qdel
         return JobState(CANCELLED, 128 + 15, f"{detail}; exit_status=271 (qdel)")
-    return _ended(None if code is None else int(code), cancelled, TORQUE_CODES, detail)
+    return _ended(None if code is None else int(code), False, TORQUE_CODES, detail)
+
+
+def parse_qstat_full_all(text: str, job_ids: Sequence[str]) -> dict[str, JobState]:
+    """Torque `qstat -f ID...` (one `Job Id: ID` block per job) → state of each job asked."""
+    blocks = dict(re.findall(r"^Job Id:\s*(\S+)\n(.*?)(?=^Job Id:|\Z)", text, re.MULTILINE | re.DOTALL))
+    found = {}
+    for job_id in job_ids:
+        block = blocks.get(job_id) or next((b for k, b in blocks.items() if k.split(".")[0] == job_id.split(".")[0]),
+                                           None)
+        found[job_id] = parse_qstat_full(block) if block is not None else JobState(
+            UNKNOWN, None, f"job {job_id} unknown or finished; the run's status file decides")
+    return found
 
 
 class PbsScheduler(Scheduler):
-    """PBS Pro / OpenPBS, and Torque-style `qstat -f` as a fallback."""
+    """PBS Pro / OpenPBS (`qstat -xf -F json`: finished jobs too, with their exit status)."""
 
     name = "pbs"
     template = "pbs.sh.j2"
@@ -172,6 +211,8 @@ class PbsScheduler(Scheduler):
     array_index = "PBS_ARRAY_INDEX"
     min_array_size = 2           # qsub -J 0-0 is refused
     max_array_size = 10000       # PBS Pro's default max_array_size
+    #: `qstat` options asking for every job's full attributes
+    qstat_options: tuple[str, ...] = ("-xf", "-F", "json")
 
     def submit(self, script: Path, run_dir: Path, after: Sequence[str] = ()) -> str:
         """`qsub -j oe -o RUN_DIR/logs/job.out [-W depend=afterany:ID:...] SCRIPT` (output paths
@@ -190,36 +231,47 @@ class PbsScheduler(Scheduler):
         head, _, server = job_id.partition("[]")
         return [f"{head}[{index}]{server}" for index in range(count)]
 
-    def state(self, job_id: str, run_dir: Path) -> JobState:
-        """`qstat -xf -F json`; Torque's `qstat -f` where those options are unknown. A failing
-        qstat (server busy or down) gives UNKNOWN, so that a wait goes on polling. Where qstat
-        cannot tell (wrappers' `C`, purged id), the run's `cancelled=` status line does."""
-        cancelled = "cancelled" in RunDir(run_dir).job_status()
-        proc = run_command(["qstat", "-xf", "-F", "json", job_id], "pbs")
-        if proc.returncode == 0:
-            return parse_qstat_json(proc.stdout, job_id)
-        if proc.returncode not in QSTAT_GONE:
-            proc = run_command(["qstat", "-f", job_id], "pbs")
-            if proc.returncode == 0:
-                return parse_qstat_full(proc.stdout, cancelled)
-        if proc.returncode in QSTAT_GONE and cancelled:
-            return JobState(CANCELLED, None, f"qstat rc {proc.returncode}; cancelled by hpcprof")
-        if proc.returncode in QSTAT_GONE:
-            return JobState(UNKNOWN, None, f"qstat rc {proc.returncode}: job {job_id} unknown "
-                                           "or finished; the run's status file decides")
-        return JobState(UNKNOWN, None, f"qstat rc {proc.returncode} (polling goes on): "
-                                       f"{(proc.stderr or proc.stdout).strip()[:200]}")
+    def parse(self, text: str, job_ids: Sequence[str]) -> dict[str, JobState]:
+        """The states in `qstat`'s answer for `job_ids`."""
+        return parse_qstat_json_all(text, job_ids)
 
-    def cancel(self, job_id: str, run_dir: Path) -> None:
-        """`qdel ID`, then `cancelled=EPOCH` in the run's status file; a job that already ended
-        is not an error (and not marked)."""
+    def states(self, jobs: Sequence[Job]) -> dict[Job, JobState]:
+        """One `qstat` for all the jobs. A failing qstat (server busy or down) gives UNKNOWN, so that
+        a wait goes on polling; a job it no longer knows is left to the run's status file. qstat
+        stops at the first unknown id with rc 153/35 yet prints the others: those are read."""
+        ids = list(dict.fromkeys(job.id for job in jobs))
+        proc = run_command(["qstat", *self.qstat_options, *ids], "pbs")
+        if proc.returncode != 0 and proc.returncode not in QSTAT_GONE:
+            failed = JobState(UNKNOWN, None, f"qstat rc {proc.returncode} (polling goes on): "
+                                             f"{(proc.stderr or proc.stdout).strip()[:200]}")
+            return dict.fromkeys(jobs, failed)
+        found = self.parse(proc.stdout, ids) if proc.stdout.strip() else {}
+        gone = JobState(UNKNOWN, None, f"qstat rc {proc.returncode}: job unknown or finished; the run's status "
+                                       "file decides")
+        states = {}
+        for job in jobs:
+            state = found.get(job.id)
+            states[job] = state if state is not None and (state.state != UNKNOWN or proc.returncode == 0) else gone
+        return states
+
+    def cancel(self, job_id: str, run_dir: Path) -> bool:
+        """`qdel ID`; a job that already ended is not an error (False)."""
         proc = run_command(["qdel", job_id], "pbs")
         if proc.returncode == 0:
-            with open(run_dir / "status", "a") as fh:
-                fh.write(f"cancelled={int(time.time())}\n")
-            return
+            return True
         message = (proc.stderr or proc.stdout).strip()
         ended = proc.returncode in QSTAT_GONE or not message or re.search(
             r"unknown job|has finished|invalid state|already", message, re.IGNORECASE)
         if not ended:
             raise UserError(f"qdel {job_id} failed: {message}")
+        return False
+
+
+class TorqueScheduler(PbsScheduler):
+    """Torque, and Slurm's Torque wrappers (`qstat -f`: text, no `-x`, no exit status for `C`)."""
+
+    name = "torque"
+    qstat_options = ("-f",)
+
+    def parse(self, text: str, job_ids: Sequence[str]) -> dict[str, JobState]:
+        return parse_qstat_full_all(text, job_ids)

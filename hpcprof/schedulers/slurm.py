@@ -1,24 +1,40 @@
-"""Slurm: `sbatch --parsable`, state from `sacct -P` (or `scontrol show job` / `sacct -c` without
-accounting storage), `scancel`.
+"""Slurm: `sbatch --parsable`, states from ONE `sacct -P` for all the jobs of a poll (or one
+`scontrol show job` / `sacct -c` without accounting storage), `scancel`.
 
-Sources, most specific first: `sacct` (slurmdbd; lags the job end by a few seconds, so a
-non-terminal answer is checked against `scontrol`), `scontrol show job` (pending, running and
-jobs that ended less than MinJobAge ago; its ExitCode has the signal, e.g. 0:15 for TIMEOUT),
-and the job-completion file through `sacct -c` (jobcomp/filetxt; logs TIMEOUT with ExitCode 0:0).
+Sources, most specific first, each asked once per poll and only for the jobs the one before
+could not settle: `sacct` (slurmdbd; it lags the job end by a few seconds, which the next poll
+sees), `scontrol -o show job` (every job the controller holds: pending, running and those ended
+less than MinJobAge ago; its ExitCode has the signal, e.g. 0:15 for TIMEOUT), and the
+job-completion file through `sacct -c` (jobcomp/filetxt; logs TIMEOUT with ExitCode 0:0).
+Where slurm.conf is readable and says `AccountingStorageType=accounting_storage/none`, `sacct`
+is not asked at all (it would only answer "accounting storage is disabled").
 `squeue` adds nothing to `scontrol` here (same daemon, fewer fields) and is not asked.
 """
 
 from __future__ import annotations
 
+import os
 import re
-import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from hpcprof.errors import UserError
 from hpcprof.schedulers.base import (
-    CANCELLED, COMPLETED, FAILED, NODE_FAIL, OUT_OF_MEMORY, PENDING, PREEMPTED, RUNNING, TIMEOUT,
-    UNKNOWN, JobState, Scheduler, run_command, submit_command,
+    CANCELLED,
+    COMPLETED,
+    FAILED,
+    NODE_FAIL,
+    OUT_OF_MEMORY,
+    PENDING,
+    PREEMPTED,
+    RUNNING,
+    TIMEOUT,
+    UNKNOWN,
+    Job,
+    JobState,
+    Scheduler,
+    run_command,
+    submit_command,
 )
 
 #: Slurm job states (squeue/sacct/scontrol spelling) → normalised states.
@@ -69,11 +85,33 @@ def to_job_state(slurm_state: str, slurm_exit: str = "", reason: str = "") -> Jo
     return JobState(state, exit_code, detail)
 
 
-def parse_sacct(stdout: str, job_id: str) -> JobState | None:
-    """The job's own line in `sacct -P -n -o JobID,State,ExitCode`, or None. slurmdbd logs a
-    TIMEOUT or `CANCELLED by 0` job line with 0:0; the signal is then taken from its batch step."""
-    rows = {fields[0]: fields for fields in (line.split("|") for line in stdout.splitlines())
-            if len(fields) >= 3}
+def array_ids(job_id: str) -> list[str]:
+    """The task ids a (possibly collapsed) id names: `7_[2-4,9%2]` -> 7_2, 7_3, 7_4, 7_9; others as is."""
+    match = re.fullmatch(r"(\d+)_\[([0-9,\-]+)(?:%\d+)?\]", job_id)
+    if not match:
+        return [job_id]
+    ids = []
+    for part in match[2].split(","):
+        first, _, last = part.partition("-")
+        if first.isdigit() and (not last or last.isdigit()):
+            ids += [f"{match[1]}_{task}" for task in range(int(first), int(last or first) + 1)]
+    return ids
+
+
+def sacct_rows(stdout: str) -> dict[str, list[str]]:
+    """`sacct -P -n -o JobID,State,ExitCode` lines by job id (collapsed pending array tasks expanded)."""
+    rows: dict[str, list[str]] = {}
+    for fields in (line.split("|") for line in stdout.splitlines()):
+        if len(fields) >= 3:
+            rows.update(dict.fromkeys(array_ids(fields[0]), fields))
+    return rows
+
+
+def parse_sacct(stdout: str, job_id: str, rows: dict[str, list[str]] | None = None) -> JobState | None:
+    """The job's own line in `sacct -P -n -o JobID,State,ExitCode` (`rows`: those lines already
+    split by `sacct_rows`), or None. slurmdbd logs a TIMEOUT or `CANCELLED by 0` job line with 0:0;
+    the signal is then taken from its batch step."""
+    rows = sacct_rows(stdout) if rows is None else rows
     if job_id not in rows:
         return None
     state = to_job_state(rows[job_id][1], rows[job_id][2])
@@ -91,6 +129,39 @@ def parse_scontrol(stdout: str) -> JobState | None:
     exit_code = re.search(r"\bExitCode=(\S+)", stdout)
     reason = re.search(r"\bReason=(\S+)", stdout)
     return to_job_state(state[1], exit_code[1] if exit_code else "", reason[1] if reason else "")
+
+
+def parse_scontrol_all(stdout: str) -> dict[str, JobState]:
+    """`scontrol -o show job` (every job, one per line) -> state by job id; an array task is also
+    known as `ARRAYID_TASK` (a pending range `ArrayTaskId=5-9` names each of its tasks)."""
+    found: dict[str, JobState] = {}
+    for line in stdout.splitlines():
+        job = re.search(r"\bJobId=(\d+)", line)
+        state = parse_scontrol(line)
+        if not job or state is None:
+            continue
+        found[job[1]] = state
+        array = re.search(r"\bArrayJobId=(\d+) ArrayTaskId=(\S+)", line)
+        if array:
+            found.update(dict.fromkeys(array_ids(f"{array[1]}_[{array[2]}]"), state))
+    return found
+
+
+def accounting_disabled(conf: Path | None = None) -> bool:
+    """Whether slurm.conf ($SLURM_CONF, else /etc/slurm/slurm.conf) is readable here and sets no
+    accounting storage (so `sacct` can only fail); False where it cannot be read (configless)."""
+    path = conf or Path(os.environ.get("SLURM_CONF", "/etc/slurm/slurm.conf"))
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return False
+    setting = re.search(r"^\s*AccountingStorageType\s*=\s*(\S+)", text, re.MULTILINE | re.IGNORECASE)
+    return setting is None or setting[1].endswith("/none")
+
+
+def _settled(state: JobState | None) -> bool:
+    """Whether a `sacct` answer needs no other source: live, or ended with its exit code known."""
+    return state is not None and (not state.terminal or state.state == COMPLETED or bool(state.exit_code))
 
 
 class SlurmScheduler(Scheduler):
@@ -116,49 +187,54 @@ class SlurmScheduler(Scheduler):
         job_id = submit_command(argv, "slurm", parse_sbatch)
         return [f"{job_id}_{index}" for index in range(count)]
 
-    def state(self, job_id: str, run_dir: Path) -> JobState:
-        """sacct first; scontrol when sacct is off, lagging, silent or has no signal yet (an
-        ended job line can precede its batch step); then the jobcomp file."""
-        acct = self._sacct(job_id, completion_file=False)
-        if acct is not None and acct.terminal and (acct.state == COMPLETED or acct.exit_code):
-            return acct
-        live = self._scontrol(job_id)
-        if live is not None and (live.terminal or acct is None or not acct.terminal):
-            return live
-        if acct is not None:
-            return acct
-        done = self._sacct(job_id, completion_file=True)
-        if done is not None:
-            return done
-        return JobState(UNKNOWN, reason=f"job {job_id} unknown to sacct, scontrol and sacct -c")
+    def states(self, jobs: Sequence[Job]) -> dict[Job, JobState]:
+        """One `sacct` for all the jobs; one `scontrol -o show job` for those it could not settle
+        (accounting off, not logged yet, or ended with no signal yet: an ended job line can precede
+        its batch step); one `sacct -c` (the jobcomp file) for those the controller forgot."""
+        ids = list(dict.fromkeys(job.id for job in jobs))
+        acct = {} if accounting_disabled() else self._sacct(ids, completion_file=False)
+        found = {job_id: acct[job_id] for job_id in ids if _settled(acct.get(job_id))}
+        lacking = [job_id for job_id in ids if job_id not in found]
+        if lacking:
+            live = self._scontrol_all()
+            for job_id in lacking:
+                view, logged = live.get(job_id), acct.get(job_id)
+                if view is not None and (view.terminal or logged is None):
+                    found[job_id] = view
+                elif logged is not None:
+                    found[job_id] = logged
+        forgotten = [job_id for job_id in ids if job_id not in found]
+        if forgotten:
+            found.update(self._sacct(forgotten, completion_file=True))
+        unknown = JobState(UNKNOWN, reason="unknown to sacct, scontrol and sacct -c")
+        return {job: found.get(job.id, unknown) for job in jobs}
 
-    def cancel(self, job_id: str, run_dir: Path) -> None:
-        """`scancel ID` and `cancelled=EPOCH` in the run's status file (the batch shell can
-        outlive its cancelled step long enough to write DONE). A job that already ended is
-        left alone and unmarked: scancel exits 0 for it (and for unknown ids), so the state
-        is asked first."""
+    def cancel(self, job_id: str, run_dir: Path) -> bool:
+        """`scancel ID`. A job that already ended is left alone: scancel exits 0 for it (and for
+        unknown ids), so the state is asked first."""
         before = self.state(job_id, run_dir)
         if before.terminal:
-            return
+            return False
         proc = run_command(["scancel", job_id], "slurm")
         message = (proc.stderr or proc.stdout).strip()
         if proc.returncode != 0 and not re.search(
                 r"already completing or completed|invalid job id", message, re.IGNORECASE):
             raise UserError(f"scancel {job_id} failed: {message}")
-        if before.state != UNKNOWN:
-            with open(run_dir / "status", "a") as fh:
-                fh.write(f"cancelled={int(time.time())}\n")
+        return before.state != UNKNOWN
 
     @staticmethod
-    def _sacct(job_id: str, completion_file: bool) -> JobState | None:
-        argv = ["sacct", *(["-c"] if completion_file else []),
-                "-P", "-n", "-j", job_id, "-o", "JobID,State,ExitCode"]
+    def _sacct(job_ids: list[str], completion_file: bool) -> dict[str, JobState]:
+        """The jobs `sacct [-c]` knows, asked once (an array task through its array's id)."""
+        asked = ",".join(dict.fromkeys(job_id.split("_")[0] for job_id in job_ids))
+        argv = ["sacct", *(["-c"] if completion_file else []), "-P", "-n", "-j", asked, "-o", "JobID,State,ExitCode"]
         proc = run_command(argv, "slurm")
         if proc.returncode != 0 or _ACCOUNTING_OFF in proc.stderr:
-            return None
-        return parse_sacct(proc.stdout, job_id)
+            return {}
+        rows = sacct_rows(proc.stdout)
+        found = {job_id: parse_sacct("", job_id, rows) for job_id in job_ids}
+        return {job_id: state for job_id, state in found.items() if state is not None}
 
     @staticmethod
-    def _scontrol(job_id: str) -> JobState | None:
-        proc = run_command(["scontrol", "-o", "show", "job", job_id], "slurm")
-        return parse_scontrol(proc.stdout) if proc.returncode == 0 else None
+    def _scontrol_all() -> dict[str, JobState]:
+        proc = run_command(["scontrol", "-o", "show", "job"], "slurm")
+        return parse_scontrol_all(proc.stdout) if proc.returncode == 0 else {}
