@@ -28,7 +28,7 @@ LAYERS: list[list[str]] = [
     ["hpcprof.schedulers"],
     ["hpcprof.render"],
     ["hpcprof.store"],
-    ["hpcprof.campaign"],
+    ["hpcprof.campaign", "hpcprof.jobstate"],
     ["hpcprof.analysis"],
     ["hpcprof.collect"],
     ["hpcprof.report"],
@@ -39,8 +39,6 @@ LAYERS: list[list[str]] = [
 #: (importing room, imported room): upward edges other issue 20 branches remove; the lead deletes
 #: each line when its branch is merged. Nothing else may be added here.
 TEMPORARY: dict[tuple[str, str], str] = {
-    ("hpcprof.rundir", "hpcprof.schedulers"): "issue 20 item 3 (branch arch-sched): RunDir becomes layout only",
-    ("hpcprof.report", "hpcprof.campaign"): "issue 20 item 3 (arch-sched): report/compare never calls a scheduler",
     ("hpcprof.report", "hpcprof.run_commands"): "issue 20 item 4 (arch-layers): CLI options in one place",
 }
 
