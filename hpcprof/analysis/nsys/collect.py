@@ -7,17 +7,17 @@ import re
 import shutil
 import subprocess
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pandas as pd
 
 from hpcprof.analysis import CollectContext
 from hpcprof.analysis.nsys import critical_path
 from hpcprof.analysis.nsys import distributed as dist
+from hpcprof.analysis.nsys import window as win
 from hpcprof.analysis.nsys.db import Export
 from hpcprof.analysis.nsys.stats import SUMMARY_REPORTS, MissingData, run_report
-from hpcprof.analysis.nsys import window as win
 from hpcprof.analysis.nsys.timeline import iteration_timeline, median_iteration
 from hpcprof.errors import Problem
 
