@@ -13,7 +13,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import sqlalchemy as sa
 
 from hpcprof.analysis.nsys.db import (
     KERNEL,
@@ -78,22 +77,27 @@ class Activity:
         return self.ops[self.ops["kind"] == "kernel"]
 
 
+def _int_columns(export: Export, table: str, columns: list[str]) -> dict[str, np.ndarray]:
+    """Integer columns of `table` (NULL -> -1) as int64 arrays, by name: plain SQL, no
+    SQLAlchemy statement to build and compile per read."""
+    sql = ", ".join(f'coalesce("{c}", -1)' for c in columns)
+    return dict(zip(columns, export.sql_ints(sql, table, "", len(columns)), strict=True))
+
+
 def _file_ops(export: Export) -> pd.DataFrame:
     """Kernels, memcpys and memsets of one export."""
     parts = []
+    common = ["start", "end", "deviceId", "streamId", "globalPid", "correlationId"]
     if export.has(KERNEL):
-        t = export.table(KERNEL)
-        k = export.ints(sa.select(t.c.start, t.c.end, t.c.deviceId, t.c.streamId, t.c.globalPid, t.c.correlationId,
-                                  t.c.demangledName, sa.func.coalesce(t.c.shortName, t.c.demangledName).label("s")))
+        k = _int_columns(export, KERNEL, common + ["demangledName", "shortName"])
+        short = np.where(k["shortName"] >= 0, k["shortName"], k["demangledName"])
         parts.append(pd.DataFrame({"start": k["start"], "end": k["end"], "device": k["deviceId"],
                                    "stream": k["streamId"], "gpid": k["globalPid"], "corr": k["correlationId"],
                                    "kind": "kernel", "name": export.strings(k["demangledName"]),
-                                   "short": export.strings(k["s"])}))
+                                   "short": export.strings(short)}))
     for table, label in ((MEMCPY, "memcpy"), (MEMSET, "memset")):
         if export.has(table):
-            t = export.table(table)
-            m = export.ints(sa.select(t.c.start, t.c.end, t.c.deviceId, t.c.streamId, t.c.globalPid,
-                                      t.c.correlationId))
+            m = _int_columns(export, table, common)
             parts.append(pd.DataFrame({"start": m["start"], "end": m["end"], "device": m["deviceId"],
                                        "stream": m["streamId"], "gpid": m["globalPid"], "corr": m["correlationId"],
                                        "kind": label, "name": f"[CUDA {label}]", "short": f"[CUDA {label}]"}))
@@ -106,8 +110,7 @@ def _file_ops(export: Export) -> pd.DataFrame:
 def _file_runtime(export: Export) -> pd.DataFrame:
     if not export.has(RUNTIME):
         return pd.DataFrame({c: np.empty(0, dtype=np.int64) for c in ("gtid", "gpid", "start", "end", "corr")})
-    t = export.table(RUNTIME)
-    r = export.ints(sa.select(t.c.globalTid, t.c.start, t.c.end, t.c.correlationId))
+    r = _int_columns(export, RUNTIME, ["globalTid", "start", "end", "correlationId"])
     return pd.DataFrame({"gtid": r["globalTid"], "gpid": process_of(r["globalTid"]), "start": r["start"],
                          "end": r["end"], "corr": r["correlationId"]})
 
@@ -284,8 +287,7 @@ def _overhead(act: Activity) -> pd.DataFrame:
     parts = []
     for path, export in act.exports.items():
         if export.has("PROFILER_OVERHEAD"):
-            t = export.table("PROFILER_OVERHEAD")
-            o = export.ints(sa.select(t.c.start, t.c.end, t.c.globalTid))
+            o = _int_columns(export, "PROFILER_OVERHEAD", ["start", "end", "globalTid"])
             parts.append(pd.DataFrame({"file": str(path), "pid": pid_of(o["globalTid"]),
                                        "start": o["start"], "end": o["end"]}))
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["file", "pid", "start", "end"])
