@@ -25,6 +25,7 @@ import adbc_driver_sqlite
 import numpy as np
 import pyarrow as pa
 
+from hpcprof.analysis.nsys.cache import QueryCache
 from hpcprof.analysis.nsys.schema import (  # noqa: F401  (re-exported: the analyses import them from here)
     GPU_TABLES,
     KERNEL,
@@ -381,11 +382,27 @@ class Export:
             return [r for part in pool.map(run, ranges) for r in part]
 
     def sql_batches(self, sql: str) -> Iterator[pa.RecordBatch]:
-        """Run SQL text through ADBC; Arrow record batches of up to BATCH_ROWS rows."""
+        """Run SQL text through ADBC; Arrow record batches of up to BATCH_ROWS rows (from the
+        export's columnar cache when it has them, see cache.py)."""
+        cache = self._cache
+        cached = cache.read(sql) if cache is not None else None
+        if cached is not None:
+            yield from cached
+            return
         try:
-            yield from self._arrow.batches(sql)
+            batches = self._arrow.batches(sql)
+            yield from (cache.write_through(sql, batches) if cache is not None else batches)
         except adbc_driver_manager.Error as exc:
             raise NsysInputError(f"{self.path}: SQLite error ({exc})") from None
+
+    @property
+    def _cache(self) -> QueryCache | None:
+        """The export's columnar cache (None for small exports, see cache.py); opened once, by one thread."""
+        def open_cache() -> QueryCache | None:
+            schema = f"{self.metadata.get('EXPORT_SCHEMA_VERSION', '')}/{self.version}"
+            return QueryCache.open(self.path, schema)
+
+        return self.memo("query_cache", open_cache)          # type: ignore[return-value]
 
     @property
     def _arrow(self) -> ArrowConnection:
