@@ -47,7 +47,7 @@ from hpcprof.analysis.nsys.schema import (  # noqa: F401  (re-exported: the anal
 if TYPE_CHECKING:
     import pandas as pd
     import sqlalchemy as sa
-    from sqlalchemy.engine import Engine
+    from sqlalchemy.engine import Connection, Engine
 
 BATCH_ROWS = 1 << 16          # rows per Arrow batch read from SQLite
 SPLIT_ROWS = 1 << 20          # tables larger than this are read in parallel parts ...
@@ -166,8 +166,8 @@ class Export:
         self._local = threading.local()         # one ADBC connection per thread
         self._arrow_conns: list[ArrowConnection] = []
         self._engine: Engine | None = None
-        self._conn = None
-        self._meta = None
+        self._conn: Connection | None = None
+        self._meta: sa.MetaData | None = None
         self._columns: dict[str, set[str]] = {}
         self._memo: dict[str, object] = {}
         self._memo_locks: dict[str, threading.Lock] = {}
@@ -192,6 +192,13 @@ class Export:
                 self._meta = sa.MetaData()
                 self._conn = self._engine.connect()
             return self._engine
+
+    @property
+    def _db(self) -> sqlite3.Connection:
+        """The open sqlite3 connection."""
+        if self._dbapi is None:
+            raise NsysInputError(f"{self.path}: the export is closed")
+        return self._dbapi
 
     def close(self) -> None:
         """Release the connections."""
@@ -226,20 +233,22 @@ class Export:
 
         self.engine                             # noqa: B018 (creates the engine, metadata, connection)
         with self._lock:
-            if name not in self._meta.tables:
+            meta = self._meta
+            assert meta is not None
+            if name not in meta.tables:
                 info = self._table_info(name)
                 if not info:
                     raise NsysInputError(f"{self.path}: cannot read table {name} (no such table)")
-                sa.Table(name, self._meta, *(sa.Column(col, _affinity(declared), primary_key=bool(pk))
-                                             for col, declared, pk in info))
-            return self._meta.tables[name]
+                sa.Table(name, meta, *[sa.Column(col, _affinity(declared), primary_key=bool(pk))
+                                       for col, declared, pk in info])
+            return meta.tables[name]
 
     def _table_info(self, name: str) -> list[tuple[str, str, int]]:
         """(column, declared type, primary-key position) of each column of `name` (empty when missing)."""
         quoted = name.replace('"', '""')
         try:
             with self._lock:
-                rows = self._dbapi.execute(f'PRAGMA table_info("{quoted}")').fetchall()
+                rows = self._db.execute(f'PRAGMA table_info("{quoted}")').fetchall()
         except sqlite3.DatabaseError as exc:
             raise NsysInputError(f"{self.path}: cannot read table {name} ({exc})") from None
         return [(str(r[1]), str(r[2] or ""), int(r[5] or 0)) for r in rows]
@@ -274,7 +283,7 @@ class Export:
     def size(self, table: str) -> int:
         """Rows of `table`, roughly (the rowid span; 0 when the table is missing or empty)."""
         lo, hi = self._rowids(table)
-        return 0 if lo is None else hi - lo + 1
+        return 0 if lo is None or hi is None else hi - lo + 1
 
     def _rowids(self, table: str) -> tuple[int | None, int | None]:
         """(min, max) rowid of `table` (two index look-ups); (None, None) when empty, missing or
@@ -283,7 +292,7 @@ class Export:
             return None, None
         try:
             with self._lock:
-                return self._dbapi.execute(f'SELECT (SELECT min(rowid) FROM "{table}"), '
+                return self._db.execute(f'SELECT (SELECT min(rowid) FROM "{table}"), '
                                            f'(SELECT max(rowid) FROM "{table}")').fetchone()
         except sqlite3.DatabaseError:
             return None, None
@@ -320,7 +329,7 @@ class Export:
         """Run SQL text on the sqlite3 connection; all rows as tuples (small results only)."""
         try:
             with self._lock:
-                return self._dbapi.execute(sql).fetchall()
+                return self._db.execute(sql).fetchall()
         except sqlite3.DatabaseError as exc:
             raise NsysInputError(f"{self.path}: SQLite error ({exc})") from None
 

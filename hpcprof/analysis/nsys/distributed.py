@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import pandas as pd
@@ -325,8 +326,9 @@ def process_ranges(export: Export) -> tuple[pd.DataFrame, np.ndarray]:
     """The push/pop and start/end NVTX ranges of `export` with their times and names
     (stats.nvtx_ranges): read once per export, shared by the window, phases and critical-path
     analyses; each caller gets its own copy of the ranges."""
-    ranges, names = export.memo("process_ranges", lambda: nvtx_ranges(
-        export, NVTX_PUSHPOP + NVTX_STARTEND, OLD, with_times=True))    # type: ignore[misc]
+    read = export.memo("process_ranges", lambda: nvtx_ranges(export, NVTX_PUSHPOP + NVTX_STARTEND, OLD,
+                                                            with_times=True))
+    ranges, names = cast(tuple[pd.DataFrame, np.ndarray], read)
     return ranges.copy(), names
 
 
