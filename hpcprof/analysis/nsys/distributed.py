@@ -332,6 +332,28 @@ def process_ranges(export: Export) -> tuple[pd.DataFrame, np.ndarray]:
     return ranges.copy(), names
 
 
+def _launched_ops(act: Activity) -> pd.DataFrame:
+    """Each CUDA API call with each GPU operation it launched (same file, process and correlation id):
+    the call's columns, then the operation's start_op, end_op, kind and rank; in call order, an
+    operation order within a call (pandas' inner merge, as a sorted search: no hash join to build)."""
+    rt, ops = act.runtime, act.ops
+    files = pd.factorize(np.concatenate((rt["file"].to_numpy(object), ops["file"].to_numpy(object))))[0]
+    keys = np.stack((files, np.concatenate((rt["gpid"].to_numpy(np.int64), ops["gpid"].to_numpy(np.int64))),
+                     np.concatenate((rt["corr"].to_numpy(np.int64), ops["corr"].to_numpy(np.int64)))), axis=1)
+    code = np.unique(keys, axis=0, return_inverse=True)[1].reshape(-1)
+    call_code, op_code = code[:len(rt)], code[len(rt):]
+    order = np.argsort(op_code, kind="stable")
+    lo = np.searchsorted(op_code[order], call_code, side="left")
+    counts = np.searchsorted(op_code[order], call_code, side="right") - lo
+    calls = np.repeat(np.arange(len(rt)), counts)
+    within = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
+    launched = order[np.repeat(lo, counts) + within]
+    out = rt.drop(columns="rank").iloc[calls].reset_index(drop=True)
+    for col, name in (("start", "start_op"), ("end", "end_op"), ("kind", "kind"), ("rank", "rank")):
+        out[name] = ops[col].to_numpy()[launched]
+    return out
+
+
 def range_instances(act: Activity) -> pd.DataFrame:
     """Every NVTX range instance of every export with its GPU projection, as nsys's NVTX GPU
     projection attributes work: the GPU operations (kernels, memcpys, memsets) whose launching
@@ -340,8 +362,7 @@ def range_instances(act: Activity) -> pd.DataFrame:
 
     Columns: rank, range, start, end (CPU ns), range_ns, gpu_ops, kernels, gpu_ns (Σ kernel
     durations), proj_start, proj_end (first op start, last op end; 0 without ops), proj_ns."""
-    ops = act.ops[["file", "gpid", "corr", "start", "end", "kind", "rank"]]
-    launches = act.runtime.drop(columns="rank").merge(ops, on=["file", "gpid", "corr"], suffixes=("", "_op"))
+    launches = _launched_ops(act)
     launches["kernel_ns"] = np.where(launches["kind"] == "kernel", launches["end_op"] - launches["start_op"], 0)
     rows = []
     for path, export in act.exports.items():
