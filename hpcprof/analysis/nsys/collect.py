@@ -68,6 +68,18 @@ def sqlite_files(ctx: CollectContext, tool_paths: Mapping[str, str]) -> dict[Pat
 GAP_NS = 100_000
 
 
+def rank_nccl(per: pd.DataFrame) -> pd.DataFrame:
+    """The per-rank rows of dist.nccl_summary, in its columns and types, without its cross-rank rows
+    (reduce_ranks makes those over all ranks)."""
+    out = per.copy()
+    out["rank"] = out["rank"].astype("Int64")
+    for c in ("slowest_rank", "slowest_total_ns"):
+        out[c] = pd.array([pd.NA] * len(out), dtype="Int64")
+    out["mean_ns"] = out["mean_ns"].round(1)
+    return out[["scope", "rank", "collective", "count", "total_ns", "mean_ns", "min_ns", "max_ns",
+                "slowest_rank", "slowest_total_ns"]]
+
+
 def analyse_file(path: Path, rank: int, nvtx_window: str | None = None) -> dict[str, pd.DataFrame]:
     """One rank's export: its summary reports (whole capture, as `nsys stats` gives them); over the
     measured window (nsys/window.py; `nvtx_window`, else the run's `profile.window.nvtx`, names
@@ -91,8 +103,7 @@ def analyse_file(path: Path, rank: int, nvtx_window: str | None = None) -> dict[
         out["window"] = win.window_summary(activity, window)
         out["iterations"] = win.iteration_series(activity, window)
         out["kernels"] = win.with_window(win.kernel_sum(inside), window)
-        nccl = dist.nccl_summary(inside)
-        out["nccl"] = win.with_window(nccl[nccl["scope"] == "rank"].reset_index(drop=True), window)
+        out["nccl"] = win.with_window(rank_nccl(dist.nccl_per_rank(inside)), window)
         out["overlap"] = win.with_window(dist.overlap(inside), window)
         out["phases"] = win.with_window(dist.phases(activity, win.instances_inside(window)), window)
         out["timeline"] = iteration_timeline(activity, window)

@@ -25,13 +25,10 @@ from hpcprof.analysis.critical_path import (  # noqa: F401  (re-exported for col
 from hpcprof.analysis.critical_path import rank_events as events_of_rank
 from hpcprof.analysis.nsys.db import (
     NVTX,
-    NVTX_PUSHPOP,
-    NVTX_STARTEND,
     NsysInputError,
     pid_of,
 )
-from hpcprof.analysis.nsys.distributed import Activity, collective_of, is_nccl
-from hpcprof.analysis.nsys.stats import OLD, nvtx_ranges
+from hpcprof.analysis.nsys.distributed import Activity, collective_of, is_nccl, process_ranges
 from hpcprof.analysis.nsys.window import ECHO_RANGE, ITERATION_RANGE, TIMED_RANGE
 
 
@@ -49,7 +46,7 @@ def timed_iterations(ranges: pd.DataFrame, iteration_range: str | None = None) -
     timed = ranges[names == TIMED_RANGE]
     if len(timed) and len(its):
         within = np.zeros(len(its), dtype=bool)
-        for s, e in zip(timed["start"], timed["end"]):
+        for s, e in zip(timed["start"], timed["end"], strict=True):
             within |= (its["start"].to_numpy() >= s) & (its["end"].to_numpy() <= e)
         its = its[within]
     its = its.sort_values("start", kind="stable")
@@ -71,7 +68,7 @@ def rank_events(act: Activity, iteration_range: str | None = None) -> pd.DataFra
         try:
             if not export.has(NVTX):
                 continue
-            ranges, names = nvtx_ranges(export, NVTX_PUSHPOP + NVTX_STARTEND, OLD, with_times=True)
+            ranges, names = process_ranges(export)
         except NsysInputError as exc:       # as dist.phases: the export is named, the others analysed
             act.failed[path] = str(exc)
             continue

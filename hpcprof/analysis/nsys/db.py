@@ -14,16 +14,18 @@ import os
 import sqlite3
 import threading
 import urllib.parse
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from functools import cached_property
 from pathlib import Path
-from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Callable, Iterator, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import adbc_driver_manager
 import adbc_driver_sqlite
 import numpy as np
 import pyarrow as pa
 
+from hpcprof.analysis.nsys.cache import QueryCache
 from hpcprof.analysis.nsys.schema import (  # noqa: F401  (re-exported: the analyses import them from here)
     GPU_TABLES,
     KERNEL,
@@ -45,7 +47,7 @@ from hpcprof.analysis.nsys.schema import (  # noqa: F401  (re-exported: the anal
 if TYPE_CHECKING:
     import pandas as pd
     import sqlalchemy as sa
-    from sqlalchemy.engine import Engine
+    from sqlalchemy.engine import Connection, Engine
 
 BATCH_ROWS = 1 << 16          # rows per Arrow batch read from SQLite
 SPLIT_ROWS = 1 << 20          # tables larger than this are read in parallel parts ...
@@ -91,6 +93,22 @@ def tid_of(global_tid: np.ndarray | pd.Series) -> np.ndarray:
 def process_of(global_tid: np.ndarray | pd.Series) -> np.ndarray:
     """The globalPid of the process a globalTid belongs to (tid bits zeroed)."""
     return np.asarray(global_tid, dtype=np.int64) & ~np.int64(0xFFFFFF)
+
+
+def _affinity(declared: str) -> sa.types.TypeEngine:
+    """The SQLAlchemy type of a column declared `declared`, by SQLite's type-affinity rules."""
+    import sqlalchemy as sa
+
+    upper = declared.upper()
+    if "INT" in upper:
+        return sa.Integer()
+    if any(t in upper for t in ("CHAR", "CLOB", "TEXT")):
+        return sa.Text()
+    if not upper or "BLOB" in upper:
+        return sa.LargeBinary()
+    if any(t in upper for t in ("REAL", "FLOA", "DOUB")):
+        return sa.Float()
+    return sa.Numeric()
 
 
 class TextCodes:
@@ -148,8 +166,8 @@ class Export:
         self._local = threading.local()         # one ADBC connection per thread
         self._arrow_conns: list[ArrowConnection] = []
         self._engine: Engine | None = None
-        self._conn = None
-        self._meta = None
+        self._conn: Connection | None = None
+        self._meta: sa.MetaData | None = None
         self._columns: dict[str, set[str]] = {}
         self._memo: dict[str, object] = {}
         self._memo_locks: dict[str, threading.Lock] = {}
@@ -175,6 +193,13 @@ class Export:
                 self._conn = self._engine.connect()
             return self._engine
 
+    @property
+    def _db(self) -> sqlite3.Connection:
+        """The open sqlite3 connection."""
+        if self._dbapi is None:
+            raise NsysInputError(f"{self.path}: the export is closed")
+        return self._dbapi
+
     def close(self) -> None:
         """Release the connections."""
         while self._arrow_conns:
@@ -189,7 +214,7 @@ class Export:
             self._dbapi.close()
             self._dbapi = None
 
-    def __enter__(self) -> "Export":
+    def __enter__(self) -> Export:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -202,17 +227,31 @@ class Export:
         return table in self.table_names
 
     def table(self, name: str) -> sa.Table:
-        """The reflected table `name` (reflected on first use)."""
+        """Table `name` as SQLAlchemy Core sees it: its columns and their SQLite type affinity, from
+        one PRAGMA (built on first use; full reflection costs ~1 ms a table, more than its read)."""
         import sqlalchemy as sa
 
         self.engine                             # noqa: B018 (creates the engine, metadata, connection)
         with self._lock:
-            if name not in self._meta.tables:
-                try:
-                    sa.Table(name, self._meta, autoload_with=self._conn)
-                except sa.exc.DBAPIError as exc:
-                    raise NsysInputError(f"{self.path}: cannot read table {name} ({exc.orig})") from None
-            return self._meta.tables[name]
+            meta = self._meta
+            assert meta is not None
+            if name not in meta.tables:
+                info = self._table_info(name)
+                if not info:
+                    raise NsysInputError(f"{self.path}: cannot read table {name} (no such table)")
+                sa.Table(name, meta, *[sa.Column(col, _affinity(declared), primary_key=bool(pk))
+                                       for col, declared, pk in info])
+            return meta.tables[name]
+
+    def _table_info(self, name: str) -> list[tuple[str, str, int]]:
+        """(column, declared type, primary-key position) of each column of `name` (empty when missing)."""
+        quoted = name.replace('"', '""')
+        try:
+            with self._lock:
+                rows = self._db.execute(f'PRAGMA table_info("{quoted}")').fetchall()
+        except sqlite3.DatabaseError as exc:
+            raise NsysInputError(f"{self.path}: cannot read table {name} ({exc})") from None
+        return [(str(r[1]), str(r[2] or ""), int(r[5] or 0)) for r in rows]
 
     def columns(self, name: str) -> set[str]:
         """Column names of `name` (empty when the table is missing)."""
@@ -220,8 +259,7 @@ class Export:
             return set()
         with self._lock:
             if name not in self._columns:
-                quoted = name.replace('"', '""')
-                self._columns[name] = {r[1] for r in self._dbapi.execute(f'PRAGMA table_info("{quoted}")')}
+                self._columns[name] = {col for col, _, _ in self._table_info(name)}
             return set(self._columns[name])
 
     @cached_property
@@ -245,7 +283,7 @@ class Export:
     def size(self, table: str) -> int:
         """Rows of `table`, roughly (the rowid span; 0 when the table is missing or empty)."""
         lo, hi = self._rowids(table)
-        return 0 if lo is None else hi - lo + 1
+        return 0 if lo is None or hi is None else hi - lo + 1
 
     def _rowids(self, table: str) -> tuple[int | None, int | None]:
         """(min, max) rowid of `table` (two index look-ups); (None, None) when empty, missing or
@@ -254,7 +292,7 @@ class Export:
             return None, None
         try:
             with self._lock:
-                return self._dbapi.execute(f'SELECT (SELECT min(rowid) FROM "{table}"), '
+                return self._db.execute(f'SELECT (SELECT min(rowid) FROM "{table}"), '
                                            f'(SELECT max(rowid) FROM "{table}")').fetchone()
         except sqlite3.DatabaseError:
             return None, None
@@ -291,7 +329,7 @@ class Export:
         """Run SQL text on the sqlite3 connection; all rows as tuples (small results only)."""
         try:
             with self._lock:
-                return self._dbapi.execute(sql).fetchall()
+                return self._db.execute(sql).fetchall()
         except sqlite3.DatabaseError as exc:
             raise NsysInputError(f"{self.path}: SQLite error ({exc})") from None
 
@@ -305,7 +343,7 @@ class Export:
         for batch in self.batches(stmt):
             for i in range(len(names)):
                 parts[i].append(np.array(numpy_of(batch.column(i)), dtype=np.int64))   # a copy: frees the batch
-        return {n: np.concatenate(p) if p else np.empty(0, dtype=np.int64) for n, p in zip(names, parts)}
+        return {n: np.concatenate(p) if p else np.empty(0, dtype=np.int64) for n, p in zip(names, parts, strict=True)}
 
     def batches(self, stmt: sa.Select, text: tuple[int, ...] = ()) -> Iterator[pa.RecordBatch]:
         """Run a Core select through ADBC; Arrow record batches of up to BATCH_ROWS rows.
@@ -353,11 +391,27 @@ class Export:
             return [r for part in pool.map(run, ranges) for r in part]
 
     def sql_batches(self, sql: str) -> Iterator[pa.RecordBatch]:
-        """Run SQL text through ADBC; Arrow record batches of up to BATCH_ROWS rows."""
+        """Run SQL text through ADBC; Arrow record batches of up to BATCH_ROWS rows (from the
+        export's columnar cache when it has them, see cache.py)."""
+        cache = self._cache
+        cached = cache.read(sql) if cache is not None else None
+        if cached is not None:
+            yield from cached
+            return
         try:
-            yield from self._arrow.batches(sql)
+            batches = self._arrow.batches(sql)
+            yield from (cache.write_through(sql, batches) if cache is not None else batches)
         except adbc_driver_manager.Error as exc:
             raise NsysInputError(f"{self.path}: SQLite error ({exc})") from None
+
+    @property
+    def _cache(self) -> QueryCache | None:
+        """The export's columnar cache (None for small exports, see cache.py); opened once, by one thread."""
+        def open_cache() -> QueryCache | None:
+            schema = f"{self.metadata.get('EXPORT_SCHEMA_VERSION', '')}/{self.version}"
+            return QueryCache.open(self.path, schema)
+
+        return self.memo("query_cache", open_cache)          # type: ignore[return-value]
 
     @property
     def _arrow(self) -> ArrowConnection:

@@ -10,10 +10,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import pandas as pd
-import sqlalchemy as sa
 
 from hpcprof.analysis.nsys.db import (
     KERNEL,
@@ -72,22 +72,27 @@ class Activity:
         return self.ops[self.ops["kind"] == "kernel"]
 
 
+def _int_columns(export: Export, table: str, columns: list[str]) -> dict[str, np.ndarray]:
+    """Integer columns of `table` (NULL -> -1) as int64 arrays, by name: plain SQL, no
+    SQLAlchemy statement to build and compile per read."""
+    sql = ", ".join(f'coalesce("{c}", -1)' for c in columns)
+    return dict(zip(columns, export.sql_ints(sql, table, "", len(columns)), strict=True))
+
+
 def _file_ops(export: Export) -> pd.DataFrame:
     """Kernels, memcpys and memsets of one export."""
     parts = []
+    common = ["start", "end", "deviceId", "streamId", "globalPid", "correlationId"]
     if export.has(KERNEL):
-        t = export.table(KERNEL)
-        k = export.ints(sa.select(t.c.start, t.c.end, t.c.deviceId, t.c.streamId, t.c.globalPid, t.c.correlationId,
-                                  t.c.demangledName, sa.func.coalesce(t.c.shortName, t.c.demangledName).label("s")))
+        k = _int_columns(export, KERNEL, common + ["demangledName", "shortName"])
+        short = np.where(k["shortName"] >= 0, k["shortName"], k["demangledName"])
         parts.append(pd.DataFrame({"start": k["start"], "end": k["end"], "device": k["deviceId"],
                                    "stream": k["streamId"], "gpid": k["globalPid"], "corr": k["correlationId"],
                                    "kind": "kernel", "name": export.strings(k["demangledName"]),
-                                   "short": export.strings(k["s"])}))
+                                   "short": export.strings(short)}))
     for table, label in ((MEMCPY, "memcpy"), (MEMSET, "memset")):
         if export.has(table):
-            t = export.table(table)
-            m = export.ints(sa.select(t.c.start, t.c.end, t.c.deviceId, t.c.streamId, t.c.globalPid,
-                                      t.c.correlationId))
+            m = _int_columns(export, table, common)
             parts.append(pd.DataFrame({"start": m["start"], "end": m["end"], "device": m["deviceId"],
                                        "stream": m["streamId"], "gpid": m["globalPid"], "corr": m["correlationId"],
                                        "kind": label, "name": f"[CUDA {label}]", "short": f"[CUDA {label}]"}))
@@ -100,8 +105,7 @@ def _file_ops(export: Export) -> pd.DataFrame:
 def _file_runtime(export: Export) -> pd.DataFrame:
     if not export.has(RUNTIME):
         return pd.DataFrame({c: np.empty(0, dtype=np.int64) for c in ("gtid", "gpid", "start", "end", "corr")})
-    t = export.table(RUNTIME)
-    r = export.ints(sa.select(t.c.globalTid, t.c.start, t.c.end, t.c.correlationId))
+    r = _int_columns(export, RUNTIME, ["globalTid", "start", "end", "correlationId"])
     return pd.DataFrame({"gtid": r["globalTid"], "gpid": process_of(r["globalTid"]), "start": r["start"],
                          "end": r["end"], "corr": r["correlationId"]})
 
@@ -285,8 +289,7 @@ def _overhead(act: Activity) -> pd.DataFrame:
     parts = []
     for path, export in act.exports.items():
         if export.has("PROFILER_OVERHEAD"):
-            t = export.table("PROFILER_OVERHEAD")
-            o = export.ints(sa.select(t.c.start, t.c.end, t.c.globalTid))
+            o = _int_columns(export, "PROFILER_OVERHEAD", ["start", "end", "globalTid"])
             parts.append(pd.DataFrame({"file": str(path), "pid": pid_of(o["globalTid"]),
                                        "start": o["start"], "end": o["end"]}))
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["file", "pid", "start", "end"])
@@ -320,6 +323,38 @@ def gaps(act: Activity, threshold_ns: int = 500_000_000, skip_overhead: bool = T
                                        "after"])
 
 
+def process_ranges(export: Export) -> tuple[pd.DataFrame, np.ndarray]:
+    """The push/pop and start/end NVTX ranges of `export` with their times and names
+    (stats.nvtx_ranges): read once per export, shared by the window, phases and critical-path
+    analyses; each caller gets its own copy of the ranges."""
+    read = export.memo("process_ranges", lambda: nvtx_ranges(export, NVTX_PUSHPOP + NVTX_STARTEND, OLD,
+                                                            with_times=True))
+    ranges, names = cast(tuple[pd.DataFrame, np.ndarray], read)
+    return ranges.copy(), names
+
+
+def _launched_ops(act: Activity) -> pd.DataFrame:
+    """Each CUDA API call with each GPU operation it launched (same file, process and correlation id):
+    the call's columns, then the operation's start_op, end_op, kind and rank; in call order, an
+    operation order within a call (pandas' inner merge, as a sorted search: no hash join to build)."""
+    rt, ops = act.runtime, act.ops
+    files = pd.factorize(np.concatenate((rt["file"].to_numpy(object), ops["file"].to_numpy(object))))[0]
+    keys = np.stack((files, np.concatenate((rt["gpid"].to_numpy(np.int64), ops["gpid"].to_numpy(np.int64))),
+                     np.concatenate((rt["corr"].to_numpy(np.int64), ops["corr"].to_numpy(np.int64)))), axis=1)
+    code = np.unique(keys, axis=0, return_inverse=True)[1].reshape(-1)
+    call_code, op_code = code[:len(rt)], code[len(rt):]
+    order = np.argsort(op_code, kind="stable")
+    lo = np.searchsorted(op_code[order], call_code, side="left")
+    counts = np.searchsorted(op_code[order], call_code, side="right") - lo
+    calls = np.repeat(np.arange(len(rt)), counts)
+    within = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
+    launched = order[np.repeat(lo, counts) + within]
+    out = rt.drop(columns="rank").iloc[calls].reset_index(drop=True)
+    for col, name in (("start", "start_op"), ("end", "end_op"), ("kind", "kind"), ("rank", "rank")):
+        out[name] = ops[col].to_numpy()[launched]
+    return out
+
+
 def range_instances(act: Activity) -> pd.DataFrame:
     """Every NVTX range instance of every export with its GPU projection, as nsys's NVTX GPU
     projection attributes work: the GPU operations (kernels, memcpys, memsets) whose launching
@@ -328,15 +363,14 @@ def range_instances(act: Activity) -> pd.DataFrame:
 
     Columns: rank, range, start, end (CPU ns), range_ns, gpu_ops, kernels, gpu_ns (Σ kernel
     durations), proj_start, proj_end (first op start, last op end; 0 without ops), proj_ns."""
-    ops = act.ops[["file", "gpid", "corr", "start", "end", "kind", "rank"]]
-    launches = act.runtime.drop(columns="rank").merge(ops, on=["file", "gpid", "corr"], suffixes=("", "_op"))
+    launches = _launched_ops(act)
     launches["kernel_ns"] = np.where(launches["kind"] == "kernel", launches["end_op"] - launches["start_op"], 0)
     rows = []
     for path, export in act.exports.items():
         try:
             if not export.has(NVTX):
                 continue
-            ranges, names = nvtx_ranges(export, NVTX_PUSHPOP + NVTX_STARTEND, OLD, with_times=True)
+            ranges, names = process_ranges(export)
         except NsysInputError as exc:
             act.failed[path] = str(exc)
             continue
@@ -358,8 +392,8 @@ def range_instances(act: Activity) -> pd.DataFrame:
                 os_, oe = calls["start_op"].to_numpy(), calls["end_op"].to_numpy()
                 lo = np.searchsorted(t, group["start"].to_numpy(), side="left")
                 hi = np.searchsorted(t, group["end"].to_numpy(), side="right")
-                first = np.array([os_[a:b].min() if b > a else 0 for a, b in zip(lo, hi)], dtype=np.int64)
-                last = np.array([oe[a:b].max() if b > a else 0 for a, b in zip(lo, hi)], dtype=np.int64)
+                first = np.array([os_[a:b].min() if b > a else 0 for a, b in zip(lo, hi, strict=True)], dtype=np.int64)
+                last = np.array([oe[a:b].max() if b > a else 0 for a, b in zip(lo, hi, strict=True)], dtype=np.int64)
                 rows.append(pd.DataFrame({"rank": rank, "range": group["name"].to_numpy(),
                                           "start": group["start"].to_numpy(np.int64),
                                           "end": group["start"].to_numpy(np.int64) + group["duration"].to_numpy(np.int64),
@@ -380,12 +414,21 @@ def phases(act: Activity, instances: pd.DataFrame | None = None) -> pd.DataFrame
     range_time_ns (Σ CPU durations of the range)."""
     r = range_instances(act) if instances is None else instances
     cols = ["rank", "range", "instances", "gpu_ops", "kernels", "gpu_time_ns", "proj_time_ns", "range_time_ns"]
+    r = r[r["range"].notna()] if len(r) else r
     if r.empty:
         return pd.DataFrame(columns=cols)
-    out = r.groupby(["rank", "range"], sort=True).agg(
-        instances=("range_ns", "size"), gpu_ops=("gpu_ops", "sum"), kernels=("kernels", "sum"),
-        gpu_time_ns=("gpu_ns", "sum"), proj_time_ns=("proj_ns", "sum"), range_time_ns=("range_ns", "sum"))
-    return out.reset_index()[cols]
+    # a sort and np.add.reduceat: pandas' named aggregation costs ~10 ms a call on small frames
+    codes, names = pd.factorize(r["range"].to_numpy(object), sort=True)
+    rank = r["rank"].to_numpy(np.int64)
+    order = np.lexsort((codes, rank))
+    rank, codes = rank[order], codes[order]
+    first = np.flatnonzero(np.concatenate(([True], (rank[1:] != rank[:-1]) | (codes[1:] != codes[:-1]))))
+    out = {"rank": rank[first], "range": np.asarray(names, dtype=object)[codes[first]],
+           "instances": np.diff(np.append(first, len(order))).astype(np.int64)}
+    for name, source in (("gpu_ops", "gpu_ops"), ("kernels", "kernels"), ("gpu_time_ns", "gpu_ns"),
+                         ("proj_time_ns", "proj_ns"), ("range_time_ns", "range_ns")):
+        out[name] = np.add.reduceat(r[source].to_numpy(np.int64)[order], first)
+    return pd.DataFrame(out, columns=cols)
 
 
 def _rank_of_process(act: Activity, file: str, owner: int) -> int:
@@ -434,7 +477,7 @@ def slowdown(baseline: Activity, distributed: Activity) -> pd.DataFrame:
         m["rank"], m["device"] = rank, dev
         m["status"] = m["_merge"].map({"both": "matched", "left_only": "distributed only",
                                        "right_only": "baseline only"}).astype(object)
-        m["short"] = m["short"].fillna(m["name"].map(dict(zip(b["name"], b["short"]))))
+        m["short"] = m["short"].fillna(m["name"].map(dict(zip(b["name"], b["short"], strict=True))))
         parts.append(m.drop(columns="_merge"))
     cols = ["rank", "device", "name", "short", "occurrence", "status", "baseline_ns", "duration_ns", "overlap_ns",
             "overlap_ratio", "slowdown"]

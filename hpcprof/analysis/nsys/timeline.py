@@ -16,25 +16,37 @@ def iteration_timeline(act: Activity, window: Window) -> pd.DataFrame:
     """Per rank and iteration of the window: the NVTX ranges inside the iteration (`kind` phase,
     projected onto the GPU) and its kernels (`kind` kernel, short names), start and end in ms
     from the iteration's GPU start."""
-    out = []
+    parts: dict[str, list[np.ndarray]] = {c: [] for c in COLUMNS}
     inst = window.instances
     inst = inst[inst["gpu_ops"] > 0].sort_values("start", kind="stable") if len(inst) else inst
     kernels = act.kernels.sort_values("start", kind="stable")
     for rank, its in window.iterations.groupby("rank", sort=True):
         mine, k = inst[inst["rank"] == rank], kernels[kernels["rank"] == rank]
-        cpu, gpu = mine["start"].to_numpy(np.int64), k["start"].to_numpy(np.int64)
-        for it in its.to_dict("records"):
-            start, end = int(it["start_ns"]), int(it["end_ns"])
-            ranges = mine.iloc[np.searchsorted(cpu, it["cpu_start"]):np.searchsorted(cpu, it["cpu_end"], "right")]
-            ranges = ranges[ranges["end"] <= it["cpu_end"]].sort_values(["proj_start", "start"], kind="stable")
-            run = k.iloc[np.searchsorted(gpu, start):np.searchsorted(gpu, end)]
-            for kind, names, s, e in (("phase", ranges["range"], ranges["proj_start"], ranges["proj_end"]),
-                                      ("kernel", run["short"], run["start"], run["end"])):
-                out.append(pd.DataFrame({"rank": rank, "window": it["window"], "iteration": it["iteration"],
-                                         "kind": kind, "range": names.astype(str).to_numpy(),
-                                         "start_ms": (s.to_numpy(np.int64) - start) / 1e6,
-                                         "end_ms": (e.to_numpy(np.int64) - start) / 1e6}))
-    return pd.concat(out, ignore_index=True) if out else pd.DataFrame(columns=COLUMNS)
+        cpu, cpu_end = mine["start"].to_numpy(np.int64), mine["end"].to_numpy(np.int64)
+        proj_start, proj_end = mine["proj_start"].to_numpy(np.int64), mine["proj_end"].to_numpy(np.int64)
+        range_names = mine["range"].astype(str).to_numpy(object)
+        gpu, gpu_end = k["start"].to_numpy(np.int64), k["end"].to_numpy(np.int64)
+        short = k["short"].astype(str).to_numpy(object)
+        for label, number, start, end, cpu_lo, cpu_hi in zip(
+                its["window"], its["iteration"], its["start_ns"].to_numpy(np.int64), its["end_ns"].to_numpy(np.int64),
+                its["cpu_start"], its["cpu_end"], strict=True):
+            sel = np.arange(np.searchsorted(cpu, cpu_lo), np.searchsorted(cpu, cpu_hi, "right"))
+            sel = sel[cpu_end[sel] <= cpu_hi]
+            sel = sel[np.lexsort((cpu[sel], proj_start[sel]))]
+            run = slice(np.searchsorted(gpu, start), np.searchsorted(gpu, end))
+            for kind, names, s, e in (("phase", range_names[sel], proj_start[sel], proj_end[sel]),
+                                      ("kernel", short[run], gpu[run], gpu_end[run])):
+                n = len(names)
+                parts["rank"].append(np.full(n, rank, dtype=np.int64))
+                parts["window"].append(np.full(n, label, dtype=object))
+                parts["iteration"].append(np.full(n, number, dtype=np.int64))
+                parts["kind"].append(np.full(n, kind, dtype=object))
+                parts["range"].append(names)
+                parts["start_ms"].append((s - start) / 1e6)
+                parts["end_ms"].append((e - start) / 1e6)
+    if not parts["rank"]:
+        return pd.DataFrame(columns=COLUMNS)
+    return pd.DataFrame({c: np.concatenate(v) for c, v in parts.items()})
 
 
 def median_iteration(iterations: pd.DataFrame) -> int | None:

@@ -185,6 +185,7 @@ def kernel_sum(act: Activity) -> pd.DataFrame:
 def with_window(df: pd.DataFrame, window: Window) -> pd.DataFrame:
     """`df` (with a rank column) with the window's name of each rank inserted after `rank`."""
     df = df.copy()
-    labels = window.bounds.set_index("rank")["window"]
-    df.insert(list(df.columns).index("rank") + 1, "window", df["rank"].map(labels).fillna(CAPTURE).astype(object))
+    labels = dict(zip(window.bounds["rank"].tolist(), window.bounds["window"].tolist(), strict=True))
+    names = [labels.get(rank, CAPTURE) for rank in df["rank"].tolist()]
+    df.insert(list(df.columns).index("rank") + 1, "window", pd.Series(names, index=df.index, dtype=object))
     return df

@@ -1,0 +1,154 @@
+"""`hpcprof collect`'s per-file path on one rank export, against its floor, with where the time goes.
+
+The per-file path is hpcprof.analysis.nsys.collect.analyse_file (summary reports, window, NCCL,
+overlap, phases, gaps, timeline, critical-path events of one export). Its floor is opening the
+export and reading the columns those analyses need (GPU activity, CUDA API calls, NVTX events,
+OS runtime, the strings they name, profiler overhead) with the same ADBC reader, nothing computed.
+Both are timed in this process as CPU seconds (process time: the machine is shared, and wall time
+on a loaded machine measures the others), best of --repeat, interleaved. Then one profiled pass
+says how the time splits over the analyses (the functions analyse_file calls, timed by wrapping
+them; nested calls count in their caller only).
+
+    python benchmarks/collect_file.py [--export FILE] [--repeat 30] [--out FILE]
+
+Goals (issue 21): <= 15 ms per rank file per core; <= 3x the floor.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+FIXTURES = Path(os.environ.get("HPCPROF_FIXTURES", next((p / "shared" / "fixtures" for p in REPO.parents
+                                                      if (p / "shared" / "fixtures").is_dir()), REPO.parent)))
+GOAL_MS, GOAL_RATIO = 15.0, 3.0
+
+#: the columns the per-file analyses read, per table (those a table lacks are left out)
+NEEDED = {"CUPTI_ACTIVITY_KIND_KERNEL": ["start", "end", "deviceId", "streamId", "globalPid", "correlationId",
+                                         "demangledName", "shortName", "gridX", "gridY", "gridZ", "blockX",
+                                         "blockY", "blockZ"],
+          "CUPTI_ACTIVITY_KIND_MEMCPY": ["start", "end", "deviceId", "streamId", "globalPid", "correlationId",
+                                         "bytes", "copyKind"],
+          "CUPTI_ACTIVITY_KIND_MEMSET": ["start", "end", "deviceId", "streamId", "globalPid", "correlationId",
+                                         "bytes"],
+          "CUPTI_ACTIVITY_KIND_RUNTIME": ["globalTid", "start", "end", "correlationId", "nameId"],
+          "NVTX_EVENTS": ["start", "end", "eventType", "globalTid", "textId", "domainId", "text"],
+          "OSRT_API": ["nameId", "start", "end", "eventClass"],
+          "PROFILER_OVERHEAD": ["start", "end", "globalTid"],
+          "StringIds": ["id", "value"]}
+
+
+def floor(path: Path) -> int:
+    """Open the export and read every needed column once (Arrow batches); the number of values read."""
+    from hpcprof.analysis.nsys.db import Export
+
+    values = 0
+    with Export(path) as export:
+        for table, wanted in NEEDED.items():
+            have = export.columns(table)
+            cols = [c for c in wanted if c in have]
+            if not cols:
+                continue
+            for batch in export.sql_batches(f'SELECT {", ".join(chr(34) + c + chr(34) for c in cols)} FROM "{table}"'):
+                values += batch.num_rows * batch.num_columns
+    return values
+
+
+def best(fn: Callable[[], Any], repeat: int) -> float:
+    """Best CPU seconds of `repeat` calls."""
+    times = []
+    for _ in range(repeat):
+        start = time.process_time()
+        fn()
+        times.append(time.process_time() - start)
+    return min(times)
+
+
+def breakdown(path: Path, repeat: int) -> dict[str, float]:
+    """CPU seconds per call of each function analyse_file calls (mean over `repeat` passes)."""
+    from hpcprof.analysis.nsys import collect as nsys_collect
+
+    spent: dict[str, float] = defaultdict(float)
+    depth = [0]
+
+    def timed(label: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            depth[0] += 1
+            start = time.process_time()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                depth[0] -= 1
+                if depth[0] == 0:
+                    spent[label] += time.process_time() - start
+        return call
+
+    targets = [(nsys_collect.dist, n) for n in ("load_activity", "nccl_per_rank", "overlap", "phases", "gaps")]
+    targets += [(nsys_collect.win, n) for n in ("find_window", "clip", "window_summary", "iteration_series",
+                                                 "kernel_sum", "with_window", "instances_inside")]
+    targets += [(nsys_collect, "run_report"), (nsys_collect, "iteration_timeline"), (nsys_collect, "Export"),
+                (nsys_collect.critical_path, "rank_events")]
+    saved = [(mod, name, getattr(mod, name)) for mod, name in targets]
+    try:
+        for mod, name, fn in saved:
+            setattr(mod, name, timed(name, fn))
+        start = time.process_time()
+        for _ in range(repeat):
+            nsys_collect.analyse_file(path, 0)
+        total = time.process_time() - start
+    finally:
+        for mod, name, fn in saved:
+            setattr(mod, name, fn)
+    out = {k: v / repeat for k, v in spent.items()}
+    out["(the rest of analyse_file)"] = total / repeat - sum(out.values())
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--export", type=Path, default=FIXTURES / "nsys/h200_seqpar_bf16/rank0.sqlite")
+    parser.add_argument("--repeat", type=int, default=30)
+    parser.add_argument("--out", type=Path, help="also write the table here")
+    args = parser.parse_args()
+    from hpcprof.analysis.nsys.collect import analyse_file
+
+    path = args.export
+    analyse_file(path, 0)                              # imports, first reads: not per file
+    floor(path)
+    load = os.getloadavg()[0]
+    floor_s, file_s = [], []
+    for _ in range(3):                                 # interleaved: both see the same machine
+        floor_s.append(best(lambda: floor(path), max(1, args.repeat // 3)))
+        file_s.append(best(lambda: analyse_file(path, 0), max(1, args.repeat // 3)))
+    fl, per_file = min(floor_s), min(file_s)
+    split = breakdown(path, max(3, args.repeat // 5))
+    total = sum(split.values())
+    ratio = per_file / fl
+    lines = [f"# collect_file: {path.name} ({path.stat().st_size / 1e3:.0f} kB), {os.cpu_count()} CPUs, "
+             f"load average {load:.1f} at the start; CPU ms, best of {args.repeat}",
+             f"floor (open + read the needed columns, {floor(path)} values)  {1000 * fl:8.2f} ms",
+             f"analyse_file (the per-file path of collect)                {1000 * per_file:8.2f} ms",
+             f"ratio to the floor                                         {ratio:8.2f}x",
+             "# where the time goes (one profiled pass, mean CPU ms per file)"]
+    lines += [f"  {name:<28} {1000 * s:7.2f} ms {100 * s / total:5.1f} %"
+              for name, s in sorted(split.items(), key=lambda kv: -kv[1])]
+    lines += ["# goals",
+              f"{'met' if 1000 * per_file <= GOAL_MS else 'missed'}: <= {GOAL_MS:.0f} ms per rank file per core: "
+              f"{1000 * per_file:.1f} ms",
+              f"{'met' if ratio <= GOAL_RATIO else 'missed'}: <= {GOAL_RATIO:.0f}x the floor: {ratio:.1f}x "
+              f"(floor {1000 * fl:.2f} ms)"]
+    print("\n".join(lines))
+    if args.out:
+        args.out.write_text("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()

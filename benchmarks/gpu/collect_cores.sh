@@ -1,0 +1,32 @@
+#!/bin/bash
+# Issue 21 goal 4: `hpcprof collect` over many cores of one GPU machine (16-32 cores; no GPU used).
+# Generated run: N rank exports (hard links of the H200 seqpar fixtures, 442 kB each) collected with
+# 1, 2, 4, 8, 16 worker processes (`--workers N`), then with mpi4py.futures over Open MPI
+# (`mpiexec -n 4 python -m mpi4py.futures`: 3 MPI workers). Prints per mode wall time, ms per file,
+# speed-up over 1 worker and parallel efficiency (speed-up / workers); goal >= 0.7 at 16 workers.
+# No network: hpcprof's dependencies come from the carried (git-ignored) .gpu/whl wheels, as the other
+# benchmarks/gpu scripts; the machine's python3 has numpy, pandas, pyarrow, mpi4py (Open MPI).
+# Runs in about 3-4 minutes (N=2048; 1 worker takes the longest). Usage: bash benchmarks/gpu/collect_cores.sh OUT [N]
+# Expected: OUT/collect_cores.txt with the table and `met`/`missed` goal lines; the device and versions first.
+set -u
+OUT_DIR=${1:?output directory}
+N=${2:-2048}
+REPO=$(pwd)
+mkdir -p "$OUT_DIR" /tmp/site
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site $(ls .gpu/whl*/*.whl) 2>/dev/null
+export PYTHONPATH=/tmp/site:$REPO PYTHONUNBUFFERED=1 HPCPROF_FIXTURES=/tmp/collect-cores-fixtures
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+mkdir -p "$HPCPROF_FIXTURES/nsys/h200_seqpar_bf16"
+for r in 0 1; do     # the repository keeps the exports xz-compressed (tests/fixture_files.py)
+  python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' \
+    tests/fixtures/nsys/h200_seqpar_bf16/rank$r.sqlite.xz "$HPCPROF_FIXTURES/nsys/h200_seqpar_bf16/rank$r.sqlite"
+done
+{
+  echo "# $(date -u +%FT%TZ) $(hostname): $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+  lscpu | grep -E "^Model name|^Socket|^Core|^Thread" | sed 's/^/# /'
+  python3 -c 'import sys, pandas, pyarrow; from mpi4py import MPI; print("# python", sys.version.split()[0], "pandas", pandas.__version__, "pyarrow", pyarrow.__version__, "|", MPI.Get_library_version().replace(chr(0), "").splitlines()[0])'
+  echo "# hpcprof $(git -C "$REPO" rev-parse --short HEAD 2>/dev/null)"
+  python3 benchmarks/collect_file.py --repeat 30
+  python3 benchmarks/collect_scale.py --sizes "$N" --serial-max "$N" --workers-list 1,2,4,8,16 \
+    --mpi-n "$N" --mpi-workers 3 --cross-sizes ''
+} 2>&1 | tee "$OUT_DIR/collect_cores.txt"

@@ -1,0 +1,125 @@
+"""A columnar cache of an nsys export's column reads, so a second analysis skips the SQLite scan.
+
+Every columnar read of an export goes through `Export.sql_batches(sql)`; with a cache, the Arrow
+batches of each SQL text are written (while they stream to the analysis) to an Arrow IPC file in
+`.<export name>.hpcprof-cache/` beside the export, and read back memory-mapped the next time.
+The cache is keyed by the export's size, mtime, nsys schema version and hpcprof's version
+(`key.json`): any change empties it. A damaged or truncated file is dropped and read again from
+the export. Only exports of CACHE_MIN_BYTES or more are cached (per-rank exports read faster
+than a cache would); HPCPROF_NSYS_CACHE=on caches every export, =off none. Where the export's
+directory is not writable there is no cache, and nothing else changes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+
+CACHE_MIN_BYTES = 64 << 20
+FORMAT = 1                                  # bump when what a cached file holds changes
+
+
+def cache_dir(export: Path) -> Path:
+    """Where the cache of `export` lives."""
+    return export.parent / f".{export.name}.hpcprof-cache"
+
+
+def wanted(export: Path) -> bool:
+    """Whether `export` is cached (HPCPROF_NSYS_CACHE, else its size)."""
+    setting = os.environ.get("HPCPROF_NSYS_CACHE", "").strip().lower()
+    if setting in ("off", "0", "no"):
+        return False
+    return setting in ("on", "1", "yes") or export.stat().st_size >= CACHE_MIN_BYTES
+
+
+class QueryCache:
+    """Cached Arrow results of one export's column reads, by SQL text."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    @classmethod
+    def open(cls, export: Path, schema: str) -> QueryCache | None:
+        """The cache of `export` (emptied when its key changed), or None when not wanted or not writable."""
+        from hpcprof import __version__
+
+        try:
+            if not wanted(export):
+                return None
+            st = export.stat()
+            key = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "schema": schema, "hpcprof": __version__,
+                   "format": FORMAT}
+            directory = cache_dir(export)
+            try:
+                same = json.loads((directory / "key.json").read_text()) == key
+            except (OSError, ValueError):
+                same = False
+            if not same:
+                shutil.rmtree(directory, ignore_errors=True)
+                directory.mkdir(exist_ok=True)
+                tmp = directory / f".key.{os.getpid()}.{uuid.uuid4().hex[:8]}"
+                tmp.write_text(json.dumps(key, sort_keys=True))
+                os.replace(tmp, directory / "key.json")
+            return cls(directory)
+        except OSError:
+            return None
+
+    def _file(self, sql: str) -> Path:
+        return self.directory / (hashlib.sha256(sql.encode()).hexdigest()[:32] + ".arrow")
+
+    def read(self, sql: str) -> list[pa.RecordBatch] | None:
+        """The cached batches of `sql` (memory-mapped), or None: not cached, or damaged (then dropped)."""
+        path = self._file(sql)
+        if not path.exists():
+            return None
+        try:
+            with pa.ipc.open_file(pa.memory_map(str(path))) as reader:
+                if reader.schema.metadata is None or reader.schema.metadata.get(b"sql") != sql.encode():
+                    raise ValueError("another query's file")
+                return [reader.get_batch(i) for i in range(reader.num_record_batches)]
+        except (OSError, ValueError, pa.ArrowException):
+            path.unlink(missing_ok=True)
+            return None
+
+    def write_through(self, sql: str, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """`batches`, each also written to the cache; the file appears only when all were read."""
+        path = self._file(sql)
+        tmp = path.with_name(f".{path.stem}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+        writer = None
+        done = False
+        try:
+            for batch in batches:
+                if writer is None:
+                    writer = self._writer(tmp, batch.schema, sql)
+                if writer is not None:
+                    try:
+                        writer.write_batch(batch)
+                    except (OSError, pa.ArrowException):     # e.g. a full disk: no cache of this read
+                        writer.close()
+                        writer = None
+                yield batch
+            done = True
+        finally:
+            if writer is not None:
+                try:
+                    writer.close()
+                    if done:
+                        os.replace(tmp, path)
+                except (OSError, pa.ArrowException):      # the cache went away meanwhile: no cache of this read
+                    pass
+            tmp.unlink(missing_ok=True)
+
+    @staticmethod
+    def _writer(tmp: Path, schema: pa.Schema, sql: str) -> pa.ipc.RecordBatchFileWriter | None:
+        """A file writer for the cache (None when the cache cannot be written: then no cache)."""
+        try:
+            return pa.ipc.new_file(str(tmp), schema.with_metadata({"sql": sql}))
+        except (OSError, pa.ArrowException):
+            return None

@@ -1,0 +1,101 @@
+"""The columnar cache of an nsys export's reads (hpcprof/analysis/nsys/cache.py): a second analysis
+reads the cache and gives the same tables; a changed export empties it; a damaged file is read again."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from hpcprof.analysis.nsys import db
+from hpcprof.analysis.nsys.cache import cache_dir
+from hpcprof.analysis.nsys.collect import analyse_file
+from hpcprof.analysis.nsys.db import Export
+from hpcprof.analysis.nsys.stats import SUMMARY_REPORTS, run_report
+
+SEQPAR = Path("nsys") / "h200_seqpar_bf16"
+
+
+def analysis(path: Path) -> dict[str, pd.DataFrame]:
+    """Every per-rank table and summary report of `path` (collect's analyses, then `nsys stats`')."""
+    out = analyse_file(path, 0)
+    with Export(path) as export:
+        out |= {f"stats {name}": run_report(export, name) for name in SUMMARY_REPORTS}
+    return out
+
+
+def same(a: dict[str, pd.DataFrame], b: dict[str, pd.DataFrame]) -> None:
+    assert sorted(a) == sorted(b)
+    for name in a:
+        pd.testing.assert_frame_equal(a[name], b[name], obj=name)
+
+
+def files(path: Path) -> dict[str, tuple[int, int]]:
+    """The cache's Arrow files of `path`: name -> (size, mtime_ns)."""
+    return {p.name: (p.stat().st_size, p.stat().st_mtime_ns) for p in cache_dir(path).glob("*.arrow")}
+
+
+@pytest.fixture
+def export(tmp_path: Path, fixtures_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("HPCPROF_NSYS_CACHE", "on")
+    path = tmp_path / "rank0.sqlite"
+    shutil.copyfile(fixtures_dir / SEQPAR / "rank0.sqlite", path)
+    return path
+
+
+def uncached(path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, pd.DataFrame]:
+    monkeypatch.setenv("HPCPROF_NSYS_CACHE", "off")
+    try:
+        return analysis(path)
+    finally:
+        monkeypatch.setenv("HPCPROF_NSYS_CACHE", "on")
+
+
+def test_second_analysis_reads_the_cache_and_matches(export: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    reference = uncached(export, monkeypatch)
+    assert not cache_dir(export).exists()
+    same(analysis(export), reference)
+    written = files(export)
+    assert len(written) >= 5                          # GPU activity, runtime, NVTX, OS runtime, overhead, ...
+    # the second time every columnar read comes from the cache: reading the export would fail
+
+    def no_scan(self: object, sql: str) -> None:
+        raise AssertionError(f"read the export: {sql}")
+
+    monkeypatch.setattr(db.ArrowConnection, "batches", no_scan)
+    same(analysis(export), reference)
+    assert files(export) == written                   # nothing rewritten
+
+
+def test_a_changed_export_empties_the_cache(export: Path, fixtures_dir: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    analysis(export)
+    before = (cache_dir(export) / "key.json").read_text()
+    shutil.copyfile(fixtures_dir / SEQPAR / "rank1.sqlite", export)      # other rank, other data, same path
+    fresh = analysis(export)
+    assert (cache_dir(export) / "key.json").read_text() != before
+    same(fresh, uncached(export, monkeypatch))
+    old = uncached(fixtures_dir / SEQPAR / "rank0.sqlite", monkeypatch)
+    assert fresh["kernels"]["total_ns"].sum() != old["kernels"]["total_ns"].sum()
+
+
+def test_a_damaged_cache_file_is_read_again(export: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    reference = uncached(export, monkeypatch)
+    analysis(export)
+    written = files(export)
+    victim = max(written, key=lambda name: written[name][0])
+    path = cache_dir(export) / victim
+    path.write_bytes(path.read_bytes()[: written[victim][0] // 2])        # truncated
+    same(analysis(export), reference)
+    assert files(export)[victim][0] == written[victim][0]                 # made again, whole
+    (cache_dir(export) / "key.json").write_text("{not json")               # a damaged key: emptied, rebuilt
+    same(analysis(export), reference)
+    assert set(files(export)) == set(written)
+
+
+def test_small_exports_are_not_cached_by_default(export: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("HPCPROF_NSYS_CACHE")
+    analysis(export)
+    assert not cache_dir(export).exists()
