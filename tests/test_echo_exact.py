@@ -1,0 +1,91 @@
+"""`hpcprof nsys slowdown --match echo` against Echo's own analyse.py output (tests/fixtures/echo,
+made by Echo's unmodified script: see tests/fixtures/SOURCES.md) on the real GPT-2 exports of the
+2×H200 campaign (world size 1: p000 rank 0; world size 2: p001 ranks 0 and 1), cell for cell."""
+
+from __future__ import annotations
+
+import lzma
+import shutil
+import sqlite3
+from pathlib import Path
+
+import openpyxl
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from hpcprof.cli import main
+
+CAMPAIGN = "gpu/h200_window_campaign/echo-slowdown/20261122-234316-b2f418-{}/profiles/nsys/rank{}.sqlite.xz"
+#: Echo's compute kernels (analyse.py's query_other), counted by SQL independently of hpcprof
+ECHO_COMPUTE = """SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL k
+JOIN StringIds s ON s.id = k.shortName JOIN StringIds d ON d.id = k.demangledName
+WHERE s.value NOT LIKE '%nccl%' AND k."end" - k.start > 0"""
+
+
+@pytest.fixture(scope="module")
+def exports(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """ws1 (p000 rank 0), ws2r0 and ws2r1 (p001 ranks 0, 1), unpacked."""
+    out = tmp_path_factory.mktemp("echo_exports")
+    files = {}
+    for key, run, rank in (("ws1", "p000", 0), ("ws2r0", "p001", 0), ("ws2r1", "p001", 1)):
+        target = out / f"{key}_rank{rank}.sqlite"
+        with lzma.open(repo / "tests" / "fixtures" / CAMPAIGN.format(run, rank)) as src, target.open("wb") as dst:
+            shutil.copyfileobj(src, dst)
+        files[key] = target
+    return files
+
+
+def slowdown(*args: str) -> tuple[int, str]:
+    res = CliRunner().invoke(main, ["nsys", "slowdown", *args])
+    return res.exit_code, res.output
+
+
+def cells(path: Path) -> list[list[object]]:
+    return [[c.value for c in row] for row in openpyxl.load_workbook(path).active.iter_rows()]
+
+
+def test_match_echo_equals_echos_own_table_cell_for_cell(repo: Path, exports: dict[str, Path], tmp_path: Path,
+                                                          record_counts) -> None:
+    code, out = slowdown("--baseline", str(exports["ws1"]), "--distributed", str(exports["ws2r0"]),
+                         str(exports["ws2r1"]), "--match", "echo", "-o", str(tmp_path / "echo.xlsx"))
+    assert code == 0, out
+    assert "match: echo (launch index + equal demangled name" in out
+    for rank in (0, 1):
+        gold = repo / "tests" / "fixtures" / "echo" / f"slowdown_stats_output_device_0.rank{rank}.xlsx"
+        ours = tmp_path / f"echo_rank{rank}_device_0.xlsx"
+        assert cells(ours) == cells(gold)
+        g, o = pd.read_excel(gold), pd.read_excel(ours)
+        assert list(o.columns) == list(g.columns) == ["id", "kShortName", "kDemangledName", "ground_truth",
+                                                        "duration", "overlap_ratio", "slowdown"]
+        assert o.dtypes.to_dict() == g.dtypes.to_dict()
+        pd.testing.assert_frame_equal(o, g, check_exact=True)
+        record_counts(f"Echo analyse.py vs --match echo, ws2 rank {rank}: {len(g)} rows, "
+                      f"{len(g) * len(g.columns)} cells identical, mean slowdown {g['slowdown'].mean():.4f}")
+
+
+def test_every_run_states_its_rule_and_echos_drops(repo: Path, exports: dict[str, Path], tmp_path: Path) -> None:
+    compute = sum(sqlite3.connect(exports[k]).execute(ECHO_COMPUTE).fetchone()[0] for k in ("ws2r0", "ws2r1"))
+    kept = sum(len(pd.read_excel(repo / "tests" / "fixtures" / "echo" / f"slowdown_stats_output_device_0.rank{r}.xlsx"))
+               for r in (0, 1))
+    assert (compute, kept) == (974, 160)
+    code, out = slowdown("--baseline", str(exports["ws1"]), "--distributed", str(exports["ws2r0"]),
+                         str(exports["ws2r1"]), "--format", "csv", "-o", str(tmp_path / "hpcprof.csv"))
+    assert code == 0, out
+    matched = int((pd.read_csv(tmp_path / "hpcprof.csv")["status"] == "matched").sum())
+    assert matched == 972
+    assert (f"match: hpcprof (name + occurrence); Echo's rule keeps {kept} and drops {compute - kept} of "
+            f"{compute} compute kernel(s) of the distributed run; hpcprof's rule matches {matched}") in out
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--match", "echo"], "--match echo writes files: add -o FILE.csv or -o FILE.xlsx"),
+    (["--match", "echo", "-o", "{out}", "--baseline", "{ws1}"], "--match echo: give exactly one --baseline export"),
+])
+def test_match_echo_bad_input_is_one_line(exports: dict[str, Path], tmp_path: Path, args: list[str],
+                                          message: str) -> None:
+    base = ["--baseline", str(exports["ws1"]), "--distributed", str(exports["ws2r0"])]
+    code, out = slowdown(*base, *[a.format(ws1=exports["ws1"], out=tmp_path / "x.xlsx") for a in args])
+    assert code == 2
+    assert message in out and "Traceback" not in out
+    assert not (tmp_path / "x.xlsx").exists()
