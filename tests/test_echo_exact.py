@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
+from hpcprof.analysis.nsys import echo_match as em
 from hpcprof.cli import main
 
 CAMPAIGN = "gpu/h200_window_campaign/echo-slowdown/20261122-234316-b2f418-{}/profiles/nsys/rank{}.sqlite.xz"
@@ -41,6 +42,12 @@ def slowdown(*args: str) -> tuple[int, str]:
     return res.exit_code, res.output
 
 
+def echo_sqlite(repo: Path, rank: int) -> pd.DataFrame:
+    """Echo's table at full precision (its res/slowdown_results.sqlite; the .xlsx keeps 16 digits)."""
+    with sqlite3.connect(repo / "tests" / "fixtures" / "echo" / f"slowdown_results.rank{rank}.sqlite") as conn:
+        return pd.read_sql_query("SELECT * FROM stats_output_ws2_device_0_slowdown", conn)
+
+
 def cells(path: Path) -> list[list[object]]:
     return [[c.value for c in row] for row in openpyxl.load_workbook(path).active.iter_rows()]
 
@@ -60,6 +67,8 @@ def test_match_echo_equals_echos_own_table_cell_for_cell(repo: Path, exports: di
                                                         "duration", "overlap_ratio", "slowdown"]
         assert o.dtypes.to_dict() == g.dtypes.to_dict()
         pd.testing.assert_frame_equal(o, g, check_exact=True)
+        exact = em.echo_match(exports["ws1"], {exports[f"ws2r{rank}"]: rank}).tables[(rank, 0)]
+        pd.testing.assert_frame_equal(exact, echo_sqlite(repo, rank), check_exact=True)
         record_counts(f"Echo analyse.py vs --match echo, ws2 rank {rank}: {len(g)} rows, "
                       f"{len(g) * len(g.columns)} cells identical, mean slowdown {g['slowdown'].mean():.4f}")
 
@@ -89,3 +98,28 @@ def test_match_echo_bad_input_is_one_line(exports: dict[str, Path], tmp_path: Pa
     assert code == 2
     assert message in out and "Traceback" not in out
     assert not (tmp_path / "x.xlsx").exists()
+
+
+def test_collect_rule_from_the_experiment(repo: Path, exports: dict[str, Path]) -> None:
+    """`analysis.slowdown_match` picks collect's table: Echo's rows (rank, device in front) or
+    hpcprof's, each with the `match` column naming the rule."""
+    from hpcprof.analysis.nsys import distributed as dist
+    from hpcprof.analysis.nsys.db import Export
+    from hpcprof.config.experiment import Experiment
+
+    workload = {"kind": "ddp"}
+    assert Experiment.model_validate({"name": "e", "workload": workload}).analysis.slowdown_match == "hpcprof"
+    with pytest.raises(ValueError, match="slowdown_match"):
+        Experiment.model_validate({"name": "e", "workload": workload, "analysis": {"slowdown_match": "id"}})
+    base, files = {exports["ws1"]: 0}, {exports["ws2r0"]: 0, exports["ws2r1"]: 1}
+    with Export(exports["ws1"]) as b, Export(exports["ws2r0"]) as r0, Export(exports["ws2r1"]) as r1:
+        table = dist.slowdown(dist.load_activity([b]), dist.load_activity([r0, r1], {str(p): r for p, r in files.items()}))
+    lines: list[str] = []
+    echo = em.by_rule("echo", table, base, files, lines.append)
+    gold = pd.concat([echo_sqlite(repo, r) for r in (0, 1)], ignore_index=True)
+    assert list(echo.columns) == ["rank", "device", *gold.columns, "match"]
+    pd.testing.assert_frame_equal(echo[list(gold.columns)], gold, check_exact=True)
+    assert set(echo["match"]) == {"echo"} and echo["rank"].tolist() == [0] * 80 + [1] * 80
+    ours = em.by_rule("hpcprof", table, base, files, lines.append)
+    assert set(ours["match"]) == {"hpcprof"} and len(ours) == len(table)
+    assert lines[0].startswith("echo: match: echo") and "drops 814 of 974" in lines[1]

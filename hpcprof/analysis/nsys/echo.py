@@ -116,4 +116,7 @@ def echo_slowdown(run: RunDir, log: Callable[[str], None] = print) -> dict[str, 
     matched = int((table["status"] == "matched").sum())
     gpus = len(table[["rank", "device"]].drop_duplicates())
     log(f"echo: slowdown of {matched} kernel(s) on {gpus} GPU(s) against {base.run_id}")
-    return {"slowdown": table}
+    from hpcprof.analysis.nsys.echo_match import by_rule
+
+    rule = (exp.get("analysis") or {}).get("slowdown_match", "hpcprof")
+    return {"slowdown": by_rule(rule, table, base_files, files, log)}

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import sqlite3
 import urllib.parse
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -165,3 +166,24 @@ def rule_line(rule: str, match: EchoMatch, hpcprof_matched: int | None = None) -
     if match.unmatched_devices:
         text += "; no baseline device for " + ", ".join(f"rank {r} device {d}" for r, d in match.unmatched_devices)
     return text
+
+
+def by_rule(rule: str, hpcprof_table: pd.DataFrame, base_files: dict[Path, int], files: dict[Path, int],
+            log: Callable[[str], None]) -> pd.DataFrame:
+    """Collect's slowdown table under the experiment's `analysis.slowdown_match`: hpcprof's table
+    (`hpcprof_table`) or Echo's tables of every (rank, device) with `rank` and `device` columns in
+    front; either with a `match` column naming the rule, and the rule line logged. Echo's rule
+    joins the baseline's rank-0 export (Echo has one world-size-1 export)."""
+    import pandas as pd
+
+    result = echo_match(min(base_files, key=lambda p: base_files[p]), files)
+    matched = int((hpcprof_table["status"] == "matched").sum())
+    log("echo: " + rule_line(RULE_ECHO if rule == "echo" else RULE_HPCPROF, result,
+                             None if rule == "echo" else matched))
+    if rule != "echo":
+        return hpcprof_table.assign(match="hpcprof")
+    parts = [t.assign(rank=r, device=d, match="echo") for (r, d), t in sorted(result.tables.items())]
+    if not parts:
+        return pd.DataFrame(columns=["rank", "device", *ECHO_COLUMNS, "match"])
+    table = pd.concat(parts, ignore_index=True)
+    return table[["rank", "device", *ECHO_COLUMNS, "match"]]
