@@ -4,6 +4,7 @@ made by Echo's unmodified script: see tests/fixtures/SOURCES.md) on the real GPT
 
 from __future__ import annotations
 
+import json
 import lzma
 import shutil
 import sqlite3
@@ -123,3 +124,29 @@ def test_collect_rule_from_the_experiment(repo: Path, exports: dict[str, Path]) 
     ours = em.by_rule("hpcprof", table, base, files, lines.append)
     assert set(ours["match"]) == {"hpcprof"} and len(ours) == len(table)
     assert lines[0].startswith("echo: match: echo") and "drops 814 of 974" in lines[1]
+
+
+def test_collect_with_slowdown_match_echo_stores_echos_table(repo: Path, tmp_path: Path) -> None:
+    """The campaign's two runs collected with `analysis.slowdown_match: echo` in the ws2 run's
+    experiment: results/echo_slowdown is Echo's table of both ranks."""
+    from hpcprof.results import read_table
+
+    source = repo / "tests" / "fixtures" / "gpu" / "h200_window_campaign" / "echo-slowdown"
+    work = tmp_path / "work" / "echo-slowdown"
+    shutil.copytree(source, work)
+    for packed in list(work.rglob("*.xz")):
+        with lzma.open(packed) as src, packed.with_suffix("").open("wb") as dst:
+            shutil.copyfileobj(src, dst)
+        packed.unlink()
+    config_path = work / "20261122-234316-b2f418-p001" / "config.json"
+    config = json.loads(config_path.read_text())
+    config["experiment"]["analysis"] = {"slowdown_match": "echo"}
+    config_path.write_text(json.dumps(config))
+    res = CliRunner().invoke(main, ["collect", "--workdir", str(tmp_path / "work")])
+    assert res.exit_code == 0, res.output
+    assert "echo: match: echo (launch index" in res.output
+    table = read_table(config_path.parent, "echo_slowdown")
+    assert table is not None
+    gold = pd.concat([echo_sqlite(repo, r) for r in (0, 1)], ignore_index=True)
+    pd.testing.assert_frame_equal(table[list(gold.columns)], gold, check_exact=True, check_dtype=False)
+    assert set(table["match"]) == {"echo"}
