@@ -150,3 +150,21 @@ def test_collect_with_slowdown_match_echo_stores_echos_table(repo: Path, tmp_pat
     gold = pd.concat([echo_sqlite(repo, r) for r in (0, 1)], ignore_index=True)
     pd.testing.assert_frame_equal(table[list(gold.columns)], gold, check_exact=True, check_dtype=False)
     assert set(table["match"]) == {"echo"}
+
+
+def test_match_echo_reproduces_each_quirk(repo: Path, tmp_path: Path) -> None:
+    """Tiny exports made by tests/fixtures/echo/make_quirk_exports.py, with Echo's own output on
+    them (NCCL case-insensitive, same (start, end) summed twice, duration 0, NULL demangled name,
+    shifted ids, a device without NCCL: empty overlap_ratio and slowdown, integer 0 slowdown)."""
+    quirks = repo / "tests" / "fixtures" / "echo" / "quirks"
+    code, out = slowdown("--baseline", str(quirks / "ws1.sqlite"), "--distributed", str(quirks / "ws2.sqlite"),
+                         "--match", "echo", "-o", str(tmp_path / "q.xlsx"))
+    assert code == 0, out
+    assert "keeps 7 and drops 3 of 10 compute kernel(s)" in out
+    with sqlite3.connect(quirks / "slowdown_results.sqlite") as conn:
+        for device in (0, 1):
+            gold = quirks / f"slowdown_stats_output_device_{device}.xlsx"
+            assert cells(tmp_path / f"q_rank0_device_{device}.xlsx") == cells(gold)
+            exact = pd.read_sql_query(f"SELECT * FROM stats_output_ws2_device_{device}_slowdown", conn)
+            ours = em.echo_match(quirks / "ws1.sqlite", {quirks / "ws2.sqlite": 0}).tables[(0, device)]
+            pd.testing.assert_frame_equal(ours, exact, check_exact=True)
