@@ -369,7 +369,8 @@ def collect_run(run: RunDir, store: Store, log: Log = print, executor: Executor 
 
         base = echo_baseline(run) if wants_baseline(config) else None
         if base is not None:
-            save("echo", echo_slowdown(run.path, base.path, log))
+            rule = (config["experiment"].get("analysis") or {}).get("slowdown_match", "hpcprof")
+            save("echo", echo_slowdown(run.path, base.path, log, rule))
 
     step("echo", echo)
 

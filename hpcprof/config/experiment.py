@@ -102,6 +102,14 @@ class Resources(Strict):
         classmethod(lambda cls, v: check_directive(v)))
 
 
+class AnalysisConfig(Strict):
+    """How collect analyses the run."""
+
+    # Echo's slowdown (DDP under nsys, ws-N vs ws-1): hpcprof's matching (name + occurrence) or
+    # Echo's analyse.py exactly (launch index + equal demangled name)
+    slowdown_match: Literal["hpcprof", "echo"] = "hpcprof"
+
+
 class Experiment(Strict):
     """One experiment file."""
 
@@ -113,6 +121,7 @@ class Experiment(Strict):
     sweep: dict[str, list[Any]] = {}
     container: ContainerConfig | None = None  # overrides the site's container block
     repeat: int = Field(1, ge=1, le=1000)  # runs per sweep point (params get "repeat": 0..N-1)
+    analysis: AnalysisConfig = AnalysisConfig()
 
     _env = field_validator("env")(classmethod(lambda cls, v: check_rank_env(v)))
 

@@ -318,26 +318,38 @@ def expand_paths(values: tuple[str, ...], option: str) -> list[Path]:
 @click.option("--layout", type=click.Choice(["hpcprof", "echo"]), default="hpcprof", show_default=True,
               help="echo: Echo's columns (id, kShortName, kDemangledName, ground_truth, duration, "
                    "overlap_ratio, slowdown), one file per device; -o FILE.xlsx writes Excel.")
+@click.option("--match", "match", type=click.Choice(["hpcprof", "echo"]), default="hpcprof", show_default=True,
+              help="hpcprof: kernels matched by name and occurrence. echo: Echo's analyse.py exactly (launch "
+                   "index over non-NCCL kernels + equal demangled name, device id to device id), written in "
+                   "Echo's layout; needs one --baseline and -o FILE.xlsx|FILE.csv.")
 @click.option("--output", "-o", default=None, help="Write to this file instead of stdout.")
 def slowdown_cmd(baseline: tuple[str, ...], distributed: tuple[str, ...], more: tuple[Path, ...],
-                 rank_map: str | None, fmt: str, layout: str, output: str | None) -> None:
+                 rank_map: str | None, fmt: str, layout: str, match: str, output: str | None) -> None:
     """Echo's slowdown per compute kernel: (dur_N − dur_1) / (overlap_ratio · dur_1), every device."""
     mapping = _rank_map(rank_map)
     base_paths = expand_paths(baseline, "--baseline")
     paths = expand_paths(distributed, "--distributed") + list(more)
-    if layout == "echo" and output is None:
-        raise UserError("--layout echo writes files: add -o FILE.csv or -o FILE.xlsx")
-    if output is not None and Path(output).suffix == ".xlsx" and layout != "echo":
+    if "echo" in (layout, match) and output is None:
+        raise UserError(f"--{'match' if match == 'echo' else 'layout'} echo writes files: add -o FILE.csv or -o FILE.xlsx")
+    if match == "echo" and len(base_paths) != 1:
+        raise UserError(f"--match echo: give exactly one --baseline export (Echo joins one world-size-1 "
+                        f"export), not {len(base_paths)}")
+    if output is not None and Path(output).suffix == ".xlsx" and "echo" not in (layout, match):
         raise UserError(f"-o {output}: .xlsx is written for --layout echo only; add --layout echo")
     with ExitStack() as stack:
         base, base_failures = open_exports(base_paths, stack)
         exports, failures = open_exports(paths, stack)
         failures += base_failures
-        if base and exports:
+        if base and exports and match == "echo":
+            failures += _echo_match(base[0], exports, mapping, None, Path(output or ""))
+        elif base and exports:
             base_act, dist_act = _activity(base, {}), _activity(exports, mapping)
             if base_act is not None and dist_act is not None:
                 result = dist.slowdown(base_act, dist_act)
                 failures += _report_failed(base_act) + _report_failed(dist_act)
+                if len(base) == 1:
+                    matched = int((result["status"] == "matched").sum())
+                    failures += _echo_match(base[0], exports, mapping, matched, None)
                 if layout == "echo":
                     from hpcprof.analysis.nsys.echo import write_echo
 
@@ -348,6 +360,28 @@ def slowdown_cmd(baseline: tuple[str, ...], distributed: tuple[str, ...], more: 
             else:
                 failures = max(failures, 1)
     _finish(failures, len(base_paths) + len(paths))
+
+
+def _echo_match(base: Export, exports: list[Export], mapping: dict[str, int], hpcprof_matched: int | None,
+                output: Path | None) -> int:
+    """Echo's rule on the exports: its tables written to `output` (--match echo) or only counted
+    (hpcprof's rule, `hpcprof_matched` kernels); the rule line on stderr. Returns failures (0 or 1)."""
+    import sqlite3
+
+    from hpcprof.analysis.nsys import echo_match as em
+
+    ranks = {e.path: mapping.get(str(e.path), mapping.get(e.path.name, rank_from_filename(e.path))) for e in exports}
+    try:
+        result = em.echo_match(base.path, {p: i if r is None else r for i, (p, r) in enumerate(ranks.items())})
+    except sqlite3.Error as exc:
+        _fail("input", f"Echo's rule could not read the exports: {exc}")
+        return 1
+    if output is not None:
+        for path in em.write_echo_tables(result.tables, output):
+            click.echo(f"wrote {path}", err=True)
+    rule = em.RULE_ECHO if output is not None else em.RULE_HPCPROF
+    click.echo(em.rule_line(rule, result, hpcprof_matched), err=True)
+    return 0
 
 
 def _activity(exports: list[Export], mapping: dict[str, int]) -> dist.Activity | None:

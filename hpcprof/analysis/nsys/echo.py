@@ -90,9 +90,11 @@ def is_baseline_for(config: dict[str, Any], candidate: dict[str, Any]) -> bool:
             and model_key(candidate) == model_key(config))
 
 
-def echo_slowdown(run_dir: Path, baseline_dir: Path, log: Callable[[str], None] = print) -> dict[str, pd.DataFrame]:
+def echo_slowdown(run_dir: Path, baseline_dir: Path, log: Callable[[str], None] = print,
+                  rule: str = "hpcprof") -> dict[str, pd.DataFrame]:
     """{"slowdown": every device's kernels of the run in `run_dir` against its world-size-1
-    baseline run in `baseline_dir`}; {} (logged) while either has no SQLite export yet."""
+    baseline run in `baseline_dir`, matched by `rule` (hpcprof: name and occurrence; echo: Echo's
+    analyse.py)}; {} (logged) while either has no SQLite export yet."""
     base_files, files = sqlite_exports(baseline_dir), sqlite_exports(run_dir)
     if not base_files or not files:
         missing = baseline_dir if not base_files else run_dir
@@ -110,4 +112,6 @@ def echo_slowdown(run_dir: Path, baseline_dir: Path, log: Callable[[str], None] 
     matched = int((table["status"] == "matched").sum())
     gpus = len(table[["rank", "device"]].drop_duplicates())
     log(f"echo: slowdown of {matched} kernel(s) on {gpus} GPU(s) against {baseline_dir.name}")
-    return {"slowdown": table}
+    from hpcprof.analysis.nsys.echo_match import by_rule
+
+    return {"slowdown": by_rule(rule, table, base_files, files, log)}
