@@ -13,6 +13,7 @@ import click
 
 from hpcprof.analysis.nsys import small
 from hpcprof.analysis.nsys.schema import MissingData, NsysInputError
+from hpcprof.cli_options import files_argument, output_file_option, rank_map_option
 from hpcprof.errors import FiniteRange, UserError
 from hpcprof.lazy import LazyModule
 
@@ -183,7 +184,6 @@ def _python_results(files: tuple[Path, ...], names: list[str]) -> Iterator[tuple
 
 format_option = click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True,
                              help="Output format.")
-files_argument = click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
 
 
 @nsys.command("stats")
@@ -240,9 +240,9 @@ def stats_cmd(files: tuple[Path, ...], reports: str, fmt: str, prefix: str | Non
 
 @nsys.command("nccl")
 @files_argument
-@click.option("--rank-map", default=None, help="FILE=RANK[,FILE=RANK...] when file names carry no rank.")
+@rank_map_option
 @format_option
-@click.option("--output", "-o", default=None, help="Write to this file instead of stdout.")
+@output_file_option
 def nccl_cmd(files: tuple[Path, ...], rank_map: str | None, fmt: str, output: str | None) -> None:
     """NCCL collectives per type: count, total, mean, min, max per rank and across ranks, slowest rank."""
     _run_analysis(files, rank_map, fmt, output, "nccl", dist.nccl_summary,
@@ -251,9 +251,9 @@ def nccl_cmd(files: tuple[Path, ...], rank_map: str | None, fmt: str, output: st
 
 @nsys.command("overlap")
 @files_argument
-@click.option("--rank-map", default=None, help="FILE=RANK[,FILE=RANK...] when file names carry no rank.")
+@rank_map_option
 @format_option
-@click.option("--output", "-o", default=None, help="Write to this file instead of stdout.")
+@output_file_option
 def overlap_cmd(files: tuple[Path, ...], rank_map: str | None, fmt: str, output: str | None) -> None:
     """Compute vs communication time per rank and device; overlap % = compute-during-comm / comm (HTA)."""
     _run_analysis(files, rank_map, fmt, output, "overlap", dist.overlap)
@@ -263,9 +263,9 @@ def overlap_cmd(files: tuple[Path, ...], rank_map: str | None, fmt: str, output:
 @files_argument
 @click.option("--threshold-ms", type=FiniteRange(min=0, max=1e9), default=500.0, show_default=True,
               help="Report idle gaps longer than this.")
-@click.option("--rank-map", default=None, help="FILE=RANK[,FILE=RANK...] when file names carry no rank.")
+@rank_map_option
 @format_option
-@click.option("--output", "-o", default=None, help="Write to this file instead of stdout.")
+@output_file_option
 def gaps_cmd(files: tuple[Path, ...], threshold_ms: float, rank_map: str | None, fmt: str,
              output: str | None) -> None:
     """GPU idle gaps over a threshold per process and device (nsys's gpu_gaps rule)."""
@@ -282,9 +282,9 @@ def gaps_cmd(files: tuple[Path, ...], threshold_ms: float, rank_map: str | None,
 
 @nsys.command("phases")
 @files_argument
-@click.option("--rank-map", default=None, help="FILE=RANK[,FILE=RANK...] when file names carry no rank.")
+@rank_map_option
 @format_option
-@click.option("--output", "-o", default=None, help="Write to this file instead of stdout.")
+@output_file_option
 def phases_cmd(files: tuple[Path, ...], rank_map: str | None, fmt: str, output: str | None) -> None:
     """GPU time of the kernels launched inside each NVTX range, per rank."""
     _run_analysis(files, rank_map, fmt, output, "phases", dist.phases)
@@ -312,12 +312,12 @@ def expand_paths(values: tuple[str, ...], option: str) -> list[Path]:
               help="Exports of the distributed run: repeat the option, give a quoted glob "
                    "('ws2/rank*.sqlite'), or list the files after it (the shell's glob).")
 @click.argument("more", nargs=-1, type=click.Path(path_type=Path), metavar="[DISTRIBUTED...]")
-@click.option("--rank-map", default=None, help="FILE=RANK[,FILE=RANK...] when file names carry no rank.")
+@rank_map_option
 @format_option
 @click.option("--layout", type=click.Choice(["hpcprof", "echo"]), default="hpcprof", show_default=True,
               help="echo: Echo's columns (id, kShortName, kDemangledName, ground_truth, duration, "
                    "overlap_ratio, slowdown), one file per device; -o FILE.xlsx writes Excel.")
-@click.option("--output", "-o", default=None, help="Write to this file instead of stdout.")
+@output_file_option
 def slowdown_cmd(baseline: tuple[str, ...], distributed: tuple[str, ...], more: tuple[Path, ...],
                  rank_map: str | None, fmt: str, layout: str, output: str | None) -> None:
     """Echo's slowdown per compute kernel: (dur_N − dur_1) / (overlap_ratio · dur_1), every device."""
@@ -444,14 +444,14 @@ def _run_analysis(files: tuple[Path, ...], rank_map: str | None, fmt: str, outpu
 
 @nsys.command("critical-path")
 @files_argument
-@click.option("--rank-map", default=None, help="FILE=RANK[,FILE=RANK...] when file names carry no rank.")
+@rank_map_option
 @click.option("--iteration-range", default=None, metavar="NAME",
               help="The NVTX range that marks one iteration (default: the workload's `iteration` inside "
                    "`timed`, `step<N>`, or Echo's `backward` window).")
 @click.option("--segments", is_flag=True, help="Show the chain of each iteration (compute, wait and collective "
               "segments per rank) instead of one row per iteration.")
 @format_option
-@click.option("--output", "-o", default=None, help="Write to this file instead of stdout.")
+@output_file_option
 def critical_path_cmd(files: tuple[Path, ...], rank_map: str | None, iteration_range: str | None, segments: bool,
                       fmt: str, output: str | None) -> None:
     """Per timed iteration, across ranks: the collective the others waited longest in, the rank they
