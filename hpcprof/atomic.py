@@ -15,8 +15,9 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Callable, Iterable, TextIO
+from typing import TextIO
 
 from hpcprof.errors import UserError
 

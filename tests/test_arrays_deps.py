@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from pbs_server import openpbs  # noqa: F401 (fixture)
 from slurm_cluster import poll, slurm_cluster  # noqa: F401 (fixture)
 

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from slurm_cluster import poll
 
 REPO = Path(__file__).resolve().parents[1]

@@ -14,9 +14,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from sqlalchemy import create_engine, text
+from test_store import fresh_postgres_db, postgres_server  # noqa: F401  (fixture)
 
 from hpcprof.results import list_tables, read_table
-from test_store import fresh_postgres_db, postgres_server  # noqa: F401  (fixture)
 
 EXPERIMENT = """name: t
 workload:
@@ -142,7 +142,7 @@ def test_concurrent_collects_on_a_fresh_workdir(tmp_path: Path, fixtures_dir: Pa
     procs = [subprocess.Popen([sys.executable, "-m", "hpcprof", "collect"], cwd=fresh, env={**os.environ, **db_env},
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(4)]
     outputs = [p.communicate(timeout=300) for p in procs]
-    for proc, (_, err) in zip(procs, outputs):
+    for proc, (_, err) in zip(procs, outputs, strict=True):
         assert proc.returncode == 0, err
         assert "Traceback" not in err
     for run in runs:

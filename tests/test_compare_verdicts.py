@@ -85,7 +85,7 @@ def test_two_runs_of_one_configuration_no_significant_change(repo: Path, runs: P
 
 def test_confidence_intervals_and_repetition_test_by_hand(repo: Path, runs: Path) -> None:
     rows = compare_json(runs, "20261121-000011-aep4aa", "--baseline", "20261121-000011-aep4aa-p000")
-    for row, names in zip(rows, (SWEEP_REP4[1][:4], SWEEP_REP4[1][4:])):
+    for row, names in zip(rows, (SWEEP_REP4[1][:4], SWEEP_REP4[1][4:]), strict=True):
         means = [sum(t) / len(t) for t in (iteration_times(repo, n) for n in names)]
         mean = sum(means) / 4
         sd = math.sqrt(sum((m - mean) ** 2 for m in means) / 3)

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from slurm_cluster import poll, slurm_cluster  # noqa: F401 (fixture)
 
 REPO = Path(__file__).resolve().parents[1]

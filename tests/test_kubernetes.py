@@ -98,7 +98,7 @@ def test_rendered_mpijob_matches_the_crd_schema() -> None:
     assert rank_command[rank_command.index(f"{run_dir}/rank_wrapper.sh") + 1:] == [
         "python", "train.py", "--epochs", "1"]
     assert "exec nsys profile" in files["rank_wrapper.sh"]
-    assert f'"$RUN_DIR/rank_wrapper.sh"' in files["job.sh"] and "mpirun -n 16" in files["job.sh"]
+    assert '"$RUN_DIR/rank_wrapper.sh"' in files["job.sh"] and "mpirun -n 16" in files["job.sh"]
 
 
 def test_schema_check_catches_bad_documents() -> None:

@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pbs_server import openpbs  # noqa: F401 (fixture)
+from slurm_cluster import poll
 
 from hpcprof.schedulers.base import CANCELLED, COMPLETED, FAILED, PENDING, RUNNING, TIMEOUT
 from hpcprof.schedulers.pbs import parse_qstat_json
-from pbs_server import openpbs  # noqa: F401 (fixture)
-from slurm_cluster import poll
 
 REPO = Path(__file__).resolve().parents[1]
 RECORDED = Path(__file__).parent / "data" / "qstat" / "openpbs"

@@ -5,14 +5,12 @@ through the real one-node Slurm (tests/slurm_cluster.py) and check nothing reach
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
-
-from reliability_util import experiment, hpcprof, ok, one_line_error, runs, state, wait_for
+from reliability_util import experiment, hpcprof, ok, one_line_error, runs, state
 from slurm_cluster import slurm_cluster  # noqa: F401 (fixture)
 
 REPO = Path(__file__).resolve().parents[1]

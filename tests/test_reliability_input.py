@@ -8,7 +8,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from reliability_util import experiment, hpcprof, ok, one_line_error
 
 BASE = "name: t\nworkload:\n  kind: command\n  argv: [\"true\"]\n"

@@ -4,7 +4,6 @@ TIMEOUT is recognised, and `submit --wait` runs can be cancelled or interrupted 
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys

@@ -7,15 +7,23 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from slurm_cluster import poll, slurm_cluster, torque_cluster, write_job  # noqa: F401
 
 from hpcprof.errors import UserError
 from hpcprof.rundir import RunDir
 from hpcprof.schedulers import get_scheduler
 from hpcprof.schedulers.base import (
-    CANCELLED, COMPLETED, FAILED, OUT_OF_MEMORY, PENDING, RUNNING, TIMEOUT, UNKNOWN, JobState,
+    CANCELLED,
+    COMPLETED,
+    FAILED,
+    OUT_OF_MEMORY,
+    PENDING,
+    RUNNING,
+    TIMEOUT,
+    UNKNOWN,
+    JobState,
 )
 from hpcprof.schedulers.pbs import PbsScheduler, parse_qstat_full, parse_qstat_json, parse_qsub
-from slurm_cluster import poll, slurm_cluster, torque_cluster, write_job  # noqa: F401
 
 DATA = Path(__file__).parent / "data" / "qstat"
 POLARIS = "polaris-pbs-01.hsn.cm.polaris.alcf.anl.gov"

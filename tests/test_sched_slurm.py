@@ -8,17 +8,31 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from slurm_cluster import poll, slurm_cluster, write_job  # noqa: F401 (fixture)
 
 from hpcprof.errors import UserError
 from hpcprof.schedulers import get_scheduler
 from hpcprof.schedulers.base import (
-    CANCELLED, COMPLETED, FAILED, NODE_FAIL, OUT_OF_MEMORY, PENDING, PREEMPTED, RUNNING, TIMEOUT,
-    UNKNOWN, JobState,
+    CANCELLED,
+    COMPLETED,
+    FAILED,
+    NODE_FAIL,
+    OUT_OF_MEMORY,
+    PENDING,
+    PREEMPTED,
+    RUNNING,
+    TIMEOUT,
+    UNKNOWN,
+    JobState,
 )
 from hpcprof.schedulers.slurm import (
-    SlurmScheduler, exit_code_of, parse_sacct, parse_sbatch, parse_scontrol, to_job_state,
+    SlurmScheduler,
+    exit_code_of,
+    parse_sacct,
+    parse_sbatch,
+    parse_scontrol,
+    to_job_state,
 )
-from slurm_cluster import poll, slurm_cluster, write_job  # noqa: F401 (fixture)
 
 # Recorded on the local Slurm 22.05.8 (a job that exited 3, then one cancelled while running).
 SCONTROL_FAILED = (

@@ -70,7 +70,7 @@ def main() -> None:
                 dist.reduce_scatter_tensor(out, full)
 
     with nvtx_range("warmup"):
-        for i in range(args.warmup_iterations):
+        for _ in range(args.warmup_iterations):
             iteration(-1)
     torch.cuda.synchronize()
     dist.barrier()

@@ -135,7 +135,7 @@ def rank_events(rank: int, ops: pd.DataFrame, iterations: pd.DataFrame, ranges: 
         if c.empty:
             continue
         cs, ce = c["start"].to_numpy(np.int64), c["end"].to_numpy(np.int64)
-        keys = list(zip(c["channel"].astype(str), c["seq"].astype(np.int64)))
+        keys = list(zip(c["channel"].astype(str), c["seq"].astype(np.int64), strict=True))
         ws, we, wl = w["start"].to_numpy(np.int64), w["end"].to_numpy(np.int64), w["label"].to_numpy(object)
         first_start, last_end = int(g["start"].min()), int(g["end"].max())
 
@@ -188,9 +188,9 @@ def critical_path(events: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     import pandas as pd
 
     rows_out = pd.DataFrame({c: pd.Series(dtype=t) for c, t in zip(
-        ROW_COLUMNS, ("int64", "float64", "object", "int64", "object", "float64", "int64"))})
+        ROW_COLUMNS, ("int64", "float64", "object", "int64", "object", "float64", "int64"), strict=True)})
     segs_out = pd.DataFrame({c: pd.Series(dtype=t) for c, t in zip(
-        SEGMENT_COLUMNS, ("int64", "int64", "int64", "object", "object", "float64", "float64", "float64"))})
+        SEGMENT_COLUMNS, ("int64", "int64", "int64", "object", "object", "float64", "float64", "float64"), strict=True)})
     if events is None or events.empty or events.loc[events["kind"] == "collective", "rank"].nunique() < 2:
         return rows_out, segs_out
     events = events.sort_values(["rank", "iteration", "start"], kind="stable").reset_index(drop=True)
@@ -227,10 +227,10 @@ def critical_path(events: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
 
         blocks: list[tuple[list[Segment], Held | None]] = [(lead_of(int(t["rank"]), END), None)]
         at, seen = (str(t["prev_channel"]), int(t["prev_seq"])), set()
-        while at != END and (it, *at) in node and at not in seen:
+        while at != END and (node_key := (it, *at)) in node and at not in seen:
             seen.add(at)
-            rank, name, start, end, prev = node[(it, *at)]
-            w_rank, wait, w_start = hold[(it, *at)]
+            rank, name, start, end, prev = node[node_key]
+            w_rank, wait, w_start = hold[node_key]
             lead = lead_of(rank, at)
             waited = [(w_rank, "wait", name, w_start, w_start + wait)] if wait > 0 else []
             blocks.append((lead + waited + [(rank, "collective", name, start, end)], (at, rank, name, wait, lead)))
@@ -241,8 +241,9 @@ def critical_path(events: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
             continue
         on_path = sum(e - s for _, kind, _, s, e in chain if kind != "wait")
         k, rank, name, wait, lead = max(held, key=lambda h: h[3])      # the first of equal waits
-        rows.append((it, float(on_path), name, rank, _culprit(lead, lead_of(hold[(it, *k)][0], k)), float(wait),
-                     int(waiting.get((it, *k), 0))))
+        node_key = (it, *k)
+        rows.append((it, float(on_path), name, rank, _culprit(lead, lead_of(hold[node_key][0], k)), float(wait),
+                     int(waiting.get(node_key, 0))))
         segs += [(it, i, r, kind, n, float(s), float(e), float(e - s)) for i, (r, kind, n, s, e) in enumerate(chain)]
     if rows:
         rows_out = pd.DataFrame(rows, columns=ROW_COLUMNS).astype(rows_out.dtypes.to_dict())

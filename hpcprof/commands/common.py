@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import fcntl
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal, overload
 
 from rich.console import Console
 
@@ -19,6 +19,12 @@ if TYPE_CHECKING:
 console = Console(stderr=True, soft_wrap=True)
 
 
+@overload
+def open_store(workdir: Path, db: str | None) -> Store: ...
+@overload
+def open_store(workdir: Path, db: str | None, create: Literal[True]) -> Store: ...
+@overload
+def open_store(workdir: Path, db: str | None, create: bool) -> Store | None: ...
 def open_store(workdir: Path, db: str | None, create: bool = True) -> Store | None:
     """The campaign store of `workdir` (or `db`). Read-only commands pass `create=False`:
     nothing is created then, and a SQLite store that does not exist is None. A URL that cannot

@@ -142,7 +142,7 @@ def launch(planned: Plan, run_dirs: list[RunDir], store: Store, foreground: bool
     from hpcprof import campaign
 
     if array is not None:
-        for run, job_id in zip(run_dirs, campaign.submit_array(planned, run_dirs, array, store, wait_for)):
+        for run, job_id in zip(run_dirs, campaign.submit_array(planned, run_dirs, array, store, wait_for), strict=True):
             console.print(f"submitted {run.run_id} as {job_id} -> {run.path}", markup=False)
         return
     for run in run_dirs:
@@ -160,7 +160,7 @@ def finish(run_dirs: list[RunDir], store: Store) -> None:
     from hpcprof import campaign
 
     final = [campaign.wait(run, store) for run in run_dirs]
-    show_states(list(zip(run_dirs, final)), "table")
+    show_states(list(zip(run_dirs, final, strict=True)), "table")
     if any(s.state != "COMPLETED" for s in final):
         sys.exit(1)
 
@@ -217,7 +217,7 @@ def resubmit(refs: tuple[str, ...], workdir: Path, db: str | None, failed: bool,
     planned = campaign.plan_resubmit(chosen, workdir)
     store = open_store(workdir, db)
     run_dirs = campaign.write(planned, store)
-    for old, new in zip(chosen, run_dirs):
+    for old, new in zip(chosen, run_dirs, strict=True):
         console.print(f"{old.run_id} -> {new.run_id}", markup=False)
     launch(planned, run_dirs, store, wait, [], None)
     if wait:

@@ -18,8 +18,10 @@ if TYPE_CHECKING:
 def collect_states(store: Store | None, run_ids: list[str]) -> dict[str, str]:
     """Per collected run: `complete`, or `partial: ` and its first problem (e.g. a profiled rank
     whose nsys recorded nothing)."""
-    out = {}
-    for run_id in run_ids if store is not None else []:
+    out: dict[str, str] = {}
+    if store is None:
+        return out
+    for run_id in run_ids:
         record = store.run_record(run_id) or {}
         if record.get("collect_status"):
             note = (record.get("collect_note") or "").splitlines()

@@ -5,9 +5,10 @@ from __future__ import annotations
 import glob
 import math
 import sys
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator, Sequence, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import click
 
@@ -54,7 +55,8 @@ def open_exports(paths: list[Path], stack: ExitStack) -> tuple[list[Export], int
 
     from hpcprof.analysis.nsys.db import Export
 
-    exports, failures = [], 0
+    exports: list[Export] = []
+    failures = 0
     scratch: Path | None = None
     for path in paths:
         try:
@@ -70,7 +72,8 @@ def open_exports(paths: list[Path], stack: ExitStack) -> tuple[list[Export], int
                 try:
                     source = export_sqlite(nsys_exe, path, scratch / str(len(exports) + failures))
                 except subprocess.CalledProcessError as exc:
-                    raise NsysInputError(f"{path}: nsys export failed ({' '.join((exc.stderr or '').split())})")
+                    raise NsysInputError(
+                        f"{path}: nsys export failed ({' '.join((exc.stderr or '').split())})") from None
             export = stack.enter_context(Export(source))
             export.check_usable()
         except NsysInputError as exc:
@@ -90,11 +93,11 @@ def _finish(failures: int, total: int) -> None:
 TABLE_CELLS = {"i": "{:,d}", "f1": "{:,.1f}", "f3": "{:,.3f}"}
 
 
-def _table_cell(value: object, fmt: str, null: str) -> str:
+def _table_cell(value: Any, fmt: str, null: str) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return null
     if fmt in TABLE_CELLS and not isinstance(value, str):
-        return TABLE_CELLS[fmt].format(int(value) if fmt == "i" else float(value))  # type: ignore[call-overload]
+        return TABLE_CELLS[fmt].format(int(value) if fmt == "i" else float(value))
     return str(value)
 
 
@@ -107,11 +110,11 @@ def _emit_stats_table(df: pd.DataFrame | Table, out: TextIO, title: str | None) 
 
     table = df if isinstance(df, StatsTable) else StatsTable.from_frame(df)
     shown = RichTable(title=title, show_lines=False)
-    for name, fmt in zip(table.columns, table.formats):
+    for name, fmt in zip(table.columns, table.formats, strict=True):
         shown.add_column(name, justify="right" if fmt in TABLE_CELLS else "left")
     cells = [[_table_cell(v, fmt, table.null) for v in values.tolist()]
-             for values, fmt in zip(table.columns.values(), table.formats)]
-    for row in zip(*cells):
+             for values, fmt in zip(table.columns.values(), table.formats, strict=True)]
+    for row in zip(*cells, strict=True):
         shown.add_row(*row)
     Console(file=out, width=200).print(shown)
 
@@ -119,7 +122,7 @@ def _emit_stats_table(df: pd.DataFrame | Table, out: TextIO, title: str | None) 
 def _emit(df: pd.DataFrame | Table | small.Report, fmt: str, out: TextIO, title: str | None = None) -> None:
     if isinstance(df, small.Report):
         small.write_csv(df, out)
-    elif fmt in ("csv", "table") and (hasattr(df, "formats") or "formats" in df.attrs):  # a stats Table/its frame
+    elif fmt in ("csv", "table") and (hasattr(df, "formats") or "formats" in getattr(df, "attrs", {})):  # a stats Table/its frame
         from hpcprof.analysis.nsys.stats import write_csv
 
         if fmt == "csv":
@@ -171,7 +174,7 @@ def _python_engine(engine: str, names: list[str], fmt: str, files: tuple[Path, .
         p.suffix != ".nsys-rep" and p.is_file() and p.stat().st_size <= SMALL_EXPORT_BYTES for p in files)
 
 
-def _python_results(files: tuple[Path, ...], names: list[str]) -> Iterator[tuple[Path, list[object] | None]]:
+def _python_results(files: tuple[Path, ...], names: list[str]) -> Iterator[tuple[Path, list[Any] | None]]:
     """(file, reports) of each export by the standard-library engine; None (named on stderr) where
     the file is not a usable export."""
     for path in files:
@@ -215,7 +218,7 @@ def stats_cmd(files: tuple[Path, ...], reports: str, fmt: str, prefix: str | Non
                 failures += 1
                 continue
             usable += 1
-            for name, df in zip(names, outcomes):
+            for name, df in zip(names, outcomes, strict=True):
                 if isinstance(df, MissingData):
                     _fail(path, f"{name} skipped: {df}")
                     skipped += 1
@@ -340,6 +343,7 @@ def slowdown_cmd(baseline: tuple[str, ...], distributed: tuple[str, ...], more: 
                 if layout == "echo":
                     from hpcprof.analysis.nsys.echo import write_echo
 
+                    assert output is not None  # refused above without -o
                     for path in write_echo(result, Path(output)):
                         click.echo(f"wrote {path}", err=True)
                 else:
@@ -392,7 +396,7 @@ def _analyse_one_at_a_time(files: tuple[Path, ...], ranks: list[int], func: Call
 
     results: list[pd.DataFrame] = []
     failures = 0
-    for rank, path in sorted(zip(ranks, files)):
+    for rank, path in sorted(zip(ranks, files, strict=True)):
         with ExitStack() as stack:
             exports, failed = open_exports([path], stack)
             failures += failed

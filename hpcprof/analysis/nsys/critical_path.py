@@ -49,7 +49,7 @@ def timed_iterations(ranges: pd.DataFrame, iteration_range: str | None = None) -
     timed = ranges[names == TIMED_RANGE]
     if len(timed) and len(its):
         within = np.zeros(len(its), dtype=bool)
-        for s, e in zip(timed["start"], timed["end"]):
+        for s, e in zip(timed["start"], timed["end"], strict=True):
             within |= (its["start"].to_numpy() >= s) & (its["end"].to_numpy() <= e)
         its = its[within]
     its = its.sort_values("start", kind="stable")
