@@ -8,6 +8,10 @@ from pathlib import Path
 import pytest
 from fixture_files import materialize
 
+#: The service fixtures (each skips with its reason where the service cannot be started):
+#: slurm_cluster and torque_cluster, openpbs, postgres_server.
+pytest_plugins = ["slurm_cluster", "pbs_server", "postgres_server"]
+
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES_OVERRIDE = os.environ.get("HPCPROF_FIXTURES")  # an unpacked tree to use instead
 IN_CI = os.environ.get("CI") == "true"

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from hpcprof_cli import hpcprof
+from postgres_server import fresh_postgres_db
 from sqlalchemy import create_engine, text
-from test_store import fresh_postgres_db, postgres_server  # noqa: F401  (fixture)
 
 from hpcprof.results import list_tables, read_table
 
@@ -28,11 +29,6 @@ resources:
 sweep:
   resources.ranks_per_node: [1, 2, 3]
 """
-
-
-def hpcprof(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "hpcprof", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=300, env={**os.environ, **(env or {})})
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

@@ -10,7 +10,7 @@ import shutil
 from pathlib import Path
 
 import pandas as pd
-from test_collect import hpcprof
+from hpcprof_cli import hpcprof
 
 from hpcprof.analysis.ncu.metrics import metrics_table
 from hpcprof.analysis.trace.collect import all_analyses

@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from hpcprof_cli import hpcprof
 from test_compare_stats import integrated_cdf
 from test_report_html import gpu_sweep
 
@@ -32,11 +31,6 @@ SWEEP_REP4 = ("{workload.args.precision: [float32, bfloat16], resources.ranks_pe
 SAME = ("{workload.args.precision: [bfloat16], resources.ranks_per_node: [2]}",
         [SEQPAR.format(1, "base_bfloat16_p2")], [SEQPAR.format(1, "base2_bfloat16_p2")])
 ITER = "iteration.mean [ms]"
-
-
-def hpcprof(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "hpcprof", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=300, check=False)
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 import yaml
 from reliability_util import experiment, hpcprof, ok, one_line_error, runs, state
-from slurm_cluster import slurm_cluster  # noqa: F401 (fixture)
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from slurm_cluster import poll, slurm_cluster  # noqa: F401 (fixture)
+from slurm_cluster import poll
 
 from hpcprof.cli import main
 from hpcprof.config.experiment import expand, load_experiment
