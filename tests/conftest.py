@@ -40,6 +40,13 @@ def fixtures_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return materialize(tmp_path_factory.mktemp("fixtures"))
 
 
+@pytest.fixture(scope="session")
+def gpu_data(fixtures_dir: Path) -> Path:
+    """The H200 runs of benchmarks/gpu the report, compare and nsys tests read (tests/fixtures/gpu:
+    a copy of benchmarks/gpu/data's run1/run2 seqpar.json, run1's ncu CSV, run3's nsys, torch, ddp)."""
+    return fixtures_dir / "gpu"
+
+
 COUNTS_KEY = pytest.StashKey[list]()
 
 
