@@ -1,5 +1,5 @@
-"""Helpers of the reliability suite (tests/test_reliability_*.py): the real CLI in a subprocess,
-and the checks every bad-input case makes (one line, exit code 2, no traceback)."""
+"""Helpers of the reliability suite (tests/test_reliability_*.py): the checks every bad-input case
+makes (one line, exit code 2, no traceback) and the run states it reads (the CLI: tests/hpcprof_cli.py)."""
 
 from __future__ import annotations
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from reliability_util import experiment, hpcprof, ok, one_line_error
+from hpcprof_cli import hpcprof
+from reliability_util import experiment, ok, one_line_error
 
 from hpcprof.config.experiment import expand, load_experiment, parse_override
 from hpcprof.config.site import find_site

@@ -10,7 +10,8 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from reliability_util import experiment, hpcprof, ok, one_line_error, runs
+from hpcprof_cli import hpcprof
+from reliability_util import experiment, ok, one_line_error, runs
 
 from hpcprof.collect import rank_files
 from hpcprof.errors import Problem, WorkerDied

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from reliability_util import experiment, hpcprof, ok, one_line_error, runs, state
+from hpcprof_cli import hpcprof
+from reliability_util import experiment, ok, one_line_error, runs, state
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -10,7 +10,8 @@ import sys
 import time
 from pathlib import Path
 
-from reliability_util import experiment, hpcprof, ok, runs, state, wait_for
+from hpcprof_cli import hpcprof
+from reliability_util import experiment, ok, runs, state, wait_for
 
 
 def alive(pid: int) -> bool:

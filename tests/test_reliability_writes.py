@@ -16,7 +16,8 @@ import time
 from pathlib import Path
 
 import pytest
-from reliability_util import experiment, hpcprof, ok, one_line_error, runs
+from hpcprof_cli import hpcprof
+from reliability_util import experiment, ok, one_line_error, runs
 
 from hpcprof.atomic import HOST, atomic_write, check_not_input, remove_stale_temps, temp_path
 from hpcprof.errors import UserError
