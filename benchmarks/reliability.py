@@ -434,7 +434,7 @@ def main() -> None:
 
         took: dict[str, float] = {}
         with ThreadPoolExecutor(args.jobs) as pool:  # each case runs its own processes
-            for (label, _), (outcome, seconds) in zip(cases, pool.map(attempt, [case for _, case in cases])):
+            for (label, _), (outcome, seconds) in zip(cases, pool.map(attempt, [case for _, case in cases]), strict=True):
                 took[label] = seconds
                 counts[outcome.split(" (")[0]] += 1
                 if outcome != HANDLED:

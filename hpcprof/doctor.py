@@ -17,6 +17,7 @@ from pathlib import Path
 
 import click
 
+from hpcprof.cli_options import site_file_option, site_option
 from hpcprof.config.site import SiteConfig, expand_workdir, find_site
 from hpcprof.errors import UserError
 from hpcprof.render.quoting import quote
@@ -211,9 +212,8 @@ def check_local_profilers(site: SiteConfig, tools: set[str]) -> list[str]:
 
 
 @click.command()
-@click.option("--site", "site_name", default="local", show_default=True, help="Site config name.")
-@click.option("--site-file", type=click.Path(dir_okay=False, exists=True, path_type=Path),
-              help="A site config file (overrides --site).")
+@site_option
+@site_file_option
 @click.option("--account", default=None, help="The account (project) your jobs will charge.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 def doctor(site_name: str, site_file: Path | None, account: str | None, fmt: str) -> None:

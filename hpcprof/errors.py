@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -77,7 +78,7 @@ def as_user_error(exc: BaseException) -> UserError | None:
     """The one-line UserError for a known failure caused by bad input, else None."""
     if isinstance(exc, UnicodeError):
         where = f" (byte {exc.start})" if isinstance(exc, UnicodeDecodeError) else ""
-        return UserError(f"input is not UTF-8 text{where}: {exc.reason}; save the file as UTF-8")
+        return UserError(f"input is not UTF-8 text{where}: {getattr(exc, 'reason', exc)}; save the file as UTF-8")
     if isinstance(exc, RecursionError):
         return UserError("input is nested too deeply to process")
     if isinstance(exc, OSError) and exc.errno in (errno.EACCES, errno.EPERM, errno.ENOENT, errno.ENOTDIR,
@@ -95,7 +96,7 @@ class FiniteRange(click.FloatRange):
 
     name = "finite float range"
 
-    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> float:
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
         number = super().convert(value, param, ctx)
         if number != number or number in (float("inf"), float("-inf")):
             self.fail(f"{value} is not a finite number", param, ctx)

@@ -7,8 +7,9 @@ import csv
 import json
 import math
 import sys
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Sequence, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from rich.console import Console
 from rich.table import Table
@@ -28,8 +29,7 @@ def render_table(df: pd.DataFrame, title: str | None = None) -> Table:
 
     table = Table(title=title, show_lines=False)
     for col in df.columns:
-        justify = "right" if pd.api.types.is_numeric_dtype(df[col]) else "left"
-        table.add_column(str(col), justify=justify)
+        table.add_column(str(col), justify="right" if pd.api.types.is_numeric_dtype(df[col]) else "left")
     for row in df.itertuples(index=False):
         table.add_row(*(format_cell(v) for v in row))
     return table

@@ -8,6 +8,10 @@ from pathlib import Path
 import pytest
 from fixture_files import materialize
 
+#: The service fixtures (each skips with its reason where the service cannot be started):
+#: slurm_cluster and torque_cluster, openpbs, postgres_server.
+pytest_plugins = ["slurm_cluster", "pbs_server", "postgres_server"]
+
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES_OVERRIDE = os.environ.get("HPCPROF_FIXTURES")  # an unpacked tree to use instead
 IN_CI = os.environ.get("CI") == "true"
@@ -34,6 +38,13 @@ def fixtures_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if FIXTURES_OVERRIDE:
         return Path(FIXTURES_OVERRIDE)
     return materialize(tmp_path_factory.mktemp("fixtures"))
+
+
+@pytest.fixture(scope="session")
+def gpu_data(fixtures_dir: Path) -> Path:
+    """The H200 runs of benchmarks/gpu the report, compare and nsys tests read (tests/fixtures/gpu:
+    a copy of benchmarks/gpu/data's run1/run2 seqpar.json, run1's ncu CSV, run3's nsys, torch, ddp)."""
+    return fixtures_dir / "gpu"
 
 
 COUNTS_KEY = pytest.StashKey[list]()

@@ -1,21 +1,14 @@
-"""Helpers of the reliability suite (tests/test_reliability_*.py): the real CLI in a subprocess,
-and the checks every bad-input case makes (one line, exit code 2, no traceback)."""
+"""Helpers of the reliability suite (tests/test_reliability_*.py): the checks every bad-input case
+makes (one line, exit code 2, no traceback) and the run states it reads (the CLI: tests/hpcprof_cli.py)."""
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
-
-def hpcprof(*args: str, cwd: Path, env: dict[str, str] | None = None,
-            timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """Run the real CLI in `cwd`."""
-    return subprocess.run([sys.executable, "-m", "hpcprof", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, **(env or {})})
+from hpcprof_cli import hpcprof
 
 
 def ok(result: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:

@@ -3,7 +3,7 @@
 # Installs hpcprof (non-editable, so the packaged templates and site configs are what is tested)
 # with its test extras into .venv; as root, starts the local one-node Slurm with Torque wrappers
 # (from ../shared/tools, when there) and installs the test services; then runs pytest. Arguments
-# are passed to pytest.
+# are passed to pytest. ruff and mypy (pyproject.toml) run before pytest: CI fails on a lint or type error.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SHARED="${HPCPROF_SHARED:-$(cd .. && pwd)/shared}"
@@ -37,4 +37,13 @@ fi
 
 [ "$(id -u)" = 0 ] && bash tests/services/chromium.sh   # headless Chromium for the HTML report check
 
-exec .venv/bin/pytest -q -p no:cacheprovider "$@"
+# Lint and types first (configured in pyproject.toml): CI fails on either.
+.venv/bin/ruff check hpcprof tests benchmarks
+.venv/bin/mypy
+
+# The 25 slowest tests are printed and kept in $HPCPROF_DURATIONS (the lead commits them to benchmarks/results/).
+DURATIONS="${HPCPROF_DURATIONS:-test-durations.txt}"
+set +e
+.venv/bin/pytest -q -p no:cacheprovider --durations=25 "$@" | tee "$DURATIONS"
+status=${PIPESTATUS[0]}
+exit "$status"

@@ -9,13 +9,11 @@ import json
 import re
 import sqlite3
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-
-from pbs_server import openpbs  # noqa: F401 (fixture)
-from slurm_cluster import poll, slurm_cluster  # noqa: F401 (fixture)
+from hpcprof_cli import hpcprof
+from slurm_cluster import poll
 
 REPO = Path(__file__).resolve().parents[1]
 SWEEP = """name: sweep
@@ -38,11 +36,6 @@ sweep: {env.POINT: [a, b]}
 """
 
 
-def hpcprof(cwd: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "hpcprof", *args, "--workdir", str(cwd / "runs")], cwd=cwd,
-                          capture_output=True, text=True, timeout=300, env=env, check=False)
-
-
 def experiment(cwd: Path, name: str, text: str) -> str:
     (cwd / f"{name}.yaml").write_text(text)
     return f"{name}.yaml"
@@ -56,7 +49,7 @@ def submitted(proc: subprocess.CompletedProcess[str]) -> dict[str, str]:
 
 
 def states(cwd: Path, env: dict[str, str] | None = None) -> dict[str, dict]:
-    proc = hpcprof(cwd, "status", "--format", "json", env=env)
+    proc = hpcprof("status", "--format", "json", env=env, workdir=cwd / "runs")
     assert proc.returncode == 0, proc.stderr
     return {row["run"]: row for row in json.loads(proc.stdout)}
 
@@ -68,18 +61,18 @@ def all_ended(cwd: Path, env: dict[str, str] | None = None) -> dict[str, dict]:
 
 @pytest.mark.slurm
 def test_slurm_array_after_and_collect_job(slurm_cluster, tmp_path: Path) -> None:  # noqa: F811
-    ids = submitted(hpcprof(tmp_path, "submit", experiment(tmp_path, "sweep", SWEEP), "--site", "slurm-local",
-                            "--array"))
+    ids = submitted(hpcprof("submit", experiment(tmp_path, "sweep", SWEEP), "--site", "slurm-local",
+                            "--array", workdir=tmp_path / "runs"))
     array = {job.partition("_")[0] for job in ids.values()}
     assert len(ids) == 3 and len(array) == 1
     assert sorted(job.partition("_")[2] for job in ids.values()) == ["0", "1", "2"]
     sweep_id = next(iter(ids)).rsplit("-p", 1)[0]
-    after = submitted(hpcprof(tmp_path, "submit", experiment(tmp_path, "after", AFTER), "--site", "slurm-local",
-                              "--after", sweep_id))
+    after = submitted(hpcprof("submit", experiment(tmp_path, "after", AFTER), "--site", "slurm-local",
+                              "--after", sweep_id, workdir=tmp_path / "runs"))
     (after_job,) = after.values()
     job = subprocess.run(["scontrol", "show", "job", after_job], capture_output=True, text=True, check=True).stdout
     assert "Dependency=afterany:" in job and "JobState=PENDING" in job, job
-    collect = hpcprof(tmp_path, "collect", "--submit", "--site", "slurm-local")
+    collect = hpcprof("collect", "--submit", "--site", "slurm-local", workdir=tmp_path / "runs")
     assert collect.returncode == 0, collect.stderr
     collect_run = re.search(r"collect job (\S+) submitted", collect.stderr)[1]
     rows = all_ended(tmp_path)
@@ -111,19 +104,19 @@ def test_bad_array_and_after_input_writes_nothing(slurm_cluster, tmp_path: Path)
         (["submit", "sweep.yaml", "--site", "local", "--array"], "the local scheduler runs no job arrays"),
     ]
     for args, needle in cases:
-        proc = hpcprof(tmp_path, *args)
+        proc = hpcprof(*args, workdir=tmp_path / "runs")
         assert proc.returncode == 2 and needle in proc.stderr, (args, proc.stderr)
         assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").glob("*/*/config.json"))
 
 
 def test_resubmit_failed_runs_into_new_linked_runs(tmp_path: Path) -> None:
-    first = hpcprof(tmp_path, "submit", experiment(tmp_path, "fails", FAILS), "--site", "local", "--wait")
+    first = hpcprof("submit", experiment(tmp_path, "fails", FAILS), "--site", "local", "--wait", workdir=tmp_path / "runs")
     assert first.returncode == 1
     sweep_id = next(iter(submitted(first))).rsplit("-p", 1)[0]
     failed = [r for r, row in states(tmp_path).items() if row["state"] == "FAILED"]
     assert len(failed) == 1 and failed[0].endswith("-p001")
-    again = hpcprof(tmp_path, "resubmit", sweep_id, "--failed", "--wait")
+    again = hpcprof("resubmit", sweep_id, "--failed", "--wait", workdir=tmp_path / "runs")
     assert again.returncode == 0, again.stderr
     (new_run,) = submitted(again)
     assert f"{failed[0]} -> {new_run}" in again.stderr
@@ -133,28 +126,28 @@ def test_resubmit_failed_runs_into_new_linked_runs(tmp_path: Path) -> None:
     assert config["resubmit_of"] == failed[0] and config["sweep_point"]["params"] == {"env.POINT": "b"}
     db = sqlite3.connect(tmp_path / "runs" / "hpcprof.db")
     assert db.execute("SELECT resubmit_of FROM resubmits WHERE run_id = ?", (new_run,)).fetchone() == (failed[0],)
-    nothing = hpcprof(tmp_path, "resubmit", new_run, "--failed")
+    nothing = hpcprof("resubmit", new_run, "--failed", workdir=tmp_path / "runs")
     assert nothing.returncode == 2 and "none of" in nothing.stderr
 
 
 def test_resubmit_refuses_a_running_run(tmp_path: Path) -> None:
     slow = experiment(tmp_path, "slow", SLOW)
-    (run_id,) = submitted(hpcprof(tmp_path, "submit", slow, "--site", "local"))
-    proc = hpcprof(tmp_path, "resubmit", run_id)
+    (run_id,) = submitted(hpcprof("submit", slow, "--site", "local", workdir=tmp_path / "runs"))
+    proc = hpcprof("resubmit", run_id, workdir=tmp_path / "runs")
     assert proc.returncode == 2 and "cancel it first" in proc.stderr
-    assert hpcprof(tmp_path, "cancel", run_id).returncode == 0
+    assert hpcprof("cancel", run_id, workdir=tmp_path / "runs").returncode == 0
 
 
 def test_pbs_array_and_after_on_openpbs(openpbs: dict[str, str], tmp_path: Path) -> None:  # noqa: F811
     # 12 s per point: the array must still run when the dependent job is submitted, also on a loaded machine
     two = SWEEP.replace("[a, b, c]", "[a, b]").replace("sleep 3", "sleep 12")
-    ids = submitted(hpcprof(tmp_path, "submit", experiment(tmp_path, "sweep", two), "--site", "pbs-local",
-                            "--array", env=openpbs))
+    ids = submitted(hpcprof("submit", experiment(tmp_path, "sweep", two), "--site", "pbs-local",
+                            "--array", env=openpbs, workdir=tmp_path / "runs"))
     jobs = sorted(ids.values())
     assert len(jobs) == 2 and all(re.fullmatch(r"\d+\[[01]\]\.\S+", j) for j in jobs), jobs
     sweep_id = next(iter(ids)).rsplit("-p", 1)[0]
-    after = submitted(hpcprof(tmp_path, "submit", experiment(tmp_path, "after", AFTER), "--site", "pbs-local",
-                              "--after", sweep_id, env=openpbs))
+    after = submitted(hpcprof("submit", experiment(tmp_path, "after", AFTER), "--site", "pbs-local",
+                              "--after", sweep_id, env=openpbs, workdir=tmp_path / "runs"))
     (after_job,) = after.values()
     qstat = json.loads(subprocess.run(["qstat", "-f", "-F", "json", after_job], capture_output=True, text=True,
                                       env=openpbs, check=True).stdout)
@@ -165,6 +158,6 @@ def test_pbs_array_and_after_on_openpbs(openpbs: dict[str, str], tmp_path: Path)
     assert all(r["state"] == "COMPLETED" for r in rows.values()), rows
     ended = max(int(re.search(r"end=(\d+)", (Path(rows[r]["path"]) / "status").read_text())[1]) for r in ids)
     assert int((Path(rows[next(iter(after))]["path"]) / "started.0").read_text()) >= ended
-    single = hpcprof(tmp_path, "submit", experiment(tmp_path, "one", SWEEP.replace("[a, b, c]", "[a]")),
-                     "--site", "pbs-local", "--array", env=openpbs)
+    single = hpcprof("submit", experiment(tmp_path, "one", SWEEP.replace("[a, b, c]", "[a]")),
+                     "--site", "pbs-local", "--array", env=openpbs, workdir=tmp_path / "runs")
     assert single.returncode == 2 and "pbs arrays need at least 2 points" in single.stderr

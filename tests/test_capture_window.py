@@ -5,33 +5,29 @@ must say that it opens it; a profiled rank whose nsys recorded nothing makes the
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from hpcprof_cli import hpcprof
 
 from hpcprof.analysis.nsys.collect import missing_profiles
 from hpcprof.config.profile import NsysOptions
+
+#: The CLI runs this checkout and finds no site files outside it.
+CLI_ENV = {"HPCPROF_SITE_PATH": "", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
 
 COMMAND = {"name": "cw", "workload": {"kind": "command", "argv": ["true"]},
            "resources": {"nodes": 1, "ranks_per_node": 2},
            "profile": {"tool": "nsys", "nsys": {"capture_range": "cudaProfilerApi"}}}
 
 
-def hpcprof(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "HPCPROF_SITE_PATH": "", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    return subprocess.run([sys.executable, "-m", "hpcprof", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=300, env=env, check=False)
-
-
 def render(tmp_path: Path, experiment: dict[str, Any]) -> subprocess.CompletedProcess[str]:
     (tmp_path / "exp.yaml").write_text(yaml.safe_dump(experiment))
-    return hpcprof("render", "exp.yaml", "-o", str(tmp_path / "out"), cwd=tmp_path)
+    return hpcprof("render", "exp.yaml", "-o", str(tmp_path / "out"), cwd=tmp_path, env=CLI_ENV)
 
 
 def test_command_under_a_capture_range_must_open_it(tmp_path: Path) -> None:
@@ -64,7 +60,7 @@ def finished_run(tmp_path: Path) -> Path:
     """A finished 2-rank local run, made an nsys run with capture range cudaProfilerApi."""
     experiment = {**COMMAND, "profile": {"tool": "none"}}
     (tmp_path / "exp.yaml").write_text(yaml.safe_dump(experiment))
-    result = hpcprof("submit", "exp.yaml", "--site", "local", "--wait", cwd=tmp_path)
+    result = hpcprof("submit", "exp.yaml", "--site", "local", "--wait", cwd=tmp_path, env=CLI_ENV)
     assert result.returncode == 0, result.stderr
     run = next((tmp_path / "hpcprof-runs").glob("cw/*/config.json")).parent
     config = json.loads((run / "config.json").read_text())
@@ -84,11 +80,11 @@ def test_a_rank_that_recorded_nothing_makes_the_collect_partial(tmp_path: Path, 
     assert missing_profiles(run, config) == [("nsys: rank 1: nsys recorded nothing: the capture range never opened "
                                               "(logs/rank1.log: No reports were generated)")]
 
-    result = hpcprof("collect", cwd=tmp_path)
+    result = hpcprof("collect", cwd=tmp_path, env=CLI_ENV)
     assert result.returncode == 3, result.stderr
     lines = [line for line in result.stderr.splitlines() if "rank 1" in line]
     assert len(lines) == 1 and "the capture range never opened" in lines[0] and run.name in lines[0]
-    status = json.loads(hpcprof("status", "--format", "json", cwd=tmp_path).stdout)
+    status = json.loads(hpcprof("status", "--format", "json", cwd=tmp_path, env=CLI_ENV).stdout)
     assert status[0]["collected"].startswith("partial: nsys: rank 1: nsys recorded nothing")
 
     shutil.copy(fixtures_dir / "nsys/h200_seqpar_bf16/rank1.sqlite", run / "profiles/nsys/rank1.sqlite")

@@ -12,13 +12,12 @@ import json
 import os
 import re
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-
+from hpcprof_cli import hpcprof
 from slurm_cluster import poll
 
 REPO = Path(__file__).resolve().parents[1]
@@ -43,23 +42,17 @@ def cluster() -> dict[str, str]:
     return {**os.environ, "SLURM_CONF": str(CONF)}
 
 
-def hpcprof(env: dict[str, str], workdir: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "hpcprof", *args, "--workdir", str(workdir)],
-                          capture_output=True, text=True, timeout=timeout, cwd=workdir.parent, env=env,
-                          check=False)
-
-
 def submit(env: dict[str, str], workdir: Path, *args: str, site: Path = SITE,
            experiment: Path = SEQPAR) -> tuple[str, int]:
-    proc = hpcprof(env, workdir, "submit", str(experiment), "--site-file", str(site), "--set", "resources.nodes=2",
-                   *args)
+    proc = hpcprof("submit", str(experiment), "--site-file", str(site), "--set", "resources.nodes=2",
+                   *args, env=env, workdir=workdir)
     match = re.search(r"submitted (\S+) as (\S+)", proc.stderr)
     assert match, f"no submission (rc {proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
     return match[1], proc.returncode
 
 
 def status(env: dict[str, str], workdir: Path, run_id: str) -> dict[str, Any]:
-    proc = hpcprof(env, workdir, "status", run_id, "--format", "json")
+    proc = hpcprof("status", run_id, "--format", "json", env=env, workdir=workdir)
     assert proc.returncode == 0, proc.stderr
     (row,) = json.loads(proc.stdout)
     return row
@@ -90,7 +83,7 @@ def test_seqpar_on_two_nodes(cluster: dict[str, str], tmp_path: Path, launcher: 
     job = (run_dir(workdir, run_id) / "job.sh").read_text()
     assert 'export MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"' in job
     if launcher == "srun":
-        collected = hpcprof(cluster, workdir, "collect", run_id)
+        collected = hpcprof("collect", run_id, env=cluster, workdir=workdir)
         assert collected.returncode == 0, collected.stderr
 
 
@@ -150,5 +143,5 @@ def test_node_lost_mid_run(cluster: dict[str, str], tmp_path: Path) -> None:
     assert final["state"] in ("FAILED", "NODE_FAIL"), final
     assert final["reason"] or final["exit_code"], final
     assert (path / "logs" / "rank0.log").exists() and (path / "logs" / "rank1.log").exists()
-    collected = hpcprof(cluster, workdir, "collect", run_id)
+    collected = hpcprof("collect", run_id, env=cluster, workdir=workdir)
     assert collected.returncode in (0, 3), collected.stderr

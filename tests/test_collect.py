@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from hpcprof_cli import hpcprof
+from postgres_server import fresh_postgres_db
 from sqlalchemy import create_engine, text
 
 from hpcprof.results import list_tables, read_table
-from test_store import fresh_postgres_db, postgres_server  # noqa: F401  (fixture)
 
 EXPERIMENT = """name: t
 workload:
@@ -28,11 +29,6 @@ resources:
 sweep:
   resources.ranks_per_node: [1, 2, 3]
 """
-
-
-def hpcprof(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "hpcprof", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=300, env={**os.environ, **(env or {})})
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -142,7 +138,7 @@ def test_concurrent_collects_on_a_fresh_workdir(tmp_path: Path, fixtures_dir: Pa
     procs = [subprocess.Popen([sys.executable, "-m", "hpcprof", "collect"], cwd=fresh, env={**os.environ, **db_env},
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(4)]
     outputs = [p.communicate(timeout=300) for p in procs]
-    for proc, (_, err) in zip(procs, outputs):
+    for proc, (_, err) in zip(procs, outputs, strict=True):
         assert proc.returncode == 0, err
         assert "Traceback" not in err
     for run in runs:
@@ -164,9 +160,21 @@ def test_collect_under_mpi4py_futures(tmp_path: Path, fixtures_dir: Path) -> Non
     assert kern.groupby("rank")["Total Time (ns)"].sum().to_dict() == {0: 43_530_292, 1: 6_906_115}
 
 
+def open_paths(pid: int) -> list[str]:
+    """The files process `pid` has open or mapped (/proc); none once it has exited."""
+    try:
+        fds = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
+        maps = [line.split(maxsplit=5)[-1] for line in Path(f"/proc/{pid}/maps").read_text().splitlines()
+                if line.count(" ") >= 5]
+    except OSError:
+        return []
+    return fds + maps
+
+
 def test_a_worker_killed_mid_collect(tmp_path: Path, fixtures_dir: Path) -> None:
-    """SIGKILL of a pool worker: that run is partial (exit 3), the next runs are still collected
-    (a new pool), and collecting again completes it."""
+    """SIGKILL of a pool worker while it reads one of the first run's rank files (seen in /proc,
+    not guessed by a sleep): that run is partial (exit 3), the next runs are still collected (a new
+    pool), and collecting again completes it."""
     import signal
     import time
 
@@ -175,15 +183,14 @@ def test_a_worker_killed_mid_collect(tmp_path: Path, fixtures_dir: Path) -> None
         os.link(runs[0] / "profiles/nsys" / f"rank{rank % 2}.sqlite", runs[0] / "profiles/nsys" / f"rank{rank}.sqlite")
     proc = subprocess.Popen([sys.executable, "-m", "hpcprof", "collect", "--workers", "2"], cwd=tmp_path,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    workers: list[int] = []
+    profiles = str((runs[0] / "profiles/nsys").resolve())
+    busy = None  # a worker caught with one of the first run's rank files open: killed mid-file
     deadline = time.monotonic() + 60
-    while not workers and time.monotonic() < deadline and proc.poll() is None:
-        time.sleep(0.2)
+    while busy is None and time.monotonic() < deadline and proc.poll() is None:
         found = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
-        workers = [int(pid) for pid in found]
-    assert workers, "no worker process seen"
-    time.sleep(1.0)
-    os.kill(workers[0], signal.SIGKILL)
+        busy = next((int(pid) for pid in found if any(p.startswith(profiles) for p in open_paths(int(pid)))), None)
+    assert busy is not None, "no worker seen reading the first run's rank files"
+    os.kill(busy, signal.SIGKILL)
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 3, err
     assert "a worker process died" in err and "Traceback" not in err

@@ -1,5 +1,5 @@
 """`compare` with repetitions and a baseline on real H200 runs (the seqpar workload results of
-benchmarks/gpu/data/run1 and run2, laid out as rendered, collected runs): 95 % confidence
+tests/fixtures/gpu/run1 and run2, laid out as rendered, collected runs): 95 % confidence
 intervals checked by hand, a verdict of "no significant change" for two runs of one configuration,
 clear verdicts for different ones, and the exit status of --fail-if-slower."""
 
@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from hpcprof_cli import hpcprof
 from test_compare_stats import integrated_cdf
 from test_report_html import gpu_sweep
 
@@ -34,24 +33,19 @@ SAME = ("{workload.args.precision: [bfloat16], resources.ranks_per_node: [2]}",
 ITER = "iteration.mean [ms]"
 
 
-def hpcprof(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "hpcprof", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=300, check=False)
-
-
 @pytest.fixture(scope="module")
-def runs(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def runs(repo: Path, gpu_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One workdir with the three sweeps (ids S2X2, SREP4, SAME1, SAME2)."""
     tmp = tmp_path_factory.mktemp("verdicts")
-    gpu_sweep(repo, tmp, SWEEP_2X2[0], 2, SWEEP_2X2[1], "20261121-000010-a2x2aa")
-    gpu_sweep(repo, tmp, SWEEP_REP4[0], 4, SWEEP_REP4[1], "20261121-000011-aep4aa")
-    gpu_sweep(repo, tmp, SAME[0], 1, SAME[1], "20261121-000012-a5a1aa")
-    return gpu_sweep(repo, tmp, SAME[0], 1, SAME[2], "20261121-000013-a5a2aa")
+    gpu_sweep(repo, gpu_data, tmp, SWEEP_2X2[0], 2, SWEEP_2X2[1], "20261121-000010-a2x2aa")
+    gpu_sweep(repo, gpu_data, tmp, SWEEP_REP4[0], 4, SWEEP_REP4[1], "20261121-000011-aep4aa")
+    gpu_sweep(repo, gpu_data, tmp, SAME[0], 1, SAME[1], "20261121-000012-a5a1aa")
+    return gpu_sweep(repo, gpu_data, tmp, SAME[0], 1, SAME[2], "20261121-000013-a5a2aa")
 
 
-def iteration_times(repo: Path, name: str) -> list[float]:
+def iteration_times(gpu_data: Path, name: str) -> list[float]:
     """Independent of hpcprof: each iteration's time from the workload's JSON, mean over ranks."""
-    rows = pd.DataFrame(json.loads((repo / "benchmarks" / "gpu" / "data" / name / "seqpar.json").read_text())["iterations"])
+    rows = pd.DataFrame(json.loads((gpu_data / name / "seqpar.json").read_text())["iterations"])
     return list(rows[rows["phase"] == "iteration"].groupby("iteration")["time_ms"].mean())
 
 
@@ -71,10 +65,10 @@ def welch_by_hand(a: list[float], b: list[float]) -> float:
     return 2 * (1 - integrated_cdf(abs(t), df))
 
 
-def test_two_runs_of_one_configuration_no_significant_change(repo: Path, runs: Path) -> None:
+def test_two_runs_of_one_configuration_no_significant_change(gpu_data: Path, runs: Path) -> None:
     rows = compare_json(runs, "20261121-000012-a5a1aa-p000", "20261121-000013-a5a2aa-p000",
                         "--baseline", "20261121-000012-a5a1aa-p000")
-    first, second = iteration_times(repo, SAME[1][0]), iteration_times(repo, SAME[2][0])
+    first, second = iteration_times(gpu_data, SAME[1][0]), iteration_times(gpu_data, SAME[2][0])
     assert rows[0]["verdict"] == "baseline"
     assert rows[1]["verdict"] == "no significant change"
     assert "over iterations (100 vs 100" in rows[1]["test"]
@@ -83,16 +77,16 @@ def test_two_runs_of_one_configuration_no_significant_change(repo: Path, runs: P
     assert rows[1]["p_value"] > 0.05
 
 
-def test_confidence_intervals_and_repetition_test_by_hand(repo: Path, runs: Path) -> None:
+def test_confidence_intervals_and_repetition_test_by_hand(gpu_data: Path, runs: Path) -> None:
     rows = compare_json(runs, "20261121-000011-aep4aa", "--baseline", "20261121-000011-aep4aa-p000")
-    for row, names in zip(rows, (SWEEP_REP4[1][:4], SWEEP_REP4[1][4:])):
-        means = [sum(t) / len(t) for t in (iteration_times(repo, n) for n in names)]
+    for row, names in zip(rows, (SWEEP_REP4[1][:4], SWEEP_REP4[1][4:]), strict=True):
+        means = [sum(t) / len(t) for t in (iteration_times(gpu_data, n) for n in names)]
         mean = sum(means) / 4
         sd = math.sqrt(sum((m - mean) ** 2 for m in means) / 3)
         assert row["n"] == 4 and row[ITER] == pytest.approx(mean)
         assert row[f"{ITER} ci95"] == pytest.approx(3.182446 * sd / math.sqrt(4), rel=1e-5)  # t_{.975,3} by table
-    fp32 = [sum(t) / len(t) for t in (iteration_times(repo, n) for n in SWEEP_REP4[1][:4])]
-    bf16 = [sum(t) / len(t) for t in (iteration_times(repo, n) for n in SWEEP_REP4[1][4:])]
+    fp32 = [sum(t) / len(t) for t in (iteration_times(gpu_data, n) for n in SWEEP_REP4[1][:4])]
+    bf16 = [sum(t) / len(t) for t in (iteration_times(gpu_data, n) for n in SWEEP_REP4[1][4:])]
     assert rows[1]["test"] == "Welch t-test over repetitions' means (4 vs 4)"
     assert rows[1]["p_value"] == pytest.approx(welch_by_hand(bf16, fp32), abs=1e-6)
     assert rows[1]["verdict"] == "faster" and rows[1]["change_pct"] < -90

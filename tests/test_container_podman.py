@@ -21,8 +21,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hpcprof_cli import hpcprof
 
-import hpcprof
+import hpcprof as hpcprof_package
 
 REPO = Path(__file__).resolve().parents[1]
 SITE = REPO / "site_configs" / "local-podman.yaml"
@@ -62,7 +63,7 @@ def image() -> str:
 
 def host_mounts() -> list[str]:
     """What the ranks need from the host, read-only at the same paths: Python, venv, hpcprof."""
-    paths = {Path(sys.base_prefix).resolve(), Path(sys.prefix), Path(hpcprof.__file__).resolve().parents[1]}
+    paths = {Path(sys.base_prefix).resolve(), Path(sys.prefix), Path(hpcprof_package.__file__).resolve().parents[1]}
     paths = {p for p in paths if not p.is_relative_to("/usr")}  # /usr is the site's own mount
     return [f"{p}:{p}:ro" for p in sorted(paths)]
 
@@ -75,11 +76,6 @@ def site_file(tmp_path: Path, **container: object) -> Path:
     path = tmp_path / "site.yaml"
     path.write_text(yaml.safe_dump(site))
     return path
-
-
-def hpcprof_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "hpcprof", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=300)
 
 
 EXPERIMENT = """\
@@ -97,7 +93,7 @@ def test_two_rank_seqpar_in_podman_containers(tmp_path: Path, image: str) -> Non
     exp.write_text(EXPERIMENT)
     site = site_file(tmp_path)
     start = time.monotonic()
-    sub = hpcprof_cli("submit", str(exp), "--site", "local-podman", "--site-file", str(site), "--wait", cwd=tmp_path)
+    sub = hpcprof("submit", str(exp), "--site", "local-podman", "--site-file", str(site), "--wait", cwd=tmp_path)
     assert sub.returncode == 0, sub.stdout + sub.stderr
     print(f"2-rank seqpar in podman: {time.monotonic() - start:.1f} s")
     [run] = [p.parent for p in (tmp_path / "hpcprof-runs").glob("*/*/config.json")]
@@ -109,9 +105,9 @@ def test_two_rank_seqpar_in_podman_containers(tmp_path: Path, image: str) -> Non
         trace = run / "profiles" / "torch" / f"rank{rank}.pt.trace.json"
         assert trace.is_file(), sorted(str(p.relative_to(run)) for p in run.rglob("*"))
         assert json.loads(trace.read_text())["traceEvents"]
-    col = hpcprof_cli("collect", cwd=tmp_path)
+    col = hpcprof("collect", cwd=tmp_path)
     assert col.returncode == 0, col.stdout + col.stderr
-    st = hpcprof_cli("status", "--format", "json", cwd=tmp_path)
+    st = hpcprof("status", "--format", "json", cwd=tmp_path)
     [row] = json.loads(st.stdout)
     assert (row["state"], row["exit_code"]) == ("COMPLETED", 0)
 
@@ -125,7 +121,7 @@ def test_ranks_really_run_in_containers(tmp_path: Path, image: str, profiler: st
     exp.write_text("name: where\nworkload:\n  kind: command\n  argv: [bash, -c, 'test -f /run/.containerenv "
                    "&& echo inside > \"$HPCPROF_RUN_DIR/results/where$HPCPROF_RANK.txt\"']\n"
                    "resources: {nodes: 1, ranks_per_node: 2}\n")
-    sub = hpcprof_cli("submit", str(exp), "--site", "local-podman", "--site-file",
+    sub = hpcprof("submit", str(exp), "--site", "local-podman", "--site-file",
                       str(site_file(tmp_path, profiler=profiler)), "--wait", cwd=tmp_path)
     assert sub.returncode == 0, sub.stdout + sub.stderr
     [run] = [p.parent for p in (tmp_path / "hpcprof-runs").glob("*/*/config.json")]
@@ -141,7 +137,7 @@ def test_ranks_really_run_in_containers(tmp_path: Path, image: str, profiler: st
 def test_submit_refuses_missing_image_or_runtime(tmp_path: Path, image: str, change: dict, field: str) -> None:
     exp = tmp_path / "exp.yaml"
     exp.write_text(EXPERIMENT)
-    proc = hpcprof_cli("submit", str(exp), "--site", "local-podman", "--site-file",
+    proc = hpcprof("submit", str(exp), "--site", "local-podman", "--site-file",
                        str(site_file(tmp_path, **change)), cwd=tmp_path)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     message = proc.stderr.strip()

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import os
 import shlex
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from hpcprof_cli import hpcprof
 
 from hpcprof.config.experiment import expand
 from hpcprof.config.site import SiteConfig, find_site
@@ -120,11 +119,6 @@ def test_site_block_and_experiment_override() -> None:
     argv = launch(job_script(exp, site, "/tmp/r"))
     assert "podman" not in argv and argv[argv.index("apptainer"):argv.index("WRAPPER")] == [
         "apptainer", "exec", "-B", "$RUN_DIR", "docker://ubuntu:24.04"]
-
-
-def hpcprof(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "hpcprof", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=120)
 
 
 @pytest.mark.parametrize("container, field", [

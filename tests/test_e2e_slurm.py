@@ -7,15 +7,13 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-
-from slurm_cluster import poll, slurm_cluster  # noqa: F401 (fixture)
+from hpcprof_cli import hpcprof
+from slurm_cluster import poll
 
 REPO = Path(__file__).resolve().parents[1]
 HELLO = REPO / "examples" / "command_hello.yaml"
@@ -23,23 +21,16 @@ HELLO = REPO / "examples" / "command_hello.yaml"
 pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm_cluster")]
 
 
-def hpcprof(workdir: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    """The real command line, `python -m hpcprof ARGS --workdir WORKDIR`."""
-    return subprocess.run([sys.executable, "-m", "hpcprof", *args, "--workdir", str(workdir)],
-                          capture_output=True, text=True, timeout=timeout, cwd=workdir.parent,
-                          check=False)
-
-
 def submit(workdir: Path, *args: str, timeout: float = 300) -> tuple[str, str, int]:
     """Submit HELLO to slurm-local with ARGS; returns run id, job id and the exit code."""
-    proc = hpcprof(workdir, "submit", str(HELLO), "--site", "slurm-local", *args, timeout=timeout)
+    proc = hpcprof("submit", str(HELLO), "--site", "slurm-local", *args, timeout=timeout, workdir=workdir)
     match = re.search(r"submitted (\S+) as (\d+)", proc.stderr)  # progress goes to stderr
     assert match, f"no submission in output (rc {proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
     return match[1], match[2], proc.returncode
 
 
 def status(workdir: Path, run_id: str) -> dict[str, Any]:
-    proc = hpcprof(workdir, "status", run_id, "--format", "json")
+    proc = hpcprof("status", run_id, "--format", "json", workdir=workdir)
     assert proc.returncode == 0, proc.stderr
     (row,) = json.loads(proc.stdout)
     return row
@@ -60,7 +51,7 @@ def test_completed_with_outputs(tmp_path: Path) -> None:
     for rank in (0, 1):
         assert f"rank {rank} of run {run_id}" in (path / "logs" / f"rank{rank}.log").read_text()
     assert f"rank 1 of run {run_id}" in (path / "logs" / "job.out").read_text()
-    collected = hpcprof(workdir, "collect", run_id)
+    collected = hpcprof("collect", run_id, workdir=workdir)
     assert collected.returncode == 0, collected.stderr
     assert any((path / "results").iterdir())
 
@@ -95,7 +86,7 @@ def test_cancel_running(tmp_path: Path) -> None:
                            "--set", "resources.walltime='00:02:00'")  # no stray job if it fails
     assert rc == 0
     poll(lambda: status(workdir, run_id)["state"], lambda s: s == "RUNNING", 60)
-    cancelled = hpcprof(workdir, "cancel", run_id)
+    cancelled = hpcprof("cancel", run_id, workdir=workdir)
     assert cancelled.returncode == 0, cancelled.stderr
     final = poll(lambda: status(workdir, run_id)["state"], lambda s: s != "RUNNING", 60)
     assert final == "CANCELLED"

@@ -1,5 +1,5 @@
 """`hpcprof nsys slowdown`: globs and several files per option, Echo's layout as CSV and .xlsx, on
-the GPT-2 DDP exports of benchmarks/gpu/data/run3 (world size 1 and 2)."""
+the GPT-2 DDP exports of tests/fixtures/gpu/run3 (world size 1 and 2)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from hpcprof.cli import main
 
 
 @pytest.fixture(scope="module")
-def nsys_dir(repo: Path) -> Path:
-    return repo / "benchmarks" / "gpu" / "data" / "run3" / "nsys"
+def nsys_dir(gpu_data: Path) -> Path:
+    return gpu_data / "run3" / "nsys"
 
 
 def slowdown(*args: str) -> tuple[int, str]:

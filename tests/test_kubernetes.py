@@ -9,17 +9,15 @@ from __future__ import annotations
 
 import copy
 import functools
-import os
 import shlex
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import pytest
 import yaml
+from hpcprof_cli import hpcprof
 
 from hpcprof.config.experiment import expand
 from hpcprof.config.site import SiteConfig
@@ -98,7 +96,7 @@ def test_rendered_mpijob_matches_the_crd_schema() -> None:
     assert rank_command[rank_command.index(f"{run_dir}/rank_wrapper.sh") + 1:] == [
         "python", "train.py", "--epochs", "1"]
     assert "exec nsys profile" in files["rank_wrapper.sh"]
-    assert f'"$RUN_DIR/rank_wrapper.sh"' in files["job.sh"] and "mpirun -n 16" in files["job.sh"]
+    assert '"$RUN_DIR/rank_wrapper.sh"' in files["job.sh"] and "mpirun -n 16" in files["job.sh"]
 
 
 def test_schema_check_catches_bad_documents() -> None:
@@ -151,11 +149,6 @@ def test_state_from_conditions(conditions: list[tuple[str, str, str]], state: st
     assert parse_state(doc).state == state
 
 
-def hpcprof(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "hpcprof", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=120, env={**os.environ, **env})
-
-
 @pytest.mark.parametrize("change, field", [
     ({"namespace": "Team_A"}, "kubernetes.namespace"),
     ({"pvc": "fsx claim"}, "kubernetes.pvc"),
@@ -191,7 +184,7 @@ def test_real_kubectl_without_api_server(tmp_path: Path) -> None:
     (tmp_path / "site.yaml").write_text(yaml.safe_dump(eks_site(mount=str(tmp_path))))
     (tmp_path / "exp.yaml").write_text(yaml.safe_dump(experiment()))
     proc = hpcprof("submit", "exp.yaml", "--site", "eks", "--site-file", "site.yaml", cwd=tmp_path,
-                   KUBECONFIG=str(tmp_path / "kubeconfig"))
+                   env={"KUBECONFIG": str(tmp_path / "kubeconfig")})
     assert proc.returncode == 2, proc.stdout + proc.stderr
     last = proc.stderr.strip().splitlines()[-1]
     assert "kubectl rejected" in last and "mpijob.yaml" in last and "127.0.0.1:9" in last, last

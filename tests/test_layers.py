@@ -25,6 +25,7 @@ LAYERS: list[list[str]] = [
     ["hpcprof.workloads"],
     ["hpcprof.config"],
     ["hpcprof.rundir"],
+    ["hpcprof.cli_options"],
     ["hpcprof.schedulers"],
     ["hpcprof.render"],
     ["hpcprof.store"],
@@ -32,14 +33,13 @@ LAYERS: list[list[str]] = [
     ["hpcprof.analysis"],
     ["hpcprof.collect"],
     ["hpcprof.report"],
-    ["hpcprof.doctor", "hpcprof.api", "hpcprof.api_plots", "hpcprof.run_commands", "hpcprof.cli",
+    ["hpcprof.doctor", "hpcprof.api", "hpcprof.api_plots", "hpcprof.commands", "hpcprof.cli",
      "hpcprof.__main__"],
 ]
 
 #: (importing room, imported room): upward edges other issue 20 branches remove; the lead deletes
 #: each line when its branch is merged. Nothing else may be added here.
 TEMPORARY: dict[tuple[str, str], str] = {
-    ("hpcprof.report", "hpcprof.run_commands"): "issue 20 item 4 (arch-layers): CLI options in one place",
 }
 
 ROOT = Path(hpcprof.__file__).parent

@@ -4,21 +4,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from hpcprof_cli import hpcprof
 from sqlalchemy import create_engine, text
-
-
-def hpcprof(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess[str]:
-    """Run the real CLI in `cwd`."""
-    result = subprocess.run([sys.executable, "-m", "hpcprof", *args], cwd=cwd, capture_output=True,
-                            text=True, timeout=300)
-    if check and result.returncode != 0:
-        raise AssertionError(f"hpcprof {' '.join(args)} -> {result.returncode}\n{result.stdout}\n{result.stderr}")
-    return result
 
 
 def write_experiment(path: Path, argv: list[str], extra: str = "") -> Path:
@@ -32,7 +23,7 @@ def run_dirs(cwd: Path) -> list[Path]:
 
 
 def status_json(cwd: Path, *runs: str) -> list[dict]:
-    return json.loads(hpcprof("status", *runs, "--format", "json", cwd=cwd).stdout)
+    return json.loads(hpcprof("status", *runs, "--format", "json", cwd=cwd, check=True).stdout)
 
 
 def snapshot(run: Path, db: Path) -> tuple[dict[str, bytes], list[tuple]]:
@@ -45,7 +36,7 @@ def snapshot(run: Path, db: Path) -> tuple[dict[str, bytes], list[tuple]]:
 
 def test_two_ranks_complete_and_collect_is_idempotent(tmp_path: Path) -> None:
     exp = write_experiment(tmp_path / "exp.yaml", ["bash", "-c", 'echo "hello from $HPCPROF_RANK/$HPCPROF_LOCAL_RANK"'])
-    hpcprof("submit", str(exp), "--site", "local", "--wait", cwd=tmp_path)
+    hpcprof("submit", str(exp), "--site", "local", "--wait", cwd=tmp_path, check=True)
     [run] = run_dirs(tmp_path)
     for name in ("config.json", "job.sh", "rank_wrapper.sh", "DONE", "status", "logs/job.out"):
         assert (run / name).is_file(), name
@@ -58,16 +49,16 @@ def test_two_ranks_complete_and_collect_is_idempotent(tmp_path: Path) -> None:
     [row] = status_json(tmp_path)
     assert (row["state"], row["exit_code"]) == ("COMPLETED", 0)
 
-    hpcprof("collect", cwd=tmp_path)
+    hpcprof("collect", cwd=tmp_path, check=True)
     from hpcprof.results import read_table
 
     manifest = read_table(run, "files_manifest")["path"].tolist()
     assert "logs/rank0.log" in manifest and "logs/rank1.log" in manifest
     db = tmp_path / "hpcprof-runs" / "hpcprof.db"
     first = snapshot(run, db)
-    hpcprof("collect", cwd=tmp_path)
+    hpcprof("collect", cwd=tmp_path, check=True)
     assert snapshot(run, db) == first
-    assert "COMPLETED" in hpcprof("report", cwd=tmp_path).stdout
+    assert "COMPLETED" in hpcprof("report", cwd=tmp_path, check=True).stdout
 
 
 def test_rank_exit_code_is_reported(tmp_path: Path) -> None:
@@ -80,13 +71,13 @@ def test_rank_exit_code_is_reported(tmp_path: Path) -> None:
 
 def test_background_run_can_be_cancelled(tmp_path: Path) -> None:
     exp = write_experiment(tmp_path / "exp.yaml", ["sleep", "120"])
-    hpcprof("submit", str(exp), "--site", "local", cwd=tmp_path)
+    hpcprof("submit", str(exp), "--site", "local", cwd=tmp_path, check=True)
     [run] = run_dirs(tmp_path)
     deadline = time.monotonic() + 30
     while status_json(tmp_path, run.name)[0]["state"] != "RUNNING":
         assert time.monotonic() < deadline, "run never started"
         time.sleep(0.2)
-    hpcprof("cancel", run.name, cwd=tmp_path)
+    hpcprof("cancel", run.name, cwd=tmp_path, check=True)
     [row] = status_json(tmp_path, str(run))
     assert row["state"] == "CANCELLED"
     pid = json.loads((run / "job.pid").read_text())["pid"]
@@ -98,7 +89,7 @@ def test_sweep_makes_one_run_per_point_and_db_url(tmp_path: Path) -> None:
     exp = write_experiment(tmp_path / "exp.yaml", ["true"],
                            "sweep:\n  resources.ranks_per_node: [1, 2]\n  env.X: [a, b]\n")
     db = tmp_path / "elsewhere.db"
-    hpcprof("submit", str(exp), "--site", "local", "--wait", "--db", f"sqlite:///{db}", cwd=tmp_path)
+    hpcprof("submit", str(exp), "--site", "local", "--wait", "--db", f"sqlite:///{db}", cwd=tmp_path, check=True)
     runs = run_dirs(tmp_path)
     assert len(runs) == 4 and len({r.name[:-5] for r in runs}) == 1
     sizes = sorted(json.loads((r / "config.json").read_text())["world_size"] for r in runs)

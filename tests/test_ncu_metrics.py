@@ -11,7 +11,11 @@ import pandas as pd
 import pytest
 
 from hpcprof.analysis.ncu.metrics import (
-    ECHO_COLUMNS, function_name, kernel_table, metric_key, metrics_table,
+    ECHO_COLUMNS,
+    function_name,
+    kernel_table,
+    metric_key,
+    metrics_table,
 )
 from hpcprof.analysis.ncu.parse import load
 
@@ -76,7 +80,7 @@ def test_echo_table_from_raw_page_agrees(fixtures_dir: Path, report: str, rows: 
 def test_echo_table_from_raw_keeps_six_decimals(fixtures_dir: Path) -> None:
     table = kernel_table(load(fixtures_dir / GOLD / "indexspaces_74de19f_raw.csv"))
     gold = json.loads((fixtures_dir / GOLD / "ncu_report_gold.json").read_text())["indexspaces_74de19f"]
-    for row, kernel in zip(table.itertuples(), gold):
+    for row, kernel in zip(table.itertuples(), gold, strict=True):
         assert row[3] == pytest.approx(kernel["sm__throughput.avg.pct_of_peak_sustained_elapsed"], abs=5e-7)
         assert row[5] == pytest.approx(
             kernel["gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed"], abs=5e-7)

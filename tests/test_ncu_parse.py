@@ -10,7 +10,12 @@ import pandas as pd
 import pytest
 
 from hpcprof.analysis.ncu.parse import (
-    LONG_COLUMNS, NcuInputError, load, parse_number, read_ncu_csv, to_base_unit,
+    LONG_COLUMNS,
+    NcuInputError,
+    load,
+    parse_number,
+    read_ncu_csv,
+    to_base_unit,
 )
 
 GOLD = "ncu/gold_ncu_2022.3"
@@ -48,7 +53,7 @@ def base_values(long: pd.DataFrame) -> dict[tuple[int, str], tuple[float, str, f
     """(ID, metric) -> (value in base units, base unit, printed tolerance) of numeric metrics."""
     out = {}
     for kid, metric, unit, text in zip(long["ID"], long["Metric Name"], long["Metric Unit"],
-                                       long["Metric Value"]):
+                                       long["Metric Value"], strict=True):
         number = parse_number(text)
         if number is not None:
             value, base = to_base_unit(number, unit)
@@ -113,7 +118,7 @@ def test_details_2025_layout_from_b200_log(fixtures_dir: Path) -> None:
 
 def test_details_2025_layout_thousands_separators() -> None:
     long = read_ncu_csv(NCU_2025_DETAILS)
-    value = dict(zip(long["Metric Name"] + "|" + long["Metric Unit"], long["Metric Value"]))
+    value = dict(zip(long["Metric Name"] + "|" + long["Metric Unit"], long["Metric Value"], strict=True))
     assert len(long) == 14
     assert parse_number(value["Elapsed Cycles|cycle"]) == 595445
     assert parse_number(value["Threads|thread"]) == 66060288
@@ -175,7 +180,7 @@ def test_raw_page_reproduces_summary_per_kernel(fixtures_dir: Path, report: str)
     values = base_values(long)
     grid = long[long["Metric Name"] == "launch__grid_size"]
     kernel_id = {(name, int(size)): kid
-                 for kid, name, size in zip(grid["ID"], grid["Kernel Name"], grid["Metric Value"])}
+                 for kid, name, size in zip(grid["ID"], grid["Kernel Name"], grid["Metric Value"], strict=True)}
     with open(fixtures_dir / GOLD / f"{report}_summary_per_kernel.csv", newline="") as fh:
         rows = list(csv.DictReader(fh))
     assert len(rows) == 57 * len(kernel_id)

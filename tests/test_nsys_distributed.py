@@ -204,10 +204,10 @@ def test_cli_slowdown_lists_every_device(fixtures_dir: Path, tmp_path: Path) -> 
     assert sorted(df["device"].unique()) == [0, 1] and (df["status"] == "matched").all()
 
 
-def test_phases_match_nsys_nvtx_gpu_proj_sum(repo: Path) -> None:
+def test_phases_match_nsys_nvtx_gpu_proj_sum(gpu_data: Path) -> None:
     """Projected GPU time, GPU op count and range time per NVTX range equal nsys 2025.3.1's
     nvtx_gpu_proj_sum on the GPT-2 DDP exports in benchmarks/gpu."""
-    run = repo / "benchmarks" / "gpu" / "data" / "run3" / "nsys"
+    run = gpu_data / "run3" / "nsys"
     checked = 0
     for gold_path in sorted(run.glob("*_nvtx_gpu_proj_sum.csv")):
         db = run / gold_path.name.replace("_nvtx_gpu_proj_sum.csv", ".sqlite")

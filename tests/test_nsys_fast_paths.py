@@ -24,7 +24,7 @@ SUMMARIES = ["gpukernsum", "cudaapisum", "gpumemtimesum", "gpumemsizesum", "nvtx
 def _csvs(db: Path) -> dict[str, str]:
     out = {}
     with Export(db) as export:
-        for name, df in zip(SUMMARIES, stats.run_reports(export, SUMMARIES)):
+        for name, df in zip(SUMMARIES, stats.run_reports(export, SUMMARIES), strict=True):
             if isinstance(df, Exception):
                 out[name] = f"{type(df).__name__}: {df}"
                 continue

@@ -58,7 +58,7 @@ def test_rounding_emulations_agree_with_the_columnar_ones() -> None:
                                                                                    -2.25, math.nan, 1e15 + 0.25]))
     old = stats.sqlite_round1(values)
     new = stats.exact_round1(values)
-    for x, o, n in zip(values.tolist(), old.tolist(), new.tolist()):
+    for x, o, n in zip(values.tolist(), old.tolist(), new.tolist(), strict=True):
         for mine, theirs in ((small.sqlite_round1(x), o), (small.exact_round1(x), n)):
             assert mine == theirs or (math.isnan(mine) and math.isnan(theirs)), x
 

@@ -12,16 +12,15 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hpcprof_cli import hpcprof
+from slurm_cluster import poll
 
 from hpcprof.schedulers.base import CANCELLED, COMPLETED, FAILED, PENDING, RUNNING, TIMEOUT
 from hpcprof.schedulers.pbs import parse_qstat_json
-from pbs_server import openpbs  # noqa: F401 (fixture)
-from slurm_cluster import poll
 
 REPO = Path(__file__).resolve().parents[1]
 RECORDED = Path(__file__).parent / "data" / "qstat" / "openpbs"
@@ -50,23 +49,16 @@ def test_recorded_openpbs_qstat_json(sample: str, job: str, state: str, exit_cod
     assert words in result.reason
 
 
-def hpcprof(env: dict[str, str], workdir: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    """The real command line, `python -m hpcprof ARGS --workdir WORKDIR`, with OpenPBS on PATH."""
-    return subprocess.run([sys.executable, "-m", "hpcprof", *args, "--workdir", str(workdir)],
-                          capture_output=True, text=True, timeout=timeout, cwd=workdir.parent,
-                          check=False, env=env)
-
-
 def submit(env: dict[str, str], workdir: Path, *args: str) -> tuple[str, str, int]:
     """Submit HELLO to pbs-local with ARGS; returns run id, job id and the exit code."""
-    proc = hpcprof(env, workdir, "submit", str(HELLO), "--site", "pbs-local", *args)
+    proc = hpcprof("submit", str(HELLO), "--site", "pbs-local", *args, env=env, workdir=workdir)
     match = re.search(r"submitted (\S+) as (\S+)", proc.stderr)
     assert match, f"no submission in output (rc {proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
     return match[1], match[2], proc.returncode
 
 
 def status(env: dict[str, str], workdir: Path, run_id: str) -> dict[str, Any]:
-    proc = hpcprof(env, workdir, "status", run_id, "--format", "json")
+    proc = hpcprof("status", run_id, "--format", "json", env=env, workdir=workdir)
     assert proc.returncode == 0, proc.stderr
     (row,) = json.loads(proc.stdout)
     return row
@@ -98,7 +90,7 @@ def test_completed_through_the_polaris_rendering(openpbs: dict[str, str], tmp_pa
     for rank in (0, 1):
         assert f"rank {rank} of run {run_id}" in (path / "logs" / f"rank{rank}.log").read_text()
     assert f"rank 1 of run {run_id}" in (path / "logs" / "job.out").read_text()   # -k doe, -o in RUN_DIR
-    collected = hpcprof(openpbs, workdir, "collect", run_id)
+    collected = hpcprof("collect", run_id, env=openpbs, workdir=workdir)
     assert collected.returncode == 0, collected.stderr
 
 
@@ -128,7 +120,7 @@ def test_cancel_running_is_cancelled(openpbs: dict[str, str], tmp_path: Path) ->
                                 "--set", "resources.walltime='00:02:00'")
     assert rc == 0
     poll(lambda: status(openpbs, workdir, run_id)["state"], lambda s: s == "RUNNING", 60)
-    cancelled = hpcprof(openpbs, workdir, "cancel", run_id)
+    cancelled = hpcprof("cancel", run_id, env=openpbs, workdir=workdir)
     assert cancelled.returncode == 0, cancelled.stderr
     final = poll(lambda: status(openpbs, workdir, run_id)["state"], lambda s: s != "RUNNING", 60)
     assert final == "CANCELLED"

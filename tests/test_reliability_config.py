@@ -7,12 +7,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hpcprof_cli import hpcprof
+from reliability_util import experiment, ok, one_line_error
 
 from hpcprof.config.experiment import expand, load_experiment, parse_override
 from hpcprof.config.site import find_site
 from hpcprof.config.validation import parse_yaml
 from hpcprof.errors import UserError
-from reliability_util import experiment, hpcprof, ok, one_line_error
 
 BASE = 'name: t\nworkload:\n  kind: command\n  argv: ["true"]\n'
 

@@ -10,11 +10,12 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from hpcprof_cli import hpcprof
+from reliability_util import experiment, ok, one_line_error, runs
 
 from hpcprof.collect import rank_files
 from hpcprof.errors import Problem, WorkerDied
 from hpcprof.results import read_table
-from reliability_util import experiment, hpcprof, ok, one_line_error, runs
 
 SWEEP = "sweep:\n  env.A: [x, y]\n"
 

@@ -5,15 +5,13 @@ through the real one-node Slurm (tests/slurm_cluster.py) and check nothing reach
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
-
-from reliability_util import experiment, hpcprof, ok, one_line_error, runs, state, wait_for
-from slurm_cluster import slurm_cluster  # noqa: F401 (fixture)
+from hpcprof_cli import hpcprof
+from reliability_util import experiment, ok, one_line_error, runs, state
 
 REPO = Path(__file__).resolve().parents[1]
 

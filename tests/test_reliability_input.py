@@ -8,8 +8,8 @@ import json
 from pathlib import Path
 
 import pytest
-
-from reliability_util import experiment, hpcprof, ok, one_line_error
+from hpcprof_cli import hpcprof
+from reliability_util import experiment, ok, one_line_error
 
 BASE = "name: t\nworkload:\n  kind: command\n  argv: [\"true\"]\n"
 

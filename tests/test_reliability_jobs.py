@@ -4,14 +4,14 @@ TIMEOUT is recognised, and `submit --wait` runs can be cancelled or interrupted 
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from reliability_util import experiment, hpcprof, ok, runs, state, wait_for
+from hpcprof_cli import hpcprof
+from reliability_util import experiment, ok, runs, state, wait_for
 
 
 def alive(pid: int) -> bool:

@@ -9,8 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-
-from reliability_util import hpcprof
+from hpcprof_cli import hpcprof
 
 SOURCE = "nsysai_h100_2gpu_1s.sqlite"
 

@@ -10,7 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from reliability_util import experiment, hpcprof, ok, one_line_error, runs
+from hpcprof_cli import hpcprof
+from reliability_util import experiment, ok, one_line_error, runs
 
 
 def tree(path: Path) -> list[str]:

@@ -16,11 +16,12 @@ import time
 from pathlib import Path
 
 import pytest
+from hpcprof_cli import hpcprof
+from reliability_util import experiment, ok, one_line_error, runs
 
 from hpcprof.atomic import HOST, atomic_write, check_not_input, remove_stale_temps, temp_path
 from hpcprof.errors import UserError
 from hpcprof.store import Store
-from reliability_util import experiment, hpcprof, ok, one_line_error, runs
 
 
 def sha(path: Path) -> str:

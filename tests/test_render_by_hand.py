@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from slurm_cluster import poll
 
 from hpcprof.cli import main
 from hpcprof.config.experiment import expand, load_experiment
 from hpcprof.config.site import find_site
 from hpcprof.render.job import MANIFEST_VARS, TEMPLATE_FILTERS, TEMPLATE_VARS, template_context
-from slurm_cluster import poll, slurm_cluster  # noqa: F401 (fixture)
 
 REPO = Path(__file__).resolve().parents[1]
 HELLO = REPO / "examples" / "command_hello.yaml"

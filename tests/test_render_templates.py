@@ -4,14 +4,13 @@
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import yaml
 from click.testing import CliRunner
+from hpcprof_cli import hpcprof as run_cli
 
 from hpcprof.cli import main
 from hpcprof.render.job import shipped_template_dir
@@ -30,8 +29,7 @@ class Result:
 def hpcprof(*args: str, real: bool = False) -> Result:
     """Run the CLI in the current directory: in-process, or (`real`) as its own process."""
     if real:
-        proc = subprocess.run([sys.executable, "-m", "hpcprof", *args], capture_output=True,
-                              text=True, timeout=60)
+        proc = run_cli(*args, timeout=60)
         return Result(proc.returncode, proc.stdout, proc.stderr)
     result = CliRunner().invoke(main, list(args))
     return Result(result.exit_code, result.stdout, result.stderr)

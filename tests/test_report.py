@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from hpcprof_cli import hpcprof
 
 EXPERIMENT = """name: seqpar-cmp
 workload:
@@ -29,24 +28,16 @@ resources: {nodes: 1, ranks_per_node: 2}
 """
 
 
-def hpcprof(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run([sys.executable, "-m", "hpcprof", *args], cwd=cwd, capture_output=True, text=True,
-                            timeout=300, check=False)
-    if check and result.returncode != 0:
-        raise AssertionError(f"hpcprof {' '.join(args)} -> {result.returncode}\n{result.stdout}\n{result.stderr}")
-    return result
-
-
 @pytest.fixture(scope="module")
 def campaign(tmp_path_factory: pytest.TempPathFactory) -> dict:
     """One real sweep (4 runs) collected, one failed run, one completed run not collected."""
     cwd = tmp_path_factory.mktemp("cmp")
     (cwd / "sweep.yaml").write_text(EXPERIMENT)
     (cwd / "fails.yaml").write_text(FAILING)
-    hpcprof("submit", "sweep.yaml", "--site", "local", "--wait", cwd=cwd)
-    hpcprof("collect", cwd=cwd)
+    hpcprof("submit", "sweep.yaml", "--site", "local", "--wait", cwd=cwd, check=True)
+    hpcprof("collect", cwd=cwd, check=True)
     failed_submit = hpcprof("submit", "fails.yaml", "--site", "local", "--wait", cwd=cwd, check=False)
-    ok_submit = hpcprof("submit", "fails.yaml", "--site", "local", "--wait", "--set", "workload.argv=[\"true\"]", cwd=cwd)
+    ok_submit = hpcprof("submit", "fails.yaml", "--site", "local", "--wait", "--set", "workload.argv=[\"true\"]", cwd=cwd, check=True)
     runs = sorted(p.parent for p in (cwd / "hpcprof-runs" / "seqpar-cmp").glob("*/config.json"))
     # by what submit printed: two run ids made in the same second do not sort in submit order
     failed, uncollected = (re.search(r"submitted (\S+) as", r.stderr).group(1) for r in (failed_submit, ok_submit))
@@ -60,7 +51,7 @@ def test_repeat_makes_runs_per_point(campaign: dict) -> None:
 
 
 def test_compare_folds_repetitions_into_mean_and_sd(campaign: dict) -> None:
-    out = hpcprof("compare", campaign["sweep"], "--format", "csv", cwd=campaign["cwd"]).stdout
+    out = hpcprof("compare", campaign["sweep"], "--format", "csv", cwd=campaign["cwd"], check=True).stdout
     df = pd.read_csv(pd.io.common.StringIO(out))
     assert list(df["workload.args.precision"]) == ["float32", "bfloat16"] and list(df["n"]) == [2, 2]
     for i, precision_runs in enumerate((campaign["runs"][:2], campaign["runs"][2:])):
@@ -79,7 +70,7 @@ def test_compare_folds_repetitions_into_mean_and_sd(campaign: dict) -> None:
 def test_compare_baseline_ratios_and_formats(campaign: dict, tmp_path: Path) -> None:
     base = campaign["runs"][0].name
     out = tmp_path / "cmp.json"
-    hpcprof("compare", campaign["sweep"], "--baseline", base, "--format", "json", "-o", str(out), cwd=campaign["cwd"])
+    hpcprof("compare", campaign["sweep"], "--baseline", base, "--format", "json", "-o", str(out), cwd=campaign["cwd"], check=True)
     rows = json.loads(out.read_text())
     assert rows[0]["iteration.mean [ms] /base"] == pytest.approx(1.0)
     mean = "iteration.mean [ms]"
@@ -89,7 +80,7 @@ def test_compare_baseline_ratios_and_formats(campaign: dict, tmp_path: Path) -> 
     assert rows[1]["verdict"] in ("faster", "slower", "no significant change")   # CPU noise decides which
     assert rows[1]["test"] == "Welch t-test over iterations (8 vs 8; fewer than 3 repetitions)"
     assert 0 <= rows[1]["p_value"] <= 1
-    table = hpcprof("compare", *(r.name for r in campaign["runs"][:2]), cwd=campaign["cwd"]).stdout
+    table = hpcprof("compare", *(r.name for r in campaign["runs"][:2]), cwd=campaign["cwd"], check=True).stdout
     assert "iteration.mean" in table and " ms" in table and "float32" in table
 
 
@@ -110,7 +101,7 @@ def test_compare_bad_input_one_line_exit_2_nothing_written(campaign: dict, tmp_p
 
 
 def test_report_headline_first_and_failed_run_with_log_tail(campaign: dict) -> None:
-    res = hpcprof("report", campaign["sweep"], campaign["failed"], cwd=campaign["cwd"])
+    res = hpcprof("report", campaign["sweep"], campaign["failed"], cwd=campaign["cwd"], check=True)
     text = res.stdout
     first = campaign["runs"][0].name
     assert text.index(first) < text.index("headline metrics") < text.index("iteration.mean")
@@ -120,12 +111,12 @@ def test_report_headline_first_and_failed_run_with_log_tail(campaign: dict) -> N
     assert "±" in comparison and re.search(r"│ n\s+│\s+2 │\s+2 │", comparison)
     failed = text[text.index(campaign["failed"]):]
     assert "FAILED" in failed and "rank 1 broke" in failed and f"hpcprof logs {campaign['failed']}" in failed
-    full = hpcprof("report", first, "--full", cwd=campaign["cwd"]).stdout
+    full = hpcprof("report", first, "--full", cwd=campaign["cwd"], check=True).stdout
     assert "workload_seqpar.iterations" in full
 
 
 def test_logs_prints_a_rank_log(campaign: dict) -> None:
-    res = hpcprof("logs", campaign["failed"], "--rank", "1", cwd=campaign["cwd"])
+    res = hpcprof("logs", campaign["failed"], "--rank", "1", cwd=campaign["cwd"], check=True)
     assert "rank 1 broke" in res.stdout
     bad = hpcprof("logs", campaign["failed"], "--rank", "7", cwd=campaign["cwd"], check=False)
     assert bad.returncode == 2 and "rank7.log" in bad.stderr and "rank1.log" in bad.stderr

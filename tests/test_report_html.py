@@ -1,6 +1,6 @@
 """`hpcprof report --html` checked in a real headless Chromium: no console errors, every figure
 drawn, a PNG screenshot written. Two campaigns: a real local CPU sweep, and the GPT-2 DDP GPU
-runs of benchmarks/gpu/data/run3 (nsys at world size 1 and 2, torch.profiler at 2) laid out as
+runs of tests/fixtures/gpu/run3 (nsys at world size 1 and 2, torch.profiler at 2) laid out as
 run directories rendered by `hpcprof render` and collected by the real `collect` (Echo's slowdown
 included)."""
 
@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from hpcprof_cli import hpcprof
 
 from hpcprof.results import read_table
 from hpcprof.store import Store, database_url
@@ -35,13 +36,6 @@ sweep:
   workload.args.precision: [float32, bfloat16]
 """
 MAX_FIGURES = 24
-
-
-def hpcprof(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run([sys.executable, "-m", "hpcprof", *args], cwd=cwd, capture_output=True, text=True,
-                            timeout=300, check=False)
-    assert result.returncode == 0, f"hpcprof {' '.join(args)}: {result.stdout}\n{result.stderr}"
-    return result
 
 
 def chromium() -> str:
@@ -101,10 +95,10 @@ def check_html(html: Path, screenshot: Path, at_least: int) -> None:
 
 def test_html_report_of_a_local_cpu_sweep(tmp_path: Path) -> None:
     (tmp_path / "exp.yaml").write_text(SEQPAR)
-    hpcprof("submit", "exp.yaml", "--site", "local", "--wait", cwd=tmp_path)
-    hpcprof("collect", cwd=tmp_path)
+    hpcprof("submit", "exp.yaml", "--site", "local", "--wait", cwd=tmp_path, check=True)
+    hpcprof("collect", cwd=tmp_path, check=True)
     html = tmp_path / "report.html"
-    hpcprof("report", "--html", str(html), cwd=tmp_path)
+    hpcprof("report", "--html", str(html), cwd=tmp_path, check=True)
     # 4 runs (2 points x 2 repetitions): breakdown, repetitions, stragglers, jitter, a figure per point's first run
     assert 6 <= figure_count(html) <= MAX_FIGURES
     said = "\n".join(findings(html))
@@ -138,12 +132,12 @@ def gpu_run(workdir: Path, rendered: Path, run_id: str, tool: str, profiles: dic
     return run
 
 
-def test_html_report_of_gpu_ddp_runs_with_echo_slowdown(repo: Path, tmp_path: Path) -> None:
-    data = repo / "benchmarks" / "gpu" / "data" / "run3"
-    hpcprof("render", str(repo / "examples" / "ddp_slowdown.yaml"), "--site", "polaris", "--set", "resources.account=PROJECT", "-o", "r", cwd=tmp_path)
+def test_html_report_of_gpu_ddp_runs_with_echo_slowdown(repo: Path, gpu_data: Path, tmp_path: Path) -> None:
+    data = gpu_data / "run3"
+    hpcprof("render", str(repo / "examples" / "ddp_slowdown.yaml"), "--site", "polaris", "--set", "resources.account=PROJECT", "-o", "r", cwd=tmp_path, check=True)
     hpcprof("render", str(repo / "examples" / "ddp_slowdown.yaml"), "--site", "polaris", "--set", "resources.account=PROJECT", "-o", "t",
             "--set", "sweep={}", "--set", "profile.tool=torch", "--set", "resources.ranks_per_node=2",
-            "--set", "workload.args.world_size=2", cwd=tmp_path)
+            "--set", "workload.args.world_size=2", cwd=tmp_path, check=True)
     work = tmp_path / "runs"
     for p, ws in ((0, 1), (1, 2)):
         gpu_run(work, tmp_path / "r" / f"p00{p}", f"20261121-000000-ec40ec-p00{p}", "nsys",
@@ -152,14 +146,14 @@ def test_html_report_of_gpu_ddp_runs_with_echo_slowdown(repo: Path, tmp_path: Pa
     gpu_run(work, tmp_path / "t", "20261121-000001-70c470", "torch",
             {f"rank{r}.pt.trace.json.gz": data / "torch" / f"rank{r}.pt.trace.json.gz" for r in (0, 1)},
             data / "ddp" / "torch_p2" / "ddp_steps.json")
-    hpcprof("collect", "--workdir", str(work), cwd=tmp_path)
+    hpcprof("collect", "--workdir", str(work), cwd=tmp_path, check=True)
 
     slow = read_table(next(work.glob("*/*-p001")), "echo_slowdown")
     matched = slow[slow["status"] == "matched"]
     assert len(matched) > 400 and sorted(matched["rank"].unique()) == [0, 1]
     assert (matched.loc[matched["overlap_ratio"] == 0, "slowdown"] == 0).all()
 
-    out = hpcprof("compare", "20261121-000000-ec40ec", "--format", "csv", "--workdir", str(work), cwd=tmp_path).stdout
+    out = hpcprof("compare", "20261121-000000-ec40ec", "--format", "csv", "--workdir", str(work), cwd=tmp_path, check=True).stdout
     cmp = pd.read_csv(pd.io.common.StringIO(out))
     assert list(cmp["world_size"]) == [1, 2]
     assert pd.isna(cmp.loc[0, "slowdown.median []"]) and pd.notna(cmp.loc[1, "slowdown.median []"])
@@ -171,7 +165,7 @@ def test_html_report_of_gpu_ddp_runs_with_echo_slowdown(repo: Path, tmp_path: Pa
 
     html = tmp_path / "gpu.html"
     hpcprof("report", "20261121-000000-ec40ec", "20261121-000001-70c470", "--html", str(html),
-            "--workdir", str(work), cwd=tmp_path)
+            "--workdir", str(work), cwd=tmp_path, check=True)
     text = html.read_text()
     for title in ("kernel slowdown distribution", "temporal breakdown per rank", "kernel launch delay",
                   "GPU idle gaps", "GPU time by kernel category per rank", "NCCL collectives per type and rank"):
@@ -184,19 +178,20 @@ def test_html_report_of_gpu_ddp_runs_with_echo_slowdown(repo: Path, tmp_path: Pa
     check_html(html, tmp_path / "gpu_ddp.png", at_least=15)
 
 
-def test_html_report_of_an_h200_seqpar_run_against_peaks(repo: Path, fixtures_dir: Path, tmp_path: Path) -> None:
+def test_html_report_of_an_h200_seqpar_run_against_peaks(repo: Path, gpu_data: Path, fixtures_dir: Path,
+                                                          tmp_path: Path) -> None:
     """nsys profiles of the H200 bf16 fixture and the workload results of an H200 bf16 2-rank run
-    of benchmarks/gpu/data/run1 (two runs of the same configuration), collected and drawn."""
+    of tests/fixtures/gpu/run1 (two runs of the same configuration), collected and drawn."""
     hpcprof("render", str(repo / "examples" / "seqpar_polaris.yaml"), "--site", "polaris", "--set", "resources.account=PROJECT", "-o", "s",
             "--set", "sweep={}", "--set", "resources.nodes=1", "--set", "resources.ranks_per_node=2",
-            "--set", "profile.ranks=all", cwd=tmp_path)
+            "--set", "profile.ranks=all", cwd=tmp_path, check=True)
     work = tmp_path / "runs"
     gpu_run(work, tmp_path / "s", "20261121-000002-5e9a00", "nsys",
             {f"rank{r}.sqlite": fixtures_dir / "nsys" / "h200_seqpar_bf16" / f"rank{r}.sqlite" for r in (0, 1)},
-            repo / "benchmarks" / "gpu" / "data" / "run1" / "seqpar" / "nsys_bfloat16_p2" / "seqpar.json")
-    hpcprof("collect", "--workdir", str(work), cwd=tmp_path)
+            gpu_data / "run1" / "seqpar" / "nsys_bfloat16_p2" / "seqpar.json")
+    hpcprof("collect", "--workdir", str(work), cwd=tmp_path, check=True)
     html = tmp_path / "seqpar.html"
-    hpcprof("report", "--html", str(html), "--workdir", str(work), cwd=tmp_path)
+    hpcprof("report", "--html", str(html), "--workdir", str(work), cwd=tmp_path, check=True)
     said = "\n".join(findings(html))
     assert "of the H200 SXM bfloat16 dense peak (989.5 TFLOP/s)" in said
     assert "of the H200 SXM NVLink per direction (450.0 GB/s)" in said
@@ -204,38 +199,38 @@ def test_html_report_of_an_h200_seqpar_run_against_peaks(repo: Path, fixtures_di
     check_html(html, tmp_path / "h200_seqpar.png", at_least=8)
 
 
-def test_html_report_of_an_h200_ncu_run_shows_speed_of_light(repo: Path, tmp_path: Path) -> None:
-    """The ncu run of benchmarks/gpu/data/run1 (rank 0's details CSV and the run's seqpar.json)."""
-    data = repo / "benchmarks" / "gpu" / "data" / "run1"
+def test_html_report_of_an_h200_ncu_run_shows_speed_of_light(repo: Path, gpu_data: Path, tmp_path: Path) -> None:
+    """The ncu run of tests/fixtures/gpu/run1 (rank 0's details CSV and the run's seqpar.json)."""
+    data = gpu_data / "run1"
     hpcprof("render", str(repo / "examples" / "seqpar_polaris.yaml"), "--site", "polaris", "--set", "resources.account=PROJECT", "-o", "n",
             "--set", "sweep={}", "--set", "resources.nodes=1", "--set", "resources.ranks_per_node=2",
-            "--set", "profile.tool=ncu", "--set", "profile.ranks=[0]", cwd=tmp_path)
+            "--set", "profile.tool=ncu", "--set", "profile.ranks=[0]", cwd=tmp_path, check=True)
     work = tmp_path / "runs"
     gpu_run(work, tmp_path / "n", "20261121-000003-9c0000", "ncu",
             {"rank0.csv": data / "ncu" / "ncu_bfloat16_p2_rank0_details.csv"},
             data / "seqpar" / "ncu_bfloat16_p2" / "seqpar.json")
-    hpcprof("collect", "--workdir", str(work), cwd=tmp_path)
+    hpcprof("collect", "--workdir", str(work), cwd=tmp_path, check=True)
     html = tmp_path / "ncu.html"
-    hpcprof("report", "--html", str(html), "--workdir", str(work), cwd=tmp_path)
+    hpcprof("report", "--html", str(html), "--workdir", str(work), cwd=tmp_path, check=True)
     assert "ncu speed of light (Echo metrics)" in html.read_text()
     check_html(html, tmp_path / "h200_ncu.png", at_least=4)
 
 
-def gpu_sweep(repo: Path, tmp_path: Path, sweep: str, repeat: int, results: list[str], sweep_id: str,
+def gpu_sweep(repo: Path, gpu_data: Path, tmp_path: Path, sweep: str, repeat: int, results: list[str], sweep_id: str,
               site: tuple[str, ...] = ("--site", "polaris", "--set", "resources.account=PROJECT")) -> Path:
     """A collected sweep of seqpar runs without a profile (tool none) from the H200 workload results
-    of benchmarks/gpu/data (`results`: one `runN/seqpar/NAME` per rendered point, in point order);
+    of tests/fixtures/gpu (`results`: one `runN/seqpar/NAME` per rendered point, in point order);
     returns the workdir."""
     out = tmp_path / f"render-{sweep_id}"
     hpcprof("render", str(repo / "examples" / "seqpar_polaris.yaml"), *site, "-o", str(out),
             "--set", "resources.nodes=1", "--set", "profile.tool=none", "--set", f"sweep={sweep}",
-            "--set", f"repeat={repeat}", cwd=tmp_path)
+            "--set", f"repeat={repeat}", cwd=tmp_path, check=True)
     work = tmp_path / "runs"
-    data = repo / "benchmarks" / "gpu" / "data"
+    data = gpu_data
     for index, name in enumerate(results):  # a sweep of one point renders into `out` itself
         rendered = out / f"p{index:03d}" if len(results) > 1 else out
         gpu_run(work, rendered, f"{sweep_id}-p{index:03d}", "none", {}, data / name / "seqpar.json")
-    hpcprof("collect", "--workdir", str(work), cwd=tmp_path)
+    hpcprof("collect", "--workdir", str(work), cwd=tmp_path, check=True)
     return work
 
 
@@ -245,24 +240,24 @@ SWEEP_2X2 = ("{workload.args.precision: [float32, bfloat16], resources.ranks_per
                                            "base2_bfloat16_p2")])
 
 
-def seqpar_mean(repo: Path, name: str, column: str = "mean_ms", phase: str = "iteration") -> float:
+def seqpar_mean(gpu_data: Path, name: str, column: str = "mean_ms", phase: str = "iteration") -> float:
     """A phase's figure from the workload's own JSON (independent of collect and report)."""
-    phases = pd.DataFrame(json.loads((repo / "benchmarks" / "gpu" / "data" / name / "seqpar.json").read_text())["phases"])
+    phases = pd.DataFrame(json.loads((gpu_data / name / "seqpar.json").read_text())["phases"])
     return float(phases.loc[phases["phase"] == phase, column].iloc[0])
 
 
-def test_html_report_of_an_h200_sweep_explains_it(repo: Path, tmp_path: Path) -> None:
+def test_html_report_of_an_h200_sweep_explains_it(repo: Path, gpu_data: Path, tmp_path: Path) -> None:
     """precision x ranks (1, 2) x 2 repetitions of H200 runs: findings with numbers checked against
     the workload's JSON, scaling, % of peak, and at most 24 figures for the 8 runs."""
-    work = gpu_sweep(repo, tmp_path, SWEEP_2X2[0], 2, SWEEP_2X2[1], "20261121-000020-a2x2aa")
+    work = gpu_sweep(repo, gpu_data, tmp_path, SWEEP_2X2[0], 2, SWEEP_2X2[1], "20261121-000020-a2x2aa")
     html = tmp_path / "sweep.html"
-    hpcprof("report", "20261121-000020-a2x2aa", "--html", str(html), "--workdir", str(work), cwd=tmp_path)
+    hpcprof("report", "20261121-000020-a2x2aa", "--html", str(html), "--workdir", str(work), cwd=tmp_path, check=True)
     said = "\n".join(findings(html))
     names = SWEEP_2X2[1]
-    t_fp32 = [(seqpar_mean(repo, names[i]) + seqpar_mean(repo, names[i + 1])) / 2 for i in (0, 2)]
+    t_fp32 = [(seqpar_mean(gpu_data, names[i]) + seqpar_mean(gpu_data, names[i + 1])) / 2 for i in (0, 2)]
     assert f"precision=float32: 2 ranks against precision=float32, ranks_per_node=1: speed-up " \
            f"{t_fp32[0] / t_fp32[1]:.2f}x (ideal 2.00x)" in said and "strong scaling" in said
-    tflops = (seqpar_mean(repo, names[6], "tflops", "matmul1") + seqpar_mean(repo, names[7], "tflops", "matmul1")) / 2
+    tflops = (seqpar_mean(gpu_data, names[6], "tflops", "matmul1") + seqpar_mean(gpu_data, names[7], "tflops", "matmul1")) / 2
     assert f"matmul1 {tflops:,.1f} TFLOP/s = {100 * tflops / 989.5:.2f} % of the H200 SXM bfloat16 dense peak" in said
     assert "precision=bfloat16, ranks_per_node=2 against precision=float32, ranks_per_node=1 (baseline)" in said
     assert "faster (Welch t-test over iterations (200 vs 200" in said
@@ -274,17 +269,17 @@ def test_html_report_of_an_h200_sweep_explains_it(repo: Path, tmp_path: Path) ->
     check_html(html, tmp_path / "h200_sweep.png", at_least=8)
 
 
-def test_site_peaks_override_the_known_gpus(repo: Path, tmp_path: Path) -> None:
+def test_site_peaks_override_the_known_gpus(repo: Path, gpu_data: Path, tmp_path: Path) -> None:
     """A site file's `peaks:` replaces the table's figures it gives and says so; bad peaks exit 2."""
     site = (repo / "site_configs" / "polaris.yaml").read_text()
     (tmp_path / "site.yaml").write_text(site + "peaks:\n  tflops: {bfloat16: 1000}\n  nvlink_GBps: 400\n"
                                         "  source: measured by the site's acceptance tests\n")
-    work = gpu_sweep(repo, tmp_path, "{workload.args.precision: [bfloat16], resources.ranks_per_node: [2]}", 1,
+    work = gpu_sweep(repo, gpu_data, tmp_path, "{workload.args.precision: [bfloat16], resources.ranks_per_node: [2]}", 1,
                      [SWEEP_2X2[1][6]], "20261121-000021-a5a1aa", site=("--site-file", str(tmp_path / "site.yaml"), "--set", "resources.account=PROJECT"))
     html = tmp_path / "site.html"
-    hpcprof("report", "--html", str(html), "--workdir", str(work), cwd=tmp_path)
+    hpcprof("report", "--html", str(html), "--workdir", str(work), cwd=tmp_path, check=True)
     said = "\n".join(findings(html))
-    tflops = seqpar_mean(repo, SWEEP_2X2[1][6], "tflops", "matmul1")
+    tflops = seqpar_mean(gpu_data, SWEEP_2X2[1][6], "tflops", "matmul1")
     assert f"matmul1 {tflops:,.1f} TFLOP/s = {tflops / 10:.2f} % of the H200 SXM bfloat16 dense peak (1,000.0" in said
     assert "of the H200 SXM NVLink per direction (400.0 GB/s)" in said
     assert "site polaris: measured by the site&#x27;s acceptance tests" in html.read_text()

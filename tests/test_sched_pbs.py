@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from slurm_cluster import poll, slurm_cluster, torque_cluster, write_job  # noqa: F401
+from slurm_cluster import poll, write_job
 
 from hpcprof.errors import UserError
 from hpcprof.jobstate import reconcile

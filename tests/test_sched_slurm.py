@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from slurm_cluster import poll, slurm_cluster, write_job  # noqa: F401 (fixture)
+from slurm_cluster import poll, write_job
 
 from hpcprof.errors import UserError
 from hpcprof.schedulers import get_scheduler

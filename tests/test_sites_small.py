@@ -7,18 +7,19 @@ from __future__ import annotations
 
 import json
 import lzma
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from hpcprof_cli import hpcprof
 
 from hpcprof.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
+#: The CLI runs this checkout, with no $HPCPROF_WORKDIR from the caller.
+CLI_ENV = {"PYTHONPATH": str(REPO), "HPCPROF_WORKDIR": None}
 H200 = REPO / "tests" / "fixtures" / "nsys" / "h200_seqpar_bf16"
 
 
@@ -67,13 +68,6 @@ def test_echo_tool_paths_are_warned_about(tmp_path: Path) -> None:
         assert f"global_config.json: {key} is ignored; hpcprof runs the site's {field}" in result.output
 
 
-def hpcprof(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    env.pop("HPCPROF_WORKDIR", None)
-    return subprocess.run([sys.executable, "-m", "hpcprof", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=300, check=False)
-
-
 def collected_lines(result: subprocess.CompletedProcess[str]) -> int:
     return sum(line.startswith("collected ") for line in result.stderr.splitlines())
 
@@ -81,16 +75,16 @@ def collected_lines(result: subprocess.CompletedProcess[str]) -> int:
 def test_collect_skips_runs_collected_after_they_ended(tmp_path: Path) -> None:
     exp = REPO / "examples/command_hello.yaml"
     for _ in range(2):
-        assert hpcprof("submit", str(exp), "--site", "local", "--wait", cwd=tmp_path).returncode == 0
-    first = hpcprof("collect", cwd=tmp_path)
+        assert hpcprof("submit", str(exp), "--site", "local", "--wait", cwd=tmp_path, env=CLI_ENV).returncode == 0
+    first = hpcprof("collect", cwd=tmp_path, env=CLI_ENV)
     assert first.returncode == 0, first.stderr
     assert collected_lines(first) == 2
-    rows = json.loads(hpcprof("status", "--format", "json", cwd=tmp_path).stdout)
+    rows = json.loads(hpcprof("status", "--format", "json", cwd=tmp_path, env=CLI_ENV).stdout)
     assert all(row["sweep"] == row["run"] for row in rows)
-    assert hpcprof("submit", str(exp), "--site", "local", "--wait", cwd=tmp_path).returncode == 0
-    again = hpcprof("collect", cwd=tmp_path)
+    assert hpcprof("submit", str(exp), "--site", "local", "--wait", cwd=tmp_path, env=CLI_ENV).returncode == 0
+    again = hpcprof("collect", cwd=tmp_path, env=CLI_ENV)
     assert again.returncode == 0, again.stderr
     assert "2 run(s) collected earlier and unchanged since: skipped" in again.stderr
     assert collected_lines(again) == 1                          # only the new run
-    named = hpcprof("collect", rows[0]["run"], cwd=tmp_path)    # named: collected again
+    named = hpcprof("collect", rows[0]["run"], cwd=tmp_path, env=CLI_ENV)    # named: collected again
     assert named.returncode == 0 and f"collected {rows[0]['run']}" in named.stderr

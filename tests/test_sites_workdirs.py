@@ -6,23 +6,17 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from hpcprof_cli import hpcprof
 
 from hpcprof.config.site import shipped_site_dir
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def hpcprof(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "HPCPROF_WORKDIR"}
-    env["PYTHONPATH"] = str(REPO)
-    return subprocess.run([sys.executable, "-m", "hpcprof", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=300, check=False)
+#: The CLI runs this checkout, with no $HPCPROF_WORKDIR from the caller.
+CLI_ENV = {"PYTHONPATH": str(REPO), "HPCPROF_WORKDIR": None}
 
 
 @pytest.fixture
@@ -41,39 +35,39 @@ def test_site_option_finds_the_runs_in_the_site_workdir(tmp_path: Path, site_dir
     submit_dir, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
     submit_dir.mkdir()
     elsewhere.mkdir()
-    sub = hpcprof("submit", str(REPO / "examples/command_hello.yaml"), "--site", "mysite", "--wait", cwd=submit_dir)
+    sub = hpcprof("submit", str(REPO / "examples/command_hello.yaml"), "--site", "mysite", "--wait", cwd=submit_dir, env=CLI_ENV)
     assert sub.returncode == 0, sub.stderr
     assert f"runs are under {tmp_path}/site-runs (site mysite's workdir)" in sub.stderr
     assert not (submit_dir / "hpcprof-runs").exists()
     recorded = (Path(os.environ["XDG_STATE_HOME"]) / "hpcprof" / "workdirs").read_text()
     assert recorded == f"mysite\t{tmp_path}/site-runs\n"
 
-    lost = hpcprof("status", cwd=elsewhere)
+    lost = hpcprof("status", cwd=elsewhere, env=CLI_ENV)
     assert lost.returncode == 2
     assert lost.stderr.strip() == (
         f"Error: no runs under hpcprof-runs; runs you submitted are under {tmp_path}/site-runs (site mysite, 1 run): "
         f"give --site mysite or --workdir {tmp_path}/site-runs")
     assert not (elsewhere / "hpcprof-runs").exists()
 
-    status = hpcprof("status", "--site", "mysite", "--format", "json", cwd=elsewhere)
+    status = hpcprof("status", "--site", "mysite", "--format", "json", cwd=elsewhere, env=CLI_ENV)
     assert status.returncode == 0, status.stderr
     [row] = json.loads(status.stdout)
     assert row["state"] == "COMPLETED" and row["path"].startswith(f"{tmp_path}/site-runs/hello/")
     assert row["sweep"] == row["run"]                 # one point: the sweep id is the run id
 
-    collect = hpcprof("collect", "--site", "mysite", cwd=elsewhere)
+    collect = hpcprof("collect", "--site", "mysite", cwd=elsewhere, env=CLI_ENV)
     assert collect.returncode == 0, collect.stderr
-    report = hpcprof("report", "--site", "mysite", cwd=elsewhere)
+    report = hpcprof("report", "--site", "mysite", cwd=elsewhere, env=CLI_ENV)
     assert report.returncode == 0, report.stderr
     assert row["run"] in report.stdout
-    compare = hpcprof("compare", "--site", "mysite", "--format", "json", cwd=elsewhere)
+    compare = hpcprof("compare", "--site", "mysite", "--format", "json", cwd=elsewhere, env=CLI_ENV)
     assert compare.returncode == 0, compare.stderr
     assert json.loads(compare.stdout)[0]["run"] == row["run"]
     assert not (elsewhere / "hpcprof-runs").exists()
 
 
 def test_site_without_workdir_or_record_is_one_line(tmp_path: Path) -> None:
-    result = hpcprof("status", "--site", "local", cwd=tmp_path)
+    result = hpcprof("status", "--site", "local", cwd=tmp_path, env=CLI_ENV)
     assert result.returncode == 2
     assert result.stderr.strip().startswith("Error: --site local: the site has no workdir: and no submit to it was "
                                             "recorded")

@@ -77,7 +77,7 @@ def test_worker_processes_load_the_same(tmp_path: Path, fixtures_dir: Path) -> N
     parallel, parallel_errors = load_traces([folder, bad], workers=3)
     assert serial_errors == parallel_errors and len(parallel_errors) == 1
     assert [t.rank for t in parallel] == [0, 1]
-    for a, b in zip(serial, parallel):
+    for a, b in zip(serial, parallel, strict=True):
         assert a.gpu.equals(b.gpu) and a.cpu.equals(b.cpu)
 
 
@@ -156,10 +156,10 @@ def test_host_wait_and_kernel_wait(tmp_path: Path) -> None:
     events = [launch(0, 2, 1), kernel(10, 10, 1), launch(5, 2, 2), kernel(25, 10, 2),
               launch(50, 2, 3), kernel(60, 10, 3), launch(61, 2, 4), kernel(200, 10, 4)]
     idle = A.idle_time_breakdown([load_trace(write_trace(tmp_path / "t.json", events))])
-    got = dict(zip(idle["idle_category"], idle["idle_time"]))
+    got = dict(zip(idle["idle_category"], idle["idle_time"], strict=True))
     assert got == {"host_wait": 25.0, "kernel_wait": 5.0, "other": 130.0}
     short = A.idle_time_breakdown([load_trace(tmp_path / "t.json")], consecutive_kernel_delay=4)
-    assert dict(zip(short["idle_category"], short["idle_time"]))["other"] == 135.0
+    assert dict(zip(short["idle_category"], short["idle_time"], strict=True))["other"] == 135.0
 
 
 @pytest.mark.parametrize("content, message", [

@@ -160,6 +160,6 @@ def test_sweep_two_by_two(tmp_path: Path) -> None:
         {"resources.ranks_per_node": 2, "workload.argv": ["true"]},
         {"resources.ranks_per_node": 2, "workload.argv": ["bash", "-c", "exit 0"]},
     ]
-    for run_dir, point in zip(run_dirs, params):
+    for run_dir, point in zip(run_dirs, params, strict=True):
         assert (run_dir / "DONE").exists()
         assert len(list((run_dir / "logs").glob("rank*.log"))) == point["resources.ranks_per_node"]

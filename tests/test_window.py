@@ -107,10 +107,10 @@ def test_named_range_is_the_window(fixtures_dir: Path, tmp_path: Path) -> None:
     assert set(its["window"]) == {"nvtx:iteration"} and its["start_ns"].tolist() == [1000, 6000, 9000]
 
 
-def test_window_equals_nsys_nvtx_gpu_proj_sum(repo: Path) -> None:
+def test_window_equals_nsys_nvtx_gpu_proj_sum(gpu_data: Path) -> None:
     """The window is nsys 2025.3.1's projection of seqpar's `timed` range, and the projections of
-    every `iteration` instance add up to nsys's (benchmarks/gpu/data/run1, fp32 on 2 H200s)."""
-    base = repo / "benchmarks/gpu/data/run1/nsys/seqpar_float32_p2_rank0"
+    every `iteration` instance add up to nsys's (tests/fixtures/gpu/run1, fp32 on 2 H200s)."""
+    base = gpu_data / "run1/nsys/seqpar_float32_p2_rank0"
     gold = pd.read_csv(f"{base}_nvtx_gpu_proj_sum.csv").set_index("Range")
     with Export(f"{base}.sqlite") as export:
         act = dist.load_activity([export], {str(export.path): 0})

@@ -59,8 +59,8 @@ def main() -> None:
         big = torch.rand(s, h, device=ctx.device).to(dtype)
         size = s * h * dtype.itemsize
         ops = {
-            "allgather": lambda: dist.all_gather_into_tensor(big, small),
-            "reduce_scatter": lambda: dist.reduce_scatter_tensor(small, big),
+            "allgather": lambda big=big, small=small: dist.all_gather_into_tensor(big, small),
+            "reduce_scatter": lambda big=big, small=small: dist.reduce_scatter_tensor(small, big),
         }
         for phase, op in ops.items():
             for _ in range(args.warmup_iterations):

@@ -237,10 +237,10 @@ def critical_path(events: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
 
         blocks: list[tuple[list[Segment], Held | None]] = [(lead_of(int(t["rank"]), END), None)]
         at, seen = (str(t["prev_channel"]), int(t["prev_seq"])), set()
-        while at != END and (it, *at) in node and at not in seen:
+        while at != END and (node_key := (it, *at)) in node and at not in seen:
             seen.add(at)
-            rank, name, start, end, prev = node[(it, *at)]
-            w_rank, wait, w_start = hold[(it, *at)]
+            rank, name, start, end, prev = node[node_key]
+            w_rank, wait, w_start = hold[node_key]
             lead = lead_of(rank, at)
             waited = [(w_rank, "wait", name, w_start, w_start + wait)] if wait > 0 else []
             blocks.append((lead + waited + [(rank, "collective", name, start, end)], (at, rank, name, wait, lead)))
@@ -251,8 +251,9 @@ def critical_path(events: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
             continue
         on_path = sum(e - s for _, kind, _, s, e in chain if kind != "wait")
         k, rank, name, wait, lead = max(held, key=lambda h: h[3])      # the first of equal waits
-        rows.append((it, float(on_path), name, rank, _culprit(lead, lead_of(hold[(it, *k)][0], k)), float(wait),
-                     int(waiting.get((it, *k), 0))))
+        node_key = (it, *k)
+        rows.append((it, float(on_path), name, rank, _culprit(lead, lead_of(hold[node_key][0], k)), float(wait),
+                     int(waiting.get(node_key, 0))))
         segs += [(it, i, r, kind, n, float(s), float(e), float(e - s)) for i, (r, kind, n, s, e) in enumerate(chain)]
     if rows:
         rows_out = pd.DataFrame(rows, columns=ROW_COLUMNS).astype(rows_out.dtypes.to_dict())

@@ -15,6 +15,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict
 
+
 def matching(pattern: str, what: str) -> AfterValidator:
     """A validator: the whole value matches `pattern`, else "'VALUE' is not WHAT"."""
     compiled = re.compile(pattern)

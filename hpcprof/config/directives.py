@@ -69,7 +69,7 @@ def _directive_values(scheduler: str, script: str) -> dict[str, list[str]]:
         words = line[len(prefix):].split()
         items: list[str] = []
         if scheduler == "pbs":
-            for flag, arg in zip(words, [*words[1:], ""]):
+            for flag, arg in zip(words, [*words[1:], ""], strict=True):
                 if flag == "-l":
                     for chunk in arg.split(","):  # select=N:key=value:... has its own resources
                         items += chunk.split(":") if chunk.startswith("select=") else [chunk]

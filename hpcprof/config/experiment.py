@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import itertools
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -16,11 +17,20 @@ import yaml
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from hpcprof.config import MAX_POINTS
-from hpcprof.config.profile import ProfileConfig
 from hpcprof.config.container import ContainerConfig
 from hpcprof.config.directives import check_fields, walltime_seconds
-from hpcprof.config.site import (EnvValue, QueueLimits, SiteConfig, Strict, check_directive, check_env, check_env_total,
-                                 check_text, check_walltime)
+from hpcprof.config.profile import ProfileConfig
+from hpcprof.config.site import (
+    EnvValue,
+    QueueLimits,
+    SiteConfig,
+    Strict,
+    check_directive,
+    check_env,
+    check_env_total,
+    check_text,
+    check_walltime,
+)
 from hpcprof.config.validation import load_yaml, parse_yaml, validate
 from hpcprof.errors import UserError
 from hpcprof.workloads import workload_args_model
@@ -75,7 +85,7 @@ class WorkloadConfig(Strict):
         return value
 
     @model_validator(mode="after")
-    def _argv_for_command(self) -> "WorkloadConfig":
+    def _argv_for_command(self) -> WorkloadConfig:
         if self.kind == "command" and not self.argv:
             raise ValueError("workload kind 'command' needs argv: [program, arg, ...]")
         if self.kind != "command" and self.argv:
@@ -143,7 +153,7 @@ class Experiment(Strict):
     def sweep_points(self) -> list[dict[str, Any]]:
         """The sweep's points: the cartesian product over its keys, where a key `a,b` zips
         its keys together (its values are [a, b] pairs); each `repeat` times (param `repeat`)."""
-        axes = [[dict(zip(key.split(","), v if "," in key else [v])) for v in values]
+        axes = [[dict(zip(key.split(","), v if "," in key else [v], strict=False)) for v in values]
                 for key, values in self.sweep.items()]
         points = [{k: v for part in combo for k, v in part.items()} for combo in itertools.product(*axes)]
         if self.repeat == 1:
@@ -193,7 +203,7 @@ def set_dotted(data: dict[str, Any], key: str, value: Any, source: str) -> None:
     node[parts[-1]] = value
 
 
-def load_experiment(path: Path, overrides: list[str] = ()) -> dict[str, Any]:
+def load_experiment(path: Path, overrides: Sequence[str] = ()) -> dict[str, Any]:
     """The raw experiment mapping with `--set` overrides applied (validated later, per point).
     An override of a key the sweep sets is refused: the sweep would replace it unchecked."""
     data = load_yaml(path, "experiment")

@@ -88,8 +88,8 @@ class RankSelection:
         """A bash test on $hp_rank/$hp_local_rank (integers only: nothing user-written)."""
         tests = []
         if self.ranks is not None:
-            tests.append("case \" %s \" in *\" $hp_rank \"*) true ;; *) false ;; esac"
-                         % " ".join(map(str, self.ranks)))
+            listed = " ".join(map(str, self.ranks))
+            tests.append(f"case \" {listed} \" in *\" $hp_rank \"*) true ;; *) false ;; esac")
         if self.local is not None:
             tests.append(f"[ \"$hp_local_rank\" -eq {self.local} ]")
         if self.first_nodes is not None:
@@ -142,7 +142,7 @@ class NsysOptions(Strict):
         return value
 
     @model_validator(mode="after")
-    def _consistent(self) -> "NsysOptions":
+    def _consistent(self) -> NsysOptions:
         if self.capture_range == "nvtx" and not self.nvtx_capture:
             raise ValueError("capture_range nvtx needs nvtx_capture (RANGE or RANGE@DOMAIN)")
         if self.nvtx_capture and self.capture_range != "nvtx":

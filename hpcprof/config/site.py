@@ -124,7 +124,7 @@ class Launcher(Strict):
     extra_args: list[str] = []
 
     @model_validator(mode="after")
-    def _flavor_fits_kind(self) -> "Launcher":
+    def _flavor_fits_kind(self) -> Launcher:
         if self.kind == "mpiexec" and self.flavor is None:
             raise ValueError("launcher.flavor is required for mpiexec: pals, hydra or openmpi")
         if self.kind != "mpiexec" and self.flavor is not None:
@@ -181,7 +181,7 @@ class QueueLimits(Strict):
     min_nodes: int = Field(1, ge=1, le=1 << 24)
     max_nodes: int | None = Field(None, ge=1, le=1 << 24)
     max_walltime: str | None = None
-    by_nodes: list["NodeRange"] = []
+    by_nodes: list[NodeRange] = []
 
     _walltime = field_validator("max_walltime")(classmethod(lambda cls, v: check_walltime(v)))
 
@@ -272,7 +272,7 @@ class SiteConfig(Strict):
     _options = field_validator("sbatch_options", "pbs_options")(classmethod(lambda cls, v: check_options(v)))
 
     @model_validator(mode="after")
-    def _directives_fit_scheduler(self) -> "SiteConfig":
+    def _directives_fit_scheduler(self) -> SiteConfig:
         try:
             check_fields(self.scheduler, {**self.defaults.model_dump(), "pbs_select": self.pbs_select},
                          f"site {self.name} defaults")

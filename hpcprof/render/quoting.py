@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import shlex
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from hpcprof.config.site import DIRECTIVE_OPTION, DIRECTIVE_VALUE
 from hpcprof.errors import UserError

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 import click
 from rich.console import Console
 
+from hpcprof.cli_options import with_site_lookup, workdir_option
 from hpcprof.errors import FiniteRange, UserError
-from hpcprof.run_commands import with_site_lookup, workdir_option
 
 if TYPE_CHECKING:
     import pandas as pd

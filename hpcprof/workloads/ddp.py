@@ -218,7 +218,7 @@ def train(args: DdpArgs, module: ModuleType, ctx: bootstrap.Dist) -> dict[str, A
         if epoch == args.warmup_epochs:
             counted.enter_context(timing.nvtx_range("timed"))
         with timing.nvtx_range(f"epoch {epoch}"):
-            for batch, _ in zip(data, range(steps)):
+            for batch, _ in zip(data, range(steps), strict=False):
                 at_window = iteration == window.iteration
                 if at_window and args.window == "step":
                     open_window(args.window_barrier, ctx)

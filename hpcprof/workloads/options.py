@@ -6,7 +6,7 @@ import argparse
 import sys
 import types
 import typing
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NoReturn, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -28,7 +28,7 @@ def _is_bool(annotation: Any) -> bool:
     return False
 
 
-def build_parser(model: type[BaseModel], prog: str, description: str, aliases: dict[str, Sequence[str]]) -> argparse.ArgumentParser:
+def build_parser(model: type[BaseModel], prog: str, description: str, aliases: Mapping[str, Sequence[str]]) -> argparse.ArgumentParser:
     """An argparse parser with one flag per model field (`sequence_length` -> `--sequence-length`).
 
     Values stay strings and are validated by the model; `aliases` adds extra spellings per field.

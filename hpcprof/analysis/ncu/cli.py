@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from hpcprof.analysis.ncu.metrics import metric_key, metrics_table, missing_sections
+from hpcprof.cli_options import files_argument
 from hpcprof.errors import UserError
 from hpcprof.output import FORMATS, emit
 
@@ -26,7 +27,7 @@ def _check_metric(ctx: click.Context, param: click.Parameter, specs: tuple[str, 
 
 
 @ncu.command("metrics")
-@click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
+@files_argument
 @click.option("--metric", "metrics", multiple=True, callback=_check_metric,
               help='Extra column: "Section Name/Metric Name" of the details page (e.g. '
                    '"Launch Statistics/Registers Per Thread") or a raw metric name '

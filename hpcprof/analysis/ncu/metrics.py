@@ -93,7 +93,7 @@ def _column(long: pd.DataFrame, ids: pd.Series, sources: list[tuple[str, str]]) 
     units: set[str] = set()
     for section, metric in sources:
         rows = long[(long["Section Name"] == section) & (long["Metric Name"] == metric)]
-        for kid, text, unit in zip(rows["ID"], rows["Metric Value"], rows["Metric Unit"]):
+        for kid, text, unit in zip(rows["ID"], rows["Metric Value"], rows["Metric Unit"], strict=True):
             if kid not in values:
                 value, base = _convert(text, unit)
                 if value is not None:

@@ -134,7 +134,7 @@ def _raw(header: list[str], rows: list[list[str]], source: str) -> pd.DataFrame:
     long = wide.melt(id_vars=["ID", "Kernel Name"], value_vars=metrics,
                      var_name="Metric Name", value_name="Metric Value")
     long.insert(2, "Section Name", "")
-    long.insert(4, "Metric Unit", long["Metric Name"].map(dict(zip(header, rows[0]))))
+    long.insert(4, "Metric Unit", long["Metric Name"].map(dict(zip(header, rows[0], strict=False))))
     return long
 
 

@@ -5,14 +5,16 @@ from __future__ import annotations
 import glob
 import math
 import sys
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator, Sequence, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import click
 
 from hpcprof.analysis.nsys import small
 from hpcprof.analysis.nsys.schema import MissingData, NsysInputError
+from hpcprof.cli_options import files_argument, output_file_option, rank_map_option
 from hpcprof.errors import FiniteRange, UserError
 from hpcprof.lazy import LazyModule
 from hpcprof.ranks import rank_from_filename
@@ -54,7 +56,8 @@ def open_exports(paths: list[Path], stack: ExitStack) -> tuple[list[Export], int
 
     from hpcprof.analysis.nsys.db import Export
 
-    exports, failures = [], 0
+    exports: list[Export] = []
+    failures = 0
     scratch: Path | None = None
     for path in paths:
         try:
@@ -70,7 +73,8 @@ def open_exports(paths: list[Path], stack: ExitStack) -> tuple[list[Export], int
                 try:
                     source = export_sqlite(nsys_exe, path, scratch / str(len(exports) + failures))
                 except subprocess.CalledProcessError as exc:
-                    raise NsysInputError(f"{path}: nsys export failed ({' '.join((exc.stderr or '').split())})")
+                    raise NsysInputError(
+                        f"{path}: nsys export failed ({' '.join((exc.stderr or '').split())})") from None
             export = stack.enter_context(Export(source))
             export.check_usable()
         except NsysInputError as exc:
@@ -90,11 +94,11 @@ def _finish(failures: int, total: int) -> None:
 TABLE_CELLS = {"i": "{:,d}", "f1": "{:,.1f}", "f3": "{:,.3f}"}
 
 
-def _table_cell(value: object, fmt: str, null: str) -> str:
+def _table_cell(value: Any, fmt: str, null: str) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return null
     if fmt in TABLE_CELLS and not isinstance(value, str):
-        return TABLE_CELLS[fmt].format(int(value) if fmt == "i" else float(value))  # type: ignore[call-overload]
+        return TABLE_CELLS[fmt].format(int(value) if fmt == "i" else float(value))
     return str(value)
 
 
@@ -107,11 +111,11 @@ def _emit_stats_table(df: pd.DataFrame | Table, out: TextIO, title: str | None) 
 
     table = df if isinstance(df, StatsTable) else StatsTable.from_frame(df)
     shown = RichTable(title=title, show_lines=False)
-    for name, fmt in zip(table.columns, table.formats):
+    for name, fmt in zip(table.columns, table.formats, strict=True):
         shown.add_column(name, justify="right" if fmt in TABLE_CELLS else "left")
     cells = [[_table_cell(v, fmt, table.null) for v in values.tolist()]
-             for values, fmt in zip(table.columns.values(), table.formats)]
-    for row in zip(*cells):
+             for values, fmt in zip(table.columns.values(), table.formats, strict=True)]
+    for row in zip(*cells, strict=True):
         shown.add_row(*row)
     Console(file=out, width=200).print(shown)
 
@@ -119,7 +123,7 @@ def _emit_stats_table(df: pd.DataFrame | Table, out: TextIO, title: str | None) 
 def _emit(df: pd.DataFrame | Table | small.Report, fmt: str, out: TextIO, title: str | None = None) -> None:
     if isinstance(df, small.Report):
         small.write_csv(df, out)
-    elif fmt in ("csv", "table") and (hasattr(df, "formats") or "formats" in df.attrs):  # a stats Table/its frame
+    elif fmt in ("csv", "table") and (hasattr(df, "formats") or "formats" in getattr(df, "attrs", {})):  # a stats Table/its frame
         from hpcprof.analysis.nsys.stats import write_csv
 
         if fmt == "csv":
@@ -171,7 +175,7 @@ def _python_engine(engine: str, names: list[str], fmt: str, files: tuple[Path, .
         p.suffix != ".nsys-rep" and p.is_file() and p.stat().st_size <= SMALL_EXPORT_BYTES for p in files)
 
 
-def _python_results(files: tuple[Path, ...], names: list[str]) -> Iterator[tuple[Path, list[object] | None]]:
+def _python_results(files: tuple[Path, ...], names: list[str]) -> Iterator[tuple[Path, list[Any] | None]]:
     """(file, reports) of each export by the standard-library engine; None (named on stderr) where
     the file is not a usable export."""
     for path in files:
@@ -184,7 +188,6 @@ def _python_results(files: tuple[Path, ...], names: list[str]) -> Iterator[tuple
 
 format_option = click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True,
                              help="Output format.")
-files_argument = click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
 
 
 @nsys.command("stats")
@@ -216,7 +219,7 @@ def stats_cmd(files: tuple[Path, ...], reports: str, fmt: str, prefix: str | Non
                 failures += 1
                 continue
             usable += 1
-            for name, df in zip(names, outcomes):
+            for name, df in zip(names, outcomes, strict=True):
                 if isinstance(df, MissingData):
                     _fail(path, f"{name} skipped: {df}")
                     skipped += 1
@@ -241,9 +244,9 @@ def stats_cmd(files: tuple[Path, ...], reports: str, fmt: str, prefix: str | Non
 
 @nsys.command("nccl")
 @files_argument
-@click.option("--rank-map", default=None, help="FILE=RANK[,FILE=RANK...] when file names carry no rank.")
+@rank_map_option
 @format_option
-@click.option("--output", "-o", default=None, help="Write to this file instead of stdout.")
+@output_file_option
 def nccl_cmd(files: tuple[Path, ...], rank_map: str | None, fmt: str, output: str | None) -> None:
     """NCCL collectives per type: count, total, mean, min, max per rank and across ranks, slowest rank."""
     _run_analysis(files, rank_map, fmt, output, "nccl", dist.nccl_summary,
@@ -252,9 +255,9 @@ def nccl_cmd(files: tuple[Path, ...], rank_map: str | None, fmt: str, output: st
 
 @nsys.command("overlap")
 @files_argument
-@click.option("--rank-map", default=None, help="FILE=RANK[,FILE=RANK...] when file names carry no rank.")
+@rank_map_option
 @format_option
-@click.option("--output", "-o", default=None, help="Write to this file instead of stdout.")
+@output_file_option
 def overlap_cmd(files: tuple[Path, ...], rank_map: str | None, fmt: str, output: str | None) -> None:
     """Compute vs communication time per rank and device; overlap % = compute-during-comm / comm (HTA)."""
     _run_analysis(files, rank_map, fmt, output, "overlap", dist.overlap)
@@ -264,9 +267,9 @@ def overlap_cmd(files: tuple[Path, ...], rank_map: str | None, fmt: str, output:
 @files_argument
 @click.option("--threshold-ms", type=FiniteRange(min=0, max=1e9), default=500.0, show_default=True,
               help="Report idle gaps longer than this.")
-@click.option("--rank-map", default=None, help="FILE=RANK[,FILE=RANK...] when file names carry no rank.")
+@rank_map_option
 @format_option
-@click.option("--output", "-o", default=None, help="Write to this file instead of stdout.")
+@output_file_option
 def gaps_cmd(files: tuple[Path, ...], threshold_ms: float, rank_map: str | None, fmt: str,
              output: str | None) -> None:
     """GPU idle gaps over a threshold per process and device (nsys's gpu_gaps rule)."""
@@ -283,9 +286,9 @@ def gaps_cmd(files: tuple[Path, ...], threshold_ms: float, rank_map: str | None,
 
 @nsys.command("phases")
 @files_argument
-@click.option("--rank-map", default=None, help="FILE=RANK[,FILE=RANK...] when file names carry no rank.")
+@rank_map_option
 @format_option
-@click.option("--output", "-o", default=None, help="Write to this file instead of stdout.")
+@output_file_option
 def phases_cmd(files: tuple[Path, ...], rank_map: str | None, fmt: str, output: str | None) -> None:
     """GPU time of the kernels launched inside each NVTX range, per rank."""
     _run_analysis(files, rank_map, fmt, output, "phases", dist.phases)
@@ -313,7 +316,7 @@ def expand_paths(values: tuple[str, ...], option: str) -> list[Path]:
               help="Exports of the distributed run: repeat the option, give a quoted glob "
                    "('ws2/rank*.sqlite'), or list the files after it (the shell's glob).")
 @click.argument("more", nargs=-1, type=click.Path(path_type=Path), metavar="[DISTRIBUTED...]")
-@click.option("--rank-map", default=None, help="FILE=RANK[,FILE=RANK...] when file names carry no rank.")
+@rank_map_option
 @format_option
 @click.option("--layout", type=click.Choice(["hpcprof", "echo"]), default="hpcprof", show_default=True,
               help="echo: Echo's columns (id, kShortName, kDemangledName, ground_truth, duration, "
@@ -322,7 +325,7 @@ def expand_paths(values: tuple[str, ...], option: str) -> list[Path]:
               help="hpcprof: kernels matched by name and occurrence. echo: Echo's analyse.py exactly (launch "
                    "index over non-NCCL kernels + equal demangled name, device id to device id), written in "
                    "Echo's layout; needs one --baseline and -o FILE.xlsx|FILE.csv.")
-@click.option("--output", "-o", default=None, help="Write to this file instead of stdout.")
+@output_file_option
 def slowdown_cmd(baseline: tuple[str, ...], distributed: tuple[str, ...], more: tuple[Path, ...],
                  rank_map: str | None, fmt: str, layout: str, match: str, output: str | None) -> None:
     """Echo's slowdown per compute kernel: (dur_N − dur_1) / (overlap_ratio · dur_1), every device."""
@@ -353,6 +356,7 @@ def slowdown_cmd(baseline: tuple[str, ...], distributed: tuple[str, ...], more: 
                 if layout == "echo":
                     from hpcprof.analysis.nsys.echo import write_echo
 
+                    assert output is not None  # refused above without -o
                     for path in write_echo(result, Path(output)):
                         click.echo(f"wrote {path}", err=True)
                 else:
@@ -479,14 +483,14 @@ def _run_analysis(files: tuple[Path, ...], rank_map: str | None, fmt: str, outpu
 
 @nsys.command("critical-path")
 @files_argument
-@click.option("--rank-map", default=None, help="FILE=RANK[,FILE=RANK...] when file names carry no rank.")
+@rank_map_option
 @click.option("--iteration-range", default=None, metavar="NAME",
               help="The NVTX range that marks one iteration (default: the workload's `iteration` inside "
                    "`timed`, `step<N>`, or Echo's `backward` window).")
 @click.option("--segments", is_flag=True, help="Show the chain of each iteration (compute, wait and collective "
               "segments per rank) instead of one row per iteration.")
 @format_option
-@click.option("--output", "-o", default=None, help="Write to this file instead of stdout.")
+@output_file_option
 def critical_path_cmd(files: tuple[Path, ...], rank_map: str | None, iteration_range: str | None, segments: bool,
                       fmt: str, output: str | None) -> None:
     """Per timed iteration, across ranks: the collective the others waited longest in, the rank they

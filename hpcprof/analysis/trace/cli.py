@@ -15,7 +15,6 @@ from hpcprof.analysis.trace.load import RankTrace, load_traces
 from hpcprof.errors import FiniteRange, UserError
 from hpcprof.output import FORMATS, emit
 
-
 #: Most numbers a --ranks/--streams list may name (ranges included).
 MAX_LIST = 1 << 20
 

@@ -1,0 +1,67 @@
+"""`hpcprof status` and `hpcprof cancel`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from hpcprof.cli_options import db_option, with_site_lookup, workdir_option
+from hpcprof.commands.common import console, open_store, runs_from, show_states
+from hpcprof.errors import UserError
+
+if TYPE_CHECKING:
+    from hpcprof.store import Store
+
+
+def collect_states(store: Store | None, run_ids: list[str]) -> dict[str, str]:
+    """Per collected run: `complete`, or `partial: ` and its first problem (e.g. a profiled rank
+    whose nsys recorded nothing)."""
+    out: dict[str, str] = {}
+    if store is None:
+        return out
+    for run_id, record in store.run_records(run_ids).items():
+        if record.get("collect_status"):
+            note = (record.get("collect_note") or "").splitlines()
+            out[run_id] = record["collect_status"] + (f": {note[0]}" if note else "")
+    return out
+
+
+@click.command()
+@with_site_lookup
+@click.argument("runs", nargs=-1)
+@workdir_option
+@db_option
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+def status(runs: tuple[str, ...], workdir: Path, db: str | None, fmt: str) -> None:
+    """Show the state of RUNS (ids or paths; default: every run in the workdir)."""
+    from hpcprof import jobstate
+
+    selected = runs_from(runs, workdir)
+    states = jobstate.current_states(selected)  # one scheduler query for all the runs
+    store = open_store(workdir, db, create=False)
+    jobstate.record(states, store)
+    show_states(list(states.items()), fmt, collect_states(store, [run.run_id for run in states]))
+
+
+@click.command()
+@click.argument("runs", nargs=-1, required=True)
+@workdir_option
+@db_option
+def cancel(runs: tuple[str, ...], workdir: Path, db: str | None) -> None:
+    """Cancel RUNS (ids or paths)."""
+    from hpcprof import jobstate
+
+    selected = runs_from(runs, workdir)
+    store = open_store(workdir, db, create=False)
+    failed = []
+    for run in selected:  # one run that cannot be cancelled does not stop the others
+        try:
+            state = jobstate.cancel(run, store)
+        except UserError as exc:
+            failed.append(f"{run.run_id}: {exc.format_message()}")
+            continue
+        console.print(f"{run.run_id}: cancel requested, now {state.state}", markup=False)
+    if failed:
+        raise UserError(f"{len(failed)} of {len(selected)} run(s) not cancelled: {'; '.join(failed)}")
