@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+from typing import Any
 
 
 class LazyModule:
@@ -12,5 +13,5 @@ class LazyModule:
     def __init__(self, name: str) -> None:
         self._name = name
 
-    def __getattr__(self, attr: str) -> object:
+    def __getattr__(self, attr: str) -> Any:
         return getattr(importlib.import_module(self._name), attr)

@@ -78,7 +78,7 @@ def ours_python(db: Path, reports: list[str]) -> dict[str, str]:
     """The standard-library engine's CSV text of each report it has ('' where no such data)."""
     names = [r for r in reports if r in small.REPORTS]
     out = {}
-    for report, result in zip(names, small.run_reports(db, names)):
+    for report, result in zip(names, small.run_reports(db, names), strict=False):
         buf = io.StringIO()
         if isinstance(result, small.Report):
             small.write_csv(result, buf)
@@ -146,10 +146,10 @@ def comparisons(fixtures_dir: Path, tmp_path_factory: pytest.TempPathFactory) ->
                             "--force-overwrite", "true", "--output", str(db.with_suffix("")), str(db)],
                            capture_output=True, timeout=300, check=False)
         with ThreadPoolExecutor(max_workers=2) as threads:        # the exports with ties only (CI time)
-            list(threads.map(reference, [db for seed, db in zip(SEEDS, exports) if seed >= TIE_SEEDS]))
+            list(threads.map(reference, [db for seed, db in zip(SEEDS, exports, strict=False) if seed >= TIE_SEEDS]))
     totals = {key: Outcome() for key in KEYS}
     with ProcessPoolExecutor(max_workers=2) as pool:
-        jobs = [(db, gold_dirs["ties" if seed >= TIE_SEEDS else "plain"]) for seed, db in zip(SEEDS, exports)]
+        jobs = [(db, gold_dirs["ties" if seed >= TIE_SEEDS else "plain"]) for seed, db in zip(SEEDS, exports, strict=False)]
         for outcomes in pool.map(_compare, jobs, chunksize=8):
             for key, part in outcomes.items():
                 totals[key].compared += part.compared

@@ -17,9 +17,9 @@ from hpcprof.analysis.nsys.stats import (
     REPORTS,
     MissingData,
     clean_api_name,
+    exact_round1,
     run_report,
     sqlite_round1,
-    exact_round1,
     write_csv,
 )
 from hpcprof.cli import main

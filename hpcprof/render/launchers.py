@@ -69,16 +69,16 @@ def mpiexec_pals(site: SiteConfig, nodes: int, ppn: int) -> list[str]:
     cmd = [resolve_command("mpiexec", site.launcher.command), "-n", str(nodes * ppn), "--ppn", str(ppn)]
     if site.binding.depth:
         cmd += [f"--depth={site.binding.depth}"]
-    if site.binding.cpu_bind:
-        cmd += ["--cpu-bind", cpu_bind(site, "pals")]
+    if (bind := cpu_bind(site, "pals")) is not None:
+        cmd += ["--cpu-bind", bind]
     return [*cmd, "--env", Raw('TMPDIR="$TMPDIR"'), *site.launcher.extra_args]
 
 
 def mpiexec_hydra(site: SiteConfig, nodes: int, ppn: int) -> list[str]:
     """MPICH Hydra mpiexec (the mpich wheel; finds hosts from Slurm/PBS itself)."""
     cmd = [resolve_command("mpiexec", site.launcher.command), "-n", str(nodes * ppn), "-ppn", str(ppn)]
-    if site.binding.cpu_bind:
-        cmd += ["-bind-to", cpu_bind(site, "hydra")]
+    if (bind := cpu_bind(site, "hydra")) is not None:
+        cmd += ["-bind-to", bind]
     return [*cmd, "-genv", "TMPDIR", Raw('"$TMPDIR"'), *site.launcher.extra_args]
 
 
@@ -86,8 +86,8 @@ def mpiexec_openmpi(site: SiteConfig, nodes: int, ppn: int) -> list[str]:
     """Open MPI mpiexec."""
     mapping = f"ppr:{ppn}:node" + (f":PE={site.binding.depth}" if site.binding.depth else "")
     cmd = [resolve_command("mpiexec", site.launcher.command), "-n", str(nodes * ppn), "--map-by", mapping]
-    if site.binding.cpu_bind:
-        cmd += ["--bind-to", cpu_bind(site, "openmpi")]
+    if (bind := cpu_bind(site, "openmpi")) is not None:
+        cmd += ["--bind-to", bind]
     return [*cmd, "-x", "TMPDIR", *site.launcher.extra_args]
 
 

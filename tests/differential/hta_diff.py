@@ -25,7 +25,7 @@ def _csv_diff(ours: pd.DataFrame, theirs: pd.DataFrame) -> str | None:
     a, b = ours.to_csv(index=False), theirs.to_csv(index=False)
     if a == b:
         return None
-    for i, (x, y) in enumerate(zip(a.splitlines(), b.splitlines())):
+    for i, (x, y) in enumerate(zip(a.splitlines(), b.splitlines(), strict=False)):
         if x != y:
             return f"line {i}: hpcprof {x!r} HTA {y!r}"
     return f"hpcprof {len(a.splitlines())} lines, HTA {len(b.splitlines())}"

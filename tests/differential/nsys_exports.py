@@ -149,7 +149,7 @@ def _retime(con: sqlite3.Connection, table: str, rowids: list[int], durations: l
     (rows then share start times)."""
     starts = dict(con.execute(f"SELECT rowid, start FROM {table}"))
     updates = []
-    for rowid, dur in zip(rowids, durations):
+    for rowid, dur in zip(rowids, durations, strict=False):
         start = starts[rowid] // quantum * quantum if quantum else starts[rowid]
         updates.append((start, start + dur, rowid))
     con.executemany(f'UPDATE {table} SET start = ?, "end" = ? WHERE rowid = ?', updates)
@@ -173,7 +173,7 @@ def _make_ties(con: sqlite3.Connection, rng: random.Random) -> None:
                                 if "TARGET_INFO_GPU" in present else set()))
             spread = rng.random() < 0.5          # slots over devices and streams too
             updates = []
-            for rowid, s in zip(rows, slots):
+            for rowid, s in zip(rows, slots, strict=False):
                 (gx, gy, gz), (bx, by, bz) = variants[s % len(variants)]
                 device = devices[s % len(devices)] if spread and devices else None
                 stream = s % 3 + 7 if spread else None
@@ -193,7 +193,7 @@ def _make_ties(con: sqlite3.Connection, rng: random.Random) -> None:
         size = rng.choice([1, 4096, 1 << 20, 123457])
         if key:
             con.executemany(f"UPDATE {table} SET {key} = ?, bytes = ? WHERE rowid = ?",
-                            [(kinds[s], size, r) for r, s in zip(rows, slots)])
+                            [(kinds[s], size, r) for r, s in zip(rows, slots, strict=False)])
         else:
             con.execute(f"UPDATE {table} SET bytes = ?", (size,))
         _retime(con, table, rows, _tied_durations(slots, len(kinds), rng), rng, quantum)
@@ -206,7 +206,7 @@ def _make_ties(con: sqlite3.Connection, rng: random.Random) -> None:
             continue
         names = rng.sample(names, min(len(names), rng.randint(2, 4)))
         slots = _even(rows, len(names), rng)
-        con.executemany(f"UPDATE {table} SET nameId = ? WHERE rowid = ?", [(names[s], r) for r, s in zip(rows, slots)])
+        con.executemany(f"UPDATE {table} SET nameId = ? WHERE rowid = ?", [(names[s], r) for r, s in zip(rows, slots, strict=False)])
         _retime(con, table, rows, _tied_durations(slots, len(names), rng), rng, 0)
     if "NVTX_EVENTS" in present and rng.random() < 0.7:
         cols = {r[1] for r in con.execute("PRAGMA table_info(NVTX_EVENTS)")}
@@ -219,7 +219,7 @@ def _make_ties(con: sqlite3.Connection, rng: random.Random) -> None:
             slots = _even([r[0] for r in rows], len(labels), rng)
             set_id = ", textId = ?" if text_id == "textId" else ""
             con.executemany(f"UPDATE NVTX_EVENTS SET text = ?{set_id} WHERE rowid = ?",
-                            [(labels[s][0], *((labels[s][1],) if set_id else ()), r[0]) for r, s in zip(rows, slots)])
+                            [(labels[s][0], *((labels[s][1],) if set_id else ()), r[0]) for r, s in zip(rows, slots, strict=False)])
             _retime(con, "NVTX_EVENTS", [r[0] for r in rows], _tied_durations(slots, len(labels), rng), rng, 0)
 
 

@@ -445,7 +445,7 @@ def _analyse_one_at_a_time(files: tuple[Path, ...], ranks: list[int], func: Call
             failures += _report_failed(act)
             return result
 
-    jobs = ((path, (path, rank)) for rank, path in sorted(zip(ranks, files)))
+    jobs = ((path, (path, rank)) for rank, path in sorted(zip(ranks, files, strict=False)))
     results = (future.result() for _, future in stream_map(InProcess(), one_file, jobs, in_flight=1))
     df = concat_frames(r for r in results if r is not None)
     if df is None:

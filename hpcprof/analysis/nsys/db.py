@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import adbc_driver_manager
 import adbc_driver_sqlite
@@ -312,7 +312,7 @@ class Export:
 
     # -- reading --------------------------------------------------------------------------
 
-    def memo(self, key: str, compute: Callable[[], object]) -> object:
+    def memo(self, key: str, compute: Callable[[], Any]) -> Any:
         """`compute()` once per export (thread-safe): reports that share a table read it once."""
         with self._lock:
             lock = self._memo_locks.setdefault(key, threading.Lock())

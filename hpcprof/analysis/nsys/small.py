@@ -16,10 +16,11 @@ import csv
 import math
 import sqlite3
 import urllib.parse
+from collections.abc import Callable, Iterable
 from decimal import ROUND_HALF_UP, Decimal
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, Callable, Iterable, TextIO
+from typing import Any, TextIO
 
 from hpcprof.analysis.nsys.schema import (
     GPU_TABLES,
@@ -250,7 +251,8 @@ def gpukernsum(export: SmallExport, layout: str) -> Report:
     """Kernels per (name, grid, block): nsys 2022.4's `gpukernsum`."""
     dims = "".join(f", coalesce({c}, -1)" for c in ("gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ"))
     rows = _kernel_rows(export, dims)
-    groups = _grouped(((r[2], "%4d %4d %4d" % r[3:6], "%4d %4d %4d" % r[6:9]), r[1] - r[0]) for r in rows)
+    groups = _grouped(((r[2], "%4d %4d %4d" % r[3:6], "%4d %4d %4d" % r[6:9]), r[1] - r[0])  # noqa: UP031 (nsys's C format)
+                      for r in rows)
     names = export.strings(key[0] for key in groups)
     return _summary(groups, "Instances", layout, [[k[1] for k in groups], [k[2] for k in groups],
                                                   [names.get(k[0]) for k in groups]],
@@ -377,4 +379,4 @@ def write_csv(report: Report, out: TextIO) -> None:
         return
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(report.columns)
-    writer.writerows([_cell(v, f, report.null) for v, f in zip(row, report.formats)] for row in report.rows)
+    writer.writerows([_cell(v, f, report.null) for v, f in zip(row, report.formats, strict=False)] for row in report.rows)

@@ -37,13 +37,15 @@ import csv
 import os
 import re
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Callable, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from hpcprof.analysis.nsys import small
 from hpcprof.analysis.nsys.db import (
     KERNEL,
     MEMCPY,
@@ -62,9 +64,6 @@ from hpcprof.analysis.nsys.db import (
     pid_of,
     process_of,
 )
-from hpcprof.analysis.nsys import small
-from hpcprof.analysis.nsys.small import SUMMARY_COLS, SUMMARY_FMT
-from hpcprof.lazy import LazyModule
 from hpcprof.analysis.nsys.schema import (  # noqa: F401  (MissingData re-exported for the callers)
     MEMSET_LABEL,
     OLD_MEM_KINDS,
@@ -72,7 +71,8 @@ from hpcprof.analysis.nsys.schema import (  # noqa: F401  (MissingData re-export
     OSRT_EVENT_CLASS,
     MissingData,
 )
-
+from hpcprof.analysis.nsys.small import SUMMARY_COLS, SUMMARY_FMT
+from hpcprof.lazy import LazyModule
 
 sa = LazyModule("sqlalchemy")
 if TYPE_CHECKING:
@@ -143,7 +143,7 @@ class Groups:
                      lambda g: values[codes == g])
 
     @classmethod
-    def from_packed(cls, v: np.ndarray) -> tuple[np.ndarray, "Groups"]:
+    def from_packed(cls, v: np.ndarray) -> tuple[np.ndarray, Groups]:
         """Groups of packed `key << 41 | value` (sorted here, in place): (keys ascending, groups)."""
         in_rows = v.copy()                  # row order, for StdDev ties (see _welford_at_ties)
         v.sort()
@@ -195,7 +195,7 @@ class Groups:
         tie = nonempty & (self.count > 1) & (np.abs(tens - np.floor(tens) - 0.5) < 1e-9 * np.maximum(tens, 1.0))
         for g in np.flatnonzero(tie):
             mean = spread = 0.0
-            for k, x in enumerate(in_rows(g).tolist(), start=1):
+            for k, x in enumerate(in_rows(int(g)).tolist(), start=1):
                 delta = x - mean
                 mean += delta / k
                 spread += delta * (x - mean)
@@ -212,7 +212,7 @@ class Groups:
         cols = [c.format(count=count_label) for c in SUMMARY_COLS]
         vals = [self.ratio(layout), self.total, self.count, round1(self.avg, layout), round1(self.med, layout),
                 self.min, self.max, round1(self.std, layout)]
-        return dict(zip(cols, vals))
+        return dict(zip(cols, vals, strict=False))
 
 
 def factorize_sorted(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -235,7 +235,7 @@ def factorize_sorted(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return rank[index.astype(np.int64, copy=False)], uniq[order]
     rank[-1] = -1                                         # NULL: a code before every value
     codes = rank[np.where(np.isnan(index), len(uniq), index).astype(np.int64)] + 1
-    return codes, np.concatenate(([None], uniq[order].astype(object)))
+    return codes, np.concatenate((np.array([None], dtype=object), uniq[order].astype(object)))
 
 
 #: object arrays up to this length are factorized in Python (`pa.array` of text imports pandas)
@@ -269,7 +269,7 @@ def group_codes(*keys: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
     flat = np.ravel_multi_index(sub_codes, dims)
     used, codes = np.unique(flat, return_inverse=True)
     idx = np.unravel_index(used, dims)
-    return codes.astype(np.int64), [u[i] for u, i in zip(uniques, idx)]
+    return codes.astype(np.int64), [u[i] for u, i in zip(uniques, idx, strict=False)]
 
 
 class Table:
@@ -291,7 +291,7 @@ class Table:
         return df
 
     @classmethod
-    def from_frame(cls, df: pd.DataFrame) -> "Table":
+    def from_frame(cls, df: pd.DataFrame) -> Table:
         return cls({str(c): df[c].to_numpy(dtype=object) for c in df.columns},
                    df.attrs.get("formats", ["s"] * len(df.columns)), df.attrs.get("null", ""))
 
@@ -370,7 +370,9 @@ def memop_codes(export: Export, layout: str, value: str = "duration") -> tuple[n
     if not tables:
         raise MissingData("no GPU memory data")
     labels = memcpy_labels(export, layout)
-    names, codes, values = [], [], []
+    names: list[Any] = []
+    codes: list[Any] = []
+    values: list[Any] = []
     for table, (kind, dur, size) in tables.items():
         v = dur if value == "duration" else size
         if table == MEMCPY:
@@ -442,9 +444,10 @@ def nvtx_ranges(export: Export, event_types: tuple[int, ...], layout: str,
         a["pid"] = pid_of(a["globalTid"])
         # end - start, or -(start + 1) for an unterminated range (its end is known after the scan)
         a["duration"] = np.where(a["end"] >= 0, a["end"] - a["start"], -a["start"] - 1)
-        for keep, out in ((np.isin(a["eventType"], event_types), ranges), (a["eventType"] == NVTX_DOMAIN_CREATE, domains)):
-            for n in out:
-                out[n].append(a[n][keep].astype(NVTX_DTYPES.get(n, np.int64)))
+        for keep, into in ((np.isin(a["eventType"], event_types), ranges),
+                           (a["eventType"] == NVTX_DOMAIN_CREATE, domains)):
+            for n in into:
+                into[n].append(a[n][keep].astype(NVTX_DTYPES.get(n, np.int64)))
     d = {n: _concat(ranges.pop(n), NVTX_DTYPES.get(n, np.int64)) for n in columns}
     dom = pd.DataFrame({n: _concat(v, NVTX_DTYPES.get(n, np.int64)) for n, v in domains.items()})
     texts = codes.values()
@@ -468,7 +471,7 @@ def nvtx_ranges(export: Export, event_types: tuple[int, ...], layout: str,
         range_names = label if layout == OLD else np.array([f":{lab or ''}" for lab in label], dtype=object)
     duration = d["duration"]
     duration[duration < 0] = last + 1 + duration[duration < 0]
-    out = {"duration": duration, "eventType": d["eventType"], "name": name_code}
+    out: dict[str, Any] = {"duration": duration, "eventType": d["eventType"], "name": name_code}
     if with_times:
         out |= {"start": d["start"], "end": np.where(d["end"] < 0, last, d["end"]), "globalTid": d["globalTid"]}
     return pd.DataFrame(out), range_names
@@ -499,12 +502,12 @@ def _with_domains(d: dict[str, np.ndarray], dom: dict[str, np.ndarray], pair: np
     width = len(label) + 1
     combo, combos = factorize_sorted(dom_of_row * width + pair)
     combos = np.asarray(combos, dtype=np.int64)
-    dom_names = np.concatenate((domain_names, [None]))[combos // width]
+    dom_names = np.concatenate((domain_names, np.array([None], dtype=object)))[combos // width]
     labels = label[combos % width]
     if layout == OLD:
-        names = [lab if dn is None else f"{dn}:{lab}" for dn, lab in zip(dom_names, labels)]
+        names = [lab if dn is None else f"{dn}:{lab}" for dn, lab in zip(dom_names, labels, strict=False)]
     else:
-        names = [f"{dn or ''}:{lab or ''}" for dn, lab in zip(dom_names, labels)]
+        names = [f"{dn or ''}:{lab or ''}" for dn, lab in zip(dom_names, labels, strict=False)]
     return combo, np.array(names, dtype=object)
 
 
@@ -586,8 +589,8 @@ def cuda_gpu_kern_gb_sum(export: Export, layout: str = NEW, variant: str = "dema
         d = kernels(export, dims, variant)
         # group the dims first (few distinct), then (name, grid, block) with grid/block as text
         dcodes, dparts = group_codes(*(d[c] for c in dims))
-        grid_u = _grid_block(dict(zip(dims, dparts)), "grid")
-        block_u = _grid_block(dict(zip(dims, dparts)), "block")
+        grid_u = _grid_block(dict(zip(dims, dparts, strict=False)), "grid")
+        block_u = _grid_block(dict(zip(dims, dparts, strict=False)), "block")
         gcodes, (grid_u,) = group_codes(grid_u)
         bcodes, (block_u,) = group_codes(block_u)
         if layout == OLD:
@@ -798,7 +801,7 @@ def _nvtx_packed(export: Export, event_types: tuple[int, ...], layout: str,
     parts = export.map_batches(f"{text}, {value}", NVTX, "", encode)     # no WHERE: filtering costs SQLite more
     if not parts:
         return None
-    threads, local, packed = (list(x) for x in zip(*parts))
+    threads, local, packed = (list(x) for x in zip(*parts, strict=False))
     del parts
     v = np.concatenate(packed)
     del packed
@@ -820,11 +823,11 @@ def _nvtx_packed(export: Export, event_types: tuple[int, ...], layout: str,
     order = list(seen)
     merged = pa.concat_arrays([seen[t][0] for t in order]).dictionary_encode()
     to_global = numpy_of(merged.indices)
-    offsets = dict(zip(order, np.cumsum([0] + [len(seen[t][0]) for t in order]).tolist()))
+    offsets = dict(zip(order, np.cumsum([0] + [len(seen[t][0]) for t in order]).tolist(), strict=False))
     seen.clear()
     pair = np.empty(sum(len(c) for c in local), dtype=np.int32)
     at = 0
-    for t, c in zip(threads, local):
+    for t, c in zip(threads, local, strict=False):
         pair[at:at + len(c)] = to_global[c + offsets[t]] if offsets[t] else to_global[c]
         at += len(c)
     del local, to_global
@@ -976,7 +979,7 @@ def cuda_gpu_trace(export: Export, layout: str = NEW, variant: str = "demangled"
     kinds = mem_kind_labels(export, layout)
     green = layout != OLD
     if export.has(KERNEL):
-        extra = ("correlationId", "gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ", "registersPerThread",
+        extra: tuple[str, ...] = ("correlationId", "gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ", "registersPerThread",
                  "staticSharedMemory", "dynamicSharedMemory", "deviceId", "contextId", "streamId")
         extra += ("greenContextId",) if green and "greenContextId" in export.columns(KERNEL) else ()
         k = kernels(export, extra, variant)
@@ -996,10 +999,10 @@ def cuda_gpu_trace(export: Export, layout: str = NEW, variant: str = "demangled"
         if not export.has(table):
             continue
         t = export.table(table)
-        cols = export.columns(table)
+        present = export.columns(table)
         sel = [t.c.start, t.c.end, t.c.correlationId, t.c.bytes, t.c.deviceId, t.c.contextId, t.c.streamId]
-        sel += [t.c.greenContextId if green and "greenContextId" in cols else sa.literal(0).label("greenContextId")]
-        sel += [t.c.copyKind, t.c.srcKind, t.c.dstKind] if is_copy else [t.c.memKind if "memKind" in cols
+        sel += [t.c.greenContextId if green and "greenContextId" in present else sa.literal(0).label("greenContextId")]
+        sel += [t.c.copyKind, t.c.srcKind, t.c.dstKind] if is_copy else [t.c.memKind if "memKind" in present
                                                                           else sa.literal(-1).label("memKind")]
         m = export.ints(sa.select(*sel))
         dur = m["end"] - m["start"]
@@ -1030,7 +1033,7 @@ def cuda_gpu_trace(export: Export, layout: str = NEW, variant: str = "demangled"
     null = _null(layout)
     empty = "" if layout == OLD else None
     thru = f["thru"].astype(object).where(f["thru"].notna(), empty) if "thru" in f else np.full(len(f), empty)
-    cols = {"Start (ns)": f["start"], "Duration (ns)": f["dur"], "CorrId": f["corr"]}
+    cols: dict[str, Any] = {"Start (ns)": f["start"], "Duration (ns)": f["dur"], "CorrId": f["corr"]}
     for c, h in (("gx", "GrdX"), ("gy", "GrdY"), ("gz", "GrdZ"), ("bx", "BlkX"), ("by", "BlkY"), ("bz", "BlkZ"),
                  ("regs", "Reg/Trd"), ("smem", "StcSMem (MB)"), ("dmem", "DymSMem (MB)"), ("bytes", "Bytes (MB)")):
         cols[h] = _object_column(f, c)
@@ -1198,5 +1201,5 @@ def write_csv(report: Table | pd.DataFrame, out: TextIO) -> None:
         return
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(table.columns)
-    cols = [_cells(values, f, table.null) for values, f in zip(table.columns.values(), table.formats)]
-    writer.writerows(zip(*cols))
+    cols = [_cells(values, f, table.null) for values, f in zip(table.columns.values(), table.formats, strict=False)]
+    writer.writerows(zip(*cols, strict=False))

@@ -322,12 +322,12 @@ def load_traces(
     workers = min(workers, len(files))
     if workers > 1:
         with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
-            results = list(pool.map(_load_wanted, *zip(*jobs)))
+            results = list(pool.map(_load_wanted, *zip(*jobs, strict=False)))
     else:
         results = [_load_wanted(*job) for job in jobs]
     traces: dict[int, RankTrace] = {}
     errors: list[str] = []
-    for path, result in zip(files, results):
+    for path, result in zip(files, results, strict=False):
         if isinstance(result, str):
             errors.append(result)
         elif result is not None and result.rank in traces:
