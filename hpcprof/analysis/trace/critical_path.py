@@ -30,7 +30,7 @@ from hpcprof.analysis.critical_path import (  # noqa: F401  (re-exported for col
     empty_events,
 )
 from hpcprof.analysis.critical_path import rank_events as events_of_rank
-from hpcprof.analysis.trace.load import TraceError, _rank_from, _read_bytes
+from hpcprof.analysis.trace.load import TraceError, _rank_from, decode_trace
 
 STEP = re.compile(r"ProfilerStep\s*#\s*(\d+)")
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
@@ -73,19 +73,14 @@ def file_events(path: Path, rank: int | None = None) -> pd.DataFrame:
     """One rank's critical-path events from its trace (`rank`, else distributedInfo.rank or the
     `rank<N>` of the name). TraceError names a file that is not a Kineto trace."""
     path = Path(path)
-    try:
-        doc = msgspec.json.decode(_read_bytes(path), type=_Trace)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        raise TraceError(f"{path}: not a Kineto JSON trace: {exc}") from exc
-    if doc.traceEvents is None:
-        raise TraceError(f"{path}: no traceEvents array; not a Kineto trace")
+    doc, events = decode_trace(path, _Trace)
     if rank is None:
         rank = _rank_from(doc.distributedInfo, path)
     gpu: list[tuple[Any, ...]] = []
     launch: dict[int, int] = {}
     steps: list[tuple[int, int, int]] = []
     ranges: list[tuple[str, int, int]] = []
-    for e in doc.traceEvents:
+    for e in events:
         if e.ts is None or e.dur is None or not isinstance(e.dur, (int, float)) or math.isnan(e.dur):
             continue
         a = e.args

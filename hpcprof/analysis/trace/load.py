@@ -32,7 +32,7 @@ from collections.abc import Container, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 import numpy as np
@@ -147,6 +147,22 @@ def peek_rank(path: Path) -> int | None:
     return _rank_from(head.distributedInfo, path)
 
 
+T = TypeVar("T", bound=msgspec.Struct)
+
+
+def decode_trace(path: Path, fields: type[T]) -> tuple[T, list[Any]]:
+    """The trace's JSON decoded into `fields` (a msgspec Struct with a `traceEvents` field: only what
+    the caller reads is decoded) and its events. TraceError names a file that is not a Kineto trace."""
+    try:
+        doc = msgspec.json.decode(_read_bytes(path), type=fields)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise TraceError(f"{path}: not a Kineto JSON trace: {exc}") from exc
+    events = getattr(doc, "traceEvents", None)
+    if events is None:
+        raise TraceError(f"{path}: no traceEvents array; not a Kineto trace")
+    return doc, events
+
+
 def load_trace(
     path: Path, rank: int | None = None, include_last_profiler_step: bool = False,
     clamp_sub_us: bool = False, ignore_unmatched_launches: bool = False,
@@ -167,13 +183,7 @@ def load_trace(
     Raises TraceError for unreadable or non-Kineto files and for traces without GPU events.
     """
     path = Path(path)
-    try:
-        doc = msgspec.json.decode(_read_bytes(path), type=_Trace)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        raise TraceError(f"{path}: not a Kineto JSON trace: {exc}") from exc
-    if doc.traceEvents is None:
-        raise TraceError(f"{path}: no traceEvents array; not a Kineto trace")
-    events = doc.traceEvents
+    doc, events = decode_trace(path, _Trace)
     if rank is None:
         rank = _rank_from(doc.distributedInfo, path)
     ranked = 0 if rank is None else rank
