@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from differential.hta_reference import hta_trace_analysis
 
 from hpcprof.analysis.nsys import distributed as dist
 from hpcprof.analysis.nsys import window as win
@@ -172,11 +173,9 @@ def test_median_iteration_on_gpu_time_aligned_across_ranks(fixtures_dir: Path) -
 def test_kineto_window_against_hta(fixtures_dir: Path, tmp_path: Path, name: str) -> None:
     """The ProfilerStep window of real H200 traces: here the steps span the traced GPU work, so
     its length and idle time are HTA 0.5.0's temporal breakdown's (run on the same files)."""
-    from hta.trace_analysis import TraceAnalysis
-
     logging.disable(logging.WARNING)
     directory = fixtures_dir / "hta" / name
-    hta = TraceAnalysis(trace_dir=str(directory)).get_temporal_breakdown(visualize=False).set_index("rank")
+    hta = hta_trace_analysis(directory).get_temporal_breakdown(visualize=False).set_index("rank")
     run = tmp_path / "run"
     windows, iterations = [], []
     for rank in (0, 1):

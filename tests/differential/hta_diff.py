@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from .hta_reference import hta_trace_analysis
 from .kineto_gen import generate
 
 
@@ -33,14 +34,12 @@ def _csv_diff(ours: pd.DataFrame, theirs: pd.DataFrame) -> str | None:
 
 def analyses(directory: Path) -> dict[str, Callable[[], str | None]]:
     """analysis name -> a check comparing HTA's CSV bytes with hpcprof's on the set in `directory`."""
-    from hta.trace_analysis import TraceAnalysis
-
     from hpcprof.analysis.trace import analyses as A
     from hpcprof.analysis.trace.load import load_traces
 
     traces, errors = load_traces([directory], workers=1)
     assert not errors, errors
-    hta = TraceAnalysis(trace_dir=str(directory))
+    hta = hta_trace_analysis(directory)
     ranks = [t.rank for t in traces]
 
     def temporal() -> str | None:
