@@ -14,6 +14,7 @@ fails on is an empty file on its side and MissingData (nothing written) on ours.
 from __future__ import annotations
 
 import io
+import multiprocessing
 import os
 import subprocess
 import sys
@@ -39,6 +40,8 @@ OLD_REPORTS = ["gpukernsum", "cudaapisum", "gpumemtimesum", "gpumemsizesum", "gp
 NEW_REPORTS = sorted(name for name in REPORTS if "_" in name)
 # nsys 2025.3.1 gold per seed range (stored as .tar.xz, unpacked by fixture_files)
 GOLD_2025 = {"plain": "gold_generated_2025.3.1.tar", "ties": "gold_generated_ties_2025.3.1.tar"}
+#: worker processes are spawned, not forked: the test process has threads (a forked child can inherit a held lock)
+SPAWN = multiprocessing.get_context("spawn")
 PER_KIND = int(os.environ.get("HPCPROF_DIFF_EXPORTS", "520"))
 SEEDS = [*range(PER_KIND), *range(TIE_SEEDS, TIE_SEEDS + PER_KIND)]
 
@@ -137,7 +140,7 @@ def comparisons(fixtures_dir: Path, tmp_path_factory: pytest.TempPathFactory) ->
         if stored.exists():
             with tarfile.open(stored) as tar:
                 tar.extractall(work / f"gold_2025_{kind}", filter="data")
-    with ProcessPoolExecutor(max_workers=2) as pool:
+    with ProcessPoolExecutor(max_workers=2, mp_context=SPAWN) as pool:
         exports = list(pool.map(_derive, [(seed, fixtures_dir, work) for seed in SEEDS], chunksize=16))
     nsys = _nsys_2022()
     if isinstance(nsys, Path):
@@ -148,7 +151,7 @@ def comparisons(fixtures_dir: Path, tmp_path_factory: pytest.TempPathFactory) ->
         with ThreadPoolExecutor(max_workers=2) as threads:        # the exports with ties only (CI time)
             list(threads.map(reference, [db for seed, db in zip(SEEDS, exports, strict=False) if seed >= TIE_SEEDS]))
     totals = {key: Outcome() for key in KEYS}
-    with ProcessPoolExecutor(max_workers=2) as pool:
+    with ProcessPoolExecutor(max_workers=2, mp_context=SPAWN) as pool:
         jobs = [(db, gold_dirs["ties" if seed >= TIE_SEEDS else "plain"]) for seed, db in zip(SEEDS, exports, strict=False)]
         for outcomes in pool.map(_compare, jobs, chunksize=8):
             for key, part in outcomes.items():

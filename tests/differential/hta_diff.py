@@ -8,10 +8,13 @@ differences. Used by tests/test_trace_differential.py.
 from __future__ import annotations
 
 import logging
+import multiprocessing
+import os
 import sys
 import tempfile
 import warnings
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import pandas as pd
@@ -82,8 +85,8 @@ def analyses(directory: Path) -> dict[str, Callable[[], str | None]]:
             "kernel_types": kernel_types, "kernels": kernels}
 
 
-def compare(seeds: range) -> tuple[int, int, int, list[str]]:
-    """(compared, identical, HTA failures, differences) over the trace sets of `seeds`."""
+def _compare_seeds(seeds: list[int]) -> tuple[int, int, list[str]]:
+    """(compared, HTA failures, differences) over the trace sets of `seeds`, in this process."""
     logging.disable(logging.WARNING)
     warnings.simplefilter("ignore")
     compared = failed = 0
@@ -99,7 +102,22 @@ def compare(seeds: range) -> tuple[int, int, int, list[str]]:
                 compared += 1
                 if diff:
                     diffs.append(f"seed {seed} {name}: {diff}")
-    return compared, compared - len(diffs), failed, diffs
+    return compared, failed, diffs
+
+
+def compare(seeds: range, workers: int | None = None) -> tuple[int, int, int, list[str]]:
+    """(compared, identical, HTA failures, differences) over the trace sets of `seeds`, spread over
+    `workers` spawned processes (default: the cores; spawned, not forked, as the test process has threads)."""
+    workers = min(workers or os.cpu_count() or 1, len(seeds)) or 1
+    chunks = [list(seeds[i::workers]) for i in range(workers)]
+    if workers == 1:
+        results = [_compare_seeds(chunks[0])]
+    else:
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+            results = list(pool.map(_compare_seeds, chunks))
+    compared = sum(r[0] for r in results)
+    diffs = sorted((d for r in results for d in r[2]), key=lambda d: int(d.split()[1]))
+    return compared, compared - len(diffs), sum(r[1] for r in results), diffs
 
 
 def main() -> None:
