@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
+from typing import TextIO
 
 import click
 
@@ -105,8 +107,11 @@ def _echo(ctx: click.Context, files: tuple[Path, ...], metrics: tuple[str, ...],
         raise UserError(str(exc)) from None
     text = result.table.to_csv(index=False)  # Echo: merged_df.to_csv(path, index=False)
     if output is None:
-        click.echo(text, nl=False)
+        sys.stdout.write(text)  # as it is: click.echo would strip escapes
     else:
+        def to(fh: TextIO) -> None:
+            fh.write(text)
+
         inputs = [files[0], *([kshortname] if kshortname else [])]
-        click.echo(f"wrote {write_text_stream(Path(output), lambda fh: fh.write(text), inputs=inputs)}", err=True)
+        click.echo(f"wrote {write_text_stream(Path(output), to, inputs=inputs)}", err=True)
     click.echo(f"hpcprof ncu metrics: {result.summary()}", err=True)

@@ -113,8 +113,8 @@ def echo_table(details: pd.DataFrame, kshortname: pd.DataFrame, source: str = "d
     for kid in ids.unique():
         row: dict[str, object] = {"ID": kid}
         for col in ECHO_METRICS:
-            pos = first.get((kid, col))
-            row[col] = None if pos is None else values.iat[pos]  # the scalar Echo's `.at[0, ...]` returns
+            at = first.get((kid, col))
+            row[col] = None if at is None else values.iat[at]  # the scalar Echo's `.at[0, ...]` returns
         records.append(row)
     names = kshortname.drop_duplicates(subset="ID", keep="first")[["ID", "Kernel Name"]]
     try:
@@ -127,16 +127,16 @@ def echo_table(details: pd.DataFrame, kshortname: pd.DataFrame, source: str = "d
 def echo_metrics(details: Path, kshortname: Path | None = None, ncu: str | None = None) -> EchoMetrics:
     """Echo's table of a details CSV and its kshortname CSV, or of a .ncu-rep (both exported
     through ncu as Echo's run.sh exports them, unless `kshortname` is given)."""
+    details_text: str | None = None
+    names_text: str | None = None
     if details.suffix == ".ncu-rep":
         if not details.is_file():
             raise NcuInputError(f"{details}: no such file")
         details_text = export_report(details, ncu, "details")
         names_text = None if kshortname else export_report(details, ncu, "details", "--print-kernel-base", "function")
-    else:
-        if kshortname is None:
-            raise NcuInputError(f"{details}: --layout echo also needs Echo's second export: --kshortname "
-                                f"FILE (ncu -i REPORT --print-kernel-base function --csv > FILE), or give the .ncu-rep")
-        details_text = names_text = None
+    elif kshortname is None:
+        raise NcuInputError(f"{details}: --layout echo also needs Echo's second export: --kshortname "
+                            f"FILE (ncu -i REPORT --print-kernel-base function --csv > FILE), or give the .ncu-rep")
     frame = read_export(details, details_text, "details", ["ID", "Section Name", "Metric Name", "Metric Value"])
     names = read_export(kshortname or details, names_text, "kshortname", ["ID", "Kernel Name"])
     return echo_table(frame, names, str(details))
