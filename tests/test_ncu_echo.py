@@ -55,30 +55,37 @@ def test_vendored_script_is_echos() -> None:
 
 def test_real_exports_identical(fixtures_dir: Path, tmp_path: Path, record_counts) -> None:
     """Real exports: the two A40 reports exported by ncu 2022.3 (details + kshortname, also read
-    from the .ncu-rep through ncu) and the H200 details page of ncu 2025 (its kernel names have no
-    parameters, so the page is its own kshortname export)."""
+    from the .ncu-rep through ncu), the H200 details page of ncu 2025 (its kernel names have no
+    parameters, so the page is its own kshortname export), and every GPU gold folder
+    `ncu/echo_*/` (benchmarks/gpu/echo_ncu.sh's output_details.csv, output_kshortname.csv and
+    Echo's kernel_metric_output.csv made there), also against that committed output."""
     cases = {fixtures_dir / GOLD / f"indexspaces_{r}_details.csv": fixtures_dir / GOLD / f"indexspaces_{r}_kshortname.csv"
              for r in ("74de19f", "7dc4fa5")}
     cases[fixtures_dir / H200_DETAILS] = fixtures_dir / H200_DETAILS
-    folders = {echo_folder(tmp_path / "echo", d, k): (d, k) for d, k in cases.items()}
+    gold = sorted((fixtures_dir / "ncu").glob("echo_*/kernel_metric_output.csv"))
+    cases.update({g.with_name("output_details.csv"): g.with_name("output_kshortname.csv") for g in gold})
+    folders = {echo_folder(tmp_path / "echo" / str(n), d, k): (d, k) for n, (d, k) in enumerate(cases.items())}
     echo = run_echo(list(folders), ECHO_PYTHON)
     identical = 0
     for folder, (details, names) in folders.items():
         result = echo_layout(str(details), "--kshortname", str(names))
         assert result.exit_code == 0, result.output
-        assert result.stdout.encode() == echo[folder], details.name
+        assert result.stdout.encode() == echo[folder], details
+        if details.parent.name.startswith("echo_"):
+            assert result.stdout.encode() == details.with_name("kernel_metric_output.csv").read_bytes(), details
         identical += 1
     exe = fake_ncu(tmp_path, fixtures_dir)
-    for rev in ("74de19f", "7dc4fa5"):
+    for n, rev in enumerate(("74de19f", "7dc4fa5")):
         rep = echo_layout(str(fixtures_dir / f"ncu/indexspaces_{rev}.ncu-rep"), "--ncu", str(exe))
         assert rep.exit_code == 0, rep.output
-        assert rep.stdout.encode() == echo[tmp_path / "echo" / f"indexspaces_{rev}_details"]
+        assert rep.stdout.encode() == echo[tmp_path / "echo" / str(n) / f"indexspaces_{rev}_details"]
         identical += 1
     assert (tmp_path / "ncu_calls.txt").read_text().splitlines()[-2:] == [
         f"--import {fixtures_dir}/ncu/indexspaces_7dc4fa5.ncu-rep --csv --page details",
         f"--import {fixtures_dir}/ncu/indexspaces_7dc4fa5.ncu-rep --csv --page details --print-kernel-base function"]
     record_counts(f"Echo ncu_report_process.py vs ncu metrics --layout echo, real ncu exports (2 ncu 2022.3 A40 "
-                  f"reports as CSV and as .ncu-rep, 1 ncu 2025 H200 details page): {identical} of 5 identical")
+                  f"reports as CSV and as .ncu-rep, 1 ncu 2025 H200 details page, {len(gold)} GPU gold folder(s) "
+                  f"ncu/echo_*): {identical} of {len(folders) + 2} identical")
 
 
 def test_echo_values_are_the_printed_ones(fixtures_dir: Path) -> None:
