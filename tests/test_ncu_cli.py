@@ -197,3 +197,14 @@ def test_default_sections_fill_echo_table() -> None:
     assert asked == set(ECHO_SECTION_IDS.values())
     assert "--section" not in NcuOptions(set="basic").argv()
     assert NcuOptions(sections=["Occupancy"]).argv().count("--section") == 1
+
+
+def test_output_file_equals_stdout(fixtures_dir: Path, tmp_path: Path) -> None:
+    """-o writes what stdout would show (hpcprof's layout as Echo's)."""
+    details = str(fixtures_dir / GOLD / "indexspaces_7dc4fa5_details.csv")
+    names = str(fixtures_dir / GOLD / "indexspaces_7dc4fa5_kshortname.csv")
+    for args in (["--format", "csv"], ["--layout", "echo", "--kshortname", names]):
+        shown = run(details, *args)
+        written = run(details, *args, "-o", str(tmp_path / "out.csv"))
+        assert shown.exit_code == written.exit_code == 0, written.output
+        assert (tmp_path / "out.csv").read_text() == shown.stdout and written.stdout == ""
