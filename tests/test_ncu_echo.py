@@ -101,7 +101,7 @@ def test_echo_values_are_the_printed_ones(fixtures_dir: Path) -> None:
                          "4,julia_frb_5885,,,,67.20,50.06,50,1.41,75.89"]
     assert out.stderr.splitlines()[-1].endswith(
         "5 row(s) of 5 kernel ID(s) in the details page and 5 in the kshortname export, 0 dropped; empty: Compute "
-        "throughput, SM, Memory throughput (no such section/metric name in the details page)")
+        "throughput, SM, Memory throughput (no value under Echo's section/metric name in the details page)")
     ours = CliRunner().invoke(main, ["ncu", "metrics", str(details), "--format", "csv"])
     own = pd.read_csv(pd.io.common.StringIO(ours.stdout))
     assert own["DRAM throughput"].tolist() == [90.63, 42.36, 49.38, 43.17, 67.20]

@@ -68,7 +68,7 @@ class EchoMetrics:
                 f"details page and {self.named_ids} in the kshortname export, "
                 f"{self.details_ids - len(self.table)} dropped")
         if empty:
-            text += f"; empty: {', '.join(empty)} (no such section/metric name in the details page)"
+            text += f"; empty: {', '.join(empty)} (no value under Echo's section/metric name in the details page)"
         return text
 
 
@@ -84,7 +84,7 @@ def read_export(source: str | Path, text: str | None, what: str, columns: list[s
     except UnicodeDecodeError:
         raise NcuInputError(f"{source}: not ncu --csv output (binary or not UTF-8)") from None
     except (pd.errors.ParserError, pd.errors.EmptyDataError, ValueError) as exc:
-        raise NcuInputError(f"{source}: not a {what} CSV export ({str(exc).strip().splitlines()[0]})") from None
+        raise NcuInputError(f"{source}: not a {what} CSV export ({(str(exc).strip().splitlines() or [type(exc).__name__])[0]})") from None
     missing = [c for c in columns if c not in df.columns]
     if missing:
         raise NcuInputError(f"{source}: no {', '.join(map(repr, missing))} column; not a {what} CSV export "
