@@ -14,16 +14,19 @@ import pytest
 from click.testing import CliRunner
 
 from hpcprof.analysis.ncu.collect import analyse_file
+from hpcprof.analysis.ncu.echo import RULE_HPCPROF
 from hpcprof.analysis.ncu.metrics import ECHO_COLUMNS
 from hpcprof.analysis.ncu.parse import NcuInputError
 from hpcprof.cli import main
 
 GOLD = "ncu/gold_ncu_2022.3"
 REP = "ncu/indexspaces_74de19f.ncu-rep"
+LAYOUT_LINE = f"hpcprof ncu metrics: layout: {RULE_HPCPROF}"
 
 
 def fake_ncu(tmp_path: Path, fixtures_dir: Path, exit_code: int = 0) -> Path:
-    """An `ncu` that answers `--import X --csv --page details|raw` with the gold exports of X."""
+    """An `ncu` that answers `--import X --csv --page details|raw` (and `--page details
+    --print-kernel-base function`, Echo's kshortname export) with the gold exports of X."""
     exe = tmp_path / "bin" / "ncu"
     exe.parent.mkdir(exist_ok=True)
     gold = fixtures_dir / GOLD
@@ -32,6 +35,7 @@ echo "$@" >> {tmp_path}/ncu_calls.txt
 if [ {exit_code} -ne 0 ]; then echo "==ERROR== Could not open report file '$2'."; exit {exit_code}; fi
 name=$(basename "$2" .ncu-rep)
 case "$*" in
+  *"--print-kernel-base function"*) cat {gold}/${{name}}_kshortname.csv ;;
   *"--page details"*) cat {gold}/${{name}}_details.csv ;;
   *"--page raw"*) cat {gold}/${{name}}_raw.csv ;;
 esac
@@ -91,7 +95,7 @@ def test_bad_files_reported_others_processed(fixtures_dir: Path, tmp_path: Path)
     ]
     assert lines[3:5] == [f"hpcprof ncu metrics: column '{c} hit rate' is empty: profile with --section "
                           "MemoryWorkloadAnalysis" for c in ("L1", "L2")]
-    assert lines[5:] == ["Error: 3 problem(s) with the input; see above"]
+    assert lines[5:] == [LAYOUT_LINE, "Error: 3 problem(s) with the input; see above"]
     df = pd.read_csv(io.StringIO(result.stdout))
     assert df["file"].tolist() == [good.name] and df["DRAM throughput"].tolist() == [0.74]
 
@@ -171,13 +175,14 @@ def test_empty_columns_name_their_section(fixtures_dir: Path) -> None:
     assert result.exit_code == 0, result.output
     assert result.stderr.splitlines() == [
         "hpcprof ncu metrics: column 'L1 hit rate' is empty: profile with --section MemoryWorkloadAnalysis",
-        "hpcprof ncu metrics: column 'L2 hit rate' is empty: profile with --section MemoryWorkloadAnalysis"]
+        "hpcprof ncu metrics: column 'L2 hit rate' is empty: profile with --section MemoryWorkloadAnalysis",
+        LAYOUT_LINE]
     table = run(superbench)
-    assert table.exit_code == 0 and table.stderr == ""
+    assert table.exit_code == 0 and table.stderr.splitlines() == [LAYOUT_LINE]
     assert "'L1 hit rate' is empty: profile with --section MemoryWorkloadAnalysis" in table.stdout
     full = run(str(fixtures_dir / GOLD / "indexspaces_7dc4fa5_details.csv"), "--format", "csv")
     assert full.stderr.splitlines() == [
-        "hpcprof ncu metrics: column 'SM' is empty: profile with --section LaunchStats"]
+        "hpcprof ncu metrics: column 'SM' is empty: profile with --section LaunchStats", LAYOUT_LINE]
 
 
 def test_default_sections_fill_echo_table() -> None:
@@ -192,3 +197,14 @@ def test_default_sections_fill_echo_table() -> None:
     assert asked == set(ECHO_SECTION_IDS.values())
     assert "--section" not in NcuOptions(set="basic").argv()
     assert NcuOptions(sections=["Occupancy"]).argv().count("--section") == 1
+
+
+def test_output_file_equals_stdout(fixtures_dir: Path, tmp_path: Path) -> None:
+    """-o writes what stdout would show (hpcprof's layout as Echo's)."""
+    details = str(fixtures_dir / GOLD / "indexspaces_7dc4fa5_details.csv")
+    names = str(fixtures_dir / GOLD / "indexspaces_7dc4fa5_kshortname.csv")
+    for args in (["--format", "csv"], ["--layout", "echo", "--kshortname", names]):
+        shown = run(details, *args)
+        written = run(details, *args, "-o", str(tmp_path / "out.csv"))
+        assert shown.exit_code == written.exit_code == 0, written.output
+        assert (tmp_path / "out.csv").read_text() == shown.stdout and written.stdout == ""

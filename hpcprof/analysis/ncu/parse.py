@@ -154,15 +154,15 @@ def find_ncu(path: str | None = None) -> str | None:
     return shutil.which(path) if path else shutil.which("ncu")
 
 
-def export_report(report: Path, ncu: str | None, page: str) -> str:
-    """`ncu --import REPORT --csv --page PAGE` output; NcuInputError if ncu is missing or fails."""
+def export_report(report: Path, ncu: str | None, page: str, *options: str) -> str:
+    """`ncu --import REPORT --csv --page PAGE [OPTIONS]` output; NcuInputError if ncu is missing or fails."""
     exe = find_ncu(ncu)
     if exe is None:
         where = f"{ncu!r} is not an executable" if ncu else "ncu is not on PATH"
         raise NcuInputError(f"{report}: reading a .ncu-rep needs Nsight Compute's ncu ({where}); "
                             f"pass --ncu PATH, or export it: ncu --import {report} --csv "
                             f"--page details > {report.stem}_details.csv")
-    proc = subprocess.run([exe, "--import", str(report), "--csv", "--page", page],
+    proc = subprocess.run([exe, "--import", str(report), "--csv", "--page", page, *options],
                           capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         why = (proc.stderr + proc.stdout).strip().splitlines()
