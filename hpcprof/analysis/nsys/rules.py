@@ -43,7 +43,6 @@ import click
 
 from hpcprof.analysis.nsys.schema import (
     GPU_TABLES,
-    KERNEL,
     MEMCPY,
     MEMSET,
     OLD_MEM_KINDS,
@@ -257,7 +256,7 @@ def gaps(conn: sqlite3.Connection, opts: Options) -> list[tuple[Any, ...]]:
 
 
 class Chunk(NamedTuple):
-    index: int
+    number: int
     start: float
     end: float | int
     busy: float               # % of the chunk covered by operations (summed over concurrent ones)
@@ -296,7 +295,7 @@ def time_util(conn: sqlite3.Connection, opts: Options) -> list[tuple[Any, ...]]:
                 if chunk.busy < opts.threshold:
                     low.append(chunk)
             else:
-                untouched.setdefault(chunk.index, chunk)
+                untouched.setdefault(chunk.number, chunk)
     if opts.threshold > 0:
         low += untouched.values()
     ranges: dict[tuple[int, int, int], list[Chunk]] = {}
@@ -304,8 +303,8 @@ def time_util(conn: sqlite3.Connection, opts: Options) -> list[tuple[Any, ...]]:
     for chunk in low:
         by_device.setdefault(chunk.device, []).append(chunk)
     for device in sorted(by_device):
-        for rank, chunk in enumerate(sorted(by_device[device], key=lambda c: c.index), start=1):
-            ranges.setdefault((chunk.index - rank, device[1], device[0]), []).append(chunk)
+        for rank, chunk in enumerate(sorted(by_device[device], key=lambda c: c.number), start=1):
+            ranges.setdefault((chunk.number - rank, device[1], device[0]), []).append(chunk)
     merged = []
     for key in sorted(ranges)[:opts.rows]:
         chunks = ranges[key]
@@ -375,14 +374,14 @@ def run_rule(conn: sqlite3.Connection, rule: Rule, opts: Options, shown_path: st
 def _cell(value: Any) -> str:
     """A cell as nsys writes it: times in whole ns (gpu_time_util's are SQLite floats), NULL empty."""
     if isinstance(value, float):
-        return "%d" % value
+        return str(int(value))
     return "" if value is None else str(value)
 
 
 #: nsys's default units: sizes in MB (10^6 bytes) with three decimals, utilisation with one
 CELL_FORMATS: dict[str, Callable[[Any], str]] = {
-    "Bytes (MB)": lambda v: "" if v is None else "%.3f" % (v / 1e6),
-    "In-Use (%)": lambda v: "%.1f" % v,
+    "Bytes (MB)": lambda v: "" if v is None else f"{v / 1e6:.3f}",
+    "In-Use (%)": lambda v: f"{v:.1f}",
 }
 
 
