@@ -3,7 +3,8 @@
 The differential test generates exports with tests/differential/nsys_rules_exports.py (pageable,
 sync and async memcpys and memsets, synchronisation calls with equal durations, gaps over 500 ms
 on several devices, CUDA profiling overheads, dropped tables), runs nsys 2022.4's six rules on
-each twice (nsys's defaults, and rows=5 / gap=1 ms / threshold=80 % / chunks=97) and compares
+each three times (nsys's defaults; rows=5 / gap=1 ms / threshold=80 % / chunks=97; a start/end
+window over the middle 40 % of the export's GPU span) and compares
 each CSV file with ours byte for byte (an empty file where nsys skips or finds nothing).
 nsys 2022.4 is installed by tests/services/nsys.sh (as root); elsewhere the tests needing it skip
 with the reason, except under CI=true.
@@ -32,22 +33,37 @@ from nsys_rules_exports import derive_rules  # noqa: E402
 
 EXPORTS = int(os.environ.get("HPCPROF_RULES_EXPORTS", "120"))
 OPTION_SETS = {"default": rules.Options(), "tight": rules.Options(rows=5, gap_ms=1, threshold=80, chunks=97)}
+WINDOW = (0.3, 0.7)      # the third option set: the middle of the export's GPU span
 REAL = ["h200_campaign/ddp_ws2_rank0", "h200_campaign/ddp_ws2_rank1", "h200_campaign/seqpar_bf16_p4_rank3",
         "h200_seqpar_bf16/rank1"]
+
+
+def _option_sets(db: Path) -> list[rules.Options]:
+    """The fixed option sets and a time window over the middle of the export's GPU span."""
+    with sqlite3.connect(db) as con:
+        tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        spans = [con.execute(f'SELECT min(start), max("end") FROM {t}').fetchone()
+                 for t in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY") if t in tables]
+    lo = min((s[0] for s in spans if s[0] is not None), default=0)
+    hi = max((s[1] for s in spans if s[1] is not None), default=0)
+    window = rules.Options(start=int(lo + WINDOW[0] * (hi - lo)), end=int(lo + WINDOW[1] * (hi - lo)))
+    return [*OPTION_SETS.values(), window]
 
 
 def _spec(rule: rules.Rule, opts: rules.Options) -> str:
     """nsys 2022.4's `-r` argument of the rule with these options."""
     if opts == rules.Options():
         return rule.old_name
+    if opts.start is not None:
+        return f"{rule.old_name}:start={opts.start}:end={opts.end}"
     extra = {"gpu-starv": f"gap={opts.gap_ms}:rows={opts.rows}",
              "gpu-low-util": f"threshold={opts.threshold}:chunks={opts.chunks}:rows={opts.rows}"}
     return f"{rule.old_name}:{extra.get(rule.old_name, f'rows={opts.rows}')}"
 
 
 def _run_nsys(nsys: Path, db: Path) -> None:
-    """Every rule with both option sets; nsys writes <db>_<rule>[_<args>].csv (empty when skipped)."""
-    specs = [_spec(rule, opts) for opts in OPTION_SETS.values() for rule in rules.RULES.values()]
+    """Every rule with every option set; nsys writes <db>_<rule>[_<args>].csv (empty when skipped)."""
+    specs = [_spec(rule, opts) for opts in _option_sets(db) for rule in rules.RULES.values()]
     subprocess.run([str(nsys), "analyze", "--format", "csv", "--force-overwrite", "true", "-o",
                     str(db.with_suffix("")), "-r", ",".join(specs), str(db)],
                    capture_output=True, timeout=300, check=True)
@@ -66,7 +82,7 @@ def _ours(db: Path, rule: rules.Rule, opts: rules.Options) -> str:
 
 
 def _compare(db: Path, outcome: Outcome) -> None:
-    for opts in OPTION_SETS.values():
+    for opts in _option_sets(db):
         for rule in rules.RULES.values():
             theirs = Path(f"{db.with_suffix('')}_{_spec(rule, opts).replace(':', '_')}.csv").read_text()
             outcome.add(db.name, _spec(rule, opts), theirs, _ours(db, rule, opts))
@@ -98,10 +114,11 @@ def rule_outcome(nsys: Path, fixtures_dir: Path, tmp_path_factory: pytest.TempPa
 def test_rules_identical_to_nsys_2022_on_generated_exports(rule_outcome: tuple[Outcome, dict[str, int]],
                                                            record_counts) -> None:
     outcome, with_rows = rule_outcome
-    record_counts(f"nsys analyze 2022.4 (run here), six rules x two option sets: {outcome.compared} CSV files "
+    record_counts(f"nsys analyze 2022.4 (run here), six rules x three option sets (defaults; rows=5, gap=1, "
+                  f"threshold=80, chunks=97; a start/end window): {outcome.compared} CSV files "
                   f"compared over {EXPORTS} generated exports, {outcome.identical} identical; exports with "
                   f"findings per rule (defaults): " + ", ".join(f"{k} {v}" for k, v in with_rows.items()))
-    assert outcome.compared == EXPORTS * len(rules.RULES) * len(OPTION_SETS)
+    assert outcome.compared == EXPORTS * len(rules.RULES) * (len(OPTION_SETS) + 1)
     assert EXPORTS < 100 or min(with_rows.values()) >= 10        # every rule finds something somewhere
     assert not outcome.differing, f"{len(outcome.differing)} differ; first:\n" + "\n".join(outcome.differing[:5])
 
@@ -174,3 +191,5 @@ def test_bad_input_is_one_line_exit_2(tmp_path: Path) -> None:
     assert "not an SQLite database" in res.stderr
     res = CliRunner().invoke(main, ["nsys", "analyze", str(bad), "-r", "gpu_idle"])
     assert res.exit_code == 2 and "unknown rule 'gpu_idle'" in res.output
+    res = CliRunner().invoke(main, ["nsys", "analyze", str(bad), "--start", "9", "--end", "3"])
+    assert res.exit_code == 2 and "--start 9 is after --end 3" in res.output

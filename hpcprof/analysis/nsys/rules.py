@@ -62,6 +62,17 @@ class Options(NamedTuple):
     gap_ms: int = 500
     threshold: int = 50
     chunks: int = 30
+    start: int | None = None       # the time window (ns): rows overlapping [start, end) only
+    end: int | None = None
+
+    def window(self, alias: str) -> str:
+        """SQL keeping the rows of `alias` that overlap the window, as nsys filters its tables
+        (start inside, end inside, or spanning it); TRUE without a window."""
+        if self.start is None and self.end is None:
+            return "1"
+        lo, hi = self.start or 0, 0x7FFFFFFFFFFFFFFF if self.end is None else self.end
+        s, e = f"{alias}.start", f'{alias}."end"'
+        return f"(({s} >= {lo} AND {s} < {hi}) OR ({e} >= {lo} AND {e} < {hi}) OR ({s} < {lo} AND {e} >= {hi}))"
 
 
 class Rule(NamedTuple):
@@ -111,16 +122,16 @@ def _indexed_by_correlation(conn: sqlite3.Connection, table: str) -> bool:
 
 
 def _api_ops(conn: sqlite3.Connection, table: str, columns: str, op_filter: str, api_filter: str,
-             rows: int, calls_first: bool) -> list[tuple[Any, ...]]:
+             rows: int, calls_first: bool, window: str) -> list[tuple[Any, ...]]:
     """Operations of `table` passing `op_filter` joined with every runtime call of the same
     correlation id whose name passes `api_filter`; longest first, ties in the order nsys's
     SQLite plan yields them: operations in table order, each one's calls in table order, or with
     `calls_first` the calls in table order, each one's operations in table order."""
     names = dict(conn.execute(f"SELECT id, value FROM StringIds AS api WHERE {api_filter}"))
-    calls = [(corr, name_id) for corr, name_id in
+    calls = [(corr, name_id) for corr, name_id in      # all calls: nsys does not cut them to the window
              conn.execute(f"SELECT correlationId, nameId FROM {RUNTIME} ORDER BY rowid") if name_id in names]
     ops = conn.execute(f'SELECT op.correlationId, op."end" - op.start, op.start, {columns} FROM {table} AS op '
-                       f"WHERE {op_filter} ORDER BY rowid").fetchall()
+                       f"WHERE ({op_filter}) AND {window} ORDER BY rowid").fetchall()
     if calls_first:
         ops_of: dict[int, list[tuple[Any, ...]]] = {}
         for op in ops:
@@ -157,7 +168,7 @@ def memcpy_async(conn: sqlite3.Connection, opts: Options) -> list[tuple[Any, ...
     """Async memcpys that touch pageable memory (they run synchronously)."""
     rows = _api_ops(conn, MEMCPY, f"op.srcKind, op.dstKind, op.bytes, {_OP_IDS}",
                     "op.srcKind = 0 OR op.dstKind = 0", "api.value LIKE 'cudaMemcpy%Async%'", opts.rows,
-                    _indexed_by_correlation(conn, MEMCPY))
+                    _indexed_by_correlation(conn, MEMCPY), opts.window("op"))
     return _with_kind_names(rows, (2, 3))
 
 
@@ -167,14 +178,15 @@ def memcpy_sync(conn: sqlite3.Connection, opts: Options) -> list[tuple[Any, ...]
                     "NOT (op.bytes <= 64000 AND op.copyKind = 1) "
                     "AND NOT (op.srcDeviceId IS NOT NULL AND op.srcDeviceId = op.dstDeviceId)",
                     "api.value LIKE 'cudaMemcpy%' AND api.value NOT LIKE '%Async%'", opts.rows,
-                    _indexed_by_correlation(conn, MEMCPY))
+                    _indexed_by_correlation(conn, MEMCPY), opts.window("op"))
     return _with_kind_names(rows, (2, 3))
 
 
 def memset_sync(conn: sqlite3.Connection, opts: Options) -> list[tuple[Any, ...]]:
     """Synchronous memsets of pinned or managed memory."""
     rows = _api_ops(conn, MEMSET, f"op.memKind, op.bytes, {_OP_IDS}", "op.memKind IN (1, 4)",
-                    "api.value LIKE 'cudaMemset%' AND api.value NOT LIKE '%async%'", opts.rows, True)
+                    "api.value LIKE 'cudaMemset%' AND api.value NOT LIKE '%async%'", opts.rows, True,
+                    opts.window("op"))
     return _with_kind_names(rows, (2,))
 
 
@@ -183,7 +195,8 @@ def api_sync(conn: sqlite3.Connection, opts: Options) -> list[tuple[Any, ...]]:
     names = dict(conn.execute("SELECT id, value FROM StringIds WHERE value LIKE 'cudaDeviceSynchronize%' "
                               "OR value LIKE 'cudaStreamSynchronize%'"))
     found = [(dur, start, gtid >> 24 & 0xFFFFFF, gtid & 0xFFFFFF, names[name_id]) for dur, start, gtid, name_id in
-             conn.execute(f'SELECT "end" - start, start, globalTid, nameId FROM {RUNTIME} ORDER BY rowid')
+             conn.execute(f'SELECT "end" - start, start, globalTid, nameId FROM {RUNTIME} AS call '
+                          f'WHERE {opts.window("call")} ORDER BY rowid')
              if name_id in names]
     return _longest_first(found, opts.rows)
 
@@ -215,22 +228,24 @@ def _latest(ops: list[Op]) -> Op:
     return best
 
 
-def gpu_ops(conn: sqlite3.Connection) -> dict[Device, list[Op]]:
-    """GPU operations (start > 0) per (pid, device), in table order (kernels, memcpys, memsets),
-    preceded by the process's CUDA profiling overheads that lie strictly inside the device's span
-    (with the device's context)."""
+def gpu_ops(conn: sqlite3.Connection, opts: Options) -> dict[Device, list[Op]]:
+    """GPU operations (start > 0, overlapping the window) per (pid, device), in table order
+    (kernels, memcpys, memsets), preceded by the process's CUDA profiling overheads (overlapping
+    the window) that lie strictly inside the device's span (with the device's context)."""
     present = _tables(conn)
     ops: dict[Device, list[Op]] = {}
     for table in (t for t in GPU_TABLES if t in present):
         for start, end, gpid, device, context in conn.execute(
-                f'SELECT start, "end", globalPid, deviceId, contextId FROM {table} WHERE start > 0 ORDER BY rowid'):
+                f'SELECT start, "end", globalPid, deviceId, contextId FROM {table} AS op '
+                f'WHERE start > 0 AND {opts.window("op")} ORDER BY rowid'):
             ops.setdefault((gpid >> 24 & 0xFFFFFF, device), []).append(Op(start, end, gpid, context))
     if PROFILER_OVERHEAD not in present or not ops:
         return ops
     marks = ",".join("?" * len(CUDA_OVERHEADS))
     overheads = conn.execute(
         f'SELECT po.start, po."end", (po.globalTid >> 24) & 16777215 FROM {PROFILER_OVERHEAD} AS po '
-        f"JOIN StringIds AS s ON s.id = po.nameId WHERE s.value IN ({marks})", CUDA_OVERHEADS).fetchall()
+        f'JOIN StringIds AS s ON s.id = po.nameId WHERE s.value IN ({marks}) AND {opts.window("po")}',
+        CUDA_OVERHEADS).fetchall()
     for key, device_ops in ops.items():
         first, last = min(op.start for op in device_ops), max(op.end for op in device_ops)
         owner = _latest(device_ops)
@@ -245,7 +260,7 @@ def gaps(conn: sqlite3.Connection, opts: Options) -> list[tuple[Any, ...]]:
     (starts sorted) where the first is earlier."""
     threshold = opts.gap_ms * 1_000_000
     found = []
-    for (pid, device), ops in sorted(gpu_ops(conn).items()):
+    for (pid, device), ops in sorted(gpu_ops(conn, opts).items()):
         starts = sorted(op.start for op in ops)
         ends = sorted(ops, key=lambda op: op.end)          # stable: table order among equal ends
         for op, next_start in zip(ends, starts[1:], strict=False):
@@ -286,7 +301,7 @@ def _chunks(device: Device, ops: list[Op], opts: Options) -> list[tuple[Chunk, b
 
 def time_util(conn: sqlite3.Connection, opts: Options) -> list[tuple[Any, ...]]:
     """Chunks under `threshold` % busy, consecutive ones merged (see the module docstring)."""
-    per_device = sorted(gpu_ops(conn).items(), key=lambda kv: (kv[0][1], kv[0][0]))   # (device, pid)
+    per_device = sorted(gpu_ops(conn, opts).items(), key=lambda kv: (kv[0][1], kv[0][0]))   # (device, pid)
     low: list[Chunk] = []
     untouched: dict[int, Chunk] = {}                 # chunk index -> the first device's untouched chunk
     for device, ops in per_device:
@@ -406,14 +421,19 @@ def write_csv(rule: Rule, rows: list[tuple[Any, ...]], out: TextIO) -> None:
               help="gpu_time_util: report chunks less busy than this %.")
 @click.option("--chunks", type=click.IntRange(1, 1000), default=30, show_default=True,
               help="gpu_time_util: chunks per process and device.")
+@click.option("--start", "window_start", type=click.IntRange(min=0), default=None,
+              help="Only operations/calls overlapping [START, END) ns (nsys's start=).")
+@click.option("--end", "window_end", type=click.IntRange(min=0), default=None, help="End of that window (ns).")
 @click.option("--output", "-o", "prefix", default=None,
               help="Write PREFIX_<rule>.csv (PREFIX_<file>_<rule>.csv for several files) instead of stdout.")
 def analyze_cmd(files: tuple[Path, ...], rule_names: str, rows: int, gap_ms: int, threshold: int, chunks: int,
-                prefix: str | None) -> None:
+                window_start: int | None, window_end: int | None, prefix: str | None) -> None:
     """`nsys analyze` rules (CSV): the same findings, rows and bytes as nsys's `--format csv`. A rule
     whose tables the export lacks is skipped with nsys's message (exit 0)."""
     rules = [rule_named(n.strip()) for n in rule_names.split(",") if n.strip()]
-    opts = Options(rows, gap_ms, threshold, chunks)
+    if window_start is not None and window_end is not None and window_start > window_end:
+        raise UserError(f"--start {window_start} is after --end {window_end}: give a start before the end")
+    opts = Options(rows, gap_ms, threshold, chunks, window_start, window_end)
     blocks, failures = len(files) * len(rules), 0
     for path in files:
         try:
