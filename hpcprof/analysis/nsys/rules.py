@@ -18,14 +18,18 @@ needs with the message nsys prints when one is missing, its columns and how it f
   operation time is under `threshold` % (default 50) are listed, consecutive ones merged with
   their size-weighted mean rounded to 0.1.
 
-What nsys 2022.4's SQL does is reproduced, quirks included: the four CUDA rules list rows by
-duration descending (ties in the join's order), at most `rows` (default 50). gpu_gaps takes the
-first `rows` gaps in (process, device, time) order, then orders them by duration descending and
-start. gpu_time_util merges the chunks of one index that no operation touches on several devices
-into one, kept for the first device (nsys groups them under a NULL device), takes the first
-`rows` merged ranges in (group, device, process) order, then orders them by utilisation and
-duration; the context id of a device is that of its first operation with the latest end.
-Utilisation is rounded as nsys 2022.4's SQLite 3.36 rounds.
+What nsys 2022.4's SQL does is reproduced, quirks included (each one seen to matter in the
+differential test against nsys itself): the four CUDA rules list rows by duration descending, at
+most `rows` (default 50), ties in the order of nsys's SQLite join plan (memcpys in table order
+with their calls by name id, or the calls first when the memcpys are indexed by correlation id;
+memsets: the calls first). gpu_gaps lists the `rows` longest gaps, ties by start, then process
+and device (the LIMIT inside nsys's gap view does not cut the rows its window query sees).
+gpu_time_util merges the chunks of one index that no operation touches on several devices into
+one, kept for the first device (nsys groups them under a NULL device), takes the first `rows`
+merged ranges in (group, device, process) order, then orders them by utilisation and duration;
+the context id of a device is that of its first operation with the latest end. Utilisation is
+rounded as nsys 2022.4's SQLite 3.36 rounds. A start/end window keeps the rows overlapping it,
+except the runtime calls the memcpy/memset rules join (nsys reads those unfiltered).
 """
 
 from __future__ import annotations
