@@ -3,8 +3,8 @@
 The differential test generates exports with tests/differential/nsys_rules_exports.py (pageable,
 sync and async memcpys and memsets, synchronisation calls with equal durations, gaps over 500 ms
 on several devices, CUDA profiling overheads, dropped tables), runs nsys 2022.4's six rules on
-each three times (nsys's defaults; rows=5 / gap=1 ms / threshold=80 % / chunks=97; a start/end
-window over the middle 40 % of the export's GPU span) and compares
+each four times (nsys's defaults; rows=5 / gap=1 ms / threshold=80 % / chunks=97; a start/end
+window over the middle 40 % of the export's GPU span; nvtx=<one of its NVTX ranges>) and compares
 each CSV file with ours byte for byte (an empty file where nsys skips or finds nothing).
 nsys 2022.4 is installed by tests/services/nsys.sh (as root); elsewhere the tests needing it skip
 with the reason, except under CI=true.
@@ -47,7 +47,24 @@ def _option_sets(db: Path) -> list[rules.Options]:
     lo = min((s[0] for s in spans if s[0] is not None), default=0)
     hi = max((s[1] for s in spans if s[1] is not None), default=0)
     window = rules.Options(start=int(lo + WINDOW[0] * (hi - lo)), end=int(lo + WINDOW[1] * (hi - lo)))
-    return [*OPTION_SETS.values(), window]
+    return [*OPTION_SETS.values(), window, rules.Options(nvtx=_nvtx_name(db))]
+
+
+def _nvtx_name(db: Path) -> str:
+    """`text[@domain]` of a push/pop or start/end NVTX range of the export with a plain name (one
+    nsys's argument syntax passes), chosen by the export's seed; a missing name where none."""
+    with sqlite3.connect(db) as con:
+        if not con.execute("SELECT 1 FROM sqlite_master WHERE name = 'NVTX_EVENTS'").fetchone():
+            return "no_such_range"
+        cols = {r[1] for r in con.execute("PRAGMA table_info(NVTX_EVENTS)")}
+        text = "coalesce(n.text, s.value)" if "textId" in cols else "n.text"
+        join = "LEFT JOIN StringIds AS s ON s.id = n.textId" if "textId" in cols else ""
+        names = sorted({r[0] for r in con.execute(
+            f"SELECT {text} || coalesce('@' || d.text, '') FROM NVTX_EVENTS AS n LEFT JOIN (SELECT domainId, "
+            f"globalTid, text FROM NVTX_EVENTS WHERE eventType = 75) AS d ON n.domainId = d.domainId AND "
+            f"n.globalTid >> 24 = d.globalTid >> 24 {join} WHERE n.eventType IN (59, 60, 70, 71)") if r[0]})
+    names = [n for n in names if n.replace("_", "").replace("@", "").replace(" ", "").isalnum()]
+    return names[int(db.stem[-3:]) % len(names)] if names else "no_such_range"
 
 
 def _spec(rule: rules.Rule, opts: rules.Options) -> str:
@@ -56,6 +73,8 @@ def _spec(rule: rules.Rule, opts: rules.Options) -> str:
         return rule.old_name
     if opts.start is not None:
         return f"{rule.old_name}:start={opts.start}:end={opts.end}"
+    if opts.nvtx is not None:
+        return f"{rule.old_name}:nvtx={opts.nvtx}"
     extra = {"gpu-starv": f"gap={opts.gap_ms}:rows={opts.rows}",
              "gpu-low-util": f"threshold={opts.threshold}:chunks={opts.chunks}:rows={opts.rows}"}
     return f"{rule.old_name}:{extra.get(rule.old_name, f'rows={opts.rows}')}"
@@ -114,11 +133,11 @@ def rule_outcome(nsys: Path, fixtures_dir: Path, tmp_path_factory: pytest.TempPa
 def test_rules_identical_to_nsys_2022_on_generated_exports(rule_outcome: tuple[Outcome, dict[str, int]],
                                                            record_counts) -> None:
     outcome, with_rows = rule_outcome
-    record_counts(f"nsys analyze 2022.4 (run here), six rules x three option sets (defaults; rows=5, gap=1, "
-                  f"threshold=80, chunks=97; a start/end window): {outcome.compared} CSV files "
+    record_counts(f"nsys analyze 2022.4 (run here), six rules x four option sets (defaults; rows=5, gap=1, "
+                  f"threshold=80, chunks=97; a start/end window; an NVTX range): {outcome.compared} CSV files "
                   f"compared over {EXPORTS} generated exports, {outcome.identical} identical; exports with "
                   f"findings per rule (defaults): " + ", ".join(f"{k} {v}" for k, v in with_rows.items()))
-    assert outcome.compared == EXPORTS * len(rules.RULES) * (len(OPTION_SETS) + 1)
+    assert outcome.compared == EXPORTS * len(rules.RULES) * (len(OPTION_SETS) + 2)
     assert EXPORTS < 100 or min(with_rows.values()) >= 10        # every rule finds something somewhere
     assert not outcome.differing, f"{len(outcome.differing)} differ; first:\n" + "\n".join(outcome.differing[:5])
 

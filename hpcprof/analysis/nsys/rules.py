@@ -68,15 +68,47 @@ class Options(NamedTuple):
     chunks: int = 30
     start: int | None = None       # the time window (ns): rows overlapping [start, end) only
     end: int | None = None
+    nvtx: str | None = None        # an NVTX range `text[@domain]`: its times, its thread/process
+    thread: int | None = None      # the globalTid of that range (set by with_nvtx_range)
 
-    def window(self, alias: str) -> str:
+    def window(self, alias: str, ids: str) -> str:
         """SQL keeping the rows of `alias` that overlap the window, as nsys filters its tables
-        (start inside, end inside, or spanning it); TRUE without a window."""
-        if self.start is None and self.end is None:
+        (start inside, end inside, or spanning it; with an NVTX range also its thread for a
+        push/pop range, its process otherwise, through the table's `ids` column); TRUE without."""
+        if self.start is None and self.end is None and self.thread is None:
             return "1"
         lo, hi = self.start or 0, 0x7FFFFFFFFFFFFFFF if self.end is None else self.end
         s, e = f"{alias}.start", f'{alias}."end"'
-        return f"(({s} >= {lo} AND {s} < {hi}) OR ({e} >= {lo} AND {e} < {hi}) OR ({s} < {lo} AND {e} >= {hi}))"
+        sql = f"(({s} >= {lo} AND {s} < {hi}) OR ({e} >= {lo} AND {e} < {hi}) OR ({s} < {lo} AND {e} >= {hi}))"
+        if self.thread is not None:
+            pushpop = (self.thread >> 24 & 0xFFFFFF) != (self.thread & 0xFFFFFF)
+            same = f"{alias}.globalTid = {self.thread}" if ids == "globalTid" and pushpop else \
+                f"{alias}.{ids} >> 24 = {self.thread >> 24}"
+            sql = f"({sql} AND {same})"
+        return sql
+
+
+def with_nvtx_range(conn: sqlite3.Connection, opts: Options) -> Options | Skipped:
+    """`opts` with the window of its NVTX range (the earliest push/pop or start/end range whose
+    text, with `@domain` outside the default domain, is `opts.nvtx`; explicit start/end win), or
+    Skipped with nsys's message when there is none."""
+    if opts.nvtx is None:
+        return opts
+    row = None
+    if "NVTX_EVENTS" in _tables(conn):
+        cols = {r[1] for r in conn.execute("PRAGMA table_info(NVTX_EVENTS)")}
+        text = "coalesce(n.text, s.value)" if "textId" in cols else "n.text"
+        strings = "LEFT JOIN StringIds AS s ON s.id = n.textId" if "textId" in cols else ""
+        row = conn.execute(
+            f'SELECT n.start, n."end", n.globalTid FROM NVTX_EVENTS AS n '
+            f"LEFT JOIN (SELECT domainId, globalTid, text FROM NVTX_EVENTS WHERE eventType = 75) AS d "
+            f"ON n.domainId = d.domainId AND n.globalTid >> 24 = d.globalTid >> 24 {strings} "
+            f"WHERE n.eventType IN (59, 60, 70, 71) AND {text} || coalesce('@' || d.text, '') = ? "
+            f"ORDER BY 1 LIMIT 1", (opts.nvtx,)).fetchone()
+    if row is None:
+        return Skipped(f"NVTX range '{opts.nvtx}' could not be found.")
+    return opts._replace(start=row[0] if opts.start is None else opts.start,
+                         end=row[1] if opts.end is None else opts.end, thread=row[2])
 
 
 class Rule(NamedTuple):
@@ -172,7 +204,7 @@ def memcpy_async(conn: sqlite3.Connection, opts: Options) -> list[tuple[Any, ...
     """Async memcpys that touch pageable memory (they run synchronously)."""
     rows = _api_ops(conn, MEMCPY, f"op.srcKind, op.dstKind, op.bytes, {_OP_IDS}",
                     "op.srcKind = 0 OR op.dstKind = 0", "api.value LIKE 'cudaMemcpy%Async%'", opts.rows,
-                    _indexed_by_correlation(conn, MEMCPY), opts.window("op"))
+                    _indexed_by_correlation(conn, MEMCPY), opts.window("op", "globalPid"))
     return _with_kind_names(rows, (2, 3))
 
 
@@ -182,7 +214,7 @@ def memcpy_sync(conn: sqlite3.Connection, opts: Options) -> list[tuple[Any, ...]
                     "NOT (op.bytes <= 64000 AND op.copyKind = 1) "
                     "AND NOT (op.srcDeviceId IS NOT NULL AND op.srcDeviceId = op.dstDeviceId)",
                     "api.value LIKE 'cudaMemcpy%' AND api.value NOT LIKE '%Async%'", opts.rows,
-                    _indexed_by_correlation(conn, MEMCPY), opts.window("op"))
+                    _indexed_by_correlation(conn, MEMCPY), opts.window("op", "globalPid"))
     return _with_kind_names(rows, (2, 3))
 
 
@@ -190,7 +222,7 @@ def memset_sync(conn: sqlite3.Connection, opts: Options) -> list[tuple[Any, ...]
     """Synchronous memsets of pinned or managed memory."""
     rows = _api_ops(conn, MEMSET, f"op.memKind, op.bytes, {_OP_IDS}", "op.memKind IN (1, 4)",
                     "api.value LIKE 'cudaMemset%' AND api.value NOT LIKE '%async%'", opts.rows, True,
-                    opts.window("op"))
+                    opts.window("op", "globalPid"))
     return _with_kind_names(rows, (2,))
 
 
@@ -200,7 +232,7 @@ def api_sync(conn: sqlite3.Connection, opts: Options) -> list[tuple[Any, ...]]:
                               "OR value LIKE 'cudaStreamSynchronize%'"))
     found = [(dur, start, gtid >> 24 & 0xFFFFFF, gtid & 0xFFFFFF, names[name_id]) for dur, start, gtid, name_id in
              conn.execute(f'SELECT "end" - start, start, globalTid, nameId FROM {RUNTIME} AS call '
-                          f'WHERE {opts.window("call")} ORDER BY rowid')
+                          f'WHERE {opts.window("call", "globalTid")} ORDER BY rowid')
              if name_id in names]
     return _longest_first(found, opts.rows)
 
@@ -241,14 +273,14 @@ def gpu_ops(conn: sqlite3.Connection, opts: Options) -> dict[Device, list[Op]]:
     for table in (t for t in GPU_TABLES if t in present):
         for start, end, gpid, device, context in conn.execute(
                 f'SELECT start, "end", globalPid, deviceId, contextId FROM {table} AS op '
-                f'WHERE start > 0 AND {opts.window("op")} ORDER BY rowid'):
+                f'WHERE start > 0 AND {opts.window("op", "globalPid")} ORDER BY rowid'):
             ops.setdefault((gpid >> 24 & 0xFFFFFF, device), []).append(Op(start, end, gpid, context))
     if PROFILER_OVERHEAD not in present or not ops:
         return ops
     marks = ",".join("?" * len(CUDA_OVERHEADS))
     overheads = conn.execute(
         f'SELECT po.start, po."end", (po.globalTid >> 24) & 16777215 FROM {PROFILER_OVERHEAD} AS po '
-        f'JOIN StringIds AS s ON s.id = po.nameId WHERE s.value IN ({marks}) AND {opts.window("po")}',
+        f'JOIN StringIds AS s ON s.id = po.nameId WHERE s.value IN ({marks}) AND {opts.window("po", "globalTid")}',
         CUDA_OVERHEADS).fetchall()
     for key, device_ops in ops.items():
         first, last = min(op.start for op in device_ops), max(op.end for op in device_ops)
@@ -385,7 +417,8 @@ def run_rule(conn: sqlite3.Connection, rule: Rule, opts: Options, shown_path: st
         if not any(t in present for t in tables):
             return Skipped(message.format(DBFILE=shown_path))
     try:
-        return rule.find(conn, opts)
+        resolved = with_nvtx_range(conn, opts)
+        return resolved if isinstance(resolved, Skipped) else rule.find(conn, resolved)
     except sqlite3.Error as exc:
         raise NsysInputError(f"{shown_path}: SQLite error in {rule.name} ({exc})") from None
 
@@ -428,16 +461,18 @@ def write_csv(rule: Rule, rows: list[tuple[Any, ...]], out: TextIO) -> None:
 @click.option("--start", "window_start", type=click.IntRange(min=0), default=None,
               help="Only operations/calls overlapping [START, END) ns (nsys's start=).")
 @click.option("--end", "window_end", type=click.IntRange(min=0), default=None, help="End of that window (ns).")
+@click.option("--nvtx", default=None, metavar="RANGE[@DOMAIN]",
+              help="Only what overlaps the first NVTX range of this name (and its thread or process).")
 @click.option("--output", "-o", "prefix", default=None,
               help="Write PREFIX_<rule>.csv (PREFIX_<file>_<rule>.csv for several files) instead of stdout.")
 def analyze_cmd(files: tuple[Path, ...], rule_names: str, rows: int, gap_ms: int, threshold: int, chunks: int,
-                window_start: int | None, window_end: int | None, prefix: str | None) -> None:
+                window_start: int | None, window_end: int | None, nvtx: str | None, prefix: str | None) -> None:
     """`nsys analyze` rules (CSV): the same findings, rows and bytes as nsys's `--format csv`. A rule
     whose tables the export lacks is skipped with nsys's message (exit 0)."""
     rules = [rule_named(n.strip()) for n in rule_names.split(",") if n.strip()]
     if window_start is not None and window_end is not None and window_start > window_end:
         raise UserError(f"--start {window_start} is after --end {window_end}: give a start before the end")
-    opts = Options(rows, gap_ms, threshold, chunks, window_start, window_end)
+    opts = Options(rows, gap_ms, threshold, chunks, window_start, window_end, nvtx)
     blocks, failures = len(files) * len(rules), 0
     for path in files:
         try:
