@@ -51,20 +51,25 @@ def _option_sets(db: Path) -> list[rules.Options]:
 
 
 def _nvtx_name(db: Path) -> str:
-    """`text[@domain]` of a push/pop or start/end NVTX range of the export with a plain name (one
-    nsys's argument syntax passes), chosen by the export's seed; a missing name where none."""
+    """`text[@domain]` of the export's NVTX push/pop or start/end range name with a plain name (one
+    nsys's argument syntax passes) whose first range is the longest (so that rules find something
+    inside it); a missing name where there is none."""
     with sqlite3.connect(db) as con:
         if not con.execute("SELECT 1 FROM sqlite_master WHERE name = 'NVTX_EVENTS'").fetchone():
             return "no_such_range"
         cols = {r[1] for r in con.execute("PRAGMA table_info(NVTX_EVENTS)")}
         text = "coalesce(n.text, s.value)" if "textId" in cols else "n.text"
         join = "LEFT JOIN StringIds AS s ON s.id = n.textId" if "textId" in cols else ""
-        names = sorted({r[0] for r in con.execute(
-            f"SELECT {text} || coalesce('@' || d.text, '') FROM NVTX_EVENTS AS n LEFT JOIN (SELECT domainId, "
-            f"globalTid, text FROM NVTX_EVENTS WHERE eventType = 75) AS d ON n.domainId = d.domainId AND "
-            f"n.globalTid >> 24 = d.globalTid >> 24 {join} WHERE n.eventType IN (59, 60, 70, 71)") if r[0]})
-    names = [n for n in names if n.replace("_", "").replace("@", "").replace(" ", "").isalnum()]
-    return names[int(db.stem[-3:]) % len(names)] if names else "no_such_range"
+        ranges = con.execute(
+            f"SELECT {text} || coalesce('@' || d.text, ''), n.start, n.\"end\" FROM NVTX_EVENTS AS n LEFT JOIN "
+            f"(SELECT domainId, globalTid, text FROM NVTX_EVENTS WHERE eventType = 75) AS d ON n.domainId = "
+            f"d.domainId AND n.globalTid >> 24 = d.globalTid >> 24 {join} WHERE n.eventType IN (59, 60, 70, 71) "
+            f"AND n.\"end\" IS NOT NULL ORDER BY n.start").fetchall()
+    first: dict[str, int] = {}
+    for name, start, end in ranges:
+        if name and name.replace("_", "").replace("@", "").replace(" ", "").isalnum():
+            first.setdefault(name, end - start)
+    return max(sorted(first), key=lambda n: first[n]) if first else "no_such_range"
 
 
 def _spec(rule: rules.Rule, opts: rules.Options) -> str:

@@ -8,8 +8,8 @@ two, no device at all), memsets of pinned/managed/device memory launched by sync
 calls, runtime calls renamed to cudaDeviceSynchronize / cudaStreamSynchronize with equal
 durations, correlation ids shared by two processes' calls, GPU operations of some devices moved
 later by 0.3-2 s (gaps over the 500 ms default, the same gap on several devices), CUDA profiling
-overheads inside the devices' spans, and tables dropped (the rules' SKIPPED cases). Only
-`random.Random(seed)` and sqlite3 are used.
+overheads inside the devices' spans, an NVTX range stretched over most of the GPU span, and
+tables dropped (the rules' SKIPPED cases). Only `random.Random(seed)` and sqlite3 are used.
 
     python tests/differential/nsys_rules_exports.py FIXTURES_DIR DEST_DIR FIRST_SEED COUNT
 """
@@ -133,6 +133,21 @@ def _overheads(con: sqlite3.Connection, rng: random.Random) -> None:
     con.executemany(f"INSERT INTO PROFILER_OVERHEAD ({cols}) VALUES ({', '.join('?' * (4 + len(required)))})", rows)
 
 
+def _long_nvtx_range(con: sqlite3.Connection, rng: random.Random) -> None:
+    """Stretch one NVTX range so that it is the first of its name and covers most of the GPU span
+    (an nvtx= window with something inside)."""
+    if "NVTX_EVENTS" not in _tables(con) or KERNEL not in _tables(con):
+        return
+    lo, hi = con.execute(f'SELECT min(start), max("end") FROM {KERNEL}').fetchone()
+    rows = [r[0] for r in con.execute('SELECT rowid FROM NVTX_EVENTS WHERE eventType IN (59, 60, 70, 71) '
+                                      'AND "end" IS NOT NULL ORDER BY rowid')]
+    if lo is None or not rows:
+        return
+    first = con.execute("SELECT min(start) FROM NVTX_EVENTS").fetchone()[0]
+    con.execute('UPDATE NVTX_EVENTS SET start = ?, "end" = ? WHERE rowid = ?',
+                (min(lo, first) - 1, lo + int((hi - lo) * rng.uniform(0.3, 0.9)), rng.choice(rows)))
+
+
 def derive_rules(seed: int, fixtures: Path, dest: Path) -> Path:
     """Write the rules export of `seed` into `dest`; returns its path."""
     out = derive(seed, fixtures, dest)
@@ -154,6 +169,8 @@ def derive_rules(seed: int, fixtures: Path, dest: Path) -> Path:
             _gaps(con, rng)
         if rng.random() < 0.4:
             _overheads(con, rng)
+        if rng.random() < 0.7:
+            _long_nvtx_range(con, rng)
         roll = rng.random()
         drop = [RUNTIME] if roll < 0.04 else [MEMSET] if roll < 0.08 else [KERNEL, MEMCPY, MEMSET] if roll < 0.1 else []
         for table in drop:
