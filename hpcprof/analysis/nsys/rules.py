@@ -165,7 +165,8 @@ def _api_ops(conn: sqlite3.Connection, table: str, columns: str, op_filter: str,
     `calls_first` the calls in table order, each one's operations in table order."""
     names = dict(conn.execute(f"SELECT id, value FROM StringIds AS api WHERE {api_filter}"))
     calls = [(corr, name_id) for corr, name_id in      # all calls: nsys does not cut them to the window
-             conn.execute(f"SELECT correlationId, nameId FROM {RUNTIME} ORDER BY rowid") if name_id in names]
+             conn.execute(f"SELECT correlationId, nameId FROM {RUNTIME} WHERE nameId IN "
+                          f"(SELECT id FROM StringIds AS api WHERE {api_filter}) ORDER BY rowid")]
     ops = conn.execute(f'SELECT op.correlationId, op."end" - op.start, op.start, {columns} FROM {table} AS op '
                        f"WHERE ({op_filter}) AND {window} ORDER BY rowid").fetchall()
     if calls_first:
@@ -232,8 +233,8 @@ def api_sync(conn: sqlite3.Connection, opts: Options) -> list[tuple[Any, ...]]:
                               "OR value LIKE 'cudaStreamSynchronize%'"))
     found = [(dur, start, gtid >> 24 & 0xFFFFFF, gtid & 0xFFFFFF, names[name_id]) for dur, start, gtid, name_id in
              conn.execute(f'SELECT "end" - start, start, globalTid, nameId FROM {RUNTIME} AS call '
-                          f'WHERE {opts.window("call", "globalTid")} ORDER BY rowid')
-             if name_id in names]
+                          f'WHERE nameId IN ({",".join(map(str, names)) or "NULL"}) '
+                          f'AND {opts.window("call", "globalTid")} ORDER BY rowid')]
     return _longest_first(found, opts.rows)
 
 
@@ -316,23 +317,29 @@ class Chunk(NamedTuple):
 
 
 def _chunks(device: Device, ops: list[Op], opts: Options) -> list[tuple[Chunk, bool]]:
-    """The device's chunks with their busy %, and whether any operation touches them."""
+    """The device's chunks with their busy %, and whether any operation touches them. Each
+    operation is tried against the chunks its integer position says it may touch (one more on
+    each side), with the chunk bounds SQLite computes (floats)."""
     first, last = min(op.start for op in ops), max(op.end for op in ops)
-    size = math.ceil(float(last - first) / opts.chunks)        # SQLite's ceil(): a float
-    size_f = float(size)
-    context = _latest(ops).context
-    out = []
+    size = float(math.ceil(float(last - first) / opts.chunks))        # SQLite's ceil(): a float
+    bounds: dict[int, tuple[float, float | int]] = {}
     for index in range(opts.chunks):
-        start = index * size_f + first
-        end = min(start + size_f, last)
-        if not start < end:
-            continue
-        touching = [op for op in ops if op.start < end and op.end > start]
-        busy = 0.0
-        for op in touching:
-            busy += float(min(op.end, end) - max(op.start, start))
-        out.append((Chunk(index, start, end, busy / (end - start) * 100, device, context), bool(touching)))
-    return out
+        start = index * size + first
+        end = min(start + size, last)
+        if start < end:
+            bounds[index] = (start, end)
+    busy = dict.fromkeys(bounds, 0.0)
+    touched: set[int] = set()
+    step = max(int(size), 1)
+    for op in ops:
+        for index in range(max((op.start - first) // step - 1, 0), min((op.end - first) // step + 2, opts.chunks)):
+            if index in bounds and op.start < bounds[index][1] and op.end > bounds[index][0]:
+                start, end = bounds[index]
+                busy[index] += float(min(op.end, end) - max(op.start, start))
+                touched.add(index)
+    context = _latest(ops).context
+    return [(Chunk(index, start, end, busy[index] / (end - start) * 100, device, context), index in touched)
+            for index, (start, end) in bounds.items()]
 
 
 def time_util(conn: sqlite3.Connection, opts: Options) -> list[tuple[Any, ...]]:
