@@ -501,7 +501,7 @@ def analyze_cmd(files: tuple[Path, ...], rule_names: str, rows: int, gap_ms: int
                 click.echo(f"SKIPPED: {found.message}", err=True)
                 continue
             if not found:
-                click.echo(f"{path}: {rule.name}: no findings", err=True)
+                click.echo(f"{path}: {rule.name} ({rule.title}): no findings", err=True)
             if prefix is not None:
                 _write_file(rule, found, Path(f"{prefix}_{path.stem}" if len(files) > 1 else prefix), path)
                 continue
