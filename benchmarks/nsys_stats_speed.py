@@ -113,7 +113,8 @@ def measure(cmd: list[str], cwd: Path) -> tuple[float, int, str]:
 def reports_in_process(db: Path) -> float:
     """Seconds hpcprof spends on the reports and their CSV text once imported (what the CLI does)."""
     from hpcprof.analysis.nsys.db import Export
-    from hpcprof.analysis.nsys.stats import run_reports, write_csv
+    from hpcprof.analysis.nsys.stats import run_reports
+    from hpcprof.analysis.nsys.table import write_csv
 
     t0 = time.perf_counter()
     with Export(db) as export:
