@@ -12,7 +12,13 @@ them, SQLite alone), and for comparison the same values moved into numpy row by 
 through Python's sqlite3 module (hpcprof reads through ADBC/Arrow instead).
 Runs are interleaved and the best of --repeat is reported: the machine may be shared.
 
+With --engines it compares hpcprof's two engines instead, on a small per-rank export as it is
+(no copies, no reference nsys needed): the whole `hpcprof nsys stats` command writing the
+summary reports as CSV with --engine python and with --engine columnar, and `python -c pass`,
+interleaved, best and median of --repeat, outputs checked identical.
+
     python benchmarks/nsys_stats_speed.py [--source FIXTURE.sqlite] [--copies N]
+    python benchmarks/nsys_stats_speed.py --engines [--source FIXTURE.sqlite] [--repeat N]
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import json
 import os
 import shutil
 import sqlite3
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -147,6 +154,29 @@ def floor(db: Path) -> tuple[float, float]:
     return sqlite_only, transfer
 
 
+def engines(source: Path, repeat: int) -> None:
+    """Wall time of `hpcprof nsys stats` (summary reports, CSV) with each engine on `source`."""
+    names = ",".join(NEW_NAMES + ["cuda_gpu_kern_gb_sum"])
+    base = [sys.executable, "-m", "hpcprof", "nsys", "stats", str(source), "-r", names, "--format", "csv"]
+    cmds = {"python -c pass": [sys.executable, "-c", "pass"],
+            "--engine python": base + ["--engine", "python"], "--engine columnar": base + ["--engine", "columnar"]}
+    runs: dict[str, list[tuple[float, int, str]]] = {k: [] for k in cmds}
+    for _ in range(repeat):                          # interleaved: the machine is shared
+        for key, cmd in cmds.items():
+            runs[key].append(measure(cmd, REPO))
+    same = runs["--engine python"][0][2] == runs["--engine columnar"][0][2] != ""
+    print(f"input: {source} ({source.stat().st_size / 1000:.0f} kB); reports: {names} (--format csv)")
+    print(f"{'command':18s} {'best s':>7s} {'median s':>9s}   runs (s)")
+    for key, done in runs.items():
+        walls = [w for w, _, _ in done]
+        print(f"{key:18s} {min(walls):7.3f} {statistics.median(walls):9.3f}   " + " ".join(f"{w:.3f}" for w in walls))
+    best = {k: min(w for w, _, _ in v) for k, v in runs.items()}
+    median = {k: statistics.median(w for w, _, _ in v) for k, v in runs.items()}
+    print(f"columnar / python: {best['--engine columnar'] / best['--engine python']:.1f}x (best), "
+          f"{median['--engine columnar'] / median['--engine python']:.1f}x (median)")
+    print(f"outputs identical: {'yes' if same else 'NO'}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--source", type=Path, default=DEFAULT_SOURCE, help="fixture export to repeat")
@@ -156,6 +186,8 @@ def main() -> None:
                         help="report names and layouts: nsys 2022.4's (old) or today's (new, for nsys 2023+)")
     parser.add_argument("--repeat", type=int, default=3, help="runs of each tool (best is reported)")
     parser.add_argument("--keep", action="store_true", help="keep the built export and outputs")
+    parser.add_argument("--engines", action="store_true",
+                        help="compare hpcprof's engines (python, columnar) on --source as it is")
     parser.add_argument("--child-build", nargs=3, help=argparse.SUPPRESS)
     parser.add_argument("--child-reports", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--child-floor", type=Path, help=argparse.SUPPRESS)
@@ -171,6 +203,9 @@ def main() -> None:
         return
     if args.child_floor:
         print(*floor(args.child_floor))
+        return
+    if args.engines:
+        engines(args.source.resolve(), args.repeat)
         return
     if not Path(args.nsys).exists():
         raise SystemExit(f"reference nsys not found at {args.nsys}; apt-get install nsight-systems-target "
@@ -193,7 +228,7 @@ def main() -> None:
     ns_cmd = [args.nsys, "stats", "--report", ",".join(REPORTS), "--format", "csv", "--output", str(work / "nsys"),
               "--force-overwrite", "true", str(db)]
     # interpreter + the CLI + the columnar engine's imports (what a large export pays before reading)
-    help_cmd = [sys.executable, "-c", "import hpcprof.cli, hpcprof.analysis.nsys.cli, hpcprof.analysis.nsys.stats"]
+    help_cmd = [sys.executable, "-c", "import hpcprof.cli, hpcprof.analysis.nsys.cli, hpcprof.analysis.nsys.reports"]
     runs: dict[str, list[tuple[float, int, str]]] = {"hpcprof": [], "nsys": [], "inproc": [], "floor": [],
                                                      "startup": []}
     for _ in range(args.repeat):                     # interleaved, best of N: the machine is shared

@@ -87,8 +87,8 @@ def test_auto_picks_python_for_small_csv_and_columnar_otherwise(fixtures_dir: Pa
              "main(sys.argv[1:], standalone_mode=False); "
              "print('HEAVY', sorted(m for m in ('pandas', 'numpy', 'pyarrow', 'sqlalchemy') if m in sys.modules), "
              "file=sys.stderr)")
-    csv = subprocess.run([sys.executable, "-c", probe, "nsys", "stats", "-r", SEVEN_NEW, "--format", "csv", str(export)],
-                         capture_output=True, text=True, check=True)
+    csv = subprocess.run([sys.executable, "-c", probe, "nsys", "stats", "-r", SEVEN_NEW, "--format", "csv",
+                          str(export)], capture_output=True, text=True, check=True)
     assert "HEAVY []" in csv.stderr
     table = subprocess.run([sys.executable, "-c", probe, "nsys", "stats", "-r", "cuda_gpu_kern_sum", str(export)],
                            capture_output=True, text=True, check=True)

@@ -368,8 +368,9 @@ def cuda_gpu_trace(export: Export, layout: str = NEW) -> Table:
     kinds = mem_kind_labels(export, layout)
     green = layout != OLD
     if export.has(KERNEL):
-        extra: tuple[str, ...] = ("correlationId", "gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ", "registersPerThread",
-                 "staticSharedMemory", "dynamicSharedMemory", "deviceId", "contextId", "streamId")
+        extra: tuple[str, ...] = ("correlationId", "gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ",
+                                  "registersPerThread", "staticSharedMemory", "dynamicSharedMemory", "deviceId",
+                                  "contextId", "streamId")
         extra += ("greenContextId",) if green and "greenContextId" in export.columns(KERNEL) else ()
         k = kernels(export, extra)
         if layout == OLD:
