@@ -15,7 +15,8 @@ Runs are interleaved and the best of --repeat is reported: the machine may be sh
 With --engines it compares hpcprof's two engines instead, on a small per-rank export as it is
 (no copies, no reference nsys needed): the whole `hpcprof nsys stats` command writing the
 summary reports as CSV with --engine python and with --engine columnar, and `python -c pass`,
-interleaved, best and median of --repeat, outputs checked identical.
+interleaved, best and median of --repeat, outputs checked identical; and, in a child process per
+engine, its imports and its reports (with their CSV text) timed apart.
 
     python benchmarks/nsys_stats_speed.py [--source FIXTURE.sqlite] [--copies N]
     python benchmarks/nsys_stats_speed.py --engines [--source FIXTURE.sqlite] [--repeat N]
@@ -37,8 +38,6 @@ import tempfile
 import time
 from itertools import chain
 from pathlib import Path
-
-import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
@@ -133,6 +132,8 @@ def reports_in_process(db: Path) -> float:
 
 def floor(db: Path) -> tuple[float, float]:
     """(SQLite-only scan, scan + transfer into numpy) seconds over the reports' columns."""
+    import numpy as np  # here: the engines' children time their own imports
+
     con = sqlite3.connect(f"file:{db}?mode=ro&immutable=1", uri=True)
     tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     scans = [(t, c) for t, c in ACTIVITY.items() if c and t in tables]
@@ -154,27 +155,57 @@ def floor(db: Path) -> tuple[float, float]:
     return sqlite_only, transfer
 
 
+ENGINE_REPORTS = NEW_NAMES + ["cuda_gpu_kern_gb_sum"]
+
+
+def engine_in_process(engine: str, db: Path) -> str:
+    """Seconds one engine spends importing itself, then on the reports and their CSV text."""
+    t0 = time.perf_counter()
+    from hpcprof.analysis.nsys import stats
+    from hpcprof.analysis.nsys.table import write_csv
+
+    if engine == "columnar":
+        import hpcprof.analysis.nsys.reports  # noqa: F401  (the columnar engine's imports)
+        from hpcprof.analysis.nsys.db import Export
+    t1 = time.perf_counter()
+    if engine == "columnar":
+        with Export(db) as export:
+            tables = stats.run_reports(export, ENGINE_REPORTS, frames=False)
+    else:
+        tables = stats.run_python_reports(db, ENGINE_REPORTS)
+    for table in tables:
+        if not isinstance(table, Exception):
+            write_csv(table, io.StringIO())
+    return f"{t1 - t0} {time.perf_counter() - t1}"
+
+
 def engines(source: Path, repeat: int) -> None:
     """Wall time of `hpcprof nsys stats` (summary reports, CSV) with each engine on `source`."""
-    names = ",".join(NEW_NAMES + ["cuda_gpu_kern_gb_sum"])
+    names = ",".join(ENGINE_REPORTS)
     base = [sys.executable, "-m", "hpcprof", "nsys", "stats", str(source), "-r", names, "--format", "csv"]
     cmds = {"python -c pass": [sys.executable, "-c", "pass"],
             "--engine python": base + ["--engine", "python"], "--engine columnar": base + ["--engine", "columnar"]}
-    runs: dict[str, list[tuple[float, int, str]]] = {k: [] for k in cmds}
+    me = [sys.executable, str(Path(__file__).resolve())]
+    split = {e: me + ["--child-engine", e, str(source)] for e in ("python", "columnar")}
+    runs: dict[str, list[tuple[float, int, str]]] = {k: [] for k in [*cmds, *split]}
     for _ in range(repeat):                          # interleaved: the machine is shared
-        for key, cmd in cmds.items():
+        for key, cmd in [*cmds.items(), *split.items()]:
             runs[key].append(measure(cmd, REPO))
     same = runs["--engine python"][0][2] == runs["--engine columnar"][0][2] != ""
     print(f"input: {source} ({source.stat().st_size / 1000:.0f} kB); reports: {names} (--format csv)")
     print(f"{'command':18s} {'best s':>7s} {'median s':>9s}   runs (s)")
-    for key, done in runs.items():
-        walls = [w for w, _, _ in done]
+    for key in cmds:
+        walls = [w for w, _, _ in runs[key]]
         print(f"{key:18s} {min(walls):7.3f} {statistics.median(walls):9.3f}   " + " ".join(f"{w:.3f}" for w in walls))
     best = {k: min(w for w, _, _ in v) for k, v in runs.items()}
     median = {k: statistics.median(w for w, _, _ in v) for k, v in runs.items()}
     print(f"columnar / python: {best['--engine columnar'] / best['--engine python']:.1f}x (best), "
           f"{median['--engine columnar'] / median['--engine python']:.1f}x (median)")
     print(f"outputs identical: {'yes' if same else 'NO'}")
+    print("in process (median s):")
+    for engine in split:
+        imports, reports = (statistics.median(float(out.split()[i]) for _, _, out in runs[engine]) for i in (0, 1))
+        print(f"  {engine:9s} imports {imports:.3f}  reports and CSV {reports:.3f}")
 
 
 def main() -> None:
@@ -191,6 +222,7 @@ def main() -> None:
     parser.add_argument("--child-build", nargs=3, help=argparse.SUPPRESS)
     parser.add_argument("--child-reports", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--child-floor", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--child-engine", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     global REPORTS
     REPORTS = NEW_NAMES if args.names == "new" else OLD_NAMES
@@ -203,6 +235,9 @@ def main() -> None:
         return
     if args.child_floor:
         print(*floor(args.child_floor))
+        return
+    if args.child_engine:
+        print(engine_in_process(args.child_engine[0], Path(args.child_engine[1])))
         return
     if args.engines:
         engines(args.source.resolve(), args.repeat)
