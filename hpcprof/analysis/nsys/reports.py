@@ -1,6 +1,6 @@
 """The columnar engine's reports: each a function `(export, layout) -> Table` with nsys's
 columns, rounding and row order (numerics.py says how nsys computes the numbers; stats.py
-registers each report once, with the tables it needs).
+registers each report once, with the tables it needs, and checks them before it runs one).
 
 The GROUP BY keys are each report's own: 2022.4's gpukernsum groups by (nameId, grid text,
 block text); 2024+'s cuda_gpu_kern_gb_sum by (name text, gridX, gridY, gridZ, blockX, blockY,
