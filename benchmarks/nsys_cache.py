@@ -59,7 +59,7 @@ def main() -> None:
                  f"{sum(counts.values()):,} activity rows; {os.cpu_count()} CPUs, load average {load:.1f}; "
                  f"wall s, second run best of {args.repeat}"]
         startup_cmd = [sys.executable, "-c", "import hpcprof.cli, hpcprof.analysis.nsys.cli, "
-                       "hpcprof.analysis.nsys.stats, hpcprof.analysis.nsys.distributed"]
+                       "hpcprof.analysis.nsys.reports, hpcprof.analysis.nsys.distributed"]
         startup = min(run(startup_cmd, work) for _ in range(args.repeat))
         lines.append(f"start-up (interpreter + CLI + engine imports): {startup:.3f} s  (the floor of a cached run)")
         lines.append(f"{'command':<14} {'first s':>8} {'second s':>9} {'speed-up':>9} {'second - start-up':>18} "

@@ -12,7 +12,14 @@ them, SQLite alone), and for comparison the same values moved into numpy row by 
 through Python's sqlite3 module (hpcprof reads through ADBC/Arrow instead).
 Runs are interleaved and the best of --repeat is reported: the machine may be shared.
 
+With --engines it compares hpcprof's two engines instead, on a small per-rank export as it is
+(no copies, no reference nsys needed): the whole `hpcprof nsys stats` command writing the
+summary reports as CSV with --engine python and with --engine columnar, and `python -c pass`,
+interleaved, best and median of --repeat, outputs checked identical; and, in a child process per
+engine, its imports and its reports (with their CSV text) timed apart.
+
     python benchmarks/nsys_stats_speed.py [--source FIXTURE.sqlite] [--copies N]
+    python benchmarks/nsys_stats_speed.py --engines [--source FIXTURE.sqlite] [--repeat N]
 """
 
 from __future__ import annotations
@@ -24,14 +31,13 @@ import json
 import os
 import shutil
 import sqlite3
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from itertools import chain
 from pathlib import Path
-
-import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
@@ -113,7 +119,8 @@ def measure(cmd: list[str], cwd: Path) -> tuple[float, int, str]:
 def reports_in_process(db: Path) -> float:
     """Seconds hpcprof spends on the reports and their CSV text once imported (what the CLI does)."""
     from hpcprof.analysis.nsys.db import Export
-    from hpcprof.analysis.nsys.stats import run_reports, write_csv
+    from hpcprof.analysis.nsys.stats import run_reports
+    from hpcprof.analysis.nsys.table import write_csv
 
     t0 = time.perf_counter()
     with Export(db) as export:
@@ -125,6 +132,8 @@ def reports_in_process(db: Path) -> float:
 
 def floor(db: Path) -> tuple[float, float]:
     """(SQLite-only scan, scan + transfer into numpy) seconds over the reports' columns."""
+    import numpy as np  # here: the engines' children time their own imports
+
     con = sqlite3.connect(f"file:{db}?mode=ro&immutable=1", uri=True)
     tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     scans = [(t, c) for t, c in ACTIVITY.items() if c and t in tables]
@@ -146,6 +155,59 @@ def floor(db: Path) -> tuple[float, float]:
     return sqlite_only, transfer
 
 
+ENGINE_REPORTS = NEW_NAMES + ["cuda_gpu_kern_gb_sum"]
+
+
+def engine_in_process(engine: str, db: Path) -> str:
+    """Seconds one engine spends importing itself, then on the reports and their CSV text."""
+    t0 = time.perf_counter()
+    from hpcprof.analysis.nsys import stats
+    from hpcprof.analysis.nsys.table import write_csv
+
+    if engine == "columnar":
+        import hpcprof.analysis.nsys.reports  # noqa: F401  (the columnar engine's imports)
+        from hpcprof.analysis.nsys.db import Export
+    t1 = time.perf_counter()
+    if engine == "columnar":
+        with Export(db) as export:
+            tables = stats.run_reports(export, ENGINE_REPORTS, frames=False)
+    else:
+        tables = stats.run_python_reports(db, ENGINE_REPORTS)
+    for table in tables:
+        if not isinstance(table, Exception):
+            write_csv(table, io.StringIO())
+    return f"{t1 - t0} {time.perf_counter() - t1}"
+
+
+def engines(source: Path, repeat: int) -> None:
+    """Wall time of `hpcprof nsys stats` (summary reports, CSV) with each engine on `source`."""
+    names = ",".join(ENGINE_REPORTS)
+    base = [sys.executable, "-m", "hpcprof", "nsys", "stats", str(source), "-r", names, "--format", "csv"]
+    cmds = {"python -c pass": [sys.executable, "-c", "pass"],
+            "--engine python": base + ["--engine", "python"], "--engine columnar": base + ["--engine", "columnar"]}
+    me = [sys.executable, str(Path(__file__).resolve())]
+    split = {e: me + ["--child-engine", e, str(source)] for e in ("python", "columnar")}
+    runs: dict[str, list[tuple[float, int, str]]] = {k: [] for k in [*cmds, *split]}
+    for _ in range(repeat):                          # interleaved: the machine is shared
+        for key, cmd in [*cmds.items(), *split.items()]:
+            runs[key].append(measure(cmd, REPO))
+    same = runs["--engine python"][0][2] == runs["--engine columnar"][0][2] != ""
+    print(f"input: {source} ({source.stat().st_size / 1000:.0f} kB); reports: {names} (--format csv)")
+    print(f"{'command':18s} {'best s':>7s} {'median s':>9s}   runs (s)")
+    for key in cmds:
+        walls = [w for w, _, _ in runs[key]]
+        print(f"{key:18s} {min(walls):7.3f} {statistics.median(walls):9.3f}   " + " ".join(f"{w:.3f}" for w in walls))
+    best = {k: min(w for w, _, _ in v) for k, v in runs.items()}
+    median = {k: statistics.median(w for w, _, _ in v) for k, v in runs.items()}
+    print(f"columnar / python: {best['--engine columnar'] / best['--engine python']:.1f}x (best), "
+          f"{median['--engine columnar'] / median['--engine python']:.1f}x (median)")
+    print(f"outputs identical: {'yes' if same else 'NO'}")
+    print("in process (median s):")
+    for engine in split:
+        imports, reports = (statistics.median(float(out.split()[i]) for _, _, out in runs[engine]) for i in (0, 1))
+        print(f"  {engine:9s} imports {imports:.3f}  reports and CSV {reports:.3f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--source", type=Path, default=DEFAULT_SOURCE, help="fixture export to repeat")
@@ -155,9 +217,12 @@ def main() -> None:
                         help="report names and layouts: nsys 2022.4's (old) or today's (new, for nsys 2023+)")
     parser.add_argument("--repeat", type=int, default=3, help="runs of each tool (best is reported)")
     parser.add_argument("--keep", action="store_true", help="keep the built export and outputs")
+    parser.add_argument("--engines", action="store_true",
+                        help="compare hpcprof's engines (python, columnar) on --source as it is")
     parser.add_argument("--child-build", nargs=3, help=argparse.SUPPRESS)
     parser.add_argument("--child-reports", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--child-floor", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--child-engine", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     global REPORTS
     REPORTS = NEW_NAMES if args.names == "new" else OLD_NAMES
@@ -170,6 +235,12 @@ def main() -> None:
         return
     if args.child_floor:
         print(*floor(args.child_floor))
+        return
+    if args.child_engine:
+        print(engine_in_process(args.child_engine[0], Path(args.child_engine[1])))
+        return
+    if args.engines:
+        engines(args.source.resolve(), args.repeat)
         return
     if not Path(args.nsys).exists():
         raise SystemExit(f"reference nsys not found at {args.nsys}; apt-get install nsight-systems-target "
@@ -192,7 +263,7 @@ def main() -> None:
     ns_cmd = [args.nsys, "stats", "--report", ",".join(REPORTS), "--format", "csv", "--output", str(work / "nsys"),
               "--force-overwrite", "true", str(db)]
     # interpreter + the CLI + the columnar engine's imports (what a large export pays before reading)
-    help_cmd = [sys.executable, "-c", "import hpcprof.cli, hpcprof.analysis.nsys.cli, hpcprof.analysis.nsys.stats"]
+    help_cmd = [sys.executable, "-c", "import hpcprof.cli, hpcprof.analysis.nsys.cli, hpcprof.analysis.nsys.reports"]
     runs: dict[str, list[tuple[float, int, str]]] = {"hpcprof": [], "nsys": [], "inproc": [], "floor": [],
                                                      "startup": []}
     for _ in range(args.repeat):                     # interleaved, best of N: the machine is shared

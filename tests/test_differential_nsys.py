@@ -26,8 +26,10 @@ from pathlib import Path
 
 import pytest
 
-from hpcprof.analysis.nsys import small
-from hpcprof.analysis.nsys.stats import REPORTS, Export, MissingData, run_table, write_csv
+from hpcprof.analysis.nsys.db import Export
+from hpcprof.analysis.nsys.schema import MissingData
+from hpcprof.analysis.nsys.stats import PYTHON_REPORTS, REPORTS, run_python_reports, run_table
+from hpcprof.analysis.nsys.table import Table, write_csv
 
 sys.path.insert(0, str(Path(__file__).parent / "differential"))
 from nsys_exports import TIE_SEEDS, derive  # noqa: E402
@@ -79,12 +81,12 @@ def ours(db: Path, reports: list[str]) -> dict[str, str]:
 
 def ours_python(db: Path, reports: list[str]) -> dict[str, str]:
     """The standard-library engine's CSV text of each report it has ('' where no such data)."""
-    names = [r for r in reports if r in small.REPORTS]
+    names = [r for r in reports if r in PYTHON_REPORTS]
     out = {}
-    for report, result in zip(names, small.run_reports(db, names), strict=False):
+    for report, result in zip(names, run_python_reports(db, names), strict=True):
         buf = io.StringIO()
-        if isinstance(result, small.Report):
-            small.write_csv(result, buf)
+        if isinstance(result, Table):
+            write_csv(result, buf)
         elif not isinstance(result, MissingData):
             raise result
         out[report] = buf.getvalue()
@@ -176,7 +178,7 @@ def test_every_report_identical_to_nsys_on_generated_exports(comparisons: dict, 
         pytest.skip(outcome)
     source = "run here" if version == "2022.4" else "gold made on the GPU machine"
     reports = [r for r in (OLD_REPORTS if version == "2022.4" else NEW_REPORTS)
-               if engine == "columnar" or r in small.REPORTS]
+               if engine == "columnar" or r in PYTHON_REPORTS]
     exports = comparisons["exports" if version == "2022.4" else "exports 2025.3.1"]
     record_counts(f"nsys {version} ({source}), {engine} engine: {outcome.compared} reports compared over "
                   f"{exports}, {outcome.identical} identical")

@@ -11,8 +11,12 @@ from pathlib import Path
 import pytest
 
 import hpcprof.analysis.nsys.db as nsys_db
-from hpcprof.analysis.nsys import stats
+from hpcprof.analysis.nsys import reports
 from hpcprof.analysis.nsys.db import Export
+from hpcprof.analysis.nsys.loaders import nvtx_groups_packed
+from hpcprof.analysis.nsys.schema import NVTX_PUSHPOP, NVTX_STARTEND, OLD, RUNTIME
+from hpcprof.analysis.nsys.stats import run_reports
+from hpcprof.analysis.nsys.table import write_csv
 
 FIXTURES = ["fuser_report1_nsys2024.6.2", "fuser_report1_nsys2025.1.1", "nsysai_h100_2gpu_1s",
             "nsysai_mfu_2gpu_after", "nsysai_mfu_2gpu_before", "nsysai_mock", "h200_seqpar_bf16/rank0"]
@@ -24,21 +28,21 @@ SUMMARIES = ["gpukernsum", "cudaapisum", "gpumemtimesum", "gpumemsizesum", "nvtx
 def _csvs(db: Path) -> dict[str, str]:
     out = {}
     with Export(db) as export:
-        for name, df in zip(SUMMARIES, stats.run_reports(export, SUMMARIES), strict=True):
+        for name, df in zip(SUMMARIES, run_reports(export, SUMMARIES), strict=True):
             if isinstance(df, Exception):
                 out[name] = f"{type(df).__name__}: {df}"
                 continue
             buf = io.StringIO()
-            stats.write_csv(df, buf)
+            write_csv(df, buf)
             out[name] = buf.getvalue()
     return out
 
 
 def _general(monkeypatch: pytest.MonkeyPatch) -> None:
     """Turn the packed reads off: every report takes its general path."""
-    monkeypatch.setattr(stats, "_nvtx_packed", lambda *a, **k: None)
-    monkeypatch.setattr(stats, "_packed_by_id", lambda *a, **k: None)
-    monkeypatch.setattr(stats, "_kern_gb_packed", lambda *a, **k: None)
+    monkeypatch.setattr(reports, "nvtx_groups_packed", lambda *a, **k: None)
+    monkeypatch.setattr(reports, "_packed_by_id", lambda *a, **k: None)
+    monkeypatch.setattr(reports, "_kern_gb_packed", lambda *a, **k: None)
 
 
 @pytest.mark.parametrize("fixture", FIXTURES)
@@ -65,9 +69,9 @@ def test_fallback_where_values_do_not_pack(fixtures_dir: Path, tmp_path: Path,
     con.commit()
     con.close()
     with Export(db) as export:
-        assert stats._nvtx_packed(export, stats.NVTX_PUSHPOP + stats.NVTX_STARTEND, stats.OLD, True) is None
-        assert stats._kern_gb_packed(export, "demangled") is None
-        assert stats._packed_by_id(export, stats.RUNTIME, "nameId") is None
+        assert nvtx_groups_packed(export, NVTX_PUSHPOP + NVTX_STARTEND, OLD, True) is None
+        assert reports._kern_gb_packed(export) is None
+        assert reports._packed_by_id(export, RUNTIME, "nameId") is None
     fast = _csvs(db)
     _general(monkeypatch)
     assert fast == _csvs(db)

@@ -1,7 +1,8 @@
 """The standard-library engine of `hpcprof nsys stats` (small.py): the same bytes as the columnar
 engine and as nsys's gold, chosen by `--engine auto` for CSV of small exports, and a start-up path
 that imports neither pandas, numpy, pyarrow nor SQLAlchemy. (Against nsys itself on generated
-exports: tests/test_differential_nsys.py, both engines.)"""
+exports: tests/test_differential_nsys.py, both engines.) Each report is declared once, for both
+engines (stats.SPECS)."""
 
 from __future__ import annotations
 
@@ -14,11 +15,13 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from hpcprof.analysis.nsys import small, stats
+from hpcprof.analysis.nsys import numerics
+from hpcprof.analysis.nsys.stats import PYTHON_REPORTS, SPECS, implementation
 from hpcprof.cli import main
 
 SIX = "gpukernsum,cudaapisum,gpumemtimesum,gpumemsizesum,nvtxsum,osrtsum"
 SIX_NEW = "cuda_gpu_kern_sum,cuda_api_sum,cuda_gpu_mem_time_sum,cuda_gpu_mem_size_sum,nvtx_sum,osrt_sum"
+SEVEN_NEW = SIX_NEW + ",cuda_gpu_kern_gb_sum"      # the NEW gb_sum's gold: tests/test_nsys_stats.py FRESH
 
 
 def _stats(*args: str) -> tuple[int, str, str]:
@@ -30,7 +33,16 @@ def _exports(fixtures_dir: Path) -> list[Path]:
     return sorted((fixtures_dir / "nsys").rglob("*.sqlite"))
 
 
-@pytest.mark.parametrize("reports", [SIX, SIX_NEW])
+def test_every_report_is_declared_once_with_implementations_that_exist() -> None:
+    names = [n for spec in SPECS for n in spec.names]
+    assert len(names) == len(set(names)) == 25
+    for spec in SPECS:
+        assert callable(implementation(spec.columnar))
+        assert spec.python is None or callable(implementation(spec.python))
+    assert sorted(PYTHON_REPORTS) == sorted(SIX.split(",") + SEVEN_NEW.split(","))
+
+
+@pytest.mark.parametrize("reports", [SIX, SEVEN_NEW])
 def test_both_engines_write_the_same_bytes_on_every_fixture(fixtures_dir: Path, reports: str) -> None:
     exports = _exports(fixtures_dir)
     assert len(exports) >= 10
@@ -49,6 +61,12 @@ def test_python_engine_matches_the_nsys_gold(fixtures_dir: Path) -> None:
         code, out, _ = _stats(str(run / "rank0.sqlite"), "-r", report, "--format", "csv", "--engine", "python")
         assert code == 0
         assert out == (run / f"rank0_{report}.csv").read_text(), report
+    nsys = fixtures_dir / "nsys"
+    for export in ("ddp_ws2_rank1", "seqpar_bf16_p4_rank3"):
+        code, out, _ = _stats(str(nsys / "h200_campaign" / f"{export}.sqlite"), "-r", "cuda_gpu_kern_gb_sum",
+                              "--format", "csv", "--engine", "python")
+        assert code == 0
+        assert out == (nsys / "gold_nsys_stats_2025.3.1" / f"{export}_cuda_gpu_kern_gb_sum.csv").read_text(), export
 
 
 def test_rounding_emulations_agree_with_the_columnar_ones() -> None:
@@ -56,10 +74,10 @@ def test_rounding_emulations_agree_with_the_columnar_ones() -> None:
     values = np.concatenate((rng.integers(0, 10**12, 3000) / rng.integers(1, 10**4, 3000),
                              np.arange(0, 3000) + 0.05, np.arange(0, 3000) / 4, [239194.65, 8921.25, 1.75, 0.0,
                                                                                    -2.25, math.nan, 1e15 + 0.25]))
-    old = stats.sqlite_round1(values)
-    new = stats.exact_round1(values)
+    old = numerics.sqlite_round1_array(values)
+    new = numerics.exact_round1_array(values)
     for x, o, n in zip(values.tolist(), old.tolist(), new.tolist(), strict=True):
-        for mine, theirs in ((small.sqlite_round1(x), o), (small.exact_round1(x), n)):
+        for mine, theirs in ((numerics.sqlite_round1(x), o), (numerics.exact_round1(x), n)):
             assert mine == theirs or (math.isnan(mine) and math.isnan(theirs)), x
 
 
@@ -69,8 +87,8 @@ def test_auto_picks_python_for_small_csv_and_columnar_otherwise(fixtures_dir: Pa
              "main(sys.argv[1:], standalone_mode=False); "
              "print('HEAVY', sorted(m for m in ('pandas', 'numpy', 'pyarrow', 'sqlalchemy') if m in sys.modules), "
              "file=sys.stderr)")
-    csv = subprocess.run([sys.executable, "-c", probe, "nsys", "stats", "-r", SIX_NEW, "--format", "csv", str(export)],
-                         capture_output=True, text=True, check=True)
+    csv = subprocess.run([sys.executable, "-c", probe, "nsys", "stats", "-r", SEVEN_NEW, "--format", "csv",
+                          str(export)], capture_output=True, text=True, check=True)
     assert "HEAVY []" in csv.stderr
     table = subprocess.run([sys.executable, "-c", probe, "nsys", "stats", "-r", "cuda_gpu_kern_sum", str(export)],
                            capture_output=True, text=True, check=True)

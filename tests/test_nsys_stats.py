@@ -13,15 +13,11 @@ import pytest
 from click.testing import CliRunner
 
 from hpcprof.analysis.nsys.db import Export, pid_of, process_of, tid_of
-from hpcprof.analysis.nsys.stats import (
-    REPORTS,
-    MissingData,
-    clean_api_name,
-    exact_round1,
-    run_report,
-    sqlite_round1,
-    write_csv,
-)
+from hpcprof.analysis.nsys.loaders import clean_api_names
+from hpcprof.analysis.nsys.numerics import exact_round1_array, sqlite_round1_array
+from hpcprof.analysis.nsys.schema import MissingData
+from hpcprof.analysis.nsys.stats import REPORTS, run_report
+from hpcprof.analysis.nsys.table import write_csv
 from hpcprof.cli import main
 
 NSYS = "nsys"
@@ -168,15 +164,15 @@ def test_new_layout_labels_and_names(fixtures_dir: Path) -> None:
 def test_sqlite_rounding_of_both_nsys_generations() -> None:
     x = np.array([9735.55, 0.25, 0.15, 2.5e-2, 1234.75, 0.0, np.nan, 14_351_679 / 60, 214_110 / 24])
     # SQLite 3.36 (nsys 2022.4): long-double printf with a 3e-16 fudge
-    np.testing.assert_array_equal(sqlite_round1(x)[:7], [9735.6, 0.3, 0.2, 0.0, 1234.8, 0.0, np.nan])
+    np.testing.assert_array_equal(sqlite_round1_array(x)[:7], [9735.6, 0.3, 0.2, 0.0, 1234.8, 0.0, np.nan])
     # nsys 2025.3.1: the exact binary value, half away from zero (239194.65 is 239194.6499..., 8921.25 exact)
-    np.testing.assert_array_equal(exact_round1(x), [9735.5, 0.3, 0.1, 0.0, 1234.8, 0.0, np.nan, 239194.6, 8921.3])
+    np.testing.assert_array_equal(exact_round1_array(x), [9735.5, 0.3, 0.1, 0.0, 1234.8, 0.0, np.nan, 239194.6, 8921.3])
 
 
 def test_api_name_cleanup() -> None:
     names = np.array(["cudaLaunchKernel_v7000", "cudaStreamIsCapturing_v10000", "cuLaunchKernelEx", "_v1234", None],
                      dtype=object)
-    assert clean_api_name(names).tolist() == ["cudaLaunchKernel", "cudaStreamIsCapturing_v10000", "cuLaunchKernelEx",
+    assert clean_api_names(names).tolist() == ["cudaLaunchKernel", "cudaStreamIsCapturing_v10000", "cuLaunchKernelEx",
                                               "", None]
 
 

@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import click
 
-from hpcprof.analysis.nsys import small
 from hpcprof.analysis.nsys.schema import MissingData, NsysInputError
+from hpcprof.analysis.nsys.stats import PYTHON_REPORTS, REPORTS, run_python_reports
+from hpcprof.analysis.nsys.table import Table, write_csv
 from hpcprof.cli_options import files_argument, output_file_option, rank_map_option
 from hpcprof.errors import FiniteRange, UserError
 from hpcprof.lazy import LazyModule
@@ -24,7 +25,6 @@ if TYPE_CHECKING:
 
     from hpcprof.analysis.nsys import distributed as dist
     from hpcprof.analysis.nsys.db import Export
-    from hpcprof.analysis.nsys.stats import Table
 else:
     dist = LazyModule("hpcprof.analysis.nsys.distributed")   # SQLAlchemy and the analyses: imported when used
 
@@ -107,25 +107,19 @@ def _emit_stats_table(df: pd.DataFrame | Table, out: TextIO, title: str | None) 
     from rich.console import Console
     from rich.table import Table as RichTable
 
-    from hpcprof.analysis.nsys.stats import Table as StatsTable
-
-    table = df if isinstance(df, StatsTable) else StatsTable.from_frame(df)
+    table = df if isinstance(df, Table) else Table.from_frame(df)
     shown = RichTable(title=title, show_lines=False)
     for name, fmt in zip(table.columns, table.formats, strict=True):
         shown.add_column(name, justify="right" if fmt in TABLE_CELLS else "left")
-    cells = [[_table_cell(v, fmt, table.null) for v in values.tolist()]
-             for values, fmt in zip(table.columns.values(), table.formats, strict=True)]
+    cells = [[_table_cell(v, fmt, table.null) for v in values]
+             for values, fmt in zip(table.column_values(), table.formats, strict=True)]
     for row in zip(*cells, strict=True):
         shown.add_row(*row)
     Console(file=out, width=200).print(shown)
 
 
-def _emit(df: pd.DataFrame | Table | small.Report, fmt: str, out: TextIO, title: str | None = None) -> None:
-    if isinstance(df, small.Report):
-        small.write_csv(df, out)
-    elif fmt in ("csv", "table") and (hasattr(df, "formats") or "formats" in getattr(df, "attrs", {})):  # a stats Table/its frame
-        from hpcprof.analysis.nsys.stats import write_csv
-
+def _emit(df: pd.DataFrame | Table, fmt: str, out: TextIO, title: str | None = None) -> None:
+    if fmt in ("csv", "table") and (isinstance(df, Table) or "formats" in getattr(df, "attrs", {})):  # a report
         if fmt == "csv":
             write_csv(df, out)
         else:
@@ -136,7 +130,7 @@ def _emit(df: pd.DataFrame | Table | small.Report, fmt: str, out: TextIO, title:
         emit(df, fmt, out, title=title)
 
 
-def _write(df: pd.DataFrame | Table | small.Report, fmt: str, output: str | None, title: str,
+def _write(df: pd.DataFrame | Table, fmt: str, output: str | None, title: str,
            inputs: Sequence[Path] = ()) -> None:
     if output is None:
         _emit(df, fmt, sys.stdout, title)
@@ -149,23 +143,20 @@ def _write(df: pd.DataFrame | Table | small.Report, fmt: str, output: str | None
 
 def _report_names(value: str) -> list[str]:
     names = [r.strip() for r in value.split(",") if r.strip()]
-    if any(r not in small.REPORTS for r in names):          # only then the full list is needed
-        from hpcprof.analysis.nsys.stats import REPORTS
-
-        unknown = [r for r in names if r not in REPORTS]
-        if unknown:
-            raise click.BadParameter(f"unknown report(s) {', '.join(unknown)}; known: {', '.join(REPORTS)}")
+    unknown = [r for r in names if r not in REPORTS]
+    if unknown:
+        raise click.BadParameter(f"unknown report(s) {', '.join(unknown)}; known: {', '.join(REPORTS)}")
     return names
 
 
 def _python_engine(engine: str, names: list[str], fmt: str, files: tuple[Path, ...]) -> bool:
     """Whether the standard-library engine runs the reports: `--engine python`, or `auto` for CSV
-    of the six summary reports on .sqlite exports under SMALL_EXPORT_BYTES (there the imports of
-    the columnar engine cost more than the reports)."""
-    fits = fmt == "csv" and all(n in small.REPORTS for n in names)
+    of the summary reports it has (PYTHON_REPORTS) on .sqlite exports under SMALL_EXPORT_BYTES
+    (there the imports of the columnar engine cost more than the reports)."""
+    fits = fmt == "csv" and all(n in PYTHON_REPORTS for n in names)
     if engine == "python":
         if not fits:
-            raise UserError(f"--engine python writes --format csv of {', '.join(small.REPORTS)}; "
+            raise UserError(f"--engine python writes --format csv of {', '.join(PYTHON_REPORTS)}; "
                             "use --engine columnar (or auto) for other reports and formats")
         if any(p.suffix == ".nsys-rep" for p in files):
             raise UserError("--engine python reads SQLite exports; export the .nsys-rep files first "
@@ -180,7 +171,7 @@ def _python_results(files: tuple[Path, ...], names: list[str]) -> Iterator[tuple
     the file is not a usable export."""
     for path in files:
         try:
-            yield path, small.run_reports(path, names)
+            yield path, run_python_reports(path, names)
         except NsysInputError as exc:
             _fail(path, str(exc))
             yield path, None
@@ -198,7 +189,7 @@ format_option = click.option("--format", "fmt", type=click.Choice(FORMATS), defa
 @click.option("--output", "-o", "prefix", default=None,
               help="Write PREFIX_<report>.<ext> (PREFIX_<file>_<report>.<ext> for several files) instead of stdout.")
 @click.option("--engine", type=click.Choice(["auto", "python", "columnar"]), default="auto", show_default=True,
-              help="python: standard library only (CSV of the six summary reports); columnar: numpy/Arrow, "
+              help="python: standard library only (CSV of the summary reports); columnar: numpy/Arrow, "
                    "every report and format, fast on large exports; auto: python for CSV of those reports "
                    "on exports up to 32 MB. Both give nsys's bytes.")
 def stats_cmd(files: tuple[Path, ...], reports: str, fmt: str, prefix: str | None, engine: str) -> None:

@@ -14,7 +14,8 @@ from hpcprof.analysis.nsys import critical_path
 from hpcprof.analysis.nsys import distributed as dist
 from hpcprof.analysis.nsys import window as win
 from hpcprof.analysis.nsys.db import Export
-from hpcprof.analysis.nsys.stats import SUMMARY_REPORTS, MissingData, run_report
+from hpcprof.analysis.nsys.schema import MissingData
+from hpcprof.analysis.nsys.stats import SUMMARY_REPORTS, run_report
 from hpcprof.analysis.nsys.timeline import iteration_timeline, median_iteration
 from hpcprof.atomic import atomic_write
 from hpcprof.errors import Problem

@@ -28,7 +28,8 @@ from hpcprof.analysis.nsys.db import (
     pid_of,
     process_of,
 )
-from hpcprof.analysis.nsys.stats import OLD, nvtx_ranges
+from hpcprof.analysis.nsys.loaders import nvtx_ranges
+from hpcprof.analysis.nsys.schema import OLD
 from hpcprof.ranks import rank_from_filename
 
 NCCL_KERNEL = re.compile(r"^nccl(?:Dev)?Kernel_([A-Za-z0-9]+?)(?:_|\(|$)")
@@ -325,7 +326,7 @@ def gaps(act: Activity, threshold_ns: int = 500_000_000, skip_overhead: bool = T
 
 def process_ranges(export: Export) -> tuple[pd.DataFrame, np.ndarray]:
     """The push/pop and start/end NVTX ranges of `export` with their times and names
-    (stats.nvtx_ranges): read once per export, shared by the window, phases and critical-path
+    (loaders.nvtx_ranges): read once per export, shared by the window, phases and critical-path
     analyses; each caller gets its own copy of the ranges."""
     read = export.memo("process_ranges", lambda: nvtx_ranges(export, NVTX_PUSHPOP + NVTX_STARTEND, OLD,
                                                             with_times=True))

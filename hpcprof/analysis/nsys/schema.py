@@ -1,4 +1,5 @@
-"""What an nsys SQLite export holds (table names, NVTX event types) and the check that a file is
+"""What an nsys SQLite export holds (table names, NVTX event types), how nsys names what it holds
+in its reports (memcpy labels, API names, NVTX ranges: one rule each) and the check that a file is
 a complete SQLite database: the standard library only, shared by both report engines."""
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ NVTX_DOMAIN_CREATE = 75
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
+#: report layouts: nsys 2022.4's (old report names) and nsys 2024-2025's (current names)
+OLD, NEW = "2022.4", "2025.3"
+
 # nsys 2022.4's hard-coded memcpy labels (copyKind -> name); newer nsys uses ENUM_CUDA_MEMCPY_OPER.label
 OLD_MEMCPY_LABELS = {
     0: "[CUDA memcpy Unknown]", 1: "[CUDA memcpy HtoD]", 2: "[CUDA memcpy DtoH]",
@@ -33,6 +37,31 @@ OLD_MEM_KINDS = {0: "Pageable", 1: "Pinned", 2: "Device", 3: "Array", 4: "Manage
                  5: "Device Static", 6: "Managed Static", 7: "Unknown"}
 MEMSET_LABEL = "[CUDA memset]"
 OSRT_EVENT_CLASS = 27
+
+
+def memcpy_label(operation: str) -> str:
+    """The report label of an ENUM_CUDA_MEMCPY_OPER label (nsys 2024+): `[CUDA memcpy Host-to-Device]`."""
+    return f"[CUDA memcpy {operation}]"
+
+
+def clean_api_name(name: str | None) -> str | None:
+    """An API name without its `_vNNNN` suffix (exactly 4 characters after `_v`), as nsys's API reports show it."""
+    return name[:-6] if isinstance(name, str) and len(name) >= 6 and name[-6:-4] == "_v" else name
+
+
+def nvtx_name(domain: str | None, label: str | None, layout: str) -> str | None:
+    """An NVTX range's name in the reports of `layout`: `domain:label`, `domain` being the name of the
+    range's domain (None where its process created none). nsys 2022.4 shows a range without a domain
+    by its label alone; newer nsys always writes `domain:label`, empty parts as "" (`:label`)."""
+    if layout == OLD:
+        return label if domain is None else f"{domain}:{label}"
+    return f"{domain or ''}:{label or ''}"
+
+
+def nvtx_domain_name(inline: str | None, label: str | None, layout: str) -> str | None:
+    """The name of an NVTX domain (its eventType 75 row): nsys 2022.4 takes the row's inline text,
+    newer nsys its label (the StringIds text of textId, else the inline text)."""
+    return inline if layout == OLD else label
 
 
 class MissingData(Exception):

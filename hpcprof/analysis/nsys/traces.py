@@ -10,18 +10,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from hpcprof.analysis.nsys.db import RUNTIME, Export, process_of
-from hpcprof.analysis.nsys.stats import (
-    OLD,
-    Table,
-    _grid_block,
-    _need,
-    _null,
-    clean_api_name,
-    frame,
-    kernels,
-    sa,
-)
+from hpcprof.analysis.nsys.db import Export, process_of
+from hpcprof.analysis.nsys.loaders import clean_api_names, grid_block_text, kernels
+from hpcprof.analysis.nsys.schema import OLD, RUNTIME
+from hpcprof.analysis.nsys.table import Table, make_table, null_text
+from hpcprof.lazy import LazyModule
+
+sa = LazyModule("sqlalchemy")
 
 
 def cuda_api_trace(export: Export, layout: str = OLD) -> Table:
@@ -29,8 +24,6 @@ def cuda_api_trace(export: Export, layout: str = OLD) -> Table:
     id, process and thread, thread priority and name (from ThreadNames)."""
     import pandas as pd
 
-    _need(export, RUNTIME, "CUDA trace data")
-    _need(export, "ThreadNames", "thread names (ThreadNames)")
     rt = export.table(RUNTIME)
     r = export.ints(sa.select(rt.c.start, rt.c.end, rt.c.nameId, rt.c.returnValue, rt.c.correlationId,
                               rt.c.globalTid))
@@ -48,22 +41,21 @@ def cuda_api_trace(export: Export, layout: str = OLD) -> Table:
         thread_names[has_thread] = export.strings(j["tname"].to_numpy()[has_thread].astype(np.int64))
     prio = j["prio"].astype(object).where(has_thread, None).to_numpy(dtype=object)
     cols = {"Start (ns)": j["start"].to_numpy(), "Duration (ns)": j["dur"].to_numpy(),
-            "Name": clean_api_name(export.strings(j["name"].to_numpy(np.int64))),
+            "Name": clean_api_names(export.strings(j["name"].to_numpy(np.int64))),
             "Result": j["result"].to_numpy(), "CorrID": j["corr"].to_numpy(),
             "Pid": (gtid >> 24) & 0xFFFFFF, "Tid": gtid & 0xFFFFFF, "T-Pri": prio, "Thread Name": thread_names}
-    return frame(cols, ["i", "i", "s", "i", "i", "i", "i", "i", "s"], null=_null(layout))
+    return make_table(cols, ["i", "i", "s", "i", "i", "i", "i", "i", "s"], null=null_text(layout))
 
 
-def cuda_kern_exec_trace(export: Export, layout: str = OLD, variant: str = "demangled") -> Table:
+def cuda_kern_exec_trace(export: Export, layout: str = OLD) -> Table:
     """One row per kernel with its launch call: API start and duration, queue start and duration
     (NULL where the kernel started before the call returned), kernel start and duration, total
     (call start to the later of call end and kernel end), PID, TID, device, API name, grid, block
     and kernel name."""
     import pandas as pd
 
-    _need(export, RUNTIME, "CUDA API data")
     dims = ("gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ")
-    k = kernels(export, ("deviceId", "correlationId", "globalPid", *dims), variant)
+    k = kernels(export, ("deviceId", "correlationId", "globalPid", *dims))
     rt = export.table(RUNTIME)
     r = export.ints(sa.select(rt.c.start, rt.c.end, rt.c.correlationId, rt.c.globalTid, rt.c.nameId))
     kf = pd.DataFrame({"kstart": k["start"], "kend": k["end"], "dev": k["deviceId"], "kname": k["nameId"],
@@ -81,10 +73,10 @@ def cuda_kern_exec_trace(export: Export, layout: str = OLD, variant: str = "dema
             "Kernel Start (ns)": j["kstart"].to_numpy(), "Kernel Dur (ns)": (j["kend"] - j["kstart"]).to_numpy(),
             "Total Dur (ns)": (np.maximum(j["rend"], j["kend"]) - j["rstart"]).to_numpy(),
             "PID": (gtid >> 24) & 0xFFFFFF, "TID": gtid & 0xFFFFFF, "DevId": j["dev"].to_numpy(),
-            "API Function": clean_api_name(export.strings(j["rname"].to_numpy(np.int64))),
-            "GridXYZ": _grid_block(d, "grid"), "BlockXYZ": _grid_block(d, "block"),
+            "API Function": clean_api_names(export.strings(j["rname"].to_numpy(np.int64))),
+            "GridXYZ": grid_block_text(d, "grid"), "BlockXYZ": grid_block_text(d, "block"),
             "Kernel Name": export.strings(j["kname"].to_numpy(np.int64))}
-    return frame(cols, ["i"] * 10 + ["s"] * 4, null=_null(layout))
+    return make_table(cols, ["i"] * 10 + ["s"] * 4, null=null_text(layout))
 
 
 def _where(keep: np.ndarray, values: np.ndarray) -> np.ndarray:

@@ -1,0 +1,378 @@
+"""Columns of an nsys export that the reports and the distributed analyses read: kernels, memory
+operations and their labels, NVTX ranges with their names (one naming rule: schema.nvtx_name).
+
+Speed: the summary reports read each table once, with as few columns as possible (the ADBC
+driver's cost is per row and per value moved): a group key and the duration packed into one
+int64 in SQL (numerics.pack_sql), so one int64 sort gives groups, medians and all; NVTX text is
+dictionary-encoded per batch in Arrow and only distinct texts become Python strings. Tables over
+a million rows are read as two rowid ranges in parallel threads. Where a packed read does not
+apply (a value out of range, an unterminated NVTX range) the caller falls back to the general
+column reads.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from hpcprof.analysis.nsys.db import Export, TextCodes, numpy_of, pid_of
+from hpcprof.analysis.nsys.numerics import DUR, PACK_BITS, PACK_KEYS, PACK_MASK, Groups, factorize_sorted, group_codes
+from hpcprof.analysis.nsys.schema import (
+    KERNEL,
+    MEMCPY,
+    MEMSET,
+    MEMSET_LABEL,
+    NVTX,
+    NVTX_DOMAIN_CREATE,
+    NVTX_STARTEND,
+    OLD,
+    OLD_MEM_KINDS,
+    OLD_MEMCPY_LABELS,
+    MissingData,
+    clean_api_name,
+    memcpy_label,
+    nvtx_domain_name,
+    nvtx_name,
+)
+from hpcprof.lazy import LazyModule
+
+sa = LazyModule("sqlalchemy")
+if TYPE_CHECKING:
+    import pandas as pd
+else:   # the summary reports and their CSV need no pandas (0.2-0.5 s of start-up): imported when used
+    pd = LazyModule("pandas")
+
+
+def need(export: Export, table: str, what: str) -> None:
+    """MissingData("no `what`") unless the export has `table`."""
+    if not export.has(table):
+        raise MissingData(f"no {what}")
+
+
+def clean_api_names(names: np.ndarray) -> np.ndarray:
+    """schema.clean_api_name of every name."""
+    return np.array([clean_api_name(n) for n in names], dtype=object)
+
+
+def kernels(export: Export, extra: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
+    """Kernel rows as int64 columns: start, end, nameId (the demangled name's StringIds id; + `extra`)."""
+    need(export, KERNEL, "CUDA kernel data")
+    t = export.table(KERNEL)
+    return export.ints(sa.select(t.c.start, t.c.end, t.c.demangledName.label("nameId"), *(t.c[c] for c in extra)))
+
+
+def memops(export: Export, layout: str, value: str = "duration") -> tuple[np.ndarray, np.ndarray]:
+    """(operation name, duration or bytes) of every memcpy and memset row."""
+    codes, names, values = memop_codes(export, layout, value)
+    return names[codes], values
+
+
+def _memop_columns(export: Export) -> dict[str, list[np.ndarray]]:
+    """copyKind, duration and bytes of the memcpy rows, duration and bytes of the memset rows
+    (NULL as -1), read once for all the reports of an export."""
+    out = {}
+    if export.has(MEMCPY):
+        out[MEMCPY] = export.sql_ints(f"coalesce(copyKind, -1), coalesce({DUR}, -1), coalesce(bytes, -1)",
+                                      MEMCPY, ncols=3)
+    if export.has(MEMSET):
+        out[MEMSET] = export.sql_ints(f"-1, coalesce({DUR}, -1), coalesce(bytes, -1)", MEMSET, ncols=3)
+    return out
+
+
+def memop_codes(export: Export, layout: str, value: str = "duration") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(label code per memcpy/memset row, labels, duration or bytes per row)."""
+    tables = export.memo("memops", lambda: _memop_columns(export))
+    if not tables:
+        raise MissingData("no GPU memory data")
+    labels = memcpy_labels(export, layout)
+    names: list[Any] = []
+    codes: list[Any] = []
+    values: list[Any] = []
+    for table, (kind, dur, size) in tables.items():
+        v = dur if value == "duration" else size
+        if table == MEMCPY:
+            kinds = np.intersect1d(np.array(list(labels), dtype=np.int64), kind)
+            keep = np.isin(kind, kinds)                      # nsys inner-joins the label table
+            kind_codes = np.searchsorted(kinds, kind[keep]) + len(names)
+            names += [labels[k] for k in kinds.tolist()]
+            codes.append(kind_codes)
+            values.append(v[keep])
+        elif len(v):
+            codes.append(np.full(len(v), len(names), dtype=np.int64))
+            names.append(MEMSET_LABEL)
+            values.append(v)
+    if not codes:
+        return np.empty(0, dtype=np.int64), np.array(names, dtype=object), np.empty(0, dtype=np.int64)
+    return np.concatenate(codes), np.array(names, dtype=object), np.concatenate(values)
+
+
+def memcpy_labels(export: Export, layout: str) -> dict[int, str]:
+    """copyKind -> operation label of the layout."""
+    if layout == OLD or not export.has("ENUM_CUDA_MEMCPY_OPER"):
+        return OLD_MEMCPY_LABELS
+    t = export.table("ENUM_CUDA_MEMCPY_OPER")
+    return {int(i): memcpy_label(label) for i, label in export.rows(sa.select(t.c.id, t.c.label))}
+
+
+def mem_kind_labels(export: Export, layout: str) -> dict[int, str]:
+    """Memory kind id -> label of the layout."""
+    if layout == OLD or not export.has("ENUM_CUDA_MEM_KIND"):
+        return OLD_MEM_KINDS
+    t = export.table("ENUM_CUDA_MEM_KIND")
+    return {int(i): str(label) for i, label in export.rows(sa.select(t.c.id, t.c.label))}
+
+
+def nvtx_ranges(export: Export, event_types: tuple[int, ...], layout: str,
+                with_times: bool = False) -> tuple[pd.DataFrame, np.ndarray]:
+    """NVTX ranges of `event_types` and their distinct names, from one scan of NVTX_EVENTS.
+
+    Returns (ranges, names): ranges has duration (unterminated ranges end at the last
+    NVTX timestamp), eventType, `name` (index into `names`) and, `with_times`, start,
+    end and globalTid. Range text is the StringIds value of textId, else the inline
+    text; with a domain (eventType 75 row of the same process) it becomes
+    `domain:text`. The new layout always writes `domain:text`, with an empty domain
+    for the default one."""
+    need(export, NVTX, "NV Tools Extension (NVTX) data")
+    t = export.table(NVTX)
+    cols = export.columns(NVTX)
+    optional = [(t.c[c] if c in cols else sa.literal(-1)).label(c) for c in ("textId", "domainId")]
+    stmt = sa.select(t.c.start, t.c.end, t.c.eventType, t.c.globalTid, *optional,
+                     (t.c.text if "text" in cols else sa.null()).label("text"))
+    names = ["start", "end", "eventType", "globalTid", "textId", "domainId"]
+    columns = ["duration", "eventType", "textId", "text", "domainId", "pid"]
+    columns += ["start", "end", "globalTid"] if with_times else []
+    ranges: dict[str, list[np.ndarray]] = {n: [] for n in columns}
+    domains: dict[str, list[np.ndarray]] = {n: [] for n in ("start", "domainId", "pid", "textId", "text")}
+    last = 0
+    codes = TextCodes()
+    for batch in export.batches(stmt, text=(6,)):      # the last timestamp is over all events, marks included
+        a = {n: batch.column(i).to_numpy().astype(np.int64, copy=False) for i, n in enumerate(names)}
+        last = max(last, int(a["start"].max()), int(a["end"].max()))
+        a["text"] = codes.encode(batch.column(6))
+        a["pid"] = pid_of(a["globalTid"])
+        # end - start, or -(start + 1) for an unterminated range (its end is known after the scan)
+        a["duration"] = np.where(a["end"] >= 0, a["end"] - a["start"], -a["start"] - 1)
+        for keep, into in ((np.isin(a["eventType"], event_types), ranges),
+                           (a["eventType"] == NVTX_DOMAIN_CREATE, domains)):
+            for n in into:
+                into[n].append(a[n][keep].astype(NVTX_DTYPES.get(n, np.int64)))
+    d = {n: _concat(ranges.pop(n), NVTX_DTYPES.get(n, np.int64)) for n in columns}
+    dom = pd.DataFrame({n: _concat(v, NVTX_DTYPES.get(n, np.int64)) for n, v in domains.items()})
+    texts = codes.values()
+    # label of each distinct (textId, text): the StringIds value first, the inline text second
+    width = len(texts) + 1
+    pair, pairs = pd.factorize(np.concatenate((d["textId"], dom["textId"])).astype(np.int64) * width
+                               + np.concatenate((d["text"], dom["text"])))
+    pairs = np.asarray(pairs, dtype=np.int64)
+    uid, utext = pairs // width, pairs % width
+    label = texts[utext] if len(texts) else np.full(len(pairs), None, dtype=object)
+    if (uid >= 0).any():
+        resolved = export.strings(uid[uid >= 0])
+        label[uid >= 0] = np.where(pd.isna(resolved), label[uid >= 0], resolved)
+    n_ranges = len(d["duration"])
+    if len(dom):
+        dom["name"] = [nvtx_domain_name(inline, lab, layout) for inline, lab in
+                       zip(texts[dom["text"].to_numpy()], label[pair[n_ranges:]], strict=True)]
+        domain_rows = {k: dom[k].to_numpy() for k in ("start", "domainId", "pid", "name")}
+        name_code, range_names = _with_domains(d, domain_rows, pair[:n_ranges], label, layout)
+    else:
+        name_code = pair[:n_ranges]
+        range_names = range_names_of(np.full(len(label), None, dtype=object), label, layout)
+    duration = d["duration"]
+    duration[duration < 0] = last + 1 + duration[duration < 0]
+    out: dict[str, Any] = {"duration": duration, "eventType": d["eventType"], "name": name_code}
+    if with_times:
+        out |= {"start": d["start"], "end": np.where(d["end"] < 0, last, d["end"]), "globalTid": d["globalTid"]}
+    return pd.DataFrame(out), range_names
+
+
+NVTX_DTYPES = {"eventType": np.int16, "textId": np.int32, "domainId": np.int32, "text": np.int32, "pid": np.int32}
+
+
+def _concat(parts: list[np.ndarray], dtype: type) -> np.ndarray:
+    return np.concatenate(parts) if parts else np.empty(0, dtype=dtype)
+
+
+def _with_domains(d: dict[str, np.ndarray], dom: dict[str, np.ndarray], pair: np.ndarray, label: np.ndarray,
+                  layout: str) -> tuple[np.ndarray, np.ndarray]:
+    """Range name codes and names `domain:label`, the domain being the first eventType 75
+    row (by start) with the range's domainId in the range's process (2022.4 names it by its
+    inline text, newer nsys by its StringIds value or text). `dom` holds the domain rows'
+    start, domainId, pid and name."""
+    by_start = np.argsort(dom["start"], kind="stable")
+    keys = (dom["domainId"].astype(np.int64)[by_start] << 32) | dom["pid"].astype(np.int64)[by_start]
+    domain_keys, first = np.unique(keys, return_index=True)          # the first row of each (domain, process)
+    domain_names = np.asarray(dom["name"], dtype=object)[by_start][first]
+    row_keys = (d["domainId"].astype(np.int64) << 32) | d["pid"].astype(np.int64)
+    at = np.searchsorted(domain_keys, row_keys)
+    found = at < len(domain_keys)
+    found[found] = domain_keys[at[found]] == row_keys[found]
+    dom_of_row = np.where(found, at, -1)
+    width = len(label) + 1
+    combo, combos = factorize_sorted(dom_of_row * width + pair)
+    combos = np.asarray(combos, dtype=np.int64)
+    dom_names = np.concatenate((domain_names, np.array([None], dtype=object)))[combos // width]
+    labels = label[combos % width]
+    return combo, range_names_of(dom_names, labels, layout)
+
+
+def range_names_of(domains: np.ndarray, labels: np.ndarray, layout: str) -> np.ndarray:
+    """schema.nvtx_name of each (domain name, label)."""
+    return np.array([nvtx_name(d, lab, layout) for d, lab in zip(domains.tolist(), labels.tolist(), strict=True)]
+                    + [None], dtype=object)[:-1]
+
+
+NVTX_TYPE_SHIFT = 56                 # eventType << 56 | duration, one int64 per range
+NVTX_NO_END = (1 << NVTX_TYPE_SHIFT) - 1
+_TEXT_ID = re.compile(r"\x01(-?[0-9]+)\x02(.*)", re.DOTALL)
+
+
+def nvtx_groups_packed(export: Export, event_types: tuple[int, ...], layout: str,
+                       style: bool) -> tuple[np.ndarray, Groups, np.ndarray] | None:
+    """The NVTX summary's groups from one scan of two columns: `eventType << 56 | duration`
+    and the range's text, "\x01textId\x02text" where it has a textId. SQLite's expressions
+    cost per row as much as the columns moved, so the SQL stays this small. Each batch's text
+    is dictionary-encoded in C and released; the batch dictionaries are merged once at the end
+    and only the distinct texts become Python strings. Returns (keys name rank * 2 + style,
+    groups, names in GROUP BY order), or None where this does not apply (an unterminated range,
+    a negative duration or one of 2^41 ns or more): nvtx_ranges then does it."""
+    need(export, NVTX, "NV Tools Extension (NVTX) data")
+    cols = export.columns(NVTX)
+    text = "coalesce(text, char(0))" if "text" in cols else "char(0)"
+    if "textId" in cols:
+        text = f"CASE WHEN textId IS NULL THEN {text} ELSE char(1) || textId || char(2) || {text} END"
+    value = f"(eventType << {NVTX_TYPE_SHIFT}) | coalesce({DUR}, {NVTX_NO_END})"
+
+    seen: dict[int, list[pa.Array]] = {}                  # per reading thread: its distinct texts so far
+
+    def encode(batch: pa.RecordBatch) -> tuple[int, np.ndarray, np.ndarray]:
+        encoded = batch.column(0).cast(pa.string()).dictionary_encode()
+        known = seen.setdefault(threading.get_ident(), [pa.nulls(0, pa.string())])
+        where = pc.index_in(encoded.dictionary, value_set=known[0])
+        if where.null_count:                                  # texts new to this thread: append them
+            known[0] = pa.concat_arrays([known[0], encoded.dictionary.filter(where.is_null())])
+            where = pc.index_in(encoded.dictionary, value_set=known[0])
+        codes = numpy_of(where).astype(np.int32)[numpy_of(encoded.indices)]
+        # a copy: a view would keep the driver's whole batch (its text) alive
+        return threading.get_ident(), codes, np.array(numpy_of(batch.column(1)), dtype=np.int64)
+
+    parts = export.map_batches(f"{text}, {value}", NVTX, "", encode)     # no WHERE: filtering costs SQLite more
+    if not parts:
+        return None
+    threads, local, packed = (list(x) for x in zip(*parts, strict=False))
+    del parts
+    v = np.concatenate(packed)
+    del packed
+    if v.min() < 0:
+        return None
+    etype = (v >> NVTX_TYPE_SHIFT).astype(np.int16)
+    keep = _one_of(etype, event_types + (NVTX_DOMAIN_CREATE,))
+    everything = bool(keep.all())
+    if not everything:
+        v, etype = v[keep], etype[keep]
+    v &= NVTX_NO_END
+    domains = etype == NVTX_DOMAIN_CREATE
+    v[domains] = 0                                            # a domain's "duration" is unused
+    if v.max(initial=0) > PACK_MASK:
+        return None
+    kls = _one_of(etype, NVTX_STARTEND)
+    del etype
+    # one dictionary for all threads' texts (C, hashing); each thread's codes mapped onto it
+    order = list(seen)
+    merged = pa.concat_arrays([seen[t][0] for t in order]).dictionary_encode()
+    to_global = numpy_of(merged.indices)
+    offsets = dict(zip(order, np.cumsum([0] + [len(seen[t][0]) for t in order]).tolist(), strict=False))
+    seen.clear()
+    pair = np.empty(sum(len(c) for c in local), dtype=np.int32)
+    at = 0
+    for t, c in zip(threads, local, strict=False):
+        pair[at:at + len(c)] = to_global[c + offsets[t]] if offsets[t] else to_global[c]
+        at += len(c)
+    del local, to_global
+    if not everything:
+        pair = pair[keep]
+    text_ids, inline = [], []
+    for value_text in merged.dictionary.to_pylist():
+        m = _TEXT_ID.fullmatch(value_text) if value_text.startswith("\x01") else None
+        text_ids.append(int(m.group(1)) if m else -1)
+        rest = m.group(2) if m else value_text
+        inline.append(None if rest == "\x00" else rest)
+    del merged
+    inline_text = np.array(inline + [None], dtype=object)[:-1]
+    label = _nvtx_labels(export, np.array(text_ids, dtype=np.int64), inline_text)
+    if domains.any():
+        dom_names = np.array([nvtx_domain_name(inline, lab, layout) for inline, lab in
+                              zip(inline_text.tolist(), label.tolist(), strict=True)] + [None], dtype=object)[:-1]
+        found = _nvtx_domain_names(export, None if everything else keep, domains, pair, label, dom_names, layout)
+        if found is None:
+            return None
+        pair, names = found
+        v, kls = v[~domains], kls[~domains]
+    else:
+        names = range_names_of(np.full(len(label), None, dtype=object), label, layout)
+    name_rank, (sorted_names,) = group_codes(names)
+    if len(sorted_names) * 2 > PACK_KEYS:
+        return None
+    key_rows = name_rank[pair] * 2
+    del pair
+    if style:
+        key_rows += kls                                       # PushPop (0) before StartEnd (1)
+    del kls
+    v |= key_rows << PACK_BITS
+    del key_rows
+    ukey, g = Groups.from_packed(v)
+    return ukey, g, sorted_names
+
+
+def _one_of(values: np.ndarray, choices: tuple[int, ...]) -> np.ndarray:
+    """values ∈ choices, by comparisons (np.isin sorts, in memory the size of `values` several times)."""
+    out = np.zeros(len(values), dtype=bool)
+    for c in choices:
+        out |= values == c
+    return out
+
+
+def _nvtx_labels(export: Export, text_ids: np.ndarray, inline: np.ndarray) -> np.ndarray:
+    """Label of each (textId, inline text): the StringIds value of textId, else the inline text."""
+    label = inline.copy()
+    has_id = text_ids >= 0
+    if has_id.any():
+        resolved = export.strings(text_ids[has_id])
+        unknown = np.array([v is None for v in resolved.tolist()], dtype=bool)
+        label[has_id] = np.where(unknown, label[has_id], resolved)
+    return label
+
+
+def _nvtx_domain_names(export: Export, keep: np.ndarray | None, domains: np.ndarray, pair: np.ndarray,
+                       label: np.ndarray, dom_names: np.ndarray, layout: str) -> tuple[np.ndarray, np.ndarray] | None:
+    """Where the export creates NVTX domains (eventType 75 rows): the ranges' domainId and
+    process, and the domain rows' start, read by one more query in the same scan order.
+    Returns (name code per range, names)."""
+    cols = export.columns(NVTX)
+    dom_id = "coalesce(domainId, -1)" if "domainId" in cols else "-1"
+    start, dom_id_rows, gtid = export.sql_ints(f"start, {dom_id}, coalesce(globalTid, -1)", NVTX, "", 3)
+    if keep is not None:
+        if len(start) != len(keep):
+            return None
+        start, dom_id_rows, gtid = start[keep], dom_id_rows[keep], gtid[keep]
+    if len(start) != len(pair):
+        return None
+    ranges = ~domains
+    pid = pid_of(gtid)
+    d = {"domainId": dom_id_rows[ranges], "pid": pid[ranges]}
+    dom = {"start": start[domains], "domainId": dom_id_rows[domains], "pid": pid[domains],
+           "name": dom_names[pair[domains]]}
+    del start, dom_id_rows, gtid, pid
+    return _with_domains(d, dom, pair[ranges], label, layout)
+
+
+
+def grid_block_text(d: dict[str, np.ndarray], prefix: str) -> np.ndarray:
+    """"%4d %4d %4d" of the columns `prefix`X, Y and Z, as nsys prints a kernel's grid or block."""
+    xs, ys, zs = (d[f"{prefix}{a}"] for a in "XYZ")
+    return np.char.mod("%4d", xs).astype(object) + " " + np.char.mod("%4d", ys) + " " + np.char.mod("%4d", zs)

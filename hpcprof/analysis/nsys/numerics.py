@@ -1,0 +1,287 @@
+"""The numbers of `nsys stats`, as nsys's SQL computes them, for both report engines.
+
+Total = Σ(end-start); Avg/Med/StdDev rounded to one decimal as the nsys of the layout rounds
+(SQLite 3.36's long-double printf for 2022.4; for 2025 the exact binary value rounded half away
+from zero: 239194.65 is 239194.6499.. and prints .6); StdDev is the sample standard deviation as
+SQLite's `stdev()` computes it (Welford's update over the rows in table order; 0 for fewer than 2
+values); Time % = round(100·total/Σtotal, 1); rows sorted by total, descending, ties in GROUP BY
+order (SQLite's ORDER BY sort is stable, so rows with equal sort keys keep the order the grouping
+produced them in: keys ascending, NULL first, text in byte order).
+
+The scalar functions (sqlite_round1, exact_round1, round1, sample_stdev) are the standard library
+only: the standard-library engine (small.py) uses them without importing numpy. The `_array`
+functions, Groups and the group-by helpers are the columnar engine's (numpy, imported when first
+used). Packing: a group key and a value in one int64 (`key << 41 | value`), so one int64 sort
+gives groups, medians and all.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from decimal import ROUND_HALF_UP, Decimal
+from fractions import Fraction
+from typing import TYPE_CHECKING
+
+from hpcprof.analysis.nsys.schema import OLD
+from hpcprof.analysis.nsys.table import SUMMARY_COLS
+from hpcprof.lazy import LazyModule
+
+if TYPE_CHECKING:
+    import numpy as np
+else:   # the standard-library engine imports this module: numpy only when an array function runs
+    np = LazyModule("numpy")
+
+
+# ---------------------------------------------------------------------------------------
+# one value (standard library)
+
+
+def _long_double(r: Fraction) -> Fraction:
+    """`r` rounded to x87 extended precision (64-bit significand, ties to even)."""
+    if r == 0:
+        return r
+    sign, r = (1, r) if r > 0 else (-1, -r)
+    shift = r.numerator.bit_length() - r.denominator.bit_length() - 64
+    scaled = r / Fraction(2) ** shift
+    while scaled >= 1 << 64:
+        scaled /= 2
+        shift += 1
+    while scaled < 1 << 63:
+        scaled *= 2
+        shift -= 1
+    return sign * Fraction(round(scaled)) * Fraction(2) ** shift
+
+
+def sqlite_round1(x: float) -> float:
+    """round(x, 1) as SQLite 3.36 (inside nsys 2022.4) computes it: `%.1f` in long double after
+    adding 0.05 and a 3e-16 relative fudge, emulated exactly with fractions; NaN stays NaN."""
+    if math.isnan(x):
+        return x
+    mag = Fraction(abs(x))
+    exponent = math.frexp(abs(x))[1] - 1
+    fudge = _long_double(mag * Fraction(3e-16)) if 1 + exponent // 3 < 15 else Fraction(0)
+    total = _long_double(_long_double(mag + Fraction(0.05)) + fudge)
+    tenths = math.floor(_long_double(total * 10))
+    if x == 0:
+        return 0.0
+    return math.copysign(1.0, x) * (float(tenths) / 10.0) + 0.0
+
+
+def exact_round1(x: float) -> float:
+    """round(x, 1) as nsys 2025 computes it: the float64 value's exact binary expansion rounded
+    half away from zero, so 3193803.15 (stored as 3193803.1499999...) gives 3193803.1 and
+    8921.25 (exact in binary) gives 8921.3; NaN stays NaN."""
+    if math.isnan(x):
+        return x
+    return float(Decimal(x).quantize(Decimal("0.1"), ROUND_HALF_UP))
+
+
+def round1(x: float, layout: str) -> float:
+    """round(x, 1) as the nsys of `layout` computes it."""
+    return sqlite_round1(x) if layout == OLD else exact_round1(x)
+
+
+def sample_stdev(values: Iterable[float], count: int) -> float:
+    """The sample standard deviation of `count` values as SQLite's `stdev()` computes it: Welford's
+    running update over the values in table row order, whose rounding error decides a tie (a true
+    1.75 comes out 1.7499999999999998 and prints 1.7); 0 for fewer than 2 values."""
+    mean = spread = 0.0
+    for k, x in enumerate(values, start=1):
+        delta = x - mean
+        mean += delta / k
+        spread += delta * (x - mean)
+    return math.sqrt(spread / (count - 1)) if count > 1 else 0.0
+
+
+# ---------------------------------------------------------------------------------------
+# columns (numpy)
+
+
+def sqlite_round1_array(x: np.ndarray) -> np.ndarray:
+    """sqlite_round1 of every value, in numpy's long double (the x87 format SQLite 3.36 uses)."""
+    x = np.asarray(x, dtype=np.float64)
+    mag = np.abs(x).astype(np.longdouble)
+    exps = np.frexp(np.abs(x))[1] - 1
+    fudge = np.where(1 + exps // 3 < 15, mag * np.longdouble(3e-16), 0)
+    tenths = np.floor((mag + np.longdouble(np.float64(0.05)) + fudge) * 10)
+    with np.errstate(invalid="ignore"):
+        out = np.sign(x) * (tenths.astype(np.float64) / 10.0)
+    return np.where(np.isnan(x), np.nan, out + 0.0)
+
+
+def exact_round1_array(x: np.ndarray) -> np.ndarray:
+    """exact_round1 of every value."""
+    return np.asarray([exact_round1(v) for v in np.asarray(x, dtype=np.float64).tolist()], dtype=np.float64)
+
+
+def round1_array(x: np.ndarray, layout: str) -> np.ndarray:
+    """round1 of every value."""
+    return sqlite_round1_array(x) if layout == OLD else exact_round1_array(x)
+
+
+PACK_BITS = 41                       # value bits of a packed (key << 41 | value) int64
+PACK_MASK = (1 << PACK_BITS) - 1     # values 0 .. 2^41-1 ns (36 min) or bytes (2 TB)
+PACK_KEYS = 1 << 22                  # keys 0 .. 2^22-1
+DUR = '"end" - "start"'              # SQL of a row's duration
+
+
+def pack_sql(key: str, value: str) -> str:
+    """SQL of `key << 41 | value` for one int64 column, -1 where either is out of range or NULL
+    (then the caller falls back to reading the columns separately)."""
+    return (f"CASE WHEN ({value}) BETWEEN 0 AND {PACK_MASK} AND ({key}) BETWEEN 0 AND {PACK_KEYS - 1} "
+            f"THEN (({key}) << {PACK_BITS}) | ({value}) ELSE -1 END")
+
+
+class Groups:
+    """Sample statistics of `values` per group code (codes 0..n-1 in GROUP BY order)."""
+
+    def __init__(self, codes: np.ndarray, values: np.ndarray, ngroups: int) -> None:
+        if len(values) and ngroups < PACK_KEYS and values.min() >= 0 and values.max() <= PACK_MASK:
+            v = codes.astype(np.int64) << PACK_BITS     # one int64 sort instead of a lexsort
+            v |= values
+            v.sort()
+            v &= PACK_MASK                              # groups are contiguous: counts give the bounds
+        else:
+            v = values[np.lexsort((values, codes))]
+        self._reduce(v, np.bincount(codes, minlength=ngroups).astype(np.int64),
+                     lambda g: values[codes == g])
+
+    @classmethod
+    def from_packed(cls, v: np.ndarray) -> tuple[np.ndarray, Groups]:
+        """Groups of packed `key << 41 | value` (sorted here, in place): (keys ascending, groups)."""
+        in_rows = v.copy()                  # row order, for StdDev ties (see _stdev_at_ties)
+        v.sort()
+        keys = v >> PACK_BITS
+        starts = np.flatnonzero(keys[1:] != keys[:-1]) + 1 if len(v) else np.empty(0, dtype=np.int64)
+        starts = np.concatenate(([0], starts)) if len(v) else starts
+        ukeys = keys[starts]
+        del keys
+        v &= PACK_MASK
+        g = cls.__new__(cls)
+        g._reduce(v, np.diff(np.append(starts, len(v))).astype(np.int64),
+                  lambda i: in_rows[(in_rows >> PACK_BITS) == ukeys[i]] & PACK_MASK)
+        return ukeys, g
+
+    def _reduce(self, v: np.ndarray, count: np.ndarray, in_rows: Callable[[int], np.ndarray]) -> None:
+        """Statistics of `v`, sorted by (group, value), groups of `count` values each;
+        `in_rows(g)` gives group g's values in the export's row order."""
+        ngroups = len(count)
+        self.count = count
+        starts = np.concatenate(([0], np.cumsum(self.count)[:-1])).astype(np.int64)
+        nonempty = self.count > 0
+        s = starts[nonempty]
+        n = self.count[nonempty]
+        self.total = np.zeros(ngroups, dtype=np.int64)
+        self.min = np.zeros(ngroups, dtype=np.int64)
+        self.max = np.zeros(ngroups, dtype=np.int64)
+        self.med = np.full(ngroups, np.nan)
+        self.std = np.zeros(ngroups)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            if len(v):
+                self.total[nonempty] = np.add.reduceat(v, s)
+                self.min[nonempty] = v[s]
+                self.max[nonempty] = v[s + n - 1]
+                self.med[nonempty] = (v[s + (n - 1) // 2].astype(np.float64) + v[s + n // 2]) / 2.0
+            self.avg = self.total / self.count
+            if len(v):
+                dev = v.astype(np.float64)
+                dev -= np.repeat(self.avg[nonempty], n)
+                dev *= dev
+                ss = np.add.reduceat(dev, s)
+                self.std[nonempty] = np.where(n > 1, np.sqrt(ss / np.maximum(n - 1, 1)), 0.0)
+                self._stdev_at_ties(in_rows, nonempty)
+
+    def _stdev_at_ties(self, in_rows: Callable[[int], np.ndarray], nonempty: np.ndarray) -> None:
+        """Where the two-pass StdDev sits on a rounding tie (x.x5), recompute it as nsys's SQLite
+        `stdev()` does (sample_stdev: Welford over the rows in table order)."""
+        tens = self.std * 10.0
+        tie = nonempty & (self.count > 1) & (np.abs(tens - np.floor(tens) - 0.5) < 1e-9 * np.maximum(tens, 1.0))
+        for g in np.flatnonzero(tie):
+            self.std[g] = sample_stdev(in_rows(int(g)).tolist(), int(self.count[g]))
+
+    def ratio(self, layout: str) -> np.ndarray:
+        """Time %: round(100·total/Σtotal, 1)."""
+        grand = float(self.total.sum())
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return round1_array(self.total.astype(np.float64) * 100.0 / grand, layout)
+
+    def summary(self, count_label: str, layout: str) -> dict[str, np.ndarray]:
+        """The eight standard summary columns."""
+        cols = [c.format(count=count_label) for c in SUMMARY_COLS]
+        vals = [self.ratio(layout), self.total, self.count, round1_array(self.avg, layout),
+                round1_array(self.med, layout), self.min, self.max, round1_array(self.std, layout)]
+        return dict(zip(cols, vals, strict=True))
+
+
+#: object arrays up to this length are factorized in Python (`pa.array` of text imports pandas)
+PYTHON_FACTORIZE_MAX = 200_000
+
+
+def factorize_sorted(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(code of each value, distinct values in SQLite's order: ascending, NULL first). Values are
+    hashed in Arrow and only the distinct ones sorted; text as Python orders str (code points,
+    which is SQLite's byte order of UTF-8), None and NaN as NULL."""
+    import pyarrow as pa
+
+    from hpcprof.analysis.nsys.db import arrow_of, numpy_of
+
+    if key.dtype == object and len(key) <= PYTHON_FACTORIZE_MAX:
+        return _factorize_objects(key)
+    if key.dtype == object:
+        encoded = pa.array(key, type=pa.string(), from_pandas=True).dictionary_encode()
+        uniq = np.asarray(encoded.dictionary.to_numpy(zero_copy_only=False), dtype=object)
+    else:
+        encoded = arrow_of(key).dictionary_encode()
+        uniq = numpy_of(encoded.dictionary)
+    order = np.argsort(uniq, kind="stable")
+    rank = np.empty(len(uniq) + 1, dtype=np.int64)
+    rank[order] = np.arange(len(uniq))
+    index = numpy_of(encoded.indices)
+    if not encoded.indices.null_count:
+        return rank[index.astype(np.int64, copy=False)], uniq[order]
+    rank[-1] = -1                                         # NULL: a code before every value
+    codes = rank[np.where(np.isnan(index), len(uniq), index).astype(np.int64)] + 1
+    return codes, np.concatenate((np.array([None], dtype=object), uniq[order].astype(object)))
+
+
+def _factorize_objects(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """factorize_sorted of an object array (text, None/NaN as NULL) with a dict."""
+    index: dict[object, int] = {}
+    raw = np.fromiter((index.setdefault(None if v is None or v != v else v, len(index)) for v in key.tolist()),
+                      dtype=np.int64, count=len(key))
+    distinct = list(index)
+    order = sorted(range(len(distinct)), key=lambda i: (distinct[i] is not None, distinct[i] or ""))
+    rank = np.empty(len(distinct), dtype=np.int64)
+    rank[order] = np.arange(len(distinct))
+    return rank[raw] if len(raw) else raw, np.array([distinct[i] for i in order] + [None], dtype=object)[:-1]
+
+
+def group_codes(*keys: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Codes of the distinct key tuples, numbered in sorted (SQLite GROUP BY) order.
+
+    NULL (None) sorts first, as in SQLite. Returns (codes, unique values per key)."""
+    sub_codes, uniques = [], []
+    for key in keys:
+        codes, uniq = factorize_sorted(np.asarray(key))
+        uniques.append(uniq)
+        sub_codes.append(codes)
+    if len(keys) == 1:
+        return sub_codes[0], uniques
+    dims = [len(u) for u in uniques]
+    flat = np.ravel_multi_index(sub_codes, dims)
+    used, codes = np.unique(flat, return_inverse=True)
+    idx = np.unravel_index(used, dims)
+    return codes.astype(np.int64), [u[i] for u, i in zip(uniques, idx, strict=True)]
+
+
+def text_rank(values: np.ndarray) -> np.ndarray:
+    """Sort rank of text values (NULL first), for use as a tie-break key."""
+    codes, _ = group_codes(np.asarray(values, dtype=object))
+    return codes
+
+
+def by_total(total: np.ndarray, *tiebreak: np.ndarray) -> np.ndarray:
+    """Row order: total descending, then the tie-break keys ascending, then group order."""
+    keys = [np.arange(len(total))] + [np.asarray(t) for t in reversed(tiebreak)] + [-total]
+    return np.lexsort(keys)

@@ -1,0 +1,105 @@
+"""A report as both engines give it (`Table`) and the one CSV writer that prints it exactly as
+`nsys stats --format csv` does. The standard library only (numpy and pandas when a caller
+brings them): the standard-library engine's start-up path imports this module.
+
+A Table holds its columns (numpy arrays from the columnar engine, lists from the
+standard-library one), one CSV cell format per column ("i" integer, "f1" one decimal, "f3"
+three decimals, "s" text) and the text of NULL ("None" in nsys 2022.4's layout, "" in newer
+nsys's).
+"""
+
+from __future__ import annotations
+
+import csv
+from typing import TYPE_CHECKING, Any, TextIO
+
+from hpcprof.analysis.nsys.schema import OLD
+
+if TYPE_CHECKING:
+    import numpy as np
+    import pandas as pd
+
+#: the eight standard summary columns ({count}: "Instances", "Num Calls" or "Count") and their cell formats
+SUMMARY_COLS = ["Time (%)", "Total Time (ns)", "{count}", "Avg (ns)", "Med (ns)", "Min (ns)", "Max (ns)",
+                "StdDev (ns)"]
+SUMMARY_FMT = ["f1", "i", "i", "f1", "f1", "i", "i", "f1"]
+#: CSV cell format -> (printf format, the conversion before it)
+CELL_FORMATS: dict[str, tuple[str, type]] = {"i": ("%d", int), "f1": ("%.1f", float), "f3": ("%.3f", float)}
+
+
+def null_text(layout: str) -> str:
+    """How the nsys of `layout` prints NULL in a CSV cell."""
+    return "None" if layout == OLD else ""
+
+
+class Table:
+    """A report: its columns in row order (numpy arrays or lists), the CSV cell format of each
+    and the text of NULL. `to_frame` gives the DataFrame (importing pandas then)."""
+
+    __slots__ = ("columns", "formats", "null")
+
+    def __init__(self, columns: dict[str, Any], formats: list[str], null: str) -> None:
+        self.columns, self.formats, self.null = columns, formats, null
+
+    @classmethod
+    def from_rows(cls, names: list[str], formats: list[str], rows: list[tuple[Any, ...]], null: str) -> Table:
+        """A table of `rows` (tuples in `names` order)."""
+        by_column = list(zip(*rows, strict=True)) if rows else [() for _ in names]
+        return cls({name: list(values) for name, values in zip(names, by_column, strict=True)}, formats, null)
+
+    @classmethod
+    def from_frame(cls, df: pd.DataFrame) -> Table:
+        """The table of a DataFrame from `to_frame` (formats and NULL text in `attrs`; text otherwise)."""
+        return cls({str(c): df[c].to_numpy(dtype=object) for c in df.columns},
+                   df.attrs.get("formats", ["s"] * len(df.columns)), df.attrs.get("null", ""))
+
+    def __len__(self) -> int:
+        return len(next(iter(self.columns.values()))) if self.columns else 0
+
+    def column_values(self) -> list[list[Any]]:
+        """Each column as a list of Python values."""
+        return [values.tolist() if hasattr(values, "tolist") else list(values) for values in self.columns.values()]
+
+    def to_frame(self) -> pd.DataFrame:
+        """The report as a DataFrame carrying its formats in `attrs`."""
+        import pandas as pd
+
+        df = pd.DataFrame(self.columns)
+        df.attrs["formats"] = self.formats
+        df.attrs["null"] = self.null
+        return df
+
+
+def make_table(columns: dict[str, Any], formats: list[str], order: np.ndarray | None = None,
+               null: str = "None") -> Table:
+    """A Table of numpy columns (rows in `order`)."""
+    import numpy as np
+
+    arrays = {k: (np.asarray(v, dtype=object) if np.asarray(v).dtype == object else np.asarray(v))
+              for k, v in columns.items()}
+    if order is not None:
+        arrays = {k: v[order] for k, v in arrays.items()}
+    return Table(arrays, formats, null)
+
+
+def _cells(values: list[Any], fmt: str, null: str) -> list[str]:
+    """One column as CSV cells: NULL (None, NaN) as `null`, text as it is, numbers in `fmt`."""
+    if fmt not in CELL_FORMATS:
+        return [null if v is None or (isinstance(v, float) and v != v) else v if isinstance(v, str) else str(v)
+                for v in values]
+    spec, kind = CELL_FORMATS[fmt]
+    return [null if v is None or (isinstance(v, float) and v != v) else v if isinstance(v, str) else spec % kind(v)
+            for v in values]
+
+
+def write_csv(report: Table | pd.DataFrame, out: TextIO) -> None:
+    """Write a report as `nsys stats --format csv` does (header, cells, minimal quoting); a
+    report with no rows is an empty file, as nsys 2022.4 and 2025 write it."""
+    table = report if isinstance(report, Table) else Table.from_frame(report)
+    if not len(table):
+        return
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(table.columns)
+    cols = [_cells(values, fmt, table.null)
+            for values, fmt in zip(table.column_values(), table.formats, strict=True)]
+    writer.writerows(zip(*cols, strict=True))
