@@ -45,6 +45,7 @@ from typing import Any, NamedTuple, TextIO
 
 import click
 
+from hpcprof.analysis.nsys.numerics import sqlite_round1
 from hpcprof.analysis.nsys.schema import (
     GPU_TABLES,
     MEMCPY,
@@ -54,7 +55,6 @@ from hpcprof.analysis.nsys.schema import (
     NsysInputError,
     check_sqlite_file,
 )
-from hpcprof.analysis.nsys.small import sqlite_round1
 from hpcprof.cli_options import files_argument
 from hpcprof.errors import UserError
 
