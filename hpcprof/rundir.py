@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import glob
 import json
+import os
 import re
-import secrets
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +30,7 @@ LOG_TAIL_BYTES = 1 << 16
 
 def new_run_id() -> str:
     """A run id fixed once at submit: time stamp + random suffix (a sweep point adds -pNNN)."""
-    return f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
+    return f"{time.strftime('%Y%m%d-%H%M%S')}-{os.urandom(3).hex()}"
 
 
 class DamagedRunFile(UserError):

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from hpcprof.schedulers.base import JobState
     from hpcprof.store import Store
 
-console = Console(stderr=True, soft_wrap=True)
+console = Console(stderr=True, soft_wrap=True, emoji=False)  # a path with :smile: in it stays as it is
 
 
 @overload
