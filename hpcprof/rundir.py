@@ -91,12 +91,12 @@ class RunDir:
     def submission(self) -> dict[str, Any]:
         """What submit recorded; {} before submit; {"error": ...} when the file is damaged."""
         path = self.path / "submission.json"
-        if not path.exists():
-            return {}
         try:
-            data = json.loads(path.read_text())
+            data = json.loads(path.read_bytes())
             if isinstance(data, dict) and isinstance(data.get("job_id"), str) and isinstance(data.get("scheduler"), str):
                 return data
+        except FileNotFoundError:
+            return {}
         except (OSError, ValueError):
             pass
         return {"error": f"{path} is damaged (not the JSON submit wrote)"}
@@ -187,10 +187,19 @@ def readable(runs: list[RunDir]) -> list[RunDir]:
     return kept
 
 
+def has_runs(workdir: Path) -> bool:
+    """Whether `workdir` holds a run directory (read or not): one directory listing at most per
+    experiment, no config.json read."""
+    return next(workdir.glob("*/*/config.json"), None) is not None
+
+
 def all_runs(workdir: Path, damaged: bool = False) -> list[RunDir]:
     """Every run under `workdir`, oldest first; those with a damaged config.json only with
-    `damaged` (else each is named in a warning)."""
-    runs = [RunDir(p.parent.resolve()) for p in sorted(workdir.glob("*/*/config.json"), key=lambda p: p.parent.name)]
+    `damaged` (else each is named in a warning). Paths are resolved once, through the workdir
+    (a run or experiment directory that is a link is resolved on its own)."""
+    base = workdir.resolve()
+    found = sorted((p.parent for p in base.glob("*/*/config.json")), key=lambda p: p.name)
+    runs = [RunDir(p.resolve() if p.is_symlink() or p.parent.is_symlink() else p) for p in found]
     return runs if damaged else readable(runs)
 
 
