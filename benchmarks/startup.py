@@ -4,7 +4,8 @@ Each command is run --repeat times, interleaved (the machine may be shared), aft
 that leaves hpcprof's byte code cached (as an installed package has it: this environment sets
 PYTHONDONTWRITEBYTECODE, under which every run compiled hpcprof's modules again); the best wall time
 and the best CPU time (user+sys, less disturbed by other work on a shared machine) are reported
-with their ratios to `python -c pass`. Goals: every command that lists or renders (`sites`,
+with their ratios to `python -c pass`, and, where `perf` can count them, the user-space instructions
+of one run (independent of other work on the machine: the measure to compare before/after here). Goals: every command that lists or renders (`sites`,
 `render`, `status`, `report` in the terminal) under 0.3 s and (issue 21) at most 10x `python -c pass`; `nsys stats` on a per-rank export no slower than `nsys stats` itself (the nsys on
 PATH: one and six summary reports as CSV, the names of its generation).
 
@@ -48,6 +49,17 @@ def timed(cmd: list[str], cwd: Path) -> tuple[float, float]:
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return wall, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+
+
+def instructions(cmd: list[str], cwd: Path) -> int | None:
+    """User-space instructions of one run of `cmd` (`perf stat`), None where perf cannot count."""
+    perf = shutil.which("perf")
+    if perf is None:
+        return None
+    done = subprocess.run([perf, "stat", "-x,", "-e", "instructions:u", *cmd], cwd=cwd, env=ENV,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, check=False)
+    count = done.stderr.strip().splitlines()[-1].split(",")[0] if done.stderr.strip() else ""
+    return int(count) if count.isdigit() else None
 
 
 def main() -> None:
@@ -94,6 +106,7 @@ def main() -> None:
         load = os.getloadavg()[0]
         for cmd in commands.values():  # untimed: byte code written
             timed(cmd, work)
+        counted = {name: instructions(cmd, work) for name, cmd in commands.items()}
         best: dict[str, float] = {}
         best_cpu: dict[str, float] = {}
         for _ in range(args.repeat):
@@ -105,7 +118,7 @@ def main() -> None:
     lines = [f"# startup: best of {args.repeat}, {os.cpu_count()} CPUs (shared with other work; load average "
              f"{load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end); python {sys.version.split()[0]}",
              f"{'command':<30} {'wall s':>7} {'x pass':>7} {'cpu s':>7} {'x pass':>7} {'< 0.3 s':>13} "
-             f"{'<= 10x (wall, cpu)':>19}"]
+             f"{'<= 10x (wall, cpu)':>19} {'instr. M':>9} {'x pass':>7}"]
     for name, wall in best.items():
         goal = ratio = ""
         cpu = best_cpu[name]
@@ -115,8 +128,10 @@ def main() -> None:
         reference = name.removeprefix("hpcprof ")
         if name.startswith("hpcprof nsys stats") and reference in best:
             goal = f"{wall / best[reference]:.2f}x nsys"
+        count, base_count = counted[name], counted["python -c pass"]
+        shown = f"{count / 1e6:>9.0f} {count / base_count:>7.1f}" if count and base_count else f"{'':>17}"
         lines.append(f"{name:<30} {wall:>7.3f} {wall / base:>7.1f} {cpu:>7.3f} {cpu / base_cpu:>7.1f} {goal:>13} "
-                     f"{ratio:>19}")
+                     f"{ratio:>19} {shown}")
     if not any(name.startswith("nsys stats") for name in best):
         lines.append("(nsys not on PATH: no `nsys stats` comparison on this machine)")
     lines += notes
