@@ -46,8 +46,8 @@ def shim(directory: Path) -> dict[str, str]:
     return env
 
 
-def hpcprof(env: dict[str, str], cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run([sys.executable, "-m", "hpcprof", *args, "--workdir", str(cwd / "runs")], cwd=cwd,
+def hpcprof(env: dict[str, str], cwd: Path, *args: str, prefix: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run([*prefix, sys.executable, "-m", "hpcprof", *args, "--workdir", str(cwd / "runs")], cwd=cwd,
                           env=env, capture_output=True, text=True, timeout=600, check=False)
     if proc.returncode != 0:
         sys.exit(f"hpcprof {' '.join(args)} failed (rc {proc.returncode}): {proc.stderr.strip()[-800:]}")
@@ -56,20 +56,26 @@ def hpcprof(env: dict[str, str], cwd: Path, *args: str) -> subprocess.CompletedP
 
 def timed_status(env: dict[str, str], cwd: Path, log: Path, fmt: str = "json") -> tuple[float, float, list[str], str]:
     """Wall and CPU time (its own and its clients') of one `hpcprof status`, the query calls it made,
-    and the states it showed (json) or the number of lines (table)."""
+    and the states it showed (json) or the number of lines (table), with the user-space instructions
+    where `perf` counts them (the measure other work on a shared machine does not change)."""
     log.write_text("")
+    counted = cwd / "instructions.txt"
+    perf = shutil.which("perf")
+    prefix = (perf, "stat", "-x,", "-e", "instructions:u", "-o", str(counted), "--") if perf else ()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    proc = hpcprof({**env, "QUERY_LOG": str(log)}, cwd, "status", "--format", fmt)  # the jobs' calls not logged
+    proc = hpcprof({**env, "QUERY_LOG": str(log)}, cwd, "status", "--format", fmt, prefix=prefix)  # jobs' calls not logged
     elapsed = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    count = counted.read_text().strip().splitlines()[-1].split(",")[0] if perf and counted.is_file() else ""
+    shown = f"{int(count) / 1e9:.2f} G instructions  " if count.isdigit() else ""
     if fmt != "json":
-        return elapsed, cpu, log.read_text().splitlines(), f"{len(proc.stdout.splitlines())} table lines"
+        return elapsed, cpu, log.read_text().splitlines(), f"{shown}{len(proc.stdout.splitlines())} table lines"
     counts: dict[str, int] = {}
     for row in json.loads(proc.stdout):
         counts[row["state"]] = counts.get(row["state"], 0) + 1
-    return elapsed, cpu, log.read_text().splitlines(), f"states {counts}"
+    return elapsed, cpu, log.read_text().splitlines(), f"{shown}states {counts}"
 
 
 def write_ended_runs(cwd: Path, points: int) -> None:

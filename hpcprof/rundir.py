@@ -10,6 +10,7 @@ written by the job: start, host, job_id, exit_code, end; and `cancelled=` by `ma
 
 from __future__ import annotations
 
+import functools
 import glob
 import json
 import os
@@ -87,9 +88,10 @@ class RunDir:
             return exc.format_message()
         return None
 
-    @property
+    @functools.cached_property
     def submission(self) -> dict[str, Any]:
-        """What submit recorded; {} before submit; {"error": ...} when the file is damaged."""
+        """What submit recorded; {} before submit; {"error": ...} when the file is damaged. Read once
+        per RunDir: submit writes it once, through `record_submission` (which updates this)."""
         path = self.path / "submission.json"
         try:
             data = json.loads(path.read_bytes())
@@ -104,6 +106,7 @@ class RunDir:
     def record_submission(self, scheduler: str, job_id: str) -> None:
         data = {"scheduler": scheduler, "job_id": job_id, "submitted_at": time.time()}
         atomic_write(self.path / "submission.json", json.dumps(data, indent=1))
+        self.__dict__["submission"] = data  # the cached read (a frozen dataclass: no setattr)
 
     def job_status(self) -> dict[str, str]:
         """The key=value lines the job wrote (last value of a key wins); a line that is not
