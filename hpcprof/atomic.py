@@ -11,10 +11,8 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TextIO
@@ -25,7 +23,7 @@ from hpcprof.errors import UserError
 TEMP_NAME = re.compile(r"^\..+\.([A-Za-z0-9\-]*)-(\d+)\.[0-9a-f]{16}\.tmp(?:\.[A-Za-z0-9]+)?$")
 #: a leftover of another host's writer is stale after this long (seconds) untouched
 OTHER_HOST_STALE = 3600
-HOST = re.sub(r"[^A-Za-z0-9\-]", "-", socket.gethostname())[:64]
+HOST = re.sub(r"[^A-Za-z0-9\-]", "-", os.uname().nodename)[:64]  # gethostname(); no socket import
 _in_flight: set[Path] = set()
 _previous_handler: object = None
 
@@ -65,7 +63,7 @@ class WriteError(UserError):
 def temp_path(path: Path, suffix: str = "") -> Path:
     """A temporary name beside `path`, unique across processes and threads, ending in `suffix`
     (for a writer that insists on its extension, e.g. `nsys export`)."""
-    return path.with_name(f".{path.name}.{HOST}-{os.getpid()}.{uuid.uuid4().hex[:16]}.tmp{suffix}")
+    return path.with_name(f".{path.name}.{HOST}-{os.getpid()}.{os.urandom(8).hex()}.tmp{suffix}")
 
 
 def check_not_input(output: Path, inputs: Iterable[Path], option: str = "-o") -> None:

@@ -59,13 +59,13 @@ def read_workdir(workdir: Path, lookup_site: str | None, refs: tuple[str, ...] =
     $HPCPROF_WORKDIR when given, else --site's workdir (its `workdir:` expanded, else the latest
     recorded for that site), else ./hpcprof-runs. When that holds no runs (and no RUN given is a
     path), the error lists the workdirs submit recorded that do."""
-    from hpcprof.rundir import all_runs
+    from hpcprof.rundir import all_runs, has_runs
 
     ctx = click.get_current_context()
     given = ctx.get_parameter_source("workdir") is not click.core.ParameterSource.DEFAULT
     if lookup_site is not None and not given and not os.environ.get("HPCPROF_WORKDIR"):
         workdir = site_workdir(lookup_site)
-    if (workdir.is_dir() and all_runs(workdir)) or any(Path(ref).exists() for ref in refs):
+    if (workdir.is_dir() and has_runs(workdir)) or any(Path(ref).exists() for ref in refs):
         return workdir
     elsewhere = [(site, where, len(all_runs(where))) for site, where in reversed(known_workdirs())
                  if where != workdir.resolve() and where.is_dir()]

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ import click
 from hpcprof.cli_options import site_file_option, site_option
 from hpcprof.config.site import SiteConfig, expand_workdir, find_site
 from hpcprof.errors import UserError
+from hpcprof.render.profilers import profiler_paths
 from hpcprof.render.quoting import quote
 
 #: what the site's Python reports about itself (one JSON line; every import failure is text)
@@ -82,7 +82,7 @@ def probe_script(site: SiteConfig) -> str:
                  'else echo "@@modules"; fi')
     python = sys.executable if site.paths.python == "auto" else site.paths.python
     lines += [f"{quote(python)} -c {quote(PYTHON_PROBE)} || echo \"@@python-failed $?\""]
-    for tool, path in (("nsys", site.paths.nsys), ("ncu", site.paths.ncu)):
+    for tool, path in profiler_paths(site).items():
         lines.append(f'if hp_tool=$(command -v {quote(path)}); then echo "@@{tool} $("$hp_tool" --version 2>&1 | '
                      f'tail -n 1) ($hp_tool)"; else echo "@@{tool}"; fi')
     lines += [PLUGIN_PROBE]
@@ -142,7 +142,7 @@ def python_findings(site: SiteConfig, found: dict[str, str]) -> list[Finding]:
 def tool_findings(site: SiteConfig, found: dict[str, str]) -> list[Finding]:
     """nsys, ncu and the NCCL network plugin."""
     findings = []
-    for tool, path in (("nsys", site.paths.nsys), ("ncu", site.paths.ncu)):
+    for tool, path in profiler_paths(site).items():
         value = found.get(tool, "")
         findings.append(Finding(tool, bool(value), value or f"{path}: not on PATH",
                                 "" if value else f"load its module in the site's setup: or set paths.{tool} "
@@ -193,22 +193,6 @@ def diagnose(site: SiteConfig, account: str | None) -> list[Finding]:
     found = run_probes(site)
     return [*setup_findings(site, found), *python_findings(site, found), *tool_findings(site, found),
             *account_findings(site, account or site.defaults.account)]
-
-
-def check_local_profilers(site: SiteConfig, tools: set[str]) -> list[str]:
-    """At submit on a local site: each requested profiler (nsys/ncu) is on PATH here; its version
-    lines. A missing one is a one-line error naming paths.<tool> (never a 127 after the fact)."""
-    lines = []
-    for tool in sorted(tools & {"nsys", "ncu"}):
-        path = getattr(site.paths, tool)
-        found = shutil.which(path)
-        if found is None:
-            raise UserError(f"profile.tool: {tool} ({path}) is not on PATH here; install it, or set paths.{tool} "
-                            f"of site {site.name} to its full path")
-        done = subprocess.run([found, "--version"], capture_output=True, text=True, timeout=60, check=False)
-        said = (done.stdout or done.stderr).strip().splitlines()
-        lines.append(f"{tool}: {said[-1] if said else 'no version printed'} ({found})")
-    return lines
 
 
 @click.command()

@@ -48,13 +48,14 @@ def reconcile(run: RunDir, scheduler_view: JobState | None) -> JobState:
     wrote DONE keeps the exit code it wrote (a later cancel does not rewrite it); a job whose
     TERM trap ran (no DONE) was cancelled by hpcprof, or else reached its walltime."""
     status = run.job_status()
+    done = run.done
     code = int(status["exit_code"]) if re.fullmatch(r"-?\d{1,9}", status.get("exit_code", "")) else None
     if status.get("cancelled") and code != 0:  # marked only while running: see `cancel`
         return JobState(CANCELLED, code, "cancelled by hpcprof")
-    if run.done and code is not None:
+    if done and code is not None:
         return JobState(COMPLETED if code == 0 else FAILED, code, "" if code == 0 else status.get(
             "check") or f"exit code {code}{_first_failed_task(run)}")  # check: a failed job-start check
-    if run.done:  # the job ended (DONE is written last) but its exit code cannot be read
+    if done:  # the job ended (DONE is written last) but its exit code cannot be read
         shown = status.get("damaged") or (f"{run.path / 'status'}: exit_code={status['exit_code'][:40]!r} is "
                                           "not a number" if "exit_code" in status else
                                           f"{run.path / 'status'}: no exit_code")
@@ -64,7 +65,7 @@ def reconcile(run: RunDir, scheduler_view: JobState | None) -> JobState:
     if status.get("signal") and _walltime_reached(run, status):
         return JobState(TIMEOUT, None, "killed at its walltime (job's TERM trap)")
     if scheduler_view is not None and scheduler_view.state != UNKNOWN:
-        if scheduler_view.state == COMPLETED and not run.done and status.get("start"):
+        if scheduler_view.state == COMPLETED and not done and status.get("start"):
             return JobState(FAILED, scheduler_view.exit_code, "job ended without writing DONE")
         return scheduler_view
     if status.get("start"):

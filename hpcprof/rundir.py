@@ -10,10 +10,11 @@ written by the job: start, host, job_id, exit_code, end; and `cancelled=` by `ma
 
 from __future__ import annotations
 
+import functools
 import glob
 import json
+import os
 import re
-import secrets
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +31,7 @@ LOG_TAIL_BYTES = 1 << 16
 
 def new_run_id() -> str:
     """A run id fixed once at submit: time stamp + random suffix (a sweep point adds -pNNN)."""
-    return f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
+    return f"{time.strftime('%Y%m%d-%H%M%S')}-{os.urandom(3).hex()}"
 
 
 class DamagedRunFile(UserError):
@@ -87,16 +88,17 @@ class RunDir:
             return exc.format_message()
         return None
 
-    @property
+    @functools.cached_property
     def submission(self) -> dict[str, Any]:
-        """What submit recorded; {} before submit; {"error": ...} when the file is damaged."""
+        """What submit recorded; {} before submit; {"error": ...} when the file is damaged. Read once
+        per RunDir: submit writes it once, through `record_submission` (which updates this)."""
         path = self.path / "submission.json"
-        if not path.exists():
-            return {}
         try:
-            data = json.loads(path.read_text())
+            data = json.loads(path.read_bytes())
             if isinstance(data, dict) and isinstance(data.get("job_id"), str) and isinstance(data.get("scheduler"), str):
                 return data
+        except FileNotFoundError:
+            return {}
         except (OSError, ValueError):
             pass
         return {"error": f"{path} is damaged (not the JSON submit wrote)"}
@@ -104,6 +106,7 @@ class RunDir:
     def record_submission(self, scheduler: str, job_id: str) -> None:
         data = {"scheduler": scheduler, "job_id": job_id, "submitted_at": time.time()}
         atomic_write(self.path / "submission.json", json.dumps(data, indent=1))
+        self.__dict__["submission"] = data  # the cached read (a frozen dataclass: no setattr)
 
     def job_status(self) -> dict[str, str]:
         """The key=value lines the job wrote (last value of a key wins); a line that is not
@@ -187,10 +190,19 @@ def readable(runs: list[RunDir]) -> list[RunDir]:
     return kept
 
 
+def has_runs(workdir: Path) -> bool:
+    """Whether `workdir` holds a run directory (read or not): one directory listing at most per
+    experiment, no config.json read."""
+    return next(workdir.glob("*/*/config.json"), None) is not None
+
+
 def all_runs(workdir: Path, damaged: bool = False) -> list[RunDir]:
     """Every run under `workdir`, oldest first; those with a damaged config.json only with
-    `damaged` (else each is named in a warning)."""
-    runs = [RunDir(p.parent.resolve()) for p in sorted(workdir.glob("*/*/config.json"), key=lambda p: p.parent.name)]
+    `damaged` (else each is named in a warning). Paths are resolved once, through the workdir
+    (a run or experiment directory that is a link is resolved on its own)."""
+    base = workdir.resolve()
+    found = sorted((p.parent for p in base.glob("*/*/config.json")), key=lambda p: p.name)
+    runs = [RunDir(p.resolve() if p.is_symlink() or p.parent.is_symlink() else p) for p in found]
     return runs if damaged else readable(runs)
 
 

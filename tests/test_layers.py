@@ -21,6 +21,7 @@ import hpcprof
 #: rooms, bottom first; a room is a module or package prefix (the longest prefix names a module's room)
 LAYERS: list[list[str]] = [
     ["hpcprof", "hpcprof.errors", "hpcprof.lazy", "hpcprof.ranks", "hpcprof.resources", "hpcprof.atomic",
+     "hpcprof.schedulers.registry",
      "hpcprof.output", "hpcprof.results", "hpcprof.workdirs", "hpcprof.collect.engine"],
     ["hpcprof.workloads"],
     ["hpcprof.config"],
@@ -98,6 +99,33 @@ def test_every_temporary_exception_is_still_needed() -> None:
     """An exception whose edge is gone is deleted, so the list never grows stale."""
     used = {(room_of(s), room_of(t)) for s, t in edges()}
     assert [edge for edge in TEMPORARY if edge not in used] == []
+
+
+def command_modules() -> set[str]:
+    """The modules that define a sub-command (hpcprof.cli.COMMANDS) and the CLI itself."""
+    from hpcprof.cli import COMMANDS
+
+    return {target.partition(":")[0] for target in COMMANDS.values()} | {"hpcprof.cli"}
+
+
+def command_edges(found: list[tuple[str, str]], commands: set[str]) -> list[str]:
+    """Edges into a command module from any other module (only `python -m hpcprof` starts the CLI)."""
+    return [f"{source} -> {target}" for source, target in found
+            if target in commands and source != target and (source, target) != ("hpcprof.__main__", "hpcprof.cli")]
+
+
+def test_no_module_imports_a_command_module() -> None:
+    """A command is a leaf: what two commands share lives in cli_options, commands.common or a lower
+    room (`render`'s submit imported `doctor` for its profiler check; it is in render.profilers now)."""
+    assert command_edges(edges(), command_modules()) == []
+
+
+def test_the_command_rule_catches_a_command_importing_another() -> None:
+    commands = command_modules()
+    assert {"hpcprof.doctor", "hpcprof.commands.render_submit", "hpcprof.report.cli"} <= commands
+    assert command_edges([("hpcprof.commands.render_submit", "hpcprof.doctor"),
+                          ("hpcprof.commands.status", "hpcprof.commands.common")], commands) == [
+        "hpcprof.commands.render_submit -> hpcprof.doctor"]
 
 
 def test_no_import_cycle_between_a_package_and_its_modules() -> None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import fcntl
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, overload
+from typing import TYPE_CHECKING, Any, Literal, overload
 
-from rich.console import Console
+import click
 
 from hpcprof.errors import UserError
 from hpcprof.rundir import RunDir, all_runs, find_run
@@ -16,7 +16,27 @@ if TYPE_CHECKING:
     from hpcprof.schedulers.base import JobState
     from hpcprof.store import Store
 
-console = Console(stderr=True, soft_wrap=True)
+class Messages:
+    """The run commands' messages on stderr: plain lines (`markup=False`) through click, the few with
+    rich markup (`[bold]...[/]`) through rich's console, made on first use (so `render` and
+    `submit` start without rich; a path with `:smile:` in it stays as it is)."""
+
+    def __init__(self) -> None:
+        self._rich: Any = None
+
+    def print(self, text: str, markup: bool = True, highlight: bool = True) -> None:
+        """Print one message (`highlight`: rich's colouring of numbers and paths, markup only)."""
+        if not markup:
+            click.echo(text, err=True)
+            return
+        if self._rich is None:
+            from rich.console import Console
+
+            self._rich = Console(stderr=True, soft_wrap=True, emoji=False)
+        self._rich.print(text, highlight=highlight)
+
+
+console = Messages()
 
 
 @overload

@@ -96,7 +96,7 @@ def submit(experiment: Path, site_name: str, site_file: Path | None, overrides: 
     check_runtimes(site, [run.point.experiment.container for run in planned.runs])
     echo_notes(planned)
     if site.scheduler == "local" and site.container is None:  # elsewhere the job checks at its start
-        from hpcprof.doctor import check_local_profilers
+        from hpcprof.render.profilers import check_local_profilers
 
         for line in check_local_profilers(site, {run.point.experiment.profile.tool for run in planned.runs
                                                  if run.point.experiment.container is None}):

@@ -6,7 +6,6 @@ from pathlib import Path
 
 import click
 
-from hpcprof.commands.common import console
 from hpcprof.errors import UserError
 
 
@@ -45,6 +44,7 @@ def sites(ctx: click.Context) -> None:
 def sites_init(name: str, venv_dir: Path, account: str | None, output: Path | None, force: bool) -> None:
     """Write your own site file from site NAME (a shipped one): its setup also activates --venv,
     and --account becomes its default account. `--site NAME` then finds yours first."""
+    from hpcprof.commands.common import console
     from hpcprof.config.site import write_user_site
 
     path = write_user_site(name, venv_dir, account, output, force)

@@ -13,9 +13,11 @@ import re
 from typing import Any
 
 from hpcprof.errors import UserError
+from hpcprof.schedulers.registry import dialect
 
 NAME = r"[A-Za-z0-9_.\-]+"
-#: scheduler -> field -> (pattern, example); fields not listed are not rendered by that scheduler.
+#: directive dialect (hpcprof.schedulers.registry: pbs for PBS Pro and Torque, slurm) -> field ->
+#: (pattern, example); fields not listed are not rendered by that dialect's schedulers.
 FIELDS: dict[str, dict[str, tuple[str, str]]] = {
     "pbs": {
         "queue": (rf"{NAME}(@{NAME})?", "debug or prod@server"),
@@ -29,7 +31,6 @@ FIELDS: dict[str, dict[str, tuple[str, str]]] = {
         "account": (NAME, "myproject"),
         "constraint": (r"[A-Za-z0-9_.\-:&|,*\[\]]+", "a100&ib"),
     },
-    "local": {},
 }
 MAX_WALLTIME_HOURS = 10_000
 
@@ -52,27 +53,27 @@ def walltime_seconds(value: str) -> int:
 
 def check_fields(scheduler: str, values: dict[str, Any], where: str) -> None:
     """Check the directive fields `scheduler` renders (None values pass)."""
-    for field, (pattern, example) in FIELDS.get(scheduler, {}).items():
+    for field, (pattern, example) in FIELDS.get(dialect(scheduler) or "", {}).items():
         value = values.get(field)
         if value is not None and not re.fullmatch(pattern, str(value)):
             raise UserError(f"{where}: field '{field}': {value!r} cannot go into a {scheduler} directive "
                             f"(a ',' or '=' there would start another resource); use the form {example}")
 
 
-def _directive_values(scheduler: str, script: str) -> dict[str, list[str]]:
-    """`key -> values` of the resource directives in a rendered script."""
+def _directive_values(kind: str, script: str) -> dict[str, list[str]]:
+    """`key -> values` of the resource directives of dialect `kind` in a rendered script."""
     found: dict[str, list[str]] = {}
-    prefix = "#PBS" if scheduler == "pbs" else "#SBATCH"
+    prefix = "#PBS" if kind == "pbs" else "#SBATCH"
     for line in script.splitlines():
         if not line.startswith(prefix + " "):
             continue
         words = line[len(prefix):].split()
         items: list[str] = []
-        if scheduler == "pbs":
+        if kind == "pbs":
             for flag, arg in zip(words, [*words[1:], ""], strict=True):
                 if flag == "-l":
-                    for chunk in arg.split(","):  # select=N:key=value:... has its own resources
-                        items += chunk.split(":") if chunk.startswith("select=") else [chunk]
+                    for chunk in arg.split(","):  # select=N:key=value:... (nodes=N:ppn=M: Torque) has its own
+                        items += chunk.split(":") if chunk.startswith(("select=", "nodes=")) else [chunk]
                 elif flag in ("-A", "-q") and ("," in arg or "=" in arg):
                     items.append(f"{flag}={arg}")
         else:
@@ -89,14 +90,15 @@ def check_rendered(scheduler: str, script: str, max_walltime: str | None, max_no
                    where: str) -> None:
     """Parse the directives of a rendered job script back and check them: one walltime, within
     the site maximum; a node count within the site maximum; no resource smuggled into -A/-q."""
-    if scheduler not in ("pbs", "slurm"):
+    kind = dialect(scheduler)
+    if kind is None:
         return
-    found = _directive_values(scheduler, script)
+    found = _directive_values(kind, script)
     smuggled = [k for k in found if k in ("-A", "-q")]
     if smuggled:
         raise UserError(f"{where}: rendered {smuggled[0]} directive holds a resource list; "
                         "account and queue take a plain name")
-    times = found.get("walltime" if scheduler == "pbs" else "time", [])
+    times = found.get("walltime" if kind == "pbs" else "time", [])
     if len(times) != 1:
         raise UserError(f"{where}: the rendered job script sets the walltime {len(times)} times "
                         f"({', '.join(times) or 'none'}); it must set it once")
@@ -106,7 +108,7 @@ def check_rendered(scheduler: str, script: str, max_walltime: str | None, max_no
         raise UserError(f"{where}: rendered walltime {times[0]!r}: {exc}") from None
     if max_walltime and seconds > walltime_seconds(max_walltime):
         raise UserError(f"{where}: rendered walltime {times[0]} exceeds the site maximum {max_walltime}")
-    nodes = found.get("select" if scheduler == "pbs" else "nodes", [])
+    nodes = [*found.get("select", []), *found.get("nodes", [])] if kind == "pbs" else found.get("nodes", [])
     if len(nodes) != 1 or not nodes[0].isdigit():
         raise UserError(f"{where}: the rendered job script must set the node count once "
                         f"(found {', '.join(nodes) or 'none'})")

@@ -20,6 +20,7 @@ from hpcprof.config.directives import check_fields, walltime_seconds
 from hpcprof.config.validation import load_yaml, validate
 from hpcprof.errors import UserError, shorten
 from hpcprof.resources import site_config_dir
+from hpcprof.schedulers.registry import SCHEDULER_NAMES
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 #: a site's name: a file name in a site directory, never a path
@@ -237,7 +238,7 @@ class SiteConfig(Strict):
 
     name: str = Field(pattern=r"^[A-Za-z0-9_.\-]+$")
     description: str = ""
-    scheduler: Literal["local", "pbs", "slurm", "kubernetes"]
+    scheduler: str                      # a name of hpcprof.schedulers.registry (local, slurm, pbs, torque, ...)
     launcher: Launcher
     defaults: Defaults = Defaults()
     node: NodeShape = NodeShape()
@@ -265,6 +266,13 @@ class SiteConfig(Strict):
         if value is not None and not WORKDIR.fullmatch(value):
             raise ValueError(f"{value!r}: a path of letters, digits and ._/+-~, {{account}}, {{user}} and "
                              "$VAR only, e.g. /eagle/{account}/hpcprof or $PSCRATCH/hpcprof")
+        return value
+
+    @field_validator("scheduler")
+    @classmethod
+    def _known_scheduler(cls, value: str) -> str:
+        if value not in SCHEDULER_NAMES:
+            raise ValueError(f"{value!r} is not a scheduler; use one of {', '.join(SCHEDULER_NAMES)}")
         return value
 
     _env = field_validator("env")(classmethod(lambda cls, v: check_env(v)))

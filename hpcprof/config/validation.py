@@ -76,10 +76,34 @@ def _pairs(node: yaml.MappingNode) -> Any:
             yield getattr(key_node, "value", "?"), value_node
 
 
-class StrictLoader(yaml.SafeLoader):
-    """yaml.SafeLoader that refuses duplicate keys, nesting deeper than MAX_DEPTH, and
-    environment values (under `env:`, or a sweep's `env.NAME:` list) that YAML 1.1 reads as
-    something else than their text (`0755` -> 493, `yes` -> true, `3.10` -> 3.1)."""
+#: libyaml's parser and composer (PyYAML's wheels include it) where there is one: 15x faster than
+#: the pure-Python ones on the site configs, which every command that lists or renders reads
+_Loader: Any = yaml.CSafeLoader if yaml.__with_libyaml__ else yaml.SafeLoader
+_OPENS = (yaml.MappingStartEvent, yaml.SequenceStartEvent)
+_CLOSES = (yaml.MappingEndEvent, yaml.SequenceEndEvent)
+
+
+def check_depth(text: str) -> None:
+    """Refuse nesting deeper than MAX_DEPTH, from the parser's event stream (no recursion: libyaml's
+    composer recurses in C and crashes on ~100,000 levels, Python's would raise RecursionError)."""
+    parser = _Loader(text)
+    try:
+        depth = 0
+        while (event := parser.get_event()) is not None:
+            if isinstance(event, _OPENS):
+                depth += 1
+                if depth > MAX_DEPTH:
+                    raise yaml.YAMLError(f"line {event.start_mark.line + 1}: nested deeper than {MAX_DEPTH} levels")
+            elif isinstance(event, _CLOSES):
+                depth -= 1
+    finally:
+        parser.dispose()
+
+
+class StrictLoader(_Loader):  # type: ignore[misc, valid-type]
+    """yaml's safe loader that refuses duplicate keys and environment values (under `env:`, or a
+    sweep's `env.NAME:` list) that YAML 1.1 reads as something else than their text (`0755` -> 493,
+    `yes` -> true, `3.10` -> 3.1); `parse_yaml` checks the nesting depth first."""
 
     def _check_env_values(self, key: str, value_node: Any) -> None:
         if isinstance(value_node, yaml.MappingNode):
@@ -88,23 +112,14 @@ class StrictLoader(yaml.SafeLoader):
             items = [(key.removeprefix("env."), v) for v in value_node.value]
         else:
             return
-        for name, node in items:
-            if not isinstance(node, yaml.ScalarNode) or node.style is not None or node.tag not in _NOT_TEXT:
+        for name, node in items:  # a plain scalar's style: None (Python loader) or "" (libyaml)
+            if not isinstance(node, yaml.ScalarNode) or node.style or node.tag not in _NOT_TEXT:
                 continue
             value = self.construct_object(node)
             if node.tag.endswith("bool") or str(value) != node.value:
                 raise YamlValueError(f"line {node.start_mark.line + 1}: env {name}: YAML 1.1 reads {node.value} as "
                                      f"{_NOT_TEXT[node.tag]} {json_text(value)}; quote it to keep the text "
                                      f"({name}: \"{node.value}\")")
-
-    def compose_node(self, parent: Any, index: Any) -> Any:
-        self._depth = getattr(self, "_depth", 0) + 1
-        try:
-            if self._depth > MAX_DEPTH:
-                raise yaml.YAMLError(f"nested deeper than {MAX_DEPTH} levels")
-            return super().compose_node(parent, index)
-        finally:
-            self._depth -= 1
 
     def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
         seen: set[Any] = set()
@@ -132,7 +147,8 @@ def json_text(value: Any) -> str:
 
 
 def parse_yaml(text: str) -> Any:
-    """Parse YAML with StrictLoader."""
+    """Parse YAML with StrictLoader, once its nesting depth is checked."""
+    check_depth(text)
     return yaml.load(text, Loader=StrictLoader)  # noqa: S506 - StrictLoader is a SafeLoader
 
 

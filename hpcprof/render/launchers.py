@@ -14,6 +14,7 @@ from pathlib import Path
 from hpcprof.config.site import SiteConfig
 from hpcprof.errors import UserError
 from hpcprof.render.quoting import Raw
+from hpcprof.schedulers.registry import dialect
 
 #: site `binding.cpu_bind` words every launcher knows -> each launcher's own spelling
 BIND_WORDS: dict[str, dict[str, str]] = {
@@ -111,9 +112,10 @@ def torchrun(site: SiteConfig, nodes: int, ppn: int) -> list[str]:
     if nodes == 1:
         return [*run, "--standalone", "--no-python", *site.launcher.extra_args]
     rdzv = ["--rdzv-backend=c10d", Raw('--rdzv-endpoint="$MASTER_ADDR:$MASTER_PORT"'), "--no-python"]
-    if site.scheduler == "slurm":
+    kind = dialect(site.scheduler)
+    if kind == "slurm":
         prefix = ["srun", "-N", str(nodes), "-n", str(nodes), "--ntasks-per-node=1", "--kill-on-bad-exit=1"]
-    elif site.scheduler == "pbs":
+    elif kind == "pbs":  # PBS Pro, Torque
         prefix = ["mpiexec", "-n", str(nodes), "--ppn", "1"]
     else:
         raise UserError(f"site {site.name}: torchrun on {nodes} nodes needs a batch scheduler; "

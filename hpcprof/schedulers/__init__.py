@@ -1,22 +1,22 @@
-"""Schedulers by name (site config `scheduler:`): local, slurm, pbs (PBS Pro, OpenPBS), torque, kubernetes."""
+"""Schedulers by name (site config `scheduler:`): local, slurm, pbs (PBS Pro, OpenPBS), torque, kubernetes.
+
+The names and classes are listed once, in hpcprof.schedulers.registry."""
 
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING
 
-from hpcprof.schedulers.base import Scheduler
+from hpcprof.schedulers.registry import REGISTRY, SCHEDULER_NAMES
 
-#: name -> "module:class", imported on first use
-REGISTRY = {
-    "local": "hpcprof.schedulers.local:LocalScheduler",
-    "slurm": "hpcprof.schedulers.slurm:SlurmScheduler",
-    "pbs": "hpcprof.schedulers.pbs:PbsScheduler",
-    "torque": "hpcprof.schedulers.pbs:TorqueScheduler",
-    "kubernetes": "hpcprof.schedulers.kubernetes:KubernetesScheduler",
-}
+if TYPE_CHECKING:
+    from hpcprof.schedulers.base import Scheduler
+
+__all__ = ["REGISTRY", "SCHEDULER_NAMES", "get_scheduler"]
 
 
 def get_scheduler(name: str) -> Scheduler:
     """The scheduler registered under `name`."""
-    module, _, cls = REGISTRY[name].partition(":")
-    return getattr(importlib.import_module(module), cls)()
+    module, _, cls = REGISTRY[name].target.partition(":")
+    scheduler: Scheduler = getattr(importlib.import_module(module), cls)()
+    return scheduler

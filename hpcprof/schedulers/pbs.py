@@ -208,7 +208,7 @@ class PbsScheduler(Scheduler):
     by_hand = "qsub {run_dir}/job.sh"
 
     directive = "#PBS"
-    array_index = "PBS_ARRAY_INDEX"
+    array_index: str | None = "PBS_ARRAY_INDEX"
     min_array_size = 2           # qsub -J 0-0 is refused
     max_array_size = 10000       # PBS Pro's default max_array_size
     #: `qstat` options asking for every job's full attributes
@@ -268,9 +268,13 @@ class PbsScheduler(Scheduler):
 
 
 class TorqueScheduler(PbsScheduler):
-    """Torque, and Slurm's Torque wrappers (`qstat -f`: text, no `-x`, no exit status for `C`)."""
+    """Torque, and Slurm's Torque wrappers (`qstat -f`: text, no `-x`, no exit status for `C`;
+    `#PBS -l nodes=N:ppn=M`). No job arrays: Torque's `-t`/PBS_ARRAYID and the wrappers' task ids
+    differ from PBS Pro's, and neither is tested here."""
 
     name = "torque"
+    template = "torque.sh.j2"
+    array_index = None
     qstat_options = ("-f",)
 
     def parse(self, text: str, job_ids: Sequence[str]) -> dict[str, JobState]:

@@ -1,0 +1,63 @@
+"""The commands that list or render start without the libraries they do not use (issue 21 goal 6:
+<= 10x `python -c pass`; benchmarks/startup.py times them): each runs in a fresh interpreter and
+names the heavy modules it imported."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hpcprof_cli import hpcprof
+
+REPO = Path(__file__).resolve().parents[1]
+HEAVY = ("pandas", "numpy", "torch", "sqlalchemy", "jinja2", "rich", "pydantic", "yaml")
+SCRIPT = f"""
+import contextlib, io, json, sys
+HEAVY = {HEAVY!r}
+from hpcprof.cli import main
+with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+    try:
+        main(sys.argv[1:], standalone_mode=False)
+    except SystemExit as exc:
+        assert not exc.code, exc.code
+print(json.dumps(sorted(m for m in HEAVY if m in sys.modules)))
+"""
+
+
+def heavy_imports(*argv: str, cwd: Path) -> set[str]:
+    """The HEAVY modules `hpcprof ARGV` imported (it must succeed)."""
+    proc = subprocess.run([sys.executable, "-c", SCRIPT, *argv], cwd=cwd, capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    return set(json.loads(proc.stdout))
+
+
+@pytest.fixture(scope="module")
+def one_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A workdir holding one finished local run, in its store."""
+    workdir = tmp_path_factory.mktemp("startup") / "runs"
+    hpcprof("submit", str(REPO / "examples" / "command_hello.yaml"), "--site", "local", "--wait", workdir=workdir,
+            check=True)
+    return workdir
+
+
+def test_help_imports_no_library_but_click(tmp_path: Path) -> None:
+    assert heavy_imports("--help", cwd=tmp_path) == set()
+
+
+def test_sites_lists_without_jinja_sqlalchemy_or_pandas(tmp_path: Path) -> None:
+    assert heavy_imports("sites", cwd=tmp_path) == {"pydantic", "yaml", "rich"}  # validation, YAML, its table
+
+
+def test_render_to_a_directory_without_rich_sqlalchemy_or_pandas(tmp_path: Path) -> None:
+    used = heavy_imports("render", str(REPO / "examples" / "seqpar_polaris.yaml"), "--site", "polaris", "--set",
+                         "resources.account=PROJECT", "-o", str(tmp_path / "job"), cwd=tmp_path)
+    assert used == {"pydantic", "yaml", "jinja2"}
+    assert (tmp_path / "job" / "p000" / "job.sh").is_file()  # a sweep of two points
+
+
+def test_status_json_reads_the_store_without_rich_or_the_config_models(one_run: Path, tmp_path: Path) -> None:
+    assert heavy_imports("status", "--workdir", str(one_run), "--format", "json", cwd=tmp_path) == {"sqlalchemy"}
