@@ -34,12 +34,15 @@ the context id of a device is that of its first operation with the latest end. U
 rounded as nsys 2022.4's SQLite 3.36 rounds. A start/end window keeps the rows overlapping it,
 except the runtime calls the memcpy/memset rules join (nsys reads those unfiltered).
 
-nsys 2025.3.1 differs (checked on 1,440 CSVs of its own, tests/fixtures/nsys/rules_gold_2025.3.1.tar.xz):
+nsys 2025.3.1 differs; seen to matter in its 1,440 CSVs (tests/fixtures/nsys/rules_gold_2025.3.1.tar.xz):
 the memcpy/memset rules add a `Green Context ID` column (greenContextId, empty when 0) after
-`Context ID`, name memory kinds from the export's ENUM_CUDA_MEM_KIND, and are skipped with nsys's
-message when StringIds, ENUM_CUDA_MEM_KIND or the greenContextId column is missing; gpu_time_util
-keeps each device's untouched chunks for that device (no NULL-device merging) and rounds
-exactly (half away from zero); an NVTX range that is not found names the export.
+`Context ID`; its SQLite always scans the runtime calls first for the memcpy rules (ties: calls in
+table order, each one's memcpys in table order); gpu_time_util keeps each device's untouched
+chunks for that device (no NULL-device merging). Taken from its rule scripts, not distinguished by
+that gold: memory kinds named from the export's ENUM_CUDA_MEM_KIND; the memcpy/memset rules
+skipped with nsys's message when StringIds, ENUM_CUDA_MEM_KIND or the greenContextId column is
+missing; an NVTX range that is not found names the export; utilisation rounded exactly (half away
+from zero, as nsys 2025's `nsys stats` rounds, stats.py).
 """
 
 from __future__ import annotations
