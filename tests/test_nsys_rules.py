@@ -1,4 +1,5 @@
-"""`hpcprof nsys analyze` (hpcprof/analysis/nsys/rules.py) against `nsys analyze` of nsys 2022.4 itself.
+"""`hpcprof nsys analyze` (hpcprof/analysis/nsys/rules.py) against `nsys analyze` of nsys 2022.4 itself
+(the 2022.4 rule names) and against nsys 2025.3.1's committed gold (the 2025 rule names).
 
 The differential test generates exports with tests/differential/nsys_rules_exports.py (pageable,
 sync and async memcpys and memsets, synchronisation calls with equal durations, gaps over 500 ms
@@ -7,7 +8,9 @@ each four times (nsys's defaults; rows=5 / gap=1 ms / threshold=80 % / chunks=97
 window over the middle 40 % of the export's GPU span; nvtx=<one of its NVTX ranges>) and compares
 each CSV file with ours byte for byte (an empty file where nsys skips or finds nothing).
 nsys 2022.4 is installed by tests/services/nsys.sh (as root); elsewhere the tests needing it skip
-with the reason, except under CI=true.
+with the reason, except under CI=true. The nsys 2025.3.1 gold (tests/fixtures/nsys/
+rules_gold_2025.3.1.tar.xz, made on an H200 by benchmarks/gpu/nsys_rules_gold.sh over the first 120
+of these exports with the defaults and the rows=5 option set) needs no nsys: that comparison never skips.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+import tarfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -34,6 +38,8 @@ from nsys_rules_exports import derive_rules  # noqa: E402
 EXPORTS = int(os.environ.get("HPCPROF_RULES_EXPORTS", "120"))
 OPTION_SETS = {"default": rules.Options(), "tight": rules.Options(rows=5, gap_ms=1, threshold=80, chunks=97)}
 WINDOW = (0.3, 0.7)      # the third option set: the middle of the export's GPU span
+GOLD_2025 = "rules_gold_2025.3.1.tar"     # tests/fixtures/nsys/, unpacked from .tar.xz by fixtures_dir
+GOLD_2025_EXPORTS = 120                   # seeds TIE_SEEDS .. TIE_SEEDS + 119
 REAL = ["h200_campaign/ddp_ws2_rank0", "h200_campaign/ddp_ws2_rank1", "h200_campaign/seqpar_bf16_p4_rank3",
         "h200_seqpar_bf16/rank1"]
 
@@ -73,21 +79,21 @@ def _nvtx_name(db: Path) -> str:
 
 
 def _spec(rule: rules.Rule, opts: rules.Options) -> str:
-    """nsys 2022.4's `-r` argument of the rule with these options."""
+    """nsys's `-r` argument of the rule (named as its layout's nsys names it) with these options."""
     if opts == rules.Options():
-        return rule.old_name
+        return rule.name
     if opts.start is not None:
-        return f"{rule.old_name}:start={opts.start}:end={opts.end}"
+        return f"{rule.name}:start={opts.start}:end={opts.end}"
     if opts.nvtx is not None:
-        return f"{rule.old_name}:nvtx={opts.nvtx}"
-    extra = {"gpu-starv": f"gap={opts.gap_ms}:rows={opts.rows}",
-             "gpu-low-util": f"threshold={opts.threshold}:chunks={opts.chunks}:rows={opts.rows}"}
-    return f"{rule.old_name}:{extra.get(rule.old_name, f'rows={opts.rows}')}"
+        return f"{rule.name}:nvtx={opts.nvtx}"
+    extra = {rules.gaps: f"gap={opts.gap_ms}:rows={opts.rows}",
+             rules.time_util: f"threshold={opts.threshold}:chunks={opts.chunks}:rows={opts.rows}"}
+    return f"{rule.name}:{extra.get(rule.find, f'rows={opts.rows}')}"
 
 
 def _run_nsys(nsys: Path, db: Path) -> None:
     """Every rule with every option set; nsys writes <db>_<rule>[_<args>].csv (empty when skipped)."""
-    specs = [_spec(rule, opts) for opts in _option_sets(db) for rule in rules.RULES.values()]
+    specs = [_spec(rule, opts) for opts in _option_sets(db) for rule in rules.RULES_2022.values()]
     subprocess.run([str(nsys), "analyze", "--format", "csv", "--force-overwrite", "true", "-o",
                     str(db.with_suffix("")), "-r", ",".join(specs), str(db)],
                    capture_output=True, timeout=300, check=True)
@@ -107,7 +113,7 @@ def _ours(db: Path, rule: rules.Rule, opts: rules.Options) -> str:
 
 def _compare(db: Path, outcome: Outcome) -> None:
     for opts in _option_sets(db):
-        for rule in rules.RULES.values():
+        for rule in rules.RULES_2022.values():
             theirs = Path(f"{db.with_suffix('')}_{_spec(rule, opts).replace(':', '_')}.csv").read_text()
             outcome.add(db.name, _spec(rule, opts), theirs, _ours(db, rule, opts))
 
@@ -121,17 +127,28 @@ def nsys() -> Path:
 
 
 @pytest.fixture(scope="module")
-def rule_outcome(nsys: Path, fixtures_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Outcome, dict[str, int]]:
-    """Our CSV of every rule vs nsys 2022.4's on the generated exports; how many findings nsys made."""
+def rule_exports(fixtures_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    """The generated exports (seeds TIE_SEEDS ..), as many as either comparison needs."""
     work = tmp_path_factory.mktemp("rules")
-    exports = [derive_rules(seed, fixtures_dir, work) for seed in range(TIE_SEEDS, TIE_SEEDS + EXPORTS)]
+    count = EXPORTS if _nsys_2022_found() else min(EXPORTS, GOLD_2025_EXPORTS)
+    return [derive_rules(seed, fixtures_dir, work) for seed in range(TIE_SEEDS, TIE_SEEDS + count)]
+
+
+def _nsys_2022_found() -> bool:
+    return not isinstance(_nsys_2022(), str)
+
+
+@pytest.fixture(scope="module")
+def rule_outcome(nsys: Path, rule_exports: list[Path]) -> tuple[Outcome, dict[str, int]]:
+    """Our CSV of every rule vs nsys 2022.4's on the generated exports; how many findings nsys made."""
+    exports = rule_exports
     with ThreadPoolExecutor(max_workers=2) as threads:
         list(threads.map(lambda db: _run_nsys(nsys, db), exports))
     outcome = Outcome()
     for db in exports:
         _compare(db, outcome)
-    with_rows = {rule.name: sum(bool(Path(f"{db.with_suffix('')}_{rule.old_name}.csv").stat().st_size)
-                                for db in exports) for rule in rules.RULES.values()}
+    with_rows = {rule.name: sum(bool(Path(f"{db.with_suffix('')}_{rule.name}.csv").stat().st_size)
+                                for db in exports) for rule in rules.RULES_2022.values()}
     return outcome, with_rows
 
 
@@ -142,9 +159,73 @@ def test_rules_identical_to_nsys_2022_on_generated_exports(rule_outcome: tuple[O
                   f"threshold=80, chunks=97; a start/end window; an NVTX range): {outcome.compared} CSV files "
                   f"compared over {EXPORTS} generated exports, {outcome.identical} identical; exports with "
                   f"findings per rule (defaults): " + ", ".join(f"{k} {v}" for k, v in with_rows.items()))
-    assert outcome.compared == EXPORTS * len(rules.RULES) * (len(OPTION_SETS) + 2)
+    assert outcome.compared == EXPORTS * len(rules.RULES_2022) * (len(OPTION_SETS) + 2)
     assert EXPORTS < 100 or min(with_rows.values()) >= 10        # every rule finds something somewhere
     assert not outcome.differing, f"{len(outcome.differing)} differ; first:\n" + "\n".join(outcome.differing[:5])
+
+
+def test_rules_identical_to_nsys_2025_gold(rule_exports: list[Path], fixtures_dir: Path, tmp_path: Path,
+                                           record_counts) -> None:
+    """The 2025 rule names against nsys 2025.3.1's own CSVs (H200 gold) of the first 120 exports, both
+    option sets; also how many of those files 2022.4's layout (the hyphen names) would get wrong."""
+    gold = tmp_path / "gold"
+    with tarfile.open(fixtures_dir / "nsys" / GOLD_2025) as tar:
+        tar.extractall(gold, filter="data")
+    exports = rule_exports[:GOLD_2025_EXPORTS]
+    outcome, old_layout = Outcome(), Outcome()
+    for db in exports:
+        for opts in OPTION_SETS.values():
+            for rule, old_rule in zip(rules.RULES.values(), rules.RULES_2022.values(), strict=True):
+                theirs = (gold / f"{db.stem}_{_spec(rule, opts).replace(':', '_')}.csv").read_text()
+                outcome.add(db.name, _spec(rule, opts), theirs, _ours(db, rule, opts))
+                old_layout.add(db.name, _spec(old_rule, opts), theirs, _ours(db, old_rule, opts))
+    with_rows = {rule.name: sum(bool((gold / f"{db.stem}_{rule.name}.csv").stat().st_size) for db in exports)
+                 for rule in rules.RULES.values()}
+    record_counts(f"nsys analyze 2025.3.1 (H200 gold), six rules x two option sets (defaults; rows=5, gap=1, "
+                  f"threshold=80, chunks=97): {outcome.compared} CSV files compared over {len(exports)} generated "
+                  f"exports, {outcome.identical} identical (2022.4's layout: {old_layout.identical}); exports with "
+                  f"findings per rule (defaults): " + ", ".join(f"{k} {v}" for k, v in with_rows.items()))
+    assert outcome.compared == len(exports) * len(rules.RULES) * len(OPTION_SETS)
+    assert len(exports) < 100 or min(with_rows.values()) >= 10
+    assert not outcome.differing, f"{len(outcome.differing)} differ; first:\n" + "\n".join(outcome.differing[:5])
+    assert old_layout.differing        # the layouts differ on these exports: the name picks the right one
+
+
+def test_rule_name_picks_the_layout(rule_exports: list[Path], tmp_path: Path) -> None:
+    """`-r cuda_memset_sync` writes nsys 2025.3.1's columns (Green Context ID), `-r cuda-sync-memset`
+    nsys 2022.4's, each file what run_rule gives for that layout."""
+    db = next(db for db in rule_exports if _ours(db, rules.RULES["cuda_memset_sync"], rules.Options()))
+    prefix = tmp_path / "out"
+    res = CliRunner().invoke(main, ["nsys", "analyze", str(db), "-r", "cuda_memset_sync,cuda-sync-memset",
+                                    "-o", str(prefix)])
+    assert res.exit_code == 0, res.output
+    new = Path(f"{prefix}_cuda_memset_sync.csv").read_text()
+    old = Path(f"{prefix}_cuda-sync-memset.csv").read_text()
+    assert new == _ours(db, rules.RULES["cuda_memset_sync"], rules.Options())
+    assert old == _ours(db, rules.RULES_2022["cuda-sync-memset"], rules.Options())
+    assert new.split("\n", 1)[0].split(",")[6:9] == ["Context ID", "Green Context ID", "Stream ID"]
+    assert old.split("\n", 1)[0].split(",")[6:8] == ["Context ID", "Stream ID"]
+
+
+def test_2025_checks_mem_kind_enum_and_green_context(rule_exports: list[Path], tmp_path: Path) -> None:
+    """nsys 2025.3.1's memcpy/memset rules need ENUM_CUDA_MEM_KIND and the greenContextId column (the
+    messages are those of its rule scripts); the 2022.4 names still run on such an export."""
+    db = tmp_path / "old_schema.sqlite"
+    db.write_bytes(next(d for d in rule_exports if all(_ours(d, rules.RULES[name], rules.Options())
+                                                       for name in ("cuda_memcpy_sync", "cuda_memset_sync"))).read_bytes())
+    with sqlite3.connect(db) as con:
+        con.execute("ALTER TABLE CUPTI_ACTIVITY_KIND_MEMCPY DROP COLUMN greenContextId")
+    res = CliRunner().invoke(main, ["nsys", "analyze", str(db), "-r", "cuda_memcpy_sync,cuda-sync-memcpy"])
+    assert res.exit_code == 0 and res.stderr.splitlines() == [
+        f"SKIPPED: {db} could not be analyzed due to missing 'greenContextId'. Please re-export the report "
+        "file with a recent version of Nsight Systems."]
+    assert res.stdout.splitlines()[:2] == [f"# {db} cuda-sync-memcpy", "Duration (ns),Start (ns),Src Kind,Dst Kind,"
+                                           "Bytes (MB),PID,Device ID,Context ID,Stream ID,API Name"]
+    with sqlite3.connect(db) as con:
+        con.execute("DROP TABLE ENUM_CUDA_MEM_KIND")
+    res = CliRunner().invoke(main, ["nsys", "analyze", str(db), "-r", "cuda_memset_sync"])
+    assert res.exit_code == 0 and res.stdout == ""
+    assert res.stderr.splitlines() == [f"SKIPPED: {db} does not contain ENUM_CUDA_MEM_KIND table."]
 
 
 def test_real_exports_identical_to_nsys_2022(nsys: Path, fixtures_dir: Path, tmp_path: Path) -> None:
@@ -160,7 +241,7 @@ def test_real_exports_identical_to_nsys_2022(nsys: Path, fixtures_dir: Path, tmp
         with sqlite3.connect(db) as con:
             calls = con.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_RUNTIME AS r JOIN StringIds AS s "
                                 "ON s.id = r.nameId WHERE s.value GLOB 'cuda[DS]*Synchronize*'").fetchone()[0]
-        found = _ours(db, rules.RULES["cuda_api_sync"], rules.Options(rows=10**6)).splitlines()
+        found = _ours(db, rules.RULES_2022["cuda-sync-api"], rules.Options(rows=10**6)).splitlines()
         assert len(found) == (calls + 1 if calls else 0)
 
 

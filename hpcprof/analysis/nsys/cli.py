@@ -502,4 +502,4 @@ def critical_path_cmd(files: tuple[Path, ...], rank_map: str | None, iteration_r
 
     _run_analysis(files, rank_map, fmt, output, "critical-path", lambda act: across_ranks(per_file(act)),
                   per_file=per_file, across_ranks=across_ranks)
-nsys.add_command(LazyModule("hpcprof.analysis.nsys.rules").analyze_cmd)   # `hpcprof nsys analyze` (rules.py)
+nsys.add_command(LazyModule("hpcprof.analysis.nsys.rules_cli").analyze_cmd)   # `hpcprof nsys analyze` (rules_cli.py)

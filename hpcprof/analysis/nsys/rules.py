@@ -1,7 +1,10 @@
 """`nsys analyze`'s expert-system rules on an nsys SQLite export, with nsys's findings, rows and CSV.
 
-Six rules, each declared once in RULES (its nsys 2025 name, its nsys 2022.4 name, the tables it
-needs with the message nsys prints when one is missing, its columns and how it finds its rows):
+Two layouts, chosen by the rule's name as each nsys version spells it: the 2025 names (RULES:
+cuda_memcpy_async, ...) give nsys 2025.3.1's output, nsys 2022.4's hyphen names (RULES_2022:
+cuda-async-memcpy, ...) give 2022.4's (nsys 2025 no longer lists the hyphen names, nsys 2022.4
+knows only them). The six rules (each one declared per layout: its name, the tables and columns
+it needs with the message nsys prints when one is missing, its columns, how it finds its rows):
 
 - cuda_memcpy_async: memcpys from/to pageable memory (srcKind or dstKind 0) launched by a
   `cudaMemcpy%Async%` call (matched on the correlation id alone, as nsys does).
@@ -30,6 +33,16 @@ merged ranges in (group, device, process) order, then orders them by utilisation
 the context id of a device is that of its first operation with the latest end. Utilisation is
 rounded as nsys 2022.4's SQLite 3.36 rounds. A start/end window keeps the rows overlapping it,
 except the runtime calls the memcpy/memset rules join (nsys reads those unfiltered).
+
+nsys 2025.3.1 differs; seen to matter in its 1,440 CSVs (tests/fixtures/nsys/rules_gold_2025.3.1.tar.xz):
+the memcpy/memset rules add a `Green Context ID` column (greenContextId, empty when 0) after
+`Context ID`; its SQLite always scans the runtime calls first for the memcpy rules (ties: calls in
+table order, each one's memcpys in table order); gpu_time_util keeps each device's untouched
+chunks for that device (no NULL-device merging). Taken from its rule scripts, not distinguished by
+that gold: memory kinds named from the export's ENUM_CUDA_MEM_KIND; the memcpy/memset rules
+skipped with nsys's message when StringIds, ENUM_CUDA_MEM_KIND or the greenContextId column is
+missing; an NVTX range that is not found names the export; utilisation rounded exactly (half away
+from zero, as nsys 2025's `nsys stats` rounds, stats.py).
 """
 
 from __future__ import annotations
@@ -37,26 +50,22 @@ from __future__ import annotations
 import csv
 import math
 import sqlite3
-import sys
 import urllib.parse
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, NamedTuple, TextIO
 
-import click
-
-from hpcprof.analysis.nsys.numerics import sqlite_round1
+from hpcprof.analysis.nsys.numerics import round1
 from hpcprof.analysis.nsys.schema import (
     GPU_TABLES,
     MEMCPY,
     MEMSET,
+    OLD,
     OLD_MEM_KINDS,
     RUNTIME,
     NsysInputError,
     check_sqlite_file,
 )
-from hpcprof.cli_options import files_argument
-from hpcprof.errors import UserError
 
 
 class Options(NamedTuple):
@@ -88,7 +97,10 @@ class Options(NamedTuple):
         return sql
 
 
-def with_nvtx_range(conn: sqlite3.Connection, opts: Options) -> Options | Skipped:
+NEW_LAYOUT = "2025.3.1"
+
+
+def with_nvtx_range(conn: sqlite3.Connection, opts: Options, shown_path: str, layout: str) -> Options | Skipped:
     """`opts` with the window of its NVTX range (the earliest push/pop or start/end range whose
     text, with `@domain` outside the default domain, is `opts.nvtx`; explicit start/end win), or
     Skipped with nsys's message when there is none."""
@@ -106,21 +118,27 @@ def with_nvtx_range(conn: sqlite3.Connection, opts: Options) -> Options | Skippe
             f"WHERE n.eventType IN (59, 60, 70, 71) AND {text} || coalesce('@' || d.text, '') = ? "
             f"ORDER BY 1 LIMIT 1", (opts.nvtx,)).fetchone()
     if row is None:
-        return Skipped(f"NVTX range '{opts.nvtx}' could not be found.")
+        where = "" if layout == OLD else f" in {shown_path}"
+        return Skipped(f"NVTX range '{opts.nvtx}' could not be found{where}.")
     return opts._replace(start=row[0] if opts.start is None else opts.start,
                          end=row[1] if opts.end is None else opts.end, thread=row[2])
 
 
+Finder = Callable[[sqlite3.Connection, Options, str], list[tuple[Any, ...]]]
+
+
 class Rule(NamedTuple):
-    """One rule: `needs` lists (tables, message): the rule is skipped with the message (nsys's,
-    {DBFILE} = the export) when none of the tables exists."""
+    """One rule of one layout: `needs` lists (tables, message): the rule is skipped with the
+    message (nsys's, {DBFILE} = the export) when none of the tables exists; `need_columns` lists
+    (table, column, message) checked after them. `find` gets the layout."""
 
     name: str
-    old_name: str
     title: str
+    layout: str
     needs: list[tuple[tuple[str, ...], str]]
     columns: list[str]
-    find: Callable[[sqlite3.Connection, Options], list[tuple[Any, ...]]]
+    find: Finder
+    need_columns: tuple[tuple[str, str, str], ...] = ()
 
 
 class Skipped(NamedTuple):
@@ -134,12 +152,26 @@ NEEDS_RUNTIME = ((RUNTIME,), _UNANALYZED + "CUDA data. Does the application use 
 NEEDS_MEMCPY = ((MEMCPY,), _UNANALYZED + "CUDA data. Does the application use CUDA memcpy APIs?")
 NEEDS_MEMSET = ((MEMSET,), _UNANALYZED + "CUDA data. Does the application use CUDA memset APIs?")
 NEEDS_GPU = (GPU_TABLES, _UNANALYZED + "data. Does the application launch GPU operations?")
+MEM_KIND_ENUM = "ENUM_CUDA_MEM_KIND"
+#: nsys 2025's extra checks of the memcpy/memset rules: before the CUDA tables / after them
+NEEDS_STRINGS = (("StringIds",), "{DBFILE} file does not contain StringIds table.")
+NEEDS_MEM_KINDS = ((MEM_KIND_ENUM,), "{DBFILE} does not contain ENUM_CUDA_MEM_KIND table.")
+_NO_GREEN = ("{DBFILE} could not be analyzed due to missing 'greenContextId'."
+             " Please re-export the report file with a recent version of Nsight Systems.")
 PROFILER_OVERHEAD = "PROFILER_OVERHEAD"
 #: the PROFILER_OVERHEAD names nsys counts as GPU time in gpu_gaps / gpu_time_util
 CUDA_OVERHEADS = ("CUDA profiling data flush overhead", "CUDA profiling stop overhead", "CUDA profiling overhead")
 
 MEMCPY_COLUMNS = ["Duration (ns)", "Start (ns)", "Src Kind", "Dst Kind", "Bytes (MB)", "PID", "Device ID",
                   "Context ID", "Stream ID", "API Name"]
+MEMSET_COLUMNS = ["Duration (ns)", "Start (ns)", "Memory Kind", "Bytes (MB)", "PID", "Device ID", "Context ID",
+                  "Stream ID", "API Name"]
+
+
+def with_green_context(columns: list[str]) -> list[str]:
+    """nsys 2025's columns: `Green Context ID` after `Context ID`."""
+    at = columns.index("Context ID") + 1
+    return [*columns[:at], "Green Context ID", *columns[at:]]
 
 
 # ---------------------------------------------------------------------------------------
@@ -155,6 +187,12 @@ def _indexed_by_correlation(conn: sqlite3.Connection, table: str) -> bool:
         if first and first[0] == "correlationId":
             return True
     return False
+
+
+def _calls_first(conn: sqlite3.Connection, layout: str) -> bool:
+    """Whether nsys's SQLite joins the memcpys to the runtime calls (scanned first): 2022.4's when
+    the memcpys are indexed by correlation id, 2025.3.1's always (an automatic index on them)."""
+    return layout != OLD or _indexed_by_correlation(conn, MEMCPY)
 
 
 def _api_ops(conn: sqlite3.Connection, table: str, columns: str, op_filter: str, api_filter: str,
@@ -187,47 +225,52 @@ def _longest_first(rows: list[tuple[Any, ...]], limit: int) -> list[tuple[Any, .
     return sorted(rows, key=lambda r: (r[0] is None, -(r[0] or 0)))[:limit]
 
 
-def _with_kind_names(rows: list[tuple[Any, ...]], kind_columns: Iterable[int]) -> list[tuple[Any, ...]]:
-    """Memory kind ids replaced by nsys's names."""
+def _with_kind_names(conn: sqlite3.Connection, layout: str, rows: list[tuple[Any, ...]],
+                     kind_columns: Iterable[int]) -> list[tuple[Any, ...]]:
+    """Memory kind ids replaced by nsys's names: 2022.4's own, 2025's from the export's enum."""
+    names = OLD_MEM_KINDS if layout == OLD else dict(conn.execute(f"SELECT id, label FROM {MEM_KIND_ENUM}"))
     out = []
     for row in rows:
         cells = list(row)
         for i in kind_columns:
-            cells[i] = OLD_MEM_KINDS.get(cells[i])
+            cells[i] = names.get(cells[i])
         out.append(tuple(cells))
     return out
 
 
-_OP_IDS = "(op.globalPid >> 24) & 16777215, op.deviceId, op.contextId, op.streamId"
+def _op_ids(layout: str) -> str:
+    """The operation's PID, device, context (2025: and green context), stream columns."""
+    green = "" if layout == OLD else "NULLIF(op.greenContextId, 0), "
+    return f"(op.globalPid >> 24) & 16777215, op.deviceId, op.contextId, {green}op.streamId"
 
 
-def memcpy_async(conn: sqlite3.Connection, opts: Options) -> list[tuple[Any, ...]]:
+def memcpy_async(conn: sqlite3.Connection, opts: Options, layout: str) -> list[tuple[Any, ...]]:
     """Async memcpys that touch pageable memory (they run synchronously)."""
-    rows = _api_ops(conn, MEMCPY, f"op.srcKind, op.dstKind, op.bytes, {_OP_IDS}",
+    rows = _api_ops(conn, MEMCPY, f"op.srcKind, op.dstKind, op.bytes, {_op_ids(layout)}",
                     "op.srcKind = 0 OR op.dstKind = 0", "api.value LIKE 'cudaMemcpy%Async%'", opts.rows,
-                    _indexed_by_correlation(conn, MEMCPY), opts.window("op", "globalPid"))
-    return _with_kind_names(rows, (2, 3))
+                    _calls_first(conn, layout), opts.window("op", "globalPid"))
+    return _with_kind_names(conn, layout, rows, (2, 3))
 
 
-def memcpy_sync(conn: sqlite3.Connection, opts: Options) -> list[tuple[Any, ...]]:
+def memcpy_sync(conn: sqlite3.Connection, opts: Options, layout: str) -> list[tuple[Any, ...]]:
     """Synchronous memcpys, but small host-to-device ones and those within one device."""
-    rows = _api_ops(conn, MEMCPY, f"op.srcKind, op.dstKind, op.bytes, {_OP_IDS}",
+    rows = _api_ops(conn, MEMCPY, f"op.srcKind, op.dstKind, op.bytes, {_op_ids(layout)}",
                     "NOT (op.bytes <= 64000 AND op.copyKind = 1) "
                     "AND NOT (op.srcDeviceId IS NOT NULL AND op.srcDeviceId = op.dstDeviceId)",
                     "api.value LIKE 'cudaMemcpy%' AND api.value NOT LIKE '%Async%'", opts.rows,
-                    _indexed_by_correlation(conn, MEMCPY), opts.window("op", "globalPid"))
-    return _with_kind_names(rows, (2, 3))
+                    _calls_first(conn, layout), opts.window("op", "globalPid"))
+    return _with_kind_names(conn, layout, rows, (2, 3))
 
 
-def memset_sync(conn: sqlite3.Connection, opts: Options) -> list[tuple[Any, ...]]:
+def memset_sync(conn: sqlite3.Connection, opts: Options, layout: str) -> list[tuple[Any, ...]]:
     """Synchronous memsets of pinned or managed memory."""
-    rows = _api_ops(conn, MEMSET, f"op.memKind, op.bytes, {_OP_IDS}", "op.memKind IN (1, 4)",
+    rows = _api_ops(conn, MEMSET, f"op.memKind, op.bytes, {_op_ids(layout)}", "op.memKind IN (1, 4)",
                     "api.value LIKE 'cudaMemset%' AND api.value NOT LIKE '%async%'", opts.rows, True,
                     opts.window("op", "globalPid"))
-    return _with_kind_names(rows, (2,))
+    return _with_kind_names(conn, layout, rows, (2,))
 
 
-def api_sync(conn: sqlite3.Connection, opts: Options) -> list[tuple[Any, ...]]:
+def api_sync(conn: sqlite3.Connection, opts: Options, layout: str) -> list[tuple[Any, ...]]:
     """Device and stream synchronisation calls, longest first (ties in table order)."""
     names = dict(conn.execute("SELECT id, value FROM StringIds WHERE value LIKE 'cudaDeviceSynchronize%' "
                               "OR value LIKE 'cudaStreamSynchronize%'"))
@@ -292,7 +335,7 @@ def gpu_ops(conn: sqlite3.Connection, opts: Options) -> dict[Device, list[Op]]:
     return ops
 
 
-def gaps(conn: sqlite3.Connection, opts: Options) -> list[tuple[Any, ...]]:
+def gaps(conn: sqlite3.Connection, opts: Options, layout: str) -> list[tuple[Any, ...]]:
     """Idle gaps over `gap_ms` per (pid, device): the k-th end (ends sorted) to the (k+1)-th start
     (starts sorted) where the first is earlier."""
     threshold = opts.gap_ms * 1_000_000
@@ -342,14 +385,15 @@ def _chunks(device: Device, ops: list[Op], opts: Options) -> list[tuple[Chunk, b
             for index, (start, end) in bounds.items()]
 
 
-def time_util(conn: sqlite3.Connection, opts: Options) -> list[tuple[Any, ...]]:
-    """Chunks under `threshold` % busy, consecutive ones merged (see the module docstring)."""
+def time_util(conn: sqlite3.Connection, opts: Options, layout: str) -> list[tuple[Any, ...]]:
+    """Chunks under `threshold` % busy, consecutive ones merged (see the module docstring;
+    2022.4 merges the untouched chunks of one index over devices, 2025 keeps them per device)."""
     per_device = sorted(gpu_ops(conn, opts).items(), key=lambda kv: (kv[0][1], kv[0][0]))   # (device, pid)
     low: list[Chunk] = []
     untouched: dict[int, Chunk] = {}                 # chunk index -> the first device's untouched chunk
     for device, ops in per_device:
         for chunk, touched in _chunks(device, ops, opts):
-            if touched:
+            if touched or layout != OLD:
                 if chunk.busy < opts.threshold:
                     low.append(chunk)
             else:
@@ -371,38 +415,44 @@ def time_util(conn: sqlite3.Connection, opts: Options) -> list[tuple[Any, ...]]:
             weighted += (c.end - c.start) * c.busy
             total += c.end - c.start
         start, end = chunks[0].start, max(c.end for c in chunks)
-        merged.append((sqlite_round1(weighted / total), end - start, start, key[2], key[1], chunks[0].context))
+        merged.append((round1(weighted / total, layout), end - start, start, key[2], key[1], chunks[0].context))
     merged = sorted(merged, key=lambda m: (m[0], m[1]))[:opts.rows]
     return [(i, *m) for i, m in enumerate(merged, start=1)]
 
 
-RULES = {rule.name: rule for rule in [
-    Rule("cuda_memcpy_async", "cuda-async-memcpy", "CUDA Async Memcpy with Pageable Memory",
-         [NEEDS_RUNTIME, NEEDS_MEMCPY], MEMCPY_COLUMNS, memcpy_async),
-    Rule("cuda_memcpy_sync", "cuda-sync-memcpy", "CUDA Synchronous Memcpy",
-         [NEEDS_RUNTIME, NEEDS_MEMCPY], MEMCPY_COLUMNS, memcpy_sync),
-    Rule("cuda_memset_sync", "cuda-sync-memset", "CUDA Synchronous Memset",
-         [NEEDS_RUNTIME, NEEDS_MEMSET],
-         ["Duration (ns)", "Start (ns)", "Memory Kind", "Bytes (MB)", "PID", "Device ID", "Context ID",
-          "Stream ID", "API Name"], memset_sync),
-    Rule("cuda_api_sync", "cuda-sync-api", "CUDA Synchronization APIs",
-         [NEEDS_RUNTIME], ["Duration (ns)", "Start (ns)", "PID", "TID", "API Name"], api_sync),
-    Rule("gpu_gaps", "gpu-starv", "GPU Gaps",
-         [NEEDS_GPU], ["Row#", "Duration (ns)", "Start (ns)", "PID", "Device ID", "Context ID"], gaps),
-    Rule("gpu_time_util", "gpu-low-util", "GPU Time Utilization",
-         [NEEDS_GPU], ["Row#", "In-Use (%)", "Duration (ns)", "Start (ns)", "PID", "Device ID", "Context ID"],
-         time_util),
-]}
-OLD_NAMES = {rule.old_name: rule.name for rule in RULES.values()}
+#: (2025 name, 2022.4 name, title, tables needed, columns in 2022.4's layout, finder)
+_RULE_TABLE: list[tuple[str, str, str, list[tuple[tuple[str, ...], str]], list[str], Finder]] = [
+    ("cuda_memcpy_async", "cuda-async-memcpy", "CUDA Async Memcpy with Pageable Memory",
+     [NEEDS_RUNTIME, NEEDS_MEMCPY], MEMCPY_COLUMNS, memcpy_async),
+    ("cuda_memcpy_sync", "cuda-sync-memcpy", "CUDA Synchronous Memcpy",
+     [NEEDS_RUNTIME, NEEDS_MEMCPY], MEMCPY_COLUMNS, memcpy_sync),
+    ("cuda_memset_sync", "cuda-sync-memset", "CUDA Synchronous Memset",
+     [NEEDS_RUNTIME, NEEDS_MEMSET], MEMSET_COLUMNS, memset_sync),
+    ("cuda_api_sync", "cuda-sync-api", "CUDA Synchronization APIs",
+     [NEEDS_RUNTIME], ["Duration (ns)", "Start (ns)", "PID", "TID", "API Name"], api_sync),
+    ("gpu_gaps", "gpu-starv", "GPU Gaps",
+     [NEEDS_GPU], ["Row#", "Duration (ns)", "Start (ns)", "PID", "Device ID", "Context ID"], gaps),
+    ("gpu_time_util", "gpu-low-util", "GPU Time Utilization",
+     [NEEDS_GPU], ["Row#", "In-Use (%)", "Duration (ns)", "Start (ns)", "PID", "Device ID", "Context ID"],
+     time_util),
+]
 
 
-def rule_named(name: str) -> Rule:
-    """The rule of a current or nsys 2022.4 name."""
-    rule = RULES.get(OLD_NAMES.get(name, name))
-    if rule is None:
-        raise click.BadParameter(f"unknown rule {name!r}; known: {', '.join(RULES)} "
-                                 f"(or nsys 2022.4's {', '.join(OLD_NAMES)})", param_hint="'--rule'")
-    return rule
+def _rule_2025(name: str, title: str, needs: list[tuple[tuple[str, ...], str]], columns: list[str],
+               find: Finder) -> Rule:
+    """The nsys 2025.3.1 form of a rule: the memcpy/memset rules also need StringIds, the memory
+    kind enum and the greenContextId column, and show it."""
+    table = next((need[0][0] for need in needs if need in (NEEDS_MEMCPY, NEEDS_MEMSET)), None)
+    if table is None:
+        return Rule(name, title, NEW_LAYOUT, needs, columns, find)
+    return Rule(name, title, NEW_LAYOUT, [NEEDS_STRINGS, *needs, NEEDS_MEM_KINDS], with_green_context(columns),
+                find, ((table, "greenContextId", _NO_GREEN),))
+
+
+#: nsys 2025.3.1's rules by their names
+RULES = {name: _rule_2025(name, title, needs, columns, find) for name, _, title, needs, columns, find in _RULE_TABLE}
+#: nsys 2022.4's rules by their names
+RULES_2022 = {old: Rule(old, title, OLD, needs, columns, find) for _, old, title, needs, columns, find in _RULE_TABLE}
 
 
 def open_export(path: Path) -> sqlite3.Connection:
@@ -423,9 +473,12 @@ def run_rule(conn: sqlite3.Connection, rule: Rule, opts: Options, shown_path: st
     for tables, message in rule.needs:
         if not any(t in present for t in tables):
             return Skipped(message.format(DBFILE=shown_path))
+    for table, column, message in rule.need_columns:
+        if not conn.execute("SELECT 1 FROM pragma_table_info(?) WHERE name = ?", (table, column)).fetchone():
+            return Skipped(message.format(DBFILE=shown_path))
     try:
-        resolved = with_nvtx_range(conn, opts)
-        return resolved if isinstance(resolved, Skipped) else rule.find(conn, resolved)
+        resolved = with_nvtx_range(conn, opts, shown_path, rule.layout)
+        return resolved if isinstance(resolved, Skipped) else rule.find(conn, resolved, rule.layout)
     except sqlite3.Error as exc:
         raise NsysInputError(f"{shown_path}: SQLite error in {rule.name} ({exc})") from None
 
@@ -454,68 +507,3 @@ def write_csv(rule: Rule, rows: list[tuple[Any, ...]], out: TextIO) -> None:
     writer.writerows([fmt(v) for fmt, v in zip(formats, row, strict=True)] for row in rows)
 
 
-@click.command("analyze")
-@files_argument
-@click.option("--rule", "-r", "rule_names", default=",".join(RULES), show_default=True,
-              help="Rule name(s), comma separated (nsys 2022.4 names such as gpu-starv work too).")
-@click.option("--rows", type=click.IntRange(min=1), default=50, show_default=True, help="At most this many rows per rule.")
-@click.option("--gap", "gap_ms", type=click.IntRange(min=0), default=500, show_default=True,
-              help="gpu_gaps: report idle gaps longer than this many ms.")
-@click.option("--threshold", type=click.IntRange(0, 100), default=50, show_default=True,
-              help="gpu_time_util: report chunks less busy than this %.")
-@click.option("--chunks", type=click.IntRange(1, 1000), default=30, show_default=True,
-              help="gpu_time_util: chunks per process and device.")
-@click.option("--start", "window_start", type=click.IntRange(min=0), default=None,
-              help="Only operations/calls overlapping [START, END) ns (nsys's start=).")
-@click.option("--end", "window_end", type=click.IntRange(min=0), default=None, help="End of that window (ns).")
-@click.option("--nvtx", default=None, metavar="RANGE[@DOMAIN]",
-              help="Only what overlaps the first NVTX range of this name (and its thread or process).")
-@click.option("--output", "-o", "prefix", default=None,
-              help="Write PREFIX_<rule>.csv (PREFIX_<file>_<rule>.csv for several files) instead of stdout.")
-def analyze_cmd(files: tuple[Path, ...], rule_names: str, rows: int, gap_ms: int, threshold: int, chunks: int,
-                window_start: int | None, window_end: int | None, nvtx: str | None, prefix: str | None) -> None:
-    """`nsys analyze` rules (CSV): the same findings, rows and bytes as nsys's `--format csv`. A rule
-    whose tables the export lacks is skipped with nsys's message (exit 0)."""
-    rules = [rule_named(n.strip()) for n in rule_names.split(",") if n.strip()]
-    if window_start is not None and window_end is not None and window_start > window_end:
-        raise UserError(f"--start {window_start} is after --end {window_end}: give a start before the end")
-    opts = Options(rows, gap_ms, threshold, chunks, window_start, window_end, nvtx)
-    blocks, failures = len(files) * len(rules), 0
-    for path in files:
-        try:
-            conn = open_export(path)
-        except NsysInputError as exc:
-            click.echo(f"hpcprof nsys: {exc}", err=True)
-            failures += 1
-            continue
-        with conn:
-            try:
-                results = [(rule, run_rule(conn, rule, opts, str(path))) for rule in rules]
-            except NsysInputError as exc:
-                click.echo(f"hpcprof nsys: {exc}", err=True)
-                failures += 1
-                continue
-        conn.close()
-        for rule, found in results:
-            if isinstance(found, Skipped):
-                click.echo(f"SKIPPED: {found.message}", err=True)
-                continue
-            if not found:
-                click.echo(f"{path}: {rule.name} ({rule.title}): no findings", err=True)
-            if prefix is not None:
-                _write_file(rule, found, Path(f"{prefix}_{path.stem}" if len(files) > 1 else prefix), path)
-                continue
-            if blocks > 1 and found:
-                click.echo(f"# {path} {rule.name}")
-            write_csv(rule, found, sys.stdout)
-            if blocks > 1 and found:
-                click.echo("")
-    if failures:
-        raise UserError(f"{failures} of {len(files)} input file(s) could not be analysed (see messages above)")
-
-
-def _write_file(rule: Rule, rows: list[tuple[Any, ...]], stem: Path, source: Path) -> None:
-    from hpcprof.atomic import write_text_stream
-
-    target = write_text_stream(Path(f"{stem}_{rule.name}.csv"), lambda fh: write_csv(rule, rows, fh), inputs=[source])
-    click.echo(f"wrote {target}", err=True)
