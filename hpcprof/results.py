@@ -17,6 +17,7 @@ from hpcprof.errors import UserError
 
 if TYPE_CHECKING:
     import pandas as pd
+    import pyarrow as pa
 
 SUFFIX = ".parquet"
 #: letters, digits, `_ . -`; no leading dot (no `..`, no hidden files), at most 200 characters
@@ -43,21 +44,28 @@ def table_path(run_dir: Path, name: str) -> Path:
     return results_dir(run_dir) / f"{check_name(name)}{SUFFIX}"
 
 
-def write_table(run_dir: Path, name: str, df: pd.DataFrame) -> Path:
-    """Write one table atomically; returns its path."""
+def to_arrow(df: pd.DataFrame) -> pa.Table:
+    """`df` as the Arrow table its result file holds: column names as text, mixed-type object
+    columns (e.g. ints and strings) as text, no index."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
-    path = table_path(run_dir, name)
     frame = df.copy(deep=False)
     frame.attrs = {}
     frame.columns = [str(c) for c in frame.columns]
-    for column in frame.columns:  # mixed-type object columns (e.g. ints and strings) as text
+    for column in frame.columns:
         if frame[column].dtype == object:
             kinds = {type(v) for v in frame[column] if v is not None and v == v}
             if len(kinds) > 1:
                 frame[column] = frame[column].map(lambda v: None if v is None or v != v else str(v))
-    table = pa.Table.from_pandas(frame, preserve_index=False)
+    return pa.Table.from_pandas(frame, preserve_index=False)
+
+
+def write_table(run_dir: Path, name: str, df: pd.DataFrame) -> Path:
+    """Write one table atomically; returns its path."""
+    import pyarrow.parquet as pq
+
+    path = table_path(run_dir, name)
+    table = to_arrow(df)
     return atomic_write(path, lambda tmp: pq.write_table(table, tmp), what="result table")
 
 
