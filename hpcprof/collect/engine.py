@@ -159,22 +159,22 @@ def read_bundle(path: Path, names: Iterable[str] | None = None, schema_only: boo
     import pyarrow as pa
 
     try:
-        with pa.OSFile(str(path), "rb") as source:
-            bundle = pa.ipc.open_file(source).read_all()
-        if bundle.column_names != list(BUNDLE_COLUMNS):
-            raise DamagedBundle(f"{path}: not a collect part (columns {bundle.column_names})")
-        index = {name: i for i, name in enumerate(bundle.column("name").to_pylist())}
+        reader = pa.ipc.open_file(pa.py_buffer(Path(path).read_bytes()))   # small: read whole, not mapped
+        if reader.num_record_batches != 1 or reader.schema.names != list(BUNDLE_COLUMNS):
+            raise DamagedBundle(f"{path}: not a collect part")
+        bundle = reader.get_batch(0)
+        index = {name: i for i, name in enumerate(bundle.column(0).to_pylist())}
         wanted = list(index) if names is None else list(names)
         out: dict[str, Any] = {}
         for name in wanted:
             if name not in index:
                 raise DamagedBundle(f"{path}: no table {name!r}")
-            blob = bundle.column("ipc")[index[name]].as_buffer()
+            blob = bundle.column(1)[index[name]].as_buffer()
             reader = pa.ipc.open_stream(blob)
             if schema_only:
                 out[name] = reader.schema
                 continue
-            if zlib.crc32(blob) != bundle.column("crc32")[index[name]].as_py():
+            if zlib.crc32(blob) != bundle.column(2)[index[name]].as_py():
                 raise DamagedBundle(f"{path}: table {name!r} does not match its CRC-32")
             out[name] = reader.read_all()
         return out

@@ -149,7 +149,8 @@ def map_file(tool: str, path: str, rank: int, parts: str, tool_paths: dict[str, 
     tables = collector(tool, tool_paths).analyse_file(Path(path), rank)
     for name in tables:
         check_name(f"{tool}_{name}")
-    write_bundle(_bundle(Path(parts), _part_key(Path(path))), {name: to_arrow(df) for name, df in tables.items()})
+    write_bundle(_bundle(Path(parts), _part_key(Path(path))), {name: to_arrow(df, pandas_metadata=False)
+                                                                   for name, df in tables.items()})
     return sorted(tables)
 
 
