@@ -224,8 +224,9 @@ def nccl_per_rank(act: Activity) -> pd.DataFrame:
     k = k[is_nccl(k["short"]) | is_nccl(k["name"])].copy()
     k["collective"] = collective_of(k["short"]).fillna(collective_of(k["name"])).fillna("other")
     k["dur"] = k["end"] - k["start"]
-    per = (k.groupby(["rank", "collective"])["dur"].agg(count="count", total_ns="sum", mean_ns="mean",
-                                                        min_ns="min", max_ns="max").reset_index())
+    dur = k.groupby(["rank", "collective"])["dur"]  # one reduction a column: named aggregation costs ~10x
+    per = pd.DataFrame({"count": dur.count(), "total_ns": dur.sum(), "mean_ns": dur.mean(), "min_ns": dur.min(),
+                        "max_ns": dur.max()}).reset_index()
     per.insert(0, "scope", "rank")
     return per
 
