@@ -137,8 +137,9 @@ def rank_events(rank: int, ops: pd.DataFrame, iterations: pd.DataFrame, ranges: 
         a[order] for a in (start, end, iteration, is_coll, channel, seq, label, kind))
     # a collective's launch order on its channel within the iteration, where the trace gives no seq
     numbered = is_coll & pd.notna(channel)
-    groups = pd.factorize(pd.MultiIndex.from_arrays([iteration[numbered], channel[numbered]]))[0] \
-        if numbered.any() else np.empty(0, dtype=np.int64)
+    channel_code = pd.factorize(channel[numbered])[0]
+    groups = np.unique(iteration[numbered] * (int(channel_code.max(initial=0)) + 1) + channel_code,
+                       return_inverse=True)[1].reshape(-1)
     rank_in_group = np.zeros(len(groups), dtype=np.int64)
     if len(groups):
         by_group = np.argsort(groups, kind="stable")

@@ -268,17 +268,22 @@ def overlap(act: Activity) -> pd.DataFrame:
 
     HTA's definition: overlap % = 100 · |compute ∩ comm| / |comm| (merged intervals);
     idle = span of all GPU activity − its union."""
+    ops = act.ops
+    rank, device = ops["rank"].to_numpy(np.int64), ops["device"].to_numpy(np.int64)
+    start, end = ops["start"].to_numpy(np.int64), ops["end"].to_numpy(np.int64)
+    kernel = ops["kind"].to_numpy(object) == "kernel"
+    comm = kernel & (is_nccl(ops["short"]) | is_nccl(ops["name"]))
+    compute = kernel & ~comm
     rows = []
-    for (rank, dev), g in act.ops.groupby(["rank", "device"], sort=True):
-        kern = g[g["kind"] == "kernel"]
-        comm_mask = is_nccl(kern["short"]) | is_nccl(kern["name"])
-        comm = merge_intervals(kern["start"].to_numpy()[comm_mask], kern["end"].to_numpy()[comm_mask])
-        comp = merge_intervals(kern["start"].to_numpy()[~comm_mask], kern["end"].to_numpy()[~comm_mask])
-        comm_ns, comp_ns = int((comm[1] - comm[0]).sum()), int((comp[1] - comp[0]).sum())
-        both = intersection(comp, comm)
-        busy = covered(g["start"].to_numpy(), g["end"].to_numpy())
-        span = int(g["end"].max() - g["start"].min())
-        rows.append({"rank": rank, "device": dev, "compute_ns": comp_ns, "comm_ns": comm_ns, "overlap_ns": both,
+    for r, dev in np.unique(np.stack((rank, device), axis=1), axis=0).tolist():   # as groupby: sorted
+        mine = (rank == r) & (device == dev)
+        comm_union = merge_intervals(start[mine & comm], end[mine & comm])
+        comp_union = merge_intervals(start[mine & compute], end[mine & compute])
+        comm_ns, comp_ns = int((comm_union[1] - comm_union[0]).sum()), int((comp_union[1] - comp_union[0]).sum())
+        both = intersection(comp_union, comm_union)
+        busy = covered(start[mine], end[mine])
+        span = int(end[mine].max() - start[mine].min())
+        rows.append({"rank": r, "device": dev, "compute_ns": comp_ns, "comm_ns": comm_ns, "overlap_ns": both,
                      "overlap_pct": round(100.0 * both / comm_ns, 2) if comm_ns else 0.0,
                      "idle_ns": span - busy, "span_ns": span})
     return pd.DataFrame(rows, columns=["rank", "device", "compute_ns", "comm_ns", "overlap_ns", "overlap_pct",
