@@ -80,24 +80,33 @@ def _int_columns(export: Export, table: str, columns: list[str]) -> dict[str, np
 
 
 def _file_ops(export: Export) -> pd.DataFrame:
-    """Kernels, memcpys and memsets of one export."""
-    parts = []
+    """Kernels, memcpys and memsets of one export (numpy columns, one frame built)."""
+    columns = ("start", "end", "device", "stream", "gpid", "corr", "kind", "name", "short")
+    parts: dict[str, list[np.ndarray]] = {c: [] for c in columns}
+
+    def add(table: dict[str, np.ndarray], kind: str, name: np.ndarray, short: np.ndarray) -> None:
+        for column, source in (("start", "start"), ("end", "end"), ("device", "deviceId"), ("stream", "streamId"),
+                               ("gpid", "globalPid"), ("corr", "correlationId")):
+            parts[column].append(table[source])
+        parts["kind"].append(np.full(len(table["start"]), kind, dtype=object))
+        parts["name"].append(name)
+        parts["short"].append(short)
+
     common = ["start", "end", "deviceId", "streamId", "globalPid", "correlationId"]
     if export.has(KERNEL):
         k = _int_columns(export, KERNEL, common + ["demangledName", "shortName"])
         short = np.where(k["shortName"] >= 0, k["shortName"], k["demangledName"])
-        parts.append(pd.DataFrame({"start": k["start"], "end": k["end"], "device": k["deviceId"],
-                                   "stream": k["streamId"], "gpid": k["globalPid"], "corr": k["correlationId"],
-                                   "kind": "kernel", "name": export.strings(k["demangledName"]),
-                                   "short": export.strings(short)}))
+        add(k, "kernel", export.strings(k["demangledName"]), export.strings(short))
     for table, label in ((MEMCPY, "memcpy"), (MEMSET, "memset")):
         if export.has(table):
             m = _int_columns(export, table, common)
-            parts.append(pd.DataFrame({"start": m["start"], "end": m["end"], "device": m["deviceId"],
-                                       "stream": m["streamId"], "gpid": m["globalPid"], "corr": m["correlationId"],
-                                       "kind": label, "name": f"[CUDA {label}]", "short": f"[CUDA {label}]"}))
-    ops = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(
-        columns=["start", "end", "device", "stream", "gpid", "corr", "kind", "name", "short"])
+            same = np.full(len(m["start"]), f"[CUDA {label}]", dtype=object)
+            add(m, label, same, same)
+    if not parts["start"]:
+        ops = pd.DataFrame(columns=list(columns))
+    else:
+        ops = pd.DataFrame({c: np.concatenate(parts[c]) for c in columns})
+        ops["kind"] = ops["kind"].astype("str")       # as a frame of string scalars infers it
     ops["pid"] = pid_of(ops["gpid"].to_numpy(np.int64))
     return ops
 
