@@ -188,43 +188,64 @@ def concat_parts(parts: list[tuple[Path, str]], target: Path, row_group: int = 2
     file `target`, in that order, under one schema unifying theirs: one part (and one row group of
     at most `row_group` rows) in memory at a time. The parts waiting for their row group are merged
     into one contiguous table every `compact_every` parts (thousands of small Arrow tables cost far
-    more memory than their rows). False when there is no part; DamagedBundle for a part that does
-    not read."""
+    more memory than their rows). Each part is read once when all have the first one's schema (the
+    usual case), else their schemas are read and unified first and the parts read again. False
+    when there is no part; DamagedBundle for a part that does not read."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     if not parts:
         return False
 
-    def schema_of(part: tuple[Path, str]) -> pa.Schema:
-        return read_bundle(part[0], [part[1]], schema_only=True)[part[1]].remove_metadata()
+    class Reschema(Exception):
+        """A part whose schema differs from the first one's: unify them all, then write again."""
 
-    schema = schema_of(parts[0])
-    for part in parts[1:]:  # one running schema, not one per part
-        other = schema_of(part)
-        if not other.equals(schema):
-            schema = pa.unify_schemas([schema, other], promote_options="permissive")
-
-    def write(tmp: Path) -> None:
-        with pq.ParquetWriter(tmp, schema) as writer:
+    def write(tmp: Path, schema: pa.Schema | None) -> None:
+        writer: pq.ParquetWriter | None = None
+        try:
             pending: list[pa.Table] = []
             rows = 0
             for path, name in parts:
                 table = read_bundle(path, [name])[name].replace_schema_metadata(None)
-                for column in schema.names:
-                    if column not in table.column_names:
-                        table = table.append_column(column, pa.nulls(len(table), schema.field(column).type))
-                pending.append(table.select(schema.names).cast(schema))
+                if schema is None:
+                    schema = table.schema
+                if not table.schema.equals(schema):
+                    if not unified:
+                        raise Reschema
+                    for column in schema.names:
+                        if column not in table.column_names:
+                            table = table.append_column(column, pa.nulls(len(table), schema.field(column).type))
+                    table = table.select(schema.names).cast(schema)
+                if writer is None:
+                    writer = pq.ParquetWriter(tmp, schema)
+                pending.append(table)
                 rows += len(table)
                 if len(pending) >= compact_every:
                     pending = [pa.concat_tables(pending).combine_chunks()]
                 if rows >= row_group:
                     writer.write_table(pa.concat_tables(pending))
                     pending, rows = [], 0
+            if writer is None:
+                writer = pq.ParquetWriter(tmp, schema)
             if pending:
                 writer.write_table(pa.concat_tables(pending))
+        finally:
+            if writer is not None:
+                writer.close()
 
-    atomic_write(target, write, what="result table")
+    unified = False
+    try:
+        atomic_write(target, lambda tmp: write(tmp, None), what="result table")
+    except Reschema:
+        schema = None
+        for path, name in parts:  # one running schema, not one per part
+            other = read_bundle(path, [name], schema_only=True)[name].remove_metadata()
+            if schema is None:
+                schema = other
+            elif not other.equals(schema):
+                schema = pa.unify_schemas([schema, other], promote_options="permissive")
+        unified = True
+        atomic_write(target, lambda tmp: write(tmp, schema), what="result table")
     return True
 
 
