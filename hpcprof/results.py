@@ -92,8 +92,9 @@ def read_table(run_dir: Path, name: str) -> pd.DataFrame | None:
         return None
     import pyarrow.parquet as pq
 
-    try:
-        return pq.read_table(path).to_pandas()
+    try:  # one open file: a table replaced meanwhile (another collect) is read whole, old or new
+        with open(path, "rb") as source:
+            return pq.read_table(source).to_pandas()
     except Exception as exc:  # pyarrow raises ArrowInvalid, OSError, ... on a damaged file
         raise ResultError(f"{path}: damaged result table ({str(exc).splitlines()[0][:120]}); "
                           "collect the run again (`hpcprof collect RUN` rewrites it)") from None
