@@ -105,3 +105,18 @@ def test_collect_tables_are_the_same_with_any_number_of_workers(fixtures_dir: Pa
     for name, table in serial.items():
         pd.testing.assert_frame_equal(parallel[name], table, obj=name)
     assert serial["nsys_cuda_gpu_kern_sum"]["rank"].unique().tolist() == list(range(6))
+
+
+def test_parts_of_the_layout_before_bundles_are_removed(fixtures_dir: Path, tmp_path: Path) -> None:
+    """A run collected before bundles kept a directory of Parquet files per rank file: collected
+    again, those are analysed again into bundles and the directories removed."""
+    from hpcprof.collect import InProcess, map_files
+
+    export = tmp_path / "rank0.sqlite"
+    shutil.copy(fixtures_dir / "nsys/h200_seqpar_bf16/rank0.sqlite", export)
+    old = tmp_path / "derived/nsys/parts/rank0.sqlite/results"
+    old.mkdir(parents=True)
+    (old / "nccl.parquet").write_bytes(b"PAR1")
+    mapped = map_files("nsys", {export: 0}, tmp_path, InProcess(), lambda line: None, print)
+    assert "nccl" in mapped["rank0.sqlite"]
+    assert sorted(p.name for p in (tmp_path / "derived/nsys/parts").iterdir()) == ["manifest.json", "rank0.sqlite.arrow"]

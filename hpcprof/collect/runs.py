@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import stat
 from collections.abc import Callable
 from concurrent.futures import BrokenExecutor, Executor
@@ -186,6 +187,8 @@ def map_files(tool: str, files: dict[Path, int], run_path: Path, executor: Execu
     from hpcprof.analysis.collector import NothingToAnalyse
 
     parts = _parts_dir(run_path, tool)
+    for stale in parts.glob("*/results"):   # the layout before bundles: a directory of Parquet files per file
+        shutil.rmtree(stale.parent, ignore_errors=True)
     old = _load_manifest(parts)
     new: dict[str, Any] = {}
     table_lists: dict[tuple[str, ...], list[str]] = {}  # one list per distinct set of tables, not one per file
