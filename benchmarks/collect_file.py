@@ -1,7 +1,10 @@
 """`hpcprof collect`'s per-file path on one rank export, against its floor, with where the time goes.
 
-The per-file path is hpcprof.analysis.nsys.collect.analyse_file (summary reports, window, NCCL,
-overlap, phases, gaps, timeline, critical-path events of one export). Its floor is opening the
+The per-file path is collect's map step, hpcprof.collect.runs.map_file: the analyses of one export
+(hpcprof.analysis.nsys.collect.analyse_file: summary reports, window, NCCL, overlap, phases, gaps,
+timeline, critical-path events) and the write of its tables (one bundle file per rank file), plus
+its share of the reduce (the run's tables concatenated from --reduce-files bundles of that export,
+divided by their number). Its floor is opening the
 export and reading the columns those analyses need (GPU activity, CUDA API calls, NVTX events,
 OS runtime, the strings they name, profiler overhead) with the same ADBC reader, nothing computed.
 Both are timed in this process as CPU seconds (process time: the machine is shared, and wall time
@@ -9,7 +12,7 @@ on a loaded machine measures the others), best of --repeat, interleaved. Then on
 says how the time splits over the analyses (the functions analyse_file calls, timed by wrapping
 them; nested calls count in their caller only).
 
-    python benchmarks/collect_file.py [--export FILE] [--repeat 30] [--out FILE]
+    python benchmarks/collect_file.py [--export FILE] [--repeat 30] [--reduce-files 64] [--out FILE]
 
 Goals (issue 21): <= 15 ms per rank file per core; <= 3x the floor.
 """
@@ -18,7 +21,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
+import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -72,9 +77,11 @@ def best(fn: Callable[[], Any], repeat: int) -> float:
     return min(times)
 
 
-def breakdown(path: Path, repeat: int) -> dict[str, float]:
-    """CPU seconds per call of each function analyse_file calls (mean over `repeat` passes)."""
+def breakdown(path: Path, parts: Path, repeat: int) -> dict[str, float]:
+    """CPU seconds per file of each function the map step calls (mean over `repeat` passes of map_file)."""
+    from hpcprof import results
     from hpcprof.analysis.nsys import collect as nsys_collect
+    from hpcprof.collect import runs
 
     spent: dict[str, float] = defaultdict(float)
     depth = [0]
@@ -95,47 +102,78 @@ def breakdown(path: Path, repeat: int) -> dict[str, float]:
     targets += [(nsys_collect.win, n) for n in ("find_window", "clip", "window_summary", "iteration_series",
                                                  "kernel_sum", "with_window", "instances_inside")]
     targets += [(nsys_collect, "run_report"), (nsys_collect, "iteration_timeline"), (nsys_collect, "Export"),
-                (nsys_collect.critical_path, "rank_events")]
+                (nsys_collect.critical_path, "rank_events"), (results, "to_arrow"), (runs, "write_bundle")]
     saved = [(mod, name, getattr(mod, name)) for mod, name in targets]
     try:
         for mod, name, fn in saved:
             setattr(mod, name, timed(name, fn))
         start = time.process_time()
         for _ in range(repeat):
-            nsys_collect.analyse_file(path, 0)
+            runs.map_file("nsys", str(path), 0, str(parts), {})
         total = time.process_time() - start
     finally:
         for mod, name, fn in saved:
             setattr(mod, name, fn)
     out = {k: v / repeat for k, v in spent.items()}
-    out["(the rest of analyse_file)"] = total / repeat - sum(out.values())
+    out["(the rest of map_file)"] = total / repeat - sum(out.values())
     return out
+
+
+def reduce_share(path: Path, work: Path, files: int) -> float:
+    """CPU seconds per file of collect's reduce: every table concatenated from `files` bundles of
+    `path` into the run's Parquet files (the cross-rank reduce, once per run, is left out)."""
+    from hpcprof.collect import runs
+    from hpcprof.results import table_path
+
+    parts = work / "reduce-parts"
+    names = runs.map_file("nsys", str(path), 0, str(parts), {})
+    bundle = next(parts.glob("*.arrow"))
+    copies = [bundle.with_name(f"rank{i}.arrow") for i in range(files)]
+    for copy in copies:
+        if copy != bundle:
+            shutil.copyfile(bundle, copy)
+    start = time.process_time()
+    for name in names:
+        runs.concat_parts([(c, name) for c in copies], table_path(work / "run", f"nsys_{name}"))
+    return (time.process_time() - start) / files
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--export", type=Path, default=FIXTURES / "nsys/h200_seqpar_bf16/rank0.sqlite")
     parser.add_argument("--repeat", type=int, default=30)
+    parser.add_argument("--reduce-files", type=int, default=64, help="bundles concatenated to time the reduce")
     parser.add_argument("--out", type=Path, help="also write the table here")
     args = parser.parse_args()
     from hpcprof.analysis.nsys.collect import analyse_file
+    from hpcprof.collect.runs import map_file
 
     path = args.export
-    analyse_file(path, 0)                              # imports, first reads: not per file
-    floor(path)
-    load = os.getloadavg()[0]
-    floor_s, file_s = [], []
-    for _ in range(3):                                 # interleaved: both see the same machine
-        floor_s.append(best(lambda: floor(path), max(1, args.repeat // 3)))
-        file_s.append(best(lambda: analyse_file(path, 0), max(1, args.repeat // 3)))
-    fl, per_file = min(floor_s), min(file_s)
-    split = breakdown(path, max(3, args.repeat // 5))
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        parts = str(work / "parts")
+        map_file("nsys", str(path), 0, parts, {})      # imports, first reads: not per file
+        floor(path)
+        load = os.getloadavg()[0]
+        floor_s, analyse_s, map_s = [], [], []
+        for _ in range(3):                             # interleaved: all see the same machine
+            floor_s.append(best(lambda: floor(path), max(1, args.repeat // 3)))
+            analyse_s.append(best(lambda: analyse_file(path, 0), max(1, args.repeat // 3)))
+            map_s.append(best(lambda: map_file("nsys", str(path), 0, parts, {}), max(1, args.repeat // 3)))
+        fl, analysed, mapped = min(floor_s), min(analyse_s), min(map_s)
+        reduced = min(reduce_share(path, work / f"r{i}", args.reduce_files) for i in range(3))
+        split = breakdown(path, work / "split", max(3, args.repeat // 5))
+    per_file = mapped + reduced
+    split["(reduce, per file)"] = reduced
     total = sum(split.values())
     ratio = per_file / fl
     lines = [f"# collect_file: {path.name} ({path.stat().st_size / 1e3:.0f} kB), {os.cpu_count()} CPUs, "
              f"load average {load:.1f} at the start; CPU ms, best of {args.repeat}",
              f"floor (open + read the needed columns, {floor(path)} values)  {1000 * fl:8.2f} ms",
-             f"analyse_file (the per-file path of collect)                {1000 * per_file:8.2f} ms",
+             f"analyse_file (the analyses of one export)                  {1000 * analysed:8.2f} ms",
+             f"map_file (the analyses + writing the file's tables)        {1000 * mapped:8.2f} ms",
+             f"reduce, per file (tables of {args.reduce_files} bundles into the run's)      {1000 * reduced:8.2f} ms",
+             f"per rank file (map_file + reduce share)                    {1000 * per_file:8.2f} ms",
              f"ratio to the floor                                         {ratio:8.2f}x",
              "# where the time goes (one profiled pass, mean CPU ms per file)"]
     lines += [f"  {name:<28} {1000 * s:7.2f} ms {100 * s / total:5.1f} %"

@@ -102,15 +102,19 @@ def rank_events(rank: int, ops: pd.DataFrame, iterations: pd.DataFrame, ranges: 
     import pandas as pd
 
     launch = pd.to_numeric(ops["launch"], errors="coerce").to_numpy(np.float64)
-    ops = ops[np.isfinite(launch) & (launch >= 0)].copy()
+    keep = np.isfinite(launch) & (launch >= 0)
     its = iterations.sort_values("start", kind="stable")
-    if ops.empty or its.empty:
+    if not keep.any() or its.empty:
         return empty_events()
+    # numpy columns once: pandas costs ~0.1 ms a column access or assignment
+    start, end = ops["start"].to_numpy(np.int64)[keep], ops["end"].to_numpy(np.int64)[keep]
+    at = launch[keep].astype(np.int64)
+    kind = ops["collective"].to_numpy(object)[keep]
+    is_coll = pd.notna(kind)
     it_start, it_end = its["start"].to_numpy(np.int64), its["end"].to_numpy(np.int64)
-    at = ops["launch"].to_numpy(np.float64).astype(np.int64)
     k = np.searchsorted(it_start, at, side="right") - 1
     inside = (k >= 0) & (at <= it_end[np.maximum(k, 0)])
-    ops["iteration"] = np.where(inside, its["number"].to_numpy(np.int64)[np.maximum(k, 0)], -1)
+    iteration = np.where(inside, its["number"].to_numpy(np.int64)[np.maximum(k, 0)], -1)
 
     # phases: ranges inside an iteration; the innermost one around each launch names the operation
     ph = ranges.sort_values(["start", "end"], ascending=[True, False], kind="stable")
@@ -118,25 +122,38 @@ def rank_events(rank: int, ops: pd.DataFrame, iterations: pd.DataFrame, ranges: 
     ph = ph[(pk >= 0) & (ph["end"].to_numpy(np.int64) <= it_end[np.maximum(pk, 0)])]
     found = _innermost(ph["start"].to_numpy(np.int64), ph["end"].to_numpy(np.int64), at)
     phase = np.where(found >= 0, ph["name"].to_numpy(object)[np.maximum(found, 0)] if len(ph) else None, None)
-    ops["label"] = np.where(pd.isna(phase), ops["name"].to_numpy(object), phase)
+    label = np.where(pd.isna(phase), ops["name"].to_numpy(object)[keep], phase)
 
-    coll = ops["collective"].notna().to_numpy()
-    if "channel" not in ops:                      # NCCL streams in order of first use
-        first = ops[coll].groupby("stream")["start"].min().sort_values(kind="stable")
-        ops["channel"] = ops["stream"].map({s: f"stream{i}" for i, s in enumerate(first.index)})
-    seq = ops["seq"].to_numpy(np.int64) if "seq" in ops else np.full(len(ops), -1, dtype=np.int64)
-    ops = ops.assign(seq=seq, is_coll=coll).sort_values(["start", "end"], kind="stable")
-    order = ops[ops["is_coll"]].groupby(["iteration", "channel"]).cumcount()
-    ops.loc[order.index, "seq"] = np.where(ops.loc[order.index, "seq"] >= 0, ops.loc[order.index, "seq"], order)
+    if "channel" in ops:
+        channel = ops["channel"].to_numpy(object)[keep]
+    else:                                         # NCCL streams in order of first use
+        stream = ops["stream"].to_numpy()[keep]
+        first = pd.Series(start[is_coll]).groupby(stream[is_coll]).min().sort_values(kind="stable")
+        names = {s: f"stream{i}" for i, s in enumerate(first.index)}
+        channel = np.array([names.get(s) for s in stream.tolist()], dtype=object)
+    seq = ops["seq"].to_numpy(np.int64)[keep] if "seq" in ops else np.full(len(start), -1, dtype=np.int64)
+    order = np.lexsort((end, start))              # by start, then end; stable
+    start, end, iteration, is_coll, channel, seq, label, kind = (
+        a[order] for a in (start, end, iteration, is_coll, channel, seq, label, kind))
+    # a collective's launch order on its channel within the iteration, where the trace gives no seq
+    numbered = is_coll & pd.notna(channel)
+    channel_code = pd.factorize(channel[numbered])[0]
+    groups = np.unique(iteration[numbered] * (int(channel_code.max(initial=0)) + 1) + channel_code,
+                       return_inverse=True)[1].reshape(-1)
+    rank_in_group = np.zeros(len(groups), dtype=np.int64)
+    if len(groups):
+        by_group = np.argsort(groups, kind="stable")
+        sorted_groups = groups[by_group]
+        group_first = np.flatnonzero(np.concatenate(([True], sorted_groups[1:] != sorted_groups[:-1])))
+        sizes = np.diff(np.append(group_first, len(groups)))
+        rank_in_group[by_group] = np.arange(len(groups)) - np.repeat(group_first, sizes)
+    seq[numbered] = np.where(seq[numbered] >= 0, seq[numbered], rank_in_group)
 
     rows: list[tuple[Any, ...]] = []
-    timed = ops[ops["iteration"] >= 0]           # numpy columns once: pandas costs ~0.1 ms a column access
-    iteration = timed["iteration"].to_numpy(np.int64)
-    is_coll = timed["is_coll"].to_numpy(bool)
-    start, end = timed["start"].to_numpy(np.int64), timed["end"].to_numpy(np.int64)
-    channel = timed["channel"].astype(str).to_numpy(object)
-    seq_of = timed["seq"].to_numpy(np.int64)
-    label, kind = timed["label"].to_numpy(object), timed["collective"].to_numpy(object)
+    timed = iteration >= 0
+    iteration, is_coll, start, end = iteration[timed], is_coll[timed], start[timed], end[timed]
+    channel = np.array([str(c) for c in channel[timed].tolist()], dtype=object)
+    seq_of, label, kind = seq[timed], label[timed], kind[timed]
     for number in np.unique(iteration):
         mine = iteration == number
         cm, wm = mine & is_coll, mine & ~is_coll

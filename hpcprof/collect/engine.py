@@ -1,6 +1,7 @@
 """collect's engine, generic over what it runs: executors (this process, a process pool, or
 `mpi4py.futures` workers under mpiexec), progress with an ETA, a bounded streaming map over an
-executor, and streaming reduces (Parquet parts into one file, data frames into one) that hold one
+executor, bundles (several Arrow tables in one file, checked by CRC), and streaming
+reduces (tables of bundles into one Parquet file, data frames into one) that hold one
 part in memory at a time. It knows nothing of runs, tools or profiles (hpcprof.collect.runs does).
 """
 
@@ -18,6 +19,7 @@ from hpcprof.atomic import atomic_write
 
 if TYPE_CHECKING:
     import pandas as pd
+    import pyarrow as pa
 
 Log = Callable[[str], None]
 K = TypeVar("K", bound=Hashable)
@@ -116,43 +118,134 @@ def stream_map(executor: Executor, fn: Callable[..., Any], jobs: Iterable[tuple[
         yield key, future
 
 
-def concat_parts(paths: list[Path], target: Path, row_group: int = 262_144, compact_every: int = 64) -> bool:
-    """Stream the Parquet files `paths` into one Parquet file `target`, in that order, under one
-    schema unifying theirs: one part (and one row group of at most `row_group` rows) in memory at a
-    time. The parts waiting for their row group are merged into one contiguous table every
-    `compact_every` parts (thousands of small Arrow tables cost far more memory than their rows).
-    False when there is no part."""
+#: a bundle's columns: each table's name, its Arrow IPC stream, the CRC-32 of that stream
+BUNDLE_COLUMNS = ("name", "ipc", "crc32")
+
+
+class DamagedBundle(Exception):
+    """A bundle (or one table in it) that does not read back as written."""
+
+
+def write_bundle(path: Path, tables: dict[str, pa.Table]) -> Path:
+    """Write several Arrow tables into one file at `path` (atomically): an Arrow IPC file of one
+    row per table, its IPC stream and that stream's CRC-32 (Arrow checks no data, the CRC does).
+    One file per map task instead of one per table: the write and the rename are paid once."""
+    import zlib
+
+    import pyarrow as pa
+
+    blobs = []
+    for table in tables.values():
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, table.schema) as stream:
+            stream.write_table(table)
+        blobs.append(sink.getvalue().to_pybytes())
+    bundle = pa.table([pa.array(list(tables), pa.string()), pa.array(blobs, pa.binary()),
+                       pa.array([zlib.crc32(b) for b in blobs], pa.uint32())], names=list(BUNDLE_COLUMNS))
+
+    def write(tmp: Path) -> None:
+        with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, bundle.schema) as writer:
+            writer.write_table(bundle)
+
+    return atomic_write(path, write, what="collect part")
+
+
+def read_bundle(path: Path, names: Iterable[str] | None = None, schema_only: bool = False) -> dict[str, Any]:
+    """The tables `names` (all when None) of the bundle at `path`, by name: Arrow tables, or
+    their schemas when `schema_only` (the CRC is then not checked). DamagedBundle when the file
+    does not read, a table is missing or its CRC differs."""
+    import zlib
+
+    import pyarrow as pa
+
+    try:
+        reader = pa.ipc.open_file(pa.py_buffer(Path(path).read_bytes()))   # small: read whole, not mapped
+        if reader.num_record_batches != 1 or reader.schema.names != list(BUNDLE_COLUMNS):
+            raise DamagedBundle(f"{path}: not a collect part")
+        bundle = reader.get_batch(0)
+        index = {name: i for i, name in enumerate(bundle.column(0).to_pylist())}
+        wanted = list(index) if names is None else list(names)
+        out: dict[str, Any] = {}
+        for name in wanted:
+            if name not in index:
+                raise DamagedBundle(f"{path}: no table {name!r}")
+            blob = bundle.column(1)[index[name]].as_buffer()
+            reader = pa.ipc.open_stream(blob)
+            if schema_only:
+                out[name] = reader.schema
+                continue
+            if zlib.crc32(blob) != bundle.column(2)[index[name]].as_py():
+                raise DamagedBundle(f"{path}: table {name!r} does not match its CRC-32")
+            out[name] = reader.read_all()
+        return out
+    except (OSError, pa.ArrowException) as exc:
+        raise DamagedBundle(f"{path}: {str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__}") from None
+
+
+def concat_parts(parts: list[tuple[Path, str]], target: Path, row_group: int = 262_144,
+                 compact_every: int = 64) -> bool:
+    """Stream the tables `parts` (each a bundle's path and a table name in it) into one Parquet
+    file `target`, in that order, under one schema unifying theirs: one part (and one row group of
+    at most `row_group` rows) in memory at a time. The parts waiting for their row group are merged
+    into one contiguous table every `compact_every` parts (thousands of small Arrow tables cost far
+    more memory than their rows). Each part is read once when all have the first one's schema (the
+    usual case), else their schemas are read and unified first and the parts read again. False
+    when there is no part; DamagedBundle for a part that does not read."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    if not paths:
+    if not parts:
         return False
-    schema = pq.read_schema(paths[0]).remove_metadata()
-    for p in paths[1:]:  # one running schema, not one per part
-        other = pq.read_schema(p).remove_metadata()
-        if not other.equals(schema):
-            schema = pa.unify_schemas([schema, other], promote_options="permissive")
 
-    def write(tmp: Path) -> None:
-        with pq.ParquetWriter(tmp, schema) as writer:
+    class Reschema(Exception):
+        """A part whose schema differs from the first one's: unify them all, then write again."""
+
+    def write(tmp: Path, schema: pa.Schema | None) -> None:
+        writer: pq.ParquetWriter | None = None
+        try:
             pending: list[pa.Table] = []
             rows = 0
-            for p in paths:
-                table = pq.ParquetFile(p).read(use_threads=False).replace_schema_metadata(None)
-                for column in schema.names:
-                    if column not in table.column_names:
-                        table = table.append_column(column, pa.nulls(len(table), schema.field(column).type))
-                pending.append(table.select(schema.names).cast(schema))
+            for path, name in parts:
+                table = read_bundle(path, [name])[name].replace_schema_metadata(None)
+                if schema is None:
+                    schema = table.schema
+                if not table.schema.equals(schema):
+                    if not unified:
+                        raise Reschema
+                    for column in schema.names:
+                        if column not in table.column_names:
+                            table = table.append_column(column, pa.nulls(len(table), schema.field(column).type))
+                    table = table.select(schema.names).cast(schema)
+                if writer is None:
+                    writer = pq.ParquetWriter(tmp, schema)
+                pending.append(table)
                 rows += len(table)
                 if len(pending) >= compact_every:
                     pending = [pa.concat_tables(pending).combine_chunks()]
                 if rows >= row_group:
                     writer.write_table(pa.concat_tables(pending))
                     pending, rows = [], 0
+            if writer is None:
+                writer = pq.ParquetWriter(tmp, schema)
             if pending:
                 writer.write_table(pa.concat_tables(pending))
+        finally:
+            if writer is not None:
+                writer.close()
 
-    atomic_write(target, write, what="result table")
+    unified = False
+    try:
+        atomic_write(target, lambda tmp: write(tmp, None), what="result table")
+    except Reschema:
+        schema = None
+        for path, name in parts:  # one running schema, not one per part
+            other = read_bundle(path, [name], schema_only=True)[name].remove_metadata()
+            if schema is None:
+                schema = other
+            elif not other.equals(schema):
+                schema = pa.unify_schemas([schema, other], promote_options="permissive")
+        unified = True
+        atomic_write(target, lambda tmp: write(tmp, schema), what="result table")
     return True
 
 

@@ -11,7 +11,7 @@ a worker that died), it is a Problem value handed to `Collected.report`, never a
 for words. Rank files (nsys exports, ncu CSVs, torch traces) are analysed per file in parallel by
 their tool's ToolCollector (hpcprof.analysis.registry), in a process pool or `mpi4py.futures`
 workers when launched under `mpiexec -n N python -m mpi4py.futures -m hpcprof collect`: each
-worker writes its rank's tables to `derived/<tool>/parts/`; the run's tables are concatenated
+worker writes its rank's tables into one bundle in `derived/<tool>/parts/`; the run's tables are concatenated
 from those parts, the cross-rank tables reduced and the summary computed in the workers too, so
 this process's memory does not grow with the number of ranks. Files unchanged since the last
 collect (size and mtime) are skipped while their cached parts read; a damaged part is made
@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import stat
 from collections.abc import Callable
 from concurrent.futures import BrokenExecutor, Executor
@@ -32,7 +33,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hpcprof.atomic import atomic_write, remove_stale_temps
-from hpcprof.collect.engine import InProcess, Log, Progress, concat_parts, make_executor, stream_map
+from hpcprof.collect.engine import (
+    DamagedBundle,
+    InProcess,
+    Log,
+    Progress,
+    concat_parts,
+    make_executor,
+    read_bundle,
+    stream_map,
+    write_bundle,
+)
 from hpcprof.errors import Problem, UserError, WorkerDied
 from hpcprof.ranks import rank_from_filename
 from hpcprof.results import ResultError, check_name, write_table
@@ -127,14 +138,20 @@ def _part_key(path: Path) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", path.name)
 
 
+def _bundle(parts: Path, key: str) -> Path:
+    return parts / f"{key}.arrow"
+
+
 def map_file(tool: str, path: str, rank: int, parts: str, tool_paths: dict[str, str]) -> list[str]:
-    """Analyse one rank's file (in a worker) and write its tables under `parts/<file>/`."""
+    """Analyse one rank's file (in a worker) and write its tables into one bundle, `parts/<file>.arrow`."""
     from hpcprof.analysis.registry import collector
+    from hpcprof.results import to_arrow
 
     tables = collector(tool, tool_paths).analyse_file(Path(path), rank)
-    out = Path(parts) / _part_key(Path(path))
-    for name, df in tables.items():
-        write_table(out, name, df)
+    for name in tables:
+        check_name(f"{tool}_{name}")
+    write_bundle(_bundle(Path(parts), _part_key(Path(path))), {name: to_arrow(df, pandas_metadata=False)
+                                                                   for name, df in tables.items()})
     return sorted(tables)
 
 
@@ -150,14 +167,13 @@ def _save_manifest(parts: Path, data: dict[str, Any]) -> None:
 
 
 def _part_reads(parts: Path, key: str, tables: list[str]) -> bool:
-    """Whether every cached table of one file's part is there and its Parquet footer reads
-    (a damaged or truncated part is made again)."""
-    import pyarrow.parquet as pq
-
+    """Whether every cached table of one file's bundle is there and matches its CRC (a damaged
+    or truncated part is made again)."""
+    if not tables:
+        return True
     try:
-        for name in tables:
-            pq.read_metadata(parts / key / "results" / f"{name}.parquet")
-    except Exception:  # pyarrow raises ArrowInvalid, OSError, ... on a damaged file
+        read_bundle(_bundle(parts, key), tables)
+    except DamagedBundle:
         return False
     return True
 
@@ -171,6 +187,8 @@ def map_files(tool: str, files: dict[Path, int], run_path: Path, executor: Execu
     from hpcprof.analysis.collector import NothingToAnalyse
 
     parts = _parts_dir(run_path, tool)
+    for stale in parts.glob("*/results"):   # the layout before bundles: a directory of Parquet files per file
+        shutil.rmtree(stale.parent, ignore_errors=True)
     old = _load_manifest(parts)
     new: dict[str, Any] = {}
     table_lists: dict[tuple[str, ...], list[str]] = {}  # one list per distinct set of tables, not one per file
@@ -243,8 +261,7 @@ def reduce_parts(tool: str, run_path: Path, mapped: dict[str, list[str]], execut
     executor = executor or InProcess()
     parts = _parts_dir(run_path, tool)
     names = sorted({n for tables in mapped.values() for n in tables})
-    futures = {name: executor.submit(concat_parts, [parts / k / "results" / f"{name}.parquet"
-                                                    for k, t in mapped.items() if name in t],
+    futures = {name: executor.submit(concat_parts, [(_bundle(parts, k), name) for k, t in mapped.items() if name in t],
                                      table_path(run_path, f"{tool}_{name}")) for name in names}
     try:
         written = [f"{tool}_{name}" for name, future in futures.items() if future.result()]

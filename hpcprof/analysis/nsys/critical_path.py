@@ -54,12 +54,27 @@ def timed_iterations(ranges: pd.DataFrame, iteration_range: str | None = None) -
                          "end": its["end"].to_numpy(np.int64)})
 
 
+def launch_starts(act: Activity) -> np.ndarray:
+    """For each GPU operation of `act`, the start of the CUDA API call that launched it (the first
+    call of the same file, process and correlation id), NaN when none did: a left join as a
+    sorted search, no hash join to build."""
+    rt, ops = act.runtime, act.ops
+    files = pd.factorize(np.concatenate((rt["file"].to_numpy(object), ops["file"].to_numpy(object))))[0]
+    keys = np.stack((files, np.concatenate((rt["gpid"].to_numpy(np.int64), ops["gpid"].to_numpy(np.int64))),
+                     np.concatenate((rt["corr"].to_numpy(np.int64), ops["corr"].to_numpy(np.int64)))), axis=1)
+    code = np.unique(keys, axis=0, return_inverse=True)[1].reshape(-1)
+    call_code, op_code = code[:len(rt)], code[len(rt):]
+    first_call = np.full(int(code.max()) + 1 if len(code) else 0, -1, dtype=np.int64)
+    first_call[call_code[::-1]] = np.arange(len(rt) - 1, -1, -1)          # the first call of each key wins
+    call = first_call[op_code]
+    return np.where(call >= 0, rt["start"].to_numpy(np.float64)[np.maximum(call, 0)] if len(rt) else np.nan, np.nan)
+
+
 def rank_events(act: Activity, iteration_range: str | None = None) -> pd.DataFrame:
     """Every rank's collectives per timed iteration (`iteration_range`: the NVTX range that marks one,
     see timed_iterations) with the GPU work before each (per-file part)."""
-    launches = act.runtime[["file", "gpid", "corr", "start"]].rename(columns={"start": "launch"})
-    ops = act.ops[["rank", "file", "pid", "gpid", "corr", "stream", "start", "end", "name", "short"]].merge(
-        launches.drop_duplicates(["file", "gpid", "corr"]), on=["file", "gpid", "corr"], how="left")
+    ops = act.ops[["rank", "file", "pid", "gpid", "corr", "stream", "start", "end", "name", "short"]].copy()
+    ops["launch"] = launch_starts(act)
     nccl = is_nccl(ops["short"]) | is_nccl(ops["name"])
     ops["collective"] = np.where(nccl, collective_of(ops["short"]).fillna(collective_of(ops["name"]))
                                  .fillna("other").to_numpy(object), None)

@@ -178,7 +178,8 @@ def instances_inside(window: Window) -> pd.DataFrame:
 def kernel_sum(act: Activity) -> pd.DataFrame:
     """GPU time per rank and kernel name: instances and total_ns (most first)."""
     ops = act.kernels.assign(dur=act.kernels["end"] - act.kernels["start"])
-    out = ops.groupby(["rank", "name"], sort=True)["dur"].agg(instances="size", total_ns="sum").reset_index()
+    dur = ops.groupby(["rank", "name"], sort=True)["dur"]  # one reduction a column: named aggregation costs ~10x
+    out = pd.DataFrame({"instances": dur.size(), "total_ns": dur.sum()}).reset_index()
     return out.sort_values(["rank", "total_ns"], ascending=[True, False], kind="stable").reset_index(drop=True)
 
 

@@ -1,0 +1,122 @@
+"""collect's per-file bundles (one file of Arrow tables per rank file, checked by CRC-32), the fast
+DataFrame -> Arrow conversion they use, and collect's tables being the same whatever the number of
+worker processes (issue 21: 1 vs 16; HPCPROF_TEST_WORKERS lists the counts, default 2)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+from hpcprof.collect.engine import DamagedBundle, concat_parts, make_executor, read_bundle, write_bundle
+from hpcprof.results import to_arrow
+
+WORKERS = [int(n) for n in os.environ.get("HPCPROF_TEST_WORKERS", "2").split(",")]
+
+
+def frames(fixtures_dir: Path) -> dict[str, pd.DataFrame]:
+    """Every table collect makes of one real export, and one frame of each awkward column kind."""
+    from hpcprof.analysis.nsys.collect import analyse_file
+
+    tables = analyse_file(fixtures_dir / "nsys/h200_seqpar_bf16/rank0.sqlite", 0)
+    tables["awkward"] = pd.DataFrame({
+        "mixed": [1, "a", None], "ints_na": pd.array([1, None, 3], dtype="Int64"),
+        "floats_nan": [1.5, np.nan, 2.0], "category": pd.Categorical(["x", "y", "x"]),
+        "when": pd.to_datetime(["2026-01-01", None, "2026-01-02"]), "flags": [True, None, False],
+        "text": pd.array(["a", None, "c"], dtype="string"), "empty": [None, None, None], 7: [1, 2, 3]})
+    tables["no_rows"] = pd.DataFrame({"a": pd.Series(dtype=object), "b": pd.Series(dtype=np.int64)})
+    return tables
+
+
+def test_fast_conversion_equals_pyarrow_from_pandas(fixtures_dir: Path) -> None:
+    """to_arrow without pandas metadata gives the columns pyarrow's own from_pandas gives."""
+    for name, df in frames(fixtures_dir).items():
+        expected = to_arrow(df).replace_schema_metadata(None)
+        got = to_arrow(df, pandas_metadata=False)
+        assert got.equals(expected), (name, got.schema, expected.schema)
+    mixed = to_arrow(frames(fixtures_dir)["awkward"], pandas_metadata=False).column("mixed").to_pylist()
+    assert mixed == ["1", "a", None]
+
+
+def test_bundle_round_trip_and_damage(fixtures_dir: Path, tmp_path: Path) -> None:
+    tables = {name: to_arrow(df, pandas_metadata=False) for name, df in frames(fixtures_dir).items()}
+    path = write_bundle(tmp_path / "rank0.arrow", tables)
+    back = read_bundle(path)
+    assert list(back) == list(tables) and all(back[n].equals(t) for n, t in tables.items())
+    assert read_bundle(path, ["nccl"], schema_only=True)["nccl"] == tables["nccl"].schema
+    with pytest.raises(DamagedBundle, match="no table 'absent'"):
+        read_bundle(path, ["absent"])
+    data = path.read_bytes()
+    blob = pa.ipc.open_file(pa.py_buffer(data)).get_batch(0).column(1)[0].as_py()
+    at = data.index(blob) + len(blob) // 2                        # a byte inside the first table's data
+    (tmp_path / "flipped.arrow").write_bytes(data[:at] + bytes([data[at] ^ 0xFF]) + data[at + 1:])
+    with pytest.raises(DamagedBundle, match="CRC-32"):
+        read_bundle(tmp_path / "flipped.arrow")
+    (tmp_path / "cut.arrow").write_bytes(data[:len(data) // 2])
+    with pytest.raises(DamagedBundle, match="cut.arrow"):
+        read_bundle(tmp_path / "cut.arrow")
+
+
+def test_concat_parts_unifies_schemas_in_order(tmp_path: Path) -> None:
+    """Rows in the order of the parts; a column one part lacks is null there; int and float unify."""
+    import pyarrow.parquet as pq
+
+    first = write_bundle(tmp_path / "a.arrow", {"t": pa.table({"x": [1, 2]})})
+    second = write_bundle(tmp_path / "b.arrow", {"t": pa.table({"x": [0.5], "y": ["new"]})})
+    assert concat_parts([(second, "t"), (first, "t")], tmp_path / "t.parquet")
+    assert pq.read_table(tmp_path / "t.parquet").to_pydict() == {"x": [0.5, 1.0, 2.0], "y": ["new", None, None]}
+    assert not concat_parts([], tmp_path / "none.parquet") and not (tmp_path / "none.parquet").exists()
+
+
+def collect_tables(exports: dict[Path, int], run: Path, workers: int) -> dict[str, pd.DataFrame]:
+    """collect's map and reduce over `exports` with `workers` processes: the run's tables."""
+    from hpcprof.collect import map_files, reduce_parts
+    from hpcprof.results import list_tables, read_table
+
+    problems: list[object] = []
+    executor, _ = make_executor(workers)
+    try:
+        mapped = map_files("nsys", exports, run, executor, lambda line: None, problems.append)
+        reduce_parts("nsys", run, mapped, executor, lambda line: None)
+    finally:
+        executor.shutdown()
+    assert problems == []
+    return {name: read_table(run, name) for name in list_tables(run)}
+
+
+@pytest.mark.parametrize("workers", WORKERS)
+def test_collect_tables_are_the_same_with_any_number_of_workers(fixtures_dir: Path, tmp_path: Path,
+                                                                 workers: int) -> None:
+    source = fixtures_dir / "nsys/h200_seqpar_bf16"
+    profiles = tmp_path / "profiles"
+    profiles.mkdir()
+    exports = {}
+    for rank in range(6):                                    # the two real ranks, three times over
+        exports[profiles / f"rank{rank}.sqlite"] = rank
+        shutil.copy(source / f"rank{rank % 2}.sqlite", profiles / f"rank{rank}.sqlite")
+    serial = collect_tables(exports, tmp_path / "serial", 1)
+    parallel = collect_tables(exports, tmp_path / "parallel", workers)
+    assert serial.keys() == parallel.keys() and {"nsys_nccl", "nsys_critical_path"} <= serial.keys()
+    for name, table in serial.items():
+        pd.testing.assert_frame_equal(parallel[name], table, obj=name)
+    assert serial["nsys_cuda_gpu_kern_sum"]["rank"].unique().tolist() == list(range(6))
+
+
+def test_parts_of_the_layout_before_bundles_are_removed(fixtures_dir: Path, tmp_path: Path) -> None:
+    """A run collected before bundles kept a directory of Parquet files per rank file: collected
+    again, those are analysed again into bundles and the directories removed."""
+    from hpcprof.collect import InProcess, map_files
+
+    export = tmp_path / "rank0.sqlite"
+    shutil.copy(fixtures_dir / "nsys/h200_seqpar_bf16/rank0.sqlite", export)
+    old = tmp_path / "derived/nsys/parts/rank0.sqlite/results"
+    old.mkdir(parents=True)
+    (old / "nccl.parquet").write_bytes(b"PAR1")
+    mapped = map_files("nsys", {export: 0}, tmp_path, InProcess(), lambda line: None, print)
+    assert "nccl" in mapped["rank0.sqlite"]
+    assert sorted(p.name for p in (tmp_path / "derived/nsys/parts").iterdir()) == ["manifest.json", "rank0.sqlite.arrow"]
