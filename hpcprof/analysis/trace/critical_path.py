@@ -34,6 +34,7 @@ from hpcprof.analysis.trace.load import Event, TraceError, scan_trace
 
 STEP = re.compile(r"ProfilerStep\s*#\s*(\d+)")
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
+_READ_CATS = (*GPU_CATS, "cuda_runtime", "cuda_driver", "user_annotation")
 
 
 def _int(value: Any) -> int:
@@ -61,8 +62,8 @@ class CriticalPathEvents:
         """Keep the GPU operations, launch times, iterations and phases of one batch."""
         gpu, launch, steps, ranges = self.gpu, self.launch, self.steps, self.ranges
         for e in events:
-            if e.ts is None or e.dur is None or math.isnan(e.dur):
-                continue
+            if e.cat not in _READ_CATS or e.ts is None or e.dur is None or math.isnan(e.dur):
+                continue  # most events (cpu_op, flows) end at the first test
             a = e.args
             if e.cat in GPU_CATS and a is not None:
                 name = str(e.name)

@@ -1,11 +1,13 @@
 """Load torch.profiler (Kineto) traces, one file per rank, into the columns HTA's analyses read.
 
-A trace is decoded with msgspec against a schema that names only the fields the analyses use
-(`ts, dur, cat, name, args.stream, args.correlation`), so the other fields are skipped without
-being built as Python objects: peak memory is about the decompressed file plus a few hundred
-bytes per event, not the ~10x of `json.load`. Only the events the analyses need are kept: GPU
-events (`stream` set), CPU events with a correlation id (CUDA runtime/driver calls) and the
-`ProfilerStep#N` annotations.
+A trace is decoded once, streaming (trace/stream.py: batches of about 8 MB of JSON, gzip inflated
+on the fly), with msgspec against a schema that names only the fields the analyses and the critical
+path use (`Event`: `ts, dur, cat, name, args.stream, args.correlation`, and the NCCL kernels'
+process group and sequence number), so the other fields are skipped without being built as Python
+objects and the whole JSON is never in memory: a batch's events are reduced to columns before the
+next is decoded. Only the events the analyses need are kept: GPU events (`stream` set), CPU
+events with a correlation id (CUDA runtime/driver calls) and the `ProfilerStep#N` annotations
+(48 bytes each).
 
 Semantics follow HTA 0.5.0's parser (`hta.common.trace_parser`, `hta.common.trace`):
 
@@ -340,9 +342,9 @@ def load_traces(
     `ranks` keeps only those ranks (other files are only peeked at); `rank_of` gives ranks that
     override detection; `clamp_sub_us` and `ignore_unmatched_launches` as in `load_trace`.
     Files are loaded in `workers` processes, as HTA does (default: one per CPU core when the
-    files total more than PARALLEL_MIN_BYTES on disk, else in this process); each file needs
-    about twice its decompressed size in memory while it loads. Returns (traces, one error line
-    per file that could not be used).
+    files total more than PARALLEL_MIN_BYTES on disk, else in this process); a file being loaded
+    needs one batch of its JSON text with its decoded events, and 48 bytes per kept event.
+    Returns (traces, one error line per file that could not be used).
     """
     files = find_trace_files(paths)
     jobs = [(f, (rank_of or {}).get(f), ranks, include_last_profiler_step, clamp_sub_us,

@@ -15,11 +15,12 @@ into the caller's head Struct.
 
 from __future__ import annotations
 
+import importlib
 import re
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import msgspec
 
@@ -28,6 +29,13 @@ _READ_BYTES = 1 << 20  # compressed bytes read at a time
 _WS = b" \t\r\n"
 _KEY = re.compile(rb'"traceEvents"[ \t\r\n]*:[ \t\r\n]*')
 _CUT = re.compile(rb"\}[ \t\r\n]*([,\]])")
+_SPACE = re.compile(rb"[ \t\r\n]*")
+
+try:  # ISA-L inflates gzip about 3x faster than zlib (the `fast` extra: pip install isal)
+    INFLATE: Any = importlib.import_module("isal.isal_zlib")
+except ImportError:
+    INFLATE = zlib
+_INFLATE_ERRORS = (zlib.error, INFLATE.error)
 
 H = TypeVar("H", bound=msgspec.Struct)
 E = TypeVar("E", bound=msgspec.Struct)
@@ -50,7 +58,7 @@ def read_chunks(path: Path, size: int = BATCH_BYTES) -> Iterator[bytes]:
                     data = file.read(size)
                 return
             data += file.read(_READ_BYTES)
-            inflate = zlib.decompressobj(wbits=31)
+            inflate = INFLATE.decompressobj(wbits=31)
             while data:
                 out = inflate.decompress(data, size)
                 if out:
@@ -58,9 +66,9 @@ def read_chunks(path: Path, size: int = BATCH_BYTES) -> Iterator[bytes]:
                 if inflate.eof:  # a gzip member ends; another may follow (concatenated .gz files)
                     data = inflate.unused_data
                     if data:
-                        inflate = zlib.decompressobj(wbits=31)
+                        inflate = INFLATE.decompressobj(wbits=31)
                     elif tail := file.read(_READ_BYTES):
-                        inflate, data = zlib.decompressobj(wbits=31), tail
+                        inflate, data = INFLATE.decompressobj(wbits=31), tail
                 else:
                     data = inflate.unconsumed_tail or file.read(_READ_BYTES)
             if out := inflate.flush():  # what the last call held back at `size` bytes
@@ -69,7 +77,7 @@ def read_chunks(path: Path, size: int = BATCH_BYTES) -> Iterator[bytes]:
                 raise zlib.error("end of file inside a gzip member")
     except OSError as exc:
         raise TraceError(f"{path}: cannot read: {exc.strerror or exc}") from exc
-    except zlib.error as exc:
+    except _INFLATE_ERRORS as exc:
         raise TraceError(f"{path}: truncated or corrupt gzip data ({exc})") from exc
 
 
@@ -107,27 +115,28 @@ class EventStream(Generic[H, E]):
         else:
             self._head = self._decode_head(prefix)  # a JSON object without traceEvents
             raise TraceError(f"{self.path}: no traceEvents array; not a Kineto trace")
-        buf, prefix = prefix[start:], prefix[:start - 1]  # the head without the `[`
+        # buf: `[` and the text not yet decoded; prefix: the head before the array's `[`
+        buf, prefix = bytearray(b"[") + prefix[start:], prefix[:start - 1]
         done = False
         while True:
             while not done and len(buf) < self.batch_bytes:
                 more = next(chunks, None)
                 done = more is None
                 buf += more or b""
-            buf = buf.lstrip(_WS)
-            if buf[:1] == b"]":
+            first = _SPACE.match(buf, 1).end()  # type: ignore[union-attr]  # (matches always)
+            if buf[first:first + 1] == b"]":
                 break
             events, rest = self._split(buf)
             if events is None:
                 if done:
-                    raise self._error(self._failure(b"[" + buf))
+                    raise self._error(self._failure(buf))
                 more = next(chunks, None)  # an event longer than the batch: read on
                 done = more is None
                 buf += more or b""
                 continue
             yield events
-            buf = rest
-        self._head = self._decode_head(prefix + b"[]" + buf[1:] + b"".join(chunks))
+            del buf[1:rest]  # moves only the rest (less than an event)
+        self._head = self._decode_head(prefix + b"[]" + buf[first + 1:] + b"".join(chunks))
 
     def _array_start(self, prefix: bytes) -> int | None:
         """Where the top-level traceEvents array's text starts (after its `[`), None if not read yet."""
@@ -143,22 +152,28 @@ class EventStream(Generic[H, E]):
                 return key.end() + 1 if value == b"[" else None
         return None
 
-    def _split(self, buf: bytes) -> tuple[list[E] | None, bytes]:
-        """The events of `buf` up to its last event boundary (checked by decoding), and the rest."""
+    def _split(self, buf: bytearray) -> tuple[list[E] | None, int]:
+        """The events of `buf` (`[` and text) up to its last event boundary, checked by decoding
+        them in place (the byte after the boundary's `}` briefly set to `]`), and where the rest
+        starts."""
         end = len(buf)
         while (pos := buf.rfind(b"}", 0, end)) >= 0:
             cut = _CUT.match(buf, pos)
             end = pos
             if cut is None:
                 continue
+            after, buf[pos + 1] = buf[pos + 1], ord("]")
             try:
-                events = self._decode_events.decode(b"[" + buf[:pos + 1] + b"]")
+                with memoryview(buf) as view, view[:pos + 2] as text:
+                    events = self._decode_events.decode(text)
             except (msgspec.DecodeError, msgspec.ValidationError):
                 continue
-            return events, buf[cut.end() if cut.group(1) == b"," else cut.start(1):]
-        return None, buf
+            finally:
+                buf[pos + 1] = after
+            return events, cut.end() if cut.group(1) == b"," else cut.start(1)
+        return None, 1
 
-    def _failure(self, text: bytes) -> str:
+    def _failure(self, text: bytearray) -> str:
         try:
             self._decode_events.decode(text)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
