@@ -160,3 +160,27 @@ def test_damaged_streams_raise_trace_error(tmp_path: Path, content: bytes, messa
         with pytest.raises(TraceError, match=message) as info:
             list(EventStream(path, _Head, Event, batch_bytes))
         assert str(info.value).startswith(f"{path}: ")
+
+
+def test_collect_decodes_each_trace_once(fixtures_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`hpcprof collect`'s per-file step reads the trace once for the analyses, the window and the
+    critical path (one decode with the union of their fields), with the same tables as separate
+    loads."""
+    from hpcprof.analysis.trace import collect, critical_path, stream
+
+    path = fixtures_dir / "hta" / "h200_ddp_gpt2" / "rank0.pt.trace.json.gz"
+    opened: list[Path] = []
+    read = stream.read_chunks
+
+    def counted(file: Path, size: int = stream.BATCH_BYTES) -> Any:
+        opened.append(file)
+        return read(file, size)
+
+    monkeypatch.setattr(stream, "read_chunks", counted)
+    tables = collect.analyse_file(path, 0)
+    assert opened == [path]
+    separate = collect.all_analyses([load_trace(path, 0)])
+    for name, table in separate.items():
+        assert tables[name].equals(table), name
+    assert tables[critical_path.EVENTS_TABLE].equals(critical_path.file_events(path, 0))
+    assert len(opened) == 3
