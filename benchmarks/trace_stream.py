@@ -2,7 +2,7 @@
 
 The ranks of a real trace (`hta/h200_ddp_gpt2`, a 2-rank DDP run on H200s) are scaled up by repeating
 their events (shifted in time, with new correlation ids and ProfilerStep numbers, as trace_speed.py
-does) into `--ranks` files of about `--target-mb` MB of JSON each (`.json.gz`: a gzip member with the
+does) into `--ranks` files of at least `--target-mb` MB of JSON each (`.json.gz`: a gzip member with the
 rank's header, then one with the events, shared by the ranks made from the same source rank). Then,
 in a subprocess: `load_traces` (streaming decode, one worker per core) and the five analyses of
 `hpcprof trace all`, timed; the peak memory of that process and its workers (PSS, sampled every
@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+
+from hpcprof.analysis.trace.stream import read_chunks
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from trace_speed import FIXTURES, FLOOR_DRIVER, run_sampled  # noqa: E402
@@ -83,8 +85,8 @@ def make_traces(ranks: int, target_mb: float, workdir: Path) -> Path:
     """`ranks` files of about `target_mb` MB of JSON each under `workdir` (kept for reruns)."""
     sources = sorted((FIXTURES / "h200_ddp_gpt2").glob("*.json.gz"))
     docs = [json.loads(gzip.decompress(p.read_bytes())) for p in sources]
-    size = max(len(msgspec.json.encode(d["traceEvents"])) for d in docs)
-    copies = max(1, round(target_mb * 1e6 / size))
+    size = min(len(msgspec.json.encode(d["traceEvents"])) for d in docs)
+    copies = max(1, math.ceil(target_mb * 1e6 / size))  # every rank at least target_mb
     folder = workdir / f"h200_ddp_gpt2_{ranks}x{copies}"
     if folder.is_dir() and len(list(folder.glob("*.json.gz"))) == ranks:
         return folder
@@ -115,11 +117,7 @@ def make_traces(ranks: int, target_mb: float, workdir: Path) -> Path:
 
 def json_bytes(path: Path) -> int:
     """Uncompressed size of a (multi-member) gzip file."""
-    total = 0
-    with gzip.open(path, "rb") as f:
-        while chunk := f.read(64 << 20):
-            total += len(chunk)
-    return total
+    return sum(len(chunk) for chunk in read_chunks(path, 64 << 20))
 
 
 def main() -> None:
