@@ -180,7 +180,7 @@ class TraceColumns:
             self.first_ts = (float(first.ts) if first.ts is not None and first.cat is not None
                              and first.dur is not None and first.dur == first.dur else math.nan)
         self.seen += len(events)
-        self.ts_is_float = self.ts_is_float or any(type(e.ts) is not int for e in events)
+        self.ts_is_float = self.ts_is_float or bool(set(map(type, [e.ts for e in events])) - {int})
         no_args = _Args()
         args = [e.args or no_args for e in events]
         stream = _int_column([a.stream for a in args])
