@@ -11,7 +11,7 @@ import pandas as pd
 
 from hpcprof.analysis.collector import Log, NothingToAnalyse, ReadTable, ToolCollector
 from hpcprof.analysis.trace import analyses, critical_path
-from hpcprof.analysis.trace.load import RankTrace, TraceError, load_trace
+from hpcprof.analysis.trace.load import RankTrace, TraceColumns, TraceError, scan_trace
 from hpcprof.analysis.trace.window import trace_window
 
 
@@ -29,18 +29,21 @@ def all_analyses(traces: Sequence[RankTrace]) -> dict[str, pd.DataFrame]:
 
 
 def analyse_file(path: Path, rank: int) -> dict[str, pd.DataFrame]:
-    """One rank's trace (`hpcprof collect`'s per-file map): all_analyses of that trace, and its
-    measured window (ProfilerStep ranges on GPU time, trace/window.py) as `window` and
-    `iterations`. TraceError names a damaged file; NothingToAnalyse a trace without GPU events."""
+    """One rank's trace (`hpcprof collect`'s per-file map), decoded once (streaming) for both:
+    all_analyses of that trace, its measured window (ProfilerStep ranges on GPU time,
+    trace/window.py) as `window` and `iterations`, and its critical-path events. TraceError names
+    a damaged file; NothingToAnalyse a trace without GPU events."""
+    columns, path_events = TraceColumns(), critical_path.CriticalPathEvents()
+    scan_trace(path, columns.add, path_events.add)
     try:
-        trace = load_trace(path, rank)
+        trace = columns.trace(path, rank)
     except TraceError as exc:
         if "no GPU events" in str(exc):  # a CPU run's trace: nothing for HTA's GPU analyses, not a fault
             raise NothingToAnalyse(str(exc)) from None
         raise
     window, iterations = trace_window(trace)
     return {**all_analyses([trace]), "window": window, "iterations": iterations,
-            critical_path.EVENTS_TABLE: critical_path.file_events(path, trace.rank)}
+            critical_path.EVENTS_TABLE: path_events.frame(path, trace.rank)}
 
 
 def reduce_ranks(read: ReadTable, log: Log) -> dict[str, pd.DataFrame]:

@@ -7,7 +7,8 @@ name are told apart, else the stream in order of first use; seq: the collective'
 number, `args["Seq"]`/`args["seq"]`, where the trace has one, else launch order in the iteration),
 the iterations (the `ProfilerStep#N` annotations, numbered N) and the other CPU `user_annotation`
 ranges inside them as phases (seqpar's `matmul2`, ddp's `backward`). Times are converted to ns.
-A trace is decoded against a schema naming only these fields, as hpcprof.analysis.trace.load does.
+A trace is decoded once, streaming, against load.Event (the fields of both): `CriticalPathEvents.add`
+takes its batches beside load's TraceColumns (trace/collect.py).
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import msgspec
 import numpy as np
 import pandas as pd
 
@@ -30,32 +30,11 @@ from hpcprof.analysis.critical_path import (  # noqa: F401  (re-exported for col
     empty_events,
 )
 from hpcprof.analysis.critical_path import rank_events as events_of_rank
-from hpcprof.analysis.trace.load import TraceError, _rank_from, decode_trace
+from hpcprof.analysis.trace.load import Event, TraceError, scan_trace
 
 STEP = re.compile(r"ProfilerStep\s*#\s*(\d+)")
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
-
-
-class _Args(msgspec.Struct, gc=False):
-    stream: Any = None
-    correlation: Any = None
-    group: Any = msgspec.field(default=None, name="Process Group Name")
-    members: Any = msgspec.field(default=None, name="Process Group Ranks")
-    seq: Any = None
-    Seq: Any = None
-
-
-class _Event(msgspec.Struct, gc=False):
-    cat: Any = None
-    name: Any = None
-    ts: Any = None
-    dur: Any = None
-    args: _Args | None = None
-
-
-class _Trace(msgspec.Struct):
-    traceEvents: list[_Event] | None = None     # Kineto's keys
-    distributedInfo: Any = None
+_READ_CATS = (*GPU_CATS, "cuda_runtime", "cuda_driver", "user_annotation")
 
 
 def _int(value: Any) -> int:
@@ -69,49 +48,61 @@ def _ns(us: Any) -> int:
     return round(float(us) * 1000)
 
 
+class CriticalPathEvents:
+    """The critical path's events of one trace, gathered batch by batch (`add`, a scan_trace
+    consumer); `frame` turns them into the rank's events table."""
+
+    def __init__(self) -> None:
+        self.gpu: list[tuple[Any, ...]] = []
+        self.launch: dict[int, int] = {}
+        self.steps: list[tuple[int, int, int]] = []
+        self.ranges: list[tuple[str, int, int]] = []
+
+    def add(self, events: list[Event]) -> None:
+        """Keep the GPU operations, launch times, iterations and phases of one batch."""
+        gpu, launch, steps, ranges = self.gpu, self.launch, self.steps, self.ranges
+        for e in events:
+            if e.cat not in _READ_CATS or e.ts is None or e.dur is None or math.isnan(e.dur):
+                continue  # most events (cpu_op, flows) end at the first test
+            a = e.args
+            if e.cat in GPU_CATS and a is not None:
+                name = str(e.name)
+                nccl = name.startswith("nccl")
+                seq = _int(a.Seq if a.Seq is not None else a.seq) if nccl else -1
+                group = f"pg {a.group} {a.members or ''}".strip() if nccl and a.group is not None else None
+                gpu.append((_ns(e.ts), _ns(e.ts + e.dur), _int(a.stream), _int(a.correlation), name, group, seq))
+            elif e.cat in ("cuda_runtime", "cuda_driver") and a is not None and _int(a.correlation) >= 0:
+                launch[_int(a.correlation)] = _ns(e.ts)
+            elif e.cat == "user_annotation":
+                m = STEP.fullmatch(str(e.name))
+                if m:
+                    steps.append((int(m.group(1)), _ns(e.ts), _ns(e.ts + e.dur)))
+                else:
+                    ranges.append((str(e.name), _ns(e.ts), _ns(e.ts + e.dur)))
+
+    def frame(self, path: Path, rank: int | None) -> pd.DataFrame:
+        """The rank's events table (critical_path.rank_events). TraceError: no GPU operation."""
+        if not self.gpu:
+            raise TraceError(f"{path}: no GPU events (kernel, gpu_memcpy, gpu_memset)")
+        ops = pd.DataFrame(self.gpu, columns=["start", "end", "stream", "corr", "name", "group", "seq"])
+        ops["launch"] = ops["corr"].map(self.launch)
+        nccl = ops["name"].str.startswith("nccl").to_numpy()
+        coll = ops["name"].str.extract(r"^nccl(?:Dev)?Kernel_([A-Za-z0-9]+?)(?:_|\(|$)", expand=False)
+        ops["collective"] = np.where(nccl, coll.fillna("other").to_numpy(object), None)
+        first = ops[nccl].groupby("stream")["start"].min().sort_values(kind="stable")
+        by_stream = ops["stream"].map({s: f"stream{i}" for i, s in enumerate(first.index)})
+        ops["channel"] = np.where(ops["group"].notna(), ops["group"], by_stream)
+        its = pd.DataFrame(self.steps, columns=["number", "start", "end"])
+        return events_of_rank(0 if rank is None else rank, ops, its,
+                              pd.DataFrame(self.ranges, columns=["name", "start", "end"]))
+
+
 def file_events(path: Path, rank: int | None = None) -> pd.DataFrame:
     """One rank's critical-path events from its trace (`rank`, else distributedInfo.rank or the
     `rank<N>` of the name). TraceError names a file that is not a Kineto trace."""
-    path = Path(path)
-    doc, events = decode_trace(path, _Trace)
-    if rank is None:
-        rank = _rank_from(doc.distributedInfo, path)
-    gpu: list[tuple[Any, ...]] = []
-    launch: dict[int, int] = {}
-    steps: list[tuple[int, int, int]] = []
-    ranges: list[tuple[str, int, int]] = []
-    for e in events:
-        if e.ts is None or e.dur is None or not isinstance(e.dur, (int, float)) or math.isnan(e.dur):
-            continue
-        a = e.args
-        if e.cat in GPU_CATS and a is not None:
-            name = str(e.name)
-            nccl = name.startswith("nccl")
-            seq = _int(a.Seq if a.Seq is not None else a.seq) if nccl else -1
-            group = f"pg {a.group} {a.members or ''}".strip() if nccl and a.group is not None else None
-            gpu.append((_ns(e.ts), _ns(e.ts + e.dur), _int(a.stream), _int(a.correlation), name, group, seq))
-        elif e.cat in ("cuda_runtime", "cuda_driver") and a is not None and _int(a.correlation) >= 0:
-            launch[_int(a.correlation)] = _ns(e.ts)
-        elif e.cat == "user_annotation":
-            m = STEP.fullmatch(str(e.name))
-            if m:
-                steps.append((int(m.group(1)), _ns(e.ts), _ns(e.ts + e.dur)))
-            else:
-                ranges.append((str(e.name), _ns(e.ts), _ns(e.ts + e.dur)))
-    del doc
-    if not gpu:
-        raise TraceError(f"{path}: no GPU events (kernel, gpu_memcpy, gpu_memset)")
-    ops = pd.DataFrame(gpu, columns=["start", "end", "stream", "corr", "name", "group", "seq"])
-    ops["launch"] = ops["corr"].map(launch)
-    nccl = ops["name"].str.startswith("nccl").to_numpy()
-    coll = ops["name"].str.extract(r"^nccl(?:Dev)?Kernel_([A-Za-z0-9]+?)(?:_|\(|$)", expand=False)
-    ops["collective"] = np.where(nccl, coll.fillna("other").to_numpy(object), None)
-    first = ops[nccl].groupby("stream")["start"].min().sort_values(kind="stable")
-    by_stream = ops["stream"].map({s: f"stream{i}" for i, s in enumerate(first.index)})
-    ops["channel"] = np.where(ops["group"].notna(), ops["group"], by_stream)
-    its = pd.DataFrame(steps, columns=["number", "start", "end"])
-    return events_of_rank(0 if rank is None else rank, ops, its,
-                          pd.DataFrame(ranges, columns=["name", "start", "end"]))
+    events = CriticalPathEvents()
+    found = scan_trace(Path(path), events.add)
+    return events.frame(Path(path), found if rank is None else rank)
 
 
 def load_events(paths: Iterable[Path]) -> tuple[pd.DataFrame | None, list[str]]:

@@ -1,11 +1,13 @@
 """Load torch.profiler (Kineto) traces, one file per rank, into the columns HTA's analyses read.
 
-A trace is decoded with msgspec against a schema that names only the fields the analyses use
-(`ts, dur, cat, name, args.stream, args.correlation`), so the other fields are skipped without
-being built as Python objects: peak memory is about the decompressed file plus a few hundred
-bytes per event, not the ~10x of `json.load`. Only the events the analyses need are kept: GPU
-events (`stream` set), CPU events with a correlation id (CUDA runtime/driver calls) and the
-`ProfilerStep#N` annotations.
+A trace is decoded once, streaming (trace/stream.py: batches of about 8 MB of JSON, gzip inflated
+on the fly), with msgspec against a schema that names only the fields the analyses and the critical
+path use (`Event`: `ts, dur, cat, name, args.stream, args.correlation`, and the NCCL kernels'
+process group and sequence number), so the other fields are skipped without being built as Python
+objects and the whole JSON is never in memory: a batch's events are reduced to columns before the
+next is decoded. Only the events the analyses need are kept: GPU events (`stream` set), CPU
+events with a correlation id (CUDA runtime/driver calls) and the `ProfilerStep#N` annotations
+(48 bytes each).
 
 Semantics follow HTA 0.5.0's parser (`hta.common.trace_parser`, `hta.common.trace`):
 
@@ -27,17 +29,17 @@ import math
 import multiprocessing
 import os
 import re
-import zlib
-from collections.abc import Container, Iterable, Sequence
+from collections.abc import Callable, Container, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import msgspec
 import numpy as np
 import pandas as pd
 
+from hpcprof.analysis.trace.stream import BATCH_BYTES, EventStream, TraceError
 from hpcprof.ranks import rank_from_filename
 
 SYNC_NAMES = ("Event Sync", "Context Sync")
@@ -45,16 +47,19 @@ PARALLEL_MIN_BYTES = 4 << 20  # below this, starting worker processes costs more
 _STEP_RE = re.compile(r"ProfilerStep\s*#\s*(\d+)")
 
 
-class TraceError(Exception):
-    """A trace file that cannot be analysed; the message names the file."""
-
-
 class _Args(msgspec.Struct, gc=False):
     stream: Any = -1
     correlation: Any = -1
+    # the critical path's (trace/critical_path.py): NCCL kernels' process group and sequence number
+    group: Any = msgspec.field(default=None, name="Process Group Name")
+    members: Any = msgspec.field(default=None, name="Process Group Ranks")
+    seq: Any = None
+    Seq: Any = None
 
 
-class _Event(msgspec.Struct, gc=False):
+class Event(msgspec.Struct, gc=False):
+    """The fields of a trace event that the analyses and the critical path read."""
+
     cat: Any = None
     name: Any = None
     ts: int | float | None = None
@@ -62,13 +67,12 @@ class _Event(msgspec.Struct, gc=False):
     args: _Args | None = None
 
 
-class _Trace(msgspec.Struct):
-    traceEvents: list[_Event] | None = None  # noqa: N815 (Kineto's key)
-    distributedInfo: Any = None  # noqa: N815
-
-
 class _Head(msgspec.Struct):
-    distributedInfo: Any = None  # noqa: N815
+    distributedInfo: Any = None  # noqa: N815 (Kineto's key)
+
+
+class _NoFields(msgspec.Struct):
+    """An event decoded for nothing (peek_rank only needs the trace's other members)."""
 
 
 @dataclass
@@ -103,16 +107,6 @@ def find_trace_files(paths: Iterable[Path]) -> list[Path]:
     return files
 
 
-def _read_bytes(path: Path) -> bytes:
-    try:
-        data = path.read_bytes()
-        return zlib.decompress(data, wbits=31) if data[:2] == b"\x1f\x8b" else data
-    except OSError as exc:
-        raise TraceError(f"{path}: cannot read: {exc.strerror or exc}") from exc
-    except zlib.error as exc:
-        raise TraceError(f"{path}: truncated or corrupt gzip data ({exc})") from exc
-
-
 def _rank_from(distributed_info: Any, path: Path) -> int | None:
     if isinstance(distributed_info, dict) and isinstance(distributed_info.get("rank"), int):
         return distributed_info["rank"]
@@ -134,33 +128,165 @@ def _int_column(values: list[Any]) -> np.ndarray:
         return np.fromiter(map(_as_int, values), dtype=np.int64, count=len(values))
 
 
+def _file_codes(codes: dict[Any, int], uniques: np.ndarray) -> np.ndarray:
+    """The file-wide codes of one batch's factorized uniques (new ones are numbered on), with -1
+    (no value) last so that a batch code of -1 maps to -1."""
+    return np.array([codes.setdefault(u, len(codes)) for u in uniques.tolist()] + [-1], dtype=np.int64)
+
+
 def _str_index(values: np.ndarray) -> pd.Index:
     return pd.Index([v if isinstance(v, str) else str(v) for v in values], dtype=object)
 
 
 def peek_rank(path: Path) -> int | None:
     """The rank of a trace file (distributedInfo.rank, else `rank<N>` in the name), or None."""
-    try:
-        head = msgspec.json.decode(_read_bytes(path), type=_Head)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        raise TraceError(f"{path}: not a Kineto JSON trace: {exc}") from exc
-    return _rank_from(head.distributedInfo, path)
+    stream = EventStream(path, _Head, _NoFields)
+    for _ in stream:
+        pass
+    return _rank_from(stream.head.distributedInfo, path)
 
 
-T = TypeVar("T", bound=msgspec.Struct)
+def scan_trace(path: Path, *consumers: Callable[[list[Event]], None],
+               batch_bytes: int = BATCH_BYTES) -> int | None:
+    """Decode the trace once, streaming: each batch of its events (file order) goes to every
+    consumer in turn; returns the rank of the trace's distributedInfo, else of its file name."""
+    stream = EventStream(path, _Head, Event, batch_bytes)
+    for batch in stream:
+        for consume in consumers:
+            consume(batch)
+    return _rank_from(stream.head.distributedInfo, path)
 
 
-def decode_trace(path: Path, fields: type[T]) -> tuple[T, list[Any]]:
-    """The trace's JSON decoded into `fields` (a msgspec Struct with a `traceEvents` field: only what
-    the caller reads is decoded) and its events. TraceError names a file that is not a Kineto trace."""
-    try:
-        doc = msgspec.json.decode(_read_bytes(path), type=fields)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        raise TraceError(f"{path}: not a Kineto JSON trace: {exc}") from exc
-    events = getattr(doc, "traceEvents", None)
-    if events is None:
-        raise TraceError(f"{path}: no traceEvents array; not a Kineto trace")
-    return doc, events
+class TraceColumns:
+    """The columns load_trace needs, gathered batch by batch (`add`, a scan_trace consumer) from
+    the events an analysis can use: GPU events (`stream` set), CPU events with a correlation id,
+    ProfilerStep annotations and sync events (most CPU ops and flow events are dropped here)."""
+
+    def __init__(self) -> None:
+        self.ts_is_float = False  # any float ts (pandas would make the column float64)
+        self.first_ts = math.nan  # HTA's index-0 fallback: the first event's start, if HTA keeps it
+        self.seen = 0
+        self.names: dict[Any, int] = {}  # name -> code, in order of first appearance in the file
+        self.cats: dict[Any, int] = {}  # cat -> code, likewise among the events kept
+        self.columns: dict[str, list[np.ndarray]] = {
+            key: [] for key in ("ts", "dur", "cat", "name", "stream", "correlation")}
+
+    def add(self, events: list[Event]) -> None:
+        """Keep the usable events of one batch (in file order)."""
+        if not events:
+            return
+        if self.seen == 0:
+            first = events[0]
+            self.first_ts = (float(first.ts) if first.ts is not None and first.cat is not None
+                             and first.dur is not None and first.dur == first.dur else math.nan)
+        self.seen += len(events)
+        self.ts_is_float = self.ts_is_float or bool(set(map(type, [e.ts for e in events])) - {int})
+        no_args = _Args()
+        args = [e.args or no_args for e in events]
+        stream = _int_column([a.stream for a in args])
+        corr = _int_column([a.correlation for a in args])
+        del args
+        name_codes, uniques = pd.factorize(np.array([e.name for e in events], dtype=object))
+        names = _str_index(uniques)
+        step_name = np.append(names.str.contains("ProfilerStep", regex=False), False)[name_codes]
+        sync_name = np.append(names.isin(SYNC_NAMES), False)[name_codes]  # code -1 (no name): False
+        idx = np.flatnonzero((stream != -1) | (corr != -1) | step_name | sync_name)
+        chosen = [events[i] for i in idx.tolist()]
+        cat_codes, cats = pd.factorize(np.array([e.cat for e in chosen], dtype=object))
+        column = self.columns
+        column["ts"].append(np.array([e.ts for e in chosen], dtype=np.float64))
+        column["dur"].append(np.array([e.dur for e in chosen], dtype=np.float64))
+        column["cat"].append(_file_codes(self.cats, cats)[cat_codes])
+        column["name"].append(_file_codes(self.names, uniques)[name_codes[idx]])
+        column["stream"].append(stream[idx])
+        column["correlation"].append(corr[idx])
+
+    def trace(self, path: Path, rank: int | None, include_last_profiler_step: bool = False,
+              clamp_sub_us: bool = False, ignore_unmatched_launches: bool = False) -> RankTrace:
+        """The RankTrace of the events added (arguments as load_trace's)."""
+        ranked = 0 if rank is None else rank
+        ts_is_float, first_ts = self.ts_is_float, self.first_ts
+        col = {key: np.concatenate(parts) if parts else np.zeros(0) for key, parts in self.columns.items()}
+        names = _str_index(np.array(list(self.names), dtype=object))
+        cat = col["cat"].astype(np.int64)
+        keep = np.flatnonzero(~np.isnan(col["dur"]) & (cat != -1) & (cat != self.cats.get("Trace", -1)))
+        ts, dur, name_codes = col["ts"][keep], col["dur"][keep], col["name"][keep].astype(np.int64)
+        stream, corr = col["stream"][keep].astype(np.int64), col["correlation"][keep].astype(np.int64)
+        step_name = np.append(names.str.contains("ProfilerStep", regex=False), False)[name_codes]
+        sync_name = np.append(names.isin(SYNC_NAMES), False)[name_codes]  # code -1 (no name): False
+        cat_codes, kept_cats = pd.factorize(cat[keep])  # categories in order of first appearance
+        cats = _str_index(np.array(list(self.cats), dtype=object)[kept_cats])
+        del cat, col
+        if ts_is_float:
+            end = np.floor(ts + dur)
+            ts = np.ceil(ts)
+            first_ts = math.ceil(first_ts) if first_ts == first_ts else first_ts
+            if clamp_sub_us:
+                end = np.maximum(end, ts)
+            dur = end - ts
+        origin = ts.min() if len(ts) else 0.0
+        first_ts -= origin
+        ts = ts - origin  # relative times keep sums of µs exact in float64, as HTA's aligned ones
+        end = ts + dur
+
+        is_gpu = ((stream >= 0) & (corr >= 0)) | sync_name
+        is_cpu = ~is_gpu
+        # The CPU call of each GPU event: the last CPU event in file order with its correlation id.
+        cpu_corr = pd.Series(np.flatnonzero(is_cpu & (corr != -1)))
+        partner_of = pd.Series(cpu_corr.values, index=corr[cpu_corr.values])
+        partner_of = partner_of[~partner_of.index.duplicated(keep="last")]
+
+        steps = is_cpu & step_name
+        kept = np.ones(len(ts), dtype=bool)
+        if len(np.unique(name_codes[step_name])) >= 2:
+            if include_last_profiler_step:
+                kept_cpu = is_cpu & (ts <= end[steps].max())
+            else:
+                kept_cpu = is_cpu & (ts < ts[steps].max())
+                first_ts = first_ts if first_ts < ts[steps].max() else math.nan
+            kept = kept_cpu | (is_gpu & np.isin(corr, corr[kept_cpu]))
+
+        on_stream = kept & (stream != -1)
+        gpu_idx = np.flatnonzero(on_stream)
+        partner = partner_of.reindex(corr[gpu_idx]).to_numpy()
+        has_partner = ~np.isnan(partner)
+        partner_i = np.where(has_partner, partner, 0).astype(np.int64)
+        unmatched = math.nan if ignore_unmatched_launches else first_ts
+        launch_ts = np.where(has_partner & kept[partner_i], ts[partner_i],
+                             np.where(~has_partner & (corr[gpu_idx] >= 0), unmatched, np.nan))
+
+        def categorical(codes: np.ndarray, uniques: pd.Index) -> pd.Categorical:
+            return pd.Categorical.from_codes(codes, categories=uniques).remove_unused_categories()
+
+        gpu = pd.DataFrame({
+            "ts": ts[gpu_idx], "dur": dur[gpu_idx], "end": end[gpu_idx],
+            "name": categorical(name_codes[gpu_idx], names),
+            "cat": categorical(cat_codes[gpu_idx], cats),
+            "stream": stream[gpu_idx], "correlation": corr[gpu_idx], "launch_ts": launch_ts,
+        })
+        if gpu.empty:
+            raise TraceError(
+                f"{path}: no GPU events (kernel, gpu_memcpy, gpu_memset)"
+                + (" before the last ProfilerStep; try --include-last-step"
+                   if kept.sum() < len(kept) and (stream != -1).any() else
+                   "; was it recorded with ProfilerActivity.CUDA?")
+            )
+        cpu_idx = np.flatnonzero(kept & (stream == -1) & (corr != -1))
+        cpu = pd.DataFrame({
+            "ts": ts[cpu_idx], "dur": dur[cpu_idx],
+            "name": categorical(name_codes[cpu_idx], names), "correlation": corr[cpu_idx],
+        })
+        step_numbers = {
+            int(m.group(1))
+            for m in map(_STEP_RE.search, names[name_codes[kept & steps]].unique())
+            if m
+        }
+        step_idx = np.flatnonzero(kept & steps)
+        step_of = [_STEP_RE.search(names[c]) for c in name_codes[step_idx]]
+        numbered = np.array([m is not None for m in step_of], dtype=bool)
+        step_table = pd.DataFrame({"step": np.array([int(m.group(1)) for m in step_of if m], dtype=np.int64),
+                                   "ts": ts[step_idx][numbered], "end": end[step_idx][numbered]})
+        return RankTrace(path, ranked, gpu, cpu, sorted(step_numbers), origin, step_table)
 
 
 def load_trace(
@@ -182,113 +308,10 @@ def load_trace(
     host_wait).
     Raises TraceError for unreadable or non-Kineto files and for traces without GPU events.
     """
-    path = Path(path)
-    doc, events = decode_trace(path, _Trace)
-    if rank is None:
-        rank = _rank_from(doc.distributedInfo, path)
-    ranked = 0 if rank is None else rank
-
-    ts_is_float = any(type(e.ts) is not int for e in events)  # pandas would make it float64
-    no_args = _Args()
-    args = [e.args or no_args for e in events]
-    stream = _int_column([a.stream for a in args])
-    corr = _int_column([a.correlation for a in args])
-    del args
-    name_codes, names = pd.factorize(np.array([e.name for e in events], dtype=object))
-    names = _str_index(names)
-    step_name = np.append(names.str.contains("ProfilerStep", regex=False), False)[name_codes]
-    sync_name = np.append(names.isin(SYNC_NAMES), False)[name_codes]  # code -1 (no name): False
-
-    # Only the events an analysis can use go further (most CPU ops and flow events do not).
-    idx = np.flatnonzero((stream != -1) | (corr != -1) | step_name | sync_name)
-    chosen = [events[i] for i in idx.tolist()]
-    # HTA joins a GPU event whose correlation id has no CPU partner to the file's first event
-    # (index 0), if HTA keeps that event (it has dur and cat)
-    first = events[0] if events else None
-    first_ts = (float(first.ts) if first is not None and first.ts is not None and first.cat is not None
-                and first.dur is not None and first.dur == first.dur else math.nan)
-    del events, doc
-    ts = np.array([e.ts for e in chosen], dtype=np.float64)
-    dur = np.array([e.dur for e in chosen], dtype=np.float64)
-    cat = np.array([e.cat for e in chosen], dtype=object)
-    del chosen
-    keep = np.flatnonzero(~np.isnan(dur) & pd.notna(cat) & (cat != "Trace"))
-    idx = idx[keep]
-    ts, dur, stream, corr = ts[keep], dur[keep], stream[idx], corr[idx]
-    name_codes, step_name, sync_name = name_codes[idx], step_name[idx], sync_name[idx]
-    cat_codes, cats = pd.factorize(cat[keep])
-    cats = _str_index(cats)
-    del cat
-    if ts_is_float:
-        end = np.floor(ts + dur)
-        ts = np.ceil(ts)
-        first_ts = math.ceil(first_ts) if first_ts == first_ts else first_ts
-        if clamp_sub_us:
-            end = np.maximum(end, ts)
-        dur = end - ts
-    origin = ts.min() if len(ts) else 0.0
-    first_ts -= origin
-    ts = ts - origin  # relative times keep sums of µs exact in float64, as HTA's aligned ones
-    end = ts + dur
-
-    is_gpu = ((stream >= 0) & (corr >= 0)) | sync_name
-    is_cpu = ~is_gpu
-    # The CPU call of each GPU event: the last CPU event in file order with its correlation id.
-    cpu_corr = pd.Series(np.flatnonzero(is_cpu & (corr != -1)))
-    partner_of = pd.Series(cpu_corr.values, index=corr[cpu_corr.values])
-    partner_of = partner_of[~partner_of.index.duplicated(keep="last")]
-
-    steps = is_cpu & step_name
-    kept = np.ones(len(ts), dtype=bool)
-    if len(np.unique(name_codes[step_name])) >= 2:
-        if include_last_profiler_step:
-            kept_cpu = is_cpu & (ts <= end[steps].max())
-        else:
-            kept_cpu = is_cpu & (ts < ts[steps].max())
-            first_ts = first_ts if first_ts < ts[steps].max() else math.nan
-        kept = kept_cpu | (is_gpu & np.isin(corr, corr[kept_cpu]))
-
-    on_stream = kept & (stream != -1)
-    gpu_idx = np.flatnonzero(on_stream)
-    partner = partner_of.reindex(corr[gpu_idx]).to_numpy()
-    has_partner = ~np.isnan(partner)
-    partner_i = np.where(has_partner, partner, 0).astype(np.int64)
-    unmatched = math.nan if ignore_unmatched_launches else first_ts
-    launch_ts = np.where(has_partner & kept[partner_i], ts[partner_i],
-                         np.where(~has_partner & (corr[gpu_idx] >= 0), unmatched, np.nan))
-
-    def categorical(codes: np.ndarray, uniques: pd.Index) -> pd.Categorical:
-        return pd.Categorical.from_codes(codes, categories=uniques).remove_unused_categories()
-
-    gpu = pd.DataFrame({
-        "ts": ts[gpu_idx], "dur": dur[gpu_idx], "end": end[gpu_idx],
-        "name": categorical(name_codes[gpu_idx], names),
-        "cat": categorical(cat_codes[gpu_idx], cats),
-        "stream": stream[gpu_idx], "correlation": corr[gpu_idx], "launch_ts": launch_ts,
-    })
-    if gpu.empty:
-        raise TraceError(
-            f"{path}: no GPU events (kernel, gpu_memcpy, gpu_memset)"
-            + (" before the last ProfilerStep; try --include-last-step"
-               if kept.sum() < len(kept) and (stream != -1).any() else
-               "; was it recorded with ProfilerActivity.CUDA?")
-        )
-    cpu_idx = np.flatnonzero(kept & (stream == -1) & (corr != -1))
-    cpu = pd.DataFrame({
-        "ts": ts[cpu_idx], "dur": dur[cpu_idx],
-        "name": categorical(name_codes[cpu_idx], names), "correlation": corr[cpu_idx],
-    })
-    step_numbers = {
-        int(m.group(1))
-        for m in map(_STEP_RE.search, names[name_codes[kept & steps]].unique())
-        if m
-    }
-    step_idx = np.flatnonzero(kept & steps)
-    step_of = [_STEP_RE.search(names[c]) for c in name_codes[step_idx]]
-    numbered = np.array([m is not None for m in step_of], dtype=bool)
-    step_table = pd.DataFrame({"step": np.array([int(m.group(1)) for m in step_of if m], dtype=np.int64),
-                               "ts": ts[step_idx][numbered], "end": end[step_idx][numbered]})
-    return RankTrace(path, ranked, gpu, cpu, sorted(step_numbers), origin, step_table)
+    columns = TraceColumns()
+    found = scan_trace(Path(path), columns.add)
+    return columns.trace(Path(path), found if rank is None else rank, include_last_profiler_step,
+                         clamp_sub_us, ignore_unmatched_launches)
 
 
 def _load_wanted(path: Path, rank: int | None, ranks: Container[int] | None,
@@ -319,9 +342,9 @@ def load_traces(
     `ranks` keeps only those ranks (other files are only peeked at); `rank_of` gives ranks that
     override detection; `clamp_sub_us` and `ignore_unmatched_launches` as in `load_trace`.
     Files are loaded in `workers` processes, as HTA does (default: one per CPU core when the
-    files total more than PARALLEL_MIN_BYTES on disk, else in this process); each file needs
-    about twice its decompressed size in memory while it loads. Returns (traces, one error line
-    per file that could not be used).
+    files total more than PARALLEL_MIN_BYTES on disk, else in this process); a file being loaded
+    needs one batch of its JSON text with its decoded events, and 48 bytes per kept event.
+    Returns (traces, one error line per file that could not be used).
     """
     files = find_trace_files(paths)
     jobs = [(f, (rank_of or {}).get(f), ranks, include_last_profiler_step, clamp_sub_us,

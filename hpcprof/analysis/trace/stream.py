@@ -1,0 +1,197 @@
+"""A Kineto trace's `traceEvents` decoded in batches: never the whole JSON in memory.
+
+A trace is one JSON object whose `traceEvents` array holds nearly all of the file as a flat list of
+small objects. `EventStream` reads the file in chunks (`.json.gz` inflated on the fly, multi-member
+gzip included), finds where the array starts, and cuts the text after it at an event boundary: the
+last `}` of the chunk that is followed by `,` (or by the `]` that ends the array). That candidate is
+checked by msgspec itself: `[` + the text up to the `}` + `]` decodes as a list of events only if the
+`}` closes an object of the array (a `}` inside a string or a nested object leaves that text
+unterminated or unbalanced, and the decode fails); a failed candidate gives way to the one before
+it (a cost of one decode each, for text Kineto does not write). The check is the batch's decode
+itself, in place in the buffer. So each batch is exactly the events of the chunk, decoded against
+the caller's msgspec Struct (only its fields are built), and memory holds about one chunk of text
+and its events at a time (gzip inflated with ISA-L when `isal` is installed, else zlib). The
+object's other members (before and after the array: `distributedInfo`, ...) are decoded at the end
+into the caller's head Struct.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+import msgspec
+
+BATCH_BYTES = 8 << 20  # JSON text per batch: about 30k Kineto events
+_READ_BYTES = 1 << 20  # compressed bytes read at a time
+_WS = b" \t\r\n"
+_KEY = re.compile(rb'"traceEvents"[ \t\r\n]*:[ \t\r\n]*')
+_CUT = re.compile(rb"\}[ \t\r\n]*([,\]])")
+_SPACE = re.compile(rb"[ \t\r\n]*")
+
+try:  # ISA-L inflates gzip about 3x faster than zlib (the `fast` extra: pip install isal)
+    INFLATE: Any = importlib.import_module("isal.isal_zlib")
+except ImportError:
+    INFLATE = zlib
+_INFLATE_ERRORS = (zlib.error, INFLATE.error)
+
+H = TypeVar("H", bound=msgspec.Struct)
+E = TypeVar("E", bound=msgspec.Struct)
+
+
+class TraceError(Exception):
+    """A trace file that cannot be analysed; the message names the file."""
+
+
+def read_chunks(path: Path, size: int = BATCH_BYTES) -> Iterator[bytes]:
+    """The file's bytes (inflated if gzip) in chunks of at most `size` bytes. TraceError names an
+    unreadable file or gzip data that is truncated or corrupt (raised before its last bytes)."""
+    try:
+        with open(path, "rb") as file:
+            data = file.read(2)
+            if data != b"\x1f\x8b":
+                data += file.read(max(0, size - 2))
+                while data:
+                    yield data
+                    data = file.read(size)
+                return
+            data += file.read(_READ_BYTES)
+            inflate = INFLATE.decompressobj(wbits=31)
+            while data:
+                out = inflate.decompress(data, size)
+                if out:
+                    yield out
+                if inflate.eof:  # a gzip member ends; another may follow (concatenated .gz files)
+                    data = inflate.unused_data
+                    if data:
+                        inflate = INFLATE.decompressobj(wbits=31)
+                    elif tail := file.read(_READ_BYTES):
+                        inflate, data = INFLATE.decompressobj(wbits=31), tail
+                else:
+                    data = inflate.unconsumed_tail or file.read(_READ_BYTES)
+            if out := inflate.flush():  # what the last call held back at `size` bytes
+                yield out
+            if not inflate.eof:
+                raise zlib.error("end of file inside a gzip member")
+    except OSError as exc:
+        raise TraceError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    except _INFLATE_ERRORS as exc:
+        raise TraceError(f"{path}: truncated or corrupt gzip data ({exc})") from exc
+
+
+class EventStream(Generic[H, E]):
+    """Iterate to get the trace's events in file order, as lists of `event` Structs decoded from
+    less than 2 x `batch_bytes` of JSON each (the rest of the last chunk and one more); afterwards `head` holds the object's other members
+    decoded into `head` (a Struct). TraceError names a file that is not a Kineto trace."""
+
+    def __init__(self, path: Path, head: type[H], event: type[E], batch_bytes: int = BATCH_BYTES):
+        self.path = Path(path)
+        self.batch_bytes = batch_bytes
+        self._head_type = head
+        self._decode_events: msgspec.json.Decoder[list[E]] = msgspec.json.Decoder(
+            list[event])  # type: ignore[valid-type]  # (the Struct type given at run time)
+        self._head: H | None = None
+
+    @property
+    def head(self) -> H:
+        """The members other than traceEvents (available once the events have been iterated)."""
+        if self._head is None:
+            raise RuntimeError("EventStream.head is read after iterating the events")
+        return self._head
+
+    def _error(self, what: str) -> TraceError:
+        return TraceError(f"{self.path}: not a Kineto JSON trace: {what}")
+
+    def __iter__(self) -> Iterator[list[E]]:
+        chunks = read_chunks(self.path, self.batch_bytes)
+        prefix = b""
+        for chunk in chunks:  # the text up to the array: small (schemaVersion, deviceProperties, ...)
+            prefix += chunk
+            start = self._array_start(prefix)
+            if start is not None:
+                break
+        else:
+            self._head = self._decode_head(prefix)  # a JSON object without traceEvents
+            raise TraceError(f"{self.path}: no traceEvents array; not a Kineto trace")
+        # buf: `[` and the text not yet decoded; prefix: the head before the array's `[`
+        buf, prefix = bytearray(b"[") + prefix[start:], prefix[:start - 1]
+        done = False
+        while True:
+            while not done and len(buf) < self.batch_bytes:
+                more = next(chunks, None)
+                done = more is None
+                buf += more or b""
+            first = _SPACE.match(buf, 1).end()  # type: ignore[union-attr]  # (matches always)
+            if buf[first:first + 1] == b"]":
+                break
+            events, rest = self._split(buf)
+            if events is None:
+                if done:
+                    raise self._error(self._failure(buf))
+                more = next(chunks, None)  # an event longer than the batch: read on
+                done = more is None
+                buf += more or b""
+                continue
+            yield events
+            del buf[1:rest]  # moves only the rest (less than an event)
+        self._head = self._decode_head(prefix + b"[]" + buf[first + 1:] + b"".join(chunks))
+
+    def _array_start(self, prefix: bytes) -> int | None:
+        """Where the top-level traceEvents array's text starts (after its `[`), None if not read yet."""
+        first = prefix.lstrip(_WS)[:1]
+        if first and first != b"{":
+            raise self._error(f"a JSON object was expected, the file starts with {first!r}")
+        for key in _KEY.finditer(prefix):
+            value = prefix[key.end():key.end() + 1]
+            if not value:
+                return None  # the value is in the next chunk
+            # the key is a member of the top-level object iff the text before it closes with one `}`
+            if self._valid(prefix[:key.end()] + b"null}"):
+                return key.end() + 1 if value == b"[" else None
+        return None
+
+    def _split(self, buf: bytearray) -> tuple[list[E] | None, int]:
+        """The events of `buf` (`[` and text) up to its last event boundary, checked by decoding
+        them in place (the byte after the boundary's `}` briefly set to `]`), and where the rest
+        starts."""
+        end = len(buf)
+        while (pos := buf.rfind(b"}", 0, end)) >= 0:
+            cut = _CUT.match(buf, pos)
+            end = pos
+            if cut is None:
+                continue
+            after, buf[pos + 1] = buf[pos + 1], ord("]")
+            try:
+                with memoryview(buf) as view, view[:pos + 2] as text:
+                    events = self._decode_events.decode(text)
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                continue
+            finally:
+                buf[pos + 1] = after
+            return events, cut.end() if cut.group(1) == b"," else cut.start(1)
+        return None, 1
+
+    def _failure(self, text: bytearray) -> str:
+        try:
+            self._decode_events.decode(text)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            return str(exc)
+        return "unexpected end of the traceEvents array"
+
+    def _decode_head(self, text: bytes) -> H:
+        try:
+            return msgspec.json.decode(text, type=self._head_type)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise self._error(str(exc)) from exc
+
+    @staticmethod
+    def _valid(text: bytes) -> bool:
+        try:
+            msgspec.json.decode(text)
+        except msgspec.DecodeError:
+            return False
+        return True

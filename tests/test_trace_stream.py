@@ -1,0 +1,186 @@
+"""The streaming parse of Kineto traces (trace/stream.py) equals the in-memory one, and its batches
+stay bounded: on the committed fixtures, on generated traces with awkward text, gzip included."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from hpcprof.analysis.trace.load import Event, TraceColumns, _Head, load_trace, scan_trace
+from hpcprof.analysis.trace.stream import EventStream, TraceError, read_chunks
+
+
+class _Whole(msgspec.Struct):
+    """The in-memory decode: the whole document at once."""
+
+    traceEvents: list[Event] | None = None  # noqa: N815
+    distributedInfo: Any = None  # noqa: N815
+
+
+def in_memory(path: Path) -> tuple[list[Event], Any]:
+    data = gzip.decompress(path.read_bytes()) if path.name.endswith(".gz") else path.read_bytes()
+    doc = msgspec.json.decode(data, type=_Whole)
+    assert doc.traceEvents is not None
+    return doc.traceEvents, doc.distributedInfo
+
+
+def streamed(path: Path, batch_bytes: int) -> tuple[list[list[Event]], Any]:
+    stream = EventStream(path, _Head, Event, batch_bytes)
+    batches = list(stream)
+    return batches, stream.head.distributedInfo
+
+
+def fixture_traces(fixtures_dir: Path) -> list[Path]:
+    return sorted((fixtures_dir / "hta").glob("*/*.json.gz"))
+
+
+def test_fixtures_stream_to_the_same_events(fixtures_dir: Path) -> None:
+    traces = fixture_traces(fixtures_dir)
+    assert len(traces) >= 8
+    for path in traces:
+        events, info = in_memory(path)
+        for batch_bytes in (1 << 16, 1 << 20):
+            batches, head = streamed(path, batch_bytes)
+            assert [e for b in batches for e in b] == events, (path, batch_bytes)
+            assert head == info
+            assert len(batches) >= len(gzip.decompress(path.read_bytes())) // (2 * batch_bytes)
+
+
+def test_fixture_trace_loads_the_same_in_any_batch_size(fixtures_dir: Path, tmp_path: Path) -> None:
+    path = fixtures_dir / "hta" / "h200_ddp_gpt2" / "rank0.pt.trace.json.gz"
+    whole = TraceColumns()
+    whole.add(in_memory(path)[0])  # every event in one batch: the in-memory load
+    expected = whole.trace(path, 0)
+    for batch_bytes in (4096, 1 << 16):
+        columns = TraceColumns()
+        assert scan_trace(path, columns.add, batch_bytes=batch_bytes) == 0
+        got = columns.trace(path, 0)
+        for name in ("gpu", "cpu", "steps"):
+            assert getattr(got, name).equals(getattr(expected, name)), (name, batch_bytes)
+        assert (got.origin, got.profiler_steps) == (expected.origin, expected.profiler_steps)
+    assert load_trace(path).gpu.equals(expected.gpu)
+
+
+def awkward_events(n: int) -> list[dict[str, Any]]:
+    """Events whose text has every false boundary: `}, {` and `]` in strings and in nested objects,
+    escaped quotes and backslashes, unicode, ints and floats."""
+    out: list[dict[str, Any]] = []
+    for i in range(n):
+        out.append({"ph": "X", "cat": "cuda_runtime", "name": 'cudaLaunchKernel "}, {" \\', "ts": i * 10,
+                    "dur": 2, "args": {"correlation": i, "nested": [{"a": "}, {"}, {"b": [1, {}]}]}})
+        out.append({"ph": "X", "cat": "kernel", "name": f"gemm ] }}, {{ é {i}", "ts": i * 10 + 3.5,
+                    "dur": 4.25, "args": {"stream": 7, "correlation": i, "x": {"y": {"z": "]}"}}}})
+        out.append({"ph": "f", "cat": "ac2g", "name": "flow", "id": i, "ts": i * 10, "bp": "e"})
+    return out
+
+
+@pytest.mark.parametrize("layout", ["compact", "indented", "info_after", "gzip", "gzip_members"])
+def test_generated_traces_stream_to_the_same_events(tmp_path: Path, layout: str) -> None:
+    doc: dict[str, Any] = {"schemaVersion": 1, "deviceProperties": [{"id": 0, "x": "\"traceEvents\": ["}],
+                           "meta": {"traceEvents": []}, "distributedInfo": {"rank": 3}}
+    doc["traceEvents"] = awkward_events(300)
+    if layout == "info_after":
+        doc["distributedInfo"] = doc.pop("distributedInfo")
+        doc["traceName"] = {"after": [{"a": 1}, {"b": "}, {"}]}
+    text = json.dumps(doc, indent=2 if layout == "indented" else None).encode()
+    path = tmp_path / ("t.json.gz" if layout.startswith("gzip") else "t.json")
+    if layout == "gzip_members":  # concatenated gzip members (pigz, appended files)
+        path.write_bytes(b"".join(gzip.compress(text[i:i + 5000]) for i in range(0, len(text), 5000)))
+    else:
+        path.write_bytes(gzip.compress(text) if layout == "gzip" else text)
+    events, info = msgspec.json.decode(text, type=_Whole).traceEvents, {"rank": 3}
+    for batch_bytes in (7, 97, 4096, 1 << 20):
+        batches, head = streamed(path, batch_bytes)
+        assert [e for b in batches for e in b] == events and head == info, batch_bytes
+    assert scan_trace(path) == 3
+
+
+def test_batches_are_bounded_by_batch_bytes(tmp_path: Path) -> None:
+    """The memory bound, counted rather than timed: no batch holds more events than fit in twice
+    the batch's bytes of text (what is left of the last chunk plus one chunk)."""
+    event = {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1000000, "dur": 5}
+    size = len(json.dumps(event)) + 2  # each event with its ", "
+    path = tmp_path / "big.json.gz"
+    path.write_bytes(gzip.compress(json.dumps({"traceEvents": [event] * 200_000}).encode()))
+    batch_bytes = 1 << 16
+    counts = [len(b) for b in EventStream(path, _Head, Event, batch_bytes)]
+    assert sum(counts) == 200_000
+    assert max(counts) <= 2 * batch_bytes // size
+    assert len(counts) >= 200_000 * size // (2 * batch_bytes)
+    # the inflated chunks are bounded too, even at gzip's extreme ratio
+    blank = tmp_path / "blank.json.gz"
+    blank.write_bytes(gzip.compress(b'{"traceEvents": [' + b" " * 50_000_000 + b"]}"))
+    assert blank.stat().st_size < 100_000
+    assert max(len(c) for c in read_chunks(blank, 1 << 20)) <= 1 << 20
+    assert [len(b) for b in EventStream(blank, _Head, Event, 1 << 20)] == []
+
+
+def test_memory_stays_near_one_batch(tmp_path: Path) -> None:
+    """Peak Python allocation while streaming a 40 MB trace whose events are all dropped (CPU
+    ops): a dozen batches' worth of text (decoded objects included), not the file (tracemalloc counts msgspec's objects too)."""
+    events = [{"ph": "X", "cat": "cpu_op", "name": f"aten::op{i % 50}", "pid": 1, "tid": 1,
+               "ts": i, "dur": 1, "args": {"External id": i, "Sequence number": i}} for i in range(300_000)]
+    path = tmp_path / "cpu.json.gz"
+    text = json.dumps({"traceEvents": events}).encode()
+    assert len(text) > 40_000_000
+    path.write_bytes(gzip.compress(text, compresslevel=1))
+    del events, text
+    batch_bytes = 1 << 20
+    columns = TraceColumns()
+    tracemalloc.start()
+    try:
+        scan_trace(path, columns.add, batch_bytes=batch_bytes)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert columns.seen == 300_000
+    assert peak < 16 * batch_bytes < 40_000_000 / 2, peak  # measured: 12.7 MB
+
+
+@pytest.mark.parametrize("content, message", [
+    (b'{"traceEvents": [{"ts": 1}, {"ts": 2}', "truncated"),
+    (b'{"traceEvents": [{"ts": 1}, {"ts": }]}', "malformed"),
+    (b'{"traceEvents": [{"ts": 1}, 5]}', "not a Kineto JSON trace"),
+    (b'{"traceEvents": [{"ts": "x"}]}', "not a Kineto JSON trace"),
+    (b'{"traceEvents": [{"ts": 1}]', "truncated"),
+    (b'{"traceEvents": [{"ts": 1}]} extra', "not a Kineto JSON trace"),
+    (b'{"traceEvents": null}', "no traceEvents array"),
+    (b'{"a": 1} {"traceEvents": []}', "not a Kineto JSON trace"),
+])
+def test_damaged_streams_raise_trace_error(tmp_path: Path, content: bytes, message: str) -> None:
+    path = tmp_path / "bad.json"
+    for batch_bytes in (4, 1 << 20):
+        path.write_bytes(content)
+        with pytest.raises(TraceError, match=message) as info:
+            list(EventStream(path, _Head, Event, batch_bytes))
+        assert str(info.value).startswith(f"{path}: ")
+
+
+def test_collect_decodes_each_trace_once(fixtures_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`hpcprof collect`'s per-file step reads the trace once for the analyses, the window and the
+    critical path (one decode with the union of their fields), with the same tables as separate
+    loads."""
+    from hpcprof.analysis.trace import collect, critical_path, stream
+
+    path = fixtures_dir / "hta" / "h200_ddp_gpt2" / "rank0.pt.trace.json.gz"
+    opened: list[Path] = []
+    read = stream.read_chunks
+
+    def counted(file: Path, size: int = stream.BATCH_BYTES) -> Any:
+        opened.append(file)
+        return read(file, size)
+
+    monkeypatch.setattr(stream, "read_chunks", counted)
+    tables = collect.analyse_file(path, 0)
+    assert opened == [path]
+    separate = collect.all_analyses([load_trace(path, 0)])
+    for name, table in separate.items():
+        assert tables[name].equals(table), name
+    assert tables[critical_path.EVENTS_TABLE].equals(critical_path.file_events(path, 0))
+    assert len(opened) == 3
