@@ -171,6 +171,12 @@ def open_paths(pid: int) -> list[str]:
     return fds + maps
 
 
+def descendants(pid: int) -> list[int]:
+    """The processes under `pid` (pool workers are the fork server's children, not collect's)."""
+    children = [int(c) for c in subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()]
+    return children + [d for c in children for d in descendants(c)]
+
+
 def test_a_worker_killed_mid_collect(tmp_path: Path, fixtures_dir: Path) -> None:
     """SIGKILL of a pool worker while it reads one of the first run's rank files (seen in /proc,
     not guessed by a sleep): that run is partial (exit 3), the next runs are still collected (a new
@@ -187,8 +193,8 @@ def test_a_worker_killed_mid_collect(tmp_path: Path, fixtures_dir: Path) -> None
     busy = None  # a worker caught with one of the first run's rank files open: killed mid-file
     deadline = time.monotonic() + 60
     while busy is None and time.monotonic() < deadline and proc.poll() is None:
-        found = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
-        busy = next((int(pid) for pid in found if any(p.startswith(profiles) for p in open_paths(int(pid)))), None)
+        busy = next((pid for pid in descendants(proc.pid) if any(p.startswith(profiles) for p in open_paths(pid))),
+                    None)
     assert busy is not None, "no worker seen reading the first run's rank files"
     os.kill(busy, signal.SIGKILL)
     _, err = proc.communicate(timeout=300)

@@ -7,6 +7,8 @@ part in memory at a time. It knows nothing of runs, tools or profiles (hpcprof.c
 
 from __future__ import annotations
 
+import multiprocessing
+import multiprocessing.context
 import os
 import sys
 import time
@@ -48,9 +50,9 @@ class InProcess(Executor):
         return future
 
 
-def make_executor(workers: int) -> tuple[Executor, str]:
-    """mpi4py.futures workers under mpiexec, else a process pool of `workers` (1: this process);
-    with a description for the log."""
+def make_executor(workers: int, preload: Iterable[str] = ()) -> tuple[Executor, str]:
+    """mpi4py.futures workers under mpiexec, else a process pool of `workers` (1: this process)
+    whose workers start with the modules `preload` imported; with a description for the log."""
     if under_mpi_futures():
         from mpi4py import MPI
         from mpi4py.futures import MPIPoolExecutor
@@ -58,7 +60,16 @@ def make_executor(workers: int) -> tuple[Executor, str]:
         return MPIPoolExecutor(), f"{MPI.COMM_WORLD.Get_size() - 1} mpi4py.futures worker(s)"
     if workers <= 1:
         return InProcess(), "1 process"
-    return ProcessPoolExecutor(workers), f"{workers} worker processes"
+    return ProcessPoolExecutor(workers, mp_context=_worker_context(preload)), f"{workers} worker processes"
+
+
+def _worker_context(preload: Iterable[str]) -> multiprocessing.context.BaseContext:
+    """Workers forked from a fork server (a clean process that imported `preload` once), never from
+    this process: a fork of a process running threads (pyarrow's pool, rich's progress, the
+    executor's own) can inherit a held lock and hang in the child."""
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(list(preload))
+    return context
 
 
 class Progress:

@@ -403,12 +403,19 @@ def collect_run(run: RunDir, store: Store, log: Log = print, executor: Executor 
     return done
 
 
+def _worker_modules() -> list[str]:
+    """What a worker imports before its first task: this module, the summary and every collector."""
+    from hpcprof.analysis.registry import COLLECTORS
+
+    return [__name__, "hpcprof.analysis.summary", *(spec.partition(":")[0] for spec in COLLECTORS.values())]
+
+
 def collect_runs(selected: list[RunDir], store: Store, refresh: Callable[[RunDir], Any], log: Log,
                  workers: int = 1) -> int:
     """Collect every terminal run of `selected`, each isolated; returns the exit status
     (0, or EXIT_PARTIAL when a run had a Problem or could not be collected)."""
     skipped = False
-    executor, how = make_executor(workers)
+    executor, how = make_executor(workers, _worker_modules())
     log(f"collect: rank files analysed by {how}")
     try:
         for run in selected:
@@ -430,7 +437,7 @@ def collect_runs(selected: list[RunDir], store: Store, refresh: Callable[[RunDir
             skipped |= bool(result.problems)
             if any(isinstance(p, WorkerDied) for p in result.problems):
                 executor.shutdown(wait=False)   # the pool is broken: a new one for the next runs
-                executor, how = make_executor(workers)
+                executor, how = make_executor(workers, _worker_modules())
             status = f"partially, {len(result.problems)} problem(s)" if result.problems else state.state
             log(f"collected {run.run_id} ({status}) -> {run.path / 'results'} ({len(result.tables)} tables)")
     finally:
