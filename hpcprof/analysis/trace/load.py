@@ -354,7 +354,9 @@ def load_traces(
         workers = (os.cpu_count() or 1) if size > PARALLEL_MIN_BYTES else 1
     workers = min(workers, len(files))
     if workers > 1:
-        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+        context = multiprocessing.get_context("forkserver")   # never fork this process: it may run threads
+        context.set_forkserver_preload([__name__])
+        with ProcessPoolExecutor(workers, mp_context=context) as pool:
             results = list(pool.map(_load_wanted, *zip(*jobs, strict=False)))
     else:
         results = [_load_wanted(*job) for job in jobs]
