@@ -133,10 +133,12 @@ def goals(collected: list[dict], crossed: list[dict]) -> list[str]:
 
 
 def template(base: Path) -> Path:
-    """A finished local run (real submit) and its store."""
+    """A finished local run (real submit) and its store. Its state does not matter (where the local
+    site's MPICH-style `mpiexec -ppn` is Open MPI's, as on the GPU machine, it ends FAILED): collect
+    takes every ended run."""
     (base / "exp.yaml").write_text(EXPERIMENT)
     subprocess.run([sys.executable, "-m", "hpcprof", "submit", "exp.yaml", "--site", "local", "--wait"],
-                   cwd=base, check=True, capture_output=True, env=CHILD_ENV)
+                   cwd=base, check=False, capture_output=True, env=CHILD_ENV)
     [run] = (base / "hpcprof-runs" / "scale").iterdir()
     config = json.loads((run / "config.json").read_text())
     config["experiment"]["profile"]["tool"] = "nsys"
