@@ -41,7 +41,7 @@ def shim(directory: Path) -> dict[str, str]:
         script = directory / name
         script.write_text(f'#!/bin/sh\n[ -n "$QUERY_LOG" ] && echo "{name} $*" >> "$QUERY_LOG"\nexec "{real}" "$@"\n')
         script.chmod(0o755)
-    env = {**os.environ, "PATH": f"{directory}:{os.environ['PATH']}", "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PATH": f"{directory}:{os.environ['PATH']}", "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # as installed: byte code cached after the first run
     return env
 
