@@ -340,13 +340,13 @@ def isolation_cases(fx: Fixtures) -> list[Case]:
                 return OTHER
             kern = run_dir / "results" / "nsys_cuda_gpu_kern_sum.parquet"
             expected = digest(kern)
-            part = sorted((run_dir / "derived" / "nsys" / "parts").rglob("cuda_gpu_kern_sum.parquet"))[0]
+            part = sorted((run_dir / "derived" / "nsys" / "parts").glob("*.arrow"))[0]  # one bundle per rank file
             data = part.read_bytes()
             if how == "truncated":
                 part.write_bytes(data[:len(data) // 2])
             elif how == "empty":
                 part.write_bytes(b"")
-            else:  # garbage in the data pages, the footer intact
+            else:  # garbage inside, the tail (Arrow IPC footer) intact
                 part.write_bytes(data[:4] + os.urandom(len(data) // 2 - 4) + data[len(data) // 2:])
             again = [cli("collect", run_dir.name, cwd=work)]  # named: collected again, the part made again
             if any("Traceback" in r.stderr for r in again):

@@ -206,6 +206,17 @@ def test_cancel_running_job(tmp_path: Path) -> None:
 
 @pytest.mark.slurm
 @pytest.mark.usefixtures("slurm_cluster")
+def test_time_limit_is_timeout(tmp_path: Path) -> None:
+    """`-t 1`: Slurm kills the job at its next limit check (76-120 s here)."""
+    scheduler, job_id = submit(tmp_path, "sleep 600", "#SBATCH -t 1")
+    state = final(scheduler, job_id, tmp_path, timeout=240)
+    assert state.state == TIMEOUT
+    assert state.exit_code == 128 + 15  # scontrol's 0:15, more specific than jobcomp's 0:0
+    assert "DUE TO TIME LIMIT" in (tmp_path / "logs" / "job.out").read_text()
+
+
+@pytest.mark.slurm
+@pytest.mark.usefixtures("slurm_cluster")
 def test_unknown_job(tmp_path: Path) -> None:
     scheduler = SlurmScheduler()
     assert scheduler.state("99999999", tmp_path).state == UNKNOWN
