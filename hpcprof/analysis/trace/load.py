@@ -26,7 +26,6 @@ Semantics follow HTA 0.5.0's parser (`hta.common.trace_parser`, `hta.common.trac
 from __future__ import annotations
 
 import math
-import multiprocessing
 import os
 import re
 from collections.abc import Callable, Container, Iterable, Sequence
@@ -40,6 +39,7 @@ import numpy as np
 import pandas as pd
 
 from hpcprof.analysis.trace.stream import BATCH_BYTES, EventStream, TraceError
+from hpcprof.collect.engine import worker_context
 from hpcprof.ranks import rank_from_filename
 
 SYNC_NAMES = ("Event Sync", "Context Sync")
@@ -354,9 +354,7 @@ def load_traces(
         workers = (os.cpu_count() or 1) if size > PARALLEL_MIN_BYTES else 1
     workers = min(workers, len(files))
     if workers > 1:
-        context = multiprocessing.get_context("forkserver")   # never fork this process: it may run threads
-        context.set_forkserver_preload([__name__])
-        with ProcessPoolExecutor(workers, mp_context=context) as pool:
+        with ProcessPoolExecutor(workers, mp_context=worker_context([__name__])) as pool:
             results = list(pool.map(_load_wanted, *zip(*jobs, strict=False)))
     else:
         results = [_load_wanted(*job) for job in jobs]

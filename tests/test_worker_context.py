@@ -1,0 +1,21 @@
+"""Worker processes are forked from the caller only while it runs no other Python thread; else from a fork
+server (a fork of a threaded process can inherit a held lock: CI hung 600 s in HTA's fork pool)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+CODE = """
+import threading, time
+from hpcprof.collect.engine import worker_context
+print(worker_context().get_start_method())
+threading.Thread(target=time.sleep, args=(2,), daemon=True).start()
+print(worker_context(["hpcprof.analysis.trace.load"]).get_start_method())
+"""
+
+
+def test_fork_only_while_single_threaded() -> None:
+    proc = subprocess.run([sys.executable, "-c", CODE], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["fork", "forkserver"]
