@@ -28,7 +28,7 @@ from hpcprof.analysis.nsys.db import (
     NsysInputError,
     pid_of,
 )
-from hpcprof.analysis.nsys.distributed import Activity, collective_of, is_nccl, process_ranges
+from hpcprof.analysis.nsys.distributed import Activity, call_op_codes, collective_of, is_nccl, process_ranges
 from hpcprof.analysis.nsys.window import ECHO_RANGE, ITERATION_RANGE, TIMED_RANGE
 
 
@@ -58,12 +58,9 @@ def launch_starts(act: Activity) -> np.ndarray:
     """For each GPU operation of `act`, the start of the CUDA API call that launched it (the first
     call of the same file, process and correlation id), NaN when none did: a left join as a
     sorted search, no hash join to build."""
-    rt, ops = act.runtime, act.ops
-    files = pd.factorize(np.concatenate((rt["file"].to_numpy(object), ops["file"].to_numpy(object))))[0]
-    keys = np.stack((files, np.concatenate((rt["gpid"].to_numpy(np.int64), ops["gpid"].to_numpy(np.int64))),
-                     np.concatenate((rt["corr"].to_numpy(np.int64), ops["corr"].to_numpy(np.int64)))), axis=1)
-    code = np.unique(keys, axis=0, return_inverse=True)[1].reshape(-1)
-    call_code, op_code = code[:len(rt)], code[len(rt):]
+    rt = act.runtime
+    call_code, op_code = call_op_codes(act)
+    code = np.concatenate((call_code, op_code))
     first_call = np.full(int(code.max()) + 1 if len(code) else 0, -1, dtype=np.int64)
     first_call[call_code[::-1]] = np.arange(len(rt) - 1, -1, -1)          # the first call of each key wins
     call = first_call[op_code]

@@ -349,17 +349,24 @@ def process_ranges(export: Export) -> tuple[pd.DataFrame, np.ndarray]:
     return ranges.copy(), names
 
 
+def call_op_codes(act: Activity) -> tuple[np.ndarray, np.ndarray]:
+    """One code per (file, process, correlation id): that of each CUDA API call of `act`, and that of
+    each GPU operation (equal codes: the call launched the operation)."""
+    rt, ops = act.runtime, act.ops
+    files = pd.factorize(np.concatenate((rt["file"].to_numpy(object), ops["file"].to_numpy(object))))[0]
+    keys = np.stack((files, np.concatenate((rt["gpid"].to_numpy(np.int64), ops["gpid"].to_numpy(np.int64))),
+                     np.concatenate((rt["corr"].to_numpy(np.int64), ops["corr"].to_numpy(np.int64)))), axis=1)
+    code = np.unique(keys, axis=0, return_inverse=True)[1].reshape(-1)
+    return code[:len(rt)], code[len(rt):]
+
+
 def _launched_ops(act: Activity) -> dict[str, np.ndarray]:
     """Each CUDA API call with each GPU operation it launched (same file, process and correlation id):
     the call's file, gtid, gpid and start, then the operation's start_op, end_op, kind and rank, as
     numpy columns; in call order, an operation order within a call (pandas' inner merge, as a sorted
     search: no hash join to build)."""
     rt, ops = act.runtime, act.ops
-    files = pd.factorize(np.concatenate((rt["file"].to_numpy(object), ops["file"].to_numpy(object))))[0]
-    keys = np.stack((files, np.concatenate((rt["gpid"].to_numpy(np.int64), ops["gpid"].to_numpy(np.int64))),
-                     np.concatenate((rt["corr"].to_numpy(np.int64), ops["corr"].to_numpy(np.int64)))), axis=1)
-    code = np.unique(keys, axis=0, return_inverse=True)[1].reshape(-1)
-    call_code, op_code = code[:len(rt)], code[len(rt):]
+    call_code, op_code = call_op_codes(act)
     order = np.argsort(op_code, kind="stable")
     lo = np.searchsorted(op_code[order], call_code, side="left")
     counts = np.searchsorted(op_code[order], call_code, side="right") - lo
