@@ -8,18 +8,22 @@
 # Needs .gpu/libs carried (libdw/libelf, shared/tools/gpu-nsys-libs.sh).
 # Usage: nsys_gold.sh DIR OUT
 #        nsys_gold.sh --seeds FIRST COUNT OUT
+# Environment: NSYS_GOLD_REPORTS (space-separated report names, default the list below) and
+# NSYS_GOLD_GENERATOR (a generator under tests/differential/ taking FIXTURES DEST FIRST COUNT, default
+# nsys_exports.py).
 # The exports with exact ties (issue 18), to commit as tests/fixtures/nsys/gold_generated_ties_2025.3.1.tar.xz:
 #        bash benchmarks/gpu/nsys_gold.sh --seeds 1000 520 $OUT
 set -u
 if [ "${1:-}" = "--seeds" ]; then
   FIRST=${2:?first seed}; COUNT=${3:?number of seeds}; OUT_DIR=${4:?output directory}
   SRC=$(mktemp -d); mkdir -p "${4:?output directory}"
-  python3 tests/differential/nsys_exports.py tests/fixtures "$SRC" "$FIRST" "$COUNT" || exit 1
+  python3 "tests/differential/${NSYS_GOLD_GENERATOR:-nsys_exports.py}" tests/fixtures "$SRC" "$FIRST" "$COUNT" || exit 1
 else
   SRC=${1:?folder of exports}; OUT_DIR=${2:?output directory}; mkdir -p "$OUT_DIR"
 fi
 REPORTS="cuda_gpu_kern_sum cuda_gpu_kern_gb_sum cuda_api_sum cuda_gpu_mem_time_sum cuda_gpu_mem_size_sum
 cuda_gpu_sum nvtx_sum nvtx_pushpop_sum nvtx_startend_sum osrt_sum cuda_gpu_trace"
+REPORTS=${NSYS_GOLD_REPORTS:-$REPORTS}
 export LD_LIBRARY_PATH=$PWD/.gpu/libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 NSYS=$(ls -d /opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys | tail -1)
 work=$(mktemp -d); gold=$work/gold; mkdir -p "$gold"
