@@ -47,18 +47,38 @@ def gpu_data(fixtures_dir: Path) -> Path:
     return fixtures_dir / "gpu"
 
 
-COUNTS_KEY = pytest.StashKey[list]()
+COUNT_PROPERTY = "differential count"
+#: the lines recorded by record_counts, gathered from the test reports (of every xdist worker)
+COUNT_LINES: list[str] = []
+#: fixtures of shared services: the tests of a file that uses one run in one worker, one at a time
+SERVICE_FIXTURES = {"slurm_cluster", "torque_cluster", "openpbs", "postgres_server", "cluster"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Group the tests for pytest-xdist's --dist loadgroup: every test file in one worker (its module
+    fixtures run once), and all files that use a shared service (the Slurm clusters, OpenPBS,
+    PostgreSQL) in one worker together, so two tests never share a scheduler or server at once."""
+    files_with_services = {item.path for item in items
+                           if SERVICE_FIXTURES & set(getattr(item, "fixturenames", ()))
+                           or item.get_closest_marker("slurm") or item.get_closest_marker("torque")}
+    for item in items:
+        group = "services" if item.path in files_with_services else item.path.name
+        item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture
 def record_counts(request: pytest.FixtureRequest):
     """`record_counts(line)`: a line printed in the terminal summary (differential-test counts)."""
-    lines = request.config.stash.setdefault(COUNTS_KEY, [])
-    return lines.append
+    return lambda line: request.node.user_properties.append((COUNT_PROPERTY, line))
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.when == "teardown":
+        COUNT_LINES.extend(line for key, line in report.user_properties if key == COUNT_PROPERTY)
 
 
 def pytest_terminal_summary(terminalreporter: object, config: pytest.Config) -> None:
-    lines = config.stash.get(COUNTS_KEY, [])
+    lines = COUNT_LINES
     if lines:
         terminalreporter.section("differential counts")  # type: ignore[attr-defined]
         for line in lines:

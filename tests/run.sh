@@ -44,6 +44,6 @@ fi
 # The 25 slowest tests are printed and kept in $HPCPROF_DURATIONS (the lead commits them to benchmarks/results/).
 DURATIONS="${HPCPROF_DURATIONS:-test-durations.txt}"
 set +e
-.venv/bin/pytest -q -p no:cacheprovider --durations=25 "$@" | tee "$DURATIONS"
+.venv/bin/pytest -q -p no:cacheprovider -n 2 --dist loadgroup --durations=25 "$@" | tee "$DURATIONS"
 status=${PIPESTATUS[0]}
 exit "$status"
