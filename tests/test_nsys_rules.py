@@ -5,12 +5,15 @@ The differential test generates exports with tests/differential/nsys_rules_expor
 sync and async memcpys and memsets, synchronisation calls with equal durations, gaps over 500 ms
 on several devices, CUDA profiling overheads, dropped tables), runs nsys 2022.4's six rules on
 each four times (nsys's defaults; rows=5 / gap=1 ms / threshold=80 % / chunks=97; a start/end
-window over the middle 40 % of the export's GPU span; nvtx=<one of its NVTX ranges>) and compares
+window over the middle 40 % of the export's GPU span with rows=-1; nvtx=<one of its NVTX ranges>;
+tests/differential/nsys_rules_exports.option_sets) and compares
 each CSV file with ours byte for byte (an empty file where nsys skips or finds nothing).
 nsys 2022.4 is installed by tests/services/nsys.sh (as root); elsewhere the tests needing it skip
 with the reason, except under CI=true. The nsys 2025.3.1 gold (tests/fixtures/nsys/
 rules_gold_2025.3.1.tar.xz, made on an H200 by benchmarks/gpu/nsys_rules_gold.sh over the first 120
-of these exports with the defaults and the rows=5 option set) needs no nsys: that comparison never skips.
+of these exports with the defaults and the rows=5 option set; rules_options_gold_2025.3.1.tar.xz, made by
+benchmarks/gpu/nsys_rules_gold_options.sh, with the window, the NVTX range, its second occurrence
+(nvtx=NAME/1), process= and thread=) needs no nsys: those comparisons never skip.
 """
 
 from __future__ import annotations
@@ -33,67 +36,26 @@ from hpcprof.cli import main
 
 sys.path.insert(0, str(Path(__file__).parent / "differential"))
 from nsys_exports import TIE_SEEDS  # noqa: E402
-from nsys_rules_exports import derive_rules  # noqa: E402
+from nsys_rules_exports import SETS_2022, SETS_2025, derive_rules, option_sets, rule_spec  # noqa: E402
 
 EXPORTS = int(os.environ.get("HPCPROF_RULES_EXPORTS", "120"))
-OPTION_SETS = {"default": rules.Options(), "tight": rules.Options(rows=5, gap_ms=1, threshold=80, chunks=97)}
-WINDOW = (0.3, 0.7)      # the third option set: the middle of the export's GPU span
 GOLD_2025 = "rules_gold_2025.3.1.tar"     # tests/fixtures/nsys/, unpacked from .tar.xz by fixtures_dir
+GOLD_2025_OPTIONS = "rules_options_gold_2025.3.1.tar"  # the other options' gold (nsys_rules_gold_options.sh)
 GOLD_2025_EXPORTS = 120                   # seeds TIE_SEEDS .. TIE_SEEDS + 119
 REAL = ["h200_campaign/ddp_ws2_rank0", "h200_campaign/ddp_ws2_rank1", "h200_campaign/seqpar_bf16_p4_rank3",
         "h200_seqpar_bf16/rank1"]
 
 
-def _option_sets(db: Path) -> list[rules.Options]:
-    """The fixed option sets and a time window over the middle of the export's GPU span."""
-    with sqlite3.connect(db) as con:
-        tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        spans = [con.execute(f'SELECT min(start), max("end") FROM {t}').fetchone()
-                 for t in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY") if t in tables]
-    lo = min((s[0] for s in spans if s[0] is not None), default=0)
-    hi = max((s[1] for s in spans if s[1] is not None), default=0)
-    window = rules.Options(start=int(lo + WINDOW[0] * (hi - lo)), end=int(lo + WINDOW[1] * (hi - lo)))
-    return [*OPTION_SETS.values(), window, rules.Options(nvtx=_nvtx_name(db))]
-
-
-def _nvtx_name(db: Path) -> str:
-    """`text[@domain]` of the export's NVTX push/pop or start/end range name with a plain name (one
-    nsys's argument syntax passes) whose first range is the longest (so that rules find something
-    inside it); a missing name where there is none."""
-    with sqlite3.connect(db) as con:
-        if not con.execute("SELECT 1 FROM sqlite_master WHERE name = 'NVTX_EVENTS'").fetchone():
-            return "no_such_range"
-        cols = {r[1] for r in con.execute("PRAGMA table_info(NVTX_EVENTS)")}
-        text = "coalesce(n.text, s.value)" if "textId" in cols else "n.text"
-        join = "LEFT JOIN StringIds AS s ON s.id = n.textId" if "textId" in cols else ""
-        ranges = con.execute(
-            f"SELECT {text} || coalesce('@' || d.text, ''), n.start, n.\"end\" FROM NVTX_EVENTS AS n LEFT JOIN "
-            f"(SELECT domainId, globalTid, text FROM NVTX_EVENTS WHERE eventType = 75) AS d ON n.domainId = "
-            f"d.domainId AND n.globalTid >> 24 = d.globalTid >> 24 {join} WHERE n.eventType IN (59, 60, 70, 71) "
-            f"AND n.\"end\" IS NOT NULL ORDER BY n.start").fetchall()
-    first: dict[str, int] = {}
-    for name, start, end in ranges:
-        if name and name.replace("_", "").replace("@", "").replace(" ", "").isalnum():
-            first.setdefault(name, end - start)
-    return max(sorted(first), key=lambda n: first[n]) if first else "no_such_range"
-
-
-def _spec(rule: rules.Rule, opts: rules.Options) -> str:
-    """nsys's `-r` argument of the rule (named as its layout's nsys names it) with these options."""
-    if opts == rules.Options():
-        return rule.name
-    if opts.start is not None:
-        return f"{rule.name}:start={opts.start}:end={opts.end}"
-    if opts.nvtx is not None:
-        return f"{rule.name}:nvtx={opts.nvtx}"
-    extra = {rules.gaps: f"gap={opts.gap_ms}:rows={opts.rows}",
-             rules.time_util: f"threshold={opts.threshold}:chunks={opts.chunks}:rows={opts.rows}"}
-    return f"{rule.name}:{extra.get(rule.find, f'rows={opts.rows}')}"
+def _options(args: dict[str, int | str]) -> rules.Options:
+    """rules.Options of nsys's rule arguments."""
+    names = {"gap": "gap_ms"}
+    return rules.Options(**{names.get(key, key): value for key, value in args.items()})  # type: ignore[arg-type]
 
 
 def _run_nsys(nsys: Path, db: Path) -> None:
     """Every rule with every option set; nsys writes <db>_<rule>[_<args>].csv (empty when skipped)."""
-    specs = [_spec(rule, opts) for opts in _option_sets(db) for rule in rules.RULES_2022.values()]
+    sets = option_sets(db)
+    specs = [rule_spec(rule, sets[name]) for name in SETS_2022 for rule in rules.RULES_2022]
     subprocess.run([str(nsys), "analyze", "--format", "csv", "--force-overwrite", "true", "-o",
                     str(db.with_suffix("")), "-r", ",".join(specs), str(db)],
                    capture_output=True, timeout=300, check=True)
@@ -112,10 +74,12 @@ def _ours(db: Path, rule: rules.Rule, opts: rules.Options) -> str:
 
 
 def _compare(db: Path, outcome: Outcome) -> None:
-    for opts in _option_sets(db):
+    sets = option_sets(db)
+    for name in SETS_2022:
         for rule in rules.RULES_2022.values():
-            theirs = Path(f"{db.with_suffix('')}_{_spec(rule, opts).replace(':', '_')}.csv").read_text()
-            outcome.add(db.name, _spec(rule, opts), theirs, _ours(db, rule, opts))
+            spec = rule_spec(rule.name, sets[name])
+            theirs = Path(f"{db.with_suffix('')}_{spec.replace(':', '_')}.csv").read_text()
+            outcome.add(db.name, spec, theirs, _ours(db, rule, _options(sets[name])))
 
 
 @pytest.fixture(scope="module")
@@ -156,39 +120,88 @@ def test_rules_identical_to_nsys_2022_on_generated_exports(rule_outcome: tuple[O
                                                            record_counts) -> None:
     outcome, with_rows = rule_outcome
     record_counts(f"nsys analyze 2022.4 (run here), six rules x four option sets (defaults; rows=5, gap=1, "
-                  f"threshold=80, chunks=97; a start/end window; an NVTX range): {outcome.compared} CSV files "
+                  f"threshold=80, chunks=97; a start/end window with rows=-1; an NVTX range): {outcome.compared} CSV files "
                   f"compared over {EXPORTS} generated exports, {outcome.identical} identical; exports with "
                   f"findings per rule (defaults): " + ", ".join(f"{k} {v}" for k, v in with_rows.items()))
-    assert outcome.compared == EXPORTS * len(rules.RULES_2022) * (len(OPTION_SETS) + 2)
+    assert outcome.compared == EXPORTS * len(rules.RULES_2022) * len(SETS_2022)
     assert EXPORTS < 100 or min(with_rows.values()) >= 10        # every rule finds something somewhere
     assert not outcome.differing, f"{len(outcome.differing)} differ; first:\n" + "\n".join(outcome.differing[:5])
+
+
+def _unpacked(fixtures_dir: Path, name: str, into: Path) -> Path:
+    with tarfile.open(fixtures_dir / "nsys" / name) as tar:
+        tar.extractall(into, filter="data")
+    return into
 
 
 def test_rules_identical_to_nsys_2025_gold(rule_exports: list[Path], fixtures_dir: Path, tmp_path: Path,
                                            record_counts) -> None:
     """The 2025 rule names against nsys 2025.3.1's own CSVs (H200 gold) of the first 120 exports, both
     option sets; also how many of those files 2022.4's layout (the hyphen names) would get wrong."""
-    gold = tmp_path / "gold"
-    with tarfile.open(fixtures_dir / "nsys" / GOLD_2025) as tar:
-        tar.extractall(gold, filter="data")
+    gold = _unpacked(fixtures_dir, GOLD_2025, tmp_path / "gold")
     exports = rule_exports[:GOLD_2025_EXPORTS]
     outcome, old_layout = Outcome(), Outcome()
     for db in exports:
-        for opts in OPTION_SETS.values():
+        sets = option_sets(db)
+        for name in ("default", "tight"):
+            opts = _options(sets[name])
             for rule, old_rule in zip(rules.RULES.values(), rules.RULES_2022.values(), strict=True):
-                theirs = (gold / f"{db.stem}_{_spec(rule, opts).replace(':', '_')}.csv").read_text()
-                outcome.add(db.name, _spec(rule, opts), theirs, _ours(db, rule, opts))
-                old_layout.add(db.name, _spec(old_rule, opts), theirs, _ours(db, old_rule, opts))
+                spec = rule_spec(rule.name, sets[name])
+                theirs = (gold / f"{db.stem}_{spec.replace(':', '_')}.csv").read_text()
+                outcome.add(db.name, spec, theirs, _ours(db, rule, opts))
+                old_layout.add(db.name, rule_spec(old_rule.name, sets[name]), theirs, _ours(db, old_rule, opts))
     with_rows = {rule.name: sum(bool((gold / f"{db.stem}_{rule.name}.csv").stat().st_size) for db in exports)
                  for rule in rules.RULES.values()}
     record_counts(f"nsys analyze 2025.3.1 (H200 gold), six rules x two option sets (defaults; rows=5, gap=1, "
                   f"threshold=80, chunks=97): {outcome.compared} CSV files compared over {len(exports)} generated "
                   f"exports, {outcome.identical} identical (2022.4's layout: {old_layout.identical}); exports with "
                   f"findings per rule (defaults): " + ", ".join(f"{k} {v}" for k, v in with_rows.items()))
-    assert outcome.compared == len(exports) * len(rules.RULES) * len(OPTION_SETS)
+    assert outcome.compared == len(exports) * len(rules.RULES) * 2
     assert len(exports) < 100 or min(with_rows.values()) >= 10
     assert not outcome.differing, f"{len(outcome.differing)} differ; first:\n" + "\n".join(outcome.differing[:5])
     assert old_layout.differing        # the layouts differ on these exports: the name picks the right one
+
+
+def _stdout_csv(text: str) -> str:
+    """The CSV of one rule in `nsys analyze --format csv -o -`'s stdout: the lines after its
+    `Processing [...]` line up to the first blank line (nothing when there are none or nsys skipped)."""
+    lines = text.split("\n")
+    start = next((i + 1 for i, line in enumerate(lines) if line.startswith("Processing [")), len(lines))
+    end = next((i for i in range(start, len(lines)) if not lines[i].strip()), len(lines))
+    found = lines[start:end]
+    return "" if found and found[0].startswith("SKIPPED:") else "".join(line + "\n" for line in found)
+
+
+def test_rule_options_identical_to_nsys_2025_gold(rule_exports: list[Path], fixtures_dir: Path, tmp_path: Path,
+                                                  record_counts) -> None:
+    """nsys 2025.3.1's other rule options (H200 gold, benchmarks/gpu/nsys_rules_gold_options.sh): a
+    start/end window with rows=-1, nvtx=NAME, nvtx=NAME/1 for the six rules; process=PID and thread=TID
+    for cuda_api_sync, the one rule that takes them (nsys refuses them for the others: see
+    test_process_and_thread_only_for_cuda_api_sync)."""
+    gold = _unpacked(fixtures_dir, GOLD_2025_OPTIONS, tmp_path / "gold")
+    exports = rule_exports[:GOLD_2025_EXPORTS]
+    outcome = Outcome()
+    found = dict.fromkeys(SETS_2025[2:], 0)
+    for db in exports:
+        sets = option_sets(db)
+        for name in SETS_2025[2:]:
+            for rule in rules.RULES.values():
+                if name in ("process", "thread") and rule.name not in rules.TAKE_PROCESS_AND_THREAD:
+                    continue
+                spec = rule_spec(rule.name, sets[name])
+                if name == "nvtx_second":
+                    theirs = _stdout_csv((gold / f"{db.stem}.{name}_{rule.name}.out").read_text())
+                else:
+                    theirs = (gold / f"{db.stem}.{name}_{spec.replace(':', '_')}.csv").read_text()
+                found[name] += bool(theirs)
+                outcome.add(db.name, spec, theirs, _ours(db, rule, _options(sets[name])))
+    record_counts(f"nsys analyze 2025.3.1 (H200 gold), the 2025 rules x five more option sets (start/end with rows=-1, "
+                  f"nvtx=NAME, nvtx=NAME/1; process= and thread= for cuda_api_sync): {outcome.compared} CSVs compared over {len(exports)} "
+                  f"exports, {outcome.identical} identical; files with findings per set: "
+                  + ", ".join(f"{k} {v}" for k, v in found.items()))
+    assert outcome.compared == len(exports) * (len(rules.RULES) * 3 + 2)
+    assert len(exports) < 100 or min(found.values()) >= 20        # every option set finds something
+    assert not outcome.differing, f"{len(outcome.differing)} differ; first:\n" + "\n".join(outcome.differing[:5])
 
 
 def test_rule_name_picks_the_layout(rule_exports: list[Path], tmp_path: Path) -> None:
@@ -298,3 +311,28 @@ def test_bad_input_is_one_line_exit_2(tmp_path: Path) -> None:
     assert res.exit_code == 2 and "unknown rule 'gpu_idle'" in res.output
     res = CliRunner().invoke(main, ["nsys", "analyze", str(bad), "--start", "9", "--end", "3"])
     assert res.exit_code == 2 and "--start 9 is after --end 3" in res.output
+
+
+def test_process_and_thread_only_for_cuda_api_sync(rule_exports: list[Path], tmp_path: Path) -> None:
+    """--process/--thread filter cuda_api_sync (the one rule nsys 2025.3.1 gives them to; it refuses them
+    for the others: 'unrecognized arguments: process=N' in the gold's logs), never with --nvtx; each a
+    one-line error with exit 2 otherwise. The rows kept are exactly the unfiltered rows of that
+    process/thread (rows=-1: all of them)."""
+    def rows(db: Path, *args: str) -> list[list[str]]:
+        res = CliRunner().invoke(main, ["nsys", "analyze", str(db), "-r", "cuda_api_sync", "--rows", "-1", *args])
+        assert res.exit_code == 0, res.output
+        return [line.split(",") for line in res.stdout.splitlines()[1:]]
+
+    # an export with more than 50 calls (the default limit) on several threads
+    db = next(db for db in rule_exports if len(calls := rows(db)) > 50 and len({r[3] for r in calls}) > 1)
+    everything = rows(db)
+    pid, tid = everything[0][2], everything[-1][3]
+    assert rows(db, "--process", pid) == [r for r in everything if r[2] == pid]
+    assert rows(db, "--thread", tid) == [r for r in everything if r[3] == tid]
+    assert rows(db, "--process", "999999") == []
+    for args, message in ((["-r", "gpu_gaps", "--process", "1"], "only cuda_api_sync takes it"),
+                          (["-r", "cuda-sync-api", "--thread", "1"], "only cuda_api_sync takes it"),
+                          (["-r", "cuda_api_sync", "--thread", "1", "--nvtx", "x"], "--nvtx cannot be used with --thread")):
+        res = CliRunner().invoke(main, ["nsys", "analyze", str(db), *args, "-o", str(tmp_path / "out")])
+        assert res.exit_code == 2 and message in res.output and "Traceback" not in res.output
+        assert not list(tmp_path.iterdir())                                   # nothing written

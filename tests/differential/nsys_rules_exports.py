@@ -12,6 +12,11 @@ overheads inside the devices' spans, an NVTX range stretched over most of the GP
 tables dropped (the rules' SKIPPED cases). Only `random.Random(seed)` and sqlite3 are used.
 
     python tests/differential/nsys_rules_exports.py FIXTURES_DIR DEST_DIR FIRST_SEED COUNT
+
+`option_sets(db)` gives the rule arguments each comparison runs on an export (the same for the test
+and for the gold made on the GPU machine):
+
+    python tests/differential/nsys_rules_exports.py --specs EXPORT SET    (nsys's -r specs, one per line)
 """
 
 from __future__ import annotations
@@ -181,7 +186,77 @@ def derive_rules(seed: int, fixtures: Path, dest: Path) -> Path:
     return out
 
 
+#: the option sets compared with nsys 2022.4 (run in CI) and, all of them, with nsys 2025.3.1's gold
+SETS_2022 = ("default", "tight", "window", "nvtx")
+SETS_2025 = (*SETS_2022, "nvtx_second", "process", "thread")
+WINDOW = (0.3, 0.7)           # the window set: the middle 40 % of the export's GPU span
+RULES_2025 = ["cuda_memcpy_async", "cuda_memcpy_sync", "cuda_memset_sync", "cuda_api_sync", "gpu_gaps",
+              "gpu_time_util"]
+#: arguments that only some rules take (by either version's name); every other argument all rules take
+ONLY_FOR = {"gap": ("gpu_gaps", "gpu-starv"), "threshold": ("gpu_time_util", "gpu-low-util"),
+            "chunks": ("gpu_time_util", "gpu-low-util")}
+
+
+def option_sets(db: Path) -> dict[str, dict[str, int | str]]:
+    """nsys's rule arguments per option set for this export: nsys's defaults; rows=5 with gap=1,
+    threshold=80, chunks=97; a start/end window over the middle of the GPU span with no row limit
+    (rows=-1); the export's longest plainly named NVTX range (nvtx=); its second occurrence
+    (nvtx=NAME/1, 2025 only); one process id (2025's process=; the exports' processes in turn by
+    seed) and the thread with most synchronisation calls (thread=)."""
+    with sqlite3.connect(db) as con:
+        tables = _tables(con)
+        spans = [con.execute(f'SELECT min(start), max("end") FROM {t}').fetchone()
+                 for t in (KERNEL, MEMCPY) if t in tables]
+        pids = sorted({row[0] for t in (KERNEL, MEMCPY, MEMSET) if t in tables
+                       for row in con.execute(f"SELECT DISTINCT (globalPid >> 24) & 16777215 FROM {t}")})
+        busiest = con.execute(
+            f"SELECT call.globalTid & 16777215 FROM {RUNTIME} AS call JOIN StringIds AS s ON s.id = call.nameId "
+            f"WHERE s.value LIKE '%Synchronize%' GROUP BY 1 ORDER BY count(*) DESC, 1 LIMIT 1").fetchone() \
+            if RUNTIME in tables and "StringIds" in tables else None
+    lo = min((s[0] for s in spans if s[0] is not None), default=0)
+    hi = max((s[1] for s in spans if s[1] is not None), default=0)
+    nvtx = _nvtx_name(db)
+    seed = int("".join(ch for ch in db.stem if ch.isdigit()) or 0)
+    return {"default": {}, "tight": {"gap": 1, "threshold": 80, "chunks": 97, "rows": 5},
+            "window": {"start": int(lo + WINDOW[0] * (hi - lo)), "end": int(lo + WINDOW[1] * (hi - lo)), "rows": -1},
+            "nvtx": {"nvtx": nvtx}, "nvtx_second": {"nvtx": f"{nvtx}/1"},
+            "process": {"process": pids[seed % len(pids)] if pids else 1},
+            "thread": {"thread": busiest[0] if busiest else 1}}
+
+
+def _nvtx_name(db: Path) -> str:
+    """`text[@domain]` of the export's NVTX push/pop or start/end range name with a plain name (one
+    nsys's argument syntax passes) whose first range is the longest (so that rules find something
+    inside it); a missing name where there is none."""
+    with sqlite3.connect(db) as con:
+        if not con.execute("SELECT 1 FROM sqlite_master WHERE name = 'NVTX_EVENTS'").fetchone():
+            return "no_such_range"
+        cols = {r[1] for r in con.execute("PRAGMA table_info(NVTX_EVENTS)")}
+        text = "coalesce(n.text, s.value)" if "textId" in cols else "n.text"
+        join = "LEFT JOIN StringIds AS s ON s.id = n.textId" if "textId" in cols else ""
+        ranges = con.execute(
+            f"SELECT {text} || coalesce('@' || d.text, ''), n.start, n.\"end\" FROM NVTX_EVENTS AS n LEFT JOIN "
+            f"(SELECT domainId, globalTid, text FROM NVTX_EVENTS WHERE eventType = 75) AS d ON n.domainId = "
+            f"d.domainId AND n.globalTid >> 24 = d.globalTid >> 24 {join} WHERE n.eventType IN (59, 60, 70, 71) "
+            f"AND n.\"end\" IS NOT NULL ORDER BY n.start").fetchall()
+    first: dict[str, int] = {}
+    for name, start, end in ranges:
+        if name and name.replace("_", "").replace("@", "").replace(" ", "").isalnum():
+            first.setdefault(name, end - start)
+    return max(sorted(first), key=lambda n: first[n]) if first else "no_such_range"
+
+
+def rule_spec(rule: str, args: dict[str, int | str]) -> str:
+    """nsys's `-r` argument: the rule with the arguments it takes (`rule` alone for none)."""
+    taken = [f"{key}={value}" for key, value in args.items() if rule in ONLY_FOR.get(key, (rule,))]
+    return ":".join([rule, *taken])
+
+
 def main() -> None:
+    if sys.argv[1] == "--specs":
+        args = option_sets(Path(sys.argv[2]))[sys.argv[3]]
+        print("\n".join(rule_spec(rule, args) for rule in RULES_2025))
+        return
     fixtures, dest, first, count = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
     dest.mkdir(parents=True, exist_ok=True)
     for seed in range(first, first + count):

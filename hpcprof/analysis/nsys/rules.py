@@ -42,7 +42,11 @@ chunks for that device (no NULL-device merging). Taken from its rule scripts, no
 that gold: memory kinds named from the export's ENUM_CUDA_MEM_KIND; the memcpy/memset rules
 skipped with nsys's message when StringIds, ENUM_CUDA_MEM_KIND or the greenContextId column is
 missing; an NVTX range that is not found names the export; utilisation rounded exactly (half away
-from zero, as nsys 2025's `nsys stats` rounds, stats.py).
+from zero, as nsys 2025's `nsys stats` rounds, stats.py). Its options beyond 2022.4's, as its scripts
+read them and seen identical in 3,120 more CSVs (rules_options_gold_2025.3.1.tar.xz): `nvtx=NAME/N`
+takes the N-th range of that name (from 0, by start); `process=`/`thread=` exist for cuda_api_sync
+only (the other rules refuse them) and keep the calls of that process/thread id; a negative `rows`
+is no limit (SQLite's LIMIT -1, also in 2022.4).
 """
 
 from __future__ import annotations
@@ -69,43 +73,65 @@ from hpcprof.analysis.nsys.schema import (
 
 
 class Options(NamedTuple):
-    """The rules' arguments (nsys's `rows`, `gap`, `threshold`, `chunks`)."""
+    """The rules' arguments (nsys's `rows`, `gap`, `threshold`, `chunks`, `start`, `end`, `nvtx`,
+    and 2025's `process`, `thread`)."""
 
-    rows: int = 50
+    rows: int = 50                 # a negative number: no limit (SQLite's LIMIT -1)
     gap_ms: int = 500
     threshold: int = 50
     chunks: int = 30
     start: int | None = None       # the time window (ns): rows overlapping [start, end) only
     end: int | None = None
-    nvtx: str | None = None        # an NVTX range `text[@domain]`: its times, its thread/process
-    thread: int | None = None      # the globalTid of that range (set by with_nvtx_range)
+    nvtx: str | None = None        # an NVTX range `text[@domain]` (2025: `.../N`, its N-th): its times and thread/process
+    process: int | None = None     # only this process id (2025's process=)
+    thread: int | None = None      # only this thread id, in the tables with threads (2025's thread=)
+    nvtx_tid: int | None = None    # the globalTid of the NVTX range (set by with_nvtx_range)
+
+    def first(self, rows: list[Any]) -> list[Any]:
+        """The first `rows` of `rows` (all of them for a negative limit)."""
+        return rows if self.rows < 0 else rows[:self.rows]
 
     def window(self, alias: str, ids: str) -> str:
         """SQL keeping the rows of `alias` that overlap the window, as nsys filters its tables
         (start inside, end inside, or spanning it; with an NVTX range also its thread for a
-        push/pop range, its process otherwise, through the table's `ids` column); TRUE without."""
-        if self.start is None and self.end is None and self.thread is None:
+        push/pop range, its process otherwise; with process/thread those ids), through the
+        table's `ids` column (globalTid or globalPid); TRUE without."""
+        if self.start is None and self.end is None and self.nvtx_tid is None and self.process is None \
+                and self.thread is None:
             return "1"
         lo, hi = self.start or 0, 0x7FFFFFFFFFFFFFFF if self.end is None else self.end
         s, e = f"{alias}.start", f'{alias}."end"'
         sql = f"(({s} >= {lo} AND {s} < {hi}) OR ({e} >= {lo} AND {e} < {hi}) OR ({s} < {lo} AND {e} >= {hi}))"
-        if self.thread is not None:
-            pushpop = (self.thread >> 24 & 0xFFFFFF) != (self.thread & 0xFFFFFF)
-            same = f"{alias}.globalTid = {self.thread}" if ids == "globalTid" and pushpop else \
-                f"{alias}.{ids} >> 24 = {self.thread >> 24}"
-            sql = f"({sql} AND {same})"
-        return sql
+        if self.process is not None:
+            sql += f" AND ({alias}.{ids} >> 24) & 16777215 = {self.process}"
+        if self.thread is not None and ids == "globalTid":
+            sql += f" AND {alias}.globalTid & 16777215 = {self.thread}"
+        if self.nvtx_tid is not None:
+            pushpop = (self.nvtx_tid >> 24 & 0xFFFFFF) != (self.nvtx_tid & 0xFFFFFF)
+            sql += f" AND {alias}.globalTid = {self.nvtx_tid}" if ids == "globalTid" and pushpop else \
+                f" AND {alias}.{ids} >> 24 = {self.nvtx_tid >> 24}"
+        return f"({sql})"
 
 
 NEW_LAYOUT = "2025.3.1"
 
 
+def _nvtx_name_and_index(nvtx: str, layout: str) -> tuple[str, int]:
+    """nsys 2025 reads `name/N` (N >= 0, after the last slash) as the N-th range of that name;
+    anything else, and every name in 2022.4, is the whole name and its first range."""
+    name, slash, number = nvtx.rpartition("/")
+    if layout != OLD and slash and number.strip().lstrip("+").isdigit():
+        return name, int(number)
+    return nvtx, 0
+
+
 def with_nvtx_range(conn: sqlite3.Connection, opts: Options, shown_path: str, layout: str) -> Options | Skipped:
     """`opts` with the window of its NVTX range (the earliest push/pop or start/end range whose
-    text, with `@domain` outside the default domain, is `opts.nvtx`; explicit start/end win), or
-    Skipped with nsys's message when there is none."""
+    text, with `@domain` outside the default domain, is `opts.nvtx`, or the N-th for `name/N`;
+    explicit start/end win), or Skipped with nsys's message when there is none."""
     if opts.nvtx is None:
         return opts
+    name, index = _nvtx_name_and_index(opts.nvtx, layout)
     row = None
     if "NVTX_EVENTS" in _tables(conn):
         cols = {r[1] for r in conn.execute("PRAGMA table_info(NVTX_EVENTS)")}
@@ -116,12 +142,12 @@ def with_nvtx_range(conn: sqlite3.Connection, opts: Options, shown_path: str, la
             f"LEFT JOIN (SELECT domainId, globalTid, text FROM NVTX_EVENTS WHERE eventType = 75) AS d "
             f"ON n.domainId = d.domainId AND n.globalTid >> 24 = d.globalTid >> 24 {strings} "
             f"WHERE n.eventType IN (59, 60, 70, 71) AND {text} || coalesce('@' || d.text, '') = ? "
-            f"ORDER BY 1 LIMIT 1", (opts.nvtx,)).fetchone()
+            f"ORDER BY 1 LIMIT 1 OFFSET ?", (name, index)).fetchone()
     if row is None:
         where = "" if layout == OLD else f" in {shown_path}"
         return Skipped(f"NVTX range '{opts.nvtx}' could not be found{where}.")
     return opts._replace(start=row[0] if opts.start is None else opts.start,
-                         end=row[1] if opts.end is None else opts.end, thread=row[2])
+                         end=row[1] if opts.end is None else opts.end, nvtx_tid=row[2])
 
 
 Finder = Callable[[sqlite3.Connection, Options, str], list[tuple[Any, ...]]]
@@ -196,7 +222,7 @@ def _calls_first(conn: sqlite3.Connection, layout: str) -> bool:
 
 
 def _api_ops(conn: sqlite3.Connection, table: str, columns: str, op_filter: str, api_filter: str,
-             rows: int, calls_first: bool, window: str) -> list[tuple[Any, ...]]:
+             opts: Options, calls_first: bool) -> list[tuple[Any, ...]]:
     """Operations of `table` passing `op_filter` joined with every runtime call of the same
     correlation id whose name passes `api_filter`; longest first, ties in the order nsys's
     SQLite plan yields them: operations in table order, each one's calls in table order, or with
@@ -206,7 +232,7 @@ def _api_ops(conn: sqlite3.Connection, table: str, columns: str, op_filter: str,
              conn.execute(f"SELECT correlationId, nameId FROM {RUNTIME} WHERE nameId IN "
                           f"(SELECT id FROM StringIds AS api WHERE {api_filter}) ORDER BY rowid")]
     ops = conn.execute(f'SELECT op.correlationId, op."end" - op.start, op.start, {columns} FROM {table} AS op '
-                       f"WHERE ({op_filter}) AND {window} ORDER BY rowid").fetchall()
+                       f'WHERE ({op_filter}) AND {opts.window("op", "globalPid")} ORDER BY rowid').fetchall()
     if calls_first:
         ops_of: dict[int, list[tuple[Any, ...]]] = {}
         for op in ops:
@@ -217,12 +243,12 @@ def _api_ops(conn: sqlite3.Connection, table: str, columns: str, op_filter: str,
         for corr, name_id in calls:
             ids_of.setdefault(corr, []).append(name_id)
         joined = [(*op[1:], names[name_id]) for op in ops for name_id in sorted(ids_of.get(op[0], []))]
-    return _longest_first(joined, rows)
+    return _longest_first(joined, opts)
 
 
-def _longest_first(rows: list[tuple[Any, ...]], limit: int) -> list[tuple[Any, ...]]:
-    """ORDER BY duration DESC LIMIT n as SQLite does it: stable, NULL durations last."""
-    return sorted(rows, key=lambda r: (r[0] is None, -(r[0] or 0)))[:limit]
+def _longest_first(rows: list[tuple[Any, ...]], opts: Options) -> list[tuple[Any, ...]]:
+    """ORDER BY duration DESC LIMIT rows as SQLite does it: stable, NULL durations last."""
+    return opts.first(sorted(rows, key=lambda r: (r[0] is None, -(r[0] or 0))))
 
 
 def _with_kind_names(conn: sqlite3.Connection, layout: str, rows: list[tuple[Any, ...]],
@@ -247,8 +273,8 @@ def _op_ids(layout: str) -> str:
 def memcpy_async(conn: sqlite3.Connection, opts: Options, layout: str) -> list[tuple[Any, ...]]:
     """Async memcpys that touch pageable memory (they run synchronously)."""
     rows = _api_ops(conn, MEMCPY, f"op.srcKind, op.dstKind, op.bytes, {_op_ids(layout)}",
-                    "op.srcKind = 0 OR op.dstKind = 0", "api.value LIKE 'cudaMemcpy%Async%'", opts.rows,
-                    _calls_first(conn, layout), opts.window("op", "globalPid"))
+                    "op.srcKind = 0 OR op.dstKind = 0", "api.value LIKE 'cudaMemcpy%Async%'", opts,
+                    _calls_first(conn, layout))
     return _with_kind_names(conn, layout, rows, (2, 3))
 
 
@@ -257,16 +283,15 @@ def memcpy_sync(conn: sqlite3.Connection, opts: Options, layout: str) -> list[tu
     rows = _api_ops(conn, MEMCPY, f"op.srcKind, op.dstKind, op.bytes, {_op_ids(layout)}",
                     "NOT (op.bytes <= 64000 AND op.copyKind = 1) "
                     "AND NOT (op.srcDeviceId IS NOT NULL AND op.srcDeviceId = op.dstDeviceId)",
-                    "api.value LIKE 'cudaMemcpy%' AND api.value NOT LIKE '%Async%'", opts.rows,
-                    _calls_first(conn, layout), opts.window("op", "globalPid"))
+                    "api.value LIKE 'cudaMemcpy%' AND api.value NOT LIKE '%Async%'", opts,
+                    _calls_first(conn, layout))
     return _with_kind_names(conn, layout, rows, (2, 3))
 
 
 def memset_sync(conn: sqlite3.Connection, opts: Options, layout: str) -> list[tuple[Any, ...]]:
     """Synchronous memsets of pinned or managed memory."""
     rows = _api_ops(conn, MEMSET, f"op.memKind, op.bytes, {_op_ids(layout)}", "op.memKind IN (1, 4)",
-                    "api.value LIKE 'cudaMemset%' AND api.value NOT LIKE '%async%'", opts.rows, True,
-                    opts.window("op", "globalPid"))
+                    "api.value LIKE 'cudaMemset%' AND api.value NOT LIKE '%async%'", opts, True)
     return _with_kind_names(conn, layout, rows, (2,))
 
 
@@ -278,7 +303,7 @@ def api_sync(conn: sqlite3.Connection, opts: Options, layout: str) -> list[tuple
              conn.execute(f'SELECT "end" - start, start, globalTid, nameId FROM {RUNTIME} AS call '
                           f'WHERE nameId IN ({",".join(map(str, names)) or "NULL"}) '
                           f'AND {opts.window("call", "globalTid")} ORDER BY rowid')]
-    return _longest_first(found, opts.rows)
+    return _longest_first(found, opts)
 
 
 # ---------------------------------------------------------------------------------------
@@ -346,7 +371,7 @@ def gaps(conn: sqlite3.Connection, opts: Options, layout: str) -> list[tuple[Any
         for op, next_start in zip(ends, starts[1:], strict=False):
             if next_start - op.end > threshold and op.end < next_start:
                 found.append((next_start - op.end, op.end, pid, device, op.context))
-    found = sorted(found, key=lambda g: (-g[0], g[1]))[:opts.rows]
+    found = opts.first(sorted(found, key=lambda g: (-g[0], g[1])))
     return [(i, *g) for i, g in enumerate(found, start=1)]
 
 
@@ -408,7 +433,7 @@ def time_util(conn: sqlite3.Connection, opts: Options, layout: str) -> list[tupl
         for rank, chunk in enumerate(sorted(by_device[device], key=lambda c: c.number), start=1):
             ranges.setdefault((chunk.number - rank, device[1], device[0]), []).append(chunk)
     merged = []
-    for key in sorted(ranges)[:opts.rows]:
+    for key in opts.first(sorted(ranges)):
         chunks = ranges[key]
         weighted = total = 0.0
         for c in chunks:
@@ -416,7 +441,7 @@ def time_util(conn: sqlite3.Connection, opts: Options, layout: str) -> list[tupl
             total += c.end - c.start
         start, end = chunks[0].start, max(c.end for c in chunks)
         merged.append((round1(weighted / total, layout), end - start, start, key[2], key[1], chunks[0].context))
-    merged = sorted(merged, key=lambda m: (m[0], m[1]))[:opts.rows]
+    merged = opts.first(sorted(merged, key=lambda m: (m[0], m[1])))
     return [(i, *m) for i, m in enumerate(merged, start=1)]
 
 
@@ -451,6 +476,8 @@ def _rule_2025(name: str, title: str, needs: list[tuple[tuple[str, ...], str]], 
 
 #: nsys 2025.3.1's rules by their names
 RULES = {name: _rule_2025(name, title, needs, columns, find) for name, _, title, needs, columns, find in _RULE_TABLE}
+#: the rules that take process= and thread= (nsys 2025.3.1 refuses them for the others)
+TAKE_PROCESS_AND_THREAD = ("cuda_api_sync",)
 #: nsys 2022.4's rules by their names
 RULES_2022 = {old: Rule(old, title, OLD, needs, columns, find) for _, old, title, needs, columns, find in _RULE_TABLE}
 

@@ -15,6 +15,7 @@ import click
 from hpcprof.analysis.nsys.rules import (
     RULES,
     RULES_2022,
+    TAKE_PROCESS_AND_THREAD,
     Options,
     Rule,
     Skipped,
@@ -42,7 +43,8 @@ def rule_named(name: str) -> Rule:
 @click.option("--rule", "-r", "rule_names", default=",".join(RULES), show_default=True,
               help="Rule name(s), comma separated: nsys 2025 names give nsys 2025.3.1's CSV, "
                    "nsys 2022.4 names (gpu-starv, ...) 2022.4's.")
-@click.option("--rows", type=click.IntRange(min=1), default=50, show_default=True, help="At most this many rows per rule.")
+@click.option("--rows", type=click.IntRange(min=-1), default=50, show_default=True,
+              help="At most this many rows per rule (-1: all).")
 @click.option("--gap", "gap_ms", type=click.IntRange(min=0), default=500, show_default=True,
               help="gpu_gaps: report idle gaps longer than this many ms.")
 @click.option("--threshold", type=click.IntRange(0, 100), default=50, show_default=True,
@@ -52,19 +54,32 @@ def rule_named(name: str) -> Rule:
 @click.option("--start", "window_start", type=click.IntRange(min=0), default=None,
               help="Only operations/calls overlapping [START, END) ns (nsys's start=).")
 @click.option("--end", "window_end", type=click.IntRange(min=0), default=None, help="End of that window (ns).")
-@click.option("--nvtx", default=None, metavar="RANGE[@DOMAIN]",
-              help="Only what overlaps the first NVTX range of this name (and its thread or process).")
+@click.option("--nvtx", default=None, metavar="RANGE[@DOMAIN][/N]",
+              help="Only what overlaps the first NVTX range of this name, or its N-th (from 0; 2025 names), and its "
+                   "thread or process.")
+@click.option("--process", "process_id", type=click.IntRange(min=0), default=None,
+              help="cuda_api_sync: only this process id (not with --nvtx).")
+@click.option("--thread", "thread_id", type=click.IntRange(min=0), default=None,
+              help="cuda_api_sync: only this thread id (not with --nvtx).")
 @click.option("--output", "-o", "prefix", default=None,
               help="Write PREFIX_<rule>.csv (PREFIX_<file>_<rule>.csv for several files) instead of stdout.")
 def analyze_cmd(files: tuple[Path, ...], rule_names: str, rows: int, gap_ms: int, threshold: int, chunks: int,
-                window_start: int | None, window_end: int | None, nvtx: str | None, prefix: str | None) -> None:
+                window_start: int | None, window_end: int | None, nvtx: str | None, process_id: int | None,
+                thread_id: int | None, prefix: str | None) -> None:
     """`nsys analyze` rules (CSV): the same findings, rows and bytes as nsys's `--format csv` (2025.3.1
     for the 2025 rule names, 2022.4 for its hyphen names). A rule whose tables the export lacks is
     skipped with nsys's message (exit 0)."""
     rules = [rule_named(n.strip()) for n in rule_names.split(",") if n.strip()]
     if window_start is not None and window_end is not None and window_start > window_end:
         raise UserError(f"--start {window_start} is after --end {window_end}: give a start before the end")
-    opts = Options(rows, gap_ms, threshold, chunks, window_start, window_end, nvtx)
+    ids = [name for name, value in (("--process", process_id), ("--thread", thread_id)) if value is not None]
+    if ids and nvtx is not None:
+        raise UserError(f"--nvtx cannot be used with {' or '.join(ids)} (as in nsys): give one of them")
+    refusing = [rule.name for rule in rules if rule.name not in TAKE_PROCESS_AND_THREAD]
+    if ids and refusing:
+        raise UserError(f"{' and '.join(ids)}: only {', '.join(TAKE_PROCESS_AND_THREAD)} takes it (nsys "
+                        f"refuses it for {', '.join(refusing)}): give -r {TAKE_PROCESS_AND_THREAD[0]}")
+    opts = Options(rows, gap_ms, threshold, chunks, window_start, window_end, nvtx, process_id, thread_id)
     blocks, failures = len(files) * len(rules), 0
     for path in files:
         try:
