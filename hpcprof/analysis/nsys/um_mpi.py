@@ -56,14 +56,19 @@ def _nullable(values: np.ndarray, null: np.ndarray) -> np.ndarray:
     return out
 
 
+def _objects(values: list[Any]) -> np.ndarray:
+    """A list as an object array (None stays None)."""
+    return np.array(values + [None], dtype=object)[:-1]
+
+
 def _addresses(values: list[Any]) -> np.ndarray:
     """Addresses as nsys prints `addr_uint`: 0x... in upper case hex, NULL as None."""
-    return np.array([None if v is None else f"0x{int(v):X}" for v in values] + [None], dtype=object)[:-1]
+    return _objects([None if v is None else f"0x{int(v):X}" for v in values])
 
 
 def _mb(values: list[Any]) -> np.ndarray:
     """Byte counts in MB (10^6 B), NULL as None."""
-    return np.array([None if v is None else v / 1e6 for v in values] + [None], dtype=object)[:-1]
+    return _objects([None if v is None else v / 1e6 for v in values])
 
 
 # ---------------------------------------------------------------------------------------
@@ -147,8 +152,8 @@ def um_sum(export: Export, layout: str) -> Table:
     address, htod, dtoh, cpu_n, gpu_n, tput = (list(c) for c in zip(*rows, strict=True)) if rows else ([],) * 6
     unit = "MBps" if layout == OLD else "MB/s"
     cols = {"Virtual Address": _addresses(address), "HtoD Migration size (MB)": _mb(htod),
-            "DtoH Migration size (MB)": _mb(dtoh), "CPU Page Faults": np.array(cpu_n + [None], dtype=object)[:-1],
-            " GPU Page Faults": np.array(gpu_n + [None], dtype=object)[:-1],
+            "DtoH Migration size (MB)": _mb(dtoh), "CPU Page Faults": _objects(cpu_n),
+            " GPU Page Faults": _objects(gpu_n),
             f"Migration Throughput ({unit})": _mb(tput)}
     return make_table(cols, ["s", "f3", "f3", "i", "i", "f3"], null=null_text(layout))
 
@@ -237,44 +242,40 @@ def mpi_event_sum(export: Export, layout: str) -> Table:
 
 
 def mpi_event_trace(export: Export, layout: str) -> Table:
-    """One row per MPI event (a thread with several ranks: one row per rank), by start time, ties
-    in table order (p2p, start-wait, other, collectives, each in row order)."""
-    ranks = _read(export, "MPI_RANKS", ["globalTid", "rank"])
-    rank_of: dict[int, list[int]] = {}
-    for gtid, rank in zip(ranks["globalTid"].tolist(), ranks["rank"].tolist(), strict=True):
-        rank_of.setdefault(gtid, []).append(rank)
-    names = ["start", "end", "gtid", "text", "tag", "rank", "peer", "root", "size", "send", "recv"]
-    rows: list[tuple[Any, ...]] = []
+    """One row per MPI event (a thread with several ranks: one row per rank, in MPI_RANKS order),
+    by start time, ties in table order (p2p, start-wait, other, collectives, each in row order)."""
+    import pandas as pd
+
+    def column(d: dict[str, np.ndarray], name: str, n: int) -> pd.arrays.IntegerArray:
+        if name not in d:
+            return pd.array([None] * n, dtype="Int64")
+        return pd.arrays.IntegerArray(d[name], d[name + "?"].copy())
+
+    # which of a table's columns fill Tag, PeerRank, RootRank, Size, CollSendSize, CollRecvSize
+    fills = {"p2p": ("tag", "remoteRank", "", "size", "", ""),
+             "collectives": ("", "", "rootRank", "", "size", "recvSize")}
+    names = ("tag", "peer", "root", "size", "send", "recv")
+    frames = []
     for source, d in _mpi_events(export, ["size", "tag", "remoteRank", "rootRank", "recvSize"]):
         n = len(d["start"])
+        cols = {"start": d["start"], "end": column(d, "end", n), "gtid": column(d, "globalTid", n),
+                "text": np.where(d["textId?"], -1, d["textId"])}
+        cols |= {k: column(d, c, n) for k, c in zip(names, fills.get(source, ("",) * 6), strict=True)}
+        frames.append(pd.DataFrame(cols))
+    events = pd.concat(frames, ignore_index=True)
+    r = _read(export, "MPI_RANKS", ["globalTid", "rank"])
+    ranks = pd.DataFrame({"gtid": pd.array(r["globalTid"], dtype="Int64"), "rank": pd.array(r["rank"], dtype="Int64")})
+    j = events.merge(ranks, on="gtid", how="left", sort=False)        # LEFT JOIN: events in union order
+    j = j.sort_values("start", kind="stable", ignore_index=True)
+    gtid = j["gtid"]
 
-        def col(name: str, d: dict[str, np.ndarray] = d, n: int = n) -> list[Any]:
-            return _nullable(d[name], d[name + "?"]).tolist() if name in d else [None] * n
+    def out(series: pd.Series) -> np.ndarray:
+        return series.astype(object).where(series.notna(), None).to_numpy(dtype=object)
 
-        p2p, coll = source == "p2p", source == "collectives"
-        columns = [col("start"), col("end"), col("globalTid"), col("textId"),
-                   col("tag") if p2p else [None] * n, col("remoteRank") if p2p else [None] * n,
-                   col("rootRank") if coll else [None] * n, col("size") if p2p else [None] * n,
-                   col("size") if coll else [None] * n, col("recvSize") if coll else [None] * n]
-        for start, end, gtid, text, tag, peer, root, size, send, recv in zip(*columns, strict=True):
-            for rank in rank_of.get(gtid, [None]) if gtid is not None else [None]:
-                rows.append((start, end, gtid, text, tag, rank, peer, root, size, send, recv))
-    rows.sort(key=lambda r: r[0])                               # stable: ties keep the union order
-    c = dict(zip(names, (list(v) for v in zip(*rows, strict=True)), strict=True)) if rows else \
-        {k: [] for k in names}
-    gtid = c["gtid"]
-    cols = {"Start (ns)": _objects(c["start"]), "End (ns)": _objects(c["end"]),
-            "Duration (ns)": _objects([None if e is None else e - s for s, e in zip(c["start"], c["end"],
-                                                                                     strict=True)]),
-            "Event": export.strings(np.array([-1 if t is None else t for t in c["text"]], dtype=np.int64)),
-            "Pid": _objects([None if t is None else (t >> 24) & 0xFFFFFF for t in gtid]),
-            "Tid": _objects([None if t is None else t & 0xFFFFFF for t in gtid]),
-            "Tag": _objects(c["tag"]), "Rank": _objects(c["rank"]), "PeerRank": _objects(c["peer"]),
-            "RootRank": _objects(c["root"]), "Size (MB)": _mb(c["size"]), "CollSendSize (MB)": _mb(c["send"]),
-            "CollRecvSize (MB)": _mb(c["recv"])}
+    mb = {k: out(j[k].astype("Float64") / 1e6) for k in ("size", "send", "recv")}
+    cols = {"Start (ns)": j["start"].to_numpy(), "End (ns)": out(j["end"]), "Duration (ns)": out(j["end"] - j["start"]),
+            "Event": export.strings(j["text"].to_numpy(np.int64)), "Pid": out((gtid // (1 << 24)) % (1 << 24)),
+            "Tid": out(gtid % (1 << 24)), "Tag": out(j["tag"]), "Rank": out(j["rank"]), "PeerRank": out(j["peer"]),
+            "RootRank": out(j["root"]), "Size (MB)": mb["size"], "CollSendSize (MB)": mb["send"],
+            "CollRecvSize (MB)": mb["recv"]}
     return make_table(cols, ["i"] * 3 + ["s"] + ["i"] * 6 + ["f3"] * 3, null=null_text(layout))
-
-
-def _objects(values: list[Any]) -> np.ndarray:
-    """A list as an object array (None stays None)."""
-    return np.array(values + [None], dtype=object)[:-1]
