@@ -94,24 +94,23 @@ def um_cpu_page_faults_sum(export: Export, layout: str) -> Table:
     return make_table(out, formats, by_total(count), null=null_text(layout))
 
 
-def _by_address(export: Export, table: str, value: str | None, where: str = "",
-                address: str = "address") -> dict[int | None, tuple[int, ...]]:
+Sums = dict[int | None, tuple[int, int]]
+Migration = tuple[int | None, int | None, int | None, int | float | None]   # address, HtoD, DtoH, throughput
+
+
+def _by_address(export: Export, table: str, value: str | None, where: str = "", address: str = "address") -> Sums:
     """Per address (NULL as None), in SQLite's group order: (count or Σ value, Σ duration)."""
     cols = [address] + ([value] if value else []) + (["start", "end"] if table == MEMCPY else [])
     d = _read(export, table, cols, where)
     key = np.where(d[address + "?"], -1, d[address])          # addresses are never negative
     codes, (uniq,) = group_codes(key)
-    n = len(uniq)
-    amount = np.bincount(codes, weights=None if value is None else d[value], minlength=n)
-    dur = np.bincount(codes, weights=d["end"] - d["start"], minlength=n) if table == MEMCPY else np.zeros(n)
-    exact = value is None or not len(codes) or np.abs(d[value]).sum() < 2 ** 52
-    if not exact:                                             # sums past float's integers: Python ints
-        sums = [0] * n
-        for c, v in zip(codes.tolist(), d[value].tolist(), strict=True):
-            sums[c] += v
-        amount = np.array(sums, dtype=object)
-    return {None if a == -1 else int(a): (int(s), int(t)) for a, s, t in zip(uniq.tolist(), amount.tolist(),
-                                                                               dur.tolist(), strict=True)}
+    amount = np.zeros(len(uniq), dtype=np.int64)
+    np.add.at(amount, codes, 1 if value is None else d[value])
+    dur = np.zeros(len(uniq), dtype=np.int64)
+    if table == MEMCPY:
+        np.add.at(dur, codes, d["end"] - d["start"])
+    return {None if a == -1 else a: (s, t) for a, s, t in zip(uniq.tolist(), amount.tolist(), dur.tolist(),
+                                                               strict=True)}
 
 
 def _throughput(d2h: tuple[int, int] | None, h2d: tuple[int, int] | None) -> int | float | None:
@@ -134,27 +133,27 @@ def um_sum(export: Export, layout: str) -> Table:
     d2h = _by_address(export, MEMCPY, "bytes", f"copyKind = {UM_DTOH}", "virtualAddress")
     h2d = _by_address(export, MEMCPY, "bytes", f"copyKind = {UM_HTOD}", "virtualAddress")
     # PageFaults: the CPU addresses (with GPU faults where the address has them), then GPU-only ones
-    faults = [(a, n, gpu[a][0] if a in gpu else None) for a, (n, _) in cpu.items()]
+    faults: list[tuple[int | None, int | None, int | None]] = [
+        (a, n, gpu[a][0] if a in gpu else None) for a, (n, _) in cpu.items()]
     faults += [(a, None, n) for a, (n, _) in gpu.items() if a not in cpu]
     # Migrations: the DtoH addresses (a NULL address joins nothing), then the HtoD-only ones
-    moves = [(a, h2d[a][0] if a is not None and a in h2d else None, pair[0],
-              _throughput(pair, h2d.get(a) if a is not None else None)) for a, pair in d2h.items()]
+    moves: list[Migration] = [(a, h2d[a][0] if a is not None and a in h2d else None, pair[0],
+                               _throughput(pair, h2d.get(a) if a is not None else None)) for a, pair in d2h.items()]
     moves += [(a, pair[0], None, _throughput(None, pair)) for a, pair in h2d.items() if a is None or a not in d2h]
     move_of = {m[0]: m for m in moves if m[0] is not None}
     fault_addresses = {a for a, _, _ in faults}
     rows: list[tuple[Any, ...]] = []
     for a, cpu_n, gpu_n in faults:                            # PageFaults LEFT JOIN Migrations
-        _, h, d, t = move_of.get(a, (a, None, None, None))
+        _, h, d, t = move_of.get(a, (a, None, None, None)) if a is not None else (a, None, None, None)
         rows.append((a, h, d, cpu_n, gpu_n, t))
     rows += [(a, h, d, None, None, t) for a, h, d, t in moves  # Migrations without page faults
              if a is None or a not in fault_addresses]
     rows = sorted(rows, key=lambda r: (r[5] is None, -(r[5] or 0)))[:10]
-    address, htod, dtoh, cpu_n, gpu_n, tput = (list(c) for c in zip(*rows, strict=True)) if rows else ([],) * 6
+    c = [list(col) for col in zip(*rows, strict=True)] if rows else [[] for _ in range(6)]
     unit = "MBps" if layout == OLD else "MB/s"
-    cols = {"Virtual Address": _addresses(address), "HtoD Migration size (MB)": _mb(htod),
-            "DtoH Migration size (MB)": _mb(dtoh), "CPU Page Faults": _objects(cpu_n),
-            " GPU Page Faults": _objects(gpu_n),
-            f"Migration Throughput ({unit})": _mb(tput)}
+    cols = {"Virtual Address": _addresses(c[0]), "HtoD Migration size (MB)": _mb(c[1]),
+            "DtoH Migration size (MB)": _mb(c[2]), "CPU Page Faults": _objects(c[3]),
+            " GPU Page Faults": _objects(c[4]), f"Migration Throughput ({unit})": _mb(c[5])}
     return make_table(cols, ["s", "f3", "f3", "i", "i", "f3"], null=null_text(layout))
 
 
@@ -163,7 +162,9 @@ def um_total_sum(export: Export, layout: str) -> Table:
     and highest address of the four (NULL when one of them has none)."""
     cpu = _read(export, UM_CPU, ["address"])["address"]
     g = _read(export, UM_GPU, ["address", "numberOfPageFaults"])
-    lows, highs, totals = [], [], {}
+    lows: list[int | None] = []
+    highs: list[int | None] = []
+    totals: dict[int, int | None] = {}
     for kind in (UM_HTOD, UM_DTOH):
         m = _read(export, MEMCPY, ["virtualAddress", "bytes"], f"copyKind = {kind}")
         known = m["virtualAddress"][~m["virtualAddress?"]]
@@ -173,8 +174,10 @@ def um_total_sum(export: Export, layout: str) -> Table:
     for addresses in (cpu, g["address"]):
         lows.append(int(addresses.min()) if len(addresses) else None)
         highs.append(int(addresses.max()) if len(addresses) else None)
-    low = None if None in lows else min(lows)
-    high = None if None in highs else max(highs)
+    known_lows = [v for v in lows if v is not None]       # SQL min(a, b, ...) is NULL if one is
+    known_highs = [v for v in highs if v is not None]
+    low = min(known_lows) if len(known_lows) == len(lows) else None
+    high = max(known_highs) if len(known_highs) == len(highs) else None
     gpu_total = int(g["numberOfPageFaults"].astype(object).sum()) if len(g["address"]) else None
     cols = {"Total HtoD Migration Size (MB)": _mb([totals[UM_HTOD]]),
             "Total DtoH Migration Size (MB)": _mb([totals[UM_DTOH]]),
