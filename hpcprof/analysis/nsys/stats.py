@@ -106,6 +106,13 @@ MEMORY = _needs(((MEMCPY, MEMSET), "GPU memory data"))
 RANGES = _needs(((NVTX,), "NV Tools Extension (NVTX) data"))
 LAUNCHES = _needs(((RUNTIME,), "CUDA API data"), ((KERNEL,), "CUDA kernel data"))
 
+STRING_IDS = (("StringIds",), "StringIds table")
+UM_CPU_FAULTS = (("CUDA_UM_CPU_PAGE_FAULT_EVENTS",), "CUDA Unified Memory CPU page faults data")
+UM_ALL = _needs(((MEMCPY,), "CUDA memory transfers data"), UM_CPU_FAULTS,
+                (("CUDA_UM_GPU_PAGE_FAULT_EVENTS",), "CUDA Unified Memory GPU page faults data"))
+MPI_EVENTS = (("MPI_P2P_EVENTS", "MPI_START_WAIT_EVENTS", "MPI_OTHER_EVENTS", "MPI_COLLECTIVES_EVENTS"),
+              "MPI event data")
+
 SPECS: tuple[ReportSpec, ...] = (
     ReportSpec("cuda_gpu_kern_sum", None, KERNELS, "reports.cuda_gpu_kern_sum", "small.cuda_gpu_kern_sum",
                summary=True),
@@ -136,6 +143,16 @@ SPECS: tuple[ReportSpec, ...] = (
                                           "CUDA API, GPU kernel, nor memory operations data")),
                "reports.cuda_api_gpu_sum"),
     ReportSpec(None, "kernexectrace", LAUNCHES, "traces.cuda_kern_exec_trace"),
+    # unified memory, OpenMP, MPI (um_mpi.py); needs in the order of nsys's table_checks
+    ReportSpec("um_cpu_page_faults_sum", "umcpupagefaults", _needs(STRING_IDS, UM_CPU_FAULTS),
+               "um_mpi.um_cpu_page_faults_sum"),
+    ReportSpec("um_sum", "unifiedmemory", UM_ALL, "um_mpi.um_sum"),
+    ReportSpec("um_total_sum", "unifiedmemorytotals", UM_ALL, "um_mpi.um_total_sum"),
+    # and OPENMP_EVENT_KIND_* tables, which um_mpi.openmp_sum looks for
+    ReportSpec("openmp_sum", "openmpevtsum", _needs(STRING_IDS), "um_mpi.openmp_sum"),
+    ReportSpec("mpi_event_sum", None, _needs(STRING_IDS, MPI_EVENTS), "um_mpi.mpi_event_sum"),
+    ReportSpec("mpi_event_trace", None, _needs(STRING_IDS, (("MPI_RANKS",), "MPI rank data"), MPI_EVENTS),
+               "um_mpi.mpi_event_trace"),
 )
 
 #: every report name hpcprof knows (current names first) -> its spec

@@ -1,0 +1,99 @@
+"""Differential tests of the unified memory, OpenMP and MPI reports of `hpcprof nsys stats`
+against the real `nsys stats`, on exports from tests/differential/nsys_extra_exports.py (seeds
+3000.., the generated exports of nsys_exports.py plus UM page fault and migration, OpenMP and
+MPI tables with exact ties in every ORDER BY, empty and missing tables, zero durations).
+
+nsys 2022.4 runs here on every export (umcpupagefaults, unifiedmemory, unifiedmemorytotals,
+openmpevtsum: one nsys process per export); nsys 2025.3.1's outputs (um_cpu_page_faults_sum,
+um_sum, um_total_sum, openmp_sum, mpi_event_sum, mpi_event_trace) were made on the GPU machine by
+benchmarks/gpu/nsys_gold.sh with NSYS_GOLD_GENERATOR=nsys_extra_exports.py and are kept in
+tests/fixtures/nsys/gold_extra_2025.3.1.tar.xz. Byte for byte; a report nsys skips is an empty
+file on its side and MissingData on ours.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tarfile
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from test_differential_nsys import SPAWN, Outcome, _nsys_2022, ours
+
+sys.path.insert(0, str(Path(__file__).parent / "differential"))
+from nsys_extra_exports import FIRST_SEED, derive_extra  # noqa: E402
+
+OLD = ["umcpupagefaults", "unifiedmemory", "unifiedmemorytotals", "openmpevtsum"]
+NEW = ["um_cpu_page_faults_sum", "um_sum", "um_total_sum", "openmp_sum", "mpi_event_sum", "mpi_event_trace"]
+GOLD_2025 = "gold_extra_2025.3.1.tar"       # stored as .tar.xz, unpacked by fixtures_dir
+PER_KIND = int(os.environ.get("HPCPROF_DIFF_EXPORTS", "520"))
+SEEDS = range(FIRST_SEED, FIRST_SEED + PER_KIND)
+
+
+def _derive(args: tuple[int, Path, Path]) -> Path:
+    return derive_extra(*args)
+
+
+def _compare(args: tuple[Path, bool, Path | None]) -> dict[str, Outcome]:
+    """One export against nsys 2022.4's files beside it (if it ran) and the 2025.3.1 gold (if made)."""
+    db, with_2022, gold_dir = args
+    mine = ours(db, (OLD if with_2022 else []) + (NEW if gold_dir is not None else []))
+    out = {"2022.4": Outcome(), "2025.3.1": Outcome()}
+    for report in OLD if with_2022 else []:
+        theirs = Path(f"{db.with_suffix('')}_{report}.csv")
+        out["2022.4"].add(db.name, report, theirs.read_text() if theirs.exists() else "", mine[report])
+    for report in NEW if gold_dir is not None else []:
+        gold = gold_dir / f"{db.stem}_{report}.csv"
+        out["2025.3.1"].add(db.name, report, gold.read_text() if gold.exists() else "", mine[report])
+    return out
+
+
+@pytest.fixture(scope="module")
+def comparisons(fixtures_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Outcome | str]:
+    """Both comparisons over the same generated exports (made and compared in 2 processes)."""
+    work = tmp_path_factory.mktemp("differential_extra")
+    stored = fixtures_dir / "nsys" / GOLD_2025
+    gold_dir = work / "gold_2025" if stored.exists() else None
+    if gold_dir is not None:
+        with tarfile.open(stored) as tar:
+            tar.extractall(gold_dir, filter="data")
+    with ProcessPoolExecutor(max_workers=2, mp_context=SPAWN) as pool:
+        exports = list(pool.map(_derive, [(seed, fixtures_dir, work) for seed in SEEDS], chunksize=16))
+    nsys = _nsys_2022()
+    if isinstance(nsys, Path):
+        def reference(db: Path) -> None:         # one nsys per export, every report (an empty file where it skips)
+            subprocess.run([str(nsys), "stats", "--report", ",".join(OLD), "--format", "csv",
+                            "--force-overwrite", "true", "--output", str(db.with_suffix("")), str(db)],
+                           capture_output=True, timeout=300, check=False)
+        with ThreadPoolExecutor(max_workers=2) as threads:
+            list(threads.map(reference, exports))
+    totals = {"2022.4": Outcome(), "2025.3.1": Outcome()}
+    with ProcessPoolExecutor(max_workers=2, mp_context=SPAWN) as pool:
+        for outcomes in pool.map(_compare, [(db, isinstance(nsys, Path), gold_dir) for db in exports], chunksize=16):
+            for key, part in outcomes.items():
+                totals[key].compared += part.compared
+                totals[key].identical += part.identical
+                totals[key].differing += part.differing
+    why_not_2025 = (f"no nsys 2025.3.1 gold yet (tests/fixtures/nsys/{GOLD_2025}.xz): make it on the GPU machine "
+                    "with NSYS_GOLD_GENERATOR=nsys_extra_exports.py benchmarks/gpu/nsys_gold.sh --seeds 3000 520")
+    return {"2022.4": totals["2022.4"] if isinstance(nsys, Path) else nsys,
+            "2025.3.1": totals["2025.3.1"] if gold_dir is not None else why_not_2025}
+
+
+@pytest.mark.parametrize("version", ["2022.4", "2025.3.1"])
+def test_um_openmp_mpi_reports_identical_to_nsys(comparisons: dict, version: str, record_counts) -> None:
+    outcome = comparisons[version]
+    if isinstance(outcome, str):
+        if version == "2022.4" and os.environ.get("CI"):
+            pytest.fail(f"nsys 2022.4 is required in CI: {outcome}")
+        pytest.skip(outcome)
+    reports = OLD if version == "2022.4" else NEW
+    source = "run here" if version == "2022.4" else "gold made on the GPU machine"
+    record_counts(f"nsys {version} ({source}), UM/OpenMP/MPI reports ({', '.join(reports)}): {outcome.compared} "
+                  f"reports compared over {PER_KIND} generated exports, {outcome.identical} identical")
+    assert outcome.compared == PER_KIND * len(reports)
+    assert not outcome.differing, (f"{len(outcome.differing)} reports differ; first:\n"
+                                   + "\n".join(outcome.differing[:5]))
