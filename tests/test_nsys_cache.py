@@ -3,6 +3,7 @@ reads the cache and gives the same tables; a changed export empties it; a damage
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -99,3 +100,27 @@ def test_small_exports_are_not_cached_by_default(export: Path, monkeypatch: pyte
     monkeypatch.delenv("HPCPROF_NSYS_CACHE")
     analysis(export)
     assert not cache_dir(export).exists()
+
+
+def test_a_touched_export_rebuilds_the_cache(export: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same bytes with another mtime (the key's size/mtime/schema): the cache is emptied and
+    every read made again from the export, giving the same tables."""
+    reference = uncached(export, monkeypatch)
+    analysis(export)
+    key = (cache_dir(export) / "key.json").read_text()
+    written = files(export)
+    st = export.stat()
+    os.utime(export, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+    reads: list[str] = []
+    scan = db.ArrowConnection.batches
+
+    def counted(self: db.ArrowConnection, sql: str) -> object:
+        reads.append(sql)
+        return scan(self, sql)
+
+    monkeypatch.setattr(db.ArrowConnection, "batches", counted)
+    same(analysis(export), reference)
+    assert (cache_dir(export) / "key.json").read_text() != key
+    assert len(reads) >= len(written)                                     # read from the export again
+    assert set(files(export)) == set(written)
+    assert all(files(export)[name][1] != written[name][1] for name in written)   # every file written anew
