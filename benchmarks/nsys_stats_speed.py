@@ -122,8 +122,13 @@ def _columns(con: sqlite3.Connection, table: str) -> list[str]:
     return [r[1] for r in con.execute(f"PRAGMA table_info({table})")]
 
 
-def measure(cmd: list[str], cwd: Path, env: dict[str, str] | None = None) -> tuple[float, int, str]:
-    """Run `cmd`; (wall seconds, peak RSS in MiB of that child from wait4, its stdout).
+#: one child run: wall seconds, peak RSS MiB, stdout, CPU seconds
+Run = tuple[float, int, str, float]
+
+
+def measure(cmd: list[str], cwd: Path, env: dict[str, str] | None = None) -> Run:
+    """Run `cmd`; (wall seconds, peak RSS in MiB of that child from wait4, its stdout, its CPU
+    seconds, user + system: what a loaded machine inflates less than wall time).
 
     Every step runs in a child: a forked child starts with its parent's resident set, so
     the parent stays small and holds no data."""
@@ -134,7 +139,7 @@ def measure(cmd: list[str], cwd: Path, env: dict[str, str] | None = None) -> tup
     out = proc.stdout.read() if proc.stdout else ""
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"{cmd[0]} failed ({os.waitstatus_to_exitcode(status)})")
-    return wall, usage.ru_maxrss // 1024, out
+    return wall, usage.ru_maxrss // 1024, out, usage.ru_utime + usage.ru_stime
 
 
 def reports_in_process(db: Path) -> float:
@@ -151,18 +156,18 @@ def reports_in_process(db: Path) -> float:
     return time.perf_counter() - t0
 
 
-def floor(db: Path, reports: list[str], transfer: bool) -> tuple[float, float]:
-    """(SQLite-only scan, scan + transfer into numpy; 0 unless `transfer`) seconds over the columns
-    `reports` read."""
+def floor(db: Path, reports: list[str], transfer: bool) -> tuple[float, float, float]:
+    """(SQLite-only scan, scan + transfer into numpy (0 unless `transfer`), the scan's CPU) seconds
+    over the columns `reports` read."""
     import numpy as np  # here: the engines' children time their own imports
 
     con = sqlite3.connect(f"file:{db}?mode=ro&immutable=1", uri=True)
     tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     scans = [(t, c) for t, c in needed_columns(reports).items() if t in tables]
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     for table, cols in scans:
         con.execute(f"SELECT {', '.join(f'count({c})' for c in cols)} FROM {table}").fetchall()
-    sqlite_only = time.perf_counter() - t0
+    sqlite_only, sqlite_cpu = time.perf_counter() - t0, time.process_time() - c0
     t0 = time.perf_counter()
     for table, cols in scans if transfer else []:
         ints = [c for c in cols if c != "text"]
@@ -174,7 +179,7 @@ def floor(db: Path, reports: list[str], transfer: bool) -> tuple[float, float]:
                         dtype=np.int64)
     moved = time.perf_counter() - t0 if transfer else 0.0
     con.close()
-    return sqlite_only, moved
+    return sqlite_only, moved, sqlite_cpu
 
 
 ENGINE_REPORTS = NEW_NAMES + ["cuda_gpu_kern_gb_sum"]
@@ -209,7 +214,7 @@ def engines(source: Path, repeat: int) -> None:
             "--engine python": base + ["--engine", "python"], "--engine columnar": base + ["--engine", "columnar"]}
     me = [sys.executable, str(Path(__file__).resolve())]
     split = {e: me + ["--child-engine", e, str(source)] for e in ("python", "columnar")}
-    runs: dict[str, list[tuple[float, int, str]]] = {k: [] for k in [*cmds, *split]}
+    runs: dict[str, list[Run]] = {k: [] for k in [*cmds, *split]}
     for _ in range(repeat):                          # interleaved: the machine is shared
         for key, cmd in [*cmds.items(), *split.items()]:
             runs[key].append(measure(cmd, REPO))
@@ -217,16 +222,16 @@ def engines(source: Path, repeat: int) -> None:
     print(f"input: {source} ({source.stat().st_size / 1000:.0f} kB); reports: {names} (--format csv)")
     print(f"{'command':18s} {'best s':>7s} {'median s':>9s}   runs (s)")
     for key in cmds:
-        walls = [w for w, _, _ in runs[key]]
+        walls = [w for w, *_ in runs[key]]
         print(f"{key:18s} {min(walls):7.3f} {statistics.median(walls):9.3f}   " + " ".join(f"{w:.3f}" for w in walls))
-    best = {k: min(w for w, _, _ in v) for k, v in runs.items()}
-    median = {k: statistics.median(w for w, _, _ in v) for k, v in runs.items()}
+    best = {k: min(w for w, *_ in v) for k, v in runs.items()}
+    median = {k: statistics.median(w for w, *_ in v) for k, v in runs.items()}
     print(f"columnar / python: {best['--engine columnar'] / best['--engine python']:.1f}x (best), "
           f"{median['--engine columnar'] / median['--engine python']:.1f}x (median)")
     print(f"outputs identical: {'yes' if same else 'NO'}")
     print("in process (median s):")
     for engine in split:
-        imports, reports = (statistics.median(float(out.split()[i]) for _, _, out in runs[engine]) for i in (0, 1))
+        imports, reports = (statistics.median(float(out.split()[i]) for _, _, out, _ in runs[engine]) for i in (0, 1))
         print(f"  {engine:9s} imports {imports:.3f}  reports and CSV {reports:.3f}")
 
 
@@ -273,7 +278,7 @@ def main() -> None:
     db = work / "big.sqlite"
     args.source = args.source.resolve()             # the children run in the scratch folder
     me = [sys.executable, str(Path(__file__).resolve())]
-    built, _, out = measure(me + ["--child-build", str(args.source), str(args.copies), str(db)], work)
+    built, _, out, _ = measure(me + ["--child-build", str(args.source), str(args.copies), str(db)], work)
     counts = json.loads(out)
     print(f"input: {args.source.name} x {args.copies} -> {db} ({db.stat().st_size / 2**20:.0f} MiB, "
           f"built in {built:.1f} s)")
@@ -299,7 +304,7 @@ def main() -> None:
     help_cmd = [sys.executable, "-c", "import hpcprof.cli, hpcprof.analysis.nsys.cli, hpcprof.analysis.nsys.reports"]
     pass_cmd = [sys.executable, "-c", "pass"]
     measure(hp_cmd(REPORTS, "cached"), work, cache_env)          # writes the export's columnar cache
-    runs: dict[str, list[tuple[float, int, str]]] = defaultdict(list)
+    runs: dict[str, list[Run]] = defaultdict(list)
     for _ in range(args.repeat):                     # interleaved, best of N: the machine is shared
         runs["startup"].append(measure(help_cmd, work))
         runs["pass"].append(measure(pass_cmd, work))
@@ -310,13 +315,15 @@ def main() -> None:
             runs[f"hp {key}"].append(measure(hp_cmd(names, "hpcprof" if key == "all" else key), work, scan_env))
             runs[f"floor {key}"].append(measure(me + ["--child-floor", str(db), ",".join(names),
                                                       "1" if key == "all" else "0"], work))
-    best = {k: min(w for w, _, _ in v) for k, v in runs.items()}
+    best = {k: min(w for w, *_ in v) for k, v in runs.items()}
+    cpu = {k: min(r[3] for r in v) for k, v in runs.items()}
     (hp_wall, hp_rss), (ns_wall, ns_rss) = (
-        (best[k], max(r for _, r, _ in runs[k])) for k in ("hp all", "nsys"))
-    reports_s = min(float(out) for _, _, out in runs["inproc"])
+        (best[k], max(r for _, r, *_ in runs[k])) for k in ("hp all", "nsys"))
+    reports_s = min(float(out) for _, _, out, _ in runs["inproc"])
     startup_s, pass_s = best["startup"], best["pass"]
-    scan = {k: min(float(out.split()[0]) for _, _, out in runs[f"floor {k}"]) for k in sets}
-    transfer = min(float(out.split()[1]) for _, _, out in runs["floor all"])
+    scan = {k: min(float(out.split()[0]) for _, _, out, _ in runs[f"floor {k}"]) for k in sets}
+    transfer = min(float(out.split()[1]) for _, _, out, _ in runs["floor all"])
+    scan_cpu = {k: min(float(out.split()[2]) for _, _, out, _ in runs[f"floor {k}"]) for k in sets}
     same = []
     for report in REPORTS:
         ref = work / f"nsys_{report}.csv"
@@ -327,7 +334,8 @@ def main() -> None:
         same.append(ref.exists() and all(p.exists() and filecmp.cmp(p, ref, shallow=False) for p in ours
                                          if p != ours[2] or report in sets))
         print(f"  {report:15s} identical (all six, cached, alone): {'yes' if same[-1] else 'NO'}")
-    print(f"best of {args.repeat} runs each, wall time of the whole command:")
+    print(f"best of {args.repeat} runs each, wall time of the whole command (load average now "
+          f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}):")
     print(f"nsys stats        : {ns_wall:7.2f} s   peak RSS {ns_rss:6d} MiB   ({version})")
     print(f"hpcprof nsys stats: {hp_wall:7.2f} s   peak RSS {hp_rss:6d} MiB   (HPCPROF_NSYS_CACHE=off: it scans the export)")
     print(f"hpcprof start-up (interpreter, CLI and the columnar engine's imports): {startup_s:.2f} s; "
@@ -338,13 +346,15 @@ def main() -> None:
     print(f"per report set, hpcprof without its cache against its floor = one SQLite scan of the columns the set "
           f"reads + start-up (goal <= {GOAL_RATIO}x):")
     print(f"  {'report set':16s} {'hpcprof s':>9s} {'scan s':>7s} {'floor s':>7s} {'ratio':>6s}  {'goal':6s}  "
-          f"(ratio to scan + `python -c pass`)")
+          f"{'to scan + python -c pass':>24s}  {'CPU s: hpcprof / floor':>22s}")
     met = []
     for key in sets:
         hp, fl = best[f"hp {key}"], scan[key] + startup_s
         met.append(hp <= GOAL_RATIO * fl)
         print(f"  {('all ' + str(len(REPORTS))) if key == 'all' else key:16s} {hp:9.2f} {scan[key]:7.2f} {fl:7.2f} "
-              f"{hp / fl:5.2f}x  {'met' if met[-1] else 'missed':6s}  {hp / (scan[key] + pass_s):.2f}x")
+              f"{hp / fl:5.2f}x  {'met' if met[-1] else 'missed':6s}  {hp / (scan[key] + pass_s):23.2f}x  "
+              f"{cpu[f'hp {key}']:8.2f} / {scan_cpu[key] + cpu['startup']:.2f} = "
+              f"{cpu[f'hp {key}'] / (scan_cpu[key] + cpu['startup']):.2f}x")
     from hpcprof.analysis.nsys.cache import cache_dir  # here: the engines' children time their own imports
 
     cached = best["cached"]
