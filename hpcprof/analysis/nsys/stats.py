@@ -161,7 +161,7 @@ def implementation(path: str) -> Callable[..., Table]:
 
 
 #: reports of up to this many rows are kept in the export's cache (the summaries, not the traces)
-CACHED_ROWS = 100_000
+CACHED_ROWS = 10_000
 
 
 def run_table(export: Export, name: str) -> Table:
