@@ -3,17 +3,22 @@ reads the cache and gives the same tables; a changed export empties it; a damage
 
 from __future__ import annotations
 
+import io
+import json
+import os
 import shutil
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from hpcprof.analysis.nsys import db
+from hpcprof.analysis.nsys import cache, db, stats
 from hpcprof.analysis.nsys.cache import cache_dir
 from hpcprof.analysis.nsys.collect import analyse_file
 from hpcprof.analysis.nsys.db import Export
-from hpcprof.analysis.nsys.stats import SUMMARY_REPORTS, run_report
+from hpcprof.analysis.nsys.schema import MissingData
+from hpcprof.analysis.nsys.stats import REPORTS, SUMMARY_REPORTS, run_report, run_table
+from hpcprof.analysis.nsys.table import write_csv
 
 SEQPAR = Path("nsys") / "h200_seqpar_bf16"
 
@@ -99,3 +104,68 @@ def test_small_exports_are_not_cached_by_default(export: Path, monkeypatch: pyte
     monkeypatch.delenv("HPCPROF_NSYS_CACHE")
     analysis(export)
     assert not cache_dir(export).exists()
+
+
+def test_a_touched_export_rebuilds_the_cache(export: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same bytes with another mtime (the key's size/mtime/schema): the cache is emptied and
+    every read made again from the export, giving the same tables."""
+    reference = uncached(export, monkeypatch)
+    analysis(export)
+    key = (cache_dir(export) / "key.json").read_text()
+    written = files(export)
+    st = export.stat()
+    os.utime(export, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+    reads: list[str] = []
+    scan = db.ArrowConnection.batches
+
+    def counted(self: db.ArrowConnection, sql: str) -> object:
+        reads.append(sql)
+        return scan(self, sql)
+
+    monkeypatch.setattr(db.ArrowConnection, "batches", counted)
+    same(analysis(export), reference)
+    assert (cache_dir(export) / "key.json").read_text() != key
+    assert len(reads) >= len(written)                                     # read from the export again
+    assert set(files(export)) == set(written)
+    assert all(files(export)[name][1] != written[name][1] for name in written)   # every file written anew
+
+
+def csv_of(path: Path, names: list[str]) -> dict[str, str]:
+    """Each report's CSV text (or why it was skipped), by the columnar engine."""
+    out = {}
+    with Export(path) as export:
+        for name in names:
+            try:
+                text = io.StringIO()
+                write_csv(run_table(export, name), text)
+                out[name] = text.getvalue()
+            except MissingData as exc:
+                out[name] = f"skipped: {exc}"
+    return out
+
+
+def test_reports_kept_in_the_cache_give_the_same_bytes(export: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every report of both layouts: computed, then read back from the kept results (nothing
+    computed: the report functions would fail), byte-identical; kept by the code that computed them."""
+    names = [name for name in REPORTS if REPORTS[name].columnar.startswith("reports.")]
+    monkeypatch.setenv("HPCPROF_NSYS_CACHE", "off")
+    reference = csv_of(export, names)
+    monkeypatch.setenv("HPCPROF_NSYS_CACHE", "on")
+    assert csv_of(export, names) == reference
+    kept = sorted(p.name for p in cache_dir(export).glob("result-*.json"))
+    assert len(kept) == sum(not text.startswith("skipped") for text in reference.values())
+
+    def computed(module: str, function: str) -> None:
+        raise AssertionError(f"computed {module}.{function}")
+
+    monkeypatch.setattr(stats, "implementation", lambda path: computed(*path.rsplit(".", 1)))
+    assert csv_of(export, names) == reference
+    victim = cache_dir(export) / kept[0]
+    victim.write_text("{damaged")                             # a damaged document: computed again
+    monkeypatch.undo()
+    monkeypatch.setenv("HPCPROF_NSYS_CACHE", "on")
+    assert csv_of(export, names) == reference
+    assert json.loads(victim.read_text())["name"].startswith("stats ")
+    monkeypatch.setattr(cache, "code_version", lambda: "another")   # other code: its own results
+    assert csv_of(export, names) == reference
+    assert len(list(cache_dir(export).glob("result-*.json"))) == 2 * len(kept)

@@ -5,7 +5,10 @@ batches of each SQL text are written (while they stream to the analysis) to an A
 `.<export name>.hpcprof-cache/` beside the export, and read back memory-mapped the next time.
 The cache is keyed by the export's size, mtime, nsys schema version and hpcprof's version
 (`key.json`): any change empties it. A damaged or truncated file is dropped and read again from
-the export. Only exports of CACHE_MIN_BYTES or more are cached (per-rank exports read faster
+the export. Beside the column reads, small results computed from them (the `nsys stats` reports'
+tables, see stats.run_table) are kept as JSON documents, keyed also by the code that computed
+them (code_version: the bytes of this package's modules), so a second `hpcprof nsys stats` of the
+same reports reads a few kB. Only exports of CACHE_MIN_BYTES or more are cached (per-rank exports read faster
 than a cache would); HPCPROF_NSYS_CACHE=on caches every export, =off none. Where the export's
 directory is not writable there is no cache, and nothing else changes.
 """
@@ -18,12 +21,23 @@ import os
 import shutil
 import uuid
 from collections.abc import Iterator
+from functools import cache
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 
 CACHE_MIN_BYTES = 64 << 20
 FORMAT = 1                                  # bump when what a cached file holds changes
+
+
+@cache
+def code_version() -> str:
+    """A digest of this package's modules (hpcprof/analysis/nsys/*.py): what computes a cached result."""
+    digest = hashlib.sha256()
+    for module in sorted(Path(__file__).parent.glob("*.py")):
+        digest.update(module.name.encode() + b"\0" + module.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def cache_dir(export: Path) -> Path:
@@ -70,6 +84,35 @@ class QueryCache:
             return cls(directory)
         except OSError:
             return None
+
+    def _result_file(self, name: str) -> Path:
+        return self.directory / ("result-" + hashlib.sha256(f"{code_version()}\0{name}".encode()).hexdigest()[:32]
+                                 + ".json")
+
+    def read_result(self, name: str) -> Any | None:
+        """The JSON document kept as result `name` by this code (None: not kept, or damaged: then dropped)."""
+        path = self._result_file(name)
+        try:
+            document = json.loads(path.read_text())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError):
+            path.unlink(missing_ok=True)
+            return None
+        if not isinstance(document, dict) or document.get("name") != name:
+            path.unlink(missing_ok=True)
+            return None
+        return document.get("value")
+
+    def write_result(self, name: str, value: Any) -> None:
+        """Keep `value` (JSON) as result `name`; written whole or not at all (no cache where that fails)."""
+        path = self._result_file(name)
+        tmp = path.with_name(f".{path.stem}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+        try:
+            tmp.write_text(json.dumps({"name": name, "value": value}))
+            os.replace(tmp, path)
+        except OSError:
+            tmp.unlink(missing_ok=True)
 
     def _file(self, sql: str) -> Path:
         return self.directory / (hashlib.sha256(sql.encode()).hexdigest()[:32] + ".arrow")

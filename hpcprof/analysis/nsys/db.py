@@ -404,6 +404,24 @@ class Export:
         except adbc_driver_manager.Error as exc:
             raise NsysInputError(f"{self.path}: SQLite error ({exc})") from None
 
+    def cached_result(self, name: str, compute: Callable[[], T], encode: Callable[[T], Any],
+                      decode: Callable[[Any], T]) -> T:
+        """`compute()`, or its result kept in the export's cache (cache.py) as `name`, by this code:
+        a small result of large reads (`encode` gives its JSON document, or None: not kept;
+        `decode` takes it back)."""
+        cache = self._cache
+        kept = cache.read_result(name) if cache is not None else None
+        if kept is not None:
+            try:
+                return decode(kept)
+            except (KeyError, TypeError, ValueError):   # another layout of the document: computed again
+                pass
+        result = compute()
+        document = encode(result) if cache is not None else None
+        if cache is not None and document is not None:
+            cache.write_result(name, document)
+        return result
+
     @property
     def _cache(self) -> QueryCache | None:
         """The export's columnar cache (None for small exports, see cache.py); opened once, by one thread."""

@@ -60,10 +60,12 @@ def clean_api_names(names: np.ndarray) -> np.ndarray:
 
 
 def kernels(export: Export, extra: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
-    """Kernel rows as int64 columns: start, end, nameId (the demangled name's StringIds id; + `extra`)."""
+    """Kernel rows as int64 columns (NULL as -1): start, end, nameId (the demangled name's StringIds
+    id; + `extra`). Plain SQL: the summary reports never import SQLAlchemy (0.2-0.3 s)."""
     need(export, KERNEL, "CUDA kernel data")
-    t = export.table(KERNEL)
-    return export.ints(sa.select(t.c.start, t.c.end, t.c.demangledName.label("nameId"), *(t.c[c] for c in extra)))
+    read = ("start", "end", "demangledName", *extra)
+    arrays = export.sql_ints(", ".join(f'coalesce("{c}", -1)' for c in read), KERNEL, ncols=len(read))
+    return dict(zip(("start", "end", "nameId", *extra), arrays, strict=True))
 
 
 def memops(export: Export, layout: str, value: str = "duration") -> tuple[np.ndarray, np.ndarray]:
@@ -115,16 +117,14 @@ def memcpy_labels(export: Export, layout: str) -> dict[int, str]:
     """copyKind -> operation label of the layout."""
     if layout == OLD or not export.has("ENUM_CUDA_MEMCPY_OPER"):
         return OLD_MEMCPY_LABELS
-    t = export.table("ENUM_CUDA_MEMCPY_OPER")
-    return {int(i): memcpy_label(label) for i, label in export.rows(sa.select(t.c.id, t.c.label))}
+    return {int(i): memcpy_label(label) for i, label in export.sql_rows("SELECT id, label FROM ENUM_CUDA_MEMCPY_OPER")}
 
 
 def mem_kind_labels(export: Export, layout: str) -> dict[int, str]:
     """Memory kind id -> label of the layout."""
     if layout == OLD or not export.has("ENUM_CUDA_MEM_KIND"):
         return OLD_MEM_KINDS
-    t = export.table("ENUM_CUDA_MEM_KIND")
-    return {int(i): str(label) for i, label in export.rows(sa.select(t.c.id, t.c.label))}
+    return {int(i): str(label) for i, label in export.sql_rows("SELECT id, label FROM ENUM_CUDA_MEM_KIND")}
 
 
 def nvtx_ranges(export: Export, event_types: tuple[int, ...], layout: str,

@@ -177,11 +177,21 @@ def implementation(path: str) -> Callable[..., Table]:
     return getattr(importlib.import_module(f"hpcprof.analysis.nsys.{module}"), function)
 
 
+#: reports of up to this many rows are kept in the export's cache (the summaries, not the traces)
+CACHED_ROWS = 10_000
+
+
 def run_table(export: Export, name: str) -> Table:
-    """Report `name` (current or nsys 2022.4 spelling) on `export`, by the columnar engine."""
+    """Report `name` (current or nsys 2022.4 spelling) on `export`, by the columnar engine; a
+    summary report once computed is kept in the export's cache (where it has one, cache.py)."""
     spec = spec_of(name)
     spec.check(export.has)
-    return implementation(spec.columnar)(export, spec.layout(name))
+
+    def compute() -> Table:
+        return implementation(spec.columnar)(export, spec.layout(name))
+
+    return export.cached_result(f"stats {name}", compute,
+                                lambda table: table.to_json() if len(table) <= CACHED_ROWS else None, Table.from_json)
 
 
 def run_report(export: Export, name: str) -> pd.DataFrame:

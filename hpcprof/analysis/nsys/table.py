@@ -60,6 +60,21 @@ class Table:
         """Each column as a list of Python values."""
         return [values.tolist() if hasattr(values, "tolist") else list(values) for values in self.columns.values()]
 
+    def to_json(self) -> dict[str, Any]:
+        """The table as a JSON document (each column's values and numpy dtype; floats exact)."""
+        return {"columns": {name: [str(getattr(values, "dtype", "object")), values.tolist() if hasattr(values, "tolist")
+                                   else list(values)] for name, values in self.columns.items()},
+                "formats": self.formats, "null": self.null}
+
+    @classmethod
+    def from_json(cls, document: dict[str, Any]) -> Table:
+        """The table `to_json` gave (numpy columns of the same dtypes)."""
+        import numpy as np
+
+        columns = {name: np.array(values, dtype=dtype) if dtype != "object" else
+                   np.array([*values, None], dtype=object)[:-1] for name, (dtype, values) in document["columns"].items()}
+        return cls(columns, list(document["formats"]), str(document["null"]))
+
     def to_frame(self) -> pd.DataFrame:
         """The report as a DataFrame carrying its formats in `attrs`."""
         import pandas as pd
