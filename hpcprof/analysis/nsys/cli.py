@@ -47,9 +47,10 @@ def _fail(path: Path | str, message: str) -> None:
     click.echo(f"hpcprof nsys: {text}", err=True)
 
 
-def open_exports(paths: list[Path], stack: ExitStack) -> tuple[list[Export], int]:
-    """Open every file that is a usable export (a .nsys-rep is first exported to SQLite in a
-    temporary folder with the nsys on PATH); report the others on stderr. Returns (exports, failures)."""
+def open_exports(paths: list[Path], stack: ExitStack, gpu: bool = True) -> tuple[list[Export], int]:
+    """Open every file that is a usable export (with `gpu`: one with GPU operations; a .nsys-rep
+    is first exported to SQLite in a temporary folder with the nsys on PATH); report the others
+    on stderr. Returns (exports, failures)."""
     import shutil
     import subprocess
     import tempfile
@@ -76,7 +77,7 @@ def open_exports(paths: list[Path], stack: ExitStack) -> tuple[list[Export], int
                     raise NsysInputError(
                         f"{path}: nsys export failed ({' '.join((exc.stderr or '').split())})") from None
             export = stack.enter_context(Export(source))
-            export.check_usable()
+            export.check_usable(gpu)
         except NsysInputError as exc:
             _fail(path, str(exc))
             failures += 1
@@ -193,27 +194,26 @@ format_option = click.option("--format", "fmt", type=click.Choice(FORMATS), defa
                    "every report and format, fast on large exports; auto: python for CSV of those reports "
                    "on exports up to 32 MB. Both give nsys's bytes.")
 def stats_cmd(files: tuple[Path, ...], reports: str, fmt: str, prefix: str | None, engine: str) -> None:
-    """`nsys stats` reports, with the same numbers, rows and CSV bytes as nsys."""
+    """`nsys stats` reports, with the same numbers, rows and CSV bytes as nsys. A report whose
+    tables the export lacks is skipped with what it lacks, as nsys does (exit 0)."""
     names = _report_names(reports)
     blocks = len(files) * len(names)
-    skipped = failures = usable = 0
+    failures = 0
     with ExitStack() as stack:
         if _python_engine(engine, names, fmt, files):
             results = _python_results(files, names)
         else:
             from hpcprof.analysis.nsys.stats import run_reports
 
-            exports, failures = open_exports(list(files), stack)
+            exports, failures = open_exports(list(files), stack, gpu=False)
             results = ((export.path, run_reports(export, names, frames=fmt != "csv")) for export in exports)
         for path, outcomes in results:
             if outcomes is None:
                 failures += 1
                 continue
-            usable += 1
             for name, df in zip(names, outcomes, strict=True):
                 if isinstance(df, MissingData):
                     _fail(path, f"{name} skipped: {df}")
-                    skipped += 1
                     continue
                 if isinstance(df, NsysInputError):
                     _fail(path, str(df))
@@ -228,8 +228,6 @@ def stats_cmd(files: tuple[Path, ...], reports: str, fmt: str, prefix: str | Non
                 _emit(df, fmt, sys.stdout, f"{path.name}: {name}")
                 if blocks > 1:
                     click.echo("")
-    if usable and skipped == usable * len(names):
-        raise UserError(f"nothing to report: every report was skipped for lack of data ({', '.join(names)})")
     _finish(failures, len(files))
 
 

@@ -303,11 +303,12 @@ class Export:
             return False
         return bool(self.sql_rows(f'SELECT 1 FROM "{table}" LIMIT 1'))
 
-    def check_usable(self) -> None:
-        """Raise NsysInputError when the export has no StringIds table or no kernel, memcpy or memset rows."""
+    def check_usable(self, gpu: bool = True) -> None:
+        """Raise NsysInputError when the export has no StringIds table or (with `gpu`) no kernel,
+        memcpy or memset rows. `nsys stats` asks for no GPU rows: each report names what it lacks."""
         if not self.has(STRINGS):
             raise NsysInputError(f"{self.path}: {NO_STRINGS}")
-        if not any(self.has_rows(t) for t in GPU_TABLES):
+        if gpu and not any(self.has_rows(t) for t in GPU_TABLES):
             raise NsysInputError(f"{self.path}: {NO_GPU_ACTIVITY}")
 
     # -- reading --------------------------------------------------------------------------

@@ -21,12 +21,10 @@ from typing import Any
 
 from hpcprof.analysis.nsys.numerics import round1, sample_stdev
 from hpcprof.analysis.nsys.schema import (
-    GPU_TABLES,
     KERNEL,
     MEMCPY,
     MEMSET,
     MEMSET_LABEL,
-    NO_GPU_ACTIVITY,
     NO_STRINGS,
     NVTX,
     NVTX_DOMAIN_CREATE,
@@ -112,8 +110,6 @@ class SmallExport:
             raise NsysInputError(f"{path}: unreadable SQLite file ({exc})") from None
         if STRINGS not in self.tables:
             raise NsysInputError(f"{path}: {NO_STRINGS}")
-        if not any(t in self.tables and self.query(f'SELECT 1 FROM "{t}" LIMIT 1') for t in GPU_TABLES):
-            raise NsysInputError(f"{path}: {NO_GPU_ACTIVITY}")
 
     def close(self) -> None:
         self.conn.close()
