@@ -67,10 +67,13 @@ def test_slurm_array_after_and_collect_job(slurm_cluster, tmp_path: Path) -> Non
     assert len(ids) == 3 and len(array) == 1
     assert sorted(job.partition("_")[2] for job in ids.values()) == ["0", "1", "2"]
     sweep_id = next(iter(ids)).rsplit("-p", 1)[0]
+    # the array held while the dependent job is submitted and looked at: a short array can end first
+    subprocess.run(["scontrol", "hold", *array], capture_output=True, text=True, check=False)
     after = submitted(hpcprof("submit", experiment(tmp_path, "after", AFTER), "--site", "slurm-local",
                               "--after", sweep_id, workdir=tmp_path / "runs"))
     (after_job,) = after.values()
     job = subprocess.run(["scontrol", "show", "job", after_job], capture_output=True, text=True, check=True).stdout
+    subprocess.run(["scontrol", "release", *array], capture_output=True, text=True, check=True)
     assert "Dependency=afterany:" in job and "JobState=PENDING" in job, job
     collect = hpcprof("collect", "--submit", "--site", "slurm-local", workdir=tmp_path / "runs")
     assert collect.returncode == 0, collect.stderr
