@@ -105,6 +105,8 @@ KERNELS = _needs(((KERNEL,), "CUDA kernel data"))
 MEMORY = _needs(((MEMCPY, MEMSET), "GPU memory data"))
 RANGES = _needs(((NVTX,), "NV Tools Extension (NVTX) data"))
 LAUNCHES = _needs(((RUNTIME,), "CUDA API data"), ((KERNEL,), "CUDA kernel data"))
+PROJECTION = _needs(((NVTX,), "NV Tools Extension (NVTX) data"), ((RUNTIME,), "CUDA API data"),
+                    ((KERNEL, MEMCPY, MEMSET), "GPU operation data"))
 
 SPECS: tuple[ReportSpec, ...] = (
     ReportSpec("cuda_gpu_kern_sum", None, KERNELS, "reports.cuda_gpu_kern_sum", "small.cuda_gpu_kern_sum",
@@ -128,14 +130,19 @@ SPECS: tuple[ReportSpec, ...] = (
     ReportSpec("cuda_gpu_trace", "gputrace",
                _needs((("TARGET_INFO_GPU",), "GPU description (TARGET_INFO_GPU) for the GPU trace"),
                       ((KERNEL, MEMCPY, MEMSET), "GPU trace data")), "reports.cuda_gpu_trace"),
-    ReportSpec(None, "kernexecsum", LAUNCHES, "reports.cuda_kern_exec_sum"),
-    ReportSpec(None, "cudaapitrace", _needs(((RUNTIME,), "CUDA trace data"), (("ThreadNames",), "thread names "
+    ReportSpec("cuda_kern_exec_sum", "kernexecsum", LAUNCHES, "reports.cuda_kern_exec_sum"),
+    ReportSpec("cuda_api_trace", "cudaapitrace", _needs(((RUNTIME,), "CUDA trace data"), (("ThreadNames",), "thread names "
                                                                               "(ThreadNames)")),
                "traces.cuda_api_trace"),
-    ReportSpec(None, "apigpusum", _needs(((RUNTIME, KERNEL, MEMCPY, MEMSET),
+    ReportSpec("cuda_api_gpu_sum", "apigpusum", _needs(((RUNTIME, KERNEL, MEMCPY, MEMSET),
                                           "CUDA API, GPU kernel, nor memory operations data")),
                "reports.cuda_api_gpu_sum"),
-    ReportSpec(None, "kernexectrace", LAUNCHES, "traces.cuda_kern_exec_trace"),
+    ReportSpec("cuda_kern_exec_trace", "kernexectrace", LAUNCHES, "traces.cuda_kern_exec_trace"),
+    ReportSpec("nvtx_gpu_proj_trace", "nvtxgpuproj", PROJECTION, "projection.nvtx_gpu_proj_trace"),
+    ReportSpec("nvtx_gpu_proj_sum", None, PROJECTION, "projection.nvtx_gpu_proj_sum"),
+    ReportSpec("nvtx_kern_sum", "nvtxkernsum", _needs(((NVTX,), "NV Tools Extension (NVTX) data"),
+                                                      ((KERNEL,), "CUDA kernel data"), ((RUNTIME,), "CUDA API data")),
+               "projection.nvtx_kern_sum"),
 )
 
 #: every report name hpcprof knows (current names first) -> its spec
