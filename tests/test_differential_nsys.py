@@ -6,7 +6,9 @@ export with ties (the seeds below TIE_SEEDS are compared with the 2025.3.1 gold 
 2025.3.1 exists only on the GPU machine, so its outputs for the same seeds were made there
 (benchmarks/gpu/nsys_gold.sh) and are kept in tests/fixtures/nsys/gold_generated_2025.3.1.tar.xz
 (seeds 0..519) and gold_generated_ties_2025.3.1.tar.xz (seeds 1000..1519, made with exact ties in
-every ORDER BY: see nsys_exports.TIE_SEEDS).
+every ORDER BY: see nsys_exports.TIE_SEEDS); the reports added later have their own tarballs per seed
+range (GOLD_2025), and seeds 2000..2519 add NVTX ranges enclosing GPU launches
+(nsys_exports.PROJECTION_SEEDS) for the NVTX projection reports.
 Every report both tools know is compared byte for byte; a report nsys skips (no such data) or
 fails on is an empty file on its side and MissingData (nothing written) on ours.
 """
@@ -32,20 +34,33 @@ from hpcprof.analysis.nsys.stats import PYTHON_REPORTS, REPORTS, run_python_repo
 from hpcprof.analysis.nsys.table import Table, write_csv
 
 sys.path.insert(0, str(Path(__file__).parent / "differential"))
-from nsys_exports import TIE_SEEDS, derive  # noqa: E402
+from nsys_exports import PROJECTION_SEEDS, TIE_SEEDS, derive  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 NSYS_2022 = Path("/usr/lib/x86_64-linux-gnu/nsight-systems/target-linux-x64/nsys")
 OLD_REPORTS = ["gpukernsum", "cudaapisum", "gpumemtimesum", "gpumemsizesum", "gpusum", "nvtxsum", "nvtxppsum",
                "nvtxsesum", "osrtsum", "gputrace", "kernexecsum", "cudaapitrace", "kernexectrace",
-               "apigpusum"]
+               "apigpusum", "nvtxgpuproj", "nvtxkernsum"]
 NEW_REPORTS = sorted(name for name in REPORTS if "_" in name)
-# nsys 2025.3.1 gold per seed range (stored as .tar.xz, unpacked by fixture_files)
-GOLD_2025 = {"plain": "gold_generated_2025.3.1.tar", "ties": "gold_generated_ties_2025.3.1.tar"}
+FIRST_2025 = ["cuda_gpu_kern_sum", "cuda_gpu_kern_gb_sum", "cuda_api_sum", "cuda_gpu_mem_time_sum",
+              "cuda_gpu_mem_size_sum", "cuda_gpu_sum", "nvtx_sum", "nvtx_pushpop_sum", "nvtx_startend_sum", "osrt_sum",
+              "cuda_gpu_trace"]
+API_2025 = ["cuda_api_gpu_sum", "cuda_kern_exec_sum", "cuda_kern_exec_trace", "cuda_api_trace", "nvtx_gpu_proj_sum",
+            "nvtx_gpu_proj_trace", "nvtx_kern_sum"]
+# nsys 2025.3.1 gold per seed range: (tarball, the reports it holds), stored as .tar.xz, unpacked by fixture_files
+GOLD_2025 = {"plain": [("gold_generated_2025.3.1.tar", FIRST_2025), ("gold_generated_api_2025.3.1.tar", API_2025)],
+             "ties": [("gold_generated_ties_2025.3.1.tar", FIRST_2025),
+                      ("gold_generated_ties_api_2025.3.1.tar", API_2025)],
+             "projection": [("gold_generated_projection_2025.3.1.tar", FIRST_2025 + API_2025)]}
 #: worker processes are spawned, not forked: the test process has threads (a forked child can inherit a held lock)
 SPAWN = multiprocessing.get_context("spawn")
 PER_KIND = int(os.environ.get("HPCPROF_DIFF_EXPORTS", "520"))
-SEEDS = [*range(PER_KIND), *range(TIE_SEEDS, TIE_SEEDS + PER_KIND)]
+SEEDS = [*range(PER_KIND), *range(TIE_SEEDS, TIE_SEEDS + PER_KIND), *range(PROJECTION_SEEDS, PROJECTION_SEEDS + PER_KIND)]
+
+
+def kind_of(seed: int) -> str:
+    """The seed range (GOLD_2025's key) of `seed`."""
+    return "projection" if seed >= PROJECTION_SEEDS else "ties" if seed >= TIE_SEEDS else "plain"
 
 
 @dataclass
@@ -97,11 +112,11 @@ def _derive(args: tuple[int, Path, Path]) -> Path:
     return derive(*args)
 
 
-def _compare(args: tuple[Path, Path | None]) -> dict[str, Outcome]:
+def _compare(args: tuple[Path, Path, list[str]]) -> dict[str, Outcome]:
     """One export against nsys 2022.4's files beside it (if it ran) and the 2025.3.1 gold (if
-    made for its seed), for both engines: columnar (stats.py, every report) and python (small.py,
-    the summary reports)."""
-    db, gold_dir = args
+    made for its seed: `gold_reports`), for both engines: columnar (stats.py, every report) and python
+    (small.py, the summary reports)."""
+    db, gold_dir, gold_reports = args
     outcomes = {key: Outcome() for key in KEYS}
     with_2022 = Path(f"{db.with_suffix('')}_{OLD_REPORTS[0]}.csv").exists()
     reports = (OLD_REPORTS if with_2022 else []) + NEW_REPORTS
@@ -111,7 +126,7 @@ def _compare(args: tuple[Path, Path | None]) -> dict[str, Outcome]:
             for report in (r for r in OLD_REPORTS if r in mine):
                 theirs = Path(f"{db.with_suffix('')}_{report}.csv").read_text()
                 outcomes[("2022.4", engine)].add(db.name, report, theirs, mine[report])
-        for report in (r for r in NEW_REPORTS if r in mine and gold_dir is not None):
+        for report in (r for r in NEW_REPORTS if r in mine and r in gold_reports):
             gold = gold_dir / f"{db.stem}_{report}.csv"
             outcomes[("2025.3.1", engine)].add(db.name, report, gold.read_text() if gold.exists() else "",
                                                mine[report])
@@ -135,13 +150,14 @@ def _nsys_2022() -> Path | str:
 def comparisons(fixtures_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Outcome | str]:
     """Both comparisons over the same generated exports (made and compared in 2 processes)."""
     work = tmp_path_factory.mktemp("differential")
-    gold_dirs: dict[str, Path | None] = {}
-    for kind, name in GOLD_2025.items():          # the ties gold exists once made on the GPU machine
-        stored = fixtures_dir / "nsys" / name
-        gold_dirs[kind] = work / f"gold_2025_{kind}" if stored.exists() else None
-        if stored.exists():
-            with tarfile.open(stored) as tar:
-                tar.extractall(work / f"gold_2025_{kind}", filter="data")
+    gold_reports: dict[str, list[str]] = {kind: [] for kind in GOLD_2025}
+    for kind, parts in GOLD_2025.items():         # each tarball once made on the GPU machine
+        for name, reports in parts:
+            stored = fixtures_dir / "nsys" / name
+            if stored.exists():
+                gold_reports[kind] += reports
+                with tarfile.open(stored) as tar:
+                    tar.extractall(work / f"gold_2025_{kind}", filter="data")
     with ProcessPoolExecutor(max_workers=2, mp_context=SPAWN) as pool:
         exports = list(pool.map(_derive, [(seed, fixtures_dir, work) for seed in SEEDS], chunksize=16))
     nsys = _nsys_2022()
@@ -154,7 +170,8 @@ def comparisons(fixtures_dir: Path, tmp_path_factory: pytest.TempPathFactory) ->
             list(threads.map(reference, [db for seed, db in zip(SEEDS, exports, strict=False) if seed >= TIE_SEEDS]))
     totals = {key: Outcome() for key in KEYS}
     with ProcessPoolExecutor(max_workers=2, mp_context=SPAWN) as pool:
-        jobs = [(db, gold_dirs["ties" if seed >= TIE_SEEDS else "plain"]) for seed, db in zip(SEEDS, exports, strict=False)]
+        jobs = [(db, work / f"gold_2025_{kind_of(seed)}", gold_reports[kind_of(seed)])
+                for seed, db in zip(SEEDS, exports, strict=False)]
         for outcomes in pool.map(_compare, jobs, chunksize=8):
             for key, part in outcomes.items():
                 totals[key].compared += part.compared
@@ -162,11 +179,9 @@ def comparisons(fixtures_dir: Path, tmp_path_factory: pytest.TempPathFactory) ->
                 totals[key].differing += part.differing
     return {f"{version} {engine}": totals[(version, engine)] if version != "2022.4" or isinstance(nsys, Path) else nsys
             for version, engine in KEYS} | {
-        "exports": f"{PER_KIND} generated exports with exact ties",
-        "exports 2025.3.1": f"{sum(gold_dirs['ties' if s >= TIE_SEEDS else 'plain'] is not None for s in SEEDS)} "
-                            f"generated exports" + (f" ({PER_KIND} with exact ties)" if gold_dirs["ties"] else
-                                                    " (the exports with ties have no 2025.3.1 gold yet: "
-                                                    "benchmarks/gpu/nsys_gold.sh makes it)")}
+        "exports": f"{2 * PER_KIND} generated exports with exact ties ({PER_KIND} with NVTX ranges enclosing launches)",
+        "exports 2025.3.1": f"{sum(bool(gold_reports[kind_of(s)]) for s in SEEDS)} generated exports"
+                            + "".join(f" ({kind}: gold of {len(set(r))} reports)" for kind, r in gold_reports.items())}
 
 
 @pytest.mark.parametrize("version", ["2022.4", "2025.3.1"])
