@@ -317,8 +317,9 @@ def nvtx_kern_sum(export: Export, layout: str) -> Table:
     tid = j["tid"].fillna(-1).to_numpy(np.int64)[rows]
     pid_key = np.where(tid >= 0, (tid >> 24) & 0xFFFFFF, -1)          # -1: no call (NULL, first)
     tid_key = np.where(tid >= 0, tid & 0xFFFFFF, -1)
-    names = np.append(ranges["name"].to_numpy(dtype=object), None)[rng]
-    styles = np.append(ranges["style"].to_numpy(dtype=object), None)[rng]
+    no_range = np.array([None], dtype=object)                          # row -1: no enclosing range
+    names = np.concatenate((ranges["name"].to_numpy(dtype=object), no_range))[rng]
+    styles = np.concatenate((ranges["style"].to_numpy(dtype=object), no_range))[rng]
     knames = export.strings(j["kname"].to_numpy(np.int64)[rows])
     codes, (upid, utid, uname, ustyle, ukname) = group_codes(pid_key, tid_key, names, styles, knames)
     n = len(upid)
