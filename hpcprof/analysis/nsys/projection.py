@@ -55,6 +55,7 @@ else:
     pd = LazyModule("pandas")
 
 RANGE_TYPES = NVTX_PUSHPOP + NVTX_STARTEND
+RTREE_I32_MAX = 2**31 - 1
 
 
 def _optional(export: Export, column: str) -> str:
@@ -88,11 +89,16 @@ def nvtx_projection_ranges(export: Export, layout: str) -> pd.DataFrame:
         key = (dom, int(process_of(np.array([tid]))[0]))
         names.append(_range_name(domains.get(key), key in domains, lab, layout))
     end = r["end"].astype(object).where(r["end"].notna(), last)
-    return pd.DataFrame({"id": r["id"].to_numpy(np.int64), "start": r["start"].to_numpy(np.int64),
+    spans = e[e["type"].isin(RANGE_TYPES)]
+    out = pd.DataFrame({"id": r["id"].to_numpy(np.int64), "start": r["start"].to_numpy(np.int64),
                          "end": np.array([-1 if v is None else int(v) for v in end.tolist()], dtype=np.int64),
                          "has_end": np.array([v is not None for v in end.tolist()], dtype=bool),
                          "tid": r["tid"].to_numpy(np.int64), "name": np.array(names + [None], dtype=object)[:-1],
                          "style": np.where(r["type"].isin(NVTX_PUSHPOP), "PushPop", "StartEnd").astype(object)})
+    # nsys 2025's NVTX_EVENTS_MINMAXTS: the first and last timestamp of every range (rtree_scale's bounds)
+    times = pd.concat((spans["start"], spans["end"])).dropna()
+    out.attrs["bounds"] = (int(times.min()), int(times.max())) if len(times) else (0, 0)
+    return out
 
 
 def _last_timestamp(export: Export, layout: str) -> int | None:
@@ -172,26 +178,32 @@ def _parents(ranges: pd.DataFrame, layout: str) -> np.ndarray:
     Computed as nsys computes it, in an SQLite R*Tree of the ranges: its coordinates are float32
     (bounds rounded outwards), so at large timestamps a range a few ns inside another may not
     count as enclosed, and of equally tight parents the first the R*Tree yields wins (its node
-    order after splits, not the row id). 2022.4 stores the timestamps, 2025 rtree_scale(t, min,
-    max), taken here as (t - min) / (max - min)."""
+    order after splits, not the row id). 2022.4 stores the timestamps as float32. nsys 2025 stores
+    rtree_scale(t, min, max), a function of its own SQLite whose code is not published: its
+    results (enclosure exact at any timestamp, so integer coordinates) are matched best by an
+    int32 R*Tree of (t - min) * (2^31 - 1) // (max - min), min and max being the first and last
+    timestamp of every range: on 142 of 148 generated exports; the others differ in which of two
+    equally tight parents is taken."""
     import sqlite3
 
     if not len(ranges):
         return np.empty(0, dtype=np.int64)
     start, end = ranges["start"].to_numpy(np.int64), ranges["end"].to_numpy(np.int64)
     if layout == OLD:
-        lo_ts, hi_ts = start.astype(np.float64), end.astype(np.float64)
+        kind, lo_ts, hi_ts = "rtree", start.tolist(), end.tolist()
     else:
-        low, high = int(min(start.min(), end.min())), int(max(start.max(), end.max()))
-        span = float(high - low) or 1.0
-        lo_ts, hi_ts = (start - low) / span, (end - low) / span
+        low, high = ranges.attrs["bounds"]
+        span = max(high - low, 1)
+        kind = "rtree_i32"
+        lo_ts = [(t - low) * RTREE_I32_MAX // span for t in start.tolist()]
+        hi_ts = [(t - low) * RTREE_I32_MAX // span for t in end.tolist()]
     ids = ranges["id"].to_numpy(np.int64)
     con = sqlite3.connect(":memory:")
     try:
-        con.execute("CREATE VIRTUAL TABLE ridx USING rtree(rangeId, startTS, endTS, +startNS INTEGER, "
+        con.execute(f"CREATE VIRTUAL TABLE ridx USING {kind}(rangeId, startTS, endTS, +startNS INTEGER, "
                     "+endNS INTEGER, +tid INTEGER)")
         con.executemany("INSERT INTO ridx VALUES (?, ?, ?, ?, ?, ?)",
-                        zip(ids.tolist(), lo_ts.tolist(), hi_ts.tolist(), start.tolist(), end.tolist(),
+                        zip(ids.tolist(), lo_ts, hi_ts, start.tolist(), end.tolist(),
                             ranges["tid"].to_numpy(np.int64).tolist(), strict=True))
         pairs = con.execute(PARENT_SQL).fetchall()
     finally:
