@@ -4,8 +4,8 @@ that run them: same columns, rounding, row order and CSV bytes as nsys.
 A ReportSpec is what NVIDIA's own report scripts declare: the report's names (the current one,
 whose layout is nsys 2024-2025's, and nsys 2022.4's, whose layout is that version's), the tables
 it needs and what nsys says is missing without them (its `table_checks`), whether `hpcprof
-collect` keeps it per rank, and its implementations: columnar (reports.py, traces.py: numpy and
-Arrow, every report and format, fast on large exports) and, for the summary reports, the standard
+collect` keeps it per rank, and its implementations: columnar (reports.py, traces.py,
+projection.py: numpy and Arrow, every report and format, fast on large exports) and, for the summary reports, the standard
 library (small.py: CSV only). REPORTS, SUMMARY_REPORTS and the engines' report lists are derived
 from SPECS. How the numbers are computed: numerics.py; the columns read: loaders.py; the CSV:
 table.py.
