@@ -97,3 +97,13 @@ def test_um_openmp_mpi_reports_identical_to_nsys(comparisons: dict, version: str
     assert outcome.compared == PER_KIND * len(reports)
     assert not outcome.differing, (f"{len(outcome.differing)} reports differ; first:\n"
                                    + "\n".join(outcome.differing[:5]))
+
+
+def test_every_known_report_has_a_differential_test() -> None:
+    """Each report name hpcprof knows is compared with nsys by a differential test (this one or
+    test_differential_nsys.py), so a report added to the registry cannot go unchecked."""
+    from test_differential_nsys import NEW_REPORTS, OLD_REPORTS
+
+    from hpcprof.analysis.nsys.stats import REPORTS
+
+    assert set(REPORTS) == {*OLD_REPORTS, *NEW_REPORTS, *OLD, *NEW}

@@ -13,6 +13,9 @@
 # nsys_exports.py).
 # The exports with exact ties (issue 18), to commit as tests/fixtures/nsys/gold_generated_ties_2025.3.1.tar.xz:
 #        bash benchmarks/gpu/nsys_gold.sh --seeds 1000 520 $OUT
+# The exports with NVTX ranges enclosing launches (nsys_exports.PROJECTION_SEEDS), committed as
+# tests/fixtures/nsys/gold_generated_projection_2025.3.1.tar.xz:
+#        bash benchmarks/gpu/nsys_gold.sh --seeds 2000 520 $OUT
 set -u
 if [ "${1:-}" = "--seeds" ]; then
   FIRST=${2:?first seed}; COUNT=${3:?number of seeds}; OUT_DIR=${4:?output directory}
@@ -23,6 +26,8 @@ else
 fi
 REPORTS="cuda_gpu_kern_sum cuda_gpu_kern_gb_sum cuda_api_sum cuda_gpu_mem_time_sum cuda_gpu_mem_size_sum
 cuda_gpu_sum nvtx_sum nvtx_pushpop_sum nvtx_startend_sum osrt_sum cuda_gpu_trace"
+REPORTS="$REPORTS cuda_api_gpu_sum cuda_kern_exec_sum cuda_kern_exec_trace cuda_api_trace nvtx_gpu_proj_sum
+nvtx_gpu_proj_trace nvtx_kern_sum"
 REPORTS=${NSYS_GOLD_REPORTS:-$REPORTS}
 export LD_LIBRARY_PATH=$PWD/.gpu/libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 NSYS=$(ls -d /opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys | tail -1)

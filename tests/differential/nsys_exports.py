@@ -15,6 +15,14 @@ ranges with equal totals; the same spread over devices and streams; equal start 
 and across the kernel, memcpy and memset tables. Seeds below TIE_SEEDS are made as before (their
 nsys 2025.3.1 gold is committed).
 
+Seeds from PROJECTION_SEEDS on also get NVTX ranges that enclose GPU launches (`_project_ranges`),
+for the reports that project NVTX ranges onto the GPU (nvtx_gpu_proj_sum/_trace, nvtx_kern_sum):
+most GPU operations are relinked to a CUDA API call of their process, and trees of push/pop and
+start/end ranges are laid over the launching threads' calls: a child enclosing exactly its
+parent's launches (equal projected start and duration), names repeated across levels and
+siblings, ranges at a call's exact bounds and one nanosecond short of them, ranges enclosing no
+launch, ranges ending on another thread, and a named domain.
+
     python tests/differential/nsys_exports.py FIXTURES_DIR DEST_DIR FIRST_SEED COUNT
 """
 
@@ -34,6 +42,8 @@ ACTIVITY = ["CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_
             "CUPTI_ACTIVITY_KIND_MEMSET", "NVTX_EVENTS", "OSRT_API"]
 MAX_ROWS = 400             # keep each export small: hundreds of them run in CI
 TIE_SEEDS = 1000           # seeds from here on get exact ties (`_make_ties`)
+PROJECTION_SEEDS = 2000    # seeds from here on get NVTX ranges enclosing GPU launches (`_project_ranges`)
+RANGE_NAMES = ["step", "forward", "backward", "optimizer", "layer", "allreduce"]
 GRIDS = [(1, 1, 1), (3, 1, 1), (64, 2, 1), (2048, 1, 1), (9999, 1, 1), (13000, 1, 1), (41472, 1, 1),
          (100000, 1, 1), (2, 10000, 1), (2, 9, 1), (18, 36, 1), (18, 72, 1)]
 BLOCKS = [(128, 1, 1), (256, 1, 1), (1024, 1, 1), (32, 4, 1), (32, 32, 1), (64, 1, 1)]
@@ -223,6 +233,86 @@ def _make_ties(con: sqlite3.Connection, rng: random.Random) -> None:
             _retime(con, "NVTX_EVENTS", [r[0] for r in rows], _tied_durations(slots, len(labels), rng), rng, 0)
 
 
+def _relink_launches(con: sqlite3.Connection, rng: random.Random) -> list[tuple[int, int, int]]:
+    """Give most GPU operations the correlation id (and process) of a CUDA API call, a few calls
+    two operations; returns the launching calls as (start, end, globalTid)."""
+    calls = con.execute('SELECT correlationId, globalTid, start, "end" FROM CUPTI_ACTIVITY_KIND_RUNTIME '
+                        'ORDER BY rowid').fetchall()
+    if not calls:
+        return []
+    present = _tables(con)
+    launched: dict[int, tuple[int, int, int]] = {}
+    for table in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"):
+        if table not in present:
+            continue
+        rows = [r[0] for r in con.execute(f"SELECT rowid FROM {table} ORDER BY rowid")]
+        updates = []
+        for rowid in rows:
+            if rng.random() < 0.15:
+                continue
+            corr, gtid, start, end = calls[rng.randrange(len(calls))]
+            launched[corr] = (start, end, gtid)
+            updates.append((corr, gtid & 0xFFFFFFFFFF000000, rowid))
+        con.executemany(f"UPDATE {table} SET correlationId = ?, globalPid = ? WHERE rowid = ?", updates)
+    return sorted(launched.values())
+
+
+def _project_ranges(con: sqlite3.Connection, rng: random.Random) -> None:
+    """NVTX ranges enclosing GPU launches (see the module docstring)."""
+    present = _tables(con)
+    if not {"NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_RUNTIME"} <= present:
+        return
+    by_thread: dict[int, list[tuple[int, int]]] = {}
+    for start, end, gtid in _relink_launches(con, rng):
+        by_thread.setdefault(gtid, []).append((start, end))
+    domain = rng.choice([0, 0, 7])
+    string_id = con.execute("SELECT coalesce(max(id), 0) + 1 FROM StringIds").fetchone()[0]
+    rows: list[tuple] = []
+
+    def add(start: int, end: int | None, gtid: int, depth: int, end_tid: int | None = None) -> None:
+        nonlocal string_id
+        name = rng.choice(RANGE_NAMES[:3] if depth else RANGE_NAMES)
+        text, text_id = name, None
+        if rng.random() < 0.3:            # a registered string: the name in StringIds
+            con.execute("INSERT INTO StringIds (id, value) VALUES (?, ?)", (string_id, name))
+            text, text_id, string_id = None, string_id, string_id + 1
+        event_type = 59 if rng.random() < 0.75 else 60
+        rows.append((start, end, event_type, text, gtid, end_tid, text_id, domain if rng.random() < 0.6 else 0))
+
+    def tree(calls: list[tuple[int, int]], gtid: int, depth: int) -> int:
+        """Ranges over `calls` (sorted), children first; returns the padding this level used."""
+        pad = 0
+        if depth < 3 and len(calls) > 1 and rng.random() < 0.7:
+            cuts = sorted(rng.sample(range(1, len(calls)), min(len(calls) - 1, rng.randint(1, 2))))
+            for a, b in zip([0, *cuts], [*cuts, len(calls)], strict=True):
+                pad = max(pad, tree(calls[a:b], gtid, depth + 1) + 1)
+        elif depth < 3 and rng.random() < 0.3:       # a child with exactly this range's launches
+            pad = tree(calls, gtid, depth + 1) + 1 + rng.choice([0, 0, 5])
+        start, end = calls[0][0] - pad, max(e for _, e in calls) + pad
+        if pad == 0 and rng.random() < 0.2:
+            end -= 1                                  # one nanosecond short of the last call
+        add(start, end, gtid, depth)
+        return pad
+
+    for gtid, calls in sorted(by_thread.items())[:2]:
+        calls.sort()
+        block = rng.randint(1, 12)
+        for i in range(0, min(len(calls), 120), block):
+            if rng.random() < 0.85:
+                tree(calls[i:i + block], gtid, 0)
+        gap = calls[-1][1] + 10
+        add(gap, gap + 100, gtid, 0)                            # encloses no launch
+        add(calls[0][0] - 3, calls[-1][1] + 3, gtid, 0, end_tid=gtid + 1)   # ends on another thread
+    if not rows:
+        return
+    if domain:
+        first = min(r[0] for r in rows) - 1000
+        con.execute("INSERT INTO NVTX_EVENTS (start, eventType, text, globalTid, domainId) VALUES (?, 75, ?, ?, ?)",
+                    (first, "torch", rows[0][4], domain))
+    con.executemany('INSERT INTO NVTX_EVENTS (start, "end", eventType, text, globalTid, endGlobalTid, textId, '
+                    "domainId) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
+
+
 def derive(seed: int, fixtures: Path, dest: Path) -> Path:
     """Write the export of `seed` into `dest` (a folder); returns its path."""
     rng = random.Random(seed)
@@ -248,6 +338,8 @@ def derive(seed: int, fixtures: Path, dest: Path) -> Path:
                 _resize(con, table, rng)
         if seed >= TIE_SEEDS:
             _make_ties(con, rng)
+        if seed >= PROJECTION_SEEDS:
+            _project_ranges(con, rng)
         con.commit()
     finally:
         con.close()

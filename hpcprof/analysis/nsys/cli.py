@@ -185,7 +185,8 @@ format_option = click.option("--format", "fmt", type=click.Choice(FORMATS), defa
 @nsys.command("stats")
 @files_argument
 @click.option("--report", "-r", "reports", required=True, help="Report name(s), comma separated "
-              "(current names such as cuda_gpu_kern_sum, or nsys 2022.4 names such as gpukernsum).")
+              "(current names such as cuda_gpu_kern_sum, or nsys 2022.4 names such as gpukernsum). "
+              f"Known: {', '.join(REPORTS)}.")
 @format_option
 @click.option("--output", "-o", "prefix", default=None,
               help="Write PREFIX_<report>.<ext> (PREFIX_<file>_<report>.<ext> for several files) instead of stdout.")

@@ -36,7 +36,7 @@ from hpcprof.analysis.nsys.numerics import (
     factorize_sorted,
     group_codes,
     pack_sql,
-    sqlite_round1_array,
+    round1_array,
     text_rank,
 )
 from hpcprof.analysis.nsys.schema import (
@@ -314,7 +314,8 @@ def nvtx_startend_sum(export: Export, layout: str = NEW) -> Table:
 
 
 def cuda_kern_exec_sum(export: Export, layout: str = OLD) -> Table:
-    """Kernel launch → execution per (PID, TID, device, API, kernel): total, API, queue and kernel time."""
+    """Kernel launch → execution per (PID, TID, device, API, kernel): total, API, queue and kernel time
+    (`kernexecsum`, today's `cuda_kern_exec_sum`: the same SQL, each version rounding as its SQLite does)."""
     k = kernels(export, ("deviceId", "correlationId", "globalPid"))
     rt = export.table(RUNTIME)
     r = export.ints(sa.select(rt.c.start, rt.c.end, rt.c.correlationId, rt.c.globalTid, rt.c.nameId))
@@ -342,16 +343,16 @@ def cuda_kern_exec_sum(export: Export, layout: str = OLD) -> Table:
     fmts = ["i"] * 5
     for prefix, g in (("T", gt), ("A", ga), ("Q", gq), ("K", gk)):
         empty = g.count == 0
-        cols[f"{prefix}Avg (ns)"] = _nullable(sqlite_round1_array(g.avg), empty)
-        cols[f"{prefix}Med (ns)"] = _nullable(sqlite_round1_array(g.med), empty)
+        cols[f"{prefix}Avg (ns)"] = _nullable(round1_array(g.avg, layout), empty)
+        cols[f"{prefix}Med (ns)"] = _nullable(round1_array(g.med, layout), empty)
         cols[f"{prefix}Min (ns)"] = _nullable(g.min, empty)
         cols[f"{prefix}Max (ns)"] = _nullable(g.max, empty)
-        cols[f"{prefix}StdDev (ns)"] = sqlite_round1_array(g.std)
+        cols[f"{prefix}StdDev (ns)"] = round1_array(g.std, layout)
         fmts += ["f1", "f1", "i", "i", "f1"]
     cols["API Name"] = uapi
     cols["Kernel Name"] = ukern
     # ORDER BY 6 DESC: the rounded average total time (groups with equal rounded averages keep GROUP BY order)
-    return make_table(cols, fmts + ["s", "s"], by_total(sqlite_round1_array(gt.avg)), null=null_text(layout))
+    return make_table(cols, fmts + ["s", "s"], by_total(round1_array(gt.avg, layout)), null=null_text(layout))
 
 
 def _nullable(values: np.ndarray, null: np.ndarray) -> np.ndarray:

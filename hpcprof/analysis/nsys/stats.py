@@ -4,8 +4,8 @@ that run them: same columns, rounding, row order and CSV bytes as nsys.
 A ReportSpec is what NVIDIA's own report scripts declare: the report's names (the current one,
 whose layout is nsys 2024-2025's, and nsys 2022.4's, whose layout is that version's), the tables
 it needs and what nsys says is missing without them (its `table_checks`), whether `hpcprof
-collect` keeps it per rank, and its implementations: columnar (reports.py, traces.py: numpy and
-Arrow, every report and format, fast on large exports) and, for the summary reports, the standard
+collect` keeps it per rank, and its implementations: columnar (reports.py, traces.py,
+projection.py: numpy and Arrow, every report and format, fast on large exports) and, for the summary reports, the standard
 library (small.py: CSV only). REPORTS, SUMMARY_REPORTS and the engines' report lists are derived
 from SPECS. How the numbers are computed: numerics.py; the columns read: loaders.py; the CSV:
 table.py.
@@ -105,6 +105,8 @@ KERNELS = _needs(((KERNEL,), "CUDA kernel data"))
 MEMORY = _needs(((MEMCPY, MEMSET), "GPU memory data"))
 RANGES = _needs(((NVTX,), "NV Tools Extension (NVTX) data"))
 LAUNCHES = _needs(((RUNTIME,), "CUDA API data"), ((KERNEL,), "CUDA kernel data"))
+PROJECTION = _needs(((NVTX,), "NV Tools Extension (NVTX) data"), ((RUNTIME,), "CUDA API data"),
+                    ((KERNEL, MEMCPY, MEMSET), "GPU operation data"))
 
 STRING_IDS = (("StringIds",), "StringIds table")
 UM_CPU_FAULTS = (("CUDA_UM_CPU_PAGE_FAULT_EVENTS",), "CUDA Unified Memory CPU page faults data")
@@ -135,14 +137,19 @@ SPECS: tuple[ReportSpec, ...] = (
     ReportSpec("cuda_gpu_trace", "gputrace",
                _needs((("TARGET_INFO_GPU",), "GPU description (TARGET_INFO_GPU) for the GPU trace"),
                       ((KERNEL, MEMCPY, MEMSET), "GPU trace data")), "reports.cuda_gpu_trace"),
-    ReportSpec(None, "kernexecsum", LAUNCHES, "reports.cuda_kern_exec_sum"),
-    ReportSpec(None, "cudaapitrace", _needs(((RUNTIME,), "CUDA trace data"), (("ThreadNames",), "thread names "
+    ReportSpec("cuda_kern_exec_sum", "kernexecsum", LAUNCHES, "reports.cuda_kern_exec_sum"),
+    ReportSpec("cuda_api_trace", "cudaapitrace", _needs(((RUNTIME,), "CUDA trace data"), (("ThreadNames",), "thread names "
                                                                               "(ThreadNames)")),
                "traces.cuda_api_trace"),
-    ReportSpec(None, "apigpusum", _needs(((RUNTIME, KERNEL, MEMCPY, MEMSET),
+    ReportSpec("cuda_api_gpu_sum", "apigpusum", _needs(((RUNTIME, KERNEL, MEMCPY, MEMSET),
                                           "CUDA API, GPU kernel, nor memory operations data")),
                "reports.cuda_api_gpu_sum"),
-    ReportSpec(None, "kernexectrace", LAUNCHES, "traces.cuda_kern_exec_trace"),
+    ReportSpec("cuda_kern_exec_trace", "kernexectrace", LAUNCHES, "traces.cuda_kern_exec_trace"),
+    ReportSpec("nvtx_gpu_proj_trace", "nvtxgpuproj", PROJECTION, "projection.nvtx_gpu_proj_trace"),
+    ReportSpec("nvtx_gpu_proj_sum", None, PROJECTION, "projection.nvtx_gpu_proj_sum"),
+    ReportSpec("nvtx_kern_sum", "nvtxkernsum", _needs(((NVTX,), "NV Tools Extension (NVTX) data"),
+                                                      ((KERNEL,), "CUDA kernel data"), ((RUNTIME,), "CUDA API data")),
+               "projection.nvtx_kern_sum"),
     # unified memory, OpenMP, MPI (um_mpi.py); needs in the order of nsys's table_checks
     ReportSpec("um_cpu_page_faults_sum", "umcpupagefaults", _needs(STRING_IDS, UM_CPU_FAULTS),
                "um_mpi.um_cpu_page_faults_sum"),

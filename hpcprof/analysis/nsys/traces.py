@@ -1,9 +1,11 @@
-"""`nsys stats` trace reports (one row per call), as nsys 2022.4 writes them: `cudaapitrace`
-(every CUDA API call) and `kernexectrace` (every kernel joined with the API call that launched
-it). Same columns, NULL text and row order as nsys's SQL: rows by start time (`ORDER BY 1`), rows
-with equal start times in the order SQLite's join produces them (the driving table in rowid order),
-which a stable sort of the joined rows reproduces. Checked against nsys 2022.4 by the differential
-tests.
+"""`nsys stats` trace reports (one row per call): `cuda_api_trace` (2022.4: `cudaapitrace`; every
+CUDA API call) and `cuda_kern_exec_trace` (2022.4: `kernexectrace`; every kernel joined with the
+API call that launched it). nsys 2025.3.1's SQL is 2022.4's (the kernel name through a view of
+the same join); the layouts differ in the NULL text only. Same columns, NULL text and row order
+as nsys's SQL: rows by start time (`ORDER BY 1`), rows with equal start times in the order
+SQLite's join produces them (the driving table in rowid order), which a stable sort of the
+joined rows reproduces. Checked against nsys 2022.4 and 2025.3.1 by the
+differential tests.
 """
 
 from __future__ import annotations

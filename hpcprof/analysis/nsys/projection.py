@@ -1,0 +1,357 @@
+"""NVTX ranges projected onto the GPU, as nsys's SQL computes them: `nvtx_gpu_proj_trace` (nsys
+2022.4: `nvtxgpuproj`), `nvtx_gpu_proj_sum` (2024+ only) and `nvtx_kern_sum` (2022.4: `nvtxkernsum`).
+
+The rules, read from the report scripts of nsys 2022.4 and 2025.3.1 (their SQL):
+- A range is a push/pop or start/end NVTX event (types 59, 60, 70, 71) that ends on the thread it
+  started on (`endGlobalTid IS NULL`); an unterminated one ends at the last NVTX timestamp (2022.4:
+  of every NVTX event; 2025: of the ranges). It *encloses* a CUDA API call of its own thread when
+  range start <= call start and call end <= range end (both bounds inclusive); a GPU operation
+  (kernel, memcpy, memset) belongs to the call of the same correlation id and process.
+- Its name: 2022.4 `domain:text`, or the text alone outside a named domain (NULL where the text
+  is); 2025 always `domain:text`, empty parts as "" (`:text`). A domain is named by its create
+  event (type 75): the first per (domain, thread), joined by process.
+- Parent: the enclosing range of the same thread (not itself) with the smallest
+  (child start - parent start) + (parent end - child end), ties to the first range (row id);
+  level and range stack follow parents from the roots; a range whose chain of parents never
+  reaches a root (two equal ranges are each other's parent) has no level, stack or parent id.
+- Trace: one row per range enclosing at least one launch: projected start = first operation
+  start, duration = last operation end - that start, NumGPUOps = distinct correlation ids,
+  NumChild = children that are rows too. Rows by range id: the SQL's `ORDER BY "Projected
+  Start", "Projected Duration" DESC` names no column (the columns are "Projected Start:ts_ns"
+  and "Projected Duration:dur_ns"), so SQLite reads both as string constants and the rows keep
+  the GROUP BY order of the projection (range id ascending), in 2022.4 and 2025.3.1 alike.
+- Summary: trace rows per (name, style), ordered by total projected time descending, ties in
+  (name, style) order; averages of level skip ranges without one.
+- Kernel summary: every kernel once per enclosing range (once with NULL range where none, NULL
+  PID/TID where its call is missing) per (PID, TID, range, style, kernel name); ordered by range
+  name, PID, TID (NULL first), total descending, ties by style and kernel name.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from hpcprof.analysis.nsys.db import Export, process_of
+from hpcprof.analysis.nsys.loaders import kernels
+from hpcprof.analysis.nsys.numerics import Groups, group_codes, round1_array
+from hpcprof.analysis.nsys.schema import (
+    GPU_TABLES,
+    NVTX,
+    NVTX_DOMAIN_CREATE,
+    NVTX_PUSHPOP,
+    NVTX_STARTEND,
+    OLD,
+    RUNTIME,
+)
+from hpcprof.analysis.nsys.table import Table, make_table, null_text
+from hpcprof.lazy import LazyModule
+
+sa = LazyModule("sqlalchemy")
+if TYPE_CHECKING:
+    import pandas as pd
+else:
+    pd = LazyModule("pandas")
+
+RANGE_TYPES = NVTX_PUSHPOP + NVTX_STARTEND
+RTREE_I32_MAX = 2**31 - 1
+
+
+def _optional(export: Export, column: str) -> str:
+    return f'"{column}"' if column in export.columns(NVTX) else "NULL"
+
+
+def nvtx_projection_ranges(export: Export, layout: str) -> pd.DataFrame:
+    """The ranges nsys projects (columns id, start, end, tid, name, style), by row id."""
+    types = ", ".join(map(str, RANGE_TYPES))
+    rows = export.sql_rows(
+        f'SELECT rowid, start, "end", eventType, globalTid, {_optional(export, "endGlobalTid")}, '
+        f'{_optional(export, "textId")}, {_optional(export, "domainId")}, {_optional(export, "text")} '
+        f"FROM {NVTX} WHERE eventType IN ({types}, {NVTX_DOMAIN_CREATE}) ORDER BY rowid")
+    cols = ["id", "start", "end", "type", "tid", "end_tid", "text_id", "domain", "text"]
+    e = pd.DataFrame(rows, columns=cols)
+    ids = e["text_id"].dropna().astype(np.int64).unique()
+    strings = dict(zip(ids.tolist(), export.strings(ids).tolist(), strict=True)) if len(ids) else {}
+    label = [strings.get(int(i)) if i == i and i is not None else None for i in e["text_id"].tolist()]
+    label = [lab if lab is not None else t for lab, t in zip(label, e["text"].tolist(), strict=True)]
+    e["label"] = [None if v is None or v != v else v for v in label]
+    e["text"] = [None if v is None or v != v else v for v in e["text"].tolist()]
+    # the domain names: per (domain, thread) the create event with the smallest start, joined by process
+    domains: dict[tuple[Any, int], str | None] = {}
+    created = e[e["type"] == NVTX_DOMAIN_CREATE].sort_values("start", kind="stable")
+    for dom, tid, text, lab in created[["domain", "tid", "text", "label"]].itertuples(index=False):
+        domains.setdefault((dom, int(process_of(np.array([tid]))[0])), text if layout == OLD else lab)
+    r = e[e["type"].isin(RANGE_TYPES) & e["end_tid"].isna()].reset_index(drop=True)
+    last = _last_timestamp(export, layout)
+    names = []
+    for dom, tid, lab in r[["domain", "tid", "label"]].itertuples(index=False):
+        key = (dom, int(process_of(np.array([tid]))[0]))
+        names.append(_range_name(domains.get(key), key in domains, lab, layout))
+    end = r["end"].astype(object).where(r["end"].notna(), last)
+    spans = e[e["type"].isin(RANGE_TYPES)]
+    out = pd.DataFrame({"id": r["id"].to_numpy(np.int64), "start": r["start"].to_numpy(np.int64),
+                         "end": np.array([-1 if v is None else int(v) for v in end.tolist()], dtype=np.int64),
+                         "has_end": np.array([v is not None for v in end.tolist()], dtype=bool),
+                         "tid": r["tid"].to_numpy(np.int64), "name": np.array(names + [None], dtype=object)[:-1],
+                         "style": np.where(r["type"].isin(NVTX_PUSHPOP), "PushPop", "StartEnd").astype(object)})
+    # nsys 2025's NVTX_EVENTS_MINMAXTS: the first and last timestamp of every range (rtree_scale's bounds)
+    times = pd.concat((spans["start"], spans["end"])).dropna()
+    out.attrs["bounds"] = (int(times.min()), int(times.max())) if len(times) else (0, 0)
+    return out
+
+
+def _last_timestamp(export: Export, layout: str) -> int | None:
+    """Where an unterminated range ends: the last NVTX timestamp (2022.4: of every event; 2025: of ranges)."""
+    where = "" if layout == OLD else f" WHERE eventType IN ({', '.join(map(str, RANGE_TYPES))})"
+    [(last,)] = export.sql_rows(f'SELECT max(max(start), max("end")) FROM {NVTX}{where}')
+    return last
+
+
+def _range_name(domain: str | None, named: bool, label: str | None, layout: str) -> str | None:
+    """A range's name (see the module docstring): `named` where its domain has a create event."""
+    if layout != OLD:
+        return f"{domain or ''}:{label or ''}"
+    if not named or domain is None:
+        return label
+    return None if label is None else f"{domain}:{label}"
+
+
+def enclosed_pairs(outer: pd.DataFrame, inner: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """(outer row, inner row) of every inner interval within an outer one of the same thread
+    (columns start, end, tid; bounds inclusive), outer rows ascending, then inner rows ascending."""
+    out_o, out_i = [], []
+    o_start, o_end, o_tid = (outer[c].to_numpy(np.int64) for c in ("start", "end", "tid"))
+    i_start, i_end, i_tid = (inner[c].to_numpy(np.int64) for c in ("start", "end", "tid"))
+    for tid in np.intersect1d(o_tid, i_tid):
+        oi = np.flatnonzero(o_tid == tid)
+        ii = np.flatnonzero(i_tid == tid)
+        ii = ii[np.argsort(i_start[ii], kind="stable")]
+        starts = i_start[ii]
+        lo = np.searchsorted(starts, o_start[oi], "left")
+        hi = np.searchsorted(starts, o_end[oi], "right")
+        counts = np.maximum(hi - lo, 0)
+        rep = np.repeat(oi, counts)
+        pos = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts) + np.repeat(lo, counts)
+        cand = ii[pos]
+        keep = i_end[cand] <= o_end[rep]
+        out_o.append(rep[keep])
+        out_i.append(cand[keep])
+    if not out_o:
+        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+    o, i = np.concatenate(out_o), np.concatenate(out_i)
+    order = np.lexsort((i, o))
+    return o[order], i[order]
+
+
+def _launches(export: Export, tables: tuple[str, ...]) -> pd.DataFrame:
+    """GPU operations of `tables` joined with the CUDA API call that launched them (same
+    correlation id and process): op_start, op_end, op (row in the operations), corr, start, end, tid."""
+    parts = []
+    for table in tables:
+        if export.has(table):
+            t = export.table(table)
+            parts.append(pd.DataFrame(export.ints(sa.select(t.c.start.label("op_start"), t.c.end.label("op_end"),
+                                                            t.c.correlationId.label("corr"),
+                                                            t.c.globalPid.label("proc")))))
+    ops = pd.concat(parts, ignore_index=True)
+    ops["op"] = np.arange(len(ops))
+    rt = export.table(RUNTIME)
+    r = pd.DataFrame(export.ints(sa.select(rt.c.start, rt.c.end, rt.c.correlationId.label("corr"),
+                                           rt.c.globalTid.label("tid"))))
+    r["proc"] = process_of(r["tid"])
+    return ops.merge(r, on=["corr", "proc"], how="inner", sort=False)
+
+
+#: nsys's NVTX_PARENT statement (2022.4 joins, 2025 left-joins; the same rows either way)
+PARENT_SQL = """
+SELECT cr.rangeId AS cid, pr.rangeId AS pid, min((cr.startNS - pr.startNS) + (pr.endNS - cr.endNS)) AS tightness
+FROM ridx AS cr JOIN ridx AS pr
+ON pr.rangeId != cr.rangeId AND pr.startTS <= cr.startTS AND pr.endTS >= cr.endTS
+   AND pr.startNS <= cr.startNS AND pr.endNS >= cr.endNS AND pr.tid == cr.tid
+GROUP BY cid"""
+
+
+def _parents(ranges: pd.DataFrame, layout: str) -> np.ndarray:
+    """Row of each range's parent (-1: none): the tightest other enclosing range of its thread.
+
+    Computed as nsys computes it, in an SQLite R*Tree of the ranges: its coordinates are float32
+    (bounds rounded outwards), so at large timestamps a range a few ns inside another may not
+    count as enclosed, and of equally tight parents the first the R*Tree yields wins (its node
+    order after splits, not the row id). 2022.4 stores the timestamps as float32. nsys 2025 stores
+    rtree_scale(t, min, max), a function of its own SQLite whose code is not published: its
+    results (enclosure exact at any timestamp, so integer coordinates) are matched best by an
+    int32 R*Tree of (t - min) * (2^31 - 1) // (max - min), min and max being the first and last
+    timestamp of every range: on 142 of 148 generated exports; the others differ in which of two
+    equally tight parents is taken."""
+    import sqlite3
+
+    if not len(ranges):
+        return np.empty(0, dtype=np.int64)
+    start, end = ranges["start"].to_numpy(np.int64), ranges["end"].to_numpy(np.int64)
+    if layout == OLD:
+        kind, lo_ts, hi_ts = "rtree", start.tolist(), end.tolist()
+    else:
+        low, high = ranges.attrs["bounds"]
+        span = max(high - low, 1)
+        kind = "rtree_i32"
+        lo_ts = [(t - low) * RTREE_I32_MAX // span for t in start.tolist()]
+        hi_ts = [(t - low) * RTREE_I32_MAX // span for t in end.tolist()]
+    ids = ranges["id"].to_numpy(np.int64)
+    con = sqlite3.connect(":memory:")
+    try:
+        con.execute(f"CREATE VIRTUAL TABLE ridx USING {kind}(rangeId, startTS, endTS, +startNS INTEGER, "
+                    "+endNS INTEGER, +tid INTEGER)")
+        con.executemany("INSERT INTO ridx VALUES (?, ?, ?, ?, ?, ?)",
+                        zip(ids.tolist(), lo_ts, hi_ts, start.tolist(), end.tolist(),
+                            ranges["tid"].to_numpy(np.int64).tolist(), strict=True))
+        pairs = con.execute(PARENT_SQL).fetchall()
+    finally:
+        con.close()
+    row_of = {int(i): r for r, i in enumerate(ids.tolist())}
+    parent = np.full(len(ranges), -1, dtype=np.int64)
+    for child, par, _ in pairs:
+        parent[row_of[child]] = row_of[par]
+    return parent
+
+
+def _tree(ids: np.ndarray, parent: np.ndarray) -> tuple[list[int | None], list[str | None]]:
+    """Level and range stack (":id:id") of every range reachable from a root; None otherwise."""
+    children: dict[int, list[int]] = {}
+    for child, p in enumerate(parent.tolist()):
+        children.setdefault(p, []).append(child)
+    level: list[int | None] = [None] * len(parent)
+    stack: list[str | None] = [None] * len(parent)
+    todo = [(root, 0, f":{ids[root]}") for root in children.get(-1, [])]
+    while todo:
+        node, depth, path = todo.pop()
+        level[node], stack[node] = depth, path
+        todo.extend((c, depth + 1, f"{path}:{ids[c]}") for c in children.get(node, []))
+    return level, stack
+
+
+def _projection(export: Export, layout: str) -> pd.DataFrame:
+    """One row per range enclosing a launch (rows by range id): the trace's columns."""
+    ranges = nvtx_projection_ranges(export, layout)
+    ranges = ranges[ranges["has_end"]].reset_index(drop=True)
+    calls = _launches(export, GPU_TABLES)
+    ro, ci = enclosed_pairs(ranges, calls)
+    j = pd.DataFrame({"range": ro, "op_start": calls["op_start"].to_numpy()[ci],
+                      "op_end": calls["op_end"].to_numpy()[ci], "corr": calls["corr"].to_numpy()[ci]})
+    g = j.groupby("range", sort=True)
+    proj = pd.DataFrame({"first": g["op_start"].min(), "last": g["op_end"].max(), "ops": g["corr"].nunique()})
+    rows = proj.index.to_numpy(np.int64)
+    parent = _parents(ranges, layout)
+    level, stack = _tree(ranges["id"].to_numpy(np.int64), parent)
+    in_proj = np.zeros(len(ranges), dtype=bool)
+    in_proj[rows] = True
+    child_count = np.bincount(parent[in_proj & (parent >= 0)], minlength=len(ranges))
+    reached = np.array([v is not None for v in level], dtype=bool)
+    parent_id = np.where(reached & (parent >= 0), ranges["id"].to_numpy(np.int64)[np.maximum(parent, 0)], -1)
+    tid = ranges["tid"].to_numpy(np.int64)[rows]
+    return pd.DataFrame({
+        "name": ranges["name"].to_numpy()[rows], "proj_start": proj["first"].to_numpy(np.int64),
+        "proj_dur": (proj["last"] - proj["first"]).to_numpy(np.int64),
+        "start": ranges["start"].to_numpy(np.int64)[rows],
+        "dur": (ranges["end"] - ranges["start"]).to_numpy(np.int64)[rows],
+        "style": ranges["style"].to_numpy()[rows], "pid": (tid >> 24) & 0xFFFFFF, "tid": tid & 0xFFFFFF,
+        "ops": proj["ops"].to_numpy(np.int64), "level": np.array([level[r] for r in rows] + [None], dtype=object)[:-1],
+        "children": child_count[rows], "id": ranges["id"].to_numpy(np.int64)[rows],
+        "parent": np.array([None if p < 0 else int(p) for p in parent_id[rows]] + [None], dtype=object)[:-1],
+        "stack": np.array([stack[r] for r in rows] + [None], dtype=object)[:-1]})
+
+
+def nvtx_gpu_proj_trace(export: Export, layout: str) -> Table:
+    """NVTX ranges projected onto the GPU, one row per range that launched GPU work."""
+    p = _projection(export, layout)
+    if layout != OLD:
+        p = p[p["name"].notna()]
+    cols = {"Name": p["name"], "Projected Start (ns)": p["proj_start"], "Projected Duration (ns)": p["proj_dur"],
+            "Orig Start (ns)": p["start"], "Orig Duration (ns)": p["dur"], "Style": p["style"], "PID": p["pid"],
+            "TID": p["tid"], "NumGPUOps": p["ops"], "Lvl": p["level"], "NumChild": p["children"],
+            "RangeId": p["id"], "ParentId": p["parent"], "RangeStack": p["stack"]}
+    return make_table({k: v.to_numpy() for k, v in cols.items()}, ["s"] + ["i"] * 4 + ["s"] + ["i"] * 7 + ["s"],
+                      null=null_text(layout))
+
+
+def nvtx_gpu_proj_sum(export: Export, layout: str) -> Table:
+    """The projected ranges per (name, style): projected and original time, GPU ops, level, children."""
+    p = _projection(export, layout)
+    p = p[p["name"].notna()]
+    codes, (names, styles) = group_codes(p["name"].to_numpy(dtype=object), p["style"].to_numpy(dtype=object))
+    n = len(names)
+    g = Groups(codes, p["proj_dur"].to_numpy(np.int64), n)
+    count = np.bincount(codes, minlength=n)
+    level = p["level"].to_numpy(dtype=object)
+    has_level = np.array([v is not None for v in level], dtype=bool)
+    level_sum = np.bincount(codes[has_level], weights=level[has_level].astype(np.float64), minlength=n)
+    level_n = np.bincount(codes[has_level], minlength=n)
+    ops = np.bincount(codes, weights=p["ops"].to_numpy(np.float64), minlength=n)
+    children = np.bincount(codes, weights=p["children"].to_numpy(np.float64), minlength=n)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        avg_level = round1_array(level_sum / level_n, layout)
+    cols = {"Range": names, "Style": styles, "Total Proj Time (ns)": g.total,
+            "Total Range Time (ns)": np.bincount(codes, weights=p["dur"].to_numpy(np.float64), minlength=n)
+            .astype(np.int64) if n else np.empty(0, dtype=np.int64),
+            "Range Instances": count, "Proj Avg (ns)": round1_array(g.avg, layout),
+            "Proj Med (ns)": round1_array(g.med, layout), "Proj Min (ns)": g.min, "Proj Max (ns)": g.max,
+            "Proj StdDev (ns)": round1_array(g.std, layout), "Total GPU Ops": ops.astype(np.int64),
+            "Avg GPU Ops": round1_array(ops / np.maximum(count, 1), layout),
+            "Avg Range Lvl": np.where(level_n > 0, avg_level, np.nan),
+            "Avg Num Child": round1_array(children / np.maximum(count, 1), layout)}
+    order = np.lexsort((np.arange(n), -g.total))
+    return make_table(cols, ["s", "s", "i", "i", "i", "f1", "f1", "i", "i", "f1", "i", "f1", "f1", "f1"], order,
+                      null=null_text(layout))
+
+
+def nvtx_kern_sum(export: Export, layout: str) -> Table:
+    """Kernels per (enclosing NVTX range, PID, TID, kernel name): range and kernel instances and times."""
+    ranges = nvtx_projection_ranges(export, layout)
+    ranges = ranges[ranges["has_end"]].reset_index(drop=True)
+    k = kernels(export, ("correlationId", "globalPid"))
+    kf = pd.DataFrame({"kernel": np.arange(len(k["start"])), "dur": k["end"] - k["start"], "kname": k["nameId"],
+                       "corr": k["correlationId"], "proc": k["globalPid"]})
+    rt = export.table(RUNTIME)
+    r = pd.DataFrame(export.ints(sa.select(rt.c.start, rt.c.end, rt.c.correlationId.label("corr"),
+                                           rt.c.globalTid.label("tid"))))
+    r["proc"] = process_of(r["tid"])
+    j = kf.merge(r, on=["corr", "proc"], how="left", sort=False)      # kernels in table order
+    has_call = j["tid"].notna().to_numpy()
+    calls = pd.DataFrame({"start": j["start"].fillna(0), "end": j["end"].fillna(0), "tid": j["tid"].fillna(-1)})
+    ro, ji = enclosed_pairs(ranges, calls.iloc[np.flatnonzero(has_call)].reset_index(drop=True))
+    ji = np.flatnonzero(has_call)[ji]
+    enclosed = np.zeros(len(j), dtype=bool)
+    enclosed[ji] = True
+    rows = np.concatenate((ji, np.flatnonzero(~enclosed)))
+    rng = np.concatenate((ro, np.full(int((~enclosed).sum()), -1)))
+    order = np.lexsort((rng, rows))                                       # kernel order, then range id
+    rows, rng = rows[order], rng[order]
+    tid = j["tid"].fillna(-1).to_numpy(np.int64)[rows]
+    pid_key = np.where(tid >= 0, (tid >> 24) & 0xFFFFFF, -1)          # -1: no call (NULL, first)
+    tid_key = np.where(tid >= 0, tid & 0xFFFFFF, -1)
+    no_range = np.array([None], dtype=object)                          # row -1: no enclosing range
+    names = np.concatenate((ranges["name"].to_numpy(dtype=object), no_range))[rng]
+    styles = np.concatenate((ranges["style"].to_numpy(dtype=object), no_range))[rng]
+    knames = export.strings(j["kname"].to_numpy(np.int64)[rows])
+    codes, (upid, utid, uname, ustyle, ukname) = group_codes(pid_key, tid_key, names, styles, knames)
+    n = len(upid)
+    dur = j["dur"].to_numpy(np.int64)[rows]
+    g = Groups(codes, dur, n)
+    pairs = pd.DataFrame({"g": codes, "r": rng, "k": j["kernel"].to_numpy(np.int64)[rows]})
+    nvtx_inst = pairs[pairs["r"] >= 0].groupby("g")["r"].nunique().reindex(range(n), fill_value=0).to_numpy()
+    kern_inst = pairs.groupby("g")["k"].nunique().reindex(range(n), fill_value=0).to_numpy()
+    cols = {"NVTX Range": uname, "Style": ustyle, "PID": _null_below_zero(upid), "TID": _null_below_zero(utid),
+            "NVTX Inst": nvtx_inst,
+            "Kern Inst": kern_inst, "Total Time (ns)": g.total, "Avg (ns)": round1_array(g.avg, layout),
+            "Med (ns)": round1_array(g.med, layout), "Min (ns)": g.min, "Max (ns)": g.max,
+            "StdDev (ns)": round1_array(g.std, layout), "Kernel Name": ukname}
+    order = np.lexsort((np.arange(n), -g.total, utid, upid, group_codes(np.asarray(uname, dtype=object))[0]))
+    return make_table(cols, ["s", "s", "i", "i", "i", "i", "i", "f1", "f1", "i", "i", "f1", "s"], order,
+                      null=null_text(layout))
+
+
+def _null_below_zero(values: np.ndarray) -> np.ndarray:
+    """Integers as objects, NULL (None) where negative (no such value)."""
+    out = np.asarray(values, dtype=np.int64).astype(object)
+    out[np.asarray(values) < 0] = None
+    return out
