@@ -55,7 +55,6 @@ else:
     pd = LazyModule("pandas")
 
 RANGE_TYPES = NVTX_PUSHPOP + NVTX_STARTEND
-RTREE_I32_MAX = 2**31 - 1
 
 
 def _optional(export: Export, column: str) -> str:
@@ -172,6 +171,14 @@ ON pr.rangeId != cr.rangeId AND pr.startTS <= cr.startTS AND pr.endTS >= cr.endT
 GROUP BY cid"""
 
 
+def rtree_scale(times: np.ndarray, low: int, high: int) -> list[float]:
+    """nsys 2025's rtree_scale(t, low, high) of each time: float32(1 + (t - low) / (high - low)), 1 where
+    high = low (its SQLite's function, probed: benchmarks/gpu/rtree_scale_probe.py)."""
+    if high == low:
+        return [1.0] * len(times)
+    return (1.0 + (times - low) / float(high - low)).astype(np.float32).astype(np.float64).tolist()
+
+
 def _parents(ranges: pd.DataFrame, layout: str) -> np.ndarray:
     """Row of each range's parent (-1: none): the tightest other enclosing range of its thread.
 
@@ -179,11 +186,9 @@ def _parents(ranges: pd.DataFrame, layout: str) -> np.ndarray:
     (bounds rounded outwards), so at large timestamps a range a few ns inside another may not
     count as enclosed, and of equally tight parents the first the R*Tree yields wins (its node
     order after splits, not the row id). 2022.4 stores the timestamps as float32. nsys 2025 stores
-    rtree_scale(t, min, max), a function of its own SQLite whose code is not published: its
-    results (enclosure exact at any timestamp, so integer coordinates) are matched best by an
-    int32 R*Tree of (t - min) * (2^31 - 1) // (max - min), min and max being the first and last
-    timestamp of every range: on 142 of 148 generated exports; the others differ in which of two
-    equally tight parents is taken."""
+    rtree_scale(t, min, max) = float32(1 + (t - min) / (max - min)) (1 where max = min), min and max
+    being the first and last timestamp of every range: the function of its own SQLite, probed on
+    the GPU machine (benchmarks/gpu/rtree_scale_probe.py, 350 of 350 values)."""
     import sqlite3
 
     if not len(ranges):
@@ -193,10 +198,7 @@ def _parents(ranges: pd.DataFrame, layout: str) -> np.ndarray:
         kind, lo_ts, hi_ts = "rtree", start.tolist(), end.tolist()
     else:
         low, high = ranges.attrs["bounds"]
-        span = max(high - low, 1)
-        kind = "rtree_i32"
-        lo_ts = [(t - low) * RTREE_I32_MAX // span for t in start.tolist()]
-        hi_ts = [(t - low) * RTREE_I32_MAX // span for t in end.tolist()]
+        kind, lo_ts, hi_ts = "rtree", rtree_scale(start, low, high), rtree_scale(end, low, high)
     ids = ranges["id"].to_numpy(np.int64)
     con = sqlite3.connect(":memory:")
     try:
