@@ -210,6 +210,7 @@ def comparisons(fixtures_dir: Path, tmp_path_factory: pytest.TempPathFactory) ->
                             + "".join(f" ({kind}: gold of {len(set(r))} reports)" for kind, r in gold_reports.items())}
 
 
+@pytest.mark.timeout(1800)     # the first one runs nsys on every export (module fixture)
 @pytest.mark.parametrize("version", ["2022.4", "2025.3.1"])
 @pytest.mark.parametrize("engine", ["columnar", "python"])
 def test_every_report_identical_to_nsys_on_generated_exports(comparisons: dict, version: str, engine: str,
