@@ -40,6 +40,9 @@ import numpy as np
 if TYPE_CHECKING:
     import pandas as pd
 
+    #: a DataFrame, or a mapping of column name to numpy array
+    Table = pd.DataFrame | Mapping[str, np.ndarray]
+
 #: the name of a lead in which the rank's GPU ran nothing
 IDLE = "[GPU idle]"
 EVENT_COLUMNS = ["rank", "iteration", "kind", "channel", "seq", "name", "start", "end", "prev_channel", "prev_seq"]
@@ -90,7 +93,7 @@ def _runs(labels: np.ndarray, starts: np.ndarray, lo: int, hi: int) -> list[tupl
     return [(str(labels[i]), int(bounds[k]), int(bounds[k + 1])) for k, i in enumerate(first)]
 
 
-def rank_events(rank: int, ops: pd.DataFrame, iterations: pd.DataFrame, ranges: pd.DataFrame) -> pd.DataFrame:
+def rank_events(rank: int, ops: Table, iterations: Table, ranges: Table) -> pd.DataFrame:
     """One rank's collectives per iteration and the GPU work before each (module docstring).
 
     `ops`: the rank's GPU operations: start, end, launch (start of the launching CPU call; NaN/-1
@@ -98,40 +101,43 @@ def rank_events(rank: int, ops: pd.DataFrame, iterations: pd.DataFrame, ranges: 
     channel (str) and seq (int, -1 where unknown) for collectives. `iterations`: number, start, end
     of the iteration ranges on the CPU. `ranges`: name, start, end of the other CPU ranges; those
     inside an iteration are its phases. Ranges are matched by time in the whole process, as the
-    autograd and communication threads launch outside the thread that opened the range."""
+    autograd and communication threads launch outside the thread that opened the range. Each a
+    DataFrame or a mapping of column name to numpy array."""
     import pandas as pd
 
-    launch = pd.to_numeric(ops["launch"], errors="coerce").to_numpy(np.float64)
+    launch = pd.to_numeric(np.asarray(ops["launch"]), errors="coerce").astype(np.float64)
     keep = np.isfinite(launch) & (launch >= 0)
-    its = iterations.sort_values("start", kind="stable")
-    if not keep.any() or its.empty:
+    it_start = np.asarray(iterations["start"], dtype=np.int64)
+    if not keep.any() or len(it_start) == 0:
         return empty_events()
-    # numpy columns once: pandas costs ~0.1 ms a column access or assignment
-    start, end = ops["start"].to_numpy(np.int64)[keep], ops["end"].to_numpy(np.int64)[keep]
+    by_start = np.argsort(it_start, kind="stable")
+    it_start, it_end = it_start[by_start], np.asarray(iterations["end"], dtype=np.int64)[by_start]
+    start, end = np.asarray(ops["start"], dtype=np.int64)[keep], np.asarray(ops["end"], dtype=np.int64)[keep]
     at = launch[keep].astype(np.int64)
-    kind = ops["collective"].to_numpy(object)[keep]
+    kind = np.asarray(ops["collective"], dtype=object)[keep]
     is_coll = pd.notna(kind)
-    it_start, it_end = its["start"].to_numpy(np.int64), its["end"].to_numpy(np.int64)
     k = np.searchsorted(it_start, at, side="right") - 1
     inside = (k >= 0) & (at <= it_end[np.maximum(k, 0)])
-    iteration = np.where(inside, its["number"].to_numpy(np.int64)[np.maximum(k, 0)], -1)
+    iteration = np.where(inside, np.asarray(iterations["number"], dtype=np.int64)[by_start][np.maximum(k, 0)], -1)
 
     # phases: ranges inside an iteration; the innermost one around each launch names the operation
-    ph = ranges.sort_values(["start", "end"], ascending=[True, False], kind="stable")
-    pk = np.searchsorted(it_start, ph["start"].to_numpy(np.int64), side="right") - 1
-    ph = ph[(pk >= 0) & (ph["end"].to_numpy(np.int64) <= it_end[np.maximum(pk, 0)])]
-    found = _innermost(ph["start"].to_numpy(np.int64), ph["end"].to_numpy(np.int64), at)
-    phase = np.where(found >= 0, ph["name"].to_numpy(object)[np.maximum(found, 0)] if len(ph) else None, None)
-    label = np.where(pd.isna(phase), ops["name"].to_numpy(object)[keep], phase)
+    ph_start, ph_end = np.asarray(ranges["start"], dtype=np.int64), np.asarray(ranges["end"], dtype=np.int64)
+    ph = np.lexsort((-ph_end, ph_start))          # by start, then longest first; stable
+    pk = np.searchsorted(it_start, ph_start[ph], side="right") - 1
+    ph = ph[(pk >= 0) & (ph_end[ph] <= it_end[np.maximum(pk, 0)])]
+    found = _innermost(ph_start[ph], ph_end[ph], at)
+    phase = np.where(found >= 0, np.asarray(ranges["name"], dtype=object)[ph][np.maximum(found, 0)] if len(ph)
+                     else None, None)
+    label = np.where(pd.isna(phase), np.asarray(ops["name"], dtype=object)[keep], phase)
 
     if "channel" in ops:
-        channel = ops["channel"].to_numpy(object)[keep]
+        channel = np.asarray(ops["channel"], dtype=object)[keep]
     else:                                         # NCCL streams in order of first use
-        stream = ops["stream"].to_numpy()[keep]
+        stream = np.asarray(ops["stream"])[keep]
         first = pd.Series(start[is_coll]).groupby(stream[is_coll]).min().sort_values(kind="stable")
         names = {s: f"stream{i}" for i, s in enumerate(first.index)}
         channel = np.array([names.get(s) for s in stream.tolist()], dtype=object)
-    seq = ops["seq"].to_numpy(np.int64)[keep] if "seq" in ops else np.full(len(start), -1, dtype=np.int64)
+    seq = np.asarray(ops["seq"], dtype=np.int64)[keep] if "seq" in ops else np.full(len(start), -1, dtype=np.int64)
     order = np.lexsort((end, start))              # by start, then end; stable
     start, end, iteration, is_coll, channel, seq, label, kind = (
         a[order] for a in (start, end, iteration, is_coll, channel, seq, label, kind))
@@ -149,21 +155,25 @@ def rank_events(rank: int, ops: pd.DataFrame, iterations: pd.DataFrame, ranges: 
         rank_in_group[by_group] = np.arange(len(groups)) - np.repeat(group_first, sizes)
     seq[numbered] = np.where(seq[numbered] >= 0, seq[numbered], rank_in_group)
 
-    rows: list[tuple[Any, ...]] = []
-    timed = iteration >= 0
+    # the timed operations by iteration (each in start order): one slice per iteration
+    timed = np.flatnonzero(iteration >= 0)
+    timed = timed[np.argsort(iteration[timed], kind="stable")]
     iteration, is_coll, start, end = iteration[timed], is_coll[timed], start[timed], end[timed]
-    channel = np.array([str(c) for c in channel[timed].tolist()], dtype=object)
-    seq_of, label, kind = seq[timed], label[timed], kind[timed]
-    for number in np.unique(iteration):
-        mine = iteration == number
-        cm, wm = mine & is_coll, mine & ~is_coll
-        if not cm.any():
+    channel = [str(c) for c in channel[timed].tolist()]
+    seq_of, label, kind = seq[timed].tolist(), label[timed], kind[timed]
+    bounds = np.flatnonzero(np.concatenate(([True], iteration[1:] != iteration[:-1], [True]))).tolist()
+    rows: list[tuple[Any, ...]] = []
+    for a, b in zip(bounds[:-1], bounds[1:], strict=True):
+        coll = a + np.flatnonzero(is_coll[a:b])
+        if not len(coll):
             continue
-        cs, ce = start[cm], end[cm]
-        keys = list(zip(channel[cm].tolist(), seq_of[cm].tolist(), strict=True))
-        ws, we, wl = start[wm], end[wm], label[wm]
-        first_start, last_end = int(start[mine].min()), int(end[mine].max())
-        names = kind[cm]
+        number = int(iteration[a])
+        work = a + np.flatnonzero(~is_coll[a:b])
+        cs, ce = start[coll], end[coll]
+        keys = [(channel[i], seq_of[i]) for i in coll.tolist()]
+        ws, we, wl = start[work], end[work], label[work]
+        first_start, last_end = int(start[a:b].min()), int(end[a:b].max())
+        names = kind[coll]
 
         def lead(key: tuple[str, int], lo: int, hi: int, number: int = number, ws: np.ndarray = ws,
                  we: np.ndarray = we, wl: np.ndarray = wl) -> None:

@@ -28,30 +28,32 @@ from hpcprof.analysis.nsys.db import (
     NsysInputError,
     pid_of,
 )
-from hpcprof.analysis.nsys.distributed import Activity, call_op_codes, collective_of, is_nccl, process_ranges
+from hpcprof.analysis.nsys.arrays import group_starts
+from hpcprof.analysis.nsys.distributed import Activity, call_op_codes, collectives, process_ranges
 from hpcprof.analysis.nsys.window import ECHO_RANGE, ITERATION_RANGE, TIMED_RANGE
 
 
-def timed_iterations(ranges: pd.DataFrame, iteration_range: str | None = None) -> pd.DataFrame:
-    """The iteration ranges (number, start, end) among one process's NVTX ranges (name, start, end):
+def timed_iterations(names: np.ndarray, start: np.ndarray, end: np.ndarray,
+                     iteration_range: str | None = None) -> dict[str, np.ndarray]:
+    """The iteration ranges (number, start, end) among one process's NVTX ranges (names, start, end):
     those named `iteration_range` when given; else `iteration`/`step<N>` inside `timed` when there is
     such a range, else every one, else `backward`."""
-    names = ranges["name"].astype(str)
+    text = [str(n) for n in names.tolist()]
     if iteration_range is not None:
-        its = ranges[names == iteration_range]
+        its = np.array([n == iteration_range for n in text], dtype=bool)
     else:
-        its = ranges[names.str.fullmatch(ITERATION_RANGE.pattern)]
-        if its.empty:
-            its = ranges[names == ECHO_RANGE]
-    timed = ranges[names == TIMED_RANGE]
+        its = np.array([ITERATION_RANGE.fullmatch(n) is not None for n in text], dtype=bool)
+        if not its.any():
+            its = np.array([n == ECHO_RANGE for n in text], dtype=bool)
+    its = np.flatnonzero(its)
+    timed = np.flatnonzero(np.array([n == TIMED_RANGE for n in text], dtype=bool))
     if len(timed) and len(its):
         within = np.zeros(len(its), dtype=bool)
-        for s, e in zip(timed["start"], timed["end"], strict=True):
-            within |= (its["start"].to_numpy() >= s) & (its["end"].to_numpy() <= e)
+        for s, e in zip(start[timed].tolist(), end[timed].tolist(), strict=True):
+            within |= (start[its] >= s) & (end[its] <= e)
         its = its[within]
-    its = its.sort_values("start", kind="stable")
-    return pd.DataFrame({"number": np.arange(len(its), dtype=np.int64), "start": its["start"].to_numpy(np.int64),
-                         "end": its["end"].to_numpy(np.int64)})
+    its = its[np.argsort(start[its], kind="stable")]
+    return {"number": np.arange(len(its), dtype=np.int64), "start": start[its], "end": end[its]}
 
 
 def launch_starts(act: Activity) -> np.ndarray:
@@ -70,11 +72,11 @@ def launch_starts(act: Activity) -> np.ndarray:
 def rank_events(act: Activity, iteration_range: str | None = None) -> pd.DataFrame:
     """Every rank's collectives per timed iteration (`iteration_range`: the NVTX range that marks one,
     see timed_iterations) with the GPU work before each (per-file part)."""
-    ops = act.ops[["rank", "file", "pid", "gpid", "corr", "stream", "start", "end", "name", "short"]].copy()
-    ops["launch"] = launch_starts(act)
-    nccl = is_nccl(ops["short"]) | is_nccl(ops["name"])
-    ops["collective"] = np.where(nccl, collective_of(ops["short"]).fillna(collective_of(ops["name"]))
-                                 .fillna("other").to_numpy(object), None)
+    launch = launch_starts(act)
+    comm = act.column("comm")
+    collective = np.full(len(comm), None, dtype=object)
+    collective[comm] = collectives(act.column("short")[comm], act.column("name")[comm])
+    files, rank, pid = act.column("file"), act.column("rank"), act.column("pid")
     parts = []
     for path, export in act.exports.items():
         try:
@@ -84,13 +86,22 @@ def rank_events(act: Activity, iteration_range: str | None = None) -> pd.DataFra
         except NsysInputError as exc:       # as dist.phases: the export is named, the others analysed
             act.failed[path] = str(exc)
             continue
-        ranges = pd.DataFrame({"name": names[ranges["name"].to_numpy()], "start": ranges["start"].to_numpy(np.int64),
-                               "end": ranges["end"].to_numpy(np.int64), "pid": pid_of(ranges["globalTid"])})
-        for (rank, pid), mine in ops[ops["file"] == str(path)].groupby(["rank", "pid"], sort=True):
-            own = ranges[ranges["pid"] == pid]
-            its = timed_iterations(own, iteration_range)
-            phases = own.drop(own.index[own["start"].isin(its["start"]) & own["end"].isin(its["end"])])
-            parts.append(events_of_rank(int(rank), mine.assign(name=mine["short"]), its, phases))
+        range_name = names[ranges["name"].to_numpy()]
+        range_start, range_end = ranges["start"].to_numpy(np.int64), ranges["end"].to_numpy(np.int64)
+        range_pid = pid_of(ranges["globalTid"])
+        mine_all = np.flatnonzero(files == str(path))
+        order, first = group_starts(rank[mine_all], pid[mine_all])      # as groupby: sorted, rows in order
+        for a, b in zip(first.tolist(), np.append(first[1:], len(order)).tolist(), strict=True):
+            mine = mine_all[order[a:b]]
+            own = np.flatnonzero(range_pid == pid[mine[0]])
+            its = timed_iterations(range_name[own], range_start[own], range_end[own], iteration_range)
+            phases = own[~(np.isin(range_start[own], its["start"]) & np.isin(range_end[own], its["end"]))]
+            ops = {"start": act.column("start")[mine], "end": act.column("end")[mine], "launch": launch[mine],
+                   "stream": act.column("stream")[mine], "name": act.column("short")[mine],
+                   "collective": collective[mine]}
+            parts.append(events_of_rank(int(rank[mine[0]]), ops, its, {"name": range_name[phases],
+                                                                        "start": range_start[phases],
+                                                                        "end": range_end[phases]}))
     parts = [p for p in parts if len(p)]
     return pd.concat(parts, ignore_index=True) if parts else empty_events()
 
