@@ -23,12 +23,12 @@ from hpcprof.analysis.critical_path import (  # noqa: F401  (re-exported for col
     empty_events,
 )
 from hpcprof.analysis.critical_path import rank_events as events_of_rank
+from hpcprof.analysis.nsys.arrays import group_starts
 from hpcprof.analysis.nsys.db import (
     NVTX,
     NsysInputError,
     pid_of,
 )
-from hpcprof.analysis.nsys.arrays import group_starts
 from hpcprof.analysis.nsys.distributed import Activity, call_op_codes, collectives, process_ranges
 from hpcprof.analysis.nsys.window import ECHO_RANGE, ITERATION_RANGE, TIMED_RANGE
 

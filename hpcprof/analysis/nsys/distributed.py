@@ -8,7 +8,6 @@ DataFrame. Interval work is a sorted sweep (O(n log n)), never a pairwise join.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
 
@@ -57,19 +56,39 @@ def is_nccl(names: pd.Series) -> np.ndarray:
     return names.str.startswith("nccl").to_numpy(dtype=bool)
 
 
-@dataclass
-class Activity:
-    """GPU activity of all ranks: one row per kernel or memory operation."""
+#: the columns of Activity.ops, in order
+OPS_COLUMNS = ("start", "end", "device", "stream", "gpid", "corr", "kind", "name", "short", "pid", "file", "rank")
 
-    ops: pd.DataFrame        # rank, file, pid, device, stream, start, end, kind, name, short, corr, gpid
-    runtime: pd.DataFrame    # rank, file, gtid, gpid, start, end, corr (CUDA API calls)
-    exports: dict[Path, Export]
-    #: exports that failed while being read (damaged part of a file): path -> one-line reason.
-    #: They are left out of every result; the other exports are still analysed.
-    failed: dict[Path, str] = field(default_factory=dict)
-    #: numpy columns of `ops` (and the masks `kernel`, `comm`) read once: pandas costs ~0.1 ms a column
-    #: access, more than most analyses of one rank's few hundred operations (`ops` is never changed in place)
-    arrays: dict[str, np.ndarray] = field(default_factory=dict, repr=False, compare=False)
+
+class Activity:
+    """GPU activity of all ranks: one row per kernel or memory operation (`ops`: rank, file, pid,
+    device, stream, start, end, kind, name, short, corr, gpid) and the CUDA API calls (`runtime`:
+    rank, file, gtid, gpid, start, end, corr). `failed`: exports that failed while being read
+    (damaged part of a file): path -> one-line reason; they are left out of every result, the
+    other exports are still analysed.
+
+    The analyses read `ops` as numpy columns (`column`): pandas costs ~0.1 ms a column access or
+    frame built, more than most analyses of one rank's few hundred operations; the frame is built
+    from them when asked for (an activity given as columns), and never changed in place."""
+
+    def __init__(self, ops: pd.DataFrame | None, runtime: pd.DataFrame, exports: dict[Path, Export],
+                 failed: dict[Path, str] | None = None, arrays: dict[str, np.ndarray] | None = None) -> None:
+        if ops is None and not set(OPS_COLUMNS) <= set(arrays or {}):
+            raise ValueError("an Activity needs its ops frame or all of its columns")
+        self._ops, self.runtime, self.exports = ops, runtime, exports
+        self.failed = {} if failed is None else failed
+        self.arrays = dict(arrays or {})
+
+    @property
+    def ops(self) -> pd.DataFrame:
+        """The operations as a frame (built once from the columns when the activity was given as those)."""
+        if self._ops is None:
+            typed = {"kind": lambda v: pd.array(v, dtype="str") if len(v) else v,    # as a frame of str scalars
+                     "name": lambda v: pd.Series(v, dtype=object, copy=False),
+                     "short": lambda v: pd.Series(v, dtype=object, copy=False)}
+            self._ops = pd.DataFrame({c: typed[c](self.arrays[c]) if c in typed else self.arrays[c]
+                                      for c in OPS_COLUMNS})
+        return self._ops
 
     def column(self, name: str) -> np.ndarray:
         """ops[name] as a numpy array; `kernel` and `comm` (kernel rows, NCCL kernel rows) as masks."""
@@ -79,21 +98,18 @@ class Activity:
                 got = self.column("kind") == "kernel"
             elif name == "comm":
                 kernel = self.column("kernel")
-                got = kernel & (is_nccl(self.ops["short"]) | is_nccl(self.ops["name"])) if kernel.any() else kernel
+                got = kernel & (is_nccl(pd.Series(self.column("short"), dtype=object))
+                                | is_nccl(pd.Series(self.column("name"), dtype=object))) if kernel.any() else kernel
             else:
                 got = self.ops[name].to_numpy()
             self.arrays[name] = got
         return got
 
     def subset(self, rows: np.ndarray, **replace: np.ndarray) -> Activity:
-        """The activity of `rows` of ops (a mask or positions), with columns replaced by `replace`."""
-        ops = self.ops.iloc[rows] if rows.dtype != bool else self.ops[rows]
-        if replace:
-            ops = ops.copy()
-            for name, values in replace.items():
-                ops[name] = values
-        arrays = {name: values[rows] for name, values in self.arrays.items() if name not in replace}
-        return Activity(ops.reset_index(drop=True), self.runtime, self.exports, self.failed, arrays | replace)
+        """The activity of `rows` of ops (a mask), with the columns in `replace` replaced."""
+        arrays = {name: self.column(name)[rows] for name in OPS_COLUMNS if name not in replace}
+        arrays |= {name: values[rows] for name, values in self.arrays.items() if name not in arrays}
+        return Activity(None, self.runtime, self.exports, self.failed, arrays | replace)
 
     @property
     def kernels(self) -> pd.DataFrame:
@@ -146,7 +162,6 @@ def _file_runtime(export: Export) -> dict[str, np.ndarray]:
             "corr": r["correlationId"]}
 
 
-OPS_COLUMNS = ("start", "end", "device", "stream", "gpid", "corr", "kind", "name", "short", "pid", "file", "rank")
 RUNTIME_COLUMNS = ("gtid", "gpid", "start", "end", "corr", "file", "rank")
 
 
@@ -195,11 +210,7 @@ def load_activity(exports: list[Export], rank_map: dict[str, int] | None = None)
     rt = {c: np.concatenate([p[1][c] for p in parts]) for c in RUNTIME_COLUMNS}
     order = np.lexsort((ops["start"], ops["rank"]))           # by rank, then start; stable
     ops = {c: v[order] for c, v in ops.items()}
-    typed = {"kind": lambda v: pd.array(v, dtype="str") if len(v) else v,      # as the frames built before
-             "name": lambda v: pd.Series(v, dtype=object, copy=False),
-             "short": lambda v: pd.Series(v, dtype=object, copy=False)}
-    frame = pd.DataFrame({c: typed[c](v) if c in typed else v for c, v in ops.items()})
-    return Activity(frame, pd.DataFrame(rt), {e.path: e for e in exports if e.path not in failed}, failed, ops)
+    return Activity(None, pd.DataFrame(rt), {e.path: e for e in exports if e.path not in failed}, failed, ops)
 
 
 # ---------------------------------------------------------------------------------------
