@@ -18,18 +18,30 @@ def iteration_timeline(act: Activity, window: Window) -> pd.DataFrame:
     from the iteration's GPU start."""
     parts: dict[str, list[np.ndarray]] = {c: [] for c in COLUMNS}
     inst = window.instances
-    inst = inst[inst["gpu_ops"] > 0].sort_values("start", kind="stable") if len(inst) else inst
-    kernels = act.kernels.sort_values("start", kind="stable")
-    for rank, its in window.iterations.groupby("rank", sort=True):
-        mine, k = inst[inst["rank"] == rank], kernels[kernels["rank"] == rank]
-        cpu, cpu_end = mine["start"].to_numpy(np.int64), mine["end"].to_numpy(np.int64)
-        proj_start, proj_end = mine["proj_start"].to_numpy(np.int64), mine["proj_end"].to_numpy(np.int64)
-        range_names = mine["range"].astype(str).to_numpy(object)
-        gpu, gpu_end = k["start"].to_numpy(np.int64), k["end"].to_numpy(np.int64)
-        short = k["short"].astype(str).to_numpy(object)
-        for label, number, start, end, cpu_lo, cpu_hi in zip(
-                its["window"], its["iteration"], its["start_ns"].to_numpy(np.int64), its["end_ns"].to_numpy(np.int64),
-                its["cpu_start"], its["cpu_end"], strict=True):
+    if len(inst):
+        projected = inst["gpu_ops"].to_numpy() > 0
+        cols = {c: inst[c].to_numpy()[projected] for c in ("rank", "start", "end", "proj_start", "proj_end", "range")}
+        by_start = np.argsort(cols["start"], kind="stable")
+        cols = {c: v[by_start] for c, v in cols.items()}
+    else:
+        cols = {c: np.empty(0, dtype=np.int64) for c in ("rank", "start", "end", "proj_start", "proj_end")}
+        cols["range"] = np.empty(0, dtype=object)
+    kernel = np.flatnonzero(act.column("kernel"))
+    kernel = kernel[np.argsort(act.column("start")[kernel], kind="stable")]
+    k_rank = act.column("rank")[kernel]
+    its = window.iterations
+    it_rank = its["rank"].to_numpy(np.int64)
+    it_cols = [its[c].to_numpy() for c in ("window", "iteration", "start_ns", "end_ns", "cpu_start", "cpu_end")]
+    for rank in np.unique(it_rank).tolist():
+        mine = cols["rank"] == rank
+        k = kernel[k_rank == rank]
+        cpu, cpu_end = cols["start"][mine].astype(np.int64), cols["end"][mine].astype(np.int64)
+        proj_start, proj_end = cols["proj_start"][mine].astype(np.int64), cols["proj_end"][mine].astype(np.int64)
+        range_names = np.array([str(n) for n in cols["range"][mine].tolist()] + [None], dtype=object)[:-1]
+        gpu, gpu_end = act.column("start")[k].astype(np.int64), act.column("end")[k].astype(np.int64)
+        short = np.array([str(n) for n in act.column("short")[k].tolist()] + [None], dtype=object)[:-1]
+        at = np.flatnonzero(it_rank == rank)
+        for label, number, start, end, cpu_lo, cpu_hi in zip(*(c[at].tolist() for c in it_cols), strict=True):
             sel = np.arange(np.searchsorted(cpu, cpu_lo), np.searchsorted(cpu, cpu_hi, "right"))
             sel = sel[cpu_end[sel] <= cpu_hi]
             sel = sel[np.lexsort((cpu[sel], proj_start[sel]))]
