@@ -105,7 +105,8 @@ def rank_events(rank: int, ops: Table, iterations: Table, ranges: Table) -> pd.D
     DataFrame or a mapping of column name to numpy array."""
     import pandas as pd
 
-    launch = pd.to_numeric(np.asarray(ops["launch"]), errors="coerce").astype(np.float64)
+    launch = np.asarray(ops["launch"])
+    launch = launch if launch.dtype == np.float64 else pd.to_numeric(launch, errors="coerce").astype(np.float64)
     keep = np.isfinite(launch) & (launch >= 0)
     it_start = np.asarray(iterations["start"], dtype=np.int64)
     if not keep.any() or len(it_start) == 0:
@@ -134,8 +135,10 @@ def rank_events(rank: int, ops: Table, iterations: Table, ranges: Table) -> pd.D
         channel = np.asarray(ops["channel"], dtype=object)[keep]
     else:                                         # NCCL streams in order of first use
         stream = np.asarray(ops["stream"])[keep]
-        first = pd.Series(start[is_coll]).groupby(stream[is_coll]).min().sort_values(kind="stable")
-        names = {s: f"stream{i}" for i, s in enumerate(first.index)}
+        streams, which = np.unique(stream[is_coll], return_inverse=True)
+        first = np.full(len(streams), np.iinfo(np.int64).max, dtype=np.int64)
+        np.minimum.at(first, which.reshape(-1), start[is_coll])
+        names = {s: f"stream{i}" for i, s in enumerate(streams[np.argsort(first, kind="stable")].tolist())}
         channel = np.array([names.get(s) for s in stream.tolist()], dtype=object)
     seq = np.asarray(ops["seq"], dtype=np.int64)[keep] if "seq" in ops else np.full(len(start), -1, dtype=np.int64)
     order = np.lexsort((end, start))              # by start, then end; stable
@@ -196,10 +199,8 @@ def rank_events(rank: int, ops: Table, iterations: Table, ranges: Table) -> pd.D
         rows.append((rank, number, "end", END[0], END[1], "", last_end, last_end, keys[last][0], keys[last][1]))
     if not rows:
         return empty_events()
-    out = pd.DataFrame(rows, columns=EVENT_COLUMNS)
-    for col in ("rank", "iteration", "seq", "start", "end", "prev_seq"):
-        out[col] = out[col].astype(np.int64)
-    return out
+    return pd.DataFrame({c: np.array(v, dtype=object if c in ("kind", "channel", "name", "prev_channel") else np.int64)
+                         for c, v in zip(EVENT_COLUMNS, zip(*rows, strict=True), strict=True)})
 
 
 def _culprit(lead: list[Segment], other: list[Segment]) -> str:

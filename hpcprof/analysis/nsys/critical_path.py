@@ -103,7 +103,9 @@ def rank_events(act: Activity, iteration_range: str | None = None) -> pd.DataFra
                                                                         "start": range_start[phases],
                                                                         "end": range_end[phases]}))
     parts = [p for p in parts if len(p)]
-    return pd.concat(parts, ignore_index=True) if parts else empty_events()
+    if len(parts) > 1:
+        return pd.concat(parts, ignore_index=True)
+    return parts[0] if parts else empty_events()
 
 
 def critical_path_table(act: Activity) -> pd.DataFrame:

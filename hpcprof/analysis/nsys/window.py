@@ -233,9 +233,7 @@ def kernel_sum(act: Activity) -> pd.DataFrame:
 def with_window(df: pd.DataFrame, window: Window) -> pd.DataFrame:
     """`df` (with a rank column) with the window's name of each rank inserted after `rank`."""
     labels = dict(zip(window.bounds["rank"].tolist(), window.bounds["window"].tolist(), strict=True))
-    names = np.array([labels.get(rank, CAPTURE) for rank in df["rank"].tolist()] + [None], dtype=object)[:-1]
-    at = list(df.columns).index("rank") + 1
-    columns = {c: df[c] for c in df.columns[:at]} | {"window": pd.Series(names, index=df.index, dtype=object)}
-    out = pd.DataFrame(columns | {c: df[c] for c in df.columns[at:]}, index=df.index)
-    out.attrs.update(df.attrs)
+    names = np.array([labels.get(rank, CAPTURE) for rank in df["rank"].tolist()], dtype=object)
+    out = df.copy(deep=False)                     # the columns shared, not copied (copy on write)
+    out.insert(list(df.columns).index("rank") + 1, "window", pd.Series(names, index=df.index, dtype=object))
     return out
