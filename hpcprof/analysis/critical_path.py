@@ -83,14 +83,114 @@ def _innermost(starts: np.ndarray, ends: np.ndarray, at: np.ndarray) -> np.ndarr
         found[outside] = parent[found[outside]]
 
 
-def _runs(labels: np.ndarray, starts: np.ndarray, lo: int, hi: int) -> list[tuple[str, int, int]]:
-    """The lead [lo, hi] as (name, start, end) runs of consecutive operations with the same label."""
-    if len(labels) == 0:
-        return [(IDLE, lo, hi)] if hi > lo else []
-    first = np.flatnonzero(np.concatenate(([True], labels[1:] != labels[:-1])))
-    bounds = [lo] + [int(min(max(starts[i], lo), hi)) for i in first[1:]] + [hi]
-    bounds = list(np.maximum.accumulate(bounds))
-    return [(str(labels[i]), int(bounds[k]), int(bounds[k + 1])) for k, i in enumerate(first)]
+def _stacked(group: np.ndarray, t: np.ndarray, base: np.ndarray, span: np.ndarray) -> np.ndarray:
+    """Times `t` of groups numbered 0..n-1 (`base`: each group's earliest time, `span`: its length) on
+    one increasing axis: group g's times t in [base, base + span] map into a band of their own."""
+    offset = np.concatenate(([0], np.cumsum(span + 1)[:-1]))
+    return offset[group] + (t - base[group])
+
+
+def _lead_runs(lead_lo: np.ndarray, lead_hi: np.ndarray, pair_lead: np.ndarray, pair_op: np.ndarray,
+               starts: np.ndarray, label_code: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Every lead [lo, hi] as (lead, first operation, start, end) runs of consecutive operations with the same
+    label (`pair_lead`, `pair_op`: the operations of each lead, by lead then start); an idle lead as one run
+    with operation -1 when hi > lo. The runs tile each lead (module docstring); in lead order."""
+    new = np.ones(len(pair_lead), dtype=bool)
+    new[1:] = (pair_lead[1:] != pair_lead[:-1]) | (label_code[pair_op[1:]] != label_code[pair_op[:-1]])
+    first = np.flatnonzero(new)
+    lead, op = pair_lead[first], pair_op[first]
+    opens = np.ones(len(first), dtype=bool)
+    opens[1:] = lead[1:] != lead[:-1]
+    lo, hi = lead_lo[lead], lead_hi[lead]
+    bound = np.where(opens, lo, np.clip(starts[op], lo, hi))
+    # the running maximum within each lead: each lead's bounds in a band of their own on one axis
+    span = np.maximum(lead_hi - lead_lo, 0)
+    offset = np.concatenate(([0], np.cumsum(span + 1)[:-1]))
+    begin = np.maximum.accumulate(offset[lead] + (bound - lo)) - offset[lead] + lo
+    closes = np.ones(len(first), dtype=bool)
+    closes[:-1] = opens[1:]                           # the last run of its lead ends at hi
+    close = np.where(closes, hi, np.append(begin[1:], 0))
+    idle = np.setdiff1d(np.flatnonzero(lead_hi > lead_lo), lead)
+    lead = np.concatenate((lead, idle))
+    order = np.argsort(lead, kind="stable")
+    return (lead[order], np.concatenate((op, np.full(len(idle), -1)))[order],
+            np.concatenate((begin, lead_lo[idle]))[order], np.concatenate((close, lead_hi[idle]))[order])
+
+
+def _iteration_events(rank: int, iteration: np.ndarray, is_coll: np.ndarray, start: np.ndarray, end: np.ndarray,
+                      channel: np.ndarray, seq: np.ndarray, label: np.ndarray, kind: np.ndarray) -> dict[str, np.ndarray]:
+    """The events columns of one rank from its timed operations sorted by iteration, then start (module
+    docstring): per iteration with collectives, each collective's lead and the collective, then the tail."""
+    import pandas as pd
+
+    bounds = np.flatnonzero(np.concatenate(([True], iteration[1:] != iteration[:-1])))
+    size = np.diff(np.append(bounds, len(iteration)))
+    group = np.repeat(np.arange(len(bounds)), size)
+    has_coll = np.add.reduceat(is_coll.astype(np.int64), bounds) > 0 if len(bounds) else np.zeros(0, dtype=bool)
+    first_start = np.minimum.reduceat(start, bounds) if len(bounds) else start[:0]
+    last_end = np.maximum.reduceat(end, bounds) if len(bounds) else end[:0]
+    span = last_end - first_start
+    coll = np.flatnonzero(is_coll)                   # by iteration, then start
+    c_group, cs, ce = group[coll], start[coll], end[coll]
+    # each collective's previous one: the latest of its iteration to end before it starts (never itself)
+    by_end = np.lexsort((ce, c_group))
+    axis_end = _stacked(c_group, ce, first_start, span)[by_end]
+    latest = np.searchsorted(axis_end, _stacked(c_group, cs, first_start, span), side="right") - 1
+    j = np.arange(len(coll))
+    latest = latest - ((latest >= 0) & (by_end[np.maximum(latest, 0)] == j))
+    c_first = np.searchsorted(c_group[by_end], c_group, side="left")        # the iteration's first in by_end
+    prev = np.where(latest >= c_first, by_end[np.maximum(latest, 0)], -1)
+    # the tail: from the end of the iteration's (first) collective to end last, to the iteration's end
+    groups = np.flatnonzero(has_coll)
+    c_bounds = np.searchsorted(c_group, groups)
+    if len(c_bounds):
+        top = np.repeat(np.maximum.reduceat(ce, c_bounds), np.diff(np.append(c_bounds, len(coll))))
+        last = np.minimum.reduceat(np.where(ce == top, np.arange(len(coll)), len(coll)), c_bounds)
+    else:
+        last = np.empty(0, dtype=np.int64)
+    # leads: one per collective, then one tail per iteration with collectives
+    lead_group = np.concatenate((c_group, groups))
+    lead_lo = np.concatenate((np.where(prev >= 0, ce[np.maximum(prev, 0)], first_start[c_group]), ce[last]))
+    lead_hi = np.concatenate((cs, last_end[groups]))
+    work = np.flatnonzero(~is_coll)
+    w_group = group[work]
+    by_w_end = np.lexsort((end[work], w_group))
+    axis_w = _stacked(w_group, end[work], first_start, span)[by_w_end]
+    lo = np.searchsorted(axis_w, _stacked(lead_group, lead_lo, first_start, span), side="right")
+    hi = np.searchsorted(axis_w, _stacked(lead_group, lead_hi, first_start, span), side="right")
+    counts = np.maximum(hi - lo, 0)
+    pair_lead = np.repeat(np.arange(len(lead_lo)), counts)
+    pair_op = work[by_w_end[np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
+                            + np.repeat(lo, counts)]]
+    by_start = np.lexsort((pair_op, pair_lead))              # each lead's operations in start order
+    label_code = pd.factorize(label)[0]
+    run_lead, run_op, run_start, run_end = _lead_runs(lead_lo, lead_hi, pair_lead[by_start], pair_op[by_start],
+                                                      start, label_code)
+    # rows: per iteration, per collective (start order) its lead's runs then itself; then the tail and the end
+    n_c, n_runs, n_it = len(coll), len(run_lead), len(groups)
+    slot = np.concatenate((j - np.searchsorted(c_group, c_group), np.full(n_it, 1 << 40)))   # the tail last
+    lead_key = np.concatenate((channel[coll], np.full(n_it, END[0], dtype=object)))
+    lead_seq = np.concatenate((seq[coll], np.full(n_it, END[1])))
+    key = (lambda i: np.where(i >= 0, channel[coll][np.maximum(i, 0)], END[0]),
+           lambda i: np.where(i >= 0, seq[coll][np.maximum(i, 0)], END[1]))
+    row_group = np.concatenate((lead_group[run_lead], c_group, groups))
+    row_slot = np.concatenate((slot[run_lead], slot[:n_c], np.full(n_it, 1 << 40)))
+    row_sub = np.repeat([0, 1, 1], [n_runs, n_c, n_it])
+    order = np.lexsort((np.arange(len(row_group)), row_sub, row_slot, row_group))
+    run_name = np.array([IDLE if i < 0 else str(label[i]) for i in run_op.tolist()], dtype=object)
+    cols = {
+        "rank": np.full(len(order), rank, dtype=np.int64),
+        "iteration": iteration[bounds][row_group],
+        "kind": np.repeat(np.array(["compute", "collective", "end"], dtype=object), [n_runs, n_c, n_it]),
+        "channel": np.concatenate((lead_key[run_lead], channel[coll], np.full(n_it, END[0], dtype=object))),
+        "seq": np.concatenate((lead_seq[run_lead], seq[coll], np.full(n_it, END[1]))),
+        "name": np.concatenate((run_name, np.array([str(x) for x in kind[coll].tolist()], dtype=object),
+                                np.full(n_it, "", dtype=object))),
+        "start": np.concatenate((run_start, cs, last_end[groups])),
+        "end": np.concatenate((run_end, ce, last_end[groups])),
+        "prev_channel": np.concatenate((np.full(n_runs, "", dtype=object), key[0](prev), channel[coll][last])),
+        "prev_seq": np.concatenate((np.full(n_runs, -1), key[1](prev), seq[coll][last]))}
+    return {c: v[order].astype(object if v.dtype == object else np.int64) for c, v in cols.items()}
 
 
 def rank_events(rank: int, ops: Table, iterations: Table, ranges: Table) -> pd.DataFrame:
@@ -158,49 +258,13 @@ def rank_events(rank: int, ops: Table, iterations: Table, ranges: Table) -> pd.D
         rank_in_group[by_group] = np.arange(len(groups)) - np.repeat(group_first, sizes)
     seq[numbered] = np.where(seq[numbered] >= 0, seq[numbered], rank_in_group)
 
-    # the timed operations by iteration (each in start order): one slice per iteration
+    # the timed operations by iteration (each in start order)
     timed = np.flatnonzero(iteration >= 0)
     timed = timed[np.argsort(iteration[timed], kind="stable")]
-    iteration, is_coll, start, end = iteration[timed], is_coll[timed], start[timed], end[timed]
-    channel = [str(c) for c in channel[timed].tolist()]
-    seq_of, label, kind = seq[timed].tolist(), label[timed], kind[timed]
-    bounds = np.flatnonzero(np.concatenate(([True], iteration[1:] != iteration[:-1], [True]))).tolist()
-    rows: list[tuple[Any, ...]] = []
-    for a, b in zip(bounds[:-1], bounds[1:], strict=True):
-        coll = a + np.flatnonzero(is_coll[a:b])
-        if not len(coll):
-            continue
-        number = int(iteration[a])
-        work = a + np.flatnonzero(~is_coll[a:b])
-        cs, ce = start[coll], end[coll]
-        keys = [(channel[i], seq_of[i]) for i in coll.tolist()]
-        ws, we, wl = start[work], end[work], label[work]
-        first_start, last_end = int(start[a:b].min()), int(end[a:b].max())
-        names = kind[coll]
-
-        def lead(key: tuple[str, int], lo: int, hi: int, number: int = number, ws: np.ndarray = ws,
-                 we: np.ndarray = we, wl: np.ndarray = wl) -> None:
-            sel = (we > lo) & (we <= hi)
-            for name, s, e in _runs(wl[sel], ws[sel], lo, hi):
-                rows.append((rank, number, "compute", key[0], key[1], name, s, e, "", -1))
-
-        by_end = np.argsort(ce, kind="stable")          # the previous collective: the latest to end before
-        latest = np.searchsorted(ce[by_end], cs, side="right") - 1
-        for j in range(len(cs)):
-            i = int(latest[j]) - int(latest[j] >= 0 and by_end[latest[j]] == j)   # never itself (0 ns)
-            prev = int(by_end[i]) if i >= 0 else -1
-            lo = int(ce[prev]) if prev >= 0 else first_start
-            pkey = keys[prev] if prev >= 0 else END
-            lead(keys[j], lo, int(cs[j]))
-            rows.append((rank, number, "collective", keys[j][0], keys[j][1], str(names[j]),
-                         int(cs[j]), int(ce[j]), pkey[0], pkey[1]))
-        last = int(np.argmax(ce))
-        lead(END, int(ce[last]), last_end)
-        rows.append((rank, number, "end", END[0], END[1], "", last_end, last_end, keys[last][0], keys[last][1]))
-    if not rows:
-        return empty_events()
-    return pd.DataFrame({c: np.array(v, dtype=object if c in ("kind", "channel", "name", "prev_channel") else np.int64)
-                         for c, v in zip(EVENT_COLUMNS, zip(*rows, strict=True), strict=True)})
+    channel = np.array([str(c) for c in channel[timed].tolist()], dtype=object)
+    cols = _iteration_events(rank, iteration[timed], is_coll[timed], start[timed], end[timed], channel, seq[timed],
+                             label[timed], kind[timed])
+    return pd.DataFrame(cols) if len(cols["rank"]) else empty_events()
 
 
 def _culprit(lead: list[Segment], other: list[Segment]) -> str:
