@@ -38,10 +38,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
+    from typing import TypeAlias
+
     import pandas as pd
 
     #: a DataFrame, or a mapping of column name to numpy array
-    Table = pd.DataFrame | Mapping[str, np.ndarray]
+    Table: TypeAlias = "pd.DataFrame | Mapping[str, np.ndarray]"
 
 #: the name of a lead in which the rank's GPU ran nothing
 IDLE = "[GPU idle]"
@@ -215,7 +217,7 @@ def rank_events(rank: int, ops: Table, iterations: Table, ranges: Table) -> pd.D
     it_start, it_end = it_start[by_start], np.asarray(iterations["end"], dtype=np.int64)[by_start]
     start, end = np.asarray(ops["start"], dtype=np.int64)[keep], np.asarray(ops["end"], dtype=np.int64)[keep]
     at = launch[keep].astype(np.int64)
-    kind = np.asarray(ops["collective"], dtype=object)[keep]
+    kind = np.asarray(ops["collective"], dtype=np.object_)[keep]
     is_coll = pd.notna(kind)
     k = np.searchsorted(it_start, at, side="right") - 1
     inside = (k >= 0) & (at <= it_end[np.maximum(k, 0)])
@@ -227,12 +229,12 @@ def rank_events(rank: int, ops: Table, iterations: Table, ranges: Table) -> pd.D
     pk = np.searchsorted(it_start, ph_start[ph], side="right") - 1
     ph = ph[(pk >= 0) & (ph_end[ph] <= it_end[np.maximum(pk, 0)])]
     found = _innermost(ph_start[ph], ph_end[ph], at)
-    phase = np.where(found >= 0, np.asarray(ranges["name"], dtype=object)[ph][np.maximum(found, 0)] if len(ph)
+    phase = np.where(found >= 0, np.asarray(ranges["name"], dtype=np.object_)[ph][np.maximum(found, 0)] if len(ph)
                      else None, None)
-    label = np.where(pd.isna(phase), np.asarray(ops["name"], dtype=object)[keep], phase)
+    label = np.where(pd.isna(phase), np.asarray(ops["name"], dtype=np.object_)[keep], phase)
 
     if "channel" in ops:
-        channel = np.asarray(ops["channel"], dtype=object)[keep]
+        channel = np.asarray(ops["channel"], dtype=np.object_)[keep]
     else:                                         # NCCL streams in order of first use
         stream = np.asarray(ops["stream"])[keep]
         streams, which = np.unique(stream[is_coll], return_inverse=True)

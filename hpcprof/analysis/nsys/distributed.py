@@ -14,7 +14,14 @@ from typing import cast
 import numpy as np
 import pandas as pd
 
-from hpcprof.analysis.nsys.arrays import group_starts, range_reduce
+from hpcprof.analysis.nsys.arrays import (
+    covered,
+    covered_within,
+    group_starts,
+    intersection,
+    merge_intervals,
+    range_reduce,
+)
 from hpcprof.analysis.nsys.db import (
     KERNEL,
     MEMCPY,
@@ -211,58 +218,6 @@ def load_activity(exports: list[Export], rank_map: dict[str, int] | None = None)
     order = np.lexsort((ops["start"], ops["rank"]))           # by rank, then start; stable
     ops = {c: v[order] for c, v in ops.items()}
     return Activity(None, pd.DataFrame(rt), {e.path: e for e in exports if e.path not in failed}, failed, ops)
-
-
-# ---------------------------------------------------------------------------------------
-# interval helpers
-
-
-def merge_intervals(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Union of intervals as sorted, disjoint (start, end) arrays."""
-    if len(start) == 0:
-        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
-    order = np.argsort(start, kind="stable")
-    s, e = np.asarray(start)[order], np.asarray(end)[order]
-    reach = np.maximum.accumulate(e)
-    new = np.concatenate(([True], s[1:] > reach[:-1]))
-    idx = np.flatnonzero(new)
-    seg_end = np.maximum.reduceat(e, idx)
-    return s[idx], seg_end
-
-
-def covered(start: np.ndarray, end: np.ndarray) -> int:
-    """Length of the union of intervals."""
-    s, e = merge_intervals(start, end)
-    return int((e - s).sum())
-
-
-def intersection(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> int:
-    """Length of the intersection of two unions of disjoint sorted intervals (a sweep)."""
-    if len(a[0]) == 0 or len(b[0]) == 0:
-        return 0
-    times = np.concatenate((a[0], a[1], b[0], b[1]))
-    da = np.concatenate((np.ones(len(a[0])), -np.ones(len(a[1])), np.zeros(len(b[0]) + len(b[1]))))
-    db = np.concatenate((np.zeros(len(a[0]) + len(a[1])), np.ones(len(b[0])), -np.ones(len(b[1]))))
-    order = np.argsort(times, kind="stable")
-    t = times[order]
-    both = (np.cumsum(da[order]) > 0) & (np.cumsum(db[order]) > 0)
-    return int((np.diff(t) * both[:-1]).sum())
-
-
-def covered_within(union: tuple[np.ndarray, np.ndarray], start: np.ndarray, end: np.ndarray) -> np.ndarray:
-    """For each interval [start, end): how much of it the disjoint sorted `union` covers."""
-    us, ue = union
-    if len(us) == 0:
-        return np.zeros(len(start), dtype=np.int64)
-    cum = np.concatenate(([0], np.cumsum(ue - us)))
-
-    def upto(t: np.ndarray) -> np.ndarray:            # covered length in (-inf, t)
-        i = np.searchsorted(us, t, side="right")       # segments starting before or at t
-        full = cum[np.maximum(i - 1, 0)]
-        last = np.where(i > 0, np.clip(t - us[np.maximum(i - 1, 0)], 0, (ue - us)[np.maximum(i - 1, 0)]), 0)
-        return np.where(i > 0, full + last, 0)
-
-    return upto(np.asarray(end)) - upto(np.asarray(start))
 
 
 # ---------------------------------------------------------------------------------------
@@ -525,21 +480,21 @@ def phases(act: Activity, instances: pd.DataFrame | None = None) -> pd.DataFrame
     range_time_ns (Σ CPU durations of the range)."""
     r = range_instances(act) if instances is None else instances
     cols = ["rank", "range", "instances", "gpu_ops", "kernels", "gpu_time_ns", "proj_time_ns", "range_time_ns"]
-    r = r[r["range"].notna()] if len(r) else r
-    if r.empty:
-        return pd.DataFrame(columns=cols)
     # a sort and np.add.reduceat: pandas' named aggregation costs ~10 ms a call on small frames
-    codes, names = pd.factorize(r["range"].to_numpy(object), sort=True)
-    rank = r["rank"].to_numpy(np.int64)
-    order = np.lexsort((codes, rank))
-    rank, codes = rank[order], codes[order]
+    codes, names = pd.factorize(r["range"].to_numpy(object), sort=True) if len(r) else (np.empty(0, np.int64), [])
+    named = np.flatnonzero(codes >= 0)                   # instances of a range without a name left out
+    if not len(named):
+        return pd.DataFrame(columns=cols)
+    rank = r["rank"].to_numpy(np.int64)[named]
+    order = np.lexsort((codes[named], rank))
+    rank, codes = rank[order], codes[named][order]
     first = np.flatnonzero(np.concatenate(([True], (rank[1:] != rank[:-1]) | (codes[1:] != codes[:-1]))))
     out = {"rank": rank[first], "range": np.asarray(names, dtype=object)[codes[first]],
            "instances": np.diff(np.append(first, len(order))).astype(np.int64)}
     for name, source in (("gpu_ops", "gpu_ops"), ("kernels", "kernels"), ("gpu_time_ns", "gpu_ns"),
                          ("proj_time_ns", "proj_ns"), ("range_time_ns", "range_ns")):
-        out[name] = np.add.reduceat(r[source].to_numpy(np.int64)[order], first)
-    return pd.DataFrame(out, columns=cols)
+        out[name] = np.add.reduceat(r[source].to_numpy(np.int64)[named][order], first)
+    return pd.DataFrame(out)
 
 
 def _rank_of_process(act: Activity, file: str, owner: int) -> int:

@@ -25,13 +25,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from hpcprof.analysis.nsys.arrays import group_starts
-from hpcprof.analysis.nsys.distributed import (
-    Activity,
-    covered_within,
-    merge_intervals,
-    range_instances,
-)
+from hpcprof.analysis.nsys.arrays import covered_within, group_starts, merge_intervals
+from hpcprof.analysis.nsys.distributed import Activity, range_instances
 
 TIMED_RANGE = "timed"
 ITERATION_RANGE = re.compile(r"(?:iteration|step)\d*")
@@ -129,9 +124,10 @@ def find_window(act: Activity, nvtx: str | None = None) -> Window:
             iterations[c].append(np.asarray(v))
     if not bounds["rank"]:
         return Window(pd.DataFrame(columns=WINDOW_COLUMNS), pd.DataFrame(columns=ITERATION_RANGES), instances)
-    its = {c: np.concatenate(v).astype(ITERATION_DTYPES.get(c, object)) for c, v in iterations.items()}
-    its["window"] = pd.array(its["window"], dtype="str")       # as a frame of a str scalar, rows or none
-    return Window(pd.DataFrame(bounds), pd.DataFrame(its), instances)
+    columns = {c: np.concatenate(v).astype(ITERATION_DTYPES.get(c, object)) for c, v in iterations.items()}
+    labels = pd.array(columns["window"], dtype="str")          # as a frame of a str scalar, rows or none
+    return Window(pd.DataFrame(bounds), pd.DataFrame({c: labels if c == "window" else columns[c]
+                                                      for c in ITERATION_RANGES}), instances)
 
 
 def _bounds_of(window: Window, ranks: np.ndarray, *columns: str) -> tuple[np.ndarray, ...]:
