@@ -12,6 +12,8 @@ subgroups (tensor x pipeline parallel) give one group's files at a time.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pandas as pd
 
@@ -38,20 +40,23 @@ def timed_iterations(names: np.ndarray, start: np.ndarray, end: np.ndarray,
     """The iteration ranges (number, start, end) among one process's NVTX ranges (names, start, end):
     those named `iteration_range` when given; else `iteration`/`step<N>` inside `timed` when there is
     such a range, else every one, else `backward`."""
-    text = [str(n) for n in names.tolist()]
+    codes, distinct = pd.factorize(np.array([str(n) for n in names.tolist()], dtype=object))
+
+    def named(match: Callable[[str], bool]) -> np.ndarray:      # one test per distinct name
+        return np.flatnonzero(np.array([match(n) for n in distinct] + [False], dtype=bool)[codes])
+
     if iteration_range is not None:
-        its = np.array([n == iteration_range for n in text], dtype=bool)
+        its = named(lambda n: n == iteration_range)
     else:
-        its = np.array([ITERATION_RANGE.fullmatch(n) is not None for n in text], dtype=bool)
-        if not its.any():
-            its = np.array([n == ECHO_RANGE for n in text], dtype=bool)
-    its = np.flatnonzero(its)
-    timed = np.flatnonzero(np.array([n == TIMED_RANGE for n in text], dtype=bool))
-    if len(timed) and len(its):
-        within = np.zeros(len(its), dtype=bool)
-        for s, e in zip(start[timed].tolist(), end[timed].tolist(), strict=True):
-            within |= (start[its] >= s) & (end[its] <= e)
-        its = its[within]
+        its = named(lambda n: ITERATION_RANGE.fullmatch(n) is not None)
+        if not len(its):
+            its = named(lambda n: n == ECHO_RANGE)
+    timed = named(lambda n: n == TIMED_RANGE)
+    if len(timed) and len(its):             # inside some timed range: of those opened before, the latest end
+        timed = timed[np.argsort(start[timed], kind="stable")]
+        reach = np.maximum.accumulate(end[timed])
+        before = np.searchsorted(start[timed], start[its], side="right") - 1
+        its = its[(before >= 0) & (reach[np.maximum(before, 0)] >= end[its])]
     its = its[np.argsort(start[its], kind="stable")]
     return {"number": np.arange(len(its), dtype=np.int64), "start": start[its], "end": end[its]}
 

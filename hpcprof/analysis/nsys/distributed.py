@@ -58,9 +58,20 @@ def collective_of(names: pd.Series) -> pd.Series:
     return names.str.extract(NCCL_KERNEL, expand=False)
 
 
-def is_nccl(names: pd.Series) -> np.ndarray:
-    """Communication kernels: names starting with `nccl` (the nsys recipes' rule)."""
-    return names.str.startswith("nccl").to_numpy(dtype=bool)
+def is_nccl(names: pd.Series | np.ndarray) -> np.ndarray:
+    """Communication kernels: names starting with `nccl` (the nsys recipes' rule); as pandas'
+    str.startswith made a mask: False for None, True for another non-text value (NaN). One test
+    per distinct name."""
+    seen: dict[object, bool] = {}
+
+    def test(name: object) -> bool:
+        found = seen.get(name)
+        if found is None:
+            found = seen[name] = name.startswith("nccl") if isinstance(name, str) else name is not None
+        return found
+
+    values = names.tolist()
+    return np.fromiter(map(test, values), dtype=bool, count=len(values))
 
 
 #: the columns of Activity.ops, in order
@@ -105,8 +116,7 @@ class Activity:
                 got = self.column("kind") == "kernel"
             elif name == "comm":
                 kernel = self.column("kernel")
-                got = kernel & (is_nccl(pd.Series(self.column("short"), dtype=object))
-                                | is_nccl(pd.Series(self.column("name"), dtype=object))) if kernel.any() else kernel
+                got = kernel & (is_nccl(self.column("short")) | is_nccl(self.column("name"))) if kernel.any() else kernel
             else:
                 got = self.ops[name].to_numpy()
             self.arrays[name] = got
