@@ -38,7 +38,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
+    from typing import TypeAlias
+
     import pandas as pd
+
+    #: a DataFrame, or a mapping of column name to numpy array
+    Table: TypeAlias = "pd.DataFrame | Mapping[str, np.ndarray]"
 
 #: the name of a lead in which the rank's GPU ran nothing
 IDLE = "[GPU idle]"
@@ -80,17 +85,117 @@ def _innermost(starts: np.ndarray, ends: np.ndarray, at: np.ndarray) -> np.ndarr
         found[outside] = parent[found[outside]]
 
 
-def _runs(labels: np.ndarray, starts: np.ndarray, lo: int, hi: int) -> list[tuple[str, int, int]]:
-    """The lead [lo, hi] as (name, start, end) runs of consecutive operations with the same label."""
-    if len(labels) == 0:
-        return [(IDLE, lo, hi)] if hi > lo else []
-    first = np.flatnonzero(np.concatenate(([True], labels[1:] != labels[:-1])))
-    bounds = [lo] + [int(min(max(starts[i], lo), hi)) for i in first[1:]] + [hi]
-    bounds = list(np.maximum.accumulate(bounds))
-    return [(str(labels[i]), int(bounds[k]), int(bounds[k + 1])) for k, i in enumerate(first)]
+def _stacked(group: np.ndarray, t: np.ndarray, base: np.ndarray, span: np.ndarray) -> np.ndarray:
+    """Times `t` of groups numbered 0..n-1 (`base`: each group's earliest time, `span`: its length) on
+    one increasing axis: group g's times t in [base, base + span] map into a band of their own."""
+    offset = np.concatenate(([0], np.cumsum(span + 1)[:-1]))
+    return offset[group] + (t - base[group])
 
 
-def rank_events(rank: int, ops: pd.DataFrame, iterations: pd.DataFrame, ranges: pd.DataFrame) -> pd.DataFrame:
+def _lead_runs(lead_lo: np.ndarray, lead_hi: np.ndarray, pair_lead: np.ndarray, pair_op: np.ndarray,
+               starts: np.ndarray, label_code: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Every lead [lo, hi] as (lead, first operation, start, end) runs of consecutive operations with the same
+    label (`pair_lead`, `pair_op`: the operations of each lead, by lead then start); an idle lead as one run
+    with operation -1 when hi > lo. The runs tile each lead (module docstring); in lead order."""
+    new = np.ones(len(pair_lead), dtype=bool)
+    new[1:] = (pair_lead[1:] != pair_lead[:-1]) | (label_code[pair_op[1:]] != label_code[pair_op[:-1]])
+    first = np.flatnonzero(new)
+    lead, op = pair_lead[first], pair_op[first]
+    opens = np.ones(len(first), dtype=bool)
+    opens[1:] = lead[1:] != lead[:-1]
+    lo, hi = lead_lo[lead], lead_hi[lead]
+    bound = np.where(opens, lo, np.clip(starts[op], lo, hi))
+    # the running maximum within each lead: each lead's bounds in a band of their own on one axis
+    span = np.maximum(lead_hi - lead_lo, 0)
+    offset = np.concatenate(([0], np.cumsum(span + 1)[:-1]))
+    begin = np.maximum.accumulate(offset[lead] + (bound - lo)) - offset[lead] + lo
+    closes = np.ones(len(first), dtype=bool)
+    closes[:-1] = opens[1:]                           # the last run of its lead ends at hi
+    close = np.where(closes, hi, np.append(begin[1:], 0))
+    idle = np.setdiff1d(np.flatnonzero(lead_hi > lead_lo), lead)
+    lead = np.concatenate((lead, idle))
+    order = np.argsort(lead, kind="stable")
+    return (lead[order], np.concatenate((op, np.full(len(idle), -1)))[order],
+            np.concatenate((begin, lead_lo[idle]))[order], np.concatenate((close, lead_hi[idle]))[order])
+
+
+def _iteration_events(rank: int, iteration: np.ndarray, is_coll: np.ndarray, start: np.ndarray, end: np.ndarray,
+                      channel: np.ndarray, seq: np.ndarray, label: np.ndarray, kind: np.ndarray) -> dict[str, np.ndarray]:
+    """The events columns of one rank from its timed operations sorted by iteration, then start (module
+    docstring): per iteration with collectives, each collective's lead and the collective, then the tail."""
+    import pandas as pd
+
+    bounds = np.flatnonzero(np.concatenate(([True], iteration[1:] != iteration[:-1])))
+    size = np.diff(np.append(bounds, len(iteration)))
+    group = np.repeat(np.arange(len(bounds)), size)
+    has_coll = np.add.reduceat(is_coll.astype(np.int64), bounds) > 0 if len(bounds) else np.zeros(0, dtype=bool)
+    first_start = np.minimum.reduceat(start, bounds) if len(bounds) else start[:0]
+    last_end = np.maximum.reduceat(end, bounds) if len(bounds) else end[:0]
+    span = last_end - first_start
+    coll = np.flatnonzero(is_coll)                   # by iteration, then start
+    c_group, cs, ce = group[coll], start[coll], end[coll]
+    # each collective's previous one: the latest of its iteration to end before it starts (never itself)
+    by_end = np.lexsort((ce, c_group))
+    axis_end = _stacked(c_group, ce, first_start, span)[by_end]
+    latest = np.searchsorted(axis_end, _stacked(c_group, cs, first_start, span), side="right") - 1
+    j = np.arange(len(coll))
+    latest = latest - ((latest >= 0) & (by_end[np.maximum(latest, 0)] == j))
+    c_first = np.searchsorted(c_group[by_end], c_group, side="left")        # the iteration's first in by_end
+    prev = np.where(latest >= c_first, by_end[np.maximum(latest, 0)], -1)
+    # the tail: from the end of the iteration's (first) collective to end last, to the iteration's end
+    groups = np.flatnonzero(has_coll)
+    c_bounds = np.searchsorted(c_group, groups)
+    if len(c_bounds):
+        top = np.repeat(np.maximum.reduceat(ce, c_bounds), np.diff(np.append(c_bounds, len(coll))))
+        last = np.minimum.reduceat(np.where(ce == top, np.arange(len(coll)), len(coll)), c_bounds)
+    else:
+        last = np.empty(0, dtype=np.int64)
+    # leads: one per collective, then one tail per iteration with collectives
+    lead_group = np.concatenate((c_group, groups))
+    lead_lo = np.concatenate((np.where(prev >= 0, ce[np.maximum(prev, 0)], first_start[c_group]), ce[last]))
+    lead_hi = np.concatenate((cs, last_end[groups]))
+    work = np.flatnonzero(~is_coll)
+    w_group = group[work]
+    by_w_end = np.lexsort((end[work], w_group))
+    axis_w = _stacked(w_group, end[work], first_start, span)[by_w_end]
+    lo = np.searchsorted(axis_w, _stacked(lead_group, lead_lo, first_start, span), side="right")
+    hi = np.searchsorted(axis_w, _stacked(lead_group, lead_hi, first_start, span), side="right")
+    counts = np.maximum(hi - lo, 0)
+    pair_lead = np.repeat(np.arange(len(lead_lo)), counts)
+    pair_op = work[by_w_end[np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
+                            + np.repeat(lo, counts)]]
+    by_start = np.lexsort((pair_op, pair_lead))              # each lead's operations in start order
+    label_code = pd.factorize(label)[0]
+    run_lead, run_op, run_start, run_end = _lead_runs(lead_lo, lead_hi, pair_lead[by_start], pair_op[by_start],
+                                                      start, label_code)
+    # rows: per iteration, per collective (start order) its lead's runs then itself; then the tail and the end
+    n_c, n_runs, n_it = len(coll), len(run_lead), len(groups)
+    slot = np.concatenate((j - np.searchsorted(c_group, c_group), np.full(n_it, 1 << 40)))   # the tail last
+    lead_key = np.concatenate((channel[coll], np.full(n_it, END[0], dtype=object)))
+    lead_seq = np.concatenate((seq[coll], np.full(n_it, END[1])))
+    key = (lambda i: np.where(i >= 0, channel[coll][np.maximum(i, 0)], END[0]),
+           lambda i: np.where(i >= 0, seq[coll][np.maximum(i, 0)], END[1]))
+    row_group = np.concatenate((lead_group[run_lead], c_group, groups))
+    row_slot = np.concatenate((slot[run_lead], slot[:n_c], np.full(n_it, 1 << 40)))
+    row_sub = np.repeat([0, 1, 1], [n_runs, n_c, n_it])
+    order = np.lexsort((np.arange(len(row_group)), row_sub, row_slot, row_group))
+    run_name = np.array([IDLE if i < 0 else str(label[i]) for i in run_op.tolist()], dtype=object)
+    cols = {
+        "rank": np.full(len(order), rank, dtype=np.int64),
+        "iteration": iteration[bounds][row_group],
+        "kind": np.repeat(np.array(["compute", "collective", "end"], dtype=object), [n_runs, n_c, n_it]),
+        "channel": np.concatenate((lead_key[run_lead], channel[coll], np.full(n_it, END[0], dtype=object))),
+        "seq": np.concatenate((lead_seq[run_lead], seq[coll], np.full(n_it, END[1]))),
+        "name": np.concatenate((run_name, np.array([str(x) for x in kind[coll].tolist()], dtype=object),
+                                np.full(n_it, "", dtype=object))),
+        "start": np.concatenate((run_start, cs, last_end[groups])),
+        "end": np.concatenate((run_end, ce, last_end[groups])),
+        "prev_channel": np.concatenate((np.full(n_runs, "", dtype=object), key[0](prev), channel[coll][last])),
+        "prev_seq": np.concatenate((np.full(n_runs, -1), key[1](prev), seq[coll][last]))}
+    return {c: v[order].astype(object if v.dtype == object else np.int64) for c, v in cols.items()}
+
+
+def rank_events(rank: int, ops: Table, iterations: Table, ranges: Table) -> pd.DataFrame:
     """One rank's collectives per iteration and the GPU work before each (module docstring).
 
     `ops`: the rank's GPU operations: start, end, launch (start of the launching CPU call; NaN/-1
@@ -98,40 +203,46 @@ def rank_events(rank: int, ops: pd.DataFrame, iterations: pd.DataFrame, ranges: 
     channel (str) and seq (int, -1 where unknown) for collectives. `iterations`: number, start, end
     of the iteration ranges on the CPU. `ranges`: name, start, end of the other CPU ranges; those
     inside an iteration are its phases. Ranges are matched by time in the whole process, as the
-    autograd and communication threads launch outside the thread that opened the range."""
+    autograd and communication threads launch outside the thread that opened the range. Each a
+    DataFrame or a mapping of column name to numpy array."""
     import pandas as pd
 
-    launch = pd.to_numeric(ops["launch"], errors="coerce").to_numpy(np.float64)
+    launch = np.asarray(ops["launch"])
+    launch = launch if launch.dtype == np.float64 else pd.to_numeric(launch, errors="coerce").astype(np.float64)
     keep = np.isfinite(launch) & (launch >= 0)
-    its = iterations.sort_values("start", kind="stable")
-    if not keep.any() or its.empty:
+    it_start = np.asarray(iterations["start"], dtype=np.int64)
+    if not keep.any() or len(it_start) == 0:
         return empty_events()
-    # numpy columns once: pandas costs ~0.1 ms a column access or assignment
-    start, end = ops["start"].to_numpy(np.int64)[keep], ops["end"].to_numpy(np.int64)[keep]
+    by_start = np.argsort(it_start, kind="stable")
+    it_start, it_end = it_start[by_start], np.asarray(iterations["end"], dtype=np.int64)[by_start]
+    start, end = np.asarray(ops["start"], dtype=np.int64)[keep], np.asarray(ops["end"], dtype=np.int64)[keep]
     at = launch[keep].astype(np.int64)
-    kind = ops["collective"].to_numpy(object)[keep]
+    kind = np.asarray(ops["collective"], dtype=np.object_)[keep]
     is_coll = pd.notna(kind)
-    it_start, it_end = its["start"].to_numpy(np.int64), its["end"].to_numpy(np.int64)
     k = np.searchsorted(it_start, at, side="right") - 1
     inside = (k >= 0) & (at <= it_end[np.maximum(k, 0)])
-    iteration = np.where(inside, its["number"].to_numpy(np.int64)[np.maximum(k, 0)], -1)
+    iteration = np.where(inside, np.asarray(iterations["number"], dtype=np.int64)[by_start][np.maximum(k, 0)], -1)
 
     # phases: ranges inside an iteration; the innermost one around each launch names the operation
-    ph = ranges.sort_values(["start", "end"], ascending=[True, False], kind="stable")
-    pk = np.searchsorted(it_start, ph["start"].to_numpy(np.int64), side="right") - 1
-    ph = ph[(pk >= 0) & (ph["end"].to_numpy(np.int64) <= it_end[np.maximum(pk, 0)])]
-    found = _innermost(ph["start"].to_numpy(np.int64), ph["end"].to_numpy(np.int64), at)
-    phase = np.where(found >= 0, ph["name"].to_numpy(object)[np.maximum(found, 0)] if len(ph) else None, None)
-    label = np.where(pd.isna(phase), ops["name"].to_numpy(object)[keep], phase)
+    ph_start, ph_end = np.asarray(ranges["start"], dtype=np.int64), np.asarray(ranges["end"], dtype=np.int64)
+    ph = np.lexsort((-ph_end, ph_start))          # by start, then longest first; stable
+    pk = np.searchsorted(it_start, ph_start[ph], side="right") - 1
+    ph = ph[(pk >= 0) & (ph_end[ph] <= it_end[np.maximum(pk, 0)])]
+    found = _innermost(ph_start[ph], ph_end[ph], at)
+    phase = np.where(found >= 0, np.asarray(ranges["name"], dtype=np.object_)[ph][np.maximum(found, 0)] if len(ph)
+                     else None, None)
+    label = np.where(pd.isna(phase), np.asarray(ops["name"], dtype=np.object_)[keep], phase)
 
     if "channel" in ops:
-        channel = ops["channel"].to_numpy(object)[keep]
+        channel = np.asarray(ops["channel"], dtype=np.object_)[keep]
     else:                                         # NCCL streams in order of first use
-        stream = ops["stream"].to_numpy()[keep]
-        first = pd.Series(start[is_coll]).groupby(stream[is_coll]).min().sort_values(kind="stable")
-        names = {s: f"stream{i}" for i, s in enumerate(first.index)}
+        stream = np.asarray(ops["stream"])[keep]
+        streams, which = np.unique(stream[is_coll], return_inverse=True)
+        first = np.full(len(streams), np.iinfo(np.int64).max, dtype=np.int64)
+        np.minimum.at(first, which.reshape(-1), start[is_coll])
+        names = {s: f"stream{i}" for i, s in enumerate(streams[np.argsort(first, kind="stable")].tolist())}
         channel = np.array([names.get(s) for s in stream.tolist()], dtype=object)
-    seq = ops["seq"].to_numpy(np.int64)[keep] if "seq" in ops else np.full(len(start), -1, dtype=np.int64)
+    seq = np.asarray(ops["seq"], dtype=np.int64)[keep] if "seq" in ops else np.full(len(start), -1, dtype=np.int64)
     order = np.lexsort((end, start))              # by start, then end; stable
     start, end, iteration, is_coll, channel, seq, label, kind = (
         a[order] for a in (start, end, iteration, is_coll, channel, seq, label, kind))
@@ -149,47 +260,13 @@ def rank_events(rank: int, ops: pd.DataFrame, iterations: pd.DataFrame, ranges: 
         rank_in_group[by_group] = np.arange(len(groups)) - np.repeat(group_first, sizes)
     seq[numbered] = np.where(seq[numbered] >= 0, seq[numbered], rank_in_group)
 
-    rows: list[tuple[Any, ...]] = []
-    timed = iteration >= 0
-    iteration, is_coll, start, end = iteration[timed], is_coll[timed], start[timed], end[timed]
+    # the timed operations by iteration (each in start order)
+    timed = np.flatnonzero(iteration >= 0)
+    timed = timed[np.argsort(iteration[timed], kind="stable")]
     channel = np.array([str(c) for c in channel[timed].tolist()], dtype=object)
-    seq_of, label, kind = seq[timed], label[timed], kind[timed]
-    for number in np.unique(iteration):
-        mine = iteration == number
-        cm, wm = mine & is_coll, mine & ~is_coll
-        if not cm.any():
-            continue
-        cs, ce = start[cm], end[cm]
-        keys = list(zip(channel[cm].tolist(), seq_of[cm].tolist(), strict=True))
-        ws, we, wl = start[wm], end[wm], label[wm]
-        first_start, last_end = int(start[mine].min()), int(end[mine].max())
-        names = kind[cm]
-
-        def lead(key: tuple[str, int], lo: int, hi: int, number: int = number, ws: np.ndarray = ws,
-                 we: np.ndarray = we, wl: np.ndarray = wl) -> None:
-            sel = (we > lo) & (we <= hi)
-            for name, s, e in _runs(wl[sel], ws[sel], lo, hi):
-                rows.append((rank, number, "compute", key[0], key[1], name, s, e, "", -1))
-
-        by_end = np.argsort(ce, kind="stable")          # the previous collective: the latest to end before
-        latest = np.searchsorted(ce[by_end], cs, side="right") - 1
-        for j in range(len(cs)):
-            i = int(latest[j]) - int(latest[j] >= 0 and by_end[latest[j]] == j)   # never itself (0 ns)
-            prev = int(by_end[i]) if i >= 0 else -1
-            lo = int(ce[prev]) if prev >= 0 else first_start
-            pkey = keys[prev] if prev >= 0 else END
-            lead(keys[j], lo, int(cs[j]))
-            rows.append((rank, number, "collective", keys[j][0], keys[j][1], str(names[j]),
-                         int(cs[j]), int(ce[j]), pkey[0], pkey[1]))
-        last = int(np.argmax(ce))
-        lead(END, int(ce[last]), last_end)
-        rows.append((rank, number, "end", END[0], END[1], "", last_end, last_end, keys[last][0], keys[last][1]))
-    if not rows:
-        return empty_events()
-    out = pd.DataFrame(rows, columns=EVENT_COLUMNS)
-    for col in ("rank", "iteration", "seq", "start", "end", "prev_seq"):
-        out[col] = out[col].astype(np.int64)
-    return out
+    cols = _iteration_events(rank, iteration[timed], is_coll[timed], start[timed], end[timed], channel, seq[timed],
+                             label[timed], kind[timed])
+    return pd.DataFrame(cols) if len(cols["rank"]) else empty_events()
 
 
 def _culprit(lead: list[Segment], other: list[Segment]) -> str:

@@ -72,13 +72,11 @@ GAP_NS = 100_000
 def rank_nccl(per: pd.DataFrame) -> pd.DataFrame:
     """The per-rank rows of dist.nccl_summary, in its columns and types, without its cross-rank rows
     (reduce_ranks makes those over all ranks)."""
-    out = per.copy()
-    out["rank"] = out["rank"].astype("Int64")
-    for c in ("slowest_rank", "slowest_total_ns"):
-        out[c] = pd.array([pd.NA] * len(out), dtype="Int64")
-    out["mean_ns"] = out["mean_ns"].round(1)
-    return out[["scope", "rank", "collective", "count", "total_ns", "mean_ns", "min_ns", "max_ns",
-                "slowest_rank", "slowest_total_ns"]]
+    missing = pd.array([pd.NA] * len(per), dtype="Int64")
+    return pd.DataFrame({"scope": per["scope"], "rank": pd.array(per["rank"].to_numpy(), dtype="Int64"),
+                         "collective": per["collective"], "count": per["count"], "total_ns": per["total_ns"],
+                         "mean_ns": per["mean_ns"].round(1), "min_ns": per["min_ns"], "max_ns": per["max_ns"],
+                         "slowest_rank": missing, "slowest_total_ns": missing.copy()})
 
 
 def analyse_file(path: Path, rank: int, nvtx_window: str | None = None) -> dict[str, pd.DataFrame]:

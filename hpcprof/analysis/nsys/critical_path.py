@@ -12,6 +12,8 @@ subgroups (tensor x pipeline parallel) give one group's files at a time.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pandas as pd
 
@@ -23,35 +25,40 @@ from hpcprof.analysis.critical_path import (  # noqa: F401  (re-exported for col
     empty_events,
 )
 from hpcprof.analysis.critical_path import rank_events as events_of_rank
+from hpcprof.analysis.nsys.arrays import group_starts
 from hpcprof.analysis.nsys.db import (
     NVTX,
     NsysInputError,
     pid_of,
 )
-from hpcprof.analysis.nsys.distributed import Activity, call_op_codes, collective_of, is_nccl, process_ranges
+from hpcprof.analysis.nsys.distributed import Activity, call_op_codes, collectives, process_ranges
 from hpcprof.analysis.nsys.window import ECHO_RANGE, ITERATION_RANGE, TIMED_RANGE
 
 
-def timed_iterations(ranges: pd.DataFrame, iteration_range: str | None = None) -> pd.DataFrame:
-    """The iteration ranges (number, start, end) among one process's NVTX ranges (name, start, end):
+def timed_iterations(names: np.ndarray, start: np.ndarray, end: np.ndarray,
+                     iteration_range: str | None = None) -> dict[str, np.ndarray]:
+    """The iteration ranges (number, start, end) among one process's NVTX ranges (names, start, end):
     those named `iteration_range` when given; else `iteration`/`step<N>` inside `timed` when there is
     such a range, else every one, else `backward`."""
-    names = ranges["name"].astype(str)
+    codes, distinct = pd.factorize(np.array([str(n) for n in names.tolist()], dtype=object))
+
+    def named(match: Callable[[str], bool]) -> np.ndarray:      # one test per distinct name
+        return np.flatnonzero(np.array([match(n) for n in distinct] + [False], dtype=bool)[codes])
+
     if iteration_range is not None:
-        its = ranges[names == iteration_range]
+        its = named(lambda n: n == iteration_range)
     else:
-        its = ranges[names.str.fullmatch(ITERATION_RANGE.pattern)]
-        if its.empty:
-            its = ranges[names == ECHO_RANGE]
-    timed = ranges[names == TIMED_RANGE]
-    if len(timed) and len(its):
-        within = np.zeros(len(its), dtype=bool)
-        for s, e in zip(timed["start"], timed["end"], strict=True):
-            within |= (its["start"].to_numpy() >= s) & (its["end"].to_numpy() <= e)
-        its = its[within]
-    its = its.sort_values("start", kind="stable")
-    return pd.DataFrame({"number": np.arange(len(its), dtype=np.int64), "start": its["start"].to_numpy(np.int64),
-                         "end": its["end"].to_numpy(np.int64)})
+        its = named(lambda n: ITERATION_RANGE.fullmatch(n) is not None)
+        if not len(its):
+            its = named(lambda n: n == ECHO_RANGE)
+    timed = named(lambda n: n == TIMED_RANGE)
+    if len(timed) and len(its):             # inside some timed range: of those opened before, the latest end
+        timed = timed[np.argsort(start[timed], kind="stable")]
+        reach = np.maximum.accumulate(end[timed])
+        before = np.searchsorted(start[timed], start[its], side="right") - 1
+        its = its[(before >= 0) & (reach[np.maximum(before, 0)] >= end[its])]
+    its = its[np.argsort(start[its], kind="stable")]
+    return {"number": np.arange(len(its), dtype=np.int64), "start": start[its], "end": end[its]}
 
 
 def launch_starts(act: Activity) -> np.ndarray:
@@ -70,11 +77,11 @@ def launch_starts(act: Activity) -> np.ndarray:
 def rank_events(act: Activity, iteration_range: str | None = None) -> pd.DataFrame:
     """Every rank's collectives per timed iteration (`iteration_range`: the NVTX range that marks one,
     see timed_iterations) with the GPU work before each (per-file part)."""
-    ops = act.ops[["rank", "file", "pid", "gpid", "corr", "stream", "start", "end", "name", "short"]].copy()
-    ops["launch"] = launch_starts(act)
-    nccl = is_nccl(ops["short"]) | is_nccl(ops["name"])
-    ops["collective"] = np.where(nccl, collective_of(ops["short"]).fillna(collective_of(ops["name"]))
-                                 .fillna("other").to_numpy(object), None)
+    launch = launch_starts(act)
+    comm = act.column("comm")
+    collective = np.full(len(comm), None, dtype=object)
+    collective[comm] = collectives(act.column("short")[comm], act.column("name")[comm])
+    files, rank, pid = act.column("file"), act.column("rank"), act.column("pid")
     parts = []
     for path, export in act.exports.items():
         try:
@@ -84,15 +91,26 @@ def rank_events(act: Activity, iteration_range: str | None = None) -> pd.DataFra
         except NsysInputError as exc:       # as dist.phases: the export is named, the others analysed
             act.failed[path] = str(exc)
             continue
-        ranges = pd.DataFrame({"name": names[ranges["name"].to_numpy()], "start": ranges["start"].to_numpy(np.int64),
-                               "end": ranges["end"].to_numpy(np.int64), "pid": pid_of(ranges["globalTid"])})
-        for (rank, pid), mine in ops[ops["file"] == str(path)].groupby(["rank", "pid"], sort=True):
-            own = ranges[ranges["pid"] == pid]
-            its = timed_iterations(own, iteration_range)
-            phases = own.drop(own.index[own["start"].isin(its["start"]) & own["end"].isin(its["end"])])
-            parts.append(events_of_rank(int(rank), mine.assign(name=mine["short"]), its, phases))
+        range_name = names[ranges["name"].to_numpy()]
+        range_start, range_end = ranges["start"].to_numpy(np.int64), ranges["end"].to_numpy(np.int64)
+        range_pid = pid_of(ranges["globalTid"])
+        mine_all = np.flatnonzero(files == str(path))
+        order, first = group_starts(rank[mine_all], pid[mine_all])      # as groupby: sorted, rows in order
+        for a, b in zip(first.tolist(), np.append(first[1:], len(order)).tolist(), strict=True):
+            mine = mine_all[order[a:b]]
+            own = np.flatnonzero(range_pid == pid[mine[0]])
+            its = timed_iterations(range_name[own], range_start[own], range_end[own], iteration_range)
+            phases = own[~(np.isin(range_start[own], its["start"]) & np.isin(range_end[own], its["end"]))]
+            ops = {"start": act.column("start")[mine], "end": act.column("end")[mine], "launch": launch[mine],
+                   "stream": act.column("stream")[mine], "name": act.column("short")[mine],
+                   "collective": collective[mine]}
+            parts.append(events_of_rank(int(rank[mine[0]]), ops, its, {"name": range_name[phases],
+                                                                        "start": range_start[phases],
+                                                                        "end": range_end[phases]}))
     parts = [p for p in parts if len(p)]
-    return pd.concat(parts, ignore_index=True) if parts else empty_events()
+    if len(parts) > 1:
+        return pd.concat(parts, ignore_index=True)
+    return parts[0] if parts else empty_events()
 
 
 def critical_path_table(act: Activity) -> pd.DataFrame:

@@ -8,13 +8,20 @@ DataFrame. Interval work is a sorted sweep (O(n log n)), never a pairwise join.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
 
 import numpy as np
 import pandas as pd
 
+from hpcprof.analysis.nsys.arrays import (
+    covered,
+    covered_within,
+    group_starts,
+    intersection,
+    merge_intervals,
+    range_reduce,
+)
 from hpcprof.analysis.nsys.db import (
     KERNEL,
     MEMCPY,
@@ -51,26 +58,80 @@ def collective_of(names: pd.Series) -> pd.Series:
     return names.str.extract(NCCL_KERNEL, expand=False)
 
 
-def is_nccl(names: pd.Series) -> np.ndarray:
-    """Communication kernels: names starting with `nccl` (the nsys recipes' rule)."""
-    return names.str.startswith("nccl").to_numpy(dtype=bool)
+def is_nccl(names: pd.Series | np.ndarray) -> np.ndarray:
+    """Communication kernels: names starting with `nccl` (the nsys recipes' rule); as pandas'
+    str.startswith made a mask: False for None, True for another non-text value (NaN). One test
+    per distinct name."""
+    seen: dict[object, bool] = {}
+
+    def test(name: object) -> bool:
+        found = seen.get(name)
+        if found is None:
+            found = seen[name] = name.startswith("nccl") if isinstance(name, str) else name is not None
+        return found
+
+    values = names.tolist()
+    return np.fromiter(map(test, values), dtype=bool, count=len(values))
 
 
-@dataclass
+#: the columns of Activity.ops, in order
+OPS_COLUMNS = ("start", "end", "device", "stream", "gpid", "corr", "kind", "name", "short", "pid", "file", "rank")
+
+
 class Activity:
-    """GPU activity of all ranks: one row per kernel or memory operation."""
+    """GPU activity of all ranks: one row per kernel or memory operation (`ops`: rank, file, pid,
+    device, stream, start, end, kind, name, short, corr, gpid) and the CUDA API calls (`runtime`:
+    rank, file, gtid, gpid, start, end, corr). `failed`: exports that failed while being read
+    (damaged part of a file): path -> one-line reason; they are left out of every result, the
+    other exports are still analysed.
 
-    ops: pd.DataFrame        # rank, file, pid, device, stream, start, end, kind, name, short, corr, gpid
-    runtime: pd.DataFrame    # rank, file, gtid, gpid, start, end, corr (CUDA API calls)
-    exports: dict[Path, Export]
-    #: exports that failed while being read (damaged part of a file): path -> one-line reason.
-    #: They are left out of every result; the other exports are still analysed.
-    failed: dict[Path, str] = field(default_factory=dict)
+    The analyses read `ops` as numpy columns (`column`): pandas costs ~0.1 ms a column access or
+    frame built, more than most analyses of one rank's few hundred operations; the frame is built
+    from them when asked for (an activity given as columns), and never changed in place."""
+
+    def __init__(self, ops: pd.DataFrame | None, runtime: pd.DataFrame, exports: dict[Path, Export],
+                 failed: dict[Path, str] | None = None, arrays: dict[str, np.ndarray] | None = None) -> None:
+        if ops is None and not set(OPS_COLUMNS) <= set(arrays or {}):
+            raise ValueError("an Activity needs its ops frame or all of its columns")
+        self._ops, self.runtime, self.exports = ops, runtime, exports
+        self.failed = {} if failed is None else failed
+        self.arrays = dict(arrays or {})
+
+    @property
+    def ops(self) -> pd.DataFrame:
+        """The operations as a frame (built once from the columns when the activity was given as those)."""
+        if self._ops is None:
+            typed = {"kind": lambda v: pd.array(v, dtype="str") if len(v) else v,    # as a frame of str scalars
+                     "name": lambda v: pd.Series(v, dtype=object, copy=False),
+                     "short": lambda v: pd.Series(v, dtype=object, copy=False)}
+            self._ops = pd.DataFrame({c: typed[c](self.arrays[c]) if c in typed else self.arrays[c]
+                                      for c in OPS_COLUMNS})
+        return self._ops
+
+    def column(self, name: str) -> np.ndarray:
+        """ops[name] as a numpy array; `kernel` and `comm` (kernel rows, NCCL kernel rows) as masks."""
+        got = self.arrays.get(name)
+        if got is None:
+            if name == "kernel":
+                got = self.column("kind") == "kernel"
+            elif name == "comm":
+                kernel = self.column("kernel")
+                got = kernel & (is_nccl(self.column("short")) | is_nccl(self.column("name"))) if kernel.any() else kernel
+            else:
+                got = self.ops[name].to_numpy()
+            self.arrays[name] = got
+        return got
+
+    def subset(self, rows: np.ndarray, **replace: np.ndarray) -> Activity:
+        """The activity of `rows` of ops (a mask), with the columns in `replace` replaced."""
+        arrays = {name: self.column(name)[rows] for name in OPS_COLUMNS if name not in replace}
+        arrays |= {name: values[rows] for name, values in self.arrays.items() if name not in arrays}
+        return Activity(None, self.runtime, self.exports, self.failed, arrays | replace)
 
     @property
     def kernels(self) -> pd.DataFrame:
         """Kernel rows only."""
-        return self.ops[self.ops["kind"] == "kernel"]
+        return self.ops[self.column("kernel")]
 
 
 def _int_columns(export: Export, table: str, columns: list[str]) -> dict[str, np.ndarray]:
@@ -80,8 +141,9 @@ def _int_columns(export: Export, table: str, columns: list[str]) -> dict[str, np
     return dict(zip(columns, export.sql_ints(sql, table, "", len(columns)), strict=True))
 
 
-def _file_ops(export: Export) -> pd.DataFrame:
-    """Kernels, memcpys and memsets of one export (numpy columns, one frame built)."""
+def _file_ops(export: Export) -> dict[str, np.ndarray]:
+    """Kernels, memcpys and memsets of one export as numpy columns (start, end, device, stream, gpid,
+    corr, kind, name, short, pid)."""
     columns = ("start", "end", "device", "stream", "gpid", "corr", "kind", "name", "short")
     parts: dict[str, list[np.ndarray]] = {c: [] for c in columns}
 
@@ -103,21 +165,21 @@ def _file_ops(export: Export) -> pd.DataFrame:
             m = _int_columns(export, table, common)
             same = np.full(len(m["start"]), f"[CUDA {label}]", dtype=object)
             add(m, label, same, same)
-    if not parts["start"]:
-        ops = pd.DataFrame(columns=list(columns))
-    else:
-        ops = pd.DataFrame({c: np.concatenate(parts[c]) for c in columns})
-        ops["kind"] = ops["kind"].astype("str")       # as a frame of string scalars infers it
-    ops["pid"] = pid_of(ops["gpid"].to_numpy(np.int64))
+    ops = {c: np.concatenate(parts[c]) if parts[c] else np.empty(0, dtype=object if c in ("kind", "name", "short")
+                                                                  else np.int64) for c in columns}
+    ops["pid"] = pid_of(ops["gpid"])
     return ops
 
 
-def _file_runtime(export: Export) -> pd.DataFrame:
+def _file_runtime(export: Export) -> dict[str, np.ndarray]:
     if not export.has(RUNTIME):
-        return pd.DataFrame({c: np.empty(0, dtype=np.int64) for c in ("gtid", "gpid", "start", "end", "corr")})
+        return {c: np.empty(0, dtype=np.int64) for c in ("gtid", "gpid", "start", "end", "corr")}
     r = _int_columns(export, RUNTIME, ["globalTid", "start", "end", "correlationId"])
-    return pd.DataFrame({"gtid": r["globalTid"], "gpid": process_of(r["globalTid"]), "start": r["start"],
-                         "end": r["end"], "corr": r["correlationId"]})
+    return {"gtid": r["globalTid"], "gpid": process_of(r["globalTid"]), "start": r["start"], "end": r["end"],
+            "corr": r["correlationId"]}
+
+
+RUNTIME_COLUMNS = ("gtid", "gpid", "start", "end", "corr", "file", "rank")
 
 
 def load_activity(exports: list[Export], rank_map: dict[str, int] | None = None) -> Activity:
@@ -127,9 +189,9 @@ def load_activity(exports: list[Export], rank_map: dict[str, int] | None = None)
     the next free rank in input order; an export holding several GPU processes
     (e.g. torchrun under one nsys) gives one rank per process, in pid order."""
     rank_map = rank_map or {}
-    ops_parts, rt_parts = [], []
+    parts: list[tuple[dict[str, np.ndarray], dict[str, np.ndarray]]] = []
     taken: set[int] = set()
-    pending: list[tuple[pd.DataFrame, pd.DataFrame]] = []
+    pending: list[tuple[dict[str, np.ndarray], dict[str, np.ndarray]]] = []
     failed: dict[Path, str] = {}
     for export in exports:
         try:
@@ -137,108 +199,72 @@ def load_activity(exports: list[Export], rank_map: dict[str, int] | None = None)
         except NsysInputError as exc:
             failed[export.path] = str(exc)
             continue
-        ops["file"] = rt["file"] = str(export.path)
+        ops["file"] = np.full(len(ops["start"]), str(export.path), dtype=object)
+        rt["file"] = np.full(len(rt["start"]), str(export.path), dtype=object)
         rank = rank_map.get(str(export.path), rank_map.get(export.path.name, rank_from_filename(export.path)))
         if rank is None:
             pending.append((ops, rt))
             continue
-        ops["rank"], rt["rank"] = rank, rank
+        ops["rank"] = np.full(len(ops["start"]), rank, dtype=np.int64)
+        rt["rank"] = np.full(len(rt["start"]), rank, dtype=np.int64)
         taken.add(rank)
-        ops_parts.append(ops)
-        rt_parts.append(rt)
+        parts.append((ops, rt))
     next_rank = 0
     for ops, rt in pending:
-        pids = np.unique(ops["pid"].to_numpy(np.int64)) if len(ops) else np.array([0])
-        ranks = {}
-        for pid in pids:
+        pids = np.unique(ops["pid"]) if len(ops["pid"]) else np.array([0])
+        for pid in pids:                           # pids sorted: one rank each, in pid order
             while next_rank in taken:
                 next_rank += 1
-            ranks[int(pid)] = next_rank
             taken.add(next_rank)
-        ops["rank"] = ops["pid"].map(ranks).astype(np.int64)
-        rt_pid = pid_of(rt["gpid"].to_numpy(np.int64))
-        rt["rank"] = pd.Series(rt_pid).map(ranks).fillna(-1).astype(np.int64).to_numpy()
-        ops_parts.append(ops)
-        rt_parts.append(rt)
-    if not ops_parts:
+            next_rank_of = next_rank
+            ops.setdefault("rank", np.full(len(ops["pid"]), -1, dtype=np.int64))[ops["pid"] == pid] = next_rank_of
+            rt.setdefault("rank", np.full(len(rt["gpid"]), -1, dtype=np.int64))[pid_of(rt["gpid"]) == pid] = \
+                next_rank_of
+        parts.append((ops, rt))
+    if not parts:
         raise NsysInputError("; ".join(failed.values()) or "no export given")
-    ops = pd.concat(ops_parts, ignore_index=True)
-    for c in ("start", "end", "device", "stream", "gpid", "corr", "pid", "rank"):
-        ops[c] = ops[c].astype(np.int64)
-    ops["name"] = ops["name"].astype(object)
-    ops["short"] = ops["short"].astype(object)
-    return Activity(ops.sort_values(["rank", "start"], kind="stable").reset_index(drop=True),
-                    pd.concat(rt_parts, ignore_index=True),
-                    {e.path: e for e in exports if e.path not in failed}, failed)
-
-
-# ---------------------------------------------------------------------------------------
-# interval helpers
-
-
-def merge_intervals(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Union of intervals as sorted, disjoint (start, end) arrays."""
-    if len(start) == 0:
-        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
-    order = np.argsort(start, kind="stable")
-    s, e = np.asarray(start)[order], np.asarray(end)[order]
-    reach = np.maximum.accumulate(e)
-    new = np.concatenate(([True], s[1:] > reach[:-1]))
-    idx = np.flatnonzero(new)
-    seg_end = np.maximum.reduceat(e, idx)
-    return s[idx], seg_end
-
-
-def covered(start: np.ndarray, end: np.ndarray) -> int:
-    """Length of the union of intervals."""
-    s, e = merge_intervals(start, end)
-    return int((e - s).sum())
-
-
-def intersection(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> int:
-    """Length of the intersection of two unions of disjoint sorted intervals (a sweep)."""
-    if len(a[0]) == 0 or len(b[0]) == 0:
-        return 0
-    times = np.concatenate((a[0], a[1], b[0], b[1]))
-    da = np.concatenate((np.ones(len(a[0])), -np.ones(len(a[1])), np.zeros(len(b[0]) + len(b[1]))))
-    db = np.concatenate((np.zeros(len(a[0]) + len(a[1])), np.ones(len(b[0])), -np.ones(len(b[1]))))
-    order = np.argsort(times, kind="stable")
-    t = times[order]
-    both = (np.cumsum(da[order]) > 0) & (np.cumsum(db[order]) > 0)
-    return int((np.diff(t) * both[:-1]).sum())
-
-
-def covered_within(union: tuple[np.ndarray, np.ndarray], start: np.ndarray, end: np.ndarray) -> np.ndarray:
-    """For each interval [start, end): how much of it the disjoint sorted `union` covers."""
-    us, ue = union
-    if len(us) == 0:
-        return np.zeros(len(start), dtype=np.int64)
-    cum = np.concatenate(([0], np.cumsum(ue - us)))
-
-    def upto(t: np.ndarray) -> np.ndarray:            # covered length in (-inf, t)
-        i = np.searchsorted(us, t, side="right")       # segments starting before or at t
-        full = cum[np.maximum(i - 1, 0)]
-        last = np.where(i > 0, np.clip(t - us[np.maximum(i - 1, 0)], 0, (ue - us)[np.maximum(i - 1, 0)]), 0)
-        return np.where(i > 0, full + last, 0)
-
-    return upto(np.asarray(end)) - upto(np.asarray(start))
+    ops = {c: np.concatenate([p[0][c] for p in parts]) for c in OPS_COLUMNS}
+    rt = {c: np.concatenate([p[1][c] for p in parts]) for c in RUNTIME_COLUMNS}
+    order = np.lexsort((ops["start"], ops["rank"]))           # by rank, then start; stable
+    ops = {c: v[order] for c, v in ops.items()}
+    return Activity(None, pd.DataFrame(rt), {e.path: e for e in exports if e.path not in failed}, failed, ops)
 
 
 # ---------------------------------------------------------------------------------------
 # analyses
 
 
+def collectives(short: np.ndarray, name: np.ndarray) -> np.ndarray:
+    """Collective type of each NCCL kernel (short name first, then the full name, else `other`), as
+    collective_of; one regex match per distinct pair of names."""
+    seen: dict[tuple[object, object], str] = {}
+    out = np.empty(len(short), dtype=object)
+    for i, pair in enumerate(zip(short.tolist(), name.tolist(), strict=True)):
+        kind = seen.get(pair)
+        if kind is None:
+            found = [m.group(1) for n in pair if isinstance(n, str) and (m := NCCL_KERNEL.match(n))]
+            kind = seen[pair] = found[0] if found else "other"
+        out[i] = kind
+    return out
+
+
 def nccl_per_rank(act: Activity) -> pd.DataFrame:
     """Per rank and collective type: count, total, mean, min, max (`scope == "rank"`)."""
-    k = act.kernels
-    k = k[is_nccl(k["short"]) | is_nccl(k["name"])].copy()
-    k["collective"] = collective_of(k["short"]).fillna(collective_of(k["name"])).fillna("other")
-    k["dur"] = k["end"] - k["start"]
-    dur = k.groupby(["rank", "collective"])["dur"]  # one reduction a column: named aggregation costs ~10x
-    per = pd.DataFrame({"count": dur.count(), "total_ns": dur.sum(), "mean_ns": dur.mean(), "min_ns": dur.min(),
-                        "max_ns": dur.max()}).reset_index()
-    per.insert(0, "scope", "rank")
-    return per
+    comm = act.column("comm")
+    rank = act.column("rank")[comm]
+    coll = collectives(act.column("short")[comm], act.column("name")[comm])
+    dur = (act.column("end") - act.column("start"))[comm]
+    codes, names = pd.factorize(coll, sort=True)
+    order, first = group_starts(rank, codes)
+    dur = dur[order]
+    count = np.diff(np.append(first, len(order))).astype(np.int64)
+    total = np.add.reduceat(dur, first) if len(first) else np.empty(0, dtype=np.int64)
+    return pd.DataFrame({
+        "scope": pd.array(["rank"] * len(first), dtype="str"), "rank": rank[order][first],
+        "collective": pd.array(np.asarray(names, dtype=object)[codes[order][first]], dtype="str" if len(first) else object),
+        "count": count, "total_ns": total, "mean_ns": total / count if len(first) else np.empty(0),
+        "min_ns": np.minimum.reduceat(dur, first) if len(first) else np.empty(0, dtype=np.int64),
+        "max_ns": np.maximum.reduceat(dur, first) if len(first) else np.empty(0, dtype=np.int64)})
 
 
 def nccl_across_ranks(per: pd.DataFrame) -> pd.DataFrame:
@@ -278,65 +304,74 @@ def overlap(act: Activity) -> pd.DataFrame:
 
     HTA's definition: overlap % = 100 · |compute ∩ comm| / |comm| (merged intervals);
     idle = span of all GPU activity − its union."""
-    ops = act.ops
-    rank, device = ops["rank"].to_numpy(np.int64), ops["device"].to_numpy(np.int64)
-    start, end = ops["start"].to_numpy(np.int64), ops["end"].to_numpy(np.int64)
-    kernel = ops["kind"].to_numpy(object) == "kernel"
-    comm = kernel & (is_nccl(ops["short"]) | is_nccl(ops["name"]))
-    compute = kernel & ~comm
+    rank, device = act.column("rank"), act.column("device")
+    start, end = act.column("start"), act.column("end")
+    comm = act.column("comm")
+    compute = act.column("kernel") & ~comm
+    order, first = group_starts(rank, device)                # as groupby: sorted
     rows = []
-    for r, dev in np.unique(np.stack((rank, device), axis=1), axis=0).tolist():   # as groupby: sorted
-        mine = (rank == r) & (device == dev)
-        comm_union = merge_intervals(start[mine & comm], end[mine & comm])
-        comp_union = merge_intervals(start[mine & compute], end[mine & compute])
+    for a, b in zip(first.tolist(), np.append(first[1:], len(order)).tolist(), strict=True):
+        mine = order[a:b]
+        s, e, c, k = start[mine], end[mine], comm[mine], compute[mine]
+        comm_union, comp_union = merge_intervals(s[c], e[c]), merge_intervals(s[k], e[k])
         comm_ns, comp_ns = int((comm_union[1] - comm_union[0]).sum()), int((comp_union[1] - comp_union[0]).sum())
         both = intersection(comp_union, comm_union)
-        busy = covered(start[mine], end[mine])
-        span = int(end[mine].max() - start[mine].min())
-        rows.append({"rank": r, "device": dev, "compute_ns": comp_ns, "comm_ns": comm_ns, "overlap_ns": both,
-                     "overlap_pct": round(100.0 * both / comm_ns, 2) if comm_ns else 0.0,
-                     "idle_ns": span - busy, "span_ns": span})
+        busy, span = covered(s, e), int(e.max() - s.min())
+        rows.append((int(rank[mine[0]]), int(device[mine[0]]), comp_ns, comm_ns, both,
+                     round(100.0 * both / comm_ns, 2) if comm_ns else 0.0, span - busy, span))
     return pd.DataFrame(rows, columns=["rank", "device", "compute_ns", "comm_ns", "overlap_ns", "overlap_pct",
                                        "idle_ns", "span_ns"])
 
 
-def _overhead(act: Activity) -> pd.DataFrame:
-    """PROFILER_OVERHEAD intervals of every export: file, pid, start, end."""
-    parts = []
+def _overhead(act: Activity) -> dict[tuple[str, int], tuple[np.ndarray, np.ndarray]]:
+    """PROFILER_OVERHEAD intervals of every export per (file, pid): starts (sorted) and the
+    running maximum of their ends."""
+    out = {}
     for path, export in act.exports.items():
         if export.has("PROFILER_OVERHEAD"):
             o = _int_columns(export, "PROFILER_OVERHEAD", ["start", "end", "globalTid"])
-            parts.append(pd.DataFrame({"file": str(path), "pid": pid_of(o["globalTid"]),
-                                       "start": o["start"], "end": o["end"]}))
-    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["file", "pid", "start", "end"])
+            pid = pid_of(o["globalTid"])
+            for p in np.unique(pid).tolist():
+                mine = np.flatnonzero(pid == p)
+                mine = mine[np.argsort(o["start"][mine], kind="stable")]
+                out[(str(path), p)] = (o["start"][mine], np.maximum.accumulate(o["end"][mine]))
+    return out
 
 
 def gaps(act: Activity, threshold_ns: int = 500_000_000, skip_overhead: bool = True) -> pd.DataFrame:
     """GPU idle gaps longer than `threshold_ns` per process and device (nsys's gpu_gaps rule:
     no gap before the first or after the last operation; with `skip_overhead`, gaps holding
     profiler overhead of the process are dropped)."""
-    overhead = _overhead(act) if skip_overhead else pd.DataFrame(columns=["file", "pid", "start", "end"])
-    rows = []
-    for (rank, file, pid, dev), g in act.ops.groupby(["rank", "file", "pid", "device"], sort=True):
-        g = g.sort_values("start", kind="stable")
-        start, end = g["start"].to_numpy(), g["end"].to_numpy()
+    overhead = _overhead(act) if skip_overhead else {}
+    rank, pid, device = act.column("rank"), act.column("pid"), act.column("device")
+    file_code, files = pd.factorize(act.column("file"), sort=True)
+    order, first = group_starts(rank, file_code, pid, device)     # the groups as groupby's
+    parts = []
+    for a, b in zip(first.tolist(), np.append(first[1:], len(order)).tolist(), strict=True):
+        g = order[a:b]
+        g = g[np.argsort(act.column("start")[g], kind="stable")]
+        start, end, short = act.column("start")[g], act.column("end")[g], act.column("short")[g]
         reach = np.maximum.accumulate(end)
         prev_end, next_start = reach[:-1], start[1:]
         idx = np.flatnonzero(next_start - prev_end > threshold_ns)
         if len(idx) == 0:
             continue
-        o = overhead[(overhead["file"] == file) & (overhead["pid"] == pid)]
         # the operation before a gap is the one that reached the furthest end so far
         last_reach = np.maximum.accumulate(np.where(end == reach, np.arange(len(end)), 0))
-        prev_op = g["short"].to_numpy()[last_reach[idx]]
-        for j, i in enumerate(idx):
-            gs, ge = int(prev_end[i]), int(next_start[i])
-            if len(o) and ((o["start"] < ge) & (o["end"] > gs)).any():
-                continue
-            rows.append({"rank": rank, "pid": pid, "device": dev, "start_ns": gs, "end_ns": ge,
-                         "duration_ns": ge - gs, "before": prev_op[j], "after": g["short"].to_numpy()[i + 1]})
-    return pd.DataFrame(rows, columns=["rank", "pid", "device", "start_ns", "end_ns", "duration_ns", "before",
-                                       "after"])
+        gs, ge = prev_end[idx], next_start[idx]
+        o = overhead.get((str(files[file_code[g[0]]]), int(pid[g[0]])))
+        if o is not None:                  # an overhead interval starting before the gap's end ends after its start
+            before = np.searchsorted(o[0], ge, side="left")
+            held = (before > 0) & (o[1][np.maximum(before - 1, 0)] > gs)
+            idx, gs, ge = idx[~held], gs[~held], ge[~held]
+        n = len(idx)
+        parts.append({"rank": np.full(n, rank[g[0]]), "pid": np.full(n, pid[g[0]]), "device": np.full(n, device[g[0]]),
+                      "start_ns": gs, "end_ns": ge, "duration_ns": ge - gs, "before": short[last_reach[idx]],
+                      "after": short[idx + 1]})
+    cols = ["rank", "pid", "device", "start_ns", "end_ns", "duration_ns", "before", "after"]
+    if not any(len(p["rank"]) for p in parts):
+        return pd.DataFrame([], columns=cols)
+    return pd.DataFrame({c: np.concatenate([p[c] for p in parts]) for c in cols})
 
 
 def process_ranges(export: Export) -> tuple[pd.DataFrame, np.ndarray]:
@@ -352,12 +387,18 @@ def process_ranges(export: Export) -> tuple[pd.DataFrame, np.ndarray]:
 def call_op_codes(act: Activity) -> tuple[np.ndarray, np.ndarray]:
     """One code per (file, process, correlation id): that of each CUDA API call of `act`, and that of
     each GPU operation (equal codes: the call launched the operation)."""
-    rt, ops = act.runtime, act.ops
-    files = pd.factorize(np.concatenate((rt["file"].to_numpy(object), ops["file"].to_numpy(object))))[0]
-    keys = np.stack((files, np.concatenate((rt["gpid"].to_numpy(np.int64), ops["gpid"].to_numpy(np.int64))),
-                     np.concatenate((rt["corr"].to_numpy(np.int64), ops["corr"].to_numpy(np.int64)))), axis=1)
-    code = np.unique(keys, axis=0, return_inverse=True)[1].reshape(-1)
-    return code[:len(rt)], code[len(rt):]
+    rt = act.runtime
+    n = len(rt)
+    files = pd.factorize(np.concatenate((rt["file"].to_numpy(object), act.column("file"))))[0]
+    gpid = np.unique(np.concatenate((rt["gpid"].to_numpy(np.int64), act.column("gpid"))), return_inverse=True)[1]
+    corr = np.concatenate((rt["corr"].to_numpy(np.int64), act.column("corr")))
+    low, width = int(corr.min(initial=0)), int(corr.max(initial=0)) - int(corr.min(initial=0)) + 1
+    processes = (files.astype(np.int64) * (int(gpid.max(initial=0)) + 1) + gpid.reshape(-1))
+    if (int(processes.max(initial=0)) + 1) * width < 2**62:   # one int64 key, ordered as the (file, gpid, corr) rows
+        code = np.unique(processes * width + (corr - low), return_inverse=True)[1].reshape(-1)
+    else:
+        code = np.unique(np.stack((processes, corr), axis=1), axis=0, return_inverse=True)[1].reshape(-1)
+    return code[:n], code[n:]
 
 
 def _launched_ops(act: Activity) -> dict[str, np.ndarray]:
@@ -365,7 +406,7 @@ def _launched_ops(act: Activity) -> dict[str, np.ndarray]:
     the call's file, gtid, gpid and start, then the operation's start_op, end_op, kind and rank, as
     numpy columns; in call order, an operation order within a call (pandas' inner merge, as a sorted
     search: no hash join to build)."""
-    rt, ops = act.runtime, act.ops
+    rt = act.runtime
     call_code, op_code = call_op_codes(act)
     order = np.argsort(op_code, kind="stable")
     lo = np.searchsorted(op_code[order], call_code, side="left")
@@ -375,7 +416,7 @@ def _launched_ops(act: Activity) -> dict[str, np.ndarray]:
     launched = order[np.repeat(lo, counts) + within]
     out = {c: rt[c].to_numpy()[calls] for c in ("file", "gtid", "gpid", "start")}
     for col, name in (("start", "start_op"), ("end", "end_op"), ("kind", "kind"), ("rank", "rank")):
-        out[name] = ops[col].to_numpy()[launched]
+        out[name] = act.column(col)[launched]
     return out
 
 
@@ -426,8 +467,8 @@ def range_instances(act: Activity) -> pd.DataFrame:
                 os_, oe = first_op[calls], last_op[calls]
                 lo = np.searchsorted(t, range_start[group], side="left")
                 hi = np.searchsorted(t, range_end[group], side="right")
-                first = np.array([os_[x:y].min() if y > x else 0 for x, y in zip(lo, hi, strict=True)], dtype=np.int64)
-                last = np.array([oe[x:y].max() if y > x else 0 for x, y in zip(lo, hi, strict=True)], dtype=np.int64)
+                first = range_reduce(os_.astype(np.int64), lo, hi, np.minimum, 0)
+                last = range_reduce(oe.astype(np.int64), lo, hi, np.maximum, 0)
                 rows.append({"rank": np.full(len(group), rank, dtype=np.int64), "range": range_name[group],
                              "start": range_start[group], "end": range_start[group] + duration[group].astype(np.int64),
                              "range_ns": duration[group], "gpu_ops": hi - lo, "kernels": kcum[hi] - kcum[lo],
@@ -449,21 +490,21 @@ def phases(act: Activity, instances: pd.DataFrame | None = None) -> pd.DataFrame
     range_time_ns (Σ CPU durations of the range)."""
     r = range_instances(act) if instances is None else instances
     cols = ["rank", "range", "instances", "gpu_ops", "kernels", "gpu_time_ns", "proj_time_ns", "range_time_ns"]
-    r = r[r["range"].notna()] if len(r) else r
-    if r.empty:
-        return pd.DataFrame(columns=cols)
     # a sort and np.add.reduceat: pandas' named aggregation costs ~10 ms a call on small frames
-    codes, names = pd.factorize(r["range"].to_numpy(object), sort=True)
-    rank = r["rank"].to_numpy(np.int64)
-    order = np.lexsort((codes, rank))
-    rank, codes = rank[order], codes[order]
+    codes, names = pd.factorize(r["range"].to_numpy(object), sort=True) if len(r) else (np.empty(0, np.int64), [])
+    named = np.flatnonzero(codes >= 0)                   # instances of a range without a name left out
+    if not len(named):
+        return pd.DataFrame(columns=cols)
+    rank = r["rank"].to_numpy(np.int64)[named]
+    order = np.lexsort((codes[named], rank))
+    rank, codes = rank[order], codes[named][order]
     first = np.flatnonzero(np.concatenate(([True], (rank[1:] != rank[:-1]) | (codes[1:] != codes[:-1]))))
     out = {"rank": rank[first], "range": np.asarray(names, dtype=object)[codes[first]],
            "instances": np.diff(np.append(first, len(order))).astype(np.int64)}
     for name, source in (("gpu_ops", "gpu_ops"), ("kernels", "kernels"), ("gpu_time_ns", "gpu_ns"),
                          ("proj_time_ns", "proj_ns"), ("range_time_ns", "range_ns")):
-        out[name] = np.add.reduceat(r[source].to_numpy(np.int64)[order], first)
-    return pd.DataFrame(out, columns=cols)
+        out[name] = np.add.reduceat(r[source].to_numpy(np.int64)[named][order], first)
+    return pd.DataFrame(out)
 
 
 def _rank_of_process(act: Activity, file: str, owner: int) -> int:

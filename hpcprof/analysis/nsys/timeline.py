@@ -12,38 +12,62 @@ from hpcprof.analysis.nsys.window import Window
 COLUMNS = ["rank", "window", "iteration", "kind", "range", "start_ms", "end_ms"]
 
 
+def _spans(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(owner, index): every index in [lo[i], hi[i]) with its i, in order of i then index."""
+    counts = np.maximum(hi - lo, 0)
+    owner = np.repeat(np.arange(len(lo)), counts)
+    return owner, np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts) + np.repeat(lo, counts)
+
+
 def iteration_timeline(act: Activity, window: Window) -> pd.DataFrame:
     """Per rank and iteration of the window: the NVTX ranges inside the iteration (`kind` phase,
     projected onto the GPU) and its kernels (`kind` kernel, short names), start and end in ms
     from the iteration's GPU start."""
-    parts: dict[str, list[np.ndarray]] = {c: [] for c in COLUMNS}
     inst = window.instances
-    inst = inst[inst["gpu_ops"] > 0].sort_values("start", kind="stable") if len(inst) else inst
-    kernels = act.kernels.sort_values("start", kind="stable")
-    for rank, its in window.iterations.groupby("rank", sort=True):
-        mine, k = inst[inst["rank"] == rank], kernels[kernels["rank"] == rank]
-        cpu, cpu_end = mine["start"].to_numpy(np.int64), mine["end"].to_numpy(np.int64)
-        proj_start, proj_end = mine["proj_start"].to_numpy(np.int64), mine["proj_end"].to_numpy(np.int64)
-        range_names = mine["range"].astype(str).to_numpy(object)
-        gpu, gpu_end = k["start"].to_numpy(np.int64), k["end"].to_numpy(np.int64)
-        short = k["short"].astype(str).to_numpy(object)
-        for label, number, start, end, cpu_lo, cpu_hi in zip(
-                its["window"], its["iteration"], its["start_ns"].to_numpy(np.int64), its["end_ns"].to_numpy(np.int64),
-                its["cpu_start"], its["cpu_end"], strict=True):
-            sel = np.arange(np.searchsorted(cpu, cpu_lo), np.searchsorted(cpu, cpu_hi, "right"))
-            sel = sel[cpu_end[sel] <= cpu_hi]
-            sel = sel[np.lexsort((cpu[sel], proj_start[sel]))]
-            run = slice(np.searchsorted(gpu, start), np.searchsorted(gpu, end))
-            for kind, names, s, e in (("phase", range_names[sel], proj_start[sel], proj_end[sel]),
-                                      ("kernel", short[run], gpu[run], gpu_end[run])):
-                n = len(names)
-                parts["rank"].append(np.full(n, rank, dtype=np.int64))
-                parts["window"].append(np.full(n, label, dtype=object))
-                parts["iteration"].append(np.full(n, number, dtype=np.int64))
-                parts["kind"].append(np.full(n, kind, dtype=object))
-                parts["range"].append(names)
-                parts["start_ms"].append((s - start) / 1e6)
-                parts["end_ms"].append((e - start) / 1e6)
+    fields = ("rank", "start", "end", "proj_start", "proj_end")
+    if len(inst):
+        projected = inst["gpu_ops"].to_numpy() > 0
+        cols = {c: inst[c].to_numpy()[projected] for c in (*fields, "range")}
+        by_start = np.argsort(cols["start"], kind="stable")
+        cols = {c: v[by_start] if c == "range" else v[by_start].astype(np.int64) for c, v in cols.items()}
+    else:
+        cols = {c: np.empty(0, dtype=np.int64) for c in fields} | {"range": np.empty(0, dtype=object)}
+    kernel = np.flatnonzero(act.column("kernel"))
+    kernel = kernel[np.argsort(act.column("start")[kernel], kind="stable")]
+    k_rank = act.column("rank")[kernel]
+    its = window.iterations
+    it_rank = its["rank"].to_numpy(np.int64)
+    it_cols = {c: its[c].to_numpy() for c in ("window", "iteration", "start_ns", "end_ns", "cpu_start", "cpu_end")}
+    parts: dict[str, list[np.ndarray]] = {c: [] for c in COLUMNS}
+    for rank in np.unique(it_rank).tolist():
+        at = np.flatnonzero(it_rank == rank)
+        label, number = it_cols["window"][at].astype(object), it_cols["iteration"][at].astype(np.int64)
+        start, end = it_cols["start_ns"][at].astype(np.int64), it_cols["end_ns"][at].astype(np.int64)
+        cpu_lo, cpu_hi = it_cols["cpu_start"][at].astype(np.int64), it_cols["cpu_end"][at].astype(np.int64)
+        mine, k = cols["rank"] == rank, kernel[k_rank == rank]
+        cpu, cpu_end, proj_start, proj_end = (cols[c][mine] for c in ("start", "end", "proj_start", "proj_end"))
+        range_names = np.array([str(n) for n in cols["range"][mine].tolist()], dtype=object)
+        gpu, gpu_end = act.column("start")[k].astype(np.int64), act.column("end")[k].astype(np.int64)
+        short = np.array([str(n) for n in act.column("short")[k].tolist()], dtype=object)
+        # phases: the ranges inside each iteration on the CPU, by projected start (then CPU start)
+        p_it, sel = _spans(np.searchsorted(cpu, cpu_lo), np.searchsorted(cpu, cpu_hi, "right"))
+        inside = cpu_end[sel] <= cpu_hi[p_it]
+        p_it, sel = p_it[inside], sel[inside]
+        by = np.lexsort((sel, cpu[sel], proj_start[sel], p_it))
+        p_it, sel = p_it[by], sel[by]
+        # kernels: those starting in each iteration's GPU span, in start order
+        k_it, run = _spans(np.searchsorted(gpu, start), np.searchsorted(gpu, end))
+        it = np.concatenate((p_it, k_it))
+        order = np.lexsort((np.repeat([0, 1], [len(p_it), len(k_it)]), it))    # per iteration: phases, kernels
+        it = it[order]
+        origin = start[it]
+        parts["rank"].append(np.full(len(it), rank, dtype=np.int64))
+        parts["window"].append(label[it])
+        parts["iteration"].append(number[it])
+        parts["kind"].append(np.repeat(np.array(["phase", "kernel"], dtype=object), [len(p_it), len(k_it)])[order])
+        parts["range"].append(np.concatenate((range_names[sel], short[run]))[order])
+        parts["start_ms"].append((np.concatenate((proj_start[sel], gpu[run]))[order] - origin) / 1e6)
+        parts["end_ms"].append((np.concatenate((proj_end[sel], gpu_end[run]))[order] - origin) / 1e6)
     if not parts["rank"]:
         return pd.DataFrame(columns=COLUMNS)
     return pd.DataFrame({c: np.concatenate(v) for c, v in parts.items()})

@@ -18,24 +18,25 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from hpcprof.analysis.nsys.distributed import (
-    Activity,
-    covered_within,
-    merge_intervals,
-    range_instances,
-)
+from hpcprof.analysis.nsys.arrays import covered_within, group_starts, merge_intervals
+from hpcprof.analysis.nsys.distributed import Activity, range_instances
 
 TIMED_RANGE = "timed"
 ITERATION_RANGE = re.compile(r"(?:iteration|step)\d*")
 ECHO_RANGE = "backward"
 CAPTURE = "capture"
 ITERATION_COLUMNS = ["rank", "window", "iteration", "start_ns", "end_ns", "gpu_ns", "busy_ns", "idle_ns"]
+WINDOW_COLUMNS = ["rank", "window", "start_ns", "end_ns", "cpu_start", "cpu_end"]
+#: the columns of Window.iterations, and the integer ones among them
+ITERATION_RANGES = ["rank", "window", "iteration", "range", "start_ns", "end_ns", "cpu_start", "cpu_end"]
+ITERATION_DTYPES = {c: np.int64 for c in ("rank", "iteration", "start_ns", "end_ns", "cpu_start", "cpu_end")}
 
 
 @dataclass
@@ -61,107 +62,139 @@ def run_window_range(path: Path) -> str | None:
     return window.get("nvtx") if isinstance(window, dict) else None
 
 
-def _projected(instances: pd.DataFrame) -> pd.DataFrame:
-    return instances[instances["gpu_ops"] > 0]
+def _rank_window(inst: dict[str, np.ndarray], op_start: np.ndarray, op_end: np.ndarray,
+                 nvtx: str | None) -> tuple[dict, np.ndarray]:
+    """(bounds row, positions of the iteration instances in `inst`, one rank's instance columns)."""
+    names = [str(n) for n in inst["range"].tolist()]
+    projected = inst["gpu_ops"] > 0
 
+    def named(match: Callable[[str], bool]) -> np.ndarray:
+        return np.flatnonzero(np.fromiter(map(match, names), dtype=bool, count=len(names)) & projected)
 
-def _rank_window(rank: int, inst: pd.DataFrame, ops: pd.DataFrame, nvtx: str | None) -> tuple[dict, pd.DataFrame]:
-    """(bounds row, iteration instances) of one rank."""
-    names = inst["range"].astype(str)
+    outer = None
     if nvtx is not None:
-        its, label, outer = _projected(inst[names == nvtx]), f"nvtx:{nvtx}", None
+        its, label = named(lambda n: n == nvtx), f"nvtx:{nvtx}"
     else:
-        timed = _projected(inst[names == TIMED_RANGE])
-        outer = timed.iloc[0] if len(timed) else None
-        its = _projected(inst[names.str.fullmatch(ITERATION_RANGE.pattern)])
+        timed = named(lambda n: n == TIMED_RANGE)
+        outer = int(timed[0]) if len(timed) else None
+        its = named(lambda n: ITERATION_RANGE.fullmatch(n) is not None)
         if outer is not None:
-            its = its[(its["start"] >= outer["start"]) & (its["end"] <= outer["end"])]
+            its = its[(inst["start"][its] >= inst["start"][outer]) & (inst["end"][its] <= inst["end"][outer])]
             label = f"nvtx:{TIMED_RANGE}"
         elif len(its):
-            label = f"nvtx:{its['range'].iloc[0]}" if its["range"].nunique() == 1 else "nvtx:iteration"
+            label = f"nvtx:{names[its[0]]}" if len({names[i] for i in its.tolist()}) == 1 else "nvtx:iteration"
         else:
-            its = _projected(inst[names == ECHO_RANGE])
-            label = f"nvtx:{ECHO_RANGE}"
-    its = its.sort_values("proj_start", kind="stable")
+            its, label = named(lambda n: n == ECHO_RANGE), f"nvtx:{ECHO_RANGE}"
+    its = its[np.argsort(inst["proj_start"][its], kind="stable")]
     if outer is not None:
-        row = {"start_ns": int(outer["proj_start"]), "end_ns": int(outer["proj_end"]),
-               "cpu_start": int(outer["start"]), "cpu_end": int(outer["end"])}
+        row = {"start_ns": int(inst["proj_start"][outer]), "end_ns": int(inst["proj_end"][outer]),
+               "cpu_start": int(inst["start"][outer]), "cpu_end": int(inst["end"][outer])}
     elif len(its):
-        row = {"start_ns": int(its["proj_start"].min()), "end_ns": int(its["proj_end"].max()),
-               "cpu_start": int(its["start"].min()), "cpu_end": int(its["end"].max())}
+        row = {"start_ns": int(inst["proj_start"][its].min()), "end_ns": int(inst["proj_end"][its].max()),
+               "cpu_start": int(inst["start"][its].min()), "cpu_end": int(inst["end"][its].max())}
     else:
         label = CAPTURE
-        row = {"start_ns": int(ops["start"].min()), "end_ns": int(ops["end"].max()),
-               "cpu_start": np.iinfo(np.int64).min, "cpu_end": np.iinfo(np.int64).max}
-    return {"rank": rank, "window": label, **row}, its
+        row = {"start_ns": int(op_start.min()), "end_ns": int(op_end.max()),
+               "cpu_start": int(np.iinfo(np.int64).min), "cpu_end": int(np.iinfo(np.int64).max)}
+    return {"window": label, **row}, its
 
 
 def find_window(act: Activity, nvtx: str | None = None) -> Window:
     """The measured window of every rank of `act` (see the module's rules); `nvtx` names the range
     that marks one iteration (a `command` workload's own)."""
     instances = range_instances(act)
-    bounds, iterations = [], []
-    for rank, ops in act.ops.groupby("rank", sort=True):
-        inst = instances[instances["rank"] == rank] if len(instances) else instances
-        row, its = _rank_window(int(rank), inst, ops, nvtx)
-        bounds.append(row)
-        iterations.append(pd.DataFrame({"rank": int(rank), "window": row["window"],
-                                        "iteration": np.arange(len(its)), "range": its["range"].to_numpy(),
-                                        "start_ns": its["proj_start"].to_numpy(np.int64),
-                                        "end_ns": its["proj_end"].to_numpy(np.int64),
-                                        "cpu_start": its["start"].to_numpy(np.int64),
-                                        "cpu_end": its["end"].to_numpy(np.int64)}))
-    return Window(pd.DataFrame(bounds, columns=["rank", "window", "start_ns", "end_ns", "cpu_start", "cpu_end"]),
-                  pd.concat(iterations, ignore_index=True) if iterations else pd.DataFrame(
-                      columns=["rank", "window", "iteration", "range", "start_ns", "end_ns", "cpu_start", "cpu_end"]),
-                  instances)
+    inst = {c: instances[c].to_numpy() for c in ("rank", "range", "start", "end", "gpu_ops", "proj_start",
+                                                  "proj_end")}
+    rank, start, end = act.column("rank"), act.column("start"), act.column("end")
+    bounds: dict[str, list] = {c: [] for c in WINDOW_COLUMNS}
+    iterations: dict[str, list[np.ndarray]] = {c: [] for c in ITERATION_RANGES}
+    order, first = group_starts(rank)
+    for a, b in zip(first.tolist(), np.append(first[1:], len(order)).tolist(), strict=True):
+        r = int(rank[order[a]])
+        mine = np.flatnonzero(inst["rank"] == r)
+        row, its = _rank_window({c: v[mine] for c, v in inst.items()}, start[order[a:b]], end[order[a:b]], nvtx)
+        for c, v in {"rank": r, **row}.items():
+            bounds[c].append(v)
+        its = mine[its]
+        for c, v in (("rank", np.full(len(its), r, dtype=np.int64)),
+                     ("window", np.full(len(its), row["window"], dtype=object)),
+                     ("iteration", np.arange(len(its), dtype=np.int64)), ("range", inst["range"][its]),
+                     ("start_ns", inst["proj_start"][its]), ("end_ns", inst["proj_end"][its]),
+                     ("cpu_start", inst["start"][its]), ("cpu_end", inst["end"][its])):
+            iterations[c].append(np.asarray(v))
+    if not bounds["rank"]:
+        return Window(pd.DataFrame(columns=WINDOW_COLUMNS), pd.DataFrame(columns=ITERATION_RANGES), instances)
+    columns = {c: np.concatenate(v).astype(ITERATION_DTYPES.get(c, object)) for c, v in iterations.items()}
+    labels = pd.array(columns["window"], dtype="str")          # as a frame of a str scalar, rows or none
+    return Window(pd.DataFrame(bounds), pd.DataFrame({c: labels if c == "window" else columns[c]
+                                                      for c in ITERATION_RANGES}), instances)
+
+
+def _bounds_of(window: Window, ranks: np.ndarray, *columns: str) -> tuple[np.ndarray, ...]:
+    """Whether each of `ranks` has a window, then the window's `columns` (bounds) of each."""
+    b_rank = window.bounds["rank"].to_numpy(np.int64)
+    by_rank = np.argsort(b_rank, kind="stable")
+    at = by_rank[np.minimum(np.searchsorted(b_rank[by_rank], ranks), max(len(b_rank) - 1, 0))]
+    found = b_rank[at] == ranks if len(b_rank) else np.zeros(len(ranks), dtype=bool)
+    return found, *(window.bounds[c].to_numpy(np.int64)[at] for c in columns)
 
 
 def clip(act: Activity, window: Window) -> Activity:
     """The activity inside each rank's window: operations that overlap it, cut to its bounds."""
-    b = window.bounds.set_index("rank")
-    lo = act.ops["rank"].map(b["start_ns"]).to_numpy(np.int64)
-    hi = act.ops["rank"].map(b["end_ns"]).to_numpy(np.int64)
-    keep = (act.ops["end"].to_numpy() > lo) & (act.ops["start"].to_numpy() < hi)
-    ops = act.ops[keep].copy()
-    ops["start"] = np.maximum(ops["start"].to_numpy(), lo[keep])
-    ops["end"] = np.minimum(ops["end"].to_numpy(), hi[keep])
-    return Activity(ops.reset_index(drop=True), act.runtime, act.exports, act.failed)
+    rank, start, end = act.column("rank"), act.column("start"), act.column("end")
+    found, lo, hi = _bounds_of(window, rank, "start_ns", "end_ns")
+    keep = found & (end > lo) & (start < hi)
+    return act.subset(keep, start=np.maximum(start[keep], lo[keep]), end=np.minimum(end[keep], hi[keep]))
 
 
-def busy_within(ops: pd.DataFrame, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+def busy_within(ops: pd.DataFrame | Activity, start: np.ndarray, end: np.ndarray) -> np.ndarray:
     """For each interval [start, end): the time some GPU operation of `ops` runs in it."""
-    union = merge_intervals(ops["start"].to_numpy(np.int64), ops["end"].to_numpy(np.int64))
+    if isinstance(ops, Activity):
+        union = merge_intervals(ops.column("start"), ops.column("end"))
+    else:
+        union = merge_intervals(ops["start"].to_numpy(np.int64), ops["end"].to_numpy(np.int64))
     return covered_within(union, np.asarray(start, dtype=np.int64), np.asarray(end, dtype=np.int64))
+
+
+def _busy_by_rank(act: Activity, rank: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """For each interval [start, end) of a rank: the time some GPU operation of that rank runs in it."""
+    busy = np.zeros(len(rank), dtype=np.int64)
+    ops_rank = act.column("rank")
+    for r in np.unique(rank).tolist():
+        mine, at = ops_rank == r, rank == r
+        union = merge_intervals(act.column("start")[mine], act.column("end")[mine])
+        busy[at] = covered_within(union, start[at], end[at])
+    return busy
 
 
 def iteration_series(act: Activity, window: Window) -> pd.DataFrame:
     """Per rank and iteration of the window: GPU start and end (first kernel start to last kernel
     end of the iteration's projected range), its length, the time the GPU was busy in it and idle."""
-    parts = []
-    for rank, its in window.iterations.groupby("rank", sort=True):
-        ops = act.ops[act.ops["rank"] == rank]
-        start, end = its["start_ns"].to_numpy(np.int64), its["end_ns"].to_numpy(np.int64)
-        busy = busy_within(ops, start, end)
-        parts.append(pd.DataFrame({"rank": rank, "window": its["window"].to_numpy(),
-                                   "iteration": its["iteration"].to_numpy(), "start_ns": start, "end_ns": end,
-                                   "gpu_ns": end - start, "busy_ns": busy, "idle_ns": end - start - busy}))
-    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=ITERATION_COLUMNS)
+    its = window.iterations
+    if its.empty:
+        return pd.DataFrame(columns=ITERATION_COLUMNS)
+    rank = its["rank"].to_numpy(np.int64)
+    order = np.argsort(rank, kind="stable")                   # as groupby: ranks sorted, rows in order
+    rank = rank[order]
+    start, end = its["start_ns"].to_numpy(np.int64)[order], its["end_ns"].to_numpy(np.int64)[order]
+    busy = _busy_by_rank(act, rank, start, end)
+    return pd.DataFrame({"rank": rank, "window": its["window"].to_numpy()[order],
+                         "iteration": its["iteration"].to_numpy()[order], "start_ns": start, "end_ns": end,
+                         "gpu_ns": end - start, "busy_ns": busy, "idle_ns": end - start - busy})
 
 
 def window_summary(act: Activity, window: Window) -> pd.DataFrame:
     """Per rank: the window's name, GPU start/end, duration, iterations, busy and idle time."""
-    rows = []
-    for row in window.bounds.to_dict("records"):
-        ops = act.ops[act.ops["rank"] == row["rank"]]
-        busy = int(busy_within(ops, np.array([row["start_ns"]]), np.array([row["end_ns"]]))[0])
-        n = int((window.iterations["rank"] == row["rank"]).sum())
-        duration = row["end_ns"] - row["start_ns"]
-        rows.append({"rank": row["rank"], "window": row["window"], "start_ns": row["start_ns"],
-                     "end_ns": row["end_ns"], "duration_ns": duration, "iterations": n, "busy_ns": busy,
-                     "idle_ns": duration - busy})
-    return pd.DataFrame(rows, columns=["rank", "window", "start_ns", "end_ns", "duration_ns", "iterations",
-                                       "busy_ns", "idle_ns"])
+    b = window.bounds
+    rank = b["rank"].to_numpy(np.int64)
+    start, end = b["start_ns"].to_numpy(np.int64), b["end_ns"].to_numpy(np.int64)
+    busy = _busy_by_rank(act, rank, start, end)
+    it_rank = window.iterations["rank"].to_numpy(np.int64)
+    count = np.array([int((it_rank == r).sum()) for r in rank.tolist()], dtype=np.int64)
+    out = pd.DataFrame({"rank": rank, "window": b["window"].to_numpy(), "start_ns": start, "end_ns": end,
+                        "duration_ns": end - start, "iterations": count, "busy_ns": busy,
+                        "idle_ns": end - start - busy})
+    return out if len(out) else pd.DataFrame(columns=list(out.columns))
 
 
 def instances_inside(window: Window) -> pd.DataFrame:
@@ -170,23 +203,33 @@ def instances_inside(window: Window) -> pd.DataFrame:
     inst = window.instances
     if inst.empty:
         return inst
-    b = window.bounds.set_index("rank")
-    lo, hi = inst["rank"].map(b["cpu_start"]), inst["rank"].map(b["cpu_end"])
-    return inst[(inst["start"] >= lo) & (inst["end"] <= hi)]
+    rank = inst["rank"].to_numpy(np.int64)
+    found, lo, hi = _bounds_of(window, rank, "cpu_start", "cpu_end")
+    return inst[found & (inst["start"].to_numpy(np.int64) >= lo) & (inst["end"].to_numpy(np.int64) <= hi)]
 
 
 def kernel_sum(act: Activity) -> pd.DataFrame:
     """GPU time per rank and kernel name: instances and total_ns (most first)."""
-    ops = act.kernels.assign(dur=act.kernels["end"] - act.kernels["start"])
-    dur = ops.groupby(["rank", "name"], sort=True)["dur"]  # one reduction a column: named aggregation costs ~10x
-    out = pd.DataFrame({"instances": dur.size(), "total_ns": dur.sum()}).reset_index()
-    return out.sort_values(["rank", "total_ns"], ascending=[True, False], kind="stable").reset_index(drop=True)
+    kernel = act.column("kernel")
+    rank, dur = act.column("rank")[kernel], (act.column("end") - act.column("start"))[kernel]
+    codes, names = pd.factorize(act.column("name")[kernel], sort=True)
+    named = codes >= 0                                          # as groupby: no group of a missing name
+    rank, dur, codes = rank[named], dur[named], codes[named]
+    order, first = group_starts(rank, codes)
+    count = np.diff(np.append(first, len(order))).astype(np.int64)
+    total = np.add.reduceat(dur[order], first) if len(first) else np.empty(0, dtype=np.int64)
+    g_rank = rank[order][first]
+    top = np.lexsort((-total, g_rank))                          # by rank, then most time first; stable
+    return pd.DataFrame({"rank": g_rank[top],
+                         "name": pd.array(np.asarray(names, dtype=object)[codes[order][first]][top],
+                                          dtype="str" if len(first) else object),
+                         "instances": count[top], "total_ns": total[top]})
 
 
 def with_window(df: pd.DataFrame, window: Window) -> pd.DataFrame:
     """`df` (with a rank column) with the window's name of each rank inserted after `rank`."""
-    df = df.copy()
     labels = dict(zip(window.bounds["rank"].tolist(), window.bounds["window"].tolist(), strict=True))
-    names = [labels.get(rank, CAPTURE) for rank in df["rank"].tolist()]
-    df.insert(list(df.columns).index("rank") + 1, "window", pd.Series(names, index=df.index, dtype=object))
-    return df
+    names = np.array([labels.get(rank, CAPTURE) for rank in df["rank"].tolist()], dtype=object)
+    out = df.copy(deep=False)                     # the columns shared, not copied (copy on write)
+    out.insert(list(df.columns).index("rank") + 1, "window", pd.Series(names, index=df.index, dtype=object))
+    return out
