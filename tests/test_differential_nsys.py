@@ -15,7 +15,6 @@ fails on is an empty file on its side and MissingData (nothing written) on ours.
 
 from __future__ import annotations
 
-import csv
 import io
 import multiprocessing
 import os
@@ -61,25 +60,6 @@ PER_KIND = int(os.environ.get("HPCPROF_DIFF_EXPORTS", "520"))
 SEEDS = [*range(PER_KIND), *range(TIE_SEEDS, TIE_SEEDS + PER_KIND), *range(PROJECTION_SEEDS, PROJECTION_SEEDS + PER_KIND)]
 
 
-#: nsys 2025.3.1's columns that follow an NVTX range's parent: of two equally tight enclosing ranges
-#: nsys takes the one its R*Tree yields first. projection._parents builds the same R*Tree (rtree_scale
-#: probed on the GPU machine: benchmarks/gpu/rtree_scale_probe.py) and runs nsys's query in this
-#: machine's SQLite, whose join order still picks another of the tied parents in 27 of 1,560 reports of
-#: seeds 2000..2519. A report that differs from the gold in these columns only is counted apart, never
-#: as identical.
-PARENT_COLUMNS = {"nvtx_gpu_proj_trace": {"Lvl", "NumChild", "ParentId", "RangeStack"},
-                  "nvtx_gpu_proj_sum": {"Avg Range Lvl", "Avg Num Child"}}
-
-
-def same_but(theirs: str, mine: str, columns: set[str]) -> bool:
-    """Whether two CSV texts have the same header and rows except in `columns`."""
-    a, b = list(csv.reader(io.StringIO(theirs))), list(csv.reader(io.StringIO(mine)))
-    if not a or len(a) != len(b) or a[0] != b[0]:
-        return False
-    keep = [i for i, name in enumerate(a[0]) if name not in columns]
-    return all([x[i] for i in keep] == [y[i] for i in keep] for x, y in zip(a, b, strict=True))
-
-
 def kind_of(seed: int) -> str:
     """The seed range (GOLD_2025's key) of `seed`."""
     return "projection" if seed >= PROJECTION_SEEDS else "ties" if seed >= TIE_SEEDS else "plain"
@@ -91,15 +71,12 @@ class Outcome:
 
     compared: int = 0
     identical: int = 0
-    parent_ties: int = 0          # different only in PARENT_COLUMNS (nsys 2025's R*Tree order)
     differing: list[str] = field(default_factory=list)
 
-    def add(self, name: str, report: str, theirs: str, mine: str, parents_apart: bool = False) -> None:
+    def add(self, name: str, report: str, theirs: str, mine: str) -> None:
         self.compared += 1
         if theirs == mine:
             self.identical += 1
-        elif parents_apart and report in PARENT_COLUMNS and same_but(theirs, mine, PARENT_COLUMNS[report]):
-            self.parent_ties += 1
         else:
             diff = unified_diff(theirs.splitlines(True), mine.splitlines(True), "nsys", "hpcprof")
             self.differing.append(f"{name} {report}:\n" + "".join(list(diff)[:8]))
@@ -154,7 +131,7 @@ def _compare(args: tuple[Path, Path, list[str]]) -> dict[str, Outcome]:
         for report in (r for r in NEW_REPORTS if r in mine and r in gold_reports):
             gold = gold_dir / f"{db.stem}_{report}.csv"
             outcomes[("2025.3.1", engine)].add(db.name, report, gold.read_text() if gold.exists() else "",
-                                               mine[report], parents_apart=True)
+                                               mine[report])
     return outcomes
 
 
@@ -201,7 +178,6 @@ def comparisons(fixtures_dir: Path, tmp_path_factory: pytest.TempPathFactory) ->
             for key, part in outcomes.items():
                 totals[key].compared += part.compared
                 totals[key].identical += part.identical
-                totals[key].parent_ties += part.parent_ties
                 totals[key].differing += part.differing
     return {f"{version} {engine}": totals[(version, engine)] if version != "2022.4" or isinstance(nsys, Path) else nsys
             for version, engine in KEYS} | {
@@ -223,9 +199,7 @@ def test_every_report_identical_to_nsys_on_generated_exports(comparisons: dict, 
                if engine == "columnar" or r in PYTHON_REPORTS]
     exports = comparisons["exports" if version == "2022.4" else "exports 2025.3.1"]
     record_counts(f"nsys {version} ({source}), {engine} engine: {outcome.compared} reports compared over "
-                  f"{exports}, {outcome.identical} identical"
-                  + (f", {outcome.parent_ties} NVTX projections the same but for which of two equally tight "
-                     "ranges is a range's parent (nsys 2025's R*Tree order)" if outcome.parent_ties else ""))
+                  f"{exports}, {outcome.identical} identical")
     assert outcome.compared >= 500 * len(reports) or PER_KIND < 500
     assert not outcome.differing, (f"{len(outcome.differing)} reports differ; first:\n"
                                    + "\n".join(outcome.differing[:5]))

@@ -188,8 +188,14 @@ def _parents(ranges: pd.DataFrame, layout: str) -> np.ndarray:
     order after splits, not the row id). 2022.4 stores the timestamps as float32. nsys 2025 stores
     rtree_scale(t, min, max) = float32(1 + (t - min) / (max - min)) (1 where max = min), min and max
     being the first and last timestamp of every range: the function of its own SQLite, probed on
-    the GPU machine (benchmarks/gpu/rtree_scale_probe.py, 350 of 350 values)."""
+    the GPU machine (benchmarks/gpu/rtree_scale_probe.py, 350 of 350 values). Which tied parent the
+    R*Tree yields first changed between SQLite 3.40 and 3.46 (nsys 2022.4 ships 3.36, nsys 2025.3.1
+    3.46): the 2022.4 layout runs in Python's sqlite3 (3.40.1 on Debian 12, as CI), the 2025 one in
+    apsw's bundled SQLite (3.54: the same parents as nsys 2025.3.1's on every probed export,
+    benchmarks/gpu/results/nvtx_parent_probe.txt)."""
     import sqlite3
+
+    import apsw
 
     if not len(ranges):
         return np.empty(0, dtype=np.int64)
@@ -200,14 +206,14 @@ def _parents(ranges: pd.DataFrame, layout: str) -> np.ndarray:
         low, high = ranges.attrs["bounds"]
         kind, lo_ts, hi_ts = "rtree", rtree_scale(start, low, high), rtree_scale(end, low, high)
     ids = ranges["id"].to_numpy(np.int64)
-    con = sqlite3.connect(":memory:")
+    con = sqlite3.connect(":memory:") if layout == OLD else apsw.Connection(":memory:")
     try:
         con.execute(f"CREATE VIRTUAL TABLE ridx USING {kind}(rangeId, startTS, endTS, +startNS INTEGER, "
                     "+endNS INTEGER, +tid INTEGER)")
         con.executemany("INSERT INTO ridx VALUES (?, ?, ?, ?, ?, ?)",
                         zip(ids.tolist(), lo_ts, hi_ts, start.tolist(), end.tolist(),
                             ranges["tid"].to_numpy(np.int64).tolist(), strict=True))
-        pairs = con.execute(PARENT_SQL).fetchall()
+        pairs: list[tuple[int, int, int]] = con.execute(PARENT_SQL).fetchall()  # type: ignore[assignment]
     finally:
         con.close()
     row_of = {int(i): r for r, i in enumerate(ids.tolist())}
