@@ -10,8 +10,8 @@ tests/differential/nsys_rules_exports.option_sets) and compares
 each CSV file with ours byte for byte (an empty file where nsys skips or finds nothing).
 nsys 2022.4 is installed by tests/services/nsys.sh (as root); elsewhere the tests needing it skip
 with the reason, except under CI=true. The nsys 2025.3.1 gold (tests/fixtures/nsys/
-rules_gold_2025.3.1.tar.xz, made on an H200 by benchmarks/gpu/nsys_rules_gold.sh over the first 120
-of these exports with the defaults and the rows=5 option set; rules_options_gold_2025.3.1.tar.xz, made by
+rules_gold_2025.3.1.tar.xz, made on the GPU machine by benchmarks/gpu/nsys_rules_gold.sh over the
+same 520 exports with the defaults and the rows=5 option set; rules_options_gold_2025.3.1.tar.xz, made by
 benchmarks/gpu/nsys_rules_gold_options.sh, with the window, the NVTX range, its second occurrence
 (nvtx=NAME/1), process= and thread=) needs no nsys: those comparisons never skip.
 """
@@ -38,10 +38,10 @@ sys.path.insert(0, str(Path(__file__).parent / "differential"))
 from nsys_exports import TIE_SEEDS  # noqa: E402
 from nsys_rules_exports import SETS_2022, SETS_2025, derive_rules, option_sets, rule_spec  # noqa: E402
 
-EXPORTS = int(os.environ.get("HPCPROF_RULES_EXPORTS", "120"))
+EXPORTS = int(os.environ.get("HPCPROF_RULES_EXPORTS", "520"))
 GOLD_2025 = "rules_gold_2025.3.1.tar"     # tests/fixtures/nsys/, unpacked from .tar.xz by fixtures_dir
 GOLD_2025_OPTIONS = "rules_options_gold_2025.3.1.tar"  # the other options' gold (nsys_rules_gold_options.sh)
-GOLD_2025_EXPORTS = 120                   # seeds TIE_SEEDS .. TIE_SEEDS + 119
+GOLD_2025_EXPORTS = 520                   # seeds TIE_SEEDS .. TIE_SEEDS + 519
 REAL = ["h200_campaign/ddp_ws2_rank0", "h200_campaign/ddp_ws2_rank1", "h200_campaign/seqpar_bf16_p4_rank3",
         "h200_seqpar_bf16/rank1"]
 
@@ -136,7 +136,7 @@ def _unpacked(fixtures_dir: Path, name: str, into: Path) -> Path:
 
 def test_rules_identical_to_nsys_2025_gold(rule_exports: list[Path], fixtures_dir: Path, tmp_path: Path,
                                            record_counts) -> None:
-    """The 2025 rule names against nsys 2025.3.1's own CSVs (H200 gold) of the first 120 exports, both
+    """The 2025 rule names against nsys 2025.3.1's own CSVs (GPU-machine gold) of the 520 exports, both
     option sets; also how many of those files 2022.4's layout (the hyphen names) would get wrong."""
     gold = _unpacked(fixtures_dir, GOLD_2025, tmp_path / "gold")
     exports = rule_exports[:GOLD_2025_EXPORTS]
@@ -152,7 +152,7 @@ def test_rules_identical_to_nsys_2025_gold(rule_exports: list[Path], fixtures_di
                 old_layout.add(db.name, rule_spec(old_rule.name, sets[name]), theirs, _ours(db, old_rule, opts))
     with_rows = {rule.name: sum(bool((gold / f"{db.stem}_{rule.name}.csv").stat().st_size) for db in exports)
                  for rule in rules.RULES.values()}
-    record_counts(f"nsys analyze 2025.3.1 (H200 gold), six rules x two option sets (defaults; rows=5, gap=1, "
+    record_counts(f"nsys analyze 2025.3.1 (gold from the GPU machine), six rules x two option sets (defaults; rows=5, gap=1, "
                   f"threshold=80, chunks=97): {outcome.compared} CSV files compared over {len(exports)} generated "
                   f"exports, {outcome.identical} identical (2022.4's layout: {old_layout.identical}); exports with "
                   f"findings per rule (defaults): " + ", ".join(f"{k} {v}" for k, v in with_rows.items()))
@@ -174,7 +174,7 @@ def _stdout_csv(text: str) -> str:
 
 def test_rule_options_identical_to_nsys_2025_gold(rule_exports: list[Path], fixtures_dir: Path, tmp_path: Path,
                                                   record_counts) -> None:
-    """nsys 2025.3.1's other rule options (H200 gold, benchmarks/gpu/nsys_rules_gold_options.sh): a
+    """nsys 2025.3.1's other rule options (gold from the GPU machine, benchmarks/gpu/nsys_rules_gold_options.sh): a
     start/end window with rows=-1, nvtx=NAME, nvtx=NAME/1 for the six rules; process=PID and thread=TID
     for cuda_api_sync, the one rule that takes them (nsys refuses them for the others: see
     test_process_and_thread_only_for_cuda_api_sync)."""
@@ -195,7 +195,7 @@ def test_rule_options_identical_to_nsys_2025_gold(rule_exports: list[Path], fixt
                     theirs = (gold / f"{db.stem}.{name}_{spec.replace(':', '_')}.csv").read_text()
                 found[name] += bool(theirs)
                 outcome.add(db.name, spec, theirs, _ours(db, rule, _options(sets[name])))
-    record_counts(f"nsys analyze 2025.3.1 (H200 gold), the 2025 rules x five more option sets (start/end with rows=-1, "
+    record_counts(f"nsys analyze 2025.3.1 (gold from the GPU machine), the 2025 rules x five more option sets (start/end with rows=-1, "
                   f"nvtx=NAME, nvtx=NAME/1; process= and thread= for cuda_api_sync): {outcome.compared} CSVs compared over {len(exports)} "
                   f"exports, {outcome.identical} identical; files with findings per set: "
                   + ", ".join(f"{k} {v}" for k, v in found.items()))
