@@ -33,6 +33,7 @@ import random
 import shutil
 import sqlite3
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 # real exports (paths under the fixtures' nsys/ folder) covering nsys 2022-2026 schemas
@@ -346,12 +347,13 @@ def derive(seed: int, fixtures: Path, dest: Path) -> Path:
     return out
 
 
-def main() -> None:
-    fixtures, dest, first, count = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+def write_exports(derive_one: Callable[[int, Path, Path], Path], argv: list[str]) -> None:
+    """The generators' command line: FIXTURES_DIR DEST_DIR FIRST_SEED COUNT -> the exports of those seeds."""
+    fixtures, dest, first, count = Path(argv[0]), Path(argv[1]), int(argv[2]), int(argv[3])
     dest.mkdir(parents=True, exist_ok=True)
     for seed in range(first, first + count):
-        derive(seed, fixtures, dest)
+        derive_one(seed, fixtures, dest)
 
 
 if __name__ == "__main__":
-    main()
+    write_exports(derive, sys.argv[1:])

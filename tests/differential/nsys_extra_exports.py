@@ -32,7 +32,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from nsys_exports import derive  # noqa: E402
+from nsys_exports import derive, write_exports  # noqa: E402
 
 FIRST_SEED = 3000          # this generator's seeds: 3000 .. (other generators use 0.., 1000..)
 MEMCPY = "CUPTI_ACTIVITY_KIND_MEMCPY"
@@ -253,12 +253,5 @@ def derive_extra(seed: int, fixtures: Path, dest: Path) -> Path:
     return out
 
 
-def main() -> None:
-    fixtures, dest, first, count = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-    dest.mkdir(parents=True, exist_ok=True)
-    for seed in range(first, first + count):
-        derive_extra(seed, fixtures, dest)
-
-
 if __name__ == "__main__":
-    main()
+    write_exports(derive_extra, sys.argv[1:])

@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from nsys_exports import derive  # noqa: E402
+from nsys_exports import derive, write_exports  # noqa: E402
 
 RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
 MEMCPY = "CUPTI_ACTIVITY_KIND_MEMCPY"
@@ -257,10 +257,7 @@ def main() -> None:
         args = option_sets(Path(sys.argv[2]))[sys.argv[3]]
         print("\n".join(rule_spec(rule, args) for rule in RULES_2025))
         return
-    fixtures, dest, first, count = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-    dest.mkdir(parents=True, exist_ok=True)
-    for seed in range(first, first + count):
-        derive_rules(seed, fixtures, dest)
+    write_exports(derive_rules, sys.argv[1:])
 
 
 if __name__ == "__main__":
