@@ -1,15 +1,15 @@
 """`hpcprof collect`'s per-file path on one rank export, against its floor, with where the time goes.
 
 The per-file path is collect's map step, hpcprof.collect.runs.map_file: the analyses of one export
-(hpcprof.analysis.nsys.collect.analyse_file: summary reports, window, NCCL, overlap, phases, gaps,
-timeline, critical-path events) and the write of its tables (one bundle file per rank file), plus
+(hpcprof.analysis.nsys.collect.analyse_tables: summary reports, window, NCCL, overlap, phases, gaps,
+timeline, critical-path events, as Arrow tables) and the write of its tables (one bundle file per rank file), plus
 its share of the reduce (the run's tables concatenated from --reduce-files bundles of that export,
 divided by their number). Its floor is opening the
 export and reading the columns those analyses need (GPU activity, CUDA API calls, NVTX events,
 OS runtime, the strings they name, profiler overhead) with the same ADBC reader, nothing computed.
 Both are timed in this process as CPU seconds (process time: the machine is shared, and wall time
 on a loaded machine measures the others), best of --repeat, interleaved. Then one profiled pass
-says how the time splits over the analyses (the functions analyse_file calls, timed by wrapping
+says how the time splits over the analyses (the functions analyse_tables calls, timed by wrapping
 them; nested calls count in their caller only).
 
     python benchmarks/collect_file.py [--export FILE] [--repeat 30] [--reduce-files 64] [--out FILE]
@@ -79,7 +79,6 @@ def best(fn: Callable[[], Any], repeat: int) -> float:
 
 def breakdown(path: Path, parts: Path, repeat: int) -> dict[str, float]:
     """CPU seconds per file of each function the map step calls (mean over `repeat` passes of map_file)."""
-    from hpcprof import results
     from hpcprof.analysis.nsys import collect as nsys_collect
     from hpcprof.collect import runs
 
@@ -98,11 +97,13 @@ def breakdown(path: Path, parts: Path, repeat: int) -> dict[str, float]:
                     spent[label] += time.process_time() - start
         return call
 
-    targets = [(nsys_collect.dist, n) for n in ("load_activity", "nccl_per_rank", "overlap", "phases", "gaps")]
+    targets = [(nsys_collect.dist, n) for n in ("load_activity", "overlap_columns", "phase_columns",
+                                                                  "gap_columns")]
     targets += [(nsys_collect.win, n) for n in ("find_window", "clip", "window_summary", "iteration_series",
                                                  "kernel_sum", "with_window", "instances_inside")]
-    targets += [(nsys_collect, "run_report"), (nsys_collect, "iteration_timeline"), (nsys_collect, "Export"),
-                (nsys_collect.critical_path, "rank_events"), (results, "to_arrow"), (runs, "write_bundle")]
+    targets += [(nsys_collect, n) for n in ("run_summaries", "arrow_table", "to_arrow", "rank_nccl", "iteration_timeline",
+                                            "Export")]
+    targets += [(nsys_collect.critical_path, "rank_events"), (runs, "write_bundle")]
     saved = [(mod, name, getattr(mod, name)) for mod, name in targets]
     try:
         for mod, name, fn in saved:
@@ -119,9 +120,11 @@ def breakdown(path: Path, parts: Path, repeat: int) -> dict[str, float]:
     return out
 
 
-def reduce_share(path: Path, work: Path, files: int) -> float:
+def reduce_share(path: Path, work: Path, files: int, workers: int = 2) -> float:
     """CPU seconds per file of collect's reduce: every table concatenated from `files` bundles of
-    `path` into the run's Parquet files (the cross-rank reduce, once per run, is left out)."""
+    `path` into the run's Parquet files, the tables in `workers` groups as collect's reduce_parts
+    splits them over that many workers (each group reads every bundle once); the cross-rank
+    reduce, once per run, is left out."""
     from hpcprof.collect import runs
     from hpcprof.results import table_path
 
@@ -133,8 +136,8 @@ def reduce_share(path: Path, work: Path, files: int) -> float:
         if copy != bundle:
             shutil.copyfile(bundle, copy)
     start = time.process_time()
-    for name in names:
-        runs.concat_parts([(c, name) for c in copies], table_path(work / "run", f"nsys_{name}"))
+    for group in (names[i::workers] for i in range(workers)):
+        runs.concat_parts([(c, group) for c in copies], {n: table_path(work / "run", f"nsys_{n}") for n in group})
     return (time.process_time() - start) / files
 
 
@@ -145,7 +148,7 @@ def main() -> None:
     parser.add_argument("--reduce-files", type=int, default=64, help="bundles concatenated to time the reduce")
     parser.add_argument("--out", type=Path, help="also write the table here")
     args = parser.parse_args()
-    from hpcprof.analysis.nsys.collect import analyse_file
+    from hpcprof.analysis.nsys.collect import analyse_tables
     from hpcprof.collect.runs import map_file
 
     path = args.export
@@ -158,7 +161,7 @@ def main() -> None:
         floor_s, analyse_s, map_s = [], [], []
         for _ in range(3):                             # interleaved: all see the same machine
             floor_s.append(best(lambda: floor(path), max(1, args.repeat // 3)))
-            analyse_s.append(best(lambda: analyse_file(path, 0), max(1, args.repeat // 3)))
+            analyse_s.append(best(lambda: analyse_tables(path, 0), max(1, args.repeat // 3)))
             map_s.append(best(lambda: map_file("nsys", str(path), 0, parts, {}), max(1, args.repeat // 3)))
         fl, analysed, mapped = min(floor_s), min(analyse_s), min(map_s)
         reduced = min(reduce_share(path, work / f"r{i}", args.reduce_files) for i in range(3))
@@ -170,9 +173,9 @@ def main() -> None:
     lines = [f"# collect_file: {path.name} ({path.stat().st_size / 1e3:.0f} kB), {os.cpu_count()} CPUs, "
              f"load average {load:.1f} at the start; CPU ms, best of {args.repeat}",
              f"floor (open + read the needed columns, {floor(path)} values)  {1000 * fl:8.2f} ms",
-             f"analyse_file (the analyses of one export)                  {1000 * analysed:8.2f} ms",
+             f"analyse_tables (the analyses of one export)                {1000 * analysed:8.2f} ms",
              f"map_file (the analyses + writing the file's tables)        {1000 * mapped:8.2f} ms",
-             f"reduce, per file (tables of {args.reduce_files} bundles into the run's)      {1000 * reduced:8.2f} ms",
+             f"reduce, per file (tables of {args.reduce_files} bundles, 2 workers' groups) {1000 * reduced:8.2f} ms",
              f"per rank file (map_file + reduce share)                    {1000 * per_file:8.2f} ms",
              f"ratio to the floor                                         {ratio:8.2f}x",
              "# where the time goes (one profiled pass, mean CPU ms per file)"]

@@ -15,6 +15,7 @@ python3 -m venv .venv
 
 if [ "$(id -u)" = 0 ] && [ -f "$SHARED/tools/slurm-local.sh" ]; then
   export TORQUE=1 CPUS=4
+  bash tests/services/munge.sh   # munged as the munge user, a dead one's root-owned lock cleared
   bash "$SHARED/tools/slurm-local.sh" install
   bash "$SHARED/tools/slurm-local.sh" start
 fi

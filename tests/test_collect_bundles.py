@@ -63,14 +63,18 @@ def test_bundle_round_trip_and_damage(fixtures_dir: Path, tmp_path: Path) -> Non
 
 
 def test_concat_parts_unifies_schemas_in_order(tmp_path: Path) -> None:
-    """Rows in the order of the parts; a column one part lacks is null there; int and float unify."""
+    """Rows in the order of the parts; a column one part lacks is null there; int and float unify;
+    each bundle read once for all the tables asked of it (the others' schemas stay their own)."""
     import pyarrow.parquet as pq
 
-    first = write_bundle(tmp_path / "a.arrow", {"t": pa.table({"x": [1, 2]})})
+    first = write_bundle(tmp_path / "a.arrow", {"t": pa.table({"x": [1, 2]}), "u": pa.table({"k": ["a"]})})
     second = write_bundle(tmp_path / "b.arrow", {"t": pa.table({"x": [0.5], "y": ["new"]})})
-    assert concat_parts([(second, "t"), (first, "t")], tmp_path / "t.parquet")
+    targets = {"t": tmp_path / "t.parquet", "u": tmp_path / "u.parquet", "v": tmp_path / "v.parquet"}
+    assert concat_parts([(second, ["t"]), (first, ["t", "u"])], targets) == ["t", "u"]
     assert pq.read_table(tmp_path / "t.parquet").to_pydict() == {"x": [0.5, 1.0, 2.0], "y": ["new", None, None]}
-    assert not concat_parts([], tmp_path / "none.parquet") and not (tmp_path / "none.parquet").exists()
+    assert pq.read_table(tmp_path / "u.parquet").to_pydict() == {"k": ["a"]}
+    assert not (tmp_path / "v.parquet").exists()             # no part holds it: not written
+    assert concat_parts([], {"none": tmp_path / "none.parquet"}) == [] and not (tmp_path / "none.parquet").exists()
 
 
 def collect_tables(exports: dict[Path, int], run: Path, workers: int) -> dict[str, pd.DataFrame]:

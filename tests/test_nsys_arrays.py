@@ -5,16 +5,19 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from hpcprof.analysis.critical_path import END, EVENT_COLUMNS, IDLE, _iteration_events
 from hpcprof.analysis.nsys.arrays import group_starts, range_reduce
 
 
-def test_range_reduce_is_the_loop() -> None:
+@pytest.mark.parametrize("longest", [300, 3])         # ranges over most rows (sparse table), short ones (reduceat)
+def test_range_reduce_is_the_loop(longest: int) -> None:
     rng = np.random.default_rng(7)
     values = rng.integers(-1000, 1000, 500)
     lo = rng.integers(0, 500, 2000)
-    hi = np.minimum(lo + rng.integers(-5, 300, 2000), 500)
+    hi = np.minimum(lo + rng.integers(-5, longest, 2000), 500)
+    assert (np.maximum(hi - lo, 0).sum() > 4 * 500 + 1024) == (longest == 300)
     for ufunc, pick in ((np.minimum, min), (np.maximum, max)):
         want = [pick(values[a:b]) if b > a else 0 for a, b in zip(lo.tolist(), hi.tolist(), strict=True)]
         assert range_reduce(values, lo, hi, ufunc, 0).tolist() == want

@@ -169,3 +169,85 @@ def test_reports_kept_in_the_cache_give_the_same_bytes(export: Path, monkeypatch
     monkeypatch.setattr(cache, "code_version", lambda: "another")   # other code: its own results
     assert csv_of(export, names) == reference
     assert len(list(cache_dir(export).glob("result-*.json"))) == 2 * len(kept)
+
+
+ANALYSES = [["nccl"], ["overlap"], ["phases"], ["gaps", "--threshold-ms", "0.1"], ["critical-path"],
+            ["critical-path", "--segments"]]
+
+
+def cli_run(argv: list[str], inputs: list[Path]) -> tuple[int, str, str]:
+    """(exit code, stdout, stderr) of `hpcprof nsys ARGV INPUTS --format csv`, in process."""
+    from click.testing import CliRunner
+
+    from hpcprof.cli import main
+
+    res = CliRunner().invoke(main, ["nsys", *argv, "--format", "csv", *map(str, inputs)])
+    return res.exit_code, res.stdout, res.stderr
+
+
+@pytest.mark.parametrize("argv", ANALYSES, ids=" ".join)
+def test_second_analysis_reads_its_kept_table(argv: list[str], export: Path, fixtures_dir: Path, tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """A second `hpcprof nsys nccl|overlap|phases|gaps|critical-path` of an unchanged export gives the
+    same output without loading its activity (the kept table); so do two rank files analysed one at
+    a time (each file's rows kept); another option is another table; a touched export is analysed again."""
+    from hpcprof.analysis.nsys import distributed as dist
+
+    rank1 = tmp_path / "rank1.sqlite"
+    shutil.copyfile(fixtures_dir / SEQPAR / "rank1.sqlite", rank1)
+    loads: list[int] = []
+    load = dist.load_activity
+
+    def counted(*args: object, **kwargs: object) -> dist.Activity:
+        loads.append(1)
+        return load(*args, **kwargs)                                        # type: ignore[arg-type]
+
+    monkeypatch.setattr(dist, "load_activity", counted)
+    for inputs in ([export], [export, rank1]):
+        monkeypatch.setenv("HPCPROF_NSYS_CACHE", "off")
+        reference = cli_run(argv, inputs)
+        assert reference[0] == 0 and reference[1].count("\n") >= 1, reference
+        monkeypatch.setenv("HPCPROF_NSYS_CACHE", "on")
+        assert cli_run(argv, inputs) == reference
+        del loads[:]
+        assert cli_run(argv, inputs) == reference
+        assert loads == []                                                  # nothing loaded: the kept tables
+    if argv[0] == "gaps":
+        assert cli_run(["gaps", "--threshold-ms", "1e6"], [export])[1] != reference[1]
+        assert loads == [1]
+        del loads[:]
+    st = export.stat()
+    os.utime(export, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+    assert cli_run(argv, [export, rank1]) == reference
+    assert loads == [1]                                                     # the touched export only
+
+
+def test_kept_frames_come_back_equal() -> None:
+    """Every column type a kept table may hold comes back equal (values, NaN/NA, dtypes); a frame
+    that would not (another index, a numpy scalar in an object column) is not kept."""
+    import numpy as np
+
+    df = pd.DataFrame({"i": np.array([1, -2, 3], dtype=np.int64), "f": [1.5, np.nan, 1e300],
+                       "s": pd.array(["a", None, "c"], dtype="str"), "n": pd.array([1, None, 3], dtype="Int64"),
+                       "b": [True, False, True]})
+    df["o"] = pd.Series(np.array(["x", None, 7], dtype=object), dtype=object)
+    back = cache.frame_from_document(json.loads(json.dumps(cache.frame_document(df))))
+    pd.testing.assert_frame_equal(back, df, check_exact=True)
+    assert cache.frame_from_document(json.loads(json.dumps(cache.frame_document(df.iloc[:0])))).dtypes.equals(df.dtypes)
+    assert cache.frame_document(df.set_index("i")) is None
+    assert cache.frame_document(pd.DataFrame({"o": pd.Series([np.int64(1)], dtype=object)})) is None
+
+
+def test_a_read_left_unfinished_does_not_hide_the_error(fixtures_dir: Path) -> None:
+    """A caller that fails mid-read (its statement and stream still open) gets its own error, and
+    the export closes: the connection closes the statements left open first."""
+    def first_batch_then_fail(export: Export) -> None:
+        batches = export.sql_batches("SELECT start FROM CUPTI_ACTIVITY_KIND_RUNTIME")   # held by the traceback
+        next(batches)
+        raise KeyError("the caller's own error")
+
+    export = Export(fixtures_dir / SEQPAR / "rank0.sqlite")
+    with pytest.raises(KeyError, match="the caller's own error"):
+        with export:
+            first_batch_then_fail(export)
+    assert export._arrow_conns == []

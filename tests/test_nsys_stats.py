@@ -257,17 +257,17 @@ def test_cli_rejects_unknown_report(fixtures_dir: Path) -> None:
     assert "nope" in res.output
 
 
-def _ddp_gold(repo: Path) -> list[Path]:
-    return sorted((repo / "benchmarks" / "gpu" / "data" / "run3" / "nsys").glob("*_rank*_*_sum.csv"))
+def _ddp_gold(gpu_data: Path) -> list[Path]:
+    return sorted((gpu_data / "run3" / "nsys").glob("*_rank*_*_sum.csv"))
 
 
 DDP_REPORTS = ("cuda_gpu_kern_sum", "nvtx_sum")
 
 
-def test_ddp_gpt2_exports_match_nsys_2025_3_gold(repo: Path) -> None:
-    """The GPT-2 DDP run in benchmarks/gpu (nsys 2025.3.1 CSVs next to each export)."""
+def test_ddp_gpt2_exports_match_nsys_2025_3_gold(gpu_data: Path) -> None:
+    """The GPT-2 DDP run of benchmarks/gpu (its copy in tests/fixtures/gpu: nsys 2025.3.1 CSVs next to each export)."""
     compared = 0
-    for gold in _ddp_gold(repo):
+    for gold in _ddp_gold(gpu_data):
         report = next((r for r in DDP_REPORTS if gold.name.endswith(f"_{r}.csv")), None)
         if report is None:
             continue

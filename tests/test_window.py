@@ -117,7 +117,7 @@ def test_window_equals_nsys_nvtx_gpu_proj_sum(gpu_data: Path) -> None:
         act = dist.load_activity([export], {str(export.path): 0})
         window = win.find_window(act)
         instances = window.instances
-        w = win.window_summary(act, window).iloc[0]
+        w = win.window_summary(act, window).to_pylist()[0]      # an Arrow table, as collect writes it
     assert w["window"] == "nvtx:timed"
     assert w["duration_ns"] == gold.loc[":timed", "Total Proj Time (ns)"] == 1590060533
     its = instances[instances["range"] == "iteration"]["proj_ns"]

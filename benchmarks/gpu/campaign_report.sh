@@ -46,6 +46,7 @@ for item in re.findall(r"<li>(.*?)</li>", section, re.S):
   cat "$DEST/findings_$exp.txt"
   screenshot "$DEST/report_$exp.html" "$DEST/report_$exp.png" 1400,2400
   screenshot "$DEST/report_$exp.html" "$DEST/report_${exp}_full.png" 1400,14000
+  gzip -9nf "$DEST/report_$exp.html"  # 5-6 MB of inline plotly: kept as .html.gz
 done
 sweep=$(ls "$WORK/echo-slowdown" | tail -n 1)
 "$PY" - "$WORK/echo-slowdown/$sweep" "$DEST/echo_slowdown_ws2.xlsx" <<'EOF'

@@ -6,11 +6,14 @@
 # speed-up over 1 worker and parallel efficiency (speed-up / workers); goal >= 0.7 at 16 workers.
 # No network: hpcprof's dependencies come from the carried (git-ignored) .gpu/whl wheels, as the other
 # benchmarks/gpu scripts; the machine's python3 has numpy, pandas, pyarrow, mpi4py (Open MPI).
-# Runs in about 3-4 minutes (N=2048; 1 worker takes the longest). Usage: bash benchmarks/gpu/collect_cores.sh OUT [N]
-# Expected: OUT/collect_cores.txt with the table and `met`/`missed` goal lines; the device and versions first.
+# Then, with SCALE (sizes, e.g. 1024,4096,16384), N ranks with every core (16 workers): wall time and the collecting
+# process's peak memory per N (flat in N?). Runs in about 3-4 minutes (N=2048; 1 worker takes the longest), plus
+# ~2 minutes for SCALE up to 16,384. Usage: bash benchmarks/gpu/collect_cores.sh OUT [N] [SCALE]
+# Expected: OUT/collect_cores.txt with the tables and `met`/`missed` goal lines; the device and versions first.
 set -u
 OUT_DIR=${1:?output directory}
 N=${2:-2048}
+SCALE=${3:-}
 REPO=$(pwd)
 mkdir -p "$OUT_DIR" /tmp/site
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site $(ls .gpu/whl*/*.whl) 2>/dev/null
@@ -29,4 +32,6 @@ done
   python3 benchmarks/collect_file.py --repeat 30
   python3 benchmarks/collect_scale.py --sizes "$N" --serial-max "$N" --workers-list 1,2,4,8,16 \
     --mpi-n "$N" --mpi-workers 3 --cross-sizes ''
+  [ -z "$SCALE" ] || python3 benchmarks/collect_scale.py --sizes "$SCALE" --serial-max 0 --workers-list "$(nproc)" \
+    --mpi-n 0 --cross-sizes ''
 } 2>&1 | tee "$OUT_DIR/collect_cores.txt"

@@ -8,6 +8,10 @@ A tool is one `ToolCollector` subclass registered by name in hpcprof.analysis.re
   a worker process, so it reads nothing but the file and `self.tool_paths`. Raise
   `NothingToAnalyse` for a readable file with nothing in it for the analyses (a note), any
   other exception for a damaged file (that file is skipped, a Problem).
+- `analyse_tables(path, rank)`: the same tables as Arrow tables, as collect writes them (by
+  default analyse_file's frames converted by hpcprof.results.to_arrow); a tool whose analyses
+  build their columns directly implements this one, and analyse_file is then its tables read
+  back as the run's results read them.
 - `reduce(read, log)`: tables across ranks, from the concatenated per-rank tables (`read(name)`
   gives one, or None); returns new or replacing tables, logs notes.
 """
@@ -23,6 +27,7 @@ from hpcprof.errors import Problem
 
 if TYPE_CHECKING:
     import pandas as pd
+    import pyarrow as pa
 
 Log = Callable[[str], None]
 #: a concatenated per-rank table by name, None when no rank has it
@@ -62,6 +67,12 @@ class ToolCollector:
     def analyse_file(self, path: Path, rank: int) -> dict[str, pd.DataFrame]:
         """One rank's file -> its tables (each with a `rank` column)."""
         raise NotImplementedError
+
+    def analyse_tables(self, path: Path, rank: int) -> dict[str, pa.Table]:
+        """One rank's file -> its tables as collect writes them (Arrow, no pandas metadata)."""
+        from hpcprof.results import to_arrow
+
+        return {name: to_arrow(df, pandas_metadata=False) for name, df in self.analyse_file(path, rank).items()}
 
     def reduce(self, read: ReadTable, log: Log) -> dict[str, pd.DataFrame]:
         """Tables across ranks from the concatenated per-rank ones: none by default."""

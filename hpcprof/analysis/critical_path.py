@@ -65,18 +65,43 @@ def empty_events() -> pd.DataFrame:
                          for c in EVENT_COLUMNS})
 
 
+def str_each(values: np.ndarray) -> np.ndarray:
+    """[str(v) for v in values] as an object array: one str() per distinct value (None, NaN: per row)."""
+    import pandas as pd
+
+    codes, distinct = pd.factorize(np.asarray(values, dtype=object))
+    out = np.array([str(v) for v in distinct] + [""], dtype=object)[:-1][codes] if len(distinct) else \
+        np.empty(len(codes), dtype=object)
+    missing = np.flatnonzero(codes < 0)
+    out[missing] = [str(v) for v in np.asarray(values, dtype=object)[missing].tolist()]
+    return out
+
+
+def _parents(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """For ranges sorted by start, the index of each one's enclosing range on the stack walk
+    (pop while the top ends before the range starts; the top left is its parent): the latest
+    earlier range ending at or after its start (a range ending before it started was popped
+    before, or is above it), -1 for none. By pointer jumping: each range's candidate moves to
+    its candidate's candidate, skipping only ranges that end before it starts; O(n log n), no
+    Python loop per range."""
+    candidate = np.arange(-1, len(starts) - 1)
+    parent = np.full(len(starts), -1, dtype=np.int64)
+    todo = np.arange(len(starts))
+    while len(todo):
+        at = candidate[todo]
+        done = (at < 0) | (ends[np.maximum(at, 0)] >= starts[todo])
+        parent[todo[done]] = at[done]
+        todo = todo[~done]
+        candidate[todo] = candidate[candidate[todo]]
+    return parent
+
+
 def _innermost(starts: np.ndarray, ends: np.ndarray, at: np.ndarray) -> np.ndarray:
     """For each time in `at`, the index of the innermost of the nested ranges (sorted by start, then
     longest first) that contains it; -1 where none does."""
     if len(starts) == 0:
         return np.full(len(at), -1, dtype=np.int64)
-    parent = np.full(len(starts), -1, dtype=np.int64)
-    stack: list[int] = []
-    for i in range(len(starts)):
-        while stack and ends[stack[-1]] < starts[i]:
-            stack.pop()
-        parent[i] = stack[-1] if stack else -1
-        stack.append(i)
+    parent = _parents(starts, ends)
     found = np.searchsorted(starts, at, side="right") - 1
     while True:
         outside = (found >= 0) & (ends[np.maximum(found, 0)] < at)
@@ -241,7 +266,8 @@ def rank_events(rank: int, ops: Table, iterations: Table, ranges: Table) -> pd.D
         first = np.full(len(streams), np.iinfo(np.int64).max, dtype=np.int64)
         np.minimum.at(first, which.reshape(-1), start[is_coll])
         names = {s: f"stream{i}" for i, s in enumerate(streams[np.argsort(first, kind="stable")].tolist())}
-        channel = np.array([names.get(s) for s in stream.tolist()], dtype=object)
+        distinct, at_stream = np.unique(stream, return_inverse=True)       # one look-up per stream
+        channel = np.array([names.get(s) for s in distinct.tolist()] + [None], dtype=object)[:-1][at_stream.reshape(-1)]
     seq = np.asarray(ops["seq"], dtype=np.int64)[keep] if "seq" in ops else np.full(len(start), -1, dtype=np.int64)
     order = np.lexsort((end, start))              # by start, then end; stable
     start, end, iteration, is_coll, channel, seq, label, kind = (
@@ -263,7 +289,7 @@ def rank_events(rank: int, ops: Table, iterations: Table, ranges: Table) -> pd.D
     # the timed operations by iteration (each in start order)
     timed = np.flatnonzero(iteration >= 0)
     timed = timed[np.argsort(iteration[timed], kind="stable")]
-    channel = np.array([str(c) for c in channel[timed].tolist()], dtype=object)
+    channel = str_each(channel[timed])
     cols = _iteration_events(rank, iteration[timed], is_coll[timed], start[timed], end[timed], channel, seq[timed],
                              label[timed], kind[timed])
     return pd.DataFrame(cols) if len(cols["rank"]) else empty_events()

@@ -39,6 +39,7 @@ from hpcprof.collect.engine import (
     Log,
     Progress,
     concat_parts,
+    executor_workers,
     make_executor,
     read_bundle,
     stream_map,
@@ -145,13 +146,11 @@ def _bundle(parts: Path, key: str) -> Path:
 def map_file(tool: str, path: str, rank: int, parts: str, tool_paths: dict[str, str]) -> list[str]:
     """Analyse one rank's file (in a worker) and write its tables into one bundle, `parts/<file>.arrow`."""
     from hpcprof.analysis.registry import collector
-    from hpcprof.results import to_arrow
 
-    tables = collector(tool, tool_paths).analyse_file(Path(path), rank)
+    tables = collector(tool, tool_paths).analyse_tables(Path(path), rank)
     for name in tables:
         check_name(f"{tool}_{name}")
-    write_bundle(_bundle(Path(parts), _part_key(Path(path))), {name: to_arrow(df, pandas_metadata=False)
-                                                                   for name, df in tables.items()})
+    write_bundle(_bundle(Path(parts), _part_key(Path(path))), tables)
     return sorted(tables)
 
 
@@ -251,6 +250,14 @@ def cross_rank_tables(tool: str, run_path: Path) -> tuple[list[str], list[str]]:
     return written, notes
 
 
+def _concat_group(parts: Path, held: list[tuple[str, list[str]]], targets: dict[str, Path]) -> list[str]:
+    """concat_parts of one group of tables (`targets`) over the bundles of `held` (part key, its
+    tables), in a worker: the bundle paths are made here, so that the collecting process sends
+    each worker only the part keys (a few MB at 16,384 ranks, not a Path per file and table)."""
+    return concat_parts([(_bundle(parts, key), [n for n in tables if n in targets]) for key, tables in held
+                         if any(n in targets for n in tables)], targets)
+
+
 def reduce_parts(tool: str, run_path: Path, mapped: dict[str, list[str]], executor: Executor | None = None,
                  log: Log = print) -> list[str]:
     """Tables of the whole run from the per-file parts: each table concatenated, then the tool's
@@ -261,10 +268,14 @@ def reduce_parts(tool: str, run_path: Path, mapped: dict[str, list[str]], execut
     executor = executor or InProcess()
     parts = _parts_dir(run_path, tool)
     names = sorted({n for tables in mapped.values() for n in tables})
-    futures = {name: executor.submit(concat_parts, [(_bundle(parts, k), name) for k, t in mapped.items() if name in t],
-                                     table_path(run_path, f"{tool}_{name}")) for name in names}
+    groups = [names[i::executor_workers(executor)] for i in range(min(len(names), executor_workers(executor)))]
+    held = list(mapped.items())   # one list for every group: (part key, its tables), the table lists shared
+    futures = [executor.submit(_concat_group, parts, held, {name: table_path(run_path, f"{tool}_{name}")
+                                                            for name in group})
+               for group in groups]    # one group of tables per worker: each reads a file's bundle once
     try:
-        written = [f"{tool}_{name}" for name, future in futures.items() if future.result()]
+        done = {name for future in futures for name in future.result()}
+        written = [f"{tool}_{name}" for name in names if name in done]
     except Exception as exc:  # a cached part whose footer reads but whose data does not
         (parts / "manifest.json").unlink(missing_ok=True)  # every part is made again
         raise DamagedCache(f"{parts}: a cached part does not read ({_short(exc)})") from None

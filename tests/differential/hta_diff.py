@@ -7,6 +7,7 @@ differences. Used by tests/test_trace_differential.py.
 
 from __future__ import annotations
 
+import functools
 import logging
 import multiprocessing
 import os
@@ -45,16 +46,27 @@ def analyses(directory: Path) -> dict[str, Callable[[], str | None]]:
     hta = hta_trace_analysis(directory)
     ranks = [t.rank for t in traces]
 
+    @functools.cache
+    def hta_idle() -> tuple[pd.DataFrame, pd.DataFrame]:
+        """HTA's idle breakdown and interval stats, from one call (the breakdown does not depend
+        on show_idle_interval_stats): its two analyses share it (CI time)."""
+        return hta.get_idle_time_breakdown(ranks=ranks, visualize=False, show_idle_interval_stats=True)
+
+    @functools.cache
+    def hta_kernels() -> tuple[pd.DataFrame, pd.DataFrame]:
+        """HTA's kernel-type and kernel breakdowns, from one call, shared likewise."""
+        return hta.get_gpu_kernel_breakdown(visualize=False)
+
     def temporal() -> str | None:
         return _csv_diff(A.temporal_breakdown(traces), hta.get_temporal_breakdown(visualize=False))
 
     def idle() -> str | None:
-        return _csv_diff(A.idle_time_breakdown(traces), hta.get_idle_time_breakdown(ranks=ranks, visualize=False)[0])
+        return _csv_diff(A.idle_time_breakdown(traces), hta_idle()[0])
 
     def idle_stats() -> str | None:
         """HTA keeps idle_category in the index, which to_csv(index=False) would drop: hpcprof
         writes it as a column, so HTA's frame is compared with its index as that column."""
-        theirs = hta.get_idle_time_breakdown(ranks=ranks, visualize=False, show_idle_interval_stats=True)[1]
+        theirs = hta_idle()[1]
         ours = A.idle_interval_stats(traces)
         return _csv_diff(ours, theirs.reset_index()[list(ours.columns)])
 
@@ -75,11 +87,11 @@ def analyses(directory: Path) -> dict[str, Callable[[], str | None]]:
     def kernel_types() -> str | None:
         """HTA may list a type whose overlap lasts 0 µs (depending on its sort of equal times);
         hpcprof leaves those out: the other rows, byte for byte."""
-        by_type = hta.get_gpu_kernel_breakdown(visualize=False)[0]
+        by_type = hta_kernels()[0]
         return _csv_diff(A.kernel_type_breakdown(traces), by_type[by_type["sum"] > 0])
 
     def kernels() -> str | None:
-        return _csv_diff(A.kernel_breakdown(traces), hta.get_gpu_kernel_breakdown(visualize=False)[1])
+        return _csv_diff(A.kernel_breakdown(traces), hta_kernels()[1])
 
     return {"temporal": temporal, "idle": idle, "idle_stats": idle_stats, "overlap": overlap, "launch": launch,
             "kernel_types": kernel_types, "kernels": kernels}

@@ -11,7 +11,7 @@
 #   status  the daemons and `sinfo` of this cluster.
 #
 # Uses Debian's slurm-wlm and munge (slurm-local.sh install puts them there; installed here if
-# missing) and the running munged. Traffic stays on the bridge and loopback this script creates.
+# missing) and the munged of munge.sh. Traffic stays on the bridge and loopback this script creates.
 set -euo pipefail
 STATE=${STATE:-/var/lib/slurm-cluster}
 NODES=${NODES:-2}
@@ -98,7 +98,7 @@ EOF
 start() {
   install
   network
-  pgrep -x munged >/dev/null || { mkdir -p /run/munge; chown munge: /run/munge 2>/dev/null || true; munged --force; }
+  bash "$(dirname "$0")/munge.sh"
   alive "$STATE/slurmctld.pid" || alive_any || config
   export SLURM_CONF=$CONF
   alive "$STATE/slurmctld.pid" || /usr/sbin/slurmctld -f "$CONF"

@@ -8,7 +8,26 @@ per group or range costs seconds. These helpers do both as a few numpy calls.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, TypeAlias
+
 import numpy as np
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+#: a table as numpy columns by name (what the per-rank analyses compute; frames and Arrow tables are made from it)
+Columns: TypeAlias = dict[str, np.ndarray]
+
+
+def no_rows(names: list[str]) -> Columns:
+    """The columns of a table of no rows, of no type (as a frame built with only its column names)."""
+    return {name: np.empty(0, dtype=object) for name in names}
+
+
+def rows_of(table: pd.DataFrame | Mapping[str, Any]) -> int:
+    """The rows of a frame or of numpy columns."""
+    return len(next(iter(table.values()))) if isinstance(table, Mapping) and table else len(table)
 
 
 def group_starts(*keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -25,15 +44,26 @@ def group_starts(*keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return order, np.flatnonzero(change)
 
 
+#: range_reduce reduces the rows of the ranges themselves while they hold at most this many rows per value
+#: (nested NVTX ranges: a few times the calls), else it builds the sparse table (ranges over most rows)
+DIRECT_ROWS_PER_VALUE = 4
+
+
 def range_reduce(values: np.ndarray, lo: np.ndarray, hi: np.ndarray, ufunc: np.ufunc, empty: int) -> np.ndarray:
     """`ufunc` (np.minimum, np.maximum) over values[lo:hi] for each (lo, hi); `empty` where hi <= lo.
-    A sparse table: log2(n) vectorised levels, no Python loop per range."""
+    No Python loop per range: one ufunc.reduceat over the ranges' rows where they hold few rows in
+    all (one rank's file), else a sparse table (log2(n) vectorised levels; O(n log n) however long
+    and overlapping the ranges)."""
     values = np.asarray(values)
-    out = np.full(len(lo), empty, dtype=values.dtype)
     length = hi - lo
     some = length > 0
     if not some.any():
-        return out
+        return np.full(len(lo), empty, dtype=values.dtype)
+    if int(length[some].sum()) <= DIRECT_ROWS_PER_VALUE * len(values) + 1024:
+        bounds = np.empty(2 * len(lo), dtype=np.intp)               # [lo, hi) pairs; a last row for hi == n
+        bounds[0::2], bounds[1::2] = np.where(some, lo, 0), np.where(some, hi, 0)
+        return np.where(some, ufunc.reduceat(np.append(values, values[:1]), bounds)[0::2], empty)
+    out = np.full(len(lo), empty, dtype=values.dtype)
     level = np.frexp(length[some].astype(np.float64))[1] - 1          # floor(log2(length))
     qlo, qhi = lo[some], hi[some]
     found = np.empty(len(qlo), dtype=values.dtype)
@@ -95,3 +125,29 @@ def covered_within(union: tuple[np.ndarray, np.ndarray], start: np.ndarray, end:
         return np.where(i > 0, full + last, 0)
 
     return upto(np.asarray(end)) - upto(np.asarray(start))
+
+
+def one_of(values: np.ndarray, choices: tuple[int, ...]) -> np.ndarray:
+    """values ∈ choices, by comparisons (np.isin sorts, in memory the size of `values` several times,
+    and costs ~30 µs a call on a few rows)."""
+    out = np.zeros(len(values), dtype=bool)
+    for c in choices:
+        out |= values == c
+    return out
+
+
+def filled(n: int, value: object) -> np.ndarray:
+    """An object array of `n` references to `value` (np.full makes a new str per row)."""
+    out = np.empty(n, dtype=object)
+    out.fill(value)
+    return out
+
+
+def codes_of(values: np.ndarray) -> np.ndarray:
+    """One code per distinct value (equal values, equal codes; in no particular order): all zeros
+    when every value is the first (one file's rows: an identity check, no hashing)."""
+    if len(values) == 0 or bool((values == values[0]).all()):
+        return np.zeros(len(values), dtype=np.int64)
+    import pandas as pd
+
+    return pd.factorize(values)[0].astype(np.int64)

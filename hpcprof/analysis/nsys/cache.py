@@ -6,9 +6,10 @@ batches of each SQL text are written (while they stream to the analysis) to an A
 The cache is keyed by the export's size, mtime, nsys schema version and hpcprof's version
 (`key.json`): any change empties it. A damaged or truncated file is dropped and read again from
 the export. Beside the column reads, small results computed from them (the `nsys stats` reports'
-tables, see stats.run_table) are kept as JSON documents, keyed also by the code that computed
-them (code_version: the bytes of this package's modules), so a second `hpcprof nsys stats` of the
-same reports reads a few kB. Only exports of CACHE_MIN_BYTES or more are cached (per-rank exports read faster
+tables, see stats.run_table; the tables of `hpcprof nsys nccl|overlap|gaps|phases|critical-path`,
+see cli._per_file_result, as frame_document) are kept as JSON documents, keyed also by the code that
+computed them (code_version), so a second analysis of the same export with the same options reads a
+few kB. Only exports of CACHE_MIN_BYTES or more are cached (per-rank exports read faster
 than a cache would); HPCPROF_NSYS_CACHE=on caches every export, =off none. Where the export's
 directory is not writable there is no cache, and nothing else changes.
 """
@@ -33,11 +34,60 @@ FORMAT = 1                                  # bump when what a cached file holds
 
 @cache
 def code_version() -> str:
-    """A digest of this package's modules (hpcprof/analysis/nsys/*.py): what computes a cached result."""
+    """A digest of what computes a cached result: this package's modules (hpcprof/analysis/nsys/*.py),
+    the critical-path reduce (hpcprof/analysis/critical_path.py) and the rank-of-file rule (hpcprof/ranks.py)."""
+    here = Path(__file__).parent
     digest = hashlib.sha256()
-    for module in sorted(Path(__file__).parent.glob("*.py")):
+    for module in [*sorted(here.glob("*.py")), here.parent / "critical_path.py", here.parents[1] / "ranks.py"]:
         digest.update(module.name.encode() + b"\0" + module.read_bytes())
     return digest.hexdigest()[:16]
+
+
+#: the column types a kept frame may hold (frame_document)
+FRAME_DTYPES = ("int64", "float64", "bool", "object", "str", "Int64")
+
+
+def frame_document(df: Any) -> dict[str, Any] | None:
+    """A JSON document of a DataFrame of plain columns (FRAME_DTYPES, default index), or None when
+    it has others or does not come back equal (frame_from_document): then it is not kept."""
+    import pandas as pd
+
+    if not isinstance(df.index, pd.RangeIndex) or df.index.start != 0 or df.index.step != 1 \
+            or not all(isinstance(c, str) for c in df.columns) or df.columns.has_duplicates:
+        return None
+    columns = []
+    for name in df.columns:
+        column = df[name]
+        dtype = str(column.dtype)
+        if dtype not in FRAME_DTYPES:
+            return None
+        values = column.astype(object).where(column.notna(), None).tolist() if dtype == "Int64" else column.tolist()
+        columns.append([name, dtype, values])
+    document = {"rows": len(df), "columns": columns}
+    try:
+        back = frame_from_document(json.loads(json.dumps(document)))
+    except (TypeError, ValueError):               # a value JSON does not hold (e.g. a numpy scalar in an object column)
+        return None
+    return document if back.equals(df) and list(back.dtypes) == list(df.dtypes) else None
+
+
+def frame_from_document(document: dict[str, Any]) -> Any:
+    """The DataFrame of a frame_document."""
+    import numpy as np
+    import pandas as pd
+
+    rows = int(document["rows"])
+    data = {}
+    for name, dtype, values in document["columns"]:
+        if len(values) != rows or dtype not in FRAME_DTYPES:
+            raise ValueError(f"column {name!r}: {len(values)} values of {dtype}, not {rows}")
+        if dtype == "object":
+            column = np.empty(rows, dtype=object)
+            column[:] = values
+            data[name] = pd.Series(column, dtype=object)
+        else:
+            data[name] = pd.Series(values, dtype=dtype)
+    return pd.DataFrame(data, columns=[c[0] for c in document["columns"]])
 
 
 def cache_dir(export: Path) -> Path:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 import click
 
 from hpcprof.analysis.nsys.schema import MissingData, NsysInputError
-from hpcprof.analysis.nsys.stats import PYTHON_REPORTS, REPORTS, run_python_reports
+from hpcprof.analysis.nsys.stats import PYTHON_REPORTS, REPORTS, SMALL_EXPORT_BYTES, run_python_reports
 from hpcprof.analysis.nsys.table import Table, write_csv
 from hpcprof.cli_options import files_argument, output_file_option, rank_map_option
 from hpcprof.errors import FiniteRange, UserError
@@ -27,9 +27,6 @@ if TYPE_CHECKING:
     from hpcprof.analysis.nsys.db import Export
 else:
     dist = LazyModule("hpcprof.analysis.nsys.distributed")   # SQLAlchemy and the analyses: imported when used
-
-#: `--engine auto` reads exports up to this size with the standard-library engine (small.py)
-SMALL_EXPORT_BYTES = 32 << 20
 
 FORMATS = ("csv", "table", "json")     # = hpcprof.output.FORMATS (output imports rich: only for table/json)
 
@@ -239,8 +236,7 @@ def stats_cmd(files: tuple[Path, ...], reports: str, fmt: str, prefix: str | Non
 @output_file_option
 def nccl_cmd(files: tuple[Path, ...], rank_map: str | None, fmt: str, output: str | None) -> None:
     """NCCL collectives per type: count, total, mean, min, max per rank and across ranks, slowest rank."""
-    _run_analysis(files, rank_map, fmt, output, "nccl", dist.nccl_summary,
-                  per_file=dist.nccl_per_rank, across_ranks=dist.nccl_across_ranks)
+    _run_analysis(files, rank_map, fmt, output, "nccl", dist.nccl_per_rank, across_ranks=dist.nccl_across_ranks)
 
 
 @nsys.command("overlap")
@@ -263,15 +259,14 @@ def overlap_cmd(files: tuple[Path, ...], rank_map: str | None, fmt: str, output:
 def gaps_cmd(files: tuple[Path, ...], threshold_ms: float, rank_map: str | None, fmt: str,
              output: str | None) -> None:
     """GPU idle gaps over a threshold per process and device (nsys's gpu_gaps rule)."""
-    def said_when_none(df: pd.DataFrame) -> pd.DataFrame:
+    def said_when_none(df: pd.DataFrame) -> None:
         if df.empty:
             click.echo(f"gaps: no GPU idle gap over {threshold_ms:g} ms in {len(files)} file(s) "
                        "(a lower --threshold-ms shows shorter ones)", err=True)
-        return df
 
     ns = int(threshold_ms * 1_000_000)
-    _run_analysis(files, rank_map, fmt, output, "gaps", lambda act: said_when_none(dist.gaps(act, ns)),
-                  per_file=lambda act: dist.gaps(act, ns), across_ranks=said_when_none)
+    _run_analysis(files, rank_map, fmt, output, "gaps", lambda act: dist.gaps(act, ns), note=said_when_none,
+                  options=f"threshold_ns={ns}")
 
 
 @nsys.command("phases")
@@ -409,11 +404,50 @@ def _ranks_of_files(files: tuple[Path, ...], mapping: dict[str, int]) -> list[in
     return ranks  # type: ignore[return-value]
 
 
+def _analysis_key(title: str, options: str, export: Export, mapping: dict[str, int]) -> str:
+    """What an analysis's result on `export` depends on beside the export and the code (cache.py's
+    key): the command, its options, the export's path and the rank mapping, pandas' and numpy's versions."""
+    import numpy as np
+    import pandas as pd
+
+    return (f"analysis {title} [{options}] {export.path} ranks={sorted(mapping.items())} "
+            f"pandas={pd.__version__} numpy={np.__version__}")
+
+
+def _per_file_result(exports: list[Export], mapping: dict[str, int], func: Callable[[dist.Activity], pd.DataFrame],
+                     key: str) -> tuple[pd.DataFrame | None, int]:
+    """`func` over the exports' activity (None when none could be read), with the failures
+    reported; with one export, its result is kept in the export's cache as `key` (cache.py: only
+    large exports, by this code, dropped when the export changes) and read back the next time,
+    unless some part of the export failed."""
+    from hpcprof.analysis.nsys.cache import frame_document, frame_from_document
+
+    failures = 0
+
+    def compute() -> pd.DataFrame | None:
+        nonlocal failures
+        act = _activity(exports, mapping)
+        if act is None:
+            failures += len(exports)
+            return None
+        result = func(act)
+        failures += _report_failed(act)
+        return result
+
+    if len(exports) != 1:
+        return compute(), failures
+    result = exports[0].cached_result(key, compute, lambda df: None if df is None or failures else frame_document(df),
+                                      frame_from_document)
+    return result, failures
+
+
 def _analyse_one_at_a_time(files: tuple[Path, ...], ranks: list[int], func: Callable[[dist.Activity], pd.DataFrame],
-                           across_ranks: Callable[[pd.DataFrame], pd.DataFrame] | None) -> tuple[pd.DataFrame | None, int]:
+                           across_ranks: Callable[[pd.DataFrame], pd.DataFrame] | None,
+                           title: str = "", options: str = "") -> tuple[pd.DataFrame | None, int]:
     """`func` on each file on its own, in rank order, through collect's engine (one export open
-    and one rank's activity in memory at a time), the results concatenated as they stream in,
-    then `across_ranks` over them. Returns (the table or None when no file could be used, failures)."""
+    and one rank's activity in memory at a time; each file's result kept in its cache as
+    `_per_file_result` does), the results concatenated as they stream in, then `across_ranks`
+    over them. Returns (the table or None when no file could be used, failures)."""
     from hpcprof.collect.engine import InProcess, concat_frames, stream_map
 
     failures = 0
@@ -425,14 +459,9 @@ def _analyse_one_at_a_time(files: tuple[Path, ...], ranks: list[int], func: Call
             failures += failed
             if not exports:
                 return None
-            try:
-                act = dist.load_activity(exports, {str(exports[0].path): rank})
-            except NsysInputError as exc:
-                _fail(path, str(exc))
-                failures += 1
-                return None
-            result = func(act)
-            failures += _report_failed(act)
+            mapping = {str(exports[0].path): rank}
+            result, failed = _per_file_result(exports, mapping, func, _analysis_key(title, options, exports[0], mapping))
+            failures += failed
             return result
 
     jobs = ((path, (path, rank)) for rank, path in sorted(zip(ranks, files, strict=False)))
@@ -444,30 +473,33 @@ def _analyse_one_at_a_time(files: tuple[Path, ...], ranks: list[int], func: Call
 
 
 def _run_analysis(files: tuple[Path, ...], rank_map: str | None, fmt: str, output: str | None, title: str,
-                  func: Callable[[dist.Activity], pd.DataFrame],
-                  per_file: Callable[[dist.Activity], pd.DataFrame] | None = None,
-                  across_ranks: Callable[[pd.DataFrame], pd.DataFrame] | None = None) -> None:
-    """`func` over the files' activity, written out. When every file has its own rank, the files
-    are analysed one at a time (`per_file`, default `func`, then `across_ranks` over the rows of
-    all files), so memory and open files do not grow with the number of ranks; otherwise (ranks
-    found inside the exports) all at once."""
+                  per_file: Callable[[dist.Activity], pd.DataFrame],
+                  across_ranks: Callable[[pd.DataFrame], pd.DataFrame] | None = None,
+                  note: Callable[[pd.DataFrame], None] | None = None, options: str = "") -> None:
+    """`per_file` over the files' activity, then `across_ranks` over its rows, written out (`note`
+    first told the table). When every file has its own rank, the files are analysed one at a
+    time, so memory and open files do not grow with the number of ranks (each file's rows kept in
+    its cache); otherwise (ranks found inside the exports) all at once, the table of one export
+    kept in its cache. `options`: those of the command that change the table (the kept table's key)."""
     mapping = _rank_map(rank_map)
     ranks = _ranks_of_files(files, mapping) if len(files) > 1 else None
     if ranks is not None:
-        result, failures = _analyse_one_at_a_time(files, ranks, per_file or func, across_ranks)
-        if result is not None:
-            _write(result, fmt, output, title, files)
-        _finish(failures, len(files))
-        return
-    with ExitStack() as stack:
-        exports, failures = open_exports(list(files), stack)
-        act = _activity(exports, mapping) if exports else None
-        if act is not None:
-            result = func(act)
-            failures += _report_failed(act)
-            _write(result, fmt, output, title, files)
-        elif exports:
-            failures = len(files)
+        result, failures = _analyse_one_at_a_time(files, ranks, per_file, across_ranks, title, options)
+    else:
+        def analysis(act: dist.Activity) -> pd.DataFrame:
+            return across_ranks(per_file(act)) if across_ranks else per_file(act)
+
+        with ExitStack() as stack:
+            exports, failures = open_exports(list(files), stack)
+            result = None
+            if exports:
+                result, failed = _per_file_result(exports, mapping, analysis,
+                                                  _analysis_key(title, options, exports[0], mapping))
+                failures += failed
+    if result is not None:
+        if note is not None:
+            note(result)
+        _write(result, fmt, output, title, files)
     _finish(failures, len(files))
 
 
@@ -492,13 +524,14 @@ def critical_path_cmd(files: tuple[Path, ...], rank_map: str | None, iteration_r
         return cp.rank_events(act, iteration_range)
 
     def across_ranks(events: pd.DataFrame) -> pd.DataFrame:
-        table = cp.critical_path(events)[1 if segments else 0]
+        return cp.critical_path(events)[1 if segments else 0]
+
+    def said_when_none(table: pd.DataFrame) -> None:
         if table.empty:
             _fail("critical-path", "no iteration has collectives on two or more ranks (iterations: "
                   + (f"NVTX `{iteration_range}`" if iteration_range else "NVTX `iteration` inside `timed`, "
                      "`step<N>` or `backward`; name another with --iteration-range") + ")")
-        return table
 
-    _run_analysis(files, rank_map, fmt, output, "critical-path", lambda act: across_ranks(per_file(act)),
-                  per_file=per_file, across_ranks=across_ranks)
+    _run_analysis(files, rank_map, fmt, output, "critical-path", per_file, across_ranks=across_ranks,
+                  note=said_when_none, options=f"iteration_range={iteration_range!r} segments={segments}")
 nsys.add_command(LazyModule("hpcprof.analysis.nsys.rules_cli").analyze_cmd)   # `hpcprof nsys analyze` (rules_cli.py)

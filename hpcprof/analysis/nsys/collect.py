@@ -7,19 +7,22 @@ import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from hpcprof.analysis.collector import CollectContext, Log, ReadTable, ToolCollector
 from hpcprof.analysis.nsys import critical_path
 from hpcprof.analysis.nsys import distributed as dist
 from hpcprof.analysis.nsys import window as win
+from hpcprof.analysis.nsys.arrays import Columns
 from hpcprof.analysis.nsys.db import Export
-from hpcprof.analysis.nsys.schema import MissingData
-from hpcprof.analysis.nsys.stats import SUMMARY_REPORTS, run_report
+from hpcprof.analysis.nsys.stats import SUMMARY_REPORTS, run_summaries
 from hpcprof.analysis.nsys.timeline import iteration_timeline, median_iteration
 from hpcprof.atomic import atomic_write
 from hpcprof.errors import Problem
 from hpcprof.ranks import rank_from_filename
+from hpcprof.results import arrow_table, to_arrow
 
 
 def find_nsys(tool_paths: Mapping[str, str]) -> str | None:
@@ -69,50 +72,60 @@ def sqlite_files(ctx: CollectContext, tool_paths: Mapping[str, str]) -> dict[Pat
 GAP_NS = 100_000
 
 
-def rank_nccl(per: pd.DataFrame) -> pd.DataFrame:
+def rank_nccl(act: dist.Activity) -> pa.Table:
     """The per-rank rows of dist.nccl_summary, in its columns and types, without its cross-rank rows
     (reduce_ranks makes those over all ranks)."""
-    missing = pd.array([pd.NA] * len(per), dtype="Int64")
-    return pd.DataFrame({"scope": per["scope"], "rank": pd.array(per["rank"].to_numpy(), dtype="Int64"),
-                         "collective": per["collective"], "count": per["count"], "total_ns": per["total_ns"],
-                         "mean_ns": per["mean_ns"].round(1), "min_ns": per["min_ns"], "max_ns": per["max_ns"],
-                         "slowest_rank": missing, "slowest_total_ns": missing.copy()})
+    per = dist.nccl_rank_columns(act)
+    per["mean_ns"] = per["mean_ns"].round(1)
+    rows = len(per["rank"])        # no rows: the frame's types (text columns of str dtype, as with rows)
+    table = arrow_table(per) if rows else to_arrow(pd.DataFrame(per | {"scope": pd.array(per["scope"], dtype="str")}),
+                                                   pandas_metadata=False)
+    missing = pa.nulls(rows, pa.int64())
+    return table.append_column("slowest_rank", missing).append_column("slowest_total_ns", missing)
 
 
-def analyse_file(path: Path, rank: int, nvtx_window: str | None = None) -> dict[str, pd.DataFrame]:
-    """One rank's export: its summary reports (whole capture, as `nsys stats` gives them); over the
-    measured window (nsys/window.py; `nvtx_window`, else the run's `profile.window.nvtx`, names
-    the iteration range): the window, its iterations, kernels, NCCL per collective, overlap, NVTX
-    ranges, iteration timeline and GPU idle gaps over GAP_NS; over the whole capture: overlap and
-    NVTX ranges again (`capture_*`). Each table has a `rank` column, those of the window a
-    `window` column. NsysInputError when the export cannot be used."""
-    out: dict[str, pd.DataFrame] = {}
+def columns_table(columns: Columns) -> pa.Table:
+    """arrow_table of an analysis' columns; those of no rows (arrays.no_rows) straight as Arrow's
+    null columns, the type the frame route gives them, without a frame per column."""
+    if all(v.dtype == object and not len(v) for v in columns.values()):
+        return pa.Table.from_arrays([pa.nulls(0) for _ in columns], names=list(columns))
+    return arrow_table(columns)
+
+
+def analyse_tables(path: Path, rank: int, nvtx_window: str | None = None) -> dict[str, pa.Table]:
+    """One rank's export as the Arrow tables collect writes: its summary reports (whole capture,
+    as `nsys stats` gives them); over the measured window (nsys/window.py; `nvtx_window`, else
+    the run's `profile.window.nvtx`, names the iteration range): the window, its iterations,
+    kernels, NCCL per collective, overlap, NVTX ranges, iteration timeline and GPU idle gaps over
+    GAP_NS; over the whole capture: overlap and NVTX ranges again (`capture_*`). Each table has a
+    `rank` column, those of the window a `window` column. NsysInputError when the export cannot
+    be used."""
+    out: dict[str, pa.Table] = {}
     with Export(path) as export:
         export.check_usable()
         activity = dist.load_activity([export], {str(path): rank})
-        for name in SUMMARY_REPORTS:
-            try:
-                df = run_report(export, name)
-            except MissingData:
-                continue
-            df.insert(0, "rank", rank)
-            out[name] = df
+        for name, report in run_summaries(export, list(SUMMARY_REPORTS)).items():
+            out[name] = arrow_table({"rank": np.full(len(report), rank, dtype=np.int64), **report.columns})
         window = win.find_window(activity, nvtx_window or win.run_window_range(path))
         inside = win.clip(activity, window)
         out["window"] = win.window_summary(activity, window)
         out["iterations"] = win.iteration_series(activity, window)
         out["kernels"] = win.with_window(win.kernel_sum(inside), window)
-        out["nccl"] = win.with_window(rank_nccl(dist.nccl_per_rank(inside)), window)
-        out["overlap"] = win.with_window(dist.overlap(inside), window)
-        out["phases"] = win.with_window(dist.phases(activity, win.instances_inside(window)), window)
+        out["nccl"] = win.with_window(rank_nccl(inside), window)
+        out["overlap"] = win.with_window(columns_table(dist.overlap_columns(inside)), window)
+        out["phases"] = win.with_window(columns_table(dist.phase_columns(activity, win.instances_inside(window))),
+                                        window)
         out["timeline"] = iteration_timeline(activity, window)
-        out["gaps"] = win.with_window(dist.gaps(inside, GAP_NS), window)
-        out["capture_overlap"] = dist.overlap(activity)
-        out["capture_phases"] = dist.phases(activity, window.instances)
-        out[critical_path.EVENTS_TABLE] = critical_path.rank_events(activity)
-    for df in out.values():
-        df.attrs.clear()
+        out["gaps"] = win.with_window(columns_table(dist.gap_columns(inside, GAP_NS)), window)
+        out["capture_overlap"] = columns_table(dist.overlap_columns(activity))
+        out["capture_phases"] = columns_table(dist.phase_columns(activity, window.instance_columns))
+        out[critical_path.EVENTS_TABLE] = to_arrow(critical_path.rank_events(activity), pandas_metadata=False)
     return out
+
+
+def analyse_file(path: Path, rank: int, nvtx_window: str | None = None) -> dict[str, pd.DataFrame]:
+    """analyse_tables' tables as frames, as the run's results read them back (results.read_table)."""
+    return {name: table.to_pandas() for name, table in analyse_tables(path, rank, nvtx_window).items()}
 
 
 def reduce_ranks(read: ReadTable) -> dict[str, pd.DataFrame]:
@@ -140,6 +153,9 @@ class NsysCollector(ToolCollector):
 
     def analyse_file(self, path: Path, rank: int) -> dict[str, pd.DataFrame]:
         return analyse_file(path, rank)
+
+    def analyse_tables(self, path: Path, rank: int) -> dict[str, pa.Table]:
+        return analyse_tables(path, rank)
 
     def reduce(self, read: ReadTable, log: Log) -> dict[str, pd.DataFrame]:
         return reduce_ranks(read)

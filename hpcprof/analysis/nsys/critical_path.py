@@ -23,6 +23,7 @@ from hpcprof.analysis.critical_path import (  # noqa: F401  (re-exported for col
     critical_path,
     critical_path_sentence,
     empty_events,
+    str_each,
 )
 from hpcprof.analysis.critical_path import rank_events as events_of_rank
 from hpcprof.analysis.nsys.arrays import group_starts
@@ -31,7 +32,7 @@ from hpcprof.analysis.nsys.db import (
     NsysInputError,
     pid_of,
 )
-from hpcprof.analysis.nsys.distributed import Activity, call_op_codes, collectives, process_ranges
+from hpcprof.analysis.nsys.distributed import Activity, call_op_codes, collectives, per_distinct, process_ranges
 from hpcprof.analysis.nsys.window import ECHO_RANGE, ITERATION_RANGE, TIMED_RANGE
 
 
@@ -40,10 +41,10 @@ def timed_iterations(names: np.ndarray, start: np.ndarray, end: np.ndarray,
     """The iteration ranges (number, start, end) among one process's NVTX ranges (names, start, end):
     those named `iteration_range` when given; else `iteration`/`step<N>` inside `timed` when there is
     such a range, else every one, else `backward`."""
-    codes, distinct = pd.factorize(np.array([str(n) for n in names.tolist()], dtype=object))
+    texts = per_distinct(names, str)                              # as str_each: str() of each
 
     def named(match: Callable[[str], bool]) -> np.ndarray:      # one test per distinct name
-        return np.flatnonzero(np.array([match(n) for n in distinct] + [False], dtype=bool)[codes])
+        return np.flatnonzero(per_distinct(texts, lambda n: isinstance(n, str) and match(n), bool))
 
     if iteration_range is not None:
         its = named(lambda n: n == iteration_range)
@@ -65,13 +66,13 @@ def launch_starts(act: Activity) -> np.ndarray:
     """For each GPU operation of `act`, the start of the CUDA API call that launched it (the first
     call of the same file, process and correlation id), NaN when none did: a left join as a
     sorted search, no hash join to build."""
-    rt = act.runtime
     call_code, op_code = call_op_codes(act)
     code = np.concatenate((call_code, op_code))
     first_call = np.full(int(code.max()) + 1 if len(code) else 0, -1, dtype=np.int64)
-    first_call[call_code[::-1]] = np.arange(len(rt) - 1, -1, -1)          # the first call of each key wins
+    first_call[call_code[::-1]] = np.arange(len(call_code) - 1, -1, -1)   # the first call of each key wins
     call = first_call[op_code]
-    return np.where(call >= 0, rt["start"].to_numpy(np.float64)[np.maximum(call, 0)] if len(rt) else np.nan, np.nan)
+    starts = act.call("start").astype(np.float64)
+    return np.where(call >= 0, starts[np.maximum(call, 0)] if len(starts) else np.nan, np.nan)
 
 
 def rank_events(act: Activity, iteration_range: str | None = None) -> pd.DataFrame:
@@ -91,8 +92,8 @@ def rank_events(act: Activity, iteration_range: str | None = None) -> pd.DataFra
         except NsysInputError as exc:       # as dist.phases: the export is named, the others analysed
             act.failed[path] = str(exc)
             continue
-        range_name = names[ranges["name"].to_numpy()]
-        range_start, range_end = ranges["start"].to_numpy(np.int64), ranges["end"].to_numpy(np.int64)
+        range_name = names[ranges["name"]]
+        range_start, range_end = ranges["start"].astype(np.int64, copy=False), ranges["end"].astype(np.int64, copy=False)
         range_pid = pid_of(ranges["globalTid"])
         mine_all = np.flatnonzero(files == str(path))
         order, first = group_starts(rank[mine_all], pid[mine_all])      # as groupby: sorted, rows in order

@@ -14,7 +14,7 @@ import os
 import sqlite3
 import threading
 import urllib.parse
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import cached_property
 from pathlib import Path
@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from sqlalchemy.engine import Connection, Engine
 
 BATCH_ROWS = 1 << 16          # rows per Arrow batch read from SQLite
-SPLIT_ROWS = 1 << 20          # tables larger than this are read in parallel parts ...
+SPLIT_ROWS = 1 << 17          # tables larger than this are read in parallel parts ...
 SPLIT_PARTS = 2               # ... of this many rowid ranges
 T = TypeVar("T")
 
@@ -138,19 +138,35 @@ class ArrowConnection:
     def __init__(self, uri: str) -> None:
         self._database = adbc_driver_sqlite.connect(uri)
         self._connection = adbc_driver_manager.AdbcConnection(self._database)
+        self._open: dict[int, tuple[adbc_driver_manager.AdbcStatement, pa.RecordBatchReader | None]] = {}
 
     def batches(self, sql: str) -> Iterator[pa.RecordBatch]:
         """The record batches of `sql`, up to BATCH_ROWS rows each."""
         statement = adbc_driver_manager.AdbcStatement(self._connection)
+        self._open[id(statement)] = (statement, None)
         try:
             statement.set_options(**{"adbc.sqlite.query.batch_rows": str(BATCH_ROWS)})
             statement.set_sql_query(sql)
             stream, _ = statement.execute_query()
-            yield from pa.RecordBatchReader.from_stream(stream)
+            reader = pa.RecordBatchReader.from_stream(stream)
+            self._open[id(statement)] = (statement, reader)
+            yield from reader
         finally:
+            self._finish(id(statement))
+
+    def _finish(self, key: int) -> None:
+        """Close one statement (its stream first), if still open."""
+        statement, reader = self._open.pop(key, (None, None))
+        if reader is not None:
+            reader.close()
+        if statement is not None:
             statement.close()
 
     def close(self) -> None:
+        """Close the connection, and first every statement whose reading was left unfinished (a
+        caller that failed mid-read: else closing the connection fails and hides that error)."""
+        for key in list(self._open):
+            self._finish(key)
         self._connection.close()
         self._database.close()
 
@@ -369,6 +385,14 @@ class Export:
         return [np.concatenate([p[i] for p in parts]) if parts else np.empty(0, dtype=np.int64)
                 for i in range(ncols)]
 
+    def int_columns(self, table: str, columns: Sequence[str] | Mapping[str, str], where: str = "") -> dict[str, np.ndarray]:
+        """Integer columns of `table` (names, or {name: SQL expression}) as int64 arrays by name,
+        NULL as -1: plain SQL through sql_ints, no SQLAlchemy statement to build and compile
+        (which costs a per-rank export's report more than its read)."""
+        exprs = dict(columns) if isinstance(columns, Mapping) else {c: f'"{c}"' for c in columns}
+        sql = ", ".join(f"coalesce({e}, -1)" for e in exprs.values())
+        return dict(zip(exprs, self.sql_ints(sql, table, where, len(exprs)), strict=True))
+
     def map_batches(self, columns: str, table: str, where: str, fn: Callable[[pa.RecordBatch], T]) -> list[T]:
         """`fn` of each record batch of `SELECT columns FROM table WHERE where`, in table order.
 
@@ -427,7 +451,10 @@ class Export:
     def _cache(self) -> QueryCache | None:
         """The export's columnar cache (None for small exports, see cache.py); opened once, by one thread."""
         def open_cache() -> QueryCache | None:
-            schema = f"{self.metadata.get('EXPORT_SCHEMA_VERSION', '')}/{self.version}"
+            try:
+                schema = f"{self.metadata.get('EXPORT_SCHEMA_VERSION', '')}/{self.version}"
+            except NsysInputError:       # a damaged export: not cached; its reads say what is wrong
+                return None
             return QueryCache.open(self.path, schema)
 
         return self.memo("query_cache", open_cache)          # type: ignore[return-value]

@@ -1,43 +1,42 @@
 """Analyses over one nsys export per rank: NCCL collectives, compute/communication
 overlap, GPU idle gaps, GPU time per NVTX phase and Echo's slowdown.
 
-Each analysis is a function from loaded GPU activity (`load_activity`) to a
-DataFrame. Interval work is a sorted sweep (O(n log n)), never a pairwise join.
+Each analysis is a function from loaded GPU activity (activity.load_activity) to numpy
+columns (`*_columns`: what collect turns into Arrow tables, no frame on the way) and a
+DataFrame of them (the commands). Interval work is a sorted sweep (O(n log n)), never a
+pairwise join.
 """
 
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import cast
 
 import numpy as np
 import pandas as pd
 
+from hpcprof.analysis.nsys.activity import (  # noqa: F401  (Activity, load_activity, is_nccl: re-exported)
+    Activity,
+    is_nccl,
+    load_activity,
+    per_distinct,
+)
 from hpcprof.analysis.nsys.arrays import (
+    Columns,
+    codes_of,
     covered,
     covered_within,
     group_starts,
     intersection,
     merge_intervals,
+    no_rows,
+    one_of,
     range_reduce,
+    rows_of,
 )
-from hpcprof.analysis.nsys.db import (
-    KERNEL,
-    MEMCPY,
-    MEMSET,
-    NVTX,
-    NVTX_PUSHPOP,
-    NVTX_STARTEND,
-    RUNTIME,
-    Export,
-    NsysInputError,
-    pid_of,
-    process_of,
-)
-from hpcprof.analysis.nsys.loaders import nvtx_ranges
+from hpcprof.analysis.nsys.db import NVTX, NVTX_PUSHPOP, NVTX_STARTEND, Export, NsysInputError, pid_of, process_of
+from hpcprof.analysis.nsys.loaders import nvtx_range_columns
 from hpcprof.analysis.nsys.schema import OLD
-from hpcprof.ranks import rank_from_filename
 
 NCCL_KERNEL = re.compile(r"^nccl(?:Dev)?Kernel_([A-Za-z0-9]+?)(?:_|\(|$)")
 
@@ -58,198 +57,31 @@ def collective_of(names: pd.Series) -> pd.Series:
     return names.str.extract(NCCL_KERNEL, expand=False)
 
 
-def is_nccl(names: pd.Series | np.ndarray) -> np.ndarray:
-    """Communication kernels: names starting with `nccl` (the nsys recipes' rule); as pandas'
-    str.startswith made a mask: False for None, True for another non-text value (NaN). One test
-    per distinct name."""
-    seen: dict[object, bool] = {}
-
-    def test(name: object) -> bool:
-        found = seen.get(name)
-        if found is None:
-            found = seen[name] = name.startswith("nccl") if isinstance(name, str) else name is not None
-        return found
-
-    values = names.tolist()
-    return np.fromiter(map(test, values), dtype=bool, count=len(values))
-
-
-#: the columns of Activity.ops, in order
-OPS_COLUMNS = ("start", "end", "device", "stream", "gpid", "corr", "kind", "name", "short", "pid", "file", "rank")
-
-
-class Activity:
-    """GPU activity of all ranks: one row per kernel or memory operation (`ops`: rank, file, pid,
-    device, stream, start, end, kind, name, short, corr, gpid) and the CUDA API calls (`runtime`:
-    rank, file, gtid, gpid, start, end, corr). `failed`: exports that failed while being read
-    (damaged part of a file): path -> one-line reason; they are left out of every result, the
-    other exports are still analysed.
-
-    The analyses read `ops` as numpy columns (`column`): pandas costs ~0.1 ms a column access or
-    frame built, more than most analyses of one rank's few hundred operations; the frame is built
-    from them when asked for (an activity given as columns), and never changed in place."""
-
-    def __init__(self, ops: pd.DataFrame | None, runtime: pd.DataFrame, exports: dict[Path, Export],
-                 failed: dict[Path, str] | None = None, arrays: dict[str, np.ndarray] | None = None) -> None:
-        if ops is None and not set(OPS_COLUMNS) <= set(arrays or {}):
-            raise ValueError("an Activity needs its ops frame or all of its columns")
-        self._ops, self.runtime, self.exports = ops, runtime, exports
-        self.failed = {} if failed is None else failed
-        self.arrays = dict(arrays or {})
-
-    @property
-    def ops(self) -> pd.DataFrame:
-        """The operations as a frame (built once from the columns when the activity was given as those)."""
-        if self._ops is None:
-            typed = {"kind": lambda v: pd.array(v, dtype="str") if len(v) else v,    # as a frame of str scalars
-                     "name": lambda v: pd.Series(v, dtype=object, copy=False),
-                     "short": lambda v: pd.Series(v, dtype=object, copy=False)}
-            self._ops = pd.DataFrame({c: typed[c](self.arrays[c]) if c in typed else self.arrays[c]
-                                      for c in OPS_COLUMNS})
-        return self._ops
-
-    def column(self, name: str) -> np.ndarray:
-        """ops[name] as a numpy array; `kernel` and `comm` (kernel rows, NCCL kernel rows) as masks."""
-        got = self.arrays.get(name)
-        if got is None:
-            if name == "kernel":
-                got = self.column("kind") == "kernel"
-            elif name == "comm":
-                kernel = self.column("kernel")
-                got = kernel & (is_nccl(self.column("short")) | is_nccl(self.column("name"))) if kernel.any() else kernel
-            else:
-                got = self.ops[name].to_numpy()
-            self.arrays[name] = got
-        return got
-
-    def subset(self, rows: np.ndarray, **replace: np.ndarray) -> Activity:
-        """The activity of `rows` of ops (a mask), with the columns in `replace` replaced."""
-        arrays = {name: self.column(name)[rows] for name in OPS_COLUMNS if name not in replace}
-        arrays |= {name: values[rows] for name, values in self.arrays.items() if name not in arrays}
-        return Activity(None, self.runtime, self.exports, self.failed, arrays | replace)
-
-    @property
-    def kernels(self) -> pd.DataFrame:
-        """Kernel rows only."""
-        return self.ops[self.column("kernel")]
-
-
-def _int_columns(export: Export, table: str, columns: list[str]) -> dict[str, np.ndarray]:
-    """Integer columns of `table` (NULL -> -1) as int64 arrays, by name: plain SQL, no
-    SQLAlchemy statement to build and compile per read."""
-    sql = ", ".join(f'coalesce("{c}", -1)' for c in columns)
-    return dict(zip(columns, export.sql_ints(sql, table, "", len(columns)), strict=True))
-
-
-def _file_ops(export: Export) -> dict[str, np.ndarray]:
-    """Kernels, memcpys and memsets of one export as numpy columns (start, end, device, stream, gpid,
-    corr, kind, name, short, pid)."""
-    columns = ("start", "end", "device", "stream", "gpid", "corr", "kind", "name", "short")
-    parts: dict[str, list[np.ndarray]] = {c: [] for c in columns}
-
-    def add(table: dict[str, np.ndarray], kind: str, name: np.ndarray, short: np.ndarray) -> None:
-        for column, source in (("start", "start"), ("end", "end"), ("device", "deviceId"), ("stream", "streamId"),
-                               ("gpid", "globalPid"), ("corr", "correlationId")):
-            parts[column].append(table[source])
-        parts["kind"].append(np.full(len(table["start"]), kind, dtype=object))
-        parts["name"].append(name)
-        parts["short"].append(short)
-
-    common = ["start", "end", "deviceId", "streamId", "globalPid", "correlationId"]
-    if export.has(KERNEL):
-        k = _int_columns(export, KERNEL, common + ["demangledName", "shortName"])
-        short = np.where(k["shortName"] >= 0, k["shortName"], k["demangledName"])
-        add(k, "kernel", export.strings(k["demangledName"]), export.strings(short))
-    for table, label in ((MEMCPY, "memcpy"), (MEMSET, "memset")):
-        if export.has(table):
-            m = _int_columns(export, table, common)
-            same = np.full(len(m["start"]), f"[CUDA {label}]", dtype=object)
-            add(m, label, same, same)
-    ops = {c: np.concatenate(parts[c]) if parts[c] else np.empty(0, dtype=object if c in ("kind", "name", "short")
-                                                                  else np.int64) for c in columns}
-    ops["pid"] = pid_of(ops["gpid"])
-    return ops
-
-
-def _file_runtime(export: Export) -> dict[str, np.ndarray]:
-    if not export.has(RUNTIME):
-        return {c: np.empty(0, dtype=np.int64) for c in ("gtid", "gpid", "start", "end", "corr")}
-    r = _int_columns(export, RUNTIME, ["globalTid", "start", "end", "correlationId"])
-    return {"gtid": r["globalTid"], "gpid": process_of(r["globalTid"]), "start": r["start"], "end": r["end"],
-            "corr": r["correlationId"]}
-
-
-RUNTIME_COLUMNS = ("gtid", "gpid", "start", "end", "corr", "file", "rank")
-
-
-def load_activity(exports: list[Export], rank_map: dict[str, int] | None = None) -> Activity:
-    """GPU activity and CUDA API calls of each export, with the global rank of each row.
-
-    Rank: `rank_map` (by path or file name), else `rank<N>` in the file name, else
-    the next free rank in input order; an export holding several GPU processes
-    (e.g. torchrun under one nsys) gives one rank per process, in pid order."""
-    rank_map = rank_map or {}
-    parts: list[tuple[dict[str, np.ndarray], dict[str, np.ndarray]]] = []
-    taken: set[int] = set()
-    pending: list[tuple[dict[str, np.ndarray], dict[str, np.ndarray]]] = []
-    failed: dict[Path, str] = {}
-    for export in exports:
-        try:
-            ops, rt = _file_ops(export), _file_runtime(export)
-        except NsysInputError as exc:
-            failed[export.path] = str(exc)
-            continue
-        ops["file"] = np.full(len(ops["start"]), str(export.path), dtype=object)
-        rt["file"] = np.full(len(rt["start"]), str(export.path), dtype=object)
-        rank = rank_map.get(str(export.path), rank_map.get(export.path.name, rank_from_filename(export.path)))
-        if rank is None:
-            pending.append((ops, rt))
-            continue
-        ops["rank"] = np.full(len(ops["start"]), rank, dtype=np.int64)
-        rt["rank"] = np.full(len(rt["start"]), rank, dtype=np.int64)
-        taken.add(rank)
-        parts.append((ops, rt))
-    next_rank = 0
-    for ops, rt in pending:
-        pids = np.unique(ops["pid"]) if len(ops["pid"]) else np.array([0])
-        for pid in pids:                           # pids sorted: one rank each, in pid order
-            while next_rank in taken:
-                next_rank += 1
-            taken.add(next_rank)
-            next_rank_of = next_rank
-            ops.setdefault("rank", np.full(len(ops["pid"]), -1, dtype=np.int64))[ops["pid"] == pid] = next_rank_of
-            rt.setdefault("rank", np.full(len(rt["gpid"]), -1, dtype=np.int64))[pid_of(rt["gpid"]) == pid] = \
-                next_rank_of
-        parts.append((ops, rt))
-    if not parts:
-        raise NsysInputError("; ".join(failed.values()) or "no export given")
-    ops = {c: np.concatenate([p[0][c] for p in parts]) for c in OPS_COLUMNS}
-    rt = {c: np.concatenate([p[1][c] for p in parts]) for c in RUNTIME_COLUMNS}
-    order = np.lexsort((ops["start"], ops["rank"]))           # by rank, then start; stable
-    ops = {c: v[order] for c, v in ops.items()}
-    return Activity(None, pd.DataFrame(rt), {e.path: e for e in exports if e.path not in failed}, failed, ops)
-
-
 # ---------------------------------------------------------------------------------------
 # analyses
 
 
 def collectives(short: np.ndarray, name: np.ndarray) -> np.ndarray:
     """Collective type of each NCCL kernel (short name first, then the full name, else `other`), as
-    collective_of; one regex match per distinct pair of names."""
-    seen: dict[tuple[object, object], str] = {}
-    out = np.empty(len(short), dtype=object)
-    for i, pair in enumerate(zip(short.tolist(), name.tolist(), strict=True)):
-        kind = seen.get(pair)
-        if kind is None:
-            found = [m.group(1) for n in pair if isinstance(n, str) and (m := NCCL_KERNEL.match(n))]
-            kind = seen[pair] = found[0] if found else "other"
-        out[i] = kind
+    collective_of; one regex match per distinct name."""
+    def kind_of(n: object) -> object:
+        m = NCCL_KERNEL.match(n) if isinstance(n, str) else None
+        return m.group(1) if m else None
+
+    out = per_distinct(short, kind_of)
+    missing = np.flatnonzero(per_distinct(out, lambda k: k is None, bool))
+    if len(missing):
+        by_name = per_distinct(np.asarray(name)[missing], lambda n: kind_of(n) or "other")
+        out[missing] = by_name
     return out
 
 
-def nccl_per_rank(act: Activity) -> pd.DataFrame:
-    """Per rank and collective type: count, total, mean, min, max (`scope == "rank"`)."""
+NCCL_COLUMNS = ["scope", "rank", "collective", "count", "total_ns", "mean_ns", "min_ns", "max_ns"]
+
+
+def nccl_rank_columns(act: Activity) -> Columns:
+    """Per rank and collective type: count, total, mean, min, max (`scope == "rank"`), as columns
+    (scope and collective as object arrays of text)."""
     comm = act.column("comm")
     rank = act.column("rank")[comm]
     coll = collectives(act.column("short")[comm], act.column("name")[comm])
@@ -258,13 +90,22 @@ def nccl_per_rank(act: Activity) -> pd.DataFrame:
     order, first = group_starts(rank, codes)
     dur = dur[order]
     count = np.diff(np.append(first, len(order))).astype(np.int64)
-    total = np.add.reduceat(dur, first) if len(first) else np.empty(0, dtype=np.int64)
-    return pd.DataFrame({
-        "scope": pd.array(["rank"] * len(first), dtype="str"), "rank": rank[order][first],
-        "collective": pd.array(np.asarray(names, dtype=object)[codes[order][first]], dtype="str" if len(first) else object),
-        "count": count, "total_ns": total, "mean_ns": total / count if len(first) else np.empty(0),
-        "min_ns": np.minimum.reduceat(dur, first) if len(first) else np.empty(0, dtype=np.int64),
-        "max_ns": np.maximum.reduceat(dur, first) if len(first) else np.empty(0, dtype=np.int64)})
+    some = len(first) > 0
+    total = np.add.reduceat(dur, first) if some else np.empty(0, dtype=np.int64)
+    scope = np.empty(len(first), dtype=object)
+    scope.fill("rank")
+    return {"scope": scope, "rank": rank[order][first], "collective": np.asarray(names, dtype=object)[codes[order][first]],
+            "count": count, "total_ns": total, "mean_ns": total / count if some else np.empty(0),
+            "min_ns": np.minimum.reduceat(dur, first) if some else np.empty(0, dtype=np.int64),
+            "max_ns": np.maximum.reduceat(dur, first) if some else np.empty(0, dtype=np.int64)}
+
+
+def nccl_per_rank(act: Activity) -> pd.DataFrame:
+    """nccl_rank_columns as a frame (scope and collective of pandas' str dtype)."""
+    cols = nccl_rank_columns(act)
+    text = "str" if len(cols["rank"]) else object
+    return pd.DataFrame(cols | {"scope": pd.array(cols["scope"], dtype="str"),
+                                "collective": pd.array(cols["collective"], dtype=text)})
 
 
 def nccl_across_ranks(per: pd.DataFrame) -> pd.DataFrame:
@@ -299,7 +140,10 @@ def nccl_summary(act: Activity) -> pd.DataFrame:
     return nccl_across_ranks(nccl_per_rank(act))
 
 
-def overlap(act: Activity) -> pd.DataFrame:
+OVERLAP_COLUMNS = ["rank", "device", "compute_ns", "comm_ns", "overlap_ns", "overlap_pct", "idle_ns", "span_ns"]
+
+
+def overlap_columns(act: Activity) -> Columns:
     """Per rank and device: compute, communication, compute-during-communication and idle time.
 
     HTA's definition: overlap % = 100 · |compute ∩ comm| / |comm| (merged intervals);
@@ -319,8 +163,15 @@ def overlap(act: Activity) -> pd.DataFrame:
         busy, span = covered(s, e), int(e.max() - s.min())
         rows.append((int(rank[mine[0]]), int(device[mine[0]]), comp_ns, comm_ns, both,
                      round(100.0 * both / comm_ns, 2) if comm_ns else 0.0, span - busy, span))
-    return pd.DataFrame(rows, columns=["rank", "device", "compute_ns", "comm_ns", "overlap_ns", "overlap_pct",
-                                       "idle_ns", "span_ns"])
+    if not rows:
+        return no_rows(OVERLAP_COLUMNS)
+    return {c: np.array(v, dtype=np.float64 if c == "overlap_pct" else np.int64)
+            for c, v in zip(OVERLAP_COLUMNS, zip(*rows, strict=True), strict=True)}
+
+
+def overlap(act: Activity) -> pd.DataFrame:
+    """overlap_columns as a frame."""
+    return pd.DataFrame(overlap_columns(act))
 
 
 def _overhead(act: Activity) -> dict[tuple[str, int], tuple[np.ndarray, np.ndarray]]:
@@ -329,7 +180,7 @@ def _overhead(act: Activity) -> dict[tuple[str, int], tuple[np.ndarray, np.ndarr
     out = {}
     for path, export in act.exports.items():
         if export.has("PROFILER_OVERHEAD"):
-            o = _int_columns(export, "PROFILER_OVERHEAD", ["start", "end", "globalTid"])
+            o = export.int_columns("PROFILER_OVERHEAD", ["start", "end", "globalTid"])
             pid = pid_of(o["globalTid"])
             for p in np.unique(pid).tolist():
                 mine = np.flatnonzero(pid == p)
@@ -338,11 +189,19 @@ def _overhead(act: Activity) -> dict[tuple[str, int], tuple[np.ndarray, np.ndarr
     return out
 
 
+GAP_COLUMNS = ["rank", "pid", "device", "start_ns", "end_ns", "duration_ns", "before", "after"]
+
+
 def gaps(act: Activity, threshold_ns: int = 500_000_000, skip_overhead: bool = True) -> pd.DataFrame:
+    """gap_columns as a frame."""
+    return pd.DataFrame(gap_columns(act, threshold_ns, skip_overhead))
+
+
+def gap_columns(act: Activity, threshold_ns: int = 500_000_000, skip_overhead: bool = True) -> Columns:
     """GPU idle gaps longer than `threshold_ns` per process and device (nsys's gpu_gaps rule:
     no gap before the first or after the last operation; with `skip_overhead`, gaps holding
     profiler overhead of the process are dropped)."""
-    overhead = _overhead(act) if skip_overhead else {}
+    overhead: dict[tuple[str, int], tuple[np.ndarray, np.ndarray]] | None = None    # read at the first gap
     rank, pid, device = act.column("rank"), act.column("pid"), act.column("device")
     file_code, files = pd.factorize(act.column("file"), sort=True)
     order, first = group_starts(rank, file_code, pid, device)     # the groups as groupby's
@@ -359,6 +218,8 @@ def gaps(act: Activity, threshold_ns: int = 500_000_000, skip_overhead: bool = T
         # the operation before a gap is the one that reached the furthest end so far
         last_reach = np.maximum.accumulate(np.where(end == reach, np.arange(len(end)), 0))
         gs, ge = prev_end[idx], next_start[idx]
+        if overhead is None:
+            overhead = _overhead(act) if skip_overhead else {}
         o = overhead.get((str(files[file_code[g[0]]]), int(pid[g[0]])))
         if o is not None:                  # an overhead interval starting before the gap's end ends after its start
             before = np.searchsorted(o[0], ge, side="left")
@@ -368,33 +229,42 @@ def gaps(act: Activity, threshold_ns: int = 500_000_000, skip_overhead: bool = T
         parts.append({"rank": np.full(n, rank[g[0]]), "pid": np.full(n, pid[g[0]]), "device": np.full(n, device[g[0]]),
                       "start_ns": gs, "end_ns": ge, "duration_ns": ge - gs, "before": short[last_reach[idx]],
                       "after": short[idx + 1]})
-    cols = ["rank", "pid", "device", "start_ns", "end_ns", "duration_ns", "before", "after"]
     if not any(len(p["rank"]) for p in parts):
-        return pd.DataFrame([], columns=cols)
-    return pd.DataFrame({c: np.concatenate([p[c] for p in parts]) for c in cols})
+        return no_rows(GAP_COLUMNS)
+    return {c: np.concatenate([p[c] for p in parts]) for c in GAP_COLUMNS}
 
 
-def process_ranges(export: Export) -> tuple[pd.DataFrame, np.ndarray]:
+def process_ranges(export: Export) -> tuple[Columns, np.ndarray]:
     """The push/pop and start/end NVTX ranges of `export` with their times and names
-    (loaders.nvtx_ranges): read once per export, shared by the window, phases and critical-path
-    analyses; each caller gets its own copy of the ranges."""
-    read = export.memo("process_ranges", lambda: nvtx_ranges(export, NVTX_PUSHPOP + NVTX_STARTEND, OLD,
-                                                            with_times=True))
-    ranges, names = cast(tuple[pd.DataFrame, np.ndarray], read)
-    return ranges.copy(), names
+    (loaders.nvtx_range_columns): read once per export, shared by the window, phases and
+    critical-path analyses, which never change the columns in place."""
+    read = export.memo("process_ranges", lambda: nvtx_range_columns(export, NVTX_PUSHPOP + NVTX_STARTEND, OLD,
+                                                                    with_times=True))
+    return cast(tuple[Columns, np.ndarray], read)
 
 
 def call_op_codes(act: Activity) -> tuple[np.ndarray, np.ndarray]:
     """One code per (file, process, correlation id): that of each CUDA API call of `act`, and that of
-    each GPU operation (equal codes: the call launched the operation)."""
-    rt = act.runtime
-    n = len(rt)
-    files = pd.factorize(np.concatenate((rt["file"].to_numpy(object), act.column("file"))))[0]
-    gpid = np.unique(np.concatenate((rt["gpid"].to_numpy(np.int64), act.column("gpid"))), return_inverse=True)[1]
-    corr = np.concatenate((rt["corr"].to_numpy(np.int64), act.column("corr")))
+    each GPU operation (equal codes: the call launched the operation). Codes are small non-negative
+    integers (below 2 × the number of rows where the correlation ids are dense), in no particular order.
+    Computed once per activity (the window's NVTX projection and the critical path both use them)."""
+    got = act.derived.get("call_op_codes")
+    if got is None:
+        got = act.derived["call_op_codes"] = _call_op_codes(act)
+    return cast(tuple[np.ndarray, np.ndarray], got)
+
+
+def _call_op_codes(act: Activity) -> tuple[np.ndarray, np.ndarray]:
+    n = len(act.call("start"))
+    files = codes_of(np.concatenate((act.call("file").astype(object, copy=False), act.column("file"))))
+    gpid = codes_of(np.concatenate((act.call("gpid").astype(np.int64, copy=False), act.column("gpid"))))
+    corr = np.concatenate((act.call("corr").astype(np.int64, copy=False), act.column("corr")))
     low, width = int(corr.min(initial=0)), int(corr.max(initial=0)) - int(corr.min(initial=0)) + 1
-    processes = (files.astype(np.int64) * (int(gpid.max(initial=0)) + 1) + gpid.reshape(-1))
-    if (int(processes.max(initial=0)) + 1) * width < 2**62:   # one int64 key, ordered as the (file, gpid, corr) rows
+    processes = files * (int(gpid.max(initial=0)) + 1) + gpid
+    span = (int(processes.max(initial=0)) + 1) * width
+    if span <= 2 * len(corr) + 1024:                        # dense: the key itself
+        code = processes * width + (corr - low)
+    elif span < 2**62:                                      # one int64 key, made dense
         code = np.unique(processes * width + (corr - low), return_inverse=True)[1].reshape(-1)
     else:
         code = np.unique(np.stack((processes, corr), axis=1), axis=0, return_inverse=True)[1].reshape(-1)
@@ -404,23 +274,38 @@ def call_op_codes(act: Activity) -> tuple[np.ndarray, np.ndarray]:
 def _launched_ops(act: Activity) -> dict[str, np.ndarray]:
     """Each CUDA API call with each GPU operation it launched (same file, process and correlation id):
     the call's file, gtid, gpid and start, then the operation's start_op, end_op, kind and rank, as
-    numpy columns; in call order, an operation order within a call (pandas' inner merge, as a sorted
-    search: no hash join to build)."""
-    rt = act.runtime
+    numpy columns; in call order, an operation order within a call (pandas' inner merge, as counts
+    and offsets per code: no hash join to build)."""
     call_code, op_code = call_op_codes(act)
+    size = int(max(call_code.max(initial=-1), op_code.max(initial=-1))) + 1
     order = np.argsort(op_code, kind="stable")
-    lo = np.searchsorted(op_code[order], call_code, side="left")
-    counts = np.searchsorted(op_code[order], call_code, side="right") - lo
-    calls = np.repeat(np.arange(len(rt)), counts)
+    per_code = np.bincount(op_code, minlength=size)
+    offset = np.concatenate(([0], np.cumsum(per_code)[:-1]))
+    lo, counts = offset[call_code], per_code[call_code]
+    calls = np.repeat(np.arange(len(call_code)), counts)
     within = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
     launched = order[np.repeat(lo, counts) + within]
-    out = {c: rt[c].to_numpy()[calls] for c in ("file", "gtid", "gpid", "start")}
+    out = {c: act.call(c)[calls] for c in ("file", "gtid", "gpid", "start")}
     for col, name in (("start", "start_op"), ("end", "end_op"), ("kind", "kind"), ("rank", "rank")):
         out[name] = act.column(col)[launched]
     return out
 
 
+INSTANCE_COLUMNS = ["rank", "range", "start", "end", "range_ns", "gpu_ops", "kernels", "gpu_ns", "proj_start",
+                    "proj_end", "proj_ns"]
+
+
 def range_instances(act: Activity) -> pd.DataFrame:
+    """instance_columns as a frame."""
+    return instance_frame(instance_columns(act))
+
+
+def instance_frame(columns: Columns) -> pd.DataFrame:
+    """Range instance columns as a frame (no rows: a frame of the column names, of no types)."""
+    return pd.DataFrame(columns) if len(columns["rank"]) else pd.DataFrame(columns=INSTANCE_COLUMNS)
+
+
+def instance_columns(act: Activity) -> Columns:
     """Every NVTX range instance of every export with its GPU projection, as nsys's NVTX GPU
     projection attributes work: the GPU operations (kernels, memcpys, memsets) whose launching
     CUDA API call starts inside the range, on the range's thread for push/pop ranges, in its
@@ -440,13 +325,13 @@ def range_instances(act: Activity) -> pd.DataFrame:
         except NsysInputError as exc:
             act.failed[path] = str(exc)
             continue
-        if ranges.empty:
+        if not len(ranges["start"]):
             continue
-        range_name = names[ranges["name"].to_numpy()]
-        range_start, duration = ranges["start"].to_numpy(np.int64), ranges["duration"].to_numpy()
-        range_end = ranges["end"].to_numpy()          # as recorded (an unterminated range's is -1)
-        gtid = ranges["globalTid"].to_numpy(np.int64)
-        pushpop = np.isin(ranges["eventType"], NVTX_PUSHPOP)
+        range_name = names[ranges["name"]]
+        range_start, duration = ranges["start"].astype(np.int64, copy=False), ranges["duration"]
+        range_end = ranges["end"]
+        gtid = ranges["globalTid"].astype(np.int64, copy=False)
+        pushpop = one_of(ranges["eventType"], NVTX_PUSHPOP)
         mine = launches["file"] == str(path)
         call_start, first_op, last_op = launches["start"][mine], launches["start_op"][mine], launches["end_op"][mine]
         call_kernel, call_kernel_ns, call_rank = is_kernel[mine], kernel_ns[mine], launches["rank"][mine]
@@ -474,28 +359,35 @@ def range_instances(act: Activity) -> pd.DataFrame:
                              "range_ns": duration[group], "gpu_ops": hi - lo, "kernels": kcum[hi] - kcum[lo],
                              "gpu_ns": cum[hi] - cum[lo], "proj_start": first, "proj_end": last,
                              "proj_ns": last - first})
-    cols = ["rank", "range", "start", "end", "range_ns", "gpu_ops", "kernels", "gpu_ns", "proj_start", "proj_end",
-            "proj_ns"]
     if not rows:
-        return pd.DataFrame(columns=cols)
-    return pd.DataFrame({c: np.concatenate([r[c] for r in rows]) for c in cols})
+        return {c: np.empty(0, dtype=object if c == "range" else np.int64) for c in INSTANCE_COLUMNS}
+    return {c: np.concatenate([r[c] for r in rows]) for c in INSTANCE_COLUMNS}
 
 
-def phases(act: Activity, instances: pd.DataFrame | None = None) -> pd.DataFrame:
-    """GPU work under each NVTX range, per rank (range_instances summed per range name; pass
-    `instances` to sum a selection, e.g. those inside the measured window).
+PHASE_COLUMNS = ["rank", "range", "instances", "gpu_ops", "kernels", "gpu_time_ns", "proj_time_ns", "range_time_ns"]
+
+
+def phases(act: Activity, instances: pd.DataFrame | Columns | None = None) -> pd.DataFrame:
+    """phase_columns as a frame."""
+    return pd.DataFrame(phase_columns(act, instances))
+
+
+def phase_columns(act: Activity, instances: pd.DataFrame | Columns | None = None) -> Columns:
+    """GPU work under each NVTX range, per rank (range instances summed per range name; pass
+    `instances` (instance_columns or range_instances) to sum a selection, e.g. those inside the
+    measured window).
 
     Columns: instances, gpu_ops, kernels, gpu_time_ns (Σ kernel durations), proj_time_ns
     (Σ over instances of last op end − first op start, nsys's "Total Proj Time") and
     range_time_ns (Σ CPU durations of the range)."""
-    r = range_instances(act) if instances is None else instances
-    cols = ["rank", "range", "instances", "gpu_ops", "kernels", "gpu_time_ns", "proj_time_ns", "range_time_ns"]
+    r = instance_columns(act) if instances is None else instances
     # a sort and np.add.reduceat: pandas' named aggregation costs ~10 ms a call on small frames
-    codes, names = pd.factorize(r["range"].to_numpy(object), sort=True) if len(r) else (np.empty(0, np.int64), [])
+    some = rows_of(r) > 0
+    codes, names = pd.factorize(np.asarray(r["range"], dtype=object), sort=True) if some else (np.empty(0, np.int64), [])
     named = np.flatnonzero(codes >= 0)                   # instances of a range without a name left out
     if not len(named):
-        return pd.DataFrame(columns=cols)
-    rank = r["rank"].to_numpy(np.int64)[named]
+        return no_rows(PHASE_COLUMNS)
+    rank = np.asarray(r["rank"], dtype=np.int64)[named]
     order = np.lexsort((codes[named], rank))
     rank, codes = rank[order], codes[named][order]
     first = np.flatnonzero(np.concatenate(([True], (rank[1:] != rank[:-1]) | (codes[1:] != codes[:-1]))))
@@ -503,8 +395,8 @@ def phases(act: Activity, instances: pd.DataFrame | None = None) -> pd.DataFrame
            "instances": np.diff(np.append(first, len(order))).astype(np.int64)}
     for name, source in (("gpu_ops", "gpu_ops"), ("kernels", "kernels"), ("gpu_time_ns", "gpu_ns"),
                          ("proj_time_ns", "proj_ns"), ("range_time_ns", "range_ns")):
-        out[name] = np.add.reduceat(r[source].to_numpy(np.int64)[named][order], first)
-    return pd.DataFrame(out)
+        out[name] = np.add.reduceat(np.asarray(r[source], dtype=np.int64)[named][order], first)
+    return out
 
 
 def _rank_of_process(act: Activity, file: str, owner: int) -> int:

@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from hpcprof.analysis.nsys.arrays import one_of
 from hpcprof.analysis.nsys.db import Export, TextCodes, numpy_of, pid_of
 from hpcprof.analysis.nsys.numerics import DUR, PACK_BITS, PACK_KEYS, PACK_MASK, Groups, factorize_sorted, group_codes
 from hpcprof.analysis.nsys.schema import (
@@ -41,7 +42,6 @@ from hpcprof.analysis.nsys.schema import (
 )
 from hpcprof.lazy import LazyModule
 
-sa = LazyModule("sqlalchemy")
 if TYPE_CHECKING:
     import pandas as pd
 else:   # the summary reports and their CSV need no pandas (0.2-0.5 s of start-up): imported when used
@@ -129,40 +129,47 @@ def mem_kind_labels(export: Export, layout: str) -> dict[int, str]:
 
 def nvtx_ranges(export: Export, event_types: tuple[int, ...], layout: str,
                 with_times: bool = False) -> tuple[pd.DataFrame, np.ndarray]:
+    """nvtx_range_columns' ranges as a frame, and the names."""
+    columns, names = nvtx_range_columns(export, event_types, layout, with_times)
+    return pd.DataFrame(columns), names
+
+
+def nvtx_range_columns(export: Export, event_types: tuple[int, ...], layout: str,
+                       with_times: bool = False) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """NVTX ranges of `event_types` and their distinct names, from one scan of NVTX_EVENTS.
 
-    Returns (ranges, names): ranges has duration (unterminated ranges end at the last
+    Returns (ranges, names): ranges (numpy columns) has duration (unterminated ranges end at the last
     NVTX timestamp), eventType, `name` (index into `names`) and, `with_times`, start,
     end and globalTid. Range text is the StringIds value of textId, else the inline
     text; with a domain (eventType 75 row of the same process) it becomes
     `domain:text`. The new layout always writes `domain:text`, with an empty domain
     for the default one."""
     need(export, NVTX, "NV Tools Extension (NVTX) data")
-    t = export.table(NVTX)
     cols = export.columns(NVTX)
-    optional = [(t.c[c] if c in cols else sa.literal(-1)).label(c) for c in ("textId", "domainId")]
-    stmt = sa.select(t.c.start, t.c.end, t.c.eventType, t.c.globalTid, *optional,
-                     (t.c.text if "text" in cols else sa.null()).label("text"))
     names = ["start", "end", "eventType", "globalTid", "textId", "domainId"]
+    # plain SQL, NULL as -1 (text: NUL): no SQLAlchemy statement to build and compile per export
+    select = [f'coalesce("{c}", -1)' if c in cols or c not in ("textId", "domainId") else "-1" for c in names]
+    select.append('coalesce("text", char(0))' if "text" in cols else "char(0)")
+    sql = f'SELECT {", ".join(select)} FROM "{NVTX}"'
     columns = ["duration", "eventType", "textId", "text", "domainId", "pid"]
     columns += ["start", "end", "globalTid"] if with_times else []
     ranges: dict[str, list[np.ndarray]] = {n: [] for n in columns}
     domains: dict[str, list[np.ndarray]] = {n: [] for n in ("start", "domainId", "pid", "textId", "text")}
     last = 0
     codes = TextCodes()
-    for batch in export.batches(stmt, text=(6,)):      # the last timestamp is over all events, marks included
+    for batch in export.sql_batches(sql):       # the last timestamp is over all events, marks included
         a = {n: batch.column(i).to_numpy().astype(np.int64, copy=False) for i, n in enumerate(names)}
         last = max(last, int(a["start"].max()), int(a["end"].max()))
         a["text"] = codes.encode(batch.column(6))
         a["pid"] = pid_of(a["globalTid"])
         # end - start, or -(start + 1) for an unterminated range (its end is known after the scan)
         a["duration"] = np.where(a["end"] >= 0, a["end"] - a["start"], -a["start"] - 1)
-        for keep, into in ((np.isin(a["eventType"], event_types), ranges),
+        for keep, into in ((one_of(a["eventType"], event_types), ranges),
                            (a["eventType"] == NVTX_DOMAIN_CREATE, domains)):
             for n in into:
                 into[n].append(a[n][keep].astype(NVTX_DTYPES.get(n, np.int64)))
     d = {n: _concat(ranges.pop(n), NVTX_DTYPES.get(n, np.int64)) for n in columns}
-    dom = pd.DataFrame({n: _concat(v, NVTX_DTYPES.get(n, np.int64)) for n, v in domains.items()})
+    dom = {n: _concat(v, NVTX_DTYPES.get(n, np.int64)) for n, v in domains.items()}
     texts = codes.values()
     # label of each distinct (textId, text): the StringIds value first, the inline text second
     width = len(texts) + 1
@@ -175,11 +182,11 @@ def nvtx_ranges(export: Export, event_types: tuple[int, ...], layout: str,
         resolved = export.strings(uid[uid >= 0])
         label[uid >= 0] = np.where(pd.isna(resolved), label[uid >= 0], resolved)
     n_ranges = len(d["duration"])
-    if len(dom):
-        dom["name"] = [nvtx_domain_name(inline, lab, layout) for inline, lab in
-                       zip(texts[dom["text"].to_numpy()], label[pair[n_ranges:]], strict=True)]
-        domain_rows = {k: dom[k].to_numpy() for k in ("start", "domainId", "pid", "name")}
-        name_code, range_names = _with_domains(d, domain_rows, pair[:n_ranges], label, layout)
+    if len(dom["start"]):
+        dom["name"] = np.array([nvtx_domain_name(inline, lab, layout) for inline, lab in
+                                zip(texts[dom["text"]], label[pair[n_ranges:]], strict=True)] + [None],
+                               dtype=object)[:-1]
+        name_code, range_names = _with_domains(d, dom, pair[:n_ranges], label, layout)
     else:
         name_code = pair[:n_ranges]
         range_names = range_names_of(np.full(len(label), None, dtype=object), label, layout)
@@ -188,7 +195,7 @@ def nvtx_ranges(export: Export, event_types: tuple[int, ...], layout: str,
     out: dict[str, Any] = {"duration": duration, "eventType": d["eventType"], "name": name_code}
     if with_times:
         out |= {"start": d["start"], "end": np.where(d["end"] < 0, last, d["end"]), "globalTid": d["globalTid"]}
-    return pd.DataFrame(out), range_names
+    return out, range_names
 
 
 NVTX_DTYPES = {"eventType": np.int16, "textId": np.int32, "domainId": np.int32, "text": np.int32, "pid": np.int32}
@@ -271,7 +278,7 @@ def nvtx_groups_packed(export: Export, event_types: tuple[int, ...], layout: str
     if v.min() < 0:
         return None
     etype = (v >> NVTX_TYPE_SHIFT).astype(np.int16)
-    keep = _one_of(etype, event_types + (NVTX_DOMAIN_CREATE,))
+    keep = one_of(etype, event_types + (NVTX_DOMAIN_CREATE,))
     everything = bool(keep.all())
     if not everything:
         v, etype = v[keep], etype[keep]
@@ -280,7 +287,7 @@ def nvtx_groups_packed(export: Export, event_types: tuple[int, ...], layout: str
     v[domains] = 0                                            # a domain's "duration" is unused
     if v.max(initial=0) > PACK_MASK:
         return None
-    kls = _one_of(etype, NVTX_STARTEND)
+    kls = one_of(etype, NVTX_STARTEND)
     del etype
     # one dictionary for all threads' texts (C, hashing); each thread's codes mapped onto it
     order = list(seen)
@@ -327,14 +334,6 @@ def nvtx_groups_packed(export: Export, event_types: tuple[int, ...], layout: str
     del key_rows
     ukey, g = Groups.from_packed(v)
     return ukey, g, sorted_names
-
-
-def _one_of(values: np.ndarray, choices: tuple[int, ...]) -> np.ndarray:
-    """values ∈ choices, by comparisons (np.isin sorts, in memory the size of `values` several times)."""
-    out = np.zeros(len(values), dtype=bool)
-    for c in choices:
-        out |= values == c
-    return out
 
 
 def _nvtx_labels(export: Export, text_ids: np.ndarray, inline: np.ndarray) -> np.ndarray:

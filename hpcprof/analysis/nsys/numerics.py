@@ -296,3 +296,29 @@ def by_total(total: np.ndarray, *tiebreak: np.ndarray) -> np.ndarray:
     """Row order: total descending, then the tie-break keys ascending, then group order."""
     keys = [np.arange(len(total))] + [np.asarray(t) for t in reversed(tiebreak)] + [-total]
     return np.lexsort(keys)
+
+
+def join_rows(left: list[np.ndarray], right: list[np.ndarray], keep_unmatched: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """(left row, right row) of every pair whose key columns (`left[i]` against `right[i]`) are
+    all equal, as pandas' `merge(sort=False)` orders them: left rows in order, each one's matches
+    in right order; `keep_unmatched` (a LEFT JOIN): a left row without a match once, right row -1."""
+    nleft = len(left[0])
+    lcode = np.zeros(nleft, dtype=np.int64)
+    rcode = np.zeros(len(right[0]), dtype=np.int64)
+    for lkey, rkey in zip(left, right, strict=True):
+        uniq, inverse = np.unique(np.concatenate((lkey, rkey)), return_inverse=True)
+        lcode = lcode * len(uniq) + inverse[:nleft]
+        rcode = rcode * len(uniq) + inverse[nleft:]
+    order = np.argsort(rcode, kind="stable")
+    ordered = rcode[order]
+    lo = np.searchsorted(ordered, lcode, "left")
+    counts = np.searchsorted(ordered, lcode, "right") - lo
+    missing = counts == 0
+    if keep_unmatched:
+        counts[missing] = 1
+    rows = np.repeat(np.arange(nleft), counts)
+    at = np.arange(len(rows)) - np.repeat(np.cumsum(counts) - counts, counts) + np.repeat(lo, counts)
+    matched = order[np.minimum(at, len(order) - 1)] if len(order) else np.full(len(rows), -1)
+    if keep_unmatched:
+        matched[np.repeat(missing, counts)] = -1
+    return rows, matched

@@ -29,13 +29,11 @@ The rules, read from the report scripts of nsys 2022.4 and 2025.3.1 (their SQL):
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
 import numpy as np
 
 from hpcprof.analysis.nsys.db import Export, process_of
 from hpcprof.analysis.nsys.loaders import kernels
-from hpcprof.analysis.nsys.numerics import Groups, group_codes, round1_array
+from hpcprof.analysis.nsys.numerics import Groups, group_codes, join_rows, round1_array
 from hpcprof.analysis.nsys.schema import (
     GPU_TABLES,
     NVTX,
@@ -46,58 +44,59 @@ from hpcprof.analysis.nsys.schema import (
     RUNTIME,
 )
 from hpcprof.analysis.nsys.table import Table, make_table, null_text
-from hpcprof.lazy import LazyModule
-
-sa = LazyModule("sqlalchemy")
-if TYPE_CHECKING:
-    import pandas as pd
-else:
-    pd = LazyModule("pandas")
 
 RANGE_TYPES = NVTX_PUSHPOP + NVTX_STARTEND
+
+
+#: a projection input or result: named numpy columns of equal length
+Columns = dict[str, np.ndarray]
 
 
 def _optional(export: Export, column: str) -> str:
     return f'"{column}"' if column in export.columns(NVTX) else "NULL"
 
 
-def nvtx_projection_ranges(export: Export, layout: str) -> pd.DataFrame:
-    """The ranges nsys projects (columns id, start, end, tid, name, style), by row id."""
+def nvtx_projection_ranges(export: Export, layout: str) -> tuple[Columns, tuple[int, int]]:
+    """The ranges nsys projects (columns id, start, end, has_end, tid, name, style), by row id, and
+    the first and last timestamp of every range (nsys 2025's NVTX_EVENTS_MINMAXTS); read once per
+    export and layout (the projection reports share them; callers do not modify them)."""
+    return export.memo(f"nvtx_projection_ranges/{layout}", lambda: _read_projection_ranges(export, layout))
+
+
+def _read_projection_ranges(export: Export, layout: str) -> tuple[Columns, tuple[int, int]]:
     types = ", ".join(map(str, RANGE_TYPES))
     rows = export.sql_rows(
         f'SELECT rowid, start, "end", eventType, globalTid, {_optional(export, "endGlobalTid")}, '
         f'{_optional(export, "textId")}, {_optional(export, "domainId")}, {_optional(export, "text")} '
         f"FROM {NVTX} WHERE eventType IN ({types}, {NVTX_DOMAIN_CREATE}) ORDER BY rowid")
-    cols = ["id", "start", "end", "type", "tid", "end_tid", "text_id", "domain", "text"]
-    e = pd.DataFrame(rows, columns=cols)
-    ids = e["text_id"].dropna().astype(np.int64).unique()
-    strings = dict(zip(ids.tolist(), export.strings(ids).tolist(), strict=True)) if len(ids) else {}
-    label = [strings.get(int(i)) if i == i and i is not None else None for i in e["text_id"].tolist()]
-    label = [lab if lab is not None else t for lab, t in zip(label, e["text"].tolist(), strict=True)]
-    e["label"] = [None if v is None or v != v else v for v in label]
-    e["text"] = [None if v is None or v != v else v for v in e["text"].tolist()]
-    # the domain names: per (domain, thread) the create event with the smallest start, joined by process
-    domains: dict[tuple[Any, int], str | None] = {}
-    created = e[e["type"] == NVTX_DOMAIN_CREATE].sort_values("start", kind="stable")
-    for dom, tid, text, lab in created[["domain", "tid", "text", "label"]].itertuples(index=False):
-        domains.setdefault((dom, int(process_of(np.array([tid]))[0])), text if layout == OLD else lab)
-    r = e[e["type"].isin(RANGE_TYPES) & e["end_tid"].isna()].reset_index(drop=True)
+    ids, start, end, etype, tid, end_tid, text_id, domain, text = (list(c) for c in zip(*rows, strict=True)) \
+        if rows else ([] for _ in range(9))
+    known = [i for i in dict.fromkeys(text_id) if i is not None]
+    strings = dict(zip(known, export.strings(np.array(known, dtype=np.int64)).tolist(), strict=True)) if known else {}
+    # a range's label: the StringIds value of its textId, else its inline text
+    label = [t if (s := strings.get(i) if i is not None else None) is None else s
+             for i, t in zip(text_id, text, strict=True)]
+    pids = process_of(np.array(tid, dtype=np.int64)).tolist()
+    # the domain names: per (domain, process) the create event with the smallest start (NULL domain as -1)
+    domains: dict[tuple[int, int], str | None] = {}
+    created = sorted((k for k, t in enumerate(etype) if t == NVTX_DOMAIN_CREATE), key=lambda k: start[k])
+    for k in created:
+        domains.setdefault((-1 if domain[k] is None else domain[k], pids[k]), text[k] if layout == OLD else label[k])
+    spans = [k for k, t in enumerate(etype) if t != NVTX_DOMAIN_CREATE]
+    kept = [k for k in spans if end_tid[k] is None]           # ranges that end on the thread they started on
     last = _last_timestamp(export, layout)
     names = []
-    for dom, tid, lab in r[["domain", "tid", "label"]].itertuples(index=False):
-        key = (dom, int(process_of(np.array([tid]))[0]))
-        names.append(_range_name(domains.get(key), key in domains, lab, layout))
-    end = r["end"].astype(object).where(r["end"].notna(), last)
-    spans = e[e["type"].isin(RANGE_TYPES)]
-    out = pd.DataFrame({"id": r["id"].to_numpy(np.int64), "start": r["start"].to_numpy(np.int64),
-                         "end": np.array([-1 if v is None else int(v) for v in end.tolist()], dtype=np.int64),
-                         "has_end": np.array([v is not None for v in end.tolist()], dtype=bool),
-                         "tid": r["tid"].to_numpy(np.int64), "name": np.array(names + [None], dtype=object)[:-1],
-                         "style": np.where(r["type"].isin(NVTX_PUSHPOP), "PushPop", "StartEnd").astype(object)})
-    # nsys 2025's NVTX_EVENTS_MINMAXTS: the first and last timestamp of every range (rtree_scale's bounds)
-    times = pd.concat((spans["start"], spans["end"])).dropna()
-    out.attrs["bounds"] = (int(times.min()), int(times.max())) if len(times) else (0, 0)
-    return out
+    for k in kept:
+        key = (-1 if domain[k] is None else domain[k], pids[k])
+        names.append(_range_name(domains.get(key), key in domains, label[k], layout))
+    ends = [last if end[k] is None else end[k] for k in kept]
+    out = {"id": np.array([ids[k] for k in kept], dtype=np.int64), "start": np.array([start[k] for k in kept], dtype=np.int64),
+           "end": np.array([-1 if e is None else e for e in ends], dtype=np.int64),
+           "has_end": np.array([e is not None for e in ends], dtype=bool),
+           "tid": np.array([tid[k] for k in kept], dtype=np.int64), "name": np.array(names + [None], dtype=object)[:-1],
+           "style": np.array(["PushPop" if etype[k] in NVTX_PUSHPOP else "StartEnd" for k in kept], dtype=object)}
+    times = [t for k in spans for t in (start[k], end[k]) if t is not None]
+    return out, ((min(times), max(times)) if times else (0, 0))
 
 
 def _last_timestamp(export: Export, layout: str) -> int | None:
@@ -116,12 +115,12 @@ def _range_name(domain: str | None, named: bool, label: str | None, layout: str)
     return None if label is None else f"{domain}:{label}"
 
 
-def enclosed_pairs(outer: pd.DataFrame, inner: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+def enclosed_pairs(outer: Columns, inner: Columns) -> tuple[np.ndarray, np.ndarray]:
     """(outer row, inner row) of every inner interval within an outer one of the same thread
     (columns start, end, tid; bounds inclusive), outer rows ascending, then inner rows ascending."""
     out_o, out_i = [], []
-    o_start, o_end, o_tid = (outer[c].to_numpy(np.int64) for c in ("start", "end", "tid"))
-    i_start, i_end, i_tid = (inner[c].to_numpy(np.int64) for c in ("start", "end", "tid"))
+    o_start, o_end, o_tid = (np.asarray(outer[c], dtype=np.int64) for c in ("start", "end", "tid"))
+    i_start, i_end, i_tid = (np.asarray(inner[c], dtype=np.int64) for c in ("start", "end", "tid"))
     for tid in np.intersect1d(o_tid, i_tid):
         oi = np.flatnonzero(o_tid == tid)
         ii = np.flatnonzero(i_tid == tid)
@@ -143,23 +142,22 @@ def enclosed_pairs(outer: pd.DataFrame, inner: pd.DataFrame) -> tuple[np.ndarray
     return o[order], i[order]
 
 
-def _launches(export: Export, tables: tuple[str, ...]) -> pd.DataFrame:
+def _launches(export: Export, tables: tuple[str, ...]) -> Columns:
     """GPU operations of `tables` joined with the CUDA API call that launched them (same
-    correlation id and process): op_start, op_end, op (row in the operations), corr, start, end, tid."""
+    correlation id and process), operations in table order: op_start, op_end, corr, start, end, tid."""
+    return export.memo(f"launches/{','.join(tables)}", lambda: _read_launches(export, tables))
+
+
+def _read_launches(export: Export, tables: tuple[str, ...]) -> Columns:
     parts = []
     for table in tables:
         if export.has(table):
-            t = export.table(table)
-            parts.append(pd.DataFrame(export.ints(sa.select(t.c.start.label("op_start"), t.c.end.label("op_end"),
-                                                            t.c.correlationId.label("corr"),
-                                                            t.c.globalPid.label("proc")))))
-    ops = pd.concat(parts, ignore_index=True)
-    ops["op"] = np.arange(len(ops))
-    rt = export.table(RUNTIME)
-    r = pd.DataFrame(export.ints(sa.select(rt.c.start, rt.c.end, rt.c.correlationId.label("corr"),
-                                           rt.c.globalTid.label("tid"))))
-    r["proc"] = process_of(r["tid"])
-    return ops.merge(r, on=["corr", "proc"], how="inner", sort=False)
+            parts.append(export.int_columns(table, ("start", "end", "correlationId", "globalPid")))
+    ops = {c: np.concatenate([p[c] for p in parts]) for c in ("start", "end", "correlationId", "globalPid")}
+    r = export.int_columns(RUNTIME, ("start", "end", "correlationId", "globalTid"))
+    oi, ri = join_rows([ops["correlationId"], ops["globalPid"]], [r["correlationId"], process_of(r["globalTid"])])
+    return {"op_start": ops["start"][oi], "op_end": ops["end"][oi], "corr": ops["correlationId"][oi],
+            "start": r["start"][ri], "end": r["end"][ri], "tid": r["globalTid"][ri]}
 
 
 #: nsys's NVTX_PARENT statement (2022.4 joins, 2025 left-joins; the same rows either way)
@@ -179,7 +177,7 @@ def rtree_scale(times: np.ndarray, low: int, high: int) -> list[float]:
     return (1.0 + (times - low) / float(high - low)).astype(np.float32).astype(np.float64).tolist()
 
 
-def _parents(ranges: pd.DataFrame, layout: str) -> np.ndarray:
+def _parents(ranges: Columns, bounds: tuple[int, int], layout: str) -> np.ndarray:
     """Row of each range's parent (-1: none): the tightest other enclosing range of its thread.
 
     Computed as nsys computes it, in an SQLite R*Tree of the ranges: its coordinates are float32
@@ -197,27 +195,27 @@ def _parents(ranges: pd.DataFrame, layout: str) -> np.ndarray:
 
     import apsw
 
-    if not len(ranges):
+    if not len(ranges["id"]):
         return np.empty(0, dtype=np.int64)
-    start, end = ranges["start"].to_numpy(np.int64), ranges["end"].to_numpy(np.int64)
+    start, end = ranges["start"], ranges["end"]
     if layout == OLD:
         kind, lo_ts, hi_ts = "rtree", start.tolist(), end.tolist()
     else:
-        low, high = ranges.attrs["bounds"]
+        low, high = bounds
         kind, lo_ts, hi_ts = "rtree", rtree_scale(start, low, high), rtree_scale(end, low, high)
-    ids = ranges["id"].to_numpy(np.int64)
+    ids = ranges["id"]
     con = sqlite3.connect(":memory:") if layout == OLD else apsw.Connection(":memory:")
     try:
         con.execute(f"CREATE VIRTUAL TABLE ridx USING {kind}(rangeId, startTS, endTS, +startNS INTEGER, "
                     "+endNS INTEGER, +tid INTEGER)")
         con.executemany("INSERT INTO ridx VALUES (?, ?, ?, ?, ?, ?)",
                         zip(ids.tolist(), lo_ts, hi_ts, start.tolist(), end.tolist(),
-                            ranges["tid"].to_numpy(np.int64).tolist(), strict=True))
+                            ranges["tid"].tolist(), strict=True))
         pairs: list[tuple[int, int, int]] = con.execute(PARENT_SQL).fetchall()  # type: ignore[assignment]
     finally:
         con.close()
     row_of = {int(i): r for r, i in enumerate(ids.tolist())}
-    parent = np.full(len(ranges), -1, dtype=np.int64)
+    parent = np.full(len(ids), -1, dtype=np.int64)
     for child, par, _ in pairs:
         parent[row_of[child]] = row_of[par]
     return parent
@@ -238,68 +236,79 @@ def _tree(ids: np.ndarray, parent: np.ndarray) -> tuple[list[int | None], list[s
     return level, stack
 
 
-def _projection(export: Export, layout: str) -> pd.DataFrame:
-    """One row per range enclosing a launch (rows by range id): the trace's columns."""
-    ranges = nvtx_projection_ranges(export, layout)
-    ranges = ranges[ranges["has_end"]].reset_index(drop=True)
+def _projection(export: Export, layout: str) -> Columns:
+    """One row per range enclosing a launch (rows by range id): the trace's columns; computed once
+    per export and layout (nvtx_gpu_proj_trace and nvtx_gpu_proj_sum share it)."""
+    return export.memo(f"nvtx_projection/{layout}", lambda: _compute_projection(export, layout))
+
+
+def _ended(export: Export, layout: str) -> tuple[Columns, tuple[int, int]]:
+    """The projected ranges that have an end (nvtx_projection_ranges's), and the bounds."""
+    ranges, bounds = nvtx_projection_ranges(export, layout)
+    return {c: v[ranges["has_end"]] for c, v in ranges.items()}, bounds
+
+
+def _compute_projection(export: Export, layout: str) -> Columns:
+    ranges, bounds = _ended(export, layout)
     calls = _launches(export, GPU_TABLES)
-    ro, ci = enclosed_pairs(ranges, calls)
-    j = pd.DataFrame({"range": ro, "op_start": calls["op_start"].to_numpy()[ci],
-                      "op_end": calls["op_end"].to_numpy()[ci], "corr": calls["corr"].to_numpy()[ci]})
-    g = j.groupby("range", sort=True)
-    proj = pd.DataFrame({"first": g["op_start"].min(), "last": g["op_end"].max(), "ops": g["corr"].nunique()})
-    rows = proj.index.to_numpy(np.int64)
-    parent = _parents(ranges, layout)
-    level, stack = _tree(ranges["id"].to_numpy(np.int64), parent)
-    in_proj = np.zeros(len(ranges), dtype=bool)
+    ro, ci = enclosed_pairs(ranges, calls)                # by range, then call
+    rows, firsts = np.unique(ro, return_index=True)
+    first = np.minimum.reduceat(calls["op_start"][ci], firsts) if len(ro) else np.empty(0, dtype=np.int64)
+    last = np.maximum.reduceat(calls["op_end"][ci], firsts) if len(ro) else np.empty(0, dtype=np.int64)
+    distinct_ops = np.unique(np.stack((ro, calls["corr"][ci])), axis=1)[0] if len(ro) else ro
+    ops = np.bincount(np.searchsorted(rows, distinct_ops), minlength=len(rows)).astype(np.int64)
+    parent = _parents(ranges, bounds, layout)
+    level, stack = _tree(ranges["id"], parent)
+    in_proj = np.zeros(len(parent), dtype=bool)
     in_proj[rows] = True
-    child_count = np.bincount(parent[in_proj & (parent >= 0)], minlength=len(ranges))
+    child_count = np.bincount(parent[in_proj & (parent >= 0)], minlength=len(parent))
     reached = np.array([v is not None for v in level], dtype=bool)
-    parent_id = np.where(reached & (parent >= 0), ranges["id"].to_numpy(np.int64)[np.maximum(parent, 0)], -1)
-    tid = ranges["tid"].to_numpy(np.int64)[rows]
-    return pd.DataFrame({
-        "name": ranges["name"].to_numpy()[rows], "proj_start": proj["first"].to_numpy(np.int64),
-        "proj_dur": (proj["last"] - proj["first"]).to_numpy(np.int64),
-        "start": ranges["start"].to_numpy(np.int64)[rows],
-        "dur": (ranges["end"] - ranges["start"]).to_numpy(np.int64)[rows],
-        "style": ranges["style"].to_numpy()[rows], "pid": (tid >> 24) & 0xFFFFFF, "tid": tid & 0xFFFFFF,
-        "ops": proj["ops"].to_numpy(np.int64), "level": np.array([level[r] for r in rows] + [None], dtype=object)[:-1],
-        "children": child_count[rows], "id": ranges["id"].to_numpy(np.int64)[rows],
+    parent_id = np.where(reached & (parent >= 0), ranges["id"][np.maximum(parent, 0)], -1)
+    tid = ranges["tid"][rows]
+    return {
+        "name": ranges["name"][rows], "proj_start": first, "proj_dur": last - first, "start": ranges["start"][rows],
+        "dur": (ranges["end"] - ranges["start"])[rows], "style": ranges["style"][rows], "pid": (tid >> 24) & 0xFFFFFF,
+        "tid": tid & 0xFFFFFF, "ops": ops, "level": np.array([level[r] for r in rows] + [None], dtype=object)[:-1],
+        "children": child_count[rows], "id": ranges["id"][rows],
         "parent": np.array([None if p < 0 else int(p) for p in parent_id[rows]] + [None], dtype=object)[:-1],
-        "stack": np.array([stack[r] for r in rows] + [None], dtype=object)[:-1]})
+        "stack": np.array([stack[r] for r in rows] + [None], dtype=object)[:-1]}
+
+
+def _named(p: Columns) -> Columns:
+    """The rows of `p` whose name is not NULL."""
+    keep = np.array([v is not None for v in p["name"].tolist()], dtype=bool)
+    return {c: v[keep] for c, v in p.items()}
 
 
 def nvtx_gpu_proj_trace(export: Export, layout: str) -> Table:
     """NVTX ranges projected onto the GPU, one row per range that launched GPU work."""
     p = _projection(export, layout)
     if layout != OLD:
-        p = p[p["name"].notna()]
+        p = _named(p)
     cols = {"Name": p["name"], "Projected Start (ns)": p["proj_start"], "Projected Duration (ns)": p["proj_dur"],
             "Orig Start (ns)": p["start"], "Orig Duration (ns)": p["dur"], "Style": p["style"], "PID": p["pid"],
             "TID": p["tid"], "NumGPUOps": p["ops"], "Lvl": p["level"], "NumChild": p["children"],
             "RangeId": p["id"], "ParentId": p["parent"], "RangeStack": p["stack"]}
-    return make_table({k: v.to_numpy() for k, v in cols.items()}, ["s"] + ["i"] * 4 + ["s"] + ["i"] * 7 + ["s"],
-                      null=null_text(layout))
+    return make_table(cols, ["s"] + ["i"] * 4 + ["s"] + ["i"] * 7 + ["s"], null=null_text(layout))
 
 
 def nvtx_gpu_proj_sum(export: Export, layout: str) -> Table:
     """The projected ranges per (name, style): projected and original time, GPU ops, level, children."""
-    p = _projection(export, layout)
-    p = p[p["name"].notna()]
-    codes, (names, styles) = group_codes(p["name"].to_numpy(dtype=object), p["style"].to_numpy(dtype=object))
+    p = _named(_projection(export, layout))
+    codes, (names, styles) = group_codes(p["name"], p["style"])
     n = len(names)
-    g = Groups(codes, p["proj_dur"].to_numpy(np.int64), n)
+    g = Groups(codes, p["proj_dur"], n)
     count = np.bincount(codes, minlength=n)
-    level = p["level"].to_numpy(dtype=object)
+    level = p["level"]
     has_level = np.array([v is not None for v in level], dtype=bool)
     level_sum = np.bincount(codes[has_level], weights=level[has_level].astype(np.float64), minlength=n)
     level_n = np.bincount(codes[has_level], minlength=n)
-    ops = np.bincount(codes, weights=p["ops"].to_numpy(np.float64), minlength=n)
-    children = np.bincount(codes, weights=p["children"].to_numpy(np.float64), minlength=n)
+    ops = np.bincount(codes, weights=p["ops"].astype(np.float64), minlength=n)
+    children = np.bincount(codes, weights=p["children"].astype(np.float64), minlength=n)
     with np.errstate(invalid="ignore", divide="ignore"):
         avg_level = round1_array(level_sum / level_n, layout)
     cols = {"Range": names, "Style": styles, "Total Proj Time (ns)": g.total,
-            "Total Range Time (ns)": np.bincount(codes, weights=p["dur"].to_numpy(np.float64), minlength=n)
+            "Total Range Time (ns)": np.bincount(codes, weights=p["dur"].astype(np.float64), minlength=n)
             .astype(np.int64) if n else np.empty(0, dtype=np.int64),
             "Range Instances": count, "Proj Avg (ns)": round1_array(g.avg, layout),
             "Proj Med (ns)": round1_array(g.med, layout), "Proj Min (ns)": g.min, "Proj Max (ns)": g.max,
@@ -314,40 +323,36 @@ def nvtx_gpu_proj_sum(export: Export, layout: str) -> Table:
 
 def nvtx_kern_sum(export: Export, layout: str) -> Table:
     """Kernels per (enclosing NVTX range, PID, TID, kernel name): range and kernel instances and times."""
-    ranges = nvtx_projection_ranges(export, layout)
-    ranges = ranges[ranges["has_end"]].reset_index(drop=True)
+    ranges, _ = _ended(export, layout)
     k = kernels(export, ("correlationId", "globalPid"))
-    kf = pd.DataFrame({"kernel": np.arange(len(k["start"])), "dur": k["end"] - k["start"], "kname": k["nameId"],
-                       "corr": k["correlationId"], "proc": k["globalPid"]})
-    rt = export.table(RUNTIME)
-    r = pd.DataFrame(export.ints(sa.select(rt.c.start, rt.c.end, rt.c.correlationId.label("corr"),
-                                           rt.c.globalTid.label("tid"))))
-    r["proc"] = process_of(r["tid"])
-    j = kf.merge(r, on=["corr", "proc"], how="left", sort=False)      # kernels in table order
-    has_call = j["tid"].notna().to_numpy()
-    calls = pd.DataFrame({"start": j["start"].fillna(0), "end": j["end"].fillna(0), "tid": j["tid"].fillna(-1)})
-    ro, ji = enclosed_pairs(ranges, calls.iloc[np.flatnonzero(has_call)].reset_index(drop=True))
-    ji = np.flatnonzero(has_call)[ji]
-    enclosed = np.zeros(len(j), dtype=bool)
+    r = export.int_columns(RUNTIME, ("start", "end", "correlationId", "globalTid"))
+    # LEFT JOIN the launching call: kernels in table order (each once per matching call, once without one)
+    kernel, call = join_rows([k["correlationId"], k["globalPid"]], [r["correlationId"], process_of(r["globalTid"])],
+                             keep_unmatched=True)
+    has_call = call >= 0
+    with_call = np.flatnonzero(has_call)
+    ro, ji = enclosed_pairs(ranges, {c: r[c][call[with_call]] for c in ("start", "end")}
+                            | {"tid": r["globalTid"][call[with_call]]})
+    ji = with_call[ji]
+    enclosed = np.zeros(len(kernel), dtype=bool)
     enclosed[ji] = True
     rows = np.concatenate((ji, np.flatnonzero(~enclosed)))
     rng = np.concatenate((ro, np.full(int((~enclosed).sum()), -1)))
     order = np.lexsort((rng, rows))                                       # kernel order, then range id
     rows, rng = rows[order], rng[order]
-    tid = j["tid"].fillna(-1).to_numpy(np.int64)[rows]
+    tid = np.append(r["globalTid"], -1)[call[rows]]                     # -1: no call
     pid_key = np.where(tid >= 0, (tid >> 24) & 0xFFFFFF, -1)          # -1: no call (NULL, first)
     tid_key = np.where(tid >= 0, tid & 0xFFFFFF, -1)
     no_range = np.array([None], dtype=object)                          # row -1: no enclosing range
-    names = np.concatenate((ranges["name"].to_numpy(dtype=object), no_range))[rng]
-    styles = np.concatenate((ranges["style"].to_numpy(dtype=object), no_range))[rng]
-    knames = export.strings(j["kname"].to_numpy(np.int64)[rows])
+    names = np.concatenate((ranges["name"], no_range))[rng]
+    styles = np.concatenate((ranges["style"], no_range))[rng]
+    knames = export.strings(k["nameId"][kernel[rows]])
     codes, (upid, utid, uname, ustyle, ukname) = group_codes(pid_key, tid_key, names, styles, knames)
     n = len(upid)
-    dur = j["dur"].to_numpy(np.int64)[rows]
-    g = Groups(codes, dur, n)
-    pairs = pd.DataFrame({"g": codes, "r": rng, "k": j["kernel"].to_numpy(np.int64)[rows]})
-    nvtx_inst = pairs[pairs["r"] >= 0].groupby("g")["r"].nunique().reindex(range(n), fill_value=0).to_numpy()
-    kern_inst = pairs.groupby("g")["k"].nunique().reindex(range(n), fill_value=0).to_numpy()
+    g = Groups(codes, (k["end"] - k["start"])[kernel[rows]], n)
+    in_range = rng >= 0
+    nvtx_inst = _distinct_per_group(codes[in_range], rng[in_range], n)
+    kern_inst = _distinct_per_group(codes, kernel[rows], n)
     cols = {"NVTX Range": uname, "Style": ustyle, "PID": _null_below_zero(upid), "TID": _null_below_zero(utid),
             "NVTX Inst": nvtx_inst,
             "Kern Inst": kern_inst, "Total Time (ns)": g.total, "Avg (ns)": round1_array(g.avg, layout),
@@ -363,3 +368,11 @@ def _null_below_zero(values: np.ndarray) -> np.ndarray:
     out = np.asarray(values, dtype=np.int64).astype(object)
     out[np.asarray(values) < 0] = None
     return out
+
+
+def _distinct_per_group(codes: np.ndarray, values: np.ndarray, ngroups: int) -> np.ndarray:
+    """How many distinct `values` each group code 0..ngroups-1 has."""
+    if not len(codes):
+        return np.zeros(ngroups, dtype=np.int64)
+    pairs = np.unique(np.stack((codes, values)), axis=1)
+    return np.bincount(pairs[0], minlength=ngroups).astype(np.int64)

@@ -11,8 +11,6 @@ apply (loaders.py), a report groups the general column reads instead: the same b
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
 import numpy as np
 
 from hpcprof.analysis.nsys.db import Export, process_of
@@ -35,6 +33,7 @@ from hpcprof.analysis.nsys.numerics import (
     by_total,
     factorize_sorted,
     group_codes,
+    join_rows,
     pack_sql,
     round1_array,
     text_rank,
@@ -54,13 +53,6 @@ from hpcprof.analysis.nsys.schema import (
     MissingData,
 )
 from hpcprof.analysis.nsys.table import SUMMARY_FMT, Table, make_table, null_text
-from hpcprof.lazy import LazyModule
-
-sa = LazyModule("sqlalchemy")
-if TYPE_CHECKING:
-    import pandas as pd
-else:   # the summary reports and their CSV need no pandas (0.2-0.5 s of start-up): imported when used
-    pd = LazyModule("pandas")
 
 
 def _name_summary(export: Export, ids: np.ndarray, values: np.ndarray, count_label: str, name_label: str,
@@ -93,8 +85,7 @@ def cuda_api_sum(export: Export, layout: str = NEW) -> Table:
     fast = _packed_by_id(export, RUNTIME, "nameId")
     if fast is not None:
         return _id_summary_frame(export, *fast, "Num Calls", "Name", layout, clean=True)
-    t = export.table(RUNTIME)
-    d = export.ints(sa.select(t.c.nameId, (t.c.end - t.c.start).label("dur")))
+    d = export.int_columns(RUNTIME, {"nameId": "nameId", "dur": DUR})
     return _name_summary(export, d["nameId"], d["dur"], "Num Calls", "Name", layout, clean=True)
 
 
@@ -103,9 +94,7 @@ def osrt_sum(export: Export, layout: str = NEW) -> Table:
     fast = _packed_by_id(export, OSRT, "nameId", f"eventClass = {OSRT_EVENT_CLASS}")
     if fast is not None:
         return _id_summary_frame(export, *fast, "Num Calls", "Name", layout)
-    t = export.table(OSRT)
-    d = export.ints(sa.select(t.c.nameId, (t.c.end - t.c.start).label("dur"))
-                    .where(t.c.eventClass == OSRT_EVENT_CLASS))
+    d = export.int_columns(OSRT, {"nameId": "nameId", "dur": DUR}, f"eventClass = {OSRT_EVENT_CLASS}")
     return _name_summary(export, d["nameId"], d["dur"], "Num Calls", "Name", layout)
 
 
@@ -166,9 +155,11 @@ def _dims_text(packed: np.ndarray, shifts: tuple[int, int], mask: int) -> np.nda
 def _kern_gb_packed(export: Export) -> tuple[np.ndarray, Groups, np.ndarray, np.ndarray] | None:
     """gpukernsum's groups from three packed columns: (nameId, duration), grid, block (None when
     some value does not pack). Returns (name ids, groups, grid text, block text) in GROUP BY order."""
-    grid = ("CASE WHEN gridX BETWEEN 0 AND 2147483647 AND gridY BETWEEN 0 AND 65535 AND gridZ BETWEEN 0 AND 65535 "
+    # integers a, b are both in 0..2^k-1 iff a | b is (a negative one sets the sign bit; NULL gives NULL):
+    # one range check per packed column costs SQLite ~15% less CPU per row than one per dimension
+    grid = ("CASE WHEN gridX BETWEEN 0 AND 2147483647 AND (gridY | gridZ) BETWEEN 0 AND 65535 "
             "THEN (gridX << 32) | (gridY << 16) | gridZ ELSE -1 END")
-    block = ("CASE WHEN blockX BETWEEN 0 AND 2097151 AND blockY BETWEEN 0 AND 2097151 AND blockZ BETWEEN 0 AND 2097151 "
+    block = ("CASE WHEN (blockX | blockY | blockZ) BETWEEN 0 AND 2097151 "
              "THEN (blockX << 42) | (blockY << 21) | blockZ ELSE -1 END")
     v, gp, bp = export.sql_ints(f"{pack_sql('demangledName', DUR)}, {grid}, {block}", KERNEL, ncols=3)
     if len(v) and min(v.min(), gp.min(), bp.min()) < 0:
@@ -239,8 +230,7 @@ def cuda_gpu_sum(export: Export, layout: str = NEW, api: bool = False) -> Table:
     calls too, first (nsys 2022.4's `apigpusum`), their names without a `_vNNNN` suffix."""
     names, values, cats = [], [], []
     if api and export.has(RUNTIME):
-        rt = export.table(RUNTIME)
-        r = export.ints(sa.select(rt.c.nameId, (rt.c.end - rt.c.start).label("dur")))
+        r = export.int_columns(RUNTIME, {"nameId": "nameId", "dur": DUR})
         id_codes, (uid,) = group_codes(r["nameId"])
         names.append(clean_api_names(export.strings(uid.astype(np.int64)))[id_codes])
         values.append(r["dur"])
@@ -317,22 +307,15 @@ def cuda_kern_exec_sum(export: Export, layout: str = OLD) -> Table:
     """Kernel launch → execution per (PID, TID, device, API, kernel): total, API, queue and kernel time
     (`kernexecsum`, today's `cuda_kern_exec_sum`: the same SQL, each version rounding as its SQLite does)."""
     k = kernels(export, ("deviceId", "correlationId", "globalPid"))
-    rt = export.table(RUNTIME)
-    r = export.ints(sa.select(rt.c.start, rt.c.end, rt.c.correlationId, rt.c.globalTid, rt.c.nameId))
-    kf = pd.DataFrame({"kstart": k["start"], "kend": k["end"], "dev": k["deviceId"], "kname": k["nameId"],
-                       "corr": k["correlationId"], "proc": k["globalPid"]})
-    rf = pd.DataFrame({"rstart": r["start"], "rend": r["end"], "corr": r["correlationId"],
-                       "proc": process_of(r["globalTid"]), "gtid": r["globalTid"], "rname": r["nameId"]})
-    j = kf.merge(rf, on=["corr", "proc"], how="inner")
-    api = (j["rend"] - j["rstart"]).to_numpy()
-    que = (j["kstart"] - j["rend"]).to_numpy()
-    kern = (j["kend"] - j["kstart"]).to_numpy()
-    tot = (np.maximum(j["rend"], j["kend"]) - j["rstart"]).to_numpy()
-    pid = (j["gtid"].to_numpy() >> 24) & 0xFFFFFF
-    tid = j["gtid"].to_numpy() & 0xFFFFFF
-    api_names = clean_api_names(export.strings(j["rname"].to_numpy()))
-    kern_names = export.strings(j["kname"].to_numpy())
-    codes, (upid, utid, udev, uapi, ukern) = group_codes(pid, tid, j["dev"].to_numpy(), api_names, kern_names)
+    r = export.int_columns(RUNTIME, ("start", "end", "correlationId", "globalTid", "nameId"))
+    ki, ri = join_rows([k["correlationId"], k["globalPid"]], [r["correlationId"], process_of(r["globalTid"])])
+    kstart, kend, rstart, rend = k["start"][ki], k["end"][ki], r["start"][ri], r["end"][ri]
+    api, que, kern, tot = rend - rstart, kstart - rend, kend - kstart, np.maximum(rend, kend) - rstart
+    gtid = r["globalTid"][ri]
+    pid, tid = (gtid >> 24) & 0xFFFFFF, gtid & 0xFFFFFF
+    api_names = clean_api_names(export.strings(r["nameId"][ri]))
+    kern_names = export.strings(k["nameId"][ki])
+    codes, (upid, utid, udev, uapi, ukern) = group_codes(pid, tid, k["deviceId"][ki], api_names, kern_names)
     n = len(upid)
     cols: dict[str, np.ndarray] = {"PID": upid, "TID": utid, "DevId": udev}
     gt, ga, gk = Groups(codes, tot, n), Groups(codes, api, n), Groups(codes, kern, n)
@@ -363,98 +346,89 @@ def _nullable(values: np.ndarray, null: np.ndarray) -> np.ndarray:
 
 def cuda_gpu_trace(export: Export, layout: str = NEW) -> Table:
     """One row per kernel, memcpy and memset, by start time. nsys's report needs the GPU table:
-    without TARGET_INFO_GPU it fails and writes nothing (2022.4 and 2025.3.1 alike)."""
-    parts = []
-    gpu_names = _gpu_names(export)
+    without TARGET_INFO_GPU it fails and writes nothing (2022.4 and 2025.3.1 alike). Each table's
+    rows are columns of a part (a column a table lacks is NULL in its rows), the parts' rows
+    stably sorted by start: numpy only (pandas costs ~20 ms a report on a per-rank export)."""
+    parts: list[dict[str, np.ndarray]] = []
     kinds = mem_kind_labels(export, layout)
     green = layout != OLD
     if export.has(KERNEL):
-        extra: tuple[str, ...] = ("correlationId", "gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ",
-                                  "registersPerThread", "staticSharedMemory", "dynamicSharedMemory", "deviceId",
-                                  "contextId", "streamId")
+        extra: tuple[str, ...] = ("correlationId", *KERNEL_DIMS, "staticSharedMemory", "dynamicSharedMemory",
+                                  "deviceId", "contextId", "streamId")
         extra += ("greenContextId",) if green and "greenContextId" in export.columns(KERNEL) else ()
         k = kernels(export, extra)
-        if layout == OLD:
-            name_ids = export.ints(sa.select(export.table(KERNEL).c.demangledName))["demangledName"]
-        else:
-            name_ids = k["nameId"]
-        f = pd.DataFrame({"start": k["start"], "dur": k["end"] - k["start"], "corr": k["correlationId"],
-                          "gx": k["gridX"], "gy": k["gridY"], "gz": k["gridZ"], "bx": k["blockX"],
-                          "by": k["blockY"], "bz": k["blockZ"], "regs": k["registersPerThread"],
-                          "smem": k["staticSharedMemory"] / 1e6, "dmem": k["dynamicSharedMemory"] / 1e6,
-                          "dev": k["deviceId"], "ctx": k["contextId"], "strm": k["streamId"],
-                          "green": k.get("greenContextId", np.zeros(len(k["start"]), dtype=np.int64)),
-                          "name": export.strings(name_ids)})
-        parts.append(f.astype({c: object for c in ("gx", "gy", "gz", "bx", "by", "bz", "regs", "smem", "dmem")}))
+        part = {"start": k["start"], "dur": k["end"] - k["start"], "corr": k["correlationId"],
+                "dev": k["deviceId"], "ctx": k["contextId"], "strm": k["streamId"],
+                "green": k.get("greenContextId", np.zeros(len(k["start"]), dtype=np.int64)),
+                "name": export.strings(k["nameId"])}
+        part |= {head: k[column].astype(object) for column, head in zip(KERNEL_DIMS, TRACE_DIMS, strict=True)}
+        part |= {"StcSMem (MB)": (k["staticSharedMemory"] / 1e6).astype(object),
+                 "DymSMem (MB)": (k["dynamicSharedMemory"] / 1e6).astype(object)}
+        parts.append(part)
     for table, is_copy in ((MEMCPY, True), (MEMSET, False)):
-        if not export.has(table):
-            continue
-        t = export.table(table)
-        present = export.columns(table)
-        sel = [t.c.start, t.c.end, t.c.correlationId, t.c.bytes, t.c.deviceId, t.c.contextId, t.c.streamId]
-        sel += [t.c.greenContextId if green and "greenContextId" in present else sa.literal(0).label("greenContextId")]
-        sel += [t.c.copyKind, t.c.srcKind, t.c.dstKind] if is_copy else [t.c.memKind if "memKind" in present
-                                                                          else sa.literal(-1).label("memKind")]
-        m = export.ints(sa.select(*sel))
-        dur = m["end"] - m["start"]
-        # SQL bytes * (1000000000 / duration): integer, turning REAL where the product overflows int64
-        per_s = np.where(dur > 0, 1_000_000_000 // np.maximum(dur, 1), 0)
-        as_real = m["bytes"].astype(np.float64) * per_s
-        with np.errstate(over="ignore"):
-            thru = np.where(np.abs(as_real) >= 2.0 ** 63, as_real, (m["bytes"] * per_s).astype(np.float64)) / 1e6
-        if is_copy:
-            labels = memcpy_labels(export, layout)
-            names = np.array([labels.get(c) for c in m["copyKind"]], dtype=object)
-            src = np.array([kinds.get(c) for c in m["srcKind"]], dtype=object)
-            dst = np.array([kinds.get(c) for c in m["dstKind"]], dtype=object)
-        else:
-            names = np.full(len(dur), MEMSET_LABEL, dtype=object)
-            src = np.array([kinds.get(c) for c in m["memKind"]], dtype=object)
-            dst = np.full(len(dur), None, dtype=object)
-        parts.append(pd.DataFrame({"start": m["start"], "dur": dur, "corr": m["correlationId"],
-                                   "bytes": m["bytes"] / 1e6, "thru": thru, "src": src, "dst": dst,
-                                   "dev": m["deviceId"], "ctx": m["contextId"], "strm": m["streamId"],
-                                   "green": m["greenContextId"], "name": names}))
-    f = pd.concat(parts, ignore_index=True).sort_values("start", kind="stable").reset_index(drop=True)
-    dev = f["dev"].to_numpy(np.int64)
-    device = np.array([f"{gpu_names.get(int(i))} ({int(i)})" if gpu_names.get(int(i)) is not None else None
-                       for i in dev], dtype=object) if gpu_names else np.full(len(f), None, dtype=object)
-    null = null_text(layout)
-    empty = "" if layout == OLD else None
-    thru = f["thru"].astype(object).where(f["thru"].notna(), empty) if "thru" in f else np.full(len(f), empty)
-    cols: dict[str, Any] = {"Start (ns)": f["start"], "Duration (ns)": f["dur"], "CorrId": f["corr"]}
-    for c, h in (("gx", "GrdX"), ("gy", "GrdY"), ("gz", "GrdZ"), ("bx", "BlkX"), ("by", "BlkY"), ("bz", "BlkZ"),
-                 ("regs", "Reg/Trd"), ("smem", "StcSMem (MB)"), ("dmem", "DymSMem (MB)"), ("bytes", "Bytes (MB)")):
-        cols[h] = _object_column(f, c)
-    # nsys 2022.4 heads it "Throughput (MBps)", nsys 2025.3.1 "Throughput (MB/s)"
-    cols["Throughput (MBps)" if layout == OLD else "Throughput (MB/s)"] = np.asarray(thru, dtype=object)
-    cols["SrcMemKd"] = _object_column(f, "src")
-    cols["DstMemKd"] = _object_column(f, "dst")
-    cols["Device"] = device
-    cols["Ctx"] = f["ctx"]
+        if export.has(table):
+            parts.append(_memop_trace_part(export, table, is_copy, layout, kinds))
+    order = np.argsort(np.concatenate([p["start"] for p in parts]), kind="stable")
+
+    def column(key: str, missing: object = None) -> np.ndarray:
+        """Column `key` of every part, rows by start (`missing` in the rows of a part without it)."""
+        values = [p[key] if key in p else np.full(len(p["start"]), missing, dtype=object) for p in parts]
+        return np.concatenate(values)[order]
+
+    gpu_names = _gpu_names(export)
+    dev = column("dev")
+    device = np.array([f"{gpu_names[i]} ({i})" if i in gpu_names else None for i in dev.tolist()], dtype=object)
+    cols: dict[str, np.ndarray] = {"Start (ns)": column("start"), "Duration (ns)": column("dur"),
+                                   "CorrId": column("corr")}
+    cols |= {head: column(head) for head in (*TRACE_DIMS, "StcSMem (MB)", "DymSMem (MB)", "Bytes (MB)")}
+    # nsys 2022.4 heads it "Throughput (MBps)", nsys 2025.3.1 "Throughput (MB/s)"; a kernel's is empty
+    cols["Throughput (MBps)" if layout == OLD else "Throughput (MB/s)"] = column("thru", "" if layout == OLD else None)
+    cols |= {"SrcMemKd": column("src"), "DstMemKd": column("dst"), "Device": device, "Ctx": column("ctx")}
     fmts = ["i", "i", "i", "i", "i", "i", "i", "i", "i", "i", "f3", "f3", "f3", "f3", "s", "s", "s", "i"]
     if green:
-        gc = f["green"].to_numpy(np.int64).astype(object)
-        gc[f["green"].to_numpy(np.int64) <= 0] = None
-        cols["GreenCtx"] = gc
+        gc = column("green")
+        cols["GreenCtx"] = _nullable(gc, gc <= 0)
         fmts.append("i")
-    cols["Strm"] = f["strm"]
-    cols["Name"] = f["name"]
-    return make_table({k: np.asarray(v, dtype=object) if not isinstance(v, pd.Series) else v.to_numpy()
-                  for k, v in cols.items()}, fmts + ["i", "s"], null=null)
+    cols["Strm"] = column("strm")
+    cols["Name"] = column("name")
+    return make_table(cols, fmts + ["i", "s"], null=null_text(layout))
 
 
-def _object_column(f: pd.DataFrame, col: str) -> np.ndarray:
-    """Column `col` of `f` as objects with NULL for missing values (absent column: all NULL)."""
-    if col not in f:
-        return np.full(len(f), None, dtype=object)
-    s = f[col].astype(object)
-    return s.where(s.notna(), None).to_numpy(dtype=object)
+KERNEL_DIMS = ("gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ", "registersPerThread")
+TRACE_DIMS = ("GrdX", "GrdY", "GrdZ", "BlkX", "BlkY", "BlkZ", "Reg/Trd")
+
+
+def _memop_trace_part(export: Export, table: str, is_copy: bool, layout: str,
+                      kinds: dict[int, str]) -> dict[str, np.ndarray]:
+    """cuda_gpu_trace's columns of the memcpy (`is_copy`) or memset rows."""
+    present = export.columns(table)
+    read = {c: f'"{c}"' for c in ("start", "end", "correlationId", "bytes", "deviceId", "contextId", "streamId")}
+    read["greenContextId"] = '"greenContextId"' if layout != OLD and "greenContextId" in present else "0"
+    kinds_read = ("copyKind", "srcKind", "dstKind") if is_copy else ("memKind",)
+    read |= {c: f'"{c}"' if is_copy or c in present else "-1" for c in kinds_read}
+    m = export.int_columns(table, read)
+    dur = m["end"] - m["start"]
+    # SQL bytes * (1000000000 / duration): integer, turning REAL where the product overflows int64
+    per_s = np.where(dur > 0, 1_000_000_000 // np.maximum(dur, 1), 0)
+    as_real = m["bytes"].astype(np.float64) * per_s
+    with np.errstate(over="ignore"):
+        thru = np.where(np.abs(as_real) >= 2.0 ** 63, as_real, (m["bytes"] * per_s).astype(np.float64)) / 1e6
+    if is_copy:
+        labels = memcpy_labels(export, layout)
+        names = np.array([labels.get(c) for c in m["copyKind"].tolist()], dtype=object)
+        src = np.array([kinds.get(c) for c in m["srcKind"].tolist()], dtype=object)
+        dst = np.array([kinds.get(c) for c in m["dstKind"].tolist()], dtype=object)
+    else:
+        names = np.full(len(dur), MEMSET_LABEL, dtype=object)
+        src = np.array([kinds.get(c) for c in m["memKind"].tolist()], dtype=object)
+        dst = np.full(len(dur), None, dtype=object)
+    return {"start": m["start"], "dur": dur, "corr": m["correlationId"], "Bytes (MB)": (m["bytes"] / 1e6).astype(object),
+            "thru": thru.astype(object), "src": src, "dst": dst, "dev": m["deviceId"], "ctx": m["contextId"],
+            "strm": m["streamId"], "green": m["greenContextId"], "name": names}
 
 
 def _gpu_names(export: Export) -> dict[int, str]:
     if not export.has("TARGET_INFO_GPU"):
         return {}
-    t = export.table("TARGET_INFO_GPU")
-    return {int(i): str(n) for i, n in export.rows(sa.select(t.c.id, t.c.name))}
+    return {int(i): str(n) for i, n in export.sql_rows('SELECT id, name FROM "TARGET_INFO_GPU"')}
 

@@ -18,8 +18,10 @@ command, 11 interleaved runs: --engine python 0.23 s best / 0.57 s median, --eng
 2.39 s, `python -c pass` 0.03 / 0.07 s: the columnar engine is 4.2-8.2x slower (5.1-5.5x in a second
 run). In process (median): python imports 0.09 s and computes 0.05 s; columnar imports 0.94 s
 (numpy, pyarrow, the ADBC driver) and computes 1.13 s (SQLAlchemy's import included). So `--engine
-auto` keeps it for CSV of these reports on exports up to 32 MB (cli.SMALL_EXPORT_BYTES); the
-columnar engine does every report, format and size. Its cost
+auto` keeps it for CSV of these reports on exports up to 32 MB (SMALL_EXPORT_BYTES), and `hpcprof
+collect` for the per-rank summaries of such exports (run_summaries: 3 ms against 12 ms for the six
+of a 442 kB export, benchmarks/results/collect_file.txt); the columnar engine does every report,
+format and size. Its cost
 is kept small: one ReportSpec (its `python` field), the shared numerics, names and CSV writer, and
 the differential tests check it against nsys as they check the columnar engine.
 """
@@ -184,6 +186,12 @@ def implementation(path: str) -> Callable[..., Table]:
     return getattr(importlib.import_module(f"hpcprof.analysis.nsys.{module}"), function)
 
 
+#: exports up to this size have their summary reports computed by the standard-library engine where it
+#: has them (`--engine auto` for CSV, collect's per-rank summaries): below it, the columnar engine's
+#: set-up per report costs more than the standard library's row loop
+SMALL_EXPORT_BYTES = 32 << 20
+#: a CSV cell format -> the numpy type of the columnar engine's column of it
+FORMAT_DTYPES = {"i": "int64", "f1": "float64", "f3": "float64", "s": "object"}
 #: reports of up to this many rows are kept in the export's cache (the summaries, not the traces)
 CACHED_ROWS = 10_000
 
@@ -227,6 +235,34 @@ def run_reports(export: Export, names: list[str], workers: int | None = None,
         if exc is not None and not isinstance(exc, (MissingData, NsysInputError)):
             raise exc
         out.append(exc if exc is not None else future.result())
+    return out
+
+
+def run_summaries(export: Export, names: list[str]) -> dict[str, Table]:
+    """The summary reports `names` of `export` that it has the data for (a report lacking its
+    data, MissingData, is left out), in that order, with numpy columns: on an export up to
+    SMALL_EXPORT_BYTES by the standard-library engine where its numbers are the columnar engine's
+    to the bit (reports whose fractions are all rounded to one decimal, as nsys prints them: the
+    two engines' sums of squares differ in the last bits, rounding and their shared tie rule make
+    them equal), its columns typed as the columnar engine types them; the others (a report of no
+    rows, cuda_gpu_mem_size_sum's MB, every report of a larger export) by the columnar engine."""
+    import numpy as np
+
+    small = export.path.stat().st_size <= SMALL_EXPORT_BYTES and all(n in PYTHON_REPORTS for n in names)
+    by_python = dict(zip(names, run_python_reports(export.path, names), strict=True)) if small else {}
+    out: dict[str, Table] = {}
+    for name in names:
+        got = by_python.get(name)
+        if isinstance(got, NsysInputError):
+            raise got
+        if isinstance(got, Table) and len(got) and "f3" not in got.formats:
+            out[name] = Table({c: np.array(v, dtype=FORMAT_DTYPES[f]) for (c, v), f in
+                               zip(got.columns.items(), got.formats, strict=True)}, got.formats, got.null)
+            continue
+        try:
+            out[name] = run_table(export, name)
+        except MissingData:
+            continue
     return out
 
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from hpcprof.analysis.nsys.distributed import Activity
 from hpcprof.analysis.nsys.window import Window
+from hpcprof.results import arrow_table
 
 COLUMNS = ["rank", "window", "iteration", "kind", "range", "start_ms", "end_ms"]
 
@@ -19,25 +21,20 @@ def _spans(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return owner, np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts) + np.repeat(lo, counts)
 
 
-def iteration_timeline(act: Activity, window: Window) -> pd.DataFrame:
+def iteration_timeline(act: Activity, window: Window) -> pa.Table:
     """Per rank and iteration of the window: the NVTX ranges inside the iteration (`kind` phase,
     projected onto the GPU) and its kernels (`kind` kernel, short names), start and end in ms
     from the iteration's GPU start."""
-    inst = window.instances
-    fields = ("rank", "start", "end", "proj_start", "proj_end")
-    if len(inst):
-        projected = inst["gpu_ops"].to_numpy() > 0
-        cols = {c: inst[c].to_numpy()[projected] for c in (*fields, "range")}
-        by_start = np.argsort(cols["start"], kind="stable")
-        cols = {c: v[by_start] if c == "range" else v[by_start].astype(np.int64) for c, v in cols.items()}
-    else:
-        cols = {c: np.empty(0, dtype=np.int64) for c in fields} | {"range": np.empty(0, dtype=object)}
+    inst = window.instance_columns
+    projected = inst["gpu_ops"] > 0
+    cols = {c: inst[c][projected] for c in ("rank", "start", "end", "proj_start", "proj_end", "range")}
+    by_start = np.argsort(cols["start"], kind="stable")
+    cols = {c: v[by_start] if c == "range" else v[by_start].astype(np.int64) for c, v in cols.items()}
     kernel = np.flatnonzero(act.column("kernel"))
     kernel = kernel[np.argsort(act.column("start")[kernel], kind="stable")]
     k_rank = act.column("rank")[kernel]
     its = window.iterations
-    it_rank = its["rank"].to_numpy(np.int64)
-    it_cols = {c: its[c].to_numpy() for c in ("window", "iteration", "start_ns", "end_ns", "cpu_start", "cpu_end")}
+    it_rank, it_cols = its["rank"], its
     parts: dict[str, list[np.ndarray]] = {c: [] for c in COLUMNS}
     for rank in np.unique(it_rank).tolist():
         at = np.flatnonzero(it_rank == rank)
@@ -69,8 +66,8 @@ def iteration_timeline(act: Activity, window: Window) -> pd.DataFrame:
         parts["start_ms"].append((np.concatenate((proj_start[sel], gpu[run]))[order] - origin) / 1e6)
         parts["end_ms"].append((np.concatenate((proj_end[sel], gpu_end[run]))[order] - origin) / 1e6)
     if not parts["rank"]:
-        return pd.DataFrame(columns=COLUMNS)
-    return pd.DataFrame({c: np.concatenate(v) for c, v in parts.items()})
+        return arrow_table(dict.fromkeys(COLUMNS, np.empty(0, dtype=object)))
+    return arrow_table({c: np.concatenate(v) for c, v in parts.items()})
 
 
 def median_iteration(iterations: pd.DataFrame) -> int | None:

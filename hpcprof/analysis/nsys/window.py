@@ -16,17 +16,21 @@ Every table computed over the window carries a `window` column naming it.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
-from hpcprof.analysis.nsys.arrays import covered_within, group_starts, merge_intervals
-from hpcprof.analysis.nsys.distributed import Activity, range_instances
+from hpcprof.analysis.nsys.arrays import Columns, covered_within, group_starts, merge_intervals
+from hpcprof.analysis.nsys.distributed import Activity, instance_columns, instance_frame
+from hpcprof.results import arrow_table
 
 TIMED_RANGE = "timed"
 ITERATION_RANGE = re.compile(r"(?:iteration|step)\d*")
@@ -37,26 +41,47 @@ WINDOW_COLUMNS = ["rank", "window", "start_ns", "end_ns", "cpu_start", "cpu_end"
 #: the columns of Window.iterations, and the integer ones among them
 ITERATION_RANGES = ["rank", "window", "iteration", "range", "start_ns", "end_ns", "cpu_start", "cpu_end"]
 ITERATION_DTYPES = {c: np.int64 for c in ("rank", "iteration", "start_ns", "end_ns", "cpu_start", "cpu_end")}
+#: a column of no rows (the tables of no window: columns of no type, as in a frame of no rows)
+NO_ROWS = np.empty(0, dtype=object)
 
 
 @dataclass
 class Window:
     """The measured window of each rank on its GPU clock, with its iterations."""
 
-    bounds: pd.DataFrame       # rank, window, start_ns, end_ns (GPU), cpu_start, cpu_end (CPU, NVTX)
-    iterations: pd.DataFrame   # rank, window, iteration, start_ns, end_ns (GPU projection of each)
-    instances: pd.DataFrame    # every NVTX range instance (range_instances)
+    bounds: dict[str, np.ndarray]       # WINDOW_COLUMNS: rank, window, start_ns, end_ns (GPU), cpu_start, cpu_end
+    iterations: dict[str, np.ndarray]   # ITERATION_RANGES: rank, window, iteration, range, GPU and CPU start, end
+    instance_columns: Columns           # every NVTX range instance (distributed.instance_columns)
+
+    @property
+    def instances(self) -> pd.DataFrame:
+        """The NVTX range instances as a frame (distributed.range_instances)."""
+        return instance_frame(self.instance_columns)
+
+    @property
+    def labels(self) -> dict[int, str]:
+        """The window's name of each rank."""
+        return dict(zip(self.bounds["rank"].tolist(), self.bounds["window"].tolist(), strict=True))
 
 
 def run_window_range(path: Path) -> str | None:
     """The NVTX range a run names as its window (`profile.window.nvtx` in its config.json), for an
     export under `<run>/profiles/nsys/` or `<run>/derived/nsys/`; None when there is none."""
-    run = path.resolve().parents[2] if len(path.resolve().parents) > 2 else None
-    if run is None or path.resolve().parent.parent.name not in ("profiles", "derived"):
+    resolved = path.resolve()
+    if len(resolved.parents) <= 2 or resolved.parent.parent.name not in ("profiles", "derived"):
         return None
+    config = resolved.parents[2] / "config.json"
     try:
-        config = json.loads((run / "config.json").read_text())
-        window = config["experiment"]["profile"].get("window") or {}
+        return _config_window(config, config.stat().st_mtime_ns)
+    except OSError:
+        return None
+
+
+@functools.lru_cache(maxsize=64)
+def _config_window(config: Path, mtime_ns: int) -> str | None:
+    """`profile.window.nvtx` of a run's config.json as of `mtime_ns` (read once per run, not per rank file)."""
+    try:
+        window = json.loads(config.read_text())["experiment"]["profile"].get("window") or {}
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
     return window.get("nvtx") if isinstance(window, dict) else None
@@ -102,9 +127,8 @@ def _rank_window(inst: dict[str, np.ndarray], op_start: np.ndarray, op_end: np.n
 def find_window(act: Activity, nvtx: str | None = None) -> Window:
     """The measured window of every rank of `act` (see the module's rules); `nvtx` names the range
     that marks one iteration (a `command` workload's own)."""
-    instances = range_instances(act)
-    inst = {c: instances[c].to_numpy() for c in ("rank", "range", "start", "end", "gpu_ops", "proj_start",
-                                                  "proj_end")}
+    instances = instance_columns(act)
+    inst = {c: instances[c] for c in ("rank", "range", "start", "end", "gpu_ops", "proj_start", "proj_end")}
     rank, start, end = act.column("rank"), act.column("start"), act.column("end")
     bounds: dict[str, list] = {c: [] for c in WINDOW_COLUMNS}
     iterations: dict[str, list[np.ndarray]] = {c: [] for c in ITERATION_RANGES}
@@ -122,21 +146,21 @@ def find_window(act: Activity, nvtx: str | None = None) -> Window:
                      ("start_ns", inst["proj_start"][its]), ("end_ns", inst["proj_end"][its]),
                      ("cpu_start", inst["start"][its]), ("cpu_end", inst["end"][its])):
             iterations[c].append(np.asarray(v))
+    dtype = {c: ITERATION_DTYPES.get(c, object) for c in (*WINDOW_COLUMNS, *ITERATION_RANGES)}
     if not bounds["rank"]:
-        return Window(pd.DataFrame(columns=WINDOW_COLUMNS), pd.DataFrame(columns=ITERATION_RANGES), instances)
-    columns = {c: np.concatenate(v).astype(ITERATION_DTYPES.get(c, object)) for c, v in iterations.items()}
-    labels = pd.array(columns["window"], dtype="str")          # as a frame of a str scalar, rows or none
-    return Window(pd.DataFrame(bounds), pd.DataFrame({c: labels if c == "window" else columns[c]
-                                                      for c in ITERATION_RANGES}), instances)
+        return Window({c: np.empty(0, dtype[c]) for c in WINDOW_COLUMNS},
+                      {c: np.empty(0, dtype[c]) for c in ITERATION_RANGES}, instances)
+    return Window({c: np.array(v, dtype=dtype[c]) for c, v in bounds.items()},
+                  {c: np.concatenate(v).astype(dtype[c]) for c, v in iterations.items()}, instances)
 
 
 def _bounds_of(window: Window, ranks: np.ndarray, *columns: str) -> tuple[np.ndarray, ...]:
     """Whether each of `ranks` has a window, then the window's `columns` (bounds) of each."""
-    b_rank = window.bounds["rank"].to_numpy(np.int64)
+    b_rank = window.bounds["rank"]
     by_rank = np.argsort(b_rank, kind="stable")
     at = by_rank[np.minimum(np.searchsorted(b_rank[by_rank], ranks), max(len(b_rank) - 1, 0))]
     found = b_rank[at] == ranks if len(b_rank) else np.zeros(len(ranks), dtype=bool)
-    return found, *(window.bounds[c].to_numpy(np.int64)[at] for c in columns)
+    return found, *(window.bounds[c][at] for c in columns)
 
 
 def clip(act: Activity, window: Window) -> Activity:
@@ -157,58 +181,55 @@ def busy_within(ops: pd.DataFrame | Activity, start: np.ndarray, end: np.ndarray
 
 
 def _busy_by_rank(act: Activity, rank: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
-    """For each interval [start, end) of a rank: the time some GPU operation of that rank runs in it."""
+    """For each interval [start, end) of a rank: the time some GPU operation of that rank runs in it
+    (each rank's union of operations made once per activity, for the window and its iterations)."""
     busy = np.zeros(len(rank), dtype=np.int64)
-    ops_rank = act.column("rank")
+    unions = cast(dict[int, tuple[np.ndarray, np.ndarray]], act.derived.setdefault("busy_unions", {}))
     for r in np.unique(rank).tolist():
-        mine, at = ops_rank == r, rank == r
-        union = merge_intervals(act.column("start")[mine], act.column("end")[mine])
-        busy[at] = covered_within(union, start[at], end[at])
+        if r not in unions:
+            mine = act.column("rank") == r
+            unions[r] = merge_intervals(act.column("start")[mine], act.column("end")[mine])
+        at = rank == r
+        busy[at] = covered_within(unions[r], start[at], end[at])
     return busy
 
 
-def iteration_series(act: Activity, window: Window) -> pd.DataFrame:
+def iteration_series(act: Activity, window: Window) -> pa.Table:
     """Per rank and iteration of the window: GPU start and end (first kernel start to last kernel
     end of the iteration's projected range), its length, the time the GPU was busy in it and idle."""
     its = window.iterations
-    if its.empty:
-        return pd.DataFrame(columns=ITERATION_COLUMNS)
-    rank = its["rank"].to_numpy(np.int64)
-    order = np.argsort(rank, kind="stable")                   # as groupby: ranks sorted, rows in order
-    rank = rank[order]
-    start, end = its["start_ns"].to_numpy(np.int64)[order], its["end_ns"].to_numpy(np.int64)[order]
+    if not len(its["rank"]):
+        return arrow_table(dict.fromkeys(ITERATION_COLUMNS, NO_ROWS))
+    order = np.argsort(its["rank"], kind="stable")            # as groupby: ranks sorted, rows in order
+    rank, start, end = its["rank"][order], its["start_ns"][order], its["end_ns"][order]
     busy = _busy_by_rank(act, rank, start, end)
-    return pd.DataFrame({"rank": rank, "window": its["window"].to_numpy()[order],
-                         "iteration": its["iteration"].to_numpy()[order], "start_ns": start, "end_ns": end,
-                         "gpu_ns": end - start, "busy_ns": busy, "idle_ns": end - start - busy})
+    return arrow_table({"rank": rank, "window": its["window"][order], "iteration": its["iteration"][order],
+                        "start_ns": start, "end_ns": end,
+                        "gpu_ns": end - start, "busy_ns": busy, "idle_ns": end - start - busy})
 
 
-def window_summary(act: Activity, window: Window) -> pd.DataFrame:
+def window_summary(act: Activity, window: Window) -> pa.Table:
     """Per rank: the window's name, GPU start/end, duration, iterations, busy and idle time."""
     b = window.bounds
-    rank = b["rank"].to_numpy(np.int64)
-    start, end = b["start_ns"].to_numpy(np.int64), b["end_ns"].to_numpy(np.int64)
+    rank, start, end = b["rank"], b["start_ns"], b["end_ns"]
     busy = _busy_by_rank(act, rank, start, end)
-    it_rank = window.iterations["rank"].to_numpy(np.int64)
+    it_rank = window.iterations["rank"]
     count = np.array([int((it_rank == r).sum()) for r in rank.tolist()], dtype=np.int64)
-    out = pd.DataFrame({"rank": rank, "window": b["window"].to_numpy(), "start_ns": start, "end_ns": end,
-                        "duration_ns": end - start, "iterations": count, "busy_ns": busy,
-                        "idle_ns": end - start - busy})
-    return out if len(out) else pd.DataFrame(columns=list(out.columns))
+    columns = {"rank": rank, "window": b["window"], "start_ns": start, "end_ns": end,
+               "duration_ns": end - start, "iterations": count, "busy_ns": busy, "idle_ns": end - start - busy}
+    return arrow_table(columns if len(rank) else dict.fromkeys(columns, NO_ROWS))
 
 
-def instances_inside(window: Window) -> pd.DataFrame:
+def instances_inside(window: Window) -> Columns:
     """The NVTX range instances inside each rank's window on the CPU (the window's own range
     included), for the per-range table of the window."""
-    inst = window.instances
-    if inst.empty:
-        return inst
-    rank = inst["rank"].to_numpy(np.int64)
-    found, lo, hi = _bounds_of(window, rank, "cpu_start", "cpu_end")
-    return inst[found & (inst["start"].to_numpy(np.int64) >= lo) & (inst["end"].to_numpy(np.int64) <= hi)]
+    inst = window.instance_columns
+    found, lo, hi = _bounds_of(window, inst["rank"], "cpu_start", "cpu_end")
+    keep = found & (inst["start"] >= lo) & (inst["end"] <= hi)
+    return {c: v[keep] for c, v in inst.items()}
 
 
-def kernel_sum(act: Activity) -> pd.DataFrame:
+def kernel_sum(act: Activity) -> pa.Table:
     """GPU time per rank and kernel name: instances and total_ns (most first)."""
     kernel = act.column("kernel")
     rank, dur = act.column("rank")[kernel], (act.column("end") - act.column("start"))[kernel]
@@ -220,16 +241,13 @@ def kernel_sum(act: Activity) -> pd.DataFrame:
     total = np.add.reduceat(dur[order], first) if len(first) else np.empty(0, dtype=np.int64)
     g_rank = rank[order][first]
     top = np.lexsort((-total, g_rank))                          # by rank, then most time first; stable
-    return pd.DataFrame({"rank": g_rank[top],
-                         "name": pd.array(np.asarray(names, dtype=object)[codes[order][first]][top],
-                                          dtype="str" if len(first) else object),
-                         "instances": count[top], "total_ns": total[top]})
+    return arrow_table({"rank": g_rank[top], "name": np.asarray(names, dtype=object)[codes[order][first]][top],
+                        "instances": count[top], "total_ns": total[top]})
 
 
-def with_window(df: pd.DataFrame, window: Window) -> pd.DataFrame:
-    """`df` (with a rank column) with the window's name of each rank inserted after `rank`."""
-    labels = dict(zip(window.bounds["rank"].tolist(), window.bounds["window"].tolist(), strict=True))
-    names = np.array([labels.get(rank, CAPTURE) for rank in df["rank"].tolist()], dtype=object)
-    out = df.copy(deep=False)                     # the columns shared, not copied (copy on write)
-    out.insert(list(df.columns).index("rank") + 1, "window", pd.Series(names, index=df.index, dtype=object))
-    return out
+def with_window(table: pa.Table, window: Window) -> pa.Table:
+    """`table` (with a rank column) with the window's name of each rank inserted after `rank`."""
+    labels = window.labels
+    names = [labels.get(rank, CAPTURE) for rank in table.column("rank").to_pylist()]
+    return table.add_column(table.schema.get_field_index("rank") + 1, "window",
+                            pa.array(names, pa.string()) if names else pa.nulls(0))

@@ -1,0 +1,90 @@
+"""collect's per-file tables built as Arrow (hpcprof.results.arrow_table, nsys analyse_tables) are
+the tables the pandas route made: same schemas, same values.
+
+tests/data/collect_tables_5481a9c.json holds, for every nsys export of the fixtures that collect
+analyses, each table's rows and the SHA-256 of its schema and of its values, as collect's map step
+wrote them at commit 5481a9c (every table a DataFrame converted by results.to_arrow; pandas 3.1.1,
+pyarrow 26.0.1). It was made by
+running this file at that commit: `PYTHONPATH=<worktree at 5481a9c> python tests/test_collect_arrow.py`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+GOLDEN = Path(__file__).resolve().parent / "data" / "collect_tables_5481a9c.json"
+
+
+def table_digest(table: pa.Table) -> list:
+    """[rows, SHA-256 of the schema, of the values (their repr, column by column)], 80 bits of each."""
+    values = json.dumps([[repr(v) for v in column.to_pylist()] for column in table.columns])
+    return [table.num_rows, hashlib.sha256(table.schema.remove_metadata().to_string().encode()).hexdigest()[:20],
+            hashlib.sha256(values.encode()).hexdigest()[:20]]
+
+
+def collected(fixtures: Path) -> dict[str, dict[str, list]]:
+    """Each usable nsys export under `fixtures` -> {table: digest} of the bundle collect's map step writes."""
+    from hpcprof.collect.engine import read_bundle
+    from hpcprof.collect.runs import map_file
+    from hpcprof.ranks import rank_from_filename
+
+    out = {}
+    for path in sorted(fixtures.rglob("*.sqlite")):
+        with tempfile.TemporaryDirectory() as parts:
+            try:
+                map_file("nsys", str(path), rank_from_filename(path) or 0, parts, {})
+            except Exception:          # an export collect cannot use (no StringIds, no GPU rows): not compared
+                continue
+            tables = read_bundle(next(Path(parts).glob("*.arrow")))
+        out[path.relative_to(fixtures).as_posix()] = {"(order)": list(tables),
+                                                      **{n: table_digest(t) for n, t in tables.items()}}
+    return out
+
+
+@pytest.mark.skipif(int(pd.__version__.split(".")[0]) < 3, reason="the digests were recorded with pandas 3.1.1 "
+                    "(text as large_string; pandas 2 keeps text columns as object: string)")
+def test_collect_tables_equal_those_of_the_pandas_route(fixtures_dir: Path) -> None:
+    """Every table of every usable fixture export is the one 5481a9c wrote (31 exports, 16-18 tables each)."""
+    golden = json.loads(GOLDEN.read_text())
+    got = collected(fixtures_dir)
+    assert sorted(got) == sorted(golden) and len(got) == 31
+    for export, tables in golden.items():
+        assert got[export] == tables, export
+
+
+COLUMNS = {
+    "ints": np.array([1, 2, 3]), "int32": np.array([1, 2, 3], dtype=np.int32), "floats_nan": np.array([1.5, np.nan, 2]),
+    "flags": np.array([True, False, True]), "text": np.array(["a", "b", "c"], dtype=object),
+    "text_none": np.array(["a", None, "c"], dtype=object), "text_nan": np.array(["a", np.nan, "c"], dtype=object),
+    "mixed": np.array([1, "a", None], dtype=object), "ints_object": np.array([1, 2, 3], dtype=object),
+    "none": np.array([None, None, None], dtype=object), "unicode": np.array(["x", "y", "z"])}
+
+
+@pytest.mark.parametrize("name", sorted(COLUMNS))
+def test_arrow_table_equals_the_frame_route(name: str) -> None:
+    """arrow_table(columns) is to_arrow(DataFrame(columns)) without the frame, column kind by kind."""
+    from hpcprof.results import arrow_table, to_arrow
+
+    values = COLUMNS[name]
+    for rows in (values, values[:0]):                      # and no rows: a frame's types of no rows
+        expected = to_arrow(pd.DataFrame({"c": rows}), pandas_metadata=False)
+        got = arrow_table({"c": rows})
+        assert got.schema.equals(expected.schema) and got.equals(expected), (got.schema, expected.schema)
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from fixture_files import materialize
+
+    with tempfile.TemporaryDirectory() as tmp:
+        GOLDEN.parent.mkdir(exist_ok=True)
+        GOLDEN.write_text(json.dumps(collected(materialize(Path(tmp))), indent=0, sort_keys=True) + "\n")
