@@ -8,9 +8,11 @@ path component: anything that could leave `results/` is refused.
 
 from __future__ import annotations
 
+import functools
 import re
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from hpcprof.atomic import atomic_write
 from hpcprof.errors import UserError
@@ -44,18 +46,22 @@ def table_path(run_dir: Path, name: str) -> Path:
     return results_dir(run_dir) / f"{check_name(name)}{SUFFIX}"
 
 
-def _as_text(values: pd.Series) -> pd.Series:
-    """A mixed-type object column (e.g. ints and strings) as text; others as they are."""
+def _as_text(values: Any) -> Any:
+    """A mixed-type object column (e.g. ints and strings) as text (a column array); others as they are."""
     if values.dtype == object and len({type(v) for v in values if v is not None and v == v}) > 1:
-        return values.map(lambda v: None if v is None or v != v else str(v))
+        import pandas as pd
+
+        return pd.Series(values, copy=False).map(lambda v: None if v is None or v != v else str(v)).array
     return values
 
 
 def to_arrow(df: pd.DataFrame, pandas_metadata: bool = True) -> pa.Table:
     """`df` as the Arrow table its result file holds: column names as text, mixed-type object
     columns as text, no index. Without `pandas_metadata` (the pandas dtypes to restore on
-    reading) each column is converted on its own, as pyarrow's from_pandas converts it, without
-    from_pandas's per-column bookkeeping (several times faster on small frames)."""
+    reading) each column array is converted on its own, as pyarrow's from_pandas converts it,
+    without from_pandas's per-column bookkeeping or a Series per column (several times faster
+    on small frames)."""
+    import numpy as np
     import pandas as pd
     import pyarrow as pa
 
@@ -68,9 +74,45 @@ def to_arrow(df: pd.DataFrame, pandas_metadata: bool = True) -> pa.Table:
             if frame.dtypes.iloc[i] == object:
                 frame.isetitem(i, _as_text(frame.iloc[:, i]))
         return pa.Table.from_pandas(frame, preserve_index=False)
-    columns = [_as_text(values) for _, values in df.items()]
-    arrays = [pa.array(c.to_numpy() if isinstance(c.array, pd.arrays.NumpyExtensionArray) else c, from_pandas=True)
-              for c in columns]
+    arrays = []
+    for values in df._iter_column_arrays():       # pandas' own iterator of column arrays (2.x, 3.x): no Series
+        values = _as_text(values)
+        if not isinstance(values, np.ndarray) and not hasattr(values, "__arrow_array__"):
+            values = pd.Series(values, copy=False)  # e.g. datetimes: converted as pyarrow converts a Series
+        arrays.append(pa.array(values, from_pandas=True))
+    return pa.Table.from_arrays(arrays, names=names)
+
+
+@functools.cache
+def _text_type() -> pa.DataType:
+    """The Arrow type the frame route gives a column of text: large_string where pandas infers its
+    str dtype (pandas 3), string where the column stays object (pandas 2)."""
+    import numpy as np
+    import pandas as pd
+
+    return to_arrow(pd.DataFrame({"text": np.array(["a"], dtype=object)}), pandas_metadata=False).schema[0].type
+
+
+def arrow_table(columns: Mapping[str, Any]) -> pa.Table:
+    """The Arrow table `to_arrow(pd.DataFrame(columns), pandas_metadata=False)` gives, built
+    without the frame (pandas costs ~0.1 ms a column, more than most per-rank tables' rows):
+    numpy numbers and booleans as they are (NaN as null), an object column of text only as the
+    frame route types text (_text_type); any other column (text with missing values, mixed types,
+    an empty object column) goes through the frame, as before."""
+    import numpy as np
+    import pyarrow as pa
+
+    names, arrays = [str(c) for c in columns], []
+    for name, values in columns.items():
+        if isinstance(values, np.ndarray) and values.ndim == 1 and values.dtype.kind in "biuf":
+            arrays.append(pa.array(values, from_pandas=True))
+        elif isinstance(values, np.ndarray) and values.dtype == object and len(values) \
+                and all(type(v) is str for v in values.tolist()):
+            arrays.append(pa.array(values, _text_type()))
+        else:
+            import pandas as pd
+
+            arrays.append(to_arrow(pd.DataFrame({name: values}), pandas_metadata=False).column(0))
     return pa.Table.from_arrays(arrays, names=names)
 
 
@@ -90,10 +132,14 @@ def read_table(run_dir: Path, name: str) -> pd.DataFrame | None:
     path = table_path(run_dir, name)
     if not path.is_file():
         return None
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    try:  # one open file: a table replaced meanwhile (another collect) is read whole, old or new
-        with open(path, "rb") as source:
+    # One open file: a table replaced meanwhile (another collect) is read whole, old or new. A
+    # native Arrow file, not a Python one: Arrow's I/O threads then never call back into Python,
+    # which at interpreter exit aborts the process ("terminate called without an active exception").
+    try:
+        with pa.OSFile(str(path)) as source:
             return pq.read_table(source).to_pandas()
     except Exception as exc:  # pyarrow raises ArrowInvalid, OSError, ... on a damaged file
         raise ResultError(f"{path}: damaged result table ({str(exc).splitlines()[0][:120]}); "
