@@ -5,13 +5,14 @@ links, so 4,096 ranks cost no disk). A run directory is made once by a real loca
 copied per N with its store. Every measurement is a fresh child process (the CLI's own code path,
 `collect_runs`), which reports its wall time and peak RSS (itself, and its largest worker).
 Printed per N: time per rank file (wall, and CPU of the collecting process and its workers: on a
-shared machine the wall time measures the others too), speed-up of 2 workers over 1, peak RSS,
+shared machine the wall time measures the others too), the phases of collecting the run (wall:
+inputs, map, concat, cross-rank, summary, ...), speed-up of 2 workers over 1, peak RSS,
 store and results size.
 Then the nsys cross-rank commands (`hpcprof nsys nccl|overlap` over all N rank files, one child
 process each): wall time and peak RSS. Last, each goal as met or missed, with its numbers.
 
     python benchmarks/collect_scale.py [--sizes 64,256,1024,4096] [--serial-max 1024]
-                                       [--workers-list 1,2] [--mpi-n 256] [--mpi-workers 2]
+                                       [--workers-list 1,2] [--mpi-n 256] [--mpi-workers 2[,4,...]]
                                        [--cross-sizes 256,1024,4096] [--cross-commands nccl,overlap]
                                        [--out FILE]
 
@@ -56,10 +57,11 @@ def one(workdir: Path, workers: int) -> None:
     store = Store(database_url(workdir))
     runs = all_runs(workdir)
     start, cpu_start = time.perf_counter(), cpu()
-    status = collect_runs(runs, store, lambda run: jobstate.refresh(run, store), log=lambda line: None,
-                          workers=workers)
+    lines: list[str] = []
+    status = collect_runs(runs, store, lambda run: jobstate.refresh(run, store), log=lines.append, workers=workers)
     wall = time.perf_counter() - start
-    print(json.dumps({"wall_s": wall, "cpu_s": cpu() - cpu_start, "status": status,
+    phases = [line.rpartition(" in ")[2] for line in lines if line.startswith("collected ")]
+    print(json.dumps({"wall_s": wall, "cpu_s": cpu() - cpu_start, "status": status, "phases": phases,
                       "rss_main_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                       "rss_worker_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}))
 
@@ -195,7 +197,7 @@ def main() -> None:
     parser.add_argument("--serial-max", type=int, default=1024, help="largest N also measured with 1 worker")
     parser.add_argument("--workers-list", default="1,2", help="worker processes measured (1: up to --serial-max)")
     parser.add_argument("--mpi-n", type=int, default=256, help="N measured with mpi4py.futures")
-    parser.add_argument("--mpi-workers", type=int, default=2, help="MPI workers (mpiexec -n this + 1)")
+    parser.add_argument("--mpi-workers", default="2", help="MPI workers, one measurement each (mpiexec -n this + 1)")
     parser.add_argument("--cross-sizes", default="256,1024,4096", help="N for the cross-rank commands ('' for none)")
     parser.add_argument("--cross-commands", default="nccl,overlap", help="cross-rank nsys commands measured")
     parser.add_argument("--out", type=Path, help="also write the table here")
@@ -219,7 +221,7 @@ def main() -> None:
         for n in [int(s) for s in args.sizes.split(",") if s]:
             counts = [int(w) for w in args.workers_list.split(",") if w]
             modes = [(w, False) for w in counts if w > 1 or n <= args.serial_max]
-            modes += [(args.mpi_workers, True)] if n == args.mpi_n else []
+            modes += [(int(w), True) for w in args.mpi_workers.split(",") if w] if n == args.mpi_n else []
             serial = None
             for workers, mpi in modes:
                 r = measure(tmpl, n, workers, mpi, scratch)
@@ -234,8 +236,8 @@ def main() -> None:
                         f"{r['rss_main_mb']:>11.0f} {r['rss_worker_mb']:>13.0f} {r['store_mb']:>8.2f} "
                         f"{r['results_mb']:>10.2f} {r['parts_mb']:>8.1f}" + ("" if r["status"] == 0 else " (skipped files!)"))
                 collected.append(r)
-                lines.append(line)
-                print(line, flush=True)
+                lines += [line, f"{'':>5} {'':>12} phases (wall s): {'; '.join(r['phases'])}"]
+                print("\n".join(lines[-2:]), flush=True)
         cross_sizes = [int(s) for s in args.cross_sizes.split(",") if s]
         if cross_sizes:
             lines.append(f"# nsys cross-rank commands over N rank files\n{'N':>5} {'command':>8} {'wall s':>8} "

@@ -13,7 +13,14 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from hpcprof.collect.engine import DamagedBundle, concat_parts, make_executor, read_bundle, write_bundle
+from hpcprof.collect.engine import (
+    DamagedBundle,
+    concat_parts,
+    concat_pieces,
+    make_executor,
+    read_bundle,
+    write_bundle,
+)
 from hpcprof.results import to_arrow
 
 WORKERS = [int(n) for n in os.environ.get("HPCPROF_TEST_WORKERS", "2").split(",")]
@@ -75,6 +82,23 @@ def test_concat_parts_unifies_schemas_in_order(tmp_path: Path) -> None:
     assert pq.read_table(tmp_path / "u.parquet").to_pydict() == {"k": ["a"]}
     assert not (tmp_path / "v.parquet").exists()             # no part holds it: not written
     assert concat_parts([], {"none": tmp_path / "none.parquet"}) == [] and not (tmp_path / "none.parquet").exists()
+
+
+def test_concat_pieces_joins_slices_in_order_under_one_schema(tmp_path: Path) -> None:
+    """The pieces of one table (each slice of ranks concatenated by a worker) joined in order:
+    a column a piece lacks is null there, int and float unify, an empty piece adds no row, and at
+    most `row_group` rows wait for their row group."""
+    import pyarrow.parquet as pq
+
+    pieces = [tmp_path / f"t.{i}.parquet" for i in range(3)]
+    pq.write_table(pa.table({"rank": [0, 0, 1], "x": [1, 2, 3]}), pieces[0], row_group_size=2)
+    pq.write_table(pa.table({"rank": pa.array([], pa.int64()), "x": pa.array([], pa.int64())}), pieces[1])
+    pq.write_table(pa.table({"rank": [2], "x": [0.5], "y": ["new"]}), pieces[2])
+    concat_pieces(pieces, tmp_path / "t.parquet", row_group=2)
+    joined = pq.ParquetFile(tmp_path / "t.parquet")
+    assert joined.read().to_pydict() == {"rank": [0, 0, 1, 2], "x": [1.0, 2.0, 3.0, 0.5],
+                                         "y": [None, None, None, "new"]}
+    assert [joined.metadata.row_group(i).num_rows for i in range(joined.num_row_groups)] == [2, 2]
 
 
 def collect_tables(exports: dict[Path, int], run: Path, workers: int) -> dict[str, pd.DataFrame]:

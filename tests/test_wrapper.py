@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 
 from hpcprof.cli import main
 from hpcprof.config.experiment import RANK_ENV, Experiment, Point, expand
-from hpcprof.config.profile import RankSelection
 from hpcprof.config.site import SiteConfig, find_site
+from hpcprof.ranks import RankSelection
 from hpcprof.render.job import render_point, template_dirs, write_run
 
 FAKE_TOOL = r"""#!/bin/bash

@@ -2,8 +2,9 @@
 # Issue 21 goal 4: `hpcprof collect` over many cores of one GPU machine (16-32 cores; no GPU used).
 # Generated run: N rank exports (hard links of the H200 seqpar fixtures, 442 kB each) collected with
 # 1, 2, 4, 8, 16 worker processes (`--workers N`), then with mpi4py.futures over Open MPI
-# (`mpiexec -n 4 python -m mpi4py.futures`: 3 MPI workers). Prints per mode wall time, ms per file,
-# speed-up over 1 worker and parallel efficiency (speed-up / workers); goal >= 0.7 at 16 workers.
+# (WORKERS overrides the list; `mpiexec -n W+1 python -m mpi4py.futures`: W MPI workers for each W of MPI_WORKERS, default 3,7,15).
+# Prints per mode wall time, ms per file, the phases of the collect (wall), speed-up over 1 worker and
+# parallel efficiency (speed-up / workers); goal >= 0.7 at 16 workers.
 # No network: hpcprof's dependencies come from the carried (git-ignored) .gpu/whl wheels, as the other
 # benchmarks/gpu scripts; the machine's python3 has numpy, pandas, pyarrow, mpi4py (Open MPI).
 # Then, with SCALE (sizes, e.g. 1024,4096,16384), N ranks with every core (16 workers): wall time and the collecting
@@ -14,6 +15,8 @@ set -u
 OUT_DIR=${1:?output directory}
 N=${2:-2048}
 SCALE=${3:-}
+MPI_WORKERS=${MPI_WORKERS:-3,7,15}
+WORKERS=${WORKERS:-1,2,4,8,16}
 REPO=$(pwd)
 mkdir -p "$OUT_DIR" /tmp/site
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site $(ls .gpu/whl*/*.whl) 2>/dev/null
@@ -30,8 +33,8 @@ done
   python3 -c 'import sys, pandas, pyarrow; from mpi4py import MPI; print("# python", sys.version.split()[0], "pandas", pandas.__version__, "pyarrow", pyarrow.__version__, "|", MPI.Get_library_version().replace(chr(0), "").splitlines()[0])'
   echo "# hpcprof $(git -C "$REPO" rev-parse --short HEAD 2>/dev/null)"
   python3 benchmarks/collect_file.py --repeat 30
-  python3 benchmarks/collect_scale.py --sizes "$N" --serial-max "$N" --workers-list 1,2,4,8,16 \
-    --mpi-n "$N" --mpi-workers 3 --cross-sizes ''
+  python3 benchmarks/collect_scale.py --sizes "$N" --serial-max "$N" --workers-list "$WORKERS" \
+    --mpi-n "$N" --mpi-workers "$MPI_WORKERS" --cross-sizes ''
   [ -z "$SCALE" ] || python3 benchmarks/collect_scale.py --sizes "$SCALE" --serial-max 0 --workers-list "$(nproc)" \
     --mpi-n 0 --cross-sizes ''
 } 2>&1 | tee "$OUT_DIR/collect_cores.txt"

@@ -7,6 +7,8 @@ part in memory at a time. It knows nothing of runs, tools or profiles (hpcprof.c
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import multiprocessing
 import multiprocessing.context
 import os
@@ -77,8 +79,12 @@ def worker_context(preload: Iterable[str] = ()) -> multiprocessing.context.BaseC
     share its imports), else forked from a fork server (a clean process that imported `preload`
     once): a fork of a process running threads (a notebook's, rich's progress, an executor's) can
     inherit a lock one of them holds and hang in the child. (Native pools such as OpenBLAS's reset
-    themselves at fork.)"""
+    themselves at fork.) Forked from this process, `preload` is imported here first, so that no
+    worker imports it again (a worker forked before pandas was imported pays for it itself)."""
     if threading.active_count() == 1:
+        for module in preload:
+            with contextlib.suppress(ImportError):     # as a fork server's preload
+                importlib.import_module(module)
         return multiprocessing.get_context("fork")
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(list(preload))
@@ -121,13 +127,14 @@ class Progress:
 
 
 def stream_map(executor: Executor, fn: Callable[..., Any], jobs: Iterable[tuple[K, tuple[Any, ...]]],
-               in_flight: int = 1024) -> Iterator[tuple[K, Future]]:
+               in_flight: int = 1024, meanwhile: Callable[[], None] | None = None) -> Iterator[tuple[K, Future]]:
     """`fn(*args)` for each `(key, args)` of `jobs` in `executor`, at most `in_flight` submitted at
     a time (jobs are read lazily); yields `(key, finished future)` as workers finish (in job order
-    with one in flight). The caller takes each result or exception from its future. Each future
-    reports its own completion (a queue fed by its done callback): waiting costs nothing per
-    future in flight, where `as_completed` over them all costs ~1-2 ms of this process's CPU per
-    file at 1,024 in flight."""
+    with one in flight). `meanwhile()`, if given, runs here once the first jobs are submitted:
+    work of this process that overlaps the workers'. The caller takes each result or exception
+    from its future. Each future reports its own completion (a queue fed by its done callback):
+    waiting costs nothing per future in flight, where `as_completed` over them all costs ~1-2 ms
+    of this process's CPU per file at 1,024 in flight."""
     import queue
 
     pending = iter(jobs)
@@ -143,6 +150,8 @@ def stream_map(executor: Executor, fn: Callable[..., Any], jobs: Iterable[tuple[
 
     for _ in range(max(1, in_flight)):
         submit_next()
+    if meanwhile is not None:
+        meanwhile()
     while running:
         future = finished.get()
         key = running.pop(future)
@@ -251,10 +260,7 @@ def concat_parts(parts: list[tuple[Path, list[str]]], targets: dict[str, Path], 
                     if own is not schema and not own.equals(schema):
                         if unified is None:
                             raise Reschema
-                        for column in schema.names:
-                            if column not in table.column_names:
-                                table = table.append_column(column, pa.nulls(len(table), schema.field(column).type))
-                        table = table.select(schema.names).cast(schema)
+                        table = conform(table, schema)
                     if name not in writers:
                         writers[name] = pq.ParquetWriter(tmps[name], schema)
                     pending[name].append(table)
@@ -292,6 +298,49 @@ def concat_parts(parts: list[tuple[Path, list[str]]], targets: dict[str, Path], 
                     unified[name] = pa.unify_schemas([schema, other], promote_options="permissive")
         atomically({}, unified)
     return names
+
+
+def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """`table` under `schema`, a schema unifying its own: the columns it lacks as nulls, in the
+    schema's order and types."""
+    import pyarrow as pa
+
+    for column in schema.names:
+        if column not in table.column_names:
+            table = table.append_column(column, pa.nulls(len(table), schema.field(column).type))
+    return table.select(schema.names).cast(schema)
+
+
+def concat_pieces(pieces: list[Path], target: Path, row_group: int = 262_144) -> None:
+    """Stream Parquet files `pieces` (each one slice of a table's rows, in order) into one
+    Parquet file `target` under one schema unifying theirs: one row group of each piece, and at
+    most `row_group` rows waiting for theirs, in memory at a time."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    schemas = [pq.read_schema(piece).remove_metadata() for piece in pieces]
+    schema = schemas[0]
+    for other in schemas[1:]:
+        if not other.equals(schema):
+            schema = pa.unify_schemas([schema, other], promote_options="permissive")
+
+    def write(tmp: Path) -> None:
+        pending: list[pa.Table] = []
+        rows = 0
+        with pq.ParquetWriter(tmp, schema) as writer:
+            for piece, own in zip(pieces, schemas, strict=True):
+                source = pq.ParquetFile(piece)
+                for i in range(source.num_row_groups):
+                    table = source.read_row_group(i).replace_schema_metadata(None)
+                    pending.append(table if own.equals(schema) else conform(table, schema))
+                    rows += len(table)
+                    if rows >= row_group:
+                        writer.write_table(pa.concat_tables(pending))
+                        pending, rows = [], 0
+            if pending:
+                writer.write_table(pa.concat_tables(pending))
+
+    atomic_write(target, write, what="result table")
 
 
 def concat_frames(frames: Iterable[pd.DataFrame], compact_every: int = 64) -> pd.DataFrame | None:

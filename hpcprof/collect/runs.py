@@ -20,12 +20,14 @@ again. Temporary files a killed collect left behind are removed.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
 import stat
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from concurrent.futures import BrokenExecutor, Executor
 from dataclasses import dataclass, field
 from functools import partial
@@ -39,6 +41,7 @@ from hpcprof.collect.engine import (
     Log,
     Progress,
     concat_parts,
+    concat_pieces,
     executor_workers,
     make_executor,
     read_bundle,
@@ -58,6 +61,14 @@ if TYPE_CHECKING:
 EXIT_PARTIAL = 3
 #: where a Problem goes (Collected.report of the run being collected)
 Report = Callable[[Problem], None]
+#: a context manager that adds its block's wall time to a phase of the run (Collected.timed)
+Timed = Callable[[str], contextlib.AbstractContextManager[None]]
+
+
+@contextlib.contextmanager
+def untimed(phase: str) -> Iterator[None]:
+    """A Timed that records nothing."""
+    yield
 
 
 def _short(exc: BaseException) -> str:
@@ -75,11 +86,29 @@ class Collected:
     log: Log = print
     tables: list[str] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
+    #: wall seconds per phase of collecting the run, in the order they ran ("... (during map)":
+    #: this process's own steps while the workers analysed the rank files)
+    seconds: dict[str, float] = field(default_factory=dict)
+    started: float = field(default_factory=time.perf_counter)
 
     def report(self, problem: Problem) -> None:
         """Record one Problem of the run: the run is then `partial` (collect exits 3)."""
         self.problems.append(problem)
         self.log(f"{self.run_id}: {problem}")
+
+    @contextlib.contextmanager
+    def timed(self, phase: str) -> Iterator[None]:
+        """Add the block's wall time to `phase` (Timed)."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - start
+
+    def timing(self) -> str:
+        """The run's wall time so far and its phases' for the log: "2.41 s (map 1.90, concat 0.30, ...)"."""
+        phases = ", ".join(f"{phase} {seconds:.2f}" for phase, seconds in self.seconds.items() if seconds >= 0.005)
+        return f"{time.perf_counter() - self.started:.2f} s ({phases})"
 
 
 def workload_tables(results_dir: Path, problem: Report) -> dict[str, pd.DataFrame]:
@@ -179,9 +208,10 @@ def _part_reads(parts: Path, key: str, tables: list[str]) -> bool:
 
 def map_files(tool: str, files: dict[Path, int], run_path: Path, executor: Executor, log: Log,
               problem: Report, tool_paths: dict[str, str] | None = None,
-              in_flight: int = 1024) -> dict[str, list[str]]:
+              in_flight: int = 1024, meanwhile: Callable[[], None] | None = None) -> dict[str, list[str]]:
     """Run `map_file` over every file not collected yet (or changed, or whose cached part is
-    damaged), at most `in_flight` files submitted at a time, streaming results as workers finish;
+    damaged), at most `in_flight` files submitted at a time, streaming results as workers finish
+    (`meanwhile()` runs in this process once the first files are submitted, stream_map);
     returns {part key: tables} of every usable file, in rank order."""
     from hpcprof.analysis.collector import NothingToAnalyse
 
@@ -213,7 +243,7 @@ def map_files(tool: str, files: dict[Path, int], run_path: Path, executor: Execu
     progress = Progress(f"{tool} {run_path.name}", len(pending), sum(st.st_size for _, _, st in pending), log)
     jobs = (((path, rank, st), (tool, str(path), rank, str(parts), tool_paths or {})) for path, rank, st in pending)
     try:
-        for (path, rank, st), future in stream_map(executor, map_file, jobs, in_flight):
+        for (path, rank, st), future in stream_map(executor, map_file, jobs, in_flight, meanwhile):
             try:
                 tables = future.result()
             except BrokenExecutor:  # a worker died (killed, out of memory): the files it left undone
@@ -250,36 +280,57 @@ def cross_rank_tables(tool: str, run_path: Path) -> tuple[list[str], list[str]]:
     return written, notes
 
 
-def _concat_group(parts: Path, held: list[tuple[str, list[str]]], targets: dict[str, Path]) -> list[str]:
-    """concat_parts of one group of tables (`targets`) over the bundles of `held` (part key, its
-    tables), in a worker: the bundle paths are made here, so that the collecting process sends
-    each worker only the part keys (a few MB at 16,384 ranks, not a Path per file and table)."""
-    return concat_parts([(_bundle(parts, key), [n for n in tables if n in targets]) for key, tables in held
-                         if any(n in targets for n in tables)], targets)
+def _concat_slice(parts: Path, held: list[tuple[str, list[str]]], targets: dict[str, Path]) -> list[str]:
+    """concat_parts of the bundles of `held` (part key, its tables) into `targets`, in a worker:
+    the bundle paths are made here, so that the collecting process sends each worker only the
+    part keys (a few MB at 16,384 ranks, not a Path per file and table)."""
+    return concat_parts([(_bundle(parts, key), tables) for key, tables in held], targets)
 
 
 def reduce_parts(tool: str, run_path: Path, mapped: dict[str, list[str]], executor: Executor | None = None,
-                 log: Log = print) -> list[str]:
-    """Tables of the whole run from the per-file parts: each table concatenated, then the tool's
-    cross-rank reduce (e.g. nsys's NCCL summary across ranks), both in `executor`'s workers so
-    that this process never holds the rows of all ranks. Returns the table names written."""
+                 log: Log = print, timed: Timed = untimed) -> list[str]:
+    """Tables of the whole run from the per-file parts: each table concatenated (phase `concat`),
+    then the tool's cross-rank reduce (e.g. nsys's NCCL summary across ranks; phase `cross-rank`),
+    both in `executor`'s workers so that this process never holds the rows of all ranks. With
+    several workers each concatenates one contiguous slice of the files into a Parquet piece per
+    table (every bundle is read once), then the pieces of each table are joined in order. Returns
+    the table names written."""
     from hpcprof.results import table_path
 
     executor = executor or InProcess()
     parts = _parts_dir(run_path, tool)
     names = sorted({n for tables in mapped.values() for n in tables})
-    groups = [names[i::executor_workers(executor)] for i in range(min(len(names), executor_workers(executor)))]
-    held = list(mapped.items())   # one list for every group: (part key, its tables), the table lists shared
-    futures = [executor.submit(_concat_group, parts, held, {name: table_path(run_path, f"{tool}_{name}")
-                                                            for name in group})
-               for group in groups]    # one group of tables per worker: each reads a file's bundle once
+    targets = {name: table_path(run_path, f"{tool}_{name}") for name in names}
+    held = list(mapped.items())
+    count = max(1, min(len(held), executor_workers(executor)))
+    slices = [held[i * len(held) // count:(i + 1) * len(held) // count] for i in range(count)]
+    pieces = run_path / "derived" / tool / "pieces"
+    shutil.rmtree(pieces, ignore_errors=True)     # a killed collect's
     try:
-        done = {name for future in futures for name in future.result()}
+        with timed("concat"):
+            if count == 1:
+                done = set(executor.submit(_concat_slice, parts, held, targets).result())
+            else:
+                pieces.mkdir(parents=True)
+                sliced = [executor.submit(_concat_slice, parts, held_slice,
+                                          {name: pieces / f"{name}.{i}.parquet" for name in names})
+                          for i, held_slice in enumerate(slices)]
+                in_slice = [future.result() for future in sliced]
+                joined = {name: executor.submit(concat_pieces, [pieces / f"{name}.{i}.parquet"
+                                                                for i, written in enumerate(in_slice)
+                                                                if name in written], targets[name])
+                          for name in names if any(name in written for written in in_slice)}
+                for future in joined.values():
+                    future.result()
+                done = set(joined)
         written = [f"{tool}_{name}" for name in names if name in done]
     except Exception as exc:  # a cached part whose footer reads but whose data does not
         (parts / "manifest.json").unlink(missing_ok=True)  # every part is made again
         raise DamagedCache(f"{parts}: a cached part does not read ({_short(exc)})") from None
-    reduced, notes = executor.submit(cross_rank_tables, tool, run_path).result()
+    finally:
+        shutil.rmtree(pieces, ignore_errors=True)
+    with timed("cross-rank"):
+        reduced, notes = executor.submit(cross_rank_tables, tool, run_path).result()
     for line in notes:
         log(line)
     return written + [name for name in reduced if name not in written]
@@ -336,9 +387,11 @@ def collect_run(run: RunDir, store: Store, log: Log = print, executor: Executor 
     for directory in (run.path / "results", run.path / "derived"):
         remove_stale_temps(directory)  # what a killed collect was writing
 
-    def step(label: str, fn: Callable[[], None]) -> None:
+    def step(label: str, fn: Callable[[], None], timed: bool = True) -> None:
+        """fn() as phase `label` (`timed`: False where fn times its own phases)."""
         try:
-            fn()
+            with done.timed(label) if timed else contextlib.nullcontext():
+                fn()
         except Exception as exc:  # one step failing never stops the others
             done.report(Problem(None, f"{label}: {_short(exc)}"))
 
@@ -351,10 +404,28 @@ def collect_run(run: RunDir, store: Store, log: Log = print, executor: Executor 
                 done.report(Problem(None, f"{source}_{name}: not written ({_short(exc)})"))
 
     config = run.config  # an unreadable config.json fails the run (the caller reports it)
-    step("workload", lambda: save("workload", workload_tables(run.path / "results", done.report)))
-    step("files", lambda: save("files", {"manifest": manifest(run)}))
     tool = config["experiment"]["profile"]["tool"]
     profile_dir = run.path / "profiles" / tool
+
+    def missing() -> None:  # a rank the profile was asked of that recorded nothing makes the run partial
+        from hpcprof.analysis.nsys.collect import missing_profiles
+
+        for line in missing_profiles(run.path, config):
+            done.report(Problem(None, line))
+
+    own_steps_done = False
+
+    def own_steps(during: str = "") -> None:
+        """This process's own light steps, once: while the workers analyse the rank files (`during`
+        the map phase), else on their own."""
+        nonlocal own_steps_done
+        if own_steps_done:
+            return
+        own_steps_done = True
+        suffix = f" (during {during})" if during else ""
+        step("workload" + suffix, lambda: save("workload", workload_tables(run.path / "results", done.report)))
+        step("files" + suffix, lambda: save("files", {"manifest": manifest(run)}))
+        step("profiles" + suffix, missing)
 
     def profiles() -> None:
         files = rank_files(profile_dir, done.report)
@@ -367,30 +438,27 @@ def collect_run(run: RunDir, store: Store, log: Log = print, executor: Executor 
                              rank_of={p: rank_from_filename(p) for p in files},  # type: ignore[misc]
                              work_dir=run.path / "derived" / tool, log=log, problem=done.report)
         ctx.work_dir.mkdir(parents=True, exist_ok=True)
-        inputs = collector(tool, tool_paths).inputs(ctx)
-        mapped = map_files(tool, inputs, run.path, executor, log, done.report, tool_paths)
+        with done.timed("inputs"):
+            inputs = collector(tool, tool_paths).inputs(ctx)
+        with done.timed("map"):
+            mapped = map_files(tool, inputs, run.path, executor, log, done.report, tool_paths,
+                               meanwhile=partial(own_steps, "map"))
         if any(mapped.values()):
             try:
-                done.tables.extend(reduce_parts(tool, run.path, mapped, executor, log))
+                done.tables.extend(reduce_parts(tool, run.path, mapped, executor, log, done.timed))
             except DamagedCache as exc:
                 log(f"{run.run_id}: {exc}; made again")
-                mapped = map_files(tool, inputs, run.path, executor, log, done.report, tool_paths)
-                done.tables.extend(reduce_parts(tool, run.path, mapped, executor, log))
+                with done.timed("map"):
+                    mapped = map_files(tool, inputs, run.path, executor, log, done.report, tool_paths)
+                done.tables.extend(reduce_parts(tool, run.path, mapped, executor, log, done.timed))
         elif mapped:
             log(f"{run.run_id}: {tool}: nothing to analyse in its profiles")
         else:
             done.report(Problem(profile_dir, f"no usable {tool} profile"))
 
     if tool != "none" and profile_dir.is_dir():
-        step(tool, profiles)
-
-    def missing() -> None:  # a rank the profile was asked of that recorded nothing makes the run partial
-        from hpcprof.analysis.nsys.collect import missing_profiles
-
-        for line in missing_profiles(run.path, config):
-            done.report(Problem(None, line))
-
-    step("profiles", missing)
+        step(tool, profiles, timed=False)   # its phases: inputs, map, concat, cross-rank
+    own_steps()                             # when there was no map to overlap
 
     def echo() -> None:  # Echo's flow: a ws-N DDP run against its sweep's ws-1 run
         from hpcprof.analysis.nsys.echo import echo_slowdown, wants_baseline
@@ -450,7 +518,8 @@ def collect_runs(selected: list[RunDir], store: Store, refresh: Callable[[RunDir
                 executor.shutdown(wait=False)   # the pool is broken: a new one for the next runs
                 executor, how = make_executor(workers, _worker_modules())
             status = f"partially, {len(result.problems)} problem(s)" if result.problems else state.state
-            log(f"collected {run.run_id} ({status}) -> {run.path / 'results'} ({len(result.tables)} tables)")
+            log(f"collected {run.run_id} ({status}) -> {run.path / 'results'} ({len(result.tables)} tables) "
+                f"in {result.timing()}")
     finally:
         executor.shutdown()
     return EXIT_PARTIAL if skipped else 0

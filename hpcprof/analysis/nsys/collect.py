@@ -170,7 +170,7 @@ NOTHING_RECORDED = "No reports were generated"
 def missing_profiles(run_dir: Path, config: dict) -> list[str]:
     """One line per rank that the run's config says nsys profiles (profile.ranks over the run's
     ranks) but that left no nsys profile, with the cause its rank log gives. Empty for other tools."""
-    from hpcprof.config.profile import RankSelection
+    from hpcprof.ranks import RankSelection
 
     profile = config["experiment"]["profile"]
     if profile["tool"] != "nsys":
