@@ -14,6 +14,7 @@ import pyarrow as pa
 import pytest
 
 from hpcprof.collect.engine import (
+    Compacting,
     DamagedBundle,
     concat_parts,
     concat_pieces,
@@ -99,6 +100,23 @@ def test_concat_pieces_joins_slices_in_order_under_one_schema(tmp_path: Path) ->
     assert joined.read().to_pydict() == {"rank": [0, 0, 1, 2], "x": [1.0, 2.0, 3.0, 0.5],
                                          "y": [None, None, None, "new"]}
     assert [joined.metadata.row_group(i).num_rows for i in range(joined.num_row_groups)] == [2, 2]
+
+
+def test_compacting_keeps_order_and_merges_by_levels() -> None:
+    """Items come back in order however many merges; each item is merged O(log n) times (by
+    levels of `every`), never once per `every` new items (the whole list again: quadratic)."""
+    merges: list[int] = []
+
+    def merge(items: list[list[int]]) -> list[int]:
+        merges.append(sum(map(len, items)))
+        return [x for item in items for x in item]
+
+    pending = Compacting(merge, every=4)
+    for i in range(1000):
+        pending.append([i])
+    assert [x for item in pending.items() for x in item] == list(range(1000))
+    assert all(len(level) < 4 for level in pending.levels) and len(pending.levels) == 5   # 4**5 > 1000
+    assert sum(merges) == 1000 // 4 * 4 + 1000 // 16 * 16 + 1000 // 64 * 64 + 1000 // 256 * 256  # each level's copies
 
 
 def collect_tables(exports: dict[Path, int], run: Path, workers: int) -> dict[str, pd.DataFrame]:

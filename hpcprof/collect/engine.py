@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Hashable, Iterable, Iterator
 from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from hpcprof.atomic import atomic_write
 
@@ -28,6 +28,33 @@ if TYPE_CHECKING:
 
 Log = Callable[[str], None]
 K = TypeVar("K", bound=Hashable)
+T = TypeVar("T")
+
+
+class Compacting(Generic[T]):
+    """Items kept in the order appended, merged `every` at a time as they come: thousands of small
+    tables cost far more memory than their rows, and merging the whole list again every `every`
+    items would copy each row once per merge (quadratic); merged by levels, each row is copied
+    O(log n) times and at most `every` items a level are held."""
+
+    def __init__(self, merge: Callable[[list[T]], T], every: int = 64) -> None:
+        self.merge, self.every = merge, max(2, every)
+        self.levels: list[list[T]] = [[]]
+
+    def append(self, item: T) -> None:
+        self.levels[0].append(item)
+        level = 0
+        while len(self.levels[level]) >= self.every:
+            merged = self.merge(self.levels[level])
+            self.levels[level] = []
+            if level + 1 == len(self.levels):
+                self.levels.append([])
+            self.levels[level + 1].append(merged)
+            level += 1
+
+    def items(self) -> list[T]:
+        """Every item (some merged), oldest first."""
+        return [item for level in reversed(self.levels) for item in level]
 
 
 def under_mpi_futures() -> bool:
@@ -230,7 +257,7 @@ def concat_parts(parts: list[tuple[Path, list[str]]], targets: dict[str, Path], 
     read once for all its tables (one bundle, and per table one row group of at most `row_group`
     rows, in memory at a time); a table's rows are written in the order of the parts, under one
     schema unifying its parts'. The parts of a table waiting for their row group are merged into
-    one contiguous table every `compact_every` parts (thousands of small Arrow tables cost far
+    contiguous tables `compact_every` at a time (Compacting: thousands of small Arrow tables cost far
     more memory than their rows). Each bundle is read once when every table's parts have its
     first part's schema (the usual case), else the schemas are read and unified first and the
     bundles read again. Returns the names of `targets` written (those some part holds), in
@@ -243,10 +270,13 @@ def concat_parts(parts: list[tuple[Path, list[str]]], targets: dict[str, Path], 
     class Reschema(Exception):
         """A part whose schema differs from its table's first one: unify them all, then write again."""
 
+    def merged(tables: list[pa.Table]) -> pa.Table:
+        return pa.concat_tables(tables).combine_chunks()
+
     def write(tmps: dict[str, Path], unified: dict[str, pa.Schema] | None) -> None:
         schemas = dict(unified or {})
         writers: dict[str, pq.ParquetWriter] = {}
-        pending: dict[str, list[pa.Table]] = {name: [] for name in names}
+        pending = {name: Compacting(merged, compact_every) for name in names}
         rows = dict.fromkeys(names, 0)
         try:
             for path, held in parts:
@@ -265,14 +295,12 @@ def concat_parts(parts: list[tuple[Path, list[str]]], targets: dict[str, Path], 
                         writers[name] = pq.ParquetWriter(tmps[name], schema)
                     pending[name].append(table)
                     rows[name] += len(table)
-                    if len(pending[name]) >= compact_every:
-                        pending[name] = [pa.concat_tables(pending[name]).combine_chunks()]
                     if rows[name] >= row_group:
-                        writers[name].write_table(pa.concat_tables(pending[name]))
-                        pending[name], rows[name] = [], 0
+                        writers[name].write_table(pa.concat_tables(pending[name].items()))
+                        pending[name], rows[name] = Compacting(merged, compact_every), 0
             for name, waiting in pending.items():
-                if waiting:
-                    writers[name].write_table(pa.concat_tables(waiting))
+                if waiting.items():
+                    writers[name].write_table(pa.concat_tables(waiting.items()))
         finally:
             for writer in writers.values():
                 writer.close()
@@ -352,9 +380,7 @@ def concat_frames(frames: Iterable[pd.DataFrame], compact_every: int = 64) -> pd
     def merged(parts: list[pd.DataFrame]) -> pd.DataFrame:
         return pd.concat([f for f in parts if len(f)] or parts[:1], ignore_index=True)
 
-    pending: list[pd.DataFrame] = []
+    pending = Compacting(merged, compact_every)
     for frame in frames:
         pending.append(frame)
-        if len(pending) >= compact_every:
-            pending = [merged(pending)]
-    return merged(pending) if pending else None
+    return merged(pending.items()) if pending.items() else None
