@@ -33,7 +33,7 @@ done
   lscpu | grep -E "^Model name|^Socket|^Core|^Thread" | sed 's/^/# /'
   python3 -c 'import sys, pandas, pyarrow; from mpi4py import MPI; print("# python", sys.version.split()[0], "pandas", pandas.__version__, "pyarrow", pyarrow.__version__, "|", MPI.Get_library_version().replace(chr(0), "").splitlines()[0])'
   echo "# hpcprof $(git -C "$REPO" rev-parse --short HEAD 2>/dev/null)"
-  python3 benchmarks/collect_file.py --repeat 30
+  python3 benchmarks/collect_file.py --repeat "${REPEAT:-30}"
   python3 benchmarks/collect_scale.py --sizes "$N" --serial-max "$N" --workers-list "$WORKERS" \
     --mpi-n "$N" --mpi-workers "$MPI_WORKERS" --cross-sizes ''
   [ -z "$SCALE" ] || python3 benchmarks/collect_scale.py --sizes "$SCALE" --serial-max "${SERIAL_MAX:-0}" --workers-list "1,$(nproc)" \
