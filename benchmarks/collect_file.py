@@ -122,10 +122,11 @@ def breakdown(path: Path, parts: Path, repeat: int) -> dict[str, float]:
 
 def reduce_share(path: Path, work: Path, files: int, workers: int = 2) -> float:
     """CPU seconds per file of collect's reduce: every table concatenated from `files` bundles of
-    `path` into the run's Parquet files, the tables in `workers` groups as collect's reduce_parts
-    splits them over that many workers (each group reads every bundle once); the cross-rank
-    reduce, once per run, is left out."""
+    `path` into the run's Parquet files as collect's reduce_parts does with `workers` workers
+    (each concatenates a contiguous slice of the bundles into a Parquet piece per table, then the
+    pieces of each table are joined); the cross-rank reduce, once per run, is left out."""
     from hpcprof.collect import runs
+    from hpcprof.collect.engine import concat_pieces
     from hpcprof.results import table_path
 
     parts = work / "reduce-parts"
@@ -135,9 +136,15 @@ def reduce_share(path: Path, work: Path, files: int, workers: int = 2) -> float:
     for copy in copies:
         if copy != bundle:
             shutil.copyfile(bundle, copy)
+    held = [(copy.stem, names) for copy in copies]
+    pieces = work / "reduce-pieces"
+    pieces.mkdir(exist_ok=True)
     start = time.process_time()
-    for group in (names[i::workers] for i in range(workers)):
-        runs.concat_parts([(c, group) for c in copies], {n: table_path(work / "run", f"nsys_{n}") for n in group})
+    for i in range(workers):
+        runs._concat_slice(parts, held[i * files // workers:(i + 1) * files // workers],
+                           {n: pieces / f"{n}.{i}.parquet" for n in names})
+    for n in names:
+        concat_pieces([pieces / f"{n}.{i}.parquet" for i in range(workers)], table_path(work / "run", f"nsys_{n}"))
     return (time.process_time() - start) / files
 
 
@@ -175,7 +182,7 @@ def main() -> None:
              f"floor (open + read the needed columns, {floor(path)} values)  {1000 * fl:8.2f} ms",
              f"analyse_tables (the analyses of one export)                {1000 * analysed:8.2f} ms",
              f"map_file (the analyses + writing the file's tables)        {1000 * mapped:8.2f} ms",
-             f"reduce, per file (tables of {args.reduce_files} bundles, 2 workers' groups) {1000 * reduced:8.2f} ms",
+             f"reduce, per file (tables of {args.reduce_files} bundles, 2 workers' slices) {1000 * reduced:8.2f} ms",
              f"per rank file (map_file + reduce share)                    {1000 * per_file:8.2f} ms",
              f"ratio to the floor                                         {ratio:8.2f}x",
              "# where the time goes (one profiled pass, mean CPU ms per file)"]
