@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import threading
 import time
@@ -146,9 +147,16 @@ def _stale(name: str, path: str) -> bool:
 
 def remove_stale_temps(directory: Path) -> int:
     """Remove the temporaries under `directory` whose writer is gone (killed mid-write: its
-    PID is gone on this host, or another host's has not touched it for an hour); returns how many."""
+    PID is gone on this host, or another host's has not touched it for an hour), files and
+    temporary directories (named by temp_path) alike; returns how many."""
     removed = 0
-    for root, _dirs, files in os.walk(directory):
+    for root, dirs, files in os.walk(directory):
+        for name in list(dirs):
+            path = os.path.join(root, name)
+            if _stale(name, path):
+                dirs.remove(name)
+                shutil.rmtree(path, ignore_errors=True)
+                removed += 1
         for name in files:
             path = os.path.join(root, name)
             if _stale(name, path):

@@ -83,6 +83,20 @@ def test_stale_temporaries_of_dead_writers_are_removed(tmp_path: Path) -> None:
     assert remove_stale_temps(tmp_path) == 1 and other_host.exists() is False
 
 
+def test_stale_temporary_directories_are_removed_whole(tmp_path: Path) -> None:
+    """A killed collect's directory of reduce pieces (named as a temporary of its PID) goes with
+    everything in it; a live collect's stays."""
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale = tmp_path / "nsys" / f".pieces.{HOST}-{dead.pid}.0123456789abcdef.tmp"
+    live = temp_path(tmp_path / "nsys" / "pieces")
+    for directory in (stale, live):
+        directory.mkdir(parents=True)
+        (directory / "kernels.0.parquet").write_text("x")
+    assert remove_stale_temps(tmp_path) == 1
+    assert not stale.exists() and (live / "kernels.0.parquet").exists()
+
+
 def test_a_foreign_sqlite_file_is_refused_unchanged(tmp_path: Path, fixtures_dir: Path) -> None:
     export = tmp_path / "report.sqlite"
     shutil.copyfile(fixtures_dir / "nsys" / "nsysai_mock.sqlite", export)

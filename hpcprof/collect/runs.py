@@ -34,7 +34,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hpcprof.atomic import atomic_write, remove_stale_temps
+from hpcprof.atomic import atomic_write, remove_stale_temps, temp_path
 from hpcprof.collect.engine import (
     DamagedBundle,
     InProcess,
@@ -304,8 +304,9 @@ def reduce_parts(tool: str, run_path: Path, mapped: dict[str, list[str]], execut
     held = list(mapped.items())
     count = max(1, min(len(held), executor_workers(executor)))
     slices = [held[i * len(held) // count:(i + 1) * len(held) // count] for i in range(count)]
-    pieces = run_path / "derived" / tool / "pieces"
-    shutil.rmtree(pieces, ignore_errors=True)     # a killed collect's
+    # this collect's own (a concurrent collect of the run has its own; a killed one's is removed as
+    # a stale temporary, atomic.remove_stale_temps)
+    pieces = temp_path(run_path / "derived" / tool / "pieces")
     try:
         with timed("concat"):
             if count == 1:

@@ -26,7 +26,7 @@ from typing import Any, Generic, TypeVar
 
 import msgspec
 
-BATCH_BYTES = 8 << 20  # JSON text per batch: about 30k Kineto events
+BATCH_BYTES = 4 << 20  # JSON text per batch: about 15k Kineto events (8 MiB: the same speed, +20 MiB per worker)
 _READ_BYTES = 1 << 20  # compressed bytes read at a time
 _WS = b" \t\r\n"
 _KEY = re.compile(rb'"traceEvents"[ \t\r\n]*:[ \t\r\n]*')
