@@ -12,7 +12,7 @@ on a loaded machine measures the others), best of --repeat, interleaved. Then on
 says how the time splits over the analyses (the functions analyse_tables calls, timed by wrapping
 them; nested calls count in their caller only).
 
-    python benchmarks/collect_file.py [--export FILE] [--repeat 30] [--reduce-files 64] [--out FILE]
+    python benchmarks/collect_file.py [--export FILE] [--repeat 30] [--reduce-files 256] [--out FILE]
 
 Goals (issue 21): <= 15 ms per rank file per core; <= 3x the floor.
 """
@@ -103,7 +103,7 @@ def breakdown(path: Path, parts: Path, repeat: int) -> dict[str, float]:
                                                  "kernel_sum", "with_window", "instances_inside")]
     targets += [(nsys_collect, n) for n in ("run_summaries", "arrow_table", "to_arrow", "rank_nccl", "iteration_timeline",
                                             "Export")]
-    targets += [(nsys_collect.critical_path, "rank_events"), (runs, "write_bundle")]
+    targets += [(nsys_collect.critical_path, "rank_event_columns"), (runs, "write_bundle")]
     saved = [(mod, name, getattr(mod, name)) for mod, name in targets]
     try:
         for mod, name, fn in saved:
@@ -152,7 +152,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--export", type=Path, default=FIXTURES / "nsys/h200_seqpar_bf16/rank0.sqlite")
     parser.add_argument("--repeat", type=int, default=30)
-    parser.add_argument("--reduce-files", type=int, default=64, help="bundles concatenated to time the reduce")
+    parser.add_argument("--reduce-files", type=int, default=256, help="bundles concatenated to time the reduce")
     parser.add_argument("--out", type=Path, help="also write the table here")
     args = parser.parse_args()
     from hpcprof.analysis.nsys.collect import analyse_tables

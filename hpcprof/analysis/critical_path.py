@@ -221,7 +221,16 @@ def _iteration_events(rank: int, iteration: np.ndarray, is_coll: np.ndarray, sta
 
 
 def rank_events(rank: int, ops: Table, iterations: Table, ranges: Table) -> pd.DataFrame:
-    """One rank's collectives per iteration and the GPU work before each (module docstring).
+    """rank_event_columns as a DataFrame (empty_events when it has no row)."""
+    import pandas as pd
+
+    columns = rank_event_columns(rank, ops, iterations, ranges)
+    return pd.DataFrame(columns) if columns is not None else empty_events()
+
+
+def rank_event_columns(rank: int, ops: Table, iterations: Table, ranges: Table) -> dict[str, np.ndarray] | None:
+    """One rank's collectives per iteration and the GPU work before each (module docstring), as
+    numpy columns (text as object arrays of str); None when it has no row.
 
     `ops`: the rank's GPU operations: start, end, launch (start of the launching CPU call; NaN/-1
     when unknown: left out), stream, name, collective (type, None for compute), and optionally
@@ -237,7 +246,7 @@ def rank_events(rank: int, ops: Table, iterations: Table, ranges: Table) -> pd.D
     keep = np.isfinite(launch) & (launch >= 0)
     it_start = np.asarray(iterations["start"], dtype=np.int64)
     if not keep.any() or len(it_start) == 0:
-        return empty_events()
+        return None
     by_start = np.argsort(it_start, kind="stable")
     it_start, it_end = it_start[by_start], np.asarray(iterations["end"], dtype=np.int64)[by_start]
     start, end = np.asarray(ops["start"], dtype=np.int64)[keep], np.asarray(ops["end"], dtype=np.int64)[keep]
@@ -292,7 +301,7 @@ def rank_events(rank: int, ops: Table, iterations: Table, ranges: Table) -> pd.D
     channel = str_each(channel[timed])
     cols = _iteration_events(rank, iteration[timed], is_coll[timed], start[timed], end[timed], channel, seq[timed],
                              label[timed], kind[timed])
-    return pd.DataFrame(cols) if len(cols["rank"]) else empty_events()
+    return cols if len(cols["rank"]) else None
 
 
 def _culprit(lead: list[Segment], other: list[Segment]) -> str:

@@ -119,7 +119,9 @@ def analyse_tables(path: Path, rank: int, nvtx_window: str | None = None) -> dic
         out["gaps"] = win.with_window(columns_table(dist.gap_columns(inside, GAP_NS)), window)
         out["capture_overlap"] = columns_table(dist.overlap_columns(activity))
         out["capture_phases"] = columns_table(dist.phase_columns(activity, window.instance_columns))
-        out[critical_path.EVENTS_TABLE] = to_arrow(critical_path.rank_events(activity), pandas_metadata=False)
+        events = critical_path.rank_event_columns(activity)
+        out[critical_path.EVENTS_TABLE] = arrow_table(events) if events is not None else \
+            to_arrow(critical_path.empty_events(), pandas_metadata=False)
     return out
 
 

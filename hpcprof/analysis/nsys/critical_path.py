@@ -25,7 +25,7 @@ from hpcprof.analysis.critical_path import (  # noqa: F401  (re-exported for col
     empty_events,
     str_each,
 )
-from hpcprof.analysis.critical_path import rank_events as events_of_rank
+from hpcprof.analysis.critical_path import rank_event_columns as event_columns_of_rank
 from hpcprof.analysis.nsys.arrays import group_starts
 from hpcprof.analysis.nsys.db import (
     NVTX,
@@ -76,8 +76,15 @@ def launch_starts(act: Activity) -> np.ndarray:
 
 
 def rank_events(act: Activity, iteration_range: str | None = None) -> pd.DataFrame:
+    """rank_event_columns as a DataFrame (empty_events when it has no row)."""
+    columns = rank_event_columns(act, iteration_range)
+    return pd.DataFrame(columns) if columns is not None else empty_events()
+
+
+def rank_event_columns(act: Activity, iteration_range: str | None = None) -> dict[str, np.ndarray] | None:
     """Every rank's collectives per timed iteration (`iteration_range`: the NVTX range that marks one,
-    see timed_iterations) with the GPU work before each (per-file part)."""
+    see timed_iterations) with the GPU work before each (per-file part), as numpy columns; None
+    when there is no row."""
     launch = launch_starts(act)
     comm = act.column("comm")
     collective = np.full(len(comm), None, dtype=object)
@@ -105,13 +112,14 @@ def rank_events(act: Activity, iteration_range: str | None = None) -> pd.DataFra
             ops = {"start": act.column("start")[mine], "end": act.column("end")[mine], "launch": launch[mine],
                    "stream": act.column("stream")[mine], "name": act.column("short")[mine],
                    "collective": collective[mine]}
-            parts.append(events_of_rank(int(rank[mine[0]]), ops, its, {"name": range_name[phases],
-                                                                        "start": range_start[phases],
-                                                                        "end": range_end[phases]}))
-    parts = [p for p in parts if len(p)]
+            columns = event_columns_of_rank(int(rank[mine[0]]), ops, its, {"name": range_name[phases],
+                                                                            "start": range_start[phases],
+                                                                            "end": range_end[phases]})
+            if columns is not None:
+                parts.append(columns)
     if len(parts) > 1:
-        return pd.concat(parts, ignore_index=True)
-    return parts[0] if parts else empty_events()
+        return {c: np.concatenate([part[c] for part in parts]) for c in parts[0]}
+    return parts[0] if parts else None
 
 
 def critical_path_table(act: Activity) -> pd.DataFrame:

@@ -10,6 +10,7 @@ is opened with `mode=ro&immutable=1`, so SQLite never writes to it or next to it
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import threading
@@ -208,6 +209,12 @@ class Export:
                 self._meta = sa.MetaData()
                 self._conn = self._engine.connect()
             return self._engine
+
+    @contextlib.contextmanager
+    def sqlite(self) -> Iterator[sqlite3.Connection]:
+        """The export's sqlite3 connection, held: no report thread uses it meanwhile."""
+        with self._lock:
+            yield self._db
 
     @property
     def _db(self) -> sqlite3.Connection:

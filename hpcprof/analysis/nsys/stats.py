@@ -28,6 +28,7 @@ the differential tests check it against nsys as they check the columnar engine.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 from collections.abc import Callable
@@ -249,7 +250,7 @@ def run_summaries(export: Export, names: list[str]) -> dict[str, Table]:
     import numpy as np
 
     small = export.path.stat().st_size <= SMALL_EXPORT_BYTES and all(n in PYTHON_REPORTS for n in names)
-    by_python = dict(zip(names, run_python_reports(export.path, names), strict=True)) if small else {}
+    by_python = dict(zip(names, run_python_reports(export, names), strict=True)) if small else {}
     out: dict[str, Table] = {}
     for name in names:
         got = by_python.get(name)
@@ -266,14 +267,19 @@ def run_summaries(export: Export, names: list[str]) -> dict[str, Table]:
     return out
 
 
-def run_python_reports(path: Path, names: list[str]) -> list[Table | MissingData | NsysInputError]:
-    """Reports `names` (each in PYTHON_REPORTS) of the export at `path` by the standard-library
-    engine (NsysInputError when the file itself is unusable); each entry is the Table or the
+def run_python_reports(source: Path | Export, names: list[str]) -> list[Table | MissingData | NsysInputError]:
+    """Reports `names` (each in PYTHON_REPORTS) of an export by the standard-library engine:
+    `source` is its path, or its open Export, whose sqlite3 connection is then borrowed
+    (NsysInputError when the file itself is unusable); each entry is the Table or the
     MissingData/NsysInputError it raised."""
     from hpcprof.analysis.nsys.small import SmallExport
 
-    export = SmallExport(path)
-    try:
+    with contextlib.ExitStack() as stack:
+        if isinstance(source, Path):
+            export = SmallExport(source)
+            stack.callback(export.close)
+        else:
+            export = SmallExport(source.path, stack.enter_context(source.sqlite()), source.table_names)
         out: list[Table | MissingData | NsysInputError] = []
         for name in names:
             spec = spec_of(name)
@@ -285,5 +291,3 @@ def run_python_reports(path: Path, names: list[str]) -> list[Table | MissingData
             except (MissingData, NsysInputError) as exc:
                 out.append(exc)
         return out
-    finally:
-        export.close()
