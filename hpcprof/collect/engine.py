@@ -372,8 +372,8 @@ def concat_pieces(pieces: list[Path], target: Path, row_group: int = 262_144) ->
 
 
 def concat_frames(frames: Iterable[pd.DataFrame], compact_every: int = 64) -> pd.DataFrame | None:
-    """The frames concatenated in order, merged every `compact_every` frames as they stream in
-    (thousands of small frames cost far more memory than their rows); empty frames are left out
+    """The frames concatenated in order, merged `compact_every` at a time as they stream in
+    (Compacting: thousands of small frames cost far more memory than their rows); empty frames are left out
     unless all are empty (they would change the dtypes). None when there is no frame."""
     import pandas as pd
 
