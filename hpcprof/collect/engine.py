@@ -299,8 +299,8 @@ def concat_parts(parts: list[tuple[Path, list[str]]], targets: dict[str, Path], 
                         writers[name].write_table(pa.concat_tables(pending[name].items()))
                         pending[name], rows[name] = Compacting(merged, compact_every), 0
             for name, waiting in pending.items():
-                if waiting.items():
-                    writers[name].write_table(pa.concat_tables(waiting.items()))
+                if tables := waiting.items():
+                    writers[name].write_table(pa.concat_tables(tables))
         finally:
             for writer in writers.values():
                 writer.close()
@@ -383,4 +383,5 @@ def concat_frames(frames: Iterable[pd.DataFrame], compact_every: int = 64) -> pd
     pending = Compacting(merged, compact_every)
     for frame in frames:
         pending.append(frame)
-    return merged(pending.items()) if pending.items() else None
+    frames_left = pending.items()
+    return merged(frames_left) if frames_left else None
