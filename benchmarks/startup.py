@@ -7,7 +7,9 @@ and the best CPU time (user+sys, less disturbed by other work on a shared machin
 with their ratios to `python -c pass`, and, where `perf` can count them, the user-space instructions
 of one run (independent of other work on the machine: the measure to compare before/after here). Goals: every command that lists or renders (`sites`,
 `render`, `status`, `report` in the terminal) under 0.3 s and (issue 21) at most 10x `python -c pass`; `nsys stats` on a per-rank export no slower than `nsys stats` itself (the nsys on
-PATH: one and six summary reports as CSV, the names of its generation).
+PATH: one and six summary reports as CSV, the names of its generation). What bounds each command
+that lists or renders is printed beside it: the import of the libraries it uses (with one pydantic
+model built, for those that validate a config), timed the same way (`x libs`: the command over it).
 
     python benchmarks/startup.py [--repeat 5] [--out FILE]
 """
@@ -32,6 +34,12 @@ from fixture_files import STORED  # noqa: E402  (the real fixtures kept in the r
 GOAL_S = 0.3
 GOAL_RATIO = 10.0
 LISTS_OR_RENDERS = ("hpcprof sites", "hpcprof render", "hpcprof status", "hpcprof report")
+MODEL = "from pydantic import BaseModel\nclass Model(BaseModel):\n    x: int\n"
+#: command -> the libraries it cannot start without (its floor; `status`: of runs whose end the store holds)
+LIBRARIES = {"hpcprof sites": "import click, yaml, rich.table\n" + MODEL,
+             "hpcprof render": "import click, yaml, jinja2\n" + MODEL,
+             "hpcprof status": "import click, rich.table",
+             "hpcprof report": "import click, rich.table, pandas, pyarrow.parquet"}
 OLD_SIX = ["gpukernsum", "cudaapisum", "gpumemtimesum", "gpumemsizesum", "nvtxsum", "osrtsum"]     # nsys 2022.4
 NEW_SIX = ["cuda_gpu_kern_sum", "cuda_api_sum", "cuda_gpu_mem_time_sum", "cuda_gpu_mem_size_sum", "nvtx_sum",
            "osrt_sum"]
@@ -93,6 +101,8 @@ def main() -> None:
             commands["hpcprof report"] = py + ["-m", "hpcprof", "report", "--workdir", str(work / "runs")]
         else:
             notes.append(f"(no `status` timing: the local run failed here: {made.stderr.strip().splitlines()[-1:]})")
+        commands.update({f"libraries of {name}": py + ["-c", code] for name, code in LIBRARIES.items()
+                         if name in commands})
         nsys = shutil.which("nsys")
         version = subprocess.run([nsys, "--version"], capture_output=True, text=True).stdout.split()[-1] if nsys else ""
         six = OLD_SIX if version.startswith("2022") else NEW_SIX
@@ -118,10 +128,12 @@ def main() -> None:
     lines = [f"# startup: best of {args.repeat}, {os.cpu_count()} CPUs (shared with other work; load average "
              f"{load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end); python {sys.version.split()[0]}",
              f"{'command':<30} {'wall s':>7} {'x pass':>7} {'cpu s':>7} {'x pass':>7} {'< 0.3 s':>13} "
-             f"{'<= 10x (wall, cpu)':>19} {'instr. M':>9} {'x pass':>7}"]
+             f"{'<= 10x (wall, cpu)':>19} {'x libs':>7} {'instr. M':>9} {'x pass':>7}"]
     for name, wall in best.items():
-        goal = ratio = ""
+        goal = ratio = over = ""
         cpu = best_cpu[name]
+        if f"libraries of {name}" in best:
+            over = f"{wall / best[f'libraries of {name}']:.2f}"
         if name in LISTS_OR_RENDERS:
             goal = "met" if wall < GOAL_S else f"missed ({wall / GOAL_S:.1f}x)"
             ratio = ", ".join("met" if r <= GOAL_RATIO else "missed" for r in (wall / base, cpu / base_cpu))
@@ -131,7 +143,7 @@ def main() -> None:
         count, base_count = counted[name], counted["python -c pass"]
         shown = f"{count / 1e6:>9.0f} {count / base_count:>7.1f}" if count and base_count else f"{'':>17}"
         lines.append(f"{name:<30} {wall:>7.3f} {wall / base:>7.1f} {cpu:>7.3f} {cpu / base_cpu:>7.1f} {goal:>13} "
-                     f"{ratio:>19} {shown}")
+                     f"{ratio:>19} {over:>7} {shown}")
     if not any(name.startswith("nsys stats") for name in best):
         lines.append("(nsys not on PATH: no `nsys stats` comparison on this machine)")
     lines += notes

@@ -135,11 +135,16 @@ def recorded_state(run: RunDir) -> JobState:
     return reconcile(run, stored_view(run))
 
 
+def unrecorded(states: dict[RunDir, JobState]) -> dict[RunDir, JobState]:
+    """The states `record` has to store: all but the terminal ones the store already holds."""
+    return {run: state for run, state in states.items() if not terminal_state_stored(run, state)}
+
+
 def record(states: dict[RunDir, JobState], store: Store | None) -> None:
     """Store each run's state if it changed, in one transaction. A terminal state is final: once
     stored, the run directory says so, and later looks need not open the store nor ask the
     scheduler (`status` stays fast)."""
-    todo = {run: state for run, state in states.items() if not terminal_state_stored(run, state)}
+    todo = unrecorded(states)
     if store is None or not todo:
         return
     known = store.record_states({run.run_id: (s.state, s.exit_code, s.reason) for run, s in todo.items()})

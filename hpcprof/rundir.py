@@ -5,7 +5,7 @@ Layout: config.json (resolved), job.sh, rank_wrapper.sh, logs/, profiles/<tool>/
 tmp/, derived/ (collect's own intermediate files, e.g. exported .sqlite), `status` (key=value lines
 written by the job: start, host, job_id, exit_code, end; and `cancelled=` by `mark_cancelled`),
 `DONE` (written last by the job), `submission.json` (written at submit: scheduler, job id),
-`state.stored` (the final state the store holds).
+`state.stored` (the final state the store holds), `collect.stored` (how the store says it was collected).
 """
 
 from __future__ import annotations
@@ -137,6 +137,20 @@ class RunDir:
     def store_state(self, note: str) -> None:
         """Note the final state the store now holds."""
         atomic_write(self.path / "state.stored", note)
+
+    def stored_collect(self) -> str | None:
+        """How the store says the run was collected (the `collect.stored` note: `complete`, or
+        `partial: ` and the first problem), or None."""
+        try:
+            return (self.path / "collect.stored").read_text(errors="replace").strip() or None
+        except OSError:
+            return None
+
+    def store_collect(self, problems: list[str]) -> None:
+        """Note how the store now says the run was collected (see `stored_collect`)."""
+        first = problems[0].splitlines()[0] if problems and problems[0].strip() else ""
+        atomic_write(self.path / "collect.stored", ("partial" + (f": {first}" if first else "")) if problems
+                     else "complete")
 
     def mark_cancelled(self) -> None:
         """Add `cancelled=EPOCH` to the status file: hpcprof asked the scheduler to stop the job."""

@@ -59,5 +59,23 @@ def test_render_to_a_directory_without_rich_sqlalchemy_or_pandas(tmp_path: Path)
     assert (tmp_path / "job" / "p000" / "job.sh").is_file()  # a sweep of two points
 
 
-def test_status_json_reads_the_store_without_rich_or_the_config_models(one_run: Path, tmp_path: Path) -> None:
+def test_status_of_ended_stored_runs_opens_no_store(one_run: Path, tmp_path: Path) -> None:
+    """Submit --wait stored the final state and noted it in the run directory: status reads the
+    notes alone (no SQLAlchemy, no rich for JSON, no config models)."""
+    assert heavy_imports("status", "--workdir", str(one_run), "--format", "json", cwd=tmp_path) == set()
+
+
+def test_status_opens_the_store_for_a_state_it_does_not_hold(one_run: Path, tmp_path: Path) -> None:
+    (note,) = one_run.glob("*/*/state.stored")
+    note.unlink()  # as if the store had not recorded the end yet
     assert heavy_imports("status", "--workdir", str(one_run), "--format", "json", cwd=tmp_path) == {"sqlalchemy"}
+    assert note.read_text().splitlines()[0] == "COMPLETED 0"  # recorded, and noted again
+
+
+def test_status_shows_how_a_run_was_collected_without_the_store(one_run: Path, tmp_path: Path) -> None:
+    hpcprof("collect", workdir=one_run, check=True)
+    (note,) = one_run.glob("*/*/collect.stored")
+    assert note.read_text() == "complete"
+    assert heavy_imports("status", "--workdir", str(one_run), "--format", "json", cwd=tmp_path) == set()
+    rows = json.loads(hpcprof("status", "--format", "json", workdir=one_run, check=True).stdout)
+    assert [row["collected"] for row in rows] == ["complete"]

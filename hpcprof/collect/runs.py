@@ -479,8 +479,15 @@ def collect_run(run: RunDir, store: Store, log: Log = print, executor: Executor 
 
     if store.has_run(run.run_id):  # a run directory copied in from elsewhere has no record to update
         step("summary", summary)
-        store.mark_collected(run.run_id, [str(p) for p in done.problems])
+        mark_collected(run, store, [str(p) for p in done.problems])
     return done
+
+
+def mark_collected(run: RunDir, store: Store, problems: list[str]) -> None:
+    """Record in the store how the run was collected, and note it in the run directory (which
+    `status` reads, so that it need not open the store)."""
+    store.mark_collected(run.run_id, problems)
+    run.store_collect(problems)
 
 
 def _worker_modules() -> list[str]:
@@ -510,7 +517,7 @@ def collect_runs(selected: list[RunDir], store: Store, refresh: Callable[[RunDir
                 log(f"{run.run_id}: not collected ({_short(exc)})")
                 try:
                     if store.has_run(run.run_id):
-                        store.mark_collected(run.run_id, [f"not collected: {_short(exc)}"])
+                        mark_collected(run, store, [f"not collected: {_short(exc)}"])
                 except Exception:  # the store itself is unusable: the line above says enough
                     pass
                 continue

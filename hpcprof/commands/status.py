@@ -3,29 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import click
 
 from hpcprof.cli_options import db_option, with_site_lookup, workdir_option
 from hpcprof.commands.common import console, open_store, runs_from, show_states
 from hpcprof.errors import UserError
-
-if TYPE_CHECKING:
-    from hpcprof.store import Store
-
-
-def collect_states(store: Store | None, run_ids: list[str]) -> dict[str, str]:
-    """Per collected run: `complete`, or `partial: ` and its first problem (e.g. a profiled rank
-    whose nsys recorded nothing)."""
-    out: dict[str, str] = {}
-    if store is None:
-        return out
-    for run_id, record in store.run_records(run_ids).items():
-        if record.get("collect_status"):
-            note = (record.get("collect_note") or "").splitlines()
-            out[run_id] = record["collect_status"] + (f": {note[0]}" if note else "")
-    return out
 
 
 @click.command()
@@ -40,9 +23,10 @@ def status(runs: tuple[str, ...], workdir: Path, db: str | None, fmt: str) -> No
 
     selected = runs_from(runs, workdir)
     states = jobstate.current_states(selected)  # one scheduler query for all the runs
-    store = open_store(workdir, db, create=False)
-    jobstate.record(states, store)
-    show_states(list(states.items()), fmt, collect_states(store, [run.run_id for run in states]))
+    if jobstate.unrecorded(states):  # ended runs the store already holds: the store is not opened
+        jobstate.record(states, open_store(workdir, db, create=False))
+    collected = {run.run_id: note for run in states if (note := run.stored_collect())}  # as collect noted it
+    show_states(list(states.items()), fmt, collected)
 
 
 @click.command()

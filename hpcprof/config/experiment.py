@@ -16,7 +16,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, Field, field_validator, model_validator
 
-from hpcprof.config import MAX_POINTS
+from hpcprof.config import MAX_POINTS, REPEAT
 from hpcprof.config.container import ContainerConfig
 from hpcprof.config.directives import check_fields, walltime_seconds
 from hpcprof.config.profile import ProfileConfig
@@ -34,8 +34,6 @@ from hpcprof.config.site import (
 from hpcprof.config.validation import load_yaml, parse_yaml, validate
 from hpcprof.errors import UserError
 from hpcprof.workloads import workload_args_model
-
-REPEAT = "repeat"  # the sweep-point parameter that numbers repetitions
 
 #: The launchers' rank variables the rank wrapper reads (templates/rank_wrapper.sh.j2) and the
 #: ones it exports; an experiment's `env` setting one would give several ranks the same identity.

@@ -11,7 +11,7 @@ from typing import Any
 import pandas as pd
 
 from hpcprof.analysis.summary import run_summary, top_kernels
-from hpcprof.config.experiment import REPEAT
+from hpcprof.config import REPEAT
 from hpcprof.errors import UserError
 from hpcprof.report.stats import ci_halfwidth
 from hpcprof.results import list_tables
