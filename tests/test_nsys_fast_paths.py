@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import shutil
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -75,3 +76,45 @@ def test_fallback_where_values_do_not_pack(fixtures_dir: Path, tmp_path: Path,
     fast = _csvs(db)
     _general(monkeypatch)
     assert fast == _csvs(db)
+
+
+@pytest.mark.parametrize("fixture", FIXTURES)
+def test_small_tables_read_through_sqlite3_equal_the_adbc_reads(fixtures_dir: Path, fixture: str,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tables up to SMALL_READ_ROWS rows are read through sqlite3 (no ADBC connection); with the
+    bound raised past every table, and at -1 (every read through ADBC), the reports and collect's
+    per-rank tables are the same."""
+    from hpcprof.analysis.nsys.collect import analyse_tables
+
+    db = fixtures_dir / "nsys" / f"{fixture}.sqlite"
+    outputs = []
+    for bound in (1 << 40, -1):
+        monkeypatch.setattr(nsys_db, "SMALL_READ_ROWS", bound)
+        opened = []
+        monkeypatch.setattr(nsys_db.ArrowConnection, "__init__", _counting(opened))
+        try:
+            tables = {name: table.to_pylist() for name, table in analyse_tables(db, 0).items()}
+        except nsys_db.NsysInputError as exc:     # an export collect refuses: refused alike
+            tables = {"error": str(exc)}
+        outputs.append((_csvs(db), tables))
+        assert bool(opened) == (bound == -1)
+    assert outputs[0] == outputs[1]
+
+
+def _counting(opened: list[str]) -> Callable[[nsys_db.ArrowConnection, str], None]:
+    """ArrowConnection.__init__, noting each connection opened."""
+    original = nsys_db.ArrowConnection.__init__
+
+    def init(self: nsys_db.ArrowConnection, uri: str) -> None:
+        opened.append(uri)
+        original(self, uri)
+
+    return init
+
+
+def test_small_batch_types_as_adbc_and_declines_what_it_cannot() -> None:
+    batch = nsys_db.small_batch([(1, 2.5, "a\x00b"), (-3, 0.0, "\x00")])
+    assert batch is not None and [str(t) for t in batch.schema.types] == ["int64", "double", "string"]
+    assert batch.column(2).to_pylist() == ["a\x00b", "\x00"]                 # NUL kept (the NULL marker)
+    assert nsys_db.small_batch([(1,), (None,)]) is None                      # a NULL: read by ADBC
+    assert nsys_db.small_batch([(1,), ("x",)]) is None                       # mixed types likewise

@@ -1,7 +1,8 @@
 """Open an Nsight Systems SQLite export read-only and read its tables as columns.
 
 Columns are read by the ADBC SQLite driver into Arrow record batches (no per-row Python
-objects). SQL is either plain text (the summary reports, which pack several integers
+objects); a table of at most SMALL_READ_ROWS rows (a per-rank export's) through the sqlite3
+connection instead, into the same batches (`Export.sql_batches`). SQL is either plain text (the summary reports, which pack several integers
 into one column in SQL: the driver's cost is per value moved, SQLite's arithmetic is
 nearly free) or built with SQLAlchemy Core against the reflected tables; SQLAlchemy is
 imported on first use only, so the summary reports never pay for it. The user's file
@@ -53,6 +54,7 @@ if TYPE_CHECKING:
 BATCH_ROWS = 1 << 16          # rows per Arrow batch read from SQLite
 SPLIT_ROWS = 1 << 17          # tables larger than this are read in parallel parts ...
 SPLIT_PARTS = 2               # ... of this many rowid ranges
+SMALL_READ_ROWS = 1 << 12     # tables up to this many rows are read through sqlite3 (sql_batches)
 T = TypeVar("T")
 
 
@@ -79,6 +81,31 @@ def arrow_of(values: np.ndarray) -> pa.Array:
     if values.dtype not in ARROW_TYPES:
         return pa.array(values, from_pandas=True)
     return pa.Array.from_buffers(ARROW_TYPES[values.dtype], len(values), [None, pa.py_buffer(values)])
+
+
+def text_array(values: Sequence[str]) -> pa.Array:
+    """An Arrow string array of Python strings, built from its buffers (`pa.array` imports pandas)."""
+    encoded = [v.encode() for v in values]
+    offsets = np.zeros(len(encoded) + 1, dtype=np.int32)
+    np.cumsum([len(e) for e in encoded], out=offsets[1:])
+    return pa.Array.from_buffers(pa.string(), len(encoded), [None, pa.py_buffer(offsets),
+                                                             pa.py_buffer(b"".join(encoded))])
+
+
+def small_batch(rows: list[tuple]) -> pa.RecordBatch | None:
+    """Rows read through sqlite3 as one Arrow batch of the types ADBC gives them: integer and
+    float columns through numpy, text columns from their UTF-8 bytes; None when a column holds
+    anything else (NULLs, mixed types), for the caller to read it through ADBC instead."""
+    arrays = []
+    for column in zip(*rows, strict=True):
+        if type(column[0]) is str and all(type(v) is str for v in column):
+            arrays.append(text_array(column))
+            continue
+        values = np.array(column)
+        if values.dtype.kind not in "if":
+            return None
+        arrays.append(arrow_of(values))
+    return pa.RecordBatch.from_arrays(arrays, names=[str(i) for i in range(len(arrays))])
 
 
 def pid_of(global_id: np.ndarray | pd.Series) -> np.ndarray:
@@ -310,15 +337,18 @@ class Export:
 
     def _rowids(self, table: str) -> tuple[int | None, int | None]:
         """(min, max) rowid of `table` (two index look-ups); (None, None) when empty, missing or
-        a WITHOUT ROWID table."""
-        if not self.has(table):
-            return None, None
-        try:
-            with self._lock:
-                return self._db.execute(f'SELECT (SELECT min(rowid) FROM "{table}"), '
-                                           f'(SELECT max(rowid) FROM "{table}")').fetchone()
-        except sqlite3.DatabaseError:
-            return None, None
+        a WITHOUT ROWID table; looked up once per export (opened immutable: it does not change)."""
+        def look_up() -> tuple[int | None, int | None]:
+            if not self.has(table):
+                return None, None
+            try:
+                with self._lock:
+                    return self._db.execute(f'SELECT (SELECT min(rowid) FROM "{table}"), '
+                                            f'(SELECT max(rowid) FROM "{table}")').fetchone()
+            except sqlite3.DatabaseError:
+                return None, None
+
+        return self.memo(f"rowids {table}", look_up)  # type: ignore[no-any-return]
 
     def has_rows(self, table: str) -> bool:
         """Whether `table` exists and has at least one row."""
@@ -415,17 +445,32 @@ class Export:
             conds = [f"rowid BETWEEN {rowids[0]} AND {rowids[1]}"] if rowids else []
             conds += [f"({where})"] if where else []
             sql = f'SELECT {columns} FROM "{table}"' + (" WHERE " + " AND ".join(conds) if conds else "")
-            return [fn(batch) for batch in self.sql_batches(sql)]
+            return [fn(batch) for batch in self.sql_batches(sql, table)]
 
         if len(ranges) == 1:
             return run(ranges[0])
         with ThreadPoolExecutor(len(ranges)) as pool:
             return [r for part in pool.map(run, ranges) for r in part]
 
-    def sql_batches(self, sql: str) -> Iterator[pa.RecordBatch]:
+    def sql_batches(self, sql: str, table: str | None = None) -> Iterator[pa.RecordBatch]:
         """Run SQL text through ADBC; Arrow record batches of up to BATCH_ROWS rows (from the
-        export's columnar cache when it has them, see cache.py)."""
+        export's columnar cache when it has them, see cache.py). A read of `table` (the table
+        the SQL reads) of at most SMALL_READ_ROWS rows, as per-rank exports' are, goes through
+        the export's sqlite3 connection instead, as one batch: an ADBC connection and statement
+        cost more than such a read (see small_batch; a read it cannot type goes through ADBC)."""
         cache = self._cache
+        if table is not None and cache is None and self.size(table) <= SMALL_READ_ROWS:
+            try:
+                with self._lock:
+                    rows = self._db.execute(sql).fetchall()
+            except sqlite3.Error:
+                rows = None                         # read through ADBC, whose error then names the problem
+            if rows == []:
+                return
+            batch = small_batch(rows) if rows else None
+            if batch is not None:
+                yield batch
+                return
         cached = cache.read(sql) if cache is not None else None
         if cached is not None:
             yield from cached

@@ -157,7 +157,7 @@ def nvtx_range_columns(export: Export, event_types: tuple[int, ...], layout: str
     domains: dict[str, list[np.ndarray]] = {n: [] for n in ("start", "domainId", "pid", "textId", "text")}
     last = 0
     codes = TextCodes()
-    for batch in export.sql_batches(sql):       # the last timestamp is over all events, marks included
+    for batch in export.sql_batches(sql, NVTX):  # the last timestamp is over all events, marks included
         a = {n: batch.column(i).to_numpy().astype(np.int64, copy=False) for i, n in enumerate(names)}
         last = max(last, int(a["start"].max()), int(a["end"].max()))
         a["text"] = codes.encode(batch.column(6))
