@@ -140,11 +140,17 @@ class RunDir:
 
     def stored_collect(self) -> str | None:
         """How the store says the run was collected (the `collect.stored` note: `complete`, or
-        `partial: ` and the first problem), or None."""
+        `partial: ` and the first problem), None when not noted; a damaged note is named."""
+        path = self.path / "collect.stored"
         try:
-            return (self.path / "collect.stored").read_text(errors="replace").strip() or None
-        except OSError:
+            note = path.read_bytes().decode("utf-8").strip()
+        except FileNotFoundError:
             return None
+        except (OSError, UnicodeDecodeError):
+            note = ""
+        if note == "complete" or note.startswith("partial"):
+            return note
+        return f"{path} is damaged; collect the run again: hpcprof collect {self.run_id}"
 
     def store_collect(self, problems: list[str]) -> None:
         """Note how the store now says the run was collected (see `stored_collect`)."""

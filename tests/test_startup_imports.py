@@ -79,3 +79,9 @@ def test_status_shows_how_a_run_was_collected_without_the_store(one_run: Path, t
     assert heavy_imports("status", "--workdir", str(one_run), "--format", "json", cwd=tmp_path) == set()
     rows = json.loads(hpcprof("status", "--format", "json", workdir=one_run, check=True).stdout)
     assert [row["collected"] for row in rows] == ["complete"]
+    note.write_bytes(b"\xff\xfe")                                       # a damaged note is named
+    rows = json.loads(hpcprof("status", "--format", "json", workdir=one_run, check=True).stdout)
+    run_id = note.parent.name
+    assert [row["collected"] for row in rows] == [f"{note} is damaged; collect the run again: hpcprof collect {run_id}"]
+    hpcprof("collect", run_id, workdir=one_run, check=True)
+    assert note.read_text() == "complete"

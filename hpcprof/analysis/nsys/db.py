@@ -2,11 +2,11 @@
 
 Columns are read by the ADBC SQLite driver into Arrow record batches (no per-row Python
 objects); a table of at most SMALL_READ_ROWS rows (a per-rank export's) through the sqlite3
-connection instead, into the same batches (`Export.sql_batches`). SQL is either plain text (the summary reports, which pack several integers
-into one column in SQL: the driver's cost is per value moved, SQLite's arithmetic is
-nearly free) or built with SQLAlchemy Core against the reflected tables; SQLAlchemy is
-imported on first use only, so the summary reports never pay for it. The user's file
-is opened with `mode=ro&immutable=1`, so SQLite never writes to it or next to it.
+connection instead, into the same batches (`Export.sql_batches`). SQL is either plain text
+(the summary reports, which pack several integers into one column in SQL: the driver's cost
+is per value moved, SQLite's arithmetic is nearly free) or built with SQLAlchemy Core against
+the reflected tables; SQLAlchemy is imported on first use only, so the summary reports never
+pay for it. The user's file is opened with `mode=ro&immutable=1`, so SQLite never writes to it or next to it.
 """
 
 from __future__ import annotations
