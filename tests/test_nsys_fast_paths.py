@@ -88,10 +88,11 @@ def test_small_tables_read_through_sqlite3_equal_the_adbc_reads(fixtures_dir: Pa
 
     db = fixtures_dir / "nsys" / f"{fixture}.sqlite"
     outputs = []
+    opened: list[str] = []
+    monkeypatch.setattr(nsys_db.ArrowConnection, "__init__", _counting(opened))
     for bound in (1 << 40, -1):
         monkeypatch.setattr(nsys_db, "SMALL_READ_ROWS", bound)
-        opened = []
-        monkeypatch.setattr(nsys_db.ArrowConnection, "__init__", _counting(opened))
+        opened.clear()
         try:
             tables = {name: table.to_pylist() for name, table in analyse_tables(db, 0).items()}
         except nsys_db.NsysInputError as exc:     # an export collect refuses: refused alike
