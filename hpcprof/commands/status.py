@@ -23,8 +23,8 @@ def status(runs: tuple[str, ...], workdir: Path, db: str | None, fmt: str) -> No
 
     selected = runs_from(runs, workdir)
     states = jobstate.current_states(selected)  # one scheduler query for all the runs
-    if jobstate.unrecorded(states):  # ended runs the store already holds: the store is not opened
-        jobstate.record(states, open_store(workdir, db, create=False))
+    if todo := jobstate.unrecorded(states):  # ended runs the store already holds: the store is not opened
+        jobstate.record(todo, open_store(workdir, db, create=False))
     collected = {run.run_id: note for run in states if (note := run.stored_collect())}  # as collect noted it
     show_states(list(states.items()), fmt, collected)
 
