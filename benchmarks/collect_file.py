@@ -2,15 +2,16 @@
 
 The per-file path is collect's map step, hpcprof.collect.runs.map_file: the analyses of one export
 (hpcprof.analysis.nsys.collect.analyse_tables: summary reports, window, NCCL, overlap, phases, gaps,
-timeline, critical-path events, as Arrow tables) and the write of its tables (one bundle file per rank file), plus
-its share of the reduce (the run's tables concatenated from --reduce-files bundles of that export,
-divided by their number). Its floor is opening the
-export and reading the columns those analyses need (GPU activity, CUDA API calls, NVTX events,
-OS runtime, the strings they name, profiler overhead) with the same ADBC reader, nothing computed.
-Both are timed in this process as CPU seconds (process time: the machine is shared, and wall time
-on a loaded machine measures the others), best of --repeat, interleaved. Then one profiled pass
-says how the time splits over the analyses (the functions analyse_tables calls, timed by wrapping
-them; nested calls count in their caller only).
+timeline, critical-path events, as Arrow tables) and the write of its tables (one bundle file per
+rank file), plus its share of the reduce (the run's tables concatenated from --reduce-files bundles
+of that export, divided by their number). Its floor is opening the export and reading the columns
+those analyses need (GPU activity, CUDA API calls, NVTX events, OS runtime, the strings they name,
+profiler overhead), nothing computed: timed as Arrow columns through ADBC and as rows of Python
+values through sqlite3 (the scan alone), the floor being the faster. All are timed in this process
+as CPU seconds (process time: the machine is shared, and wall time on a loaded machine measures the
+others), best of --repeat, interleaved. Then one profiled pass says how the time splits over the
+analyses (the functions analyse_tables calls, timed by wrapping them; nested calls count in their
+caller only).
 
     python benchmarks/collect_file.py [--export FILE] [--repeat 30] [--reduce-files 256] [--out FILE]
 
@@ -52,7 +53,8 @@ NEEDED = {"CUPTI_ACTIVITY_KIND_KERNEL": ["start", "end", "deviceId", "streamId",
 
 
 def floor(path: Path) -> int:
-    """Open the export and read every needed column once (Arrow batches); the number of values read."""
+    """Open the export and read every needed column once as Arrow batches (ADBC); the number of
+    values read."""
     from hpcprof.analysis.nsys.db import Export
 
     values = 0
@@ -64,6 +66,25 @@ def floor(path: Path) -> int:
                 continue
             for batch in export.sql_batches(f'SELECT {", ".join(chr(34) + c + chr(34) for c in cols)} FROM "{table}"'):
                 values += batch.num_rows * batch.num_columns
+    return values
+
+
+def floor_rows(path: Path) -> int:
+    """Open the export with sqlite3 and read every needed column once as rows of Python values
+    (the scan alone, nothing typed into columns); the number of values read."""
+    import sqlite3
+
+    values = 0
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        for table, wanted in NEEDED.items():
+            have = {row[1] for row in db.execute(f'PRAGMA table_info("{table}")')}
+            cols = [c for c in wanted if c in have]
+            if cols:
+                rows = db.execute(f'SELECT {", ".join(chr(34) + c + chr(34) for c in cols)} FROM "{table}"').fetchall()
+                values += len(rows) * len(cols)
+    finally:
+        db.close()
     return values
 
 
@@ -165,12 +186,14 @@ def main() -> None:
         map_file("nsys", str(path), 0, parts, {})      # imports, first reads: not per file
         floor(path)
         load = os.getloadavg()[0]
-        floor_s, analyse_s, map_s = [], [], []
+        floor_s, rows_s, analyse_s, map_s = [], [], [], []
         for _ in range(3):                             # interleaved: all see the same machine
             floor_s.append(best(lambda: floor(path), max(1, args.repeat // 3)))
+            rows_s.append(best(lambda: floor_rows(path), max(1, args.repeat // 3)))
             analyse_s.append(best(lambda: analyse_tables(path, 0), max(1, args.repeat // 3)))
             map_s.append(best(lambda: map_file("nsys", str(path), 0, parts, {}), max(1, args.repeat // 3)))
-        fl, analysed, mapped = min(floor_s), min(analyse_s), min(map_s)
+        arrow_floor, rows_floor = min(floor_s), min(rows_s)
+        fl, analysed, mapped = min(arrow_floor, rows_floor), min(analyse_s), min(map_s)
         reduced = min(reduce_share(path, work / f"r{i}", args.reduce_files) for i in range(3))
         split = breakdown(path, work / "split", max(3, args.repeat // 5))
     per_file = mapped + reduced
@@ -179,12 +202,16 @@ def main() -> None:
     ratio = per_file / fl
     lines = [f"# collect_file: {path.name} ({path.stat().st_size / 1e3:.0f} kB), {os.cpu_count()} CPUs, "
              f"load average {load:.1f} at the start; CPU ms, best of {args.repeat}",
-             f"floor (open + read the needed columns, {floor(path)} values)  {1000 * fl:8.2f} ms",
-             f"analyse_tables (the analyses of one export)                {1000 * analysed:8.2f} ms",
-             f"map_file (the analyses + writing the file's tables)        {1000 * mapped:8.2f} ms",
-             f"reduce, per file (tables of {args.reduce_files} bundles, 2 workers' slices) {1000 * reduced:8.2f} ms",
-             f"per rank file (map_file + reduce share)                    {1000 * per_file:8.2f} ms",
-             f"ratio to the floor                                         {ratio:8.2f}x",
+             *(f"{label:<62}{value:8.2f}{unit}" for label, value, unit in [
+                 (f"read as Arrow columns (ADBC, {floor(path)} values)", 1000 * arrow_floor, " ms"),
+                 (f"read as rows (sqlite3, {floor_rows(path)} values)", 1000 * rows_floor, " ms"),
+                 ("floor (open + read the needed columns: the faster read)", 1000 * fl, " ms"),
+                 ("analyse_tables (the analyses of one export)", 1000 * analysed, " ms"),
+                 ("map_file (the analyses + writing the file's tables)", 1000 * mapped, " ms"),
+                 (f"reduce, per file (tables of {args.reduce_files} bundles, 2 workers' slices)", 1000 * reduced, " ms"),
+                 ("per rank file (map_file + reduce share)", 1000 * per_file, " ms"),
+                 ("ratio to the floor", ratio, "x"),
+                 ("ratio to the Arrow read", per_file / arrow_floor, "x")]),
              "# where the time goes (one profiled pass, mean CPU ms per file)"]
     lines += [f"  {name:<28} {1000 * s:7.2f} ms {100 * s / total:5.1f} %"
               for name, s in sorted(split.items(), key=lambda kv: -kv[1])]

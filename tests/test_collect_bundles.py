@@ -170,3 +170,39 @@ def test_parts_of_the_layout_before_bundles_are_removed(fixtures_dir: Path, tmp_
     mapped = map_files("nsys", {export: 0}, tmp_path, InProcess(), lambda line: None, print)
     assert "nccl" in mapped["rank0.sqlite"]
     assert sorted(p.name for p in (tmp_path / "derived/nsys/parts").iterdir()) == ["manifest.json", "rank0.sqlite.arrow"]
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_files_of_one_map_task_are_each_on_their_own(fixtures_dir: Path, tmp_path: Path, workers: int) -> None:
+    """Several files go to a worker in one task (runs.task_size): a damaged file among them is a
+    Problem of its own, a file with nothing to analyse a note, and the others of the same task are
+    still collected, in and out of worker processes (their outcomes come back as plain values)."""
+    from hpcprof.collect import map_files
+    from hpcprof.collect.runs import MapFailure, map_task, task_size
+
+    assert task_size(37, 2) == 2 and task_size(37, 16) == 1 and task_size(100_000, 16) == 16
+    exports = {}
+    for rank in range(48):                            # 48 files, 2 workers: tasks of 3 files
+        path = tmp_path / "profiles" / f"rank{rank}.sqlite"
+        path.parent.mkdir(exist_ok=True)
+        if rank == 7:
+            path.write_bytes(b"not an export")
+        else:
+            os.link(fixtures_dir / f"nsys/h200_seqpar_bf16/rank{rank % 2}.sqlite", path)
+        exports[path] = rank
+    problems: list[object] = []
+    executor, _ = make_executor(workers)
+    try:
+        mapped = map_files("nsys", exports, tmp_path / "run", executor, lambda line: None, problems.append)
+    finally:
+        executor.shutdown()
+    [problem] = problems
+    assert str(problem).startswith(f"{tmp_path}/profiles/rank7.sqlite: skipped (NsysInputError: ")
+    assert "not an SQLite database" in str(problem)
+    assert list(mapped) == [f"rank{rank}.sqlite" for rank in range(48) if rank != 7]
+    assert all("nccl" in tables for tables in mapped.values())
+    trace = tmp_path / "rank2.json"        # a trace of CPU operators only: nothing for the analyses
+    trace.write_text('{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::add", "ts": 1, "dur": 2, '
+                     '"pid": 1, "tid": 1}]}')
+    [note] = map_task("torch", [(str(trace), 2)], str(tmp_path / "parts"), {})
+    assert isinstance(note, MapFailure) and note.note and "no GPU events" in note.message

@@ -4,8 +4,8 @@
 # of hpcprof/ and the two collect benchmarks in the git-ignored, carried .gpu/old) and of the working tree,
 # alternated ROUNDS times (default 4), each with --repeat REPEAT (default 60). Compare the best of each column;
 # single runs vary by 1.5x on these shared vCPUs. No network: hpcprof's dependencies from the carried .gpu/whl.
-# Prepare here:  rm -rf .gpu/old && mkdir -p .gpu/old && git archive OLD hpcprof benchmarks/collect_file.py \
-#                  benchmarks/collect_scale.py | tar -x -C .gpu/old
+# Prepare here:  rm -rf .gpu/old && mkdir -p .gpu/old && git archive OLD hpcprof site_configs templates \
+#                  benchmarks/collect_file.py benchmarks/collect_scale.py | tar -x -C .gpu/old
 # Run there (carry .gpu):  bash benchmarks/gpu/collect_file_ab.sh > $OUT/ab.txt
 set -u
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site $(ls .gpu/whl/*.whl) 2>/dev/null

@@ -135,14 +135,14 @@ class Progress:
             self.task = self.bar.add_task(label, total=total_bytes)
             self.bar.start()
 
-    def advance(self, nbytes: int) -> None:
-        self.done += 1
+    def advance(self, nbytes: int, files: int = 1) -> None:
+        self.done += files
         self.done_bytes += nbytes
         if self.bar is not None:
             self.bar.update(self.task, advance=nbytes, description=f"{self.label} {self.done}/{self.total} files")
             return
         step = max(1, self.total // 10)
-        if self.done % step == 0 or self.done == self.total:
+        if self.done // step > (self.done - files) // step or self.done == self.total:
             elapsed = time.monotonic() - self.start
             eta = elapsed / self.done_bytes * (self.bytes - self.done_bytes) if self.done_bytes else 0.0
             self.log(f"{self.label}: {self.done}/{self.total} files, {self.done_bytes / 1e6:.1f}/"

@@ -1,0 +1,30 @@
+#!/bin/bash
+# `hpcprof collect` of N rank files with many workers, two versions on the same GPU-machine host (hosts differ up to
+# 1.8x, so a before/after taken on two calls says little): benchmarks/collect_scale.py of the old version (a
+# `git archive` in the git-ignored, carried .gpu/old, as for collect_file_ab.sh) and of the working tree, alternated
+# ROUNDS times (default 3): N (default 2048) rank exports collected with WORKERS worker processes (default 16) and
+# with MPI_WORKERS mpi4py.futures workers under Open MPI (default 15; '' for none). Compare the best wall time of
+# each; the phases line says where it went. No network: hpcprof's dependencies from the carried .gpu/whl.
+# Prepare here:  rm -rf .gpu/old && mkdir -p .gpu/old && git archive OLD hpcprof site_configs templates \
+#                  benchmarks/collect_file.py benchmarks/collect_scale.py | tar -x -C .gpu/old
+# Run there (carry .gpu):  bash benchmarks/gpu/collect_scale_ab.sh > $OUT/scale_ab.txt
+set -u
+N=${N:-2048}
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site $(ls .gpu/whl/*.whl) 2>/dev/null
+export PYTHONUNBUFFERED=1 HPCPROF_FIXTURES=/tmp/ab-fixtures PYTHONPATH=/tmp/site
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+mkdir -p "$HPCPROF_FIXTURES/nsys/h200_seqpar_bf16"
+for r in 0 1; do     # the repository keeps the exports xz-compressed (tests/fixture_files.py)
+  python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' \
+    tests/fixtures/nsys/h200_seqpar_bf16/rank$r.sqlite.xz "$HPCPROF_FIXTURES/nsys/h200_seqpar_bf16/rank$r.sqlite"
+done
+echo "# $(date -u +%FT%TZ) $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); old: .gpu/old, new: the working tree;" \
+     "benchmarks/collect_scale.py, N=$N, ${WORKERS:-16} workers, ${MPI_WORKERS-15} MPI workers, alternated"
+for i in $(seq "${ROUNDS:-3}"); do
+  for version in old new; do
+    dir=.; [ $version = old ] && dir=.gpu/old
+    echo "== $version, round $i"
+    python3 $dir/benchmarks/collect_scale.py --sizes "$N" --serial-max 0 --workers-list "${WORKERS:-16}" \
+      --mpi-n "$N" --mpi-workers "${MPI_WORKERS-15}" --cross-sizes '' | grep -E "workers|mpi4py|phases"
+  done
+done
