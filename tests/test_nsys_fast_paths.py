@@ -4,8 +4,10 @@ and fall back to them where a packed read does not apply."""
 from __future__ import annotations
 
 import io
+import os
 import shutil
 import sqlite3
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -21,6 +23,7 @@ from hpcprof.analysis.nsys.table import write_csv
 
 FIXTURES = ["fuser_report1_nsys2024.6.2", "fuser_report1_nsys2025.1.1", "nsysai_h100_2gpu_1s",
             "nsysai_mfu_2gpu_after", "nsysai_mfu_2gpu_before", "nsysai_mock", "h200_seqpar_bf16/rank0"]
+NSYS_2022 = Path("/usr/lib/x86_64-linux-gnu/nsight-systems/target-linux-x64/nsys")
 SUMMARIES = ["gpukernsum", "cudaapisum", "gpumemtimesum", "gpumemsizesum", "nvtxsum", "nvtxppsum", "osrtsum",
              "cuda_gpu_kern_gb_sum", "cuda_api_sum", "cuda_gpu_mem_time_sum", "cuda_gpu_mem_size_sum", "nvtx_sum",
              "osrt_sum"]
@@ -76,6 +79,56 @@ def test_fallback_where_values_do_not_pack(fixtures_dir: Path, tmp_path: Path,
     fast = _csvs(db)
     _general(monkeypatch)
     assert fast == _csvs(db)
+
+
+def _edited(fixtures_dir: Path, tmp_path: Path, name: str, *sql: str) -> Path:
+    """A copy of the H200 seqpar export (it creates an NCCL NVTX domain before the capture: a
+    negative start) with `sql` applied."""
+    db = tmp_path / f"{name}.sqlite"
+    shutil.copy(fixtures_dir / "nsys" / "h200_seqpar_bf16" / "rank0.sqlite", db)
+    db.chmod(0o644)
+    con = sqlite3.connect(db)
+    for statement in sql:
+        con.execute(statement)
+    con.commit()
+    con.close()
+    return db
+
+
+DOMAIN_ROW = "(SELECT min(rowid) FROM NVTX_EVENTS WHERE eventType = 75)"
+RANGE_ROW = "(SELECT min(rowid) FROM NVTX_EVENTS WHERE eventType = 59 AND domainId = 1)"
+
+
+@pytest.mark.parametrize(("case", "packed", "sql"), [
+    ("as recorded", True, []),
+    # an earlier creation of the same domain under another name: the first by start names its ranges
+    ("renamed earlier", True, [f"INSERT INTO NVTX_EVENTS (start, end, eventType, globalTid, domainId, text) "
+                               f"SELECT start - 5, NULL, 75, globalTid, domainId, 'EARLIER' FROM NVTX_EVENTS "
+                               f"WHERE rowid = {DOMAIN_ROW}"]),
+    ("domain row with an end", True, [f"UPDATE NVTX_EVENTS SET end = start + 7 WHERE rowid = {DOMAIN_ROW}"]),
+    ("a domain start before -2^55", False, [f"UPDATE NVTX_EVENTS SET start = {-(1 << 60)} WHERE rowid = {DOMAIN_ROW}"]),
+    ("a domainId past 2^39", False, [f"UPDATE NVTX_EVENTS SET domainId = {1 << 40} WHERE rowid = {RANGE_ROW}"]),
+])
+def test_nvtx_domains_named_in_the_one_scan(fixtures_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                           case: str, packed: bool, sql: list[str]) -> None:
+    """The packed NVTX read names ranges by their domain from the same scan (the domain rows'
+    starts and every row's domainId and process ride along); where those do not pack it declines,
+    and either way the summaries equal the general reads'."""
+    db = _edited(fixtures_dir, tmp_path, "edited", *sql)
+    with Export(db) as export:
+        assert export.sql_rows("SELECT count(*) FROM NVTX_EVENTS WHERE eventType = 75 AND start < 0")[0][0] >= 1
+        declined = nvtx_groups_packed(export, NVTX_PUSHPOP + NVTX_STARTEND, OLD, True) is None
+    assert declined is not packed, case
+    fast = _csvs(db)
+    assert ("EARLIER:" if case == "renamed earlier" else "NCCL:") in fast["nvtxsum"]
+    _general(monkeypatch)
+    assert fast == _csvs(db)
+    if NSYS_2022.exists():      # and nsys 2022.4 itself (installed by tests/run.sh as root, as in CI)
+        subprocess.run([str(NSYS_2022), "stats", "--report", "nvtxsum", "--format", "csv", "--force-overwrite",
+                        "true", "--output", str(db.with_suffix("")), str(db)], capture_output=True, timeout=300)
+        assert fast["nvtxsum"] == Path(f"{db.with_suffix('')}_nvtxsum.csv").read_text(), case
+    else:
+        assert os.environ.get("CI") != "true", "nsys 2022.4 is missing in CI"
 
 
 @pytest.mark.parametrize("fixture", FIXTURES)

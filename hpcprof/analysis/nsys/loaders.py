@@ -235,6 +235,8 @@ def range_names_of(domains: np.ndarray, labels: np.ndarray, layout: str) -> np.n
 
 
 NVTX_TYPE_SHIFT = 56                 # eventType << 56 | duration, one int64 per range
+PID_BITS, PID_MASK = 24, 0xFFFFFF    # a globalTid's process id: its bits 24-47 (db.pid_of)
+DOMAIN_START_OFFSET = 1 << 55        # added to a domain row's start (before the session: negative) in its value
 NVTX_NO_END = (1 << NVTX_TYPE_SHIFT) - 1
 _TEXT_ID = re.compile(r"\x01(-?[0-9]+)\x02(.*)", re.DOTALL)
 
@@ -242,22 +244,36 @@ _TEXT_ID = re.compile(r"\x01(-?[0-9]+)\x02(.*)", re.DOTALL)
 def nvtx_groups_packed(export: Export, event_types: tuple[int, ...], layout: str,
                        style: bool) -> tuple[np.ndarray, Groups, np.ndarray] | None:
     """The NVTX summary's groups from one scan of two columns: `eventType << 56 | duration`
-    and the range's text, "\x01textId\x02text" where it has a textId. SQLite's expressions
-    cost per row as much as the columns moved, so the SQL stays this small. Each batch's text
-    is dictionary-encoded in C and released; the batch dictionaries are merged once at the end
-    and only the distinct texts become Python strings. Returns (keys name rank * 2 + style,
-    groups, names in GROUP BY order), or None where this does not apply (an unterminated range,
-    a negative duration or one of 2^41 ns or more): nvtx_ranges then does it."""
+    and the range's text, "\x01textId\x02text" where it has a textId; where the export creates
+    NVTX domains (eventType 75 rows), a third, `domainId << 24 | pid`, and a domain row's start
+    in place of its duration, so that ranges are named by their domain in the same scan. SQLite's
+    expressions cost per row as much as the columns moved, so the SQL stays this small. Each
+    batch's text is dictionary-encoded in C and released; the batch dictionaries are merged once
+    at the end and only the distinct texts become Python strings. Returns (keys name rank * 2 +
+    style, groups, names in GROUP BY order), or None where this does not apply (an unterminated
+    range, a negative duration or one of 2^41 ns or more, a domain row without a start, a domainId
+    of 2^39 or more): nvtx_ranges then does it."""
     need(export, NVTX, "NV Tools Extension (NVTX) data")
     cols = export.columns(NVTX)
     text = "coalesce(text, char(0))" if "text" in cols else "char(0)"
     if "textId" in cols:
         text = f"CASE WHEN textId IS NULL THEN {text} ELSE char(1) || textId || char(2) || {text} END"
-    value = f"(eventType << {NVTX_TYPE_SHIFT}) | coalesce({DUR}, {NVTX_NO_END})"
+    named = bool(export.sql_rows(f"SELECT 1 FROM {NVTX} WHERE eventType = {NVTX_DOMAIN_CREATE} LIMIT 1"))
+    if named:   # a domain row's start (+ DOMAIN_START_OFFSET) where its duration would be (NO_END: none in range)
+        value = (f"(eventType << {NVTX_TYPE_SHIFT}) | CASE WHEN eventType = {NVTX_DOMAIN_CREATE} THEN CASE WHEN "
+                 f"start BETWEEN {-DOMAIN_START_OFFSET} AND {DOMAIN_START_OFFSET - 2} THEN start + {DOMAIN_START_OFFSET} "
+                 f"ELSE {NVTX_NO_END} END ELSE coalesce({DUR}, {NVTX_NO_END}) END")
+        key = f"({'coalesce(domainId, -1)' if 'domainId' in cols else '-1'} << {PID_BITS}) | " \
+              f"((coalesce(globalTid, -1) >> {PID_BITS}) & {PID_MASK})"
+        if "domainId" in cols:   # NULL where the shift would lose bits
+            key = f"CASE WHEN domainId IS NULL OR domainId BETWEEN {-(1 << 39)} AND {(1 << 39) - 1} THEN {key} END"
+        key = f", {key}"
+    else:
+        value, key = f"(eventType << {NVTX_TYPE_SHIFT}) | coalesce({DUR}, {NVTX_NO_END})", ""
 
     seen: dict[int, list[pa.Array]] = {}                  # per reading thread: its distinct texts so far
 
-    def encode(batch: pa.RecordBatch) -> tuple[int, np.ndarray, np.ndarray]:
+    def encode(batch: pa.RecordBatch) -> tuple[int, np.ndarray, np.ndarray, np.ndarray | None]:
         encoded = batch.column(0).cast(pa.string()).dictionary_encode()
         known = seen.setdefault(threading.get_ident(), [pa.nulls(0, pa.string())])
         where = pc.index_in(encoded.dictionary, value_set=known[0])
@@ -265,16 +281,22 @@ def nvtx_groups_packed(export: Export, event_types: tuple[int, ...], layout: str
             known[0] = pa.concat_arrays([known[0], encoded.dictionary.filter(where.is_null())])
             where = pc.index_in(encoded.dictionary, value_set=known[0])
         codes = numpy_of(where).astype(np.int32)[numpy_of(encoded.indices)]
-        # a copy: a view would keep the driver's whole batch (its text) alive
-        return threading.get_ident(), codes, np.array(numpy_of(batch.column(1)), dtype=np.int64)
+        # copies: a view would keep the driver's whole batch (its text) alive
+        keys = None
+        if named:   # a NULL (a domainId out of range) leaves no key: nvtx_ranges does it
+            keys = np.array(numpy_of(batch.column(2)), dtype=np.int64) if not batch.column(2).null_count else None
+        return threading.get_ident(), codes, np.array(numpy_of(batch.column(1)), dtype=np.int64), keys
 
-    parts = export.map_batches(f"{text}, {value}", NVTX, "", encode)     # no WHERE: filtering costs SQLite more
+    parts = export.map_batches(f"{text}, {value}{key}", NVTX, "", encode)     # no WHERE: filtering costs SQLite more
     if not parts:
         return None
-    threads, local, packed = (list(x) for x in zip(*parts, strict=False))
+    threads, local, packed, keyed = (list(x) for x in zip(*parts, strict=False))
     del parts
+    if named and any(k is None for k in keyed):
+        return None
     v = np.concatenate(packed)
-    del packed
+    key_rows = np.concatenate(keyed) if named else None
+    del packed, keyed
     if v.min() < 0:
         return None
     etype = (v >> NVTX_TYPE_SHIFT).astype(np.int16)
@@ -282,8 +304,12 @@ def nvtx_groups_packed(export: Export, event_types: tuple[int, ...], layout: str
     everything = bool(keep.all())
     if not everything:
         v, etype = v[keep], etype[keep]
+        key_rows = key_rows[keep] if key_rows is not None else None
     v &= NVTX_NO_END
     domains = etype == NVTX_DOMAIN_CREATE
+    domain_starts = v[domains] - DOMAIN_START_OFFSET
+    if (domain_starts == NVTX_NO_END - DOMAIN_START_OFFSET).any():     # a domain row without a start in range
+        return None
     v[domains] = 0                                            # a domain's "duration" is unused
     if v.max(initial=0) > PACK_MASK:
         return None
@@ -313,13 +339,17 @@ def nvtx_groups_packed(export: Export, event_types: tuple[int, ...], layout: str
     inline_text = np.array(inline + [None], dtype=object)[:-1]
     label = _nvtx_labels(export, np.array(text_ids, dtype=np.int64), inline_text)
     if domains.any():
+        if key_rows is None:
+            return None
         dom_names = np.array([nvtx_domain_name(inline, lab, layout) for inline, lab in
                               zip(inline_text.tolist(), label.tolist(), strict=True)] + [None], dtype=object)[:-1]
-        found = _nvtx_domain_names(export, None if everything else keep, domains, pair, label, dom_names, layout)
-        if found is None:
-            return None
-        pair, names = found
-        v, kls = v[~domains], kls[~domains]
+        ranges = ~domains
+        domain_ids, pids = key_rows >> PID_BITS, key_rows & PID_MASK
+        pair, names = _with_domains({"domainId": domain_ids[ranges], "pid": pids[ranges]},
+                                    {"start": domain_starts, "domainId": domain_ids[domains], "pid": pids[domains],
+                                     "name": dom_names[pair[domains]]}, pair[ranges], label, layout)
+        del key_rows, domain_ids, pids
+        v, kls = v[ranges], kls[ranges]
     else:
         names = range_names_of(np.full(len(label), None, dtype=object), label, layout)
     name_rank, (sorted_names,) = group_codes(names)
@@ -345,30 +375,6 @@ def _nvtx_labels(export: Export, text_ids: np.ndarray, inline: np.ndarray) -> np
         unknown = np.array([v is None for v in resolved.tolist()], dtype=bool)
         label[has_id] = np.where(unknown, label[has_id], resolved)
     return label
-
-
-def _nvtx_domain_names(export: Export, keep: np.ndarray | None, domains: np.ndarray, pair: np.ndarray,
-                       label: np.ndarray, dom_names: np.ndarray, layout: str) -> tuple[np.ndarray, np.ndarray] | None:
-    """Where the export creates NVTX domains (eventType 75 rows): the ranges' domainId and
-    process, and the domain rows' start, read by one more query in the same scan order.
-    Returns (name code per range, names)."""
-    cols = export.columns(NVTX)
-    dom_id = "coalesce(domainId, -1)" if "domainId" in cols else "-1"
-    start, dom_id_rows, gtid = export.sql_ints(f"start, {dom_id}, coalesce(globalTid, -1)", NVTX, "", 3)
-    if keep is not None:
-        if len(start) != len(keep):
-            return None
-        start, dom_id_rows, gtid = start[keep], dom_id_rows[keep], gtid[keep]
-    if len(start) != len(pair):
-        return None
-    ranges = ~domains
-    pid = pid_of(gtid)
-    d = {"domainId": dom_id_rows[ranges], "pid": pid[ranges]}
-    dom = {"start": start[domains], "domainId": dom_id_rows[domains], "pid": pid[domains],
-           "name": dom_names[pair[domains]]}
-    del start, dom_id_rows, gtid, pid
-    return _with_domains(d, dom, pair[ranges], label, layout)
-
 
 
 def grid_block_text(d: dict[str, np.ndarray], prefix: str) -> np.ndarray:
