@@ -81,10 +81,10 @@ def test_fallback_where_values_do_not_pack(fixtures_dir: Path, tmp_path: Path,
     assert fast == _csvs(db)
 
 
-def _edited(fixtures_dir: Path, tmp_path: Path, name: str, *sql: str) -> Path:
+def _edited(fixtures_dir: Path, tmp_path: Path, *sql: str) -> Path:
     """A copy of the H200 seqpar export (it creates an NCCL NVTX domain before the capture: a
     negative start) with `sql` applied."""
-    db = tmp_path / f"{name}.sqlite"
+    db = tmp_path / "edited.sqlite"
     shutil.copy(fixtures_dir / "nsys" / "h200_seqpar_bf16" / "rank0.sqlite", db)
     db.chmod(0o644)
     con = sqlite3.connect(db)
@@ -114,7 +114,7 @@ def test_nvtx_domains_named_in_the_one_scan(fixtures_dir: Path, tmp_path: Path, 
     """The packed NVTX read names ranges by their domain from the same scan (the domain rows'
     starts and every row's domainId and process ride along); where those do not pack it declines,
     and either way the summaries equal the general reads'."""
-    db = _edited(fixtures_dir, tmp_path, "edited", *sql)
+    db = _edited(fixtures_dir, tmp_path, *sql)
     with Export(db) as export:
         assert export.sql_rows("SELECT count(*) FROM NVTX_EVENTS WHERE eventType = 75 AND start < 0")[0][0] >= 1
         declined = nvtx_groups_packed(export, NVTX_PUSHPOP + NVTX_STARTEND, OLD, True) is None

@@ -19,15 +19,9 @@ SCALE=${3:-}
 MPI_WORKERS=${MPI_WORKERS:-3,7,15}
 WORKERS=${WORKERS:-1,2,4,8,16}
 REPO=$(pwd)
-mkdir -p "$OUT_DIR" /tmp/site
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site $(ls .gpu/whl*/*.whl) 2>/dev/null
-export PYTHONPATH=/tmp/site:$REPO PYTHONUNBUFFERED=1 HPCPROF_FIXTURES=/tmp/collect-cores-fixtures
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-mkdir -p "$HPCPROF_FIXTURES/nsys/h200_seqpar_bf16"
-for r in 0 1; do     # the repository keeps the exports xz-compressed (tests/fixture_files.py)
-  python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' \
-    tests/fixtures/nsys/h200_seqpar_bf16/rank$r.sqlite.xz "$HPCPROF_FIXTURES/nsys/h200_seqpar_bf16/rank$r.sqlite"
-done
+mkdir -p "$OUT_DIR"
+source benchmarks/gpu/collect_env.sh
+export PYTHONPATH=$PYTHONPATH:$REPO
 {
   echo "# $(date -u +%FT%TZ) $(hostname): $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
   lscpu | grep -E "^Model name|^Socket|^Core|^Thread" | sed 's/^/# /'

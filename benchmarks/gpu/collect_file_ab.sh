@@ -8,13 +8,7 @@
 #                  benchmarks/collect_file.py benchmarks/collect_scale.py | tar -x -C .gpu/old
 # Run there (carry .gpu):  bash benchmarks/gpu/collect_file_ab.sh > $OUT/ab.txt
 set -u
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site $(ls .gpu/whl/*.whl) 2>/dev/null
-export PYTHONUNBUFFERED=1 HPCPROF_FIXTURES=/tmp/ab-fixtures PYTHONPATH=/tmp/site
-mkdir -p "$HPCPROF_FIXTURES/nsys/h200_seqpar_bf16"
-for r in 0 1; do     # the repository keeps the exports xz-compressed (tests/fixture_files.py)
-  python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' \
-    tests/fixtures/nsys/h200_seqpar_bf16/rank$r.sqlite.xz "$HPCPROF_FIXTURES/nsys/h200_seqpar_bf16/rank$r.sqlite"
-done
+source benchmarks/gpu/collect_env.sh
 ln -sfn "$PWD/tests" .gpu/old/tests
 echo "# $(date -u +%FT%TZ) $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); old: .gpu/old, new: the working tree;" \
      "benchmarks/collect_file.py --repeat ${REPEAT:-60}, alternated"

@@ -10,14 +10,7 @@
 # Run there (carry .gpu):  bash benchmarks/gpu/collect_scale_ab.sh > $OUT/scale_ab.txt
 set -u
 N=${N:-2048}
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site $(ls .gpu/whl/*.whl) 2>/dev/null
-export PYTHONUNBUFFERED=1 HPCPROF_FIXTURES=/tmp/ab-fixtures PYTHONPATH=/tmp/site
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-mkdir -p "$HPCPROF_FIXTURES/nsys/h200_seqpar_bf16"
-for r in 0 1; do     # the repository keeps the exports xz-compressed (tests/fixture_files.py)
-  python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' \
-    tests/fixtures/nsys/h200_seqpar_bf16/rank$r.sqlite.xz "$HPCPROF_FIXTURES/nsys/h200_seqpar_bf16/rank$r.sqlite"
-done
+source benchmarks/gpu/collect_env.sh
 echo "# $(date -u +%FT%TZ) $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); old: .gpu/old, new: the working tree;" \
      "benchmarks/collect_scale.py, N=$N, ${WORKERS:-16} workers, ${MPI_WORKERS-15} MPI workers, alternated"
 for i in $(seq "${ROUNDS:-3}"); do
