@@ -292,14 +292,15 @@ def map_files(tool: str, files: dict[Path, int], run_path: Path, executor: Execu
             for (path, rank, st, key), outcome in zip(task, outcomes, strict=True):
                 if outcome is None:
                     problem(WorkerDied(path))
-                elif isinstance(outcome, MapFailure) and not outcome.note:
-                    problem(Problem(path, f"skipped ({outcome.message})"))
-                else:
-                    if isinstance(outcome, MapFailure):
-                        log(f"{tool}: note: {outcome.message}")
-                        outcome = []
-                    new[key] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "rank": rank,
-                                            "tables": table_lists.setdefault(tuple(outcome), outcome)}
+                    continue
+                if isinstance(outcome, MapFailure):
+                    if not outcome.note:
+                        problem(Problem(path, f"skipped ({outcome.message})"))
+                        continue
+                    log(f"{tool}: note: {outcome.message}")
+                    outcome = []
+                new[key] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "rank": rank,
+                            "tables": table_lists.setdefault(tuple(outcome), outcome)}
             progress.advance(sum(st.st_size for _, _, st, _ in task), len(task))
             if time.monotonic() - saved > MANIFEST_EVERY_S:  # an interrupted collect keeps what is done
                 _save_manifest(parts, new)

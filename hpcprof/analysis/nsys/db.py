@@ -108,9 +108,13 @@ def small_batch(rows: list[tuple]) -> pa.RecordBatch | None:
     return pa.RecordBatch.from_arrays(arrays, names=[str(i) for i in range(len(arrays))])
 
 
+#: a serialized globalPid/globalTid's process id: its bits 24-47
+PID_BITS, PID_MASK = 24, 0xFFFFFF
+
+
 def pid_of(global_id: np.ndarray | pd.Series) -> np.ndarray:
     """Process id from a serialized globalPid/globalTid."""
-    return (np.asarray(global_id, dtype=np.int64) >> 24) & 0xFFFFFF
+    return (np.asarray(global_id, dtype=np.int64) >> PID_BITS) & PID_MASK
 
 
 def tid_of(global_tid: np.ndarray | pd.Series) -> np.ndarray:

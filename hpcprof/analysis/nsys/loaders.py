@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from hpcprof.analysis.nsys.arrays import one_of
-from hpcprof.analysis.nsys.db import Export, TextCodes, numpy_of, pid_of
+from hpcprof.analysis.nsys.db import PID_BITS, PID_MASK, Export, TextCodes, numpy_of, pid_of
 from hpcprof.analysis.nsys.numerics import DUR, PACK_BITS, PACK_KEYS, PACK_MASK, Groups, factorize_sorted, group_codes
 from hpcprof.analysis.nsys.schema import (
     KERNEL,
@@ -235,7 +235,6 @@ def range_names_of(domains: np.ndarray, labels: np.ndarray, layout: str) -> np.n
 
 
 NVTX_TYPE_SHIFT = 56                 # eventType << 56 | duration, one int64 per range
-PID_BITS, PID_MASK = 24, 0xFFFFFF    # a globalTid's process id: its bits 24-47 (db.pid_of)
 DOMAIN_START_OFFSET = 1 << 55        # added to a domain row's start (before the session: negative) in its value
 NVTX_NO_END = (1 << NVTX_TYPE_SHIFT) - 1
 _TEXT_ID = re.compile(r"\x01(-?[0-9]+)\x02(.*)", re.DOTALL)
@@ -307,9 +306,10 @@ def nvtx_groups_packed(export: Export, event_types: tuple[int, ...], layout: str
         key_rows = key_rows[keep] if key_rows is not None else None
     v &= NVTX_NO_END
     domains = etype == NVTX_DOMAIN_CREATE
-    domain_starts = v[domains] - DOMAIN_START_OFFSET
-    if (domain_starts == NVTX_NO_END - DOMAIN_START_OFFSET).any():     # a domain row without a start in range
+    domain_starts = v[domains]
+    if (domain_starts == NVTX_NO_END).any():                  # a domain row without a start in range
         return None
+    domain_starts -= DOMAIN_START_OFFSET
     v[domains] = 0                                            # a domain's "duration" is unused
     if v.max(initial=0) > PACK_MASK:
         return None
