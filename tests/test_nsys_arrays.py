@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 from hpcprof.analysis.critical_path import END, EVENT_COLUMNS, IDLE, _iteration_events
+from hpcprof.analysis.nsys import numerics
 from hpcprof.analysis.nsys.arrays import group_starts, range_reduce
 
 
@@ -21,6 +22,20 @@ def test_range_reduce_is_the_loop(longest: int) -> None:
     for ufunc, pick in ((np.minimum, min), (np.maximum, max)):
         want = [pick(values[a:b]) if b > a else 0 for a, b in zip(lo.tolist(), hi.tolist(), strict=True)]
         assert range_reduce(values, lo, hi, ufunc, 0).tolist() == want
+
+
+@pytest.mark.parametrize("cores", [1, 2, 3, 4])
+def test_the_parallel_sort_is_numpys_sort(monkeypatch: pytest.MonkeyPatch, cores: int) -> None:
+    """Slices sorted in threads, then merged: the array numpy's own sort gives, on packed keys
+    (many equal high bits) and on any int64, for any number of cores and uneven slices."""
+    monkeypatch.setattr(numerics, "PARALLEL_SORT_VALUES", 1000)
+    monkeypatch.setattr(numerics.os, "cpu_count", lambda: cores)
+    rng = np.random.default_rng(11)
+    packed = (rng.integers(0, 15, 10_007) << numerics.PACK_BITS) | rng.integers(0, 5000, 10_007)
+    for values in (packed, rng.integers(-2**62, 2**62, 4_321), np.arange(5_000)[::-1].copy()):
+        got = values.copy()
+        numerics.sort_in_place(got)
+        assert np.array_equal(got, np.sort(values))
 
 
 def test_group_starts_is_groupby() -> None:
