@@ -1,10 +1,11 @@
 """`hpcprof collect`'s per-file path on one rank export, against its floor, with where the time goes.
 
-The per-file path is collect's map step, hpcprof.collect.runs.map_file: the analyses of one export
+The per-file path is collect's map step, hpcprof.collect.runs.map_task: the analyses of one export
 (hpcprof.analysis.nsys.collect.analyse_tables: summary reports, window, NCCL, overlap, phases, gaps,
 timeline, critical-path events, as Arrow tables) and the write of its tables (one bundle file per
-rank file), plus its share of the reduce (the run's tables concatenated from --reduce-files bundles
-of that export, divided by their number). Its floor is opening the export and reading the columns
+map task of TASK_FILES rank files: here the export TASK_FILES times, the time divided by that), plus
+its share of the reduce (the run's tables concatenated from the bundles of --reduce-files rank files,
+divided by their number). Its floor is opening the export and reading the columns
 those analyses need (GPU activity, CUDA API calls, NVTX events, OS runtime, the strings they name,
 profiler overhead), nothing computed: timed as Arrow columns through ADBC and as rows of Python
 values through sqlite3 (the scan alone), the floor being the faster. All are timed in this process
@@ -33,6 +34,8 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+from hpcprof.collect.runs import TASK_FILES  # noqa: E402  (rank files per map task)
+
 FIXTURES = Path(os.environ.get("HPCPROF_FIXTURES", next((p / "shared" / "fixtures" for p in REPO.parents
                                                       if (p / "shared" / "fixtures").is_dir()), REPO.parent)))
 GOAL_MS, GOAL_RATIO = 15.0, 3.0
@@ -99,7 +102,7 @@ def best(fn: Callable[[], Any], repeat: int) -> float:
 
 
 def breakdown(path: Path, parts: Path, repeat: int) -> dict[str, float]:
-    """CPU seconds per file of each function the map step calls (mean over `repeat` passes of map_file)."""
+    """CPU seconds per file of each function the map step calls (mean over `repeat` map tasks)."""
     from hpcprof.analysis.nsys import collect as nsys_collect
     from hpcprof.collect import runs
 
@@ -131,38 +134,50 @@ def breakdown(path: Path, parts: Path, repeat: int) -> dict[str, float]:
             setattr(mod, name, timed(name, fn))
         start = time.process_time()
         for _ in range(repeat):
-            runs.map_file("nsys", str(path), 0, str(parts), {})
+            map_one_task(path, parts)
         total = time.process_time() - start
     finally:
         for mod, name, fn in saved:
             setattr(mod, name, fn)
-    out = {k: v / repeat for k, v in spent.items()}
-    out["(the rest of map_file)"] = total / repeat - sum(out.values())
+    out = {k: v / repeat / TASK_FILES for k, v in spent.items()}
+    out["(the rest of map_task)"] = total / repeat / TASK_FILES - sum(out.values())
     return out
 
 
+def map_one_task(path: Path, parts: Path) -> list[str]:
+    """collect's map task over `path` TASK_FILES times (as ranks 0..TASK_FILES-1), into one bundle
+    `parts/task.arrow`; the table names."""
+    from hpcprof.collect import runs
+
+    outcomes = runs.map_task("nsys", [(str(path), rank) for rank in range(TASK_FILES)], str(parts), "task.arrow", {})
+    assert all(isinstance(o, runs.FilePart) for o in outcomes), outcomes
+    return outcomes[0].tables  # type: ignore[union-attr]
+
+
 def reduce_share(path: Path, work: Path, files: int, workers: int = 2) -> float:
-    """CPU seconds per file of collect's reduce: every table concatenated from `files` bundles of
-    `path` into the run's Parquet files as collect's reduce_parts does with `workers` workers
-    (each concatenates a contiguous slice of the bundles into a Parquet piece per table, then the
-    pieces of each table are joined); the cross-rank reduce, once per run, is left out."""
+    """CPU seconds per file of collect's reduce: every table concatenated from the bundles of
+    `files` rank files (map tasks of `path`) into the run's Parquet files as collect's reduce_parts
+    does with `workers` workers (each concatenates a contiguous slice of the bundles into a
+    Parquet piece per table, then the pieces of each table are joined); the cross-rank reduce,
+    once per run, is left out."""
     from hpcprof.collect import runs
     from hpcprof.collect.engine import concat_pieces
     from hpcprof.results import table_path
 
     parts = work / "reduce-parts"
-    names = runs.map_file("nsys", str(path), 0, str(parts), {})
-    bundle = next(parts.glob("*.arrow"))
-    copies = [bundle.with_name(f"rank{i}.arrow") for i in range(files)]
+    names = map_one_task(path, parts)
+    bundle = parts / "task.arrow"
+    copies = [bundle.with_name(f"task{i}.arrow") for i in range(files // TASK_FILES)]
     for copy in copies:
-        if copy != bundle:
-            shutil.copyfile(bundle, copy)
-    held = [(copy.stem, names) for copy in copies]
+        shutil.copyfile(bundle, copy)
+    held = [(copy.name, 0, TASK_FILES, names) for copy in copies]
+    files = len(copies) * TASK_FILES
+    workers = min(workers, len(copies))
     pieces = work / "reduce-pieces"
     pieces.mkdir(exist_ok=True)
     start = time.process_time()
     for i in range(workers):
-        runs._concat_slice(parts, held[i * files // workers:(i + 1) * files // workers],
+        runs._concat_slice(parts, held[i * len(held) // workers:(i + 1) * len(held) // workers],
                            {n: pieces / f"{n}.{i}.parquet" for n in names})
     for n in names:
         concat_pieces([pieces / f"{n}.{i}.parquet" for i in range(workers)], table_path(work / "run", f"nsys_{n}"))
@@ -177,13 +192,11 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="also write the table here")
     args = parser.parse_args()
     from hpcprof.analysis.nsys.collect import analyse_tables
-    from hpcprof.collect.runs import map_file
-
     path = args.export
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        parts = str(work / "parts")
-        map_file("nsys", str(path), 0, parts, {})      # imports, first reads: not per file
+        parts = work / "parts"
+        map_one_task(path, parts)                      # imports, first reads: not per file
         floor(path)
         load = os.getloadavg()[0]
         floor_s, rows_s, analyse_s, map_s = [], [], [], []
@@ -191,11 +204,11 @@ def main() -> None:
             floor_s.append(best(lambda: floor(path), max(1, args.repeat // 3)))
             rows_s.append(best(lambda: floor_rows(path), max(1, args.repeat // 3)))
             analyse_s.append(best(lambda: analyse_tables(path, 0), max(1, args.repeat // 3)))
-            map_s.append(best(lambda: map_file("nsys", str(path), 0, parts, {}), max(1, args.repeat // 3)))
+            map_s.append(best(lambda: map_one_task(path, parts), max(1, args.repeat // 3 // 4)) / TASK_FILES)
         arrow_floor, rows_floor = min(floor_s), min(rows_s)
         fl, analysed, mapped = min(arrow_floor, rows_floor), min(analyse_s), min(map_s)
         reduced = min(reduce_share(path, work / f"r{i}", args.reduce_files) for i in range(3))
-        split = breakdown(path, work / "split", max(3, args.repeat // 5))
+        split = breakdown(path, work / "split", max(2, args.repeat // 15))
     per_file = mapped + reduced
     split["(reduce, per file)"] = reduced
     total = sum(split.values())
@@ -207,9 +220,9 @@ def main() -> None:
                  (f"read as rows (sqlite3, {floor_rows(path)} values)", 1000 * rows_floor, " ms"),
                  ("floor (open + read the needed columns: the faster read)", 1000 * fl, " ms"),
                  ("analyse_tables (the analyses of one export)", 1000 * analysed, " ms"),
-                 ("map_file (the analyses + writing the file's tables)", 1000 * mapped, " ms"),
+                 (f"map_task, per file (the analyses, the bundle of {TASK_FILES})", 1000 * mapped, " ms"),
                  (f"reduce, per file (tables of {args.reduce_files} bundles, 2 workers' slices)", 1000 * reduced, " ms"),
-                 ("per rank file (map_file + reduce share)", 1000 * per_file, " ms"),
+                 ("per rank file (map_task + reduce share)", 1000 * per_file, " ms"),
                  ("ratio to the floor", ratio, "x"),
                  ("ratio to the Arrow read", per_file / arrow_floor, "x")]),
              "# where the time goes (one profiled pass, mean CPU ms per file)"]

@@ -34,17 +34,16 @@ def table_digest(table: pa.Table) -> list:
 def collected(fixtures: Path) -> dict[str, dict[str, list]]:
     """Each usable nsys export under `fixtures` -> {table: digest} of the bundle collect's map step writes."""
     from hpcprof.collect.engine import read_bundle
-    from hpcprof.collect.runs import map_file
+    from hpcprof.collect.runs import FilePart, map_task
     from hpcprof.ranks import rank_from_filename
 
     out = {}
     for path in sorted(fixtures.rglob("*.sqlite")):
         with tempfile.TemporaryDirectory() as parts:
-            try:
-                map_file("nsys", str(path), rank_from_filename(path) or 0, parts, {})
-            except Exception:          # an export collect cannot use (no StringIds, no GPU rows): not compared
+            [outcome] = map_task("nsys", [(str(path), rank_from_filename(path) or 0)], parts, "task.arrow", {})
+            if not isinstance(outcome, FilePart):   # an export collect cannot use (no StringIds, no GPU rows)
                 continue
-            tables = read_bundle(next(Path(parts).glob("*.arrow")))
+            tables = read_bundle(Path(parts) / "task.arrow")
         out[path.relative_to(fixtures).as_posix()] = {"(order)": list(tables),
                                                       **{n: table_digest(t) for n, t in tables.items()}}
     return out

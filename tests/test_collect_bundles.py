@@ -1,4 +1,4 @@
-"""collect's per-file bundles (one file of Arrow tables per rank file, checked by CRC-32), the fast
+"""collect's bundles (one file of Arrow tables per map task of several rank files, checked by CRC-32), the fast
 DataFrame -> Arrow conversion they use, and collect's tables being the same whatever the number of
 worker processes (issue 21: 1 vs 2 and 16; HPCPROF_TEST_WORKERS lists the counts)."""
 
@@ -14,6 +14,7 @@ import pyarrow as pa
 import pytest
 
 from hpcprof.collect.engine import (
+    BundleRows,
     Compacting,
     DamagedBundle,
     concat_parts,
@@ -53,7 +54,7 @@ def test_fast_conversion_equals_pyarrow_from_pandas(fixtures_dir: Path) -> None:
 
 def test_bundle_round_trip_and_damage(fixtures_dir: Path, tmp_path: Path) -> None:
     tables = {name: to_arrow(df, pandas_metadata=False) for name, df in frames(fixtures_dir).items()}
-    path = write_bundle(tmp_path / "rank0.arrow", tables)
+    path = write_bundle(tmp_path / "rank0.arrow", [tables])
     back = read_bundle(path)
     assert list(back) == list(tables) and all(back[n].equals(t) for n, t in tables.items())
     assert read_bundle(path, ["nccl"], schema_only=True)["nccl"] == tables["nccl"].schema
@@ -75,10 +76,10 @@ def test_concat_parts_unifies_schemas_in_order(tmp_path: Path) -> None:
     each bundle read once for all the tables asked of it (the others' schemas stay their own)."""
     import pyarrow.parquet as pq
 
-    first = write_bundle(tmp_path / "a.arrow", {"t": pa.table({"x": [1, 2]}), "u": pa.table({"k": ["a"]})})
-    second = write_bundle(tmp_path / "b.arrow", {"t": pa.table({"x": [0.5], "y": ["new"]})})
+    first = write_bundle(tmp_path / "a.arrow", [{"t": pa.table({"x": [1, 2]}), "u": pa.table({"k": ["a"]})}])
+    second = write_bundle(tmp_path / "b.arrow", [{"t": pa.table({"x": [0.5], "y": ["new"]})}])
     targets = {"t": tmp_path / "t.parquet", "u": tmp_path / "u.parquet", "v": tmp_path / "v.parquet"}
-    assert concat_parts([(second, ["t"]), (first, ["t", "u"])], targets) == ["t", "u"]
+    assert concat_parts([BundleRows(second, ["t"]), BundleRows(first, ["t", "u"])], targets) == ["t", "u"]
     assert pq.read_table(tmp_path / "t.parquet").to_pydict() == {"x": [0.5, 1.0, 2.0], "y": ["new", None, None]}
     assert pq.read_table(tmp_path / "u.parquet").to_pydict() == {"k": ["a"]}
     assert not (tmp_path / "v.parquet").exists()             # no part holds it: not written
@@ -168,8 +169,9 @@ def test_parts_of_the_layout_before_bundles_are_removed(fixtures_dir: Path, tmp_
     old.mkdir(parents=True)
     (old / "nccl.parquet").write_bytes(b"PAR1")
     mapped = map_files("nsys", {export: 0}, tmp_path, InProcess(), lambda line: None, print)
-    assert "nccl" in mapped["rank0.sqlite"]
-    assert sorted(p.name for p in (tmp_path / "derived/nsys/parts").iterdir()) == ["manifest.json", "rank0.sqlite.arrow"]
+    assert "nccl" in mapped["rank0.sqlite"].tables
+    [manifest, bundle] = sorted(p.name for p in (tmp_path / "derived/nsys/parts").iterdir())
+    assert bundle == mapped["rank0.sqlite"].bundle and bundle.startswith("rank0.sqlite.") and manifest == "manifest.json"
 
 
 @pytest.mark.parametrize("workers", [1, 2])
@@ -200,9 +202,65 @@ def test_files_of_one_map_task_are_each_on_their_own(fixtures_dir: Path, tmp_pat
     assert str(problem).startswith(f"{tmp_path}/profiles/rank7.sqlite: skipped (NsysInputError: ")
     assert "not an SQLite database" in str(problem)
     assert list(mapped) == [f"rank{rank}.sqlite" for rank in range(48) if rank != 7]
-    assert all("nccl" in tables for tables in mapped.values())
+    assert all("nccl" in part.tables for part in mapped.values())
     trace = tmp_path / "rank2.json"        # a trace of CPU operators only: nothing for the analyses
     trace.write_text('{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::add", "ts": 1, "dur": 2, '
                      '"pid": 1, "tid": 1}]}')
-    [note] = map_task("torch", [(str(trace), 2)], str(tmp_path / "parts"), {})
+    [note] = map_task("torch", [(str(trace), 2)], str(tmp_path / "parts"), "task.arrow", {})
     assert isinstance(note, MapFailure) and note.note and "no GPU events" in note.message
+
+
+def test_a_bundle_of_several_files_reads_back_per_file(tmp_path: Path) -> None:
+    """One bundle holds a map task's files: each table's rows of every file, in order, under one
+    schema (a column one file lacks is null there, int and float unify); a slice of its files
+    reads back exactly their rows, and a table a file lacks adds none of its rows."""
+    files = [{"t": pa.table({"x": [1, 2]}), "u": pa.table({"k": ["a"]})},
+             {"t": pa.table({"x": [0.5], "y": ["new"]})},
+             {"t": pa.table({"x": [3, 4, 5]}), "u": pa.table({"k": ["b", "c"]})}]
+    path = write_bundle(tmp_path / "task.arrow", files)
+    whole = read_bundle(path)
+    assert whole["t"].to_pydict() == {"x": [1.0, 2.0, 0.5, 3.0, 4.0, 5.0], "y": [None, None, "new", None, None, None]}
+    assert whole["u"].to_pydict() == {"k": ["a", "b", "c"]}
+    assert read_bundle(path, files=slice(1, 2))["t"].to_pydict() == {"x": [0.5], "y": ["new"]}
+    assert read_bundle(path, ["u"], files=slice(1, 3))["u"].to_pydict() == {"k": ["b", "c"]}
+    assert read_bundle(path, ["u"], files=slice(1, 2))["u"].num_rows == 0
+
+
+def test_a_changed_file_is_mapped_again_alone_and_superseded_bundles_go(fixtures_dir: Path, tmp_path: Path) -> None:
+    """Collected again after one rank file of a map task changed, only that file is analysed
+    again: the others' rows are read from their task's bundle around it, and the run's tables are
+    those of a fresh collect; a bundle no file names any more is removed."""
+    from hpcprof.collect import InProcess, map_files, reduce_parts
+    from hpcprof.results import list_tables, read_table
+
+    profiles = tmp_path / "profiles"
+    profiles.mkdir()
+    exports = {}
+    for rank in range(40):                                  # one process: tasks of 5 files
+        exports[profiles / f"rank{rank:02d}.sqlite"] = rank
+        shutil.copy(fixtures_dir / f"nsys/h200_seqpar_bf16/rank{rank % 2}.sqlite", profiles / f"rank{rank:02d}.sqlite")
+
+    def collect(run: Path) -> tuple[dict, dict[str, pd.DataFrame]]:
+        lines: list[str] = []
+        mapped = map_files("nsys", exports, run, InProcess(), lines.append, print)
+        reduce_parts("nsys", run, mapped, InProcess(), lambda line: None)
+        return mapped, {name: read_table(run, name) for name in list_tables(run)}
+
+    first, _ = collect(tmp_path / "run")
+    assert len({part.bundle for part in first.values()}) == 8
+    changed = profiles / "rank12.sqlite"                    # the middle of the third task
+    shutil.copy(fixtures_dir / "nsys/h200_seqpar_bf16/rank1.sqlite", changed)   # other rows, same rank
+    again, tables = collect(tmp_path / "run")
+    assert again["rank12.sqlite"].bundle != first["rank12.sqlite"].bundle
+    assert {k: p for k, p in again.items() if k != "rank12.sqlite"} == {k: p for k, p in first.items()
+                                                                           if k != "rank12.sqlite"}
+    _, fresh = collect(tmp_path / "fresh")
+    assert tables.keys() == fresh.keys()
+    for name, table in fresh.items():
+        pd.testing.assert_frame_equal(tables[name], table, obj=name)
+    for rank in range(10, 15):                              # the whole third task changes: its bundle goes
+        os.utime(profiles / f"rank{rank}.sqlite", ns=(1, 1))
+    latest, _ = collect(tmp_path / "run")
+    bundles = {p.name for p in (tmp_path / "run/derived/nsys/parts").glob("*.arrow")}
+    assert bundles == {part.bundle for part in latest.values()}
+    assert first["rank10.sqlite"].bundle not in bundles and again["rank12.sqlite"].bundle not in bundles

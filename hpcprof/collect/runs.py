@@ -27,7 +27,7 @@ import re
 import shutil
 import stat
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import BrokenExecutor, Executor
 from dataclasses import dataclass, field
 from functools import partial
@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from hpcprof.atomic import atomic_write, remove_stale_temps, temp_path
 from hpcprof.collect.engine import (
+    BundleRows,
     DamagedBundle,
     InProcess,
     Log,
@@ -56,6 +57,7 @@ from hpcprof.store import Store
 
 if TYPE_CHECKING:
     import pandas as pd
+    import pyarrow as pa
 
 #: exit status of `hpcprof collect` when something was skipped (the rest is collected)
 EXIT_PARTIAL = 3
@@ -172,19 +174,13 @@ def _part_key(path: Path) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", path.name)
 
 
-def _bundle(parts: Path, key: str) -> Path:
-    return parts / f"{key}.arrow"
+class FilePart(NamedTuple):
+    """Where one rank file's tables are: the bundle of its map task (a file name in the parts
+    directory; "" when the file has no tables) and the file's place among the bundle's files."""
 
-
-def map_file(tool: str, path: str, rank: int, parts: str, tool_paths: dict[str, str]) -> list[str]:
-    """Analyse one rank's file (in a worker) and write its tables into one bundle, `parts/<file>.arrow`."""
-    from hpcprof.analysis.registry import collector
-
-    tables = collector(tool, tool_paths).analyse_tables(Path(path), rank)
-    for name in tables:
-        check_name(f"{tool}_{name}")
-    write_bundle(_bundle(Path(parts), _part_key(Path(path))), tables)
-    return sorted(tables)
+    bundle: str
+    position: int
+    tables: list[str]
 
 
 class MapFailure(NamedTuple):
@@ -196,21 +192,41 @@ class MapFailure(NamedTuple):
     message: str
 
 
-def map_task(tool: str, files: list[tuple[str, int]], parts: str,
-             tool_paths: dict[str, str]) -> list[list[str] | MapFailure]:
-    """map_file over several files in one worker task, each on its own: its table names, or why
-    it has none. (A task per file cost the collecting process ~0.4 ms a file in the pool's submit,
-    pickling and result handling, and an mpi4py.futures worker a round trip per file.)"""
+def analyse_file(tool: str, path: str, rank: int, tool_paths: dict[str, str]) -> dict[str, pa.Table]:
+    """The tables of one rank's file (in a worker), by name."""
+    from hpcprof.analysis.registry import collector
+
+    tables = collector(tool, tool_paths).analyse_tables(Path(path), rank)
+    for name in tables:
+        check_name(f"{tool}_{name}")
+    return tables
+
+
+def map_task(tool: str, files: list[tuple[str, int]], parts: str, bundle: str,
+             tool_paths: dict[str, str]) -> list[FilePart | MapFailure]:
+    """analyse_file over several files in one worker task, each on its own, their tables written
+    together into one bundle, `parts/<bundle>`; per file where its tables are, or why it has none.
+    (A task per file cost the collecting process ~0.4 ms a file in the pool's submit, pickling and
+    result handling, and an mpi4py.futures worker a round trip per file; a bundle per file cost
+    its write and the reduce's read of it ~1 ms a file.)"""
     from hpcprof.analysis.collector import NothingToAnalyse
 
-    out: list[list[str] | MapFailure] = []
+    out: list[FilePart | MapFailure] = []
+    written: list[dict[str, pa.Table]] = []
     for path, rank in files:
         try:
-            out.append(map_file(tool, path, rank, parts, tool_paths))
+            tables = analyse_file(tool, path, rank, tool_paths)
         except NothingToAnalyse as exc:   # readable, nothing for the analyses
             out.append(MapFailure(True, str(exc)))
+            continue
         except Exception as exc:          # a damaged file: this file only
             out.append(MapFailure(False, _short(exc)))
+            continue
+        out.append(FilePart(bundle, len(written), sorted(tables)) if tables else FilePart("", -1, []))
+        if tables:
+            written.append(tables)
+    if written:
+        write_bundle(Path(parts) / bundle, written)
     return out
 
 
@@ -218,6 +234,16 @@ def task_size(files: int, workers: int) -> int:
     """Files per map task: up to TASK_FILES, while every worker still gets about TASKS_PER_WORKER
     tasks (the workers then finish together)."""
     return max(1, min(TASK_FILES, files // (workers * TASKS_PER_WORKER)))
+
+
+def _bundle_name(task: list[tuple[Path, int, os.stat_result, str]]) -> str:
+    """The bundle of a map task, named by its first file and a digest of what its files are
+    (key, rank, size, mtime): a collect that maps the same files the same way writes the same
+    file, another never overwrites one a cached file still names."""
+    import hashlib
+
+    what = repr([(key, rank, st.st_size, st.st_mtime_ns) for _, rank, st, key in task]).encode()
+    return f"{task[0][3]}.{hashlib.blake2b(what, digest_size=8).hexdigest()}.arrow"
 
 
 def _load_manifest(parts: Path) -> dict[str, Any]:
@@ -231,31 +257,43 @@ def _save_manifest(parts: Path, data: dict[str, Any]) -> None:
     atomic_write(parts / "manifest.json", json.dumps(data, indent=0, sort_keys=True), what="collect cache")
 
 
-def _part_reads(parts: Path, key: str, tables: list[str]) -> bool:
-    """Whether every cached table of one file's bundle is there and matches its CRC (a damaged
-    or truncated part is made again)."""
-    if not tables:
-        return True
-    try:
-        read_bundle(_bundle(parts, key), tables)
-    except DamagedBundle:
-        return False
-    return True
+def _cached(prev: dict[str, Any], st: os.stat_result, rank: int, bundle_reads: Callable[[str], bool]) -> bool:
+    """Whether a file's manifest entry `prev` still holds: the same size, mtime and rank, and its
+    tables in a bundle that reads (every table matches its CRC; a damaged or truncated bundle
+    is made again)."""
+    return (prev.get("size") == st.st_size and prev.get("mtime_ns") == st.st_mtime_ns
+            and prev.get("rank") == rank and isinstance(prev.get("tables"), list)
+            and isinstance(prev.get("bundle"), str) and isinstance(prev.get("position"), int)
+            and (not prev["tables"] or bundle_reads(prev["bundle"])))
 
 
 def map_files(tool: str, files: dict[Path, int], run_path: Path, executor: Executor, log: Log,
               problem: Report, tool_paths: dict[str, str] | None = None,
-              in_flight: int = 1024, meanwhile: Callable[[], None] | None = None) -> dict[str, list[str]]:
-    """Run `map_file` over every file not collected yet (or changed, or whose cached part is
-    damaged), several files a task (map_task), about `in_flight` files submitted at a time,
-    streaming results as workers finish (`meanwhile()` runs in this process once the first files
-    are submitted, stream_map); returns {part key: tables} of every usable file, in rank order."""
+              in_flight: int = 1024, meanwhile: Callable[[], None] | None = None) -> dict[str, FilePart]:
+    """Run `analyse_file` over every file not collected yet (or changed, or whose cached bundle is
+    damaged), several files a task (map_task, one bundle per task), about `in_flight` files
+    submitted at a time, streaming results as workers finish (`meanwhile()` runs in this process
+    once the first files are submitted, stream_map); returns {part key: FilePart} of every usable
+    file, in rank order. Bundles no file names any more are removed (those a concurrent collect
+    wrote since this one started are left)."""
+    started = time.time()
     parts = _parts_dir(run_path, tool)
     for stale in parts.glob("*/results"):   # the layout before bundles: a directory of Parquet files per file
         shutil.rmtree(stale.parent, ignore_errors=True)
     old = _load_manifest(parts)
     new: dict[str, Any] = {}
     table_lists: dict[tuple[str, ...], list[str]] = {}  # one list per distinct set of tables, not one per file
+    readable: dict[str, bool] = {}
+
+    def bundle_reads(bundle: str) -> bool:
+        if bundle not in readable:
+            try:
+                read_bundle(parts / bundle)
+                readable[bundle] = True
+            except DamagedBundle:
+                readable[bundle] = False
+        return readable[bundle]
+
     pending: list[tuple[Path, int, os.stat_result, str]] = []   # file, rank, stat, part key
     for path, rank in files.items():
         try:
@@ -265,9 +303,7 @@ def map_files(tool: str, files: dict[Path, int], run_path: Path, executor: Execu
             continue
         key = _part_key(path)
         prev = old.get(key)
-        if isinstance(prev, dict) and prev.get("size") == st.st_size and prev.get("mtime_ns") == st.st_mtime_ns \
-                and prev.get("rank") == rank and isinstance(prev.get("tables"), list) \
-                and _part_reads(parts, key, prev["tables"]):
+        if isinstance(prev, dict) and _cached(prev, st, rank, bundle_reads):
             prev["tables"] = table_lists.setdefault(tuple(prev["tables"]), prev["tables"])
             new[key] = prev
         else:
@@ -278,13 +314,14 @@ def map_files(tool: str, files: dict[Path, int], run_path: Path, executor: Execu
     progress = Progress(f"{tool} {run_path.name}", len(pending), sum(st.st_size for _, _, st, _ in pending), log)
     size = task_size(len(pending), executor_workers(executor))
     tasks = [pending[i:i + size] for i in range(0, len(pending), size)]
-    jobs = ((i, (tool, [(str(path), rank) for path, rank, _, _ in task], str(parts), tool_paths or {}))
+    jobs = ((i, (tool, [(str(path), rank) for path, rank, _, _ in task], str(parts), _bundle_name(task),
+                 tool_paths or {}))
             for i, task in enumerate(tasks))
     saved = time.monotonic()
     try:
         for i, future in stream_map(executor, map_task, jobs, max(1, in_flight // size), meanwhile):
             task = tasks[i]
-            outcomes: list[list[str] | MapFailure | None]
+            outcomes: list[FilePart | MapFailure | None]
             try:
                 outcomes = future.result()
             except BrokenExecutor:  # a worker died (killed, out of memory): the files it left undone
@@ -298,9 +335,10 @@ def map_files(tool: str, files: dict[Path, int], run_path: Path, executor: Execu
                         problem(Problem(path, f"skipped ({outcome.message})"))
                         continue
                     log(f"{tool}: note: {outcome.message}")
-                    outcome = []
-                new[key] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "rank": rank,
-                            "tables": table_lists.setdefault(tuple(outcome), outcome)}
+                    outcome = FilePart("", -1, [])
+                new[key] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "rank": rank, "bundle": outcome.bundle,
+                            "position": outcome.position, "tables": table_lists.setdefault(tuple(outcome.tables),
+                                                                                     outcome.tables)}
             progress.advance(sum(st.st_size for _, _, st, _ in task), len(task))
             if time.monotonic() - saved > MANIFEST_EVERY_S:  # an interrupted collect keeps what is done
                 _save_manifest(parts, new)
@@ -308,8 +346,13 @@ def map_files(tool: str, files: dict[Path, int], run_path: Path, executor: Execu
     finally:
         progress.close()
     _save_manifest(parts, new)
+    named = {entry["bundle"] for entry in new.values()}
+    for bundle in parts.glob("*.arrow"):
+        with contextlib.suppress(OSError):
+            if bundle.name not in named and bundle.stat().st_mtime < started:
+                bundle.unlink()
     order = sorted(new, key=lambda k: (new[k]["rank"], k))
-    return {k: new[k]["tables"] for k in order}
+    return {k: FilePart(new[k]["bundle"], new[k]["position"], new[k]["tables"]) for k in order}
 
 
 def cross_rank_tables(tool: str, run_path: Path) -> tuple[list[str], list[str]]:
@@ -326,14 +369,30 @@ def cross_rank_tables(tool: str, run_path: Path) -> tuple[list[str], list[str]]:
     return written, notes
 
 
-def _concat_slice(parts: Path, held: list[tuple[str, list[str]]], targets: dict[str, Path]) -> list[str]:
-    """concat_parts of the bundles of `held` (part key, its tables) into `targets`, in a worker:
-    the bundle paths are made here, so that the collecting process sends each worker only the
-    part keys (a few MB at 16,384 ranks, not a Path per file and table)."""
-    return concat_parts([(_bundle(parts, key), tables) for key, tables in held], targets)
+def bundle_runs(mapped: Iterable[FilePart]) -> list[tuple[str, int, int, list[str]]]:
+    """The files of `mapped` (in order) as runs of consecutive files of one bundle: (bundle, first
+    file, end file, the tables any of them has, in order); files without tables are left out."""
+    runs: list[tuple[str, int, int, list[str]]] = []
+    for part in mapped:
+        if not part.tables:
+            continue
+        if runs and runs[-1][0] == part.bundle and runs[-1][2] == part.position:
+            bundle, first, _, tables = runs[-1]
+            more = [name for name in part.tables if name not in tables]
+            runs[-1] = (bundle, first, part.position + 1, tables + more if more else tables)
+        else:
+            runs.append((part.bundle, part.position, part.position + 1, part.tables))
+    return runs
 
 
-def reduce_parts(tool: str, run_path: Path, mapped: dict[str, list[str]], executor: Executor | None = None,
+def _concat_slice(parts: Path, held: list[tuple[str, int, int, list[str]]], targets: dict[str, Path]) -> list[str]:
+    """concat_parts of the bundle runs `held` into `targets`, in a worker: the bundle paths are
+    made here, so that the collecting process sends each worker only their names."""
+    return concat_parts([BundleRows(parts / bundle, tables, slice(first, end)) for bundle, first, end, tables in held],
+                        targets)
+
+
+def reduce_parts(tool: str, run_path: Path, mapped: dict[str, FilePart], executor: Executor | None = None,
                  log: Log = print, timed: Timed = untimed) -> list[str]:
     """Tables of the whole run from the per-file parts: each table concatenated (phase `concat`),
     then the tool's cross-rank reduce (e.g. nsys's NCCL summary across ranks; phase `cross-rank`),
@@ -345,9 +404,9 @@ def reduce_parts(tool: str, run_path: Path, mapped: dict[str, list[str]], execut
 
     executor = executor or InProcess()
     parts = _parts_dir(run_path, tool)
-    names = sorted({n for tables in mapped.values() for n in tables})
+    names = sorted({n for part in mapped.values() for n in part.tables})
     targets = {name: table_path(run_path, f"{tool}_{name}") for name in names}
-    held = list(mapped.items())
+    held = bundle_runs(mapped.values())
     count = max(1, min(len(held), executor_workers(executor)))
     slices = [held[i * len(held) // count:(i + 1) * len(held) // count] for i in range(count)]
     # this collect's own (a concurrent collect of the run has its own; a killed one's is removed as
@@ -490,7 +549,7 @@ def collect_run(run: RunDir, store: Store, log: Log = print, executor: Executor 
         with done.timed("map"):
             mapped = map_files(tool, inputs, run.path, executor, log, done.report, tool_paths,
                                meanwhile=partial(own_steps, "map"))
-        if any(mapped.values()):
+        if any(part.tables for part in mapped.values()):
             try:
                 done.tables.extend(reduce_parts(tool, run.path, mapped, executor, log, done.timed))
             except DamagedCache as exc:
