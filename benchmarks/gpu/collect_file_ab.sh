@@ -16,6 +16,6 @@ for i in $(seq "${ROUNDS:-4}"); do
   for version in old new; do
     dir=.; [ $version = old ] && dir=.gpu/old
     echo "== $version, round $i"
-    python3 $dir/benchmarks/collect_file.py --repeat "${REPEAT:-60}" | grep -E "^floor|^analyse|^map_file|^per rank|^ratio"
+    python3 $dir/benchmarks/collect_file.py --repeat "${REPEAT:-60}" | grep -E "^floor|^analyse|^map_|^per rank|^ratio"
   done
 done
