@@ -264,3 +264,16 @@ def test_a_changed_file_is_mapped_again_alone_and_superseded_bundles_go(fixtures
     bundles = {p.name for p in (tmp_path / "run/derived/nsys/parts").glob("*.arrow")}
     assert bundles == {part.bundle for part in latest.values()}
     assert first["rank10.sqlite"].bundle not in bundles and again["rank12.sqlite"].bundle not in bundles
+
+
+def test_a_bundle_that_cannot_be_written_skips_its_files_with_the_reason(fixtures_dir: Path, tmp_path: Path) -> None:
+    """The task's files are then each a MapFailure naming the write's reason, as a file that did
+    not read is (collect reports them and goes on), not an exception that ends the collect."""
+    from hpcprof.collect.runs import MapFailure, map_task
+
+    not_a_dir = tmp_path / "parts"
+    not_a_dir.write_text("a file where the parts directory should be")
+    export = str(fixtures_dir / "nsys/h200_seqpar_bf16/rank0.sqlite")
+    outcomes = map_task("nsys", [(export, 0), (export, 1)], str(not_a_dir), "task.arrow", {})
+    assert len(outcomes) == 2 and all(isinstance(o, MapFailure) and not o.note for o in outcomes)
+    assert "parts" in outcomes[0].message, outcomes[0].message

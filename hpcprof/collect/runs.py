@@ -226,7 +226,11 @@ def map_task(tool: str, files: list[tuple[str, int]], parts: str, bundle: str,
         if tables:
             written.append(tables)
     if written:
-        write_bundle(Path(parts) / bundle, written)
+        try:
+            write_bundle(Path(parts) / bundle, written)
+        except Exception as exc:          # e.g. a full disk: each of its files is skipped with the reason
+            failed = MapFailure(False, _short(exc))
+            out = [failed if isinstance(o, FilePart) and o.tables else o for o in out]
     return out
 
 
