@@ -287,8 +287,7 @@ def concat_parts(parts: list[BundleRows], targets: dict[str, Path], row_group: i
                  compact_every: int = 64) -> list[str]:
     """Stream tables of bundles into one Parquet file per table: `parts` are rows of bundles
     (BundleRows: each with the names of the tables wanted there), and `targets` the file of each
-    table name. Each bundle is
-    read once for all its tables (one bundle, and per table one row group of at most `row_group`
+    table name. Each bundle is read once for all its tables (one bundle, and per table one row group of at most `row_group`
     rows, in memory at a time); a table's rows are written in the order of the parts, under one
     schema unifying its parts'. The parts of a table waiting for their row group are merged into
     contiguous tables `compact_every` at a time (Compacting: thousands of small Arrow tables cost far

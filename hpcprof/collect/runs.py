@@ -12,8 +12,8 @@ for words. Rank files (nsys exports, ncu CSVs, torch traces) are analysed per fi
 their tool's ToolCollector (hpcprof.analysis.registry), in a process pool or `mpi4py.futures`
 workers when launched under `mpiexec -n N python -m mpi4py.futures -m hpcprof collect`: a worker
 analyses several rank files a task and writes their tables into one bundle in `derived/<tool>/parts/`;
-the run's tables are concatenated from those parts, the cross-rank tables reduced and the summary computed in the workers too, so
-this process's memory does not grow with the number of ranks. Files unchanged since the last
+the run's tables are concatenated from those parts, the cross-rank tables reduced and the summary
+computed in the workers too, so this process's memory does not grow with the number of ranks. Files unchanged since the last
 collect (size and mtime) are skipped while their cached parts read; a damaged part is made
 again. Temporary files a killed collect left behind are removed.
 """
