@@ -81,6 +81,25 @@ def test_rounding_emulations_agree_with_the_columnar_ones() -> None:
             assert mine == theirs or (math.isnan(mine) and math.isnan(theirs)), x
 
 
+def test_exact_round1_is_the_decimal_rounding_of_the_binary_value() -> None:
+    """nsys 2025's rounding (the float's exact binary expansion rounded half away from zero, to
+    tenths), as Decimal computes it, on random values, every true tie (odd quarters), values one
+    ulp either side of x.x5, negatives, and large and tiny magnitudes."""
+    from decimal import ROUND_HALF_UP, Decimal
+
+    rng = np.random.default_rng(21)
+    near = np.arange(0, 20_000) / 10 + 0.05
+    values = np.concatenate((rng.integers(0, 10**13, 20_000) / rng.integers(1, 10**5, 20_000),
+                             rng.standard_normal(5_000) * 1e-3, np.arange(-20_000, 20_000) / 4,
+                             near, np.nextafter(near, 0), np.nextafter(near, np.inf),
+                             [2.0**52 + 0.5, 2.0**53, 1e20, -0.0, 5e-324]))
+    for x in values.tolist():
+        want = float(Decimal(x).quantize(Decimal("0.1"), ROUND_HALF_UP))
+        got = numerics.exact_round1(x)
+        assert got == want and math.copysign(1, got) == math.copysign(1, want), x
+    assert math.isnan(numerics.exact_round1(math.nan))
+
+
 def test_auto_picks_python_for_small_csv_and_columnar_otherwise(fixtures_dir: Path) -> None:
     export = fixtures_dir / "nsys" / "h200_seqpar_bf16" / "rank0.sqlite"
     probe = ("import sys; from hpcprof.cli import main; "
@@ -121,3 +140,31 @@ def test_python_engine_names_a_damaged_file_and_goes_on(fixtures_dir: Path, tmp_
     assert "truncated.sqlite: truncated SQLite file" in err and "notes.sqlite: not an SQLite database" in err
     assert "2 of 3 input file(s) could not be processed" in err
     assert "reduce_kernel" in out and "Traceback" not in err
+
+
+def test_collect_summaries_are_the_columnar_engines(fixtures_dir: Path) -> None:
+    """run_summaries (collect's per-rank summaries: the standard-library engine where ReportSpec.tenths
+    says its numbers are the columnar engine's to the bit) gives every report exactly as the columnar
+    engine does, on each usable fixture export; `tenths` is False only where the standard-library
+    engine prints a column to three decimals."""
+    from hpcprof.analysis.nsys.db import Export
+    from hpcprof.analysis.nsys.schema import NsysInputError
+    from hpcprof.analysis.nsys.stats import SUMMARY_REPORTS, run_python_reports, run_summaries, run_table, spec_of
+
+    compared = 0
+    for path in sorted((fixtures_dir / "nsys").rglob("*.sqlite")):
+        with Export(path) as export:
+            try:
+                got = run_summaries(export, list(SUMMARY_REPORTS))
+            except NsysInputError:
+                continue
+            for name, table in got.items():
+                want = run_table(export, name)
+                assert table.formats == want.formats and list(table.columns) == list(want.columns), (path, name)
+                for column, values in table.columns.items():
+                    np.testing.assert_array_equal(values, want.columns[column], err_msg=f"{path} {name} {column}")
+                compared += 1
+            for name, python in zip(SUMMARY_REPORTS, run_python_reports(export, list(SUMMARY_REPORTS)), strict=True):
+                if hasattr(python, "formats") and len(python):
+                    assert spec_of(name).tenths == ("f3" not in python.formats), name
+    assert compared >= 60, compared             # 71 reports of the fixture exports

@@ -21,7 +21,6 @@ import importlib
 import math
 import os
 from collections.abc import Callable, Iterable
-from decimal import ROUND_HALF_UP, Decimal
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
@@ -84,9 +83,11 @@ def exact_round1(x: float) -> float:
     """round(x, 1) as nsys 2025 computes it: the float64 value's exact binary expansion rounded
     half away from zero, so 3193803.15 (stored as 3193803.1499999...) gives 3193803.1 and
     8921.25 (exact in binary) gives 8921.3; NaN stays NaN."""
-    if math.isnan(x):
-        return x
-    return float(Decimal(x).quantize(Decimal("0.1"), ROUND_HALF_UP))
+    quarters = x * 4.0                  # exact (a power of 2); an odd integer at the only true ties
+    if quarters % 2.0 != 1.0:
+        return round(x, 1)              # CPython rounds the exact binary value correctly; NaN stays NaN
+    tenths = (5 * abs(int(quarters)) + 1) // 2    # |x| = q/4 = 2.5q tenths: half away from zero
+    return math.copysign(tenths / 10, x)
 
 
 def round1(x: float, layout: str) -> float:

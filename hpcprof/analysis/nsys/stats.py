@@ -71,7 +71,9 @@ class ReportSpec:
     gives only nsys 2022.4's); `old_name`: nsys 2022.4's name (that layout; None where 2022.4 has
     no such report). `columnar` and `python`: "module.function" under hpcprof.analysis.nsys, each
     a function (export, layout) -> Table; `python` (the standard-library engine) only for the
-    summary reports it implements. `summary`: one of the per-rank summaries `hpcprof collect` keeps."""
+    summary reports it implements. `summary`: one of the per-rank summaries `hpcprof collect` keeps.
+    `tenths`: its fractions are all rounded to one decimal, as nsys prints them, so that the two
+    engines' numbers are equal to the bit (False: cuda_gpu_mem_size_sum's MB to three decimals)."""
 
     name: str | None
     old_name: str | None
@@ -79,6 +81,7 @@ class ReportSpec:
     columnar: str
     python: str | None = None
     summary: bool = False
+    tenths: bool = True
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -128,7 +131,7 @@ SPECS: tuple[ReportSpec, ...] = (
     ReportSpec("cuda_gpu_mem_time_sum", "gpumemtimesum", MEMORY, "reports.cuda_gpu_mem_time_sum",
                "small.cuda_gpu_mem_time_sum", summary=True),
     ReportSpec("cuda_gpu_mem_size_sum", "gpumemsizesum", MEMORY, "reports.cuda_gpu_mem_size_sum",
-               "small.cuda_gpu_mem_size_sum", summary=True),
+               "small.cuda_gpu_mem_size_sum", summary=True, tenths=False),
     ReportSpec("cuda_gpu_sum", "gpusum", _needs(((KERNEL, MEMCPY, MEMSET), "GPU kernel/memory operations data")),
                "reports.cuda_gpu_sum"),
     ReportSpec("nvtx_sum", "nvtxsum", RANGES, "reports.nvtx_sum", "small.nvtx_sum", summary=True),
@@ -243,20 +246,21 @@ def run_summaries(export: Export, names: list[str]) -> dict[str, Table]:
     """The summary reports `names` of `export` that it has the data for (a report lacking its
     data, MissingData, is left out), in that order, with numpy columns: on an export up to
     SMALL_EXPORT_BYTES by the standard-library engine where its numbers are the columnar engine's
-    to the bit (reports whose fractions are all rounded to one decimal, as nsys prints them: the
-    two engines' sums of squares differ in the last bits, rounding and their shared tie rule make
-    them equal), its columns typed as the columnar engine types them; the others (a report of no
-    rows, cuda_gpu_mem_size_sum's MB, every report of a larger export) by the columnar engine."""
+    to the bit (ReportSpec.tenths: the two engines' sums of squares differ in the last bits,
+    rounding to one decimal and their shared tie rule make them equal), its columns typed as the
+    columnar engine types them; the others (a report of no rows, cuda_gpu_mem_size_sum's MB,
+    every report of a larger export) by the columnar engine."""
     import numpy as np
 
     small = export.path.stat().st_size <= SMALL_EXPORT_BYTES and all(n in PYTHON_REPORTS for n in names)
-    by_python = dict(zip(names, run_python_reports(export, names), strict=True)) if small else {}
+    exact = [name for name in names if spec_of(name).tenths] if small else []
+    by_python = dict(zip(exact, run_python_reports(export, exact), strict=True))
     out: dict[str, Table] = {}
     for name in names:
         got = by_python.get(name)
         if isinstance(got, NsysInputError):
             raise got
-        if isinstance(got, Table) and len(got) and "f3" not in got.formats:
+        if isinstance(got, Table) and len(got):
             out[name] = Table({c: np.array(v, dtype=FORMAT_DTYPES[f]) for (c, v), f in
                                zip(got.columns.items(), got.formats, strict=True)}, got.formats, got.null)
             continue
