@@ -121,17 +121,24 @@ def test_compacting_keeps_order_and_merges_by_levels() -> None:
 
 
 def collect_tables(exports: dict[Path, int], run: Path, workers: int) -> dict[str, pd.DataFrame]:
-    """collect's map and reduce over `exports` with `workers` processes: the run's tables."""
+    """collect's map and reduce over `exports` with `workers` processes, as collect_run runs them
+    (the slices concatenated as the map goes): the run's tables."""
     from hpcprof.collect import map_files, reduce_parts
+    from hpcprof.collect.runs import SLICES_PER_WORKER, SliceConcat
     from hpcprof.results import list_tables, read_table
 
     problems: list[object] = []
     executor, _ = make_executor(workers)
     try:
-        mapped = map_files("nsys", exports, run, executor, lambda line: None, problems.append)
-        reduce_parts("nsys", run, mapped, executor, lambda line: None)
+        keys = [path.name for path, _ in sorted(exports.items(), key=lambda kv: kv[1])]
+        concat = SliceConcat("nsys", run, keys, executor)
+        mapped = map_files("nsys", exports, run, executor, lambda line: None, problems.append,
+                           on_file=concat.file_done)
+        submitted = len(concat.sliced)                       # all of them while the map ran
+        reduce_parts("nsys", run, mapped, executor, lambda line: None, concat=concat)
     finally:
         executor.shutdown()
+    assert submitted == (0 if workers == 1 else min(len(exports), workers * SLICES_PER_WORKER))
     assert problems == []
     return {name: read_table(run, name) for name in list_tables(run)}
 

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from hpcprof.analysis import registry
-from hpcprof.analysis.collector import CollectContext, Log, ReadTable, ToolCollector
+from hpcprof.analysis.collector import CollectContext, Log, ReadTable, Reducer, ToolCollector
 from hpcprof.ranks import rank_from_filename
 
 
@@ -24,11 +24,15 @@ class CsvCollector(ToolCollector):
         df.insert(0, "rank", rank)
         return {"kernels": df}
 
-    def reduce(self, read: ReadTable, log: Log) -> dict[str, pd.DataFrame]:
-        kernels = read("kernels")
-        assert kernels is not None
-        log(f"csv: {len(kernels)} kernels")
-        return {"total": kernels.groupby("name", as_index=False)["ns"].sum()}
+    def reducers(self) -> tuple[Reducer, ...]:
+        return (kernel_totals,)
+
+
+def kernel_totals(read: ReadTable, log: Log) -> dict[str, pd.DataFrame]:
+    kernels = read("kernels")
+    assert kernels is not None
+    log(f"csv: {len(kernels)} kernels")
+    return {"total": kernels.groupby("name", as_index=False)["ns"].sum()}
 
 
 @pytest.mark.parametrize("tool", sorted(registry.COLLECTORS))

@@ -155,8 +155,8 @@ def test_hand_built_exports_through_collect_and_cli(hand_exports: list[Path], tm
     """collect's per-file map, then its cross-rank reduce (reading the concatenated per-rank tables),
     and the CLI (files one at a time) give the same table."""
     parts = [nsys_collect.analyse_file(p, r) for r, p in enumerate(hand_exports)]
-    tables = nsys_collect.reduce_ranks(lambda name: pd.concat([t[name] for t in parts], ignore_index=True)
-                                       if name in parts[0] else None)
+    tables = nsys_collect.NsysCollector().reduce(lambda name: pd.concat([t[name] for t in parts], ignore_index=True)
+                                                 if name in parts[0] else None, print)
     pd.testing.assert_frame_equal(tables["critical_path"], expected_rows())
     assert set(tables) >= {"nccl", "critical_path", "critical_path_segments"}
     out = tmp_path / "cp.csv"
@@ -352,7 +352,8 @@ def test_h200_kineto_fixtures(fixtures_dir: Path) -> None:
 
     ddp = fixtures_dir / "hta" / "h200_ddp_gpt2"
     parts = [trace_collect.analyse_file(p, r) for r, p in enumerate(sorted(ddp.glob("*.json.gz")))]
-    tables = trace_collect.reduce_ranks(lambda n: pd.concat([t[n] for t in parts], ignore_index=True), print)
+    tables = trace_collect.TorchCollector().reduce(lambda n: pd.concat([t[n] for t in parts], ignore_index=True),
+                                                   print)
     ddp_rows = tables["critical_path"]
     assert ddp_rows["iteration"].tolist() == [30]                    # the one ProfilerStep captured
     events = pd.concat([t["critical_path_events"] for t in parts])

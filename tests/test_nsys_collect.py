@@ -104,14 +104,14 @@ def test_nccl_across_ranks_is_one_reduction_for_the_cli_and_collect(run_dir: Pat
     old collect rounding (Python's round) and the CLI's (pandas) differed in the last digit."""
     from hpcprof.analysis.nsys import distributed as dist
     from hpcprof.analysis.nsys.cli import _analyse_one_at_a_time
-    from hpcprof.analysis.nsys.collect import reduce_ranks
+    from hpcprof.analysis.nsys.collect import NsysCollector
 
     files = (run_dir / "rank0.sqlite", run_dir / "rank1.sqlite")
     cli, failures = _analyse_one_at_a_time(files, [0, 1], dist.nccl_per_rank, dist.nccl_across_ranks)
     assert failures == 0 and cli is not None
     per = cli[cli["scope"] == "rank"].copy()
     per.insert(2, "window", "capture")                           # collect's per-rank rows carry their window
-    collected = reduce_ranks({"nccl": per}.get)["nccl"]
+    collected = NsysCollector().reduce({"nccl": per}.get, print)["nccl"]
     pd.testing.assert_frame_equal(_all_rows(collected), _all_rows(cli))
     assert set(collected.loc[collected["scope"] == "all", "window"]) == {"capture"}
     assert _all_rows(cli)["count"].tolist() == [10, 10]         # AllGather, ReduceScatter: 5 per rank
@@ -121,7 +121,7 @@ def test_nccl_across_ranks_is_one_reduction_for_the_cli_and_collect(run_dir: Pat
     crafted = pd.DataFrame({"scope": "rank", "rank": [0, 1], "window": "timed", "collective": "AllReduce",
                             "count": [20, 20], "total_ns": [20_000_001, 23_530_001], "mean_ns": [1e6, 1176500.0],
                             "min_ns": [1, 2], "max_ns": [3, 4]})
-    collected = _all_rows(reduce_ranks({"nccl": crafted}.get)["nccl"])
+    collected = _all_rows(NsysCollector().reduce({"nccl": crafted}.get, print)["nccl"])
     from_cli = _all_rows(dist.nccl_across_ranks(crafted.drop(columns="window")))
     pd.testing.assert_frame_equal(collected, from_cli)
     assert collected.loc[0, "mean_ns"] == 1_088_250.0 and collected.loc[0, "slowest_rank"] == 1

@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from hpcprof.analysis.trace import analyses as A
-from hpcprof.analysis.trace.collect import analyse_file, reduce_ranks
+from hpcprof.analysis.trace.collect import TorchCollector, analyse_file
 from hpcprof.analysis.trace.load import TraceError, load_traces
 from hpcprof.cli import main
 
@@ -108,7 +108,7 @@ def test_collect_traces_per_file(tmp_path: Path, trace_filter: Path, fixtures_di
     files = sorted(trace_filter.glob("*.json.gz"))
     per_file = [analyse_file(path, rank) for rank, path in enumerate(files)]
     tables = {name: pd.concat([t[name] for t in per_file], ignore_index=True) for name in per_file[0]}
-    tables.update(reduce_ranks(tables.get, lambda line: None))
+    tables.update(TorchCollector().reduce(tables.get, lambda line: None))
     hta = {"temporal", "overlap", "idle", "launch", "kernels", "kernel_types", "window", "iterations"}
     assert set(tables) == hta | {"critical_path_events", "critical_path", "critical_path_segments"}
     for name in hta | {"critical_path_events"}:

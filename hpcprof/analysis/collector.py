@@ -12,13 +12,15 @@ A tool is one `ToolCollector` subclass registered by name in hpcprof.analysis.re
   default analyse_file's frames converted by hpcprof.results.to_arrow); a tool whose analyses
   build their columns directly implements this one, and analyse_file is then its tables read
   back as the run's results read them.
-- `reduce(read, log)`: tables across ranks, from the concatenated per-rank tables (`read(name)`
-  gives one, or None); returns new or replacing tables, logs notes.
+- `reducers()`: the steps that make tables across ranks, each `(read, log) -> tables` from the
+  concatenated per-rank tables (`read(name)` gives one, or None), returning new or replacing
+  tables and logging notes; independent of one another, so collect runs them in parallel workers
+  (`reduce(read, log)` runs them all in this process).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -32,6 +34,8 @@ if TYPE_CHECKING:
 Log = Callable[[str], None]
 #: a concatenated per-rank table by name, None when no rank has it
 ReadTable = Callable[[str], "pd.DataFrame | None"]
+#: one cross-rank step: (read, log) -> the tables it makes
+Reducer = Callable[[ReadTable, Log], "dict[str, pd.DataFrame]"]
 
 
 @dataclass
@@ -74,6 +78,10 @@ class ToolCollector:
 
         return {name: to_arrow(df, pandas_metadata=False) for name, df in self.analyse_file(path, rank).items()}
 
+    def reducers(self) -> Sequence[Reducer]:
+        """The cross-rank steps (Reducer), independent of one another: none by default."""
+        return ()
+
     def reduce(self, read: ReadTable, log: Log) -> dict[str, pd.DataFrame]:
-        """Tables across ranks from the concatenated per-rank ones: none by default."""
-        return {}
+        """Every cross-rank table, the reducers run one after another in this process."""
+        return {name: table for step in self.reducers() for name, table in step(read, log).items()}

@@ -28,7 +28,7 @@ import shutil
 import stat
 import time
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import BrokenExecutor, Executor
+from concurrent.futures import BrokenExecutor, Executor, Future
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -65,6 +65,8 @@ EXIT_PARTIAL = 3
 TASK_FILES, TASKS_PER_WORKER = 16, 8
 #: seconds between saves of the map's manifest (what is done), which an interrupted collect keeps
 MANIFEST_EVERY_S = 5.0
+#: contiguous slices of the rank files per worker, each concatenated as soon as its files are mapped (SliceConcat)
+SLICES_PER_WORKER = 4
 #: where a Problem goes (Collected.report of the run being collected)
 Report = Callable[[Problem], None]
 #: a context manager that adds its block's wall time to a phase of the run (Collected.timed)
@@ -272,14 +274,16 @@ def _cached(prev: dict[str, Any], st: os.stat_result, rank: int, bundle_reads: C
 
 
 def map_files(tool: str, files: dict[Path, int], run_path: Path, executor: Executor, log: Log,
-              problem: Report, tool_paths: dict[str, str] | None = None,
-              in_flight: int = 1024, meanwhile: Callable[[], None] | None = None) -> dict[str, FilePart]:
+              problem: Report, tool_paths: dict[str, str] | None = None, in_flight: int = 1024,
+              meanwhile: Callable[[], None] | None = None,
+              on_file: Callable[[str, FilePart | None], None] = lambda key, part: None) -> dict[str, FilePart]:
     """Run `analyse_file` over every file not collected yet (or changed, or whose cached bundle is
     damaged), several files a task (map_task, one bundle per task), about `in_flight` files
     submitted at a time, streaming results as workers finish (`meanwhile()` runs in this process
     once the first files are submitted, stream_map); returns {part key: FilePart} of every usable
-    file, in rank order. Bundles no file names any more are removed (those a concurrent collect
-    wrote since this one started are left)."""
+    file, in rank order. `on_file(key, part)` is called as each file has its outcome (part None:
+    skipped), e.g. SliceConcat.file_done. Bundles no file names any more are removed (those a
+    concurrent collect wrote since this one started are left)."""
     started = time.time()
     parts = _parts_dir(run_path, tool)
     for stale in parts.glob("*/results"):   # the layout before bundles: a directory of Parquet files per file
@@ -300,16 +304,18 @@ def map_files(tool: str, files: dict[Path, int], run_path: Path, executor: Execu
 
     pending: list[tuple[Path, int, os.stat_result, str]] = []   # file, rank, stat, part key
     for path, rank in files.items():
+        key = _part_key(path)
         try:
             st = path.stat()
         except OSError as exc:
             problem(Problem(path, f"skipped ({exc.strerror})"))
+            on_file(key, None)
             continue
-        key = _part_key(path)
         prev = old.get(key)
         if isinstance(prev, dict) and _cached(prev, st, rank, bundle_reads):
             prev["tables"] = table_lists.setdefault(tuple(prev["tables"]), prev["tables"])
             new[key] = prev
+            on_file(key, FilePart(prev["bundle"], prev["position"], prev["tables"]))
         else:
             pending.append((path, rank, st, key))
     del old
@@ -333,16 +339,19 @@ def map_files(tool: str, files: dict[Path, int], run_path: Path, executor: Execu
             for (path, rank, st, key), outcome in zip(task, outcomes, strict=True):
                 if outcome is None:
                     problem(WorkerDied(path))
+                    on_file(key, None)
                     continue
                 if isinstance(outcome, MapFailure):
                     if not outcome.note:
                         problem(Problem(path, f"skipped ({outcome.message})"))
+                        on_file(key, None)
                         continue
                     log(f"{tool}: note: {outcome.message}")
                     outcome = FilePart("", -1, [])
                 new[key] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "rank": rank, "bundle": outcome.bundle,
                             "position": outcome.position, "tables": table_lists.setdefault(tuple(outcome.tables),
                                                                                      outcome.tables)}
+                on_file(key, outcome)
             progress.advance(sum(st.st_size for _, _, st, _ in task), len(task))
             if time.monotonic() - saved > MANIFEST_EVERY_S:  # an interrupted collect keeps what is done
                 _save_manifest(parts, new)
@@ -359,15 +368,16 @@ def map_files(tool: str, files: dict[Path, int], run_path: Path, executor: Execu
     return {k: FilePart(new[k]["bundle"], new[k]["position"], new[k]["tables"]) for k in order}
 
 
-def cross_rank_tables(tool: str, run_path: Path) -> tuple[list[str], list[str]]:
-    """The tool's cross-rank reduce over the run's concatenated tables, written to results/;
-    returns (table names written, notes to log)."""
+def cross_rank_tables(tool: str, run_path: Path, step: int) -> tuple[list[str], list[str]]:
+    """Cross-rank step `step` of the tool (its reducers()) over the run's concatenated tables,
+    written to results/; returns (table names written, notes to log)."""
     from hpcprof.analysis.registry import collector
     from hpcprof.results import read_table
 
     notes: list[str] = []
     written = []
-    for name, df in collector(tool).reduce(lambda n: read_table(run_path, f"{tool}_{n}"), notes.append).items():
+    reducer = collector(tool).reducers()[step]
+    for name, df in reducer(lambda n: read_table(run_path, f"{tool}_{n}"), notes.append).items():
         write_table(run_path, f"{tool}_{name}", df)
         written.append(f"{tool}_{name}")
     return written, notes
@@ -396,54 +406,102 @@ def _concat_slice(parts: Path, held: list[tuple[str, int, int, list[str]]], targ
                         targets)
 
 
-def reduce_parts(tool: str, run_path: Path, mapped: dict[str, FilePart], executor: Executor | None = None,
-                 log: Log = print, timed: Timed = untimed) -> list[str]:
-    """Tables of the whole run from the per-file parts: each table concatenated (phase `concat`),
-    then the tool's cross-rank reduce (e.g. nsys's NCCL summary across ranks; phase `cross-rank`),
-    both in `executor`'s workers so that this process never holds the rows of all ranks. With
-    several workers each concatenates one contiguous slice of the files into a Parquet piece per
-    table (every bundle is read once), then the pieces of each table are joined in order. Returns
-    the table names written."""
-    from hpcprof.results import table_path
+class SliceConcat:
+    """The concat step of the reduce, run alongside the map: the run's rank files (`keys`, in rank
+    order) cut into contiguous slices, SLICES_PER_WORKER per worker; as soon as every file of a
+    slice has its outcome (file_done), a worker concatenates the slice's bundles into a Parquet
+    piece per table (_concat_slice: every bundle read once), so that only the last slices and the
+    join of each table's pieces, in order, into results/ (finish) are left when the map ends.
+    With one worker the files are concatenated straight into results/ by finish."""
 
-    executor = executor or InProcess()
-    parts = _parts_dir(run_path, tool)
-    names = sorted({n for part in mapped.values() for n in part.tables})
-    targets = {name: table_path(run_path, f"{tool}_{name}") for name in names}
-    held = bundle_runs(mapped.values())
-    count = max(1, min(len(held), executor_workers(executor)))
-    slices = [held[i * len(held) // count:(i + 1) * len(held) // count] for i in range(count)]
-    # this collect's own (a concurrent collect of the run has its own; a killed one's is removed as
-    # a stale temporary, atomic.remove_stale_temps)
-    pieces = temp_path(run_path / "derived" / tool / "pieces")
-    try:
-        with timed("concat"):
-            if count == 1:
-                done = set(executor.submit(_concat_slice, parts, held, targets).result())
+    def __init__(self, tool: str, run_path: Path, keys: list[str], executor: Executor) -> None:
+        self.tool, self.run_path, self.executor = tool, run_path, executor
+        self.parts = _parts_dir(run_path, tool)
+        workers = executor_workers(executor)
+        count = 1 if workers == 1 else max(1, min(len(keys), workers * SLICES_PER_WORKER))
+        self.slice_of = {key: i * count // len(keys) for i, key in enumerate(keys)}
+        self.left = [0] * count
+        for i in self.slice_of.values():
+            self.left[i] += 1
+        self.files: list[dict[str, FilePart]] = [{} for _ in range(count)]
+        self.order = {key: i for i, key in enumerate(keys)}
+        self.sliced: dict[int, Future] = {}
+        # this collect's own (a concurrent collect of the run has its own; a killed one's is removed as
+        # a stale temporary, atomic.remove_stale_temps)
+        self.pieces = temp_path(run_path / "derived" / tool / "pieces")
+
+    def file_done(self, key: str, part: FilePart | None) -> None:
+        """File `key` has its outcome: its part, or None (no tables, or skipped)."""
+        i = self.slice_of[key]
+        if part is not None and part.tables:
+            self.files[i][key] = part
+        self.left[i] -= 1
+        if not self.left[i] and len(self.left) > 1:
+            self._submit(i)
+
+    def _submit(self, i: int) -> None:
+        parts = sorted(self.files[i].items(), key=lambda kv: self.order[kv[0]])
+        if not parts:
+            return
+        names = sorted({name for _, part in parts for name in part.tables})
+        self.pieces.mkdir(parents=True, exist_ok=True)
+        self.sliced[i] = self.executor.submit(_concat_slice, self.parts, bundle_runs(p for _, p in parts),
+                                              {name: self.pieces / f"{name}.{i}.parquet" for name in names})
+
+    def finish(self) -> list[str]:
+        """Wait for the slices, join each table's pieces into results/; the table names written
+        (DamagedCache when a cached part does not read: the manifest is dropped)."""
+        from hpcprof.results import table_path
+
+        def target(name: str) -> Path:
+            return table_path(self.run_path, f"{self.tool}_{name}")
+
+        try:
+            if len(self.left) == 1:
+                parts = sorted(self.files[0].items(), key=lambda kv: self.order[kv[0]])
+                names = sorted({name for _, part in parts for name in part.tables})
+                done = self.executor.submit(_concat_slice, self.parts, bundle_runs(p for _, p in parts),
+                                            {name: target(name) for name in names}).result()
             else:
-                pieces.mkdir(parents=True)
-                sliced = [executor.submit(_concat_slice, parts, held_slice,
-                                          {name: pieces / f"{name}.{i}.parquet" for name in names})
-                          for i, held_slice in enumerate(slices)]
-                in_slice = [future.result() for future in sliced]
-                joined = {name: executor.submit(concat_pieces, [pieces / f"{name}.{i}.parquet"
-                                                                for i, written in enumerate(in_slice)
-                                                                if name in written], targets[name])
-                          for name in names if any(name in written for written in in_slice)}
-                for future in joined.values():
+                in_slice = [self.sliced[i].result() if i in self.sliced else [] for i in range(len(self.left))]
+                names = sorted({name for written in in_slice for name in written})
+                joined = [self.executor.submit(concat_pieces, [self.pieces / f"{name}.{i}.parquet"
+                                                               for i, written in enumerate(in_slice)
+                                                               if name in written], target(name))
+                          for name in names]
+                for future in joined:
                     future.result()
-                done = set(joined)
-        written = [f"{tool}_{name}" for name in names if name in done]
-    except Exception as exc:  # a cached part whose footer reads but whose data does not
-        (parts / "manifest.json").unlink(missing_ok=True)  # every part is made again
-        raise DamagedCache(f"{parts}: a cached part does not read ({_short(exc)})") from None
-    finally:
-        shutil.rmtree(pieces, ignore_errors=True)
-    with timed("cross-rank"):
-        reduced, notes = executor.submit(cross_rank_tables, tool, run_path).result()
-    for line in notes:
+                done = names
+        except Exception as exc:  # a cached part whose footer reads but whose data does not
+            (self.parts / "manifest.json").unlink(missing_ok=True)  # every part is made again
+            raise DamagedCache(f"{self.parts}: a cached part does not read ({_short(exc)})") from None
+        finally:
+            shutil.rmtree(self.pieces, ignore_errors=True)
+        return [f"{self.tool}_{name}" for name in sorted(done)]
+
+
+def reduce_parts(tool: str, run_path: Path, mapped: dict[str, FilePart], executor: Executor | None = None,
+                 log: Log = print, timed: Timed = untimed, concat: SliceConcat | None = None) -> list[str]:
+    """Tables of the whole run from the per-file parts: each table concatenated (phase `concat`:
+    `concat`, the SliceConcat that map_files fed, finished; else one made of `mapped`), then the
+    tool's cross-rank steps (e.g. nsys's NCCL summary across ranks; phase `cross-rank`), each in
+    its own task, all in `executor`'s workers so that this process never holds the rows of all
+    ranks. Returns the table names written."""
+    executor = executor or InProcess()
+    if concat is None:
+        concat = SliceConcat(tool, run_path, list(mapped), executor)
+        for key, part in mapped.items():
+            concat.file_done(key, part)
+    with timed("concat"):
+        written = concat.finish()
+    from hpcprof.analysis.registry import collector
+
+    with timed("cross-rank"):               # the steps in parallel workers
+        steps = [executor.submit(cross_rank_tables, tool, run_path, i) for i in range(len(collector(tool).reducers()))]
+        done = [future.result() for future in steps]
+    for line in (line for _, notes in done for line in notes):
         log(line)
-    return written + [name for name in reduced if name not in written]
+    return written + [name for reduced, _ in done for name in reduced if name not in written]
 
 
 class DamagedCache(Exception):
@@ -550,12 +608,14 @@ def collect_run(run: RunDir, store: Store, log: Log = print, executor: Executor 
         ctx.work_dir.mkdir(parents=True, exist_ok=True)
         with done.timed("inputs"):
             inputs = collector(tool, tool_paths).inputs(ctx)
+        keys = [key for _, key in sorted((rank, _part_key(path)) for path, rank in inputs.items())]
+        concat = SliceConcat(tool, run.path, keys, executor)     # concatenates slices as the map goes
         with done.timed("map"):
             mapped = map_files(tool, inputs, run.path, executor, log, done.report, tool_paths,
-                               meanwhile=partial(own_steps, "map"))
+                               meanwhile=partial(own_steps, "map"), on_file=concat.file_done)
         if any(part.tables for part in mapped.values()):
             try:
-                done.tables.extend(reduce_parts(tool, run.path, mapped, executor, log, done.timed))
+                done.tables.extend(reduce_parts(tool, run.path, mapped, executor, log, done.timed, concat))
             except DamagedCache as exc:
                 log(f"{run.run_id}: {exc}; made again")
                 with done.timed("map"):

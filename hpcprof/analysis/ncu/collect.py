@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
 
-from hpcprof.analysis.collector import Log, ReadTable, ToolCollector
+from hpcprof.analysis.collector import Log, ReadTable, Reducer, ToolCollector
 from hpcprof.analysis.ncu.metrics import kernel_table, missing_sections
 from hpcprof.analysis.ncu.parse import load
 
@@ -20,6 +21,14 @@ def analyse_file(path: Path, rank: int, ncu: str | None = None) -> dict[str, pd.
     return {"metrics": df}
 
 
+def note_missing_sections(read: ReadTable, log: Log) -> dict[str, pd.DataFrame]:
+    """No new table; logs the Echo columns empty in every file (the ncu section to add)."""
+    metrics = read("metrics")
+    for note in missing_sections(metrics if metrics is not None else pd.DataFrame()):
+        log(f"ncu: {note}")
+    return {}
+
+
 class NcuCollector(ToolCollector):
     """ncu in `collect`: each rank's profile with the site's ncu (a .ncu-rep needs it), then a
     note on the Echo columns empty in every file."""
@@ -27,9 +36,5 @@ class NcuCollector(ToolCollector):
     def analyse_file(self, path: Path, rank: int) -> dict[str, pd.DataFrame]:
         return analyse_file(path, rank, self.tool_paths.get("ncu"))
 
-    def reduce(self, read: ReadTable, log: Log) -> dict[str, pd.DataFrame]:
-        """No new table; logs the Echo columns empty in every file (the ncu section to add)."""
-        metrics = read("metrics")
-        for note in missing_sections(metrics if metrics is not None else pd.DataFrame()):
-            log(f"ncu: {note}")
-        return {}
+    def reducers(self) -> Sequence[Reducer]:
+        return (note_missing_sections,)

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from hpcprof.analysis.collector import CollectContext, Log, ReadTable, ToolCollector
+from hpcprof.analysis.collector import CollectContext, Log, ReadTable, Reducer, ToolCollector
 from hpcprof.analysis.nsys import critical_path
 from hpcprof.analysis.nsys import distributed as dist
 from hpcprof.analysis.nsys import window as win
@@ -74,7 +74,7 @@ GAP_NS = 100_000
 
 def rank_nccl(act: dist.Activity) -> pa.Table:
     """The per-rank rows of dist.nccl_summary, in its columns and types, without its cross-rank rows
-    (reduce_ranks makes those over all ranks)."""
+    (nccl_with_totals makes those over all ranks)."""
     per = dist.nccl_rank_columns(act)
     per["mean_ns"] = per["mean_ns"].round(1)
     rows = len(per["rank"])        # no rows: the frame's types (text columns of str dtype, as with rows)
@@ -130,20 +130,30 @@ def analyse_file(path: Path, rank: int, nvtx_window: str | None = None) -> dict[
     return {name: table.to_pandas() for name, table in analyse_tables(path, rank, nvtx_window).items()}
 
 
-def reduce_ranks(read: ReadTable) -> dict[str, pd.DataFrame]:
-    """Cross-rank tables from the per-rank ones: per collective, the totals over all ranks and the
-    slowest rank (`scope == "all"`, distributed.nccl_across_ranks: the same rows as `hpcprof nsys
-    nccl`) appended to the per-rank NCCL rows; the timeline cut to the window's median iteration
-    (the same iteration on every rank)."""
-    out: dict[str, pd.DataFrame] = critical_path.collect_tables(read)
+def critical_path_tables(read: ReadTable, log: Log) -> dict[str, pd.DataFrame]:
+    """The critical path across ranks (critical_path.collect_tables)."""
+    return critical_path.collect_tables(read)
+
+
+def median_timeline(read: ReadTable, log: Log) -> dict[str, pd.DataFrame]:
+    """The timeline cut to the window's median iteration (the same iteration on every rank)."""
     timeline = read("timeline")
     middle = median_iteration(read("iterations"))
-    if timeline is not None and middle is not None:
-        out["timeline"] = timeline[timeline["iteration"] == middle].reset_index(drop=True)
+    if timeline is None or middle is None:
+        return {}
+    return {"timeline": timeline[timeline["iteration"] == middle].reset_index(drop=True)}
+
+
+def nccl_with_totals(read: ReadTable, log: Log) -> dict[str, pd.DataFrame]:
+    """Per collective, the totals over all ranks and the slowest rank (`scope == "all"`,
+    distributed.nccl_across_ranks: the same rows as `hpcprof nsys nccl`) appended to the per-rank
+    NCCL rows."""
     per = read("nccl")
-    if per is not None and not per.empty:
-        out["nccl"] = dist.nccl_across_ranks(per)
-    return out
+    return {"nccl": dist.nccl_across_ranks(per)} if per is not None and not per.empty else {}
+
+
+#: the cross-rank steps of nsys in collect (NsysCollector.reducers), independent of one another
+REDUCERS = (critical_path_tables, median_timeline, nccl_with_totals)
 
 
 class NsysCollector(ToolCollector):
@@ -159,8 +169,8 @@ class NsysCollector(ToolCollector):
     def analyse_tables(self, path: Path, rank: int) -> dict[str, pa.Table]:
         return analyse_tables(path, rank)
 
-    def reduce(self, read: ReadTable, log: Log) -> dict[str, pd.DataFrame]:
-        return reduce_ranks(read)
+    def reducers(self) -> Sequence[Reducer]:
+        return REDUCERS
 
 
 #: the files of an nsys profile (a report, the old name of one, or its SQLite export)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from hpcprof.analysis.collector import Log, NothingToAnalyse, ReadTable, ToolCollector
+from hpcprof.analysis.collector import Log, NothingToAnalyse, ReadTable, Reducer, ToolCollector
 from hpcprof.analysis.trace import analyses, critical_path
 from hpcprof.analysis.trace.load import RankTrace, TraceColumns, TraceError, scan_trace
 from hpcprof.analysis.trace.window import trace_window
@@ -46,13 +46,21 @@ def analyse_file(path: Path, rank: int) -> dict[str, pd.DataFrame]:
             critical_path.EVENTS_TABLE: path_events.frame(path, trace.rank)}
 
 
-def reduce_ranks(read: ReadTable, log: Log) -> dict[str, pd.DataFrame]:
+def sorted_kernels(read: ReadTable, log: Log) -> dict[str, pd.DataFrame]:
     """The kernels table in all_analyses' order over all ranks (kernel type, name, rank)."""
-    paths = critical_path.collect_tables(read)
     kernels = read("kernels")
     if kernels is None:
-        return paths
-    return {"kernels": kernels.sort_values(["kernel_type", "name", "rank"], kind="stable", ignore_index=True), **paths}
+        return {}
+    return {"kernels": kernels.sort_values(["kernel_type", "name", "rank"], kind="stable", ignore_index=True)}
+
+
+def critical_path_tables(read: ReadTable, log: Log) -> dict[str, pd.DataFrame]:
+    """The critical path across ranks (critical_path.collect_tables)."""
+    return critical_path.collect_tables(read)
+
+
+#: the cross-rank steps of torch traces in collect (TorchCollector.reducers), independent of one another
+REDUCERS = (sorted_kernels, critical_path_tables)
 
 
 class TorchCollector(ToolCollector):
@@ -62,5 +70,5 @@ class TorchCollector(ToolCollector):
     def analyse_file(self, path: Path, rank: int) -> dict[str, pd.DataFrame]:
         return analyse_file(path, rank)
 
-    def reduce(self, read: ReadTable, log: Log) -> dict[str, pd.DataFrame]:
-        return reduce_ranks(read, log)
+    def reducers(self) -> Sequence[Reducer]:
+        return REDUCERS
