@@ -32,7 +32,7 @@ from concurrent.futures import BrokenExecutor, Executor, Future
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from hpcprof.atomic import atomic_write, remove_stale_temps, temp_path
 from hpcprof.collect.engine import (
@@ -67,6 +67,7 @@ TASK_FILES, TASKS_PER_WORKER = 16, 8
 MANIFEST_EVERY_S = 5.0
 #: contiguous slices of the rank files per worker, each concatenated as soon as its files are mapped (SliceConcat)
 SLICES_PER_WORKER = 4
+T = TypeVar("T")    # an item of split_tasks
 #: where a Problem goes (Collected.report of the run being collected)
 Report = Callable[[Problem], None]
 #: a context manager that adds its block's wall time to a phase of the run (Collected.timed)
@@ -242,6 +243,17 @@ def task_size(files: int, workers: int) -> int:
     return max(1, min(TASK_FILES, files // (workers * TASKS_PER_WORKER)))
 
 
+def split_tasks(items: list[T], workers: int) -> list[list[T]]:
+    """`items` cut into map tasks, in order: of task_size files, but with several workers their
+    last round (the last `workers` tasks' worth of files) in tasks of a quarter of that, so that
+    the workers end within a quarter of a task of one another."""
+    size = task_size(len(items), workers)
+    small = max(1, size // 4)
+    last_round = len(items) if workers == 1 else max(0, (len(items) - workers * size) // size * size)
+    return ([items[i:i + size] for i in range(0, last_round, size)]
+            + [items[i:i + small] for i in range(last_round, len(items), small)])
+
+
 def _bundle_name(task: list[tuple[Path, int, os.stat_result, str]]) -> str:
     """The bundle of a map task, named by its first file and a digest of what its files are
     (key, rank, size, mtime): a collect that maps the same files the same way writes the same
@@ -260,7 +272,7 @@ def _load_manifest(parts: Path) -> dict[str, Any]:
 
 
 def _save_manifest(parts: Path, data: dict[str, Any]) -> None:
-    atomic_write(parts / "manifest.json", json.dumps(data, indent=0, sort_keys=True), what="collect cache")
+    atomic_write(parts / "manifest.json", json.dumps(data, separators=(",", ":")), what="collect cache")  # C encoder
 
 
 def _cached(prev: dict[str, Any], st: os.stat_result, rank: int, bundle_reads: Callable[[str], bool]) -> bool:
@@ -322,14 +334,14 @@ def map_files(tool: str, files: dict[Path, int], run_path: Path, executor: Execu
     if len(new):
         log(f"{tool}: {len(new)} file(s) unchanged since the last collect, skipped")
     progress = Progress(f"{tool} {run_path.name}", len(pending), sum(st.st_size for _, _, st, _ in pending), log)
-    size = task_size(len(pending), executor_workers(executor))
-    tasks = [pending[i:i + size] for i in range(0, len(pending), size)]
+    tasks = split_tasks(pending, executor_workers(executor))
     jobs = ((i, (tool, [(str(path), rank) for path, rank, _, _ in task], str(parts), _bundle_name(task),
                  tool_paths or {}))
             for i, task in enumerate(tasks))
     saved = time.monotonic()
     try:
-        for i, future in stream_map(executor, map_task, jobs, max(1, in_flight // size), meanwhile):
+        for i, future in stream_map(executor, map_task, jobs, max(1, in_flight // len(tasks[0])) if tasks else 1,
+                                    meanwhile):
             task = tasks[i]
             outcomes: list[FilePart | MapFailure | None]
             try:
