@@ -391,8 +391,9 @@ def critical_path(events: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     return rows_out, segs_out
 
 
-def collect_tables(read: Callable[[str], pd.DataFrame | None]) -> dict[str, pd.DataFrame]:
-    """`collect`'s cross-rank tables from the concatenated per-rank events table (none without it)."""
+def collect_tables(read: Callable[[str], pd.DataFrame | None], log: Callable[[str], None]) -> dict[str, pd.DataFrame]:
+    """`collect`'s cross-rank critical-path tables from the concatenated per-rank events table
+    (none without it): a cross-rank step of the nsys and torch collectors (collector.Reducer)."""
     events = read(EVENTS_TABLE)
     if events is None or events.empty:
         return {}

@@ -130,11 +130,6 @@ def analyse_file(path: Path, rank: int, nvtx_window: str | None = None) -> dict[
     return {name: table.to_pandas() for name, table in analyse_tables(path, rank, nvtx_window).items()}
 
 
-def critical_path_tables(read: ReadTable, log: Log) -> dict[str, pd.DataFrame]:
-    """The critical path across ranks (critical_path.collect_tables)."""
-    return critical_path.collect_tables(read)
-
-
 def median_timeline(read: ReadTable, log: Log) -> dict[str, pd.DataFrame]:
     """The timeline cut to the window's median iteration (the same iteration on every rank)."""
     timeline = read("timeline")
@@ -153,7 +148,7 @@ def nccl_with_totals(read: ReadTable, log: Log) -> dict[str, pd.DataFrame]:
 
 
 #: the cross-rank steps of nsys in collect (NsysCollector.reducers), independent of one another
-REDUCERS = (critical_path_tables, median_timeline, nccl_with_totals)
+REDUCERS = (critical_path.collect_tables, median_timeline, nccl_with_totals)
 
 
 class NsysCollector(ToolCollector):

@@ -54,13 +54,8 @@ def sorted_kernels(read: ReadTable, log: Log) -> dict[str, pd.DataFrame]:
     return {"kernels": kernels.sort_values(["kernel_type", "name", "rank"], kind="stable", ignore_index=True)}
 
 
-def critical_path_tables(read: ReadTable, log: Log) -> dict[str, pd.DataFrame]:
-    """The critical path across ranks (critical_path.collect_tables)."""
-    return critical_path.collect_tables(read)
-
-
 #: the cross-rank steps of torch traces in collect (TorchCollector.reducers), independent of one another
-REDUCERS = (sorted_kernels, critical_path_tables)
+REDUCERS = (sorted_kernels, critical_path.collect_tables)
 
 
 class TorchCollector(ToolCollector):
