@@ -16,7 +16,7 @@ from differential.hta_reference import hta_trace_analysis
 
 from hpcprof.analysis.nsys import distributed as dist
 from hpcprof.analysis.nsys import window as win
-from hpcprof.analysis.nsys.collect import analyse_file, reduce_ranks
+from hpcprof.analysis.nsys.collect import NsysCollector, analyse_file
 from hpcprof.analysis.nsys.db import Export
 from hpcprof.analysis.summary import nsys_metrics, torch_metrics
 from hpcprof.analysis.trace.collect import analyse_file as trace_file
@@ -141,7 +141,7 @@ def test_h200_fp32_window_idle_small_capture_idle_large(fixtures_dir: Path, tmp_
     assert metrics["gpu.gemm.share"] > 95 > metrics["capture.gpu.gemm.share"]
     its = tables["iterations"]
     assert its["gpu_ns"].between(15.8e6, 16.0e6).all()           # 15.85 ms GPU iterations
-    timeline = reduce_ranks(lambda n: tables.get(n))["timeline"]
+    timeline = NsysCollector().reduce(lambda n: tables.get(n), print)["timeline"]
     phases = timeline[timeline["kind"] == "phase"]
     assert phases["range"].tolist()[:2] == ["iteration", "allgather"]
     assert phases["end_ms"].max() == pytest.approx(its["gpu_ns"].median() / 1e6, rel=1e-3)
@@ -156,7 +156,7 @@ def test_median_iteration_on_gpu_time_aligned_across_ranks(fixtures_dir: Path) -
     def read(name: str) -> pd.DataFrame:
         return pd.concat([p[name] for p in parts], ignore_index=True)
 
-    timeline = reduce_ranks(read)["timeline"]
+    timeline = NsysCollector().reduce(read, print)["timeline"]
     its = read("iterations")
     assert set(timeline["iteration"]) == {3}       # slowest-rank lengths 38.0 (capture start), 1.389, 1.394, 1.395, 1.396 ms
     for rank in (0, 1):
