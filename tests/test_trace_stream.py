@@ -184,3 +184,81 @@ def test_collect_decodes_each_trace_once(fixtures_dir: Path, monkeypatch: pytest
         assert tables[name].equals(table), name
     assert tables[critical_path.EVENTS_TABLE].equals(critical_path.file_events(path, 0))
     assert len(opened) == 3
+
+
+def same_trace(got: Any, expected: Any) -> None:
+    for name in ("gpu", "cpu", "steps"):
+        assert getattr(got, name).equals(getattr(expected, name)), name
+    assert (got.rank, got.origin, got.profiler_steps) == (expected.rank, expected.origin, expected.profiler_steps)
+
+
+def test_texts_are_the_events_cut_without_decoding(fixtures_dir: Path) -> None:
+    """EventStream.texts() of the traces Kineto wrote (an event per line break): the array's text in
+    batches, each `[` + whole events + `]`, although their kernel names hold `}, `; decoded one by
+    one they are the file's events, and the head is read as when iterating."""
+    kineto = [p for p in fixture_traces(fixtures_dir) if b"},\n" in gzip.decompress(p.read_bytes())]
+    assert len(kineto) >= 6
+    for path in kineto:
+        events, info = in_memory(path)
+        for batch_bytes in (1 << 12, 1 << 20):
+            stream = EventStream(path, _Head, Event, batch_bytes)
+            texts = list(stream.texts())
+            assert all(t.startswith(b"[") and t.endswith(b"]") for t in texts)
+            decode = msgspec.json.Decoder(list[Event]).decode
+            assert [e for t in texts for e in decode(t)] == events, (path, batch_bytes)
+            assert stream.head.distributedInfo == info
+
+
+def test_one_file_decoded_by_several_processes_loads_the_same(fixtures_dir: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """load_trace with helpers (scan_split: batches decoded in other processes, merged in file
+    order) gives the trace that one process gives, and load_traces shares its workers out over
+    fewer files that way."""
+    from hpcprof.analysis.trace import load
+
+    monkeypatch.setattr(load, "SPLIT_BATCH_BYTES", 1 << 16)   # many batches from a small fixture
+    monkeypatch.setattr(load, "PARALLEL_MIN_BYTES", 0)
+    path = fixtures_dir / "hta" / "h200_ddp_gpt2" / "rank0.pt.trace.json.gz"
+    expected = load_trace(path)
+    split: list[int] = []
+    scan = load.scan_split
+
+    def counted(path: Path, columns: TraceColumns, helpers: int) -> int | None:
+        split.append(helpers)
+        return scan(path, columns, helpers)
+
+    monkeypatch.setattr(load, "scan_split", counted)
+    same_trace(load_trace(path, helpers=3), expected)
+    assert split == [3]
+    [got], errors = load.load_traces([path], workers=2)
+    assert not errors and split == [3, 2]
+    same_trace(got, expected)
+    pair = [path, path.with_name("rank1.pt.trace.json.gz")]
+    got_pair, errors = load.load_traces(pair, workers=4)     # 2 files: each in a worker with 2 helpers
+    assert not errors and [t.rank for t in got_pair] == [0, 1]
+    same_trace(got_pair[0], expected)
+    same_trace(got_pair[1], load_trace(pair[1]))
+
+
+def test_a_cut_inside_a_string_falls_back_to_one_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A `}` followed by `,` inside a string can be where texts() cuts: that batch does not decode,
+    and the file is then loaded in order by this process, with the same result."""
+    from hpcprof.analysis.trace import load
+
+    path = tmp_path / "awkward.json"
+    path.write_text(json.dumps({"traceEvents": awkward_events(2000)}))
+    monkeypatch.setattr(load, "SPLIT_BATCH_BYTES", 97)
+    monkeypatch.setattr(load, "PARALLEL_MIN_BYTES", 0)
+    bad = 0
+    try:
+        for text in EventStream(path, _Head, Event, 97).texts():
+            try:
+                load.decode_batch(text)
+            except msgspec.DecodeError:
+                bad += 1
+    except TraceError:      # a cut inside a string misplaces the later ones, up to the array's end
+        pass
+    assert bad > 0
+    with pytest.raises(load.SplitFailed):
+        load.scan_split(path, TraceColumns(), 2)
+    same_trace(load_trace(path, helpers=2), load_trace(path))

@@ -28,11 +28,13 @@ from __future__ import annotations
 import math
 import os
 import re
+from collections import deque
 from collections.abc import Callable, Container, Iterable, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 import numpy as np
@@ -44,6 +46,8 @@ from hpcprof.ranks import rank_from_filename
 
 SYNC_NAMES = ("Event Sync", "Context Sync")
 PARALLEL_MIN_BYTES = 4 << 20  # below this, starting worker processes costs more than it saves
+MAX_HELPERS = 4  # helpers of one file in scan_split: about as many as one process inflating and cutting keeps busy
+SPLIT_BATCH_BYTES = 512 << 10  # JSON text per batch of scan_split: 1 MiB costs each helper ~4 MB more
 _STEP_RE = re.compile(r"ProfilerStep\s*#\s*(\d+)")
 
 
@@ -157,6 +161,92 @@ def scan_trace(path: Path, *consumers: Callable[[list[Event]], None],
     return _rank_from(stream.head.distributedInfo, path)
 
 
+_EVENTS = msgspec.json.Decoder(list[Event])
+
+
+def decode_batch(text: bytes) -> BatchColumns | None:
+    """batch_columns of one of EventStream.texts(), decoded here (in a helper process of
+    scan_split); msgspec's DecodeError when the text is not a list of events."""
+    return batch_columns(_EVENTS.decode(text))
+
+
+class SplitFailed(Exception):
+    """scan_split could not finish (a batch cut at a `}` inside a string, a helper that died): the
+    file is scanned again in order."""
+
+
+def scan_split(path: Path, columns: TraceColumns, helpers: int) -> int | None:
+    """scan_trace(path, columns.add) with the batches decoded by `helpers` processes: this one
+    inflates the file and cuts its text at candidate event boundaries (EventStream.texts), the
+    helpers decode each batch to its columns (decode_batch), and they are merged here in file
+    order, at most 2 x `helpers` batches in flight (memory stays flat in the file's size).
+    Returns the trace's rank, as scan_trace. SplitFailed when a batch does not decode (a cut
+    inside a string, which misplaces the later cuts too, or a damaged file: scan_trace then says
+    which) or a helper died."""
+    stream = EventStream(path, _Head, Event, SPLIT_BATCH_BYTES)
+    pending: deque[Future[BatchColumns | None]] = deque()
+    pool = ProcessPoolExecutor(helpers, mp_context=worker_context([__name__]))
+    try:
+        for text in stream.texts():
+            pending.append(pool.submit(decode_batch, text))
+            while len(pending) >= 2 * helpers or (pending and pending[0].done()):
+                columns.merge(pending.popleft().result())
+        while pending:
+            columns.merge(pending.popleft().result())
+    except (msgspec.DecodeError, msgspec.ValidationError, TraceError, BrokenProcessPool) as exc:
+        raise SplitFailed(str(exc)) from None
+    finally:
+        pool.shutdown(cancel_futures=True)
+    return _rank_from(stream.head.distributedInfo, path)
+
+
+class BatchColumns(NamedTuple):
+    """One batch of events reduced to the columns TraceColumns keeps: the usable events' values,
+    their names and categories as codes into the batch's own distinct values (`names`: of every
+    event of the batch, in order of first appearance; `cats`: of the events kept), and what the
+    file needs of the whole batch (its number of events, whether any `ts` is a float, and the
+    start of its first event where HTA would keep it: NaN otherwise)."""
+
+    events: int
+    first_ts: float
+    ts_is_float: bool
+    names: np.ndarray
+    cats: np.ndarray
+    ts: np.ndarray
+    dur: np.ndarray
+    name: np.ndarray
+    cat: np.ndarray
+    stream: np.ndarray
+    correlation: np.ndarray
+
+
+def batch_columns(events: list[Event]) -> BatchColumns | None:
+    """The usable events of one batch (GPU events, CPU events with a correlation id, ProfilerStep
+    annotations, sync events) as BatchColumns; None for no events."""
+    if not events:
+        return None
+    first = events[0]
+    first_ts = (float(first.ts) if first.ts is not None and first.cat is not None
+                and first.dur is not None and first.dur == first.dur else math.nan)
+    ts_is_float = bool(set(map(type, [e.ts for e in events])) - {int})
+    no_args = _Args()
+    args = [e.args or no_args for e in events]
+    stream = _int_column([a.stream for a in args])
+    corr = _int_column([a.correlation for a in args])
+    del args
+    name_codes, uniques = pd.factorize(np.array([e.name for e in events], dtype=object))
+    names = _str_index(uniques)
+    step_name = np.append(names.str.contains("ProfilerStep", regex=False), False)[name_codes]
+    sync_name = np.append(names.isin(SYNC_NAMES), False)[name_codes]  # code -1 (no name): False
+    idx = np.flatnonzero((stream != -1) | (corr != -1) | step_name | sync_name)
+    chosen = [events[i] for i in idx.tolist()]
+    cat_codes, cats = pd.factorize(np.array([e.cat for e in chosen], dtype=object))
+    return BatchColumns(len(events), first_ts, ts_is_float, uniques, cats,
+                        np.array([e.ts for e in chosen], dtype=np.float64),
+                        np.array([e.dur for e in chosen], dtype=np.float64),
+                        name_codes[idx], cat_codes, stream[idx], corr[idx])
+
+
 class TraceColumns:
     """The columns load_trace needs, gathered batch by batch (`add`, a scan_trace consumer) from
     the events an analysis can use: GPU events (`stream` set), CPU events with a correlation id,
@@ -173,33 +263,24 @@ class TraceColumns:
 
     def add(self, events: list[Event]) -> None:
         """Keep the usable events of one batch (in file order)."""
-        if not events:
+        self.merge(batch_columns(events))
+
+    def merge(self, batch: BatchColumns | None) -> None:
+        """Append one batch's columns (batch_columns; the batches in file order), its codes made
+        the file's."""
+        if batch is None:
             return
         if self.seen == 0:
-            first = events[0]
-            self.first_ts = (float(first.ts) if first.ts is not None and first.cat is not None
-                             and first.dur is not None and first.dur == first.dur else math.nan)
-        self.seen += len(events)
-        self.ts_is_float = self.ts_is_float or bool(set(map(type, [e.ts for e in events])) - {int})
-        no_args = _Args()
-        args = [e.args or no_args for e in events]
-        stream = _int_column([a.stream for a in args])
-        corr = _int_column([a.correlation for a in args])
-        del args
-        name_codes, uniques = pd.factorize(np.array([e.name for e in events], dtype=object))
-        names = _str_index(uniques)
-        step_name = np.append(names.str.contains("ProfilerStep", regex=False), False)[name_codes]
-        sync_name = np.append(names.isin(SYNC_NAMES), False)[name_codes]  # code -1 (no name): False
-        idx = np.flatnonzero((stream != -1) | (corr != -1) | step_name | sync_name)
-        chosen = [events[i] for i in idx.tolist()]
-        cat_codes, cats = pd.factorize(np.array([e.cat for e in chosen], dtype=object))
+            self.first_ts = batch.first_ts
+        self.seen += batch.events
+        self.ts_is_float = self.ts_is_float or batch.ts_is_float
         column = self.columns
-        column["ts"].append(np.array([e.ts for e in chosen], dtype=np.float64))
-        column["dur"].append(np.array([e.dur for e in chosen], dtype=np.float64))
-        column["cat"].append(_file_codes(self.cats, cats)[cat_codes])
-        column["name"].append(_file_codes(self.names, uniques)[name_codes[idx]])
-        column["stream"].append(stream[idx])
-        column["correlation"].append(corr[idx])
+        column["ts"].append(batch.ts)
+        column["dur"].append(batch.dur)
+        column["cat"].append(_file_codes(self.cats, batch.cats)[batch.cat])
+        column["name"].append(_file_codes(self.names, batch.names)[batch.name])
+        column["stream"].append(batch.stream)
+        column["correlation"].append(batch.correlation)
 
     def trace(self, path: Path, rank: int | None, include_last_profiler_step: bool = False,
               clamp_sub_us: bool = False, ignore_unmatched_launches: bool = False) -> RankTrace:
@@ -291,7 +372,7 @@ class TraceColumns:
 
 def load_trace(
     path: Path, rank: int | None = None, include_last_profiler_step: bool = False,
-    clamp_sub_us: bool = False, ignore_unmatched_launches: bool = False,
+    clamp_sub_us: bool = False, ignore_unmatched_launches: bool = False, helpers: int = 1,
 ) -> RankTrace:
     """Load one rank's trace (`.json` or `.json.gz`); `rank` overrides the detected rank.
 
@@ -306,24 +387,35 @@ def load_trace(
     breakdown may count the gap before it as host_wait; `ignore_unmatched_launches=True` (a
     deviation, option `--ignore-unmatched-launches`) leaves its launch time unknown (never
     host_wait).
+    With `helpers` > 1, a file of PARALLEL_MIN_BYTES or more is decoded by that many processes
+    (scan_split; the same columns), else in this one.
+
     Raises TraceError for unreadable or non-Kineto files and for traces without GPU events.
     """
+    path = Path(path)
     columns = TraceColumns()
-    found = scan_trace(Path(path), columns.add)
-    return columns.trace(Path(path), found if rank is None else rank, include_last_profiler_step,
+    if helpers > 1 and path.is_file() and path.stat().st_size >= PARALLEL_MIN_BYTES:
+        try:
+            found = scan_split(path, columns, helpers)
+        except SplitFailed:
+            columns = TraceColumns()
+            found = scan_trace(path, columns.add)
+    else:
+        found = scan_trace(path, columns.add)
+    return columns.trace(path, found if rank is None else rank, include_last_profiler_step,
                          clamp_sub_us, ignore_unmatched_launches)
 
 
 def _load_wanted(path: Path, rank: int | None, ranks: Container[int] | None,
                  include_last_profiler_step: bool, clamp_sub_us: bool,
-                 ignore_unmatched_launches: bool) -> RankTrace | str | None:
+                 ignore_unmatched_launches: bool, helpers: int) -> RankTrace | str | None:
     """load_trace for one file of load_traces: the trace, its error line, or None if unwanted."""
     try:
         if ranks is not None:
             rank = peek_rank(path) if rank is None else rank
             if (0 if rank is None else rank) not in ranks:
                 return None
-        return load_trace(path, rank, include_last_profiler_step, clamp_sub_us, ignore_unmatched_launches)
+        return load_trace(path, rank, include_last_profiler_step, clamp_sub_us, ignore_unmatched_launches, helpers)
     except TraceError as exc:
         return str(exc)
 
@@ -342,16 +434,19 @@ def load_traces(
     `ranks` keeps only those ranks (other files are only peeked at); `rank_of` gives ranks that
     override detection; `clamp_sub_us` and `ignore_unmatched_launches` as in `load_trace`.
     Files are loaded in `workers` processes, as HTA does (default: one per CPU core when the
-    files total more than PARALLEL_MIN_BYTES on disk, else in this process); a file being loaded
-    needs one batch of its JSON text with its decoded events, and 48 bytes per kept event.
+    files total more than PARALLEL_MIN_BYTES on disk, else in this process); with more workers
+    than files, each file is decoded by its share of them, up to MAX_HELPERS (load_trace's
+    `helpers`: one large trace is decoded on several cores). A file being loaded needs a few batches of
+    its JSON text with their decoded events, and 48 bytes per kept event.
     Returns (traces, one error line per file that could not be used).
     """
     files = find_trace_files(paths)
-    jobs = [(f, (rank_of or {}).get(f), ranks, include_last_profiler_step, clamp_sub_us,
-             ignore_unmatched_launches) for f in files]
     if workers is None:
         size = sum(f.stat().st_size for f in files if f.is_file())
         workers = (os.cpu_count() or 1) if size > PARALLEL_MIN_BYTES else 1
+    helpers = min(MAX_HELPERS, workers // len(files)) if files else 1
+    jobs = [(f, (rank_of or {}).get(f), ranks, include_last_profiler_step, clamp_sub_us,
+             ignore_unmatched_launches, helpers) for f in files]
     workers = min(workers, len(files))
     if workers > 1:
         with ProcessPoolExecutor(workers, mp_context=worker_context([__name__])) as pool:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import importlib
 import re
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
@@ -31,6 +31,8 @@ _READ_BYTES = 1 << 20  # compressed bytes read at a time
 _WS = b" \t\r\n"
 _KEY = re.compile(rb'"traceEvents"[ \t\r\n]*:[ \t\r\n]*')
 _CUT = re.compile(rb"\}[ \t\r\n]*([,\]])")
+_EVENT_END = re.compile(rb"\}[ \t\r]*(?:(,)[ \t\r]*\n[ \t\r\n]*\{|\n[ \t\r\n]*(\]))")
+_EVENT_WINDOW = 64 << 10  # bytes searched for a line-broken event boundary (Kineto's events are < 2 kB)
 _SPACE = re.compile(rb"[ \t\r\n]*")
 
 try:  # ISA-L inflates gzip about 3x faster than zlib (the `fast` extra: pip install isal)
@@ -41,6 +43,7 @@ _INFLATE_ERRORS = (zlib.error, INFLATE.error)
 
 H = TypeVar("H", bound=msgspec.Struct)
 E = TypeVar("E", bound=msgspec.Struct)
+T = TypeVar("T")
 
 
 class TraceError(Exception):
@@ -107,6 +110,18 @@ class EventStream(Generic[H, E]):
         return TraceError(f"{self.path}: not a Kineto JSON trace: {what}")
 
     def __iter__(self) -> Iterator[list[E]]:
+        return self._batches(self._split)
+
+    def texts(self) -> Iterator[bytes]:
+        """The events' text in file order as JSON arrays (`[` + events + `]`) of about `batch_bytes`
+        each, cut without decoding: at the last `}` followed by `,` (or the array's `]`), which a
+        `}` inside a string may also be, so a text can fail to decode as a list of events; a caller
+        that decodes them elsewhere (in other processes) must then fall back to iterating."""
+        return self._batches(self._cut)
+
+    def _batches(self, split: Callable[[bytearray], tuple[T | None, int]]) -> Iterator[T]:
+        """`split` applied to the buffered text of the array (`[` and what is not consumed yet)
+        until the array ends: each item it returns, the rest kept; None means no boundary yet."""
         chunks = read_chunks(self.path, self.batch_bytes)
         prefix = b""
         for chunk in chunks:  # the text up to the array: small (schemaVersion, deviceProperties, ...)
@@ -128,15 +143,15 @@ class EventStream(Generic[H, E]):
             first = _SPACE.match(buf, 1).end()  # type: ignore[union-attr]  # (matches always)
             if buf[first:first + 1] == b"]":
                 break
-            events, rest = self._split(buf)
-            if events is None:
+            item, rest = split(buf)
+            if item is None:
                 if done:
                     raise self._error(self._failure(buf))
                 more = next(chunks, None)  # an event longer than the batch: read on
                 done = more is None
                 buf += more or b""
                 continue
-            yield events
+            yield item
             del buf[1:rest]  # moves only the rest (less than an event)
         self._head = self._decode_head(prefix + b"[]" + buf[first + 1:] + b"".join(chunks))
 
@@ -174,6 +189,31 @@ class EventStream(Generic[H, E]):
                 buf[pos + 1] = after
             return events, cut.end() if cut.group(1) == b"," else cut.start(1)
         return None, 1
+
+    @staticmethod
+    def _cut(buf: bytearray) -> tuple[bytes | None, int]:
+        """The text of `buf` up to its last likely event boundary, closed with `]` (not decoded:
+        texts()), and where the rest starts. Likely: a `}` then `,` and a line break before the next
+        `{` (or a line break before the array's `]`), as Kineto writes them, found in the last
+        _EVENT_WINDOW bytes: a line break is never inside a JSON string. Else (a compact trace)
+        the last `}` followed by `,` or `]`, which may be inside a string."""
+        last = None
+        for match in _EVENT_END.finditer(buf, max(1, len(buf) - _EVENT_WINDOW)):
+            last = match
+        if last is not None:
+            pos, rest = last.start(), last.end(1) if last.group(1) else last.start(2)
+        else:
+            end, cut = len(buf), None
+            while cut is None and (pos := buf.rfind(b"}", 0, end)) >= 0:
+                cut, end = _CUT.match(buf, pos), pos
+            if cut is None:
+                return None, 1
+            rest = cut.end() if cut.group(1) == b"," else cut.start(1)
+        after, buf[pos + 1] = buf[pos + 1], ord("]")      # one copy: the byte after the `}` briefly `]`
+        with memoryview(buf) as view, view[:pos + 2] as text:
+            batch = bytes(text)
+        buf[pos + 1] = after
+        return batch, rest
 
     def _failure(self, text: bytearray) -> str:
         try:
