@@ -6,7 +6,8 @@ copied per N with its store. Every measurement is a fresh child process (the CLI
 `collect_runs`), which reports its wall time and peak RSS (itself, and its largest worker).
 Printed per N: time per rank file (wall, and CPU of the collecting process and its workers: on a
 shared machine the wall time measures the others too), the phases of collecting the run (wall:
-inputs, map, concat, cross-rank, summary, ...), speed-up of 2 workers over 1, peak RSS,
+inputs, map, concat, cross-rank, summary, ..., and outside them the worker pool's start: the imports
+before the fork, and its stop), speed-up of 2 workers over 1, peak RSS,
 store and results size. With --repeat R each mode runs R times, interleaved, and the fastest
 run is shown (speed-up: the fastest of each against the fastest with 1 worker), with every run's wall time.
 Then the nsys cross-rank commands (`hpcprof nsys nccl|overlap` over all N rank files, one child
@@ -35,6 +36,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(os.environ.get("HPCPROF_FIXTURES", next((p / "shared" / "fixtures" for p in REPO.parents
@@ -48,6 +50,7 @@ def one(workdir: Path, workers: int) -> None:
     """Child: collect every run of `workdir`; print a JSON line of measurements."""
     from hpcprof import jobstate
     from hpcprof.collect import collect_runs
+    from hpcprof.collect import runs as runs_module
     from hpcprof.rundir import all_runs
     from hpcprof.store import Store, database_url
 
@@ -55,13 +58,32 @@ def one(workdir: Path, workers: int) -> None:
         return sum(u.ru_utime + u.ru_stime for u in map(resource.getrusage,
                                                         (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)))
 
+    pool: dict[str, float] = {}       # the worker pool's start (imports before the fork) and stop, outside the phases
+    make_executor = runs_module.make_executor
+
+    def timed_executor(*args: Any, **kwargs: Any) -> Any:
+        began = time.perf_counter()
+        executor, how = make_executor(*args, **kwargs)
+        pool["start"] = time.perf_counter() - began
+        shutdown = executor.shutdown
+
+        def timed_shutdown(*args: Any, **kwargs: Any) -> None:
+            began = time.perf_counter()
+            shutdown(*args, **kwargs)
+            pool["stop"] = time.perf_counter() - began
+
+        executor.shutdown = timed_shutdown  # type: ignore[method-assign]
+        return executor, how
+
+    runs_module.make_executor = timed_executor
     store = Store(database_url(workdir))
     runs = all_runs(workdir)
     start, cpu_start = time.perf_counter(), cpu()
     lines: list[str] = []
     status = collect_runs(runs, store, lambda run: jobstate.refresh(run, store), log=lines.append, workers=workers)
     wall = time.perf_counter() - start
-    phases = [line.rpartition(" in ")[2] for line in lines if line.startswith("collected ")]
+    phases = [line.rpartition(" in ")[2] + f"; pool start {pool.get('start', 0):.2f}, stop {pool.get('stop', 0):.2f}"
+              for line in lines if line.startswith("collected ")]
     print(json.dumps({"wall_s": wall, "cpu_s": cpu() - cpu_start, "status": status, "phases": phases,
                       "rss_main_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                       "rss_worker_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}))

@@ -380,3 +380,95 @@ def test_collect_writes_the_tables(hand_exports: list[Path], tmp_path: Path) -> 
     rows = read_table(tmp_path, "nsys_critical_path")
     pd.testing.assert_frame_equal(rows, expected_rows(), check_dtype=False)
     assert read_table(tmp_path, "nsys_critical_path_segments").columns.tolist() == core.SEGMENT_COLUMNS
+
+
+def reference_critical_path(events: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """core.critical_path in pandas (groupby, idxmin/idxmax, merge; hpcprof's own until it went
+    columnar): the differential test's reference."""
+    rows_out = pd.DataFrame({c: pd.Series(dtype=t) for c, t in zip(
+        core.ROW_COLUMNS, ("int64", "float64", "object", "int64", "object", "float64", "int64"), strict=True)})
+    segs_out = pd.DataFrame({c: pd.Series(dtype=t) for c, t in zip(
+        core.SEGMENT_COLUMNS, ("int64", "int64", "int64", "object", "object", "float64", "float64", "float64"),
+        strict=True)})
+    if events is None or events.empty or events.loc[events["kind"] == "collective", "rank"].nunique() < 2:
+        return rows_out, segs_out
+    events = events.sort_values(["rank", "iteration", "start"], kind="stable").reset_index(drop=True)
+    key = ["iteration", "channel", "seq"]
+    coll = events[events["kind"] == "collective"].copy()
+    coll["dur"] = coll["end"] - coll["start"]
+    by_key = coll.groupby(key, sort=False)
+    coll["wait"] = coll["dur"] - by_key["dur"].transform("min")
+    crit = coll.loc[by_key["dur"].idxmin()].set_index(key)
+    waiter = coll.loc[by_key["wait"].idxmax()].set_index(key)
+    waiting = (coll["wait"] > 0).groupby([coll[k] for k in key]).sum()
+    node = {k: (int(r["rank"]), str(r["name"]), int(r["start"]), int(r["end"]), (str(r["prev_channel"]), int(r["prev_seq"])))
+            for k, r in crit.iterrows()}
+    hold = {k: (int(r["rank"]), int(r["wait"]), int(r["start"])) for k, r in waiter.iterrows()}
+
+    # the tail: per iteration, the rank with the most work after its last collective
+    ends = events[events["kind"] == "end"].merge(
+        coll[["rank", "iteration", "channel", "seq", "end"]].rename(
+            columns={"channel": "prev_channel", "seq": "prev_seq", "end": "prev_end"}),
+        on=["rank", "iteration", "prev_channel", "prev_seq"])
+    ends["tail"] = ends["start"] - ends["prev_end"]
+    last = ends.loc[ends.groupby("iteration")["tail"].idxmax()]
+    compute = events[events["kind"] == "compute"]
+    leads = compute.groupby(["rank", "iteration", "channel", "seq"], sort=False).indices
+    names, starts, stops = (compute[c].to_numpy() for c in ("name", "start", "end"))
+
+    rows, segs = [], []
+    for _, t in last.iterrows():
+        it = int(t["iteration"])
+
+        def lead_of(rank: int, k: tuple[str, int], it: int = it) -> list[core.Segment]:
+            idx = leads.get((rank, it, k[0], k[1]), [])
+            return [(rank, "compute", str(names[i]), int(starts[i]), int(stops[i])) for i in idx]
+
+        blocks: list[tuple[list[core.Segment], core.Held | None]] = [(lead_of(int(t["rank"]), core.END), None)]
+        at, seen = (str(t["prev_channel"]), int(t["prev_seq"])), set()
+        while at != core.END and (node_key := (it, *at)) in node and at not in seen:
+            seen.add(at)
+            rank, name, start, end, prev = node[node_key]
+            w_rank, wait, w_start = hold[node_key]
+            lead = lead_of(rank, at)
+            waited = [(w_rank, "wait", name, w_start, w_start + wait)] if wait > 0 else []
+            blocks.append((lead + waited + [(rank, "collective", name, start, end)], (at, rank, name, wait, lead)))
+            at = prev
+        chain = [seg for block, _ in reversed(blocks) for seg in block]
+        held = [info for _, info in reversed(blocks) if info is not None]
+        if not held:
+            continue
+        on_path = sum(e - s for _, kind, _, s, e in chain if kind != "wait")
+        k, rank, name, wait, lead = max(held, key=lambda h: h[3])      # the first of equal waits
+        node_key = (it, *k)
+        rows.append((it, float(on_path), name, rank, core._culprit(lead, lead_of(hold[node_key][0], k)), float(wait),
+                     int(waiting.get(node_key, 0))))
+        segs += [(it, i, r, kind, n, float(s), float(e), float(e - s)) for i, (r, kind, n, s, e) in enumerate(chain)]
+    if rows:
+        rows_out = pd.DataFrame(rows, columns=core.ROW_COLUMNS).astype(rows_out.dtypes.to_dict())
+    if segs:
+        segs_out = pd.DataFrame(segs, columns=core.SEGMENT_COLUMNS).astype(segs_out.dtypes.to_dict())
+    return rows_out, segs_out
+
+
+def test_columnar_critical_path_equals_the_pandas_one_on_many_ranks(fixtures_dir: Path) -> None:
+    """64 ranks made of the two H200 seqpar ranks' events, each collective's duration jittered (equal
+    durations and waits included, so that the first of equals decides), rows shuffled: the same
+    tables as the pandas formulation."""
+    import numpy as np
+
+    run = fixtures_dir / "nsys" / "h200_seqpar_bf16"
+    base = [nsys_cp.rank_events(dist.load_activity([Export(p)], {str(p): r}))
+            for r, p in enumerate([run / "rank0.sqlite", run / "rank1.sqlite"])]
+    rng = np.random.default_rng(21)
+    for trial in range(3):
+        ranks = []
+        for rank in range(64):
+            events = base[rank % 2].assign(rank=rank)
+            jitter = rng.integers(0, 3, len(events)) * 1000 * (events["kind"] == "collective")
+            ranks.append(events.assign(start=events["start"] - jitter))
+        events = pd.concat(ranks, ignore_index=True).sample(frac=1, random_state=trial).reset_index(drop=True)
+        got, expected = core.critical_path(events), reference_critical_path(events)
+        assert len(expected[0]) == 5 and expected[0]["waiting_ranks"].max() > 1
+        for table, reference in zip(got, expected, strict=True):
+            pd.testing.assert_frame_equal(table, reference)

@@ -320,9 +320,40 @@ def _culprit(lead: list[Segment], other: list[Segment]) -> str:
     return next(name for _, _, name, _, _ in reversed(lead) if excess[name] == most)
 
 
+def _dense(*columns: np.ndarray) -> np.ndarray:
+    """One code per distinct combination of `columns` (equal rows, equal codes), without overflow:
+    each column is combined with the codes so far and the result made dense again."""
+    import pandas as pd
+
+    code = np.zeros(len(columns[0]), dtype=np.int64)
+    for column in columns:
+        values, _ = pd.factorize(column)
+        code, _ = pd.factorize(code * (int(values.max(initial=0)) + 1) + values)
+    return code
+
+
+def _text_codes(column: pd.Series) -> tuple[np.ndarray, dict[str, int]]:
+    """A text column as codes and {text: code}, without a str per row (an Arrow-backed column is
+    dictionary-encoded in Arrow); a missing value is a text of its own, str() of it."""
+    import pandas as pd
+
+    codes, uniques = pd.factorize(column, use_na_sentinel=False)
+    return codes.astype(np.int64), {str(u): i for i, u in enumerate(uniques)}
+
+
+def _first_where(group: np.ndarray, hit: np.ndarray, ngroups: int) -> np.ndarray:
+    """Per group (codes of rows in order), the first row where `hit` is true (-1 where none)."""
+    rows = np.flatnonzero(hit)
+    first = np.full(ngroups, -1, dtype=np.int64)
+    first[group[rows][::-1]] = rows[::-1]
+    return first
+
+
 def critical_path(events: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(one row per iteration, the chain's segments) from every rank's `rank_events` (module docstring).
-    Needs collectives of at least two ranks; otherwise both tables are empty."""
+    Needs collectives of at least two ranks; otherwise both tables are empty. Columnar: text columns
+    as codes, each collective's critical rank and longest wait by group reductions, a lead found by
+    binary search in the rows sorted by rank and iteration (no Python object per event row)."""
     import pandas as pd
 
     rows_out = pd.DataFrame({c: pd.Series(dtype=t) for c, t in zip(
@@ -330,60 +361,103 @@ def critical_path(events: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     segs_out = pd.DataFrame({c: pd.Series(dtype=t) for c, t in zip(
         SEGMENT_COLUMNS, ("int64", "int64", "int64", "object", "object", "float64", "float64", "float64"),
         strict=True)})
-    if events is None or events.empty or events.loc[events["kind"] == "collective", "rank"].nunique() < 2:
+    if events is None or events.empty:
         return rows_out, segs_out
-    events = events.sort_values(["rank", "iteration", "start"], kind="stable").reset_index(drop=True)
-    key = ["iteration", "channel", "seq"]
-    coll = events[events["kind"] == "collective"].copy()
-    coll["dur"] = coll["end"] - coll["start"]
-    by_key = coll.groupby(key, sort=False)
-    coll["wait"] = coll["dur"] - by_key["dur"].transform("min")
-    crit = coll.loc[by_key["dur"].idxmin()].set_index(key)
-    waiter = coll.loc[by_key["wait"].idxmax()].set_index(key)
-    waiting = (coll["wait"] > 0).groupby([coll[k] for k in key]).sum()
-    node = {k: (int(r["rank"]), str(r["name"]), int(r["start"]), int(r["end"]), (str(r["prev_channel"]), int(r["prev_seq"])))
-            for k, r in crit.iterrows()}
-    hold = {k: (int(r["rank"]), int(r["wait"]), int(r["start"])) for k, r in waiter.iterrows()}
+    rank, iteration, seq, start, end, prev_seq = (events[c].to_numpy(np.int64) for c in
+                                                  ("rank", "iteration", "seq", "start", "end", "prev_seq"))
+    kind, kinds = _text_codes(events["kind"])
+    is_coll = kind == kinds.get("collective", -1)
+    if len(np.unique(rank[is_coll])) < 2:
+        return rows_out, segs_out
+    order = np.lexsort((start, iteration, rank))                 # stable: rank, iteration, start
+    name, names = _text_codes(events["name"])
+    channel, channels = _text_codes(events["channel"])
+    prev_channel, prev_channels = _text_codes(events["prev_channel"])
+    prev_channel = np.array([channels.setdefault(c, len(channels)) for c in prev_channels], dtype=np.int64)[prev_channel]
+    rank, iteration, seq, start, end, prev_seq, kind, name, channel, prev_channel = (
+        a[order] for a in (rank, iteration, seq, start, end, prev_seq, kind, name, channel, prev_channel))
+    is_coll = kind == kinds.get("collective", -1)
+    channel_text = np.array(list(channels), dtype=object)
+    name_text = np.array(list(names), dtype=object)
 
-    # the tail: per iteration, the rank with the most work after its last collective
-    ends = events[events["kind"] == "end"].merge(
-        coll[["rank", "iteration", "channel", "seq", "end"]].rename(
-            columns={"channel": "prev_channel", "seq": "prev_seq", "end": "prev_end"}),
-        on=["rank", "iteration", "prev_channel", "prev_seq"])
-    ends["tail"] = ends["start"] - ends["prev_end"]
-    last = ends.loc[ends.groupby("iteration")["tail"].idxmax()]
-    compute = events[events["kind"] == "compute"]
-    leads = compute.groupby(["rank", "iteration", "channel", "seq"], sort=False).indices
-    names, starts, stops = (compute[c].to_numpy() for c in ("name", "start", "end"))
+    # per collective (iteration, channel, seq): its critical rank (the shortest kernel, the first of
+    # equals), the rank that waited longest (the first of equals) and how many waited
+    coll = np.flatnonzero(is_coll)
+    group = _dense(iteration[coll], channel[coll], seq[coll])
+    ngroups = int(group.max()) + 1
+    dur = end[coll] - start[coll]
+    shortest = np.full(ngroups, np.iinfo(np.int64).max)
+    np.minimum.at(shortest, group, dur)
+    wait = dur - shortest[group]
+    longest = np.full(ngroups, -1, dtype=np.int64)
+    np.maximum.at(longest, group, wait)
+    crit = coll[_first_where(group, dur == shortest[group], ngroups)]
+    waiter_at = _first_where(group, wait == longest[group], ngroups)
+    waiting = np.bincount(group, weights=wait > 0, minlength=ngroups).astype(np.int64)
+    node: dict[tuple[int, str, int], tuple[int, str, int, int, tuple[str, int]]] = {}
+    hold: dict[tuple[int, str, int], tuple[int, int, int]] = {}
+    waiting_of: dict[tuple[int, str, int], int] = {}
+    for g in range(ngroups):
+        c, w = int(crit[g]), int(waiter_at[g])
+        key = (int(iteration[c]), str(channel_text[channel[c]]), int(seq[c]))
+        node[key] = (int(rank[c]), str(name_text[name[c]]), int(start[c]), int(end[c]),
+                     (str(channel_text[prev_channel[c]]), int(prev_seq[c])))
+        hold[key] = (int(rank[coll[w]]), int(wait[w]), int(start[coll[w]]))
+        waiting_of[key] = int(waiting[g])
 
-    rows, segs = [], []
-    for _, t in last.iterrows():
-        it = int(t["iteration"])
+    # the tail: per iteration, the rank with the most work after its last collective (its end row's
+    # previous collective, on the same rank)
+    ends = np.flatnonzero(kind == kinds.get("end", -1))
+    row_key = _dense(np.concatenate((rank[coll], rank[ends])), np.concatenate((iteration[coll], iteration[ends])),
+                     np.concatenate((channel[coll], prev_channel[ends])), np.concatenate((seq[coll], prev_seq[ends])))
+    coll_keys, first = np.unique(row_key[:len(coll)], return_index=True)
+    at = np.minimum(np.searchsorted(coll_keys, row_key[len(coll):]), len(coll_keys) - 1)
+    matched = coll_keys[at] == row_key[len(coll):]
+    ends = ends[matched]
+    tail = start[ends] - end[coll[first[at[matched]]]]
+    its, it_code = np.unique(iteration[ends], return_inverse=True)
+    most = np.full(len(its), np.iinfo(np.int64).min)
+    np.maximum.at(most, it_code, tail)
+    last = ends[_first_where(it_code, tail == most[it_code], len(its))]
 
-        def lead_of(rank: int, k: tuple[str, int], it: int = it) -> list[Segment]:
-            idx = leads.get((rank, it, k[0], k[1]), [])
-            return [(rank, "compute", str(names[i]), int(starts[i]), int(stops[i])) for i in idx]
+    compute = np.flatnonzero(kind == kinds.get("compute", -1))
+    first_iteration = int(iteration.min())
+    span = int(iteration.max()) - first_iteration + 1
+    lead_key = rank[compute] * span + (iteration[compute] - first_iteration)   # sorted: rank, then iteration
+    c_channel, c_seq = channel[compute], seq[compute]
+    
+    rows: list[tuple[Any, ...]] = []
+    segs: list[tuple[Any, ...]] = []
+    for t in last.tolist():
+        it = int(iteration[t])
 
-        blocks: list[tuple[list[Segment], Held | None]] = [(lead_of(int(t["rank"]), END), None)]
-        at, seen = (str(t["prev_channel"]), int(t["prev_seq"])), set()
-        while at != END and (node_key := (it, *at)) in node and at not in seen:
-            seen.add(at)
-            rank, name, start, end, prev = node[node_key]
-            w_rank, wait, w_start = hold[node_key]
-            lead = lead_of(rank, at)
-            waited = [(w_rank, "wait", name, w_start, w_start + wait)] if wait > 0 else []
-            blocks.append((lead + waited + [(rank, "collective", name, start, end)], (at, rank, name, wait, lead)))
-            at = prev
+        def lead_of(r: int, k: tuple[str, int], it: int = it) -> list[Segment]:
+            """The compute runs of rank r's lead into collective k (channel, seq) of iteration it."""
+            lo, hi = np.searchsorted(lead_key, [r * span + it - first_iteration, r * span + it - first_iteration + 1])
+            ch = channels.get(k[0], -1)
+            idx = compute[lo:hi][(c_channel[lo:hi] == ch) & (c_seq[lo:hi] == k[1])]
+            return [(r, "compute", str(name_text[name[i]]), int(start[i]), int(end[i])) for i in idx.tolist()]
+
+        blocks: list[tuple[list[Segment], Held | None]] = [(lead_of(int(rank[t]), END), None)]
+        into, seen = (str(channel_text[prev_channel[t]]), int(prev_seq[t])), set()
+        while into != END and (node_key := (it, *into)) in node and into not in seen:
+            seen.add(into)
+            r, nm, s, e, prev = node[node_key]
+            w_rank, w, w_start = hold[node_key]
+            lead = lead_of(r, into)
+            waited: list[Segment] = [(w_rank, "wait", nm, w_start, w_start + w)] if w > 0 else []
+            blocks.append((lead + waited + [(r, "collective", nm, s, e)], (into, r, nm, w, lead)))
+            into = prev
         chain = [seg for block, _ in reversed(blocks) for seg in block]
         held = [info for _, info in reversed(blocks) if info is not None]
         if not held:
             continue
-        on_path = sum(e - s for _, kind, _, s, e in chain if kind != "wait")
-        k, rank, name, wait, lead = max(held, key=lambda h: h[3])      # the first of equal waits
+        on_path = sum(e - s for _, k, _, s, e in chain if k != "wait")
+        k, r, nm, w, lead = max(held, key=lambda h: h[3])      # the first of equal waits
         node_key = (it, *k)
-        rows.append((it, float(on_path), name, rank, _culprit(lead, lead_of(hold[node_key][0], k)), float(wait),
-                     int(waiting.get(node_key, 0))))
-        segs += [(it, i, r, kind, n, float(s), float(e), float(e - s)) for i, (r, kind, n, s, e) in enumerate(chain)]
+        rows.append((it, float(on_path), nm, r, _culprit(lead, lead_of(hold[node_key][0], k)), float(w),
+                     waiting_of[node_key]))
+        segs += [(it, i, rr, kk, n, float(s), float(e), float(e - s)) for i, (rr, kk, n, s, e) in enumerate(chain)]
     if rows:
         rows_out = pd.DataFrame(rows, columns=ROW_COLUMNS).astype(rows_out.dtypes.to_dict())
     if segs:
