@@ -6,7 +6,10 @@ tables, and an nsys report equals nsys's own output."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -26,21 +29,25 @@ def python_cells(path: Path) -> list[str]:
     return re.findall(r"^```python\n(.*?)^```", path.read_text(), re.DOTALL | re.MULTILINE)
 
 
-def test_notebook_runs_as_written(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.chdir(REPO)
+def test_notebook_runs_as_written(tmp_path: Path) -> None:
+    """The cells, in order, in a fresh interpreter: HTA forks its parse workers (multiprocessing's
+    `fork`), and a child forked from a test worker that runs other threads (pytest-xdist's) can
+    hang on a lock one of them held."""
     cells = python_cells(NOTEBOOK)
     assert len(cells) >= 10
-    namespace: dict[str, object] = {}
-    for cell in cells:
-        exec(compile(cell, str(NOTEBOOK), "exec"), namespace)  # noqa: S102 - the example is the test
+    report = ("\nimport json\nprint('RESULT ' + json.dumps({'frame': type(temporal).__name__, "
+              "'ranks': [int(r) for r in temporal['rank']], 'idle': sorted(set(idle['idle_category'])), "
+              "'stats': len(idle_stats), 'percent': float(kernel_type_df['percentage'].sum())}))\n")
+    script = tmp_path / "notebook.py"
+    script.write_text("\n".join(cells) + report)
+    done = subprocess.run([sys.executable, str(script)], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
     if importlib.util.find_spec("hta") is not None:   # the notebook's last cell compares with HTA itself
-        assert "hpcprof and HTA agree" in capsys.readouterr().out
-    temporal = namespace["temporal"]
-    assert isinstance(temporal, pd.DataFrame) and list(temporal["rank"]) == [0, 1]
-    idle, stats = namespace["idle"], namespace["idle_stats"]
-    assert set(idle["idle_category"]) <= {"host_wait", "kernel_wait", "other"} and len(stats)
-    kernel_type_df = namespace["kernel_type_df"]
-    assert kernel_type_df["percentage"].sum() == pytest.approx(100, abs=0.3)
+        assert "hpcprof and HTA agree" in done.stdout
+    result = json.loads(done.stdout.rpartition("RESULT ")[2])
+    assert result["frame"] == "DataFrame" and result["ranks"] == [0, 1]
+    assert set(result["idle"]) <= {"host_wait", "kernel_wait", "other"} and result["stats"]
+    assert result["percent"] == pytest.approx(100, abs=0.3)
 
 
 def test_figures_draw_the_tables() -> None:
