@@ -230,11 +230,13 @@ def test_one_file_decoded_by_several_processes_loads_the_same(fixtures_dir: Path
     monkeypatch.setattr(load, "scan_split", counted)
     same_trace(load_trace(path, helpers=3), expected)
     assert split == [3]
-    [got], errors = load.load_traces([path], workers=2)
+    [got], errors = load.load_traces([path], workers=3)     # the file's process and 2 helpers
     assert not errors and split == [3, 2]
     same_trace(got, expected)
+    load.load_traces([path], workers=2)                       # 1 helper would only share the file's core
+    assert split == [3, 2]
     pair = [path, path.with_name("rank1.pt.trace.json.gz")]
-    got_pair, errors = load.load_traces(pair, workers=4)     # 2 files: each in a worker with 2 helpers
+    got_pair, errors = load.load_traces(pair, workers=6)     # 2 files: each in a worker with 2 helpers
     assert not errors and [t.rank for t in got_pair] == [0, 1]
     same_trace(got_pair[0], expected)
     same_trace(got_pair[1], load_trace(pair[1]))

@@ -435,8 +435,9 @@ def load_traces(
     override detection; `clamp_sub_us` and `ignore_unmatched_launches` as in `load_trace`.
     Files are loaded in `workers` processes, as HTA does (default: one per CPU core when the
     files total more than PARALLEL_MIN_BYTES on disk, else in this process); with more workers
-    than files, each file is decoded by its share of them, up to MAX_HELPERS (load_trace's
-    `helpers`: one large trace is decoded on several cores). A file being loaded needs a few batches of
+    than files, the workers left over once each file has its own are shared out among the files,
+    up to MAX_HELPERS each (load_trace's `helpers`; two or more: one large trace is decoded on
+    several cores). A file being loaded needs a few batches of
     its JSON text with their decoded events, and 48 bytes per kept event.
     Returns (traces, one error line per file that could not be used).
     """
@@ -444,7 +445,7 @@ def load_traces(
     if workers is None:
         size = sum(f.stat().st_size for f in files if f.is_file())
         workers = (os.cpu_count() or 1) if size > PARALLEL_MIN_BYTES else 1
-    helpers = min(MAX_HELPERS, workers // len(files)) if files else 1
+    helpers = min(MAX_HELPERS, (workers - len(files)) // len(files)) if files else 0
     jobs = [(f, (rank_of or {}).get(f), ranks, include_last_profiler_step, clamp_sub_us,
              ignore_unmatched_launches, helpers) for f in files]
     workers = min(workers, len(files))
