@@ -161,45 +161,6 @@ def scan_trace(path: Path, *consumers: Callable[[list[Event]], None],
     return _rank_from(stream.head.distributedInfo, path)
 
 
-_EVENTS = msgspec.json.Decoder(list[Event])
-
-
-def decode_batch(text: bytes) -> BatchColumns | None:
-    """batch_columns of one of EventStream.texts(), decoded here (in a helper process of
-    scan_split); msgspec's DecodeError when the text is not a list of events."""
-    return batch_columns(_EVENTS.decode(text))
-
-
-class SplitFailed(Exception):
-    """scan_split could not finish (a batch cut at a `}` inside a string, a helper that died): the
-    file is scanned again in order."""
-
-
-def scan_split(path: Path, columns: TraceColumns, helpers: int) -> int | None:
-    """scan_trace(path, columns.add) with the batches decoded by `helpers` processes: this one
-    inflates the file and cuts its text at candidate event boundaries (EventStream.texts), the
-    helpers decode each batch to its columns (decode_batch), and they are merged here in file
-    order, at most 2 x `helpers` batches in flight (memory stays flat in the file's size).
-    Returns the trace's rank, as scan_trace. SplitFailed when a batch does not decode (a cut
-    inside a string, which misplaces the later cuts too, or a damaged file: scan_trace then says
-    which) or a helper died."""
-    stream = EventStream(path, _Head, Event, SPLIT_BATCH_BYTES)
-    pending: deque[Future[BatchColumns | None]] = deque()
-    pool = ProcessPoolExecutor(helpers, mp_context=worker_context([__name__]))
-    try:
-        for text in stream.texts():
-            pending.append(pool.submit(decode_batch, text))
-            while len(pending) >= 2 * helpers or (pending and pending[0].done()):
-                columns.merge(pending.popleft().result())
-        while pending:
-            columns.merge(pending.popleft().result())
-    except (msgspec.DecodeError, msgspec.ValidationError, TraceError, BrokenProcessPool) as exc:
-        raise SplitFailed(str(exc)) from None
-    finally:
-        pool.shutdown(cancel_futures=True)
-    return _rank_from(stream.head.distributedInfo, path)
-
-
 class BatchColumns(NamedTuple):
     """One batch of events reduced to the columns TraceColumns keeps: the usable events' values,
     their names and categories as codes into the batch's own distinct values (`names`: of every
@@ -245,6 +206,45 @@ def batch_columns(events: list[Event]) -> BatchColumns | None:
                         np.array([e.ts for e in chosen], dtype=np.float64),
                         np.array([e.dur for e in chosen], dtype=np.float64),
                         name_codes[idx], cat_codes, stream[idx], corr[idx])
+
+
+_EVENTS = msgspec.json.Decoder(list[Event])
+
+
+def decode_batch(text: bytes) -> BatchColumns | None:
+    """batch_columns of one of EventStream.texts(), decoded here (in a helper process of
+    scan_split); msgspec's DecodeError when the text is not a list of events."""
+    return batch_columns(_EVENTS.decode(text))
+
+
+class SplitFailed(Exception):
+    """scan_split could not finish (a batch cut at a `}` inside a string, a helper that died): the
+    file is scanned again in order."""
+
+
+def scan_split(path: Path, columns: TraceColumns, helpers: int) -> int | None:
+    """scan_trace(path, columns.add) with the batches decoded by `helpers` processes: this one
+    inflates the file and cuts its text at candidate event boundaries (EventStream.texts), the
+    helpers decode each batch to its columns (decode_batch), and they are merged here in file
+    order, at most 2 x `helpers` batches in flight (memory stays flat in the file's size).
+    Returns the trace's rank, as scan_trace. SplitFailed when a batch does not decode (a cut
+    inside a string, which misplaces the later cuts too, or a damaged file: scan_trace then says
+    which) or a helper died."""
+    stream = EventStream(path, _Head, Event, SPLIT_BATCH_BYTES)
+    pending: deque[Future[BatchColumns | None]] = deque()
+    pool = ProcessPoolExecutor(helpers, mp_context=worker_context([__name__]))
+    try:
+        for text in stream.texts():
+            pending.append(pool.submit(decode_batch, text))
+            while len(pending) >= 2 * helpers or (pending and pending[0].done()):
+                columns.merge(pending.popleft().result())
+        while pending:
+            columns.merge(pending.popleft().result())
+    except (msgspec.DecodeError, msgspec.ValidationError, TraceError, BrokenProcessPool) as exc:
+        raise SplitFailed(str(exc)) from None
+    finally:
+        pool.shutdown(cancel_futures=True)
+    return _rank_from(stream.head.distributedInfo, path)
 
 
 class TraceColumns:
@@ -437,8 +437,8 @@ def load_traces(
     files total more than PARALLEL_MIN_BYTES on disk, else in this process); with more workers
     than files, the workers left over once each file has its own are shared out among the files,
     up to MAX_HELPERS each (load_trace's `helpers`; two or more: one large trace is decoded on
-    several cores). A file being loaded needs a few batches of
-    its JSON text with their decoded events, and 48 bytes per kept event.
+    several cores). A file being loaded needs a few batches of its JSON text with their decoded
+    events, and 48 bytes per kept event.
     Returns (traces, one error line per file that could not be used).
     """
     files = find_trace_files(paths)

@@ -114,9 +114,9 @@ class EventStream(Generic[H, E]):
 
     def texts(self) -> Iterator[bytes]:
         """The events' text in file order as JSON arrays (`[` + events + `]`) of about `batch_bytes`
-        each, cut without decoding: at the last `}` followed by `,` (or the array's `]`), which a
-        `}` inside a string may also be, so a text can fail to decode as a list of events; a caller
-        that decodes them elsewhere (in other processes) must then fall back to iterating."""
+        each, cut without decoding (_cut): in a compact trace a cut can fall inside a string, and
+        that text (and the ones after it) then fails to decode as a list of events; a caller that
+        decodes them elsewhere (in other processes) must then fall back to iterating."""
         return self._batches(self._cut)
 
     def _batches(self, split: Callable[[bytearray], tuple[T | None, int]]) -> Iterator[T]:
