@@ -85,9 +85,16 @@ def test_wait_run_can_be_cancelled_from_elsewhere(tmp_path: Path) -> None:
         waiter.kill()
 
 
+#: `python -m hpcprof ARGS` as started from a terminal: Python's Ctrl-C handler installed even where this
+#: test process inherited SIGINT ignored (a job started in the background by a non-interactive shell), which
+#: a child would inherit and Python would then keep
+AS_FROM_A_TERMINAL = ("import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+                      "sys.argv[0] = 'hpcprof'; runpy.run_module('hpcprof', run_name='__main__')")
+
+
 def test_ctrl_c_during_wait_cancels_cleanly(tmp_path: Path) -> None:
     exp = experiment(tmp_path / "e.yaml", ["bash", "-c", "for i in $(seq 600); do echo tick $i; sleep 0.1; done"])
-    waiter = subprocess.Popen([sys.executable, "-m", "hpcprof", "submit", str(exp), "--site", "local", "--wait"],
+    waiter = subprocess.Popen([sys.executable, "-c", AS_FROM_A_TERMINAL, "submit", str(exp), "--site", "local", "--wait"],
                               cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         wait_for(lambda: runs(tmp_path / "hpcprof-runs") and "tick" in
