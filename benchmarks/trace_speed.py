@@ -25,7 +25,10 @@ PSS of the process with its workers (sampled from outside every 20 ms): both too
 ranks in a pool of worker processes by default. The results of both are compared number by
 number before the ratios are printed, with the floor: reading, inflating and decoding (msgspec)
 the fields used, whole files in memory, one after the other in one process. hpcprof inflates
-with ISA-L when `isal` is installed (the `fast` extra), as the floor does.
+with ISA-L when `isal` is installed (the `fast` extra), as the floor does. Last, `hpcprof
+collect`'s map of the same files (hpcprof.collect.map_files: the analyses, the window and the
+critical path's events of each file, written as bundles) in a pool of one worker per file (each
+file on one core) and of one worker per core (the cores the files leave decode their batches).
 """
 
 from __future__ import annotations
@@ -115,6 +118,27 @@ json.dump({"load_s": load, "analyses_s": analyses, "base_kb": base, "peak_kb": p
           open(sys.argv[2], "w"))
 """
 
+COLLECT_DRIVER = r"""
+import json, os, pathlib, sys, tempfile, time
+from hpcprof.collect import map_files
+from hpcprof.collect.engine import make_executor
+from hpcprof.collect.runs import _worker_modules
+files = sorted(p for p in pathlib.Path(sys.argv[1]).iterdir() if p.name.endswith((".json", ".json.gz")))
+result = {}
+for label, workers in (("one core per file", len(files)), ("all cores", os.cpu_count() or 1)):
+    times = []
+    for _ in range(int(sys.argv[3])):
+        with tempfile.TemporaryDirectory() as run:
+            executor, _ = make_executor(workers, _worker_modules())
+            t0 = time.perf_counter()
+            mapped = map_files("torch", {p: i for i, p in enumerate(files)}, pathlib.Path(run), executor,
+                               lambda line: None, print)
+            times.append(time.perf_counter() - t0)
+            executor.shutdown()
+            assert len(mapped) == len(files), mapped
+    result[label] = min(times)
+json.dump(result, open(sys.argv[2], "w"))
+"""
 
 FLOOR_DRIVER = r"""
 import json, pathlib, sys, time
@@ -276,6 +300,12 @@ def bench(source: Path, target_mb: float, hta_python: str, workdir: Path, repeat
     print(f"  floor (read + inflate + msgspec decode of the fields used, whole files, one process): "
           f"{floor['floor_s']:.2f} s; "
           f"hpcprof's load + analyses = {ours_s / floor['floor_s']:.2f}x the floor")
+    mapped = run(sys.executable, COLLECT_DRIVER, traces, workdir / f"{source.name}_collect.json", repeat)
+    hta_s = hta["load_s"] + hta["analyses_s"]
+    print(f"  hpcprof collect's map of these files (the five analyses, window, critical-path events, written "
+          f"as bundles; {os.cpu_count()} cores):")
+    for label in ("one core per file", "all cores"):
+        print(f"    {label:<18} {mapped[label]:6.2f} s  {hta_s / mapped[label]:5.1f}x HTA's load + analyses")
 
 
 def main() -> None:

@@ -223,9 +223,9 @@ def test_one_file_decoded_by_several_processes_loads_the_same(fixtures_dir: Path
     split: list[int] = []
     scan = load.scan_split
 
-    def counted(path: Path, columns: TraceColumns, helpers: int) -> int | None:
+    def counted(path: Path, gatherers: Any, helpers: int) -> int | None:
         split.append(helpers)
-        return scan(path, columns, helpers)
+        return scan(path, gatherers, helpers)
 
     monkeypatch.setattr(load, "scan_split", counted)
     same_trace(load_trace(path, helpers=3), expected)
@@ -242,6 +242,87 @@ def test_one_file_decoded_by_several_processes_loads_the_same(fixtures_dir: Path
     same_trace(got_pair[1], load_trace(pair[1]))
 
 
+def test_collect_decodes_a_trace_on_the_cores_the_files_leave(fixtures_dir: Path, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """collect's per-file step on a trace given several cores (its share of the workers where they
+    outnumber the files) has the batches decoded by helpers, for the analyses and the critical path
+    at once, with the tables of the in-order decode; with one core per file, in its own process."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    from hpcprof.analysis.trace import collect, load
+    from hpcprof.collect import runs
+    from hpcprof.collect.engine import InProcess, cores_per_file, worker_context
+    from hpcprof.results import to_arrow
+
+    monkeypatch.setattr(load, "SPLIT_BATCH_BYTES", 1 << 16)
+    monkeypatch.setattr(load, "PARALLEL_MIN_BYTES", 0)
+    path = fixtures_dir / "hta" / "h200_ddp_gpt2" / "rank0.pt.trace.json.gz"
+    expected = collect.analyse_file(path, 0)
+    split: list[int] = []
+    scan = load.scan_split
+
+    def counted(path: Path, gatherers: Any, helpers: int) -> int | None:
+        split.append(helpers)
+        assert [type(g).__name__ for g in gatherers] == ["TraceColumns", "CriticalPathEvents"]
+        return scan(path, gatherers, helpers)
+
+    monkeypatch.setattr(load, "scan_split", counted)
+    got = collect.analyse_file(path, 0, cores=4)
+    assert split == [3] and sorted(got) == sorted(expected)
+    for name, table in expected.items():
+        assert got[name].equals(table), name
+    tables = runs.analyse_file("torch", str(path), 0, {}, cores=3)   # as a map task runs it in a worker
+    assert split == [3, 2]
+    assert sorted(tables) == sorted(expected)
+    for name, table in tables.items():
+        assert table.equals(to_arrow(expected[name], pandas_metadata=False)), name
+    runs.analyse_file("torch", str(path), 0, {}, cores=2)             # one helper would share the file's core
+    assert split == [3, 2]
+    with ProcessPoolExecutor(6, mp_context=worker_context()) as pool:
+        assert [cores_per_file(pool, n) for n in (1, 2, 4, 6, 100)] == [6, 3, 1, 1, 1]
+    assert cores_per_file(InProcess(), 1) == 1
+
+
+def test_collect_gives_each_trace_its_share_of_the_workers(fixtures_dir: Path, tmp_path: Path) -> None:
+    """collect's map over fewer trace files than workers hands each map task the cores per file
+    (6 workers, 2 files: 3 each, the file's process and 2 helpers), with the tables of the map in
+    one process. (Files this small are still decoded in order, load.PARALLEL_MIN_BYTES: the decode
+    on helpers is the test above.)"""
+    from concurrent.futures import Future, ProcessPoolExecutor
+
+    from hpcprof.collect import InProcess, map_files
+    from hpcprof.collect.engine import worker_context
+    from hpcprof.collect.runs import _parts_dir, read_bundle
+
+    class Recording(ProcessPoolExecutor):
+        """A process pool that keeps the arguments of each task submitted."""
+
+        def __init__(self, workers: int) -> None:
+            super().__init__(workers, mp_context=worker_context())
+            self.submitted: list[tuple[Any, ...]] = []
+
+        def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Future[Any]:
+            self.submitted.append(args)
+            return super().submit(fn, *args, **kwargs)
+
+    source = fixtures_dir / "hta" / "h200_ddp_gpt2"
+    traces = {source / f"rank{rank}.pt.trace.json.gz": rank for rank in (0, 1)}
+
+    def mapped_tables(run: Path, executor: Any) -> list[Any]:
+        mapped = map_files("torch", traces, run, executor, lambda line: None, print)
+        parts = _parts_dir(run, "torch")
+        return [read_bundle(parts / part.bundle, files=slice(part.position, part.position + 1))
+                for part in mapped.values()]
+
+    expected = mapped_tables(tmp_path / "one", InProcess())
+    with Recording(6) as pool:
+        got = mapped_tables(tmp_path / "pool", pool)
+    assert [args[-1] for args in pool.submitted] == [3, 3]      # each task: one file on 3 cores
+    assert len(got) == len(expected) == 2
+    for tables, want in zip(got, expected, strict=True):
+        assert sorted(tables) == sorted(want) and all(tables[n].equals(want[n]) for n in want)
+
+
 def test_a_cut_inside_a_string_falls_back_to_one_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A `}` followed by `,` inside a string can be where texts() cuts: that batch does not decode,
     and the file is then loaded in order by this process, with the same result."""
@@ -255,12 +336,12 @@ def test_a_cut_inside_a_string_falls_back_to_one_process(tmp_path: Path, monkeyp
     try:
         for text in EventStream(path, _Head, Event, 97).texts():
             try:
-                load.decode_batch(text)
+                load.decode_batch(text, [TraceColumns])
             except msgspec.DecodeError:
                 bad += 1
     except TraceError:      # a cut inside a string misplaces the later ones, up to the array's end
         pass
     assert bad > 0
     with pytest.raises(load.SplitFailed):
-        load.scan_split(path, TraceColumns(), 2)
+        load.scan_split(path, [TraceColumns()], 2)
     same_trace(load_trace(path, helpers=2), load_trace(path))

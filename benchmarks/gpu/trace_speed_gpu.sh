@@ -9,13 +9,20 @@
 #     --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d .gpu/trace/hta \
 #     HolisticTraceAnalysis==0.5.0 plotly pydot pandas==2.3.3
 # and the same with -d .gpu/trace/hpcprof msgspec isal typing_extensions.
+# The last rows, collect's map of the same files, need collect's dependencies too (.gpu/whl, see collect_env.sh): with
+# HTA's wheels that is more than one call may carry, so call `run` twice on the same warm machine, first with carry
+# [".gpu/trace"] (installs HTA under /tmp, which stays while the machine is held), then with [".gpu/whl"].
 # Usage (in the repository root there): bash benchmarks/gpu/trace_speed_gpu.sh OUT_DIR [REPEAT]
 set -eu
 OUT_DIR=${1:?output directory}
 REPEAT=${2:-3}
 mkdir -p "$OUT_DIR" /tmp/site /tmp/hta-site
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .gpu/trace/hpcprof/*.whl 2>/dev/null
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/hta-site .gpu/trace/hta/*.whl 2>/dev/null
+if [ -d .gpu/trace/hta ]; then
+  python3 -m pip install -q --upgrade --no-index --no-deps --no-compile --target /tmp/hta-site .gpu/trace/hta/*.whl 2>/dev/null
+fi
+[ -d /tmp/hta-site/hta ] || { echo "HTA is not installed here: carry .gpu/trace (see above)"; exit 2; }
+python3 -m pip install -q --upgrade --no-index --no-deps --no-compile --target /tmp/site \
+  $(ls .gpu/trace/hpcprof/*.whl .gpu/whl/*.whl 2>/dev/null | awk -F/ '!seen[$NF]++') 2>/dev/null
 export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1
 printf '#!/bin/sh\nPYTHONPATH=/tmp/hta-site exec python3 "$@"\n' >/tmp/hta-python
 chmod +x /tmp/hta-python

@@ -5,7 +5,8 @@ A tool is one `ToolCollector` subclass registered by name in hpcprof.analysis.re
 - `inputs(ctx)`: the run's files to analyse, with their ranks (e.g. nsys exports .nsys-rep);
   a file it cannot use is a Problem handed to `ctx.problem`, the others go on.
 - `analyse_file(path, rank)`: one rank's file -> its tables (each with a `rank` column); runs in
-  a worker process, so it reads nothing but the file and `self.tool_paths`. Raise
+  a worker process, so it reads nothing but the file and `self.tool_paths`, and may keep
+  `self.cores` cores busy (its share of the workers, where they outnumber the files). Raise
   `NothingToAnalyse` for a readable file with nothing in it for the analyses (a note), any
   other exception for a damaged file (that file is skipped, a Problem).
 - `analyse_tables(path, rank)`: the same tables as Arrow tables, as collect writes them (by
@@ -58,11 +59,12 @@ class NothingToAnalyse(Exception):
 
 class ToolCollector:
     """One profiling tool in `collect`; `tool_paths` are the site's executables ({"nsys": path,
-    "ncu": path}). Subclasses implement `analyse_file` and, where they need to, `inputs` and
-    `reduce`."""
+    "ncu": path}), `cores` how many cores one file's analysis may use (1: its own process only).
+    Subclasses implement `analyse_file` and, where they need to, `inputs` and `reduce`."""
 
-    def __init__(self, tool_paths: Mapping[str, str] | None = None) -> None:
+    def __init__(self, tool_paths: Mapping[str, str] | None = None, cores: int = 1) -> None:
         self.tool_paths = dict(tool_paths or {})
+        self.cores = cores
 
     def inputs(self, ctx: CollectContext) -> dict[Path, int]:
         """The files to analyse with their ranks: every file as found."""

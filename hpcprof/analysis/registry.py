@@ -16,8 +16,9 @@ COLLECTORS: dict[str, str] = {
 }
 
 
-def collector(tool: str, tool_paths: Mapping[str, str] | None = None) -> ToolCollector:
-    """The collector of `tool` with the site's executables; KeyError for a tool not in COLLECTORS."""
+def collector(tool: str, tool_paths: Mapping[str, str] | None = None, cores: int = 1) -> ToolCollector:
+    """The collector of `tool` with the site's executables, its files analysed on `cores` cores each;
+    KeyError for a tool not in COLLECTORS."""
     module, _, name = COLLECTORS[tool].partition(":")
     cls: type[ToolCollector] = getattr(importlib.import_module(module), name)
-    return cls(tool_paths)
+    return cls(tool_paths, cores)

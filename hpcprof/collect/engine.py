@@ -87,6 +87,15 @@ def executor_workers(executor: Executor) -> int:
     return int(getattr(executor, "_max_workers", 0) or os.cpu_count() or 1)
 
 
+def cores_per_file(executor: Executor, files: int) -> int:
+    """The cores each of `files` files mapped at once by `executor` may use: its share of a process
+    pool's workers where they outnumber the files, else 1 (and always 1 in this process or under
+    mpi4py.futures, whose MPI processes start no processes of their own)."""
+    if not isinstance(executor, ProcessPoolExecutor) or files < 1:
+        return 1
+    return max(1, executor_workers(executor) // files)
+
+
 def make_executor(workers: int, preload: Iterable[str] = ()) -> tuple[Executor, str]:
     """mpi4py.futures workers under mpiexec, else a process pool of `workers` (1: this process)
     (a fork server imports `preload` before forking them); with a description for the log."""

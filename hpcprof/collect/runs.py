@@ -43,6 +43,7 @@ from hpcprof.collect.engine import (
     Progress,
     concat_parts,
     concat_pieces,
+    cores_per_file,
     executor_workers,
     make_executor,
     read_bundle,
@@ -195,19 +196,20 @@ class MapFailure(NamedTuple):
     message: str
 
 
-def analyse_file(tool: str, path: str, rank: int, tool_paths: dict[str, str]) -> dict[str, pa.Table]:
-    """The tables of one rank's file (in a worker), by name."""
+def analyse_file(tool: str, path: str, rank: int, tool_paths: dict[str, str], cores: int = 1) -> dict[str, pa.Table]:
+    """The tables of one rank's file (in a worker, on `cores` cores), by name."""
     from hpcprof.analysis.registry import collector
 
-    tables = collector(tool, tool_paths).analyse_tables(Path(path), rank)
+    tables = collector(tool, tool_paths, cores).analyse_tables(Path(path), rank)
     for name in tables:
         check_name(f"{tool}_{name}")
     return tables
 
 
 def map_task(tool: str, files: list[tuple[str, int]], parts: str, bundle: str,
-             tool_paths: dict[str, str]) -> list[FilePart | MapFailure]:
-    """analyse_file over several files in one worker task, each on its own, their tables written
+             tool_paths: dict[str, str], cores: int = 1) -> list[FilePart | MapFailure]:
+    """analyse_file over several files in one worker task, each on its own (on `cores` cores, see
+    engine.cores_per_file), their tables written
     together into one bundle, `parts/<bundle>`; per file where its tables are, or why it has none.
     (A task per file cost the collecting process ~0.4 ms a file in the pool's submit, pickling and
     result handling, and an mpi4py.futures worker a round trip per file; a bundle per file cost
@@ -218,7 +220,7 @@ def map_task(tool: str, files: list[tuple[str, int]], parts: str, bundle: str,
     written: list[dict[str, pa.Table]] = []
     for path, rank in files:
         try:
-            tables = analyse_file(tool, path, rank, tool_paths)
+            tables = analyse_file(tool, path, rank, tool_paths, cores)
         except NothingToAnalyse as exc:   # readable, nothing for the analyses
             out.append(MapFailure(True, str(exc)))
             continue
@@ -335,8 +337,9 @@ def map_files(tool: str, files: dict[Path, int], run_path: Path, executor: Execu
         log(f"{tool}: {len(new)} file(s) unchanged since the last collect, skipped")
     progress = Progress(f"{tool} {run_path.name}", len(pending), sum(st.st_size for _, _, st, _ in pending), log)
     tasks = split_tasks(pending, executor_workers(executor))
+    cores = cores_per_file(executor, len(pending))
     jobs = ((i, (tool, [(str(path), rank) for path, rank, _, _ in task], str(parts), _bundle_name(task),
-                 tool_paths or {}))
+                 tool_paths or {}, cores))
             for i, task in enumerate(tasks))
     saved = time.monotonic()
     try:

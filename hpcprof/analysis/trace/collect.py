@@ -11,7 +11,7 @@ import pandas as pd
 
 from hpcprof.analysis.collector import Log, NothingToAnalyse, ReadTable, Reducer, ToolCollector
 from hpcprof.analysis.trace import analyses, critical_path
-from hpcprof.analysis.trace.load import RankTrace, TraceColumns, TraceError, scan_trace
+from hpcprof.analysis.trace.load import RankTrace, TraceColumns, TraceError, gather, helpers_of
 from hpcprof.analysis.trace.window import trace_window
 
 
@@ -28,13 +28,14 @@ def all_analyses(traces: Sequence[RankTrace]) -> dict[str, pd.DataFrame]:
     }
 
 
-def analyse_file(path: Path, rank: int) -> dict[str, pd.DataFrame]:
+def analyse_file(path: Path, rank: int, cores: int = 1) -> dict[str, pd.DataFrame]:
     """One rank's trace (`hpcprof collect`'s per-file map), decoded once (streaming) for both:
     all_analyses of that trace, its measured window (ProfilerStep ranges on GPU time,
-    trace/window.py) as `window` and `iterations`, and its critical-path events. TraceError names
-    a damaged file; NothingToAnalyse a trace without GPU events."""
+    trace/window.py) as `window` and `iterations`, and its critical-path events; on `cores` cores
+    (load.gather's helpers, load.helpers_of). TraceError names a damaged file; NothingToAnalyse a
+    trace without GPU events."""
     columns, path_events = TraceColumns(), critical_path.CriticalPathEvents()
-    scan_trace(path, columns.add, path_events.add)
+    gather(path, columns, path_events, helpers=helpers_of(cores))
     try:
         trace = columns.trace(path, rank)
     except TraceError as exc:
@@ -63,7 +64,7 @@ class TorchCollector(ToolCollector):
     then the kernels and critical-path tables across ranks."""
 
     def analyse_file(self, path: Path, rank: int) -> dict[str, pd.DataFrame]:
-        return analyse_file(path, rank)
+        return analyse_file(path, rank, self.cores)
 
     def reducers(self) -> Sequence[Reducer]:
         return REDUCERS

@@ -30,7 +30,7 @@ from hpcprof.analysis.critical_path import (  # noqa: F401  (re-exported for col
     empty_events,
 )
 from hpcprof.analysis.critical_path import rank_events as events_of_rank
-from hpcprof.analysis.trace.load import Event, TraceError, scan_trace
+from hpcprof.analysis.trace.load import Event, Gatherer, TraceError, scan_trace
 
 STEP = re.compile(r"ProfilerStep\s*#\s*(\d+)")
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
@@ -48,37 +48,58 @@ def _ns(us: Any) -> int:
     return round(float(us) * 1000)
 
 
-class CriticalPathEvents:
-    """The critical path's events of one trace, gathered batch by batch (`add`, a scan_trace
-    consumer); `frame` turns them into the rank's events table."""
+def batch_events(events: list[Event]) -> tuple[list[tuple[Any, ...]], dict[int, int], list[tuple[int, int, int]],
+                                                list[tuple[str, int, int]]]:
+    """The critical path's events of one batch: its GPU operations, the launch time of each
+    correlation id, its iterations and its phases (CriticalPathEvents' lists)."""
+    gpu: list[tuple[Any, ...]] = []
+    launch: dict[int, int] = {}
+    steps: list[tuple[int, int, int]] = []
+    ranges: list[tuple[str, int, int]] = []
+    for e in events:
+        if e.cat not in _READ_CATS or e.ts is None or e.dur is None or math.isnan(e.dur):
+            continue  # most events (cpu_op, flows) end at the first test
+        a = e.args
+        if e.cat in GPU_CATS and a is not None:
+            name = str(e.name)
+            nccl = name.startswith("nccl")
+            seq = _int(a.Seq if a.Seq is not None else a.seq) if nccl else -1
+            group = f"pg {a.group} {a.members or ''}".strip() if nccl and a.group is not None else None
+            gpu.append((_ns(e.ts), _ns(e.ts + e.dur), _int(a.stream), _int(a.correlation), name, group, seq))
+        elif e.cat in ("cuda_runtime", "cuda_driver") and a is not None and _int(a.correlation) >= 0:
+            launch[_int(a.correlation)] = _ns(e.ts)
+        elif e.cat == "user_annotation":
+            m = STEP.fullmatch(str(e.name))
+            if m:
+                steps.append((int(m.group(1)), _ns(e.ts), _ns(e.ts + e.dur)))
+            else:
+                ranges.append((str(e.name), _ns(e.ts), _ns(e.ts + e.dur)))
+    return gpu, launch, steps, ranges
+
+
+class CriticalPathEvents(Gatherer):
+    """The critical path's events of one trace, gathered batch by batch (a Gatherer:
+    batch_events); `frame` turns them into the rank's events table."""
+
+    part = staticmethod(batch_events)
 
     def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
         self.gpu: list[tuple[Any, ...]] = []
         self.launch: dict[int, int] = {}
         self.steps: list[tuple[int, int, int]] = []
         self.ranges: list[tuple[str, int, int]] = []
 
-    def add(self, events: list[Event]) -> None:
-        """Keep the GPU operations, launch times, iterations and phases of one batch."""
-        gpu, launch, steps, ranges = self.gpu, self.launch, self.steps, self.ranges
-        for e in events:
-            if e.cat not in _READ_CATS or e.ts is None or e.dur is None or math.isnan(e.dur):
-                continue  # most events (cpu_op, flows) end at the first test
-            a = e.args
-            if e.cat in GPU_CATS and a is not None:
-                name = str(e.name)
-                nccl = name.startswith("nccl")
-                seq = _int(a.Seq if a.Seq is not None else a.seq) if nccl else -1
-                group = f"pg {a.group} {a.members or ''}".strip() if nccl and a.group is not None else None
-                gpu.append((_ns(e.ts), _ns(e.ts + e.dur), _int(a.stream), _int(a.correlation), name, group, seq))
-            elif e.cat in ("cuda_runtime", "cuda_driver") and a is not None and _int(a.correlation) >= 0:
-                launch[_int(a.correlation)] = _ns(e.ts)
-            elif e.cat == "user_annotation":
-                m = STEP.fullmatch(str(e.name))
-                if m:
-                    steps.append((int(m.group(1)), _ns(e.ts), _ns(e.ts + e.dur)))
-                else:
-                    ranges.append((str(e.name), _ns(e.ts), _ns(e.ts + e.dur)))
+    def merge(self, part: tuple[list[tuple[Any, ...]], dict[int, int], list[tuple[int, int, int]],
+                                list[tuple[str, int, int]]]) -> None:
+        """Keep one batch's events (the batches in file order: a later launch of a correlation id wins)."""
+        gpu, launch, steps, ranges = part
+        self.gpu += gpu
+        self.launch.update(launch)
+        self.steps += steps
+        self.ranges += ranges
 
     def frame(self, path: Path, rank: int | None) -> pd.DataFrame:
         """The rank's events table (critical_path.rank_events). TraceError: no GPU operation."""

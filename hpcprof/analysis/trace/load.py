@@ -161,6 +161,48 @@ def scan_trace(path: Path, *consumers: Callable[[list[Event]], None],
     return _rank_from(stream.head.distributedInfo, path)
 
 
+class Gatherer:
+    """What one decode of a trace gathers, batch by batch: `part` reduces a batch of events to what
+    `merge` keeps (a static method, so that scan_split's helper processes can run it: its result is
+    sent back), `merge` keeps it (the batches in file order); `add` is both, a scan_trace consumer.
+    `reset` empties it (a split decode that failed is done again in order)."""
+
+    @staticmethod
+    def part(events: list[Event]) -> Any:
+        raise NotImplementedError
+
+    def merge(self, part: Any) -> None:
+        raise NotImplementedError
+
+    def reset(self) -> None:
+        raise NotImplementedError
+
+    def add(self, events: list[Event]) -> None:
+        """Keep what one batch holds (in file order)."""
+        self.merge(self.part(events))
+
+
+def gather(path: Path, *gatherers: Gatherer, helpers: int = 1) -> int | None:
+    """Decode the trace once into every gatherer, as scan_trace; with `helpers` > 1, a file of
+    PARALLEL_MIN_BYTES or more has its batches decoded by that many processes (scan_split; the same
+    result), falling back to one process when that fails. Returns the trace's rank, as scan_trace."""
+    path = Path(path)
+    if helpers > 1 and path.is_file() and path.stat().st_size >= PARALLEL_MIN_BYTES:
+        try:
+            return scan_split(path, gatherers, helpers)
+        except SplitFailed:
+            for gatherer in gatherers:
+                gatherer.reset()
+    return scan_trace(path, *(g.add for g in gatherers))
+
+
+def helpers_of(cores: int) -> int:
+    """The helper processes a file given `cores` cores decodes with (gather's `helpers`): the cores
+    beside its own, up to MAX_HELPERS; one would only share the file's core (none then)."""
+    helpers = min(MAX_HELPERS, cores - 1)
+    return helpers if helpers > 1 else 0
+
+
 class BatchColumns(NamedTuple):
     """One batch of events reduced to the columns TraceColumns keeps: the usable events' values,
     their names and categories as codes into the batch's own distinct values (`names`: of every
@@ -211,10 +253,12 @@ def batch_columns(events: list[Event]) -> BatchColumns | None:
 _EVENTS = msgspec.json.Decoder(list[Event])
 
 
-def decode_batch(text: bytes) -> BatchColumns | None:
-    """batch_columns of one of EventStream.texts(), decoded here (in a helper process of
-    scan_split); msgspec's DecodeError when the text is not a list of events."""
-    return batch_columns(_EVENTS.decode(text))
+def decode_batch(text: bytes, kinds: Sequence[type[Gatherer]]) -> list[Any]:
+    """The part (Gatherer.part) of each kind of gatherer of one of EventStream.texts(), decoded
+    once, here (in a helper process of scan_split); msgspec's DecodeError when the text is not a
+    list of events."""
+    events = _EVENTS.decode(text)
+    return [kind.part(events) for kind in kinds]
 
 
 class SplitFailed(Exception):
@@ -222,24 +266,30 @@ class SplitFailed(Exception):
     file is scanned again in order."""
 
 
-def scan_split(path: Path, columns: TraceColumns, helpers: int) -> int | None:
-    """scan_trace(path, columns.add) with the batches decoded by `helpers` processes: this one
-    inflates the file and cuts its text at candidate event boundaries (EventStream.texts), the
-    helpers decode each batch to its columns (decode_batch), and they are merged here in file
-    order, at most 2 x `helpers` batches in flight (memory stays flat in the file's size).
-    Returns the trace's rank, as scan_trace. SplitFailed when a batch does not decode (a cut
-    inside a string, which misplaces the later cuts too, or a damaged file: scan_trace then says
-    which) or a helper died."""
+def scan_split(path: Path, gatherers: Sequence[Gatherer], helpers: int) -> int | None:
+    """scan_trace(path, *(g.add for g in gatherers)) with the batches decoded by `helpers`
+    processes: this one inflates the file and cuts its text at candidate event boundaries
+    (EventStream.texts), the helpers decode each batch to each gatherer's part (decode_batch), and
+    the parts are merged here in file order, at most 2 x `helpers` batches in flight (memory stays
+    flat in the file's size). Returns the trace's rank, as scan_trace. SplitFailed when a batch
+    does not decode (a cut inside a string, which misplaces the later cuts too, or a damaged file:
+    scan_trace then says which) or a helper died."""
     stream = EventStream(path, _Head, Event, SPLIT_BATCH_BYTES)
-    pending: deque[Future[BatchColumns | None]] = deque()
+    kinds = [type(g) for g in gatherers]
+    pending: deque[Future[list[Any]]] = deque()
+
+    def merge(parts: list[Any]) -> None:
+        for gatherer, part in zip(gatherers, parts, strict=True):
+            gatherer.merge(part)
+
     pool = ProcessPoolExecutor(helpers, mp_context=worker_context([__name__]))
     try:
         for text in stream.texts():
-            pending.append(pool.submit(decode_batch, text))
+            pending.append(pool.submit(decode_batch, text, kinds))
             while len(pending) >= 2 * helpers or (pending and pending[0].done()):
-                columns.merge(pending.popleft().result())
+                merge(pending.popleft().result())
         while pending:
-            columns.merge(pending.popleft().result())
+            merge(pending.popleft().result())
     except (msgspec.DecodeError, msgspec.ValidationError, TraceError, BrokenProcessPool) as exc:
         raise SplitFailed(str(exc)) from None
     finally:
@@ -247,12 +297,17 @@ def scan_split(path: Path, columns: TraceColumns, helpers: int) -> int | None:
     return _rank_from(stream.head.distributedInfo, path)
 
 
-class TraceColumns:
-    """The columns load_trace needs, gathered batch by batch (`add`, a scan_trace consumer) from
-    the events an analysis can use: GPU events (`stream` set), CPU events with a correlation id,
+class TraceColumns(Gatherer):
+    """The columns load_trace needs, gathered batch by batch (a Gatherer: batch_columns) from the
+    events an analysis can use: GPU events (`stream` set), CPU events with a correlation id,
     ProfilerStep annotations and sync events (most CPU ops and flow events are dropped here)."""
 
+    part = staticmethod(batch_columns)
+
     def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
         self.ts_is_float = False  # any float ts (pandas would make the column float64)
         self.first_ts = math.nan  # HTA's index-0 fallback: the first event's start, if HTA keeps it
         self.seen = 0
@@ -260,10 +315,6 @@ class TraceColumns:
         self.cats: dict[Any, int] = {}  # cat -> code, likewise among the events kept
         self.columns: dict[str, list[np.ndarray]] = {
             key: [] for key in ("ts", "dur", "cat", "name", "stream", "correlation")}
-
-    def add(self, events: list[Event]) -> None:
-        """Keep the usable events of one batch (in file order)."""
-        self.merge(batch_columns(events))
 
     def merge(self, batch: BatchColumns | None) -> None:
         """Append one batch's columns (batch_columns; the batches in file order), its codes made
@@ -388,21 +439,13 @@ def load_trace(
     deviation, option `--ignore-unmatched-launches`) leaves its launch time unknown (never
     host_wait).
     With `helpers` > 1, a file of PARALLEL_MIN_BYTES or more is decoded by that many processes
-    (scan_split; the same columns), else in this one.
+    (gather: the same columns), else in this one.
 
     Raises TraceError for unreadable or non-Kineto files and for traces without GPU events.
     """
-    path = Path(path)
     columns = TraceColumns()
-    if helpers > 1 and path.is_file() and path.stat().st_size >= PARALLEL_MIN_BYTES:
-        try:
-            found = scan_split(path, columns, helpers)
-        except SplitFailed:
-            columns = TraceColumns()
-            found = scan_trace(path, columns.add)
-    else:
-        found = scan_trace(path, columns.add)
-    return columns.trace(path, found if rank is None else rank, include_last_profiler_step,
+    found = gather(Path(path), columns, helpers=helpers)
+    return columns.trace(Path(path), found if rank is None else rank, include_last_profiler_step,
                          clamp_sub_us, ignore_unmatched_launches)
 
 
@@ -445,7 +488,7 @@ def load_traces(
     if workers is None:
         size = sum(f.stat().st_size for f in files if f.is_file())
         workers = (os.cpu_count() or 1) if size > PARALLEL_MIN_BYTES else 1
-    helpers = min(MAX_HELPERS, (workers - len(files)) // len(files)) if files else 0
+    helpers = helpers_of(workers // len(files)) if files else 0
     jobs = [(f, (rank_of or {}).get(f), ranks, include_last_profiler_step, clamp_sub_us,
              ignore_unmatched_launches, helpers) for f in files]
     workers = min(workers, len(files))
