@@ -472,3 +472,43 @@ def test_columnar_critical_path_equals_the_pandas_one_on_many_ranks(fixtures_dir
         assert len(expected[0]) == 5 and expected[0]["waiting_ranks"].max() > 1
         for table, reference in zip(got, expected, strict=True):
             pd.testing.assert_frame_equal(table, reference)
+
+
+def reference_frame(gathered: trace_cp.CriticalPathEvents, rank: int) -> pd.DataFrame:
+    """A trace's events table by the pandas formulation CriticalPathEvents.frame had before its
+    numpy columns (frames of the gathered tuples, `str.extract`, `Series.map`)."""
+    import numpy as np
+
+    ops = pd.DataFrame(gathered.gpu, columns=["start", "end", "stream", "corr", "name", "group", "seq"])
+    ops["launch"] = ops["corr"].map(gathered.launch)
+    nccl = ops["name"].str.startswith("nccl").to_numpy()
+    coll = ops["name"].str.extract(r"^nccl(?:Dev)?Kernel_([A-Za-z0-9]+?)(?:_|\(|$)", expand=False)
+    ops["collective"] = np.where(nccl, coll.fillna("other").to_numpy(object), None)
+    first = ops[nccl].groupby("stream")["start"].min().sort_values(kind="stable")
+    by_stream = ops["stream"].map({s: f"stream{i}" for i, s in enumerate(first.index)})
+    ops["channel"] = np.where(ops["group"].notna(), ops["group"], by_stream)
+    its = pd.DataFrame(gathered.steps, columns=["number", "start", "end"])
+    return core.rank_events(rank, ops, its, pd.DataFrame(gathered.ranges, columns=["name", "start", "end"]))
+
+
+@pytest.mark.parametrize("with_seq", [True, False])
+def test_kineto_events_table_equals_the_pandas_formulation(fixtures_dir: Path, tmp_path: Path, with_seq: bool) -> None:
+    """CriticalPathEvents.frame (numpy columns) gives the table of the pandas formulation on every
+    Kineto fixture (NCCL kernels with and without process groups, streams in order of first use,
+    launches missing from the trace) and on the hand-built traces (with and without Seq)."""
+    from hpcprof.analysis.trace.load import scan_trace
+
+    paths = sorted((fixtures_dir / "hta").glob("*/*.json.gz"))
+    for rank, ops in enumerate(simulate()):
+        paths.append(tmp_path / f"rank{rank}.json.gz")
+        write_kineto(paths[-1], rank, [o for o in ops if o["iteration"] >= 0], rank * 3_000_011, with_seq)
+    compared = 0
+    for path in paths:
+        gathered = trace_cp.CriticalPathEvents()
+        scan_trace(path, gathered.add)
+        if not gathered.gpu:
+            continue
+        got = gathered.frame(path, 3)
+        pd.testing.assert_frame_equal(got, reference_frame(gathered, 3), obj=str(path))
+        compared += len(got)
+    assert compared > 400

@@ -33,6 +33,8 @@ from hpcprof.analysis.critical_path import rank_events as events_of_rank
 from hpcprof.analysis.trace.load import Event, Gatherer, TraceError, scan_trace
 
 STEP = re.compile(r"ProfilerStep\s*#\s*(\d+)")
+#: an NCCL kernel's name: its collective (`ncclDevKernel_AllReduce_Sum_f32_RING_LL(...)`: AllReduce)
+NCCL_KERNEL = re.compile(r"^nccl(?:Dev)?Kernel_([A-Za-z0-9]+?)(?:_|\(|$)")
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 _READ_CATS = (*GPU_CATS, "cuda_runtime", "cuda_driver", "user_annotation")
 
@@ -102,20 +104,45 @@ class CriticalPathEvents(Gatherer):
         self.ranges += ranges
 
     def frame(self, path: Path, rank: int | None) -> pd.DataFrame:
-        """The rank's events table (critical_path.rank_events). TraceError: no GPU operation."""
+        """The rank's events table (critical_path.rank_events, given numpy columns). TraceError: no
+        GPU operation."""
         if not self.gpu:
             raise TraceError(f"{path}: no GPU events (kernel, gpu_memcpy, gpu_memset)")
-        ops = pd.DataFrame(self.gpu, columns=["start", "end", "stream", "corr", "name", "group", "seq"])
-        ops["launch"] = ops["corr"].map(self.launch)
-        nccl = ops["name"].str.startswith("nccl").to_numpy()
-        coll = ops["name"].str.extract(r"^nccl(?:Dev)?Kernel_([A-Za-z0-9]+?)(?:_|\(|$)", expand=False)
-        ops["collective"] = np.where(nccl, coll.fillna("other").to_numpy(object), None)
-        first = ops[nccl].groupby("stream")["start"].min().sort_values(kind="stable")
-        by_stream = ops["stream"].map({s: f"stream{i}" for i, s in enumerate(first.index)})
-        ops["channel"] = np.where(ops["group"].notna(), ops["group"], by_stream)
-        its = pd.DataFrame(self.steps, columns=["number", "start", "end"])
-        return events_of_rank(0 if rank is None else rank, ops, its,
-                              pd.DataFrame(self.ranges, columns=["name", "start", "end"]))
+        start, end, stream, corr, name, group, seq = (np.array(c, dtype=object) for c in zip(*self.gpu, strict=True))
+        stream, corr = stream.astype(np.int64), corr.astype(np.int64)
+        start = start.astype(np.int64)
+        codes, names = pd.factorize(name)                  # a regex per kernel name, not per kernel
+        nccl_name = np.array([n.startswith("nccl") for n in names.tolist()], dtype=bool)
+        nccl = nccl_name[codes]
+        kinds = [(m.group(1) if (m := NCCL_KERNEL.match(n)) else "other") if is_nccl else None
+                 for n, is_nccl in zip(names.tolist(), nccl_name.tolist(), strict=True)]
+        # NCCL streams named in order of first start (equal starts: by stream number)
+        streams, which = np.unique(stream[nccl], return_inverse=True)
+        first = np.full(len(streams), np.iinfo(np.int64).max, dtype=np.int64)
+        np.minimum.at(first, which.reshape(-1), start[nccl])
+        stream_names = {s: f"stream{i}" for i, s in enumerate(streams[np.argsort(first, kind="stable")].tolist())}
+        distinct, at_stream = np.unique(stream, return_inverse=True)
+        by_stream = np.array([stream_names.get(s, np.nan) for s in distinct.tolist()], dtype=object)[at_stream.reshape(-1)]
+        ops = {"start": start, "end": end.astype(np.int64), "stream": stream, "name": name,
+               "launch": self._launch(corr), "collective": np.array(kinds, dtype=object)[codes],
+               "channel": np.where(pd.notna(group), group, by_stream), "seq": seq.astype(np.int64)}
+        steps = np.array(self.steps, dtype=np.int64).reshape(-1, 3)
+        ranges = list(zip(*self.ranges, strict=True)) or [(), (), ()]
+        return events_of_rank(0 if rank is None else rank, ops,
+                              {"number": steps[:, 0], "start": steps[:, 1], "end": steps[:, 2]},
+                              {"name": np.array(ranges[0], dtype=object), "start": np.array(ranges[1], dtype=np.int64),
+                               "end": np.array(ranges[2], dtype=np.int64)})
+
+    def _launch(self, corr: np.ndarray) -> np.ndarray:
+        """The start of the CPU call with each correlation id (float ns; NaN where the trace has none)."""
+        keys = np.fromiter(self.launch, dtype=np.int64, count=len(self.launch))
+        starts = np.fromiter(self.launch.values(), dtype=np.int64, count=len(self.launch))
+        if not len(keys):
+            return np.full(len(corr), np.nan)
+        by_key = np.argsort(keys)
+        keys, starts = keys[by_key], starts[by_key]
+        at = np.minimum(np.searchsorted(keys, corr), len(keys) - 1)
+        return np.where(keys[at] == corr, starts[at], np.nan)
 
 
 def file_events(path: Path, rank: int | None = None) -> pd.DataFrame:
