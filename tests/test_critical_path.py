@@ -512,3 +512,23 @@ def test_kineto_events_table_equals_the_pandas_formulation(fixtures_dir: Path, t
         pd.testing.assert_frame_equal(got, reference_frame(gathered, 3), obj=str(path))
         compared += len(got)
     assert compared > 400
+
+
+def test_a_launch_at_its_step_start_in_epoch_microseconds_is_inside(tmp_path: Path) -> None:
+    """Kineto traces of older PyTorch count µs since the epoch: in ns those pass 2**53, where a float64
+    is off by up to 128 ns. A collective launched at the very µs its ProfilerStep starts (1682725897226747
+    µs: 120 ns low as a float) belongs to that step, and its times are exact: times stay integers."""
+    t0 = 1682725897226747
+    assert int(float(t0 * 1000)) < t0 * 1000
+    group = {"Process Group Name": "0", "Process Group Ranks": "[0, 1]"}
+    events = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#4", "ts": t0, "dur": 100, "args": {}},
+              {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": t0, "dur": 2,
+               "args": {"correlation": 1}},
+              {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL", "ts": t0 + 10, "dur": 5,
+               "args": {"stream": 7, "correlation": 1, **group}}]
+    path = tmp_path / "rank0.json"
+    path.write_text(json.dumps({"distributedInfo": {"rank": 0}, "traceEvents": events}))
+    table = trace_cp.file_events(path)
+    assert table[["iteration", "kind", "name", "start", "end"]].values.tolist()[0] == [
+        4, "collective", "AllReduce", (t0 + 10) * 1000, (t0 + 15) * 1000]
+    assert trace_cp._ns(t0 + 0.25) == t0 * 1000 + 250 and trace_cp._ns(4485879277322.809) == 4485879277322809

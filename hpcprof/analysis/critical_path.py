@@ -233,7 +233,7 @@ def rank_event_columns(rank: int, ops: Table, iterations: Table, ranges: Table) 
     numpy columns (text as object arrays of str); None when it has no row.
 
     `ops`: the rank's GPU operations: start, end, launch (start of the launching CPU call; NaN/-1
-    when unknown: left out), stream, name, collective (type, None for compute), and optionally
+    when unknown: left out; integer ns are used exactly), stream, name, collective (type, None for compute), and optionally
     channel (str) and seq (int, -1 where unknown) for collectives. `iterations`: number, start, end
     of the iteration ranges on the CPU. `ranges`: name, start, end of the other CPU ranges; those
     inside an iteration are its phases. Ranges are matched by time in the whole process, as the
@@ -242,8 +242,11 @@ def rank_event_columns(rank: int, ops: Table, iterations: Table, ranges: Table) 
     import pandas as pd
 
     launch = np.asarray(ops["launch"])
-    launch = launch if launch.dtype == np.float64 else pd.to_numeric(launch, errors="coerce").astype(np.float64)
-    keep = np.isfinite(launch) & (launch >= 0)
+    if launch.dtype.kind not in "iu":      # integers stay exact (ns since the epoch pass 2**53)
+        launch = launch if launch.dtype == np.float64 else pd.to_numeric(launch, errors="coerce").astype(np.float64)
+    keep: np.ndarray = launch >= 0
+    if launch.dtype.kind == "f":
+        keep &= np.isfinite(launch)
     it_start = np.asarray(iterations["start"], dtype=np.int64)
     if not keep.any() or len(it_start) == 0:
         return None

@@ -47,7 +47,12 @@ def _int(value: Any) -> int:
 
 
 def _ns(us: Any) -> int:
-    return round(float(us) * 1000)
+    """A Kineto time (µs, an int or a float) in whole ns, exactly: whole µs and the fraction apart (µs
+    since the epoch are past 2**53 in ns, where float64 is off by up to 128 ns)."""
+    if type(us) is int:
+        return us * 1000
+    whole = math.floor(us)
+    return int(whole) * 1000 + round((float(us) - whole) * 1000)
 
 
 def batch_events(events: list[Event]) -> tuple[list[tuple[Any, ...]], dict[int, int], list[tuple[int, int, int]],
@@ -134,15 +139,15 @@ class CriticalPathEvents(Gatherer):
                                "end": np.array(ranges[2], dtype=np.int64)})
 
     def _launch(self, corr: np.ndarray) -> np.ndarray:
-        """The start of the CPU call with each correlation id (float ns; NaN where the trace has none)."""
+        """The start of the CPU call with each correlation id (int64 ns, exact; -1 where the trace has none)."""
         keys = np.fromiter(self.launch, dtype=np.int64, count=len(self.launch))
         starts = np.fromiter(self.launch.values(), dtype=np.int64, count=len(self.launch))
         if not len(keys):
-            return np.full(len(corr), np.nan)
+            return np.full(len(corr), -1, dtype=np.int64)
         by_key = np.argsort(keys)
         keys, starts = keys[by_key], starts[by_key]
         at = np.minimum(np.searchsorted(keys, corr), len(keys) - 1)
-        return np.where(keys[at] == corr, starts[at], np.nan)
+        return np.where(keys[at] == corr, starts[at], -1)
 
 
 def file_events(path: Path, rank: int | None = None) -> pd.DataFrame:
