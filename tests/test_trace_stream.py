@@ -323,6 +323,35 @@ def test_collect_gives_each_trace_its_share_of_the_workers(fixtures_dir: Path, t
         assert sorted(tables) == sorted(want) and all(tables[n].equals(want[n]) for n in want)
 
 
+def test_critical_path_events_load_on_workers_and_helpers(fixtures_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`hpcprof trace critical-path`'s load (critical_path.load_events) shares out the workers as
+    load_traces does: a process per file, the cores left over as decode helpers of one file, with
+    the events of one process."""
+    import pandas as pd
+
+    from hpcprof.analysis.trace import critical_path, load
+
+    monkeypatch.setattr(load, "SPLIT_BATCH_BYTES", 1 << 16)
+    monkeypatch.setattr(load, "PARALLEL_MIN_BYTES", 0)
+    pair = [fixtures_dir / "hta" / "h200_ddp_gpt2" / f"rank{r}.pt.trace.json.gz" for r in (0, 1)]
+    expected, errors = critical_path.load_events(pair, workers=1)
+    assert expected is not None and not errors and set(expected["rank"]) == {0, 1}
+    got, errors = critical_path.load_events(pair, workers=2)          # a worker per file
+    assert got is not None and not errors
+    pd.testing.assert_frame_equal(got, expected)
+    split: list[int] = []
+    scan = load.scan_split
+
+    def counted(path: Path, gatherers: Any, helpers: int) -> int | None:
+        split.append(helpers)
+        return scan(path, gatherers, helpers)
+
+    monkeypatch.setattr(load, "scan_split", counted)
+    one, errors = critical_path.load_events(pair[:1], workers=3)     # one file: its process and 2 helpers
+    assert one is not None and not errors and split == [2]
+    pd.testing.assert_frame_equal(one, expected[expected["rank"] == 0].reset_index(drop=True))
+
+
 def test_a_cut_inside_a_string_falls_back_to_one_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A `}` followed by `,` inside a string can be where texts() cuts: that batch does not decode,
     and the file is then loaded in order by this process, with the same result."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,7 @@ from hpcprof.analysis.critical_path import (  # noqa: F401  (re-exported for col
     empty_events,
 )
 from hpcprof.analysis.critical_path import rank_events as events_of_rank
-from hpcprof.analysis.trace.load import Event, Gatherer, TraceError, scan_trace
+from hpcprof.analysis.trace.load import Event, Gatherer, TraceError, gather, map_traces
 
 STEP = re.compile(r"ProfilerStep\s*#\s*(\d+)")
 #: an NCCL kernel's name: its collective (`ncclDevKernel_AllReduce_Sum_f32_RING_LL(...)`: AllReduce)
@@ -150,29 +150,34 @@ class CriticalPathEvents(Gatherer):
         return np.where(keys[at] == corr, starts[at], -1)
 
 
-def file_events(path: Path, rank: int | None = None) -> pd.DataFrame:
+def file_events(path: Path, rank: int | None = None, helpers: int = 1) -> pd.DataFrame:
     """One rank's critical-path events from its trace (`rank`, else distributedInfo.rank or the
-    `rank<N>` of the name). TraceError names a file that is not a Kineto trace."""
+    `rank<N>` of the name), decoded with `helpers` (load.gather). TraceError names a file that is
+    not a Kineto trace."""
     events = CriticalPathEvents()
-    found = scan_trace(Path(path), events.add)
+    found = gather(Path(path), events, helpers=helpers)
     return events.frame(Path(path), found if rank is None else rank)
 
 
-def load_events(paths: Iterable[Path]) -> tuple[pd.DataFrame | None, list[str]]:
-    """Every trace's events, one file at a time; (events of the usable files or None, one error line
-    per file that could not be used, or that has no iteration)."""
-    parts, errors = [], []
-    for path in paths:
-        try:
-            events = file_events(path)
-        except TraceError as exc:
-            errors.append(str(exc))
-            continue
-        if events.empty:  # torch.profiler writes ProfilerStep#N only under a schedule: say so, never 0 rows
-            errors.append(f"{path}: no collective in an iteration: no ProfilerStep#N range with NCCL work "
-                          "launched in it (torch.profiler marks steps only when profile() is given a schedule)")
-            continue
-        parts.append(events)
+def _events_or_error(path: Path, helpers: int) -> pd.DataFrame | str:
+    """file_events for one file of load_events, or the line that says why it has none."""
+    try:
+        events = file_events(path, helpers=helpers)
+    except TraceError as exc:
+        return str(exc)
+    if events.empty:  # torch.profiler writes ProfilerStep#N only under a schedule: say so, never 0 rows
+        return (f"{path}: no collective in an iteration: no ProfilerStep#N range with NCCL work launched in it "
+                "(torch.profiler marks steps only when profile() is given a schedule)")
+    return events
+
+
+def load_events(paths: Sequence[Path], workers: int | None = None) -> tuple[pd.DataFrame | None, list[str]]:
+    """Every trace's events, the files in `workers` processes as load.load_traces loads them
+    (map_traces); (events of the usable files or None, one error line per file that could not be
+    used, or that has no iteration)."""
+    results = map_traces(_events_or_error, list(paths), workers)
+    parts = [r for r in results if not isinstance(r, str)]
+    errors = [r for r in results if isinstance(r, str)]
     if not parts:
         return None, errors
     return pd.concat(parts, ignore_index=True), errors

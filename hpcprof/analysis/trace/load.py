@@ -25,6 +25,7 @@ Semantics follow HTA 0.5.0's parser (`hta.common.trace_parser`, `hta.common.trac
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import re
@@ -34,7 +35,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import msgspec
 import numpy as np
@@ -49,6 +50,7 @@ PARALLEL_MIN_BYTES = 4 << 20  # below this, starting worker processes costs more
 MAX_HELPERS = 4  # helpers of one file in scan_split: about as many as one process inflating and cutting keeps busy
 SPLIT_BATCH_BYTES = 512 << 10  # JSON text per batch of scan_split: 1 MiB costs each helper ~4 MB more
 _STEP_RE = re.compile(r"ProfilerStep\s*#\s*(\d+)")
+T = TypeVar("T")
 
 
 class _Args(msgspec.Struct, gc=False):
@@ -449,10 +451,27 @@ def load_trace(
                          clamp_sub_us, ignore_unmatched_launches)
 
 
-def _load_wanted(path: Path, rank: int | None, ranks: Container[int] | None,
+def map_traces(fn: Callable[[Path, int], T], files: Sequence[Path], workers: int | None = None) -> list[T]:
+    """`fn(file, helpers)` for each of `files`, in order, in `workers` processes (default: one per
+    CPU core when the files total more than PARALLEL_MIN_BYTES on disk, else in this process), a
+    file each; with more workers than files, the workers left over once each file has its own are
+    shared out among the files as `helpers` (helpers_of: up to MAX_HELPERS each, none below two),
+    for gather to decode one large trace on several cores."""
+    if workers is None:
+        size = sum(f.stat().st_size for f in files if f.is_file())
+        workers = (os.cpu_count() or 1) if size > PARALLEL_MIN_BYTES else 1
+    helpers = [helpers_of(workers // len(files)) if files else 0] * len(files)
+    if min(workers, len(files)) > 1:
+        with ProcessPoolExecutor(min(workers, len(files)), mp_context=worker_context([__name__])) as pool:
+            return list(pool.map(fn, files, helpers))
+    return [fn(f, h) for f, h in zip(files, helpers, strict=True)]
+
+
+def _load_wanted(path: Path, helpers: int, rank_of: dict[Path, int], ranks: Container[int] | None,
                  include_last_profiler_step: bool, clamp_sub_us: bool,
-                 ignore_unmatched_launches: bool, helpers: int) -> RankTrace | str | None:
+                 ignore_unmatched_launches: bool) -> RankTrace | str | None:
     """load_trace for one file of load_traces: the trace, its error line, or None if unwanted."""
+    rank = rank_of.get(path)
     try:
         if ranks is not None:
             rank = peek_rank(path) if rank is None else rank
@@ -476,27 +495,16 @@ def load_traces(
 
     `ranks` keeps only those ranks (other files are only peeked at); `rank_of` gives ranks that
     override detection; `clamp_sub_us` and `ignore_unmatched_launches` as in `load_trace`.
-    Files are loaded in `workers` processes, as HTA does (default: one per CPU core when the
-    files total more than PARALLEL_MIN_BYTES on disk, else in this process); with more workers
-    than files, the workers left over once each file has its own are shared out among the files,
-    up to MAX_HELPERS each (load_trace's `helpers`; two or more: one large trace is decoded on
-    several cores). A file being loaded needs a few batches of its JSON text with their decoded
-    events, and 48 bytes per kept event.
+    Files are loaded in `workers` processes, as HTA does, with the workers left over shared out
+    as helpers of the files (map_traces). A file being loaded needs a few batches of its JSON text
+    with their decoded events, and 48 bytes per kept event.
     Returns (traces, one error line per file that could not be used).
     """
     files = find_trace_files(paths)
-    if workers is None:
-        size = sum(f.stat().st_size for f in files if f.is_file())
-        workers = (os.cpu_count() or 1) if size > PARALLEL_MIN_BYTES else 1
-    helpers = helpers_of(workers // len(files)) if files else 0
-    jobs = [(f, (rank_of or {}).get(f), ranks, include_last_profiler_step, clamp_sub_us,
-             ignore_unmatched_launches, helpers) for f in files]
-    workers = min(workers, len(files))
-    if workers > 1:
-        with ProcessPoolExecutor(workers, mp_context=worker_context([__name__])) as pool:
-            results = list(pool.map(_load_wanted, *zip(*jobs, strict=False)))
-    else:
-        results = [_load_wanted(*job) for job in jobs]
+    results = map_traces(functools.partial(_load_wanted, rank_of=rank_of or {}, ranks=ranks,
+                                           include_last_profiler_step=include_last_profiler_step,
+                                           clamp_sub_us=clamp_sub_us,
+                                           ignore_unmatched_launches=ignore_unmatched_launches), files, workers)
     traces: dict[int, RankTrace] = {}
     errors: list[str] = []
     for path, result in zip(files, results, strict=False):
