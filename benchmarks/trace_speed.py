@@ -28,7 +28,9 @@ the fields used, whole files in memory, one after the other in one process. hpcp
 with ISA-L when `isal` is installed (the `fast` extra), as the floor does. Last, `hpcprof
 collect`'s map of the same files (hpcprof.collect.map_files: the analyses, the window and the
 critical path's events of each file, written as bundles) in a pool of one worker per file (each
-file on one core) and of one worker per core (the cores the files leave decode their batches).
+file on one core) and of one worker per core (the cores the files leave decode their batches),
+and the load of `hpcprof trace critical-path` (critical_path.load_events) in one process and on
+all cores.
 """
 
 from __future__ import annotations
@@ -118,8 +120,9 @@ json.dump({"load_s": load, "analyses_s": analyses, "base_kb": base, "peak_kb": p
           open(sys.argv[2], "w"))
 """
 
-COLLECT_DRIVER = r"""
+CORES_DRIVER = r"""
 import json, os, pathlib, sys, tempfile, time
+from hpcprof.analysis.trace.critical_path import load_events
 from hpcprof.collect import map_files
 from hpcprof.collect.engine import make_executor
 from hpcprof.collect.runs import _worker_modules
@@ -136,7 +139,15 @@ for label, workers in (("one core per file", len(files)), ("all cores", os.cpu_c
             times.append(time.perf_counter() - t0)
             executor.shutdown()
             assert len(mapped) == len(files), mapped
-    result[label] = min(times)
+    result["collect, " + label] = min(times)
+for label, workers in (("one process", 1), ("all cores", None)):
+    times = []
+    for _ in range(int(sys.argv[3])):
+        t0 = time.perf_counter()
+        events, errors = load_events(files, workers)
+        times.append(time.perf_counter() - t0)
+        assert events is not None and not errors, errors
+    result["critical-path, " + label] = min(times)
 json.dump(result, open(sys.argv[2], "w"))
 """
 
@@ -300,12 +311,15 @@ def bench(source: Path, target_mb: float, hta_python: str, workdir: Path, repeat
     print(f"  floor (read + inflate + msgspec decode of the fields used, whole files, one process): "
           f"{floor['floor_s']:.2f} s; "
           f"hpcprof's load + analyses = {ours_s / floor['floor_s']:.2f}x the floor")
-    mapped = run(sys.executable, COLLECT_DRIVER, traces, workdir / f"{source.name}_collect.json", repeat)
+    cores = run(sys.executable, CORES_DRIVER, traces, workdir / f"{source.name}_cores.json", repeat)
     hta_s = hta["load_s"] + hta["analyses_s"]
-    print(f"  hpcprof collect's map of these files (the five analyses, window, critical-path events, written "
-          f"as bundles; {os.cpu_count()} cores):")
-    for label in ("one core per file", "all cores"):
-        print(f"    {label:<18} {mapped[label]:6.2f} s  {hta_s / mapped[label]:5.1f}x HTA's load + analyses")
+    print(f"  on more cores than files ({os.cpu_count()} cores): hpcprof collect's map of these files (the five "
+          "analyses, window, critical-path events, written as bundles), and the load of `hpcprof trace critical-path`")
+    for label in ("collect, one core per file", "collect, all cores"):
+        print(f"    {label:<30} {cores[label]:6.2f} s  {hta_s / cores[label]:5.1f}x HTA's load + analyses")
+    one = cores["critical-path, one process"]
+    for label in ("critical-path, one process", "critical-path, all cores"):
+        print(f"    {label:<30} {cores[label]:6.2f} s  {one / cores[label]:5.1f}x one process")
 
 
 def main() -> None:
