@@ -264,8 +264,8 @@ def compare(hta: dict[str, pd.DataFrame], ours: dict[str, pd.DataFrame]) -> list
     return lines
 
 
-def bench(source: Path, target_mb: float, hta_python: str, workdir: Path, repeat: int) -> None:
-    """Scale `source`'s traces to about `target_mb` MB each, run both tools, print the report."""
+def scaled(source: Path, target_mb: float, workdir: Path) -> Path:
+    """The directory of `source`'s traces scaled to about `target_mb` MB of JSON each (made once)."""
     files = sorted(source.glob("*.json.gz"))
     size = max(len(gzip.decompress(p.read_bytes())) for p in files)
     copies = max(1, round(target_mb * 1e6 / size))
@@ -274,6 +274,19 @@ def bench(source: Path, target_mb: float, hta_python: str, workdir: Path, repeat
     for src in files:
         if not (traces / src.name).exists():
             scale_trace(src, traces / src.name, copies)
+    return traces
+
+
+def json_mb(traces: Path) -> str:
+    """The sizes of the traces in `traces`, as JSON text."""
+    return " + ".join(f"{len(gzip.decompress(p.read_bytes())) / 1e6:.1f}" for p in sorted(traces.glob("*.json.gz"))) \
+        + " MB of JSON"
+
+
+def bench(source: Path, target_mb: float, hta_python: str, workdir: Path, repeat: int) -> None:
+    """Scale `source`'s traces to about `target_mb` MB each, run both tools, print the report."""
+    traces = scaled(source, target_mb, workdir)
+    copies = int(traces.name.rsplit("_x", 1)[1])
 
     runs: dict[str, list[dict[str, Any]]] = {"hta": [], "ours": []}
     for _ in range(repeat):  # alternated, so that both see the same load on a shared machine
