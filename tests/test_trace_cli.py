@@ -138,3 +138,38 @@ def test_named_deviations_are_options(trace_filter: Path, fixtures_dir: Path) ->
     assert (code, err) == (0, "")
     expected = A.idle_time_breakdown(load_traces([ns], clamp_sub_us=True)[0])
     pd.testing.assert_frame_equal(pd.read_csv(io.StringIO(out)), expected, check_dtype=False)
+
+
+def test_workers_option_gives_the_same_output(fixtures_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--workers N of `trace all` and `trace critical-path` (a process per file, the rest as decode
+    helpers) prints what one process prints; --workers 0 is refused with exit status 2."""
+    from hpcprof.analysis.trace import load
+
+    monkeypatch.setattr(load, "PARALLEL_MIN_BYTES", 0)        # the fixtures are small: helpers all the same
+    pair = fixtures_dir / "hta" / "h200_ddp_gpt2"
+    for command in (["all"], ["critical-path"]):
+        outputs = {w: run(*command, str(pair), "--format", "csv", "--workers", w) for w in ("1", "2", "5")}
+        assert outputs["1"][0] == 0 and outputs["1"][1].count("\n") > 1
+        assert outputs["2"] == outputs["5"] == outputs["1"], command
+    code, _, err = run("all", str(pair), "--workers", "0")
+    assert code == 2 and "--workers" in err
+
+
+def test_default_workers_are_the_cpus_this_process_may_use(fixtures_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without --workers, traces are loaded on the CPUs of the process's affinity (cpus.usable_cpus: a
+    job's cpuset), not the machine's: 3 usable CPUs and one file give the file 2 decode helpers."""
+    import subprocess
+    import sys
+
+    from hpcprof.analysis.trace import load
+
+    probe = "import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); " \
+            "from hpcprof.cpus import usable_cpus; print(usable_cpus(), os.cpu_count())"
+    one, machine = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.split()
+    assert one == "1" and int(machine) >= 1
+    monkeypatch.setattr(load, "PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(load, "usable_cpus", lambda: 3)
+    helpers: list[int] = []
+    monkeypatch.setattr(load, "_load_wanted", lambda path, h, **kwargs: helpers.append(h))
+    load.load_traces([fixtures_dir / "hta" / "h200_ddp_gpt2" / "rank0.pt.trace.json.gz"])
+    assert helpers == [2]

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
 
 from hpcprof.atomic import atomic_write
+from hpcprof.cpus import usable_cpus
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -84,7 +85,7 @@ def executor_workers(executor: Executor) -> int:
     """How many tasks `executor` runs at once: 1 in this process, a pool's size, else the CPUs."""
     if isinstance(executor, InProcess):
         return 1
-    return int(getattr(executor, "_max_workers", 0) or os.cpu_count() or 1)
+    return int(getattr(executor, "_max_workers", 0) or usable_cpus())
 
 
 def cores_per_file(executor: Executor, files: int) -> int:

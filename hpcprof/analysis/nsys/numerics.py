@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import importlib
 import math
-import os
 from collections.abc import Callable, Iterable
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from hpcprof.analysis.nsys.schema import OLD
 from hpcprof.analysis.nsys.table import SUMMARY_COLS
+from hpcprof.cpus import usable_cpus
 from hpcprof.lazy import LazyModule
 
 if TYPE_CHECKING:
@@ -155,7 +155,7 @@ def sort_in_place(v: np.ndarray) -> None:
     each sorted in its own thread (numpy's sort releases the GIL), then their runs merged by one
     stable sort (a timsort, which merges presorted runs in linear time): on 2 cores about 0.6 of
     one sort's wall time."""
-    slices = min(os.cpu_count() or 1, len(v) // PARALLEL_SORT_VALUES)
+    slices = min(usable_cpus(), len(v) // PARALLEL_SORT_VALUES)
     if slices < 2:
         v.sort()
         return

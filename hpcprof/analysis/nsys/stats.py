@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +48,7 @@ from hpcprof.analysis.nsys.schema import (
     NsysInputError,
 )
 from hpcprof.analysis.nsys.table import Table
+from hpcprof.cpus import usable_cpus
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -226,7 +226,7 @@ def run_reports(export: Export, names: list[str], workers: int | None = None,
     from concurrent.futures import ThreadPoolExecutor
 
     run = run_report if frames else run_table
-    workers = workers or max(1, min(len(names), os.cpu_count() or 1))
+    workers = workers or max(1, min(len(names), usable_cpus()))
     tables = {n: REPORTS[n].tables if n in REPORTS else () for n in names}
     sizes = {t: export.size(t) for t in {t for ts in tables.values() for t in ts}}
     weight = {n: sum(sizes[t] for t in tables[n]) for n in names}

@@ -36,12 +36,21 @@ def parse_int_list(text: str, option: str) -> set[int]:
     return {n for lo, hi in spans for n in range(lo, hi + 1)}
 
 
+#: --workers of every `trace` command (load.map_traces)
+workers_option = click.option(
+    "--workers", type=click.IntRange(1, 4096), default=None,
+    help="Processes loading the traces: one per file, those beyond decode parts of a file (up to 4 each) "
+         "[default: the CPUs this process may use (its affinity: a job's cpuset) when the traces "
+         "exceed 4 MB in all, else 1].")
+
+
 def load_or_fail(paths: tuple[Path, ...], ranks: str | None, include_last_step: bool, clamp_sub_us: bool = False,
-                 ignore_unmatched_launches: bool = False) -> tuple[list[RankTrace], list[str]]:
-    """Load the traces; one 'hpcprof:' line on stderr per input not analysed (and per rank asked
-    for but absent). UserError when nothing could be loaded."""
+                 ignore_unmatched_launches: bool = False,
+                 workers: int | None = None) -> tuple[list[RankTrace], list[str]]:
+    """Load the traces (in `workers` processes, load.map_traces); one 'hpcprof:' line on stderr per
+    input not analysed (and per rank asked for but absent). UserError when nothing could be loaded."""
     wanted = None if ranks is None else parse_int_list(ranks, "--ranks")
-    traces, errors = load_traces(paths, wanted, include_last_step, clamp_sub_us=clamp_sub_us,
+    traces, errors = load_traces(paths, wanted, include_last_step, workers=workers, clamp_sub_us=clamp_sub_us,
                                  ignore_unmatched_launches=ignore_unmatched_launches)
     for line in errors:
         click.echo(f"hpcprof: {line}", err=True)
@@ -80,11 +89,13 @@ def trace_command(name: str, help_: str) -> Callable[[Callable[..., pd.DataFrame
                            "takes the file's first event as its launch).")
         @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table",
                       show_default=True)
+        @workers_option
         @functools.wraps(func)
         def command(paths: tuple[Path, ...], ranks: str | None, include_last_step: bool,
-                    clamp_sub_us: bool, ignore_unmatched_launches: bool, fmt: str,
+                    clamp_sub_us: bool, ignore_unmatched_launches: bool, fmt: str, workers: int | None,
                     **options: Any) -> None:
-            traces, errors = load_or_fail(paths, ranks, include_last_step, clamp_sub_us, ignore_unmatched_launches)
+            traces, errors = load_or_fail(paths, ranks, include_last_step, clamp_sub_us, ignore_unmatched_launches,
+                                          workers)
             emit(func(traces, **options), fmt, title=name)
             fail_if(errors)
 
@@ -165,13 +176,14 @@ def kernels(traces: list[RankTrace], by_type: bool, per_rank: bool, num_kernels:
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
 @click.option("-o", "--output-dir", type=click.Path(file_okay=False, path_type=Path),
               help="Write one file per analysis here (<name>.csv or .json) instead of printing.")
+@workers_option
 def all_(paths: tuple[Path, ...], ranks: str | None, include_last_step: bool, fmt: str,
-         output_dir: Path | None) -> None:
+         output_dir: Path | None, workers: int | None) -> None:
     """Every analysis (temporal, overlap, idle, launch, kernels, kernel_types) with its defaults,
     loading the traces once; one output per analysis."""
     from hpcprof.analysis.trace.collect import all_analyses
 
-    traces, errors = load_or_fail(paths, ranks, include_last_step)
+    traces, errors = load_or_fail(paths, ranks, include_last_step, workers=workers)
     results = all_analyses(traces)
     if output_dir is None:
         for name, df in results.items():
@@ -200,7 +212,9 @@ def all_(paths: tuple[Path, ...], ranks: str | None, include_last_step: bool, fm
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
               help="Write to this file (--format csv or json) instead of stdout.")
-def critical_path_cmd(paths: tuple[Path, ...], segments: bool, fmt: str, output: Path | None) -> None:
+@workers_option
+def critical_path_cmd(paths: tuple[Path, ...], segments: bool, fmt: str, output: Path | None,
+                      workers: int | None) -> None:
     """Per ProfilerStep, across ranks: the collective the others waited longest in, the rank they
     waited for, the annotation (or kernel) that held it, the wait, and the step's length on the
     critical path. Collectives are matched by process group and sequence number (launch order where
@@ -210,7 +224,7 @@ def critical_path_cmd(paths: tuple[Path, ...], segments: bool, fmt: str, output:
 
     if output is not None and fmt == "table":
         raise UserError("-o FILE writes --format csv or --format json; add one of them")
-    events, errors = cp.load_events(find_trace_files(paths))
+    events, errors = cp.load_events(find_trace_files(paths), workers)
     for line in errors:
         click.echo(f"hpcprof: {line}", err=True)
     if events is None:

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 import re
 from collections import deque
 from collections.abc import Callable, Container, Iterable, Sequence
@@ -43,6 +42,7 @@ import pandas as pd
 
 from hpcprof.analysis.trace.stream import BATCH_BYTES, EventStream, TraceError
 from hpcprof.collect.engine import worker_context
+from hpcprof.cpus import usable_cpus
 from hpcprof.ranks import rank_from_filename
 
 SYNC_NAMES = ("Event Sync", "Context Sync")
@@ -453,13 +453,13 @@ def load_trace(
 
 def map_traces(fn: Callable[[Path, int], T], files: Sequence[Path], workers: int | None = None) -> list[T]:
     """`fn(file, helpers)` for each of `files`, in order, in `workers` processes (default: one per
-    CPU core when the files total more than PARALLEL_MIN_BYTES on disk, else in this process), a
+    usable CPU, cpus.usable_cpus, when the files total more than PARALLEL_MIN_BYTES on disk, else in this process), a
     file each; with more workers than files, the workers left over once each file has its own are
     shared out among the files as `helpers` (helpers_of: up to MAX_HELPERS each, none below two),
     for gather to decode one large trace on several cores."""
     if workers is None:
         size = sum(f.stat().st_size for f in files if f.is_file())
-        workers = (os.cpu_count() or 1) if size > PARALLEL_MIN_BYTES else 1
+        workers = usable_cpus() if size > PARALLEL_MIN_BYTES else 1
     helpers = [helpers_of(workers // len(files)) if files else 0] * len(files)
     if min(workers, len(files)) > 1:
         with ProcessPoolExecutor(min(workers, len(files)), mp_context=worker_context([__name__])) as pool:
