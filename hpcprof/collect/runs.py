@@ -209,8 +209,8 @@ def analyse_file(tool: str, path: str, rank: int, tool_paths: dict[str, str], co
 def map_task(tool: str, files: list[tuple[str, int]], parts: str, bundle: str,
              tool_paths: dict[str, str], cores: int = 1) -> list[FilePart | MapFailure]:
     """analyse_file over several files in one worker task, each on its own (on `cores` cores, see
-    engine.cores_per_file), their tables written
-    together into one bundle, `parts/<bundle>`; per file where its tables are, or why it has none.
+    engine.cores_per_file), their tables written together into one bundle, `parts/<bundle>`; per
+    file where its tables are, or why it has none.
     (A task per file cost the collecting process ~0.4 ms a file in the pool's submit, pickling and
     result handling, and an mpi4py.futures worker a round trip per file; a bundle per file cost
     its write and the reduce's read of it ~1 ms a file.)"""

@@ -452,11 +452,11 @@ def load_trace(
 
 
 def map_traces(fn: Callable[[Path, int], T], files: Sequence[Path], workers: int | None = None) -> list[T]:
-    """`fn(file, helpers)` for each of `files`, in order, in `workers` processes (default: one per
-    usable CPU, cpus.usable_cpus, when the files total more than PARALLEL_MIN_BYTES on disk, else in this process), a
-    file each; with more workers than files, the workers left over once each file has its own are
-    shared out among the files as `helpers` (helpers_of: up to MAX_HELPERS each, none below two),
-    for gather to decode one large trace on several cores."""
+    """`fn(file, helpers)` for each of `files`, in order, in `workers` processes, a file each
+    (default: one per usable CPU, cpus.usable_cpus, when the files total more than
+    PARALLEL_MIN_BYTES on disk, else in this process); with more workers than files, the workers
+    left over once each file has its own are shared out among the files as `helpers` (helpers_of:
+    up to MAX_HELPERS each, none below two), for gather to decode one large trace on several cores."""
     if workers is None:
         size = sum(f.stat().st_size for f in files if f.is_file())
         workers = usable_cpus() if size > PARALLEL_MIN_BYTES else 1
