@@ -236,9 +236,9 @@ def rank_event_columns(rank: int, ops: Table, iterations: Table, ranges: Table) 
     when unknown: left out; integer ns are used exactly), stream, name, collective (type, None for
     compute), and optionally channel (str) and seq (int, -1 where unknown) for collectives.
     `iterations`: number, start, end of the iteration ranges on the CPU. `ranges`: name, start, end
-    of the other CPU ranges; those inside an iteration are its phases. Ranges are matched by time in the whole process, as the
-    autograd and communication threads launch outside the thread that opened the range. Each a
-    DataFrame or a mapping of column name to numpy array."""
+    of the other CPU ranges; those inside an iteration are its phases. Ranges are matched by time
+    in the whole process, as the autograd and communication threads launch outside the thread that
+    opened the range. Each a DataFrame or a mapping of column name to numpy array."""
     import pandas as pd
 
     launch = np.asarray(ops["launch"])
