@@ -352,6 +352,27 @@ def test_critical_path_events_load_on_workers_and_helpers(fixtures_dir: Path, mo
     pd.testing.assert_frame_equal(one, expected[expected["rank"] == 0].reset_index(drop=True))
 
 
+def test_helpers_that_cannot_start_fall_back_to_one_process(fixtures_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where no helper process can start (fork fails with EAGAIN: a login node's process limit), the
+    file is decoded in its own process, with the same trace."""
+    import errno
+    from concurrent.futures import ProcessPoolExecutor
+
+    from hpcprof.analysis.trace import load
+
+    class NoProcesses(ProcessPoolExecutor):
+        def submit(self, *args: Any, **kwargs: Any) -> Any:
+            raise BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(load, "PARALLEL_MIN_BYTES", 0)
+    path = fixtures_dir / "hta" / "h200_ddp_gpt2" / "rank0.pt.trace.json.gz"
+    expected = load_trace(path)
+    monkeypatch.setattr(load, "ProcessPoolExecutor", NoProcesses)
+    with pytest.raises(load.SplitFailed, match="temporarily unavailable"):
+        load.scan_split(path, [TraceColumns()], 2)
+    same_trace(load_trace(path, helpers=2), expected)
+
+
 def test_a_cut_inside_a_string_falls_back_to_one_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A `}` followed by `,` inside a string can be where texts() cuts: that batch does not decode,
     and the file is then loaded in order by this process, with the same result."""

@@ -275,7 +275,7 @@ def scan_split(path: Path, gatherers: Sequence[Gatherer], helpers: int) -> int |
     the parts are merged here in file order, at most 2 x `helpers` batches in flight (memory stays
     flat in the file's size). Returns the trace's rank, as scan_trace. SplitFailed when a batch
     does not decode (a cut inside a string, which misplaces the later cuts too, or a damaged file:
-    scan_trace then says which) or a helper died."""
+    scan_trace then says which), a helper died or none could start."""
     stream = EventStream(path, _Head, Event, SPLIT_BATCH_BYTES)
     kinds = [type(g) for g in gatherers]
     pending: deque[Future[list[Any]]] = deque()
@@ -292,8 +292,8 @@ def scan_split(path: Path, gatherers: Sequence[Gatherer], helpers: int) -> int |
                 merge(pending.popleft().result())
         while pending:
             merge(pending.popleft().result())
-    except (msgspec.DecodeError, msgspec.ValidationError, TraceError, BrokenProcessPool) as exc:
-        raise SplitFailed(str(exc)) from None
+    except (msgspec.DecodeError, msgspec.ValidationError, TraceError, BrokenProcessPool, OSError) as exc:
+        raise SplitFailed(str(exc)) from None   # OSError: e.g. no process could start (a login node's ulimit -u)
     finally:
         pool.shutdown(cancel_futures=True)
     return _rank_from(stream.head.distributedInfo, path)
