@@ -353,8 +353,8 @@ def test_critical_path_events_load_on_workers_and_helpers(fixtures_dir: Path, mo
 
 
 def test_helpers_that_cannot_start_fall_back_to_one_process(fixtures_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Where no helper process can start (fork fails with EAGAIN: a login node's process limit), the
-    file is decoded in its own process, with the same trace."""
+    """Where no helper or worker process can start (fork fails with EAGAIN: a login node's process
+    limit), the files are decoded in this process, with the same traces."""
     import errno
     from concurrent.futures import ProcessPoolExecutor
 
@@ -367,10 +367,16 @@ def test_helpers_that_cannot_start_fall_back_to_one_process(fixtures_dir: Path, 
     monkeypatch.setattr(load, "PARALLEL_MIN_BYTES", 0)
     path = fixtures_dir / "hta" / "h200_ddp_gpt2" / "rank0.pt.trace.json.gz"
     expected = load_trace(path)
+    pair = [path, path.with_name("rank1.pt.trace.json.gz")]
+    expected_pair, _ = load.load_traces(pair, workers=1)
     monkeypatch.setattr(load, "ProcessPoolExecutor", NoProcesses)
     with pytest.raises(load.SplitFailed, match="temporarily unavailable"):
         load.scan_split(path, [TraceColumns()], 2)
     same_trace(load_trace(path, helpers=2), expected)
+    got_pair, errors = load.load_traces(pair, workers=6)     # no worker either: both files in this process
+    assert not errors and len(got_pair) == 2
+    for got, want in zip(got_pair, expected_pair, strict=True):
+        same_trace(got, want)
 
 
 def test_a_cut_inside_a_string_falls_back_to_one_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

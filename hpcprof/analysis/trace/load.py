@@ -456,14 +456,18 @@ def map_traces(fn: Callable[[Path, int], T], files: Sequence[Path], workers: int
     (default: one per usable CPU, cpus.usable_cpus, when the files total more than
     PARALLEL_MIN_BYTES on disk, else in this process); with more workers than files, the workers
     left over once each file has its own are shared out among the files as `helpers` (helpers_of:
-    up to MAX_HELPERS each, none below two), for gather to decode one large trace on several cores."""
+    up to MAX_HELPERS each, none below two), for gather to decode one large trace on several cores.
+    Where no worker process can start, every file is done in this process."""
     if workers is None:
         size = sum(f.stat().st_size for f in files if f.is_file())
         workers = usable_cpus() if size > PARALLEL_MIN_BYTES else 1
     helpers = [helpers_of(workers // len(files)) if files else 0] * len(files)
     if min(workers, len(files)) > 1:
-        with ProcessPoolExecutor(min(workers, len(files)), mp_context=worker_context([__name__])) as pool:
-            return list(pool.map(fn, files, helpers))
+        try:
+            with ProcessPoolExecutor(min(workers, len(files)), mp_context=worker_context([__name__])) as pool:
+                return list(pool.map(fn, files, helpers))
+        except OSError:         # no worker could start (a login node's ulimit -u): all in this process
+            helpers = [0] * len(files)
     return [fn(f, h) for f, h in zip(files, helpers, strict=True)]
 
 
