@@ -51,8 +51,8 @@ def _ns(us: Any) -> int:
     since the epoch are past 2**53 in ns, where float64 is off by up to 128 ns)."""
     if type(us) is int:
         return us * 1000
-    whole = math.floor(us)
-    return int(whole) * 1000 + round((float(us) - whole) * 1000)
+    whole = int(us)                 # the fraction left, us - whole, is exact (negative below zero)
+    return whole * 1000 + round((us - whole) * 1000)
 
 
 def batch_events(events: list[Event]) -> tuple[list[tuple[Any, ...]], dict[int, int], list[tuple[int, int, int]],
