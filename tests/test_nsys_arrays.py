@@ -29,7 +29,7 @@ def test_the_parallel_sort_is_numpys_sort(monkeypatch: pytest.MonkeyPatch, cores
     """Slices sorted in threads, then merged: the array numpy's own sort gives, on packed keys
     (many equal high bits) and on any int64, for any number of cores and uneven slices."""
     monkeypatch.setattr(numerics, "PARALLEL_SORT_VALUES", 1000)
-    monkeypatch.setattr(numerics.os, "cpu_count", lambda: cores)
+    monkeypatch.setattr(numerics, "usable_cpus", lambda: cores)
     rng = np.random.default_rng(11)
     packed = (rng.integers(0, 15, 10_007) << numerics.PACK_BITS) | rng.integers(0, 5000, 10_007)
     for values in (packed, rng.integers(-2**62, 2**62, 4_321), np.arange(5_000)[::-1].copy()):
