@@ -352,6 +352,38 @@ def test_critical_path_events_load_on_workers_and_helpers(fixtures_dir: Path, mo
     pd.testing.assert_frame_equal(one, expected[expected["rank"] == 0].reset_index(drop=True))
 
 
+SHARED_PROBE = """
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from hpcprof.analysis.trace import load
+load.PARALLEL_MIN_BYTES, load.SPLIT_BATCH_BYTES = 0, 1 << 16
+path = Path(sys.argv[1])
+sent = []
+submit = ProcessPoolExecutor.submit
+def recorded(self, fn, *args, **kwargs):
+    sent.append(type(args[0]).__name__)
+    return submit(self, fn, *args, **kwargs)
+ProcessPoolExecutor.submit = recorded
+split, alone = load.load_trace(path, helpers=2), load.load_trace(path)
+same = all(getattr(split, n).equals(getattr(alone, n)) for n in ("gpu", "cpu", "steps"))
+print(same, split.origin == alone.origin, sorted(set(sent)), len(sent), load._SHARED)
+"""
+
+
+def test_helpers_forked_here_read_the_batches_from_shared_memory(fixtures_dir: Path) -> None:
+    """Helpers forked by scan_split (a process without other threads, as `hpcprof trace` and
+    collect's workers are: pytest's workers here are not) read each batch from a shared mapping
+    rather than through the pipe, with the trace of one process; the mapping is gone after."""
+    import subprocess
+    import sys
+
+    path = fixtures_dir / "hta" / "h200_ddp_gpt2" / "rank0.pt.trace.json.gz"
+    out = subprocess.run([sys.executable, "-c", SHARED_PROBE, str(path)], capture_output=True, text=True,
+                         check=True).stdout.split(maxsplit=4)
+    assert out[:3] == ["True", "True", "['tuple']"] and int(out[3]) > 20 and out[4].strip() == "None", out
+
+
 def test_helpers_that_cannot_start_fall_back_to_one_process(fixtures_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Where no helper or worker process can start (fork fails with EAGAIN: a login node's process
     limit), the files are decoded in this process, with the same traces."""

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import math
+import mmap
 import re
 from collections import deque
 from collections.abc import Callable, Container, Iterable, Sequence
@@ -253,13 +254,23 @@ def batch_columns(events: list[Event]) -> BatchColumns | None:
 
 
 _EVENTS = msgspec.json.Decoder(list[Event])
+#: where scan_split puts the texts its helpers decode, when they are forked from it: a shared
+#: anonymous mapping of a slot per batch in flight, made before the helpers start so that they
+#: inherit it (a text sent through the pipe costs a helper its copies, ~4 MB of heap it keeps)
+_SHARED: mmap.mmap | None = None
 
 
-def decode_batch(text: bytes, kinds: Sequence[type[Gatherer]]) -> list[Any]:
+def decode_batch(text: bytes | tuple[int, int], kinds: Sequence[type[Gatherer]]) -> list[Any]:
     """The part (Gatherer.part) of each kind of gatherer of one of EventStream.texts(), decoded
-    once, here (in a helper process of scan_split); msgspec's DecodeError when the text is not a
-    list of events."""
-    events = _EVENTS.decode(text)
+    once, here (in a helper process of scan_split): `text` itself, or its (offset, length) in
+    _SHARED; msgspec's DecodeError when the text is not a list of events."""
+    if isinstance(text, tuple):
+        assert _SHARED is not None, "a slot of _SHARED outside a helper forked by scan_split"
+        offset, length = text
+        with memoryview(_SHARED) as shared:
+            events = _EVENTS.decode(shared[offset:offset + length])
+    else:
+        events = _EVENTS.decode(text)
     return [kind.part(events) for kind in kinds]
 
 
@@ -276,6 +287,7 @@ def scan_split(path: Path, gatherers: Sequence[Gatherer], helpers: int) -> int |
     flat in the file's size). Returns the trace's rank, as scan_trace. SplitFailed when a batch
     does not decode (a cut inside a string, which misplaces the later cuts too, or a damaged file:
     scan_trace then says which), a helper died or none could start."""
+    global _SHARED
     stream = EventStream(path, _Head, Event, SPLIT_BATCH_BYTES)
     kinds = [type(g) for g in gatherers]
     pending: deque[Future[list[Any]]] = deque()
@@ -284,10 +296,20 @@ def scan_split(path: Path, gatherers: Sequence[Gatherer], helpers: int) -> int |
         for gatherer, part in zip(gatherers, parts, strict=True):
             gatherer.merge(part)
 
-    pool = ProcessPoolExecutor(helpers, mp_context=worker_context([__name__]))
+    # a slot per batch in flight (at most 2 x helpers - 1 while the next is written); a text longer
+    # than a slot, or helpers not forked from here (a fork server's), go through the pipe
+    slots, slot_bytes = 2 * helpers, 2 * SPLIT_BATCH_BYTES
+    context = worker_context([__name__])
+    _SHARED = mmap.mmap(-1, slots * slot_bytes) if context.get_start_method() == "fork" else None
+    pool = ProcessPoolExecutor(helpers, mp_context=context)
     try:
-        for text in stream.texts():
-            pending.append(pool.submit(decode_batch, text, kinds))
+        for i, text in enumerate(stream.texts()):
+            where: bytes | tuple[int, int] = text
+            if _SHARED is not None and len(text) <= slot_bytes:
+                offset = i % slots * slot_bytes
+                _SHARED[offset:offset + len(text)] = text
+                where = (offset, len(text))
+            pending.append(pool.submit(decode_batch, where, kinds))
             while len(pending) >= 2 * helpers or (pending and pending[0].done()):
                 merge(pending.popleft().result())
         while pending:
@@ -296,6 +318,9 @@ def scan_split(path: Path, gatherers: Sequence[Gatherer], helpers: int) -> int |
         raise SplitFailed(str(exc)) from None   # OSError: e.g. no process could start (a login node's ulimit -u)
     finally:
         pool.shutdown(cancel_futures=True)
+        if _SHARED is not None:
+            _SHARED.close()
+            _SHARED = None
     return _rank_from(stream.head.distributedInfo, path)
 
 
