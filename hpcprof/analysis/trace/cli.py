@@ -39,7 +39,7 @@ def parse_int_list(text: str, option: str) -> set[int]:
 #: --workers of every `trace` command (load.map_traces)
 workers_option = click.option(
     "--workers", type=click.IntRange(1, 4096), default=None,
-    help="Processes loading the traces: one per file, those beyond decode parts of a file (up to 4 each) "
+    help="Processes loading the traces: one per file, those beyond decode parts of a file (up to 3 each) "
          "[default: the CPUs this process may use (its affinity: a job's cpuset) when the traces "
          "exceed 4 MB in all, else 1].")
 

@@ -48,7 +48,8 @@ from hpcprof.ranks import rank_from_filename
 
 SYNC_NAMES = ("Event Sync", "Context Sync")
 PARALLEL_MIN_BYTES = 4 << 20  # below this, starting worker processes costs more than it saves
-MAX_HELPERS = 4  # helpers of one file in scan_split: about as many as one process inflating and cutting keeps busy
+MAX_HELPERS = 3  # helpers of one file in scan_split: as many as one process inflating and cutting keeps busy
+#                 (a 4th was no faster on a 16-core host and cost ~10 MB: benchmarks/trace_helpers.py)
 SPLIT_BATCH_BYTES = 512 << 10  # JSON text per batch of scan_split: 1 MiB costs each helper ~4 MB more
 _STEP_RE = re.compile(r"ProfilerStep\s*#\s*(\d+)")
 T = TypeVar("T")
@@ -304,6 +305,9 @@ def scan_split(path: Path, gatherers: Sequence[Gatherer], helpers: int) -> int |
     pool = ProcessPoolExecutor(helpers, mp_context=context)
     try:
         for i, text in enumerate(stream.texts()):
+            if i == 0:      # the first batch here, before the helpers fork: they then share what its
+                merge(decode_batch(text, kinds))    # decode made on first use (lazy imports, caches)
+                continue
             where: bytes | tuple[int, int] = text
             if _SHARED is not None and len(text) <= slot_bytes:
                 offset = i % slots * slot_bytes
