@@ -357,7 +357,7 @@ import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from hpcprof.analysis.trace import load
-load.PARALLEL_MIN_BYTES, load.SPLIT_BATCH_BYTES = 0, 1 << 16
+load.PARALLEL_MIN_BYTES, load.SPLIT_BATCH_BYTES = 0, int(sys.argv[2])
 path = Path(sys.argv[1])
 sent = []
 submit = ProcessPoolExecutor.submit
@@ -367,21 +367,32 @@ def recorded(self, fn, *args, **kwargs):
 ProcessPoolExecutor.submit = recorded
 split, alone = load.load_trace(path, helpers=2), load.load_trace(path)
 same = all(getattr(split, n).equals(getattr(alone, n)) for n in ("gpu", "cpu", "steps"))
-print(same, split.origin == alone.origin, sorted(set(sent)), len(sent), load._SHARED)
+print(same, split.origin == alone.origin, ",".join(sorted(set(sent))), len(sent), load._SHARED)
 """
 
 
-def test_helpers_forked_here_read_the_batches_from_shared_memory(fixtures_dir: Path) -> None:
+def test_helpers_forked_here_read_the_batches_from_shared_memory(fixtures_dir: Path, tmp_path: Path) -> None:
     """Helpers forked by scan_split (a process without other threads, as `hpcprof trace` and
     collect's workers are: pytest's workers here are not) read each batch from a shared mapping
-    rather than through the pipe, with the trace of one process; the mapping is gone after."""
+    rather than through the pipe, with the trace of one process; a batch longer than a slot (an
+    event of 300 kB) goes through the pipe; the mapping is gone after."""
     import subprocess
     import sys
 
-    path = fixtures_dir / "hta" / "h200_ddp_gpt2" / "rank0.pt.trace.json.gz"
-    out = subprocess.run([sys.executable, "-c", SHARED_PROBE, str(path)], capture_output=True, text=True,
-                         check=True).stdout.split(maxsplit=4)
-    assert out[:3] == ["True", "True", "['tuple']"] and int(out[3]) > 20 and out[4].strip() == "None", out
+    def probe(path: Path, batch_bytes: int) -> list[str]:
+        return subprocess.run([sys.executable, "-c", SHARED_PROBE, str(path), str(batch_bytes)], capture_output=True,
+                              text=True, check=True).stdout.split(maxsplit=4)
+
+    out = probe(fixtures_dir / "hta" / "h200_ddp_gpt2" / "rank0.pt.trace.json.gz", 1 << 16)
+    assert out[:3] == ["True", "True", "tuple"] and int(out[3]) > 20 and out[4].strip() == "None", out
+    events = [{"ph": "X", "cat": "kernel", "name": f"gemm_{i}" if i != 500 else "k" * 300_000, "ts": 10 * i,
+               "dur": 4, "args": {"stream": 7, "correlation": i}} for i in range(1000)]
+    events += [{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 10 * i - 2, "dur": 1,
+                "args": {"correlation": i}} for i in range(1000)]
+    long = tmp_path / "rank0.json"
+    long.write_text('{"traceEvents": [\n' + ",\n".join(json.dumps(e) for e in events) + "\n]}\n")
+    out = probe(long, 1 << 14)
+    assert out[:3] == ["True", "True", "bytes,tuple"] and out[4].strip() == "None", out
 
 
 def test_helpers_that_cannot_start_fall_back_to_one_process(fixtures_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
