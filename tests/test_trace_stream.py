@@ -242,7 +242,7 @@ def test_one_file_decoded_by_several_processes_loads_the_same(fixtures_dir: Path
     same_trace(got_pair[1], load_trace(pair[1]))
 
 
-def test_collect_decodes_a_trace_on_the_cores_the_files_leave(fixtures_dir: Path, tmp_path: Path,
+def test_collect_decodes_a_trace_on_the_cores_the_files_leave(fixtures_dir: Path,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """collect's per-file step on a trace given several cores (its share of the workers where they
     outnumber the files) has the batches decoded by helpers, for the analyses and the critical path
