@@ -257,7 +257,7 @@ def batch_columns(events: list[Event]) -> BatchColumns | None:
 _EVENTS = msgspec.json.Decoder(list[Event])
 #: where scan_split puts the texts its helpers decode, when they are forked from it: a shared
 #: anonymous mapping of a slot per batch in flight, made before the helpers start so that they
-#: inherit it (a text sent through the pipe costs a helper its copies, ~4 MB of heap it keeps)
+#: inherit it (a text sent through the pipe costs a helper its copies, ~2 MB of heap it keeps)
 _SHARED: mmap.mmap | None = None
 
 
@@ -301,9 +301,10 @@ def scan_split(path: Path, gatherers: Sequence[Gatherer], helpers: int) -> int |
     # than a slot, or helpers not forked from here (a fork server's), go through the pipe
     slots, slot_bytes = 2 * helpers, 2 * SPLIT_BATCH_BYTES
     context = worker_context([__name__])
-    _SHARED = mmap.mmap(-1, slots * slot_bytes) if context.get_start_method() == "fork" else None
-    pool = ProcessPoolExecutor(helpers, mp_context=context)
+    pool: ProcessPoolExecutor | None = None
     try:
+        _SHARED = mmap.mmap(-1, slots * slot_bytes) if context.get_start_method() == "fork" else None
+        pool = ProcessPoolExecutor(helpers, mp_context=context)
         for i, text in enumerate(stream.texts()):
             if i == 0:      # the first batch here, before the helpers fork: they then share what its
                 merge(decode_batch(text, kinds))    # decode made on first use (lazy imports, caches)
@@ -321,7 +322,8 @@ def scan_split(path: Path, gatherers: Sequence[Gatherer], helpers: int) -> int |
     except (msgspec.DecodeError, msgspec.ValidationError, TraceError, BrokenProcessPool, OSError) as exc:
         raise SplitFailed(str(exc)) from None   # OSError: e.g. no process could start (a login node's ulimit -u)
     finally:
-        pool.shutdown(cancel_futures=True)
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
         if _SHARED is not None:
             _SHARED.close()
             _SHARED = None
