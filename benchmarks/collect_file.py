@@ -3,7 +3,8 @@
 The per-file path is collect's map step, hpcprof.collect.runs.map_task: the analyses of one export
 (hpcprof.analysis.nsys.collect.analyse_tables: summary reports, window, NCCL, overlap, phases, gaps,
 timeline, critical-path events, as Arrow tables) and the write of its tables (one bundle file per
-map task of TASK_FILES rank files: here the export TASK_FILES times, the time divided by that), plus
+map task of TASK_FILES rank files: here TASK_FILES copies of the export as ranks 0..TASK_FILES-1,
+whose activity analyses run in one joint pass (analyse_batch), the time divided by that), plus
 its share of the reduce (the run's tables concatenated from the bundles of --reduce-files rank files,
 divided by their number). Its floor is opening the export and reading the columns
 those analyses need (GPU activity, CUDA API calls, NVTX events, OS runtime, the strings they name,
@@ -101,7 +102,7 @@ def best(fn: Callable[[], Any], repeat: int) -> float:
     return min(times)
 
 
-def breakdown(path: Path, parts: Path, repeat: int) -> dict[str, float]:
+def breakdown(files: list[Path], parts: Path, repeat: int) -> dict[str, float]:
     """CPU seconds per file of each function the map step calls (mean over `repeat` map tasks)."""
     from hpcprof.analysis.nsys import collect as nsys_collect
     from hpcprof.collect import runs
@@ -126,7 +127,7 @@ def breakdown(path: Path, parts: Path, repeat: int) -> dict[str, float]:
     targets += [(nsys_collect.win, n) for n in ("find_window", "clip", "window_summary", "iteration_series",
                                                  "kernel_sum", "with_window", "instances_inside")]
     targets += [(nsys_collect, n) for n in ("run_summaries", "arrow_table", "to_arrow", "rank_nccl", "iteration_timeline",
-                                            "Export")]
+                                            "Export", "split_by_rank")]
     targets += [(nsys_collect.critical_path, "rank_event_columns"), (runs, "write_bundle")]
     saved = [(mod, name, getattr(mod, name)) for mod, name in targets]
     try:
@@ -134,7 +135,7 @@ def breakdown(path: Path, parts: Path, repeat: int) -> dict[str, float]:
             setattr(mod, name, timed(name, fn))
         start = time.process_time()
         for _ in range(repeat):
-            map_one_task(path, parts)
+            map_one_task(files, parts)
         total = time.process_time() - start
     finally:
         for mod, name, fn in saved:
@@ -144,19 +145,34 @@ def breakdown(path: Path, parts: Path, repeat: int) -> dict[str, float]:
     return out
 
 
-def map_one_task(path: Path, parts: Path) -> list[str]:
-    """collect's map task over `path` TASK_FILES times (as ranks 0..TASK_FILES-1), into one bundle
-    `parts/task.arrow`; the table names."""
+def task_files(path: Path, work: Path) -> list[Path]:
+    """TASK_FILES copies of the export `path` in `work`, rank0.sqlite ... (a map task's files)."""
+    (work / "exports").mkdir(parents=True, exist_ok=True)
+    copies = [work / "exports" / f"rank{rank}.sqlite" for rank in range(TASK_FILES)]
+    for copy in copies:
+        shutil.copyfile(path, copy)
+    return copies
+
+
+def map_one_task(files: list[Path], parts: Path, joint: bool = True) -> list[str]:
+    """collect's map task over `files` (as ranks 0, 1, ...), into one bundle `parts/task.arrow`;
+    the table names. `joint=False`: each file analysed on its own (no joint pass)."""
+    from hpcprof.analysis.nsys import collect as nsys_collect
     from hpcprof.collect import runs
 
-    outcomes = runs.map_task("nsys", [(str(path), rank) for rank in range(TASK_FILES)], str(parts), "task.arrow", {})
+    batch_bytes = nsys_collect.BATCH_BYTES
+    nsys_collect.BATCH_BYTES = batch_bytes if joint else 0
+    try:
+        outcomes = runs.map_task("nsys", [(str(p), rank) for rank, p in enumerate(files)], str(parts), "task.arrow", {})
+    finally:
+        nsys_collect.BATCH_BYTES = batch_bytes
     assert all(isinstance(o, runs.FilePart) for o in outcomes), outcomes
     return outcomes[0].tables  # type: ignore[union-attr]
 
 
-def reduce_share(path: Path, work: Path, files: int, workers: int = 2) -> float:
+def reduce_share(task: list[Path], work: Path, files: int, workers: int = 2) -> float:
     """CPU seconds per file of collect's reduce: every table concatenated from the bundles of
-    `files` rank files (map tasks of `path`) into the run's Parquet files as collect's reduce_parts
+    `files` rank files (map tasks of `task`) into the run's Parquet files as collect's reduce_parts
     does with `workers` workers (each concatenates a contiguous slice of the bundles into a
     Parquet piece per table, then the pieces of each table are joined); the cross-rank reduce,
     once per run, is left out."""
@@ -165,7 +181,7 @@ def reduce_share(path: Path, work: Path, files: int, workers: int = 2) -> float:
     from hpcprof.results import table_path
 
     parts = work / "reduce-parts"
-    names = map_one_task(path, parts)
+    names = map_one_task(task, parts)
     bundle = parts / "task.arrow"
     copies = [bundle.with_name(f"task{i}.arrow") for i in range(files // TASK_FILES)]
     for copy in copies:
@@ -196,19 +212,22 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         parts = work / "parts"
-        map_one_task(path, parts)                      # imports, first reads: not per file
+        files = task_files(path, work)
+        map_one_task(files, parts)                     # imports, first reads: not per file
         floor(path)
         load = os.getloadavg()[0]
-        floor_s, rows_s, analyse_s, map_s = [], [], [], []
+        floor_s, rows_s, analyse_s, map_s, alone_s = [], [], [], [], []
         for _ in range(3):                             # interleaved: all see the same machine
             floor_s.append(best(lambda: floor(path), max(1, args.repeat // 3)))
             rows_s.append(best(lambda: floor_rows(path), max(1, args.repeat // 3)))
             analyse_s.append(best(lambda: analyse_tables(path, 0), max(1, args.repeat // 3)))
-            map_s.append(best(lambda: map_one_task(path, parts), max(1, args.repeat // 3 // 4)) / TASK_FILES)
+            map_s.append(best(lambda: map_one_task(files, parts), max(1, args.repeat // 3 // 4)) / TASK_FILES)
+            alone_s.append(best(lambda: map_one_task(files, parts, joint=False), max(1, args.repeat // 3 // 4))
+                           / TASK_FILES)
         arrow_floor, rows_floor = min(floor_s), min(rows_s)
-        fl, analysed, mapped = min(arrow_floor, rows_floor), min(analyse_s), min(map_s)
-        reduced = min(reduce_share(path, work / f"r{i}", args.reduce_files) for i in range(3))
-        split = breakdown(path, work / "split", max(2, args.repeat // 15))
+        fl, analysed, mapped, alone = min(arrow_floor, rows_floor), min(analyse_s), min(map_s), min(alone_s)
+        reduced = min(reduce_share(files, work / f"r{i}", args.reduce_files) for i in range(3))
+        split = breakdown(files, work / "split", max(2, args.repeat // 15))
     per_file = mapped + reduced
     split["(reduce, per file)"] = reduced
     total = sum(split.values())
@@ -220,7 +239,8 @@ def main() -> None:
                  (f"read as rows (sqlite3, {floor_rows(path)} values)", 1000 * rows_floor, " ms"),
                  ("floor (open + read the needed columns: the faster read)", 1000 * fl, " ms"),
                  ("analyse_tables (the analyses of one export)", 1000 * analysed, " ms"),
-                 (f"map_task, per file (the analyses, the bundle of {TASK_FILES})", 1000 * mapped, " ms"),
+                 (f"map_task, per file, each file on its own (bundle of {TASK_FILES})", 1000 * alone, " ms"),
+                 (f"map_task, per file (a joint pass, the bundle of {TASK_FILES})", 1000 * mapped, " ms"),
                  (f"reduce, per file (tables of {args.reduce_files} bundles, 2 workers' slices)", 1000 * reduced, " ms"),
                  ("per rank file (map_task + reduce share)", 1000 * per_file, " ms"),
                  ("ratio to the floor", ratio, "x"),

@@ -532,3 +532,49 @@ def test_a_launch_at_its_step_start_in_epoch_microseconds_is_inside(tmp_path: Pa
     assert table[["iteration", "kind", "name", "start", "end"]].values.tolist()[0] == [
         4, "collective", "AllReduce", (t0 + 10) * 1000, (t0 + 15) * 1000]
     assert trace_cp._ns(t0 + 0.25) == t0 * 1000 + 250 and trace_cp._ns(4485879277322.809) == 4485879277322809
+
+
+def test_events_of_many_ranks_at_once_equal_each_alone(fixtures_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """core.events_of_ranks over the (rank, ops, iterations, ranges) parts of several exports at once
+    (each part's times moved into a band of its own) gives each part's rows as it gives them alone, in
+    the parts' order: the real seqpar, DDP and Echo exports, one part with no launch known (no rows),
+    and parts whose clocks lie too far apart to share one axis (then taken one by one); an export of
+    NVTX ranges and no GPU work beside another adds no rows (it made the reader fail)."""
+    import numpy as np
+
+    files = sorted((fixtures_dir / "nsys" / "h200_campaign").glob("*.sqlite"))
+    files += [fixtures_dir / "nsys" / "h200_seqpar_bf16" / f"rank{r}.sqlite" for r in (0, 1)]
+    captured: list[list] = []
+    monkeypatch.setattr(nsys_cp, "events_of_ranks", lambda parts: captured.append(parts) or core.events_of_ranks(parts))
+    joint = nsys_cp.rank_event_columns(dist.load_activity([Export(p) for p in files],
+                                                          {str(p): r for r, p in enumerate(files)}))
+    [parts] = captured
+    assert joint is not None and len(parts) >= len(files)
+
+    def alone(parts: list) -> pd.DataFrame:
+        each = [pd.DataFrame(c) for part in parts if (c := core.events_of_ranks([part])) is not None]
+        return pd.concat(each, ignore_index=True)
+
+    pd.testing.assert_frame_equal(pd.DataFrame(joint), alone(parts))
+    rank, ops, its, ranges = next(part for part in parts if core.events_of_ranks([part]) is not None)
+    unknown = (99, {**ops, "launch": np.full(len(ops["start"]), np.nan)}, its, ranges)
+    shifted = [(rank + 100 * i, {**ops, **{c: ops[c] - 3 * i * 10**18 for c in ("start", "end", "launch")}},
+                {**its, "start": its["start"] - 3 * i * 10**18, "end": its["end"] - 3 * i * 10**18},
+                {**ranges, "start": ranges["start"] - 3 * i * 10**18, "end": ranges["end"] - 3 * i * 10**18})
+               for i in range(3)]                            # clocks far apart: each part in its own band
+    wide = [(rank + 1000 + i, ops, its, {c: np.append(ranges[c], value) for c, value in
+                                         (("name", "far"), ("start", -4 * 10**18), ("end", -4 * 10**18 + 1))})
+            for i in range(2)]                               # each part's own times 4e18 ns apart: one by one
+    calls: list[int] = []
+    events_of_ranks = core.events_of_ranks
+    monkeypatch.setattr(core, "events_of_ranks", lambda parts: calls.append(len(parts)) or events_of_ranks(parts))
+    for mixed, expected_calls in ((parts[::-1] + [unknown], 1), (shifted + parts[:2], 1), (wide + parts[:1], 4)):
+        calls.clear()
+        got = core.events_of_ranks(mixed)
+        assert got is not None and len(calls) == expected_calls
+        pd.testing.assert_frame_equal(pd.DataFrame(got), alone(mixed))
+    assert core.events_of_ranks([unknown]) is None and core.events_of_ranks([]) is None
+    idle = next((fixtures_dir / "gpu" / "h200_window_campaign" / "window-seqpar-nvtx").glob("*/profiles/nsys/rank1.sqlite"))
+    seqpar = fixtures_dir / "nsys" / "h200_seqpar_bf16" / "rank0.sqlite"   # with an export of NVTX ranges and no GPU work
+    both = nsys_cp.rank_events(dist.load_activity([Export(seqpar), Export(idle)], {str(seqpar): 0, str(idle): 1}))
+    pd.testing.assert_frame_equal(both, nsys_cp.rank_events(dist.load_activity([Export(seqpar)], {str(seqpar): 0})))

@@ -110,6 +110,7 @@ def test_vectorised_leads_are_the_loop() -> None:
         kind = np.where(is_coll, np.array("AllReduce", dtype=object), None)
         by = np.lexsort((end, start, iteration))          # as rank_events sorts them: iteration, start, end
         args = (iteration[by], is_coll[by], start[by], end[by], channel[by], seq[by], label[by], kind[by])
-        got = _iteration_events(trial, *args)
+        got = _iteration_events(np.full(n, trial), iteration[by], iteration[by], np.zeros(n, dtype=np.int64),
+                                *args[1:])                  # one rank: its iteration numbers as keys, times unshifted
         want = _loop(trial, *args)
         assert list(zip(*(got[c].tolist() for c in EVENT_COLUMNS), strict=True)) == want, trial

@@ -4,10 +4,13 @@ holding the H200 seqpar exports."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import shutil
 from pathlib import Path
 
 import pandas as pd
+import pyarrow as pa
 import pytest
 
 from hpcprof.analysis.collector import CollectContext
@@ -125,3 +128,75 @@ def test_nccl_across_ranks_is_one_reduction_for_the_cli_and_collect(run_dir: Pat
     from_cli = _all_rows(dist.nccl_across_ranks(crafted.drop(columns="window")))
     pd.testing.assert_frame_equal(collected, from_cli)
     assert collected.loc[0, "mean_ns"] == 1_088_250.0 and collected.loc[0, "slowest_rank"] == 1
+
+
+def _same_rows(got: pa.Table, expected: pa.Table) -> bool:
+    """Equal tables; a table of no rows equal to another of no rows with the same column names (a
+    file with no rows of its own in a joint pass has the types the other files' rows give)."""
+    if not expected.num_rows:
+        return not got.num_rows and got.column_names == expected.column_names
+    return got.equals(expected)
+
+
+def test_a_joint_pass_gives_each_file_the_tables_of_its_own(fixtures_dir: Path, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """analyse_batch's one pass over the activity of many exports (every distinct nsys export of the
+    fixtures: seqpar, DDP, Echo, nsys-ai, fuser; and a run whose config names its window range, a
+    pass of its own) gives each file the tables analyse_tables gives it alone, row for row; files of
+    an unknown rank, a damaged export and one that is not there are analysed on their own, each
+    with its own error; a repeated rank or path starts a new pass, which holds at most BATCH_BYTES."""
+    from hpcprof.analysis.nsys import collect
+
+    exports = sorted(p for p in fixtures_dir.rglob("*.sqlite") if _is_nsys_export(p))
+    assert len(exports) >= 20
+    run = tmp_path / "run" / "profiles" / "nsys"
+    run.mkdir(parents=True)
+    (tmp_path / "run" / "config.json").write_text(json.dumps({"experiment": {"profile": {"window": {"nvtx": "matmul1"}}}}))
+    for rank in (0, 1):
+        shutil.copy(fixtures_dir / "nsys" / "h200_seqpar_bf16" / f"rank{rank}.sqlite", run / f"rank{rank}.sqlite")
+    damaged = tmp_path / "rank900.sqlite"
+    damaged.write_bytes(exports[0].read_bytes()[:20_000])
+    files = [(p, rank) for rank, p in enumerate(exports)]
+    joint = len(files)
+    files += [(run / "rank0.sqlite", 0), (run / "rank1.sqlite", 1)]
+    files += [(exports[0], 3), (exports[1], -1), (damaged, 900), (tmp_path / "rank901.sqlite", 901)]
+    groups = collect.joint_groups(files)     # a repeated rank starts a pass (with the damaged file)
+    assert sorted(map(sorted, groups)) == [list(range(joint)), [joint, joint + 1], [joint + 2, joint + 4]]
+    assert collect.joint_groups([(exports[2], 0), (exports[2], 1), (exports[3], 2)]) == [[1, 2]]  # a repeated path
+    sizes = [path.stat().st_size for path in exports[:6]]
+    with monkeypatch.context() as patched:                                   # a pass holds at most BATCH_BYTES
+        patched.setattr(collect, "BATCH_BYTES", sizes[0] + sizes[1])
+        capped = collect.joint_groups([(path, rank) for rank, path in enumerate(exports[:6])])
+    assert all(sum(sizes[i] for i in group) <= sizes[0] + sizes[1] for group in capped) and [0, 1] in capped
+
+    expected: list[dict[str, pa.Table] | Exception] = []
+    for path, rank in files:
+        try:
+            expected.append(collect.analyse_tables(path, rank))
+        except Exception as exc:
+            expected.append(exc)
+    alone: list[tuple[Path, int]] = []
+    analyse_tables = collect.analyse_tables
+    monkeypatch.setattr(collect, "analyse_tables", lambda path, rank: alone.append((path, rank)) or
+                        analyse_tables(path, rank))
+    got = collect.analyse_batch(files)
+    assert alone == [f for f, e in zip(files, expected, strict=True) if isinstance(e, Exception)]
+    assert len(alone) == 7                   # Echo's two quirky files twice, a rank with no GPU activity, 900, 901
+    for path, tables, want in zip(files, got, expected, strict=True):
+        if isinstance(want, Exception):
+            assert type(tables) is type(want) and str(tables) == str(want), path
+            continue
+        assert isinstance(tables, dict) and list(tables) == list(want), path
+        for name, table in want.items():
+            assert _same_rows(tables[name], table), (path, name)
+    windows = [t["window"]["window"].to_pylist() for t in got[joint:joint + 2] if isinstance(t, dict)]
+    assert windows == [["nvtx:matmul1"], ["nvtx:matmul1"]]
+    assert sum(t["kernels"].num_rows for t in got[:joint] if isinstance(t, dict)) > 100
+    assert all(isinstance(t, Exception) for t in got[-2:])
+
+
+def _is_nsys_export(path: Path) -> bool:
+    import sqlite3
+
+    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+        return bool(db.execute("SELECT 1 FROM sqlite_master WHERE name = 'StringIds'").fetchone())

@@ -209,6 +209,23 @@ def test_texts_are_the_events_cut_without_decoding(fixtures_dir: Path) -> None:
             assert stream.head.distributedInfo == info
 
 
+def helpers_of_splits(monkeypatch: pytest.MonkeyPatch, *kinds: str) -> list[int]:
+    """load.scan_split made to record the helpers of each call, and to check that its gatherers are
+    `kinds` (class names) where given; the record."""
+    from hpcprof.analysis.trace import load
+
+    calls: list[int] = []
+    scan = load.scan_split
+
+    def counted(path: Path, gatherers: Any, helpers: int) -> int | None:
+        calls.append(helpers)
+        assert not kinds or [type(g).__name__ for g in gatherers] == list(kinds)
+        return scan(path, gatherers, helpers)
+
+    monkeypatch.setattr(load, "scan_split", counted)
+    return calls
+
+
 def test_one_file_decoded_by_several_processes_loads_the_same(fixtures_dir: Path,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """load_trace with helpers (scan_split: batches decoded in other processes, merged in file
@@ -220,14 +237,7 @@ def test_one_file_decoded_by_several_processes_loads_the_same(fixtures_dir: Path
     monkeypatch.setattr(load, "PARALLEL_MIN_BYTES", 0)
     path = fixtures_dir / "hta" / "h200_ddp_gpt2" / "rank0.pt.trace.json.gz"
     expected = load_trace(path)
-    split: list[int] = []
-    scan = load.scan_split
-
-    def counted(path: Path, gatherers: Any, helpers: int) -> int | None:
-        split.append(helpers)
-        return scan(path, gatherers, helpers)
-
-    monkeypatch.setattr(load, "scan_split", counted)
+    split = helpers_of_splits(monkeypatch)
     same_trace(load_trace(path, helpers=3), expected)
     assert split == [3]
     [got], errors = load.load_traces([path], workers=3)     # the file's process and 2 helpers
@@ -249,8 +259,8 @@ def test_collect_decodes_a_trace_on_the_cores_the_files_leave(fixtures_dir: Path
     at once, with the tables of the in-order decode; with one core per file, in its own process."""
     from concurrent.futures import ProcessPoolExecutor
 
+    from hpcprof.analysis.registry import collector
     from hpcprof.analysis.trace import collect, load
-    from hpcprof.collect import runs
     from hpcprof.collect.engine import InProcess, cores_per_file, worker_context
     from hpcprof.results import to_arrow
 
@@ -258,25 +268,17 @@ def test_collect_decodes_a_trace_on_the_cores_the_files_leave(fixtures_dir: Path
     monkeypatch.setattr(load, "PARALLEL_MIN_BYTES", 0)
     path = fixtures_dir / "hta" / "h200_ddp_gpt2" / "rank0.pt.trace.json.gz"
     expected = collect.analyse_file(path, 0)
-    split: list[int] = []
-    scan = load.scan_split
-
-    def counted(path: Path, gatherers: Any, helpers: int) -> int | None:
-        split.append(helpers)
-        assert [type(g).__name__ for g in gatherers] == ["TraceColumns", "CriticalPathEvents"]
-        return scan(path, gatherers, helpers)
-
-    monkeypatch.setattr(load, "scan_split", counted)
+    split = helpers_of_splits(monkeypatch, "TraceColumns", "CriticalPathEvents")
     got = collect.analyse_file(path, 0, cores=4)
     assert split == [3] and sorted(got) == sorted(expected)
     for name, table in expected.items():
         assert got[name].equals(table), name
-    tables = runs.analyse_file("torch", str(path), 0, {}, cores=3)   # as a map task runs it in a worker
-    assert split == [3, 2]
+    [tables] = collector("torch", {}, 3).analyse_batch([(path, 0)])   # as a map task runs it in a worker
+    assert split == [3, 2] and isinstance(tables, dict)
     assert sorted(tables) == sorted(expected)
     for name, table in tables.items():
         assert table.equals(to_arrow(expected[name], pandas_metadata=False)), name
-    runs.analyse_file("torch", str(path), 0, {}, cores=2)             # one helper would share the file's core
+    collector("torch", {}, 2).analyse_batch([(path, 0)])                # one helper would share the file's core
     assert split == [3, 2]
     with ProcessPoolExecutor(6, mp_context=worker_context()) as pool:
         assert [cores_per_file(pool, n) for n in (1, 2, 4, 6, 100)] == [6, 3, 1, 1, 1]
@@ -339,14 +341,7 @@ def test_critical_path_events_load_on_workers_and_helpers(fixtures_dir: Path, mo
     got, errors = critical_path.load_events(pair, workers=2)          # a worker per file
     assert got is not None and not errors
     pd.testing.assert_frame_equal(got, expected)
-    split: list[int] = []
-    scan = load.scan_split
-
-    def counted(path: Path, gatherers: Any, helpers: int) -> int | None:
-        split.append(helpers)
-        return scan(path, gatherers, helpers)
-
-    monkeypatch.setattr(load, "scan_split", counted)
+    split = helpers_of_splits(monkeypatch)
     one, errors = critical_path.load_events(pair[:1], workers=3)     # one file: its process and 2 helpers
     assert one is not None and not errors and split == [2]
     pd.testing.assert_frame_equal(one, expected[expected["rank"] == 0].reset_index(drop=True))

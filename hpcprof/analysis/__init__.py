@@ -2,7 +2,8 @@
 
 `collect` hands each run's profiles to its tool's `ToolCollector` (hpcprof.analysis.collector),
 found by name in the one table hpcprof.analysis.registry.COLLECTORS: the collector picks the files
-to map (`inputs`), analyses each rank's file on its own in parallel workers (`analyse_file`), then
+to map (`inputs`), analyses the rank files in parallel workers, several a task (`analyse_batch`:
+each file on its own, or several in one pass where the analyses are vectorised over ranks), then
 reduces across ranks over the concatenated per-rank tables (`reduce`). `collect` writes the tables
 to `results/<tool>_<name>.parquet`. Analyses never write into the user's profile files.
 """

@@ -13,6 +13,9 @@ A tool is one `ToolCollector` subclass registered by name in hpcprof.analysis.re
   default analyse_file's frames converted by hpcprof.results.to_arrow); a tool whose analyses
   build their columns directly implements this one, and analyse_file is then its tables read
   back as the run's results read them.
+- `analyse_batch(files)`: analyse_tables of the several (path, rank) files of one map task, each
+  file's tables or the exception it raised; by default one after another, a tool whose analyses
+  are vectorised over ranks analyses them in one pass (nsys).
 - `reducers()`: the steps that make tables across ranks, each `(read, log) -> tables` from the
   concatenated per-rank tables (`read(name)` gives one, or None), returning new or replacing
   tables and logging notes; independent of one another, so collect runs them in parallel workers
@@ -57,6 +60,18 @@ class NothingToAnalyse(Exception):
     trace): a note, not a damaged file."""
 
 
+def each_alone(analyse: Callable[[Path, int], dict[str, pa.Table]],
+               files: Sequence[tuple[Path, int]]) -> list[dict[str, pa.Table] | Exception]:
+    """`analyse(path, rank)` of each file on its own, or the exception it raised."""
+    out: list[dict[str, pa.Table] | Exception] = []
+    for path, rank in files:
+        try:
+            out.append(analyse(path, rank))
+        except Exception as exc:        # this file's error, handed back
+            out.append(exc)
+    return out
+
+
 class ToolCollector:
     """One profiling tool in `collect`; `tool_paths` are the site's executables ({"nsys": path,
     "ncu": path}), `cores` how many cores one file's analysis may use (1: its own process only).
@@ -79,6 +94,11 @@ class ToolCollector:
         from hpcprof.results import to_arrow
 
         return {name: to_arrow(df, pandas_metadata=False) for name, df in self.analyse_file(path, rank).items()}
+
+    def analyse_batch(self, files: Sequence[tuple[Path, int]]) -> list[dict[str, pa.Table] | Exception]:
+        """analyse_tables of each of several rank files (one map task's), or the exception it raised;
+        each file on its own unless the tool's analyses can take several files in one pass."""
+        return each_alone(self.analyse_tables, files)
 
     def reducers(self) -> Sequence[Reducer]:
         """The cross-rank steps (Reducer), independent of one another: none by default."""

@@ -32,7 +32,7 @@ collective of the chain).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -144,10 +144,13 @@ def _lead_runs(lead_lo: np.ndarray, lead_hi: np.ndarray, pair_lead: np.ndarray, 
             np.concatenate((begin, lead_lo[idle]))[order], np.concatenate((close, lead_hi[idle]))[order])
 
 
-def _iteration_events(rank: int, iteration: np.ndarray, is_coll: np.ndarray, start: np.ndarray, end: np.ndarray,
-                      channel: np.ndarray, seq: np.ndarray, label: np.ndarray, kind: np.ndarray) -> dict[str, np.ndarray]:
-    """The events columns of one rank from its timed operations sorted by iteration, then start (module
-    docstring): per iteration with collectives, each collective's lead and the collective, then the tail."""
+def _iteration_events(rank: np.ndarray, iteration: np.ndarray, number: np.ndarray, shift: np.ndarray,
+                      is_coll: np.ndarray, start: np.ndarray, end: np.ndarray, channel: np.ndarray, seq: np.ndarray,
+                      label: np.ndarray, kind: np.ndarray) -> dict[str, np.ndarray]:
+    """The events columns from timed operations sorted by iteration (a key unique across parts; `rank`,
+    `number` and `shift`: each operation's rank, iteration number and the shift of its part's times, taken
+    off the rows' times), then start (module docstring): per iteration with collectives, each collective's
+    lead and the collective, then the tail."""
     import pandas as pd
 
     bounds = np.flatnonzero(np.concatenate(([True], iteration[1:] != iteration[:-1])))
@@ -204,17 +207,18 @@ def _iteration_events(rank: int, iteration: np.ndarray, is_coll: np.ndarray, sta
     row_slot = np.concatenate((slot[run_lead], slot[:n_c], np.full(n_it, 1 << 40)))
     row_sub = np.repeat([0, 1, 1], [n_runs, n_c, n_it])
     order = np.lexsort((np.arange(len(row_group)), row_sub, row_slot, row_group))
+    back = shift[bounds][row_group]
     run_name = np.array([IDLE if i < 0 else str(label[i]) for i in run_op.tolist()], dtype=object)
     cols = {
-        "rank": np.full(len(order), rank, dtype=np.int64),
-        "iteration": iteration[bounds][row_group],
+        "rank": rank[bounds][row_group],
+        "iteration": number[bounds][row_group],
         "kind": np.repeat(np.array(["compute", "collective", "end"], dtype=object), [n_runs, n_c, n_it]),
         "channel": np.concatenate((lead_key[run_lead], channel[coll], np.full(n_it, END[0], dtype=object))),
         "seq": np.concatenate((lead_seq[run_lead], seq[coll], np.full(n_it, END[1]))),
         "name": np.concatenate((run_name, np.array([str(x) for x in kind[coll].tolist()], dtype=object),
                                 np.full(n_it, "", dtype=object))),
-        "start": np.concatenate((run_start, cs, last_end[groups])),
-        "end": np.concatenate((run_end, ce, last_end[groups])),
+        "start": np.concatenate((run_start, cs, last_end[groups])) - back,
+        "end": np.concatenate((run_end, ce, last_end[groups])) - back,
         "prev_channel": np.concatenate((np.full(n_runs, "", dtype=object), key[0](prev), channel[coll][last])),
         "prev_seq": np.concatenate((np.full(n_runs, -1), key[1](prev), seq[coll][last]))}
     return {c: v[order].astype(object if v.dtype == object else np.int64) for c, v in cols.items()}
@@ -239,51 +243,91 @@ def rank_event_columns(rank: int, ops: Table, iterations: Table, ranges: Table) 
     of the other CPU ranges; those inside an iteration are its phases. Ranges are matched by time
     in the whole process, as the autograd and communication threads launch outside the thread that
     opened the range. Each a DataFrame or a mapping of column name to numpy array."""
+    return events_of_ranks([(rank, ops, iterations, ranges)])
+
+
+def events_of_ranks(parts: Sequence[tuple[int, Table, Table, Table]]) -> dict[str, np.ndarray] | None:
+    """rank_event_columns of several (rank, ops, iterations, ranges) at once (ranks, or processes of
+    a rank), their rows in the order of `parts`: each part's times moved into a band of their own on
+    one axis (their order and differences kept), so that one pass of the array operations serves all
+    of them; None when no part has a row."""
     import pandas as pd
 
-    launch = np.asarray(ops["launch"])
-    if launch.dtype.kind not in "iu":      # integers stay exact (ns since the epoch pass 2**53)
-        launch = launch if launch.dtype == np.float64 else pd.to_numeric(launch, errors="coerce").astype(np.float64)
-    keep: np.ndarray = launch >= 0
-    if launch.dtype.kind == "f":
-        keep &= np.isfinite(launch)
-    it_start = np.asarray(iterations["start"], dtype=np.int64)
-    if not keep.any() or len(it_start) == 0:
+    if not parts:
         return None
+    keeps, ats = [], []
+    for _, ops, _, _ in parts:
+        launch = np.asarray(ops["launch"])
+        if launch.dtype.kind not in "iu":  # integers stay exact (ns since the epoch pass 2**53)
+            launch = launch if launch.dtype == np.float64 else pd.to_numeric(launch, errors="coerce").astype(np.float64)
+        keep: np.ndarray = launch >= 0
+        if launch.dtype.kind == "f":
+            keep &= np.isfinite(launch)
+        keeps.append(keep)
+        ats.append(launch[keep].astype(np.int64))
+
+    def joined(tables: list[Table], column: str, dtype: Any = None, default: Any = None) -> np.ndarray:
+        arrays = [np.asarray(t[column], dtype=dtype) if column in t else np.full(len(np.asarray(t["start"])), default,
+                                                                                  dtype=dtype) for t in tables]
+        return np.concatenate(arrays) if arrays else np.empty(0, dtype=dtype)
+
+    all_ops, all_its, all_ranges = [p[1] for p in parts], [p[2] for p in parts], [p[3] for p in parts]
+    keep = np.concatenate(keeps)
+    part_of_op = np.repeat(np.arange(len(parts)), [len(k) for k in keeps])[keep]
+    at = np.concatenate(ats)
+    start, end = joined(all_ops, "start", np.int64)[keep], joined(all_ops, "end", np.int64)[keep]
+    kind = joined(all_ops, "collective", np.object_)[keep]
+    it_part = np.repeat(np.arange(len(parts)), [len(np.asarray(t["start"])) for t in all_its])
+    it_start, it_end = joined(all_its, "start", np.int64), joined(all_its, "end", np.int64)
+    it_number = joined(all_its, "number", np.int64)
+    ph_part = np.repeat(np.arange(len(parts)), [len(np.asarray(t["start"])) for t in all_ranges])
+    ph_start, ph_end = joined(all_ranges, "start", np.int64), joined(all_ranges, "end", np.int64)
+    if not len(at) or not len(it_start):
+        return None
+    # each part's times in a band of its own: t + shift[part]; parts too long to share one axis one by one
+    times = np.concatenate((start, end, at, it_start, it_end, ph_start, ph_end))
+    owner = np.concatenate((part_of_op, part_of_op, part_of_op, it_part, it_part, ph_part, ph_part))
+    low, high = np.full(len(parts), np.iinfo(np.int64).max), np.full(len(parts), np.iinfo(np.int64).min)
+    np.minimum.at(low, owner, times)
+    np.maximum.at(high, owner, times)
+    present = high >= low
+    span = np.where(present, high - low, 0)
+    if len(parts) > 1 and float(np.sum(span.astype(np.float64) + 1)) >= 2.0 ** 62:
+        each = [cols for part in parts if (cols := events_of_ranks([part])) is not None]
+        return {c: np.concatenate([e[c] for e in each]) for c in EVENT_COLUMNS} if each else None
+    shift = np.concatenate(([0], np.cumsum(span + 1)[:-1])) - np.where(present, low, 0)
+    start, end, at = start + shift[part_of_op], end + shift[part_of_op], at + shift[part_of_op]
+    it_start, it_end = it_start + shift[it_part], it_end + shift[it_part]
+    ph_start, ph_end = ph_start + shift[ph_part], ph_end + shift[ph_part]
+
     by_start = np.argsort(it_start, kind="stable")
-    it_start, it_end = it_start[by_start], np.asarray(iterations["end"], dtype=np.int64)[by_start]
-    start, end = np.asarray(ops["start"], dtype=np.int64)[keep], np.asarray(ops["end"], dtype=np.int64)[keep]
-    at = launch[keep].astype(np.int64)
-    kind = np.asarray(ops["collective"], dtype=np.object_)[keep]
+    it_start, it_end, it_part, it_number = it_start[by_start], it_end[by_start], it_part[by_start], it_number[by_start]
     is_coll = pd.notna(kind)
     k = np.searchsorted(it_start, at, side="right") - 1
     inside = (k >= 0) & (at <= it_end[np.maximum(k, 0)])
-    iteration = np.where(inside, np.asarray(iterations["number"], dtype=np.int64)[by_start][np.maximum(k, 0)], -1)
+    # an iteration: a key per (part, number), so that ranges of one number in one part are one iteration
+    it_key = np.unique(np.stack((it_part, it_number)), axis=1, return_inverse=True)[1].reshape(-1)
+    iteration = np.where(inside, it_key[np.maximum(k, 0)], -1)
+    number = it_number[np.maximum(k, 0)]
 
     # phases: ranges inside an iteration; the innermost one around each launch names the operation
-    ph_start, ph_end = np.asarray(ranges["start"], dtype=np.int64), np.asarray(ranges["end"], dtype=np.int64)
     ph = np.lexsort((-ph_end, ph_start))          # by start, then longest first; stable
     pk = np.searchsorted(it_start, ph_start[ph], side="right") - 1
     ph = ph[(pk >= 0) & (ph_end[ph] <= it_end[np.maximum(pk, 0)])]
     found = _innermost(ph_start[ph], ph_end[ph], at)
-    phase = np.where(found >= 0, np.asarray(ranges["name"], dtype=np.object_)[ph][np.maximum(found, 0)] if len(ph)
+    phase = np.where(found >= 0, joined(all_ranges, "name", np.object_)[ph][np.maximum(found, 0)] if len(ph)
                      else None, None)
-    label = np.where(pd.isna(phase), np.asarray(ops["name"], dtype=np.object_)[keep], phase)
+    label = np.where(pd.isna(phase), joined(all_ops, "name", np.object_)[keep], phase)
 
-    if "channel" in ops:
-        channel = np.asarray(ops["channel"], dtype=np.object_)[keep]
-    else:                                         # NCCL streams in order of first use
-        stream = np.asarray(ops["stream"])[keep]
-        streams, which = np.unique(stream[is_coll], return_inverse=True)
-        first = np.full(len(streams), np.iinfo(np.int64).max, dtype=np.int64)
-        np.minimum.at(first, which.reshape(-1), start[is_coll])
-        names = {s: f"stream{i}" for i, s in enumerate(streams[np.argsort(first, kind="stable")].tolist())}
-        distinct, at_stream = np.unique(stream, return_inverse=True)       # one look-up per stream
-        channel = np.array([names.get(s) for s in distinct.tolist()] + [None], dtype=object)[:-1][at_stream.reshape(-1)]
-    seq = np.asarray(ops["seq"], dtype=np.int64)[keep] if "seq" in ops else np.full(len(start), -1, dtype=np.int64)
-    order = np.lexsort((end, start))              # by start, then end; stable
-    start, end, iteration, is_coll, channel, seq, label, kind = (
-        a[order] for a in (start, end, iteration, is_coll, channel, seq, label, kind))
+    channel = joined(all_ops, "channel", np.object_)[keep]
+    named = np.repeat(np.array(["channel" in ops for ops in all_ops]), [len(k) for k in keeps])[keep]
+    if not named.all():                           # NCCL streams in order of first use, per part
+        stream = joined(all_ops, "stream", np.int64, -1)[keep]
+        channel[~named] = _stream_channels(part_of_op[~named], stream[~named], start[~named], is_coll[~named])
+    seq = joined(all_ops, "seq", np.int64, -1)[keep]
+    order = np.lexsort((end, start))              # by start, then end; stable (bands: by part first)
+    start, end, iteration, number, is_coll, channel, seq, label, kind, part_of_op = (
+        a[order] for a in (start, end, iteration, number, is_coll, channel, seq, label, kind, part_of_op))
     # a collective's launch order on its channel within the iteration, where the trace gives no seq
     numbered = is_coll & pd.notna(channel)
     channel_code = pd.factorize(channel[numbered])[0]
@@ -298,15 +342,37 @@ def rank_event_columns(rank: int, ops: Table, iterations: Table, ranges: Table) 
         rank_in_group[by_group] = np.arange(len(groups)) - np.repeat(group_first, sizes)
     seq[numbered] = np.where(seq[numbered] >= 0, seq[numbered], rank_in_group)
 
-    # the timed operations by iteration (each in start order)
+    # the timed operations by part, iteration number (each in start order)
     timed = np.flatnonzero(iteration >= 0)
-    timed = timed[np.argsort(iteration[timed], kind="stable")]
-    channel = str_each(channel[timed])
-    cols = _iteration_events(rank, iteration[timed], is_coll[timed], start[timed], end[timed], channel, seq[timed],
+    timed = timed[np.lexsort((number[timed], part_of_op[timed]))]
+    ranks = np.array([rank for rank, _, _, _ in parts], dtype=np.int64)
+    cols = _iteration_events(ranks[part_of_op[timed]], iteration[timed], number[timed], shift[part_of_op[timed]],
+                             is_coll[timed], start[timed], end[timed], str_each(channel[timed]), seq[timed],
                              label[timed], kind[timed])
     return cols if len(cols["rank"]) else None
 
 
+def _stream_channels(part: np.ndarray, stream: np.ndarray, start: np.ndarray, is_coll: np.ndarray) -> np.ndarray:
+    """Each operation's channel where the trace names none: its NCCL stream as `stream<i>`, i the
+    order of the stream's first collective within the operation's part (ties by stream id); None on a
+    stream of no collective."""
+    out = np.full(len(stream), None, dtype=object)
+    if not is_coll.any():
+        return out
+    values, code = np.unique(stream, return_inverse=True)
+    key = part * len(values) + code.reshape(-1)                 # (part, stream) in that order
+    keys, which = np.unique(key[is_coll], return_inverse=True)
+    first = np.full(len(keys), np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(first, which.reshape(-1), start[is_coll])
+    owner = keys // len(values)
+    order = np.lexsort((keys, first, owner))                    # per part: by first use, then stream id
+    position = np.empty(len(keys), dtype=np.int64)
+    position[order] = np.arange(len(keys)) - np.searchsorted(owner[order], owner[order], side="left")
+    names = np.array([f"stream{i}" for i in position.tolist()], dtype=object)
+    at = np.minimum(np.searchsorted(keys, key), len(keys) - 1)
+    found = keys[at] == key
+    out[found] = names[at[found]]
+    return out
 def _culprit(lead: list[Segment], other: list[Segment]) -> str:
     """What held a collective on its critical rank: of the runs of its lead, the phase that took the most
     longer than on the rank that waited longest (`other`'s lead into the same collective); among equals

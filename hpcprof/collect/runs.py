@@ -196,40 +196,34 @@ class MapFailure(NamedTuple):
     message: str
 
 
-def analyse_file(tool: str, path: str, rank: int, tool_paths: dict[str, str], cores: int = 1) -> dict[str, pa.Table]:
-    """The tables of one rank's file (in a worker, on `cores` cores), by name."""
-    from hpcprof.analysis.registry import collector
-
-    tables = collector(tool, tool_paths, cores).analyse_tables(Path(path), rank)
-    for name in tables:
-        check_name(f"{tool}_{name}")
-    return tables
-
-
 def map_task(tool: str, files: list[tuple[str, int]], parts: str, bundle: str,
              tool_paths: dict[str, str], cores: int = 1) -> list[FilePart | MapFailure]:
-    """analyse_file over several files in one worker task, each on its own (on `cores` cores, see
-    engine.cores_per_file), their tables written together into one bundle, `parts/<bundle>`; per
-    file where its tables are, or why it has none.
+    """The tables of several rank files in one worker task (the tool's analyse_batch: each file's
+    tables, or its error, on its own; on `cores` cores, see engine.cores_per_file), written together
+    into one bundle, `parts/<bundle>`; per file where its tables are, or why it has none.
     (A task per file cost the collecting process ~0.4 ms a file in the pool's submit, pickling and
     result handling, and an mpi4py.futures worker a round trip per file; a bundle per file cost
     its write and the reduce's read of it ~1 ms a file.)"""
     from hpcprof.analysis.collector import NothingToAnalyse
+    from hpcprof.analysis.registry import collector
 
     out: list[FilePart | MapFailure] = []
     written: list[dict[str, pa.Table]] = []
-    for path, rank in files:
-        try:
-            tables = analyse_file(tool, path, rank, tool_paths, cores)
-        except NothingToAnalyse as exc:   # readable, nothing for the analyses
-            out.append(MapFailure(True, str(exc)))
-            continue
-        except Exception as exc:          # a damaged file: this file only
-            out.append(MapFailure(False, _short(exc)))
-            continue
-        out.append(FilePart(bundle, len(written), sorted(tables)) if tables else FilePart("", -1, []))
-        if tables:
-            written.append(tables)
+    for tables in collector(tool, tool_paths, cores).analyse_batch([(Path(path), rank) for path, rank in files]):
+        if isinstance(tables, dict):
+            try:
+                for name in tables:
+                    check_name(f"{tool}_{name}")
+            except ResultError as exc:
+                tables = exc
+        if isinstance(tables, NothingToAnalyse):   # readable, nothing for the analyses
+            out.append(MapFailure(True, str(tables)))
+        elif isinstance(tables, Exception):        # a damaged file: this file only
+            out.append(MapFailure(False, _short(tables)))
+        else:
+            out.append(FilePart(bundle, len(written), sorted(tables)) if tables else FilePart("", -1, []))
+            if tables:
+                written.append(tables)
     if written:
         try:
             write_bundle(Path(parts) / bundle, written)

@@ -2,22 +2,25 @@
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from hpcprof.analysis.collector import CollectContext, Log, ReadTable, Reducer, ToolCollector
+from hpcprof.analysis.collector import CollectContext, Log, ReadTable, Reducer, ToolCollector, each_alone
 from hpcprof.analysis.nsys import critical_path
 from hpcprof.analysis.nsys import distributed as dist
 from hpcprof.analysis.nsys import window as win
 from hpcprof.analysis.nsys.arrays import Columns
 from hpcprof.analysis.nsys.db import Export
 from hpcprof.analysis.nsys.stats import SUMMARY_REPORTS, run_summaries
+from hpcprof.analysis.nsys.table import Table
 from hpcprof.analysis.nsys.timeline import iteration_timeline, median_iteration
 from hpcprof.atomic import atomic_write
 from hpcprof.errors import Problem
@@ -100,29 +103,152 @@ def analyse_tables(path: Path, rank: int, nvtx_window: str | None = None) -> dic
     GAP_NS; over the whole capture: overlap and NVTX ranges again (`capture_*`). Each table has a
     `rank` column, those of the window a `window` column. NsysInputError when the export cannot
     be used."""
-    out: dict[str, pa.Table] = {}
     with Export(path) as export:
         export.check_usable()
         activity = dist.load_activity([export], {str(path): rank})
-        for name, report in run_summaries(export, list(SUMMARY_REPORTS)).items():
-            out[name] = arrow_table({"rank": np.full(len(report), rank, dtype=np.int64), **report.columns})
-        window = win.find_window(activity, nvtx_window or win.run_window_range(path))
-        inside = win.clip(activity, window)
-        out["window"] = win.window_summary(activity, window)
-        out["iterations"] = win.iteration_series(activity, window)
-        out["kernels"] = win.with_window(win.kernel_sum(inside), window)
-        out["nccl"] = win.with_window(rank_nccl(inside), window)
-        out["overlap"] = win.with_window(columns_table(dist.overlap_columns(inside)), window)
-        out["phases"] = win.with_window(columns_table(dist.phase_columns(activity, win.instances_inside(window))),
-                                        window)
-        out["timeline"] = iteration_timeline(activity, window)
-        out["gaps"] = win.with_window(columns_table(dist.gap_columns(inside, GAP_NS)), window)
-        out["capture_overlap"] = columns_table(dist.overlap_columns(activity))
-        out["capture_phases"] = columns_table(dist.phase_columns(activity, window.instance_columns))
-        events = critical_path.rank_event_columns(activity)
-        out[critical_path.EVENTS_TABLE] = arrow_table(events) if events is not None else \
-            to_arrow(critical_path.empty_events(), pandas_metadata=False)
+        [summaries] = summary_tables([(export, rank)])
+        if isinstance(summaries, Exception):
+            raise summaries
+        return summaries | activity_tables(activity, nvtx_window or win.run_window_range(path))
+
+
+def summary_tables(exports: Sequence[tuple[Export, int]]) -> list[dict[str, pa.Table] | Exception]:
+    """The summary reports of each (export, rank) (SUMMARY_REPORTS it has the data for), each with a
+    `rank` column, or the exception its reports raised: per report one Arrow table of all the
+    exports' rows (ranks distinct), cut by rank, where their columns have the same types."""
+    reports: list[dict[str, Table] | Exception] = []
+    for export, _ in exports:
+        try:
+            reports.append(run_summaries(export, list(SUMMARY_REPORTS)))
+        except Exception as exc:            # this export's error, handed back
+            reports.append(exc)
+    out: list[dict[str, pa.Table] | Exception] = [got if isinstance(got, Exception) else {} for got in reports]
+    for name in SUMMARY_REPORTS:
+        have = sorted((rank, at) for at, ((_, rank), got) in enumerate(zip(exports, reports, strict=True))
+                      if isinstance(got, dict) and name in got)
+        parts = [cast(dict[str, Table], reports[at])[name] for _, at in have]
+        ranks = [rank for rank, _ in have]
+        if parts and all(part.columns[c].dtype == parts[0].columns[c].dtype for part in parts for c in parts[0].columns):
+            joined = arrow_table({"rank": np.repeat(np.array(ranks, dtype=np.int64), [len(part) for part in parts]),
+                                  **{c: np.concatenate([part.columns[c] for part in parts]) for c in parts[0].columns}})
+            tables = split_by_rank(joined, ranks)
+        else:
+            tables = [arrow_table({"rank": np.full(len(part), rank, dtype=np.int64), **part.columns})
+                      for part, rank in zip(parts, ranks, strict=True)]
+        for (_, at), table in zip(have, tables, strict=True):
+            cast(dict[str, pa.Table], out[at])[name] = table
     return out
+
+
+def activity_tables(activity: dist.Activity, nvtx_window: str | None) -> dict[str, pa.Table]:
+    """The tables of analyse_tables made from the activity of one or more ranks (the analyses are
+    per rank, vectorised over ranks), in the window that the range `nvtx_window` marks (None: the
+    module's rules, window.py)."""
+    out: dict[str, pa.Table] = {}
+    window = win.find_window(activity, nvtx_window)
+    inside = win.clip(activity, window)
+    out["window"] = win.window_summary(activity, window)
+    out["iterations"] = win.iteration_series(activity, window)
+    out["kernels"] = win.with_window(win.kernel_sum(inside), window)
+    out["nccl"] = win.with_window(rank_nccl(inside), window)
+    out["overlap"] = win.with_window(columns_table(dist.overlap_columns(inside)), window)
+    out["phases"] = win.with_window(columns_table(dist.phase_columns(activity, win.instances_inside(window))), window)
+    out["timeline"] = iteration_timeline(activity, window)
+    out["gaps"] = win.with_window(columns_table(dist.gap_columns(inside, GAP_NS)), window)
+    out["capture_overlap"] = columns_table(dist.overlap_columns(activity))
+    out["capture_phases"] = columns_table(dist.phase_columns(activity, window.instance_columns))
+    events = critical_path.rank_event_columns(activity)
+    out[critical_path.EVENTS_TABLE] = arrow_table(events) if events is not None else \
+        to_arrow(critical_path.empty_events(), pandas_metadata=False)
+    return out
+
+
+#: the exports one joint pass of analyse_batch holds together, at most (bytes on disk): a pass keeps
+#: their activity in memory at once
+BATCH_BYTES = 64 << 20
+
+
+def joint_groups(files: Sequence[tuple[Path, int]]) -> list[list[int]]:
+    """The files (by position) that analyse_batch analyses in one pass: exports of distinct paths
+    and ranks (>= 0: an unknown rank is its file's own) that name the same window range, up to
+    BATCH_BYTES together; groups of one file and files that cannot be looked at are left out."""
+    groups: list[list[int]] = []
+    filling: dict[str | None, tuple[list[int], set[object], int]] = {}
+    for i, (path, rank) in enumerate(files):
+        try:
+            size, nvtx_window = path.stat().st_size, win.run_window_range(path)
+        except OSError:
+            continue
+        if rank < 0 or size > BATCH_BYTES:
+            continue
+        members, seen, total = filling.get(nvtx_window, ([], set(), 0))
+        if rank in seen or str(path) in seen or total + size > BATCH_BYTES:
+            groups.append(members)
+            members, seen, total = [], set(), 0
+        members.append(i)
+        seen |= {rank, str(path)}
+        filling[nvtx_window] = (members, seen, total + size)
+    groups += [members for members, _, _ in filling.values()]
+    return [g for g in groups if len(g) > 1]
+
+
+def split_by_rank(table: pa.Table, ranks: Sequence[int]) -> list[pa.Table]:
+    """The rows of each of `ranks` (its `rank` column), in the table's order: slices where the
+    table is in rank order (as the analyses make them), else the rows taken."""
+    if not table.num_rows:
+        return [table] * len(ranks)
+    column = table.column("rank").to_numpy()
+    if (column[1:] >= column[:-1]).all():
+        lo, hi = np.searchsorted(column, ranks, "left").tolist(), np.searchsorted(column, ranks, "right").tolist()
+        return [table.slice(a, b - a) for a, b in zip(lo, hi, strict=True)]
+    order = np.argsort(column, kind="stable")
+    lo, hi = np.searchsorted(column[order], ranks, "left").tolist(), np.searchsorted(column[order], ranks, "right").tolist()
+    return [table.take(order[a:b]) for a, b in zip(lo, hi, strict=True)]
+
+
+def analyse_batch(files: Sequence[tuple[Path, int]]) -> list[dict[str, pa.Table] | Exception]:
+    """analyse_tables of each of `files`, or the exception it raised, with the same tables: the
+    summary reports of each export on its own, the analyses of the activity in one pass over the
+    exports of each joint_groups group (joint_pass). A pass that fails is tried again as two
+    halves, so that one damaged file costs a few passes, not the group's; a file no pass takes is
+    analysed on its own, its error its own."""
+    out: dict[int, dict[str, pa.Table] | Exception] = {}
+    pending = joint_groups(files)
+    while pending:
+        group = pending.pop()
+        try:
+            out.update(joint_pass(files, group))
+        except Exception:                   # halves tried again; single files below
+            if len(group) >= 4:
+                pending += [group[:len(group) // 2], group[len(group) // 2:]]
+    alone = [i for i in range(len(files)) if i not in out]
+    out.update(zip(alone, each_alone(analyse_tables, [files[i] for i in alone]), strict=True))
+    return [out[i] for i in range(len(files))]
+
+
+def joint_pass(files: Sequence[tuple[Path, int]], group: list[int]) -> dict[int, dict[str, pa.Table]]:
+    """The tables of the files at positions `group` (distinct ranks, one window range), by position:
+    the activity of their exports analysed in one pass (the analyses are per rank and vectorised
+    over ranks: numpy's cost per call, most of a small export's time, is paid once for all), each
+    file's rows then taken out by its rank; its summary reports on its own. Files whose export does
+    not open or read are left out (analysed on their own by the caller)."""
+    with contextlib.ExitStack() as stack:
+        exports: dict[int, Export] = {}
+        for i in group:
+            try:
+                exports[i] = stack.enter_context(Export(files[i][0]))
+                exports[i].check_usable()
+            except Exception:               # left to the caller
+                exports.pop(i, None)
+        if len(exports) < 2:
+            return {}
+        activity = dist.load_activity(list(exports.values()), {str(files[i][0]): files[i][1] for i in exports})
+        joint = [i for i in exports if exports[i].path not in activity.failed]
+        tables = activity_tables(activity, win.run_window_range(files[group[0]][0]))
+        parts = {name: split_by_rank(table, [files[i][1] for i in joint]) for name, table in tables.items()}
+        summaries = summary_tables([(exports[i], files[i][1]) for i in joint])
+        return {i: got | {name: rows[at] for name, rows in parts.items()}       # a failed export: left to the caller
+                for at, (i, got) in enumerate(zip(joint, summaries, strict=True)) if isinstance(got, dict)}
 
 
 def analyse_file(path: Path, rank: int, nvtx_window: str | None = None) -> dict[str, pd.DataFrame]:
@@ -163,6 +289,9 @@ class NsysCollector(ToolCollector):
 
     def analyse_tables(self, path: Path, rank: int) -> dict[str, pa.Table]:
         return analyse_tables(path, rank)
+
+    def analyse_batch(self, files: Sequence[tuple[Path, int]]) -> list[dict[str, pa.Table] | Exception]:
+        return analyse_batch(files)
 
     def reducers(self) -> Sequence[Reducer]:
         return REDUCERS

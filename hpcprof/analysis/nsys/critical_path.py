@@ -23,9 +23,9 @@ from hpcprof.analysis.critical_path import (  # noqa: F401  (re-exported for col
     critical_path,
     critical_path_sentence,
     empty_events,
+    events_of_ranks,
     str_each,
 )
-from hpcprof.analysis.critical_path import rank_event_columns as event_columns_of_rank
 from hpcprof.analysis.nsys.arrays import group_starts
 from hpcprof.analysis.nsys.db import (
     NVTX,
@@ -90,7 +90,7 @@ def rank_event_columns(act: Activity, iteration_range: str | None = None) -> dic
     collective = np.full(len(comm), None, dtype=object)
     collective[comm] = collectives(act.column("short")[comm], act.column("name")[comm])
     files, rank, pid = act.column("file"), act.column("rank"), act.column("pid")
-    parts = []
+    parts: list[tuple[int, dict[str, np.ndarray], dict[str, np.ndarray], dict[str, np.ndarray]]] = []
     for path, export in act.exports.items():
         try:
             if not export.has(NVTX):
@@ -103,6 +103,8 @@ def rank_event_columns(act: Activity, iteration_range: str | None = None) -> dic
         range_start, range_end = ranges["start"].astype(np.int64, copy=False), ranges["end"].astype(np.int64, copy=False)
         range_pid = pid_of(ranges["globalTid"])
         mine_all = np.flatnonzero(files == str(path))
+        if not len(mine_all):               # no GPU operations in this export
+            continue
         order, first = group_starts(rank[mine_all], pid[mine_all])      # as groupby: sorted, rows in order
         for a, b in zip(first.tolist(), np.append(first[1:], len(order)).tolist(), strict=True):
             mine = mine_all[order[a:b]]
@@ -112,14 +114,9 @@ def rank_event_columns(act: Activity, iteration_range: str | None = None) -> dic
             ops = {"start": act.column("start")[mine], "end": act.column("end")[mine], "launch": launch[mine],
                    "stream": act.column("stream")[mine], "name": act.column("short")[mine],
                    "collective": collective[mine]}
-            columns = event_columns_of_rank(int(rank[mine[0]]), ops, its, {"name": range_name[phases],
-                                                                            "start": range_start[phases],
-                                                                            "end": range_end[phases]})
-            if columns is not None:
-                parts.append(columns)
-    if len(parts) > 1:
-        return {c: np.concatenate([part[c] for part in parts]) for c in parts[0]}
-    return parts[0] if parts else None
+            parts.append((int(rank[mine[0]]), ops, its, {"name": range_name[phases], "start": range_start[phases],
+                                                         "end": range_end[phases]}))
+    return events_of_ranks(parts)
 
 
 def critical_path_table(act: Activity) -> pd.DataFrame:
