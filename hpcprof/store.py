@@ -12,6 +12,7 @@ its parameters (`run_params`) and headline metrics (`run_metrics`) as typed rows
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import sqlite3
@@ -122,10 +123,25 @@ def database_url(workdir: Path, db: str | None = None) -> str:
     return db or os.environ.get("HPCPROF_DB") or f"sqlite:///{workdir.resolve() / 'hpcprof.db'}"
 
 
+BUSY_TIMEOUT_S = 30
+
+
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+    """Busy timeout, WAL and foreign keys on each new SQLite connection. Switching the journal to
+    WAL reads, then writes the header: SQLite answers "database is locked" at once, without
+    waiting, when another connection writes in between (several processes opening a store made
+    in the rollback journal, or a fresh one), so the switch is retried for the busy timeout."""
     cursor = dbapi_conn.cursor()
-    cursor.execute("PRAGMA busy_timeout = 30000")
-    cursor.execute("PRAGMA journal_mode = WAL")
+    cursor.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_S * 1000}")
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    for attempt in itertools.count():
+        try:
+            cursor.execute("PRAGMA journal_mode = WAL")
+            break
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(min(0.002 * 2 ** attempt, 0.1))
     cursor.execute("PRAGMA foreign_keys = ON")
     cursor.close()
 
@@ -148,7 +164,7 @@ def param_rows(run_id: str, params: dict[str, Any]) -> list[dict[str, Any]]:
 def make_engine(url: str) -> Engine:
     """The engine of `url` (nothing connected yet); a URL that cannot be used is one line."""
     try:
-        return create_engine(url, **({"connect_args": {"timeout": 30}} if url.startswith("sqlite") else {}))
+        return create_engine(url, **({"connect_args": {"timeout": BUSY_TIMEOUT_S}} if url.startswith("sqlite") else {}))
     except ImportError as exc:
         scheme = url.split("://")[0]
         raise UserError(f"--db {scheme}://...: its database driver ({exc.name}) is not installed; install hpcprof "

@@ -4,8 +4,11 @@ typed params and metrics queryable across runs, concurrent first use, unusable U
 from __future__ import annotations
 
 import os
+import sqlite3
 import subprocess
 import sys
+import threading
+import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -68,6 +71,32 @@ def test_first_use_is_safe_under_concurrency(store_url: str) -> None:
     with ProcessPoolExecutor(8) as pool:
         assert list(pool.map(_open, [store_url] * 16)) == ["ok"] * 16
     Store(store_url).add_sweep("s", "e", "local", {}, [])
+
+
+def test_switch_to_wal_waits_for_a_writer(tmp_path: Path) -> None:
+    """A store in the rollback journal (an older one, or one being made) opened while another
+    connection writes: SQLite refuses the switch to WAL at once ("database is locked", no busy
+    wait), which made concurrent first use fail now and then; the open waits for the writer."""
+    path = tmp_path / "store.db"
+    Store(f"sqlite:///{path}").engine.dispose()  # then back to the rollback journal
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA journal_mode = DELETE").fetchone() == ("delete",)
+    writer = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    writer.execute("BEGIN IMMEDIATE")
+    writer.execute("INSERT INTO sweeps (sweep_id, experiment, site, n_points, spec, created_at) "
+                   "VALUES ('w', 'e', 'local', 0, '{}', 0)")
+    with sqlite3.connect(path, timeout=5) as probe, pytest.raises(sqlite3.OperationalError, match="locked"):
+        probe.execute("PRAGMA journal_mode = WAL")  # what SQLite does: no wait, an error
+    release = threading.Timer(0.3, writer.execute, ["COMMIT"])
+    release.start()
+    started = time.monotonic()
+    store = Store(f"sqlite:///{path}")
+    release.join()
+    assert time.monotonic() - started >= 0.2
+    with store.engine.connect() as conn:
+        assert conn.execute(text("PRAGMA journal_mode")).scalar() == "wal"
+        assert conn.execute(text("SELECT sweep_id FROM sweeps")).scalars().all() == ["w"]
+    writer.close()
 
 
 def test_sqlite_store_uses_wal(tmp_path: Path) -> None:
