@@ -200,3 +200,75 @@ def _is_nsys_export(path: Path) -> bool:
 
     with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
         return bool(db.execute("SELECT 1 FROM sqlite_master WHERE name = 'StringIds'").fetchone())
+
+
+def _edited_copy(source: Path, target: Path, *sql: str) -> Path:
+    import sqlite3
+
+    shutil.copy(source, target)
+    target.chmod(0o644)
+    with contextlib.closing(sqlite3.connect(target)) as db:
+        for statement in sql:
+            db.execute(statement)
+        db.commit()
+    return target
+
+
+def test_nvtx_ranges_of_many_exports_equal_each_alone(fixtures_dir: Path, tmp_path: Path) -> None:
+    """loaders.nvtx_range_columns_of, the NVTX read of collect's joint pass (numpy's steps once
+    for many exports), gives each export exactly what nvtx_range_columns gives it alone: columns,
+    dtypes, name codes and names, for each event-type set and layout, the exports in either order.
+    The exports: every distinct nsys export of the fixtures, copies whose NVTX domains were
+    edited (a second, earlier creation of a domain; a domain row with an end; a range in a domain
+    no process created), one without NVTX_EVENTS and one without StringIds, whose errors are their
+    own."""
+    import numpy as np
+
+    from hpcprof.analysis.nsys.db import Export
+    from hpcprof.analysis.nsys.loaders import nvtx_range_columns, nvtx_range_columns_of
+    from hpcprof.analysis.nsys.schema import NVTX_PUSHPOP, NVTX_STARTEND, OLD
+
+    seqpar = fixtures_dir / "nsys" / "h200_seqpar_bf16" / "rank0.sqlite"
+    domain_row = "(SELECT min(rowid) FROM NVTX_EVENTS WHERE eventType = 75)"
+    paths = sorted(p for p in fixtures_dir.rglob("*.sqlite") if _is_nsys_export(p)) + [
+        _edited_copy(seqpar, tmp_path / "earlier.sqlite",
+                     "INSERT INTO NVTX_EVENTS (start, end, eventType, globalTid, domainId, text) SELECT start - 5, "
+                     f"NULL, 75, globalTid, domainId, 'EARLIER' FROM NVTX_EVENTS WHERE rowid = {domain_row}"),
+        _edited_copy(seqpar, tmp_path / "ended.sqlite", f"UPDATE NVTX_EVENTS SET end = start + 7 WHERE rowid = {domain_row}"),
+        _edited_copy(seqpar, tmp_path / "uncreated.sqlite",
+                     "UPDATE NVTX_EVENTS SET domainId = 9 WHERE rowid = (SELECT max(rowid) FROM NVTX_EVENTS "
+                     "WHERE eventType = 59)"),
+        _edited_copy(seqpar, tmp_path / "no_nvtx.sqlite", "DROP TABLE NVTX_EVENTS"),
+        _edited_copy(seqpar, tmp_path / "no_strings.sqlite", "DROP TABLE StringIds")]
+    with contextlib.ExitStack() as stack:
+        exports = [stack.enter_context(Export(path)) for path in paths]
+        with_domains = sum(bool(e.has("NVTX_EVENTS") and e.sql_rows("SELECT 1 FROM NVTX_EVENTS WHERE eventType = 75"))
+                           for e in exports)
+        assert len(exports) >= 25 and with_domains >= 10
+        compared = unresolved = 0
+        for types in (NVTX_PUSHPOP + NVTX_STARTEND, NVTX_PUSHPOP, NVTX_STARTEND):
+            for layout in (OLD, "new"):
+                for times in (True, False):
+                    alone: list[object] = []
+                    for export in exports:
+                        try:
+                            alone.append(nvtx_range_columns(export, types, layout, times))
+                        except Exception as exc:      # compared by type and message
+                            alone.append(exc)
+                    assert isinstance(alone[-2], Exception)         # no NVTX_EVENTS
+                    unresolved += isinstance(alone[-1], Exception)  # no StringIds (where it has ranges)
+                    for order in (1, -1):
+                        joint = nvtx_range_columns_of(exports[::order], types, layout, times)[::order]
+                        for export, one, got in zip(exports, alone, joint, strict=True):
+                            if isinstance(one, Exception):
+                                assert type(got) is type(one) and str(got) == str(one), export.path
+                                continue
+                            assert not isinstance(got, Exception), export.path
+                            (columns, names), (joint_columns, joint_names) = one, got  # type: ignore[misc]
+                            assert list(joint_columns) == list(columns), export.path
+                            for name, values in columns.items():
+                                assert joint_columns[name].dtype == values.dtype, (export.path, name)
+                                assert np.array_equal(joint_columns[name], values), (export.path, name)
+                            assert joint_names.tolist() == names.tolist(), export.path
+                            compared += 1
+        assert compared >= 12 * 2 * 25 and unresolved >= 8

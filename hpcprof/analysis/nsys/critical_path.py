@@ -32,7 +32,14 @@ from hpcprof.analysis.nsys.db import (
     NsysInputError,
     pid_of,
 )
-from hpcprof.analysis.nsys.distributed import Activity, call_op_codes, collectives, per_distinct, process_ranges
+from hpcprof.analysis.nsys.distributed import (
+    Activity,
+    call_op_codes,
+    collectives,
+    per_distinct,
+    process_ranges,
+    read_process_ranges,
+)
 from hpcprof.analysis.nsys.window import ECHO_RANGE, ITERATION_RANGE, TIMED_RANGE
 
 
@@ -91,6 +98,7 @@ def rank_event_columns(act: Activity, iteration_range: str | None = None) -> dic
     collective[comm] = collectives(act.column("short")[comm], act.column("name")[comm])
     files, rank, pid = act.column("file"), act.column("rank"), act.column("pid")
     parts: list[tuple[int, dict[str, np.ndarray], dict[str, np.ndarray], dict[str, np.ndarray]]] = []
+    read_process_ranges(act)
     for path, export in act.exports.items():
         try:
             if not export.has(NVTX):

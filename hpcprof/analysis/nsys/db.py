@@ -55,6 +55,7 @@ BATCH_ROWS = 1 << 16          # rows per Arrow batch read from SQLite
 SPLIT_ROWS = 1 << 17          # tables larger than this are read in parallel parts ...
 SPLIT_PARTS = 2               # ... of this many rowid ranges
 SMALL_READ_ROWS = 1 << 12     # tables up to this many rows are read through sqlite3 (sql_batches)
+STRINGS_KEPT = 1 << 14        # StringIds values an export keeps once looked up, at most
 T = TypeVar("T")
 
 
@@ -219,6 +220,8 @@ class Export:
         self._columns: dict[str, set[str]] = {}
         self._memo: dict[str, object] = {}
         self._memo_locks: dict[str, threading.Lock] = {}
+        #: StringIds values looked up (None: no such id), shared with the standard-library engine
+        self.known_strings: dict[int, str | None] = {}
         self._dbapi: sqlite3.Connection | None = None
         try:
             self._dbapi = sqlite3.connect(self._uri, uri=True, check_same_thread=False)
@@ -379,6 +382,10 @@ class Export:
                 self._memo[key] = compute()
             return self._memo[key]
 
+    def memoized(self, key: str) -> bool:
+        """Whether memo(`key`, ...) has been computed."""
+        return key in self._memo
+
     def rows(self, stmt: sa.Select) -> list[tuple]:
         """Run a Core select on the driver cursor; all rows as tuples."""
         return self.sql_rows(str(stmt.compile(self.engine, compile_kwargs={"literal_binds": True})))
@@ -417,7 +424,16 @@ class Export:
 
     def sql_ints(self, columns: str, table: str, where: str = "", ncols: int = 1) -> list[np.ndarray]:
         """`SELECT columns FROM table WHERE where` of `ncols` integer columns (never NULL, the SQL
-        coalesces); one int64 array per column, in table order (read by map_batches)."""
+        coalesces); one int64 array per column, in table order (read by map_batches; a small
+        read's rows straight into one int64 array, see small_rows)."""
+        rows = self.small_rows(f'SELECT {columns} FROM "{table}"' + (f" WHERE ({where})" if where else ""), table)
+        if rows is not None:
+            values = np.array(rows)
+            if values.dtype == np.int64 and values.shape == (len(rows), ncols):   # else as ADBC types them
+                return list(values.T.copy())
+            if not rows:
+                return [np.empty(0, dtype=np.int64) for _ in range(ncols)]
+
         def arrays(batch: pa.RecordBatch) -> list[np.ndarray]:
             # copies: a view would keep the driver's whole batch alive
             return [np.array(numpy_of(batch.column(i)), dtype=np.int64) for i in range(ncols)]
@@ -463,18 +479,13 @@ class Export:
         the export's sqlite3 connection instead, as one batch: an ADBC connection and statement
         cost more than such a read (see small_batch; a read it cannot type goes through ADBC)."""
         cache = self._cache
-        if table is not None and cache is None and self.size(table) <= SMALL_READ_ROWS:
-            try:
-                with self._lock:
-                    rows = self._db.execute(sql).fetchall()
-            except sqlite3.Error:
-                rows = None                         # read through ADBC, whose error then names the problem
-            if rows == []:
-                return
-            batch = small_batch(rows) if rows else None
-            if batch is not None:
-                yield batch
-                return
+        rows = self.small_rows(sql, table) if table is not None else None
+        if rows == []:
+            return
+        batch = small_batch(rows) if rows else None
+        if batch is not None:
+            yield batch
+            return
         cached = cache.read(sql) if cache is not None else None
         if cached is not None:
             yield from cached
@@ -484,6 +495,19 @@ class Export:
             yield from (cache.write_through(sql, batches) if cache is not None else batches)
         except adbc_driver_manager.Error as exc:
             raise NsysInputError(f"{self.path}: SQLite error ({exc})") from None
+
+    def small_rows(self, sql: str, table: str) -> list[tuple] | None:
+        """The rows of `sql`, a read of `table`, through the export's sqlite3 connection where the
+        table has at most SMALL_READ_ROWS rows and the export no columnar cache (an ADBC connection
+        and statement cost more than such a read, as per-rank exports' are); else, or where
+        SQLite fails (ADBC's error then names the problem), None."""
+        if self._cache is not None or self.size(table) > SMALL_READ_ROWS:
+            return None
+        try:
+            with self._lock:
+                return self._db.execute(sql).fetchall()
+        except sqlite3.Error:
+            return None
 
     def cached_result(self, name: str, compute: Callable[[], T], encode: Callable[[T], Any],
                       decode: Callable[[Any], T]) -> T:
@@ -531,10 +555,16 @@ class Export:
         uniq, inverse = np.unique(ids, return_inverse=True)
         if not self.has(STRINGS):
             raise NsysInputError(f"{self.path}: {NO_STRINGS}")
-        lookup: dict[int, str] = {}
-        for i in range(0, len(uniq), 50_000):
-            ids_sql = ",".join(map(str, uniq[i:i + 50_000].tolist()))
-            lookup.update(self.sql_rows(f"SELECT id, value FROM {STRINGS} WHERE id IN ({ids_sql})"))
-        values = np.array([lookup.get(int(i)) for i in uniq] + [None], dtype=object)[:-1]
+        known = self.known_strings              # ids looked up before (the analyses share names)
+        wanted = [i for i in uniq.tolist() if i not in known]
+        lookup: dict[int, str | None] = {}
+        for at in range(0, len(wanted), 50_000):
+            part = wanted[at:at + 50_000]
+            found = dict(self.sql_rows(f"SELECT id, value FROM {STRINGS} WHERE id IN ({','.join(map(str, part))})"))
+            lookup.update((i, found.get(i)) for i in part)
+        values = np.array([lookup[i] if i in lookup else known[i] for i in uniq.tolist()] + [None], dtype=object)[:-1]
+        if len(known) + len(lookup) <= STRINGS_KEPT:
+            with self._lock:
+                known.update(lookup)
         return values[inverse]
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 import threading
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -21,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from hpcprof.analysis.nsys.arrays import one_of
-from hpcprof.analysis.nsys.db import PID_BITS, PID_MASK, Export, TextCodes, numpy_of, pid_of
+from hpcprof.analysis.nsys.db import BATCH_ROWS, PID_BITS, PID_MASK, Export, TextCodes, numpy_of, pid_of
 from hpcprof.analysis.nsys.numerics import DUR, PACK_BITS, PACK_KEYS, PACK_MASK, Groups, factorize_sorted, group_codes
 from hpcprof.analysis.nsys.schema import (
     KERNEL,
@@ -35,6 +36,7 @@ from hpcprof.analysis.nsys.schema import (
     OLD_MEM_KINDS,
     OLD_MEMCPY_LABELS,
     MissingData,
+    NsysInputError,
     clean_api_name,
     memcpy_label,
     nvtx_domain_name,
@@ -135,7 +137,7 @@ def nvtx_ranges(export: Export, event_types: tuple[int, ...], layout: str,
 
 
 def nvtx_range_columns(export: Export, event_types: tuple[int, ...], layout: str,
-                       with_times: bool = False) -> tuple[dict[str, np.ndarray], np.ndarray]:
+                       with_times: bool = False) -> NvtxRanges:
     """NVTX ranges of `event_types` and their distinct names, from one scan of NVTX_EVENTS.
 
     Returns (ranges, names): ranges (numpy columns) has duration (unterminated ranges end at the last
@@ -144,58 +146,187 @@ def nvtx_range_columns(export: Export, event_types: tuple[int, ...], layout: str
     text; with a domain (eventType 75 row of the same process) it becomes
     `domain:text`. The new layout always writes `domain:text`, with an empty domain
     for the default one."""
-    need(export, NVTX, "NV Tools Extension (NVTX) data")
-    cols = export.columns(NVTX)
-    names = ["start", "end", "eventType", "globalTid", "textId", "domainId"]
-    # plain SQL, NULL as -1 (text: NUL): no SQLAlchemy statement to build and compile per export
-    select = [f'coalesce("{c}", -1)' if c in cols or c not in ("textId", "domainId") else "-1" for c in names]
-    select.append('coalesce("text", char(0))' if "text" in cols else "char(0)")
-    sql = f'SELECT {", ".join(select)} FROM "{NVTX}"'
-    columns = ["duration", "eventType", "textId", "text", "domainId", "pid"]
-    columns += ["start", "end", "globalTid"] if with_times else []
-    ranges: dict[str, list[np.ndarray]] = {n: [] for n in columns}
-    domains: dict[str, list[np.ndarray]] = {n: [] for n in ("start", "domainId", "pid", "textId", "text")}
-    last = 0
+    [got] = nvtx_range_columns_of([export], event_types, layout, with_times)
+    if isinstance(got, Exception):
+        raise got
+    return got
+
+
+#: an export's NVTX ranges as nvtx_range_columns gives them: (columns, names)
+NvtxRanges = tuple[dict[str, np.ndarray], np.ndarray]
+#: the columns of NVTX_EVENTS the ranges are read from, in the read's order (the text last)
+NVTX_READ = ("start", "end", "eventType", "globalTid", "textId", "domainId")
+#: the names of an export with no range rows
+NO_NAMES = np.empty(0, dtype=object)
+
+
+def nvtx_range_columns_of(exports: Sequence[Export], event_types: tuple[int, ...], layout: str,
+                          with_times: bool = False) -> list[NvtxRanges | MissingData | NsysInputError]:
+    """nvtx_range_columns of each export, or the MissingData/NsysInputError its read raised: each
+    export read on its own, the numpy steps done once over the rows of all (a per-rank export
+    has a few dozen ranges, and numpy's cost per call is most of the time), each export's
+    columns and names those it gives alone (its codes numbered as if read alone)."""
     codes = TextCodes()
-    for batch in export.sql_batches(sql, NVTX):  # the last timestamp is over all events, marks included
-        a = {n: batch.column(i).to_numpy().astype(np.int64, copy=False) for i, n in enumerate(names)}
-        last = max(last, int(a["start"].max()), int(a["end"].max()))
-        a["text"] = codes.encode(batch.column(6))
+    rows = _NvtxRows(len(exports), event_types)
+    failed: dict[int, MissingData | NsysInputError] = {}
+    for at, export in enumerate(exports):
+        try:
+            need(export, NVTX, "NV Tools Extension (NVTX) data")
+            cols = export.columns(NVTX)
+            # plain SQL, NULL as -1 (text: NUL): no SQLAlchemy statement to build and compile per export
+            select = [f'coalesce("{c}", -1)' if c in cols or c not in ("textId", "domainId") else "-1" for c in NVTX_READ]
+            select.append('coalesce("text", char(0))' if "text" in cols else "char(0)")
+            for batch in export.sql_batches(f'SELECT {", ".join(select)} FROM "{NVTX}"', NVTX):
+                rows.add(at, batch, codes)
+        except (MissingData, NsysInputError) as exc:
+            failed[at] = exc
+    d, dom = rows.finish()
+    texts = codes.values()
+    pairs = _nvtx_pairs(d, dom, texts, len(exports))
+    for at, export in enumerate(exports):                # StringIds first, the inline text second
+        chosen = (pairs.export == at) & (pairs.text_id >= 0)
+        if at in failed or not chosen.any():
+            continue
+        try:
+            resolved = export.strings(pairs.text_id[chosen])
+        except NsysInputError as exc:
+            failed[at] = exc
+            continue
+        pairs.label[chosen] = np.where(pd.isna(resolved), pairs.label[chosen], resolved)
+    n_ranges = len(d["duration"])
+    has_domains = np.zeros(len(exports) + 1, dtype=bool)
+    has_domains[dom["e"]] = True
+    with_domains = has_domains[d["e"]]
+    name_code = pairs.code[:n_ranges] - pairs.first[d["e"]]            # alone: codes by first use
+    names_of = {at: range_names_of(np.full(pairs.count[at], None, dtype=object),
+                                   pairs.label[pairs.first[at]:pairs.first[at] + pairs.count[at]], layout)
+                for at in range(len(exports)) if not has_domains[at] and at not in failed}
+    if len(dom["e"]):
+        dom["name"] = np.array([nvtx_domain_name(inline, lab, layout) for inline, lab in
+                                zip(texts[dom["text"]], pairs.label[pairs.code[n_ranges:]], strict=True)] + [None],
+                               dtype=object)[:-1]
+        codes_with, names_with = _with_domains(d, dom, with_domains, pairs, layout)
+        name_code[with_domains] = codes_with
+        names_of |= {at: names for at, names in names_with.items() if at not in failed}
+    last = rows.last[d["e"]]
+    duration = d["duration"]
+    duration[duration < 0] = last[duration < 0] + 1 + duration[duration < 0]
+    out: dict[str, np.ndarray] = {"duration": duration, "eventType": d["eventType"], "name": name_code}
+    if with_times:
+        out |= {"start": d["start"], "end": np.where(d["end"] < 0, last, d["end"]), "globalTid": d["globalTid"]}
+    bounds = np.searchsorted(d["e"], np.arange(len(exports) + 1)).tolist()
+    return [failed[at] if at in failed else
+            ({n: v[bounds[at]:bounds[at + 1]] for n, v in out.items()}, names_of.get(at, NO_NAMES))
+            for at in range(len(exports))]
+
+
+class _NvtxRows:
+    """The range and domain-creation rows of NVTX reads (each row tagged `e`, its export's
+    position), processed in chunks of at least BATCH_ROWS rows (a large export's batches one by
+    one, the batches of small ones together); `last`: each export's last NVTX timestamp."""
+
+    def __init__(self, exports: int, event_types: tuple[int, ...]) -> None:
+        self.event_types = event_types
+        self.pending: list[tuple[int, pa.RecordBatch, np.ndarray]] = []
+        self.last = np.zeros(exports + 1, dtype=np.int64)
+        self.ranges: dict[str, list[np.ndarray]] = {n: [] for n in (*RANGE_COLUMNS, "e")}
+        self.domains: dict[str, list[np.ndarray]] = {n: [] for n in (*DOMAIN_COLUMNS, "e")}
+
+    def add(self, at: int, batch: pa.RecordBatch, codes: TextCodes) -> None:
+        """A batch of export `at` (its text coded now: a failed read leaves no half-coded rows)."""
+        self.pending.append((at, batch, codes.encode(batch.column(6))))
+        if sum(b.num_rows for _, b, _ in self.pending) >= BATCH_ROWS:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self.pending:
+            return
+        batches, self.pending = self.pending, []
+        a = {n: np.concatenate([b.column(i).to_numpy().astype(np.int64, copy=False) for _, b, _ in batches])
+             for i, n in enumerate(NVTX_READ)}
+        a["e"] = np.repeat(np.array([at for at, _, _ in batches], dtype=np.int64), [b.num_rows for _, b, _ in batches])
+        a["text"] = np.concatenate([text for _, _, text in batches])
+        segments = np.flatnonzero(np.concatenate(([True], a["e"][1:] != a["e"][:-1])))
+        exports = a["e"][segments]              # the last timestamp is over all events, marks included
+        self.last[exports] = np.maximum(self.last[exports], np.maximum.reduceat(np.maximum(a["start"], a["end"]),
+                                                                                segments))
         a["pid"] = pid_of(a["globalTid"])
         # end - start, or -(start + 1) for an unterminated range (its end is known after the scan)
         a["duration"] = np.where(a["end"] >= 0, a["end"] - a["start"], -a["start"] - 1)
-        for keep, into in ((one_of(a["eventType"], event_types), ranges),
-                           (a["eventType"] == NVTX_DOMAIN_CREATE, domains)):
+        for keep, into in ((one_of(a["eventType"], self.event_types), self.ranges),
+                           (a["eventType"] == NVTX_DOMAIN_CREATE, self.domains)):
             for n in into:
                 into[n].append(a[n][keep].astype(NVTX_DTYPES.get(n, np.int64)))
-    d = {n: _concat(ranges.pop(n), NVTX_DTYPES.get(n, np.int64)) for n in columns}
-    dom = {n: _concat(v, NVTX_DTYPES.get(n, np.int64)) for n, v in domains.items()}
-    texts = codes.values()
-    # label of each distinct (textId, text): the StringIds value first, the inline text second
-    width = len(texts) + 1
-    pair, pairs = pd.factorize(np.concatenate((d["textId"], dom["textId"])).astype(np.int64) * width
-                               + np.concatenate((d["text"], dom["text"])))
-    pairs = np.asarray(pairs, dtype=np.int64)
-    uid, utext = pairs // width, pairs % width
-    label = texts[utext] if len(texts) else np.full(len(pairs), None, dtype=object)
-    if (uid >= 0).any():
-        resolved = export.strings(uid[uid >= 0])
-        label[uid >= 0] = np.where(pd.isna(resolved), label[uid >= 0], resolved)
-    n_ranges = len(d["duration"])
-    if len(dom["start"]):
-        dom["name"] = np.array([nvtx_domain_name(inline, lab, layout) for inline, lab in
-                                zip(texts[dom["text"]], label[pair[n_ranges:]], strict=True)] + [None],
-                               dtype=object)[:-1]
-        name_code, range_names = _with_domains(d, dom, pair[:n_ranges], label, layout)
-    else:
-        name_code = pair[:n_ranges]
-        range_names = range_names_of(np.full(len(label), None, dtype=object), label, layout)
-    duration = d["duration"]
-    duration[duration < 0] = last + 1 + duration[duration < 0]
-    out: dict[str, Any] = {"duration": duration, "eventType": d["eventType"], "name": name_code}
-    if with_times:
-        out |= {"start": d["start"], "end": np.where(d["end"] < 0, last, d["end"]), "globalTid": d["globalTid"]}
-    return out, range_names
+
+    def finish(self) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """The range rows and the domain rows, each in export order, then read order."""
+        self._flush()
+        return ({n: _concat(v, NVTX_DTYPES.get(n, np.int64)) for n, v in self.ranges.items()},
+                {n: _concat(v, NVTX_DTYPES.get(n, np.int64)) for n, v in self.domains.items()})
+
+
+RANGE_COLUMNS = ("duration", "eventType", "textId", "text", "domainId", "pid", "start", "end", "globalTid")
+DOMAIN_COLUMNS = ("start", "domainId", "pid", "textId", "text")
+
+
+class _Pairs:
+    """The distinct (textId, text) of each export's range rows then domain rows: `code` of each
+    row (range rows first), numbered by first use, export by export (an export's codes are
+    first[e] .. first[e] + count[e] - 1, in the order its own read numbers them); per code its
+    `export`, `text_id` and `label` (the inline text until StringIds resolves it)."""
+
+    def __init__(self, code: np.ndarray, export: np.ndarray, text_id: np.ndarray, label: np.ndarray,
+                 exports: int) -> None:
+        self.code, self.export, self.text_id, self.label = code, export, text_id, label
+        self.count = np.bincount(export, minlength=exports)
+        self.first = np.concatenate(([0], np.cumsum(self.count)[:-1]))
+
+
+def _nvtx_pairs(d: dict[str, np.ndarray], dom: dict[str, np.ndarray], texts: np.ndarray, exports: int) -> _Pairs:
+    e = np.concatenate((d["e"], dom["e"]))
+    text_id = np.concatenate((d["textId"], dom["textId"])).astype(np.int64)
+    text = np.concatenate((d["text"], dom["text"]))
+    pair = pd.factorize(text_id * (len(texts) + 1) + text)[0]
+    order = np.lexsort((np.arange(len(e)) >= len(d["e"]), e))     # export by export: its ranges, then its domains
+    ordered, _ = pd.factorize(e[order] * (int(pair.max(initial=-1)) + 1) + pair[order])
+    code = np.empty(len(e), dtype=np.int64)
+    code[order] = ordered
+    first_row = order[np.unique(ordered, return_index=True)[1]]
+    label = texts[text[first_row]] if len(texts) else np.full(len(first_row), None, dtype=object)
+    return _Pairs(code, e[first_row], text_id[first_row], label, exports)
+
+
+def _with_domains(d: dict[str, np.ndarray], dom: dict[str, np.ndarray], rows: np.ndarray, pairs: _Pairs,
+                  layout: str) -> tuple[np.ndarray, dict[int, np.ndarray]]:
+    """Name codes of the range rows `rows` (a mask: those of exports with domain rows), each
+    export's numbered from 0 as alone, and each such export's names `domain:label`, the domain
+    being the first eventType 75 row (by start) with the range's domainId in the range's
+    process (2022.4 names it by its inline text, newer nsys by its StringIds value or text).
+    `dom` holds the domain rows' e, start, domainId, pid and name."""
+    by_start = np.lexsort((dom["start"], dom["e"]))                    # per export, by start; stable
+    key_of = (np.concatenate((dom["domainId"], d["domainId"][rows])).astype(np.int64) << 32) \
+        | np.concatenate((dom["pid"], d["pid"][rows])).astype(np.int64)
+    distinct, key = np.unique(key_of, return_inverse=True)         # (domain, process), order kept
+    key = np.concatenate((dom["e"], d["e"][rows])) * (len(distinct) + 1) + key.reshape(-1)
+    domain_keys, first = np.unique(key[:len(dom["e"])][by_start], return_index=True)   # first row of each
+    domain_names = np.asarray(dom["name"], dtype=object)[by_start][first]
+    row_keys = key[len(dom["e"]):]
+    at = np.searchsorted(domain_keys, row_keys)
+    found = at < len(domain_keys)
+    found[found] = domain_keys[at[found]] == row_keys[found]
+    dom_of_row = np.where(found, at, -1)
+    width = len(pairs.label) + 1
+    combo, combos = factorize_sorted(dom_of_row * width + pairs.code[:len(d["e"])][rows])
+    combos = np.asarray(combos, dtype=np.int64)
+    export = pairs.export[combos % width]
+    by_export = np.argsort(export, kind="stable")                     # each export's combos, in their order
+    local = np.empty(len(combos), dtype=np.int64)
+    local[by_export] = np.arange(len(combos)) - np.searchsorted(export[by_export], export[by_export])
+    names = range_names_of(np.concatenate((domain_names, np.array([None], dtype=object)))[combos // width],
+                           pairs.label[combos % width], layout)[by_export]
+    present = np.unique(export)
+    bounds = np.searchsorted(export[by_export], present, "right").tolist()
+    return local[combo], dict(zip(present.tolist(), np.split(names, bounds[:-1]) if len(present) else [], strict=True))
 
 
 NVTX_DTYPES = {"eventType": np.int16, "textId": np.int32, "domainId": np.int32, "text": np.int32, "pid": np.int32}
@@ -203,29 +334,6 @@ NVTX_DTYPES = {"eventType": np.int16, "textId": np.int32, "domainId": np.int32, 
 
 def _concat(parts: list[np.ndarray], dtype: type) -> np.ndarray:
     return np.concatenate(parts) if parts else np.empty(0, dtype=dtype)
-
-
-def _with_domains(d: dict[str, np.ndarray], dom: dict[str, np.ndarray], pair: np.ndarray, label: np.ndarray,
-                  layout: str) -> tuple[np.ndarray, np.ndarray]:
-    """Range name codes and names `domain:label`, the domain being the first eventType 75
-    row (by start) with the range's domainId in the range's process (2022.4 names it by its
-    inline text, newer nsys by its StringIds value or text). `dom` holds the domain rows'
-    start, domainId, pid and name."""
-    by_start = np.argsort(dom["start"], kind="stable")
-    keys = (dom["domainId"].astype(np.int64)[by_start] << 32) | dom["pid"].astype(np.int64)[by_start]
-    domain_keys, first = np.unique(keys, return_index=True)          # the first row of each (domain, process)
-    domain_names = np.asarray(dom["name"], dtype=object)[by_start][first]
-    row_keys = (d["domainId"].astype(np.int64) << 32) | d["pid"].astype(np.int64)
-    at = np.searchsorted(domain_keys, row_keys)
-    found = at < len(domain_keys)
-    found[found] = domain_keys[at[found]] == row_keys[found]
-    dom_of_row = np.where(found, at, -1)
-    width = len(label) + 1
-    combo, combos = factorize_sorted(dom_of_row * width + pair)
-    combos = np.asarray(combos, dtype=np.int64)
-    dom_names = np.concatenate((domain_names, np.array([None], dtype=object)))[combos // width]
-    labels = label[combos % width]
-    return combo, range_names_of(dom_names, labels, layout)
 
 
 def range_names_of(domains: np.ndarray, labels: np.ndarray, layout: str) -> np.ndarray:
@@ -345,9 +453,15 @@ def nvtx_groups_packed(export: Export, event_types: tuple[int, ...], layout: str
                               zip(inline_text.tolist(), label.tolist(), strict=True)] + [None], dtype=object)[:-1]
         ranges = ~domains
         domain_ids, pids = key_rows >> PID_BITS, key_rows & PID_MASK
-        pair, names = _with_domains({"domainId": domain_ids[ranges], "pid": pids[ranges]},
-                                    {"start": domain_starts, "domainId": domain_ids[domains], "pid": pids[domains],
-                                     "name": dom_names[pair[domains]]}, pair[ranges], label, layout)
+        n_ranges, n_domains = int(ranges.sum()), int(domains.sum())
+        one = _Pairs(pair[ranges].astype(np.int64), np.zeros(len(label), dtype=np.int64),
+                     np.full(len(label), -1, dtype=np.int64), label, 1)
+        pair, by_export = _with_domains({"domainId": domain_ids[ranges], "pid": pids[ranges],
+                                         "e": np.zeros(n_ranges, dtype=np.int64)},
+                                        {"start": domain_starts, "domainId": domain_ids[domains], "pid": pids[domains],
+                                         "name": dom_names[pair[domains]], "e": np.zeros(n_domains, dtype=np.int64)},
+                                        np.ones(n_ranges, dtype=bool), one, layout)
+        names = by_export.get(0, NO_NAMES)
         del key_rows, domain_ids, pids
         v, kls = v[ranges], kls[ranges]
     else:

@@ -99,10 +99,13 @@ def _summary(groups: dict[Any, Stats], count_label: str, layout: str, labels: li
 class SmallExport:
     """An nsys SQLite export read with the standard library (read-only, immutable)."""
 
-    def __init__(self, path: Path, conn: sqlite3.Connection | None = None, tables: set[str] | None = None) -> None:
+    def __init__(self, path: Path, conn: sqlite3.Connection | None = None, tables: set[str] | None = None,
+                 known_strings: dict[int, str | None] | None = None) -> None:
         """Open `path` (close closes it); or read it through `conn`, an open read-only connection
-        to it whose tables are `tables`, borrowed (close leaves it open)."""
+        to it whose tables are `tables`, borrowed (close leaves it open). `known_strings`: the
+        StringIds values already looked up (None: no such id), shared with whoever borrows it."""
         self.path = path
+        self.known_strings = {} if known_strings is None else known_strings
         self.owned = conn is None or tables is None
         if conn is None or tables is None:
             check_sqlite_file(path)
@@ -134,13 +137,15 @@ class SmallExport:
         return {r[1] for r in self.query(f'PRAGMA table_info("{table}")')} if table in self.tables else set()
 
     def strings(self, ids: Iterable[int]) -> dict[int, str]:
-        """StringIds.value of each id (unknown ids are absent)."""
-        wanted = sorted({i for i in ids if i is not None})
-        found: dict[int, str] = {}
+        """StringIds.value of each id (unknown ids are absent); each id looked up once."""
+        asked = {i for i in ids if i is not None}
+        known = self.known_strings
+        wanted = sorted(i for i in asked if i not in known)
         for at in range(0, len(wanted), 50_000):
-            listed = ",".join(map(str, wanted[at:at + 50_000]))
-            found.update(self.query(f"SELECT id, value FROM {STRINGS} WHERE id IN ({listed})"))
-        return found
+            part = wanted[at:at + 50_000]
+            found = dict(self.query(f"SELECT id, value FROM {STRINGS} WHERE id IN ({','.join(map(str, part))})"))
+            known.update((i, found.get(i)) for i in part)
+        return {i: value for i in asked if (value := known[i]) is not None}
 
 
 # ---------------------------------------------------------------------------------------

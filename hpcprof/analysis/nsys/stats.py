@@ -283,7 +283,8 @@ def run_python_reports(source: Path | Export, names: list[str]) -> list[Table | 
             export = SmallExport(source)
             stack.callback(export.close)
         else:
-            export = SmallExport(source.path, stack.enter_context(source.sqlite()), source.table_names)
+            export = SmallExport(source.path, stack.enter_context(source.sqlite()), source.table_names,
+                                 source.known_strings)
         out: list[Table | MissingData | NsysInputError] = []
         for name in names:
             spec = spec_of(name)
