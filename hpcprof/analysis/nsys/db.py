@@ -12,6 +12,7 @@ pay for it. The user's file is opened with `mode=ro&immutable=1`, so SQLite neve
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import sqlite3
 import threading
@@ -427,12 +428,12 @@ class Export:
         coalesces); one int64 array per column, in table order (read by map_batches; a small
         read's rows straight into one int64 array, see small_rows)."""
         rows = self.small_rows(f'SELECT {columns} FROM "{table}"' + (f" WHERE ({where})" if where else ""), table)
-        if rows is not None:
-            values = np.array(rows)
-            if values.dtype == np.int64 and values.shape == (len(rows), ncols):   # else as ADBC types them
-                return list(values.T.copy())
-            if not rows:
-                return [np.empty(0, dtype=np.int64) for _ in range(ncols)]
+        if rows is not None:                    # else, and where a value is not a number, as ADBC types them
+            try:
+                values = np.fromiter(itertools.chain.from_iterable(rows), dtype=np.int64, count=len(rows) * ncols)
+                return list(values.reshape(len(rows), ncols).T.copy())
+            except (TypeError, ValueError, OverflowError):
+                pass
 
         def arrays(batch: pa.RecordBatch) -> list[np.ndarray]:
             # copies: a view would keep the driver's whole batch alive
