@@ -178,7 +178,7 @@ def test_parts_of_the_layout_before_bundles_are_removed(fixtures_dir: Path, tmp_
     mapped = map_files("nsys", {export: 0}, tmp_path, InProcess(), lambda line: None, print)
     assert "nccl" in mapped["rank0.sqlite"].tables
     [manifest, bundle] = sorted(p.name for p in (tmp_path / "derived/nsys/parts").iterdir())
-    assert bundle == mapped["rank0.sqlite"].bundle and bundle.startswith("rank0.sqlite.") and manifest == "manifest.json"
+    assert bundle == mapped["rank0.sqlite"].bundle and bundle.startswith("rank0.sqlite.") and manifest == "manifest.feather"
 
 
 @pytest.mark.parametrize("workers", [1, 2])
@@ -292,3 +292,40 @@ def test_a_bundle_that_cannot_be_written_skips_its_files_with_the_reason(fixture
     outcomes = map_task("nsys", [(export, 0), (export, 1)], str(not_a_dir), "task.arrow", {})
     assert len(outcomes) == 2 and all(isinstance(o, MapFailure) and not o.note for o in outcomes)
     assert "parts" in outcomes[0].message, outcomes[0].message
+
+
+def test_the_manifest_keeps_what_was_mapped_and_one_that_does_not_read_maps_all_again(fixtures_dir: Path,
+                                                                                   tmp_path: Path) -> None:
+    """The parts' manifest (an Arrow file) holds each mapped file's size, mtime, rank, bundle,
+    position and tables: a second collect skips every file it names; a manifest that does not
+    read (truncated) is a cache miss, every file mapped again to the same parts; the JSON
+    manifest of earlier versions is neither read nor left behind."""
+    from hpcprof.collect import InProcess, map_files
+    from hpcprof.collect.runs import MANIFEST, OLD_MANIFEST, ManifestEntry, _load_manifest
+
+    exports = {}
+    for rank in range(3):
+        exports[tmp_path / f"rank{rank}.sqlite"] = rank
+        shutil.copy(fixtures_dir / f"nsys/h200_seqpar_bf16/rank{rank % 2}.sqlite", tmp_path / f"rank{rank}.sqlite")
+    parts = tmp_path / "run/derived/nsys/parts"
+    parts.mkdir(parents=True)
+    (parts / OLD_MANIFEST).write_text('{"rank0.sqlite": {"size": 1}}')
+
+    def collect() -> tuple[dict, list[str]]:
+        lines: list[str] = []
+        return map_files("nsys", exports, tmp_path / "run", InProcess(), lines.append, print), lines
+
+    first, lines = collect()
+    assert not any("unchanged" in line for line in lines) and not (parts / OLD_MANIFEST).exists()
+    entries = _load_manifest(parts)
+    assert entries == {f"rank{rank}.sqlite": ManifestEntry(path.stat().st_size, path.stat().st_mtime_ns, rank,
+                                                            first[path.name].bundle, first[path.name].position,
+                                                            first[path.name].tables)
+                       for path, rank in exports.items()}
+    assert len(first["rank0.sqlite"].tables) > 10
+    again, lines = collect()
+    assert again == first and "nsys: 3 file(s) unchanged since the last collect, skipped" in lines
+    (parts / MANIFEST).write_bytes((parts / MANIFEST).read_bytes()[:-40])
+    assert _load_manifest(parts) == {}
+    remapped, lines = collect()
+    assert remapped == first and not any("unchanged" in line for line in lines)
