@@ -167,7 +167,7 @@ def nvtx_range_columns_of(exports: Sequence[Export], event_types: tuple[int, ...
     has a few dozen ranges, and numpy's cost per call is most of the time), each export's
     columns and names those it gives alone (its codes numbered as if read alone)."""
     codes = TextCodes()
-    rows = _NvtxRows(len(exports), event_types)
+    rows = _NvtxRows(len(exports), event_types, with_times)
     failed: dict[int, MissingData | NsysInputError] = {}
     for at, export in enumerate(exports):
         try:
@@ -182,7 +182,7 @@ def nvtx_range_columns_of(exports: Sequence[Export], event_types: tuple[int, ...
             failed[at] = exc
     d, dom = rows.finish()
     texts = codes.values()
-    pairs = _nvtx_pairs(d, dom, texts, len(exports))
+    pairs = _nvtx_pairs(d, dom, texts)
     for at, export in enumerate(exports):                # StringIds first, the inline text second
         chosen = (pairs.export == at) & (pairs.text_id >= 0)
         if at in failed or not chosen.any():
@@ -194,23 +194,25 @@ def nvtx_range_columns_of(exports: Sequence[Export], event_types: tuple[int, ...
             continue
         pairs.label[chosen] = np.where(pd.isna(resolved), pairs.label[chosen], resolved)
     n_ranges = len(d["duration"])
+    one = len(exports) == 1                       # one export (a large one, as the CLI reads): no per-row look-ups
     has_domains = np.zeros(len(exports) + 1, dtype=bool)
     has_domains[dom["e"]] = True
-    with_domains = has_domains[d["e"]]
-    name_code = pairs.code[:n_ranges] - pairs.first[d["e"]]            # alone: codes by first use
-    names_of = {at: range_names_of(np.full(pairs.count[at], None, dtype=object),
-                                   pairs.label[pairs.first[at]:pairs.first[at] + pairs.count[at]], layout)
-                for at in range(len(exports)) if not has_domains[at] and at not in failed}
+    with_domains = has_domains[d["e"]] if not one else slice(None) if has_domains[0] else slice(0)
+    name_code = pairs.local[pairs.code[:n_ranges]] if not one else pairs.code[:n_ranges]   # codes by first use
+    names_of = {at: range_names_of(np.full(len(mine), None, dtype=object), pairs.label[mine], layout)
+                for at in range(len(exports)) if not has_domains[at] and at not in failed
+                for mine in [pairs.of(at)]}
     if len(dom["e"]):
         dom["name"] = np.array([nvtx_domain_name(inline, lab, layout) for inline, lab in
                                 zip(texts[dom["text"]], pairs.label[pairs.code[n_ranges:]], strict=True)] + [None],
                                dtype=object)[:-1]
-        codes_with, names_with = _with_domains(d, dom, with_domains, pairs, layout)
+        codes_with, names_with = _with_domains(d, dom, with_domains, pairs, layout, one)
         name_code[with_domains] = codes_with
         names_of |= {at: names for at, names in names_with.items() if at not in failed}
-    last = rows.last[d["e"]]
+    last = rows.last[d["e"]] if not one else rows.last[0]
     duration = d["duration"]
-    duration[duration < 0] = last[duration < 0] + 1 + duration[duration < 0]
+    unterminated = duration < 0
+    duration[unterminated] = (last[unterminated] if not one else last) + 1 + duration[unterminated]
     out: dict[str, np.ndarray] = {"duration": duration, "eventType": d["eventType"], "name": name_code}
     if with_times:
         out |= {"start": d["start"], "end": np.where(d["end"] < 0, last, d["end"]), "globalTid": d["globalTid"]}
@@ -223,25 +225,28 @@ def nvtx_range_columns_of(exports: Sequence[Export], event_types: tuple[int, ...
 class _NvtxRows:
     """The range and domain-creation rows of NVTX reads (each row tagged `e`, its export's
     position), processed in chunks of at least BATCH_ROWS rows (a large export's batches one by
-    one, the batches of small ones together); `last`: each export's last NVTX timestamp."""
+    one, the batches of small ones together); `last`: each export's last NVTX timestamp. The
+    ranges' start, end and globalTid are kept `with_times` only."""
 
-    def __init__(self, exports: int, event_types: tuple[int, ...]) -> None:
+    def __init__(self, exports: int, event_types: tuple[int, ...], with_times: bool) -> None:
         self.event_types = event_types
         self.pending: list[tuple[int, pa.RecordBatch, np.ndarray]] = []
+        self.pending_rows = 0
         self.last = np.zeros(exports + 1, dtype=np.int64)
-        self.ranges: dict[str, list[np.ndarray]] = {n: [] for n in (*RANGE_COLUMNS, "e")}
+        self.ranges: dict[str, list[np.ndarray]] = {n: [] for n in (*RANGE_COLUMNS, *with_times * RANGE_TIMES, "e")}
         self.domains: dict[str, list[np.ndarray]] = {n: [] for n in (*DOMAIN_COLUMNS, "e")}
 
     def add(self, at: int, batch: pa.RecordBatch, codes: TextCodes) -> None:
         """A batch of export `at` (its text coded now: a failed read leaves no half-coded rows)."""
         self.pending.append((at, batch, codes.encode(batch.column(6))))
-        if sum(b.num_rows for _, b, _ in self.pending) >= BATCH_ROWS:
+        self.pending_rows += batch.num_rows
+        if self.pending_rows >= BATCH_ROWS:
             self._flush()
 
     def _flush(self) -> None:
         if not self.pending:
             return
-        batches, self.pending = self.pending, []
+        batches, self.pending, self.pending_rows = self.pending, [], 0
         a = {n: np.concatenate([b.column(i).to_numpy().astype(np.int64, copy=False) for _, b, _ in batches])
              for i, n in enumerate(NVTX_READ)}
         a["e"] = np.repeat(np.array([at for at, _, _ in batches], dtype=np.int64), [b.num_rows for _, b, _ in batches])
@@ -265,56 +270,77 @@ class _NvtxRows:
                 {n: _concat(v, NVTX_DTYPES.get(n, np.int64)) for n, v in self.domains.items()})
 
 
-RANGE_COLUMNS = ("duration", "eventType", "textId", "text", "domainId", "pid", "start", "end", "globalTid")
+RANGE_COLUMNS = ("duration", "eventType", "textId", "text", "domainId", "pid")
+RANGE_TIMES = ("start", "end", "globalTid")
 DOMAIN_COLUMNS = ("start", "domainId", "pid", "textId", "text")
 
 
 class _Pairs:
-    """The distinct (textId, text) of each export's range rows then domain rows: `code` of each
-    row (range rows first), numbered by first use, export by export (an export's codes are
-    first[e] .. first[e] + count[e] - 1, in the order its own read numbers them); per code its
-    `export`, `text_id` and `label` (the inline text until StringIds resolves it)."""
+    """The distinct (export, textId, text) of the range rows then the domain rows: `code` of each
+    row (range rows first), numbered by first use over all rows; per code its `export`, its
+    `local` number (its export's codes numbered by first use in that export's range rows then
+    domain rows: the codes it gives alone), `text_id` and `label` (the inline text until
+    StringIds resolves it). No sort over the rows: two hash passes."""
 
-    def __init__(self, code: np.ndarray, export: np.ndarray, text_id: np.ndarray, label: np.ndarray,
-                 exports: int) -> None:
+    def __init__(self, code: np.ndarray, export: np.ndarray, text_id: np.ndarray, label: np.ndarray) -> None:
         self.code, self.export, self.text_id, self.label = code, export, text_id, label
-        self.count = np.bincount(export, minlength=exports)
-        self.first = np.concatenate(([0], np.cumsum(self.count)[:-1]))
+        by_export = np.argsort(export, kind="stable")                  # each export's codes, in first use
+        self.local = np.empty(len(export), dtype=np.int64)
+        self.local[by_export] = np.arange(len(export)) - np.searchsorted(export[by_export], export[by_export])
+
+    def of(self, at: int) -> np.ndarray:
+        """The codes of export `at`, in its local order."""
+        return np.flatnonzero(self.export == at)
 
 
-def _nvtx_pairs(d: dict[str, np.ndarray], dom: dict[str, np.ndarray], texts: np.ndarray, exports: int) -> _Pairs:
+def _nvtx_pairs(d: dict[str, np.ndarray], dom: dict[str, np.ndarray], texts: np.ndarray) -> _Pairs:
+    width = len(texts) + 1
+    text_pair, text_pairs = pd.factorize(np.concatenate((d["textId"], dom["textId"])).astype(np.int64) * width
+                                         + np.concatenate((d["text"], dom["text"])))
+    text_pairs = np.asarray(text_pairs, dtype=np.int64)
     e = np.concatenate((d["e"], dom["e"]))
-    text_id = np.concatenate((d["textId"], dom["textId"])).astype(np.int64)
-    text = np.concatenate((d["text"], dom["text"]))
-    pair = pd.factorize(text_id * (len(texts) + 1) + text)[0]
-    order = np.lexsort((np.arange(len(e)) >= len(d["e"]), e))     # export by export: its ranges, then its domains
-    ordered, _ = pd.factorize(e[order] * (int(pair.max(initial=-1)) + 1) + pair[order])
-    code = np.empty(len(e), dtype=np.int64)
-    code[order] = ordered
-    first_row = order[np.unique(ordered, return_index=True)[1]]
-    label = texts[text[first_row]] if len(texts) else np.full(len(first_row), None, dtype=object)
-    return _Pairs(code, e[first_row], text_id[first_row], label, exports)
+    if e.max(initial=0) == 0:                                          # one export: its codes as they are
+        code, of_pair, export = text_pair, np.arange(len(text_pairs)), np.zeros(len(text_pairs), dtype=np.int64)
+    else:         # with the export: first use over all rows is, per export, first use in its ranges, then domains
+        code, keys = pd.factorize(e * len(text_pairs) + text_pair)
+        keys = np.asarray(keys, dtype=np.int64)
+        of_pair, export = keys % len(text_pairs), keys // len(text_pairs)
+    text_id, text = text_pairs[of_pair] // width, text_pairs[of_pair] % width
+    label = texts[text] if len(texts) else np.full(len(text), None, dtype=object)
+    return _Pairs(np.asarray(code, dtype=np.int64), export, text_id, label)
 
 
-def _with_domains(d: dict[str, np.ndarray], dom: dict[str, np.ndarray], rows: np.ndarray, pairs: _Pairs,
-                  layout: str) -> tuple[np.ndarray, dict[int, np.ndarray]]:
-    """Name codes of the range rows `rows` (a mask: those of exports with domain rows), each
-    export's numbered from 0 as alone, and each such export's names `domain:label`, the domain
-    being the first eventType 75 row (by start) with the range's domainId in the range's
-    process (2022.4 names it by its inline text, newer nsys by its StringIds value or text).
-    `dom` holds the domain rows' e, start, domainId, pid and name."""
+def _with_domains(d: dict[str, np.ndarray], dom: dict[str, np.ndarray], rows: np.ndarray | slice, pairs: _Pairs,
+                  layout: str, one: bool) -> tuple[np.ndarray, dict[int, np.ndarray]]:
+    """Name codes of the range rows `rows` (those of exports with domain rows), each export's
+    numbered from 0 as alone, and each such export's names `domain:label`, the domain being the
+    first eventType 75 row (by start) with the range's domainId in the range's process (2022.4
+    names it by its inline text, newer nsys by its StringIds value or text). `dom` holds the
+    domain rows' e, start, domainId, pid and name. Only the domain rows are sorted: a range row
+    is looked up among them (`one`: all rows are of one export, the export left out of keys)."""
+    def key(rows_of: dict[str, np.ndarray], picked: np.ndarray | slice) -> np.ndarray:
+        return (rows_of["domainId"][picked].astype(np.int64) << 32) | rows_of["pid"][picked].astype(np.int64)
+
+    def look_up(sorted_keys: np.ndarray, keys: np.ndarray) -> np.ndarray:
+        """Each key's position in `sorted_keys`, -1 where it is not there."""
+        at = np.searchsorted(sorted_keys, keys)
+        found = at < len(sorted_keys)
+        found[found] = sorted_keys[at[found]] == keys[found]
+        return np.where(found, at, -1)
+
     by_start = np.lexsort((dom["start"], dom["e"]))                    # per export, by start; stable
-    key_of = (np.concatenate((dom["domainId"], d["domainId"][rows])).astype(np.int64) << 32) \
-        | np.concatenate((dom["pid"], d["pid"][rows])).astype(np.int64)
-    distinct, key = np.unique(key_of, return_inverse=True)         # (domain, process), order kept
-    key = np.concatenate((dom["e"], d["e"][rows])) * (len(distinct) + 1) + key.reshape(-1)
-    domain_keys, first = np.unique(key[:len(dom["e"])][by_start], return_index=True)   # first row of each
+    dom_key = key(dom, slice(None))
+    if one:                                                            # (domain, process) as the key
+        domain_keys, first = np.unique(dom_key[by_start], return_index=True)   # the first row of each
+        dom_of_row = look_up(domain_keys, key(d, rows))
+    else:                                                              # with the export in front
+        distinct = np.unique(dom_key)
+        per_export = len(distinct) + 1
+        domain_keys, first = np.unique((dom["e"] * per_export + look_up(distinct, dom_key))[by_start],
+                                       return_index=True)
+        in_distinct = look_up(distinct, key(d, rows))   # -1 (no such domain): per_export - 1 in its export, no key
+        dom_of_row = look_up(domain_keys, d["e"][rows] * per_export + in_distinct)
     domain_names = np.asarray(dom["name"], dtype=object)[by_start][first]
-    row_keys = key[len(dom["e"]):]
-    at = np.searchsorted(domain_keys, row_keys)
-    found = at < len(domain_keys)
-    found[found] = domain_keys[at[found]] == row_keys[found]
-    dom_of_row = np.where(found, at, -1)
     width = len(pairs.label) + 1
     combo, combos = factorize_sorted(dom_of_row * width + pairs.code[:len(d["e"])][rows])
     combos = np.asarray(combos, dtype=np.int64)
@@ -326,7 +352,8 @@ def _with_domains(d: dict[str, np.ndarray], dom: dict[str, np.ndarray], rows: np
                            pairs.label[combos % width], layout)[by_export]
     present = np.unique(export)
     bounds = np.searchsorted(export[by_export], present, "right").tolist()
-    return local[combo], dict(zip(present.tolist(), np.split(names, bounds[:-1]) if len(present) else [], strict=True))
+    return combo if one else local[combo], dict(zip(present.tolist(), np.split(names, bounds[:-1]) if len(present)
+                                                     else [], strict=True))
 
 
 NVTX_DTYPES = {"eventType": np.int16, "textId": np.int32, "domainId": np.int32, "text": np.int32, "pid": np.int32}
@@ -454,13 +481,13 @@ def nvtx_groups_packed(export: Export, event_types: tuple[int, ...], layout: str
         ranges = ~domains
         domain_ids, pids = key_rows >> PID_BITS, key_rows & PID_MASK
         n_ranges, n_domains = int(ranges.sum()), int(domains.sum())
-        one = _Pairs(pair[ranges].astype(np.int64), np.zeros(len(label), dtype=np.int64),
-                     np.full(len(label), -1, dtype=np.int64), label, 1)
+        one = _Pairs(pair[ranges], np.zeros(len(label), dtype=np.int64), np.full(len(label), -1, dtype=np.int64),
+                     label)
         pair, by_export = _with_domains({"domainId": domain_ids[ranges], "pid": pids[ranges],
                                          "e": np.zeros(n_ranges, dtype=np.int64)},
                                         {"start": domain_starts, "domainId": domain_ids[domains], "pid": pids[domains],
                                          "name": dom_names[pair[domains]], "e": np.zeros(n_domains, dtype=np.int64)},
-                                        np.ones(n_ranges, dtype=bool), one, layout)
+                                        slice(None), one, layout, True)
         names = by_export.get(0, NO_NAMES)
         del key_rows, domain_ids, pids
         v, kls = v[ranges], kls[ranges]
