@@ -291,6 +291,8 @@ def _load_manifest(parts: Path) -> dict[str, ManifestEntry]:
         if not all(isinstance(names, list) and all(isinstance(n, str) for n in names) for names in lists):
             return {}
         columns = [table.column(name).to_pylist() for name in ("key", *ManifestEntry._fields)]
+        if not all(0 <= i < len(lists) for i in columns[-1]):
+            return {}
         return {key: ManifestEntry(size, mtime, rank, bundle, position, lists[tables])
                 for key, size, mtime, rank, bundle, position, tables in zip(*columns, strict=True)}
     except (OSError, pa.ArrowException, ValueError, KeyError, IndexError, TypeError):
