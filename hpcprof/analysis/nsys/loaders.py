@@ -184,8 +184,9 @@ def nvtx_range_columns_of(exports: Sequence[Export], event_types: tuple[int, ...
     texts = codes.values()
     pairs = _nvtx_pairs(d, dom, texts)
     for at, export in enumerate(exports):                # StringIds first, the inline text second
-        chosen = (pairs.export == at) & (pairs.text_id >= 0)
-        if at in failed or not chosen.any():
+        chosen = pairs.of(at)
+        chosen = chosen[pairs.text_id[chosen] >= 0]
+        if at in failed or not len(chosen):
             continue
         try:
             resolved = export.strings(pairs.text_id[chosen])
@@ -284,13 +285,15 @@ class _Pairs:
 
     def __init__(self, code: np.ndarray, export: np.ndarray, text_id: np.ndarray, label: np.ndarray) -> None:
         self.code, self.export, self.text_id, self.label = code, export, text_id, label
-        by_export = np.argsort(export, kind="stable")                  # each export's codes, in first use
+        self.by_export = np.argsort(export, kind="stable")             # each export's codes, in first use
+        self.sorted_export = export[self.by_export]
         self.local = np.empty(len(export), dtype=np.int64)
-        self.local[by_export] = np.arange(len(export)) - np.searchsorted(export[by_export], export[by_export])
+        self.local[self.by_export] = np.arange(len(export)) - np.searchsorted(self.sorted_export, self.sorted_export)
 
     def of(self, at: int) -> np.ndarray:
         """The codes of export `at`, in its local order."""
-        return np.flatnonzero(self.export == at)
+        lo, hi = np.searchsorted(self.sorted_export, [at, at + 1]).tolist()
+        return self.by_export[lo:hi]
 
 
 def _nvtx_pairs(d: dict[str, np.ndarray], dom: dict[str, np.ndarray], texts: np.ndarray) -> _Pairs:
