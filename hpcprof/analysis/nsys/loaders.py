@@ -200,9 +200,11 @@ def nvtx_range_columns_of(exports: Sequence[Export], event_types: tuple[int, ...
     has_domains[dom["e"]] = True
     with_domains = has_domains[d["e"]] if not one else slice(None) if has_domains[0] else slice(0)
     name_code = pairs.local[pairs.code[:n_ranges]] if not one else pairs.code[:n_ranges]   # codes by first use
-    names_of = {at: range_names_of(np.full(len(mine), None, dtype=object), pairs.label[mine], layout)
-                for at in range(len(exports)) if not has_domains[at] and at not in failed
-                for mine in [pairs.of(at)]}
+    names_of: dict[int, np.ndarray] = {}
+    for at in range(len(exports)):
+        if not has_domains[at] and at not in failed:
+            mine = pairs.of(at)
+            names_of[at] = range_names_of(np.full(len(mine), None, dtype=object), pairs.label[mine], layout)
     if len(dom["e"]):
         dom["name"] = np.array([nvtx_domain_name(inline, lab, layout) for inline, lab in
                                 zip(texts[dom["text"]], pairs.label[pairs.code[n_ranges:]], strict=True)] + [None],
