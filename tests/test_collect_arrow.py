@@ -52,10 +52,12 @@ def collected(fixtures: Path) -> dict[str, dict[str, list]]:
 @pytest.mark.skipif(int(pd.__version__.split(".")[0]) < 3, reason="the digests were recorded with pandas 3.1.1 "
                     "(text as large_string; pandas 2 keeps text columns as object: string)")
 def test_collect_tables_equal_those_of_the_pandas_route(fixtures_dir: Path) -> None:
-    """Every table of every usable fixture export is the one 5481a9c wrote (31 exports, 16-18 tables each)."""
+    """Every table of every usable fixture export is the one 5481a9c wrote (31 exports, 16-18 tables
+    each). Echo's two minimal exports, whose tables lack globalPid and globalTid, are usable since
+    those columns are read as NULL (as NVTX's optional ones are): 5481a9c stopped on them."""
     golden = json.loads(GOLDEN.read_text())
     got = collected(fixtures_dir)
-    assert sorted(got) == sorted(golden) and len(got) == 31
+    assert len(golden) == 31 and sorted(set(got) - set(golden)) == ["echo/quirks/ws1.sqlite", "echo/quirks/ws2.sqlite"]
     for export, tables in golden.items():
         assert got[export] == tables, export
 

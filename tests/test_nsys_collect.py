@@ -155,7 +155,7 @@ def test_a_joint_pass_gives_each_file_the_tables_of_its_own(fixtures_dir: Path, 
     for rank in (0, 1):
         shutil.copy(fixtures_dir / "nsys" / "h200_seqpar_bf16" / f"rank{rank}.sqlite", run / f"rank{rank}.sqlite")
     damaged = tmp_path / "rank900.sqlite"
-    damaged.write_bytes(exports[0].read_bytes()[:20_000])
+    damaged.write_bytes((fixtures_dir / "nsys" / "h200_seqpar_bf16" / "rank0.sqlite").read_bytes()[:20_000])
     files = [(p, rank) for rank, p in enumerate(exports)]
     joint = len(files)
     files += [(run / "rank0.sqlite", 0), (run / "rank1.sqlite", 1)]
@@ -180,8 +180,11 @@ def test_a_joint_pass_gives_each_file_the_tables_of_its_own(fixtures_dir: Path, 
     monkeypatch.setattr(collect, "analyse_tables", lambda path, rank: alone.append((path, rank)) or
                         analyse_tables(path, rank))
     got = collect.analyse_batch(files)
-    assert alone == [f for f, e in zip(files, expected, strict=True) if isinstance(e, Exception)]
-    assert len(alone) == 7                   # Echo's two quirky files twice, a rank with no GPU activity, 900, 901
+    # on their own: each file whose analysis fails (an export with no GPU activity, 900, 901), the
+    # unknown rank, and the damaged file's partner in its pass
+    assert alone == [f for i, (f, e) in enumerate(zip(files, expected, strict=True))
+                     if isinstance(e, Exception) or f[1] < 0 or i == joint + 2]
+    assert len(alone) == 5
     for path, tables, want in zip(files, got, expected, strict=True):
         if isinstance(want, Exception):
             assert type(tables) is type(want) and str(tables) == str(want), path
@@ -272,3 +275,87 @@ def test_nvtx_ranges_of_many_exports_equal_each_alone(fixtures_dir: Path, tmp_pa
                             assert joint_names.tolist() == names.tolist(), export.path
                             compared += 1
         assert compared >= 12 * 2 * 25 and unresolved >= 8
+
+
+def _count_tie(source: Path, target: Path) -> Path:
+    """A copy of `source` where the kernels of two names have equal totals, the name first in text
+    order with more instances (cuda_gpu_kern_sum puts the other first: count ascending)."""
+    import sqlite3
+
+    with contextlib.closing(sqlite3.connect(source)) as db:
+        first, second, third = [i for _, i in sorted(db.execute(
+            "SELECT s.value, s.id FROM StringIds s WHERE s.id IN (SELECT demangledName FROM CUPTI_ACTIVITY_KIND_KERNEL)"))][:3]
+    kernels = "CUPTI_ACTIVITY_KIND_KERNEL"
+    return _edited_copy(source, target, f"UPDATE {kernels} SET end = start + 200 WHERE demangledName = {first}",
+                        f"UPDATE {kernels} SET end = start + 250 WHERE demangledName = {second}",
+                        f"UPDATE {kernels} SET demangledName = {third} WHERE rowid = "
+                        f"(SELECT max(rowid) FROM {kernels} WHERE demangledName = {second})")
+
+
+def test_summaries_of_many_exports_equal_the_columnar_engine_on_each(fixtures_dir: Path, tmp_path: Path) -> None:
+    """summaries.summaries_of, collect's per-rank summary reports of many exports at once, gives
+    each export exactly the tables the columnar engine gives it alone (run_table): columns, dtypes,
+    values to the bit, row order; a report whose data an export lacks is absent, an export without
+    StringIds fails alone. The exports, together in either order and each alone: every distinct nsys
+    export of the fixtures, copies without StringIds, NVTX_EVENTS, OSRT_API or memcpys, and
+    generated exports (tests/differential/nsys_exports.py: `.x5` averages, standard deviations on a
+    rounding tie, equal totals and counts across groups, NULL names)."""
+    import sys
+
+    import numpy as np
+
+    from hpcprof.analysis.nsys.db import Export
+    from hpcprof.analysis.nsys.schema import MissingData, NsysInputError
+    from hpcprof.analysis.nsys.stats import SUMMARY_REPORTS, run_table
+    from hpcprof.analysis.nsys.summaries import summaries_of
+
+    sys.path.insert(0, str(Path(__file__).parent / "differential"))
+    from nsys_exports import PROJECTION_SEEDS, TIE_SEEDS, derive
+
+    seqpar = fixtures_dir / "nsys" / "h200_seqpar_bf16" / "rank0.sqlite"
+    generated = tmp_path / "generated"
+    paths = sorted(p for p in fixtures_dir.rglob("*.sqlite") if _is_nsys_export(p)) + [
+        _edited_copy(seqpar, tmp_path / "no_strings.sqlite", "DROP TABLE StringIds"),
+        _edited_copy(seqpar, tmp_path / "no_nvtx.sqlite", "DROP TABLE NVTX_EVENTS"),
+        _edited_copy(seqpar, tmp_path / "no_osrt.sqlite", "DROP TABLE OSRT_API"),
+        _edited_copy(seqpar, tmp_path / "no_memory.sqlite", "DROP TABLE CUPTI_ACTIVITY_KIND_MEMSET"),
+        _count_tie(seqpar, tmp_path / "count_tie.sqlite")] + [
+        derive(seed, fixtures_dir, generated) for first in (0, TIE_SEEDS, PROJECTION_SEEDS)
+        for seed in range(first, first + 12)]
+    with contextlib.ExitStack() as stack:
+        exports = [stack.enter_context(Export(path)) for path in paths]
+        alone: list[dict[str, object]] = []
+        for export in exports:
+            wanted: dict[str, object] = {}
+            for name in SUMMARY_REPORTS:
+                try:
+                    wanted[name] = run_table(export, name)
+                except (MissingData, NsysInputError) as exc:
+                    wanted[name] = exc
+            alone.append(wanted)
+        compared = absent = 0
+        for group in (list(range(len(exports))), list(reversed(range(len(exports)))),
+                      *([i] for i in range(len(exports)))):
+            reports, failed = summaries_of([exports[i] for i in group])
+            for at, i in enumerate(group):
+                if exports[i].path.name == "no_strings.sqlite":
+                    assert "StringIds table is missing" in str(failed[at]), failed
+                    continue
+                assert at not in failed, (exports[i].path, failed[at])
+                for name in SUMMARY_REPORTS:
+                    want, report = alone[i][name], reports[name]
+                    if isinstance(want, Exception):
+                        assert isinstance(want, MissingData) and at not in report.present, (exports[i].path, name)
+                        absent += 1
+                        continue
+                    assert at in report.present, (exports[i].path, name)
+                    rows = np.flatnonzero(report.export == at)
+                    assert report.table.formats == want.formats and report.table.null == want.null  # type: ignore[attr-defined]
+                    assert list(report.table.columns) == list(want.columns), (exports[i].path, name)  # type: ignore[attr-defined]
+                    for column, values in want.columns.items():  # type: ignore[attr-defined]
+                        got = report.table.columns[column][rows]
+                        assert got.dtype == values.dtype, (exports[i].path, name, column)
+                        assert got.tolist() == values.tolist() if got.dtype == object else \
+                            got.tobytes() == values.tobytes(), (exports[i].path, name, column)
+                    compared += 1
+        assert compared >= 3 * 250 and absent >= 3 * 20, (compared, absent)

@@ -140,31 +140,3 @@ def test_python_engine_names_a_damaged_file_and_goes_on(fixtures_dir: Path, tmp_
     assert "truncated.sqlite: truncated SQLite file" in err and "notes.sqlite: not an SQLite database" in err
     assert "2 of 3 input file(s) could not be processed" in err
     assert "reduce_kernel" in out and "Traceback" not in err
-
-
-def test_collect_summaries_are_the_columnar_engines(fixtures_dir: Path) -> None:
-    """run_summaries (collect's per-rank summaries: the standard-library engine where ReportSpec.tenths
-    says its numbers are the columnar engine's to the bit) gives every report exactly as the columnar
-    engine does, on each usable fixture export; `tenths` is False only where the standard-library
-    engine prints a column to three decimals."""
-    from hpcprof.analysis.nsys.db import Export
-    from hpcprof.analysis.nsys.schema import NsysInputError
-    from hpcprof.analysis.nsys.stats import SUMMARY_REPORTS, run_python_reports, run_summaries, run_table, spec_of
-
-    compared = 0
-    for path in sorted((fixtures_dir / "nsys").rglob("*.sqlite")):
-        with Export(path) as export:
-            try:
-                got = run_summaries(export, list(SUMMARY_REPORTS))
-            except NsysInputError:
-                continue
-            for name, table in got.items():
-                want = run_table(export, name)
-                assert table.formats == want.formats and list(table.columns) == list(want.columns), (path, name)
-                for column, values in table.columns.items():
-                    np.testing.assert_array_equal(values, want.columns[column], err_msg=f"{path} {name} {column}")
-                compared += 1
-            for name, python in zip(SUMMARY_REPORTS, run_python_reports(export, list(SUMMARY_REPORTS)), strict=True):
-                if hasattr(python, "formats") and len(python):
-                    assert spec_of(name).tenths == ("f3" not in python.formats), name
-    assert compared >= 60, compared             # 71 reports of the fixture exports

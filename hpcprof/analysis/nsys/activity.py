@@ -12,6 +12,7 @@ import pandas as pd
 
 from hpcprof.analysis.nsys.arrays import filled
 from hpcprof.analysis.nsys.db import KERNEL, MEMCPY, MEMSET, RUNTIME, Export, NsysInputError, pid_of, process_of
+from hpcprof.analysis.nsys.loaders import KERNEL_ACTIVITY, kernels, runtime_calls
 from hpcprof.ranks import rank_from_filename
 
 
@@ -133,9 +134,9 @@ def _file_ops(export: Export) -> dict[str, np.ndarray]:
 
     common = ["start", "end", "deviceId", "streamId", "globalPid", "correlationId"]
     if export.has(KERNEL):
-        k = export.int_columns(KERNEL, common + ["demangledName", "shortName"])
-        short = np.where(k["shortName"] >= 0, k["shortName"], k["demangledName"])
-        names = export.strings(np.concatenate((k["demangledName"], short)))      # one look-up for both
+        k = kernels(export, KERNEL_ACTIVITY)
+        short = np.where(k["shortName"] >= 0, k["shortName"], k["nameId"])
+        names = export.strings(np.concatenate((k["nameId"], short)))      # one look-up for both
         add(k, "kernel", names[:len(short)], names[len(short):])
     for table, label in ((MEMCPY, "memcpy"), (MEMSET, "memset")):
         if export.has(table):
@@ -151,7 +152,7 @@ def _file_ops(export: Export) -> dict[str, np.ndarray]:
 def _file_runtime(export: Export) -> dict[str, np.ndarray]:
     if not export.has(RUNTIME):
         return {c: np.empty(0, dtype=np.int64) for c in ("gtid", "gpid", "start", "end", "corr")}
-    r = export.int_columns(RUNTIME, ["globalTid", "start", "end", "correlationId"])
+    r = runtime_calls(export)
     return {"gtid": r["globalTid"], "gpid": process_of(r["globalTid"]), "start": r["start"], "end": r["end"],
             "corr": r["correlationId"]}
 

@@ -19,8 +19,7 @@ from hpcprof.analysis.nsys import distributed as dist
 from hpcprof.analysis.nsys import window as win
 from hpcprof.analysis.nsys.arrays import Columns
 from hpcprof.analysis.nsys.db import Export
-from hpcprof.analysis.nsys.stats import SUMMARY_REPORTS, run_summaries
-from hpcprof.analysis.nsys.table import Table
+from hpcprof.analysis.nsys.summaries import summaries_of
 from hpcprof.analysis.nsys.timeline import iteration_timeline, median_iteration
 from hpcprof.atomic import atomic_write
 from hpcprof.errors import Problem
@@ -113,31 +112,20 @@ def analyse_tables(path: Path, rank: int, nvtx_window: str | None = None) -> dic
 
 
 def summary_tables(exports: Sequence[tuple[Export, int]]) -> list[dict[str, pa.Table] | Exception]:
-    """The summary reports of each (export, rank) (SUMMARY_REPORTS it has the data for), each with a
-    `rank` column, or the exception its reports raised: per report one Arrow table of all the
-    exports' rows (ranks distinct), cut by rank, where their columns have the same types."""
-    reports: list[dict[str, Table] | Exception] = []
-    for export, _ in exports:
-        try:
-            reports.append(run_summaries(export, list(SUMMARY_REPORTS)))
-        except Exception as exc:            # this export's error, handed back
-            reports.append(exc)
-    out: list[dict[str, pa.Table] | Exception] = [got if isinstance(got, Exception) else {} for got in reports]
-    for name in SUMMARY_REPORTS:
-        have = sorted((rank, at) for at, ((_, rank), got) in enumerate(zip(exports, reports, strict=True))
-                      if isinstance(got, dict) and name in got)
-        parts = [cast(dict[str, Table], reports[at])[name] for _, at in have]
-        ranks = [rank for rank, _ in have]
-        if parts and all(part.columns[c].dtype == parts[0].columns[c].dtype for part in parts for c in parts[0].columns):
-            joined = arrow_table({"rank": np.repeat(np.array(ranks, dtype=np.int64), [len(part) for part in parts]),
-                                  **{c: np.concatenate([part.columns[c] for part in parts]) for c in parts[0].columns}})
-            tables = split_by_rank(joined, ranks)
-        else:
-            tables = [arrow_table({"rank": np.full(len(part), rank, dtype=np.int64), **part.columns})
-                      for part, rank in zip(parts, ranks, strict=True)]
-        for (_, at), table in zip(have, tables, strict=True):
-            cast(dict[str, pa.Table], out[at])[name] = table
-    return out
+    """The summary reports of each (export, rank) (SUMMARY_REPORTS it has the data for, computed for
+    all at once: summaries.summaries_of), each with a `rank` column, or the error that stops the
+    export's summaries: per report one Arrow table of all the exports' rows, cut by rank."""
+    by_rank = sorted(range(len(exports)), key=lambda i: exports[i][1])
+    reports, failed = summaries_of([exports[i][0] for i in by_rank])
+    ranks = np.array([exports[i][1] for i in by_rank], dtype=np.int64)
+    out: dict[int, dict[str, pa.Table] | Exception] = {
+        i: failed[at] if at in failed else {} for at, i in enumerate(by_rank)}
+    for name, report in reports.items():
+        kept = [at for at in report.present if at not in failed]
+        joined = arrow_table({"rank": ranks[report.export], **report.table.columns})
+        for at, table in zip(kept, split_by_rank(joined, ranks[kept].tolist()), strict=True):
+            cast(dict[str, pa.Table], out[by_rank[at]])[name] = table
+    return [out[i] for i in range(len(exports))]
 
 
 def activity_tables(activity: dist.Activity, nvtx_window: str | None) -> dict[str, pa.Table]:

@@ -28,7 +28,7 @@ import adbc_driver_sqlite
 import numpy as np
 import pyarrow as pa
 
-from hpcprof.analysis.nsys.cache import QueryCache
+from hpcprof.analysis.nsys.cache import QueryCache, wanted
 from hpcprof.analysis.nsys.schema import (  # noqa: F401  (re-exported: the analyses import them from here)
     GPU_TABLES,
     KERNEL,
@@ -56,6 +56,8 @@ BATCH_ROWS = 1 << 16          # rows per Arrow batch read from SQLite
 SPLIT_ROWS = 1 << 17          # tables larger than this are read in parallel parts ...
 SPLIT_PARTS = 2               # ... of this many rowid ranges
 SMALL_READ_ROWS = 1 << 12     # tables up to this many rows are read through sqlite3 (sql_batches)
+#: the tables whose rowid spans (Export.size) are looked up together: those collect's analyses read
+SIZED_TABLES = (KERNEL, MEMCPY, MEMSET, RUNTIME, NVTX, OSRT)
 STRINGS_KEPT = 1 << 14        # StringIds values an export keeps once looked up, at most
 T = TypeVar("T")
 
@@ -221,7 +223,7 @@ class Export:
         self._columns: dict[str, set[str]] = {}
         self._memo: dict[str, object] = {}
         self._memo_locks: dict[str, threading.Lock] = {}
-        #: StringIds values looked up (None: no such id), shared with the standard-library engine
+        #: StringIds values looked up (None: no such id), shared by the analyses of the export
         self.known_strings: dict[int, str | None] = {}
         self._dbapi: sqlite3.Connection | None = None
         try:
@@ -345,24 +347,36 @@ class Export:
 
     def _rowids(self, table: str) -> tuple[int | None, int | None]:
         """(min, max) rowid of `table` (two index look-ups); (None, None) when empty, missing or
-        a WITHOUT ROWID table; looked up once per export (opened immutable: it does not change)."""
-        def look_up() -> tuple[int | None, int | None]:
-            if not self.has(table):
-                return None, None
-            try:
-                with self._lock:
-                    return self._db.execute(f'SELECT (SELECT min(rowid) FROM "{table}"), '
-                                            f'(SELECT max(rowid) FROM "{table}")').fetchone()
-            except sqlite3.DatabaseError:
-                return None, None
+        a WITHOUT ROWID table; looked up once per export (opened immutable: it does not change),
+        with those of the other SIZED_TABLES it has, in one query."""
+        key = f"rowids {table}"
+        if not self.memoized(key) and self.has(table):
+            together = [t for t in dict.fromkeys((table, *SIZED_TABLES))
+                        if self.has(t) and not self.memoized(f"rowids {t}")]
+            spans = self._rowid_spans(together)
+            with self._lock:
+                for name, span in zip(together, spans, strict=True):
+                    self._memo.setdefault(f"rowids {name}", span)
+        return self.memo(key, lambda: (None, None))  # type: ignore[no-any-return]
 
-        return self.memo(f"rowids {table}", look_up)  # type: ignore[no-any-return]
+    def _rowid_spans(self, tables: list[str]) -> list[tuple[int | None, int | None]]:
+        """(min, max) rowid of each of `tables` (present), in one query; each on its own where
+        that fails ((None, None) for one that fails alone)."""
+        sql = ", ".join(f'(SELECT min(rowid) FROM "{t}"), (SELECT max(rowid) FROM "{t}")' for t in tables)
+        try:
+            with self._lock:
+                row = self._db.execute(f"SELECT {sql}").fetchone()
+            return [(row[2 * i], row[2 * i + 1]) for i in range(len(tables))]
+        except sqlite3.DatabaseError:
+            if len(tables) == 1:
+                return [(None, None)]
+            return [span for t in tables for span in self._rowid_spans([t])]
 
     def has_rows(self, table: str) -> bool:
         """Whether `table` exists and has at least one row."""
         if not self.has(table):
             return False
-        return bool(self.sql_rows(f'SELECT 1 FROM "{table}" LIMIT 1'))
+        return self._rowids(table)[0] is not None or bool(self.sql_rows(f'SELECT 1 FROM "{table}" LIMIT 1'))
 
     def check_usable(self, gpu: bool = True) -> None:
         """Raise NsysInputError when the export has no StringIds table or (with `gpu`) no kernel,
@@ -376,6 +390,8 @@ class Export:
 
     def memo(self, key: str, compute: Callable[[], Any]) -> Any:
         """`compute()` once per export (thread-safe): reports that share a table read it once."""
+        if key in self._memo:                   # computed: no lock needed to read it
+            return self._memo[key]
         with self._lock:
             lock = self._memo_locks.setdefault(key, threading.Lock())
         with lock:
@@ -483,7 +499,7 @@ class Export:
         rows = self.small_rows(sql, table) if table is not None else None
         if rows == []:
             return
-        batch = small_batch(rows) if rows else None
+        batch = self.memo(f"batch {sql}", lambda: small_batch(rows)) if rows else None    # kept, as the rows are
         if batch is not None:
             yield batch
             return
@@ -501,14 +517,19 @@ class Export:
         """The rows of `sql`, a read of `table`, through the export's sqlite3 connection where the
         table has at most SMALL_READ_ROWS rows and the export no columnar cache (an ADBC connection
         and statement cost more than such a read, as per-rank exports' are); else, or where
-        SQLite fails (ADBC's error then names the problem), None."""
+        SQLite fails (ADBC's error then names the problem), None. Kept: the analyses that read the
+        same columns (collect's activity, window and summaries) read them once."""
         if self._cache is not None or self.size(table) > SMALL_READ_ROWS:
             return None
-        try:
-            with self._lock:
-                return self._db.execute(sql).fetchall()
-        except sqlite3.Error:
-            return None
+
+        def read() -> list[tuple] | None:
+            try:
+                with self._lock:
+                    return self._db.execute(sql).fetchall()
+            except sqlite3.Error:
+                return None
+
+        return self.memo(f"rows {sql}", read)           # type: ignore[no-any-return]
 
     def cached_result(self, name: str, compute: Callable[[], T], encode: Callable[[T], Any],
                       decode: Callable[[Any], T]) -> T:
@@ -532,6 +553,11 @@ class Export:
     def _cache(self) -> QueryCache | None:
         """The export's columnar cache (None for small exports, see cache.py); opened once, by one thread."""
         def open_cache() -> QueryCache | None:
+            try:
+                if not wanted(self.path):          # before the metadata read: most exports are not cached
+                    return None
+            except OSError:
+                return None
             try:
                 schema = f"{self.metadata.get('EXPORT_SCHEMA_VERSION', '')}/{self.version}"
             except NsysInputError:       # a damaged export: not cached; its reads say what is wrong

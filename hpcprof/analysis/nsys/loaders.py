@@ -35,6 +35,7 @@ from hpcprof.analysis.nsys.schema import (
     OLD,
     OLD_MEM_KINDS,
     OLD_MEMCPY_LABELS,
+    RUNTIME,
     MissingData,
     NsysInputError,
     clean_api_name,
@@ -61,13 +62,38 @@ def clean_api_names(names: np.ndarray) -> np.ndarray:
     return np.array([clean_api_name(n) for n in names], dtype=object)
 
 
+#: the kernel columns collect's analyses read besides start, end and the name: the activity's
+#: (activity.py), which the summaries read too (the same SQL: one read of a small export, see
+#: Export.small_rows)
+KERNEL_ACTIVITY = ("deviceId", "streamId", "globalPid", "correlationId", "shortName")
+
+
 def kernels(export: Export, extra: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
     """Kernel rows as int64 columns (NULL as -1): start, end, nameId (the demangled name's StringIds
-    id; + `extra`). Plain SQL: the summary reports never import SQLAlchemy (0.2-0.3 s)."""
+    id; + `extra`, -1 where the export's table lacks the column). Plain SQL: the summary reports
+    never import SQLAlchemy (0.2-0.3 s)."""
     need(export, KERNEL, "CUDA kernel data")
-    read = ("start", "end", "demangledName", *extra)
-    arrays = export.sql_ints(", ".join(f'coalesce("{c}", -1)' for c in read), KERNEL, ncols=len(read))
+    present = export.columns(KERNEL) if extra else set()
+    read = [f'coalesce("{c}", -1)' for c in ("start", "end", "demangledName")]
+    read += [f'coalesce("{c}", -1)' if c in present else "-1" for c in extra]
+    arrays = export.sql_ints(", ".join(read), KERNEL, ncols=len(read))
     return dict(zip(("start", "end", "nameId", *extra), arrays, strict=True))
+
+
+#: the CUDA API call columns collect's analyses read (runtime_calls): the activity's and the summaries'
+RUNTIME_READ = {"globalTid": '"globalTid"', "start": '"start"', "end": '"end"', "correlationId": '"correlationId"',
+                "nameId": '"nameId"', "dur": DUR}
+
+
+def runtime_calls(export: Export) -> dict[str, np.ndarray]:
+    """RUNTIME_READ of every CUDA API call (NULL as -1, as is a column the export's table lacks;
+    `dur` is end - start, -1 where either is NULL), read once per export for the activity
+    (activity.py) and the summaries (summaries.py)."""
+    def read() -> dict[str, np.ndarray]:
+        present = {f'"{c}"' for c in export.columns(RUNTIME)} | {DUR}
+        return export.int_columns(RUNTIME, {c: sql if sql in present else "-1" for c, sql in RUNTIME_READ.items()})
+
+    return export.memo("runtime calls", read)  # type: ignore[no-any-return]
 
 
 def memops(export: Export, layout: str, value: str = "duration") -> tuple[np.ndarray, np.ndarray]:
@@ -93,7 +119,7 @@ def memop_codes(export: Export, layout: str, value: str = "duration") -> tuple[n
     tables = export.memo("memops", lambda: _memop_columns(export))
     if not tables:
         raise MissingData("no GPU memory data")
-    labels = memcpy_labels(export, layout)
+    labels = memcpy_labels(export, layout) if MEMCPY in tables else {}
     names: list[Any] = []
     codes: list[Any] = []
     values: list[Any] = []
@@ -116,10 +142,11 @@ def memop_codes(export: Export, layout: str, value: str = "duration") -> tuple[n
 
 
 def memcpy_labels(export: Export, layout: str) -> dict[int, str]:
-    """copyKind -> operation label of the layout."""
+    """copyKind -> operation label of the layout (read once per export)."""
     if layout == OLD or not export.has("ENUM_CUDA_MEMCPY_OPER"):
         return OLD_MEMCPY_LABELS
-    return {int(i): memcpy_label(label) for i, label in export.sql_rows("SELECT id, label FROM ENUM_CUDA_MEMCPY_OPER")}
+    return export.memo("memcpy labels", lambda: {int(i): memcpy_label(label) for i, label in
+                                                 export.sql_rows("SELECT id, label FROM ENUM_CUDA_MEMCPY_OPER")})
 
 
 def mem_kind_labels(export: Export, layout: str) -> dict[int, str]:

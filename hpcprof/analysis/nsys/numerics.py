@@ -234,16 +234,17 @@ class Groups:
         for g in np.flatnonzero(tie):
             self.std[g] = sample_stdev(in_rows(int(g)).tolist(), int(self.count[g]))
 
-    def ratio(self, layout: str) -> np.ndarray:
-        """Time %: round(100·total/Σtotal, 1)."""
-        grand = float(self.total.sum())
+    def ratio(self, layout: str, grand: np.ndarray | None = None) -> np.ndarray:
+        """Time %: round(100·total/Σtotal, 1); `grand`: each group's Σtotal (int64), where the
+        groups are of several exports (summaries.py), else the sum over all groups."""
+        over = float(self.total.sum()) if grand is None else grand.astype(np.float64)
         with np.errstate(invalid="ignore", divide="ignore"):
-            return round1_array(self.total.astype(np.float64) * 100.0 / grand, layout)
+            return round1_array(self.total.astype(np.float64) * 100.0 / over, layout)
 
-    def summary(self, count_label: str, layout: str) -> dict[str, np.ndarray]:
-        """The eight standard summary columns."""
+    def summary(self, count_label: str, layout: str, grand: np.ndarray | None = None) -> dict[str, np.ndarray]:
+        """The eight standard summary columns (`grand`: see ratio)."""
         cols = [c.format(count=count_label) for c in SUMMARY_COLS]
-        vals = [self.ratio(layout), self.total, self.count, round1_array(self.avg, layout),
+        vals = [self.ratio(layout, grand), self.total, self.count, round1_array(self.avg, layout),
                 round1_array(self.med, layout), self.min, self.max, round1_array(self.std, layout)]
         return dict(zip(cols, vals, strict=True))
 

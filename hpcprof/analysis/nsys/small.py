@@ -99,29 +99,23 @@ def _summary(groups: dict[Any, Stats], count_label: str, layout: str, labels: li
 class SmallExport:
     """An nsys SQLite export read with the standard library (read-only, immutable)."""
 
-    def __init__(self, path: Path, conn: sqlite3.Connection | None = None, tables: set[str] | None = None,
-                 known_strings: dict[int, str | None] | None = None) -> None:
-        """Open `path` (close closes it); or read it through `conn`, an open read-only connection
-        to it whose tables are `tables`, borrowed (close leaves it open). `known_strings`: the
-        StringIds values already looked up (None: no such id), shared with whoever borrows it."""
+    def __init__(self, path: Path) -> None:
+        """Open `path` (close closes it)."""
         self.path = path
-        self.known_strings = {} if known_strings is None else known_strings
-        self.owned = conn is None or tables is None
-        if conn is None or tables is None:
-            check_sqlite_file(path)
-            uri = "file:" + urllib.parse.quote(str(path.resolve())) + "?mode=ro&immutable=1"
-            try:
-                conn = sqlite3.connect(uri, uri=True)
-                tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-            except sqlite3.DatabaseError as exc:
-                raise NsysInputError(f"{path}: unreadable SQLite file ({exc})") from None
-        self.conn, self.tables = conn, tables
+        self.known_strings: dict[int, str | None] = {}      # StringIds values looked up (None: no such id)
+        check_sqlite_file(path)
+        uri = "file:" + urllib.parse.quote(str(path.resolve())) + "?mode=ro&immutable=1"
+        try:
+            self.conn = sqlite3.connect(uri, uri=True)
+            self.tables = {r[0] for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        except sqlite3.DatabaseError as exc:
+            raise NsysInputError(f"{path}: unreadable SQLite file ({exc})") from None
         if STRINGS not in self.tables:
+            self.conn.close()
             raise NsysInputError(f"{path}: {NO_STRINGS}")
 
     def close(self) -> None:
-        if self.owned:
-            self.conn.close()
+        self.conn.close()
 
     def has(self, table: str) -> bool:
         """Whether the export has `table`."""

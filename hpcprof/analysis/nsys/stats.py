@@ -18,17 +18,14 @@ command, 11 interleaved runs: --engine python 0.23 s best / 0.57 s median, --eng
 2.39 s, `python -c pass` 0.03 / 0.07 s: the columnar engine is 4.2-8.2x slower (5.1-5.5x in a second
 run). In process (median): python imports 0.09 s and computes 0.05 s; columnar imports 0.94 s
 (numpy, pyarrow, the ADBC driver) and computes 1.13 s (SQLAlchemy's import included). So `--engine
-auto` keeps it for CSV of these reports on exports up to 32 MB (SMALL_EXPORT_BYTES), and `hpcprof
-collect` for the per-rank summaries of such exports (run_summaries: 3 ms against 12 ms for the six
-of a 442 kB export, benchmarks/results/collect_file.txt); the columnar engine does every report,
-format and size. Its cost
-is kept small: one ReportSpec (its `python` field), the shared numerics, names and CSV writer, and
+auto` keeps it for CSV of these reports on exports up to 32 MB (SMALL_EXPORT_BYTES); the columnar
+engine does every report, format and size (and `hpcprof collect`'s per-rank summaries, many
+exports at once: summaries.py). Its cost is kept small: one ReportSpec (its `python` field), the shared numerics, names and CSV writer, and
 the differential tests check it against nsys as they check the columnar engine.
 """
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -71,9 +68,7 @@ class ReportSpec:
     gives only nsys 2022.4's); `old_name`: nsys 2022.4's name (that layout; None where 2022.4 has
     no such report). `columnar` and `python`: "module.function" under hpcprof.analysis.nsys, each
     a function (export, layout) -> Table; `python` (the standard-library engine) only for the
-    summary reports it implements. `summary`: one of the per-rank summaries `hpcprof collect` keeps.
-    `tenths`: its fractions are all rounded to one decimal, as nsys prints them, so that the two
-    engines' numbers are equal to the bit (False: cuda_gpu_mem_size_sum's MB to three decimals)."""
+    summary reports it implements. `summary`: one of the per-rank summaries `hpcprof collect` keeps."""
 
     name: str | None
     old_name: str | None
@@ -81,7 +76,6 @@ class ReportSpec:
     columnar: str
     python: str | None = None
     summary: bool = False
-    tenths: bool = True
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -131,7 +125,7 @@ SPECS: tuple[ReportSpec, ...] = (
     ReportSpec("cuda_gpu_mem_time_sum", "gpumemtimesum", MEMORY, "reports.cuda_gpu_mem_time_sum",
                "small.cuda_gpu_mem_time_sum", summary=True),
     ReportSpec("cuda_gpu_mem_size_sum", "gpumemsizesum", MEMORY, "reports.cuda_gpu_mem_size_sum",
-               "small.cuda_gpu_mem_size_sum", summary=True, tenths=False),
+               "small.cuda_gpu_mem_size_sum", summary=True),
     ReportSpec("cuda_gpu_sum", "gpusum", _needs(((KERNEL, MEMCPY, MEMSET), "GPU kernel/memory operations data")),
                "reports.cuda_gpu_sum"),
     ReportSpec("nvtx_sum", "nvtxsum", RANGES, "reports.nvtx_sum", "small.nvtx_sum", summary=True),
@@ -191,11 +185,9 @@ def implementation(path: str) -> Callable[..., Table]:
 
 
 #: exports up to this size have their summary reports computed by the standard-library engine where it
-#: has them (`--engine auto` for CSV, collect's per-rank summaries): below it, the columnar engine's
+#: has them (`--engine auto` for CSV): below it, the columnar engine's
 #: set-up per report costs more than the standard library's row loop
 SMALL_EXPORT_BYTES = 32 << 20
-#: a CSV cell format -> the numpy type of the columnar engine's column of it
-FORMAT_DTYPES = {"i": "int64", "f1": "float64", "f3": "float64", "s": "object"}
 #: reports of up to this many rows are kept in the export's cache (the summaries, not the traces)
 CACHED_ROWS = 10_000
 
@@ -242,49 +234,14 @@ def run_reports(export: Export, names: list[str], workers: int | None = None,
     return out
 
 
-def run_summaries(export: Export, names: list[str]) -> dict[str, Table]:
-    """The summary reports `names` of `export` that it has the data for (a report lacking its
-    data, MissingData, is left out), in that order, with numpy columns: on an export up to
-    SMALL_EXPORT_BYTES by the standard-library engine where its numbers are the columnar engine's
-    to the bit (ReportSpec.tenths: the two engines' sums of squares differ in the last bits,
-    rounding to one decimal and their shared tie rule make them equal), its columns typed as the
-    columnar engine types them; the others (a report of no rows, cuda_gpu_mem_size_sum's MB,
-    every report of a larger export) by the columnar engine."""
-    import numpy as np
-
-    small = export.path.stat().st_size <= SMALL_EXPORT_BYTES and all(n in PYTHON_REPORTS for n in names)
-    exact = [name for name in names if spec_of(name).tenths] if small else []
-    by_python = dict(zip(exact, run_python_reports(export, exact), strict=True))
-    out: dict[str, Table] = {}
-    for name in names:
-        got = by_python.get(name)
-        if isinstance(got, NsysInputError):
-            raise got
-        if isinstance(got, Table) and len(got):
-            out[name] = Table({c: np.array(v, dtype=FORMAT_DTYPES[f]) for (c, v), f in
-                               zip(got.columns.items(), got.formats, strict=True)}, got.formats, got.null)
-            continue
-        try:
-            out[name] = run_table(export, name)
-        except MissingData:
-            continue
-    return out
-
-
-def run_python_reports(source: Path | Export, names: list[str]) -> list[Table | MissingData | NsysInputError]:
-    """Reports `names` (each in PYTHON_REPORTS) of an export by the standard-library engine:
-    `source` is its path, or its open Export, whose sqlite3 connection is then borrowed
-    (NsysInputError when the file itself is unusable); each entry is the Table or the
+def run_python_reports(path: Path, names: list[str]) -> list[Table | MissingData | NsysInputError]:
+    """Reports `names` (each in PYTHON_REPORTS) of the export at `path` by the standard-library
+    engine (NsysInputError when the file itself is unusable); each entry is the Table or the
     MissingData/NsysInputError it raised."""
     from hpcprof.analysis.nsys.small import SmallExport
 
-    with contextlib.ExitStack() as stack:
-        if isinstance(source, Path):
-            export = SmallExport(source)
-            stack.callback(export.close)
-        else:
-            export = SmallExport(source.path, stack.enter_context(source.sqlite()), source.table_names,
-                                 source.known_strings)
+    export = SmallExport(path)
+    try:
         out: list[Table | MissingData | NsysInputError] = []
         for name in names:
             spec = spec_of(name)
@@ -296,3 +253,5 @@ def run_python_reports(source: Path | Export, names: list[str]) -> list[Table | 
             except (MissingData, NsysInputError) as exc:
                 out.append(exc)
         return out
+    finally:
+        export.close()
