@@ -35,7 +35,6 @@ from hpcprof.analysis.nsys.schema import (
     OLD,
     OLD_MEM_KINDS,
     OLD_MEMCPY_LABELS,
-    RUNTIME,
     MissingData,
     NsysInputError,
     clean_api_name,
@@ -68,32 +67,20 @@ def clean_api_names(names: np.ndarray) -> np.ndarray:
 KERNEL_ACTIVITY = ("deviceId", "streamId", "globalPid", "correlationId", "shortName")
 
 
+def columns_or_null(export: Export, table: str, names: Sequence[str], needed: int = 0) -> dict[str, np.ndarray]:
+    """Integer columns `names` of `table` as int64 arrays by name, NULL as -1, as is every value of
+    a column the export's table lacks (exports of older nsys, or made by other tools), past the
+    first `needed` (columns every export has: no look-up of the table's columns for them alone)."""
+    present = export.columns(table) if len(names) > needed else set()
+    return export.int_columns(table, {c: f'"{c}"' if i < needed or c in present else "-1" for i, c in enumerate(names)})
+
+
 def kernels(export: Export, extra: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
-    """Kernel rows as int64 columns (NULL as -1): start, end, nameId (the demangled name's StringIds
-    id; + `extra`, -1 where the export's table lacks the column). Plain SQL: the summary reports
-    never import SQLAlchemy (0.2-0.3 s)."""
+    """Kernel rows as int64 columns (columns_or_null): start, end, nameId (the demangled name's
+    StringIds id; + `extra`). Plain SQL: the summary reports never import SQLAlchemy (0.2-0.3 s)."""
     need(export, KERNEL, "CUDA kernel data")
-    present = export.columns(KERNEL) if extra else set()
-    read = [f'coalesce("{c}", -1)' for c in ("start", "end", "demangledName")]
-    read += [f'coalesce("{c}", -1)' if c in present else "-1" for c in extra]
-    arrays = export.sql_ints(", ".join(read), KERNEL, ncols=len(read))
-    return dict(zip(("start", "end", "nameId", *extra), arrays, strict=True))
-
-
-#: the CUDA API call columns collect's analyses read (runtime_calls): the activity's and the summaries'
-RUNTIME_READ = {"globalTid": '"globalTid"', "start": '"start"', "end": '"end"', "correlationId": '"correlationId"',
-                "nameId": '"nameId"', "dur": DUR}
-
-
-def runtime_calls(export: Export) -> dict[str, np.ndarray]:
-    """RUNTIME_READ of every CUDA API call (NULL as -1, as is a column the export's table lacks;
-    `dur` is end - start, -1 where either is NULL), read once per export for the activity
-    (activity.py) and the summaries (summaries.py)."""
-    def read() -> dict[str, np.ndarray]:
-        present = {f'"{c}"' for c in export.columns(RUNTIME)} | {DUR}
-        return export.int_columns(RUNTIME, {c: sql if sql in present else "-1" for c, sql in RUNTIME_READ.items()})
-
-    return export.memo("runtime calls", read)  # type: ignore[no-any-return]
+    d = columns_or_null(export, KERNEL, ("start", "end", "demangledName", *extra), needed=3)
+    return {"start": d["start"], "end": d["end"], "nameId": d["demangledName"], **{c: d[c] for c in extra}}
 
 
 def memops(export: Export, layout: str, value: str = "duration") -> tuple[np.ndarray, np.ndarray]:

@@ -23,7 +23,6 @@ from hpcprof.analysis.nsys.loaders import (
     kernels,
     memop_codes,
     nvtx_range_columns_of,
-    runtime_calls,
 )
 from hpcprof.analysis.nsys.numerics import DUR, Groups, factorize_sorted
 from hpcprof.analysis.nsys.schema import (
@@ -33,6 +32,7 @@ from hpcprof.analysis.nsys.schema import (
     NVTX_STARTEND,
     OSRT,
     OSRT_EVENT_CLASS,
+    RUNTIME,
     STRINGS,
     MissingData,
     NsysInputError,
@@ -88,8 +88,8 @@ def summaries_of(exports: Sequence[Export]) -> tuple[dict[str, JointReport], dic
 
 
 def _calls(export: Export) -> tuple[np.ndarray, np.ndarray]:
-    """(nameId, duration) of each CUDA API call: the activity's read (loaders.runtime_calls)."""
-    d = runtime_calls(export)
+    """(nameId, duration) of each CUDA API call (NULL as -1)."""
+    d = export.int_columns(RUNTIME, {"nameId": "nameId", "dur": DUR})
     return d["nameId"], d["dur"]
 
 
@@ -111,7 +111,7 @@ def _by_id(exports: Sequence[Export], failed: dict[int, NsysInputError], name: s
 def _kernels(exports: Sequence[Export], failed: dict[int, NsysInputError]) -> JointReport:
     """Kernels per name text (cuda_gpu_kern_sum): ties by count, then name."""
     def read(export: Export) -> tuple[np.ndarray, np.ndarray]:
-        d = kernels(export, KERNEL_ACTIVITY)         # the activity's read (collect reads it first)
+        d = kernels(export, KERNEL_ACTIVITY)   # the activity's read, kept for a small export (collect reads it first)
         return d["nameId"], d["end"] - d["start"]
 
     rows = _read(exports, failed, "cuda_gpu_kern_sum", read)
