@@ -187,9 +187,9 @@ def test_files_of_one_map_task_are_each_on_their_own(fixtures_dir: Path, tmp_pat
     Problem of its own, a file with nothing to analyse a note, and the others of the same task are
     still collected, in and out of worker processes (their outcomes come back as plain values)."""
     from hpcprof.collect import map_files
-    from hpcprof.collect.runs import MapFailure, map_task, split_tasks, task_size
+    from hpcprof.collect.runs import TASK_FILES, MapFailure, map_task, split_tasks, task_size
 
-    assert task_size(37, 2) == 2 and task_size(37, 16) == 1 and task_size(100_000, 16) == 16
+    assert task_size(37, 2) == 2 and task_size(37, 16) == 1 and task_size(100_000, 16) == TASK_FILES == 32
     for files, workers in ((37, 2), (1000, 4), (8192, 16), (5, 16), (0, 2)):   # the workers' last round: small tasks
         tasks = split_tasks(list(range(files)), workers)
         size = task_size(files, workers)
@@ -197,7 +197,7 @@ def test_files_of_one_map_task_are_each_on_their_own(fixtures_dir: Path, tmp_pat
         assert [i for task in tasks for i in task] == list(range(files))           # every file once, in order
         assert all(len(task) <= size for task in tasks)
         assert sum(len(task) for task in tasks if len(task) <= small) >= min(files, workers * size) - small
-    assert [len(task) for task in split_tasks(list(range(8192)), 16)][-65:] == [16] + [4] * 64
+    assert [len(task) for task in split_tasks(list(range(8192)), 16)][-65:] == [32] + [8] * 64
     exports = {}
     for rank in range(48):                            # 48 files, 2 workers: tasks of 3 files
         path = tmp_path / "profiles" / f"rank{rank}.sqlite"

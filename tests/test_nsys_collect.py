@@ -220,7 +220,8 @@ def _edited_copy(source: Path, target: Path, *sql: str) -> Path:
 def test_nvtx_ranges_of_many_exports_equal_each_alone(fixtures_dir: Path, tmp_path: Path) -> None:
     """loaders.nvtx_range_columns_of, the NVTX read of collect's joint pass (numpy's steps once
     for many exports), gives each export exactly what nvtx_range_columns gives it alone: columns,
-    dtypes, name codes and names, for each event-type set and layout, the exports in either order.
+    dtypes, name codes and names, for each event-type set and layout (one layout, or both in one
+    pass), the exports in either order.
     The exports: every distinct nsys export of the fixtures, copies whose NVTX domains were
     edited (a second, earlier creation of a domain; a domain row with an end; a range in a domain
     no process created), one without NVTX_EVENTS and one without StringIds, whose errors are their
@@ -250,31 +251,34 @@ def test_nvtx_ranges_of_many_exports_equal_each_alone(fixtures_dir: Path, tmp_pa
         assert len(exports) >= 25 and with_domains >= 10
         compared = unresolved = 0
         for types in (NVTX_PUSHPOP + NVTX_STARTEND, NVTX_PUSHPOP, NVTX_STARTEND):
-            for layout in (OLD, "new"):
-                for times in (True, False):
-                    alone: list[object] = []
+            for times in (True, False):
+                alone: dict[str, list[object]] = {OLD: [], "new": []}
+                for layout, results in alone.items():
                     for export in exports:
                         try:
-                            alone.append(nvtx_range_columns(export, types, layout, times))
+                            results.append(nvtx_range_columns(export, types, layout, times))
                         except Exception as exc:      # compared by type and message
-                            alone.append(exc)
-                    assert isinstance(alone[-2], Exception)         # no NVTX_EVENTS
-                    unresolved += isinstance(alone[-1], Exception)  # no StringIds (where it has ranges)
-                    for order in (1, -1):
-                        joint = nvtx_range_columns_of(exports[::order], types, layout, times)[::order]
-                        for export, one, got in zip(exports, alone, joint, strict=True):
-                            if isinstance(one, Exception):
-                                assert type(got) is type(one) and str(got) == str(one), export.path
-                                continue
-                            assert not isinstance(got, Exception), export.path
-                            (columns, names), (joint_columns, joint_names) = one, got  # type: ignore[misc]
-                            assert list(joint_columns) == list(columns), export.path
-                            for name, values in columns.items():
-                                assert joint_columns[name].dtype == values.dtype, (export.path, name)
-                                assert np.array_equal(joint_columns[name], values), (export.path, name)
-                            assert joint_names.tolist() == names.tolist(), export.path
-                            compared += 1
-        assert compared >= 12 * 2 * 25 and unresolved >= 8
+                            results.append(exc)
+                    assert isinstance(results[-2], Exception)         # no NVTX_EVENTS
+                    unresolved += isinstance(results[-1], Exception)  # no StringIds (where it has ranges)
+                for order in (1, -1):
+                    for layouts in ((OLD,), ("new",), (OLD, "new")):    # one layout, or both in one pass
+                        joint = nvtx_range_columns_of(exports[::order], types, layouts, times)
+                        assert list(joint) == list(layouts)
+                        for layout in layouts:
+                            for export, one, got in zip(exports, alone[layout], joint[layout][::order], strict=True):
+                                if isinstance(one, Exception):
+                                    assert type(got) is type(one) and str(got) == str(one), export.path
+                                    continue
+                                assert not isinstance(got, Exception), export.path
+                                (columns, names), (joint_columns, joint_names) = one, got  # type: ignore[misc]
+                                assert list(joint_columns) == list(columns), export.path
+                                for name, values in columns.items():
+                                    assert joint_columns[name].dtype == values.dtype, (export.path, name)
+                                    assert np.array_equal(joint_columns[name], values), (export.path, name, layout)
+                                assert joint_names.tolist() == names.tolist(), (export.path, layout)
+                                compared += 1
+        assert compared >= 12 * 4 * 25 and unresolved >= 8
 
 
 def _count_tie(source: Path, target: Path) -> Path:

@@ -62,8 +62,10 @@ if TYPE_CHECKING:
 
 #: exit status of `hpcprof collect` when something was skipped (the rest is collected)
 EXIT_PARTIAL = 3
-#: the most files in one map task, and about how many tasks each worker gets (task_size)
-TASK_FILES, TASKS_PER_WORKER = 16, 8
+#: the most files in one map task, and about how many tasks each worker gets (task_size); a task's
+#: exports are analysed in one joint pass: per file 2.82 ms of CPU in a pass of 8 per-rank exports,
+#: 2.42 of 16, 2.28 of 32, 2.26 of 64 (benchmarks/collect_file.py's export)
+TASK_FILES, TASKS_PER_WORKER = 32, 8
 #: seconds between saves of the map's manifest (what is done), which an interrupted collect keeps
 MANIFEST_EVERY_S = 5.0
 #: contiguous slices of the rank files per worker, each concatenated as soon as its files are mapped (SliceConcat)

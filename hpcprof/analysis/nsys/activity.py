@@ -12,7 +12,7 @@ import pandas as pd
 
 from hpcprof.analysis.nsys.arrays import filled
 from hpcprof.analysis.nsys.db import KERNEL, MEMCPY, MEMSET, RUNTIME, Export, NsysInputError, pid_of, process_of
-from hpcprof.analysis.nsys.loaders import KERNEL_ACTIVITY, columns_or_null, kernels
+from hpcprof.analysis.nsys.loaders import API_ACTIVITY, KERNEL_ACTIVITY, api_calls, kernels
 from hpcprof.ranks import rank_from_filename
 
 
@@ -152,7 +152,7 @@ def _file_ops(export: Export) -> dict[str, np.ndarray]:
 def _file_runtime(export: Export) -> dict[str, np.ndarray]:
     if not export.has(RUNTIME):
         return {c: np.empty(0, dtype=np.int64) for c in ("gtid", "gpid", "start", "end", "corr")}
-    r = columns_or_null(export, RUNTIME, ("globalTid", "start", "end", "correlationId"))
+    r = api_calls(export, API_ACTIVITY)
     return {"gtid": r["globalTid"], "gpid": process_of(r["globalTid"]), "start": r["start"], "end": r["end"],
             "corr": r["correlationId"]}
 

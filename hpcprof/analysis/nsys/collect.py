@@ -19,7 +19,9 @@ from hpcprof.analysis.nsys import distributed as dist
 from hpcprof.analysis.nsys import window as win
 from hpcprof.analysis.nsys.arrays import Columns
 from hpcprof.analysis.nsys.db import Export
-from hpcprof.analysis.nsys.summaries import summaries_of
+from hpcprof.analysis.nsys.loaders import read_process_ranges
+from hpcprof.analysis.nsys.schema import OLD
+from hpcprof.analysis.nsys.summaries import LAYOUT, summaries_of
 from hpcprof.analysis.nsys.timeline import iteration_timeline, median_iteration
 from hpcprof.atomic import atomic_write
 from hpcprof.errors import Problem
@@ -104,11 +106,17 @@ def analyse_tables(path: Path, rank: int, nvtx_window: str | None = None) -> dic
     be used."""
     with Export(path) as export:
         export.check_usable()
+        read_process_ranges([export], RANGE_LAYOUTS)
         activity = dist.load_activity([export], {str(path): rank})
         [summaries] = summary_tables([(export, rank)])
         if isinstance(summaries, Exception):
             raise summaries
         return summaries | activity_tables(activity, nvtx_window or win.run_window_range(path))
+
+
+#: the layouts the NVTX ranges are named in: the analyses' (distributed.process_ranges: 2022.4's)
+#: and the summary reports' (summaries.LAYOUT), read in one pass (loaders.read_process_ranges)
+RANGE_LAYOUTS = (OLD, LAYOUT)
 
 
 def summary_tables(exports: Sequence[tuple[Export, int]]) -> list[dict[str, pa.Table] | Exception]:
@@ -230,6 +238,7 @@ def joint_pass(files: Sequence[tuple[Path, int]], group: list[int]) -> dict[int,
                 exports.pop(i, None)
         if len(exports) < 2:
             return {}
+        read_process_ranges(list(exports.values()), RANGE_LAYOUTS)
         activity = dist.load_activity(list(exports.values()), {str(files[i][0]): files[i][1] for i in exports})
         joint = [i for i in exports if exports[i].path not in activity.failed]
         tables = activity_tables(activity, win.run_window_range(files[group[0]][0]))

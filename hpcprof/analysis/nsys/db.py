@@ -213,7 +213,7 @@ class Export:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         check_sqlite_file(self.path)
-        self._uri = "file:" + urllib.parse.quote(str(self.path.resolve())) + "?mode=ro&immutable=1"
+        self._uri = "file:" + urllib.parse.quote(os.path.abspath(self.path)) + "?mode=ro&immutable=1"
         self._lock = threading.RLock()          # the sqlite3 connection is shared by report threads
         self._local = threading.local()         # one ADBC connection per thread
         self._arrow_conns: list[ArrowConnection] = []
@@ -513,13 +513,17 @@ class Export:
         except adbc_driver_manager.Error as exc:
             raise NsysInputError(f"{self.path}: SQLite error ({exc})") from None
 
+    def small(self, table: str) -> bool:
+        """Whether reads of `table` go through small_rows: at most SMALL_READ_ROWS rows, no columnar cache."""
+        return self._cache is None and self.size(table) <= SMALL_READ_ROWS
+
     def small_rows(self, sql: str, table: str) -> list[tuple] | None:
         """The rows of `sql`, a read of `table`, through the export's sqlite3 connection where the
         table has at most SMALL_READ_ROWS rows and the export no columnar cache (an ADBC connection
         and statement cost more than such a read, as per-rank exports' are); else, or where
         SQLite fails (ADBC's error then names the problem), None. Kept: the analyses that read the
         same columns (collect's activity, window and summaries) read them once."""
-        if self._cache is not None or self.size(table) > SMALL_READ_ROWS:
+        if not self.small(table):
             return None
 
         def read() -> list[tuple] | None:

@@ -15,6 +15,7 @@ from typing import cast
 import numpy as np
 import pandas as pd
 
+from hpcprof.analysis.nsys import loaders
 from hpcprof.analysis.nsys.activity import (  # noqa: F401  (Activity, load_activity, is_nccl: re-exported)
     Activity,
     is_nccl,
@@ -34,8 +35,7 @@ from hpcprof.analysis.nsys.arrays import (
     range_reduce,
     rows_of,
 )
-from hpcprof.analysis.nsys.db import NVTX, NVTX_PUSHPOP, NVTX_STARTEND, Export, NsysInputError, pid_of, process_of
-from hpcprof.analysis.nsys.loaders import nvtx_range_columns, nvtx_range_columns_of
+from hpcprof.analysis.nsys.db import NVTX, NVTX_PUSHPOP, Export, NsysInputError, pid_of, process_of
 from hpcprof.analysis.nsys.schema import OLD
 
 NCCL_KERNEL = re.compile(r"^nccl(?:Dev)?Kernel_([A-Za-z0-9]+?)(?:_|\(|$)")
@@ -234,33 +234,16 @@ def gap_columns(act: Activity, threshold_ns: int = 500_000_000, skip_overhead: b
     return {c: np.concatenate([p[c] for p in parts]) for c in GAP_COLUMNS}
 
 
-PROCESS_RANGES = "process_ranges"          # the key of process_ranges in an export's memo
-
-
 def process_ranges(export: Export) -> tuple[Columns, np.ndarray]:
-    """The push/pop and start/end NVTX ranges of `export` with their times and names
-    (loaders.nvtx_range_columns): read once per export, shared by the window, phases and
-    critical-path analyses, which never change the columns in place."""
-    read = export.memo(PROCESS_RANGES, lambda: nvtx_range_columns(export, NVTX_PUSHPOP + NVTX_STARTEND, OLD,
-                                                                  with_times=True))
-    return cast(tuple[Columns, np.ndarray], read)
+    """The push/pop and start/end NVTX ranges of `export` with their times and 2022.4's names
+    (loaders.process_ranges: read once per export, shared by the window, phases and
+    critical-path analyses)."""
+    return loaders.process_ranges(export, OLD)
 
 
 def read_process_ranges(act: Activity) -> None:
-    """process_ranges of the activity's exports not read yet, read together
-    (loaders.nvtx_range_columns_of: numpy's steps once for all of them, each export's result the
-    one it gives alone); an export whose read fails is left for process_ranges to raise."""
-    todo = [export for export in act.exports.values() if export.has(NVTX) and not export.memoized(PROCESS_RANGES)]
-    if len(todo) < 2:
-        return
-    for export, got in zip(todo, nvtx_range_columns_of(todo, NVTX_PUSHPOP + NVTX_STARTEND, OLD, with_times=True),
-                           strict=True):
-        if not isinstance(got, Exception):
-            _keep_ranges(export, got)
-
-
-def _keep_ranges(export: Export, ranges: tuple[Columns, np.ndarray]) -> None:
-    export.memo(PROCESS_RANGES, lambda: ranges)
+    """process_ranges of the activity's exports not read yet, read together (loaders.read_process_ranges)."""
+    loaders.read_process_ranges(list(act.exports.values()), (OLD,))
 
 
 def call_op_codes(act: Activity) -> tuple[np.ndarray, np.ndarray]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 import threading
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -31,10 +31,12 @@ from hpcprof.analysis.nsys.schema import (
     MEMSET_LABEL,
     NVTX,
     NVTX_DOMAIN_CREATE,
+    NVTX_PUSHPOP,
     NVTX_STARTEND,
     OLD,
     OLD_MEM_KINDS,
     OLD_MEMCPY_LABELS,
+    RUNTIME,
     MissingData,
     NsysInputError,
     clean_api_name,
@@ -73,6 +75,26 @@ def columns_or_null(export: Export, table: str, names: Sequence[str], needed: in
     first `needed` (columns every export has: no look-up of the table's columns for them alone)."""
     present = export.columns(table) if len(names) > needed else set()
     return export.int_columns(table, {c: f'"{c}"' if i < needed or c in present else "-1" for i, c in enumerate(names)})
+
+
+#: the CUDA API call columns collect's analyses read, by name their SQL: the activity's four
+#: (activity.py: NULL, or missing from the table, as -1) and the summaries' id and duration
+#: (summaries.py: the columns nsys stats reads), read once from a small export (api_calls)
+API_CALLS = {"globalTid": '"globalTid"', "start": '"start"', "end": '"end"', "correlationId": '"correlationId"',
+             "nameId": '"nameId"', "dur": DUR}
+API_ACTIVITY = ("globalTid", "start", "end", "correlationId")
+
+
+def api_calls(export: Export, names: Sequence[str]) -> dict[str, np.ndarray]:
+    """Columns `names` of API_CALLS as int64 arrays (NULL as -1): of a small export (see
+    Export.small) all of them in one read that every caller shares (one SQL, kept: see
+    Export.small_rows), of a large one, or one whose table lacks a column the summaries need,
+    those asked for. An activity column the table lacks reads as -1."""
+    present = export.columns(RUNTIME)
+    shared = export.small(RUNTIME) and {"start", "end", "nameId"} <= present
+    d = export.int_columns(RUNTIME, {c: "-1" if c in API_ACTIVITY and c not in present else API_CALLS[c]
+                                     for c in (API_CALLS if shared else names)})
+    return {c: d[c] for c in names}
 
 
 def kernels(export: Export, extra: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
@@ -160,7 +182,7 @@ def nvtx_range_columns(export: Export, event_types: tuple[int, ...], layout: str
     text; with a domain (eventType 75 row of the same process) it becomes
     `domain:text`. The new layout always writes `domain:text`, with an empty domain
     for the default one."""
-    [got] = nvtx_range_columns_of([export], event_types, layout, with_times)
+    [got] = nvtx_range_columns_of([export], event_types, (layout,), with_times)[layout]
     if isinstance(got, Exception):
         raise got
     return got
@@ -168,18 +190,51 @@ def nvtx_range_columns(export: Export, event_types: tuple[int, ...], layout: str
 
 #: an export's NVTX ranges as nvtx_range_columns gives them: (columns, names)
 NvtxRanges = tuple[dict[str, np.ndarray], np.ndarray]
+#: the NVTX ranges the analyses of an export share (process_ranges): push/pop and start/end
+PROCESS_RANGE_TYPES = NVTX_PUSHPOP + NVTX_STARTEND
+
+
+def process_ranges(export: Export, layout: str) -> NvtxRanges:
+    """The push/pop and start/end NVTX ranges of `export` with their times, named as `layout`
+    names them (nvtx_range_columns): read once per export and layout (its memo), shared by the
+    analyses (window, phases, critical path) and the NVTX summary, which never change the
+    columns in place."""
+    return cast(NvtxRanges, export.memo(f"process ranges {layout}", lambda: nvtx_range_columns(
+        export, PROCESS_RANGE_TYPES, layout, with_times=True)))
+
+
+def read_process_ranges(exports: Sequence[Export], layouts: Sequence[str]) -> None:
+    """process_ranges of `exports` in `layouts`, those not read yet read together
+    (nvtx_range_columns_of: one read of each export, numpy's steps once for all of them and, but
+    for the names, for all layouts; each result the one it gives alone); an export whose read
+    fails is left for process_ranges to raise."""
+    todo = [e for e in exports if e.has(NVTX) and not all(e.memoized(f"process ranges {lay}") for lay in layouts)]
+    if len(todo) * len(layouts) < 2:
+        return
+    for layout, got in nvtx_range_columns_of(todo, PROCESS_RANGE_TYPES, layouts, with_times=True).items():
+        for export, ranges in zip(todo, got, strict=True):
+            if not isinstance(ranges, Exception):
+                _keep(export, f"process ranges {layout}", ranges)
+
+
+def _keep(export: Export, key: str, value: object) -> None:
+    export.memo(key, lambda: value)
+
+
 #: the columns of NVTX_EVENTS the ranges are read from, in the read's order (the text last)
 NVTX_READ = ("start", "end", "eventType", "globalTid", "textId", "domainId")
 #: the names of an export with no range rows
 NO_NAMES = np.empty(0, dtype=object)
 
 
-def nvtx_range_columns_of(exports: Sequence[Export], event_types: tuple[int, ...], layout: str,
-                          with_times: bool = False) -> list[NvtxRanges | MissingData | NsysInputError]:
-    """nvtx_range_columns of each export, or the MissingData/NsysInputError its read raised: each
-    export read on its own, the numpy steps done once over the rows of all (a per-rank export
-    has a few dozen ranges, and numpy's cost per call is most of the time), each export's
-    columns and names those it gives alone (its codes numbered as if read alone)."""
+def nvtx_range_columns_of(exports: Sequence[Export], event_types: tuple[int, ...], layouts: Sequence[str],
+                          with_times: bool = False) -> dict[str, list[NvtxRanges | MissingData | NsysInputError]]:
+    """nvtx_range_columns of each export in each of `layouts` (by layout, a list in export order),
+    or the MissingData/NsysInputError its read raised: each export read on its own, the numpy
+    steps done once over the rows of all (a per-rank export has a few dozen ranges, and numpy's
+    cost per call is most of the time) and, but for the names, once for all layouts; each
+    export's columns and names those it gives alone (its codes numbered as if read alone). The
+    layouts' columns but `name` are the same arrays."""
     codes = TextCodes()
     rows = _NvtxRows(len(exports), event_types, with_times)
     failed: dict[int, MissingData | NsysInputError] = {}
@@ -213,30 +268,33 @@ def nvtx_range_columns_of(exports: Sequence[Export], event_types: tuple[int, ...
     has_domains = np.zeros(len(exports) + 1, dtype=bool)
     has_domains[dom["e"]] = True
     with_domains = has_domains[d["e"]] if not one else slice(None) if has_domains[0] else slice(0)
-    name_code = pairs.local[pairs.code[:n_ranges]] if not one else pairs.code[:n_ranges]   # codes by first use
-    names_of: dict[int, np.ndarray] = {}
-    for at in range(len(exports)):
-        if not has_domains[at] and at not in failed:
-            mine = pairs.of(at)
-            names_of[at] = range_names_of(np.full(len(mine), None, dtype=object), pairs.label[mine], layout)
-    if len(dom["e"]):
-        dom["name"] = np.array([nvtx_domain_name(inline, lab, layout) for inline, lab in
-                                zip(texts[dom["text"]], pairs.label[pairs.code[n_ranges:]], strict=True)] + [None],
-                               dtype=object)[:-1]
-        codes_with, names_with = _with_domains(d, dom, with_domains, pairs, layout, one)
-        name_code[with_domains] = codes_with
-        names_of |= {at: names for at, names in names_with.items() if at not in failed}
     last = rows.last[d["e"]] if not one else rows.last[0]
     duration = d["duration"]
     unterminated = duration < 0
     duration[unterminated] = (last[unterminated] if not one else last) + 1 + duration[unterminated]
-    out: dict[str, np.ndarray] = {"duration": duration, "eventType": d["eventType"], "name": name_code}
-    if with_times:
-        out |= {"start": d["start"], "end": np.where(d["end"] < 0, last, d["end"]), "globalTid": d["globalTid"]}
+    times = {"start": d["start"], "end": np.where(d["end"] < 0, last, d["end"]), "globalTid": d["globalTid"]} \
+        if with_times else {}
     bounds = np.searchsorted(d["e"], np.arange(len(exports) + 1)).tolist()
-    return [failed[at] if at in failed else
-            ({n: v[bounds[at]:bounds[at + 1]] for n, v in out.items()}, names_of.get(at, NO_NAMES))
-            for at in range(len(exports))]
+    out: dict[str, list[NvtxRanges | MissingData | NsysInputError]] = {}
+    for layout in layouts:
+        name_code = pairs.local[pairs.code[:n_ranges]] if not one else pairs.code[:n_ranges].copy()  # codes by first use
+        names_of: dict[int, np.ndarray] = {}
+        for at in range(len(exports)):
+            if not has_domains[at] and at not in failed:
+                mine = pairs.of(at)
+                names_of[at] = range_names_of(np.full(len(mine), None, dtype=object), pairs.label[mine], layout)
+        if len(dom["e"]):
+            dom["name"] = np.array([nvtx_domain_name(inline, lab, layout) for inline, lab in
+                                    zip(texts[dom["text"]], pairs.label[pairs.code[n_ranges:]], strict=True)] + [None],
+                                   dtype=object)[:-1]
+            codes_with, names_with = _with_domains(d, dom, with_domains, pairs, layout, one)
+            name_code[with_domains] = codes_with
+            names_of |= {at: names for at, names in names_with.items() if at not in failed}
+        columns = {"duration": duration, "eventType": d["eventType"], "name": name_code, **times}
+        out[layout] = [failed[at] if at in failed else
+                       ({n: v[bounds[at]:bounds[at + 1]] for n, v in columns.items()}, names_of.get(at, NO_NAMES))
+                       for at in range(len(exports))]
+    return out
 
 
 class _NvtxRows:

@@ -19,20 +19,20 @@ import numpy as np
 from hpcprof.analysis.nsys.db import Export
 from hpcprof.analysis.nsys.loaders import (
     KERNEL_ACTIVITY,
+    api_calls,
     clean_api_names,
     kernels,
     memop_codes,
-    nvtx_range_columns_of,
+    process_ranges,
+    read_process_ranges,
 )
 from hpcprof.analysis.nsys.numerics import DUR, Groups, factorize_sorted
 from hpcprof.analysis.nsys.schema import (
     NEW,
     NO_STRINGS,
-    NVTX_PUSHPOP,
     NVTX_STARTEND,
     OSRT,
     OSRT_EVENT_CLASS,
-    RUNTIME,
     STRINGS,
     MissingData,
     NsysInputError,
@@ -88,8 +88,8 @@ def summaries_of(exports: Sequence[Export]) -> tuple[dict[str, JointReport], dic
 
 
 def _calls(export: Export) -> tuple[np.ndarray, np.ndarray]:
-    """(nameId, duration) of each CUDA API call (NULL as -1)."""
-    d = export.int_columns(RUNTIME, {"nameId": "nameId", "dur": DUR})
+    """(nameId, duration) of each CUDA API call (NULL as -1; the activity's read, kept for a small export)."""
+    d = api_calls(export, ("nameId", "dur"))
     return d["nameId"], d["dur"]
 
 
@@ -133,8 +133,8 @@ def _memops(exports: Sequence[Export], failed: dict[int, NsysInputError], name: 
 
 
 def _nvtx(exports: Sequence[Export], failed: dict[int, NsysInputError]) -> JointReport:
-    """NVTX push/pop and start/end ranges per (range text, style): loaders.nvtx_range_columns_of's
-    ranges of all the exports, read in one pass."""
+    """NVTX push/pop and start/end ranges per (range text, style): loaders.process_ranges of all the
+    exports (those not read yet read in one pass)."""
     spec = spec_of("nvtx_sum")
     checked: list[int] = []
     for at, one in enumerate(exports):
@@ -144,16 +144,19 @@ def _nvtx(exports: Sequence[Export], failed: dict[int, NsysInputError]) -> Joint
                 checked.append(at)
         except MissingData:
             pass
-    got = nvtx_range_columns_of([exports[at] for at in checked], NVTX_PUSHPOP + NVTX_STARTEND, LAYOUT)
+    read_process_ranges([exports[at] for at in checked], (LAYOUT,))
     present: list[int] = []
     parts: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]] = []
-    for at, result in zip(checked, got, strict=True):
-        if isinstance(result, NsysInputError):
-            failed[at] = result
-        elif not isinstance(result, MissingData):
-            columns, names = result
-            present.append(at)
-            parts.append((at, names[columns["name"]], columns["eventType"], columns["duration"]))
+    for at in checked:
+        try:
+            columns, names = process_ranges(exports[at], LAYOUT)
+        except NsysInputError as exc:
+            failed[at] = exc
+            continue
+        except MissingData:
+            continue
+        present.append(at)
+        parts.append((at, names[columns["name"]], columns["eventType"], columns["duration"]))
     position = np.repeat(np.array([p[0] for p in parts], dtype=np.int64), [len(p[1]) for p in parts])
     texts = np.concatenate([p[1] for p in parts]) if parts else np.empty(0, dtype=object)
     start_end = np.isin(np.concatenate([p[2] for p in parts]) if parts else np.empty(0, np.int64), NVTX_STARTEND)
