@@ -127,7 +127,7 @@ def breakdown(files: list[Path], parts: Path, repeat: int) -> dict[str, float]:
     targets += [(nsys_collect.win, n) for n in ("find_window", "clip", "window_summary", "iteration_series",
                                                  "kernel_sum", "with_window", "instances_inside")]
     targets += [(nsys_collect, n) for n in ("summaries_of", "arrow_table", "to_arrow", "rank_nccl", "iteration_timeline",
-                                            "Export", "split_by_rank")]
+                                            "Export", "split_by_rank", "read_process_ranges")]
     targets += [(nsys_collect.critical_path, "rank_event_columns"), (runs, "write_bundle")]
     saved = [(mod, name, getattr(mod, name)) for mod, name in targets]
     try:
