@@ -366,7 +366,7 @@ print(same, split.origin == alone.origin, ",".join(sorted(set(sent))), len(sent)
 """
 
 
-def test_helpers_forked_here_read_the_batches_from_shared_memory(fixtures_dir: Path, tmp_path: Path) -> None:
+def test_helpers_forked_here_read_the_batches_from_shared_memory_segments(fixtures_dir: Path, tmp_path: Path) -> None:
     """Helpers forked by scan_split (a process without other threads, as `hpcprof trace` and
     collect's workers are: pytest's workers here are not) read each batch from a shared mapping
     rather than through the pipe, with the trace of one process; a batch longer than a slot (an
