@@ -96,6 +96,18 @@ def columns_table(columns: Columns) -> pa.Table:
     return arrow_table(columns)
 
 
+#: the layouts the NVTX ranges are named in: the analyses' (distributed.process_ranges: 2022.4's)
+#: and the summary reports' (summaries.LAYOUT), read in one pass (loaders.read_process_ranges)
+RANGE_LAYOUTS = (OLD, LAYOUT)
+
+
+def load_activity(exports: list[Export], ranks: dict[str, int]) -> dist.Activity:
+    """dist.load_activity of `exports`, their NVTX ranges first read in both RANGE_LAYOUTS at once
+    (the analyses and the summary reports then find them read)."""
+    read_process_ranges(exports, RANGE_LAYOUTS)
+    return dist.load_activity(exports, ranks)
+
+
 def analyse_tables(path: Path, rank: int, nvtx_window: str | None = None) -> dict[str, pa.Table]:
     """One rank's export as the Arrow tables collect writes: its summary reports (whole capture,
     as `nsys stats` gives them); over the measured window (nsys/window.py; `nvtx_window`, else
@@ -106,17 +118,11 @@ def analyse_tables(path: Path, rank: int, nvtx_window: str | None = None) -> dic
     be used."""
     with Export(path) as export:
         export.check_usable()
-        read_process_ranges([export], RANGE_LAYOUTS)
-        activity = dist.load_activity([export], {str(path): rank})
+        activity = load_activity([export], {str(path): rank})
         [summaries] = summary_tables([(export, rank)])
         if isinstance(summaries, Exception):
             raise summaries
         return summaries | activity_tables(activity, nvtx_window or win.run_window_range(path))
-
-
-#: the layouts the NVTX ranges are named in: the analyses' (distributed.process_ranges: 2022.4's)
-#: and the summary reports' (summaries.LAYOUT), read in one pass (loaders.read_process_ranges)
-RANGE_LAYOUTS = (OLD, LAYOUT)
 
 
 def summary_tables(exports: Sequence[tuple[Export, int]]) -> list[dict[str, pa.Table] | Exception]:
@@ -238,8 +244,7 @@ def joint_pass(files: Sequence[tuple[Path, int]], group: list[int]) -> dict[int,
                 exports.pop(i, None)
         if len(exports) < 2:
             return {}
-        read_process_ranges(list(exports.values()), RANGE_LAYOUTS)
-        activity = dist.load_activity(list(exports.values()), {str(files[i][0]): files[i][1] for i in exports})
+        activity = load_activity(list(exports.values()), {str(files[i][0]): files[i][1] for i in exports})
         joint = [i for i in exports if exports[i].path not in activity.failed]
         tables = activity_tables(activity, win.run_window_range(files[group[0]][0]))
         parts = {name: split_by_rank(table, [files[i][1] for i in joint]) for name, table in tables.items()}

@@ -199,7 +199,7 @@ def process_ranges(export: Export, layout: str) -> NvtxRanges:
     names them (nvtx_range_columns): read once per export and layout (its memo), shared by the
     analyses (window, phases, critical path) and the NVTX summary, which never change the
     columns in place."""
-    return cast(NvtxRanges, export.memo(f"process ranges {layout}", lambda: nvtx_range_columns(
+    return cast(NvtxRanges, export.memo(_ranges_key(layout), lambda: nvtx_range_columns(
         export, PROCESS_RANGE_TYPES, layout, with_times=True)))
 
 
@@ -208,13 +208,18 @@ def read_process_ranges(exports: Sequence[Export], layouts: Sequence[str]) -> No
     (nvtx_range_columns_of: one read of each export, numpy's steps once for all of them and, but
     for the names, for all layouts; each result the one it gives alone); an export whose read
     fails is left for process_ranges to raise."""
-    todo = [e for e in exports if e.has(NVTX) and not all(e.memoized(f"process ranges {lay}") for lay in layouts)]
+    todo = [e for e in exports if e.has(NVTX) and not all(e.memoized(_ranges_key(lay)) for lay in layouts)]
     if len(todo) * len(layouts) < 2:
         return
     for layout, got in nvtx_range_columns_of(todo, PROCESS_RANGE_TYPES, layouts, with_times=True).items():
         for export, ranges in zip(todo, got, strict=True):
             if not isinstance(ranges, Exception):
-                _keep(export, f"process ranges {layout}", ranges)
+                _keep(export, _ranges_key(layout), ranges)
+
+
+def _ranges_key(layout: str) -> str:
+    """The key of process_ranges in `layout` in an export's memo."""
+    return f"process ranges {layout}"
 
 
 def _keep(export: Export, key: str, value: object) -> None:
