@@ -6,8 +6,8 @@ copied per N with its store. Every measurement is a fresh child process (the CLI
 `collect_runs`), which reports its wall time and peak RSS (itself, and its largest worker).
 Printed per N: time per rank file (wall, and CPU of the collecting process and its workers: on a
 shared machine the wall time measures the others too), the phases of collecting the run (wall:
-inputs, map, concat, cross-rank, summary, ..., and outside them the worker pool's start: the imports
-before the fork, and its stop), speed-up of 2 workers over 1, peak RSS,
+inputs, map, concat, join, cross-rank, summary, ..., and outside them the worker pool's start: the
+imports before the fork, and its stop), speed-up of 2 workers over 1, peak RSS,
 store and results size. With --repeat R each mode runs R times, interleaved, and the fastest
 run is shown (speed-up: the fastest of each against the fastest with 1 worker), with every run's wall time.
 Then the nsys cross-rank commands (`hpcprof nsys nccl|overlap` over all N rank files, one child
@@ -19,7 +19,8 @@ process each): wall time and peak RSS. Last, each goal as met or missed, with it
                                        [--out FILE]
 
 Goals: <= 15 ms CPU per rank file (4,096 ranks in <= 60 s on 2 idle cores); >= 1.8x with 2 workers; parallel efficiency (speed-up / workers) >= 0.7 at the most
-workers when that is more than 2 (issue 21: 16 on the GPU machine, benchmarks/gpu/collect_cores.sh);
+workers when that is more than 2 (issue 21: 16 on the GPU machine, benchmarks/gpu/collect_cores.sh; with
+what bounds it: the CPU per file with all workers busy, and the serial phases);
 main-process peak RSS flat in N (within 15 %); 4,096 ranks collected; the cross-rank commands at
 4,096 ranks with peak RSS flat in N (within 15 %).
 """
@@ -76,6 +77,15 @@ def one(workdir: Path, workers: int) -> None:
         return executor, how
 
     runs_module.make_executor = timed_executor
+    seconds: dict[str, float] = {}      # the run's phases (Collected.seconds), for the goal's bound
+    collect_run = runs_module.collect_run
+
+    def phased_collect_run(*args: Any, **kwargs: Any) -> Any:
+        result = collect_run(*args, **kwargs)
+        seconds.update(result.seconds)
+        return result
+
+    runs_module.collect_run = phased_collect_run
     store = Store(database_url(workdir))
     runs = all_runs(workdir)
     start, cpu_start = time.perf_counter(), cpu()
@@ -85,6 +95,7 @@ def one(workdir: Path, workers: int) -> None:
     phases = [line.rpartition(" in ")[2] + f"; pool start {pool.get('start', 0):.2f}, stop {pool.get('stop', 0):.2f}"
               for line in lines if line.startswith("collected ")]
     print(json.dumps({"wall_s": wall, "cpu_s": cpu() - cpu_start, "status": status, "phases": phases,
+                      "seconds": {**seconds, "pool start": pool.get("start", 0.0), "pool stop": pool.get("stop", 0.0)},
                       "rss_main_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                       "rss_worker_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}))
 
@@ -132,6 +143,19 @@ def flat(values: dict[int, float]) -> tuple[bool, str]:
     return ratio <= 1.15, ", ".join(f"{v:.0f} MB at {n}" for n, v in sorted(values.items())) + f" (x{ratio:.2f})"
 
 
+def efficiency_bound(many: dict, one: dict) -> str:
+    """What bounds the efficiency of `many` workers against `one`: the CPU per file with every worker
+    busy against one alone (the efficiency a collect with no serial part would reach), the serial
+    phases of `many`'s run (outside the map and what runs during it), and the wall time 0.7 needs."""
+    ceiling = one["cpu_s"] / many["cpu_s"]
+    serial = {phase: s for phase, s in many["seconds"].items() if phase != "map" and "(during" not in phase}
+    need = one["wall_s"] / (0.7 * many["workers"])
+    return (f"bound: CPU per file {1000 * one['cpu_s'] / one['n']:.1f} ms with 1 worker, "
+            f"{1000 * many['cpu_s'] / many['n']:.1f} with {many['workers']} (all busy): {ceiling:.2f} with no serial part; "
+            f"serial {sum(serial.values()):.2f} s ({', '.join(f'{p} {s:.2f}' for p, s in serial.items() if s >= 0.005)}), "
+            f"map {many['seconds'].get('map', 0.0):.2f} s; 0.7 needs <= {need:.2f} s in all")
+
+
 def goals(collected: list[dict], crossed: list[dict]) -> list[str]:
     """One line per goal: met or missed, with the numbers."""
     lines = ["# goals"]
@@ -150,6 +174,8 @@ def goals(collected: list[dict], crossed: list[dict]) -> list[str]:
         eff = most["speedup"] / most["workers"]
         lines.append(f"{'met' if eff >= 0.7 else 'missed'}: parallel efficiency >= 0.7 at {most['workers']} workers: "
                      f"{eff:.2f} ({most['speedup']:.2f}x at N={most['n']})")
+        lines.append("  " + efficiency_bound(most, [r for r in collected if r["n"] == most["n"]
+                                                    and r["workers"] == 1 and not r["mpi"]][0]))
     if collected:
         rss = {r["n"]: r["rss_main_mb"] for r in collected if r["workers"] == 2 and not r["mpi"]}
         if len(rss) > 1:

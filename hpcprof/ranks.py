@@ -9,6 +9,7 @@ used by collect to tell which ranks should have left a profile).
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import PurePath
 
@@ -17,7 +18,7 @@ RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 
 def rank_from_filename(path: PurePath | str) -> int | None:
     """The rank in a file's name (`rank_3.sqlite` -> 3), or None when the name has none."""
-    match = RANK_IN_NAME.search(PurePath(path).name)
+    match = RANK_IN_NAME.search(path.name if isinstance(path, PurePath) else os.path.basename(path))
     return int(match.group(1)) if match else None
 
 

@@ -185,9 +185,12 @@ def test_parts_of_the_layout_before_bundles_are_removed(fixtures_dir: Path, tmp_
 def test_files_of_one_map_task_are_each_on_their_own(fixtures_dir: Path, tmp_path: Path, workers: int) -> None:
     """Several files go to a worker in one task (runs.task_size): a damaged file among them is a
     Problem of its own, a file with nothing to analyse a note, and the others of the same task are
-    still collected, in and out of worker processes (their outcomes come back as plain values)."""
+    still collected, in and out of worker processes (their outcomes come back as plain values).
+    Files given in name order (rank10 before rank2, as a directory lists them) are mapped in rank
+    order: each bundle holds consecutive ranks, which the concat then reads in one run per bundle
+    (not a read of the bundle per file)."""
     from hpcprof.collect import map_files
-    from hpcprof.collect.runs import TASK_FILES, MapFailure, map_task, split_tasks, task_size
+    from hpcprof.collect.runs import TASK_FILES, MapFailure, bundle_runs, map_task, split_tasks, task_size
 
     assert task_size(37, 2) == 2 and task_size(37, 16) == 1 and task_size(100_000, 16) == TASK_FILES == 32
     for files, workers in ((37, 2), (1000, 4), (8192, 16), (5, 16), (0, 2)):   # the workers' last round: small tasks
@@ -199,7 +202,7 @@ def test_files_of_one_map_task_are_each_on_their_own(fixtures_dir: Path, tmp_pat
         assert sum(len(task) for task in tasks if len(task) <= small) >= min(files, workers * size) - small
     assert [len(task) for task in split_tasks(list(range(8192)), 16)][-65:] == [32] + [8] * 64
     exports = {}
-    for rank in range(48):                            # 48 files, 2 workers: tasks of 3 files
+    for rank in sorted(range(48), key=lambda r: f"rank{r}.sqlite"):   # 48 files, 2 workers: tasks of 3 files
         path = tmp_path / "profiles" / f"rank{rank}.sqlite"
         path.parent.mkdir(exist_ok=True)
         if rank == 7:
@@ -218,6 +221,8 @@ def test_files_of_one_map_task_are_each_on_their_own(fixtures_dir: Path, tmp_pat
     assert "not an SQLite database" in str(problem)
     assert list(mapped) == [f"rank{rank}.sqlite" for rank in range(48) if rank != 7]
     assert all("nccl" in part.tables for part in mapped.values())
+    bundles = [part.bundle for part in mapped.values()]
+    assert len(bundle_runs(mapped.values())) == len(set(bundles)) == len(split_tasks(list(exports), workers))
     trace = tmp_path / "rank2.json"        # a trace of CPU operators only: nothing for the analyses
     trace.write_text('{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::add", "ts": 1, "dur": 2, '
                      '"pid": 1, "tid": 1}]}')

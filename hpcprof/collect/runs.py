@@ -334,9 +334,12 @@ def map_files(tool: str, files: dict[Path, int], run_path: Path, executor: Execu
               meanwhile: Callable[[], None] | None = None,
               on_file: Callable[[str, FilePart | None], None] = lambda key, part: None) -> dict[str, FilePart]:
     """Run `analyse_file` over every file not collected yet (or changed, or whose cached bundle is
-    damaged), several files a task (map_task, one bundle per task), about `in_flight` files
-    submitted at a time, streaming results as workers finish (`meanwhile()` runs in this process
-    once the first files are submitted, stream_map); returns {part key: FilePart} of every usable
+    damaged), in rank order, several files a task (map_task, one bundle per task: the
+    consecutive ranks SliceConcat concatenates together are in one), about `in_flight` files
+    submitted at a time but at least TASKS_PER_WORKER tasks a worker, streaming results as
+    workers finish (`meanwhile()` runs in this process once the first files are submitted,
+    stream_map: the work queued must outlast it, or the workers run dry; 2 tasks a worker, 0.4 s
+    of work, against 0.7-0.9 s of own steps at 16,384 ranks on 16 cores); returns {part key: FilePart} of every usable
     file, in rank order. `on_file(key, part)` is called as each file has its outcome (part None:
     skipped), e.g. SliceConcat.file_done. Bundles no file names any more are removed (those a
     concurrent collect wrote since this one started are left)."""
@@ -375,6 +378,7 @@ def map_files(tool: str, files: dict[Path, int], run_path: Path, executor: Execu
         else:
             pending.append((path, rank, stamp, key))
     del old
+    pending.sort(key=lambda file: (file[1], file[3]))   # rank order (names sort rank10 before rank2), as the slices
     if len(new):
         log(f"{tool}: {len(new)} file(s) unchanged since the last collect, skipped")
     progress = Progress(f"{tool} {run_path.name}", len(pending), sum(size for _, _, (size, _), _ in pending), log)
@@ -385,8 +389,8 @@ def map_files(tool: str, files: dict[Path, int], run_path: Path, executor: Execu
             for i, task in enumerate(tasks))
     saved = time.monotonic()
     try:
-        for i, future in stream_map(executor, map_task, jobs, max(1, in_flight // len(tasks[0])) if tasks else 1,
-                                    meanwhile):
+        queued = max(in_flight // len(tasks[0]), TASKS_PER_WORKER * executor_workers(executor)) if tasks else 1
+        for i, future in stream_map(executor, map_task, jobs, queued, meanwhile):
             task = tasks[i]
             outcomes: list[FilePart | MapFailure | None]
             try:
@@ -505,9 +509,10 @@ class SliceConcat:
         self.sliced[i] = self.executor.submit(_concat_slice, self.parts, bundle_runs(p for _, p in parts),
                                               {name: self.pieces / f"{name}.{i}.parquet" for name in names})
 
-    def finish(self) -> list[str]:
-        """Wait for the slices, join each table's pieces into results/; the table names written
-        (DamagedCache when a cached part does not read: the manifest is dropped)."""
+    def finish(self, timed: Timed = untimed) -> list[str]:
+        """Wait for the slices (phase `concat`), join each table's pieces into results/ (phase
+        `join`); the table names written (DamagedCache when a cached part does not read: the
+        manifest is dropped)."""
         from hpcprof.results import table_path
 
         def target(name: str) -> Path:
@@ -517,17 +522,20 @@ class SliceConcat:
             if len(self.left) == 1:
                 parts = sorted(self.files[0].items(), key=lambda kv: self.order[kv[0]])
                 names = sorted({name for _, part in parts for name in part.tables})
-                done = self.executor.submit(_concat_slice, self.parts, bundle_runs(p for _, p in parts),
-                                            {name: target(name) for name in names}).result()
+                with timed("concat"):
+                    done = self.executor.submit(_concat_slice, self.parts, bundle_runs(p for _, p in parts),
+                                                {name: target(name) for name in names}).result()
             else:
-                in_slice = [self.sliced[i].result() if i in self.sliced else [] for i in range(len(self.left))]
+                with timed("concat"):
+                    in_slice = [self.sliced[i].result() if i in self.sliced else [] for i in range(len(self.left))]
                 names = sorted({name for written in in_slice for name in written})
-                joined = [self.executor.submit(concat_pieces, [self.pieces / f"{name}.{i}.parquet"
-                                                               for i, written in enumerate(in_slice)
-                                                               if name in written], target(name))
-                          for name in names]
-                for future in joined:
-                    future.result()
+                with timed("join"):
+                    joined = [self.executor.submit(concat_pieces, [self.pieces / f"{name}.{i}.parquet"
+                                                                   for i, written in enumerate(in_slice)
+                                                                   if name in written], target(name))
+                              for name in names]
+                    for future in joined:
+                        future.result()
                 done = names
         except Exception as exc:  # a cached part whose footer reads but whose data does not
             (self.parts / MANIFEST).unlink(missing_ok=True)  # every part is made again
@@ -539,8 +547,8 @@ class SliceConcat:
 
 def reduce_parts(tool: str, run_path: Path, mapped: dict[str, FilePart], executor: Executor | None = None,
                  log: Log = print, timed: Timed = untimed, concat: SliceConcat | None = None) -> list[str]:
-    """Tables of the whole run from the per-file parts: each table concatenated (phase `concat`:
-    `concat`, the SliceConcat that map_files fed, finished; else one made of `mapped`), then the
+    """Tables of the whole run from the per-file parts: each table concatenated (phases `concat`
+    and `join`: `concat`, the SliceConcat that map_files fed, finished; else one made of `mapped`), then the
     tool's cross-rank steps (e.g. nsys's NCCL summary across ranks; phase `cross-rank`), each in
     its own task, all in `executor`'s workers so that this process never holds the rows of all
     ranks. Returns the table names written."""
@@ -549,8 +557,7 @@ def reduce_parts(tool: str, run_path: Path, mapped: dict[str, FilePart], executo
         concat = SliceConcat(tool, run_path, list(mapped), executor)
         for key, part in mapped.items():
             concat.file_done(key, part)
-    with timed("concat"):
-        written = concat.finish()
+    written = concat.finish(timed)
     from hpcprof.analysis.registry import collector
 
     with timed("cross-rank"):               # the steps in parallel workers
@@ -569,23 +576,32 @@ class DamagedCache(Exception):
 # one run
 
 
-def rank_files(profile_dir: Path, problem: Report) -> list[Path]:
-    """The per-rank files of a profile directory (a rank in the name); every entry named like
-    one that is not a readable regular file (a directory, a symlink loop, a dangling link) is
-    a Problem."""
-    files = []
-    for path in sorted(profile_dir.iterdir()):
-        if rank_from_filename(path) is None or path.name.startswith("."):
+def rank_files(profile_dir: Path, problem: Report) -> dict[Path, int]:
+    """The per-rank files of a profile directory (a rank in the name) with their ranks, in name
+    order; every entry named like one that is not a readable regular file (a directory, a
+    symlink loop, a dangling link) is a Problem. One read of the directory: a regular file's
+    type is in the listing, only links (and entries of a file system that gives no type) are
+    stat'ed (with a stat and a sort of Path objects, listing 16,384 ranks took 0.19 s here; 0.10 s)."""
+    with os.scandir(profile_dir) as listing:
+        entries = sorted((entry for entry in listing if not entry.name.startswith(".")), key=lambda e: e.name)
+    files: dict[Path, int] = {}
+    for entry in entries:
+        rank = rank_from_filename(entry.name)
+        if rank is None:
             continue
+        path = profile_dir / entry.name
         try:
-            mode = path.stat().st_mode
+            if entry.is_symlink():      # followed: a loop or a dangling link says why
+                regular = stat.S_ISREG(path.stat().st_mode)
+            else:
+                regular = entry.is_file(follow_symlinks=False)
         except OSError as exc:
             problem(Problem(path, f"skipped ({exc.strerror})"))
             continue
-        if not stat.S_ISREG(mode):
+        if not regular:
             problem(Problem(path, "skipped (not a regular file)"))
             continue
-        files.append(path)
+        files[path] = rank
     return files
 
 
@@ -653,14 +669,14 @@ def collect_run(run: RunDir, store: Store, log: Log = print, executor: Executor 
         step("profiles" + suffix, missing)
 
     def profiles() -> None:
-        files = rank_files(profile_dir, done.report)
+        with done.timed("inputs"):
+            files = rank_files(profile_dir, done.report)
         if not files:
             log(f"{run.run_id}: no {tool} profiles in {profile_dir}")
             return
         site_paths = config["site"]["paths"]
         tool_paths = {"nsys": site_paths["nsys"], "ncu": site_paths["ncu"]}
-        ctx = CollectContext(run_dir=run.path, tool=tool, files=files,
-                             rank_of={p: rank_from_filename(p) for p in files},  # type: ignore[misc]
+        ctx = CollectContext(run_dir=run.path, tool=tool, files=list(files), rank_of=files,
                              work_dir=run.path / "derived" / tool, log=log, problem=done.report)
         ctx.work_dir.mkdir(parents=True, exist_ok=True)
         with done.timed("inputs"):
@@ -684,7 +700,7 @@ def collect_run(run: RunDir, store: Store, log: Log = print, executor: Executor 
             done.report(Problem(profile_dir, f"no usable {tool} profile"))
 
     if tool != "none" and profile_dir.is_dir():
-        step(tool, profiles, timed=False)   # its phases: inputs, map, concat, cross-rank
+        step(tool, profiles, timed=False)   # its phases: inputs, map, concat, join, cross-rank
     own_steps()                             # when there was no map to overlap
 
     def echo() -> None:  # Echo's flow: a ws-N DDP run against its sweep's ws-1 run
