@@ -339,8 +339,8 @@ def map_files(tool: str, files: dict[Path, int], run_path: Path, executor: Execu
     submitted at a time but at least TASKS_PER_WORKER tasks a worker, streaming results as
     workers finish (`meanwhile()` runs in this process once the first files are submitted,
     stream_map: the work queued must outlast it, or the workers run dry; 2 tasks a worker, 0.4 s
-    of work, against 0.7-0.9 s of own steps at 16,384 ranks on 16 cores); returns {part key: FilePart} of every usable
-    file, in rank order. `on_file(key, part)` is called as each file has its outcome (part None:
+    of work, against 0.7-0.9 s of own steps at 16,384 ranks on 16 cores); returns {part key:
+    FilePart} of every usable file, in rank order. `on_file(key, part)` is called as each file has its outcome (part None:
     skipped), e.g. SliceConcat.file_done. Bundles no file names any more are removed (those a
     concurrent collect wrote since this one started are left)."""
     started = time.time()
@@ -581,7 +581,7 @@ def rank_files(profile_dir: Path, problem: Report) -> dict[Path, int]:
     order; every entry named like one that is not a readable regular file (a directory, a
     symlink loop, a dangling link) is a Problem. One read of the directory: a regular file's
     type is in the listing, only links (and entries of a file system that gives no type) are
-    stat'ed (with a stat and a sort of Path objects, listing 16,384 ranks took 0.19 s here; 0.10 s)."""
+    stat'ed (16,384 ranks listed in 0.10 s here; 0.19 s with a stat and a Path sort each)."""
     with os.scandir(profile_dir) as listing:
         entries = sorted((entry for entry in listing if not entry.name.startswith(".")), key=lambda e: e.name)
     files: dict[Path, int] = {}
