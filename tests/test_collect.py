@@ -205,3 +205,31 @@ def test_a_worker_killed_mid_collect(tmp_path: Path, fixtures_dir: Path) -> None
     again = hpcprof("collect", runs[0].name, "--workers", "2", cwd=tmp_path)
     assert again.returncode == 0, again.stderr
     assert sorted(read_table(runs[0], "nsys_cuda_gpu_kern_sum")["rank"].unique()) == list(range(40))
+
+
+def test_the_files_manifest_lists_what_the_run_left(tmp_path: Path) -> None:
+    """files_manifest: every log, profile and workload result (nested directories, hidden ones
+    too, and links to files), not hidden, temporary or Parquet files, dangling links or linked
+    directories; in path order (rank10 after rank1/ as Path objects sort), with rank and size."""
+    from hpcprof.collect.runs import manifest
+    from hpcprof.rundir import RunDir
+
+    files = {"logs/rank0.log": 3, "logs/.hidden": 1, "logs/x.tmp": 1, "profiles/nsys/rank10.sqlite": 7,
+             "profiles/nsys/rank1/rank1.sqlite": 5, "profiles/nsys/rank2.nsys-rep": 2, "results/a.json": 4,
+             "results/t.parquet": 1, "results/.old/rank5.json": 6}
+    for name, size in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(b"x" * size)
+    (tmp_path / "profiles/nsys/rank3.sqlite").symlink_to(tmp_path / "profiles/nsys/rank10.sqlite")
+    (tmp_path / "profiles/nsys/rank4.sqlite").symlink_to(tmp_path / "gone")
+    (tmp_path / "profiles/linked").symlink_to(tmp_path / "profiles/nsys", target_is_directory=True)
+    table = manifest(RunDir(tmp_path))
+    assert list(table.itertuples(index=False, name=None)) == [
+        ("logs", "logs/rank0.log", 0, 3),
+        ("profiles", "profiles/nsys/rank1/rank1.sqlite", 1, 5),
+        ("profiles", "profiles/nsys/rank10.sqlite", 10, 7),
+        ("profiles", "profiles/nsys/rank2.nsys-rep", 2, 2),
+        ("profiles", "profiles/nsys/rank3.sqlite", 3, 7),
+        ("results", "results/.old/rank5.json", 5, 6),
+        ("results", "results/a.json", pd.NA, 4)]
+    assert str(table["rank"].dtype) == "Int64"

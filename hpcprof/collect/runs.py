@@ -157,16 +157,36 @@ def workload_tables(results_dir: Path, problem: Report) -> dict[str, pd.DataFram
 
 
 def manifest(run: RunDir) -> pd.DataFrame:
-    """Every log, profile and workload result file of the run, with rank and size."""
+    """Every log, profile and workload result file of the run (regular files, and links to them;
+    no hidden, temporary or Parquet file; linked directories not entered), with rank and size,
+    in path order. One scandir per directory and one stat per file: it runs while the workers
+    analyse, on a core they would use (16,384 ranks: 0.06 s here, 0.15 s with two stats and a
+    relpath per file)."""
     import pandas as pd
 
     rows = []       # text and tuples, no Path or dict per file: at 16,384 ranks ~10 MB less at the collect's peak
     for sub in ("logs", "profiles", "results"):
-        found = [os.path.join(directory, name) for directory, _, names in os.walk(run.path / sub) for name in names
-                 if not name.startswith(".") and not name.endswith((".tmp", ".parquet"))]
-        for full in sorted(found, key=lambda text: text.replace(os.sep, "\0")):   # as Path objects sort
-            if os.path.isfile(full):
-                rows.append((sub, os.path.relpath(full, run.path), rank_from_filename(full), os.stat(full).st_size))
+        found: list[tuple[str, int]] = []
+        directories = [sub]
+        while directories:
+            relative = directories.pop()
+            try:
+                with os.scandir(run.path / relative) as listing:
+                    for entry in listing:
+                        path = f"{relative}/{entry.name}"
+                        try:
+                            if entry.is_dir():
+                                if not entry.is_symlink():
+                                    directories.append(path)
+                            elif entry.is_file() and not entry.name.startswith(".") \
+                                    and not entry.name.endswith((".tmp", ".parquet")):
+                                found.append((path, entry.stat().st_size))
+                        except OSError:      # gone meanwhile, or a link that does not resolve
+                            continue
+            except OSError:
+                continue
+        for path, size in sorted(found, key=lambda row: row[0].replace("/", "\0")):   # as Path objects sort
+            rows.append((sub, path, rank_from_filename(path), size))
     return pd.DataFrame(rows, columns=["kind", "path", "rank", "bytes"]).astype({"rank": "Int64"})
 
 
