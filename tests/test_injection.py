@@ -127,6 +127,8 @@ def configs(target: str, path: str, how: str, payload: str, tools: Path) -> tupl
         exp["profile"]["tool"] = "ncu"
     if path == "paths.python":  # only built-in workloads run the site's Python
         exp["workload"] = {"kind": "seqpar", "args": {}}
+    if path.startswith(("profile.nsys.capture_range", "profile.nsys.nvtx_capture")):
+        exp["profile"]["window"] = {"opened_by_program": True}   # else a command's capture range is refused for that
     if path == "profile.nsys.nvtx_capture":
         exp["profile"]["nsys"] = {"capture_range": "nvtx"}
     if path == "profile.nsys.capture_range_end":
@@ -204,6 +206,17 @@ def test_kitchen_sink_in_every_field(target: str, path: str, how: str, needle: s
 def test_a_clean_run_reaches_done(tools: Path) -> None:
     """The harness itself: a harmless value is accepted and all three job scripts run to DONE."""
     assert check("exp", "env", "value", "env", "harmless PWNED0 text", tools) == 3
+
+
+@pytest.mark.parametrize(("field", "payload"), [
+    (("site", "defaults.queue", "value", "defaults.queue"), "a=b"),   # a whole-site check names the field
+    (("exp", "resources.queue", "value", "resources.queue"), "a=b"),  # and so does the render's
+    (("exp", "profile.nsys.nvtx_capture", "value", "profile.nsys.nvtx_capture"), "step")])
+def test_payloads_hypothesis_found(field: tuple[str, str, str, str], payload: str, tools: Path) -> None:
+    """Cases test_random_payloads found: a '=' in a PBS queue refused naming 'defaults.queue' (was
+    '(top level)') and 'resources.queue' (was 'queue'); an NVTX capture range the field takes is
+    not refused for another field's sake (the harness now says the command opens its range)."""
+    check(*field, payload, tools)
 
 
 payloads = st.lists(st.one_of(st.sampled_from(FRAGMENTS),

@@ -45,7 +45,7 @@ def test_the_schema_takes_every_registered_scheduler_and_no_other() -> None:
 
 def test_torque_directive_fields_are_checked_like_pbs() -> None:
     """Torque writes #PBS lines: a ',' in the account would start another resource there too."""
-    with pytest.raises(UserError, match="field .account..*cannot go into a torque directive"):
+    with pytest.raises(UserError, match="field 'defaults.account': .*cannot go into a torque directive"):
         site("torque", defaults={"account": "proj,walltime=99:00:00"})
 
 

@@ -51,13 +51,15 @@ def walltime_seconds(value: str) -> int:
     return total
 
 
-def check_fields(scheduler: str, values: dict[str, Any], where: str) -> None:
-    """Check the directive fields `scheduler` renders (None values pass)."""
-    for field, (pattern, example) in FIELDS.get(dialect(scheduler) or "", {}).items():
-        value = values.get(field)
-        if value is not None and not re.fullmatch(pattern, str(value)):
-            raise UserError(f"{where}: field '{field}': {value!r} cannot go into a {scheduler} directive "
-                            f"(a ',' or '=' there would start another resource); use the form {example}")
+def check_fields(scheduler: str, values: dict[str, Any], where: str = "") -> None:
+    """Check the directive fields `scheduler` renders: `values` by the path that names each in its
+    config (`resources.queue`, `defaults.queue`, `pbs_select`: the error names it; None passes)."""
+    rules = FIELDS.get(dialect(scheduler) or "", {})
+    for path, value in values.items():
+        rule = rules.get(path.rpartition(".")[2])
+        if rule is not None and value is not None and not re.fullmatch(rule[0], str(value)):
+            raise UserError(f"{where + ': ' if where else ''}field '{path}': {value!r} cannot go into a {scheduler} "
+                            f"directive (a ',' or '=' there would start another resource); use the form {rule[1]}")
 
 
 def _directive_values(kind: str, script: str) -> dict[str, list[str]]:

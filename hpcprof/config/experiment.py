@@ -292,8 +292,7 @@ def resolve_point(index: int, params: dict[str, Any], experiment: Experiment, wo
         check_env_total({**site.env, **experiment.env})
     except ValueError as exc:
         raise UserError(f"{where}: field 'env': {exc} (site {site.name}'s env included)") from None
-    check_fields(site.scheduler, {**site.defaults.model_dump(exclude_none=True),
-                                  **res.model_dump(exclude_none=True)}, where)
+    check_fields(site.scheduler, {f"resources.{k}": v for k, v in res.model_dump(exclude_none=True).items()}, where)
     ranks_per_node = res.ranks_per_node or site.node.ranks_per_node
     walltime = res.walltime or site.defaults.walltime
     hw_threads = site.node.cores * site.node.threads_per_core

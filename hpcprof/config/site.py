@@ -282,9 +282,9 @@ class SiteConfig(Strict):
     @model_validator(mode="after")
     def _directives_fit_scheduler(self) -> SiteConfig:
         try:
-            check_fields(self.scheduler, {**self.defaults.model_dump(), "pbs_select": self.pbs_select},
-                         f"site {self.name} defaults")
-        except UserError as exc:  # UserError -> pydantic's one error naming the field
+            check_fields(self.scheduler, {**{f"defaults.{k}": v for k, v in self.defaults.model_dump().items()},
+                                          "pbs_select": self.pbs_select})
+        except UserError as exc:  # UserError -> pydantic's one error, which names its field itself
             raise ValueError(exc.format_message()) from None
         return self
 

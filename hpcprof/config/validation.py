@@ -36,6 +36,8 @@ def describe(error: ValidationError, model: type[BaseModel], source: str) -> str
         hint = f"; allowed keys: {', '.join(allowed)}" if allowed else ""
         return f"{source}: unknown key '{field}'{hint}"
     msg = first["msg"].removeprefix("Value error, ")
+    if not loc and msg.startswith("field '"):       # a check of the whole model that names its field
+        return f"{source}: {msg}"
     got = first.get("input")
     shown = "" if isinstance(got, (dict, list)) or got is None else f" (got {shorten(repr(got), 120)})"
     return f"{source}: field '{field}': {msg}{shown}"
