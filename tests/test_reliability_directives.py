@@ -29,7 +29,7 @@ SMUGGLED = {
 @pytest.mark.parametrize("site,field,value", sorted(SMUGGLED))
 def test_directive_smuggling_is_refused(site: str, field: str, value: str, tmp_path: Path) -> None:
     exp = experiment(tmp_path / "e.yaml", ["true"], f"  {field}: {json.dumps(value)}\n")
-    one_line_error(hpcprof("render", str(exp), "--site", site, cwd=tmp_path), f"field '{field}'")
+    one_line_error(hpcprof("render", str(exp), "--site", site, cwd=tmp_path), f"field 'resources.{field}'")
 
 
 def test_site_defaults_are_checked_for_their_scheduler(tmp_path: Path) -> None:
