@@ -3,10 +3,11 @@
 Each rank file is a real nsys export (the H200 seqpar fixtures, rank0/rank1 alternately; hard
 links, so 4,096 ranks cost no disk). A run directory is made once by a real local submit, then
 copied per N with its store. Every measurement is a fresh child process (the CLI's own code path,
-`collect_runs`), which reports its wall time and peak RSS (itself, and its largest worker).
+`collect_runs`; hpcprof's byte code compiled once before, as an installed package has it), which
+reports its wall time and peak RSS (itself, and its largest worker).
 Printed per N: time per rank file (wall, and CPU of the collecting process and its workers: on a
 shared machine the wall time measures the others too), the phases of collecting the run (wall:
-inputs, map, concat, join, cross-rank, summary, ..., and outside them the worker pool's start: the
+inputs, map, concat, join and cross-rank (together), summary, ..., and outside them the worker pool's start: the
 imports before the fork, and its stop), speed-up of 2 workers over 1, peak RSS,
 store and results size. With --repeat R each mode runs R times, interleaved, and the fastest
 run is shown (speed-up: the fastest of each against the fastest with 1 worker), with every run's wall time.
@@ -42,8 +43,10 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(os.environ.get("HPCPROF_FIXTURES", next((p / "shared" / "fixtures" for p in REPO.parents
                                                       if (p / "shared" / "fixtures").is_dir()), REPO.parent)))
-#: children import hpcprof from this tree, whatever the interpreter has installed
-CHILD_ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+#: children import hpcprof from this tree, whatever the interpreter has installed, with its byte code written once and
+#: reused, as an installed package has it (an environment with PYTHONDONTWRITEBYTECODE compiled every module at every start)
+CHILD_ENV = {**{k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"},
+             "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
 EXPERIMENT = 'name: scale\nworkload:\n  kind: command\n  argv: ["true"]\nresources:\n  nodes: 1\n  ranks_per_node: 1\n'
 
 
@@ -89,12 +92,16 @@ def one(workdir: Path, workers: int) -> None:
     store = Store(database_url(workdir))
     runs = all_runs(workdir)
     start, cpu_start = time.perf_counter(), cpu()
+    own = resource.getrusage(resource.RUSAGE_SELF)          # the collecting process's own CPU, apart
     lines: list[str] = []
     status = collect_runs(runs, store, lambda run: jobstate.refresh(run, store), log=lines.append, workers=workers)
     wall = time.perf_counter() - start
     phases = [line.rpartition(" in ")[2] + f"; pool start {pool.get('start', 0):.2f}, stop {pool.get('stop', 0):.2f}"
               for line in lines if line.startswith("collected ")]
-    print(json.dumps({"wall_s": wall, "cpu_s": cpu() - cpu_start, "status": status, "phases": phases,
+    own_end = resource.getrusage(resource.RUSAGE_SELF)
+    print(json.dumps({"wall_s": wall, "cpu_s": cpu() - cpu_start,
+                      "cpu_main_s": own_end.ru_utime + own_end.ru_stime - own.ru_utime - own.ru_stime,
+                      "status": status, "phases": phases,
                       "seconds": {**seconds, "pool start": pool.get("start", 0.0), "pool stop": pool.get("stop", 0.0)},
                       "rss_main_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                       "rss_worker_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}))
@@ -146,14 +153,16 @@ def flat(values: dict[int, float]) -> tuple[bool, str]:
 def efficiency_bound(many: dict, one: dict) -> str:
     """What bounds the efficiency of `many` workers against `one`: the CPU per file with every worker
     busy against one alone (the efficiency a collect with no serial part would reach), the serial
-    phases of `many`'s run (outside the map and what runs during it), and the wall time 0.7 needs."""
+    phases of `many`'s run (outside the map and what runs during it), the CPU the collecting process
+    itself used (on a core the workers would use), and the wall time 0.7 needs."""
     ceiling = one["cpu_s"] / many["cpu_s"]
     serial = {phase: s for phase, s in many["seconds"].items() if phase != "map" and "(during" not in phase}
     need = one["wall_s"] / (0.7 * many["workers"])
     return (f"bound: CPU per file {1000 * one['cpu_s'] / one['n']:.1f} ms with 1 worker, "
             f"{1000 * many['cpu_s'] / many['n']:.1f} with {many['workers']} (all busy): {ceiling:.2f} with no serial part; "
             f"serial {sum(serial.values()):.2f} s ({', '.join(f'{p} {s:.2f}' for p, s in serial.items() if s >= 0.005)}), "
-            f"map {many['seconds'].get('map', 0.0):.2f} s; 0.7 needs <= {need:.2f} s in all")
+            f"map {many['seconds'].get('map', 0.0):.2f} s, the collecting process's own CPU {many.get('cpu_main_s', 0.0):.2f} s; "
+            f"0.7 needs <= {need:.2f} s in all")
 
 
 def goals(collected: list[dict], crossed: list[dict]) -> list[str]:
@@ -268,6 +277,8 @@ def main() -> None:
         scratch = Path(tmp)
         (scratch / "tmpl-base").mkdir()
         tmpl = template(scratch / "tmpl-base")
+        subprocess.run([sys.executable, "-c", "from hpcprof.collect.runs import _worker_modules as m; import importlib; "
+                        "[importlib.import_module(n) for n in m()]"], check=True, cwd=REPO, env=CHILD_ENV)  # byte code
         for n in [int(s) for s in args.sizes.split(",") if s]:
             counts = [int(w) for w in args.workers_list.split(",") if w]
             modes = [(w, False) for w in counts if w > 1 or n <= args.serial_max]

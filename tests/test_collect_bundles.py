@@ -21,6 +21,7 @@ from hpcprof.collect.engine import (
     concat_pieces,
     make_executor,
     read_bundle,
+    read_pieces,
     write_bundle,
 )
 from hpcprof.results import to_arrow
@@ -101,6 +102,7 @@ def test_concat_pieces_joins_slices_in_order_under_one_schema(tmp_path: Path) ->
     assert joined.read().to_pydict() == {"rank": [0, 0, 1, 2], "x": [1.0, 2.0, 3.0, 0.5],
                                          "y": [None, None, None, "new"]}
     assert [joined.metadata.row_group(i).num_rows for i in range(joined.num_row_groups)] == [2, 2]
+    assert read_pieces(pieces).equals(joined.read())    # what the cross-rank steps read while the join runs
 
 
 def test_compacting_keeps_order_and_merges_by_levels() -> None:

@@ -65,3 +65,57 @@ def test_a_new_tool_is_one_class_and_one_registry_line(tmp_path: Path, monkeypat
     assert read_table(tmp_path, "csv_total").set_index("name")["ns"].to_dict() == {"A": 17, "B": 5}
     assert read_table(tmp_path, "csv_kernels")["rank"].tolist() == [0, 0, 1]
     assert "csv: 3 kernels" in notes
+
+
+class RewritingCollector(CsvCollector):
+    """Its reducer replaces `kernels` (sorted by duration) unless told to fail or to pass."""
+
+    rewritten = ("kernels",)
+
+    def reducers(self) -> tuple[Reducer, ...]:
+        return (slowest_first,)
+
+
+def slowest_first(read: ReadTable, log: Log) -> dict[str, pd.DataFrame]:
+    kernels = read("kernels")
+    assert kernels is not None
+    if (kernels["name"] == "fail").any():
+        raise RuntimeError("reducer failed")
+    if (kernels["name"] == "pass").any():
+        return {}
+    return {"kernels": kernels.sort_values("ns", ascending=False, ignore_index=True)}
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.parametrize("case", ["rewritten", "passed", "failed"])
+def test_a_rewritten_table_is_the_reducers_else_the_concatenated_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                     workers: int, case: str) -> None:
+    """With several workers the cross-rank steps read the slices' pieces while the other tables are
+    joined; a table a step replaces (ToolCollector.rewritten) is then the step's, and where the step
+    wrote none (or failed: its error comes after) the ranks' rows concatenated, as with one worker."""
+    from hpcprof.collect import map_files, reduce_parts
+    from hpcprof.collect.engine import make_executor
+    from hpcprof.results import read_table
+
+    monkeypatch.setitem(registry.COLLECTORS, "csv", f"{__name__}:RewritingCollector")
+    profiles = tmp_path / "profiles"
+    profiles.mkdir()
+    marker = {"rewritten": "A", "passed": "pass", "failed": "fail"}[case]
+    files = {}
+    for rank in range(9):
+        files[profiles / f"rank{rank}.csv"] = rank
+        (profiles / f"rank{rank}.csv").write_text(f"name,ns\n{marker},{rank}\nB,{10 * rank}\n")
+    executor, _ = make_executor(workers)
+    try:
+        mapped = map_files("csv", files, tmp_path, executor, print, print)
+        if case == "failed":
+            with pytest.raises(RuntimeError, match="reducer failed"):
+                reduce_parts("csv", tmp_path, mapped, executor, print)
+        else:
+            assert reduce_parts("csv", tmp_path, mapped, executor, print) == ["csv_kernels"]
+    finally:
+        executor.shutdown()
+    kernels = read_table(tmp_path, "csv_kernels")
+    concatenated = [ns for rank in range(9) for ns in (rank, 10 * rank)]
+    assert kernels["ns"].tolist() == (sorted(concatenated, reverse=True) if case == "rewritten" else concatenated)
+    assert not (tmp_path / "derived" / "csv" / "pieces").exists() and not list((tmp_path / "derived" / "csv").glob(".*"))

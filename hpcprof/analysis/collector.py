@@ -20,6 +20,8 @@ A tool is one `ToolCollector` subclass registered by name in hpcprof.analysis.re
   concatenated per-rank tables (`read(name)` gives one, or None), returning new or replacing
   tables and logging notes; independent of one another, so collect runs them in parallel workers
   (`reduce(read, log)` runs them all in this process).
+- `rewritten`: the concatenated per-rank tables a reducer replaces (nsys: the timeline, cut to its
+  median iteration): collect writes such a table whole only where no reducer wrote it.
 """
 
 from __future__ import annotations
@@ -75,7 +77,10 @@ def each_alone(analyse: Callable[[Path, int], dict[str, pa.Table]],
 class ToolCollector:
     """One profiling tool in `collect`; `tool_paths` are the site's executables ({"nsys": path,
     "ncu": path}), `cores` how many cores one file's analysis may use (1: its own process only).
-    Subclasses implement `analyse_file` and, where they need to, `inputs` and `reduce`."""
+    Subclasses implement `analyse_file` and, where they need to, `inputs` and `reducers`."""
+
+    #: the concatenated per-rank tables that a reducer replaces (written whole only where none did)
+    rewritten: tuple[str, ...] = ()
 
     def __init__(self, tool_paths: Mapping[str, str] | None = None, cores: int = 1) -> None:
         self.tool_paths = dict(tool_paths or {})

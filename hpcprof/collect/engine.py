@@ -382,10 +382,9 @@ def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
     return table.select(schema.names).cast(schema)
 
 
-def concat_pieces(pieces: list[Path], target: Path, row_group: int = 262_144) -> None:
-    """Stream Parquet files `pieces` (each one slice of a table's rows, in order) into one
-    Parquet file `target` under one schema unifying theirs: one row group of each piece, and at
-    most `row_group` rows waiting for theirs, in memory at a time."""
+def piece_row_groups(pieces: list[Path]) -> tuple[pa.Schema, Iterator[pa.Table]]:
+    """Parquet files `pieces` (each one slice of a table's rows, in order) under one schema unifying
+    theirs: the schema, and their row groups in order, each conformed to it (one read at a time)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -395,19 +394,44 @@ def concat_pieces(pieces: list[Path], target: Path, row_group: int = 262_144) ->
         if not other.equals(schema):
             schema = pa.unify_schemas([schema, other], promote_options="permissive")
 
+    def row_groups() -> Iterator[pa.Table]:
+        for piece, own in zip(pieces, schemas, strict=True):
+            source = pq.ParquetFile(piece)
+            for i in range(source.num_row_groups):
+                table = source.read_row_group(i).replace_schema_metadata(None)
+                yield table if own.equals(schema) else conform(table, schema)
+
+    return schema, row_groups()
+
+
+def read_pieces(pieces: list[Path]) -> pa.Table:
+    """Parquet files `pieces` as one Arrow table: the table concat_pieces writes, in memory."""
+    import pyarrow as pa
+
+    schema, row_groups = piece_row_groups(pieces)
+    tables = [*row_groups]
+    return pa.concat_tables(tables) if tables else schema.empty_table()
+
+
+def concat_pieces(pieces: list[Path], target: Path, row_group: int = 262_144) -> None:
+    """Stream Parquet files `pieces` (each one slice of a table's rows, in order) into one
+    Parquet file `target` under one schema unifying theirs: one row group of each piece, and at
+    most `row_group` rows waiting for theirs, in memory at a time."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    schema, row_groups = piece_row_groups(pieces)
+
     def write(tmp: Path) -> None:
         pending: list[pa.Table] = []
         rows = 0
         with pq.ParquetWriter(tmp, schema) as writer:
-            for piece, own in zip(pieces, schemas, strict=True):
-                source = pq.ParquetFile(piece)
-                for i in range(source.num_row_groups):
-                    table = source.read_row_group(i).replace_schema_metadata(None)
-                    pending.append(table if own.equals(schema) else conform(table, schema))
-                    rows += len(table)
-                    if rows >= row_group:
-                        writer.write_table(pa.concat_tables(pending))
-                        pending, rows = [], 0
+            for table in row_groups:
+                pending.append(table)
+                rows += len(table)
+                if rows >= row_group:
+                    writer.write_table(pa.concat_tables(pending))
+                    pending, rows = [], 0
             if pending:
                 writer.write_table(pa.concat_tables(pending))
 

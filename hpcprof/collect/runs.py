@@ -47,6 +47,7 @@ from hpcprof.collect.engine import (
     executor_workers,
     make_executor,
     read_bundle,
+    read_pieces,
     stream_map,
     write_bundle,
 )
@@ -448,16 +449,23 @@ def map_files(tool: str, files: dict[Path, int], run_path: Path, executor: Execu
     return {k: FilePart(new[k].bundle, new[k].position, new[k].tables) for k in order}
 
 
-def cross_rank_tables(tool: str, run_path: Path, step: int) -> tuple[list[str], list[str]]:
-    """Cross-rank step `step` of the tool (its reducers()) over the run's concatenated tables,
-    written to results/; returns (table names written, notes to log)."""
+def cross_rank_tables(tool: str, run_path: Path, step: int,
+                      pieces: dict[str, list[Path]] | None = None) -> tuple[list[str], list[str]]:
+    """Cross-rank step `step` of the tool (its reducers()) over the run's concatenated tables (read
+    from their slices' `pieces` where given, else from results/), written to results/; returns
+    (table names written, notes to log)."""
     from hpcprof.analysis.registry import collector
     from hpcprof.results import read_table
+
+    def read(name: str) -> pd.DataFrame | None:
+        if pieces is None:
+            return read_table(run_path, f"{tool}_{name}")
+        return read_pieces(pieces[name]).to_pandas() if name in pieces else None
 
     notes: list[str] = []
     written = []
     reducer = collector(tool).reducers()[step]
-    for name, df in reducer(lambda n: read_table(run_path, f"{tool}_{n}"), notes.append).items():
+    for name, df in reducer(read, notes.append).items():
         write_table(run_path, f"{tool}_{name}", df)
         written.append(f"{tool}_{name}")
     return written, notes
@@ -529,60 +537,90 @@ class SliceConcat:
         self.sliced[i] = self.executor.submit(_concat_slice, self.parts, bundle_runs(p for _, p in parts),
                                               {name: self.pieces / f"{name}.{i}.parquet" for name in names})
 
-    def finish(self, timed: Timed = untimed) -> list[str]:
-        """Wait for the slices (phase `concat`), join each table's pieces into results/ (phase
-        `join`); the table names written (DamagedCache when a cached part does not read: the
-        manifest is dropped)."""
+    def finish(self, cross_rank: Callable[[dict[str, list[Path]] | None], list[Future]], rewritten: Iterable[str],
+               timed: Timed = untimed) -> tuple[list[str], list[tuple[list[str], list[str]]]]:
+        """Wait for the slices (phase `concat`), then join each table's pieces into results/ while the
+        cross-rank steps (`cross_rank(pieces)`: their futures) read the pieces (phase `join, cross-rank`);
+        a table in `rewritten` is joined only where no step wrote it. With one slice the tables are
+        concatenated straight into results/, which the steps read then (`cross_rank(None)`).
+        Returns the table names written and the steps' outcomes (a step's error is raised once every
+        table is written; DamagedCache when a cached part does not read: the manifest is dropped)."""
         from hpcprof.results import table_path
+
+        def damaged(exc: Exception) -> DamagedCache:  # a cached part whose footer reads but whose data does not
+            (self.parts / MANIFEST).unlink(missing_ok=True)  # every part is made again
+            return DamagedCache(f"{self.parts}: a cached part does not read ({_short(exc)})")
 
         def target(name: str) -> Path:
             return table_path(self.run_path, f"{self.tool}_{name}")
 
+        def join(pieces: dict[str, list[Path]], names: Iterable[str]) -> list[Future]:
+            return [self.executor.submit(concat_pieces, pieces[name], target(name)) for name in names]
+
+        pieces: dict[str, list[Path]] | None = None
         try:
-            if len(self.left) == 1:
-                parts = sorted(self.files[0].items(), key=lambda kv: self.order[kv[0]])
-                names = sorted({name for _, part in parts for name in part.tables})
-                with timed("concat"):
-                    done = self.executor.submit(_concat_slice, self.parts, bundle_runs(p for _, p in parts),
-                                                {name: target(name) for name in names}).result()
-            else:
-                with timed("concat"):
+            with timed("concat"):
+                if len(self.left) == 1:
+                    parts = sorted(self.files[0].items(), key=lambda kv: self.order[kv[0]])
+                    names = sorted({name for _, part in parts for name in part.tables})
+                    tables = sorted(self.executor.submit(_concat_slice, self.parts, bundle_runs(p for _, p in parts),
+                                                         {name: target(name) for name in names}).result())
+                else:
                     in_slice = [self.sliced[i].result() if i in self.sliced else [] for i in range(len(self.left))]
-                names = sorted({name for written in in_slice for name in written})
-                with timed("join"):
-                    joined = [self.executor.submit(concat_pieces, [self.pieces / f"{name}.{i}.parquet"
-                                                                   for i, written in enumerate(in_slice)
-                                                                   if name in written], target(name))
-                              for name in names]
+                    tables = sorted({name for written in in_slice for name in written})
+                    pieces = {name: [self.pieces / f"{name}.{i}.parquet" for i, written in enumerate(in_slice)
+                                     if name in written] for name in tables}
+        except Exception as exc:
+            shutil.rmtree(self.pieces, ignore_errors=True)
+            raise damaged(exc) from None
+        failed: Exception | None = None
+        try:
+            with timed("cross-rank" if pieces is None else "join, cross-rank"):
+                joined = [] if pieces is None else join(pieces, (name for name in tables if name not in rewritten))
+                outcomes = []
+                for future in cross_rank(pieces):
+                    try:
+                        outcomes.append(future.result())
+                    except Exception as exc:  # raised once the tables are joined
+                        failed = failed or exc
+                if pieces is not None:
+                    made = {name for reduced, _ in outcomes for name in reduced}
+                    joined += join(pieces, (name for name in tables
+                                            if name in rewritten and f"{self.tool}_{name}" not in made))
+                try:
                     for future in joined:
                         future.result()
-                done = names
-        except Exception as exc:  # a cached part whose footer reads but whose data does not
-            (self.parts / MANIFEST).unlink(missing_ok=True)  # every part is made again
-            raise DamagedCache(f"{self.parts}: a cached part does not read ({_short(exc)})") from None
+                except Exception as exc:
+                    raise damaged(exc) from None
         finally:
             shutil.rmtree(self.pieces, ignore_errors=True)
-        return [f"{self.tool}_{name}" for name in sorted(done)]
+        if failed is not None:
+            raise failed
+        return tables, outcomes
 
 
 def reduce_parts(tool: str, run_path: Path, mapped: dict[str, FilePart], executor: Executor | None = None,
                  log: Log = print, timed: Timed = untimed, concat: SliceConcat | None = None) -> list[str]:
-    """Tables of the whole run from the per-file parts: each table concatenated (phases `concat`
-    and `join`: `concat`, the SliceConcat that map_files fed, finished; else one made of `mapped`), then the
-    tool's cross-rank steps (e.g. nsys's NCCL summary across ranks; phase `cross-rank`), each in
-    its own task, all in `executor`'s workers so that this process never holds the rows of all
-    ranks. Returns the table names written."""
+    """Tables of the whole run from the per-file parts: each table concatenated (`concat`, the
+    SliceConcat that map_files fed, finished; else one made of `mapped`) and the tool's cross-rank
+    steps (e.g. nsys's NCCL summary across ranks), each in its own task, all in `executor`'s workers
+    so that this process never holds the rows of all ranks (phases: SliceConcat.finish). Returns
+    the table names written."""
+    from hpcprof.analysis.registry import collector
+
     executor = executor or InProcess()
     if concat is None:
         concat = SliceConcat(tool, run_path, list(mapped), executor)
         for key, part in mapped.items():
             concat.file_done(key, part)
-    written = concat.finish(timed)
-    from hpcprof.analysis.registry import collector
+    tool_collector = collector(tool)
 
-    with timed("cross-rank"):               # the steps in parallel workers
-        steps = [executor.submit(cross_rank_tables, tool, run_path, i) for i in range(len(collector(tool).reducers()))]
-        done = [future.result() for future in steps]
+    def cross_rank(pieces: dict[str, list[Path]] | None) -> list[Future]:
+        return [executor.submit(cross_rank_tables, tool, run_path, i, pieces)
+                for i in range(len(tool_collector.reducers()))]
+
+    tables, done = concat.finish(cross_rank, tool_collector.rewritten, timed)
+    written = [f"{tool}_{name}" for name in tables]
     for line in (line for _, notes in done for line in notes):
         log(line)
     return written + [name for reduced, _ in done for name in reduced if name not in written]

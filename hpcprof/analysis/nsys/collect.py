@@ -283,6 +283,8 @@ class NsysCollector(ToolCollector):
     """nsys in `collect`: exports (.nsys-rep exported to SQLite), each rank's tables, the NCCL
     summary and timeline across ranks."""
 
+    rewritten = ("timeline", "nccl")    # median_timeline, nccl_with_totals
+
     def inputs(self, ctx: CollectContext) -> dict[Path, int]:
         return sqlite_files(ctx, self.tool_paths)
 
