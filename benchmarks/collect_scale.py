@@ -21,7 +21,8 @@ process each): wall time and peak RSS. Last, each goal as met or missed, with it
 
 Goals: <= 15 ms CPU per rank file (4,096 ranks in <= 60 s on 2 idle cores); >= 1.8x with 2 workers; parallel efficiency (speed-up / workers) >= 0.7 at the most
 workers when that is more than 2 (issue 21: 16 on the GPU machine, benchmarks/gpu/collect_cores.sh; with
-what bounds it: the CPU per file with all workers busy, and the serial phases);
+what bounds it: the CPU per file with all workers busy, beside the machine's own slowdown of a CPU-bound loop run
+by as many processes at once, and the serial phases);
 main-process peak RSS flat in N (within 15 %); 4,096 ranks collected; the cross-rank commands at
 4,096 ranks with peak RSS flat in N (within 15 %).
 """
@@ -150,23 +151,48 @@ def flat(values: dict[int, float]) -> tuple[bool, str]:
     return ratio <= 1.15, ", ".join(f"{v:.0f} MB at {n}" for n, v in sorted(values.items())) + f" (x{ratio:.2f})"
 
 
-def efficiency_bound(many: dict, one: dict) -> str:
+def loop_cpu_s(_: int = 0) -> float:
+    """CPU seconds of a fixed pure-Python loop (the interpreter's work, next to no memory traffic)."""
+    start, total = time.process_time(), 0
+    for i in range(3_000_000):
+        total += i * i % 7
+    return time.process_time() - start
+
+
+def machine_ceiling(workers: int) -> tuple[float, float]:
+    """The machine's own bound on parallel efficiency: the CPU seconds of loop_cpu_s alone (best of 3)
+    and with `workers` processes running it at once (median of 3 each): where cores are hardware
+    threads sharing a core, or slow down together, the same work takes more CPU time."""
+    import multiprocessing
+    import statistics
+    from concurrent.futures import ProcessPoolExecutor
+
+    alone = min(loop_cpu_s() for _ in range(3))
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+        busy = statistics.median(pool.map(loop_cpu_s, range(3 * workers)))
+    return alone, busy
+
+
+def efficiency_bound(many: dict, one: dict, machine: tuple[float, float] | None) -> str:
     """What bounds the efficiency of `many` workers against `one`: the CPU per file with every worker
-    busy against one alone (the efficiency a collect with no serial part would reach), the serial
-    phases of `many`'s run (outside the map and what runs during it), the CPU the collecting process
-    itself used (on a core the workers would use), and the wall time 0.7 needs."""
+    busy against one alone (the efficiency a collect with no serial part would reach) beside the
+    machine's own (machine_ceiling), the serial phases of `many`'s run (outside the map and what runs
+    during it), the CPU the collecting process itself used (on a core the workers would use), and
+    the wall time 0.7 needs."""
     ceiling = one["cpu_s"] / many["cpu_s"]
+    own = (f" (a CPU-bound loop on this machine: {1000 * machine[0]:.0f} ms alone, {1000 * machine[1]:.0f} with "
+           f"{many['workers']} at once: {machine[0] / machine[1]:.2f})") if machine else ""
     serial = {phase: s for phase, s in many["seconds"].items() if phase != "map" and "(during" not in phase}
     need = one["wall_s"] / (0.7 * many["workers"])
     return (f"bound: CPU per file {1000 * one['cpu_s'] / one['n']:.1f} ms with 1 worker, "
-            f"{1000 * many['cpu_s'] / many['n']:.1f} with {many['workers']} (all busy): {ceiling:.2f} with no serial part; "
+            f"{1000 * many['cpu_s'] / many['n']:.1f} with {many['workers']} (all busy): {ceiling:.2f} with no serial part{own}; "
             f"serial {sum(serial.values()):.2f} s ({', '.join(f'{p} {s:.2f}' for p, s in serial.items() if s >= 0.005)}), "
             f"map {many['seconds'].get('map', 0.0):.2f} s, the collecting process's own CPU {many.get('cpu_main_s', 0.0):.2f} s; "
             f"0.7 needs <= {need:.2f} s in all")
 
 
-def goals(collected: list[dict], crossed: list[dict]) -> list[str]:
-    """One line per goal: met or missed, with the numbers."""
+def goals(collected: list[dict], crossed: list[dict], machine: tuple[float, float] | None = None) -> list[str]:
+    """One line per goal: met or missed, with the numbers (`machine`: machine_ceiling at the most workers)."""
     lines = ["# goals"]
     cpu = [(r["n"], 1000 * r["cpu_s"] / r["n"]) for r in collected if not r["mpi"]]
     if cpu:
@@ -184,7 +210,7 @@ def goals(collected: list[dict], crossed: list[dict]) -> list[str]:
         lines.append(f"{'met' if eff >= 0.7 else 'missed'}: parallel efficiency >= 0.7 at {most['workers']} workers: "
                      f"{eff:.2f} ({most['speedup']:.2f}x at N={most['n']})")
         lines.append("  " + efficiency_bound(most, [r for r in collected if r["n"] == most["n"]
-                                                    and r["workers"] == 1 and not r["mpi"]][0]))
+                                                    and r["workers"] == 1 and not r["mpi"]][0], machine))
     if collected:
         rss = {r["n"]: r["rss_main_mb"] for r in collected if r["workers"] == 2 and not r["mpi"]}
         if len(rss) > 1:
@@ -315,8 +341,10 @@ def main() -> None:
                 lines.append(f"{n:>5} {r['command']:>8} {r['wall_s']:>8.1f} {1000 * r['wall_s'] / n:>8.1f} "
                              f"{r['rss_mb']:>7.0f} {r['rows']:>6} {r['status']:>4}")
                 print(lines[-1], flush=True)
-    lines += goals(collected, crossed)
-    print("\n".join(goals(collected, crossed)), flush=True)
+    most = max((r["workers"] for r in collected if r.get("speedup") and not r["mpi"]), default=0)
+    machine = machine_ceiling(most) if most > 2 else None
+    lines += goals(collected, crossed, machine)
+    print("\n".join(goals(collected, crossed, machine)), flush=True)
     if args.out:
         args.out.write_text("\n".join(lines) + "\n")
 
