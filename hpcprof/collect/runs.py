@@ -587,6 +587,10 @@ class SliceConcat:
                     made = {name for reduced, _ in outcomes for name in reduced}
                     joined += join(pieces, (name for name in tables
                                             if name in rewritten and f"{self.tool}_{name}" not in made))
+                    raced = sorted(made & {f"{self.tool}_{name}" for name in tables if name not in rewritten})
+                    if raced:   # joined at the same time: which one is left is chance
+                        failed = failed or RuntimeError(f"a cross-rank step of {self.tool} replaced {', '.join(raced)}, "
+                                                        "which its collector's `rewritten` does not name")
                 try:
                     for future in joined:
                         future.result()
