@@ -21,7 +21,8 @@ A tool is one `ToolCollector` subclass registered by name in hpcprof.analysis.re
   tables and logging notes; independent of one another, so collect runs them in parallel workers
   (`reduce(read, log)` runs them all in this process).
 - `rewritten`: the concatenated per-rank tables a reducer replaces (nsys: the timeline, cut to its
-  median iteration): collect writes such a table whole only where no reducer wrote it.
+  median iteration): collect writes such a table whole only where no reducer wrote it (with several
+  workers the other tables are joined while the reducers run: replacing one of those is an error).
 """
 
 from __future__ import annotations
