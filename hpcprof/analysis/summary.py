@@ -81,7 +81,8 @@ def phase_metrics(phases: pd.DataFrame, iteration: str) -> list[Metric]:
 def gpu_time_metrics(names: pd.Series, totals_ms: pd.Series, n_ranks: int, prefix: str = "") -> list[Metric]:
     """GPU time per rank (mean over ranks) by category, and each category's share; `prefix`
     (`capture.`) names figures over the whole capture."""
-    by_cat = totals_ms.groupby(names.map(kernel_category)).sum() / max(n_ranks, 1)
+    category = {name: kernel_category(name) for name in names.unique()}   # a few names, on every rank's rows
+    by_cat = totals_ms.groupby(names.map(category)).sum() / max(n_ranks, 1)
     total = float(by_cat.sum())
     out: list[Metric] = [(f"{prefix}gpu.total", total, "ms")]
     for cat, value in sorted(by_cat.items()):
