@@ -160,17 +160,18 @@ def loop_cpu_s(_: int = 0) -> float:
 
 
 def machine_ceiling(workers: int) -> tuple[float, float]:
-    """The machine's own bound on parallel efficiency: the CPU seconds of loop_cpu_s alone (best of 3)
-    and with `workers` processes running it at once (median of 3 each): where cores are hardware
-    threads sharing a core, or slow down together, the same work takes more CPU time."""
+    """The machine's own bound on parallel efficiency: the CPU seconds of loop_cpu_s alone (best of 3
+    before and 3 after) and with `workers` processes running it at once (median of 3 each): where
+    cores are hardware threads sharing a core, or slow down together, the same work takes more CPU
+    time. (A lent virtual machine's speed also moves by itself, up to 2x between runs.)"""
     import multiprocessing
     import statistics
     from concurrent.futures import ProcessPoolExecutor
 
-    alone = min(loop_cpu_s() for _ in range(3))
+    before = min(loop_cpu_s() for _ in range(3))
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
         busy = statistics.median(pool.map(loop_cpu_s, range(3 * workers)))
-    return alone, busy
+    return min(before, *(loop_cpu_s() for _ in range(3))), busy
 
 
 def efficiency_bound(many: dict, one: dict, machine: tuple[float, float] | None) -> str:
