@@ -92,43 +92,63 @@ def slowest_first(read: ReadTable, log: Log) -> dict[str, pd.DataFrame]:
     return {"kernels": kernels.sort_values("ns", ascending=False, ignore_index=True)}
 
 
+#: the collect of that test, in a process of its own: its workers are forked from it only while it runs no
+#: other thread (engine.worker_context), and only forked ones see the collector registered here
+REWRITE = """
+import json, sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+from hpcprof.analysis import registry
+from hpcprof.collect import map_files, reduce_parts
+from hpcprof.collect.engine import make_executor
+from hpcprof.results import read_table
+
+run, case, workers = Path(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+tool = "UndeclaredCollector" if case == "undeclared" else "RewritingCollector"
+registry.COLLECTORS["csv"] = f"test_collect_registry:{tool}"
+files = {run / "profiles" / f"rank{rank}.csv": rank for rank in range(9)}
+executor, _ = make_executor(workers)
+try:
+    mapped = map_files("csv", files, run, executor, print, print)
+    try:
+        out = {"written": reduce_parts("csv", run, mapped, executor, print)}
+    except RuntimeError as exc:
+        out = {"error": str(exc)}
+finally:
+    executor.shutdown()
+kernels = read_table(run, "csv_kernels")
+print(json.dumps({**out, "ns": None if kernels is None else kernels["ns"].tolist()}))
+"""
+
+
 @pytest.mark.parametrize("workers", [1, 2])
 @pytest.mark.parametrize("case", ["rewritten", "passed", "failed", "undeclared"])
-def test_a_rewritten_table_is_the_reducers_else_the_concatenated_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                                     workers: int, case: str) -> None:
+def test_a_rewritten_table_is_the_reducers_else_the_concatenated_one(tmp_path: Path, workers: int, case: str) -> None:
     """With several workers the cross-rank steps read the slices' pieces while the other tables are
     joined; a table a step replaces (ToolCollector.rewritten) is then the step's, and where the step
     wrote none (or failed: its error comes after) the ranks' rows concatenated, as with one worker.
     A step that replaces a table its collector does not name (joined at the same time) is an error
     with several workers."""
-    from hpcprof.collect import map_files, reduce_parts
-    from hpcprof.collect.engine import make_executor
-    from hpcprof.results import read_table
+    import json
+    import subprocess
+    import sys
 
-    tool = "UndeclaredCollector" if case == "undeclared" else "RewritingCollector"
-    monkeypatch.setitem(registry.COLLECTORS, "csv", f"{__name__}:{tool}")
     profiles = tmp_path / "profiles"
     profiles.mkdir()
     marker = {"rewritten": "A", "passed": "pass", "failed": "fail", "undeclared": "A"}[case]
-    files = {}
     for rank in range(9):
-        files[profiles / f"rank{rank}.csv"] = rank
         (profiles / f"rank{rank}.csv").write_text(f"name,ns\n{marker},{rank}\nB,{10 * rank}\n")
-    executor, _ = make_executor(workers)
-    try:
-        mapped = map_files("csv", files, tmp_path, executor, print, print)
-        if case == "failed" or (case == "undeclared" and workers > 1):
-            with pytest.raises(RuntimeError, match="reducer failed" if case == "failed" else
-                               "a cross-rank step of csv replaced csv_kernels, which its collector's `rewritten`"):
-                reduce_parts("csv", tmp_path, mapped, executor, print)
-        else:
-            assert reduce_parts("csv", tmp_path, mapped, executor, print) == ["csv_kernels"]
-    finally:
-        executor.shutdown()
-    if case == "undeclared" and workers > 1:
-        return                                  # which table is left is chance: the error says so
-    kernels = read_table(tmp_path, "csv_kernels")
+    proc = subprocess.run([sys.executable, "-c", REWRITE, str(Path(__file__).parent), str(tmp_path), case, str(workers)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.splitlines()[-1])
     concatenated = [ns for rank in range(9) for ns in (rank, 10 * rank)]
-    replaced = case in ("rewritten", "undeclared")  # undeclared: harmless with one worker (one step after another)
-    assert kernels["ns"].tolist() == (sorted(concatenated, reverse=True) if replaced else concatenated)
+    if case == "failed":
+        assert out["error"] == "reducer failed" and out["ns"] == concatenated
+    elif case == "undeclared" and workers > 1:     # which table is left is chance: the error says so
+        assert out["error"].startswith("a cross-rank step of csv replaced csv_kernels, which its collector's")
+    else:   # undeclared: harmless with one worker (one step after another)
+        replaced = case in ("rewritten", "undeclared")
+        assert out["written"] == ["csv_kernels"]
+        assert out["ns"] == (sorted(concatenated, reverse=True) if replaced else concatenated)
     assert not (tmp_path / "derived" / "csv" / "pieces").exists() and not list((tmp_path / "derived" / "csv").glob(".*"))
