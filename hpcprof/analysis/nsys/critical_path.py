@@ -125,8 +125,3 @@ def rank_event_columns(act: Activity, iteration_range: str | None = None) -> dic
             parts.append((int(rank[mine[0]]), ops, its, {"name": range_name[phases], "start": range_start[phases],
                                                          "end": range_end[phases]}))
     return events_of_ranks(parts)
-
-
-def critical_path_table(act: Activity) -> pd.DataFrame:
-    """The per-iteration table of all ranks in `act` (`hpcprof nsys critical-path` with ranks inside files)."""
-    return critical_path(rank_events(act))[0]

@@ -11,7 +11,6 @@ pay for it. The user's file is opened with `mode=ro&immutable=1`, so SQLite neve
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import os
 import sqlite3
@@ -247,12 +246,6 @@ class Export:
                 self._conn = self._engine.connect()
             return self._engine
 
-    @contextlib.contextmanager
-    def sqlite(self) -> Iterator[sqlite3.Connection]:
-        """The export's sqlite3 connection, held: no report thread uses it meanwhile."""
-        with self._lock:
-            yield self._db
-
     @property
     def _db(self) -> sqlite3.Connection:
         """The open sqlite3 connection."""
@@ -420,18 +413,6 @@ class Export:
                 return self._db.execute(sql).fetchall()
         except sqlite3.DatabaseError as exc:
             raise NsysInputError(f"{self.path}: SQLite error ({exc})") from None
-
-    def ints(self, stmt: sa.Select) -> dict[str, np.ndarray]:
-        """Run a Core select of integer columns; {name: int64 array} (NULL → -1).
-
-        Rows are read by the ADBC SQLite driver into Arrow record batches (C code, no
-        per-row Python objects), each batch copied into numpy and released."""
-        names = [c.name for c in stmt.selected_columns]
-        parts: list[list[np.ndarray]] = [[] for _ in names]
-        for batch in self.batches(stmt):
-            for i in range(len(names)):
-                parts[i].append(np.array(numpy_of(batch.column(i)), dtype=np.int64))   # a copy: frees the batch
-        return {n: np.concatenate(p) if p else np.empty(0, dtype=np.int64) for n, p in zip(names, parts, strict=True)}
 
     def batches(self, stmt: sa.Select, text: tuple[int, ...] = ()) -> Iterator[pa.RecordBatch]:
         """Run a Core select through ADBC; Arrow record batches of up to BATCH_ROWS rows.

@@ -52,18 +52,13 @@ def parse_rank_map(spec: str) -> dict[str, int]:
     return out
 
 
-def collective_of(names: pd.Series) -> pd.Series:
-    """Collective type of NCCL kernel names (AllGather, ReduceScatter, SendRecv, ...); NaN otherwise."""
-    return names.str.extract(NCCL_KERNEL, expand=False)
-
-
 # ---------------------------------------------------------------------------------------
 # analyses
 
 
 def collectives(short: np.ndarray, name: np.ndarray) -> np.ndarray:
-    """Collective type of each NCCL kernel (short name first, then the full name, else `other`), as
-    collective_of; one regex match per distinct name."""
+    """Collective type of each NCCL kernel (AllGather, ReduceScatter, SendRecv, ...: short name first,
+    then the full name, else `other`); one regex match per distinct name."""
     def kind_of(n: object) -> object:
         m = NCCL_KERNEL.match(n) if isinstance(n, str) else None
         return m.group(1) if m else None
@@ -74,9 +69,6 @@ def collectives(short: np.ndarray, name: np.ndarray) -> np.ndarray:
         by_name = per_distinct(np.asarray(name)[missing], lambda n: kind_of(n) or "other")
         out[missing] = by_name
     return out
-
-
-NCCL_COLUMNS = ["scope", "rank", "collective", "count", "total_ns", "mean_ns", "min_ns", "max_ns"]
 
 
 def nccl_rank_columns(act: Activity) -> Columns:

@@ -171,15 +171,6 @@ def clip(act: Activity, window: Window) -> Activity:
     return act.subset(keep, start=np.maximum(start[keep], lo[keep]), end=np.minimum(end[keep], hi[keep]))
 
 
-def busy_within(ops: pd.DataFrame | Activity, start: np.ndarray, end: np.ndarray) -> np.ndarray:
-    """For each interval [start, end): the time some GPU operation of `ops` runs in it."""
-    if isinstance(ops, Activity):
-        union = merge_intervals(ops.column("start"), ops.column("end"))
-    else:
-        union = merge_intervals(ops["start"].to_numpy(np.int64), ops["end"].to_numpy(np.int64))
-    return covered_within(union, np.asarray(start, dtype=np.int64), np.asarray(end, dtype=np.int64))
-
-
 def _busy_by_rank(act: Activity, rank: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
     """For each interval [start, end) of a rank: the time some GPU operation of that rank runs in it
     (each rank's union of operations made once per activity, for the window and its iterations)."""
