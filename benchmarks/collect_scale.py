@@ -344,8 +344,9 @@ def main() -> None:
                 print(lines[-1], flush=True)
     most = max((r["workers"] for r in collected if r.get("speedup") and not r["mpi"]), default=0)
     machine = machine_ceiling(most) if most > 2 else None
-    lines += goals(collected, crossed, machine)
-    print("\n".join(goals(collected, crossed, machine)), flush=True)
+    verdicts = goals(collected, crossed, machine)
+    lines += verdicts
+    print("\n".join(verdicts), flush=True)
     if args.out:
         args.out.write_text("\n".join(lines) + "\n")
 

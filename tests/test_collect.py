@@ -208,7 +208,7 @@ def test_a_worker_killed_mid_collect(tmp_path: Path, fixtures_dir: Path) -> None
 
 
 def test_the_files_manifest_lists_what_the_run_left(tmp_path: Path) -> None:
-    """files_manifest: every log, profile and workload result (nested directories, hidden ones
+    """manifest (the run's `files_manifest` table): every log, profile and workload result (nested directories, hidden ones
     too, and links to files), not hidden, temporary or Parquet files, dangling links or linked
     directories; in path order (rank10 after rank1/ as Path objects sort), with rank and size."""
     from hpcprof.collect.runs import manifest
