@@ -134,7 +134,7 @@ for label, workers in (("one core per file", len(files)), ("all cores", os.cpu_c
         with tempfile.TemporaryDirectory() as run:
             executor, _ = make_executor(workers, _worker_modules())
             t0 = time.perf_counter()
-            mapped = map_files("torch", {p: i for i, p in enumerate(files)}, pathlib.Path(run), executor,
+            mapped = map_files("torch", {str(p): i for i, p in enumerate(files)}, pathlib.Path(run), executor,
                                lambda line: None, print)
             times.append(time.perf_counter() - t0)
             executor.shutdown()

@@ -122,7 +122,7 @@ def test_compacting_keeps_order_and_merges_by_levels() -> None:
     assert sum(merges) == 1000 // 4 * 4 + 1000 // 16 * 16 + 1000 // 64 * 64 + 1000 // 256 * 256  # each level's copies
 
 
-def collect_tables(exports: dict[Path, int], run: Path, workers: int) -> dict[str, pd.DataFrame]:
+def collect_tables(exports: dict[str, int], run: Path, workers: int) -> dict[str, pd.DataFrame]:
     """collect's map and reduce over `exports` with `workers` processes, as collect_run runs them
     (the slices concatenated as the map goes): the run's tables."""
     from hpcprof.collect import map_files, reduce_parts
@@ -132,7 +132,7 @@ def collect_tables(exports: dict[Path, int], run: Path, workers: int) -> dict[st
     problems: list[object] = []
     executor, _ = make_executor(workers)
     try:
-        keys = [path.name for path, _ in sorted(exports.items(), key=lambda kv: kv[1])]
+        keys = [os.path.basename(path) for path, _ in sorted(exports.items(), key=lambda kv: kv[1])]
         concat = SliceConcat("nsys", run, keys, executor)
         mapped = map_files("nsys", exports, run, executor, lambda line: None, problems.append,
                            on_file=concat.file_done)
@@ -157,7 +157,7 @@ def test_collect_tables_are_the_same_with_any_number_of_workers(fixtures_dir: Pa
     profiles.mkdir()
     exports = {}
     for rank in range(RANKS):                                # the two real ranks, over and over
-        exports[profiles / f"rank{rank}.sqlite"] = rank
+        exports[str(profiles / f"rank{rank}.sqlite")] = rank
         shutil.copy(source / f"rank{rank % 2}.sqlite", profiles / f"rank{rank}.sqlite")
     serial = collect_tables(exports, tmp_path / "serial", 1)
     parallel = collect_tables(exports, tmp_path / "parallel", workers)
@@ -177,7 +177,7 @@ def test_parts_of_the_layout_before_bundles_are_removed(fixtures_dir: Path, tmp_
     old = tmp_path / "derived/nsys/parts/rank0.sqlite/results"
     old.mkdir(parents=True)
     (old / "nccl.parquet").write_bytes(b"PAR1")
-    mapped = map_files("nsys", {export: 0}, tmp_path, InProcess(), lambda line: None, print)
+    mapped = map_files("nsys", {str(export): 0}, tmp_path, InProcess(), lambda line: None, print)
     assert "nccl" in mapped["rank0.sqlite"].tables
     [manifest, bundle] = sorted(p.name for p in (tmp_path / "derived/nsys/parts").iterdir())
     assert bundle == mapped["rank0.sqlite"].bundle and bundle.startswith("rank0.sqlite.") and manifest == "manifest.feather"
@@ -211,7 +211,7 @@ def test_files_of_one_map_task_are_each_on_their_own(fixtures_dir: Path, tmp_pat
             path.write_bytes(b"not an export")
         else:
             os.link(fixtures_dir / f"nsys/h200_seqpar_bf16/rank{rank % 2}.sqlite", path)
-        exports[path] = rank
+        exports[str(path)] = rank
     problems: list[object] = []
     executor, _ = make_executor(workers)
     try:
@@ -259,7 +259,7 @@ def test_a_changed_file_is_mapped_again_alone_and_superseded_bundles_go(fixtures
     profiles.mkdir()
     exports = {}
     for rank in range(40):                                  # one process: tasks of 5 files
-        exports[profiles / f"rank{rank:02d}.sqlite"] = rank
+        exports[str(profiles / f"rank{rank:02d}.sqlite")] = rank
         shutil.copy(fixtures_dir / f"nsys/h200_seqpar_bf16/rank{rank % 2}.sqlite", profiles / f"rank{rank:02d}.sqlite")
 
     def collect(run: Path) -> tuple[dict, dict[str, pd.DataFrame]]:
@@ -312,7 +312,7 @@ def test_the_manifest_keeps_what_was_mapped_and_one_that_does_not_read_maps_all_
 
     exports = {}
     for rank in range(3):
-        exports[tmp_path / f"rank{rank}.sqlite"] = rank
+        exports[str(tmp_path / f"rank{rank}.sqlite")] = rank
         shutil.copy(fixtures_dir / f"nsys/h200_seqpar_bf16/rank{rank % 2}.sqlite", tmp_path / f"rank{rank}.sqlite")
     parts = tmp_path / "run/derived/nsys/parts"
     parts.mkdir(parents=True)
@@ -328,7 +328,7 @@ def test_the_manifest_keeps_what_was_mapped_and_one_that_does_not_read_maps_all_
     assert entries == {f"rank{rank}.sqlite": ManifestEntry(path.stat().st_size, path.stat().st_mtime_ns, rank,
                                                             first[path.name].bundle, first[path.name].position,
                                                             first[path.name].tables)
-                       for path, rank in exports.items()}
+                       for path, rank in ((Path(text), rank) for text, rank in exports.items())}
     assert len(first["rank0.sqlite"].tables) > 10
     again, lines = collect()
     assert again == first and "nsys: 3 file(s) unchanged since the last collect, skipped" in lines
@@ -336,3 +336,35 @@ def test_the_manifest_keeps_what_was_mapped_and_one_that_does_not_read_maps_all_
     assert _load_manifest(parts) == {}
     remapped, lines = collect()
     assert remapped == first and not any("unchanged" in line for line in lines)
+
+
+def test_the_listing_pauses_garbage_collection_and_no_worker_starts_without_it(fixtures_dir: Path,
+                                                                               tmp_path: Path) -> None:
+    """gc_paused turns cyclic collection off in its block and back to what it was after it (also
+    when the block raises); map_files lists under it and forks its workers after it, so each
+    worker, and this process after the map, collect garbage as before."""
+    import gc
+
+    from hpcprof.collect import map_files
+    from hpcprof.collect.runs import gc_paused
+
+    assert gc.isenabled()
+    with pytest.raises(RuntimeError), gc_paused():
+        assert not gc.isenabled()
+        raise RuntimeError("the block's error")
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with gc_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()                       # off before: left off
+    finally:
+        gc.enable()
+    export = str(fixtures_dir / "nsys/h200_seqpar_bf16/rank0.sqlite")
+    executor, _ = make_executor(2)
+    try:
+        mapped = map_files("nsys", {export: 0}, tmp_path / "run", executor, lambda line: None, print)
+        workers_collect = {executor.submit(gc.isenabled).result() for _ in range(4)}
+    finally:
+        executor.shutdown()
+    assert list(mapped) == ["rank0.sqlite"] and workers_collect == {True} and gc.isenabled()

@@ -52,7 +52,7 @@ def test_a_new_tool_is_one_class_and_one_registry_line(tmp_path: Path, monkeypat
     (profiles / "rank0.csv").write_text("name,ns\nA,10\nB,5\n")
     (profiles / "rank_1.csv").write_text("name,ns\nA,7\n")
     (profiles / "rank2.csv").write_text("\x00 not a csv")
-    files = sorted(profiles.iterdir())
+    files = sorted(str(path) for path in profiles.iterdir())
     ctx = CollectContext(run_dir=tmp_path, tool="csv", files=files,
                          rank_of={f: rank_from_filename(f) or 0 for f in files}, work_dir=tmp_path / "derived" / "csv")
     inputs = registry.collector("csv").inputs(ctx)
@@ -106,7 +106,7 @@ from hpcprof.results import read_table
 run, case, workers = Path(sys.argv[2]), sys.argv[3], int(sys.argv[4])
 tool = "UndeclaredCollector" if case == "undeclared" else "RewritingCollector"
 registry.COLLECTORS["csv"] = f"test_collect_registry:{tool}"
-files = {run / "profiles" / f"rank{rank}.csv": rank for rank in range(9)}
+files = {str(run / "profiles" / f"rank{rank}.csv"): rank for rank in range(9)}
 executor, _ = make_executor(workers)
 try:
     mapped = map_files("csv", files, run, executor, print, print)

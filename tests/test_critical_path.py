@@ -373,7 +373,7 @@ def test_collect_writes_the_tables(hand_exports: list[Path], tmp_path: Path) -> 
     from hpcprof.results import read_table
 
     problems: list[str] = []
-    mapped = map_files("nsys", {p: r for r, p in enumerate(hand_exports)}, tmp_path, InProcess(), lambda line: None,
+    mapped = map_files("nsys", {str(p): r for r, p in enumerate(hand_exports)}, tmp_path, InProcess(), lambda line: None,
                        problems.append)
     written = reduce_parts("nsys", tmp_path, mapped, InProcess(), lambda line: None)
     assert problems == [] and {"nsys_critical_path", "nsys_critical_path_segments"} <= set(written)

@@ -30,7 +30,8 @@ def run_dir(fixtures_dir: Path, tmp_path: Path) -> Path:
 
 def _ctx(run_dir: Path, files: list[Path], log: list[str],
          problems: list[Problem] | None = None) -> CollectContext:
-    return CollectContext(run_dir=run_dir, tool="nsys", files=files, rank_of={f: i for i, f in enumerate(files)},
+    texts = [str(f) for f in files]
+    return CollectContext(run_dir=run_dir, tool="nsys", files=texts, rank_of={f: i for i, f in enumerate(texts)},
                           work_dir=run_dir / "work", log=log.append,
                           problem=(problems if problems is not None else []).append)
 
@@ -40,7 +41,7 @@ def collect_nsys(ctx: CollectContext, nsys: str | None = None) -> dict[str, pd.D
     tool = collector("nsys", {"nsys": nsys} if nsys else {})
     per_file: dict[str, list[pd.DataFrame]] = {}
     for path, rank in sorted(tool.inputs(ctx).items(), key=lambda item: item[1]):
-        for name, df in tool.analyse_file(path, rank).items():
+        for name, df in tool.analyse_file(Path(path), rank).items():
             per_file.setdefault(name, []).append(df)
     out = {name: pd.concat(parts, ignore_index=True) for name, parts in per_file.items()}
     out.update(tool.reduce(out.get, ctx.log))

@@ -36,9 +36,9 @@ def test_every_reader_uses_the_one_rule(tmp_path: Path) -> None:
     for name in ("rank_3.sqlite", "rank1.nsys-rep", "notes.txt"):
         (profiles / name).write_text("x")
     problems: list[object] = []
-    assert {p.name: rank for p, rank in rank_files(profiles, problems.append).items()} == {"rank1.nsys-rep": 1,
-                                                                                           "rank_3.sqlite": 3}
-    assert [p.name for p in rank_files(profiles, problems.append)] == ["rank1.nsys-rep", "rank_3.sqlite"]
+    listed = rank_files(profiles, problems.append)
+    assert {Path(p).name: rank for p, rank in listed.items()} == {"rank1.nsys-rep": 1, "rank_3.sqlite": 3}
+    assert [Path(p).name for p in listed] == ["rank1.nsys-rep", "rank_3.sqlite"]
     assert problems == []
     trace = tmp_path / "worker_Rank-5.pt.trace.json"
     trace.write_text('{"traceEvents": []}')

@@ -47,7 +47,7 @@ def test_every_unreadable_rank_file_is_a_problem(tmp_path: Path) -> None:
     (tmp_path / "rank3.sqlite").symlink_to("gone")
     (tmp_path / "notes.txt").write_text("not a rank file")
     problems: list[Problem] = []
-    assert rank_files(tmp_path, problems.append) == {tmp_path / "rank0.sqlite": 0}
+    assert rank_files(tmp_path, problems.append) == {str(tmp_path / "rank0.sqlite"): 0}
     assert [p.path.name for p in problems] == ["rank1.sqlite", "rank2.sqlite", "rank3.sqlite"]
     assert "not a regular file" in problems[0].reason and "symbolic links" in problems[1].reason
     assert isinstance(WorkerDied(tmp_path), Problem)

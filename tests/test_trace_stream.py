@@ -308,7 +308,7 @@ def test_collect_gives_each_trace_its_share_of_the_workers(fixtures_dir: Path, t
             return super().submit(fn, *args, **kwargs)
 
     source = fixtures_dir / "hta" / "h200_ddp_gpt2"
-    traces = {source / f"rank{rank}.pt.trace.json.gz": rank for rank in (0, 1)}
+    traces = {str(source / f"rank{rank}.pt.trace.json.gz"): rank for rank in (0, 1)}
 
     def mapped_tables(run: Path, executor: Any) -> list[Any]:
         mapped = map_files("torch", traces, run, executor, lambda line: None, print)

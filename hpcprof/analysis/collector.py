@@ -2,8 +2,9 @@
 
 A tool is one `ToolCollector` subclass registered by name in hpcprof.analysis.registry:
 
-- `inputs(ctx)`: the run's files to analyse, with their ranks (e.g. nsys exports .nsys-rep);
-  a file it cannot use is a Problem handed to `ctx.problem`, the others go on.
+- `inputs(ctx)`: the run's files to analyse (paths as text, as `ctx.files`), with their ranks
+  (e.g. nsys exports .nsys-rep); a file it cannot use is a Problem handed to `ctx.problem`, the
+  others go on.
 - `analyse_file(path, rank)`: one rank's file -> its tables (each with a `rank` column); runs in
   a worker process, so it reads nothing but the file and `self.tool_paths`, and may keep
   `self.cores` cores busy (its share of the workers, where they outnumber the files). Raise
@@ -47,12 +48,13 @@ Reducer = Callable[[ReadTable, Log], "dict[str, pd.DataFrame]"]
 
 @dataclass
 class CollectContext:
-    """A run's profiles as `collect` finds them: the run and its per-rank files."""
+    """A run's profiles as `collect` finds them: the run and its per-rank files (their paths as
+    text, as collect.runs.rank_files lists them)."""
 
     run_dir: Path
     tool: str                                   # nsys | ncu | torch
-    files: list[Path]                           # the profile files of this tool, all ranks
-    rank_of: dict[Path, int]                    # global rank of each file
+    files: list[str]                            # the profile files of this tool, all ranks
+    rank_of: dict[str, int]                     # global rank of each file
     work_dir: Path                              # scratch/derived files (e.g. exported .sqlite)
     log: Log = print                            # progress lines and notes
     problem: Callable[[Problem], None] = print  # a file that cannot be used: the run is `partial`
@@ -87,8 +89,8 @@ class ToolCollector:
         self.tool_paths = dict(tool_paths or {})
         self.cores = cores
 
-    def inputs(self, ctx: CollectContext) -> dict[Path, int]:
-        """The files to analyse with their ranks: every file as found."""
+    def inputs(self, ctx: CollectContext) -> dict[str, int]:
+        """The files to analyse (paths as text) with their ranks: every file as found."""
         return {f: ctx.rank_of.get(f, -1) for f in ctx.files}
 
     def analyse_file(self, path: Path, rank: int) -> dict[str, pd.DataFrame]:

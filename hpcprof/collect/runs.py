@@ -21,6 +21,7 @@ again. Temporary files a killed collect left behind are removed.
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import os
 import re
@@ -73,7 +74,7 @@ MANIFEST_EVERY_S = 5.0
 SLICES_PER_WORKER = 4
 T = TypeVar("T")    # an item of split_tasks
 #: a rank file the map analyses: its path, rank, (size, mtime_ns) and part key (no os.stat_result: ~0.5 kB each)
-PendingFile = tuple[Path, int, tuple[int, int], str]
+PendingFile = tuple[str, int, tuple[int, int], str]
 #: where a Problem goes (Collected.report of the run being collected)
 Report = Callable[[Problem], None]
 #: a context manager that adds its block's wall time to a phase of the run (Collected.timed)
@@ -84,6 +85,21 @@ Timed = Callable[[str], contextlib.AbstractContextManager[None]]
 def untimed(phase: str) -> Iterator[None]:
     """A Timed that records nothing."""
     yield
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """No cyclic garbage collection in the block (on again after it, where it was on): the listing
+    of 16,384 rank files allocates ~100,000 objects, none in a cycle, enough to set off a full
+    collection of every object of collect's imports (30-40 ms of its serial part), which then runs
+    later, while the workers map. Never around a fork: a forked worker would start with it off."""
+    was_on = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_on:
+            gc.enable()
 
 
 def _short(exc: BaseException) -> str:
@@ -199,8 +215,8 @@ def _parts_dir(run_path: Path, tool: str) -> Path:
     return run_path / "derived" / tool / "parts"
 
 
-def _part_key(path: Path) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", path.name)
+def _part_key(path: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", os.path.basename(path))
 
 
 class FilePart(NamedTuple):
@@ -350,22 +366,12 @@ def _cached(prev: ManifestEntry, stamp: tuple[int, int], rank: int, bundle_reads
             and (not prev.tables or bundle_reads(prev.bundle)))
 
 
-def map_files(tool: str, files: dict[Path, int], run_path: Path, executor: Executor, log: Log,
-              problem: Report, tool_paths: dict[str, str] | None = None, in_flight: int = 1024,
-              meanwhile: Callable[[], None] | None = None,
-              on_file: Callable[[str, FilePart | None], None] = lambda key, part: None) -> dict[str, FilePart]:
-    """Run `analyse_file` over every file not collected yet (or changed, or whose cached bundle is
-    damaged), in rank order, several files a task (map_task, one bundle per task: the
-    consecutive ranks SliceConcat concatenates together are in one), about `in_flight` files
-    submitted at a time but at least TASKS_PER_WORKER tasks a worker, streaming results as
-    workers finish (`meanwhile()` runs in this process once the first files are submitted,
-    stream_map: the work queued must outlast it, or the workers run dry; 2 tasks a worker, 0.4 s
-    of work, against 0.7-0.9 s of own steps at 16,384 ranks on 16 cores); returns {part key:
-    FilePart} of every usable file, in rank order. `on_file(key, part)` is called as each file has its outcome (part None:
-    skipped), e.g. SliceConcat.file_done. Bundles no file names any more are removed (those a
-    concurrent collect wrote since this one started are left)."""
-    started = time.time()
-    parts = _parts_dir(run_path, tool)
+def _pending_files(files: dict[str, int], parts: Path, problem: Report,
+                   on_file: Callable[[str, FilePart | None], None]
+                   ) -> tuple[list[PendingFile], dict[str, ManifestEntry], dict[tuple[str, ...], list[str]]]:
+    """map_files' listing: the files of `files` to map, in rank order; the manifest entries of those
+    whose cached parts still hold (`on_file` called for each, and for each file that does not stat:
+    a Problem); and the distinct table lists of those entries."""
     for stale in parts.glob("*/results"):   # the layout before bundles: a directory of Parquet files per file
         shutil.rmtree(stale.parent, ignore_errors=True)
     old = _load_manifest(parts)
@@ -386,9 +392,9 @@ def map_files(tool: str, files: dict[Path, int], run_path: Path, executor: Execu
     for path, rank in files.items():
         key = _part_key(path)
         try:
-            st = path.stat()
+            st = os.stat(path)
         except OSError as exc:
-            problem(Problem(path, f"skipped ({exc.strerror})"))
+            problem(Problem(Path(path), f"skipped ({exc.strerror})"))
             on_file(key, None)
             continue
         prev = old.get(key)
@@ -400,12 +406,33 @@ def map_files(tool: str, files: dict[Path, int], run_path: Path, executor: Execu
             pending.append((path, rank, stamp, key))
     del old
     pending.sort(key=lambda file: (file[1], file[3]))   # rank order (names sort rank10 before rank2), as the slices
+    return pending, new, table_lists
+
+
+def map_files(tool: str, files: dict[str, int], run_path: Path, executor: Executor, log: Log,
+              problem: Report, tool_paths: dict[str, str] | None = None, in_flight: int = 1024,
+              meanwhile: Callable[[], None] | None = None,
+              on_file: Callable[[str, FilePart | None], None] = lambda key, part: None) -> dict[str, FilePart]:
+    """Run `analyse_file` over every file of `files` (path -> rank) not collected yet (or changed,
+    or whose cached bundle is damaged), in rank order, several files a task (map_task, one bundle
+    per task: the consecutive ranks SliceConcat concatenates together are in one), about `in_flight` files
+    submitted at a time but at least TASKS_PER_WORKER tasks a worker, streaming results as
+    workers finish (`meanwhile()` runs in this process once the first files are submitted,
+    stream_map: the work queued must outlast it, or the workers run dry; 2 tasks a worker, 0.4 s
+    of work, against 0.7-0.9 s of own steps at 16,384 ranks on 16 cores); returns {part key:
+    FilePart} of every usable file, in rank order. `on_file(key, part)` is called as each file has its outcome (part None:
+    skipped), e.g. SliceConcat.file_done. Bundles no file names any more are removed (those a
+    concurrent collect wrote since this one started are left)."""
+    started = time.time()
+    parts = _parts_dir(run_path, tool)
+    with gc_paused():
+        pending, new, table_lists = _pending_files(files, parts, problem, on_file)
     if len(new):
         log(f"{tool}: {len(new)} file(s) unchanged since the last collect, skipped")
     progress = Progress(f"{tool} {run_path.name}", len(pending), sum(size for _, _, (size, _), _ in pending), log)
     tasks = split_tasks(pending, executor_workers(executor))
     cores = cores_per_file(executor, len(pending))
-    jobs = ((i, (tool, [(str(path), rank) for path, rank, _, _ in task], str(parts), _bundle_name(task),
+    jobs = ((i, (tool, [(path, rank) for path, rank, _, _ in task], str(parts), _bundle_name(task),
                  tool_paths or {}, cores))
             for i, task in enumerate(tasks))
     saved = time.monotonic()
@@ -420,12 +447,12 @@ def map_files(tool: str, files: dict[Path, int], run_path: Path, executor: Execu
                 outcomes = [None] * len(task)
             for (path, rank, (size, mtime_ns), key), outcome in zip(task, outcomes, strict=True):
                 if outcome is None:
-                    problem(WorkerDied(path))
+                    problem(WorkerDied(Path(path)))
                     on_file(key, None)
                     continue
                 if isinstance(outcome, MapFailure):
                     if not outcome.note:
-                        problem(Problem(path, f"skipped ({outcome.message})"))
+                        problem(Problem(Path(path), f"skipped ({outcome.message})"))
                         on_file(key, None)
                         continue
                     log(f"{tool}: note: {outcome.message}")
@@ -638,32 +665,32 @@ class DamagedCache(Exception):
 # one run
 
 
-def rank_files(profile_dir: Path, problem: Report) -> dict[Path, int]:
+def rank_files(profile_dir: Path, problem: Report) -> dict[str, int]:
     """The per-rank files of a profile directory (a rank in the name) with their ranks, in name
-    order; every entry named like one that is not a readable regular file (a directory, a
-    symlink loop, a dangling link) is a Problem. One read of the directory: a regular file's
-    type is in the listing, only links (and entries of a file system that gives no type) are
-    stat'ed (16,384 ranks listed in 0.10 s here; 0.19 s with a stat and a Path sort each)."""
+    order, their paths as text (making and hashing a Path costs ~8 us on Python 3.12: 0.13 s of the
+    0.15 s this took for 16,384 ranks on the H200 hosts warm, 0.20-0.38 s in a collect; 0.04-0.07 s
+    now); every entry named like one that is not a readable regular file (a directory, a symlink
+    loop, a dangling link) is a Problem. One read of the directory: a regular file's type is in the
+    listing, only links (and entries of a file system that gives no type) are stat'ed."""
     with os.scandir(profile_dir) as listing:
-        entries = sorted((entry for entry in listing if not entry.name.startswith(".")), key=lambda e: e.name)
-    files: dict[Path, int] = {}
-    for entry in entries:
-        rank = rank_from_filename(entry.name)
+        entries = sorted((entry.name, entry) for entry in listing if not entry.name.startswith("."))
+    files: dict[str, int] = {}
+    for name, entry in entries:
+        rank = rank_from_filename(name)
         if rank is None:
             continue
-        path = profile_dir / entry.name
         try:
             if entry.is_symlink():      # followed: a loop or a dangling link says why
-                regular = stat.S_ISREG(path.stat().st_mode)
+                regular = stat.S_ISREG(os.stat(entry.path).st_mode)
             else:
                 regular = entry.is_file(follow_symlinks=False)
         except OSError as exc:
-            problem(Problem(path, f"skipped ({exc.strerror})"))
+            problem(Problem(Path(entry.path), f"skipped ({exc.strerror})"))
             continue
         if not regular:
-            problem(Problem(path, "skipped (not a regular file)"))
+            problem(Problem(Path(entry.path), "skipped (not a regular file)"))
             continue
-        files[path] = rank
+        files[entry.path] = rank
     return files
 
 
@@ -731,7 +758,7 @@ def collect_run(run: RunDir, store: Store, log: Log = print, executor: Executor 
         step("profiles" + suffix, missing)
 
     def profiles() -> None:
-        with done.timed("inputs"):
+        with done.timed("inputs"), gc_paused():
             files = rank_files(profile_dir, done.report)
         if not files:
             log(f"{run.run_id}: no {tool} profiles in {profile_dir}")
@@ -741,7 +768,7 @@ def collect_run(run: RunDir, store: Store, log: Log = print, executor: Executor 
         ctx = CollectContext(run_dir=run.path, tool=tool, files=list(files), rank_of=files,
                              work_dir=run.path / "derived" / tool, log=log, problem=done.report)
         ctx.work_dir.mkdir(parents=True, exist_ok=True)
-        with done.timed("inputs"):
+        with done.timed("inputs"), gc_paused():
             inputs = collector(tool, tool_paths).inputs(ctx)
         keys = [key for _, key in sorted((rank, _part_key(path)) for path, rank in inputs.items())]
         concat = SliceConcat(tool, run.path, keys, executor)     # concatenates slices as the map goes

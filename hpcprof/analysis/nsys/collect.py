@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
@@ -50,25 +51,29 @@ def export_sqlite(nsys: str, rep: Path, work_dir: Path) -> Path:
     return atomic_write(out, export, what="nsys export", suffix=".sqlite")
 
 
-def sqlite_files(ctx: CollectContext, tool_paths: Mapping[str, str]) -> dict[Path, int]:
+def sqlite_files(ctx: CollectContext, tool_paths: Mapping[str, str]) -> dict[str, int]:
     """The run's exports with their ranks: .sqlite files as given, .nsys-rep exported with the
     site's nsys (`tool_paths`) when there is one."""
-    reps = [f for f in ctx.files if f.suffix == ".nsys-rep"]
-    given = {f: ctx.rank_of.get(f) for f in ctx.files if f.suffix == ".sqlite"}
-    have = {f.stem for f in given}
-    nsys = find_nsys(tool_paths) if any(r.stem not in have for r in reps) else None
+
+    def stem(path: str) -> str:
+        return os.path.splitext(os.path.basename(path))[0]
+
+    reps = [f for f in ctx.files if f.endswith(".nsys-rep")]
+    given = {f: ctx.rank_of.get(f) for f in ctx.files if f.endswith(".sqlite")}
+    have = {stem(f) for f in given} if reps else set()
+    nsys = find_nsys(tool_paths) if any(stem(r) not in have for r in reps) else None
     for rep in reps:
-        if rep.stem in have:
+        if stem(rep) in have:
             continue
         if nsys is None:
-            ctx.problem(Problem(rep, "not exported: no nsys executable found (set the site's paths.nsys, or "
-                                     "export it with `nsys export -t sqlite` beside it)"))
+            ctx.problem(Problem(Path(rep), "not exported: no nsys executable found (set the site's paths.nsys, or "
+                                           "export it with `nsys export -t sqlite` beside it)"))
             continue
         try:
-            given[export_sqlite(nsys, rep, ctx.work_dir)] = ctx.rank_of.get(rep)
+            given[str(export_sqlite(nsys, Path(rep), ctx.work_dir))] = ctx.rank_of.get(rep)
         except (subprocess.CalledProcessError, OSError) as exc:
             last = (getattr(exc, "stderr", None) or "").strip().splitlines()[-1:]
-            ctx.problem(Problem(rep, f"nsys export failed: {last[0][:200] if last else exc}"))
+            ctx.problem(Problem(Path(rep), f"nsys export failed: {last[0][:200] if last else exc}"))
     return {f: (r if r is not None else -1) for f, r in given.items()}
 
 
@@ -285,7 +290,7 @@ class NsysCollector(ToolCollector):
 
     rewritten = ("timeline", "nccl")    # median_timeline, nccl_with_totals
 
-    def inputs(self, ctx: CollectContext) -> dict[Path, int]:
+    def inputs(self, ctx: CollectContext) -> dict[str, int]:
         return sqlite_files(ctx, self.tool_paths)
 
     def analyse_file(self, path: Path, rank: int) -> dict[str, pd.DataFrame]:
