@@ -8,8 +8,8 @@ with their ratios to `python -c pass`, and, where `perf` can count them, the use
 of one run (independent of other work on the machine: the measure to compare before/after here). Goals: every command that lists or renders (`sites`,
 `render`, `status`, `report` in the terminal) under 0.3 s and (issue 21) at most 10x `python -c pass`; `nsys stats` on a per-rank export no slower than `nsys stats` itself (the nsys on
 PATH: one and six summary reports as CSV, the names of its generation). What bounds each command
-that lists or renders is printed beside it: the import of the libraries it uses (with one pydantic
-model built, for those that validate a config), timed the same way (`x libs`: the command over it).
+that lists or renders is printed beside it: the import of the libraries it uses (with one msgspec
+model validated, for those that validate a config), timed the same way (`x libs`: the command over it).
 
     python benchmarks/startup.py [--repeat 5] [--out FILE]
 """
@@ -34,9 +34,9 @@ from fixture_files import STORED  # noqa: E402  (the real fixtures kept in the r
 GOAL_S = 0.3
 GOAL_RATIO = 10.0
 LISTS_OR_RENDERS = ("hpcprof sites", "hpcprof render", "hpcprof status", "hpcprof report")
-MODEL = "from pydantic import BaseModel\nclass Model(BaseModel):\n    x: int\n"
+MODEL = "import msgspec\nclass Model(msgspec.Struct):\n    x: int\nmsgspec.convert({'x': 1}, Model)\n"
 #: command -> the libraries it cannot start without (its floor; `status`: of runs whose end the store holds)
-LIBRARIES = {"hpcprof sites": "import click, yaml, rich.table\n" + MODEL,
+LIBRARIES = {"hpcprof sites": "import click, yaml, rich.console, rich.table\n" + MODEL,
              "hpcprof render": "import click, yaml, jinja2\n" + MODEL,
              "hpcprof status": "import click, rich.table",
              "hpcprof report": "import click, rich.table, pandas, pyarrow.parquet"}

@@ -76,19 +76,22 @@ def plan_points(points: list[Point], site: SiteConfig, workdir: Path, templates:
 def plan_resubmit(runs: list[RunDir], workdir: Path) -> Plan:
     """New runs re-rendered from old ones (their site and resolved point, as config.json keeps
     them), in one new sweep; each new config.json names the run it replaces (`resubmit_of`)."""
+    import msgspec
+
     from hpcprof.config.experiment import expand
     from hpcprof.config.site import SiteConfig
+    from hpcprof.models import validate
 
     configs = [run.config for run in runs]
     sites = {json.dumps(c["site"], sort_keys=True) for c in configs}
     if len(sites) > 1:
         raise UserError("resubmit: the runs were submitted to different site configs; resubmit them one site at a time")
-    site = SiteConfig.model_validate_json(sites.pop())
+    site = validate(SiteConfig, json.loads(sites.pop()), "resubmit: the runs' site config")
     points = []
     for index, (run, config) in enumerate(zip(runs, configs, strict=True)):
         data = {**config["experiment"], "sweep": {}, "repeat": 1}
         (point,) = expand(data, site, f"run {run.run_id}", 1)
-        points.append(point.model_copy(update={"index": index, "params": config["sweep_point"]["params"]}))
+        points.append(msgspec.structs.replace(point, index=index, params=config["sweep_point"]["params"]))
     submit_dir = configs[0].get("submit_dir")             # where the first submit ran (relative argv paths)
     planned = plan_points(points, site, workdir, None, "resubmit", submit_dir=Path(submit_dir) if submit_dir else None)
     for rendered, old in zip(planned.runs, runs, strict=True):

@@ -107,11 +107,13 @@ def test_collect_rule_from_the_experiment(repo: Path, exports: dict[str, Path]) 
     from hpcprof.analysis.nsys import distributed as dist
     from hpcprof.analysis.nsys.db import Export
     from hpcprof.config.experiment import Experiment
+    from hpcprof.errors import UserError
+    from hpcprof.models import validate
 
     workload = {"kind": "ddp"}
-    assert Experiment.model_validate({"name": "e", "workload": workload}).analysis.slowdown_match == "hpcprof"
-    with pytest.raises(ValueError, match="slowdown_match"):
-        Experiment.model_validate({"name": "e", "workload": workload, "analysis": {"slowdown_match": "id"}})
+    assert validate(Experiment, {"name": "e", "workload": workload}, "e").analysis.slowdown_match == "hpcprof"
+    with pytest.raises(UserError, match="slowdown_match"):
+        validate(Experiment, {"name": "e", "workload": workload, "analysis": {"slowdown_match": "id"}}, "e")
     base, files = {exports["ws1"]: 0}, {exports["ws2r0"]: 0, exports["ws2r1"]: 1}
     with Export(exports["ws1"]) as b, Export(exports["ws2r0"]) as r0, Export(exports["ws2r1"]) as r1:
         table = dist.slowdown(dist.load_activity([b]), dist.load_activity([r0, r1], {str(p): r for p, r in files.items()}))

@@ -21,7 +21,7 @@ import hpcprof
 #: rooms, bottom first; a room is a module or package prefix (the longest prefix names a module's room)
 LAYERS: list[list[str]] = [
     ["hpcprof", "hpcprof.errors", "hpcprof.lazy", "hpcprof.ranks", "hpcprof.resources", "hpcprof.atomic", "hpcprof.cpus",
-     "hpcprof.schedulers.registry",
+     "hpcprof.models", "hpcprof.schedulers.registry",
      "hpcprof.output", "hpcprof.results", "hpcprof.workdirs", "hpcprof.collect.engine"],
     ["hpcprof.workloads"],
     ["hpcprof.config"],

@@ -19,6 +19,7 @@ from click.testing import CliRunner
 from hpcprof.cli import main
 from hpcprof.config.experiment import expand
 from hpcprof.config.site import SiteConfig, find_site
+from hpcprof.models import dump, validate
 from hpcprof.render.job import RenderedRun, render_point, template_dirs
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -168,9 +169,9 @@ def test_perlmutter_directives() -> None:
 
 def test_pbs_extra_options_with_spaces() -> None:
     """A site's `pbs_options: ["-r y"]` (rerunnable, preemptable queue) renders as `#PBS -r y`."""
-    data = find_site("polaris").model_dump()
+    data = dump(find_site("polaris"))
     data["pbs_options"] = ["-r y"]
-    job = render(experiment(), SiteConfig.model_validate(data), POLARIS_DIR).files["job.sh"]
+    job = render(experiment(), validate(SiteConfig, data, "test site"), POLARIS_DIR).files["job.sh"]
     assert directives(job, "#PBS")[-1] == "-r y"
 
 
@@ -209,11 +210,11 @@ def test_done_when_command(tmp_path: Path) -> None:
 ])
 def test_cpu_binding_in_each_launchers_words(kind: str, flavor: str | None, bind: str, expected: list[str]) -> None:
     """The site's `binding.cpu_bind` is translated per launcher (Open MPI rejects `--bind-to depth`)."""
-    data = find_site("polaris").model_dump()
+    data = dump(find_site("polaris"))
     data["launcher"] = {"kind": kind, "flavor": flavor} if flavor else {"kind": kind}
     data["scheduler"] = "slurm" if kind == "srun" else "pbs"
     data["binding"] = {"depth": 8, "cpu_bind": bind}
-    line = launch_line(render(experiment(), SiteConfig.model_validate(data), POLARIS_DIR).files["job.sh"])
+    line = launch_line(render(experiment(), validate(SiteConfig, data, "test site"), POLARIS_DIR).files["job.sh"])
     at = next(i for i in range(len(line)) if line[i:i + len(expected)] == expected)
     assert at > 0
 

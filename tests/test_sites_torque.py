@@ -14,8 +14,8 @@ from slurm_cluster import poll
 
 from hpcprof.config.directives import check_rendered
 from hpcprof.config.site import SiteConfig, load_site_file
-from hpcprof.config.validation import validate
 from hpcprof.errors import UserError
+from hpcprof.models import validate
 from hpcprof.render.launchers import launch_argv
 from hpcprof.schedulers import get_scheduler
 from hpcprof.schedulers.registry import REGISTRY, SCHEDULER_NAMES

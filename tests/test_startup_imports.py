@@ -13,7 +13,7 @@ import pytest
 from hpcprof_cli import hpcprof
 
 REPO = Path(__file__).resolve().parents[1]
-HEAVY = ("pandas", "numpy", "torch", "sqlalchemy", "jinja2", "rich", "pydantic", "yaml")
+HEAVY = ("pandas", "numpy", "torch", "sqlalchemy", "jinja2", "rich", "msgspec", "yaml")
 SCRIPT = f"""
 import contextlib, io, json, sys
 HEAVY = {HEAVY!r}
@@ -49,13 +49,13 @@ def test_help_imports_no_library_but_click(tmp_path: Path) -> None:
 
 
 def test_sites_lists_without_jinja_sqlalchemy_or_pandas(tmp_path: Path) -> None:
-    assert heavy_imports("sites", cwd=tmp_path) == {"pydantic", "yaml", "rich"}  # validation, YAML, its table
+    assert heavy_imports("sites", cwd=tmp_path) == {"msgspec", "yaml", "rich"}  # validation, YAML, its table
 
 
 def test_render_to_a_directory_without_rich_sqlalchemy_or_pandas(tmp_path: Path) -> None:
     used = heavy_imports("render", str(REPO / "examples" / "seqpar_polaris.yaml"), "--site", "polaris", "--set",
                          "resources.account=PROJECT", "-o", str(tmp_path / "job"), cwd=tmp_path)
-    assert used == {"pydantic", "yaml", "jinja2"}
+    assert used == {"msgspec", "yaml", "jinja2"}
     assert (tmp_path / "job" / "p000" / "job.sh").is_file()  # a sweep of two points
 
 

@@ -64,7 +64,7 @@ CASES = [
     ("unknown-key", with_("resources.nodez", 2), [], ["'resources.nodez'", "allowed keys: account,", "nodes"]),
     ("unknown-top-key", with_("profiles", {"tool": "nsys"}), [], ["'profiles'", "profile, repeat, resources"]),
     ("wrong-type", with_("resources.nodes", "two"), [], ["'resources.nodes'", "integer", "'two'"]),
-    ("negative-nodes", with_("resources.nodes", -1), [], ["'resources.nodes'", "greater than or equal to 1"]),
+    ("negative-nodes", with_("resources.nodes", -1), [], ["'resources.nodes'", "expected an integer >= 1 (got -1)"]),
     ("too-many-ranks", with_("resources.ranks_per_node", 65), [], ["'resources.ranks_per_node'", "64 hardware threads"]),
     ("depth-x-ranks", with_("resources.ranks_per_node", 9), ["--site", "polaris"],
      ["'resources.ranks_per_node'", "depth 8", "64 hardware threads"]),

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from hpcprof.errors import UserError
+from hpcprof.models import validate
 from hpcprof.workloads import args, bootstrap, options, seqpar, timing
 
 LAUNCHER_VARS = [*bootstrap.GLOBAL_RANK_VARS, *bootstrap.LOCAL_RANK_VARS, *bootstrap.MPI_MARKERS,
@@ -102,7 +103,7 @@ def test_phase_stats_across_ranks() -> None:
 
 
 def test_bool_flags_round_trip() -> None:
-    args = seqpar.SeqparArgs(check=False, torch_gzip=True)
+    args = validate(seqpar.SeqparArgs, {"check": False, "torch_gzip": True}, "seqpar")
     assert options.to_argv(args) == ["--no-check", "--torch-gzip"]
     assert seqpar.parse_args(options.to_argv(args)) == args
 

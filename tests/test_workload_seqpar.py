@@ -12,6 +12,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from hpcprof.errors import UserError
+from hpcprof.models import validate
 from hpcprof.workloads import seqpar
 
 BIN = Path(sys.executable).parent
@@ -108,7 +110,7 @@ def test_schedule_longer_than_loop_is_bad_input(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["-p", "float8"], "precision: Input should be 'float32', 'bfloat16' or 'float16' (got 'float8')"),
+        (["-p", "float8"], "field 'precision': 'float8' is not one of: 'float32', 'bfloat16', 'float16'"),
         (["-s", "15"], "sequence_length: 15 is not divisible by the 2 ranks"),
         (["-d", "9"], "hidden_dim: 9 is not divisible by the 2 ranks"),
     ],
@@ -141,7 +143,8 @@ def test_torchrun_without_mpi(tmp_path: Path) -> None:
 
 
 def test_launch_argv_round_trip() -> None:
-    args = seqpar.SeqparArgs(sequence_length=4608, precision="bfloat16", check=True, profile_iterations="2:5")
+    args = validate(seqpar.SeqparArgs, {"sequence_length": 4608, "precision": "bfloat16", "check": True,
+                                        "profile_iterations": "2:5"}, "seqpar")
     argv = seqpar.launch_argv(args, "/usr/bin/python3")
     assert argv[:3] == ["/usr/bin/python3", "-m", "hpcprof.workloads.seqpar"]
     assert argv[3:] == ["--sequence-length", "4608", "--precision", "bfloat16", "--check", "--profile-iterations", "2:5"]
@@ -149,7 +152,7 @@ def test_launch_argv_round_trip() -> None:
 
 
 def test_args_reject_unknown_and_late_window() -> None:
-    with pytest.raises(ValueError, match="extra_field"):
-        seqpar.SeqparArgs.model_validate({"extra_field": 1})
+    with pytest.raises(UserError, match="extra_field"):
+        validate(seqpar.SeqparArgs, {"extra_field": 1}, "seqpar")
     with pytest.raises(ValueError, match="profile_iterations end 30 is past iterations=18"):
         seqpar.SeqparArgs(profile_iterations="10:30")

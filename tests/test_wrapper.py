@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from hpcprof.cli import main
 from hpcprof.config.experiment import RANK_ENV, Experiment, Point, expand
 from hpcprof.config.site import SiteConfig, find_site
+from hpcprof.models import dump, validate
 from hpcprof.ranks import RankSelection
 from hpcprof.render.job import render_point, template_dirs, write_run
 
@@ -68,17 +69,17 @@ def tools(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def site_with_tools(tools: Path, **changes: Any) -> SiteConfig:
     """The local site with the fake profilers in its paths."""
-    data = find_site("local").model_dump()
+    data = dump(find_site("local"))
     data["paths"] |= {"nsys": str(tools / "nsys"), "ncu": str(tools / "ncu")}
-    return SiteConfig.model_validate(data | changes)
+    return validate(SiteConfig, data | changes, "test site")
 
 
 def make_run(site: SiteConfig, run_dir: Path, profile: dict[str, Any], nodes: int = 3,
              ranks_per_node: int = 4, argv: list[str] | None = None) -> Path:
     """Render and write one run; the point is built directly so that any selection renders."""
-    experiment = Experiment.model_validate({
+    experiment = validate(Experiment, {
         "name": "wrap", "workload": {"kind": "command", "argv": argv or ["true"]},
-        "resources": {"nodes": nodes, "ranks_per_node": ranks_per_node}, "profile": profile})
+        "resources": {"nodes": nodes, "ranks_per_node": ranks_per_node}, "profile": profile}, "test experiment")
     point = Point(index=0, params={}, experiment=experiment, ranks_per_node=ranks_per_node,
                   walltime="00:10:00")
     return write_run(render_point(point, site, run_dir, run_dir.name, template_dirs(site, None)))

@@ -7,7 +7,7 @@
 # the workdir (with its store, hpcprof.db) is tarred into OUT/campaign-runs.tar.gz without the .nsys-rep
 # files, to be unpacked at the same path (/tmp/hpcprof-campaign) and collected,
 # compared and reported where hpcprof is developed.
-# Needs (carried, git-ignored): .gpu/whl + .gpu/whl2 (pydantic, sqlalchemy, msgspec, adbc, ...) and
+# Needs (carried, git-ignored): .gpu/whl + .gpu/whl2 (sqlalchemy, msgspec, adbc, ...) and
 # .gpu/libs (libdw/libelf for nsys), as e2e_hpcprof.sh. Usage: bash benchmarks/gpu/campaign.sh OUT
 set -u
 OUT_DIR=${1:?output directory}

@@ -2,7 +2,7 @@
 # hpcprof itself, end to end on the GPU machine: submit -> rendered job + rank wrapper -> run ->
 # collect (nsys export + nsys analyses, HTA analyses, ncu import) -> report, for seqpar on 2 GPUs:
 #   1. nsys on every rank, 2. torch.profiler on every rank, 3. ncu on rank 0 (GEMMs, skip/count).
-# Needs (carried, git-ignored): .gpu/whl + .gpu/whl2 (pydantic, sqlalchemy, msgspec, adbc) and
+# Needs (carried, git-ignored): .gpu/whl + .gpu/whl2 (sqlalchemy, msgspec, adbc) and
 # .gpu/libs (libdw/libelf for nsys, from shared/tools/gpu-nsys-libs.sh). Usage: bash e2e_hpcprof.sh OUT
 set -u
 OUT_DIR=${1:?output directory}

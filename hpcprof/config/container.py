@@ -11,65 +11,73 @@ Two placements of the profiler (`profiler:`):
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from collections.abc import Callable
+from typing import Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict
+import msgspec
+
+from hpcprof.models import Model, run_checks
 
 
-def matching(pattern: str, what: str) -> AfterValidator:
-    """A validator: the whole value matches `pattern`, else "'VALUE' is not WHAT"."""
+def matching(pattern: str, what: str) -> Callable[[Any], None]:
+    """A check: the value (text, a list of texts, or None) matches `pattern` in whole, else
+    "'VALUE' is not WHAT"."""
     compiled = re.compile(pattern)
 
-    def check(value: str) -> str:
-        if not compiled.fullmatch(value):
-            raise ValueError(f"{value!r} is not {what}")
-        return value
+    def check(value: str | list[str] | None) -> None:
+        for item in value if isinstance(value, list) else [] if value is None else [value]:
+            if not compiled.fullmatch(item):
+                raise ValueError(f"{item!r} is not {what}")
 
-    return AfterValidator(check)
+    return check
 
 
 #: An image reference (`registry/name:tag@sha256:...`), a `docker://` / `docker:` URI or a .sif path.
-Image = Annotated[str, matching(r"[A-Za-z0-9/][A-Za-z0-9._/:@+\-]*", "an image name: letters, digits and "
-                                "._/:@+- only, e.g. nvcr.io/nvidia/pytorch:24.05-py3 or /path/image.sif")]
+Image = matching(r"[A-Za-z0-9/][A-Za-z0-9._/:@+\-]*", "an image name: letters, digits and "
+                                "._/:@+- only, e.g. nvcr.io/nvidia/pytorch:24.05-py3 or /path/image.sif")
 #: A bind mount `SRC[:DST[:OPTIONS]]`, absolute paths, no characters the shell or runtime parse.
-Mount = Annotated[str, matching(r"/[A-Za-z0-9._/+\-]*(:/[A-Za-z0-9._/+\-]*(:(ro|rw))?)?", "a bind mount: use "
-                                "/host/path[:/container/path[:ro]] with letters, digits and ._/+- only")]
+Mount = matching(r"/[A-Za-z0-9._/+\-]*(:/[A-Za-z0-9._/+\-]*(:(ro|rw))?)?", "a bind mount: use "
+                                "/host/path[:/container/path[:ro]] with letters, digits and ._/+- only")
 #: One extra runtime option, e.g. `--fakeroot` or `--module=mpich`.
-Option = Annotated[str, matching(r"-[A-Za-z0-9._/:=,+\-]*", "a runtime option: start with '-', then letters, "
-                                 "digits and ._/:=,+- only (e.g. --fakeroot)")]
-ProgramPath = Annotated[str, matching(r"[A-Za-z0-9._/+\-]+", "a program path: letters, digits and ._/+- only")]
-AbsolutePath = Annotated[str, matching(r"/[A-Za-z0-9._/+\-]*", "an absolute path of letters, digits and ._/+-")]
+Option = matching(r"-[A-Za-z0-9._/:=,+\-]*", "a runtime option: start with '-', then letters, "
+                                 "digits and ._/:=,+- only (e.g. --fakeroot)")
+ProgramPath = matching(r"[A-Za-z0-9._/+\-]+", "a program path: letters, digits and ._/+- only")
+AbsolutePath = matching(r"/[A-Za-z0-9._/+\-]*", "an absolute path of letters, digits and ._/+-")
 #: A Kubernetes object name (DNS-1123 label) and a resource name such as nvidia.com/gpu.
-KubernetesName = Annotated[str, matching(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", "a Kubernetes name: lower-case "
-                                         "letters, digits and '-', at most 63, starting and ending alphanumeric")]
-ResourceName = Annotated[str, matching(r"([a-z0-9.\-]+/)?[a-z0-9A-Z._\-]+", "a resource name, e.g. nvidia.com/gpu")]
+KubernetesName = matching(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", "a Kubernetes name: lower-case "
+                          "letters, digits and '-', at most 63, starting and ending alphanumeric")
+ResourceName = matching(r"([a-z0-9.\-]+/)?[a-z0-9A-Z._\-]+", "a resource name, e.g. nvidia.com/gpu")
 
 
-class ContainerConfig(BaseModel):
+class ContainerConfig(Model):
     """Which runtime starts which image, with which GPU flag and bind mounts."""
 
-    model_config = ConfigDict(extra="forbid")
-
     runtime: Literal["apptainer", "podman-hpc", "shifter", "podman"]
-    image: Image
+    image: str
     gpu: bool = False                 # apptainer --nv, podman-hpc --gpu, shifter --module=gpu, podman CDI
-    mounts: list[Mount] = []          # SRC[:DST[:ro|rw]]; the run directory is added by hpcprof
+    mounts: list[str] = []            # SRC[:DST[:ro|rw]]; the run directory is added by hpcprof
     profiler: Literal["inside", "outside"] = "inside"
-    command: ProgramPath | None = None   # the runtime's binary (default: its name on PATH)
-    options: list[Option] = []        # extra runtime options, e.g. ["--fakeroot"] or ["--mpi"]
+    command: str | None = None        # the runtime's binary (default: its name on PATH)
+    options: list[str] = []           # extra runtime options, e.g. ["--fakeroot"] or ["--mpi"]
+
+    def __post_init__(self) -> None:
+        run_checks(self, {"image": Image, "mounts": Mount, "command": ProgramPath, "options": Option})
 
 
-class KubernetesConfig(BaseModel):
+class KubernetesConfig(Model):
     """`scheduler: kubernetes`: a kubeflow MPIJob (v2beta1) whose launcher runs job.sh and whose
     workers host the ranks; the run directory lives on a PVC mounted at `mount_path` in every pod
     and at the same path where hpcprof submits and collects."""
 
-    model_config = ConfigDict(extra="forbid")
-
-    image: Image                      # launcher and worker image (ships MPI, Python, nsys)
-    pvc: KubernetesName               # PersistentVolumeClaim holding the hpcprof work directory
-    mount_path: AbsolutePath          # where the PVC is mounted (pods and the submit host)
-    namespace: KubernetesName = "default"
-    gpu_resource: ResourceName = "nvidia.com/gpu"
+    image: str                        # launcher and worker image (ships MPI, Python, nsys)
+    pvc: str                          # PersistentVolumeClaim holding the hpcprof work directory
+    mount_path: str                   # where the PVC is mounted (pods and the submit host)
+    namespace: str = "default"
+    gpu_resource: str = "nvidia.com/gpu"
     mpi_implementation: Literal["OpenMPI", "Intel", "MPICH"] = "OpenMPI"
-    worker_command: list[str] = ["/usr/sbin/sshd", "-De"]  # workers serve mpirun's ssh (operator v2)
+    # workers serve mpirun's ssh (operator v2)
+    worker_command: list[str] = msgspec.field(default_factory=lambda: ["/usr/sbin/sshd", "-De"])
+
+    def __post_init__(self) -> None:
+        run_checks(self, {"image": Image, "pvc": KubernetesName, "mount_path": AbsolutePath,
+                            "namespace": KubernetesName, "gpu_resource": ResourceName})

@@ -11,10 +11,11 @@ import itertools
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
+import msgspec
 import yaml
-from pydantic import BaseModel, Field, field_validator, model_validator
+from msgspec import Meta
 
 from hpcprof.config import MAX_POINTS, REPEAT
 from hpcprof.config.container import ContainerConfig
@@ -24,15 +25,15 @@ from hpcprof.config.site import (
     EnvValue,
     QueueLimits,
     SiteConfig,
-    Strict,
     check_directive,
     check_env,
     check_env_total,
     check_text,
     check_walltime,
 )
-from hpcprof.config.validation import load_yaml, parse_yaml, validate
+from hpcprof.config.validation import load_yaml, parse_yaml
 from hpcprof.errors import UserError
+from hpcprof.models import Model, dump, run_checks, validate
 from hpcprof.workloads import workload_args_model
 
 #: The launchers' rank variables the rank wrapper reads (templates/rank_wrapper.sh.j2) and the
@@ -66,38 +67,51 @@ def check_sweep_fields(fields: list[tuple[str, str]]) -> None:
                                  "zip them in one key (a,b: [[..., ...]]) or drop one")
 
 
-class WorkloadConfig(Strict):
+def check_sweep(value: dict[str, list[Any]]) -> None:
+    """An experiment's `sweep:`: keys that may be swept, each with values, zipped keys with
+    lists of as many values, no field swept twice."""
+    for key, values in value.items():
+        names = key.split(",")
+        if any(n.startswith("sweep") or n in ("name", REPEAT) for n in names):
+            raise ValueError(f"cannot sweep over {key!r}")
+        if not values:
+            raise ValueError(f"sweep key {key!r} has no values")
+        if len(names) > 1 and not all(isinstance(v, list) and len(v) == len(names) for v in values):
+            raise ValueError(f"sweep key {key!r} zips {len(names)} keys: each value must be a list of "
+                             f"{len(names)} values, e.g. [[1, 1], [2, 2]]")
+    check_sweep_fields([(key, name) for key in value for name in key.split(",")])
+
+
+class WorkloadConfig(Model):
     """The program every rank runs: `command` (any argv), `seqpar` or `ddp` with its args."""
 
     kind: Literal["command", "seqpar", "ddp"]
     argv: list[str] = []
     args: dict[str, Any] = {}
 
-    @field_validator("argv")
-    @classmethod
-    def _argv_text(cls, value: list[str]) -> list[str]:
-        for item in value:
-            check_text(item)
-        if value and not value[0].strip():
-            raise ValueError("argv[0] (the program) is empty")
-        return value
-
-    @model_validator(mode="after")
-    def _argv_for_command(self) -> WorkloadConfig:
+    def __post_init__(self) -> None:
+        run_checks(self, {"argv": check_argv})
         if self.kind == "command" and not self.argv:
             raise ValueError("workload kind 'command' needs argv: [program, arg, ...]")
         if self.kind != "command" and self.argv:
             raise ValueError(f"argv is for kind 'command'; {self.kind} takes args: {{...}}")
         if self.kind == "command" and self.args:
             raise ValueError("kind 'command' takes argv, not args")
-        return self
 
 
-class Resources(Strict):
+def check_argv(value: list[str]) -> None:
+    """A command's argv: text without NUL bytes, a program first."""
+    for item in value:
+        check_text(item)
+    if value and not value[0].strip():
+        raise ValueError("argv[0] (the program) is empty")
+
+
+class Resources(Model):
     """How much to ask for; queue/account/walltime override the site's defaults."""
 
-    nodes: int = Field(1, ge=1, le=1 << 24)
-    ranks_per_node: int | None = Field(None, ge=1, le=1 << 16)
+    nodes: Annotated[int, Meta(ge=1, le=1 << 24)] = 1
+    ranks_per_node: Annotated[int, Meta(ge=1, le=1 << 16)] | None = None
     walltime: str | None = None
     queue: str | None = None
     partition: str | None = None
@@ -105,12 +119,13 @@ class Resources(Strict):
     filesystems: str | None = None
     constraint: str | None = None
 
-    _walltime = field_validator("walltime")(classmethod(lambda cls, v: check_walltime(v)))
-    _directive = field_validator("queue", "partition", "account", "filesystems", "constraint")(
-        classmethod(lambda cls, v: check_directive(v)))
+    def __post_init__(self) -> None:
+        run_checks(self, {"walltime": check_walltime, "queue": check_directive, "partition": check_directive,
+                          "account": check_directive, "filesystems": check_directive,
+                          "constraint": check_directive})
 
 
-class AnalysisConfig(Strict):
+class AnalysisConfig(Model):
     """How collect analyses the run."""
 
     # Echo's slowdown (DDP under nsys, ws-N vs ws-1): hpcprof's matching (name + occurrence) or
@@ -118,35 +133,21 @@ class AnalysisConfig(Strict):
     slowdown_match: Literal["hpcprof", "echo"] = "hpcprof"
 
 
-class Experiment(Strict):
+class Experiment(Model):
     """One experiment file."""
 
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
+    name: Annotated[str, Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")]
     workload: WorkloadConfig
-    resources: Resources = Resources()
-    profile: ProfileConfig = ProfileConfig()
+    resources: Resources = msgspec.field(default_factory=Resources)
+    profile: ProfileConfig = msgspec.field(default_factory=ProfileConfig)
     env: dict[str, EnvValue] = {}
     sweep: dict[str, list[Any]] = {}
     container: ContainerConfig | None = None  # overrides the site's container block
-    repeat: int = Field(1, ge=1, le=1000)  # runs per sweep point (params get "repeat": 0..N-1)
-    analysis: AnalysisConfig = AnalysisConfig()
+    repeat: Annotated[int, Meta(ge=1, le=1000)] = 1  # runs per sweep point (params get "repeat": 0..N-1)
+    analysis: AnalysisConfig = msgspec.field(default_factory=AnalysisConfig)
 
-    _env = field_validator("env")(classmethod(lambda cls, v: check_rank_env(v)))
-
-    @field_validator("sweep")
-    @classmethod
-    def _sweep_lists(cls, value: dict[str, list[Any]]) -> dict[str, list[Any]]:
-        for key, values in value.items():
-            names = key.split(",")
-            if any(n.startswith("sweep") or n in ("name", REPEAT) for n in names):
-                raise ValueError(f"cannot sweep over {key!r}")
-            if not values:
-                raise ValueError(f"sweep key {key!r} has no values")
-            if len(names) > 1 and not all(isinstance(v, list) and len(v) == len(names) for v in values):
-                raise ValueError(f"sweep key {key!r} zips {len(names)} keys: each value must be a list of "
-                                 f"{len(names)} values, e.g. [[1, 1], [2, 2]]")
-        check_sweep_fields([(key, name) for key in value for name in key.split(",")])
-        return value
+    def __post_init__(self) -> None:
+        run_checks(self, {"env": check_rank_env, "sweep": check_sweep})
 
     def sweep_points(self) -> list[dict[str, Any]]:
         """The sweep's points: the cartesian product over its keys, where a key `a,b` zips
@@ -159,7 +160,7 @@ class Experiment(Strict):
         return [{**p, REPEAT: r} for p in points for r in range(self.repeat)]
 
 
-class Point(BaseModel):
+class Point(msgspec.Struct, kw_only=True):
     """One fully resolved sweep point, ready to render."""
 
     index: int
@@ -292,7 +293,7 @@ def resolve_point(index: int, params: dict[str, Any], experiment: Experiment, wo
         check_env_total({**site.env, **experiment.env})
     except ValueError as exc:
         raise UserError(f"{where}: field 'env': {exc} (site {site.name}'s env included)") from None
-    check_fields(site.scheduler, {f"resources.{k}": v for k, v in res.model_dump(exclude_none=True).items()}, where)
+    check_fields(site.scheduler, {f"resources.{k}": v for k, v in dump(res).items() if v is not None}, where)
     ranks_per_node = res.ranks_per_node or site.node.ranks_per_node
     walltime = res.walltime or site.defaults.walltime
     hw_threads = site.node.cores * site.node.threads_per_core

@@ -7,11 +7,12 @@ time on the login node, not an hour later in the queue.
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, field_validator, model_validator
+import msgspec
+from msgspec import Meta
 
-from hpcprof.config.site import Strict
+from hpcprof.models import FieldError, Model, run_checks
 from hpcprof.ranks import RankSelection
 
 NSYS_TRACES = ("cuda", "nvtx", "osrt", "cublas", "cublas-verbose", "cudnn", "cusparse", "cusolver",
@@ -25,10 +26,29 @@ NSYS_FLAGS = {"nvtx_capture": "--nvtx-capture", "capture_range_end": "--capture-
 SAFE_TOKEN = re.compile(r"^[A-Za-z0-9_.,:@/=+\-]+$")
 
 
-class NsysOptions(Strict):
+def check_traces(value: list[str]) -> None:
+    """nsys --trace names."""
+    for item in value:
+        if item not in NSYS_TRACES:
+            raise ValueError(f"unknown nsys trace {item!r}; allowed: {', '.join(NSYS_TRACES)}")
+
+
+def check_range_end(value: str | None) -> None:
+    """nsys --capture-range-end; None passes."""
+    if value is not None and not re.fullmatch(r"stop|stop-shutdown|none|repeat(:\d+)?|repeat-shutdown:\d+", value):
+        raise ValueError("capture_range_end must be stop, stop-shutdown, none, repeat[:N] or repeat-shutdown:N")
+
+
+def check_nvtx_capture(value: str | None) -> None:
+    """nsys --nvtx-capture: RANGE or RANGE@DOMAIN; None passes."""
+    if value is not None and not SAFE_TOKEN.fullmatch(value.replace(" ", "_")):
+        raise ValueError("nvtx_capture must be RANGE or RANGE@DOMAIN")
+
+
+class NsysOptions(Model):
     """`nsys profile` options."""
 
-    trace: list[str] = ["cuda", "nvtx", "osrt"]
+    trace: list[str] = msgspec.field(default_factory=lambda: ["cuda", "nvtx", "osrt"])
     capture_range: Literal["none", "cudaProfilerApi", "nvtx"] = "none"
     nvtx_capture: str | None = None
     capture_range_end: str | None = None
@@ -42,30 +62,9 @@ class NsysOptions(Strict):
     export_sqlite: bool = True
     extra_args: list[str] = []
 
-    @field_validator("trace")
-    @classmethod
-    def _known_traces(cls, value: list[str]) -> list[str]:
-        for item in value:
-            if item not in NSYS_TRACES:
-                raise ValueError(f"unknown nsys trace {item!r}; allowed: {', '.join(NSYS_TRACES)}")
-        return value
-
-    @field_validator("capture_range_end")
-    @classmethod
-    def _range_end(cls, value: str | None) -> str | None:
-        if value is not None and not re.fullmatch(r"stop|stop-shutdown|none|repeat(:\d+)?|repeat-shutdown:\d+", value):
-            raise ValueError("capture_range_end must be stop, stop-shutdown, none, repeat[:N] or repeat-shutdown:N")
-        return value
-
-    @field_validator("nvtx_capture")
-    @classmethod
-    def _nvtx_capture(cls, value: str | None) -> str | None:
-        if value is not None and not SAFE_TOKEN.fullmatch(value.replace(" ", "_")):
-            raise ValueError("nvtx_capture must be RANGE or RANGE@DOMAIN")
-        return value
-
-    @model_validator(mode="after")
-    def _consistent(self) -> NsysOptions:
+    def __post_init__(self) -> None:
+        run_checks(self, {"trace": check_traces, "nvtx_capture": check_nvtx_capture,
+                          "capture_range_end": check_range_end})
         if self.capture_range == "nvtx" and not self.nvtx_capture:
             raise ValueError("capture_range nvtx needs nvtx_capture (RANGE or RANGE@DOMAIN)")
         if self.nvtx_capture and self.capture_range != "nvtx":
@@ -74,7 +73,6 @@ class NsysOptions(Strict):
             raise ValueError("capture_range_end needs capture_range cudaProfilerApi or nvtx")
         if "mpi" in self.trace and not self.mpi_impl:
             raise ValueError("trace 'mpi' needs mpi_impl: openmpi or mpich")
-        return self
 
     def argv(self) -> list[str]:
         """The `nsys profile` options (without -o), in nsys' own spelling."""
@@ -97,7 +95,20 @@ class NsysOptions(Strict):
 DEFAULT_NCU_SECTIONS = ("SpeedOfLight", "LaunchStats", "Occupancy", "MemoryWorkloadAnalysis")
 
 
-class NcuOptions(Strict):
+def check_set_name(value: str | None) -> None:
+    """ncu --set; None passes."""
+    if value is not None and not re.fullmatch(r"[A-Za-z0-9_\-]+", value):
+        raise ValueError("set must be a section-set name such as basic, detailed, full or roofline")
+
+
+def check_identifiers(value: list[str]) -> None:
+    """ncu section and metric identifiers."""
+    for item in value:
+        if not re.fullmatch(r"[A-Za-z0-9_.:\-]+", item):
+            raise ValueError(f"{item!r} is not a section or metric identifier")
+
+
+class NcuOptions(Model):
     """`ncu` options."""
 
     set: str | None = None                      # basic | detailed | full | roofline | ...
@@ -105,28 +116,16 @@ class NcuOptions(Strict):
     metrics: list[str] = []
     kernel_name: str | None = None              # name, or regex:EXPR
     kernel_name_base: Literal["function", "demangled", "mangled"] | None = None
-    launch_skip: int | None = Field(None, ge=0)
-    launch_count: int | None = Field(None, ge=1)
+    launch_skip: Annotated[int, Meta(ge=0)] | None = None
+    launch_count: Annotated[int, Meta(ge=1)] | None = None
     nvtx_include: list[str] = []
     replay_mode: Literal["kernel", "application", "range", "app-range"] | None = None
     target_processes: Literal["all", "application-only"] | None = None
     profile_from_start: bool = True
     extra_args: list[str] = []
 
-    @field_validator("set")
-    @classmethod
-    def _set_name(cls, value: str | None) -> str | None:
-        if value is not None and not re.fullmatch(r"[A-Za-z0-9_\-]+", value):
-            raise ValueError("set must be a section-set name such as basic, detailed, full or roofline")
-        return value
-
-    @field_validator("sections", "metrics")
-    @classmethod
-    def _identifiers(cls, value: list[str]) -> list[str]:
-        for item in value:
-            if not re.fullmatch(r"[A-Za-z0-9_.:\-]+", item):
-                raise ValueError(f"{item!r} is not a section or metric identifier")
-        return value
+    def __post_init__(self) -> None:
+        run_checks(self, {"set": check_set_name, "sections": check_identifiers, "metrics": check_identifiers})
 
     def argv(self) -> list[str]:
         """The `ncu` options (without -o)."""
@@ -158,20 +157,20 @@ class NcuOptions(Strict):
         return [*args, "-f", *self.extra_args]
 
 
-class TorchOptions(Strict):
+class TorchOptions(Model):
     """torch.profiler schedule and switches (the workload reads them from the environment)."""
 
-    wait: int = Field(1, ge=0)
-    warmup: int = Field(1, ge=0)
-    active: int = Field(3, ge=1)
-    repeat: int = Field(1, ge=0)
+    wait: Annotated[int, Meta(ge=0)] = 1
+    warmup: Annotated[int, Meta(ge=0)] = 1
+    active: Annotated[int, Meta(ge=1)] = 3
+    repeat: Annotated[int, Meta(ge=0)] = 1
     gzip: bool = False
 
     def schedule(self) -> str:
         return f"wait={self.wait},warmup={self.warmup},active={self.active},repeat={self.repeat}"
 
 
-class WindowConfig(Strict):
+class WindowConfig(Model):
     """The measured window of a `command` workload (seqpar and ddp mark their own):
     `nvtx` names the NVTX range that spans one timed iteration (metrics are computed over its
     instances, projected onto GPU time); `opened_by_program` states that the program itself
@@ -180,29 +179,23 @@ class WindowConfig(Strict):
     nvtx: str | None = None
     opened_by_program: bool = False
 
-    @field_validator("nvtx")
-    @classmethod
-    def _range_name(cls, value: str | None) -> str | None:
-        if value is not None and not value.strip():
-            raise ValueError("nvtx must name an NVTX range, e.g. train_step")
-        return value
+    def __post_init__(self) -> None:
+        if self.nvtx is not None and not self.nvtx.strip():
+            raise FieldError("nvtx", "nvtx must name an NVTX range, e.g. train_step")
 
 
-class ProfileConfig(Strict):
+class ProfileConfig(Model):
     """Which profiler wraps which ranks, with its options."""
 
     tool: Literal["nsys", "ncu", "torch", "none"] = "none"
     ranks: str | int | list[int] = "all"
-    window: WindowConfig = WindowConfig()
-    nsys: NsysOptions = NsysOptions()
-    ncu: NcuOptions = NcuOptions()
-    torch: TorchOptions = TorchOptions()
+    window: WindowConfig = msgspec.field(default_factory=WindowConfig)
+    nsys: NsysOptions = msgspec.field(default_factory=NsysOptions)
+    ncu: NcuOptions = msgspec.field(default_factory=NcuOptions)
+    torch: TorchOptions = msgspec.field(default_factory=TorchOptions)
 
-    @field_validator("ranks")
-    @classmethod
-    def _selection(cls, value: str | int | list[int]) -> str | int | list[int]:
-        RankSelection(value)
-        return value
+    def __post_init__(self) -> None:
+        run_checks(self, {"ranks": RankSelection})
 
     @property
     def selection(self) -> RankSelection:

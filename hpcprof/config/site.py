@@ -10,15 +10,16 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+import msgspec
+from msgspec import Meta
 
-from hpcprof.atomic import atomic_write
 from hpcprof.config.container import ContainerConfig, KubernetesConfig
 from hpcprof.config.directives import check_fields, walltime_seconds
-from hpcprof.config.validation import load_yaml, validate
+from hpcprof.config.validation import load_yaml
 from hpcprof.errors import UserError, shorten
+from hpcprof.models import FieldError, Model, dump, run_checks, validate
 from hpcprof.resources import site_config_dir
 from hpcprof.schedulers.registry import SCHEDULER_NAMES
 
@@ -34,17 +35,16 @@ DIRECTIVE_VALUE = re.compile(r"[A-Za-z0-9_.:@+&|,=/\-]+")
 DIRECTIVE_OPTION = re.compile(r"-[A-Za-z0-9_.:@+&|,=/\- ]*")
 
 
-#: An environment value: text; a number is written as text (a bool is refused: `true` is
-#: rarely what a program wants in its environment, write "1" or "true").
-EnvValue = Annotated[str, BeforeValidator(
-    lambda v: str(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v)]
+class EnvValue(str):
+    """An environment value: text; a number is written as text (a bool is refused: `true` is
+    rarely what a program wants in its environment, write "1" or "true")."""
 
-
-class Strict(BaseModel):
-    """Base of every config model: unknown keys are errors, and types are strict (no `true`
-    for a number, no number for a string)."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
+    @classmethod
+    def from_input(cls, value: Any) -> EnvValue:
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            raise ValueError(f"{shorten(repr(value), 80)} is not an environment value: give text or a number "
+                             '(write "1" or "true" for a switch)')
+        return cls(value)
 
 
 def check_walltime(value: str | None) -> str | None:
@@ -115,7 +115,7 @@ def check_options(values: list[str]) -> list[str]:
     return values
 
 
-class Launcher(Strict):
+class Launcher(Model):
     """How ranks are started: mpiexec (PALS/Hydra/Open MPI), srun or torchrun."""
 
     kind: Literal["mpiexec", "srun", "torchrun"]
@@ -124,42 +124,42 @@ class Launcher(Strict):
     command: str | None = None          # path of the launcher binary (default: kind)
     extra_args: list[str] = []
 
-    @model_validator(mode="after")
-    def _flavor_fits_kind(self) -> Launcher:
+    def __post_init__(self) -> None:
         if self.kind == "mpiexec" and self.flavor is None:
             raise ValueError("launcher.flavor is required for mpiexec: pals, hydra or openmpi")
         if self.kind != "mpiexec" and self.flavor is not None:
             raise ValueError(f"launcher.flavor applies to mpiexec only, not {self.kind}")
         if self.kind != "srun" and self.mpi is not None:
             raise ValueError(f"launcher.mpi applies to srun only, not {self.kind}")
-        return self
 
 
-class NodeShape(Strict):
+class NodeShape(Model):
     """What one compute node has."""
 
-    gpus: int = Field(0, ge=0, le=1024)
-    cores: int = Field(1, ge=1, le=1 << 20)             # physical cores
-    threads_per_core: int = Field(1, ge=1, le=64)
-    ranks_per_node: int = Field(1, ge=1, le=1 << 16)    # default ranks per node
-    max_nodes: int | None = Field(None, ge=1, le=1 << 24)
+    gpus: Annotated[int, Meta(ge=0, le=1024)] = 0
+    cores: Annotated[int, Meta(ge=1, le=1 << 20)] = 1             # physical cores
+    threads_per_core: Annotated[int, Meta(ge=1, le=64)] = 1
+    ranks_per_node: Annotated[int, Meta(ge=1, le=1 << 16)] = 1    # default ranks per node
+    max_nodes: Annotated[int, Meta(ge=1, le=1 << 24)] | None = None
 
 
-class Binding(Strict):
+class Binding(Model):
     """CPU binding passed to the launcher."""
 
-    depth: int | None = Field(None, ge=1, le=1 << 16)    # mpiexec --depth (PALS) / cpus per task
+    depth: Annotated[int, Meta(ge=1, le=1 << 16)] | None = None    # mpiexec --depth (PALS) / cpus per task
     cpu_bind: str | None = None               # e.g. depth, numa, cores, list:24:16:8:0
 
-    @field_validator("cpu_bind")
-    @classmethod
-    def _no_spaces(cls, value: str | None) -> str | None:
-        if value is not None and not re.fullmatch(r"[A-Za-z0-9_:,.\-]+", value):
-            raise ValueError("cpu_bind takes letters, digits and ':,.-_' only, e.g. depth or list:0:8")
-        return value
+    def __post_init__(self) -> None:
+        run_checks(self, {"cpu_bind": check_cpu_bind})
 
 
-class Defaults(Strict):
+def check_cpu_bind(value: str | None) -> None:
+    """A launcher's CPU binding: no spaces or shell characters; None passes."""
+    if value is not None and not re.fullmatch(r"[A-Za-z0-9_:,.\-]+", value):
+        raise ValueError("cpu_bind takes letters, digits and ':,.-_' only, e.g. depth or list:0:8")
+
+
+class Defaults(Model):
     """Scheduler defaults an experiment may override."""
 
     queue: str | None = None            # PBS -q / Slurm --qos
@@ -170,21 +170,23 @@ class Defaults(Strict):
     walltime: str = "00:30:00"
     max_walltime: str | None = None
 
-    _walltime = field_validator("walltime", "max_walltime")(classmethod(lambda cls, v: check_walltime(v)))
-    _directive = field_validator("queue", "partition", "account", "filesystems", "constraint")(
-        classmethod(lambda cls, v: check_directive(v)))
+    def __post_init__(self) -> None:
+        run_checks(self, {"queue": check_directive, "partition": check_directive, "account": check_directive,
+                          "filesystems": check_directive, "constraint": check_directive,
+                          "walltime": check_walltime, "max_walltime": check_walltime})
 
 
-class QueueLimits(Strict):
+class QueueLimits(Model):
     """What one queue (PBS -q) or QOS (Slurm --qos) accepts; `by_nodes` splits a routing queue
     (Polaris `prod`) into node ranges with their own walltime maxima, smallest first."""
 
-    min_nodes: int = Field(1, ge=1, le=1 << 24)
-    max_nodes: int | None = Field(None, ge=1, le=1 << 24)
+    min_nodes: Annotated[int, Meta(ge=1, le=1 << 24)] = 1
+    max_nodes: Annotated[int, Meta(ge=1, le=1 << 24)] | None = None
     max_walltime: str | None = None
     by_nodes: list[NodeRange] = []
 
-    _walltime = field_validator("max_walltime")(classmethod(lambda cls, v: check_walltime(v)))
+    def __post_init__(self) -> None:
+        run_checks(self, {"max_walltime": check_walltime})
 
     def limits_for(self, nodes: int) -> tuple[int, int | None, str | None]:
         """(min nodes, max nodes, max walltime) that apply to a job of `nodes` nodes."""
@@ -194,20 +196,21 @@ class QueueLimits(Strict):
         return self.min_nodes, self.max_nodes, self.max_walltime
 
 
-class NodeRange(Strict):
+class NodeRange(Model):
     """Jobs of up to `max_nodes` nodes in a routing queue, and their walltime maximum."""
 
-    max_nodes: int = Field(ge=1, le=1 << 24)
+    max_nodes: Annotated[int, Meta(ge=1, le=1 << 24)]
     max_walltime: str
 
-    _walltime = field_validator("max_walltime")(classmethod(lambda cls, v: check_walltime(v)))
+    def __post_init__(self) -> None:
+        run_checks(self, {"max_walltime": check_walltime})
 
 
 #: `workdir:` of a site: text, {account} and {user}, and $VAR / ${VAR} (no command substitution)
 WORKDIR = re.compile(r"[A-Za-z0-9_.~/+\-{}$]+")
 
 
-class ToolPaths(Strict):
+class ToolPaths(Model):
     """Executables used on the compute nodes."""
 
     python: str = "python3"
@@ -215,38 +218,35 @@ class ToolPaths(Strict):
     ncu: str = "ncu"
 
 
-class Peaks(Strict):
+class Peaks(Model):
     """The hardware's peaks that the report's `% of peak` uses instead of its table of known GPUs
     (hpcprof/report/peaks.py): dense matmul TFLOP/s per precision, link bandwidths per direction."""
 
     tflops: dict[Literal["float32", "tf32", "bfloat16", "float16", "float64"], float] = {}
-    nvlink_GBps: float | None = Field(None, gt=0)     # GPU-to-GPU inside a node, one direction
-    network_GBps: float | None = Field(None, gt=0)    # per node across nodes (NICs together), one direction
+    nvlink_GBps: Annotated[float, Meta(gt=0)] | None = None     # GPU-to-GPU inside a node, one direction
+    network_GBps: Annotated[float, Meta(gt=0)] | None = None    # per node across nodes (NICs together), one direction
     source: str = ""                                  # where the figures come from (datasheet, measurement)
 
-    @field_validator("tflops")
-    @classmethod
-    def _positive(cls, value: dict[str, float]) -> dict[str, float]:
-        for precision, peak in value.items():
+    def __post_init__(self) -> None:
+        for precision, peak in self.tflops.items():
             if not peak > 0:
-                raise ValueError(f"peaks.tflops.{precision}: {peak} is not a positive TFLOP/s figure")
-        return value
+                raise FieldError("tflops", f"peaks.tflops.{precision}: {peak} is not a positive TFLOP/s figure")
 
 
-class SiteConfig(Strict):
+class SiteConfig(Model, kw_only=True):
     """A site: scheduler + launcher + node shape + environment."""
 
-    name: str = Field(pattern=r"^[A-Za-z0-9_.\-]+$")
+    name: Annotated[str, Meta(pattern=r"^[A-Za-z0-9_.\-]+$")]
     description: str = ""
     scheduler: str                      # a name of hpcprof.schedulers.registry (local, slurm, pbs, torque, ...)
     launcher: Launcher
-    defaults: Defaults = Defaults()
-    node: NodeShape = NodeShape()
-    binding: Binding = Binding()
+    defaults: Defaults = msgspec.field(default_factory=Defaults)
+    node: NodeShape = msgspec.field(default_factory=NodeShape)
+    binding: Binding = msgspec.field(default_factory=Binding)
     gpu_affinity: Literal["none", "identity", "reverse"] = "none"
     setup: list[str] = []               # raw shell lines (module load, conda activate): not quoted
     env: dict[str, EnvValue] = {}
-    paths: ToolPaths = ToolPaths()
+    paths: ToolPaths = msgspec.field(default_factory=ToolPaths)
     templates: str | None = None        # directory of user templates overriding the shipped ones
     pbs_select: str | None = None       # extra PBS select resources, e.g. "system=polaris"
     sbatch_options: list[str] = []      # extra #SBATCH lines, e.g. "--gpu-bind=none"
@@ -256,37 +256,31 @@ class SiteConfig(Strict):
     queues: dict[str, QueueLimits] = {}  # queue (PBS) / QOS (Slurm) -> its limits, checked at render
     gpu_account_suffix: str | None = None  # GPU jobs charge accounts ending so (Perlmutter: "_g")
     workdir: str | None = None          # default work directory: /eagle/{account}/hpcprof, $PSCRATCH/hpcprof
-    max_array_size: int | None = Field(None, ge=2, le=1 << 24)  # largest --array (default: the scheduler's)
+    max_array_size: Annotated[int, Meta(ge=2, le=1 << 24)] | None = None  # largest --array (default: the scheduler's)
     peaks: Peaks | None = None          # hardware peaks for the report's % of peak (default: known GPUs)
     require_account: bool = False       # the scheduler refuses a job without one (Polaris: #PBS -A)
 
-    @field_validator("workdir")
-    @classmethod
-    def _workdir(cls, value: str | None) -> str | None:
-        if value is not None and not WORKDIR.fullmatch(value):
-            raise ValueError(f"{value!r}: a path of letters, digits and ._/+-~, {{account}}, {{user}} and "
-                             "$VAR only, e.g. /eagle/{account}/hpcprof or $PSCRATCH/hpcprof")
-        return value
-
-    @field_validator("scheduler")
-    @classmethod
-    def _known_scheduler(cls, value: str) -> str:
-        if value not in SCHEDULER_NAMES:
-            raise ValueError(f"{value!r} is not a scheduler; use one of {', '.join(SCHEDULER_NAMES)}")
-        return value
-
-    _env = field_validator("env")(classmethod(lambda cls, v: check_env(v)))
-    _select = field_validator("pbs_select")(classmethod(lambda cls, v: check_directive(v)))
-    _options = field_validator("sbatch_options", "pbs_options")(classmethod(lambda cls, v: check_options(v)))
-
-    @model_validator(mode="after")
-    def _directives_fit_scheduler(self) -> SiteConfig:
+    def __post_init__(self) -> None:
+        run_checks(self, {"scheduler": check_scheduler, "env": check_env, "pbs_select": check_directive,
+                          "sbatch_options": check_options, "pbs_options": check_options, "workdir": check_workdir})
         try:
-            check_fields(self.scheduler, {**{f"defaults.{k}": v for k, v in self.defaults.model_dump().items()},
+            check_fields(self.scheduler, {**{f"defaults.{k}": v for k, v in dump(self.defaults).items()},
                                           "pbs_select": self.pbs_select})
-        except UserError as exc:  # UserError -> pydantic's one error, which names its field itself
+        except UserError as exc:  # -> a check of the whole site, whose message names its field
             raise ValueError(exc.format_message()) from None
-        return self
+
+
+def check_scheduler(value: str) -> None:
+    """A name of hpcprof.schedulers.registry."""
+    if value not in SCHEDULER_NAMES:
+        raise ValueError(f"{value!r} is not a scheduler; use one of {', '.join(SCHEDULER_NAMES)}")
+
+
+def check_workdir(value: str | None) -> None:
+    """A site's `workdir:` (WORKDIR); None passes."""
+    if value is not None and not WORKDIR.fullmatch(value):
+        raise ValueError(f"{value!r}: a path of letters, digits and ._/+-~, {{account}}, {{user}} and "
+                         "$VAR only, e.g. /eagle/{account}/hpcprof or $PSCRATCH/hpcprof")
 
 
 def expand_workdir(site: SiteConfig, account: str | None) -> Path:
@@ -363,6 +357,8 @@ def write_user_site(name: str, venv_dir: Path, account: str | None, output: Path
     """Write the user's site file from shipped site `name`: its setup, then `source VENV/bin/activate`,
     and `account` as defaults.account; validated before it replaces anything. Returns its path."""
     import yaml
+
+    from hpcprof.atomic import atomic_write
 
     source = shipped_site_dir() / f"{name}.yaml"
     if not source.is_file():

@@ -7,6 +7,7 @@ them): Apptainer on Polaris, podman-hpc and Shifter on Perlmutter, plain podman 
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -15,6 +16,7 @@ from pathlib import Path
 from hpcprof.config.container import ContainerConfig
 from hpcprof.config.site import SiteConfig
 from hpcprof.errors import UserError
+from hpcprof.models import dump
 from hpcprof.render.quoting import Raw
 
 #: Variables podman must pass in (it starts containers with a clean environment): the
@@ -99,6 +101,6 @@ def check_runtime_installed(container: ContainerConfig | None, field: str = "con
 
 def check_runtimes(site: SiteConfig, experiment_containers: list[ContainerConfig | None]) -> None:
     """At submit, before anything is written: every container the runs use can start here."""
-    for container in {c.model_dump_json(): c for c in (effective_container(site, e)
-                                                        for e in experiment_containers) if c}.values():
+    for container in {json.dumps(dump(c)): c for c in (effective_container(site, e)
+                                                       for e in experiment_containers) if c}.values():
         check_runtime_installed(container)

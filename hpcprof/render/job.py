@@ -23,6 +23,7 @@ from hpcprof.atomic import WriteError, atomic_write, temp_path
 from hpcprof.config.experiment import Point
 from hpcprof.config.site import SiteConfig
 from hpcprof.errors import UserError
+from hpcprof.models import dump
 from hpcprof.render.containers import check_container, effective_container, wrap_launch
 from hpcprof.render.launchers import launch_argv
 from hpcprof.render.quoting import directive, quote, quote_join
@@ -217,8 +218,8 @@ def render_point(point: Point, site: SiteConfig, run_dir: Path, run_id: str,
     wrapper = render_template(env, WRAPPER_TEMPLATE, context)
     config = {
         "run_id": run_id,
-        "experiment": json.loads(exp.model_dump_json()),
-        "site": json.loads(site.model_dump_json()),
+        "experiment": dump(exp),
+        "site": dump(site),
         "sweep_point": {"index": point.index, "params": point.params},
         "ranks_per_node": point.ranks_per_node,
         "world_size": point.world_size,

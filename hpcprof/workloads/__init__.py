@@ -1,18 +1,19 @@
 """Workloads hpcprof launches: `command` (any argv), `seqpar` and `ddp`.
 
-The built-in workloads' pydantic Args models (the experiment's `workload.args`) and
+The built-in workloads' Args models (the experiment's `workload.args`) and
 `launch_argv(args, python) -> list[str]`, the argv one rank runs, live in the torch-free
 `hpcprof.workloads.args`, so that rendering and submitting never import torch.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel
+if TYPE_CHECKING:
+    from hpcprof.workloads.args import Options
 
 
-def workload_args_model(kind: str) -> type[BaseModel] | None:
+def workload_args_model(kind: str) -> type[Options] | None:
     """The Args model of a built-in workload (None for `command`)."""
     from hpcprof.workloads.args import ARGS_MODELS
 

@@ -1,19 +1,20 @@
-"""The built-in workloads' options (pydantic Args models) and the argv one rank runs, without torch.
+"""The built-in workloads' options (Args models) and the argv one rank runs, without torch.
 
 `hpcprof render` and `submit` validate `workload.args` and build each rank's command line on a
 login node, where torch may be slow to import or not work at all; so this module imports only
-pydantic, the standard library and `hpcprof.workloads.options` (itself torch-free). The workload
-modules (seqpar, ddp, bootstrap, timing) import from here.
+msgspec (through the config models' base), the standard library and `hpcprof.workloads.options`
+(itself torch-free). The workload modules (seqpar, ddp, bootstrap, timing) import from here.
 """
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from msgspec import Meta
 
+from hpcprof.models import Model, run_checks
 from hpcprof.workloads import options
 
 Backend = Literal["auto", "nccl", "gloo"]
@@ -21,6 +22,8 @@ DeviceKind = Literal["auto", "cuda", "cpu"]
 GpuMap = Literal["identity", "reverse"]
 
 SCHEDULE_KEYS = ("skip_first", "wait", "warmup", "active", "repeat")
+SCHEDULE_HELP = "e.g. wait=1,warmup=1,active=3,repeat=1 (HPCPROF_TORCH_SCHEDULE)"
+RESULTS_HELP = "default $HPCPROF_RUN_DIR/results or ./results"
 
 
 def parse_schedule(text: str) -> dict[str, int]:
@@ -37,59 +40,50 @@ def parse_schedule(text: str) -> dict[str, int]:
     return values
 
 
-def check_schedule(value: str | None) -> str | None:
-    """Validator of the torch_schedule fields: parses (raising ValueError) and keeps the text."""
+def check_schedule(value: str | None) -> None:
+    """Check of the torch_schedule fields: parses (raising ValueError); None passes."""
     if value is not None:
         parse_schedule(value)
-    return value
 
 
-class SeqparArgs(BaseModel):
+class Options(Model):
+    """Base of the workloads' options: not strict, as command-line flags give text ("18")."""
+
+    strict: ClassVar[bool] = False
+
+
+class SeqparArgs(Options):
     """Options of the seqpar workload, as under `workload.args` in the experiment YAML."""
 
-    model_config = ConfigDict(extra="forbid")
+    sequence_length: Annotated[int, Meta(gt=0, description="sequence length S (rows of the all-gather buffer)")] = 4608
+    hidden_dim: Annotated[int, Meta(gt=0, description="hidden dimension H")] = 9216
+    iterations: Annotated[int, Meta(ge=1, description="timed iterations")] = 18
+    warmup_iterations: Annotated[int, Meta(ge=0, description="untimed warm-up iterations")] = 10
+    precision: Annotated[Literal["float32", "bfloat16", "float16"],
+                         Meta(description="float32|bfloat16|float16")] = "float32"
+    backend: Annotated[Backend, Meta(description="auto (nccl on GPU, gloo on CPU)|nccl|gloo")] = "auto"
+    device: Annotated[DeviceKind, Meta(description="auto|cuda|cpu")] = "auto"
+    gpu_map: Annotated[GpuMap, Meta(description="local rank r -> GPU r (identity) or n-1-r (reverse)")] = "identity"
+    check: Annotated[bool, Meta(description="compare one iteration with a float64 reference")] = False
+    profile_iterations: Annotated[str, Meta(description="A:B: cudaProfilerStart/Stop around timed iterations A..B-1 "
+                                                        "(0-based); default: around the whole timed loop")] | None = None
+    capture: Annotated[Literal["none", "iteration", "allgather", "matmul1", "matmul2", "reduce_scatter"], Meta(
+        description="one cudaProfilerStart/Stop range per occurrence of this phase (nsys --capture-range-end=repeat)"
+    )] = "none"
+    torch_profiler: Annotated[bool, Meta(description="torch.profiler trace per rank "
+                                                     "(also HPCPROF_PROFILE_TOOL=torch)")] = False
+    torch_schedule: Annotated[str, Meta(description=SCHEDULE_HELP)] | None = None
+    torch_gzip: Annotated[bool, Meta(description="write .pt.trace.json.gz (also HPCPROF_TORCH_GZIP=1)")] = False
+    seed: Annotated[int, Meta(description="random seed (offset by rank)")] = 1234
+    results_dir: Annotated[Path, Meta(description=RESULTS_HELP)] | None = None
 
-    sequence_length: int = Field(4608, gt=0, description="sequence length S (rows of the all-gather buffer)")
-    hidden_dim: int = Field(9216, gt=0, description="hidden dimension H")
-    iterations: int = Field(18, ge=1, description="timed iterations")
-    warmup_iterations: int = Field(10, ge=0, description="untimed warm-up iterations")
-    precision: Literal["float32", "bfloat16", "float16"] = Field("float32", description="float32|bfloat16|float16")
-    backend: Backend = Field("auto", description="auto (nccl on GPU, gloo on CPU)|nccl|gloo")
-    device: DeviceKind = Field("auto", description="auto|cuda|cpu")
-    gpu_map: GpuMap = Field("identity", description="local rank r -> GPU r (identity) or n-1-r (reverse)")
-    check: bool = Field(False, description="compare one iteration with a float64 reference")
-    profile_iterations: str | None = Field(
-        None, description="A:B: cudaProfilerStart/Stop around timed iterations A..B-1 (0-based); "
-                          "default: around the whole timed loop"
-    )
-    capture: Literal["none", "iteration", "allgather", "matmul1", "matmul2", "reduce_scatter"] = Field(
-        "none", description="one cudaProfilerStart/Stop range per occurrence of this phase (nsys --capture-range-end=repeat)"
-    )
-    torch_profiler: bool = Field(False, description="torch.profiler trace per rank (also HPCPROF_PROFILE_TOOL=torch)")
-    torch_schedule: str | None = Field(None, description="e.g. wait=1,warmup=1,active=3,repeat=1 (HPCPROF_TORCH_SCHEDULE)")
-    torch_gzip: bool = Field(False, description="write .pt.trace.json.gz (also HPCPROF_TORCH_GZIP=1)")
-    seed: int = Field(1234, description="random seed (offset by rank)")
-    results_dir: Path | None = Field(None, description="default $HPCPROF_RUN_DIR/results or ./results")
-
-    @field_validator("profile_iterations")
-    @classmethod
-    def _window_syntax(cls, value: str | None) -> str | None:
-        if value is None:
-            return value
-        match = re.fullmatch(r"(\d+):(\d+)", value.strip())
-        if match is None or int(match.group(1)) >= int(match.group(2)):
-            raise ValueError("expected A:B with integers 0 <= A < B")
-        return value.strip()
-
-    _schedule_syntax = field_validator("torch_schedule")(classmethod(lambda cls, v: check_schedule(v)))
-
-    @model_validator(mode="after")
-    def _window_inside_loop(self) -> SeqparArgs:
+    def __post_init__(self) -> None:
+        run_checks(self, {"profile_iterations": check_window, "torch_schedule": check_schedule})
         if self.profile_iterations is not None:
+            self.profile_iterations = self.profile_iterations.strip()
             end = int(self.profile_iterations.split(":")[1])
             if end > self.iterations:
                 raise ValueError(f"profile_iterations end {end} is past iterations={self.iterations}")
-        return self
 
     def profile_range(self) -> range | None:
         """Timed iterations inside the cudaProfiler window, if one was asked for."""
@@ -99,54 +93,64 @@ class SeqparArgs(BaseModel):
         return range(start, end)
 
 
-class DdpArgs(BaseModel):
+def check_window(value: str | None) -> None:
+    """`profile_iterations`: A:B with 0 <= A < B; None passes."""
+    if value is not None:
+        match = re.fullmatch(r"(\d+):(\d+)", value.strip())
+        if match is None or int(match.group(1)) >= int(match.group(2)):
+            raise ValueError("expected A:B with integers 0 <= A < B")
+
+
+class DdpArgs(Options):
     """Options of the ddp workload, as under `workload.args` in the experiment YAML.
 
     Fields set here override the same keys of the Echo folder's local_config.json/global_config.json.
     """
 
-    model_config = ConfigDict(extra="forbid")
+    echo_input: Annotated[Path, Meta(description="Echo input folder (define_model.py, local_config.json, "
+                                                 "global_config.json)")] | None = None
+    model_file: Annotated[Path, Meta(description="define_model.py (default: <echo_input>/define_model.py)")] | None = None
+    world_size: Annotated[int, Meta(ge=1, description="expected number of ranks; a mismatch is an error")] | None = None
+    cap_size: Annotated[float, Meta(gt=0, description="DDP bucket_cap_mb")] = 25.0
+    epochs: Annotated[int, Meta(ge=1, description="counted epochs; the window is in the middle of the last one")] = 3
+    batchsize: Annotated[int, Meta(ge=1, description="batch size passed to get_dataloader")] = 16
+    warmup_epochs: Annotated[int, Meta(ge=0, description="epochs run before the counted ones")] = 0
+    steps_per_epoch: Annotated[int, Meta(ge=1, description="use at most this many batches per epoch")] | None = None
+    optimizer: Annotated[Literal["adamw", "adam", "sgd"], Meta(description="adamw|adam|sgd")] = "adamw"
+    lr: Annotated[float, Meta(gt=0, description="learning rate")] = 2e-5
+    window: Annotated[Literal["backward", "step"],
+                      Meta(description="cudaProfilerStart/Stop around backward or the whole step")] = "backward"
+    profile_iteration: Annotated[int, Meta(ge=0, description="global iteration of the window "
+                                                             "(default: Echo's rule)")] | None = None
+    window_barrier: Annotated[bool, Meta(description="barrier after cudaProfilerStart so all ranks enter the "
+                                                     "window together")] = True
+    cuda_version_check: Annotated[str, Meta(description="expected torch CUDA version, major.minor "
+                                                        "(empty: no check)")] | None = None
+    cuda_visible_devices: Annotated[str, Meta(description="CUDA_VISIBLE_DEVICES when the launcher "
+                                                          "sets none")] | None = None
+    backend: Annotated[Backend, Meta(description="auto (nccl on GPU, gloo on CPU)|nccl|gloo")] = "auto"
+    device: Annotated[DeviceKind, Meta(description="auto|cuda|cpu")] = "auto"
+    gpu_map: Annotated[GpuMap, Meta(description="local rank r -> GPU r (identity) or n-1-r (reverse)")] = "identity"
+    torch_profiler: Annotated[bool, Meta(description="torch.profiler trace of the window per rank "
+                                                     "(also HPCPROF_PROFILE_TOOL=torch)")] = False
+    torch_schedule: Annotated[str, Meta(description=SCHEDULE_HELP)] | None = None
+    torch_gzip: Annotated[bool, Meta(description="write .pt.trace.json.gz (also HPCPROF_TORCH_GZIP=1)")] = False
+    results_dir: Annotated[Path, Meta(description=RESULTS_HELP)] | None = None
 
-    echo_input: Path | None = Field(None, description="Echo input folder (define_model.py, local_config.json, global_config.json)")
-    model_file: Path | None = Field(None, description="define_model.py (default: <echo_input>/define_model.py)")
-    world_size: int | None = Field(None, ge=1, description="expected number of ranks; a mismatch is an error")
-    cap_size: float = Field(25.0, gt=0, description="DDP bucket_cap_mb")
-    epochs: int = Field(3, ge=1, description="counted epochs; the window is in the middle of the last one")
-    batchsize: int = Field(16, ge=1, description="batch size passed to get_dataloader")
-    warmup_epochs: int = Field(0, ge=0, description="epochs run before the counted ones")
-    steps_per_epoch: int | None = Field(None, ge=1, description="use at most this many batches per epoch")
-    optimizer: Literal["adamw", "adam", "sgd"] = Field("adamw", description="adamw|adam|sgd")
-    lr: float = Field(2e-5, gt=0, description="learning rate")
-    window: Literal["backward", "step"] = Field("backward", description="cudaProfilerStart/Stop around backward or the whole step")
-    profile_iteration: int | None = Field(None, ge=0, description="global iteration of the window (default: Echo's rule)")
-    window_barrier: bool = Field(True, description="barrier after cudaProfilerStart so all ranks enter the window together")
-    cuda_version_check: str | None = Field(None, description="expected torch CUDA version, major.minor (empty: no check)")
-    cuda_visible_devices: str | None = Field(None, description="CUDA_VISIBLE_DEVICES when the launcher sets none")
-    backend: Backend = Field("auto", description="auto (nccl on GPU, gloo on CPU)|nccl|gloo")
-    device: DeviceKind = Field("auto", description="auto|cuda|cpu")
-    gpu_map: GpuMap = Field("identity", description="local rank r -> GPU r (identity) or n-1-r (reverse)")
-    torch_profiler: bool = Field(False, description="torch.profiler trace of the window per rank (also HPCPROF_PROFILE_TOOL=torch)")
-    torch_schedule: str | None = Field(None, description="e.g. wait=1,warmup=1,active=3,repeat=1 (HPCPROF_TORCH_SCHEDULE)")
-    torch_gzip: bool = Field(False, description="write .pt.trace.json.gz (also HPCPROF_TORCH_GZIP=1)")
-    results_dir: Path | None = Field(None, description="default $HPCPROF_RUN_DIR/results or ./results")
-
-    _schedule_syntax = field_validator("torch_schedule")(classmethod(lambda cls, v: check_schedule(v)))
-
-    @model_validator(mode="after")
-    def _model_source(self) -> DdpArgs:
+    def __post_init__(self) -> None:
+        run_checks(self, {"torch_schedule": check_schedule})
         if self.echo_input is None and self.model_file is None:
             raise ValueError("echo_input or model_file is required")
-        return self
 
 
 WorkloadArgs = SeqparArgs | DdpArgs
 
 # workload kind (`workload.kind` in the experiment YAML) -> its Args model; ranks run `python -m MODULES[kind]`.
-ARGS_MODELS: dict[str, type[BaseModel]] = {"seqpar": SeqparArgs, "ddp": DdpArgs}
+ARGS_MODELS: dict[str, type[Options]] = {"seqpar": SeqparArgs, "ddp": DdpArgs}
 MODULES = {"seqpar": "hpcprof.workloads.seqpar", "ddp": "hpcprof.workloads.ddp"}
 
 
-def kind_argv(kind: str, args: BaseModel, python: str) -> list[str]:
+def kind_argv(kind: str, args: Options, python: str) -> list[str]:
     """The argv one rank of built-in workload `kind` runs for these args."""
     return [python, "-m", MODULES[kind], *options.to_argv(args)]
 

@@ -28,6 +28,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from hpcprof.errors import UserError
+from hpcprof.models import dump, given_fields, validate
 from hpcprof.workloads import bootstrap, options, timing
 from hpcprof.workloads.args import DdpArgs, launch_argv  # noqa: F401  (re-exported; torch-free)
 
@@ -118,10 +119,10 @@ def resolve_args(args: DdpArgs) -> DdpArgs:
             (echo.folder / "global_config.json", {k: echo.global_config[k] for k in GLOBAL_CONFIG_KEYS if k in echo.global_config}),
         ):
             values = {k: (None if v == "" else v) for k, v in values.items()}
-            options.validate(DdpArgs, {"echo_input": echo.folder, **values}, str(path))
+            validate(DdpArgs, {"echo_input": echo.folder, **values}, str(path))
             merged.update(values)
-    merged.update(args.model_dump(exclude_unset=True))
-    return options.validate(DdpArgs, merged, "ddp")
+    merged.update({name: getattr(args, name) for name in given_fields(args)})
+    return validate(DdpArgs, merged, "ddp")
 
 
 def model_file(args: DdpArgs) -> Path:
@@ -257,7 +258,7 @@ def train(args: DdpArgs, module: ModuleType, ctx: bootstrap.Dist) -> dict[str, A
     return {
         "schema": SCHEMA,
         "workload": "ddp",
-        "config": args.model_dump(mode="json")
+        "config": dump(args)
         | {"world_size": ctx.world_size, "model_file": str(model_file(args)), "parameters": params, "steps_per_epoch": steps},
         "versions": bootstrap.versions(ctx),
         "ranks": [part["info"] for part in gathered],

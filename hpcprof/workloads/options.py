@@ -1,19 +1,24 @@
-"""Command-line flags <-> the workloads' pydantic Args models, and the one-line bad-input exit."""
+"""Command-line flags <-> the workloads' Args models, and the one-line bad-input exit.
+
+Bad values are one line naming the flag's field (`hpcprof.models.validate`, as for configs)."""
 
 from __future__ import annotations
 
-import argparse
 import sys
 import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
-from pydantic import BaseModel, ValidationError
+import msgspec
 
 from hpcprof.errors import UserError
 
-ArgsT = TypeVar("ArgsT", bound=BaseModel)
+if TYPE_CHECKING:
+    import argparse
+from hpcprof.models import Model, field_help, fields, given_fields, validate
+
+ArgsT = TypeVar("ArgsT", bound=Model)
 
 
 def flag_name(field: str) -> str:
@@ -21,6 +26,8 @@ def flag_name(field: str) -> str:
 
 
 def _is_bool(annotation: Any) -> bool:
+    while typing.get_origin(annotation) is typing.Annotated:
+        annotation = typing.get_args(annotation)[0]
     if annotation is bool:
         return True
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):
@@ -28,40 +35,25 @@ def _is_bool(annotation: Any) -> bool:
     return False
 
 
-def build_parser(model: type[BaseModel], prog: str, description: str, aliases: Mapping[str, Sequence[str]]) -> argparse.ArgumentParser:
+def build_parser(model: type[Model], prog: str, description: str,
+                 aliases: Mapping[str, Sequence[str]]) -> argparse.ArgumentParser:
     """An argparse parser with one flag per model field (`sequence_length` -> `--sequence-length`).
 
     Values stay strings and are validated by the model; `aliases` adds extra spellings per field.
-    Unset flags are left out, so `model_fields_set` says what the user gave.
+    Unset flags are left out, so `given_fields` says what the user gave.
     """
+    import argparse  # here: rendering (which calls to_argv) does not need it
+
     parser = argparse.ArgumentParser(prog=prog, description=description, argument_default=argparse.SUPPRESS)
-    for name, info in model.model_fields.items():
-        flags = [*aliases.get(name, ()), flag_name(name)]
-        default = "" if info.default is None else f" (default: {info.default})"
-        help_text = (info.description or "") + default
-        if _is_bool(info.annotation):
-            parser.add_argument(*flags, dest=name, action=argparse.BooleanOptionalAction, help=help_text)
+    for field in fields(model):
+        flags = [*aliases.get(field.name, ()), flag_name(field.name)]
+        default = "" if field.default in (None, msgspec.NODEFAULT) else f" (default: {field.default})"
+        help_text = field_help(field) + default
+        if _is_bool(field.type):
+            parser.add_argument(*flags, dest=field.name, action=argparse.BooleanOptionalAction, help=help_text)
         else:
-            parser.add_argument(*flags, dest=name, metavar=name.upper(), help=help_text)
+            parser.add_argument(*flags, dest=field.name, metavar=field.name.upper(), help=help_text)
     return parser
-
-
-def validation_message(exc: ValidationError, source: str) -> str:
-    """One line naming each bad field: `seqpar: precision: Input should be ... (got 'x')`."""
-    parts = []
-    for err in exc.errors():
-        field = ".".join(str(x) for x in err["loc"]) or "args"
-        got = f" (got {err['input']!r})" if err["type"] != "missing" and not isinstance(err["input"], dict) else ""
-        parts.append(f"{field}: {err['msg']}{got}")
-    return f"{source}: " + "; ".join(parts)
-
-
-def validate(model: type[ArgsT], values: dict[str, Any], source: str) -> ArgsT:
-    """Build the model; a ValidationError becomes a one-line UserError naming the field."""
-    try:
-        return model.model_validate(values)
-    except ValidationError as exc:
-        raise UserError(validation_message(exc, source)) from None
 
 
 def parse_argv(model: type[ArgsT], parser: argparse.ArgumentParser, argv: Sequence[str], source: str) -> ArgsT:
@@ -72,19 +64,18 @@ def parse_argv(model: type[ArgsT], parser: argparse.ArgumentParser, argv: Sequen
     return validate(model, vars(namespace), source)
 
 
-def to_argv(args: BaseModel) -> list[str]:
-    """The flags that reproduce `args`: every field the user set, in declaration order."""
+def to_argv(args: Model) -> list[str]:
+    """The flags that reproduce `args`: every field the user gave, in declaration order."""
+    given = given_fields(args)
     out: list[str] = []
-    for name in type(args).model_fields:
-        if name not in args.model_fields_set:
-            continue
-        value = getattr(args, name)
-        if value is None:
+    for field in fields(type(args)):
+        value = getattr(args, field.name)
+        if field.name not in given or value is None:
             continue
         if isinstance(value, bool):
-            out.append(flag_name(name) if value else "--no-" + name.replace("_", "-"))
+            out.append(flag_name(field.name) if value else "--no-" + field.name.replace("_", "-"))
         else:
-            out += [flag_name(name), str(value)]
+            out += [flag_name(field.name), str(value)]
     return out
 
 

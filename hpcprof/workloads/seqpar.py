@@ -20,6 +20,7 @@ import torch
 import torch.distributed as dist
 
 from hpcprof.errors import UserError
+from hpcprof.models import dump
 from hpcprof.workloads import bootstrap, options, timing
 from hpcprof.workloads.args import SeqparArgs, launch_argv  # noqa: F401  (re-exported; torch-free)
 
@@ -219,7 +220,7 @@ def benchmark(args: SeqparArgs, ctx: bootstrap.Dist) -> dict[str, Any]:
         {"rows": rows, "info": bootstrap.rank_info(ctx), "check": check, "loop_wall_s": loop_wall_s}
     )
     all_rows = [row for part in gathered for row in part["rows"]]
-    config = args.model_dump(mode="json") | {
+    config = dump(args) | {
         "world_size": ctx.world_size,
         "element_bytes": DTYPES[args.precision].itemsize,
         "tf32": bool(torch.backends.cuda.matmul.allow_tf32),
