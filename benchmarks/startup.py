@@ -11,7 +11,7 @@ PATH: one and six summary reports as CSV, the names of its generation). What bou
 that lists or renders is printed beside it: the import of the libraries it uses (with one msgspec
 model validated, for those that validate a config), timed the same way (`x libs`: the command over it).
 
-    python benchmarks/startup.py [--repeat 5] [--out FILE]
+    python benchmarks/startup.py [--repeat 5] [--out FILE] [--site-file SITE.yaml]
 """
 
 from __future__ import annotations
@@ -74,6 +74,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--site-file", type=Path, help="site of the local 2-rank run that `status` and `report` "
+                        "read (default: the shipped `local`, MPICH's mpiexec; e.g. one with launcher.flavor "
+                        "openmpi where Open MPI's is the one on PATH)")
     args = parser.parse_args()
     py = [sys.executable]
     notes: list[str] = []
@@ -93,14 +96,15 @@ def main() -> None:
                                     "--site", "polaris", "--set", "resources.account=bench", "--force", "-o", str(work / "job")],
         }
         # `status` of a real finished run in a real store (a local 2-rank command job)
-        made = subprocess.run(py + ["-m", "hpcprof", "submit", str(REPO / "examples/command_hello.yaml"), "--site",
-                                    "local", "--wait", "--workdir", str(work / "runs")], cwd=work,
+        site = ["--site-file", str(args.site_file.absolute())] if args.site_file else ["--site", "local"]
+        made = subprocess.run(py + ["-m", "hpcprof", "submit", str(REPO / "examples/command_hello.yaml"), *site,
+                                    "--wait", "--workdir", str(work / "runs")], cwd=work,
                               env=ENV, capture_output=True, text=True)
         if made.returncode == 0:
             commands["hpcprof status"] = py + ["-m", "hpcprof", "status", "--workdir", str(work / "runs")]
             commands["hpcprof report"] = py + ["-m", "hpcprof", "report", "--workdir", str(work / "runs")]
         else:
-            notes.append(f"(no `status` timing: the local run failed here: {made.stderr.strip().splitlines()[-1:]})")
+            notes.append(f"(no `status` timing: the local run failed here: {made.stderr.strip().splitlines()[-3:]})")
         commands.update({f"libraries of {name}": py + ["-c", code] for name, code in LIBRARIES.items()
                          if name in commands})
         nsys = shutil.which("nsys")

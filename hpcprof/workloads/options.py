@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 import msgspec
 
 from hpcprof.errors import UserError
+from hpcprof.models import Model, field_help, fields, given_fields, validate
 
 if TYPE_CHECKING:
     import argparse
-from hpcprof.models import Model, field_help, fields, given_fields, validate
 
 ArgsT = TypeVar("ArgsT", bound=Model)
 
