@@ -44,14 +44,13 @@ RANK_ENV = frozenset({
     "SLURM_PROCID", "SLURM_LOCALID", "HPCPROF_RANK", "HPCPROF_LOCAL_RANK"})
 
 
-def check_rank_env(env: dict[str, str]) -> dict[str, str]:
+def check_rank_env(env: dict[str, str]) -> None:
     """`check_env`, and no variable the launcher sets per rank."""
     check_env(env)
     clash = sorted(RANK_ENV.intersection(env))
     if clash:
         raise ValueError(f"sets the launcher's rank variable {', '.join(clash)}: remove it "
                          "(each rank gets its own from the launcher)")
-    return env
 
 
 def check_sweep_fields(fields: list[tuple[str, str]]) -> None:

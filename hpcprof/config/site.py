@@ -47,18 +47,16 @@ class EnvValue(str):
         return cls(value)
 
 
-def check_walltime(value: str | None) -> str | None:
+def check_walltime(value: str | None) -> None:
     """Walltime as [H]H:MM:SS (or MM:SS), positive, minutes and seconds below 60; None passes."""
     if value is not None:
         walltime_seconds(value)
-    return value
 
 
-def check_text(value: str) -> str:
+def check_text(value: str) -> None:
     """No NUL bytes (they cannot reach a process's argv or environment)."""
     if "\x00" in value:
         raise ValueError("contains a NUL byte")
-    return value
 
 
 #: The kernel's limit on one NAME=value string of an exec's environment (MAX_ARG_STRLEN, with its NUL)
@@ -73,7 +71,7 @@ def env_bytes(name: str, value: str) -> int:
     return len(name.encode()) + len(value.encode()) + 2 + 8
 
 
-def check_env(env: dict[str, str]) -> dict[str, str]:
+def check_env(env: dict[str, str]) -> None:
     """Environment variable names must be shell identifiers, and not ones bash acts on; each
     variable and all together within the kernel's limits."""
     for name, value in env.items():
@@ -88,7 +86,6 @@ def check_env(env: dict[str, str]) -> dict[str, str]:
             raise ValueError(f"environment variable {name} is reserved (bash or the job script "
                              f"uses it); not allowed: {', '.join(sorted(RESERVED_ENV))}")
     check_env_total(env)
-    return env
 
 
 def check_env_total(env: dict[str, str]) -> None:
@@ -99,20 +96,18 @@ def check_env_total(env: dict[str, str]) -> None:
                          "ARG_MAX is shared with the inherited environment and argv): pass large data in a file")
 
 
-def check_directive(value: str | None) -> str | None:
+def check_directive(value: str | None) -> None:
     """A value that goes into a #PBS/#SBATCH line; None passes."""
     if value is not None and not DIRECTIVE_VALUE.fullmatch(value):
         raise ValueError("goes into a batch directive: use letters, digits and _.:@+&|,=/- only")
-    return value
 
 
-def check_options(values: list[str]) -> list[str]:
+def check_options(values: list[str]) -> None:
     """Extra #PBS/#SBATCH option lines: each starts with '-', no quotes or line breaks."""
     for value in values:
         if not DIRECTIVE_OPTION.fullmatch(value):
             raise ValueError(f"{value!r} is not a batch option: start with '-', then letters, "
                              "digits, spaces and _.:@+&|,=/- only (e.g. '-r y')")
-    return values
 
 
 class Launcher(Model):
