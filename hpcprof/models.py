@@ -52,6 +52,19 @@ def run_checks(model: Model, checks: dict[str, Callable[[Any], object]]) -> None
             raise FieldError(name, str(exc)) from None
 
 
+def matching(pattern: str, what: str) -> Callable[[Any], None]:
+    """A check: the value (text, a list of texts, or None) matches `pattern` in whole, else
+    "'VALUE' is not WHAT"."""
+    compiled = re.compile(pattern)
+
+    def check(value: str | list[str] | None) -> None:
+        for item in value if isinstance(value, list) else [] if value is None else [value]:
+            if not compiled.fullmatch(item):
+                raise ValueError(f"{item!r} is not {what}")
+
+    return check
+
+
 def _decode_hook(kind: type, value: Any) -> Any:
     """msgspec's hook for the types it does not convert itself: a Path from text, and a type
     with a `from_input` class method (a ValueError there names the problem)."""

@@ -31,7 +31,7 @@ def error(model: type, data: Any) -> str:
     (site(node={"gpu": 4}), "src: unknown key 'node.gpu'; allowed keys: cores, gpus, max_nodes, ranks_per_node, "
                             "threads_per_core"),
     (site(gpu_affinity="left"), "src: field 'gpu_affinity': 'left' is not one of: 'none', 'identity', 'reverse'"),
-    (site(name="a b"), "src: field 'name': expected text matching regex"),
+    (site(name="a b"), "src: field 'name': 'a b' is not a site name: letters, digits and _.- only (got 'a b')"),
     (site(launcher={"kind": "mpiexec"}), "src: field 'launcher': launcher.flavor is required for mpiexec: pals, "
                                          "hydra or openmpi"),
     (site(defaults={"walltime": "1:99:00"}), "src: field 'defaults.walltime': walltime must look like HH:MM:SS"),
@@ -66,6 +66,9 @@ def test_experiment_paths_through_lists_and_nested_models() -> None:
         "src: field 'sweep': sweep key 'resources.nodes' has no values")
     assert error(Experiment, experiment | {"workload": {"kind": "command", "argv": ["a", 3]}}) == (
         "src: field 'workload.argv.1': expected text, got 3")
+    assert error(Experiment, experiment | {"name": "../x"}) == (
+        "src: field 'name': '../x' is not an experiment name: letters, digits and _.-, at most 64, starting with a "
+        "letter or digit (got '../x')")
 
 
 def test_options_take_text_and_remember_what_was_given() -> None:

@@ -10,27 +10,11 @@ Two placements of the profiler (`profiler:`):
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable
-from typing import Any, Literal
+from typing import Literal
 
 import msgspec
 
-from hpcprof.models import Model, run_checks
-
-
-def matching(pattern: str, what: str) -> Callable[[Any], None]:
-    """A check: the value (text, a list of texts, or None) matches `pattern` in whole, else
-    "'VALUE' is not WHAT"."""
-    compiled = re.compile(pattern)
-
-    def check(value: str | list[str] | None) -> None:
-        for item in value if isinstance(value, list) else [] if value is None else [value]:
-            if not compiled.fullmatch(item):
-                raise ValueError(f"{item!r} is not {what}")
-
-    return check
-
+from hpcprof.models import Model, matching, run_checks
 
 #: An image reference (`registry/name:tag@sha256:...`), a `docker://` / `docker:` URI or a .sif path.
 Image = matching(r"[A-Za-z0-9/][A-Za-z0-9._/:@+\-]*", "an image name: letters, digits and "

@@ -19,11 +19,13 @@ from hpcprof.config.container import ContainerConfig, KubernetesConfig
 from hpcprof.config.directives import check_fields, walltime_seconds
 from hpcprof.config.validation import load_yaml
 from hpcprof.errors import UserError, shorten
-from hpcprof.models import FieldError, Model, dump, run_checks, validate
+from hpcprof.models import FieldError, Model, dump, matching, run_checks, validate
 from hpcprof.resources import site_config_dir
 from hpcprof.schedulers.registry import SCHEDULER_NAMES
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: a site config's `name:`
+SITE_CONFIG_NAME = matching(r"[A-Za-z0-9_.\-]+", "a site name: letters, digits and _.- only")
 #: a site's name: a file name in a site directory, never a path
 SITE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}")
 #: Names bash expands or runs on its own (BASH_ENV is expanded and sourced by every
@@ -231,7 +233,7 @@ class Peaks(Model):
 class SiteConfig(Model, kw_only=True):
     """A site: scheduler + launcher + node shape + environment."""
 
-    name: Annotated[str, Meta(pattern=r"^[A-Za-z0-9_.\-]+$")]
+    name: str
     description: str = ""
     scheduler: str                      # a name of hpcprof.schedulers.registry (local, slurm, pbs, torque, ...)
     launcher: Launcher
@@ -256,7 +258,7 @@ class SiteConfig(Model, kw_only=True):
     require_account: bool = False       # the scheduler refuses a job without one (Polaris: #PBS -A)
 
     def __post_init__(self) -> None:
-        run_checks(self, {"scheduler": check_scheduler, "env": check_env, "pbs_select": check_directive,
+        run_checks(self, {"name": SITE_CONFIG_NAME, "scheduler": check_scheduler, "env": check_env, "pbs_select": check_directive,
                           "sbatch_options": check_options, "pbs_options": check_options, "workdir": check_workdir})
         try:
             check_fields(self.scheduler, {**{f"defaults.{k}": v for k, v in dump(self.defaults).items()},
