@@ -18,7 +18,7 @@ import click
 
 from hpcprof.cli_options import site_file_option, site_option
 from hpcprof.config.site import SiteConfig, expand_workdir, find_site
-from hpcprof.errors import UserError
+from hpcprof.errors import UserError, expand_home
 from hpcprof.render.profilers import profiler_paths
 from hpcprof.render.quoting import quote
 
@@ -158,8 +158,8 @@ def tool_findings(site: SiteConfig, found: dict[str, str]) -> list[Finding]:
 
 
 def writable_ancestor(path: Path) -> tuple[Path, bool]:
-    """The nearest existing directory at or above `path`, and whether this user may write there."""
-    probe = path.expanduser().absolute()
+    """The nearest existing directory at or above `path` (~ expanded already), and whether this user may write there."""
+    probe = path.absolute()
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent
     return probe, probe.is_dir() and os.access(probe, os.W_OK | os.X_OK)
@@ -179,10 +179,11 @@ def account_findings(site: SiteConfig, account: str | None) -> list[Finding]:
             workdir = Path(os.environ["HPCPROF_WORKDIR"])
         else:
             workdir = expand_workdir(site, account) if site.workdir else Path("hpcprof-runs")
+        workdir = expand_home(workdir, "workdir")
     except UserError as exc:
         return [*findings, Finding("workdir", False, site.workdir or "", exc.format_message())]
     ancestor, writable = writable_ancestor(workdir)
-    where = "exists" if ancestor == workdir.expanduser().absolute() else f"would be created under {ancestor}"
+    where = "exists" if ancestor == workdir.absolute() else f"would be created under {ancestor}"
     findings.append(Finding("workdir", writable, f"{workdir} ({where}, {'writable' if writable else 'NOT writable'})",
                             "" if writable else "give --workdir DIR (or $HPCPROF_WORKDIR) on a file system you can write"))
     return findings

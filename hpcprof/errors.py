@@ -91,6 +91,16 @@ def as_user_error(exc: BaseException) -> UserError | None:
     return None
 
 
+def expand_home(path: Path, what: str) -> Path:
+    """`path` with a leading ~ or ~USER expanded; a user unknown here (or ~ without a home) is a
+    one-line UserError naming `what`, not pathlib's RuntimeError."""
+    try:
+        return path.expanduser()
+    except RuntimeError:
+        raise UserError(f"{what}: {shorten(str(path), 200)}: {path.parts[0]} names no home directory here; write "
+                        "the path out") from None
+
+
 class FiniteRange(click.FloatRange):
     """click.FloatRange that also refuses nan and inf (FloatRange lets nan through)."""
 

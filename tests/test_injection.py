@@ -211,11 +211,14 @@ def test_a_clean_run_reaches_done(tools: Path) -> None:
 @pytest.mark.parametrize(("field", "payload"), [
     (("site", "defaults.queue", "value", "defaults.queue"), "a=b"),   # a whole-site check names the field
     (("exp", "resources.queue", "value", "resources.queue"), "a=b"),  # and so does the render's
-    (("exp", "profile.nsys.nvtx_capture", "value", "profile.nsys.nvtx_capture"), "step")])
+    (("exp", "profile.nsys.nvtx_capture", "value", "profile.nsys.nvtx_capture"), "step"),
+    (("site", "templates", "value", "templates"), "~$(touch PWNED1)")])
 def test_payloads_hypothesis_found(field: tuple[str, str, str, str], payload: str, tools: Path) -> None:
     """Cases test_random_payloads found: a '=' in a PBS queue refused naming 'defaults.queue' (was
     '(top level)') and 'resources.queue' (was 'queue'); an NVTX capture range the field takes is
-    not refused for another field's sake (the harness now says the command opens its range)."""
+    not refused for another field's sake (the harness now says the command opens its range); a
+    site's `templates: ~$(touch PWNED1)` (~USER of no user here) refused naming the field, where
+    pathlib's expanduser raised RuntimeError."""
     check(*field, payload, tools)
 
 

@@ -8,12 +8,14 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import msgspec
 import pytest
 import yaml
 from click.testing import CliRunner
 
 from hpcprof.cli import main
 from hpcprof.config.site import available_sites, expand_workdir, find_site
+from hpcprof.errors import UserError
 
 REPO = Path(__file__).resolve().parents[1]
 POLARIS_EXP = REPO / "examples" / "seqpar_polaris.yaml"
@@ -73,6 +75,10 @@ def test_workdir_of_a_site(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> N
         expand_workdir(find_site("perlmutter"), None)
     with pytest.raises(Exception, match=r"needs an account"):
         expand_workdir(find_site("polaris"), None)
+    unknown_home = msgspec.structs.replace(find_site("polaris"), workdir="~no_such_user_here/hpcprof")
+    with pytest.raises(UserError, match=r"^site polaris: field 'workdir': ~no_such_user_here/hpcprof: "
+                                        r"~no_such_user_here names no home directory here; write the path out$"):
+        expand_workdir(unknown_home, None)
 
 
 def test_submit_uses_the_site_workdir_after_the_flag_and_the_variable(monkeypatch: pytest.MonkeyPatch,

@@ -18,7 +18,7 @@ from msgspec import Meta
 from hpcprof.config.container import ContainerConfig, KubernetesConfig
 from hpcprof.config.directives import check_fields, walltime_seconds
 from hpcprof.config.validation import load_yaml
-from hpcprof.errors import UserError, shorten
+from hpcprof.errors import UserError, expand_home, shorten
 from hpcprof.models import FieldError, Model, dump, matching, run_checks, validate
 from hpcprof.resources import site_config_dir
 from hpcprof.schedulers.registry import SCHEDULER_NAMES
@@ -298,7 +298,8 @@ def expand_workdir(site: SiteConfig, account: str | None) -> Path:
                             f"set it or give --workdir")
         return os.environ[name]
 
-    return Path(re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)", variable, text)).expanduser()
+    return expand_home(Path(re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)", variable, text)),
+                       f"site {site.name}: field 'workdir'")
 
 
 def shipped_site_dir() -> Path:
@@ -362,7 +363,7 @@ def write_user_site(name: str, venv_dir: Path, account: str | None, output: Path
         find_site(name)  # the one-line "unknown site; available: ..." error
         raise UserError(f"sites init {name}: not a shipped site; start from one of the shipped ones "
                         f"(polaris, perlmutter, ...) or copy your file by hand")
-    venv_dir = venv_dir.expanduser().absolute()
+    venv_dir = expand_home(venv_dir, "--venv").absolute()
     if not (venv_dir / "bin" / "activate").is_file():
         raise UserError(f"--venv {venv_dir}: no bin/activate there; make it first, e.g. `python -m venv "
                         f"--system-site-packages {venv_dir}` after the site's module is loaded (README: "

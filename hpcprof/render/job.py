@@ -22,7 +22,7 @@ import hpcprof
 from hpcprof.atomic import WriteError, atomic_write, temp_path
 from hpcprof.config.experiment import Point
 from hpcprof.config.site import SiteConfig
-from hpcprof.errors import UserError
+from hpcprof.errors import UserError, expand_home
 from hpcprof.models import dump
 from hpcprof.render.containers import check_container, effective_container, wrap_launch
 from hpcprof.render.launchers import launch_argv
@@ -43,7 +43,8 @@ def shipped_template_dir() -> Path:
 def template_dirs(site: SiteConfig, user_dir: Path | None) -> tuple[Path, ...]:
     """Template search path: --templates DIR, then the site's directory, then the shipped ones
     (absolute, so that the cached Jinja environment never serves another directory's files)."""
-    dirs = [d for d in (user_dir, Path(site.templates).expanduser() if site.templates else None) if d]
+    site_dir = expand_home(Path(site.templates), f"site {site.name}: field 'templates'") if site.templates else None
+    dirs = [d for d in (user_dir, site_dir) if d]
     for d in dirs:
         if not d.is_dir():
             raise UserError(f"templates directory {d}: not found (make one with `hpcprof templates copy DIR`)")
