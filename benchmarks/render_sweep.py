@@ -39,7 +39,7 @@ def experiment(points: int) -> dict:
     return {
         "name": "render-sweep",
         "workload": {"kind": "command", "argv": ["python", "app.py"]},
-        "resources": {"nodes": 1, "account": "datascience"},
+        "resources": {"nodes": 1, "account": "datascience", "queue": "debug-scaling"},  # Polaris: 1-10 nodes, <= 1 h
         "profile": {"tool": "nsys", "ranks": "local:0+first-nodes:2", "nsys": {"stats": True}},
         "sweep": sweep,
     }

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -230,3 +231,13 @@ def test_a_binding_the_launcher_does_not_take_is_one_line(flavor: str, bind: str
     assert res.exit_code == 2
     assert f"binding.cpu_bind: {bind!r} is not a binding the {flavor} launcher takes" in res.output
     assert len(res.output.strip().splitlines()) == 1
+
+
+def test_the_render_sweep_benchmark_fits_polaris_queues() -> None:
+    """benchmarks/render_sweep.py's sweep (nodes 1-10, walltimes under an hour) is one Polaris takes
+    (its debug-scaling queue): the benchmark had failed unnoticed once the site listed its queues."""
+    repo = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, str(repo / "benchmarks" / "render_sweep.py"), "--points", "100"],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("site polaris: 100 points validated + rendered in "), done.stdout
