@@ -17,20 +17,20 @@ import msgspec
 from hpcprof.models import Model, matching, run_checks
 
 #: An image reference (`registry/name:tag@sha256:...`), a `docker://` / `docker:` URI or a .sif path.
-Image = matching(r"[A-Za-z0-9/][A-Za-z0-9._/:@+\-]*", "an image name: letters, digits and "
-                                "._/:@+- only, e.g. nvcr.io/nvidia/pytorch:24.05-py3 or /path/image.sif")
+check_image = matching(r"[A-Za-z0-9/][A-Za-z0-9._/:@+\-]*", "an image name: letters, digits and ._/:@+- only, "
+                       "e.g. nvcr.io/nvidia/pytorch:24.05-py3 or /path/image.sif")
 #: A bind mount `SRC[:DST[:OPTIONS]]`, absolute paths, no characters the shell or runtime parse.
-Mount = matching(r"/[A-Za-z0-9._/+\-]*(:/[A-Za-z0-9._/+\-]*(:(ro|rw))?)?", "a bind mount: use "
-                                "/host/path[:/container/path[:ro]] with letters, digits and ._/+- only")
+check_mounts = matching(r"/[A-Za-z0-9._/+\-]*(:/[A-Za-z0-9._/+\-]*(:(ro|rw))?)?", "a bind mount: use "
+                        "/host/path[:/container/path[:ro]] with letters, digits and ._/+- only")
 #: One extra runtime option, e.g. `--fakeroot` or `--module=mpich`.
-Option = matching(r"-[A-Za-z0-9._/:=,+\-]*", "a runtime option: start with '-', then letters, "
-                                 "digits and ._/:=,+- only (e.g. --fakeroot)")
-ProgramPath = matching(r"[A-Za-z0-9._/+\-]+", "a program path: letters, digits and ._/+- only")
-AbsolutePath = matching(r"/[A-Za-z0-9._/+\-]*", "an absolute path of letters, digits and ._/+-")
+check_runtime_options = matching(r"-[A-Za-z0-9._/:=,+\-]*", "a runtime option: start with '-', then letters, digits and "
+                         "._/:=,+- only (e.g. --fakeroot)")
+check_program = matching(r"[A-Za-z0-9._/+\-]+", "a program path: letters, digits and ._/+- only")
+check_absolute = matching(r"/[A-Za-z0-9._/+\-]*", "an absolute path of letters, digits and ._/+-")
 #: A Kubernetes object name (DNS-1123 label) and a resource name such as nvidia.com/gpu.
-KubernetesName = matching(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", "a Kubernetes name: lower-case "
-                          "letters, digits and '-', at most 63, starting and ending alphanumeric")
-ResourceName = matching(r"([a-z0-9.\-]+/)?[a-z0-9A-Z._\-]+", "a resource name, e.g. nvidia.com/gpu")
+check_kubernetes_name = matching(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", "a Kubernetes name: lower-case letters, "
+                                 "digits and '-', at most 63, starting and ending alphanumeric")
+check_resource = matching(r"([a-z0-9.\-]+/)?[a-z0-9A-Z._\-]+", "a resource name, e.g. nvidia.com/gpu")
 
 
 class ContainerConfig(Model):
@@ -45,7 +45,8 @@ class ContainerConfig(Model):
     options: list[str] = []           # extra runtime options, e.g. ["--fakeroot"] or ["--mpi"]
 
     def __post_init__(self) -> None:
-        run_checks(self, {"image": Image, "mounts": Mount, "command": ProgramPath, "options": Option})
+        run_checks(self, {"image": check_image, "mounts": check_mounts, "command": check_program,
+                          "options": check_runtime_options})
 
 
 class KubernetesConfig(Model):
@@ -63,5 +64,5 @@ class KubernetesConfig(Model):
     worker_command: list[str] = msgspec.field(default_factory=lambda: ["/usr/sbin/sshd", "-De"])
 
     def __post_init__(self) -> None:
-        run_checks(self, {"image": Image, "pvc": KubernetesName, "mount_path": AbsolutePath,
-                            "namespace": KubernetesName, "gpu_resource": ResourceName})
+        run_checks(self, {"image": check_image, "pvc": check_kubernetes_name, "mount_path": check_absolute,
+                          "namespace": check_kubernetes_name, "gpu_resource": check_resource})

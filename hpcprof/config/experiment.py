@@ -37,7 +37,7 @@ from hpcprof.models import Model, dump, matching, run_checks, validate
 from hpcprof.workloads import workload_args_model
 
 #: an experiment's `name:` (it names directories and jobs)
-EXPERIMENT_NAME = matching(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}", "an experiment name: letters, digits and _.-, at "
+check_experiment_name = matching(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}", "an experiment name: letters, digits and _.-, at "
                            "most 64, starting with a letter or digit")
 #: The launchers' rank variables the rank wrapper reads (templates/rank_wrapper.sh.j2) and the
 #: ones it exports; an experiment's `env` setting one would give several ranks the same identity.
@@ -149,7 +149,7 @@ class Experiment(Model):
     analysis: AnalysisConfig = msgspec.field(default_factory=AnalysisConfig)
 
     def __post_init__(self) -> None:
-        run_checks(self, {"name": EXPERIMENT_NAME, "env": check_rank_env, "sweep": check_sweep})
+        run_checks(self, {"name": check_experiment_name, "env": check_rank_env, "sweep": check_sweep})
 
     def sweep_points(self) -> list[dict[str, Any]]:
         """The sweep's points: the cartesian product over its keys, where a key `a,b` zips

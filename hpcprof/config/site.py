@@ -25,7 +25,7 @@ from hpcprof.schedulers.registry import SCHEDULER_NAMES
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 #: a site config's `name:`
-SITE_CONFIG_NAME = matching(r"[A-Za-z0-9_.\-]+", "a site name: letters, digits and _.- only")
+check_site_name = matching(r"[A-Za-z0-9_.\-]+", "a site name: letters, digits and _.- only")
 #: a site's name: a file name in a site directory, never a path
 SITE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}")
 #: Names bash expands or runs on its own (BASH_ENV is expanded and sourced by every
@@ -258,7 +258,7 @@ class SiteConfig(Model, kw_only=True):
     require_account: bool = False       # the scheduler refuses a job without one (Polaris: #PBS -A)
 
     def __post_init__(self) -> None:
-        run_checks(self, {"name": SITE_CONFIG_NAME, "scheduler": check_scheduler, "env": check_env, "pbs_select": check_directive,
+        run_checks(self, {"name": check_site_name, "scheduler": check_scheduler, "env": check_env, "pbs_select": check_directive,
                           "sbatch_options": check_options, "pbs_options": check_options, "workdir": check_workdir})
         try:
             check_fields(self.scheduler, {**{f"defaults.{k}": v for k, v in dump(self.defaults).items()},
