@@ -158,7 +158,8 @@ def tool_findings(site: SiteConfig, found: dict[str, str]) -> list[Finding]:
 
 
 def writable_ancestor(path: Path) -> tuple[Path, bool]:
-    """The nearest existing directory at or above `path` (~ expanded already), and whether this user may write there."""
+    """The nearest existing directory at or above `path` (~ expanded already), and whether this user
+    may write there."""
     probe = path.absolute()
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent

@@ -160,7 +160,8 @@ def describe(error: msgspec.ValidationError, model: type[Model], data: Any) -> t
         key = next((k for k in value if not _converts(k, key_type, model.strict)), None) \
             if isinstance(value, dict) else None
         allowed = _literals(key_type)
-        return field, f"key {key!r}: " + (f"not one of: {', '.join(map(repr, allowed))}" if allowed else _words(message))
+        problem = f"not one of: {', '.join(map(repr, allowed))}" if allowed else _words(message)
+        return field, f"key {key!r}: {problem}"
     if unknown := re.fullmatch(r"Object contains unknown field `(.*)`", message):
         allowed = sorted(f.name for f in fields(kind)) if _is_model(kind) else []
         hint = f"; allowed keys: {', '.join(allowed)}" if allowed else ""

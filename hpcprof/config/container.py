@@ -23,8 +23,8 @@ check_image = matching(r"[A-Za-z0-9/][A-Za-z0-9._/:@+\-]*", "an image name: lett
 check_mounts = matching(r"/[A-Za-z0-9._/+\-]*(:/[A-Za-z0-9._/+\-]*(:(ro|rw))?)?", "a bind mount: use "
                         "/host/path[:/container/path[:ro]] with letters, digits and ._/+- only")
 #: One extra runtime option, e.g. `--fakeroot` or `--module=mpich`.
-check_runtime_options = matching(r"-[A-Za-z0-9._/:=,+\-]*", "a runtime option: start with '-', then letters, digits and "
-                         "._/:=,+- only (e.g. --fakeroot)")
+check_runtime_options = matching(r"-[A-Za-z0-9._/:=,+\-]*", "a runtime option: start with '-', then "
+                                 "letters, digits and ._/:=,+- only (e.g. --fakeroot)")
 check_program = matching(r"[A-Za-z0-9._/+\-]+", "a program path: letters, digits and ._/+- only")
 check_absolute = matching(r"/[A-Za-z0-9._/+\-]*", "an absolute path of letters, digits and ._/+-")
 #: A Kubernetes object name (DNS-1123 label) and a resource name such as nvidia.com/gpu.

@@ -37,8 +37,8 @@ from hpcprof.models import Model, dump, matching, run_checks, validate
 from hpcprof.workloads import workload_args_model
 
 #: an experiment's `name:` (it names directories and jobs)
-check_experiment_name = matching(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}", "an experiment name: letters, digits and _.-, at "
-                           "most 64, starting with a letter or digit")
+check_experiment_name = matching(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}", "an experiment name: letters, digits "
+                                 "and _.-, at most 64, starting with a letter or digit")
 #: The launchers' rank variables the rank wrapper reads (templates/rank_wrapper.sh.j2) and the
 #: ones it exports; an experiment's `env` setting one would give several ranks the same identity.
 RANK_ENV = frozenset({

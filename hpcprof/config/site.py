@@ -258,8 +258,9 @@ class SiteConfig(Model, kw_only=True):
     require_account: bool = False       # the scheduler refuses a job without one (Polaris: #PBS -A)
 
     def __post_init__(self) -> None:
-        run_checks(self, {"name": check_site_name, "scheduler": check_scheduler, "env": check_env, "pbs_select": check_directive,
-                          "sbatch_options": check_options, "pbs_options": check_options, "workdir": check_workdir})
+        run_checks(self, {"name": check_site_name, "scheduler": check_scheduler, "env": check_env,
+                          "pbs_select": check_directive, "sbatch_options": check_options, "pbs_options": check_options,
+                          "workdir": check_workdir})
         try:
             check_fields(self.scheduler, {**{f"defaults.{k}": v for k, v in dump(self.defaults).items()},
                                           "pbs_select": self.pbs_select})

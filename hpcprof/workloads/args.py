@@ -65,11 +65,12 @@ class SeqparArgs(Options):
     device: Annotated[DeviceKind, Meta(description="auto|cuda|cpu")] = "auto"
     gpu_map: Annotated[GpuMap, Meta(description="local rank r -> GPU r (identity) or n-1-r (reverse)")] = "identity"
     check: Annotated[bool, Meta(description="compare one iteration with a float64 reference")] = False
-    profile_iterations: Annotated[str, Meta(description="A:B: cudaProfilerStart/Stop around timed iterations A..B-1 "
-                                                        "(0-based); default: around the whole timed loop")] | None = None
+    profile_iterations: Annotated[str, Meta(description="A:B: cudaProfilerStart/Stop around timed iterations "
+                                                        "A..B-1 (0-based); default: around the whole timed loop")] \
+        | None = None
     capture: Annotated[Literal["none", "iteration", "allgather", "matmul1", "matmul2", "reduce_scatter"], Meta(
-        description="one cudaProfilerStart/Stop range per occurrence of this phase (nsys --capture-range-end=repeat)"
-    )] = "none"
+        description="one cudaProfilerStart/Stop range per occurrence of this phase "
+                    "(nsys --capture-range-end=repeat)")] = "none"
     torch_profiler: Annotated[bool, Meta(description="torch.profiler trace per rank "
                                                      "(also HPCPROF_PROFILE_TOOL=torch)")] = False
     torch_schedule: Annotated[str, Meta(description=SCHEDULE_HELP)] | None = None
@@ -109,7 +110,8 @@ class DdpArgs(Options):
 
     echo_input: Annotated[Path, Meta(description="Echo input folder (define_model.py, local_config.json, "
                                                  "global_config.json)")] | None = None
-    model_file: Annotated[Path, Meta(description="define_model.py (default: <echo_input>/define_model.py)")] | None = None
+    model_file: Annotated[Path, Meta(description="define_model.py "
+                                                 "(default: <echo_input>/define_model.py)")] | None = None
     world_size: Annotated[int, Meta(ge=1, description="expected number of ranks; a mismatch is an error")] | None = None
     cap_size: Annotated[float, Meta(gt=0, description="DDP bucket_cap_mb")] = 25.0
     epochs: Annotated[int, Meta(ge=1, description="counted epochs; the window is in the middle of the last one")] = 3
