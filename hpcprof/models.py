@@ -125,10 +125,11 @@ def fields(model: type[Model]) -> tuple[msgspec.structs.FieldInfo, ...]:
 
 
 def field_help(field: msgspec.structs.FieldInfo) -> str:
-    """The `Meta(description=...)` of a field's Annotated type, or ""."""
-    for meta in getattr(field.type, "__metadata__", ()):
-        if isinstance(meta, msgspec.Meta) and meta.description:
-            return meta.description
+    """The `Meta(description=...)` of a field's Annotated type (of its member, in a union with None), or ""."""
+    for kind in typing.get_args(field.type) if _is_union(field.type) else [field.type]:
+        for meta in getattr(kind, "__metadata__", ()):
+            if isinstance(meta, msgspec.Meta) and meta.description:
+                return meta.description
     return ""
 
 

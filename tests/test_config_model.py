@@ -82,3 +82,18 @@ def test_options_take_text_and_remember_what_was_given() -> None:
     assert error(SeqparArgs, {"iterations": "five"}) == "src: field 'iterations': expected an integer, got 'five'"
     assert error(DdpArgs, {}) == "src: echo_input or model_file is required"
     assert str(validate(DdpArgs, {"echo_input": "in"}, "ddp").echo_input) == "in"
+
+
+@pytest.mark.parametrize("model", [SeqparArgs, DdpArgs])
+def test_every_option_flag_says_what_it_does(model: type) -> None:
+    """Each workload option's flag carries its description (an optional field's too: its Meta sits
+    inside the union with None) and its default."""
+    from hpcprof.models import field_help, fields
+    from hpcprof.workloads.options import build_parser
+
+    helps = {action.dest: action.help for action in build_parser(model, "x", "x", {})._actions}
+    for field in fields(model):
+        assert field_help(field), field.name
+        assert helps[field.name].startswith(field_help(field)), (field.name, helps[field.name])
+    assert helps["warmup_epochs" if model is DdpArgs else "iterations"].endswith("(default: 0)" if model is DdpArgs
+                                                                                else "(default: 18)")

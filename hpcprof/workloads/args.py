@@ -65,9 +65,9 @@ class SeqparArgs(Options):
     device: Annotated[DeviceKind, Meta(description="auto|cuda|cpu")] = "auto"
     gpu_map: Annotated[GpuMap, Meta(description="local rank r -> GPU r (identity) or n-1-r (reverse)")] = "identity"
     check: Annotated[bool, Meta(description="compare one iteration with a float64 reference")] = False
-    profile_iterations: Annotated[str, Meta(description="A:B: cudaProfilerStart/Stop around timed iterations "
-                                                        "A..B-1 (0-based); default: around the whole timed loop")] \
-        | None = None
+    profile_iterations: Annotated[str, Meta(
+        description="A:B: cudaProfilerStart/Stop around timed iterations A..B-1 (0-based); default: around the "
+                    "whole timed loop")] | None = None
     capture: Annotated[Literal["none", "iteration", "allgather", "matmul1", "matmul2", "reduce_scatter"], Meta(
         description="one cudaProfilerStart/Stop range per occurrence of this phase "
                     "(nsys --capture-range-end=repeat)")] = "none"
