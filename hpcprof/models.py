@@ -211,7 +211,7 @@ def _is_model(kind: Any) -> bool:
     return isinstance(kind, type) and issubclass(kind, msgspec.Struct)
 
 
-def _members(kind: Any) -> list[Any]:
+def type_members(kind: Any) -> list[Any]:
     """The types a union (or one type) allows, Annotated stripped."""
     kind = _strip(kind)
     return [_strip(k) for k in typing.get_args(kind)] if _is_union(kind) else [kind]
@@ -222,7 +222,7 @@ def _is_union(kind: Any) -> bool:
 
 
 def _literals(kind: Any) -> list[Any]:
-    return [v for k in _members(kind) if typing.get_origin(k) is typing.Literal for v in typing.get_args(k)]
+    return [v for k in type_members(kind) if typing.get_origin(k) is typing.Literal for v in typing.get_args(k)]
 
 
 def _converts(value: Any, kind: Any, strict: bool) -> bool:
@@ -240,7 +240,7 @@ def _walk(model: type[Model], data: Any, path: str) -> tuple[list[str], Any, Any
     kind: Any = model
     value: Any = data
     for name, index in _STEP.findall(path.removeprefix("$")):
-        inner = [k for k in _members(kind) if _is_model(k) or typing.get_origin(k) in (list, dict)]
+        inner = [k for k in type_members(kind) if _is_model(k) or typing.get_origin(k) in (list, dict)]
         kind = inner[0] if inner else Any
         if name:
             kind = next((f.type for f in fields(kind) if f.name == name), Any) if _is_model(kind) else Any

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from hpcprof.config.experiment import Experiment
+from hpcprof.config.profile import NSYS_TRACES
 from hpcprof.config.site import SiteConfig, find_site
 from hpcprof.errors import UserError
 from hpcprof.models import dump, given_fields, validate
@@ -61,8 +62,7 @@ def test_numbers_in_env_become_text_and_dump_round_trips() -> None:
 def test_experiment_paths_through_lists_and_nested_models() -> None:
     experiment = {"name": "e", "workload": {"kind": "command", "argv": ["a"]}}
     assert error(Experiment, experiment | {"profile": {"nsys": {"trace": ["cuda", "gpu"]}}}) == (
-        "src: field 'profile.nsys.trace': unknown nsys trace 'gpu'; allowed: " + ", ".join(
-            __import__("hpcprof.config.profile", fromlist=["NSYS_TRACES"]).NSYS_TRACES))
+        "src: field 'profile.nsys.trace': unknown nsys trace 'gpu'; allowed: " + ", ".join(NSYS_TRACES))
     assert error(Experiment, experiment | {"sweep": {"resources.nodes": []}}) == (
         "src: field 'sweep': sweep key 'resources.nodes' has no values")
     assert error(Experiment, experiment | {"workload": {"kind": "command", "argv": ["a", 3]}}) == (

@@ -5,15 +5,13 @@ Bad values are one line naming the flag's field (`hpcprof.models.validate`, as f
 from __future__ import annotations
 
 import sys
-import types
-import typing
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, NoReturn, TypeVar
 
 import msgspec
 
 from hpcprof.errors import UserError
-from hpcprof.models import Model, field_help, fields, given_fields, validate
+from hpcprof.models import Model, field_help, fields, given_fields, type_members, validate
 
 if TYPE_CHECKING:
     import argparse
@@ -23,16 +21,6 @@ ArgsT = TypeVar("ArgsT", bound=Model)
 
 def flag_name(field: str) -> str:
     return "--" + field.replace("_", "-")
-
-
-def _is_bool(annotation: Any) -> bool:
-    while typing.get_origin(annotation) is typing.Annotated:
-        annotation = typing.get_args(annotation)[0]
-    if annotation is bool:
-        return True
-    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
-        return bool in typing.get_args(annotation)
-    return False
 
 
 def build_parser(model: type[Model], prog: str, description: str,
@@ -49,7 +37,7 @@ def build_parser(model: type[Model], prog: str, description: str,
         flags = [*aliases.get(field.name, ()), flag_name(field.name)]
         default = "" if field.default in (None, msgspec.NODEFAULT) else f" (default: {field.default})"
         help_text = field_help(field) + default
-        if _is_bool(field.type):
+        if bool in type_members(field.type):
             parser.add_argument(*flags, dest=field.name, action=argparse.BooleanOptionalAction, help=help_text)
         else:
             parser.add_argument(*flags, dest=field.name, metavar=field.name.upper(), help=help_text)
