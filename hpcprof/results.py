@@ -4,15 +4,20 @@ Table names are those `collect` gives (`nsys_cuda_gpu_kern_sum`, `workload_seqpa
 `torch_temporal`, ...). Writes are atomic (hpcprof.atomic), so readers never see half a table
 and concurrent writers never share a temporary file. A name is a single
 path component: anything that could leave `results/` is refused.
+
+Beside the tables, `results/headline.json`: the run's headline metrics and top kernels as collect
+computed them from those tables (hpcprof.analysis.summary), so that `report` shows them without
+pandas or pyarrow.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from hpcprof.atomic import atomic_write
 from hpcprof.errors import UserError
@@ -28,6 +33,18 @@ NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,199}")
 
 class ResultError(UserError, ValueError):
     """A result table that cannot be written or read (bad name, damaged file): one line, exit 2."""
+
+
+#: (name, value, unit): a headline metric, e.g. ("iteration.mean", 12.5, "ms"); a top kernel: (name, GPU ms, category)
+Metric = tuple[str, float, str]
+HEADLINE = "headline.json"
+
+
+class Headline(NamedTuple):
+    """A collected run's headline metrics and the kernels with the most GPU time (most first)."""
+
+    metrics: list[Metric]
+    top_kernels: list[Metric]
 
 
 def results_dir(run_dir: Path) -> Path:
@@ -153,3 +170,24 @@ def list_tables(run_dir: Path) -> list[str]:
         return []
     return sorted(p.name[:-len(SUFFIX)] for p in directory.iterdir()
                   if p.name.endswith(SUFFIX) and not p.name.startswith(".") and p.is_file())
+
+
+def write_headline(run_dir: Path, headline: Headline) -> None:
+    """Record the run's headline (collect's last step, after the tables it was computed from)."""
+    atomic_write(results_dir(run_dir) / HEADLINE, json.dumps(headline._asdict()), what="headline")
+
+
+def forget_headline(run_dir: Path) -> None:
+    """Remove the recorded headline (collect's first step: the tables are about to change)."""
+    (results_dir(run_dir) / HEADLINE).unlink(missing_ok=True)
+
+
+def read_headline(run_dir: Path) -> Headline | None:
+    """The headline collect recorded; None when there is none or it is damaged (the caller then
+    computes it from the tables)."""
+    try:
+        data = json.loads((results_dir(run_dir) / HEADLINE).read_bytes())
+        return Headline(*([(str(name), float(value), str(unit)) for name, value, unit in data[field]]
+                          for field in Headline._fields))
+    except (OSError, ValueError, TypeError, KeyError):
+        return None

@@ -172,6 +172,84 @@ def test_sweep_report_explains_the_window(campaign: tuple[Path, object], tmp_pat
     assert console == [] and drawn == declared == figure_count(html)
 
 
+def top_kernels_by_hand(export_dirs: list[Path]) -> list[tuple[str, float]]:
+    """The 3 kernels (demangled names) with the most GPU time over the ranks' exports, counting the
+    kernels launched inside the `timed` NVTX range: (name, ms)."""
+    totals: dict[str, int] = {}
+    for export in export_dirs:
+        with sqlite3.connect(export) as con:
+            (t0, t1), = nvtx_ranges(con, "timed")
+            for name, ns in con.execute("""SELECT s.value, sum(k.end - k.start) FROM CUPTI_ACTIVITY_KIND_KERNEL k
+                                           JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = k.correlationId
+                                           JOIN StringIds s ON s.id = k.demangledName
+                                           WHERE r.start BETWEEN ? AND ? GROUP BY s.value""", (t0, t1)):
+                totals[name] = totals.get(name, 0) + ns
+    return [(name, ns / 1e6) for name, ns in sorted(totals.items(), key=lambda kv: -kv[1])[:3]]
+
+
+def test_collect_records_the_headline_the_tables_give(campaign: tuple[Path, object]) -> None:
+    """Every collected run's results/headline.json holds what hpcprof.analysis.summary computes from its
+    tables now (the values to the bit), and the top kernels of a bf16 run are those counted by hand."""
+    from hpcprof.analysis.summary import run_headline
+    from hpcprof.results import list_tables, read_headline
+    from hpcprof.rundir import RunDir
+
+    workdir, _ = campaign
+    runs = [RunDir(p.parent) for p in sorted(workdir.glob("*/*/config.json")) if list_tables(p.parent)]
+    assert len(runs) == 8
+    for run in runs:
+        recorded = read_headline(run.path)
+        assert recorded is not None, run.path
+        assert json.dumps(recorded) == json.dumps(run_headline(run.path, run.config)), run.path
+    bf16 = run_dir(workdir, BF16[0])
+    by_hand = top_kernels_by_hand(sorted((bf16 / "profiles" / "nsys").glob("rank*.sqlite")))
+    top = read_headline(bf16).top_kernels  # type: ignore[union-attr]
+    assert [name for name, _, _ in top] == [name for name, _ in by_hand]
+    assert [ms for _, ms, _ in top] == pytest.approx([ms for _, ms in by_hand], rel=1e-12)
+    assert [category for _, _, category in top] == ["gemm", "gemm", "nccl.ReduceScatter"]
+
+
+def test_report_of_collected_runs_reads_the_headline_without_pandas(campaign: tuple[Path, object],
+                                                                    tmp_path: Path) -> None:
+    """`hpcprof report` of collected nsys runs imports neither pandas nor pyarrow, and prints what it
+    prints when the headline is computed from the tables again (recorded one removed, or damaged)."""
+    from test_startup_imports import heavy_imports
+
+    workdir, _ = campaign
+    assert heavy_imports("report", BF16[0], "--workdir", str(workdir), cwd=tmp_path) == {"rich"}
+
+    def printed() -> list[str]:
+        out = hpcprof("report", *BF16, workdir=workdir)
+        assert out.returncode == 0, out.stderr
+        return out.stdout.splitlines()[:-1]  # the last line is the time it was printed
+
+    recorded = printed()
+    shown = "\n".join(recorded)
+    assert "gpu.gemm.share" in shown and "nvjet_sm90_tst_192x192_64x3_2x1_v_bz_coopB_NNN" in shown
+    note = run_dir(workdir, BF16[0]) / "results" / "headline.json"
+    saved = note.read_bytes()
+    try:
+        note.unlink()
+        assert printed() == recorded
+        note.write_text('{"metrics": [["iteration.mean", "damaged"')
+        assert printed() == recorded
+    finally:
+        note.write_bytes(saved)
+
+
+def test_collect_again_replaces_a_stale_headline(campaign: tuple[Path, object]) -> None:
+    from hpcprof.analysis.summary import run_headline
+    from hpcprof.results import Headline, read_headline, write_headline
+    from hpcprof.rundir import RunDir
+
+    workdir, _ = campaign
+    run = RunDir(run_dir(workdir, FP32[0]))
+    write_headline(run.path, Headline([("iteration.mean", 1e9, "ms")], []))
+    out = hpcprof("collect", FP32[0], workdir=workdir)
+    assert out.returncode == 0, out.stderr
+    assert json.dumps(read_headline(run.path)) == json.dumps(run_headline(run.path, run.config))
+
+
 # -- 4. verdicts ----------------------------------------------------------------------------------------
 
 def welch_p(a: list[float], b: list[float]) -> float:
@@ -195,7 +273,8 @@ def welch_p(a: list[float], b: list[float]) -> float:
 def test_two_fp32_repetitions_show_no_significant_change(campaign: tuple[Path, object]) -> None:
     """The two fp32 repetitions judged through the verdict code compare uses, each run's 50 iteration
     times (mean over ranks) against the other's, checked against an independent Welch p."""
-    from hpcprof.report.compare import comparison, load, select_runs, with_baseline
+    from hpcprof.report.compare import comparison, with_baseline
+    from hpcprof.report.runs import load, select_runs
     from hpcprof.report.verdict import ITERATION, add_verdicts, iteration_samples
 
     workdir, _ = campaign

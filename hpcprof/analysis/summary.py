@@ -1,7 +1,8 @@
 """The headline metrics of one collected run: what `compare`, `report` and the store show first.
 
 `run_summary` reads the run's result tables (workload timings, nsys or Kineto analyses) and
-returns (metric, value, unit) triples; a metric is absent when its source table is.
+returns (metric, value, unit) triples; a metric is absent when its source table is. `run_headline`
+adds the top kernels: what collect records beside the tables (hpcprof.results.write_headline).
 Metric names are dotted: `iteration.mean`, `phase.matmul1.tflops`, `gpu.nccl.AllGather`, ...
 """
 
@@ -13,9 +14,7 @@ from typing import Any
 
 import pandas as pd
 
-from hpcprof.results import read_table
-
-Metric = tuple[str, float, str]
+from hpcprof.results import Headline, Metric, read_table
 
 #: GEMM kernels by name (cuBLAS/cuBLASLt incl. Hopper's nvjet, CUTLASS, the sm80/sm90 xmma and gemm families)
 GEMM = re.compile(r"gemm|cutlass|cublas|nvjet|xmma|matmul|wgmma|_hmma|_imma", re.IGNORECASE)
@@ -153,9 +152,9 @@ def torch_metrics(run_dir: Path) -> list[Metric]:
     return out
 
 
-def top_kernels(run_dir: Path, tool: str, n: int = 3) -> pd.DataFrame:
+def top_kernels(run_dir: Path, tool: str, n: int = 3) -> list[Metric]:
     """The `n` kernels with the most GPU time over all ranks in the measured window (nsys) or the
-    traced steps (torch): name, time_ms, category."""
+    traced steps (torch): (name, time in ms, category), most first."""
     if tool == "nsys":
         df = read_table(run_dir, "nsys_kernels")
         name, ms = "name", lambda d: d["total_ns"].astype(float) / 1e6
@@ -165,12 +164,10 @@ def top_kernels(run_dir: Path, tool: str, n: int = 3) -> pd.DataFrame:
     else:
         df = None
     if df is None or df.empty:
-        return pd.DataFrame(columns=["name", "time_ms", "category"])
+        return []
     df = df[df[name] != "others"]
-    out = ms(df).groupby(df[name].astype(str)).sum().nlargest(n).rename("time_ms").reset_index()
-    out.columns = ["name", "time_ms"]
-    out["category"] = out["name"].map(kernel_category)
-    return out
+    top = ms(df).groupby(df[name].astype(str)).sum().nlargest(n)
+    return [(str(kernel), float(time_ms), kernel_category(str(kernel))) for kernel, time_ms in top.items()]
 
 
 def run_summary(run_dir: Path, config: dict[str, Any]) -> list[Metric]:
@@ -197,3 +194,8 @@ def run_summary(run_dir: Path, config: dict[str, Any]) -> list[Metric]:
     elif tool == "torch":
         out += torch_metrics(run_dir)
     return out
+
+
+def run_headline(run_dir: Path, config: dict[str, Any]) -> Headline:
+    """The run's headline metrics and its top kernels."""
+    return Headline(run_summary(run_dir, config), top_kernels(run_dir, config["experiment"]["profile"]["tool"]))

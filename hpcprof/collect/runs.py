@@ -54,7 +54,7 @@ from hpcprof.collect.engine import (
 )
 from hpcprof.errors import Problem, UserError, WorkerDied
 from hpcprof.ranks import rank_from_filename
-from hpcprof.results import ResultError, check_name, write_table
+from hpcprof.results import ResultError, check_name, forget_headline, write_headline, write_table
 from hpcprof.rundir import RunDir, sweep_of
 from hpcprof.store import Store
 
@@ -716,6 +716,7 @@ def collect_run(run: RunDir, store: Store, log: Log = print, executor: Executor 
     executor = executor or InProcess()
     for directory in (run.path / "results", run.path / "derived"):
         remove_stale_temps(directory)  # what a killed collect was writing
+    forget_headline(run.path)  # until the summary step records the new tables' headline
 
     def step(label: str, fn: Callable[[], None], timed: bool = True) -> None:
         """fn() as phase `label` (`timed`: False where fn times its own phases)."""
@@ -803,13 +804,16 @@ def collect_run(run: RunDir, store: Store, log: Log = print, executor: Executor 
     step("echo", echo)
 
     def summary() -> None:
-        from hpcprof.analysis.summary import run_summary
+        from hpcprof.analysis.summary import run_headline
 
         # in a worker: the summary reads whole-run tables, which this process never holds
-        store.replace_metrics(run.run_id, executor.submit(run_summary, run.path, config).result())
+        headline = executor.submit(run_headline, run.path, config).result()
+        write_headline(run.path, headline)
+        if store.has_run(run.run_id):
+            store.replace_metrics(run.run_id, headline.metrics)
 
+    step("summary", summary)
     if store.has_run(run.run_id):  # a run directory copied in from elsewhere has no record to update
-        step("summary", summary)
         mark_collected(run, store, [str(p) for p in done.problems])
     return done
 

@@ -91,7 +91,7 @@ def report(runs: tuple[str, ...], workdir: Path, full: bool, rows: int, html_fil
            baseline: str | None) -> None:
     """Headline metrics of runs (a sweep id selects all its points; default: the latest sweep);
     failed runs with their reason and log tail."""
-    from hpcprof.report.compare import load, select_runs
+    from hpcprof.report.runs import load, select_runs
     from hpcprof.rundir import find_run
 
     selected = select_runs(runs, workdir)

@@ -1,79 +1,19 @@
-"""Compare runs: select runs (sweep ids or run ids), one row per run of swept parameters and
-headline metrics, repetitions folded into mean, spread and 95 % confidence interval, ratios and a
-verdict against a baseline run (hpcprof.report.verdict)."""
+"""Compare runs (hpcprof.report.runs selects and loads them): one row per run of swept parameters
+and headline metrics, repetitions folded into mean, spread and 95 % confidence interval, ratios
+and a verdict against a baseline run (hpcprof.report.verdict)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from hpcprof.analysis.summary import run_summary, top_kernels
 from hpcprof.config import REPEAT
 from hpcprof.errors import UserError
+from hpcprof.report.runs import RunInfo, load, select_runs
 from hpcprof.report.stats import ci_halfwidth
-from hpcprof.results import list_tables
-from hpcprof.rundir import RunDir, all_runs, find_run, sweep_of
-from hpcprof.rundir import select_runs as rundir_select
-
-
-@dataclass
-class RunInfo:
-    """One selected run: its directory, parameters, state and headline metrics."""
-
-    run: RunDir
-    config: dict[str, Any]
-    state: str
-    reason: str = ""
-    metrics: list[tuple[str, float, str]] = field(default_factory=list)
-    top: pd.DataFrame | None = None
-
-    @property
-    def params(self) -> dict[str, Any]:
-        return dict(self.config.get("sweep_point", {}).get("params") or {})
-
-    @property
-    def kind(self) -> str:
-        return self.config["experiment"]["workload"]["kind"]
-
-    @property
-    def tool(self) -> str:
-        return self.config["experiment"]["profile"]["tool"]
-
-
-def select_runs(refs: tuple[str, ...], workdir: Path) -> list[RunDir]:
-    """Runs named by run id, run directory or sweep id (all its points); default: the latest sweep."""
-    if not refs:
-        runs = all_runs(workdir)
-        if not runs:
-            raise UserError(f"no runs under {workdir}; submit a sweep first (hpcprof submit EXP --site S)")
-        refs = (sweep_of(runs[-1].run_id),)
-    return rundir_select(refs, workdir)
-
-
-def load(runs: list[RunDir], require_collected: bool = True, one_workload: bool = True) -> list[RunInfo]:
-    """Each run's state and headline metrics; every completed run must be collected, and with
-    `one_workload` all runs must run the same workload kind."""
-    from hpcprof.jobstate import recorded_state
-
-    infos = []
-    for run in runs:
-        state = recorded_state(run)  # read-only: no scheduler is asked
-        info = RunInfo(run, run.config, state.state, state.reason)
-        collected = bool(list_tables(run.path))
-        if not collected and require_collected and state.state == "COMPLETED":
-            raise UserError(f"run {run.run_id} is not collected; run `hpcprof collect {run.run_id}` first")
-        if collected:
-            info.metrics = run_summary(run.path, info.config)
-            info.top = top_kernels(run.path, info.tool)
-        infos.append(info)
-    kinds = sorted({i.kind for i in infos})
-    if one_workload and len(kinds) > 1:
-        raise UserError(f"the selection mixes workloads {', '.join(kinds)}; compare runs of one workload "
-                        "(name one sweep or the runs of one experiment)")
-    return infos
+from hpcprof.rundir import find_run
 
 
 def metric_column(name: str, unit: str) -> str:
@@ -90,9 +30,9 @@ def comparison(infos: list[RunInfo]) -> pd.DataFrame:
         row: dict[str, Any] = {"run": info.run.run_id, **{k: info.params.get(k) for k in keys},
                                "world_size": info.config.get("world_size"), "state": info.state}
         row.update({metric_column(name, unit): value for name, value, unit in info.metrics})
-        if info.top is not None and not info.top.empty:
-            top = info.top.iloc[0]
-            row["top kernel"] = f"{str(top['name'])[:60]} ({top['time_ms']:,.3f} ms)"
+        if info.top:
+            name, time_ms, _ = info.top[0]
+            row["top kernel"] = f"{name[:60]} ({time_ms:,.3f} ms)"
         rows.append(row)
     return pd.DataFrame(rows)
 

@@ -16,7 +16,7 @@ from plotly.offline import get_plotlyjs
 from hpcprof.analysis.summary import counted, kernel_category
 from hpcprof.report import findings as words
 from hpcprof.report import plots, sweep
-from hpcprof.report.compare import RunInfo
+from hpcprof.report.runs import RunInfo
 from hpcprof.report.terminal import format_value, with_unit
 from hpcprof.results import read_table
 
@@ -249,8 +249,8 @@ def run_header(info: RunInfo) -> str:
             f"{' (' + html.escape(info.reason) + ')' if info.reason else ''}; {html.escape(str(info.run.path))}</p>")
     if not metrics.empty:
         text += table_html(metrics)
-    if info.top is not None and not info.top.empty:
-        text += "<p>Top kernels (all ranks):</p>" + table_html(info.top)
+    if info.top:
+        text += "<p>Top kernels (all ranks):</p>" + table_html(pd.DataFrame(info.top, columns=["name", "time_ms", "category"]))
     return text
 
 

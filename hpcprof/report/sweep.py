@@ -11,8 +11,9 @@ from typing import Any
 import pandas as pd
 
 from hpcprof.analysis.summary import ITERATION_PHASE, WORKLOAD_TABLES, counted
-from hpcprof.report.compare import RunInfo, judged, param_columns
+from hpcprof.report.compare import judged, param_columns
 from hpcprof.report.peaks import Peaks, device_peaks, matmul_precision
+from hpcprof.report.runs import RunInfo
 from hpcprof.report.terminal import format_value
 from hpcprof.results import list_tables, read_table
 

@@ -1,35 +1,32 @@
 """The terminal report: a headline block per run (parameters, state, duration, metrics), numbers
 with units and thousands separators as `nsys stats` prints them, failed runs with their reason and
-log tail, long per-event tables only with `--full`."""
+log tail, long per-event tables only with `--full`. A run's block needs no pandas (its headline is
+collect's note); the comparison of several runs does."""
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
 from hpcprof.output import render_table
-from hpcprof.report.compare import (
-    RunInfo,
-    comparison,
-    fold_repetitions,
-    metric_columns,
-    param_columns,
-    point_labels,
-)
+from hpcprof.report.runs import RunInfo
 from hpcprof.results import list_tables, read_table
 from hpcprof.rundir import sweep_of
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 LOG_TAIL = 15
 
 
 def format_value(value: Any, unit: str = "") -> str:
     """`1,234.5` style: thousands separators, 1-3 decimals by magnitude, ints as ints."""
-    if value is None or (isinstance(value, float) and pd.isna(value)):
+    if value is None or (isinstance(value, float) and math.isnan(value)):
         return ""
     if unit == "rank" or isinstance(value, (int,)) and not isinstance(value, bool):
         return f"{int(value):,}"
@@ -58,6 +55,10 @@ def comparison_table(df: pd.DataFrame) -> Table:
     """The comparison transposed for reading: a column per run (or sweep point), a row per
     parameter and metric; `mean ± half-width of the 95 % confidence interval` for folded
     repetitions, `(×r)` ratios to the baseline, then the verdicts against it."""
+    import pandas as pd
+
+    from hpcprof.report.compare import metric_columns, param_columns, point_labels
+
     caption = "± : 95 % confidence interval of the mean over repetitions (Student t, n - 1 dof)" \
         if any(c.endswith(" ci95") for c in df.columns) else None
     if "verdict" in df:
@@ -138,9 +139,13 @@ def headline(info: RunInfo, out: Console) -> None:
         for name, value, unit in info.metrics:
             table.add_row(name, with_unit(value, unit))
         out.print(table)
-    if info.top is not None and not info.top.empty:
-        top = info.top.assign(time_ms=info.top["time_ms"].map(lambda v: with_unit(v, "ms")))
-        out.print(render_table(top, title="top kernels (all ranks)"))
+    if info.top:
+        top = Table(title="top kernels (all ranks)", title_justify="left")
+        for column, justify in (("name", "left"), ("time", "right"), ("category", "left")):
+            top.add_column(column, justify=justify)  # type: ignore[arg-type]
+        for name, time_ms, category in info.top:
+            top.add_row(name, with_unit(time_ms, "ms"), category)
+        out.print(top)
     if info.state not in ("COMPLETED", "RUNNING", "PENDING"):
         failure(info, out)
     elif not info.metrics and info.state == "COMPLETED" and not list_tables(run.path):
@@ -181,6 +186,8 @@ def report(infos: list[RunInfo], full: bool, rows: int, out: Console) -> None:
             full_tables(info, out, rows)
     collected = [i for i in infos if i.metrics]
     if len(collected) > 1 and len({i.kind for i in collected}) == 1:
+        from hpcprof.report.compare import comparison, fold_repetitions
+
         out.rule("[bold]comparison[/]")
         out.print(comparison_table(fold_repetitions(comparison(collected))))
     out.print(f"[dim]{time.strftime('%Y-%m-%d %H:%M:%S')}; --full for every result table[/]")

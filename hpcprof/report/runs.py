@@ -1,0 +1,78 @@
+"""The runs a report or comparison is about: selected by run id, run directory or sweep id, each
+with its state and the headline collect recorded (hpcprof.results.read_headline). Without pandas:
+`hpcprof report` of collected runs reads small notes only; the headline is computed from the
+tables (hpcprof.analysis.summary) only where collect recorded none (a run collected by an older
+hpcprof, a damaged note)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hpcprof.errors import UserError
+from hpcprof.results import Metric, list_tables, read_headline
+from hpcprof.rundir import RunDir, all_runs, sweep_of
+from hpcprof.rundir import select_runs as rundir_select
+
+
+@dataclass
+class RunInfo:
+    """One selected run: its directory, parameters, state, headline metrics and top kernels
+    ((name, GPU ms, category), most first)."""
+
+    run: RunDir
+    config: dict[str, Any]
+    state: str
+    reason: str = ""
+    metrics: list[Metric] = field(default_factory=list)
+    top: list[Metric] = field(default_factory=list)
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return dict(self.config.get("sweep_point", {}).get("params") or {})
+
+    @property
+    def kind(self) -> str:
+        return self.config["experiment"]["workload"]["kind"]
+
+    @property
+    def tool(self) -> str:
+        return self.config["experiment"]["profile"]["tool"]
+
+
+def select_runs(refs: tuple[str, ...], workdir: Path) -> list[RunDir]:
+    """Runs named by run id, run directory or sweep id (all its points); default: the latest sweep."""
+    if not refs:
+        runs = all_runs(workdir)
+        if not runs:
+            raise UserError(f"no runs under {workdir}; submit a sweep first (hpcprof submit EXP --site S)")
+        refs = (sweep_of(runs[-1].run_id),)
+    return rundir_select(refs, workdir)
+
+
+def load(runs: list[RunDir], require_collected: bool = True, one_workload: bool = True) -> list[RunInfo]:
+    """Each run's state and headline; every completed run must be collected, and with
+    `one_workload` all runs must run the same workload kind."""
+    from hpcprof.jobstate import recorded_state
+
+    infos = []
+    for run in runs:
+        state = recorded_state(run)  # read-only: no scheduler is asked
+        info = RunInfo(run, run.config, state.state, state.reason)
+        collected = bool(list_tables(run.path))
+        if not collected and require_collected and state.state == "COMPLETED":
+            raise UserError(f"run {run.run_id} is not collected; run `hpcprof collect {run.run_id}` first")
+        if collected:
+            headline = read_headline(run.path)
+            if headline is None:
+                from hpcprof.analysis.summary import run_headline
+
+                headline = run_headline(run.path, info.config)
+            info.metrics, info.top = headline
+        infos.append(info)
+    kinds = sorted({i.kind for i in infos})
+    if one_workload and len(kinds) > 1:
+        raise UserError(f"the selection mixes workloads {', '.join(kinds)}; compare runs of one workload "
+                        "(name one sweep or the runs of one experiment)")
+    return infos
