@@ -12,6 +12,7 @@ pandas or pyarrow.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import re
@@ -35,8 +36,10 @@ class ResultError(UserError, ValueError):
     """A result table that cannot be written or read (bad name, damaged file): one line, exit 2."""
 
 
-#: (name, value, unit): a headline metric, e.g. ("iteration.mean", 12.5, "ms"); a top kernel: (name, GPU ms, category)
+#: a headline metric: (name, value, unit), e.g. ("iteration.mean", 12.5, "ms")
 Metric = tuple[str, float, str]
+#: a kernel with the most GPU time: (name, GPU time in ms over all ranks, category), e.g. (..., 49.3, "gemm")
+TopKernel = tuple[str, float, str]
 HEADLINE = "headline.json"
 
 
@@ -44,7 +47,7 @@ class Headline(NamedTuple):
     """A collected run's headline metrics and the kernels with the most GPU time (most first)."""
 
     metrics: list[Metric]
-    top_kernels: list[Metric]
+    top_kernels: list[TopKernel]
 
 
 def results_dir(run_dir: Path) -> Path:
@@ -178,8 +181,10 @@ def write_headline(run_dir: Path, headline: Headline) -> None:
 
 
 def forget_headline(run_dir: Path) -> None:
-    """Remove the recorded headline (collect's first step: the tables are about to change)."""
-    (results_dir(run_dir) / HEADLINE).unlink(missing_ok=True)
+    """Remove the recorded headline (collect's first step: the tables are about to change). Where it
+    cannot be removed (results/ not writable), no table can be replaced either: it stays true."""
+    with contextlib.suppress(OSError):
+        (results_dir(run_dir) / HEADLINE).unlink(missing_ok=True)
 
 
 def read_headline(run_dir: Path) -> Headline | None:

@@ -14,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 
-from hpcprof.results import Headline, Metric, read_table
+from hpcprof.results import Headline, Metric, TopKernel, read_table
 
 #: GEMM kernels by name (cuBLAS/cuBLASLt incl. Hopper's nvjet, CUTLASS, the sm80/sm90 xmma and gemm families)
 GEMM = re.compile(r"gemm|cutlass|cublas|nvjet|xmma|matmul|wgmma|_hmma|_imma", re.IGNORECASE)
@@ -152,7 +152,7 @@ def torch_metrics(run_dir: Path) -> list[Metric]:
     return out
 
 
-def top_kernels(run_dir: Path, tool: str, n: int = 3) -> list[Metric]:
+def top_kernels(run_dir: Path, tool: str, n: int = 3) -> list[TopKernel]:
     """The `n` kernels with the most GPU time over all ranks in the measured window (nsys) or the
     traced steps (torch): (name, time in ms, category), most first."""
     if tool == "nsys":

@@ -11,22 +11,22 @@ from pathlib import Path
 from typing import Any
 
 from hpcprof.errors import UserError
-from hpcprof.results import Metric, list_tables, read_headline
+from hpcprof.results import Metric, TopKernel, list_tables, read_headline
 from hpcprof.rundir import RunDir, all_runs, sweep_of
 from hpcprof.rundir import select_runs as rundir_select
 
 
 @dataclass
 class RunInfo:
-    """One selected run: its directory, parameters, state, headline metrics and top kernels
-    ((name, GPU ms, category), most first)."""
+    """One selected run: its directory, parameters, state, headline metrics and top kernels (most
+    GPU time first)."""
 
     run: RunDir
     config: dict[str, Any]
     state: str
     reason: str = ""
     metrics: list[Metric] = field(default_factory=list)
-    top: list[Metric] = field(default_factory=list)
+    top: list[TopKernel] = field(default_factory=list)
 
     @property
     def params(self) -> dict[str, Any]:
