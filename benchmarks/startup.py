@@ -108,8 +108,11 @@ def main() -> None:
             commands["hpcprof status"] = py + ["-m", "hpcprof", "status", *runs]
             commands["hpcprof report"] = py + ["-m", "hpcprof", "report", *runs]
         else:
-            notes.append(f"(no `status` or `report` timing: the local run failed here: "
-                         f"{made.stderr.strip().splitlines()[-3:]})")
+            logs = sorted((work / "runs").glob("*/*/logs/rank*.log"))
+            said = [line for line in (logs[0].read_text(errors="replace") if logs else made.stderr).splitlines()
+                    if line.strip()]
+            notes.append(f"(no `status` or `report` timing: the local run failed here: {said[-2:]}; "
+                         f"{logs[0] if logs else 'no rank log'})")
         commands.update({f"libraries of {name}": py + ["-c", code] for name, code in LIBRARIES.items()
                          if name in commands})
         nsys = shutil.which("nsys")
