@@ -4,8 +4,6 @@ start fast (`status --format json` of 1,000 runs imports neither)."""
 
 from __future__ import annotations
 
-import csv
-import json
 import math
 import sys
 from collections.abc import Iterable, Sequence
@@ -54,7 +52,7 @@ def emit(df: pd.DataFrame, fmt: str, out: TextIO | None = None, title: str | Non
     elif fmt == "table":
         from rich.console import Console
 
-        Console(file=out, width=200).print(render_table(df, title))
+        Console(file=out, width=200, emoji=False).print(render_table(df, title))
     else:
         raise ValueError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
 
@@ -64,10 +62,14 @@ def emit_rows(rows: Sequence[dict[str, Any]], columns: Sequence[str], fmt: str,
     """Print plain rows (dicts of str/int/float/None) like `emit` prints a DataFrame, without pandas."""
     out = out or sys.stdout
     if fmt == "csv":
+        import csv
+
         writer = csv.writer(out, lineterminator="\n")
         writer.writerow(columns)
         writer.writerows([["" if row.get(c) is None else row.get(c) for c in columns] for row in rows])
     elif fmt == "json":
+        import json
+
         out.write(json.dumps([{c: row.get(c) for c in columns} for row in rows], indent=1))
         out.write("\n")
     elif fmt == "table":
@@ -82,7 +84,7 @@ def emit_rows(rows: Sequence[dict[str, Any]], columns: Sequence[str], fmt: str,
             table.add_column(col, justify="right" if numeric else "left")
         for row in rows:  # user text (a site's description, a reason) as plain text: no markup, no control characters
             table.add_row(*(Text(printable(format_cell(row.get(c)))) for c in columns))
-        Console(file=out, width=200).print(table)
+        Console(file=out, width=200, emoji=False).print(table)
     else:
         raise ValueError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
 

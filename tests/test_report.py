@@ -115,6 +115,23 @@ def test_report_headline_first_and_failed_run_with_log_tail(campaign: dict) -> N
     assert "workload_seqpar.iterations" in full
 
 
+def test_report_shows_the_recorded_headline_as_plain_text(campaign: dict) -> None:
+    """The headline collect recorded is what `report` shows; a kernel name is printed as it is
+    (no rich markup, no emoji codes)."""
+    from hpcprof.results import Headline, read_headline, write_headline
+
+    run = campaign["runs"][0]
+    recorded = read_headline(run)
+    assert recorded is not None and [m for m, _, _ in recorded.metrics][:2] == ["iteration.mean", "iteration.median"]
+    name = "void k<[bold]x[/bold]>(:smile:)"
+    try:
+        write_headline(run, Headline([("iteration.mean", 1234.5, "ms")], [(name, 2.5, "other")]))
+        text = hpcprof("report", run.name, cwd=campaign["cwd"], check=True).stdout
+        assert name in text and "1,234.5 ms" in text and "2.50 ms" in text
+    finally:
+        write_headline(run, recorded)
+
+
 def test_logs_prints_a_rank_log(campaign: dict) -> None:
     res = hpcprof("logs", campaign["failed"], "--rank", "1", cwd=campaign["cwd"], check=True)
     assert "rank 1 broke" in res.stdout

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from hpcprof.output import render_table
 from hpcprof.report.runs import RunInfo
@@ -143,8 +144,8 @@ def headline(info: RunInfo, out: Console) -> None:
         top = Table(title="top kernels (all ranks)", title_justify="left")
         for column, justify in (("name", "left"), ("time", "right"), ("category", "left")):
             top.add_column(column, justify=justify)  # type: ignore[arg-type]
-        for name, time_ms, category in info.top:
-            top.add_row(name, with_unit(time_ms, "ms"), category)
+        for name, time_ms, category in info.top:  # a kernel's name as plain text: no markup
+            top.add_row(Text(name), with_unit(time_ms, "ms"), category)
         out.print(top)
     if info.state not in ("COMPLETED", "RUNNING", "PENDING"):
         failure(info, out)
