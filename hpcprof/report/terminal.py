@@ -142,8 +142,9 @@ def headline(info: RunInfo, out: Console) -> None:
         out.print(table)
     if info.top:
         top = Table(title="top kernels (all ranks)", title_justify="left")
-        for column, justify in (("name", "left"), ("time", "right"), ("category", "left")):
-            top.add_column(column, justify=justify)  # type: ignore[arg-type]
+        top.add_column("name")
+        top.add_column("time", justify="right")
+        top.add_column("category")
         for name, time_ms, category in info.top:  # a kernel's name as plain text: no markup
             top.add_row(Text(name), with_unit(time_ms, "ms"), category)
         out.print(top)
