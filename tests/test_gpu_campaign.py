@@ -172,11 +172,11 @@ def test_sweep_report_explains_the_window(campaign: tuple[Path, object], tmp_pat
     assert console == [] and drawn == declared == figure_count(html)
 
 
-def top_kernels_by_hand(export_dirs: list[Path]) -> list[tuple[str, float]]:
+def top_kernels_by_hand(exports: list[Path]) -> list[tuple[str, float]]:
     """The 3 kernels (demangled names) with the most GPU time over the ranks' exports, counting the
     kernels launched inside the `timed` NVTX range: (name, ms)."""
     totals: dict[str, int] = {}
-    for export in export_dirs:
+    for export in exports:
         with sqlite3.connect(export) as con:
             (t0, t1), = nvtx_ranges(con, "timed")
             for name, ns in con.execute("""SELECT s.value, sum(k.end - k.start) FROM CUPTI_ACTIVITY_KIND_KERNEL k
