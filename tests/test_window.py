@@ -18,7 +18,7 @@ from hpcprof.analysis.nsys import distributed as dist
 from hpcprof.analysis.nsys import window as win
 from hpcprof.analysis.nsys.collect import NsysCollector, analyse_file
 from hpcprof.analysis.nsys.db import Export
-from hpcprof.analysis.summary import nsys_metrics, torch_metrics
+from hpcprof.analysis.summary import nsys_metrics, tables_of, torch_metrics
 from hpcprof.analysis.trace.collect import analyse_file as trace_file
 from hpcprof.results import write_table
 
@@ -87,7 +87,7 @@ def test_window_by_hand(fixtures_dir: Path, tmp_path: Path) -> None:
     run = tmp_path / "run"
     for name, df in tables.items():
         write_table(run, f"nsys_{name}", df)
-    metrics = {m: v for m, v, _ in nsys_metrics(run)}
+    metrics = {m: v for m, v, _ in nsys_metrics(tables_of(run))}
     assert metrics["window.duration"] == pytest.approx(0.004) and metrics["window.iterations"] == 2
     assert metrics["gpu.total"] == pytest.approx(0.003) and metrics["gpu.gemm.share"] == pytest.approx(230 / 3)
     assert metrics["idle_pct"] == pytest.approx(27.5) and metrics["overlap_pct"] == pytest.approx(100 / 7)
@@ -134,7 +134,7 @@ def test_h200_fp32_window_idle_small_capture_idle_large(fixtures_dir: Path, tmp_
     run = tmp_path / "run"
     for name, df in tables.items():
         write_table(run, f"nsys_{name}", df)
-    metrics = {m: v for m, v, _ in nsys_metrics(run)}
+    metrics = {m: v for m, v, _ in nsys_metrics(tables_of(run))}
     assert metrics["idle_pct"] < 1.0 and metrics["capture.idle_pct"] > 50.0
     assert round(metrics["idle_pct"], 3) == 0.227 and round(metrics["capture.idle_pct"], 1) == 65.0
     assert metrics["window.iterations"] == 30
@@ -189,7 +189,7 @@ def test_kineto_window_against_hta(fixtures_dir: Path, tmp_path: Path, name: str
         windows.append(tables["window"])
         iterations.append(its)
     write_table(run, "torch_window", pd.concat(windows, ignore_index=True))
-    metrics = {m: v for m, v, _ in torch_metrics(run)}
+    metrics = {m: v for m, v, _ in torch_metrics(tables_of(run))}
     idle = pd.concat(windows)
     assert metrics["idle_pct"] == pytest.approx(100 * idle["idle_ns"].sum() / idle["span_ns"].sum())
 

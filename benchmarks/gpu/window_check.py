@@ -11,7 +11,7 @@ import json
 import sys
 from pathlib import Path
 
-from hpcprof.analysis.summary import run_summary
+from hpcprof.analysis.summary import run_headline
 from hpcprof.results import read_table
 from hpcprof.store import Store, database_url
 
@@ -26,7 +26,7 @@ def main(workdir: Path) -> int:
         run = config_path.parent
         config = json.loads(config_path.read_text())
         experiment = config["experiment"]
-        metrics = {name: value for name, value, _ in run_summary(run, config)}
+        metrics = {name: value for name, value, _ in run_headline(run, config).metrics}
         record = store.run_record(run.name) or {}
         print(run.name, experiment["name"], experiment["workload"].get("args", {}).get("precision", ""),
               "collect:", record.get("collect_status"),

@@ -1,20 +1,26 @@
 """The headline metrics of one collected run: what `compare`, `report` and the store show first.
 
-`run_summary` reads the run's result tables (workload timings, nsys or Kineto analyses) and
-returns (metric, value, unit) triples; a metric is absent when its source table is. `run_headline`
-adds the top kernels: what collect records beside the tables (hpcprof.results.write_headline).
+`run_summary` reads the run's result tables (workload timings, nsys or Kineto analyses; `tables_of`:
+each read once) and returns (metric, value, unit) triples; a metric is absent when its source table
+is. `run_headline` adds the top kernels from the same reads: what collect records beside the tables
+(hpcprof.results.write_headline).
 Metric names are dotted: `iteration.mean`, `phase.matmul1.tflops`, `gpu.nccl.AllGather`, ...
 """
 
 from __future__ import annotations
 
+import functools
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from hpcprof.results import Headline, Metric, TopKernel, read_table
+
+#: a run's result tables by name (None: the run has no such table)
+Tables = Callable[[str], "pd.DataFrame | None"]
 
 #: GEMM kernels by name (cuBLAS/cuBLASLt incl. Hopper's nvjet, CUTLASS, the sm80/sm90 xmma and gemm families)
 GEMM = re.compile(r"gemm|cutlass|cublas|nvjet|xmma|matmul|wgmma|_hmma|_imma", re.IGNORECASE)
@@ -24,6 +30,11 @@ ITERATION_PHASE = {"seqpar": "iteration", "ddp": "step"}
 #: workload timing tables: workload kind -> (phase stats, per-iteration rows)
 WORKLOAD_TABLES = {"seqpar": ("workload_seqpar.phases", "workload_seqpar.iterations"),
                    "ddp": ("workload_ddp_steps.phases", "workload_ddp_steps.steps")}
+
+
+def tables_of(run_dir: Path) -> Tables:
+    """The result tables of the run in `run_dir`, each read at most once."""
+    return functools.cache(functools.partial(read_table, run_dir))
 
 
 def kernel_category(name: str) -> str:
@@ -113,53 +124,53 @@ def window_metrics(window: pd.DataFrame | None) -> list[Metric]:
             ("window.iterations", float(window["iterations"].mean()), "count")]
 
 
-def nsys_metrics(run_dir: Path) -> list[Metric]:
+def nsys_metrics(tables: Tables) -> list[Metric]:
     """GPU time by category, overlap and idle % over the measured window (nsys_kernels,
     nsys_overlap), the window itself, and the same over the whole capture as `capture.*`."""
-    out: list[Metric] = window_metrics(read_table(run_dir, "nsys_window"))
-    kern = read_table(run_dir, "nsys_kernels")
+    out: list[Metric] = window_metrics(tables("nsys_window"))
+    kern = tables("nsys_kernels")
     if kern is not None and not kern.empty:
         out += gpu_time_metrics(kern["name"].astype(str), kern["total_ns"].astype(float) / 1e6, kern["rank"].nunique())
-    ov = read_table(run_dir, "nsys_overlap")          # collected before windows: the whole capture's
+    ov = tables("nsys_overlap")          # collected before windows: the whole capture's
     out += overlap_idle_metrics(ov, prefix="" if ov is None or "window" in ov else "capture.")
-    kern = read_table(run_dir, "nsys_cuda_gpu_kern_sum")
+    kern = tables("nsys_cuda_gpu_kern_sum")
     if kern is not None and not kern.empty:
         out += gpu_time_metrics(kern["Name"].astype(str), kern["Total Time (ns)"].astype(float) / 1e6,
                                 kern["rank"].nunique(), prefix="capture.")
-    out += overlap_idle_metrics(read_table(run_dir, "nsys_capture_overlap"), prefix="capture.")
+    out += overlap_idle_metrics(tables("nsys_capture_overlap"), prefix="capture.")
     return out
 
 
-def torch_metrics(run_dir: Path) -> list[Metric]:
+def torch_metrics(tables: Tables) -> list[Metric]:
     """Over the ProfilerStep window (torch_window): idle and overlap %, the window itself; GPU time
     by category from HTA's kernel breakdown (the traced steps); HTA's whole-trace idle and overlap
     % as `capture.*`."""
     out: list[Metric] = []
-    window = read_table(run_dir, "torch_window")
+    window = tables("torch_window")
     out += window_metrics(window)
     out += overlap_idle_metrics(window)
-    kernels = read_table(run_dir, "torch_kernels")
+    kernels = tables("torch_kernels")
     if kernels is not None and not kernels.empty:
         names = kernels["name"].astype(str).where(kernels["name"] != "others",
                                                   kernels["kernel_type"].map({"COMMUNICATION": "nccl"}).fillna(""))
         out += gpu_time_metrics(names, kernels["sum (us)"].astype(float) / 1e3, kernels["rank"].nunique())
-    ov = read_table(run_dir, "torch_overlap")
+    ov = tables("torch_overlap")
     if ov is not None and ov["comp_comm_overlap_pctg"].notna().any():
         out.append(("capture.overlap_pct", float(ov["comp_comm_overlap_pctg"].mean()), "%"))
-    temporal = read_table(run_dir, "torch_temporal")
+    temporal = tables("torch_temporal")
     if temporal is not None and not temporal.empty:
         out.append(("capture.idle_pct", float(temporal["idle_time_pctg"].mean()), "%"))
     return out
 
 
-def top_kernels(run_dir: Path, tool: str, n: int = 3) -> list[TopKernel]:
+def top_kernels(tables: Tables, tool: str, n: int = 3) -> list[TopKernel]:
     """The `n` kernels with the most GPU time over all ranks in the measured window (nsys) or the
     traced steps (torch): (name, time in ms, category), most first."""
     if tool == "nsys":
-        df = read_table(run_dir, "nsys_kernels")
+        df = tables("nsys_kernels")
         name, ms = "name", lambda d: d["total_ns"].astype(float) / 1e6
     elif tool == "torch":
-        df = read_table(run_dir, "torch_kernels")
+        df = tables("torch_kernels")
         name, ms = "name", lambda d: d["sum (us)"].astype(float) / 1e3
     else:
         df = None
@@ -170,32 +181,33 @@ def top_kernels(run_dir: Path, tool: str, n: int = 3) -> list[TopKernel]:
     return [(str(kernel), float(time_ms), kernel_category(str(kernel))) for kernel, time_ms in top.items()]
 
 
-def run_summary(run_dir: Path, config: dict[str, Any]) -> list[Metric]:
-    """The headline metrics of the collected run in `run_dir` (config: its config.json)."""
+def run_summary(tables: Tables, config: dict[str, Any]) -> list[Metric]:
+    """The headline metrics of a collected run from its `tables` (config: its config.json)."""
     experiment = config["experiment"]
     kind = experiment["workload"]["kind"]
     out: list[Metric] = []
     if kind in WORKLOAD_TABLES:
         phases_name, rows_name = WORKLOAD_TABLES[kind]
-        rows = read_table(run_dir, rows_name)
+        rows = tables(rows_name)
         if rows is not None and not rows.empty:
             out += iteration_metrics(rows, ITERATION_PHASE[kind])
-        phases = read_table(run_dir, phases_name)
+        phases = tables(phases_name)
         if phases is not None and not phases.empty:
             out += phase_metrics(phases, ITERATION_PHASE[kind])
     tool = experiment["profile"]["tool"]
     if tool == "nsys":
-        out += nsys_metrics(run_dir)
-        slowdown = read_table(run_dir, "echo_slowdown")
+        out += nsys_metrics(tables)
+        slowdown = tables("echo_slowdown")
         if slowdown is not None and slowdown["slowdown"].notna().any():
             values = slowdown["slowdown"].dropna()
             out += [("slowdown.median", float(values.median()), ""), ("slowdown.mean", float(values.mean()), ""),
                     ("slowdown.p90", float(values.quantile(0.9)), "")]
     elif tool == "torch":
-        out += torch_metrics(run_dir)
+        out += torch_metrics(tables)
     return out
 
 
 def run_headline(run_dir: Path, config: dict[str, Any]) -> Headline:
-    """The run's headline metrics and its top kernels."""
-    return Headline(run_summary(run_dir, config), top_kernels(run_dir, config["experiment"]["profile"]["tool"]))
+    """The headline metrics and the top kernels of the collected run in `run_dir`, each table read once."""
+    tables = tables_of(run_dir)
+    return Headline(run_summary(tables, config), top_kernels(tables, config["experiment"]["profile"]["tool"]))
