@@ -17,7 +17,11 @@ if [ "$(id -u)" = 0 ] && [ -f "$SHARED/tools/slurm-local.sh" ]; then
   export TORQUE=1 CPUS=4
   bash tests/services/munge.sh   # munged as the munge user, a dead one's root-owned lock cleared
   bash "$SHARED/tools/slurm-local.sh" install
+  scontrol ping >/dev/null 2>&1 && slurm_was_up=1 || slurm_was_up=0
   bash "$SHARED/tools/slurm-local.sh" start
+  # A controller started now recovers the queue an earlier, killed run left, with the cancels it made
+  # after the last state save undone: those jobs would hold the node's CPUs, so they are cancelled.
+  [ "$slurm_was_up" = 0 ] && bash tests/services/cancel-recovered.sh
 fi
 # A real OpenPBS server with Polaris's resources; its commands stay in /opt/pbs/bin (LINK_BIN=0)
 # so they do not shadow the Torque wrappers above.

@@ -64,6 +64,8 @@ def slurm_cluster() -> str:
     if proc.returncode != 0 or not _usable(state):
         pytest.skip(f"`{SCRIPT} start` did not bring up Slurm (rc {proc.returncode}, "
                     f"node {state!r}): {(proc.stderr or proc.stdout).strip()[-500:]}")
+    # the controller started now recovered the queue of an earlier, killed run: empty it
+    subprocess.run(["bash", str(REPO / "tests" / "services" / "cancel-recovered.sh")], timeout=60, check=True)
     return state
 
 

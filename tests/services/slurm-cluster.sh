@@ -101,7 +101,8 @@ start() {
   bash "$(dirname "$0")/munge.sh"
   alive "$STATE/slurmctld.pid" || alive_any || config
   export SLURM_CONF=$CONF
-  alive "$STATE/slurmctld.pid" || /usr/sbin/slurmctld -f "$CONF"
+  local recovered=0
+  alive "$STATE/slurmctld.pid" || { /usr/sbin/slurmctld -f "$CONF"; recovered=1; }
   for k in $(seq 1 "$NODES"); do
     alive "$STATE/node$k.pid" && continue
     # its own network (nsenter into the netns; not ip netns exec, which mounts a fresh /sys without
@@ -114,13 +115,14 @@ start() {
       >/dev/null 2>&1 < /dev/null &
     echo $! > "$STATE/node$k.pid"
   done
-  for _ in $(seq 1 100); do
-    [ "$(sinfo -h -o %T 2>/dev/null | grep -cE '^(idle|mixed|allocated)')" -ge 1 ] &&
-      [ "$(sinfo -h -N -o '%N %T' 2>/dev/null | grep -cE ' (idle|mixed|allocated)')" = "$NODES" ] && return 0
-    sleep 0.2
-  done
-  die "nodes not up: $(sinfo -N 2>&1 | tr '\n' ' ')"
+  for _ in $(seq 1 100); do nodes_up && break; sleep 0.2; done
+  nodes_up || die "nodes not up: $(sinfo -N 2>&1 | tr '\n' ' ')"
+  # a controller started now recovers the jobs of an earlier, killed run (cancels after its last state save undone)
+  [ "$recovered" = 1 ] && bash "$(dirname "$0")/cancel-recovered.sh"
+  return 0
 }
+
+nodes_up() { [ "$(sinfo -h -N -o '%N %T' 2>/dev/null | grep -cE ' (idle|mixed|allocated)')" = "$NODES" ]; }
 
 alive_any() {
   for f in "$STATE"/node*.pid; do alive "$f" && return 0; done
