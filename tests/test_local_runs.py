@@ -106,3 +106,22 @@ def test_bad_override_writes_nothing(tmp_path: Path, bad: str) -> None:
     assert result.returncode == 2
     assert len(result.stderr.strip().splitlines()) == 1 and bad.split("=")[0] in result.stderr
     assert not (tmp_path / "hpcprof-runs").exists()
+
+
+def test_hydra_mpiexec_runs_with_sigpipe_ignored_and_its_ranks_do_not(tmp_path: Path) -> None:
+    """The local job starts MPICH's Hydra mpiexec with SIGPIPE ignored (it died of SIGPIPE now and then
+    as a job ended, the job exiting 141: hpcprof.render.launchers.SIGPIPE_IGNORED); the ranks (their
+    proxy's child) still get SIGPIPE's default action, and the job script itself after the launcher.
+    Each rank prints the SigIgn mask of itself and of mpiexec (its proxy's parent) from /proc."""
+    report = ('mask() { sed -n "s/^SigIgn:\\s*//p" /proc/$1/status; }; proxy=$(ps -o ppid= -p $$); '
+              'launcher=$(ps -o ppid= -p $proxy); echo "rank $(mask $$) launcher $(mask $launcher) $(cat /proc/$launcher/comm)"')
+    exp = write_experiment(tmp_path / "exp.yaml", ["bash", "-c", report])
+    hpcprof("submit", str(exp), "--site", "local", "--wait", cwd=tmp_path, check=True)
+    [run] = run_dirs(tmp_path)
+    sigpipe = 1 << (13 - 1)
+    for rank in (0, 1):
+        words = (run / f"logs/rank{rank}.log").read_text().split()
+        rank_mask, launcher_mask, launcher = int(words[1], 16), int(words[3], 16), words[4]
+        assert launcher == "mpiexec" and launcher_mask & sigpipe and not rank_mask & sigpipe, words
+    script = (run / "job.sh").read_text()
+    assert script.index("trap '' PIPE") < script.index("rank_wrapper.sh") < script.index("trap - PIPE")

@@ -25,7 +25,7 @@ from hpcprof.config.site import SiteConfig
 from hpcprof.errors import UserError, expand_home
 from hpcprof.models import dump
 from hpcprof.render.containers import check_container, effective_container, wrap_launch
-from hpcprof.render.launchers import launch_argv
+from hpcprof.render.launchers import SIGPIPE_IGNORED, launch_argv, launcher_key
 from hpcprof.render.quoting import directive, quote, quote_join
 from hpcprof.resources import template_dir
 from hpcprof.schedulers import get_scheduler
@@ -120,6 +120,8 @@ TEMPLATE_VARS: dict[str, str] = {
     "master_port": "a port for torch.distributed, fixed per run id",
     "container": "the container config the ranks run in, or none",
     "launcher": "the launcher's tokens up to the rank wrapper (srun/mpiexec/torchrun ...); use with | qjoin",
+    "launcher_ignores_sigpipe": "true where the job starts the launcher with SIGPIPE ignored (MPICH's Hydra "
+                                "mpiexec: hpcprof.render.launchers.SIGPIPE_IGNORED says why)",
     "rank_argv": "the workload's command after the wrapper; use with | qjoin",
     "tool": "the profiler: nsys, ncu, torch or none",
     "selection": "the profiled ranks as written (e.g. local:0+first-nodes:1)",
@@ -195,6 +197,7 @@ def template_context(point: Point, site: SiteConfig, run_dir: Path, run_id: str,
         "master_port": 20000 + zlib.crc32(run_id.encode()) % 20000,
         "container": container,
         "launcher": launcher,
+        "launcher_ignores_sigpipe": launcher_key(site) in SIGPIPE_IGNORED,
         "rank_argv": rank,
         "tool": profile.tool,
         "selection": str(profile.selection),
