@@ -113,8 +113,8 @@ def test_hydra_mpiexec_runs_with_sigpipe_ignored_and_its_ranks_do_not(tmp_path: 
     as a job ended, the job exiting 141: hpcprof.render.launchers.SIGPIPE_IGNORED); the ranks (their
     proxy's child) still get SIGPIPE's default action, and the job script itself after the launcher.
     Each rank prints the SigIgn mask of itself and of mpiexec (its proxy's parent) from /proc."""
-    report = ('mask() { sed -n "s/^SigIgn:\\s*//p" /proc/$1/status; }; proxy=$(ps -o ppid= -p $$); '
-              'launcher=$(ps -o ppid= -p $proxy); echo "rank $(mask $$) launcher $(mask $launcher) $(cat /proc/$launcher/comm)"')
+    report = ('field() { sed -n "s/^$1:\\s*//p" /proc/$2/status; }; launcher=$(field PPid "$(field PPid $$)"); '
+              'echo "rank $(field SigIgn $$) launcher $(field SigIgn $launcher) $(cat /proc/$launcher/comm)"')
     exp = write_experiment(tmp_path / "exp.yaml", ["bash", "-c", report])
     hpcprof("submit", str(exp), "--site", "local", "--wait", cwd=tmp_path, check=True)
     [run] = run_dirs(tmp_path)
