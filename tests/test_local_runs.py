@@ -120,8 +120,10 @@ def test_hydra_mpiexec_runs_with_sigpipe_ignored_and_its_ranks_do_not(tmp_path: 
     [run] = run_dirs(tmp_path)
     sigpipe = 1 << (13 - 1)
     for rank in (0, 1):
-        words = (run / f"logs/rank{rank}.log").read_text().split()
+        log = (run / f"logs/rank{rank}.log").read_text()
+        words = log.split()
+        assert len(words) == 5 and words[0] == "rank" and words[2] == "launcher", log
         rank_mask, launcher_mask, launcher = int(words[1], 16), int(words[3], 16), words[4]
-        assert launcher == "mpiexec" and launcher_mask & sigpipe and not rank_mask & sigpipe, words
+        assert launcher == "mpiexec" and launcher_mask & sigpipe and not rank_mask & sigpipe, log
     script = (run / "job.sh").read_text()
     assert script.index("trap '' PIPE") < script.index("rank_wrapper.sh") < script.index("trap - PIPE")

@@ -29,8 +29,10 @@ case "${NCCL_NET:-}" in
      [ -n "$hp_plugin" ] || hp_fail "NCCL_NET=$NCCL_NET needs an NCCL network plugin (libnccl-net*.so) on LD_LIBRARY_PATH and there is none: add the plugin lib directory to LD_LIBRARY_PATH in the site setup: (Polaris: /soft/libraries/aws-ofi-nccl/v1.9.1-aws/lib) or drop NCCL_NET from the site env:"
      echo "hpcprof: NCCL_NET=$NCCL_NET uses $hp_plugin" ;;
 esac
+trap '' PIPE  # Hydra's mpiexec could die of SIGPIPE as the job ends (exit 141, not the ranks' status); its ranks start with the default
 <VENV_BIN>/mpiexec -n 2 -ppn 2 -genv TMPDIR "$TMPDIR" "$RUN_DIR/rank_wrapper.sh" python app.py --precision bfloat16
 hp_rc=$?
+trap - PIPE
 hp_status exit_code "$hp_rc"
 hp_status end "$(date +%s)"
 touch "$RUN_DIR/DONE"
