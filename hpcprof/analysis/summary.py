@@ -131,7 +131,7 @@ def nsys_metrics(tables: Tables) -> list[Metric]:
     kern = tables("nsys_kernels")
     if kern is not None and not kern.empty:
         out += gpu_time_metrics(kern["name"].astype(str), kern["total_ns"].astype(float) / 1e6, kern["rank"].nunique())
-    ov = tables("nsys_overlap")          # collected before windows: the whole capture's
+    ov = tables("nsys_overlap")                   # collected before windows: the whole capture's
     out += overlap_idle_metrics(ov, prefix="" if ov is None or "window" in ov else "capture.")
     kern = tables("nsys_cuda_gpu_kern_sum")
     if kern is not None and not kern.empty:

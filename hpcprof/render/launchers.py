@@ -133,11 +133,11 @@ LAUNCHERS: dict[str, Callable[[SiteConfig, int, int], list[str]]] = {
 
 
 #: launchers the job starts with SIGPIPE ignored. MPICH's Hydra mpiexec (5.0.2, the PyPI wheel) was
-#: killed now and then by the SIGPIPE of its own write to a pipe or socket whose reader had gone, at the end of
-#: a job whose ranks write through the wrapper's tee: the job exited 141, with no message, instead of
-#: the ranks' status (benchmarks/hydra_sigpipe.py, 4 ranks whose rank 1 exits 3 on a loaded 2-core
-#: machine: 22 and 43 of 1,500 jobs; none of 3,000 with SIGPIPE ignored). Hydra starts its proxies,
-#: and they the ranks, with SIGPIPE's default action (/proc/PID/status SigIgn), as before.
+#: killed now and then by the SIGPIPE of its own write to a pipe or socket whose reader had gone, at
+#: the end of a job whose ranks write through the wrapper's tee: the job exited 141, with no message,
+#: instead of the ranks' status (benchmarks/hydra_sigpipe.py, 4 ranks whose rank 1 exits 3 on a loaded
+#: 2-core machine: 22 and 43 of 1,500 jobs; none of 3,000 with SIGPIPE ignored). Hydra starts its
+#: proxies, and they the ranks, with SIGPIPE's default action (/proc/PID/status SigIgn), as before.
 SIGPIPE_IGNORED = frozenset({"mpiexec:hydra"})
 
 
