@@ -468,10 +468,29 @@ def test_columnar_critical_path_equals_the_pandas_one_on_many_ranks(fixtures_dir
             jitter = rng.integers(0, 3, len(events)) * 1000 * (events["kind"] == "collective")
             ranks.append(events.assign(start=events["start"] - jitter))
         events = pd.concat(ranks, ignore_index=True).sample(frac=1, random_state=trial).reset_index(drop=True)
-        got, expected = core.critical_path(events), reference_critical_path(events)
+        in_order = events.sort_values(["rank", "iteration", "start"], kind="stable").reset_index(drop=True)
+        expected = reference_critical_path(events)
         assert len(expected[0]) == 5 and expected[0]["waiting_ranks"].max() > 1
-        for table, reference in zip(got, expected, strict=True):
-            pd.testing.assert_frame_equal(table, reference)
+        for got in (core.critical_path(events), core.critical_path(in_order)):   # sorted here / already in order
+            for table, reference in zip(got, expected, strict=True):
+                pd.testing.assert_frame_equal(table, reference)
+
+
+def test_dense_codes_equal_rows_alike_in_mixed_radix_and_past_int64() -> None:
+    """_dense: equal rows, equal codes, distinct rows, distinct codes, with the columns' ranges'
+    product within int64 (one hash of a mixed-radix key) and past it (column by column)."""
+    import numpy as np
+
+    rng = np.random.default_rng(5)
+    small = [rng.integers(-3, 4, 2000), rng.integers(0, 2, 2000), rng.integers(10, 14, 2000)]
+    huge = [rng.choice(np.array([-2**62, 0, 2**62]), 2000), rng.choice(np.array([-2**61, 5, 2**61]), 2000)]
+    for columns in (small, huge):
+        codes = core._dense(*columns)
+        rows = list(zip(*(c.tolist() for c in columns), strict=True))
+        assert len(set(codes.tolist())) == len(set(rows)) and codes.min() == 0 and codes.max() == len(set(rows)) - 1
+        assert all(len({codes[i] for i in range(len(rows)) if rows[i] == row}) == 1 for row in set(rows))
+    assert core._in_order(np.array([0, 0, 1, 1]), np.array([1, 2, 0, 0]), np.array([5, 1, 3, 3]))
+    assert not core._in_order(np.array([0, 1, 0]), np.array([0, 0, 0]), np.array([0, 0, 0]))
 
 
 def reference_frame(gathered: trace_cp.CriticalPathEvents, rank: int) -> pd.DataFrame:

@@ -390,15 +390,39 @@ def _culprit(lead: list[Segment], other: list[Segment]) -> str:
 
 
 def _dense(*columns: np.ndarray) -> np.ndarray:
-    """One code per distinct combination of `columns` (equal rows, equal codes), without overflow:
-    each column is combined with the codes so far and the result made dense again."""
+    """One code per distinct combination of `columns` (equal rows, equal codes; integer columns).
+    The columns are combined in mixed radix (each shifted to start at 0) and hashed once, where
+    their ranges' product fits in int64; else each is combined with the codes so far and the
+    result made dense again (no overflow)."""
     import pandas as pd
 
+    if not len(columns[0]):
+        return np.zeros(0, dtype=np.int64)
+    lows = [int(column.min()) for column in columns]
+    sizes = [int(column.max()) - low + 1 for column, low in zip(columns, lows, strict=True)]
+    if float(np.prod(np.array(sizes, dtype=np.float64))) < 2.0 ** 62:
+        code = np.zeros(len(columns[0]), dtype=np.int64)
+        for column, low, size in zip(columns, lows, sizes, strict=True):
+            code = code * size + (column.astype(np.int64, copy=False) - low)
+        return pd.factorize(code)[0]
     code = np.zeros(len(columns[0]), dtype=np.int64)
     for column in columns:
         values, _ = pd.factorize(column)
         code, _ = pd.factorize(code * (int(values.max(initial=0)) + 1) + values)
     return code
+
+
+def _in_order(*keys: np.ndarray) -> bool:
+    """Whether the rows are already sorted by `keys` (the first the most significant), as a stable
+    np.lexsort of them would leave them: the events of collect's ranks are, in rank order."""
+    if len(keys[0]) < 2:
+        return True
+    later, same = np.zeros(len(keys[0]) - 1, dtype=bool), np.ones(len(keys[0]) - 1, dtype=bool)
+    for key in keys:
+        step = np.diff(key)
+        later |= same & (step > 0)
+        same &= step == 0
+    return bool((later | same).all())
 
 
 def _text_codes(column: pd.Series) -> tuple[np.ndarray, dict[str, int]]:
@@ -436,16 +460,17 @@ def critical_path(events: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
                                                   ("rank", "iteration", "seq", "start", "end", "prev_seq"))
     kind, kinds = _text_codes(events["kind"])
     is_coll = kind == kinds.get("collective", -1)
-    if len(np.unique(rank[is_coll])) < 2:
+    if not is_coll.any() or rank[is_coll].min() == rank[is_coll].max():
         return rows_out, segs_out
-    order = np.lexsort((start, iteration, rank))                 # stable: rank, iteration, start
     name, names = _text_codes(events["name"])
     channel, channels = _text_codes(events["channel"])
     prev_channel, prev_channels = _text_codes(events["prev_channel"])
     prev_channel = np.array([channels.setdefault(c, len(channels)) for c in prev_channels], dtype=np.int64)[prev_channel]
-    rank, iteration, seq, start, end, prev_seq, kind, name, channel, prev_channel = (
-        a[order] for a in (rank, iteration, seq, start, end, prev_seq, kind, name, channel, prev_channel))
-    is_coll = kind == kinds.get("collective", -1)
+    if not _in_order(rank, iteration, start):                    # rank, iteration, start (stable)
+        order = np.lexsort((start, iteration, rank))
+        rank, iteration, seq, start, end, prev_seq, kind, name, channel, prev_channel = (
+            a[order] for a in (rank, iteration, seq, start, end, prev_seq, kind, name, channel, prev_channel))
+        is_coll = kind == kinds.get("collective", -1)
     channel_text = np.array(list(channels), dtype=object)
     name_text = np.array(list(names), dtype=object)
 
