@@ -3,6 +3,7 @@ does not pay for the run machinery (and nothing but `bench` imports torch)."""
 
 from __future__ import annotations
 
+import gc
 import importlib
 
 import click
@@ -59,6 +60,17 @@ class LazyGroup(click.Group):
             return None
         module, _, attr = COMMANDS[name].partition(":")
         return getattr(importlib.import_module(module), attr)
+
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[str | None, click.Command | None,
+                                                                            list[str]]:
+        """The command `args` name, imported. Where the program's entry paused the cyclic collector
+        (`hpcprof.__main__`), start-up ends here: what it made (modules, classes, functions) is
+        frozen out of every later collection and the collector runs again for the command's work."""
+        resolved = super().resolve_command(ctx, args)
+        if not gc.isenabled():
+            gc.freeze()
+            gc.enable()
+        return resolved
 
     def invoke(self, ctx: click.Context) -> object:
         """Run the command; known failures of bad input become one line and exit code 2."""

@@ -89,8 +89,10 @@ def pytest_terminal_summary(terminalreporter: object, config: pytest.Config) -> 
 
 @pytest.fixture(autouse=True)
 def own_user_dirs(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each test gets empty per-user directories: no user site files ($XDG_CONFIG_HOME/hpcprof/sites)
-    and no recorded workdirs ($XDG_STATE_HOME/hpcprof/workdirs) from the machine or other tests."""
+    """Each test gets empty per-user directories: no user site files ($XDG_CONFIG_HOME/hpcprof/sites),
+    no recorded workdirs ($XDG_STATE_HOME/hpcprof/workdirs) and no compiled templates
+    ($XDG_CACHE_HOME/hpcprof/templates) from the machine or other tests."""
     home = tmp_path_factory.mktemp("user")
     monkeypatch.setenv("XDG_CONFIG_HOME", str(home / "config"))
     monkeypatch.setenv("XDG_STATE_HOME", str(home / "state"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(home / "cache"))

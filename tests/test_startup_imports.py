@@ -85,3 +85,49 @@ def test_status_shows_how_a_run_was_collected_without_the_store(one_run: Path, t
     assert [row["collected"] for row in rows] == [f"{note} is damaged; collect the run again: hpcprof collect {run_id}"]
     hpcprof("collect", run_id, workdir=one_run, check=True)
     assert note.read_text() == "complete"
+
+
+PROBE = """
+import gc, json, sys
+import hpcprof.commands.sites as sites
+from hpcprof.__main__ import main
+seen = {}
+listed = sites.sites.callback
+def probe(*args, **kwargs):
+    seen.update(enabled=gc.isenabled(), frozen=gc.get_freeze_count(), modules=len(sys.modules))
+    return listed(*args, **kwargs)
+sys.argv = ["hpcprof", *sys.argv[1:]]
+sites.sites.callback = probe
+try:
+    main()
+except SystemExit as exc:
+    assert not exc.code, exc.code
+print(json.dumps(seen), file=sys.stderr)
+"""
+
+
+def test_the_program_freezes_what_start_up_made_and_collects_for_the_command(tmp_path: Path) -> None:
+    """`hpcprof` (hpcprof.__main__) pauses the cyclic collector while it starts; once the command is
+    resolved the objects made so far are frozen and the collector runs for the command's own work
+    (collect's tables are freed by it as before)."""
+    proc = subprocess.run([sys.executable, "-c", PROBE, "sites"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    seen = json.loads(proc.stderr.splitlines()[-1])
+    assert seen["enabled"] is True
+    assert seen["frozen"] > 10 * seen["modules"]  # the modules, their classes and functions
+    assert "polaris" in proc.stdout
+
+
+def test_the_command_line_called_in_a_process_freezes_nothing(tmp_path: Path) -> None:
+    """`hpcprof.cli.main` called from Python (the tests, a notebook) leaves the caller's collector as
+    it was: nothing frozen, which would never be collected."""
+    import gc
+
+    from hpcprof.cli import main
+
+    frozen = gc.get_freeze_count()
+    with pytest.raises(SystemExit) as exited:
+        main(["sites"])
+    assert exited.value.code == 0
+    assert gc.isenabled() and gc.get_freeze_count() == frozen

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import subprocess
 from pathlib import Path
 
 from hpcprof.config.container import ContainerConfig
@@ -89,6 +88,8 @@ def check_runtime_installed(container: ContainerConfig | None, field: str = "con
         raise UserError(f"field '{where}': {binary!r} is not installed here (not on PATH); install "
                         f"it, load its module, or set container.command to its path")
     if container.runtime == "podman":
+        import subprocess  # here: only a local podman run asks
+
         proc = subprocess.run([found, "image", "exists", container.image], capture_output=True, check=False)
         if proc.returncode != 0:
             raise UserError(f"field 'container.image': {container.image!r} does not exist in podman's "

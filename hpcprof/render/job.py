@@ -7,8 +7,8 @@ import json
 import os
 import re
 import shutil
+import stat
 import sys
-import traceback
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -51,15 +51,59 @@ def template_dirs(site: SiteConfig, user_dir: Path | None) -> tuple[Path, ...]:
     return (*(d.resolve() for d in dirs), shipped_template_dir())
 
 
+#: the options of the templates' environment (also part of the compiled templates' cache key)
+ENV_OPTIONS: dict[str, Any] = {"undefined": jinja2.StrictUndefined, "keep_trailing_newline": True,
+                               "autoescape": False, "trim_blocks": False}
+FILTERS = {"q": quote, "qjoin": quote_join, "directive": directive}
+
+
+class CompiledTemplates(jinja2.FileSystemBytecodeCache):
+    """The templates' compiled code kept per user between commands (Jinja's bytecode cache: a
+    template's entry is used only while its source is the same), so that a command pays Jinja's
+    parse and compile of a template once, not every time. The cache is an optimisation: an entry
+    that cannot be read or written is compiled again, never an error."""
+
+    def load_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
+        try:
+            super().load_bytecode(bucket)
+        except Exception:  # a damaged entry (truncated, not Jinja's): compiled again
+            bucket.reset()
+
+    def dump_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
+        try:
+            super().dump_bytecode(bucket)
+        except OSError:  # a full or read-only cache directory: not kept
+            pass
+
+
+def compiled_templates_cache() -> CompiledTemplates | None:
+    """The compiled templates' cache, $XDG_CACHE_HOME/hpcprof/templates (default
+    ~/.cache/hpcprof/templates; made mode 0700, as it holds code that renders run), its entries
+    named for this Jinja and these environment options; None where that directory cannot be made
+    or is not this user's alone."""
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    directory = os.path.join(cache, "hpcprof", "templates")
+    try:
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        os.chmod(directory, 0o700)
+        info = os.lstat(directory)
+    except OSError:
+        return None
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+        return None
+    options = repr((jinja2.__version__, jinja2.sandbox.SandboxedEnvironment.__name__,
+                    sorted((k, getattr(v, "__name__", v)) for k, v in ENV_OPTIONS.items()), sorted(FILTERS)))
+    return CompiledTemplates(directory, f"%s.{zlib.crc32(options.encode()):08x}.cache")
+
+
 @functools.lru_cache(maxsize=8)
 def jinja_env(dirs: tuple[Path, ...]) -> jinja2.Environment:
     """A strict, sandboxed Jinja environment with the shell-quoting filters: templates (a
     site's `templates:` may be shared by every user of a site directory) reach no Python
     internals (`cycler.__init__.__globals__` is refused), only the variables they are given."""
     env = jinja2.sandbox.SandboxedEnvironment(loader=jinja2.FileSystemLoader([str(d) for d in dirs]),
-                                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
-                                              autoescape=False, trim_blocks=False)
-    env.filters.update(q=quote, qjoin=quote_join, directive=directive)
+                                              bytecode_cache=compiled_templates_cache(), **ENV_OPTIONS)
+    env.filters.update(FILTERS)
     return env
 
 
@@ -90,6 +134,8 @@ def render_template(env: jinja2.Environment, name: str, context: dict[str, Any])
     except UserError:
         raise
     except Exception as exc:  # the template's own code failed: the template is the user's input
+        import traceback
+
         frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename.endswith(".j2")]
         where = f"{frames[-1].filename}:{frames[-1].lineno}" if frames else name
         message = exc.message if isinstance(exc, jinja2.TemplateError) else f"{type(exc).__name__}: {exc}"

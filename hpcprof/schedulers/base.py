@@ -8,14 +8,16 @@ scheduler's view second); schedulers never read or write a run directory's state
 
 from __future__ import annotations
 
-import subprocess
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hpcprof.errors import UserError
+
+if TYPE_CHECKING:
+    import subprocess
 
 #: Normalised job states. Terminal ones end a wait.
 PENDING, RUNNING, COMPLETED, FAILED = "PENDING", "RUNNING", "COMPLETED", "FAILED"
@@ -112,6 +114,8 @@ def no_dependencies(scheduler: str, after: Sequence[str]) -> None:
 
 def run_command(argv: list[str], what: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     """Run a scheduler client command; a missing client is a user error naming it."""
+    import subprocess  # here: `render` and `status` of stored runs start no command
+
     try:
         return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
     except FileNotFoundError as exc:
