@@ -7,9 +7,10 @@ import json
 import shutil
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+import msgspec
 
 from hpcprof.atomic import atomic_write
 from hpcprof.config import MAX_POINTS
@@ -26,8 +27,7 @@ if TYPE_CHECKING:  # plan/write import the models and the renderer when they run
     from hpcprof.store import Store
 
 
-@dataclass
-class Plan:
+class Plan(msgspec.Struct):
     """Every run of one submit, rendered in memory and validated."""
 
     sweep_id: str

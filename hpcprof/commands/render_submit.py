@@ -1,4 +1,7 @@
-"""`hpcprof render`, `submit` and `resubmit`: from an experiment (or ended runs) to submitted jobs."""
+"""`hpcprof render`, `submit` and `resubmit`: from an experiment (or ended runs) to submitted jobs.
+
+The campaign, the site configs and the renderer every one of them uses are imported with this module,
+when the command is resolved: start-up then ends with them (`hpcprof.__main__`)."""
 
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from hpcprof import campaign, jobstate
 from hpcprof.cli_options import (
     after_option,
     check_workdir,
@@ -22,7 +26,11 @@ from hpcprof.cli_options import (
     workdir_option,
 )
 from hpcprof.commands.common import console, open_store, show_states
+from hpcprof.config.site import find_site
 from hpcprof.errors import UserError
+from hpcprof.render.job import write_rendered
+from hpcprof.rundir import select_runs
+from hpcprof.schedulers import get_scheduler
 from hpcprof.workdirs import record_workdir
 
 if TYPE_CHECKING:
@@ -48,11 +56,6 @@ if TYPE_CHECKING:
 def render(experiment: Path, site_name: str, site_file: Path | None, overrides: tuple[str, ...],
            templates: Path | None, max_points: int, output: Path | None, force: bool) -> None:
     """Render the job script and rank wrapper of EXPERIMENT for a site, without submitting."""
-    from hpcprof import campaign
-    from hpcprof.config.site import find_site
-    from hpcprof.render.job import write_rendered
-    from hpcprof.schedulers import get_scheduler
-
     site = find_site(site_name, site_file)
     planned = campaign.plan(experiment, site, list(overrides), Path("hpcprof-runs"), templates, max_points,
                             out_dir=output)
@@ -85,8 +88,6 @@ def submit(experiment: Path, site_name: str, site_file: Path | None, overrides: 
            templates: Path | None, max_points: int, workdir: Path | None, db: str | None, dry_run: bool,
            wait: bool, as_array: bool, after: tuple[str, ...]) -> None:
     """Render EXPERIMENT (every sweep point) for a site and submit it."""
-    from hpcprof import campaign
-    from hpcprof.config.site import find_site
     from hpcprof.render.containers import check_runtimes
 
     site = find_site(site_name, site_file)
@@ -139,8 +140,6 @@ def launch(planned: Plan, run_dirs: list[RunDir], store: Store, foreground: bool
            wait_for: list[str], array: str | None) -> None:
     """Submit written runs: as one array job (`array`: its script), or one job per run (local
     runs in the foreground)."""
-    from hpcprof import campaign
-
     if array is not None:
         for run, job_id in zip(run_dirs, campaign.submit_array(planned, run_dirs, array, store, wait_for), strict=True):
             console.print(f"submitted {run.run_id} as {job_id} -> {run.path}", markup=False)
@@ -157,8 +156,6 @@ def launch(planned: Plan, run_dirs: list[RunDir], store: Store, foreground: bool
 
 def finish(run_dirs: list[RunDir], store: Store) -> None:
     """Wait for the runs, show their states; exit 1 unless all completed."""
-    from hpcprof import jobstate
-
     final = jobstate.wait(run_dirs, store)
     show_states(list(final.items()), "table")
     if any(s.state != "COMPLETED" for s in final.values()):
@@ -167,9 +164,6 @@ def finish(run_dirs: list[RunDir], store: Store) -> None:
 
 def after_jobs(refs: tuple[str, ...], workdir: Path, scheduler: str) -> list[str]:
     """The job ids of the runs named by --after (run ids, sweep ids or run directories)."""
-    from hpcprof import campaign
-    from hpcprof.rundir import select_runs
-
     campaign.check_after(scheduler, refs)
     return campaign.job_ids(select_runs(refs, workdir), scheduler) if refs else []
 
@@ -201,9 +195,6 @@ def submit_workdir(given: Path | None, site: SiteConfig, experiment: Path, overr
 def resubmit(refs: tuple[str, ...], workdir: Path, db: str | None, failed: bool, wait: bool) -> None:
     """Submit runs again as new runs (new run ids and directories, the same site and parameters),
     each linked to the run it replaces."""
-    from hpcprof import campaign, jobstate
-    from hpcprof.rundir import select_runs
-
     chosen = []
     for run, state in jobstate.current_states(select_runs(refs, workdir)).items():
         if not state.terminal and state.state != "NOT_SUBMITTED":

@@ -1,4 +1,5 @@
-"""`hpcprof sites` and `hpcprof sites init`."""
+"""`hpcprof sites` and `hpcprof sites init`: the site configs, imported with this module (start-up
+ends with them: `hpcprof.__main__`)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,10 @@ from pathlib import Path
 
 import click
 
-from hpcprof.errors import UserError
+from hpcprof.commands.common import console
+from hpcprof.config.site import available_sites, load_site_file, write_user_site
+from hpcprof.errors import UserError, warn
+from hpcprof.output import emit_rows
 
 
 @click.group(invoke_without_command=True)
@@ -15,10 +19,6 @@ def sites(ctx: click.Context) -> None:
     """List the available site configs (`sites init NAME` writes your own)."""
     if ctx.invoked_subcommand is not None:
         return
-    from hpcprof.config.site import available_sites, load_site_file
-    from hpcprof.errors import warn
-    from hpcprof.output import emit_rows
-
     rows = []
     for name, path in available_sites().items():
         try:
@@ -44,9 +44,6 @@ def sites(ctx: click.Context) -> None:
 def sites_init(name: str, venv_dir: Path, account: str | None, output: Path | None, force: bool) -> None:
     """Write your own site file from site NAME (a shipped one): its setup also activates --venv,
     and --account becomes its default account. `--site NAME` then finds yours first."""
-    from hpcprof.commands.common import console
-    from hpcprof.config.site import write_user_site
-
     path = write_user_site(name, venv_dir, account, output, force)
     console.print(f"wrote {path}; check it with `hpcprof doctor --site {name}`"
                   + ("" if output is None else f" --site-file {path}"), markup=False)

@@ -11,12 +11,12 @@ import stat
 import sys
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import jinja2
 import jinja2.sandbox
+import msgspec
 
 import hpcprof
 from hpcprof.atomic import WriteError, atomic_write, temp_path
@@ -107,8 +107,7 @@ def jinja_env(dirs: tuple[Path, ...]) -> jinja2.Environment:
     return env
 
 
-@dataclass
-class RenderedRun:
+class RenderedRun(msgspec.Struct):
     """The files of one run, rendered in memory (nothing written yet)."""
 
     run_id: str

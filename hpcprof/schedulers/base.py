@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from hpcprof.errors import UserError
 
@@ -26,8 +25,7 @@ PREEMPTED, UNKNOWN = "PREEMPTED", "UNKNOWN"
 TERMINAL = frozenset({COMPLETED, FAILED, CANCELLED, TIMEOUT, NODE_FAIL, OUT_OF_MEMORY, PREEMPTED})
 
 
-@dataclass(frozen=True)
-class JobState:
+class JobState(NamedTuple):
     """A job as the scheduler sees it."""
 
     state: str                   # one of the constants above
@@ -39,8 +37,7 @@ class JobState:
         return self.state in TERMINAL
 
 
-@dataclass(frozen=True)
-class Job:
+class Job(NamedTuple):
     """One submitted job: its scheduler id and the run directory it runs in."""
 
     id: str

@@ -8,11 +8,10 @@ imports a class on first use. Adding a scheduler (LSF, ...) is one module plus o
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 
-@dataclass(frozen=True)
-class SchedulerEntry:
+class SchedulerEntry(NamedTuple):
     """One scheduler: its class as "module:Class", and the dialect of its batch directives
     ("pbs": #PBS lines, "slurm": #SBATCH lines; None: no batch script) that hpcprof.config.directives
     checks values and rendered scripts against."""
