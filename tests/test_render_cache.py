@@ -5,10 +5,12 @@ directory that cannot be used never fails a render."""
 from __future__ import annotations
 
 import os
+import pwd
 import shutil
 import stat
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NoReturn
 
 import jinja2
 import pytest
@@ -144,6 +146,26 @@ def test_a_cache_directory_removed_mid_run_renders_all_the_same(tmp_path: Path,
     shutil.rmtree(tmp_path / "cache")
     assert render_point(point, site, Path("/lus/runs") / RUN_ID, RUN_ID, dirs).files == expected
     assert not (tmp_path / "cache").exists()
+
+
+def no_passwd_entry(uid: int) -> NoReturn:
+    raise KeyError(f"getpwuid(): uid not found: {uid}")
+
+
+def test_no_home_directory_means_no_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A relative $XDG_CACHE_HOME is ignored (XDG); with no home directory either, nothing is made in
+    the current directory."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative/cache")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    cache = compiled_templates_cache()
+    assert cache is not None and cache.directory == str(tmp_path / "home" / ".cache" / "hpcprof" / "templates")
+    monkeypatch.delenv("HOME")  # and a user id with no passwd entry (a container's arbitrary uid)
+    monkeypatch.setattr(pwd, "getpwuid", no_passwd_entry)
+    assert os.path.expanduser("~") == "~"
+    assert compiled_templates_cache() is None
+    render_files()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["home"]
 
 
 @pytest.mark.skipif(os.getuid() != 0, reason="needs root to give the cache directory to another user")

@@ -79,9 +79,13 @@ class CompiledTemplates(jinja2.FileSystemBytecodeCache):
 def compiled_templates_cache() -> CompiledTemplates | None:
     """The compiled templates' cache, $XDG_CACHE_HOME/hpcprof/templates (default
     ~/.cache/hpcprof/templates; made mode 0700, as it holds code that renders run), its entries
-    named for this Jinja and these environment options; None where that directory cannot be made
-    or is not this user's alone."""
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    named for this Jinja and these environment options; None where that directory cannot be made,
+    is not this user's alone, or is not absolute (no home directory: nothing is made in the current one)."""
+    cache = os.environ.get("XDG_CACHE_HOME", "")
+    if not os.path.isabs(cache):  # unset, or relative: XDG says to ignore it
+        cache = os.path.join(os.path.expanduser("~"), ".cache")
+    if not os.path.isabs(cache):
+        return None
     directory = os.path.join(cache, "hpcprof", "templates")
     try:
         os.makedirs(directory, mode=0o700, exist_ok=True)
