@@ -7,10 +7,12 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pandas as pd
 import pytest
 
 from hpcprof.analysis.trace import analyses as A
-from hpcprof.analysis.trace.load import TraceError, load_trace, load_traces
+from hpcprof.analysis.trace.load import TraceError, _factorize, load_trace, load_traces
 
 
 def write_trace(path: Path, events: list[dict[str, Any]], rank: int | None = None) -> Path:
@@ -207,3 +209,19 @@ def test_odd_stream_values_are_not_streams(tmp_path: Path) -> None:
     trace = load_trace(write_trace(tmp_path / "t.json", [launch(0, 2, 1), kernel(10, 10, 1),
                                                          launch(1, 1, 2), odd]))
     assert trace.gpu["correlation"].tolist() == [1]
+
+
+@pytest.mark.parametrize("values", [
+    [],
+    [None, None],
+    ["b", "a", None, "b", "ProfilerStep#3", "a"],
+    [1, "1", 1.0, True, None, 2, 2.5, False, 0, "x", 2.5],   # JSON's kinds: 1, 1.0 and True are one value, as in pandas
+    ["nccl:all_reduce"] * 50 + [None] * 3 + ["aten::mm", 7] * 20,
+])
+def test_factorize_equals_pandas_on_json_values(values: list[Any]) -> None:
+    """batch_columns' factorize (no pandas in scan_split's helpers) gives pd.factorize's codes and values."""
+    codes, uniques = _factorize(values)
+    expected_codes, expected_uniques = pd.factorize(np.array(values, dtype=object))
+    assert codes.dtype == np.int64 and codes.tolist() == expected_codes.tolist()
+    assert uniques.dtype == object and uniques.tolist() == expected_uniques.tolist()
+    assert [type(u) for u in uniques.tolist()] == [type(u) for u in expected_uniques.tolist()]

@@ -142,6 +142,18 @@ def _file_codes(codes: dict[Any, int], uniques: np.ndarray) -> np.ndarray:
     return np.array([codes.setdefault(u, len(codes)) for u in uniques.tolist()] + [-1], dtype=np.int64)
 
 
+def _factorize(values: list[Any]) -> tuple[np.ndarray, np.ndarray]:
+    """pd.factorize of JSON values (codes in order of first appearance, None -1; the distinct
+    values) without pandas: batch_columns runs in scan_split's helper processes, where pandas'
+    machinery would copy ~2 MB of the pages each inherited (benchmarks/trace_helpers.py)."""
+    seen: dict[Any, int] = {}
+    codes = np.fromiter((-1 if v is None else seen.setdefault(v, len(seen)) for v in values), dtype=np.int64,
+                        count=len(values))
+    uniques = np.empty(len(seen), dtype=object)
+    uniques[:] = list(seen)
+    return codes, uniques
+
+
 def _str_index(values: np.ndarray) -> pd.Index:
     return pd.Index([v if isinstance(v, str) else str(v) for v in values], dtype=object)
 
@@ -241,13 +253,13 @@ def batch_columns(events: list[Event]) -> BatchColumns | None:
     stream = _int_column([a.stream for a in args])
     corr = _int_column([a.correlation for a in args])
     del args
-    name_codes, uniques = pd.factorize(np.array([e.name for e in events], dtype=object))
-    names = _str_index(uniques)
-    step_name = np.append(names.str.contains("ProfilerStep", regex=False), False)[name_codes]
-    sync_name = np.append(names.isin(SYNC_NAMES), False)[name_codes]  # code -1 (no name): False
+    name_codes, uniques = _factorize([e.name for e in events])
+    names = [v if isinstance(v, str) else str(v) for v in uniques.tolist()]
+    step_name = np.array([*("ProfilerStep" in n for n in names), False])[name_codes]
+    sync_name = np.array([*(n in SYNC_NAMES for n in names), False])[name_codes]  # code -1 (no name): False
     idx = np.flatnonzero((stream != -1) | (corr != -1) | step_name | sync_name)
     chosen = [events[i] for i in idx.tolist()]
-    cat_codes, cats = pd.factorize(np.array([e.cat for e in chosen], dtype=object))
+    cat_codes, cats = _factorize([e.cat for e in chosen])
     return BatchColumns(len(events), first_ts, ts_is_float, uniques, cats,
                         np.array([e.ts for e in chosen], dtype=np.float64),
                         np.array([e.dur for e in chosen], dtype=np.float64),
