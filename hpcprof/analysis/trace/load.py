@@ -145,7 +145,7 @@ def _file_codes(codes: dict[Any, int], uniques: np.ndarray) -> np.ndarray:
 def _factorize(values: list[Any]) -> tuple[np.ndarray, np.ndarray]:
     """pd.factorize of JSON values (codes in order of first appearance, None -1; the distinct
     values) without pandas: batch_columns runs in scan_split's helper processes, where pandas'
-    machinery would copy ~2 MB of the pages each inherited (benchmarks/trace_helpers.py)."""
+    machinery copied ~1.6 MiB of the pages each inherited (benchmarks/gpu/trace_factorize_ab.py)."""
     seen: dict[Any, int] = {}
     codes = np.fromiter((-1 if v is None else seen.setdefault(v, len(seen)) for v in values), dtype=np.int64,
                         count=len(values))
