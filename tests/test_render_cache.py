@@ -168,7 +168,7 @@ def test_no_home_directory_means_no_cache(tmp_path: Path, monkeypatch: pytest.Mo
     assert sorted(p.name for p in tmp_path.iterdir()) == ["home"]
 
 
-@pytest.mark.skipif(os.getuid() != 0, reason="needs root to give the cache directory to another user")
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give the cache directory to another user")
 def test_a_cache_directory_of_another_user_is_not_used(tmp_path: Path) -> None:
     directory = cache_dir(tmp_path)
     directory.mkdir(parents=True, mode=0o700)
