@@ -108,8 +108,8 @@ print(json.dumps(seen), file=sys.stderr)
 
 def test_the_program_freezes_what_start_up_made_and_collects_for_the_command(tmp_path: Path) -> None:
     """`hpcprof` (hpcprof.__main__) pauses the cyclic collector while it starts; once the command is
-    resolved the objects made so far are frozen and the collector runs for the command's own work
-    (collect's tables are freed by it as before)."""
+    resolved the objects made so far are frozen and the collector runs again for the command's own
+    work (its garbage collected as before)."""
     proc = subprocess.run([sys.executable, "-c", PROBE, "sites"], cwd=tmp_path, capture_output=True, text=True,
                           timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr
