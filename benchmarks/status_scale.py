@@ -61,7 +61,9 @@ def timed_status(env: dict[str, str], cwd: Path, log: Path, fmt: str = "json") -
     log.write_text("")
     counted = cwd / "instructions.txt"
     perf = shutil.which("perf")
-    prefix = (perf, "stat", "-x,", "-e", "instructions:u", "-o", str(counted), "--") if perf else ()
+    # perf puts its own directories (/usr/bin for /usr/bin/perf) before PATH: the command gets the shim's PATH back
+    prefix = (perf, "stat", "-x,", "-e", "instructions:u", "-o", str(counted), "--", "env", f"PATH={env['PATH']}") \
+        if perf else ()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     proc = hpcprof({**env, "QUERY_LOG": str(log)}, cwd, "status", "--format", fmt, prefix=prefix)  # jobs' calls not logged
