@@ -7,11 +7,17 @@ def main() -> None:
     """Run the command line in a process of its own. Its start-up (click, the command's modules and
     their libraries) makes objects that live as long as the process: the cyclic collector is paused
     until the command is resolved, then they are frozen (`hpcprof.cli.LazyGroup.resolve_command`),
-    so that neither start-up nor the collections at exit traverse them."""
+    so that the collections of the command's work do not traverse them. When the command ends, so
+    does the process: everything is frozen then, so that the interpreter's collections at exit skip
+    what the OS frees anyway (exit handlers still run, and objects still go as their last reference
+    does; only garbage cycles left uncollected at exit are not finalized, as Python never promises)."""
     gc.disable()
     from hpcprof.cli import main as command_line
 
-    command_line()
+    try:
+        command_line()
+    finally:
+        gc.freeze()
 
 
 if __name__ == "__main__":  # not when mpi4py.futures workers import the main module
