@@ -154,8 +154,13 @@ def _factorize(values: list[Any]) -> tuple[np.ndarray, np.ndarray]:
     return codes, uniques
 
 
+def _as_text(values: Iterable[Any]) -> list[str]:
+    """Names and categories as text (a JSON number or true as its str)."""
+    return [v if isinstance(v, str) else str(v) for v in values]
+
+
 def _str_index(values: np.ndarray) -> pd.Index:
-    return pd.Index([v if isinstance(v, str) else str(v) for v in values], dtype=object)
+    return pd.Index(_as_text(values), dtype=object)
 
 
 def peek_rank(path: Path) -> int | None:
@@ -254,7 +259,7 @@ def batch_columns(events: list[Event]) -> BatchColumns | None:
     corr = _int_column([a.correlation for a in args])
     del args
     name_codes, uniques = _factorize([e.name for e in events])
-    names = [v if isinstance(v, str) else str(v) for v in uniques.tolist()]
+    names = _as_text(uniques.tolist())
     step_name = np.array([*("ProfilerStep" in n for n in names), False])[name_codes]
     sync_name = np.array([*(n in SYNC_NAMES for n in names), False])[name_codes]  # code -1 (no name): False
     idx = np.flatnonzero((stream != -1) | (corr != -1) | step_name | sync_name)
