@@ -59,7 +59,7 @@ NEEDED = {"CUPTI_ACTIVITY_KIND_KERNEL": ["start", "end", "deviceId", "streamId",
 def floor(path: Path) -> int:
     """Open the export and read every needed column once as Arrow batches (ADBC); the number of
     values read."""
-    from hpcprof.analysis.nsys.db import Export
+    from hpcprof.analysis.nsys_stats.db import Export
 
     values = 0
     with Export(path) as export:
@@ -177,7 +177,7 @@ def reduce_share(task: list[Path], work: Path, files: int, workers: int = 2) -> 
     Parquet piece per table, then the pieces of each table are joined); the cross-rank reduce,
     once per run, is left out."""
     from hpcprof.collect import runs
-    from hpcprof.collect.engine import concat_pieces
+    from hpcprof.pool import concat_pieces
     from hpcprof.results import table_path
 
     parts = work / "reduce-parts"

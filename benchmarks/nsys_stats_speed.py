@@ -144,9 +144,9 @@ def measure(cmd: list[str], cwd: Path, env: dict[str, str] | None = None) -> Run
 
 def reports_in_process(db: Path) -> float:
     """Seconds hpcprof spends on the reports and their CSV text once imported (what the CLI does)."""
-    from hpcprof.analysis.nsys.db import Export
-    from hpcprof.analysis.nsys.stats import run_reports
-    from hpcprof.analysis.nsys.table import write_csv
+    from hpcprof.analysis.nsys_stats.db import Export
+    from hpcprof.analysis.nsys_stats.stats import run_reports
+    from hpcprof.analysis.nsys_stats.table import write_csv
 
     t0 = time.perf_counter()
     with Export(db) as export:
@@ -188,12 +188,12 @@ ENGINE_REPORTS = NEW_NAMES + ["cuda_gpu_kern_gb_sum"]
 def engine_in_process(engine: str, db: Path) -> str:
     """Seconds one engine spends importing itself, then on the reports and their CSV text."""
     t0 = time.perf_counter()
-    from hpcprof.analysis.nsys import stats
-    from hpcprof.analysis.nsys.table import write_csv
+    from hpcprof.analysis.nsys_stats import stats
+    from hpcprof.analysis.nsys_stats.table import write_csv
 
     if engine == "columnar":
-        import hpcprof.analysis.nsys.reports  # noqa: F401  (the columnar engine's imports)
-        from hpcprof.analysis.nsys.db import Export
+        import hpcprof.analysis.nsys_stats.reports  # noqa: F401  (the columnar engine's imports)
+        from hpcprof.analysis.nsys_stats.db import Export
     t1 = time.perf_counter()
     if engine == "columnar":
         with Export(db) as export:
@@ -301,7 +301,7 @@ def main() -> None:
     ns_cmd = [args.nsys, "stats", "--report", ",".join(REPORTS), "--format", "csv", "--output", str(work / "nsys"),
               "--force-overwrite", "true", str(db)]
     # interpreter + the CLI + the columnar engine's imports (what a large export pays before reading)
-    help_cmd = [sys.executable, "-c", "import hpcprof.cli, hpcprof.analysis.nsys.cli, hpcprof.analysis.nsys.reports"]
+    help_cmd = [sys.executable, "-c", "import hpcprof.cli, hpcprof.analysis.nsys.cli, hpcprof.analysis.nsys_stats.reports"]
     pass_cmd = [sys.executable, "-c", "pass"]
     measure(hp_cmd(REPORTS, "cached"), work, cache_env)          # writes the export's columnar cache
     runs: dict[str, list[Run]] = defaultdict(list)
@@ -355,7 +355,7 @@ def main() -> None:
               f"{hp / fl:5.2f}x  {'met' if met[-1] else 'missed':6s}  {hp / (scan[key] + pass_s):23.2f}x  "
               f"{cpu[f'hp {key}']:8.2f} / {scan_cpu[key] + cpu['startup']:.2f} = "
               f"{cpu[f'hp {key}'] / (scan_cpu[key] + cpu['startup']):.2f}x")
-    from hpcprof.analysis.nsys.cache import cache_dir  # here: the engines' children time their own imports
+    from hpcprof.analysis.nsys_stats.cache import cache_dir  # here: the engines' children time their own imports
 
     cached = best["cached"]
     print(f"cached (second run, the export's columnar cache): all {len(REPORTS)} {cached:.2f} s = start-up + "

@@ -124,7 +124,7 @@ CORES_DRIVER = r"""
 import json, os, pathlib, sys, tempfile, time
 from hpcprof.analysis.trace.critical_path import load_events
 from hpcprof.collect import map_files
-from hpcprof.collect.engine import make_executor
+from hpcprof.pool import make_executor
 from hpcprof.collect.runs import _worker_modules
 files = sorted(p for p in pathlib.Path(sys.argv[1]).iterdir() if p.name.endswith((".json", ".json.gz")))
 result = {}

@@ -135,7 +135,7 @@ def load_traces(paths: PathLike | Iterable[PathLike], ranks: Sequence[int] | Non
 
 def nsys_reports() -> list[str]:
     """The `nsys stats` reports hpcprof computes (names as nsys spells them)."""
-    from hpcprof.analysis.nsys.stats import REPORTS
+    from hpcprof.analysis.nsys_stats.stats import REPORTS
 
     return sorted(REPORTS)
 
@@ -143,8 +143,8 @@ def nsys_reports() -> list[str]:
 def nsys_report(export: PathLike, name: str) -> pd.DataFrame:
     """One `nsys stats` report (e.g. cuda_gpu_kern_sum) of an nsys SQLite export, as nsys
     computes it (`hpcprof nsys stats`)."""
-    from hpcprof.analysis.nsys.db import Export
-    from hpcprof.analysis.nsys.stats import REPORTS, run_report
+    from hpcprof.analysis.nsys_stats.db import Export
+    from hpcprof.analysis.nsys_stats.stats import REPORTS, run_report
 
     if name not in REPORTS:
         raise UserError(f"nsys report {name!r}: unknown; known: {', '.join(nsys_reports())}")

@@ -13,7 +13,7 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from hpcprof.collect.engine import (
+from hpcprof.pool import (
     BundleRows,
     Compacting,
     DamagedBundle,

@@ -100,7 +100,7 @@ from pathlib import Path
 sys.path.insert(0, sys.argv[1])
 from hpcprof.analysis import registry
 from hpcprof.collect import map_files, reduce_parts
-from hpcprof.collect.engine import make_executor
+from hpcprof.pool import make_executor
 from hpcprof.results import read_table
 
 run, case, workers = Path(sys.argv[2]), sys.argv[3], int(sys.argv[4])

@@ -23,7 +23,7 @@ from hpcprof.analysis import critical_path as core
 from hpcprof.analysis.nsys import collect as nsys_collect
 from hpcprof.analysis.nsys import critical_path as nsys_cp
 from hpcprof.analysis.nsys import distributed as dist
-from hpcprof.analysis.nsys.db import Export
+from hpcprof.analysis.nsys_stats.db import Export
 from hpcprof.analysis.trace import collect as trace_collect
 from hpcprof.analysis.trace import critical_path as trace_cp
 from hpcprof.cli import main

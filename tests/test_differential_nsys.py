@@ -28,10 +28,10 @@ from pathlib import Path
 
 import pytest
 
-from hpcprof.analysis.nsys.db import Export
-from hpcprof.analysis.nsys.schema import MissingData
-from hpcprof.analysis.nsys.stats import PYTHON_REPORTS, run_python_reports, run_table
-from hpcprof.analysis.nsys.table import Table, write_csv
+from hpcprof.analysis.nsys_stats.db import Export
+from hpcprof.analysis.nsys_stats.schema import MissingData
+from hpcprof.analysis.nsys_stats.stats import PYTHON_REPORTS, run_python_reports, run_table
+from hpcprof.analysis.nsys_stats.table import Table, write_csv
 
 sys.path.insert(0, str(Path(__file__).parent / "differential"))
 from nsys_exports import PROJECTION_SEEDS, TIE_SEEDS, derive  # noqa: E402

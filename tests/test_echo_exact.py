@@ -105,7 +105,7 @@ def test_collect_rule_from_the_experiment(repo: Path, exports: dict[str, Path]) 
     """`analysis.slowdown_match` picks collect's table: Echo's rows (rank, device in front) or
     hpcprof's, each with the `match` column naming the rule."""
     from hpcprof.analysis.nsys import distributed as dist
-    from hpcprof.analysis.nsys.db import Export
+    from hpcprof.analysis.nsys_stats.db import Export
     from hpcprof.config.experiment import Experiment
     from hpcprof.errors import UserError
     from hpcprof.models import validate

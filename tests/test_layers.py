@@ -21,8 +21,8 @@ import hpcprof
 #: rooms, bottom first; a room is a module or package prefix (the longest prefix names a module's room)
 LAYERS: list[list[str]] = [
     ["hpcprof", "hpcprof.errors", "hpcprof.lazy", "hpcprof.ranks", "hpcprof.resources", "hpcprof.atomic", "hpcprof.cpus",
-     "hpcprof.models", "hpcprof.schedulers.registry",
-     "hpcprof.output", "hpcprof.results", "hpcprof.workdirs", "hpcprof.collect.engine"],
+     "hpcprof.models",
+     "hpcprof.output", "hpcprof.results", "hpcprof.workdirs", "hpcprof.pool"],
     ["hpcprof.workloads"],
     ["hpcprof.config"],
     ["hpcprof.rundir"],
@@ -143,7 +143,7 @@ def test_the_rule_catches_an_upward_edge() -> None:
     """The checker itself: an analysis importing the collect orchestration is upward, one using
     collect's engine is not, and every module of hpcprof/ has a room."""
     assert LEVEL[room_of("hpcprof.collect.runs")] > LEVEL[room_of("hpcprof.analysis.nsys.cli")]
-    assert LEVEL[room_of("hpcprof.collect.engine")] < LEVEL[room_of("hpcprof.analysis.nsys.cli")]
+    assert LEVEL[room_of("hpcprof.pool")] < LEVEL[room_of("hpcprof.analysis.nsys.cli")]
     assert room_of("hpcprof.analysis.nsys.echo") == "hpcprof.analysis"
     for path in ROOT.rglob("*.py"):
         room_of(module_name(path))

@@ -1,4 +1,4 @@
-"""The columnar cache of an nsys export's reads (hpcprof/analysis/nsys/cache.py): a second analysis
+"""The columnar cache of an nsys export's reads (hpcprof/analysis/nsys_stats/cache.py): a second analysis
 reads the cache and gives the same tables; a changed export empties it; a damaged file is read again."""
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from hpcprof.analysis.nsys import cache, db, stats
-from hpcprof.analysis.nsys.cache import cache_dir
 from hpcprof.analysis.nsys.collect import analyse_file
-from hpcprof.analysis.nsys.db import Export
-from hpcprof.analysis.nsys.schema import MissingData
-from hpcprof.analysis.nsys.stats import REPORTS, SUMMARY_REPORTS, run_report, run_table
-from hpcprof.analysis.nsys.table import write_csv
+from hpcprof.analysis.nsys_stats import cache, db, stats
+from hpcprof.analysis.nsys_stats.cache import cache_dir
+from hpcprof.analysis.nsys_stats.db import Export
+from hpcprof.analysis.nsys_stats.schema import MissingData
+from hpcprof.analysis.nsys_stats.stats import REPORTS, SUMMARY_REPORTS, run_report, run_table
+from hpcprof.analysis.nsys_stats.table import write_csv
 
 SEQPAR = Path("nsys") / "h200_seqpar_bf16"
 

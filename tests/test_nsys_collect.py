@@ -229,9 +229,9 @@ def test_nvtx_ranges_of_many_exports_equal_each_alone(fixtures_dir: Path, tmp_pa
     own."""
     import numpy as np
 
-    from hpcprof.analysis.nsys.db import Export
-    from hpcprof.analysis.nsys.loaders import nvtx_range_columns, nvtx_range_columns_of
-    from hpcprof.analysis.nsys.schema import NVTX_PUSHPOP, NVTX_STARTEND, OLD
+    from hpcprof.analysis.nsys_stats.db import Export
+    from hpcprof.analysis.nsys_stats.loaders import nvtx_range_columns, nvtx_range_columns_of
+    from hpcprof.analysis.nsys_stats.schema import NVTX_PUSHPOP, NVTX_STARTEND, OLD
 
     seqpar = fixtures_dir / "nsys" / "h200_seqpar_bf16" / "rank0.sqlite"
     domain_row = "(SELECT min(rowid) FROM NVTX_EVENTS WHERE eventType = 75)"
@@ -309,10 +309,10 @@ def test_summaries_of_many_exports_equal_the_columnar_engine_on_each(fixtures_di
 
     import numpy as np
 
-    from hpcprof.analysis.nsys.db import Export
-    from hpcprof.analysis.nsys.schema import MissingData, NsysInputError
-    from hpcprof.analysis.nsys.stats import SUMMARY_REPORTS, run_table
-    from hpcprof.analysis.nsys.summaries import summaries_of
+    from hpcprof.analysis.nsys_stats.db import Export
+    from hpcprof.analysis.nsys_stats.schema import MissingData, NsysInputError
+    from hpcprof.analysis.nsys_stats.stats import SUMMARY_REPORTS, run_table
+    from hpcprof.analysis.nsys_stats.summaries import summaries_of
 
     sys.path.insert(0, str(Path(__file__).parent / "differential"))
     from nsys_exports import PROJECTION_SEEDS, TIE_SEEDS, derive

@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hpcprof.analysis.nsys import distributed as dist
-from hpcprof.analysis.nsys.db import Export
+from hpcprof.analysis.nsys_stats.db import Export
 from hpcprof.cli import main
 
 ALLGATHER = {0: 37_409_145, 1: 942_620}          # rank -> total ns of the 5 all-gather kernels

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from hpcprof.analysis.nsys.db import Export, NsysInputError
+from hpcprof.analysis.nsys_stats.db import Export, NsysInputError
 from hpcprof.cli import main
 
 

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-import hpcprof.analysis.nsys.db as nsys_db
-from hpcprof.analysis.nsys import reports
-from hpcprof.analysis.nsys.db import Export
-from hpcprof.analysis.nsys.loaders import nvtx_groups_packed
-from hpcprof.analysis.nsys.schema import NVTX_PUSHPOP, NVTX_STARTEND, OLD, RUNTIME
-from hpcprof.analysis.nsys.stats import run_reports
-from hpcprof.analysis.nsys.table import write_csv
+import hpcprof.analysis.nsys_stats.db as nsys_db
+from hpcprof.analysis.nsys_stats import reports
+from hpcprof.analysis.nsys_stats.db import Export
+from hpcprof.analysis.nsys_stats.loaders import nvtx_groups_packed
+from hpcprof.analysis.nsys_stats.schema import NVTX_PUSHPOP, NVTX_STARTEND, OLD, RUNTIME
+from hpcprof.analysis.nsys_stats.stats import run_reports
+from hpcprof.analysis.nsys_stats.table import write_csv
 
 FIXTURES = ["fuser_report1_nsys2024.6.2", "fuser_report1_nsys2025.1.1", "nsysai_h100_2gpu_1s",
             "nsysai_mfu_2gpu_after", "nsysai_mfu_2gpu_before", "nsysai_mock", "h200_seqpar_bf16/rank0"]

@@ -15,7 +15,7 @@ import pytest
 
 from hpcprof.analysis.nsys import critical_path as cp
 from hpcprof.analysis.nsys import distributed as dist
-from hpcprof.analysis.nsys.db import Export
+from hpcprof.analysis.nsys_stats.db import Export
 
 SEQPAR = Path("nsys") / "h200_seqpar_bf16"
 COPIES = 250                 # 2,500 NCCL kernels (10 a copy)

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from hpcprof.analysis.nsys import numerics
-from hpcprof.analysis.nsys.stats import PYTHON_REPORTS, SPECS, implementation
+from hpcprof.analysis.nsys_stats import numerics
+from hpcprof.analysis.nsys_stats.stats import PYTHON_REPORTS, SPECS, implementation
 from hpcprof.cli import main
 
 SIX = "gpukernsum,cudaapisum,gpumemtimesum,gpumemsizesum,nvtxsum,osrtsum"

@@ -13,12 +13,12 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from hpcprof.analysis.nsys.db import Export, pid_of, process_of, tid_of
-from hpcprof.analysis.nsys.loaders import clean_api_names
-from hpcprof.analysis.nsys.numerics import exact_round1_array, sqlite_round1_array
-from hpcprof.analysis.nsys.schema import MissingData
-from hpcprof.analysis.nsys.stats import REPORTS, run_report
-from hpcprof.analysis.nsys.table import write_csv
+from hpcprof.analysis.nsys_stats.db import Export, pid_of, process_of, tid_of
+from hpcprof.analysis.nsys_stats.loaders import clean_api_names
+from hpcprof.analysis.nsys_stats.numerics import exact_round1_array, sqlite_round1_array
+from hpcprof.analysis.nsys_stats.schema import MissingData
+from hpcprof.analysis.nsys_stats.stats import REPORTS, run_report
+from hpcprof.analysis.nsys_stats.table import write_csv
 from hpcprof.cli import main
 
 NSYS = "nsys"

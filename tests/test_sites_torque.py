@@ -13,17 +13,17 @@ from hpcprof_cli import hpcprof
 from slurm_cluster import poll
 
 from hpcprof.config.directives import check_rendered
+from hpcprof.config.schedulers import REGISTRY, SCHEDULER_NAMES
 from hpcprof.config.site import SiteConfig, load_site_file
 from hpcprof.errors import UserError
 from hpcprof.models import validate
 from hpcprof.render.launchers import launch_argv
 from hpcprof.schedulers import get_scheduler
-from hpcprof.schedulers.registry import REGISTRY, SCHEDULER_NAMES
 
 REPO = Path(__file__).resolve().parents[1]
 HELLO = REPO / "examples" / "command_hello.yaml"
 TORQUE_SITE = REPO / "site_configs" / "torque-local.yaml"
-#: the directive prefix of each dialect (hpcprof.schedulers.registry), as the scheduler classes write it
+#: the directive prefix of each dialect (hpcprof.config.schedulers), as the scheduler classes write it
 PREFIX = {"pbs": "#PBS", "slurm": "#SBATCH", None: None}
 
 

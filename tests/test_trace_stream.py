@@ -261,7 +261,7 @@ def test_collect_decodes_a_trace_on_the_cores_the_files_leave(fixtures_dir: Path
 
     from hpcprof.analysis.registry import collector
     from hpcprof.analysis.trace import collect, load
-    from hpcprof.collect.engine import InProcess, cores_per_file, worker_context
+    from hpcprof.pool import InProcess, cores_per_file, worker_context
     from hpcprof.results import to_arrow
 
     monkeypatch.setattr(load, "SPLIT_BATCH_BYTES", 1 << 16)
@@ -293,8 +293,8 @@ def test_collect_gives_each_trace_its_share_of_the_workers(fixtures_dir: Path, t
     from concurrent.futures import Future, ProcessPoolExecutor
 
     from hpcprof.collect import InProcess, map_files
-    from hpcprof.collect.engine import worker_context
     from hpcprof.collect.runs import _parts_dir, read_bundle
+    from hpcprof.pool import worker_context
 
     class Recording(ProcessPoolExecutor):
         """A process pool that keeps the arguments of each task submitted."""

@@ -17,7 +17,7 @@ from differential.hta_reference import hta_trace_analysis
 from hpcprof.analysis.nsys import distributed as dist
 from hpcprof.analysis.nsys import window as win
 from hpcprof.analysis.nsys.collect import NsysCollector, analyse_file
-from hpcprof.analysis.nsys.db import Export
+from hpcprof.analysis.nsys_stats.db import Export
 from hpcprof.analysis.summary import nsys_metrics, tables_of, torch_metrics
 from hpcprof.analysis.trace.collect import analyse_file as trace_file
 from hpcprof.results import write_table

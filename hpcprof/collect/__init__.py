@@ -2,7 +2,7 @@
 runs) and `runs` (one run's orchestration: its files, its tool's ToolCollector, the store).
 
 The names callers use are re-exported here, each imported when first used, so that importing
-`hpcprof.collect.engine` (as the nsys commands do) does not import the run machinery."""
+`hpcprof.pool` (as the nsys commands do) does not import the run machinery."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 #: name -> the module that defines it
 EXPORTS = {
     **dict.fromkeys(["InProcess", "Progress", "concat_frames", "concat_parts", "make_executor", "stream_map"],
-                    "hpcprof.collect.engine"),
+                    "hpcprof.pool"),
     **dict.fromkeys(["EXIT_PARTIAL", "Collected", "collect_run", "collect_runs", "manifest", "map_files",
                      "rank_files", "reduce_parts", "workload_tables"], "hpcprof.collect.runs"),
 }

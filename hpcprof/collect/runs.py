@@ -1,4 +1,4 @@
-"""Collect finished runs, one run at a time (the engine it runs on is hpcprof.collect.engine):
+"""Collect finished runs, one run at a time (the engine it runs on is hpcprof.pool):
 workload results, a manifest of logs and profiles, and each profile tool's analysis, into
 `results/<table>.parquet` (hpcprof.results) and the run's typed summary in the campaign store.
 Collecting twice changes nothing.
@@ -36,7 +36,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from hpcprof.atomic import atomic_write, remove_stale_temps, temp_path
-from hpcprof.collect.engine import (
+from hpcprof.errors import Problem, UserError, WorkerDied
+from hpcprof.pool import (
     BundleRows,
     DamagedBundle,
     InProcess,
@@ -52,7 +53,6 @@ from hpcprof.collect.engine import (
     stream_map,
     write_bundle,
 )
-from hpcprof.errors import Problem, UserError, WorkerDied
 from hpcprof.ranks import rank_from_filename
 from hpcprof.results import ResultError, check_name, forget_headline, write_headline, write_table
 from hpcprof.rundir import RunDir, sweep_of

@@ -12,11 +12,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from hpcprof.config.schedulers import dialect
 from hpcprof.errors import UserError
-from hpcprof.schedulers.registry import dialect
 
 NAME = r"[A-Za-z0-9_.\-]+"
-#: directive dialect (hpcprof.schedulers.registry: pbs for PBS Pro and Torque, slurm) -> field ->
+#: directive dialect (hpcprof.config.schedulers: pbs for PBS Pro and Torque, slurm) -> field ->
 #: (pattern, example); fields not listed are not rendered by that dialect's schedulers.
 FIELDS: dict[str, dict[str, tuple[str, str]]] = {
     "pbs": {

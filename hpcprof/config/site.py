@@ -17,11 +17,11 @@ from msgspec import Meta
 
 from hpcprof.config.container import ContainerConfig, KubernetesConfig
 from hpcprof.config.directives import check_fields, walltime_seconds
+from hpcprof.config.schedulers import SCHEDULER_NAMES
 from hpcprof.config.validation import load_yaml
 from hpcprof.errors import UserError, expand_home, shorten
 from hpcprof.models import FieldError, Model, dump, matching, run_checks, validate
 from hpcprof.resources import site_config_dir
-from hpcprof.schedulers.registry import SCHEDULER_NAMES
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 #: a site config's `name:`
@@ -235,7 +235,7 @@ class SiteConfig(Model, kw_only=True):
 
     name: str
     description: str = ""
-    scheduler: str                      # a name of hpcprof.schedulers.registry (local, slurm, pbs, torque, ...)
+    scheduler: str                      # a name of hpcprof.config.schedulers (local, slurm, pbs, torque, ...)
     launcher: Launcher
     defaults: Defaults = msgspec.field(default_factory=Defaults)
     node: NodeShape = msgspec.field(default_factory=NodeShape)
@@ -269,7 +269,7 @@ class SiteConfig(Model, kw_only=True):
 
 
 def check_scheduler(value: str) -> None:
-    """A name of hpcprof.schedulers.registry."""
+    """A name of hpcprof.config.schedulers."""
     if value not in SCHEDULER_NAMES:
         raise ValueError(f"{value!r} is not a scheduler; use one of {', '.join(SCHEDULER_NAMES)}")
 

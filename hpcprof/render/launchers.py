@@ -11,10 +11,10 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from hpcprof.config.schedulers import dialect
 from hpcprof.config.site import SiteConfig
 from hpcprof.errors import UserError
 from hpcprof.render.quoting import Raw
-from hpcprof.schedulers.registry import dialect
 
 #: site `binding.cpu_bind` words every launcher knows -> each launcher's own spelling
 BIND_WORDS: dict[str, dict[str, str]] = {

@@ -1,13 +1,13 @@
 """Schedulers by name (site config `scheduler:`): local, slurm, pbs (PBS Pro, OpenPBS), torque, kubernetes.
 
-The names and classes are listed once, in hpcprof.schedulers.registry."""
+The names and classes are listed once, in hpcprof.config.schedulers."""
 
 from __future__ import annotations
 
 import importlib
 from typing import TYPE_CHECKING
 
-from hpcprof.schedulers.registry import REGISTRY, SCHEDULER_NAMES
+from hpcprof.config.schedulers import REGISTRY, SCHEDULER_NAMES
 
 if TYPE_CHECKING:
     from hpcprof.schedulers.base import Scheduler

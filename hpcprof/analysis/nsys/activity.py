@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from hpcprof.analysis.nsys.arrays import filled
-from hpcprof.analysis.nsys.db import KERNEL, MEMCPY, MEMSET, RUNTIME, Export, NsysInputError, pid_of, process_of
-from hpcprof.analysis.nsys.loaders import API_ACTIVITY, KERNEL_ACTIVITY, api_calls, kernels
+from hpcprof.analysis.nsys_stats.arrays import filled
+from hpcprof.analysis.nsys_stats.db import KERNEL, MEMCPY, MEMSET, RUNTIME, Export, NsysInputError, pid_of, process_of
+from hpcprof.analysis.nsys_stats.loaders import API_ACTIVITY, KERNEL_ACTIVITY, api_calls, kernels
 from hpcprof.ranks import rank_from_filename
 
 

@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import click
 
-from hpcprof.analysis.nsys.schema import MissingData, NsysInputError
-from hpcprof.analysis.nsys.stats import PYTHON_REPORTS, REPORTS, SMALL_EXPORT_BYTES, run_python_reports
-from hpcprof.analysis.nsys.table import Table, write_csv
+from hpcprof.analysis.nsys_stats.schema import MissingData, NsysInputError
+from hpcprof.analysis.nsys_stats.stats import PYTHON_REPORTS, REPORTS, SMALL_EXPORT_BYTES, run_python_reports
+from hpcprof.analysis.nsys_stats.table import Table, write_csv
 from hpcprof.cli_options import files_argument, output_file_option, rank_map_option
 from hpcprof.errors import FiniteRange, UserError
 from hpcprof.lazy import LazyModule
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from hpcprof.analysis.nsys import distributed as dist
-    from hpcprof.analysis.nsys.db import Export
+    from hpcprof.analysis.nsys_stats.db import Export
 else:
     dist = LazyModule("hpcprof.analysis.nsys.distributed")   # SQLAlchemy and the analyses: imported when used
 
@@ -52,7 +52,7 @@ def open_exports(paths: list[Path], stack: ExitStack, gpu: bool = True) -> tuple
     import subprocess
     import tempfile
 
-    from hpcprof.analysis.nsys.db import Export
+    from hpcprof.analysis.nsys_stats.db import Export
 
     exports: list[Export] = []
     failures = 0
@@ -201,7 +201,7 @@ def stats_cmd(files: tuple[Path, ...], reports: str, fmt: str, prefix: str | Non
         if _python_engine(engine, names, fmt, files):
             results = _python_results(files, names)
         else:
-            from hpcprof.analysis.nsys.stats import run_reports
+            from hpcprof.analysis.nsys_stats.stats import run_reports
 
             exports, failures = open_exports(list(files), stack, gpu=False)
             results = ((export.path, run_reports(export, names, frames=fmt != "csv")) for export in exports)
@@ -420,7 +420,7 @@ def _per_file_result(exports: list[Export], mapping: dict[str, int], func: Calla
     reported; with one export, its result is kept in the export's cache as `key` (cache.py: only
     large exports, by this code, dropped when the export changes) and read back the next time,
     unless some part of the export failed."""
-    from hpcprof.analysis.nsys.cache import frame_document, frame_from_document
+    from hpcprof.analysis.nsys_stats.cache import frame_document, frame_from_document
 
     failures = 0
 
@@ -448,7 +448,7 @@ def _analyse_one_at_a_time(files: tuple[Path, ...], ranks: list[int], func: Call
     and one rank's activity in memory at a time; each file's result kept in its cache as
     `_per_file_result` does), the results concatenated as they stream in, then `across_ranks`
     over them. Returns (the table or None when no file could be used, failures)."""
-    from hpcprof.collect.engine import InProcess, concat_frames, stream_map
+    from hpcprof.pool import InProcess, concat_frames, stream_map
 
     failures = 0
 
@@ -534,4 +534,4 @@ def critical_path_cmd(files: tuple[Path, ...], rank_map: str | None, iteration_r
 
     _run_analysis(files, rank_map, fmt, output, "critical-path", per_file, across_ranks=across_ranks,
                   note=said_when_none, options=f"iteration_range={iteration_range!r} segments={segments}")
-nsys.add_command(LazyModule("hpcprof.analysis.nsys.rules_cli").analyze_cmd)   # `hpcprof nsys analyze` (rules_cli.py)
+nsys.add_command(LazyModule("hpcprof.analysis.nsys_stats.rules_cli").analyze_cmd)   # `hpcprof nsys analyze` (rules_cli.py)

@@ -18,12 +18,12 @@ from hpcprof.analysis.collector import CollectContext, Log, ReadTable, Reducer, 
 from hpcprof.analysis.nsys import critical_path
 from hpcprof.analysis.nsys import distributed as dist
 from hpcprof.analysis.nsys import window as win
-from hpcprof.analysis.nsys.arrays import Columns
-from hpcprof.analysis.nsys.db import Export
-from hpcprof.analysis.nsys.loaders import read_process_ranges
-from hpcprof.analysis.nsys.schema import OLD
-from hpcprof.analysis.nsys.summaries import LAYOUT, summaries_of
 from hpcprof.analysis.nsys.timeline import iteration_timeline, median_iteration
+from hpcprof.analysis.nsys_stats.arrays import Columns
+from hpcprof.analysis.nsys_stats.db import Export
+from hpcprof.analysis.nsys_stats.loaders import read_process_ranges
+from hpcprof.analysis.nsys_stats.schema import OLD
+from hpcprof.analysis.nsys_stats.summaries import LAYOUT, summaries_of
 from hpcprof.atomic import atomic_write
 from hpcprof.errors import Problem
 from hpcprof.ranks import rank_from_filename

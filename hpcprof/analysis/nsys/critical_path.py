@@ -26,12 +26,6 @@ from hpcprof.analysis.critical_path import (  # noqa: F401  (re-exported for col
     events_of_ranks,
     str_each,
 )
-from hpcprof.analysis.nsys.arrays import group_starts
-from hpcprof.analysis.nsys.db import (
-    NVTX,
-    NsysInputError,
-    pid_of,
-)
 from hpcprof.analysis.nsys.distributed import (
     Activity,
     call_op_codes,
@@ -41,6 +35,12 @@ from hpcprof.analysis.nsys.distributed import (
     read_process_ranges,
 )
 from hpcprof.analysis.nsys.window import ECHO_RANGE, ITERATION_RANGE, TIMED_RANGE
+from hpcprof.analysis.nsys_stats.arrays import group_starts
+from hpcprof.analysis.nsys_stats.db import (
+    NVTX,
+    NsysInputError,
+    pid_of,
+)
 
 
 def timed_iterations(names: np.ndarray, start: np.ndarray, end: np.ndarray,

@@ -15,14 +15,14 @@ from typing import cast
 import numpy as np
 import pandas as pd
 
-from hpcprof.analysis.nsys import loaders
 from hpcprof.analysis.nsys.activity import (  # noqa: F401  (Activity, load_activity, is_nccl: re-exported)
     Activity,
     is_nccl,
     load_activity,
     per_distinct,
 )
-from hpcprof.analysis.nsys.arrays import (
+from hpcprof.analysis.nsys_stats import loaders
+from hpcprof.analysis.nsys_stats.arrays import (
     Columns,
     codes_of,
     covered,
@@ -35,8 +35,8 @@ from hpcprof.analysis.nsys.arrays import (
     range_reduce,
     rows_of,
 )
-from hpcprof.analysis.nsys.db import NVTX, NVTX_PUSHPOP, Export, NsysInputError, pid_of, process_of
-from hpcprof.analysis.nsys.schema import OLD
+from hpcprof.analysis.nsys_stats.db import NVTX, NVTX_PUSHPOP, Export, NsysInputError, pid_of, process_of
+from hpcprof.analysis.nsys_stats.schema import OLD
 
 NCCL_KERNEL = re.compile(r"^nccl(?:Dev)?Kernel_([A-Za-z0-9]+?)(?:_|\(|$)")
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import pandas as pd
 
+from hpcprof.analysis.nsys.echo_match import by_rule, echo_paths
 from hpcprof.atomic import atomic_write
 from hpcprof.ranks import rank_from_filename
 
@@ -34,13 +35,6 @@ def echo_layout(slowdown: pd.DataFrame) -> dict[tuple[int, int], pd.DataFrame]:
             "overlap_ratio": d["overlap_ratio"].astype(float).to_numpy(),
             "slowdown": d["slowdown"].astype(float).to_numpy()})
     return out
-
-
-def echo_paths(path: Path, gpus: list[tuple[int, int]]) -> dict[tuple[int, int], Path]:
-    """`path` for one GPU, else `<stem>_rank<r>_device_<d><suffix>` per (rank, device)."""
-    if len(gpus) == 1:
-        return {gpus[0]: path}
-    return {(r, d): path.with_name(f"{path.stem}_rank{r}_device_{d}{path.suffix}") for r, d in gpus}
 
 
 def write_echo(slowdown: pd.DataFrame, path: Path) -> list[Path]:
@@ -102,7 +96,7 @@ def echo_slowdown(run_dir: Path, baseline_dir: Path, log: Callable[[str], None] 
             "to export .nsys-rep), then collect this run again")
         return {}
     from hpcprof.analysis.nsys import distributed as dist
-    from hpcprof.analysis.nsys.db import Export
+    from hpcprof.analysis.nsys_stats.db import Export
 
     with ExitStack() as stack:
         base_exports = [stack.enter_context(Export(p)) for p in base_files]
@@ -112,6 +106,5 @@ def echo_slowdown(run_dir: Path, baseline_dir: Path, log: Callable[[str], None] 
     matched = int((table["status"] == "matched").sum())
     gpus = len(table[["rank", "device"]].drop_duplicates())
     log(f"echo: slowdown of {matched} kernel(s) on {gpus} GPU(s) against {baseline_dir.name}")
-    from hpcprof.analysis.nsys.echo_match import by_rule
 
     return {"slowdown": by_rule(rule, table, base_files, files, log)}

@@ -140,10 +140,16 @@ def echo_match(baseline: Path, distributed: dict[Path, int]) -> EchoMatch:
     return EchoMatch(tables, compute, unmatched)
 
 
+def echo_paths(path: Path, gpus: list[tuple[int, int]]) -> dict[tuple[int, int], Path]:
+    """`path` for one GPU, else `<stem>_rank<r>_device_<d><suffix>` per (rank, device)."""
+    if len(gpus) == 1:
+        return {gpus[0]: path}
+    return {(r, d): path.with_name(f"{path.stem}_rank{r}_device_{d}{path.suffix}") for r, d in gpus}
+
+
 def write_echo_tables(tables: dict[tuple[int, int], pd.DataFrame], path: Path) -> list[Path]:
     """Write each table as Echo does (`to_excel(index=False)`), or as CSV unless `path` ends in
     .xlsx; one GPU writes `path`, several `<stem>_rank<r>_device_<d><suffix>`; temp file + rename."""
-    from hpcprof.analysis.nsys.echo import echo_paths
 
     path.parent.mkdir(parents=True, exist_ok=True)
     written = []

@@ -28,8 +28,8 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from hpcprof.analysis.nsys.arrays import Columns, covered_within, group_starts, merge_intervals
 from hpcprof.analysis.nsys.distributed import Activity, instance_columns, instance_frame
+from hpcprof.analysis.nsys_stats.arrays import Columns, covered_within, group_starts, merge_intervals
 from hpcprof.results import arrow_table
 
 TIMED_RANGE = "timed"

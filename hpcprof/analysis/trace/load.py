@@ -42,8 +42,8 @@ import numpy as np
 import pandas as pd
 
 from hpcprof.analysis.trace.stream import BATCH_BYTES, EventStream, TraceError
-from hpcprof.collect.engine import worker_context
 from hpcprof.cpus import usable_cpus
+from hpcprof.pool import worker_context
 from hpcprof.ranks import rank_from_filename
 
 SYNC_NAMES = ("Event Sync", "Context Sync")

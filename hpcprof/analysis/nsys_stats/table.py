@@ -13,7 +13,7 @@ from __future__ import annotations
 import csv
 from typing import TYPE_CHECKING, Any, TextIO
 
-from hpcprof.analysis.nsys.schema import OLD
+from hpcprof.analysis.nsys_stats.schema import OLD
 
 if TYPE_CHECKING:
     import numpy as np

@@ -16,8 +16,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from hpcprof.analysis.nsys.db import Export
-from hpcprof.analysis.nsys.loaders import (
+from hpcprof.analysis.nsys_stats.db import Export
+from hpcprof.analysis.nsys_stats.loaders import (
     KERNEL_ACTIVITY,
     api_calls,
     clean_api_names,
@@ -26,8 +26,8 @@ from hpcprof.analysis.nsys.loaders import (
     process_ranges,
     read_process_ranges,
 )
-from hpcprof.analysis.nsys.numerics import DUR, Groups, factorize_sorted
-from hpcprof.analysis.nsys.schema import (
+from hpcprof.analysis.nsys_stats.numerics import DUR, Groups, factorize_sorted
+from hpcprof.analysis.nsys_stats.schema import (
     NEW,
     NO_STRINGS,
     NVTX_STARTEND,
@@ -37,8 +37,8 @@ from hpcprof.analysis.nsys.schema import (
     MissingData,
     NsysInputError,
 )
-from hpcprof.analysis.nsys.stats import SUMMARY_REPORTS, spec_of
-from hpcprof.analysis.nsys.table import SUMMARY_FMT, Table, make_table, null_text
+from hpcprof.analysis.nsys_stats.stats import SUMMARY_REPORTS, spec_of
+from hpcprof.analysis.nsys_stats.table import SUMMARY_FMT, Table, make_table, null_text
 
 #: the layout of every summary report collect keeps (their current names)
 LAYOUT = NEW

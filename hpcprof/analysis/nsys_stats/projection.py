@@ -31,10 +31,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from hpcprof.analysis.nsys.db import Export, process_of
-from hpcprof.analysis.nsys.loaders import kernels
-from hpcprof.analysis.nsys.numerics import Groups, group_codes, join_rows, round1_array
-from hpcprof.analysis.nsys.schema import (
+from hpcprof.analysis.nsys_stats.db import Export, process_of
+from hpcprof.analysis.nsys_stats.loaders import kernels
+from hpcprof.analysis.nsys_stats.numerics import Groups, group_codes, join_rows, round1_array
+from hpcprof.analysis.nsys_stats.schema import (
     GPU_TABLES,
     NVTX,
     NVTX_DOMAIN_CREATE,
@@ -43,7 +43,7 @@ from hpcprof.analysis.nsys.schema import (
     OLD,
     RUNTIME,
 )
-from hpcprof.analysis.nsys.table import Table, make_table, null_text
+from hpcprof.analysis.nsys_stats.table import Table, make_table, null_text
 
 RANGE_TYPES = NVTX_PUSHPOP + NVTX_STARTEND
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from hpcprof.analysis.nsys.schema import (
+from hpcprof.analysis.nsys_stats.schema import (
     KERNEL,
     MEMCPY,
     MEMSET,
@@ -44,13 +44,13 @@ from hpcprof.analysis.nsys.schema import (
     MissingData,
     NsysInputError,
 )
-from hpcprof.analysis.nsys.table import Table
+from hpcprof.analysis.nsys_stats.table import Table
 from hpcprof.cpus import usable_cpus
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from hpcprof.analysis.nsys.db import Export
+    from hpcprof.analysis.nsys_stats.db import Export
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,7 @@ class Need:
 class ReportSpec:
     """One `nsys stats` report. `name`: its current name (nsys 2024-2025 layout; None where hpcprof
     gives only nsys 2022.4's); `old_name`: nsys 2022.4's name (that layout; None where 2022.4 has
-    no such report). `columnar` and `python`: "module.function" under hpcprof.analysis.nsys, each
+    no such report). `columnar` and `python`: "module.function" under hpcprof.analysis.nsys_stats, each
     a function (export, layout) -> Table; `python` (the standard-library engine) only for the
     summary reports it implements. `summary`: one of the per-rank summaries `hpcprof collect` keeps."""
 
@@ -181,7 +181,7 @@ def spec_of(name: str) -> ReportSpec:
 def implementation(path: str) -> Callable[..., Table]:
     """The function at "module.function" under hpcprof.analysis.nsys (its module imported now)."""
     module, _, function = path.rpartition(".")
-    return getattr(importlib.import_module(f"hpcprof.analysis.nsys.{module}"), function)
+    return getattr(importlib.import_module(f"hpcprof.analysis.nsys_stats.{module}"), function)
 
 
 #: exports up to this size have their summary reports computed by the standard-library engine where it
@@ -238,7 +238,7 @@ def run_python_reports(path: Path, names: list[str]) -> list[Table | MissingData
     """Reports `names` (each in PYTHON_REPORTS) of the export at `path` by the standard-library
     engine (NsysInputError when the file itself is unusable); each entry is the Table or the
     MissingData/NsysInputError it raised."""
-    from hpcprof.analysis.nsys.small import SmallExport
+    from hpcprof.analysis.nsys_stats.small import SmallExport
 
     export = SmallExport(path)
     try:

@@ -19,8 +19,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from hpcprof.analysis.nsys.numerics import round1, sample_stdev
-from hpcprof.analysis.nsys.schema import (
+from hpcprof.analysis.nsys_stats.numerics import round1, sample_stdev
+from hpcprof.analysis.nsys_stats.schema import (
     KERNEL,
     MEMCPY,
     MEMSET,
@@ -43,7 +43,7 @@ from hpcprof.analysis.nsys.schema import (
     nvtx_domain_name,
     nvtx_name,
 )
-from hpcprof.analysis.nsys.table import SUMMARY_COLS, SUMMARY_FMT, Table, null_text
+from hpcprof.analysis.nsys_stats.table import SUMMARY_COLS, SUMMARY_FMT, Table, null_text
 
 
 class Stats:

@@ -34,11 +34,13 @@ FORMAT = 1                                  # bump when what a cached file holds
 
 @cache
 def code_version() -> str:
-    """A digest of what computes a cached result: this package's modules (hpcprof/analysis/nsys/*.py),
-    the critical-path reduce (hpcprof/analysis/critical_path.py) and the rank-of-file rule (hpcprof/ranks.py)."""
+    """A digest of what computes a cached result: the export readers and reports (hpcprof/analysis/nsys_stats/*.py),
+    hpcprof's analyses of exports (hpcprof/analysis/nsys/*.py), the critical-path reduce
+    (hpcprof/analysis/critical_path.py) and the rank-of-file rule (hpcprof/ranks.py)."""
     here = Path(__file__).parent
     digest = hashlib.sha256()
-    for module in [*sorted(here.glob("*.py")), here.parent / "critical_path.py", here.parents[1] / "ranks.py"]:
+    for module in [*sorted(here.glob("*.py")), *sorted((here.parent / "nsys").glob("*.py")),
+                   here.parent / "critical_path.py", here.parents[1] / "ranks.py"]:
         digest.update(module.name.encode() + b"\0" + module.read_bytes())
     return digest.hexdigest()[:16]
 

@@ -59,8 +59,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, NamedTuple, TextIO
 
-from hpcprof.analysis.nsys.numerics import round1
-from hpcprof.analysis.nsys.schema import (
+from hpcprof.analysis.nsys_stats.numerics import round1
+from hpcprof.analysis.nsys_stats.schema import (
     GPU_TABLES,
     MEMCPY,
     MEMSET,

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from hpcprof.analysis.nsys.db import Export, process_of
-from hpcprof.analysis.nsys.loaders import clean_api_names, grid_block_text, kernels
-from hpcprof.analysis.nsys.numerics import join_rows
-from hpcprof.analysis.nsys.schema import OLD, RUNTIME
-from hpcprof.analysis.nsys.table import Table, make_table, null_text
+from hpcprof.analysis.nsys_stats.db import Export, process_of
+from hpcprof.analysis.nsys_stats.loaders import clean_api_names, grid_block_text, kernels
+from hpcprof.analysis.nsys_stats.numerics import join_rows
+from hpcprof.analysis.nsys_stats.schema import OLD, RUNTIME
+from hpcprof.analysis.nsys_stats.table import Table, make_table, null_text
 
 
 def cuda_api_trace(export: Export, layout: str = OLD) -> Table:

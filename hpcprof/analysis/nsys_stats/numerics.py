@@ -23,8 +23,8 @@ from collections.abc import Callable, Iterable
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
-from hpcprof.analysis.nsys.schema import OLD
-from hpcprof.analysis.nsys.table import SUMMARY_COLS
+from hpcprof.analysis.nsys_stats.schema import OLD
+from hpcprof.analysis.nsys_stats.table import SUMMARY_COLS
 from hpcprof.cpus import usable_cpus
 from hpcprof.lazy import LazyModule
 
@@ -259,7 +259,7 @@ def factorize_sorted(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     which is SQLite's byte order of UTF-8), None and NaN as NULL."""
     import pyarrow as pa
 
-    from hpcprof.analysis.nsys.db import arrow_of, numpy_of
+    from hpcprof.analysis.nsys_stats.db import arrow_of, numpy_of
 
     if key.dtype == object and len(key) <= PYTHON_FACTORIZE_MAX:
         return _factorize_objects(key)

@@ -21,10 +21,18 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from hpcprof.analysis.nsys.arrays import one_of
-from hpcprof.analysis.nsys.db import BATCH_ROWS, PID_BITS, PID_MASK, Export, TextCodes, numpy_of, pid_of
-from hpcprof.analysis.nsys.numerics import DUR, PACK_BITS, PACK_KEYS, PACK_MASK, Groups, factorize_sorted, group_codes
-from hpcprof.analysis.nsys.schema import (
+from hpcprof.analysis.nsys_stats.arrays import one_of
+from hpcprof.analysis.nsys_stats.db import BATCH_ROWS, PID_BITS, PID_MASK, Export, TextCodes, numpy_of, pid_of
+from hpcprof.analysis.nsys_stats.numerics import (
+    DUR,
+    PACK_BITS,
+    PACK_KEYS,
+    PACK_MASK,
+    Groups,
+    factorize_sorted,
+    group_codes,
+)
+from hpcprof.analysis.nsys_stats.schema import (
     KERNEL,
     MEMCPY,
     MEMSET,

@@ -27,8 +27,8 @@ import adbc_driver_sqlite
 import numpy as np
 import pyarrow as pa
 
-from hpcprof.analysis.nsys.cache import QueryCache, wanted
-from hpcprof.analysis.nsys.schema import (  # noqa: F401  (re-exported: the analyses import them from here)
+from hpcprof.analysis.nsys_stats.cache import QueryCache, wanted
+from hpcprof.analysis.nsys_stats.schema import (  # noqa: F401  (re-exported: the analyses import them from here)
     GPU_TABLES,
     KERNEL,
     MEMCPY,

@@ -22,10 +22,10 @@ from typing import Any
 
 import numpy as np
 
-from hpcprof.analysis.nsys.db import Export
-from hpcprof.analysis.nsys.numerics import Groups, by_total, group_codes, round1_array
-from hpcprof.analysis.nsys.schema import MEMCPY, OLD, MissingData
-from hpcprof.analysis.nsys.table import SUMMARY_COLS, SUMMARY_FMT, Table, make_table, null_text
+from hpcprof.analysis.nsys_stats.db import Export
+from hpcprof.analysis.nsys_stats.numerics import Groups, by_total, group_codes, round1_array
+from hpcprof.analysis.nsys_stats.schema import MEMCPY, OLD, MissingData
+from hpcprof.analysis.nsys_stats.table import SUMMARY_COLS, SUMMARY_FMT, Table, make_table, null_text
 
 UM_CPU = "CUDA_UM_CPU_PAGE_FAULT_EVENTS"
 UM_GPU = "CUDA_UM_GPU_PAGE_FAULT_EVENTS"

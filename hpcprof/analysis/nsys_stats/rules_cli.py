@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from hpcprof.analysis.nsys.rules import (
+from hpcprof.analysis.nsys_stats.rules import (
     RULES,
     RULES_2022,
     TAKE_PROCESS_AND_THREAD,
@@ -23,7 +23,7 @@ from hpcprof.analysis.nsys.rules import (
     run_rule,
     write_csv,
 )
-from hpcprof.analysis.nsys.schema import NsysInputError
+from hpcprof.analysis.nsys_stats.schema import NsysInputError
 from hpcprof.cli_options import files_argument
 from hpcprof.errors import UserError
 

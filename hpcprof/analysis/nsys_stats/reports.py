@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from hpcprof.analysis.nsys.db import Export, process_of
-from hpcprof.analysis.nsys.loaders import (
+from hpcprof.analysis.nsys_stats.db import Export, process_of
+from hpcprof.analysis.nsys_stats.loaders import (
     clean_api_names,
     grid_block_text,
     kernels,
@@ -25,7 +25,7 @@ from hpcprof.analysis.nsys.loaders import (
     nvtx_groups_packed,
     nvtx_ranges,
 )
-from hpcprof.analysis.nsys.numerics import (
+from hpcprof.analysis.nsys_stats.numerics import (
     DUR,
     PACK_BITS,
     PACK_MASK,
@@ -38,7 +38,7 @@ from hpcprof.analysis.nsys.numerics import (
     round1_array,
     text_rank,
 )
-from hpcprof.analysis.nsys.schema import (
+from hpcprof.analysis.nsys_stats.schema import (
     KERNEL,
     MEMCPY,
     MEMSET,
@@ -52,7 +52,7 @@ from hpcprof.analysis.nsys.schema import (
     RUNTIME,
     MissingData,
 )
-from hpcprof.analysis.nsys.table import SUMMARY_FMT, Table, make_table, null_text
+from hpcprof.analysis.nsys_stats.table import SUMMARY_FMT, Table, make_table, null_text
 
 
 def _name_summary(export: Export, ids: np.ndarray, values: np.ndarray, count_label: str, name_label: str,
