@@ -17,7 +17,7 @@ export HPCPROF_WORKDIR="${HPCPROF_WORKDIR:-$PWD/hpcprof-runs}"
 hpcprof submit examples/seqpar_cpu.yaml --site local --wait \
         --set 'sweep={workload.args.hidden_dim: [256, 512]}'
 hpcprof collect
-hpcprof compare                                             # the latest sweep: one column per run
+hpcprof compare                                             # the latest sweep: one column per point
 hpcprof report --html hpcprof-report.html
 cat <<EOF
 
@@ -27,5 +27,5 @@ Runs: $HPCPROF_WORKDIR (hpcprof status). To go on, in this shell or after \`sour
   hpcprof submit examples/seqpar_cpu.yaml --site local --wait --set profile.tool=torch   # torch.profiler traces
   hpcprof trace temporal RUN_DIR/profiles/torch       # HTA's analyses (RUN_DIR: hpcprof status)
   hpcprof doctor --site polaris                                                           # before a cluster
-  README: "Installing on a cluster" (Polaris, Perlmutter), "From HTA notebooks", "Coming from Echo"
+  docs/README.md: your own script, Polaris, Perlmutter, HTA notebooks, Echo, the reference
 EOF

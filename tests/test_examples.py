@@ -1,5 +1,6 @@
-"""Every experiment the README shows and every shipped example validates and renders on every
-shipped site (with an account where the site requires one), and Polaris refuses a job without one."""
+"""Every experiment the docs show (README.md, docs/) and every shipped example validates and renders
+on every shipped site (with an account where the site requires one), and Polaris refuses a job
+without one."""
 
 from __future__ import annotations
 
@@ -17,12 +18,17 @@ REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
 
 
-def readme_experiments() -> list[tuple[str, str]]:
-    """(id, text) of every ```yaml block of README.md that is an experiment (has `workload:`)."""
-    blocks = re.findall(r"^```yaml\n(.*?)^```", (REPO / "README.md").read_text(), re.DOTALL | re.MULTILINE)
-    found = [(f"README-{i}", text) for i, text in enumerate(blocks)
-             if isinstance(yaml.safe_load(text), dict) and "workload" in yaml.safe_load(text)]
-    assert found, "README.md shows no experiment"
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+
+
+def docs_experiments() -> list[tuple[str, str]]:
+    """(id, text) of every ```yaml block of the docs that is an experiment (has `workload:`)."""
+    found = []
+    for path in DOCS:
+        blocks = re.findall(r"^```yaml\n(.*?)^```", path.read_text(), re.DOTALL | re.MULTILINE)
+        found += [(f"{path.relative_to(REPO)}-{i}", text) for i, text in enumerate(blocks)
+                  if isinstance(yaml.safe_load(text), dict) and "workload" in yaml.safe_load(text)]
+    assert found, "the docs show no experiment"
     return found
 
 
@@ -48,8 +54,8 @@ def test_example_renders(example: Path, site_name: str, tmp_path: Path, monkeypa
 
 
 @pytest.mark.parametrize("site_name", sorted(available_sites()))
-@pytest.mark.parametrize("block", readme_experiments(), ids=lambda b: b[0])
-def test_readme_experiment_renders(block: tuple[str, str], site_name: str, tmp_path: Path,
+@pytest.mark.parametrize("block", docs_experiments(), ids=lambda b: b[0])
+def test_docs_experiment_renders(block: tuple[str, str], site_name: str, tmp_path: Path,
                                    monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(REPO)
     experiment = tmp_path / "experiment.yaml"
@@ -66,7 +72,7 @@ def test_polaris_refuses_no_account(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
 
 def test_examples_carry_no_real_project() -> None:
-    texts = [p.read_text() for p in EXAMPLES] + [(REPO / "README.md").read_text()]
+    texts = [p.read_text() for p in EXAMPLES] + [p.read_text() for p in DOCS]
     assert not any("datascience" in text for text in texts), "ALCF's own project in an example"
 
 
