@@ -1,6 +1,6 @@
 """`hpcprof collect`'s per-file path on one rank export, against its floor, with where the time goes.
 
-The per-file path is collect's map step, hpcprof.collect.runs.map_task: the analyses of one export
+The per-file path is collect's map step, hpcprof.collect.mapping.map_task: the analyses of one export
 (hpcprof.analysis.nsys.collect.analyse_tables: summary reports, window, NCCL, overlap, phases, gaps,
 timeline, critical-path events, as Arrow tables) and the write of its tables (one bundle file per
 map task of TASK_FILES rank files: here TASK_FILES copies of the export as ranks 0..TASK_FILES-1,
@@ -35,7 +35,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from hpcprof.collect.runs import TASK_FILES  # noqa: E402  (rank files per map task)
+from hpcprof.collect.mapping import TASK_FILES  # noqa: E402  (rank files per map task)
 
 FIXTURES = Path(os.environ.get("HPCPROF_FIXTURES", next((p / "shared" / "fixtures" for p in REPO.parents
                                                       if (p / "shared" / "fixtures").is_dir()), REPO.parent)))
@@ -105,7 +105,7 @@ def best(fn: Callable[[], Any], repeat: int) -> float:
 def breakdown(files: list[Path], parts: Path, repeat: int) -> dict[str, float]:
     """CPU seconds per file of each function the map step calls (mean over `repeat` map tasks)."""
     from hpcprof.analysis.nsys import collect as nsys_collect
-    from hpcprof.collect import runs
+    from hpcprof.collect import mapping
 
     spent: dict[str, float] = defaultdict(float)
     depth = [0]
@@ -128,7 +128,7 @@ def breakdown(files: list[Path], parts: Path, repeat: int) -> dict[str, float]:
                                                  "kernel_sum", "with_window", "instances_inside")]
     targets += [(nsys_collect, n) for n in ("summaries_of", "arrow_table", "to_arrow", "rank_nccl", "iteration_timeline",
                                             "Export", "split_by_rank", "read_process_ranges")]
-    targets += [(nsys_collect.critical_path, "rank_event_columns"), (runs, "write_bundle")]
+    targets += [(nsys_collect.critical_path, "rank_event_columns"), (mapping, "write_bundle")]
     saved = [(mod, name, getattr(mod, name)) for mod, name in targets]
     try:
         for mod, name, fn in saved:
@@ -158,15 +158,15 @@ def map_one_task(files: list[Path], parts: Path, joint: bool = True) -> list[str
     """collect's map task over `files` (as ranks 0, 1, ...), into one bundle `parts/task.arrow`;
     the table names. `joint=False`: each file analysed on its own (no joint pass)."""
     from hpcprof.analysis.nsys import collect as nsys_collect
-    from hpcprof.collect import runs
+    from hpcprof.collect import cache, mapping
 
     batch_bytes = nsys_collect.BATCH_BYTES
     nsys_collect.BATCH_BYTES = batch_bytes if joint else 0
     try:
-        outcomes = runs.map_task("nsys", [(str(p), rank) for rank, p in enumerate(files)], str(parts), "task.arrow", {})
+        outcomes = mapping.map_task("nsys", [(str(p), rank) for rank, p in enumerate(files)], str(parts), "task.arrow", {})
     finally:
         nsys_collect.BATCH_BYTES = batch_bytes
-    assert all(isinstance(o, runs.FilePart) for o in outcomes), outcomes
+    assert all(isinstance(o, cache.FilePart) for o in outcomes), outcomes
     return outcomes[0].tables  # type: ignore[union-attr]
 
 
@@ -176,7 +176,7 @@ def reduce_share(task: list[Path], work: Path, files: int, workers: int = 2) -> 
     does with `workers` workers (each concatenates a contiguous slice of the bundles into a
     Parquet piece per table, then the pieces of each table are joined); the cross-rank reduce,
     once per run, is left out."""
-    from hpcprof.collect import runs
+    from hpcprof.collect import reduce
     from hpcprof.pool import concat_pieces
     from hpcprof.results import table_path
 
@@ -193,8 +193,8 @@ def reduce_share(task: list[Path], work: Path, files: int, workers: int = 2) -> 
     pieces.mkdir(exist_ok=True)
     start = time.process_time()
     for i in range(workers):
-        runs._concat_slice(parts, held[i * len(held) // workers:(i + 1) * len(held) // workers],
-                           {n: pieces / f"{n}.{i}.parquet" for n in names})
+        reduce._concat_slice(parts, held[i * len(held) // workers:(i + 1) * len(held) // workers],
+                             {n: pieces / f"{n}.{i}.parquet" for n in names})
     for n in names:
         concat_pieces([pieces / f"{n}.{i}.parquet" for i in range(workers)], table_path(work / "run", f"nsys_{n}"))
     return (time.process_time() - start) / files

@@ -1,4 +1,5 @@
-"""A module imported on first attribute access, for the heavy libraries only some paths use."""
+"""Imports on first use: a module on first attribute access, for the heavy libraries only some paths
+use; an object a "module:attribute" target names."""
 
 from __future__ import annotations
 
@@ -15,3 +16,10 @@ class LazyModule:
 
     def __getattr__(self, attr: str) -> Any:
         return getattr(importlib.import_module(self._name), attr)
+
+
+def load_target(target: str) -> Any:
+    """The object a "module:attribute" target names, its module imported now (the tables of
+    hpcprof name their parts so, to import them only when used)."""
+    module, _, attribute = target.partition(":")
+    return getattr(importlib.import_module(module), attribute)

@@ -70,7 +70,7 @@ def _decode_hook(kind: type, value: Any) -> Any:
     with a `from_input` class method (a ValueError there names the problem)."""
     if kind is Path:
         if not isinstance(value, (str, Path)):
-            raise ValueError(f"expected a path, got {_kind_of(value)}")
+            raise ValueError(f"expected a path, got {kind_of(value)}")
         return Path(value)
     return kind.from_input(value)  # type: ignore[attr-defined]
 
@@ -172,7 +172,7 @@ def describe(error: msgspec.ValidationError, model: type[Model], data: Any) -> t
     if message.startswith("Invalid enum value"):
         return field, f"{shorten(repr(value), 120)} is not one of: {', '.join(map(repr, _literals(kind)))}"
     if got := re.fullmatch(r"Expected (.*), got `\w+`", message):
-        shown = shorten(repr(value), 120) if _got(value) else _kind_of(value)
+        shown = shorten(repr(value), 120) if _got(value) else kind_of(value)
         return field, f"{_words('Expected ' + got[1])}, got {shown}"
     return field, _words(message) + _got(value)
 
@@ -181,7 +181,7 @@ def _got(value: Any) -> str:
     return "" if isinstance(value, (dict, list)) or value is None else f" (got {shorten(repr(value), 120)})"
 
 
-def _kind_of(value: Any) -> str:
+def kind_of(value: Any) -> str:
     """What a YAML value is, in words (a mapping, a list, text, ...)."""
     for kind, word in (((dict,), "a mapping"), ((list, tuple), "a list"), ((bool,), "true or false"),
                        ((str,), "text"), ((int, float), "a number"), ((type(None),), "null")):

@@ -2,7 +2,7 @@
 `mpi4py.futures` workers under mpiexec), progress with an ETA, a bounded streaming map over an
 executor, bundles (several Arrow tables in one file, checked by CRC), and streaming
 reduces (tables of bundles into one Parquet file, data frames into one) that hold one
-part in memory at a time. It knows nothing of runs, tools or profiles (hpcprof.collect.runs does).
+part in memory at a time. It knows nothing of runs, tools or profiles (hpcprof.collect does).
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ import yaml
 from hpcprof_cli import hpcprof
 
 from hpcprof.analysis.nsys.collect import missing_profiles
-from hpcprof.config.profile import NsysOptions
+from hpcprof.profilers.nsys import NsysOptions
 
 #: The CLI runs this checkout and finds no site files outside it.
 CLI_ENV = {"HPCPROF_SITE_PATH": "", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}

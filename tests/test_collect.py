@@ -211,7 +211,7 @@ def test_the_files_manifest_lists_what_the_run_left(tmp_path: Path) -> None:
     """manifest (the run's `files_manifest` table): every log, profile and workload result (nested directories, hidden ones
     too, and links to files), not hidden, temporary or Parquet files, dangling links or linked
     directories; in path order (rank10 after rank1/ as Path objects sort), with rank and size."""
-    from hpcprof.collect.runs import manifest
+    from hpcprof.collect import manifest
     from hpcprof.rundir import RunDir
 
     files = {"logs/rank0.log": 3, "logs/.hidden": 1, "logs/x.tmp": 1, "profiles/nsys/rank10.sqlite": 7,

@@ -33,7 +33,8 @@ def table_digest(table: pa.Table) -> list:
 
 def collected(fixtures: Path) -> dict[str, dict[str, list]]:
     """Each usable nsys export under `fixtures` -> {table: digest} of the bundle collect's map step writes."""
-    from hpcprof.collect.runs import FilePart, map_task
+    from hpcprof.collect.cache import FilePart
+    from hpcprof.collect.mapping import map_task
     from hpcprof.pool import read_bundle
     from hpcprof.ranks import rank_from_filename
 

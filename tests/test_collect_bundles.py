@@ -126,7 +126,7 @@ def collect_tables(exports: dict[str, int], run: Path, workers: int) -> dict[str
     """collect's map and reduce over `exports` with `workers` processes, as collect_run runs them
     (the slices concatenated as the map goes): the run's tables."""
     from hpcprof.collect import map_files, reduce_parts
-    from hpcprof.collect.runs import SLICES_PER_WORKER, SliceConcat
+    from hpcprof.collect.reduce import SLICES_PER_WORKER, SliceConcat
     from hpcprof.results import list_tables, read_table
 
     problems: list[object] = []
@@ -185,14 +185,15 @@ def test_parts_of_the_layout_before_bundles_are_removed(fixtures_dir: Path, tmp_
 
 @pytest.mark.parametrize("workers", [1, 2])
 def test_files_of_one_map_task_are_each_on_their_own(fixtures_dir: Path, tmp_path: Path, workers: int) -> None:
-    """Several files go to a worker in one task (runs.task_size): a damaged file among them is a
+    """Several files go to a worker in one task (mapping.task_size): a damaged file among them is a
     Problem of its own, a file with nothing to analyse a note, and the others of the same task are
     still collected, in and out of worker processes (their outcomes come back as plain values).
     Files given in name order (rank10 before rank2, as a directory lists them) are mapped in rank
     order: each bundle holds consecutive ranks, which the concat then reads in one run per bundle
     (not a read of the bundle per file)."""
     from hpcprof.collect import map_files
-    from hpcprof.collect.runs import TASK_FILES, MapFailure, bundle_runs, map_task, split_tasks, task_size
+    from hpcprof.collect.mapping import TASK_FILES, MapFailure, map_task, split_tasks, task_size
+    from hpcprof.collect.reduce import bundle_runs
 
     assert task_size(37, 2) == 2 and task_size(37, 16) == 1 and task_size(100_000, 16) == TASK_FILES == 32
     for files, workers in ((37, 2), (1000, 4), (8192, 16), (5, 16), (0, 2)):   # the workers' last round: small tasks
@@ -291,7 +292,7 @@ def test_a_changed_file_is_mapped_again_alone_and_superseded_bundles_go(fixtures
 def test_a_bundle_that_cannot_be_written_skips_its_files_with_the_reason(fixtures_dir: Path, tmp_path: Path) -> None:
     """The task's files are then each a MapFailure naming the write's reason, as a file that did
     not read is (collect reports them and goes on), not an exception that ends the collect."""
-    from hpcprof.collect.runs import MapFailure, map_task
+    from hpcprof.collect.mapping import MapFailure, map_task
 
     not_a_dir = tmp_path / "parts"
     not_a_dir.write_text("a file where the parts directory should be")
@@ -308,7 +309,7 @@ def test_the_manifest_keeps_what_was_mapped_and_one_that_does_not_read_maps_all_
     read (truncated) is a cache miss, every file mapped again to the same parts; the JSON
     manifest of earlier versions is neither read nor left behind."""
     from hpcprof.collect import InProcess, map_files
-    from hpcprof.collect.runs import MANIFEST, OLD_MANIFEST, ManifestEntry, _load_manifest
+    from hpcprof.collect.cache import MANIFEST, OLD_MANIFEST, ManifestEntry, load_manifest
 
     exports = {}
     for rank in range(3):
@@ -324,7 +325,7 @@ def test_the_manifest_keeps_what_was_mapped_and_one_that_does_not_read_maps_all_
 
     first, lines = collect()
     assert not any("unchanged" in line for line in lines) and not (parts / OLD_MANIFEST).exists()
-    entries = _load_manifest(parts)
+    entries = load_manifest(parts)
     assert entries == {f"rank{rank}.sqlite": ManifestEntry(path.stat().st_size, path.stat().st_mtime_ns, rank,
                                                             first[path.name].bundle, first[path.name].position,
                                                             first[path.name].tables)
@@ -333,7 +334,7 @@ def test_the_manifest_keeps_what_was_mapped_and_one_that_does_not_read_maps_all_
     again, lines = collect()
     assert again == first and "nsys: 3 file(s) unchanged since the last collect, skipped" in lines
     (parts / MANIFEST).write_bytes((parts / MANIFEST).read_bytes()[:-40])
-    assert _load_manifest(parts) == {}
+    assert load_manifest(parts) == {}
     remapped, lines = collect()
     assert remapped == first and not any("unchanged" in line for line in lines)
 
@@ -346,7 +347,7 @@ def test_the_listing_pauses_garbage_collection_and_no_worker_starts_without_it(f
     import gc
 
     from hpcprof.collect import map_files
-    from hpcprof.collect.runs import gc_paused
+    from hpcprof.collect.common import gc_paused
 
     assert gc.isenabled()
     with pytest.raises(RuntimeError), gc_paused():

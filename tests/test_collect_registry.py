@@ -1,6 +1,7 @@
-"""collect's tool registry: every registered tool implements the ToolCollector interface, and a
-new tool is one ToolCollector class plus one line in COLLECTORS — here a CSV-per-rank tool run
-through collect's real map (parts on disk, the cache) and reduce (Parquet in, Parquet out)."""
+"""collect's collectors: every tool of the profiler table with a collector implements the
+ToolCollector interface, and a new tool's collect is one ToolCollector class named by its entry in
+the table — here a CSV-per-rank tool run through collect's real map (parts on disk, the cache) and
+reduce (Parquet in, Parquet out). (tests/test_profiler_extension.py adds a whole tool the way a package does.)"""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from hpcprof import profilers
 from hpcprof.analysis import registry
 from hpcprof.analysis.collector import CollectContext, Log, ReadTable, Reducer, ToolCollector
 from hpcprof.ranks import rank_from_filename
@@ -35,18 +37,18 @@ def kernel_totals(read: ReadTable, log: Log) -> dict[str, pd.DataFrame]:
     return {"total": kernels.groupby("name", as_index=False)["ns"].sum()}
 
 
-@pytest.mark.parametrize("tool", sorted(registry.COLLECTORS))
+@pytest.mark.parametrize("tool", sorted(name for name, p in profilers.BUILTIN.items() if p.collector))
 def test_every_registered_tool_is_a_tool_collector(tool: str) -> None:
     found = registry.collector(tool, {"ncu": "/site/ncu"})
     assert isinstance(found, ToolCollector) and found.tool_paths == {"ncu": "/site/ncu"}
     assert type(found).analyse_file is not ToolCollector.analyse_file
 
 
-def test_a_new_tool_is_one_class_and_one_registry_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_new_tool_is_one_class_and_one_table_entry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from hpcprof.collect import InProcess, map_files, reduce_parts
     from hpcprof.results import read_table
 
-    monkeypatch.setitem(registry.COLLECTORS, "csv", f"{__name__}:CsvCollector")
+    monkeypatch.setitem(profilers.BUILTIN, "csv", profilers.Profiler("csv", collector=f"{__name__}:CsvCollector"))
     profiles = tmp_path / "profiles" / "csv"
     profiles.mkdir(parents=True)
     (profiles / "rank0.csv").write_text("name,ns\nA,10\nB,5\n")
@@ -98,14 +100,15 @@ REWRITE = """
 import json, sys
 from pathlib import Path
 sys.path.insert(0, sys.argv[1])
-from hpcprof.analysis import registry
+from hpcprof import profilers
+from hpcprof import profilers
 from hpcprof.collect import map_files, reduce_parts
 from hpcprof.pool import make_executor
 from hpcprof.results import read_table
 
 run, case, workers = Path(sys.argv[2]), sys.argv[3], int(sys.argv[4])
 tool = "UndeclaredCollector" if case == "undeclared" else "RewritingCollector"
-registry.COLLECTORS["csv"] = f"test_collect_registry:{tool}"
+profilers.BUILTIN["csv"] = profilers.Profiler("csv", collector=f"test_collect_registry:{tool}")
 files = {str(run / "profiles" / f"rank{rank}.csv"): rank for rank in range(9)}
 executor, _ = make_executor(workers)
 try:

@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 
 from hpcprof.config.experiment import Experiment
-from hpcprof.config.profile import NSYS_TRACES
 from hpcprof.config.site import SiteConfig, find_site
 from hpcprof.errors import UserError
 from hpcprof.models import dump, given_fields, validate
+from hpcprof.profilers.nsys import NSYS_TRACES
 from hpcprof.workloads.args import DdpArgs, SeqparArgs
 
 
@@ -97,3 +97,23 @@ def test_every_option_flag_says_what_it_does(model: type) -> None:
         assert helps[field.name].startswith(field_help(field)), (field.name, helps[field.name])
     assert helps["warmup_epochs" if model is DdpArgs else "iterations"].endswith("(default: 0)" if model is DdpArgs
                                                                                 else "(default: 18)")
+
+
+def test_the_profile_schema_is_the_profiler_tables() -> None:
+    """`profile.tool` takes the table's tools (built-in order), each built-in tool's `profile.<tool>:`
+    block is its options model and its program's site key is a field of the site's `paths:`."""
+    from hpcprof import profilers
+    from hpcprof.config.profile import ProfileConfig
+    from hpcprof.config.site import ToolPaths
+    from hpcprof.models import fields
+
+    blocks = {field.name: field.type for field in fields(ProfileConfig)}
+    minimal = {"name": "x", "workload": {"kind": "command", "argv": ["true"]}}
+    for name, profiler in profilers.BUILTIN.items():
+        assert blocks.get(name) is profiler.options, name
+        assert profiler.paths_key is None or profiler.paths_key in {f.name for f in fields(ToolPaths)}, name
+        experiment = validate(Experiment, {**minimal, "profile": {"tool": name}}, "src")
+        assert experiment.profile.tool == name and dump(experiment)["profile"]["tool"] == name
+    assert error(Experiment, {**minimal, "profile": {"tool": "rocprof"}}) == (
+        "src: field 'profile.tool': 'rocprof' is not one of: 'nsys', 'ncu', 'torch', 'none'")
+    assert error(Experiment, {**minimal, "profile": {"tool": 3}}) == "src: field 'profile.tool': expected text, got 3"

@@ -280,7 +280,7 @@ def test_two_fp32_repetitions_show_no_significant_change(campaign: tuple[Path, o
     workdir, _ = campaign
     infos = load(select_runs(FP32, workdir))
     frame = comparison(infos)
-    samples = {i.run.run_id: iteration_samples(i.run.path, i.kind) for i in infos}
+    samples = {i.run.run_id: iteration_samples(i.run.path, i.kind, i.tool) for i in infos}
     judged = add_verdicts(with_baseline(frame, 0), 0, samples, dict(zip(frame["run"], frame[ITERATION], strict=True)))
     row = judged.iloc[1]
     assert [len(samples[r]) for r in FP32] == [ITERATIONS, ITERATIONS]

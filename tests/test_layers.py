@@ -3,7 +3,9 @@
 The rule (LAYERS, bottom first) and the edges still allowed against it (TEMPORARY) are written
 once, here. Every `import`/`from ... import` of hpcprof/ counts, at module level or inside a
 function (a lazy import is still a dependency). Decided from the code (issue 20): the base
-modules every room uses; workloads run on compute nodes and import only the base; config
+modules every room uses; the profiler table (hpcprof.profilers: each tool's options, launch and
+the names of its collector and result tables) sits on them, so that every room above looks tools up
+there; workloads run on compute nodes and import only the base; config
 validates workload arguments; a run directory is layout only, so schedulers (pbs reads a
 RunDir) and render (a scheduler renders its directives and the Kubernetes manifest) sit above
 it; the campaign submits rendered runs and records them in the store; analyses read profiles;
@@ -23,6 +25,7 @@ LAYERS: list[list[str]] = [
     ["hpcprof", "hpcprof.errors", "hpcprof.lazy", "hpcprof.ranks", "hpcprof.resources", "hpcprof.atomic", "hpcprof.cpus",
      "hpcprof.models",
      "hpcprof.output", "hpcprof.results", "hpcprof.workdirs", "hpcprof.pool"],
+    ["hpcprof.profilers"],
     ["hpcprof.workloads"],
     ["hpcprof.config"],
     ["hpcprof.rundir"],

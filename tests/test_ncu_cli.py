@@ -189,7 +189,7 @@ def test_default_sections_fill_echo_table() -> None:
     """With neither `set` nor `sections`, hpcprof asks ncu for every section Echo's table needs;
     a user's own choice is passed through unchanged."""
     from hpcprof.analysis.ncu.metrics import ECHO_SECTION_IDS, ECHO_SOURCES
-    from hpcprof.config.profile import NcuOptions
+    from hpcprof.profilers.ncu import NcuOptions
 
     argv = NcuOptions().argv()
     asked = {argv[i + 1] for i, a in enumerate(argv) if a == "--section"}

@@ -293,8 +293,8 @@ def test_collect_gives_each_trace_its_share_of_the_workers(fixtures_dir: Path, t
     from concurrent.futures import Future, ProcessPoolExecutor
 
     from hpcprof.collect import InProcess, map_files
-    from hpcprof.collect.runs import _parts_dir, read_bundle
-    from hpcprof.pool import worker_context
+    from hpcprof.collect.cache import parts_dir
+    from hpcprof.pool import read_bundle, worker_context
 
     class Recording(ProcessPoolExecutor):
         """A process pool that keeps the arguments of each task submitted."""
@@ -312,7 +312,7 @@ def test_collect_gives_each_trace_its_share_of_the_workers(fixtures_dir: Path, t
 
     def mapped_tables(run: Path, executor: Any) -> list[Any]:
         mapped = map_files("torch", traces, run, executor, lambda line: None, print)
-        parts = _parts_dir(run, "torch")
+        parts = parts_dir(run, "torch")
         return [read_bundle(parts / part.bundle, files=slice(part.position, part.position + 1))
                 for part in mapped.values()]
 

@@ -1,6 +1,7 @@
 """The interface every profiling tool implements for `hpcprof collect` (nsys, ncu, torch).
 
-A tool is one `ToolCollector` subclass registered by name in hpcprof.analysis.registry:
+A tool's collector is one `ToolCollector` subclass that its entry in the profiler table
+(hpcprof.profilers) names; collect runs its steps and names no tool itself:
 
 - `inputs(ctx)`: the run's files to analyse (paths as text, as `ctx.files`), with their ranks
   (e.g. nsys exports .nsys-rep); a file it cannot use is a Problem handed to `ctx.problem`, the
@@ -24,6 +25,12 @@ A tool is one `ToolCollector` subclass registered by name in hpcprof.analysis.re
 - `rewritten`: the concatenated per-rank tables a reducer replaces (nsys: the timeline, cut to its
   median iteration): collect writes such a table whole only where no reducer wrote it (with several
   workers the other tables are joined while the reducers run: replacing one of those is an error).
+- `missing_profiles(run_dir, config)`: what the run's missing profiles mean for the tool, a line per
+  rank that should have left one and did not (nsys: a capture range that never opened); each makes
+  the run `partial`. None by default.
+- `run_steps()`: the tool's steps over the whole run once its tables are written, by name, each
+  `(run_dir, config, log) -> tables` written as `<name>_<table>` (nsys: Echo's slowdown against the
+  world-size-1 run of the sweep, `echo`). None by default.
 """
 
 from __future__ import annotations
@@ -31,7 +38,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from hpcprof.errors import Problem
 
@@ -44,12 +51,14 @@ Log = Callable[[str], None]
 ReadTable = Callable[[str], "pd.DataFrame | None"]
 #: one cross-rank step: (read, log) -> the tables it makes
 Reducer = Callable[[ReadTable, Log], "dict[str, pd.DataFrame]"]
+#: one step over the whole run: (run directory, its config.json, log) -> the tables it makes
+RunStep = Callable[[Path, "dict[str, Any]", Log], "dict[str, pd.DataFrame]"]
 
 
 @dataclass
 class CollectContext:
     """A run's profiles as `collect` finds them: the run and its per-rank files (their paths as
-    text, as collect.runs.rank_files lists them)."""
+    text, as collect.files.rank_files lists them)."""
 
     run_dir: Path
     tool: str                                   # nsys | ncu | torch
@@ -78,8 +87,9 @@ def each_alone(analyse: Callable[[Path, int], dict[str, pa.Table]],
 
 
 class ToolCollector:
-    """One profiling tool in `collect`; `tool_paths` are the site's executables ({"nsys": path,
-    "ncu": path}), `cores` how many cores one file's analysis may use (1: its own process only).
+    """One profiling tool in `collect`; `tool_paths` are the site's executables by tool (collect gives
+    the run's tool's program, {"nsys": path}), `cores` how many cores one file's analysis may use (1:
+    its own process only).
     Subclasses implement `analyse_file` and, where they need to, `inputs` and `reducers`."""
 
     #: the concatenated per-rank tables that a reducer replaces (written whole only where none did)
@@ -115,3 +125,11 @@ class ToolCollector:
     def reduce(self, read: ReadTable, log: Log) -> dict[str, pd.DataFrame]:
         """Every cross-rank table, the reducers run one after another in this process."""
         return {name: table for step in self.reducers() for name, table in step(read, log).items()}
+
+    def missing_profiles(self, run_dir: Path, config: dict[str, Any]) -> list[str]:
+        """One line per rank the run asked a profile of that left none, with the cause: none by default."""
+        return []
+
+    def run_steps(self) -> Mapping[str, RunStep]:
+        """The steps over the whole run after its tables (RunStep), by name: none by default."""
+        return {}

@@ -17,6 +17,8 @@ from typing import Any
 
 import pandas as pd
 
+from hpcprof import profilers
+from hpcprof.lazy import load_target
 from hpcprof.results import Headline, Metric, TopKernel, read_table
 
 #: a run's result tables by name (None: the run has no such table)
@@ -163,21 +165,28 @@ def torch_metrics(tables: Tables) -> list[Metric]:
     return out
 
 
+def slowdown_metrics(tables: Tables) -> list[Metric]:
+    """Echo's slowdown of the run's kernels against its world-size-1 baseline (echo_slowdown)."""
+    slowdown = tables("echo_slowdown")
+    if slowdown is None or not slowdown["slowdown"].notna().any():
+        return []
+    values = slowdown["slowdown"].dropna()
+    return [("slowdown.median", float(values.median()), ""), ("slowdown.mean", float(values.mean()), ""),
+            ("slowdown.p90", float(values.quantile(0.9)), "")]
+
+
 def top_kernels(tables: Tables, tool: str, n: int = 3) -> list[TopKernel]:
     """The `n` kernels with the most GPU time over all ranks in the measured window (nsys) or the
-    traced steps (torch): (name, time in ms, category), most first."""
-    if tool == "nsys":
-        df = tables("nsys_kernels")
-        name, ms = "name", lambda d: d["total_ns"].astype(float) / 1e6
-    elif tool == "torch":
-        df = tables("torch_kernels")
-        name, ms = "name", lambda d: d["sum (us)"].astype(float) / 1e3
-    else:
-        df = None
-    if df is None or df.empty:
+    traced steps (torch): the tool's kernels table (profilers.Tables.kernels, its KernelTime
+    columns): (name, time in ms, category), most first."""
+    profiler = profilers.find(tool)
+    spec = profiler.kernel_time if profiler is not None else None
+    table = profiler.table("kernels") if profiler is not None and spec is not None else None
+    df = tables(table) if table is not None else None
+    if spec is None or df is None or df.empty:
         return []
-    df = df[df[name] != "others"]
-    top = ms(df).groupby(df[name].astype(str)).sum().nlargest(n)
+    df = df[df[spec.name] != "others"]
+    top = (df[spec.time].astype(float) / spec.per_ms).groupby(df[spec.name].astype(str)).sum().nlargest(n)
     return [(str(kernel), float(time_ms), kernel_category(str(kernel))) for kernel, time_ms in top.items()]
 
 
@@ -194,16 +203,9 @@ def run_summary(tables: Tables, config: dict[str, Any]) -> list[Metric]:
         phases = tables(phases_name)
         if phases is not None and not phases.empty:
             out += phase_metrics(phases, ITERATION_PHASE[kind])
-    tool = experiment["profile"]["tool"]
-    if tool == "nsys":
-        out += nsys_metrics(tables)
-        slowdown = tables("echo_slowdown")
-        if slowdown is not None and slowdown["slowdown"].notna().any():
-            values = slowdown["slowdown"].dropna()
-            out += [("slowdown.median", float(values.median()), ""), ("slowdown.mean", float(values.mean()), ""),
-                    ("slowdown.p90", float(values.quantile(0.9)), "")]
-    elif tool == "torch":
-        out += torch_metrics(tables)
+    profiler = profilers.find(experiment["profile"]["tool"])
+    for target in profiler.metrics if profiler is not None else ():
+        out += load_target(target)(tables)
     return out
 
 

@@ -1,5 +1,7 @@
-"""`hpcprof collect`: `engine` (executors, progress, streaming map and reduce; knows nothing of
-runs) and `runs` (one run's orchestration: its files, its tool's ToolCollector, the store).
+"""`hpcprof collect`: one run's orchestration (`runs`) over its steps: `files` (a run's files),
+`mapping` and `cache` (the map of its rank files through its tool's ToolCollector, cached per file),
+`reduce` (its tables across ranks); the engine they run on is hpcprof.pool (executors, progress,
+streaming map and reduce; it knows nothing of runs).
 
 The names callers use are re-exported here, each imported when first used, so that importing
 `hpcprof.pool` (as the nsys commands do) does not import the run machinery."""
@@ -13,8 +15,10 @@ from typing import Any
 EXPORTS = {
     **dict.fromkeys(["InProcess", "Progress", "concat_frames", "concat_parts", "make_executor", "stream_map"],
                     "hpcprof.pool"),
-    **dict.fromkeys(["EXIT_PARTIAL", "Collected", "collect_run", "collect_runs", "manifest", "map_files",
-                     "rank_files", "reduce_parts", "workload_tables"], "hpcprof.collect.runs"),
+    **dict.fromkeys(["EXIT_PARTIAL", "Collected", "collect_run", "collect_runs"], "hpcprof.collect.runs"),
+    **dict.fromkeys(["manifest", "rank_files", "workload_tables"], "hpcprof.collect.files"),
+    **dict.fromkeys(["map_files"], "hpcprof.collect.mapping"),
+    **dict.fromkeys(["reduce_parts"], "hpcprof.collect.reduce"),
 }
 __all__ = sorted(EXPORTS)
 

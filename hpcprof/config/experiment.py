@@ -17,6 +17,7 @@ import msgspec
 import yaml
 from msgspec import Meta
 
+from hpcprof import profilers
 from hpcprof.config import MAX_POINTS, REPEAT
 from hpcprof.config.container import ContainerConfig
 from hpcprof.config.directives import check_fields, walltime_seconds
@@ -328,13 +329,11 @@ def resolve_point(index: int, params: dict[str, Any], experiment: Experiment, wo
     if expected is not None and expected != world:
         raise UserError(f"{where}: field 'workload.args.world_size': {expected} but the resources give "
                         f"{world} ranks ({res.nodes} nodes x {ranks_per_node}); make them agree")
-    nsys = experiment.profile.nsys
-    if experiment.profile.tool == "nsys" and nsys.capture_range != "none" and experiment.workload.kind == "command" \
-            and not experiment.profile.window.opened_by_program:
-        # seqpar and ddp open the range around their timed iterations; a command must say it does
-        raise UserError(f"{where}: field 'profile.window.opened_by_program': capture_range {nsys.capture_range} "
-                        "records only what the program opens; set it to true if the program calls "
-                        "cudaProfilerStart/Stop (or pushes the nvtx_capture range), else use capture_range: none")
+    profile = experiment.profile
+    check = profilers.get(profile.tool).check
+    problem = check(profile.options, experiment.workload.kind, profile.window) if check else None
+    if problem is not None:
+        raise UserError(f"{where}: field '{problem[0]}': {problem[1]}")
     if experiment.profile.tool != "none" and not any(
             selection.selects(r, r % ranks_per_node, ranks_per_node) for r in range(world)):
         raise UserError(f"{where}: field 'profile.ranks': {selection} selects none of the {world} ranks")

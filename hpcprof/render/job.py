@@ -19,6 +19,7 @@ import jinja2.sandbox
 import msgspec
 
 import hpcprof
+from hpcprof import profilers
 from hpcprof.atomic import WriteError, atomic_write, temp_path
 from hpcprof.config.experiment import Point
 from hpcprof.config.site import SiteConfig
@@ -32,7 +33,6 @@ from hpcprof.schedulers import get_scheduler
 from hpcprof.workloads import rank_argv
 
 WRAPPER_TEMPLATE = "rank_wrapper.sh.j2"
-PROFILE_EXTENSIONS = {"nsys": ".nsys-rep", "ncu": ".ncu-rep", "torch": ".pt.trace.json"}
 
 
 def shipped_template_dir() -> Path:
@@ -172,13 +172,13 @@ TEMPLATE_VARS: dict[str, str] = {
     "launcher_ignores_sigpipe": "true where the job starts the launcher with SIGPIPE ignored (MPICH's Hydra "
                                 "mpiexec: hpcprof.render.launchers.SIGPIPE_IGNORED says why)",
     "rank_argv": "the workload's command after the wrapper; use with | qjoin",
-    "tool": "the profiler: nsys, ncu, torch or none",
+    "tool": "the profiler: nsys, ncu, torch, none (or one an installed package adds: hpcprof.profilers)",
     "selection": "the profiled ranks as written (e.g. local:0+first-nodes:1)",
     "condition": "the shell test that is true on a profiled rank",
-    "tool_path": "the nsys/ncu binary of the site",
-    "tool_args": "the profiler's options",
-    "torch_schedule": "torch.profiler's schedule (wait,warmup,active,repeat)",
-    "torch_gzip": "1 to gzip torch traces, else 0",
+    "tool_argv": "the profiler's program (the site's) and options, before its output option; use with | qjoin "
+                 "([] where the workload profiles itself: torch)",
+    "tool_output": "the profiler's option naming a rank's output file, followed by PROFILE_DIR/rankN ('' = none)",
+    "tool_env": "what a profiled rank exports (name -> value), e.g. torch.profiler's schedule",
     "check_python": "the Python whose `import hpcprof` the job checks before any rank starts ('' = no check)",
     "check_tool": "the profiler binary the job checks is on PATH (and prints the version of) ('' = no check)",
 }
@@ -204,12 +204,9 @@ def template_context(point: Point, site: SiteConfig, run_dir: Path, run_id: str,
     res = exp.resources
     python = resolve_python(site)
     profile = exp.profile
-    tool_args: list[str] = []
-    tool_path = ""
-    if profile.tool == "nsys":
-        tool_args, tool_path = profile.nsys.argv(), site.paths.nsys
-    elif profile.tool == "ncu":
-        tool_args, tool_path = profile.ncu.argv(), site.paths.ncu
+    profiler = profilers.get(profile.tool)
+    tool_path = profiler.program_in(msgspec.structs.asdict(site.paths)) or ""
+    launch = profiler.launch(profile.options, tool_path) if profiler.launch else profilers.Launch([])
     scheduler = get_scheduler(site.scheduler)
     submit_dir = scheduler.start_dir(site, submit_dir, run_dir)
     container = None if scheduler.runs_containers else effective_container(site, exp.container)
@@ -251,10 +248,9 @@ def template_context(point: Point, site: SiteConfig, run_dir: Path, run_id: str,
         "tool": profile.tool,
         "selection": str(profile.selection),
         "condition": profile.selection.bash_condition(point.ranks_per_node),
-        "tool_path": tool_path,
-        "tool_args": tool_args,
-        "torch_schedule": profile.torch.schedule(),
-        "torch_gzip": "1" if profile.torch.gzip else "0",
+        "tool_argv": launch.argv,
+        "tool_output": launch.output,
+        "tool_env": launch.env,
     }
 
 
@@ -262,7 +258,7 @@ def render_point(point: Point, site: SiteConfig, run_dir: Path, run_id: str,
                  dirs: tuple[Path, ...], submit_dir: Path | None = None) -> RenderedRun:
     """Render the job script and rank wrapper of one sweep point."""
     exp = point.experiment
-    profile = exp.profile
+    profiler = profilers.get(exp.profile.tool)
     python = resolve_python(site)
     scheduler = get_scheduler(site.scheduler)
     context = template_context(point, site, run_dir, run_id, submit_dir)
@@ -279,7 +275,7 @@ def render_point(point: Point, site: SiteConfig, run_dir: Path, run_id: str,
         "walltime": point.walltime,
         "python": python,
         "submit_dir": str(submit_dir or run_dir),
-        "profile_extension": PROFILE_EXTENSIONS.get(profile.tool),
+        "profile_extension": profiler.suffixes[0] if profiler.suffixes else None,
         "hpcprof_version": hpcprof.__version__,
     }
     files = {"job.sh": job, "rank_wrapper.sh": wrapper,

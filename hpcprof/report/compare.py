@@ -129,7 +129,7 @@ def judged(infos: list[RunInfo], baseline: str) -> pd.DataFrame:
     df = fold_repetitions(per_run_df)
     base_index = baseline_row(df, baseline)
     per_run = dict(zip(per_run_df["run"], per_run_df[ITERATION], strict=False)) if ITERATION in per_run_df else {}
-    samples = {i.run.run_id: iteration_samples(i.run.path, i.kind) for i in infos if i.metrics}
+    samples = {i.run.run_id: iteration_samples(i.run.path, i.kind, i.tool) for i in infos if i.metrics}
     return add_verdicts(with_baseline(df, base_index), base_index, samples, per_run)
 
 

@@ -13,7 +13,9 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
+from hpcprof import profilers
 from hpcprof.analysis.summary import counted, kernel_category
+from hpcprof.lazy import load_target
 from hpcprof.report import findings as words
 from hpcprof.report import plots, sweep
 from hpcprof.report.runs import RunInfo
@@ -236,9 +238,13 @@ def ncu_figures(info: RunInfo) -> Iterator[go.Figure]:
         yield plots.sol_bars(long, "ncu speed of light (Echo metrics)")
 
 
-#: per-run figures, most telling first
-RUN_FIGURES: list[Callable[[RunInfo], Iterator[go.Figure]]] = [nsys_figures, torch_figures, ncu_figures,
-                                                               workload_figures]
+def run_figures(info: RunInfo) -> Iterator[go.Figure]:
+    """A run's figures, most telling first: its profile tool's (profilers.Profiler.figures), then the workload's."""
+    profiler = profilers.find(info.tool)
+    if profiler is not None and profiler.figures:
+        make: Callable[[RunInfo], Iterator[go.Figure]] = load_target(profiler.figures)
+        yield from make(info)
+    yield from workload_figures(info)
 
 
 def run_header(info: RunInfo) -> str:
@@ -267,7 +273,7 @@ def appendix(page: Page, infos: list[RunInfo], points: list[sweep.Point]) -> Non
         page.add(f"<details open><summary>Run {html.escape(info.run.run_id)}</summary>{run_header(info)}"
                  "<div class='grid'>")
         if info.run.run_id in drawn:
-            figures = [fig for make in RUN_FIGURES for fig in make(info)]
+            figures = list(run_figures(info))
             for fig in figures[:per_run]:
                 page.figure(fig)
         page.add("</div></details>")

@@ -10,6 +10,7 @@ from typing import Any
 
 import pandas as pd
 
+from hpcprof import profilers
 from hpcprof.analysis.summary import ITERATION_PHASE, WORKLOAD_TABLES, counted
 from hpcprof.report.compare import judged, param_columns
 from hpcprof.report.peaks import Peaks, device_peaks, matmul_precision
@@ -21,9 +22,6 @@ from hpcprof.results import list_tables, read_table
 WORLD_PARAMS = ("resources.ranks_per_node", "resources.nodes", "workload.args.world_size")
 #: how each workload scales: strong (the problem is split over the ranks) or weak (work per rank fixed)
 SCALING = {"seqpar": "strong", "ddp": "weak"}
-#: the profile's per-iteration and critical-path tables, by tool
-ITERATION_TABLES = {"nsys": "nsys_iterations", "torch": "torch_iterations"}
-CRITICAL_TABLES = {"nsys": "nsys_critical_path", "torch": "torch_critical_path"}
 
 
 @dataclass
@@ -125,9 +123,11 @@ def scaling(points: list[Point]) -> pd.DataFrame:
     return pd.concat(out, ignore_index=True) if out else pd.DataFrame()
 
 
-def tool_table(info: RunInfo, tables: dict[str, str]) -> pd.DataFrame | None:
-    """The run's result table for its profile tool among `tables` (tool -> name), None when absent."""
-    name = tables.get(info.tool)
+def tool_table(info: RunInfo, role: str) -> pd.DataFrame | None:
+    """The run's result table of `role` (a field of profilers.Tables: iterations, critical_path, ...)
+    for its profile tool, None when absent."""
+    profiler = profilers.find(info.tool)
+    name = profiler.table(role) if profiler is not None else None
     return read_table(info.run.path, name) if name else None
 
 
@@ -188,7 +188,7 @@ def rank_iterations(info: RunInfo) -> pd.DataFrame:
             kept = counted(rows).index
             return pd.DataFrame({"rank": rows["rank"].astype(int), "iteration": rows["iteration"].astype(int),
                                  "time_ms": rows["time_ms"].astype(float), "counted": rows.index.isin(kept)})
-    table = tool_table(info, ITERATION_TABLES)
+    table = tool_table(info, "iterations")
     if table is not None and not table.empty:
         return pd.DataFrame({"rank": table["rank"].astype(int), "iteration": table["iteration"].astype(int),
                              "time_ms": (table["end_ns"] - table["start_ns"]) / 1e6, "counted": True})
@@ -236,7 +236,7 @@ def gpu_idle_per_iteration(points: list[Point]) -> pd.DataFrame:
     parts = []
     for p in points:
         for info in p.infos:
-            table = tool_table(info, ITERATION_TABLES)
+            table = tool_table(info, "iterations")
             if table is None or table.empty or "idle_ns" not in table:
                 continue
             span = (table["end_ns"] - table["start_ns"]).groupby(table["iteration"]).sum()
@@ -252,7 +252,7 @@ def critical_path(points: list[Point]) -> pd.DataFrame:
     parts = []
     for p in points:
         for info in p.infos:
-            table = tool_table(info, CRITICAL_TABLES)
+            table = tool_table(info, "critical_path")
             if table is not None and not table.empty:
                 parts.append(table.assign(point=p.label, run=info.run.run_id))
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()

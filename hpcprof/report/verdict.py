@@ -16,27 +16,29 @@ from pathlib import Path
 
 import pandas as pd
 
+from hpcprof import profilers
 from hpcprof.analysis.summary import ITERATION_PHASE, WORKLOAD_TABLES, counted
 from hpcprof.report.stats import ALPHA, welch
 from hpcprof.results import read_table
 
 #: the compared metric: each run's mean iteration time
 ITERATION = "iteration.mean [ms]"
-#: per-iteration tables of the profiles (by ranks: start_ns, end_ns), used when the workload has no rows
-PROFILE_ITERATIONS = ("nsys_iterations", "torch_iterations")
 MIN_REPETITIONS = 3
 VERDICT_COLUMNS = ["change_pct", "p_value", "verdict", "test"]
 
 
-def iteration_samples(run_dir: Path, kind: str) -> list[float]:
+def iteration_samples(run_dir: Path, kind: str, tool: str) -> list[float]:
     """The run's per-iteration times in ms (counted iterations, mean over ranks): from the
-    workload's timing rows, else from the profile's per-iteration table; [] when neither exists."""
+    workload's timing rows, else from the per-iteration table of its profile `tool` (by ranks:
+    start_ns, end_ns); [] when neither exists."""
     if kind in WORKLOAD_TABLES:
         rows = read_table(run_dir, WORKLOAD_TABLES[kind][1])
         if rows is not None and not rows.empty:
             rows = counted(rows[rows["phase"] == ITERATION_PHASE[kind]])
             return [float(v) for v in rows.groupby("iteration")["time_ms"].mean()]
-    for name in PROFILE_ITERATIONS:
+    profiler = profilers.find(tool)
+    name = profiler.table("iterations") if profiler is not None else None
+    if name is not None:
         table = read_table(run_dir, name)
         if table is not None and not table.empty:
             ms = (table["end_ns"] - table["start_ns"]) / 1e6

@@ -8,16 +8,17 @@ import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from hpcprof.analysis.collector import CollectContext, Log, ReadTable, Reducer, ToolCollector, each_alone
+from hpcprof.analysis.collector import CollectContext, Log, ReadTable, Reducer, RunStep, ToolCollector, each_alone
 from hpcprof.analysis.nsys import critical_path
 from hpcprof.analysis.nsys import distributed as dist
 from hpcprof.analysis.nsys import window as win
+from hpcprof.analysis.nsys.echo import echo_step
 from hpcprof.analysis.nsys.timeline import iteration_timeline, median_iteration
 from hpcprof.analysis.nsys_stats.arrays import Columns
 from hpcprof.analysis.nsys_stats.db import Export
@@ -26,6 +27,7 @@ from hpcprof.analysis.nsys_stats.schema import OLD
 from hpcprof.analysis.nsys_stats.summaries import LAYOUT, summaries_of
 from hpcprof.atomic import atomic_write
 from hpcprof.errors import Problem
+from hpcprof.profilers.nsys import PROFILER
 from hpcprof.ranks import rank_from_filename
 from hpcprof.results import arrow_table, to_arrow
 
@@ -286,7 +288,8 @@ REDUCERS = (critical_path.collect_tables, median_timeline, nccl_with_totals)
 
 class NsysCollector(ToolCollector):
     """nsys in `collect`: exports (.nsys-rep exported to SQLite), each rank's tables, the NCCL
-    summary and timeline across ranks."""
+    summary and timeline across ranks; the ranks whose capture left no profile, and Echo's slowdown
+    of the run against its sweep's world-size-1 run."""
 
     rewritten = ("timeline", "nccl")    # median_timeline, nccl_with_totals
 
@@ -305,26 +308,28 @@ class NsysCollector(ToolCollector):
     def reducers(self) -> Sequence[Reducer]:
         return REDUCERS
 
+    def missing_profiles(self, run_dir: Path, config: dict[str, Any]) -> list[str]:
+        return missing_profiles(run_dir, config)
 
-#: the files of an nsys profile (a report, the old name of one, or its SQLite export)
-PROFILE_SUFFIXES = (".nsys-rep", ".qdrep", ".sqlite")
+    def run_steps(self) -> Mapping[str, RunStep]:
+        return {"echo": echo_step}
+
+
 #: what nsys prints when its capture range never opened (cudaProfilerApi / nvtx)
 NOTHING_RECORDED = "No reports were generated"
 
 
-def missing_profiles(run_dir: Path, config: dict) -> list[str]:
+def missing_profiles(run_dir: Path, config: dict[str, Any]) -> list[str]:
     """One line per rank that the run's config says nsys profiles (profile.ranks over the run's
-    ranks) but that left no nsys profile, with the cause its rank log gives. Empty for other tools."""
+    ranks) but that left no nsys profile (a file of PROFILER.suffixes), with the cause its rank log gives."""
     from hpcprof.ranks import RankSelection
 
     profile = config["experiment"]["profile"]
-    if profile["tool"] != "nsys":
-        return []
     per_node, world = int(config["ranks_per_node"]), int(config["world_size"])
     selection = RankSelection(profile["ranks"])
     ranged = profile["nsys"]["capture_range"] != "none"
     profiles = run_dir / "profiles" / "nsys"
-    present = {rank_from_filename(p) for p in profiles.iterdir() if p.suffix in PROFILE_SUFFIXES} \
+    present = {rank_from_filename(p) for p in profiles.iterdir() if p.suffix in PROFILER.suffixes} \
         if profiles.is_dir() else set()
     lines = []
     for rank in range(world):

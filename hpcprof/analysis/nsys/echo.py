@@ -2,7 +2,8 @@
 runs; `echo_slowdown` computes the slowdown of every device of an N run during collect, and
 `write_echo` writes Echo's table layout (CSV or .xlsx, one file per GPU: per rank and device, as
 each rank usually sees its one GPU as device 0). Which run of a sweep is the baseline is decided
-here (`is_baseline_for`); finding the sweep's runs is the caller's (hpcprof.collect.runs)."""
+here (`is_baseline_for`), and found among the sweep's runs (`baseline_run`); `echo_step` is the
+nsys collector's run step."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import pandas as pd
 from hpcprof.analysis.nsys.echo_match import by_rule, echo_paths
 from hpcprof.atomic import atomic_write
 from hpcprof.ranks import rank_from_filename
+from hpcprof.rundir import RunDir, sweep_of
 
 ECHO_COLUMNS = ["id", "kShortName", "kDemangledName", "ground_truth", "duration", "overlap_ratio", "slowdown"]
 
@@ -82,6 +84,28 @@ def is_baseline_for(config: dict[str, Any], candidate: dict[str, Any]) -> bool:
     DDP model under nsys on world size 1."""
     return (candidate["world_size"] == 1 and candidate["experiment"]["profile"]["tool"] == "nsys"
             and model_key(candidate) == model_key(config))
+
+
+def baseline_run(run_dir: Path, config: dict[str, Any]) -> Path | None:
+    """The world-size-1 run of the same DDP model under nsys in the sweep of the run in `run_dir`
+    (whose config is `config`), if any: Echo's baseline."""
+    run = RunDir(run_dir)
+    sweep = sweep_of(run.run_id)
+    for other in sorted(run_dir.parent.glob(f"{sweep}*/config.json")):
+        candidate = RunDir(other.parent)
+        if candidate.path != run.path and sweep_of(candidate.run_id) == sweep and is_baseline_for(config, candidate.config):
+            return candidate.path
+    return None
+
+
+def echo_step(run_dir: Path, config: dict[str, Any], log: Callable[[str], None]) -> dict[str, pd.DataFrame]:
+    """Echo's flow in collect (a run step of nsys): a world-size-N DDP run against its sweep's
+    world-size-1 run, matched by the experiment's `analysis.slowdown_match`; {} for any other run."""
+    base = baseline_run(run_dir, config) if wants_baseline(config) else None
+    if base is None:
+        return {}
+    rule = (config["experiment"].get("analysis") or {}).get("slowdown_match", "hpcprof")
+    return echo_slowdown(run_dir, base, log, rule)
 
 
 def echo_slowdown(run_dir: Path, baseline_dir: Path, log: Callable[[str], None] = print,

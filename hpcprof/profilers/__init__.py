@@ -1,0 +1,82 @@
+"""The one table of profilers by name (an experiment's `profile.tool`): nsys, ncu, torch and none
+built in, and the tools installed packages add through the `hpcprof.profilers` entry points.
+
+A tool's knowledge sits in one module (hpcprof/profilers/<tool>.py) as one `Profiler`: the
+program the rank wrapper starts and the site's `paths:` key that names it, the suffixes of its
+per-rank files under `profiles/<tool>/`, the model of its `profile.<tool>:` options, how a profiled
+rank is started (`Launch`), its check of an experiment point, its collector (a ToolCollector as
+"module:Class", imported only when a run of it is collected), the roles of its result tables
+(iterations, window, critical path, kernels, collectives) and its headline metrics and report
+figures (as "module:function"). The experiment schema, render, doctor, collect, the summary and the
+report look tools up here instead of naming them; this package imports nothing above hpcprof's base
+modules, so the config models take their tools from it.
+
+Adding a tool is one module with its `Profiler` (and its collector) plus one registration: a line
+in BUILTIN here, or, from a package of its own, an entry point of the group `hpcprof.profilers`
+named for the tool and naming its Profiler (pyproject.toml):
+
+    [project.entry-points."hpcprof.profilers"]
+    rocprof = "my_package.rocprof:PROFILER"
+
+Entry points are read only when a name is not built in (or every tool is listed: doctor), so the
+commands that list or render never pay for them. A tool from an entry point takes no `profile.<tool>:`
+block (ProfileConfig's fields are the built-in tools' options): its `options` is None.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from hpcprof.errors import UserError
+from hpcprof.profilers import ncu, nsys, torch
+from hpcprof.profilers.base import KernelTime, Launch, Profiler, Tables
+
+__all__ = ["BUILTIN", "ENTRY_POINTS", "KernelTime", "Launch", "Profiler", "Tables", "every", "find", "get",
+           "installed"]
+
+#: the entry point group of the tools other packages add
+ENTRY_POINTS = "hpcprof.profilers"
+#: the built-in tools, in the order they are listed
+BUILTIN: dict[str, Profiler] = {p.name: p for p in (nsys.PROFILER, ncu.PROFILER, torch.PROFILER, Profiler("none"))}
+
+
+@functools.cache
+def installed() -> dict[str, Profiler]:
+    """The tools installed packages add (entry points of ENTRY_POINTS), by name; one that does not
+    load, is not a Profiler of its own name or takes a built-in name is a one-line error."""
+    from importlib.metadata import entry_points
+
+    found: dict[str, Profiler] = {}
+    for point in sorted(entry_points(group=ENTRY_POINTS), key=lambda p: p.name):
+        where = f"profiler {point.name!r} (entry point {point.value} of group {ENTRY_POINTS})"
+        try:
+            entry = point.load()
+        except Exception as exc:  # the package's own code: its failure is named, not a traceback
+            raise UserError(f"{where}: does not load ({type(exc).__name__}: {exc}); fix or uninstall the "
+                            "package that declares it") from None
+        if not isinstance(entry, Profiler) or entry.name != point.name or point.name in BUILTIN:
+            raise UserError(f"{where}: not a hpcprof.profilers.Profiler named {point.name!r} beside the built-in "
+                            f"{', '.join(BUILTIN)}; fix the package that declares it")
+        if entry.options is not None:
+            raise UserError(f"{where}: takes options, which only a built-in tool can (its options must be None)")
+        found[point.name] = entry
+    return found
+
+
+def find(name: str) -> Profiler | None:
+    """The tool called `name`, None when there is none (entry points read only for a name not built in)."""
+    return BUILTIN.get(name) or installed().get(name)
+
+
+def get(name: str) -> Profiler:
+    """The tool called `name`; a one-line error when there is none."""
+    entry = find(name)
+    if entry is None:
+        raise UserError(f"profile.tool {name!r}: no such profiler here (known: {', '.join(every())}; a package "
+                        f"adds one with an entry point of group {ENTRY_POINTS})")
+    return entry
+
+
+def every() -> dict[str, Profiler]:
+    """Every tool by name: the built-in ones, then the installed ones."""
+    return {**BUILTIN, **installed()}
