@@ -12,6 +12,7 @@ Blocks by language:
   `NAME=...` lines) are set again before a block runs;
 - ```python: run with this checkout's hpcprof;
 - ```sql: run against the store of the shared workdir; it must return rows;
+- ```toml: parsed (tomllib); an entry point of hpcprof's groups must name `module:attribute`;
 - ```text: output or plain text, shown only.
 
 Everything runs in a sandbox: one workdir for all docs (`hpcprof-runs`, holding a collected
@@ -38,7 +39,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
-RUN = ("yaml", "bash", "console", "python", "sql")
+RUN = ("yaml", "bash", "console", "python", "sql", "toml")
 SHOWN = ("text",)
 DIRECTIVE = re.compile(r"<!--\s*docs-test:\s*(?P<body>.*?)\s*-->")
 FENCE = re.compile(r"^```(?P<lang>\S*)\s*$")
@@ -278,6 +279,12 @@ def run_block(block: Block, cwd: Path, box: Sandbox, assignments: list[str]) -> 
         with sqlite3.connect(box.root / "hpcprof-runs" / "hpcprof.db") as db:
             rows: list[Any] = db.execute(block.text).fetchall()
         assert rows, f"{block.where}: the query returned no rows from the shared workdir's store"
+    elif block.lang == "toml":
+        import tomllib
+
+        points = tomllib.loads(block.text).get("project", {}).get("entry-points", {})
+        for group, entries in points.items():
+            assert all(re.fullmatch(r"[\w.]+:\w+", v) for v in entries.values()), f"{block.where}: {group}"
 
 
 def docs_files() -> Iterator[Any]:
