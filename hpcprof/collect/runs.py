@@ -54,6 +54,7 @@ from hpcprof.pool import (
     write_bundle,
 )
 from hpcprof.ranks import rank_from_filename
+from hpcprof.record import read_record
 from hpcprof.results import ResultError, check_name, forget_headline, write_headline, write_table
 from hpcprof.rundir import RunDir, sweep_of
 from hpcprof.store import Store
@@ -699,10 +700,10 @@ def echo_baseline(run: RunDir) -> RunDir | None:
     baseline: nsys/echo.py decides which run is one)."""
     from hpcprof.analysis.nsys.echo import is_baseline_for
 
-    sweep = sweep_of(run.run_id)
+    sweep, record = sweep_of(run.run_id), read_record(run)
     for other in sorted(run.path.parent.glob(f"{sweep}*/config.json")):
         cand = RunDir(other.parent)
-        if cand.path != run.path and sweep_of(cand.run_id) == sweep and is_baseline_for(run.config, cand.config):
+        if cand.path != run.path and sweep_of(cand.run_id) == sweep and is_baseline_for(record, read_record(cand)):
             return cand
     return None
 
@@ -734,14 +735,14 @@ def collect_run(run: RunDir, store: Store, log: Log = print, executor: Executor 
             except (ResultError, ValueError, TypeError, OSError) as exc:
                 done.report(Problem(None, f"{source}_{name}: not written ({_short(exc)})"))
 
-    config = run.config  # an unreadable config.json fails the run (the caller reports it)
-    tool = config["experiment"]["profile"]["tool"]
+    record = read_record(run)  # an unreadable config.json fails the run (the caller reports it)
+    tool = record.tool
     profile_dir = run.path / "profiles" / tool
 
     def missing() -> None:  # a rank the profile was asked of that recorded nothing makes the run partial
         from hpcprof.analysis.nsys.collect import missing_profiles
 
-        for line in missing_profiles(run.path, config):
+        for line in missing_profiles(run.path, record):
             done.report(Problem(None, line))
 
     own_steps_done = False
@@ -764,8 +765,7 @@ def collect_run(run: RunDir, store: Store, log: Log = print, executor: Executor 
         if not files:
             log(f"{run.run_id}: no {tool} profiles in {profile_dir}")
             return
-        site_paths = config["site"]["paths"]
-        tool_paths = {"nsys": site_paths["nsys"], "ncu": site_paths["ncu"]}
+        tool_paths = {"nsys": record.site.paths.nsys, "ncu": record.site.paths.ncu}
         ctx = CollectContext(run_dir=run.path, tool=tool, files=list(files), rank_of=files,
                              work_dir=run.path / "derived" / tool, log=log, problem=done.report)
         ctx.work_dir.mkdir(parents=True, exist_ok=True)
@@ -796,10 +796,9 @@ def collect_run(run: RunDir, store: Store, log: Log = print, executor: Executor 
     def echo() -> None:  # Echo's flow: a ws-N DDP run against its sweep's ws-1 run
         from hpcprof.analysis.nsys.echo import echo_slowdown, wants_baseline
 
-        base = echo_baseline(run) if wants_baseline(config) else None
+        base = echo_baseline(run) if wants_baseline(record) else None
         if base is not None:
-            rule = (config["experiment"].get("analysis") or {}).get("slowdown_match", "hpcprof")
-            save("echo", echo_slowdown(run.path, base.path, log, rule))
+            save("echo", echo_slowdown(run.path, base.path, log, record.experiment.analysis.slowdown_match))
 
     step("echo", echo)
 
@@ -807,7 +806,7 @@ def collect_run(run: RunDir, store: Store, log: Log = print, executor: Executor 
         from hpcprof.analysis.summary import run_headline
 
         # in a worker: the summary reads whole-run tables, which this process never holds
-        headline = executor.submit(run_headline, run.path, config).result()
+        headline = executor.submit(run_headline, run.path, record).result()
         write_headline(run.path, headline)
         if store.has_run(run.run_id):
             store.replace_metrics(run.run_id, headline.metrics)

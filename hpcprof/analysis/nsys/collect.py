@@ -8,7 +8,7 @@ import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 import pandas as pd
@@ -28,6 +28,9 @@ from hpcprof.atomic import atomic_write
 from hpcprof.errors import Problem
 from hpcprof.ranks import rank_from_filename
 from hpcprof.results import arrow_table, to_arrow
+
+if TYPE_CHECKING:
+    from hpcprof.record import RunRecord
 
 
 def find_nsys(tool_paths: Mapping[str, str]) -> str | None:
@@ -312,17 +315,17 @@ PROFILE_SUFFIXES = (".nsys-rep", ".qdrep", ".sqlite")
 NOTHING_RECORDED = "No reports were generated"
 
 
-def missing_profiles(run_dir: Path, config: dict) -> list[str]:
-    """One line per rank that the run's config says nsys profiles (profile.ranks over the run's
+def missing_profiles(run_dir: Path, record: RunRecord) -> list[str]:
+    """One line per rank that the run's record says nsys profiles (profile.ranks over the run's
     ranks) but that left no nsys profile, with the cause its rank log gives. Empty for other tools."""
     from hpcprof.ranks import RankSelection
 
-    profile = config["experiment"]["profile"]
-    if profile["tool"] != "nsys":
+    profile = record.experiment.profile
+    if profile.tool != "nsys":
         return []
-    per_node, world = int(config["ranks_per_node"]), int(config["world_size"])
-    selection = RankSelection(profile["ranks"])
-    ranged = profile["nsys"]["capture_range"] != "none"
+    per_node, world = record.ranks_per_node, record.world_size
+    selection = RankSelection(profile.ranks)
+    ranged = profile.nsys.capture_range != "none"
     profiles = run_dir / "profiles" / "nsys"
     present = {rank_from_filename(p) for p in profiles.iterdir() if p.suffix in PROFILE_SUFFIXES} \
         if profiles.is_dir() else set()

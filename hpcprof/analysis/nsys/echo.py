@@ -9,13 +9,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from hpcprof.analysis.nsys.echo_match import by_rule, echo_paths
 from hpcprof.atomic import atomic_write
 from hpcprof.ranks import rank_from_filename
+
+if TYPE_CHECKING:
+    from hpcprof.record import RunRecord
 
 ECHO_COLUMNS = ["id", "kShortName", "kDemangledName", "ground_truth", "duration", "overlap_ratio", "slowdown"]
 
@@ -53,9 +56,9 @@ def write_echo(slowdown: pd.DataFrame, path: Path) -> list[Path]:
     return written
 
 
-def model_key(config: dict[str, Any]) -> dict[str, Any]:
+def model_key(record: RunRecord) -> dict[str, Any]:
     """What makes two DDP runs the same model: the workload args without the world size."""
-    args = dict(config["experiment"]["workload"].get("args") or {})
+    args = dict(record.experiment.workload.args)
     args.pop("world_size", None)
     return args
 
@@ -71,17 +74,15 @@ def sqlite_exports(run_dir: Path) -> dict[Path, int]:
     return dict(found.values())
 
 
-def wants_baseline(config: dict[str, Any]) -> bool:
+def wants_baseline(record: RunRecord) -> bool:
     """Whether a run has Echo's slowdown: a DDP run of world size > 1 under nsys."""
-    exp = config["experiment"]
-    return exp["workload"]["kind"] == "ddp" and exp["profile"]["tool"] == "nsys" and config["world_size"] >= 2
+    return record.kind == "ddp" and record.tool == "nsys" and record.world_size >= 2
 
 
-def is_baseline_for(config: dict[str, Any], candidate: dict[str, Any]) -> bool:
-    """Whether the run of `candidate` (a config) is the baseline of the run of `config`: the same
+def is_baseline_for(record: RunRecord, candidate: RunRecord) -> bool:
+    """Whether the run of record `candidate` is the baseline of the run of `record`: the same
     DDP model under nsys on world size 1."""
-    return (candidate["world_size"] == 1 and candidate["experiment"]["profile"]["tool"] == "nsys"
-            and model_key(candidate) == model_key(config))
+    return candidate.world_size == 1 and candidate.tool == "nsys" and model_key(candidate) == model_key(record)
 
 
 def echo_slowdown(run_dir: Path, baseline_dir: Path, log: Callable[[str], None] = print,
