@@ -15,6 +15,7 @@ import pandas as pd
 
 from hpcprof.analysis.nsys.echo_match import by_rule, echo_paths
 from hpcprof.atomic import atomic_write
+from hpcprof.catalog import ECHO_SLOWDOWN
 from hpcprof.ranks import rank_from_filename
 
 if TYPE_CHECKING:
@@ -108,4 +109,4 @@ def echo_slowdown(run_dir: Path, baseline_dir: Path, log: Callable[[str], None] 
     gpus = len(table[["rank", "device"]].drop_duplicates())
     log(f"echo: slowdown of {matched} kernel(s) on {gpus} GPU(s) against {baseline_dir.name}")
 
-    return {"slowdown": by_rule(rule, table, base_files, files, log)}
+    return {ECHO_SLOWDOWN.key: by_rule(rule, table, base_files, files, log)}
