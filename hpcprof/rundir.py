@@ -1,9 +1,10 @@
 """The run directory `<workdir>/<experiment>/<run-id>/`: its layout, and reading and writing its
 files (the state they add up to is hpcprof.jobstate's).
 
-Layout: config.json (the run record: the resolved config, read back typed by hpcprof.record), job.sh, rank_wrapper.sh, logs/, profiles/<tool>/, results/,
-tmp/, derived/ (collect's own intermediate files, e.g. exported .sqlite), `status` (key=value lines
-written by the job: start, host, job_id, exit_code, end; and `cancelled=` by `mark_cancelled`),
+Layout: config.json (the run record: the resolved config, read back typed by hpcprof.record),
+job.sh, rank_wrapper.sh, logs/, profiles/<tool>/, results/, tmp/, derived/ (collect's own
+intermediate files, e.g. exported .sqlite), `status` (key=value lines written by the job: start,
+host, job_id, exit_code, end; and `cancelled=` by `mark_cancelled`),
 `DONE` (written last by the job), `submission.json` (written at submit: scheduler, job id),
 `state.stored` (the final state the store holds), `collect.stored` (how the store says it was collected).
 """
