@@ -335,7 +335,14 @@ def site_page() -> Page:
 
 
 #: the generated pages, in the order they are written
-PAGES: list[Callable[[], Page]] = [cli_page, experiment_page, site_page]
+def metrics_page() -> Page:
+    """The result tables and metrics, from their declarations (hpcprof/catalog.py)."""
+    from hpcprof.catalog import metrics_page as text
+
+    return Page("metrics.md", text())
+
+
+PAGES: list[Callable[[], Page]] = [cli_page, experiment_page, site_page, metrics_page]
 
 
 def generate() -> list[Page]:

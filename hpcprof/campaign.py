@@ -81,18 +81,19 @@ def plan_resubmit(runs: list[RunDir], workdir: Path) -> Plan:
     from hpcprof.config.experiment import expand
     from hpcprof.config.site import SiteConfig
     from hpcprof.models import validate
+    from hpcprof.record import ResolvedRun, read_record
 
-    configs = [run.config for run in runs]
-    sites = {json.dumps(c["site"], sort_keys=True) for c in configs}
+    records = [read_record(run, ResolvedRun) for run in runs]
+    sites = {json.dumps(r.site, sort_keys=True) for r in records}
     if len(sites) > 1:
         raise UserError("resubmit: the runs were submitted to different site configs; resubmit them one site at a time")
     site = validate(SiteConfig, json.loads(sites.pop()), "resubmit: the runs' site config")
     points = []
-    for index, (run, config) in enumerate(zip(runs, configs, strict=True)):
-        data = {**config["experiment"], "sweep": {}, "repeat": 1}
+    for index, (run, record) in enumerate(zip(runs, records, strict=True)):
+        data = {**record.experiment, "sweep": {}, "repeat": 1}
         (point,) = expand(data, site, f"run {run.run_id}", 1)
-        points.append(msgspec.structs.replace(point, index=index, params=config["sweep_point"]["params"]))
-    submit_dir = configs[0].get("submit_dir")             # where the first submit ran (relative argv paths)
+        points.append(msgspec.structs.replace(point, index=index, params=record.sweep_point.params))
+    submit_dir = records[0].submit_dir                    # where the first submit ran (relative argv paths)
     planned = plan_points(points, site, workdir, None, "resubmit", submit_dir=Path(submit_dir) if submit_dir else None)
     for rendered, old in zip(planned.runs, runs, strict=True):
         rendered.config["resubmit_of"] = old.run_id

@@ -38,8 +38,13 @@ def _walltime_reached(run: RunDir, status: dict[str, str]) -> bool:
     """Whether the job's TERM trap ran at its walltime (start/end from the status file)."""
     try:
         elapsed = int(status["end"]) - int(status["start"])
-        return elapsed >= walltime_seconds(str(run.config["walltime"])) - WALLTIME_SLACK
-    except (KeyError, ValueError, TypeError, OSError, UserError):
+    except (KeyError, ValueError):
+        return False
+    from hpcprof.record import read_record
+
+    try:
+        return elapsed >= walltime_seconds(read_record(run).walltime) - WALLTIME_SLACK
+    except (ValueError, UserError):         # a bad walltime; a damaged config.json
         return False
 
 

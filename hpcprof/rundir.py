@@ -1,9 +1,10 @@
 """The run directory `<workdir>/<experiment>/<run-id>/`: its layout, and reading and writing its
 files (the state they add up to is hpcprof.jobstate's).
 
-Layout: config.json (resolved), job.sh, rank_wrapper.sh, logs/, profiles/<tool>/, results/,
-tmp/, derived/ (collect's own intermediate files, e.g. exported .sqlite), `status` (key=value lines
-written by the job: start, host, job_id, exit_code, end; and `cancelled=` by `mark_cancelled`),
+Layout: config.json (the run record: the resolved config, read back typed by hpcprof.record),
+job.sh, rank_wrapper.sh, logs/, profiles/<tool>/, results/, tmp/, derived/ (collect's own
+intermediate files, e.g. exported .sqlite), `status` (key=value lines written by the job: start,
+host, job_id, exit_code, end; and `cancelled=` by `mark_cancelled`),
 `DONE` (written last by the job), `submission.json` (written at submit: scheduler, job id),
 `state.stored` (the final state the store holds), `collect.stored` (how the store says it was collected).
 """
@@ -38,8 +39,16 @@ class DamagedRunFile(UserError):
     """A run file hpcprof wrote that cannot be read back (config.json): one line naming it."""
 
 
+#: what a run's config.json says it is (written from record version 1 on; a run written before
+#: has neither key and reads as version 0)
+RECORD_FORMAT = "hpcprof.run"
+#: raised only by a change older readers cannot read: a newer record is refused by name
+RECORD_VERSION = 1
+
+
 def config_problem(data: Any) -> str | None:
-    """What is wrong with a loaded config.json, or None: the keys every reader uses."""
+    """What is wrong with a loaded config.json, or None: the keys every reader uses, and the record's
+    format and version."""
     if not isinstance(data, dict):
         return "not a JSON object"
     experiment = data.get("experiment")
@@ -52,7 +61,30 @@ def config_problem(data: Any) -> str | None:
         return "no site"
     if not isinstance(data.get("sweep_point"), dict):
         return "no sweep_point"
+    if data.get("format", RECORD_FORMAT) != RECORD_FORMAT:
+        return f"format {data['format']!r}, not {RECORD_FORMAT!r}"
+    version = data.get("version")
+    if isinstance(version, int) and version > RECORD_VERSION:
+        return f"record version {version}: written by a newer hpcprof (this one reads up to {RECORD_VERSION})"
     return None
+
+
+def damaged(path: Path, reason: str) -> DamagedRunFile:
+    """The one-line error of a run file that cannot be read back."""
+    return DamagedRunFile(f"{path}: damaged run file ({reason}); this run cannot be read "
+                          "(move its directory away, or resubmit the experiment)")
+
+
+def read_config(path: Path) -> dict[str, Any]:
+    """The JSON of a run's config.json, its keys checked (config_problem); DamagedRunFile (one line
+    naming the file) when it cannot be read. Its typed reading is hpcprof.record.read_record's."""
+    try:
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except (OSError, ValueError) as exc:
+        raise damaged(path, getattr(exc, "strerror", None) or str(exc).splitlines()[0][:120]) from None
+    if (problem := config_problem(data)) is not None:
+        raise damaged(path, problem)
+    return data
 
 
 @dataclass(frozen=True)
@@ -65,25 +97,16 @@ class RunDir:
     def run_id(self) -> str:
         return self.path.name
 
-    @property
-    def config(self) -> dict[str, Any]:
-        """The resolved config; DamagedRunFile (one line naming the file) when it cannot be read."""
-        path = self.path / "config.json"
-        try:
-            data = json.loads(path.read_bytes().decode("utf-8"))
-        except (OSError, ValueError) as exc:
-            reason = getattr(exc, "strerror", None) or str(exc).splitlines()[0][:120]
-            raise DamagedRunFile(f"{path}: damaged run file ({reason}); this run cannot be read "
-                                 "(move its directory away, or resubmit the experiment)") from None
-        if (problem := config_problem(data)) is not None:
-            raise DamagedRunFile(f"{path}: damaged run file ({problem}); this run cannot be read "
-                                 "(move its directory away, or resubmit the experiment)")
-        return data
+    @functools.cached_property
+    def config_json(self) -> dict[str, Any]:
+        """config.json's JSON (read_config), read once per RunDir: what hpcprof.record.read_record
+        reads the typed run record from; DamagedRunFile (one line naming the file) when it cannot be read."""
+        return read_config(self.path / "config.json")
 
     def damage(self) -> str | None:
         """The one line naming the run's damaged config.json, or None when it reads."""
         try:
-            _ = self.config
+            _ = self.config_json
         except DamagedRunFile as exc:
             return exc.format_message()
         return None

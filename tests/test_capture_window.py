@@ -16,6 +16,7 @@ from hpcprof_cli import hpcprof
 
 from hpcprof.analysis.nsys.collect import missing_profiles
 from hpcprof.profilers.nsys import NsysOptions
+from hpcprof.record import read_record
 
 #: The CLI runs this checkout and finds no site files outside it.
 CLI_ENV = {"HPCPROF_SITE_PATH": "", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
@@ -76,8 +77,7 @@ def test_a_rank_that_recorded_nothing_makes_the_collect_partial(tmp_path: Path, 
     shutil.copy(fixtures_dir / "nsys/h200_seqpar_bf16/rank0.sqlite", run / "profiles/nsys/rank0.sqlite")
     with open(run / "logs/rank1.log", "a") as log:   # what nsys prints when the range never opened
         log.write("Collecting data...\nNo reports were generated\n")
-    config = json.loads((run / "config.json").read_text())
-    assert missing_profiles(run, config) == [("nsys: rank 1: nsys recorded nothing: the capture range never opened "
+    assert missing_profiles(run, read_record(run / "config.json")) == [("nsys: rank 1: nsys recorded nothing: the capture range never opened "
                                               "(logs/rank1.log: No reports were generated)")]
 
     result = hpcprof("collect", cwd=tmp_path, env=CLI_ENV)
@@ -88,11 +88,13 @@ def test_a_rank_that_recorded_nothing_makes_the_collect_partial(tmp_path: Path, 
     assert status[0]["collected"].startswith("partial: nsys: rank 1: nsys recorded nothing")
 
     shutil.copy(fixtures_dir / "nsys/h200_seqpar_bf16/rank1.sqlite", run / "profiles/nsys/rank1.sqlite")
-    assert missing_profiles(run, config) == []
+    assert missing_profiles(run, read_record(run / "config.json")) == []
+    config = json.loads((run / "config.json").read_text())
     config["experiment"]["profile"]["ranks"] = [0]         # a rank not selected is not expected
+    (run / "config.json").write_text(json.dumps(config))
     (run / "profiles/nsys/rank1.sqlite").unlink()
-    assert missing_profiles(run, config) == []
+    assert missing_profiles(run, read_record(run / "config.json")) == []
     (run / "logs/rank0.log").unlink()
     (run / "profiles/nsys/rank0.sqlite").unlink()
-    assert missing_profiles(run, config) == [
+    assert missing_profiles(run, read_record(run / "config.json")) == [
         "nsys: rank 0: no nsys profile and no rank log (logs/rank0.log): the rank never started"]

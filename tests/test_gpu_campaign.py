@@ -191,6 +191,7 @@ def test_collect_records_the_headline_the_tables_give(campaign: tuple[Path, obje
     """Every collected run's results/headline.json holds what hpcprof.analysis.summary computes from its
     tables now (the values to the bit), and the top kernels of a bf16 run are those counted by hand."""
     from hpcprof.analysis.summary import run_headline
+    from hpcprof.record import read_record
     from hpcprof.results import list_tables, read_headline
     from hpcprof.rundir import RunDir
 
@@ -200,7 +201,7 @@ def test_collect_records_the_headline_the_tables_give(campaign: tuple[Path, obje
     for run in runs:
         recorded = read_headline(run.path)
         assert recorded is not None, run.path
-        assert json.dumps(recorded) == json.dumps(run_headline(run.path, run.config)), run.path
+        assert json.dumps(recorded) == json.dumps(run_headline(run.path, read_record(run))), run.path
     bf16 = run_dir(workdir, BF16[0])
     by_hand = top_kernels_by_hand(sorted((bf16 / "profiles" / "nsys").glob("rank*.sqlite")))
     top = read_headline(bf16).top_kernels  # type: ignore[union-attr]
@@ -211,12 +212,13 @@ def test_collect_records_the_headline_the_tables_give(campaign: tuple[Path, obje
 
 def test_report_of_collected_runs_reads_the_headline_without_pandas(campaign: tuple[Path, object],
                                                                     tmp_path: Path) -> None:
-    """`hpcprof report` of collected nsys runs imports neither pandas nor pyarrow, and prints what it
-    prints when the headline is computed from the tables again (recorded one removed, or damaged)."""
+    """`hpcprof report` of collected nsys runs imports neither pandas nor pyarrow (msgspec reads the run
+    records, rich prints), and prints what it prints when the headline is computed from the tables
+    again (recorded one removed, or damaged)."""
     from test_startup_imports import heavy_imports
 
     workdir, _ = campaign
-    assert heavy_imports("report", BF16[0], "--workdir", str(workdir), cwd=tmp_path) == {"rich"}
+    assert heavy_imports("report", BF16[0], "--workdir", str(workdir), cwd=tmp_path) == {"msgspec", "rich"}
 
     def printed() -> list[str]:
         out = hpcprof("report", *BF16, workdir=workdir)
@@ -239,6 +241,7 @@ def test_report_of_collected_runs_reads_the_headline_without_pandas(campaign: tu
 
 def test_collect_again_replaces_a_stale_headline(campaign: tuple[Path, object]) -> None:
     from hpcprof.analysis.summary import run_headline
+    from hpcprof.record import read_record
     from hpcprof.results import Headline, read_headline, write_headline
     from hpcprof.rundir import RunDir
 
@@ -247,7 +250,7 @@ def test_collect_again_replaces_a_stale_headline(campaign: tuple[Path, object]) 
     write_headline(run.path, Headline([("iteration.mean", 1e9, "ms")], []))
     out = hpcprof("collect", FP32[0], workdir=workdir)
     assert out.returncode == 0, out.stderr
-    assert json.dumps(read_headline(run.path)) == json.dumps(run_headline(run.path, run.config))
+    assert json.dumps(read_headline(run.path)) == json.dumps(run_headline(run.path, read_record(run)))
 
 
 # -- 4. verdicts ----------------------------------------------------------------------------------------

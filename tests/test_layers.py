@@ -24,11 +24,11 @@ import hpcprof
 LAYERS: list[list[str]] = [
     ["hpcprof", "hpcprof.errors", "hpcprof.lazy", "hpcprof.ranks", "hpcprof.resources", "hpcprof.atomic", "hpcprof.cpus",
      "hpcprof.models",
-     "hpcprof.output", "hpcprof.results", "hpcprof.workdirs", "hpcprof.pool"],
+     "hpcprof.output", "hpcprof.results", "hpcprof.catalog", "hpcprof.workdirs", "hpcprof.pool"],
     ["hpcprof.profilers"],
     ["hpcprof.workloads"],
     ["hpcprof.config"],
-    ["hpcprof.rundir"],
+    ["hpcprof.rundir", "hpcprof.record"],
     ["hpcprof.cli_options"],
     ["hpcprof.schedulers"],
     ["hpcprof.render"],

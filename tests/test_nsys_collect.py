@@ -152,7 +152,8 @@ def test_a_joint_pass_gives_each_file_the_tables_of_its_own(fixtures_dir: Path, 
     assert len(exports) >= 20
     run = tmp_path / "run" / "profiles" / "nsys"
     run.mkdir(parents=True)
-    (tmp_path / "run" / "config.json").write_text(json.dumps({"experiment": {"profile": {"window": {"nvtx": "matmul1"}}}}))
+    (tmp_path / "run" / "config.json").write_text(json.dumps({"experiment": {"name": "w", "workload": {"kind": "command"},
+        "profile": {"tool": "nsys", "window": {"nvtx": "matmul1"}}}, "site": {}, "sweep_point": {}}))
     for rank in (0, 1):
         shutil.copy(fixtures_dir / "nsys" / "h200_seqpar_bf16" / f"rank{rank}.sqlite", run / f"rank{rank}.sqlite")
     damaged = tmp_path / "rank900.sqlite"

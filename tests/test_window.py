@@ -102,7 +102,8 @@ def test_named_range_is_the_window(fixtures_dir: Path, tmp_path: Path) -> None:
     assert (w["window"], w["start_ns"], w["end_ns"], w["iterations"]) == ("nvtx:warmup", 1000, 5000, 1)
     run = tmp_path / "run"                          # collect's case: the run's config.json names the range
     (run / "profiles/nsys").mkdir(parents=True)
-    (run / "config.json").write_text(json.dumps({"experiment": {"profile": {"window": {"nvtx": "iteration"}}}}))
+    (run / "config.json").write_text(json.dumps({"experiment": {"name": "w", "workload": {"kind": "command"}, "profile": {
+        "tool": "nsys", "window": {"nvtx": "iteration"}}}, "site": {}, "sweep_point": {}}))   # the keys a record needs
     export = small_export(fixtures_dir, run / "profiles/nsys/rank0.sqlite")
     its = analyse_file(export, 0)["iterations"]
     assert set(its["window"]) == {"nvtx:iteration"} and its["start_ns"].tolist() == [1000, 6000, 9000]

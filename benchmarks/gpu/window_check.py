@@ -7,11 +7,11 @@ of its timed iterations, or the never-opened run was collected clean.
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 from hpcprof.analysis.summary import run_headline
+from hpcprof.record import read_record
 from hpcprof.results import read_table
 from hpcprof.store import Store, database_url
 
@@ -24,20 +24,20 @@ def main(workdir: Path) -> int:
     failures = []
     for config_path in sorted(workdir.glob("*/*/config.json")):
         run = config_path.parent
-        config = json.loads(config_path.read_text())
-        experiment = config["experiment"]
-        metrics = {name: value for name, value, _ in run_headline(run, config).metrics}
+        run_record = read_record(config_path)
+        experiment = run_record.experiment
+        metrics = {name: value for name, value, _ in run_headline(run, run_record).metrics}
         record = store.run_record(run.name) or {}
-        print(run.name, experiment["name"], experiment["workload"].get("args", {}).get("precision", ""),
+        print(run.name, experiment.name, experiment.workload.args.get("precision", ""),
               "collect:", record.get("collect_status"),
               " ".join(f"{k}={metrics[k]:.4g}" for k in SHOWN if k in metrics))
-        if experiment["name"].startswith("window-seqpar"):
+        if experiment.name.startswith("window-seqpar"):
             window = read_table(run, "nsys_window")
             if window is None or not set(window["window"]) <= {"nvtx:timed", "nvtx:iteration"} or len(window) != 2:
                 failures.append(f"{run.name}: no window of the timed iterations on both ranks")
-            elif experiment["workload"]["args"]["precision"] == "float32" and metrics["idle_pct"] >= 10:
+            elif experiment.workload.args["precision"] == "float32" and metrics["idle_pct"] >= 10:
                 failures.append(f"{run.name}: float32 idle over the timed iterations {metrics['idle_pct']:.2f} %")
-        if experiment["name"] == "window-never-opened":
+        if experiment.name == "window-never-opened":
             note = record.get("collect_note") or ""
             if record.get("collect_status") != "partial" or "the capture range never opened" not in note:
                 failures.append(f"{run.name}: a capture that recorded nothing was collected as "

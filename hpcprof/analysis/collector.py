@@ -25,11 +25,11 @@ A tool's collector is one `ToolCollector` subclass that its entry in the profile
 - `rewritten`: the concatenated per-rank tables a reducer replaces (nsys: the timeline, cut to its
   median iteration): collect writes such a table whole only where no reducer wrote it (with several
   workers the other tables are joined while the reducers run: replacing one of those is an error).
-- `missing_profiles(run_dir, config)`: what the run's missing profiles mean for the tool, a line per
+- `missing_profiles(run_dir, record)`: what the run's missing profiles mean for the tool, a line per
   rank that should have left one and did not (nsys: a capture range that never opened); each makes
   the run `partial`. None by default.
 - `run_steps()`: the tool's steps over the whole run once its tables are written, by name, each
-  `(run_dir, config, log) -> tables` written as `<name>_<table>` (nsys: Echo's slowdown against the
+  `(run_dir, record, log) -> tables` written as `<name>_<table>` (nsys: Echo's slowdown against the
   world-size-1 run of the sweep, `echo`). None by default.
 """
 
@@ -38,7 +38,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from hpcprof.errors import Problem
 
@@ -46,13 +46,15 @@ if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
 
+    from hpcprof.record import RunRecord
+
 Log = Callable[[str], None]
 #: a concatenated per-rank table by name, None when no rank has it
 ReadTable = Callable[[str], "pd.DataFrame | None"]
 #: one cross-rank step: (read, log) -> the tables it makes
 Reducer = Callable[[ReadTable, Log], "dict[str, pd.DataFrame]"]
-#: one step over the whole run: (run directory, its config.json, log) -> the tables it makes
-RunStep = Callable[[Path, "dict[str, Any]", Log], "dict[str, pd.DataFrame]"]
+#: one step over the whole run: (run directory, its record, log) -> the tables it makes
+RunStep = Callable[[Path, "RunRecord", Log], "dict[str, pd.DataFrame]"]
 
 
 @dataclass
@@ -126,7 +128,7 @@ class ToolCollector:
         """Every cross-rank table, the reducers run one after another in this process."""
         return {name: table for step in self.reducers() for name, table in step(read, log).items()}
 
-    def missing_profiles(self, run_dir: Path, config: dict[str, Any]) -> list[str]:
+    def missing_profiles(self, run_dir: Path, record: RunRecord) -> list[str]:
         """One line per rank the run asked a profile of that left none, with the cause: none by default."""
         return []
 

@@ -37,6 +37,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from hpcprof.catalog import CRITICAL_PATH_KEYS
+
 if TYPE_CHECKING:
     from typing import TypeAlias
 
@@ -51,7 +53,7 @@ EVENT_COLUMNS = ["rank", "iteration", "kind", "channel", "seq", "name", "start",
 ROW_COLUMNS = ["iteration", "iteration_ns", "collective", "critical_rank", "held_by", "held_ns", "waiting_ranks"]
 SEGMENT_COLUMNS = ["iteration", "segment", "rank", "kind", "name", "start_ns", "end_ns", "duration_ns"]
 #: the per-rank table collect keeps (`<tool>_critical_path_events`) and the two it reduces it to
-EVENTS_TABLE, ROWS_TABLE, SEGMENTS_TABLE = "critical_path_events", "critical_path", "critical_path_segments"
+EVENTS_TABLE, ROWS_TABLE, SEGMENTS_TABLE = CRITICAL_PATH_KEYS
 END = ("", -1)     # (channel, seq) of an iteration's end: its lead is the tail after the last collective
 Segment = tuple[int, str, str, int, int]                                # rank, kind, name, start, end
 Held = tuple[tuple[str, int], int, str, int, list[Segment]]             # key, critical rank, name, wait, lead

@@ -3,23 +3,28 @@
 `run_summary` reads the run's result tables (workload timings, nsys or Kineto analyses; `tables_of`:
 each read once) and returns (metric, value, unit) triples; a metric is absent when its source table
 is. `run_headline` adds the top kernels from the same reads: what collect records beside the tables
-(hpcprof.results.write_headline).
-Metric names are dotted: `iteration.mean`, `phase.matmul1.tflops`, `gpu.nccl.AllGather`, ...
+(hpcprof.results.write_headline). The tables and metrics are declared in hpcprof.catalog (name,
+unit, window, formula); `idle_pct` and `overlap_pct` are computed by the one function each here.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from hpcprof import catalog as c
 from hpcprof import profilers
 from hpcprof.lazy import load_target
 from hpcprof.results import Headline, Metric, TopKernel, read_table
+
+if TYPE_CHECKING:
+    from hpcprof.record import RunRecord
 
 #: a run's result tables by name (None: the run has no such table)
 Tables = Callable[[str], "pd.DataFrame | None"]
@@ -27,11 +32,6 @@ Tables = Callable[[str], "pd.DataFrame | None"]
 #: GEMM kernels by name (cuBLAS/cuBLASLt incl. Hopper's nvjet, CUTLASS, the sm80/sm90 xmma and gemm families)
 GEMM = re.compile(r"gemm|cutlass|cublas|nvjet|xmma|matmul|wgmma|_hmma|_imma", re.IGNORECASE)
 NCCL = re.compile(r"^nccl(?:Dev)?Kernel_([A-Za-z0-9]+?)(?:_|\(|$)")
-#: per-iteration phase of each workload's timing rows
-ITERATION_PHASE = {"seqpar": "iteration", "ddp": "step"}
-#: workload timing tables: workload kind -> (phase stats, per-iteration rows)
-WORKLOAD_TABLES = {"seqpar": ("workload_seqpar.phases", "workload_seqpar.iterations"),
-                   "ddp": ("workload_ddp_steps.phases", "workload_ddp_steps.steps")}
 
 
 def tables_of(run_dir: Path) -> Tables:
@@ -64,13 +64,13 @@ def iteration_metrics(rows: pd.DataFrame, phase: str) -> list[Metric]:
         return []
     per_rank = rows.groupby("rank")["time_ms"].mean()
     middle = float(per_rank.median())
-    out = [("iteration.mean", float(per_rank.mean()), "ms"),
-           ("iteration.median", float(rows["time_ms"].median()), "ms"),
-           ("iteration.spread", float(per_rank.max() - per_rank.min()), "ms"),
-           ("iteration.spread_pct", 100.0 * float(per_rank.max() - per_rank.min()) / middle if middle else 0.0, "%")]
+    out = [c.ITERATION_MEAN.value(float(per_rank.mean())),
+           c.ITERATION_MEDIAN.value(float(rows["time_ms"].median())),
+           c.ITERATION_SPREAD.value(float(per_rank.max() - per_rank.min())),
+           c.ITERATION_SPREAD_PCT.value(100.0 * float(per_rank.max() - per_rank.min()) / middle if middle else 0.0)]
     if len(per_rank) > 1:
-        out += [("slowest_rank", float(per_rank.idxmax()), "rank"),
-                ("slowest_rank.excess_pct", 100.0 * (float(per_rank.max()) / middle - 1.0) if middle else 0.0, "%")]
+        out += [c.SLOWEST_RANK.value(float(per_rank.idxmax())),
+                c.SLOWEST_RANK_EXCESS_PCT.value(100.0 * (float(per_rank.max()) / middle - 1.0) if middle else 0.0)]
     return out
 
 
@@ -82,39 +82,52 @@ def phase_metrics(phases: pd.DataFrame, iteration: str) -> list[Metric]:
         name = row["phase"]
         if name == iteration:
             continue
-        out.append((f"phase.{name}.time", float(row["mean_ms"]), "ms"))
+        out.append(c.PHASE_TIME.value(float(row["mean_ms"]), phase=name))
         if pd.notna(row.get("tflops")):
-            out.append((f"phase.{name}.tflops", float(row["tflops"]), "TFLOP/s"))
+            out.append(c.PHASE_TFLOPS.value(float(row["tflops"]), phase=name))
         if pd.notna(row.get("busbw_GBps")):
-            out.append((f"phase.{name}.busbw", float(row["busbw_GBps"]), "GB/s"))
+            out.append(c.PHASE_BUSBW.value(float(row["busbw_GBps"]), phase=name))
     return out
 
 
-def gpu_time_metrics(names: pd.Series, totals_ms: pd.Series, n_ranks: int, prefix: str = "") -> list[Metric]:
-    """GPU time per rank (mean over ranks) by category, and each category's share; `prefix`
-    (`capture.`) names figures over the whole capture."""
+def gpu_time_metrics(names: pd.Series, totals_ms: pd.Series, n_ranks: int,
+                     metrics: tuple[c.MetricSpec, c.MetricSpec, c.MetricSpec] = c.GPU_TIME) -> list[Metric]:
+    """GPU time per rank (mean over ranks) by category, and each category's share: `metrics` (total,
+    per category, share) name them (catalog.GPU_TIME over the window, CAPTURE_GPU_TIME)."""
+    total_metric, category_metric, share_metric = metrics
     category = {name: kernel_category(name) for name in names.unique()}   # a few names, on every rank's rows
     by_cat = totals_ms.groupby(names.map(category)).sum() / max(n_ranks, 1)
     total = float(by_cat.sum())
-    out: list[Metric] = [(f"{prefix}gpu.total", total, "ms")]
+    out: list[Metric] = [total_metric.value(total)]
     for cat, value in sorted(by_cat.items()):
-        out.append((f"{prefix}gpu.{cat}", float(value), "ms"))
-        out.append((f"{prefix}gpu.{cat}.share", 100.0 * float(value) / total if total else 0.0, "%"))
+        out.append(category_metric.value(float(value), category=cat))
+        out.append(share_metric.value(100.0 * float(value) / total if total else 0.0, category=cat))
     return out
 
 
-def overlap_idle_metrics(ov: pd.DataFrame | None, prefix: str = "") -> list[Metric]:
-    """overlap % (compute during communication over communication) and idle % (idle over the span),
-    summed over ranks and devices, from an nsys overlap table."""
+def idle_pct(idle: pd.Series, span: pd.Series) -> float:
+    """catalog.IDLE_PCT's formula, the one every idle % uses: 100 · Σ idle / Σ span over the rows
+    given (ranks, devices; one iteration's rows for the report's per-iteration figure); NaN where
+    nothing spans."""
+    total = float(span.sum())
+    return 100.0 * float(idle.sum()) / total if total else math.nan
+
+
+def overlap_pct(overlap: pd.Series, comm: pd.Series) -> float:
+    """catalog.OVERLAP_PCT's formula: 100 · Σ (compute ∩ communication) / Σ communication over the
+    rows given; NaN without communication."""
+    total = float(comm.sum())
+    return 100.0 * float(overlap.sum()) / total if total else math.nan
+
+
+def overlap_idle_metrics(ov: pd.DataFrame | None, overlap: c.MetricSpec = c.OVERLAP_PCT,
+                         idle: c.MetricSpec = c.IDLE_PCT) -> list[Metric]:
+    """`overlap` and `idle` % over the rows (ranks and devices) of a table with the overlap columns
+    (comm_ns, overlap_ns, idle_ns, span_ns: an nsys overlap table, torch_window)."""
     if ov is None or ov.empty:
         return []
-    out: list[Metric] = []
-    comm, span = float(ov["comm_ns"].sum()), float(ov["span_ns"].sum())
-    if comm:
-        out.append((f"{prefix}overlap_pct", 100.0 * float(ov["overlap_ns"].sum()) / comm, "%"))
-    if span:
-        out.append((f"{prefix}idle_pct", 100.0 * float(ov["idle_ns"].sum()) / span, "%"))
-    return out
+    pairs = ((overlap, overlap_pct(ov["overlap_ns"], ov["comm_ns"])), (idle, idle_pct(ov["idle_ns"], ov["span_ns"])))
+    return [metric.value(value) for metric, value in pairs if not math.isnan(value)]
 
 
 def window_metrics(window: pd.DataFrame | None) -> list[Metric]:
@@ -122,57 +135,60 @@ def window_metrics(window: pd.DataFrame | None) -> list[Metric]:
     from a `<tool>_window` table {rank, duration_ns, iterations}."""
     if window is None or window.empty:
         return []
-    return [("window.duration", float(window["duration_ns"].mean()) / 1e6, "ms"),
-            ("window.iterations", float(window["iterations"].mean()), "count")]
+    return [c.WINDOW_DURATION.value(float(window["duration_ns"].mean()) / 1e6),
+            c.WINDOW_ITERATIONS.value(float(window["iterations"].mean()))]
 
 
 def nsys_metrics(tables: Tables) -> list[Metric]:
     """GPU time by category, overlap and idle % over the measured window (nsys_kernels,
     nsys_overlap), the window itself, and the same over the whole capture as `capture.*`."""
-    out: list[Metric] = window_metrics(tables("nsys_window"))
-    kern = tables("nsys_kernels")
+    out: list[Metric] = window_metrics(tables(c.NSYS_WINDOW.name))
+    kern = tables(c.NSYS_KERNELS.name)
     if kern is not None and not kern.empty:
         out += gpu_time_metrics(kern["name"].astype(str), kern["total_ns"].astype(float) / 1e6, kern["rank"].nunique())
-    ov = tables("nsys_overlap")                   # collected before windows: the whole capture's
-    out += overlap_idle_metrics(ov, prefix="" if ov is None or "window" in ov else "capture.")
-    kern = tables("nsys_cuda_gpu_kern_sum")
+    ov = tables(c.NSYS_OVERLAP.name)             # collected before windows: the whole capture's
+    out += overlap_idle_metrics(ov) if ov is None or "window" in ov else \
+        overlap_idle_metrics(ov, c.CAPTURE_OVERLAP_PCT, c.CAPTURE_IDLE_PCT)
+    kern = tables(c.NSYS_CUDA_GPU_KERN_SUM.name)
     if kern is not None and not kern.empty:
         out += gpu_time_metrics(kern["Name"].astype(str), kern["Total Time (ns)"].astype(float) / 1e6,
-                                kern["rank"].nunique(), prefix="capture.")
-    out += overlap_idle_metrics(tables("nsys_capture_overlap"), prefix="capture.")
+                                kern["rank"].nunique(), c.CAPTURE_GPU_TIME)
+    out += overlap_idle_metrics(tables(c.NSYS_CAPTURE_OVERLAP.name), c.CAPTURE_OVERLAP_PCT, c.CAPTURE_IDLE_PCT)
     return out
 
 
 def torch_metrics(tables: Tables) -> list[Metric]:
     """Over the ProfilerStep window (torch_window): idle and overlap %, the window itself; GPU time
-    by category from HTA's kernel breakdown (the traced steps); HTA's whole-trace idle and overlap
-    % as `capture.*`."""
+    by category from HTA's kernel breakdown (the traced steps); over the whole trace as `capture.*`:
+    HTA's overlap % (mean over ranks) and idle % (idle_pct of HTA's idle and kernel time)."""
     out: list[Metric] = []
-    window = tables("torch_window")
+    window = tables(c.TORCH_WINDOW.name)
     out += window_metrics(window)
     out += overlap_idle_metrics(window)
-    kernels = tables("torch_kernels")
+    kernels = tables(c.TORCH_KERNELS.name)
     if kernels is not None and not kernels.empty:
         names = kernels["name"].astype(str).where(kernels["name"] != "others",
                                                   kernels["kernel_type"].map({"COMMUNICATION": "nccl"}).fillna(""))
         out += gpu_time_metrics(names, kernels["sum (us)"].astype(float) / 1e3, kernels["rank"].nunique())
-    ov = tables("torch_overlap")
+    ov = tables(c.TORCH_OVERLAP.name)
     if ov is not None and ov["comp_comm_overlap_pctg"].notna().any():
-        out.append(("capture.overlap_pct", float(ov["comp_comm_overlap_pctg"].mean()), "%"))
-    temporal = tables("torch_temporal")
+        out.append(c.CAPTURE_OVERLAP_PCT.value(float(ov["comp_comm_overlap_pctg"].mean())))
+    temporal = tables(c.TORCH_TEMPORAL.name)
     if temporal is not None and not temporal.empty:
-        out.append(("capture.idle_pct", float(temporal["idle_time_pctg"].mean()), "%"))
+        value = idle_pct(temporal["idle_time(us)"], temporal["kernel_time(us)"])
+        if not math.isnan(value):
+            out.append(c.CAPTURE_IDLE_PCT.value(value))
     return out
 
 
 def slowdown_metrics(tables: Tables) -> list[Metric]:
     """Echo's slowdown of the run's kernels against its world-size-1 baseline (echo_slowdown)."""
-    slowdown = tables("echo_slowdown")
+    slowdown = tables(c.ECHO_SLOWDOWN.name)
     if slowdown is None or not slowdown["slowdown"].notna().any():
         return []
     values = slowdown["slowdown"].dropna()
-    return [("slowdown.median", float(values.median()), ""), ("slowdown.mean", float(values.mean()), ""),
-            ("slowdown.p90", float(values.quantile(0.9)), "")]
+    return [c.SLOWDOWN_MEDIAN.value(float(values.median())), c.SLOWDOWN_MEAN.value(float(values.mean())),
+            c.SLOWDOWN_P90.value(float(values.quantile(0.9)))]
 
 
 def top_kernels(tables: Tables, tool: str, n: int = 3) -> list[TopKernel]:
@@ -190,26 +206,24 @@ def top_kernels(tables: Tables, tool: str, n: int = 3) -> list[TopKernel]:
     return [(str(kernel), float(time_ms), kernel_category(str(kernel))) for kernel, time_ms in top.items()]
 
 
-def run_summary(tables: Tables, config: dict[str, Any]) -> list[Metric]:
-    """The headline metrics of a collected run from its `tables` (config: its config.json)."""
-    experiment = config["experiment"]
-    kind = experiment["workload"]["kind"]
+def run_summary(tables: Tables, record: RunRecord) -> list[Metric]:
+    """The headline metrics of a collected run from its `tables` (record: its run record)."""
     out: list[Metric] = []
-    if kind in WORKLOAD_TABLES:
-        phases_name, rows_name = WORKLOAD_TABLES[kind]
-        rows = tables(rows_name)
+    if record.kind in c.WORKLOAD_TIMINGS:
+        phases_table, rows_table, iteration = c.WORKLOAD_TIMINGS[record.kind]
+        rows = tables(rows_table.name)
         if rows is not None and not rows.empty:
-            out += iteration_metrics(rows, ITERATION_PHASE[kind])
-        phases = tables(phases_name)
+            out += iteration_metrics(rows, iteration)
+        phases = tables(phases_table.name)
         if phases is not None and not phases.empty:
-            out += phase_metrics(phases, ITERATION_PHASE[kind])
-    profiler = profilers.find(experiment["profile"]["tool"])
+            out += phase_metrics(phases, iteration)
+    profiler = profilers.find(record.tool)
     for target in profiler.metrics if profiler is not None else ():
         out += load_target(target)(tables)
     return out
 
 
-def run_headline(run_dir: Path, config: dict[str, Any]) -> Headline:
+def run_headline(run_dir: Path, record: RunRecord) -> Headline:
     """The headline metrics and the top kernels of the collected run in `run_dir`, each table read once."""
     tables = tables_of(run_dir)
-    return Headline(run_summary(tables, config), top_kernels(tables, config["experiment"]["profile"]["tool"]))
+    return Headline(run_summary(tables, record), top_kernels(tables, record.tool))

@@ -31,6 +31,8 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from hpcprof import profilers
 from hpcprof.atomic import remove_stale_temps
 from hpcprof.collect.cache import part_key
@@ -40,6 +42,7 @@ from hpcprof.collect.mapping import map_files
 from hpcprof.collect.reduce import DamagedCache, SliceConcat, reduce_parts
 from hpcprof.errors import Problem, WorkerDied
 from hpcprof.pool import InProcess, Log, make_executor
+from hpcprof.record import read_record
 from hpcprof.results import ResultError, forget_headline, write_headline, write_table
 from hpcprof.rundir import RunDir
 from hpcprof.store import Store
@@ -113,14 +116,14 @@ def collect_run(run: RunDir, store: Store, log: Log = print, executor: Executor 
             except (ResultError, ValueError, TypeError, OSError) as exc:
                 done.report(Problem(None, f"{source}_{name}: not written ({short(exc)})"))
 
-    config = run.config  # an unreadable config.json fails the run (the caller reports it)
-    tool = config["experiment"]["profile"]["tool"]
+    record = read_record(run)  # an unreadable config.json fails the run (the caller reports it)
+    tool = record.tool
     profile_dir = run.path / "profiles" / tool
 
     @functools.cache
     def tool_paths() -> dict[str, str]:
         """The site's program of the run's tool, by tool name (none for a tool without one)."""
-        program = profilers.get(tool).program_in(config["site"]["paths"])
+        program = profilers.get(tool).program_in(msgspec.structs.asdict(record.site.paths))
         return {tool: program} if program is not None else {}
 
     @functools.cache
@@ -130,7 +133,7 @@ def collect_run(run: RunDir, store: Store, log: Log = print, executor: Executor 
 
     def missing() -> None:  # a rank the profile was asked of that recorded nothing makes the run partial
         found = tool_collector()
-        for line in found.missing_profiles(run.path, config) if found is not None else []:
+        for line in found.missing_profiles(run.path, record) if found is not None else []:
             done.report(Problem(None, line))
 
     own_steps_done = False
@@ -188,7 +191,7 @@ def collect_run(run: RunDir, store: Store, log: Log = print, executor: Executor 
         return found.run_steps() if found is not None else {}
 
     def run_step(name: str, make: RunStep) -> None:
-        save(name, make(run.path, config, log))
+        save(name, make(run.path, record, log))
 
     for name, make in run_steps().items():   # the tool's steps over the whole run (nsys: `echo`)
         step(name, functools.partial(run_step, name, make))
@@ -197,7 +200,7 @@ def collect_run(run: RunDir, store: Store, log: Log = print, executor: Executor 
         from hpcprof.analysis.summary import run_headline
 
         # in a worker: the summary reads whole-run tables, which this process never holds
-        headline = executor.submit(run_headline, run.path, config).result()
+        headline = executor.submit(run_headline, run.path, record).result()
         write_headline(run.path, headline)
         if store.has_run(run.run_id):
             store.replace_metrics(run.run_id, headline.metrics)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
+from hpcprof.catalog import table_name
+
 
 class Launch(NamedTuple):
     """How the rank wrapper starts a profiled rank: `env` exported, then `exec ARGV [OUTPUT
@@ -61,7 +63,7 @@ class Profiler(NamedTuple):
     def table(self, role: str) -> str | None:
         """The result table of `role` (a field of Tables) as written, `<tool>_<name>`; None where it has none."""
         name: str | None = getattr(self.tables, role)
-        return f"{self.name}_{name}" if name else None
+        return table_name(self.name, name) if name else None
 
     def program_in(self, paths: Mapping[str, Any]) -> str | None:
         """The program on a site whose `paths:` are `paths` (its own key, else `program`); None: none."""

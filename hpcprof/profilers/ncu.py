@@ -8,6 +8,7 @@ from typing import Annotated, Literal
 
 from msgspec import Meta
 
+from hpcprof import catalog as c
 from hpcprof.models import Model, run_checks
 from hpcprof.profilers.base import Launch, Profiler, Tables
 
@@ -88,5 +89,5 @@ PROFILER = Profiler(
     suffixes=(".ncu-rep", ".csv"),                  # a report, or its CSV export
     options=NcuOptions, launch=launch,
     collector="hpcprof.analysis.ncu.collect:NcuCollector",
-    tables=Tables(kernels="metrics"),
+    tables=Tables(kernels=c.NCU_METRICS.key),
     figures="hpcprof.report.html:ncu_figures")

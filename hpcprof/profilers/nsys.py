@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from hpcprof import catalog as c
 from hpcprof.models import Model, run_checks
 from hpcprof.profilers.base import KernelTime, Launch, Profiler, Tables
 
@@ -108,8 +109,8 @@ PROFILER = Profiler(
     suffixes=(".nsys-rep", ".qdrep", ".sqlite"),     # a report, the old name of one, its SQLite export
     options=NsysOptions, launch=launch, check=check,
     collector="hpcprof.analysis.nsys.collect:NsysCollector",
-    tables=Tables(iterations="iterations", window="window", critical_path="critical_path", kernels="kernels",
-                  collectives="nccl"),
+    tables=Tables(iterations=c.NSYS_ITERATIONS.key, window=c.NSYS_WINDOW.key, critical_path=c.NSYS_CRITICAL_PATH.key,
+                  kernels=c.NSYS_KERNELS.key, collectives=c.NSYS_NCCL.key),
     kernel_time=KernelTime("name", "total_ns", 1e6),
     metrics=("hpcprof.analysis.summary:nsys_metrics", "hpcprof.analysis.summary:slowdown_metrics"),
     figures="hpcprof.report.html:nsys_figures")

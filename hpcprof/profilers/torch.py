@@ -8,6 +8,7 @@ from typing import Annotated
 
 from msgspec import Meta
 
+from hpcprof import catalog as c
 from hpcprof.models import Model
 from hpcprof.profilers.base import KernelTime, Launch, Profiler, Tables
 
@@ -36,7 +37,8 @@ PROFILER = Profiler(
     suffixes=(".pt.trace.json", ".pt.trace.json.gz"),
     options=TorchOptions, launch=launch,
     collector="hpcprof.analysis.trace.collect:TorchCollector",
-    tables=Tables(iterations="iterations", window="window", critical_path="critical_path", kernels="kernels"),
+    tables=Tables(iterations=c.TORCH_ITERATIONS.key, window=c.TORCH_WINDOW.key,
+                  critical_path=c.TORCH_CRITICAL_PATH.key, kernels=c.TORCH_KERNELS.key),
     kernel_time=KernelTime("name", "sum (us)", 1e3),
     metrics=("hpcprof.analysis.summary:torch_metrics",),
     figures="hpcprof.report.html:torch_figures")

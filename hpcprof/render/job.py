@@ -29,6 +29,7 @@ from hpcprof.render.containers import check_container, effective_container, wrap
 from hpcprof.render.launchers import SIGPIPE_IGNORED, launch_argv, launcher_key
 from hpcprof.render.quoting import directive, quote, quote_join
 from hpcprof.resources import template_dir
+from hpcprof.rundir import RECORD_FORMAT, RECORD_VERSION
 from hpcprof.schedulers import get_scheduler
 from hpcprof.workloads import rank_argv
 
@@ -265,7 +266,9 @@ def render_point(point: Point, site: SiteConfig, run_dir: Path, run_id: str,
     env = jinja_env(dirs)
     job = render_template(env, scheduler.template, context)
     wrapper = render_template(env, WRAPPER_TEMPLATE, context)
-    config = {
+    config = {                  # the run record (hpcprof.record reads it back)
+        "format": RECORD_FORMAT,
+        "version": RECORD_VERSION,
         "run_id": run_id,
         "experiment": dump(exp),
         "site": dump(site),

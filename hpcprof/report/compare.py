@@ -9,15 +9,12 @@ from typing import Any
 
 import pandas as pd
 
+from hpcprof.catalog import column, parse_column
 from hpcprof.config import REPEAT
 from hpcprof.errors import UserError
 from hpcprof.report.runs import RunInfo, load, select_runs
 from hpcprof.report.stats import ci_halfwidth
 from hpcprof.rundir import find_run
-
-
-def metric_column(name: str, unit: str) -> str:
-    return f"{name} [{unit}]"
 
 
 def comparison(infos: list[RunInfo]) -> pd.DataFrame:
@@ -28,8 +25,8 @@ def comparison(infos: list[RunInfo]) -> pd.DataFrame:
     rows = []
     for info in infos:
         row: dict[str, Any] = {"run": info.run.run_id, **{k: info.params.get(k) for k in keys},
-                               "world_size": info.config.get("world_size"), "state": info.state}
-        row.update({metric_column(name, unit): value for name, value, unit in info.metrics})
+                               "world_size": info.record.world_size, "state": info.state}
+        row.update({column(name, unit): value for name, value, unit in info.metrics})
         if info.top:
             name, time_ms, _ = info.top[0]
             row["top kernel"] = f"{name[:60]} ({time_ms:,.3f} ms)"
@@ -55,7 +52,7 @@ def point_labels(df: pd.DataFrame, params: list[str], sep: str = ", ") -> pd.Ser
 
 
 def metric_columns(df: pd.DataFrame) -> list[str]:
-    return [c for c in df.columns if c.endswith("]") and pd.api.types.is_numeric_dtype(df[c])]
+    return [c for c in df.columns if parse_column(c) and pd.api.types.is_numeric_dtype(df[c])]
 
 
 def fold_repetitions(df: pd.DataFrame) -> pd.DataFrame:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from hpcprof.catalog import ITERATION_IDLE_PCT, ITERATION_MEAN, SLOWEST_RANK, SLOWEST_RANK_EXCESS_PCT
 from hpcprof.report.sweep import Point
 from hpcprof.report.terminal import format_value
 
@@ -32,10 +33,10 @@ def where_time_goes(points: list[Point], phases: pd.DataFrame, gpu: pd.DataFrame
     categories' shares."""
     out = []
     for p in points:
-        time = p.metric("iteration.mean")
+        time = p.metric(ITERATION_MEAN)
         parts = []
         if time is not None:
-            ci = p.row.get("iteration.mean [ms] ci95")
+            ci = p.row.get(f"{ITERATION_MEAN.column} ci95")
             ci_text = f" (95 % CI ± {format_value(float(ci))} ms over {int(p.row['n'])} repetitions)" \
                 if ci is not None and pd.notna(ci) else ""
             parts.append(f"an iteration takes {format_value(time)} ms{ci_text}")
@@ -53,14 +54,14 @@ def where_time_goes(points: list[Point], phases: pd.DataFrame, gpu: pd.DataFrame
 def changes(points: list[Point]) -> list[str]:
     """Per point against the baseline: the iteration time's change, the verdict and its test."""
     base = next((p for p in points if p.row.get("verdict") == "baseline"), None)
-    if base is None or base.metric("iteration.mean") is None:
+    if base is None or base.metric(ITERATION_MEAN) is None:
         return []
     out = []
     for p in points:
-        if p is base or p.row.get("verdict") in (None, "untested") or p.metric("iteration.mean") is None:
+        if p is base or p.row.get("verdict") in (None, "untested") or p.metric(ITERATION_MEAN) is None:
             continue
-        out.append(f"{p.label} against {base.label} (baseline): iteration time {format_value(p.metric('iteration.mean'))}"
-                   f" ms against {format_value(base.metric('iteration.mean'))} ms, {p.row['change_pct']:+.1f} %: "
+        out.append(f"{p.label} against {base.label} (baseline): iteration time {format_value(p.metric(ITERATION_MEAN))}"
+                   f" ms against {format_value(base.metric(ITERATION_MEAN))} ms, {p.row['change_pct']:+.1f} %: "
                    f"{p.row['verdict']} ({p.row['test']}, {p_text(float(p.row['p_value']))}, 5 % level).")
     return out
 
@@ -81,10 +82,10 @@ def slowest_rank(points: list[Point], stragglers: pd.DataFrame) -> list[str]:
     """The point whose slowest rank lags most (means over counted iterations), and per iteration
     which rank was slowest most often and by how much."""
     out = []
-    lagging = [(p, v) for p in points if (v := p.metric("slowest_rank.excess_pct")) is not None]
+    lagging = [(p, v) for p in points if (v := p.metric(SLOWEST_RANK_EXCESS_PCT)) is not None]
     if lagging:
         p, excess = max(lagging, key=lambda pv: pv[1])
-        out.append(f"The slowest rank lags most in {p.label}: rank {int(p.metric('slowest_rank') or 0)}, "
+        out.append(f"The slowest rank lags most in {p.label}: rank {int(p.metric(SLOWEST_RANK) or 0)}, "
                    f"{pct(excess)} above the median rank's mean iteration time.")
     if not stragglers.empty:
         worst = stragglers.loc[stragglers["excess_ms"].idxmax()]
@@ -120,8 +121,9 @@ def peak_sentences(peaks: pd.DataFrame) -> list[str]:
 
 def noise(points: list[Point]) -> list[str]:
     """How wide the repetitions' confidence intervals are, relative to the mean."""
-    widths = [(p, 100.0 * float(p.row["iteration.mean [ms] ci95"]) / mean) for p in points
-              if (mean := p.metric("iteration.mean")) and pd.notna(p.row.get("iteration.mean [ms] ci95", float("nan")))]
+    ci95 = f"{ITERATION_MEAN.column} ci95"
+    widths = [(p, 100.0 * float(p.row[ci95]) / mean) for p in points
+              if (mean := p.metric(ITERATION_MEAN)) and pd.notna(p.row.get(ci95, float("nan")))]
     if not widths:
         return []
     p, widest = max(widths, key=lambda pw: pw[1])
@@ -132,7 +134,7 @@ def noise(points: list[Point]) -> list[str]:
 def idle_sentence(idle: pd.DataFrame) -> list[str]:
     if idle.empty:
         return []
-    med = idle.groupby("point", sort=False)["idle_pct"].median()
+    med = idle.groupby("point", sort=False)[ITERATION_IDLE_PCT.name].median()
     return ["GPU idle per measured iteration (median over iterations): "
             + ", ".join(f"{point} {pct(v)}" for point, v in med.items()) + "."]
 

@@ -13,6 +13,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
+from hpcprof import catalog as c
 from hpcprof import profilers
 from hpcprof.analysis.summary import counted, kernel_category
 from hpcprof.lazy import load_target
@@ -66,8 +67,8 @@ def repetitions_table(points: list[sweep.Point]) -> pd.DataFrame:
     rows = []
     for p in points:
         row = p.row
-        rows.append({"point": p.label, "runs": len(p.infos), "iteration (ms)": p.metric("iteration.mean"),
-                     "95 % CI ± (ms)": row.get("iteration.mean [ms] ci95"),
+        rows.append({"point": p.label, "runs": len(p.infos), "iteration (ms)": p.metric(c.ITERATION_MEAN),
+                     "95 % CI ± (ms)": row.get(f"{c.ITERATION_MEAN.column} ci95"),
                      "change (%)": row.get("change_pct"), "verdict": row.get("verdict"), "test": row.get("test"),
                      "p": words.p_text(row["p_value"]) if pd.notna(row.get("p_value")) else ""})
     return pd.DataFrame(rows)
@@ -91,8 +92,8 @@ def main_sections(page: Page, points: list[sweep.Point]) -> list[str]:
     found += words.changes(points)
     found += words.noise(points)
     reps = sweep.repetitions(points)
-    summary = pd.DataFrame({"point": [p.label for p in points], "mean": [p.metric("iteration.mean") for p in points],
-                            "ci95": [p.row.get("iteration.mean [ms] ci95") for p in points]})
+    summary = pd.DataFrame({"point": [p.label for p in points], "mean": [p.metric(c.ITERATION_MEAN) for p in points],
+                            "ci95": [p.row.get(f"{c.ITERATION_MEAN.column} ci95") for p in points]})
     figures = [plots.iteration_ci(summary, reps, "How long is an iteration, and how much do repetitions vary?")] \
         if summary["mean"].notna().any() else []
     tests = sorted({str(t) for t in (p.row.get("test") for p in points) if t and t != "the baseline"})
@@ -138,7 +139,8 @@ def iteration_sections(page: Page, points: list[sweep.Point]) -> list[str]:
                                                  "Does the iteration time settle? (warm-up and jitter)"))
     if not idle.empty:
         figures.append(plots.per_iteration_lines(idle.assign(repetition=idle.groupby("point")["run"].rank("dense")),
-                                                 "idle_pct", "GPU idle (%)", "How idle is the GPU in each iteration?"))
+                                                 c.ITERATION_IDLE_PCT.name, "GPU idle (%)",
+                                                 "How idle is the GPU in each iteration?"))
     extra = ""
     if not strag.empty:
         table = strag.groupby(["point", "slowest_rank"], sort=False).agg(
@@ -163,8 +165,8 @@ def iteration_sections(page: Page, points: list[sweep.Point]) -> list[str]:
 
 def workload_figures(info: RunInfo) -> Iterator[go.Figure]:
     """seqpar / ddp: per-phase time per rank."""
-    tables = sweep.WORKLOAD_TABLES.get(info.kind)
-    rows = read_table(info.run.path, tables[1]) if tables else None
+    timing = c.WORKLOAD_TIMINGS.get(info.kind)
+    rows = read_table(info.run.path, timing[1].name) if timing else None
     if rows is not None and not rows.empty:
         yield plots.phase_time_per_rank(counted(rows), "time per phase and rank (counted iterations)")
 
@@ -172,22 +174,22 @@ def workload_figures(info: RunInfo) -> Iterator[go.Figure]:
 def torch_figures(info: RunInfo) -> Iterator[go.Figure]:
     """HTA's views: temporal breakdown, idle time, overlap, launch delay, kernel types."""
     run = info.run.path
-    temporal = read_table(run, "torch_temporal")
+    temporal = read_table(run, c.TORCH_TEMPORAL.name)
     if temporal is not None and not temporal.empty:
         yield plots.stacked_per_rank(temporal, {"compute_time(us)": "compute", "non_compute_time(us)": "non-compute",
                                                 "idle_time(us)": "idle"}, "time (us)", "temporal breakdown per rank")
-    idle = read_table(run, "torch_idle")
+    idle = read_table(run, c.TORCH_IDLE.name)
     if idle is not None and not idle.empty:
         yield plots.bars_per_rank(idle, "idle_time", "idle_category", "idle time (us)", "GPU idle time breakdown")
-    overlap = read_table(run, "torch_overlap")
+    overlap = read_table(run, c.TORCH_OVERLAP.name)
     if overlap is not None and overlap["comp_comm_overlap_pctg"].notna().any():
         yield plots.bars_per_rank(overlap.fillna(0), "comp_comm_overlap_pctg", None, "%",
                                   "communication overlapped by computation per rank")
-    launch = read_table(run, "torch_launch")
+    launch = read_table(run, c.TORCH_LAUNCH.name)
     if launch is not None and not launch.empty:
         yield plots.histogram(launch["launch_delay"], "launch delay (us)", "kernel launch delay",
                               launch["rank"].astype(str))
-    types = read_table(run, "torch_kernel_types")
+    types = read_table(run, c.TORCH_KERNEL_TYPES.name)
     if types is not None and not types.empty:
         yield plots.shares(types.groupby("kernel_type", as_index=False)["sum"].sum(), "kernel_type", "sum",
                            "GPU time by kernel type (all ranks)")
@@ -196,38 +198,38 @@ def torch_figures(info: RunInfo) -> Iterator[go.Figure]:
 def nsys_figures(info: RunInfo) -> Iterator[go.Figure]:
     """Echo's slowdown, GPU time by category and NCCL per rank, the timeline, busy/idle, gaps."""
     run = info.run.path
-    slowdown = read_table(run, "echo_slowdown")
+    slowdown = read_table(run, c.ECHO_SLOWDOWN.name)
     if slowdown is not None and "slowdown" in slowdown and slowdown["slowdown"].notna().any():
         yield plots.histogram(slowdown["slowdown"].dropna(), "slowdown (distributed / 1 GPU)",
                               "kernel slowdown distribution (Echo)")
-    kern = read_table(run, "nsys_cuda_gpu_kern_sum")
+    kern = read_table(run, c.NSYS_CUDA_GPU_KERN_SUM.name)
     if kern is not None and not kern.empty:
         df = kern.assign(category=kern["Name"].astype(str).map(kernel_category), time_ms=kern["Total Time (ns)"] / 1e6)
         by = df.groupby(["rank", "category"], as_index=False)["time_ms"].sum()
         yield plots.bars_per_rank(by, "time_ms", "category", "GPU time (ms)", "GPU time by kernel category per rank")
-    nccl = read_table(run, "nsys_nccl")
+    nccl = read_table(run, c.NSYS_NCCL.name)
     if nccl is not None and not nccl.empty and "scope" in nccl:
         per_rank = nccl[nccl["scope"] != "all"].assign(time_ms=lambda d: d["total_ns"] / 1e6,
                                                        rank=lambda d: d["rank"].astype(int))
         if not per_rank.empty:
             yield plots.bars_per_rank(per_rank, "time_ms", "collective", "NCCL time (ms)",
                                       "NCCL collectives per type and rank")
-    timeline = read_table(run, "nsys_timeline")
+    timeline = read_table(run, c.NSYS_TIMELINE.name)
     if timeline is not None and not timeline.empty:
         yield plots.gantt(timeline, "one iteration on every rank")
-    overlap = read_table(run, "nsys_overlap")
+    overlap = read_table(run, c.NSYS_OVERLAP.name)
     if overlap is not None and not overlap.empty:
         ms = overlap.assign(**{c: overlap[c] / 1e6 for c in ("compute_ns", "comm_ns", "idle_ns")})
         yield plots.stacked_per_rank(ms, {"compute_ns": "compute", "comm_ns": "communication", "idle_ns": "idle"},
                                      "ms", "GPU busy and idle time per rank")
-    gaps = read_table(run, "nsys_gaps")
+    gaps = read_table(run, c.NSYS_GAPS.name)
     if gaps is not None and not gaps.empty:
         yield plots.gaps(gaps, "GPU idle gaps over 0.1 ms per rank")
 
 
 def ncu_figures(info: RunInfo) -> Iterator[go.Figure]:
     """Echo's kernel metric table as speed-of-light bars."""
-    table = read_table(info.run.path, "ncu_metrics")
+    table = read_table(info.run.path, c.NCU_METRICS.name)
     if table is None or table.empty:
         return
     cols = [c for c in table.columns if c.startswith(SOL_COLUMNS) and pd.api.types.is_numeric_dtype(table[c])]
@@ -250,7 +252,7 @@ def run_figures(info: RunInfo) -> Iterator[go.Figure]:
 def run_header(info: RunInfo) -> str:
     params = "".join(f"{k}={format_value(v)}; " for k, v in info.params.items())
     metrics = pd.DataFrame([(n, with_unit(v, u)) for n, v, u in info.metrics], columns=["metric", "value"])
-    text = (f"<p>{html.escape(info.kind)} on {info.config.get('world_size')} rank(s), profile "
+    text = (f"<p>{html.escape(info.kind)} on {info.record.world_size} rank(s), profile "
             f"{html.escape(info.tool)}; {html.escape(params)}state {html.escape(info.state)}"
             f"{' (' + html.escape(info.reason) + ')' if info.reason else ''}; {html.escape(str(info.run.path))}</p>")
     if not metrics.empty:
@@ -288,7 +290,7 @@ def build_html(infos: list[RunInfo], baseline: str | None = None) -> str:
     body = "".join(page.parts)
     page.parts = []
     appendix(page, infos, points)
-    title = f"hpcprof report: {infos[0].config['experiment']['name']}" if infos else "hpcprof report"
+    title = f"hpcprof report: {infos[0].record.experiment.name}" if infos else "hpcprof report"
     state = ", ".join(f"{n} {s}" for s, n in pd.Series([i.state for i in infos]).value_counts().items())
     items = "".join(f"<li>{html.escape(s)}</li>" for s in found) or "<li>No collected run to explain.</li>"
     return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"

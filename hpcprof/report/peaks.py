@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from hpcprof.record import SiteRecord
 
 A100_SHEET = ("NVIDIA A100 Tensor Core GPU datasheet (nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf): "
               "FP32 19.5, TF32 156, BF16/FP16 312 TFLOPS dense; NVLink 600 GB/s")
@@ -54,17 +57,17 @@ def known_peaks(device_name: str) -> Peaks | None:
     return next((peaks for pattern, peaks in KNOWN if re.search(pattern, device_name)), None)
 
 
-def device_peaks(device_name: str, site: dict[str, Any]) -> Peaks | None:
+def device_peaks(device_name: str, site: SiteRecord) -> Peaks | None:
     """The peaks for a run: the site's `peaks:` figures over the table's (a figure the site does not
     give comes from the table); None when neither knows the device."""
     table = known_peaks(device_name)
-    override = site.get("peaks") or {}
-    if not override:
+    override = site.peaks
+    if override is None:
         return table
     base = table or Peaks(device_name)
-    source = f"site {site.get('name', '')}: {override.get('source') or 'peaks: in the site file'}"
-    return Peaks(base.gpu, {**base.tflops, **(override.get("tflops") or {})},
-                 override.get("nvlink_GBps") or base.nvlink_GBps, override.get("network_GBps") or base.network_GBps,
+    source = f"site {site.name}: {override.source or 'peaks: in the site file'}"
+    return Peaks(base.gpu, {**base.tflops, **override.tflops},
+                 override.nvlink_GBps or base.nvlink_GBps, override.network_GBps or base.network_GBps,
                  source + (f"; other figures: {base.source}" if table else ""))
 
 

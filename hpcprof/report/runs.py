@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from hpcprof.errors import UserError
+from hpcprof.record import RunRecord, read_record
 from hpcprof.results import Metric, TopKernel, list_tables, read_headline
 from hpcprof.rundir import RunDir, all_runs, sweep_of
 from hpcprof.rundir import select_runs as rundir_select
@@ -18,11 +19,11 @@ from hpcprof.rundir import select_runs as rundir_select
 
 @dataclass
 class RunInfo:
-    """One selected run: its directory, parameters, state, headline metrics and top kernels (most
+    """One selected run: its directory, record, state, headline metrics and top kernels (most
     GPU time first)."""
 
     run: RunDir
-    config: dict[str, Any]
+    record: RunRecord
     state: str
     reason: str = ""
     metrics: list[Metric] = field(default_factory=list)
@@ -30,15 +31,15 @@ class RunInfo:
 
     @property
     def params(self) -> dict[str, Any]:
-        return dict(self.config.get("sweep_point", {}).get("params") or {})
+        return dict(self.record.sweep_point.params)
 
     @property
     def kind(self) -> str:
-        return self.config["experiment"]["workload"]["kind"]
+        return self.record.kind
 
     @property
     def tool(self) -> str:
-        return self.config["experiment"]["profile"]["tool"]
+        return self.record.tool
 
 
 def select_runs(refs: tuple[str, ...], workdir: Path) -> list[RunDir]:
@@ -59,7 +60,7 @@ def load(runs: list[RunDir], require_collected: bool = True, one_workload: bool 
     infos = []
     for run in runs:
         state = recorded_state(run)  # read-only: no scheduler is asked
-        info = RunInfo(run, run.config, state.state, state.reason)
+        info = RunInfo(run, read_record(run), state.state, state.reason)
         collected = bool(list_tables(run.path))
         if not collected and require_collected and state.state == "COMPLETED":
             raise UserError(f"run {run.run_id} is not collected; run `hpcprof collect {run.run_id}` first")
@@ -68,7 +69,7 @@ def load(runs: list[RunDir], require_collected: bool = True, one_workload: bool 
             if headline is None:
                 from hpcprof.analysis.summary import run_headline
 
-                headline = run_headline(run.path, info.config)
+                headline = run_headline(run.path, info.record)
             info.metrics, info.top = headline
         infos.append(info)
     kinds = sorted({i.kind for i in infos})

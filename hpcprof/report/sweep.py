@@ -10,8 +10,9 @@ from typing import Any
 
 import pandas as pd
 
+from hpcprof import catalog as c
 from hpcprof import profilers
-from hpcprof.analysis.summary import ITERATION_PHASE, WORKLOAD_TABLES, counted
+from hpcprof.analysis.summary import counted, idle_pct
 from hpcprof.report.compare import judged, param_columns
 from hpcprof.report.peaks import Peaks, device_peaks, matmul_precision
 from hpcprof.report.runs import RunInfo
@@ -36,10 +37,10 @@ class Point:
     def first(self) -> RunInfo:
         return self.infos[0]
 
-    def metric(self, name: str) -> float | None:
-        """The point's mean of metric `name [unit]` (None when absent)."""
-        col = next((c for c in self.row.index if c.startswith(f"{name} [") and c.endswith("]")), None)
-        return float(self.row[col]) if col is not None and pd.notna(self.row[col]) else None
+    def metric(self, metric: c.MetricSpec) -> float | None:
+        """The point's mean of `metric` (None when absent)."""
+        value = self.row.get(metric.column)
+        return float(value) if value is not None and pd.notna(value) else None
 
 
 def sweep_points(infos: list[RunInfo], baseline: str | None) -> list[Point]:
@@ -68,26 +69,36 @@ def point_label(row: pd.Series, params: list[str]) -> str:
 def phase_breakdown(points: list[Point]) -> pd.DataFrame:
     """Mean time per workload phase and point (point, phase, ms): seqpar's allgather, matmuls,
     reduce_scatter; ddp's forward, backward, optimizer."""
-    rows = [{"point": p.label, "phase": c[len("phase."):-len(".time [ms]")], "ms": float(p.row[c])}
-            for p in points for c in p.row.index
-            if c.startswith("phase.") and c.endswith(".time [ms]") and pd.notna(p.row[c])]
+    rows = [{"point": p.label, "phase": parts["phase"], "ms": value}
+            for p in points for parts, value in metric_values(p, c.PHASE_TIME)]
     return pd.DataFrame(rows, columns=["point", "phase", "ms"])
 
 
 def gpu_breakdown(points: list[Point]) -> pd.DataFrame:
     """GPU time per kernel category and point, mean over ranks (point, category, ms)."""
-    rows = [{"point": p.label, "category": c[len("gpu."):-len(" [ms]")], "ms": float(p.row[c])}
-            for p in points for c in p.row.index
-            if c.startswith("gpu.") and c.endswith(" [ms]") and c != "gpu.total [ms]" and pd.notna(p.row[c])]
+    rows = [{"point": p.label, "category": parts["category"], "ms": value}
+            for p in points for parts, value in metric_values(p, c.GPU_TIME[1])]
     return pd.DataFrame(rows, columns=["point", "category", "ms"])
+
+
+def metric_values(point: Point, metric: c.MetricSpec) -> list[tuple[dict[str, str], float]]:
+    """(the name's parts, the point's mean) of each metric of `point` that is `metric` (one per
+    phase or kernel category where its name has a part), in column order."""
+    out = []
+    for col in point.row.index:
+        name_unit = c.parse_column(str(col))
+        parts = metric.match(name_unit[0]) if name_unit and name_unit[1] == metric.unit else None
+        if parts is not None and pd.notna(point.row[col]):
+            out.append((parts, float(point.row[col])))
+    return out
 
 
 def window_note(points: list[Point]) -> str:
     """Which window the GPU metrics cover: the measured iterations when collect says so."""
-    iterations = points[0].metric("window.iterations") if points else None
+    iterations = points[0].metric(c.WINDOW_ITERATIONS) if points else None
     if iterations is not None:
         return f"over the measured window of {iterations:,.0f} iterations"
-    if points and points[0].metric("window.duration") is not None:
+    if points and points[0].metric(c.WINDOW_DURATION) is not None:
         return "over the measured window"
     return "over the whole capture, start-up included"
 
@@ -99,13 +110,13 @@ def scaling(points: list[Point]) -> pd.DataFrame:
     the world size does not vary."""
     rows = []
     for p in points:
-        time = p.metric("iteration.mean")
+        time = p.metric(c.ITERATION_MEAN)
         if time is None or not time:
             continue
         group = ", ".join(f"{k.rpartition('.')[2]}={v}" for k, v in p.first.params.items()
                           if k not in WORLD_PARAMS and k != "repeat")
-        rows.append({"group": group or "all", "point": p.label, "world_size": int(p.first.config["world_size"]),
-                     "nodes": int(p.first.config["experiment"]["resources"].get("nodes") or 1),
+        rows.append({"group": group or "all", "point": p.label, "world_size": p.first.record.world_size,
+                     "nodes": p.first.record.experiment.resources.nodes,
                      "time_ms": time, "mode": SCALING.get(p.first.kind, "strong")})
     df = pd.DataFrame(rows)
     if df.empty or df["world_size"].nunique() < 2:
@@ -134,7 +145,7 @@ def tool_table(info: RunInfo, role: str) -> pd.DataFrame | None:
 def run_device(info: RunInfo) -> str:
     """The GPU (or CPU) name rank 0 reported in the workload's results ('' when unknown)."""
     for name in list_tables(info.run.path):
-        if name.startswith("workload_") and name.endswith(".ranks"):
+        if name.startswith(c.table_name(c.WORKLOAD, "")) and name.endswith(".ranks"):
             ranks = read_table(info.run.path, name)
             if ranks is not None and "device_name" in ranks and not ranks.empty:
                 return str(ranks["device_name"].iloc[0])
@@ -142,7 +153,7 @@ def run_device(info: RunInfo) -> str:
 
 
 def run_peaks(info: RunInfo) -> Peaks | None:
-    return device_peaks(run_device(info), info.config.get("site") or {})
+    return device_peaks(run_device(info), info.record.site)
 
 
 def peak_shares(points: list[Point]) -> pd.DataFrame:
@@ -152,39 +163,46 @@ def peak_shares(points: list[Point]) -> pd.DataFrame:
     rows = []
     for p in points:
         peaks = run_peaks(p.first)
-        args = p.first.config["experiment"]["workload"].get("args") or {}
-        precision = matmul_precision(args)
-        nodes = int(p.first.config["experiment"]["resources"].get("nodes") or 1)
+        precision = matmul_precision(p.first.record.experiment.workload.args)
+        nodes = p.first.record.experiment.resources.nodes
         for col in p.row.index:
-            if not col.startswith("phase.") or not col.endswith("]") or not pd.notna(p.row[col]):
+            name_unit = c.parse_column(str(col))
+            if name_unit is None or not pd.notna(p.row[col]):
                 continue
-            phase, _, what = col[len("phase."):].rpartition(" [")[0].rpartition(".")
-            if what == "tflops":
+            phase, rate = rate_of(name_unit[0])
+            if rate is c.PHASE_TFLOPS:
                 peak = peaks.tflops.get(precision) if peaks else None
                 reference = f"{peaks.gpu} {precision} dense peak" if peaks else f"device {run_device(p.first)!r}"
-                unit = "TFLOP/s"
-            elif what == "busbw" and p.first.config["world_size"] > 1:   # one rank: no traffic
+            elif rate is c.PHASE_BUSBW and p.first.record.world_size > 1:   # one rank: no traffic
                 peak = (peaks.nvlink_GBps if nodes == 1 else peaks.network_GBps) if peaks else None
                 link = "NVLink" if nodes == 1 else "network"
                 reference = f"{peaks.gpu} {link} per direction" if peaks else f"device {run_device(p.first)!r}"
-                unit = "GB/s"
             else:
                 continue
             value = float(p.row[col])
-            rows.append({"point": p.label, "phase": phase, "what": what, "value": value, "unit": unit,
-                         "peak": peak, "pct": 100.0 * value / peak if peak else None, "reference": reference,
-                         "source": peaks.source if peaks else ""})
+            rows.append({"point": p.label, "phase": phase, "what": rate.name.rpartition(".")[2], "value": value,
+                         "unit": rate.unit, "peak": peak, "pct": 100.0 * value / peak if peak else None,
+                         "reference": reference, "source": peaks.source if peaks else ""})
     return pd.DataFrame(rows, columns=["point", "phase", "what", "value", "unit", "peak", "pct", "reference",
                                        "source"])
+
+
+def rate_of(name: str) -> tuple[str, c.MetricSpec | None]:
+    """(phase, PHASE_TFLOPS or PHASE_BUSBW) of a phase's rate metric, ("", None) for any other metric."""
+    for metric in (c.PHASE_TFLOPS, c.PHASE_BUSBW):
+        if (parts := metric.match(name)) is not None:
+            return parts["phase"], metric
+    return "", None
 
 
 def rank_iterations(info: RunInfo) -> pd.DataFrame:
     """Per rank and iteration: time_ms and whether the iteration is counted, from the workload's
     timing rows, else from the profile's per-iteration table (rank, iteration, time_ms, counted)."""
-    if info.kind in WORKLOAD_TABLES:
-        rows = read_table(info.run.path, WORKLOAD_TABLES[info.kind][1])
+    if info.kind in c.WORKLOAD_TIMINGS:
+        _, rows_table, iteration = c.WORKLOAD_TIMINGS[info.kind]
+        rows = read_table(info.run.path, rows_table.name)
         if rows is not None and not rows.empty:
-            rows = rows[rows["phase"] == ITERATION_PHASE[info.kind]]
+            rows = rows[rows["phase"] == iteration]
             kept = counted(rows).index
             return pd.DataFrame({"rank": rows["rank"].astype(int), "iteration": rows["iteration"].astype(int),
                                  "time_ms": rows["time_ms"].astype(float), "counted": rows.index.isin(kept)})
@@ -239,10 +257,11 @@ def gpu_idle_per_iteration(points: list[Point]) -> pd.DataFrame:
             table = tool_table(info, "iterations")
             if table is None or table.empty or "idle_ns" not in table:
                 continue
-            span = (table["end_ns"] - table["start_ns"]).groupby(table["iteration"]).sum()
-            idle = table.groupby("iteration")["idle_ns"].sum()
-            parts.append(pd.DataFrame({"point": p.label, "run": info.run.run_id, "iteration": span.index,
-                                       "idle_pct": (100.0 * idle / span.where(span > 0)).to_numpy()}))
+            span = table["end_ns"] - table["start_ns"]
+            rows = table.groupby("iteration").indices           # iteration -> its rows (every rank's)
+            parts.append(pd.DataFrame({"point": p.label, "run": info.run.run_id, "iteration": list(rows),
+                                       c.ITERATION_IDLE_PCT.name: [idle_pct(table["idle_ns"].iloc[at], span.iloc[at])
+                                                                   for at in rows.values()]}))
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
 
 
@@ -264,7 +283,7 @@ def repetitions(points: list[Point]) -> pd.DataFrame:
     rows: list[dict[str, Any]] = []
     for p in points:
         for rep, info in enumerate(p.infos):
-            value = next((v for n, v, _ in info.metrics if n == "iteration.mean"), None)
+            value = next((v for n, v, _ in info.metrics if n == c.ITERATION_MEAN.name), None)
             if value is not None:
                 rows.append({"point": p.label, "run": info.run.run_id, "repetition": rep, "time_ms": value})
     return pd.DataFrame(rows, columns=["point", "run", "repetition", "time_ms"])

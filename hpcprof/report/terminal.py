@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from hpcprof.catalog import parse_column
 from hpcprof.output import render_table
 from hpcprof.report.runs import RunInfo
 from hpcprof.results import list_tables, read_table
@@ -76,8 +77,7 @@ def comparison_table(df: pd.DataFrame) -> Table:
     for col in metric_columns(df):
         if col.endswith("/base"):
             continue
-        name, _, unit = col.rpartition(" [")
-        unit = unit.rstrip("]")
+        name, unit = parse_column(col) or (col, "")
         cells = []
         for i in df.index:
             cell = with_unit(df.at[i, col], unit)
@@ -122,13 +122,13 @@ def headline(info: RunInfo, out: Console) -> None:
     """The run's header, parameters, state and duration, its metrics, and for a failed run the
     reason and the tail of its logs."""
     run = info.run
-    out.rule(f"[bold]{run.run_id}[/]  {info.config['experiment']['name']}  {info.state}")
+    out.rule(f"[bold]{run.run_id}[/]  {info.record.experiment.name}  {info.state}")
     head = Table.grid(padding=(0, 2))
     head.add_column(style="bold")
     head.add_column()
     for key, value in info.params.items():
         head.add_row(key, format_value(value))
-    head.add_row("workload", f"{info.kind} on {info.config.get('world_size')} rank(s), profile {info.tool}")
+    head.add_row("workload", f"{info.kind} on {info.record.world_size} rank(s), profile {info.tool}")
     head.add_row("state", info.state + (f" ({info.reason})" if info.reason else ""))
     head.add_row("duration", duration(info))
     head.add_row("directory", str(run.path))

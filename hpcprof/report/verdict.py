@@ -17,12 +17,13 @@ from pathlib import Path
 import pandas as pd
 
 from hpcprof import profilers
-from hpcprof.analysis.summary import ITERATION_PHASE, WORKLOAD_TABLES, counted
+from hpcprof.analysis.summary import counted
+from hpcprof.catalog import ITERATION_MEAN, WORKLOAD_TIMINGS
 from hpcprof.report.stats import ALPHA, welch
 from hpcprof.results import read_table
 
 #: the compared metric: each run's mean iteration time
-ITERATION = "iteration.mean [ms]"
+ITERATION = ITERATION_MEAN.column
 MIN_REPETITIONS = 3
 VERDICT_COLUMNS = ["change_pct", "p_value", "verdict", "test"]
 
@@ -31,10 +32,11 @@ def iteration_samples(run_dir: Path, kind: str, tool: str) -> list[float]:
     """The run's per-iteration times in ms (counted iterations, mean over ranks): from the
     workload's timing rows, else from the per-iteration table of its profile `tool` (by ranks:
     start_ns, end_ns); [] when neither exists."""
-    if kind in WORKLOAD_TABLES:
-        rows = read_table(run_dir, WORKLOAD_TABLES[kind][1])
+    if kind in WORKLOAD_TIMINGS:
+        _, rows_table, iteration = WORKLOAD_TIMINGS[kind]
+        rows = read_table(run_dir, rows_table.name)
         if rows is not None and not rows.empty:
-            rows = counted(rows[rows["phase"] == ITERATION_PHASE[kind]])
+            rows = counted(rows[rows["phase"] == iteration])
             return [float(v) for v in rows.groupby("iteration")["time_ms"].mean()]
     profiler = profilers.find(tool)
     name = profiler.table("iterations") if profiler is not None else None

@@ -79,7 +79,9 @@ class LocalScheduler(Scheduler):
 
     def submit(self, script: Path, run_dir: Path, after: Sequence[str] = ()) -> str:
         no_dependencies(self.name, after)
-        walltime = json.loads((run_dir / "config.json").read_text()).get("walltime") or "00:30:00"
+        from hpcprof.record import read_record
+
+        walltime = read_record(run_dir / "config.json").walltime or "00:30:00"
         argv = ["timeout", "--signal=TERM", f"--kill-after={KILL_AFTER}", str(walltime_seconds(walltime)),
                 "bash", str(script)]
         with open(run_dir / "logs" / "job.out", "ab") as log:

@@ -8,12 +8,13 @@ import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from hpcprof import catalog as c
 from hpcprof.analysis.collector import CollectContext, Log, ReadTable, Reducer, RunStep, ToolCollector, each_alone
 from hpcprof.analysis.nsys import critical_path
 from hpcprof.analysis.nsys import distributed as dist
@@ -30,6 +31,9 @@ from hpcprof.errors import Problem
 from hpcprof.profilers.nsys import PROFILER
 from hpcprof.ranks import rank_from_filename
 from hpcprof.results import arrow_table, to_arrow
+
+if TYPE_CHECKING:
+    from hpcprof.record import RunRecord
 
 
 def find_nsys(tool_paths: Mapping[str, str]) -> str | None:
@@ -156,16 +160,16 @@ def activity_tables(activity: dist.Activity, nvtx_window: str | None) -> dict[st
     out: dict[str, pa.Table] = {}
     window = win.find_window(activity, nvtx_window)
     inside = win.clip(activity, window)
-    out["window"] = win.window_summary(activity, window)
-    out["iterations"] = win.iteration_series(activity, window)
-    out["kernels"] = win.with_window(win.kernel_sum(inside), window)
-    out["nccl"] = win.with_window(rank_nccl(inside), window)
-    out["overlap"] = win.with_window(columns_table(dist.overlap_columns(inside)), window)
-    out["phases"] = win.with_window(columns_table(dist.phase_columns(activity, win.instances_inside(window))), window)
-    out["timeline"] = iteration_timeline(activity, window)
-    out["gaps"] = win.with_window(columns_table(dist.gap_columns(inside, GAP_NS)), window)
-    out["capture_overlap"] = columns_table(dist.overlap_columns(activity))
-    out["capture_phases"] = columns_table(dist.phase_columns(activity, window.instance_columns))
+    out[c.NSYS_WINDOW.key] = win.window_summary(activity, window)
+    out[c.NSYS_ITERATIONS.key] = win.iteration_series(activity, window)
+    out[c.NSYS_KERNELS.key] = win.with_window(win.kernel_sum(inside), window)
+    out[c.NSYS_NCCL.key] = win.with_window(rank_nccl(inside), window)
+    out[c.NSYS_OVERLAP.key] = win.with_window(columns_table(dist.overlap_columns(inside)), window)
+    out[c.NSYS_PHASES.key] = win.with_window(columns_table(dist.phase_columns(activity, win.instances_inside(window))), window)
+    out[c.NSYS_TIMELINE.key] = iteration_timeline(activity, window)
+    out[c.NSYS_GAPS.key] = win.with_window(columns_table(dist.gap_columns(inside, GAP_NS)), window)
+    out[c.NSYS_CAPTURE_OVERLAP.key] = columns_table(dist.overlap_columns(activity))
+    out[c.NSYS_CAPTURE_PHASES.key] = columns_table(dist.phase_columns(activity, window.instance_columns))
     events = critical_path.rank_event_columns(activity)
     out[critical_path.EVENTS_TABLE] = arrow_table(events) if events is not None else \
         to_arrow(critical_path.empty_events(), pandas_metadata=False)
@@ -267,19 +271,19 @@ def analyse_file(path: Path, rank: int, nvtx_window: str | None = None) -> dict[
 
 def median_timeline(read: ReadTable, log: Log) -> dict[str, pd.DataFrame]:
     """The timeline cut to the window's median iteration (the same iteration on every rank)."""
-    timeline = read("timeline")
-    middle = median_iteration(read("iterations"))
+    timeline = read(c.NSYS_TIMELINE.key)
+    middle = median_iteration(read(c.NSYS_ITERATIONS.key))
     if timeline is None or middle is None:
         return {}
-    return {"timeline": timeline[timeline["iteration"] == middle].reset_index(drop=True)}
+    return {c.NSYS_TIMELINE.key: timeline[timeline["iteration"] == middle].reset_index(drop=True)}
 
 
 def nccl_with_totals(read: ReadTable, log: Log) -> dict[str, pd.DataFrame]:
     """Per collective, the totals over all ranks and the slowest rank (`scope == "all"`,
     distributed.nccl_across_ranks: the same rows as `hpcprof nsys nccl`) appended to the per-rank
     NCCL rows."""
-    per = read("nccl")
-    return {"nccl": dist.nccl_across_ranks(per)} if per is not None and not per.empty else {}
+    per = read(c.NSYS_NCCL.key)
+    return {c.NSYS_NCCL.key: dist.nccl_across_ranks(per)} if per is not None and not per.empty else {}
 
 
 #: the cross-rank steps of nsys in collect (NsysCollector.reducers), independent of one another
@@ -291,7 +295,7 @@ class NsysCollector(ToolCollector):
     summary and timeline across ranks; the ranks whose capture left no profile, and Echo's slowdown
     of the run against its sweep's world-size-1 run."""
 
-    rewritten = ("timeline", "nccl")    # median_timeline, nccl_with_totals
+    rewritten = (c.NSYS_TIMELINE.key, c.NSYS_NCCL.key)    # median_timeline, nccl_with_totals
 
     def inputs(self, ctx: CollectContext) -> dict[str, int]:
         return sqlite_files(ctx, self.tool_paths)
@@ -308,8 +312,8 @@ class NsysCollector(ToolCollector):
     def reducers(self) -> Sequence[Reducer]:
         return REDUCERS
 
-    def missing_profiles(self, run_dir: Path, config: dict[str, Any]) -> list[str]:
-        return missing_profiles(run_dir, config)
+    def missing_profiles(self, run_dir: Path, record: RunRecord) -> list[str]:
+        return missing_profiles(run_dir, record)
 
     def run_steps(self) -> Mapping[str, RunStep]:
         return {"echo": echo_step}
@@ -319,15 +323,15 @@ class NsysCollector(ToolCollector):
 NOTHING_RECORDED = "No reports were generated"
 
 
-def missing_profiles(run_dir: Path, config: dict[str, Any]) -> list[str]:
-    """One line per rank that the run's config says nsys profiles (profile.ranks over the run's
+def missing_profiles(run_dir: Path, record: RunRecord) -> list[str]:
+    """One line per rank that the run's record says nsys profiles (profile.ranks over the run's
     ranks) but that left no nsys profile (a file of PROFILER.suffixes), with the cause its rank log gives."""
     from hpcprof.ranks import RankSelection
 
-    profile = config["experiment"]["profile"]
-    per_node, world = int(config["ranks_per_node"]), int(config["world_size"])
-    selection = RankSelection(profile["ranks"])
-    ranged = profile["nsys"]["capture_range"] != "none"
+    profile = record.experiment.profile
+    per_node, world = record.ranks_per_node, record.world_size
+    selection = RankSelection(profile.ranks)
+    ranged = profile.nsys.capture_range != "none"
     profiles = run_dir / "profiles" / "nsys"
     present = {rank_from_filename(p) for p in profiles.iterdir() if p.suffix in PROFILER.suffixes} \
         if profiles.is_dir() else set()

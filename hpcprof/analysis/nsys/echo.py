@@ -10,14 +10,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from hpcprof.analysis.nsys.echo_match import by_rule, echo_paths
 from hpcprof.atomic import atomic_write
+from hpcprof.catalog import ECHO_SLOWDOWN
 from hpcprof.ranks import rank_from_filename
 from hpcprof.rundir import RunDir, sweep_of
+
+if TYPE_CHECKING:
+    from hpcprof.record import RunRecord
 
 ECHO_COLUMNS = ["id", "kShortName", "kDemangledName", "ground_truth", "duration", "overlap_ratio", "slowdown"]
 
@@ -55,9 +59,9 @@ def write_echo(slowdown: pd.DataFrame, path: Path) -> list[Path]:
     return written
 
 
-def model_key(config: dict[str, Any]) -> dict[str, Any]:
+def model_key(record: RunRecord) -> dict[str, Any]:
     """What makes two DDP runs the same model: the workload args without the world size."""
-    args = dict(config["experiment"]["workload"].get("args") or {})
+    args = dict(record.experiment.workload.args)
     args.pop("world_size", None)
     return args
 
@@ -73,39 +77,39 @@ def sqlite_exports(run_dir: Path) -> dict[Path, int]:
     return dict(found.values())
 
 
-def wants_baseline(config: dict[str, Any]) -> bool:
+def wants_baseline(record: RunRecord) -> bool:
     """Whether a run has Echo's slowdown: a DDP run of world size > 1 under nsys."""
-    exp = config["experiment"]
-    return exp["workload"]["kind"] == "ddp" and exp["profile"]["tool"] == "nsys" and config["world_size"] >= 2
+    return record.kind == "ddp" and record.tool == "nsys" and record.world_size >= 2
 
 
-def is_baseline_for(config: dict[str, Any], candidate: dict[str, Any]) -> bool:
-    """Whether the run of `candidate` (a config) is the baseline of the run of `config`: the same
+def is_baseline_for(record: RunRecord, candidate: RunRecord) -> bool:
+    """Whether the run of record `candidate` is the baseline of the run of `record`: the same
     DDP model under nsys on world size 1."""
-    return (candidate["world_size"] == 1 and candidate["experiment"]["profile"]["tool"] == "nsys"
-            and model_key(candidate) == model_key(config))
+    return candidate.world_size == 1 and candidate.tool == "nsys" and model_key(candidate) == model_key(record)
 
 
-def baseline_run(run_dir: Path, config: dict[str, Any]) -> Path | None:
+def baseline_run(run_dir: Path, record: RunRecord) -> Path | None:
     """The world-size-1 run of the same DDP model under nsys in the sweep of the run in `run_dir`
-    (whose config is `config`), if any: Echo's baseline."""
+    (whose record is `record`), if any: Echo's baseline."""
+    from hpcprof.record import read_record
+
     run = RunDir(run_dir)
     sweep = sweep_of(run.run_id)
     for other in sorted(run_dir.parent.glob(f"{sweep}*/config.json")):
         candidate = RunDir(other.parent)
-        if candidate.path != run.path and sweep_of(candidate.run_id) == sweep and is_baseline_for(config, candidate.config):
+        if candidate.path != run.path and sweep_of(candidate.run_id) == sweep \
+                and is_baseline_for(record, read_record(candidate)):
             return candidate.path
     return None
 
 
-def echo_step(run_dir: Path, config: dict[str, Any], log: Callable[[str], None]) -> dict[str, pd.DataFrame]:
+def echo_step(run_dir: Path, record: RunRecord, log: Callable[[str], None]) -> dict[str, pd.DataFrame]:
     """Echo's flow in collect (a run step of nsys): a world-size-N DDP run against its sweep's
     world-size-1 run, matched by the experiment's `analysis.slowdown_match`; {} for any other run."""
-    base = baseline_run(run_dir, config) if wants_baseline(config) else None
+    base = baseline_run(run_dir, record) if wants_baseline(record) else None
     if base is None:
         return {}
-    rule = (config["experiment"].get("analysis") or {}).get("slowdown_match", "hpcprof")
-    return echo_slowdown(run_dir, base, log, rule)
+    return echo_slowdown(run_dir, base, log, record.experiment.analysis.slowdown_match)
 
 
 def echo_slowdown(run_dir: Path, baseline_dir: Path, log: Callable[[str], None] = print,
@@ -131,4 +135,4 @@ def echo_slowdown(run_dir: Path, baseline_dir: Path, log: Callable[[str], None] 
     gpus = len(table[["rank", "device"]].drop_duplicates())
     log(f"echo: slowdown of {matched} kernel(s) on {gpus} GPU(s) against {baseline_dir.name}")
 
-    return {"slowdown": by_rule(rule, table, base_files, files, log)}
+    return {ECHO_SLOWDOWN.key: by_rule(rule, table, base_files, files, log)}

@@ -17,7 +17,6 @@ Every table computed over the window carries a `window` column naming it.
 from __future__ import annotations
 
 import functools
-import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,7 +29,9 @@ import pyarrow as pa
 
 from hpcprof.analysis.nsys.distributed import Activity, instance_columns, instance_frame
 from hpcprof.analysis.nsys_stats.arrays import Columns, covered_within, group_starts, merge_intervals
+from hpcprof.record import read_record
 from hpcprof.results import arrow_table
+from hpcprof.rundir import DamagedRunFile
 
 TIMED_RANGE = "timed"
 ITERATION_RANGE = re.compile(r"(?:iteration|step)\d*")
@@ -79,12 +80,12 @@ def run_window_range(path: Path) -> str | None:
 
 @functools.lru_cache(maxsize=64)
 def _config_window(config: Path, mtime_ns: int) -> str | None:
-    """`profile.window.nvtx` of a run's config.json as of `mtime_ns` (read once per run, not per rank file)."""
+    """`profile.window.nvtx` of a run's config.json as of `mtime_ns` (read once per run, not per rank
+    file); None when the record cannot be read (collect names a damaged record itself)."""
     try:
-        window = json.loads(config.read_text())["experiment"]["profile"].get("window") or {}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return read_record(config).experiment.profile.window.nvtx
+    except DamagedRunFile:
         return None
-    return window.get("nvtx") if isinstance(window, dict) else None
 
 
 def _rank_window(inst: dict[str, np.ndarray], op_start: np.ndarray, op_end: np.ndarray,

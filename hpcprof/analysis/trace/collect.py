@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from hpcprof import catalog as c
 from hpcprof.analysis.collector import Log, NothingToAnalyse, ReadTable, Reducer, ToolCollector
 from hpcprof.analysis.trace import analyses, critical_path
 from hpcprof.analysis.trace.load import RankTrace, TraceColumns, TraceError, gather, helpers_of
@@ -19,12 +20,12 @@ def all_analyses(traces: Sequence[RankTrace]) -> dict[str, pd.DataFrame]:
     """HTA's five analyses with their defaults, on traces loaded once: temporal, overlap, idle,
     launch, kernels and kernel_types (per rank), each with a rank column."""
     return {
-        "temporal": analyses.temporal_breakdown(traces),
-        "overlap": analyses.comm_comp_overlap(traces),
-        "idle": analyses.idle_time_breakdown(traces),
-        "launch": analyses.kernel_launch_stats(traces),
-        "kernels": analyses.kernel_breakdown(traces),
-        "kernel_types": analyses.kernel_type_breakdown(traces, per_rank=True),
+        c.TORCH_TEMPORAL.key: analyses.temporal_breakdown(traces),
+        c.TORCH_OVERLAP.key: analyses.comm_comp_overlap(traces),
+        c.TORCH_IDLE.key: analyses.idle_time_breakdown(traces),
+        c.TORCH_LAUNCH.key: analyses.kernel_launch_stats(traces),
+        c.TORCH_KERNELS.key: analyses.kernel_breakdown(traces),
+        c.TORCH_KERNEL_TYPES.key: analyses.kernel_type_breakdown(traces, per_rank=True),
     }
 
 
@@ -43,16 +44,16 @@ def analyse_file(path: Path, rank: int, cores: int = 1) -> dict[str, pd.DataFram
             raise NothingToAnalyse(str(exc)) from None
         raise
     window, iterations = trace_window(trace)
-    return {**all_analyses([trace]), "window": window, "iterations": iterations,
+    return {**all_analyses([trace]), c.TORCH_WINDOW.key: window, c.TORCH_ITERATIONS.key: iterations,
             critical_path.EVENTS_TABLE: path_events.frame(path, trace.rank)}
 
 
 def sorted_kernels(read: ReadTable, log: Log) -> dict[str, pd.DataFrame]:
     """The kernels table in all_analyses' order over all ranks (kernel type, name, rank)."""
-    kernels = read("kernels")
+    kernels = read(c.TORCH_KERNELS.key)
     if kernels is None:
         return {}
-    return {"kernels": kernels.sort_values(["kernel_type", "name", "rank"], kind="stable", ignore_index=True)}
+    return {c.TORCH_KERNELS.key: kernels.sort_values(["kernel_type", "name", "rank"], kind="stable", ignore_index=True)}
 
 
 #: the cross-rank steps of torch traces in collect (TorchCollector.reducers), independent of one another
@@ -63,7 +64,7 @@ class TorchCollector(ToolCollector):
     """torch.profiler traces in `collect`: HTA's analyses and the window of each rank's trace,
     then the kernels and critical-path tables across ranks."""
 
-    rewritten = ("kernels",)    # sorted_kernels
+    rewritten = (c.TORCH_KERNELS.key,)    # sorted_kernels
 
     def analyse_file(self, path: Path, rank: int) -> dict[str, pd.DataFrame]:
         return analyse_file(path, rank, self.cores)

@@ -1,0 +1,340 @@
+"""The result tables `collect` writes and the headline metrics computed from them, each declared
+once: the producers (the analyses, collect, hpcprof.analysis.summary) and the consumers (report,
+compare, the docs) take the names from here. A metric is declared with its unit, the time window
+it is computed over, its formula in words, the tables it comes from and the reference tool whose
+definition it follows; docs/reference/metrics.md is `metrics_page()`.
+
+A metric's name may hold a part the data names (`phase.{phase}.time`: one metric per workload
+phase); `MetricSpec.match` reads such a name back, `MetricSpec.value` makes one.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+#: the time windows a table or metric covers, with what each means
+WINDOWS: dict[str, str] = {
+    "measured window": "the timed iterations projected onto GPU time, per rank: nsys: seqpar's `timed` NVTX "
+                       "range, else the iteration ranges (`iteration`, ddp's `step`, `step<N>`, a `command`'s "
+                       "`profile.window.nvtx`), else Echo's `backward`; torch: the `ProfilerStep#N` steps. "
+                       "Without any, the whole capture (the `window` column says which)",
+    "whole capture": "everything the profiler recorded on the rank, start-up, warm-up, NCCL set-up and "
+                     "teardown included (first GPU operation to the last)",
+    "counted iterations": "the workload's own timing of each iteration on each rank, without its warm-up "
+                          "iterations and the step the profiler's window took (ddp)",
+    "each iteration": "one value per iteration of the measured window",
+    "each kernel": "one value per GPU kernel the profiler recorded",
+    "the run": "the run as a whole",
+}
+MEASURED, CAPTURE, COUNTED, EACH_ITERATION, EACH_KERNEL, RUN = WINDOWS
+
+#: who writes a table: `collect` names it `<producer>_<key>`
+NSYS, TORCH, NCU, ECHO, WORKLOAD, FILES = "nsys", "torch", "ncu", "echo", "workload", "files"
+
+
+def table_name(producer: str, key: str) -> str:
+    """The result table a producer's table `key` is written as (`nsys`, `iterations` -> `nsys_iterations`)."""
+    return f"{producer}_{key}"
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """One result table (`results/<name>.parquet`)."""
+
+    producer: str       # nsys, torch, ncu (the profile's collector), echo, workload (its JSON results), files
+    key: str            # the producer's own name for it
+    rows: str           # one row per ...
+    window: str         # a key of WINDOWS
+    about: str
+    reference: str = ""     # the tool whose output or definition it follows
+
+    @property
+    def name(self) -> str:
+        return table_name(self.producer, self.key)
+
+
+def _t(producer: str, key: str, rows: str, window: str, about: str, reference: str = "") -> TableSpec:
+    return TableSpec(producer, key, rows, window, about, reference)
+
+
+PER_RANK = "rank (one row per rank)"
+NSYS_STATS = "`nsys stats --report {}` (2025.3.1), per rank"
+
+# -- nsys: the measured window -----------------------------------------------------------------------
+NSYS_WINDOW = _t(NSYS, "window", PER_RANK, MEASURED,
+                 "the window's name, GPU start and end, duration, iterations, GPU busy and idle time (ns)",
+                 "`nsys stats --report nvtx_gpu_proj_sum`: the projection of the `timed` range")
+NSYS_ITERATIONS = _t(NSYS, "iterations", "rank and iteration", EACH_ITERATION,
+                     "each iteration's GPU start and end (first kernel start to last kernel end of its "
+                     "projected range), gpu_ns, busy_ns and idle_ns",
+                     "`nsys stats --report nvtx_gpu_proj_sum`: the iteration ranges' projections")
+NSYS_KERNELS = _t(NSYS, "kernels", "rank and kernel name", MEASURED,
+                  "GPU time per kernel name inside the window: instances, total_ns",
+                  "`nsys stats --report cuda_gpu_kern_sum`, cut to the window")
+NSYS_NCCL = _t(NSYS, "nccl", "collective type, per rank and over all ranks (`scope`)", MEASURED,
+               "NCCL kernels per collective: count, total, mean, min, max (ns), the slowest rank")
+NSYS_OVERLAP = _t(NSYS, "overlap", "rank and device", MEASURED,
+                  "compute, communication and compute-during-communication time (merged intervals), "
+                  "overlap_pct, idle_ns and span_ns of the GPU work",
+                  "HTA `get_comm_comp_overlap` (overlap) and `get_temporal_breakdown` (idle)")
+NSYS_PHASES = _t(NSYS, "phases", "rank and NVTX range", MEASURED,
+                 "GPU work under each NVTX range inside the window: instances, GPU operations, kernels, "
+                 "kernel time, projected time, CPU time",
+                 "`nsys stats --report nvtx_gpu_proj_sum` (projected time)")
+NSYS_TIMELINE = _t(NSYS, "timeline", "range or kernel of the median iteration, per rank", EACH_ITERATION,
+                   "one iteration (the window's median) on every rank: ranges and kernels, start and end in "
+                   "ms from the iteration's GPU start")
+NSYS_GAPS = _t(NSYS, "gaps", "gap, per process and device", MEASURED,
+               "GPU idle gaps longer than 0.1 ms: start, end, duration, the operations before and after",
+               "`nsys analyze` rule gpu_gaps")
+# -- nsys: the whole capture -------------------------------------------------------------------------
+NSYS_CAPTURE_OVERLAP = _t(NSYS, "capture_overlap", "rank and device", CAPTURE,
+                          "nsys_overlap's columns over the whole capture", NSYS_OVERLAP.reference)
+NSYS_CAPTURE_PHASES = _t(NSYS, "capture_phases", "rank and NVTX range", CAPTURE,
+                         "nsys_phases' columns over the whole capture", NSYS_PHASES.reference)
+NSYS_SUMMARIES = tuple(_t(NSYS, report, "row of the report, per rank", CAPTURE, about, NSYS_STATS.format(report))
+                       for report, about in (
+                           ("cuda_gpu_kern_sum", "GPU time per kernel"),
+                           ("cuda_api_sum", "CUDA API calls"),
+                           ("cuda_gpu_mem_time_sum", "GPU memory operations by time"),
+                           ("cuda_gpu_mem_size_sum", "GPU memory operations by size"),
+                           ("nvtx_sum", "NVTX ranges (CPU time)"),
+                           ("osrt_sum", "OS runtime calls")))
+NSYS_CUDA_GPU_KERN_SUM = NSYS_SUMMARIES[0]
+# -- the critical path (nsys and torch) --------------------------------------------------------------
+CRITICAL_PATH_KEYS = ("critical_path_events", "critical_path", "critical_path_segments")
+_CRITICAL = (("rank, iteration and collective kernel", "each rank's collective kernels per iteration with "
+              "the GPU work before each (the per-rank input of the critical path)"),
+             ("iteration", "the iteration's length on the critical path, the collective that waited most, "
+              "its critical rank, what held it and for how long, the ranks that waited"),
+             ("segment of the chain", "the chain of compute, collective and wait segments that set the "
+              "iteration's length (rank, kind, name, start, end, duration)"))
+NSYS_CRITICAL_EVENTS, NSYS_CRITICAL_PATH, NSYS_CRITICAL_SEGMENTS = (
+    _t(NSYS, key, rows, EACH_ITERATION, about) for key, (rows, about) in zip(CRITICAL_PATH_KEYS, _CRITICAL, strict=True))
+TORCH_CRITICAL_EVENTS, TORCH_CRITICAL_PATH, TORCH_CRITICAL_SEGMENTS = (
+    _t(TORCH, key, rows, EACH_ITERATION, about) for key, (rows, about) in zip(CRITICAL_PATH_KEYS, _CRITICAL, strict=True))
+# -- torch.profiler (Kineto traces) ------------------------------------------------------------------
+TORCH_WINDOW = _t(TORCH, "window", PER_RANK, MEASURED,
+                  "nsys_window's columns, and span, compute, communication and overlap time (ns)",
+                  "HTA `get_temporal_breakdown` (kernel_time, idle_time) where the steps span the trace")
+TORCH_ITERATIONS = _t(TORCH, "iterations", "rank and ProfilerStep", EACH_ITERATION, "nsys_iterations' columns")
+TORCH_TEMPORAL = _t(TORCH, "temporal", PER_RANK, CAPTURE,
+                    "idle, compute and non-compute time (us) and their % of the kernel time",
+                    "HTA `get_temporal_breakdown`")
+TORCH_OVERLAP = _t(TORCH, "overlap", PER_RANK, CAPTURE, "% of communication time overlapped by computation",
+                   "HTA `get_comm_comp_overlap`")
+TORCH_IDLE = _t(TORCH, "idle", "rank, stream and cause", CAPTURE,
+                "GPU idle time by cause: host wait, kernel wait, other", "HTA `get_idle_time_breakdown`")
+TORCH_LAUNCH = _t(TORCH, "launch", "kernel launch", EACH_KERNEL,
+                  "CPU and GPU duration and launch delay of each kernel, outliers flagged",
+                  "HTA `get_cuda_kernel_launch_stats`")
+TORCH_KERNELS = _t(TORCH, "kernels", "kernel name (the top ones; `others`), per rank", CAPTURE,
+                   "GPU time per kernel: sum, max, min, mean (us), stddev, kernel type",
+                   "HTA `get_gpu_kernel_breakdown`")
+TORCH_KERNEL_TYPES = _t(TORCH, "kernel_types", "rank and kernel type", CAPTURE,
+                        "GPU time per kernel type (computation, communication, memory) and its %",
+                        "HTA `get_gpu_kernel_breakdown` (kernel types)")
+# -- ncu, Echo, the workloads, collect's manifest ----------------------------------------------------
+NCU_METRICS = _t(NCU, "metrics", "profiled kernel", EACH_KERNEL,
+                 "Echo's ncu metric table: throughputs, occupancy, hit rates of each kernel", "Echo's ncu table")
+ECHO_SLOWDOWN = _t(ECHO, "slowdown", "compute kernel of each device", EACH_KERNEL,
+                   "each kernel of a world-size-N DDP run against the same kernel of its world-size-1 run: "
+                   "durations, overlap with communication, slowdown", "Echo's analyse.py")
+SEQPAR_FILE, DDP_FILE = "seqpar", "ddp_steps"      # the workloads' JSON results (results/<file>.json)
+WORKLOAD_SEQPAR = _t(WORKLOAD, SEQPAR_FILE, "run", RUN, "seqpar.json's scalar fields (schema, workload)")
+SEQPAR_PHASES = _t(WORKLOAD, f"{SEQPAR_FILE}.phases", "phase", COUNTED,
+                   "per phase (allgather, matmul1, matmul2, reduce_scatter, iteration): mean, median, min, max "
+                   "time over ranks (ms), bytes and bus bandwidth of the collectives, FLOPs and TFLOP/s of "
+                   "the matmuls", "nccl-tests' bus bandwidth (busbw)")
+SEQPAR_ITERATIONS = _t(WORKLOAD, f"{SEQPAR_FILE}.iterations", "rank, iteration and phase", COUNTED,
+                       "each iteration's time per phase (ms)")
+SEQPAR_RANKS = _t(WORKLOAD, f"{SEQPAR_FILE}.ranks", "rank", RUN, "host, device and its name, CUDA_VISIBLE_DEVICES")
+SEQPAR_LOOP = _t(WORKLOAD, f"{SEQPAR_FILE}.loop", "rank", RUN, "the timed loop's wall time (s)")
+SEQPAR_CHECK = _t(WORKLOAD, f"{SEQPAR_FILE}.check", "rank", RUN,
+                  "the reference check of the result (with `check: true`): relative error, passed")
+WORKLOAD_DDP = _t(WORKLOAD, DDP_FILE, "run", RUN, "ddp_steps.json's scalar fields (schema, workload)")
+DDP_PHASES = _t(WORKLOAD, f"{DDP_FILE}.phases", "phase", COUNTED,
+                "per phase (forward, backward, optimizer, step): mean, median, min, max time over ranks (ms)")
+DDP_STEPS = _t(WORKLOAD, f"{DDP_FILE}.steps", "rank, step and phase", EACH_ITERATION,
+               "each step's time per phase (ms), its epoch, whether it is counted, whether it is the profiled "
+               "window")
+DDP_RANKS = _t(WORKLOAD, f"{DDP_FILE}.ranks", "rank", RUN, SEQPAR_RANKS.about)
+FILES_MANIFEST = _t(FILES, "manifest", "file", RUN, "every log, profile and workload result file: kind, path, "
+                    "rank, bytes")
+
+TABLES: tuple[TableSpec, ...] = (
+    NSYS_WINDOW, NSYS_ITERATIONS, NSYS_KERNELS, NSYS_NCCL, NSYS_OVERLAP, NSYS_PHASES, NSYS_TIMELINE, NSYS_GAPS,
+    NSYS_CAPTURE_OVERLAP, NSYS_CAPTURE_PHASES, *NSYS_SUMMARIES,
+    NSYS_CRITICAL_EVENTS, NSYS_CRITICAL_PATH, NSYS_CRITICAL_SEGMENTS,
+    TORCH_WINDOW, TORCH_ITERATIONS, TORCH_TEMPORAL, TORCH_OVERLAP, TORCH_IDLE, TORCH_LAUNCH, TORCH_KERNELS,
+    TORCH_KERNEL_TYPES, TORCH_CRITICAL_EVENTS, TORCH_CRITICAL_PATH, TORCH_CRITICAL_SEGMENTS,
+    NCU_METRICS, ECHO_SLOWDOWN,
+    WORKLOAD_SEQPAR, SEQPAR_PHASES, SEQPAR_ITERATIONS, SEQPAR_RANKS, SEQPAR_LOOP, SEQPAR_CHECK,
+    WORKLOAD_DDP, DDP_PHASES, DDP_STEPS, DDP_RANKS, FILES_MANIFEST)
+#: each workload kind's timing tables: (phase statistics, per-iteration rows, the per-iteration phase)
+WORKLOAD_TIMINGS: dict[str, tuple[TableSpec, TableSpec, str]] = {
+    "seqpar": (SEQPAR_PHASES, SEQPAR_ITERATIONS, "iteration"), "ddp": (DDP_PHASES, DDP_STEPS, "step")}
+
+
+# -- metrics -----------------------------------------------------------------------------------------
+
+#: what a `{part}` of a metric name matches
+PARTS = {"phase": r".+", "category": r"gemm|other|nccl\.[A-Za-z0-9]+"}
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """One headline metric (or, `headline` False, one figure of the report)."""
+
+    name: str           # dotted; a `{part}` (PARTS) is named by the data
+    unit: str
+    window: str         # a key of WINDOWS
+    formula: str
+    tables: tuple[TableSpec, ...]
+    reference: str = ""
+    headline: bool = True
+
+    def value(self, value: float, **parts: str) -> tuple[str, float, str]:
+        """The metric as a headline triple (name, value, unit)."""
+        return self.name.format(**parts), value, self.unit
+
+    def match(self, name: str) -> dict[str, str] | None:
+        """The parts of `name` when it is this metric (`{}` for a name without parts), else None."""
+        found = _pattern(self.name).fullmatch(name)
+        return found.groupdict() if found else None
+
+    @property
+    def column(self) -> str:
+        """The metric's column in a comparison (`iteration.mean [ms]`)."""
+        return column(self.name, self.unit)
+
+
+def _pattern(name: str) -> re.Pattern[str]:
+    pieces = re.split(r"\{(\w+)\}", name)
+    return re.compile("".join(re.escape(p) if i % 2 == 0 else f"(?P<{p}>{PARTS[p]})" for i, p in enumerate(pieces)))
+
+
+def column(name: str, unit: str) -> str:
+    """A metric's column in a comparison frame: `name [unit]`."""
+    return f"{name} [{unit}]"
+
+
+def parse_column(text: str) -> tuple[str, str] | None:
+    """(name, unit) of a comparison's metric column, None for any other column."""
+    found = re.fullmatch(r"(.+) \[([^\]]*)\]", text)
+    return (found[1], found[2]) if found else None
+
+
+_TIMING = tuple(t for timing in WORKLOAD_TIMINGS.values() for t in timing[1:2])
+_PHASES = tuple(timing[0] for timing in WORKLOAD_TIMINGS.values())
+_RATE = "; the whole-iteration phase is iteration.mean"
+ITERATION_MEAN = MetricSpec("iteration.mean", "ms", COUNTED,
+                            "mean over ranks of each rank's mean iteration time", _TIMING)
+ITERATION_MEDIAN = MetricSpec("iteration.median", "ms", COUNTED,
+                              "median of every counted iteration time of every rank", _TIMING)
+ITERATION_SPREAD = MetricSpec("iteration.spread", "ms", COUNTED,
+                              "the slowest rank's mean iteration time minus the fastest rank's", _TIMING)
+ITERATION_SPREAD_PCT = MetricSpec("iteration.spread_pct", "%", COUNTED,
+                                  "100 · iteration.spread / the median of the ranks' mean iteration times", _TIMING)
+SLOWEST_RANK = MetricSpec("slowest_rank", "rank", COUNTED,
+                          "the rank with the largest mean iteration time (runs of 2 ranks or more)", _TIMING)
+SLOWEST_RANK_EXCESS_PCT = MetricSpec("slowest_rank.excess_pct", "%", COUNTED,
+                                     "100 · (the slowest rank's mean / the median of the ranks' means − 1)", _TIMING)
+PHASE_TIME = MetricSpec("phase.{phase}.time", "ms", COUNTED, "the phase's mean time (mean_ms)" + _RATE, _PHASES)
+PHASE_TFLOPS = MetricSpec("phase.{phase}.tflops", "TFLOP/s", COUNTED,
+                          "the matmul's FLOPs on a rank (seqpar: 2·S·H·H/p) / its mean time", _PHASES)
+PHASE_BUSBW = MetricSpec("phase.{phase}.busbw", "GB/s", COUNTED,
+                         "the collective's bus bandwidth: bytes (seqpar: S·H elements) / its mean time · (p − 1) / p",
+                         _PHASES, "nccl-tests' busBw")
+WINDOW_DURATION = MetricSpec("window.duration", "ms", MEASURED,
+                             "mean over ranks of the window's GPU length (first GPU start to last GPU end)",
+                             (NSYS_WINDOW, TORCH_WINDOW), f"nsys: {NSYS_WINDOW.reference}; torch: {TORCH_WINDOW.reference}")
+WINDOW_ITERATIONS = MetricSpec("window.iterations", "count", MEASURED,
+                               "mean over ranks of the iterations in the window", (NSYS_WINDOW, TORCH_WINDOW))
+_CATEGORIES = ("kernels by name: `gemm` (cuBLAS, CUTLASS, nvjet, xmma, ... kernels), `nccl.<Collective>` "
+               "(ncclKernel_/ncclDevKernel_<Collective>), `nccl.other`, `other`")
+
+
+def _gpu_time(prefix: str, window: str, tables: tuple[TableSpec, ...], reference: str,
+              ) -> tuple[MetricSpec, MetricSpec, MetricSpec]:
+    """(total, per category, share) of the GPU kernel time over `window`."""
+    return (MetricSpec(f"{prefix}gpu.total", "ms", window, "Σ kernel durations / ranks (GPU time per rank)",
+                       tables, reference),
+            MetricSpec(prefix + "gpu.{category}", "ms", window,
+                       f"Σ durations of the category's kernels / ranks; {_CATEGORIES}", tables, reference),
+            MetricSpec(prefix + "gpu.{category}.share", "%", window,
+                       f"100 · {prefix}gpu.<category> / {prefix}gpu.total", tables, reference))
+
+
+GPU_TIME = _gpu_time("", MEASURED, (NSYS_KERNELS, TORCH_KERNELS),
+                     "nsys: `nsys stats` cuda_gpu_kern_sum over the window; torch: HTA's kernel breakdown of the "
+                     "whole trace (the profiler's active steps)")
+CAPTURE_GPU_TIME = _gpu_time("capture.", CAPTURE, (NSYS_CUDA_GPU_KERN_SUM,), NSYS_CUDA_GPU_KERN_SUM.reference)
+_OVERLAP = "100 · Σ |compute ∩ communication| / Σ |communication| over ranks and devices (merged intervals)"
+_IDLE = "100 · Σ idle / Σ span over ranks and devices; span: first GPU operation to the last, idle: span − " \
+        "the union of the GPU operations"
+OVERLAP_PCT = MetricSpec("overlap_pct", "%", MEASURED, _OVERLAP, (NSYS_OVERLAP, TORCH_WINDOW),
+                         "HTA `get_comm_comp_overlap`'s definition")
+IDLE_PCT = MetricSpec("idle_pct", "%", MEASURED, _IDLE, (NSYS_OVERLAP, TORCH_WINDOW),
+                      "HTA `get_temporal_breakdown`'s idle over kernel_time")
+CAPTURE_OVERLAP_PCT = MetricSpec("capture.overlap_pct", "%", CAPTURE,
+                                 f"nsys: {_OVERLAP}; torch: mean over ranks of HTA's comp_comm_overlap_pctg",
+                                 (NSYS_CAPTURE_OVERLAP, TORCH_OVERLAP), OVERLAP_PCT.reference)
+CAPTURE_IDLE_PCT = MetricSpec("capture.idle_pct", "%", CAPTURE,
+                              f"{_IDLE} (torch: HTA's idle_time and kernel_time)",
+                              (NSYS_CAPTURE_OVERLAP, TORCH_TEMPORAL), IDLE_PCT.reference)
+_SLOWDOWN = ("of the matched compute kernels' slowdown: (duration at world size N − at world size 1) / "
+             "(overlap_ratio · duration at world size 1), 0 where the kernel does not overlap communication; "
+             "kernels matched by name and occurrence (`analysis.slowdown_match: echo`: Echo's rule)")
+SLOWDOWN_MEDIAN, SLOWDOWN_MEAN, SLOWDOWN_P90 = (
+    MetricSpec(f"slowdown.{stat}", "", CAPTURE, f"{words} {_SLOWDOWN}", (ECHO_SLOWDOWN,), "Echo's analyse.py")
+    for stat, words in (("median", "median"), ("mean", "mean"), ("p90", "90th percentile")))
+ITERATION_IDLE_PCT = MetricSpec("idle_pct", "%", EACH_ITERATION, f"{_IDLE}, per iteration",
+                                (NSYS_ITERATIONS, TORCH_ITERATIONS), IDLE_PCT.reference, headline=False)
+
+METRICS: tuple[MetricSpec, ...] = (
+    ITERATION_MEAN, ITERATION_MEDIAN, ITERATION_SPREAD, ITERATION_SPREAD_PCT, SLOWEST_RANK, SLOWEST_RANK_EXCESS_PCT,
+    PHASE_TIME, PHASE_TFLOPS, PHASE_BUSBW, WINDOW_DURATION, WINDOW_ITERATIONS, *GPU_TIME, OVERLAP_PCT, IDLE_PCT,
+    *CAPTURE_GPU_TIME, CAPTURE_OVERLAP_PCT, CAPTURE_IDLE_PCT, SLOWDOWN_MEDIAN, SLOWDOWN_MEAN, SLOWDOWN_P90,
+    ITERATION_IDLE_PCT)
+
+
+def declared(name: str) -> MetricSpec | None:
+    """The headline metric `name` is, None when it is not declared."""
+    return next((m for m in METRICS if m.headline and m.match(name) is not None), None)
+
+
+# -- the reference page ------------------------------------------------------------------------------
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def metrics_page() -> str:
+    """docs/reference/metrics.md: the windows, every result table and every metric, from the declarations."""
+    lines = ["# Result tables and metrics", "",
+             "<!-- generated from hpcprof/catalog.py by hpcprof.catalog.metrics_page(); do not edit -->", "",
+             "`hpcprof collect` writes each run's result tables to `results/<table>.parquet` and its headline "
+             "metrics to `results/headline.json` (and the store); `report` and `compare` show them. "
+             "A `{part}` in a metric's name is named by the data (a workload phase, a kernel category).", "",
+             "## Windows", "", "| window | what it covers |", "| --- | --- |"]
+    lines += [f"| {name} | {_cell(text)} |" for name, text in WINDOWS.items()]
+    lines += ["", "## Headline metrics", "", "| metric | unit | window | formula | from | reference |",
+              "| --- | --- | --- | --- | --- | --- |"]
+    rows = [m for m in METRICS if m.headline]
+    lines += [f"| `{m.name}` | {m.unit or '(ratio)'} | {m.window} | {_cell(m.formula)} | "
+              f"{', '.join(f'`{t.name}`' for t in m.tables)} | {_cell(m.reference)} |" for m in rows]
+    lines += ["", "## Report figures", "", "| figure | unit | window | formula | from | reference |",
+              "| --- | --- | --- | --- | --- | --- |"]
+    lines += [f"| `{m.name}` | {m.unit} | {m.window} | {_cell(m.formula)} | "
+              f"{', '.join(f'`{t.name}`' for t in m.tables)} | {_cell(m.reference)} |"
+              for m in METRICS if not m.headline]
+    lines += ["", "## Result tables", "",
+              "Per-rank tables have a `rank` column; tables over the measured window a `window` column naming it. "
+              "A `command` workload's own JSON files in `results/` become `workload_<file>` (scalar fields) and "
+              "`workload_<file>.<key>` (each list of records) as well.", "",
+              "| table | one row per | window | holds | reference |", "| --- | --- | --- | --- | --- |"]
+    lines += [f"| `{t.name}` | {_cell(t.rows)} | {t.window} | {_cell(t.about)} | {_cell(t.reference)} |"
+              for t in TABLES]
+    return "\n".join(lines) + "\n"
