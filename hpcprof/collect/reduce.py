@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hpcprof.atomic import temp_path
+from hpcprof.catalog import table_name
 from hpcprof.collect.cache import MANIFEST, FilePart, parts_dir
 from hpcprof.collect.common import Timed, short, untimed
 from hpcprof.pool import (
@@ -41,15 +42,15 @@ def cross_rank_tables(tool: str, run_path: Path, step: int,
 
     def read(name: str) -> pd.DataFrame | None:
         if pieces is None:
-            return read_table(run_path, f"{tool}_{name}")
+            return read_table(run_path, table_name(tool, name))
         return read_pieces(pieces[name]).to_pandas() if name in pieces else None
 
     notes: list[str] = []
     written = []
     reducer = collector(tool).reducers()[step]
     for name, df in reducer(read, notes.append).items():
-        write_table(run_path, f"{tool}_{name}", df)
-        written.append(f"{tool}_{name}")
+        write_table(run_path, table_name(tool, name), df)
+        written.append(table_name(tool, name))
     return written, notes
 
 
@@ -134,7 +135,7 @@ class SliceConcat:
             return DamagedCache(f"{self.parts}: a cached part does not read ({short(exc)})")
 
         def target(name: str) -> Path:
-            return table_path(self.run_path, f"{self.tool}_{name}")
+            return table_path(self.run_path, table_name(self.tool, name))
 
         def join(pieces: dict[str, list[Path]], names: Iterable[str]) -> list[Future]:
             return [self.executor.submit(concat_pieces, pieces[name], target(name)) for name in names]
@@ -168,8 +169,8 @@ class SliceConcat:
                 if pieces is not None:
                     made = {name for reduced, _ in outcomes for name in reduced}
                     joined += join(pieces, (name for name in tables
-                                            if name in rewritten and f"{self.tool}_{name}" not in made))
-                    raced = sorted(made & {f"{self.tool}_{name}" for name in tables if name not in rewritten})
+                                            if name in rewritten and table_name(self.tool, name) not in made))
+                    raced = sorted(made & {table_name(self.tool, name) for name in tables if name not in rewritten})
                     if raced:   # joined at the same time: which one is left is chance
                         failed = failed or RuntimeError(f"a cross-rank step of {self.tool} replaced {', '.join(raced)}, "
                                                         "which its collector's `rewritten` does not name")
@@ -206,7 +207,7 @@ def reduce_parts(tool: str, run_path: Path, mapped: dict[str, FilePart], executo
                 for i in range(len(tool_collector.reducers()))]
 
     tables, done = concat.finish(cross_rank, tool_collector.rewritten, timed)
-    written = [f"{tool}_{name}" for name in tables]
+    written = [table_name(tool, name) for name in tables]
     for line in (line for _, notes in done for line in notes):
         log(line)
     return written + [name for reduced, _ in done for name in reduced if name not in written]

@@ -33,8 +33,10 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from hpcprof import catalog as c
 from hpcprof import profilers
 from hpcprof.atomic import remove_stale_temps
+from hpcprof.catalog import table_name
 from hpcprof.collect.cache import part_key
 from hpcprof.collect.common import gc_paused, short
 from hpcprof.collect.files import manifest, rank_files, workload_tables
@@ -111,8 +113,8 @@ def collect_run(run: RunDir, store: Store, log: Log = print, executor: Executor 
     def save(source: str, tables: dict[str, pd.DataFrame]) -> None:
         for name, df in tables.items():
             try:
-                write_table(run.path, f"{source}_{name}", df)
-                done.tables.append(f"{source}_{name}")
+                write_table(run.path, table_name(source, name), df)
+                done.tables.append(table_name(source, name))
             except (ResultError, ValueError, TypeError, OSError) as exc:
                 done.report(Problem(None, f"{source}_{name}: not written ({short(exc)})"))
 
@@ -146,8 +148,8 @@ def collect_run(run: RunDir, store: Store, log: Log = print, executor: Executor 
             return
         own_steps_done = True
         suffix = f" (during {during})" if during else ""
-        step("workload" + suffix, lambda: save("workload", workload_tables(run.path / "results", done.report)))
-        step("files" + suffix, lambda: save("files", {"manifest": manifest(run)}))
+        step("workload" + suffix, lambda: save(c.WORKLOAD, workload_tables(run.path / "results", done.report)))
+        step("files" + suffix, lambda: save(c.FILES, {c.FILES_MANIFEST.key: manifest(run)}))
         step("profiles" + suffix, missing)
 
     def profiles() -> None:
