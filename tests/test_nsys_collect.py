@@ -219,7 +219,7 @@ def _edited_copy(source: Path, target: Path, *sql: str) -> Path:
 
 
 def test_nvtx_ranges_of_many_exports_equal_each_alone(fixtures_dir: Path, tmp_path: Path) -> None:
-    """loaders.nvtx_range_columns_of, the NVTX read of collect's joint pass (numpy's steps once
+    """nvtx.nvtx_range_columns_of, the NVTX read of collect's joint pass (numpy's steps once
     for many exports), gives each export exactly what nvtx_range_columns gives it alone: columns,
     dtypes, name codes and names, for each event-type set and layout (one layout, or both in one
     pass), the exports in either order.
@@ -230,7 +230,7 @@ def test_nvtx_ranges_of_many_exports_equal_each_alone(fixtures_dir: Path, tmp_pa
     import numpy as np
 
     from hpcprof.analysis.nsys_stats.db import Export
-    from hpcprof.analysis.nsys_stats.loaders import nvtx_range_columns, nvtx_range_columns_of
+    from hpcprof.analysis.nsys_stats.nvtx import nvtx_range_columns, nvtx_range_columns_of
     from hpcprof.analysis.nsys_stats.schema import NVTX_PUSHPOP, NVTX_STARTEND, OLD
 
     seqpar = fixtures_dir / "nsys" / "h200_seqpar_bf16" / "rank0.sqlite"

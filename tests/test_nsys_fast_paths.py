@@ -16,7 +16,7 @@ import pytest
 import hpcprof.analysis.nsys_stats.db as nsys_db
 from hpcprof.analysis.nsys_stats import reports
 from hpcprof.analysis.nsys_stats.db import Export
-from hpcprof.analysis.nsys_stats.loaders import nvtx_groups_packed
+from hpcprof.analysis.nsys_stats.nvtx import nvtx_groups_packed
 from hpcprof.analysis.nsys_stats.schema import NVTX_PUSHPOP, NVTX_STARTEND, OLD, RUNTIME
 from hpcprof.analysis.nsys_stats.stats import run_reports
 from hpcprof.analysis.nsys_stats.table import write_csv
