@@ -9,8 +9,9 @@ import pytest
 from fixture_files import materialize
 
 #: The service fixtures (each skips with its reason where the service cannot be started):
-#: slurm_cluster and torque_cluster, openpbs, postgres_server.
-pytest_plugins = ["slurm_cluster", "pbs_server", "postgres_server"]
+#: slurm_cluster and torque_cluster, openpbs, postgres_server; and user_dirs: the session's own
+#: home and each test's own XDG directories, and the guard on the real user's.
+pytest_plugins = ["user_dirs", "slurm_cluster", "pbs_server", "postgres_server"]
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES_OVERRIDE = os.environ.get("HPCPROF_FIXTURES")  # an unpacked tree to use instead
@@ -85,14 +86,3 @@ def pytest_terminal_summary(terminalreporter: object, config: pytest.Config) -> 
         terminalreporter.section("differential counts")  # type: ignore[attr-defined]
         for line in lines:
             terminalreporter.write_line(line)  # type: ignore[attr-defined]
-
-
-@pytest.fixture(autouse=True)
-def own_user_dirs(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each test gets empty per-user directories: no user site files ($XDG_CONFIG_HOME/hpcprof/sites),
-    no recorded workdirs ($XDG_STATE_HOME/hpcprof/workdirs) and no compiled templates
-    ($XDG_CACHE_HOME/hpcprof/templates) from the machine or other tests."""
-    home = tmp_path_factory.mktemp("user")
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / "config"))
-    monkeypatch.setenv("XDG_STATE_HOME", str(home / "state"))
-    monkeypatch.setenv("XDG_CACHE_HOME", str(home / "cache"))
