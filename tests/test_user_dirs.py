@@ -63,19 +63,23 @@ INNER = """
 import os
 from pathlib import Path
 
-def test_writes_into_the_real_home():
+def test_writes_into_the_real_home(tmp_path):
     home = Path(os.environ["HOME"])
     assert home == Path(os.environ["HPCPROF_TEST_HOME"]) and home != Path(os.environ["REAL_HOME"])
     assert "HPCPROF_WORKDIR" not in os.environ and os.environ.get("PYTEST_XDIST_WORKER")
-    real = Path(os.environ["REAL_HOME"]) / ".local" / "state" / "hpcprof"
-    real.mkdir(parents=True)
-    (real / "workdirs").write_text(f"local\\t{home}\\n")
+    real = Path(os.environ["REAL_HOME"])
+    (real / ".local/state/hpcprof").mkdir(parents=True)
+    (real / ".local/state/hpcprof/workdirs").write_text(f"local\\t{tmp_path}/hpcprof-runs\\n")
+    (real / ".cache/hpcprof/templates").mkdir()
+    (real / ".cache/hpcprof/templates/local.sh.cache").write_bytes(b"compiled")
+    (real / "session-home").write_text(str(home))
 """
 
 
 def test_the_guard_fails_a_session_that_writes_into_the_real_home(tmp_path: Path) -> None:
     """A pytest session (two xdist workers) with the plugin, whose test writes into the home it was
-    started with: the workers had the session's home, the session fails naming the files, and the
+    started with: the workers had the session's home; the file that names the session's directories
+    (a workdir under its base temp) fails the session, the one that names none is listed, and the
     session's home is removed at its end."""
     real_home = tmp_path / "home"
     (real_home / ".cache" / "hpcprof").mkdir(parents=True)
@@ -85,11 +89,14 @@ def test_the_guard_fails_a_session_that_writes_into_the_real_home(tmp_path: Path
     env |= {"HOME": str(real_home), "REAL_HOME": str(real_home), "HPCPROF_WORKDIR": str(tmp_path / "runs"),
             "PYTHONPATH": str(TESTS)}
     done = subprocess.run([sys.executable, "-m", "pytest", "-p", "user_dirs", "-p", "no:cacheprovider", "-n", "2",
-                           "test_inner.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == pytest.ExitCode.TESTS_FAILED, done.stdout + done.stderr
-    assert "1 passed" in done.stdout
-    state = real_home / ".local" / "state" / "hpcprof"
-    assert "the real user's hpcprof directories changed" in done.stdout
-    assert f"  added {state}\n  added {state / 'workdirs'}\n" in done.stdout
-    session_home = Path((state / "workdirs").read_text().split("\t")[1].strip())
+                           "--basetemp", str(tmp_path / "inner"), "test_inner.py"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == pytest.ExitCode.TESTS_FAILED and "1 passed" in done.stdout, done.stdout + done.stderr
+    state, cache = real_home / ".local/state/hpcprof", real_home / ".cache/hpcprof"
+    ours, others = done.stdout.split("the real user's hpcprof directories changed during the session")
+    assert "a test wrote into the real user's hpcprof directories" in ours
+    assert f"\n  added {state / 'workdirs'}\n" in ours and "templates" not in ours
+    assert f"\n  added {cache / 'templates'}\n  added {cache / 'templates/local.sh.cache'}\n" in others
+    assert f"\n  added {state}\n" in others        # a directory names nothing
+    session_home = Path((real_home / "session-home").read_text())
     assert session_home.name.startswith("hpcprof-tests-home-") and not session_home.exists()

@@ -3,9 +3,13 @@
 Before anything else runs (collection, session and module fixtures, every pytest-xdist worker),
 pytest_configure points HOME and $XDG_{CONFIG,STATE,CACHE}_HOME at a temporary home of the session
 and unsets $HPCPROF_WORKDIR; each test then gets its own empty XDG directories (own_user_dirs).
+
 The guard: the hpcprof directories of the real user (their recorded workdirs, compiled templates
 and site files, wherever the caller's environment put them) are listed at the start and compared
-at the end; any change fails the session, naming what changed.
+at the end. A changed or added file that names one of the session's directories (its temporary
+home, its pytest base temp: a workdir `submit` recorded, for one) fails the session; other changes
+are listed without failing it: another process of the same user (a benchmark, a second test
+session, hpcprof itself) may have made them while the session ran, as on a shared machine.
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ import pytest
 XDG_DIRS = {"XDG_STATE_HOME": ".local/state", "XDG_CACHE_HOME": ".cache", "XDG_CONFIG_HOME": ".config"}
 #: set by the session (and inherited by its xdist workers and subprocesses): its temporary home
 SESSION_HOME = "HPCPROF_TEST_HOME"
+#: the largest file the guard reads for the session's directories
+MAX_READ = 16 << 20
 
 Snapshot = dict[str, tuple[int, int] | None]
 
@@ -30,12 +36,13 @@ Snapshot = dict[str, tuple[int, int] | None]
 @dataclass
 class Guard:
     """The caller's environment values the session replaced, the real user's hpcprof directories,
-    what they held at the start and what changed by the end."""
+    what they held at the start; by the end, the changes that name the session (`ours`) and the others."""
 
     saved: dict[str, str | None]
     dirs: list[Path]
     before: Snapshot
-    changed: list[str] = field(default_factory=list)
+    ours: list[str] = field(default_factory=list)
+    others: list[str] = field(default_factory=list)
 
 
 GUARD = pytest.StashKey[Guard]()
@@ -72,6 +79,16 @@ def changes(before: Snapshot, after: Snapshot) -> list[str]:
             for path in sorted(before.keys() | after.keys()) if before.get(path, 0) != after.get(path, 0)]
 
 
+def names_any(path: str, marks: list[str]) -> bool:
+    """Whether the file `path` (up to MAX_READ bytes) holds one of `marks`."""
+    try:
+        with open(path, "rb") as f:
+            text = f.read(MAX_READ)
+    except OSError:                  # a directory, or gone again
+        return False
+    return any(mark.encode() in text for mark in marks)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     """List the real user's hpcprof directories, then give the session (and the xdist workers it
@@ -89,23 +106,34 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    """Fail the session when the real user's hpcprof directories changed during it (a worker's
+    """Fail the session when a test wrote into the real user's hpcprof directories (a worker's
     session leaves that to the controller, which ends after all of them)."""
     guard = session.config.stash.get(GUARD, None)
     if guard is None or hasattr(session.config, "workerinput"):
         return
-    guard.changed = changes(guard.before, snapshot(guard.dirs))
-    if guard.changed:
+    base_temp = session.config._tmp_path_factory.getbasetemp()  # type: ignore[attr-defined]  # the workers' too
+    marks = [os.path.join(os.environ[SESSION_HOME], ""), os.path.join(base_temp, "")]   # the directories' insides
+    for change in changes(guard.before, snapshot(guard.dirs)):
+        (guard.ours if names_any(change.partition(" ")[2], marks) else guard.others).append(change)
+    if guard.ours:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
     guard = config.stash.get(GUARD, None)
-    if guard is not None and guard.changed:
-        terminalreporter.section("the real user's hpcprof directories changed", red=True)
-        terminalreporter.write_line("a test wrote outside its temporary home (or another process of this user "
-                                    "did, at the same time):")
-        for line in guard.changed:
+    if guard is None:
+        return
+    if guard.ours:
+        terminalreporter.section("a test wrote into the real user's hpcprof directories", red=True)
+        terminalreporter.write_line("these files name the session's directories (a test ran hpcprof with the real "
+                                    "home: give it the session's environment):")
+        for line in guard.ours:
+            terminalreporter.write_line(f"  {line}")
+    if guard.others:
+        terminalreporter.section("the real user's hpcprof directories changed during the session", yellow=True)
+        terminalreporter.write_line("naming none of the session's directories (another process of this user, "
+                                    "or a test that wrote no path):")
+        for line in guard.others:
             terminalreporter.write_line(f"  {line}")
 
 
