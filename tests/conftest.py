@@ -55,18 +55,25 @@ COUNT_LINES: list[str] = []
 SERVICE_FIXTURES = {"slurm_cluster", "torque_cluster", "openpbs", "postgres_server", "cluster"}
 
 
-@pytest.hookimpl(tryfirst=True)        # before pytest-xdist's own hook reads the groups
+def uses_a_service(item: pytest.Item) -> bool:
+    """Whether a test uses a shared service: a fixture of SERVICE_FIXTURES or a slurm/torque mark."""
+    return bool(SERVICE_FIXTURES & set(getattr(item, "fixturenames", ()))
+                or item.get_closest_marker("slurm") or item.get_closest_marker("torque"))
+
+
+@pytest.hookimpl(tryfirst=True)        # before pytest-xdist's own hook reads the groups, and -m the marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Group the tests for pytest-xdist's --dist loadgroup: every test file in one worker (its module
     fixtures run once), and all files that use a shared service (the Slurm clusters, OpenPBS,
     PostgreSQL) in one worker together, so two tests never share a scheduler or server at once.
-    (pytest-xdist 3.8 groups by rewriting a test's node id, which pytest 9 no longer reads: pytest < 9.)"""
-    files_with_services = {item.path for item in items
-                           if SERVICE_FIXTURES & set(getattr(item, "fixturenames", ()))
-                           or item.get_closest_marker("slurm") or item.get_closest_marker("torque")}
+    (pytest-xdist 3.8 groups by rewriting a test's node id, which pytest 9 no longer reads: pytest < 9.)
+    A test that uses a shared service is `slow` (the fast tier, tests/run.sh --fast, starts none)."""
+    files_with_services = {item.path for item in items if uses_a_service(item)}
     for item in items:
         group = "services" if item.path in files_with_services else item.path.name
         item.add_marker(pytest.mark.xdist_group(group))
+        if uses_a_service(item):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture

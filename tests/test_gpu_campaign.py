@@ -152,6 +152,7 @@ def test_nvtx_capture_opened_late_rank1_recorded_no_gpu_work(campaign: tuple[Pat
 
 # -- 3. report ------------------------------------------------------------------------------------------
 
+@pytest.mark.slow   # Chromium
 def test_sweep_report_explains_the_window(campaign: tuple[Path, object], tmp_path: Path) -> None:
     workdir, _ = campaign
     html = tmp_path / "report_window-seqpar.html"

@@ -116,6 +116,7 @@ def rule_outcome(nsys: Path, rule_exports: list[Path]) -> tuple[Outcome, dict[st
     return outcome, with_rows
 
 
+@pytest.mark.slow   # nsys 2022.4, a long differential sweep
 def test_rules_identical_to_nsys_2022_on_generated_exports(rule_outcome: tuple[Outcome, dict[str, int]],
                                                            record_counts) -> None:
     outcome, with_rows = rule_outcome
@@ -241,6 +242,7 @@ def test_2025_checks_mem_kind_enum_and_green_context(rule_exports: list[Path], t
     assert res.stderr.splitlines() == [f"SKIPPED: {db} does not contain ENUM_CUDA_MEM_KIND table."]
 
 
+@pytest.mark.slow   # nsys 2022.4
 def test_real_exports_identical_to_nsys_2022(nsys: Path, fixtures_dir: Path, tmp_path: Path) -> None:
     """The committed H200 exports: nsys 2022.4 reads them, the CSVs are equal, and the sync-call
     rule lists exactly the export's cudaDeviceSynchronize/cudaStreamSynchronize calls."""

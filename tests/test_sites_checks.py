@@ -114,6 +114,7 @@ def test_missing_profiler_fails_in_one_line(tmp_path: Path) -> None:
 NSYS = shutil.which("nsys") or "/usr/lib/x86_64-linux-gnu/nsight-systems/target-linux-x64/nsys"
 
 
+@pytest.mark.slow   # nsys
 @pytest.mark.skipif(not os.access(NSYS, os.X_OK), reason="nsys not installed here (tests/services installs it)")
 def test_profiler_version_is_printed(tmp_path: Path) -> None:
     """nsys on the site's path: the job prints its version line (nsys's own --version) and path

@@ -197,6 +197,7 @@ def test_kineto_window_against_hta(fixtures_dir: Path, tmp_path: Path, name: str
 NSYS_2022 = Path("/usr/lib/x86_64-linux-gnu/nsight-systems/target-linux-x64/nsys")
 
 
+@pytest.mark.slow   # nsys 2022.4
 @pytest.mark.parametrize("export", ["small", "nsys/h200_campaign/seqpar_fp32_p2_rank1.sqlite"])
 def test_window_and_iterations_equal_nsys_2022_projection(fixtures_dir: Path, tmp_path: Path, export: str) -> None:
     """nsys 2022.4's `nvtxgpuproj` (one row per NVTX range instance, projected onto the GPU;
