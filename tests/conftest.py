@@ -53,6 +53,8 @@ COUNT_PROPERTY = "differential count"
 COUNT_LINES: list[str] = []
 #: fixtures of shared services: the tests of a file that uses one run in one worker, one at a time
 SERVICE_FIXTURES = {"slurm_cluster", "torque_cluster", "openpbs", "postgres_server", "cluster"}
+#: every collected test file (before -m deselects any): whether it has a test not marked slow
+FAST_FILES = pytest.StashKey[dict[Path, bool]]()
 
 
 def uses_a_service(item: pytest.Item) -> bool:
@@ -69,11 +71,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     (pytest-xdist 3.8 groups by rewriting a test's node id, which pytest 9 no longer reads: pytest < 9.)
     A test that uses a shared service is `slow` (the fast tier, tests/run.sh --fast, starts none)."""
     files_with_services = {item.path for item in items if uses_a_service(item)}
+    fast_files = config.stash.setdefault(FAST_FILES, {})
     for item in items:
         group = "services" if item.path in files_with_services else item.path.name
         item.add_marker(pytest.mark.xdist_group(group))
         if uses_a_service(item):
             item.add_marker(pytest.mark.slow)
+        fast_files[item.path] = fast_files.get(item.path, False) or not item.get_closest_marker("slow")
 
 
 @pytest.fixture

@@ -210,6 +210,7 @@ def test_collect_records_the_headline_the_tables_give(campaign: tuple[Path, obje
     assert [category for _, _, category in top] == ["gemm", "gemm", "nccl.ReduceScatter"]
 
 
+@pytest.mark.slow
 def test_report_of_collected_runs_reads_the_headline_without_pandas(campaign: tuple[Path, object],
                                                                     tmp_path: Path) -> None:
     """`hpcprof report` of collected nsys runs imports neither pandas nor pyarrow, and prints what it

@@ -139,6 +139,7 @@ def _same_rows(got: pa.Table, expected: pa.Table) -> bool:
     return got.equals(expected)
 
 
+@pytest.mark.slow
 def test_a_joint_pass_gives_each_file_the_tables_of_its_own(fixtures_dir: Path, tmp_path: Path,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """analyse_batch's one pass over the activity of many exports (every distinct nsys export of the
@@ -218,6 +219,7 @@ def _edited_copy(source: Path, target: Path, *sql: str) -> Path:
     return target
 
 
+@pytest.mark.slow
 def test_nvtx_ranges_of_many_exports_equal_each_alone(fixtures_dir: Path, tmp_path: Path) -> None:
     """nvtx.nvtx_range_columns_of, the NVTX read of collect's joint pass (numpy's steps once
     for many exports), gives each export exactly what nvtx_range_columns gives it alone: columns,
@@ -297,6 +299,7 @@ def _count_tie(source: Path, target: Path) -> Path:
                         f"(SELECT max(rowid) FROM {kernels} WHERE demangledName = {second})")
 
 
+@pytest.mark.slow
 def test_summaries_of_many_exports_equal_the_columnar_engine_on_each(fixtures_dir: Path, tmp_path: Path) -> None:
     """summaries.summaries_of, collect's per-rank summary reports of many exports at once, gives
     each export exactly the tables the columnar engine gives it alone (run_table): columns, dtypes,

@@ -274,6 +274,7 @@ def test_html_report_of_an_h200_sweep_explains_it(repo: Path, gpu_data: Path, tm
     check_html(html, tmp_path / "h200_sweep.png", at_least=8)
 
 
+@pytest.mark.slow
 def test_site_peaks_override_the_known_gpus(repo: Path, gpu_data: Path, tmp_path: Path) -> None:
     """A site file's `peaks:` replaces the table's figures it gives and says so; bad peaks exit 2."""
     site = (repo / "site_configs" / "polaris.yaml").read_text()

@@ -93,6 +93,7 @@ def test_python_without_hpcprof_fails_in_one_line(tmp_path: Path) -> None:
     assert not list((out / "logs").glob("rank*.log")), "no rank started"
 
 
+@pytest.mark.slow
 def test_python_with_hpcprof_passes_and_says_what_it_found(tmp_path: Path) -> None:
     """The same check passes where hpcprof is importable (PYTHONPATH as the test runs it) and
     prints the version and place it found; the ranks then run."""

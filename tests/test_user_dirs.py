@@ -76,6 +76,7 @@ def test_writes_into_the_real_home(tmp_path):
 """
 
 
+@pytest.mark.slow
 def test_the_guard_fails_a_session_that_writes_into_the_real_home(tmp_path: Path) -> None:
     """A pytest session (two xdist workers) with the plugin, whose test writes into the home it was
     started with: the workers had the session's home; the file that names the session's directories

@@ -168,6 +168,7 @@ def test_median_iteration_on_gpu_time_aligned_across_ranks(fixtures_dir: Path) -
         assert t["end_ms"].max() == pytest.approx(length) and 1.38 < length < 1.40
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore")
 @pytest.mark.parametrize("name", ["h200_seqpar_bf16", "h200_ddp_gpt2"])
 def test_kineto_window_against_hta(fixtures_dir: Path, tmp_path: Path, name: str) -> None:
