@@ -136,6 +136,7 @@ def write_echo(folder: Path, model: str | None = None, local: str | None = None,
     return folder
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("files", "message"),
     [

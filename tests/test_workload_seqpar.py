@@ -103,12 +103,14 @@ def test_torch_profiler_one_trace_per_rank(tmp_path: Path) -> None:
         assert len(steps) == 2
 
 
+@pytest.mark.slow
 def test_schedule_longer_than_loop_is_bad_input(tmp_path: Path) -> None:
     proc = mpirun(1, small("--torch-profiler", "--torch-schedule", "wait=5,warmup=1,active=3"), tmp_path)
     assert proc.returncode == 2
     assert "torch_schedule: the schedule needs 9 steps, only 6 are run" in proc.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
