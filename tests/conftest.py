@@ -9,8 +9,9 @@ import pytest
 from fixture_files import materialize
 
 #: The service fixtures (each skips with its reason where the service cannot be started):
-#: slurm_cluster and torque_cluster, openpbs, postgres_server.
-pytest_plugins = ["slurm_cluster", "pbs_server", "postgres_server"]
+#: slurm_cluster and torque_cluster, openpbs, postgres_server; and user_dirs: the session's own
+#: home and each test's own XDG directories, and the guard on the real user's.
+pytest_plugins = ["user_dirs", "slurm_cluster", "pbs_server", "postgres_server"]
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES_OVERRIDE = os.environ.get("HPCPROF_FIXTURES")  # an unpacked tree to use instead
@@ -52,20 +53,31 @@ COUNT_PROPERTY = "differential count"
 COUNT_LINES: list[str] = []
 #: fixtures of shared services: the tests of a file that uses one run in one worker, one at a time
 SERVICE_FIXTURES = {"slurm_cluster", "torque_cluster", "openpbs", "postgres_server", "cluster"}
+#: every collected test file (before -m deselects any): whether it has a test not marked slow
+FAST_FILES = pytest.StashKey[dict[Path, bool]]()
 
 
-@pytest.hookimpl(tryfirst=True)        # before pytest-xdist's own hook reads the groups
+def uses_a_service(item: pytest.Item) -> bool:
+    """Whether a test uses a shared service: a fixture of SERVICE_FIXTURES or a slurm/torque mark."""
+    return bool(SERVICE_FIXTURES & set(getattr(item, "fixturenames", ()))
+                or item.get_closest_marker("slurm") or item.get_closest_marker("torque"))
+
+
+@pytest.hookimpl(tryfirst=True)        # before pytest-xdist's own hook reads the groups, and -m the marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Group the tests for pytest-xdist's --dist loadgroup: every test file in one worker (its module
     fixtures run once), and all files that use a shared service (the Slurm clusters, OpenPBS,
     PostgreSQL) in one worker together, so two tests never share a scheduler or server at once.
-    (pytest-xdist 3.8 groups by rewriting a test's node id, which pytest 9 no longer reads: pytest < 9.)"""
-    files_with_services = {item.path for item in items
-                           if SERVICE_FIXTURES & set(getattr(item, "fixturenames", ()))
-                           or item.get_closest_marker("slurm") or item.get_closest_marker("torque")}
+    (pytest-xdist 3.8 groups by rewriting a test's node id, which pytest 9 no longer reads: pytest < 9.)
+    A test that uses a shared service is `slow` (the fast tier, tests/run.sh --fast, starts none)."""
+    files_with_services = {item.path for item in items if uses_a_service(item)}
+    fast_files = config.stash.setdefault(FAST_FILES, {})
     for item in items:
         group = "services" if item.path in files_with_services else item.path.name
         item.add_marker(pytest.mark.xdist_group(group))
+        if uses_a_service(item):
+            item.add_marker(pytest.mark.slow)
+        fast_files[item.path] = fast_files.get(item.path, False) or not item.get_closest_marker("slow")
 
 
 @pytest.fixture
@@ -85,14 +97,3 @@ def pytest_terminal_summary(terminalreporter: object, config: pytest.Config) -> 
         terminalreporter.section("differential counts")  # type: ignore[attr-defined]
         for line in lines:
             terminalreporter.write_line(line)  # type: ignore[attr-defined]
-
-
-@pytest.fixture(autouse=True)
-def own_user_dirs(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each test gets empty per-user directories: no user site files ($XDG_CONFIG_HOME/hpcprof/sites),
-    no recorded workdirs ($XDG_STATE_HOME/hpcprof/workdirs) and no compiled templates
-    ($XDG_CACHE_HOME/hpcprof/templates) from the machine or other tests."""
-    home = tmp_path_factory.mktemp("user")
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / "config"))
-    monkeypatch.setenv("XDG_STATE_HOME", str(home / "state"))
-    monkeypatch.setenv("XDG_CACHE_HOME", str(home / "cache"))

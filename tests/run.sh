@@ -4,16 +4,26 @@
 # with its test extras into .venv; as root, starts the local one-node Slurm with Torque wrappers
 # (from ../shared/tools, when there) and installs the test services; then runs pytest. Arguments
 # are passed to pytest. ruff and mypy (pyproject.toml) run before pytest: CI fails on a lint or type error.
+# `--fast` (first): the developer's tier, the tests not marked `slow` (setup.cfg: no service started or
+# installed, none measured long), with no service started or installed; without it, the full suite CI runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SHARED="${HPCPROF_SHARED:-$(cd .. && pwd)/shared}"
+TIER=()
+if [ "${1:-}" = --fast ]; then
+  TIER=(-m "not slow")
+  shift
+fi
+# Root starts and installs the test services, for the full suite alone (the fast tier uses none).
+SERVICES=0
+if [ "$(id -u)" = 0 ] && [ ${#TIER[@]} = 0 ]; then SERVICES=1; fi
 
 python3 -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q torch==2.13.0
 .venv/bin/python -m pip install -q ".[test]"
 
-if [ "$(id -u)" = 0 ] && [ -f "$SHARED/tools/slurm-local.sh" ]; then
+if [ "$SERVICES" = 1 ] && [ -f "$SHARED/tools/slurm-local.sh" ]; then
   export TORQUE=1 CPUS=4
   bash tests/services/munge.sh   # munged as the munge user, a dead one's root-owned lock cleared
   bash "$SHARED/tools/slurm-local.sh" install
@@ -25,7 +35,7 @@ if [ "$(id -u)" = 0 ] && [ -f "$SHARED/tools/slurm-local.sh" ]; then
 fi
 # A real OpenPBS server with Polaris's resources; its commands stay in /opt/pbs/bin (LINK_BIN=0)
 # so they do not shadow the Torque wrappers above.
-if [ "$(id -u)" = 0 ] && [ -f "$SHARED/tools/openpbs/pbs-local.sh" ]; then
+if [ "$SERVICES" = 1 ] && [ -f "$SHARED/tools/openpbs/pbs-local.sh" ]; then
   LINK_BIN=0 bash "$SHARED/tools/openpbs/pbs-local.sh" install
   LINK_BIN=0 bash "$SHARED/tools/openpbs/pbs-local.sh" start
 fi
@@ -34,13 +44,12 @@ fi
 # 2022.4 for the differential tests, podman and kubectl for the container and Kubernetes tests, a
 # two-node Slurm for the multi-node tests.
 # Without root the tests that need them skip with the reason (never under CI=true).
-if [ "$(id -u)" = 0 ]; then
+if [ "$SERVICES" = 1 ]; then
   apt-get update -qq >/dev/null
   for service in nsys podman kubectl; do bash "tests/services/$service.sh" >/dev/null; done
   bash tests/services/slurm-cluster.sh start   # two Slurm nodes in network namespaces (needs slurm-wlm, munge)
+  bash tests/services/chromium.sh   # headless Chromium for the HTML report check
 fi
-
-[ "$(id -u)" = 0 ] && bash tests/services/chromium.sh   # headless Chromium for the HTML report check
 
 # Lint and types first (configured in pyproject.toml): CI fails on either.
 .venv/bin/ruff check hpcprof tests benchmarks
@@ -49,6 +58,6 @@ fi
 # The 25 slowest tests are printed and kept in $HPCPROF_DURATIONS (the lead commits them to benchmarks/results/).
 DURATIONS="${HPCPROF_DURATIONS:-test-durations.txt}"
 set +e
-.venv/bin/pytest -q -p no:cacheprovider -n 2 --dist loadgroup --durations=25 "$@" | tee "$DURATIONS"
+.venv/bin/pytest -q -p no:cacheprovider -n 2 --dist loadgroup --durations=25 "${TIER[@]}" "$@" | tee "$DURATIONS"
 status=${PIPESTATUS[0]}
 exit "$status"

@@ -29,6 +29,7 @@ def python_cells(path: Path) -> list[str]:
     return re.findall(r"^```python\n(.*?)^```", path.read_text(), re.DOTALL | re.MULTILINE)
 
 
+@pytest.mark.slow
 def test_notebook_runs_as_written(tmp_path: Path) -> None:
     """The cells, in order, in a fresh interpreter: HTA forks its parse workers (multiprocessing's
     `fork`), and a child forked from a test worker that runs other threads (pytest-xdist's) can
@@ -50,6 +51,7 @@ def test_notebook_runs_as_written(tmp_path: Path) -> None:
     assert result["percent"] == pytest.approx(100, abs=0.3)
 
 
+@pytest.mark.slow
 def test_figures_draw_the_tables() -> None:
     traces = api.load_traces(DDP)
     temporal = traces.temporal_breakdown()

@@ -113,6 +113,7 @@ def test_bad_array_and_after_input_writes_nothing(slurm_cluster, tmp_path: Path)
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").glob("*/*/config.json"))
 
 
+@pytest.mark.slow
 def test_resubmit_failed_runs_into_new_linked_runs(tmp_path: Path) -> None:
     first = hpcprof("submit", experiment(tmp_path, "fails", FAILS), "--site", "local", "--wait", workdir=tmp_path / "runs")
     assert first.returncode == 1
@@ -133,6 +134,7 @@ def test_resubmit_failed_runs_into_new_linked_runs(tmp_path: Path) -> None:
     assert nothing.returncode == 2 and "none of" in nothing.stderr
 
 
+@pytest.mark.slow
 def test_resubmit_refuses_a_running_run(tmp_path: Path) -> None:
     slow = experiment(tmp_path, "slow", SLOW)
     (run_id,) = submitted(hpcprof("submit", slow, "--site", "local", workdir=tmp_path / "runs"))

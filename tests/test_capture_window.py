@@ -72,6 +72,7 @@ def finished_run(tmp_path: Path) -> Path:
     return run
 
 
+@pytest.mark.slow
 def test_a_rank_that_recorded_nothing_makes_the_collect_partial(tmp_path: Path, fixtures_dir: Path) -> None:
     run = finished_run(tmp_path)
     shutil.copy(fixtures_dir / "nsys/h200_seqpar_bf16/rank0.sqlite", run / "profiles/nsys/rank0.sqlite")

@@ -31,7 +31,7 @@ sweep:
 """
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.slow)])   # slow: a service
 def db_env(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, str]:
     """$HPCPROF_DB for each backend (empty: the workdir's SQLite file)."""
     if request.param == "sqlite":
@@ -76,6 +76,7 @@ def store_rows(cwd: Path, env: dict[str, str], sql: str) -> list[tuple]:
         engine.dispose()
 
 
+@pytest.mark.slow
 def test_bad_file_and_bad_run_are_isolated(tmp_path: Path, fixtures_dir: Path, db_env: dict[str, str]) -> None:
     good, partial, broken = nsys_runs(tmp_path, fixtures_dir, db_env)
     damage(partial / "profiles/nsys/rank1.sqlite")
@@ -103,6 +104,7 @@ def test_bad_file_and_bad_run_are_isolated(tmp_path: Path, fixtures_dir: Path, d
     assert metrics[0][0] > 0
 
 
+@pytest.mark.slow
 def test_parallel_equals_serial_and_is_incremental(tmp_path: Path, fixtures_dir: Path) -> None:
     runs = nsys_runs(tmp_path, fixtures_dir, {})
     assert hpcprof("collect", runs[0].name, "--workers", "2", cwd=tmp_path).returncode == 0
@@ -128,6 +130,7 @@ def test_parallel_equals_serial_and_is_incremental(tmp_path: Path, fixtures_dir:
         pd.testing.assert_frame_equal(read_table(runs[0], name), serial[name])
 
 
+@pytest.mark.slow
 def test_concurrent_collects_on_a_fresh_workdir(tmp_path: Path, fixtures_dir: Path, db_env: dict[str, str]) -> None:
     made = tmp_path / "made"
     made.mkdir()
@@ -146,6 +149,7 @@ def test_concurrent_collects_on_a_fresh_workdir(tmp_path: Path, fixtures_dir: Pa
         assert sorted(kern["rank"].unique()) == [0, 1]
 
 
+@pytest.mark.slow
 def test_collect_under_mpi4py_futures(tmp_path: Path, fixtures_dir: Path) -> None:
     """`mpiexec -n 3 python -m mpi4py.futures -m hpcprof collect`: two MPI workers, same tables."""
     runs = nsys_runs(tmp_path, fixtures_dir, {})
@@ -177,6 +181,7 @@ def descendants(pid: int) -> list[int]:
     return children + [d for c in children for d in descendants(c)]
 
 
+@pytest.mark.slow
 def test_a_worker_killed_mid_collect(tmp_path: Path, fixtures_dir: Path) -> None:
     """SIGKILL of a pool worker while it reads one of the first run's rank files (seen in /proc,
     not guessed by a sleep): that run is partial (exit 3), the next runs are still collected (a new

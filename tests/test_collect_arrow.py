@@ -50,6 +50,7 @@ def collected(fixtures: Path) -> dict[str, dict[str, list]]:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(int(pd.__version__.split(".")[0]) < 3, reason="the digests were recorded with pandas 3.1.1 "
                     "(text as large_string; pandas 2 keeps text columns as object: string)")
 def test_collect_tables_equal_those_of_the_pandas_route(fixtures_dir: Path) -> None:

@@ -149,6 +149,7 @@ def collect_tables(exports: dict[str, int], run: Path, workers: int) -> dict[str
 RANKS = 37
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers", WORKERS)
 def test_collect_tables_are_the_same_with_any_number_of_workers(fixtures_dir: Path, tmp_path: Path,
                                                                  workers: int) -> None:
@@ -249,6 +250,7 @@ def test_a_bundle_of_several_files_reads_back_per_file(tmp_path: Path) -> None:
     assert read_bundle(path, ["u"], files=slice(1, 2))["u"].num_rows == 0
 
 
+@pytest.mark.slow
 def test_a_changed_file_is_mapped_again_alone_and_superseded_bundles_go(fixtures_dir: Path, tmp_path: Path) -> None:
     """Collected again after one rank file of a map task changed, only that file is analysed
     again: the others' rows are read from their task's bundle around it, and the run's tables are

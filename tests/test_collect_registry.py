@@ -124,6 +124,7 @@ print(json.dumps({**out, "ns": None if kernels is None else kernels["ns"].tolist
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers", [1, 2])
 @pytest.mark.parametrize("case", ["rewritten", "passed", "failed", "undeclared"])
 def test_a_rewritten_table_is_the_reducers_else_the_concatenated_one(tmp_path: Path, workers: int, case: str) -> None:

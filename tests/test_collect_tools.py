@@ -10,12 +10,15 @@ import shutil
 from pathlib import Path
 
 import pandas as pd
+import pytest
 from hpcprof_cli import hpcprof
 
 from hpcprof.analysis.ncu.metrics import metrics_table
 from hpcprof.analysis.trace.collect import all_analyses
 from hpcprof.analysis.trace.load import load_traces
 from hpcprof.results import read_table
+
+pytestmark = pytest.mark.slow
 
 EXPERIMENT = 'name: t\nworkload:\n  kind: command\n  argv: ["true"]\nresources:\n  nodes: 1\n  ranks_per_node: 1\n'
 

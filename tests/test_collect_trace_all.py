@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pandas as pd
+import pytest
 from click.testing import CliRunner
 
 from hpcprof.cli import main
@@ -28,6 +29,7 @@ def test_trace_all_writes_one_file_per_analysis(tmp_path: Path, fixtures_dir: Pa
         pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "out" / f"{name}.csv"), pd.read_csv(io.StringIO(single.stdout)))
 
 
+@pytest.mark.slow
 def test_trace_all_bad_input(tmp_path: Path, fixtures_dir: Path) -> None:
     traces = fixtures_dir / "hta" / "trace_filter"
     blocked = tmp_path / "file"

@@ -15,6 +15,8 @@ from hpcprof_cli import hpcprof
 from test_compare_stats import integrated_cdf
 from test_report_html import gpu_sweep
 
+pytestmark = pytest.mark.slow
+
 SEQPAR = "run{}/seqpar/{}"
 #: precision x ranks per node (1, 2), 2 repetitions each: the runs of one configuration in run1
 SWEEP_2X2 = ("{workload.args.precision: [float32, bfloat16], resources.ranks_per_node: [1, 2]}",

@@ -29,9 +29,9 @@ REPO = Path(__file__).resolve().parents[1]
 SITE = REPO / "site_configs" / "local-podman.yaml"
 IMAGE = yaml.safe_load(SITE.read_text())["container"]["image"]
 
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(
     shutil.which("podman") is None or os.geteuid() != 0,
-    reason="needs root and podman (tests/services/podman.sh installs it; CI runs it)")
+    reason="needs root and podman (tests/services/podman.sh installs it; CI runs it)")]
 
 
 def skeleton_rootfs() -> bytes:

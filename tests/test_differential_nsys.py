@@ -186,6 +186,7 @@ def comparisons(fixtures_dir: Path, tmp_path_factory: pytest.TempPathFactory) ->
                             + "".join(f" ({kind}: gold of {len(set(r))} reports)" for kind, r in gold_reports.items())}
 
 
+@pytest.mark.slow               # nsys 2022.4, a long differential sweep
 @pytest.mark.timeout(1800)     # the first one runs nsys on every export (module fixture)
 @pytest.mark.parametrize("version", ["2022.4", "2025.3.1"])
 @pytest.mark.parametrize("engine", ["columnar", "python"])

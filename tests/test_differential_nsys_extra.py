@@ -83,6 +83,7 @@ def comparisons(fixtures_dir: Path, tmp_path_factory: pytest.TempPathFactory) ->
             "2025.3.1": totals["2025.3.1"] if gold_dir is not None else why_not_2025}
 
 
+@pytest.mark.slow               # nsys 2022.4, a long differential sweep
 @pytest.mark.timeout(1800)     # the first one runs nsys on every export (module fixture)
 @pytest.mark.parametrize("version", ["2022.4", "2025.3.1"])
 def test_um_openmp_mpi_reports_identical_to_nsys(comparisons: dict, version: str, record_counts) -> None:

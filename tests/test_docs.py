@@ -293,6 +293,7 @@ def docs_files() -> Iterator[Any]:
             yield pytest.param(path, id=str(path.relative_to(REPO)))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", list(docs_files()))
 def test_docs_blocks_run(path: Path, sandbox: Sandbox) -> None:
     """Every block of one docs file, in order, in a directory of its own."""

@@ -57,6 +57,7 @@ def test_doctor_names_each_missing_tool(tmp_path: Path) -> None:
     assert rows["account"]["status"] == "MISSING" and "--account" in rows["account"]["fix"]
 
 
+@pytest.mark.slow
 def test_doctor_reports_versions_of_a_working_site(tmp_path: Path) -> None:
     """The local site here: this Python, hpcprof, torch (CPU build), mpi4py; exit 0 (nsys/ncu are
     reported, needed only to profile)."""

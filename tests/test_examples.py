@@ -100,6 +100,7 @@ def quickstart_commands() -> list[list[str]]:
     return [shlex.split(line.split(" #")[0])[1:] for line in body.splitlines() if line.startswith("hpcprof ")]
 
 
+@pytest.mark.slow
 def test_quickstart_runs_as_written(tmp_path: Path) -> None:
     """The quickstart's hpcprof commands (its venv set-up aside) end with the answer: the sweep's
     two points compared and the HTML report written."""

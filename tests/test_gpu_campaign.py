@@ -152,6 +152,7 @@ def test_nvtx_capture_opened_late_rank1_recorded_no_gpu_work(campaign: tuple[Pat
 
 # -- 3. report ------------------------------------------------------------------------------------------
 
+@pytest.mark.slow   # Chromium
 def test_sweep_report_explains_the_window(campaign: tuple[Path, object], tmp_path: Path) -> None:
     workdir, _ = campaign
     html = tmp_path / "report_window-seqpar.html"
@@ -210,6 +211,7 @@ def test_collect_records_the_headline_the_tables_give(campaign: tuple[Path, obje
     assert [category for _, _, category in top] == ["gemm", "gemm", "nccl.ReduceScatter"]
 
 
+@pytest.mark.slow
 def test_report_of_collected_runs_reads_the_headline_without_pandas(campaign: tuple[Path, object],
                                                                     tmp_path: Path) -> None:
     """`hpcprof report` of collected nsys runs imports neither pandas nor pyarrow (msgspec reads the run

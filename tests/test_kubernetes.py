@@ -171,6 +171,7 @@ def test_bad_kubernetes_input(tmp_path: Path, change: dict[str, Any], field: str
     assert not (tmp_path / "hpcprof-runs").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("kubectl") is None,
                     reason="needs a kubectl client (Debian: apt-get install kubernetes-client)")
 def test_real_kubectl_without_api_server(tmp_path: Path) -> None:

@@ -10,13 +10,23 @@ validates workload arguments; a run directory is layout only, so schedulers (pbs
 RunDir) and render (a scheduler renders its directives and the Kubernetes manifest) sit above
 it; the campaign submits rendered runs and records them in the store; analyses read profiles;
 collect runs the analyses and fills the store; report reads what collect wrote; the commands and
-the Python API are at the top.
+the Python API are at the top. The re-implementation of NVIDIA's `nsys stats`/`nsys analyze`
+(analysis.nsys_stats) sits below hpcprof's own analyses, which build on it (issue 44).
+
+Every module has a room, named here: a module directly in hpcprof/ by its own name, a package
+(a directory) by its name or by an enclosing package's. A new package of hpcprof/ (as the
+profiler table's hpcprof/profilers/ was) fails test_every_module_has_a_named_room until it is given
+its room here: its own level, above every room it imports and below every room that imports it.
+No module cycle and no package cycle, lazy imports (inside functions) included.
 """
 
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 from pathlib import Path
+
+import pytest
 
 import hpcprof
 
@@ -24,7 +34,8 @@ import hpcprof
 LAYERS: list[list[str]] = [
     ["hpcprof", "hpcprof.errors", "hpcprof.lazy", "hpcprof.ranks", "hpcprof.resources", "hpcprof.atomic", "hpcprof.cpus",
      "hpcprof.models",
-     "hpcprof.output", "hpcprof.results", "hpcprof.catalog", "hpcprof.workdirs", "hpcprof.pool"],
+     "hpcprof.output", "hpcprof.results", "hpcprof.catalog", "hpcprof.workdirs", "hpcprof.pool", "hpcprof._templates",
+     "hpcprof._site_configs"],
     ["hpcprof.profilers"],
     ["hpcprof.workloads"],
     ["hpcprof.config"],
@@ -34,6 +45,7 @@ LAYERS: list[list[str]] = [
     ["hpcprof.render"],
     ["hpcprof.store"],
     ["hpcprof.campaign", "hpcprof.jobstate"],
+    ["hpcprof.analysis.nsys_stats"],
     ["hpcprof.analysis"],
     ["hpcprof.collect"],
     ["hpcprof.report"],
@@ -47,16 +59,23 @@ TEMPORARY: dict[tuple[str, str], str] = {
 }
 
 ROOT = Path(hpcprof.__file__).parent
+#: the data packages setup.cfg installs into hpcprof/ (from templates/ and site_configs/: only an
+#: installed hpcprof has them)
+DATA_PACKAGES = {"hpcprof._templates", "hpcprof._site_configs"}
 LEVEL = {room: level for level, rooms in enumerate(LAYERS) for room in rooms}
 
 
 def room_of(module: str) -> str:
-    """The room of a dotted module name: its longest prefix listed in LAYERS."""
+    """The room of a dotted module name: its longest prefix listed in LAYERS (`hpcprof` names
+    hpcprof/__init__.py alone: a module or package new to hpcprof/ is in no room until named)."""
     parts = module.split(".")
-    for n in range(len(parts), 0, -1):
+    for n in range(len(parts), 1, -1):
         if ".".join(parts[:n]) in LEVEL:
             return ".".join(parts[:n])
-    raise AssertionError(f"{module} is in no room of LAYERS: add it to one")
+    if module in LEVEL:
+        return module
+    raise AssertionError(f"{module} is in no room of LAYERS: give it one (a new package: its own level, above "
+                         "the rooms it imports and below those that import it)")
 
 
 def module_name(path: Path) -> str:
@@ -131,15 +150,83 @@ def test_the_command_rule_catches_a_command_importing_another() -> None:
         "hpcprof.commands.render_submit -> hpcprof.doctor"]
 
 
-def test_no_import_cycle_between_a_package_and_its_modules() -> None:
-    """A package's __init__ imports none of its own submodules that import it back (the
-    analysis/__init__ <-> analysis/{nsys,trace}/collect cycle)."""
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of `graph` with more than one node (Tarjan's), each sorted:
+    the import cycles."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for target in sorted(graph.get(node, ())):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = stack[stack.index(node):]
+            del stack[stack.index(node):]
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return sorted(found)
+
+
+def graph_of(found: list[tuple[str, str]], unit: Callable[[str], str] = lambda module: module) -> dict[str, set[str]]:
+    """The import graph between the `unit`s of the modules of `found` (self-edges left out)."""
     graph: dict[str, set[str]] = {}
-    for source, target in edges():
-        graph.setdefault(source, set()).add(target)
-    cycles = [(pkg, mod) for pkg in graph if (ROOT.parent / pkg.replace(".", "/") / "__init__.py").exists()
-              for mod in graph[pkg] if mod.startswith(pkg + ".") and pkg in graph.get(mod, set())]
-    assert cycles == []
+    for source, target in found:
+        if unit(source) != unit(target):
+            graph.setdefault(unit(source), set()).add(unit(target))
+    return graph
+
+
+def package_of(module: str) -> str:
+    """A module's package (a package's: itself); a module directly in hpcprof/ is a unit of its own."""
+    is_package = (ROOT.parent / module.replace(".", "/") / "__init__.py").exists()
+    package = module if is_package else module.rpartition(".")[0]
+    return module if package == "hpcprof" else package
+
+
+def test_no_module_cycle() -> None:
+    """No two modules import each other, directly or through others (a package's __init__ and its
+    own modules included; issue 44: nsys/echo <-> nsys/echo_match was one)."""
+    assert cycles(graph_of(edges())) == []
+
+
+def test_no_package_cycle() -> None:
+    """No two packages import each other, directly or through others (issue 44: config <->
+    schedulers and analysis <-> collect were two)."""
+    assert cycles(graph_of(edges(), package_of)) == []
+
+
+def test_the_cycle_rules_catch_a_cycle() -> None:
+    """The checkers themselves, on the cycles issue 44 removed."""
+    module_cycle = [("hpcprof.analysis.nsys.echo", "hpcprof.analysis.nsys.echo_match"),
+                    ("hpcprof.analysis.nsys.echo_match", "hpcprof.analysis.nsys.echo"),
+                    ("hpcprof.analysis.nsys.echo", "hpcprof.errors")]
+    assert cycles(graph_of(module_cycle)) == [["hpcprof.analysis.nsys.echo", "hpcprof.analysis.nsys.echo_match"]]
+    package_cycle = [("hpcprof.config.site", "hpcprof.schedulers.registry"),
+                     ("hpcprof.schedulers.slurm", "hpcprof.render.job"), ("hpcprof.render.job", "hpcprof.config.site"),
+                     ("hpcprof.schedulers.slurm", "hpcprof.errors")]
+    assert cycles(graph_of(package_cycle, package_of)) == [["hpcprof.config", "hpcprof.render", "hpcprof.schedulers"]]
+    assert cycles(graph_of(package_cycle)) == []    # no module cycle among those modules
+
+
+def test_every_module_has_a_named_room() -> None:
+    """Every module and package of hpcprof/ is in a room LAYERS names (room_of fails on one that is
+    not); a package new to hpcprof/ is in none until named."""
+    assert {room_of(module_name(path)) for path in ROOT.rglob("*.py")} | DATA_PACKAGES == set(LEVEL)
+    for new in ("hpcprof.newpackage", "hpcprof.newpackage.tool", "hpcprof.newmodule"):
+        with pytest.raises(AssertionError, match="is in no room of LAYERS"):
+            room_of(new)
 
 
 def test_the_rule_catches_an_upward_edge() -> None:
@@ -148,5 +235,4 @@ def test_the_rule_catches_an_upward_edge() -> None:
     assert LEVEL[room_of("hpcprof.collect.runs")] > LEVEL[room_of("hpcprof.analysis.nsys.cli")]
     assert LEVEL[room_of("hpcprof.pool")] < LEVEL[room_of("hpcprof.analysis.nsys.cli")]
     assert room_of("hpcprof.analysis.nsys.echo") == "hpcprof.analysis"
-    for path in ROOT.rglob("*.py"):
-        room_of(module_name(path))
+    assert LEVEL[room_of("hpcprof.analysis.nsys_stats.db")] < LEVEL[room_of("hpcprof.analysis.nsys.echo")]

@@ -34,6 +34,7 @@ def snapshot(run: Path, db: Path) -> tuple[dict[str, bytes], list[tuple]]:
     return files, [tuple(r) for r in rows]
 
 
+@pytest.mark.slow
 def test_two_ranks_complete_and_collect_is_idempotent(tmp_path: Path) -> None:
     exp = write_experiment(tmp_path / "exp.yaml", ["bash", "-c", 'echo "hello from $HPCPROF_RANK/$HPCPROF_LOCAL_RANK"'])
     hpcprof("submit", str(exp), "--site", "local", "--wait", cwd=tmp_path, check=True)
@@ -69,6 +70,7 @@ def test_rank_exit_code_is_reported(tmp_path: Path) -> None:
     assert row["state"] == "FAILED" and row["exit_code"] == 3
 
 
+@pytest.mark.slow
 def test_background_run_can_be_cancelled(tmp_path: Path) -> None:
     exp = write_experiment(tmp_path / "exp.yaml", ["sleep", "120"])
     hpcprof("submit", str(exp), "--site", "local", cwd=tmp_path, check=True)

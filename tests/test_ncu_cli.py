@@ -116,6 +116,7 @@ def test_ncu_rep_without_ncu(fixtures_dir: Path, tmp_path: Path) -> None:
     assert f"({str(tmp_path / 'nope')!r} is not an executable)" in missing.stderr
 
 
+@pytest.mark.slow
 def test_ncu_rep_through_ncu(fixtures_dir: Path, tmp_path: Path) -> None:
     """Details and raw pages are exported; the raw page fills SM, which 2022 details lack."""
     exe, rep = fake_ncu(tmp_path, fixtures_dir), fixtures_dir / REP
@@ -155,6 +156,7 @@ def test_collect_ncu_per_file(fixtures_dir: Path, tmp_path: Path) -> None:
         analyse_file(fixtures_dir / REP, 0, ncu=str(tmp_path / "no-ncu"))
 
 
+@pytest.mark.slow
 def test_collect_ncu_rep_with_tool_path(fixtures_dir: Path, tmp_path: Path) -> None:
     df = analyse_file(fixtures_dir / REP, 5, ncu=str(fake_ncu(tmp_path, fixtures_dir)))["metrics"]
     assert df[["rank", "ID", "Kernel Name", "SM"]].values.tolist() == \

@@ -53,6 +53,7 @@ def test_vendored_script_is_echos() -> None:
         assert blob == Path(__file__).with_name("differential").joinpath("ncu_report_process_echo.txt").read_bytes()
 
 
+@pytest.mark.slow
 def test_real_exports_identical(fixtures_dir: Path, tmp_path: Path, record_counts) -> None:
     """Real exports: the two A40 reports exported by ncu 2022.3 (details + kshortname, also read
     from the .ncu-rep through ncu), the H200 details page of ncu 2025 (its kernel names have no
@@ -112,6 +113,7 @@ def test_echo_values_are_the_printed_ones(fixtures_dir: Path) -> None:
     assert first[4:6] == ["72.81", "15.97"] and first[6:8] == ["14.68", "18.75"]  # SOL's Memory Throughput, not MWA's Gbyte/s
 
 
+@pytest.mark.slow
 def test_generated_differential(tmp_path: Path, record_counts) -> None:
     """Echo's script and --layout echo on the same generated exports: identical bytes, or both fail."""
     folders = {}

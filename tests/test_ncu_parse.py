@@ -151,6 +151,7 @@ def test_raw_pages_auto_and_base_units_agree(fixtures_dir: Path, report: str) ->
         assert value == pytest.approx(b[key][0], abs=tol + b[key][2], rel=1e-12), key
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("report", REPORTS)
 def test_raw_pages_match_ncu_report_gold(fixtures_dir: Path, report: str) -> None:
     """Every metric that ncu_report read from the .ncu-rep, from both raw exports."""

@@ -139,6 +139,7 @@ def _same_rows(got: pa.Table, expected: pa.Table) -> bool:
     return got.equals(expected)
 
 
+@pytest.mark.slow
 def test_a_joint_pass_gives_each_file_the_tables_of_its_own(fixtures_dir: Path, tmp_path: Path,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """analyse_batch's one pass over the activity of many exports (every distinct nsys export of the
@@ -219,8 +220,9 @@ def _edited_copy(source: Path, target: Path, *sql: str) -> Path:
     return target
 
 
+@pytest.mark.slow
 def test_nvtx_ranges_of_many_exports_equal_each_alone(fixtures_dir: Path, tmp_path: Path) -> None:
-    """loaders.nvtx_range_columns_of, the NVTX read of collect's joint pass (numpy's steps once
+    """nvtx.nvtx_range_columns_of, the NVTX read of collect's joint pass (numpy's steps once
     for many exports), gives each export exactly what nvtx_range_columns gives it alone: columns,
     dtypes, name codes and names, for each event-type set and layout (one layout, or both in one
     pass), the exports in either order.
@@ -231,7 +233,7 @@ def test_nvtx_ranges_of_many_exports_equal_each_alone(fixtures_dir: Path, tmp_pa
     import numpy as np
 
     from hpcprof.analysis.nsys_stats.db import Export
-    from hpcprof.analysis.nsys_stats.loaders import nvtx_range_columns, nvtx_range_columns_of
+    from hpcprof.analysis.nsys_stats.nvtx import nvtx_range_columns, nvtx_range_columns_of
     from hpcprof.analysis.nsys_stats.schema import NVTX_PUSHPOP, NVTX_STARTEND, OLD
 
     seqpar = fixtures_dir / "nsys" / "h200_seqpar_bf16" / "rank0.sqlite"
@@ -298,6 +300,7 @@ def _count_tie(source: Path, target: Path) -> Path:
                         f"(SELECT max(rowid) FROM {kernels} WHERE demangledName = {second})")
 
 
+@pytest.mark.slow
 def test_summaries_of_many_exports_equal_the_columnar_engine_on_each(fixtures_dir: Path, tmp_path: Path) -> None:
     """summaries.summaries_of, collect's per-rank summary reports of many exports at once, gives
     each export exactly the tables the columnar engine gives it alone (run_table): columns, dtypes,

@@ -16,7 +16,7 @@ import pytest
 import hpcprof.analysis.nsys_stats.db as nsys_db
 from hpcprof.analysis.nsys_stats import reports
 from hpcprof.analysis.nsys_stats.db import Export
-from hpcprof.analysis.nsys_stats.loaders import nvtx_groups_packed
+from hpcprof.analysis.nsys_stats.nvtx import nvtx_groups_packed
 from hpcprof.analysis.nsys_stats.schema import NVTX_PUSHPOP, NVTX_STARTEND, OLD, RUNTIME
 from hpcprof.analysis.nsys_stats.stats import run_reports
 from hpcprof.analysis.nsys_stats.table import write_csv
@@ -49,6 +49,7 @@ def _general(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(reports, "_kern_gb_packed", lambda *a, **k: None)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fixture", FIXTURES)
 def test_packed_reads_equal_the_general_reads(fixtures_dir: Path, fixture: str,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
@@ -59,6 +60,7 @@ def test_packed_reads_equal_the_general_reads(fixtures_dir: Path, fixture: str,
     assert fast == _csvs(db)
 
 
+@pytest.mark.slow
 def test_fallback_where_values_do_not_pack(fixtures_dir: Path, tmp_path: Path,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """An unterminated NVTX range, a kernel grid beyond the packed width and an API call of more
@@ -131,6 +133,7 @@ def test_nvtx_domains_named_in_the_one_scan(fixtures_dir: Path, tmp_path: Path, 
         assert os.environ.get("CI") != "true", "nsys 2022.4 is missing in CI"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fixture", FIXTURES)
 def test_small_tables_read_through_sqlite3_equal_the_adbc_reads(fixtures_dir: Path, fixture: str,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:

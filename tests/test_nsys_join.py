@@ -10,6 +10,7 @@ import pytest
 from hpcprof.analysis.nsys_stats.numerics import join_rows
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["inner", "left"])
 def test_join_rows_gives_pandas_merge_rows_in_its_order(how: str) -> None:
     rng = np.random.default_rng(3)

@@ -116,6 +116,7 @@ def rule_outcome(nsys: Path, rule_exports: list[Path]) -> tuple[Outcome, dict[st
     return outcome, with_rows
 
 
+@pytest.mark.slow   # nsys 2022.4, a long differential sweep
 def test_rules_identical_to_nsys_2022_on_generated_exports(rule_outcome: tuple[Outcome, dict[str, int]],
                                                            record_counts) -> None:
     outcome, with_rows = rule_outcome
@@ -134,6 +135,7 @@ def _unpacked(fixtures_dir: Path, name: str, into: Path) -> Path:
     return into
 
 
+@pytest.mark.slow
 def test_rules_identical_to_nsys_2025_gold(rule_exports: list[Path], fixtures_dir: Path, tmp_path: Path,
                                            record_counts) -> None:
     """The 2025 rule names against nsys 2025.3.1's own CSVs (GPU-machine gold) of the 520 exports, both
@@ -172,6 +174,7 @@ def _stdout_csv(text: str) -> str:
     return "" if found and found[0].startswith("SKIPPED:") else "".join(line + "\n" for line in found)
 
 
+@pytest.mark.slow
 def test_rule_options_identical_to_nsys_2025_gold(rule_exports: list[Path], fixtures_dir: Path, tmp_path: Path,
                                                   record_counts) -> None:
     """nsys 2025.3.1's other rule options (gold from the GPU machine, benchmarks/gpu/nsys_rules_gold_options.sh): a
@@ -204,6 +207,7 @@ def test_rule_options_identical_to_nsys_2025_gold(rule_exports: list[Path], fixt
     assert not outcome.differing, f"{len(outcome.differing)} differ; first:\n" + "\n".join(outcome.differing[:5])
 
 
+@pytest.mark.slow
 def test_rule_name_picks_the_layout(rule_exports: list[Path], tmp_path: Path) -> None:
     """`-r cuda_memset_sync` writes nsys 2025.3.1's columns (Green Context ID), `-r cuda-sync-memset`
     nsys 2022.4's, each file what run_rule gives for that layout."""
@@ -220,6 +224,7 @@ def test_rule_name_picks_the_layout(rule_exports: list[Path], tmp_path: Path) ->
     assert old.split("\n", 1)[0].split(",")[6:8] == ["Context ID", "Stream ID"]
 
 
+@pytest.mark.slow
 def test_2025_checks_mem_kind_enum_and_green_context(rule_exports: list[Path], tmp_path: Path) -> None:
     """nsys 2025.3.1's memcpy/memset rules need ENUM_CUDA_MEM_KIND and the greenContextId column (the
     messages are those of its rule scripts); the 2022.4 names still run on such an export."""
@@ -241,6 +246,7 @@ def test_2025_checks_mem_kind_enum_and_green_context(rule_exports: list[Path], t
     assert res.stderr.splitlines() == [f"SKIPPED: {db} does not contain ENUM_CUDA_MEM_KIND table."]
 
 
+@pytest.mark.slow   # nsys 2022.4
 def test_real_exports_identical_to_nsys_2022(nsys: Path, fixtures_dir: Path, tmp_path: Path) -> None:
     """The committed H200 exports: nsys 2022.4 reads them, the CSVs are equal, and the sync-call
     rule lists exactly the export's cudaDeviceSynchronize/cudaStreamSynchronize calls."""
@@ -313,6 +319,7 @@ def test_bad_input_is_one_line_exit_2(tmp_path: Path) -> None:
     assert res.exit_code == 2 and "--start 9 is after --end 3" in res.output
 
 
+@pytest.mark.slow
 def test_process_and_thread_only_for_cuda_api_sync(rule_exports: list[Path], tmp_path: Path) -> None:
     """--process/--thread filter cuda_api_sync (the one rule nsys 2025.3.1 gives them to; it refuses them
     for the others: 'unrecognized arguments: process=N' in the gold's logs), never with --nvtx; each a

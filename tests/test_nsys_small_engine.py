@@ -42,6 +42,7 @@ def test_every_report_is_declared_once_with_implementations_that_exist() -> None
     assert sorted(PYTHON_REPORTS) == sorted(SIX.split(",") + SEVEN_NEW.split(","))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("reports", [SIX, SEVEN_NEW])
 def test_both_engines_write_the_same_bytes_on_every_fixture(fixtures_dir: Path, reports: str) -> None:
     exports = _exports(fixtures_dir)
@@ -100,6 +101,7 @@ def test_exact_round1_is_the_decimal_rounding_of_the_binary_value() -> None:
     assert math.isnan(numerics.exact_round1(math.nan))
 
 
+@pytest.mark.slow
 def test_auto_picks_python_for_small_csv_and_columnar_otherwise(fixtures_dir: Path) -> None:
     export = fixtures_dir / "nsys" / "h200_seqpar_bf16" / "rank0.sqlite"
     probe = ("import sys; from hpcprof.cli import main; "

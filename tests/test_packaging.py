@@ -7,7 +7,10 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
 
+
+@pytest.mark.slow
 def test_wheel_ships_templates_and_sites(repo: Path, tmp_path: Path) -> None:
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
                     "-w", str(tmp_path / "dist"), str(repo)], check=True, cwd=tmp_path)

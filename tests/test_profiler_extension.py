@@ -129,6 +129,7 @@ def test_the_report_shows_its_headline(collected: Path, installed: dict[str, str
     assert "gpu.total" in shown and "gemm_kernel" in shown
 
 
+@pytest.mark.slow
 def test_doctor_probes_its_program(installed: dict[str, str], tmp_path: Path) -> None:
     done = hpcprof("doctor", "--site", "local", "--format", "json", cwd=tmp_path, env=installed)
     rows = {row["check"]: row for row in json.loads(done.stdout)}

@@ -77,6 +77,7 @@ def test_a_rank_not_read_makes_the_run_partial(nsys_run: Path, how: str) -> None
     assert not [p for p in (nsys_run / "derived").rglob("*.sqlite") if p.is_file()]  # a failed export leaves no file
 
 
+@pytest.mark.slow
 def test_a_damaged_cached_part_is_made_again(nsys_run: Path) -> None:
     work = nsys_run.parents[2]
     ok(hpcprof("collect", cwd=work))
@@ -102,6 +103,7 @@ def test_a_finished_run_with_a_garbage_exit_code_is_failed_and_collected(tmp_pat
     assert "not collected yet" not in collected.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("file, data", [("config.json", b"{bad"), ("config.json", b"{}"),
                                         ("config.json", b"\xff\xfe"), ("status", b"exit_code=\xff\n")])
 def test_one_damaged_run_never_hides_the_others(tmp_path: Path, file: str, data: bytes) -> None:

@@ -52,6 +52,7 @@ def edited_templates(tmp_path: Path, name: str, extra: str) -> Path:
     return directory
 
 
+@pytest.mark.slow
 def test_rendered_limits_are_enforced(tmp_path: Path) -> None:
     exp = experiment(tmp_path / "e.yaml", ["true"])
     tpl = edited_templates(tmp_path, "pbs.sh.j2", "#PBS -l walltime=72:00:00")

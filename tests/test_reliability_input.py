@@ -84,6 +84,7 @@ def test_bad_numbers_are_refused(args: list[str], tmp_path: Path) -> None:
     assert result.stderr.strip().splitlines()[-1].startswith("Error: Invalid value"), result.stderr
 
 
+@pytest.mark.slow
 def test_rank_range_is_bounded(tmp_path: Path, fixtures_dir: Path) -> None:
     trace = next((fixtures_dir / "hta").rglob("*.json"))
     one_line_error(hpcprof("trace", "temporal", "--ranks", "0-2000000000", str(trace), cwd=tmp_path),
@@ -91,6 +92,7 @@ def test_rank_range_is_bounded(tmp_path: Path, fixtures_dir: Path) -> None:
     one_line_error(hpcprof("trace", "temporal", "--ranks", "5-1", str(trace), cwd=tmp_path), "low to high")
 
 
+@pytest.mark.slow
 def test_seqpar_too_large_for_memory(tmp_path: Path) -> None:
     one_line_error(hpcprof("bench", "seqpar", "-s", "100000000000", "-d", "8", "--device", "cpu",
                            cwd=tmp_path, timeout=300), "memory")

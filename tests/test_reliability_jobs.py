@@ -10,8 +10,11 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from hpcprof_cli import hpcprof
 from reliability_util import experiment, ok, runs, state, wait_for
+
+pytestmark = pytest.mark.slow
 
 
 def alive(pid: int) -> bool:

@@ -28,6 +28,7 @@ def damaged(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
     return directory
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("analysis", ["nccl", "overlap", "gaps", "phases"])
 def test_cross_rank_analysis_keeps_the_good_file(analysis: str, damaged: Path) -> None:
     result = hpcprof("nsys", analysis, "--format", "json", "rank0.sqlite", "rank1.sqlite", cwd=damaged)

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from hpcprof_cli import hpcprof
 from reliability_util import experiment, ok, one_line_error, runs
 
@@ -18,6 +19,7 @@ def tree(path: Path) -> list[str]:
     return sorted(str(p.relative_to(path)) for p in path.rglob("*"))
 
 
+@pytest.mark.slow
 def test_concurrent_submits_on_a_fresh_workdir(tmp_path: Path) -> None:
     exp = experiment(tmp_path / "e.yaml", ["true"])
     procs = [subprocess.Popen([sys.executable, "-m", "hpcprof", "submit", str(exp)], cwd=tmp_path,
@@ -47,6 +49,7 @@ def test_failed_submit_leaves_no_run_directory(tmp_path: Path) -> None:
     assert not any(p.name.endswith(".tmp") for p in workdir.rglob("*"))
 
 
+@pytest.mark.slow
 def test_read_only_commands_create_nothing(tmp_path: Path) -> None:
     for args in (["status"], ["report"], ["cancel", "nosuchrun"], ["report", "nosuchrun", "--workdir", ""]):
         one_line_error(hpcprof(*args, *(["--workdir", "missing-dir"] if "--workdir" not in args else []),
@@ -59,6 +62,7 @@ def test_read_only_commands_create_nothing(tmp_path: Path) -> None:
     assert tree(tmp_path) == ["empty"]
 
 
+@pytest.mark.slow
 def test_run_ids_are_not_patterns(tmp_path: Path) -> None:
     exp = experiment(tmp_path / "e.yaml", ["true"])
     ok(hpcprof("submit", str(exp), "--wait", cwd=tmp_path))
@@ -69,6 +73,7 @@ def test_run_ids_are_not_patterns(tmp_path: Path) -> None:
             for r in runs(tmp_path / "hpcprof-runs")} == {"COMPLETED"}
 
 
+@pytest.mark.slow
 def test_damaged_submission_does_not_hide_other_runs(tmp_path: Path) -> None:
     exp = experiment(tmp_path / "e.yaml", ["true"])
     ok(hpcprof("submit", str(exp), "--wait", cwd=tmp_path))

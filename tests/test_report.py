@@ -11,6 +11,8 @@ import pandas as pd
 import pytest
 from hpcprof_cli import hpcprof
 
+pytestmark = pytest.mark.slow
+
 EXPERIMENT = """name: seqpar-cmp
 workload:
   kind: seqpar

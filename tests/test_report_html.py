@@ -93,6 +93,7 @@ def check_html(html: Path, screenshot: Path, at_least: int) -> None:
         shutil.copy(screenshot, Path(os.environ["HPCPROF_SCREENSHOTS"]) / screenshot.name)
 
 
+@pytest.mark.slow   # Chromium
 def test_html_report_of_a_local_cpu_sweep(tmp_path: Path) -> None:
     (tmp_path / "exp.yaml").write_text(SEQPAR)
     hpcprof("submit", "exp.yaml", "--site", "local", "--wait", cwd=tmp_path, check=True)
@@ -132,6 +133,7 @@ def gpu_run(workdir: Path, rendered: Path, run_id: str, tool: str, profiles: dic
     return run
 
 
+@pytest.mark.slow   # Chromium
 def test_html_report_of_gpu_ddp_runs_with_echo_slowdown(repo: Path, gpu_data: Path, tmp_path: Path) -> None:
     data = gpu_data / "run3"
     hpcprof("render", str(repo / "examples" / "ddp_slowdown.yaml"), "--site", "polaris", "--set", "resources.account=PROJECT", "-o", "r", cwd=tmp_path, check=True)
@@ -178,6 +180,7 @@ def test_html_report_of_gpu_ddp_runs_with_echo_slowdown(repo: Path, gpu_data: Pa
     check_html(html, tmp_path / "gpu_ddp.png", at_least=15)
 
 
+@pytest.mark.slow   # Chromium
 def test_html_report_of_an_h200_seqpar_run_against_peaks(repo: Path, gpu_data: Path, fixtures_dir: Path,
                                                           tmp_path: Path) -> None:
     """nsys profiles of the H200 bf16 fixture and the workload results of an H200 bf16 2-rank run
@@ -199,6 +202,7 @@ def test_html_report_of_an_h200_seqpar_run_against_peaks(repo: Path, gpu_data: P
     check_html(html, tmp_path / "h200_seqpar.png", at_least=8)
 
 
+@pytest.mark.slow   # Chromium
 def test_html_report_of_an_h200_ncu_run_shows_speed_of_light(repo: Path, gpu_data: Path, tmp_path: Path) -> None:
     """The ncu run of tests/fixtures/gpu/run1 (rank 0's details CSV and the run's seqpar.json)."""
     data = gpu_data / "run1"
@@ -246,6 +250,7 @@ def seqpar_mean(gpu_data: Path, name: str, column: str = "mean_ms", phase: str =
     return float(phases.loc[phases["phase"] == phase, column].iloc[0])
 
 
+@pytest.mark.slow   # Chromium
 def test_html_report_of_an_h200_sweep_explains_it(repo: Path, gpu_data: Path, tmp_path: Path) -> None:
     """precision x ranks (1, 2) x 2 repetitions of H200 runs: findings with numbers checked against
     the workload's JSON, scaling, % of peak, and at most 24 figures for the 8 runs."""
@@ -269,6 +274,7 @@ def test_html_report_of_an_h200_sweep_explains_it(repo: Path, gpu_data: Path, tm
     check_html(html, tmp_path / "h200_sweep.png", at_least=8)
 
 
+@pytest.mark.slow
 def test_site_peaks_override_the_known_gpus(repo: Path, gpu_data: Path, tmp_path: Path) -> None:
     """A site file's `peaks:` replaces the table's figures it gives and says so; bad peaks exit 2."""
     site = (repo / "site_configs" / "polaris.yaml").read_text()

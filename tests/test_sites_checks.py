@@ -93,6 +93,7 @@ def test_python_without_hpcprof_fails_in_one_line(tmp_path: Path) -> None:
     assert not list((out / "logs").glob("rank*.log")), "no rank started"
 
 
+@pytest.mark.slow
 def test_python_with_hpcprof_passes_and_says_what_it_found(tmp_path: Path) -> None:
     """The same check passes where hpcprof is importable (PYTHONPATH as the test runs it) and
     prints the version and place it found; the ranks then run."""
@@ -114,6 +115,7 @@ def test_missing_profiler_fails_in_one_line(tmp_path: Path) -> None:
 NSYS = shutil.which("nsys") or "/usr/lib/x86_64-linux-gnu/nsight-systems/target-linux-x64/nsys"
 
 
+@pytest.mark.slow   # nsys
 @pytest.mark.skipif(not os.access(NSYS, os.X_OK), reason="nsys not installed here (tests/services installs it)")
 def test_profiler_version_is_printed(tmp_path: Path) -> None:
     """nsys on the site's path: the job prints its version line (nsys's own --version) and path

@@ -72,6 +72,7 @@ def collected_lines(result: subprocess.CompletedProcess[str]) -> int:
     return sum(line.startswith("collected ") for line in result.stderr.splitlines())
 
 
+@pytest.mark.slow
 def test_collect_skips_runs_collected_after_they_ended(tmp_path: Path) -> None:
     exp = REPO / "examples/command_hello.yaml"
     for _ in range(2):

@@ -31,6 +31,7 @@ def site_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return sites
 
 
+@pytest.mark.slow
 def test_site_option_finds_the_runs_in_the_site_workdir(tmp_path: Path, site_dir: Path) -> None:
     submit_dir, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
     submit_dir.mkdir()

@@ -22,7 +22,7 @@ from hpcprof.store import Store
 REPO = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.slow)])   # slow: a service
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """A fresh store URL of each backend."""
     if request.param == "sqlite":

@@ -127,6 +127,7 @@ def test_collect_traces_per_file(tmp_path: Path, trace_filter: Path, fixtures_di
         analyse_file(bad, 0)
 
 
+@pytest.mark.slow
 def test_named_deviations_are_options(trace_filter: Path, fixtures_dir: Path) -> None:
     """--instance-stats and --clamp-sub-us give what the library options give."""
     code, out, err = run("kernels", "--instance-stats", str(trace_filter), "--format", "csv")
@@ -140,6 +141,7 @@ def test_named_deviations_are_options(trace_filter: Path, fixtures_dir: Path) ->
     pd.testing.assert_frame_equal(pd.read_csv(io.StringIO(out)), expected, check_dtype=False)
 
 
+@pytest.mark.slow
 def test_workers_option_gives_the_same_output(fixtures_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """--workers N of `trace all` and `trace critical-path` (a process per file, the rest as decode
     helpers) prints what one process prints; --workers 0 is refused with exit status 2."""

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from differential.hta_diff import analyses, compare
 
-pytestmark = pytest.mark.filterwarnings("ignore")  # HTA 0.5.0's pandas deprecation warnings
+pytestmark = [pytest.mark.slow,
+              pytest.mark.filterwarnings("ignore")]  # HTA 0.5.0's pandas deprecation warnings
 
 
 def test_differential_vs_hta_0_5_0(record_counts) -> None:

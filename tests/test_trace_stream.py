@@ -101,6 +101,7 @@ def test_generated_traces_stream_to_the_same_events(tmp_path: Path, layout: str)
     assert scan_trace(path) == 3
 
 
+@pytest.mark.slow
 def test_batches_are_bounded_by_batch_bytes(tmp_path: Path) -> None:
     """The memory bound, counted rather than timed: no batch holds more events than fit in twice
     the batch's bytes of text (what is left of the last chunk plus one chunk)."""
@@ -121,6 +122,7 @@ def test_batches_are_bounded_by_batch_bytes(tmp_path: Path) -> None:
     assert [len(b) for b in EventStream(blank, _Head, Event, 1 << 20)] == []
 
 
+@pytest.mark.slow
 def test_memory_stays_near_one_batch(tmp_path: Path) -> None:
     """Peak Python allocation while streaming a 40 MB trace whose events are all dropped (CPU
     ops): a dozen batches' worth of text (decoded objects included), not the file (tracemalloc counts msgspec's objects too)."""
@@ -366,6 +368,7 @@ print(same, split.origin == alone.origin, ",".join(sorted(set(sent))), len(sent)
 """
 
 
+@pytest.mark.slow
 def test_helpers_forked_here_read_the_batches_from_shared_memory_segments(fixtures_dir: Path, tmp_path: Path) -> None:
     """Helpers forked by scan_split (a process without other threads, as `hpcprof trace` and
     collect's workers are: pytest's workers here are not) read each batch from a shared mapping

@@ -169,6 +169,7 @@ def test_median_iteration_on_gpu_time_aligned_across_ranks(fixtures_dir: Path) -
         assert t["end_ms"].max() == pytest.approx(length) and 1.38 < length < 1.40
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore")
 @pytest.mark.parametrize("name", ["h200_seqpar_bf16", "h200_ddp_gpt2"])
 def test_kineto_window_against_hta(fixtures_dir: Path, tmp_path: Path, name: str) -> None:
@@ -198,6 +199,7 @@ def test_kineto_window_against_hta(fixtures_dir: Path, tmp_path: Path, name: str
 NSYS_2022 = Path("/usr/lib/x86_64-linux-gnu/nsight-systems/target-linux-x64/nsys")
 
 
+@pytest.mark.slow   # nsys 2022.4
 @pytest.mark.parametrize("export", ["small", "nsys/h200_campaign/seqpar_fp32_p2_rank1.sqlite"])
 def test_window_and_iterations_equal_nsys_2022_projection(fixtures_dir: Path, tmp_path: Path, export: str) -> None:
     """nsys 2022.4's `nvtxgpuproj` (one row per NVTX range instance, projected onto the GPU;

@@ -191,6 +191,7 @@ print("before", before, "after", gloo_threads())
 """
 
 
+@pytest.mark.slow
 def test_shutdown_after_torch_profiler_frees_the_process_group(bare_env: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Regression: torch.profiler's first start imports torch.distributed.nn.functional, whose default
     arguments captured the live default group; destroy_process_group then left the gloo threads

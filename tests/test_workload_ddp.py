@@ -57,6 +57,7 @@ def test_window_rule_rejects_empty_epochs() -> None:
         ddp.profile_window(0, 3, 0)
 
 
+@pytest.mark.slow
 def test_echo_folder_runs_unchanged_two_ranks(tmp_path: Path) -> None:
     echo = tmp_path / "input"
     shutil.copytree(EXAMPLE, echo)
@@ -101,6 +102,7 @@ def backward_pass(output):
 '''
 
 
+@pytest.mark.slow
 def test_bare_module_wrapped_and_torch_trace_per_rank(tmp_path: Path) -> None:
     model_file = tmp_path / "bare_model.py"
     model_file.write_text(BARE_MODEL)
@@ -134,6 +136,7 @@ def write_echo(folder: Path, model: str | None = None, local: str | None = None,
     return folder
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("files", "message"),
     [
@@ -155,6 +158,7 @@ def test_bad_echo_input_exit_2_without_hang(tmp_path: Path, files: dict[str, str
     assert proc.stderr.count(message) == 2, proc.stderr
 
 
+@pytest.mark.slow
 def test_bench_ddp_command_bad_input(tmp_path: Path) -> None:
     proc = subprocess.run(
         [str(BIN / "hpcprof"), "bench", "ddp", "--echo-input", str(tmp_path / "missing")],
@@ -186,6 +190,7 @@ NOT_A_MODULE = BARE_MODEL.replace(
 )
 
 
+@pytest.mark.slow
 def test_bad_model_after_init_aborts_all_ranks_with_2(tmp_path: Path) -> None:
     model_file = tmp_path / "define_model.py"
     model_file.write_text(NOT_A_MODULE)

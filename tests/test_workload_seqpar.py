@@ -40,6 +40,7 @@ def small(*extra: str) -> list[str]:
     return ["-s", str(S), "-d", str(H), "-it", str(ITERS), "-wit", "2", *extra]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("precision", ["float32", "bfloat16"])
 def test_two_ranks_check_and_schema(tmp_path: Path, precision: str) -> None:
     proc = mpirun(2, small("-p", precision, "--check"), tmp_path)
@@ -76,6 +77,7 @@ def test_two_ranks_check_and_schema(tmp_path: Path, precision: str) -> None:
     assert (iterations["time_ms"] > 0).all()
 
 
+@pytest.mark.slow
 def test_torch_profiler_one_trace_per_rank(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     profile_dir = run_dir / "profiles" / "torch"
@@ -101,12 +103,14 @@ def test_torch_profiler_one_trace_per_rank(tmp_path: Path) -> None:
         assert len(steps) == 2
 
 
+@pytest.mark.slow
 def test_schedule_longer_than_loop_is_bad_input(tmp_path: Path) -> None:
     proc = mpirun(1, small("--torch-profiler", "--torch-schedule", "wait=5,warmup=1,active=3"), tmp_path)
     assert proc.returncode == 2
     assert "torch_schedule: the schedule needs 9 steps, only 6 are run" in proc.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
@@ -121,6 +125,7 @@ def test_bad_input_exit_2_on_every_rank(tmp_path: Path, argv: list[str], message
     assert proc.stderr.count(f"error: seqpar: {message}") == 2, proc.stderr
 
 
+@pytest.mark.slow
 def test_bench_command_and_results_dir(tmp_path: Path) -> None:
     out = tmp_path / "elsewhere"
     cmd = [str(MPIEXEC), "-n", "2", str(BIN / "hpcprof"), "bench", "seqpar", *small("--results-dir", str(out))]
@@ -133,6 +138,7 @@ def test_bench_command_and_results_dir(tmp_path: Path) -> None:
     assert bad.returncode == 2 and "precision" in bad.stderr
 
 
+@pytest.mark.slow
 def test_torchrun_without_mpi(tmp_path: Path) -> None:
     cmd = [str(BIN / "torchrun"), "--nproc-per-node", "2", "-m", "hpcprof.workloads.seqpar", *small("--check")]
     proc = subprocess.run(cmd, cwd=tmp_path, env=clean_env(), capture_output=True, text=True, timeout=180)

@@ -23,7 +23,7 @@ from hpcprof.analysis.nsys.echo import echo_step
 from hpcprof.analysis.nsys.timeline import iteration_timeline, median_iteration
 from hpcprof.analysis.nsys_stats.arrays import Columns
 from hpcprof.analysis.nsys_stats.db import Export
-from hpcprof.analysis.nsys_stats.loaders import read_process_ranges
+from hpcprof.analysis.nsys_stats.nvtx import read_process_ranges
 from hpcprof.analysis.nsys_stats.schema import OLD
 from hpcprof.analysis.nsys_stats.summaries import LAYOUT, summaries_of
 from hpcprof.atomic import atomic_write
@@ -108,7 +108,7 @@ def columns_table(columns: Columns) -> pa.Table:
 
 
 #: the layouts the NVTX ranges are named in: the analyses' (distributed.process_ranges: 2022.4's)
-#: and the summary reports' (summaries.LAYOUT), read in one pass (loaders.read_process_ranges)
+#: and the summary reports' (summaries.LAYOUT), read in one pass (nvtx.read_process_ranges)
 RANGE_LAYOUTS = (OLD, LAYOUT)
 
 

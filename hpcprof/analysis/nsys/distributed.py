@@ -21,7 +21,7 @@ from hpcprof.analysis.nsys.activity import (  # noqa: F401  (Activity, load_acti
     load_activity,
     per_distinct,
 )
-from hpcprof.analysis.nsys_stats import loaders
+from hpcprof.analysis.nsys_stats import nvtx
 from hpcprof.analysis.nsys_stats.arrays import (
     Columns,
     codes_of,
@@ -228,14 +228,14 @@ def gap_columns(act: Activity, threshold_ns: int = 500_000_000, skip_overhead: b
 
 def process_ranges(export: Export) -> tuple[Columns, np.ndarray]:
     """The push/pop and start/end NVTX ranges of `export` with their times and 2022.4's names
-    (loaders.process_ranges: read once per export, shared by the window, phases and
+    (nvtx.process_ranges: read once per export, shared by the window, phases and
     critical-path analyses)."""
-    return loaders.process_ranges(export, OLD)
+    return nvtx.process_ranges(export, OLD)
 
 
 def read_process_ranges(act: Activity) -> None:
-    """process_ranges of the activity's exports not read yet, read together (loaders.read_process_ranges)."""
-    loaders.read_process_ranges(list(act.exports.values()), (OLD,))
+    """process_ranges of the activity's exports not read yet, read together (nvtx.read_process_ranges)."""
+    nvtx.read_process_ranges(list(act.exports.values()), (OLD,))
 
 
 def call_op_codes(act: Activity) -> tuple[np.ndarray, np.ndarray]:

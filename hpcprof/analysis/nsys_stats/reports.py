@@ -6,7 +6,7 @@ The GROUP BY keys are each report's own: 2022.4's gpukernsum groups by (nameId, 
 block text); 2024+'s cuda_gpu_kern_gb_sum by (name text, gridX, gridY, gridZ, blockX, blockY,
 blockZ) as numbers and orders by total descending, count ascending, name (so of two tied grids
 2048 comes before 13000, which the text "%4d" order puts first). Where a packed read does not
-apply (loaders.py), a report groups the general column reads instead: the same bytes.
+apply (loaders.py, nvtx.py), a report groups the general column reads instead: the same bytes.
 """
 
 from __future__ import annotations
@@ -22,8 +22,6 @@ from hpcprof.analysis.nsys_stats.loaders import (
     memcpy_labels,
     memop_codes,
     memops,
-    nvtx_groups_packed,
-    nvtx_ranges,
 )
 from hpcprof.analysis.nsys_stats.numerics import (
     DUR,
@@ -38,6 +36,7 @@ from hpcprof.analysis.nsys_stats.numerics import (
     round1_array,
     text_rank,
 )
+from hpcprof.analysis.nsys_stats.nvtx import nvtx_groups_packed, nvtx_ranges
 from hpcprof.analysis.nsys_stats.schema import (
     KERNEL,
     MEMCPY,

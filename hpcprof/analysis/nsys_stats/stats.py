@@ -7,7 +7,7 @@ it needs and what nsys says is missing without them (its `table_checks`), whethe
 collect` keeps it per rank, and its implementations: columnar (reports.py, traces.py,
 projection.py: numpy and Arrow, every report and format, fast on large exports) and, for the summary reports, the standard
 library (small.py: CSV only). REPORTS, SUMMARY_REPORTS and the engines' report lists are derived
-from SPECS. How the numbers are computed: numerics.py; the columns read: loaders.py; the CSV:
+from SPECS. How the numbers are computed: numerics.py; the columns read: loaders.py, nvtx.py; the CSV:
 table.py.
 
 Why two engines: the standard-library one earns its keep on per-rank exports, where start-up is

@@ -23,10 +23,9 @@ from hpcprof.analysis.nsys_stats.loaders import (
     clean_api_names,
     kernels,
     memop_codes,
-    process_ranges,
-    read_process_ranges,
 )
 from hpcprof.analysis.nsys_stats.numerics import DUR, Groups, factorize_sorted
+from hpcprof.analysis.nsys_stats.nvtx import process_ranges, read_process_ranges
 from hpcprof.analysis.nsys_stats.schema import (
     NEW,
     NO_STRINGS,
@@ -133,7 +132,7 @@ def _memops(exports: Sequence[Export], failed: dict[int, NsysInputError], name: 
 
 
 def _nvtx(exports: Sequence[Export], failed: dict[int, NsysInputError]) -> JointReport:
-    """NVTX push/pop and start/end ranges per (range text, style): loaders.process_ranges of all the
+    """NVTX push/pop and start/end ranges per (range text, style): nvtx.process_ranges of all the
     exports (those not read yet read in one pass)."""
     spec = spec_of("nvtx_sum")
     checked: list[int] = []
