@@ -1,6 +1,7 @@
 """The `hpcprof` program: the console script and `python -m hpcprof`."""
 
 import gc
+import sys
 
 
 def main() -> None:
@@ -10,8 +11,22 @@ def main() -> None:
     so that the collections of the command's work do not traverse them. When the command ends, so
     does the process: everything is frozen then, so that the interpreter's collections at exit skip
     what the OS frees anyway (exit handlers still run, and objects still go as their last reference
-    does; only garbage cycles left uncollected at exit are not finalized, as Python never promises)."""
+    does; only garbage cycles left uncollected at exit are not finalized, as Python never promises).
+
+    `hpcprof nsys stats ... --format csv` goes first to the command's quick lane, which runs it
+    without click where it reads the whole command line (stats_command.quick_args)."""
     gc.disable()
+    if sys.argv[1:3] == ["nsys", "stats"]:
+        from hpcprof.analysis.nsys import stats_command
+
+        quick = stats_command.quick_args(sys.argv[3:])
+        if quick is not None:
+            gc.freeze()
+            gc.enable()
+            try:
+                sys.exit(stats_command.quick_run(*quick))
+            finally:
+                gc.freeze()
     from hpcprof.cli import main as command_line
 
     try:
