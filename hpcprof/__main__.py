@@ -3,6 +3,9 @@
 import gc
 import sys
 
+#: the `hpcprof nsys` commands with a quick lane
+QUICK = ("stats", "nccl", "overlap", "gaps")
+
 
 def main() -> None:
     """Run the command line in a process of its own. Its start-up (click, the command's modules and
@@ -13,20 +16,19 @@ def main() -> None:
     what the OS frees anyway (exit handlers still run, and objects still go as their last reference
     does; only garbage cycles left uncollected at exit are not finalized, as Python never promises).
 
-    `hpcprof nsys stats ... --format csv` goes first to the command's quick lane, which runs it
-    without click where it reads the whole command line (stats_command.quick_args)."""
+    `hpcprof nsys stats|nccl|overlap|gaps ... --format csv` goes first to the command's quick lane,
+    which runs it without click where it reads the whole command line and the file
+    (stats_command.quick)."""
     gc.disable()
-    if sys.argv[1:3] == ["nsys", "stats"]:
+    if sys.argv[1:2] == ["nsys"] and sys.argv[2:3] and sys.argv[2] in QUICK:
         from hpcprof.analysis.nsys import stats_command
 
-        quick = stats_command.quick_args(sys.argv[3:])
-        if quick is not None:
+        gc.freeze()
+        gc.enable()
+        code = stats_command.quick(sys.argv[2], sys.argv[3:])
+        if code is not None:
             gc.freeze()
-            gc.enable()
-            try:
-                sys.exit(stats_command.quick_run(*quick))
-            finally:
-                gc.freeze()
+            sys.exit(code)
     from hpcprof.cli import main as command_line
 
     try:

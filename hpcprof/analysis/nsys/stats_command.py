@@ -266,7 +266,7 @@ def quick_args(argv: list[str]) -> tuple[list[str], list[str], str | None, str] 
     args = iter(argv)
     for arg in args:
         if not arg.startswith("-"):
-            if not _as_pathlib_prints(arg):
+            if not as_pathlib_prints(arg):
                 return None
             files.append(arg)
             continue
@@ -287,11 +287,23 @@ def quick_args(argv: list[str]) -> tuple[list[str], list[str], str | None, str] 
     return files, names, given.get("output"), engine
 
 
-def _as_pathlib_prints(path: str) -> bool:
+def as_pathlib_prints(path: str) -> bool:
     """Whether pathlib prints `path` unchanged (click hands the command a Path, whose text the messages
     and `#` lines show: `./a//b` prints as `a/b`)."""
     return path not in ("", ".") and "//" not in path and not path.startswith("./") and "/./" not in path \
         and not path.endswith(("/", "/."))
+
+
+def quick(command: str, argv: list[str]) -> int | None:
+    """`hpcprof nsys COMMAND ARGV` by its quick lane (stats here, nccl, overlap and gaps in
+    quick_analyses.py): the exit status, or None (nothing done) for click to run it."""
+    if command == "stats":
+        found = quick_args(argv)
+        return None if found is None else quick_run(*found)
+    from hpcprof.analysis.nsys import quick_analyses
+
+    plan = quick_analyses.quick_args(command, argv)
+    return None if plan is None else quick_analyses.quick_run(command, *plan)
 
 
 def quick_run(files: list[str], names: list[str], prefix: str | None, engine: str) -> int:

@@ -107,7 +107,7 @@ def _cells(values: list[Any], fmt: str, null: str) -> list[str]:
             for v in values]
 
 
-def _quoted(cells: list[str]) -> list[str]:
+def quoted(cells: list[str]) -> list[str]:
     """CSV cells quoted as Python's csv.writer (QUOTE_MINIMAL, "\\n" line ends) quotes them: a cell
     holding a comma, a double quote or a newline in double quotes, its quotes doubled. (Not the csv
     module itself: it imports re and enum, 2 ms of the quick lane's start-up.)"""
@@ -120,9 +120,9 @@ def write_csv(report: Table | pd.DataFrame, out: TextIO) -> None:
     table = report if isinstance(report, Table) else Table.from_frame(report)
     if not len(table):
         return
-    cols = [_quoted(_cells(values, fmt, table.null))
+    cols = [quoted(_cells(values, fmt, table.null))
             for values, fmt in zip(table.column_values(), table.formats, strict=True)]
     if len(cols) == 1:                             # csv.writer's one exception: a row of one empty cell is ""
         cols = [['""' if c == "" else c for c in cols[0]]]
-    out.write(",".join(_quoted(list(table.columns))) + "\n")
+    out.write(",".join(quoted(list(table.columns))) + "\n")
     out.write("\n".join(map(",".join, zip(*cols, strict=True))) + "\n")
