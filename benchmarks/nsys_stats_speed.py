@@ -24,7 +24,7 @@ issue 45's goals, each printed with its ratio, its floor and met/missed, in one 
 Every command runs as a child process; the commands of a goal alternate (--repeat rounds) and
 medians are printed with the load average: the machine may be shared.
 
-    python benchmarks/nsys_stats_speed.py [--repeat 5] [--rank-repeat 11] [--work DIR] [--goals 1,2,3,4,6]
+    python benchmarks/nsys_stats_speed.py [--repeat 3] [--rank-repeat 11] [--work DIR] [--goals 1,2,3,4,6] [--shapes S,...]
     python benchmarks/nsys_stats_speed.py --report-sets [--source FIXTURE.sqlite] [--copies N]
     python benchmarks/nsys_stats_speed.py --engines [--source FIXTURE.sqlite] [--repeat N]
 
@@ -453,7 +453,7 @@ def child_modules(export: Path, out: Path) -> list[str]:
     return [m for m in out.split() if not m.startswith("_") and m != "__main__"]
 
 
-def goal_shapes(fixtures: Path, nsys: str, rounds: int, work: Path) -> tuple[list[bool], list[bool]]:
+def goal_shapes(fixtures: Path, nsys: str, rounds: int, work: Path, only: list[str]) -> tuple[list[bool], list[bool]]:
     """Goals 2 and 3: each shape's default report set against its floor, beside nsys; the files identical."""
     from nsys_shapes import SHAPES, make
 
@@ -463,7 +463,7 @@ def goal_shapes(fixtures: Path, nsys: str, rounds: int, work: Path) -> tuple[lis
           f"cache; median of {rounds} alternated runs")
     print(f"  {'shape':16s} {'MiB':>4s} {'rows':>10s} {'hpcprof s':>9s} {'nsys s':>7s} {'floor s':>7s} {'ratio':>6s}  "
           f"{'goal':6s} {'to scan+pass':>12s} {'x nsys':>6s} {'CPU ratio':>9s} {'peak MiB hp/nsys':>16s}  load")
-    for shape in SHAPES:
+    for shape in only or SHAPES:
         export, counts = make(shape, work / "shapes")
         out = work / "out" / shape.replace("/", "-")
         shutil.rmtree(out, ignore_errors=True)
@@ -619,7 +619,8 @@ def goals(args: argparse.Namespace) -> None:
         verdicts["1 per-rank files"] = goal_rank(fixtures, args.nsys, args.rank_repeat, work)
     same: list[bool] = []
     if 2 in wanted:
-        verdicts["2 every shape at its floor"], same = goal_shapes(fixtures, args.nsys, args.repeat, work)
+        verdicts["2 every shape at its floor"], same = goal_shapes(fixtures, args.nsys, args.repeat, work,
+                                                                  [s for s in args.shapes.split(",") if s])
     if 3 in wanted:
         verdicts["3 default report set"] = [goal_default_set(fixtures, args.nsys, work, same)]
     if 4 in wanted:
@@ -636,6 +637,7 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=Path("/tmp/nsys_stats_speed"),
                         help="where the shapes and the collect run are built (kept for the next run)")
     parser.add_argument("--rank-repeat", type=int, default=11, help="rounds of goal 1's commands")
+    parser.add_argument("--shapes", default="", help="goal 2's shapes to measure (comma separated; default: all four)")
     parser.add_argument("--collect-files", type=int, default=256, help="rank files of goal 4's run")
     parser.add_argument("--collect-repeat", type=int, default=15, help="collect_file.py's --repeat (goal 6)")
     parser.add_argument("--report-sets", action="store_true", help="issue 21's run (see above)")
