@@ -40,12 +40,13 @@ INT64_MAX = (1 << 63) - 1
 
 def _read(export: Export, table: str, columns: list[str], where: str = "") -> dict[str, np.ndarray]:
     """Integer `columns` of `table` in table order, each as (values with NULL as 0) and its
-    NULL mask under `name + "?"`."""
-    sql = ", ".join(f'coalesce("{c}", 0), "{c}" IS NULL' for c in columns)
-    arrays = export.sql_ints(sql, table, where, ncols=2 * len(columns))
+    NULL mask under `name + "?"` (the masks read as the bits of one column: fewer values moved)."""
+    nulls = " | ".join(f'(("{c}" IS NULL) << {i})' for i, c in enumerate(columns))
+    sql = ", ".join(f'coalesce("{c}", 0)' for c in columns) + f", {nulls}"
+    arrays = export.sql_ints(sql, table, where, ncols=len(columns) + 1)
     out = {}
     for i, c in enumerate(columns):
-        out[c], out[c + "?"] = arrays[2 * i], arrays[2 * i + 1].astype(bool)
+        out[c], out[c + "?"] = arrays[i], (arrays[-1] >> i & 1).astype(bool)
     return out
 
 
