@@ -368,9 +368,9 @@ def quick_in_process(export: Path) -> str:
 
 
 def command_reads(export: Path, command: str) -> list[str]:
-    """The SQL `hpcprof nsys COMMAND --format csv EXPORT` makes through sqlite3 (for stats: the
-    standard-library engine's reports of the default set), run in a child (this process stays
-    small: a child forked from it would start with its resident set)."""
+    """The SQL `hpcprof nsys COMMAND --format csv EXPORT` makes through sqlite3 (run as the command
+    runs: its quick lane, or click's command where the lane leaves it), in a child (this process
+    stays small: a child forked from it would start with its resident set)."""
     out = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child-reads", command, str(export)],
                          capture_output=True, text=True, check=True, env={**os.environ, "HPCPROF_NSYS_CACHE": "off"})
     return json.loads(out.stdout)
@@ -378,15 +378,14 @@ def command_reads(export: Path, command: str) -> list[str]:
 
 def reads_in_process(command: str, export: Path) -> list[str]:
     """command_reads, in this process."""
-    if command == "stats":
-        from hpcprof.analysis.nsys_stats.stats import DEFAULT_REPORTS, run_python_reports
-
-        return captured_sql(lambda: run_python_reports(export, list(DEFAULT_REPORTS)))
+    from hpcprof.analysis.nsys.stats_command import quick
     from hpcprof.cli import main as cli
 
     def run() -> None:
-        with contextlib.suppress(SystemExit):
-            cli(["nsys", command, "--format", "csv", str(export)], standalone_mode=False)
+        args = [str(export), "--format", "csv"]
+        if quick(command, args) is None:
+            with contextlib.suppress(SystemExit):
+                cli(["nsys", command, *args], standalone_mode=False)
 
     return captured_sql(run)
 
@@ -564,7 +563,8 @@ def goal_collect(fixtures: Path, rounds: int, work: Path, files: int) -> bool:
              f"shutil.rmtree({str(run / 'results')!r}, ignore_errors=True); "
              f"sys.exit(subprocess.run({[*hpcprof_command(), 'collect', run.name]!r} + sys.argv[1:]).returncode)")
     commands = {"default": [sys.executable, "-c", fresh], "--workers 1": [sys.executable, "-c", fresh, "--workers", "1"]}
-    said = measure(commands["default"], root)[2]      # once each, the tables kept
+    first = subprocess.run(commands["default"], cwd=root, capture_output=True, text=True, check=True)
+    said = first.stdout + first.stderr                # once each, the tables kept (collect logs on stderr)
     kept = work / "collect-default-results"
     shutil.rmtree(kept, ignore_errors=True)
     shutil.copytree(run / "results", kept)

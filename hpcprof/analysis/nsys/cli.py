@@ -66,8 +66,8 @@ format_option = click.option("--format", "fmt", type=click.Choice(FORMATS), defa
                    "on exports up to 32 MB, columnar otherwise. Both give nsys's bytes.")
 def stats_cmd(files: tuple[Path, ...], reports: str | None, fmt: str, prefix: str | None, engine: str) -> None:
     """`nsys stats` reports, with the same numbers, rows and CSV bytes as nsys. A report whose
-    tables the export lacks is skipped with what it lacks, as nsys does (exit 0). (`hpcprof.__main__`
-    runs CSV command lines without click: stats_command.quick_args.)"""
+    tables the export lacks is skipped with what it lacks, as nsys does (exit 0)."""
+    # hpcprof.__main__ runs most CSV command lines without click (stats_command.quick), through run_stats too
     names = report_names(reports)
     if names is None:
         unknown = [r.strip() for r in (reports or "").split(",") if r.strip() and report_names(r) is None]
