@@ -15,16 +15,24 @@ others), best of --repeat, interleaved. Then one profiled pass says how the time
 analyses (the functions analyse_tables calls, timed by wrapping them; nested calls count in their
 caller only).
 
-    python benchmarks/collect_file.py [--export FILE] [--repeat 30] [--reduce-files 256] [--out FILE]
+    python benchmarks/collect_file.py [--export FILE ...] [--repeat 30] [--reduce-files 256] [--out FILE]
+                                      [--kept-commit REV | --kept-tree DIR] [--tolerance 1.15]
 
-Goals (issue 21): <= 15 ms per rank file per core; <= 3x the floor.
+Goals (issue 21): <= 15 ms per rank file per core; <= 3x the floor. Issue 45: the ratio to the floor
+stays where it is as analyses are added: each export is also measured, in child processes
+alternating with this tree's, with the hpcprof of --kept-commit (issue 45's, unpacked with git
+archive; or a checkout given as --kept-tree); the benchmark exits 1 when this tree's ratio is over
+--tolerance times the kept one's on any export (the two measured in the same minutes: the
+machine's load moves both).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -34,12 +42,23 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-from hpcprof.collect.mapping import TASK_FILES  # noqa: E402  (rank files per map task)
+TREE = Path(os.environ.get("HPCPROF_TREE", REPO))         # whose hpcprof is measured (a child's: the kept tree)
+sys.path.insert(0, str(TREE))
+try:
+    from hpcprof.collect.mapping import TASK_FILES  # noqa: E402  (rank files per map task)
+except ImportError:  # a kept tree from before collect/runs.py was split
+    from hpcprof.collect.runs import TASK_FILES  # type: ignore[no-redef]  # noqa: E402
 
-FIXTURES = Path(os.environ.get("HPCPROF_FIXTURES", next((p / "shared" / "fixtures" for p in REPO.parents
-                                                      if (p / "shared" / "fixtures").is_dir()), REPO.parent)))
+sys.path.insert(1, str(REPO / "tests"))
+from fixture_files import materialize  # noqa: E402  (the repository's fixtures, unpacked)
+
+FIXTURES = Path(os.environ["HPCPROF_FIXTURES"]) if "HPCPROF_FIXTURES" in os.environ else materialize(REPO / ".fixtures")
 GOAL_MS, GOAL_RATIO = 15.0, 3.0
+#: issue 45: the commit whose ratio to the floor collect keeps (the ratios of this tree may exceed it by --tolerance)
+KEPT_COMMIT = "59269fd"
+#: the committed H200 rank exports measured by default (fixtures: tests/fixtures, shared/fixtures)
+H200_EXPORTS = ("nsys/h200_seqpar_bf16/rank0.sqlite", "nsys/h200_campaign/ddp_ws2_rank0.sqlite",
+                "nsys/h200_campaign/seqpar_bf16_p4_rank3.sqlite")
 
 #: the columns the per-file analyses read, per table (those a table lacks are left out)
 NEEDED = {"CUPTI_ACTIVITY_KIND_KERNEL": ["start", "end", "deviceId", "streamId", "globalPid", "correlationId",
@@ -200,15 +219,9 @@ def reduce_share(task: list[Path], work: Path, files: int, workers: int = 2) -> 
     return (time.process_time() - start) / files
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--export", type=Path, default=FIXTURES / "nsys/h200_seqpar_bf16/rank0.sqlite")
-    parser.add_argument("--repeat", type=int, default=30)
-    parser.add_argument("--reduce-files", type=int, default=256, help="bundles concatenated to time the reduce")
-    parser.add_argument("--out", type=Path, help="also write the table here")
-    args = parser.parse_args()
+def measure_export(path: Path, repeat: int, reduce_files: int) -> tuple[dict[str, float], list[str]]:
+    """The per-file figures of one export (CPU seconds) and the lines that print them."""
     from hpcprof.analysis.nsys.collect import analyse_tables
-    path = args.export
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         parts = work / "parts"
@@ -218,22 +231,22 @@ def main() -> None:
         load = os.getloadavg()[0]
         floor_s, rows_s, analyse_s, map_s, alone_s = [], [], [], [], []
         for _ in range(3):                             # interleaved: all see the same machine
-            floor_s.append(best(lambda: floor(path), max(1, args.repeat // 3)))
-            rows_s.append(best(lambda: floor_rows(path), max(1, args.repeat // 3)))
-            analyse_s.append(best(lambda: analyse_tables(path, 0), max(1, args.repeat // 3)))
-            map_s.append(best(lambda: map_one_task(files, parts), max(1, args.repeat // 3 // 4)) / TASK_FILES)
-            alone_s.append(best(lambda: map_one_task(files, parts, joint=False), max(1, args.repeat // 3 // 4))
+            floor_s.append(best(lambda: floor(path), max(1, repeat // 3)))
+            rows_s.append(best(lambda: floor_rows(path), max(1, repeat // 3)))
+            analyse_s.append(best(lambda: analyse_tables(path, 0), max(1, repeat // 3)))
+            map_s.append(best(lambda: map_one_task(files, parts), max(1, repeat // 3 // 4)) / TASK_FILES)
+            alone_s.append(best(lambda: map_one_task(files, parts, joint=False), max(1, repeat // 3 // 4))
                            / TASK_FILES)
         arrow_floor, rows_floor = min(floor_s), min(rows_s)
         fl, analysed, mapped, alone = min(arrow_floor, rows_floor), min(analyse_s), min(map_s), min(alone_s)
-        reduced = min(reduce_share(files, work / f"r{i}", args.reduce_files) for i in range(3))
-        split = breakdown(files, work / "split", max(2, args.repeat // 15))
+        reduced = min(reduce_share(files, work / f"r{i}", reduce_files) for i in range(3))
+        split = breakdown(files, work / "split", max(2, repeat // 15))
     per_file = mapped + reduced
     split["(reduce, per file)"] = reduced
     total = sum(split.values())
     ratio = per_file / fl
     lines = [f"# collect_file: {path.name} ({path.stat().st_size / 1e3:.0f} kB), {os.cpu_count()} CPUs, "
-             f"load average {load:.1f} at the start; CPU ms, best of {args.repeat}",
+             f"load average {load:.1f} at the start; CPU ms, best of {repeat}",
              *(f"{label:<62}{value:8.2f}{unit}" for label, value, unit in [
                  (f"read as Arrow columns (ADBC, {floor(path)} values)", 1000 * arrow_floor, " ms"),
                  (f"read as rows (sqlite3, {floor_rows(path)} values)", 1000 * rows_floor, " ms"),
@@ -241,21 +254,80 @@ def main() -> None:
                  ("analyse_tables (the analyses of one export)", 1000 * analysed, " ms"),
                  (f"map_task, per file, each file on its own (bundle of {TASK_FILES})", 1000 * alone, " ms"),
                  (f"map_task, per file (a joint pass, the bundle of {TASK_FILES})", 1000 * mapped, " ms"),
-                 (f"reduce, per file (tables of {args.reduce_files} bundles, 2 workers' slices)", 1000 * reduced, " ms"),
+                 (f"reduce, per file (tables of {reduce_files} bundles, 2 workers' slices)", 1000 * reduced, " ms"),
                  ("per rank file (map_task + reduce share)", 1000 * per_file, " ms"),
                  ("ratio to the floor", ratio, "x"),
                  ("ratio to the Arrow read", per_file / arrow_floor, "x")]),
              "# where the time goes (one profiled pass, mean CPU ms per file)"]
     lines += [f"  {name:<28} {1000 * s:7.2f} ms {100 * s / total:5.1f} %"
               for name, s in sorted(split.items(), key=lambda kv: -kv[1])]
-    lines += ["# goals",
+    lines += ["# goals (issue 21)",
               f"{'met' if 1000 * per_file <= GOAL_MS else 'missed'}: <= {GOAL_MS:.0f} ms per rank file per core: "
               f"{1000 * per_file:.1f} ms",
               f"{'met' if ratio <= GOAL_RATIO else 'missed'}: <= {GOAL_RATIO:.0f}x the floor: {ratio:.1f}x "
               f"(floor {1000 * fl:.2f} ms)"]
+    return {"floor": fl, "per_file": per_file, "ratio": ratio, "load": load}, lines
+
+
+def kept_tree(commit: str, work: Path) -> Path:
+    """The hpcprof package of `commit` unpacked under `work` (git archive), bytecode compiled."""
+    tree = work / f"kept-{commit}"
+    if not (tree / "hpcprof").is_dir():
+        tree.mkdir(parents=True, exist_ok=True)
+        archive = subprocess.run(["git", "-C", str(REPO), "archive", commit, "hpcprof"], capture_output=True, check=True)
+        subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(tree / "hpcprof")], check=True,
+                   stdout=subprocess.DEVNULL)
+    return tree
+
+
+def in_child(tree: Path, path: Path, repeat: int, reduce_files: int) -> dict[str, float]:
+    """measure_export of `path` with the hpcprof of `tree`, in a child process."""
+    out = subprocess.run([sys.executable, __file__, "--export", str(path), "--repeat", str(repeat), "--reduce-files",
+                          str(reduce_files), "--child-json"], env={**os.environ, "HPCPROF_TREE": str(tree)},
+                         capture_output=True, text=True, check=True).stdout
+    return json.loads(out.splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--export", type=Path, nargs="+", default=[FIXTURES / e for e in H200_EXPORTS])
+    parser.add_argument("--repeat", type=int, default=30)
+    parser.add_argument("--reduce-files", type=int, default=256, help="bundles concatenated to time the reduce")
+    parser.add_argument("--out", type=Path, help="also write the table here")
+    parser.add_argument("--kept-commit", default=KEPT_COMMIT, help="the commit whose ratio is kept ('' : none)")
+    parser.add_argument("--kept-tree", type=Path, help="a checkout whose ratio is kept (instead of --kept-commit)")
+    parser.add_argument("--tolerance", type=float, default=1.15, help="this tree's ratio may exceed the kept one by this")
+    parser.add_argument("--child-json", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child_json:
+        print(json.dumps(measure_export(args.export[0], args.repeat, args.reduce_files)[0]))
+        return
+    lines: list[str] = []
+    kept_ok = True
+    with tempfile.TemporaryDirectory() as tmp:
+        kept = args.kept_tree or (kept_tree(args.kept_commit, Path(tmp)) if args.kept_commit else None)
+        for path in args.export:
+            figures, text = measure_export(path, args.repeat, args.reduce_files)
+            lines += text
+            if kept is None:
+                continue
+            mine, theirs = [figures], []                 # alternated: this tree, the kept one, this, the kept one
+            theirs.append(in_child(kept, path, args.repeat, args.reduce_files))
+            mine.append(in_child(TREE, path, args.repeat, args.reduce_files))
+            theirs.append(in_child(kept, path, args.repeat, args.reduce_files))
+            now, before = min(f["ratio"] for f in mine), min(f["ratio"] for f in theirs)
+            ok = now <= args.tolerance * before
+            kept_ok &= ok
+            lines.append(f"{'met' if ok else 'MISSED'}: the ratio kept (issue 45): {path.name} {now:.2f}x the floor "
+                         f"against {before:.2f}x with {kept.name if args.kept_tree else args.kept_commit}'s hpcprof "
+                         f"(best of 2 runs each, alternated; tolerance {args.tolerance:.2f}x; load average "
+                         f"{os.getloadavg()[0]:.1f})")
     print("\n".join(lines))
     if args.out:
         args.out.write_text("\n".join(lines) + "\n")
+    if not kept_ok:
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":

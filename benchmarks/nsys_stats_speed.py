@@ -1,34 +1,45 @@
-"""hpcprof nsys stats vs the reference `nsys stats` (2022.4) on a large export.
+"""`hpcprof nsys stats` (and the per-rank analyses) against nsys 2022.4 and against their floors:
+issue 45's goals, each printed with its ratio, its floor and met/missed, in one run.
 
-Builds a large export by repeating a real fixture's activity in time (copies shifted
-by the capture span, correlation ids shifted so launches still pair with kernels),
-writes it under /tmp, then runs the six summary reports (nsys 2022.4 names, which both
-tools know) with each tool in a child process, checks that the CSV files are
-byte-identical, and prints wall time, the ratio and each child's peak RSS; also hpcprof's
-start-up (interpreter, CLI and the columnar engine's imports) and the time of its reports
-in one process (without interpreter start-up and imports).
-The "floor" of a report set is one raw SQLite scan of the columns it reads (`count()` over
-them, SQLite alone) plus hpcprof's start-up (interpreter, CLI, the engine's imports); each set
-(the six reports together, and each alone) is timed without hpcprof's columnar cache
-(HPCPROF_NSYS_CACHE=off) and its ratio to the floor printed (goal, issue 21: <= 1.3x), with the
-stricter ratio to scan + `python -c pass`. Also the six reports' columns moved into numpy row by
-row through Python's sqlite3 module (hpcprof reads through ADBC/Arrow instead), and the second,
-cached run of the six (cache.py) against start-up + 0.3 s.
-Runs are interleaved and the best of --repeat is reported: the machine may be shared.
+1. Per-rank files: on a rank export under 1 MB (the DDP rank export, 557 kB) the whole command as a
+   user waits for it (the `hpcprof` console script, bytecode compiled as an install leaves it):
+   `hpcprof nsys stats --format csv FILE` (nsys's default report set) against `nsys stats --format
+   csv FILE` (>= 1.0x: no slower than nsys) and against its floor, `python -c pass`'s process
+   doing the SQLite reads the command makes (captured from it) (<= 1.5x); the same for `hpcprof
+   nsys nccl|overlap|gaps --format csv FILE` (their floor: the reads of the GPU activity they
+   need). Where the time goes: the quick lane's imports, reports, SQL and CSV in process.
+2. Every shape at its floor: four exports built from committed ones (nsys_shapes.py: kernel-heavy,
+   CUDA-API-heavy, NVTX-heavy, memcpy/UM-heavy), the default report set written with -o (without
+   hpcprof's columnar cache) against its floor, one process that imports what hpcprof imports for
+   that export and scans the columns the reports read once in SQLite (`count()` over them)
+   (<= 1.3x), with nsys 2022.4's time beside it.
+3. The default report set: the names nsys 2022.4's help lists, and on every export above the
+   same files (names and bytes) as nsys writes.
+4. Collect uses the machine: `hpcprof collect` of a run of --collect-files rank files without
+   --workers (the log says how many) against --workers 1: the tables identical, both times shown.
+6. Collect keeps its ratio: benchmarks/collect_file.py on the committed H200 rank exports
+   (it exits 1 above the ratio it keeps).
+(Goal 5, Kineto: benchmarks/trace_speed.py.)
 
-With --engines it compares hpcprof's two engines instead, on a small per-rank export as it is
-(no copies, no reference nsys needed): the whole `hpcprof nsys stats` command writing the
-summary reports as CSV with --engine python and with --engine columnar, and `python -c pass`,
-interleaved, best and median of --repeat, outputs checked identical; and, in a child process per
-engine, its imports and its reports (with their CSV text) timed apart.
+Every command runs as a child process; the commands of a goal alternate (--repeat rounds) and
+medians are printed with the load average: the machine may be shared.
 
-    python benchmarks/nsys_stats_speed.py [--source FIXTURE.sqlite] [--copies N]
+    python benchmarks/nsys_stats_speed.py [--repeat 3] [--rank-repeat 11] [--work DIR] [--goals 1,2,3,4,6] [--shapes S,...]
+    python benchmarks/nsys_stats_speed.py --report-sets [--source FIXTURE.sqlite] [--copies N]
     python benchmarks/nsys_stats_speed.py --engines [--source FIXTURE.sqlite] [--repeat N]
+
+--report-sets: issue 21's run: a fixture's activity repeated --copies times, each of the six
+summary reports (and the six together) against one SQLite scan of the columns it reads plus
+hpcprof's start-up, and the cached second run. --engines: hpcprof's two engines on a small
+per-rank export as it is (no reference nsys needed): the whole `hpcprof nsys stats` command with
+--engine python and --engine columnar, and `python -c pass`, interleaved, with each engine's
+imports and reports timed apart in a child.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import filecmp
 import io
 import json
@@ -41,11 +52,13 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from itertools import chain
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO / "tests"), str(REPO)]
+sys.path[:0] = [str(REPO / "tests"), str(REPO), str(REPO / "benchmarks")]
 from fixture_files import materialize  # noqa: E402  (the repository's fixtures, unpacked)
 
 DEFAULT_SOURCE = materialize(REPO / ".fixtures") / "nsys" / "h200_seqpar_bf16" / "rank0.sqlite"
@@ -235,21 +248,415 @@ def engines(source: Path, repeat: int) -> None:
         print(f"  {engine:9s} imports {imports:.3f}  reports and CSV {reports:.3f}")
 
 
+# ---------------------------------------------------------------------------------------
+# issue 45's goals
+
+RANK_EXPORT = Path("gpu/run3/nsys/ddp_gpt2_p2_rank0.sqlite")       # the 557 kB DDP rank export
+GOAL_NSYS, GOAL_RANK_FLOOR, GOAL_SHAPE_FLOOR = 1.0, 1.5, 1.3
+ANALYSES = ("nccl", "overlap", "gaps")
+#: the columns nsys 2022.4's default report set reads, per table (`PREFIX*`: every table named so)
+DEFAULT_NEEDS = {"NVTX_EVENTS": "start, end, eventType, globalTid, domainId, textId, text",
+                 "OSRT_API": "start, end, nameId, eventClass", "CUPTI_ACTIVITY_KIND_RUNTIME": "start, end, nameId",
+                 "CUPTI_ACTIVITY_KIND_KERNEL": "start, end, demangledName, gridX, gridY, gridZ, blockX, blockY, blockZ",
+                 "CUPTI_ACTIVITY_KIND_MEMCPY": "start, end, bytes, copyKind, virtualAddress",
+                 "CUPTI_ACTIVITY_KIND_MEMSET": "start, end, bytes", "OPENMP_EVENT_KIND_*": "nameId, start, end",
+                 "CUDA_UM_CPU_PAGE_FAULT_EVENTS": "address, CpuInstruction",
+                 "CUDA_UM_GPU_PAGE_FAULT_EVENTS": "address, numberOfPageFaults"}
+
+
+def hpcprof_command() -> list[str]:
+    """`hpcprof` as a user runs it: the console script beside this Python, else `python -m hpcprof`."""
+    script = Path(sys.executable).with_name("hpcprof")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "hpcprof"]
+
+
+def alternate(commands: dict[str, list[str]], rounds: int, cwd: Path,
+              env: dict[str, str] | None = None) -> dict[str, list[Run]]:
+    """Each command once per round, in turn, `rounds` rounds (after one round not counted)."""
+    runs: dict[str, list[Run]] = {key: [] for key in commands}
+    for counted in [False] + [True] * rounds:
+        for key, cmd in commands.items():
+            run = measure(cmd, cwd, env)
+            if counted:
+                runs[key].append(run)
+    return runs
+
+
+def median_wall(runs: list[Run]) -> float:
+    return statistics.median(r[0] for r in runs)
+
+
+def median_cpu(runs: list[Run]) -> float:
+    return statistics.median(r[3] for r in runs)
+
+
+def verdict(ok: bool) -> str:
+    return "met" if ok else "missed"
+
+
+def load() -> str:
+    return " ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def captured_sql(run: Callable[[], object]) -> list[str]:
+    """The SQL statements `run()` makes through Python's sqlite3 (every connection it opens)."""
+    statements: list[str] = []
+    connect = sqlite3.connect
+
+    def traced(*args: Any, **kwargs: Any) -> sqlite3.Connection:
+        con = connect(*args, **kwargs)
+        con.set_trace_callback(statements.append)
+        return con
+
+    sqlite3.connect = traced  # type: ignore[assignment]
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            run()
+    finally:
+        sqlite3.connect = connect  # type: ignore[assignment]
+    return statements
+
+
+def reads_code(export: Path, statements: list[str], imports: str = "import sqlite3") -> str:
+    """A `python -c` program: `imports`, then `statements` over `export` (read-only), every row fetched."""
+    return (f"{imports}\nimport sqlite3\ncon = sqlite3.connect({f'file:{export}?mode=ro&immutable=1'!r}, uri=True)\n"
+            f"for sql in {statements!r}:\n    con.execute(sql).fetchall()\n")
+
+
+def scans(export: Path, needs: dict[str, str]) -> list[str]:
+    """One `SELECT count(c), ...` per table of `export` over the columns of `needs` it has."""
+    con = sqlite3.connect(f"file:{export}?mode=ro&immutable=1", uri=True)
+    try:
+        tables = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+        out = []
+        for pattern, cols in needs.items():
+            for table in tables:
+                if table == pattern or (pattern.endswith("*") and table.startswith(pattern[:-1])):
+                    have = {r[1] for r in con.execute(f'PRAGMA table_info("{table}")')}
+                    present = [c for c in cols.split(", ") if c in have]
+                    if present:
+                        out.append(f'SELECT {", ".join(f"count({c})" for c in present)} FROM "{table}"')
+        return out
+    finally:
+        con.close()
+
+
+def quick_in_process(export: Path) -> str:
+    """Seconds the quick lane spends in process (after the interpreter's start): its imports, the
+    default set's reports (the first run, as the command's), their CSV text, and the reports' SQL
+    alone (their statements replayed on a new connection)."""
+    t0 = time.perf_counter()
+    from hpcprof.analysis.nsys import stats_command  # noqa: F401  (the quick lane's imports)
+    from hpcprof.analysis.nsys_stats import small, table  # noqa: F401
+    from hpcprof.analysis.nsys_stats.stats import DEFAULT_REPORTS, run_python_reports
+
+    t1 = time.perf_counter()
+    outcomes = run_python_reports(export, list(DEFAULT_REPORTS))
+    t2 = time.perf_counter()
+    text = io.StringIO()
+    for outcome in outcomes:
+        if isinstance(outcome, table.Table):
+            table.write_csv(outcome, text)
+    t3 = time.perf_counter()
+    statements = captured_sql(lambda: run_python_reports(export, list(DEFAULT_REPORTS)))
+    con = sqlite3.connect(f"file:{export}?mode=ro&immutable=1", uri=True)
+    t4 = time.perf_counter()
+    for sql in statements:
+        con.execute(sql).fetchall()
+    t5 = time.perf_counter()
+    return json.dumps({"imports": t1 - t0, "reports": t2 - t1, "csv": t3 - t2, "sql": t5 - t4})
+
+
+def command_reads(export: Path, command: str) -> list[str]:
+    """The SQL `hpcprof nsys COMMAND --format csv EXPORT` makes through sqlite3 (run as the command
+    runs: its quick lane, or click's command where the lane leaves it), in a child (this process
+    stays small: a child forked from it would start with its resident set)."""
+    out = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child-reads", command, str(export)],
+                         capture_output=True, text=True, check=True, env={**os.environ, "HPCPROF_NSYS_CACHE": "off"})
+    return json.loads(out.stdout)
+
+
+def reads_in_process(command: str, export: Path) -> list[str]:
+    """command_reads, in this process."""
+    from hpcprof.analysis.nsys.stats_command import quick
+    from hpcprof.cli import main as cli
+
+    def run() -> None:
+        args = [str(export), "--format", "csv"]
+        if quick(command, args) is None:
+            with contextlib.suppress(SystemExit):
+                cli(["nsys", command, *args], standalone_mode=False)
+
+    return captured_sql(run)
+
+
+def goal_rank(fixtures: Path, nsys: str, rounds: int, work: Path) -> list[bool]:
+    """Goal 1: the per-rank export, each command against nsys and against its floor."""
+    export = fixtures / RANK_EXPORT
+    hp = hpcprof_command()
+    reads = {name: command_reads(export, name) for name in ("stats", *ANALYSES)}
+    commands = {"hpcprof nsys stats": [*hp, "nsys", "stats", "--format", "csv", str(export)],
+                "nsys stats": [nsys, "stats", "--format", "csv", str(export)],
+                "python -c pass": [sys.executable, "-c", "pass"],
+                "floor stats": [sys.executable, "-c", reads_code(export, reads["stats"])]}
+    for name in ANALYSES:
+        commands[f"hpcprof nsys {name}"] = [*hp, "nsys", name, "--format", "csv", str(export)]
+        commands[f"floor {name}"] = [sys.executable, "-c", reads_code(export, reads[name])]
+    commands["in process"] = [sys.executable, str(Path(__file__).resolve()), "--child-quick", str(export)]
+    runs = alternate(commands, rounds, work, {**os.environ, "HPCPROF_NSYS_CACHE": "off"})
+    wall = {k: median_wall(v) for k, v in runs.items()}
+    cpu = {k: median_cpu(v) for k, v in runs.items()}
+    print(f"== goal 1: per-rank files: {RANK_EXPORT} ({export.stat().st_size / 1e3:.0f} kB), `{' '.join(hp)}`, "
+          f"median of {rounds} alternated runs (load average {load()})")
+    print(f"  {'command':24s} {'wall s':>7s} {'CPU s':>6s} {'peak MiB':>8s}")
+    for key, values in runs.items():
+        if key != "in process":
+            print(f"  {key:24s} {wall[key]:7.3f} {cpu[key]:6.3f} {max(r[1] for r in values):8d}")
+    split = {k: statistics.median(json.loads(r[2])[k] for r in runs["in process"])
+             for k in ("imports", "reports", "sql", "csv")}
+    print(f"  where the time goes (the quick lane in process, median ms): imports {1e3 * split['imports']:.1f}, "
+          f"reports {1e3 * split['reports']:.1f} (their SQL alone {1e3 * split['sql']:.1f}), CSV {1e3 * split['csv']:.1f}; "
+          f"the interpreter's start (`python -c pass`) {1e3 * wall['python -c pass']:.1f} wall")
+    met = []
+    for name in ("stats", *ANALYSES):
+        mine = wall[f"hpcprof nsys {name}"]
+        speed, floor_ratio = wall["nsys stats"] / mine, mine / wall[f"floor {name}"]
+        met += [speed >= GOAL_NSYS, floor_ratio <= GOAL_RANK_FLOOR]
+        print(f"  hpcprof nsys {name:8s}: {speed:5.2f}x nsys stats's speed (goal >= {GOAL_NSYS:.1f}x: "
+              f"{verdict(met[-2])}); {floor_ratio:5.2f}x its floor, {wall[f'floor {name}']:.3f} s (`python -c pass` "
+              f"+ its {len(reads[name])} SQLite reads) (goal <= {GOAL_RANK_FLOOR}x: "
+              f"{verdict(met[-1])}); CPU {cpu[f'hpcprof nsys {name}'] / cpu[f'floor {name}']:.2f}x the floor's")
+    return met
+
+
+def same_files(ours: Path, theirs: Path, prefix_ours: str, prefix_theirs: str) -> tuple[bool, int]:
+    """Whether the files `prefix_theirs*` nsys wrote are those hpcprof wrote as `prefix_ours*` (names
+    after the prefix and bytes); how many."""
+    mine = {p.name[len(prefix_ours):]: p for p in ours.glob(f"{prefix_ours}*")}
+    nsys_files = {p.name[len(prefix_theirs):]: p for p in theirs.glob(f"{prefix_theirs}*")}
+    same = mine.keys() == nsys_files.keys() and all(filecmp.cmp(mine[k], nsys_files[k], shallow=False)
+                                                     for k in nsys_files)
+    return same, len(nsys_files)
+
+
+def child_modules(export: Path, out: Path) -> list[str]:
+    """The modules `hpcprof nsys stats --format csv -o OUT/x EXPORT` imports beyond the interpreter's
+    own (top-level packages and hpcprof's modules), run in a child."""
+    probe = ("import sys\nbefore = set(sys.modules)\nsys.argv = ['hpcprof', 'nsys', 'stats', '--format', 'csv', "
+             f"{str(export)!r}, '-o', {str(out / 'x')!r}]\nfrom hpcprof.__main__ import main\n"
+             "import contextlib, io\nwith contextlib.suppress(SystemExit), contextlib.redirect_stdout(io.StringIO()):\n"
+             "    main()\n"
+             "print(' '.join(sorted(m for m in set(sys.modules) - before if '.' not in m or m.startswith('hpcprof.'))))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         env={**os.environ, "HPCPROF_NSYS_CACHE": "off"}).stdout
+    return [m for m in out.split() if not m.startswith("_") and m != "__main__"]
+
+
+def goal_shapes(fixtures: Path, nsys: str, rounds: int, work: Path, only: list[str]) -> tuple[list[bool], list[bool]]:
+    """Goals 2 and 3: each shape's default report set against its floor, beside nsys; the files identical."""
+    from nsys_shapes import SHAPES, make
+
+    hp = hpcprof_command()
+    met, same = [], []
+    print(f"== goal 2: every shape at its floor: nsys 2022.4's default report set, --format csv -o, without hpcprof's "
+          f"cache; median of {rounds} alternated runs")
+    print(f"  {'shape':16s} {'MiB':>4s} {'rows':>10s} {'hpcprof s':>9s} {'nsys s':>7s} {'floor s':>7s} {'ratio':>6s}  "
+          f"{'goal':6s} {'to scan+pass':>12s} {'x nsys':>6s} {'CPU ratio':>9s} {'peak MiB hp/nsys':>16s}  load")
+    for shape in only or SHAPES:
+        export, counts = make(shape, work / "shapes")
+        out = work / "out" / shape.replace("/", "-")
+        shutil.rmtree(out, ignore_errors=True)
+        out.mkdir(parents=True)
+        imports = "import " + ", ".join(child_modules(export, out))
+        reads = scans(export, DEFAULT_NEEDS)
+        commands = {"hpcprof": [*hp, "nsys", "stats", "--format", "csv", "-o", str(out / "h"), str(export)],
+                    "nsys": [nsys, "stats", "--format", "csv", "-o", str(out / "n"), "--force-overwrite", "true",
+                             str(export)],
+                    "floor": [sys.executable, "-c", reads_code(export, reads, imports)],
+                    "scan": [sys.executable, "-c", reads_code(export, reads)]}
+        runs = alternate(commands, rounds, out, {**os.environ, "HPCPROF_NSYS_CACHE": "off"})
+        wall = {k: median_wall(v) for k, v in runs.items()}
+        cpu = {k: median_cpu(v) for k, v in runs.items()}
+        ratio = wall["hpcprof"] / wall["floor"]
+        met.append(ratio <= GOAL_SHAPE_FLOOR)
+        identical, files = same_files(out, out, "h_", "n_")
+        same.append(identical)
+        print(f"  {shape:16s} {export.stat().st_size / 2**20:4.0f} {sum(counts.values()):10,d} {wall['hpcprof']:9.2f} "
+              f"{wall['nsys']:7.2f} {wall['floor']:7.2f} {ratio:5.2f}x  {verdict(met[-1]):6s} "
+              f"{wall['hpcprof'] / wall['scan']:11.2f}x {wall['nsys'] / wall['hpcprof']:5.2f}x "
+              f"{cpu['hpcprof'] / cpu['floor']:8.2f}x {max(r[1] for r in runs['hpcprof']):7d} / "
+              f"{max(r[1] for r in runs['nsys']):<7d} {load()}"
+              f"{'' if identical else f'  OUTPUT DIFFERS ({files} nsys files)'}")
+    print(f"  (floor: one process importing what hpcprof imports for that export and scanning the {len(DEFAULT_NEEDS)} "
+          "tables' needed columns once, count() in SQLite; scan+pass: the scan alone after `python -c pass`'s start)")
+    return met, same
+
+
+def goal_default_set(fixtures: Path, nsys: str, work: Path, shapes_same: list[bool]) -> bool:
+    """Goal 3: the default set is nsys 2022.4's; the rank export's files as nsys writes them."""
+    from hpcprof.analysis.nsys_stats.stats import DEFAULT_REPORTS
+
+    listed = subprocess.run([nsys, "stats", "--help"], capture_output=True, text=True).stdout
+    names = tuple(listed.split("default report set:")[1].split("See --help")[0].split())
+    out = work / "out" / "rank"
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    export = fixtures / RANK_EXPORT
+    measure([*hpcprof_command(), "nsys", "stats", "--format", "csv", "-o", str(out / "h"), str(export)], out)
+    measure([nsys, "stats", "--format", "csv", "-o", str(out / "n"), str(export)], out)
+    identical, files = same_files(out, out, "h_", "n_")
+    ok = names == DEFAULT_REPORTS and identical and all(shapes_same)
+    print(f"== goal 3: the default report set: nsys 2022.4's list ({len(names)} reports) "
+          f"{'is' if names == DEFAULT_REPORTS else 'IS NOT'} hpcprof's, in order; the rank export's {files} files and "
+          f"the {len(shapes_same)} shapes' files {'are' if identical and all(shapes_same) else 'ARE NOT'} nsys's "
+          f"(names and bytes): {verdict(ok)}")
+    return ok
+
+
+COLLECT_EXPERIMENT = """name: speed
+workload:
+  kind: command
+  argv: ["true"]
+resources:
+  nodes: 1
+  ranks_per_node: 1
+"""
+
+
+def collect_run(fixtures: Path, work: Path, files: int) -> tuple[Path, Path]:
+    """(workdir, run) of a finished local run turned into an nsys run of `files` rank exports (the two
+    H200 ranks, copied), as tests/test_collect.py makes them."""
+    root = work / "collect"
+    runs = sorted((root / "hpcprof-runs").glob("speed/*/config.json")) if root.exists() else []
+    if not runs:
+        root.mkdir(parents=True, exist_ok=True)
+        (root / "exp.yaml").write_text(COLLECT_EXPERIMENT)
+        measure([*hpcprof_command(), "submit", "exp.yaml", "--site", "local", "--wait"], root)
+        runs = sorted((root / "hpcprof-runs").glob("speed/*/config.json"))
+    run = runs[0].parent
+    config = json.loads((run / "config.json").read_text())
+    config["experiment"]["profile"]["tool"] = "nsys"
+    config["experiment"]["profile"]["ranks"] = list(range(files))
+    (run / "config.json").write_text(json.dumps(config))
+    profiles = run / "profiles" / "nsys"
+    profiles.mkdir(parents=True, exist_ok=True)
+    for rank in range(files):
+        if not (profiles / f"rank{rank}.sqlite").exists():
+            shutil.copy(fixtures / "nsys" / "h200_seqpar_bf16" / f"rank{rank % 2}.sqlite", profiles / f"rank{rank}.sqlite")
+    return root, run
+
+
+def same_tables(one: Path, other: Path) -> tuple[int, bool]:
+    """(tables, whether equal) of two results folders' Parquet files."""
+    import pyarrow.parquet as pq
+
+    a, b = ({p.name: pq.read_table(p) for p in sorted(d.glob("*.parquet"))} for d in (one, other))
+    return len(a), a.keys() == b.keys() and all(a[k].equals(b[k]) for k in a)
+
+
+def goal_collect(fixtures: Path, rounds: int, work: Path, files: int) -> bool:
+    """Goal 4: collect without --workers against --workers 1 on the same run, the tables compared."""
+    from hpcprof.cpus import default_workers
+
+    root, run = collect_run(fixtures, work, files)
+    fresh = (f"import shutil, subprocess, sys; shutil.rmtree({str(run / 'derived')!r}, ignore_errors=True); "
+             f"shutil.rmtree({str(run / 'results')!r}, ignore_errors=True); "
+             f"sys.exit(subprocess.run({[*hpcprof_command(), 'collect', run.name]!r} + sys.argv[1:]).returncode)")
+    commands = {"default": [sys.executable, "-c", fresh], "--workers 1": [sys.executable, "-c", fresh, "--workers", "1"]}
+    first = subprocess.run(commands["default"], cwd=root, capture_output=True, text=True, check=True)
+    said = first.stdout + first.stderr                # once each, the tables kept (collect logs on stderr)
+    kept = work / "collect-default-results"
+    shutil.rmtree(kept, ignore_errors=True)
+    shutil.copytree(run / "results", kept)
+    measure(commands["--workers 1"], root)
+    count_tables, identical = json.loads(subprocess.run(
+        [sys.executable, str(Path(__file__).resolve()), "--child-same-tables", str(kept), str(run / "results")],
+        capture_output=True, text=True, check=True).stdout)
+    runs = alternate(commands, rounds, root)
+    line = next((x for x in said.splitlines() if "analysed by" in x), "(no line)")
+    count, why = default_workers()
+    ok = identical and f"analysed by {count} " in line
+    wall = {k: median_wall(v) for k, v in runs.items()}
+    cpu = {k: median_cpu(v) for k, v in runs.items()}
+    print(f"== goal 4: collect uses the machine: a run of {files} rank files, median of {rounds} alternated runs "
+          f"(load average {load()})")
+    print(f"  without --workers: {wall['default']:.2f} s wall, {cpu['default']:.2f} s CPU; --workers 1: "
+          f"{wall['--workers 1']:.2f} s wall, {cpu['--workers 1']:.2f} s CPU ({wall['--workers 1'] / wall['default']:.2f}x "
+          "the default's speed)")
+    print(f"  it said `{line.strip()}` (cpus.default_workers here: {count}, {why}); {count_tables} tables "
+          f"{'identical' if identical else 'DIFFER'} to one process's: {verdict(ok)}")
+    return ok
+
+
+def goal_collect_file(repeat: int) -> bool:
+    """Goal 6: benchmarks/collect_file.py on the committed H200 exports (exit 1 above the kept ratio)."""
+    res = subprocess.run([sys.executable, str(REPO / "benchmarks" / "collect_file.py"), "--repeat", str(repeat)],
+                         capture_output=True, text=True)
+    print("== goal 6: collect keeps its ratio to the floor (benchmarks/collect_file.py, each H200 export against "
+          "the kept commit's hpcprof, alternated)")
+    for line in res.stdout.splitlines():
+        if line.startswith(("# collect_file", "per rank file", "ratio to the floor", "met: the ratio kept",
+                            "MISSED: the ratio kept")):
+            print(f"  {line}")
+    if res.returncode not in (0, 1):
+        print(f"  collect_file.py failed ({res.returncode}): {res.stderr.strip().splitlines()[-1:]}")
+    return res.returncode == 0
+
+
+def goals(args: argparse.Namespace) -> None:
+    """Issue 45's goals, each with its ratio, floor and met/missed."""
+    wanted = {int(g) for g in args.goals.split(",")}
+    fixtures = materialize(REPO / ".fixtures")
+    work = args.work
+    work.mkdir(parents=True, exist_ok=True)
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(REPO / "hpcprof")], check=True,
+                   stdout=subprocess.DEVNULL)            # bytecode, as an install leaves it
+    version = subprocess.run([args.nsys, "--version"], capture_output=True, text=True).stdout.split()[-1:]
+    print(f"# issue 45 goals, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} CPUs, load "
+          f"average {load()} at the start; nsys {' '.join(version)}; {sys.executable} (bytecode compiled)")
+    verdicts: dict[str, list[bool]] = {}
+    if 1 in wanted:
+        verdicts["1 per-rank files"] = goal_rank(fixtures, args.nsys, args.rank_repeat, work)
+    same: list[bool] = []
+    if 2 in wanted:
+        verdicts["2 every shape at its floor"], same = goal_shapes(fixtures, args.nsys, args.repeat, work,
+                                                                  [s for s in args.shapes.split(",") if s])
+    if 3 in wanted:
+        verdicts["3 default report set"] = [goal_default_set(fixtures, args.nsys, work, same)]
+    if 4 in wanted:
+        verdicts["4 collect uses the machine"] = [goal_collect(fixtures, args.repeat, work, args.collect_files)]
+    if 6 in wanted:
+        verdicts["6 collect keeps its ratio"] = [goal_collect_file(args.collect_repeat)]
+    print("== goals: " + "; ".join(f"{name}: {verdict(all(v))} ({sum(v)} of {len(v)})" for name, v in verdicts.items())
+          + f" (load average {load()} at the end)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--goals", default="1,2,3,4,6", help="issue 45's goals to measure (comma separated)")
+    parser.add_argument("--work", type=Path, default=Path("/tmp/nsys_stats_speed"),
+                        help="where the shapes and the collect run are built (kept for the next run)")
+    parser.add_argument("--rank-repeat", type=int, default=11, help="rounds of goal 1's commands")
+    parser.add_argument("--shapes", default="", help="goal 2's shapes to measure (comma separated; default: all four)")
+    parser.add_argument("--collect-files", type=int, default=256, help="rank files of goal 4's run")
+    parser.add_argument("--collect-repeat", type=int, default=15, help="collect_file.py's --repeat (goal 6)")
+    parser.add_argument("--report-sets", action="store_true", help="issue 21's run (see above)")
     parser.add_argument("--source", type=Path, default=DEFAULT_SOURCE, help="fixture export to repeat")
     parser.add_argument("--copies", type=int, default=15_000, help="repetitions of its activity")
     parser.add_argument("--nsys", default=NSYS_2022, help="reference nsys (2022.4 from Debian non-free)")
     parser.add_argument("--names", choices=["old", "new"], default="old",
                         help="report names and layouts: nsys 2022.4's (old) or today's (new, for nsys 2023+)")
-    parser.add_argument("--repeat", type=int, default=3, help="runs of each tool (best is reported)")
-    parser.add_argument("--keep", action="store_true", help="keep the built export and outputs")
+    parser.add_argument("--repeat", type=int, default=3, help="rounds of each goal's commands (goal 1: --rank-repeat)")
+    parser.add_argument("--keep", action="store_true", help="keep the built export and outputs (--report-sets)")
     parser.add_argument("--engines", action="store_true",
                         help="compare hpcprof's engines (python, columnar) on --source as it is")
     parser.add_argument("--child-build", nargs=3, help=argparse.SUPPRESS)
     parser.add_argument("--child-reports", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--child-floor", nargs=3, help=argparse.SUPPRESS)
     parser.add_argument("--child-engine", nargs=2, help=argparse.SUPPRESS)
+    parser.add_argument("--child-quick", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--child-reads", nargs=2, help=argparse.SUPPRESS)
+    parser.add_argument("--child-same-tables", nargs=2, type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     global REPORTS
     REPORTS = NEW_NAMES if args.names == "new" else OLD_NAMES
@@ -267,12 +674,29 @@ def main() -> None:
     if args.child_engine:
         print(engine_in_process(args.child_engine[0], Path(args.child_engine[1])))
         return
+    if args.child_quick:
+        print(quick_in_process(args.child_quick))
+        return
+    if args.child_reads:
+        print(json.dumps(reads_in_process(args.child_reads[0], Path(args.child_reads[1]))))
+        return
+    if args.child_same_tables:
+        print(json.dumps(same_tables(*args.child_same_tables)))
+        return
     if args.engines:
         engines(args.source.resolve(), args.repeat)
         return
     if not Path(args.nsys).exists():
         raise SystemExit(f"reference nsys not found at {args.nsys}; apt-get install nsight-systems-target "
                          "(Debian non-free, see shared/fixtures/SOURCES.md)")
+    if args.report_sets:
+        report_sets(args)
+        return
+    goals(args)
+
+
+def report_sets(args: argparse.Namespace) -> None:
+    """Issue 21's run: each of the six summary reports, and the six together, against its floor."""
     version = " ".join(subprocess.run([args.nsys, "--version"], capture_output=True, text=True).stdout.split()[-1:])
     work = Path(tempfile.mkdtemp(prefix="nsys_stats_speed_", dir="/tmp"))
     db = work / "big.sqlite"
@@ -365,6 +789,7 @@ def main() -> None:
     print(f"all outputs identical: {'yes' if all(same) else 'NO'}")
     if not args.keep:
         shutil.rmtree(work)
+
 
 
 if __name__ == "__main__":

@@ -31,6 +31,13 @@ critical path's events of each file, written as bundles) in a pool of one worker
 file on one core) and of one worker per core (the cores the files leave decode their batches),
 and the load of `hpcprof trace critical-path` (critical_path.load_events) in one process and on
 all cores.
+
+As a user waits (issue 45 goal 5: >= 20x HTA's speed, <= 0.2 of its peak memory, both the largest
+process and all processes summed): each tool as a whole process, imports included, alternated
+--repeat times: `hpcprof trace all DIR --format csv` (the console script, bytecode compiled) and a
+Python process that imports HTA and runs its load and five analyses; wall time (median), the peak
+RSS of the largest process (the kernel's accounting of the waited-for process tree) and the peak
+PSS of all of them (sampled), printed beside the in-process figures above.
 """
 
 from __future__ import annotations
@@ -41,6 +48,7 @@ import io
 import json
 import math
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -154,6 +162,50 @@ for label, workers in (("one process", 1), ("all cores", None)):
 json.dump(result, open(sys.argv[2], "w"))
 """
 
+#: HTA's load and five analyses as a user's script runs them (imports included, nothing kept)
+HTA_WHOLE = r"""
+import sys
+from hta.trace_analysis import TraceAnalysis
+a = TraceAnalysis(trace_dir=sys.argv[1])
+ranks = a.t.get_ranks()
+a.get_gpu_kernel_breakdown(visualize=False)
+a.get_temporal_breakdown(visualize=False)
+a.get_comm_comp_overlap(visualize=False)
+a.get_idle_time_breakdown(ranks=ranks, visualize=False)
+a.get_cuda_kernel_launch_stats(ranks=ranks, visualize=False)
+"""
+
+#: runs a command as a user would (output thrown away) from a small process: prints [wall seconds, peak RSS
+#: of its largest process in kB (the kernel's accounting of the waited-for processes), peak PSS of all of
+#: them in kB (sampled every 20 ms)]
+WHOLE_RUNNER = r"""
+import json, os, resource, subprocess, sys, time
+def tree_pss_kb(pid):
+    total, stack = 0, [pid]
+    while stack:
+        proc = stack.pop()
+        try:
+            with open(f"/proc/{proc}/smaps_rollup") as f:
+                total += next(int(line.split()[1]) for line in f if line.startswith("Pss:"))
+            for task in os.listdir(f"/proc/{proc}/task"):
+                with open(f"/proc/{proc}/task/{task}/children") as f:
+                    stack += map(int, f.read().split())
+        except (OSError, StopIteration):
+            continue
+    return total
+argv = json.loads(sys.argv[1])
+peak = 0
+t0 = time.perf_counter()
+proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+while proc.poll() is None:
+    peak = max(peak, tree_pss_kb(proc.pid))
+    time.sleep(0.02)
+wall = time.perf_counter() - t0
+if proc.returncode != 0:
+    sys.exit(f"{argv[:3]} failed ({proc.returncode})")
+print(json.dumps([wall, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, peak]))
+"""
+
 FLOOR_DRIVER = r"""
 import json, pathlib, sys, time
 import msgspec
@@ -202,6 +254,23 @@ def run_sampled(argv: list[str], log: Path) -> int:
     if proc.returncode != 0:
         sys.exit(f"{argv[0]} failed; see {log}")
     return peak
+
+
+def whole_processes(traces: Path, hta_python: str, repeat: int) -> dict[str, list[tuple[float, int, int]]]:
+    """Each tool's whole process on `traces`, alternated `repeat` times, each started by a fresh small
+    process (WHOLE_RUNNER: its RUSAGE_CHILDREN peak is that run's, and no forked copy of this one counts)."""
+    script = Path(sys.executable).with_name("hpcprof")
+    hpcprof = [str(script)] if script.exists() else [sys.executable, "-m", "hpcprof"]
+    commands = {"hta": [hta_python, "-c", HTA_WHOLE, str(traces)],
+                "hpcprof": [*hpcprof, "trace", "all", str(traces), "--format", "csv"]}
+    runs: dict[str, list[tuple[float, int, int]]] = {k: [] for k in commands}
+    for _ in range(repeat):
+        for key, argv in commands.items():
+            out = subprocess.run([sys.executable, "-c", WHOLE_RUNNER, json.dumps(argv)], capture_output=True,
+                                 text=True, check=True, cwd=REPO).stdout
+            wall, rss, pss = json.loads(out)
+            runs[key].append((wall, rss, pss))
+    return runs
 
 
 def scale_trace(src: Path, dst: Path, copies: int) -> None:
@@ -327,6 +396,18 @@ def bench(source: Path, target_mb: float, hta_python: str, workdir: Path, repeat
     print(f"  floor (read + inflate + msgspec decode of the fields used, whole files, one process): "
           f"{floor['floor_s']:.2f} s; "
           f"hpcprof's load + analyses = {ours_s / floor['floor_s']:.2f}x the floor")
+    whole = whole_processes(traces, hta_python, repeat)
+    wall = {k: statistics.median(r[0] for r in v) for k, v in whole.items()}
+    rss = {k: max(r[1] for r in v) for k, v in whole.items()}
+    pss = {k: max(r[2] for r in v) for k, v in whole.items()}
+    speed, largest, summed = wall["hta"] / wall["hpcprof"], rss["hpcprof"] / rss["hta"], pss["hpcprof"] / pss["hta"]
+    print(f"  as a user waits (whole processes, imports included; median of {repeat} alternated runs; load average "
+          f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}): `hpcprof trace all --format csv` {wall['hpcprof']:.2f} s, "
+          f"largest process {rss['hpcprof'] / 1024:.0f} MiB, all processes {pss['hpcprof'] / 1024:.0f} MiB; HTA 0.5.0's "
+          f"load and five analyses {wall['hta']:.2f} s, {rss['hta'] / 1024:.0f} MiB, {pss['hta'] / 1024:.0f} MiB")
+    print(f"  goal 5: {speed:.1f}x HTA's speed as a user waits (goal >= 20x: {'met' if speed >= 20 else 'missed'}; "
+          f"in process above: {ratio:.1f}x); memory {largest:.2f} of HTA's largest process and {summed:.2f} of all its "
+          f"processes (goal <= 0.20: {'met' if max(largest, summed) <= 0.2 else 'missed'}; in process above: {memory:.2f})")
     cores = run(sys.executable, CORES_DRIVER, traces, workdir / f"{source.name}_cores.json", repeat)
     hta_s = hta["load_s"] + hta["analyses_s"]
     print(f"  on more cores than files ({os.cpu_count()} cores): hpcprof collect's map of these files (the five "
@@ -353,6 +434,8 @@ def main() -> None:
     parser.add_argument("--workdir", type=Path,
                         default=Path(tempfile.gettempdir()) / "hpcprof-trace-speed")
     args = parser.parse_args()
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(REPO / "hpcprof")], check=True,
+                   stdout=subprocess.DEVNULL)            # bytecode, as an install leaves it
     for name in args.fixtures:
         bench(FIXTURES / name, args.target_mb, args.hta_python, args.workdir, args.repeat)
 

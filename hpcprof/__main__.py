@@ -1,6 +1,10 @@
 """The `hpcprof` program: the console script and `python -m hpcprof`."""
 
 import gc
+import sys
+
+#: the `hpcprof nsys` commands with a quick lane
+QUICK = ("stats", "nccl", "overlap", "gaps")
 
 
 def main() -> None:
@@ -10,8 +14,21 @@ def main() -> None:
     so that the collections of the command's work do not traverse them. When the command ends, so
     does the process: everything is frozen then, so that the interpreter's collections at exit skip
     what the OS frees anyway (exit handlers still run, and objects still go as their last reference
-    does; only garbage cycles left uncollected at exit are not finalized, as Python never promises)."""
+    does; only garbage cycles left uncollected at exit are not finalized, as Python never promises).
+
+    `hpcprof nsys stats|nccl|overlap|gaps ... --format csv` goes first to the command's quick lane,
+    which runs it without click where it reads the whole command line and the file
+    (stats_command.quick)."""
     gc.disable()
+    if sys.argv[1:2] == ["nsys"] and sys.argv[2:3] and sys.argv[2] in QUICK:
+        from hpcprof.analysis.nsys import stats_command
+
+        gc.freeze()
+        gc.enable()
+        code = stats_command.quick(sys.argv[2], sys.argv[3:])
+        if code is not None:
+            gc.freeze()
+            sys.exit(code)
     from hpcprof.cli import main as command_line
 
     try:

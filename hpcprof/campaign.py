@@ -107,15 +107,17 @@ RESUBMITTABLE = frozenset({"FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_O
                            "NOT_SUBMITTED"})
 
 
-def plan_collect(runs: list[RunDir], site: SiteConfig, workdir: Path, db: str | None, workers: int,
+def plan_collect(runs: list[RunDir], site: SiteConfig, workdir: Path, db: str | None, workers: int | None,
                  walltime: str) -> Plan:
-    """A one-rank run of `hpcprof collect RUN... --workdir W [--db URL]` on `site` (the URL only
-    when given on the command line: a job script must not copy a password from $HPCPROF_DB)."""
+    """A one-rank run of `hpcprof collect RUN... --workdir W [--workers N] [--db URL]` on `site` (the URL
+    only when given on the command line: a job script must not copy a password from $HPCPROF_DB;
+    without N, the job's collect uses the CPUs of its allocation)."""
     from hpcprof.config.experiment import expand
     from hpcprof.render.job import resolve_python
 
     argv = [resolve_python(site), "-m", "hpcprof", "collect", *(run.run_id for run in runs),
-            "--workdir", str(workdir.resolve()), "--workers", str(workers), *(["--db", db] if db else [])]
+            "--workdir", str(workdir.resolve()), *(["--workers", str(workers)] if workers else []),
+            *(["--db", db] if db else [])]
     data = {"name": COLLECT_JOB, "workload": {"kind": "command", "argv": argv},
             "resources": {"nodes": 1, "ranks_per_node": 1, "walltime": walltime}}
     points = expand(data, site, "collect --submit")

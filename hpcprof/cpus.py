@@ -1,6 +1,8 @@
 """The CPUs this process may run on: those of its affinity mask (a Slurm or PBS job's cpuset,
 `taskset`, a container's), not the machine's. On a shared node a job given 8 of 128 cores that
-started a process per core of the machine would run 16 processes on each of its own."""
+started a process per core of the machine would run 16 processes on each of its own. And the
+number of worker processes the commands that map over rank files start unless told otherwise
+(`default_workers`: those CPUs, fewer where the memory available would not hold them)."""
 
 from __future__ import annotations
 
@@ -13,3 +15,38 @@ def usable_cpus() -> int:
     if hasattr(os, "sched_getaffinity"):
         return max(1, len(os.sched_getaffinity(0)))
     return os.cpu_count() or 1
+
+
+#: memory planned for one worker process that analyses rank files (its imports, ~150 MB, and one
+#: rank's tables; collect's workers peaked at 154 MiB on 442 kB H200 rank exports)
+WORKER_BYTES = 1 << 30
+
+
+def available_memory() -> int | None:
+    """Bytes this process may still allocate: the kernel's MemAvailable, less where the process's
+    cgroup (a Slurm or PBS job's, a container's) allows less; None where neither is known."""
+    found: list[int] = []
+    try:
+        with open("/proc/meminfo") as fh:
+            found += [int(line.split()[1]) * 1024 for line in fh if line.startswith("MemAvailable:")]
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        with open("/sys/fs/cgroup/memory.max") as fh, open("/sys/fs/cgroup/memory.current") as used:
+            limit = fh.read().strip()
+            if limit != "max":
+                found.append(max(0, int(limit) - int(used.read().strip())))
+    except (OSError, ValueError):
+        pass
+    return min(found) if found else None
+
+
+def default_workers(worker_bytes: int = WORKER_BYTES) -> tuple[int, str]:
+    """Worker processes to use unless told otherwise: one per CPU this process may use, fewer where
+    the memory available does not hold `worker_bytes` for each; with the reason, for the log."""
+    cpus, memory = usable_cpus(), available_memory()
+    by_memory = cpus if memory is None else max(1, memory // worker_bytes)
+    if memory is not None and by_memory < cpus:
+        return by_memory, (f"{cpus} CPUs this process may use, bounded by memory: {memory / 2**30:.1f} GiB available, "
+                           f"{worker_bytes / 2**30:.1f} GiB a worker")
+    return cpus, f"the CPU{'s' if cpus > 1 else ''} this process may use"

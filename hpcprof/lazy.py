@@ -4,7 +4,10 @@ use; an object a "module:attribute" target names."""
 from __future__ import annotations
 
 import importlib
-from typing import Any
+
+TYPE_CHECKING = False          # typing's constant without importing typing (the quick lane's start-up)
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class LazyModule:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
 
 from hpcprof.atomic import atomic_write
-from hpcprof.cpus import usable_cpus
+from hpcprof.cpus import default_workers, usable_cpus
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -99,17 +99,22 @@ def cores_per_file(executor: Executor, files: int) -> int:
     return max(1, executor_workers(executor) // files)
 
 
-def make_executor(workers: int, preload: Iterable[str] = ()) -> tuple[Executor, str]:
-    """mpi4py.futures workers under mpiexec, else a process pool of `workers` (1: this process)
-    (a fork server imports `preload` before forking them); with a description for the log."""
+def make_executor(workers: int | None, preload: Iterable[str] = ()) -> tuple[Executor, str]:
+    """mpi4py.futures workers under mpiexec, else a process pool of `workers` (1: this process;
+    None: cpus.default_workers, the CPUs this process may use as memory allows) (a fork server
+    imports `preload` before forking them); with a description for the log, saying how many and why."""
     if under_mpi_futures():
         from mpi4py import MPI
         from mpi4py.futures import MPIPoolExecutor
 
         return MPIPoolExecutor(), f"{MPI.COMM_WORLD.Get_size() - 1} mpi4py.futures worker(s)"
+    why = "--workers"
+    if workers is None:
+        workers, why = default_workers()
+        why += "; --workers sets another number"
     if workers <= 1:
-        return InProcess(), "1 process"
-    return ProcessPoolExecutor(workers, mp_context=worker_context(preload)), f"{workers} worker processes"
+        return InProcess(), f"1 process ({why})"
+    return ProcessPoolExecutor(workers, mp_context=worker_context(preload)), f"{workers} worker processes ({why})"
 
 
 @functools.cache

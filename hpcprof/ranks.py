@@ -11,14 +11,17 @@ from __future__ import annotations
 
 import os
 import re
-from pathlib import PurePath
+
+TYPE_CHECKING = False          # typing's constant without importing typing (the nsys quick lane's start-up)
+if TYPE_CHECKING:
+    from pathlib import PurePath
 
 RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 
 
 def rank_from_filename(path: PurePath | str) -> int | None:
     """The rank in a file's name (`rank_3.sqlite` -> 3), or None when the name has none."""
-    match = RANK_IN_NAME.search(path.name if isinstance(path, PurePath) else os.path.basename(path))
+    match = RANK_IN_NAME.search(os.path.basename(os.fspath(path)))
     return int(match.group(1)) if match else None
 
 

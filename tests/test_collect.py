@@ -106,8 +106,16 @@ def test_bad_file_and_bad_run_are_isolated(tmp_path: Path, fixtures_dir: Path, d
 
 @pytest.mark.slow
 def test_parallel_equals_serial_and_is_incremental(tmp_path: Path, fixtures_dir: Path) -> None:
+    """Without --workers, collect uses the CPUs it may use (as memory allows: cpus.default_workers)
+    and says how many; its tables are those of one process."""
+    from hpcprof.cpus import default_workers
+
     runs = nsys_runs(tmp_path, fixtures_dir, {})
-    assert hpcprof("collect", runs[0].name, "--workers", "2", cwd=tmp_path).returncode == 0
+    default = hpcprof("collect", runs[0].name, *(["--workers", "2"] if default_workers()[0] == 1 else []), cwd=tmp_path)
+    assert default.returncode == 0
+    count = max(2, default_workers()[0])
+    why = "the CPUs this process may use" if default_workers()[0] > 1 else "--workers"
+    assert f"rank files analysed by {count} worker processes ({why}" in default.stdout + default.stderr
     parallel = {name: read_table(runs[0], name) for name in list_tables(runs[0])}
     shutil.rmtree(runs[0] / "derived")
     for name in parallel:

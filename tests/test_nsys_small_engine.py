@@ -82,6 +82,48 @@ def test_rounding_emulations_agree_with_the_columnar_ones() -> None:
             assert mine == theirs or (math.isnan(mine) and math.isnan(theirs)), x
 
 
+def test_sqlite_round1_takes_floats_only_where_they_cannot_decide_a_tie() -> None:
+    """sqlite_round1's float shortcut against the exact long-double emulation (sqlite_tenths) on values
+    at, one and two ulps either side of every x.x5 up to 10^4 (where the shortcut must step aside),
+    random ones, and large and tiny magnitudes."""
+    rng = np.random.default_rng(45)
+    near = np.arange(0, 100_000) / 10 + 0.05
+    values = np.concatenate((near, np.nextafter(near, 0), np.nextafter(near, np.inf),
+                             np.nextafter(np.nextafter(near, 0), 0), rng.integers(0, 10**13, 20_000) / 20,
+                             rng.integers(0, 10**12, 20_000) / rng.integers(1, 10**4, 20_000),
+                             [0.0, 5e-324, 2.0**52 + 0.5, 1e15 + 0.25, 1e15 - 0.25, 1e20, 1e300]))
+    for x in values.tolist():
+        want = math.copysign(1.0, x) * (float(numerics.sqlite_tenths(abs(x))) / 10.0) + 0.0 if x else 0.0
+        assert numerics.sqlite_round1(x) == want == numerics.sqlite_round1(-x) * -1 + 0.0, x
+
+
+def test_the_csv_cells_are_quoted_as_the_csv_module_quotes_them() -> None:
+    """table.write_csv quotes by hand (the csv module imports re): the bytes of csv.writer on cells
+    with commas, quotes, newlines, tabs, semicolons, spaces and empty text, in one to five columns."""
+    import csv
+    import io
+    import random
+
+    from hpcprof.analysis.nsys_stats.table import Table, write_csv
+
+    rng = random.Random(45)
+    pieces = ["a", ",", '"', "\n", " ", "é", "\t", ";", "'", "\\", "0", ""]
+    for columns in (1, 2, 5):
+        for _ in range(200):
+            def text() -> str:
+                return "".join(rng.choice(pieces) for _ in range(rng.randint(0, 6)))
+            names = [f"c{i}{text()}" for i in range(columns)]
+            rows = [tuple(text() if rng.random() < 0.7 else rng.choice([None, rng.randint(-5, 10**6)])
+                          for _ in range(columns)) for _ in range(rng.randint(1, 4))]
+            mine = io.StringIO()
+            write_csv(Table.from_rows(names, ["s"] * columns, rows, "None"), mine)
+            theirs = io.StringIO()
+            writer = csv.writer(theirs, lineterminator="\n")
+            writer.writerow(names)
+            writer.writerows([["None" if v is None else str(v) for v in row] for row in rows])
+            assert mine.getvalue() == theirs.getvalue(), (names, rows)
+
+
 def test_exact_round1_is_the_decimal_rounding_of_the_binary_value() -> None:
     """nsys 2025's rounding (the float's exact binary expansion rounded half away from zero, to
     tenths), as Decimal computes it, on random values, every true tie (odd quarters), values one

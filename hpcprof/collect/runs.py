@@ -228,7 +228,7 @@ def _worker_modules() -> list[str]:
 
 
 def collect_runs(selected: list[RunDir], store: Store, refresh: Callable[[RunDir], Any], log: Log,
-                 workers: int = 1) -> int:
+                 workers: int | None = None) -> int:
     """Collect every terminal run of `selected`, each isolated; returns the exit status
     (0, or EXIT_PARTIAL when a run had a Problem or could not be collected)."""
     skipped = False

@@ -20,9 +20,11 @@ if TYPE_CHECKING:
 @click.argument("runs", nargs=-1)
 @workdir_option
 @db_option
-@click.option("--workers", type=click.IntRange(1, 4096), default=1, show_default=True,
-              help="Processes analysing rank files in parallel (under `mpiexec -n N python -m "
-                   "mpi4py.futures -m hpcprof collect` the MPI workers are used instead).")
+@click.option("--workers", type=click.IntRange(1, 4096), default=None,
+              help="Processes analysing rank files in parallel [default: one per CPU this process may use (its "
+                   "affinity: a job's cpuset), fewer where the memory available would not hold them; the log "
+                   "says how many] (under `mpiexec -n N python -m mpi4py.futures -m hpcprof collect` the MPI "
+                   "workers are used instead).")
 @click.option("--submit", "as_job", is_flag=True, help="Send this collect to the site's scheduler as a job "
               "that starts once the runs' jobs have ended (any state); it is a run of its own (status shows it).")
 @click.option("--site", "site_name", default=None, metavar="SITE",
@@ -30,7 +32,7 @@ if TYPE_CHECKING:
                    "[default: local].")
 @site_file_option
 @click.option("--walltime", default="01:00:00", show_default=True, help="Walltime of the --submit job.")
-def collect(runs: tuple[str, ...], workdir: Path, db: str | None, workers: int, as_job: bool, site_name: str | None,
+def collect(runs: tuple[str, ...], workdir: Path, db: str | None, workers: int | None, as_job: bool, site_name: str | None,
             site_file: Path | None, walltime: str) -> None:
     """Collect finished RUNS (default: every finished run): results/*.parquet and the store.
 
@@ -75,7 +77,7 @@ def collected_after_end(run: RunDir, store: Store) -> bool:
     return record is not None and record.get("collect_status") == "complete"
 
 
-def submit_collect(refs: tuple[str, ...], workdir: Path, db: str | None, workers: int, site_name: str,
+def submit_collect(refs: tuple[str, ...], workdir: Path, db: str | None, workers: int | None, site_name: str,
                    site_file: Path | None, walltime: str) -> None:
     """`collect --submit`: a job of the site's scheduler that runs `hpcprof collect` for the runs
     once their jobs have ended."""

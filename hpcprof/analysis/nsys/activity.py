@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from hpcprof.analysis.nsys.names import nccl_name
 from hpcprof.analysis.nsys_stats.arrays import filled
 from hpcprof.analysis.nsys_stats.db import KERNEL, MEMCPY, MEMSET, RUNTIME, Export, NsysInputError, pid_of, process_of
 from hpcprof.analysis.nsys_stats.loaders import API_ACTIVITY, KERNEL_ACTIVITY, api_calls, kernels
@@ -33,7 +34,7 @@ def is_nccl(names: pd.Series | np.ndarray) -> np.ndarray:
     """Communication kernels: names starting with `nccl` (the nsys recipes' rule); as pandas'
     str.startswith made a mask: False for None, True for another non-text value (NaN). One test
     per distinct name."""
-    return per_distinct(names, lambda n: n.startswith("nccl") if isinstance(n, str) else n is not None, bool)
+    return per_distinct(names, nccl_name, bool)
 
 
 #: the columns of Activity.ops, in order

@@ -3,18 +3,25 @@
 from __future__ import annotations
 
 import glob
-import math
-import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING
 
 import click
 
-from hpcprof.analysis.nsys_stats.schema import MissingData, NsysInputError
-from hpcprof.analysis.nsys_stats.stats import PYTHON_REPORTS, REPORTS, SMALL_EXPORT_BYTES, run_python_reports
-from hpcprof.analysis.nsys_stats.table import Table, write_csv
+from hpcprof.analysis.nsys.stats_command import (
+    ENGINES,
+    FORMATS,
+    failed_files,
+    open_exports,
+    report_names,
+    run_stats,
+    say,
+    write,
+)
+from hpcprof.analysis.nsys_stats.schema import NsysInputError
+from hpcprof.analysis.nsys_stats.stats import DEFAULT_REPORTS, PYTHON_REPORTS, REPORTS
 from hpcprof.cli_options import files_argument, output_file_option, rank_map_option
 from hpcprof.errors import FiniteRange, UserError
 from hpcprof.lazy import LazyModule
@@ -28,151 +35,15 @@ if TYPE_CHECKING:
 else:
     dist = LazyModule("hpcprof.analysis.nsys.distributed")   # SQLAlchemy and the analyses: imported when used
 
-FORMATS = ("csv", "table", "json")     # = hpcprof.output.FORMATS (output imports rich: only for table/json)
-
-EXTENSIONS = {"csv": "csv", "json": "json", "table": "txt"}
-
 
 @click.group("nsys")
 def nsys() -> None:
     """Reports and distributed analyses of Nsight Systems exports (.sqlite / .nsys-rep)."""
 
 
-def _fail(path: Path | str, message: str) -> None:
-    """One line on stderr naming the file."""
-    text = message if message.startswith(str(path)) else f"{path}: {message}"
-    click.echo(f"hpcprof nsys: {text}", err=True)
-
-
-def open_exports(paths: list[Path], stack: ExitStack, gpu: bool = True) -> tuple[list[Export], int]:
-    """Open every file that is a usable export (with `gpu`: one with GPU operations; a .nsys-rep
-    is first exported to SQLite in a temporary folder with the nsys on PATH); report the others
-    on stderr. Returns (exports, failures)."""
-    import shutil
-    import subprocess
-    import tempfile
-
-    from hpcprof.analysis.nsys_stats.db import Export
-
-    exports: list[Export] = []
-    failures = 0
-    scratch: Path | None = None
-    for path in paths:
-        try:
-            source = path
-            if path.suffix == ".nsys-rep":
-                nsys_exe = shutil.which("nsys")
-                if nsys_exe is None:
-                    raise NsysInputError(f"{path}: a .nsys-rep needs nsys to export it to SQLite; "
-                                         "nsys is not on PATH (run `nsys export -t sqlite` where it is)")
-                scratch = scratch or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="hpcprof-nsys-")))
-                from hpcprof.analysis.nsys.collect import export_sqlite
-
-                try:
-                    source = export_sqlite(nsys_exe, path, scratch / str(len(exports) + failures))
-                except subprocess.CalledProcessError as exc:
-                    raise NsysInputError(
-                        f"{path}: nsys export failed ({' '.join((exc.stderr or '').split())})") from None
-            export = stack.enter_context(Export(source))
-            export.check_usable(gpu)
-        except NsysInputError as exc:
-            _fail(path, str(exc))
-            failures += 1
-            continue
-        exports.append(export)
-    return exports, failures
-
-
 def _finish(failures: int, total: int) -> None:
     if failures:
-        raise UserError(f"{failures} of {total} input file(s) could not be processed (see messages above)")
-
-
-#: `nsys stats --format table` cells: thousands separators, the CSV's decimals (7,541,095.4)
-TABLE_CELLS = {"i": "{:,d}", "f1": "{:,.1f}", "f3": "{:,.3f}"}
-
-
-def _table_cell(value: Any, fmt: str, null: str) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return null
-    if fmt in TABLE_CELLS and not isinstance(value, str):
-        return TABLE_CELLS[fmt].format(int(value) if fmt == "i" else float(value))
-    return str(value)
-
-
-def _emit_stats_table(df: pd.DataFrame | Table, out: TextIO, title: str | None) -> None:
-    """A stats report as a table with nsys's number formatting."""
-    from rich.console import Console
-    from rich.table import Table as RichTable
-
-    table = df if isinstance(df, Table) else Table.from_frame(df)
-    shown = RichTable(title=title, show_lines=False)
-    for name, fmt in zip(table.columns, table.formats, strict=True):
-        shown.add_column(name, justify="right" if fmt in TABLE_CELLS else "left")
-    cells = [[_table_cell(v, fmt, table.null) for v in values]
-             for values, fmt in zip(table.column_values(), table.formats, strict=True)]
-    for row in zip(*cells, strict=True):
-        shown.add_row(*row)
-    Console(file=out, width=200).print(shown)
-
-
-def _emit(df: pd.DataFrame | Table, fmt: str, out: TextIO, title: str | None = None) -> None:
-    if fmt in ("csv", "table") and (isinstance(df, Table) or "formats" in getattr(df, "attrs", {})):  # a report
-        if fmt == "csv":
-            write_csv(df, out)
-        else:
-            _emit_stats_table(df, out, title)
-    else:
-        from hpcprof.output import emit
-
-        emit(df, fmt, out, title=title)
-
-
-def _write(df: pd.DataFrame | Table, fmt: str, output: str | None, title: str,
-           inputs: Sequence[Path] = ()) -> None:
-    if output is None:
-        _emit(df, fmt, sys.stdout, title)
-        return
-    from hpcprof.atomic import write_text_stream
-
-    path = write_text_stream(Path(output), lambda fh: _emit(df, fmt, fh, title), inputs=inputs)
-    click.echo(f"wrote {path}", err=True)
-
-
-def _report_names(value: str) -> list[str]:
-    names = [r.strip() for r in value.split(",") if r.strip()]
-    unknown = [r for r in names if r not in REPORTS]
-    if unknown:
-        raise click.BadParameter(f"unknown report(s) {', '.join(unknown)}; known: {', '.join(REPORTS)}")
-    return names
-
-
-def _python_engine(engine: str, names: list[str], fmt: str, files: tuple[Path, ...]) -> bool:
-    """Whether the standard-library engine runs the reports: `--engine python`, or `auto` for CSV
-    of the summary reports it has (PYTHON_REPORTS) on .sqlite exports under SMALL_EXPORT_BYTES
-    (there the imports of the columnar engine cost more than the reports)."""
-    fits = fmt == "csv" and all(n in PYTHON_REPORTS for n in names)
-    if engine == "python":
-        if not fits:
-            raise UserError(f"--engine python writes --format csv of {', '.join(PYTHON_REPORTS)}; "
-                            "use --engine columnar (or auto) for other reports and formats")
-        if any(p.suffix == ".nsys-rep" for p in files):
-            raise UserError("--engine python reads SQLite exports; export the .nsys-rep files first "
-                            "(nsys export -t sqlite) or use --engine columnar")
-        return True
-    return engine == "auto" and fits and all(
-        p.suffix != ".nsys-rep" and p.is_file() and p.stat().st_size <= SMALL_EXPORT_BYTES for p in files)
-
-
-def _python_results(files: tuple[Path, ...], names: list[str]) -> Iterator[tuple[Path, list[Any] | None]]:
-    """(file, reports) of each export by the standard-library engine; None (named on stderr) where
-    the file is not a usable export."""
-    for path in files:
-        try:
-            yield path, run_python_reports(path, names)
-        except NsysInputError as exc:
-            _fail(path, str(exc))
-            yield path, None
+        raise failed_files(failures, total)
 
 
 format_option = click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True,
@@ -181,52 +52,34 @@ format_option = click.option("--format", "fmt", type=click.Choice(FORMATS), defa
 
 @nsys.command("stats")
 @files_argument
-@click.option("--report", "-r", "reports", required=True, help="Report name(s), comma separated "
+@click.option("--report", "-r", "reports", default=None, help="Report name(s), comma separated "
               "(current names such as cuda_gpu_kern_sum, or nsys 2022.4 names such as gpukernsum). "
-              f"Known: {', '.join(REPORTS)}.")
+              f"Known: {', '.join(REPORTS)}. Default: nsys 2022.4's default set, in its order "
+              f"({', '.join(DEFAULT_REPORTS)}; the graphics, Windows and OpenACC ones are skipped where the "
+              "export lacks their data, as nsys skips them, and not computed otherwise).")
 @format_option
 @click.option("--output", "-o", "prefix", default=None,
               help="Write PREFIX_<report>.<ext> (PREFIX_<file>_<report>.<ext> for several files) instead of stdout.")
-@click.option("--engine", type=click.Choice(["auto", "python", "columnar"]), default="auto", show_default=True,
+@click.option("--engine", type=click.Choice(ENGINES), default="auto", show_default=True,
               help="python: standard library only (CSV of the summary reports); columnar: numpy/Arrow, "
-                   "every report and format, fast on large exports; auto: python for CSV of those reports "
-                   "on exports up to 32 MB. Both give nsys's bytes.")
-def stats_cmd(files: tuple[Path, ...], reports: str, fmt: str, prefix: str | None, engine: str) -> None:
+                   "every report and format, fast on large exports; auto: python for CSV of the reports it has "
+                   "on exports up to 32 MB, columnar otherwise. Both give nsys's bytes.")
+def stats_cmd(files: tuple[Path, ...], reports: str | None, fmt: str, prefix: str | None, engine: str) -> None:
     """`nsys stats` reports, with the same numbers, rows and CSV bytes as nsys. A report whose
     tables the export lacks is skipped with what it lacks, as nsys does (exit 0)."""
-    names = _report_names(reports)
-    blocks = len(files) * len(names)
-    failures = 0
-    with ExitStack() as stack:
-        if _python_engine(engine, names, fmt, files):
-            results = _python_results(files, names)
-        else:
-            from hpcprof.analysis.nsys_stats.stats import run_reports
-
-            exports, failures = open_exports(list(files), stack, gpu=False)
-            results = ((export.path, run_reports(export, names, frames=fmt != "csv")) for export in exports)
-        for path, outcomes in results:
-            if outcomes is None:
-                failures += 1
-                continue
-            for name, df in zip(names, outcomes, strict=True):
-                if isinstance(df, MissingData):
-                    _fail(path, f"{name} skipped: {df}")
-                    continue
-                if isinstance(df, NsysInputError):
-                    _fail(path, str(df))
-                    failures += 1
-                    break
-                if prefix is not None:
-                    stem = f"{prefix}_{path.stem}" if len(files) > 1 else prefix
-                    _write(df, fmt, f"{stem}_{name}.{EXTENSIONS[fmt]}", name, files)
-                    continue
-                if blocks > 1:
-                    click.echo(f"# {path} {name}")
-                _emit(df, fmt, sys.stdout, f"{path.name}: {name}")
-                if blocks > 1:
-                    click.echo("")
-    _finish(failures, len(files))
+    # hpcprof.__main__ runs most CSV command lines without click (stats_command.quick), through run_stats too
+    names = report_names(reports)
+    if names is None:
+        unknown = [r.strip() for r in (reports or "").split(",") if r.strip() and report_names(r) is None]
+        raise click.BadParameter(f"unknown report(s) {', '.join(unknown)}; known: {', '.join(REPORTS)}")
+    if engine == "python":
+        if fmt != "csv" or (reports is not None and not all(n in PYTHON_REPORTS for n in names)):
+            raise UserError(f"--engine python writes --format csv of {', '.join(PYTHON_REPORTS)}; "
+                            "use --engine columnar (or auto) for other reports and formats")
+        if any(p.suffix == ".nsys-rep" for p in files):
+            raise UserError("--engine python reads SQLite exports; export the .nsys-rep files first "
+                            "(nsys export -t sqlite) or use --engine columnar")
+    _finish(run_stats(files, names, fmt, prefix, engine), len(files))
 
 
 @nsys.command("nccl")
@@ -345,7 +198,7 @@ def slowdown_cmd(baseline: tuple[str, ...], distributed: tuple[str, ...], more: 
                     for path in write_echo(result, Path(output)):
                         click.echo(f"wrote {path}", err=True)
                 else:
-                    _write(result, fmt, output, "slowdown", [*base_paths, *paths])
+                    write(result, fmt, output, "slowdown", [*base_paths, *paths])
             else:
                 failures = max(failures, 1)
     _finish(failures, len(base_paths) + len(paths))
@@ -363,7 +216,7 @@ def _echo_match(base: Export, exports: list[Export], mapping: dict[str, int], hp
     try:
         result = em.echo_match(base.path, {p: i if r is None else r for i, (p, r) in enumerate(ranks.items())})
     except sqlite3.Error as exc:
-        _fail("input", f"Echo's rule could not read the exports: {exc}")
+        say("input", f"Echo's rule could not read the exports: {exc}")
         return 1
     if output is not None:
         for path in em.write_echo_tables(result.tables, output):
@@ -378,14 +231,14 @@ def _activity(exports: list[Export], mapping: dict[str, int]) -> dist.Activity |
     try:
         return dist.load_activity(exports, mapping)
     except NsysInputError as exc:
-        _fail("input", str(exc))
+        say("input", str(exc))
         return None
 
 
 def _report_failed(act: dist.Activity) -> int:
     """One line per export that failed while being read (after the analysis); their number."""
     for path, message in act.failed.items():
-        _fail(path, message)
+        say(path, message)
     return len(act.failed)
 
 
@@ -499,7 +352,7 @@ def _run_analysis(files: tuple[Path, ...], rank_map: str | None, fmt: str, outpu
     if result is not None:
         if note is not None:
             note(result)
-        _write(result, fmt, output, title, files)
+        write(result, fmt, output, title, files)
     _finish(failures, len(files))
 
 
@@ -528,7 +381,7 @@ def critical_path_cmd(files: tuple[Path, ...], rank_map: str | None, iteration_r
 
     def said_when_none(table: pd.DataFrame) -> None:
         if table.empty:
-            _fail("critical-path", "no iteration has collectives on two or more ranks (iterations: "
+            say("critical-path", "no iteration has collectives on two or more ranks (iterations: "
                   + (f"NVTX `{iteration_range}`" if iteration_range else "NVTX `iteration` inside `timed`, "
                      "`step<N>` or `backward`; name another with --iteration-range") + ")")
 

@@ -9,7 +9,6 @@ pairwise join.
 
 from __future__ import annotations
 
-import re
 from typing import cast
 
 import numpy as np
@@ -21,6 +20,7 @@ from hpcprof.analysis.nsys.activity import (  # noqa: F401  (Activity, load_acti
     load_activity,
     per_distinct,
 )
+from hpcprof.analysis.nsys.names import NCCL_KERNEL, collective_kind  # noqa: F401  (NCCL_KERNEL: re-exported)
 from hpcprof.analysis.nsys_stats import nvtx
 from hpcprof.analysis.nsys_stats.arrays import (
     Columns,
@@ -37,8 +37,6 @@ from hpcprof.analysis.nsys_stats.arrays import (
 )
 from hpcprof.analysis.nsys_stats.db import NVTX, NVTX_PUSHPOP, Export, NsysInputError, pid_of, process_of
 from hpcprof.analysis.nsys_stats.schema import OLD
-
-NCCL_KERNEL = re.compile(r"^nccl(?:Dev)?Kernel_([A-Za-z0-9]+?)(?:_|\(|$)")
 
 
 def parse_rank_map(spec: str) -> dict[str, int]:
@@ -58,15 +56,11 @@ def parse_rank_map(spec: str) -> dict[str, int]:
 
 def collectives(short: np.ndarray, name: np.ndarray) -> np.ndarray:
     """Collective type of each NCCL kernel (AllGather, ReduceScatter, SendRecv, ...: short name first,
-    then the full name, else `other`); one regex match per distinct name."""
-    def kind_of(n: object) -> object:
-        m = NCCL_KERNEL.match(n) if isinstance(n, str) else None
-        return m.group(1) if m else None
-
-    out = per_distinct(short, kind_of)
+    then the full name, else `other`: names.collective_of); one regex match per distinct name."""
+    out = per_distinct(short, collective_kind)
     missing = np.flatnonzero(per_distinct(out, lambda k: k is None, bool))
     if len(missing):
-        by_name = per_distinct(np.asarray(name)[missing], lambda n: kind_of(n) or "other")
+        by_name = per_distinct(np.asarray(name)[missing], lambda n: collective_kind(n) or "other")
         out[missing] = by_name
     return out
 

@@ -4,7 +4,11 @@ a complete SQLite database: the standard library only, shared by both report eng
 
 from __future__ import annotations
 
-from pathlib import Path
+import os
+
+TYPE_CHECKING = False          # typing's constant without importing typing (the quick lane's start-up)
+if TYPE_CHECKING:
+    from pathlib import Path
 
 KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
 RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
@@ -72,12 +76,12 @@ class NsysInputError(Exception):
     """An export that cannot be analysed (not SQLite, truncated, no GPU data, ...)."""
 
 
-def check_sqlite_file(path: Path) -> None:
+def check_sqlite_file(path: str | Path) -> None:
     """Raise NsysInputError unless `path` looks like a complete SQLite database."""
-    if not path.is_file():
+    if not os.path.isfile(path):
         raise NsysInputError(f"{path}: no such file")
-    size = path.stat().st_size
-    with path.open("rb") as fh:
+    size = os.stat(path).st_size
+    with open(path, "rb") as fh:
         header = fh.read(100)
     if len(header) < 100 or not header.startswith(SQLITE_MAGIC):
         raise NsysInputError(f"{path}: not an SQLite database (export .nsys-rep files with "

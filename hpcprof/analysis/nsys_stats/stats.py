@@ -27,10 +27,6 @@ the differential tests check it against nsys as they check the columnar engine.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING
 
 from hpcprof.analysis.nsys_stats.schema import (
     KERNEL,
@@ -47,22 +43,33 @@ from hpcprof.analysis.nsys_stats.schema import (
 from hpcprof.analysis.nsys_stats.table import Table
 from hpcprof.cpus import usable_cpus
 
+TYPE_CHECKING = False          # typing's constant without importing typing (the quick lane's start-up)
 if TYPE_CHECKING:
+    from collections.abc import Callable, Collection
+    from pathlib import Path
+
     import pandas as pd
 
     from hpcprof.analysis.nsys_stats.db import Export
 
 
-@dataclass(frozen=True)
 class Need:
     """One of `tables` must be in the export, else the report is skipped: nsys says the export
-    "does not contain `what`" (hpcprof: "skipped: no `what`")."""
+    "does not contain `what`" (hpcprof: "skipped: no `what`"). A name ending in `*` stands for the
+    tables whose names start with the rest (nsys's `search_tables(r'^PREFIX.+$')`). (Plain classes,
+    not dataclasses, here: dataclasses imports inspect, 5 ms of the quick lane's start-up.)"""
 
-    tables: tuple[str, ...]
-    what: str
+    __slots__ = ("tables", "what")
+
+    def __init__(self, tables: tuple[str, ...], what: str) -> None:
+        self.tables, self.what = tables, what
+
+    def met(self, present: Collection[str]) -> bool:
+        """Whether an export with tables `present` meets the need."""
+        return any(t in present if not t.endswith("*") else
+                   any(p.startswith(t[:-1]) and len(p) >= len(t) for p in present) for t in self.tables)
 
 
-@dataclass(frozen=True)
 class ReportSpec:
     """One `nsys stats` report. `name`: its current name (nsys 2024-2025 layout; None where hpcprof
     gives only nsys 2022.4's); `old_name`: nsys 2022.4's name (that layout; None where 2022.4 has
@@ -70,12 +77,12 @@ class ReportSpec:
     a function (export, layout) -> Table; `python` (the standard-library engine) only for the
     summary reports it implements. `summary`: one of the per-rank summaries `hpcprof collect` keeps."""
 
-    name: str | None
-    old_name: str | None
-    needs: tuple[Need, ...]
-    columnar: str
-    python: str | None = None
-    summary: bool = False
+    __slots__ = ("name", "old_name", "needs", "columnar", "python", "summary")
+
+    def __init__(self, name: str | None, old_name: str | None, needs: tuple[Need, ...], columnar: str,
+                 python: str | None = None, summary: bool = False) -> None:
+        self.name, self.old_name, self.needs = name, old_name, needs
+        self.columnar, self.python, self.summary = columnar, python, summary
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -90,10 +97,10 @@ class ReportSpec:
         """The layout report `name` gives: the current one for the current name, else 2022.4's."""
         return NEW if name == self.name else OLD
 
-    def check(self, has: Callable[[str], bool]) -> None:
-        """Raise MissingData for the first need the export (`has(table)`) does not meet."""
+    def check(self, present: Collection[str]) -> None:
+        """Raise MissingData for the first need an export with tables `present` does not meet."""
         for need in self.needs:
-            if not any(has(t) for t in need.tables):
+            if not need.met(present):
                 raise MissingData(f"no {need.what}")
 
 
@@ -155,12 +162,32 @@ SPECS: tuple[ReportSpec, ...] = (
                "um_mpi.um_cpu_page_faults_sum"),
     ReportSpec("um_sum", "unifiedmemory", UM_ALL, "um_mpi.um_sum"),
     ReportSpec("um_total_sum", "unifiedmemorytotals", UM_ALL, "um_mpi.um_total_sum"),
-    # and OPENMP_EVENT_KIND_* tables, which um_mpi.openmp_sum looks for
-    ReportSpec("openmp_sum", "openmpevtsum", _needs(STRING_IDS), "um_mpi.openmp_sum"),
+    ReportSpec("openmp_sum", "openmpevtsum", _needs(STRING_IDS, (("OPENMP_EVENT_KIND_*",), "OpenMP event data")),
+               "um_mpi.openmp_sum"),
     ReportSpec("mpi_event_sum", None, _needs(STRING_IDS, MPI_EVENTS), "um_mpi.mpi_event_sum"),
     ReportSpec("mpi_event_trace", None, _needs(STRING_IDS, (("MPI_RANKS",), "MPI rank data"), MPI_EVENTS),
                "um_mpi.mpi_event_trace"),
 )
+
+#: `nsys stats` without -r: nsys 2022.4's default report set, in its order (`nsys stats --help`)
+DEFAULT_REPORTS = ("nvtxsum", "osrtsum", "cudaapisum", "gpukernsum", "gpumemtimesum", "gpumemsizesum", "openmpevtsum",
+                   "khrdebugsum", "khrdebuggpusum", "vulkanmarkerssum", "vulkangpumarkersum", "dx11pixsum",
+                   "dx12gpumarkersum", "dx12pixsum", "wddmqueuesdetails", "unifiedmemory", "unifiedmemorytotals",
+                   "umcpupagefaults", "openaccsum")
+#: the reports of that set hpcprof does not compute (graphics, Windows, OpenACC: not in REPORTS, so `-r`
+#: refuses them) with nsys's table_checks: run by default, each is skipped as nsys skips it where the
+#: export lacks its data (every CUDA export hpcprof profiles), and said not computed where it has them
+NOT_COMPUTED: dict[str, Need] = {
+    "khrdebugsum": Need(("KHR_DEBUG_EVENTS",), "KHR Extension (KHR_DEBUG) data"),
+    "khrdebuggpusum": Need(("KHR_DEBUG_EVENTS",), "GPU KHR Extension (KHR_DEBUG) data"),
+    "vulkanmarkerssum": Need(("VULKAN_DEBUG_API",), "Vulkan Debug Extension (Vulkan Debug Util) data"),
+    "vulkangpumarkersum": Need(("VULKAN_WORKLOAD",), "GPU Vulkan Debug Extension (GPU Vulkan Debug markers) data"),
+    "dx11pixsum": Need(("D3D11_PIX_DEBUG_API",), "DX11 CPU debug markers"),
+    "dx12gpumarkersum": Need(("DX12_WORKLOAD",), "DX12 GPU debug markers"),
+    "dx12pixsum": Need(("D3D12_PIX_DEBUG_API",), "DX12 CPU debug markers"),
+    "wddmqueuesdetails": Need(("TARGET_INFO_WDDM_CONTEXTS",), "WDDM context data"),
+    "openaccsum": Need(("CUPTI_ACTIVITY_KIND_OPENACC_*",), "OpenACC event data"),
+}
 
 #: every report name hpcprof knows (current names first) -> its spec
 REPORTS: dict[str, ReportSpec] = {
@@ -169,6 +196,17 @@ REPORTS: dict[str, ReportSpec] = {
 PYTHON_REPORTS = tuple(name for name, spec in REPORTS.items() if spec.python is not None)
 #: the per-rank summary reports `hpcprof collect` keeps
 SUMMARY_REPORTS = tuple(s.name for s in SPECS if s.summary and s.name is not None)
+
+
+def not_computed(name: str, present: Collection[str]) -> MissingData | NsysInputError:
+    """What report `name` of NOT_COMPUTED gives on an export with tables `present`: MissingData
+    (skipped, as nsys skips it) where it lacks the report's data, else the error that hpcprof does
+    not compute it."""
+    need = NOT_COMPUTED[name]
+    if not need.met(present):
+        return MissingData(f"no {need.what}")
+    return NsysInputError(f"{name}: the export has {need.what}, which hpcprof does not report (a graphics, "
+                          f"Windows or OpenACC report of nsys's default set); run `nsys stats -r {name}`")
 
 
 def spec_of(name: str) -> ReportSpec:
@@ -195,8 +233,10 @@ CACHED_ROWS = 10_000
 def run_table(export: Export, name: str) -> Table:
     """Report `name` (current or nsys 2022.4 spelling) on `export`, by the columnar engine; a
     summary report once computed is kept in the export's cache (where it has one, cache.py)."""
+    if name in NOT_COMPUTED:
+        raise not_computed(name, export.table_names)
     spec = spec_of(name)
-    spec.check(export.has)
+    spec.check(export.table_names)
 
     def compute() -> Table:
         return implementation(spec.columnar)(export, spec.layout(name))
@@ -234,22 +274,22 @@ def run_reports(export: Export, names: list[str], workers: int | None = None,
     return out
 
 
-def run_python_reports(path: Path, names: list[str]) -> list[Table | MissingData | NsysInputError]:
-    """Reports `names` (each in PYTHON_REPORTS) of the export at `path` by the standard-library
-    engine (NsysInputError when the file itself is unusable); each entry is the Table or the
-    MissingData/NsysInputError it raised."""
+def run_python_reports(path: str | Path, names: list[str]) -> list[Table | MissingData | NsysInputError | None]:
+    """Reports `names` of the export at `path` by the standard-library engine (NsysInputError when
+    the file itself is unusable); each entry is the Table, the MissingData/NsysInputError it raised,
+    or None for a report whose data the export has and which only the columnar engine computes."""
     from hpcprof.analysis.nsys_stats.small import SmallExport
 
     export = SmallExport(path)
     try:
-        out: list[Table | MissingData | NsysInputError] = []
+        out: list[Table | MissingData | NsysInputError | None] = []
         for name in names:
-            spec = spec_of(name)
-            if spec.python is None:
-                raise NsysInputError(f"the standard-library engine has no report {name!r}")
             try:
-                spec.check(export.has)
-                out.append(implementation(spec.python)(export, spec.layout(name)))
+                if name in NOT_COMPUTED:
+                    raise not_computed(name, export.tables)
+                spec = spec_of(name)
+                spec.check(export.tables)
+                out.append(implementation(spec.python)(export, spec.layout(name)) if spec.python else None)
             except (MissingData, NsysInputError) as exc:
                 out.append(exc)
         return out

@@ -139,7 +139,7 @@ def _nvtx(exports: Sequence[Export], failed: dict[int, NsysInputError]) -> Joint
     for at, one in enumerate(exports):
         try:
             if at not in failed:
-                spec.check(one.has)
+                spec.check(one.table_names)
                 checked.append(at)
         except MissingData:
             pass
@@ -182,7 +182,7 @@ def _read(exports: Sequence[Export], failed: dict[int, NsysInputError], name: st
         if at in failed:
             continue
         try:
-            spec.check(export.has)
+            spec.check(export.table_names)
             key, value = read(export)
         except MissingData:
             continue

@@ -40,12 +40,13 @@ INT64_MAX = (1 << 63) - 1
 
 def _read(export: Export, table: str, columns: list[str], where: str = "") -> dict[str, np.ndarray]:
     """Integer `columns` of `table` in table order, each as (values with NULL as 0) and its
-    NULL mask under `name + "?"`."""
-    sql = ", ".join(f'coalesce("{c}", 0), "{c}" IS NULL' for c in columns)
-    arrays = export.sql_ints(sql, table, where, ncols=2 * len(columns))
+    NULL mask under `name + "?"` (the masks read as the bits of one column: fewer values moved)."""
+    nulls = " | ".join(f'(("{c}" IS NULL) << {i})' for i, c in enumerate(columns))
+    sql = ", ".join(f'coalesce("{c}", 0)' for c in columns) + f", {nulls}"
+    arrays = export.sql_ints(sql, table, where, ncols=len(columns) + 1)
     out = {}
     for i, c in enumerate(columns):
-        out[c], out[c + "?"] = arrays[2 * i], arrays[2 * i + 1].astype(bool)
+        out[c], out[c + "?"] = arrays[i], (arrays[-1] >> i & 1).astype(bool)
     return out
 
 
@@ -98,16 +99,32 @@ Sums = dict[int | None, tuple[int, int]]
 Migration = tuple[int | None, int | None, int | None, int | float | None]   # address, HtoD, DtoH, throughput
 
 
-def _by_address(export: Export, table: str, value: str | None, where: str = "", address: str = "address") -> Sums:
-    """Per address (NULL as None), in SQLite's group order: (count or Σ value, Σ duration)."""
-    cols = [address] + ([value] if value else []) + (["start", "end"] if table == MEMCPY else [])
-    d = _read(export, table, cols, where)
+def _um_columns(export: Export) -> dict[str, dict[str, np.ndarray]]:
+    """What both unified-memory reports read, once per export (each table scanned once): the CPU
+    page faults' addresses, the GPU page faults' addresses and counts, and the migrations' (copyKind
+    11 HtoD, 12 DtoH) kind, address, bytes, start and end, each with its NULL mask (_read)."""
+    return export.memo("unified memory", lambda: {
+        UM_CPU: _read(export, UM_CPU, ["address"]), UM_GPU: _read(export, UM_GPU, ["address", "numberOfPageFaults"]),
+        MEMCPY: _read(export, MEMCPY, ["copyKind", "virtualAddress", "bytes", "start", "end"],
+                      f"copyKind IN ({UM_HTOD}, {UM_DTOH})")})
+
+
+def _migrations(export: Export, kind: int) -> dict[str, np.ndarray]:
+    """The migrations of one copyKind (_um_columns), in table order."""
+    m = _um_columns(export)[MEMCPY]
+    rows = m["copyKind"] == kind
+    return {c: v[rows] for c, v in m.items()}
+
+
+def _by_address(d: dict[str, np.ndarray], value: str | None, address: str = "address", durations: bool = False) -> Sums:
+    """Per address (NULL as None) of rows `d` (_read's), in SQLite's group order: (count or Σ
+    value, Σ duration where `durations`, else 0)."""
     key = np.where(d[address + "?"], -1, d[address])          # addresses are never negative
     codes, (uniq,) = group_codes(key)
     amount = np.zeros(len(uniq), dtype=np.int64)
     np.add.at(amount, codes, 1 if value is None else d[value])
     dur = np.zeros(len(uniq), dtype=np.int64)
-    if table == MEMCPY:
+    if durations:
         np.add.at(dur, codes, d["end"] - d["start"])
     return {None if a == -1 else a: (s, t) for a, s, t in zip(uniq.tolist(), amount.tolist(), dur.tolist(),
                                                                strict=True)}
@@ -128,10 +145,11 @@ def _throughput(d2h: tuple[int, int] | None, h2d: tuple[int, int] | None) -> int
 def um_sum(export: Export, layout: str) -> Table:
     """Per virtual address: HtoD and DtoH migration sizes, CPU and GPU page faults, migration
     throughput; by throughput descending (NULL last), the first 10 rows."""
-    cpu = _by_address(export, UM_CPU, None)
-    gpu = _by_address(export, UM_GPU, "numberOfPageFaults")
-    d2h = _by_address(export, MEMCPY, "bytes", f"copyKind = {UM_DTOH}", "virtualAddress")
-    h2d = _by_address(export, MEMCPY, "bytes", f"copyKind = {UM_HTOD}", "virtualAddress")
+    um = _um_columns(export)
+    cpu = _by_address(um[UM_CPU], None)
+    gpu = _by_address(um[UM_GPU], "numberOfPageFaults")
+    d2h = _by_address(_migrations(export, UM_DTOH), "bytes", "virtualAddress", durations=True)
+    h2d = _by_address(_migrations(export, UM_HTOD), "bytes", "virtualAddress", durations=True)
     # PageFaults: the CPU addresses (with GPU faults where the address has them), then GPU-only ones
     faults: list[tuple[int | None, int | None, int | None]] = [
         (a, n, gpu[a][0] if a in gpu else None) for a, (n, _) in cpu.items()]
@@ -160,13 +178,13 @@ def um_sum(export: Export, layout: str) -> Table:
 def um_total_sum(export: Export, layout: str) -> Table:
     """One row: total HtoD and DtoH migration sizes, total CPU and GPU page faults, and the lowest
     and highest address of the four (NULL when one of them has none)."""
-    cpu = _read(export, UM_CPU, ["address"])["address"]
-    g = _read(export, UM_GPU, ["address", "numberOfPageFaults"])
+    um = _um_columns(export)
+    cpu, g = um[UM_CPU]["address"], um[UM_GPU]
     lows: list[int | None] = []
     highs: list[int | None] = []
     totals: dict[int, int | None] = {}
     for kind in (UM_HTOD, UM_DTOH):
-        m = _read(export, MEMCPY, ["virtualAddress", "bytes"], f"copyKind = {kind}")
+        m = _migrations(export, kind)
         known = m["virtualAddress"][~m["virtualAddress?"]]
         totals[kind] = int(m["bytes"].astype(object).sum()) if len(m["bytes"]) else None
         lows.append(int(known.min()) if len(known) else None)

@@ -1,0 +1,322 @@
+"""`hpcprof nsys stats` without click: the reports of each export by the engine that suits it,
+written as the command writes them (`run_stats`, which cli.py's click command calls), and its quick
+lane (`quick_args`, `quick_run`): `hpcprof.__main__` hands it the command line first, and for CSV
+(the per-rank case: thousands of small exports) it runs the same `run_stats` with the standard
+library only (no click, numpy or pandas imported), so the whole process costs about Python's own
+start-up, the SQLite reads and the reports. A command line it does not read exactly (help, another
+format, an option it does not know, a bad value) goes to click unchanged. Also the plumbing the
+other `hpcprof nsys` commands share: `say`, `open_exports`, `emit`, `write`.
+
+Engines, per export: `--engine columnar` (numpy/Arrow, every report and format); `--engine python`
+(the standard library, CSV of the summary reports it has); `--engine auto`: for CSV of a .sqlite
+export up to SMALL_EXPORT_BYTES, the standard library for the reports it has and the columnar
+engine for the others whose data the export has (a report skipped for missing data needs neither),
+else the columnar engine. Both give nsys's bytes (the differential tests), so which one ran is
+invisible in the output.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from hpcprof.analysis.nsys_stats.schema import MissingData, NsysInputError
+from hpcprof.analysis.nsys_stats.stats import DEFAULT_REPORTS, NOT_COMPUTED, PYTHON_REPORTS, REPORTS, SMALL_EXPORT_BYTES
+
+TYPE_CHECKING = False          # typing's constant without importing typing (the quick lane's start-up)
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from contextlib import ExitStack
+    from pathlib import Path
+    from typing import Any, TextIO
+
+    import pandas as pd
+
+    from hpcprof.analysis.nsys_stats.db import Export
+    from hpcprof.analysis.nsys_stats.table import Table
+    from hpcprof.errors import UserError
+
+FORMATS = ("csv", "table", "json")     # = hpcprof.output.FORMATS (output imports rich: only for table/json)
+EXTENSIONS = {"csv": "csv", "json": "json", "table": "txt"}
+ENGINES = ("auto", "python", "columnar")
+
+
+def say(path: Path | str, message: str) -> None:
+    """One line on stderr naming the file."""
+    text = message if message.startswith(str(path)) else f"{path}: {message}"
+    sys.stderr.write(f"hpcprof nsys: {text}\n")
+    sys.stderr.flush()
+
+
+def open_exports(paths: Sequence[Path | str], stack: ExitStack, gpu: bool = True) -> tuple[list[Export], int]:
+    """Open every file that is a usable export (with `gpu`: one with GPU operations; a .nsys-rep
+    is first exported to SQLite in a temporary folder with the nsys on PATH); report the others
+    on stderr. Returns (exports, failures)."""
+    import shutil
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    from hpcprof.analysis.nsys_stats.db import Export
+
+    exports: list[Export] = []
+    failures = 0
+    scratch: Path | None = None
+    for path in map(Path, paths):
+        try:
+            source = path
+            if path.suffix == ".nsys-rep":
+                nsys_exe = shutil.which("nsys")
+                if nsys_exe is None:
+                    raise NsysInputError(f"{path}: a .nsys-rep needs nsys to export it to SQLite; "
+                                         "nsys is not on PATH (run `nsys export -t sqlite` where it is)")
+                scratch = scratch or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="hpcprof-nsys-")))
+                from hpcprof.analysis.nsys.collect import export_sqlite
+
+                try:
+                    source = export_sqlite(nsys_exe, path, scratch / str(len(exports) + failures))
+                except subprocess.CalledProcessError as exc:
+                    raise NsysInputError(
+                        f"{path}: nsys export failed ({' '.join((exc.stderr or '').split())})") from None
+            export = stack.enter_context(Export(source))
+            export.check_usable(gpu)
+        except NsysInputError as exc:
+            say(path, str(exc))
+            failures += 1
+            continue
+        exports.append(export)
+    return exports, failures
+
+
+#: `nsys stats --format table` cells: thousands separators, the CSV's decimals (7,541,095.4)
+TABLE_CELLS = {"i": "{:,d}", "f1": "{:,.1f}", "f3": "{:,.3f}"}
+
+
+def _table_cell(value: Any, fmt: str, null: str) -> str:
+    import math
+
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return null
+    if fmt in TABLE_CELLS and not isinstance(value, str):
+        return TABLE_CELLS[fmt].format(int(value) if fmt == "i" else float(value))
+    return str(value)
+
+
+def _emit_stats_table(df: pd.DataFrame | Table, out: TextIO, title: str | None) -> None:
+    """A stats report as a table with nsys's number formatting."""
+    from rich.console import Console
+    from rich.table import Table as RichTable
+
+    from hpcprof.analysis.nsys_stats.table import Table
+
+    table = df if isinstance(df, Table) else Table.from_frame(df)
+    shown = RichTable(title=title, show_lines=False)
+    for name, fmt in zip(table.columns, table.formats, strict=True):
+        shown.add_column(name, justify="right" if fmt in TABLE_CELLS else "left")
+    cells = [[_table_cell(v, fmt, table.null) for v in values]
+             for values, fmt in zip(table.column_values(), table.formats, strict=True)]
+    for row in zip(*cells, strict=True):
+        shown.add_row(*row)
+    Console(file=out, width=200).print(shown)
+
+
+def emit(df: pd.DataFrame | Table, fmt: str, out: TextIO, title: str | None = None) -> None:
+    """A report (a Table, or a DataFrame with its formats) or an analysis's frame, in `fmt`."""
+    from hpcprof.analysis.nsys_stats.table import Table, write_csv
+
+    if fmt in ("csv", "table") and (isinstance(df, Table) or "formats" in getattr(df, "attrs", {})):  # a report
+        if fmt == "csv":
+            write_csv(df, out)
+        else:
+            _emit_stats_table(df, out, title)
+    else:
+        from hpcprof.output import emit as emit_frame
+
+        emit_frame(df, fmt, out, title=title)
+
+
+def write(df: pd.DataFrame | Table | None, fmt: str, output: str | None, title: str,
+          inputs: Sequence[Path | str] = ()) -> None:
+    """`df` in `fmt` (None: nothing) to the file `output` (written whole or not at all, never over
+    an input; its path on stderr), or to stdout."""
+    if output is None:
+        if df is not None:
+            emit(df, fmt, sys.stdout, title)
+        return
+    from pathlib import Path
+
+    from hpcprof.atomic import write_text_stream
+
+    path = write_text_stream(Path(output), lambda fh: None if df is None else emit(df, fmt, fh, title),
+                             inputs=[Path(p) for p in inputs])
+    sys.stderr.write(f"wrote {path}\n")
+    sys.stderr.flush()
+
+
+# ---------------------------------------------------------------------------------------
+# nsys stats
+
+
+def _small_sqlite(path: Path | str) -> bool:
+    """Whether `path` is a file up to SMALL_EXPORT_BYTES and not a .nsys-rep (an SQLite export, or
+    not an export at all: the standard-library engine says so at once)."""
+    try:
+        return not str(path).endswith(".nsys-rep") and os.path.isfile(path) and os.stat(path).st_size <= SMALL_EXPORT_BYTES
+    except (OSError, ValueError):
+        return False
+
+
+def _outcomes(path: Path | str, names: list[str], fmt: str, engine: str) -> list[Any] | None:
+    """Each report of `path` (a Table or DataFrame, or the MissingData/NsysInputError it raised), by
+    the engines `engine` picks for it; None (named on stderr) when the file is not a usable export.
+    (contextlib only on the columnar path: 2 ms of the quick lane's start-up.)"""
+    outcomes: list[Any] = [None] * len(names)
+    if engine == "python" or (engine == "auto" and fmt == "csv" and _small_sqlite(path)):
+        from hpcprof.analysis.nsys_stats.stats import run_python_reports
+
+        try:
+            outcomes = run_python_reports(path, names)
+        except NsysInputError as exc:
+            say(path, str(exc))
+            return None
+        if engine == "python":
+            return [NsysInputError(f"{name}: --engine python does not compute it; use --engine auto")
+                    if outcome is None else outcome for name, outcome in zip(names, outcomes, strict=True)]
+    rest = [name for name, outcome in zip(names, outcomes, strict=True) if outcome is None]
+    if rest:
+        from contextlib import ExitStack
+
+        from hpcprof.analysis.nsys_stats.stats import run_reports
+
+        with ExitStack() as stack:
+            exports, failed = open_exports([path], stack, gpu=False)
+            if failed:
+                return None
+            computed = dict(zip(rest, run_reports(exports[0], rest, frames=fmt != "csv"), strict=True))
+        outcomes = [computed[name] if outcome is None else outcome for name, outcome in zip(names, outcomes, strict=True)]
+    return outcomes
+
+
+def run_stats(files: Sequence[Path | str], names: list[str], fmt: str, prefix: str | None, engine: str) -> int:
+    """The reports `names` of each file in `fmt`: to PREFIX_<report>.<ext> (PREFIX_<file>_<report>.<ext>
+    for several files) or stdout (each under a `# FILE REPORT` line where there are several); a
+    report whose data the export lacks is named skipped on stderr, as nsys does (with a prefix, its
+    file is written empty, as nsys 2022.4 writes it). Returns the number of files that could not be
+    processed (each named on stderr)."""
+    blocks = len(files) * len(names)
+    failures = 0
+    for path in files:
+        outcomes = _outcomes(path, names, fmt, engine)
+        if outcomes is None:
+            failures += 1
+            continue
+        for name, df in zip(names, outcomes, strict=True):
+            if isinstance(df, NsysInputError):
+                say(path, str(df))
+                failures += 1
+                break
+            if isinstance(df, MissingData):
+                say(path, f"{name} skipped: {df}")
+            if prefix is not None:
+                stem = f"{prefix}_{os.path.splitext(os.path.basename(path))[0]}" if len(files) > 1 else prefix
+                write(None if isinstance(df, MissingData) else df, fmt, f"{stem}_{name}.{EXTENSIONS[fmt]}", name, files)
+                continue
+            if isinstance(df, MissingData):
+                continue
+            if blocks > 1:
+                sys.stdout.write(f"# {path} {name}\n")
+            emit(df, fmt, sys.stdout, f"{os.path.basename(path)}: {name}")
+            if blocks > 1:
+                sys.stdout.write("\n")
+    sys.stdout.flush()
+    return failures
+
+
+def failed_files(failures: int, total: int) -> UserError:
+    """The error that ends a command some of whose `total` input files could not be processed."""
+    from hpcprof.errors import UserError
+
+    return UserError(f"{failures} of {total} input file(s) could not be processed (see messages above)")
+
+
+def report_names(value: str | None) -> list[str] | None:
+    """The reports of `-r VALUE` (comma separated; nsys's default set without -r, whose reports hpcprof
+    does not compute are known too: skipped without their data); None when one is unknown."""
+    if value is None:
+        return list(DEFAULT_REPORTS)
+    names = [r.strip() for r in value.split(",") if r.strip()]
+    return names if all(r in REPORTS or r in NOT_COMPUTED for r in names) else None
+
+
+# ---------------------------------------------------------------------------------------
+# the quick lane
+
+#: the options the quick lane reads (each with a value), by spelling
+_OPTIONS = {"-r": "report", "--report": "report", "--format": "format", "-o": "output", "--output": "output",
+            "--engine": "engine"}
+
+
+def quick_args(argv: list[str]) -> tuple[list[str], list[str], str | None, str] | None:
+    """(files, reports, output prefix, engine) of the arguments after `hpcprof nsys stats` when the
+    quick lane runs them: CSV, known reports, the standard library able to compute them (`--engine
+    python`) and every option spelt out once (`-r X`, `--report X` or `--report=X`, ...); None for
+    any other command line, which click then reads (and reports the errors of)."""
+    from hpcprof.analysis.nsys.quick_analyses import as_pathlib_prints
+
+    files: list[str] = []
+    given: dict[str, str] = {}
+    args = iter(argv)
+    for arg in args:
+        if not arg.startswith("-"):
+            if not as_pathlib_prints(arg):
+                return None
+            files.append(arg)
+            continue
+        option, eq, value = arg.partition("=")
+        key = _OPTIONS.get(option)
+        if key is None or key in given or (eq and not option.startswith("--")):
+            return None
+        if not eq:
+            value = next(args, "-")
+        if not value or value.startswith("-"):
+            return None
+        given[key] = value
+    names = report_names(given.get("report"))
+    engine = given.get("engine", "auto")
+    if (not files or names is None or given.get("format") != "csv" or engine not in ENGINES
+            or (engine == "python" and ("report" not in given or not all(n in PYTHON_REPORTS for n in names)))):
+        return None
+    return files, names, given.get("output"), engine
+
+
+def quick(command: str, argv: list[str]) -> int | None:
+    """`hpcprof nsys COMMAND ARGV` by its quick lane (stats here, nccl, overlap and gaps in
+    quick_analyses.py): the exit status, or None (nothing done) for click to run it."""
+    if command == "stats":
+        found = quick_args(argv)
+        return None if found is None else quick_run(*found)
+    from hpcprof.analysis.nsys import quick_analyses
+
+    plan = quick_analyses.quick_args(command, argv)
+    return None if plan is None else quick_analyses.quick_run(command, *plan)
+
+
+def quick_run(files: list[str], names: list[str], prefix: str | None, engine: str) -> int:
+    """Run `hpcprof nsys stats` as click would (its exit status, its one-line errors)."""
+    try:
+        failures = run_stats(files, names, "csv", prefix, engine)
+        if not failures:
+            return 0
+        error = failed_files(failures, len(files))
+    except BrokenPipeError:                            # a closed pipe: silence and 1, as click
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115  (stdout's replacement, closed at exit)
+        return 1
+    except (OSError, UnicodeError, RecursionError, ValueError) as exc:
+        from hpcprof.errors import as_user_error
+
+        found = as_user_error(exc)
+        if found is None:
+            raise
+        error = found
+    error.show()
+    return error.exit_code
