@@ -56,6 +56,7 @@ from hpcprof.pool import (
 from hpcprof.ranks import rank_from_filename
 from hpcprof.results import ResultError, check_name, forget_headline, write_headline, write_table
 from hpcprof.rundir import RunDir, sweep_of
+from hpcprof.safe_paths import RESULT_FILE, check_confined, read_regular
 from hpcprof.store import Store
 
 if TYPE_CHECKING:
@@ -151,7 +152,7 @@ def workload_tables(results_dir: Path, problem: Report) -> dict[str, pd.DataFram
     tables: dict[str, pd.DataFrame] = {}
     for path in sorted(results_dir.glob("*.json")):
         try:
-            data = json.loads(path.read_text())
+            data = json.loads(read_regular(path, RESULT_FILE))   # a FIFO or /dev/zero: named, not read
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             problem(Problem(path, f"unreadable JSON, skipped ({_short(exc)})"))
             continue
@@ -714,6 +715,7 @@ def collect_run(run: RunDir, store: Store, log: Log = print, executor: Executor 
 
     done = Collected(run.run_id, log)
     executor = executor or InProcess()
+    check_confined(run.path, "results", "derived")  # nothing written or deleted through a link out of the run
     for directory in (run.path / "results", run.path / "derived"):
         remove_stale_temps(directory)  # what a killed collect was writing
     forget_headline(run.path)  # until the summary step records the new tables' headline

@@ -16,9 +16,10 @@ from hpcprof.analysis.nsys_stats.schema import MissingData, NsysInputError
 from hpcprof.analysis.nsys_stats.stats import PYTHON_REPORTS, REPORTS, SMALL_EXPORT_BYTES, run_python_reports
 from hpcprof.analysis.nsys_stats.table import Table, write_csv
 from hpcprof.cli_options import files_argument, output_file_option, rank_map_option
-from hpcprof.errors import FiniteRange, UserError
+from hpcprof.errors import FiniteRange, UserError, printable
 from hpcprof.lazy import LazyModule
 from hpcprof.ranks import rank_from_filename
+from hpcprof.safe_text import rich_text
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -41,7 +42,7 @@ def nsys() -> None:
 def _fail(path: Path | str, message: str) -> None:
     """One line on stderr naming the file."""
     text = message if message.startswith(str(path)) else f"{path}: {message}"
-    click.echo(f"hpcprof nsys: {text}", err=True)
+    click.echo(f"hpcprof nsys: {printable(text)}", err=True)
 
 
 def open_exports(paths: list[Path], stack: ExitStack, gpu: bool = True) -> tuple[list[Export], int]:
@@ -106,10 +107,10 @@ def _emit_stats_table(df: pd.DataFrame | Table, out: TextIO, title: str | None) 
     from rich.table import Table as RichTable
 
     table = df if isinstance(df, Table) else Table.from_frame(df)
-    shown = RichTable(title=title, show_lines=False)
+    shown = RichTable(title=None if title is None else rich_text(title), show_lines=False)
     for name, fmt in zip(table.columns, table.formats, strict=True):
-        shown.add_column(name, justify="right" if fmt in TABLE_CELLS else "left")
-    cells = [[_table_cell(v, fmt, table.null) for v in values]
+        shown.add_column(rich_text(name), justify="right" if fmt in TABLE_CELLS else "left")
+    cells = [[rich_text(_table_cell(v, fmt, table.null)) for v in values]
              for values, fmt in zip(table.column_values(), table.formats, strict=True)]
     for row in zip(*cells, strict=True):
         shown.add_row(*row)
@@ -136,7 +137,7 @@ def _write(df: pd.DataFrame | Table, fmt: str, output: str | None, title: str,
     from hpcprof.atomic import write_text_stream
 
     path = write_text_stream(Path(output), lambda fh: _emit(df, fmt, fh, title), inputs=inputs)
-    click.echo(f"wrote {path}", err=True)
+    click.echo(f"wrote {printable(str(path))}", err=True)
 
 
 def _report_names(value: str) -> list[str]:
@@ -222,7 +223,7 @@ def stats_cmd(files: tuple[Path, ...], reports: str, fmt: str, prefix: str | Non
                     _write(df, fmt, f"{stem}_{name}.{EXTENSIONS[fmt]}", name, files)
                     continue
                 if blocks > 1:
-                    click.echo(f"# {path} {name}")
+                    click.echo(f"# {printable(str(path))} {name}")
                 _emit(df, fmt, sys.stdout, f"{path.name}: {name}")
                 if blocks > 1:
                     click.echo("")
@@ -342,8 +343,8 @@ def slowdown_cmd(baseline: tuple[str, ...], distributed: tuple[str, ...], more: 
                     from hpcprof.analysis.nsys.echo import write_echo
 
                     assert output is not None  # refused above without -o
-                    for path in write_echo(result, Path(output)):
-                        click.echo(f"wrote {path}", err=True)
+                    for path in write_echo(result, Path(output), [*base_paths, *paths]):
+                        click.echo(f"wrote {printable(str(path))}", err=True)
                 else:
                     _write(result, fmt, output, "slowdown", [*base_paths, *paths])
             else:
@@ -366,8 +367,8 @@ def _echo_match(base: Export, exports: list[Export], mapping: dict[str, int], hp
         _fail("input", f"Echo's rule could not read the exports: {exc}")
         return 1
     if output is not None:
-        for path in em.write_echo_tables(result.tables, output):
-            click.echo(f"wrote {path}", err=True)
+        for path in em.write_echo_tables(result.tables, output, [base.path, *(e.path for e in exports)]):
+            click.echo(f"wrote {printable(str(path))}", err=True)
     rule = em.RULE_ECHO if output is not None else em.RULE_HPCPROF
     click.echo(em.rule_line(rule, result, hpcprof_matched), err=True)
     return 0

@@ -28,6 +28,8 @@ from hpcprof.atomic import atomic_write
 from hpcprof.errors import Problem
 from hpcprof.ranks import rank_from_filename
 from hpcprof.results import arrow_table, to_arrow
+from hpcprof.rundir import LOG_TAIL_BYTES
+from hpcprof.safe_paths import read_tail
 
 
 def find_nsys(tool_paths: Mapping[str, str]) -> str | None:
@@ -331,7 +333,7 @@ def missing_profiles(run_dir: Path, config: dict) -> list[str]:
         if rank in present or not selection.selects(rank, rank % per_node, per_node):
             continue
         log = run_dir / "logs" / f"rank{rank}.log"
-        text = log.read_text(errors="replace") if log.is_file() else None
+        text = _log_text(log)
         if text is None:
             cause = f"no nsys profile and no rank log ({log.relative_to(run_dir)}): the rank never started"
         elif NOTHING_RECORDED in text:
@@ -341,3 +343,12 @@ def missing_profiles(run_dir: Path, config: dict) -> list[str]:
             cause = f"no nsys profile written (see {log.relative_to(run_dir)})"
         lines.append(f"nsys: rank {rank}: {cause}")
     return lines
+
+
+def _log_text(log: Path) -> str | None:
+    """A rank log's text (a regular file, its last LOG_TAIL_BYTES), None when there is none or it
+    cannot be read (a FIFO or a device: not waited on)."""
+    try:
+        return read_tail(log, LOG_TAIL_BYTES).decode(errors="replace")
+    except OSError:
+        return None

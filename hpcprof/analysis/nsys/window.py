@@ -31,6 +31,7 @@ import pyarrow as pa
 from hpcprof.analysis.nsys.distributed import Activity, instance_columns, instance_frame
 from hpcprof.analysis.nsys_stats.arrays import Columns, covered_within, group_starts, merge_intervals
 from hpcprof.results import arrow_table
+from hpcprof.safe_paths import read_regular
 
 TIMED_RANGE = "timed"
 ITERATION_RANGE = re.compile(r"(?:iteration|step)\d*")
@@ -81,7 +82,7 @@ def run_window_range(path: Path) -> str | None:
 def _config_window(config: Path, mtime_ns: int) -> str | None:
     """`profile.window.nvtx` of a run's config.json as of `mtime_ns` (read once per run, not per rank file)."""
     try:
-        window = json.loads(config.read_text())["experiment"]["profile"].get("window") or {}
+        window = json.loads(read_regular(config))["experiment"]["profile"].get("window") or {}
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
     return window.get("nvtx") if isinstance(window, dict) else None

@@ -4,7 +4,10 @@ a complete SQLite database: the standard library only, shared by both report eng
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+
+from hpcprof.safe_paths import open_regular
 
 KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
 RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
@@ -74,10 +77,14 @@ class NsysInputError(Exception):
 
 def check_sqlite_file(path: Path) -> None:
     """Raise NsysInputError unless `path` looks like a complete SQLite database."""
-    if not path.is_file():
-        raise NsysInputError(f"{path}: no such file")
-    size = path.stat().st_size
-    with path.open("rb") as fh:
+    try:
+        fh = open_regular(path)      # a FIFO or a device (/dev/zero) is refused, not read
+    except FileNotFoundError:
+        raise NsysInputError(f"{path}: no such file") from None
+    except OSError as exc:
+        raise NsysInputError(f"{path}: {exc.strerror}") from None
+    with fh:
+        size = os.fstat(fh.fileno()).st_size
         header = fh.read(100)
     if len(header) < 100 or not header.startswith(SQLITE_MAGIC):
         raise NsysInputError(f"{path}: not an SQLite database (export .nsys-rep files with "

@@ -14,6 +14,7 @@ import csv
 from typing import TYPE_CHECKING, Any, TextIO
 
 from hpcprof.analysis.nsys_stats.schema import OLD
+from hpcprof.safe_text import csv_cell
 
 if TYPE_CHECKING:
     import numpy as np
@@ -109,12 +110,17 @@ def _cells(values: list[Any], fmt: str, null: str) -> list[str]:
 
 def write_csv(report: Table | pd.DataFrame, out: TextIO) -> None:
     """Write a report as `nsys stats --format csv` does (header, cells, minimal quoting); a
-    report with no rows is an empty file, as nsys 2022.4 and 2025 write it."""
+    report with no rows is an empty file, as nsys 2022.4 and 2025 write it. Text that a
+    spreadsheet would take for a formula (a kernel or NVTX name starting with =) is neutralised
+    (safe_text.csv_cell), and on a terminal control characters are shown as escapes."""
     table = report if isinstance(report, Table) else Table.from_frame(report)
     if not len(table):
         return
+    terminal = out.isatty()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(table.columns)
-    cols = [_cells(values, fmt, table.null)
+    cols = [_cells(values, fmt, table.null) if fmt in CELL_FORMATS
+            else [csv_cell(v, terminal) for v in _cells(values, fmt, table.null)]
             for values, fmt in zip(table.column_values(), table.formats, strict=True)]
     writer.writerows(zip(*cols, strict=True))
+
