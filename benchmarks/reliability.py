@@ -18,7 +18,9 @@ real damaged exports, with --slurm also the local one-node Slurm), then is class
               half-written output, a store, workdir or lock file of a read-only command)
   other       none of the above (e.g. a wrong state, a wrong exit code, a 1 MB error line)
 Groups (--group, repeatable; default all): input, damaged, jobs, faults (the cases of issue 22:
-files touched, silently incomplete results, damage isolation, leftovers), slurm (with --slurm).
+files touched, silently incomplete results, damage isolation, leftovers), hostile (the cases of
+issue 46: links out of the run directory, outputs over inputs and special files, formulas,
+hangs and orphans, markup and escapes; counted per class too), slurm (with --slurm).
 Prints one line per case that is not handled, then the counts (goal: all but handled 0).
 """
 
@@ -402,11 +404,12 @@ def slurm_cases(tmp: Path) -> list[tuple[str, Callable[[], str]]]:
             ("slurm: cancel a FAILED job", final)]
 
 
-GROUPS = ("input", "damaged", "jobs", "faults", "slurm")
+GROUPS = ("input", "damaged", "jobs", "faults", "hostile", "slurm")
 
 
 def main() -> None:
     from reliability_faults import fault_cases  # the cases of issue 22
+    from reliability_hostile import hostile_cases  # the cases of issue 46
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--slurm", action="store_true", help="also the cases on the local one-node Slurm")
@@ -421,7 +424,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="hpcprof-reliability-") as name:
         tmp = Path(name)
         makers = {"input": bad_input_cases, "damaged": damaged_cases, "jobs": lambda t, f: job_cases(t),
-                  "faults": fault_cases, "slurm": lambda t, f: slurm_cases(t) if args.slurm else []}
+                  "faults": fault_cases, "hostile": hostile_cases, "slurm": lambda t, f: slurm_cases(t) if args.slurm else []}
         cases = [case for group in GROUPS if group in groups for case in makers[group](tmp, args.fixtures)
                  if args.only in case[0]]
         def attempt(case: Callable[[], str]) -> tuple[str, float]:
@@ -433,12 +436,18 @@ def main() -> None:
             return outcome, time.monotonic() - start
 
         took: dict[str, float] = {}
+        per_class: dict[str, Counter[str]] = {}
         with ThreadPoolExecutor(args.jobs) as pool:  # each case runs its own processes
             for (label, _), (outcome, seconds) in zip(cases, pool.map(attempt, [case for _, case in cases]), strict=True):
                 took[label] = seconds
                 counts[outcome.split(" (")[0]] += 1
+                if label.startswith("class "):
+                    per_class.setdefault(label.split(":")[0], Counter())[outcome.split(" (")[0]] += 1
                 if outcome != HANDLED:
                     print(f"  {outcome}: {label}", flush=True)
+    for name, outcomes in sorted(per_class.items()):
+        print(f"  {name}: {outcomes[HANDLED]} of {sum(outcomes.values())} handled"
+              + "".join(f", {n} {o}" for o, n in sorted(outcomes.items()) if o != HANDLED))
     slowest = sorted(took, key=took.__getitem__, reverse=True)[:3]
     print(f"cases tried: {sum(counts.values())}")
     print(f"handled (one-line error / recovered): {counts[HANDLED]}")

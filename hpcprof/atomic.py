@@ -3,7 +3,8 @@ target, then a rename, so a reader never sees half a file and a failed write (a 
 unwritable directory, SIGTERM) leaves nothing behind: the temporary file is removed on any
 failure, and on SIGTERM by a handler that removes the temporaries in flight and then dies of the
 signal as before. Temporaries a killed process (SIGKILL) left are removed by `remove_stale_temps`
-once their process is gone. An output is never one of the command's inputs (`check_not_input`).
+once their process is gone. A user's output (a write given `inputs`) is checked first by
+hpcprof.safe_paths.check_output: never an input, a workdir's own file, a special file or a link.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import TextIO
 
 from hpcprof.errors import UserError
+from hpcprof.safe_paths import check_output
 
 #: `.<name>.<host>-<pid>.<random>.tmp[<suffix>]`: the writer's host and PID tell whether a leftover is stale
 TEMP_NAME = re.compile(r"^\..+\.([A-Za-z0-9\-]*)-(\d+)\.[0-9a-f]{16}\.tmp(?:\.[A-Za-z0-9]+)?$")
@@ -67,25 +69,15 @@ def temp_path(path: Path, suffix: str = "") -> Path:
     return path.with_name(f".{path.name}.{HOST}-{os.getpid()}.{os.urandom(8).hex()}.tmp{suffix}")
 
 
-def check_not_input(output: Path, inputs: Iterable[Path], option: str = "-o") -> None:
-    """Refuse an output that is one of the inputs (it would replace what is being read)."""
-    for source in inputs:
-        try:
-            same = Path(output).exists() and os.path.samefile(output, source)
-        except OSError:
-            same = False
-        if same:
-            raise UserError(f"{option} {output}: that is an input of this command; write the output "
-                            "to another file")
-
-
 def atomic_write(path: Path, content: str | bytes | Callable[[Path], None], *,
-                 what: str = "", inputs: Iterable[Path] = (), suffix: str = "") -> Path:
+                 what: str = "", inputs: Iterable[Path] | None = None, option: str = "-o", suffix: str = "") -> Path:
     """Write `content` (text, bytes, or a function writing a given temporary path, which ends in
     `suffix`) to `path`: whole or not at all. A failure to write is one line naming `path` (and
-    `what` it is)."""
+    `what` it is). `inputs` given (perhaps empty): `path` is a user's output, given by `option`,
+    checked by safe_paths.check_output before anything is written."""
     path = Path(path)
-    check_not_input(path, inputs)
+    if inputs is not None:
+        check_output(path, inputs, option)
     tmp = temp_path(path, suffix)
     _watch_sigterm()
     _in_flight.add(tmp)
@@ -94,10 +86,10 @@ def atomic_write(path: Path, content: str | bytes | Callable[[Path], None], *,
         if callable(content):
             content(tmp)
         elif isinstance(content, str):
-            with open(tmp, "w", encoding="utf-8", newline="") as fh:
+            with open(tmp, "x", encoding="utf-8", newline="") as fh:   # x: never through a planted link
                 fh.write(content)
         else:
-            with open(tmp, "wb") as fh:
+            with open(tmp, "xb") as fh:
                 fh.write(content)
         os.replace(tmp, path)
     except OSError as exc:
@@ -114,12 +106,12 @@ def atomic_write(path: Path, content: str | bytes | Callable[[Path], None], *,
 
 
 def write_text_stream(path: Path, write: Callable[[TextIO], None], *, what: str = "",
-                      inputs: Iterable[Path] = ()) -> Path:
+                      inputs: Iterable[Path] | None = None, option: str = "-o") -> Path:
     """`atomic_write` for a writer of an open text file (csv, json, tables)."""
     def to(tmp: Path) -> None:
-        with open(tmp, "w", encoding="utf-8", newline="") as fh:
+        with open(tmp, "x", encoding="utf-8", newline="") as fh:
             write(fh)
-    return atomic_write(path, to, what=what, inputs=inputs)
+    return atomic_write(path, to, what=what, inputs=inputs, option=option)
 
 
 def _alive(pid: int) -> bool:

@@ -26,7 +26,9 @@ class UserError(click.ClickException):
     exit_code = 2
 
     def format_message(self) -> str:
-        return shorten(" ".join(str(self.message).split()), MAX_MESSAGE)
+        """One line, shortened, with terminal control characters shown as escapes (a path or a
+        name in it may come from anyone)."""
+        return shorten(printable(" ".join(str(self.message).split())), MAX_MESSAGE)
 
 
 def shorten(text: str, limit: int) -> str:
@@ -41,6 +43,11 @@ def printable(text: str) -> str:
     """`text` with terminal control characters (escape sequences, carriage returns, ...) shown as
     escapes, so user-provided text cannot drive the terminal."""
     return "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in text)
+
+
+class UnsafeFile(OSError):
+    """A file hpcprof refuses to read (hpcprof.safe_paths): not a regular file (a FIFO, a device),
+    or larger than it reads of such a file. `strerror` says which, `filename` names it."""
 
 
 _warned: set[str] = set()
@@ -81,6 +88,8 @@ def as_user_error(exc: BaseException) -> UserError | None:
         return UserError(f"input is not UTF-8 text{where}: {getattr(exc, 'reason', exc)}; save the file as UTF-8")
     if isinstance(exc, RecursionError):
         return UserError("input is nested too deeply to process")
+    if isinstance(exc, UnsafeFile):
+        return UserError(f"{exc.filename}: {exc.strerror}")
     if isinstance(exc, OSError) and exc.errno in (errno.EACCES, errno.EPERM, errno.ENOENT, errno.ENOTDIR,
                                                   errno.EISDIR, errno.ENAMETOOLONG, errno.EROFS,
                                                   errno.ENOSPC, errno.EDQUOT, errno.EEXIST, errno.ELOOP):

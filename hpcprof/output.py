@@ -1,6 +1,9 @@
 """Write a DataFrame (or plain rows) as csv, json or a rich table: the one output path of every
 CLI report. pandas is imported only for DataFrames and rich only for tables, so the run commands
-start fast (`status --format json` of 1,000 runs imports neither)."""
+start fast (`status --format json` of 1,000 runs imports neither). Every cell leaves through
+hpcprof.safe_text: rich tables hold Text (no markup, no control characters), CSV cells that a
+spreadsheet would run are neutralised (and control characters shown as escapes on a terminal);
+`write_spreadsheet` writes a table as CSV or .xlsx the same way."""
 
 from __future__ import annotations
 
@@ -10,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from hpcprof.errors import printable
+from hpcprof.safe_text import csv_cell, csv_frame, rich_text
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -24,11 +27,11 @@ def render_table(df: pd.DataFrame, title: str | None = None) -> Table:
     import pandas as pd
     from rich.table import Table
 
-    table = Table(title=title, show_lines=False)
+    table = Table(title=None if title is None else rich_text(title), show_lines=False)
     for col in df.columns:
-        table.add_column(str(col), justify="right" if pd.api.types.is_numeric_dtype(df[col]) else "left")
+        table.add_column(rich_text(col), justify="right" if pd.api.types.is_numeric_dtype(df[col]) else "left")
     for row in df.itertuples(index=False):
-        table.add_row(*(format_cell(v) for v in row))
+        table.add_row(*(rich_text(format_cell(v)) for v in row))
     return table
 
 
@@ -45,7 +48,7 @@ def emit(df: pd.DataFrame, fmt: str, out: TextIO | None = None, title: str | Non
     """Print `df` in format `fmt` (csv | table | json) to `out` (stdout by default)."""
     out = out or sys.stdout
     if fmt == "csv":
-        df.to_csv(out, index=False)
+        csv_frame(df, terminal=out.isatty()).to_csv(out, index=False)
     elif fmt == "json":
         out.write(df.to_json(orient="records", indent=1))
         out.write("\n")
@@ -64,9 +67,11 @@ def emit_rows(rows: Sequence[dict[str, Any]], columns: Sequence[str], fmt: str,
     if fmt == "csv":
         import csv
 
+        terminal = out.isatty()
         writer = csv.writer(out, lineterminator="\n")
         writer.writerow(columns)
-        writer.writerows([["" if row.get(c) is None else row.get(c) for c in columns] for row in rows])
+        writer.writerows([["" if row.get(c) is None else csv_cell(row.get(c), terminal) for c in columns]
+                          for row in rows])
     elif fmt == "json":
         import json
 
@@ -75,23 +80,46 @@ def emit_rows(rows: Sequence[dict[str, Any]], columns: Sequence[str], fmt: str,
     elif fmt == "table":
         from rich.console import Console
         from rich.table import Table
-        from rich.text import Text
 
-        table = Table(title=title, show_lines=False)
+        table = Table(title=None if title is None else rich_text(title), show_lines=False)
         for col in columns:
             values = [row.get(col) for row in rows if row.get(col) is not None]
             numeric = bool(values) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
             table.add_column(col, justify="right" if numeric else "left")
         for row in rows:  # user text (a site's description, a reason) as plain text: no markup, no control characters
-            table.add_row(*(Text(printable(format_cell(row.get(c)))) for c in columns))
+            table.add_row(*(rich_text(format_cell(row.get(c))) for c in columns))
         Console(file=out, width=200, emoji=False).print(table)
     else:
         raise ValueError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
 
 
-def write(df: pd.DataFrame, path: Path, fmt: str = "csv", inputs: Iterable[Path] = ()) -> Path:
-    """Write `df` to `path` atomically (hpcprof.atomic: never one of `inputs`, nothing
-    half-written, a failure is one line naming the path)."""
+def write(df: pd.DataFrame, path: Path, fmt: str = "csv", inputs: Iterable[Path] = (), option: str = "-o") -> Path:
+    """Write a user's output: `df` to `path` atomically (hpcprof.atomic: checked by
+    safe_paths.check_output against `inputs` first, nothing half-written, a failure is one line
+    naming the path)."""
     from hpcprof.atomic import write_text_stream
 
-    return write_text_stream(path, lambda fh: emit(df, fmt, fh), inputs=inputs)
+    return write_text_stream(path, lambda fh: emit(df, fmt, fh), inputs=inputs, option=option)
+
+
+def write_spreadsheet(df: pd.DataFrame, path: Path, inputs: Iterable[Path] = (), what: str = "",
+                      option: str = "-o") -> Path:
+    """Write a user's output table as .xlsx (when `path` ends in .xlsx: openpyxl, as pandas'
+    to_excel(index=False), every text a text cell, control characters shown as escapes) or else CSV (to_csv(index=False), formula-like
+    text cells neutralised); atomically, checked as `write` is."""
+    from hpcprof.atomic import atomic_write
+
+    if path.suffix != ".xlsx":
+        return atomic_write(path, csv_frame(df).to_csv(index=False), what=what, inputs=inputs, option=option)
+
+    def excel(tmp: Path) -> None:
+        import pandas as pd
+
+        from hpcprof.safe_text import text_cells_only, xlsx_frame
+
+        with pd.ExcelWriter(tmp, engine="openpyxl") as writer:
+            xlsx_frame(df).to_excel(writer, index=False)
+            for sheet in writer.sheets.values():
+                text_cells_only(sheet)
+
+    return atomic_write(path, excel, what=what, inputs=inputs, option=option, suffix=".xlsx")

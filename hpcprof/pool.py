@@ -114,7 +114,40 @@ def make_executor(workers: int | None, preload: Iterable[str] = ()) -> tuple[Exe
         why += "; --workers sets another number"
     if workers <= 1:
         return InProcess(), f"1 process ({why})"
-    return ProcessPoolExecutor(workers, mp_context=worker_context(preload)), f"{workers} worker processes ({why})"
+    return process_pool(workers, worker_context(preload)), f"{workers} worker processes ({why})"
+
+
+def process_pool(workers: int, context: multiprocessing.context.BaseContext) -> ProcessPoolExecutor:
+    """A process pool of `workers` started by `context`, whose workers die with this process
+    (die_with_parent): every pool hpcprof starts is made here."""
+    return ProcessPoolExecutor(workers, mp_context=context, initializer=die_with_parent, initargs=(os.getpid(),))
+
+
+#: prctl(2) option: the signal this process gets when its parent dies (Linux)
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(owner: int) -> None:
+    """A worker's first step: it is killed (SIGKILL) when the process that started it dies, however
+    that one dies (SIGKILL, SIGTERM, a crash), so that no worker runs on for nobody, reparented to
+    init; where that process, or `owner` (the pool's owner: the parent, or the fork server's parent),
+    is already gone, it exits now. Linux: prctl(PR_SET_PDEATHSIG) through ctypes (a fork server's
+    workers die with it, and it ends with its owner); elsewhere the pool's own shutdown is all there
+    is. The temporaries a killed worker left are removed by the next collect (atomic.remove_stale_temps)."""
+    import ctypes
+    import signal
+
+    parent = os.getppid()
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    try:
+        os.kill(owner, 0)
+    except ProcessLookupError:
+        os._exit(1)
+    except OSError:
+        pass
+    if os.getppid() != parent:   # the parent died before prctl took effect
+        os._exit(1)
 
 
 @functools.cache

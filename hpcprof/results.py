@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from hpcprof.atomic import atomic_write
 from hpcprof.errors import UserError
+from hpcprof.safe_paths import read_regular
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -191,7 +192,7 @@ def read_headline(run_dir: Path) -> Headline | None:
     """The headline collect recorded; None when there is none or it is damaged (the caller then
     computes it from the tables)."""
     try:
-        data = json.loads((results_dir(run_dir) / HEADLINE).read_bytes())
+        data = json.loads(read_regular(results_dir(run_dir) / HEADLINE))   # a FIFO: refused, not waited on
         return Headline(*([(str(name), float(value), str(unit)) for name, value, unit in data[field]]
                           for field in Headline._fields))
     except (OSError, ValueError, TypeError, KeyError):

@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from hpcprof.atomic import atomic_write
-from hpcprof.errors import UserError, warn
+from hpcprof.errors import UnsafeFile, UserError, warn
+from hpcprof.safe_paths import append_regular, read_regular, read_tail
 
 #: A run id as new_run_id makes them (and as `status RUN` accepts them): no glob characters.
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}")
@@ -79,7 +80,7 @@ def read_config(path: Path) -> dict[str, Any]:
     """The JSON of a run's config.json, its keys checked (config_problem); DamagedRunFile (one line
     naming the file) when it cannot be read. Its typed reading is hpcprof.record.read_record's."""
     try:
-        data = json.loads(path.read_bytes().decode("utf-8"))
+        data = json.loads(read_regular(path).decode("utf-8"))
     except (OSError, ValueError) as exc:
         raise damaged(path, getattr(exc, "strerror", None) or str(exc).splitlines()[0][:120]) from None
     if (problem := config_problem(data)) is not None:
@@ -117,7 +118,7 @@ class RunDir:
         per RunDir: submit writes it once, through `record_submission` (which updates this)."""
         path = self.path / "submission.json"
         try:
-            data = json.loads(path.read_bytes())
+            data = json.loads(read_regular(path))
             if isinstance(data, dict) and isinstance(data.get("job_id"), str) and isinstance(data.get("scheduler"), str):
                 return data
         except FileNotFoundError:
@@ -136,7 +137,9 @@ class RunDir:
         UTF-8 text is kept as `damaged` (the first one), see `state`."""
         path = self.path / "status"
         try:
-            raw = path.read_bytes()
+            raw = read_regular(path)
+        except UnsafeFile as exc:   # a FIFO, a device, a huge file: named, never waited on or read on
+            return {"damaged": f"{path}: {exc.strerror}"}
         except OSError:
             return {}
         status: dict[str, str] = {}
@@ -153,7 +156,7 @@ class RunDir:
     def stored_state(self) -> bytes | None:
         """The `state.stored` note (see `store_state`), or None."""
         try:
-            return (self.path / "state.stored").read_bytes()
+            return read_regular(self.path / "state.stored")
         except OSError:
             return None
 
@@ -166,7 +169,7 @@ class RunDir:
         `partial: ` and the first problem), None when not noted; a damaged note is named."""
         path = self.path / "collect.stored"
         try:
-            note = path.read_bytes().decode("utf-8").strip()
+            note = read_regular(path).decode("utf-8").strip()
         except FileNotFoundError:
             return None
         except (OSError, UnicodeDecodeError):
@@ -183,8 +186,7 @@ class RunDir:
 
     def mark_cancelled(self) -> None:
         """Add `cancelled=EPOCH` to the status file: hpcprof asked the scheduler to stop the job."""
-        with open(self.path / "status", "a") as fh:
-            fh.write(f"cancelled={int(time.time())}\n")
+        append_regular(self.path / "status", f"cancelled={int(time.time())}\n".encode())
 
     @property
     def done(self) -> bool:
@@ -193,9 +195,7 @@ class RunDir:
     def log_tail(self) -> str:
         """The last LOG_TAIL_BYTES of the job log (logs/job.out), '' when it cannot be read."""
         try:
-            with open(self.path / "logs" / "job.out", "rb") as log:
-                log.seek(max(0, log.seek(0, 2) - LOG_TAIL_BYTES))
-                return log.read().decode(errors="replace")
+            return read_tail(self.path / "logs" / "job.out", LOG_TAIL_BYTES).decode(errors="replace")
         except OSError:
             return ""
 

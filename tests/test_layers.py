@@ -34,7 +34,8 @@ import hpcprof
 LAYERS: list[list[str]] = [
     ["hpcprof", "hpcprof.errors", "hpcprof.lazy", "hpcprof.ranks", "hpcprof.resources", "hpcprof.atomic", "hpcprof.cpus",
      "hpcprof.models",
-     "hpcprof.output", "hpcprof.results", "hpcprof.catalog", "hpcprof.workdirs", "hpcprof.pool", "hpcprof._templates",
+     "hpcprof.output", "hpcprof.results", "hpcprof.catalog", "hpcprof.workdirs", "hpcprof.pool", "hpcprof.safe_paths", "hpcprof.safe_text",
+     "hpcprof._templates",
      "hpcprof._site_configs"],
     ["hpcprof.profilers"],
     ["hpcprof.workloads"],

@@ -19,8 +19,9 @@ import pytest
 from hpcprof_cli import hpcprof
 from reliability_util import experiment, ok, one_line_error, runs
 
-from hpcprof.atomic import HOST, atomic_write, check_not_input, remove_stale_temps, temp_path
+from hpcprof.atomic import HOST, atomic_write, remove_stale_temps, temp_path
 from hpcprof.errors import UserError
+from hpcprof.safe_paths import check_output
 from hpcprof.store import Store
 
 
@@ -53,7 +54,7 @@ def test_an_output_is_never_an_input(tmp_path: Path) -> None:
     source.write_bytes(b"export")
     with pytest.raises(UserError, match="input of this command"):
         atomic_write(tmp_path / "." / "x.sqlite", "csv", inputs=[source])
-    check_not_input(tmp_path / "y.csv", [source])  # another file is fine
+    check_output(tmp_path / "y.csv", [source])  # another file is fine
     assert source.read_bytes() == b"export"
 
 

@@ -16,6 +16,7 @@ from hpcprof.errors import Problem
 from hpcprof.ranks import rank_from_filename
 from hpcprof.results import ResultError, check_name
 from hpcprof.rundir import RunDir
+from hpcprof.safe_paths import RESULT_FILE, read_regular
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -29,7 +30,7 @@ def workload_tables(results_dir: Path, problem: Report) -> dict[str, pd.DataFram
     tables: dict[str, pd.DataFrame] = {}
     for path in sorted(results_dir.glob("*.json")):
         try:
-            data = json.loads(path.read_text())
+            data = json.loads(read_regular(path, RESULT_FILE))   # a FIFO or /dev/zero: named, not read
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             problem(Problem(path, f"unreadable JSON, skipped ({short(exc)})"))
             continue

@@ -47,6 +47,7 @@ from hpcprof.pool import InProcess, Log, make_executor
 from hpcprof.record import read_record
 from hpcprof.results import ResultError, forget_headline, write_headline, write_table
 from hpcprof.rundir import RunDir
+from hpcprof.safe_paths import check_confined
 from hpcprof.store import Store
 
 if TYPE_CHECKING:
@@ -98,6 +99,7 @@ def collect_run(run: RunDir, store: Store, log: Log = print, executor: Executor 
 
     done = Collected(run.run_id, log)
     executor = executor or InProcess()
+    check_confined(run.path, "results", "derived")  # nothing written or deleted through a link out of the run
     for directory in (run.path / "results", run.path / "derived"):
         remove_stale_temps(directory)  # what a killed collect was writing
     forget_headline(run.path)  # until the summary step records the new tables' headline

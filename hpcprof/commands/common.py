@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 
 import click
 
-from hpcprof.errors import UserError
+from hpcprof.errors import UserError, printable
 from hpcprof.rundir import RunDir, all_runs, find_run
 
 if TYPE_CHECKING:
@@ -18,14 +18,16 @@ if TYPE_CHECKING:
 
 class Messages:
     """The run commands' messages on stderr: plain lines (`markup=False`) through click, the few with
-    rich markup (`[bold]...[/]`) through rich's console, made on first use (so `render` and
-    `submit` start without rich; a path with `:smile:` in it stays as it is)."""
+    rich markup (`[bold]...[/]`, the values in them escaped by safe_text.rich_markup) through rich's
+    console, made on first use (so `render` and `submit` start without rich; a path with `:smile:`
+    in it stays as it is). Control characters (a file name's escape sequences) are shown as escapes."""
 
     def __init__(self) -> None:
         self._rich: Any = None
 
     def print(self, text: str, markup: bool = True, highlight: bool = True) -> None:
         """Print one message (`highlight`: rich's colouring of numbers and paths, markup only)."""
+        text = printable(text)
         if not markup:
             click.echo(text, err=True)
             return

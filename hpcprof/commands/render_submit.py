@@ -30,6 +30,7 @@ from hpcprof.config.site import find_site
 from hpcprof.errors import UserError
 from hpcprof.render.job import write_rendered
 from hpcprof.rundir import select_runs
+from hpcprof.safe_text import rich_markup
 from hpcprof.schedulers import get_scheduler
 from hpcprof.workdirs import record_workdir
 
@@ -106,7 +107,7 @@ def submit(experiment: Path, site_name: str, site_file: Path | None, overrides: 
     array = campaign.check_array(planned) if as_array else None
     if dry_run:
         for run in planned.runs:
-            console.print(f"[bold]{run.run_id}[/] {run.point.params or ''} -> {run.run_dir}")
+            console.print(f"[bold]{run.run_id}[/] {rich_markup(run.point.params or '')} -> {rich_markup(run.run_dir)}")
             click.echo(run.files["job.sh"])
         if array is not None:
             console.print(f"[bold]{planned.sweep_id}[/]: the array job script (task k runs point k's job.sh)")

@@ -382,4 +382,4 @@ def write_user_site(name: str, venv_dir: Path, account: str | None, output: Path
                        + yaml.safe_dump(data, sort_keys=False))
         load_site_file(tmp)
 
-    return atomic_write(path, write, what="site config")
+    return atomic_write(path, write, what="site config", inputs=None if output is None else (), option="-o")

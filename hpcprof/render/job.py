@@ -81,7 +81,8 @@ def compiled_templates_cache() -> CompiledTemplates | None:
     """The compiled templates' cache, $XDG_CACHE_HOME/hpcprof/templates (default
     ~/.cache/hpcprof/templates; made mode 0700, as it holds code that renders run), its entries
     named for this Jinja and these environment options; None where that directory cannot be made,
-    is not this user's alone, or is not absolute (no home directory: nothing is made in the current one)."""
+    is not this user's alone, is a symbolic link (its target's mode is never changed) or is not
+    absolute (no home directory: nothing is made in the current one)."""
     cache = os.environ.get("XDG_CACHE_HOME", "")
     if not os.path.isabs(cache):  # unset, or relative: XDG says to ignore it
         cache = os.path.join(os.path.expanduser("~"), ".cache")
@@ -90,12 +91,19 @@ def compiled_templates_cache() -> CompiledTemplates | None:
     directory = os.path.join(cache, "hpcprof", "templates")
     try:
         os.makedirs(directory, mode=0o700, exist_ok=True)
-        os.chmod(directory, 0o700)
-        info = os.lstat(directory)
+        # the directory itself, never what a link there points to (O_NOFOLLOW: a link is not used)
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
         return None
-    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+            return None
+        os.fchmod(fd, 0o700)
+    except OSError:
         return None
+    finally:
+        os.close(fd)
     options = repr((jinja2.__version__, jinja2.sandbox.SandboxedEnvironment.__name__,
                     sorted((k, getattr(v, "__name__", v)) for k, v in ENV_OPTIONS.items()), sorted(FILTERS)))
     return CompiledTemplates(directory, f"%s.{zlib.crc32(options.encode()):08x}.cache")

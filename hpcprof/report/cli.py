@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import io
+import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 import click
 from rich.console import Console
 
 from hpcprof.cli_options import with_site_lookup, workdir_option
-from hpcprof.errors import FiniteRange, UserError
+from hpcprof.errors import FiniteRange, UserError, printable
+from hpcprof.output import emit
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -40,21 +42,22 @@ def compare(runs: tuple[str, ...], workdir: Path, baseline: str | None, fail_pct
     if fail_pct is not None and baseline is None:
         raise UserError("--fail-if-slower needs --baseline RUN: the run the others must not be slower than")
     df = compare_frame(runs, workdir, baseline)
-    if fmt == "table":
-        buf = io.StringIO()
-        Console(file=buf, width=220).print(comparison_table(df))
-        text = buf.getvalue()
-    elif fmt == "csv":
-        text = df.to_csv(index=False)
-    else:
-        text = df.to_json(orient="records", indent=1) + "\n"
-    if output is None:
-        click.echo(text, nl=False)
-    else:
-        from hpcprof.atomic import atomic_write
 
-        atomic_write(output, text)
-        click.echo(f"wrote {output}", err=True)
+    def write(out: TextIO) -> None:
+        if fmt == "table":
+            buf = io.StringIO()
+            Console(file=buf, width=220).print(comparison_table(df))
+            out.write(buf.getvalue())
+        else:   # hpcprof.output's CSV (formula-like text neutralised) or JSON
+            emit(df, fmt, out)
+
+    if output is None:
+        write(sys.stdout)
+    else:
+        from hpcprof.atomic import write_text_stream
+
+        write_text_stream(output, write, inputs=(), option="-o")
+        click.echo(f"wrote {printable(str(output))}", err=True)
     if fail_pct is not None:
         gate(df, fail_pct)
 
@@ -105,8 +108,8 @@ def report(runs: tuple[str, ...], workdir: Path, full: bool, rows: int, html_fil
         from hpcprof.atomic import atomic_write
         from hpcprof.report.html import build_html
 
-        atomic_write(html_file, build_html(infos, baseline))
-        click.echo(f"wrote {html_file}", err=True)
+        atomic_write(html_file, build_html(infos, baseline), inputs=(), option="--html")
+        click.echo(f"wrote {printable(str(html_file))}", err=True)
         return
     from hpcprof.report.terminal import report as terminal_report
 
@@ -119,11 +122,23 @@ def report(runs: tuple[str, ...], workdir: Path, full: bool, rows: int, html_fil
 @click.option("--rank", type=int, help="Print this rank's log (default: the job log).")
 def logs(run: str, workdir: Path, rank: int | None) -> None:
     """Print a run's job log, or one rank's log."""
+    import codecs
+
     from hpcprof.rundir import find_run
+    from hpcprof.safe_paths import open_regular
+    from hpcprof.safe_text import terminal_log
 
     found = find_run(run, workdir)
     path = found.path / "logs" / ("job.out" if rank is None else f"rank{rank}.log")
-    if not path.is_file():
+    try:
+        log = open_regular(path)    # a FIFO or a device there is refused, not waited on or read forever
+    except FileNotFoundError:
         have = sorted(p.name for p in (found.path / "logs").glob("*")) if (found.path / "logs").is_dir() else []
-        raise UserError(f"{path}: no such log; the run has {', '.join(have) or 'no logs yet'}")
-    click.echo(path.read_text(errors="replace"), nl=False)
+        raise UserError(f"{path}: no such log; the run has {', '.join(have) or 'no logs yet'}") from None
+    terminal = sys.stdout.isatty()   # on a terminal, the log's escape sequences are shown, not run
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    with log:
+        while chunk := log.read(1 << 20):
+            text = decoder.decode(chunk)
+            click.echo(terminal_log(text) if terminal else text, nl=False)
+        click.echo(decoder.decode(b"", final=True), nl=False)

@@ -22,6 +22,7 @@ from hpcprof.report import plots, sweep
 from hpcprof.report.runs import RunInfo
 from hpcprof.report.terminal import format_value, with_unit
 from hpcprof.results import read_table
+from hpcprof.safe_text import plotly_escaped
 
 MAX_FIGURES = 24
 #: ncu's Echo columns drawn as speed-of-light bars (by name prefix)
@@ -52,8 +53,9 @@ class Page:
         self.parts.append(text)
 
     def figure(self, fig: go.Figure) -> None:
+        """Add a figure, its texts escaped (safe_text.plotly_escaped: a kernel name's <a href> shows as text)."""
         self.figures += 1
-        self.parts.append(fig.to_html(full_html=False, include_plotlyjs=False, div_id=f"fig{self.figures}",
+        self.parts.append(plotly_escaped(fig).to_html(full_html=False, include_plotlyjs=False, div_id=f"fig{self.figures}",
                                       config={"displaylogo": False}))
 
     def section(self, ident: str, title: str, intro: str, figures: list[go.Figure], extra: str = "") -> None:

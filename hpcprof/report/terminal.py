@@ -18,7 +18,9 @@ from hpcprof.catalog import parse_column
 from hpcprof.output import render_table
 from hpcprof.report.runs import RunInfo
 from hpcprof.results import list_tables, read_table
-from hpcprof.rundir import sweep_of
+from hpcprof.rundir import LOG_TAIL_BYTES, sweep_of
+from hpcprof.safe_paths import read_tail
+from hpcprof.safe_text import rich_markup, rich_text
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -67,13 +69,17 @@ def comparison_table(df: pd.DataFrame) -> Table:
         tests = sorted({str(t) for t in df["test"] if t and str(t) != "the baseline"})
         caption = "; ".join([*([caption] if caption else []), f"verdicts at the 5 % level: {'; '.join(tests)}"])
     table = Table(show_lines=False, caption=caption, caption_justify="left")
+
+    def add_row(*cells: str) -> None:   # swept values, metric and kernel names as plain text
+        table.add_row(*(rich_text(cell) for cell in cells))
+
     table.add_column("")
     labels = list(point_labels(df, param_columns(df)))
     for i, run in enumerate(df["run"]):
-        table.add_column(labels[i] if labels[i] else str(run), justify="right")
-    table.add_row("run", *[short_runs(r) for r in df["run"]])
+        table.add_column(rich_text(labels[i] if labels[i] else run), justify="right")
+    add_row("run", *[short_runs(r) for r in df["run"]])
     for col in param_columns(df) + ["world_size", "state"] + (["n"] if "n" in df else []):
-        table.add_row(col, *[format_value(v) for v in df[col]])
+        add_row(col, *[format_value(v) for v in df[col]])
     for col in metric_columns(df):
         if col.endswith("/base"):
             continue
@@ -88,13 +94,13 @@ def comparison_table(df: pd.DataFrame) -> Table:
             if cell and ratio is not None and pd.notna(ratio):
                 cell += f" (×{ratio:.2f})"
             cells.append(cell)
-        table.add_row(name, *cells)
+        add_row(name, *cells)
     if "top kernel" in df:
-        table.add_row("top kernel", *[format_value(v) for v in df["top kernel"]])
+        add_row("top kernel", *[format_value(v) for v in df["top kernel"]])
     if "verdict" in df:
-        table.add_row("iteration time change", *[f"{v:+.2f} %" if pd.notna(v) else "" for v in df["change_pct"]])
-        table.add_row("p (Welch)", *[f"{v:.3g}" if pd.notna(v) else "" for v in df["p_value"]])
-        table.add_row("verdict", *[str(v) for v in df["verdict"]])
+        add_row("iteration time change", *[f"{v:+.2f} %" if pd.notna(v) else "" for v in df["change_pct"]])
+        add_row("p (Welch)", *[f"{v:.3g}" if pd.notna(v) else "" for v in df["p_value"]])
+        add_row("verdict", *[str(v) for v in df["verdict"]])
     return table
 
 
@@ -112,8 +118,9 @@ def log_files(run_dir: Path) -> list[Path]:
 
 
 def tail(path: Path, lines: int = LOG_TAIL) -> list[str]:
+    """The last `lines` lines of a log (of its last LOG_TAIL_BYTES: a FIFO or a device is not read)."""
     try:
-        return path.read_text(errors="replace").splitlines()[-lines:]
+        return read_tail(path, LOG_TAIL_BYTES).decode(errors="replace").splitlines()[-lines:]
     except OSError:
         return []
 
@@ -122,23 +129,24 @@ def headline(info: RunInfo, out: Console) -> None:
     """The run's header, parameters, state and duration, its metrics, and for a failed run the
     reason and the tail of its logs."""
     run = info.run
-    out.rule(f"[bold]{run.run_id}[/]  {info.record.experiment.name}  {info.state}")
+    out.rule(f"[bold]{rich_markup(run.run_id)}[/]  {rich_markup(info.record.experiment.name)}  "
+             f"{rich_markup(info.state)}")
     head = Table.grid(padding=(0, 2))
     head.add_column(style="bold")
     head.add_column()
-    for key, value in info.params.items():
-        head.add_row(key, format_value(value))
-    head.add_row("workload", f"{info.kind} on {info.record.world_size} rank(s), profile {info.tool}")
-    head.add_row("state", info.state + (f" ({info.reason})" if info.reason else ""))
-    head.add_row("duration", duration(info))
-    head.add_row("directory", str(run.path))
+    rows = [*((key, format_value(value)) for key, value in info.params.items()),
+            ("workload", f"{info.kind} on {info.record.world_size} rank(s), profile {info.tool}"),
+            ("state", info.state + (f" ({info.reason})" if info.reason else "")),
+            ("duration", duration(info)), ("directory", str(run.path))]
+    for key, text in rows:   # swept values, a reason, a path: plain text
+        head.add_row(rich_text(key), rich_text(text))
     out.print(head)
     if info.metrics:
         table = Table(title="headline metrics", title_justify="left")
         table.add_column("metric")
         table.add_column("value", justify="right")
         for name, value, unit in info.metrics:
-            table.add_row(name, with_unit(value, unit))
+            table.add_row(rich_text(name), rich_text(with_unit(value, unit)))
         out.print(table)
     if info.top:
         top = Table(title="top kernels (all ranks)", title_justify="left")
@@ -146,27 +154,27 @@ def headline(info: RunInfo, out: Console) -> None:
         top.add_column("time", justify="right")
         top.add_column("category")
         for name, time_ms, category in info.top:  # a kernel's name as plain text: no markup
-            top.add_row(Text(name), with_unit(time_ms, "ms"), category)
+            top.add_row(rich_text(name), with_unit(time_ms, "ms"), rich_text(category))
         out.print(top)
     if info.state not in ("COMPLETED", "RUNNING", "PENDING"):
         failure(info, out)
     elif not info.metrics and info.state == "COMPLETED" and not list_tables(run.path):
-        out.print(f"not collected yet: run `hpcprof collect {run.run_id}`")
+        out.print(rich_text(f"not collected yet: run `hpcprof collect {run.run_id}`"))
 
 
 def failure(info: RunInfo, out: Console) -> None:
     """Reason, the tail of the job log and of the last-written rank log, and where the logs are."""
     logs = log_files(info.run.path)
-    out.print(f"[red]{info.state}[/]: {info.reason or 'no reason recorded'}")
+    out.print(Text.assemble(rich_text(info.state, "red"), ": ", rich_text(info.reason or "no reason recorded")))
     ranks = [p for p in logs if p.name.startswith("rank")]
     shown = [p for p in logs if p.name == "job.out"]
     if ranks:
         shown.append(max(ranks, key=lambda p: p.stat().st_mtime))
     for path in shown:
-        out.print(f"[bold]last lines of {path}[/]:")
-        for line in tail(path):
-            out.print("  " + line, markup=False, highlight=False)
-    out.print(f"logs: {info.run.path / 'logs'} (hpcprof logs {info.run.run_id} [--rank N])", markup=False)
+        out.print(f"[bold]last lines of {rich_markup(path)}[/]:")
+        for line in tail(path):   # the job's own output: its escape sequences shown, not run
+            out.print(rich_text("  " + line), highlight=False)
+    out.print(rich_text(f"logs: {info.run.path / 'logs'} (hpcprof logs {info.run.run_id} [--rank N])"))
 
 
 def full_tables(info: RunInfo, out: Console, rows: int) -> None:

@@ -11,8 +11,9 @@ import click
 from hpcprof.analysis.ncu.echo import RULE_HPCPROF
 from hpcprof.analysis.ncu.metrics import metric_key, metrics_table, missing_sections
 from hpcprof.cli_options import files_argument, output_file_option
-from hpcprof.errors import UserError
+from hpcprof.errors import UserError, printable
 from hpcprof.output import FORMATS, emit, write
+from hpcprof.safe_text import csv_frame
 
 
 @click.group("ncu")
@@ -74,7 +75,7 @@ def metrics(ctx: click.Context, files: tuple[Path, ...], metrics: tuple[str, ...
                       "profile with the sections of Echo's table (ncu --set full)")
         df = df.iloc[0:0]
     for message in errors:
-        click.echo(f"hpcprof ncu metrics: {message}", err=True)
+        click.echo(f"hpcprof ncu metrics: {printable(message)}", err=True)
     notes = missing_sections(df)
     if notes and fmt != "table":
         for note in notes:
@@ -105,7 +106,8 @@ def _echo(ctx: click.Context, files: tuple[Path, ...], metrics: tuple[str, ...],
         result = echo_metrics(files[0], kshortname, ncu_path)
     except NcuInputError as exc:
         raise UserError(str(exc)) from None
-    text = result.table.to_csv(index=False)  # Echo: merged_df.to_csv(path, index=False)
+    # Echo: merged_df.to_csv(path, index=False); formula-like names neutralised (and shown as text on a terminal)
+    text = csv_frame(result.table, terminal=output is None and sys.stdout.isatty()).to_csv(index=False)
     if output is None:
         sys.stdout.write(text)  # as it is: click.echo would strip escapes
     else:
@@ -113,5 +115,5 @@ def _echo(ctx: click.Context, files: tuple[Path, ...], metrics: tuple[str, ...],
             fh.write(text)
 
         inputs = [files[0], *([kshortname] if kshortname else [])]
-        click.echo(f"wrote {write_text_stream(Path(output), to, inputs=inputs)}", err=True)
+        click.echo(f"wrote {printable(str(write_text_stream(Path(output), to, inputs=inputs)))}", err=True)
     click.echo(f"hpcprof ncu metrics: {result.summary()}", err=True)

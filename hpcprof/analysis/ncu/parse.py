@@ -24,6 +24,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from hpcprof.safe_paths import read_regular
+
 LONG_COLUMNS = ["ID", "Kernel Name", "Section Name", "Metric Name", "Metric Unit", "Metric Value"]
 SUMMARY_MARKERS = {"Invocations", "Minimum", "Maximum", "Average"}
 
@@ -173,14 +175,16 @@ def export_report(report: Path, ncu: str | None, page: str, *options: str) -> st
 
 def load(path: Path, ncu: str | None = None) -> pd.DataFrame:
     """Long metric table of a CSV export or a `.ncu-rep` (its details and raw pages, via ncu)."""
-    if not path.is_file():
+    if not path.exists():
         raise NcuInputError(f"{path}: no such file")
     if path.suffix == ".ncu-rep":
         pages = [read_ncu_csv(export_report(path, ncu, p), f"{path} ({p} page)")
                  for p in ("details", "raw")]
         return pd.concat(pages, ignore_index=True)
     try:
-        text = path.read_text(encoding="utf-8", errors="strict")
+        text = read_regular(path, limit=None).decode("utf-8", errors="strict")   # a FIFO or a device: refused
     except UnicodeDecodeError:
         raise NcuInputError(f"{path}: not ncu --csv output (binary or not UTF-8)") from None
+    except OSError as exc:
+        raise NcuInputError(f"{path}: {exc.strerror}") from None
     return read_ncu_csv(text, str(path))

@@ -23,7 +23,7 @@ from hpcprof.analysis.nsys.stats_command import (
 from hpcprof.analysis.nsys_stats.schema import NsysInputError
 from hpcprof.analysis.nsys_stats.stats import DEFAULT_REPORTS, PYTHON_REPORTS, REPORTS
 from hpcprof.cli_options import files_argument, output_file_option, rank_map_option
-from hpcprof.errors import FiniteRange, UserError
+from hpcprof.errors import FiniteRange, UserError, printable
 from hpcprof.lazy import LazyModule
 from hpcprof.ranks import rank_from_filename
 
@@ -195,8 +195,8 @@ def slowdown_cmd(baseline: tuple[str, ...], distributed: tuple[str, ...], more: 
                     from hpcprof.analysis.nsys.echo import write_echo
 
                     assert output is not None  # refused above without -o
-                    for path in write_echo(result, Path(output)):
-                        click.echo(f"wrote {path}", err=True)
+                    for path in write_echo(result, Path(output), [*base_paths, *paths]):
+                        click.echo(f"wrote {printable(str(path))}", err=True)
                 else:
                     write(result, fmt, output, "slowdown", [*base_paths, *paths])
             else:
@@ -219,8 +219,8 @@ def _echo_match(base: Export, exports: list[Export], mapping: dict[str, int], hp
         say("input", f"Echo's rule could not read the exports: {exc}")
         return 1
     if output is not None:
-        for path in em.write_echo_tables(result.tables, output):
-            click.echo(f"wrote {path}", err=True)
+        for path in em.write_echo_tables(result.tables, output, [base.path, *(e.path for e in exports)]):
+            click.echo(f"wrote {printable(str(path))}", err=True)
     rule = em.RULE_ECHO if output is not None else em.RULE_HPCPROF
     click.echo(em.rule_line(rule, result, hpcprof_matched), err=True)
     return 0

@@ -31,6 +31,8 @@ from hpcprof.errors import Problem
 from hpcprof.profilers.nsys import PROFILER
 from hpcprof.ranks import rank_from_filename
 from hpcprof.results import arrow_table, to_arrow
+from hpcprof.rundir import LOG_TAIL_BYTES
+from hpcprof.safe_paths import read_tail
 
 if TYPE_CHECKING:
     from hpcprof.record import RunRecord
@@ -340,7 +342,7 @@ def missing_profiles(run_dir: Path, record: RunRecord) -> list[str]:
         if rank in present or not selection.selects(rank, rank % per_node, per_node):
             continue
         log = run_dir / "logs" / f"rank{rank}.log"
-        text = log.read_text(errors="replace") if log.is_file() else None
+        text = _log_text(log)
         if text is None:
             cause = f"no nsys profile and no rank log ({log.relative_to(run_dir)}): the rank never started"
         elif NOTHING_RECORDED in text:
@@ -350,3 +352,12 @@ def missing_profiles(run_dir: Path, record: RunRecord) -> list[str]:
             cause = f"no nsys profile written (see {log.relative_to(run_dir)})"
         lines.append(f"nsys: rank {rank}: {cause}")
     return lines
+
+
+def _log_text(log: Path) -> str | None:
+    """A rank log's text (a regular file, its last LOG_TAIL_BYTES), None when there is none or it
+    cannot be read (a FIFO or a device: not waited on)."""
+    try:
+        return read_tail(log, LOG_TAIL_BYTES).decode(errors="replace")
+    except OSError:
+        return None

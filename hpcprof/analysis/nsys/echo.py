@@ -7,7 +7,7 @@ nsys collector's run step."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from hpcprof.analysis.nsys.echo_match import by_rule, echo_paths
-from hpcprof.atomic import atomic_write
 from hpcprof.catalog import ECHO_SLOWDOWN
 from hpcprof.ranks import rank_from_filename
 from hpcprof.rundir import RunDir, sweep_of
@@ -43,20 +42,15 @@ def echo_layout(slowdown: pd.DataFrame) -> dict[tuple[int, int], pd.DataFrame]:
     return out
 
 
-def write_echo(slowdown: pd.DataFrame, path: Path) -> list[Path]:
-    """Write Echo's layout as CSV, or as .xlsx when `path` ends in .xlsx (each file whole or not at all)."""
-    tables = echo_layout(slowdown)
-    written = []
-    for gpu, target in echo_paths(path, sorted(tables)).items():
-        table = tables[gpu]
-        if target.suffix == ".xlsx":
-            def excel(tmp: Path, table: pd.DataFrame = table) -> None:
-                table.to_excel(tmp, index=False, engine="openpyxl")
+def write_echo(slowdown: pd.DataFrame, path: Path, inputs: Iterable[Path]) -> list[Path]:
+    """Write Echo's layout as CSV, or as .xlsx when `path` ends in .xlsx, each file a user's output
+    (hpcprof.output.write_spreadsheet: checked against `inputs`, formulas neutralised, whole or not at all)."""
+    from hpcprof.output import write_spreadsheet
 
-            written.append(atomic_write(target, excel, what="Echo table", suffix=".xlsx"))
-        else:
-            written.append(atomic_write(target, table.to_csv(index=False), what="Echo table"))
-    return written
+    tables = echo_layout(slowdown)
+    inputs = list(inputs)
+    return [write_spreadsheet(tables[gpu], target, inputs, what="Echo table")
+            for gpu, target in echo_paths(path, sorted(tables)).items()]
 
 
 def model_key(record: RunRecord) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import sqlite3
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -147,20 +147,15 @@ def echo_paths(path: Path, gpus: list[tuple[int, int]]) -> dict[tuple[int, int],
     return {(r, d): path.with_name(f"{path.stem}_rank{r}_device_{d}{path.suffix}") for r, d in gpus}
 
 
-def write_echo_tables(tables: dict[tuple[int, int], pd.DataFrame], path: Path) -> list[Path]:
+def write_echo_tables(tables: dict[tuple[int, int], pd.DataFrame], path: Path, inputs: Iterable[Path]) -> list[Path]:
     """Write each table as Echo does (`to_excel(index=False)`), or as CSV unless `path` ends in
-    .xlsx; one GPU writes `path`, several `<stem>_rank<r>_device_<d><suffix>`; temp file + rename."""
+    .xlsx; one GPU writes `path`, several `<stem>_rank<r>_device_<d><suffix>`; each a user's output
+    (hpcprof.output.write_spreadsheet: checked against `inputs`, formulas neutralised, whole or not at all)."""
+    from hpcprof.output import write_spreadsheet
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    written = []
-    for gpu, target in echo_paths(path, sorted(tables)).items():
-        tmp = target.with_name(target.name + ".tmp")
-        if target.suffix == ".xlsx":
-            tables[gpu].to_excel(tmp, index=False, engine="openpyxl")
-        else:
-            tables[gpu].to_csv(tmp, index=False)
-        written.append(tmp)
-    return [tmp.replace(tmp.with_name(tmp.name[:-4])) for tmp in written]
+    inputs = list(inputs)
+    return [write_spreadsheet(tables[gpu], target, inputs, what="Echo table")
+            for gpu, target in echo_paths(path, sorted(tables)).items()]
 
 
 def rule_line(rule: str, match: EchoMatch, hpcprof_matched: int | None = None) -> str:

@@ -43,8 +43,10 @@ ENGINES = ("auto", "python", "columnar")
 
 def say(path: Path | str, message: str) -> None:
     """One line on stderr naming the file."""
+    from hpcprof.errors import printable
+
     text = message if message.startswith(str(path)) else f"{path}: {message}"
-    sys.stderr.write(f"hpcprof nsys: {text}\n")
+    sys.stderr.write(f"hpcprof nsys: {printable(text)}\n")
     sys.stderr.flush()
 
 
@@ -108,12 +110,13 @@ def _emit_stats_table(df: pd.DataFrame | Table, out: TextIO, title: str | None) 
     from rich.table import Table as RichTable
 
     from hpcprof.analysis.nsys_stats.table import Table
+    from hpcprof.safe_text import rich_text
 
     table = df if isinstance(df, Table) else Table.from_frame(df)
-    shown = RichTable(title=title, show_lines=False)
+    shown = RichTable(title=None if title is None else rich_text(title), show_lines=False)
     for name, fmt in zip(table.columns, table.formats, strict=True):
-        shown.add_column(name, justify="right" if fmt in TABLE_CELLS else "left")
-    cells = [[_table_cell(v, fmt, table.null) for v in values]
+        shown.add_column(rich_text(name), justify="right" if fmt in TABLE_CELLS else "left")
+    cells = [[rich_text(_table_cell(v, fmt, table.null)) for v in values]
              for values, fmt in zip(table.column_values(), table.formats, strict=True)]
     for row in zip(*cells, strict=True):
         shown.add_row(*row)
@@ -146,10 +149,11 @@ def write(df: pd.DataFrame | Table | None, fmt: str, output: str | None, title: 
     from pathlib import Path
 
     from hpcprof.atomic import write_text_stream
+    from hpcprof.errors import printable
 
     path = write_text_stream(Path(output), lambda fh: None if df is None else emit(df, fmt, fh, title),
                              inputs=[Path(p) for p in inputs])
-    sys.stderr.write(f"wrote {path}\n")
+    sys.stderr.write(f"wrote {printable(str(path))}\n")
     sys.stderr.flush()
 
 
@@ -224,7 +228,9 @@ def run_stats(files: Sequence[Path | str], names: list[str], fmt: str, prefix: s
             if isinstance(df, MissingData):
                 continue
             if blocks > 1:
-                sys.stdout.write(f"# {path} {name}\n")
+                from hpcprof.errors import printable
+
+                sys.stdout.write(f"# {printable(str(path))} {name}\n")
             emit(df, fmt, sys.stdout, f"{os.path.basename(path)}: {name}")
             if blocks > 1:
                 sys.stdout.write("\n")

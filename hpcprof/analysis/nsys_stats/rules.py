@@ -528,9 +528,12 @@ def write_csv(rule: Rule, rows: list[tuple[Any, ...]], out: TextIO) -> None:
     """The rule's rows as `nsys analyze --format csv` writes them (nothing when there are none)."""
     if not rows:
         return
+    from hpcprof.safe_text import csv_cell
+
+    terminal = out.isatty()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(rule.columns)
     formats = [CELL_FORMATS.get(c, _cell) for c in rule.columns]
-    writer.writerows([fmt(v) for fmt, v in zip(formats, row, strict=True)] for row in rows)
+    writer.writerows([csv_cell(fmt(v), terminal) for fmt, v in zip(formats, row, strict=True)] for row in rows)
 
 

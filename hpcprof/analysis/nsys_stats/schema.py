@@ -10,6 +10,8 @@ TYPE_CHECKING = False          # typing's constant without importing typing (the
 if TYPE_CHECKING:
     from pathlib import Path
 
+from hpcprof.safe_paths import open_regular
+
 KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
 RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
 MEMCPY = "CUPTI_ACTIVITY_KIND_MEMCPY"
@@ -78,10 +80,14 @@ class NsysInputError(Exception):
 
 def check_sqlite_file(path: str | Path) -> None:
     """Raise NsysInputError unless `path` looks like a complete SQLite database."""
-    if not os.path.isfile(path):
-        raise NsysInputError(f"{path}: no such file")
-    size = os.stat(path).st_size
-    with open(path, "rb") as fh:
+    try:
+        fh = open_regular(path)      # a FIFO or a device (/dev/zero) is refused, not read
+    except FileNotFoundError:
+        raise NsysInputError(f"{path}: no such file") from None
+    except OSError as exc:
+        raise NsysInputError(f"{path}: {exc.strerror}") from None
+    with fh:
+        size = os.fstat(fh.fileno()).st_size
         header = fh.read(100)
     if len(header) < 100 or not header.startswith(SQLITE_MAGIC):
         raise NsysInputError(f"{path}: not an SQLite database (export .nsys-rep files with "

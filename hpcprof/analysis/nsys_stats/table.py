@@ -11,6 +11,7 @@ nsys's).
 from __future__ import annotations
 
 from hpcprof.analysis.nsys_stats.schema import OLD
+from hpcprof.safe_text import csv_cell
 
 TYPE_CHECKING = False          # typing's constant without importing typing (the quick lane's start-up)
 if TYPE_CHECKING:
@@ -116,11 +117,15 @@ def quoted(cells: list[str]) -> list[str]:
 
 def write_csv(report: Table | pd.DataFrame, out: TextIO) -> None:
     """Write a report as `nsys stats --format csv` does (header, cells, minimal quoting); a
-    report with no rows is an empty file, as nsys 2022.4 and 2025 write it."""
+    report with no rows is an empty file, as nsys 2022.4 and 2025 write it. Text that a
+    spreadsheet would take for a formula (a kernel or NVTX name starting with =) is neutralised
+    (safe_text.csv_cell), and on a terminal control characters are shown as escapes."""
     table = report if isinstance(report, Table) else Table.from_frame(report)
     if not len(table):
         return
-    cols = [quoted(_cells(values, fmt, table.null))
+    terminal = out.isatty()
+    cols = [quoted(_cells(values, fmt, table.null) if fmt in CELL_FORMATS
+                   else [csv_cell(v, terminal) for v in _cells(values, fmt, table.null)])
             for values, fmt in zip(table.column_values(), table.formats, strict=True)]
     if len(cols) == 1:                             # csv.writer's one exception: a row of one empty cell is ""
         cols = [['""' if c == "" else c for c in cols[0]]]

@@ -12,7 +12,7 @@ import pandas as pd
 
 from hpcprof.analysis.trace import analyses
 from hpcprof.analysis.trace.load import RankTrace, load_traces
-from hpcprof.errors import FiniteRange, UserError
+from hpcprof.errors import FiniteRange, UserError, printable
 from hpcprof.output import FORMATS, emit
 
 #: Most numbers a --ranks/--streams list may name (ranges included).
@@ -53,7 +53,7 @@ def load_or_fail(paths: tuple[Path, ...], ranks: str | None, include_last_step: 
     traces, errors = load_traces(paths, wanted, include_last_step, workers=workers, clamp_sub_us=clamp_sub_us,
                                  ignore_unmatched_launches=ignore_unmatched_launches)
     for line in errors:
-        click.echo(f"hpcprof: {line}", err=True)
+        click.echo(f"hpcprof: {printable(line)}", err=True)
     if wanted is not None and traces and not wanted <= {t.rank for t in traces}:
         missing = sorted(wanted - {t.rank for t in traces})
         errors.append(f"ranks not found: {missing}")
@@ -195,11 +195,14 @@ def all_(paths: tuple[Path, ...], ranks: str | None, include_last_step: bool, fm
     else:
         if fmt == "table":
             raise UserError("-o DIR writes files: add --format csv or --format json")
+        from hpcprof.analysis.trace.load import find_trace_files
         from hpcprof.output import write
 
+        inputs = find_trace_files(paths)
         try:
             for name, df in results.items():
-                click.echo(f"wrote {write(df, output_dir / f'{name}.{fmt}', fmt)}", err=True)
+                written = write(df, output_dir / f"{name}.{fmt}", fmt, inputs)
+                click.echo(f"wrote {printable(str(written))}", err=True)
         except OSError as exc:
             raise UserError(f"-o {output_dir}: cannot write ({exc.strerror}); choose a writable directory") from None
     fail_if(errors)
@@ -224,9 +227,10 @@ def critical_path_cmd(paths: tuple[Path, ...], segments: bool, fmt: str, output:
 
     if output is not None and fmt == "table":
         raise UserError("-o FILE writes --format csv or --format json; add one of them")
-    events, errors = cp.load_events(find_trace_files(paths), workers)
+    files = find_trace_files(paths)
+    events, errors = cp.load_events(files, workers)
     for line in errors:
-        click.echo(f"hpcprof: {line}", err=True)
+        click.echo(f"hpcprof: {printable(line)}", err=True)
     if events is None:
         raise UserError("no trace could be analysed")
     table = cp.critical_path(events)[1 if segments else 0]
@@ -236,7 +240,7 @@ def critical_path_cmd(paths: tuple[Path, ...], segments: bool, fmt: str, output:
         from hpcprof.output import write
 
         try:
-            click.echo(f"wrote {write(table, output, fmt)}", err=True)
+            click.echo(f"wrote {printable(str(write(table, output, fmt, files)))}", err=True)
         except OSError as exc:
             raise UserError(f"-o {output}: cannot write ({exc.strerror}); choose a writable path") from None
     fail_if(errors)

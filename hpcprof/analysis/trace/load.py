@@ -43,7 +43,7 @@ import pandas as pd
 
 from hpcprof.analysis.trace.stream import BATCH_BYTES, EventStream, TraceError
 from hpcprof.cpus import usable_cpus
-from hpcprof.pool import worker_context
+from hpcprof.pool import process_pool, worker_context
 from hpcprof.ranks import rank_from_filename
 
 SYNC_NAMES = ("Event Sync", "Context Sync")
@@ -321,7 +321,7 @@ def scan_split(path: Path, gatherers: Sequence[Gatherer], helpers: int) -> int |
     pool: ProcessPoolExecutor | None = None
     try:
         _SHARED = mmap.mmap(-1, slots * slot_bytes) if context.get_start_method() == "fork" else None
-        pool = ProcessPoolExecutor(helpers, mp_context=context)
+        pool = process_pool(helpers, context)
         for i, text in enumerate(stream.texts()):
             if i == 0:      # the first batch here, before the helpers fork: they then share what its
                 merge(decode_batch(text, kinds))    # decode made on first use (lazy imports, caches)
@@ -512,7 +512,7 @@ def map_traces(fn: Callable[[Path, int], T], files: Sequence[Path], workers: int
     helpers = [helpers_of(workers // len(files)) if files else 0] * len(files)
     if min(workers, len(files)) > 1:
         try:
-            with ProcessPoolExecutor(min(workers, len(files)), mp_context=worker_context([__name__])) as pool:
+            with process_pool(min(workers, len(files)), worker_context([__name__])) as pool:
                 return list(pool.map(fn, files, helpers))
         except OSError:         # no worker could start (a login node's ulimit -u): all in this process
             helpers = [0] * len(files)

@@ -18,6 +18,7 @@ into the caller's head Struct.
 from __future__ import annotations
 
 import importlib
+import os
 import re
 import zlib
 from collections.abc import Callable, Iterator
@@ -25,6 +26,8 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 import msgspec
+
+from hpcprof.safe_paths import INFLATE_RATIO, inflate_limit, open_regular
 
 BATCH_BYTES = 4 << 20  # JSON text per batch: about 15k Kineto events (8 MiB: the same speed, +20 MiB per worker)
 _READ_BYTES = 1 << 20  # compressed bytes read at a time
@@ -34,6 +37,9 @@ _CUT = re.compile(rb"\}[ \t\r\n]*([,\]])")
 _EVENT_END = re.compile(rb"\}[ \t\r]*(?:(,)[ \t\r]*\n[ \t\r\n]*\{|\n[ \t\r\n]*(\]))")
 _EVENT_WINDOW = 64 << 10  # bytes searched for a line-broken event boundary (Kineto's events are < 2 kB)
 _SPACE = re.compile(rb"[ \t\r\n]*")
+#: the most text held without an event boundary (before the array, one event, after the array);
+#: Kineto's events are < 2 kB and the object's other members a few kB
+MAX_UNSPLIT = 64 << 20
 
 try:  # ISA-L inflates gzip about 3x faster than zlib (the `fast` extra: pip install isal)
     INFLATE: Any = importlib.import_module("isal.isal_zlib")
@@ -52,9 +58,13 @@ class TraceError(Exception):
 
 def read_chunks(path: Path, size: int = BATCH_BYTES) -> Iterator[bytes]:
     """The file's bytes (inflated if gzip) in chunks of at most `size` bytes. TraceError names an
-    unreadable file or gzip data that is truncated or corrupt (raised before its last bytes)."""
+    unreadable file (a FIFO or a device is never read: safe_paths.open_regular), gzip data that is
+    truncated or corrupt (raised before its last bytes) or that inflates past safe_paths.inflate_limit
+    of its size (a decompression bomb: raised as soon as it is passed)."""
     try:
-        with open(path, "rb") as file:
+        with open_regular(path) as file:
+            limit = inflate_limit(os.fstat(file.fileno()).st_size)
+            inflated = 0
             data = file.read(2)
             if data != b"\x1f\x8b":
                 data += file.read(max(0, size - 2))
@@ -66,6 +76,11 @@ def read_chunks(path: Path, size: int = BATCH_BYTES) -> Iterator[bytes]:
             inflate = INFLATE.decompressobj(wbits=31)
             while data:
                 out = inflate.decompress(data, size)
+                inflated += len(out)
+                if inflated > limit:
+                    raise TraceError(f"{path}: gzip data that inflates to more than {limit >> 20} MB, over "
+                                     f"{INFLATE_RATIO} times its size: not a trace torch.profiler writes "
+                                     "(a decompression bomb?)")
                 if out:
                     yield out
                 if inflate.eof:  # a gzip member ends; another may follow (concatenated .gz files)
@@ -129,6 +144,8 @@ class EventStream(Generic[H, E]):
             start = self._array_start(prefix)
             if start is not None:
                 break
+            if len(prefix) > MAX_UNSPLIT:
+                raise self._error(f"no traceEvents array in its first {MAX_UNSPLIT >> 20} MB")
         else:
             self._head = self._decode_head(prefix)  # a JSON object without traceEvents
             raise TraceError(f"{self.path}: no traceEvents array; not a Kineto trace")
@@ -143,17 +160,25 @@ class EventStream(Generic[H, E]):
             first = _SPACE.match(buf, 1).end()  # type: ignore[union-attr]  # (matches always)
             if buf[first:first + 1] == b"]":
                 break
+            del buf[1:first]   # the blanks between events: never held (a trace padded with blanks)
             item, rest = split(buf)
             if item is None:
                 if done:
                     raise self._error(self._failure(buf))
+                if len(buf) > MAX_UNSPLIT:
+                    raise self._error(f"an event of more than {MAX_UNSPLIT >> 20} MB")
                 more = next(chunks, None)  # an event longer than the batch: read on
                 done = more is None
                 buf += more or b""
                 continue
             yield item
             del buf[1:rest]  # moves only the rest (less than an event)
-        self._head = self._decode_head(prefix + b"[]" + buf[first + 1:] + b"".join(chunks))
+        rest_of_object = bytearray(buf[first + 1:])   # after the array: small (traceName, ...)
+        for chunk in chunks:
+            rest_of_object += chunk
+            if len(rest_of_object) > MAX_UNSPLIT:
+                raise self._error(f"more than {MAX_UNSPLIT >> 20} MB after the traceEvents array")
+        self._head = self._decode_head(prefix + b"[]" + rest_of_object)
 
     def _array_start(self, prefix: bytes) -> int | None:
         """Where the top-level traceEvents array's text starts (after its `[`), None if not read yet."""
