@@ -99,12 +99,14 @@ def test_sqlite_round1_takes_floats_only_where_they_cannot_decide_a_tie() -> Non
 
 def test_the_csv_cells_are_quoted_as_the_csv_module_quotes_them() -> None:
     """table.write_csv quotes by hand (the csv module imports re): the bytes of csv.writer on cells
-    with commas, quotes, newlines, tabs, semicolons, spaces and empty text, in one to five columns."""
+    with commas, quotes, newlines, tabs, semicolons, spaces and empty text, in one to five columns
+    (text a spreadsheet takes for a formula neutralised by safe_text.csv_cell on both sides)."""
     import csv
     import io
     import random
 
     from hpcprof.analysis.nsys_stats.table import Table, write_csv
+    from hpcprof.safe_text import csv_cell
 
     rng = random.Random(45)
     pieces = ["a", ",", '"', "\n", " ", "é", "\t", ";", "'", "\\", "0", ""]
@@ -120,8 +122,17 @@ def test_the_csv_cells_are_quoted_as_the_csv_module_quotes_them() -> None:
             theirs = io.StringIO()
             writer = csv.writer(theirs, lineterminator="\n")
             writer.writerow(names)
-            writer.writerows([["None" if v is None else str(v) for v in row] for row in rows])
+            writer.writerows([[csv_cell("None" if v is None else str(v)) for v in row] for row in rows])
             assert mine.getvalue() == theirs.getvalue(), (names, rows)
+
+
+def test_the_csv_writer_knows_every_start_the_csv_cell_rule_changes() -> None:
+    """write_csv imports safe_text.csv_cell only where a cell needs it: its own list of risky first
+    characters is the rule's."""
+    from hpcprof.analysis.nsys_stats.table import RISKY_START
+    from hpcprof.safe_text import FORMULA_START
+
+    assert set(RISKY_START) == set(FORMULA_START)
 
 
 def test_exact_round1_is_the_decimal_rounding_of_the_binary_value() -> None:

@@ -16,6 +16,7 @@ import sys
 from bisect import bisect_left
 
 from hpcprof.analysis.nsys.names import collective_of, nccl_name
+from hpcprof.analysis.nsys.quick_paths import as_pathlib_prints
 from hpcprof.analysis.nsys_stats.schema import KERNEL, MEMCPY, MEMSET, NsysInputError
 from hpcprof.analysis.nsys_stats.stats import SMALL_EXPORT_BYTES
 
@@ -296,10 +297,3 @@ def quick_run(command: str, path: str, output: str | None, threshold_ms: float |
     written = write_text_stream(Path(output), put, inputs=[Path(path)])
     sys.stderr.write(f"wrote {written}\n")
     return 0
-
-
-def as_pathlib_prints(path: str) -> bool:
-    """Whether pathlib prints `path` unchanged (click hands the command a Path, whose text the messages
-    and `#` lines show: `./a//b` prints as `a/b`)."""
-    return path not in ("", ".") and "//" not in path and not path.startswith("./") and "/./" not in path \
-        and not path.endswith(("/", "/."))

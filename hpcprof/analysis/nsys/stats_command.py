@@ -41,12 +41,20 @@ EXTENSIONS = {"csv": "csv", "json": "json", "table": "txt"}
 ENGINES = ("auto", "python", "columnar")
 
 
-def say(path: Path | str, message: str) -> None:
-    """One line on stderr naming the file."""
+def shown(text: str) -> str:
+    """`text` as a person may be shown it (hpcprof.errors.printable), that module imported only
+    where a character needs it (it imports click: the quick lane's start-up)."""
+    if text.isprintable():
+        return text
     from hpcprof.errors import printable
 
+    return printable(text)
+
+
+def say(path: Path | str, message: str) -> None:
+    """One line on stderr naming the file."""
     text = message if message.startswith(str(path)) else f"{path}: {message}"
-    sys.stderr.write(f"hpcprof nsys: {printable(text)}\n")
+    sys.stderr.write(f"hpcprof nsys: {shown(text)}\n")
     sys.stderr.flush()
 
 
@@ -149,11 +157,10 @@ def write(df: pd.DataFrame | Table | None, fmt: str, output: str | None, title: 
     from pathlib import Path
 
     from hpcprof.atomic import write_text_stream
-    from hpcprof.errors import printable
 
     path = write_text_stream(Path(output), lambda fh: None if df is None else emit(df, fmt, fh, title),
                              inputs=[Path(p) for p in inputs])
-    sys.stderr.write(f"wrote {printable(str(path))}\n")
+    sys.stderr.write(f"wrote {shown(str(path))}\n")
     sys.stderr.flush()
 
 
@@ -228,9 +235,7 @@ def run_stats(files: Sequence[Path | str], names: list[str], fmt: str, prefix: s
             if isinstance(df, MissingData):
                 continue
             if blocks > 1:
-                from hpcprof.errors import printable
-
-                sys.stdout.write(f"# {printable(str(path))} {name}\n")
+                sys.stdout.write(f"# {shown(str(path))} {name}\n")
             emit(df, fmt, sys.stdout, f"{os.path.basename(path)}: {name}")
             if blocks > 1:
                 sys.stdout.write("\n")
@@ -267,7 +272,7 @@ def quick_args(argv: list[str]) -> tuple[list[str], list[str], str | None, str] 
     quick lane runs them: CSV, known reports, the standard library able to compute them (`--engine
     python`) and every option spelt out once (`-r X`, `--report X` or `--report=X`, ...); None for
     any other command line, which click then reads (and reports the errors of)."""
-    from hpcprof.analysis.nsys.quick_analyses import as_pathlib_prints
+    from hpcprof.analysis.nsys.quick_paths import as_pathlib_prints
 
     files: list[str] = []
     given: dict[str, str] = {}

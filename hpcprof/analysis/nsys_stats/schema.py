@@ -10,7 +10,6 @@ TYPE_CHECKING = False          # typing's constant without importing typing (the
 if TYPE_CHECKING:
     from pathlib import Path
 
-from hpcprof.safe_paths import open_regular
 
 KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
 RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
@@ -80,14 +79,11 @@ class NsysInputError(Exception):
 
 def check_sqlite_file(path: str | Path) -> None:
     """Raise NsysInputError unless `path` looks like a complete SQLite database."""
-    try:
-        fh = open_regular(path)      # a FIFO or a device (/dev/zero) is refused, not read
-    except FileNotFoundError:
-        raise NsysInputError(f"{path}: no such file") from None
-    except OSError as exc:
-        raise NsysInputError(f"{path}: {exc.strerror}") from None
-    with fh:
-        size = os.fstat(fh.fileno()).st_size
+    if not os.path.isfile(path):     # a FIFO or a device (/dev/zero) is refused, not read
+        raise NsysInputError(f"{path}: " + ("not a regular file; hpcprof reads regular files only"
+                                            if os.path.exists(path) else "no such file"))
+    size = os.stat(path).st_size
+    with open(path, "rb") as fh:
         header = fh.read(100)
     if len(header) < 100 or not header.startswith(SQLITE_MAGIC):
         raise NsysInputError(f"{path}: not an SQLite database (export .nsys-rep files with "

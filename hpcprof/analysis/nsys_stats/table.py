@@ -11,7 +11,6 @@ nsys's).
 from __future__ import annotations
 
 from hpcprof.analysis.nsys_stats.schema import OLD
-from hpcprof.safe_text import csv_cell
 
 TYPE_CHECKING = False          # typing's constant without importing typing (the quick lane's start-up)
 if TYPE_CHECKING:
@@ -115,6 +114,20 @@ def quoted(cells: list[str]) -> list[str]:
     return [f'"{c.replace(chr(34), chr(34) * 2)}"' if "," in c or '"' in c or "\n" in c else c for c in cells]
 
 
+#: the first characters (safe_text.FORMULA_START) and the one inside a cell that make safe_text.csv_cell change it
+RISKY_START, RISKY_INSIDE = ("=", "+", "-", "@", "\t", "\r"), "\r"
+
+
+def _text_cells(cells: list[str], terminal: bool) -> list[str]:
+    """A text column's cells through safe_text.csv_cell, imported only where a cell needs it (the
+    quick lane's start-up: it imports the errors module and click)."""
+    if not terminal and not any(c.startswith(RISKY_START) or RISKY_INSIDE in c for c in cells):
+        return cells
+    from hpcprof.safe_text import csv_cell
+
+    return [csv_cell(c, terminal) for c in cells]
+
+
 def write_csv(report: Table | pd.DataFrame, out: TextIO) -> None:
     """Write a report as `nsys stats --format csv` does (header, cells, minimal quoting); a
     report with no rows is an empty file, as nsys 2022.4 and 2025 write it. Text that a
@@ -125,7 +138,7 @@ def write_csv(report: Table | pd.DataFrame, out: TextIO) -> None:
         return
     terminal = out.isatty()
     cols = [quoted(_cells(values, fmt, table.null) if fmt in CELL_FORMATS
-                   else [csv_cell(v, terminal) for v in _cells(values, fmt, table.null)])
+                   else _text_cells(_cells(values, fmt, table.null), terminal))
             for values, fmt in zip(table.column_values(), table.formats, strict=True)]
     if len(cols) == 1:                             # csv.writer's one exception: a row of one empty cell is ""
         cols = [['""' if c == "" else c for c in cols[0]]]
