@@ -410,7 +410,9 @@ def test_helpers_that_cannot_start_fall_back_to_one_process(fixtures_dir: Path, 
     expected = load_trace(path)
     pair = [path, path.with_name("rank1.pt.trace.json.gz")]
     expected_pair, _ = load.load_traces(pair, workers=1)
-    monkeypatch.setattr(load, "ProcessPoolExecutor", NoProcesses)
+    import hpcprof.pool
+
+    monkeypatch.setattr(hpcprof.pool, "ProcessPoolExecutor", NoProcesses)   # every pool is made by pool.process_pool
     with pytest.raises(load.SplitFailed, match="temporarily unavailable"):
         load.scan_split(path, [TraceColumns()], 2)
     same_trace(load_trace(path, helpers=2), expected)
