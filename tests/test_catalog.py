@@ -79,6 +79,7 @@ def runs_of(work: Path) -> dict[str, Path]:
     return {p.parent.name: p.parent for p in work.glob("*/*/config.json")}
 
 
+@pytest.mark.slow
 def test_what_collect_makes_is_declared(collected: Path) -> None:
     runs = runs_of(collected)
     assert len(runs) == 5
@@ -99,6 +100,7 @@ def test_what_collect_makes_is_declared(collected: Path) -> None:
     assert made_metrics == {m.name for m in c.METRICS if m.headline}   # and every declared metric is made
 
 
+@pytest.mark.slow
 def test_idle_pct_is_one_formula_over_every_window(collected: Path) -> None:
     """The window's, the capture's and each iteration's idle %: 100 · Σ idle / Σ span over the ranks
     (and devices), counted here by hand from the tables. The torch capture's is HTA's idle over its

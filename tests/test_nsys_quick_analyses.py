@@ -47,6 +47,7 @@ def exports(fixtures_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> lis
     return found + [derive(seed, fixtures_dir, work) for seed in [*range(8), *range(TIE_SEEDS, TIE_SEEDS + 8)]]
 
 
+@pytest.mark.slow
 def test_the_quick_lane_writes_what_the_command_writes(exports: list[Path]) -> None:
     ran = 0
     gaps_found = 0

@@ -45,6 +45,7 @@ def exports(fixtures_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> lis
             *(derive_extra(seed, fixtures_dir, work) for seed in range(FIRST_SEED, FIRST_SEED + 3))]
 
 
+@pytest.mark.slow   # nsys 2022.4
 def test_the_default_set_is_nsys_2022s_own() -> None:
     """The list `nsys stats --help` prints (2022.4), in its order; every name computed or skipped."""
     help_text = subprocess.run([str(_nsys()), "stats", "--help"], capture_output=True, text=True, check=True).stdout
@@ -53,6 +54,7 @@ def test_the_default_set_is_nsys_2022s_own() -> None:
     assert all(name in REPORTS or name in NOT_COMPUTED for name in DEFAULT_REPORTS)
 
 
+@pytest.mark.slow   # nsys 2022.4
 def test_the_default_set_writes_the_files_nsys_writes(exports: list[Path], tmp_path: Path) -> None:
     """`-o PREFIX --format csv` without -r: the same file names, byte for byte the same files (a
     skipped report's file empty, as nsys writes it), the same reports skipped for the same data."""

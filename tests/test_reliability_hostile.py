@@ -10,6 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow
+
 COUNTS = ("cases tried", "handled (one-line error / recovered)", "lost data", "tracebacks", "accepted in silence",
           "blocked", "left behind", "other")
 CLASSES = ("class 1", "class 2", "class 3", "class 4", "class 6", "class 7")

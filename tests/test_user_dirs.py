@@ -18,18 +18,21 @@ TESTS = Path(__file__).resolve().parent
 
 
 @pytest.fixture(scope="module")
-def recorded_in_module(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+def recorded_in_module(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
     """A module-scoped fixture records a workdir as `hpcprof submit` does (test_report.py's wrote
-    into the real ~/.local/state before the session had its own home): (the record, the home)."""
-    record_workdir("local", tmp_path_factory.mktemp("runs"))
-    return known_workdirs_file(), Path(os.environ["HOME"])
+    into the real ~/.local/state before the session had its own home): (the record, the workdir,
+    the home)."""
+    workdir = tmp_path_factory.mktemp("runs")
+    record_workdir("local", workdir)
+    return known_workdirs_file(), workdir, Path(os.environ["HOME"])
 
 
-def test_module_fixtures_write_into_the_session_home(recorded_in_module: tuple[Path, Path]) -> None:
-    record, home = recorded_in_module
+def test_module_fixtures_write_into_the_session_home(recorded_in_module: tuple[Path, Path, Path]) -> None:
+    """The session's record (shared by every module fixture of the session) holds the workdir."""
+    record, workdir, home = recorded_in_module
     session_home = Path(os.environ[SESSION_HOME])
     assert home == session_home and record == session_home / ".local/state/hpcprof/workdirs"
-    assert record.read_text().startswith("local\t")
+    assert f"local\t{workdir.resolve()}\n" in record.read_text()
 
 
 def test_each_test_has_its_own_user_dirs() -> None:
