@@ -178,21 +178,8 @@ a.get_cuda_kernel_launch_stats(ranks=ranks, visualize=False)
 #: runs a command as a user would (output thrown away) from a small process: prints [wall seconds, peak RSS
 #: of its largest process in kB (the kernel's accounting of the waited-for processes), peak PSS of all of
 #: them in kB (sampled every 20 ms)]
-WHOLE_RUNNER = r"""
-import json, os, resource, subprocess, sys, time
-def tree_pss_kb(pid):
-    total, stack = 0, [pid]
-    while stack:
-        proc = stack.pop()
-        try:
-            with open(f"/proc/{proc}/smaps_rollup") as f:
-                total += next(int(line.split()[1]) for line in f if line.startswith("Pss:"))
-            for task in os.listdir(f"/proc/{proc}/task"):
-                with open(f"/proc/{proc}/task/{task}/children") as f:
-                    stack += map(int, f.read().split())
-        except (OSError, StopIteration):
-            continue
-    return total
+#: the whole-process runner: tree_pss_kb (below) is put in front of it as its own source text
+WHOLE_RUNNER_BODY = r"""
 argv = json.loads(sys.argv[1])
 peak = 0
 t0 = time.perf_counter()
@@ -243,6 +230,13 @@ def tree_pss_kb(pid: int) -> int:
     return total
 
 
+def whole_runner() -> str:
+    """The runner's program: the imports, this module's tree_pss_kb, then WHOLE_RUNNER_BODY."""
+    import inspect
+
+    return "import json, os, resource, subprocess, sys, time\n" + inspect.getsource(tree_pss_kb) + WHOLE_RUNNER_BODY
+
+
 def run_sampled(argv: list[str], log: Path) -> int:
     """Run `argv`, sampling its process tree's PSS every 20 ms; the peak in kB."""
     peak = 0
@@ -258,7 +252,7 @@ def run_sampled(argv: list[str], log: Path) -> int:
 
 def whole_processes(traces: Path, hta_python: str, repeat: int) -> dict[str, list[tuple[float, int, int]]]:
     """Each tool's whole process on `traces`, alternated `repeat` times, each started by a fresh small
-    process (WHOLE_RUNNER: its RUSAGE_CHILDREN peak is that run's, and no forked copy of this one counts)."""
+    process (whole_runner: its RUSAGE_CHILDREN peak is that run's, and no forked copy of this one counts)."""
     script = Path(sys.executable).with_name("hpcprof")
     hpcprof = [str(script)] if script.exists() else [sys.executable, "-m", "hpcprof"]
     commands = {"hta": [hta_python, "-c", HTA_WHOLE, str(traces)],
@@ -266,7 +260,7 @@ def whole_processes(traces: Path, hta_python: str, repeat: int) -> dict[str, lis
     runs: dict[str, list[tuple[float, int, int]]] = {k: [] for k in commands}
     for _ in range(repeat):
         for key, argv in commands.items():
-            out = subprocess.run([sys.executable, "-c", WHOLE_RUNNER, json.dumps(argv)], capture_output=True,
+            out = subprocess.run([sys.executable, "-c", whole_runner(), json.dumps(argv)], capture_output=True,
                                  text=True, check=True, cwd=REPO).stdout
             wall, rss, pss = json.loads(out)
             runs[key].append((wall, rss, pss))

@@ -4,7 +4,9 @@ makes (one line, exit code 2, no traceback) and the run states it reads (the CLI
 from __future__ import annotations
 
 import json
+import re
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -48,3 +50,24 @@ def wait_for(predicate, timeout: float = 30, what: str = "condition") -> None:
     while not predicate():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.1)
+
+
+#: the counts benchmarks/reliability.py prints, handled first
+GROUP_COUNTS = ("cases tried", "handled (one-line error / recovered)", "lost data", "tracebacks", "accepted in silence",
+                "blocked", "left behind", "other")
+
+
+def every_case_handled(repo: Path, fixtures_dir: Path, group: str, at_least: int, timeout: float) -> str:
+    """Run the `group` of benchmarks/reliability.py (4 at a time) and check that it tried at least
+    `at_least` cases and handled every one: nothing lost, no traceback, nothing accepted in silence,
+    blocked or left behind. Its output, for the group's own checks."""
+    result = subprocess.run([sys.executable, str(repo / "benchmarks" / "reliability.py"), "--group", group,
+                             "--jobs", "4", "--fixtures", str(fixtures_dir)], capture_output=True, text=True,
+                            timeout=timeout)
+    assert result.returncode == 0, result.stderr
+    counts = {name: int(value) for name, value in re.findall(r"^([a-z][^:\n]*): (\d+)$", result.stdout, re.M)}
+    assert set(GROUP_COUNTS) <= set(counts), result.stdout
+    assert counts["cases tried"] >= at_least, result.stdout
+    assert counts["handled (one-line error / recovered)"] == counts["cases tried"], result.stdout
+    assert all(counts[name] == 0 for name in GROUP_COUNTS[2:]), result.stdout
+    return result.stdout

@@ -3,26 +3,13 @@ lost, no traceback, nothing accepted in silence, nothing blocked, nothing left b
 
 from __future__ import annotations
 
-import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from reliability_util import every_case_handled
 
 pytestmark = pytest.mark.slow
 
-COUNTS = ("cases tried", "handled (one-line error / recovered)", "lost data", "tracebacks", "accepted in silence",
-          "blocked", "left behind", "other")
-
 
 def test_every_fault_case_is_handled(repo: Path, fixtures_dir: Path) -> None:
-    result = subprocess.run([sys.executable, str(repo / "benchmarks" / "reliability.py"), "--group", "faults",
-                             "--jobs", "4", "--fixtures", str(fixtures_dir)], capture_output=True, text=True,
-                            timeout=600)
-    assert result.returncode == 0, result.stderr
-    counts = {name: int(value) for name, value in re.findall(r"^([a-z][^:\n]*): (\d+)$", result.stdout, re.M)}
-    assert set(COUNTS) <= set(counts), result.stdout
-    assert counts["cases tried"] >= 55, result.stdout
-    assert counts["handled (one-line error / recovered)"] == counts["cases tried"], result.stdout
-    assert all(counts[name] == 0 for name in COUNTS[2:]), result.stdout
+    every_case_handled(repo, fixtures_dir, "faults", at_least=55, timeout=600)

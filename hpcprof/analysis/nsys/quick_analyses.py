@@ -16,7 +16,7 @@ import sys
 from bisect import bisect_left
 
 from hpcprof.analysis.nsys.names import collective_of, nccl_name
-from hpcprof.analysis.nsys.quick_paths import as_pathlib_prints
+from hpcprof.analysis.nsys.quick_argv import split_argv
 from hpcprof.analysis.nsys_stats.schema import KERNEL, MEMCPY, MEMSET, NsysInputError
 from hpcprof.analysis.nsys_stats.stats import SMALL_EXPORT_BYTES
 
@@ -222,24 +222,13 @@ def quick_args(command: str, argv: list[str]) -> tuple[str, str | None, float | 
     """(file, output, threshold in ms) of `hpcprof nsys COMMAND ARGV` when the quick lane runs it:
     one small .sqlite file, `--format csv`, at most `-o FILE` (and gaps' `--threshold-ms`), each once;
     None for any other command line (click's then)."""
-    files: list[str] = []
-    given: dict[str, str] = {}
     options = {"--format": "format", "-o": "output", "--output": "output"}
     if command == "gaps":
         options["--threshold-ms"] = "threshold"
-    args = iter(argv)
-    for arg in args:
-        if not arg.startswith("-"):
-            files.append(arg)
-            continue
-        option, eq, value = arg.partition("=")
-        key = options.get(option)
-        if key is None or key in given or (eq and not option.startswith("--")):
-            return None
-        value = value if eq else next(args, "-")
-        if not value or value.startswith("-"):
-            return None
-        given[key] = value
+    found = split_argv(argv, options)
+    if found is None:
+        return None
+    files, given = found
     threshold = None
     if "threshold" in given:
         try:
@@ -251,7 +240,7 @@ def quick_args(command: str, argv: list[str]) -> tuple[str, str | None, float | 
     if len(files) != 1 or given.get("format") != "csv" or files[0].endswith(".nsys-rep"):
         return None
 
-    if not as_pathlib_prints(files[0]) or not os.path.isfile(files[0]) or os.stat(files[0]).st_size > SMALL_EXPORT_BYTES:
+    if not os.path.isfile(files[0]) or os.stat(files[0]).st_size > SMALL_EXPORT_BYTES:
         return None
     return files[0], given.get("output"), threshold
 

@@ -272,26 +272,12 @@ def quick_args(argv: list[str]) -> tuple[list[str], list[str], str | None, str] 
     quick lane runs them: CSV, known reports, the standard library able to compute them (`--engine
     python`) and every option spelt out once (`-r X`, `--report X` or `--report=X`, ...); None for
     any other command line, which click then reads (and reports the errors of)."""
-    from hpcprof.analysis.nsys.quick_paths import as_pathlib_prints
+    from hpcprof.analysis.nsys.quick_argv import split_argv
 
-    files: list[str] = []
-    given: dict[str, str] = {}
-    args = iter(argv)
-    for arg in args:
-        if not arg.startswith("-"):
-            if not as_pathlib_prints(arg):
-                return None
-            files.append(arg)
-            continue
-        option, eq, value = arg.partition("=")
-        key = _OPTIONS.get(option)
-        if key is None or key in given or (eq and not option.startswith("--")):
-            return None
-        if not eq:
-            value = next(args, "-")
-        if not value or value.startswith("-"):
-            return None
-        given[key] = value
+    found = split_argv(argv, _OPTIONS)
+    if found is None:
+        return None
+    files, given = found
     names = report_names(given.get("report"))
     engine = given.get("engine", "auto")
     if (not files or names is None or given.get("format") != "csv" or engine not in ENGINES
