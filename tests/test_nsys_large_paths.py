@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from hpcprof.analysis.nccl import NCCL_KERNEL
 from hpcprof.analysis.nsys import critical_path as cp
 from hpcprof.analysis.nsys import distributed as dist
 from hpcprof.analysis.nsys_stats.db import Export
@@ -85,7 +86,7 @@ def test_names_tested_once_per_distinct_value_as_per_row() -> None:
     others = names[::-1].copy()
 
     def kind(n: object) -> str | None:
-        m = dist.NCCL_KERNEL.match(n) if isinstance(n, str) else None
+        m = NCCL_KERNEL.match(n) if isinstance(n, str) else None
         return m.group(1) if m else None
 
     per_row = [n.startswith("nccl") if isinstance(n, str) else n is not None for n in names.tolist()]

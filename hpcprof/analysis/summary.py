@@ -20,6 +20,7 @@ import pandas as pd
 
 from hpcprof import catalog as c
 from hpcprof import profilers
+from hpcprof.analysis.nccl import collective_kind
 from hpcprof.lazy import load_target
 from hpcprof.results import Headline, Metric, TopKernel, read_table
 
@@ -31,7 +32,6 @@ Tables = Callable[[str], "pd.DataFrame | None"]
 
 #: GEMM kernels by name (cuBLAS/cuBLASLt incl. Hopper's nvjet, CUTLASS, the sm80/sm90 xmma and gemm families)
 GEMM = re.compile(r"gemm|cutlass|cublas|nvjet|xmma|matmul|wgmma|_hmma|_imma", re.IGNORECASE)
-NCCL = re.compile(r"^nccl(?:Dev)?Kernel_([A-Za-z0-9]+?)(?:_|\(|$)")
 
 
 def tables_of(run_dir: Path) -> Tables:
@@ -41,9 +41,9 @@ def tables_of(run_dir: Path) -> Tables:
 
 def kernel_category(name: str) -> str:
     """`gemm`, `nccl.<Collective>` or `other` for a GPU kernel name."""
-    match = NCCL.match(name)
-    if match:
-        return f"nccl.{match.group(1)}"
+    kind = collective_kind(name)
+    if kind is not None:
+        return f"nccl.{kind}"
     if name.startswith("nccl"):
         return "nccl.other"
     return "gemm" if GEMM.search(name) else "other"

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from hpcprof.analysis.nsys.names import nccl_name
+from hpcprof.analysis.nccl import nccl_name
 from hpcprof.analysis.nsys_stats.arrays import filled
 from hpcprof.analysis.nsys_stats.db import KERNEL, MEMCPY, MEMSET, RUNTIME, Export, NsysInputError, pid_of, process_of
 from hpcprof.analysis.nsys_stats.loaders import API_ACTIVITY, KERNEL_ACTIVITY, api_calls, kernels

@@ -14,13 +14,13 @@ from typing import cast
 import numpy as np
 import pandas as pd
 
+from hpcprof.analysis.nccl import collective_kind
 from hpcprof.analysis.nsys.activity import (  # noqa: F401  (Activity, load_activity, is_nccl: re-exported)
     Activity,
     is_nccl,
     load_activity,
     per_distinct,
 )
-from hpcprof.analysis.nsys.names import NCCL_KERNEL, collective_kind  # noqa: F401  (NCCL_KERNEL: re-exported)
 from hpcprof.analysis.nsys_stats import nvtx
 from hpcprof.analysis.nsys_stats.arrays import (
     Columns,

@@ -15,7 +15,7 @@ import os
 import sys
 from bisect import bisect_left
 
-from hpcprof.analysis.nsys.names import collective_of, nccl_name
+from hpcprof.analysis.nccl import collective_of, nccl_name
 from hpcprof.analysis.nsys.quick_argv import split_argv
 from hpcprof.analysis.nsys_stats.schema import KERNEL, MEMCPY, MEMSET, NsysInputError
 from hpcprof.analysis.nsys_stats.stats import SMALL_EXPORT_BYTES

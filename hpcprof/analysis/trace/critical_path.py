@@ -30,11 +30,10 @@ from hpcprof.analysis.critical_path import (  # noqa: F401  (re-exported for col
     empty_events,
 )
 from hpcprof.analysis.critical_path import rank_events as events_of_rank
+from hpcprof.analysis.nccl import collective_kind
 from hpcprof.analysis.trace.load import Event, Gatherer, TraceError, gather, map_traces
 
 STEP = re.compile(r"ProfilerStep\s*#\s*(\d+)")
-#: an NCCL kernel's name: its collective (`ncclDevKernel_AllReduce_Sum_f32_RING_LL(...)`: AllReduce)
-NCCL_KERNEL = re.compile(r"^nccl(?:Dev)?Kernel_([A-Za-z0-9]+?)(?:_|\(|$)")
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 _READ_CATS = (*GPU_CATS, "cuda_runtime", "cuda_driver", "user_annotation")
 
@@ -119,7 +118,7 @@ class CriticalPathEvents(Gatherer):
         codes, names = pd.factorize(name)                  # a regex per kernel name, not per kernel
         nccl_name = np.array([n.startswith("nccl") for n in names.tolist()], dtype=bool)
         nccl = nccl_name[codes]
-        kinds = [(m.group(1) if (m := NCCL_KERNEL.match(n)) else "other") if is_nccl else None
+        kinds = [(collective_kind(n) or "other") if is_nccl else None
                  for n, is_nccl in zip(names.tolist(), nccl_name.tolist(), strict=True)]
         # NCCL streams named in order of first start (equal starts: by stream number)
         streams, which = np.unique(stream[nccl], return_inverse=True)

@@ -1,6 +1,7 @@
 """NCCL kernels by their names: the one rule of what is communication and which collective it is,
-per name (the standard library only: the analyses apply it once per distinct name, activity.py and
-distributed.py over numpy columns, quick_analyses.py over rows)."""
+per name (the standard library only: the analyses apply it once per distinct name: nsys's activity.py
+and distributed.py over numpy columns, quick_analyses.py over rows, the Kineto critical path, the
+summary's kernel categories)."""
 
 from __future__ import annotations
 
