@@ -21,6 +21,11 @@ A tool is one `ToolCollector` subclass registered by name in hpcprof.analysis.re
   concatenated per-rank tables (`read(name)` gives one, or None), returning new or replacing
   tables and logging notes; independent of one another, so collect runs them in parallel workers
   (`reduce(read, log)` runs them all in this process).
+- `check_ranks(run_dir, config, files)`: the run's rank files checked against its world and
+  profile.ranks (hpcprof.ranks.check_rank_set over the files ending in `suffixes`; a rank's report
+  and its export beside it are one file where `report_and_export`): the files collect analyses and
+  one line naming what is wrong; `missing_cause(run_dir, config, rank)` says why a profiled rank
+  left no file, from its log.
 - `rewritten`: the concatenated per-rank tables a reducer replaces (nsys: the timeline, cut to its
   median iteration): collect writes such a table whole only where no reducer wrote it (with several
   workers the other tables are joined while the reducers run: replacing one of those is an error).
@@ -34,6 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hpcprof.errors import Problem
+from hpcprof.ranks import RankSelection, check_rank_set
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -84,6 +90,10 @@ class ToolCollector:
 
     #: the concatenated per-rank tables that a reducer replaces (written whole only where none did)
     rewritten: tuple[str, ...] = ()
+    #: how a rank's profile file ends (its rank set is checked over these files; () any file)
+    suffixes: tuple[str, ...] = ()
+    #: a rank's report and its export beside it (same name, another suffix) are one rank file
+    report_and_export = False
 
     def __init__(self, tool_paths: Mapping[str, str] | None = None, cores: int = 1) -> None:
         self.tool_paths = dict(tool_paths or {})
@@ -111,6 +121,26 @@ class ToolCollector:
     def reducers(self) -> Sequence[Reducer]:
         """The cross-rank steps (Reducer), independent of one another: none by default."""
         return ()
+
+    def check_ranks(self, run_dir: Path, config: dict, files: dict[str, int]) -> tuple[dict[str, int], str | None]:
+        """`files` (path -> rank, as collect lists them) without those the run's rank set leaves out
+        (check_rank_set of the files ending in `suffixes`, against config.json's world size, ranks
+        per node and profile.ranks), and the one line naming what is wrong (None: nothing)."""
+        tool = config["experiment"]["profile"]["tool"]
+        ours = {p: r for p, r in files.items() if p.endswith(self.suffixes or ("",))}
+        ranks = check_rank_set(ours.items(), int(config["world_size"]), RankSelection(config["experiment"]["profile"]
+                               ["ranks"]), int(config["ranks_per_node"]), self.report_and_export)
+        line = ranks.summary(lambda rank: self.missing_cause(run_dir, config, rank))
+        return {p: r for p, r in files.items() if p not in ours or p in ranks.files}, \
+            None if line is None else f"{tool}: {line}"
+
+    def missing_cause(self, run_dir: Path, config: dict, rank: int) -> str:
+        """Why profiled rank `rank` of the run in `run_dir` (its config.json `config`) left no file:
+        no rank log (the rank never started), else see the log."""
+        tool, log = config["experiment"]["profile"]["tool"], Path("logs") / f"rank{rank}.log"
+        if not (run_dir / log).is_file():
+            return f"no {tool} profile and no rank log ({log}): the rank never started"
+        return f"no {tool} profile written (see {log})"
 
     def reduce(self, read: ReadTable, log: Log) -> dict[str, pd.DataFrame]:
         """Every cross-rank table, the reducers run one after another in this process."""

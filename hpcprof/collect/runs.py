@@ -738,11 +738,19 @@ def collect_run(run: RunDir, store: Store, log: Log = print, executor: Executor 
     tool = config["experiment"]["profile"]["tool"]
     profile_dir = run.path / "profiles" / tool
 
-    def missing() -> None:  # a rank the profile was asked of that recorded nothing makes the run partial
-        from hpcprof.analysis.nsys.collect import missing_profiles
+    ranks_checked = False
 
-        for line in missing_profiles(run.path, config):
+    def checked(files: dict[str, int]) -> dict[str, int]:  # the rank set: one Problem line, the files used
+        nonlocal ranks_checked
+        ranks_checked = True
+        files, line = collector(tool).check_ranks(run.path, config, files)
+        if line is not None:
             done.report(Problem(None, line))
+        return files
+
+    def missing() -> None:  # nsys: the profiled ranks of a run without any profile file are named too
+        if tool == "nsys" and not ranks_checked:
+            checked({})
 
     own_steps_done = False
 
@@ -761,6 +769,8 @@ def collect_run(run: RunDir, store: Store, log: Log = print, executor: Executor 
     def profiles() -> None:
         with done.timed("inputs"), gc_paused():
             files = rank_files(profile_dir, done.report)
+        if files or tool == "nsys":
+            files = checked(files)
         if not files:
             log(f"{run.run_id}: no {tool} profiles in {profile_dir}")
             return

@@ -33,6 +33,8 @@ class NcuCollector(ToolCollector):
     """ncu in `collect`: each rank's profile with the site's ncu (a .ncu-rep needs it), then a
     note on the Echo columns empty in every file."""
 
+    suffixes = (".csv", ".ncu-rep")
+
     def analyse_file(self, path: Path, rank: int) -> dict[str, pd.DataFrame]:
         return analyse_file(path, rank, self.tool_paths.get("ncu"))
 

@@ -26,7 +26,6 @@ from hpcprof.analysis.nsys_stats.schema import OLD
 from hpcprof.analysis.nsys_stats.summaries import LAYOUT, summaries_of
 from hpcprof.atomic import atomic_write
 from hpcprof.errors import Problem
-from hpcprof.ranks import rank_from_filename
 from hpcprof.results import arrow_table, to_arrow
 
 
@@ -289,6 +288,8 @@ class NsysCollector(ToolCollector):
     summary and timeline across ranks."""
 
     rewritten = ("timeline", "nccl")    # median_timeline, nccl_with_totals
+    suffixes = (".nsys-rep", ".qdrep", ".sqlite")   # a report, the old name of one, or its SQLite export
+    report_and_export = True            # rank1.nsys-rep and rank1.sqlite: one rank's report and its export
 
     def inputs(self, ctx: CollectContext) -> dict[str, int]:
         return sqlite_files(ctx, self.tool_paths)
@@ -305,39 +306,22 @@ class NsysCollector(ToolCollector):
     def reducers(self) -> Sequence[Reducer]:
         return REDUCERS
 
+    def missing_cause(self, run_dir: Path, config: dict, rank: int) -> str:
+        """As ToolCollector's, and whether nsys said it recorded nothing (its capture range never
+        opened, with `capture_range` set)."""
+        log = Path("logs") / f"rank{rank}.log"
+        try:
+            said = NOTHING_RECORDED in (run_dir / log).read_text(errors="replace")
+        except OSError:
+            said = False
+        if not said:
+            return super().missing_cause(run_dir, config, rank)
+        ranged = config["experiment"]["profile"]["nsys"]["capture_range"] != "none"
+        return (("nsys recorded nothing: the capture range never opened" if ranged else "nsys recorded nothing")
+                + f" ({log}: {NOTHING_RECORDED})")
 
-#: the files of an nsys profile (a report, the old name of one, or its SQLite export)
-PROFILE_SUFFIXES = (".nsys-rep", ".qdrep", ".sqlite")
+
 #: what nsys prints when its capture range never opened (cudaProfilerApi / nvtx)
 NOTHING_RECORDED = "No reports were generated"
 
 
-def missing_profiles(run_dir: Path, config: dict) -> list[str]:
-    """One line per rank that the run's config says nsys profiles (profile.ranks over the run's
-    ranks) but that left no nsys profile, with the cause its rank log gives. Empty for other tools."""
-    from hpcprof.ranks import RankSelection
-
-    profile = config["experiment"]["profile"]
-    if profile["tool"] != "nsys":
-        return []
-    per_node, world = int(config["ranks_per_node"]), int(config["world_size"])
-    selection = RankSelection(profile["ranks"])
-    ranged = profile["nsys"]["capture_range"] != "none"
-    profiles = run_dir / "profiles" / "nsys"
-    present = {rank_from_filename(p) for p in profiles.iterdir() if p.suffix in PROFILE_SUFFIXES} \
-        if profiles.is_dir() else set()
-    lines = []
-    for rank in range(world):
-        if rank in present or not selection.selects(rank, rank % per_node, per_node):
-            continue
-        log = run_dir / "logs" / f"rank{rank}.log"
-        text = log.read_text(errors="replace") if log.is_file() else None
-        if text is None:
-            cause = f"no nsys profile and no rank log ({log.relative_to(run_dir)}): the rank never started"
-        elif NOTHING_RECORDED in text:
-            cause = ("nsys recorded nothing: the capture range never opened" if ranged
-                     else "nsys recorded nothing") + f" ({log.relative_to(run_dir)}: {NOTHING_RECORDED})"
-        else:
-            cause = f"no nsys profile written (see {log.relative_to(run_dir)})"
-        lines.append(f"nsys: rank {rank}: {cause}")
-    return lines

@@ -63,6 +63,8 @@ class TorchCollector(ToolCollector):
     """torch.profiler traces in `collect`: HTA's analyses and the window of each rank's trace,
     then the kernels and critical-path tables across ranks."""
 
+    suffixes = (".json", ".json.gz")
+
     rewritten = ("kernels",)    # sorted_kernels
 
     def analyse_file(self, path: Path, rank: int) -> dict[str, pd.DataFrame]:

@@ -176,8 +176,16 @@ def load_events(paths: Sequence[Path], workers: int | None = None) -> tuple[pd.D
     (map_traces); (events of the usable files or None, one error line per file that could not be
     used, or that has no iteration)."""
     results = map_traces(_events_or_error, list(paths), workers)
-    parts = [r for r in results if not isinstance(r, str)]
-    errors = [r for r in results if isinstance(r, str)]
+    parts: dict[int, tuple[Path, pd.DataFrame]] = {}
+    errors = []
+    for path, result in zip(paths, results, strict=True):
+        rank = int(result["rank"].iloc[0]) if not isinstance(result, str) else -1
+        if isinstance(result, str):
+            errors.append(result)
+        elif rank in parts:            # as load.load_traces: a rank's events once
+            errors.append(f"{path}: rank {rank} already loaded from {parts[rank][0]}")
+        else:
+            parts[rank] = (path, result)
     if not parts:
         return None, errors
-    return pd.concat(parts, ignore_index=True), errors
+    return pd.concat([frame for _, frame in parts.values()], ignore_index=True), errors
