@@ -852,6 +852,7 @@ def collect_runs(selected: list[RunDir], store: Store, refresh: Callable[[RunDir
     try:
         for run in selected:
             try:
+                _ = run.config      # a run that cannot be read (damaged, no permission) is named, never "not yet"
                 state = refresh(run)
                 if not state.terminal:
                     log(f"{run.run_id}: {state.state}, not collected yet")

@@ -180,7 +180,7 @@ def load(path: Path, ncu: str | None = None) -> pd.DataFrame:
                  for p in ("details", "raw")]
         return pd.concat(pages, ignore_index=True)
     try:
-        text = path.read_text(encoding="utf-8", errors="strict")
+        text = path.read_text(encoding="utf-8-sig", errors="strict")     # a byte-order mark, as Windows tools write
     except UnicodeDecodeError:
         raise NcuInputError(f"{path}: not ncu --csv output (binary or not UTF-8)") from None
     return read_ncu_csv(text, str(path))

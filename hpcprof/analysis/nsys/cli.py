@@ -532,6 +532,11 @@ def critical_path_cmd(files: tuple[Path, ...], rank_map: str | None, iteration_r
         return cp.rank_events(act, iteration_range)
 
     def across_ranks(events: pd.DataFrame) -> pd.DataFrame:
+        from hpcprof.analysis.clocks import aligned
+
+        events, said = aligned(events)
+        if said is not None:
+            _fail("critical-path", said)
         return cp.critical_path(events)[1 if segments else 0]
 
     def said_when_none(table: pd.DataFrame) -> None:

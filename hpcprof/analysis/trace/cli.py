@@ -221,6 +221,7 @@ def critical_path_cmd(paths: tuple[Path, ...], segments: bool, fmt: str, output:
     waited for, the annotation (or kernel) that held it, the wait, and the step's length on the
     critical path. Collectives are matched by process group and sequence number (launch order where
     the trace has none)."""
+    from hpcprof.analysis.clocks import aligned
     from hpcprof.analysis.trace import critical_path as cp
 
     if output is not None and fmt == "table":
@@ -232,6 +233,9 @@ def critical_path_cmd(paths: tuple[Path, ...], segments: bool, fmt: str, output:
         click.echo(f"hpcprof: {line}", err=True)
     if events is None:
         raise UserError("no trace could be analysed")
+    events, said = aligned(events)
+    if said is not None:
+        click.echo(f"hpcprof: {said}", err=True)
     table = cp.critical_path(events)[1 if segments else 0]
     if output is None:
         emit(table, fmt, title="critical-path")
