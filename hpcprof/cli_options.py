@@ -124,6 +124,6 @@ def one_file_per_rank(paths: Sequence[Path], rank_of: Callable[[Path], int | Non
     """The rank files an analysis command was given (`rank_of`: a file's rank, None where unknown):
     a file given twice, or two files of one rank, is a one-line error naming them (each would be
     counted twice)."""
-    line = check_rank_set((str(p), rank_of(p)) for p in paths).summary()
+    line = check_rank_set(((str(p), rank_of(p)) for p in paths), identity=os.path.realpath).summary()
     if line is not None:
         raise UserError(f"{line}: give each rank's file once (one file per rank)")

@@ -111,8 +111,8 @@ class RankSet:
 
     #: path -> rank of the files used: one per rank (files of no known rank: rank None), in input order
     files: dict[str, int | None]
-    #: another file of a rank already used, or a file given again -> its rank
-    extra: dict[str, int | None] = field(default_factory=dict)
+    #: another file of a rank already used -> that rank
+    extra: dict[str, int] = field(default_factory=dict)
     #: files of a rank outside the world -> that rank
     outside: dict[str, int] = field(default_factory=dict)
     #: ranks that should have a file (in the world and the profile's selection) and have none
@@ -121,11 +121,13 @@ class RankSet:
     world_size: int | None = None
     #: the files are numbered 1..world_size, not from 0 as MPI numbers ranks
     from_one: bool = False
+    #: files given again (the same path, or a link to one given: `identity` of check_rank_set)
+    twice: tuple[str, ...] = ()
 
     def summary(self, cause: Callable[[int], str] | None = None) -> str | None:
         """One line naming every file left out and every rank without a file (`cause(rank)`: why a
         rank has none, e.g. what its log says), or None when each rank of the world has its file."""
-        parts = [_extra_part(self.files, self.extra)] if self.extra else []
+        parts = [_extra_part(self.files, self.extra, self.twice)] if self.extra or self.twice else []
         if self.from_one:
             numbered = sorted({r for r in self.files.values() if r is not None} | set(self.outside.values()))
             parts.append(f"the rank files are numbered from 1 ({_ranges(numbered)}) for a world of {self.world_size} "
@@ -154,16 +156,12 @@ def _ranges(ranks: list[int], most: int = 8) -> str:
     return shown + (f" and {sum(b - a + 1 for a, b in runs[most:]):,} more" if len(runs) > most else "")
 
 
-def _extra_part(used: dict[str, int | None], extra: dict[str, int | None]) -> str:
-    """Which file of each rank is used and which are left out (a file given twice: said so)."""
+def _extra_part(used: dict[str, int | None], extra: dict[str, int], twice: tuple[str, ...]) -> str:
+    """Which file of each rank is used and which are left out, and the files given twice."""
     kept = {rank: path for path, rank in used.items()}
-    lines = []
-    for path, rank in extra.items():
-        name = os.path.basename(path)
-        if rank is None or os.path.realpath(kept.get(rank, "")) == os.path.realpath(path):
-            lines.append(f"{name} given twice")
-        else:
-            lines.append(f"rank {rank} has two files: {os.path.basename(kept[rank])} used, {name} left out")
+    lines = [f"{os.path.basename(path)} given twice" for path in twice]
+    lines += [f"rank {rank} has two files: {os.path.basename(kept[rank])} used, {os.path.basename(path)} left out"
+              for path, rank in extra.items()]
     return "; ".join(lines[:3]) + (f"; and {len(lines) - 3:,} more files of a rank already given" if len(lines) > 3 else "")
 
 
@@ -193,24 +191,26 @@ def _preferred(path: str, rank: int) -> bool:
 
 def check_rank_set(files: Iterable[tuple[str, int | None]], world_size: int | None = None,
                    selection: RankSelection | None = None, ranks_per_node: int = 1,
-                   report_and_export: bool = False) -> RankSet:
+                   report_and_export: bool = False, identity: Callable[[str], str] = os.path.normpath) -> RankSet:
     """The rank files `files` ((path, rank or None), in order) checked: a file given twice (the same
     path, or a link to it) and a second file of a rank are left out (of a rank's files, the one named
     `rank<N>.` as the rank wrapper names them is used, else the first; with `report_and_export`, files
     of a rank that differ only in their suffix, a report and its export, are one file); with
     `world_size`, files of ranks outside the world are left out and the ranks of the world that
     `selection` (default all, `ranks_per_node` giving local ranks) profiles but that have no file are
-    missing."""
+    missing. `identity` tells the same file given twice (os.path.realpath: links too; the default
+    makes no system call, for the 16,384 files of a collect)."""
     used: dict[str, int | None] = {}
-    extra: dict[str, int | None] = {}
+    extra: dict[str, int] = {}
+    twice: list[str] = []
     by_rank: dict[int, str] = {}
     seen: set[str] = set()
     for path, rank in files:
-        real = os.path.realpath(path)
-        if real in seen:
-            extra[path] = rank
+        same = identity(path)
+        if same in seen:
+            twice.append(path)
             continue
-        seen.add(real)
+        seen.add(same)
         if rank is None or rank < 0:
             used[path] = None
             continue
@@ -230,7 +230,7 @@ def check_rank_set(files: Iterable[tuple[str, int | None]], world_size: int | No
         by_rank[rank] = path
         used[path] = rank
     if world_size is None:
-        return RankSet(used, extra)
+        return RankSet(used, extra, twice=tuple(twice))
     outside = {p: r for p, r in used.items() if r is not None and r >= world_size}
     kept = {p: r for p, r in used.items() if p not in outside}
     present = {r for r in kept.values() if r is not None}
@@ -238,5 +238,5 @@ def check_rank_set(files: Iterable[tuple[str, int | None]], world_size: int | No
     wanted = [r for r in range(world_size) if chosen.selects(r, r % ranks_per_node, ranks_per_node)]
     missing = tuple(r for r in wanted if r not in present)
     ranks = present | set(outside.values())
-    from_one = bool(outside) and 0 not in ranks and min(ranks) >= 1 and max(ranks) == world_size
-    return RankSet(kept, extra, outside, missing, len(wanted), world_size, from_one)
+    from_one = bool(outside) and min(ranks) >= 1 and max(ranks) == world_size
+    return RankSet(kept, extra, outside, missing, len(wanted), world_size, from_one, tuple(twice))

@@ -129,7 +129,8 @@ class ToolCollector:
         tool = config["experiment"]["profile"]["tool"]
         ours = {p: r for p, r in files.items() if p.endswith(self.suffixes or ("",))}
         ranks = check_rank_set(ours.items(), int(config["world_size"]), RankSelection(config["experiment"]["profile"]
-                               ["ranks"]), int(config["ranks_per_node"]), self.report_and_export)
+                               ["ranks"]), int(config["ranks_per_node"]), self.report_and_export,
+                               identity=str)          # one directory's listing: every path once
         line = ranks.summary(lambda rank: self.missing_cause(run_dir, config, rank))
         return {p: r for p, r in files.items() if p not in ours or p in ranks.files}, \
             None if line is None else f"{tool}: {line}"
