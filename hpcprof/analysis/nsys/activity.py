@@ -193,14 +193,19 @@ def _call_op_codes(act: Activity) -> tuple[np.ndarray, np.ndarray]:
 def launch_starts(act: Activity) -> np.ndarray:
     """For each GPU operation of `act`, the start of the CUDA API call that launched it (the first
     call of the same file, process and correlation id), NaN when none did: a left join as a
-    sorted search, no hash join to build."""
-    call_code, op_code = call_op_codes(act)
-    code = np.concatenate((call_code, op_code))
-    first_call = np.full(int(code.max()) + 1 if len(code) else 0, -1, dtype=np.int64)
-    first_call[call_code[::-1]] = np.arange(len(call_code) - 1, -1, -1)   # the first call of each key wins
-    call = first_call[op_code]
-    starts = act.call("start").astype(np.float64)
-    return np.where(call >= 0, starts[np.maximum(call, 0)] if len(starts) else np.nan, np.nan)
+    sorted search, no hash join to build. Computed once per activity (the clock check and the critical
+    path both use them)."""
+    got = act.derived.get("launch_starts")
+    if got is None:
+        call_code, op_code = call_op_codes(act)
+        code = np.concatenate((call_code, op_code))
+        first_call = np.full(int(code.max()) + 1 if len(code) else 0, -1, dtype=np.int64)
+        first_call[call_code[::-1]] = np.arange(len(call_code) - 1, -1, -1)   # the first call of each key wins
+        call = first_call[op_code]
+        starts = act.call("start").astype(np.float64)
+        got = act.derived["launch_starts"] = np.where(call >= 0, starts[np.maximum(call, 0)] if len(starts) else np.nan,
+                                                      np.nan)
+    return cast(np.ndarray, got)
 
 
 RUNTIME_COLUMNS = ("gtid", "gpid", "start", "end", "corr", "file", "rank")

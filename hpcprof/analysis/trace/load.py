@@ -440,10 +440,8 @@ class TraceColumns(Gatherer):
         has_partner = ~np.isnan(partner)
         partner_i = np.where(has_partner, partner, 0).astype(np.int64)
         unmatched = math.nan if ignore_unmatched_launches else first_ts
-        launch_ts = np.where(has_partner & kept[partner_i], ts[partner_i],
-                             np.where(~has_partner & (corr[gpu_idx] >= 0), unmatched, np.nan))
-
-        launched = np.where(has_partner & kept[partner_i], ts[partner_i], np.nan)  # no index-0 fallback here
+        launched = np.where(has_partner & kept[partner_i], ts[partner_i], np.nan)   # the launches in the trace
+        launch_ts = np.where(~has_partner & (corr[gpu_idx] >= 0), unmatched, launched)
         problem = clock_problem(ts[gpu_idx], end[gpu_idx], 1000.0, KINETO_SLACK_NS, launched,
                                 np.asarray(cats, dtype=object)[cat_codes[gpu_idx]], what="GPU events")
         if problem is not None:
