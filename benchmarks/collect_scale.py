@@ -252,6 +252,9 @@ def workdir_for(tmpl: Path, n: int, dest: Path) -> Path:
     sources = [FIXTURES / "nsys/h200_seqpar_bf16" / f"rank{r}.sqlite" for r in (0, 1)]
     for rank in range(n):
         os.link(sources[rank % 2], nsys / f"rank{rank}.sqlite")
+    config = json.loads((run / "config.json").read_text())
+    config["world_size"] = n                        # a world of n ranks (collect checks the rank set)
+    (run / "config.json").write_text(json.dumps(config))
     return dest
 
 

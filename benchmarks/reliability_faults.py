@@ -103,6 +103,7 @@ class Fixtures:
         [run] = run_dirs(work / "hpcprof-runs")
         config = json.loads((run / "config.json").read_text())
         config["experiment"]["profile"]["tool"] = "nsys"
+        config["world_size"] = 2                    # the two ranks whose exports are copied in
         (run / "config.json").write_text(json.dumps(config))
         (run / "profiles" / "nsys").mkdir(parents=True)
         for rank in (0, 1):

@@ -3,8 +3,10 @@ does not pay for the run machinery (and nothing but `bench` imports torch)."""
 
 from __future__ import annotations
 
+import codecs
 import gc
 import importlib
+import sys
 
 import click
 
@@ -73,10 +75,14 @@ class LazyGroup(click.Group):
         return resolved
 
     def invoke(self, ctx: click.Context) -> object:
-        """Run the command; known failures of bad input become one line and exit code 2."""
+        """Run the command; known failures of bad input become one line and exit code 2. Output
+        to a stream whose encoding cannot write a character (an ASCII-only terminal) escapes it."""
+        for stream in (sys.stdout, sys.stderr):
+            if hasattr(stream, "reconfigure") and codecs.lookup(stream.encoding or "utf-8").name != "utf-8":
+                stream.reconfigure(errors="backslashreplace")
         try:
             return super().invoke(ctx)
-        except (OSError, UnicodeError, RecursionError, ValueError) as exc:
+        except (OSError, UnicodeError, RecursionError, ValueError, RuntimeError) as exc:
             error = as_user_error(exc)
             if error is None:
                 raise

@@ -1,12 +1,13 @@
 """The options the commands share, declared once: --workdir (and its --site lookup), --db, the plan
-options (--site, --site-file, --set, --templates, --max-points, --after) and the options of the
-nsys file commands. Command modules import these; no command module imports another."""
+options (--site, --site-file, --set, --templates, --max-points, --after), the options of the
+nsys file commands and the check of the rank files the analysis commands take (one_file_per_rank).
+Command modules import these; no command module imports another."""
 
 from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,8 @@ import click
 
 from hpcprof.config import MAX_POINTS
 from hpcprof.errors import UserError
+from hpcprof.rank_sets import check_rank_set
+from hpcprof.ranks import rank_from_filename
 from hpcprof.workdirs import known_workdirs, known_workdirs_file
 
 workdir_option = click.option(
@@ -116,3 +119,12 @@ files_argument = click.argument("files", nargs=-1, required=True, type=click.Pat
 rank_map_option = click.option("--rank-map", default=None,
                                help="FILE=RANK[,FILE=RANK...] when file names carry no rank.")
 output_file_option = click.option("--output", "-o", default=None, help="Write to this file instead of stdout.")
+
+
+def one_file_per_rank(paths: Sequence[Path], rank_of: Callable[[Path], int | None] = rank_from_filename) -> None:
+    """The rank files an analysis command was given (`rank_of`: a file's rank, None where unknown):
+    a file given twice, or two files of one rank, is a one-line error naming them (each would be
+    counted twice)."""
+    line = check_rank_set(((str(p), rank_of(p)) for p in paths), identity=os.path.realpath).summary()
+    if line is not None:
+        raise UserError(f"{line}: give each rank's file once (one file per rank)")

@@ -1,8 +1,8 @@
 """User-facing errors: one line, exit code 2, no traceback.
 
 `UserError` is raised for bad input; `as_user_error` turns the known low-level failures of bad
-input (an unreadable or unwritable path, a file that is not UTF-8 text, input nested too deeply)
-into one, and the CLI's top-level handler (`hpcprof.cli.LazyGroup.invoke`) applies it to every
+input (an unreadable or unwritable path, a symlink loop, a file that is not UTF-8 text, text the
+output's encoding cannot write, input nested too deeply) into one, and the CLI's top-level handler (`hpcprof.cli.LazyGroup.invoke`) applies it to every
 command. `warn` names a damaged file that is skipped while the work goes on; `Problem` is what
 `collect` could not use (a file, a step), whatever the cause.
 """
@@ -83,9 +83,15 @@ class WorkerDied(Problem):
 
 def as_user_error(exc: BaseException) -> UserError | None:
     """The one-line UserError for a known failure caused by bad input, else None."""
+    if isinstance(exc, UnicodeEncodeError):      # text that does not fit an encoding: output, or a path
+        return UserError(f"cannot write {exc.object[exc.start:exc.end]!r} in the {exc.encoding} encoding; set "
+                         "PYTHONIOENCODING=utf-8 (or a UTF-8 locale)")
     if isinstance(exc, UnicodeError):
         where = f" (byte {exc.start})" if isinstance(exc, UnicodeDecodeError) else ""
         return UserError(f"input is not UTF-8 text{where}: {getattr(exc, 'reason', exc)}; save the file as UTF-8")
+    if isinstance(exc, RuntimeError) and str(exc).startswith("Symlink loop from"):   # pathlib's resolve()
+        return UserError(f"{str(exc).removeprefix('Symlink loop from ').strip(chr(39))}: a symlink loop; give a path "
+                         "that leads to a directory")
     if isinstance(exc, RecursionError):
         return UserError("input is nested too deeply to process")
     if isinstance(exc, UnsafeFile):

@@ -83,12 +83,36 @@ def _encode_hook(value: Any) -> Any:
 
 
 def validate(model: type[M], data: Any, source: str) -> M:
-    """Validate `data` into `model`, raising a one-line UserError `source: field 'a.b': problem`."""
+    """Validate `data` into `model`, raising a one-line UserError `source: field 'a.b': problem`. No
+    text of any field may hold a NUL byte (no argument, environment value or file a job is written
+    from can carry one)."""
+    if (where := nul_at(data)) is not None:
+        raise UserError(f"{source}: field '{where or '$'}': contains a NUL byte, which no program's argument, "
+                        "environment or script can carry; remove it")
     try:
         return convert(model, data)
     except msgspec.ValidationError as exc:
         field, problem = describe(exc, model, data)
         raise UserError(f"{source}: field '{field}': {problem}" if field else f"{source}: {problem}") from None
+
+
+def nul_at(data: Any, path: str = "") -> str | None:
+    """The dotted path of the first key or text in `data` (YAML's mappings, lists and scalars) that
+    holds a NUL byte ("" for `data` itself), None when none does."""
+    if isinstance(data, str):
+        return path if "\x00" in data else None
+    if isinstance(data, dict):
+        for key, value in data.items():
+            at = f"{path}.{key}" if path else str(key)
+            if "\x00" in str(key):
+                return at
+            if (found := nul_at(value, at)) is not None:
+                return found
+        return None
+    if isinstance(data, (list, tuple)):
+        return next((found for i, value in enumerate(data) if (found := nul_at(value, f"{path}[{i}]")) is not None),
+                    None)
+    return None
 
 
 def convert(model: type[M], data: Any) -> M:

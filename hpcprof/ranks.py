@@ -1,6 +1,7 @@
 """Ranks: the one rule for a rank written in a file name, used by `collect` and every analysis
-command, and which ranks a profiler wraps (RankSelection, checked by the experiment's config and
-used by collect to tell which ranks should have left a profile).
+command; and which ranks a profiler wraps (RankSelection, checked by the experiment's config and
+used by collect to tell which ranks should have left a profile). The check of a set of rank files
+against its world is hpcprof.rank_sets'.
 
 `rank<N>`, `rank_<N>` or `rank-<N>`, any case, anywhere in the name (not the directories):
 `rank3.nsys-rep`, `report_rank_3.sqlite`, `ncu_Rank-12.csv` and `rank0.1234.pt.trace.json` give

@@ -240,13 +240,79 @@ def has_runs(workdir: Path) -> bool:
 
 
 def all_runs(workdir: Path, damaged: bool = False) -> list[RunDir]:
-    """Every run under `workdir`, oldest first; those with a damaged config.json only with
-    `damaged` (else each is named in a warning). Paths are resolved once, through the workdir
-    (a run or experiment directory that is a link is resolved on its own)."""
+    """Every run under `workdir` (run_paths), oldest first; those with a damaged config.json (one
+    that cannot be read) only with `damaged` (else each is named in a warning). Paths are resolved
+    once, through the workdir (a run or experiment directory that is a link is resolved on its own)."""
     base = workdir.resolve()
-    found = sorted((p.parent for p in base.glob("*/*/config.json")), key=lambda p: p.name)
+    found = sorted(run_paths(base), key=lambda p: p.name)
     runs = [RunDir(p.resolve() if p.is_symlink() or p.parent.is_symlink() else p) for p in found]
     return runs if damaged else readable(runs)
+
+
+def run_paths(base: Path) -> list[Path]:
+    """The run directories `<experiment>/<run>/` under `base` (those holding a config.json, as the
+    glob `*/*/config.json` finds them), each run id once. Nothing is left out without a word: a run
+    directory that cannot be looked into is listed (reading its config.json then says why), an
+    experiment directory that cannot be listed is named in a warning, and of one run id under
+    several experiments (a copied run: the store keeps one record per run id) the others are named
+    and left out."""
+    found: list[Path] = []
+    for experiment in _listing(base):
+        try:
+            runs = _listing(experiment)
+        except NotADirectoryError:
+            continue
+        except OSError as exc:
+            warn(f"{experiment}: cannot be read ({exc.strerror}); its runs are left out")
+            continue
+        for run in runs:
+            try:
+                os.lstat(run / "config.json")
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            except OSError:         # not to be looked into: listed, and named when read
+                pass
+            found.append(run)
+    by_id: dict[str, list[Path]] = {}
+    for path in found:
+        by_id.setdefault(path.name, []).append(path)
+    for run_id, paths in by_id.items():
+        if len(paths) > 1:
+            kept = next((p for p in paths if _experiment_of(p) == p.parent.name), paths[0])
+            warn(f"run id {run_id} is in {len(paths)} experiments ({', '.join(str(p) for p in paths)}): one run id "
+                 f"is one run (one record in the store); {kept} is used, move the others away")
+            found = [p for p in found if p.name != run_id or p == kept]
+    return found
+
+
+def _listing(directory: Path) -> list[Path]:
+    """The entries of `directory` that a glob `*` matches (not hidden), in name order."""
+    with os.scandir(directory) as entries:
+        return sorted(Path(e.path) for e in entries if not e.name.startswith("."))
+
+
+def _experiment_of(path: Path) -> str | None:
+    """The experiment a run directory's config.json names (None: it does not read)."""
+    try:
+        return str(RunDir(path).config_json["experiment"]["name"])
+    except DamagedRunFile:
+        return None
+
+
+def latest_sweep(runs: list[RunDir]) -> str:
+    """The sweep of the run submitted last: by the time submit recorded (submission.json), else by
+    when its config.json was written; never by the run id's wall-clock time, which a change of
+    timezone reorders."""
+    def submitted(run: RunDir) -> float:
+        at = run.submission.get("submitted_at")
+        if isinstance(at, (int, float)) and not isinstance(at, bool):
+            return float(at)
+        try:
+            return (run.path / "config.json").stat().st_mtime
+        except OSError:
+            return float("-inf")
+
+    return sweep_of(max(runs, key=lambda run: (submitted(run), run.run_id)).run_id)
 
 
 def select_runs(refs: tuple[str, ...] | list[str], workdir: Path) -> list[RunDir]:

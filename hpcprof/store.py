@@ -217,6 +217,30 @@ class Store:
             event.listen(self.engine, "connect", _sqlite_pragmas)
         self.url = url
         self._create_schema()
+        event.listen(self.engine, "handle_error", self._refused)
+
+    def _refused(self, context: Any) -> None:
+        """Every error of the database once the store is open, as one line naming the store (a store
+        of another user, a full disk, a lock held too long): never a driver's traceback."""
+        shown = self.engine.url.render_as_string(hide_password=True)
+        message = _one_line(context.original_exception)
+        path = sqlite_file(self.engine)
+        if "readonly" in message and path is not None:
+            try:
+                owner = path.stat().st_uid
+            except OSError:
+                owner = -1
+            if owner != os.geteuid():
+                import pwd
+
+                try:
+                    name = pwd.getpwuid(owner).pw_name
+                except KeyError:
+                    name = f"uid {owner}"
+                raise UserError(f"--db {path}: the store belongs to {name} and this user cannot write it ({message}); "
+                                "give a --workdir (or --db) of your own")
+        raise UserError(f"--db {shown}: the store refused the change ({message}); check the path's permissions and "
+                        "free space, or give another --workdir (or --db)")
 
     def _create_schema(self) -> None:
         """Create the tables once, safely when several processes start on a fresh store."""
@@ -232,11 +256,7 @@ class Store:
                                         f"{', '.join(sorted(present)[:3])}); give a new or hpcprof database")
                     if not OURS <= present:
                         metadata.create_all(conn, checkfirst=True)
-                    if missing := [c for c in ("collect_status", "collect_note")
-                                     if c not in {col["name"] for col in inspect(conn).get_columns("runs")}]:
-                        for name in missing:  # a store made by an earlier hpcprof
-                            kind = runs.c[name].type.compile(dialect=self.engine.dialect)
-                            conn.execute(text(f"ALTER TABLE runs ADD COLUMN {name} {kind}"))
+                    self._add_columns(conn, shown)
                 return
             except UserError:
                 raise
@@ -247,6 +267,19 @@ class Store:
                     continue
                 raise UserError(f"--db {shown}: cannot open the store ({message}); check the path or "
                                 "URL, or move a damaged file away") from None
+
+    def _add_columns(self, conn: Any, shown: str) -> None:
+        """The columns a store made by an earlier hpcprof lacks, added where they may be empty
+        (collect_status, collect_note); one it cannot do without is a one-line error."""
+        for table in metadata.sorted_tables:
+            have = {col["name"] for col in inspect(conn).get_columns(table.name)}
+            missing = [column for column in table.columns if column.name not in have]
+            if needed := [column.name for column in missing if not column.nullable]:
+                raise UserError(f"--db {shown}: the store's table {table.name} has no {', '.join(needed)} (a store of "
+                                "another hpcprof version); give a new --workdir (or --db), or move the store away")
+            for column in missing:
+                kind = column.type.compile(dialect=self.engine.dialect)
+                conn.execute(text(f"ALTER TABLE {table.name} ADD COLUMN {column.name} {kind}"))
 
     def add_sweep(self, sweep_id: str, experiment: str, site: str, spec: dict[str, Any],
                   run_rows: list[dict[str, Any]]) -> None:

@@ -14,8 +14,9 @@ import pytest
 import yaml
 from hpcprof_cli import hpcprof
 
-from hpcprof.analysis.nsys.collect import missing_profiles
+from hpcprof.analysis.nsys.collect import NsysCollector
 from hpcprof.profilers.nsys import NsysOptions
+from hpcprof.ranks import rank_from_filename
 from hpcprof.record import read_record
 
 #: The CLI runs this checkout and finds no site files outside it.
@@ -57,6 +58,13 @@ def test_nvtx_capture_sees_unregistered_strings() -> None:
     assert not any(a.startswith("--env-var") for a in NsysOptions(capture_range="cudaProfilerApi").argv())
 
 
+def rank_set_line(run: Path) -> str | None:
+    """What collect says of the run's nsys rank set (NsysCollector.check_ranks): None when complete."""
+    files = {str(p): rank_from_filename(p) for p in (run / "profiles" / "nsys").iterdir()}
+    record = read_record(run / "config.json")
+    return NsysCollector().check_ranks(run, record, {p: r for p, r in files.items() if r is not None})[1]
+
+
 def finished_run(tmp_path: Path) -> Path:
     """A finished 2-rank local run, made an nsys run with capture range cudaProfilerApi."""
     experiment = {**COMMAND, "profile": {"tool": "none"}}
@@ -78,8 +86,8 @@ def test_a_rank_that_recorded_nothing_makes_the_collect_partial(tmp_path: Path, 
     shutil.copy(fixtures_dir / "nsys/h200_seqpar_bf16/rank0.sqlite", run / "profiles/nsys/rank0.sqlite")
     with open(run / "logs/rank1.log", "a") as log:   # what nsys prints when the range never opened
         log.write("Collecting data...\nNo reports were generated\n")
-    assert missing_profiles(run, read_record(run / "config.json")) == [("nsys: rank 1: nsys recorded nothing: the capture range never opened "
-                                              "(logs/rank1.log: No reports were generated)")]
+    assert rank_set_line(run) == ("nsys: rank 1: nsys recorded nothing: the capture range never opened "
+                                             "(logs/rank1.log: No reports were generated)")
 
     result = hpcprof("collect", cwd=tmp_path, env=CLI_ENV)
     assert result.returncode == 3, result.stderr
@@ -89,13 +97,13 @@ def test_a_rank_that_recorded_nothing_makes_the_collect_partial(tmp_path: Path, 
     assert status[0]["collected"].startswith("partial: nsys: rank 1: nsys recorded nothing")
 
     shutil.copy(fixtures_dir / "nsys/h200_seqpar_bf16/rank1.sqlite", run / "profiles/nsys/rank1.sqlite")
-    assert missing_profiles(run, read_record(run / "config.json")) == []
+    assert rank_set_line(run) is None
     config = json.loads((run / "config.json").read_text())
     config["experiment"]["profile"]["ranks"] = [0]         # a rank not selected is not expected
     (run / "config.json").write_text(json.dumps(config))
     (run / "profiles/nsys/rank1.sqlite").unlink()
-    assert missing_profiles(run, read_record(run / "config.json")) == []
+    assert rank_set_line(run) is None
     (run / "logs/rank0.log").unlink()
     (run / "profiles/nsys/rank0.sqlite").unlink()
-    assert missing_profiles(run, read_record(run / "config.json")) == [
-        "nsys: rank 0: no nsys profile and no rank log (logs/rank0.log): the rank never started"]
+    assert rank_set_line(run) == \
+        "nsys: rank 0: no nsys profile and no rank log (logs/rank0.log): the rank never started"

@@ -49,6 +49,7 @@ def nsys_runs(cwd: Path, fixtures: Path, env: dict[str, str]) -> list[Path]:
         config = json.loads((run / "config.json").read_text())
         config["experiment"]["profile"]["tool"] = "nsys"
         config["experiment"]["profile"]["ranks"] = [0, 1]      # the ranks whose profiles are copied in
+        config["world_size"] = max(config["world_size"], 2)    # in the world (collect checks the rank set)
         (run / "config.json").write_text(json.dumps(config))
         (run / "profiles" / "nsys").mkdir(parents=True, exist_ok=True)
         for rank in (0, 1):
@@ -200,6 +201,9 @@ def test_a_worker_killed_mid_collect(tmp_path: Path, fixtures_dir: Path) -> None
     runs = nsys_runs(tmp_path, fixtures_dir, {})
     for rank in range(2, 40):
         os.link(runs[0] / "profiles/nsys" / f"rank{rank % 2}.sqlite", runs[0] / "profiles/nsys" / f"rank{rank}.sqlite")
+    config = json.loads((runs[0] / "config.json").read_text())
+    config["world_size"], config["experiment"]["profile"]["ranks"] = 40, "all"      # the world of those 40 files
+    (runs[0] / "config.json").write_text(json.dumps(config))
     proc = subprocess.Popen([sys.executable, "-m", "hpcprof", "collect", "--workers", "2"], cwd=tmp_path,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     profiles = str((runs[0] / "profiles/nsys").resolve())

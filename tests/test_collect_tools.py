@@ -31,6 +31,7 @@ def tool_run(cwd: Path, tool: str, files: dict[str, Path]) -> Path:
     [run] = [p.parent for p in (cwd / "hpcprof-runs").glob("t/*/config.json")]
     config = json.loads((run / "config.json").read_text())
     config["experiment"]["profile"]["tool"] = tool
+    config["world_size"] = 3                        # the ranks 0-2 the tests give files of
     (run / "config.json").write_text(json.dumps(config))
     (run / "profiles" / tool).mkdir(parents=True, exist_ok=True)
     for name, source in files.items():

@@ -32,7 +32,7 @@ import hpcprof
 
 #: rooms, bottom first; a room is a module or package prefix (the longest prefix names a module's room)
 LAYERS: list[list[str]] = [
-    ["hpcprof", "hpcprof.errors", "hpcprof.lazy", "hpcprof.ranks", "hpcprof.resources", "hpcprof.atomic", "hpcprof.cpus",
+    ["hpcprof", "hpcprof.errors", "hpcprof.lazy", "hpcprof.ranks", "hpcprof.rank_sets", "hpcprof.resources", "hpcprof.atomic", "hpcprof.cpus",
      "hpcprof.models",
      "hpcprof.output", "hpcprof.results", "hpcprof.catalog", "hpcprof.workdirs", "hpcprof.pool", "hpcprof.safe_paths", "hpcprof.safe_text",
      "hpcprof._templates",

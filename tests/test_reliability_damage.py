@@ -27,6 +27,7 @@ def nsys_run(tmp_path: Path, fixtures_dir: Path) -> Path:
     [run] = runs(tmp_path / "hpcprof-runs")
     config = json.loads((run / "config.json").read_text())
     config["experiment"]["profile"]["tool"] = "nsys"
+    config["world_size"] = 2                        # the two ranks whose exports are copied in
     (run / "config.json").write_text(json.dumps(config))
     (run / "profiles" / "nsys").mkdir(parents=True)
     for rank in (0, 1):

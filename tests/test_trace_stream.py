@@ -383,9 +383,9 @@ def test_helpers_forked_here_read_the_batches_from_shared_memory_segments(fixtur
 
     out = probe(fixtures_dir / "hta" / "h200_ddp_gpt2" / "rank0.pt.trace.json.gz", 1 << 16)
     assert out[:3] == ["True", "True", "tuple"] and int(out[3]) > 20 and out[4].strip() == "None", out
-    events = [{"ph": "X", "cat": "kernel", "name": f"gemm_{i}" if i != 500 else "k" * 300_000, "ts": 10 * i,
-               "dur": 4, "args": {"stream": 7, "correlation": i}} for i in range(1000)]
-    events += [{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 10 * i - 2, "dur": 1,
+    events = [{"ph": "X", "cat": "kernel", "name": f"gemm_{i}" if i != 500 else "k" * 300_000, "ts": 10 * i + 2,
+               "dur": 4, "args": {"stream": 7, "correlation": i}} for i in range(1000)]       # no time before 0
+    events += [{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 10 * i, "dur": 1,
                 "args": {"correlation": i}} for i in range(1000)]
     long = tmp_path / "rank0.json"
     long.write_text('{"traceEvents": [\n' + ",\n".join(json.dumps(e) for e in events) + "\n]}\n")

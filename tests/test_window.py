@@ -236,7 +236,7 @@ def test_kineto_window_by_hand(tmp_path: Path) -> None:
         return {"ph": "X", "cat": "kernel", "name": name, "ts": ts, "dur": dur, "pid": 0, "tid": 7,
                 "args": {"stream": 7, "correlation": corr}}
 
-    events = [cpu("cudaLaunchKernel", -10, 1, 1), kernel("sgemm_128x128", 0, 5, 1),
+    events = [cpu("cudaLaunchKernel", 0, 0.5, 1), kernel("sgemm_128x128", 0, 5, 1),
               cpu("ProfilerStep#1", 1, 99), cpu("ProfilerStep#2", 100, 100), cpu("ProfilerStep#3", 200, 50),
               cpu("cudaLaunchKernel", 2, 1, 2), kernel("sgemm_128x128", 10, 30, 2),
               cpu("cudaLaunchKernel", 4, 1, 3), kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 30, 30, 3),

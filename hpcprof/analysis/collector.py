@@ -22,12 +22,16 @@ A tool's collector is one `ToolCollector` subclass that its entry in the profile
   concatenated per-rank tables (`read(name)` gives one, or None), returning new or replacing
   tables and logging notes; independent of one another, so collect runs them in parallel workers
   (`reduce(read, log)` runs them all in this process).
+- `check_ranks(run_dir, record, files)`: the run's rank files checked against its world and
+  profile.ranks (hpcprof.rank_sets.check_rank_set over the files ending in the tool's suffixes in
+  the profiler table; a rank's report and its export beside it are one file where
+  `report_and_export`): the files collect analyses and one line naming what is wrong, which makes
+  the run `partial`; `missing_cause(run_dir, record, rank)` says why a profiled rank left no file,
+  from its log (nsys: a capture range that never opened); `check_without_files`: the check runs
+  also where the run left no file of the tool at all.
 - `rewritten`: the concatenated per-rank tables a reducer replaces (nsys: the timeline, cut to its
   median iteration): collect writes such a table whole only where no reducer wrote it (with several
   workers the other tables are joined while the reducers run: replacing one of those is an error).
-- `missing_profiles(run_dir, record)`: what the run's missing profiles mean for the tool, a line per
-  rank that should have left one and did not (nsys: a capture range that never opened); each makes
-  the run `partial`. None by default.
 - `run_steps()`: the tool's steps over the whole run once its tables are written, by name, each
   `(run_dir, record, log) -> tables` written as `<name>_<table>` (nsys: Echo's slowdown against the
   world-size-1 run of the sweep, `echo`). None by default.
@@ -41,6 +45,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hpcprof.errors import Problem
+from hpcprof.rank_sets import check_rank_set
+from hpcprof.ranks import RankSelection
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -96,6 +102,10 @@ class ToolCollector:
 
     #: the concatenated per-rank tables that a reducer replaces (written whole only where none did)
     rewritten: tuple[str, ...] = ()
+    #: a rank's report and its export beside it (same name, another suffix) are one rank file
+    report_and_export = False
+    #: the rank set is checked also where the run left no file of the tool at all
+    check_without_files = False
 
     def __init__(self, tool_paths: Mapping[str, str] | None = None, cores: int = 1) -> None:
         self.tool_paths = dict(tool_paths or {})
@@ -124,13 +134,32 @@ class ToolCollector:
         """The cross-rank steps (Reducer), independent of one another: none by default."""
         return ()
 
+    def check_ranks(self, run_dir: Path, record: RunRecord, files: dict[str, int]) -> tuple[dict[str, int], str | None]:
+        """`files` (path -> rank, as collect lists them) without those the run's rank set leaves out
+        (check_rank_set of the files ending in the tool's suffixes, against the run's world size,
+        ranks per node and profile.ranks), and the one line naming what is wrong (None: nothing)."""
+        from hpcprof import profilers
+
+        tool = record.tool
+        ours = {p: r for p, r in files.items() if p.endswith(profilers.get(tool).suffixes or ("",))}
+        ranks = check_rank_set(ours.items(), record.world_size, RankSelection(record.experiment.profile.ranks),
+                               record.ranks_per_node, self.report_and_export,
+                               identity=str)          # one directory's listing: every path once
+        line = ranks.summary(lambda rank: self.missing_cause(run_dir, record, rank))
+        return {p: r for p, r in files.items() if p not in ours or p in ranks.files}, \
+            None if line is None else f"{tool}: {line}"
+
+    def missing_cause(self, run_dir: Path, record: RunRecord, rank: int) -> str:
+        """Why profiled rank `rank` of the run in `run_dir` left no file: no rank log (the rank never
+        started), else see the log."""
+        tool, log = record.tool, Path("logs") / f"rank{rank}.log"
+        if not (run_dir / log).is_file():
+            return f"no {tool} profile and no rank log ({log}): the rank never started"
+        return f"no {tool} profile written (see {log})"
+
     def reduce(self, read: ReadTable, log: Log) -> dict[str, pd.DataFrame]:
         """Every cross-rank table, the reducers run one after another in this process."""
         return {name: table for step in self.reducers() for name, table in step(read, log).items()}
-
-    def missing_profiles(self, run_dir: Path, record: RunRecord) -> list[str]:
-        """One line per rank the run asked a profile of that left none, with the cause: none by default."""
-        return []
 
     def run_steps(self) -> Mapping[str, RunStep]:
         """The steps over the whole run after its tables (RunStep), by name: none by default."""

@@ -564,9 +564,14 @@ def critical_path(events: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
 def collect_tables(read: Callable[[str], pd.DataFrame | None], log: Callable[[str], None]) -> dict[str, pd.DataFrame]:
     """`collect`'s cross-rank critical-path tables from the concatenated per-rank events table
     (none without it): a cross-rank step of the nsys and torch collectors (collector.Reducer)."""
+    from hpcprof.analysis.clocks import aligned
+
     events = read(EVENTS_TABLE)
     if events is None or events.empty:
         return {}
+    events, said = aligned(events)        # ranks' clocks far apart: moved onto one, and said
+    if said is not None:
+        log(f"critical path: {said}")
     rows, segments = critical_path(events)
     return {ROWS_TABLE: rows, SEGMENTS_TABLE: segments} if len(rows) else {}
 

@@ -135,10 +135,23 @@ def collect_run(run: RunDir, store: Store, log: Log = print, executor: Executor 
         """The collector of the run's tool (None: a tool with nothing to collect, none)."""
         return collector(tool, tool_paths()) if profilers.get(tool).collector is not None else None
 
-    def missing() -> None:  # a rank the profile was asked of that recorded nothing makes the run partial
+    ranks_checked = False
+
+    def checked(files: dict[str, int]) -> dict[str, int]:  # the rank set: one Problem line, the files used
+        nonlocal ranks_checked
+        ranks_checked = True
         found = tool_collector()
-        for line in found.missing_profiles(run.path, record) if found is not None else []:
+        if found is None:
+            return files
+        files, line = found.check_ranks(run.path, record, files)
+        if line is not None:
             done.report(Problem(None, line))
+        return files
+
+    def missing() -> None:  # a tool that names the profiled ranks of a run without any profile file (nsys)
+        found = tool_collector()
+        if found is not None and found.check_without_files and not ranks_checked:
+            checked({})
 
     own_steps_done = False
 
@@ -157,6 +170,9 @@ def collect_run(run: RunDir, store: Store, log: Log = print, executor: Executor 
     def profiles() -> None:
         with done.timed("inputs"), gc_paused():
             files = rank_files(profile_dir, done.report)
+        found = tool_collector()
+        if files or (found is not None and found.check_without_files):
+            files = checked(files)
         if not files:
             log(f"{run.run_id}: no {tool} profiles in {profile_dir}")
             return
@@ -239,6 +255,7 @@ def collect_runs(selected: list[RunDir], store: Store, refresh: Callable[[RunDir
     try:
         for run in selected:
             try:
+                _ = run.config_json  # a run that cannot be read (damaged, no permission) is named, never "not yet"
                 state = refresh(run)
                 if not state.terminal:
                     log(f"{run.run_id}: {state.state}, not collected yet")

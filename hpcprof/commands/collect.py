@@ -70,8 +70,11 @@ def collected_after_end(run: RunDir, store: Store) -> bool:
     from hpcprof.results import results_dir
 
     done = run.path / "DONE"
-    tables = list(results_dir(run.path).glob("*.parquet")) if done.exists() else []
-    if not tables or max(t.stat().st_mtime for t in tables) < done.stat().st_mtime:
+    try:
+        tables = list(results_dir(run.path).glob("*.parquet")) if done.exists() else []
+        if not tables or max(t.stat().st_mtime for t in tables) < done.stat().st_mtime:
+            return False
+    except OSError:         # a run directory that cannot be read: collecting it says why
         return False
     record = store.run_record(run.run_id)
     return record is not None and record.get("collect_status") == "complete"

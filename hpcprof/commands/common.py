@@ -4,6 +4,7 @@ and the state table they print."""
 from __future__ import annotations
 
 import fcntl
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, overload
 
@@ -57,21 +58,55 @@ def open_store(workdir: Path, db: str | None, create: bool = True) -> Store | No
     path = sqlite_file(make_engine(url))
     if not create:
         return None if path is not None and not path.is_file() else Store(url)
-    made = not workdir.exists()
+    undo = undo_new_workdir(workdir, db)
     workdir.mkdir(parents=True, exist_ok=True)
-    lock_path = workdir / ".hpcprof.lock"
     try:
-        with open(lock_path, "a") as lock:  # first use: one process creates the store
+        with open(workdir / ".hpcprof.lock", "a") as lock:  # first use: one process creates the store
             fcntl.flock(lock, fcntl.LOCK_EX)
             return Store(url)
     except BaseException:
-        if made:  # a refused store leaves no workdir behind
-            lock_path.unlink(missing_ok=True)
-            try:
-                workdir.rmdir()
-            except OSError:
-                pass
+        undo()          # a refused store leaves no store and no workdir behind
         raise
+
+
+def undo_new_workdir(workdir: Path, db: str | None) -> Callable[[], None]:
+    """Called before a command makes its store: what undoes it when the command is refused (a full
+    disk, a store that cannot be made): the SQLite store's files (-wal, -shm, -journal) where it did
+    not exist and holds no sweep (another process's submit may have filled it meanwhile), and the
+    lock and empty directories where the workdir did not exist."""
+    from hpcprof.store import database_url, make_engine, sqlite_file
+
+    made = not workdir.exists()
+    path = sqlite_file(make_engine(database_url(workdir, db)))
+    fresh = path is not None and not path.exists()
+
+    def undo() -> None:
+        if fresh and path is not None and not sweeps_in(path):
+            for suffix in ("", "-wal", "-shm", "-journal"):
+                path.with_name(path.name + suffix).unlink(missing_ok=True)
+        if made and workdir.is_dir():
+            (workdir / ".hpcprof.lock").unlink(missing_ok=True)
+            for directory in [d for d in workdir.iterdir() if d.is_dir() and not d.is_symlink()] + [workdir]:
+                try:
+                    directory.rmdir()       # empty ones only
+                except OSError:
+                    pass
+
+    return undo
+
+
+def sweeps_in(path: Path) -> bool:
+    """Whether the SQLite store at `path` records a sweep (read only; False where it does not read)."""
+    import sqlite3
+
+    try:
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            return conn.execute("SELECT 1 FROM sweeps LIMIT 1").fetchone() is not None
+        finally:
+            conn.close()
+    except (sqlite3.Error, OSError):
+        return False
 
 
 def check_store(workdir: Path, db: str | None) -> None:

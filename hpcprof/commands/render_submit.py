@@ -25,7 +25,7 @@ from hpcprof.cli_options import (
     templates_option,
     workdir_option,
 )
-from hpcprof.commands.common import console, open_store, show_states
+from hpcprof.commands.common import console, open_store, show_states, undo_new_workdir
 from hpcprof.config.site import find_site
 from hpcprof.errors import UserError
 from hpcprof.render.job import write_rendered
@@ -98,8 +98,10 @@ def submit(experiment: Path, site_name: str, site_file: Path | None, overrides: 
     check_runtimes(site, [run.point.experiment.container for run in planned.runs])
     echo_notes(planned)
     if site.scheduler == "local" and site.container is None:  # elsewhere the job checks at its start
+        from hpcprof.render.launchers import check_local_launcher
         from hpcprof.render.profilers import check_local_profilers
 
+        check_local_launcher(site)
         for line in check_local_profilers(site, {run.point.experiment.profile.tool for run in planned.runs
                                                  if run.point.experiment.container is None}):
             console.print(line, markup=False)
@@ -113,8 +115,14 @@ def submit(experiment: Path, site_name: str, site_file: Path | None, overrides: 
             console.print(f"[bold]{planned.sweep_id}[/]: the array job script (task k runs point k's job.sh)")
             click.echo(array)
         return
+    undo = undo_new_workdir(workdir, db)
     store = open_store(workdir, db)
-    run_dirs = campaign.write(planned, store)
+    try:
+        run_dirs = campaign.write(planned, store)
+    except BaseException:       # refused (a full disk): no store or workdir of its own left behind
+        store.engine.dispose()
+        undo()
+        raise
     launch(planned, run_dirs, store, wait, wait_for, array)
     try:
         record_workdir(site.name, workdir)

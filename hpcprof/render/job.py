@@ -303,15 +303,24 @@ def write_files(rendered: RenderedRun, directory: Path) -> None:
     for sub in RUN_SUBDIRS:
         (directory / sub).mkdir(parents=True, exist_ok=True)
 
+    mode = 0o777 & ~current_umask()     # executable by those the umask lets read it (077: the owner only)
+
     def executable(content: str) -> Callable[[Path], None]:
         def write(tmp: Path) -> None:
             tmp.write_text(content)
-            os.chmod(tmp, 0o755)
+            os.chmod(tmp, mode)
         return write
 
     for name, content in rendered.files.items():
         atomic_write(directory / name, executable(content))
     atomic_write(directory / "config.json", json.dumps(rendered.config, indent=1))
+
+
+def current_umask() -> int:
+    """This process's umask (read by setting it back at once)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def write_run(rendered: RenderedRun) -> Path:

@@ -65,6 +65,17 @@ def resolve_command(name: str, configured: str | None) -> str:
     return shutil.which(name) or name
 
 
+def check_local_launcher(site: SiteConfig) -> None:
+    """At submit on a local site, where the job starts here at once: the launcher program
+    (launcher.command, else its kind) runs here; a missing one is a one-line error naming
+    launcher.command, never a job that fails with 127 after the fact."""
+    name = "mpiexec" if site.launcher.kind == "mpiexec" else site.launcher.kind
+    program = resolve_command(name, site.launcher.command)
+    if shutil.which(program) is None:
+        raise UserError(f"site {site.name}: launcher.command: {program} is not a program here; install {name}, "
+                        "or set launcher.command to its full path")
+
+
 def mpiexec_pals(site: SiteConfig, nodes: int, ppn: int) -> list[str]:
     """Cray PALS mpiexec (Polaris, Aurora)."""
     cmd = [resolve_command("mpiexec", site.launcher.command), "-n", str(nodes * ppn), "--ppn", str(ppn)]

@@ -13,7 +13,7 @@ from typing import Any
 from hpcprof.errors import UserError
 from hpcprof.record import RunRecord, read_record
 from hpcprof.results import Metric, TopKernel, list_tables, read_headline
-from hpcprof.rundir import RunDir, all_runs, sweep_of
+from hpcprof.rundir import RunDir, all_runs, latest_sweep
 from hpcprof.rundir import select_runs as rundir_select
 
 
@@ -48,7 +48,7 @@ def select_runs(refs: tuple[str, ...], workdir: Path) -> list[RunDir]:
         runs = all_runs(workdir)
         if not runs:
             raise UserError(f"no runs under {workdir}; submit a sweep first (hpcprof submit EXP --site S)")
-        refs = (sweep_of(runs[-1].run_id),)
+        refs = (latest_sweep(runs),)
     return rundir_select(refs, workdir)
 
 

@@ -10,7 +10,7 @@ import click
 
 from hpcprof.analysis.ncu.echo import RULE_HPCPROF
 from hpcprof.analysis.ncu.metrics import metric_key, metrics_table, missing_sections
-from hpcprof.cli_options import files_argument, output_file_option
+from hpcprof.cli_options import files_argument, one_file_per_rank, output_file_option
 from hpcprof.errors import UserError, printable
 from hpcprof.output import FORMATS, emit, write
 from hpcprof.safe_text import csv_frame
@@ -67,6 +67,7 @@ def metrics(ctx: click.Context, files: tuple[Path, ...], metrics: tuple[str, ...
         return
     if kshortname is not None:
         raise UserError("--kshortname is read by --layout echo only; add --layout echo")
+    one_file_per_rank(files)
     df, errors = metrics_table(list(files), metrics, ncu=ncu_path)
     values = [c for c in df.columns if c not in ("ID", "Kernel Name", "rank", "file")]
     empty = df[values].isna().all(axis=1) if values else None

@@ -182,7 +182,7 @@ def load(path: Path, ncu: str | None = None) -> pd.DataFrame:
                  for p in ("details", "raw")]
         return pd.concat(pages, ignore_index=True)
     try:
-        text = read_regular(path, limit=None).decode("utf-8", errors="strict")   # a FIFO or a device: refused
+        text = read_regular(path, limit=None).decode("utf-8-sig", errors="strict")   # a FIFO or a device: refused; a byte-order mark, as Windows tools write
     except UnicodeDecodeError:
         raise NcuInputError(f"{path}: not ncu --csv output (binary or not UTF-8)") from None
     except OSError as exc:

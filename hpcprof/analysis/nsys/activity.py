@@ -6,12 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import pandas as pd
 
+from hpcprof.analysis.clocks import clock_problem
 from hpcprof.analysis.nccl import nccl_name
-from hpcprof.analysis.nsys_stats.arrays import filled
+from hpcprof.analysis.nsys_stats.arrays import codes_of, filled
 from hpcprof.analysis.nsys_stats.db import KERNEL, MEMCPY, MEMSET, RUNTIME, Export, NsysInputError, pid_of, process_of
 from hpcprof.analysis.nsys_stats.loaders import API_ACTIVITY, KERNEL_ACTIVITY, api_calls, kernels
 from hpcprof.ranks import rank_from_filename
@@ -134,6 +136,9 @@ def _file_ops(export: Export) -> dict[str, np.ndarray]:
         parts["short"].append(short)
 
     common = ["start", "end", "deviceId", "streamId", "globalPid", "correlationId"]
+    if not export.has(KERNEL) and (export.has_rows(MEMCPY) or export.has_rows(MEMSET)):
+        raise NsysInputError(f"{export.path}: no kernel table ({KERNEL}) beside its memory operations (renamed or "
+                             "dropped?): its rank would show no kernels; export the report again (nsys export -t sqlite)")
     if export.has(KERNEL):
         k = kernels(export, KERNEL_ACTIVITY)
         short = np.where(k["shortName"] >= 0, k["shortName"], k["nameId"])
@@ -156,6 +161,52 @@ def _file_runtime(export: Export) -> dict[str, np.ndarray]:
     r = api_calls(export, API_ACTIVITY)
     return {"gtid": r["globalTid"], "gpid": process_of(r["globalTid"]), "start": r["start"], "end": r["end"],
             "corr": r["correlationId"]}
+
+
+def call_op_codes(act: Activity) -> tuple[np.ndarray, np.ndarray]:
+    """One code per (file, process, correlation id): that of each CUDA API call of `act`, and that of
+    each GPU operation (equal codes: the call launched the operation). Codes are small non-negative
+    integers (below 2 × the number of rows where the correlation ids are dense), in no particular order.
+    Computed once per activity (the window's NVTX projection and the critical path both use them)."""
+    got = act.derived.get("call_op_codes")
+    if got is None:
+        got = act.derived["call_op_codes"] = _call_op_codes(act)
+    return cast(tuple[np.ndarray, np.ndarray], got)
+
+
+def _call_op_codes(act: Activity) -> tuple[np.ndarray, np.ndarray]:
+    n = len(act.call("start"))
+    files = codes_of(np.concatenate((act.call("file").astype(object, copy=False), act.column("file"))))
+    gpid = codes_of(np.concatenate((act.call("gpid").astype(np.int64, copy=False), act.column("gpid"))))
+    corr = np.concatenate((act.call("corr").astype(np.int64, copy=False), act.column("corr")))
+    low, width = int(corr.min(initial=0)), int(corr.max(initial=0)) - int(corr.min(initial=0)) + 1
+    processes = files * (int(gpid.max(initial=0)) + 1) + gpid
+    span = (int(processes.max(initial=0)) + 1) * width
+    if span <= 2 * len(corr) + 1024:                        # dense: the key itself
+        code = processes * width + (corr - low)
+    elif span < 2**62:                                      # one int64 key, made dense
+        code = np.unique(processes * width + (corr - low), return_inverse=True)[1].reshape(-1)
+    else:
+        code = np.unique(np.stack((processes, corr), axis=1), axis=0, return_inverse=True)[1].reshape(-1)
+    return code[:n], code[n:]
+
+
+def launch_starts(act: Activity) -> np.ndarray:
+    """For each GPU operation of `act`, the start of the CUDA API call that launched it (the first
+    call of the same file, process and correlation id), NaN when none did: a left join as a
+    sorted search, no hash join to build. Computed once per activity (the clock check and the critical
+    path both use them)."""
+    got = act.derived.get("launch_starts")
+    if got is None:
+        call_code, op_code = call_op_codes(act)
+        code = np.concatenate((call_code, op_code))
+        first_call = np.full(int(code.max()) + 1 if len(code) else 0, -1, dtype=np.int64)
+        first_call[call_code[::-1]] = np.arange(len(call_code) - 1, -1, -1)   # the first call of each key wins
+        call = first_call[op_code]
+        starts = act.call("start").astype(np.float64)
+        got = act.derived["launch_starts"] = np.where(call >= 0, starts[np.maximum(call, 0)] if len(starts) else np.nan,
+                                                      np.nan)
+    return cast(np.ndarray, got)
 
 
 RUNTIME_COLUMNS = ("gtid", "gpid", "start", "end", "corr", "file", "rank")
@@ -205,4 +256,36 @@ def load_activity(exports: list[Export], rank_map: dict[str, int] | None = None)
     rt = {c: np.concatenate([p[1][c] for p in parts]) if len(parts) > 1 else parts[0][1][c] for c in RUNTIME_COLUMNS}
     order = np.lexsort((ops["start"], ops["rank"]))           # by rank, then start; stable
     ops = {c: v[order] for c, v in ops.items()}
-    return Activity(None, rt, {e.path: e for e in exports if e.path not in failed}, failed, ops)
+    act = Activity(None, rt, {e.path: e for e in exports if e.path not in failed}, failed, ops)
+    untrusted = _untrusted_clocks(act)
+    if not untrusted:
+        return act
+    failed.update(untrusted)                                    # left out, as a damaged export is
+    gone = [str(path) for path in untrusted]
+    kept_ops, kept_calls = ~np.isin(ops["file"], gone), ~np.isin(rt["file"], gone)
+    if not kept_ops.any():
+        raise NsysInputError("; ".join(failed.values()))
+    return Activity(None, {c: v[kept_calls] for c, v in rt.items()},
+                    {path: e for path, e in act.exports.items() if path not in untrusted}, failed,
+                    {c: v[kept_ops] for c, v in ops.items()})
+
+
+def _untrusted_clocks(act: Activity) -> dict[Path, str]:
+    """The exports of `act` whose times cannot be believed (clocks.clock_problem of each one's GPU
+    operations, with their launches): path -> why."""
+    files = act.column("file")
+    if not len(files):
+        return {}
+    launch = launch_starts(act)
+    codes, names = pd.factorize(files)
+    order = np.argsort(codes, kind="stable")
+    bounds = np.searchsorted(codes[order], np.arange(len(names) + 1))
+    start, end, kind = act.column("start"), act.column("end"), act.column("kind")
+    paths = {str(path): path for path in act.exports}
+    out = {}
+    for i, name in enumerate(names.tolist()):
+        mine = order[bounds[i]:bounds[i + 1]]
+        problem = clock_problem(start[mine], end[mine], 1.0, launch=launch[mine], kind=kind[mine])
+        if problem is not None:
+            out[paths[name]] = f"{name}: {problem}"
+    return out

@@ -5,6 +5,7 @@ from __future__ import annotations
 import glob
 from collections.abc import Callable
 from contextlib import ExitStack
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,7 +23,7 @@ from hpcprof.analysis.nsys.stats_command import (
 )
 from hpcprof.analysis.nsys_stats.schema import NsysInputError
 from hpcprof.analysis.nsys_stats.stats import DEFAULT_REPORTS, PYTHON_REPORTS, REPORTS
-from hpcprof.cli_options import files_argument, output_file_option, rank_map_option
+from hpcprof.cli_options import files_argument, one_file_per_rank, output_file_option, rank_map_option
 from hpcprof.errors import FiniteRange, UserError, printable
 from hpcprof.lazy import LazyModule
 from hpcprof.ranks import rank_from_filename
@@ -170,6 +171,7 @@ def slowdown_cmd(baseline: tuple[str, ...], distributed: tuple[str, ...], more: 
     mapping = _rank_map(rank_map)
     base_paths = expand_paths(baseline, "--baseline")
     paths = expand_paths(distributed, "--distributed") + list(more)
+    one_file_per_rank(paths, partial(_rank_of, mapping))
     if "echo" in (layout, match) and output is None:
         raise UserError(f"--{'match' if match == 'echo' else 'layout'} echo writes files: add -o FILE.csv or -o FILE.xlsx")
     if match == "echo" and len(base_paths) != 1:
@@ -212,7 +214,7 @@ def _echo_match(base: Export, exports: list[Export], mapping: dict[str, int], hp
 
     from hpcprof.analysis.nsys import echo_match as em
 
-    ranks = {e.path: mapping.get(str(e.path), mapping.get(e.path.name, rank_from_filename(e.path))) for e in exports}
+    ranks = {e.path: _rank_of(mapping, e.path) for e in exports}
     try:
         result = em.echo_match(base.path, {p: i if r is None else r for i, (p, r) in enumerate(ranks.items())})
     except sqlite3.Error as exc:
@@ -249,9 +251,14 @@ def _rank_map(spec: str | None) -> dict[str, int]:
         raise UserError(str(exc)) from None
 
 
+def _rank_of(mapping: dict[str, int], path: Path) -> int | None:
+    """A file's rank from --rank-map (by path or name), else from its name (None: neither gives one)."""
+    return mapping.get(str(path), mapping.get(path.name, rank_from_filename(path)))
+
+
 def _ranks_of_files(files: tuple[Path, ...], mapping: dict[str, int]) -> list[int] | None:
     """Each file's rank from --rank-map or its name, when every file has its own; else None."""
-    ranks = [mapping.get(str(p), mapping.get(p.name, rank_from_filename(p))) for p in files]
+    ranks = [_rank_of(mapping, p) for p in files]
     if None in ranks or len(set(ranks)) < len(ranks):
         return None
     return ranks  # type: ignore[return-value]
@@ -335,6 +342,7 @@ def _run_analysis(files: tuple[Path, ...], rank_map: str | None, fmt: str, outpu
     its cache); otherwise (ranks found inside the exports) all at once, the table of one export
     kept in its cache. `options`: those of the command that change the table (the kept table's key)."""
     mapping = _rank_map(rank_map)
+    one_file_per_rank(files, partial(_rank_of, mapping))
     ranks = _ranks_of_files(files, mapping) if len(files) > 1 else None
     if ranks is not None:
         result, failures = _analyse_one_at_a_time(files, ranks, per_file, across_ranks, title, options)
@@ -377,6 +385,11 @@ def critical_path_cmd(files: tuple[Path, ...], rank_map: str | None, iteration_r
         return cp.rank_events(act, iteration_range)
 
     def across_ranks(events: pd.DataFrame) -> pd.DataFrame:
+        from hpcprof.analysis.clocks import aligned
+
+        events, said = aligned(events)
+        if said is not None:
+            say("critical-path", said)
         return cp.critical_path(events)[1 if segments else 0]
 
     def said_when_none(table: pd.DataFrame) -> None:

@@ -28,8 +28,6 @@ from hpcprof.analysis.nsys_stats.schema import OLD
 from hpcprof.analysis.nsys_stats.summaries import LAYOUT, summaries_of
 from hpcprof.atomic import atomic_write
 from hpcprof.errors import Problem
-from hpcprof.profilers.nsys import PROFILER
-from hpcprof.ranks import rank_from_filename
 from hpcprof.results import arrow_table, to_arrow
 from hpcprof.rundir import LOG_TAIL_BYTES
 from hpcprof.safe_paths import read_tail
@@ -298,6 +296,8 @@ class NsysCollector(ToolCollector):
     of the run against its sweep's world-size-1 run."""
 
     rewritten = (c.NSYS_TIMELINE.key, c.NSYS_NCCL.key)    # median_timeline, nccl_with_totals
+    report_and_export = True            # rank1.nsys-rep and rank1.sqlite: one rank's report and its export
+    check_without_files = True          # a run whose profiled ranks left no file at all names them
 
     def inputs(self, ctx: CollectContext) -> dict[str, int]:
         return sqlite_files(ctx, self.tool_paths)
@@ -314,8 +314,16 @@ class NsysCollector(ToolCollector):
     def reducers(self) -> Sequence[Reducer]:
         return REDUCERS
 
-    def missing_profiles(self, run_dir: Path, record: RunRecord) -> list[str]:
-        return missing_profiles(run_dir, record)
+    def missing_cause(self, run_dir: Path, record: RunRecord, rank: int) -> str:
+        """As ToolCollector's, and whether nsys said it recorded nothing (its capture range never
+        opened, with `capture_range` set)."""
+        log = Path("logs") / f"rank{rank}.log"
+        text = _log_text(run_dir / log)
+        if text is None or NOTHING_RECORDED not in text:
+            return super().missing_cause(run_dir, record, rank)
+        ranged = record.experiment.profile.nsys.capture_range != "none"
+        return (("nsys recorded nothing: the capture range never opened" if ranged else "nsys recorded nothing")
+                + f" ({log}: {NOTHING_RECORDED})")
 
     def run_steps(self) -> Mapping[str, RunStep]:
         return {"echo": echo_step}
@@ -323,35 +331,6 @@ class NsysCollector(ToolCollector):
 
 #: what nsys prints when its capture range never opened (cudaProfilerApi / nvtx)
 NOTHING_RECORDED = "No reports were generated"
-
-
-def missing_profiles(run_dir: Path, record: RunRecord) -> list[str]:
-    """One line per rank that the run's record says nsys profiles (profile.ranks over the run's
-    ranks) but that left no nsys profile (a file of PROFILER.suffixes), with the cause its rank log gives."""
-    from hpcprof.ranks import RankSelection
-
-    profile = record.experiment.profile
-    per_node, world = record.ranks_per_node, record.world_size
-    selection = RankSelection(profile.ranks)
-    ranged = profile.nsys.capture_range != "none"
-    profiles = run_dir / "profiles" / "nsys"
-    present = {rank_from_filename(p) for p in profiles.iterdir() if p.suffix in PROFILER.suffixes} \
-        if profiles.is_dir() else set()
-    lines = []
-    for rank in range(world):
-        if rank in present or not selection.selects(rank, rank % per_node, per_node):
-            continue
-        log = run_dir / "logs" / f"rank{rank}.log"
-        text = _log_text(log)
-        if text is None:
-            cause = f"no nsys profile and no rank log ({log.relative_to(run_dir)}): the rank never started"
-        elif NOTHING_RECORDED in text:
-            cause = ("nsys recorded nothing: the capture range never opened" if ranged
-                     else "nsys recorded nothing") + f" ({log.relative_to(run_dir)}: {NOTHING_RECORDED})"
-        else:
-            cause = f"no nsys profile written (see {log.relative_to(run_dir)})"
-        lines.append(f"nsys: rank {rank}: {cause}")
-    return lines
 
 
 def _log_text(log: Path) -> str | None:

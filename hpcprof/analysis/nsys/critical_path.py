@@ -26,9 +26,9 @@ from hpcprof.analysis.critical_path import (  # noqa: F401  (re-exported for col
     events_of_ranks,
     str_each,
 )
+from hpcprof.analysis.nsys.activity import launch_starts
 from hpcprof.analysis.nsys.distributed import (
     Activity,
-    call_op_codes,
     collectives,
     per_distinct,
     process_ranges,
@@ -67,19 +67,6 @@ def timed_iterations(names: np.ndarray, start: np.ndarray, end: np.ndarray,
         its = its[(before >= 0) & (reach[np.maximum(before, 0)] >= end[its])]
     its = its[np.argsort(start[its], kind="stable")]
     return {"number": np.arange(len(its), dtype=np.int64), "start": start[its], "end": end[its]}
-
-
-def launch_starts(act: Activity) -> np.ndarray:
-    """For each GPU operation of `act`, the start of the CUDA API call that launched it (the first
-    call of the same file, process and correlation id), NaN when none did: a left join as a
-    sorted search, no hash join to build."""
-    call_code, op_code = call_op_codes(act)
-    code = np.concatenate((call_code, op_code))
-    first_call = np.full(int(code.max()) + 1 if len(code) else 0, -1, dtype=np.int64)
-    first_call[call_code[::-1]] = np.arange(len(call_code) - 1, -1, -1)   # the first call of each key wins
-    call = first_call[op_code]
-    starts = act.call("start").astype(np.float64)
-    return np.where(call >= 0, starts[np.maximum(call, 0)] if len(starts) else np.nan, np.nan)
 
 
 def rank_events(act: Activity, iteration_range: str | None = None) -> pd.DataFrame:

@@ -9,14 +9,13 @@ pairwise join.
 
 from __future__ import annotations
 
-from typing import cast
-
 import numpy as np
 import pandas as pd
 
 from hpcprof.analysis.nccl import collective_kind
 from hpcprof.analysis.nsys.activity import (  # noqa: F401  (Activity, load_activity, is_nccl: re-exported)
     Activity,
+    call_op_codes,
     is_nccl,
     load_activity,
     per_distinct,
@@ -24,7 +23,6 @@ from hpcprof.analysis.nsys.activity import (  # noqa: F401  (Activity, load_acti
 from hpcprof.analysis.nsys_stats import nvtx
 from hpcprof.analysis.nsys_stats.arrays import (
     Columns,
-    codes_of,
     covered,
     covered_within,
     group_starts,
@@ -230,34 +228,6 @@ def process_ranges(export: Export) -> tuple[Columns, np.ndarray]:
 def read_process_ranges(act: Activity) -> None:
     """process_ranges of the activity's exports not read yet, read together (nvtx.read_process_ranges)."""
     nvtx.read_process_ranges(list(act.exports.values()), (OLD,))
-
-
-def call_op_codes(act: Activity) -> tuple[np.ndarray, np.ndarray]:
-    """One code per (file, process, correlation id): that of each CUDA API call of `act`, and that of
-    each GPU operation (equal codes: the call launched the operation). Codes are small non-negative
-    integers (below 2 × the number of rows where the correlation ids are dense), in no particular order.
-    Computed once per activity (the window's NVTX projection and the critical path both use them)."""
-    got = act.derived.get("call_op_codes")
-    if got is None:
-        got = act.derived["call_op_codes"] = _call_op_codes(act)
-    return cast(tuple[np.ndarray, np.ndarray], got)
-
-
-def _call_op_codes(act: Activity) -> tuple[np.ndarray, np.ndarray]:
-    n = len(act.call("start"))
-    files = codes_of(np.concatenate((act.call("file").astype(object, copy=False), act.column("file"))))
-    gpid = codes_of(np.concatenate((act.call("gpid").astype(np.int64, copy=False), act.column("gpid"))))
-    corr = np.concatenate((act.call("corr").astype(np.int64, copy=False), act.column("corr")))
-    low, width = int(corr.min(initial=0)), int(corr.max(initial=0)) - int(corr.min(initial=0)) + 1
-    processes = files * (int(gpid.max(initial=0)) + 1) + gpid
-    span = (int(processes.max(initial=0)) + 1) * width
-    if span <= 2 * len(corr) + 1024:                        # dense: the key itself
-        code = processes * width + (corr - low)
-    elif span < 2**62:                                      # one int64 key, made dense
-        code = np.unique(processes * width + (corr - low), return_inverse=True)[1].reshape(-1)
-    else:
-        code = np.unique(np.stack((processes, corr), axis=1), axis=0, return_inverse=True)[1].reshape(-1)
-    return code[:n], code[n:]
 
 
 def _launched_ops(act: Activity) -> dict[str, np.ndarray]:

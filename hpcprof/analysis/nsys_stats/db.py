@@ -440,7 +440,11 @@ class Export:
 
         def arrays(batch: pa.RecordBatch) -> list[np.ndarray]:
             # copies: a view would keep the driver's whole batch alive
-            return [np.array(numpy_of(batch.column(i)), dtype=np.int64) for i in range(ncols)]
+            try:
+                return [np.array(numpy_of(batch.column(i)), dtype=np.int64) for i in range(ncols)]
+            except (TypeError, ValueError, OverflowError) as exc:     # text where nsys writes integers
+                raise NsysInputError(f"{self.path}: {table} holds values that are not integers ({exc}): the "
+                                     "export is damaged") from None
 
         parts = self.map_batches(columns, table, where, arrays)
         return [np.concatenate([p[i] for p in parts]) if parts else np.empty(0, dtype=np.int64)

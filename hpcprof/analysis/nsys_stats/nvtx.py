@@ -136,6 +136,9 @@ def nvtx_range_columns_of(exports: Sequence[Export], event_types: tuple[int, ...
             select = [f'coalesce("{c}", -1)' if c in cols or c not in ("textId", "domainId") else "-1" for c in NVTX_READ]
             select.append('coalesce("text", char(0))' if "text" in cols else "char(0)")
             for batch in export.sql_batches(f'SELECT {", ".join(select)} FROM "{NVTX}"', NVTX):
+                if text := [c for i, c in enumerate(NVTX_READ) if not pa.types.is_integer(batch.column(i).type)]:
+                    raise NsysInputError(f"{export.path}: {NVTX}.{text[0]} holds values that are not integers: "
+                                         "the export is damaged")
                 rows.add(at, batch, codes)
         except (MissingData, NsysInputError) as exc:
             failed[at] = exc

@@ -508,6 +508,9 @@ def run_rule(conn: sqlite3.Connection, rule: Rule, opts: Options, shown_path: st
         return resolved if isinstance(resolved, Skipped) else rule.find(conn, resolved, rule.layout)
     except sqlite3.Error as exc:
         raise NsysInputError(f"{shown_path}: SQLite error in {rule.name} ({exc})") from None
+    except (TypeError, ValueError) as exc:      # text, or a fraction, where nsys writes integer times
+        raise NsysInputError(f"{shown_path}: {rule.name}: values of an unexpected type ({exc}): the export is "
+                             "damaged") from None
 
 
 def _cell(value: Any) -> str:

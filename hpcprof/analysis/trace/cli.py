@@ -11,7 +11,8 @@ import click
 import pandas as pd
 
 from hpcprof.analysis.trace import analyses
-from hpcprof.analysis.trace.load import RankTrace, load_traces
+from hpcprof.analysis.trace.load import RankTrace, find_trace_files, load_traces
+from hpcprof.cli_options import one_file_per_rank
 from hpcprof.errors import FiniteRange, UserError, printable
 from hpcprof.output import FORMATS, emit
 
@@ -50,6 +51,7 @@ def load_or_fail(paths: tuple[Path, ...], ranks: str | None, include_last_step: 
     """Load the traces (in `workers` processes, load.map_traces); one 'hpcprof:' line on stderr per
     input not analysed (and per rank asked for but absent). UserError when nothing could be loaded."""
     wanted = None if ranks is None else parse_int_list(ranks, "--ranks")
+    one_file_per_rank(find_trace_files(paths))
     traces, errors = load_traces(paths, wanted, include_last_step, workers=workers, clamp_sub_us=clamp_sub_us,
                                  ignore_unmatched_launches=ignore_unmatched_launches)
     for line in errors:
@@ -222,17 +224,21 @@ def critical_path_cmd(paths: tuple[Path, ...], segments: bool, fmt: str, output:
     waited for, the annotation (or kernel) that held it, the wait, and the step's length on the
     critical path. Collectives are matched by process group and sequence number (launch order where
     the trace has none)."""
+    from hpcprof.analysis.clocks import aligned
     from hpcprof.analysis.trace import critical_path as cp
-    from hpcprof.analysis.trace.load import find_trace_files
 
     if output is not None and fmt == "table":
         raise UserError("-o FILE writes --format csv or --format json; add one of them")
     files = find_trace_files(paths)
+    one_file_per_rank(files)
     events, errors = cp.load_events(files, workers)
     for line in errors:
         click.echo(f"hpcprof: {printable(line)}", err=True)
     if events is None:
         raise UserError("no trace could be analysed")
+    events, said = aligned(events)
+    if said is not None:
+        click.echo(f"hpcprof: {said}", err=True)
     table = cp.critical_path(events)[1 if segments else 0]
     if output is None:
         emit(table, fmt, title="critical-path")

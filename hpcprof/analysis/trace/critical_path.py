@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from hpcprof.analysis.clocks import clock_problem
 from hpcprof.analysis.critical_path import (  # noqa: F401  (re-exported for collect and the report)
     EVENTS_TABLE,
     collect_tables,
@@ -31,7 +32,7 @@ from hpcprof.analysis.critical_path import (  # noqa: F401  (re-exported for col
 )
 from hpcprof.analysis.critical_path import rank_events as events_of_rank
 from hpcprof.analysis.nccl import collective_kind
-from hpcprof.analysis.trace.load import Event, Gatherer, TraceError, gather, map_traces
+from hpcprof.analysis.trace.load import KINETO_SLACK_NS, Event, Gatherer, TraceError, gather, map_traces
 
 STEP = re.compile(r"ProfilerStep\s*#\s*(\d+)")
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
@@ -45,23 +46,30 @@ def _int(value: Any) -> int:
         return -1
 
 
-def _ns(us: Any) -> int:
+#: a time in ns: an int, or an infinite float (which the clock check refuses)
+Ns = int | float
+
+
+def _ns(us: Any) -> Ns:
     """A Kineto time (µs, an int or a float) in whole ns, exactly: whole µs and the fraction apart (µs
-    since the epoch are past 2**53 in ns, where float64 is off by up to 128 ns)."""
+    since the epoch are past 2**53 in ns, where float64 is off by up to 128 ns). An infinite time stays
+    as it is (the clock check names it)."""
     if type(us) is int:
         return us * 1000
+    if not math.isfinite(us):
+        return float(us)
     whole = int(us)                 # the fraction left, us - whole, is exact (negative below zero)
     return whole * 1000 + round((us - whole) * 1000)
 
 
-def batch_events(events: list[Event]) -> tuple[list[tuple[Any, ...]], dict[int, int], list[tuple[int, int, int]],
-                                                list[tuple[str, int, int]]]:
+def batch_events(events: list[Event]) -> tuple[list[tuple[Any, ...]], dict[int, Ns], list[tuple[int, Ns, Ns]],
+                                                list[tuple[str, Ns, Ns]]]:
     """The critical path's events of one batch: its GPU operations, the launch time of each
     correlation id, its iterations and its phases (CriticalPathEvents' lists)."""
     gpu: list[tuple[Any, ...]] = []
-    launch: dict[int, int] = {}
-    steps: list[tuple[int, int, int]] = []
-    ranges: list[tuple[str, int, int]] = []
+    launch: dict[int, Ns] = {}
+    steps: list[tuple[int, Ns, Ns]] = []
+    ranges: list[tuple[str, Ns, Ns]] = []
     for e in events:
         if e.cat not in _READ_CATS or e.ts is None or e.dur is None or math.isnan(e.dur):
             continue  # most events (cpu_op, flows) end at the first test
@@ -94,12 +102,12 @@ class CriticalPathEvents(Gatherer):
 
     def reset(self) -> None:
         self.gpu: list[tuple[Any, ...]] = []
-        self.launch: dict[int, int] = {}
-        self.steps: list[tuple[int, int, int]] = []
-        self.ranges: list[tuple[str, int, int]] = []
+        self.launch: dict[int, Ns] = {}
+        self.steps: list[tuple[int, Ns, Ns]] = []
+        self.ranges: list[tuple[str, Ns, Ns]] = []
 
-    def merge(self, part: tuple[list[tuple[Any, ...]], dict[int, int], list[tuple[int, int, int]],
-                                list[tuple[str, int, int]]]) -> None:
+    def merge(self, part: tuple[list[tuple[Any, ...]], dict[int, Ns], list[tuple[int, Ns, Ns]],
+                                list[tuple[str, Ns, Ns]]]) -> None:
         """Keep one batch's events (the batches in file order: a later launch of a correlation id wins)."""
         gpu, launch, steps, ranges = part
         self.gpu += gpu
@@ -114,8 +122,9 @@ class CriticalPathEvents(Gatherer):
             raise TraceError(f"{path}: no GPU events (kernel, gpu_memcpy, gpu_memset)")
         start, end, stream, corr, name, group, seq = (np.array(c, dtype=object) for c in zip(*self.gpu, strict=True))
         stream, corr = stream.astype(np.int64), corr.astype(np.int64)
-        start = start.astype(np.int64)
         codes, names = pd.factorize(name)                  # a regex per kernel name, not per kernel
+        self._check_clocks(path, start, end, corr, codes, names)
+        start = start.astype(np.int64)
         nccl_name = np.array([n.startswith("nccl") for n in names.tolist()], dtype=bool)
         nccl = nccl_name[codes]
         kinds = [(collective_kind(n) or "other") if is_nccl else None
@@ -137,12 +146,33 @@ class CriticalPathEvents(Gatherer):
                               {"name": np.array(ranges[0], dtype=object), "start": np.array(ranges[1], dtype=np.int64),
                                "end": np.array(ranges[2], dtype=np.int64)})
 
-    def _launch(self, corr: np.ndarray) -> np.ndarray:
-        """The start of the CPU call with each correlation id (int64 ns, exact; -1 where the trace has none)."""
+    def _check_clocks(self, path: Path, start: np.ndarray, end: np.ndarray, corr: np.ndarray, codes: np.ndarray,
+                      names: pd.Index) -> None:
+        """TraceError where the times (ns, Python ints) of the GPU events, or of the CPU calls and
+        annotations, cannot be believed (clocks.clock_problem: before 0, out of range, ending before
+        they start, a GPU clock off the launches' CPU clock), before they are made int64 (a time past
+        int64 would not be one)."""
+        try:
+            start_f, end_f, launch = start.astype(np.float64), end.astype(np.float64), self._launch(corr, np.float64)
+            marks = np.array([(s, e) for _, s, e in self.steps] + [(s, e) for _, s, e in self.ranges]
+                             + [(t, t) for t in self.launch.values()], dtype=np.float64).reshape(-1, 2)
+        except OverflowError:       # past float64 (1e308)
+            raise TraceError(f"{path}: timestamps out of range: the clock is damaged") from None
+        kind = np.array(["memcpy" if n.startswith("Memcpy") else "memset" if n.startswith("Memset") else "kernel"
+                         for n in names.tolist()], dtype=object)[codes]
+        problem = clock_problem(start_f, end_f, 1.0, KINETO_SLACK_NS, np.where(launch >= 0, launch, np.nan), kind,
+                                what="GPU events") or \
+            clock_problem(marks[:, 0], marks[:, 1], 1.0, KINETO_SLACK_NS, what="CPU events")
+        if problem is not None:
+            raise TraceError(f"{path}: {problem}")
+
+    def _launch(self, corr: np.ndarray, dtype: type = np.int64) -> np.ndarray:
+        """The start of the CPU call with each correlation id (ns, exact as int64; -1 where the trace has
+        none); as float64 with `dtype` (times past int64 included)."""
         keys = np.fromiter(self.launch, dtype=np.int64, count=len(self.launch))
-        starts = np.fromiter(self.launch.values(), dtype=np.int64, count=len(self.launch))
+        starts: np.ndarray = np.fromiter(self.launch.values(), dtype=dtype, count=len(self.launch))
         if not len(keys):
-            return np.full(len(corr), -1, dtype=np.int64)
+            return np.full(len(corr), -1, dtype=dtype)
         by_key = np.argsort(keys)
         keys, starts = keys[by_key], starts[by_key]
         at = np.minimum(np.searchsorted(keys, corr), len(keys) - 1)
@@ -175,8 +205,16 @@ def load_events(paths: Sequence[Path], workers: int | None = None) -> tuple[pd.D
     (map_traces); (events of the usable files or None, one error line per file that could not be
     used, or that has no iteration)."""
     results = map_traces(_events_or_error, list(paths), workers)
-    parts = [r for r in results if not isinstance(r, str)]
-    errors = [r for r in results if isinstance(r, str)]
+    parts: dict[int, tuple[Path, pd.DataFrame]] = {}
+    errors = []
+    for path, result in zip(paths, results, strict=True):
+        rank = int(result["rank"].iloc[0]) if not isinstance(result, str) else -1
+        if isinstance(result, str):
+            errors.append(result)
+        elif rank in parts:            # as load.load_traces: a rank's events once
+            errors.append(f"{path}: rank {rank} already loaded from {parts[rank][0]}")
+        else:
+            parts[rank] = (path, result)
     if not parts:
         return None, errors
-    return pd.concat(parts, ignore_index=True), errors
+    return pd.concat([frame for _, frame in parts.values()], ignore_index=True), errors

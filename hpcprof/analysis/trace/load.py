@@ -41,6 +41,7 @@ import msgspec
 import numpy as np
 import pandas as pd
 
+from hpcprof.analysis.clocks import clock_problem
 from hpcprof.analysis.trace.stream import BATCH_BYTES, EventStream, TraceError
 from hpcprof.cpus import usable_cpus
 from hpcprof.pool import process_pool, worker_context
@@ -52,6 +53,8 @@ MAX_HELPERS = 3  # helpers of one file in scan_split: as many as one process inf
 #                 (a 4th was no faster on a 16-core host and cost ~10 MB: benchmarks/trace_helpers.py)
 SPLIT_BATCH_BYTES = 512 << 10  # JSON text per batch of scan_split: 1 MiB costs each helper ~4 MB more
 _STEP_RE = re.compile(r"ProfilerStep\s*#\s*(\d+)")
+#: how far Kineto's µs rounding may move an event's end before its start (clocks.clock_problem's slack)
+KINETO_SLACK_NS = 1000.0
 T = TypeVar("T")
 
 
@@ -406,6 +409,9 @@ class TraceColumns(Gatherer):
             if clamp_sub_us:
                 end = np.maximum(end, ts)
             dur = end - ts
+        problem = clock_problem(ts, ts + dur, 1000.0, KINETO_SLACK_NS, what="events")
+        if problem is not None:
+            raise TraceError(f"{path}: {problem}")
         origin = ts.min() if len(ts) else 0.0
         first_ts -= origin
         ts = ts - origin  # relative times keep sums of µs exact in float64, as HTA's aligned ones
@@ -434,8 +440,12 @@ class TraceColumns(Gatherer):
         has_partner = ~np.isnan(partner)
         partner_i = np.where(has_partner, partner, 0).astype(np.int64)
         unmatched = math.nan if ignore_unmatched_launches else first_ts
-        launch_ts = np.where(has_partner & kept[partner_i], ts[partner_i],
-                             np.where(~has_partner & (corr[gpu_idx] >= 0), unmatched, np.nan))
+        launched = np.where(has_partner & kept[partner_i], ts[partner_i], np.nan)   # the launches in the trace
+        launch_ts = np.where(~has_partner & (corr[gpu_idx] >= 0), unmatched, launched)
+        problem = clock_problem(ts[gpu_idx], end[gpu_idx], 1000.0, KINETO_SLACK_NS, launched,
+                                np.asarray(cats, dtype=object)[cat_codes[gpu_idx]], what="GPU events")
+        if problem is not None:
+            raise TraceError(f"{path}: {problem}")
 
         def categorical(codes: np.ndarray, uniques: pd.Index) -> pd.Categorical:
             return pd.Categorical.from_codes(codes, categories=uniques).remove_unused_categories()
