@@ -327,11 +327,14 @@ class Hostile(Fixtures):
         return work, run
 
     def many_ranks(self) -> Path:
-        """A workdir with one nsys run of 8 rank exports, not collected."""
+        """A workdir with one nsys run of 8 ranks (its world, 8 rank exports), not collected."""
         def make() -> Path:
             work, [run] = self.copy(self.nsys)
             for rank in range(2, 8):
                 shutil.copyfile(self.nsys_export(rank % 2), run / "profiles" / "nsys" / f"rank{rank}.sqlite")
+            config = json.loads((run / "config.json").read_text())   # a world of 8: no rank outside it
+            config["world_size"] = config["ranks_per_node"] = config["experiment"]["resources"]["ranks_per_node"] = 8
+            (run / "config.json").write_text(json.dumps(config))
             return work
         return self.once("many", make)
 

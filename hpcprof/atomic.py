@@ -115,13 +115,20 @@ def write_text_stream(path: Path, write: Callable[[TextIO], None], *, what: str 
 
 
 def _alive(pid: int) -> bool:
+    """Whether process `pid` still runs: a zombie (a killed writer no one reaped yet, e.g. a pool
+    worker whose parent died, in a container whose PID 1 does not reap) writes nothing more."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except OSError:
         return True
-    return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            state = fh.read().rpartition(b")")[2].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state not in (b"Z", b"X")
 
 
 def _stale(name: str, path: str) -> bool:

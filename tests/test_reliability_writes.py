@@ -98,6 +98,28 @@ def test_stale_temporary_directories_are_removed_whole(tmp_path: Path) -> None:
     assert not stale.exists() and (live / "kernels.0.parquet").exists()
 
 
+def test_a_zombie_writers_temporary_is_stale(tmp_path: Path) -> None:
+    """A writer killed but not reaped yet (a pool worker whose parent died, where PID 1 does not
+    reap) still has its PID: its temporary is stale all the same; a running writer's is not."""
+    zombie = subprocess.Popen(["true"])
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{zombie.pid}/stat").read_bytes().rpartition(b")")[2].split()[0] != b"Z":
+        assert time.monotonic() < deadline, "the child did not exit"
+        time.sleep(0.01)
+    running = subprocess.Popen(["sleep", "30"])
+    try:
+        stale = tmp_path / f".v.parquet.{HOST}-{zombie.pid}.0123456789abcdef.tmp"
+        live = tmp_path / f".v.parquet.{HOST}-{running.pid}.0123456789abcdef.tmp"
+        for path in (stale, live):
+            path.write_text("x")
+        assert remove_stale_temps(tmp_path) == 1
+        assert [p.name for p in tmp_path.iterdir()] == [live.name]
+    finally:
+        running.kill()
+        running.wait()
+        zombie.wait()
+
+
 def test_a_foreign_sqlite_file_is_refused_unchanged(tmp_path: Path, fixtures_dir: Path) -> None:
     export = tmp_path / "report.sqlite"
     shutil.copyfile(fixtures_dir / "nsys" / "nsysai_mock.sqlite", export)
