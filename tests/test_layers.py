@@ -22,7 +22,7 @@ import hpcprof
 LAYERS: list[list[str]] = [
     ["hpcprof", "hpcprof.errors", "hpcprof.lazy", "hpcprof.ranks", "hpcprof.resources", "hpcprof.atomic", "hpcprof.cpus",
      "hpcprof.models",
-     "hpcprof.output", "hpcprof.results", "hpcprof.workdirs", "hpcprof.pool"],
+     "hpcprof.output", "hpcprof.results", "hpcprof.workdirs", "hpcprof.pool", "hpcprof.inject"],
     ["hpcprof.workloads"],
     ["hpcprof.config"],
     ["hpcprof.rundir"],

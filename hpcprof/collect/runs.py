@@ -182,7 +182,7 @@ def manifest(run: RunDir) -> pd.DataFrame:
     import pandas as pd
 
     rows = []       # text and tuples, no Path or dict per file: at 16,384 ranks ~10 MB less at the collect's peak
-    for sub in ("logs", "profiles", "results"):
+    for sub in ("logs", "profiles", "results", "forensics"):
         found: list[tuple[str, int]] = []
         directories = [sub]
         while directories:
@@ -710,6 +710,7 @@ def echo_baseline(run: RunDir) -> RunDir | None:
 def collect_run(run: RunDir, store: Store, log: Log = print, executor: Executor | None = None) -> Collected:
     """Collect one run; every step is isolated, problems are returned and recorded."""
     from hpcprof.analysis.collector import CollectContext
+    from hpcprof.analysis.forensics.verdict import forensics_tables
     from hpcprof.analysis.registry import collector
 
     done = Collected(run.run_id, log)
@@ -757,6 +758,7 @@ def collect_run(run: RunDir, store: Store, log: Log = print, executor: Executor 
         step("workload" + suffix, lambda: save("workload", workload_tables(run.path / "results", done.report)))
         step("files" + suffix, lambda: save("files", {"manifest": manifest(run)}))
         step("profiles" + suffix, missing)
+        step("forensics" + suffix, lambda: save("forensics", forensics_tables(run)))
 
     def profiles() -> None:
         with done.timed("inputs"), gc_paused():

@@ -13,6 +13,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
+from hpcprof.analysis.forensics.verdict import stack_lines
 from hpcprof.analysis.summary import counted, kernel_category
 from hpcprof.report import findings as words
 from hpcprof.report import plots, sweep
@@ -247,6 +248,8 @@ def run_header(info: RunInfo) -> str:
     text = (f"<p>{html.escape(info.kind)} on {info.config.get('world_size')} rank(s), profile "
             f"{html.escape(info.tool)}; {html.escape(params)}state {html.escape(info.state)}"
             f"{' (' + html.escape(info.reason) + ')' if info.reason else ''}; {html.escape(str(info.run.path))}</p>")
+    if stack := stack_lines(info.run, info.state):  # the stack of the rank the reason names
+        text += f"<pre class='stack'>{html.escape(chr(10).join(stack))}</pre>"
     if not metrics.empty:
         text += table_html(metrics)
     if info.top:
