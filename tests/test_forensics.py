@@ -208,9 +208,9 @@ def test_render_arms_every_scheduler(tmp_path: Path) -> None:
     # the experiment's own value wins: exported by the job before the wrapper runs
     env = {"TORCH_FR_BUFFER_SIZE": "64", "HPCPROF_RANK": "0", "PMI_RANK": "0", "PMI_LOCAL_RANK": "0"}
     shown = subprocess.run(["bash", str(out / "rank_wrapper.sh"), "bash", "-c", "echo $TORCH_FR_BUFFER_SIZE "
-                            "$TORCH_NCCL_TRACE_BUFFER_SIZE $TORCH_NCCL_DEBUG_INFO_TEMP_FILE"],
+                            "$TORCH_NCCL_DUMP_ON_TIMEOUT $TORCH_FR_DUMP_TEMP_FILE"],
                            env={"PATH": "/usr/bin:/bin", **env}, capture_output=True, text=True, check=True).stdout
-    assert shown.split() == ["64", "2000", f"{out}/forensics/fr_nccl_rank"]
+    assert shown.split() == ["64", "1", f"{out}/forensics/fr_nccl_rank"]
 
 
 def hook_env(tmp_path: Path, *path: Path) -> dict[str, str]:
@@ -234,6 +234,21 @@ def test_the_start_up_hook_chains_to_the_sitecustomize_it_shadows(tmp_path: Path
                             "== str(os.getppid()))'])"],
                            env=hook_env(tmp_path, inject), capture_output=True, text=True, check=True)
     assert child.stdout.split() == ["False", "True"]  # the rank's own Python children are not armed again
+
+
+@pytest.mark.parametrize(("version", "legacy"), [("2.7.1", "512"), ("2.13.0+cpu", "")])
+def test_the_start_up_hook_names_the_flight_recorder_for_an_older_torch(tmp_path: Path, version: str,
+                                                                         legacy: str) -> None:
+    """torch before 2.8 reads TORCH_NCCL_TRACE_BUFFER_SIZE only: the hook copies TORCH_FR_BUFFER_SIZE there
+    (from the rank's torch/version.py, without importing torch); a newer torch is left alone."""
+    (tmp_path / "site" / "torch").mkdir(parents=True)
+    (tmp_path / "site" / "torch" / "__init__.py").write_text("raise ImportError('the hook must not import torch')\n")
+    (tmp_path / "site" / "torch" / "version.py").write_text(f"__version__ = '{version}'\n")
+    env = {**hook_env(tmp_path, REPO / "hpcprof" / "inject", tmp_path / "site"), "TORCH_FR_BUFFER_SIZE": "512"}
+    out = subprocess.run([sys.executable, "-c", "import os, sys; print(repr(os.environ.get("
+                          "'TORCH_NCCL_TRACE_BUFFER_SIZE', '')), 'torch' in sys.modules)"],
+                         env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == [repr(legacy), "False"]
 
 
 def test_the_start_up_hook_records_an_exception_and_a_fatal_signal(tmp_path: Path) -> None:

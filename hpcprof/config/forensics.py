@@ -25,5 +25,5 @@ class ForensicsConfig(Model):
     enabled: bool = True
     # seconds before the walltime at which every rank dumps its stacks and Flight Recorder
     warning_seconds: Annotated[int, Meta(ge=1, le=86400)] = 120
-    # Flight Recorder entries kept per rank (TORCH_FR_BUFFER_SIZE, TORCH_NCCL_TRACE_BUFFER_SIZE)
+    # Flight Recorder entries kept per rank (TORCH_FR_BUFFER_SIZE; TORCH_NCCL_TRACE_BUFFER_SIZE before torch 2.8)
     buffer: Annotated[int, Meta(ge=1, le=1 << 20)] = 2000

@@ -46,6 +46,7 @@ _state: dict[str, Any] = {}
 
 def arm() -> None:
     """Open the stacks file, hand it to faulthandler, hook uncaught exceptions, start the watcher."""
+    _legacy_names()
     rank = os.environ.get("HPCPROF_RANK", "0")
     directory = os.path.join(os.environ["HPCPROF_RUN_DIR"], "forensics")
     os.makedirs(directory, exist_ok=True)
@@ -76,6 +77,31 @@ def arm() -> None:
     atexit.register(_at_exit)
     _state["seen"] = _stamp(_state["request"])
     threading.Thread(target=_watch, name="hpcprof-forensics", daemon=True).start()
+
+
+#: the Flight Recorder's variables (torch >= 2.8) -> the names torch before 2.8 reads
+LEGACY = {"TORCH_FR_BUFFER_SIZE": "TORCH_NCCL_TRACE_BUFFER_SIZE",
+          "TORCH_FR_DUMP_TEMP_FILE": "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"}
+
+
+def _legacy_names() -> None:
+    """Where the rank's torch is older than 2.8 (its version.py read, torch not imported), set the
+    Flight Recorder's variables under the NCCL names it reads, where they are unset."""
+    import importlib.util
+    import re
+
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        return
+    try:
+        with open(os.path.join(next(iter(spec.submodule_search_locations)), "version.py")) as fh:
+            found = re.search(r"__version__\s*=\s*['\"](\d+)\.(\d+)", fh.read())
+    except OSError:
+        return
+    if found and (int(found[1]), int(found[2])) < (2, 8):
+        for name, old in LEGACY.items():
+            if name in os.environ and old not in os.environ:
+                os.environ[old] = os.environ[name]
 
 
 def _disarm_child() -> None:

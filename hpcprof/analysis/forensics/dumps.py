@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-#: `<family>_rank<N>`: fr (Gloo and any backend recording into the generic buffer), fr_nccl (NCCL)
-DUMP_NAME = re.compile(r"^(fr|fr_nccl)_rank(\d+)$")
+#: the dumps' families, `<family>_rank<N>`: fr (Gloo and any backend recording into the generic buffer), fr_nccl (NCCL)
+FAMILIES = ("fr", "fr_nccl")
 #: a dump larger than this is not read (2,000 entries with stack traces are a few MB)
 MAX_DUMP_BYTES = 256 << 20
 
@@ -81,8 +81,8 @@ class Dump:
 
     @classmethod
     def read(cls, path: Path) -> Dump:
-        match = DUMP_NAME.match(path.name)
-        if match is None:
+        family, rank = dump_name(path.name) or ("", None)
+        if rank is None:
             raise DumpError(f"{path}: not named <family>_rank<N>")
         data = load_dump(path)
         note: dict[str, Any] = data["hpcprof"] if isinstance(data.get("hpcprof"), dict) else {}
@@ -93,8 +93,14 @@ class Dump:
         entries = [e for e in data["entries"] if isinstance(e, dict) and isinstance(e.get("process_group"), (tuple, list))
                    and isinstance(e.get("collective_seq_id"), int)]
         config: dict[str, Any] = data["pg_config"] if isinstance(data.get("pg_config"), dict) else {}
-        return cls(match[1], int(match[2]), path, str(data.get("version", "")), time_ns,
+        return cls(family, rank, path, str(data.get("version", "")), time_ns,
                    str(note.get("reason") or "dumped by PyTorch"), config, entries)
+
+
+def dump_name(name: str) -> tuple[str, int] | None:
+    """(family, rank) of a dump's file name, None for any other file."""
+    family, sep, tail = name.rpartition("_rank")
+    return (family, int(tail)) if sep and family in FAMILIES and tail.isdigit() else None
 
 
 def read_dumps(directory: Path) -> tuple[dict[str, dict[int, Dump]], list[str]]:
@@ -106,7 +112,7 @@ def read_dumps(directory: Path) -> tuple[dict[str, dict[int, Dump]], list[str]]:
     except OSError:
         return {}, []
     for name in names:
-        if DUMP_NAME.match(name):
+        if dump_name(name) is not None:
             try:
                 dump = Dump.read(directory / name)
             except DumpError as exc:

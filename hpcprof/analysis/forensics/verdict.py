@@ -32,7 +32,7 @@ from hpcprof.schedulers.base import FAILED, TIMEOUT, JobState
 #: the cache of `analyse` (derived/, collect's own files)
 CACHE = "derived/forensics.json"
 #: bumped when the analysis changes what it says: older caches are made again
-CACHE_VERSION = 5
+CACHE_VERSION = 7
 #: a C++ source position in a message: `[/__w/pytorch/.../unbound_buffer.cc:78] Timed out ...`, `[enforce fail at ...:456] `
 _SOURCE = re.compile(r"\[(?:enforce fail at )?[^\]\s]*\.(?:cc|cpp|cu|h|hpp):\d+\]\s*")
 #: the states a sentence explains
@@ -224,7 +224,7 @@ def _root_sentence(ev: Evidence, ranks: list[int], kind: str, error: str) -> str
     elif kind == "fatal":
         text = f"{who} {error}{at}"
     elif kind == "exit":
-        text = f"{who} {error}" + (f"; it was in {where}" if where else "")
+        text = f"{who} {error} first" + (f"; it was in {where}" if where else "")
     else:
         text = f"{who} failed: {error}{at}"
     waiting = next((f for f in ev.flight.findings if f.kind == "missing" and f.missing == ranks), None)
@@ -233,7 +233,10 @@ def _root_sentence(ev: Evidence, ranks: list[int], kind: str, error: str) -> str
         text += (f"; {rank_list(waiting.present)} were waiting for it in {waiting.op} #{waiting.seq:,} of "
                  f"{group_text(waiting.group, waiting.desc, waiting.members)}")
     elif others and all(ev.error(r) and is_consequence(ev.error(r)) for r in others):
-        text += f"; the others' collectives then failed ({rank_list(others)})"
+        stopped = [r for r in others if ev.ranks[r].error() == ev.ranks[r].exit]  # only the launcher's word
+        failed = [r for r in others if r not in stopped]
+        text += f"; the others' collectives then failed ({rank_list(failed)})" if failed else ""
+        text += f"; the launcher then stopped {rank_list(stopped)}" if stopped else ""
     return text
 
 
