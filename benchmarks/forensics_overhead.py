@@ -6,12 +6,17 @@ machine falls on both), for three programs under this Python's `mpiexec` (the mp
   per-iteration times from results/seqpar.json (a step: the slowest rank's median iteration);
 - `trainer`: a small DDP trainer (an MLP, AdamW), forward + backward + optimizer step timed per step;
 - `collectives`: back-to-back small all-reduces, the worst case: the Flight Recorder records one
-  entry (and its Python stack) per collective, so this is its cost per collective.
+  entry (and its Python stack) per collective;
+- `startup`: `python -c "import torch"` (the hook's own start-up, once per rank: its wall and CPU time);
+- `record`: one rank alone (its all-reduce moves nothing), the fastest of 30 batches of 500
+  all-reduces: the Flight Recorder's cost per collective with the least noise a shared machine
+  allows (printed in µs per collective; a step's share is that times its collectives).
 
 Armed = what the rank wrapper sets for a run with `forensics.enabled: true`
 (hpcprof.render.forensics.forensics_env, the start-up hook first on PYTHONPATH); plain = neither.
 Printed per program: the median step of each variant over the repetitions and the overhead, the
-median of the paired (same repetition) ratios, with their range. Runs on CPU (gloo) here; on a GPU
+median of the paired (same repetition) ratios, with their range; for trainer and collectives also
+the CPU time of a step (all the rank's threads: less disturbed than wall time on a busy machine). Runs on CPU (gloo) here; on a GPU
 machine `--device cuda` (NCCL, one GPU per rank).
 
     python benchmarks/forensics_overhead.py [--ranks 2] [--repeat 5] [--device auto|cpu|cuda]
@@ -23,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shlex
 import shutil
 import statistics
@@ -79,21 +85,25 @@ def rank_program(kind: str, steps: int, warmup: int, device_kind: str, rendezvou
             optimizer.step()
     else:
         t = torch.ones(16, device=device)
+        count = 500 if kind == "record" else 50
 
         def step() -> None:
-            for _ in range(50):
+            for _ in range(count):
                 dist.all_reduce(t)
-    times = []
+    wall, cpu = [], []
     for i in range(warmup + steps):
         sync()
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         step()
         sync()
         if i >= warmup:
-            times.append(time.perf_counter() - start)
+            wall.append(time.perf_counter() - start)
+            cpu.append(time.process_time() - start_cpu)
     dist.barrier()
     dist.destroy_process_group()
-    (out / f"rank{rank}.json").write_text(json.dumps(times))
+    if kind == "record":  # µs per collective, the fastest batch
+        wall, cpu = [min(wall) / count * 1e3], [min(cpu) / count * 1e3]
+    (out / f"rank{rank}.json").write_text(json.dumps({"wall": wall, "cpu": cpu}))
 
 
 def mpiexec() -> str:
@@ -117,21 +127,30 @@ def armed_env(run_dir: Path, ranks: int) -> dict[str, str]:
             "PYTHONPATH": os.pathsep.join([str(inject), str(REPO)])}
 
 
-def one_run(program: str, armed: bool, work: Path, args: argparse.Namespace) -> float:
-    """One run of `program`; its step time in ms (the slowest rank's median step)."""
+def one_run(program: str, armed: bool, work: Path, args: argparse.Namespace) -> tuple[float, float | None]:
+    """One run of `program`: its step time in ms (the slowest rank's median step) and, for trainer
+    and collectives, the CPU time of a step (all threads of the rank, the busiest rank's median)."""
     run_dir = Path(tempfile.mkdtemp(dir=work))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HPCPROF_", "TORCH_FR", "TORCH_NCCL"))}
     env.update(armed_env(run_dir, args.ranks) if armed else {"PYTHONPATH": str(REPO)})
     env["OMP_NUM_THREADS"] = env.get("OMP_NUM_THREADS", "1")
     out = run_dir / "out"
     out.mkdir()
+    if program == "startup":
+        before, start = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
+        subprocess.run([sys.executable, "-c", "import torch"], env=env, check=True, cwd=run_dir)
+        after, wall = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter() - start
+        shutil.rmtree(run_dir, ignore_errors=True)
+        return wall * 1e3, (after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime) * 1e3
     if program == "seqpar":
         argv = [sys.executable, "-m", "hpcprof.workloads.seqpar", "--device", args.device, "--results-dir", str(out),
                 *shlex.split(args.seqpar_args)]
     else:
-        argv = [sys.executable, __file__, "--rank-program", program, "--steps", str(args.steps), "--device",
+        steps = 30 if program == "record" else args.steps
+        argv = [sys.executable, __file__, "--rank-program", program, "--steps", str(steps), "--device",
                 args.device, "--rendezvous", str(run_dir / "rendezvous"), "--out", str(out)]
-    proc = subprocess.run([mpiexec(), "-n", str(args.ranks), *argv], env=env, capture_output=True, text=True,
+    ranks = 1 if program == "record" else args.ranks
+    proc = subprocess.run([mpiexec(), "-n", str(ranks), *argv], env=env, capture_output=True, text=True,
                           timeout=1800, cwd=run_dir)
     if proc.returncode != 0:
         raise SystemExit(f"{program} ({'armed' if armed else 'plain'}) failed ({proc.returncode}):\n"
@@ -144,11 +163,13 @@ def one_run(program: str, armed: bool, work: Path, args: argparse.Namespace) -> 
         for row in rows:
             if row["phase"] == "iteration":
                 per_rank.setdefault(row["rank"], []).append(row["time_ms"])
-        step = max(statistics.median(v) for v in per_rank.values())
+        step, cpu = max(statistics.median(v) for v in per_rank.values()), None
     else:
-        step = max(statistics.median(json.loads(p.read_text())) for p in out.glob("rank*.json")) * 1e3
+        ranks = [json.loads(p.read_text()) for p in out.glob("rank*.json")]
+        step = max(statistics.median(r["wall"]) for r in ranks) * 1e3
+        cpu = max(statistics.median(r["cpu"]) for r in ranks) * 1e3
     shutil.rmtree(run_dir, ignore_errors=True)
-    return step
+    return step, cpu
 
 
 def main() -> None:
@@ -160,9 +181,9 @@ def main() -> None:
                                                  "--warmup-iterations 5",
                         help="seqpar's own flags (python -m hpcprof.workloads.seqpar -h)")
     parser.add_argument("--steps", type=int, default=40, help="timed steps of trainer and collectives")
-    parser.add_argument("--programs", default="seqpar,trainer,collectives")
+    parser.add_argument("--programs", default="startup,record,seqpar,trainer,collectives")
     parser.add_argument("--out", type=Path, help="also write the results here (JSON)")
-    parser.add_argument("--rank-program", choices=["trainer", "collectives"], help=argparse.SUPPRESS)
+    parser.add_argument("--rank-program", choices=["trainer", "collectives", "record"], help=argparse.SUPPRESS)
     parser.add_argument("--rendezvous", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.rank_program:
@@ -172,18 +193,25 @@ def main() -> None:
     results = []
     try:
         for program in args.programs.split(","):
-            plain, armed = [], []
+            runs: dict[bool, list[tuple[float, float | None]]] = {False: [], True: []}
             for r in range(args.repeat):
                 for variant in ((False, True) if r % 2 == 0 else (True, False)):
-                    (armed if variant else plain).append(one_run(program, variant, work, args))
-            ratios = [a / p - 1 for a, p in zip(armed, plain, strict=True)]
-            row = {"program": program, "plain_ms": statistics.median(plain), "armed_ms": statistics.median(armed),
-                   "overhead_pct": 100 * statistics.median(ratios), "paired_min_pct": 100 * min(ratios),
-                   "paired_max_pct": 100 * max(ratios), "plain_runs_ms": plain, "armed_runs_ms": armed}
-            results.append(row)
-            print(f"{program:<12} plain {row['plain_ms']:9.3f} ms  armed {row['armed_ms']:9.3f} ms  overhead "
-                  f"{row['overhead_pct']:+6.2f} % (paired runs {row['paired_min_pct']:+.2f} .. "
-                  f"{row['paired_max_pct']:+.2f} %)", flush=True)
+                    runs[variant].append(one_run(program, variant, work, args))
+            for measure, index in (("wall", 0), ("cpu", 1)):
+                plain = [float(v) for x in runs[False] if (v := x[index]) is not None]
+                armed = [float(v) for x in runs[True] if (v := x[index]) is not None]
+                if not plain or not armed:
+                    continue
+                ratios = [a / p - 1 for a, p in zip(armed, plain, strict=True)]
+                row = {"program": program, "measure": measure, "plain_ms": statistics.median(plain),
+                       "armed_ms": statistics.median(armed), "overhead_pct": 100 * statistics.median(ratios),
+                       "paired_min_pct": 100 * min(ratios), "paired_max_pct": 100 * max(ratios),
+                       "plain_runs_ms": plain, "armed_runs_ms": armed}
+                results.append(row)
+                unit = "µs/op" if program == "record" else "ms"
+                print(f"{program:<12} {measure:<4} plain {row['plain_ms']:9.3f} {unit}  armed {row['armed_ms']:9.3f} "
+                      f"{unit}  overhead {row['overhead_pct']:+6.2f} % (paired runs {row['paired_min_pct']:+.2f} .. "
+                      f"{row['paired_max_pct']:+.2f} %)", flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(f"{args.ranks} ranks, {args.repeat} pairs per program, device {args.device}, python {sys.version.split()[0]}")

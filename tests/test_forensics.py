@@ -12,6 +12,7 @@ import json
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -132,6 +133,23 @@ def test_the_walltime_warning_asked_every_rank_for_its_dump(planted: PlantedRuns
     assert sorted(p.name for p in (run / "forensics").glob("fr_rank*")) == ["fr_rank0", "fr_rank1", "fr_rank2"]
     stacks = (run / "forensics" / "stacks_rank0.txt").read_text()
     assert "(walltime warning); main thread" in stacks and "in all_reduce" in stacks
+
+
+def test_logs_hang_asks_a_running_hung_run_where_its_ranks_are(tmp_path: Path) -> None:
+    """A run that hangs (Gloo would wait 10 min) is still RUNNING: `logs --hang` asks its ranks for
+    their dumps and names the collective rank 2 never entered, while the others wait in it."""
+    exp = write_experiment(tmp_path / "exp.yaml", [sys.executable, str(PLANT), "hang", "3", "600", "3600"])
+    hpcprof("submit", str(exp), "--site", "local", cwd=tmp_path, check=True)
+    run = only_run(tmp_path)
+    try:
+        deadline = time.monotonic() + 150
+        while "never entered" not in (out := hpcprof("logs", run.name, "--hang", cwd=tmp_path, check=True).stdout):
+            assert time.monotonic() < deadline, out
+        assert re.match(r"RUNNING: rank 2 never entered all_reduce #6 of the default group \(ranks 0, 1 waited [\d.,]+ m?s\); "
+                        r"rank 2 was in `forensics_plant\.py:\d+ save_checkpoint`\n", out), out
+        assert "rank 2 at the hpcprof logs --hang request, most recent call first:" in out
+    finally:
+        hpcprof("cancel", run.name, cwd=tmp_path, check=True)
 
 
 @pytest.mark.parametrize("fault", ["hang", "mismatch", "exception"])
@@ -289,3 +307,23 @@ def test_rank_lists_and_error_lines() -> None:
                           "STRING: Killed (signal 9)\n", {("vm", 41): 3}) == ({}, (3, "was killed by SIGKILL (signal 9)"))
     assert launcher_exits("x3004c0s7b0n0: rank 5 died from signal 9\n", {}) == ({5: "was killed by SIGKILL (signal 9)"},
                                                                                   None)
+
+
+def test_nsys_recorded_nothing_because_the_program_failed_first(tmp_path: Path) -> None:
+    """Issue 42: "the capture range never opened" only where the program did not fail first; a rank
+    whose program raised is named with its error, found in its log past nsys's own output."""
+    from hpcprof.analysis.nsys.collect import missing_profiles
+
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "profiles" / "nsys").mkdir(parents=True)
+    nsys_tail = "Generating '/tmp/nsys-report-81e2.qdstrm'\n[1/1] [0%                          ] report.nsys-rep\n"
+    (tmp_path / "logs" / "rank0.log").write_text("Collecting data...\nNo reports were generated\n")
+    (tmp_path / "logs" / "rank1.log").write_text(
+        "Collecting data...\n[rank1]: Traceback (most recent call last):\n[rank1]:   File \"train.py\", line 9, in <module>\n"
+        "[rank1]: RuntimeError: CUDA error: invalid device ordinal\n" + nsys_tail + "No reports were generated\n")
+    config = {"experiment": {"profile": {"tool": "nsys", "ranks": "all", "nsys": {"capture_range": "cudaProfilerApi"}}},
+              "ranks_per_node": 2, "world_size": 2}
+    assert missing_profiles(tmp_path, config) == [
+        "nsys: rank 0: nsys recorded nothing: the capture range never opened (logs/rank0.log: No reports were generated)",
+        "nsys: rank 1: nsys recorded nothing: the program failed first (RuntimeError: CUDA error: invalid device "
+        "ordinal) (logs/rank1.log: No reports were generated)"]

@@ -1,8 +1,9 @@
 """Why a run hung or died (issue 43) on the real one-node Slurm: `hpcprof submit --site slurm-local`
 (srun --mpi=pmi2 --kill-on-bad-exit, 3 ranks) of the Gloo program with one planted fault
-(tests/data/forensics_plant.py): an exception, a rank killed by SIGKILL (srun names the task), and
-a hang ended by the walltime after Slurm's `--signal=B:USR1` warning asked every rank for its dump;
-each named by `status`, `report`, the HTML report and `logs --hang`."""
+(tests/data/forensics_plant.py): the local site's faults (tests/test_forensics.py), a rank killed
+by SIGKILL (srun names the task), and a hang ended by the walltime after Slurm's
+`--signal=B:USR1` warning asked every rank for its dump; each named by `status`, `report`, the
+HTML report and `logs --hang` as on the local site."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from hpcprof_cli import hpcprof
-from test_forensics import PLANT, flat, write_experiment
+from test_forensics import FAULTS, PLANT, SAID, flat, write_experiment
 
 pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm_cluster")]
 
@@ -44,17 +45,20 @@ def shown_everywhere(run: Path, row: dict) -> None:
         assert (run / "logs" / f"rank{rank}.log").is_file()
 
 
-def test_an_exception_on_one_rank(tmp_path: Path) -> None:
-    run, row = submit(tmp_path, ["exception", "3", "3"])
-    assert row["state"] == "FAILED"
-    assert re.fullmatch(r"rank 1 raised ValueError: planted: bad batch at step 3 in `forensics_plant\.py:\d+ main`; "
-                        r"ranks 0, 2 were waiting for it in all_reduce #4 of the default group", row["reason"]), row
-    shown_everywhere(run, row)
+#: Slurm's own runs: the local ones (tests/test_forensics.py) but the walltime's, and a rank killed by SIGKILL
+SLURM_FAULTS = {name: FAULTS[name] for name in ("hang", "mismatch", "exception", "segv")}
+SLURM_FAULTS["kill"] = (["kill", "3", "3"], "")
+SLURM_SAID = {**{name: SAID[name] for name in SLURM_FAULTS if name in SAID},
+              "kill": ("FAILED", r"rank 1 was killed by SIGKILL \(signal 9\) first; the others' collectives then failed "
+                                 r"\(ranks 0, 2\)")}
 
 
-def test_a_rank_killed_by_sigkill_is_the_task_srun_names(tmp_path: Path) -> None:
-    run, row = submit(tmp_path, ["kill", "3", "3"])
-    assert row["state"] == "FAILED" and row["reason"].startswith("rank 1 was killed by SIGKILL (signal 9) first"), row
+@pytest.mark.parametrize("fault", list(SLURM_FAULTS))
+def test_a_planted_fault_is_named(tmp_path: Path, fault: str) -> None:
+    argv, extra = SLURM_FAULTS[fault]
+    run, row = submit(tmp_path, argv, extra)
+    state, said = SLURM_SAID[fault]
+    assert row["state"] == state and re.search(said, row["reason"]), row
     shown_everywhere(run, row)
 
 

@@ -18,6 +18,9 @@ from msgspec import Meta
 
 from hpcprof.models import Model
 
+#: seconds between a rank's looks for a dump request (the start-up hook's watcher)
+POLL_SECONDS = 1.0
+
 
 class ForensicsConfig(Model):
     """Flight Recorder, stacks and exception records of every rank (`forensics.enabled: false` turns it off)."""

@@ -13,14 +13,17 @@ $HPCPROF_RUN_DIR/forensics/:
   NCCL's) as torch's `_dump_fr_trace` / `_dump_nccl_trace` give them (the pickle PyTorch's
   `fr_trace` reads), with the process groups filled in from torch.distributed where the dump's
   `pg_config` does not name its entries' groups (Gloo's, in torch 2.13), and an `hpcprof` key
-  (rank, time, reason). Written once per rank: the first dump is the state at the incident.
+  (rank, time, reason). A request's dump, and the first failing rank's, replace the rank's earlier
+  one; a later exception's does not (the dump at the incident is the state to explain: a rank that
+  skipped a collective later enters another one under the same sequence number).
   Without the entries' stack traces: symbolising them the first time in a process took 9-12 s
   on this 2-core machine (torch 2.13); each rank's stacks are in its stacks file instead.
 - `dump.request` (a reason, then a time, a line each): written by the first rank whose program
-  raises, and by the job on its walltime warning; every rank's watcher thread looks for it every HPCPROF_FORENSICS_POLL seconds (one
-  stat) and then dumps its stacks and Flight Recorder. The rank whose exception wrote it waits
-  HPCPROF_FORENSICS_WAIT seconds before it exits, so that the others dump before the launcher
-  stops them.
+  raises (`first_exception` marks it), by the job on its walltime warning, and by `hpcprof logs RUN
+  --hang` for a running run; every rank's watcher thread looks for it every HPCPROF_FORENSICS_POLL
+  seconds (one stat) and then dumps its stacks and Flight Recorder. A rank whose program raised
+  waits HPCPROF_FORENSICS_WAIT seconds before it exits, so that the others dump before the
+  launcher stops them.
 
 Nothing here imports torch: the Flight Recorder is dumped only where the program itself imported
 torch.distributed and initialised a process group.
@@ -30,18 +33,16 @@ from __future__ import annotations
 
 import atexit
 import faulthandler
-import json
 import os
-import pickle
 import signal
 import sys
 import threading
 import time
-import traceback
-from typing import Any
+from types import TracebackType
 
-#: what arm() set up: the forensics directory, this rank, the stacks file's descriptor, ...
-_state: dict[str, Any] = {}
+#: what arm() set up: the forensics directory, this rank, the stacks file's descriptor, ... (json,
+#: pickle, traceback, typing and re are imported where used: at start-up they cost every rank ~20 ms)
+_state: dict = {}
 
 
 def arm() -> None:
@@ -66,7 +67,7 @@ def arm() -> None:
     os.register_at_fork(after_in_child=_disarm_child)
     previous = sys.excepthook
 
-    def excepthook(kind: type[BaseException], value: BaseException, tb: Any) -> None:
+    def excepthook(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
         previous(kind, value, tb)  # the traceback first, as without hpcprof
         try:
             _on_exception(kind, value, tb)
@@ -87,18 +88,18 @@ LEGACY = {"TORCH_FR_BUFFER_SIZE": "TORCH_NCCL_TRACE_BUFFER_SIZE",
 def _legacy_names() -> None:
     """Where the rank's torch is older than 2.8 (its version.py read, torch not imported), set the
     Flight Recorder's variables under the NCCL names it reads, where they are unset."""
-    import importlib.util
-    import re
+    from importlib.machinery import PathFinder
 
-    spec = importlib.util.find_spec("torch")
+    spec = PathFinder.find_spec("torch")
     if spec is None or not spec.submodule_search_locations:
         return
     try:
         with open(os.path.join(next(iter(spec.submodule_search_locations)), "version.py")) as fh:
-            found = re.search(r"__version__\s*=\s*['\"](\d+)\.(\d+)", fh.read())
+            line = next((t for t in fh if t.startswith("__version__")), "")
     except OSError:
         return
-    if found and (int(found[1]), int(found[2])) < (2, 8):
+    parts = line.partition("=")[2].strip().strip("'\"").split(".")
+    if len(parts) > 1 and parts[0].isdigit() and parts[1].isdigit() and (int(parts[0]), int(parts[1])) < (2, 8):
         for name, old in LEGACY.items():
             if name in os.environ and old not in os.environ:
                 os.environ[old] = os.environ[name]
@@ -157,7 +158,7 @@ def _dump(reason: str) -> None:
                            f"({reason}); main thread 0x{main:016x}\n".encode())
     faulthandler.dump_traceback(_state["fd"], all_threads=True)
     os.write(_state["fd"], b"\n")
-    _flight_recorder(reason)
+    _flight_recorder(reason, replace=True)
 
 
 def _write(path: str, data: bytes) -> None:
@@ -182,8 +183,10 @@ def _groups() -> dict[str, dict[str, str]]:
             for pg, name in list(world.pg_names.items())}
 
 
-def _flight_recorder(reason: str) -> None:
-    """Dump each Flight Recorder buffer that holds entries, once per rank."""
+def _flight_recorder(reason: str, replace: bool) -> None:
+    """Dump each Flight Recorder buffer that holds entries (`replace`: over an earlier dump of this rank)."""
+    import pickle
+
     dist = sys.modules.get("torch.distributed")
     c_module = sys.modules.get("torch._C._distributed_c10d")
     try:
@@ -195,13 +198,13 @@ def _flight_recorder(reason: str) -> None:
     for prefix, function in (("fr", "_dump_fr_trace"), ("fr_nccl", "_dump_nccl_trace")):
         dump = getattr(c_module, function, None)
         path = os.path.join(_state["directory"], f"{prefix}_rank{rank}")
-        if dump is None or os.path.exists(path):
+        if dump is None or (not replace and os.path.exists(path)):
             continue
         try:
             data = pickle.loads(dump(True, False, False))  # no stack traces: their first symbolisation takes seconds
             if not data.get("entries"):
                 continue
-            note: dict[str, Any] = {"rank": rank, "time_ns": time.time_ns(), "reason": reason, "pid": os.getpid()}
+            note: dict = {"rank": rank, "time_ns": time.time_ns(), "reason": reason, "pid": os.getpid()}
             named = {entry["process_group"][0] for entry in data["entries"]}
             if not named <= set(data.get("pg_config") or {}):
                 note["pg_config_dumped"] = data.get("pg_config")
@@ -213,19 +216,23 @@ def _flight_recorder(reason: str) -> None:
 
 
 def _request(reason: str) -> bool:
-    """Ask every rank to dump; False when a request is already there (another rank asked first)."""
+    """Ask every rank to dump, when this is the first rank whose program raised (`first_exception`
+    made here); False when another rank was first."""
     try:
-        fd = os.open(_state["request"], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        fd = os.open(os.path.join(_state["directory"], "first_exception"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     except OSError:
         return False
-    with os.fdopen(fd, "w") as fh:
-        fh.write(f"{reason}\n{time.time():.3f}\n")
+    os.close(fd)
+    _write(_state["request"], f"{reason}\n{time.time():.3f}\n".encode())
     _state["seen"] = _stamp(_state["request"])
     return True
 
 
-def _on_exception(kind: type[BaseException], value: BaseException, tb: Any) -> None:
+def _on_exception(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
     """Record the exception, dump the Flight Recorder, ask the others to dump and give them time."""
+    import json
+    import traceback
+
     now = time.time()
     rank = _state["rank"]
     name = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
@@ -235,6 +242,7 @@ def _on_exception(kind: type[BaseException], value: BaseException, tb: Any) -> N
     path = os.path.join(_state["directory"], f"exception_rank{rank}.json")
     if not os.path.exists(path):
         _write(path, json.dumps(record).encode())
-    _flight_recorder(f"exception on rank {rank}")
-    if _request(f"exception on rank {rank}"):
-        time.sleep(_state["wait"])
+    _flight_recorder(f"exception on rank {rank}", replace=_request(f"exception on rank {rank}"))
+    # every failing rank waits (not only the first): a launcher that stops the job at the first rank
+    # that exits (srun --kill-on-bad-exit, Hydra) would stop the others before their watcher dumped
+    time.sleep(_state["wait"])

@@ -24,15 +24,15 @@ def _arm() -> None:
 def _chain() -> None:
     """Run the next `sitecustomize` on sys.path (a distribution's or a virtual environment's), as
     Python would have without this directory first."""
-    import importlib.machinery
-    import importlib.util
+    from importlib._bootstrap import module_from_spec  # importlib.util's, without importing it
+    from importlib.machinery import PathFinder
 
     here = os.path.dirname(os.path.abspath(__file__))
     rest = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
-    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
+    spec = PathFinder.find_spec("sitecustomize", rest)
     if spec is None or spec.loader is None:
         return
-    module = importlib.util.module_from_spec(spec)
+    module = module_from_spec(spec)
     sys.modules["sitecustomize"] = module
     spec.loader.exec_module(module)
 

@@ -9,14 +9,12 @@ from typing import Any
 
 from hpcprof.config.directives import walltime_seconds
 from hpcprof.config.experiment import Point
-from hpcprof.config.forensics import ForensicsConfig
+from hpcprof.config.forensics import POLL_SECONDS, ForensicsConfig
 from hpcprof.config.site import SiteConfig
 
 #: the start-up hook's modules, copied into every run's inject/ directory
 INJECT_DIR = Path(__file__).resolve().parents[1] / "inject"
 INJECT_FILES = ("sitecustomize.py", "_hpcprof_forensics.py")
-#: seconds between a rank's looks for a dump request
-POLL_SECONDS = 1.0
 
 
 def inject_files(point: Point) -> dict[str, str]:

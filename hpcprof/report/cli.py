@@ -118,7 +118,8 @@ def report(runs: tuple[str, ...], workdir: Path, full: bool, rows: int, html_fil
 @workdir_option
 @click.option("--rank", type=int, help="Print this rank's log (default: the job log).")
 @click.option("--hang", is_flag=True, help="Print why the run hung or died and a table of its ranks: the last "
-              "collective each entered and completed, how long it waited, its error and where it was.")
+              "collective each entered and completed, how long it waited, its error and where it was (a running "
+              "run's ranks are asked for their stacks and Flight Recorder first: where they are now).")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True,
               help="With --hang: the table's format.")
 def logs(run: str, workdir: Path, rank: int | None, hang: bool, fmt: str) -> None:

@@ -155,10 +155,11 @@ def headline(info: RunInfo, out: Console) -> None:
 
 
 def failure(info: RunInfo, out: Console) -> None:
-    """Reason, the tail of the job log and of the last-written rank log, and where the logs are."""
-    logs = log_files(info.run.path)
+    """Reason (and the stack of the rank it names), the tail of the job log and of the last-written
+    rank log, and where the logs are."""
     from hpcprof.analysis.forensics.verdict import stack_lines
 
+    logs = log_files(info.run.path)
     out.print(f"[red]{info.state}[/]: ", end="")
     out.print(info.reason or "no reason recorded", markup=False, highlight=False)
     for line in stack_lines(info.run, info.state):  # the stack of the rank the reason names

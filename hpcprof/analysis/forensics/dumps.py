@@ -19,9 +19,6 @@ way the details (who passed what, who waited how long) come from this reader.
 
 from __future__ import annotations
 
-import argparse
-import copy
-import logging
 import os
 import pickle
 import re
@@ -249,6 +246,10 @@ def torch_findings(family: str, dumps: dict[int, Dump], groups: dict[str, Group]
     """PyTorch's `fr_trace` analyser (build_db) over the same dumps: the first collective of each
     group it reports as not fully matched, with missing ranks or mismatches; None where it does
     not import or refuses the dumps."""
+    import argparse
+    import copy
+    import logging
+
     logger = logging.getLogger("Flight Recorder")  # fr_trace's own logger prints every finding
     disabled, logger.disabled = logger.disabled, True
     try:

@@ -225,8 +225,9 @@ class RankFiles:
 
     @property
     def stack(self) -> StackBlock | None:
-        """The first dump of its stacks the job asked for (the state at the incident), else any."""
-        return next((b for b in self.blocks if b.kind == "dump" and b.frames), None) \
+        """The last dump of its stacks the job asked for (the state at the incident, as its last
+        Flight Recorder dump), else any block with frames."""
+        return next((b for b in reversed(self.blocks) if b.kind == "dump" and b.frames), None) \
             or next((b for b in self.blocks if b.frames), None)
 
     def error(self) -> str | None:

@@ -13,10 +13,10 @@ else the first error of any rank. The sentence follows the run's state (TIMEOUT,
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
+import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -27,12 +27,12 @@ from hpcprof.analysis.forensics.ranks import RankFiles, StackBlock, is_consequen
 from hpcprof.atomic import atomic_write
 from hpcprof.errors import UserError
 from hpcprof.rundir import RunDir
-from hpcprof.schedulers.base import FAILED, TIMEOUT, JobState
+from hpcprof.schedulers.base import FAILED, RUNNING, TIMEOUT, JobState
 
 #: the cache of `analyse` (derived/, collect's own files)
 CACHE = "derived/forensics.json"
 #: bumped when the analysis changes what it says: older caches are made again
-CACHE_VERSION = 7
+CACHE_VERSION = 9
 #: a C++ source position in a message: `[/__w/pytorch/.../unbound_buffer.cc:78] Timed out ...`, `[enforce fail at ...:456] `
 _SOURCE = re.compile(r"\[(?:enforce fail at )?[^\]\s]*\.(?:cc|cpp|cu|h|hpp):\d+\]\s*")
 #: the states a sentence explains
@@ -295,6 +295,8 @@ def analyse(run: RunDir, state: str, use_torch: bool = True) -> Analysis:
 
 def _fingerprint(run: RunDir, state: str) -> str:
     """What the analysis read: the forensics and log files' sizes and times, the job's status file."""
+    import hashlib
+
     parts = [str(CACHE_VERSION), state]
     for sub in ("forensics", "logs"):
         try:
@@ -358,22 +360,37 @@ def stack_lines(run: RunDir, state: str) -> list[str]:
 RANK_COLUMNS = ["rank", "host", "pid", "entered", "completed", "waiting_s", "error", "where", "dumps"]
 
 
+def request_dumps(run: RunDir) -> None:
+    """Ask every rank of a running run for its stacks and Flight Recorder now (the start-up hook
+    looks for the request every POLL_SECONDS), and give them the time to dump."""
+    from hpcprof.config.forensics import POLL_SECONDS
+
+    atomic_write(run.path / "forensics" / "dump.request", f"hpcprof logs --hang request\n{time.time():.3f}\n")
+    time.sleep(2 * POLL_SECONDS + 1)
+
+
 def hang_report(run: RunDir, fmt: str = "table") -> str:
     """What `hpcprof logs RUN --hang` prints: the state and sentence, the group, the table of the
-    ranks (last collective entered and completed, how long it waited, error, where), the stack."""
+    ranks (last collective entered and completed, how long it waited, error, where), the stack. A
+    running run (armed) is asked for its dumps first: where its ranks are now."""
     import io
 
-    from hpcprof.jobstate import recorded_state
+    from hpcprof.jobstate import current_state
     from hpcprof.output import emit_rows
 
-    state = recorded_state(run)
-    found = cached_analysis(run, state.state)
+    state = current_state(run)
+    if state.state == RUNNING and (run.path / "inject").is_dir():
+        request_dumps(run)
+        found = analyse(run, state.state)
+    else:
+        found = cached_analysis(run, state.state)
+    sentence = found.sentence if state.state in (*EXPLAINED, RUNNING) else None
     out = io.StringIO()
     rows = [asdict(row) for row in found.ranks]
     if fmt != "table":
         emit_rows(rows, ["group", *RANK_COLUMNS], fmt, out)
         return out.getvalue()
-    out.write(f"{state.state}: {found.sentence or state.reason or 'no forensics found'}\n")
+    out.write(f"{state.state}: {sentence or state.reason or 'no forensics found'}\n")
     groups = sorted({row.group for row in found.ranks if row.group})
     engine = f"; collectives matched by {found.engine}" if found.engine else ""
     out.write(f"collectives of {', '.join(groups) or 'no process group (no Flight Recorder dump)'}{engine}\n")
