@@ -8,9 +8,9 @@ machine falls on both), for three programs under this Python's `mpiexec` (the mp
 - `collectives`: back-to-back small all-reduces, the worst case: the Flight Recorder records one
   entry (and its Python stack) per collective;
 - `startup`: `python -c "import torch"` (the hook's own start-up, once per rank: its wall and CPU time);
-- `record`: one rank alone (its all-reduce moves nothing), the fastest of 30 batches of 500
-  all-reduces: the Flight Recorder's cost per collective with the least noise a shared machine
-  allows (printed in µs per collective; a step's share is that times its collectives).
+- `record`: the fastest of 30 batches of 500 small all-reduces (each batch after a barrier): the
+  Flight Recorder's cost per collective with the least noise a shared machine allows (printed in
+  µs per collective; a step's share is that times its collectives).
 
 Armed = what the rank wrapper sets for a run with `forensics.enabled: true`
 (hpcprof.render.forensics.forensics_env, the start-up hook first on PYTHONPATH); plain = neither.
@@ -88,6 +88,8 @@ def rank_program(kind: str, steps: int, warmup: int, device_kind: str, rendezvou
         count = 500 if kind == "record" else 50
 
         def step() -> None:
+            if kind == "record":
+                dist.barrier()
             for _ in range(count):
                 dist.all_reduce(t)
     wall, cpu = [], []
@@ -149,8 +151,7 @@ def one_run(program: str, armed: bool, work: Path, args: argparse.Namespace) -> 
         steps = 30 if program == "record" else args.steps
         argv = [sys.executable, __file__, "--rank-program", program, "--steps", str(steps), "--device",
                 args.device, "--rendezvous", str(run_dir / "rendezvous"), "--out", str(out)]
-    ranks = 1 if program == "record" else args.ranks
-    proc = subprocess.run([mpiexec(), "-n", str(ranks), *argv], env=env, capture_output=True, text=True,
+    proc = subprocess.run([mpiexec(), "-n", str(args.ranks), *argv], env=env, capture_output=True, text=True,
                           timeout=1800, cwd=run_dir)
     if proc.returncode != 0:
         raise SystemExit(f"{program} ({'armed' if armed else 'plain'}) failed ({proc.returncode}):\n"

@@ -141,7 +141,7 @@ def _watch() -> None:
         if not _state:
             return
         stamp = _stamp(_state["request"])
-        if stamp is not None and stamp != _state.get("seen"):
+        if stamp is not None and stamp != _state.get("seen") and not _state.get("failing"):  # failing: dumped
             _state["seen"] = stamp
             try:
                 with open(_state["request"], encoding="utf-8", errors="replace") as fh:
@@ -233,6 +233,7 @@ def _on_exception(kind: type[BaseException], value: BaseException, tb: Traceback
     import json
     import traceback
 
+    _state["failing"] = True  # its watcher dumps no more: the state is its exception's
     now = time.time()
     rank = _state["rank"]
     name = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"

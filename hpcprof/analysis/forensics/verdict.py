@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from hpcprof.analysis.forensics.dumps import Finding, FlightRecord, Group, analyse_dumps, op_name
-from hpcprof.analysis.forensics.ranks import RankFiles, StackBlock, is_consequence, read_ranks, where
+from hpcprof.analysis.forensics.ranks import LIBRARY, Frame, RankFiles, is_consequence, read_ranks, where
 from hpcprof.atomic import atomic_write
 from hpcprof.errors import UserError
 from hpcprof.rundir import RunDir
@@ -32,7 +32,7 @@ from hpcprof.schedulers.base import FAILED, RUNNING, TIMEOUT, JobState
 #: the cache of `analyse` (derived/, collect's own files)
 CACHE = "derived/forensics.json"
 #: bumped when the analysis changes what it says: older caches are made again
-CACHE_VERSION = 9
+CACHE_VERSION = 11
 #: a C++ source position in a message: `[/__w/pytorch/.../unbound_buffer.cc:78] Timed out ...`, `[enforce fail at ...:456] `
 _SOURCE = re.compile(r"\[(?:enforce fail at )?[^\]\s]*\.(?:cc|cpp|cu|h|hpp):\d+\]\s*")
 #: the states a sentence explains
@@ -109,34 +109,34 @@ class Evidence:
         self.ranks, self.unattributed = read_ranks(run.path, self.world)
         self.flight: FlightRecord = analyse_dumps(run.path / "forensics", use_torch)
 
-    def where(self, rank: int, incident: bool = False) -> str:
-        """Where rank `rank` was: its exception's innermost frame of its own code, else its stack's
-        (`incident`: its first stack dump first, the state when the others failed or the walltime neared)."""
+    def _stacks(self, rank: int, incident: bool) -> list[tuple[str, list[Frame]]]:
+        """Rank `rank`'s stacks, most recent call first, each with its heading: its exception's
+        traceback and its last stack dump (`incident`: the dump first, the state when the others
+        failed or the walltime neared); those holding a frame of the program's own code first."""
         files = self.ranks.get(rank)
         if files is None:
-            return ""
-        frames = (files.exception or {}).get("frames") or []
-        block: StackBlock | None = files.stack
-        if incident and block is not None and block.kind == "dump":
-            frames = []
-        frame = where(frames) if frames else where(block.frames) if block else None
+            return []
+        found = []
+        if files.exception and files.exception.get("frames"):
+            found.append((f"rank {rank} raised {files.exception['type']}", files.exception["frames"]))
+        if (block := files.stack) is not None:
+            head = f"rank {rank}" + (f" at its {block.reason}" if block.kind == "fatal" else
+                                     f" at the {block.reason}" if block.reason else "")
+            found.insert(0 if incident and block.kind == "dump" else len(found), (head, block.frames))
+        return sorted(found, key=lambda stack: not any(not LIBRARY.search(f.file) for f in stack[1]))
+
+    def where(self, rank: int, incident: bool = False) -> str:
+        """Where rank `rank` was: the innermost frame of the program's own code in its stack (see `_stacks`)."""
+        stacks = self._stacks(rank, incident)
+        frame = where(stacks[0][1]) if stacks else None
         return f"`{frame.text(self.base)}`" if frame else ""
 
     def stack(self, rank: int, incident: bool = False) -> list[str]:
-        """Rank `rank`'s stack, most recent call first: its exception's traceback, else its first stack
-        dump (`incident`: the dump first)."""
-        files = self.ranks.get(rank)
-        if files is None:
+        """Rank `rank`'s stack (see `_stacks`) under its heading, most recent call first."""
+        stacks = self._stacks(rank, incident)
+        if not stacks:
             return []
-        dumped = incident and files.stack is not None and files.stack.kind == "dump"
-        if files.exception and files.exception.get("frames") and not dumped:
-            head, frames = f"rank {rank} raised {files.exception['type']}", files.exception["frames"]
-        elif (block := files.stack) is not None:
-            head = f"rank {rank}" + (f" at its {block.reason}" if block.kind == "fatal" else
-                                     f" at the {block.reason}" if block.reason else "")
-            frames = block.frames
-        else:
-            return []
+        head, frames = stacks[0]
         return [head + ", most recent call first:", *(f"  {f.text(self.base)}" for f in frames)]
 
     def error(self, rank: int) -> str:
@@ -177,9 +177,10 @@ def _roots(ev: Evidence) -> list[tuple[int, str, str]]:
 
 def _missing_sentence(ev: Evidence, finding: Finding, state: str) -> tuple[str, int]:
     waited = f" waited {seconds(finding.waited_s)}" if finding.waited_s is not None else " waited"
-    timed_out = [r for r in finding.present if ev.ranks.get(r) and ev.ranks[r].exception
-                 and is_consequence(ev.error(r))]
-    after = ", then timed out" if timed_out and state != TIMEOUT else ""
+    failed = [ev.error(r) for r in finding.present if ev.ranks.get(r) and ev.ranks[r].exception
+              and is_consequence(ev.error(r))]
+    after = "" if not failed or state == TIMEOUT else ", then timed out" if all(
+        re.search(r"timed? ?out", e, re.I) for e in failed) else ", then failed"
     stuck = finding.missing[0]
     where = ev.where(stuck, incident=True)
     text = (f"{rank_list(finding.missing)} never entered {finding.op} #{finding.seq:,} of "
