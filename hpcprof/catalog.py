@@ -30,7 +30,7 @@ WINDOWS: dict[str, str] = {
 MEASURED, CAPTURE, COUNTED, EACH_ITERATION, EACH_KERNEL, RUN = WINDOWS
 
 #: who writes a table: `collect` names it `<producer>_<key>`
-NSYS, TORCH, NCU, ECHO, WORKLOAD, FILES = "nsys", "torch", "ncu", "echo", "workload", "files"
+NSYS, TORCH, NCU, ECHO, WORKLOAD, FILES, FORENSICS = "nsys", "torch", "ncu", "echo", "workload", "files", "forensics"
 
 
 def table_name(producer: str, key: str) -> str:
@@ -42,7 +42,8 @@ def table_name(producer: str, key: str) -> str:
 class TableSpec:
     """One result table (`results/<name>.parquet`)."""
 
-    producer: str       # nsys, torch, ncu (the profile's collector), echo, workload (its JSON results), files
+    producer: str       # nsys, torch, ncu (the profile's collector), echo, workload (its JSON results), files,
+    #                     forensics (a failed or timed-out run's dumps)
     key: str            # the producer's own name for it
     rows: str           # one row per ...
     window: str         # a key of WINDOWS
@@ -162,6 +163,13 @@ DDP_STEPS = _t(WORKLOAD, f"{DDP_FILE}.steps", "rank, step and phase", EACH_ITERA
 DDP_RANKS = _t(WORKLOAD, f"{DDP_FILE}.ranks", "rank", RUN, SEQPAR_RANKS.about)
 FILES_MANIFEST = _t(FILES, "manifest", "file", RUN, "every log, profile and workload result file: kind, path, "
                     "rank, bytes")
+FORENSICS_RANKS = _t(FORENSICS, "ranks", "rank (and process group)", RUN,
+                     "a failed or timed-out run: the last collective each rank entered and completed, how long "
+                     "it waited, its error and where it was (stack), which dumps it left", "PyTorch's Flight Recorder")
+FORENSICS_COLLECTIVES = _t(FORENSICS, "collectives", "collective that went wrong", RUN,
+                           "the first collective of each process group that some ranks never entered, or "
+                           "entered with different sizes: which ranks were present or missing, how long they "
+                           "waited", "PyTorch's fr_trace")
 
 TABLES: tuple[TableSpec, ...] = (
     NSYS_WINDOW, NSYS_ITERATIONS, NSYS_KERNELS, NSYS_NCCL, NSYS_OVERLAP, NSYS_PHASES, NSYS_TIMELINE, NSYS_GAPS,
@@ -171,7 +179,7 @@ TABLES: tuple[TableSpec, ...] = (
     TORCH_KERNEL_TYPES, TORCH_CRITICAL_EVENTS, TORCH_CRITICAL_PATH, TORCH_CRITICAL_SEGMENTS,
     NCU_METRICS, ECHO_SLOWDOWN,
     WORKLOAD_SEQPAR, SEQPAR_PHASES, SEQPAR_ITERATIONS, SEQPAR_RANKS, SEQPAR_LOOP, SEQPAR_CHECK,
-    WORKLOAD_DDP, DDP_PHASES, DDP_STEPS, DDP_RANKS, FILES_MANIFEST)
+    WORKLOAD_DDP, DDP_PHASES, DDP_STEPS, DDP_RANKS, FILES_MANIFEST, FORENSICS_RANKS, FORENSICS_COLLECTIVES)
 #: each workload kind's timing tables: (phase statistics, per-iteration rows, the per-iteration phase)
 WORKLOAD_TIMINGS: dict[str, tuple[TableSpec, TableSpec, str]] = {
     "seqpar": (SEQPAR_PHASES, SEQPAR_ITERATIONS, "iteration"), "ddp": (DDP_PHASES, DDP_STEPS, "step")}

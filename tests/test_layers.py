@@ -36,7 +36,7 @@ LAYERS: list[list[str]] = [
      "hpcprof.models",
      "hpcprof.output", "hpcprof.results", "hpcprof.catalog", "hpcprof.workdirs", "hpcprof.pool", "hpcprof.safe_paths", "hpcprof.safe_text",
      "hpcprof._templates",
-     "hpcprof._site_configs"],
+     "hpcprof._site_configs", "hpcprof.inject"],
     ["hpcprof.profilers"],
     ["hpcprof.workloads"],
     ["hpcprof.config"],

@@ -154,15 +154,15 @@ def test_polaris_wrapper_affinity_and_output(polaris: RenderedRun) -> None:
 
 
 def test_perlmutter_directives() -> None:
-    """NERSC's shape: -A m…_g, -C gpu, --qos regular, GPUs per node, 32 CPUs per task, srun with
-    --mpi=pmi2 and core binding, MASTER_ADDR from scontrol."""
+    """NERSC's shape: -A m…_g, -C gpu, --qos regular, GPUs per node, 32 CPUs per task, the forensics'
+    walltime warning, srun with --mpi=pmi2 and core binding, MASTER_ADDR from scontrol."""
     exp = experiment()
     exp["resources"]["account"] = "m1234_g"
     job = render(exp, find_site("perlmutter"), PERLMUTTER_DIR).files["job.sh"]
     assert directives(job, "#SBATCH") == [
         "--job-name=seqpar-like", "--nodes=2", "--ntasks-per-node=4", "--time=00:10:00",
         "--qos=regular", "--account=m1234_g", "--constraint=gpu", "--gpus-per-node=4",
-        "--cpus-per-task=32", f"--output={PERLMUTTER_DIR}/logs/job.out", "--gpu-bind=none"]
+        "--cpus-per-task=32", "--signal=B:USR1@120", f"--output={PERLMUTTER_DIR}/logs/job.out", "--gpu-bind=none"]
     assert launch_line(job)[:10] == ["srun", "-N", "2", "-n", "8", "--ntasks-per-node", "4",
                                      "--kill-on-bad-exit=1", "--mpi=pmi2", "-c"]
     assert 'export MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"' in job

@@ -163,9 +163,14 @@ def headline(info: RunInfo, out: Console) -> None:
 
 
 def failure(info: RunInfo, out: Console) -> None:
-    """Reason, the tail of the job log and of the last-written rank log, and where the logs are."""
+    """Reason (and the stack of the rank it names), the tail of the job log and of the last-written
+    rank log, and where the logs are."""
+    from hpcprof.analysis.forensics.verdict import stack_lines
+
     logs = log_files(info.run.path)
     out.print(Text.assemble(rich_text(info.state, "red"), ": ", rich_text(info.reason or "no reason recorded")))
+    for line in stack_lines(info.run, info.state):  # the stack of the rank the reason names
+        out.print(rich_text("  " + line))
     ranks = [p for p in logs if p.name.startswith("rank")]
     shown = [p for p in logs if p.name == "job.out"]
     if ranks:

@@ -14,6 +14,15 @@ hp_rank=$(hp_first PALS_RANKID OMPI_COMM_WORLD_RANK PMI_RANK PMIX_RANK SLURM_PRO
 hp_local_rank=$(hp_first PALS_LOCAL_RANKID OMPI_COMM_WORLD_LOCAL_RANK MPI_LOCALRANKID PMI_LOCAL_RANK SLURM_LOCALID LOCAL_RANK) || exit 2
 export HPCPROF_RUN_DIR=/lus/eagle/projects/datascience/hpcprof-runs/seqpar-like/20250101-120000-abc123
 export HPCPROF_RANK="$hp_rank" HPCPROF_LOCAL_RANK="$hp_local_rank"
+# ---- forensics (experiment forensics:): hpcprof's start-up hook first on PYTHONPATH; each variable only where unset
+export PYTHONPATH=/lus/eagle/projects/datascience/hpcprof-runs/seqpar-like/20250101-120000-abc123/inject${PYTHONPATH:+:$PYTHONPATH}
+hp_unset() { [ -z "${!1+set}" ]; }
+hp_unset HPCPROF_FORENSICS && export HPCPROF_FORENSICS=1
+hp_unset HPCPROF_FORENSICS_POLL && export HPCPROF_FORENSICS_POLL=1
+hp_unset HPCPROF_FORENSICS_WAIT && export HPCPROF_FORENSICS_WAIT=2.5
+hp_unset TORCH_FR_BUFFER_SIZE && export TORCH_FR_BUFFER_SIZE=2000
+hp_unset TORCH_FR_DUMP_TEMP_FILE && export TORCH_FR_DUMP_TEMP_FILE=/lus/eagle/projects/datascience/hpcprof-runs/seqpar-like/20250101-120000-abc123/forensics/fr_nccl_rank
+hp_unset TORCH_NCCL_DUMP_ON_TIMEOUT && export TORCH_NCCL_DUMP_ON_TIMEOUT=1
 export CUDA_VISIBLE_DEVICES=$(( 4 - 1 - hp_local_rank % 4 ))
 exec > >(tee -a "$HPCPROF_RUN_DIR/logs/rank${hp_rank}.log") 2>&1
 

@@ -315,14 +315,18 @@ class NsysCollector(ToolCollector):
         return REDUCERS
 
     def missing_cause(self, run_dir: Path, record: RunRecord, rank: int) -> str:
-        """As ToolCollector's, and whether nsys said it recorded nothing (its capture range never
-        opened, with `capture_range` set)."""
+        """As ToolCollector's, and whether nsys said it recorded nothing: because the program failed
+        first (its error line), else its capture range never opened (with `capture_range` set)."""
         log = Path("logs") / f"rank{rank}.log"
         text = _log_text(run_dir / log)
         if text is None or NOTHING_RECORDED not in text:
             return super().missing_cause(run_dir, record, rank)
+        from hpcprof.analysis.forensics.ranks import rank_error
+
         ranged = record.experiment.profile.nsys.capture_range != "none"
-        return (("nsys recorded nothing: the capture range never opened" if ranged else "nsys recorded nothing")
+        failed = rank_error(run_dir, rank)  # a program that failed first never opened its range
+        return ((f"nsys recorded nothing: the program failed first ({failed})" if failed else
+                 "nsys recorded nothing: the capture range never opened" if ranged else "nsys recorded nothing")
                 + f" ({log}: {NOTHING_RECORDED})")
 
     def run_steps(self) -> Mapping[str, RunStep]:
