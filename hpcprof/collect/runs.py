@@ -94,6 +94,7 @@ def collect_run(run: RunDir, store: Store, log: Log = print, executor: Executor 
     steps are its tool's collector's (hpcprof.profilers names it): the map and reduce of its rank
     files, what its missing profiles mean, and its steps over the whole run (nsys: Echo's slowdown)."""
     from hpcprof.analysis.collector import CollectContext, RunStep, ToolCollector
+    from hpcprof.analysis.forensics.verdict import forensics_tables
     from hpcprof.analysis.registry import collector
 
     done = Collected(run.run_id, log)
@@ -151,6 +152,7 @@ def collect_run(run: RunDir, store: Store, log: Log = print, executor: Executor 
         step("workload" + suffix, lambda: save(c.WORKLOAD, workload_tables(run.path / "results", done.report)))
         step("files" + suffix, lambda: save(c.FILES, {c.FILES_MANIFEST.key: manifest(run)}))
         step("profiles" + suffix, missing)
+        step("forensics" + suffix, lambda: save("forensics", forensics_tables(run)))
 
     def profiles() -> None:
         with done.timed("inputs"), gc_paused():

@@ -94,10 +94,13 @@ def runs_from(refs: tuple[str, ...], workdir: Path, damaged: bool = False) -> li
 
 def show_states(pairs: list[tuple[RunDir, JobState]], fmt: str, collected: dict[str, str] | None = None) -> None:
     """One row per run: its sweep (what compare/report take), state, exit code, reason, job id, path
-    (and how it was collected, when given)."""
+    (and how it was collected, when given); a run that failed or ran out of time with the sentence
+    that says why (hpcprof.analysis.forensics) as its reason."""
+    from hpcprof.analysis.forensics.verdict import explained
     from hpcprof.output import emit_rows
     from hpcprof.rundir import sweep_of
 
+    pairs = [(run, explained(run, state)) for run, state in pairs]
     rows = [{"run": run.run_id, "sweep": sweep_of(run.run_id), "experiment": run.path.parent.name,
              "state": state.state, "exit_code": state.exit_code, "reason": state.reason,
              "job_id": run.submission.get("job_id", ""), "path": str(run.path),

@@ -21,6 +21,7 @@ from hpcprof import profilers
 from hpcprof.config import MAX_POINTS, REPEAT
 from hpcprof.config.container import ContainerConfig
 from hpcprof.config.directives import check_fields, walltime_seconds
+from hpcprof.config.forensics import ForensicsConfig
 from hpcprof.config.profile import ProfileConfig
 from hpcprof.config.site import (
     EnvValue,
@@ -148,6 +149,7 @@ class Experiment(Model):
     container: ContainerConfig | None = None  # overrides the site's container block
     repeat: Annotated[int, Meta(ge=1, le=1000)] = 1  # runs per sweep point (params get "repeat": 0..N-1)
     analysis: AnalysisConfig = msgspec.field(default_factory=AnalysisConfig)
+    forensics: ForensicsConfig = msgspec.field(default_factory=ForensicsConfig)
 
     def __post_init__(self) -> None:
         run_checks(self, {"name": check_experiment_name, "env": check_rank_env, "sweep": check_sweep})

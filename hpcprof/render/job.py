@@ -26,6 +26,7 @@ from hpcprof.config.site import SiteConfig
 from hpcprof.errors import UserError, expand_home
 from hpcprof.models import dump
 from hpcprof.render.containers import check_container, effective_container, wrap_launch
+from hpcprof.render.forensics import forensics_context, inject_files
 from hpcprof.render.launchers import SIGPIPE_IGNORED, launch_argv, launcher_key
 from hpcprof.render.quoting import directive, quote, quote_join
 from hpcprof.resources import template_dir
@@ -182,6 +183,10 @@ TEMPLATE_VARS: dict[str, str] = {
     "tool_env": "what a profiled rank exports (name -> value), e.g. torch.profiler's schedule",
     "check_python": "the Python whose `import hpcprof` the job checks before any rank starts ('' = no check)",
     "check_tool": "the profiler binary the job checks is on PATH (and prints the version of) ('' = no check)",
+    "forensics_env": "what the rank wrapper sets where unset for forensics (start-up hook, Flight Recorder); "
+                     "empty when forensics.enabled is false",
+    "forensics_signal": "Slurm: seconds before the walltime of the job's --signal=B:USR1 warning (0: none)",
+    "forensics_timer": "seconds after the start at which the job warns itself of its walltime (0: none)",
 }
 #: what mpijob.yaml.j2 (Kubernetes) gets besides TEMPLATE_VARS
 MANIFEST_VARS = {
@@ -252,6 +257,7 @@ def template_context(point: Point, site: SiteConfig, run_dir: Path, run_id: str,
         "tool_argv": launch.argv,
         "tool_output": launch.output,
         "tool_env": launch.env,
+        **forensics_context(point, site, run_dir),
     }
 
 
@@ -281,7 +287,7 @@ def render_point(point: Point, site: SiteConfig, run_dir: Path, run_id: str,
         "profile_extension": profiler.suffixes[0] if profiler.suffixes else None,
         "hpcprof_version": hpcprof.__version__,
     }
-    files = {"job.sh": job, "rank_wrapper.sh": wrapper,
+    files = {"job.sh": job, "rank_wrapper.sh": wrapper, **inject_files(point),
              **scheduler.extra_files(env, {**context, "experiment_container": exp.container}, site, run_dir)}
     return RenderedRun(run_id, run_dir, point, files, config)
 

@@ -117,11 +117,20 @@ def report(runs: tuple[str, ...], workdir: Path, full: bool, rows: int, html_fil
 @click.argument("run")
 @workdir_option
 @click.option("--rank", type=int, help="Print this rank's log (default: the job log).")
-def logs(run: str, workdir: Path, rank: int | None) -> None:
-    """Print a run's job log, or one rank's log."""
+@click.option("--hang", is_flag=True, help="Print why the run hung or died and a table of its ranks: the last "
+              "collective each entered and completed, how long it waited, its error and where it was.")
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True,
+              help="With --hang: the table's format.")
+def logs(run: str, workdir: Path, rank: int | None, hang: bool, fmt: str) -> None:
+    """Print a run's job log, or one rank's log, or (--hang) why it hung or died."""
     from hpcprof.rundir import find_run
 
     found = find_run(run, workdir)
+    if hang:
+        from hpcprof.analysis.forensics.verdict import hang_report
+
+        click.echo(hang_report(found, fmt), nl=False)
+        return
     path = found.path / "logs" / ("job.out" if rank is None else f"rank{rank}.log")
     if not path.is_file():
         have = sorted(p.name for p in (found.path / "logs").glob("*")) if (found.path / "logs").is_dir() else []

@@ -15,6 +15,7 @@ from plotly.offline import get_plotlyjs
 
 from hpcprof import catalog as c
 from hpcprof import profilers
+from hpcprof.analysis.forensics.verdict import stack_lines
 from hpcprof.analysis.summary import counted, kernel_category
 from hpcprof.lazy import load_target
 from hpcprof.report import findings as words
@@ -255,6 +256,8 @@ def run_header(info: RunInfo) -> str:
     text = (f"<p>{html.escape(info.kind)} on {info.record.world_size} rank(s), profile "
             f"{html.escape(info.tool)}; {html.escape(params)}state {html.escape(info.state)}"
             f"{' (' + html.escape(info.reason) + ')' if info.reason else ''}; {html.escape(str(info.run.path))}</p>")
+    if stack := stack_lines(info.run, info.state):  # the stack of the rank the reason names
+        text += f"<pre class='stack'>{html.escape(chr(10).join(stack))}</pre>"
     if not metrics.empty:
         text += table_html(metrics)
     if info.top:

@@ -55,11 +55,12 @@ def select_runs(refs: tuple[str, ...], workdir: Path) -> list[RunDir]:
 def load(runs: list[RunDir], require_collected: bool = True, one_workload: bool = True) -> list[RunInfo]:
     """Each run's state and headline; every completed run must be collected, and with
     `one_workload` all runs must run the same workload kind."""
+    from hpcprof.analysis.forensics.verdict import explained
     from hpcprof.jobstate import recorded_state
 
     infos = []
     for run in runs:
-        state = recorded_state(run)  # read-only: no scheduler is asked
+        state = explained(run, recorded_state(run))  # read-only: no scheduler is asked
         info = RunInfo(run, read_record(run), state.state, state.reason)
         collected = bool(list_tables(run.path))
         if not collected and require_collected and state.state == "COMPLETED":

@@ -157,7 +157,12 @@ def headline(info: RunInfo, out: Console) -> None:
 def failure(info: RunInfo, out: Console) -> None:
     """Reason, the tail of the job log and of the last-written rank log, and where the logs are."""
     logs = log_files(info.run.path)
-    out.print(f"[red]{info.state}[/]: {info.reason or 'no reason recorded'}")
+    from hpcprof.analysis.forensics.verdict import stack_lines
+
+    out.print(f"[red]{info.state}[/]: ", end="")
+    out.print(info.reason or "no reason recorded", markup=False, highlight=False)
+    for line in stack_lines(info.run, info.state):  # the stack of the rank the reason names
+        out.print("  " + line, markup=False, highlight=False)
     ranks = [p for p in logs if p.name.startswith("rank")]
     shown = [p for p in logs if p.name == "job.out"]
     if ranks:

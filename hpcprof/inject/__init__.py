@@ -1,0 +1,9 @@
+"""The start-up hook of the ranks' Python: this directory's modules are copied into every run as
+`<run>/inject/` and put first on the ranks' PYTHONPATH by the rank wrapper, so that any Python a
+rank runs imports `sitecustomize` from there, without a change to the user's files.
+
+`sitecustomize` arms what the rank wrapper asked for through the environment (HPCPROF_FORENSICS:
+`_hpcprof_forensics`), once per rank (not again in the rank's own Python children), then runs
+the `sitecustomize` it shadows. The modules run in the rank's interpreter, which need not have
+hpcprof installed: they import nothing of hpcprof and only the standard library.
+"""

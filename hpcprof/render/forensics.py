@@ -1,0 +1,51 @@
+"""The rendered side of an experiment's `forensics:` block (hpcprof.config.forensics): the
+variables the job and rank wrapper templates get, and the start-up hook's files that go into the
+run directory (`inject/`, from hpcprof/inject)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from hpcprof.config.directives import walltime_seconds
+from hpcprof.config.experiment import Point
+from hpcprof.config.site import SiteConfig
+
+#: the start-up hook's modules, copied into every run's inject/ directory
+INJECT_DIR = Path(__file__).resolve().parents[1] / "inject"
+INJECT_FILES = ("sitecustomize.py", "_hpcprof_forensics.py")
+#: seconds between a rank's looks for a dump request
+POLL_SECONDS = 1.0
+
+
+def inject_files(point: Point) -> dict[str, str]:
+    """The run's inject/ files (relative path -> text); none when forensics is off."""
+    if not point.experiment.forensics.enabled:
+        return {}
+    return {f"inject/{name}": (INJECT_DIR / name).read_text() for name in INJECT_FILES}
+
+
+def forensics_context(point: Point, site: SiteConfig, run_dir: Path) -> dict[str, Any]:
+    """`forensics_env` (what the rank wrapper sets where unset; empty: forensics off),
+    `forensics_signal` (Slurm: seconds before the walltime of `--signal=B:USR1@N`; 0: none) and
+    `forensics_timer` (seconds after the job starts at which it warns itself; 0: none)."""
+    config = point.experiment.forensics
+    if not config.enabled:
+        return {"forensics_env": {}, "forensics_signal": 0, "forensics_timer": 0}
+    walltime = walltime_seconds(point.walltime)
+    lead = max(1, min(config.warning_seconds, walltime // 2))
+    trace_file = str(run_dir / "forensics" / "fr_nccl_rank")  # PyTorch appends the rank
+    env = {
+        "HPCPROF_FORENSICS": "1",
+        "HPCPROF_FORENSICS_POLL": f"{POLL_SECONDS:g}",
+        # the rank whose exception asks the others to dump waits for them; alone, there is no one to wait for
+        "HPCPROF_FORENSICS_WAIT": f"{2 * POLL_SECONDS + 0.5:g}" if point.world_size > 1 else "0",
+        "TORCH_FR_BUFFER_SIZE": str(config.buffer),
+        "TORCH_NCCL_TRACE_BUFFER_SIZE": str(config.buffer),
+        "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
+        "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": trace_file,
+        "TORCH_FR_DUMP_TEMP_FILE": trace_file,
+    }
+    own_signal = site.scheduler == "slurm" and not any(o.startswith("--signal") for o in site.sbatch_options)
+    return {"forensics_env": env, "forensics_signal": lead if own_signal else 0,
+            "forensics_timer": 0 if own_signal else walltime - lead}

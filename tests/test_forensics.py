@@ -1,0 +1,276 @@
+"""Why a run hung or died (issue 43): real `hpcprof submit` of a Gloo program with one planted fault
+(tests/data/forensics_plant.py, 3 ranks) on the local site (Hydra mpiexec), each named by `status`,
+`report`, the HTML report and `hpcprof logs --hang`, nothing else in the run lost; the Flight
+Recorder reader against PyTorch's own analyser on the dumps of those runs; the start-up hook and
+what render arms (and does not, with `forensics.enabled: false`). The Slurm runs are in
+tests/test_forensics_slurm.py."""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hpcprof_cli import hpcprof
+
+REPO = Path(__file__).resolve().parents[1]
+PLANT = REPO / "tests" / "data" / "forensics_plant.py"
+#: name -> the plant's argv (fault, world, Gloo timeout s[, hold s]) and the experiment's extra YAML
+FAULTS: dict[str, tuple[list[str], str]] = {
+    "hang": (["hang", "3", "3", "10"], ""),
+    "mismatch": (["mismatch", "3", "3"], ""),
+    "exception": (["exception", "3", "3"], ""),
+    "segv": (["segv", "3", "3"], ""),
+    # Gloo would wait 10 min; the walltime (60 s) ends it, its warning 25 s before asks for the dumps
+    "walltime": (["hang", "3", "600", "3600"], "  walltime: '00:01:00'\nforensics:\n  warning_seconds: 25\n"),
+}
+#: the state and what status says of each run (a regular expression over the reason)
+SAID = {
+    "hang": ("FAILED", r"rank 2 never entered all_reduce #6 of the default group \(ranks 0, 1 waited \d+\.\d s, then "
+                       r"timed out\); rank 2 was in `forensics_plant\.py:\d+ save_checkpoint`"),
+    "mismatch": ("FAILED", r"all_reduce #4 of the default group did not match across ranks: rank 2 passed \[2\] where "
+                           r"ranks 0, 1 passed \[4\]; rank 2 was in `forensics_plant\.py:\d+ main`"),
+    "exception": ("FAILED", r"rank 1 raised ValueError: planted: bad batch at step 3 in `forensics_plant\.py:\d+ main`"),
+    "segv": ("FAILED", r"rank 1 died of SIGSEGV \(Segmentation fault\) in `forensics_plant\.py:\d+ main`"),
+    "walltime": ("TIMEOUT", r"rank 2 never entered all_reduce #6 of the default group \(ranks 0, 1 waited \d+ s\); "
+                            r"rank 2 was in `forensics_plant\.py:\d+ save_checkpoint`"),
+}
+
+
+def write_experiment(path: Path, argv: list[str], extra: str = "", ranks: int = 3) -> Path:
+    path.write_text(f"name: t\nworkload:\n  kind: command\n  argv: {json.dumps(argv)}\n"
+                    f"resources:\n  nodes: 1\n  ranks_per_node: {ranks}\n{extra}")
+    return path
+
+
+def only_run(cwd: Path) -> Path:
+    [run] = [p.parent for p in (cwd / "hpcprof-runs").glob("*/*/config.json")]
+    return run
+
+
+def flat(text: str) -> str:
+    """Text as one line: the terminal report wraps long lines."""
+    return re.sub(r"\s+", " ", text)
+
+
+def status_row(cwd: Path) -> dict:
+    [row] = json.loads(hpcprof("status", "--format", "json", cwd=cwd, check=True).stdout)
+    return row
+
+
+class PlantedRuns(dict):
+    """fault -> (its working directory, run directory), each submitted on first use and waited for."""
+
+    def __init__(self, factory: pytest.TempPathFactory) -> None:
+        super().__init__()
+        self.factory = factory
+
+    def __missing__(self, fault: str) -> tuple[Path, Path]:
+        cwd = self.factory.mktemp(fault)
+        argv, extra = FAULTS[fault]
+        exp = write_experiment(cwd / "exp.yaml", [sys.executable, str(PLANT), *argv], extra)
+        hpcprof("submit", str(exp), "--site", "local", "--wait", cwd=cwd, timeout=400)
+        self[fault] = (cwd, only_run(cwd))
+        return self[fault]
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory: pytest.TempPathFactory) -> PlantedRuns:
+    return PlantedRuns(tmp_path_factory)
+
+
+@pytest.mark.parametrize("fault", list(FAULTS))
+def test_a_planted_fault_is_named_by_status_report_html_and_logs(planted: PlantedRuns, fault: str) -> None:
+    cwd, run = planted[fault]
+    state, said = SAID[fault]
+    row = status_row(cwd)
+    assert row["state"] == state and re.search(said, row["reason"]), row
+    sentence = row["reason"]
+    report = hpcprof("report", run.name, cwd=cwd, check=True).stdout
+    assert f"{state}: {sentence}" in flat(report), report
+    page = cwd / "report.html"
+    hpcprof("report", run.name, "--html", str(page), cwd=cwd, check=True)
+    assert html.escape(sentence) in page.read_text()
+    hang = hpcprof("logs", run.name, "--hang", cwd=cwd, check=True).stdout
+    assert hang.startswith(f"{state}: {sentence}\n"), hang
+    assert all(re.search(rf"│\s+{rank} │", hang) for rank in range(3)), hang
+    # nothing else lost: every rank's log, the job's files, and collect with the forensics tables
+    for name in ("config.json", "job.sh", "rank_wrapper.sh", "status", "logs/job.out",
+                 *(f"logs/rank{rank}.log" for rank in range(3))):
+        assert (run / name).is_file(), name
+    hpcprof("collect", run.name, cwd=cwd, check=True)
+    from hpcprof.results import read_table
+
+    ranks = read_table(run, "forensics_ranks")
+    assert ranks is not None and ranks["rank"].tolist() == [0, 1, 2]
+    manifest = read_table(run, "files_manifest")["path"].tolist()
+    assert all(f"forensics/{p.name}" in manifest for p in (run / "forensics").iterdir() if p.name.startswith("fr_"))
+
+
+def test_the_hung_rank_s_stack_is_shown_below_the_sentence(planted: PlantedRuns) -> None:
+    cwd, run = planted["hang"]
+    report = hpcprof("report", run.name, cwd=cwd, check=True).stdout
+    below = report.split("never entered all_reduce #6", 1)[1]
+    assert re.search(r"rank 2 at the exception on rank \d, most recent call first:\s+forensics_plant\.py:\d+ "
+                     r"save_checkpoint\s+forensics_plant\.py:\d+ main", below), report
+    hang = hpcprof("logs", run.name, "--hang", "--format", "json", cwd=cwd, check=True).stdout
+    rows = {row["rank"]: row for row in json.loads(hang)}
+    assert rows[0]["entered"] == rows[1]["entered"] == "all_reduce #6" and rows[2]["entered"] == "all_reduce #5"
+    assert rows[2]["where"].endswith("save_checkpoint") and rows[0]["error"].startswith("RuntimeError: Timed out")
+
+
+def test_the_walltime_warning_asked_every_rank_for_its_dump(planted: PlantedRuns) -> None:
+    """TIMEOUT: the job's timer warned it 25 s before the walltime, every rank (alive, waiting) dumped."""
+    _, run = planted["walltime"]
+    status = (run / "status").read_text()
+    assert "forensics=walltime-warning" in status and "signal=TERM" in status
+    assert (run / "forensics" / "dump.request").read_text().startswith("walltime warning\n")
+    assert sorted(p.name for p in (run / "forensics").glob("fr_rank*")) == ["fr_rank0", "fr_rank1", "fr_rank2"]
+    stacks = (run / "forensics" / "stacks_rank0.txt").read_text()
+    assert "(walltime warning); main thread" in stacks and "in all_reduce" in stacks
+
+
+@pytest.mark.parametrize("fault", ["hang", "mismatch", "exception"])
+def test_the_reader_agrees_with_pytorch_s_analyser(planted: PlantedRuns, fault: str) -> None:
+    """The same collective, kind and missing ranks from PyTorch's fr_trace (build_db) and from
+    hpcprof's own reader, on the dumps of a real run."""
+    from hpcprof.analysis.forensics.dumps import analyse_dumps
+
+    _, run = planted[fault]
+    theirs = analyse_dumps(run / "forensics", use_torch=True)
+    ours = analyse_dumps(run / "forensics", use_torch=False)
+    assert theirs.engine == "PyTorch fr_trace" and ours.engine == "hpcprof"
+    assert [(f.group, f.seq, f.kind, f.missing) for f in theirs.findings] == \
+           [(f.group, f.seq, f.kind, f.missing) for f in ours.findings] != []
+
+
+def test_a_dump_that_would_run_code_is_refused(tmp_path: Path) -> None:
+    import pickle
+
+    from hpcprof.analysis.forensics.dumps import analyse_dumps
+
+    class Boom:
+        def __reduce__(self) -> tuple:
+            return (print, ("ran",))
+
+    (tmp_path / "fr_rank0").write_bytes(pickle.dumps({"entries": [Boom()]}))
+    found = analyse_dumps(tmp_path)
+    assert found.findings == [] and len(found.problems) == 1 and "refused builtins.print" in found.problems[0]
+
+
+def test_without_forensics_the_job_is_rendered_as_before_and_a_log_names_the_failure(tmp_path: Path) -> None:
+    """forensics.enabled: false: no hook, no Flight Recorder, the launcher in the foreground; the
+    failed rank is still named, from its log's last traceback line, past nsys-like progress output."""
+    program = ("import os, sys\nif os.environ['HPCPROF_RANK'] == '1':\n    raise RuntimeError('CUDA error: invalid "
+               "device ordinal')\n")
+    progress = "; ".join(["echo \"Generating '/tmp/nsys-report-1.qdstrm' [=====    ] 40%\""] * 3)
+    argv = ["bash", "-c", f"{sys.executable} -c \"$0\"; rc=$?; {progress}; exit $rc", program]
+    exp = write_experiment(tmp_path / "exp.yaml", argv, "forensics:\n  enabled: false\n", ranks=2)
+    hpcprof("submit", str(exp), "--site", "local", "--wait", cwd=tmp_path, timeout=200)
+    run = only_run(tmp_path)
+    assert not (run / "inject").exists() and not (run / "forensics").exists()
+    script, wrapper = (run / "job.sh").read_text(), (run / "rank_wrapper.sh").read_text()
+    assert "USR1" not in script and "dump.request" not in script and "/inject" not in wrapper
+    assert "TORCH_FR" not in wrapper and script.count(" &\n") == 0  # the launcher in the foreground
+    row = status_row(tmp_path)
+    assert row["state"] == "FAILED"
+    assert row["reason"] == "rank 1 failed: RuntimeError: CUDA error: invalid device ordinal", row
+
+
+def test_forensics_settings_are_checked(tmp_path: Path) -> None:
+    exp = write_experiment(tmp_path / "exp.yaml", ["true"], ranks=2)
+    for bad in ("forensics.warning_seconds=0", "forensics.enabled=maybe", "forensics.buffer=-1", "forensics.extra=1"):
+        result = hpcprof("render", str(exp), "--site", "local", "--set", bad, cwd=tmp_path)
+        assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, (bad, result.stderr)
+        assert bad.split("=")[0].split(".")[-1] in result.stderr and "Traceback" not in result.stderr
+
+
+def test_render_arms_every_scheduler(tmp_path: Path) -> None:
+    """Slurm asks for --signal=B:USR1 (warning_seconds before the walltime, at most half of it); the
+    other schedulers' jobs warn themselves with a timer; every rank wrapper puts the hook first on
+    PYTHONPATH and sets the Flight Recorder variables where the experiment left them unset."""
+    exp = write_experiment(tmp_path / "exp.yaml", ["true"], "  walltime: '00:10:00'\nenv:\n  TORCH_FR_BUFFER_SIZE: '64'\n",
+                           ranks=2)
+    slurm = hpcprof("render", str(exp), "--site", "slurm-local", cwd=tmp_path, check=True).stdout
+    assert "#SBATCH --signal=B:USR1@120\n" in slurm and "sleep " not in slurm and "trap 'hp_woken=1;" in slurm
+    out = tmp_path / "out"
+    hpcprof("render", str(exp), "--site", "local", "-o", str(out), "--set", "forensics.warning_seconds=400", cwd=tmp_path,
+            check=True)
+    script, wrapper = (out / "job.sh").read_text(), (out / "rank_wrapper.sh").read_text()
+    assert "sleep 300 &" in script and "--signal" not in script  # 600 s walltime: warned at half of it
+    assert f"export PYTHONPATH={out}/inject${{PYTHONPATH:+:$PYTHONPATH}}" in wrapper
+    assert "hp_unset TORCH_FR_BUFFER_SIZE && export TORCH_FR_BUFFER_SIZE=2000" in wrapper
+    assert sorted(p.name for p in (out / "inject").iterdir()) == ["_hpcprof_forensics.py", "sitecustomize.py"]
+    # the experiment's own value wins: exported by the job before the wrapper runs
+    env = {"TORCH_FR_BUFFER_SIZE": "64", "HPCPROF_RANK": "0", "PMI_RANK": "0", "PMI_LOCAL_RANK": "0"}
+    shown = subprocess.run(["bash", str(out / "rank_wrapper.sh"), "bash", "-c", "echo $TORCH_FR_BUFFER_SIZE "
+                            "$TORCH_NCCL_TRACE_BUFFER_SIZE $TORCH_NCCL_DEBUG_INFO_TEMP_FILE"],
+                           env={"PATH": "/usr/bin:/bin", **env}, capture_output=True, text=True, check=True).stdout
+    assert shown.split() == ["64", "2000", f"{out}/forensics/fr_nccl_rank"]
+
+
+def hook_env(tmp_path: Path, *path: Path) -> dict[str, str]:
+    return {"PATH": "/usr/bin:/bin", "HPCPROF_RUN_DIR": str(tmp_path), "HPCPROF_RANK": "3", "HPCPROF_FORENSICS": "1",
+            "PYTHONPATH": ":".join(str(p) for p in path)}
+
+
+def test_the_start_up_hook_chains_to_the_sitecustomize_it_shadows(tmp_path: Path) -> None:
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "sitecustomize.py").write_text("import builtins\nbuiltins.OTHER_SITECUSTOMIZE = 'ran'\n")
+    inject = REPO / "hpcprof" / "inject"
+    code = ("import builtins, faulthandler, os, sys; print(builtins.OTHER_SITECUSTOMIZE, faulthandler.is_enabled(), "
+            "os.environ.get('HPCPROF_ARMED_PID') == str(os.getpid()))")
+    out = subprocess.run([sys.executable, "-c", code], env=hook_env(tmp_path, inject, other), capture_output=True,
+                         text=True, check=True)
+    assert out.stdout.split() == ["ran", "True", "True"] and out.stderr == ""
+    assert not (tmp_path / "forensics" / "stacks_rank3.txt").exists()  # a clean exit leaves no empty stacks file
+    child = subprocess.run([sys.executable, "-c", "import subprocess, sys; subprocess.run([sys.executable, '-c', "
+                            "'import os, faulthandler; print(faulthandler.is_enabled(), os.environ[\"HPCPROF_ARMED_PID\"] "
+                            "== str(os.getppid()))'])"],
+                           env=hook_env(tmp_path, inject), capture_output=True, text=True, check=True)
+    assert child.stdout.split() == ["False", "True"]  # the rank's own Python children are not armed again
+
+
+def test_the_start_up_hook_records_an_exception_and_a_fatal_signal(tmp_path: Path) -> None:
+    inject = REPO / "hpcprof" / "inject"
+    failed = subprocess.run([sys.executable, "-c", "def load():\n    raise KeyError('batch 7')\nload()"],
+                            env=hook_env(tmp_path, inject), capture_output=True, text=True)
+    assert failed.returncode == 1 and "KeyError: 'batch 7'" in failed.stderr
+    record = json.loads((tmp_path / "forensics" / "exception_rank3.json").read_text())
+    assert (record["type"], record["message"], record["frames"][-1][2]) == ("KeyError", "'batch 7'", "load")
+    assert (tmp_path / "forensics" / "dump.request").read_text().startswith("exception on rank 3\n")
+    crashed = subprocess.run([sys.executable, "-c", "import os, signal\ndef step():\n    os.kill(os.getpid(), "
+                              "signal.SIGSEGV)\nstep()"], env=hook_env(tmp_path, inject), capture_output=True, text=True)
+    assert crashed.returncode == -11
+    from hpcprof.analysis.forensics.ranks import parse_stacks, where
+
+    process, blocks = parse_stacks((tmp_path / "forensics" / "stacks_rank3.txt").read_text())
+    assert process["pid"] > 0 and blocks[-1].kind == "fatal" and blocks[-1].reason == "Segmentation fault"
+    assert where(blocks[-1].frames).function == "step"
+
+
+def test_rank_lists_and_error_lines() -> None:
+    from hpcprof.analysis.forensics.ranks import error_line, launcher_exits
+    from hpcprof.analysis.forensics.verdict import rank_list, short_error
+
+    assert rank_list([3]) == "rank 3" and rank_list([0, 1, 2, 4, 5, 6, 7]) == "ranks 0–2, 4–7"
+    assert rank_list([0, 1, 3]) == "ranks 0, 1, 3"
+    log = ("[rank1]: Traceback (most recent call last):\n[rank1]:   File \"m.py\", line 88, in f\n"
+           "[rank1]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
+           "Generating '/tmp/nsys-report.qdstrm'\n[1/1] [====100%] report.nsys-rep\n")
+    assert error_line(log) == "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
+    assert error_line("terminate called after throwing an instance of 'c10::Error'\n  what():  NCCL error: "
+                      "unhandled system error\n") == "c10::Error: NCCL error: unhandled system error"
+    assert short_error("RuntimeError: [/__w/pytorch/gloo/transport/tcp/pair.cc:537] Read error") == \
+        "RuntimeError: Read error"
+    assert launcher_exits("srun: error: nid001: tasks 2-3: Exited with exit code 7\n", {}) == ({
+        2: "exited with code 7", 3: "exited with code 7"}, None)
+    assert launcher_exits("=   PID 41 RUNNING AT vm\n=   EXIT CODE: 9\nYOUR APPLICATION TERMINATED WITH THE EXIT "
+                          "STRING: Killed (signal 9)\n", {("vm", 41): 3}) == ({}, (3, "was killed by SIGKILL (signal 9)"))
+    assert launcher_exits("x3004c0s7b0n0: rank 5 died from signal 9\n", {}) == ({5: "was killed by SIGKILL (signal 9)"},
+                                                                                  None)
