@@ -43,7 +43,7 @@ def compare(runs: tuple[str, ...], workdir: Path, baseline: str | None, fail_pct
     if fmt == "table":
         buf = io.StringIO()
         Console(file=buf, width=220).print(comparison_table(df))
-        text = buf.getvalue()
+        text = buf.getvalue() + "".join(f"{note}\n" for note in df.attrs.get("notes", []))
     elif fmt == "csv":
         text = df.to_csv(index=False)
     else:

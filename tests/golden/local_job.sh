@@ -30,8 +30,17 @@ case "${NCCL_NET:-}" in
      echo "hpcprof: NCCL_NET=$NCCL_NET uses $hp_plugin" ;;
 esac
 trap '' PIPE  # Hydra's mpiexec could die of SIGPIPE as the job ends (exit 141, not the ranks' status); its ranks start with the default
-<VENV_BIN>/mpiexec -n 2 -ppn 2 -genv TMPDIR "$TMPDIR" "$RUN_DIR/rank_wrapper.sh" python app.py --precision bfloat16
-hp_rc=$?
+# ---- forensics: warned of the walltime (1680 s after the start), every rank dumps its stacks and Flight Recorder into $RUN_DIR/forensics
+mkdir -p "$RUN_DIR/forensics"
+hp_woken=0
+trap 'hp_woken=1; hp_status forensics walltime-warning; printf "walltime warning\n%s\n" "$(date +%s)" > "$RUN_DIR/forensics/dump.request"' USR1
+( trap 'kill "$hp_sleep" 2>/dev/null; exit 0' TERM; sleep 1680 & hp_sleep=$!; wait "$hp_sleep" && kill -USR1 $$ ) >/dev/null 2>&1 &
+hp_timer=$!
+# the launcher in the background, so that the trap runs while it does (its INT and QUIT as in the foreground)
+( trap - INT QUIT; exec <VENV_BIN>/mpiexec -n 2 -ppn 2 -genv TMPDIR "$TMPDIR" "$RUN_DIR/rank_wrapper.sh" python app.py --precision bfloat16 ) &
+hp_launcher=$!
+while wait "$hp_launcher"; hp_rc=$?; [ "$hp_woken" = 1 ]; do hp_woken=0; done
+kill "$hp_timer" 2>/dev/null
 trap - PIPE
 hp_status exit_code "$hp_rc"
 hp_status end "$(date +%s)"

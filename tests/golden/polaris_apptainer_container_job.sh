@@ -54,8 +54,17 @@ case "${NCCL_NET:-}" in
      [ -n "$hp_plugin" ] || hp_fail "NCCL_NET=$NCCL_NET needs an NCCL network plugin (libnccl-net*.so) on LD_LIBRARY_PATH and there is none: add the plugin lib directory to LD_LIBRARY_PATH in the site setup: (Polaris: /soft/libraries/aws-ofi-nccl/v1.9.1-aws/lib) or drop NCCL_NET from the site env:"
      echo "hpcprof: NCCL_NET=$NCCL_NET uses $hp_plugin" ;;
 esac
-mpiexec -n 8 --ppn 4 --depth=8 --cpu-bind depth --env TMPDIR="$TMPDIR" -l --line-buffer apptainer exec --nv -B /opt -B /var/run/palsd/ -B "$RUN_DIR" /lus/eagle/projects/datascience/pytorch_24.05.sif "$RUN_DIR/rank_wrapper.sh" python3 train.py --epochs 1
-hp_rc=$?
+# ---- forensics: warned of the walltime (480 s after the start), every rank dumps its stacks and Flight Recorder into $RUN_DIR/forensics
+mkdir -p "$RUN_DIR/forensics"
+hp_woken=0
+trap 'hp_woken=1; hp_status forensics walltime-warning; printf "walltime warning\n%s\n" "$(date +%s)" > "$RUN_DIR/forensics/dump.request"' USR1
+( trap 'kill "$hp_sleep" 2>/dev/null; exit 0' TERM; sleep 480 & hp_sleep=$!; wait "$hp_sleep" && kill -USR1 $$ ) >/dev/null 2>&1 &
+hp_timer=$!
+# the launcher in the background, so that the trap runs while it does (its INT and QUIT as in the foreground)
+( trap - INT QUIT; exec mpiexec -n 8 --ppn 4 --depth=8 --cpu-bind depth --env TMPDIR="$TMPDIR" -l --line-buffer apptainer exec --nv -B /opt -B /var/run/palsd/ -B "$RUN_DIR" /lus/eagle/projects/datascience/pytorch_24.05.sif "$RUN_DIR/rank_wrapper.sh" python3 train.py --epochs 1 ) &
+hp_launcher=$!
+while wait "$hp_launcher"; hp_rc=$?; [ "$hp_woken" = 1 ]; do hp_woken=0; done
+kill "$hp_timer" 2>/dev/null
 hp_status exit_code "$hp_rc"
 hp_status end "$(date +%s)"
 touch "$RUN_DIR/DONE"
