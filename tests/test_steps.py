@@ -144,6 +144,21 @@ def test_the_hook_registers_when_torch_is_imported_late_and_says_nothing_without
     assert bare.stdout.strip() == "True" and bare.stderr == "" and not (tmp_path / "bare" / "steps").exists()
 
 
+def test_a_program_with_its_own_torch_profiler_keeps_it(tmp_path: Path) -> None:
+    code = """
+import torch
+opt = torch.optim.SGD([torch.nn.Parameter(torch.ones(1))], lr=0.1)
+with torch.profiler.profile() as prof:
+    for _ in range(8):
+        opt.step()
+print(sum(e.name.startswith("Optimizer.step") for e in prof.events()))
+"""
+    out = run_python(tmp_path, code, HPCPROF_PROFILE_TOOL="torch", HPCPROF_STEPS_DRIVE="1",
+                     HPCPROF_PROFILE_DIR=str(tmp_path / "torch"))
+    assert out.stdout.split()[-1] == "8" and "runs its own torch.profiler" in out.stderr
+    assert len(recorded(tmp_path)) == 9 and not (tmp_path / "torch").exists()
+
+
 def test_steps_files_a_write_cut_short_and_a_file_without_header(tmp_path: Path) -> None:
     (tmp_path / "steps").mkdir()
     (tmp_path / "steps" / "rank0.jsonl").write_text('{"rank":0,"pid":1,"host":"h","tool":"nsys","skip":1,"steps":1}\n'
@@ -193,6 +208,24 @@ def test_the_hook_opens_nsys_capture_range_and_keeps_the_program_running(tmp_pat
     assert "export HPCPROF_STEPS_DRIVE=0" in own and "HPCPROF_STEPS_CAPTURE" not in own
     assert "--capture-range-end" not in own and sorted(p.name for p in (tmp_path / "own" / "inject").iterdir()) == [
         "_hpcprof_steps.py", "sitecustomize.py"]
+
+
+def test_a_window_the_program_never_reached_is_said(tmp_path: Path) -> None:
+    from hpcprof.analysis.nsys.collect import NOTHING_RECORDED, missing_profiles
+    from hpcprof.record import read_record
+
+    exp = write_experiment(tmp_path / "exp.yaml", ["python", "train.py"],
+                           "profile:\n  tool: nsys\n  nsys:\n    capture_range: cudaProfilerApi\n")
+    hpcprof("render", str(exp), "--site", "local", "-o", "run", cwd=tmp_path, check=True)
+    run = tmp_path / "run"
+    (run / "steps").mkdir()
+    (run / "steps" / "rank0.jsonl").write_text('{"rank":0,"pid":1,"host":"h","tool":"nsys","skip":5,"steps":10}\n' +
+                                               "".join(f'{{"step":{n},"end_ns":{n},"ns":1}}\n' for n in (1, 2, 3)))
+    for rank in (0, 1):
+        (run / "logs" / f"rank{rank}.log").write_text(f"{NOTHING_RECORDED}\n")
+    lines = missing_profiles(run, read_record(run / "config.json"))
+    assert "never opened: the step hook saw 3 optimizer steps, the window opens after step 5" in lines[0]
+    assert "never opened: the step hook saw no optimizer steps" in lines[1]
 
 
 @pytest.mark.parametrize(("setting", "field"), [
@@ -297,3 +330,5 @@ def test_torch_on_a_command_records_the_window_and_the_overhead_is_said(tmp_path
     report = hpcprof("report", traced.name, cwd=tmp_path, check=True).stdout
     sentence = "torch slowed each step by" if expected > 10 else "torch changed each step by"
     assert sentence in table and sentence in report and plain.name in report
+    hpcprof("report", "--html", "report.html", cwd=tmp_path, check=True)
+    assert sentence in (tmp_path / "report.html").read_text()

@@ -13,6 +13,8 @@ from hpcprof import catalog as c
 if TYPE_CHECKING:
     import pandas as pd
 
+    from hpcprof.record import RunRecord
+
 COLUMNS = ["rank", "step", "end_ns", "duration_ns", "in_window", "tool", "pid"]
 
 
@@ -62,3 +64,18 @@ def iteration_rows(steps: pd.DataFrame) -> pd.DataFrame:
     window = steps[steps["in_window"].astype(bool) & steps["duration_ns"].notna()]
     return window.assign(iteration=window["step"], phase=c.STEP_PHASE,
                          time_ms=window["duration_ns"].astype(float) / 1e6)[["rank", "iteration", "phase", "time_ms"]]
+
+
+def window_not_reached(run_dir: Path, rank: int, record: RunRecord) -> str:
+    """Why the step hook never opened a rank's capture range, for a profile that recorded nothing:
+    the optimizer steps it saw against the window's first ("" where the hook did not run)."""
+    window = record.experiment.profile.window
+    if not window.hooked(record.kind) or window.opened_by_program:
+        return ""
+    path = run_dir / "steps" / f"rank{rank}.jsonl"
+    try:
+        seen = max((row["step"] for row in read_rank(path)), default=0)
+    except (OSError, ValueError):
+        seen = 0
+    return (f": the step hook saw {seen or 'no'} optimizer step{'' if seen == 1 else 's'}, the window opens "
+            f"after step {window.skip_steps} (profile.window.skip_steps)")

@@ -212,8 +212,13 @@ def _step_ended(state: _State, now: int) -> None:
             state.profiler.stop()
             state.profiler = None
     elif state.torch_profile and step == 1:
-        state.profiler = _torch_profiler(state)
-        state.profiler.start()
+        if _profiling():
+            state.torch_profile = False
+            sys.stderr.write("hpcprof: the program runs its own torch.profiler: the step hook leaves it the window "
+                             "(set profile.window.opened_by_program: true)\n")
+        else:
+            state.profiler = _torch_profiler(state)
+            state.profiler.start()
     if state.capture:
         if step == state.skip and _cuda_in_use():
             import torch
@@ -257,6 +262,13 @@ def _json(values: dict[str, Any]) -> str:
     import json
 
     return json.dumps(values, separators=(",", ":"))
+
+
+def _profiling() -> bool:
+    """A torch.profiler (or autograd profiler) is recording already: the program's own."""
+    import torch
+
+    return bool(torch._C._autograd._profiler_enabled())
 
 
 def _cuda_in_use() -> bool:

@@ -327,6 +327,7 @@ def missing_profiles(run_dir: Path, record: RunRecord) -> list[str]:
     """One line per rank that the run's record says nsys profiles (profile.ranks over the run's
     ranks) but that left no nsys profile (a file of PROFILER.suffixes), with the cause its rank log gives."""
     from hpcprof.analysis.forensics.ranks import rank_error
+    from hpcprof.analysis.steps import window_not_reached
     from hpcprof.ranks import RankSelection
 
     profile = record.experiment.profile
@@ -346,9 +347,9 @@ def missing_profiles(run_dir: Path, record: RunRecord) -> list[str]:
             cause = f"no nsys profile and no rank log ({log.relative_to(run_dir)}): the rank never started"
         elif NOTHING_RECORDED in text:
             failed = rank_error(run_dir, rank)  # a program that failed first never opened its range
+            never = "nsys recorded nothing: the capture range never opened" + window_not_reached(run_dir, rank, record)
             cause = (f"nsys recorded nothing: the program failed first ({failed})" if failed else
-                     "nsys recorded nothing: the capture range never opened" if ranged
-                     else "nsys recorded nothing") + f" ({log.relative_to(run_dir)}: {NOTHING_RECORDED})"
+                     never if ranged else "nsys recorded nothing") + f" ({log.relative_to(run_dir)}: {NOTHING_RECORDED})"
         else:
             cause = f"no nsys profile written (see {log.relative_to(run_dir)})"
         lines.append(f"nsys: rank {rank}: {cause}")
