@@ -169,7 +169,8 @@ def test_without_forensics_the_job_is_rendered_as_before_and_a_log_names_the_fai
                "device ordinal')\n")
     progress = "; ".join(["echo \"Generating '/tmp/nsys-report-1.qdstrm' [=====    ] 40%\""] * 3)
     argv = ["bash", "-c", f"{sys.executable} -c \"$0\"; rc=$?; {progress}; exit $rc", program]
-    exp = write_experiment(tmp_path / "exp.yaml", argv, "forensics:\n  enabled: false\n", ranks=2)
+    exp = write_experiment(tmp_path / "exp.yaml", argv, "forensics:\n  enabled: false\nprofile:\n  window:\n"
+                           "    auto: false\n", ranks=2)   # no optimizer step hook either: nothing injected
     hpcprof("submit", str(exp), "--site", "local", "--wait", cwd=tmp_path, timeout=200)
     run = only_run(tmp_path)
     assert not (run / "inject").exists() and not (run / "forensics").exists()
