@@ -15,14 +15,17 @@ from dataclasses import dataclass
 
 #: the time windows a table or metric covers, with what each means
 WINDOWS: dict[str, str] = {
-    "measured window": "the timed iterations projected onto GPU time, per rank: nsys: seqpar's `timed` NVTX "
-                       "range, else the iteration ranges (`iteration`, ddp's `step`, `step<N>`, a `command`'s "
-                       "`profile.window.nvtx`), else Echo's `backward`; torch: the `ProfilerStep#N` steps. "
-                       "Without any, the whole capture (the `window` column says which)",
+    "measured window": "the timed iterations projected onto GPU time, per rank: nsys: a `command`'s "
+                       "`profile.window.nvtx`, else the step hook's `hpcprof:step` ranges (a `command`'s optimizer "
+                       "steps skip_steps+1 .. skip_steps+steps), else seqpar's `timed` NVTX range, else the "
+                       "iteration ranges (`iteration`, ddp's `step`, `step<N>`), else Echo's `backward`; torch: the "
+                       "`ProfilerStep#N` steps (the step hook's on a `command`). Without any, the whole capture "
+                       "(the `window` column says which)",
     "whole capture": "everything the profiler recorded on the rank, start-up, warm-up, NCCL set-up and "
                      "teardown included (first GPU operation to the last)",
     "counted iterations": "the workload's own timing of each iteration on each rank, without its warm-up "
-                          "iterations and the step the profiler's window took (ddp)",
+                          "iterations and the step the profiler's window took (ddp); a `command`'s: the step "
+                          "hook's wall time of each optimizer step of the window (from the previous step's end)",
     "each iteration": "one value per iteration of the measured window",
     "each kernel": "one value per GPU kernel the profiler recorded",
     "the run": "the run as a whole",
@@ -31,6 +34,7 @@ MEASURED, CAPTURE, COUNTED, EACH_ITERATION, EACH_KERNEL, RUN = WINDOWS
 
 #: who writes a table: `collect` names it `<producer>_<key>`
 NSYS, TORCH, NCU, ECHO, WORKLOAD, FILES, FORENSICS = "nsys", "torch", "ncu", "echo", "workload", "files", "forensics"
+STEPS = "steps"     # the optimizer step hook's records (<run>/steps/)
 
 
 def table_name(producer: str, key: str) -> str:
@@ -170,6 +174,13 @@ FORENSICS_COLLECTIVES = _t(FORENSICS, "collectives", "collective that went wrong
                            "the first collective of each process group that some ranks never entered, or "
                            "entered with different sizes: which ranks were present or missing, how long they "
                            "waited", "PyTorch's fr_trace")
+STEPS_TIMES = _t(STEPS, "times", "rank and optimizer step", EACH_ITERATION,
+                 "each optimizer step of a `command` (the step hook, profile.window.auto): its end (wall clock, "
+                 "ns), its length from the previous step's end (ns; none for the first), whether it is in the "
+                 "window (in_window), the rank's profiler (tool) and process (pid)",
+                 "PyTorch's global optimizer step hooks (torch.optim.optimizer.register_optimizer_step_post_hook)")
+#: the phase name of a `command`'s steps in the per-iteration timing rows (hpcprof.analysis.steps)
+STEP_PHASE = "step"
 
 TABLES: tuple[TableSpec, ...] = (
     NSYS_WINDOW, NSYS_ITERATIONS, NSYS_KERNELS, NSYS_NCCL, NSYS_OVERLAP, NSYS_PHASES, NSYS_TIMELINE, NSYS_GAPS,
@@ -179,7 +190,8 @@ TABLES: tuple[TableSpec, ...] = (
     TORCH_KERNEL_TYPES, TORCH_CRITICAL_EVENTS, TORCH_CRITICAL_PATH, TORCH_CRITICAL_SEGMENTS,
     NCU_METRICS, ECHO_SLOWDOWN,
     WORKLOAD_SEQPAR, SEQPAR_PHASES, SEQPAR_ITERATIONS, SEQPAR_RANKS, SEQPAR_LOOP, SEQPAR_CHECK,
-    WORKLOAD_DDP, DDP_PHASES, DDP_STEPS, DDP_RANKS, FILES_MANIFEST, FORENSICS_RANKS, FORENSICS_COLLECTIVES)
+    WORKLOAD_DDP, DDP_PHASES, DDP_STEPS, DDP_RANKS, FILES_MANIFEST, FORENSICS_RANKS,
+    FORENSICS_COLLECTIVES, STEPS_TIMES)
 #: each workload kind's timing tables: (phase statistics, per-iteration rows, the per-iteration phase)
 WORKLOAD_TIMINGS: dict[str, tuple[TableSpec, TableSpec, str]] = {
     "seqpar": (SEQPAR_PHASES, SEQPAR_ITERATIONS, "iteration"), "ddp": (DDP_PHASES, DDP_STEPS, "step")}
@@ -234,7 +246,7 @@ def parse_column(text: str) -> tuple[str, str] | None:
     return (found[1], found[2]) if found else None
 
 
-_TIMING = tuple(t for timing in WORKLOAD_TIMINGS.values() for t in timing[1:2])
+_TIMING = (*(t for timing in WORKLOAD_TIMINGS.values() for t in timing[1:2]), STEPS_TIMES)
 _PHASES = tuple(timing[0] for timing in WORKLOAD_TIMINGS.values())
 _RATE = "; the whole-iteration phase is iteration.mean"
 ITERATION_MEAN = MetricSpec("iteration.mean", "ms", COUNTED,
@@ -259,7 +271,9 @@ WINDOW_DURATION = MetricSpec("window.duration", "ms", MEASURED,
                              "mean over ranks of the window's GPU length (first GPU start to last GPU end)",
                              (NSYS_WINDOW, TORCH_WINDOW), f"nsys: {NSYS_WINDOW.reference}; torch: {TORCH_WINDOW.reference}")
 WINDOW_ITERATIONS = MetricSpec("window.iterations", "count", MEASURED,
-                               "mean over ranks of the iterations in the window", (NSYS_WINDOW, TORCH_WINDOW))
+                               "mean over ranks of the iterations in the window (a `command` without a profiler "
+                               "window, `tool: none`: of the step hook's steps in its window)",
+                               (NSYS_WINDOW, TORCH_WINDOW, STEPS_TIMES))
 _CATEGORIES = ("kernels by name: `gemm` (cuBLAS, CUTLASS, nvjet, xmma, ... kernels), `nccl.<Collective>` "
                "(ncclKernel_/ncclDevKernel_<Collective>), `nccl.other`, `other`")
 
@@ -298,6 +312,13 @@ _SLOWDOWN = ("of the matched compute kernels' slowdown: (duration at world size 
 SLOWDOWN_MEDIAN, SLOWDOWN_MEAN, SLOWDOWN_P90 = (
     MetricSpec(f"slowdown.{stat}", "", CAPTURE, f"{words} {_SLOWDOWN}", (ECHO_SLOWDOWN,), "Echo's analyse.py")
     for stat, words in (("median", "median"), ("mean", "mean"), ("p90", "90th percentile")))
+#: profiler.overhead_pct above this is a warning in `compare` and the report
+OVERHEAD_WARN_PCT = 10.0
+PROFILER_OVERHEAD = MetricSpec("profiler.overhead_pct", "%", COUNTED,
+                               "100 · (iteration.median of the run / iteration.median of the same experiment's run "
+                               "under `profile.tool: none` − 1): the profiler's perturbation of each step (a "
+                               f"`command`'s step hook times both); a warning above {OVERHEAD_WARN_PCT:g} %. Found "
+                               "by `report` and `compare` among the runs of the experiment", (STEPS_TIMES,))
 ITERATION_IDLE_PCT = MetricSpec("idle_pct", "%", EACH_ITERATION, f"{_IDLE}, per iteration",
                                 (NSYS_ITERATIONS, TORCH_ITERATIONS), IDLE_PCT.reference, headline=False)
 
@@ -305,7 +326,7 @@ METRICS: tuple[MetricSpec, ...] = (
     ITERATION_MEAN, ITERATION_MEDIAN, ITERATION_SPREAD, ITERATION_SPREAD_PCT, SLOWEST_RANK, SLOWEST_RANK_EXCESS_PCT,
     PHASE_TIME, PHASE_TFLOPS, PHASE_BUSBW, WINDOW_DURATION, WINDOW_ITERATIONS, *GPU_TIME, OVERLAP_PCT, IDLE_PCT,
     *CAPTURE_GPU_TIME, CAPTURE_OVERLAP_PCT, CAPTURE_IDLE_PCT, SLOWDOWN_MEDIAN, SLOWDOWN_MEAN, SLOWDOWN_P90,
-    ITERATION_IDLE_PCT)
+    PROFILER_OVERHEAD, ITERATION_IDLE_PCT)
 
 
 def declared(name: str) -> MetricSpec | None:

@@ -26,6 +26,14 @@ class WorkloadRecord(msgspec.Struct, frozen=True, kw_only=True):
 
 class WindowRecord(msgspec.Struct, frozen=True, kw_only=True):
     nvtx: str | None = None                 # the NVTX range of one iteration (a `command` workload's)
+    auto: bool = False                      # the optimizer step hook ran (runs before it had none)
+    opened_by_program: bool = False         # the program, not the hook, opens the capture range
+    skip_steps: int = 0
+    steps: int = 0
+
+    def hooked(self, workload: str) -> bool:
+        """Whether the optimizer step hook ran in the ranks (hpcprof.config.profile.WindowConfig.hooked)."""
+        return self.auto and workload == "command"
 
 
 class NsysRecord(msgspec.Struct, frozen=True, kw_only=True):

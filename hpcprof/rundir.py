@@ -2,7 +2,8 @@
 files (the state they add up to is hpcprof.jobstate's).
 
 Layout: config.json (the run record: the resolved config, read back typed by hpcprof.record),
-job.sh, rank_wrapper.sh, logs/, profiles/<tool>/, results/, tmp/, derived/ (collect's own
+job.sh, rank_wrapper.sh, logs/, profiles/<tool>/, results/, tmp/, inject/ (the ranks' start-up hook),
+steps/ (the optimizer step hook's steps per rank), derived/ (collect's own
 intermediate files, e.g. exported .sqlite), `status` (key=value lines written by the job: start,
 host, job_id, exit_code, end; and `cancelled=` by `mark_cancelled`),
 `DONE` (written last by the job), `submission.json` (written at submit: scheduler, job id),

@@ -33,7 +33,8 @@ def render(tmp_path: Path, experiment: dict[str, Any]) -> subprocess.CompletedPr
 
 
 def test_command_under_a_capture_range_must_open_it(tmp_path: Path) -> None:
-    result = render(tmp_path, COMMAND)
+    """Without the optimizer step hook (profile.window.auto: false), a command must say it opens the range."""
+    result = render(tmp_path, {**COMMAND, "profile": {**COMMAND["profile"], "window": {"auto": False}}})
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert len(result.stderr.splitlines()) == 1
     assert "field 'profile.window.opened_by_program'" in result.stderr
@@ -44,7 +45,8 @@ def test_command_under_a_capture_range_must_open_it(tmp_path: Path) -> None:
     {**COMMAND, "profile": {**COMMAND["profile"], "window": {"opened_by_program": True, "nvtx": "train_step"}}},
     {**COMMAND, "workload": {"kind": "seqpar", "args": {"sequence_length": 8, "hidden_dim": 8}}},
     {**COMMAND, "profile": {"tool": "nsys"}},
-], ids=["command-that-opens-it", "seqpar-opens-it", "no-capture-range"])
+    COMMAND,
+], ids=["command-that-opens-it", "seqpar-opens-it", "no-capture-range", "the-step-hook-opens-it"])
 def test_renders_when_something_opens_the_range(tmp_path: Path, experiment: dict[str, Any]) -> None:
     result = render(tmp_path, experiment)
     assert result.returncode == 0, result.stderr
@@ -86,8 +88,9 @@ def test_a_rank_that_recorded_nothing_makes_the_collect_partial(tmp_path: Path, 
     shutil.copy(fixtures_dir / "nsys/h200_seqpar_bf16/rank0.sqlite", run / "profiles/nsys/rank0.sqlite")
     with open(run / "logs/rank1.log", "a") as log:   # what nsys prints when the range never opened
         log.write("Collecting data...\nNo reports were generated\n")
-    assert rank_set_line(run) == ("nsys: rank 1: nsys recorded nothing: the capture range never opened "
-                                             "(logs/rank1.log: No reports were generated)")
+    assert rank_set_line(run) == (
+        "nsys: rank 1: nsys recorded nothing: the capture range never opened: the step hook saw no optimizer steps, "
+        "the window opens after step 5 (profile.window.skip_steps) (logs/rank1.log: No reports were generated)")
 
     result = hpcprof("collect", cwd=tmp_path, env=CLI_ENV)
     assert result.returncode == 3, result.stderr

@@ -187,7 +187,8 @@ def test_without_forensics_the_job_is_rendered_as_before_and_a_log_names_the_fai
                "device ordinal')\n")
     progress = "; ".join(["echo \"Generating '/tmp/nsys-report-1.qdstrm' [=====    ] 40%\""] * 3)
     argv = ["bash", "-c", f"{sys.executable} -c \"$0\"; rc=$?; {progress}; exit $rc", program]
-    exp = write_experiment(tmp_path / "exp.yaml", argv, "forensics:\n  enabled: false\n", ranks=2)
+    exp = write_experiment(tmp_path / "exp.yaml", argv, "forensics:\n  enabled: false\nprofile:\n  window:\n"
+                           "    auto: false\n", ranks=2)   # no optimizer step hook either: nothing injected
     hpcprof("submit", str(exp), "--site", "local", "--wait", cwd=tmp_path, timeout=200)
     run = only_run(tmp_path)
     assert not (run / "inject").exists() and not (run / "forensics").exists()
@@ -222,7 +223,8 @@ def test_render_arms_every_scheduler(tmp_path: Path) -> None:
     assert "sleep 300 &" in script and "--signal" not in script  # 600 s walltime: warned at half of it
     assert f"export PYTHONPATH={out}/inject${{PYTHONPATH:+:$PYTHONPATH}}" in wrapper
     assert "hp_unset TORCH_FR_BUFFER_SIZE && export TORCH_FR_BUFFER_SIZE=2000" in wrapper
-    assert sorted(p.name for p in (out / "inject").iterdir()) == ["_hpcprof_forensics.py", "sitecustomize.py"]
+    assert sorted(p.name for p in (out / "inject").iterdir()) == ["_hpcprof_forensics.py", "_hpcprof_steps.py",
+                                                                  "sitecustomize.py"]  # a command: the step hook too
     # the experiment's own value wins: exported by the job before the wrapper runs
     env = {"TORCH_FR_BUFFER_SIZE": "64", "HPCPROF_RANK": "0", "PMI_RANK": "0", "PMI_LOCAL_RANK": "0"}
     shown = subprocess.run(["bash", str(out / "rank_wrapper.sh"), "bash", "-c", "echo $TORCH_FR_BUFFER_SIZE "

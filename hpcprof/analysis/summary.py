@@ -139,6 +139,24 @@ def window_metrics(window: pd.DataFrame | None) -> list[Metric]:
             c.WINDOW_ITERATIONS.value(float(window["iterations"].mean()))]
 
 
+def step_metrics(tables: Tables, profiler_window: bool) -> list[Metric]:
+    """A `command`'s iteration metrics from the step hook's steps in the window (steps_times), and
+    (`profiler_window` False: the run has no profiler window table, e.g. `tool: none`, or a torch
+    trace of a CPU run) window.iterations from them."""
+    from hpcprof.analysis.steps import iteration_rows
+
+    steps = tables(c.STEPS_TIMES.name)
+    if steps is None or steps.empty:
+        return []
+    rows = iteration_rows(steps)
+    out = iteration_metrics(rows, c.STEP_PHASE) if not rows.empty else []
+    if not profiler_window:
+        window = steps[steps["in_window"].astype(bool)]
+        out.append(c.WINDOW_ITERATIONS.value(float(window.groupby("rank").size().reindex(
+            steps["rank"].unique(), fill_value=0).mean())))
+    return out
+
+
 def nsys_metrics(tables: Tables) -> list[Metric]:
     """GPU time by category, overlap and idle % over the measured window (nsys_kernels,
     nsys_overlap), the window itself, and the same over the whole capture as `capture.*`."""
@@ -218,6 +236,9 @@ def run_summary(tables: Tables, record: RunRecord) -> list[Metric]:
         if phases is not None and not phases.empty:
             out += phase_metrics(phases, iteration)
     profiler = profilers.find(record.tool)
+    if record.kind == "command":
+        window = profiler.table("window") if profiler is not None else None
+        out += step_metrics(tables, window is not None and tables(window) is not None)
     for target in profiler.metrics if profiler is not None else ():
         out += load_target(target)(tables)
     return out

@@ -61,7 +61,7 @@ def manifest(run: RunDir) -> pd.DataFrame:
     import pandas as pd
 
     rows = []       # text and tuples, no Path or dict per file: at 16,384 ranks ~10 MB less at the collect's peak
-    for sub in ("logs", "profiles", "results", "forensics"):
+    for sub in ("logs", "profiles", "results", "forensics", "steps"):
         found: list[tuple[str, int]] = []
         directories = [sub]
         while directories:

@@ -168,6 +168,21 @@ def collect_run(run: RunDir, store: Store, log: Log = print, executor: Executor 
         step("files" + suffix, lambda: save(c.FILES, {c.FILES_MANIFEST.key: manifest(run)}))
         step("profiles" + suffix, missing)
         step("forensics" + suffix, lambda: save(c.FORENSICS, forensics_tables(run)))
+        step("steps" + suffix, steps)
+
+    def steps() -> None:
+        """The step hook's records (profile.window.auto on a `command`): its table, or why there is none."""
+        from hpcprof.analysis.steps import steps_tables
+        from hpcprof.jobstate import recorded_state
+
+        tables, problems = steps_tables(run.path)
+        for line in problems:
+            done.report(Problem(None, f"steps: {line}"))
+        save(c.STEPS, tables)
+        window = record.experiment.profile.window
+        if not tables and window.hooked(record.kind) and recorded_state(run).state == "COMPLETED":
+            log(f"{run.run_id}: note: the step hook saw no optimizer step on any rank (a program without "
+                "torch.optim): the window is the program's own NVTX range (profile.window.nvtx) or the whole capture")
 
     def profiles() -> None:
         with done.timed("inputs"), gc_paused():

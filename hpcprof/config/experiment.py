@@ -150,6 +150,9 @@ class Experiment(Model):
     repeat: Annotated[int, Meta(ge=1, le=1000)] = 1  # runs per sweep point (params get "repeat": 0..N-1)
     analysis: AnalysisConfig = msgspec.field(default_factory=AnalysisConfig)
     forensics: ForensicsConfig = msgspec.field(default_factory=ForensicsConfig)
+    # the GPUs each rank sees (hpcprof.render.rank_env): unset, the site's; `local-rank`: all of the
+    # node's, ordered so that cuda:LOCAL_RANK is the rank's GPU (torchrun, Lightning, HF scripts)
+    gpu_affinity: Literal["none", "identity", "reverse", "local-rank"] | None = None
 
     def __post_init__(self) -> None:
         run_checks(self, {"name": check_experiment_name, "env": check_rank_env, "sweep": check_sweep})

@@ -7,9 +7,10 @@ time on the login node, not an hour later in the queue.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
+from msgspec import Meta
 
 from hpcprof import profilers
 from hpcprof.errors import shorten
@@ -33,18 +34,38 @@ class ToolName(str):
         return cls(value)
 
 
-class WindowConfig(Model):
-    """The measured window of a `command` workload (seqpar and ddp mark their own):
-    `nvtx` names the NVTX range that spans one timed iteration (metrics are computed over its
-    instances, projected onto GPU time); `opened_by_program` states that the program itself
-    opens nsys's capture range (calls cudaProfilerStart/Stop, or pushes the `nvtx_capture` range)."""
+#: the NVTX ranges of the optimizer step hook (hpcprof/inject/_hpcprof_steps.py writes them): a step
+#: of the window, and any other step
+STEP_RANGE = "hpcprof:step"
+UNMEASURED_STEP_RANGE = "hpcprof:step-unmeasured"
 
+
+class WindowConfig(Model):
+    """The measured window of a `command` workload (seqpar and ddp mark their own).
+
+    With `auto` (the default) hpcprof's start-up hook makes every optimizer step of a Python
+    program a step (hpcprof.inject._hpcprof_steps): the window is steps `skip_steps`+1 ..
+    `skip_steps`+`steps`, marked as NVTX ranges `hpcprof:step`, opening nsys's `cudaProfilerApi`
+    capture range (ncu's with `profile_from_start: false`) and driving torch.profiler's schedule
+    there, each step's time recorded per rank. `nvtx` names the NVTX range that spans one timed
+    iteration of a program that marks its own (metrics are computed over its instances, projected
+    onto GPU time); `opened_by_program` states that the program itself opens the capture range
+    (calls cudaProfilerStart/Stop, pushes the `nvtx_capture` range, runs its own torch.profiler):
+    the hook then only marks and times the steps."""
+
+    auto: bool = True               # the optimizer step hook on a `command` (false: as without it)
+    skip_steps: Annotated[int, Meta(ge=1, le=1_000_000)] = 5    # optimizer steps before the window (warm-up)
+    steps: Annotated[int, Meta(ge=1, le=1_000_000)] = 10        # optimizer steps in the window
     nvtx: str | None = None
     opened_by_program: bool = False
 
     def __post_init__(self) -> None:
         if self.nvtx is not None and not self.nvtx.strip():
             raise FieldError("nvtx", "nvtx must name an NVTX range, e.g. train_step")
+
+    def hooked(self, workload: str) -> bool:
+        """Whether the optimizer step hook runs in a rank of workload kind `workload`."""
+        return self.auto and workload == "command"
 
 
 class ProfileConfig(Model):

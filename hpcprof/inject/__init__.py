@@ -3,7 +3,8 @@
 rank runs imports `sitecustomize` from there, without a change to the user's files.
 
 `sitecustomize` arms what the rank wrapper asked for through the environment (HPCPROF_FORENSICS:
-`_hpcprof_forensics`), once per rank (not again in the rank's own Python children), then runs
+`_hpcprof_forensics`), once per rank (not again in the rank's own Python children), and
+(HPCPROF_STEPS: `_hpcprof_steps`, the optimizer step hook) in every Python of the rank, then runs
 the `sitecustomize` it shadows. The modules run in the rank's interpreter, which need not have
 hpcprof installed: they import nothing of hpcprof and only the standard library.
 """

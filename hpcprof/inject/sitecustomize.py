@@ -12,6 +12,10 @@ ARMED = "HPCPROF_ARMED_PID"
 
 
 def _arm() -> None:
+    if os.environ.get("HPCPROF_STEPS") == "1" and os.environ.get("HPCPROF_RUN_DIR"):
+        import _hpcprof_steps  # in every Python of the rank: the first whose optimizer steps records them
+
+        _hpcprof_steps.arm()
     if os.environ.get(ARMED) or not os.environ.get("HPCPROF_RUN_DIR"):
         return
     os.environ[ARMED] = str(os.getpid())

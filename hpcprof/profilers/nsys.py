@@ -96,12 +96,15 @@ def launch(options: NsysOptions, program: str) -> Launch:
 
 def check(options: NsysOptions, workload: str, window: Any) -> tuple[str, str] | None:
     """A capture range records only what the program opens: seqpar and ddp open it around their timed
-    iterations, a `command` must say it does (profile.window.opened_by_program)."""
-    if options.capture_range == "none" or workload != "command" or window.opened_by_program:
+    iterations, the step hook a `command`'s (profile.window.auto), else the program must say it does
+    (profile.window.opened_by_program)."""
+    if options.capture_range == "none" or workload != "command" or window.opened_by_program \
+            or (window.hooked(workload) and options.capture_range == "cudaProfilerApi"):
         return None
     return ("profile.window.opened_by_program",
             f"capture_range {options.capture_range} records only what the program opens; set it to true if the "
-            "program calls cudaProfilerStart/Stop (or pushes the nvtx_capture range), else use capture_range: none")
+            "program calls cudaProfilerStart/Stop (or pushes the nvtx_capture range), else use capture_range: none "
+            "(or cudaProfilerApi, which the step hook of profile.window.auto opens)")
 
 
 PROFILER = Profiler(

@@ -1,15 +1,15 @@
-"""torch.profiler: no program to start; the workload runs it (hpcprof.workloads.timing) with the
-schedule the rank wrapper exports, and writes one Kineto trace per rank (HTA's analyses,
-hpcprof.analysis.trace)."""
+"""torch.profiler: no program to start; the workload runs it (seqpar and ddp: hpcprof.workloads.timing;
+a `command`: the optimizer step hook, over its window of steps) with the schedule the rank wrapper
+exports, and writes one Kineto trace per rank (HTA's analyses, hpcprof.analysis.trace)."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from msgspec import Meta
 
 from hpcprof import catalog as c
-from hpcprof.models import Model
+from hpcprof.models import Model, given_fields
 from hpcprof.profilers.base import KernelTime, Launch, Profiler, Tables
 
 
@@ -26,6 +26,16 @@ class TorchOptions(Model):
         return f"wait={self.wait},warmup={self.warmup},active={self.active},repeat={self.repeat}"
 
 
+def check(options: TorchOptions, workload: str, window: Any) -> tuple[str, str] | None:
+    """On a `command` whose optimizer step hook drives torch.profiler (profile.window.auto), the
+    window's steps are the schedule: only `warmup` (taken from the skipped steps) applies."""
+    given = sorted(given_fields(options) & {"wait", "active", "repeat"})
+    if not given or not window.hooked(workload) or window.opened_by_program:
+        return None
+    return (f"profile.torch.{given[0]}", "on a command the step hook's window is torch.profiler's schedule "
+            "(profile.window.skip_steps and steps); drop it, or set profile.window.auto: false")
+
+
 def launch(options: TorchOptions, program: str) -> Launch:
     """The command itself, with the schedule and trace compression in its environment."""
     return Launch([], env={"HPCPROF_TORCH_SCHEDULE": options.schedule(),
@@ -35,7 +45,7 @@ def launch(options: TorchOptions, program: str) -> Launch:
 PROFILER = Profiler(
     "torch",
     suffixes=(".pt.trace.json", ".pt.trace.json.gz"),
-    options=TorchOptions, launch=launch,
+    options=TorchOptions, launch=launch, check=check,
     collector="hpcprof.analysis.trace.collect:TorchCollector",
     tables=Tables(iterations=c.TORCH_ITERATIONS.key, window=c.TORCH_WINDOW.key,
                   critical_path=c.TORCH_CRITICAL_PATH.key, kernels=c.TORCH_KERNELS.key),

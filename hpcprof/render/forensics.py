@@ -11,17 +11,21 @@ from hpcprof.config.directives import walltime_seconds
 from hpcprof.config.experiment import Point
 from hpcprof.config.forensics import POLL_SECONDS, ForensicsConfig
 from hpcprof.config.site import SiteConfig
+from hpcprof.render.steps import steps_env
 
-#: the start-up hook's modules, copied into every run's inject/ directory
+#: the start-up hook's modules, copied into a run's inject/ directory (the forensics', the step hook's where armed)
 INJECT_DIR = Path(__file__).resolve().parents[1] / "inject"
 INJECT_FILES = ("sitecustomize.py", "_hpcprof_forensics.py")
+STEPS_FILE = "_hpcprof_steps.py"
 
 
 def inject_files(point: Point) -> dict[str, str]:
-    """The run's inject/ files (relative path -> text); none when forensics is off."""
-    if not point.experiment.forensics.enabled:
-        return {}
-    return {f"inject/{name}": (INJECT_DIR / name).read_text() for name in INJECT_FILES}
+    """The run's inject/ files (relative path -> text): sitecustomize with the forensics module and the
+    step hook's, each where it is armed; none when neither is."""
+    names = [*(INJECT_FILES if point.experiment.forensics.enabled else ()), *((STEPS_FILE,) if steps_env(point) else ())]
+    if names and names[0] != INJECT_FILES[0]:
+        names.insert(0, INJECT_FILES[0])
+    return {f"inject/{name}": (INJECT_DIR / name).read_text() for name in names}
 
 
 def forensics_env(config: ForensicsConfig, world_size: int, run_dir: Path) -> dict[str, str]:

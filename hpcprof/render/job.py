@@ -29,6 +29,8 @@ from hpcprof.render.containers import check_container, effective_container, wrap
 from hpcprof.render.forensics import forensics_context, inject_files
 from hpcprof.render.launchers import SIGPIPE_IGNORED, launch_argv, launcher_key
 from hpcprof.render.quoting import directive, quote, quote_join
+from hpcprof.render.rank_env import rank_env_context
+from hpcprof.render.steps import steps_env, tool_options
 from hpcprof.resources import template_dir
 from hpcprof.rundir import RECORD_FORMAT, RECORD_VERSION
 from hpcprof.schedulers import get_scheduler
@@ -195,6 +197,11 @@ TEMPLATE_VARS: dict[str, str] = {
                      "empty when forensics.enabled is false",
     "forensics_signal": "Slurm: seconds before the walltime of the job's --signal=B:USR1 warning (0: none)",
     "forensics_timer": "seconds after the start at which the job warns itself of its walltime (0: none)",
+    "steps_env": "what the rank wrapper exports for the optimizer step hook (hpcprof.render.steps); empty: no hook",
+    "gpu_affinity": "the ranks' GPU convention: none, identity, reverse or local-rank (hpcprof.render.rank_env)",
+    "gpu_order": "CUDA_VISIBLE_DEVICES of gpu_affinity local-rank on a reverse site ('' = not set)",
+    "gpu_note": "what a rank's log line about its GPUs adds",
+    "master_addr_local": "true when every rank is on one node (MASTER_ADDR 127.0.0.1 where unset)",
 }
 #: what mpijob.yaml.j2 (Kubernetes) gets besides TEMPLATE_VARS
 MANIFEST_VARS = {
@@ -220,7 +227,8 @@ def template_context(point: Point, site: SiteConfig, run_dir: Path, run_id: str,
     profile = exp.profile
     profiler = profilers.get(profile.tool)
     tool_path = profiler.program_in(msgspec.structs.asdict(site.paths)) or ""
-    launch = profiler.launch(profile.options, tool_path) if profiler.launch else profilers.Launch([])
+    launch = profiler.launch(tool_options(profile, exp.workload.kind), tool_path) if profiler.launch \
+        else profilers.Launch([])
     scheduler = get_scheduler(site.scheduler)
     submit_dir = scheduler.start_dir(site, submit_dir, run_dir)
     container = None if scheduler.runs_containers else effective_container(site, exp.container)
@@ -266,6 +274,8 @@ def template_context(point: Point, site: SiteConfig, run_dir: Path, run_id: str,
         "tool_output": launch.output,
         "tool_env": launch.env,
         **forensics_context(point, site, run_dir),
+        "steps_env": steps_env(point),
+        **rank_env_context(point, site),
     }
 
 

@@ -47,7 +47,7 @@ def compare(runs: tuple[str, ...], workdir: Path, baseline: str | None, fail_pct
         if fmt == "table":
             buf = io.StringIO()
             Console(file=buf, width=220).print(comparison_table(df))
-            out.write(buf.getvalue())
+            out.write(buf.getvalue() + "".join(f"{note}\n" for note in df.attrs.get("notes", [])))
         else:   # hpcprof.output's CSV (formula-like text neutralised) or JSON
             emit(df, fmt, out)
 

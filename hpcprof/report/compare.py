@@ -132,11 +132,22 @@ def judged(infos: list[RunInfo], baseline: str) -> pd.DataFrame:
 
 def compare_frame(refs: tuple[str, ...], workdir: Path, baseline: str | None = None) -> pd.DataFrame:
     """The comparison of the selected runs (folded repetitions with confidence intervals; with a
-    baseline, ratios to it and verdicts)."""
+    baseline, ratios to it and verdicts); `attrs["notes"]`: the profilers' perturbation of the steps."""
     runs = select_runs(refs, workdir)
+    infos = load(runs)
     if baseline is None:
-        return fold_repetitions(comparison(load(runs)))
-    base_run = find_run(baseline, workdir)
-    if base_run not in runs:
-        raise UserError(f"--baseline {baseline}: not in the selection; add it to the runs compared")
-    return judged(load(runs), base_run.run_id)
+        df = fold_repetitions(comparison(infos))
+    else:
+        base_run = find_run(baseline, workdir)
+        if base_run not in runs:
+            raise UserError(f"--baseline {baseline}: not in the selection; add it to the runs compared")
+        df = judged(infos, base_run.run_id)
+    df.attrs["notes"] = overhead_notes(infos)
+    return df
+
+
+def overhead_notes(infos: list[RunInfo]) -> list[str]:
+    """One line per profiled run with a baseline: the profiler's perturbation of its steps
+    (hpcprof.report.overhead), `warning: ` first above the threshold."""
+    return [f"{'warning: ' if i.overhead.warning else ''}{i.run.run_id}: {i.overhead.sentence()}"
+            for i in infos if i.overhead is not None]

@@ -260,6 +260,9 @@ def run_header(info: RunInfo) -> str:
             f"{' (' + html.escape(info.reason) + ')' if info.reason else ''}; {html.escape(str(info.run.path))}</p>")
     if stack := stack_lines(info.run, info.state):  # the stack of the rank the reason names
         text += f"<pre class='stack'>{html.escape(chr(10).join(stack))}</pre>"
+    if info.overhead is not None:    # the profiler's perturbation of each step
+        text += (f"<p class='{'warning' if info.overhead.warning else 'note'}'>"
+                 f"{html.escape(info.overhead.sentence())}</p>")
     if not metrics.empty:
         text += table_html(metrics)
     if info.top:

@@ -8,13 +8,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hpcprof.errors import UserError
 from hpcprof.record import RunRecord, read_record
 from hpcprof.results import Metric, TopKernel, list_tables, read_headline
 from hpcprof.rundir import RunDir, all_runs, latest_sweep
 from hpcprof.rundir import select_runs as rundir_select
+
+if TYPE_CHECKING:
+    from hpcprof.report.overhead import Overhead
 
 
 @dataclass
@@ -28,6 +31,7 @@ class RunInfo:
     reason: str = ""
     metrics: list[Metric] = field(default_factory=list)
     top: list[TopKernel] = field(default_factory=list)
+    overhead: Overhead | None = None    # the profiler's perturbation of each step (hpcprof.report.overhead)
 
     @property
     def params(self) -> dict[str, Any]:
@@ -73,8 +77,21 @@ def load(runs: list[RunDir], require_collected: bool = True, one_workload: bool 
                 headline = run_headline(run.path, info.record)
             info.metrics, info.top = headline
         infos.append(info)
+    add_overheads(infos)
     kinds = sorted({i.kind for i in infos})
     if one_workload and len(kinds) > 1:
         raise UserError(f"the selection mixes workloads {', '.join(kinds)}; compare runs of one workload "
                         "(name one sweep or the runs of one experiment)")
     return infos
+
+
+def add_overheads(infos: list[RunInfo]) -> None:
+    """The profiler's perturbation of each step of the profiled runs that have a baseline
+    (hpcprof.report.overhead), as RunInfo.overhead and its metric."""
+    from hpcprof.report.overhead import overhead_metric, overheads
+
+    found = overheads([(i.run, i.record, i.metrics) for i in infos if i.metrics])
+    for info in infos:
+        if (overhead := found.get(info.run.run_id)) is not None:
+            info.overhead = overhead
+            info.metrics.append(overhead_metric(overhead))

@@ -148,6 +148,9 @@ def headline(info: RunInfo, out: Console) -> None:
         for name, value, unit in info.metrics:
             table.add_row(rich_text(name), rich_text(with_unit(value, unit)))
         out.print(table)
+    if info.overhead is not None:
+        out.print(("[yellow]warning[/]: " if info.overhead.warning else "") + info.overhead.sentence(),
+                  highlight=False)
     if info.top:
         top = Table(title="top kernels (all ranks)", title_justify="left")
         top.add_column("name")

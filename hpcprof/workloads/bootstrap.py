@@ -97,10 +97,10 @@ def discover_layout() -> RankLayout:
 
         comm = MPI.COMM_WORLD
         return RankLayout(comm.Get_rank(), comm.Get_size(), local_rank, "mpi")
+    if "SLURM_PROCID" in env and "SLURM_NTASKS" in env:  # before RANK: the rank wrapper sets it under srun too
+        return RankLayout(int(env["SLURM_PROCID"]), int(env["SLURM_NTASKS"]), local_rank, "srun")
     if "RANK" in env and "WORLD_SIZE" in env and "MASTER_ADDR" in env:
         return RankLayout(int(env["RANK"]), int(env["WORLD_SIZE"]), local_rank, "torchrun")
-    if "SLURM_PROCID" in env and "SLURM_NTASKS" in env:
-        return RankLayout(int(env["SLURM_PROCID"]), int(env["SLURM_NTASKS"]), local_rank, "srun")
     return RankLayout(0, 1, 0, "single")
 
 

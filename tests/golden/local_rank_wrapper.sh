@@ -14,6 +14,13 @@ hp_rank=$(hp_first PALS_RANKID OMPI_COMM_WORLD_RANK PMI_RANK PMIX_RANK SLURM_PRO
 hp_local_rank=$(hp_first PALS_LOCAL_RANKID OMPI_COMM_WORLD_LOCAL_RANK MPI_LOCALRANKID PMI_LOCAL_RANK SLURM_LOCALID LOCAL_RANK) || exit 2
 export HPCPROF_RUN_DIR=/tmp/hpcprof-runs/seqpar-like/20250101-120000-abc123
 export HPCPROF_RANK="$hp_rank" HPCPROF_LOCAL_RANK="$hp_local_rank"
+# ---- torch.distributed's env:// variables, each only where unset (torchrun sets its own): hpcprof.render.rank_env
+[ -n "${RANK:-}" ] || export RANK="$hp_rank"
+[ -n "${LOCAL_RANK:-}" ] || export LOCAL_RANK="$hp_local_rank"
+[ -n "${WORLD_SIZE:-}" ] || export WORLD_SIZE=2
+[ -n "${LOCAL_WORLD_SIZE:-}" ] || export LOCAL_WORLD_SIZE=2
+[ -n "${MASTER_ADDR:-}" ] || export MASTER_ADDR=127.0.0.1
+[ -n "${MASTER_PORT:-}" ] || export MASTER_PORT=23612
 # ---- forensics (experiment forensics:): hpcprof's start-up hook first on PYTHONPATH; each variable only where unset
 export PYTHONPATH=/tmp/hpcprof-runs/seqpar-like/20250101-120000-abc123/inject${PYTHONPATH:+:$PYTHONPATH}
 hp_unset() { [ -z "${!1+set}" ]; }
@@ -23,6 +30,11 @@ hp_unset HPCPROF_FORENSICS_WAIT && export HPCPROF_FORENSICS_WAIT=2.5
 hp_unset TORCH_FR_BUFFER_SIZE && export TORCH_FR_BUFFER_SIZE=2000
 hp_unset TORCH_FR_DUMP_TEMP_FILE && export TORCH_FR_DUMP_TEMP_FILE=/tmp/hpcprof-runs/seqpar-like/20250101-120000-abc123/forensics/fr_nccl_rank
 hp_unset TORCH_NCCL_DUMP_ON_TIMEOUT && export TORCH_NCCL_DUMP_ON_TIMEOUT=1
+# ---- optimizer steps (profile.window.auto): hpcprof's start-up hook marks and times them
+export HPCPROF_STEPS=1
+export HPCPROF_STEPS_SKIP=5
+export HPCPROF_STEPS_COUNT=10
+export HPCPROF_STEPS_DRIVE=1
 exec > >(tee -a "$HPCPROF_RUN_DIR/logs/rank${hp_rank}.log") 2>&1
 
 # ---- profiled ranks: all

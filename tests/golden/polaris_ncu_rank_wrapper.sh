@@ -14,6 +14,20 @@ hp_rank=$(hp_first PALS_RANKID OMPI_COMM_WORLD_RANK PMI_RANK PMIX_RANK SLURM_PRO
 hp_local_rank=$(hp_first PALS_LOCAL_RANKID OMPI_COMM_WORLD_LOCAL_RANK MPI_LOCALRANKID PMI_LOCAL_RANK SLURM_LOCALID LOCAL_RANK) || exit 2
 export HPCPROF_RUN_DIR=/lus/eagle/projects/datascience/hpcprof-runs/seqpar-like/20250101-120000-abc123
 export HPCPROF_RANK="$hp_rank" HPCPROF_LOCAL_RANK="$hp_local_rank"
+# ---- torch.distributed's env:// variables, each only where unset (torchrun sets its own): hpcprof.render.rank_env
+[ -n "${RANK:-}" ] || export RANK="$hp_rank"
+[ -n "${LOCAL_RANK:-}" ] || export LOCAL_RANK="$hp_local_rank"
+[ -n "${WORLD_SIZE:-}" ] || export WORLD_SIZE=8
+[ -n "${LOCAL_WORLD_SIZE:-}" ] || export LOCAL_WORLD_SIZE=4
+hp_first_host() {  # the allocation's first host: PBS's node file, else Slurm's node list (nid[001-004],x -> nid001)
+  if [ -r "${PBS_NODEFILE:-}" ]; then head -n 1 "$PBS_NODEFILE"; return; fi
+  local list=${SLURM_JOB_NODELIST:-} prefix rest
+  [ -n "$list" ] || return 1
+  prefix=${list%%[[,]*} rest=${list#*[}
+  case ${list#"$prefix"} in "["*) printf '%s%s\n' "$prefix" "${rest%%[],-]*}" ;; *) printf '%s\n' "$prefix" ;; esac
+}
+[ -n "${MASTER_ADDR:-}" ] || { hp_host=$(hp_first_host) && export MASTER_ADDR="$hp_host"; }
+[ -n "${MASTER_PORT:-}" ] || export MASTER_PORT=23612
 # ---- forensics (experiment forensics:): hpcprof's start-up hook first on PYTHONPATH; each variable only where unset
 export PYTHONPATH=/lus/eagle/projects/datascience/hpcprof-runs/seqpar-like/20250101-120000-abc123/inject${PYTHONPATH:+:$PYTHONPATH}
 hp_unset() { [ -z "${!1+set}" ]; }
@@ -23,8 +37,14 @@ hp_unset HPCPROF_FORENSICS_WAIT && export HPCPROF_FORENSICS_WAIT=2.5
 hp_unset TORCH_FR_BUFFER_SIZE && export TORCH_FR_BUFFER_SIZE=2000
 hp_unset TORCH_FR_DUMP_TEMP_FILE && export TORCH_FR_DUMP_TEMP_FILE=/lus/eagle/projects/datascience/hpcprof-runs/seqpar-like/20250101-120000-abc123/forensics/fr_nccl_rank
 hp_unset TORCH_NCCL_DUMP_ON_TIMEOUT && export TORCH_NCCL_DUMP_ON_TIMEOUT=1
+# ---- optimizer steps (profile.window.auto): hpcprof's start-up hook marks and times them
+export HPCPROF_STEPS=1
+export HPCPROF_STEPS_SKIP=5
+export HPCPROF_STEPS_COUNT=10
+export HPCPROF_STEPS_DRIVE=1
 export CUDA_VISIBLE_DEVICES=$(( 4 - 1 - hp_local_rank % 4 ))
 exec > >(tee -a "$HPCPROF_RUN_DIR/logs/rank${hp_rank}.log") 2>&1
+echo "hpcprof: rank $hp_rank (local $hp_local_rank) sees GPU(s) ${CUDA_VISIBLE_DEVICES-all of the node} (CUDA_VISIBLE_DEVICES; gpu_affinity reverse; cuda:0 is its GPU, a program that picks cuda:LOCAL_RANK needs gpu_affinity: local-rank)"
 
 # ---- profiled ranks: local:0+first-nodes:2
 if { [ "$hp_local_rank" -eq 0 ]; } && { [ "$hp_rank" -lt 8 ]; }; then

@@ -322,12 +322,13 @@ class NsysCollector(ToolCollector):
         if text is None or NOTHING_RECORDED not in text:
             return super().missing_cause(run_dir, record, rank)
         from hpcprof.analysis.forensics.ranks import rank_error
+        from hpcprof.analysis.steps import window_not_reached
 
         ranged = record.experiment.profile.nsys.capture_range != "none"
         failed = rank_error(run_dir, rank)  # a program that failed first never opened its range
+        never = "nsys recorded nothing: the capture range never opened" + window_not_reached(run_dir, rank, record)
         return ((f"nsys recorded nothing: the program failed first ({failed})" if failed else
-                 "nsys recorded nothing: the capture range never opened" if ranged else "nsys recorded nothing")
-                + f" ({log}: {NOTHING_RECORDED})")
+                 never if ranged else "nsys recorded nothing") + f" ({log}: {NOTHING_RECORDED})")
 
     def run_steps(self) -> Mapping[str, RunStep]:
         return {"echo": echo_step}

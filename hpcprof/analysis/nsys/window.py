@@ -6,6 +6,8 @@ window is found from NVTX ranges projected onto the GPU (range_instances):
 
 * `nvtx:<NAME>` given (a `command` workload's `profile.window.nvtx`): every instance of that
   range is one iteration; the window runs from the first one's GPU start to the last one's end;
+* else the optimizer step hook's `hpcprof:step` ranges (a `command` with `profile.window.auto`:
+  the steps of its window), each one iteration;
 * else seqpar's `timed` range: its projection is the window, and the `iteration` ranges inside
   it are the iterations;
 * else iteration ranges (`iteration`, ddp's `step`, `step<N>`), else Echo's `backward` window;
@@ -29,6 +31,7 @@ import pyarrow as pa
 
 from hpcprof.analysis.nsys.distributed import Activity, instance_columns, instance_frame
 from hpcprof.analysis.nsys_stats.arrays import Columns, covered_within, group_starts, merge_intervals
+from hpcprof.config.profile import STEP_RANGE
 from hpcprof.record import read_record
 from hpcprof.results import arrow_table
 from hpcprof.rundir import DamagedRunFile
@@ -98,8 +101,11 @@ def _rank_window(inst: dict[str, np.ndarray], op_start: np.ndarray, op_end: np.n
         return np.flatnonzero(np.fromiter(map(match, names), dtype=bool, count=len(names)) & projected)
 
     outer = None
+    steps = named(lambda n: n == STEP_RANGE) if nvtx is None else None
     if nvtx is not None:
         its, label = named(lambda n: n == nvtx), f"nvtx:{nvtx}"
+    elif steps is not None and len(steps):
+        its, label = steps, f"nvtx:{STEP_RANGE}"
     else:
         timed = named(lambda n: n == TIMED_RANGE)
         outer = int(timed[0]) if len(timed) else None

@@ -1,0 +1,81 @@
+"""The optimizer steps the step hook recorded (hpcprof/inject/_hpcprof_steps.py writes
+`<run>/steps/rank<N>.jsonl`): one table row per rank and step, and the rows of the window as the
+per-iteration timing of a `command` run (iteration.* metrics, hpcprof.analysis.summary)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from hpcprof import catalog as c
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from hpcprof.record import RunRecord
+
+COLUMNS = ["rank", "step", "end_ns", "duration_ns", "in_window", "tool", "pid"]
+
+
+def read_rank(path: Path) -> list[dict[str, Any]]:
+    """One rank's steps: its header's rank, tool and pid with each step; a step in the window when
+    skip < step <= skip + steps (the header's). A line that does not parse (a write cut short) is
+    left out; a file without its header has no steps. ValueError: the header is not one."""
+    rows: list[dict[str, Any]] = []
+    with path.open(encoding="utf-8", errors="replace") as fh:
+        head = json.loads(fh.readline() or "null")
+        if not isinstance(head, dict) or not {"rank", "skip", "steps"} <= head.keys():
+            raise ValueError(f"{path.name}: no step hook header on its first line")
+        first, last = int(head["skip"]) + 1, int(head["skip"]) + int(head["steps"])
+        for line in fh:
+            try:
+                step = json.loads(line)
+                number = int(step["step"])
+            except (ValueError, KeyError, TypeError):
+                continue
+            rows.append({"rank": int(head["rank"]), "step": number, "end_ns": int(step["end_ns"]),
+                         "duration_ns": step["ns"], "in_window": first <= number <= last,
+                         "tool": str(head.get("tool", "")), "pid": int(head.get("pid", 0))})
+    return rows
+
+
+def steps_tables(run_dir: Path) -> tuple[dict[str, pd.DataFrame], list[str]]:
+    """({catalog.STEPS_TIMES.key: every rank's steps} or {} where no rank stepped, lines about files
+    that could not be read)."""
+    import pandas as pd
+
+    rows: list[dict[str, Any]] = []
+    problems: list[str] = []
+    for path in sorted((run_dir / "steps").glob("rank*.jsonl")):
+        try:
+            rows += read_rank(path)
+        except (OSError, ValueError) as exc:
+            problems.append(f"{path}: skipped ({exc})")
+    if not rows:
+        return {}, problems
+    df = pd.DataFrame(rows, columns=COLUMNS).astype({"duration_ns": "Int64"})
+    return {c.STEPS_TIMES.key: df.sort_values(["rank", "step"], kind="stable", ignore_index=True)}, problems
+
+
+def iteration_rows(steps: pd.DataFrame) -> pd.DataFrame:
+    """The window's steps as the per-iteration timing rows {rank, iteration, phase, time_ms}
+    (phase `step`) that the iteration.* metrics read."""
+    window = steps[steps["in_window"].astype(bool) & steps["duration_ns"].notna()]
+    return window.assign(iteration=window["step"], phase=c.STEP_PHASE,
+                         time_ms=window["duration_ns"].astype(float) / 1e6)[["rank", "iteration", "phase", "time_ms"]]
+
+
+def window_not_reached(run_dir: Path, rank: int, record: RunRecord) -> str:
+    """Why the step hook never opened a rank's capture range, for a profile that recorded nothing:
+    the optimizer steps it saw against the window's first ("" where the hook did not run)."""
+    window = record.experiment.profile.window
+    if not window.hooked(record.kind) or window.opened_by_program:
+        return ""
+    path = run_dir / "steps" / f"rank{rank}.jsonl"
+    try:
+        seen = max((row["step"] for row in read_rank(path)), default=0)
+    except (OSError, ValueError):
+        seen = 0
+    return (f": the step hook saw {seen or 'no'} optimizer step{'' if seen == 1 else 's'}, the window opens "
+            f"after step {window.skip_steps} (profile.window.skip_steps)")

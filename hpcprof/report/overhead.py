@@ -1,0 +1,104 @@
+"""The profiler's perturbation of each step (catalog.PROFILER_OVERHEAD): a profiled run's median
+step time (iteration.median) against that of the same experiment's run under `profile.tool: none`
+(a `tool` sweep, or a repetition with `--set profile.tool=none`), both timed the same way: a
+`command`'s step hook, seqpar's and ddp's own timers.
+
+The baseline is a run of the same experiment and sweep point but for the tool (same workload,
+ranks, site, window and other parameters), found among the runs compared and the other runs of
+the experiment's directory; with several (repetitions), the mean of their medians. The unprofiled
+ranks of a profiled run are no baseline: the ranks of a data-parallel program wait for one
+another every step, so they move at the profiled ranks' pace.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hpcprof import catalog as c
+from hpcprof.config import REPEAT
+from hpcprof.record import RunRecord, read_record
+from hpcprof.results import Metric, read_headline
+from hpcprof.rundir import DamagedRunFile, RunDir
+
+#: the sweep parameters that may differ between a run and its baseline
+IGNORED_PARAMS = ("profile.tool", REPEAT)
+#: what the perturbation means for a tool's numbers (a tracing profiler, where none is named)
+MEANING = {"ncu": "ncu serialises and replays each kernel: only its per-kernel metrics hold",
+           "": "host-side and launch-bound numbers are inflated; kernel durations are not"}
+
+
+@dataclass(frozen=True)
+class Overhead:
+    """A profiled run's median step against its baseline's."""
+
+    tool: str
+    step_ms: float
+    baseline_ms: float
+    baselines: tuple[str, ...]      # the run ids of the baseline
+
+    @property
+    def pct(self) -> float:
+        return 100.0 * (self.step_ms / self.baseline_ms - 1.0)
+
+    @property
+    def warning(self) -> bool:
+        return self.pct > c.OVERHEAD_WARN_PCT
+
+    def sentence(self) -> str:
+        """What the report and compare say about it."""
+        against = (f"median step {self.step_ms:,.3g} ms against {self.baseline_ms:,.3g} ms under profile.tool: none "
+                   f"({', '.join(self.baselines)})")
+        if self.warning:
+            return f"{self.tool} slowed each step by {self.pct:.0f} %: {MEANING.get(self.tool, MEANING[''])} ({against})"
+        return f"{self.tool} changed each step by {self.pct:+.1f} %, within {c.OVERHEAD_WARN_PCT:g} % ({against})"
+
+
+def _point(record: RunRecord) -> tuple[Any, ...]:
+    """What a run and its baseline share."""
+    exp = record.experiment
+    params = {k: v for k, v in record.sweep_point.params.items() if k not in IGNORED_PARAMS}
+    return (exp.name, exp.workload, record.world_size, record.ranks_per_node, record.site.name,
+            exp.profile.window, sorted(params.items(), key=lambda kv: kv[0]))
+
+
+def median_step(metrics: list[Metric]) -> float | None:
+    return next((value for name, value, _ in metrics if name == c.ITERATION_MEDIAN.name and value > 0), None)
+
+
+def overheads(runs: list[tuple[RunDir, RunRecord, list[Metric]]]) -> dict[str, Overhead]:
+    """By run id: the overhead of each profiled run of `runs` (run, record, headline metrics) that
+    has a baseline among `runs` or the other collected runs of its experiment's directory."""
+    known: dict[Path, tuple[RunRecord | None, list[Metric]]] = {run.path: (record, metrics) for run, record, metrics in runs}
+    out: dict[str, Overhead] = {}
+    for run, record, metrics in runs:
+        step = median_step(metrics)
+        if record.tool == "none" or step is None:
+            continue
+        for sibling in sorted(run.path.parent.glob("*/config.json")):
+            if sibling.parent not in known:
+                known[sibling.parent] = _sibling(sibling.parent)
+        point = _point(record)
+        base = [(path.name, ms) for path, (other, found) in sorted(known.items())
+                if other is not None and other.tool == "none" and (ms := median_step(found)) is not None
+                and _point(other) == point]
+        if base:
+            out[run.run_id] = Overhead(record.tool, step, sum(ms for _, ms in base) / len(base),
+                                       tuple(name for name, _ in base))
+    return out
+
+
+def _sibling(path: Path) -> tuple[RunRecord | None, list[Metric]]:
+    """A run of the experiment's directory: its record and collected headline (none: not a baseline)."""
+    headline = read_headline(path)
+    if headline is None:
+        return None, []
+    try:
+        return read_record(path / "config.json"), headline.metrics
+    except DamagedRunFile:
+        return None, []
+
+
+def overhead_metric(overhead: Overhead) -> Metric:
+    return c.PROFILER_OVERHEAD.value(overhead.pct)
