@@ -5,26 +5,25 @@ each read once) and returns (metric, value, unit) triples; a metric is absent wh
 is. `run_headline` adds the top kernels from the same reads: what collect records beside the tables
 (hpcprof.results.write_headline).
 Metric names are dotted: `iteration.mean`, `phase.matmul1.tflops`, `gpu.nccl.AllGather`, ...
+(`gpu.<category>`: hpcprof/analysis/categories.py, with the run's own rules)
 """
 
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from hpcprof.analysis.categories import BUILTIN, Categories, categories_for
+from hpcprof.analysis.steps import window_source_metrics
 from hpcprof.results import Headline, Metric, TopKernel, read_table
 
 #: a run's result tables by name (None: the run has no such table)
 Tables = Callable[[str], "pd.DataFrame | None"]
 
-#: GEMM kernels by name (cuBLAS/cuBLASLt incl. Hopper's nvjet, CUTLASS, the sm80/sm90 xmma and gemm families)
-GEMM = re.compile(r"gemm|cutlass|cublas|nvjet|xmma|matmul|wgmma|_hmma|_imma", re.IGNORECASE)
-NCCL = re.compile(r"^nccl(?:Dev)?Kernel_([A-Za-z0-9]+?)(?:_|\(|$)")
 #: per-iteration phase of each workload's timing rows
 ITERATION_PHASE = {"seqpar": "iteration", "ddp": "step"}
 #: workload timing tables: workload kind -> (phase stats, per-iteration rows)
@@ -35,16 +34,6 @@ WORKLOAD_TABLES = {"seqpar": ("workload_seqpar.phases", "workload_seqpar.iterati
 def tables_of(run_dir: Path) -> Tables:
     """The result tables of the run in `run_dir`, each read at most once."""
     return functools.cache(functools.partial(read_table, run_dir))
-
-
-def kernel_category(name: str) -> str:
-    """`gemm`, `nccl.<Collective>` or `other` for a GPU kernel name."""
-    match = NCCL.match(name)
-    if match:
-        return f"nccl.{match.group(1)}"
-    if name.startswith("nccl"):
-        return "nccl.other"
-    return "gemm" if GEMM.search(name) else "other"
 
 
 def counted(rows: pd.DataFrame) -> pd.DataFrame:
@@ -88,10 +77,11 @@ def phase_metrics(phases: pd.DataFrame, iteration: str) -> list[Metric]:
     return out
 
 
-def gpu_time_metrics(names: pd.Series, totals_ms: pd.Series, n_ranks: int, prefix: str = "") -> list[Metric]:
-    """GPU time per rank (mean over ranks) by category, and each category's share; `prefix`
-    (`capture.`) names figures over the whole capture."""
-    category = {name: kernel_category(name) for name in names.unique()}   # a few names, on every rank's rows
+def gpu_time_metrics(names: pd.Series, totals_ms: pd.Series, n_ranks: int, prefix: str = "",
+                     categories: Categories = BUILTIN) -> list[Metric]:
+    """GPU time per rank (mean over ranks) by kernel category (hpcprof/analysis/categories.py), and
+    each category's share; `prefix` (`capture.`) names figures over the whole capture."""
+    category = {name: categories(name) for name in names.unique()}   # a few names, on every rank's rows
     by_cat = totals_ms.groupby(names.map(category)).sum() / max(n_ranks, 1)
     total = float(by_cat.sum())
     out: list[Metric] = [(f"{prefix}gpu.total", total, "ms")]
@@ -124,36 +114,38 @@ def window_metrics(window: pd.DataFrame | None) -> list[Metric]:
             ("window.iterations", float(window["iterations"].mean()), "count")]
 
 
-def nsys_metrics(tables: Tables) -> list[Metric]:
+def nsys_metrics(tables: Tables, categories: Categories = BUILTIN) -> list[Metric]:
     """GPU time by category, overlap and idle % over the measured window (nsys_kernels,
     nsys_overlap), the window itself, and the same over the whole capture as `capture.*`."""
     out: list[Metric] = window_metrics(tables("nsys_window"))
+    out += window_source_metrics(tables("nsys_window"), tables("nsys_iterations"))
     kern = tables("nsys_kernels")
     if kern is not None and not kern.empty:
-        out += gpu_time_metrics(kern["name"].astype(str), kern["total_ns"].astype(float) / 1e6, kern["rank"].nunique())
+        out += gpu_time_metrics(kern["name"].astype(str), kern["total_ns"].astype(float) / 1e6, kern["rank"].nunique(),
+                                categories=categories)
     ov = tables("nsys_overlap")                   # collected before windows: the whole capture's
     out += overlap_idle_metrics(ov, prefix="" if ov is None or "window" in ov else "capture.")
     kern = tables("nsys_cuda_gpu_kern_sum")
     if kern is not None and not kern.empty:
         out += gpu_time_metrics(kern["Name"].astype(str), kern["Total Time (ns)"].astype(float) / 1e6,
-                                kern["rank"].nunique(), prefix="capture.")
+                                kern["rank"].nunique(), prefix="capture.", categories=categories)
     out += overlap_idle_metrics(tables("nsys_capture_overlap"), prefix="capture.")
     return out
 
 
-def torch_metrics(tables: Tables) -> list[Metric]:
-    """Over the ProfilerStep window (torch_window): idle and overlap %, the window itself; GPU time
-    by category from HTA's kernel breakdown (the traced steps); HTA's whole-trace idle and overlap
-    % as `capture.*`."""
+def torch_metrics(tables: Tables, categories: Categories = BUILTIN) -> list[Metric]:
+    """Over the measured window (torch_window: ProfilerSteps, else the steps found in the trace):
+    idle and overlap %, the window itself, GPU time by category (torch_window_kernels); HTA's
+    whole-trace idle and overlap % as `capture.*`."""
     out: list[Metric] = []
     window = tables("torch_window")
     out += window_metrics(window)
+    out += window_source_metrics(window, tables("torch_iterations"))
     out += overlap_idle_metrics(window)
-    kernels = tables("torch_kernels")
+    kernels = tables("torch_window_kernels")
     if kernels is not None and not kernels.empty:
-        names = kernels["name"].astype(str).where(kernels["name"] != "others",
-                                                  kernels["kernel_type"].map({"COMMUNICATION": "nccl"}).fillna(""))
-        out += gpu_time_metrics(names, kernels["sum (us)"].astype(float) / 1e3, kernels["rank"].nunique())
+        out += gpu_time_metrics(kernels["name"].astype(str), kernels["total_ns"].astype(float) / 1e6,
+                                kernels["rank"].nunique(), categories=categories)
     ov = tables("torch_overlap")
     if ov is not None and ov["comp_comm_overlap_pctg"].notna().any():
         out.append(("capture.overlap_pct", float(ov["comp_comm_overlap_pctg"].mean()), "%"))
@@ -163,22 +155,15 @@ def torch_metrics(tables: Tables) -> list[Metric]:
     return out
 
 
-def top_kernels(tables: Tables, tool: str, n: int = 3) -> list[TopKernel]:
-    """The `n` kernels with the most GPU time over all ranks in the measured window (nsys) or the
-    traced steps (torch): (name, time in ms, category), most first."""
-    if tool == "nsys":
-        df = tables("nsys_kernels")
-        name, ms = "name", lambda d: d["total_ns"].astype(float) / 1e6
-    elif tool == "torch":
-        df = tables("torch_kernels")
-        name, ms = "name", lambda d: d["sum (us)"].astype(float) / 1e3
-    else:
-        df = None
+def top_kernels(tables: Tables, tool: str, n: int = 3, categories: Categories = BUILTIN) -> list[TopKernel]:
+    """The `n` kernels with the most GPU time over all ranks in the measured window (nsys_kernels,
+    torch_window_kernels): (name, time in ms, category), most first."""
+    df = tables({"nsys": "nsys_kernels", "torch": "torch_window_kernels"}[tool]) \
+        if tool in ("nsys", "torch") else None
     if df is None or df.empty:
         return []
-    df = df[df[name] != "others"]
-    top = ms(df).groupby(df[name].astype(str)).sum().nlargest(n)
-    return [(str(kernel), float(time_ms), kernel_category(str(kernel))) for kernel, time_ms in top.items()]
+    top = (df["total_ns"].astype(float) / 1e6).groupby(df["name"].astype(str)).sum().nlargest(n)
+    return [(str(kernel), float(time_ms), categories(str(kernel))) for kernel, time_ms in top.items()]
 
 
 def run_summary(tables: Tables, config: dict[str, Any]) -> list[Metric]:
@@ -196,18 +181,19 @@ def run_summary(tables: Tables, config: dict[str, Any]) -> list[Metric]:
             out += phase_metrics(phases, ITERATION_PHASE[kind])
     tool = experiment["profile"]["tool"]
     if tool == "nsys":
-        out += nsys_metrics(tables)
+        out += nsys_metrics(tables, categories_for(config))
         slowdown = tables("echo_slowdown")
         if slowdown is not None and slowdown["slowdown"].notna().any():
             values = slowdown["slowdown"].dropna()
             out += [("slowdown.median", float(values.median()), ""), ("slowdown.mean", float(values.mean()), ""),
                     ("slowdown.p90", float(values.quantile(0.9)), "")]
     elif tool == "torch":
-        out += torch_metrics(tables)
+        out += torch_metrics(tables, categories_for(config))
     return out
 
 
 def run_headline(run_dir: Path, config: dict[str, Any]) -> Headline:
     """The headline metrics and the top kernels of the collected run in `run_dir`, each table read once."""
     tables = tables_of(run_dir)
-    return Headline(run_summary(tables, config), top_kernels(tables, config["experiment"]["profile"]["tool"]))
+    return Headline(run_summary(tables, config), top_kernels(tables, config["experiment"]["profile"]["tool"],
+                                                           categories=categories_for(config)))

@@ -13,7 +13,8 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
-from hpcprof.analysis.summary import counted, kernel_category
+from hpcprof.analysis.categories import categories_for
+from hpcprof.analysis.summary import counted
 from hpcprof.report import findings as words
 from hpcprof.report import plots, sweep
 from hpcprof.report.runs import RunInfo
@@ -200,7 +201,8 @@ def nsys_figures(info: RunInfo) -> Iterator[go.Figure]:
                               "kernel slowdown distribution (Echo)")
     kern = read_table(run, "nsys_cuda_gpu_kern_sum")
     if kern is not None and not kern.empty:
-        df = kern.assign(category=kern["Name"].astype(str).map(kernel_category), time_ms=kern["Total Time (ns)"] / 1e6)
+        df = kern.assign(category=kern["Name"].astype(str).map(categories_for(info.config)),
+                         time_ms=kern["Total Time (ns)"] / 1e6)
         by = df.groupby(["rank", "category"], as_index=False)["time_ms"].sum()
         yield plots.bars_per_rank(by, "time_ms", "category", "GPU time (ms)", "GPU time by kernel category per rank")
     nccl = read_table(run, "nsys_nccl")

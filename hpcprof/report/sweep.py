@@ -87,6 +87,10 @@ def gpu_breakdown(points: list[Point]) -> pd.DataFrame:
 def window_note(points: list[Point]) -> str:
     """Which window the GPU metrics cover: the measured iterations when collect says so."""
     iterations = points[0].metric("window.iterations") if points else None
+    if iterations is not None and points[0].metric("window.detected"):
+        cv = points[0].metric("window.step_cv")
+        return (f"over {iterations:,.0f} steps found in the trace's kernels (it carries no marks"
+                + (f"; step time CV {cv:.1f} %)" if cv is not None else ")"))
     if iterations is not None:
         return f"over the measured window of {iterations:,.0f} iterations"
     if points and points[0].metric("window.duration") is not None:

@@ -24,6 +24,7 @@ from hpcprof.analysis.nsys_stats.db import Export
 from hpcprof.analysis.nsys_stats.loaders import read_process_ranges
 from hpcprof.analysis.nsys_stats.schema import OLD
 from hpcprof.analysis.nsys_stats.summaries import LAYOUT, summaries_of
+from hpcprof.analysis.steps import window_note
 from hpcprof.atomic import atomic_write
 from hpcprof.errors import Problem
 from hpcprof.ranks import rank_from_filename
@@ -281,7 +282,7 @@ def nccl_with_totals(read: ReadTable, log: Log) -> dict[str, pd.DataFrame]:
 
 
 #: the cross-rank steps of nsys in collect (NsysCollector.reducers), independent of one another
-REDUCERS = (critical_path.collect_tables, median_timeline, nccl_with_totals)
+REDUCERS = (critical_path.collect_tables, median_timeline, nccl_with_totals, window_note)
 
 
 class NsysCollector(ToolCollector):
