@@ -137,6 +137,9 @@ TORCH_LAUNCH = _t(TORCH, "launch", "kernel launch", EACH_KERNEL,
 TORCH_KERNELS = _t(TORCH, "kernels", "kernel name (the top ones; `others`), per rank", CAPTURE,
                    "GPU time per kernel: sum, max, min, mean (us), stddev, kernel type",
                    "HTA `get_gpu_kernel_breakdown`")
+TORCH_WINDOW_KERNELS = _t(TORCH, "window_kernels", "rank and kernel name", MEASURED,
+                          "GPU time of the kernels, memcpys and memsets inside the window (cut to it): "
+                          "instances, total_ns (nsys_kernels' columns)")
 TORCH_KERNEL_TYPES = _t(TORCH, "kernel_types", "rank and kernel type", CAPTURE,
                         "GPU time per kernel type (computation, communication, memory) and its %",
                         "HTA `get_gpu_kernel_breakdown` (kernel types)")
@@ -187,6 +190,7 @@ TABLES: tuple[TableSpec, ...] = (
     NSYS_CAPTURE_OVERLAP, NSYS_CAPTURE_PHASES, *NSYS_SUMMARIES,
     NSYS_CRITICAL_EVENTS, NSYS_CRITICAL_PATH, NSYS_CRITICAL_SEGMENTS,
     TORCH_WINDOW, TORCH_ITERATIONS, TORCH_TEMPORAL, TORCH_OVERLAP, TORCH_IDLE, TORCH_LAUNCH, TORCH_KERNELS,
+    TORCH_WINDOW_KERNELS,
     TORCH_KERNEL_TYPES, TORCH_CRITICAL_EVENTS, TORCH_CRITICAL_PATH, TORCH_CRITICAL_SEGMENTS,
     NCU_METRICS, ECHO_SLOWDOWN,
     WORKLOAD_SEQPAR, SEQPAR_PHASES, SEQPAR_ITERATIONS, SEQPAR_RANKS, SEQPAR_LOOP, SEQPAR_CHECK,
@@ -200,7 +204,8 @@ WORKLOAD_TIMINGS: dict[str, tuple[TableSpec, TableSpec, str]] = {
 # -- metrics -----------------------------------------------------------------------------------------
 
 #: what a `{part}` of a metric name matches
-PARTS = {"phase": r".+", "category": r"gemm|other|nccl\.[A-Za-z0-9]+"}
+#: (a category: hpcprof.analysis.categories' or a site's or experiment's dotted words, never `total` or `*.share`)
+PARTS = {"phase": r".+", "category": r"(?!total$)[A-Za-z][A-Za-z0-9_]*(?:\.(?!share$)[A-Za-z0-9_]+)*"}
 
 
 @dataclass(frozen=True)
@@ -274,8 +279,16 @@ WINDOW_ITERATIONS = MetricSpec("window.iterations", "count", MEASURED,
                                "mean over ranks of the iterations in the window (a `command` without a profiler "
                                "window, `tool: none`: of the step hook's steps in its window)",
                                (NSYS_WINDOW, TORCH_WINDOW, STEPS_TIMES))
-_CATEGORIES = ("kernels by name: `gemm` (cuBLAS, CUTLASS, nvjet, xmma, ... kernels), `nccl.<Collective>` "
-               "(ncclKernel_/ncclDevKernel_<Collective>), `nccl.other`, `other`")
+WINDOW_DETECTED = MetricSpec("window.detected", "", MEASURED,
+                             "1 where the window's steps were found in the kernels (the profile carries no marks: "
+                             "`detected:optimizer` or `detected:sequence`, hpcprof.analysis.detect_steps), else 0",
+                             (NSYS_WINDOW, TORCH_WINDOW))
+WINDOW_STEP_CV = MetricSpec("window.step_cv", "%", EACH_ITERATION,
+                            "coefficient of variation of the steps' GPU time (100 · std / mean), per rank, the "
+                            "largest over ranks (ranks with two steps or more)", (NSYS_ITERATIONS, TORCH_ITERATIONS))
+_CATEGORIES = ("kernels by name (hpcprof.analysis.categories, after the site's and experiment's "
+               "`kernel_categories`): `nccl.<Collective>`, `nccl.other`, `attention`, `conv`, `gemm`, `optimizer`, "
+               "`memset`, `memcpy`, `reduction`, `elementwise`, `other`")
 
 
 def _gpu_time(prefix: str, window: str, tables: tuple[TableSpec, ...], reference: str,
@@ -289,9 +302,9 @@ def _gpu_time(prefix: str, window: str, tables: tuple[TableSpec, ...], reference
                        f"100 · {prefix}gpu.<category> / {prefix}gpu.total", tables, reference))
 
 
-GPU_TIME = _gpu_time("", MEASURED, (NSYS_KERNELS, TORCH_KERNELS),
-                     "nsys: `nsys stats` cuda_gpu_kern_sum over the window; torch: HTA's kernel breakdown of the "
-                     "whole trace (the profiler's active steps)")
+GPU_TIME = _gpu_time("", MEASURED, (NSYS_KERNELS, TORCH_WINDOW_KERNELS),
+                     "nsys: `nsys stats` cuda_gpu_kern_sum over the window; torch: the window's kernels, memcpys "
+                     "and memsets cut to it")
 CAPTURE_GPU_TIME = _gpu_time("capture.", CAPTURE, (NSYS_CUDA_GPU_KERN_SUM,), NSYS_CUDA_GPU_KERN_SUM.reference)
 _OVERLAP = "100 · Σ |compute ∩ communication| / Σ |communication| over ranks and devices (merged intervals)"
 _IDLE = "100 · Σ idle / Σ span over ranks and devices; span: first GPU operation to the last, idle: span − " \
@@ -324,7 +337,8 @@ ITERATION_IDLE_PCT = MetricSpec("idle_pct", "%", EACH_ITERATION, f"{_IDLE}, per 
 
 METRICS: tuple[MetricSpec, ...] = (
     ITERATION_MEAN, ITERATION_MEDIAN, ITERATION_SPREAD, ITERATION_SPREAD_PCT, SLOWEST_RANK, SLOWEST_RANK_EXCESS_PCT,
-    PHASE_TIME, PHASE_TFLOPS, PHASE_BUSBW, WINDOW_DURATION, WINDOW_ITERATIONS, *GPU_TIME, OVERLAP_PCT, IDLE_PCT,
+    PHASE_TIME, PHASE_TFLOPS, PHASE_BUSBW, WINDOW_DURATION, WINDOW_ITERATIONS, WINDOW_DETECTED, WINDOW_STEP_CV,
+    *GPU_TIME, OVERLAP_PCT, IDLE_PCT,
     *CAPTURE_GPU_TIME, CAPTURE_OVERLAP_PCT, CAPTURE_IDLE_PCT, SLOWDOWN_MEDIAN, SLOWDOWN_MEAN, SLOWDOWN_P90,
     PROFILER_OVERHEAD, ITERATION_IDLE_PCT)
 

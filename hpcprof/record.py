@@ -51,8 +51,14 @@ class ResourcesRecord(msgspec.Struct, frozen=True, kw_only=True):
     nodes: int = 1
 
 
+class CategoryRuleRecord(msgspec.Struct, frozen=True, kw_only=True):
+    category: str
+    pattern: str
+
+
 class AnalysisRecord(msgspec.Struct, frozen=True, kw_only=True):
     slowdown_match: str = "hpcprof"         # runs written before the `analysis:` block: hpcprof's
+    kernel_categories: list[CategoryRuleRecord] = []
 
 
 class ExperimentRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -80,6 +86,7 @@ class SiteRecord(msgspec.Struct, frozen=True, kw_only=True):
     name: str = ""
     paths: ToolPathsRecord = msgspec.field(default_factory=ToolPathsRecord)
     peaks: PeaksRecord | None = None
+    kernel_categories: list[CategoryRuleRecord] = []
 
 
 class SweepPointRecord(msgspec.Struct, frozen=True, kw_only=True):

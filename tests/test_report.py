@@ -156,10 +156,10 @@ def test_thousands_separators_and_units() -> None:
     ("sm80_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize64x64x8", "gemm"),
     ("ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "nccl.AllGather"),
     ("ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)", "nccl.AllReduce"),
-    ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>", "other"),
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>", "memset"),
 ])
 def test_kernel_categories(name: str, category: str) -> None:
-    from hpcprof.analysis.summary import kernel_category
+    from hpcprof.analysis.categories import kernel_category
 
     assert kernel_category(name) == category
 

@@ -1,13 +1,13 @@
 """NCCL kernels by their names: the one rule of what is communication and which collective it is,
 per name (the standard library only: the analyses apply it once per distinct name: nsys's activity.py
 and distributed.py over numpy columns, quick_analyses.py over rows, the Kineto critical path, the
-summary's kernel categories)."""
+kernel categories' `nccl.<collective>`)."""
 
 from __future__ import annotations
 
 import re
 
-NCCL_KERNEL = re.compile(r"^nccl(?:Dev)?Kernel_([A-Za-z0-9]+?)(?:_|\(|$)")
+NCCL_KERNEL = re.compile(r"^nccl(?:Dev)?Kernel_(?P<collective>[A-Za-z0-9]+?)(?:_|\(|$)")
 
 
 def nccl_name(name: object) -> bool:

@@ -4,49 +4,53 @@
 each read once) and returns (metric, value, unit) triples; a metric is absent when its source table
 is. `run_headline` adds the top kernels from the same reads: what collect records beside the tables
 (hpcprof.results.write_headline). The tables and metrics are declared in hpcprof.catalog (name,
-unit, window, formula); `idle_pct` and `overlap_pct` are computed by the one function each here.
+unit, window, formula); `idle_pct` and `overlap_pct` are computed by the one function each here,
+GPU time by kernel category with the run's categories (hpcprof.analysis.categories: its site's and
+experiment's rules first).
 """
 
 from __future__ import annotations
 
-import functools
 import math
-import re
-from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import pandas as pd
 
 from hpcprof import catalog as c
 from hpcprof import profilers
-from hpcprof.analysis.nccl import collective_kind
+from hpcprof.analysis.categories import BUILTIN, Categories, categories_for
+from hpcprof.analysis.detect_steps import window_source_metrics
 from hpcprof.lazy import load_target
 from hpcprof.results import Headline, Metric, TopKernel, read_table
 
 if TYPE_CHECKING:
     from hpcprof.record import RunRecord
 
-#: a run's result tables by name (None: the run has no such table)
-Tables = Callable[[str], "pd.DataFrame | None"]
+class Tables(Protocol):
+    """A run's result tables by name (None: the run has no such table) and its kernel categories."""
 
-#: GEMM kernels by name (cuBLAS/cuBLASLt incl. Hopper's nvjet, CUTLASS, the sm80/sm90 xmma and gemm families)
-GEMM = re.compile(r"gemm|cutlass|cublas|nvjet|xmma|matmul|wgmma|_hmma|_imma", re.IGNORECASE)
+    categories: Categories
 
-
-def tables_of(run_dir: Path) -> Tables:
-    """The result tables of the run in `run_dir`, each read at most once."""
-    return functools.cache(functools.partial(read_table, run_dir))
+    def __call__(self, name: str) -> pd.DataFrame | None: ...
 
 
-def kernel_category(name: str) -> str:
-    """`gemm`, `nccl.<Collective>` or `other` for a GPU kernel name."""
-    kind = collective_kind(name)
-    if kind is not None:
-        return f"nccl.{kind}"
-    if name.startswith("nccl"):
-        return "nccl.other"
-    return "gemm" if GEMM.search(name) else "other"
+class RunTables:
+    """The result tables of the run in `run_dir`, each read at most once (Tables)."""
+
+    def __init__(self, run_dir: Path, categories: Categories = BUILTIN) -> None:
+        self.run_dir, self.categories = run_dir, categories
+        self._read: dict[str, pd.DataFrame | None] = {}
+
+    def __call__(self, name: str) -> pd.DataFrame | None:
+        if name not in self._read:
+            self._read[name] = read_table(self.run_dir, name)
+        return self._read[name]
+
+
+def tables_of(run_dir: Path, categories: Categories = BUILTIN) -> RunTables:
+    """The result tables of the run in `run_dir` (each read at most once), with its kernel `categories`."""
+    return RunTables(run_dir, categories)
 
 
 def counted(rows: pd.DataFrame) -> pd.DataFrame:
@@ -91,11 +95,13 @@ def phase_metrics(phases: pd.DataFrame, iteration: str) -> list[Metric]:
 
 
 def gpu_time_metrics(names: pd.Series, totals_ms: pd.Series, n_ranks: int,
-                     metrics: tuple[c.MetricSpec, c.MetricSpec, c.MetricSpec] = c.GPU_TIME) -> list[Metric]:
-    """GPU time per rank (mean over ranks) by category, and each category's share: `metrics` (total,
-    per category, share) name them (catalog.GPU_TIME over the window, CAPTURE_GPU_TIME)."""
+                     metrics: tuple[c.MetricSpec, c.MetricSpec, c.MetricSpec] = c.GPU_TIME,
+                     categories: Categories = BUILTIN) -> list[Metric]:
+    """GPU time per rank (mean over ranks) by kernel category (`categories`), and each category's
+    share: `metrics` (total, per category, share) name them (catalog.GPU_TIME over the window,
+    CAPTURE_GPU_TIME)."""
     total_metric, category_metric, share_metric = metrics
-    category = {name: kernel_category(name) for name in names.unique()}   # a few names, on every rank's rows
+    category = {name: categories(name) for name in names.unique()}   # a few names, on every rank's rows
     by_cat = totals_ms.groupby(names.map(category)).sum() / max(n_ranks, 1)
     total = float(by_cat.sum())
     out: list[Metric] = [total_metric.value(total)]
@@ -161,33 +167,36 @@ def nsys_metrics(tables: Tables) -> list[Metric]:
     """GPU time by category, overlap and idle % over the measured window (nsys_kernels,
     nsys_overlap), the window itself, and the same over the whole capture as `capture.*`."""
     out: list[Metric] = window_metrics(tables(c.NSYS_WINDOW.name))
+    out += window_source_metrics(tables(c.NSYS_WINDOW.name), tables(c.NSYS_ITERATIONS.name))
     kern = tables(c.NSYS_KERNELS.name)
     if kern is not None and not kern.empty:
-        out += gpu_time_metrics(kern["name"].astype(str), kern["total_ns"].astype(float) / 1e6, kern["rank"].nunique())
+        out += gpu_time_metrics(kern["name"].astype(str), kern["total_ns"].astype(float) / 1e6, kern["rank"].nunique(),
+                                categories=tables.categories)
     ov = tables(c.NSYS_OVERLAP.name)             # collected before windows: the whole capture's
     out += overlap_idle_metrics(ov) if ov is None or "window" in ov else \
         overlap_idle_metrics(ov, c.CAPTURE_OVERLAP_PCT, c.CAPTURE_IDLE_PCT)
     kern = tables(c.NSYS_CUDA_GPU_KERN_SUM.name)
     if kern is not None and not kern.empty:
         out += gpu_time_metrics(kern["Name"].astype(str), kern["Total Time (ns)"].astype(float) / 1e6,
-                                kern["rank"].nunique(), c.CAPTURE_GPU_TIME)
+                                kern["rank"].nunique(), c.CAPTURE_GPU_TIME, tables.categories)
     out += overlap_idle_metrics(tables(c.NSYS_CAPTURE_OVERLAP.name), c.CAPTURE_OVERLAP_PCT, c.CAPTURE_IDLE_PCT)
     return out
 
 
 def torch_metrics(tables: Tables) -> list[Metric]:
-    """Over the ProfilerStep window (torch_window): idle and overlap %, the window itself; GPU time
-    by category from HTA's kernel breakdown (the traced steps); over the whole trace as `capture.*`:
-    HTA's overlap % (mean over ranks) and idle % (idle_pct of HTA's idle and kernel time)."""
+    """Over the measured window (torch_window: the ProfilerSteps, else the steps found in the trace):
+    idle and overlap %, the window itself, GPU time by category (torch_window_kernels); over the
+    whole trace as `capture.*`: HTA's overlap % (mean over ranks) and idle % (idle_pct of HTA's idle
+    and kernel time)."""
     out: list[Metric] = []
     window = tables(c.TORCH_WINDOW.name)
     out += window_metrics(window)
+    out += window_source_metrics(window, tables(c.TORCH_ITERATIONS.name))
     out += overlap_idle_metrics(window)
-    kernels = tables(c.TORCH_KERNELS.name)
+    kernels = tables(c.TORCH_WINDOW_KERNELS.name)
     if kernels is not None and not kernels.empty:
-        names = kernels["name"].astype(str).where(kernels["name"] != "others",
-                                                  kernels["kernel_type"].map({"COMMUNICATION": "nccl"}).fillna(""))
-        out += gpu_time_metrics(names, kernels["sum (us)"].astype(float) / 1e3, kernels["rank"].nunique())
+        out += gpu_time_metrics(kernels["name"].astype(str), kernels["total_ns"].astype(float) / 1e6,
+                                kernels["rank"].nunique(), categories=tables.categories)
     ov = tables(c.TORCH_OVERLAP.name)
     if ov is not None and ov["comp_comm_overlap_pctg"].notna().any():
         out.append(c.CAPTURE_OVERLAP_PCT.value(float(ov["comp_comm_overlap_pctg"].mean())))
@@ -210,8 +219,7 @@ def slowdown_metrics(tables: Tables) -> list[Metric]:
 
 
 def top_kernels(tables: Tables, tool: str, n: int = 3) -> list[TopKernel]:
-    """The `n` kernels with the most GPU time over all ranks in the measured window (nsys) or the
-    traced steps (torch): the tool's kernels table (profilers.Tables.kernels, its KernelTime
+    """The `n` kernels with the most GPU time over all ranks in the measured window: the tool's kernels table (profilers.Tables.kernels, its KernelTime
     columns): (name, time in ms, category), most first."""
     profiler = profilers.find(tool)
     spec = profiler.kernel_time if profiler is not None else None
@@ -221,7 +229,7 @@ def top_kernels(tables: Tables, tool: str, n: int = 3) -> list[TopKernel]:
         return []
     df = df[df[spec.name] != "others"]
     top = (df[spec.time].astype(float) / spec.per_ms).groupby(df[spec.name].astype(str)).sum().nlargest(n)
-    return [(str(kernel), float(time_ms), kernel_category(str(kernel))) for kernel, time_ms in top.items()]
+    return [(str(kernel), float(time_ms), tables.categories(str(kernel))) for kernel, time_ms in top.items()]
 
 
 def run_summary(tables: Tables, record: RunRecord) -> list[Metric]:
@@ -246,5 +254,5 @@ def run_summary(tables: Tables, record: RunRecord) -> list[Metric]:
 
 def run_headline(run_dir: Path, record: RunRecord) -> Headline:
     """The headline metrics and the top kernels of the collected run in `run_dir`, each table read once."""
-    tables = tables_of(run_dir)
+    tables = tables_of(run_dir, categories_for(record))
     return Headline(run_summary(tables, record), top_kernels(tables, record.tool))

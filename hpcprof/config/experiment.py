@@ -19,6 +19,7 @@ from msgspec import Meta
 
 from hpcprof import profilers
 from hpcprof.config import MAX_POINTS, REPEAT
+from hpcprof.config.categories import KernelCategoryRule
 from hpcprof.config.container import ContainerConfig
 from hpcprof.config.directives import check_fields, walltime_seconds
 from hpcprof.config.forensics import ForensicsConfig
@@ -135,6 +136,8 @@ class AnalysisConfig(Model):
     # Echo's slowdown (DDP under nsys, ws-N vs ws-1): hpcprof's matching (name + occurrence) or
     # Echo's analyse.py exactly (launch index + equal demangled name)
     slowdown_match: Literal["hpcprof", "echo"] = "hpcprof"
+    # kernel category rules tried before the site's and hpcprof's own (`gpu.<category>` metrics)
+    kernel_categories: list[KernelCategoryRule] = []
 
 
 class Experiment(Model):

@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta
 
+from hpcprof.config.categories import KernelCategoryRule
 from hpcprof.config.container import ContainerConfig, KubernetesConfig
 from hpcprof.config.directives import check_fields, walltime_seconds
 from hpcprof.config.schedulers import SCHEDULER_NAMES
@@ -256,6 +257,7 @@ class SiteConfig(Model, kw_only=True):
     max_array_size: Annotated[int, Meta(ge=2, le=1 << 24)] | None = None  # largest --array (default: the scheduler's)
     peaks: Peaks | None = None          # hardware peaks for the report's % of peak (default: known GPUs)
     require_account: bool = False       # the scheduler refuses a job without one (Polaris: #PBS -A)
+    kernel_categories: list[KernelCategoryRule] = []  # name rules tried before hpcprof's kernel categories
 
     def __post_init__(self) -> None:
         run_checks(self, {"name": check_site_name, "scheduler": check_scheduler, "env": check_env,

@@ -48,7 +48,7 @@ PROFILER = Profiler(
     options=TorchOptions, launch=launch, check=check,
     collector="hpcprof.analysis.trace.collect:TorchCollector",
     tables=Tables(iterations=c.TORCH_ITERATIONS.key, window=c.TORCH_WINDOW.key,
-                  critical_path=c.TORCH_CRITICAL_PATH.key, kernels=c.TORCH_KERNELS.key),
-    kernel_time=KernelTime("name", "sum (us)", 1e3),
+                  critical_path=c.TORCH_CRITICAL_PATH.key, kernels=c.TORCH_WINDOW_KERNELS.key),
+    kernel_time=KernelTime("name", "total_ns", 1e6),
     metrics=("hpcprof.analysis.summary:torch_metrics",),
     figures="hpcprof.report.html:torch_figures")

@@ -15,8 +15,9 @@ from plotly.offline import get_plotlyjs
 
 from hpcprof import catalog as c
 from hpcprof import profilers
+from hpcprof.analysis.categories import categories_for
 from hpcprof.analysis.forensics.verdict import stack_lines
-from hpcprof.analysis.summary import counted, kernel_category
+from hpcprof.analysis.summary import counted
 from hpcprof.lazy import load_target
 from hpcprof.report import findings as words
 from hpcprof.report import plots, sweep
@@ -207,7 +208,8 @@ def nsys_figures(info: RunInfo) -> Iterator[go.Figure]:
                               "kernel slowdown distribution (Echo)")
     kern = read_table(run, c.NSYS_CUDA_GPU_KERN_SUM.name)
     if kern is not None and not kern.empty:
-        df = kern.assign(category=kern["Name"].astype(str).map(kernel_category), time_ms=kern["Total Time (ns)"] / 1e6)
+        df = kern.assign(category=kern["Name"].astype(str).map(categories_for(info.record)),
+                         time_ms=kern["Total Time (ns)"] / 1e6)
         by = df.groupby(["rank", "category"], as_index=False)["time_ms"].sum()
         yield plots.bars_per_rank(by, "time_ms", "category", "GPU time (ms)", "GPU time by kernel category per rank")
     nccl = read_table(run, c.NSYS_NCCL.name)

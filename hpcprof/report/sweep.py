@@ -96,6 +96,10 @@ def metric_values(point: Point, metric: c.MetricSpec) -> list[tuple[dict[str, st
 def window_note(points: list[Point]) -> str:
     """Which window the GPU metrics cover: the measured iterations when collect says so."""
     iterations = points[0].metric(c.WINDOW_ITERATIONS) if points else None
+    if iterations is not None and points[0].metric(c.WINDOW_DETECTED):
+        cv = points[0].metric(c.WINDOW_STEP_CV)
+        return (f"over {iterations:,.0f} steps found in the trace's kernels (it carries no marks"
+                + (f"; step time CV {cv:.1f} %)" if cv is not None else ")"))
     if iterations is not None:
         return f"over the measured window of {iterations:,.0f} iterations"
     if points and points[0].metric(c.WINDOW_DURATION) is not None:

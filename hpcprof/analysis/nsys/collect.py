@@ -16,6 +16,7 @@ import pyarrow as pa
 
 from hpcprof import catalog as c
 from hpcprof.analysis.collector import CollectContext, Log, ReadTable, Reducer, RunStep, ToolCollector, each_alone
+from hpcprof.analysis.detect_steps import window_note
 from hpcprof.analysis.nsys import critical_path
 from hpcprof.analysis.nsys import distributed as dist
 from hpcprof.analysis.nsys import window as win
@@ -287,7 +288,7 @@ def nccl_with_totals(read: ReadTable, log: Log) -> dict[str, pd.DataFrame]:
 
 
 #: the cross-rank steps of nsys in collect (NsysCollector.reducers), independent of one another
-REDUCERS = (critical_path.collect_tables, median_timeline, nccl_with_totals)
+REDUCERS = (critical_path.collect_tables, median_timeline, nccl_with_totals, window_note)
 
 
 class NsysCollector(ToolCollector):

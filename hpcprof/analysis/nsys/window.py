@@ -11,6 +11,8 @@ window is found from NVTX ranges projected onto the GPU (range_instances):
 * else seqpar's `timed` range: its projection is the window, and the `iteration` ranges inside
   it are the iterations;
 * else iteration ranges (`iteration`, ddp's `step`, `step<N>`), else Echo's `backward` window;
+* else the steps found in the rank's kernels (`detected:optimizer`, `detected:sequence`:
+  nsys/steps.py, hpcprof/analysis/detect_steps.py);
 * else the whole capture (`capture`): first GPU operation to the last.
 
 Every table computed over the window carries a `window` column naming it.
@@ -30,6 +32,7 @@ import pandas as pd
 import pyarrow as pa
 
 from hpcprof.analysis.nsys.distributed import Activity, instance_columns, instance_frame
+from hpcprof.analysis.nsys.steps import rank_steps
 from hpcprof.analysis.nsys_stats.arrays import Columns, covered_within, group_starts, merge_intervals
 from hpcprof.config.profile import STEP_RANGE
 from hpcprof.record import read_record
@@ -131,6 +134,13 @@ def _rank_window(inst: dict[str, np.ndarray], op_start: np.ndarray, op_end: np.n
     return {"window": label, **row}, its
 
 
+def detected(label: str, steps: dict[str, np.ndarray]) -> tuple[dict, dict[str, np.ndarray]]:
+    """The bounds row and iteration columns of a rank's detected steps."""
+    row = {"window": label, "start_ns": int(steps["start_ns"].min()), "end_ns": int(steps["end_ns"].max()),
+           "cpu_start": int(steps["cpu_start"].min()), "cpu_end": int(steps["cpu_end"].max())}
+    return row, {"range": np.full(len(steps["start_ns"]), "step", dtype=object), **steps}
+
+
 def find_window(act: Activity, nvtx: str | None = None) -> Window:
     """The measured window of every rank of `act` (see the module's rules); `nvtx` names the range
     that marks one iteration (a `command` workload's own)."""
@@ -144,14 +154,17 @@ def find_window(act: Activity, nvtx: str | None = None) -> Window:
         r = int(rank[order[a]])
         mine = np.flatnonzero(inst["rank"] == r)
         row, its = _rank_window({c: v[mine] for c, v in inst.items()}, start[order[a:b]], end[order[a:b]], nvtx)
+        its = mine[its]
+        steps = {"range": inst["range"][its], "start_ns": inst["proj_start"][its], "end_ns": inst["proj_end"][its],
+                 "cpu_start": inst["start"][its], "cpu_end": inst["end"][its]}
+        found = rank_steps(act, order[a:b]) if row["window"] == CAPTURE else None
+        if found is not None:                   # no marks: the steps found in the kernels (nsys/steps.py)
+            row, steps = detected(*found)
         for c, v in {"rank": r, **row}.items():
             bounds[c].append(v)
-        its = mine[its]
-        for c, v in (("rank", np.full(len(its), r, dtype=np.int64)),
-                     ("window", np.full(len(its), row["window"], dtype=object)),
-                     ("iteration", np.arange(len(its), dtype=np.int64)), ("range", inst["range"][its]),
-                     ("start_ns", inst["proj_start"][its]), ("end_ns", inst["proj_end"][its]),
-                     ("cpu_start", inst["start"][its]), ("cpu_end", inst["end"][its])):
+        count = len(steps["start_ns"])
+        for c, v in (("rank", np.full(count, r, dtype=np.int64)), ("window", np.full(count, row["window"], dtype=object)),
+                     ("iteration", np.arange(count, dtype=np.int64)), *steps.items()):
             iterations[c].append(np.asarray(v))
     dtype = {c: ITERATION_DTYPES.get(c, object) for c in (*WINDOW_COLUMNS, *ITERATION_RANGES)}
     if not bounds["rank"]:

@@ -11,9 +11,10 @@ import pandas as pd
 
 from hpcprof import catalog as c
 from hpcprof.analysis.collector import Log, NothingToAnalyse, ReadTable, Reducer, ToolCollector
+from hpcprof.analysis.detect_steps import window_note
 from hpcprof.analysis.trace import analyses, critical_path
 from hpcprof.analysis.trace.load import RankTrace, TraceColumns, TraceError, gather, helpers_of
-from hpcprof.analysis.trace.window import trace_window
+from hpcprof.analysis.trace.window import trace_window, window_kernels
 
 
 def all_analyses(traces: Sequence[RankTrace]) -> dict[str, pd.DataFrame]:
@@ -31,8 +32,9 @@ def all_analyses(traces: Sequence[RankTrace]) -> dict[str, pd.DataFrame]:
 
 def analyse_file(path: Path, rank: int, cores: int = 1) -> dict[str, pd.DataFrame]:
     """One rank's trace (`hpcprof collect`'s per-file map), decoded once (streaming) for both:
-    all_analyses of that trace, its measured window (ProfilerStep ranges on GPU time,
-    trace/window.py) as `window` and `iterations`, and its critical-path events; on `cores` cores
+    all_analyses of that trace, its measured window (ProfilerStep ranges on GPU time, else the steps
+    found in its kernels: trace/window.py) as `window` and `iterations`, the GPU time per kernel
+    name in that window (`window_kernels`), and its critical-path events; on `cores` cores
     (load.gather's helpers, load.helpers_of). TraceError names a damaged file; NothingToAnalyse a
     trace without GPU events."""
     columns, path_events = TraceColumns(), critical_path.CriticalPathEvents()
@@ -45,6 +47,7 @@ def analyse_file(path: Path, rank: int, cores: int = 1) -> dict[str, pd.DataFram
         raise
     window, iterations = trace_window(trace)
     return {**all_analyses([trace]), c.TORCH_WINDOW.key: window, c.TORCH_ITERATIONS.key: iterations,
+            c.TORCH_WINDOW_KERNELS.key: window_kernels(trace, window),
             critical_path.EVENTS_TABLE: path_events.frame(path, trace.rank)}
 
 
@@ -57,7 +60,7 @@ def sorted_kernels(read: ReadTable, log: Log) -> dict[str, pd.DataFrame]:
 
 
 #: the cross-rank steps of torch traces in collect (TorchCollector.reducers), independent of one another
-REDUCERS = (sorted_kernels, critical_path.collect_tables)
+REDUCERS = (sorted_kernels, critical_path.collect_tables, window_note)
 
 
 class TorchCollector(ToolCollector):

@@ -103,7 +103,7 @@ class RankTrace:
     cpu: pd.DataFrame
     profiler_steps: list[int] = field(default_factory=list)
     origin: float = 0.0
-    #: the kept `ProfilerStep#N` annotations: step (N), ts, end (µs, relative to `origin`)
+    #: the kept `ProfilerStep#N` annotations of the CPU: step (N), ts, end (µs, relative to `origin`)
     steps: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=["step", "ts", "end"]))
 
 
@@ -473,7 +473,10 @@ class TraceColumns(Gatherer):
             for m in map(_STEP_RE.search, names[name_codes[kept & steps]].unique())
             if m
         }
-        step_idx = np.flatnonzero(kept & steps)
+        cpu_steps = steps & (cat_codes != (cats.get_loc("gpu_user_annotation") if "gpu_user_annotation" in cats else -1))
+        step_idx = np.flatnonzero(kept & cpu_steps)         # torch 2.11 repeats each step on the GPU's row
+        if len(np.unique(name_codes[step_name])) >= 2 and not include_last_profiler_step:
+            step_idx = step_idx[ts[step_idx] < ts[cpu_steps].max()]  # the last, even where its GPU row came later
         step_of = [_STEP_RE.search(names[c]) for c in name_codes[step_idx]]
         numbered = np.array([m is not None for m in step_of], dtype=bool)
         step_table = pd.DataFrame({"step": np.array([int(m.group(1)) for m in step_of if m], dtype=np.int64),

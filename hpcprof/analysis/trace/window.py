@@ -3,8 +3,9 @@
 Each kept ProfilerStep (load_trace drops the last, possibly truncated, one as HTA does) is one
 iteration: the GPU events whose launching CPU call starts inside the step, from the first one's
 start to the last one's end. The window runs from the first iteration's GPU start to the last
-one's end; a trace without ProfilerStep annotations is measured whole (`capture`). Times come
-out in ns on the trace's clock (Kineto's µs × 1000).
+one's end. A trace without ProfilerStep annotations is measured over the steps found in its
+kernels (`detected:optimizer`, `detected:sequence`: trace/steps.py), else whole (`capture`).
+Times come out in ns on the trace's clock (Kineto's µs × 1000).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import pandas as pd
 
 from hpcprof.analysis.trace.analyses import COMM, COMP, kernel_type
 from hpcprof.analysis.trace.load import RankTrace
+from hpcprof.analysis.trace.steps import WORK, trace_steps
 
 STEP_WINDOW = "ProfilerStep"
 CAPTURE = "capture"
@@ -84,6 +86,9 @@ def trace_window(trace: RankTrace) -> tuple[pd.DataFrame, pd.DataFrame]:
     comp = _union(ts[kinds == COMP], end[kinds == COMP])
     its = step_iterations(trace)
     label = STEP_WINDOW if len(its) else CAPTURE
+    found = trace_steps(trace) if label == CAPTURE else None
+    if found is not None:                       # no ProfilerStep: the steps found in the kernels (trace/steps.py)
+        label, its = found
     lo, hi = (its["start_us"].min(), its["end_us"].max()) if len(its) else (ts.min(), end.max())
     origin_ns = trace.origin * 1000.0
 
@@ -107,3 +112,20 @@ def trace_window(trace: RankTrace) -> tuple[pd.DataFrame, pd.DataFrame]:
         rows.append({"rank": trace.rank, "window": label, "iteration": it["iteration"], "start_ns": start,
                      "end_ns": stop, "gpu_ns": stop - start, "busy_ns": b, "idle_ns": stop - start - b})
     return window, pd.DataFrame(rows, columns=ITERATION_COLUMNS)
+
+
+def window_kernels(trace: RankTrace, window: pd.DataFrame) -> pd.DataFrame:
+    """GPU time per name of the kernels, memcpys and memsets inside the rank's window (`trace_window`'s
+    row; events cut to it), as nsys' kernel table: rank, window, name, instances, total_ns (most
+    time first)."""
+    gpu = trace.gpu
+    row = window.iloc[0]
+    lo, hi = row["start_ns"] / 1000.0 - trace.origin, row["end_ns"] / 1000.0 - trace.origin
+    ts, end = gpu["ts"].to_numpy(np.float64), gpu["end"].to_numpy(np.float64)
+    inside = np.isin(gpu["cat"].astype(str).to_numpy(), WORK) & (end > lo) & (ts < hi)
+    cut = np.minimum(end[inside], hi) - np.maximum(ts[inside], lo)
+    names = gpu["name"].astype(str).to_numpy()[inside]
+    per = pd.DataFrame({"name": names, "ns": np.round(cut * 1000.0).astype(np.int64)}).groupby("name", sort=True)["ns"]
+    out = pd.DataFrame({"rank": trace.rank, "window": row["window"], "name": per.size().index.to_numpy(dtype=object),
+                        "instances": per.size().to_numpy(np.int64), "total_ns": per.sum().to_numpy(np.int64)})
+    return out.sort_values("total_ns", ascending=False, kind="stable", ignore_index=True)
