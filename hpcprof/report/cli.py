@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -11,6 +12,7 @@ from rich.console import Console
 
 from hpcprof.cli_options import with_site_lookup, workdir_option
 from hpcprof.errors import FiniteRange, UserError
+from hpcprof.output import table_width
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -42,7 +44,7 @@ def compare(runs: tuple[str, ...], workdir: Path, baseline: str | None, fail_pct
     df = compare_frame(runs, workdir, baseline)
     if fmt == "table":
         buf = io.StringIO()
-        Console(file=buf, width=220).print(comparison_table(df))
+        Console(file=buf, width=table_width(sys.stdout if output is None else None)).print(comparison_table(df))
         text = buf.getvalue()
     elif fmt == "csv":
         text = df.to_csv(index=False)
@@ -62,6 +64,7 @@ def compare(runs: tuple[str, ...], workdir: Path, baseline: str | None, fail_pct
 def gate(df: pd.DataFrame, pct: float) -> None:
     """Exit 1, naming the points, when any is significantly slower than the baseline by more than `pct` %."""
     from hpcprof.report.compare import param_columns, point_labels
+    from hpcprof.report.stats import p_text
     from hpcprof.report.verdict import slower_than
 
     slow = slower_than(df, pct)
@@ -71,7 +74,7 @@ def gate(df: pd.DataFrame, pct: float) -> None:
     labels = point_labels(df, param_columns(df))
     for i in slow.index:
         click.echo(f"slower than the baseline by {slow.at[i, 'change_pct']:+.2f} % (more than {pct:g} %; "
-                   f"p = {slow.at[i, 'p_value']:.3g}, {slow.at[i, 'test']}): {labels[i] or slow.at[i, 'run']}",
+                   f"{p_text(slow.at[i, 'p_value'], named=True)}, {slow.at[i, 'test']}): {labels[i] or slow.at[i, 'run']}",
                    err=True)
     raise SystemExit(1)
 
@@ -110,7 +113,7 @@ def report(runs: tuple[str, ...], workdir: Path, full: bool, rows: int, html_fil
         return
     from hpcprof.report.terminal import report as terminal_report
 
-    terminal_report(infos, full, rows, Console(width=200))
+    terminal_report(infos, full, rows, Console(width=table_width(sys.stdout)))
 
 
 @click.command()
