@@ -24,8 +24,9 @@ cat <<EOF
 The answer is in the compare table above (iteration time per hidden_dim) and, with the plots, in
   $PWD/hpcprof-report.html
 Runs: $HPCPROF_WORKDIR (hpcprof status). To go on, in this shell or after \`source .venv/bin/activate\`:
-  hpcprof submit examples/seqpar_cpu.yaml --site local --wait --set profile.tool=torch   # torch.profiler traces
-  hpcprof trace temporal RUN_DIR/profiles/torch       # HTA's analyses (RUN_DIR: hpcprof status)
+  hpcprof submit examples/seqpar_cpu.yaml --site local --wait --set profile.tool=torch && hpcprof collect && hpcprof report
+      # torch.profiler traces of the CPU ranks in RUN_DIR/profiles/torch (RUN_DIR: hpcprof status); open one in
+      # https://ui.perfetto.dev. On a GPU run: hpcprof trace temporal RUN_DIR/profiles/torch (HTA's analyses need GPU kernels)
   hpcprof doctor --site polaris                                                           # before a cluster
   docs/README.md: your own script, Polaris, Perlmutter, HTA notebooks, Echo, the reference
 EOF

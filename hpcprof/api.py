@@ -179,14 +179,17 @@ def run_table(run: PathLike, name: str, workdir: PathLike = "hpcprof-runs") -> p
 def compare(runs: Sequence[str] = (), workdir: PathLike = "hpcprof-runs", baseline: str | None = None,
             plot: str | None = None) -> pd.DataFrame | go.Figure:
     """`hpcprof compare` as a DataFrame: one row per run (repetitions folded), its swept
-    parameters and headline metrics; default: the latest sweep. `plot="iteration.mean"` (any
-    metric column) returns a bar chart of that metric per run instead."""
+    parameters and headline metrics; default: the latest sweep. `plot="iteration.mean"` (a metric,
+    with its unit as the column names it, `iteration.mean [ms]`, or without) returns a bar chart of
+    that metric per run instead."""
     from hpcprof import api_plots
+    from hpcprof.catalog import find_column
     from hpcprof.report.compare import compare_frame
 
     df = compare_frame(tuple(runs), Path(workdir), baseline)
     if plot is None:
         return df
-    if plot not in df.columns:
-        raise UserError(f"plot={plot!r}: not a column of the comparison; columns: {', '.join(map(str, df.columns))}")
-    return api_plots.metric_by_run(df, plot)
+    found = find_column([str(c) for c in df.columns], plot)
+    if found is None:
+        raise UserError(f"plot={plot!r}: not a metric of the comparison; columns: {', '.join(map(str, df.columns))}")
+    return api_plots.metric_by_run(df, found)

@@ -31,6 +31,8 @@ WINDOWS: dict[str, str] = {
     "the run": "the run as a whole",
 }
 MEASURED, CAPTURE, COUNTED, EACH_ITERATION, EACH_KERNEL, RUN = WINDOWS
+#: the name a `window` column gives a measured window that is the whole capture (no iteration range found)
+CAPTURE_WINDOW = "capture"
 
 #: who writes a table: `collect` names it `<producer>_<key>`
 NSYS, TORCH, NCU, ECHO, WORKLOAD, FILES, FORENSICS = "nsys", "torch", "ncu", "echo", "workload", "files", "forensics"
@@ -90,6 +92,8 @@ NSYS_PHASES = _t(NSYS, "phases", "rank and NVTX range", MEASURED,
 NSYS_TIMELINE = _t(NSYS, "timeline", "range or kernel of the median iteration, per rank", EACH_ITERATION,
                    "one iteration (the window's median) on every rank: ranges and kernels, start and end in "
                    "ms from the iteration's GPU start")
+#: the shortest GPU idle gap nsys_gaps keeps (ns)
+NSYS_GAP_NS = 100_000
 NSYS_GAPS = _t(NSYS, "gaps", "gap, per process and device", MEASURED,
                "GPU idle gaps longer than 0.1 ms: start, end, duration, the operations before and after",
                "`nsys analyze` rule gpu_gaps")
@@ -196,6 +200,13 @@ TABLES: tuple[TableSpec, ...] = (
     WORKLOAD_SEQPAR, SEQPAR_PHASES, SEQPAR_ITERATIONS, SEQPAR_RANKS, SEQPAR_LOOP, SEQPAR_CHECK,
     WORKLOAD_DDP, DDP_PHASES, DDP_STEPS, DDP_RANKS, FILES_MANIFEST, FORENSICS_RANKS,
     FORENSICS_COLLECTIVES, STEPS_TIMES)
+
+
+def table_window(name: str) -> str:
+    """The window (a key of WINDOWS) of the result table called `name`; the run's for a table not declared."""
+    return next((t.window for t in TABLES if t.name == name), RUN)
+
+
 #: each workload kind's timing tables: (phase statistics, per-iteration rows, the per-iteration phase)
 WORKLOAD_TIMINGS: dict[str, tuple[TableSpec, TableSpec, str]] = {
     "seqpar": (SEQPAR_PHASES, SEQPAR_ITERATIONS, "iteration"), "ddp": (DDP_PHASES, DDP_STEPS, "step")}
@@ -219,6 +230,7 @@ class MetricSpec:
     tables: tuple[TableSpec, ...]
     reference: str = ""
     headline: bool = True
+    identifier: bool = False    # names something (a rank): no mean, spread or ratio of it
 
     def value(self, value: float, **parts: str) -> tuple[str, float, str]:
         """The metric as a headline triple (name, value, unit)."""
@@ -263,7 +275,8 @@ ITERATION_SPREAD = MetricSpec("iteration.spread", "ms", COUNTED,
 ITERATION_SPREAD_PCT = MetricSpec("iteration.spread_pct", "%", COUNTED,
                                   "100 · iteration.spread / the median of the ranks' mean iteration times", _TIMING)
 SLOWEST_RANK = MetricSpec("slowest_rank", "rank", COUNTED,
-                          "the rank with the largest mean iteration time (runs of 2 ranks or more)", _TIMING)
+                          "the rank with the largest mean iteration time (runs of 2 ranks or more)", _TIMING,
+                          identifier=True)
 SLOWEST_RANK_EXCESS_PCT = MetricSpec("slowest_rank.excess_pct", "%", COUNTED,
                                      "100 · (the slowest rank's mean / the median of the ranks' means − 1)", _TIMING)
 PHASE_TIME = MetricSpec("phase.{phase}.time", "ms", COUNTED, "the phase's mean time (mean_ms)" + _RATE, _PHASES)
@@ -334,18 +347,36 @@ PROFILER_OVERHEAD = MetricSpec("profiler.overhead_pct", "%", COUNTED,
                                "by `report` and `compare` among the runs of the experiment", (STEPS_TIMES,))
 ITERATION_IDLE_PCT = MetricSpec("idle_pct", "%", EACH_ITERATION, f"{_IDLE}, per iteration",
                                 (NSYS_ITERATIONS, TORCH_ITERATIONS), IDLE_PCT.reference, headline=False)
+TOP_KERNEL_TIME = MetricSpec("top_kernel.time", "ms", MEASURED,
+                             "GPU time per rank (Σ over ranks / ranks) of the kernel with the most GPU time "
+                             "(compare's `top kernel` row names it)", (NSYS_KERNELS, TORCH_KERNELS), headline=False)
 
 METRICS: tuple[MetricSpec, ...] = (
     ITERATION_MEAN, ITERATION_MEDIAN, ITERATION_SPREAD, ITERATION_SPREAD_PCT, SLOWEST_RANK, SLOWEST_RANK_EXCESS_PCT,
     PHASE_TIME, PHASE_TFLOPS, PHASE_BUSBW, WINDOW_DURATION, WINDOW_ITERATIONS, WINDOW_DETECTED, WINDOW_STEP_CV,
     *GPU_TIME, OVERLAP_PCT, IDLE_PCT,
     *CAPTURE_GPU_TIME, CAPTURE_OVERLAP_PCT, CAPTURE_IDLE_PCT, SLOWDOWN_MEDIAN, SLOWDOWN_MEAN, SLOWDOWN_P90,
-    PROFILER_OVERHEAD, ITERATION_IDLE_PCT)
+    PROFILER_OVERHEAD, ITERATION_IDLE_PCT, TOP_KERNEL_TIME)
 
 
 def declared(name: str) -> MetricSpec | None:
     """The headline metric `name` is, None when it is not declared."""
     return next((m for m in METRICS if m.headline and m.match(name) is not None), None)
+
+
+def is_identifier(text: str) -> bool:
+    """Whether the comparison column `text` (`slowest_rank [rank]`) holds an identifier, not a quantity."""
+    name_unit = parse_column(text)
+    metric = declared(name_unit[0]) if name_unit else None
+    return metric is not None and metric.identifier
+
+
+def find_column(columns: list[str], name: str) -> str | None:
+    """The comparison column of the metric `name`, given with its unit (`iteration.mean [ms]`) or
+    without (`iteration.mean`); None when there is none."""
+    if name in columns:
+        return name
+    return next((c for c in columns if (name_unit := parse_column(c)) is not None and name_unit[0] == name), None)
 
 
 # -- the reference page ------------------------------------------------------------------------------

@@ -22,8 +22,10 @@ from hpcprof.errors import UserError, expand_home
 from hpcprof.render.profilers import profiler_paths
 from hpcprof.render.quoting import quote
 
+#: how the probe names a torch built without CUDA
+CPU_BUILD = "none (CPU build)"
 #: what the site's Python reports about itself (one JSON line; every import failure is text)
-PYTHON_PROBE = r"""
+PYTHON_PROBE = f"CPU_BUILD = {CPU_BUILD!r}" + r"""
 import json, sys
 found = {"python": f"{sys.version.split()[0]} ({sys.executable})"}
 def version(name):
@@ -42,9 +44,9 @@ found["mpi4py"] = version("mpi4py")
 found["torch"] = version("torch")
 if not found["torch"].startswith("MISSING"):
     import torch
-    found["cuda"] = f"{torch.version.cuda or 'none (CPU build)'}, {torch.cuda.device_count()} GPU(s) visible"
+    found["cuda"] = f"{torch.version.cuda or CPU_BUILD}, {torch.cuda.device_count()} GPU(s) visible"
     try:
-        found["nccl"] = ".".join(map(str, torch.cuda.nccl.version())) if torch.version.cuda else "none (CPU build)"
+        found["nccl"] = ".".join(map(str, torch.cuda.nccl.version())) if torch.version.cuda else CPU_BUILD
     except Exception as exc:
         found["nccl"] = f"MISSING: {type(exc).__name__}: {exc}"
 print("@@python-json " + json.dumps(found))
@@ -130,12 +132,18 @@ def python_findings(site: SiteConfig, found: dict[str, str]) -> list[Finding]:
                         f"{site.name} --venv DIR; README: Installing on a cluster)",
              "torch": "load the site's PyTorch module in setup: (venv with --system-site-packages on top of it)",
              "mpi4py": "seqpar needs mpi4py: use the site's module (or pip install mpi4py in the venv)"}
+    cpu_build = (f"this site's nodes have {site.node.gpus} GPU(s) and this torch is its CPU build: load the "
+                 "site's PyTorch module in setup: (or install torch's CUDA build in the venv)")
     findings = [Finding("python", True, info["python"])]
     for name in ("hpcprof", "torch", "cuda", "nccl", "mpi4py"):
         if name in info:
             value = str(info[name])
-            findings.append(Finding(name, not value.startswith("MISSING"), value,
-                                    fixes.get(name, "") if value.startswith("MISSING") else ""))
+            if value.startswith("MISSING"):
+                findings.append(Finding(name, False, value, fixes.get(name, "")))
+            elif name in ("cuda", "nccl") and value.startswith(CPU_BUILD) and site.node.gpus:
+                findings.append(Finding(name, False, value, cpu_build))
+            else:
+                findings.append(Finding(name, True, value))
     return findings
 
 

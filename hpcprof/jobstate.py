@@ -109,7 +109,7 @@ def current_states(runs: Sequence[RunDir]) -> dict[RunDir, JobState]:
     for run in runs:
         sub = run.submission
         if not sub:
-            found[run] = NOT_SUBMITTED
+            found[run] = reconcile(run, None) if started_by_hand(run) else NOT_SUBMITTED
         elif "error" in sub:
             found[run] = JobState(UNKNOWN, None, sub["error"])
         elif run.done:
@@ -136,8 +136,14 @@ def recorded_state(run: RunDir) -> JobState:
     """The run's state from its files alone (status file, DONE, the final state stored): no
     scheduler is asked, so `report` and `compare` stay read-only and work off the cluster."""
     if not run.submission:
-        return NOT_SUBMITTED
+        return reconcile(run, None) if started_by_hand(run) else NOT_SUBMITTED
     return reconcile(run, stored_view(run))
+
+
+def started_by_hand(run: RunDir) -> bool:
+    """Whether a run hpcprof did not submit (`render -o`, then its job.sh run by hand) was started:
+    its job wrote its start or DONE, so its own status file tells its state."""
+    return run.done or bool(run.job_status().get("start"))
 
 
 def unrecorded(states: dict[RunDir, JobState]) -> dict[RunDir, JobState]:

@@ -20,6 +20,14 @@ if TYPE_CHECKING:
     from rich.table import Table
 
 FORMATS = ("csv", "table", "json")
+#: the width of a table written to a file or a pipe (no terminal to fit)
+WIDE = 200
+
+
+def table_width(stream: TextIO | None) -> int | None:
+    """The width to print a table at on `stream`: None (rich's console width: the terminal's) where it
+    is a terminal; WIDE for a file or a pipe (`stream` None: a file being written)."""
+    return None if stream is not None and stream.isatty() else WIDE
 
 
 def render_table(df: pd.DataFrame, title: str | None = None) -> Table:
@@ -55,14 +63,22 @@ def emit(df: pd.DataFrame, fmt: str, out: TextIO | None = None, title: str | Non
     elif fmt == "table":
         from rich.console import Console
 
-        Console(file=out, width=200, emoji=False).print(render_table(df, title))
+        Console(file=out, width=table_width(out), emoji=False).print(render_table(df, title))
     else:
         raise ValueError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
 
 
+#: the narrowest a wrapping column of emit_rows' table is taken to be when fitting it to a width
+WRAP_MIN = 12
+
+
 def emit_rows(rows: Sequence[dict[str, Any]], columns: Sequence[str], fmt: str,
-              out: TextIO | None = None, title: str | None = None) -> None:
-    """Print plain rows (dicts of str/int/float/None) like `emit` prints a DataFrame, without pandas."""
+              out: TextIO | None = None, title: str | None = None, whole: Sequence[str] = (),
+              optional: Sequence[str] = ()) -> None:
+    """Print plain rows (dicts of str/int/float/None) like `emit` prints a DataFrame, without pandas.
+    A table fits its width (table_width): the `whole` columns are never wrapped nor cut, the others
+    wrap, and on a terminal the `optional` ones (least needed first) are left out, with a caption
+    saying so, while the table cannot fit otherwise (a file or a pipe gets every column)."""
     out = out or sys.stdout
     if fmt == "csv":
         import csv
@@ -81,14 +97,31 @@ def emit_rows(rows: Sequence[dict[str, Any]], columns: Sequence[str], fmt: str,
         from rich.console import Console
         from rich.table import Table
 
-        table = Table(title=None if title is None else rich_text(title), show_lines=False)
-        for col in columns:
+        width = table_width(out)
+        console = Console(file=out, width=width, emoji=False)
+        cells = {c: [rich_text(format_cell(row.get(c))) for row in rows] for c in columns}
+
+        def needs(col: str) -> int:
+            longest = max([len(col), *(len(v.plain) for v in cells[col])])
+            return (longest if col in whole or col in optional else min(longest, max(len(col), WRAP_MIN))) + 3
+
+        shown = list(columns)
+        for col in optional if width is None else ():
+            if sum(needs(c) for c in shown) + 1 <= console.width:
+                break
+            shown.remove(col)
+        left_out = [c for c in columns if c not in shown]
+        table = Table(title=None if title is None else rich_text(title), show_lines=False, caption_justify="left", caption=(
+            f"not shown at {console.width} columns: {', '.join(left_out)} (--format json has every column)"
+            if left_out else None))
+        for col in shown:
             values = [row.get(col) for row in rows if row.get(col) is not None]
             numeric = bool(values) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
-            table.add_column(col, justify="right" if numeric else "left")
-        for row in rows:  # user text (a site's description, a reason) as plain text: no markup, no control characters
-            table.add_row(*(rich_text(format_cell(row.get(c))) for c in columns))
-        Console(file=out, width=200, emoji=False).print(table)
+            table.add_column(col, justify="right" if numeric else "left", no_wrap=col in whole,
+                             overflow="fold", min_width=needs(col) - 3 if col in whole else None)
+        for i in range(len(rows)):  # user text (a site's description, a reason) as plain text: no markup, no control characters
+            table.add_row(*(cells[c][i] for c in shown))
+        console.print(table)
     else:
         raise ValueError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
 

@@ -39,7 +39,7 @@ class ResultError(UserError, ValueError):
 
 #: a headline metric: (name, value, unit), e.g. ("iteration.mean", 12.5, "ms")
 Metric = tuple[str, float, str]
-#: a kernel with the most GPU time: (name, GPU time in ms over all ranks, category), e.g. (..., 49.3, "gemm")
+#: a kernel with the most GPU time: (name, GPU time in ms per rank, category), e.g. (..., 24.6, "gemm")
 TopKernel = tuple[str, float, str]
 HEADLINE = "headline.json"
 
@@ -48,7 +48,7 @@ class Headline(NamedTuple):
     """A collected run's headline metrics and the kernels with the most GPU time (most first)."""
 
     metrics: list[Metric]
-    top_kernels: list[TopKernel]
+    top_kernels_per_rank: list[TopKernel]   # (a note of hpcprof 0.1 kept `top_kernels`, over all ranks: read as none)
 
 
 def results_dir(run_dir: Path) -> Path:

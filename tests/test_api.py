@@ -85,3 +85,19 @@ def test_nsys_report_equals_nsys(fixtures_dir: Path) -> None:
     assert list(ours["Name"]) == list(theirs["Name"])
     assert list(ours["Total Time (ns)"]) == list(theirs["Total Time (ns)"])
     assert list(ours["Instances"]) == list(theirs["Instances"])
+
+
+def test_compare_plots_a_metric_named_with_or_without_its_unit(repo: Path, gpu_data: Path, tmp_path: Path) -> None:
+    """`plot="iteration.mean"`, as the README, the notebook and the docstring write it, failed: the column is
+    `iteration.mean [ms]`. Both names draw the same bars (two H200 seqpar runs, fp32 and bf16)."""
+    from test_report_html import gpu_sweep
+
+    work = gpu_sweep(repo, gpu_data, tmp_path, "{workload.args.precision: [float32, bfloat16], "
+                     "resources.ranks_per_node: [2]}", 1, ["run1/seqpar/base_float32_p2", "run1/seqpar/base_bfloat16_p2"],
+                     "20261121-000030-a9a1aa")
+    table = api.compare(workdir=work)
+    for name in ("iteration.mean", "iteration.mean [ms]"):
+        fig = api.compare(workdir=work, plot=name)
+        assert isinstance(fig, go.Figure) and list(fig.data[0].y) == list(table["iteration.mean [ms]"])
+    with pytest.raises(UserError, match=r"plot='iteration\.mea': not a metric of the comparison"):
+        api.compare(workdir=work, plot="iteration.mea")

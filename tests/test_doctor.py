@@ -119,3 +119,22 @@ def test_submit_on_the_local_site_checks_the_profiler(tmp_path: Path) -> None:
         f"Error: profile.tool: nsys ({tmp_path}/no/nsys) is not on PATH here; install it, or set paths.nsys of "
         "site local to its full path")
     assert not (tmp_path / "runs").exists()
+
+
+def test_doctor_fails_a_cpu_only_torch_on_a_gpu_site(tmp_path: Path) -> None:
+    """Polaris's nodes have 4 GPUs; a venv with torch's CPU build passed there ("none (CPU build)": ok).
+    The local site has no GPUs: the same torch is fine there (test_doctor_reports_versions_of_a_working_site)."""
+    import torch
+
+    if torch.version.cuda is not None:
+        pytest.skip("this torch is a CUDA build: no CPU build here to check")
+    data = yaml.safe_load((shipped_site_dir() / "polaris.yaml").read_text())
+    data["setup"] = []                                   # this Python (its torch), without Polaris's modules
+    data["paths"] = {"python": sys.executable}
+    site = tmp_path / "polaris-venv.yaml"
+    site.write_text(yaml.safe_dump(data))
+    code, rows = doctor("--site-file", str(site), "--account", "PROJECT")
+    assert code == 1 and rows["torch"]["status"] == "ok"
+    for check in ("cuda", "nccl"):
+        assert rows[check]["status"] == "MISSING" and rows[check]["found"].startswith("none (CPU build)")
+        assert "nodes have 4 GPU(s)" in rows[check]["fix"] and "CUDA build" in rows[check]["fix"]

@@ -121,3 +121,27 @@ def test_quickstart_runs_as_written(tmp_path: Path) -> None:
     compare = outputs[2]
     assert "workload.args.hidden_dim" in compare and "iteration.mean" in compare
     assert (tmp_path / "hpcprof-report.html").stat().st_size > 10_000
+
+
+def test_quickstarts_torch_profiler_step_works_on_a_cpu_machine(tmp_path: Path) -> None:
+    """The quickstart's suggested torch.profiler step runs as written on this CPU machine: it suggested
+    `hpcprof trace temporal`, which needs GPU kernels and failed asking about CUDA; HTA's analyses are
+    now suggested for a GPU run only."""
+    import os
+    import shlex
+    import subprocess
+    import sys
+
+    text = (REPO / "examples" / "quickstart.sh").read_text()
+    hints = text[text.index("To go on"):].splitlines()
+    (step,) = [line.split(" #")[0] for line in hints if "profile.tool=torch" in line]
+    assert all("GPU run" in line for line in hints if "hpcprof trace " in line)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "HPCPROF_WORKDIR": str(tmp_path / "runs")}
+    for command in step.split("&&"):
+        argv = [str(REPO / a) if a.startswith("examples/") else a for a in shlex.split(command)[1:]]
+        done = subprocess.run([sys.executable, "-m", "hpcprof", *argv], cwd=tmp_path, env=env, capture_output=True,
+                              text=True, timeout=600, check=False)
+        assert done.returncode == 0, f"hpcprof {' '.join(argv)}: {done.stderr}"
+    assert "COMPLETED" in done.stdout and "iteration.mean" in done.stdout      # the report of the traced run
+    traces = sorted(p.name for p in (tmp_path / "runs").glob("*/*/profiles/torch/*"))
+    assert traces == ["rank0.pt.trace.json", "rank1.pt.trace.json"]

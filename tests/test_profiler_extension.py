@@ -119,9 +119,9 @@ def test_a_two_rank_run_under_it_is_collected_into_its_tables(collected: Path) -
     assert metrics["gpu.total"][1] == "ms" and metrics["gpu.total"][0] == pytest.approx(total_ms)
     assert metrics["gpu.gemm"][0] == pytest.approx(sum(v for (_, n), v in by_hand.items() if n == "gemm_kernel") / 2e6)
     assert "gpu.nccl.AllReduce" in metrics
-    top = headline.top_kernels[0]
+    top = headline.top_kernels_per_rank[0]
     assert top[0] == "gemm_kernel" and top[2] == "gemm"
-    assert top[1] == pytest.approx(sum(v for (_, n), v in by_hand.items() if n == "gemm_kernel") / 1e6)
+    assert top[1] == pytest.approx(sum(v for (_, n), v in by_hand.items() if n == "gemm_kernel") / 2e6)   # per rank
 
 
 def test_the_report_shows_its_headline(collected: Path, installed: dict[str, str]) -> None:

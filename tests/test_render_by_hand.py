@@ -5,6 +5,7 @@ variables the renderer passes to the templates."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -42,6 +43,48 @@ def test_a_rendered_local_job_runs_by_hand(tmp_path: Path) -> None:
     assert (out / "DONE").exists() and "exit_code=0" in (out / "status").read_text()
     for rank in (0, 1):
         assert f"rank {rank} of run job on" in (out / "logs" / f"rank{rank}.log").read_text()
+
+
+def test_a_run_rendered_with_o_and_started_by_hand_is_collected(tmp_path: Path) -> None:
+    """No submission record: the job's own status file says it ran (it was NOT_SUBMITTED, and collect
+    skipped it as not collected)."""
+    from hpcprof.results import list_tables
+
+    out = tmp_path / "job"
+    code, _ = render(str(REPO / "examples" / "seqpar_cpu.yaml"), "--site", "local", "-o", str(out),
+                     "--set", "workload.args.iterations=2")
+    assert code == 0
+    ran = subprocess.run(["bash", str(out / "job.sh")], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    res = CliRunner().invoke(main, ["collect", str(out)])
+    assert res.exit_code == 0 and "collected job (COMPLETED)" in res.output, res.output
+    assert "workload_seqpar.iterations" in list_tables(out)
+    shown = CliRunner().invoke(main, ["report", str(out)])
+    assert shown.exit_code == 0 and "COMPLETED" in shown.output and "iteration.mean" in shown.output
+
+
+@pytest.mark.parametrize("site, env, workdir", [
+    ("local", {"HPCPROF_WORKDIR": "{tmp}/mine"}, "{tmp}/mine"),
+    ("polaris", {}, "/eagle/PROJECT/hpcprof"),           # the site's workdir: with the account
+])
+def test_render_prints_the_run_dir_submit_uses(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, site: str,
+                                               env: dict[str, str], workdir: str) -> None:
+    """The printed job script's RUN_DIR is under the workdir submit will use (it was ./hpcprof-runs
+    whatever $HPCPROF_WORKDIR or the site said); each render and submit makes a new run id."""
+    from hpcprof.commands.render_submit import submit_workdir
+    from hpcprof.config.site import find_site
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("HPCPROF_WORKDIR", raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value.format(tmp=tmp_path))
+    overrides = ("resources.account=PROJECT",)
+    code, text = render(str(HELLO), "--site", site, "--set", overrides[0])
+    assert code == 0
+    (run_dir,) = re.findall(r"^RUN_DIR=(\S+)$", text, re.MULTILINE)
+    expected = Path(workdir.format(tmp=tmp_path))
+    assert submit_workdir(None, find_site(site, None), HELLO, overrides).absolute() == expected
+    assert Path(run_dir).parent == expected / "hello"
 
 
 def test_a_rendered_sweep_has_one_directory_per_point(tmp_path: Path) -> None:

@@ -134,6 +134,16 @@ def test_report_shows_the_recorded_headline_as_plain_text(campaign: dict) -> Non
         write_headline(run, recorded)
 
 
+def test_html_of_a_failed_run_shows_its_failure(campaign: dict, tmp_path: Path) -> None:
+    """The terminal report shows the failure; the HTML said "No collected run to explain"."""
+    from test_report_html import findings
+
+    html = tmp_path / "failed.html"
+    hpcprof("report", campaign["failed"], "--html", str(html), cwd=campaign["cwd"], check=True)
+    (said,) = findings(html)
+    assert said.startswith(f"Run {campaign['failed']} FAILED: exit code 3") and f"hpcprof logs {campaign['failed']}" in said
+
+
 def test_logs_prints_a_rank_log(campaign: dict) -> None:
     res = hpcprof("logs", campaign["failed"], "--rank", "1", cwd=campaign["cwd"], check=True)
     assert "rank 1 broke" in res.stdout

@@ -138,11 +138,14 @@ def overlap_idle_metrics(ov: pd.DataFrame | None, overlap: c.MetricSpec = c.OVER
 
 def window_metrics(window: pd.DataFrame | None) -> list[Metric]:
     """The measured window's length (ms, mean over ranks) and iterations (mean count over ranks)
-    from a `<tool>_window` table {rank, duration_ns, iterations}."""
+    from a `<tool>_window` table {rank, duration_ns, iterations}; no iteration count where a rank's
+    window holds no iteration (a window that is the whole capture: its `window` column says so)."""
     if window is None or window.empty:
         return []
-    return [c.WINDOW_DURATION.value(float(window["duration_ns"].mean()) / 1e6),
-            c.WINDOW_ITERATIONS.value(float(window["iterations"].mean()))]
+    out = [c.WINDOW_DURATION.value(float(window["duration_ns"].mean()) / 1e6)]
+    if (window["iterations"] > 0).all():
+        out.append(c.WINDOW_ITERATIONS.value(float(window["iterations"].mean())))
+    return out
 
 
 def step_metrics(tables: Tables, profiler_window: bool) -> list[Metric]:
@@ -219,8 +222,10 @@ def slowdown_metrics(tables: Tables) -> list[Metric]:
 
 
 def top_kernels(tables: Tables, tool: str, n: int = 3) -> list[TopKernel]:
-    """The `n` kernels with the most GPU time over all ranks in the measured window: the tool's kernels table (profilers.Tables.kernels, its KernelTime
-    columns): (name, time in ms, category), most first."""
+    """The `n` kernels with the most GPU time in the measured window (nsys) or the traced steps
+    (torch), per rank as every GPU time metric (Σ over the ranks / the ranks of the table): the
+    tool's kernels table (profilers.Tables.kernels, its KernelTime columns): (name, time in ms per
+    rank, category), most first."""
     profiler = profilers.find(tool)
     spec = profiler.kernel_time if profiler is not None else None
     table = profiler.table("kernels") if profiler is not None and spec is not None else None
@@ -228,7 +233,8 @@ def top_kernels(tables: Tables, tool: str, n: int = 3) -> list[TopKernel]:
     if spec is None or df is None or df.empty:
         return []
     df = df[df[spec.name] != "others"]
-    top = (df[spec.time].astype(float) / spec.per_ms).groupby(df[spec.name].astype(str)).sum().nlargest(n)
+    ranks = max(df["rank"].nunique(), 1) if "rank" in df else 1
+    top = (df[spec.time].astype(float) / spec.per_ms).groupby(df[spec.name].astype(str)).sum().nlargest(n) / ranks
     return [(str(kernel), float(time_ms), tables.categories(str(kernel))) for kernel, time_ms in top.items()]
 
 

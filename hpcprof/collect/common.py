@@ -37,8 +37,8 @@ def gc_paused() -> Iterator[None]:
 
 
 def short(exc: BaseException) -> str:
-    """An exception in one line: a UserError's message, else its type and first line (at most 160 characters)."""
+    """An exception in one line: a UserError's message, else its type and its first line, whole."""
     if isinstance(exc, UserError):
         return exc.format_message()
     lines = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {lines[0][:160]}" if lines else type(exc).__name__
+    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__

@@ -143,4 +143,5 @@ def show_states(pairs: list[tuple[RunDir, JobState]], fmt: str, collected: dict[
              "job_id": run.submission.get("job_id", ""), "path": str(run.path),
              "collected": (collected or {}).get(run.run_id, "")} for run, state in pairs]
     columns = ["run", "sweep", "experiment", "state", "exit_code", "reason", "job_id", "path"]
-    emit_rows(rows, columns + ["collected"] if collected else columns, fmt)
+    emit_rows(rows, columns + ["collected"] if collected else columns, fmt, whole=["run", "state"],
+              optional=["path", "sweep", "job_id", "experiment"])

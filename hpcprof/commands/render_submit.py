@@ -54,11 +54,15 @@ if TYPE_CHECKING:
                    "DIR must be new or empty.")
 @click.option("--force", is_flag=True, help="With -o: write into a directory that holds files (never into a "
               "submitted run's directory).")
+@submit_workdir_option
 def render(experiment: Path, site_name: str, site_file: Path | None, overrides: tuple[str, ...],
-           templates: Path | None, max_points: int, output: Path | None, force: bool) -> None:
-    """Render the job script and rank wrapper of EXPERIMENT for a site, without submitting."""
+           templates: Path | None, max_points: int, output: Path | None, force: bool, workdir: Path | None) -> None:
+    """Render the job script and rank wrapper of EXPERIMENT for a site, without submitting. Without
+    -o, the job script's RUN_DIR is under the workdir `submit` uses (a new run id each time)."""
     site = find_site(site_name, site_file)
-    planned = campaign.plan(experiment, site, list(overrides), Path("hpcprof-runs"), templates, max_points,
+    if output is None:
+        workdir = submit_workdir(workdir, site, experiment, overrides)
+    planned = campaign.plan(experiment, site, list(overrides), workdir or Path("hpcprof-runs"), templates, max_points,
                             out_dir=output)
     if output is None:
         for run in planned.runs:

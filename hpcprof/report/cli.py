@@ -12,7 +12,7 @@ from rich.console import Console
 
 from hpcprof.cli_options import with_site_lookup, workdir_option
 from hpcprof.errors import FiniteRange, UserError, printable
-from hpcprof.output import emit
+from hpcprof.output import emit, table_width
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -46,7 +46,7 @@ def compare(runs: tuple[str, ...], workdir: Path, baseline: str | None, fail_pct
     def write(out: TextIO) -> None:
         if fmt == "table":
             buf = io.StringIO()
-            Console(file=buf, width=220).print(comparison_table(df))
+            Console(file=buf, width=table_width(sys.stdout if output is None else None)).print(comparison_table(df))
             out.write(buf.getvalue() + "".join(f"{note}\n" for note in df.attrs.get("notes", [])))
         else:   # hpcprof.output's CSV (formula-like text neutralised) or JSON
             emit(df, fmt, out)
@@ -65,6 +65,7 @@ def compare(runs: tuple[str, ...], workdir: Path, baseline: str | None, fail_pct
 def gate(df: pd.DataFrame, pct: float) -> None:
     """Exit 1, naming the points, when any is significantly slower than the baseline by more than `pct` %."""
     from hpcprof.report.compare import param_columns, point_labels
+    from hpcprof.report.stats import p_text
     from hpcprof.report.verdict import slower_than
 
     slow = slower_than(df, pct)
@@ -74,7 +75,7 @@ def gate(df: pd.DataFrame, pct: float) -> None:
     labels = point_labels(df, param_columns(df))
     for i in slow.index:
         click.echo(f"slower than the baseline by {slow.at[i, 'change_pct']:+.2f} % (more than {pct:g} %; "
-                   f"p = {slow.at[i, 'p_value']:.3g}, {slow.at[i, 'test']}): {labels[i] or slow.at[i, 'run']}",
+                   f"{p_text(slow.at[i, 'p_value'], named=True)}, {slow.at[i, 'test']}): {labels[i] or slow.at[i, 'run']}",
                    err=True)
     raise SystemExit(1)
 
@@ -113,7 +114,7 @@ def report(runs: tuple[str, ...], workdir: Path, full: bool, rows: int, html_fil
         return
     from hpcprof.report.terminal import report as terminal_report
 
-    terminal_report(infos, full, rows, Console(width=200))
+    terminal_report(infos, full, rows, Console(width=table_width(sys.stdout)))
 
 
 @click.command()

@@ -9,29 +9,67 @@ from typing import Any
 
 import pandas as pd
 
-from hpcprof.catalog import column, parse_column
+from hpcprof import profilers
+from hpcprof.analysis.detect_steps import PREFIX as DETECTED
+from hpcprof.analysis.detect_steps import describe, step_cv
+from hpcprof.catalog import CAPTURE_WINDOW, TOP_KERNEL_TIME, column, is_identifier, parse_column
 from hpcprof.config import REPEAT
 from hpcprof.errors import UserError
 from hpcprof.report.runs import RunInfo, load, select_runs
 from hpcprof.report.stats import ci_halfwidth
+from hpcprof.results import read_table
 from hpcprof.rundir import find_run
+
+#: the comparison's column of each run's kernel with the most GPU time
+TOP_KERNEL = "top kernel"
+#: the comparison's column saying what each run's measured window is
+WINDOW = "window"
+
+
+def measured_window(info: RunInfo) -> str:
+    """What the run's measured window is, in words ('' without a window table): the name its
+    profile's window table gives it (`nvtx:timed`, `ProfilerStep`) and its iterations, or the whole
+    capture where no iteration range was found in it."""
+    profiler = profilers.find(info.tool)
+    name = profiler.table("window") if profiler is not None else None
+    table = read_table(info.run.path, name) if name else None
+    if table is None or table.empty:
+        return ""
+    labels = "+".join(sorted(set(table["window"].astype(str))))
+    if labels == CAPTURE_WINDOW:
+        return "the whole capture, no iteration range in it"
+    low, high = int(table["iterations"].min()), int(table["iterations"].max())
+    count = str(low) if low == high else f"{low}-{high}"
+    if labels.startswith(DETECTED):   # the profile carries no marks: how the steps were found, and how alike
+        iterations = profiler.table("iterations") if profiler is not None else None
+        steps = read_table(info.run.path, iterations) if iterations else None
+        return describe(labels, high, step_cv(steps)).replace(f" {high} steps", f" {count} steps", 1)
+    return f"{labels}, {count} iteration{'' if high == 1 else 's'}"
 
 
 def comparison(infos: list[RunInfo]) -> pd.DataFrame:
-    """One row per run: run, swept parameters, world size, state, headline metrics, top kernel."""
+    """One row per run: run, swept parameters, world size, state, headline metrics, the top kernel's
+    GPU time per rank (as every other row) and its name."""
     keys: list[str] = []
     for info in infos:
         keys += [k for k in info.params if k not in keys]
     rows = []
     for info in infos:
         row: dict[str, Any] = {"run": info.run.run_id, **{k: info.params.get(k) for k in keys},
-                               "world_size": info.record.world_size, "state": info.state}
+                               "world_size": info.record.world_size, "state": info.state,
+                               WINDOW: measured_window(info)}
         row.update({column(name, unit): value for name, value, unit in info.metrics})
         if info.top:
             name, time_ms, _ = info.top[0]
-            row["top kernel"] = f"{name[:60]} ({time_ms:,.3f} ms)"
+            row[TOP_KERNEL_TIME.column] = time_ms
+            row[TOP_KERNEL] = name
         rows.append(row)
-    return pd.DataFrame(rows)
+    df = pd.DataFrame(rows)
+    if WINDOW in df and not df[WINDOW].astype(bool).any():     # no run has a measured window (no profile)
+        df = df.drop(columns=WINDOW)
+    if TOP_KERNEL in df:   # the name last, after the metrics
+        df = df[[c for c in df.columns if c != TOP_KERNEL] + [TOP_KERNEL]]
+    return df
 
 
 def param_columns(df: pd.DataFrame) -> list[str]:
@@ -70,14 +108,18 @@ def fold_repetitions(df: pd.DataFrame) -> pd.DataFrame:
         row: dict[str, Any] = {"run": ",".join(group["run"]), **{p: first[p] for p in params},
                                "world_size": first["world_size"],
                                "state": "/".join(sorted(set(group["state"]))), "n": len(group)}
+        if WINDOW in group:
+            row[WINDOW] = "; ".join(w for w in group[WINDOW].unique() if w)
         for col in metrics:
-            if col.endswith("[rank]"):  # a rank id: the most frequent one, no spread
+            if is_identifier(col):  # a rank id: the most frequent one, no spread
                 row[col] = group[col].mode().min() if group[col].notna().any() else float("nan")
                 continue
             values = [float(v) for v in group[col].dropna()]
             row[col] = group[col].mean()
             row[f"{col} sd"] = group[col].std(ddof=1) if len(values) > 1 else float("nan")
             row[f"{col} ci95"] = ci_halfwidth(values)
+        if TOP_KERNEL in group:
+            row[TOP_KERNEL] = " / ".join(group[TOP_KERNEL].dropna().astype(str).unique())
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -92,11 +134,12 @@ def baseline_row(df: pd.DataFrame, baseline: str) -> int:
 
 
 def with_baseline(df: pd.DataFrame, base_index: int) -> pd.DataFrame:
-    """Add `<metric> /base` ratio columns (value / the baseline row's value)."""
+    """Add `<metric> /base` ratio columns (value / the baseline row's value); identifiers (a rank
+    id) get none."""
     base = df.loc[base_index]
     out = df.copy()
     for col in metric_columns(df):
-        if not pd.notna(base[col]) or base[col] == 0:
+        if is_identifier(col) or not pd.notna(base[col]) or base[col] == 0:
             continue
         out[f"{col} /base"] = df[col] / base[col]
     return out

@@ -1,22 +1,20 @@
 """The report's findings in words: one sentence per finding, each with its number, from the frames
 of hpcprof.report.sweep (where the time goes, what changed and whether it is significant,
-scaling, the slowest rank, % of peak, noise, the critical path)."""
+scaling, stragglers above noise, % of peak, noise, the critical path over the iterations)."""
 
 from __future__ import annotations
 
 import pandas as pd
 
-from hpcprof.catalog import ITERATION_IDLE_PCT, ITERATION_MEAN, SLOWEST_RANK, SLOWEST_RANK_EXCESS_PCT
-from hpcprof.report.sweep import Point
+from hpcprof.analysis.critical_path import IDLE
+from hpcprof.catalog import ITERATION_IDLE_PCT, ITERATION_MEAN
+from hpcprof.report.stats import p_text
+from hpcprof.report.sweep import Point, window_note
 from hpcprof.report.terminal import format_value
 
 
 def pct(value: float) -> str:
     return f"{format_value(float(value))} %"
-
-
-def p_text(p: float) -> str:
-    return "p < 0.001" if p < 0.001 else f"p = {p:.3f}"
 
 
 def shares(parts: pd.DataFrame, name: str, top: int = 4) -> str:
@@ -28,9 +26,9 @@ def shares(parts: pd.DataFrame, name: str, top: int = 4) -> str:
     return ", ".join(f"{row[name]} {pct(100.0 * row['ms'] / total)}" for _, row in largest.iterrows())
 
 
-def where_time_goes(points: list[Point], phases: pd.DataFrame, gpu: pd.DataFrame, window: str) -> list[str]:
+def where_time_goes(points: list[Point], phases: pd.DataFrame, gpu: pd.DataFrame) -> list[str]:
     """Per point: the iteration time with its confidence interval, the phases' and GPU kernel
-    categories' shares."""
+    categories' shares (over the point's window)."""
     out = []
     for p in points:
         time = p.metric(ITERATION_MEAN)
@@ -45,7 +43,7 @@ def where_time_goes(points: list[Point], phases: pd.DataFrame, gpu: pd.DataFrame
             parts.append(f"phases: {phase_text}")
         gpu_text = shares(gpu[gpu["point"] == p.label], "category") if not gpu.empty else ""
         if gpu_text:
-            parts.append(f"GPU time {window}: {gpu_text}")
+            parts.append(f"GPU time ({window_note([p])}): {gpu_text}")
         if parts:
             out.append(f"{p.label}: " + "; ".join(parts) + ".")
     return out
@@ -62,7 +60,7 @@ def changes(points: list[Point]) -> list[str]:
             continue
         out.append(f"{p.label} against {base.label} (baseline): iteration time {format_value(p.metric(ITERATION_MEAN))}"
                    f" ms against {format_value(base.metric(ITERATION_MEAN))} ms, {p.row['change_pct']:+.1f} %: "
-                   f"{p.row['verdict']} ({p.row['test']}, {p_text(float(p.row['p_value']))}, 5 % level).")
+                   f"{p.row['verdict']} ({p.row['test']}, {p_text(float(p.row['p_value']), named=True)}, 5 % level).")
     return out
 
 
@@ -78,24 +76,41 @@ def scaling_sentences(df: pd.DataFrame) -> list[str]:
     return out
 
 
-def slowest_rank(points: list[Point], stragglers: pd.DataFrame) -> list[str]:
-    """The point whose slowest rank lags most (means over counted iterations), and per iteration
-    which rank was slowest most often and by how much."""
+def wait_text(ms: float) -> str:
+    """A short time: `15 µs`, `0.183 ms`."""
+    return f"{ms * 1e3:.3g} µs" if ms < 0.1 else f"{format_value(ms)} ms"
+
+
+def stragglers(persistent: pd.DataFrame, outliers: pd.DataFrame, strag: pd.DataFrame) -> list[str]:
+    """Stragglers named only above noise (sweep.persistent_stragglers, sweep.straggler_outliers): a
+    rank slower than the median rank on average beyond the per-iteration spread and the repetitions'
+    confidence interval, else that there is none; the iterations in which a rank lagged beyond the
+    noise, with the worst."""
     out = []
-    lagging = [(p, v) for p in points if (v := p.metric(SLOWEST_RANK_EXCESS_PCT)) is not None]
-    if lagging:
-        p, excess = max(lagging, key=lambda pv: pv[1])
-        out.append(f"The slowest rank lags most in {p.label}: rank {int(p.metric(SLOWEST_RANK) or 0)}, "
-                   f"{pct(excess)} above the median rank's mean iteration time.")
-    if not stragglers.empty:
-        worst = stragglers.loc[stragglers["excess_ms"].idxmax()]
-        at_point = stragglers[stragglers["point"] == worst["point"]]
-        counts = at_point["slowest_rank"].value_counts()
-        out.append(f"Per iteration, in {worst['point']} rank {int(counts.index[0])} was the slowest in "
-                   f"{int(counts.iloc[0])} of {len(at_point)} iterations; the slowest rank's excess over the median "
-                   f"rank is {format_value(float(at_point['excess_ms'].median()))} ms at the median and "
-                   f"{format_value(float(worst['excess_ms']))} ms ({pct(worst['excess_pct'])}) at most "
-                   f"(iteration {int(worst['iteration'])}, run {worst['run']}).")
+    named = persistent[persistent["above_noise"]]
+    for _, row in named.iterrows():
+        ci = f"; the repetitions' 95 % CI is ± {wait_text(row['ci95_ms'])}" if pd.notna(row["ci95_ms"]) else ""
+        out.append(f"Straggler ({row['point']}): rank {int(row['rank'])} is slower than the median rank by "
+                   f"{wait_text(row['excess_ms'])} ({pct(row['excess_pct'])} of the iteration) on average over "
+                   f"{int(row['iterations'])} iterations ({p_text(row['p'], named=True)}{ci}).")
+    if named.empty and not persistent.empty:
+        worst = persistent.loc[persistent["excess_pct"].idxmax()]
+        ci = " and the repetitions' 95 % confidence interval" if persistent["ci95_ms"].notna().any() else ""
+        out.append(f"No straggler above noise: no rank is slower than the median rank beyond the per-iteration "
+                   f"spread{ci} (the largest mean excess: {pct(worst['excess_pct'])} in {worst['point']}, "
+                   f"{p_text(worst['p'], named=True)}).")
+    ci_points = set(persistent.loc[persistent["ci95_ms"].notna(), "point"])
+    for point in dict.fromkeys(strag["point"]):
+        g = outliers[outliers["point"] == point]
+        if g.empty:
+            continue
+        worst = g.iloc[0]
+        ci = " and the repetitions' 95 % CI" if point in ci_points else ""
+        out.append(f"Straggler iterations ({point}): in {len(g)} of {int((strag['point'] == point).sum())} iterations "
+                   f"a rank lagged the median rank by more than the noise ({wait_text(worst['threshold_ms'])}: the "
+                   f"far-out fence of the per-iteration excess{ci}); the worst: rank "
+                   f"{int(worst['slowest_rank'])}, {wait_text(worst['excess_ms'])} ({pct(worst['excess_pct'])}) in "
+                   f"iteration {int(worst['iteration'])} of run {worst['run']}.")
     return out
 
 
@@ -139,13 +154,26 @@ def idle_sentence(idle: pd.DataFrame) -> list[str]:
             + ", ".join(f"{point} {pct(v)}" for point, v in med.items()) + "."]
 
 
-def critical_sentence(critical: pd.DataFrame) -> list[str]:
-    """The critical-path row that held the others longest, in the critical-path module's words."""
-    if critical.empty:
-        return []
-    try:
-        from hpcprof.analysis.nsys.critical_path import critical_path_sentence  # type: ignore[import-not-found,unused-ignore]
-    except ImportError:
-        return []
-    row = critical.loc[critical["held_ns"].idxmax()]
-    return [f"Critical path ({row['point']}): {critical_path_sentence(row)}"]
+def held_words(row: pd.Series) -> str:
+    """`rank 0's matmul2 held the ReduceScatter` (a row of sweep.critical_summary)."""
+    if row["held_by"] == IDLE:
+        return f"rank {int(row['critical_rank'])} held the {row['collective']} (its GPU idle: its host was late)"
+    return f"rank {int(row['critical_rank'])}'s {row['held_by']} held the {row['collective']}"
+
+
+def critical_sentences(summary: pd.DataFrame) -> list[str]:
+    """Per point, the critical path over its iterations (sweep.critical_summary): who held whom most
+    often, in how many iterations, the others' median and worst wait, and the longest wait of all
+    where another held it."""
+    out = []
+    for point, g in summary.groupby("point", sort=False):
+        top, worst = g.iloc[0], g.loc[g["worst_wait_ms"].idxmax()]
+        text = (f"Critical path ({point}): {held_words(top)} in {int(top['iterations'])} of {int(top['of'])} "
+                f"iterations; the others waited {wait_text(top['median_wait_ms'])} at the median "
+                f"({pct(100.0 * top['median_wait_ms'] / top['iteration_ms'])} of the iteration) and "
+                f"{wait_text(top['worst_wait_ms'])} at worst")
+        if worst["worst_wait_ms"] > top["worst_wait_ms"]:
+            text += (f"; the longest wait: {held_words(worst)} for {wait_text(worst['worst_wait_ms'])} "
+                     f"(iteration {int(worst['worst_iteration'])} of run {worst['worst_run']})")
+        out.append(text + ".")
+    return out

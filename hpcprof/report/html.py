@@ -21,27 +21,44 @@ from hpcprof.analysis.summary import counted
 from hpcprof.lazy import load_target
 from hpcprof.report import findings as words
 from hpcprof.report import plots, sweep
+from hpcprof.report.compare import measured_window
 from hpcprof.report.runs import RunInfo
-from hpcprof.report.terminal import format_value, with_unit
+from hpcprof.report.stats import p_text
+from hpcprof.report.terminal import format_value, top_kernels_window, with_unit
 from hpcprof.results import read_table
 from hpcprof.safe_text import plotly_escaped
 
 MAX_FIGURES = 24
+#: a table's text cell longer than this may break anywhere (a kernel's name, a path): the table keeps the page's width
+LONG_CELL = 40
 #: ncu's Echo columns drawn as speed-of-light bars (by name prefix)
 SOL_COLUMNS = ("Compute throughput", "Memory throughput", "DRAM throughput", "Achieved occupancy")
-STYLE = ("body{font-family:sans-serif;margin:2em;max-width:1500px}table{border-collapse:collapse;margin:.5em 0}"
+STYLE = ("body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin:.5em 0}"
+         "caption{text-align:left;font-style:italic;padding:2px 0}"
          "td,th{padding:2px 10px;border-bottom:1px solid #ddd;text-align:left}td.n{text-align:right}"
-         "#findings li{margin:.3em 0}.grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(600px,1fr));"
-         "gap:8px}details{margin:1em 0}summary{font-weight:bold;cursor:pointer}")
+         "td.w{overflow-wrap:anywhere;min-width:16em}"
+         "#findings li{margin:.3em 0}figure{margin:1.2em 0;width:100%}figcaption{font-weight:bold;margin:.3em 0}"
+         "details{margin:1em 0}summary{font-weight:bold;cursor:pointer}")
 
 
-def table_html(df: pd.DataFrame) -> str:
-    """A small HTML table; numbers formatted as the terminal report does."""
+def titled(question: str, window: str) -> str:
+    """A figure's or table's title that says its window: `question (window)`."""
+    return f"{question} ({window})"
+
+
+def table_html(df: pd.DataFrame, caption: str = "") -> str:
+    """A small HTML table with its caption (what it is, over which window); numbers formatted as
+    the terminal report does."""
+    def cell(v: object) -> str:
+        text = html.escape(format_value(v))
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            return f"<td class='n'>{text}</td>"
+        return f"<td class='w'>{text}</td>" if len(text) > LONG_CELL else f"<td>{text}</td>"
+
     head = "".join(f"<th>{html.escape(str(c))}</th>" for c in df.columns)
-    body = "".join("<tr>" + "".join(
-        f"<td class='n'>{html.escape(format_value(v))}</td>" if isinstance(v, (int, float)) and not isinstance(v, bool)
-        else f"<td>{html.escape(format_value(v))}</td>" for v in row) + "</tr>" for row in df.itertuples(index=False))
-    return f"<table><tr>{head}</tr>{body}</table>"
+    body = "".join("<tr>" + "".join(cell(v) for v in row) + "</tr>" for row in df.itertuples(index=False))
+    title = f"<caption>{html.escape(caption)}</caption>" if caption else ""
+    return f"<table>{title}<tr>{head}</tr>{body}</table>"
 
 
 class Page:
@@ -55,16 +72,23 @@ class Page:
         self.parts.append(text)
 
     def figure(self, fig: go.Figure) -> None:
-        """Add a figure, its texts escaped (safe_text.plotly_escaped: a kernel name's <a href> shows as text)."""
+        """The figure the page's width (plotly resizes it with the page), its texts escaped
+        (safe_text.plotly_escaped: a kernel name's <a href> shows as text), its title above it as the
+        figure's caption, where plotly's toolbar cannot cover it."""
         self.figures += 1
-        self.parts.append(plotly_escaped(fig).to_html(full_html=False, include_plotlyjs=False, div_id=f"fig{self.figures}",
-                                      config={"displaylogo": False}))
+        fig = plotly_escaped(fig)
+        title = fig.layout.title.text or ""
+        fig.update_layout(title_text=None, autosize=True, width=None)
+        div = fig.to_html(full_html=False, include_plotlyjs=False, div_id=f"fig{self.figures}", default_width="100%",
+                          default_height=f"{fig.layout.height or 380}px",
+                          config={"displaylogo": False, "responsive": True})
+        self.parts.append(f"<figure><figcaption>{html.escape(title)}</figcaption>{div}</figure>")
 
     def section(self, ident: str, title: str, intro: str, figures: list[go.Figure], extra: str = "") -> None:
-        self.add(f"<section id='{ident}'><h2>{html.escape(title)}</h2><p>{html.escape(intro)}</p><div class='grid'>")
+        self.add(f"<section id='{ident}'><h2>{html.escape(title)}</h2><p>{html.escape(intro)}</p>")
         for fig in figures:
             self.figure(fig)
-        self.add(f"</div>{extra}</section>")
+        self.add(f"{extra}</section>")
 
 
 def repetitions_table(points: list[sweep.Point]) -> pd.DataFrame:
@@ -74,7 +98,7 @@ def repetitions_table(points: list[sweep.Point]) -> pd.DataFrame:
         rows.append({"point": p.label, "runs": len(p.infos), "iteration (ms)": p.metric(c.ITERATION_MEAN),
                      "95 % CI ± (ms)": row.get(f"{c.ITERATION_MEAN.column} ci95"),
                      "change (%)": row.get("change_pct"), "verdict": row.get("verdict"), "test": row.get("test"),
-                     "p": words.p_text(row["p_value"]) if pd.notna(row.get("p_value")) else ""})
+                     "p": p_text(row["p_value"]) if pd.notna(row.get("p_value")) else ""})
     return pd.DataFrame(rows)
 
 
@@ -83,88 +107,113 @@ def main_sections(page: Page, points: list[sweep.Point]) -> list[str]:
     found: list[str] = []
     phases, gpu = sweep.phase_breakdown(points), sweep.gpu_breakdown(points)
     window = sweep.window_note(points)
-    found += words.where_time_goes(points, phases, gpu, window)
+    found += words.where_time_goes(points, phases, gpu)
     figures = []
     if not phases.empty:
-        figures.append(plots.stacked_by_point(phases, "phase", "mean time (ms)",
-                                              "Where does an iteration's time go? (workload phases, counted iterations)"))
+        figures.append(plots.stacked_by_point(phases, "phase", "mean time (ms)", titled(
+            "Where does an iteration's time go? Workload phases", c.COUNTED)))
     if not gpu.empty:
         figures.append(plots.stacked_by_point(gpu, "category", "GPU time per rank (ms)",
-                                              f"Which kernels take the GPU time? ({window})"))
-    page.section("breakdown", "Where the time goes", "One stacked bar per sweep point.", figures)
+                                              titled("Which kernels take the GPU time?", window)))
+    page.section("breakdown", "Where the time goes", "One stacked bar per sweep point (points whose totals differ "
+                 f"more than {plots.SCALE_RATIO:g} times: one facet each, with its own axis).", figures)
 
     found += words.changes(points)
     found += words.noise(points)
     reps = sweep.repetitions(points)
     summary = pd.DataFrame({"point": [p.label for p in points], "mean": [p.metric(c.ITERATION_MEAN) for p in points],
                             "ci95": [p.row.get(f"{c.ITERATION_MEAN.column} ci95") for p in points]})
-    figures = [plots.iteration_ci(summary, reps, "How long is an iteration, and how much do repetitions vary?")] \
-        if summary["mean"].notna().any() else []
+    figures = [plots.iteration_ci(summary, reps, titled("How long is an iteration, and how much do repetitions vary?",
+                                                        c.COUNTED))] if summary["mean"].notna().any() else []
     tests = sorted({str(t) for t in (p.row.get("test") for p in points) if t and t != "the baseline"})
     page.section("repetitions", "Repetitions and verdicts",
                  "Bars: mean over repetitions with the 95 % confidence interval (Student t, n - 1 degrees of "
                  "freedom); dots: each repetition. Verdicts against the baseline at the 5 % level: "
-                 + ("; ".join(tests) or "none") + ".", figures, table_html(repetitions_table(points)))
+                 + ("; ".join(tests) or "none") + ".", figures,
+                 table_html(repetitions_table(points), titled("Iteration time per point and verdict", c.COUNTED)))
 
     scale = sweep.scaling(points)
     if not scale.empty:
         found += words.scaling_sentences(scale)
         page.section("scaling", "Scaling", "Speed-up and parallel efficiency against the smallest world size of "
                      "each group of points; dashed: ideal.",
-                     [plots.against_ranks(scale, "speedup", "ideal", "speed-up", "How much faster with more ranks?"),
+                     [plots.against_ranks(scale, "speedup", "ideal", "speed-up",
+                                          titled("How much faster with more ranks?", c.COUNTED)),
                       plots.against_ranks(scale, "efficiency_pct", 100.0, "parallel efficiency (%)",
-                                          "How efficiently are the added ranks used?")])
+                                          titled("How efficiently are the added ranks used?", c.COUNTED))])
 
     peaks = sweep.peak_shares(points)
     if not peaks.empty:
         found += words.peak_sentences(peaks)
         sources = peaks.drop_duplicates("reference")[["reference", "peak", "unit", "source"]]
-        figures = [plots.peak_pct(peaks, "How close to the hardware's peak? (matmul TFLOP/s, bus bandwidth)")] \
-            if peaks["pct"].notna().any() else []
+        figures = [plots.peak_pct(peaks, titled("How close to the hardware's peak? Matmul TFLOP/s, bus bandwidth",
+                                                c.COUNTED))] if peaks["pct"].notna().any() else []
         page.section("peaks", "% of hardware peak", "Matmul TFLOP/s against the GPU's dense peak for the precision; "
                      "bus bandwidth against NVLink (one node) or the network (several nodes), per direction. "
-                     "Where each peak comes from:", figures, table_html(sources))
+                     "Where each peak comes from:", figures, table_html(sources, "The peaks and their sources"))
     return found + iteration_sections(page, points)
 
 
 def iteration_sections(page: Page, points: list[sweep.Point]) -> list[str]:
-    """Per-iteration sections: stragglers, jitter and GPU idle per iteration, the critical path."""
+    """Per-iteration sections: stragglers (named above noise only), jitter and GPU idle per
+    iteration, the critical path over the iterations."""
     found: list[str] = []
     strag, series = sweep.stragglers(points), sweep.per_iteration(points)
     idle = sweep.gpu_idle_per_iteration(points)
-    found += words.slowest_rank(points, strag)
+    found += words.stragglers(sweep.persistent_stragglers(points), sweep.straggler_outliers(points, strag), strag)
     found += words.idle_sentence(idle)
     figures = []
     if not strag.empty:
-        figures.append(plots.per_iteration_lines(strag, "excess_ms", "slowest rank's excess over the median (ms)",
-                                                 "Which iterations have a straggler, and how much does it cost?"))
+        figures.append(plots.per_iteration_lines(strag, "excess_ms", "slowest rank's excess over the median (ms)", titled(
+            "Which iterations have a straggler, and how much does it cost?", c.COUNTED)))
     if not series.empty:
-        figures.append(plots.per_iteration_lines(series, "time_ms", "iteration time, mean over ranks (ms)",
-                                                 "Does the iteration time settle? (warm-up and jitter)"))
+        figures.append(plots.per_iteration_lines(series, "time_ms", "iteration time, mean over ranks (ms)", titled(
+            "Does the iteration time settle? Warm-up and jitter", f"{c.EACH_ITERATION} the workload timed, warm-up "
+            "included")))
     if not idle.empty:
-        figures.append(plots.per_iteration_lines(idle.assign(repetition=idle.groupby("point")["run"].rank("dense")),
-                                                 c.ITERATION_IDLE_PCT.name, "GPU idle (%)",
-                                                 "How idle is the GPU in each iteration?"))
+        figures.append(plots.per_iteration_lines(idle, c.ITERATION_IDLE_PCT.name, "GPU idle (%)", titled(
+            "How idle is the GPU in each iteration?", f"{c.EACH_ITERATION} of the {sweep.window_note(points)}")))
     extra = ""
     if not strag.empty:
         table = strag.groupby(["point", "slowest_rank"], sort=False).agg(
             iterations=("iteration", "size"), median_excess_ms=("excess_ms", "median"),
             max_excess_ms=("excess_ms", "max")).reset_index()
-        extra = "<p>Slowest rank per iteration, counted over the iterations of each point:</p>" + table_html(table)
+        extra = table_html(table, titled("The slowest rank of each iteration, counted over each point's iterations",
+                                         c.COUNTED))
     if figures:
         page.section("iterations", "Per iteration: stragglers and jitter",
-                     "From each iteration's time on every rank (counted iterations for stragglers).", figures, extra)
+                     "From each iteration's time on every rank. A straggler is named in the findings only above the "
+                     "noise: the per-iteration spread and the repetitions' confidence interval.", figures, extra)
     critical = sweep.critical_path(points)
     if not critical.empty:
-        found += words.critical_sentence(critical)
-        held = critical.assign(held_ms=critical["held_ns"] / 1e6)
-        by_rank = held.groupby(["point", "critical_rank"], as_index=False)["held_ms"].sum()
-        top = held.nlargest(10, "held_ms")[["point", "iteration", "collective", "critical_rank", "held_by", "held_ms"]]
+        held = sweep.critical_summary(critical)
+        found += words.critical_sentences(held)
+        by_rank = critical.assign(held_ms=critical["held_ns"] / 1e6).groupby(
+            ["point", "critical_rank"], as_index=False)["held_ms"].sum()
+        window = f"{c.EACH_ITERATION} of the {sweep.window_note(points)}"
         page.section("critical-path", "Critical path across ranks", "Which rank's work the others waited for, and "
-                     "in which collective.",
-                     [plots.grouped(by_rank, "critical_rank", "held_ms", "point", "time others waited (ms)",
-                                    "Which rank holds the others up?")], table_html(top))
+                     "in which collective, over the iterations.",
+                     [plots.grouped(by_rank, "critical_rank", "held_ms", "point", "time others waited, summed (ms)",
+                                    titled("Which rank holds the others up?", window))],
+                     table_html(critical_table(held), titled("Who held whom, how often, the median and worst wait",
+                                                             window)))
     return found
+
+
+def run_window(info: RunInfo, table: c.TableSpec) -> str:
+    """The window of the run's `table`, in words: the catalog's, the measured window as the run names it."""
+    named = measured_window(info) if table.window == c.MEASURED else ""
+    return f"{c.MEASURED}: {named}" if named else table.window
+
+
+def critical_table(held: pd.DataFrame) -> pd.DataFrame:
+    """sweep.critical_summary for reading: who held whom, in how many iterations, the waits."""
+    return pd.DataFrame({"point": held["point"], "who held whom": [words.held_words(r) for _, r in held.iterrows()],
+                         "iterations": [f"{int(r['iterations'])} of {int(r['of'])}" for _, r in held.iterrows()],
+                         "median wait": held["median_wait_ms"].map(words.wait_text),
+                         "worst wait": held["worst_wait_ms"].map(words.wait_text),
+                         "worst in": [f"iteration {int(r['worst_iteration'])}, run {r['worst_run']}"
+                                      for _, r in held.iterrows()]})
 
 
 def workload_figures(info: RunInfo) -> Iterator[go.Figure]:
@@ -172,7 +221,7 @@ def workload_figures(info: RunInfo) -> Iterator[go.Figure]:
     timing = c.WORKLOAD_TIMINGS.get(info.kind)
     rows = read_table(info.run.path, timing[1].name) if timing else None
     if rows is not None and not rows.empty:
-        yield plots.phase_time_per_rank(counted(rows), "time per phase and rank (counted iterations)")
+        yield plots.phase_time_per_rank(counted(rows), titled("time per phase and rank", c.COUNTED))
 
 
 def torch_figures(info: RunInfo) -> Iterator[go.Figure]:
@@ -181,22 +230,25 @@ def torch_figures(info: RunInfo) -> Iterator[go.Figure]:
     temporal = read_table(run, c.TORCH_TEMPORAL.name)
     if temporal is not None and not temporal.empty:
         yield plots.stacked_per_rank(temporal, {"compute_time(us)": "compute", "non_compute_time(us)": "non-compute",
-                                                "idle_time(us)": "idle"}, "time (us)", "temporal breakdown per rank")
+                                                "idle_time(us)": "idle"}, "time (us)",
+                                     titled("temporal breakdown per rank", run_window(info, c.TORCH_TEMPORAL)))
     idle = read_table(run, c.TORCH_IDLE.name)
     if idle is not None and not idle.empty:
-        yield plots.bars_per_rank(idle, "idle_time", "idle_category", "idle time (us)", "GPU idle time breakdown")
+        yield plots.bars_per_rank(idle, "idle_time", "idle_category", "idle time (us)",
+                                  titled("GPU idle time breakdown", run_window(info, c.TORCH_IDLE)))
     overlap = read_table(run, c.TORCH_OVERLAP.name)
     if overlap is not None and overlap["comp_comm_overlap_pctg"].notna().any():
-        yield plots.bars_per_rank(overlap.fillna(0), "comp_comm_overlap_pctg", None, "%",
-                                  "communication overlapped by computation per rank")
+        yield plots.bars_per_rank(overlap.fillna(0), "comp_comm_overlap_pctg", None, "%", titled(
+            "communication overlapped by computation per rank", run_window(info, c.TORCH_OVERLAP)))
     launch = read_table(run, c.TORCH_LAUNCH.name)
     if launch is not None and not launch.empty:
-        yield plots.histogram(launch["launch_delay"], "launch delay (us)", "kernel launch delay",
+        yield plots.histogram(launch["launch_delay"], "launch delay (us)",
+                              titled("kernel launch delay", f"{run_window(info, c.TORCH_LAUNCH)} of the trace"),
                               launch["rank"].astype(str))
     types = read_table(run, c.TORCH_KERNEL_TYPES.name)
     if types is not None and not types.empty:
         yield plots.shares(types.groupby("kernel_type", as_index=False)["sum"].sum(), "kernel_type", "sum",
-                           "GPU time by kernel type (all ranks)")
+                           titled("GPU time by kernel type, sum over ranks", run_window(info, c.TORCH_KERNEL_TYPES)))
 
 
 def nsys_figures(info: RunInfo) -> Iterator[go.Figure]:
@@ -204,32 +256,39 @@ def nsys_figures(info: RunInfo) -> Iterator[go.Figure]:
     run = info.run.path
     slowdown = read_table(run, c.ECHO_SLOWDOWN.name)
     if slowdown is not None and "slowdown" in slowdown and slowdown["slowdown"].notna().any():
-        yield plots.histogram(slowdown["slowdown"].dropna(), "slowdown (distributed / 1 GPU)",
-                              "kernel slowdown distribution (Echo)")
-    kern = read_table(run, c.NSYS_CUDA_GPU_KERN_SUM.name)
+        yield plots.histogram(slowdown["slowdown"].dropna(), "slowdown (distributed / 1 GPU)", titled(
+            "kernel slowdown distribution (Echo)", f"{run_window(info, c.ECHO_SLOWDOWN)} of the whole capture"))
+    kern = read_table(run, c.NSYS_KERNELS.name)
     if kern is not None and not kern.empty:
-        df = kern.assign(category=kern["Name"].astype(str).map(categories_for(info.record)),
-                         time_ms=kern["Total Time (ns)"] / 1e6)
+        df = kern.assign(category=kern["name"].astype(str).map(categories_for(info.record)),
+                         time_ms=kern["total_ns"] / 1e6)
         by = df.groupby(["rank", "category"], as_index=False)["time_ms"].sum()
-        yield plots.bars_per_rank(by, "time_ms", "category", "GPU time (ms)", "GPU time by kernel category per rank")
+        yield plots.bars_per_rank(by, "time_ms", "category", "GPU time (ms)", titled(
+            "GPU time by kernel category per rank", run_window(info, c.NSYS_KERNELS)))
     nccl = read_table(run, c.NSYS_NCCL.name)
     if nccl is not None and not nccl.empty and "scope" in nccl:
         per_rank = nccl[nccl["scope"] != "all"].assign(time_ms=lambda d: d["total_ns"] / 1e6,
                                                        rank=lambda d: d["rank"].astype(int))
         if not per_rank.empty:
             yield plots.bars_per_rank(per_rank, "time_ms", "collective", "NCCL time (ms)",
-                                      "NCCL collectives per type and rank")
+                                      titled("NCCL collectives per type and rank", run_window(info, c.NSYS_NCCL)))
     timeline = read_table(run, c.NSYS_TIMELINE.name)
     if timeline is not None and not timeline.empty:
-        yield plots.gantt(timeline, "one iteration on every rank")
+        yield plots.gantt(timeline, titled("one iteration on every rank",
+                                           f"the median iteration of the {run_window(info, c.NSYS_WINDOW)}"))
     overlap = read_table(run, c.NSYS_OVERLAP.name)
     if overlap is not None and not overlap.empty:
         ms = overlap.assign(**{c: overlap[c] / 1e6 for c in ("compute_ns", "comm_ns", "idle_ns")})
         yield plots.stacked_per_rank(ms, {"compute_ns": "compute", "comm_ns": "communication", "idle_ns": "idle"},
-                                     "ms", "GPU busy and idle time per rank")
+                                     "ms", titled("GPU busy and idle time per rank", run_window(info, c.NSYS_OVERLAP)))
     gaps = read_table(run, c.NSYS_GAPS.name)
     if gaps is not None and not gaps.empty:
-        yield plots.gaps(gaps, "GPU idle gaps over 0.1 ms per rank")
+        window = read_table(run, c.NSYS_WINDOW.name)
+        starts = dict(zip(window["rank"], window["start_ns"], strict=True)) if window is not None else {}
+        length = float(window["duration_ns"].max()) / 1e6 if window is not None and not window.empty else \
+            float((gaps["end_ns"] - gaps["start_ns"].min()).max()) / 1e6
+        yield plots.gaps(gaps, starts, length, titled(f"GPU idle gaps over {c.NSYS_GAP_NS / 1e6:g} ms per rank",
+                                                      run_window(info, c.NSYS_GAPS)))
 
 
 def ncu_figures(info: RunInfo) -> Iterator[go.Figure]:
@@ -242,7 +301,8 @@ def ncu_figures(info: RunInfo) -> Iterator[go.Figure]:
         head = table.head(20)
         head = head.assign(kernel=head["ID"].astype(str) + " " + head["Kernel Name"].astype(str).str.slice(0, 40))
         long = head.melt(id_vars="kernel", value_vars=cols, var_name="metric", value_name="pct")
-        yield plots.sol_bars(long, "ncu speed of light (Echo metrics)")
+        yield plots.sol_bars(long, titled("ncu speed of light (Echo metrics)", f"{run_window(info, c.NCU_METRICS)} "
+                                          "profiled, the first 20"))
 
 
 def run_figures(info: RunInfo) -> Iterator[go.Figure]:
@@ -256,7 +316,8 @@ def run_figures(info: RunInfo) -> Iterator[go.Figure]:
 
 def run_header(info: RunInfo) -> str:
     params = "".join(f"{k}={format_value(v)}; " for k, v in info.params.items())
-    metrics = pd.DataFrame([(n, with_unit(v, u)) for n, v, u in info.metrics], columns=["metric", "value"])
+    metrics = pd.DataFrame([(n, with_unit(v, u), metric_window(n)) for n, v, u in info.metrics],
+                           columns=["metric", "value", "window"])
     text = (f"<p>{html.escape(info.kind)} on {info.record.world_size} rank(s), profile "
             f"{html.escape(info.tool)}; {html.escape(params)}state {html.escape(info.state)}"
             f"{' (' + html.escape(info.reason) + ')' if info.reason else ''}; {html.escape(str(info.run.path))}</p>")
@@ -266,10 +327,17 @@ def run_header(info: RunInfo) -> str:
         text += (f"<p class='{'warning' if info.overhead.warning else 'note'}'>"
                  f"{html.escape(info.overhead.sentence())}</p>")
     if not metrics.empty:
-        text += table_html(metrics)
+        text += table_html(metrics, "Headline metrics, each over its window")
     if info.top:
-        text += "<p>Top kernels (all ranks):</p>" + table_html(pd.DataFrame(info.top, columns=["name", "time_ms", "category"]))
+        text += table_html(pd.DataFrame(info.top, columns=["name", "time_ms", "category"]),
+                           f"Top kernels ({top_kernels_window(info.tool)})")
     return text
+
+
+def metric_window(name: str) -> str:
+    """The window of the headline metric `name` (its declaration in the catalog; '' for one not declared)."""
+    metric = c.declared(name)
+    return metric.window if metric is not None else ""
 
 
 def appendix(page: Page, infos: list[RunInfo], points: list[sweep.Point]) -> None:
@@ -283,13 +351,24 @@ def appendix(page: Page, infos: list[RunInfo], points: list[sweep.Point]) -> Non
              "</p>")
     for info in infos:
         page.add(f"<details open><summary>Run {html.escape(info.run.run_id)}</summary>{run_header(info)}"
-                 "<div class='grid'>")
+                 )
         if info.run.run_id in drawn:
             figures = list(run_figures(info))
             for fig in figures[:per_run]:
                 page.figure(fig)
-        page.add("</div></details>")
+        page.add("</details>")
     page.add("</section>")
+
+
+def unexplained(info: RunInfo) -> str:
+    """Why a run has no metrics to explain: its state with the reason it carries, or what collect noted."""
+    run = info.run.run_id
+    if info.state != "COMPLETED":
+        return (f"Run {run} {info.state}" + (f": {info.reason}" if info.reason else "")
+                + f" (its logs: hpcprof logs {run} [--rank N]).")
+    note = info.run.stored_collect()
+    return f"Run {run} COMPLETED, nothing to explain collected: " + (
+        f"collect noted {note}." if note else f"run `hpcprof collect {run}`.")
 
 
 def build_html(infos: list[RunInfo], baseline: str | None = None) -> str:
@@ -302,7 +381,8 @@ def build_html(infos: list[RunInfo], baseline: str | None = None) -> str:
     appendix(page, infos, points)
     title = f"hpcprof report: {infos[0].record.experiment.name}" if infos else "hpcprof report"
     state = ", ".join(f"{n} {s}" for s, n in pd.Series([i.state for i in infos]).value_counts().items())
-    items = "".join(f"<li>{html.escape(s)}</li>" for s in found) or "<li>No collected run to explain.</li>"
+    found += [unexplained(i) for i in infos if not i.metrics]
+    items = "".join(f"<li>{html.escape(s)}</li>" for s in found)
     return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
             f"<style>{STYLE}</style><script type='text/javascript'>{get_plotlyjs()}</script></head><body>"
             f"<h1>{html.escape(title)}</h1><p data-figures='{page.figures}'>{len(infos)} runs ({html.escape(state)}), "

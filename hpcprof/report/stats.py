@@ -91,3 +91,21 @@ def welch(a: Sequence[float], b: Sequence[float]) -> tuple[float, float, float]:
     t = (mean_a - mean_b) / math.sqrt(va + vb)
     df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
     return t, df, 2.0 * t_cdf(-abs(t), df)
+
+
+def mean_above_zero(values: Sequence[float]) -> float:
+    """One-sided p of Student's one-sample t-test of mean(values) > 0 (2 values or more; with no
+    variance, 0 for a positive mean and 1 otherwise)."""
+    if len(values) < 2:
+        raise ValueError("a t-test needs at least 2 values")
+    mean, sd = mean_sd(values)
+    if sd == 0.0:
+        return 0.0 if mean > 0 else 1.0
+    return t_cdf(-mean / (sd / math.sqrt(len(values))), len(values) - 1)
+
+
+def p_text(p: float, named: bool = False) -> str:
+    """A p-value as printed: `< 1e-3`, `> 0.999`, else three decimals (never `0` or `1`);
+    `named`: as `p < 1e-3`, `p = 0.291`."""
+    text = "< 1e-3" if p < 1e-3 else "> 0.999" if p > 0.999 else f"{p:.3f}"
+    return text if not named else f"p {text}" if text[0] in "<>" else f"p = {text}"

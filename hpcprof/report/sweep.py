@@ -5,6 +5,7 @@ findings.py puts in words; a function returns an empty frame when its source is 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,9 +14,10 @@ import pandas as pd
 from hpcprof import catalog as c
 from hpcprof import profilers
 from hpcprof.analysis.summary import counted, idle_pct
-from hpcprof.report.compare import judged, param_columns
+from hpcprof.report.compare import WINDOW, judged, param_columns
 from hpcprof.report.peaks import Peaks, device_peaks, matmul_precision
 from hpcprof.report.runs import RunInfo
+from hpcprof.report.stats import ALPHA, mean_above_zero
 from hpcprof.report.terminal import format_value
 from hpcprof.results import list_tables, read_table
 
@@ -36,6 +38,10 @@ class Point:
     @property
     def first(self) -> RunInfo:
         return self.infos[0]
+
+    def repetitions(self) -> list[tuple[int, RunInfo]]:
+        """(repetition number, counted from 1 as every figure labels it, run) of each run of the point."""
+        return list(enumerate(self.infos, start=1))
 
     def metric(self, metric: c.MetricSpec) -> float | None:
         """The point's mean of `metric` (None when absent)."""
@@ -94,17 +100,12 @@ def metric_values(point: Point, metric: c.MetricSpec) -> list[tuple[dict[str, st
 
 
 def window_note(points: list[Point]) -> str:
-    """Which window the GPU metrics cover: the measured iterations when collect says so."""
-    iterations = points[0].metric(c.WINDOW_ITERATIONS) if points else None
-    if iterations is not None and points[0].metric(c.WINDOW_DETECTED):
-        cv = points[0].metric(c.WINDOW_STEP_CV)
-        return (f"over {iterations:,.0f} steps found in the trace's kernels (it carries no marks"
-                + (f"; step time CV {cv:.1f} %)" if cv is not None else ")"))
-    if iterations is not None:
-        return f"over the measured window of {iterations:,.0f} iterations"
-    if points and points[0].metric(c.WINDOW_DURATION) is not None:
-        return "over the measured window"
-    return "over the whole capture, start-up included"
+    """Which window the GPU metrics cover: the measured window, as each point's runs name it
+    (compare.measured_window), else the whole capture."""
+    named = list(dict.fromkeys(str(w) for p in points if (w := p.row.get(WINDOW))))
+    if not named:
+        return f"{c.CAPTURE}, start-up included"
+    return f"{c.MEASURED}: {'; '.join(named)}"
 
 
 def scaling(points: list[Point]) -> pd.DataFrame:
@@ -222,7 +223,7 @@ def per_iteration(points: list[Point]) -> pd.DataFrame:
     iteration, time_ms, counted): warm-up and jitter."""
     parts = []
     for p in points:
-        for rep, info in enumerate(p.infos):
+        for rep, info in p.repetitions():
             rows = rank_iterations(info)
             if rows.empty:
                 continue
@@ -236,7 +237,7 @@ def stragglers(points: list[Point]) -> pd.DataFrame:
     median rank (point, run, repetition, iteration, slowest_rank, excess_ms, excess_pct)."""
     parts = []
     for p in points:
-        for rep, info in enumerate(p.infos):
+        for rep, info in p.repetitions():
             rows = rank_iterations(info)
             rows = rows[rows["counted"].astype(bool)]
             if rows.empty or rows["rank"].nunique() < 2:
@@ -252,18 +253,81 @@ def stragglers(points: list[Point]) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
 
 
-def gpu_idle_per_iteration(points: list[Point]) -> pd.DataFrame:
-    """GPU idle % of each iteration (idle over the iteration's span, summed over ranks) from the
-    profile's per-iteration table (point, run, iteration, idle_pct); empty when absent."""
+def point_ci95(point: Point) -> float:
+    """The half-width of the 95 % confidence interval of the point's iteration time over its
+    repetitions (ms; NaN for one run)."""
+    ci95 = point.row.get(f"{c.ITERATION_MEAN.column} ci95")
+    return float(ci95) if ci95 is not None and pd.notna(ci95) else math.nan
+
+
+def persistent_stragglers(points: list[Point]) -> pd.DataFrame:
+    """Per multi-rank point: the rank whose iteration time exceeds the iteration's median rank most
+    on average over the counted iterations of all its runs (excess_ms; excess_pct of the point's
+    iteration time), the one-sided p of a t-test of that excess over the iterations (p: the
+    per-iteration spread), the half-width of the repetitions' 95 % confidence interval of the
+    iteration time (ci95_ms, NaN with one run) and whether the excess is above both (point, rank,
+    iterations, excess_ms, excess_pct, p, ci95_ms, above_noise). p is Bonferroni-corrected for
+    the choice of the largest of the ranks' excesses."""
+    rows = []
+    for p in points:
+        parts = []
+        for _, info in p.repetitions():
+            timed = rank_iterations(info)
+            timed = timed[timed["counted"].astype(bool)]
+            if timed["rank"].nunique() > 1:
+                key = timed["iteration"].astype(str) + "@" + info.run.run_id
+                parts.append(timed.assign(excess=timed["time_ms"] - timed.groupby(key)["time_ms"].transform("median")))
+        if not parts:
+            continue
+        excess = pd.concat(parts, ignore_index=True).groupby("rank")["excess"]
+        rank = int(excess.mean().idxmax())
+        values = [float(v) for v in excess.get_group(rank)]
+        if len(values) < 2:
+            continue
+        mean = sum(values) / len(values)
+        p_value = min(1.0, mean_above_zero(values) * excess.ngroups)     # Bonferroni: the largest of the ranks'
+        ci95 = point_ci95(p)
+        time = p.metric(c.ITERATION_MEAN)
+        rows.append({"point": p.label, "rank": rank, "iterations": len(values), "excess_ms": mean,
+                     "excess_pct": 100.0 * mean / time if time else math.nan, "p": p_value, "ci95_ms": ci95,
+                     "above_noise": bool(p_value < ALPHA and (math.isnan(ci95) or mean > ci95))})
+    return pd.DataFrame(rows, columns=["point", "rank", "iterations", "excess_ms", "excess_pct", "p", "ci95_ms",
+                                       "above_noise"])
+
+
+def straggler_outliers(points: list[Point], strag: pd.DataFrame) -> pd.DataFrame:
+    """The iterations of `strag` (stragglers()) whose slowest rank's excess is above the noise of its
+    point: beyond the far-out fence of the point's per-iteration excesses (Q3 + 3 · IQR) and beyond
+    the repetitions' 95 % confidence interval of the iteration time (where there are repetitions);
+    `strag`'s columns and the threshold (threshold_ms), most excess first."""
+    if strag.empty:
+        return strag.assign(threshold_ms=pd.Series(dtype=float))
     parts = []
     for p in points:
-        for info in p.infos:
+        mine = strag[strag["point"] == p.label]
+        if len(mine) < 4:
+            continue
+        q1, q3 = mine["excess_ms"].quantile([0.25, 0.75])
+        ci95 = point_ci95(p)
+        threshold = max(float(q3 + 3.0 * (q3 - q1)), 0.0 if math.isnan(ci95) else ci95)
+        parts.append(mine[mine["excess_ms"] > threshold].assign(threshold_ms=threshold))
+    out = pd.concat(parts) if parts else strag.iloc[:0].assign(threshold_ms=pd.Series(dtype=float))
+    return out.sort_values("excess_ms", ascending=False)
+
+
+def gpu_idle_per_iteration(points: list[Point]) -> pd.DataFrame:
+    """GPU idle % of each iteration (idle over the iteration's span, summed over ranks) from the
+    profile's per-iteration table (point, run, repetition, iteration, idle_pct); empty when absent."""
+    parts = []
+    for p in points:
+        for rep, info in p.repetitions():
             table = tool_table(info, "iterations")
             if table is None or table.empty or "idle_ns" not in table:
                 continue
             span = table["end_ns"] - table["start_ns"]
             rows = table.groupby("iteration").indices           # iteration -> its rows (every rank's)
-            parts.append(pd.DataFrame({"point": p.label, "run": info.run.run_id, "iteration": list(rows),
+            parts.append(pd.DataFrame({"point": p.label, "run": info.run.run_id, "repetition": rep,
+                                       "iteration": list(rows),
                                        c.ITERATION_IDLE_PCT.name: [idle_pct(table["idle_ns"].iloc[at], span.iloc[at])
                                                                    for at in rows.values()]}))
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
@@ -281,12 +345,36 @@ def critical_path(points: list[Point]) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
 
 
+def critical_summary(critical: pd.DataFrame) -> pd.DataFrame:
+    """The critical path over the iterations of each point (critical_path()): per point, who held
+    whom (the critical rank, what held it, the collective the others waited in), in how many of the
+    point's iterations, the others' wait at the median and at worst, and where the worst was; most
+    frequent first (point, critical_rank, held_by, collective, iterations, of, median_wait_ms,
+    worst_wait_ms, worst_iteration, worst_run, iteration_ms: the median iteration on the critical path)."""
+    columns = ["point", "critical_rank", "held_by", "collective", "iterations", "of", "median_wait_ms",
+               "worst_wait_ms", "worst_iteration", "worst_run", "iteration_ms"]
+    if critical.empty:
+        return pd.DataFrame(columns=columns)
+    rows = []
+    for point, at_point in critical.groupby("point", sort=False):
+        for (rank, held_by, collective), g in at_point.groupby(["critical_rank", "held_by", "collective"]):
+            worst = g.loc[g["held_ns"].idxmax()]
+            rows.append({"point": point, "critical_rank": int(rank), "held_by": held_by, "collective": collective,
+                         "iterations": len(g), "of": len(at_point), "median_wait_ms": g["held_ns"].median() / 1e6,
+                         "worst_wait_ms": worst["held_ns"] / 1e6, "worst_iteration": int(worst["iteration"]),
+                         "worst_run": worst["run"], "iteration_ms": at_point["iteration_ns"].median() / 1e6})
+    out = pd.DataFrame(rows, columns=columns)
+    order = {point: i for i, point in enumerate(dict.fromkeys(critical["point"]))}
+    return out.assign(_at=out["point"].map(order)).sort_values(["_at", "iterations", "worst_wait_ms"],
+                                                             ascending=[True, False, False]).drop(columns="_at")
+
+
 def repetitions(points: list[Point]) -> pd.DataFrame:
     """Each run's mean iteration time with its point and repetition number (point, run, repetition,
     time_ms)."""
     rows: list[dict[str, Any]] = []
     for p in points:
-        for rep, info in enumerate(p.infos):
+        for rep, info in p.repetitions():
             value = next((v for n, v, _ in info.metrics if n == c.ITERATION_MEAN.name), None)
             if value is not None:
                 rows.append({"point": p.label, "run": info.run.run_id, "repetition": rep, "time_ms": value})

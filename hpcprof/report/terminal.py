@@ -14,7 +14,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from hpcprof.catalog import parse_column
+from hpcprof import profilers
+from hpcprof.catalog import RUN, parse_column, table_window
 from hpcprof.output import render_table
 from hpcprof.report.runs import RunInfo
 from hpcprof.results import list_tables, read_table
@@ -26,6 +27,8 @@ if TYPE_CHECKING:
     import pandas as pd
 
 LOG_TAIL = 15
+#: the longest kernel or range name a figure's legend or the comparison's table shows
+NAME_CHARS = 48
 
 
 def format_value(value: Any, unit: str = "") -> str:
@@ -42,6 +45,16 @@ def format_value(value: Any, unit: str = "") -> str:
     if magnitude >= 1:
         return f"{value:,.2f}"
     return f"{value:.3g}"
+
+
+def short_name(name: str, chars: int = NAME_CHARS) -> str:
+    """A kernel's or range's name for a legend or a table's cell: without a leading `void ` and a
+    trailing argument list, cut to `chars` characters with an ellipsis (the whole name is in the
+    hover, the CSV and the JSON)."""
+    text = name.removeprefix("void ")
+    if text.endswith(")") and "(" in text:
+        text = text[:text.rindex("(")] or text
+    return text if len(text) <= chars else text[:chars - 1] + "…"
 
 
 def with_unit(value: Any, unit: str) -> str:
@@ -61,7 +74,8 @@ def comparison_table(df: pd.DataFrame) -> Table:
     repetitions, `(×r)` ratios to the baseline, then the verdicts against it."""
     import pandas as pd
 
-    from hpcprof.report.compare import metric_columns, param_columns, point_labels
+    from hpcprof.report.compare import TOP_KERNEL, WINDOW, metric_columns, param_columns, point_labels
+    from hpcprof.report.stats import p_text
 
     caption = "± : 95 % confidence interval of the mean over repetitions (Student t, n - 1 dof)" \
         if any(c.endswith(" ci95") for c in df.columns) else None
@@ -76,9 +90,9 @@ def comparison_table(df: pd.DataFrame) -> Table:
     table.add_column("")
     labels = list(point_labels(df, param_columns(df)))
     for i, run in enumerate(df["run"]):
-        table.add_column(rich_text(labels[i] if labels[i] else run), justify="right")
+        table.add_column(rich_text(labels[i] if labels[i] else str(run)), justify="right")
     add_row("run", *[short_runs(r) for r in df["run"]])
-    for col in param_columns(df) + ["world_size", "state"] + (["n"] if "n" in df else []):
+    for col in param_columns(df) + ["world_size", "state"] + [c for c in ("n", WINDOW) if c in df]:
         add_row(col, *[format_value(v) for v in df[col]])
     for col in metric_columns(df):
         if col.endswith("/base"):
@@ -95,11 +109,11 @@ def comparison_table(df: pd.DataFrame) -> Table:
                 cell += f" (×{ratio:.2f})"
             cells.append(cell)
         add_row(name, *cells)
-    if "top kernel" in df:
-        add_row("top kernel", *[format_value(v) for v in df["top kernel"]])
+    if TOP_KERNEL in df:
+        add_row(TOP_KERNEL, *[short_name(str(v)) if pd.notna(v) else "" for v in df[TOP_KERNEL]])
     if "verdict" in df:
         add_row("iteration time change", *[f"{v:+.2f} %" if pd.notna(v) else "" for v in df["change_pct"]])
-        add_row("p (Welch)", *[f"{v:.3g}" if pd.notna(v) else "" for v in df["p_value"]])
+        add_row("p (Welch)", *[p_text(v) if pd.notna(v) else "" for v in df["p_value"]])
         add_row("verdict", *[str(v) for v in df["verdict"]])
     return table
 
@@ -123,6 +137,13 @@ def tail(path: Path, lines: int = LOG_TAIL) -> list[str]:
         return read_tail(path, LOG_TAIL_BYTES).decode(errors="replace").splitlines()[-lines:]
     except OSError:
         return []
+
+
+def top_kernels_window(tool: str) -> str:
+    """What the top kernels' times are: per rank, over the window of the tool's kernels table."""
+    profiler = profilers.find(tool)
+    table = profiler.table("kernels") if profiler is not None else None
+    return f"GPU time per rank, {table_window(table) if table else RUN}"
 
 
 def headline(info: RunInfo, out: Console) -> None:
@@ -152,7 +173,7 @@ def headline(info: RunInfo, out: Console) -> None:
         out.print(("[yellow]warning[/]: " if info.overhead.warning else "") + info.overhead.sentence(),
                   highlight=False)
     if info.top:
-        top = Table(title="top kernels (all ranks)", title_justify="left")
+        top = Table(title=f"top kernels ({top_kernels_window(info.tool)})", title_justify="left")
         top.add_column("name")
         top.add_column("time", justify="right")
         top.add_column("category")

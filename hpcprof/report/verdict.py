@@ -81,7 +81,7 @@ def add_verdicts(df: pd.DataFrame, base_index: int, samples: dict[str, list[floa
     base = df.loc[base_index]
     for i in df.index:
         if i == base_index:
-            out.loc[i, VERDICT_COLUMNS] = [0.0, 1.0, "baseline", "the baseline"]
+            out.loc[i, VERDICT_COLUMNS] = [0.0, math.nan, "baseline", "the baseline"]   # not tested: no p
             continue
         value = df.at[i, ITERATION]
         change = 100.0 * (value / base[ITERATION] - 1.0) if pd.notna(value) else math.nan

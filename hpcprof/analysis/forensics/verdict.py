@@ -27,7 +27,6 @@ from hpcprof.analysis.forensics.dumps import Finding, FlightRecord, Group, analy
 from hpcprof.analysis.forensics.ranks import LIBRARY, Frame, RankFiles, is_consequence, read_ranks, where
 from hpcprof.atomic import atomic_write
 from hpcprof.errors import UserError
-from hpcprof.record import read_record
 from hpcprof.rundir import RunDir
 from hpcprof.schedulers.base import FAILED, RUNNING, TIMEOUT, JobState
 
@@ -104,6 +103,8 @@ class Evidence:
     """The run's files, joined: ranks, dumps, where the ranks started."""
 
     def __init__(self, run: RunDir, use_torch: bool = True) -> None:
+        from hpcprof.record import read_record  # status imports this module: no msgspec until a run needs it
+
         try:
             record = read_record(run)
             submit_dir, self.world = record.submit_dir, record.world_size

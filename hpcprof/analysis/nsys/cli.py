@@ -83,24 +83,71 @@ def stats_cmd(files: tuple[Path, ...], reports: str | None, fmt: str, prefix: st
     _finish(run_stats(files, names, fmt, prefix, engine), len(files))
 
 
+def _window_spec(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    if value in ("auto", "capture") or (value.startswith("nvtx:") and len(value) > len("nvtx:")):
+        return value
+    raise click.BadParameter(f"{value!r}: give auto, capture or nvtx:NAME (the NVTX range that marks one iteration)")
+
+
+window_option = click.option(
+    "--window", "window", default="auto", show_default=True, metavar="auto|capture|nvtx:NAME", callback=_window_spec,
+    help="The time the analysis covers. auto: collect's measured window (the `timed` range, else the iteration "
+         "ranges, else Echo's `backward`, else the whole capture; an export in a run's directory: its "
+         "profile.window.nvtx first), so the numbers equal collect's on the same export; capture: the whole "
+         "capture (nsys's own rules); nvtx:NAME: from the first to the last instance of the NVTX range NAME.")
+
+
+def _in_window(func: Callable[[dist.Activity], pd.DataFrame], spec: str, files: tuple[Path, ...]
+               ) -> Callable[[dist.Activity], pd.DataFrame]:
+    """`func` over the activity inside the window `spec` (--window), its table with a `window` column
+    after `rank` naming each rank's window as collect's tables do; `func` itself for `capture`."""
+    if spec == "capture":
+        return func
+    if spec.startswith("nvtx:"):
+        nvtx: str | None = spec.removeprefix("nvtx:")
+    else:
+        from hpcprof.analysis.nsys.window import run_window_range
+
+        named = {run_window_range(path) for path in files}
+        if len(named) > 1:
+            raise UserError(f"--window auto: the files name different windows ({', '.join(sorted(map(str, named)))}: "
+                            "exports of different runs); give --window nvtx:NAME or capture")
+        nvtx = named.pop()
+
+    def analysis(act: dist.Activity) -> pd.DataFrame:
+        from hpcprof.analysis.nsys import window as win
+
+        window = win.find_window(act, nvtx)
+        table = func(win.clip(act, window))
+        labels = window.labels
+        table.insert(list(table.columns).index("rank") + 1, "window", [labels.get(r, win.CAPTURE) for r in table["rank"]])
+        return table
+
+    return analysis
+
+
 @nsys.command("nccl")
 @files_argument
 @rank_map_option
+@window_option
 @format_option
 @output_file_option
-def nccl_cmd(files: tuple[Path, ...], rank_map: str | None, fmt: str, output: str | None) -> None:
+def nccl_cmd(files: tuple[Path, ...], rank_map: str | None, window: str, fmt: str, output: str | None) -> None:
     """NCCL collectives per type: count, total, mean, min, max per rank and across ranks, slowest rank."""
-    _run_analysis(files, rank_map, fmt, output, "nccl", dist.nccl_per_rank, across_ranks=dist.nccl_across_ranks)
+    _run_analysis(files, rank_map, fmt, output, "nccl", _in_window(dist.nccl_per_rank, window, files),
+                  across_ranks=dist.nccl_across_ranks, options=f"window={window}")
 
 
 @nsys.command("overlap")
 @files_argument
 @rank_map_option
+@window_option
 @format_option
 @output_file_option
-def overlap_cmd(files: tuple[Path, ...], rank_map: str | None, fmt: str, output: str | None) -> None:
+def overlap_cmd(files: tuple[Path, ...], rank_map: str | None, window: str, fmt: str, output: str | None) -> None:
     """Compute vs communication time per rank and device; overlap % = compute-during-comm / comm (HTA)."""
-    _run_analysis(files, rank_map, fmt, output, "overlap", dist.overlap)
+    _run_analysis(files, rank_map, fmt, output, "overlap", _in_window(dist.overlap, window, files),
+                  options=f"window={window}")
 
 
 @nsys.command("gaps")
@@ -108,19 +155,20 @@ def overlap_cmd(files: tuple[Path, ...], rank_map: str | None, fmt: str, output:
 @click.option("--threshold-ms", type=FiniteRange(min=0, max=1e9), default=500.0, show_default=True,
               help="Report idle gaps longer than this.")
 @rank_map_option
+@window_option
 @format_option
 @output_file_option
-def gaps_cmd(files: tuple[Path, ...], threshold_ms: float, rank_map: str | None, fmt: str,
+def gaps_cmd(files: tuple[Path, ...], threshold_ms: float, rank_map: str | None, window: str, fmt: str,
              output: str | None) -> None:
     """GPU idle gaps over a threshold per process and device (nsys's gpu_gaps rule)."""
     def said_when_none(df: pd.DataFrame) -> None:
         if df.empty:
-            click.echo(f"gaps: no GPU idle gap over {threshold_ms:g} ms in {len(files)} file(s) "
-                       "(a lower --threshold-ms shows shorter ones)", err=True)
+            click.echo(f"gaps: no GPU idle gap over {threshold_ms:g} ms in {len(files)} file(s) in the window "
+                       f"{window} (a lower --threshold-ms shows shorter ones)", err=True)
 
     ns = int(threshold_ms * 1_000_000)
-    _run_analysis(files, rank_map, fmt, output, "gaps", lambda act: dist.gaps(act, ns), note=said_when_none,
-                  options=f"threshold_ns={ns}")
+    _run_analysis(files, rank_map, fmt, output, "gaps", _in_window(lambda act: dist.gaps(act, ns), window, files),
+                  note=said_when_none, options=f"threshold_ns={ns} window={window}")
 
 
 @nsys.command("phases")

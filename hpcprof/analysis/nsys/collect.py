@@ -85,7 +85,7 @@ def sqlite_files(ctx: CollectContext, tool_paths: Mapping[str, str]) -> dict[str
 
 
 #: GPU idle gaps reported by collect (the report's gaps plot): longer than 0.1 ms
-GAP_NS = 100_000
+GAP_NS = c.NSYS_GAP_NS
 
 
 def rank_nccl(act: dist.Activity) -> pa.Table:

@@ -118,6 +118,7 @@ def _emit_stats_table(df: pd.DataFrame | Table, out: TextIO, title: str | None) 
     from rich.table import Table as RichTable
 
     from hpcprof.analysis.nsys_stats.table import Table
+    from hpcprof.output import table_width
     from hpcprof.safe_text import rich_text
 
     table = df if isinstance(df, Table) else Table.from_frame(df)
@@ -128,7 +129,7 @@ def _emit_stats_table(df: pd.DataFrame | Table, out: TextIO, title: str | None) 
              for values, fmt in zip(table.column_values(), table.formats, strict=True)]
     for row in zip(*cells, strict=True):
         shown.add_row(*row)
-    Console(file=out, width=200).print(shown)
+    Console(file=out, width=table_width(out)).print(shown)
 
 
 def emit(df: pd.DataFrame | Table, fmt: str, out: TextIO, title: str | None = None) -> None:

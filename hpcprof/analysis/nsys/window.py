@@ -34,6 +34,7 @@ import pyarrow as pa
 from hpcprof.analysis.nsys.distributed import Activity, instance_columns, instance_frame
 from hpcprof.analysis.nsys.steps import rank_steps
 from hpcprof.analysis.nsys_stats.arrays import Columns, covered_within, group_starts, merge_intervals
+from hpcprof.catalog import CAPTURE_WINDOW
 from hpcprof.config.profile import STEP_RANGE
 from hpcprof.record import read_record
 from hpcprof.results import arrow_table
@@ -42,7 +43,7 @@ from hpcprof.rundir import DamagedRunFile
 TIMED_RANGE = "timed"
 ITERATION_RANGE = re.compile(r"(?:iteration|step)\d*")
 ECHO_RANGE = "backward"
-CAPTURE = "capture"
+CAPTURE = CAPTURE_WINDOW
 ITERATION_COLUMNS = ["rank", "window", "iteration", "start_ns", "end_ns", "gpu_ns", "busy_ns", "idle_ns"]
 WINDOW_COLUMNS = ["rank", "window", "start_ns", "end_ns", "cpu_start", "cpu_end"]
 #: the columns of Window.iterations, and the integer ones among them

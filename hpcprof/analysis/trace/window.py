@@ -16,9 +16,10 @@ import pandas as pd
 from hpcprof.analysis.trace.analyses import COMM, COMP, kernel_type
 from hpcprof.analysis.trace.load import RankTrace
 from hpcprof.analysis.trace.steps import WORK, trace_steps
+from hpcprof.catalog import CAPTURE_WINDOW
 
 STEP_WINDOW = "ProfilerStep"
-CAPTURE = "capture"
+CAPTURE = CAPTURE_WINDOW
 ITERATION_COLUMNS = ["rank", "window", "iteration", "start_ns", "end_ns", "gpu_ns", "busy_ns", "idle_ns"]
 WINDOW_COLUMNS = ["rank", "window", "start_ns", "end_ns", "duration_ns", "iterations", "busy_ns", "idle_ns",
                   "span_ns", "compute_ns", "comm_ns", "overlap_ns"]
