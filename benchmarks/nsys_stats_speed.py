@@ -6,8 +6,8 @@ issue 45's goals, each printed with its ratio, its floor and met/missed, in one 
    `hpcprof nsys stats --format csv FILE` (nsys's default report set) against `nsys stats --format
    csv FILE` (>= 1.0x: no slower than nsys) and against its floor, `python -c pass`'s process
    doing the SQLite reads the command makes (captured from it) (<= 1.5x); the same for `hpcprof
-   nsys nccl|overlap|gaps --format csv FILE` (their floor: the reads of the GPU activity they
-   need). Where the time goes: the quick lane's imports, reports, SQL and CSV in process.
+   nsys nccl|overlap|gaps --format csv --window capture FILE` (their floor: the reads of the GPU
+   activity they need; over the measured window, their default, they are click's commands). Where the time goes: the quick lane's imports, reports, SQL and CSV in process.
 2. Every shape at its floor: four exports built from committed ones (nsys_shapes.py: kernel-heavy,
    CUDA-API-heavy, NVTX-heavy, memcpy/UM-heavy), the default report set written with -o (without
    hpcprof's columnar cache) against its floor, one process that imports what hpcprof imports for
@@ -254,6 +254,8 @@ def engines(source: Path, repeat: int) -> None:
 RANK_EXPORT = Path("gpu/run3/nsys/ddp_gpt2_p2_rank0.sqlite")       # the 557 kB DDP rank export
 GOAL_NSYS, GOAL_RANK_FLOOR, GOAL_SHAPE_FLOOR = 1.0, 1.5, 1.3
 ANALYSES = ("nccl", "overlap", "gaps")
+#: the analyses over the whole capture, their quick lane's (the measured window, their default, is click's)
+ANALYSIS_WINDOW = {name: ["--window", "capture"] for name in ANALYSES}
 #: the columns nsys 2022.4's default report set reads, per table (`PREFIX*`: every table named so)
 DEFAULT_NEEDS = {"NVTX_EVENTS": "start, end, eventType, globalTid, domainId, textId, text",
                  "OSRT_API": "start, end, nameId, eventClass", "CUPTI_ACTIVITY_KIND_RUNTIME": "start, end, nameId",
@@ -382,7 +384,7 @@ def reads_in_process(command: str, export: Path) -> list[str]:
     from hpcprof.cli import main as cli
 
     def run() -> None:
-        args = [str(export), "--format", "csv"]
+        args = [str(export), "--format", "csv", *ANALYSIS_WINDOW.get(command, [])]
         if quick(command, args) is None:
             with contextlib.suppress(SystemExit):
                 cli(["nsys", command, *args], standalone_mode=False)
@@ -400,7 +402,7 @@ def goal_rank(fixtures: Path, nsys: str, rounds: int, work: Path) -> list[bool]:
                 "python -c pass": [sys.executable, "-c", "pass"],
                 "floor stats": [sys.executable, "-c", reads_code(export, reads["stats"])]}
     for name in ANALYSES:
-        commands[f"hpcprof nsys {name}"] = [*hp, "nsys", name, "--format", "csv", str(export)]
+        commands[f"hpcprof nsys {name}"] = [*hp, "nsys", name, "--format", "csv", *ANALYSIS_WINDOW[name], str(export)]
         commands[f"floor {name}"] = [sys.executable, "-c", reads_code(export, reads[name])]
     commands["in process"] = [sys.executable, str(Path(__file__).resolve()), "--child-quick", str(export)]
     runs = alternate(commands, rounds, work, {**os.environ, "HPCPROF_NSYS_CACHE": "off"})

@@ -23,8 +23,10 @@ sys.path.insert(0, str(Path(__file__).parent / "differential"))
 from nsys_exports import TIE_SEEDS, derive  # noqa: E402
 
 #: (command, options) compared on every export
-CASES = [("nccl", []), ("overlap", []), ("gaps", []), ("gaps", ["--threshold-ms", "0"]),
-         ("gaps", ["--threshold-ms", "0.05"]), ("gaps", ["--threshold-ms=2"])]
+CAPTURE = ["--window", "capture"]     # the quick lane's window (the measured window's rules are click's)
+CASES = [("nccl", CAPTURE), ("overlap", ["--window=capture"]), ("gaps", CAPTURE),
+         ("gaps", [*CAPTURE, "--threshold-ms", "0"]), ("gaps", [*CAPTURE, "--threshold-ms", "0.05"]),
+         ("gaps", [*CAPTURE, "--threshold-ms=2"])]
 
 
 def _quick(command: str, args: list[str]) -> tuple[int | None, str, str]:
@@ -68,7 +70,7 @@ def test_the_quick_lane_writes_what_the_command_writes(exports: list[Path]) -> N
 def test_an_output_file_is_written_as_the_command_writes_it(exports: list[Path], tmp_path: Path) -> None:
     export = next(e for e in exports if "h200_seqpar_bf16" in str(e))
     for lane in ("quick", "click"):
-        args = [str(export), "--format", "csv", "-o", str(tmp_path / f"{lane}.csv")]
+        args = [str(export), "--format", "csv", *CAPTURE, "-o", str(tmp_path / f"{lane}.csv")]
         code, _, err = _quick("nccl", args) if lane == "quick" else _click("nccl", args)
         assert code == 0 and f"wrote {tmp_path / lane}.csv" in err
     assert (tmp_path / "quick.csv").read_bytes() == (tmp_path / "click.csv").read_bytes()
@@ -76,8 +78,8 @@ def test_an_output_file_is_written_as_the_command_writes_it(exports: list[Path],
 
 
 def test_what_the_quick_lane_is_not_sure_of_goes_to_click(fixtures_dir: Path, tmp_path: Path) -> None:
-    """No GPU activity, not SQLite, several files, other formats and options: click's (the messages
-    and exit status its command gives)."""
+    """No GPU activity, not SQLite, several files, other formats and options, the measured window
+    (--window auto, the default, or nvtx:NAME): click's (the messages and exit status its command gives)."""
     text = tmp_path / "notes.sqlite"
     text.write_text("not a database")
     no_gpu = fixtures_dir / "echo" / "quirks" / "slowdown_results.sqlite"
@@ -85,7 +87,8 @@ def test_what_the_quick_lane_is_not_sure_of_goes_to_click(fixtures_dir: Path, tm
     for command, args in [("nccl", [str(text), "--format", "csv"]), ("overlap", [str(no_gpu), "--format", "csv"]),
                           ("nccl", [rank, rank, "--format", "csv"]), ("gaps", [rank]),
                           ("gaps", [rank, "--format", "csv", "--threshold-ms", "-1"]),
-                          ("overlap", [rank, "--format", "csv", "--rank-map", "x=1"])]:
+                          ("overlap", [rank, "--format", "csv", "--rank-map", "x=1"]),
+                          ("nccl", [rank, "--format", "csv"]), ("gaps", [rank, "--format", "csv", "--window", "nvtx:timed"])]:
         assert _quick(command, args) == (None, "", ""), (command, args)
 
 
@@ -95,6 +98,6 @@ def test_the_quick_lane_imports_neither_click_nor_numpy(fixtures_dir: Path) -> N
              "    print('HEAVY', sorted(m for m in ('click', 'numpy', 'pandas', 'pyarrow', 'typing', 'pathlib') "
              "if m in sys.modules), file=sys.stderr)")
     export = fixtures_dir / "nsys" / "h200_seqpar_bf16" / "rank0.sqlite"
-    res = subprocess.run([sys.executable, "-c", probe, "nsys", "overlap", "--format", "csv", str(export)],
+    res = subprocess.run([sys.executable, "-c", probe, "nsys", "overlap", "--format", "csv", "--window", "capture", str(export)],
                          capture_output=True, text=True)
     assert res.returncode == 0 and "HEAVY []" in res.stderr and res.stdout.startswith("rank,device,compute_ns")

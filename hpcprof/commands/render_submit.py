@@ -59,11 +59,19 @@ def render(experiment: Path, site_name: str, site_file: Path | None, overrides: 
            templates: Path | None, max_points: int, output: Path | None, force: bool, workdir: Path | None) -> None:
     """Render the job script and rank wrapper of EXPERIMENT for a site, without submitting. Without
     -o, the job script's RUN_DIR is under the workdir `submit` uses (a new run id each time)."""
+    from hpcprof.errors import UserError
+
     site = find_site(site_name, site_file)
+    unresolved: UserError | None = None
     if output is None:
-        workdir = submit_workdir(workdir, site, experiment, overrides)
+        try:
+            workdir = submit_workdir(workdir, site, experiment, overrides)
+        except UserError as exc:   # said after the experiment's own errors: the first cause first
+            unresolved = exc
     planned = campaign.plan(experiment, site, list(overrides), workdir or Path("hpcprof-runs"), templates, max_points,
                             out_dir=output)
+    if unresolved is not None:
+        raise unresolved
     if output is None:
         for run in planned.runs:
             click.echo(run.files["job.sh"])

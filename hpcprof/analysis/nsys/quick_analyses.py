@@ -220,9 +220,10 @@ def csv_text(columns: list[str], rows: list[tuple]) -> str:
 
 def quick_args(command: str, argv: list[str]) -> tuple[str, str | None, float | None] | None:
     """(file, output, threshold in ms) of `hpcprof nsys COMMAND ARGV` when the quick lane runs it:
-    one small .sqlite file, `--format csv`, at most `-o FILE` (and gaps' `--threshold-ms`), each once;
-    None for any other command line (click's then)."""
-    options = {"--format": "format", "-o": "output", "--output": "output"}
+    one small .sqlite file, `--format csv`, `--window capture` (the whole capture: the measured window's
+    rules, NVTX ranges and the steps found in the kernels, are click's), at most `-o FILE` (and gaps'
+    `--threshold-ms`), each once; None for any other command line (click's then)."""
+    options = {"--format": "format", "-o": "output", "--output": "output", "--window": "window"}
     if command == "gaps":
         options["--threshold-ms"] = "threshold"
     found = split_argv(argv, options)
@@ -238,6 +239,8 @@ def quick_args(command: str, argv: list[str]) -> tuple[str, str | None, float | 
         if not 0 <= threshold <= 1e9:                 # and not NaN (FiniteRange's bounds)
             return None
     if len(files) != 1 or given.get("format") != "csv" or files[0].endswith(".nsys-rep"):
+        return None
+    if given.get("window") != "capture":   # the measured window (--window auto, the default, or nvtx:NAME): click's
         return None
 
     if not os.path.isfile(files[0]) or os.stat(files[0]).st_size > SMALL_EXPORT_BYTES:
@@ -268,8 +271,8 @@ def quick_run(command: str, path: str, output: str | None, threshold_ms: float |
     except (NotSure, NsysInputError):
         return None
     if command == "gaps" and not rows:
-        sys.stderr.write(f"gaps: no GPU idle gap over {threshold_ms:g} ms in 1 file(s) (a lower --threshold-ms "
-                         "shows shorter ones)\n")
+        sys.stderr.write(f"gaps: no GPU idle gap over {threshold_ms:g} ms in 1 file(s) in the window capture (a lower "
+                         "--threshold-ms shows shorter ones)\n")
         sys.stderr.flush()
     text = csv_text(columns, rows)
     if output is None:
