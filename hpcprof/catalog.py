@@ -321,7 +321,8 @@ GPU_TIME = _gpu_time("", MEASURED, (NSYS_KERNELS, TORCH_WINDOW_KERNELS),
 CAPTURE_GPU_TIME = _gpu_time("capture.", CAPTURE, (NSYS_CUDA_GPU_KERN_SUM,), NSYS_CUDA_GPU_KERN_SUM.reference)
 _OVERLAP = "100 · Σ |compute ∩ communication| / Σ |communication| over ranks and devices (merged intervals)"
 _IDLE = "100 · Σ idle / Σ span over ranks and devices; span: first GPU operation to the last, idle: span − " \
-        "the union of the GPU operations"
+        "the union of the GPU operations (torch: on HTA's whole-µs grid, each event's start rounded up and its " \
+        "end down, as HTA reads Kineto's fractional µs)"
 OVERLAP_PCT = MetricSpec("overlap_pct", "%", MEASURED, _OVERLAP, (NSYS_OVERLAP, TORCH_WINDOW),
                          "HTA `get_comm_comp_overlap`'s definition")
 IDLE_PCT = MetricSpec("idle_pct", "%", MEASURED, _IDLE, (NSYS_OVERLAP, TORCH_WINDOW),

@@ -10,6 +10,7 @@ import shutil
 import sqlite3
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 from differential.hta_reference import hta_trace_analysis
@@ -251,3 +252,13 @@ def test_kineto_window_by_hand(tmp_path: Path) -> None:
     its = tables["iterations"]
     assert its[["iteration", "gpu_ns", "busy_ns", "idle_ns"]].values.tolist() == [[1, 50_000, 50_000, 0],
                                                                               [2, 30_000, 30_000, 0]]
+
+
+def test_a_sub_microsecond_event_covers_nothing_on_htas_grid() -> None:
+    """On HTA's whole-µs grid a 0.4 µs kernel at 10.3 µs becomes [11, 10): it covers nothing. Found
+    on the H200 GPT-2 and ResNet-50 traces (benchmarks/gpu/trainers_check.py): such events had
+    counted as negative busy time, idle % over the window 0.03-0.1 points high."""
+    from hpcprof.analysis.trace.window import _covered, _union
+
+    ts, end = np.array([0.0, 11.0, 20.0]), np.array([5.0, 10.0, 25.0])   # the middle one inverted
+    assert _covered(_union(ts, end), 0.0, 30.0) == 10.0

@@ -250,7 +250,11 @@ def stragglers(points: list[Point]) -> pd.DataFrame:
                                        "iteration": slowest.index, "slowest_rank": slowest["rank"].to_numpy(),
                                        "excess_ms": excess.to_numpy(),
                                        "excess_pct": (100.0 * excess / median).to_numpy()}))
-    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=STRAGGLER_COLUMNS)
+
+
+#: stragglers()' columns
+STRAGGLER_COLUMNS = ["point", "run", "repetition", "iteration", "slowest_rank", "excess_ms", "excess_pct"]
 
 
 def point_ci95(point: Point) -> float:

@@ -26,7 +26,10 @@ WINDOW_COLUMNS = ["rank", "window", "start_ns", "end_ns", "duration_ns", "iterat
 
 
 def _union(ts: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Sorted disjoint union of intervals [ts, end)."""
+    """Sorted disjoint union of intervals [ts, end); an empty one (end <= ts: a sub-µs event on HTA's
+    whole-µs grid, its start rounded up past its end rounded down) covers nothing."""
+    filled = end > ts
+    ts, end = ts[filled], end[filled]
     if len(ts) == 0:
         return ts, end
     order = np.argsort(ts, kind="stable")
