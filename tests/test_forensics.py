@@ -334,3 +334,18 @@ def test_nsys_recorded_nothing_because_the_program_failed_first(tmp_path: Path) 
         "nsys recorded nothing: the capture range never opened (logs/rank0.log: No reports were generated)",
         "nsys recorded nothing: the program failed first (RuntimeError: CUDA error: invalid device "
         "ordinal) (logs/rank1.log: No reports were generated)"]
+
+
+def test_the_hooks_own_thread_is_never_where_a_rank_was() -> None:
+    """On 2 H200s NCCL's watchdog aborted rank 0 while the hook's watcher thread was Python's current
+    one: its stack is no place in the program (benchmarks/gpu/results/forensics_gpu.txt)."""
+    from hpcprof.analysis.forensics.ranks import Frame, is_consequence, where
+
+    hook = [Frame("/run/inject/_hpcprof_forensics.py", 140, "_watch"),
+            Frame("/usr/lib/python3.12/threading.py", 1010, "run")]
+    assert where(hook) is None
+    program = [Frame("/usr/lib/python3.12/site-packages/torch/distributed/c10d_logger.py", 83, "wrapper"),
+               Frame("/work/plant_nccl.py", 40, "main")]
+    assert where(program) == program[1]
+    assert is_consequence("died of SIGABRT (Aborted): c10::DistBackendError: [Rank 0] Watchdog caught collective "
+                          "operation timeout: WorkNCCL(SeqNum=4, OpType=ALLREDUCE)")

@@ -61,8 +61,13 @@ class Frame:
 
 
 def where(frames: list[Frame]) -> Frame | None:
-    """The innermost frame of the program's own code (innermost-first `frames`), else the innermost."""
-    return next((f for f in frames if not LIBRARY.search(f.file)), frames[0] if frames else None)
+    """The innermost frame of the program's own code (innermost-first `frames`), else the innermost;
+    None for the stack of hpcprof's own hook (its watcher thread, current where NCCL's watchdog
+    aborted the process): never the program's place."""
+    own = next((f for f in frames if not LIBRARY.search(f.file)), None)
+    if own is None and any(HOOK.search(f.file) for f in frames):
+        return None
+    return own or (frames[0] if frames else None)
 
 
 @dataclass

@@ -168,7 +168,7 @@ def _roots(ev: Evidence) -> list[tuple[int, str, str]]:
     for rank, files in ev.ranks.items():
         if files.exception and not is_consequence(f"{files.exception['type']}: {files.exception['message']}"):
             found.append((0, files.exception["time"], rank, "raised", ev.error(rank)))
-        elif files.fatal is not None:
+        elif files.fatal is not None and not is_consequence(ev.error(rank) or ""):   # not NCCL's watchdog abort
             found.append((1, 0.0, rank, "fatal", ev.error(rank)))
         elif files.log_error and not is_consequence(files.log_error):
             found.append((2, 0.0, rank, "log", ev.error(rank)))
@@ -237,7 +237,8 @@ def _root_sentence(ev: Evidence, ranks: list[int], kind: str, error: str) -> str
     waiting = next((f for f in ev.flight.findings if f.kind == "missing" and f.missing == ranks), None)
     others = [r for r in ev.ranks if r not in ranks]
     if waiting is not None:
-        text += (f"; {rank_list(waiting.present)} were waiting for it in {waiting.op} #{waiting.seq:,} of "
+        text += (f"; {rank_list(waiting.present)} {'was' if len(waiting.present) == 1 else 'were'} waiting for it "
+                 f"in {waiting.op} #{waiting.seq:,} of "
                  f"{group_text(waiting.group, waiting.desc, waiting.members)}")
     elif others and all(ev.error(r) and is_consequence(ev.error(r)) for r in others):
         stopped = [r for r in others if ev.ranks[r].error() == ev.ranks[r].exit]  # only the launcher's word
