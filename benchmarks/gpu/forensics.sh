@@ -1,10 +1,12 @@
 #!/bin/bash
 # Issue 43 on the lent 2-GPU machine: plant_nccl.py's hang and exception under NCCL with the Flight
 # Recorder, and the exception under nsys; hpcprof's status, report and `logs --hang` of each, and
-# the dumps' sizes.   bash benchmarks/gpu/forensics.sh OUT   (after trainers.sh's set-up, or alone:
-# the same .gpu/whl and .gpu/libs)
+# the dumps' sizes.   bash benchmarks/gpu/forensics.sh OUT [FAULT:TOOL...]   (default: hang:none
+# exception:none exception:nsys; after trainers.sh's set-up, or alone: the same .gpu/whl and .gpu/libs)
 set -u
 OUT_DIR=${1:?output directory}
+shift
+[ $# -gt 0 ] && CASES=("$@") || CASES=(hang:none exception:none exception:nsys)
 REPO=$(pwd)
 mkdir -p "$OUT_DIR" /tmp/site /tmp/bin /tmp/forensics
 [ -d /tmp/site/msgspec ] || python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .gpu/whl/*.whl
@@ -18,8 +20,8 @@ cd /tmp/forensics
 EXP=$REPO/benchmarks/gpu/forensics/plant.yaml
 SITE=$REPO/benchmarks/gpu/site-torchrun-x2.yaml
 {
-  for case in "hang none" "exception none" "exception nsys"; do
-    set -- $case
+  for case in "${CASES[@]}"; do
+    set -- ${case/:/ }
     echo "== $1 under ${2}"
     python3 -m hpcprof submit "$EXP" --site-file "$SITE" --workdir "$WORKDIR" --wait \
       --set "workload.argv=[python3, plant_nccl.py, $1, '20', '45']" --set "profile.tool=$2"

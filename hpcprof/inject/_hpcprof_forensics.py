@@ -57,7 +57,8 @@ def arm() -> None:
     poll = float(os.environ.get("HPCPROF_FORENSICS_POLL", "1"))
     _state.update(directory=directory, rank=rank, fd=fd, bare=os.fstat(fd).st_size, poll=poll,
                   wait=float(os.environ.get("HPCPROF_FORENSICS_WAIT", str(2 * poll + 0.5))),
-                  request=os.path.join(directory, "dump.request"))
+                  request=os.path.join(directory, "dump.request"),
+                  nccl_dump=os.environ.get("TORCH_FR_DUMP_TEMP_FILE") or os.environ.get("TORCH_NCCL_DEBUG_INFO_TEMP_FILE"))
     if not faulthandler.is_enabled():  # PYTHONFAULTHANDLER / -X faulthandler: the user's, to stderr
         faulthandler.enable(fd, all_threads=True)
     if signal.getsignal(signal.SIGUSR1) == signal.SIG_DFL:
@@ -134,12 +135,31 @@ def _stamp(path: str) -> tuple[int, int, int] | None:
     return info.st_mtime_ns, info.st_size, info.st_ino
 
 
+def _nccl_dumped() -> bool:
+    """Whether a rank's Flight Recorder wrote its dump (`TORCH_FR_DUMP_TEMP_FILE<rank>`: NCCL's watchdog
+    on a collective that timed out), which no Python exception announces: the stacks of that moment
+    show where each rank was (the one that never entered the collective), not where it is when the
+    aborted process finally ends."""
+    prefix = _state.get("nccl_dump")
+    if not prefix or _state.get("nccl_seen"):
+        return False
+    directory, name = os.path.split(prefix)
+    try:
+        return any(entry.startswith(name) and not entry.endswith(".tmp") for entry in os.listdir(directory or "."))
+    except OSError:
+        return False
+
+
 def _watch() -> None:
-    """Dump on every new dump.request."""
+    """Dump on every new dump.request, and once when a rank's Flight Recorder dumped (_nccl_dumped)."""
     while True:
         time.sleep(_state["poll"])
         if not _state:
             return
+        if _nccl_dumped():
+            _state["nccl_seen"] = True
+            _dump("Flight Recorder's dump (NCCL's watchdog saw a collective time out)")
+            continue
         stamp = _stamp(_state["request"])
         if stamp is not None and stamp != _state.get("seen") and not _state.get("failing"):  # failing: dumped
             _state["seen"] = stamp

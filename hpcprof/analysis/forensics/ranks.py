@@ -22,7 +22,8 @@ LOG_BYTES = 1 << 16
 CONSEQUENCE = re.compile(
     r"Timed out waiting|timed out|Connection (closed by peer|reset by peer|refused)|Broken pipe|Read error|"
     r"Watchdog caught collective operation timeout|communicator was aborted|DistNetworkError|DistStoreError|"
-    r"Socket Timeout|remote (process|peer|worker)|KeyboardInterrupt|^SIGTERM|killed by SIGTERM|terminated by the launcher", re.I)
+    r"Socket Timeout|remote (process|peer|worker)|KeyboardInterrupt|^SIGTERM|killed by SIG(TERM|PIPE)|"
+    r"terminated by the launcher", re.I)
 #: a frame of Python itself or of an installed package: the rank's "where" is the innermost frame that is not
 HOOK = re.compile(r"/inject/_hpcprof_forensics\.py$")
 LIBRARY = re.compile(r"/(site|dist)-packages/|/lib/python\d[\d.]*/|^<|/inject/(sitecustomize|_hpcprof_forensics)\.py$")
