@@ -124,8 +124,8 @@ def best(fn: Callable[[], Any], repeat: int) -> float:
 def breakdown(files: list[Path], parts: Path, repeat: int) -> dict[str, float]:
     """CPU seconds per file of each function the map step calls (mean over `repeat` map tasks)."""
     from hpcprof.analysis.nsys import collect as nsys_collect
-    from hpcprof.collect import mapping
 
+    mapping = sys.modules[collect_steps()[0].__module__]   # where map_task writes its bundle
     spent: dict[str, float] = defaultdict(float)
     depth = [0]
 
@@ -148,7 +148,7 @@ def breakdown(files: list[Path], parts: Path, repeat: int) -> dict[str, float]:
     targets += [(nsys_collect, n) for n in ("summaries_of", "arrow_table", "to_arrow", "rank_nccl", "iteration_timeline",
                                             "Export", "split_by_rank", "read_process_ranges")]
     targets += [(nsys_collect.critical_path, "rank_event_columns"), (mapping, "write_bundle")]
-    saved = [(mod, name, getattr(mod, name)) for mod, name in targets]
+    saved = [(mod, name, getattr(mod, name)) for mod, name in targets if hasattr(mod, name)]   # (a kept tree's)
     try:
         for mod, name, fn in saved:
             setattr(mod, name, timed(name, fn))
@@ -173,19 +173,30 @@ def task_files(path: Path, work: Path) -> list[Path]:
     return copies
 
 
+def collect_steps() -> tuple[Callable[..., Any], type, Callable[..., Any]]:
+    """(map_task, FilePart, the reduce's concat of a slice) of the hpcprof measured: the split
+    collect/ (mapping, cache, reduce), or the kept commit's one collect/runs.py."""
+    try:
+        from hpcprof.collect import cache, mapping, reduce
+        return mapping.map_task, cache.FilePart, reduce._concat_slice
+    except ImportError:
+        from hpcprof.collect import runs
+        return runs.map_task, runs.FilePart, runs._concat_slice  # type: ignore[attr-defined]
+
+
 def map_one_task(files: list[Path], parts: Path, joint: bool = True) -> list[str]:
     """collect's map task over `files` (as ranks 0, 1, ...), into one bundle `parts/task.arrow`;
     the table names. `joint=False`: each file analysed on its own (no joint pass)."""
     from hpcprof.analysis.nsys import collect as nsys_collect
-    from hpcprof.collect import cache, mapping
 
+    map_task, file_part, _ = collect_steps()
     batch_bytes = nsys_collect.BATCH_BYTES
     nsys_collect.BATCH_BYTES = batch_bytes if joint else 0
     try:
-        outcomes = mapping.map_task("nsys", [(str(p), rank) for rank, p in enumerate(files)], str(parts), "task.arrow", {})
+        outcomes = map_task("nsys", [(str(p), rank) for rank, p in enumerate(files)], str(parts), "task.arrow", {})
     finally:
         nsys_collect.BATCH_BYTES = batch_bytes
-    assert all(isinstance(o, cache.FilePart) for o in outcomes), outcomes
+    assert all(isinstance(o, file_part) for o in outcomes), outcomes
     return outcomes[0].tables  # type: ignore[union-attr]
 
 
@@ -195,9 +206,10 @@ def reduce_share(task: list[Path], work: Path, files: int, workers: int = 2) -> 
     does with `workers` workers (each concatenates a contiguous slice of the bundles into a
     Parquet piece per table, then the pieces of each table are joined); the cross-rank reduce,
     once per run, is left out."""
-    from hpcprof.collect import reduce
     from hpcprof.pool import concat_pieces
     from hpcprof.results import table_path
+
+    _, _, concat_slice = collect_steps()
 
     parts = work / "reduce-parts"
     names = map_one_task(task, parts)
@@ -211,11 +223,11 @@ def reduce_share(task: list[Path], work: Path, files: int, workers: int = 2) -> 
     pieces = work / "reduce-pieces"
     pieces.mkdir(exist_ok=True)
     start = time.process_time()
-    for i in range(workers):
-        reduce._concat_slice(parts, held[i * len(held) // workers:(i + 1) * len(held) // workers],
-                             {n: pieces / f"{n}.{i}.parquet" for n in names})
-    for n in names:
-        concat_pieces([pieces / f"{n}.{i}.parquet" for i in range(workers)], table_path(work / "run", f"nsys_{n}"))
+    written = [concat_slice(parts, held[i * len(held) // workers:(i + 1) * len(held) // workers],
+                                    {n: pieces / f"{n}.{i}.parquet" for n in names}) for i in range(workers)]
+    for n in sorted({n for names_written in written for n in names_written}):   # as SliceConcat.finish joins them
+        concat_pieces([pieces / f"{n}.{i}.parquet" for i in range(workers) if n in written[i]],
+                      table_path(work / "run", f"nsys_{n}"))
     return (time.process_time() - start) / files
 
 
