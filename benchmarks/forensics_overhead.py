@@ -43,8 +43,11 @@ sys.path.insert(0, str(REPO))
 
 
 def rank_layout() -> tuple[int, int, int]:
-    """Rank, world size and local rank under Hydra's mpiexec."""
+    """Rank, world size and local rank under Hydra's mpiexec (or Open MPI's, on the GPU machine)."""
     env = os.environ
+    if "OMPI_COMM_WORLD_RANK" in env:
+        return (int(env["OMPI_COMM_WORLD_RANK"]), int(env["OMPI_COMM_WORLD_SIZE"]),
+                int(env["OMPI_COMM_WORLD_LOCAL_RANK"]))
     return int(env["PMI_RANK"]), int(env["PMI_SIZE"]), int(env.get("MPI_LOCALRANKID", env["PMI_RANK"]))
 
 
@@ -151,7 +154,9 @@ def one_run(program: str, armed: bool, work: Path, args: argparse.Namespace) -> 
         steps = 30 if program == "record" else args.steps
         argv = [sys.executable, __file__, "--rank-program", program, "--steps", str(steps), "--device",
                 args.device, "--rendezvous", str(run_dir / "rendezvous"), "--out", str(out)]
-    proc = subprocess.run([mpiexec(), "-n", str(args.ranks), *argv], env=env, capture_output=True, text=True,
+    root = ["--allow-run-as-root", "--oversubscribe"] if os.geteuid() == 0 and "Open MPI" in subprocess.run(
+        [mpiexec(), "--version"], capture_output=True, text=True).stdout else []     # the GPU machine's Open MPI
+    proc = subprocess.run([mpiexec(), *root, "-n", str(args.ranks), *argv], env=env, capture_output=True, text=True,
                           timeout=1800, cwd=run_dir)
     if proc.returncode != 0:
         raise SystemExit(f"{program} ({'armed' if armed else 'plain'}) failed ({proc.returncode}):\n"
