@@ -10,12 +10,13 @@ that cannot be read is a one-line DamagedRunFile naming the file (hpcprof.rundir
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any, TypeVar, overload
 
 import msgspec
 
-from hpcprof.rundir import RunDir, damaged, read_config
+from hpcprof.rundir import DamagedRunFile, RunDir, damaged, read_config
 
 
 class WorkloadRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -150,3 +151,25 @@ def read_record(source: RunDir | Path, model: type[Any] = RunRecord) -> Any:
         return msgspec.convert(data, model)
     except msgspec.ValidationError as exc:      # "Expected `int`, got `str` - at `$.world_size`"
         raise damaged(path, str(exc).replace("`$.", "`")[:160]) from None
+
+
+def profile_record(path: Path) -> RunRecord | None:
+    """The record of the run a profile file belongs to (`<run>/profiles/<tool>/` or
+    `<run>/derived/<tool>/`; its config.json read once per change, not per rank file); None for a
+    file outside a run or a record that cannot be read (collect names a damaged record itself)."""
+    resolved = path.resolve()
+    if len(resolved.parents) <= 2 or resolved.parent.parent.name not in ("profiles", "derived"):
+        return None
+    config = resolved.parents[2] / "config.json"
+    try:
+        return _record_as_of(config, config.stat().st_mtime_ns)
+    except OSError:
+        return None
+
+
+@functools.lru_cache(maxsize=64)
+def _record_as_of(config: Path, mtime_ns: int) -> RunRecord | None:
+    try:
+        return read_record(config)
+    except DamagedRunFile:
+        return None

@@ -112,24 +112,11 @@ def categories_for(record: RunRecord | None) -> Categories:
 
 
 def run_categories(path: Path) -> Categories:
-    """The categories of the run a profile file belongs to (`<run>/profiles/<tool>/` or
-    `<run>/derived/<tool>/`, its config.json read once per change); RULES for a file outside a run."""
-    resolved = path.resolve()
-    if len(resolved.parents) <= 2 or resolved.parent.parent.name not in ("profiles", "derived"):
-        return BUILTIN
-    config = resolved.parents[2] / "config.json"
-    try:
-        return _config_categories(config, config.stat().st_mtime_ns)
-    except OSError:
-        return BUILTIN
-
-
-@functools.lru_cache(maxsize=64)
-def _config_categories(config: Path, mtime_ns: int) -> Categories:
-    from hpcprof.errors import UserError
-    from hpcprof.record import read_record
+    """The categories of the run a profile file belongs to (record.profile_record); RULES for a file
+    outside a run."""
+    from hpcprof.record import profile_record
 
     try:
-        return categories_for(read_record(config))
-    except (UserError, re.error):
+        return categories_for(profile_record(path))
+    except re.error:   # a config.json edited by hand past render's check of its patterns
         return BUILTIN

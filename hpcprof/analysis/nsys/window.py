@@ -20,7 +20,6 @@ Every table computed over the window carries a `window` column naming it.
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -36,9 +35,8 @@ from hpcprof.analysis.nsys.steps import rank_steps
 from hpcprof.analysis.nsys_stats.arrays import Columns, covered_within, group_starts, merge_intervals
 from hpcprof.catalog import CAPTURE_WINDOW
 from hpcprof.config.profile import STEP_RANGE
-from hpcprof.record import read_record
+from hpcprof.record import profile_record
 from hpcprof.results import arrow_table
-from hpcprof.rundir import DamagedRunFile
 
 TIMED_RANGE = "timed"
 ITERATION_RANGE = re.compile(r"(?:iteration|step)\d*")
@@ -75,24 +73,8 @@ class Window:
 def run_window_range(path: Path) -> str | None:
     """The NVTX range a run names as its window (`profile.window.nvtx` in its config.json), for an
     export under `<run>/profiles/nsys/` or `<run>/derived/nsys/`; None when there is none."""
-    resolved = path.resolve()
-    if len(resolved.parents) <= 2 or resolved.parent.parent.name not in ("profiles", "derived"):
-        return None
-    config = resolved.parents[2] / "config.json"
-    try:
-        return _config_window(config, config.stat().st_mtime_ns)
-    except OSError:
-        return None
-
-
-@functools.lru_cache(maxsize=64)
-def _config_window(config: Path, mtime_ns: int) -> str | None:
-    """`profile.window.nvtx` of a run's config.json as of `mtime_ns` (read once per run, not per rank
-    file); None when the record cannot be read (collect names a damaged record itself)."""
-    try:
-        return read_record(config).experiment.profile.window.nvtx
-    except DamagedRunFile:
-        return None
+    record = profile_record(path)
+    return record.experiment.profile.window.nvtx if record is not None else None
 
 
 def _rank_window(inst: dict[str, np.ndarray], op_start: np.ndarray, op_end: np.ndarray,
