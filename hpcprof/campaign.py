@@ -119,7 +119,11 @@ def plan_collect(runs: list[RunDir], site: SiteConfig, workdir: Path, db: str | 
             "--workdir", str(workdir.resolve()), *(["--workers", str(workers)] if workers else []),
             *(["--db", db] if db else [])]
     data = {"name": COLLECT_JOB, "workload": {"kind": "command", "argv": argv},
-            "resources": {"nodes": 1, "ranks_per_node": 1, "walltime": walltime}}
+            "resources": {"nodes": 1, "ranks_per_node": 1, "walltime": walltime},
+            # hpcprof's own collect is no program to watch or step: without the start-up hook (whose
+            # watcher thread would make its pool fork from a fork server, whose socket lives in the
+            # job's long $TMPDIR) and without the optimizer step hook
+            "forensics": {"enabled": False}, "profile": {"window": {"auto": False}}}
     points = expand(data, site, "collect --submit")
     return plan_points(points, site, workdir, None, "collect --submit", submit_dir=workdir.resolve())
 

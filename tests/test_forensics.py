@@ -349,3 +349,15 @@ def test_the_hooks_own_thread_is_never_where_a_rank_was() -> None:
     assert where(program) == program[1]
     assert is_consequence("died of SIGABRT (Aborted): c10::DistBackendError: [Rank 0] Watchdog caught collective "
                           "operation timeout: WorkNCCL(SeqNum=4, OpType=ALLREDUCE)")
+
+
+def test_the_collect_job_is_not_armed(tmp_path: Path) -> None:
+    """`collect --submit`'s job runs hpcprof itself: no start-up hook (its watcher thread made collect's
+    pool start from a fork server, whose socket path in the job's $TMPDIR was too long: found by
+    tests/test_arrays_deps.py on the one-node Slurm) and no optimizer step hook."""
+    from hpcprof import campaign
+    from hpcprof.config.site import find_site
+
+    [run] = campaign.plan_collect([], find_site("local", None), tmp_path, None, None, "00:10:00").runs
+    assert sorted(run.files) == ["job.sh", "rank_wrapper.sh"]
+    assert "HPCPROF_FORENSICS" not in run.files["rank_wrapper.sh"] and "HPCPROF_STEPS" not in run.files["rank_wrapper.sh"]

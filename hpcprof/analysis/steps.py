@@ -4,11 +4,13 @@ per-iteration timing of a `command` run (iteration.* metrics, hpcprof.analysis.s
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hpcprof import catalog as c
+from hpcprof.safe_paths import open_regular
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -23,7 +25,7 @@ def read_rank(path: Path) -> list[dict[str, Any]]:
     skip < step <= skip + steps (the header's). A line that does not parse (a write cut short) is
     left out; a file without its header has no steps. ValueError: the header is not one."""
     rows: list[dict[str, Any]] = []
-    with path.open(encoding="utf-8", errors="replace") as fh:
+    with io.TextIOWrapper(open_regular(path), encoding="utf-8", errors="replace") as fh:   # no FIFO waited on
         head = json.loads(fh.readline() or "null")
         if not isinstance(head, dict) or not {"rank", "skip", "steps"} <= head.keys():
             raise ValueError(f"{path.name}: no step hook header on its first line")

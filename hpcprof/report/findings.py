@@ -93,7 +93,7 @@ def stragglers(persistent: pd.DataFrame, outliers: pd.DataFrame, strag: pd.DataF
         out.append(f"Straggler ({row['point']}): rank {int(row['rank'])} is slower than the median rank by "
                    f"{wait_text(row['excess_ms'])} ({pct(row['excess_pct'])} of the iteration) on average over "
                    f"{int(row['iterations'])} iterations ({p_text(row['p'], named=True)}{ci}).")
-    if named.empty and not persistent.empty:
+    if named.empty and persistent["excess_pct"].notna().any():   # (a point's excess is NaN: no median time)
         worst = persistent.loc[persistent["excess_pct"].idxmax()]
         ci = " and the repetitions' 95 % confidence interval" if persistent["ci95_ms"].notna().any() else ""
         out.append(f"No straggler above noise: no rank is slower than the median rank beyond the per-iteration "

@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hpcprof.safe_paths import open_regular
+
 #: the dumps' families, `<family>_rank<N>`: fr (Gloo and any backend recording into the generic buffer), fr_nccl (NCCL)
 FAMILIES = ("fr", "fr_nccl")
 #: a dump larger than this is not read (2,000 entries with stack traces are a few MB)
@@ -47,9 +49,9 @@ class _Plain(pickle.Unpickler):
 def load_dump(path: Path) -> dict[str, Any]:
     """One dump, as a dict; DumpError when it cannot be read."""
     try:
-        if path.stat().st_size > MAX_DUMP_BYTES:
-            raise DumpError(f"{path}: larger than {MAX_DUMP_BYTES >> 20} MiB, not read")
-        with open(path, "rb") as fh:
+        with open_regular(path) as fh:     # a FIFO or a device is refused, never waited on
+            if os.fstat(fh.fileno()).st_size > MAX_DUMP_BYTES:
+                raise DumpError(f"{path}: larger than {MAX_DUMP_BYTES >> 20} MiB, not read")
             data = _Plain(fh).load()
     except (OSError, pickle.UnpicklingError, EOFError, ValueError, TypeError, IndexError, KeyError) as exc:
         raise DumpError(f"{path}: not a Flight Recorder dump ({type(exc).__name__}: {exc})") from None

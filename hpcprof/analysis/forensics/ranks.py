@@ -124,11 +124,12 @@ def parse_stacks(text: str) -> tuple[dict[str, Any], list[StackBlock]]:
 
 
 def read_text_tail(path: Path, size: int = LOG_BYTES) -> str:
-    """The last `size` bytes of a file as text ('' when it cannot be read)."""
+    """The last `size` bytes of a regular file as text ('' when it cannot be read, or is a FIFO or a
+    device: safe_paths.read_tail, never waited on nor read without bound)."""
+    from hpcprof.safe_paths import read_tail
+
     try:
-        with open(path, "rb") as fh:
-            fh.seek(max(0, fh.seek(0, 2) - size))
-            return fh.read().decode(errors="replace")
+        return read_tail(path, size).decode(errors="replace")
     except OSError:
         return ""
 
@@ -249,8 +250,10 @@ class RankFiles:
 
 
 def _exception(path: Path) -> dict[str, Any] | None:
+    from hpcprof.safe_paths import read_regular
+
     try:
-        data = json.loads(path.read_bytes())
+        data = json.loads(read_regular(path))
         frames = [Frame(str(f[0]), int(f[1]), str(f[2])) for f in reversed(data.get("frames") or [])]
         return {"type": str(data["type"]), "message": str(data.get("message", "")).splitlines()[0][:400]
                 if data.get("message") else "", "time": float(data.get("time") or 0), "frames": frames,

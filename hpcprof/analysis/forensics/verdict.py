@@ -28,6 +28,7 @@ from hpcprof.analysis.forensics.ranks import LIBRARY, Frame, RankFiles, is_conse
 from hpcprof.atomic import atomic_write
 from hpcprof.errors import UserError
 from hpcprof.rundir import RunDir
+from hpcprof.safe_paths import read_regular
 from hpcprof.schedulers.base import FAILED, RUNNING, TIMEOUT, JobState
 
 #: the cache of `analyse` (derived/, collect's own files)
@@ -328,7 +329,7 @@ def cached_analysis(run: RunDir, state: str) -> Analysis:
     key = _fingerprint(run, state)
     path = run.path / CACHE
     try:
-        data = json.loads(path.read_bytes())
+        data = json.loads(read_regular(path))
         if data.get("key") == key:
             found = data["analysis"]
             return Analysis(**{**found, "ranks": [RankRow(**row) for row in found["ranks"]]})
