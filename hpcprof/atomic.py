@@ -36,6 +36,8 @@ def _on_sigterm(signum: int, frame: object) -> None:
     for path in list(_in_flight):
         try:
             path.unlink()
+        except IsADirectoryError:       # a temporary directory (track_temporary)
+            shutil.rmtree(path, ignore_errors=True)
         except OSError:
             pass
     if callable(_previous_handler):
@@ -53,6 +55,16 @@ def _watch_sigterm() -> None:
     if current is not _on_sigterm and current is not signal.SIG_IGN:
         _previous_handler = current if callable(current) else None
         signal.signal(signal.SIGTERM, _on_sigterm)
+
+
+def track_temporary(path: Path, tracked: bool = True) -> None:
+    """Have the SIGTERM handler remove the temporary directory `path` (named by temp_path) while it is
+    `tracked` (False: no longer, once its owner removed it)."""
+    if tracked:
+        _watch_sigterm()
+        _in_flight.add(path)
+    else:
+        _in_flight.discard(path)
 
 
 class WriteError(UserError):

@@ -120,6 +120,18 @@ def test_a_zombie_writers_temporary_is_stale(tmp_path: Path) -> None:
         zombie.wait()
 
 
+def test_a_tracked_temporary_directory_goes_on_sigterm(tmp_path: Path) -> None:
+    """collect's directory of reduce pieces (atomic.track_temporary) is removed by the SIGTERM handler,
+    as the files in flight are: found left behind by the faults group's "SIGTERM mid-collect"."""
+    code = ("import os, signal, sys; from pathlib import Path; from hpcprof.atomic import temp_path, track_temporary\n"
+            "d = temp_path(Path(sys.argv[1]) / 'pieces'); d.mkdir(); (d / 'kernels.0.parquet').write_text('x')\n"
+            "track_temporary(d); print(d, flush=True); os.kill(os.getpid(), signal.SIGTERM)")
+    result = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True,
+                            cwd=Path(__file__).resolve().parents[1])
+    assert result.returncode == -signal.SIGTERM, result.stderr
+    assert result.stdout.strip() and list(tmp_path.iterdir()) == []
+
+
 def test_a_foreign_sqlite_file_is_refused_unchanged(tmp_path: Path, fixtures_dir: Path) -> None:
     export = tmp_path / "report.sqlite"
     shutil.copyfile(fixtures_dir / "nsys" / "nsysai_mock.sqlite", export)

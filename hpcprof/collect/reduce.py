@@ -10,7 +10,7 @@ from concurrent.futures import Executor, Future
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from hpcprof.atomic import temp_path
+from hpcprof.atomic import temp_path, track_temporary
 from hpcprof.catalog import table_name
 from hpcprof.collect.cache import MANIFEST, FilePart, parts_dir
 from hpcprof.collect.common import Timed, short, untimed
@@ -100,6 +100,7 @@ class SliceConcat:
         # this collect's own (a concurrent collect of the run has its own; a killed one's is removed as
         # a stale temporary, atomic.remove_stale_temps)
         self.pieces = temp_path(run_path / "derived" / tool / "pieces")
+        track_temporary(self.pieces)   # removed on SIGTERM too
 
     def file_done(self, key: str, part: FilePart | None) -> None:
         """File `key` has its outcome: its part, or None (no tables, or skipped)."""
@@ -155,6 +156,7 @@ class SliceConcat:
                                      if name in written] for name in tables}
         except Exception as exc:
             shutil.rmtree(self.pieces, ignore_errors=True)
+            track_temporary(self.pieces, False)
             raise damaged(exc) from None
         failed: Exception | None = None
         try:
@@ -181,6 +183,7 @@ class SliceConcat:
                     raise damaged(exc) from None
         finally:
             shutil.rmtree(self.pieces, ignore_errors=True)
+            track_temporary(self.pieces, False)
         if failed is not None:
             raise failed
         return tables, outcomes
