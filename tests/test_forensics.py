@@ -84,6 +84,7 @@ def planted(tmp_path_factory: pytest.TempPathFactory) -> PlantedRuns:
     return PlantedRuns(tmp_path_factory)
 
 
+@pytest.mark.slow     # real multi-rank jobs (the developer tier leaves them to the full suite)
 @pytest.mark.parametrize("fault", list(FAULTS))
 def test_a_planted_fault_is_named_by_status_report_html_and_logs(planted: PlantedRuns, fault: str) -> None:
     cwd, run = planted[fault]
@@ -135,6 +136,7 @@ def test_the_walltime_warning_asked_every_rank_for_its_dump(planted: PlantedRuns
     assert "(walltime warning); main thread" in stacks and "in all_reduce" in stacks
 
 
+@pytest.mark.slow     # real multi-rank jobs (the developer tier leaves them to the full suite)
 def test_logs_hang_asks_a_running_hung_run_where_its_ranks_are(tmp_path: Path) -> None:
     """A run that hangs (Gloo would wait 10 min) is still RUNNING: `logs --hang` asks its ranks for
     their dumps and names the collective rank 2 never entered, while the others wait in it."""

@@ -9,10 +9,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 COUNTS = ("cases tried", "handled (one-line error / recovered)", "lost data", "tracebacks", "accepted in silence",
           "blocked", "left behind", "other")
 
 
+@pytest.mark.slow     # real multi-rank jobs (the developer tier leaves them to the full suite)
 def test_every_silent_case_is_handled(repo: Path, fixtures_dir: Path) -> None:
     result = subprocess.run([sys.executable, str(repo / "benchmarks" / "reliability.py"), "--group", "silent",
                              "--jobs", "4", "--fixtures", str(fixtures_dir)], capture_output=True, text=True,

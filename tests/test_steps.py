@@ -265,6 +265,7 @@ def runs_by(cwd: Path, key: str) -> dict[Any, Path]:
     return out
 
 
+@pytest.mark.slow     # real multi-rank jobs (the developer tier leaves them to the full suite)
 def test_unmodified_trainers_get_their_steps_under_the_local_launcher(tmp_path: Path) -> None:
     """A plain loop, a loop with gradient accumulation and a program without an optimizer, each a
     user script that only calls init_process_group("gloo"): every rank gets RANK, WORLD_SIZE,
@@ -303,6 +304,7 @@ def test_unmodified_trainers_get_their_steps_under_the_local_launcher(tmp_path: 
         assert found["iteration.median"] == pytest.approx(window["duration_ns"].astype(float).median() / 1e6)
 
 
+@pytest.mark.slow     # real multi-rank jobs (the developer tier leaves them to the full suite)
 def test_torch_on_a_command_records_the_window_and_the_overhead_is_said(tmp_path: Path) -> None:
     """profile.tool: torch on a trainer that has no profiler code: the hook's steps drive
     torch.profiler (ProfilerStep#1..#5 for window steps 3..6 and one more); the same experiment
