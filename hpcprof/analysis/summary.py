@@ -27,6 +27,7 @@ from hpcprof.results import Headline, Metric, TopKernel, read_table
 if TYPE_CHECKING:
     from hpcprof.record import RunRecord
 
+
 class Tables(Protocol):
     """A run's result tables by name (None: the run has no such table) and its kernel categories."""
 
