@@ -51,8 +51,10 @@ def rank_layout() -> tuple[int, int, int]:
     return int(env["PMI_RANK"]), int(env["PMI_SIZE"]), int(env.get("MPI_LOCALRANKID", env["PMI_RANK"]))
 
 
-def rank_program(kind: str, steps: int, warmup: int, device_kind: str, rendezvous: str, out: Path) -> None:
-    """One rank of `trainer` or `collectives`: its step times (s) to OUT/rank<N>.json."""
+def rank_program(kind: str, steps: int, warmup: int, device_kind: str, rendezvous: str, out: Path,
+                 shape: tuple[int, int] = (0, 64)) -> None:
+    """One rank of `trainer` or `collectives`: its step times (s) to OUT/rank<N>.json; `shape` is the
+    trainer's (width, batch), width 0: 1024 on a GPU, 256 on the CPU."""
     import torch
     import torch.distributed as dist
     from torch import nn
@@ -71,15 +73,15 @@ def rank_program(kind: str, steps: int, warmup: int, device_kind: str, rendezvou
             torch.cuda.synchronize(device)
 
     if kind == "trainer":
-        width = 1024 if cuda else 256
+        width = shape[0] or (1024 if cuda else 256)
         layers: list[nn.Module] = []
         for _ in range(6):
             layers += [nn.Linear(width, width), nn.GELU()]
         model = nn.parallel.DistributedDataParallel(nn.Sequential(*layers).to(device),
                                                     device_ids=[device] if cuda else None, bucket_cap_mb=1)
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-        x = torch.randn(64, width, device=device)
-        y = torch.randn(64, width, device=device)
+        x = torch.randn(shape[1], width, device=device)
+        y = torch.randn(shape[1], width, device=device)
 
         def step() -> None:
             optimizer.zero_grad(set_to_none=True)
@@ -153,7 +155,8 @@ def one_run(program: str, armed: bool, work: Path, args: argparse.Namespace) -> 
     else:
         steps = 30 if program == "record" else args.steps
         argv = [sys.executable, __file__, "--rank-program", program, "--steps", str(steps), "--device",
-                args.device, "--rendezvous", str(run_dir / "rendezvous"), "--out", str(out)]
+                args.device, "--rendezvous", str(run_dir / "rendezvous"), "--out", str(out),
+                "--trainer-width", str(args.trainer_width), "--trainer-batch", str(args.trainer_batch)]
     root = ["--allow-run-as-root", "--oversubscribe"] if os.geteuid() == 0 and "Open MPI" in subprocess.run(
         [mpiexec(), "--version"], capture_output=True, text=True).stdout else []     # the GPU machine's Open MPI
     proc = subprocess.run([mpiexec(), *root, "-n", str(args.ranks), *argv], env=env, capture_output=True, text=True,
@@ -187,13 +190,17 @@ def main() -> None:
                                                  "--warmup-iterations 5",
                         help="seqpar's own flags (python -m hpcprof.workloads.seqpar -h)")
     parser.add_argument("--steps", type=int, default=40, help="timed steps of trainer and collectives")
+    parser.add_argument("--trainer-width", type=int, default=0,
+                        help="the trainer's layer width (0: 1024 on a GPU, 256 on the CPU)")
+    parser.add_argument("--trainer-batch", type=int, default=64, help="the trainer's batch (rows)")
     parser.add_argument("--programs", default="startup,record,seqpar,trainer,collectives")
     parser.add_argument("--out", type=Path, help="also write the results here (JSON)")
     parser.add_argument("--rank-program", choices=["trainer", "collectives", "record"], help=argparse.SUPPRESS)
     parser.add_argument("--rendezvous", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.rank_program:
-        rank_program(args.rank_program, args.steps, 5, args.device, args.rendezvous, Path(args.out))
+        rank_program(args.rank_program, args.steps, 5, args.device, args.rendezvous, Path(args.out),
+                     (args.trainer_width, args.trainer_batch))
         return
     work = Path(tempfile.mkdtemp(prefix="forensics-overhead-"))
     results = []
