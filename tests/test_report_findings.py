@@ -345,3 +345,79 @@ def test_a_single_idle_gap_is_drawn_on_the_window(campaign: tuple[Path, str], re
     x = trace["x"]            # plotly's typed array, or a list
     drawn = np.frombuffer(base64.b64decode(x["bdata"]), dtype=x["dtype"]) if isinstance(x, dict) else np.array(x)
     assert drawn.tolist() == [pytest.approx((gap["start_ns"] - window.loc[gap["rank"], "start_ns"]) / 1e6)]
+
+
+# -- what limits each point, and the top fixes (hpcprof.report.limits) ------------------------------
+
+def window_nccl_ms(workdir: Path, runs: tuple[str, ...], iterations: int) -> float:
+    """NCCL kernel time per rank and iteration of the `timed` window, from the rank exports with
+    SQL alone: kernels whose launch (the CUDA runtime call, same process) lies in the NVTX range."""
+    import sqlite3
+
+    sql = ("WITH t AS (SELECT start, end FROM NVTX_EVENTS WHERE text = 'timed') "
+           "SELECT SUM(k.end - k.start) FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON k.shortName = s.id "
+           "JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = k.correlationId "
+           "AND r.globalTid / 16777216 = k.globalPid / 16777216, t "
+           "WHERE s.value LIKE 'nccl%' AND r.start >= t.start AND r.start <= t.end")
+    per_rank = []
+    for run in runs:
+        for export in sorted((run_dir(workdir, run) / "profiles" / "nsys").glob("rank*.sqlite")):
+            with sqlite3.connect(export) as db:
+                per_rank.append(db.execute(sql).fetchone()[0] / 1e6 / iterations)
+    return sum(per_rank) / len(per_rank)
+
+
+def diagnosis_block(text: str) -> list[str]:
+    """The terminal report's first block (what limits each point), its lines."""
+    lines = text.splitlines()
+    assert "what limits each point" in lines[0], lines[:3]
+    end = next(i for i, line in enumerate(lines[1:], 1) if line.startswith("─"))
+    return lines[1:end]
+
+
+def test_the_first_screen_says_what_limits_each_point_and_the_top_fixes(campaign: tuple[Path, str],
+                                                                         reports: dict[str, Path]) -> None:
+    workdir, _ = campaign
+    done = hpcprof("report", SWEEP, workdir=workdir, env={**__import__("os").environ, "COLUMNS": "400"})
+    assert done.returncode == 0, done.stderr
+    block = " ".join(diagnosis_block(done.stdout))
+    # bf16: 70 % GEMM, the NCCL kernels' time exposed (0 % overlap): compute limits, the first fix hides a collective
+    bf16 = block[block.index("precision=bfloat16"):]
+    assert bf16.startswith("precision=bfloat16: limited by compute"), bf16[:200]
+    nccl = window_nccl_ms(workdir, BF16, 50)
+    exposed = float(re.search(r"exposed communication ([\d.]+) ms", bf16).group(1))
+    assert exposed == pytest.approx(nccl, rel=0.01)
+    fixes = re.findall(r"\d\. ([^:]+): ≤ ([\d.]+) (ms|µs)", bf16)
+    assert fixes[0][0].startswith("overlap the ") and len(fixes) == 3
+    bounds = [float(v) / (1e3 if unit == "µs" else 1) for _, v, unit in fixes]
+    assert bounds == sorted(bounds, reverse=True)           # ranked by the time they could save
+    assert sum(bounds[:2]) == pytest.approx(nccl, rel=0.02)  # the two collectives' exposed times
+    # fp32: GEMM is 95 % of the step
+    fp32 = block[block.index("precision=float32"):block.index("precision=bfloat16")]
+    share = float(re.search(r"limited by compute: [\d.]+ ms \(([\d.]+) %\)", fp32).group(1))
+    assert share > 90
+    # the HTML's first section is the same diagnosis, before the findings
+    page = reports["sweep"].read_text()
+    assert page.index("<section id='diagnosis'>") < page.index("<section id='findings'>")
+    assert "precision=bfloat16: limited by compute" in unescape(page)
+
+
+def test_no_fix_below_the_noise_and_the_unprofiled_part_is_never_the_limiter(campaign: tuple[Path, str]) -> None:
+    from hpcprof.report import limits, sweep
+    from hpcprof.report.runs import load, select_runs
+
+    workdir, _ = campaign
+    for selection in (SWEEP, ECHO, NVTX_RUN):
+        points = sweep.sweep_points(load(select_runs((selection,), workdir), require_collected=True,
+                                         one_workload=True), None)
+        found = limits.diagnoses(points)
+        assert len(found) == len(points)
+        for d in found:
+            assert d.noise_ms > 0
+            assert all(f.saves_ms > d.noise_ms for f in d.fixes)
+            assert d.limiter is not None and d.limiter.observed
+            assert d.limiter.ms == max(p.ms for p in d.parts if p.observed)
+            unseen = [p for p in d.parts if not p.observed]
+            if selection == ECHO:   # Echo's window is one backward pass: the rest of the step is not profiled
+                step = limits.step_time(next(p for p in points if p.label == d.point))
+                assert step is not None and [p.ms for p in unseen] == [pytest.approx(d.step_ms - step.window_ms)]

@@ -112,9 +112,12 @@ def report(runs: tuple[str, ...], workdir: Path, full: bool, rows: int, html_fil
         atomic_write(html_file, build_html(infos, baseline), inputs=(), option="--html")
         click.echo(f"wrote {printable(str(html_file))}", err=True)
         return
+    from hpcprof.report.limits import print_diagnoses
     from hpcprof.report.terminal import report as terminal_report
 
-    terminal_report(infos, full, rows, Console(width=table_width(sys.stdout)))
+    console = Console(width=table_width(sys.stdout))
+    print_diagnoses(infos, console)
+    terminal_report(infos, full, rows, console)
 
 
 @click.command()

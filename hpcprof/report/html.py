@@ -20,7 +20,7 @@ from hpcprof.analysis.forensics.verdict import stack_lines
 from hpcprof.analysis.summary import counted
 from hpcprof.lazy import load_target
 from hpcprof.report import findings as words
-from hpcprof.report import plots, sweep
+from hpcprof.report import limits, plots, sweep
 from hpcprof.report.compare import measured_window
 from hpcprof.report.runs import RunInfo
 from hpcprof.report.stats import p_text
@@ -371,11 +371,28 @@ def unexplained(info: RunInfo) -> str:
         f"collect noted {note}." if note else f"run `hpcprof collect {run}`.")
 
 
+def diagnosis_section(points: list[sweep.Point]) -> str:
+    """The first section: per point what limits it (the largest part of its step) and its top fixes
+    with their bounds per step (hpcprof.report.limits); '' when no point can be diagnosed."""
+    found = limits.diagnoses(points)
+    if not found:
+        return ""
+    items = "".join(f"<li><p>{html.escape(limits.sentence(d))}</p><ol>"
+                    + "".join(f"<li>{html.escape(line)}</li>" for line in limits.fix_lines(d)) + "</ol></li>"
+                    for d in found)
+    return ("<section id='diagnosis'><h2>What limits each point, and the top fixes</h2><p>Each step split into "
+            "compute, exposed communication, copies, GPU idle and imbalance over the measured window; each fix's "
+            "saving is an upper bound per step; fixes below the point's noise are left out.</p>"
+            f"<ul>{items}</ul>" + table_html(limits.diagnosis_table(found), "The parts of a step per point (ms per "
+                                                                             "step, per rank)") + "</section>")
+
+
 def build_html(infos: list[RunInfo], baseline: str | None = None) -> str:
     """The report as one HTML document (verdicts against run `baseline`, default: the first run)."""
     page = Page()
     points = sweep.sweep_points(infos, baseline)
     found = main_sections(page, points) if points else []
+    diagnosis = diagnosis_section(points)
     body = "".join(page.parts)
     page.parts = []
     appendix(page, infos, points)
@@ -387,5 +404,5 @@ def build_html(infos: list[RunInfo], baseline: str | None = None) -> str:
             f"<style>{STYLE}</style><script type='text/javascript'>{get_plotlyjs()}</script></head><body>"
             f"<h1>{html.escape(title)}</h1><p data-figures='{page.figures}'>{len(infos)} runs ({html.escape(state)}), "
             f"{len(points)} sweep point(s), {page.figures} figures.</p>"
-            f"<section id='findings'><h2>Findings</h2><ul>{items}</ul></section>"
+            + diagnosis + f"<section id='findings'><h2>Findings</h2><ul>{items}</ul></section>"
             + body + "".join(page.parts) + "</body></html>")

@@ -1,0 +1,277 @@
+"""What limits each sweep point, and the fixes ranked by the time they could save per step.
+
+A step (one counted iteration, `iteration.mean`; without one, the measured window per iteration) is
+split over the measured window's GPU time per rank into the parts that can limit it:
+
+- compute: the non-communication kernels (GEMM, attention, ... by hpcprof.analysis.categories),
+  with the matmul phases' rate against what the machine attains where the workload reports one;
+- exposed communication: the NCCL kernels' time not overlapped by compute (overlap_pct);
+- copies: memcpy and memset kernels;
+- GPU idle: the window's idle (idle_pct): the GPU waited for the host (launches, synchronisation,
+  input);
+- imbalance: a rank the others wait for, only where sweep.persistent_stragglers finds it above noise.
+
+The limiter is the largest part. Each fix's saving is an upper bound per step, stated as such: hiding
+a collective behind compute saves at most its exposed time (and no more than the compute there is to
+hide it behind), bringing a rate to the ceiling saves at most `time · (1 − rate / ceiling)`, removing
+idle or copies at most their time, balancing the ranks at most the straggler's excess. A fix whose
+bound is below the point's noise (the repetitions' 95 % CI of the iteration time, or the
+per-iteration spread: 1.4826 · the median absolute deviation of the counted iterations' times) is
+noise, never a fix; how many were dropped is said.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import pandas as pd
+
+from hpcprof import catalog as c
+from hpcprof.report import sweep
+from hpcprof.report.sweep import Point
+from hpcprof.report.terminal import format_value
+from hpcprof.safe_text import rich_text
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from hpcprof.report.runs import RunInfo
+
+#: the categories of copies (the rest of the non-NCCL kernels is compute)
+COPIES = ("memcpy", "memset")
+#: the fixes shown per point
+TOP = 3
+
+
+@dataclass(frozen=True)
+class Part:
+    """One part of a step: its name, its time per step (ms), what it is made of, and whether the
+    profile saw it (the step's time outside the measured window is not observed: never the limiter)."""
+
+    name: str
+    ms: float
+    detail: str = ""
+    observed: bool = True
+
+
+@dataclass(frozen=True)
+class Fix:
+    """One way to make a step faster: what to do and the most it could save per step (ms)."""
+
+    action: str
+    saves_ms: float
+    basis: str
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """A point's diagnosis: the step, its parts, the largest (the limiter), the fixes above noise by
+    their bound (largest first), the noise, and how many fixes fell below it."""
+
+    point: str
+    step_ms: float
+    step_source: str
+    parts: list[Part]
+    fixes: list[Fix]
+    noise_ms: float
+    dropped: int = 0
+    rates: list[str] = field(default_factory=list)
+
+    @property
+    def limiter(self) -> Part | None:
+        """The largest observed part."""
+        seen = [part for part in self.parts if part.observed]
+        return max(seen, key=lambda part: part.ms) if seen else None
+
+
+def ms(value: float) -> str:
+    """A time per step for reading: `15 µs`, `0.404 ms`."""
+    return f"{value * 1e3:.3g} µs" if value < 0.1 else f"{format_value(value)} ms"
+
+
+def share(value: float, step: float) -> str:
+    return f"{format_value(100.0 * value / step)} %" if step else "?"
+
+
+def iteration_noise(point: Point, series: pd.DataFrame) -> float:
+    """The point's noise in ms: the larger of the repetitions' 95 % CI half-width of the iteration
+    time and the per-iteration spread (1.4826 · MAD of its counted iterations' times); 0 when neither
+    is known."""
+    ci95 = sweep.point_ci95(point)
+    spread = 0.0
+    if not series.empty:
+        times = series[(series["point"] == point.label) & series["counted"].astype(bool)]["time_ms"]
+        if len(times) >= 3:
+            spread = 1.4826 * float((times - times.median()).abs().median())
+    return max(0.0 if math.isnan(ci95) else ci95, spread)
+
+
+@dataclass(frozen=True)
+class Step:
+    """A point's step: its time (ms), the GPU window's span per step (ms), the window's iterations
+    (1 where the window is one unit, e.g. Echo's one-step capture) and what the step time is."""
+
+    ms: float
+    window_ms: float
+    iterations: float
+    source: str
+
+
+def step_time(point: Point) -> Step | None:
+    """The point's step (None without an iteration time or a window)."""
+    iterations = point.metric(c.WINDOW_ITERATIONS) or 1.0
+    duration = point.metric(c.WINDOW_DURATION)
+    window = duration / iterations if duration else math.nan
+    mean = point.metric(c.ITERATION_MEAN)
+    if mean:
+        return Step(mean, window, iterations, f"{c.ITERATION_MEAN.name} ({c.COUNTED})")
+    if not math.isnan(window):
+        return Step(window, window, iterations, f"{c.WINDOW_DURATION.name} per iteration ({c.MEASURED})")
+    return None
+
+
+def categories_per_step(point: Point, step: Step) -> dict[str, float]:
+    """GPU time per rank and step of each kernel category over the measured window (ms)."""
+    return {parts["category"]: value / step.iterations
+            for parts, value in sweep.metric_values(point, c.GPU_TIME[1])}
+
+
+def rate_fixes(point: Point, peaks: pd.DataFrame) -> tuple[list[Fix], list[str]]:
+    """Per rate phase of the point (matmul TFLOP/s, collective busbw) against its ceiling: the fix
+    of bringing it there (phase time · (1 − value / ceiling)) and the sentence of where it stands."""
+    fixes, said = [], []
+    mine = peaks[(peaks["point"] == point.label) & peaks["pct"].notna()] if not peaks.empty else peaks
+    for _, row in mine.iterrows():
+        phase_ms = next((v for parts, v in sweep.metric_values(point, c.PHASE_TIME) if parts["phase"] == row["phase"]),
+                        None)
+        pct = float(row["pct"])
+        said.append(f"{row['phase']} {format_value(row['value'])} {row['unit']} = {format_value(pct)} % of the "
+                    f"{row['reference']}")
+        if phase_ms and pct < 100.0:
+            verb = "matmul" if row["what"] == "tflops" else "collective"
+            fixes.append(Fix(f"bring the {row['phase']} {verb} to the {row['reference']} (now "
+                             f"{format_value(pct)} %)", phase_ms * (1.0 - pct / 100.0),
+                             f"{row['phase']}'s time · (1 − rate / ceiling)"))
+    return fixes, said
+
+
+def diagnose(point: Point, peaks: pd.DataFrame, stragglers: pd.DataFrame, series: pd.DataFrame) -> Diagnosis | None:
+    """The diagnosis of one point (None without a step time or GPU categories)."""
+    step = step_time(point)
+    cats = categories_per_step(point, step) if step is not None else {}
+    if step is None or not cats:
+        return None
+    step_ms = step.ms
+    comm = {k: v for k, v in cats.items() if k.startswith("nccl.")}
+    copies = {k: v for k, v in cats.items() if k in COPIES}
+    compute = {k: v for k, v in cats.items() if k not in comm and k not in copies}
+    overlap = (point.metric(c.OVERLAP_PCT) or 0.0) / 100.0
+    idle_pct = point.metric(c.IDLE_PCT)
+    window = step.window_ms if not math.isnan(step.window_ms) else step_ms
+    compute_ms, comm_ms = sum(compute.values()), sum(comm.values())
+    top_compute = sorted(compute.items(), key=lambda kv: -kv[1])[:3]
+    parts = [Part("compute", compute_ms, ", ".join(f"{k} {ms(v)}" for k, v in top_compute))]
+    if comm:
+        parts.append(Part("exposed communication", comm_ms * (1.0 - overlap),
+                          f"{ms(comm_ms)} of NCCL kernels, {format_value(100.0 * overlap)} % overlapped by compute"))
+    if copies:
+        parts.append(Part("copies", sum(copies.values()), ", ".join(f"{k} {ms(v)}" for k, v in copies.items())))
+    if idle_pct is not None:
+        parts.append(Part("GPU idle", window * idle_pct / 100.0,
+                          f"{format_value(idle_pct)} % of the window: the GPU waited for the host (launches, "
+                          "synchronisation, input)"))
+    fixes = []
+    for name, value in sorted(comm.items(), key=lambda kv: -kv[1]):
+        exposed = min(value * (1.0 - overlap), compute_ms)
+        fixes.append(Fix(f"overlap the {name.removeprefix('nccl.')} with compute "
+                         f"({format_value(100.0 * overlap)} % overlapped now)", exposed,
+                         "its exposed time, at most the compute to hide it behind"))
+    rates, said = rate_fixes(point, peaks)
+    fixes += rates
+    if copies:
+        fixes.append(Fix("remove or overlap the copies (pinned memory, non_blocking, fewer host round trips)",
+                         sum(copies.values()), "their time"))
+    if idle_pct:
+        fixes.append(Fix("keep the GPU fed (CUDA graphs or fewer launches, no synchronisation in the step, a "
+                         "faster input pipeline)", window * idle_pct / 100.0, "the idle time"))
+    if step_ms - window > 0:
+        parts.append(Part("outside the measured window", step_ms - window,
+                          f"the step's time beyond the window's {ms(window)} per step: not profiled", observed=False))
+    slow = stragglers[(stragglers["point"] == point.label) & stragglers["above_noise"]] \
+        if not stragglers.empty else stragglers
+    for _, row in slow.iterrows():
+        parts.append(Part("imbalance", float(row["excess_ms"]), f"rank {int(row['rank'])} slower than the median rank"))
+        fixes.append(Fix(f"balance rank {int(row['rank'])}'s work", float(row["excess_ms"]),
+                         "its mean excess over the median rank"))
+    noise = iteration_noise(point, series)
+    kept = sorted((f for f in fixes if f.saves_ms > noise), key=lambda f: -f.saves_ms)
+    return Diagnosis(point.label, step_ms, step.source, parts, kept, noise, len(fixes) - len(kept), said)
+
+
+def diagnoses(points: list[Point]) -> list[Diagnosis]:
+    """Every point's diagnosis (points without a step time or GPU categories left out)."""
+    peaks, series = sweep.peak_shares(points), sweep.per_iteration(points)
+    stragglers = sweep.persistent_stragglers(points)
+    return [d for p in points if (d := diagnose(p, peaks, stragglers, series)) is not None]
+
+
+def sentence(d: Diagnosis) -> str:
+    """`bf16: limited by compute: 68 % of the 1.40 ms step (...); then ...`."""
+    limiter = d.limiter
+    others = [p for p in sorted(d.parts, key=lambda p: -p.ms) if p is not limiter and p.ms > d.noise_ms and p.observed]
+    unseen = [p for p in d.parts if not p.observed and p.ms > d.noise_ms]
+    if limiter is None:
+        return f"{d.point}: nothing to diagnose."
+    text = (f"{d.point}: limited by {limiter.name}: {ms(limiter.ms)} ({share(limiter.ms, d.step_ms)}) of the "
+            f"{ms(d.step_ms)} step ({limiter.detail})")
+    if others:
+        text += "; then " + ", ".join(f"{p.name} {ms(p.ms)} ({share(p.ms, d.step_ms)})" for p in others)
+    if unseen:
+        text += "; " + ", ".join(f"{p.name}: {ms(p.ms)} ({share(p.ms, d.step_ms)})" for p in unseen)
+    if d.rates:
+        text += "; rates: " + "; ".join(d.rates)
+    return text + "."
+
+
+def fix_lines(d: Diagnosis, top: int = TOP) -> list[str]:
+    """The point's top fixes, numbered, each with its bound per step; then what was noise."""
+    lines = [f"{i}. {f.action}: ≤ {ms(f.saves_ms)} of {ms(d.step_ms)} per step ({f.basis})"
+             for i, f in enumerate(d.fixes[:top], start=1)]
+    if not d.fixes:
+        lines.append(f"no fix saves more than the noise ({ms(d.noise_ms)} per step)")
+    if d.dropped:
+        lines.append(f"({d.dropped} smaller fix(es) below the noise of {ms(d.noise_ms)} per step left out)")
+    return lines
+
+
+def diagnosis_table(found: list[Diagnosis]) -> pd.DataFrame:
+    """One row per point: step, limiter, the parts per step and the top fixes with their bounds."""
+    rows = []
+    for d in found:
+        limiter = d.limiter
+        row: dict[str, object] = {"point": d.point, "step (ms)": d.step_ms,
+                                  "limited by": limiter.name if limiter else ""}
+        row.update({f"{p.name} (ms)": p.ms for p in d.parts})
+        for i in range(TOP):
+            row[f"fix {i + 1}"] = (f"{d.fixes[i].action}: ≤ {ms(d.fixes[i].saves_ms)}" if i < len(d.fixes) else "")
+        row["noise (ms)"] = d.noise_ms
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def print_diagnoses(infos: list[RunInfo], out: Console) -> None:
+    """The terminal report's first block: per point what limits it and its top fixes (runs of one
+    workload with metrics; nothing otherwise)."""
+    collected = [i for i in infos if i.metrics]
+    if not collected or len({i.kind for i in collected}) > 1:
+        return
+    found = diagnoses(sweep.sweep_points(collected, None))
+    if not found:
+        return
+    out.rule("[bold]what limits each point[/] (upper bounds per step; noise left out)")
+    for d in found:
+        out.print(rich_text(sentence(d)))
+        for line in fix_lines(d):
+            out.print(rich_text("  " + line))
