@@ -209,3 +209,16 @@ def test_find_steps_on_kernel_names() -> None:
     assert find_steps(layers, BUILTIN).startswith("backward kernels but no optimizer kernels")  # type: ignore[union-attr]
     assert describe(found.label, 5, 2.04) == "detected: optimizer kernel period, 5 steps, CV 2.0 %"
     assert describe("capture", 0) == "capture (no marks; no clear period)"
+
+
+def test_a_program_that_hung_mid_step_has_no_steps() -> None:
+    """The GPU run of a planted hang (benchmarks/gpu/results/forensics_gpu.txt) had 3 "steps" found, the last
+    the 25 s wait in its all-reduce (CV 172.8 %): fewer than MIN_STEPS alike by span is refused; a loop with
+    one slow step among alike ones is kept."""
+    from hpcprof.analysis.detect_steps import MIN_STEPS, uneven
+
+    start = np.array([0.0, 12.0, 24.0])
+    hung = uneven(start, start + np.array([10.0, 10.0, 25_000.0]))
+    assert hung == f"2 steps within 2x the median step's GPU span: fewer than {MIN_STEPS}"
+    loop = np.arange(6) * 12.0
+    assert uneven(loop, loop + np.array([10.0, 10.0, 10.0, 10.0, 10.0, 21.0])) is None

@@ -15,7 +15,9 @@ the iterations read from one rank's kernels in launch order, or the reason none 
 
 A step is kept when its kernels (names and counts) are at least SIMILAR to those of the typical
 step (the one of median length); at least MIN_STEPS must be kept. Refused: too few kernels, no
-repeating sequence, fewer than MIN_STEPS steps alike, and backward kernels without optimizer
+repeating sequence, fewer than MIN_STEPS steps alike (by kernels, and by GPU span: within SPAN_FACTOR
+of the median step's; a program that hung mid-step has a last "step" that is the wait), and
+backward kernels without optimizer
 kernels (a training loop whose optimizer runs no kernel hpcprof knows: its repeating unit may be a
 layer, not a step). A single pass of a deep model without backward repeats its layers, which
 `sequence` cannot tell from steps: mark such programs.
@@ -39,6 +41,8 @@ if TYPE_CHECKING:
     from hpcprof.results import Metric
 
 MIN_STEPS = 3
+#: a step whose GPU span is more than this many times the median step's is not alike (the wait of a hang)
+SPAN_FACTOR = 2.0
 #: optimizer kernels more than this many kernels apart (or half the widest spacing, if less, but more
 #: than 4) belong to two bursts (two steps)
 BURST_GAP = 16
@@ -192,6 +196,15 @@ def project(steps: Steps, kernel_launch: np.ndarray, launch: np.ndarray, start: 
     lo, hi = np.searchsorted(times, cpu_start, "left"), np.searchsorted(times, cpu_end, "left")
     return {"start": range_reduce(start[by_launch], lo, hi, np.minimum, 0),
             "end": range_reduce(end[by_launch], lo, hi, np.maximum, 0), "cpu_start": cpu_start, "cpu_end": cpu_end}
+
+
+def uneven(start: np.ndarray, end: np.ndarray) -> str | None:
+    """Why projected steps (their GPU start and end) are not a loop of alike steps: fewer than
+    MIN_STEPS of them span at most SPAN_FACTOR times the median step's span; None when they are."""
+    span = (end - start).astype(np.float64)
+    alike = int((span <= SPAN_FACTOR * float(np.median(span))).sum()) if len(span) else 0
+    return (f"{alike} steps within {SPAN_FACTOR:g}x the median step's GPU span: fewer than {MIN_STEPS}"
+            if alike < MIN_STEPS else None)
 
 
 def describe(label: str, iterations: int, cv_pct: float | None = None) -> str:

@@ -17,7 +17,7 @@ from typing import cast
 import numpy as np
 
 from hpcprof.analysis.categories import run_categories
-from hpcprof.analysis.detect_steps import find_steps, project
+from hpcprof.analysis.detect_steps import find_steps, project, uneven
 from hpcprof.analysis.nsys.distributed import Activity, call_op_codes
 
 #: a launch time that is not known (the operation's API call is not in the export)
@@ -39,7 +39,7 @@ def launch_times(act: Activity) -> np.ndarray:
 def rank_steps(act: Activity, ops: np.ndarray) -> tuple[str, dict[str, np.ndarray]] | None:
     """The steps found in one rank's operations (`ops`: their positions in `act`): (the window's
     label, per step its GPU start_ns, end_ns and host cpu_start, cpu_end), or None when the
-    detection refuses (too few kernels, no clear period)."""
+    detection refuses (too few kernels, no clear period, steps far from alike: detect_steps.uneven)."""
     launch = launch_times(act)
     kernel = ops[act.column("kernel")[ops] & (launch[ops] != UNKNOWN)]
     if not len(kernel) or not act.exports:
@@ -55,5 +55,7 @@ def rank_steps(act: Activity, ops: np.ndarray) -> tuple[str, dict[str, np.ndarra
     mine = ops[pid[ops] == main]
     step = project(found, launch[kernel], launch[mine], act.column("start")[mine].astype(np.int64),
                    act.column("end")[mine].astype(np.int64))
+    if uneven(step["start"], step["end"]):
+        return None
     return found.label, {"start_ns": step["start"], "end_ns": step["end"], "cpu_start": step["cpu_start"],
                          "cpu_end": step["cpu_end"]}

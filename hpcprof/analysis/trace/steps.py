@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from hpcprof.analysis.categories import run_categories
-from hpcprof.analysis.detect_steps import find_steps, project
+from hpcprof.analysis.detect_steps import find_steps, project, uneven
 from hpcprof.analysis.trace.load import RankTrace
 
 #: the trace categories of GPU work (kernels, memcpys, memsets; not the syncs), kernels first
@@ -32,5 +32,7 @@ def trace_steps(trace: RankTrace) -> tuple[str, pd.DataFrame] | None:
     if isinstance(found, str):
         return None
     step = project(found, launch[kernel], launch[work], ts[work], gpu["end"].to_numpy(np.float64)[work])
+    if uneven(step["start"], step["end"]):
+        return None
     return found.label, pd.DataFrame({"iteration": np.arange(len(found.starts)), "start_us": step["start"],
                                       "end_us": step["end"]})
