@@ -3,7 +3,7 @@ kernel category, kernel and NCCL collective, the time per iteration in A (the ba
 the change and whether it is beyond the noise of the iterations, as report/verdict.py decides for runs.
 
 Each row's samples are its per-iteration values: per iteration, the GPU time of the row's
-operations launched in it (hpcprof.analysis.diff) summed on each rank, then averaged over the ranks
+operations launched in it (hpcprof.analysis.diff.profiles) summed on each rank, then averaged over the ranks
 that have that iteration (per rank); for the `iteration` row, the iteration's GPU span averaged
 over ranks. Welch's t-test (report/stats.py) of A's samples against B's at ALPHA: faster (B
 takes less time), slower, no significant change, or untested (fewer than 2 iterations on a side).
@@ -32,7 +32,7 @@ from hpcprof.report.stats import ALPHA, p_text, welch
 if TYPE_CHECKING:
     import pandas as pd
 
-    from hpcprof.analysis.diff import Profile
+    from hpcprof.analysis.diff.profiles import Profile
 
 ITERATION_ROW = "iteration time"
 DIFF_COLUMNS = ["section", "name", "a_ms", "b_ms", "change_ms", "change_pct", "p_value", "verdict", "a_count",

@@ -17,7 +17,7 @@ from hpcprof.errors import UserError
 if TYPE_CHECKING:
     import pandas as pd
 
-    from hpcprof.analysis.diff import Profile
+    from hpcprof.analysis.diff.profiles import Profile
 
 #: the terminal table's columns (DIFF_COLUMNS shown), never wrapped, and those left out first
 #: where the terminal is too narrow
@@ -31,7 +31,7 @@ TABLES = (("Iteration time and kernel categories", ("iteration", "category")), (
 
 def _load(argument: str, values: str, window: str, include_last_step: bool) -> Profile:
     """The profile of argument A or B; bad input as one line naming the argument."""
-    from hpcprof.analysis.diff import DiffInputError, load_profile
+    from hpcprof.analysis.diff.profiles import DiffInputError, load_profile
     from hpcprof.analysis.nsys_stats.schema import NsysInputError
     from hpcprof.analysis.trace.stream import TraceError
 
