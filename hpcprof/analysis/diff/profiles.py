@@ -8,7 +8,9 @@ auto` as collect's, `capture`, `nvtx:NAME`; trace/window.py: the ProfilerSteps, 
 in the kernels). A GPU operation (kernel, memcpy, memset) belongs to the iteration whose host
 interval its launch falls in (the latest iteration starting at or before the launch, up to its end:
 the rule that projects an NVTX range or a ProfilerStep onto the GPU), with its whole duration;
-one launched outside every iteration is outside the window. Under `capture` (or a rank whose
+one launched outside every iteration is outside the window. An operation whose launching call is
+not in the profile (a Kineto trace's kernels with no CPU event of their correlation id) belongs to
+the iteration whose GPU span its start falls in. Under `capture` (or a rank whose
 window is the whole capture) a rank has one iteration holding all its operations.
 
 `samples` rows (one per rank, iteration, section and name with any time):
@@ -130,22 +132,33 @@ def load_profile(paths: Sequence[Path], window: str, include_last_step: bool = F
     return nsys_profile(files, window) if kind == NSYS else trace_profile(files, window, include_last_step)
 
 
-def _iteration_of(rank: np.ndarray, launch: np.ndarray, its_rank: np.ndarray, its_number: np.ndarray,
-                  cpu_start: np.ndarray, cpu_end: np.ndarray) -> np.ndarray:
-    """For each operation (its rank and launch time, NaN: unknown) the number of the iteration of
-    its rank whose host interval [cpu_start, cpu_end] holds the launch (the latest starting at or
-    before it), -1 for none."""
+def _within(rank: np.ndarray, at: np.ndarray, its_rank: np.ndarray, its_number: np.ndarray, lo: np.ndarray,
+            hi: np.ndarray) -> np.ndarray:
+    """For each time `at` of a rank (NaN: unknown) the number of the iteration of that rank whose
+    interval [lo, hi] holds it (the latest starting at or before it), -1 for none."""
     import numpy as np
 
     out = np.full(len(rank), -1, dtype=np.int64)
     for r in np.unique(its_rank).tolist():
         mine = np.flatnonzero(its_rank == r)
-        mine = mine[np.argsort(cpu_start[mine], kind="stable")]
+        mine = mine[np.argsort(lo[mine], kind="stable")]
         ops = np.flatnonzero(rank == r)
-        at = np.searchsorted(cpu_start[mine], launch[ops], side="right") - 1
-        found = (at >= 0) & ~np.isnan(launch[ops])
-        inside = found & (launch[ops] <= cpu_end[mine][np.maximum(at, 0)])
-        out[ops[inside]] = its_number[mine][at[inside]]
+        found = np.searchsorted(lo[mine], at[ops], side="right") - 1
+        inside = (found >= 0) & (at[ops] <= hi[mine][np.maximum(found, 0)])     # NaN: never inside
+        out[ops[inside]] = its_number[mine][found[inside]]
+    return out
+
+
+def _iteration_of(rank: np.ndarray, launch: np.ndarray, start: np.ndarray, its: dict[str, np.ndarray]) -> np.ndarray:
+    """The iteration of each operation (its rank, launch time, NaN where its launch is not in the
+    profile, and GPU start) among `its` (rank, iteration, cpu_start, cpu_end, start, end): the one
+    its launch falls in; for an operation launched outside the profile, the one whose GPU span its
+    start falls in; -1 for none."""
+    import numpy as np
+
+    out = _within(rank, launch, its["rank"], its["iteration"], its["cpu_start"], its["cpu_end"])
+    unknown = np.isnan(launch)
+    out[unknown] = _within(rank[unknown], start[unknown], its["rank"], its["iteration"], its["start"], its["end"])
     return out
 
 
@@ -217,9 +230,10 @@ def nsys_profile(files: list[Path], spec: str) -> Profile:
             marked = np.isin(rank, w["rank"])
             launch = launch_times(act).astype(np.float64)
             launch[launch == UNKNOWN] = np.nan
-            iteration = np.where(marked, _iteration_of(rank, launch, w["rank"], w["iteration"],
-                                                       w["cpu_start"].astype(np.float64),
-                                                       w["cpu_end"].astype(np.float64)), iteration)
+            bounds = {"rank": w["rank"], "iteration": w["iteration"]} | {
+                c: w[k].astype(np.float64) for c, k in (("cpu_start", "cpu_start"), ("cpu_end", "cpu_end"),
+                                                         ("start", "start_ns"), ("end", "end_ns"))}
+            iteration = np.where(marked, _iteration_of(rank, launch, start.astype(np.float64), bounds), iteration)
             its = pd.concat([its[~its["rank"].isin(w["rank"])],
                              pd.DataFrame({"rank": w["rank"], "iteration": w["iteration"],
                                            "gpu_ns": w["end_ns"] - w["start_ns"]})], ignore_index=True)
@@ -248,9 +262,11 @@ def _trace_rank(trace: RankTrace, spec: str) -> tuple[str, pd.DataFrame, pd.Data
     rank = np.full(len(gpu), trace.rank, dtype=np.int64)
     label, steps = (CAPTURE, pd.DataFrame()) if spec == "capture" else window_iterations(trace)
     if len(steps):
-        iteration = _iteration_of(rank, gpu["launch_ts"].to_numpy(np.float64), np.full(len(steps), trace.rank),
-                                  steps["iteration"].to_numpy(np.int64), steps["cpu_start_us"].to_numpy(np.float64),
-                                  steps["cpu_end_us"].to_numpy(np.float64))
+        launched = np.isin(gpu["correlation"].to_numpy(), trace.cpu["correlation"].to_numpy())   # in the trace
+        launch = np.where(launched, gpu["launch_ts"].to_numpy(np.float64), np.nan)
+        bounds = {"rank": np.full(len(steps), trace.rank), "iteration": steps["iteration"].to_numpy(np.int64)} | {
+            c: steps[f"{c}_us"].to_numpy(np.float64) for c in ("cpu_start", "cpu_end", "start", "end")}
+        iteration = _iteration_of(rank, launch, ts, bounds)
         its = pd.DataFrame({"rank": trace.rank, "iteration": steps["iteration"].to_numpy(np.int64),
                             "gpu_ns": np.round((steps["end_us"] - steps["start_us"]).to_numpy() * 1000).astype(np.int64)})
     else:
