@@ -128,13 +128,17 @@ def _window_spec(ctx: click.Context, param: click.Parameter, value: str) -> str:
     raise click.BadParameter(f"{value!r}: give auto, capture or nvtx:NAME (the NVTX range that marks one iteration)")
 
 
-#: --window of the analyses of exports (`hpcprof nsys nccl|overlap|gaps`, `hpcprof diff`)
-window_option = click.option(
-    "--window", "window", default="auto", show_default=True, metavar="auto|capture|nvtx:NAME", callback=_window_spec,
-    help="The time the analysis covers. auto: collect's measured window (the `timed` range, else the iteration "
-         "ranges, else Echo's `backward`, else the whole capture; an export in a run's directory: its "
-         "profile.window.nvtx first), so the numbers equal collect's on the same export; capture: the whole "
-         "capture (nsys's own rules); nvtx:NAME: from the first to the last instance of the NVTX range NAME.")
+WINDOW_HELP = ("The time the analysis covers. auto: collect's measured window (the `timed` range, else the "
+               "iteration ranges, else Echo's `backward`, else the whole capture; an export in a run's directory: its "
+               "profile.window.nvtx first), so the numbers equal collect's on the same export; capture: the whole "
+               "capture (nsys's own rules); nvtx:NAME: from the first to the last instance of the NVTX range NAME.")
+
+
+def window_option(more: str = "") -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """--window of the analyses of exports (`hpcprof nsys nccl|overlap|gaps`, `hpcprof diff`); `more`:
+    what a command adds to its help."""
+    return click.option("--window", "window", default="auto", show_default=True, metavar="auto|capture|nvtx:NAME",
+                        callback=_window_spec, help=f"{WINDOW_HELP} {more}".strip())
 
 
 def expand_paths(values: Sequence[str], option: str) -> list[Path]:

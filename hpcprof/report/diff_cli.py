@@ -70,7 +70,8 @@ def _window(table: pd.DataFrame) -> str:
 @click.command("diff")
 @click.argument("a", metavar="A")
 @click.argument("b", metavar="B")
-@window_option
+@window_option("A Kineto trace: auto is its ProfilerSteps (else the steps found in its kernels), capture the "
+               "whole trace; it has no NVTX ranges.")
 @click.option("--top", type=click.IntRange(min=0), default=10, show_default=True,
               help="Kernels shown: those whose time per iteration changed most.")
 @click.option("--include-last-step", is_flag=True,

@@ -114,7 +114,7 @@ def _in_window(func: Callable[[dist.Activity], pd.DataFrame], spec: str, files: 
 @nsys.command("nccl")
 @files_argument
 @rank_map_option
-@window_option
+@window_option()
 @format_option
 @output_file_option
 def nccl_cmd(files: tuple[Path, ...], rank_map: str | None, window: str, fmt: str, output: str | None) -> None:
@@ -126,7 +126,7 @@ def nccl_cmd(files: tuple[Path, ...], rank_map: str | None, window: str, fmt: st
 @nsys.command("overlap")
 @files_argument
 @rank_map_option
-@window_option
+@window_option()
 @format_option
 @output_file_option
 def overlap_cmd(files: tuple[Path, ...], rank_map: str | None, window: str, fmt: str, output: str | None) -> None:
@@ -140,7 +140,7 @@ def overlap_cmd(files: tuple[Path, ...], rank_map: str | None, window: str, fmt:
 @click.option("--threshold-ms", type=FiniteRange(min=0, max=1e9), default=500.0, show_default=True,
               help="Report idle gaps longer than this.")
 @rank_map_option
-@window_option
+@window_option()
 @format_option
 @output_file_option
 def gaps_cmd(files: tuple[Path, ...], threshold_ms: float, rank_map: str | None, window: str, fmt: str,
