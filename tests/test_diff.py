@@ -180,3 +180,33 @@ def test_a_trace_has_no_nvtx_window(fixtures_dir: Path) -> None:
                    "--window", "nvtx:iteration")
     assert done.returncode == 2 and len(done.stderr.splitlines()) == 1
     assert done.stderr.startswith("Error: B: ") and "a Kineto trace has no NVTX ranges" in done.stderr
+
+
+def test_nsys_ais_before_and_after(fixtures_dir: Path) -> None:
+    """nsys-ai's own diff fixture (an H100 torchrun slice before and after a change, steps found in
+    the kernels): B is slower, by its GEMMs among others; NCCL's SendRecv changes by 48 % but within
+    the noise of its iterations, so it is no finding."""
+    table = diff_table(load_profile([fixtures_dir / "nsys" / "nsysai_mfu_2gpu_before.sqlite"], "auto"),
+                       load_profile([fixtures_dir / "nsys" / "nsysai_mfu_2gpu_after.sqlite"], "auto"))
+    assert set(table["a_window"]) == set(table["b_window"]) == {"detected:sequence"}
+    assert (set(table["a_iterations"]), set(table["b_iterations"])) == ({16}, {14})
+    iteration, gemm = row(table, "iteration", "iteration time"), row(table, "category", "gemm")
+    assert iteration["verdict"] == "slower" and iteration["p_value"] < 0.05 and iteration["change_pct"] > 10
+    assert gemm["verdict"] == "slower" and gemm["change_ms"] > 0
+    send_recv = row(table, "collective", "SendRecv")
+    assert send_recv["change_pct"] > 40 and send_recv["p_value"] > 0.05
+    assert send_recv["verdict"] == "no significant change"
+
+
+def test_no_common_window_kind(fixtures_dir: Path) -> None:
+    """seqpar's export has its timed iterations, the DDP world-size-1 export neither marks nor steps:
+    refused, naming the way out; over the whole captures both are one iteration, untested."""
+    timed = str(fixtures_dir / "nsys" / "h200_campaign" / "seqpar_fp32_p2_rank1.sqlite")
+    whole = str(fixtures_dir / "nsys" / "h200_campaign" / "ddp_ws1_rank0.sqlite")
+    done = hpcprof("diff", timed, whole)
+    assert done.returncode == 2 and len(done.stderr.splitlines()) == 1
+    assert done.stderr.startswith("Error: A and B have no common window kind: A's is nvtx:timed (iterations)")
+    assert "give --window capture" in done.stderr
+    captures = hpcprof("diff", timed, whole, "--window", "capture", "--json", check=True)
+    rows = pd.read_json(io.StringIO(captures.stdout))
+    assert set(rows["verdict"]) == {"untested"} and set(rows["a_window"]) == {"capture"}
