@@ -175,11 +175,21 @@ def test_bad_input_is_one_line(fixtures_dir: Path, tmp_path: Path, b: str, said:
     assert done.stderr.startswith(said) and len(done.stderr.splitlines()) == 1
 
 
-def test_a_trace_has_no_nvtx_window(fixtures_dir: Path) -> None:
-    done = hpcprof("diff", str(run(fixtures_dir, FP32)), str(fixtures_dir / "hta" / "h200_ddp_gpt2"),
-                   "--window", "nvtx:iteration")
-    assert done.returncode == 2 and len(done.stderr.splitlines()) == 1
-    assert done.stderr.startswith("Error: B: ") and "a Kineto trace has no NVTX ranges" in done.stderr
+def test_nvtx_windows(fixtures_dir: Path) -> None:
+    """--window nvtx:NAME: the iterations NAME marks (seqpar's `iteration` ranges: the same 50 as its
+    `timed` window); a range no export has, and any range on a trace, is refused, not replaced."""
+    a, b = run(fixtures_dir, FP32), run(fixtures_dir, FP32_AGAIN)
+    marked = diff_table(load_profile([a], "nvtx:iteration"), load_profile([b], "nvtx:iteration"))
+    timed = diff_table(load_profile([a], "auto"), load_profile([b], "auto"))
+    assert set(marked["a_window"]) == {"nvtx:iteration"}
+    pd.testing.assert_frame_equal(marked.drop(columns=["a_window", "b_window"]),
+                                  timed.drop(columns=["a_window", "b_window"]))
+    for other, option, said in ((b, "nvtx:nothing", "Error: A: --window nvtx:nothing: rank(s) 0, 1 have no instance"),
+                                (fixtures_dir / "hta" / "h200_ddp_gpt2", "nvtx:iteration",
+                                 "Error: B: ")):
+        done = hpcprof("diff", str(a), str(other), "--window", option)
+        assert done.returncode == 2 and len(done.stderr.splitlines()) == 1 and done.stderr.startswith(said)
+    assert "a Kineto trace has no NVTX ranges" in done.stderr
 
 
 def test_nsys_ais_before_and_after(fixtures_dir: Path) -> None:

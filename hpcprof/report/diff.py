@@ -18,7 +18,7 @@ Columns of diff_table (one row per section and name):
 - p_value: Welch's two-sided p over the iterations (empty when untested);
 - verdict: faster / slower / no significant change / untested;
 - a_count, b_count: operations per iteration (per rank; empty for the iteration row);
-- a_iterations, b_iterations: iterations in the window (the most any rank has);
+- a_iterations, b_iterations: iterations in the window (distinct iteration numbers over the ranks);
 - a_window, b_window: the windows' names (nsys/window.py, trace/window.py).
 """
 

@@ -80,10 +80,9 @@ def _run_files(run: Path) -> list[Path]:
     """A run directory's profiles: its nsys exports (a .nsys-rep by the .sqlite collect exported of
     it, under derived/nsys, where there is one), else its Kineto traces."""
     nsys = run / "profiles" / "nsys"
-    sqlite = sorted(nsys.glob("*.sqlite")) if nsys.is_dir() else []
-    exported = {p.stem: p for p in sorted((run / "derived" / "nsys").glob("*.sqlite"))}
-    reps = [exported.get(p.stem, p) for p in sorted(nsys.glob("*.nsys-rep")) if nsys.is_dir()
-            and p.stem not in {s.stem for s in sqlite}]
+    sqlite = sorted(nsys.glob("*.sqlite"))
+    exported = {p.stem: p for p in (run / "derived" / "nsys").glob("*.sqlite")}
+    reps = [exported.get(p.stem, p) for p in sorted(nsys.glob("*.nsys-rep")) if p.stem not in {s.stem for s in sqlite}]
     if sqlite or reps:
         return sqlite + reps
     torch = run / "profiles" / "torch"
@@ -242,9 +241,10 @@ def nsys_profile(files: list[Path], spec: str) -> Profile:
         categories = run_categories(files[0]).of(names)
         samples = _samples(rank, iteration, names, act.column("short").astype(object), end - start, categories)
     its = its.sort_values(["rank", "iteration"], ignore_index=True)[ITERATION_COLUMNS]
-    if spec.startswith("nvtx:") and win.CAPTURE in labels.values():
-        raise DiffInputError(f"{files[0]}: --window {spec}: no rank has a GPU-projected instance of that NVTX range "
-                             "in every export; give the range that marks one iteration, or --window auto")
+    unmarked = sorted(r for r, label in labels.items() if label != spec)     # the range not found: detected or capture
+    if spec.startswith("nvtx:") and unmarked:
+        raise DiffInputError(f"--window {spec}: rank(s) {', '.join(map(str, unmarked))} have no instance of the NVTX "
+                             "range on the GPU; give the range that marks one iteration, or --window auto")
     return Profile(NSYS, files, sorted(set(labels.values())), its, samples)
 
 
