@@ -50,9 +50,8 @@ class DiffInputError(Exception):
 
 @dataclass
 class Profile:
-    """One side of a diff: its kind (NSYS or TRACE), files, window label(s), iterations and samples."""
+    """One side of a diff: its files, window label(s), iterations and samples."""
 
-    kind: str
     files: list[Path]
     windows: list[str]          # the window label of each rank, distinct, sorted
     iterations: pd.DataFrame    # ITERATION_COLUMNS
@@ -229,9 +228,9 @@ def nsys_profile(files: list[Path], spec: str) -> Profile:
             marked = np.isin(rank, w["rank"])
             launch = launch_times(act).astype(np.float64)
             launch[launch == UNKNOWN] = np.nan
-            bounds = {"rank": w["rank"], "iteration": w["iteration"]} | {
-                c: w[k].astype(np.float64) for c, k in (("cpu_start", "cpu_start"), ("cpu_end", "cpu_end"),
-                                                         ("start", "start_ns"), ("end", "end_ns"))}
+            bounds = {"rank": w["rank"], "iteration": w["iteration"], "cpu_start": w["cpu_start"].astype(np.float64),
+                      "cpu_end": w["cpu_end"].astype(np.float64), "start": w["start_ns"].astype(np.float64),
+                      "end": w["end_ns"].astype(np.float64)}
             iteration = np.where(marked, _iteration_of(rank, launch, start.astype(np.float64), bounds), iteration)
             its = pd.concat([its[~its["rank"].isin(w["rank"])],
                              pd.DataFrame({"rank": w["rank"], "iteration": w["iteration"],
@@ -245,7 +244,7 @@ def nsys_profile(files: list[Path], spec: str) -> Profile:
     if spec.startswith("nvtx:") and unmarked:
         raise DiffInputError(f"--window {spec}: rank(s) {', '.join(map(str, unmarked))} have no instance of the NVTX "
                              "range on the GPU; give the range that marks one iteration, or --window auto")
-    return Profile(NSYS, files, sorted(set(labels.values())), its, samples)
+    return Profile(files, sorted(set(labels.values())), its, samples)
 
 
 def _trace_rank(trace: RankTrace, spec: str) -> tuple[str, pd.DataFrame, pd.DataFrame]:
@@ -292,6 +291,6 @@ def trace_profile(files: list[Path], spec: str, include_last_step: bool = False)
     if errors:
         raise DiffInputError(errors[0])
     parts = [_trace_rank(t, spec) for t in traces]
-    return Profile(TRACE, files, sorted({p[0] for p in parts}),
+    return Profile(files, sorted({p[0] for p in parts}),
                    pd.concat([p[1] for p in parts], ignore_index=True)[ITERATION_COLUMNS],
                    pd.concat([p[2] for p in parts], ignore_index=True)[SAMPLE_COLUMNS])
