@@ -6,6 +6,7 @@ Command modules import these; no command module imports another."""
 from __future__ import annotations
 
 import functools
+import glob
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -119,6 +120,40 @@ files_argument = click.argument("files", nargs=-1, required=True, type=click.Pat
 rank_map_option = click.option("--rank-map", default=None,
                                help="FILE=RANK[,FILE=RANK...] when file names carry no rank.")
 output_file_option = click.option("--output", "-o", default=None, help="Write to this file instead of stdout.")
+
+
+def _window_spec(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    if value in ("auto", "capture") or (value.startswith("nvtx:") and len(value) > len("nvtx:")):
+        return value
+    raise click.BadParameter(f"{value!r}: give auto, capture or nvtx:NAME (the NVTX range that marks one iteration)")
+
+
+WINDOW_HELP = ("The time the analysis covers. auto: collect's measured window (the `timed` range, else the "
+               "iteration ranges, else Echo's `backward`, else the whole capture; an export in a run's directory: its "
+               "profile.window.nvtx first), so the numbers equal collect's on the same export; capture: the whole "
+               "capture (nsys's own rules); nvtx:NAME: from the first to the last instance of the NVTX range NAME.")
+
+
+def window_option(more: str = "") -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """--window of the analyses of exports (`hpcprof nsys nccl|overlap|gaps`, `hpcprof diff`); `more`:
+    what a command adds to its help."""
+    return click.option("--window", "window", default="auto", show_default=True, metavar="auto|capture|nvtx:NAME",
+                        callback=_window_spec, help=f"{WINDOW_HELP} {more}".strip())
+
+
+def expand_paths(values: Sequence[str], option: str) -> list[Path]:
+    """Paths, with glob patterns (quoted, so the shell left them) expanded; a pattern matching
+    nothing is an error naming the option."""
+    paths: list[Path] = []
+    for value in values:
+        if glob.has_magic(value):
+            matches = sorted(glob.glob(value))
+            if not matches:
+                raise UserError(f"{option} {value!r}: the pattern matches no file")
+            paths += [Path(m) for m in matches]
+        else:
+            paths.append(Path(value))
+    return paths
 
 
 def one_file_per_rank(paths: Sequence[Path], rank_of: Callable[[Path], int | None] = rank_from_filename) -> None:

@@ -74,11 +74,12 @@ WRAP_MIN = 12
 
 def emit_rows(rows: Sequence[dict[str, Any]], columns: Sequence[str], fmt: str,
               out: TextIO | None = None, title: str | None = None, whole: Sequence[str] = (),
-              optional: Sequence[str] = ()) -> None:
+              optional: Sequence[str] = (), every_column: str = "--format json") -> None:
     """Print plain rows (dicts of str/int/float/None) like `emit` prints a DataFrame, without pandas.
     A table fits its width (table_width): the `whole` columns are never wrapped nor cut, the others
     wrap, and on a terminal the `optional` ones (least needed first) are left out, with a caption
-    saying so, while the table cannot fit otherwise (a file or a pipe gets every column)."""
+    saying so, while the table cannot fit otherwise (a file or a pipe gets every column; the caption
+    names `every_column`, the command's option that prints them all)."""
     out = out or sys.stdout
     if fmt == "csv":
         import csv
@@ -112,7 +113,7 @@ def emit_rows(rows: Sequence[dict[str, Any]], columns: Sequence[str], fmt: str,
             shown.remove(col)
         left_out = [c for c in columns if c not in shown]
         table = Table(title=None if title is None else rich_text(title), show_lines=False, caption_justify="left", caption=(
-            f"not shown at {console.width} columns: {', '.join(left_out)} (--format json has every column)"
+            f"not shown at {console.width} columns: {', '.join(left_out)} ({every_column} has every column)"
             if left_out else None))
         for col in shown:
             values = [row.get(col) for row in rows if row.get(col) is not None]

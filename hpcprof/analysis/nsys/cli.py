@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import glob
 from collections.abc import Callable
 from contextlib import ExitStack
 from functools import partial
@@ -23,7 +22,14 @@ from hpcprof.analysis.nsys.stats_command import (
 )
 from hpcprof.analysis.nsys_stats.schema import NsysInputError
 from hpcprof.analysis.nsys_stats.stats import DEFAULT_REPORTS, PYTHON_REPORTS, REPORTS
-from hpcprof.cli_options import files_argument, one_file_per_rank, output_file_option, rank_map_option
+from hpcprof.cli_options import (
+    expand_paths,
+    files_argument,
+    one_file_per_rank,
+    output_file_option,
+    rank_map_option,
+    window_option,
+)
 from hpcprof.errors import FiniteRange, UserError, printable
 from hpcprof.lazy import LazyModule
 from hpcprof.ranks import rank_from_filename
@@ -83,36 +89,15 @@ def stats_cmd(files: tuple[Path, ...], reports: str | None, fmt: str, prefix: st
     _finish(run_stats(files, names, fmt, prefix, engine), len(files))
 
 
-def _window_spec(ctx: click.Context, param: click.Parameter, value: str) -> str:
-    if value in ("auto", "capture") or (value.startswith("nvtx:") and len(value) > len("nvtx:")):
-        return value
-    raise click.BadParameter(f"{value!r}: give auto, capture or nvtx:NAME (the NVTX range that marks one iteration)")
-
-
-window_option = click.option(
-    "--window", "window", default="auto", show_default=True, metavar="auto|capture|nvtx:NAME", callback=_window_spec,
-    help="The time the analysis covers. auto: collect's measured window (the `timed` range, else the iteration "
-         "ranges, else Echo's `backward`, else the whole capture; an export in a run's directory: its "
-         "profile.window.nvtx first), so the numbers equal collect's on the same export; capture: the whole "
-         "capture (nsys's own rules); nvtx:NAME: from the first to the last instance of the NVTX range NAME.")
-
-
 def _in_window(func: Callable[[dist.Activity], pd.DataFrame], spec: str, files: tuple[Path, ...]
                ) -> Callable[[dist.Activity], pd.DataFrame]:
     """`func` over the activity inside the window `spec` (--window), its table with a `window` column
     after `rank` naming each rank's window as collect's tables do; `func` itself for `capture`."""
     if spec == "capture":
         return func
-    if spec.startswith("nvtx:"):
-        nvtx: str | None = spec.removeprefix("nvtx:")
-    else:
-        from hpcprof.analysis.nsys.window import run_window_range
+    from hpcprof.analysis.nsys.window import window_range
 
-        named = {run_window_range(path) for path in files}
-        if len(named) > 1:
-            raise UserError(f"--window auto: the files name different windows ({', '.join(sorted(map(str, named)))}: "
-                            "exports of different runs); give --window nvtx:NAME or capture")
-        nvtx = named.pop()
+    nvtx = window_range(spec, files)
 
     def analysis(act: dist.Activity) -> pd.DataFrame:
         from hpcprof.analysis.nsys import window as win
@@ -129,7 +114,7 @@ def _in_window(func: Callable[[dist.Activity], pd.DataFrame], spec: str, files: 
 @nsys.command("nccl")
 @files_argument
 @rank_map_option
-@window_option
+@window_option()
 @format_option
 @output_file_option
 def nccl_cmd(files: tuple[Path, ...], rank_map: str | None, window: str, fmt: str, output: str | None) -> None:
@@ -141,7 +126,7 @@ def nccl_cmd(files: tuple[Path, ...], rank_map: str | None, window: str, fmt: st
 @nsys.command("overlap")
 @files_argument
 @rank_map_option
-@window_option
+@window_option()
 @format_option
 @output_file_option
 def overlap_cmd(files: tuple[Path, ...], rank_map: str | None, window: str, fmt: str, output: str | None) -> None:
@@ -155,7 +140,7 @@ def overlap_cmd(files: tuple[Path, ...], rank_map: str | None, window: str, fmt:
 @click.option("--threshold-ms", type=FiniteRange(min=0, max=1e9), default=500.0, show_default=True,
               help="Report idle gaps longer than this.")
 @rank_map_option
-@window_option
+@window_option()
 @format_option
 @output_file_option
 def gaps_cmd(files: tuple[Path, ...], threshold_ms: float, rank_map: str | None, window: str, fmt: str,
@@ -179,21 +164,6 @@ def gaps_cmd(files: tuple[Path, ...], threshold_ms: float, rank_map: str | None,
 def phases_cmd(files: tuple[Path, ...], rank_map: str | None, fmt: str, output: str | None) -> None:
     """GPU time of the kernels launched inside each NVTX range, per rank."""
     _run_analysis(files, rank_map, fmt, output, "phases", dist.phases)
-
-
-def expand_paths(values: tuple[str, ...], option: str) -> list[Path]:
-    """Paths, with glob patterns (quoted, so the shell left them) expanded; a pattern matching
-    nothing is an error naming the option."""
-    paths: list[Path] = []
-    for value in values:
-        if glob.has_magic(value):
-            matches = sorted(glob.glob(value))
-            if not matches:
-                raise UserError(f"{option} {value!r}: the pattern matches no file")
-            paths += [Path(m) for m in matches]
-        else:
-            paths.append(Path(value))
-    return paths
 
 
 @nsys.command("slowdown")

@@ -25,7 +25,7 @@ from hpcprof.analysis.nsys_stats.stats import DEFAULT_REPORTS, NOT_COMPUTED, PYT
 
 TYPE_CHECKING = False          # typing's constant without importing typing (the quick lane's start-up)
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
     from contextlib import ExitStack
     from pathlib import Path
     from typing import Any, TextIO
@@ -58,10 +58,11 @@ def say(path: Path | str, message: str) -> None:
     sys.stderr.flush()
 
 
-def open_exports(paths: Sequence[Path | str], stack: ExitStack, gpu: bool = True) -> tuple[list[Export], int]:
+def open_exports(paths: Sequence[Path | str], stack: ExitStack, gpu: bool = True,
+                 report: Callable[[Path, str], None] | None = None) -> tuple[list[Export], int]:
     """Open every file that is a usable export (with `gpu`: one with GPU operations; a .nsys-rep
     is first exported to SQLite in a temporary folder with the nsys on PATH); report the others
-    on stderr. Returns (exports, failures)."""
+    (`report(path, why)`, default: a line on stderr, `say`). Returns (exports, failures)."""
     import shutil
     import subprocess
     import tempfile
@@ -91,7 +92,7 @@ def open_exports(paths: Sequence[Path | str], stack: ExitStack, gpu: bool = True
             export = stack.enter_context(Export(source))
             export.check_usable(gpu)
         except NsysInputError as exc:
-            say(path, str(exc))
+            (report or say)(path, str(exc))
             failures += 1
             continue
         exports.append(export)

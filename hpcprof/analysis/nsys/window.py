@@ -21,7 +21,7 @@ Every table computed over the window carries a `window` column naming it.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
@@ -35,6 +35,7 @@ from hpcprof.analysis.nsys.steps import rank_steps
 from hpcprof.analysis.nsys_stats.arrays import Columns, covered_within, group_starts, merge_intervals
 from hpcprof.catalog import CAPTURE_WINDOW
 from hpcprof.config.profile import STEP_RANGE
+from hpcprof.errors import UserError
 from hpcprof.record import profile_record
 from hpcprof.results import arrow_table
 
@@ -75,6 +76,19 @@ def run_window_range(path: Path) -> str | None:
     export under `<run>/profiles/nsys/` or `<run>/derived/nsys/`; None when there is none."""
     record = profile_record(path)
     return record.experiment.profile.window.nvtx if record is not None else None
+
+
+def window_range(spec: str, files: Sequence[Path]) -> str | None:
+    """The NVTX range that marks one iteration under `--window spec` (auto or nvtx:NAME) for these
+    exports: NAME, else (auto) the range their run names (run_window_range; None: the module's
+    rules). UserError when the files' runs name different ranges."""
+    if spec.startswith("nvtx:"):
+        return spec.removeprefix("nvtx:")
+    named = {run_window_range(path) for path in files}
+    if len(named) > 1:
+        raise UserError(f"--window auto: the files name different windows ({', '.join(sorted(map(str, named)))}: "
+                        "exports of different runs); give --window nvtx:NAME or capture")
+    return named.pop() if named else None
 
 
 def _rank_window(inst: dict[str, np.ndarray], op_start: np.ndarray, op_end: np.ndarray,

@@ -18,8 +18,9 @@ WORK = ("kernel", "Kernel", "gpu_memcpy", "Memcpy", "gpu_memset", "Memset")
 
 
 def trace_steps(trace: RankTrace) -> tuple[str, pd.DataFrame] | None:
-    """(the window's label, per step its iteration number and GPU start_us, end_us relative to
-    the trace's origin) of the steps found in `trace`, or None when the detection refuses."""
+    """(the window's label, per step its iteration number, GPU start_us, end_us and host
+    cpu_start_us, cpu_end_us relative to the trace's origin) of the steps found in `trace`, or
+    None when the detection refuses."""
     gpu = trace.gpu
     correlation, ts = gpu["correlation"].to_numpy(), gpu["ts"].to_numpy(np.float64)
     launched = np.isin(correlation, trace.cpu["correlation"].to_numpy())     # its launch is in the trace
@@ -35,4 +36,5 @@ def trace_steps(trace: RankTrace) -> tuple[str, pd.DataFrame] | None:
     if uneven(step["start"], step["end"]):
         return None
     return found.label, pd.DataFrame({"iteration": np.arange(len(found.starts)), "start_us": step["start"],
-                                      "end_us": step["end"]})
+                                      "end_us": step["end"], "cpu_start_us": step["cpu_start"],
+                                      "cpu_end_us": step["cpu_end"]})

@@ -21,6 +21,8 @@ from hpcprof.catalog import CAPTURE_WINDOW
 STEP_WINDOW = "ProfilerStep"
 CAPTURE = CAPTURE_WINDOW
 ITERATION_COLUMNS = ["rank", "window", "iteration", "start_ns", "end_ns", "gpu_ns", "busy_ns", "idle_ns"]
+#: an iteration of the window: its number, GPU bounds and host bounds (µs relative to the trace's origin)
+STEP_COLUMNS = ["iteration", "start_us", "end_us", "cpu_start_us", "cpu_end_us"]
 WINDOW_COLUMNS = ["rank", "window", "start_ns", "end_ns", "duration_ns", "iterations", "busy_ns", "idle_ns",
                   "span_ns", "compute_ns", "comm_ns", "overlap_ns"]
 
@@ -66,7 +68,8 @@ def _intersection(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndar
 
 
 def step_iterations(trace: RankTrace) -> pd.DataFrame:
-    """Per kept ProfilerStep: its GPU projection (start_us, end_us relative to the origin)."""
+    """Per kept ProfilerStep: its GPU projection (start_us, end_us relative to the origin) and the
+    step on the host (cpu_start_us, cpu_end_us: the GPU events launched in it are its own)."""
     gpu = trace.gpu
     launch = gpu["launch_ts"].to_numpy(np.float64)
     rows = []
@@ -74,8 +77,19 @@ def step_iterations(trace: RankTrace) -> pd.DataFrame:
         inside = (launch >= step["ts"]) & (launch <= step["end"])
         if inside.any():
             rows.append({"iteration": int(step["step"]), "start_us": float(gpu["ts"].to_numpy()[inside].min()),
-                         "end_us": float(gpu["end"].to_numpy()[inside].max())})
-    return pd.DataFrame(rows, columns=["iteration", "start_us", "end_us"])
+                         "end_us": float(gpu["end"].to_numpy()[inside].max()),
+                         "cpu_start_us": float(step["ts"]), "cpu_end_us": float(step["end"])})
+    return pd.DataFrame(rows, columns=STEP_COLUMNS)
+
+
+def window_iterations(trace: RankTrace) -> tuple[str, pd.DataFrame]:
+    """(the window's label, its iterations: STEP_COLUMNS) of one rank's trace: the kept
+    ProfilerSteps, else the steps found in its kernels (trace/steps.py), else none (`capture`)."""
+    its = step_iterations(trace)
+    if len(its):
+        return STEP_WINDOW, its
+    found = trace_steps(trace)
+    return found if found is not None else (CAPTURE, its)
 
 
 def trace_window(trace: RankTrace) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -88,11 +102,7 @@ def trace_window(trace: RankTrace) -> tuple[pd.DataFrame, pd.DataFrame]:
     busy = _union(ts, end)
     comm = _union(ts[kinds == COMM], end[kinds == COMM])
     comp = _union(ts[kinds == COMP], end[kinds == COMP])
-    its = step_iterations(trace)
-    label = STEP_WINDOW if len(its) else CAPTURE
-    found = trace_steps(trace) if label == CAPTURE else None
-    if found is not None:                       # no ProfilerStep: the steps found in the kernels (trace/steps.py)
-        label, its = found
+    label, its = window_iterations(trace)
     lo, hi = (its["start_us"].min(), its["end_us"].max()) if len(its) else (ts.min(), end.max())
     origin_ns = trace.origin * 1000.0
 

@@ -1,0 +1,296 @@
+"""The GPU time of one profile per iteration of its measured window, for `hpcprof diff`: an nsys
+export (.sqlite, or .nsys-rep exported with the nsys on PATH), a Kineto trace (.json, .json.gz),
+several per-rank files (a quoted glob), a directory of them, or an hpcprof run directory (its
+profiles/nsys exports, else its profiles/torch traces).
+
+The window and its iterations are those of the profile's own analyses (nsys/window.py: `--window
+auto` as collect's, `capture`, `nvtx:NAME`; trace/window.py: the ProfilerSteps, else the steps found
+in the kernels). A GPU operation (kernel, memcpy, memset) belongs to the iteration whose host
+interval its launch falls in (the latest iteration starting at or before the launch, up to its end:
+the rule that projects an NVTX range or a ProfilerStep onto the GPU), with its whole duration;
+one launched outside every iteration is outside the window. An operation whose launching call is
+not in the profile (a Kineto trace's kernels with no CPU event of their correlation id) belongs to
+the iteration whose GPU span its start falls in. Under `capture` (or a rank whose
+window is the whole capture) a rank has one iteration holding all its operations.
+
+`samples` rows (one per rank, iteration, section and name with any time):
+- rank, iteration: the global rank; the iteration's number in its window;
+- section: `category` (hpcprof.analysis.categories, the run's own rules), `kernel` (the
+  operation's name), `collective` (NCCL kernels by collective: nccl.collective_of);
+- name: the category, kernel name or collective;
+- ns: GPU time (ns) of the operations of that name launched in the iteration on that rank;
+- instances: how many there were.
+`iterations` rows: rank, iteration, gpu_ns (the iteration's GPU span: first start to last end).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
+    import pandas as pd
+
+    from hpcprof.analysis.trace.load import RankTrace
+
+NSYS, TRACE = "nsys", "Kineto trace"
+NSYS_SUFFIXES = (".sqlite", ".nsys-rep")
+TRACE_SUFFIXES = (".json", ".json.gz")
+SECTIONS = ("category", "kernel", "collective")
+SAMPLE_COLUMNS = ["rank", "iteration", "section", "name", "ns", "instances"]
+ITERATION_COLUMNS = ["rank", "iteration", "gpu_ns"]
+
+
+class DiffInputError(Exception):
+    """A profile `hpcprof diff` cannot read: the message says why and what to give instead."""
+
+
+@dataclass
+class Profile:
+    """One side of a diff: its files, window label(s), iterations and samples."""
+
+    files: list[Path]
+    windows: list[str]          # the window label of each rank, distinct, sorted
+    iterations: pd.DataFrame    # ITERATION_COLUMNS
+    samples: pd.DataFrame       # SAMPLE_COLUMNS
+
+    @property
+    def window(self) -> str:
+        """The window's name (the ranks' names joined where they differ)."""
+        return ",".join(self.windows)
+
+    @property
+    def iterated(self) -> bool:
+        """Whether the window has iterations (not the whole capture)."""
+        from hpcprof.catalog import CAPTURE_WINDOW
+
+        return CAPTURE_WINDOW not in self.windows
+
+
+def _kind_of(path: Path) -> str | None:
+    name = path.name
+    return NSYS if name.endswith(NSYS_SUFFIXES) else TRACE if name.endswith(TRACE_SUFFIXES) else None
+
+
+def _run_files(run: Path) -> list[Path]:
+    """A run directory's profiles: its nsys exports (a .nsys-rep by the .sqlite collect exported of
+    it, under derived/nsys, where there is one), else its Kineto traces."""
+    nsys = run / "profiles" / "nsys"
+    sqlite = sorted(nsys.glob("*.sqlite"))
+    exported = {p.stem: p for p in (run / "derived" / "nsys").glob("*.sqlite")}
+    reps = [exported.get(p.stem, p) for p in sorted(nsys.glob("*.nsys-rep")) if p.stem not in {s.stem for s in sqlite}]
+    if sqlite or reps:
+        return sqlite + reps
+    torch = run / "profiles" / "torch"
+    return _traces_first(sorted(p for p in torch.iterdir() if _kind_of(p) == TRACE)) if torch.is_dir() else []
+
+
+def _traces_first(files: list[Path]) -> list[Path]:
+    """A directory's profile files: its `*trace.json[.gz]` files where it has any (torch.profiler's
+    names: other JSON beside them, a trainer's timings, is no trace), else all of them."""
+    traces = [p for p in files if p.name.endswith(("trace.json", "trace.json.gz"))]
+    return traces or files
+
+
+def profile_files(paths: Sequence[Path]) -> tuple[str, list[Path]]:
+    """(kind, files) of a profile given as files, one directory of them or a run directory."""
+    if not paths:
+        raise DiffInputError("no file: give an export, a trace, a quoted glob of per-rank files or a directory")
+    if len(paths) == 1 and paths[0].is_dir():
+        folder = paths[0]
+        run = (folder / "config.json").is_file() or (folder / "profiles").is_dir()
+        files = _run_files(folder) if run else _traces_first(sorted(p for p in folder.iterdir() if _kind_of(p)))
+        if not files:
+            raise DiffInputError(f"{folder}: no nsys export (.sqlite, .nsys-rep) or Kineto trace (.json, .json.gz) "
+                                 f"{'in its profiles/' if run else 'in it'}; give the profile files")
+    else:
+        files = list(paths)
+    for path in files:
+        if not path.exists():
+            raise DiffInputError(f"{path}: no such file")
+        if path.is_dir():
+            raise DiffInputError(f"{path}: a directory among files; give the directory alone")
+    kinds = {_kind_of(p) for p in files}
+    if None in kinds:
+        odd = next(p for p in files if _kind_of(p) is None)
+        raise DiffInputError(f"{odd}: unknown format; give an nsys export (.sqlite, .nsys-rep) or a Kineto trace "
+                             "(.json, .json.gz)")
+    if len(kinds) > 1:
+        raise DiffInputError(f"{files[0].parent}: nsys exports and Kineto traces mixed; give one kind per side")
+    return kinds.pop() or NSYS, files
+
+
+def load_profile(paths: Sequence[Path], window: str, include_last_step: bool = False) -> Profile:
+    """The profile of `paths` over the window `window` (auto, capture or nvtx:NAME); a trace's last
+    ProfilerStep is dropped (as HTA does) unless `include_last_step`."""
+    kind, files = profile_files(paths)
+    return nsys_profile(files, window) if kind == NSYS else trace_profile(files, window, include_last_step)
+
+
+def _within(rank: np.ndarray, at: np.ndarray, its_rank: np.ndarray, its_number: np.ndarray, lo: np.ndarray,
+            hi: np.ndarray) -> np.ndarray:
+    """For each time `at` of a rank (NaN: unknown) the number of the iteration of that rank whose
+    interval [lo, hi] holds it (the latest starting at or before it), -1 for none."""
+    import numpy as np
+
+    out = np.full(len(rank), -1, dtype=np.int64)
+    for r in np.unique(its_rank).tolist():
+        mine = np.flatnonzero(its_rank == r)
+        mine = mine[np.argsort(lo[mine], kind="stable")]
+        ops = np.flatnonzero(rank == r)
+        found = np.searchsorted(lo[mine], at[ops], side="right") - 1
+        inside = (found >= 0) & (at[ops] <= hi[mine][np.maximum(found, 0)])     # NaN: never inside
+        out[ops[inside]] = its_number[mine][found[inside]]
+    return out
+
+
+def _iteration_of(rank: np.ndarray, launch: np.ndarray, start: np.ndarray, its: dict[str, np.ndarray]) -> np.ndarray:
+    """The iteration of each operation (its rank, launch time, NaN where its launch is not in the
+    profile, and GPU start) among `its` (rank, iteration, cpu_start, cpu_end, start, end): the one
+    its launch falls in; for an operation launched outside the profile, the one whose GPU span its
+    start falls in; -1 for none."""
+    import numpy as np
+
+    out = _within(rank, launch, its["rank"], its["iteration"], its["cpu_start"], its["cpu_end"])
+    unknown = np.isnan(launch)
+    out[unknown] = _within(rank[unknown], start[unknown], its["rank"], its["iteration"], its["start"], its["end"])
+    return out
+
+
+def _samples(rank: np.ndarray, iteration: np.ndarray, names: np.ndarray, short: np.ndarray, ns: np.ndarray,
+             categories: np.ndarray) -> pd.DataFrame:
+    """SAMPLE_COLUMNS of the operations in an iteration (iteration >= 0)."""
+    import numpy as np
+    import pandas as pd
+
+    from hpcprof.analysis.nccl import collective_of, nccl_name
+
+    keep = iteration >= 0
+    ops = pd.DataFrame({"rank": rank[keep], "iteration": iteration[keep], "ns": ns[keep],
+                        "kernel": names[keep], "category": categories[keep]})
+    comm = np.fromiter(map(nccl_name, names[keep]), dtype=bool, count=int(keep.sum()))
+    ops["collective"] = None
+    ops.loc[comm, "collective"] = [collective_of(s, n) for s, n in zip(short[keep][comm], names[keep][comm], strict=True)]
+    parts = []
+    for section in SECTIONS:
+        got = ops.dropna(subset=[section]).groupby(["rank", "iteration", section], sort=True)["ns"].agg(["sum", "size"])
+        parts.append(pd.DataFrame({"rank": got.index.get_level_values(0), "iteration": got.index.get_level_values(1),
+                                   "section": section, "name": got.index.get_level_values(2).astype(str),
+                                   "ns": got["sum"].to_numpy(np.int64), "instances": got["size"].to_numpy(np.int64)}))
+    return pd.concat(parts, ignore_index=True)[SAMPLE_COLUMNS]
+
+
+def _capture_iterations(rank: np.ndarray, start: np.ndarray, end: np.ndarray) -> pd.DataFrame:
+    """One iteration (0) per rank: its operations' first start to last end."""
+    import pandas as pd
+
+    ops = pd.DataFrame({"rank": rank, "start": start, "end": end}).groupby("rank", sort=True)
+    span = ops["end"].max() - ops["start"].min()
+    return pd.DataFrame({"rank": span.index.to_numpy(), "iteration": 0, "gpu_ns": span.to_numpy().round()
+                         .astype("int64")})
+
+
+def nsys_profile(files: list[Path], spec: str) -> Profile:
+    """The Profile of nsys exports (one per rank, or one holding several processes)."""
+    from contextlib import ExitStack
+
+    import numpy as np
+    import pandas as pd
+
+    from hpcprof.analysis.categories import run_categories
+    from hpcprof.analysis.nsys import distributed as dist
+    from hpcprof.analysis.nsys import window as win
+    from hpcprof.analysis.nsys.stats_command import open_exports
+    from hpcprof.analysis.nsys.steps import UNKNOWN, launch_times
+    from hpcprof.analysis.nsys_stats.schema import NsysInputError
+
+    def refuse(path: Path, why: str) -> None:
+        raise DiffInputError(why if why.startswith(str(path)) else f"{path}: {why}")
+
+    with ExitStack() as stack:
+        exports, _ = open_exports(files, stack, report=refuse)
+        try:
+            act = dist.load_activity(exports, {})
+        except NsysInputError as exc:
+            raise DiffInputError(str(exc)) from None
+        if act.failed:
+            refuse(*next(iter(act.failed.items())))
+        rank, start, end = act.column("rank"), act.column("start"), act.column("end")
+        iteration = np.zeros(len(rank), dtype=np.int64)
+        its = _capture_iterations(rank, start, end)
+        labels = dict.fromkeys(its["rank"].tolist(), win.CAPTURE)
+        if spec != "capture":
+            window = win.find_window(act, win.window_range(spec, files))
+            w = window.iterations
+            marked = np.isin(rank, w["rank"])
+            launch = launch_times(act).astype(np.float64)
+            launch[launch == UNKNOWN] = np.nan
+            bounds = {"rank": w["rank"], "iteration": w["iteration"], "cpu_start": w["cpu_start"].astype(np.float64),
+                      "cpu_end": w["cpu_end"].astype(np.float64), "start": w["start_ns"].astype(np.float64),
+                      "end": w["end_ns"].astype(np.float64)}
+            iteration = np.where(marked, _iteration_of(rank, launch, start.astype(np.float64), bounds), iteration)
+            its = pd.concat([its[~its["rank"].isin(w["rank"])],
+                             pd.DataFrame({"rank": w["rank"], "iteration": w["iteration"],
+                                           "gpu_ns": w["end_ns"] - w["start_ns"]})], ignore_index=True)
+            labels |= window.labels
+        names = act.column("name").astype(object)
+        categories = run_categories(files[0]).of(names)
+        samples = _samples(rank, iteration, names, act.column("short").astype(object), end - start, categories)
+    its = its.sort_values(["rank", "iteration"], ignore_index=True)[ITERATION_COLUMNS]
+    unmarked = sorted(r for r, label in labels.items() if label != spec)     # the range not found: detected or capture
+    if spec.startswith("nvtx:") and unmarked:
+        raise DiffInputError(f"--window {spec}: rank(s) {', '.join(map(str, unmarked))} have no instance of the NVTX "
+                             "range on the GPU; give the range that marks one iteration, or --window auto")
+    return Profile(files, sorted(set(labels.values())), its, samples)
+
+
+def _trace_rank(trace: RankTrace, spec: str) -> tuple[str, pd.DataFrame, pd.DataFrame]:
+    """(window label, iterations, samples) of one rank's trace."""
+    import numpy as np
+    import pandas as pd
+
+    from hpcprof.analysis.categories import run_categories
+    from hpcprof.analysis.trace.steps import WORK
+    from hpcprof.analysis.trace.window import CAPTURE, window_iterations
+
+    gpu = trace.gpu[np.isin(trace.gpu["cat"].astype(str).to_numpy(), WORK)]
+    ts, end = gpu["ts"].to_numpy(np.float64), gpu["end"].to_numpy(np.float64)
+    rank = np.full(len(gpu), trace.rank, dtype=np.int64)
+    label, steps = (CAPTURE, pd.DataFrame()) if spec == "capture" else window_iterations(trace)
+    if len(steps):
+        launched = np.isin(gpu["correlation"].to_numpy(), trace.cpu["correlation"].to_numpy())   # in the trace
+        launch = np.where(launched, gpu["launch_ts"].to_numpy(np.float64), np.nan)
+        bounds = {"rank": np.full(len(steps), trace.rank), "iteration": steps["iteration"].to_numpy(np.int64)} | {
+            c: steps[f"{c}_us"].to_numpy(np.float64) for c in ("cpu_start", "cpu_end", "start", "end")}
+        iteration = _iteration_of(rank, launch, ts, bounds)
+        its = pd.DataFrame({"rank": trace.rank, "iteration": steps["iteration"].to_numpy(np.int64),
+                            "gpu_ns": np.round((steps["end_us"] - steps["start_us"]).to_numpy() * 1000).astype(np.int64)})
+    else:
+        iteration = np.zeros(len(gpu), dtype=np.int64)
+        its = _capture_iterations(rank, ts * 1000, end * 1000)
+        label = CAPTURE
+    names = gpu["name"].astype(str).to_numpy(dtype=object)
+    samples = _samples(rank, iteration, names, names, np.round((end - ts) * 1000).astype(np.int64),
+                       run_categories(trace.path).of(names))
+    return label, its, samples
+
+
+def trace_profile(files: list[Path], spec: str, include_last_step: bool = False) -> Profile:
+    """The Profile of Kineto traces (one per rank); `nvtx:NAME` is refused (a trace has no NVTX ranges)."""
+    import pandas as pd
+
+    from hpcprof.analysis.trace.load import load_traces
+
+    if spec.startswith("nvtx:"):
+        raise DiffInputError(f"{files[0]}: --window {spec}: a Kineto trace has no NVTX ranges; give --window auto "
+                             "(its ProfilerSteps) or capture")
+    traces, errors = load_traces(files, include_last_profiler_step=include_last_step)
+    if errors:
+        raise DiffInputError(errors[0])
+    parts = [_trace_rank(t, spec) for t in traces]
+    return Profile(files, sorted({p[0] for p in parts}),
+                   pd.concat([p[1] for p in parts], ignore_index=True)[ITERATION_COLUMNS],
+                   pd.concat([p[2] for p in parts], ignore_index=True)[SAMPLE_COLUMNS])
