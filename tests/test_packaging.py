@@ -32,3 +32,16 @@ def test_wheel_ships_templates_and_sites(repo: Path, tmp_path: Path) -> None:
                          env={"PYTHONPATH": str(unpacked), "PATH": "/usr/bin:/bin"}, check=True).stdout.split()
     assert out[0].startswith(str(unpacked)) and out[1].startswith(str(unpacked))
     assert out[2] == "pbs"
+
+
+def test_every_package_is_listed_in_setup_cfg() -> None:
+    """A package left out of setup.cfg's `packages` is missing from the installed hpcprof (the tests run the
+    installed one): every folder of hpcprof/ with an __init__.py is listed."""
+    import configparser
+
+    repo = Path(__file__).resolve().parents[1]
+    config = configparser.ConfigParser()
+    config.read(repo / "setup.cfg")
+    listed = set(config["options"]["packages"].split())
+    found = {".".join(p.parent.relative_to(repo).parts) for p in (repo / "hpcprof").rglob("__init__.py")}
+    assert found - listed == set()
