@@ -1,0 +1,192 @@
+"""The collectives of an nsys export with their sizes, for the bus bandwidth table (hpcprof.analysis.busbw).
+
+NCCL pushes one NVTX range per call (`ncclAllReduce`, `ncclAllGather`, ... in its `NCCL` domain)
+with an extended payload whose layout the export keeps in NVTX_PAYLOAD_SCHEMAS and
+NVTX_PAYLOAD_SCHEMA_ENTRIES: `NCCL communicator ID` and `Message size [bytes]` at their offsets
+(`ncclCommInitRank*`'s: `No. of ranks`). The payload bytes are in NVTX_EVENTS.binaryData only in
+an export made with `nsys export --include-blobs=true` (newer nsys than 2022.4, which has no such
+option; hpcprof's own export passes it where the site's nsys has it); without them every NCCL kernel's size is unknown and the
+table says so. Each NCCL kernel is matched to the range it was launched from: the CUDA call that
+launched it (same process and correlation id) starts inside the range, on the range's thread. A
+kernel launched outside its call's range (at `ncclGroupEnd` of a group) has no size.
+
+NCCL's size is one rank's part for AllGather (sendcount) and ReduceScatter (recvcount): × the
+communicator's ranks gives nccl-tests' size (the whole buffer), as for the other collectives.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from hpcprof.analysis import busbw
+from hpcprof.analysis.nccl import collective_kind
+from hpcprof.analysis.nsys.activity import call_op_codes
+from hpcprof.analysis.nsys.distributed import Activity
+from hpcprof.analysis.nsys_stats.db import Export
+
+NVTX = "NVTX_EVENTS"
+SIZE_ENTRY, COMM_ENTRY, RANKS_ENTRY = "Message size [bytes]", "NCCL communicator ID", "No. of ranks"
+#: why a rank's NCCL kernels have no size
+NO_BLOBS = ("{n} NCCL kernels without a size: the export has no NVTX payloads (binaryData empty: export the "
+            "report with `nsys export --include-blobs=true`, where the site's nsys has that option)")
+NO_RANGES = ("{n} NCCL kernels without a size: the export has no NCCL NVTX ranges (trace nvtx, and NCCL with "
+             "NVTX: NCCL_NVTX_DISABLE unset)")
+UNMATCHED = "{n} NCCL kernels without a size: launched outside an NCCL NVTX range with a payload"
+#: the communicator of a range whose payload is not in the export
+NO_COMM = np.uint64(2**64 - 1)
+#: the per-rank parts of one export: NCCL ranges (thread, start, end, name, bytes, communicator) and ranks per communicator
+Ranges = tuple[dict[str, np.ndarray], dict[int, int], str]
+
+
+def without_payloads(path: Path) -> bool:
+    """Whether the export at `path` has NCCL NVTX ranges but none of their payloads (an export made
+    without `--include-blobs`); False where it cannot be read (its analysis says why)."""
+    try:
+        with Export(path) as export:
+            if not export.has(NVTX):
+                return False
+            nccl = f"domainId IN (SELECT domainId FROM {NVTX} WHERE eventType = 75 AND text = 'NCCL')"
+            ranges = export.sql_rows(f"SELECT 1 FROM {NVTX} WHERE {nccl} AND eventType != 75 LIMIT 1")
+            return bool(ranges) and ("binaryData" not in export.columns(NVTX) or not export.sql_rows(
+                f"SELECT 1 FROM {NVTX} WHERE {nccl} AND binaryData IS NOT NULL LIMIT 1"))
+    except Exception:           # an unreadable export: its analysis names the fault
+        return False
+
+
+def payload_bytes(value: object) -> bytes | None:
+    """NVTX_EVENTS.binaryData as bytes: a BLOB as stored, a TEXT column's hex digits decoded; None: none."""
+    if value is None:
+        return None
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value)
+    text = str(value).strip()
+    try:
+        return bytes.fromhex(text)
+    except ValueError:
+        return text.encode("latin-1", errors="replace")
+
+
+def _field(blob: bytes | None, offset: int | None, size: int) -> int | None:
+    """The little-endian unsigned integer of `size` bytes at `offset` of `blob`, None where it is not there."""
+    if blob is None or offset is None or offset + size > len(blob):
+        return None
+    return int(struct.unpack_from("<Q" if size == 8 else "<I", blob, offset)[0])
+
+
+def _offsets(export: Export, domain: int) -> dict[str, dict[int, int]]:
+    """Per payload size in bytes (the schema's payloadSize): the offset of each entry name of the NCCL schemas."""
+    if not export.has("NVTX_PAYLOAD_SCHEMA_ENTRIES") or not export.has("NVTX_PAYLOAD_SCHEMAS"):
+        return {}
+    out: dict[str, dict[int, int]] = {}
+    rows = export.sql_rows(
+        "SELECT e.name, COALESCE(e.offset, 0), COALESCE(s.payloadSize, -1) FROM NVTX_PAYLOAD_SCHEMA_ENTRIES e "
+        "JOIN NVTX_PAYLOAD_SCHEMAS s ON s.domainId = e.domainId AND s.schemaId = e.schemaId "
+        f"WHERE e.domainId = {int(domain)}")
+    for name, offset, size in rows:
+        out.setdefault(str(name), {})[int(size)] = int(offset)
+    return out
+
+
+def _at(offsets: dict[str, dict[int, int]], entry: str, blob: bytes | None) -> int | None:
+    """The offset of `entry` in a payload of blob's size (the only one where all schemas agree)."""
+    by_size = offsets.get(entry, {})
+    if blob is not None and len(blob) in by_size:
+        return by_size[len(blob)]
+    found = set(by_size.values())
+    return found.pop() if len(found) == 1 else None
+
+
+def nccl_ranges(export: Export) -> Ranges:
+    """The NCCL NVTX ranges of one export with their sizes (bytes NaN where the payload is not in the
+    export), the ranks of each communicator (ncclCommInitRank*'s payload), and why sizes are unknown ("")."""
+    empty = {"gtid": np.zeros(0, np.int64), "start": np.zeros(0, np.int64), "end": np.zeros(0, np.int64),
+             "name": np.zeros(0, object), "bytes": np.zeros(0, np.float64), "comm": np.zeros(0, np.uint64)}
+    if not export.has(NVTX):
+        return empty, {}, NO_RANGES
+    domains = [int(r[0]) for r in export.sql_rows(
+        f"SELECT DISTINCT domainId FROM {NVTX} WHERE eventType = 75 AND text = 'NCCL' AND domainId IS NOT NULL")]
+    if not domains:
+        return empty, {}, NO_RANGES
+    blob = "e.binaryData" if "binaryData" in export.columns(NVTX) else "NULL"
+    text = "COALESCE(e.text, s.value)" if export.has("StringIds") else "e.text"
+    join = "LEFT JOIN StringIds s ON s.id = e.textId" if export.has("StringIds") else ""
+    rows = export.sql_rows(
+        f"SELECT e.globalTid, e.start, e.end, {text}, {blob}, e.domainId FROM {NVTX} e {join} "
+        f"WHERE e.domainId IN ({', '.join(map(str, domains))}) AND e.end IS NOT NULL ORDER BY e.globalTid, e.start")
+    offsets = {d: _offsets(export, d) for d in domains}
+    ranks: dict[int, int] = {}
+    kept: list[tuple[int, int, int, str, float, int]] = []
+    payloads = 0
+    for gtid, start, end, name, raw, domain in rows:
+        data = payload_bytes(raw)
+        payloads += data is not None
+        where = offsets[domain]
+        comm = _field(data, _at(where, COMM_ENTRY, data), 8)
+        if str(name).startswith("ncclCommInit"):
+            n = _field(data, _at(where, RANKS_ENTRY, data), 4)
+            if comm is not None and n:
+                ranks[comm] = n
+            continue
+        if busbw.collective_type(name) in (None, "Barrier"):
+            continue
+        size = _field(data, _at(where, SIZE_ENTRY, data), 8)
+        kept.append((int(gtid), int(start), int(end), str(name), math.nan if size is None else float(size),
+                     int(NO_COMM) if comm is None else comm))
+    if not kept:
+        return empty, ranks, NO_RANGES
+    cols = list(zip(*kept, strict=True))
+    out = {"gtid": np.array(cols[0], np.int64), "start": np.array(cols[1], np.int64),
+           "end": np.array(cols[2], np.int64), "name": np.array(cols[3], object),
+           "bytes": np.array(cols[4], np.float64), "comm": np.array(cols[5], np.uint64)}
+    return out, ranks, "" if payloads else NO_BLOBS
+
+
+def instances(act: Activity) -> tuple[pd.DataFrame, dict[int, str]]:
+    """One row per NCCL kernel of `act` (busbw.INSTANCE_COLUMNS: sizes from the NVTX range it was
+    launched from), and per rank why some have no size."""
+    comm = act.column("comm") & act.column("kernel")
+    call_code, op_code = call_op_codes(act)
+    first = {code: i for i, code in reversed(list(enumerate(call_code.tolist())))}
+    gtid, call_start = act.call("gtid"), act.call("start")
+    files, rank = act.column("file"), act.column("rank")
+    start, end, names = act.column("start"), act.column("end"), act.column("name")
+    ranges = {str(path): nccl_ranges(export) for path, export in act.exports.items()}
+    rows, why, unmatched = [], {}, {}
+    for i in np.flatnonzero(comm).tolist():
+        r, file = int(rank[i]), str(files[i])
+        got, comm_ranks, reason = ranges.get(file, (None, {}, NO_RANGES))
+        call = first.get(int(op_code[i]))
+        kind = busbw.collective_type(collective_kind(names[i])) or "other"
+        size, group, n = math.nan, None, None
+        if got is not None and len(got["start"]) and call is not None:
+            on_thread = np.flatnonzero(got["gtid"] == gtid[call])
+            at = np.searchsorted(got["start"][on_thread], call_start[call], side="right") - 1
+            if at >= 0 and call_start[call] <= got["end"][on_thread[at]]:
+                j = on_thread[at]
+                kind = busbw.collective_type(got["name"][j]) or kind
+                n = comm_ranks.get(int(got["comm"][j]))
+                group = f"comm {int(got['comm'][j]):#x}" if got["comm"][j] != NO_COMM else None
+                size = got["bytes"][j] * (n or math.nan) if kind in ("AllGather", "ReduceScatter") else got["bytes"][j]
+        if size != size:
+            unmatched[r] = unmatched.get(r, 0) + 1
+            why[r] = reason or UNMATCHED
+        rows.append((r, group, n, kind, None, size, int(start[i]), int(end[i])))
+    notes = {r: why[r].format(n=unmatched[r]) for r in why}
+    return pd.DataFrame(rows, columns=busbw.INSTANCE_COLUMNS), notes
+
+
+def busbw_table(act: Activity, bounds: dict[str, np.ndarray]) -> pd.DataFrame:
+    """The per-rank rows of nsys_busbw: each rank's NCCL kernels inside its measured window
+    (`bounds`: window.Window.bounds) per communicator, collective and size bucket."""
+    inst, notes = instances(act)
+    parts = []
+    for r, label, lo, hi in zip(bounds["rank"].tolist(), bounds["window"].tolist(), bounds["start_ns"].tolist(),
+                                bounds["end_ns"].tolist(), strict=True):
+        mine = busbw.in_window(inst[inst["rank"] == r], lo, hi)
+        parts.append(busbw.rank_table(mine, str(label), notes.get(r, "")))
+    return pd.concat(parts, ignore_index=True) if parts else busbw.rank_table(inst.iloc[:0], "")
