@@ -156,7 +156,9 @@ def instances(act: Activity) -> tuple[pd.DataFrame, dict[int, str]]:
     files, rank = act.column("file"), act.column("rank")
     start, end, names = act.column("start"), act.column("end"), act.column("name")
     ranges = {str(path): nccl_ranges(export) for path, export in act.exports.items()}
-    rows, why, unmatched = [], {}, {}
+    rows: list[tuple[object, ...]] = []
+    why: dict[int, str] = {}
+    unmatched: dict[int, int] = {}
     for i in np.flatnonzero(comm).tolist():
         r, file = int(rank[i]), str(files[i])
         got, comm_ranks, reason = ranges.get(file, (None, {}, NO_RANGES))

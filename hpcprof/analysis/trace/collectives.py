@@ -68,7 +68,7 @@ class TraceCollectives(Gatherer):
     def instances(self, rank: int) -> pd.DataFrame:
         """One row per NCCL kernel (busbw.INSTANCE_COLUMNS); bytes NaN where neither the kernel nor
         its record_param_comms carries sizes; barriers left out."""
-        rows = []
+        rows: list[tuple[Any, ...]] = []
         for name, start, end, external, sizes in self.kernels:
             sizes = sizes or self.params.get(external)
             if sizes is None:
