@@ -44,7 +44,7 @@ def main(out: Path = GOLD) -> None:
     import pandas as pd
 
     out.parent.mkdir(parents=True, exist_ok=True)
-    pd.concat([tracelens_rows(f) for f in TRACES], ignore_index=True).to_csv(out, index=False, float_format="%.9g")
+    pd.concat([tracelens_rows(f) for f in TRACES], ignore_index=True).to_csv(out, index=False)
     print(out)
 
 

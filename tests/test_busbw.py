@@ -1,0 +1,198 @@
+"""Bus bandwidth per collective and message size (hpcprof.analysis.busbw): the Kineto path by hand
+from the raw JSON and against AMD TraceLens' NcclAnalyser (its gold, tests/differential/tracelens_busbw.py),
+the nsys path on the committed exports (no NVTX payloads: sizes unknown, and why)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import sqlite3
+import statistics
+import subprocess
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from hpcprof import catalog as c
+from hpcprof.analysis import busbw
+from hpcprof.analysis.trace.collect import TorchCollector, busbw_across_ranks
+from hpcprof.analysis.trace.collectives import TraceCollectives
+from hpcprof.analysis.trace.load import gather
+
+HTA = Path(__file__).parent / "fixtures" / "hta"
+GOLD = Path(__file__).parent / "fixtures" / "tracelens" / "busbw_gold.csv"
+#: TraceLens' GB/s are GiB/s (2^30 bytes/s), its MB MiB; hpcprof's GB/s are 1e9 bytes/s
+GIB = 2**30
+
+
+def _trace(fixture: str, rank: int) -> Path:
+    return HTA / fixture / f"rank{rank}.pt.trace.json.gz"
+
+
+def _instances(fixture: str, rank: int) -> pd.DataFrame:
+    got = TraceCollectives()
+    gather(_trace(fixture, rank), got)
+    return got.instances(rank)
+
+
+def _table(fixture: str) -> pd.DataFrame:
+    """torch_busbw of a fixture's two ranks as collect makes it (each rank's file, then the reducer)."""
+    tool = TorchCollector()
+    per = pd.concat([tool.analyse_file(_trace(fixture, r), r)[c.TORCH_BUSBW.key] for r in (0, 1)], ignore_index=True)
+    lines: list[str] = []
+    return busbw_across_ranks(lambda name: per if name == c.TORCH_BUSBW.key else None, lines.append)[c.TORCH_BUSBW.key]
+
+
+def test_ddp_all_reduce_by_hand() -> None:
+    """DDP's fp32 all-reduce buckets (h200_ddp_gpt2) from the raw JSON: bytes = In msg nelems × 4
+    (Float), busbw = median(bytes / kernel time) · 2(n−1)/n per power-of-two bucket, over the kernels
+    whose midpoint is in the rank's window; the kernels without sizes counted apart."""
+    tool = TorchCollector()
+    for rank in (0, 1):
+        tables = tool.analyse_file(_trace("h200_ddp_gpt2", rank), rank)
+        window, table = tables[c.TORCH_WINDOW.key].iloc[0], tables[c.TORCH_BUSBW.key]
+        events = json.loads(gzip.decompress(_trace("h200_ddp_gpt2", rank).read_bytes()))["traceEvents"]
+        kernels = [e for e in events if e.get("cat") == "kernel" and e["name"].startswith("nccl")]
+        inside = [e for e in kernels
+                  if window["start_ns"] <= (e["ts"] + e["dur"] / 2) * 1000 <= window["end_ns"]]
+        sized = [e for e in inside if e["args"].get("Collective name") == "allreduce"]
+        assert {e["args"]["dtype"] for e in sized} == {"Float"} and {e["args"]["Group size"] for e in sized} == {2}
+        by_bucket: dict[int, list[tuple[int, float]]] = {}
+        for e in sized:
+            nbytes = e["args"]["In msg nelems"] * 4
+            by_bucket.setdefault(1 << (nbytes.bit_length() - 1), []).append((nbytes, e["dur"] * 1000))
+        rows = table[table["bucket_lo"].notna()].set_index("bucket_lo")
+        assert sorted(rows.index) == sorted(by_bucket)
+        for lo, got in by_bucket.items():
+            row = rows.loc[lo]
+            assert row["collective"] == "AllReduce" and row["group"] == "0 [0, 1]" and row["count"] == len(got)
+            assert row["total_bytes"] == sum(b for b, _ in got)
+            assert row["median_ns"] == pytest.approx(statistics.median(t for _, t in got), abs=1)
+            alg = statistics.median(b / t for b, t in got)             # bytes per ns = GB/s
+            assert row["algbw_gbps"] == pytest.approx(alg, rel=1e-3)
+            assert row["busbw_gbps"] == pytest.approx(alg * 2 * (2 - 1) / 2, rel=1e-3)
+        unknown = table[table["bucket"] == busbw.SIZES_UNKNOWN]
+        no_sizes = len(inside) - len(sized) - sum(e["args"].get("Collective name") == "barrier" for e in inside)
+        assert (unknown["count"].sum() if len(unknown) else 0) == no_sizes
+        if no_sizes:
+            assert "carry no record_param_comms sizes" in unknown["note"].iloc[0]
+
+
+def test_across_ranks_names_the_slowest_and_fastest_rank() -> None:
+    """The rows across ranks: counts summed, the rank of the lowest and highest median busbw, the skew."""
+    table = _table("h200_ddp_gpt2_bf16")
+    per, every = table[table["scope"] == "rank"], table[table["scope"] == "all"]
+    assert len(every) == per.groupby(["group", "collective", "bucket"]).ngroups > 0
+    for _, row in every.iterrows():
+        mine = per[(per["bucket"] == row["bucket"]) & (per["collective"] == row["collective"])]
+        assert row["count"] == mine["count"].sum()
+        slow, fast = mine.loc[mine["busbw_gbps"].idxmin()], mine.loc[mine["busbw_gbps"].idxmax()]
+        assert (row["slowest_rank"], row["fastest_rank"]) == (slow["rank"], fast["rank"])
+        assert row["skew_pct"] == pytest.approx(100 * (fast["busbw_gbps"] / slow["busbw_gbps"] - 1), rel=1e-3)
+
+
+@pytest.mark.parametrize("fixture", ["h200_ddp_gpt2", "h200_ddp_gpt2_bf16", "h200_seqpar_bf16"])
+def test_sizes_and_busbw_agree_with_tracelens(fixture: str) -> None:
+    """Each collective TraceLens matches across ranks (by process group and order): the same type and
+    message bytes, and the same busbw from the same time (its comm_latency: the fastest rank's
+    kernel); the per-rank medians of hpcprof's table equal TraceLens' per-rank numbers."""
+    gold = pd.read_csv(GOLD)
+    gold = gold[gold["fixture"] == fixture].reset_index(drop=True)
+    assert len(gold)
+    inst = {r: _instances(fixture, r) for r in (0, 1)}
+    mine = {r: inst[r][inst[r]["group"].notna()].sort_values("start_ns", kind="stable").reset_index(drop=True)
+            for r in (0, 1)}
+    assert len(mine[0]) == len(mine[1]) == len(gold)
+    for i, row in gold.iterrows():
+        kind = busbw.collective_type(row["Collective name"])
+        assert {mine[r].loc[i, "collective"] for r in (0, 1)} == {kind}
+        assert mine[0].loc[i, "bytes"] == mine[1].loc[i, "bytes"] == row["Full msg size (MB)"] * 2**20
+        fastest = min(mine[r].loc[i, "end_ns"] - mine[r].loc[i, "start_ns"] for r in (0, 1))
+        assert fastest == pytest.approx(row["comm_latency"] * 1000, abs=2)     # ns: ts and end rounded apart
+        bus = mine[0].loc[i, "bytes"] / fastest * busbw.factor(kind, row["Group size"])
+        assert bus == pytest.approx(row["bus bw (GB/s)"] * GIB / 1e9, rel=1e-4)
+    for r in (0, 1):                      # the table's per-rank medians, over the whole trace
+        table = busbw.rank_table(mine[r], "capture").set_index(["collective", "bucket_lo"])
+        gold["kind"] = gold["Collective name"].map(busbw.collective_type)
+        gold["lo"] = [busbw.bucket_of(b * 2**20)[0] for b in gold["Full msg size (MB)"]]
+        for (kind, lo), g in gold.groupby(["kind", "lo"]):
+            factor = g["bus bw (GB/s)"] / g["algo bw (GB/s)"]           # TraceLens' own factor
+            theirs = (g["Full msg size (MB)"] * 2**20 / (g[f"rank_{r}_dur"] * 1000) * factor).median()
+            assert table.loc[(kind, lo), "busbw_gbps"] == pytest.approx(theirs, rel=1e-3)
+            assert table.loc[(kind, lo), "count"] == len(g)
+
+
+def test_tracelens_live_gives_the_gold() -> None:
+    """TraceLens run now (where it is importable) gives the committed gold."""
+    pytest.importorskip("TraceLens", reason="TraceLens not importable (see tests/differential/tracelens_busbw.py)")
+    from tests.differential.tracelens_busbw import COLUMNS, tracelens_rows
+
+    gold = pd.read_csv(GOLD)
+    live = tracelens_rows("h200_seqpar_bf16").reset_index(drop=True)
+    want = gold[gold["fixture"] == "h200_seqpar_bf16"].reset_index(drop=True)
+    for col in COLUMNS:
+        if pd.api.types.is_numeric_dtype(want[col]):
+            assert live[col].astype(float).tolist() == pytest.approx(want[col].astype(float).tolist(), rel=1e-8)
+        else:
+            assert live[col].astype(str).tolist() == want[col].astype(str).tolist()
+
+
+def test_collective_names_and_factors() -> None:
+    """PyTorch's and NCCL's spellings name one type; nccl-tests' factors."""
+    assert [busbw.collective_type(n) for n in ("allreduce", "_allgather_base", "_reduce_scatter_base",
+                                               "ncclAllReduce", "ncclReduceScatter", "all_to_all", "ncclSend",
+                                               "barrier", "ncclGroupStart")] == \
+        ["AllReduce", "AllGather", "ReduceScatter", "AllReduce", "ReduceScatter", "AllToAll", "SendRecv",
+         "Barrier", None]
+    assert [busbw.factor(k, 8) for k in ("AllReduce", "AllGather", "ReduceScatter", "AllToAll", "Broadcast")] == \
+        [1.75, 0.875, 0.875, 0.875, 1.0]
+    assert math.isnan(busbw.factor("AllReduce", math.nan)) and busbw.bucket_of(3 << 20) == (2 << 20, 4 << 20)
+    assert busbw.bucket_label(2 << 20, 4 << 20) == "2-4 MiB"
+
+
+# -- nsys --------------------------------------------------------------------------------------------
+
+def test_nsys_without_payloads_says_sizes_unknown(fixtures_dir: Path) -> None:
+    """The committed DDP exports have NCCL's payload schemas but no payloads (exported without
+    --include-blobs): every NCCL kernel of the window is counted, its size unknown, the note says why."""
+    from hpcprof.analysis.nsys.collect import NsysCollector
+    from hpcprof.analysis.nsys.collectives import without_payloads
+
+    tool = NsysCollector()
+    per = []
+    for rank in (0, 1):
+        path = fixtures_dir / "nsys" / "h200_campaign" / f"ddp_ws2_rank{rank}.sqlite"
+        assert without_payloads(path)
+        tables = tool.analyse_file(path, rank)
+        window, table = tables[c.NSYS_WINDOW.key].iloc[0], tables[c.NSYS_BUSBW.key]
+        with sqlite3.connect(path) as db:
+            kernels = db.execute(
+                "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = k.demangledName "
+                "WHERE s.value LIKE 'nccl%' AND (k.start + k.end) / 2.0 BETWEEN ? AND ?",
+                (int(window["start_ns"]), int(window["end_ns"]))).fetchone()[0]
+        assert kernels > 0
+        assert table["bucket"].tolist() == [busbw.SIZES_UNKNOWN] and table["count"].tolist() == [kernels]
+        assert table["busbw_gbps"].isna().all() and "--include-blobs=true" in table["note"].iloc[0]
+        per.append(table)
+    lines: list[str] = []
+    joined = pd.concat(per, ignore_index=True)
+    out = tool.reduce(lambda name: joined if name == c.NSYS_BUSBW.key else None, lines.append)[c.NSYS_BUSBW.key]
+    assert out[out["scope"] == "all"]["count"].tolist() == [joined["count"].sum()]
+    assert any(line.startswith("busbw: ") and "--include-blobs" in line for line in lines)
+
+
+def test_export_asks_for_payloads_only_where_nsys_has_the_option(tmp_path: Path) -> None:
+    """`nsys export --include-blobs true` where `nsys export --help` names it; 2022.4 has no such option."""
+    from hpcprof.analysis.nsys.collect import export_options
+
+    newer = tmp_path / "nsys"
+    newer.write_text("#!/bin/sh\necho '  --include-blobs=  Include binary blobs'\n")
+    newer.chmod(0o755)
+    assert export_options(str(newer)) == ("--include-blobs", "true")
+    site = Path("/usr/lib/x86_64-linux-gnu/nsight-systems/target-linux-x64/nsys")     # tests/services/nsys.sh
+    if not site.exists():
+        pytest.skip("nsys 2022.4 not installed (tests/services/nsys.sh)")
+    assert "2022.4" in subprocess.run([str(site), "--version"], capture_output=True, text=True).stdout
+    assert export_options(str(site)) == ()
