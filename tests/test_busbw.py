@@ -196,3 +196,35 @@ def test_export_asks_for_payloads_only_where_nsys_has_the_option(tmp_path: Path)
         pytest.skip("nsys 2022.4 not installed (tests/services/nsys.sh)")
     assert "2022.4" in subprocess.run([str(site), "--version"], capture_output=True, text=True).stdout
     assert export_options(str(site)) == ()
+
+
+# -- collect and report ------------------------------------------------------------------------------
+
+def test_collect_writes_torch_busbw_and_both_reports_show_it(repo: Path, gpu_data: Path, tmp_path: Path) -> None:
+    """The GPT-2 DDP torch run of tests/fixtures/gpu/run3 rendered, collected and reported: torch_busbw
+    with the rows across ranks, its short table in the terminal report and in the HTML report."""
+    from hpcprof_cli import hpcprof
+    from test_report_html import gpu_run
+
+    from hpcprof.results import read_table
+
+    data = gpu_data / "run3"
+    hpcprof("render", str(repo / "examples" / "ddp_slowdown.yaml"), "--site", "polaris", "--set",
+            "resources.account=PROJECT", "-o", "t", "--set", "sweep={}", "--set", "profile.tool=torch", "--set",
+            "resources.ranks_per_node=2", "--set", "workload.args.world_size=2", cwd=tmp_path, check=True)
+    work = tmp_path / "runs"
+    run = gpu_run(work, tmp_path / "t", "20261121-000001-70c470", "torch",
+                  {f"rank{r}.pt.trace.json.gz": data / "torch" / f"rank{r}.pt.trace.json.gz" for r in (0, 1)},
+                  data / "ddp" / "torch_p2" / "ddp_steps.json")
+    hpcprof("collect", "--workdir", str(work), cwd=tmp_path, check=True)
+    table = read_table(run, c.TORCH_BUSBW.name)
+    assert table is not None and set(table["scope"]) == {"rank", "all"}
+    every = table[table["scope"] == "all"]
+    assert (every["collective"] == "AllReduce").any() and every["busbw_gbps"].notna().any()
+    assert sorted(table.loc[table["scope"] == "rank", "rank"].unique()) == [0, 1]
+    text = hpcprof("report", "20261121-000001-70c470", "--workdir", str(work), cwd=tmp_path, check=True,
+                   env={"COLUMNS": "250"}).stdout
+    assert "bus bandwidth per collective and message size (measured window)" in text and "AllReduce" in text
+    html = tmp_path / "r.html"
+    hpcprof("report", "20261121-000001-70c470", "--html", str(html), "--workdir", str(work), cwd=tmp_path, check=True)
+    assert "bus bandwidth per collective and message size (measured window)" in html.read_text()

@@ -93,5 +93,6 @@ def busbw_table(collectives: TraceCollectives, rank: int, window: pd.DataFrame, 
     inst = busbw.in_window(collectives.instances(rank), row["start_ns"], row["end_ns"])
     missing = int(inst["bytes"].isna().sum())
     note = (f"{busbw.SIZES_UNKNOWN}: {missing} NCCL kernels of {path.name} carry no record_param_comms sizes "
-            "(Collective name, In msg nelems)") if missing else ""
+            "(Collective name, In msg nelems: their launch is not in the trace, or PyTorch recorded none)") \
+        if missing else ""
     return busbw.rank_table(inst, str(row["window"]), note)
