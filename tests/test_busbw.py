@@ -228,3 +228,63 @@ def test_collect_writes_torch_busbw_and_both_reports_show_it(repo: Path, gpu_dat
     html = tmp_path / "r.html"
     hpcprof("report", "20261121-000001-70c470", "--html", str(html), "--workdir", str(work), cwd=tmp_path, check=True)
     assert "bus bandwidth per collective and message size (measured window)" in html.read_text()
+
+
+#: the real 2×H200 DDP export with NCCL's NVTX payloads (tests/fixtures/SOURCES.md §9): DDP's own
+#: bucket_sizes, the bytes every step all-reduces (4 × nn.Linear(2048, 2048) fp32 parameters)
+DDP_STEP_BYTES, DDP_STEPS = 4 * (2048 * 2048 + 2048) * 4, 12
+
+
+def _nccl_ranges_by_hand(path: Path) -> list[tuple[str, int, int]]:
+    """(range name, message bytes, its kernel's duration ns) of each NCCL collective range, read
+    with sqlite3 and struct: the blob's payload (u64 count; schema id, size, offset), the schema's
+    `Message size [bytes]` offset, the kernel whose CUDA launch is inside the range on its thread."""
+    import struct
+
+    with sqlite3.connect(path) as db:
+        offsets = {(schema, name): offset or 0 for schema, name, offset in db.execute(
+            "SELECT schemaId, name, offset FROM NVTX_PAYLOAD_SCHEMA_ENTRIES")}
+        rows = db.execute(
+            "SELECT s.value, e.binaryData, k.end - k.start FROM NVTX_EVENTS e JOIN StringIds s ON s.id = e.textId "
+            "JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.globalTid = e.globalTid AND r.start BETWEEN e.start AND e.end "
+            "JOIN CUPTI_ACTIVITY_KIND_KERNEL k ON k.correlationId = r.correlationId "
+            "WHERE s.value IN ('ncclAllReduce', 'ncclBroadcast', 'ncclAllGather') ORDER BY e.start").fetchall()
+    out = []
+    for name, blob, ns in rows:
+        count, schema, size, at = struct.unpack_from("<QQQQ", blob, 0)
+        assert count == 1 and at + size <= len(blob)
+        nbytes = struct.unpack_from("<Q", blob, at + offsets[(schema, "Message size [bytes]")])[0]
+        out.append((name, nbytes, ns))
+    return out
+
+
+def test_nsys_ddp_all_reduce_by_hand(fixtures_dir: Path) -> None:
+    """The DDP export with payloads: every step all-reduces DDP's buckets once (Σ bytes = 12 × the
+    model's 67,141,632 parameter bytes), and per bucket the median kernel time and busbw
+    (bytes / time · 2(n−1)/n, n = 2 from ncclCommInitRankConfig's payload) as computed by hand."""
+    from hpcprof.analysis.nsys.collect import NsysCollector
+
+    tool = NsysCollector()
+    per = []
+    for rank in (0, 1):
+        path = fixtures_dir / "nsys" / "ddp_blobs" / f"rank{rank}.sqlite"
+        tables = tool.analyse_file(path, rank)
+        table, window = tables[c.NSYS_BUSBW.key], tables[c.NSYS_WINDOW.key].iloc[0]
+        assert window["iterations"] == DDP_STEPS and (table["note"] == "").all()
+        assert table["group_size"].tolist() == [2] * len(table) and table["group"].str.startswith("comm 0x").all()
+        hand = [r for r in _nccl_ranges_by_hand(path) if r[0] == "ncclAllReduce"]
+        assert sum(b for _, b, _ in hand) == DDP_STEPS * DDP_STEP_BYTES
+        reduce = table[table["collective"] == "AllReduce"].set_index("bucket_lo")
+        assert reduce["total_bytes"].sum() == DDP_STEPS * DDP_STEP_BYTES and reduce["count"].sum() == len(hand)
+        for lo, row in reduce.iterrows():
+            mine = [(b, ns) for _, b, ns in hand if lo <= b < 2 * lo]
+            assert row["count"] == len(mine) and row["bytes"] == statistics.median(b for b, _ in mine)
+            assert row["median_ns"] == statistics.median(ns for _, ns in mine)
+            assert row["busbw_gbps"] == pytest.approx(statistics.median(b / ns for b, ns in mine) * 2 * 1 / 2, abs=1e-4)
+        per.append(table)
+    joined = pd.concat(per, ignore_index=True)
+    out = tool.reduce(lambda name: joined if name == c.NSYS_BUSBW.key else None, [].append)[c.NSYS_BUSBW.key]
+    every = out[(out["scope"] == "all") & (out["collective"] == "AllReduce")]
+    for _, row in every.iterrows():
+        ranks = joined[(joined["collective"] == "AllReduce") & (joined["bucket"] == row["bucket"])]
+        assert row["slowest_busbw_gbps"] == ranks["busbw_gbps"].min() and row["fastest_busbw_gbps"] == ranks["busbw_gbps"].max()

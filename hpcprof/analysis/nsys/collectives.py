@@ -59,46 +59,63 @@ def without_payloads(path: Path) -> bool:
 
 
 def payload_bytes(value: object) -> bytes | None:
-    """NVTX_EVENTS.binaryData as bytes: a BLOB as stored, a TEXT column's hex digits decoded; None: none."""
+    """NVTX_EVENTS.binaryData as bytes (a BLOB as stored; TEXT taken as its hex digits); None: none."""
     if value is None:
         return None
     if isinstance(value, bytes | bytearray | memoryview):
         return bytes(value)
-    text = str(value).strip()
     try:
-        return bytes.fromhex(text)
+        return bytes.fromhex(str(value))
     except ValueError:
-        return text.encode("latin-1", errors="replace")
-
-
-def _field(blob: bytes | None, offset: int | None, size: int) -> int | None:
-    """The little-endian unsigned integer of `size` bytes at `offset` of `blob`, None where it is not there."""
-    if blob is None or offset is None or offset + size > len(blob):
         return None
-    return int(struct.unpack_from("<Q" if size == 8 else "<I", blob, offset)[0])
 
 
-def _offsets(export: Export, domain: int) -> dict[str, dict[int, int]]:
-    """Per payload size in bytes (the schema's payloadSize): the offset of each entry name of the NCCL schemas."""
-    if not export.has("NVTX_PAYLOAD_SCHEMA_ENTRIES") or not export.has("NVTX_PAYLOAD_SCHEMAS"):
-        return {}
-    out: dict[str, dict[int, int]] = {}
-    rows = export.sql_rows(
-        "SELECT e.name, COALESCE(e.offset, 0), COALESCE(s.payloadSize, -1) FROM NVTX_PAYLOAD_SCHEMA_ENTRIES e "
-        "JOIN NVTX_PAYLOAD_SCHEMAS s ON s.domainId = e.domainId AND s.schemaId = e.schemaId "
-        f"WHERE e.domainId = {int(domain)}")
-    for name, offset, size in rows:
-        out.setdefault(str(name), {})[int(size)] = int(offset)
+def payloads(blob: bytes | None) -> list[tuple[int, bytes]]:
+    """The (schema id, payload) of each payload in an NVTX_EVENTS.binaryData blob, as nsys writes it:
+    a little-endian u64 count, then per payload its schema id, size and offset in the blob (u64
+    each), then the payloads; none where the blob is not laid out so."""
+    if blob is None or len(blob) < 8:
+        return []
+    count = struct.unpack_from("<Q", blob, 0)[0]
+    if not 0 < count <= (len(blob) - 8) // 24:
+        return []
+    out = []
+    for i in range(count):
+        schema, size, offset = struct.unpack_from("<QQQ", blob, 8 + 24 * i)
+        if offset + size > len(blob):
+            return []
+        out.append((int(schema), blob[offset:offset + size]))
     return out
 
 
-def _at(offsets: dict[str, dict[int, int]], entry: str, blob: bytes | None) -> int | None:
-    """The offset of `entry` in a payload of blob's size (the only one where all schemas agree)."""
-    by_size = offsets.get(entry, {})
-    if blob is not None and len(blob) in by_size:
-        return by_size[len(blob)]
-    found = set(by_size.values())
-    return found.pop() if len(found) == 1 else None
+def _field(payload: bytes, offset: int | None, size: int) -> int | None:
+    """The little-endian unsigned integer of `size` bytes at `offset` of `payload`, None where it is not there."""
+    if offset is None or offset + size > len(payload):
+        return None
+    return int(struct.unpack_from("<Q" if size == 8 else "<I", payload, offset)[0])
+
+
+def _schemas(export: Export, domain: int) -> dict[int, dict[str, int]]:
+    """The offset of each entry of each payload schema of `domain` (by schema id)."""
+    if not export.has("NVTX_PAYLOAD_SCHEMA_ENTRIES"):
+        return {}
+    out: dict[int, dict[str, int]] = {}
+    for schema, name, offset in export.sql_rows(
+            "SELECT schemaId, name, COALESCE(offset, 0) FROM NVTX_PAYLOAD_SCHEMA_ENTRIES "
+            f"WHERE domainId = {int(domain)}"):
+        out.setdefault(int(schema), {})[str(name)] = int(offset)
+    return out
+
+
+def _entries(blob: bytes | None, schemas: dict[int, dict[str, int]]) -> dict[str, int]:
+    """The communicator, size and ranks a range's payloads carry (RANKS_ENTRY 4 bytes, the others 8)."""
+    out: dict[str, int] = {}
+    for schema, payload in payloads(blob):
+        for entry, offset in schemas.get(schema, {}).items():
+            width = 4 if entry == RANKS_ENTRY else 8
+            if entry in (COMM_ENTRY, SIZE_ENTRY, RANKS_ENTRY) and (value := _field(payload, offset, width)) is not None:
+                out[entry] = value
+    return out
 
 
 def nccl_ranges(export: Export) -> Ranges:
@@ -118,23 +135,22 @@ def nccl_ranges(export: Export) -> Ranges:
     rows = export.sql_rows(
         f"SELECT e.globalTid, e.start, e.end, {text}, {blob}, e.domainId FROM {NVTX} e {join} "
         f"WHERE e.domainId IN ({', '.join(map(str, domains))}) AND e.end IS NOT NULL ORDER BY e.globalTid, e.start")
-    offsets = {d: _offsets(export, d) for d in domains}
+    schemas = {d: _schemas(export, d) for d in domains}
     ranks: dict[int, int] = {}
     kept: list[tuple[int, int, int, str, float, int]] = []
-    payloads = 0
+    blobs = 0
     for gtid, start, end, name, raw, domain in rows:
         data = payload_bytes(raw)
-        payloads += data is not None
-        where = offsets[domain]
-        comm = _field(data, _at(where, COMM_ENTRY, data), 8)
+        blobs += data is not None
+        got = _entries(data, schemas[domain])
+        comm = got.get(COMM_ENTRY)
         if str(name).startswith("ncclCommInit"):
-            n = _field(data, _at(where, RANKS_ENTRY, data), 4)
-            if comm is not None and n:
-                ranks[comm] = n
+            if comm is not None and got.get(RANKS_ENTRY):
+                ranks[comm] = got[RANKS_ENTRY]
             continue
         if busbw.collective_type(name) in (None, "Barrier"):
             continue
-        size = _field(data, _at(where, SIZE_ENTRY, data), 8)
+        size = got.get(SIZE_ENTRY)
         kept.append((int(gtid), int(start), int(end), str(name), math.nan if size is None else float(size),
                      int(NO_COMM) if comm is None else comm))
     if not kept:
@@ -143,7 +159,7 @@ def nccl_ranges(export: Export) -> Ranges:
     out = {"gtid": np.array(cols[0], np.int64), "start": np.array(cols[1], np.int64),
            "end": np.array(cols[2], np.int64), "name": np.array(cols[3], object),
            "bytes": np.array(cols[4], np.float64), "comm": np.array(cols[5], np.uint64)}
-    return out, ranks, "" if payloads else NO_BLOBS
+    return out, ranks, "" if blobs else NO_BLOBS
 
 
 def instances(act: Activity) -> tuple[pd.DataFrame, dict[int, str]]:
