@@ -10,7 +10,7 @@ collective and message-size bucket (powers of two: [2^k, 2^(k+1)) bytes) over th
 * `algbw` = bytes / time, `busbw` = algbw · factor (nccl-tests' PERFORMANCE.md): AllReduce 2(n−1)/n;
   AllGather, ReduceScatter, AllToAll (n−1)/n; Broadcast, Reduce, SendRecv 1 (n: the group's ranks);
   in GB/s (10^9 bytes/s), the median over the bucket's instances;
-* across ranks (`scope == "all"`): the median over every rank's instances, and the slowest rank's
+* across ranks (`scope == "all"`): the median of the ranks' medians, and the slowest rank's
   median busbw against the fastest rank's (`skew_pct`). A rank's kernel time includes its wait for
   the last rank to arrive, so the rank that arrives last shows the highest busbw.
 

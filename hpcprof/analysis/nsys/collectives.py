@@ -37,6 +37,8 @@ NO_BLOBS = ("{n} NCCL kernels without a size: the export has no NVTX payloads (b
 NO_RANGES = ("{n} NCCL kernels without a size: the export has no NCCL NVTX ranges (trace nvtx, and NCCL with "
              "NVTX: NCCL_NVTX_DISABLE unset)")
 UNMATCHED = "{n} NCCL kernels without a size: launched outside an NCCL NVTX range with a payload"
+NO_RANKS = ("{n} NCCL kernels without a size: AllGather's and ReduceScatter's NVTX size is one rank's part and "
+            "the communicator's ranks are unknown (its ncclCommInitRank range is not in the capture)")
 #: the communicator of a range whose payload is not in the export
 NO_COMM = np.uint64(2**64 - 1)
 #: the per-rank parts of one export: NCCL ranges (thread, start, end, name, bytes, communicator) and ranks per communicator
@@ -162,6 +164,13 @@ def nccl_ranges(export: Export) -> Ranges:
     return out, ranks, "" if blobs else NO_BLOBS
 
 
+def _thread_slices(gtid: np.ndarray) -> dict[int, tuple[int, int]]:
+    """The [lo, hi) rows of each thread in ranges sorted by thread (nccl_ranges' order)."""
+    values, first = np.unique(gtid, return_index=True)
+    bounds = np.append(first, len(gtid)).tolist()
+    return {int(v): (bounds[i], bounds[i + 1]) for i, v in enumerate(values.tolist())}
+
+
 def instances(act: Activity) -> tuple[pd.DataFrame, dict[int, str]]:
     """One row per NCCL kernel of `act` (busbw.INSTANCE_COLUMNS: sizes from the NVTX range it was
     launched from), and per rank why some have no size."""
@@ -172,6 +181,7 @@ def instances(act: Activity) -> tuple[pd.DataFrame, dict[int, str]]:
     files, rank = act.column("file"), act.column("rank")
     start, end, names = act.column("start"), act.column("end"), act.column("name")
     ranges = {str(path): nccl_ranges(export) for path, export in act.exports.items()}
+    threads = {file: _thread_slices(got[0]["gtid"]) for file, got in ranges.items()}
     rows: list[tuple[object, ...]] = []
     why: dict[int, str] = {}
     unmatched: dict[int, int] = {}
@@ -181,18 +191,18 @@ def instances(act: Activity) -> tuple[pd.DataFrame, dict[int, str]]:
         call = first.get(int(op_code[i]))
         kind = busbw.collective_type(collective_kind(names[i])) or "other"
         size, group, n = math.nan, None, None
-        if got is not None and len(got["start"]) and call is not None:
-            on_thread = np.flatnonzero(got["gtid"] == gtid[call])
-            at = np.searchsorted(got["start"][on_thread], call_start[call], side="right") - 1
-            if at >= 0 and call_start[call] <= got["end"][on_thread[at]]:
-                j = on_thread[at]
+        lo, hi = threads.get(file, {}).get(int(gtid[call]), (0, 0)) if call is not None else (0, 0)
+        if got is not None and hi > lo:
+            j = lo + int(np.searchsorted(got["start"][lo:hi], call_start[call], side="right")) - 1
+            if j >= lo and call_start[call] <= got["end"][j]:
                 kind = busbw.collective_type(got["name"][j]) or kind
                 n = comm_ranks.get(int(got["comm"][j]))
                 group = f"comm {int(got['comm'][j]):#x}" if got["comm"][j] != NO_COMM else None
                 size = got["bytes"][j] * (n or math.nan) if kind in ("AllGather", "ReduceScatter") else got["bytes"][j]
         if size != size:
             unmatched[r] = unmatched.get(r, 0) + 1
-            why[r] = reason or UNMATCHED
+            why[r] = reason or (NO_RANKS if group and n is None and kind in ("AllGather", "ReduceScatter")
+                                else UNMATCHED)
         rows.append((r, group, n, kind, None, size, int(start[i]), int(end[i])))
     notes = {r: why[r].format(n=unmatched[r]) for r in why}
     return pd.DataFrame(rows, columns=busbw.INSTANCE_COLUMNS), notes
