@@ -185,8 +185,9 @@ def reduce_table(key: str, read: ReadTable, log: Log) -> dict[str, pd.DataFrame]
     per = read(key)
     if per is None or per.empty:
         return {}
-    unknown = per[per["note"].astype(str).str.len() > 0]
+    unknown = per[per["bytes"].isna()]
     if len(unknown):
         ranks = ", ".join(map(str, sorted({int(r) for r in unknown["rank"].dropna()})))
-        log(f"{key}: {unknown['note'].iloc[0]} (ranks {ranks})")
+        log(f"{key}: {int(unknown['count'].sum())} NCCL kernels without a size (ranks {ranks}); rank "
+            f"{int(unknown['rank'].iloc[0])}: {unknown['note'].iloc[0]}")
     return {key: across_ranks(per)}
