@@ -127,7 +127,7 @@ def test_sizes_and_busbw_agree_with_tracelens(fixture: str) -> None:
 def test_tracelens_live_gives_the_gold() -> None:
     """TraceLens run now (where it is importable) gives the committed gold."""
     pytest.importorskip("TraceLens", reason="TraceLens not importable (see tests/differential/tracelens_busbw.py)")
-    from tests.differential.tracelens_busbw import COLUMNS, tracelens_rows
+    from differential.tracelens_busbw import COLUMNS, tracelens_rows
 
     gold = pd.read_csv(GOLD)
     live = tracelens_rows("h200_seqpar_bf16").reset_index(drop=True)
