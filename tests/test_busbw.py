@@ -288,3 +288,31 @@ def test_nsys_ddp_all_reduce_by_hand(fixtures_dir: Path) -> None:
     for _, row in every.iterrows():
         ranks = joined[(joined["collective"] == "AllReduce") & (joined["bucket"] == row["bucket"])]
         assert row["slowest_busbw_gbps"] == ranks["busbw_gbps"].min() and row["fastest_busbw_gbps"] == ranks["busbw_gbps"].max()
+
+
+def test_an_export_without_payloads_beside_its_report_is_made_again(fixtures_dir: Path, tmp_path: Path) -> None:
+    """`nsys profile --export=sqlite` keeps no NVTX payloads: where the site's nsys has --include-blobs
+    (here a stand-in that says so and copies the export with payloads), collect exports the report
+    again with them; the export beside it is used where the site's nsys cannot."""
+    import shutil
+
+    from hpcprof.analysis.collector import CollectContext
+    from hpcprof.analysis.nsys.collect import sqlite_files
+
+    beside = tmp_path / "rank0.sqlite"
+    shutil.copy(fixtures_dir / "nsys" / "h200_campaign" / "ddp_ws2_rank0.sqlite", beside)
+    rep = tmp_path / "rank0.nsys-rep"
+    rep.write_bytes(b"read by the stand-in only")
+    newer = tmp_path / "nsys"
+    newer.write_text('#!/bin/sh\n[ "$2" = --help ] && { echo "  --include-blobs=  Include binary blobs"; exit 0; }\n'
+                     '[ "$6 $7" = "--include-blobs true" ] || exit 3\n'
+                     f'cp "{fixtures_dir / "nsys" / "ddp_blobs" / "rank0.sqlite"}" "$9"\n')
+    newer.chmod(0o755)
+    problems: list[object] = []
+    ctx = CollectContext(run_dir=tmp_path, tool="nsys", files=[str(beside), str(rep)],
+                         rank_of={str(beside): 0, str(rep): 0}, work_dir=tmp_path / "work", problem=problems.append)
+    assert sqlite_files(ctx, {"nsys": str(newer)}) == {str(tmp_path / "work" / "rank0.sqlite"): 0} and not problems
+    old = tmp_path / "nsys-2022.4"
+    old.write_text('#!/bin/sh\necho "  -t, --type="\n')
+    old.chmod(0o755)
+    assert sqlite_files(ctx, {"nsys": str(old)}) == {str(beside): 0}
