@@ -1,7 +1,7 @@
 """The terminal report: a headline block per run (parameters, state, duration, metrics), numbers
 with units and thousands separators as `nsys stats` prints them, failed runs with their reason and
 log tail, long per-event tables only with `--full`. A run's block needs no pandas (its headline is
-collect's note); the comparison of several runs does."""
+collect's note) except for its bus bandwidth table, where it has one; the comparison of several runs does."""
 
 from __future__ import annotations
 
