@@ -97,6 +97,23 @@ NSYS_GAP_NS = 100_000
 NSYS_GAPS = _t(NSYS, "gaps", "gap, per process and device", MEASURED,
                "GPU idle gaps longer than 0.1 ms: start, end, duration, the operations before and after",
                "`nsys analyze` rule gpu_gaps")
+_BUSBW_ROWS = "rank, process group, collective and message-size bucket (`scope` rank); the same across ranks (`scope` all)"
+_BUSBW = ("bus bandwidth per collective and message size: scope (rank, all), rank, window, group (process group: "
+          "name and ranks, nsys: NCCL communicator id), group_size (its ranks, n), collective (AllReduce, AllGather, "
+          "ReduceScatter, AllToAll, Broadcast, Reduce, SendRecv), bucket (message-size range, powers of two; `sizes "
+          "unknown` where the profile has none) with bucket_lo, bucket_hi (bytes, [lo, hi)), count (collectives), "
+          "bytes (median message size: nccl-tests' size, AllGather's whole output, ReduceScatter's whole input), "
+          "total_bytes, median_ns (median NCCL kernel time), algbw_gbps (median of bytes / kernel time, GB/s = "
+          "1e9 B/s), busbw_gbps (algbw · nccl-tests' factor: AllReduce 2(n−1)/n; AllGather, ReduceScatter, "
+          "AllToAll (n−1)/n; Broadcast, Reduce, SendRecv 1); across ranks the medians of the ranks' medians, "
+          "slowest_rank and fastest_rank with their busbw (slowest_busbw_gbps, fastest_busbw_gbps) and "
+          "skew_pct = 100 · (fastest / slowest − 1); note: why sizes or the group size are unknown. A collective "
+          "is in the window when its kernel's midpoint is; a rank's kernel time includes its wait for the others")
+NSYS_BUSBW = _t(NSYS, "busbw", _BUSBW_ROWS, MEASURED,
+                _BUSBW + "; sizes from NCCL's NVTX ranges (`ncclAllReduce`, ...: the payload's `Message size "
+                "[bytes]`, in exports made with `nsys export --include-blobs=true`), matched to the NCCL kernel "
+                "each launched (the CUDA launch inside the range on its thread, by correlation id)",
+                "nccl-tests' PERFORMANCE.md (algbw, busbw); NCCL Inspector")
 # -- nsys: the whole capture -------------------------------------------------------------------------
 NSYS_CAPTURE_OVERLAP = _t(NSYS, "capture_overlap", "rank and device", CAPTURE,
                           "nsys_overlap's columns over the whole capture", NSYS_OVERLAP.reference)
@@ -147,6 +164,11 @@ TORCH_WINDOW_KERNELS = _t(TORCH, "window_kernels", "rank and kernel name", MEASU
 TORCH_KERNEL_TYPES = _t(TORCH, "kernel_types", "rank and kernel type", CAPTURE,
                         "GPU time per kernel type (computation, communication, memory) and its %",
                         "HTA `get_gpu_kernel_breakdown` (kernel types)")
+TORCH_BUSBW = _t(TORCH, "busbw", _BUSBW_ROWS, MEASURED,
+                 _BUSBW + "; sizes from PyTorch's record_param_comms (`In msg nelems`, `Out msg nelems`, `dtype`, "
+                 "`Group size`, on the NCCL kernel or its cpu_op by External id); barriers left out",
+                 "TraceLens' NcclAnalyser (sizes, algbw, busbw; GB/s here are 1e9 B/s, TraceLens' 2^30); "
+                 "nccl-tests' PERFORMANCE.md")
 # -- ncu, Echo, the workloads, collect's manifest ----------------------------------------------------
 NCU_METRICS = _t(NCU, "metrics", "profiled kernel", EACH_KERNEL,
                  "Echo's ncu metric table: throughputs, occupancy, hit rates of each kernel", "Echo's ncu table")
@@ -190,11 +212,11 @@ STEPS_TIMES = _t(STEPS, "times", "rank and optimizer step", EACH_ITERATION,
 STEP_PHASE = "step"
 
 TABLES: tuple[TableSpec, ...] = (
-    NSYS_WINDOW, NSYS_ITERATIONS, NSYS_KERNELS, NSYS_NCCL, NSYS_OVERLAP, NSYS_PHASES, NSYS_TIMELINE, NSYS_GAPS,
+    NSYS_WINDOW, NSYS_ITERATIONS, NSYS_KERNELS, NSYS_NCCL, NSYS_BUSBW, NSYS_OVERLAP, NSYS_PHASES, NSYS_TIMELINE, NSYS_GAPS,
     NSYS_CAPTURE_OVERLAP, NSYS_CAPTURE_PHASES, *NSYS_SUMMARIES,
     NSYS_CRITICAL_EVENTS, NSYS_CRITICAL_PATH, NSYS_CRITICAL_SEGMENTS,
     TORCH_WINDOW, TORCH_ITERATIONS, TORCH_TEMPORAL, TORCH_OVERLAP, TORCH_IDLE, TORCH_LAUNCH, TORCH_KERNELS,
-    TORCH_WINDOW_KERNELS,
+    TORCH_WINDOW_KERNELS, TORCH_BUSBW,
     TORCH_KERNEL_TYPES, TORCH_CRITICAL_EVENTS, TORCH_CRITICAL_PATH, TORCH_CRITICAL_SEGMENTS,
     NCU_METRICS, ECHO_SLOWDOWN,
     WORKLOAD_SEQPAR, SEQPAR_PHASES, SEQPAR_ITERATIONS, SEQPAR_RANKS, SEQPAR_LOOP, SEQPAR_CHECK,

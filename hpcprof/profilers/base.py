@@ -27,6 +27,7 @@ class Tables(NamedTuple):
     critical_path: str | None = None    # per iteration: the rank the others waited for, in which collective
     kernels: str | None = None          # per rank and kernel: its GPU time
     collectives: str | None = None      # per rank and collective: its NCCL time
+    busbw: str | None = None            # per rank, process group, collective and message size: its bus bandwidth
 
 
 class KernelTime(NamedTuple):

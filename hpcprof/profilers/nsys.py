@@ -113,7 +113,7 @@ PROFILER = Profiler(
     options=NsysOptions, launch=launch, check=check,
     collector="hpcprof.analysis.nsys.collect:NsysCollector",
     tables=Tables(iterations=c.NSYS_ITERATIONS.key, window=c.NSYS_WINDOW.key, critical_path=c.NSYS_CRITICAL_PATH.key,
-                  kernels=c.NSYS_KERNELS.key, collectives=c.NSYS_NCCL.key),
+                  kernels=c.NSYS_KERNELS.key, collectives=c.NSYS_NCCL.key, busbw=c.NSYS_BUSBW.key),
     kernel_time=KernelTime("name", "total_ns", 1e6),
     metrics=("hpcprof.analysis.summary:nsys_metrics", "hpcprof.analysis.summary:slowdown_metrics"),
     figures="hpcprof.report.html:nsys_figures")

@@ -48,7 +48,8 @@ PROFILER = Profiler(
     options=TorchOptions, launch=launch, check=check,
     collector="hpcprof.analysis.trace.collect:TorchCollector",
     tables=Tables(iterations=c.TORCH_ITERATIONS.key, window=c.TORCH_WINDOW.key,
-                  critical_path=c.TORCH_CRITICAL_PATH.key, kernels=c.TORCH_WINDOW_KERNELS.key),
+                  critical_path=c.TORCH_CRITICAL_PATH.key, kernels=c.TORCH_WINDOW_KERNELS.key,
+                  busbw=c.TORCH_BUSBW.key),
     kernel_time=KernelTime("name", "total_ns", 1e6),
     metrics=("hpcprof.analysis.summary:torch_metrics",),
     figures="hpcprof.report.html:torch_figures")

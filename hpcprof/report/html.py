@@ -24,7 +24,7 @@ from hpcprof.report import limits, plots, sweep
 from hpcprof.report.compare import measured_window
 from hpcprof.report.runs import RunInfo
 from hpcprof.report.stats import p_text
-from hpcprof.report.terminal import format_value, top_kernels_window, with_unit
+from hpcprof.report.terminal import busbw_summary, format_value, top_kernels_window, with_unit
 from hpcprof.results import read_table
 from hpcprof.safe_text import plotly_escaped
 
@@ -331,6 +331,8 @@ def run_header(info: RunInfo) -> str:
     if info.top:
         text += table_html(pd.DataFrame(info.top, columns=["name", "time_ms", "category"]),
                            f"Top kernels ({top_kernels_window(info.tool)})")
+    if (bandwidth := busbw_summary(info.run.path, info.tool)) is not None:
+        text += table_html(*bandwidth)
     return text
 
 

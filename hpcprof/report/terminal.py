@@ -1,7 +1,7 @@
 """The terminal report: a headline block per run (parameters, state, duration, metrics), numbers
 with units and thousands separators as `nsys stats` prints them, failed runs with their reason and
 log tail, long per-event tables only with `--full`. A run's block needs no pandas (its headline is
-collect's note); the comparison of several runs does."""
+collect's note) except for its bus bandwidth table, where it has one; the comparison of several runs does."""
 
 from __future__ import annotations
 
@@ -146,6 +146,38 @@ def top_kernels_window(tool: str) -> str:
     return f"GPU time per rank, {table_window(table) if table else RUN}"
 
 
+#: the bus bandwidth table's title in both reports, and how many of its rows they show (most time first)
+BUSBW_TITLE, BUSBW_ROWS = "bus bandwidth per collective and message size", 8
+
+
+def busbw_summary(run_dir: Path, tool: str) -> tuple[pd.DataFrame, str] | None:
+    """The run's bus bandwidth table for reading (its rows across ranks, else its one rank's; the
+    BUSBW_ROWS with the most time) and its title with the window and how many kernels have no size;
+    None where the run has none (read with pandas only where it has one)."""
+    profiler = profilers.find(tool)
+    name = profiler.table("busbw") if profiler is not None else None
+    if name is None or name not in list_tables(run_dir):
+        return None
+    import pandas as pd
+
+    table = read_table(run_dir, name)
+    if table is None or table.empty:
+        return None
+    rows = table[table["scope"] == "all"] if (table["scope"] == "all").any() else table
+    rows = rows.assign(time_ms=rows["count"] * rows["median_ns"] / 1e6).nlargest(BUSBW_ROWS, "time_ms")
+    shown = rows.assign(size=(rows["bytes"] / 2**20).round(2), median_us=(rows["median_ns"] / 1e3).round(1),
+                        algbw_gbps=rows["algbw_gbps"].round(1), busbw_gbps=rows["busbw_gbps"].round(1),
+                        skew=[f"rank {s:.0f} {sb:.1f} vs rank {f:.0f} {fb:.1f}" if pd.notna(s) else ""
+                              for s, sb, f, fb in zip(rows["slowest_rank"], rows["slowest_busbw_gbps"],
+                                                      rows["fastest_rank"], rows["fastest_busbw_gbps"], strict=True)])
+    shown = shown[["collective", "group", "bucket", "count", "size", "median_us", "algbw_gbps", "busbw_gbps", "skew"]]
+    shown.columns = ["collective", "group", "size bucket", "count", "MiB (median)", "median µs", "algbw GB/s",
+                     "busbw GB/s", "slowest vs fastest rank (busbw GB/s)"]
+    unknown = int(table.loc[(table["scope"] == rows["scope"].iloc[0]) & table["bytes"].isna(), "count"].sum())
+    return shown, f"{BUSBW_TITLE} ({table_window(name)})" + \
+        (f"; {unknown} NCCL kernels without a size ({name}'s note says why)" if unknown else "")
+
+
 def headline(info: RunInfo, out: Console) -> None:
     """The run's header, parameters, state and duration, its metrics, and for a failed run the
     reason and the tail of its logs."""
@@ -180,6 +212,8 @@ def headline(info: RunInfo, out: Console) -> None:
         for name, time_ms, category in info.top:  # a kernel's name as plain text: no markup
             top.add_row(rich_text(name), with_unit(time_ms, "ms"), rich_text(category))
         out.print(top)
+    if (bandwidth := busbw_summary(run.path, info.tool)) is not None:
+        out.print(render_table(*bandwidth))
     if info.state not in ("COMPLETED", "RUNNING", "PENDING"):
         failure(info, out)
     elif not info.metrics and info.state == "COMPLETED" and not list_tables(run.path):

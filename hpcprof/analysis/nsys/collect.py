@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import shutil
 import subprocess
@@ -15,11 +16,13 @@ import pandas as pd
 import pyarrow as pa
 
 from hpcprof import catalog as c
+from hpcprof.analysis import busbw
 from hpcprof.analysis.collector import CollectContext, Log, ReadTable, Reducer, RunStep, ToolCollector, each_alone
 from hpcprof.analysis.detect_steps import window_note
 from hpcprof.analysis.nsys import critical_path
 from hpcprof.analysis.nsys import distributed as dist
 from hpcprof.analysis.nsys import window as win
+from hpcprof.analysis.nsys.collectives import busbw_table, without_payloads
 from hpcprof.analysis.nsys.echo import echo_step
 from hpcprof.analysis.nsys.timeline import iteration_timeline, median_iteration
 from hpcprof.analysis.nsys_stats.arrays import Columns
@@ -45,14 +48,27 @@ def find_nsys(tool_paths: Mapping[str, str]) -> str | None:
     return shutil.which(configured or "nsys")
 
 
+@functools.cache
+def export_options(nsys: str) -> tuple[str, ...]:
+    """The options of `nsys export` that `nsys` has beyond 2022.4's: `--include-blobs true` (the NVTX
+    payloads, NCCL's message sizes: nsys/collectives.py) where its `nsys export --help` names it."""
+    try:
+        shown = subprocess.run([nsys, "export", "--help"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return ()
+    return ("--include-blobs", "true") if "--include-blobs" in shown.stdout + shown.stderr else ()
+
+
 def export_sqlite(nsys: str, rep: Path, work_dir: Path) -> Path:
-    """`nsys export -t sqlite` of `rep` into `work_dir` (reused when already exported)."""
+    """`nsys export -t sqlite` of `rep` into `work_dir` (reused when already exported), with the
+    NVTX payloads where the site's nsys can (export_options)."""
     out = work_dir / (rep.stem + ".sqlite")
     if out.exists() and out.stat().st_mtime >= rep.stat().st_mtime:
         return out
+    extra = export_options(nsys)
 
     def export(tmp: Path) -> None:  # a failed export leaves no file
-        subprocess.run([nsys, "export", "-t", "sqlite", "--force-overwrite", "true", "-o", str(tmp), str(rep)],
+        subprocess.run([nsys, "export", "-t", "sqlite", "--force-overwrite", "true", *extra, "-o", str(tmp), str(rep)],
                        check=True, capture_output=True, text=True)
 
     return atomic_write(out, export, what="nsys export", suffix=".sqlite")
@@ -60,18 +76,23 @@ def export_sqlite(nsys: str, rep: Path, work_dir: Path) -> Path:
 
 def sqlite_files(ctx: CollectContext, tool_paths: Mapping[str, str]) -> dict[str, int]:
     """The run's exports with their ranks: .sqlite files as given, .nsys-rep exported with the
-    site's nsys (`tool_paths`) when there is one."""
+    site's nsys (`tool_paths`) when there is one; an export beside its report that lacks NCCL's NVTX
+    payloads (`nsys profile --export=sqlite` writes none) is made again with them where that nsys
+    can (export_options)."""
 
     def stem(path: str) -> str:
         return os.path.splitext(os.path.basename(path))[0]
 
     reps = [f for f in ctx.files if f.endswith(".nsys-rep")]
     given = {f: ctx.rank_of.get(f) for f in ctx.files if f.endswith(".sqlite")}
-    have = {stem(f) for f in given} if reps else set()
-    nsys = find_nsys(tool_paths) if any(stem(r) not in have for r in reps) else None
+    have = {stem(f): f for f in given} if reps else {}
+    nsys = find_nsys(tool_paths) if reps else None
     for rep in reps:
-        if stem(rep) in have:
+        beside = have.get(stem(rep))
+        if beside is not None and not (nsys is not None and export_options(nsys) and without_payloads(Path(beside))):
             continue
+        if beside is not None:          # `nsys profile --export=sqlite` keeps no NVTX payloads: exported again
+            given.pop(beside)
         if nsys is None:
             ctx.problem(Problem(Path(rep), "not exported: no nsys executable found (set the site's paths.nsys, or "
                                            "export it with `nsys export -t sqlite` beside it)"))
@@ -124,7 +145,8 @@ def analyse_tables(path: Path, rank: int, nvtx_window: str | None = None) -> dic
     """One rank's export as the Arrow tables collect writes: its summary reports (whole capture,
     as `nsys stats` gives them); over the measured window (nsys/window.py; `nvtx_window`, else
     the run's `profile.window.nvtx`, names the iteration range): the window, its iterations,
-    kernels, NCCL per collective, overlap, NVTX ranges, iteration timeline and GPU idle gaps over
+    kernels, NCCL per collective, bus bandwidth per collective and message size (nsys/collectives.py),
+    overlap, NVTX ranges, iteration timeline and GPU idle gaps over
     GAP_NS; over the whole capture: overlap and NVTX ranges again (`capture_*`). Each table has a
     `rank` column, those of the window a `window` column. NsysInputError when the export cannot
     be used."""
@@ -165,6 +187,7 @@ def activity_tables(activity: dist.Activity, nvtx_window: str | None) -> dict[st
     out[c.NSYS_ITERATIONS.key] = win.iteration_series(activity, window)
     out[c.NSYS_KERNELS.key] = win.with_window(win.kernel_sum(inside), window)
     out[c.NSYS_NCCL.key] = win.with_window(rank_nccl(inside), window)
+    out[c.NSYS_BUSBW.key] = to_arrow(busbw_table(activity, window.bounds), pandas_metadata=False)
     out[c.NSYS_OVERLAP.key] = win.with_window(columns_table(dist.overlap_columns(inside)), window)
     out[c.NSYS_PHASES.key] = win.with_window(columns_table(dist.phase_columns(activity, win.instances_inside(window))), window)
     out[c.NSYS_TIMELINE.key] = iteration_timeline(activity, window)
@@ -287,8 +310,13 @@ def nccl_with_totals(read: ReadTable, log: Log) -> dict[str, pd.DataFrame]:
     return {c.NSYS_NCCL.key: dist.nccl_across_ranks(per)} if per is not None and not per.empty else {}
 
 
+def busbw_across_ranks(read: ReadTable, log: Log) -> dict[str, pd.DataFrame]:
+    """nsys_busbw with its rows across ranks (the slowest and fastest rank: busbw.across_ranks)."""
+    return busbw.reduce_table(c.NSYS_BUSBW.key, read, log)
+
+
 #: the cross-rank steps of nsys in collect (NsysCollector.reducers), independent of one another
-REDUCERS = (critical_path.collect_tables, median_timeline, nccl_with_totals, window_note)
+REDUCERS = (critical_path.collect_tables, median_timeline, nccl_with_totals, window_note, busbw_across_ranks)
 
 
 class NsysCollector(ToolCollector):
@@ -296,7 +324,7 @@ class NsysCollector(ToolCollector):
     summary and timeline across ranks; the ranks whose capture left no profile, and Echo's slowdown
     of the run against its sweep's world-size-1 run."""
 
-    rewritten = (c.NSYS_TIMELINE.key, c.NSYS_NCCL.key)    # median_timeline, nccl_with_totals
+    rewritten = (c.NSYS_TIMELINE.key, c.NSYS_NCCL.key, c.NSYS_BUSBW.key)  # median_timeline, nccl_with_totals, busbw
     report_and_export = True            # rank1.nsys-rep and rank1.sqlite: one rank's report and its export
     check_without_files = True          # a run whose profiled ranks left no file at all names them
 

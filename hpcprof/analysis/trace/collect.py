@@ -10,9 +10,11 @@ from pathlib import Path
 import pandas as pd
 
 from hpcprof import catalog as c
+from hpcprof.analysis import busbw
 from hpcprof.analysis.collector import Log, NothingToAnalyse, ReadTable, Reducer, ToolCollector
 from hpcprof.analysis.detect_steps import window_note
 from hpcprof.analysis.trace import analyses, critical_path
+from hpcprof.analysis.trace.collectives import TraceCollectives, busbw_table
 from hpcprof.analysis.trace.load import RankTrace, TraceColumns, TraceError, gather, helpers_of
 from hpcprof.analysis.trace.window import trace_window, window_kernels
 
@@ -34,11 +36,12 @@ def analyse_file(path: Path, rank: int, cores: int = 1) -> dict[str, pd.DataFram
     """One rank's trace (`hpcprof collect`'s per-file map), decoded once (streaming) for both:
     all_analyses of that trace, its measured window (ProfilerStep ranges on GPU time, else the steps
     found in its kernels: trace/window.py) as `window` and `iterations`, the GPU time per kernel
-    name in that window (`window_kernels`), and its critical-path events; on `cores` cores
+    name in that window (`window_kernels`), the bus bandwidth of its collectives in that window
+    (`busbw`, trace/collectives.py) and its critical-path events; on `cores` cores
     (load.gather's helpers, load.helpers_of). TraceError names a damaged file; NothingToAnalyse a
     trace without GPU events."""
-    columns, path_events = TraceColumns(), critical_path.CriticalPathEvents()
-    gather(path, columns, path_events, helpers=helpers_of(cores))
+    columns, path_events, collectives = TraceColumns(), critical_path.CriticalPathEvents(), TraceCollectives()
+    gather(path, columns, path_events, collectives, helpers=helpers_of(cores))
     try:
         trace = columns.trace(path, rank)
     except TraceError as exc:
@@ -48,6 +51,7 @@ def analyse_file(path: Path, rank: int, cores: int = 1) -> dict[str, pd.DataFram
     window, iterations = trace_window(trace)
     return {**all_analyses([trace]), c.TORCH_WINDOW.key: window, c.TORCH_ITERATIONS.key: iterations,
             c.TORCH_WINDOW_KERNELS.key: window_kernels(trace, window),
+            c.TORCH_BUSBW.key: busbw_table(collectives, trace.rank, window, path),
             critical_path.EVENTS_TABLE: path_events.frame(path, trace.rank)}
 
 
@@ -59,15 +63,20 @@ def sorted_kernels(read: ReadTable, log: Log) -> dict[str, pd.DataFrame]:
     return {c.TORCH_KERNELS.key: kernels.sort_values(["kernel_type", "name", "rank"], kind="stable", ignore_index=True)}
 
 
+def busbw_across_ranks(read: ReadTable, log: Log) -> dict[str, pd.DataFrame]:
+    """torch_busbw with its rows across ranks (the slowest and fastest rank: busbw.across_ranks)."""
+    return busbw.reduce_table(c.TORCH_BUSBW.key, read, log)
+
+
 #: the cross-rank steps of torch traces in collect (TorchCollector.reducers), independent of one another
-REDUCERS = (sorted_kernels, critical_path.collect_tables, window_note)
+REDUCERS = (sorted_kernels, critical_path.collect_tables, window_note, busbw_across_ranks)
 
 
 class TorchCollector(ToolCollector):
     """torch.profiler traces in `collect`: HTA's analyses and the window of each rank's trace,
     then the kernels and critical-path tables across ranks."""
 
-    rewritten = (c.TORCH_KERNELS.key,)    # sorted_kernels
+    rewritten = (c.TORCH_KERNELS.key, c.TORCH_BUSBW.key)    # sorted_kernels, busbw_across_ranks
 
     def analyse_file(self, path: Path, rank: int) -> dict[str, pd.DataFrame]:
         return analyse_file(path, rank, self.cores)

@@ -3,7 +3,7 @@
 A trace is decoded once, streaming (trace/stream.py: batches of about 8 MB of JSON, gzip inflated
 on the fly), with msgspec against a schema that names only the fields the analyses and the critical
 path use (`Event`: `ts, dur, cat, name, args.stream, args.correlation`, and the NCCL kernels'
-process group and sequence number), so the other fields are skipped without being built as Python
+process group and sequence number, the collectives' sizes: trace/collectives.py), so the other fields are skipped without being built as Python
 objects and the whole JSON is never in memory: a batch's events are reduced to columns before the
 next is decoded. Only the events the analyses need are kept: GPU events (`stream` set), CPU
 events with a correlation id (CUDA runtime/driver calls) and the `ProfilerStep#N` annotations
@@ -66,6 +66,13 @@ class _Args(msgspec.Struct, gc=False):
     members: Any = msgspec.field(default=None, name="Process Group Ranks")
     seq: Any = None
     Seq: Any = None
+    # the collectives' sizes (trace/collectives.py): record_param_comms' and its NCCL kernel's
+    collective: Any = msgspec.field(default=None, name="Collective name")
+    in_nelems: Any = msgspec.field(default=None, name="In msg nelems")
+    out_nelems: Any = msgspec.field(default=None, name="Out msg nelems")
+    dtype: Any = None
+    group_size: Any = msgspec.field(default=None, name="Group size")
+    external: Any = msgspec.field(default=None, name="External id")
 
 
 class Event(msgspec.Struct, gc=False):
