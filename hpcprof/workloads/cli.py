@@ -6,6 +6,8 @@ torch is imported only when a command runs.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 PASS_THROUGH = {"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": []}
@@ -34,3 +36,35 @@ def ddp_command(ctx: click.Context, argv: tuple[str, ...]) -> None:
     from hpcprof.workloads import ddp
 
     ctx.exit(ddp.main(argv))
+
+
+@bench.command("ceilings")
+@click.option("--gemm", "gemms", multiple=True, metavar="M,N,K[:DTYPE]",
+              help="a matmul to time (dtype float32 (TF32 off), tf32, bfloat16, float16; default bfloat16); repeatable")
+@click.option("--collective", "collectives", multiple=True, metavar="OP:BYTES[:DTYPE]",
+              help="all_gather, reduce_scatter or all_reduce of BYTES (nccl-tests' size: the all-gather's output, "
+                   "the reduce-scatter's input; K/M/G = 1024^n) in float32 (default), bfloat16 or float16; repeatable")
+@click.option("--sizes-from", type=click.Path(path_type=Path), default=None, metavar="RUN_DIR|EXPERIMENT",
+              help="the sizes of a run's or an experiment's workload (seqpar: its matmuls and collectives) "
+                   "when no --gemm/--collective is given")
+@click.option("--iters", type=click.IntRange(1, 100000), default=20, show_default=True, help="timed calls")
+@click.option("--warmup", type=click.IntRange(0, 100000), default=5, show_default=True, help="untimed calls first")
+@click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default="auto", show_default=True,
+              help="auto: CUDA with NCCL where there is a GPU, else CPU with gloo")
+@click.option("--out", type=click.Path(path_type=Path), default=None,
+              help="result JSON (rank 0); default $HPCPROF_RUN_DIR/ceilings.json, else ./ceilings.json")
+@click.pass_context
+def ceilings_command(ctx: click.Context, gemms: tuple[str, ...], collectives: tuple[str, ...],
+                     sizes_from: Path | None, iters: int, warmup: int, device: str, out: Path | None) -> None:
+    """Attainable GEMM TFLOP/s and collective bus bandwidth on the job's own ranks (nccl-tests' way)."""
+    from hpcprof.workloads import ceiling_specs as specs
+
+    gemm_specs = [specs.parse_gemm(text) for text in gemms]
+    coll_specs = [specs.parse_collective(text) for text in collectives]
+    if not gemm_specs and not coll_specs:
+        kind, args, world = specs.sizes_from(sizes_from) if sizes_from is not None else ("command", {}, 1)
+        gemm_specs, coll_specs = specs.default_specs(kind, args, world)
+    from hpcprof.workloads import ceilings
+
+    ctx.exit(ceilings.run(gemm_specs, coll_specs, iters, warmup, out, "cpu" if device == "cpu" else
+                          "cuda" if device == "cuda" else "auto"))
