@@ -34,7 +34,6 @@ MAX_BYTES = 1 << 40
 DEFAULT_BYTES = tuple(1 << s for s in range(20, 29, 2))
 DEFAULT_GEMM = 8192
 UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-GEMM_FLAG, COLLECTIVE_FLAG = "--gemm", "--collective"
 
 
 @dataclass(frozen=True)
@@ -80,52 +79,43 @@ def parse_bytes(text: str) -> int:
 
 
 def parse_gemm(text: str, default_dtype: str = "bfloat16") -> GemmSpec:
-    """`M,N,K[:dtype]` -> GemmSpec; a one-line UserError naming --gemm otherwise."""
-    from hpcprof.errors import UserError
-
+    """`M,N,K[:dtype]` -> GemmSpec; ValueError saying what is wrong otherwise."""
     dims, _, dtype = text.partition(":")
     dtype = dtype.strip() or default_dtype
     parts = [p.strip() for p in dims.split(",")]
     if len(parts) != 3 or not all(p.isdigit() for p in parts):
-        raise UserError(f"{GEMM_FLAG} {text!r}: expected M,N,K[:dtype] with positive integers, e.g. 8192,8192,8192:bfloat16")
+        raise ValueError("expected M,N,K[:dtype] with positive integers, e.g. 8192,8192,8192:bfloat16")
     m, n, k = (int(p) for p in parts)
     if not all(0 < d <= MAX_DIM for d in (m, n, k)):
-        raise UserError(f"{GEMM_FLAG} {text!r}: each of M, N, K must be in 1..{MAX_DIM}")
+        raise ValueError(f"each of M, N, K must be in 1..{MAX_DIM}")
     if dtype not in GEMM_DTYPES:
-        raise UserError(f"{GEMM_FLAG} {text!r}: dtype {dtype!r} is not one of {', '.join(GEMM_DTYPES)}")
+        raise ValueError(f"dtype {dtype!r} is not one of {', '.join(GEMM_DTYPES)}")
     return GemmSpec(m, n, k, dtype)
 
 
 def parse_collective(text: str, default_dtype: str = "float32") -> CollectiveSpec:
-    """`OP:BYTES[:dtype]` -> CollectiveSpec; a one-line UserError naming --collective otherwise."""
-    from hpcprof.errors import UserError
-
+    """`OP:BYTES[:dtype]` -> CollectiveSpec; ValueError saying what is wrong otherwise."""
     parts = text.split(":")
     if len(parts) not in (2, 3):
-        raise UserError(f"{COLLECTIVE_FLAG} {text!r}: expected OP:BYTES[:dtype], e.g. all_gather:64M:bfloat16")
+        raise ValueError("expected OP:BYTES[:dtype], e.g. all_gather:64M:bfloat16")
     op = parts[0].strip().replace("-", "_")
     if op not in BUS_FACTORS:
-        raise UserError(f"{COLLECTIVE_FLAG} {text!r}: op {op!r} is not one of {', '.join(BUS_FACTORS)}")
-    try:
-        nbytes = parse_bytes(parts[1])
-    except ValueError as exc:
-        raise UserError(f"{COLLECTIVE_FLAG} {text!r}: {exc}") from None
+        raise ValueError(f"op {op!r} is not one of {', '.join(BUS_FACTORS)}")
+    nbytes = parse_bytes(parts[1])
     dtype = parts[2].strip() if len(parts) == 3 and parts[2].strip() else default_dtype
     if dtype not in COLLECTIVE_DTYPES:
-        raise UserError(f"{COLLECTIVE_FLAG} {text!r}: dtype {dtype!r} is not one of {', '.join(COLLECTIVE_DTYPES)}")
+        raise ValueError(f"dtype {dtype!r} is not one of {', '.join(COLLECTIVE_DTYPES)}")
     if not 0 < nbytes <= MAX_BYTES:
-        raise UserError(f"{COLLECTIVE_FLAG} {text!r}: BYTES must be in 1..{MAX_BYTES}")
+        raise ValueError(f"BYTES must be in 1..{MAX_BYTES}")
     return CollectiveSpec(op, nbytes, dtype)
 
 
 def check_fits(spec: CollectiveSpec, world_size: int) -> None:
-    """BYTES splits into whole elements per rank (nccl-tests' count/nranks); a UserError otherwise."""
-    from hpcprof.errors import UserError
-
+    """BYTES splits into whole elements per rank (nccl-tests' count/nranks); ValueError otherwise."""
     unit = COLLECTIVE_DTYPES[spec.dtype] * (1 if spec.op == "all_reduce" else world_size)
     if spec.nbytes % unit:
-        raise UserError(f"{COLLECTIVE_FLAG} {spec.text()}: {spec.nbytes} bytes do not split into whole "
-                        f"{spec.dtype} elements over {world_size} ranks; use a multiple of {unit}")
+        raise ValueError(f"{spec.nbytes} bytes do not split into whole {spec.dtype} elements over "
+                         f"{world_size} ranks; use a multiple of {unit}")
 
 
 def default_specs(kind: str, args: dict[str, Any], world_size: int) -> tuple[list[GemmSpec], list[CollectiveSpec]]:

@@ -185,11 +185,15 @@ def summary(result: dict[str, Any]) -> str:
 def run(gemms: list[GemmSpec], collectives: list[CollectiveSpec], iters: int, warmup: int, out: Path | None,
         device: DeviceKind) -> int:
     """Measure on this rank; rank 0 writes the result and prints the summary."""
+    from hpcprof.errors import UserError
     from hpcprof.workloads.ceiling_specs import check_fits
 
     layout = bootstrap.discover_layout()
     for coll in collectives:
-        check_fits(coll, layout.world_size)
+        try:
+            check_fits(coll, layout.world_size)
+        except ValueError as exc:
+            raise UserError(f"--collective {coll.text()}: {exc}") from None
     ctx = bootstrap.init_distributed(layout, "auto", device)
     with bootstrap.abort_on_error(ctx):
         result = measure(gemms, collectives, ctx, iters, warmup)

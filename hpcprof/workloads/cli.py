@@ -6,9 +6,13 @@ torch is imported only when a command runs.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import click
+
+T = TypeVar("T")
 
 PASS_THROUGH = {"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": []}
 
@@ -38,6 +42,16 @@ def ddp_command(ctx: click.Context, argv: tuple[str, ...]) -> None:
     ctx.exit(ddp.main(argv))
 
 
+def flag_value(flag: str, parse: Callable[[str], T], text: str) -> T:
+    """`parse(text)`; its ValueError as a one-line error naming the flag (exit 2)."""
+    from hpcprof.errors import UserError
+
+    try:
+        return parse(text)
+    except ValueError as exc:
+        raise UserError(f"{flag} {text!r}: {exc}") from None
+
+
 @bench.command("ceilings")
 @click.option("--gemm", "gemms", multiple=True, metavar="M,N,K[:DTYPE]",
               help="a matmul to time (dtype float32 (TF32 off), tf32, bfloat16, float16; default bfloat16); repeatable")
@@ -59,8 +73,8 @@ def ceilings_command(ctx: click.Context, gemms: tuple[str, ...], collectives: tu
     """Attainable GEMM TFLOP/s and collective bus bandwidth on the job's own ranks (nccl-tests' way)."""
     from hpcprof.workloads import ceiling_specs as specs
 
-    gemm_specs = [specs.parse_gemm(text) for text in gemms]
-    coll_specs = [specs.parse_collective(text) for text in collectives]
+    gemm_specs = [flag_value("--gemm", specs.parse_gemm, text) for text in gemms]
+    coll_specs = [flag_value("--collective", specs.parse_collective, text) for text in collectives]
     if not gemm_specs and not coll_specs:
         kind, args, world = specs.sizes_from(sizes_from) if sizes_from is not None else ("command", {}, 1)
         gemm_specs, coll_specs = specs.default_specs(kind, args, world)
