@@ -52,6 +52,15 @@ def flag_value(flag: str, parse: Callable[[str], T], text: str) -> T:
         raise UserError(f"{flag} {text!r}: {exc}") from None
 
 
+def count(low: int, high: int = 100000) -> Callable[[str], int]:
+    """A parser of a whole number in low..high (ValueError otherwise)."""
+    def parse(text: str) -> int:
+        if not text.strip().isdigit() or not low <= int(text) <= high:
+            raise ValueError(f"expected a whole number in {low}..{high}")
+        return int(text)
+    return parse
+
+
 @bench.command("ceilings")
 @click.option("--gemm", "gemms", multiple=True, metavar="M,N,K[:DTYPE]",
               help="a matmul to time (dtype float32 (TF32 off), tf32, bfloat16, float16; default bfloat16); repeatable")
@@ -61,18 +70,20 @@ def flag_value(flag: str, parse: Callable[[str], T], text: str) -> T:
 @click.option("--sizes-from", type=click.Path(path_type=Path), default=None, metavar="RUN_DIR|EXPERIMENT",
               help="the sizes of a run's or an experiment's workload (seqpar: its matmuls and collectives) "
                    "when no --gemm/--collective is given")
-@click.option("--iters", type=click.IntRange(1, 100000), default=20, show_default=True, help="timed calls")
-@click.option("--warmup", type=click.IntRange(0, 100000), default=5, show_default=True, help="untimed calls first")
+@click.option("--iters", default="20", show_default=True, metavar="N", help="timed calls (1..100000)")
+@click.option("--warmup", default="5", show_default=True, metavar="N", help="untimed calls first (0..100000)")
 @click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default="auto", show_default=True,
               help="auto: CUDA with NCCL where there is a GPU, else CPU with gloo")
 @click.option("--out", type=click.Path(path_type=Path), default=None,
               help="result JSON (rank 0); default $HPCPROF_RUN_DIR/ceilings.json, else ./ceilings.json")
 @click.pass_context
 def ceilings_command(ctx: click.Context, gemms: tuple[str, ...], collectives: tuple[str, ...],
-                     sizes_from: Path | None, iters: int, warmup: int, device: str, out: Path | None) -> None:
+                     sizes_from: Path | None, iters: str, warmup: str, device: str, out: Path | None) -> None:
     """Attainable GEMM TFLOP/s and collective bus bandwidth on the job's own ranks (nccl-tests' way)."""
     from hpcprof.workloads import ceiling_specs as specs
 
+    calls = flag_value("--iters", count(1), iters)
+    warm = flag_value("--warmup", count(0), warmup)
     gemm_specs = [flag_value("--gemm", specs.parse_gemm, text) for text in gemms]
     coll_specs = [flag_value("--collective", specs.parse_collective, text) for text in collectives]
     if not gemm_specs and not coll_specs:
@@ -80,5 +91,5 @@ def ceilings_command(ctx: click.Context, gemms: tuple[str, ...], collectives: tu
         gemm_specs, coll_specs = specs.default_specs(kind, args, world)
     from hpcprof.workloads import ceilings
 
-    ctx.exit(ceilings.run(gemm_specs, coll_specs, iters, warmup, out, "cpu" if device == "cpu" else
+    ctx.exit(ceilings.run(gemm_specs, coll_specs, calls, warm, out, "cpu" if device == "cpu" else
                           "cuda" if device == "cuda" else "auto"))
