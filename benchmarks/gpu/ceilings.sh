@@ -43,7 +43,7 @@ SEQPAR_BYTES=$((4608 * 9216 * 2))
     for bytes in 1M 4M 16M 64M 256M; do args+=(--collective "$op:$bytes:float32"); done
   done
   args+=(--collective all_gather:$SEQPAR_BYTES:bfloat16 --collective reduce_scatter:$SEQPAR_BYTES:bfloat16)
-  torchrun --nproc-per-node 2 --no-python python3 -m hpcprof bench ceilings "${args[@]}" \
+  python3 -m torch.distributed.run --nproc-per-node 2 --no-python python3 -m hpcprof bench ceilings "${args[@]}" \
     --gemm 8192,8192,8192:bfloat16 --gemm 4608,4608,9216:bfloat16 --gemm 4608,9216,4608:bfloat16 \
     --iters "$ITERS" --warmup "$WARMUP" --out "$OUT_DIR/ceilings.json"
 } > "$OUT_DIR/ceilings.log" 2>&1 || { tail -n 30 "$OUT_DIR/ceilings.log"; exit 1; }
