@@ -91,6 +91,7 @@ def test_two_ranks_under_mpiexec(tmp_path: Path) -> None:
     assert result["versions"]["launcher"] == "mpi" and "results: " in proc.stdout
 
 
+@pytest.mark.slow
 def test_two_ranks_under_torchrun_sizes_from_an_experiment(tmp_path: Path) -> None:
     """--sizes-from an experiment: seqpar's two matmuls and its all-gather/reduce-scatter of S*H elements."""
     exp = tmp_path / "exp.yaml"
@@ -193,6 +194,7 @@ def test_option_sizes_are_rewritten_from_numbers(tmp_path: Path) -> None:
     assert "bench ceilings --iters 3 --warmup 5 --gemm 64,32,16:bfloat16 --collective all_reduce:1024:float16\n" in job
 
 
+@pytest.mark.slow
 def test_real_local_job_then_collect_and_report(tmp_path: Path) -> None:
     exp = tmp_path / "exp.yaml"
     exp.write_text(SEQPAR + "ceilings: {iters: 3, warmup: 1}\n")
@@ -213,6 +215,9 @@ def test_real_local_job_then_collect_and_report(tmp_path: Path) -> None:
     report = hpcprof("report", cwd=tmp_path, check=True).stdout
     assert "% of attainable" in report and "hpcprof bench ceilings in the same job" in report
     assert "16x4x8 bfloat16" in report and "256 B bfloat16" in report
+    hpcprof("report", "--html", "r.html", cwd=tmp_path, check=True)
+    page = (tmp_path / "r.html").read_text()
+    assert "% of attainable: against hpcprof bench ceilings" in page and "phase.allgather.busbw" in page
 
 
 def test_attainable_known_answer() -> None:
