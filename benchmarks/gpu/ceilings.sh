@@ -23,11 +23,16 @@ export PYTHONPATH=/tmp/site:$REPO
 SEQPAR_BYTES=$((4608 * 9216 * 2))
 {
   nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader
-  # the wheel's NCCL (a namespace package: its __path__, not __file__); nccl-tests links -lnccl
-  NCCL_PIP=$(python3 -c 'import nvidia.nccl as n; print(list(n.__path__)[0])')
-  ln -sfn "$NCCL_PIP/include" /tmp/nccl/include
-  for lib in "$NCCL_PIP"/lib/libnccl.so*; do ln -sf "$lib" /tmp/nccl/lib/; done
-  [ -e /tmp/nccl/lib/libnccl.so ] || ln -sf "$(ls "$NCCL_PIP"/lib/libnccl.so.* | head -n 1)" /tmp/nccl/lib/libnccl.so
+  # the NCCL of torch's pip wheel (nvidia-nccl-cu12: nvidia/nccl/{include,lib}; cu13 wheels may nest it
+  # deeper, so looked for under every nvidia namespace path); nccl-tests links -lnccl: libnccl.so
+  NVIDIA_DIRS=$(python3 -c 'import nvidia; print(" ".join(nvidia.__path__))')
+  NCCL_H=$(find $NVIDIA_DIRS -name nccl.h | head -n 1)
+  NCCL_SO=$(find $NVIDIA_DIRS -name 'libnccl.so*' | head -n 1)
+  echo "NCCL: $NCCL_H $NCCL_SO"
+  [ -n "$NCCL_H" ] && [ -n "$NCCL_SO" ] || { echo "no nccl.h/libnccl.so in the nvidia wheels ($NVIDIA_DIRS)"; exit 1; }
+  ln -sfn "$(dirname "$NCCL_H")" /tmp/nccl/include
+  ln -sf "$NCCL_SO" /tmp/nccl/lib/libnccl.so
+  ln -sf "$NCCL_SO" "/tmp/nccl/lib/$(basename "$NCCL_SO")"
   export LD_LIBRARY_PATH=/tmp/nccl/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   rm -rf /tmp/nccl-tests && cp -r .gpu/nccl-tests /tmp/nccl-tests
   make -C /tmp/nccl-tests/src -j 16 MPI=0 NCCL_HOME=/tmp/nccl CUDA_HOME=/usr/local/cuda \
