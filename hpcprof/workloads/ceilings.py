@@ -3,7 +3,8 @@ own devices and ranks, to set a run's figures against (issue 48).
 
 GEMMs: torch.matmul (cuBLAS) per rank, all ranks at once; after the warm-up, each call between CUDA
 events (wall clock on CPU), the median of `iters`; TFLOP/s = 2·m·n·k / time. The inputs rotate over
-enough pairs to exceed twice the L2 cache, so that no call finds its operands cached.
+enough pairs to exceed twice the L2 cache (at most MAX_ROTATION), so that no call finds its operands
+left in the cache by the previous one.
 Collectives: timed as nccl-tests times them (src/common.cu BenchTime): warm-up, barrier, `iters`
 calls back to back, synchronize, the elapsed time / iters, averaged over the ranks; algbw =
 bytes / time, busbw = algbw x nccl-tests' factor (hpcprof.workloads.ceiling_specs).
@@ -33,7 +34,7 @@ RESULTS_FILE = "ceilings.json"
 TORCH_DTYPES = {"float32": torch.float32, "tf32": torch.float32, "bfloat16": torch.bfloat16,
                 "float16": torch.float16}
 #: input pairs a GEMM rotates over: at least 2, at most this many
-MAX_ROTATION = 16
+MAX_ROTATION = 64
 
 warnings.filterwarnings("ignore", message=r".*(all_gather_into_tensor|reduce_scatter_tensor)` is deprecated")
 
