@@ -37,6 +37,7 @@ CAPTURE_WINDOW = "capture"
 #: who writes a table: `collect` names it `<producer>_<key>`
 NSYS, TORCH, NCU, ECHO, WORKLOAD, FILES, FORENSICS = "nsys", "torch", "ncu", "echo", "workload", "files", "forensics"
 STEPS = "steps"     # the optimizer step hook's records (<run>/steps/)
+BENCH = "bench"     # `hpcprof bench ceilings` run in the same job (experiment `ceilings:`; <run>/ceilings.json)
 
 
 def table_name(producer: str, key: str) -> str:
@@ -49,7 +50,7 @@ class TableSpec:
     """One result table (`results/<name>.parquet`)."""
 
     producer: str       # nsys, torch, ncu (the profile's collector), echo, workload (its JSON results), files,
-    #                     forensics (a failed or timed-out run's dumps)
+    #                     forensics (a failed or timed-out run's dumps), bench (`hpcprof bench ceilings` in the job)
     key: str            # the producer's own name for it
     rows: str           # one row per ...
     window: str         # a key of WINDOWS
@@ -208,6 +209,41 @@ STEPS_TIMES = _t(STEPS, "times", "rank and optimizer step", EACH_ITERATION,
                  "ns), its length from the previous step's end (ns; none for the first), whether it is in the "
                  "window (in_window), the rank's profiler (tool) and process (pid)",
                  "PyTorch's global optimizer step hooks (torch.optim.optimizer.register_optimizer_step_post_hook)")
+#: the file `hpcprof bench ceilings` writes into the run directory (rank 0)
+CEILINGS_FILE = "ceilings.json"
+#: bench_ceilings' columns and what each holds
+CEILINGS_COLUMNS: dict[str, str] = {
+    "kind": "gemm or collective",
+    "op": "matmul (a GEMM), all_gather, reduce_scatter or all_reduce",
+    "dtype": "a GEMM's precision: float32 (TF32 off), tf32, bfloat16, float16; a collective's element type",
+    "m": "a GEMM's rows of A and C (none for a collective)",
+    "n": "a GEMM's columns of B and C",
+    "k": "a GEMM's inner dimension",
+    "bytes": "a collective's size as nccl-tests counts it: the all-gather's output, the reduce-scatter's "
+             "input, the all-reduce's buffer (none for a GEMM)",
+    "flops": "a GEMM's 2·m·n·k",
+    "time_s": "seconds per call: a GEMM's median over its timed calls (CUDA events), median over ranks; a "
+              "collective's timed calls back to back / their number, mean over ranks (nccl-tests)",
+    "statistic": "how time_s was taken, in words",
+    "tflops": "a GEMM's flops / time_s / 1e12",
+    "tflops_min_rank": "the slowest rank's TFLOP/s (its median time)",
+    "tflops_max_rank": "the fastest rank's TFLOP/s",
+    "algbw_GBps": "a collective's bytes / time_s / 1e9 (nccl-tests' algbw)",
+    "busbw_GBps": "algbw_GBps · bus_factor (nccl-tests' busbw)",
+    "bus_factor": "nccl-tests' factor: all-reduce 2(n-1)/n, all-gather and reduce-scatter (n-1)/n",
+    "world_size": "ranks the collectives ran over (n); each rank ran the GEMMs on its own device",
+    "iters": "timed calls",
+    "warmup": "untimed calls before them",
+    "device_name": "rank 0's device (torch.cuda.get_device_name, or the CPU)",
+    "backend": "torch.distributed backend: nccl (GPU) or gloo (CPU)",
+    "torch": "torch's version",
+    "nccl": "NCCL's version (none without CUDA)",
+    "created": "when the measurement started (UTC, ISO 8601)",
+}
+BENCH_CEILINGS = _t(BENCH, "ceilings", "measurement: a GEMM shape and precision, or a collective, size and dtype",
+                    RUN, "the attainable ceilings measured in the same job after the workload (experiment "
+                    "`ceilings:`, `hpcprof bench ceilings`): " + "; ".join(f"{k}: {v}" for k, v in CEILINGS_COLUMNS.items()),
+                    "nccl-tests' algbw and busbw (doc/PERFORMANCE.md, src/common.cu); cuBLAS through torch.matmul")
 #: the phase name of a `command`'s steps in the per-iteration timing rows (hpcprof.analysis.steps)
 STEP_PHASE = "step"
 
@@ -221,7 +257,7 @@ TABLES: tuple[TableSpec, ...] = (
     NCU_METRICS, ECHO_SLOWDOWN,
     WORKLOAD_SEQPAR, SEQPAR_PHASES, SEQPAR_ITERATIONS, SEQPAR_RANKS, SEQPAR_LOOP, SEQPAR_CHECK,
     WORKLOAD_DDP, DDP_PHASES, DDP_STEPS, DDP_RANKS, FILES_MANIFEST, FORENSICS_RANKS,
-    FORENSICS_COLLECTIVES, STEPS_TIMES)
+    FORENSICS_COLLECTIVES, STEPS_TIMES, BENCH_CEILINGS)
 
 
 def table_window(name: str) -> str:

@@ -52,6 +52,26 @@ def workload_tables(results_dir: Path, problem: Report) -> dict[str, pd.DataFram
     return tables
 
 
+def ceilings_tables(run_dir: Path, problem: Report) -> dict[str, pd.DataFrame]:
+    """bench_ceilings from the run's ceilings.json (`hpcprof bench ceilings` in the job): one row per
+    measurement, the catalog's columns in order; none without the file, a damaged one reported."""
+    import pandas as pd
+
+    from hpcprof import catalog as c
+
+    path = run_dir / c.CEILINGS_FILE
+    if not path.exists():
+        return {}
+    try:
+        rows = json.loads(read_regular(path, RESULT_FILE))["rows"]
+        table = pd.DataFrame([{name: row.get(name) for name in c.CEILINGS_COLUMNS} for row in rows],
+                             columns=list(c.CEILINGS_COLUMNS))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
+        problem(Problem(path, f"unreadable ceilings result, skipped ({short(exc)})"))
+        return {}
+    return {c.BENCH_CEILINGS.key: table}
+
+
 def manifest(run: RunDir) -> pd.DataFrame:
     """Every log, profile and workload result file of the run (regular files, and links to them;
     no hidden, temporary or Parquet file; linked directories not entered), with rank and size,

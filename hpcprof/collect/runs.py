@@ -39,7 +39,7 @@ from hpcprof.atomic import remove_stale_temps
 from hpcprof.catalog import table_name
 from hpcprof.collect.cache import part_key
 from hpcprof.collect.common import gc_paused, short
-from hpcprof.collect.files import manifest, rank_files, workload_tables
+from hpcprof.collect.files import ceilings_tables, manifest, rank_files, workload_tables
 from hpcprof.collect.mapping import map_files
 from hpcprof.collect.reduce import DamagedCache, SliceConcat, reduce_parts
 from hpcprof.errors import Problem, WorkerDied
@@ -165,6 +165,7 @@ def collect_run(run: RunDir, store: Store, log: Log = print, executor: Executor 
         own_steps_done = True
         suffix = f" (during {during})" if during else ""
         step("workload" + suffix, lambda: save(c.WORKLOAD, workload_tables(run.path / "results", done.report)))
+        step("ceilings" + suffix, lambda: save(c.BENCH, ceilings_tables(run.path, done.report)))
         step("files" + suffix, lambda: save(c.FILES, {c.FILES_MANIFEST.key: manifest(run)}))
         step("profiles" + suffix, missing)
         step("forensics" + suffix, lambda: save(c.FORENSICS, forensics_tables(run)))

@@ -38,6 +38,7 @@ from hpcprof.config.validation import load_yaml, parse_yaml
 from hpcprof.errors import UserError
 from hpcprof.models import Model, dump, matching, run_checks, validate
 from hpcprof.workloads import workload_args_model
+from hpcprof.workloads.ceiling_specs import parse_collective, parse_gemm
 
 #: an experiment's `name:` (it names directories and jobs)
 check_experiment_name = matching(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}", "an experiment name: letters, digits "
@@ -130,6 +131,32 @@ class Resources(Model):
                           "constraint": check_directive})
 
 
+def each(parse: Any) -> Any:
+    """A check of a list of specs: `parse` each, its ValueError naming the item."""
+    def check(values: list[str]) -> None:
+        for text in values:
+            try:
+                parse(text)
+            except ValueError as exc:
+                raise ValueError(f"{text!r}: {exc}") from None
+    return check
+
+
+class CeilingsConfig(Model):
+    """`ceilings:` as a mapping: the sizes `hpcprof bench ceilings` measures after the workload
+    (`ceilings: true`: the workload's own sizes; none given here: the same)."""
+
+    # GEMMs `M,N,K[:dtype]` (dtype float32, tf32, bfloat16, float16; default bfloat16)
+    gemm: list[str] = []
+    # collectives `OP:BYTES[:dtype]` (all_gather, reduce_scatter, all_reduce; nccl-tests' size, K/M/G = 1024^n)
+    collective: list[str] = []
+    iters: Annotated[int, Meta(ge=1, le=100000)] = 20      # timed calls per measurement
+    warmup: Annotated[int, Meta(ge=0, le=100000)] = 5      # untimed calls before them
+
+    def __post_init__(self) -> None:
+        run_checks(self, {"gemm": each(parse_gemm), "collective": each(parse_collective)})
+
+
 class AnalysisConfig(Model):
     """How collect analyses the run."""
 
@@ -156,6 +183,9 @@ class Experiment(Model):
     # the GPUs each rank sees (hpcprof.render.rank_env): unset, the site's; `local-rank`: all of the
     # node's, ordered so that cuda:LOCAL_RANK is the rank's GPU (torchrun, Lightning, HF scripts)
     gpu_affinity: Literal["none", "identity", "reverse", "local-rank"] | None = None
+    # after the workload, `hpcprof bench ceilings` over the same ranks in the same job (<run>/ceilings.json,
+    # collect's bench_ceilings): true measures at the workload's sizes, a mapping names them
+    ceilings: bool | CeilingsConfig = False
 
     def __post_init__(self) -> None:
         run_checks(self, {"name": check_experiment_name, "env": check_rank_env, "sweep": check_sweep})

@@ -25,6 +25,7 @@ from hpcprof.config.experiment import Point
 from hpcprof.config.site import SiteConfig
 from hpcprof.errors import UserError, expand_home
 from hpcprof.models import dump
+from hpcprof.render.ceilings import UNPROFILED, ceilings_argv
 from hpcprof.render.containers import check_container, effective_container, wrap_launch
 from hpcprof.render.forensics import forensics_context, inject_files
 from hpcprof.render.launchers import SIGPIPE_IGNORED, launch_argv, launcher_key
@@ -202,6 +203,8 @@ TEMPLATE_VARS: dict[str, str] = {
     "gpu_order": "CUDA_VISIBLE_DEVICES of gpu_affinity local-rank on a reverse site ('' = not set)",
     "gpu_note": "what a rank's log line about its GPUs adds",
     "master_addr_local": "true when every rank is on one node (MASTER_ADDR 127.0.0.1 where unset)",
+    "ceilings_argv": "what each rank runs after the workload for the experiment's `ceilings:` (hpcprof bench "
+                     "ceilings, after the rank wrapper and its unprofiled flag); [] when off; use with | qjoin",
 }
 #: what mpijob.yaml.j2 (Kubernetes) gets besides TEMPLATE_VARS
 MANIFEST_VARS = {
@@ -234,9 +237,15 @@ def template_context(point: Point, site: SiteConfig, run_dir: Path, run_id: str,
     container = None if scheduler.runs_containers else effective_container(site, exp.container)
     if container is not None:
         check_container(site, container)
-    launcher, rank = wrap_launch(container, launch_argv(site, res.nodes, point.ranks_per_node),
+    launcher_argv = launch_argv(site, res.nodes, point.ranks_per_node)
+    env_names = sorted({**site.env, **exp.env})
+    launcher, rank = wrap_launch(container, launcher_argv,
                                  rank_argv(exp.workload.kind, exp.workload.argv, point.workload_args, python),
-                                 sorted({**site.env, **exp.env}), submit_dir not in (None, run_dir))
+                                 env_names, submit_dir not in (None, run_dir))
+    ceilings = ceilings_argv(point, python, scheduler.runs_containers)
+    if ceilings:
+        ceilings = [UNPROFILED, *wrap_launch(container, launcher_argv, ceilings, env_names,
+                                             submit_dir not in (None, run_dir))[1]]
     # job-start checks (the job's own host, so not inside a container or a Kubernetes pod): the ranks'
     # Python imports hpcprof (built-in workloads and `python -m hpcprof ...` commands), the profiler runs
     checked = container is None and not scheduler.runs_containers
@@ -267,6 +276,7 @@ def template_context(point: Point, site: SiteConfig, run_dir: Path, run_id: str,
         "launcher": launcher,
         "launcher_ignores_sigpipe": launcher_key(site) in SIGPIPE_IGNORED,
         "rank_argv": rank,
+        "ceilings_argv": ceilings,
         "tool": profile.tool,
         "selection": str(profile.selection),
         "condition": profile.selection.bash_condition(point.ranks_per_node),

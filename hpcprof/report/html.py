@@ -21,6 +21,7 @@ from hpcprof.analysis.summary import counted
 from hpcprof.lazy import load_target
 from hpcprof.report import findings as words
 from hpcprof.report import limits, plots, sweep
+from hpcprof.report.ceilings import points_attainable
 from hpcprof.report.compare import measured_window
 from hpcprof.report.runs import RunInfo
 from hpcprof.report.stats import p_text
@@ -150,8 +151,19 @@ def main_sections(page: Page, points: list[sweep.Point]) -> list[str]:
                                                 c.COUNTED))] if peaks["pct"].notna().any() else []
         page.section("peaks", "% of hardware peak", "Matmul TFLOP/s against the GPU's dense peak for the precision; "
                      "bus bandwidth against NVLink (one node) or the network (several nodes), per direction. "
-                     "Where each peak comes from:", figures, table_html(sources, "The peaks and their sources"))
+                     "Where each peak comes from:", figures, table_html(sources, "The peaks and their sources")
+                     + attainable_html(points))
     return found + iteration_sections(page, points)
+
+
+def attainable_html(points: list[sweep.Point]) -> str:
+    """The points' rates against the ceilings measured in their own job (experiment `ceilings:`),
+    beside the datasheet's %; '' where no run measured any."""
+    rows = points_attainable([(p.label, p.first) for p in points])
+    if rows.empty:
+        return ""
+    return table_html(rows, "% of attainable: against hpcprof bench ceilings run in the same job after the workload "
+                            "(the nearest measured size), and % of the datasheet peak")
 
 
 def iteration_sections(page: Page, points: list[sweep.Point]) -> list[str]:

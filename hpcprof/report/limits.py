@@ -13,7 +13,9 @@ split over the measured window's GPU time per rank into the parts that can limit
 
 The limiter is the largest part. Each fix's saving is an upper bound per step, stated as such: hiding
 a collective behind compute saves at most its exposed time (and no more than the compute there is to
-hide it behind), bringing a rate to the ceiling saves at most `time · (1 − rate / ceiling)`, removing
+hide it behind), bringing a rate to its bound saves at most `time · (1 − rate / bound)` (the bound:
+the ceiling `hpcprof bench ceilings` measured in the same job, else the datasheet peak, which no
+program reaches, so that bound is looser), removing
 idle or copies at most their time, balancing the ranks at most the straggler's excess. A fix whose
 bound is below the point's noise (the repetitions' 95 % CI of the iteration time, or the
 per-iteration spread: 1.4826 · the median absolute deviation of the counted iterations' times) is
@@ -77,7 +79,7 @@ class Diagnosis:
     fixes: list[Fix]
     noise_ms: float
     dropped: int = 0
-    rates: list[str] = field(default_factory=list)
+    rates: list[str] = field(default_factory=list)      # where each rate phase stands against its bound
 
     @property
     def limiter(self) -> Part | None:
@@ -138,26 +140,48 @@ def categories_per_step(point: Point, step: Step) -> dict[str, float]:
             for parts, value in sweep.metric_values(point, c.GPU_TIME[1])}
 
 
-def rate_fixes(point: Point, peaks: pd.DataFrame) -> tuple[list[Fix], list[str]]:
-    """Per rate phase of the point (matmul TFLOP/s, collective busbw) against its ceiling: the fix
-    of bringing it there (phase time · (1 − value / ceiling)) and the sentence of where it stands."""
+def rates(points: list[Point]) -> pd.DataFrame:
+    """Each point's rate phases (matmul TFLOP/s, collective busbw) against what bounds them: the
+    ceiling measured in the same job where the run has one (hpcprof.report.ceilings), else the
+    datasheet peak (point, phase, what, value, unit, pct, against)."""
+    from hpcprof.report.ceilings import points_attainable
+
+    rows = []
+    measured = points_attainable([(p.label, p.first) for p in points])
+    for _, row in measured[measured["pct_of_ceiling"].notna()].iterrows():
+        phase, metric = sweep.rate_of(str(row["figure"]))
+        if metric is not None:
+            rows.append({"point": row["point"], "phase": phase, "what": metric.name.rpartition(".")[2],
+                         "value": row["value"], "unit": row["unit"], "pct": row["pct_of_ceiling"],
+                         "against": f"ceiling measured in the same job ({row['nearest_size']})"})
+    seen = {(r["point"], r["phase"]) for r in rows}
+    peaks = sweep.peak_shares(points)
+    for _, row in peaks[peaks["pct"].notna()].iterrows():
+        if (row["point"], row["phase"]) not in seen:
+            rows.append({"point": row["point"], "phase": row["phase"], "what": row["what"], "value": row["value"],
+                         "unit": row["unit"], "pct": row["pct"],
+                         "against": f"{row['reference']} (datasheet, no ceiling measured)"})
+    return pd.DataFrame(rows, columns=["point", "phase", "what", "value", "unit", "pct", "against"])
+
+
+def rate_fixes(point: Point, bounds: pd.DataFrame) -> tuple[list[Fix], list[str]]:
+    """Per rate phase of the point against what bounds it (rates()): the fix of bringing it there
+    (phase time · (1 − value / bound)) and the sentence of where it stands."""
     fixes, said = [], []
-    mine = peaks[(peaks["point"] == point.label) & peaks["pct"].notna()] if not peaks.empty else peaks
-    for _, row in mine.iterrows():
+    for _, row in bounds[bounds["point"] == point.label].iterrows():
         phase_ms = next((v for parts, v in sweep.metric_values(point, c.PHASE_TIME) if parts["phase"] == row["phase"]),
                         None)
         pct = float(row["pct"])
         said.append(f"{row['phase']} {format_value(row['value'])} {row['unit']} = {format_value(pct)} % of the "
-                    f"{row['reference']}")
+                    f"{row['against']}")
         if phase_ms and pct < 100.0:
             verb = "matmul" if row["what"] == "tflops" else "collective"
-            fixes.append(Fix(f"bring the {row['phase']} {verb} to the {row['reference']} (now "
-                             f"{format_value(pct)} %)", phase_ms * (1.0 - pct / 100.0),
-                             f"{row['phase']}'s time · (1 − rate / ceiling)"))
+            fixes.append(Fix(f"bring the {row['phase']} {verb} to the {row['against']} (now {format_value(pct)} %)",
+                             phase_ms * (1.0 - pct / 100.0), f"{row['phase']}'s time · (1 − rate / bound)"))
     return fixes, said
 
 
-def diagnose(point: Point, peaks: pd.DataFrame, stragglers: pd.DataFrame, series: pd.DataFrame) -> Diagnosis | None:
+def diagnose(point: Point, bounds: pd.DataFrame, stragglers: pd.DataFrame, series: pd.DataFrame) -> Diagnosis | None:
     """The diagnosis of one point (None without a step time or GPU categories)."""
     step = step_time(point)
     cats = categories_per_step(point, step) if step is not None else {}
@@ -188,8 +212,8 @@ def diagnose(point: Point, peaks: pd.DataFrame, stragglers: pd.DataFrame, series
         fixes.append(Fix(f"overlap the {name.removeprefix('nccl.')} with compute "
                          f"({format_value(100.0 * overlap)} % overlapped now)", exposed,
                          "its exposed time, at most the compute to hide it behind"))
-    rates, said = rate_fixes(point, peaks)
-    fixes += rates
+    to_bound, said = rate_fixes(point, bounds)
+    fixes += to_bound
     if copies:
         fixes.append(Fix("remove or overlap the copies (pinned memory, non_blocking, fewer host round trips)",
                          sum(copies.values()), "their time"))
@@ -212,9 +236,9 @@ def diagnose(point: Point, peaks: pd.DataFrame, stragglers: pd.DataFrame, series
 
 def diagnoses(points: list[Point]) -> list[Diagnosis]:
     """Every point's diagnosis (points without a step time or GPU categories left out)."""
-    peaks, series = sweep.peak_shares(points), sweep.per_iteration(points)
+    bounds, series = rates(points), sweep.per_iteration(points)
     stragglers = sweep.persistent_stragglers(points)
-    return [d for p in points if (d := diagnose(p, peaks, stragglers, series)) is not None]
+    return [d for p in points if (d := diagnose(p, bounds, stragglers, series)) is not None]
 
 
 def sentence(d: Diagnosis) -> str:
@@ -247,15 +271,13 @@ def fix_lines(d: Diagnosis, top: int = TOP) -> list[str]:
 
 
 def diagnosis_table(found: list[Diagnosis]) -> pd.DataFrame:
-    """One row per point: step, limiter, the parts per step and the top fixes with their bounds."""
+    """One row per point: step, limiter, the parts per step and the noise (the fixes are listed above it)."""
     rows = []
     for d in found:
         limiter = d.limiter
         row: dict[str, object] = {"point": d.point, "step (ms)": d.step_ms,
                                   "limited by": limiter.name if limiter else ""}
         row.update({f"{p.name} (ms)": p.ms for p in d.parts})
-        for i in range(TOP):
-            row[f"fix {i + 1}"] = (f"{d.fixes[i].action}: ≤ {ms(d.fixes[i].saves_ms)}" if i < len(d.fixes) else "")
         row["noise (ms)"] = d.noise_ms
         rows.append(row)
     return pd.DataFrame(rows)

@@ -17,6 +17,7 @@ from rich.text import Text
 from hpcprof import profilers
 from hpcprof.catalog import RUN, parse_column, table_window
 from hpcprof.output import render_table
+from hpcprof.report.ceilings import run_attainable, terminal_table
 from hpcprof.report.runs import RunInfo
 from hpcprof.results import list_tables, read_table
 from hpcprof.rundir import LOG_TAIL_BYTES, sweep_of
@@ -201,6 +202,9 @@ def headline(info: RunInfo, out: Console) -> None:
         for name, value, unit in info.metrics:
             table.add_row(rich_text(name), rich_text(with_unit(value, unit)))
         out.print(table)
+        reached = run_attainable(info)   # the run's rates against its ceilings (experiment `ceilings:`)
+        if not reached.empty:
+            out.print(terminal_table(reached))
     if info.overhead is not None:
         out.print(("[yellow]warning[/]: " if info.overhead.warning else "") + info.overhead.sentence(),
                   highlight=False)

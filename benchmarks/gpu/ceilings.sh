@@ -1,0 +1,55 @@
+#!/bin/bash
+# Issue 48 item 2 on 2 GPUs: `hpcprof bench ceilings` against NVIDIA nccl-tests at the same sizes.
+# Builds nccl-tests (source carried, git-ignored, in .gpu/nccl-tests: NVIDIA/nccl-tests) with MPI=0 against
+# the NCCL of the pip nvidia-nccl wheel torch uses, runs all_gather_perf, reduce_scatter_perf and
+# all_reduce_perf -g 2 (one process, 2 GPUs) and hpcprof bench ceilings under torchrun --nproc-per-node 2
+# at the same sizes, iterations and warm-up: the default sweep (1 MiB .. 256 MiB x4, float32) and seqpar's
+# default all-gather/reduce-scatter (S=4608 x H=9216 bfloat16 = 84934656 B). Compared on busbw: AG and RS
+# with nccl-tests' out-of-place column (torch's all_gather_into_tensor/reduce_scatter_tensor are), AR
+# with its in-place one (dist.all_reduce is). Writes OUT/ceilings.txt (table, `within 5 %: yes/no`),
+# OUT/ceilings.json (hpcprof's), OUT/nccl_<op>.txt (nccl-tests'), OUT/ceilings.log.
+# Needs .gpu/whl (hpcprof's wheels, as e2e_hpcprof.sh). Usage: bash benchmarks/gpu/ceilings.sh OUT
+set -u
+OUT_DIR=${1:?output directory}
+ITERS=${ITERS:-50}
+WARMUP=${WARMUP:-5}
+REPO=$(pwd)
+mkdir -p "$OUT_DIR" /tmp/site /tmp/nccl/lib
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1 OMP_NUM_THREADS=4
+if ls .gpu/whl*/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site $(ls .gpu/whl*/*.whl)
+fi
+export PYTHONPATH=/tmp/site:$REPO
+SEQPAR_BYTES=$((4608 * 9216 * 2))
+{
+  nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader
+  # the NCCL of torch's pip wheel (nvidia-nccl-cu12: nvidia/nccl/{include,lib}; cu13 wheels may nest it
+  # deeper, so looked for under every nvidia namespace path); nccl-tests links -lnccl: libnccl.so
+  NVIDIA_DIRS=$(python3 -c 'import nvidia; print(" ".join(nvidia.__path__))')
+  NCCL_H=$(find $NVIDIA_DIRS -name nccl.h | head -n 1)
+  NCCL_SO=$(find $NVIDIA_DIRS -name 'libnccl.so*' | head -n 1)
+  echo "NCCL: $NCCL_H $NCCL_SO"
+  [ -n "$NCCL_H" ] && [ -n "$NCCL_SO" ] || { echo "no nccl.h/libnccl.so in the nvidia wheels ($NVIDIA_DIRS)"; exit 1; }
+  ln -sfn "$(dirname "$NCCL_H")" /tmp/nccl/include
+  ln -sf "$NCCL_SO" /tmp/nccl/lib/libnccl.so
+  ln -sf "$NCCL_SO" "/tmp/nccl/lib/$(basename "$NCCL_SO")"
+  export LD_LIBRARY_PATH=/tmp/nccl/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  rm -rf /tmp/nccl-tests && cp -r .gpu/nccl-tests /tmp/nccl-tests
+  make -C /tmp/nccl-tests/src -j 16 MPI=0 NCCL_HOME=/tmp/nccl CUDA_HOME=/usr/local/cuda \
+    NVCC_GENCODE="-gencode=arch=compute_90,code=sm_90" BUILDDIR=/tmp/nccl-tests/build >/dev/null || exit 1
+  for op in all_gather reduce_scatter all_reduce; do
+    /tmp/nccl-tests/build/${op}_perf -g 2 -b 1M -e 256M -f 4 -d float -w "$WARMUP" -n "$ITERS" -c 0 \
+      > "$OUT_DIR/nccl_${op}.txt"
+    [ "$op" = all_reduce ] || /tmp/nccl-tests/build/${op}_perf -g 2 -b $SEQPAR_BYTES -e $SEQPAR_BYTES -d bfloat16 \
+      -w "$WARMUP" -n "$ITERS" -c 0 >> "$OUT_DIR/nccl_${op}.txt"
+  done
+  args=()
+  for op in all_gather reduce_scatter all_reduce; do
+    for bytes in 1M 4M 16M 64M 256M; do args+=(--collective "$op:$bytes:float32"); done
+  done
+  args+=(--collective all_gather:$SEQPAR_BYTES:bfloat16 --collective reduce_scatter:$SEQPAR_BYTES:bfloat16)
+  python3 -m torch.distributed.run --nproc-per-node 2 --no-python python3 -m hpcprof bench ceilings "${args[@]}" \
+    --gemm 8192,8192,8192:bfloat16 --gemm 4608,4608,9216:bfloat16 --gemm 4608,9216,4608:bfloat16 \
+    --iters "$ITERS" --warmup "$WARMUP" --out "$OUT_DIR/ceilings.json"
+} > "$OUT_DIR/ceilings.log" 2>&1 || { tail -n 30 "$OUT_DIR/ceilings.log"; exit 1; }
+python3 "$REPO/benchmarks/gpu/ceilings_compare.py" "$OUT_DIR" | tee "$OUT_DIR/ceilings.txt"
