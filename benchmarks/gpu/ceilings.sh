@@ -1,9 +1,11 @@
 #!/bin/bash
 # Issue 48 item 2 on 2 GPUs: `hpcprof bench ceilings` against NVIDIA nccl-tests at the same sizes.
-# Builds nccl-tests (source carried, git-ignored, in .gpu/nccl-tests: NVIDIA/nccl-tests) with MPI=0 against
-# the NCCL of the pip nvidia-nccl wheel torch uses, runs all_gather_perf, reduce_scatter_perf and
-# all_reduce_perf -g 2 (one process, 2 GPUs) and hpcprof bench ceilings under torchrun --nproc-per-node 2
-# at the same sizes, iterations and warm-up: the default sweep (1 MiB .. 256 MiB x4, float32) and seqpar's
+# Builds nccl-tests (source carried, git-ignored, in .gpu/nccl-tests: NVIDIA/nccl-tests) against the NCCL of
+# the pip nvidia-nccl wheel torch uses (MPI=1 with the machine's Open MPI: 2 processes, one GPU each, as
+# hpcprof's ranks; else MPI=0, one process driving both), runs all_gather_perf, reduce_scatter_perf and
+# all_reduce_perf and hpcprof bench ceilings under torchrun --nproc-per-node 2
+# at the same sizes, iterations and warm-up, each way launched one by one and from a CUDA graph (the best of
+# the two is each side's ceiling): the default sweep (1 MiB .. 256 MiB x4, float32) and seqpar's
 # default all-gather/reduce-scatter (S=4608 x H=9216 bfloat16 = 84934656 B). Compared on busbw: AG and RS
 # with nccl-tests' out-of-place column (torch's all_gather_into_tensor/reduce_scatter_tensor are), AR
 # with its in-place one (dist.all_reduce is). Writes OUT/ceilings.txt (table, `within 5 %: yes/no`),
@@ -35,13 +37,28 @@ SEQPAR_BYTES=$((4608 * 9216 * 2))
   ln -sf "$NCCL_SO" "/tmp/nccl/lib/$(basename "$NCCL_SO")"
   export LD_LIBRARY_PATH=/tmp/nccl/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   rm -rf /tmp/nccl-tests && cp -r .gpu/nccl-tests /tmp/nccl-tests
-  make -C /tmp/nccl-tests/src -j 16 MPI=0 NCCL_HOME=/tmp/nccl CUDA_HOME=/usr/local/cuda \
+  # two processes, one GPU each (MPI=1, mpirun -np 2 -g 1), as torchrun runs hpcprof's ranks; without an MPI
+  # compiler, one process driving both GPUs (MPI=0, -g 2), which NCCL serves with other means (e.g. copy engines)
+  if command -v mpicc >/dev/null; then
+    mkdir -p /tmp/mpi   # MPI_HOME/include and /lib as nccl-tests' Makefile wants them, from Open MPI's wrapper
+    ln -sfn "$(mpicc --showme:incdirs | cut -d' ' -f1)" /tmp/mpi/include
+    ln -sfn "$(mpicc --showme:libdirs | cut -d' ' -f1)" /tmp/mpi/lib
+    BUILD=(MPI=1 MPI_HOME=/tmp/mpi); LAUNCH=(mpirun --allow-run-as-root --oversubscribe -np 2 -x NCCL_NVLS_ENABLE
+      -x LD_LIBRARY_PATH); GPUS=1
+  else
+    BUILD=(MPI=0); LAUNCH=(); GPUS=2
+  fi
+  echo "nccl-tests: ${BUILD[*]} ${LAUNCH[*]} -g $GPUS"
+  make -C /tmp/nccl-tests/src -j 16 "${BUILD[@]}" NCCL_HOME=/tmp/nccl CUDA_HOME=/usr/local/cuda \
     NVCC_GENCODE="-gencode=arch=compute_90,code=sm_90" BUILDDIR=/tmp/nccl-tests/build >/dev/null || exit 1
   for op in all_gather reduce_scatter all_reduce; do
-    /tmp/nccl-tests/build/${op}_perf -g 2 -b 1M -e 256M -f 4 -d float -w "$WARMUP" -n "$ITERS" -c 0 \
-      > "$OUT_DIR/nccl_${op}.txt"
-    [ "$op" = all_reduce ] || /tmp/nccl-tests/build/${op}_perf -g 2 -b $SEQPAR_BYTES -e $SEQPAR_BYTES -d bfloat16 \
-      -w "$WARMUP" -n "$ITERS" -c 0 >> "$OUT_DIR/nccl_${op}.txt"
+    rm -f "$OUT_DIR/nccl_${op}.txt"
+    for graph in 0 1; do   # launched one by one, and replayed from a CUDA graph (-G): the best of both is compared
+      "${LAUNCH[@]}" /tmp/nccl-tests/build/${op}_perf -g $GPUS -b 1M -e 256M -f 4 -d float -w "$WARMUP" -n "$ITERS" \
+        -c 0 -G $graph >> "$OUT_DIR/nccl_${op}.txt"
+      [ "$op" = all_reduce ] || "${LAUNCH[@]}" /tmp/nccl-tests/build/${op}_perf -g $GPUS -b $SEQPAR_BYTES \
+        -e $SEQPAR_BYTES -d bfloat16 -w "$WARMUP" -n "$ITERS" -c 0 -G $graph >> "$OUT_DIR/nccl_${op}.txt"
+    done
   done
   args=()
   for op in all_gather reduce_scatter all_reduce; do

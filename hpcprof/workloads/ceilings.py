@@ -6,7 +6,9 @@ events (wall clock on CPU), the median of `iters`; TFLOP/s = 2·m·n·k / time. 
 enough pairs to exceed twice the L2 cache (at most MAX_ROTATION), so that no call finds its operands
 left in the cache by the previous one.
 Collectives: timed as nccl-tests times them (src/common.cu BenchTime): warm-up, barrier, `iters`
-calls back to back, synchronize, the elapsed time / iters, averaged over the ranks; algbw =
+calls back to back, synchronize, the elapsed time / iters, averaged over the ranks; on GPUs also
+captured in one CUDA graph and replayed (nccl-tests' `-G`), the faster of the two kept (the
+`statistic` column says which); algbw =
 bytes / time, busbw = algbw x nccl-tests' factor (hpcprof.workloads.ceiling_specs).
 
 Run under any launcher: `mpiexec -n 2 hpcprof bench ceilings --collective all_gather:64M:bfloat16`.
@@ -109,22 +111,60 @@ def collective_call(spec: CollectiveSpec, ctx: bootstrap.Dist) -> Any:
     return lambda: dist.all_reduce(buffer)
 
 
-def time_collective(spec: CollectiveSpec, ctx: bootstrap.Dist, iters: int, warmup: int) -> float:
-    """This rank's seconds per call: `iters` calls back to back after a barrier, / iters (nccl-tests)."""
-    call = collective_call(spec, ctx)
-    for _ in range(warmup):
-        call()
+def graphed(call: Any, iters: int, ctx: bootstrap.Dist) -> Any:
+    """`iters` calls captured in one CUDA graph, as nccl-tests' `-G` does: its replay runs them back to back
+    without the host's per-call launch cost (torch.distributed's is longer than a small collective);
+    None on the CPU, or where any rank could not capture (then every rank times the calls eagerly)."""
+    if not ctx.is_cuda:
+        return None
+    graph: Any = torch.cuda.CUDAGraph()
+    try:
+        stream = torch.cuda.Stream(ctx.device)
+        stream.wait_stream(torch.cuda.current_stream(ctx.device))
+        with torch.cuda.graph(graph, stream=stream):
+            for _ in range(iters):
+                call()
+        captured = 1
+    except RuntimeError:
+        graph, captured = None, 0
+    agreed = torch.tensor([captured], device=ctx.device)
+    dist.all_reduce(agreed, op=dist.ReduceOp.MIN)
+    return graph.replay if graph is not None and int(agreed.item()) else None
+
+
+def timed(run: Any, ctx: bootstrap.Dist) -> float:
+    """Seconds of `run()` started on every rank at once (after a barrier), to its last GPU work's end."""
     if ctx.is_cuda:
         torch.cuda.synchronize(ctx.device)
     dist.barrier()
     if ctx.is_cuda:
         torch.cuda.synchronize(ctx.device)
     t0 = time.perf_counter()
-    for _ in range(iters):
-        call()
+    run()
     if ctx.is_cuda:
         torch.cuda.synchronize(ctx.device)
-    return (time.perf_counter() - t0) / iters
+    return time.perf_counter() - t0
+
+
+def time_collective(spec: CollectiveSpec, ctx: bootstrap.Dist, iters: int, warmup: int) -> tuple[float, str]:
+    """This rank's seconds per call and how the calls ran: `iters` calls back to back after a barrier,
+    / iters (nccl-tests), launched one by one and, on GPUs, replayed from one CUDA graph (nccl-tests'
+    `-G`); the faster of the two, the machine's ceiling (launched one by one, torch.distributed's host cost
+    per call starves a small collective; in a graph, NCCL may pick other protocols for a larger one)."""
+    call = collective_call(spec, ctx)
+    for _ in range(warmup):
+        call()
+
+    def one_by_one() -> None:
+        for _ in range(iters):
+            call()
+
+    best = (timed(one_by_one, ctx) / iters, "calls launched one by one")
+    replay = graphed(call, iters, ctx)
+    if replay is not None:
+        replay()                    # the graph's first replay uploads it
+        best = min(best, (timed(replay, ctx) / iters, "one CUDA graph of the calls"))
+    return best
 
 
 def gemm_row(spec: GemmSpec, rank_times: list[float]) -> dict[str, Any]:
@@ -138,14 +178,14 @@ def gemm_row(spec: GemmSpec, rank_times: list[float]) -> dict[str, Any]:
             "algbw_GBps": None, "busbw_GBps": None, "bus_factor": None}
 
 
-def collective_row(spec: CollectiveSpec, rank_times: list[float], world_size: int) -> dict[str, Any]:
+def collective_row(spec: CollectiveSpec, rank_times: list[float], world_size: int, how: str) -> dict[str, Any]:
     """The result row of a collective from each rank's time per call: their mean (nccl-tests)."""
     seconds = sum(rank_times) / len(rank_times)
     algbw = spec.nbytes / seconds / 1e9
     factor = bus_factor(spec.op, world_size)
     return {"kind": "collective", "op": spec.op, "dtype": spec.dtype, "m": None, "n": None, "k": None,
             "bytes": spec.nbytes, "flops": None, "time_s": seconds,
-            "statistic": "calls back to back / calls, mean over ranks (nccl-tests)",
+            "statistic": f"calls back to back ({how}) / calls, mean over ranks (nccl-tests)",
             "tflops": None, "tflops_min_rank": None, "tflops_max_rank": None,
             "algbw_GBps": algbw, "busbw_GBps": algbw * factor, "bus_factor": factor}
 
@@ -163,8 +203,8 @@ def measure(gemms: list[GemmSpec], collectives: list[CollectiveSpec], ctx: boots
         times = bootstrap.gather_objects(time_gemm(gemm, ctx, iters, warmup))
         rows.append({**gemm_row(gemm, times), **common})
     for coll in collectives:
-        times = bootstrap.gather_objects(time_collective(coll, ctx, iters, warmup))
-        rows.append({**collective_row(coll, times, ctx.world_size), **common})
+        seconds, how = time_collective(coll, ctx, iters, warmup)
+        rows.append({**collective_row(coll, bootstrap.gather_objects(seconds), ctx.world_size, how), **common})
     ranks = bootstrap.gather_objects(info)
     return {"schema": SCHEMA, "workload": "ceilings", "created": created, "world_size": ctx.world_size,
             "device_name": info["device_name"], "versions": versions, "ranks": ranks, "rows": rows}
