@@ -246,7 +246,7 @@ def test_attainable_known_answer() -> None:
     ag, mm = rows.loc["phase.allgather.busbw"], rows.loc["phase.matmul1.tflops"]
     assert ag["pct_of_datasheet"] == pytest.approx(100 * 233.8 / 450) and round(ag["pct_of_datasheet"], 2) == 51.96
     assert ag["ceiling"] == 238.0 and ag["pct_of_ceiling"] == pytest.approx(100 * 233.8 / 238)
-    assert ag["nearest_size"] == f"{64 << 20} B bfloat16" and "NVLink" in ag["datasheet_source"]
+    assert ag["nearest_size"] == "64 MiB bfloat16" and "NVLink" in ag["datasheet_source"]
     assert ag["ceiling_source"] == "hpcprof bench ceilings in the same job, 2026-11-20, NVIDIA H200"
     assert mm["ceiling"] == 820.0 and mm["pct_of_ceiling"] == pytest.approx(100 * 814 / 820)
     assert mm["pct_of_datasheet"] == pytest.approx(100 * 814 / 989.5)
@@ -255,3 +255,18 @@ def test_attainable_known_answer() -> None:
     assert best.loc["phase.allgather.busbw", "ceiling"] == 238.0 and pd.isna(best.loc["phase.allgather.busbw",
                                                                                      "pct_of_datasheet"])
     assert list(attainable(metrics, ceilings, precision="bfloat16", world_size=1)["figure"]) == ["phase.matmul1.tflops"]
+
+
+def test_a_collectives_bus_bandwidth_against_the_ceiling_nearest_in_size() -> None:
+    """The bus bandwidth table's % of attainable: the same collective's ceiling nearest in size (here 16 MiB
+    for a 27 MiB all-reduce, 256 MiB for 168 MiB), none for a collective the ceilings did not measure."""
+    import pandas as pd
+
+    from hpcprof.report.ceilings import collective_attainable
+
+    ceilings = pd.DataFrame({"kind": "collective", "op": ["all_reduce", "all_reduce", "all_gather"],
+                             "dtype": "float32", "bytes": [16 * 2**20, 256 * 2**20, 16 * 2**20],
+                             "busbw_GBps": [200.0, 300.0, 150.0]})
+    rows = pd.DataFrame({"collective": ["AllReduce", "AllReduce", "Broadcast"],
+                         "bytes": [27 * 2**20, 168 * 2**20, 2**20], "busbw_gbps": [100.0, 150.0, 10.0]})
+    assert collective_attainable(rows, ceilings) == ["50.0 % (16 MiB)", "50.0 % (256 MiB)", ""]

@@ -46,7 +46,8 @@ def _distance(row: pd.Series, size: GemmSpec | CollectiveSpec | None) -> float:
 def _size_text(row: pd.Series) -> str:
     if row["kind"] == "gemm":
         return f"{int(row['m'])}x{int(row['n'])}x{int(row['k'])} {row['dtype']}"
-    return f"{int(row['bytes'])} B {row['dtype']}"
+    size = float(row["bytes"])
+    return f"{size / 2**20:.4g} MiB {row['dtype']}" if size >= 2**20 else f"{int(size)} B {row['dtype']}"
 
 
 def nearest(ceilings: pd.DataFrame, op: str, dtype: str, size: GemmSpec | CollectiveSpec | None,
@@ -159,3 +160,21 @@ def points_attainable(infos: list[tuple[str, RunInfo]]) -> pd.DataFrame:
     if not parts:
         return pd.DataFrame(columns=["point", *COLUMNS])
     return pd.concat(parts, ignore_index=True)[["point", *COLUMNS]]
+
+
+#: an NCCL collective as the bus bandwidth tables name it -> as the ceilings do
+COLLECTIVE_OPS = {"AllGather": "all_gather", "ReduceScatter": "reduce_scatter", "AllReduce": "all_reduce"}
+
+
+def collective_attainable(rows: pd.DataFrame, ceilings: pd.DataFrame) -> list[str]:
+    """Per bus bandwidth row (collective, bytes, busbw_gbps: nsys_busbw / torch_busbw) its % of the
+    ceiling measured for the same collective nearest in size (any dtype), with that size: `92.1 % (16 MiB)`;
+    '' where none was measured."""
+    out = []
+    for collective, nbytes, busbw in zip(rows["collective"], rows["bytes"], rows["busbw_gbps"], strict=True):
+        op = COLLECTIVE_OPS.get(str(collective))
+        found = (nearest(ceilings, op, "float32", CollectiveSpec(op, int(nbytes), "float32"), "busbw_GBps")
+                 if op is not None and pd.notna(nbytes) and pd.notna(busbw) and not ceilings.empty else None)
+        out.append(f"{100.0 * float(busbw) / float(found['busbw_GBps']):.1f} % ({float(found['bytes']) / 2**20:g} MiB)"
+                   if found is not None and float(found["busbw_GBps"]) > 0 else "")
+    return out

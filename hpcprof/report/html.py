@@ -158,12 +158,17 @@ def main_sections(page: Page, points: list[sweep.Point]) -> list[str]:
 
 def attainable_html(points: list[sweep.Point]) -> str:
     """The points' rates against the ceilings measured in their own job (experiment `ceilings:`),
-    beside the datasheet's %; '' where no run measured any."""
+    beside the datasheet's %, the sources named once below; '' where no run measured any."""
     rows = points_attainable([(p.label, p.first) for p in points])
     if rows.empty:
         return ""
-    return table_html(rows, "% of attainable: against hpcprof bench ceilings run in the same job after the workload "
-                            "(the nearest measured size), and % of the datasheet peak")
+    shown = pd.DataFrame({"point": rows["point"], "figure": rows["figure"], "value": rows["value"],
+                          "unit": rows["unit"], "% of ceiling": rows["pct_of_ceiling"], "ceiling": rows["ceiling"],
+                          "measured at": rows["nearest_size"], "% of datasheet": rows["pct_of_datasheet"]})
+    sources = sorted({*rows["ceiling_source"], *rows["datasheet_source"]} - {""})
+    return table_html(shown, "% of attainable: against hpcprof bench ceilings run in the same job after the workload "
+                             "(the nearest measured size), and % of the datasheet peak") + \
+        "<p>Sources: " + "; ".join(html.escape(s) for s in sources) + ".</p>"
 
 
 def iteration_sections(page: Page, points: list[sweep.Point]) -> list[str]:
@@ -392,7 +397,8 @@ def diagnosis_section(points: list[sweep.Point]) -> str:
     if not found:
         return ""
     items = "".join(f"<li><p>{html.escape(limits.sentence(d))}</p><ol>"
-                    + "".join(f"<li>{html.escape(line)}</li>" for line in limits.fix_lines(d)) + "</ol></li>"
+                    + "".join(f"<li>{html.escape(line)}</li>" for line in limits.fix_lines(d)) + "</ol>"
+                    + (f"<p>{html.escape(said)}</p>" if (said := limits.noise_line(d)) else "") + "</li>"
                     for d in found)
     return ("<section id='diagnosis'><h2>What limits each point, and the top fixes</h2><p>Each step split into "
             "compute, exposed communication, copies, GPU idle and imbalance over the measured window; each fix's "

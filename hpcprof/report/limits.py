@@ -199,7 +199,8 @@ def diagnose(point: Point, bounds: pd.DataFrame, stragglers: pd.DataFrame, serie
     parts = [Part("compute", compute_ms, ", ".join(f"{k} {ms(v)}" for k, v in top_compute))]
     if comm:
         parts.append(Part("exposed communication", comm_ms * (1.0 - overlap),
-                          f"{ms(comm_ms)} of NCCL kernels, {format_value(100.0 * overlap)} % overlapped by compute"))
+                          f"{ms(comm_ms)} of NCCL kernels, {format_value(100.0 * overlap)} % overlapped by compute; a "
+                          "kernel's time includes its wait for the other ranks"))
     if copies:
         parts.append(Part("copies", sum(copies.values()), ", ".join(f"{k} {ms(v)}" for k, v in copies.items())))
     if idle_pct is not None:
@@ -260,14 +261,16 @@ def sentence(d: Diagnosis) -> str:
 
 
 def fix_lines(d: Diagnosis, top: int = TOP) -> list[str]:
-    """The point's top fixes, numbered, each with its bound per step; then what was noise."""
-    lines = [f"{i}. {f.action}: ≤ {ms(f.saves_ms)} of {ms(d.step_ms)} per step ({f.basis})"
-             for i, f in enumerate(d.fixes[:top], start=1)]
+    """The point's top fixes, largest bound first, each with its bound per step ('' numbering: the
+    caller numbers them)."""
+    return [f"{f.action}: ≤ {ms(f.saves_ms)} of {ms(d.step_ms)} per step ({f.basis})" for f in d.fixes[:top]]
+
+
+def noise_line(d: Diagnosis) -> str:
+    """What was left out as noise ('' when nothing was)."""
     if not d.fixes:
-        lines.append(f"no fix saves more than the noise ({ms(d.noise_ms)} per step)")
-    if d.dropped:
-        lines.append(f"({d.dropped} smaller fix(es) below the noise of {ms(d.noise_ms)} per step left out)")
-    return lines
+        return f"no fix saves more than the noise ({ms(d.noise_ms)} per step)"
+    return f"({d.dropped} smaller fix(es) below the noise of {ms(d.noise_ms)} per step left out)" if d.dropped else ""
 
 
 def diagnosis_table(found: list[Diagnosis]) -> pd.DataFrame:
@@ -295,5 +298,7 @@ def print_diagnoses(infos: list[RunInfo], out: Console) -> None:
     out.rule("[bold]what limits each point[/] (upper bounds per step; noise left out)")
     for d in found:
         out.print(rich_text(sentence(d)))
-        for line in fix_lines(d):
-            out.print(rich_text("  " + line))
+        for i, line in enumerate(fix_lines(d), start=1):
+            out.print(rich_text(f"  {i}. {line}"))
+        if said := noise_line(d):
+            out.print(rich_text("  " + said))

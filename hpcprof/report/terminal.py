@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from hpcprof import profilers
-from hpcprof.catalog import RUN, parse_column, table_window
+from hpcprof.catalog import BENCH_CEILINGS, RUN, parse_column, table_window
 from hpcprof.output import render_table
 from hpcprof.report.ceilings import run_attainable, terminal_table
 from hpcprof.report.runs import RunInfo
@@ -171,12 +171,23 @@ def busbw_summary(run_dir: Path, tool: str) -> tuple[pd.DataFrame, str] | None:
                         skew=[f"rank {s:.0f} {sb:.1f} vs rank {f:.0f} {fb:.1f}" if pd.notna(s) else ""
                               for s, sb, f, fb in zip(rows["slowest_rank"], rows["slowest_busbw_gbps"],
                                                       rows["fastest_rank"], rows["fastest_busbw_gbps"], strict=True)])
-    shown = shown[["collective", "group", "bucket", "count", "size", "median_us", "algbw_gbps", "busbw_gbps", "skew"]]
-    shown.columns = ["collective", "group", "size bucket", "count", "MiB (median)", "median µs", "algbw GB/s",
-                     "busbw GB/s", "slowest vs fastest rank (busbw GB/s)"]
+    columns = ["collective", "group", "bucket", "count", "size", "median_us", "algbw_gbps", "busbw_gbps", "skew"]
+    names = ["collective", "group", "size bucket", "count", "MiB (median)", "median µs", "algbw GB/s", "busbw GB/s",
+             "slowest vs fastest rank (busbw GB/s)"]
+    ceilings = read_table(run_dir, BENCH_CEILINGS.name) if BENCH_CEILINGS.name in list_tables(run_dir) else None
+    if ceilings is not None and not ceilings.empty:
+        from hpcprof.report.ceilings import collective_attainable
+
+        shown = shown.assign(attainable=collective_attainable(rows, ceilings))
+        columns.insert(8, "attainable")
+        names.insert(8, "% of attainable (ceiling's size)")
+    shown = shown[columns]
+    shown.columns = names
     unknown = int(table.loc[(table["scope"] == rows["scope"].iloc[0]) & table["bytes"].isna(), "count"].sum())
     return shown, f"{BUSBW_TITLE} ({table_window(name)})" + \
-        (f"; {unknown} NCCL kernels without a size ({name}'s note says why)" if unknown else "")
+        (f"; {unknown} NCCL kernels without a size ({name}'s note says why)" if unknown else "") + \
+        ("; % of attainable: of hpcprof bench ceilings in the same job, the same collective nearest in size"
+         if "attainable" in columns else "")
 
 
 def headline(info: RunInfo, out: Console) -> None:
