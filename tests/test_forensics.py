@@ -113,6 +113,7 @@ def test_a_planted_fault_is_named_by_status_report_html_and_logs(planted: Plante
     assert all(f"forensics/{p.name}" in manifest for p in (run / "forensics").iterdir() if p.name.startswith("fr_"))
 
 
+@pytest.mark.slow     # real multi-rank jobs (the developer tier leaves them to the full suite)
 def test_the_hung_rank_s_stack_is_shown_below_the_sentence(planted: PlantedRuns) -> None:
     cwd, run = planted["hang"]
     report = hpcprof("report", run.name, cwd=cwd, check=True).stdout
@@ -125,6 +126,7 @@ def test_the_hung_rank_s_stack_is_shown_below_the_sentence(planted: PlantedRuns)
     assert rows[2]["where"].endswith("save_checkpoint") and rows[0]["error"].startswith("RuntimeError: Timed out")
 
 
+@pytest.mark.slow     # real multi-rank jobs (the developer tier leaves them to the full suite)
 def test_the_walltime_warning_asked_every_rank_for_its_dump(planted: PlantedRuns) -> None:
     """TIMEOUT: the job's timer warned it 25 s before the walltime, every rank (alive, waiting) dumped."""
     _, run = planted["walltime"]
@@ -154,6 +156,7 @@ def test_logs_hang_asks_a_running_hung_run_where_its_ranks_are(tmp_path: Path) -
         hpcprof("cancel", run.name, cwd=tmp_path, check=True)
 
 
+@pytest.mark.slow     # real multi-rank jobs (the developer tier leaves them to the full suite)
 @pytest.mark.parametrize("fault", ["hang", "mismatch", "exception"])
 def test_the_reader_agrees_with_pytorch_s_analyser(planted: PlantedRuns, fault: str) -> None:
     """The same collective, kind and missing ranks from PyTorch's fr_trace (build_db) and from
