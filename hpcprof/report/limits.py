@@ -278,7 +278,7 @@ def diagnosis_table(found: list[Diagnosis]) -> pd.DataFrame:
     rows = []
     for d in found:
         limiter = d.limiter
-        row: dict[str, object] = {"point": d.point, "step (ms)": d.step_ms,
+        row: dict[str, object] = {"point": d.point, "step (ms)": d.step_ms, "the step": d.step_source,
                                   "limited by": limiter.name if limiter else ""}
         row.update({f"{p.name} (ms)": p.ms for p in d.parts})
         row["noise (ms)"] = d.noise_ms
