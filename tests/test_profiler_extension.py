@@ -110,7 +110,9 @@ def test_a_two_rank_run_under_it_is_collected_into_its_tables(collected: Path) -
     by_hand = {(rank, name): int((t["end_ns"] - t["start_ns"])[t["kernel"] == name].sum())
                for rank, t in traces.items() for name in set(t["kernel"])}
     assert sums.to_dict() == by_hand
-    assert by_hand[(0, "gemm_kernel")] >= 3 * 20_000_000    # three sleeps of 20 ms, as fakeroc timed them
+    # three sleeps of 20 ms, as fakeroc timed them: when it read each mark from the pipe, so a begin read late on a
+    # loaded machine shortens a range (56.8 ms for the three seen in a bare-clone run): half of it at least
+    assert by_hand[(0, "gemm_kernel")] >= 3 * 10_000_000
 
     headline = read_headline(collected)
     assert headline is not None
