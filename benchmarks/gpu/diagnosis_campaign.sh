@@ -11,13 +11,8 @@
 #   bash benchmarks/gpu/diagnosis_campaign.sh OUT
 set -u
 OUT_DIR=${1:?output directory}
-REPO=$(pwd)
-mkdir -p "$OUT_DIR" /tmp/site /tmp/bin /tmp/trainers
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .gpu/whl/*.whl
-export PYTHONPATH=/tmp/site:$REPO PYTHONUNBUFFERED=1
-export LD_LIBRARY_PATH=$REPO/.gpu/libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-ln -sf "$(ls -d /opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys | tail -1)" /tmp/bin/nsys
-export PATH=/tmp/bin:$(dirname "$(command -v python3)"):$PATH
+source benchmarks/gpu/env.sh
+mkdir -p "$OUT_DIR" /tmp/trainers
 export HPCPROF_WORKDIR=/tmp/hpcprof-diagnosis
 LEAN=(--set profile.nsys.sample=none --set profile.nsys.cpuctxsw=none --set profile.nsys.stats=false
       --set resources.nodes=1 --set resources.ranks_per_node=2 --set profile.ranks=all --set ceilings=true)

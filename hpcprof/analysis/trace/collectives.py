@@ -53,9 +53,6 @@ class TraceCollectives(Gatherer):
 
     part = staticmethod(batch_collectives)
 
-    def __init__(self) -> None:
-        self.reset()
-
     def reset(self) -> None:
         self.kernels: list[tuple[Any, ...]] = []
         self.params: dict[int, Sizes] = {}

@@ -97,9 +97,6 @@ class CriticalPathEvents(Gatherer):
 
     part = staticmethod(batch_events)
 
-    def __init__(self) -> None:
-        self.reset()
-
     def reset(self) -> None:
         self.gpu: list[tuple[Any, ...]] = []
         self.launch: dict[int, Ns] = {}

@@ -196,7 +196,10 @@ class Gatherer:
     """What one decode of a trace gathers, batch by batch: `part` reduces a batch of events to what
     `merge` keeps (a static method, so that scan_split's helper processes can run it: its result is
     sent back), `merge` keeps it (the batches in file order); `add` is both, a scan_trace consumer.
-    `reset` empties it (a split decode that failed is done again in order)."""
+    `reset` empties it (a split decode that failed is done again in order), and makes it."""
+
+    def __init__(self) -> None:
+        self.reset()
 
     @staticmethod
     def part(events: list[Event]) -> Any:
@@ -363,9 +366,6 @@ class TraceColumns(Gatherer):
     ProfilerStep annotations and sync events (most CPU ops and flow events are dropped here)."""
 
     part = staticmethod(batch_columns)
-
-    def __init__(self) -> None:
-        self.reset()
 
     def reset(self) -> None:
         self.ts_is_float = False  # any float ts (pandas would make the column float64)
