@@ -223,7 +223,8 @@ CEILINGS_COLUMNS: dict[str, str] = {
              "input, the all-reduce's buffer (none for a GEMM)",
     "flops": "a GEMM's 2·m·n·k",
     "time_s": "seconds per call: a GEMM's median over its timed calls (CUDA events), median over ranks; a "
-              "collective's timed calls back to back / their number, mean over ranks (nccl-tests)",
+              "collective's timed calls back to back / their number, mean over ranks (nccl-tests), the best of "
+              "5 runs and of the ways the calls can run (statistic)",
     "statistic": "how time_s was taken, in words",
     "tflops": "a GEMM's flops / time_s / 1e12",
     "tflops_min_rank": "the slowest rank's TFLOP/s (its median time)",

@@ -73,6 +73,11 @@ def check_consistent(result: dict, world_size: int) -> None:
             factor = nccl_tests_factor(row["op"], world_size)
             assert row["bus_factor"] == pytest.approx(factor)
             assert row["busbw_GBps"] == pytest.approx(row["algbw_GBps"] * factor, rel=1e-12)
+            # on the CPU (gloo) the calls run through torch.distributed only, launched one by one; the row is
+            # the fastest of the ways its `ways` lists
+            assert list(row["ways"]) == ["torch.distributed, calls launched one by one"]
+            assert row["busbw_GBps"] == pytest.approx(max(row["ways"].values()), rel=1e-12)
+            assert "(torch.distributed, calls launched one by one)" in row["statistic"]
 
 
 def test_two_ranks_under_mpiexec(tmp_path: Path) -> None:
@@ -270,3 +275,20 @@ def test_a_collectives_bus_bandwidth_against_the_ceiling_nearest_in_size() -> No
     rows = pd.DataFrame({"collective": ["AllReduce", "AllReduce", "Broadcast"],
                          "bytes": [27 * 2**20, 168 * 2**20, 2**20], "busbw_gbps": [100.0, 150.0, 10.0]})
     assert collective_attainable(rows, ceilings) == ["50.0 % (16 MiB)", "50.0 % (256 MiB)", ""]
+
+
+def test_the_nccl_library_is_found_where_the_process_mapped_it(tmp_path: Path) -> None:
+    """hpcprof.workloads.nccl_api.loaded_library reads /proc/self/maps' path column (torch's pip wheels map
+    nvidia/nccl/lib/libnccl.so.2); none where no libnccl is mapped or the file cannot be read."""
+    from hpcprof.workloads.nccl_api import loaded_library
+
+    lib = "/venv/lib/python3.12/site-packages/nvidia/nccl/lib/libnccl.so.2"
+    maps = tmp_path / "maps"
+    maps.write_text("7f00-7f10 r--p 00000000 08:01 42    /venv/lib/libtorch_cuda.so\n"
+                    "7f20-7f30 rw-p 00000000 00:00 0 \n"
+                    f"7f40-7f50 r-xp 00001000 08:01 43    {lib}\n")
+    assert loaded_library(maps=maps) == Path(lib)
+    assert loaded_library("libtorch_cuda", maps=maps) == Path("/venv/lib/libtorch_cuda.so")
+    maps.write_text("7f00-7f10 r--p 00000000 08:01 42    /venv/lib/libtorch_cuda.so\n7f20-7f30 rw-p 00000000 00:00 0\n")
+    assert loaded_library(maps=maps) is None
+    assert loaded_library(maps=tmp_path / "absent") is None

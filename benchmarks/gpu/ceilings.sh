@@ -4,8 +4,8 @@
 # the pip nvidia-nccl wheel torch uses (MPI=1 with the machine's Open MPI: 2 processes, one GPU each, as
 # hpcprof's ranks; else MPI=0, one process driving both), runs all_gather_perf, reduce_scatter_perf and
 # all_reduce_perf and hpcprof bench ceilings under torchrun --nproc-per-node 2
-# at the same sizes, iterations and warm-up, each way launched one by one and from a CUDA graph (the best of
-# the two is each side's ceiling): the default sweep (1 MiB .. 256 MiB x4, float32) and seqpar's
+# at the same sizes, iterations and warm-up, each way launched one by one and from a CUDA graph, nccl-tests
+# with 5 cycles (-N 5) as hpcprof takes the best of 5 runs (the best of all is each side's ceiling): the default sweep (1 MiB .. 256 MiB x4, float32) and seqpar's
 # default all-gather/reduce-scatter (S=4608 x H=9216 bfloat16 = 84934656 B). Compared on busbw: AG and RS
 # with nccl-tests' out-of-place column (torch's all_gather_into_tensor/reduce_scatter_tensor are), AR
 # with its in-place one (dist.all_reduce is). Writes OUT/ceilings.txt (table, `within 5 %: yes/no`),
@@ -51,15 +51,25 @@ SEQPAR_BYTES=$((4608 * 9216 * 2))
   echo "nccl-tests: ${BUILD[*]} ${LAUNCH[*]} -g $GPUS"
   make -C /tmp/nccl-tests/src -j 16 "${BUILD[@]}" NCCL_HOME=/tmp/nccl CUDA_HOME=/usr/local/cuda \
     NVCC_GENCODE="-gencode=arch=compute_90,code=sm_90" BUILDDIR=/tmp/nccl-tests/build >/dev/null || exit 1
+  # launched one by one and replayed from a CUDA graph (-G 10: ten launches of the graph of ITERS calls, so
+  # that its upload, which nccl-tests times with the first launch, weighs as little as in hpcprof's, which
+  # launches once untimed first), on cudaMalloc buffers, on ncclMemAlloc ones
+  # registered with NCCL (-R 1, nccl_<op>_registered.txt) and registered as symmetric windows (-R 2,
+  # nccl_<op>_symmetric.txt): the best of the six is compared
   for op in all_gather reduce_scatter all_reduce; do
-    rm -f "$OUT_DIR/nccl_${op}.txt"
-    for graph in 0 1; do   # launched one by one, and replayed from a CUDA graph (-G): the best of both is compared
-      "${LAUNCH[@]}" /tmp/nccl-tests/build/${op}_perf -g $GPUS -b 1M -e 256M -f 4 -d float -w "$WARMUP" -n "$ITERS" \
-        -c 0 -G $graph >> "$OUT_DIR/nccl_${op}.txt"
-      [ "$op" = all_reduce ] || "${LAUNCH[@]}" /tmp/nccl-tests/build/${op}_perf -g $GPUS -b $SEQPAR_BYTES \
-        -e $SEQPAR_BYTES -d bfloat16 -w "$WARMUP" -n "$ITERS" -c 0 -G $graph >> "$OUT_DIR/nccl_${op}.txt"
+    for reg in 0 1 2; do
+      suffix=([0]="" [1]=_registered [2]=_symmetric)
+      file="$OUT_DIR/nccl_${op}${suffix[$reg]}.txt"
+      rm -f "$file"
+      for graph in 0 1; do
+        "${LAUNCH[@]}" /tmp/nccl-tests/build/${op}_perf -g $GPUS -b 1M -e 256M -f 4 -d float -w "$WARMUP" \
+          -n "$ITERS" -N 5 -c 0 -G $((graph * 10)) -R $reg >> "$file"
+        [ "$op" = all_reduce ] || "${LAUNCH[@]}" /tmp/nccl-tests/build/${op}_perf -g $GPUS -b $SEQPAR_BYTES \
+          -e $SEQPAR_BYTES -d bfloat16 -w "$WARMUP" -n "$ITERS" -N 5 -c 0 -G $((graph * 10)) -R $reg >> "$file"
+      done
     done
   done
+  [ -n "${NCCL_TESTS_ONLY:-}" ] && exit 0
   args=()
   for op in all_gather reduce_scatter all_reduce; do
     for bytes in 1M 4M 16M 64M 256M; do args+=(--collective "$op:$bytes:float32"); done

@@ -6,10 +6,13 @@ events (wall clock on CPU), the median of `iters`; TFLOP/s = 2·m·n·k / time. 
 enough pairs to exceed twice the L2 cache (at most MAX_ROTATION), so that no call finds its operands
 left in the cache by the previous one.
 Collectives: timed as nccl-tests times them (src/common.cu BenchTime): warm-up, barrier, `iters`
-calls back to back, synchronize, the elapsed time / iters, averaged over the ranks; on GPUs also
-captured in one CUDA graph and replayed (nccl-tests' `-G`), the faster of the two kept (the
-`statistic` column says which); algbw =
-bytes / time, busbw = algbw x nccl-tests' factor (hpcprof.workloads.ceiling_specs).
+calls back to back, synchronize, the elapsed time / iters, averaged over the ranks, the best of TRIALS
+such runs; each way they can
+run: through torch.distributed and, on GPUs, through NCCL's own API on buffers from NCCL's allocator
+(hpcprof.workloads.nccl_api, as nccl-tests calls it), also registered as symmetric windows where NCCL
+has them (2.27+, nccl-tests' `-R 2`), each launched one by one and captured in one CUDA
+graph and replayed (nccl-tests' `-G`); the fastest kept (the `statistic` column says which; ceilings.json's `ways` has them all);
+algbw = bytes / time, busbw = algbw x nccl-tests' factor (hpcprof.workloads.ceiling_specs).
 
 Run under any launcher: `mpiexec -n 2 hpcprof bench ceilings --collective all_gather:64M:bfloat16`.
 """
@@ -22,7 +25,7 @@ import time
 import warnings
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
@@ -31,12 +34,18 @@ from hpcprof.workloads import bootstrap, timing
 from hpcprof.workloads.args import DeviceKind
 from hpcprof.workloads.ceiling_specs import CollectiveSpec, GemmSpec, bus_factor
 
+if TYPE_CHECKING:
+    from hpcprof.workloads.nccl_api import Communicator
+
 SCHEMA = "hpcprof.ceilings/1"
 RESULTS_FILE = "ceilings.json"
 TORCH_DTYPES = {"float32": torch.float32, "tf32": torch.float32, "bfloat16": torch.bfloat16,
                 "float16": torch.float16}
 #: input pairs a GEMM rotates over: at least 2, at most this many
 MAX_ROTATION = 64
+#: timed runs of `iters` back-to-back collective calls per way; the fastest is kept (nccl-tests' `-N` cycles:
+#: fifty 1 MiB calls take ~0.5 ms, which one host hiccup stretches by a fifth)
+TRIALS = 5
 
 warnings.filterwarnings("ignore", message=r".*(all_gather_into_tensor|reduce_scatter_tensor)` is deprecated")
 
@@ -98,7 +107,7 @@ def time_gemm(spec: GemmSpec, ctx: bootstrap.Dist, iters: int, warmup: int) -> f
 
 
 def collective_call(spec: CollectiveSpec, ctx: bootstrap.Dist) -> Any:
-    """A no-argument call running `spec` once on pre-allocated buffers."""
+    """A no-argument call running `spec` once through torch.distributed on pre-allocated buffers."""
     dtype, dev, n = TORCH_DTYPES[spec.dtype], ctx.device, ctx.world_size
     count = spec.nbytes // dtype.itemsize
     if spec.op == "all_gather":
@@ -109,6 +118,81 @@ def collective_call(spec: CollectiveSpec, ctx: bootstrap.Dist) -> Any:
         return lambda: dist.reduce_scatter_tensor(shard, full)
     buffer = torch.ones(count, dtype=dtype, device=dev)
     return lambda: dist.all_reduce(buffer)
+
+
+def nccl_communicator(ctx: bootstrap.Dist) -> tuple[Communicator, Path] | None:
+    """A communicator of NCCL's own API over the job's ranks, on the libnccl torch's NCCL backend loaded,
+    and the libcudart to capture its calls with; None on the CPU or where any rank cannot make one (then
+    the collectives run through torch.distributed only)."""
+    from hpcprof.workloads.nccl_api import Communicator, NcclError, loaded_library
+
+    libraries = (loaded_library(), loaded_library("libcudart.so")) if ctx.is_cuda and ctx.backend == "nccl" else None
+    nccl, runtime = libraries if libraries is not None else (None, None)
+    if not all(bootstrap.gather_objects(nccl is not None and runtime is not None)) or nccl is None or runtime is None:
+        return None
+    unique_id = bootstrap.gather_objects(Communicator.unique_id(nccl) if ctx.rank == 0 else b"")[0]
+    try:
+        comm: Communicator | None = Communicator(nccl, ctx.rank, ctx.world_size, unique_id)
+    except (OSError, AttributeError, NcclError):
+        comm = None
+    return (comm, runtime) if all(bootstrap.gather_objects(comm is not None)) and comm is not None else None
+
+
+def time_nccl(spec: CollectiveSpec, ctx: bootstrap.Dist, iters: int, warmup: int,
+              nccl: tuple[Communicator, Path]) -> dict[str, list[float]]:
+    """This rank's seconds per call through NCCL's own API as nccl-tests makes them (buffers from
+    ncclMemAlloc, all-gather and reduce-scatter out of place, all-reduce in place, on a stream of their
+    own; where NCCL has them, also with the buffers registered as symmetric windows, nccl-tests' `-R 2`):
+    launched one by one, and replayed from one CUDA graph where every rank could capture them."""
+    comm, _ = nccl
+    size, n = TORCH_DTYPES[spec.dtype].itemsize, ctx.world_size
+    count = spec.nbytes // size
+    send_count, recv_count = {"all_gather": (count // n, count), "reduce_scatter": (count, count // n)}.get(
+        spec.op, (count, count))
+    buffers = {comm.alloc(send_count * size): send_count * size}
+    send = next(iter(buffers))
+    recv = send if spec.op == "all_reduce" else comm.alloc(recv_count * size)
+    buffers[recv] = recv_count * size
+    call = comm.call(spec.op, send, recv, min(send_count, recv_count), spec.dtype)
+    try:
+        seconds = time_nccl_calls(call, "NCCL's API", ctx, iters, warmup, nccl)
+        if comm.has_windows:
+            windows = [comm.register_window(pointer, nbytes) for pointer, nbytes in buffers.items()]
+            try:    # (registration is collective: an error there fails the measurement on every rank)
+                seconds.update(time_nccl_calls(call, "NCCL's API, symmetric windows", ctx, iters, warmup, nccl))
+            finally:
+                torch.cuda.synchronize(ctx.device)
+                for window in windows:
+                    comm.deregister_window(window)
+    finally:
+        torch.cuda.synchronize(ctx.device)
+        for pointer in buffers:
+            comm.free(pointer)
+    return seconds
+
+
+def time_nccl_calls(call: Any, name: str, ctx: bootstrap.Dist, iters: int, warmup: int,
+                    nccl: tuple[Communicator, Path]) -> dict[str, list[float]]:
+    """Seconds per call of NCCL's `call` on a stream of its own: launched one by one, and replayed from one
+    CUDA graph (captured with the CUDA runtime's own stream capture) where every rank could capture it."""
+    from hpcprof.workloads.nccl_api import CapturedGraph, NcclError
+
+    stream = torch.cuda.Stream(ctx.device).cuda_stream
+    for _ in range(warmup):
+        call(stream)
+    seconds = {f"{name}, calls launched one by one": per_call(timed(lambda: [call(stream) for _ in range(iters)],
+                                                                     ctx), iters)}
+    try:
+        graph: CapturedGraph | None = CapturedGraph(nccl[1], call, iters, stream)
+    except NcclError:
+        graph = None
+    if all(bootstrap.gather_objects(graph is not None)) and graph is not None:
+        graph.launch(stream)        # the graph's first launch uploads it
+        seconds[f"{name}, one CUDA graph of the calls"] = per_call(timed(lambda: graph.launch(stream), ctx), iters)
+    torch.cuda.synchronize(ctx.device)
+    if graph is not None:
+        graph.close()
+    return seconds
 
 
 def graphed(call: Any, iters: int, ctx: bootstrap.Dist) -> Any:
@@ -132,25 +216,31 @@ def graphed(call: Any, iters: int, ctx: bootstrap.Dist) -> Any:
     return graph.replay if graph is not None and int(agreed.item()) else None
 
 
-def timed(run: Any, ctx: bootstrap.Dist) -> float:
-    """Seconds of `run()` started on every rank at once (after a barrier), to its last GPU work's end."""
-    if ctx.is_cuda:
-        torch.cuda.synchronize(ctx.device)
-    dist.barrier()
-    if ctx.is_cuda:
-        torch.cuda.synchronize(ctx.device)
-    t0 = time.perf_counter()
-    run()
-    if ctx.is_cuda:
-        torch.cuda.synchronize(ctx.device)
-    return time.perf_counter() - t0
+def timed(run: Any, ctx: bootstrap.Dist) -> list[float]:
+    """Seconds of each of TRIALS runs of `run()`, each started on every rank at once (after a barrier) and
+    timed to its last GPU work's end."""
+    seconds = []
+    for _ in range(TRIALS):
+        if ctx.is_cuda:
+            torch.cuda.synchronize(ctx.device)
+        dist.barrier()
+        if ctx.is_cuda:
+            torch.cuda.synchronize(ctx.device)
+        t0 = time.perf_counter()
+        run()
+        if ctx.is_cuda:
+            torch.cuda.synchronize(ctx.device)
+        seconds.append(time.perf_counter() - t0)
+    return seconds
 
 
-def time_collective(spec: CollectiveSpec, ctx: bootstrap.Dist, iters: int, warmup: int) -> tuple[float, str]:
-    """This rank's seconds per call and how the calls ran: `iters` calls back to back after a barrier,
-    / iters (nccl-tests), launched one by one and, on GPUs, replayed from one CUDA graph (nccl-tests'
-    `-G`); the faster of the two, the machine's ceiling (launched one by one, torch.distributed's host cost
-    per call starves a small collective; in a graph, NCCL may pick other protocols for a larger one)."""
+def per_call(seconds: list[float], iters: int) -> list[float]:
+    return [s / iters for s in seconds]
+
+
+def time_collective(spec: CollectiveSpec, ctx: bootstrap.Dist, iters: int, warmup: int) -> dict[str, list[float]]:
+    """This rank's seconds per call through torch.distributed: `iters` calls back to back after a barrier,
+    / iters (nccl-tests), launched one by one and, on GPUs, replayed from one CUDA graph (nccl-tests' `-G`)."""
     call = collective_call(spec, ctx)
     for _ in range(warmup):
         call()
@@ -159,12 +249,12 @@ def time_collective(spec: CollectiveSpec, ctx: bootstrap.Dist, iters: int, warmu
         for _ in range(iters):
             call()
 
-    best = (timed(one_by_one, ctx) / iters, "calls launched one by one")
+    seconds = {"torch.distributed, calls launched one by one": per_call(timed(one_by_one, ctx), iters)}
     replay = graphed(call, iters, ctx)
     if replay is not None:
         replay()                    # the graph's first replay uploads it
-        best = min(best, (timed(replay, ctx) / iters, "one CUDA graph of the calls"))
-    return best
+        seconds["torch.distributed, one CUDA graph of the calls"] = per_call(timed(replay, ctx), iters)
+    return seconds
 
 
 def gemm_row(spec: GemmSpec, rank_times: list[float]) -> dict[str, Any]:
@@ -178,14 +268,18 @@ def gemm_row(spec: GemmSpec, rank_times: list[float]) -> dict[str, Any]:
             "algbw_GBps": None, "busbw_GBps": None, "bus_factor": None}
 
 
-def collective_row(spec: CollectiveSpec, rank_times: list[float], world_size: int, how: str) -> dict[str, Any]:
-    """The result row of a collective from each rank's time per call: their mean (nccl-tests)."""
-    seconds = sum(rank_times) / len(rank_times)
-    algbw = spec.nbytes / seconds / 1e9
+def collective_row(spec: CollectiveSpec, rank_ways: list[dict[str, list[float]]], world_size: int) -> dict[str, Any]:
+    """The result row of a collective from each rank's time per call of each way and trial: per way and
+    trial their mean over ranks (nccl-tests), per way its fastest trial, the fastest way's kept; `ways`:
+    every way's busbw (GB/s)."""
     factor = bus_factor(spec.op, world_size)
-    return {"kind": "collective", "op": spec.op, "dtype": spec.dtype, "m": None, "n": None, "k": None,
+    means = {way: min(sum(trials) / len(trials) for trials in zip(*(times[way] for times in rank_ways), strict=True))
+             for way in rank_ways[0]}
+    how, seconds = min(means.items(), key=lambda item: item[1])
+    algbw = spec.nbytes / seconds / 1e9
+    return {"ways": {way: spec.nbytes / mean / 1e9 * factor for way, mean in means.items()},"kind": "collective", "op": spec.op, "dtype": spec.dtype, "m": None, "n": None, "k": None,
             "bytes": spec.nbytes, "flops": None, "time_s": seconds,
-            "statistic": f"calls back to back ({how}) / calls, mean over ranks (nccl-tests)",
+            "statistic": f"calls back to back ({how}) / calls, mean over ranks (nccl-tests), best of {TRIALS} runs",
             "tflops": None, "tflops_min_rank": None, "tflops_max_rank": None,
             "algbw_GBps": algbw, "busbw_GBps": algbw * factor, "bus_factor": factor}
 
@@ -202,9 +296,14 @@ def measure(gemms: list[GemmSpec], collectives: list[CollectiveSpec], ctx: boots
     for gemm in gemms:
         times = bootstrap.gather_objects(time_gemm(gemm, ctx, iters, warmup))
         rows.append({**gemm_row(gemm, times), **common})
+    nccl = nccl_communicator(ctx) if collectives else None
     for coll in collectives:
-        seconds, how = time_collective(coll, ctx, iters, warmup)
-        rows.append({**collective_row(coll, bootstrap.gather_objects(seconds), ctx.world_size, how), **common})
+        seconds = time_collective(coll, ctx, iters, warmup)
+        if nccl is not None:
+            seconds.update(time_nccl(coll, ctx, iters, warmup, nccl))
+        rows.append({**collective_row(coll, bootstrap.gather_objects(seconds), ctx.world_size), **common})
+    if nccl is not None:
+        nccl[0].close()
     ranks = bootstrap.gather_objects(info)
     return {"schema": SCHEMA, "workload": "ceilings", "created": created, "world_size": ctx.world_size,
             "device_name": info["device_name"], "versions": versions, "ranks": ranks, "rows": rows}
