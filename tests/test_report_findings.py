@@ -421,3 +421,41 @@ def test_no_fix_below_the_noise_and_the_unprofiled_part_is_never_the_limiter(cam
             if selection == ECHO:   # Echo's window is one backward pass: the rest of the step is not profiled
                 step = limits.step_time(next(p for p in points if p.label == d.point))
                 assert step is not None and [p.ms for p in unseen] == [pytest.approx(d.step_ms - step.window_ms)]
+
+
+def test_a_trainers_collectives_get_a_fix_against_the_ceiling_nearest_in_size(campaign: tuple[Path, str],
+                                                                              tmp_path: Path) -> None:
+    """A DDP trainer reports no collective rate of its own: its all-reduces' bus bandwidth per size bucket
+    (the profiler's busbw table, per-rank rows) against the ceiling measured in the same job nearest in
+    size gives the fix `time per step x (1 - busbw / ceiling)`. The Echo ws2 run, copied, given a busbw
+    table with sizes and a bench_ceilings table; the bound checked by hand."""
+    import shutil
+
+    from hpcprof.report import limits, sweep
+    from hpcprof.report.runs import load, select_runs
+    from hpcprof.results import write_table
+
+    workdir = tmp_path / "work"
+    shutil.copytree(campaign[0], workdir, symlinks=True)
+    points = sweep.sweep_points(load(select_runs((ECHO,), workdir), require_collected=True, one_workload=True), None)
+    ws2 = max(points, key=lambda p: p.first.record.world_size)
+    base = {"scope": "rank", "window": "measured", "group": "0", "group_size": 2, "collective": "AllReduce",
+            "bucket": "16-32 MiB", "bucket_lo": 2**24, "bucket_hi": 2**25, "bytes": 27e6, "total_bytes": 540e6,
+            "algbw_gbps": 0.0, "note": ""}
+    busbw = pd.DataFrame([{**base, "rank": 0, "count": 20, "median_ns": 2.0e6, "busbw_gbps": 100.0},
+                          {**base, "rank": 1, "count": 20, "median_ns": 2.2e6, "busbw_gbps": 90.0}])
+    write_table(ws2.first.run.path, c.NSYS_BUSBW.name, busbw)
+    ceiling = {"kind": "collective", "op": "all_reduce", "dtype": "float32", "world_size": 2,
+               "statistic": "calls back to back (NCCL's API, one CUDA graph of the calls) / calls", "device_name": "x",
+               "created": "2026-11-26T16:14:57+00:00"}
+    write_table(ws2.first.run.path, c.BENCH_CEILINGS.name, pd.DataFrame([
+        {**ceiling, "bytes": 2**24, "busbw_GBps": 200.0},      # 27 MB is nearer 16 MiB (log ratio 0.48) ...
+        {**ceiling, "bytes": 2**26, "busbw_GBps": 250.0}]))    # ... than 64 MiB (0.91)
+    found = {d.point: d for d in limits.diagnoses(points)}[ws2.label]
+    [fix] = [f for f in found.fixes if "AllReduce (16-32 MiB)" in f.action]
+    step = limits.step_time(ws2)
+    assert step is not None
+    # time per rank: 20 x 2.0 ms and 20 x 2.2 ms, median 42 ms; busbw median 95 GB/s = 47.5 % of 200 GB/s
+    assert fix.saves_ms == pytest.approx(42.0 / step.iterations * (1 - 95.0 / 200.0))
+    assert "(16 MiB float32, NCCL's API, one CUDA graph of the calls)" in fix.action and "(now 47.50 %)" in fix.action
+    assert any(re.match(r"AllReduce \(16-32 MiB\) 95(\.0+)? GB/s = 47\.50 % of the ceiling", said) for said in found.rates)

@@ -178,3 +178,30 @@ def collective_attainable(rows: pd.DataFrame, ceilings: pd.DataFrame) -> list[st
         out.append(f"{100.0 * float(busbw) / float(found['busbw_GBps']):.1f} % ({float(found['bytes']) / 2**20:g} MiB)"
                    if found is not None and float(found["busbw_GBps"]) > 0 else "")
     return out
+
+
+def collective_shortfalls(busbw: pd.DataFrame, ceilings: pd.DataFrame) -> pd.DataFrame:
+    """Per collective and message-size bucket of a bus bandwidth table (nsys_busbw / torch_busbw, its
+    per-rank rows with a size): collective, bucket, bytes (median), time_ms (its kernels' time over the
+    window, median over ranks), busbw_gbps (median over ranks), the ceiling measured for the same
+    collective nearest in size (ceiling_gbps, ceiling_size) with how it was reached (ceiling_way, bench
+    ceilings' statistic) and pct (100 · busbw / ceiling). Collectives no ceiling covers are left out."""
+    columns = ["collective", "bucket", "bytes", "time_ms", "busbw_gbps", "ceiling_gbps", "ceiling_size", "ceiling_way",
+               "pct"]
+    rows = busbw[(busbw["scope"] == "rank") & busbw["bytes"].notna() & busbw["busbw_gbps"].notna()]
+    out = []
+    for (collective, bucket), group in rows.groupby(["collective", "bucket"], sort=False):
+        op = COLLECTIVE_OPS.get(str(collective))
+        nbytes = float(group["bytes"].median())
+        found = (nearest(ceilings, op, "float32", CollectiveSpec(op, int(nbytes), "float32"), "busbw_GBps")
+                 if op is not None and not ceilings.empty else None)
+        if found is None or not float(found["busbw_GBps"]) > 0:
+            continue
+        value, ceiling = float(group["busbw_gbps"].median()), float(found["busbw_GBps"])
+        way = str(found["statistic"])
+        out.append({"collective": collective, "bucket": bucket, "bytes": nbytes,
+                    "time_ms": float((group["count"] * group["median_ns"]).median()) / 1e6, "busbw_gbps": value,
+                    "ceiling_gbps": ceiling, "ceiling_size": _size_text(found),
+                    "ceiling_way": way[way.find("(") + 1:way.find(")")] if "(" in way else way,
+                    "pct": 100.0 * value / ceiling})
+    return pd.DataFrame(out, columns=columns)

@@ -15,7 +15,8 @@ The limiter is the largest part. Each fix's saving is an upper bound per step, s
 a collective behind compute saves at most its exposed time (and no more than the compute there is to
 hide it behind), bringing a rate to its bound saves at most `time · (1 − rate / bound)` (the bound:
 the ceiling `hpcprof bench ceilings` measured in the same job, else the datasheet peak, which no
-program reaches, so that bound is looser), removing
+program reaches, so that bound is looser; a trainer's collectives, which report no rate of their own,
+by their bus bandwidth per size bucket against the ceiling nearest in size), removing
 idle or copies at most their time, balancing the ranks at most the straggler's excess. A fix whose
 bound is below the point's noise (the repetitions' 95 % CI of the iteration time, or the
 per-iteration spread: 1.4826 · the median absolute deviation of the counted iterations' times) is
@@ -181,6 +182,38 @@ def rate_fixes(point: Point, bounds: pd.DataFrame) -> tuple[list[Fix], list[str]
     return fixes, said
 
 
+def collective_fixes(point: Point, bounds: pd.DataFrame, step: Step) -> tuple[list[Fix], list[str]]:
+    """Where the workload reports no collective rate of its own (any trainer, not seqpar's phases): per
+    collective and size bucket of the first run's bus bandwidth table, bringing it to the ceiling measured
+    in the same job (its kernels' time per step · (1 − busbw / ceiling)) and the sentence of where it stands."""
+    from hpcprof import profilers
+    from hpcprof.report.ceilings import collective_shortfalls
+    from hpcprof.results import read_table
+
+    own = bounds[(bounds["point"] == point.label) & (bounds["what"] == "busbw")]
+    profiler = profilers.find(point.first.tool)
+    name = profiler.table("busbw") if profiler is not None else None
+    if not own.empty or name is None:
+        return [], []
+    run_dir = point.first.run.path
+    busbw, ceilings = read_table(run_dir, name), read_table(run_dir, c.BENCH_CEILINGS.name)
+    if busbw is None or ceilings is None or busbw.empty or ceilings.empty:
+        return [], []
+    fixes, said = [], []
+    shortfalls = collective_shortfalls(busbw, ceilings).sort_values("time_ms", ascending=False)
+    for i, row in enumerate(shortfalls.itertuples()):
+        what = f"{row.collective} ({row.bucket})"
+        against = f"ceiling measured in the same job ({row.ceiling_size}, {row.ceiling_way})"
+        if i < TOP:     # where the collectives with the most time stand
+            said.append(f"{what} {format_value(row.busbw_gbps)} GB/s = {format_value(row.pct)} % of the {against}")
+        if row.pct < 100.0:
+            fixes.append(Fix(f"bring the {what} to the {against} (now {format_value(row.pct)} %)",
+                             row.time_ms / step.iterations * (1.0 - row.pct / 100.0),
+                             "its kernels' time · (1 − busbw / ceiling); a kernel's time includes its wait for "
+                             "the other ranks"))
+    return fixes, said
+
+
 def diagnose(point: Point, bounds: pd.DataFrame, stragglers: pd.DataFrame, series: pd.DataFrame) -> Diagnosis | None:
     """The diagnosis of one point (None without a step time or GPU categories)."""
     step = step_time(point)
@@ -214,7 +247,9 @@ def diagnose(point: Point, bounds: pd.DataFrame, stragglers: pd.DataFrame, serie
                          f"({format_value(100.0 * overlap)} % overlapped now)", exposed,
                          "its exposed time, at most the compute to hide it behind"))
     to_bound, said = rate_fixes(point, bounds)
-    fixes += to_bound
+    collective_bound, collective_said = collective_fixes(point, bounds, step)
+    fixes += to_bound + collective_bound
+    said += collective_said
     if copies:
         fixes.append(Fix("remove or overlap the copies (pinned memory, non_blocking, fewer host round trips)",
                          sum(copies.values()), "their time"))
