@@ -7,12 +7,12 @@ enough pairs to exceed twice the L2 cache (at most MAX_ROTATION), so that no cal
 left in the cache by the previous one.
 Collectives: timed as nccl-tests times them (src/common.cu BenchTime): warm-up, barrier, `iters`
 calls back to back, synchronize, the elapsed time / iters, averaged over the ranks, the best of TRIALS
-such runs; each way they can
-run: through torch.distributed and, on GPUs, through NCCL's own API on buffers from NCCL's allocator
-(hpcprof.workloads.nccl_api, as nccl-tests calls it), also registered as symmetric windows where NCCL
-has them (2.27+, nccl-tests' `-R 2`), each launched one by one and captured in one CUDA
-graph and replayed (nccl-tests' `-G`); the fastest kept (the `statistic` column says which; ceilings.json's `ways` has them all);
-algbw = bytes / time, busbw = algbw x nccl-tests' factor (hpcprof.workloads.ceiling_specs).
+such runs; each way they can run: through torch.distributed and, on GPUs, through NCCL's own API on
+buffers from NCCL's allocator (hpcprof.workloads.nccl_api, as nccl-tests calls it), also registered as
+symmetric windows where NCCL has them (2.27+, nccl-tests' `-R 2`), each launched one by one and
+captured in one CUDA graph and replayed (nccl-tests' `-G`); the fastest kept (the `statistic` column
+says which; ceilings.json's `ways` has them all); algbw = bytes / time, busbw = algbw x nccl-tests'
+factor (hpcprof.workloads.ceiling_specs).
 
 Run under any launcher: `mpiexec -n 2 hpcprof bench ceilings --collective all_gather:64M:bfloat16`.
 """
@@ -235,6 +235,7 @@ def timed(run: Any, ctx: bootstrap.Dist) -> list[float]:
 
 
 def per_call(seconds: list[float], iters: int) -> list[float]:
+    """Each run's seconds per call."""
     return [s / iters for s in seconds]
 
 
@@ -277,7 +278,8 @@ def collective_row(spec: CollectiveSpec, rank_ways: list[dict[str, list[float]]]
              for way in rank_ways[0]}
     how, seconds = min(means.items(), key=lambda item: item[1])
     algbw = spec.nbytes / seconds / 1e9
-    return {"ways": {way: spec.nbytes / mean / 1e9 * factor for way, mean in means.items()},"kind": "collective", "op": spec.op, "dtype": spec.dtype, "m": None, "n": None, "k": None,
+    return {"kind": "collective", "op": spec.op, "dtype": spec.dtype, "m": None, "n": None, "k": None,
+            "ways": {way: spec.nbytes / mean / 1e9 * factor for way, mean in means.items()},
             "bytes": spec.nbytes, "flops": None, "time_s": seconds,
             "statistic": f"calls back to back ({how}) / calls, mean over ranks (nccl-tests), best of {TRIALS} runs",
             "tflops": None, "tflops_min_rank": None, "tflops_max_rank": None,
