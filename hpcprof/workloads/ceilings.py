@@ -156,9 +156,9 @@ def time_nccl(spec: CollectiveSpec, ctx: bootstrap.Dist, iters: int, warmup: int
     call = comm.call(spec.op, send, recv, min(send_count, recv_count), spec.dtype)
     try:
         seconds = time_nccl_calls(call, "NCCL's API", ctx, iters, warmup, nccl)
-        if comm.has_windows:
-            windows = [comm.register_window(pointer, nbytes) for pointer, nbytes in buffers.items()]
-            try:    # (registration is collective: an error there fails the measurement on every rank)
+        windows = register_windows(comm, buffers) if comm.has_windows else None
+        if all(bootstrap.gather_objects(windows is not None)) and windows is not None:
+            try:
                 seconds.update(time_nccl_calls(call, "NCCL's API, symmetric windows", ctx, iters, warmup, nccl))
             finally:
                 torch.cuda.synchronize(ctx.device)
@@ -169,6 +169,17 @@ def time_nccl(spec: CollectiveSpec, ctx: bootstrap.Dist, iters: int, warmup: int
         for pointer in buffers:
             comm.free(pointer)
     return seconds
+
+
+def register_windows(comm: Communicator, buffers: dict[int, int]) -> list[int] | None:
+    """The buffers (pointer: bytes) registered as symmetric windows; None where NCCL refused (a platform
+    without the memory features they need: the way is then left out on every rank)."""
+    from hpcprof.workloads.nccl_api import NcclError
+
+    try:
+        return [comm.register_window(pointer, nbytes) for pointer, nbytes in buffers.items()]
+    except NcclError:
+        return None
 
 
 def time_nccl_calls(call: Any, name: str, ctx: bootstrap.Dist, iters: int, warmup: int,
