@@ -177,12 +177,7 @@ class ArrowConnection:
         self._database = adbc_driver_sqlite.connect(uri)
         self._connection = adbc_driver_manager.AdbcConnection(self._database)
         self._open: dict[int, tuple[adbc_driver_manager.AdbcStatement, pa.RecordBatchReader | None]] = {}
-        pragma = adbc_driver_manager.AdbcStatement(self._connection)
-        try:
-            pragma.set_sql_query(MMAP_PRAGMA)
-            pragma.execute_update()
-        finally:
-            pragma.close()
+        list(self.batches(MMAP_PRAGMA))
 
     def batches(self, sql: str) -> Iterator[pa.RecordBatch]:
         """The record batches of `sql`, up to BATCH_ROWS rows each."""
