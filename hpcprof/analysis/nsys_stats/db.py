@@ -58,6 +58,9 @@ SMALL_READ_ROWS = 1 << 12     # tables up to this many rows are read through sql
 #: the tables whose rowid spans (Export.size) are looked up together: those collect's analyses read
 SIZED_TABLES = (KERNEL, MEMCPY, MEMSET, RUNTIME, NVTX, OSRT)
 STRINGS_KEPT = 1 << 14        # StringIds values an export keeps once looked up, at most
+#: every connection reads the export memory-mapped (SQLite caps it at 2 GB): a scan then costs no
+#: read() call per page (a 4.2 M-row CUDA API read: 0.64-0.72 -> 0.56-0.60 s, system time 0.09 -> 0.02 s)
+MMAP_PRAGMA = f"PRAGMA mmap_size = {1 << 40}"
 T = TypeVar("T")
 
 
@@ -174,6 +177,7 @@ class ArrowConnection:
         self._database = adbc_driver_sqlite.connect(uri)
         self._connection = adbc_driver_manager.AdbcConnection(self._database)
         self._open: dict[int, tuple[adbc_driver_manager.AdbcStatement, pa.RecordBatchReader | None]] = {}
+        list(self.batches(MMAP_PRAGMA))
 
     def batches(self, sql: str) -> Iterator[pa.RecordBatch]:
         """The record batches of `sql`, up to BATCH_ROWS rows each."""
@@ -227,6 +231,7 @@ class Export:
         self._dbapi: sqlite3.Connection | None = None
         try:
             self._dbapi = sqlite3.connect(self._uri, uri=True, check_same_thread=False)
+            self._dbapi.execute(MMAP_PRAGMA)
             self.table_names: set[str] = {r[0] for r in self._dbapi.execute(
                 "SELECT name FROM sqlite_master WHERE type = 'table'")}
         except sqlite3.DatabaseError as exc:

