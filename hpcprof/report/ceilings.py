@@ -166,17 +166,25 @@ def points_attainable(infos: list[tuple[str, RunInfo]]) -> pd.DataFrame:
 COLLECTIVE_OPS = {"AllGather": "all_gather", "ReduceScatter": "reduce_scatter", "AllReduce": "all_reduce"}
 
 
+def collective_ceiling(ceilings: pd.DataFrame, collective: str, nbytes: float) -> pd.Series | None:
+    """The ceiling row measured for an NCCL collective (as the bus bandwidth tables name it) nearest in
+    size (any dtype, float32 first); None where none was measured or the size is unknown."""
+    op = COLLECTIVE_OPS.get(collective)
+    if op is None or ceilings.empty or not pd.notna(nbytes):
+        return None
+    found = nearest(ceilings, op, "float32", CollectiveSpec(op, int(nbytes), "float32"), "busbw_GBps")
+    return found if found is not None and float(found["busbw_GBps"]) > 0 else None
+
+
 def collective_attainable(rows: pd.DataFrame, ceilings: pd.DataFrame) -> list[str]:
     """Per bus bandwidth row (collective, bytes, busbw_gbps: nsys_busbw / torch_busbw) its % of the
-    ceiling measured for the same collective nearest in size (any dtype), with that size: `92.1 % (16 MiB)`;
-    '' where none was measured."""
+    ceiling measured for the same collective nearest in size (collective_ceiling), with that size:
+    `92.1 % (16 MiB)`; '' where none was measured."""
     out = []
     for collective, nbytes, busbw in zip(rows["collective"], rows["bytes"], rows["busbw_gbps"], strict=True):
-        op = COLLECTIVE_OPS.get(str(collective))
-        found = (nearest(ceilings, op, "float32", CollectiveSpec(op, int(nbytes), "float32"), "busbw_GBps")
-                 if op is not None and pd.notna(nbytes) and pd.notna(busbw) and not ceilings.empty else None)
+        found = collective_ceiling(ceilings, str(collective), nbytes) if pd.notna(busbw) else None
         out.append(f"{100.0 * float(busbw) / float(found['busbw_GBps']):.1f} % ({float(found['bytes']) / 2**20:g} MiB)"
-                   if found is not None and float(found["busbw_GBps"]) > 0 else "")
+                   if found is not None else "")
     return out
 
 
@@ -191,11 +199,9 @@ def collective_shortfalls(busbw: pd.DataFrame, ceilings: pd.DataFrame) -> pd.Dat
     rows = busbw[(busbw["scope"] == "rank") & busbw["bytes"].notna() & busbw["busbw_gbps"].notna()]
     out = []
     for (collective, bucket), group in rows.groupby(["collective", "bucket"], sort=False):
-        op = COLLECTIVE_OPS.get(str(collective))
         nbytes = float(group["bytes"].median())
-        found = (nearest(ceilings, op, "float32", CollectiveSpec(op, int(nbytes), "float32"), "busbw_GBps")
-                 if op is not None and not ceilings.empty else None)
-        if found is None or not float(found["busbw_GBps"]) > 0:
+        found = collective_ceiling(ceilings, str(collective), nbytes)
+        if found is None:
             continue
         value, ceiling = float(group["busbw_gbps"].median()), float(found["busbw_GBps"])
         way = str(found["statistic"])

@@ -277,3 +277,8 @@ def gather_objects(obj: Any) -> list[Any]:
     out: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(out, obj)
     return out
+
+
+def every_rank(flag: bool) -> bool:
+    """Whether `flag` holds on every rank (each rank's answer gathered: every rank gets the same)."""
+    return all(gather_objects(flag))

@@ -106,18 +106,25 @@ def time_gemm(spec: GemmSpec, ctx: bootstrap.Dist, iters: int, warmup: int) -> f
         torch.backends.cuda.matmul.allow_tf32 = before
 
 
+def counts(spec: CollectiveSpec, world_size: int) -> tuple[int, int]:
+    """Elements of the send and the receive buffer: all-gather and reduce-scatter out of place (a rank's
+    part and the whole), all-reduce in place (the buffer, twice)."""
+    count = spec.nbytes // TORCH_DTYPES[spec.dtype].itemsize
+    return {"all_gather": (count // world_size, count), "reduce_scatter": (count, count // world_size)}.get(
+        spec.op, (count, count))
+
+
 def collective_call(spec: CollectiveSpec, ctx: bootstrap.Dist) -> Any:
     """A no-argument call running `spec` once through torch.distributed on pre-allocated buffers."""
-    dtype, dev, n = TORCH_DTYPES[spec.dtype], ctx.device, ctx.world_size
-    count = spec.nbytes // dtype.itemsize
+    dtype, dev = TORCH_DTYPES[spec.dtype], ctx.device
+    send_count, recv_count = counts(spec, ctx.world_size)
+    send = torch.ones(send_count, dtype=dtype, device=dev)
+    if spec.op == "all_reduce":
+        return lambda: dist.all_reduce(send)
+    recv = torch.empty(recv_count, dtype=dtype, device=dev)
     if spec.op == "all_gather":
-        shard, full = torch.ones(count // n, dtype=dtype, device=dev), torch.empty(count, dtype=dtype, device=dev)
-        return lambda: dist.all_gather_into_tensor(full, shard)
-    if spec.op == "reduce_scatter":
-        full, shard = torch.ones(count, dtype=dtype, device=dev), torch.empty(count // n, dtype=dtype, device=dev)
-        return lambda: dist.reduce_scatter_tensor(shard, full)
-    buffer = torch.ones(count, dtype=dtype, device=dev)
-    return lambda: dist.all_reduce(buffer)
+        return lambda: dist.all_gather_into_tensor(recv, send)
+    return lambda: dist.reduce_scatter_tensor(recv, send)
 
 
 def nccl_communicator(ctx: bootstrap.Dist) -> tuple[Communicator, Path] | None:
@@ -128,14 +135,14 @@ def nccl_communicator(ctx: bootstrap.Dist) -> tuple[Communicator, Path] | None:
 
     libraries = (loaded_library(), loaded_library("libcudart.so")) if ctx.is_cuda and ctx.backend == "nccl" else None
     nccl, runtime = libraries if libraries is not None else (None, None)
-    if not all(bootstrap.gather_objects(nccl is not None and runtime is not None)) or nccl is None or runtime is None:
+    if not bootstrap.every_rank(nccl is not None and runtime is not None) or nccl is None or runtime is None:
         return None
     unique_id = bootstrap.gather_objects(Communicator.unique_id(nccl) if ctx.rank == 0 else b"")[0]
     try:
         comm: Communicator | None = Communicator(nccl, ctx.rank, ctx.world_size, unique_id)
     except (OSError, AttributeError, NcclError):
         comm = None
-    return (comm, runtime) if all(bootstrap.gather_objects(comm is not None)) and comm is not None else None
+    return (comm, runtime) if bootstrap.every_rank(comm is not None) and comm is not None else None
 
 
 def time_nccl(spec: CollectiveSpec, ctx: bootstrap.Dist, iters: int, warmup: int,
@@ -145,10 +152,8 @@ def time_nccl(spec: CollectiveSpec, ctx: bootstrap.Dist, iters: int, warmup: int
     own; where NCCL has them, also with the buffers registered as symmetric windows, nccl-tests' `-R 2`):
     launched one by one, and replayed from one CUDA graph where every rank could capture them."""
     comm, _ = nccl
-    size, n = TORCH_DTYPES[spec.dtype].itemsize, ctx.world_size
-    count = spec.nbytes // size
-    send_count, recv_count = {"all_gather": (count // n, count), "reduce_scatter": (count, count // n)}.get(
-        spec.op, (count, count))
+    size = TORCH_DTYPES[spec.dtype].itemsize
+    send_count, recv_count = counts(spec, ctx.world_size)
     buffers = {comm.alloc(send_count * size): send_count * size}
     send = next(iter(buffers))
     recv = send if spec.op == "all_reduce" else comm.alloc(recv_count * size)
@@ -157,7 +162,7 @@ def time_nccl(spec: CollectiveSpec, ctx: bootstrap.Dist, iters: int, warmup: int
     try:
         seconds = time_nccl_calls(call, "NCCL's API", ctx, iters, warmup, nccl)
         windows = register_windows(comm, buffers) if comm.has_windows else None
-        if all(bootstrap.gather_objects(windows is not None)) and windows is not None:
+        if bootstrap.every_rank(windows is not None) and windows is not None:
             try:
                 seconds.update(time_nccl_calls(call, "NCCL's API, symmetric windows", ctx, iters, warmup, nccl))
             finally:
@@ -184,25 +189,44 @@ def register_windows(comm: Communicator, buffers: dict[int, int]) -> list[int] |
 
 def time_nccl_calls(call: Any, name: str, ctx: bootstrap.Dist, iters: int, warmup: int,
                     nccl: tuple[Communicator, Path]) -> dict[str, list[float]]:
-    """Seconds per call of NCCL's `call` on a stream of its own: launched one by one, and replayed from one
-    CUDA graph (captured with the CUDA runtime's own stream capture) where every rank could capture it."""
+    """Seconds per call of NCCL's `call` on a stream of its own (way_times), its graph captured with the
+    CUDA runtime's own stream capture."""
     from hpcprof.workloads.nccl_api import CapturedGraph, NcclError
 
     stream = torch.cuda.Stream(ctx.device).cuda_stream
-    for _ in range(warmup):
-        call(stream)
-    seconds = {f"{name}, calls launched one by one": per_call(timed(lambda: [call(stream) for _ in range(iters)],
-                                                                     ctx), iters)}
+    graphs: list[CapturedGraph] = []
+
+    def replay() -> Any:
+        try:
+            graphs.append(CapturedGraph(nccl[1], call, iters, stream))
+        except NcclError:
+            pass
+        return (lambda: graphs[0].launch(stream)) if bootstrap.every_rank(bool(graphs)) and graphs else None
+
     try:
-        graph: CapturedGraph | None = CapturedGraph(nccl[1], call, iters, stream)
-    except NcclError:
-        graph = None
-    if all(bootstrap.gather_objects(graph is not None)) and graph is not None:
-        graph.launch(stream)        # the graph's first launch uploads it
-        seconds[f"{name}, one CUDA graph of the calls"] = per_call(timed(lambda: graph.launch(stream), ctx), iters)
-    torch.cuda.synchronize(ctx.device)
-    if graph is not None:
-        graph.close()
+        return way_times(name, lambda: call(stream), replay, ctx, iters, warmup)
+    finally:
+        torch.cuda.synchronize(ctx.device)
+        for graph in graphs:
+            graph.close()
+
+
+def way_times(name: str, call: Any, replay: Any, ctx: bootstrap.Dist, iters: int, warmup: int) -> dict[str, list[float]]:
+    """This rank's seconds per call of `call` in each run: `iters` calls back to back after a barrier,
+    / iters (nccl-tests), launched one by one and, where `replay()` gives a graph's replay of them (None
+    where some rank could not capture), replayed from that CUDA graph (nccl-tests' `-G`)."""
+    for _ in range(warmup):
+        call()
+
+    def one_by_one() -> None:
+        for _ in range(iters):
+            call()
+
+    seconds = {f"{name}, calls launched one by one": per_call(timed(one_by_one, ctx), iters)}
+    run = replay()
+    if run is not None:
+        run()                       # the graph's first replay uploads it
+        seconds[f"{name}, one CUDA graph of the calls"] = per_call(timed(run, ctx), iters)
     return seconds
 
 
@@ -219,12 +243,9 @@ def graphed(call: Any, iters: int, ctx: bootstrap.Dist) -> Any:
         with torch.cuda.graph(graph, stream=stream):
             for _ in range(iters):
                 call()
-        captured = 1
     except RuntimeError:
-        graph, captured = None, 0
-    agreed = torch.tensor([captured], device=ctx.device)
-    dist.all_reduce(agreed, op=dist.ReduceOp.MIN)
-    return graph.replay if graph is not None and int(agreed.item()) else None
+        graph = None
+    return graph.replay if bootstrap.every_rank(graph is not None) and graph is not None else None
 
 
 def timed(run: Any, ctx: bootstrap.Dist) -> list[float]:
@@ -251,22 +272,10 @@ def per_call(seconds: list[float], iters: int) -> list[float]:
 
 
 def time_collective(spec: CollectiveSpec, ctx: bootstrap.Dist, iters: int, warmup: int) -> dict[str, list[float]]:
-    """This rank's seconds per call through torch.distributed: `iters` calls back to back after a barrier,
-    / iters (nccl-tests), launched one by one and, on GPUs, replayed from one CUDA graph (nccl-tests' `-G`)."""
+    """This rank's seconds per call through torch.distributed (way_times), on GPUs also from a graph
+    captured with torch.cuda.graph."""
     call = collective_call(spec, ctx)
-    for _ in range(warmup):
-        call()
-
-    def one_by_one() -> None:
-        for _ in range(iters):
-            call()
-
-    seconds = {"torch.distributed, calls launched one by one": per_call(timed(one_by_one, ctx), iters)}
-    replay = graphed(call, iters, ctx)
-    if replay is not None:
-        replay()                    # the graph's first replay uploads it
-        seconds["torch.distributed, one CUDA graph of the calls"] = per_call(timed(replay, ctx), iters)
-    return seconds
+    return way_times("torch.distributed", call, lambda: graphed(call, iters, ctx), ctx, iters, warmup)
 
 
 def gemm_row(spec: GemmSpec, rank_times: list[float]) -> dict[str, Any]:
