@@ -234,7 +234,9 @@ def test_attainable_known_answer() -> None:
                 "device_name": "NVIDIA H200", **kw}
 
     ceilings = pd.DataFrame([
-        row(kind="collective", op="all_gather", dtype="bfloat16", bytes=64 << 20, busbw_GBps=238.0),
+        row(kind="collective", op="all_gather", dtype="bfloat16", bytes=64 << 20, busbw_GBps=238.0,
+            statistic="calls back to back (NCCL's API, one CUDA graph of the calls) / calls, mean over ranks "
+                      "(nccl-tests), best of 5 runs"),
         row(kind="collective", op="all_gather", dtype="bfloat16", bytes=1 << 20, busbw_GBps=60.0),
         row(kind="collective", op="all_gather", dtype="float32", bytes=96 << 20, busbw_GBps=300.0),
         row(kind="gemm", op="matmul", dtype="bfloat16", m=8192, n=4096, k=8192, tflops=820.0),
@@ -252,6 +254,7 @@ def test_attainable_known_answer() -> None:
     assert ag["pct_of_datasheet"] == pytest.approx(100 * 233.8 / 450) and round(ag["pct_of_datasheet"], 2) == 51.96
     assert ag["ceiling"] == 238.0 and ag["pct_of_ceiling"] == pytest.approx(100 * 233.8 / 238)
     assert ag["nearest_size"] == "64 MiB bfloat16" and "NVLink" in ag["datasheet_source"]
+    assert ag["ceiling_way"] == "NCCL's API, one CUDA graph of the calls" and mm["ceiling_way"] == ""
     assert ag["ceiling_source"] == "hpcprof bench ceilings in the same job, 2026-11-20, NVIDIA H200"
     assert mm["ceiling"] == 820.0 and mm["pct_of_ceiling"] == pytest.approx(100 * 814 / 820)
     assert mm["pct_of_datasheet"] == pytest.approx(100 * 814 / 989.5)

@@ -48,7 +48,7 @@ def main(out: Path) -> int:
             continue
         column = 1 if row["op"] == "all_reduce" else 0
         theirs = {}
-        for buffers in ("", "registered", "symmetric"):  # cudaMalloc buffers; ncclMemAlloc ones registered (-R 1),
+        for buffers in ("", "registered", "symmetric"):  # ncclMemAlloc buffers; registered (-R 1),
             path = out / f"nccl_{row['op']}{'_' if buffers else ''}{buffers}.txt"   # as symmetric windows (-R 2)
             runs = nccl_tests(path) if path.exists() else {}
             theirs.update({f"{'graph' if graph else 'one by one'}{', ' if buffers else ''}{buffers}":

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 PHASE_OPS = {"allgather": "all_gather", "all_gather": "all_gather", "reduce_scatter": "reduce_scatter",
              "reducescatter": "reduce_scatter", "allreduce": "all_reduce", "all_reduce": "all_reduce"}
 COLUMNS = ["figure", "value", "unit", "pct_of_datasheet", "datasheet_peak", "datasheet_source",
-           "pct_of_ceiling", "ceiling", "ceiling_source", "nearest_size"]
+           "pct_of_ceiling", "ceiling", "ceiling_source", "nearest_size", "ceiling_way"]
 #: seqpar's phases in the order of its default ceilings (hpcprof.workloads.ceiling_specs.default_specs)
 SEQPAR_GEMMS, SEQPAR_COLLECTIVES = ("matmul1", "matmul2"), ("allgather", "reduce_scatter")
 
@@ -41,6 +41,15 @@ def _distance(row: pd.Series, size: GemmSpec | CollectiveSpec | None) -> float:
     if isinstance(size, CollectiveSpec):
         return abs(math.log(float(row["bytes"]) / size.nbytes))
     return 0.0
+
+
+def way_text(row: pd.Series) -> str:
+    """How bench ceilings reached a collective's ceiling (its statistic's way, e.g. "NCCL's API, one CUDA
+    graph of the calls"); '' for a GEMM."""
+    if row["kind"] != "collective":
+        return ""
+    statistic = str(row["statistic"])
+    return statistic[statistic.find("(") + 1:statistic.find(")")] if "(" in statistic else statistic
 
 
 def _size_text(row: pd.Series) -> str:
@@ -70,7 +79,7 @@ def attainable(metrics: Mapping[str, float], ceilings: pd.DataFrame, *, precisio
     """One row per phase TFLOP/s or bus bandwidth metric (`phase.<phase>.tflops|busbw`): figure,
     value, unit, pct_of_datasheet, datasheet_peak, datasheet_source, pct_of_ceiling, ceiling,
     ceiling_source ("hpcprof bench ceilings in the same job, <date>, <device>"), nearest_size (the
-    measured size it is set against). `precision` is the matmuls' (float32, tf32, bfloat16, float16),
+    measured size it is set against), ceiling_way (how a collective's was reached, way_text). `precision` is the matmuls' (float32, tf32, bfloat16, float16),
     `sizes` each phase's own size where known, `peaks` the datasheet's."""
     rows = []
     sizes = sizes or {}
@@ -102,7 +111,8 @@ def attainable(metrics: Mapping[str, float], ceilings: pd.DataFrame, *, precisio
             "pct_of_ceiling": 100.0 * value / ceiling if ceiling else None, "ceiling": ceiling,
             "ceiling_source": (f"hpcprof bench ceilings in the same job, {str(found['created'])[:10]}, "
                                f"{found['device_name']}") if found is not None else "",
-            "nearest_size": _size_text(found) if found is not None else ""})
+            "nearest_size": _size_text(found) if found is not None else "",
+            "ceiling_way": way_text(found) if found is not None else ""})
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
@@ -144,12 +154,13 @@ def terminal_table(rows: pd.DataFrame) -> Table:
     table = Table(title="% of attainable (measured in the same job) and % of datasheet peak", title_justify="left",
                   caption="; ".join(sorted({*rows["ceiling_source"], *rows["datasheet_source"]} - {""})),
                   caption_justify="left")
-    for name in ("figure", "value", "% of ceiling", "ceiling", "at size", "% of datasheet"):
-        table.add_column(name, justify="left" if name in ("figure", "at size") else "right")
+    for name in ("figure", "value", "% of ceiling", "ceiling", "at size", "reached by", "% of datasheet"):
+        table.add_column(name, justify="left" if name in ("figure", "at size", "reached by") else "right")
     for row in rows.itertuples():
         ceiling = f"{row.ceiling:.4g} {row.unit}" if row.ceiling is not None and pd.notna(row.ceiling) else "-"
         table.add_row(rich_text(str(row.figure)), f"{row.value:.4g} {row.unit}", pct_text(row.pct_of_ceiling),
-                      ceiling, rich_text(str(row.nearest_size)), pct_text(row.pct_of_datasheet))
+                      ceiling, rich_text(str(row.nearest_size)), rich_text(str(row.ceiling_way)),
+                      pct_text(row.pct_of_datasheet))
     return table
 
 
@@ -204,10 +215,9 @@ def collective_shortfalls(busbw: pd.DataFrame, ceilings: pd.DataFrame) -> pd.Dat
         if found is None:
             continue
         value, ceiling = float(group["busbw_gbps"].median()), float(found["busbw_GBps"])
-        way = str(found["statistic"])
         out.append({"collective": collective, "bucket": bucket, "bytes": nbytes,
                     "time_ms": float((group["count"] * group["median_ns"]).median()) / 1e6, "busbw_gbps": value,
                     "ceiling_gbps": ceiling, "ceiling_size": _size_text(found),
-                    "ceiling_way": way[way.find("(") + 1:way.find(")")] if "(" in way else way,
+                    "ceiling_way": way_text(found),
                     "pct": 100.0 * value / ceiling})
     return pd.DataFrame(out, columns=columns)

@@ -164,7 +164,8 @@ def attainable_html(points: list[sweep.Point]) -> str:
         return ""
     shown = pd.DataFrame({"point": rows["point"], "figure": rows["figure"], "value": rows["value"],
                           "unit": rows["unit"], "% of ceiling": rows["pct_of_ceiling"], "ceiling": rows["ceiling"],
-                          "measured at": rows["nearest_size"], "% of datasheet": rows["pct_of_datasheet"]})
+                          "measured at": rows["nearest_size"], "reached by": rows["ceiling_way"],
+                          "% of datasheet": rows["pct_of_datasheet"]})
     sources = sorted({*rows["ceiling_source"], *rows["datasheet_source"]} - {""})
     return table_html(shown, "% of attainable: against hpcprof bench ceilings run in the same job after the workload "
                              "(the nearest measured size), and % of the datasheet peak") + \

@@ -154,7 +154,8 @@ def rates(points: list[Point]) -> pd.DataFrame:
         if metric is not None:
             rows.append({"point": row["point"], "phase": phase, "what": metric.name.rpartition(".")[2],
                          "value": row["value"], "unit": row["unit"], "pct": row["pct_of_ceiling"],
-                         "against": f"ceiling measured in the same job ({row['nearest_size']})"})
+                         "against": "ceiling measured in the same job ("
+                                    + ", ".join(filter(None, (row["nearest_size"], row["ceiling_way"]))) + ")"})
     seen = {(r["point"], r["phase"]) for r in rows}
     peaks = sweep.peak_shares(points)
     for _, row in peaks[peaks["pct"].notna()].iterrows():

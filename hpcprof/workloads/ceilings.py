@@ -46,6 +46,9 @@ MAX_ROTATION = 64
 #: timed runs of `iters` back-to-back collective calls per way; the fastest is kept (nccl-tests' `-N` cycles:
 #: fifty 1 MiB calls take ~0.5 ms, which one host hiccup stretches by a fifth)
 TRIALS = 5
+#: launches of a graph of `iters` calls per timed run (nccl-tests' `-G 10` in benchmarks/gpu/ceilings.sh): the
+#: launch and the wait for the last call, ~20-40 us, weigh a tenth (fifty 1 MiB calls take ~0.5 ms)
+GRAPH_LAUNCHES = 10
 
 warnings.filterwarnings("ignore", message=r".*(all_gather_into_tensor|reduce_scatter_tensor)` is deprecated")
 
@@ -214,7 +217,7 @@ def time_nccl_calls(call: Any, name: str, ctx: bootstrap.Dist, iters: int, warmu
 def way_times(name: str, call: Any, replay: Any, ctx: bootstrap.Dist, iters: int, warmup: int) -> dict[str, list[float]]:
     """This rank's seconds per call of `call` in each run: `iters` calls back to back after a barrier,
     / iters (nccl-tests), launched one by one and, where `replay()` gives a graph's replay of them (None
-    where some rank could not capture), replayed from that CUDA graph (nccl-tests' `-G`)."""
+    where some rank could not capture), replayed GRAPH_LAUNCHES times from that CUDA graph (nccl-tests' `-G`)."""
     for _ in range(warmup):
         call()
 
@@ -226,7 +229,12 @@ def way_times(name: str, call: Any, replay: Any, ctx: bootstrap.Dist, iters: int
     run = replay()
     if run is not None:
         run()                       # the graph's first replay uploads it
-        seconds[f"{name}, one CUDA graph of the calls"] = per_call(timed(run, ctx), iters)
+
+        def replays() -> None:
+            for _ in range(GRAPH_LAUNCHES):
+                run()
+
+        seconds[f"{name}, one CUDA graph of the calls"] = per_call(timed(replays, ctx), iters * GRAPH_LAUNCHES)
     return seconds
 
 
