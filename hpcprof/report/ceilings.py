@@ -79,8 +79,9 @@ def attainable(metrics: Mapping[str, float], ceilings: pd.DataFrame, *, precisio
     """One row per phase TFLOP/s or bus bandwidth metric (`phase.<phase>.tflops|busbw`): figure,
     value, unit, pct_of_datasheet, datasheet_peak, datasheet_source, pct_of_ceiling, ceiling,
     ceiling_source ("hpcprof bench ceilings in the same job, <date>, <device>"), nearest_size (the
-    measured size it is set against), ceiling_way (how a collective's was reached, way_text). `precision` is the matmuls' (float32, tf32, bfloat16, float16),
-    `sizes` each phase's own size where known, `peaks` the datasheet's."""
+    measured size it is set against), ceiling_way (how a collective's was reached: way_text). `precision`
+    is the matmuls' (float32, tf32, bfloat16, float16), `sizes` each phase's own size where known, `peaks`
+    the datasheet's."""
     rows = []
     sizes = sizes or {}
     for name, value in metrics.items():
