@@ -51,33 +51,60 @@ def gpu_data(fixtures_dir: Path) -> Path:
 COUNT_PROPERTY = "differential count"
 #: the lines recorded by record_counts, gathered from the test reports (of every xdist worker)
 COUNT_LINES: list[str] = []
-#: fixtures of shared services: the tests of a file that uses one run in one worker, one at a time
-SERVICE_FIXTURES = {"slurm_cluster", "torque_cluster", "openpbs", "postgres_server", "cluster"}
+#: fixtures of shared services -> the server each reaches: the tests of one server run in one worker,
+#: one at a time (a test asserting on Slurm's whole queue, say, must not see another test's jobs)
+SERVICE_FIXTURES = {"slurm_cluster": "slurm", "torque_cluster": "slurm", "cluster": "slurm-cluster",
+                    "openpbs": "openpbs", "postgres_server": "postgres"}
+#: the groups measured longest (benchmarks/results/test_durations.txt), started first so that none of
+#: them is left to run alone at the end; the others follow in collection order (tests/run.sh passes
+#: --no-loadscope-reorder: xdist would otherwise start the groups with the most tests first)
+START_FIRST = ("slurm", "slurm-cluster", "test_differential_nsys.py", "test_forensics.py", "test_nsys_rules.py",
+               "test_reliability_hostile.py", "test_report_html.py", "test_trace_differential.py", "test_docs.py",
+               "test_reliability_silent.py", "test_steps.py", "test_differential_nsys_extra.py", "openpbs")
 #: every collected test file (before -m deselects any): whether it has a test not marked slow
 FAST_FILES = pytest.StashKey[dict[Path, bool]]()
 
 
-def uses_a_service(item: pytest.Item) -> bool:
-    """Whether a test uses a shared service: a fixture of SERVICE_FIXTURES or a slurm/torque mark."""
-    return bool(SERVICE_FIXTURES & set(getattr(item, "fixturenames", ()))
-                or item.get_closest_marker("slurm") or item.get_closest_marker("torque"))
+def services_of(item: pytest.Item) -> set[str]:
+    """The shared servers a test uses: those of its SERVICE_FIXTURES, else the one-node Slurm for a
+    slurm/torque mark (the two-node cluster's tests carry the mark too, and its fixture)."""
+    services = {SERVICE_FIXTURES[name] for name in getattr(item, "fixturenames", ()) if name in SERVICE_FIXTURES}
+    if not services and (item.get_closest_marker("slurm") or item.get_closest_marker("torque")):
+        services.add("slurm")
+    return services
+
+
+def service_groups(items: list[pytest.Item]) -> dict[str, str]:
+    """Each server's group: servers that one test uses together share a group (merged transitively)."""
+    group = {service: service for item in items for service in services_of(item)}
+    for item in items:
+        joined = sorted({group[service] for service in services_of(item)})
+        for name in joined[1:]:
+            group = {service: joined[0] if g == name else g for service, g in group.items()}
+    return group
 
 
 @pytest.hookimpl(tryfirst=True)        # before pytest-xdist's own hook reads the groups, and -m the marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Group the tests for pytest-xdist's --dist loadgroup: every test file in one worker (its module
-    fixtures run once), and all files that use a shared service (the Slurm clusters, OpenPBS,
-    PostgreSQL) in one worker together, so two tests never share a scheduler or server at once.
-    (pytest-xdist 3.8 groups by rewriting a test's node id, which pytest 9 no longer reads: pytest < 9.)
-    A test that uses a shared service is `slow` (the fast tier, tests/run.sh --fast, starts none)."""
-    files_with_services = {item.path for item in items if uses_a_service(item)}
+    """Group the tests for pytest-xdist's --dist loadgroup: the tests of a shared service in one
+    worker per server (the one-node Slurm with its Torque wrappers, the two-node Slurm, OpenPBS,
+    PostgreSQL: separate daemons, state and queues), so two tests never share a scheduler or server at
+    once; every other test in its file's group (its module fixtures run once). The groups of
+    START_FIRST run first. (pytest-xdist 3.8 groups by rewriting a test's node id, which pytest 9 no
+    longer reads: pytest < 9.) A test that uses a shared service is `slow` (the fast tier, tests/run.sh
+    --fast, starts none)."""
+    groups = service_groups(items)
     fast_files = config.stash.setdefault(FAST_FILES, {})
+    group_of: dict[str, str] = {}
     for item in items:
-        group = "services" if item.path in files_with_services else item.path.name
+        services = services_of(item)
+        group = group_of[item.nodeid] = groups[min(services)] if services else item.path.name
         item.add_marker(pytest.mark.xdist_group(group))
-        if uses_a_service(item):
+        if services:
             item.add_marker(pytest.mark.slow)
         fast_files[item.path] = fast_files.get(item.path, False) or not item.get_closest_marker("slow")
+    first = {group: rank for rank, group in enumerate(START_FIRST)}
+    items.sort(key=lambda item: first.get(group_of[item.nodeid], len(first)))
 
 
 @pytest.fixture
