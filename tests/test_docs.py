@@ -20,8 +20,11 @@ Everything runs in a sandbox: one workdir for all docs (`hpcprof-runs`, holding 
 docs file runs), a directory per docs file to run in (with the repository's folders and
 `hpcprof-runs` linked into it, as in a clone), HOME and XDG_* in the sandbox, and `hpcprof` on PATH
 running this checkout. An HTML comment on the line above a block steers it: `<!-- docs-test: not
-run: REASON -->` skips it (a reason is required) and `<!-- docs-test: file NAME -->` writes it to
-NAME in the file's directory (for later blocks) instead of running it.
+run: REASON -->` skips it (a reason is required), `<!-- docs-test: file NAME -->` writes it to
+NAME in the file's directory (for later blocks) instead of running it, `<!-- docs-test: on
+slurm-local -->` runs the file on the real one-node Slurm (tests/slurm_cluster.py; its jobs go to the
+sandbox's workdir), and `<!-- docs-test: run by .ci/run -->` marks a block whose every command CI's
+script runs as it is written (the README's two commands: the tests, then the quickstart).
 """
 
 from __future__ import annotations
@@ -44,6 +47,9 @@ SHOWN = ("text",)
 DIRECTIVE = re.compile(r"<!--\s*docs-test:\s*(?P<body>.*?)\s*-->")
 FENCE = re.compile(r"^```(?P<lang>\S*)\s*$")
 TIMEOUT_S = 300
+ON_SLURM = "on slurm-local"
+BY_CI = "run by .ci/run"
+CI_SCRIPT = REPO / ".ci" / "run"
 
 
 class Block(NamedTuple):
@@ -127,6 +133,7 @@ def test_every_block_is_known() -> None:
             if block.lang not in RUN + SHOWN:
                 problems.append(f"{block.where}: fence language {block.lang!r}; use one of {', '.join(RUN + SHOWN)}")
             if block.directive is not None and not (block.directive.startswith("not run")
+                                                    or block.directive in (ON_SLURM, BY_CI)
                                                     or re.fullmatch(r"file [\w.\-/]+", block.directive)):
                 problems.append(f"{block.where}: unknown directive {block.directive!r}")
             if skip_reason(block) == "":
@@ -159,6 +166,24 @@ def test_links_resolve() -> None:
             elif anchor and where.suffix == ".md" and anchor not in anchors(where):
                 problems.append(f"{path.relative_to(REPO)}: link to {target}: no such heading")
     assert not problems, "\n".join(problems)
+
+
+def commands(text: str) -> list[str]:
+    """A shell block's command lines: comments dropped, continuations joined, spaces squeezed."""
+    joined = text.replace("\\\n", " ")
+    return [" ".join(line.split("#", 1)[0].split()) for line in joined.splitlines()
+            if line.split("#", 1)[0].strip()]
+
+
+def test_blocks_run_by_ci_are_what_ci_runs() -> None:
+    """A block marked `run by .ci/run` holds only commands .ci/run runs, as written, in that order."""
+    ci = commands(CI_SCRIPT.read_text())
+    marked = [b for path in DOCS for b in blocks(path) if b.directive == BY_CI]
+    assert marked, "no block is marked `run by .ci/run` (the README's two commands are)"
+    for block in marked:
+        wanted = commands(block.text)
+        at = [ci.index(line) if line in ci else -1 for line in wanted]
+        assert -1 not in at and at == sorted(at), f"{block.where}: {wanted} are not all run by .ci/run ({ci})"
 
 
 def test_skips_are_rare() -> None:
@@ -287,22 +312,33 @@ def run_block(block: Block, cwd: Path, box: Sandbox, assignments: list[str]) -> 
             assert all(re.fullmatch(r"[\w.]+:\w+", v) for v in entries.values()), f"{block.where}: {group}"
 
 
+def runs_here(block: Block) -> bool:
+    """Whether the docs test runs the block (CI's script runs those marked `run by .ci/run`)."""
+    return block.lang in RUN and skip_reason(block) is None and block.directive != BY_CI
+
+
 def docs_files() -> Iterator[Any]:
+    """The docs files with a block to run; those with a block on the one-node Slurm carry its mark
+    (conftest runs them in the Slurm group)."""
     for path in DOCS:
-        if any(b.lang in RUN and skip_reason(b) is None for b in blocks(path)):
-            yield pytest.param(path, id=str(path.relative_to(REPO)))
+        found = blocks(path)
+        if any(runs_here(b) for b in found):
+            slurm = any(b.directive == ON_SLURM for b in found)
+            yield pytest.param(path, id=str(path.relative_to(REPO)), marks=[pytest.mark.slurm] if slurm else [])
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("path", list(docs_files()))
-def test_docs_blocks_run(path: Path, sandbox: Sandbox) -> None:
+def test_docs_blocks_run(path: Path, sandbox: Sandbox, request: pytest.FixtureRequest) -> None:
     """Every block of one docs file, in order, in a directory of its own."""
+    if any(b.directive == ON_SLURM for b in blocks(path)):
+        request.getfixturevalue("slurm_cluster")
     if path != REPO / "README.md":
         seed(sandbox)
     cwd = workspace(sandbox.root, re.sub(r"[^\w.-]", "_", str(path.relative_to(REPO))))
     assignments: list[str] = []
     for block in blocks(path):
-        if block.lang in RUN and skip_reason(block) is None:
+        if runs_here(block):
             run_block(block, cwd, sandbox, assignments)
 
 
