@@ -103,8 +103,8 @@ def nullable_ints(export: Export, table: str, columns: Sequence[str] | Mapping[s
     is read again as NULL-coalesced integers with the masks as the bits of one column."""
     exprs = dict(columns) if isinstance(columns, Mapping) else {c: f'"{c}"' for c in columns}
 
-    def decode(batch: pa.RecordBatch) -> list[tuple[np.ndarray, np.ndarray]] | None:
-        out = []
+    def decode(batch: pa.RecordBatch) -> list[tuple[np.ndarray, np.ndarray | None]] | None:
+        out: list[tuple[np.ndarray, np.ndarray | None]] = []
         for column in batch.columns:
             if pa.types.is_null(column.type):
                 out.append((np.zeros(len(column), dtype=np.int64), np.ones(len(column), dtype=bool)))
@@ -112,7 +112,7 @@ def nullable_ints(export: Export, table: str, columns: Sequence[str] | Mapping[s
             if column.type != pa.int64():
                 return None
             values = np.frombuffer(column.buffers()[1], dtype=np.int64, count=len(column), offset=column.offset * 8)
-            null = np.zeros(len(column), dtype=bool)
+            null = None                              # no NULL in the batch: no mask to build
             if column.null_count:                    # a view until then: copied once, by the concatenation
                 bits = np.unpackbits(np.frombuffer(column.buffers()[0], dtype=np.uint8), bitorder="little")
                 null = ~bits[column.offset:column.offset + len(column)].astype(bool)
@@ -126,11 +126,15 @@ def nullable_ints(export: Export, table: str, columns: Sequence[str] | Mapping[s
         sql = ", ".join(f"coalesce({e}, 0)" for e in exprs.values()) + f", {nulls}"
         arrays = export.sql_ints(sql, table, where, ncols=len(exprs) + 1)
         parts = [[(arrays[i], (arrays[-1] >> i & 1).astype(bool)) for i in range(len(exprs))]]
+    columns_of = [cast(list[tuple[np.ndarray, np.ndarray | None]], p) for p in parts]
     result = {}
     for i, c in enumerate(exprs):
-        for j, suffix in enumerate(("", "?")):
-            pieces = [cast(list[tuple[np.ndarray, np.ndarray]], p)[i][j] for p in parts]
-            result[c + suffix] = np.concatenate(pieces) if pieces else np.empty(0, dtype=bool if j else np.int64)
+        result[c] = np.concatenate([p[i][0] for p in columns_of]) if parts else np.empty(0, dtype=np.int64)
+    none = np.zeros(len(next(iter(result.values()))), dtype=bool)   # the columns without NULLs share it, unwritten
+    for i, c in enumerate(exprs):
+        masks = [p[i][1] for p in columns_of]
+        result[c + "?"] = none if all(m is None for m in masks) else np.concatenate(
+            [np.zeros(len(p[i][0]), dtype=bool) if m is None else m for p, m in zip(columns_of, masks, strict=True)])
     return result
 
 
