@@ -111,7 +111,7 @@ def _migration_columns(export: Export) -> dict[str, np.ndarray]:
     if "virtualAddress" not in m:
         m = nullable_ints(export, MEMCPY, {"copyKind": '"copyKind"', "virtualAddress": '"virtualAddress"',
                                            "bytes": '"bytes"', "dur": DUR}, f"copyKind IN ({UM_HTOD}, {UM_DTOH})")
-    rows = ((m["copyKind"] == UM_HTOD) | (m["copyKind"] == UM_DTOH)) & ~m["copyKind?"]
+    rows = (m["copyKind"] == UM_HTOD) | (m["copyKind"] == UM_DTOH)       # (a NULL copyKind reads 0)
     return {c: v[rows] for c, v in m.items()}
 
 
