@@ -444,9 +444,10 @@ class Export:
                 pass
 
         def arrays(batch: pa.RecordBatch) -> list[np.ndarray]:
-            # copies: a view would keep the driver's whole batch alive
+            # views of the integer columns' buffers (every column is read: none kept for nothing),
+            # copied once, by the concatenation (a copy here too: 0.11 s of 2.15 M kernels' 3 columns)
             try:
-                return [np.array(numpy_of(batch.column(i)), dtype=np.int64) for i in range(ncols)]
+                return [np.asarray(numpy_of(batch.column(i)), dtype=np.int64) for i in range(ncols)]
             except (TypeError, ValueError, OverflowError) as exc:     # text where nsys writes integers
                 raise NsysInputError(f"{self.path}: {table} holds values that are not integers ({exc}): the "
                                      "export is damaged") from None

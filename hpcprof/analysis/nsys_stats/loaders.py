@@ -10,10 +10,11 @@ packed read does not apply (a value out of range) the caller falls back to the g
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, cast
 
 import numpy as np
+import pyarrow as pa
 
 from hpcprof.analysis.nsys_stats.db import Export
 from hpcprof.analysis.nsys_stats.numerics import DUR
@@ -26,6 +27,8 @@ from hpcprof.analysis.nsys_stats.schema import (
     OLD_MEM_KINDS,
     OLD_MEMCPY_LABELS,
     RUNTIME,
+    UM_CPU,
+    UM_GPU,
     MissingData,
     clean_api_name,
     memcpy_label,
@@ -91,60 +94,132 @@ def memops(export: Export, layout: str, value: str = "duration") -> tuple[np.nda
     return names[codes], values
 
 
-def _memop_columns(export: Export) -> dict[str, list[np.ndarray]]:
-    """copyKind, duration and bytes of the memcpy rows, duration and bytes of the memset rows
-    (NULL as -1), read once for all the reports of an export."""
-    out = {}
+def nullable_ints(export: Export, table: str, columns: Sequence[str] | Mapping[str, str],
+                  where: str = "") -> dict[str, np.ndarray]:
+    """Integer `columns` (names, or {name: SQL}) of `table` in table order, each as (values with
+    NULL as 0) and its NULL mask under `name + "?"`: the values as SQLite gives them, the masks
+    from Arrow's validity bits (no SQL per row for them: IS NULL tests cost SQLite as much as the
+    values, 1.48 M memcpys' 5 columns 0.8 -> 0.4 CPU-s). A column of other values (text, real)
+    is read again as NULL-coalesced integers with the masks as the bits of one column."""
+    exprs = dict(columns) if isinstance(columns, Mapping) else {c: f'"{c}"' for c in columns}
+
+    def decode(batch: pa.RecordBatch) -> list[tuple[np.ndarray, np.ndarray | None]] | None:
+        out: list[tuple[np.ndarray, np.ndarray | None]] = []
+        for column in batch.columns:
+            if pa.types.is_null(column.type):
+                out.append((np.zeros(len(column), dtype=np.int64), np.ones(len(column), dtype=bool)))
+                continue
+            if column.type != pa.int64():
+                return None
+            values = np.frombuffer(column.buffers()[1], dtype=np.int64, count=len(column), offset=column.offset * 8)
+            null = None                              # no NULL in the batch: no mask to build
+            if column.null_count:                    # a view until then: copied once, by the concatenation
+                bits = np.unpackbits(np.frombuffer(column.buffers()[0], dtype=np.uint8), bitorder="little")
+                null = ~bits[column.offset:column.offset + len(column)].astype(bool)
+                values = np.where(null, 0, values)
+            out.append((values, null))
+        return out
+
+    parts = export.map_batches(", ".join(exprs.values()), table, where, decode)
+    if any(p is None for p in parts):
+        nulls = " | ".join(f"((({e}) IS NULL) << {i})" for i, e in enumerate(exprs.values()))
+        sql = ", ".join(f"coalesce({e}, 0)" for e in exprs.values()) + f", {nulls}"
+        arrays = export.sql_ints(sql, table, where, ncols=len(exprs) + 1)
+        parts = [[(arrays[i], (arrays[-1] >> i & 1).astype(bool)) for i in range(len(exprs))]]
+    columns_of = [cast(list[tuple[np.ndarray, np.ndarray | None]], p) for p in parts]
+    result = {}
+    for i, c in enumerate(exprs):
+        result[c] = np.concatenate([p[i][0] for p in columns_of]) if parts else np.empty(0, dtype=np.int64)
+    none = np.zeros(len(next(iter(result.values()))), dtype=bool)   # the columns without NULLs share it, unwritten
+    for i, c in enumerate(exprs):
+        masks = [p[i][1] for p in columns_of]
+        result[c + "?"] = none if all(m is None for m in masks) else np.concatenate(
+            [np.zeros(len(p[i][0]), dtype=bool) if m is None else m for p, m in zip(columns_of, masks, strict=True)])
+    return result
+
+
+def memcpy_columns(export: Export) -> dict[str, np.ndarray]:
+    """copyKind, duration ("dur") and bytes of every memcpy row, and virtualAddress where the
+    export has both unified-memory page fault tables, with their NULL masks (nullable_ints): the
+    memory summaries' read, from which the unified-memory reports take their migrations (one
+    scan of MEMCPY for nsys 2022.4's default set; loaded once per export)."""
+    def read() -> dict[str, np.ndarray]:
+        cols = {"copyKind": '"copyKind"', "dur": DUR, "bytes": '"bytes"'}
+        if export.has(UM_CPU) and export.has(UM_GPU) and "virtualAddress" in export.columns(MEMCPY):
+            cols["virtualAddress"] = '"virtualAddress"'
+        return nullable_ints(export, MEMCPY, cols)
+
+    return cast(dict[str, np.ndarray], export.memo("memcpy", read))
+
+
+def _memop_codes(export: Export, layout: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(label code per memcpy/memset row, labels, duration per row, bytes per row; NULL as -1):
+    the memcpy rows (memcpy_columns) with a label only (nsys inner-joins the label table), then
+    the memsets."""
+    names: list[Any] = []
+    codes: list[Any] = []
+    durations: list[Any] = []
+    sizes: list[Any] = []
     if export.has(MEMCPY):
-        out[MEMCPY] = export.sql_ints(f"coalesce(copyKind, -1), coalesce({DUR}, -1), coalesce(bytes, -1)",
-                                      MEMCPY, ncols=3)
+        m = memcpy_columns(export)                       # NULL as -1, as nsys's SQL coalesces
+        kind, dur, size = (np.where(m[c + "?"], -1, m[c]) if m[c + "?"].any() else m[c]
+                           for c in ("copyKind", "dur", "bytes"))
+        labels = memcpy_labels(export, layout)
+        kinds, kind_codes, keep = labeled_codes(kind, labels)
+        names += [labels[k] for k in kinds.tolist()]
+        codes.append(kind_codes)
+        durations.append(dur[keep])
+        sizes.append(size[keep])
     if export.has(MEMSET):
-        out[MEMSET] = export.sql_ints(f"-1, coalesce({DUR}, -1), coalesce(bytes, -1)", MEMSET, ncols=3)
-    return out
+        dur, size = export.sql_ints(f"coalesce({DUR}, -1), coalesce(bytes, -1)", MEMSET, ncols=2)
+        if len(dur):
+            codes.append(np.full(len(dur), len(names), dtype=np.int64))
+            names.append(MEMSET_LABEL)
+            durations.append(dur)
+            sizes.append(size)
+    if not codes:
+        empty = np.empty(0, dtype=np.int64)
+        return empty, np.array(names, dtype=object), empty, empty
+    return (np.concatenate(codes), np.array(names, dtype=object), np.concatenate(durations),
+            np.concatenate(sizes))
 
 
 def memop_codes(export: Export, layout: str, value: str = "duration") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(label code per memcpy/memset row, labels, duration or bytes per row)."""
-    tables = export.memo("memops", lambda: _memop_columns(export))
-    if not tables:
+    """(label code per memcpy/memset row, labels, duration or bytes per row): computed once per
+    export and layout for both values."""
+    if not export.has(MEMCPY) and not export.has(MEMSET):
         raise MissingData("no GPU memory data")
-    labels = memcpy_labels(export, layout) if MEMCPY in tables else {}
-    names: list[Any] = []
-    codes: list[Any] = []
-    values: list[Any] = []
-    for table, (kind, dur, size) in tables.items():
-        v = dur if value == "duration" else size
-        if table == MEMCPY:
-            kinds, kind_codes, keep = labeled_codes(kind, labels)     # nsys inner-joins the label table
-            names += [labels[k] for k in kinds.tolist()]
-            codes.append(kind_codes + (len(names) - len(kinds)))
-            values.append(v[keep])
-        elif len(v):
-            codes.append(np.full(len(v), len(names), dtype=np.int64))
-            names.append(MEMSET_LABEL)
-            values.append(v)
-    if not codes:
-        return np.empty(0, dtype=np.int64), np.array(names, dtype=object), np.empty(0, dtype=np.int64)
-    return np.concatenate(codes), np.array(names, dtype=object), np.concatenate(values)
+    codes, names, durations, sizes = export.memo(f"memops {layout}", lambda: _memop_codes(export, layout))
+    return codes, names, durations if value == "duration" else sizes
 
 
-def labeled_codes(kind: np.ndarray, labels: dict[int, str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+#: copyKind values up to this are looked up by value (a table of this size at most)
+KIND_TABLE = 1 << 16
+
+
+def labeled_codes(kind: np.ndarray, labels: dict[int, str]) -> tuple[np.ndarray, np.ndarray, np.ndarray | slice]:
     """(the kinds of `labels` that `kind` holds, ascending; the index among them of each row whose
-    kind has a label; which rows have one), through a look-up table over the labels' id range (a
-    few enum ids): a pass per step, no sort (1.48 M memcpys: 0.10 -> 0.03 s against intersect1d,
-    isin and searchsorted)."""
+    kind has a label; which rows have one, a slice of all where all have), through a look-up
+    table indexed by the kind itself (a few enum ids: one count and one gather over the rows, no
+    sort; 1.48 M memcpys 0.11 -> 0.02 s), or by its offset from the labels' lowest id where
+    the kinds are out of that table's range."""
     ids = np.array(sorted(labels), dtype=np.int64)
-    if not len(ids):
-        return ids, ids, np.zeros(len(kind), dtype=bool)
-    lo, hi = int(ids[0]), int(ids[-1])
-    slot = kind - lo
-    slot[(kind < lo) | (kind > hi)] = hi - lo + 1              # the slot of kinds without a label
-    present = ids[np.bincount(slot, minlength=hi - lo + 2)[ids - lo] > 0]
-    table = np.full(hi - lo + 2, -1, dtype=np.int64)
+    if not len(ids) or not len(kind):
+        return ids[:0], np.empty(0, dtype=np.int64), np.zeros(len(kind), dtype=bool)
+    if 0 <= kind.min() and kind.max() < KIND_TABLE:
+        slot, lo, width = kind, 0, int(kind.max()) + 1
+        ids = ids[(ids >= 0) & (ids < width)]
+    else:
+        lo, hi = int(ids[0]), int(ids[-1])
+        slot = kind - lo
+        slot[(kind < lo) | (kind > hi)] = hi - lo + 1              # the slot of kinds without a label
+        width = hi - lo + 2
+    present = ids[np.bincount(slot, minlength=width)[ids - lo] > 0]
+    table = np.full(width, -1, dtype=np.int64)
     table[present - lo] = np.arange(len(present))
     code = table[slot]
     keep = code >= 0
-    return present, code[keep], keep
+    return (present, code, slice(None)) if keep.all() else (present, code[keep], keep)
 
 
 def memcpy_labels(export: Export, layout: str) -> dict[int, str]:

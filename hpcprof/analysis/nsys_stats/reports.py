@@ -26,6 +26,7 @@ from hpcprof.analysis.nsys_stats.loaders import (
 from hpcprof.analysis.nsys_stats.numerics import (
     DUR,
     PACK_BITS,
+    PACK_KEYS,
     PACK_MASK,
     Groups,
     by_total,
@@ -174,12 +175,14 @@ def _kern_gb_packed(export: Export) -> tuple[np.ndarray, Groups, np.ndarray, np.
     key *= nb
     key += block_rank[bcode]
     del gcode, bcode, gp, bp
-    code, ukey = factorize_sorted(key)
+    packs = int(key.max(initial=0)) < PACK_KEYS          # the key as it is (no hashing pass over the rows)
+    code, ukey = (key, None) if packs else factorize_sorted(key)
     del key
     v &= PACK_MASK
     v |= code << PACK_BITS
     del code
-    _, g = Groups.from_packed(v)
+    keys, g = Groups.from_packed(v)
+    ukey = keys if ukey is None else ukey
     return ukey // (ng * nb), g, grid_u[(ukey // nb) % ng], block_u[ukey % nb]
 
 

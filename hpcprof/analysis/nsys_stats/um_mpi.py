@@ -23,12 +23,11 @@ from typing import Any
 import numpy as np
 
 from hpcprof.analysis.nsys_stats.db import Export
-from hpcprof.analysis.nsys_stats.numerics import Groups, by_total, group_codes, round1_array
-from hpcprof.analysis.nsys_stats.schema import MEMCPY, OLD, MissingData
+from hpcprof.analysis.nsys_stats.loaders import memcpy_columns, nullable_ints
+from hpcprof.analysis.nsys_stats.numerics import DUR, Groups, by_total, group_codes, round1_array
+from hpcprof.analysis.nsys_stats.schema import MEMCPY, OLD, UM_CPU, UM_GPU, MissingData
 from hpcprof.analysis.nsys_stats.table import SUMMARY_COLS, SUMMARY_FMT, Table, make_table, null_text
 
-UM_CPU = "CUDA_UM_CPU_PAGE_FAULT_EVENTS"
-UM_GPU = "CUDA_UM_GPU_PAGE_FAULT_EVENTS"
 OPENMP_PREFIX = "OPENMP_EVENT_KIND_"
 #: the MPI event tables in the order nsys unions them, with the source name it gives each
 MPI_SOURCES = (("MPI_P2P_EVENTS", "p2p"), ("MPI_START_WAIT_EVENTS", "start-wait"),
@@ -36,18 +35,6 @@ MPI_SOURCES = (("MPI_P2P_EVENTS", "p2p"), ("MPI_START_WAIT_EVENTS", "start-wait"
 MPI_TABLES = tuple(t for t, _ in MPI_SOURCES)
 UM_HTOD, UM_DTOH = 11, 12           # copyKind of unified memory migrations
 INT64_MAX = (1 << 63) - 1
-
-
-def _read(export: Export, table: str, columns: list[str], where: str = "") -> dict[str, np.ndarray]:
-    """Integer `columns` of `table` in table order, each as (values with NULL as 0) and its
-    NULL mask under `name + "?"` (the masks read as the bits of one column: fewer values moved)."""
-    nulls = " | ".join(f'(("{c}" IS NULL) << {i})' for i, c in enumerate(columns))
-    sql = ", ".join(f'coalesce("{c}", 0)' for c in columns) + f", {nulls}"
-    arrays = export.sql_ints(sql, table, where, ncols=len(columns) + 1)
-    out = {}
-    for i, c in enumerate(columns):
-        out[c], out[c + "?"] = arrays[i], (arrays[-1] >> i & 1).astype(bool)
-    return out
 
 
 def _nullable(values: np.ndarray, null: np.ndarray) -> np.ndarray:
@@ -81,7 +68,7 @@ def um_cpu_page_faults_sum(export: Export, layout: str) -> Table:
     line) (2025), by count descending, ties in group order."""
     new = layout != OLD
     cols = ["CpuInstruction"] + (["sourceFile", "sourceLine"] if new else [])
-    d = _read(export, UM_CPU, cols) if new else _cpu_faults(export)
+    d = nullable_ints(export, UM_CPU, cols) if new else _cpu_faults(export)
     keys = [np.where(d[c + "?"], -1, d[c]) for c in cols]      # NULL first, as SQLite groups
     codes, uniq = group_codes(*keys)
     count = np.bincount(codes, minlength=len(uniq[0])).astype(np.int64)
@@ -100,21 +87,32 @@ Migration = tuple[int | None, int | None, int | None, int | float | None]   # ad
 
 
 def _cpu_faults(export: Export) -> dict[str, np.ndarray]:
-    """The CPU page faults' address and instruction (_read), one scan for nsys 2022.4's default set:
-    its CPU page fault report and both unified-memory reports (a 400 k-fault table read once, not
-    twice: 0.21 s of the reads' 1.4 s on benchmarks/nsys_shapes.py's memcpy/UM-heavy export)."""
-    return export.memo("um cpu faults", lambda: _read(export, UM_CPU, ["address", "CpuInstruction"]))
+    """The CPU page faults' address and instruction (loaders.nullable_ints), one scan for nsys
+    2022.4's default set: its CPU page fault report and both unified-memory reports (a 400 k-fault
+    table read once, not twice: 0.21 s of the reads' 1.4 s on the memcpy/UM-heavy shape)."""
+    return export.memo("um cpu faults", lambda: nullable_ints(export, UM_CPU, ["address", "CpuInstruction"]))
 
 
 def _um_columns(export: Export) -> dict[str, dict[str, np.ndarray]]:
     """What both unified-memory reports read, once per export (each table scanned once): the CPU
     page faults' addresses (_cpu_faults), the GPU page faults' addresses and counts, and the
-    migrations' (copyKind 11 HtoD, 12 DtoH) kind, address, bytes, start and end, each with its NULL
-    mask (_read)."""
+    migrations' (copyKind 11 HtoD, 12 DtoH) kind, address, bytes and duration ("dur"), each
+    with its NULL mask (loaders.nullable_ints: NULL as 0)."""
     return export.memo("unified memory", lambda: {
-        UM_CPU: _cpu_faults(export), UM_GPU: _read(export, UM_GPU, ["address", "numberOfPageFaults"]),
-        MEMCPY: _read(export, MEMCPY, ["copyKind", "virtualAddress", "bytes", "start", "end"],
-                      f"copyKind IN ({UM_HTOD}, {UM_DTOH})")})
+        UM_CPU: _cpu_faults(export), UM_GPU: nullable_ints(export, UM_GPU, ["address", "numberOfPageFaults"]),
+        MEMCPY: _migration_columns(export)})
+
+
+def _migration_columns(export: Export) -> dict[str, np.ndarray]:
+    """The migrations' columns of _um_columns, from the memory summaries' read of every memcpy
+    (loaders.memcpy_columns; a NULL duration counts 0, as SQL's sum() skips it), or read alone
+    where that read has no addresses."""
+    m = memcpy_columns(export)
+    if "virtualAddress" not in m:
+        m = nullable_ints(export, MEMCPY, {"copyKind": '"copyKind"', "virtualAddress": '"virtualAddress"',
+                                           "bytes": '"bytes"', "dur": DUR}, f"copyKind IN ({UM_HTOD}, {UM_DTOH})")
+    rows = (m["copyKind"] == UM_HTOD) | (m["copyKind"] == UM_DTOH)       # (a NULL copyKind reads 0)
+    return {c: v[rows] for c, v in m.items()}
 
 
 def _migrations(export: Export, kind: int) -> dict[str, np.ndarray]:
@@ -125,15 +123,15 @@ def _migrations(export: Export, kind: int) -> dict[str, np.ndarray]:
 
 
 def _by_address(d: dict[str, np.ndarray], value: str | None, address: str = "address", durations: bool = False) -> Sums:
-    """Per address (NULL as None) of rows `d` (_read's), in SQLite's group order: (count or Σ
-    value, Σ duration where `durations`, else 0)."""
+    """Per address (NULL as None) of rows `d` (nullable_ints's), in SQLite's group order: (count
+    or Σ value, Σ duration where `durations`, else 0)."""
     key = np.where(d[address + "?"], -1, d[address])          # addresses are never negative
     codes, (uniq,) = group_codes(key)
     amount = np.zeros(len(uniq), dtype=np.int64)
     np.add.at(amount, codes, 1 if value is None else d[value])
     dur = np.zeros(len(uniq), dtype=np.int64)
     if durations:
-        np.add.at(dur, codes, d["end"] - d["start"])
+        np.add.at(dur, codes, d["dur"])
     return {None if a == -1 else a: (s, t) for a, s, t in zip(uniq.tolist(), amount.tolist(), dur.tolist(),
                                                                strict=True)}
 
@@ -243,7 +241,7 @@ def openmp_sum(export: Export, layout: str) -> Table:
         raise MissingData("no OpenMP event data")
     parts = []
     for i, table in enumerate(tables):
-        d = _read(export, table, ["nameId", "start", "end"])
+        d = nullable_ints(export, table, ["nameId", "start", "end"])
         parts.append((np.where(d["nameId?"], -1, d["nameId"]), d["end"] - d["start"],
                       np.full(len(d["start"]), i, dtype=np.int64)))
     cols, g, _ = _summary(export, parts, "Count", {}, layout)
@@ -253,7 +251,7 @@ def openmp_sum(export: Export, layout: str) -> Table:
 def _mpi_events(export: Export, extra: list[str]) -> list[tuple[str, dict[str, np.ndarray]]]:
     """(source name, columns) of each MPI event table the export has, in nsys's union order
     (stats.py has checked that there is one)."""
-    return [(source, _read(export, table, ["start", "end", "globalTid", "textId",
+    return [(source, nullable_ints(export, table, ["start", "end", "globalTid", "textId",
                                            *(c for c in extra if c in export.columns(table))]))
             for table, source in MPI_SOURCES if export.has(table)]
 
@@ -292,7 +290,7 @@ def mpi_event_trace(export: Export, layout: str) -> Table:
         cols |= {k: column(d, c, n) for k, c in zip(names, fills.get(source, ("",) * 6), strict=True)}
         frames.append(pd.DataFrame(cols))
     events = pd.concat(frames, ignore_index=True)
-    r = _read(export, "MPI_RANKS", ["globalTid", "rank"])
+    r = nullable_ints(export, "MPI_RANKS", ["globalTid", "rank"])
     ranks = pd.DataFrame({"gtid": pd.array(r["globalTid"], dtype="Int64"), "rank": pd.array(r["rank"], dtype="Int64")})
     j = events.merge(ranks, on="gtid", how="left", sort=False)        # LEFT JOIN: events in union order
     j = j.sort_values("start", kind="stable", ignore_index=True)
