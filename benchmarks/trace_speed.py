@@ -124,7 +124,7 @@ for _ in range(int(sys.argv[3])):
     del traces
 total, load, analyses = min(times)
 json.dump({"load_s": load, "analyses_s": analyses, "base_kb": base, "peak_kb": peak,
-           "tables": {k: v.to_json(orient="split", index=False) for k, v in tables.items()}},
+           "tables": {k: v.frame().to_json(orient="split", index=False) for k, v in tables.items()}},
           open(sys.argv[2], "w"))
 """
 
