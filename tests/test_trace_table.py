@@ -21,7 +21,7 @@ def _texts(values: list[object]) -> np.ndarray:
 
 @pytest.mark.parametrize("terminal", [False, True])
 def test_csv_bytes_are_pandas_to_csv(terminal: bool) -> None:
-    floats = np.array([0.1, -0.0, 1e16, 123456789.125, 1e-5, np.nan, 2.0 / 3, -7.0, 5e300, 0.0001])
+    floats = np.array([0.1, -0.0, 1e16, 123456789.125, 1e-5, np.nan, 2.0 / 3, -7.0, 5e-324, 9999999999999998.0])
     n = len(floats)
     table = Table({
         "rank": np.arange(n, dtype=np.int64) - 3,
@@ -35,6 +35,18 @@ def test_csv_bytes_are_pandas_to_csv(terminal: bool) -> None:
     expected = io.StringIO()
     csv_frame(table.frame(), terminal=terminal).to_csv(expected, index=False)
     assert out.getvalue() == expected.getvalue()
+
+
+def test_float_cells_are_numpy_str() -> None:
+    """write_csv's float cells (repr) are what pandas writes (numpy's astype(str)), over magnitudes
+    from 1e-30 to 1e30, whole numbers, and where either switches to exponents."""
+    rng = np.random.default_rng(11)
+    values = np.concatenate([rng.random(20000) * 10.0 ** rng.integers(-30, 30, 20000), np.round(rng.random(5000) * 1e6),
+                             [1e16, 1e15, 9999999999999998.0, 1e-4, 1e-5, 0.0001, -0.0, 0.0, 5e-324, np.inf, -np.inf,
+                              1.7976931348623157e308]])
+    out = io.StringIO()
+    Table({"v": values}).write_csv(out)
+    assert out.getvalue().split("\n")[1:-1] == values.astype(str).tolist()
 
 
 def test_group_statistics_are_pandas_groupby() -> None:
