@@ -196,7 +196,7 @@ print(json.dumps([wall, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, 
 FLOOR_DRIVER = r"""
 import json, pathlib, sys, time
 import msgspec
-from hpcprof.analysis.trace.load import Event
+from hpcprof.analysis.trace.schema import Event
 from hpcprof.analysis.trace.stream import INFLATE, read_chunks  # hpcprof's inflate (multi-member)
 class Doc(msgspec.Struct):
     traceEvents: list[Event] = []

@@ -12,7 +12,9 @@ from typing import Any
 import msgspec
 import pytest
 
-from hpcprof.analysis.trace.load import Event, TraceColumns, _Head, load_trace, scan_trace
+from hpcprof.analysis.trace.load import TraceColumns, load_trace, scan_trace
+from hpcprof.analysis.trace.schema import Event
+from hpcprof.analysis.trace.schema import Head as _Head
 from hpcprof.analysis.trace.stream import EventStream, TraceError, read_chunks
 
 

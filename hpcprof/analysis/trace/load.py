@@ -1,10 +1,11 @@
 """Load torch.profiler (Kineto) traces, one file per rank, into the columns HTA's analyses read.
 
 A trace is decoded once, streaming (trace/stream.py: batches of about 8 MB of JSON, gzip inflated
-on the fly), with msgspec against a schema that names only the fields the analyses and the critical
-path use (`Event`: `ts, dur, cat, name, args.stream, args.correlation`, and the NCCL kernels'
-process group and sequence number, the collectives' sizes: trace/collectives.py), so the other fields are skipped without being built as Python
-objects and the whole JSON is never in memory: a batch's events are reduced to columns before the
+on the fly), with msgspec against a schema that names only the fields read (trace/schema.py:
+`LoadEvent`'s `ts, dur, cat, name, args.stream, args.correlation` for the analyses; `Event` adds the
+NCCL kernels' process group and sequence number and the collectives' sizes for the critical path
+and trace/collectives.py, when decoded in the same pass), so the other fields are skipped without
+being built as Python objects and the whole JSON is never in memory: a batch's events are reduced to columns before the
 next is decoded. Only the events the analyses need are kept: GPU events (`stream` set), CPU
 events with a correlation id (CUDA runtime/driver calls) and the `ProfilerStep#N` annotations
 (48 bytes each).
@@ -41,6 +42,7 @@ import msgspec
 import numpy as np
 
 from hpcprof.analysis.clocks import clock_problem
+from hpcprof.analysis.trace.schema import Event, Head, Ids, LoadEvent, NoFields
 from hpcprof.analysis.trace.stream import BATCH_BYTES, EventStream, TraceError
 from hpcprof.analysis.trace.table import Table, first_seen, used_categories
 from hpcprof.cpus import usable_cpus
@@ -56,41 +58,6 @@ _STEP_RE = re.compile(r"ProfilerStep\s*#\s*(\d+)")
 #: how far Kineto's µs rounding may move an event's end before its start (clocks.clock_problem's slack)
 KINETO_SLACK_NS = 1000.0
 T = TypeVar("T")
-
-
-class _Args(msgspec.Struct, gc=False):
-    stream: Any = -1
-    correlation: Any = -1
-    # the critical path's (trace/critical_path.py): NCCL kernels' process group and sequence number
-    group: Any = msgspec.field(default=None, name="Process Group Name")
-    members: Any = msgspec.field(default=None, name="Process Group Ranks")
-    seq: Any = None
-    Seq: Any = None
-    # the collectives' sizes (trace/collectives.py): record_param_comms' and its NCCL kernel's
-    collective: Any = msgspec.field(default=None, name="Collective name")
-    in_nelems: Any = msgspec.field(default=None, name="In msg nelems")
-    out_nelems: Any = msgspec.field(default=None, name="Out msg nelems")
-    dtype: Any = None
-    group_size: Any = msgspec.field(default=None, name="Group size")
-    external: Any = msgspec.field(default=None, name="External id")
-
-
-class Event(msgspec.Struct, gc=False):
-    """The fields of a trace event that the analyses and the critical path read."""
-
-    cat: Any = None
-    name: Any = None
-    ts: int | float | None = None
-    dur: float | None = math.nan  # missing (flow, metadata events) -> NaN, fast to convert
-    args: _Args | None = None
-
-
-class _Head(msgspec.Struct):
-    distributedInfo: Any = None  # noqa: N815 (Kineto's key)
-
-
-class _NoFields(msgspec.Struct):
-    """An event decoded for nothing (peek_rank only needs the trace's other members)."""
 
 
 @dataclass
@@ -181,17 +148,18 @@ def _texts(values: Iterable[Any]) -> np.ndarray:
 
 def peek_rank(path: Path) -> int | None:
     """The rank of a trace file (distributedInfo.rank, else `rank<N>` in the name), or None."""
-    stream = EventStream(path, _Head, _NoFields)
+    stream = EventStream(path, Head, NoFields)
     for _ in stream:
         pass
     return _rank_from(stream.head.distributedInfo, path)
 
 
-def scan_trace(path: Path, *consumers: Callable[[list[Event]], None],
-               batch_bytes: int = BATCH_BYTES) -> int | None:
-    """Decode the trace once, streaming: each batch of its events (file order) goes to every
-    consumer in turn; returns the rank of the trace's distributedInfo, else of its file name."""
-    stream = EventStream(path, _Head, Event, batch_bytes)
+def scan_trace(path: Path, *consumers: Callable[[list[Any]], None],
+               batch_bytes: int = BATCH_BYTES, event: type[LoadEvent] = Event) -> int | None:
+    """Decode the trace once, streaming, into `event` Structs: each batch of its events (file order)
+    goes to every consumer in turn; returns the rank of the trace's distributedInfo, else of its
+    file name."""
+    stream = EventStream(path, Head, event, batch_bytes)
     for batch in stream:
         for consume in consumers:
             consume(batch)
@@ -202,7 +170,10 @@ class Gatherer:
     """What one decode of a trace gathers, batch by batch: `part` reduces a batch of events to what
     `merge` keeps (a static method, so that scan_split's helper processes can run it: its result is
     sent back), `merge` keeps it (the batches in file order); `add` is both, a scan_trace consumer.
-    `reset` empties it (a split decode that failed is done again in order), and makes it."""
+    `reset` empties it (a split decode that failed is done again in order), and makes it. `event`:
+    the Struct of the fields `part` reads."""
+
+    event: type[LoadEvent] = Event
 
     def __init__(self) -> None:
         self.reset()
@@ -233,7 +204,19 @@ def gather(path: Path, *gatherers: Gatherer, helpers: int = 1) -> int | None:
         except SplitFailed:
             for gatherer in gatherers:
                 gatherer.reset()
-    return scan_trace(path, *(g.add for g in gatherers))
+    return scan_trace(path, *(g.add for g in gatherers), event=_event_of([type(g) for g in gatherers]))
+
+
+def _event_of(kinds: Iterable[type[Gatherer]]) -> type[LoadEvent]:
+    """The Struct one decode for all these kinds of gatherers uses: theirs where they agree, else
+    Event (every field)."""
+    events = {kind.event for kind in kinds}
+    return events.pop() if len(events) == 1 else Event
+
+
+@functools.cache
+def _decoder(event: type[LoadEvent]) -> msgspec.json.Decoder[Any]:
+    return msgspec.json.Decoder(list[event])  # type: ignore[valid-type]  # (the Struct type given at run time)
 
 
 def helpers_of(cores: int) -> int:
@@ -263,7 +246,7 @@ class BatchColumns(NamedTuple):
     correlation: np.ndarray
 
 
-def batch_columns(events: list[Event]) -> BatchColumns | None:
+def batch_columns(events: Sequence[LoadEvent]) -> BatchColumns | None:
     """The usable events of one batch (GPU events, CPU events with a correlation id, ProfilerStep
     annotations, sync events) as BatchColumns; None for no events."""
     if not events:
@@ -272,7 +255,7 @@ def batch_columns(events: list[Event]) -> BatchColumns | None:
     first_ts = (float(first.ts) if first.ts is not None and first.cat is not None
                 and first.dur is not None and first.dur == first.dur else math.nan)
     ts_is_float = bool(set(map(type, [e.ts for e in events])) - {int})
-    no_args = _Args()
+    no_args = Ids()
     args = [e.args or no_args for e in events]
     stream = _int_column([a.stream for a in args])
     corr = _int_column([a.correlation for a in args])
@@ -290,7 +273,6 @@ def batch_columns(events: list[Event]) -> BatchColumns | None:
                         name_codes[idx], cat_codes, stream[idx], corr[idx])
 
 
-_EVENTS = msgspec.json.Decoder(list[Event])
 #: where scan_split puts the texts its helpers decode, when they are forked from it: a shared
 #: anonymous mapping of a slot per batch in flight, made before the helpers start so that they
 #: inherit it (a text sent through the pipe costs a helper its copies, ~2 MB of heap it keeps)
@@ -305,9 +287,9 @@ def decode_batch(text: bytes | tuple[int, int], kinds: Sequence[type[Gatherer]])
         assert _SHARED is not None, "a slot of _SHARED outside a helper forked by scan_split"
         offset, length = text
         with memoryview(_SHARED) as shared:
-            events = _EVENTS.decode(shared[offset:offset + length])
+            events = _decoder(_event_of(kinds)).decode(shared[offset:offset + length])
     else:
-        events = _EVENTS.decode(text)
+        events = _decoder(_event_of(kinds)).decode(text)
     return [kind.part(events) for kind in kinds]
 
 
@@ -325,8 +307,8 @@ def scan_split(path: Path, gatherers: Sequence[Gatherer], helpers: int) -> int |
     does not decode (a cut inside a string, which misplaces the later cuts too, or a damaged file:
     scan_trace then says which), a helper died or none could start."""
     global _SHARED
-    stream = EventStream(path, _Head, Event, SPLIT_BATCH_BYTES)
     kinds = [type(g) for g in gatherers]
+    stream = EventStream(path, Head, _event_of(kinds), SPLIT_BATCH_BYTES)
     pending: deque[Future[list[Any]]] = deque()
 
     def merge(parts: list[Any]) -> None:
@@ -372,6 +354,7 @@ class TraceColumns(Gatherer):
     ProfilerStep annotations and sync events (most CPU ops and flow events are dropped here)."""
 
     part = staticmethod(batch_columns)
+    event = LoadEvent
 
     def reset(self) -> None:
         self.ts_is_float = False  # any float ts (pandas would make the column float64)
