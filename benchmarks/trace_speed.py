@@ -124,7 +124,7 @@ for _ in range(int(sys.argv[3])):
     del traces
 total, load, analyses = min(times)
 json.dump({"load_s": load, "analyses_s": analyses, "base_kb": base, "peak_kb": peak,
-           "tables": {k: v.to_json(orient="split", index=False) for k, v in tables.items()}},
+           "tables": {k: v.frame().to_json(orient="split", index=False) for k, v in tables.items()}},
           open(sys.argv[2], "w"))
 """
 
@@ -196,7 +196,7 @@ print(json.dumps([wall, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, 
 FLOOR_DRIVER = r"""
 import json, pathlib, sys, time
 import msgspec
-from hpcprof.analysis.trace.load import Event
+from hpcprof.analysis.trace.schema import Event
 from hpcprof.analysis.trace.stream import INFLATE, read_chunks  # hpcprof's inflate (multi-member)
 class Doc(msgspec.Struct):
     traceEvents: list[Event] = []

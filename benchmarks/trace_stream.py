@@ -33,7 +33,7 @@ from trace_speed import FIXTURES, FLOOR_DRIVER, run_sampled  # noqa: E402
 
 DRIVER = r"""
 import json, resource, sys, time
-from hpcprof.analysis.trace.collect import all_analyses
+from hpcprof.analysis.trace.analyses import all_analyses
 from hpcprof.analysis.trace.load import load_traces
 def hwm_kb():
     with open("/proc/self/status") as f:

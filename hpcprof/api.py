@@ -60,7 +60,7 @@ class Traces:
         from hpcprof import api_plots
         from hpcprof.analysis.trace.analyses import temporal_breakdown
 
-        df = temporal_breakdown(self._of(ranks))
+        df = temporal_breakdown(self._of(ranks)).frame()
         return api_plots.temporal_breakdown(df) if plot else df
 
     def idle_time_breakdown(self, ranks: Sequence[int] | None = None, streams: Sequence[int] | None = None,
@@ -76,7 +76,7 @@ class Traces:
         )
 
         traces = self._of(ranks)
-        df = idle_time_breakdown(traces, streams, consecutive_kernel_delay)
+        df = idle_time_breakdown(traces, streams, consecutive_kernel_delay).frame()
         if plot:
             return api_plots.idle_time_breakdown(df)
         if show_idle_interval_stats:
@@ -88,7 +88,7 @@ class Traces:
         from hpcprof import api_plots
         from hpcprof.analysis.trace.analyses import comm_comp_overlap
 
-        df = comm_comp_overlap(self._of(ranks))
+        df = comm_comp_overlap(self._of(ranks)).frame()
         return api_plots.comm_comp_overlap(df) if plot else df
 
     def kernel_launch_stats(self, ranks: Sequence[int] | None = None, runtime_cutoff: float = 50,
@@ -98,7 +98,7 @@ class Traces:
         from hpcprof import api_plots
         from hpcprof.analysis.trace.analyses import kernel_launch_stats
 
-        df = kernel_launch_stats(self._of(ranks), runtime_cutoff, launch_delay_cutoff)
+        df = kernel_launch_stats(self._of(ranks), runtime_cutoff, launch_delay_cutoff).frame()
         return api_plots.kernel_launch_stats(df) if plot else df
 
     def gpu_kernel_breakdown(self, ranks: Sequence[int] | None = None, num_kernels: int = 10,
@@ -113,10 +113,10 @@ class Traces:
         )
 
         traces = self._of(ranks)
-        by_type = kernel_type_breakdown(traces, include_memory_kernels)
+        by_type = kernel_type_breakdown(traces, include_memory_kernels).frame()
         if plot:
             return api_plots.kernel_type_breakdown(by_type)
-        return by_type, kernel_breakdown(traces, num_kernels, include_memory_kernels=include_memory_kernels)
+        return by_type, kernel_breakdown(traces, num_kernels, include_memory_kernels=include_memory_kernels).frame()
 
 
 def load_traces(paths: PathLike | Iterable[PathLike], ranks: Sequence[int] | None = None,

@@ -58,7 +58,7 @@ def test_other_is_small_on_gpt2_trainers(fixtures_dir: Path, trainer: str, other
     time_us: collections.Counter[str] = collections.Counter()
     hand = hand_categories(trainer)
     for rank in (0, 1):
-        gpu = load_trace(fixtures_dir / "hta" / trainer / f"rank{rank}.pt.trace.json.gz", rank).gpu
+        gpu = load_trace(fixtures_dir / "hta" / trainer / f"rank{rank}.pt.trace.json.gz", rank).gpu.frame()
         for name, dur in gpu.groupby(gpu["name"].astype(str), observed=True)["dur"].sum().items():
             assert kernel_category(name) == hand[name]
             time_us[kernel_category(name)] += dur

@@ -14,7 +14,7 @@ import pytest
 from hpcprof_cli import hpcprof
 
 from hpcprof.analysis.ncu.metrics import metrics_table
-from hpcprof.analysis.trace.collect import all_analyses
+from hpcprof.analysis.trace.analyses import all_analyses
 from hpcprof.analysis.trace.load import load_traces
 from hpcprof.results import read_table
 
@@ -75,4 +75,4 @@ def test_torch_per_file_equals_whole_run_and_isolates_a_bad_file(tmp_path: Path,
     for name, table in expected.items():
         got = read_table(run, f"torch_{name}")
         assert set(got["rank"]) == {0, 1}, name
-        pd.testing.assert_frame_equal(got, table.reset_index(drop=True), check_dtype=False)
+        pd.testing.assert_frame_equal(got, table.frame(), check_dtype=False)

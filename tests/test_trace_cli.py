@@ -5,6 +5,8 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -16,6 +18,7 @@ from hpcprof.analysis.trace import analyses as A
 from hpcprof.analysis.trace.collect import TorchCollector, analyse_file
 from hpcprof.analysis.trace.load import TraceError, load_traces
 from hpcprof.cli import main
+from hpcprof.safe_text import csv_frame
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +45,23 @@ def test_commands_print_the_analysis_for_all_ranks(command: list[str], analysis:
     code, out, err = run(*command, str(trace_filter), "--format", "csv")
     assert (code, err) == (0, "")
     expected = analysis(load_traces([trace_filter])[0])
+    expected = expected if isinstance(expected, pd.DataFrame) else expected.frame()
     pd.testing.assert_frame_equal(pd.read_csv(io.StringIO(out)), expected, check_dtype=False)
+
+
+@pytest.mark.parametrize("fixture", ["trace_filter", "ns_resolution_trace"])
+def test_all_writes_pandas_csv_bytes_without_pandas(fixture: str, fixtures_dir: Path) -> None:
+    """`trace all --format csv` writes each analysis from its numpy columns: the bytes pandas' to_csv
+    of its DataFrame writes, in a process that never imports pandas."""
+    folder = fixtures_dir / "hta" / fixture
+    probe = ("import sys; from hpcprof.cli import main; main(sys.argv[1:], standalone_mode=False); "
+             "print('pandas' in sys.modules, file=sys.stderr)")
+    done = subprocess.run([sys.executable, "-c", probe, "trace", "all", str(folder), "--format", "csv"],
+                          capture_output=True, text=True, check=True)
+    assert done.stderr == "False\n"
+    expected = "".join(f"# {name}\n" + csv_frame(table.frame()).to_csv(index=False)
+                       for name, table in A.all_analyses(load_traces([folder])[0]).items())
+    assert done.stdout == expected
 
 
 def test_json_and_table_formats(trace_filter: Path) -> None:
@@ -132,12 +151,12 @@ def test_named_deviations_are_options(trace_filter: Path, fixtures_dir: Path) ->
     """--instance-stats and --clamp-sub-us give what the library options give."""
     code, out, err = run("kernels", "--instance-stats", str(trace_filter), "--format", "csv")
     assert (code, err) == (0, "")
-    expected = A.kernel_breakdown(load_traces([trace_filter])[0], instance_stats=True)
+    expected = A.kernel_breakdown(load_traces([trace_filter])[0], instance_stats=True).frame()
     pd.testing.assert_frame_equal(pd.read_csv(io.StringIO(out)), expected, check_dtype=False)
     ns = fixtures_dir / "hta" / "ns_resolution_trace"
     code, out, err = run("idle", "--clamp-sub-us", str(ns), "--format", "csv")
     assert (code, err) == (0, "")
-    expected = A.idle_time_breakdown(load_traces([ns], clamp_sub_us=True)[0])
+    expected = A.idle_time_breakdown(load_traces([ns], clamp_sub_us=True)[0]).frame()
     pd.testing.assert_frame_equal(pd.read_csv(io.StringIO(out)), expected, check_dtype=False)
 
 

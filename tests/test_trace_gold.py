@@ -63,7 +63,7 @@ def _same(ours: pd.DataFrame, records: list[dict], columns: list[str] | None = N
 ])
 def test_temporal_breakdown(fixture: str, key: str, gold: dict,
                             request: pytest.FixtureRequest) -> None:
-    _same(A.temporal_breakdown(request.getfixturevalue(fixture)),
+    _same(A.temporal_breakdown(request.getfixturevalue(fixture)).frame(),
           gold[f"{key}.temporal_breakdown"])
 
 
@@ -71,7 +71,7 @@ def test_temporal_breakdown(fixture: str, key: str, gold: dict,
                                           ("nccl", "nccl_parser_config")])
 def test_comm_comp_overlap(fixture: str, key: str, gold: dict,
                            request: pytest.FixtureRequest) -> None:
-    _same(A.comm_comp_overlap(request.getfixturevalue(fixture)), gold[f"{key}.comm_comp_overlap"])
+    _same(A.comm_comp_overlap(request.getfixturevalue(fixture)).frame(), gold[f"{key}.comm_comp_overlap"])
 
 
 @pytest.mark.parametrize("fixture, key", [
@@ -81,13 +81,13 @@ def test_comm_comp_overlap(fixture: str, key: str, gold: dict,
 ])
 def test_kernel_type_breakdown(fixture: str, key: str, gold: dict,
                                request: pytest.FixtureRequest) -> None:
-    _same(A.kernel_type_breakdown(request.getfixturevalue(fixture)),
+    _same(A.kernel_type_breakdown(request.getfixturevalue(fixture)).frame(),
           gold[f"{key}.kernel_type_breakdown"])
 
 
 def test_kernel_type_breakdown_per_rank_adds_up(trace_filter: list[RankTrace],
                                                 gold: dict) -> None:
-    per_rank = A.kernel_type_breakdown(trace_filter, per_rank=True)
+    per_rank = A.kernel_type_breakdown(trace_filter, per_rank=True).frame()
     summed = per_rank.groupby("kernel_type")["sum"].sum()
     expected = pd.DataFrame(gold["trace_filter.kernel_type_breakdown"]).set_index("kernel_type")
     assert summed.to_dict() == expected["sum"].to_dict()
@@ -97,7 +97,7 @@ def test_kernel_type_breakdown_per_rank_adds_up(trace_filter: list[RankTrace],
 def test_kernel_breakdown(trace_filter: list[RankTrace], gold: dict) -> None:
     """Every column of every row as HTA 0.5.0 (collapsed types recomputed from kernel totals)."""
     expected = pd.DataFrame(gold["trace_filter.kernel_breakdown_head"])  # first 30 rows
-    ours = A.kernel_breakdown(trace_filter).head(len(expected))
+    ours = A.kernel_breakdown(trace_filter).frame().head(len(expected))
     _same(ours, gold["trace_filter.kernel_breakdown_head"])
 
 
@@ -105,22 +105,22 @@ def test_kernel_breakdown_instance_stats_option(trace_filter: list[RankTrace]) -
     """The named deviation `instance_stats`: where HTA 0.5.0 shows max = min = mean = sum for a
     kept kernel of a collapsed type, hpcprof keeps the statistics of its instances and gives
     "others" those of all the collapsed instances."""
-    rank1 = trace_filter[1].gpu
+    rank1 = trace_filter[1].gpu.frame()
     name = "ampere_sgemm_128x64_nn"
     durations = rank1.loc[rank1["name"] == name, "dur"]
-    hta = A.kernel_breakdown(trace_filter).query("name == @name and rank == 1").iloc[0]
+    hta = A.kernel_breakdown(trace_filter).frame().query("name == @name and rank == 1").iloc[0]
     assert (hta["max (us)"], hta["min (us)"], hta["mean (us)"], hta["stddev"]) == (1956, 1956, 1956, 0)
-    row = A.kernel_breakdown(trace_filter, instance_stats=True).query("name == @name and rank == 1").iloc[0]
+    row = A.kernel_breakdown(trace_filter, instance_stats=True).frame().query("name == @name and rank == 1").iloc[0]
     assert len(durations) == 4 and row["sum (us)"] == 1956
     assert (row["max (us)"], row["min (us)"], row["mean (us)"]) == (
         durations.max(), durations.min(), durations.mean())
     assert row["stddev"] == pytest.approx(durations.std())
 
-    table = A.kernel_breakdown(trace_filter, instance_stats=True)
+    table = A.kernel_breakdown(trace_filter, instance_stats=True).frame()
     comp = table[(table["rank"] == 0) & (table["kernel_type"] == "COMPUTATION")]
     kept = comp.loc[comp["name"] != "others", "name"]
-    gpu = trace_filter[0].gpu
-    is_comp = A._types(gpu) == A.COMP
+    is_comp = A._types(trace_filter[0].gpu) == A.COMP
+    gpu = trace_filter[0].gpu.frame()
     others = gpu.loc[is_comp & ~gpu["name"].isin(kept).to_numpy(), "dur"]
     row = comp[comp["name"] == "others"].iloc[0]
     assert (row["sum (us)"], row["max (us)"], row["min (us)"]) == (
@@ -131,17 +131,17 @@ def test_kernel_breakdown_instance_stats_option(trace_filter: list[RankTrace]) -
 @pytest.mark.parametrize("rank", [0, 1])
 def test_idle_time_breakdown_trace_filter(rank: int, trace_filter: list[RankTrace],
                                           gold: dict) -> None:
-    ours = A.idle_time_breakdown(trace_filter)
+    ours = A.idle_time_breakdown(trace_filter).frame()
     _same(ours[ours["rank"] == rank], gold[f"trace_filter.idle_time_breakdown.rank{rank}"])
 
 
 def test_idle_time_breakdown_ns_resolution(ns_resolution: list[RankTrace], gold: dict) -> None:
-    _same(A.idle_time_breakdown(ns_resolution), gold["ns_resolution.idle_time_breakdown.rank0"])
+    _same(A.idle_time_breakdown(ns_resolution).frame(), gold["ns_resolution.idle_time_breakdown.rank0"])
 
 
 def test_idle_interval_stats_agree_with_breakdown(trace_filter: list[RankTrace]) -> None:
     stats = A.idle_interval_stats(trace_filter)
-    breakdown = A.idle_time_breakdown(trace_filter)
+    breakdown = A.idle_time_breakdown(trace_filter).frame()
     assert list(stats.columns) == ["rank", "stream", "idle_category", "count", "mean", "std",
                                    "min", "25%", "50%", "75%", "max"]
     merged = breakdown.merge(stats, on=["rank", "stream", "idle_category"])
@@ -152,7 +152,7 @@ def test_idle_interval_stats_agree_with_breakdown(trace_filter: list[RankTrace])
 
 def test_kernel_launch_stats(trace_filter: list[RankTrace], gold: dict) -> None:
     expected = gold["trace_filter.kernel_launch_stats.rank0.summary"]
-    stats = A.kernel_launch_stats(trace_filter)
+    stats = A.kernel_launch_stats(trace_filter).frame()
     rank0 = stats[stats["rank"] == 0]
     assert len(rank0) == expected["rows"]
     for col in ("cpu_duration", "gpu_duration", "launch_delay"):
@@ -162,7 +162,7 @@ def test_kernel_launch_stats(trace_filter: list[RankTrace], gold: dict) -> None:
 
 
 def test_kernel_launch_cutoffs(trace_filter: list[RankTrace]) -> None:
-    stats = A.kernel_launch_stats(trace_filter, runtime_cutoff=10, launch_delay_cutoff=1000)
+    stats = A.kernel_launch_stats(trace_filter, runtime_cutoff=10, launch_delay_cutoff=1000).frame()
     assert (stats["short_kernel"] == ((stats["cpu_duration"] <= 10)
                                       & (stats["gpu_duration"] < stats["cpu_duration"]))).all()
     assert (stats["runtime_outlier"] == (stats["cpu_duration"] > 10)).all()

@@ -12,7 +12,9 @@ from typing import Any
 import msgspec
 import pytest
 
-from hpcprof.analysis.trace.load import Event, TraceColumns, _Head, load_trace, scan_trace
+from hpcprof.analysis.trace.load import TraceColumns, load_trace, scan_trace
+from hpcprof.analysis.trace.schema import Event
+from hpcprof.analysis.trace.schema import Head as _Head
 from hpcprof.analysis.trace.stream import EventStream, TraceError, read_chunks
 
 
@@ -62,9 +64,9 @@ def test_fixture_trace_loads_the_same_in_any_batch_size(fixtures_dir: Path, tmp_
         assert scan_trace(path, columns.add, batch_bytes=batch_bytes) == 0
         got = columns.trace(path, 0)
         for name in ("gpu", "cpu", "steps"):
-            assert getattr(got, name).equals(getattr(expected, name)), (name, batch_bytes)
+            assert getattr(got, name).frame().equals(getattr(expected, name).frame()), (name, batch_bytes)
         assert (got.origin, got.profiler_steps) == (expected.origin, expected.profiler_steps)
-    assert load_trace(path).gpu.equals(expected.gpu)
+    assert load_trace(path).gpu.frame().equals(expected.gpu.frame())
 
 
 def awkward_events(n: int) -> list[dict[str, Any]]:
@@ -169,6 +171,7 @@ def test_collect_decodes_each_trace_once(fixtures_dir: Path, monkeypatch: pytest
     critical path (one decode with the union of their fields), with the same tables as separate
     loads."""
     from hpcprof.analysis.trace import collect, critical_path, stream
+    from hpcprof.analysis.trace.analyses import all_analyses
 
     path = fixtures_dir / "hta" / "h200_ddp_gpt2" / "rank0.pt.trace.json.gz"
     opened: list[Path] = []
@@ -181,16 +184,16 @@ def test_collect_decodes_each_trace_once(fixtures_dir: Path, monkeypatch: pytest
     monkeypatch.setattr(stream, "read_chunks", counted)
     tables = collect.analyse_file(path, 0)
     assert opened == [path]
-    separate = collect.all_analyses([load_trace(path, 0)])
+    separate = all_analyses([load_trace(path, 0)])
     for name, table in separate.items():
-        assert tables[name].equals(table), name
+        assert tables[name].equals(table.frame()), name
     assert tables[critical_path.EVENTS_TABLE].equals(critical_path.file_events(path, 0))
     assert len(opened) == 3
 
 
 def same_trace(got: Any, expected: Any) -> None:
     for name in ("gpu", "cpu", "steps"):
-        assert getattr(got, name).equals(getattr(expected, name)), name
+        assert getattr(got, name).frame().equals(getattr(expected, name).frame()), name
     assert (got.rank, got.origin, got.profiler_steps) == (expected.rank, expected.origin, expected.profiler_steps)
 
 
@@ -363,7 +366,7 @@ def recorded(self, fn, *args, **kwargs):
     return submit(self, fn, *args, **kwargs)
 ProcessPoolExecutor.submit = recorded
 split, alone = load.load_trace(path, helpers=2), load.load_trace(path)
-same = all(getattr(split, n).equals(getattr(alone, n)) for n in ("gpu", "cpu", "steps"))
+same = all(getattr(split, n).frame().equals(getattr(alone, n).frame()) for n in ("gpu", "cpu", "steps"))
 print(same, split.origin == alone.origin, ",".join(sorted(set(sent))), len(sent), load._SHARED)
 """
 

@@ -58,10 +58,10 @@ def analyses(directory: Path) -> dict[str, Callable[[], str | None]]:
         return hta.get_gpu_kernel_breakdown(visualize=False)
 
     def temporal() -> str | None:
-        return _csv_diff(A.temporal_breakdown(traces), hta.get_temporal_breakdown(visualize=False))
+        return _csv_diff(A.temporal_breakdown(traces).frame(), hta.get_temporal_breakdown(visualize=False))
 
     def idle() -> str | None:
-        return _csv_diff(A.idle_time_breakdown(traces), hta_idle()[0])
+        return _csv_diff(A.idle_time_breakdown(traces).frame(), hta_idle()[0])
 
     def idle_stats() -> str | None:
         """HTA keeps idle_category in the index, which to_csv(index=False) would drop: hpcprof
@@ -71,13 +71,13 @@ def analyses(directory: Path) -> dict[str, Callable[[], str | None]]:
         return _csv_diff(ours, theirs.reset_index()[list(ours.columns)])
 
     def overlap() -> str | None:
-        return _csv_diff(A.comm_comp_overlap(traces), hta.get_comm_comp_overlap(visualize=False))
+        return _csv_diff(A.comm_comp_overlap(traces).frame(), hta.get_comm_comp_overlap(visualize=False))
 
     def launch() -> str | None:
         """HTA gives one frame per rank; hpcprof one frame with a rank column and the outlier
         flags: each rank's rows, HTA's columns, byte for byte."""
         per_rank = hta.get_cuda_kernel_launch_stats(ranks=ranks, visualize=False)
-        ours = A.kernel_launch_stats(traces)
+        ours = A.kernel_launch_stats(traces).frame()
         for rank, theirs in per_rank.items():
             diff = _csv_diff(ours[ours["rank"] == rank][list(theirs.columns)], theirs)
             if diff:
@@ -88,10 +88,10 @@ def analyses(directory: Path) -> dict[str, Callable[[], str | None]]:
         """HTA may list a type whose overlap lasts 0 µs (depending on its sort of equal times);
         hpcprof leaves those out: the other rows, byte for byte."""
         by_type = hta_kernels()[0]
-        return _csv_diff(A.kernel_type_breakdown(traces), by_type[by_type["sum"] > 0])
+        return _csv_diff(A.kernel_type_breakdown(traces).frame(), by_type[by_type["sum"] > 0])
 
     def kernels() -> str | None:
-        return _csv_diff(A.kernel_breakdown(traces), hta_kernels()[1])
+        return _csv_diff(A.kernel_breakdown(traces).frame(), hta_kernels()[1])
 
     return {"temporal": temporal, "idle": idle, "idle_stats": idle_stats, "overlap": overlap, "launch": launch,
             "kernel_types": kernel_types, "kernels": kernels}

@@ -256,13 +256,13 @@ def _trace_rank(trace: RankTrace, spec: str) -> tuple[str, pd.DataFrame, pd.Data
     from hpcprof.analysis.trace.steps import WORK
     from hpcprof.analysis.trace.window import CAPTURE, window_iterations
 
-    gpu = trace.gpu[np.isin(trace.gpu["cat"].astype(str).to_numpy(), WORK)]
-    ts, end = gpu["ts"].to_numpy(np.float64), gpu["end"].to_numpy(np.float64)
+    gpu = trace.gpu.take(np.isin(trace.gpu.values("cat").astype(str), WORK))
+    ts, end = gpu["ts"], gpu["end"]
     rank = np.full(len(gpu), trace.rank, dtype=np.int64)
     label, steps = (CAPTURE, pd.DataFrame()) if spec == "capture" else window_iterations(trace)
     if len(steps):
-        launched = np.isin(gpu["correlation"].to_numpy(), trace.cpu["correlation"].to_numpy())   # in the trace
-        launch = np.where(launched, gpu["launch_ts"].to_numpy(np.float64), np.nan)
+        launched = np.isin(gpu["correlation"], trace.cpu["correlation"])   # in the trace
+        launch = np.where(launched, gpu["launch_ts"], np.nan)
         bounds = {"rank": np.full(len(steps), trace.rank), "iteration": steps["iteration"].to_numpy(np.int64)} | {
             c: steps[f"{c}_us"].to_numpy(np.float64) for c in ("cpu_start", "cpu_end", "start", "end")}
         iteration = _iteration_of(rank, launch, ts, bounds)
@@ -272,7 +272,7 @@ def _trace_rank(trace: RankTrace, spec: str) -> tuple[str, pd.DataFrame, pd.Data
         iteration = np.zeros(len(gpu), dtype=np.int64)
         its = _capture_iterations(rank, ts * 1000, end * 1000)
         label = CAPTURE
-    names = gpu["name"].astype(str).to_numpy(dtype=object)
+    names = gpu.values("name").astype(str).astype(object)
     samples = _samples(rank, iteration, names, names, np.round((end - ts) * 1000).astype(np.int64),
                        run_categories(trace.path).of(names))
     return label, its, samples

@@ -1,4 +1,5 @@
-"""HTA 0.5.0's five trace analyses, vectorised, for every rank: each returns a DataFrame.
+"""HTA 0.5.0's five trace analyses, vectorised, for every rank: each returns a Table (trace/table.py:
+numpy columns; `Table.frame()` is the DataFrame HTA returns).
 
 Column names, units (µs) and rounding are HTA's. Kernel classification is HTA 0.5.0's
 (`hta.utils.utils.get_kernel_type`): COMMUNICATION = `^nccl.*Kernel`; MEMORY = `^Memcpy`,
@@ -10,11 +11,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
+from hpcprof import catalog as c
 from hpcprof.analysis.trace.load import RankTrace
+from hpcprof.analysis.trace.table import Table, group_stats, group_sum, sort_descending, sorted_groups
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 COMP, COMM, MEM, OTHER = "COMPUTATION", "COMMUNICATION", "MEMORY", "OTHER"
 IDLE_CATEGORIES = ("host_wait", "kernel_wait", "other")
@@ -38,10 +44,10 @@ def kernel_type(name: str) -> str:
     return OTHER if _NOT_COMP_RE.match(name) else COMP
 
 
-def _types(gpu: pd.DataFrame) -> np.ndarray:
+def _types(gpu: Table) -> np.ndarray:
     """Kernel type of each GPU event (classified once per distinct name)."""
-    names = gpu["name"].cat
-    return np.array([kernel_type(n) for n in names.categories], dtype=object)[names.codes]
+    kinds = np.array([kernel_type(n) for n in gpu.categories["name"]] + [OTHER], dtype=object)
+    return kinds[gpu["name"]]
 
 
 def _merge(ts: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -65,8 +71,8 @@ def _hta_order(ts: np.ndarray) -> np.ndarray:
     return np.argsort(ts.astype(np.int64) if whole else ts, kind="quicksort")
 
 
-def _busy(gpu: pd.DataFrame, mask: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    ts, end = gpu["ts"].to_numpy(), gpu["end"].to_numpy()
+def _busy(gpu: Table, mask: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    ts, end = gpu["ts"], gpu["end"]
     return _merge(ts, end) if mask is None else _merge(ts[mask], end[mask])
 
 
@@ -82,7 +88,18 @@ def _sweep(intervals: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, 
     return running[:-1], np.diff(times)
 
 
-def temporal_breakdown(traces: Sequence[RankTrace]) -> pd.DataFrame:
+def _texts(values: list[str]) -> np.ndarray:
+    out = np.empty(len(values), dtype=object)
+    out[:] = values
+    return out
+
+
+def _is_in(table: Table, column: str, values: tuple[str, ...]) -> np.ndarray:
+    """Whether each row's categorical `column` is one of `values`."""
+    return np.array([v in values for v in table.categories[column]] + [False], dtype=bool)[table[column]]
+
+
+def temporal_breakdown(traces: Sequence[RankTrace]) -> Table:
     """Idle / compute / non-compute time per rank (HTA `get_temporal_breakdown`).
 
     kernel_time = end of the last GPU event − start of the first; idle = kernel_time − union of
@@ -97,44 +114,52 @@ def temporal_breakdown(traces: Sequence[RankTrace]) -> pd.DataFrame:
         # HTA merges the compute kernels taken from all GPU events as its first merge left them:
         # sorted by start in place (its quicksort's order of equal starts decides where an
         # event of negative duration falls)
-        ts, end = t.gpu["ts"].to_numpy(), t.gpu["end"].to_numpy()
+        ts, end = t.gpu["ts"], t.gpu["end"]
         by_start = _hta_order(ts)
         comp = by_start[(_types(t.gpu) == COMP)[by_start]]
         cs, ce = _merge(ts[comp], end[comp])
         compute = (ce - cs).sum()
-        rows.append((t.rank, idle, compute, kernel_time - compute - idle, kernel_time))
-    df = pd.DataFrame(rows, columns=["rank", "idle_time(us)", "compute_time(us)",
-                                     "non_compute_time(us)", "kernel_time(us)"])
-    for col in ("idle_time", "compute_time", "non_compute_time"):
-        df[f"{col}_pctg"] = (100 * (df[f"{col}(us)"] / df["kernel_time(us)"])).round(2)
-    return df
+        rows.append((idle, compute, kernel_time - compute - idle, kernel_time))
+    values = np.array(rows, dtype=np.float64).reshape(-1, 4)
+    kernel_time = values[:, 3]
+    columns: dict[str, np.ndarray] = {"rank": np.array([t.rank for t in traces], dtype=np.int64)}
+    for i, col in enumerate(("idle_time", "compute_time", "non_compute_time", "kernel_time")):
+        columns[f"{col}(us)"] = values[:, i]
+    for i, col in enumerate(("idle_time", "compute_time", "non_compute_time")):
+        columns[f"{col}_pctg"] = np.round(100 * (values[:, i] / kernel_time), 2)
+    return Table(columns)
 
 
-def comm_comp_overlap(traces: Sequence[RankTrace]) -> pd.DataFrame:
+def comm_comp_overlap(traces: Sequence[RankTrace]) -> Table:
     """% of communication time during which computation also runs, per rank (HTA
     `get_comm_comp_overlap`); NaN for a rank without communication kernels."""
-    rows = []
+    pctg = []
     for t in traces:
         types = _types(t.gpu)
         comm = _busy(t.gpu, types == COMM)
         running, length = _sweep([comm, _busy(t.gpu, types == COMP)])
         comm_time = (comm[1] - comm[0]).sum()
         ratio = length[running == 3].sum() / comm_time if comm_time else np.nan
-        rows.append((t.rank, round(100 * ratio, 2)))
-    return pd.DataFrame(rows, columns=["rank", "comp_comm_overlap_pctg"])
+        pctg.append(round(100 * ratio, 2))
+    return Table({"rank": np.array([t.rank for t in traces], dtype=np.int64),
+                  "comp_comm_overlap_pctg": np.array(pctg, dtype=np.float64)})
 
 
 def _classify_idle(traces: Sequence[RankTrace], streams: Sequence[int] | None,
-                   consecutive_kernel_delay: float) -> pd.DataFrame:
-    """One row per kernel/memcpy/memset: rank, stream, idle_interval before it, idle_category."""
+                   consecutive_kernel_delay: float) -> Table:
+    """One row per kernel/memcpy/memset: rank, order (of its stream's first appearance), stream,
+    idle_interval before it, idle_category (0 host_wait, 1 kernel_wait, 2 other)."""
     parts = []
     for t in traces:
-        g = t.gpu[t.gpu["cat"].isin(KERNEL_CATS)]
+        g = t.gpu.take(_is_in(t.gpu, "cat", KERNEL_CATS))
         if streams:
-            g = g[g["stream"].isin(streams)]
-        order = pd.unique(g["stream"])  # streams in order of first appearance, as HTA lists them
-        pos = pd.Series(np.arange(len(order)), index=order)[g["stream"]].to_numpy()
-        ts, end, launch = (g[c].to_numpy() for c in ("ts", "end", "launch_ts"))
+            g = g.take(np.isin(g["stream"], streams))
+        distinct, first, position = np.unique(g["stream"], return_index=True, return_inverse=True)
+        order = np.argsort(first)   # streams in order of first appearance, as HTA lists them
+        rank_of = np.empty(len(order), dtype=np.int64)
+        rank_of[order] = np.arange(len(order))
+        pos = rank_of[position.reshape(-1)]
+        ts, end, launch = g["ts"], g["end"], g["launch_ts"]
         idx = np.lexsort((ts, pos))
         pos, ts, end, launch = pos[idx], ts[idx], end[idx], launch[idx]
         prev_end = np.concatenate(([np.nan], end[:-1]))
@@ -142,15 +167,14 @@ def _classify_idle(traces: Sequence[RankTrace], streams: Sequence[int] | None,
         interval = ts - prev_end
         host_wait = launch > prev_end  # the CPU enqueued it after the stream had drained
         kernel_wait = ~host_wait & (interval < consecutive_kernel_delay)
-        parts.append(pd.DataFrame({
-            "rank": t.rank, "order": pos, "stream": order[pos], "idle_interval": interval,
-            "idle_category": np.select([host_wait, kernel_wait], [0, 1], 2),
-        }))
-    return pd.concat(parts, ignore_index=True)
+        parts.append({"rank": np.full(len(pos), t.rank, dtype=np.int64), "order": pos,
+                      "stream": distinct[order][pos], "idle_interval": interval,
+                      "idle_category": np.select([host_wait, kernel_wait], [0, 1], 2)})
+    return Table({k: np.concatenate([p[k] for p in parts]) for k in parts[0]})
 
 
 def idle_time_breakdown(traces: Sequence[RankTrace], streams: Sequence[int] | None = None,
-                        consecutive_kernel_delay: float = 30) -> pd.DataFrame:
+                        consecutive_kernel_delay: float = 30) -> Table:
     """GPU idle time per rank and stream split into host_wait / kernel_wait / other (HTA
     `get_idle_time_breakdown`, but for all ranks by default).
 
@@ -161,28 +185,50 @@ def idle_time_breakdown(traces: Sequence[RankTrace], streams: Sequence[int] | No
     of the file's first event (see `load_trace`, option `ignore_unmatched_launches`).
     """
     rows = _classify_idle(traces, streams, consecutive_kernel_delay)
-    df = (rows.groupby(["rank", "order", "stream", "idle_category"], sort=True)["idle_interval"]
-          .sum().rename("idle_time").reset_index())
-    total = df.groupby(["rank", "order"])["idle_time"].transform("sum")
-    df["idle_time_ratio"] = df["idle_time"] / total.where(total != 0)
-    df["idle_category"] = np.asarray(IDLE_CATEGORIES, dtype=object)[df["idle_category"]]
-    return df[["rank", "stream", "idle_category", "idle_time", "idle_time_ratio"]].round(2)
+    rank, order, category = rows["rank"], rows["order"], rows["idle_category"]
+    # groupby(["rank", "order", "stream", "idle_category"], sort=True): a stream's order names it
+    keys = np.lexsort((category, order, rank))
+    key = np.stack([rank[keys], order[keys], category[keys]], axis=1)
+    new = np.ones(len(key), dtype=bool)
+    new[1:] = np.any(key[1:] != key[:-1], axis=1)
+    groups = np.empty(len(key), dtype=np.int64)
+    groups[keys] = np.cumsum(new) - 1
+    first = keys[new]
+    idle_time = group_sum(groups, rows["idle_interval"], len(first))
+    streams_of = np.unique(np.stack([rank[first], order[first]], axis=1), axis=0, return_inverse=True)[1].reshape(-1)
+    total = group_sum(streams_of, idle_time, streams_of.max() + 1 if len(first) else 0)[streams_of]
+    return Table({"rank": rank[first], "stream": rows["stream"][first],
+                  "idle_category": _texts(list(IDLE_CATEGORIES))[category[first]],
+                  "idle_time": np.round(idle_time, 2),
+                  "idle_time_ratio": np.round(idle_time / np.where(total != 0, total, np.nan), 2)})
 
 
 def idle_interval_stats(traces: Sequence[RankTrace], streams: Sequence[int] | None = None,
                         consecutive_kernel_delay: float = 30) -> pd.DataFrame:
     """Statistics (pandas `describe`, 2 decimals) of the idle intervals per rank, stream and
-    category, as HTA's `show_idle_interval_stats=True`."""
-    rows = _classify_idle(traces, streams, consecutive_kernel_delay)
+    category, as HTA's `show_idle_interval_stats=True` (a DataFrame: pandas' own statistics)."""
+    rows = _classify_idle(traces, streams, consecutive_kernel_delay).frame()
     df = (rows.groupby(["rank", "order", "stream", "idle_category"], sort=True)["idle_interval"]
           .describe().reset_index())
     df["idle_category"] = np.asarray(IDLE_CATEGORIES, dtype=object)[df["idle_category"]]
     return df.drop(columns="order").round(2)
 
 
+def _inner_join(left: np.ndarray, right: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(left rows, right rows) of pandas' inner merge on equal keys: the left rows in order, each
+    with its matches in the right's order."""
+    by_key = np.argsort(right, kind="stable")
+    sorted_right = right[by_key]
+    lo, hi = np.searchsorted(sorted_right, left, "left"), np.searchsorted(sorted_right, left, "right")
+    counts = hi - lo
+    left_rows = np.repeat(np.arange(len(left)), counts)
+    offsets = np.arange(len(left_rows)) - np.repeat(np.cumsum(counts) - counts, counts)
+    return left_rows, by_key[np.repeat(lo, counts) + offsets]
+
+
 def kernel_launch_stats(traces: Sequence[RankTrace], runtime_cutoff: float = 50,
                         launch_delay_cutoff: float = 100,
-                        include_memory_events: bool = True) -> pd.DataFrame:
+                        include_memory_events: bool = True) -> Table:
     """CPU launch duration, GPU duration and launch delay per correlation id (HTA
     `get_cuda_kernel_launch_stats`, for all ranks by default).
 
@@ -193,23 +239,22 @@ def kernel_launch_stats(traces: Sequence[RankTrace], runtime_cutoff: float = 50,
     names = LAUNCH_NAMES + (MEMORY_LAUNCH_NAMES if include_memory_events else ())
     parts = []
     for t in traces:
-        launched = t.cpu.loc[t.cpu["name"].isin(names), "correlation"].unique()
-        cpu = t.cpu.loc[t.cpu["correlation"].isin(launched), ["correlation", "ts", "dur"]]
-        gpu = t.gpu.loc[t.gpu["correlation"].isin(launched), ["correlation", "ts", "dur"]]
-        joined = cpu.merge(gpu, on="correlation", how="inner", suffixes=("_cpu", "_gpu"))
-        parts.append(pd.DataFrame({
-            "rank": t.rank,
-            "correlation": joined["correlation"],
-            "cpu_duration": joined["dur_cpu"],
-            "gpu_duration": joined["dur_gpu"],
-            "launch_delay": (joined["ts_gpu"] - joined["ts_cpu"] - joined["dur_cpu"]).clip(lower=0),
-        }))
-    df = pd.concat(parts, ignore_index=True)
-    df["short_kernel"] = (df["cpu_duration"] <= runtime_cutoff) & (
-        df["gpu_duration"] < df["cpu_duration"])
-    df["runtime_outlier"] = df["cpu_duration"] > runtime_cutoff
-    df["launch_delay_outlier"] = df["launch_delay"] > launch_delay_cutoff
-    return df
+        launched = np.unique(t.cpu["correlation"][_is_in(t.cpu, "name", names)])
+        cpu = np.flatnonzero(np.isin(t.cpu["correlation"], launched))
+        gpu = np.flatnonzero(np.isin(t.gpu["correlation"], launched))
+        left, right = _inner_join(t.cpu["correlation"][cpu], t.gpu["correlation"][gpu])
+        cpu, gpu = cpu[left], gpu[right]
+        cpu_dur = t.cpu["dur"][cpu]
+        delay = t.gpu["ts"][gpu] - t.cpu["ts"][cpu] - cpu_dur
+        parts.append({"rank": np.full(len(cpu), t.rank, dtype=np.int64), "correlation": t.cpu["correlation"][cpu],
+                      "cpu_duration": cpu_dur, "gpu_duration": t.gpu["dur"][gpu],
+                      "launch_delay": np.where((delay >= 0) | np.isnan(delay), delay, 0.0)})
+    columns = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+    cpu_dur, gpu_dur = columns["cpu_duration"], columns["gpu_duration"]
+    columns["short_kernel"] = (cpu_dur <= runtime_cutoff) & (gpu_dur < cpu_dur)
+    columns["runtime_outlier"] = cpu_dur > runtime_cutoff
+    columns["launch_delay_outlier"] = columns["launch_delay"] > launch_delay_cutoff
+    return Table(columns)
 
 
 def _analysed_types(include_memory_kernels: bool) -> list[str]:
@@ -217,7 +262,7 @@ def _analysed_types(include_memory_kernels: bool) -> list[str]:
 
 
 def kernel_type_breakdown(traces: Sequence[RankTrace], include_memory_kernels: bool = True,
-                          per_rank: bool = False) -> pd.DataFrame:
+                          per_rank: bool = False) -> Table:
     """GPU time by kernel type and by overlaps of types ("COMPUTATION overlapping
     COMMUNICATION", ...), summed over ranks as HTA's `get_gpu_kernel_breakdown` first table
     (`per_rank=True`: one table per rank, with a rank column). percentage: 1 decimal.
@@ -228,29 +273,40 @@ def kernel_type_breakdown(traces: Sequence[RankTrace], include_memory_kernels: b
     types = _analysed_types(include_memory_kernels)
     labels = [" overlapping ".join(k for i, k in enumerate(types) if mask >> i & 1)
               for mask in range(1 << len(types))]
-    parts = []
+    ranks, kinds, sums = [], [], []
     for t in traces:
-        kinds = _types(t.gpu)
-        running, length = _sweep([_busy(t.gpu, kinds == k) for k in types])
+        running, length = _sweep([_busy(t.gpu, _types(t.gpu) == k) for k in types])
         on = running > 0
-        sums = np.bincount(running[on], weights=length[on].astype(np.int64),
-                           minlength=1 << len(types))
-        parts.append(pd.DataFrame({"rank": t.rank, "kernel_type": labels, "sum": sums}))
-    df = pd.concat(parts, ignore_index=True)
-    df = df[df["sum"] > 0].astype({"sum": np.int64})
-    keys = ["rank", "kernel_type"] if per_rank else ["kernel_type"]
-    df = df.groupby(keys, as_index=False)["sum"].sum()
-    df = df.sort_values([*keys[:-1], "sum"], ascending=[True] * (len(keys) - 1) + [False],
-                        kind="stable", ignore_index=True)
-    total = df.groupby(keys[:-1])["sum"].transform("sum") if per_rank else df["sum"].sum()
-    df["percentage"] = (df["sum"] / total * 100).round(1)
-    return df
+        total = np.bincount(running[on], weights=length[on].astype(np.int64), minlength=1 << len(types))
+        present = np.flatnonzero(total > 0)
+        ranks += [t.rank] * len(present)
+        kinds += [labels[i] for i in present]
+        sums.append(total[present].astype(np.int64))
+    rank, kind, value = np.array(ranks, dtype=np.int64), _texts(kinds), np.concatenate(sums)
+    # groupby(keys).sum() (kernel types in sorted order), then a stable sort by sum, descending (per rank)
+    named = {k: i for i, k in enumerate(sorted(set(kinds)))}
+    by_name = np.array([named[k] for k in kinds], dtype=np.int64)
+    _, first, groups = np.unique(rank * len(named) + by_name if per_rank else by_name,
+                                 return_index=True, return_inverse=True)
+    groups = groups.reshape(-1)
+    total_sum = np.bincount(groups, weights=value).astype(np.int64)
+    rank, kind = rank[first], kind[first]
+    order = np.lexsort((-total_sum, rank)) if per_rank else np.argsort(-total_sum, kind="stable")
+    rank, kind, total_sum = rank[order], kind[order], total_sum[order]
+    if per_rank:
+        per = np.unique(rank, return_inverse=True)[1].reshape(-1)
+        whole = np.bincount(per, weights=total_sum).astype(np.int64)[per]
+    else:
+        whole = np.full(len(total_sum), total_sum.sum())
+    columns = {"rank": rank} if per_rank else {}
+    return Table({**columns, "kernel_type": kind, "sum": total_sum,
+                  "percentage": np.round(total_sum / whole * 100, 1)})
 
 
 def kernel_breakdown(traces: Sequence[RankTrace], num_kernels: int = 10,
                      duration_ratio: float = 0.8,
                      include_memory_kernels: bool = True,
-                     instance_stats: bool = False) -> pd.DataFrame:
+                     instance_stats: bool = False) -> Table:
     """Per rank and kernel type, sum/max/min/stddev/mean duration of each kernel name (HTA
     `get_gpu_kernel_breakdown` second table; stddev is the sample std, 0 for one instance).
 
@@ -262,56 +318,58 @@ def kernel_breakdown(traces: Sequence[RankTrace], num_kernels: int = 10,
     kernel's own statistics and gives "others" those of all its kernel instances. The sums are
     HTA's in both cases.
 
-    The arithmetic is HTA's to the last bit: the same pandas groupby aggregations over the same
-    values in the same order (rows in file order, grouped by name in sorted order), so the mean
-    is pandas' sum / count and the stddev pandas' one-pass (Welford) update in row order, and
-    the collapse sorts by total with the same (unstable) pandas sort.
+    The arithmetic is HTA's to the last bit: pandas groupby's aggregations over the same values in
+    the same order (rows in file order, grouped by name in sorted order: table.group_stats, Kahan
+    sums and Welford's stddev), and the collapse sorts by total with pandas' (unstable) sort.
     """
     parts = []
     for t in traces:
-        codes = t.gpu["name"].cat.codes.to_numpy()
-        names = t.gpu["name"].cat.categories.to_numpy(dtype=object)
+        codes, names = t.gpu["name"], t.gpu.categories["name"]
         by_name = np.argsort(names.astype(str), kind="stable")
         alphabetical = np.empty(len(names), dtype=np.int64)   # code -> rank of its name (groupby order)
         alphabetical[by_name] = np.arange(len(names))
         sorted_names = names[by_name]
-        kinds, dur = _types(t.gpu), t.gpu["dur"].to_numpy(np.float64)
+        kinds, dur = _types(t.gpu), t.gpu["dur"].astype(np.float64)
         for kind in _analysed_types(include_memory_kernels):
-            group, d = alphabetical[codes[kinds == kind]], dur[kinds == kind]
-            if len(group) == 0:
+            chosen = np.flatnonzero(kinds == kind)
+            if len(chosen) == 0:
                 continue
-            stats = _aggregate(group, d)
-            stats.index = sorted_names[stats.index.to_numpy()]
-            stats.index.name = "name"
-            if len(stats) > num_kernels:
-                by_time = stats.reset_index().sort_values(by=["sum"], ascending=False, ignore_index=True)
-                keep = by_time["sum"] < 0                          # HTA's "always false": negative totals stay
-                collapse = ~keep & (by_time["sum"].cumsum() > by_time["sum"].cumsum().quantile(duration_ratio))
-                collapse |= ~keep & (by_time.index >= num_kernels)
-                label = by_time["name"].where(~collapse, "others")
+            present, group = np.unique(alphabetical[codes[chosen]], return_inverse=True)
+            group, d = group.reshape(-1), dur[chosen]
+            label = sorted_names[present]
+            if len(present) > num_kernels:
+                sums = group_sum(group, d, len(present))
+                by_time = sort_descending(sums)
+                label, sums = label[by_time], sums[by_time]
+                keep = sums < 0                                    # HTA's "always false": negative totals stay
+                cumulative = np.cumsum(sums)
+                collapse = ~keep & (cumulative > np.percentile(cumulative, np.asarray([duration_ratio]) * 100.0)[0])
+                collapse |= ~keep & (np.arange(len(sums)) >= num_kernels)
+                label = np.where(collapse, "others", label).astype(object)
                 if instance_stats:
-                    others = set(by_time["name"][collapse])
-                    instance = np.array([sorted_names[g] in others for g in range(len(sorted_names))])[group]
-                    labels = np.where(instance, "others", sorted_names[group].astype(object))
-                    stats = _aggregate(labels, d)
+                    label, group = sorted_groups(label[np.argsort(by_time)][group])
                 else:
-                    stats = _aggregate(label.to_numpy(dtype=object), by_time["sum"].to_numpy(np.float64))
-            parts.append(pd.DataFrame({"name": stats.index.to_numpy(dtype=object),
-                                       **{c: stats[c].to_numpy() for c in STAT_COLUMNS},
-                                       "kernel_type": kind, "rank": t.rank}))
-    df = pd.concat(parts, ignore_index=True)
-    df = df.sort_values(["kernel_type", "name", "rank"], kind="stable", ignore_index=True)
-    return df.rename(columns={"sum": "sum (us)", "max": "max (us)", "min": "min (us)",
-                              "std": "stddev", "mean": "mean (us)"})[
-        ["name", "sum (us)", "max (us)", "min (us)", "stddev", "mean (us)", "kernel_type", "rank"]]
+                    label, group = sorted_groups(label)
+                    d = sums
+            stats = group_stats(group, d, len(label))
+            parts.append({"name": label, **stats, "kernel_type": np.full(len(label), kind, dtype=object),
+                          "rank": np.full(len(label), t.rank, dtype=np.int64)})
+    columns = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+    order = sorted(range(len(columns["name"])), key=lambda i: (columns["kernel_type"][i], columns["name"][i],
+                                                               columns["rank"][i]))
+    return Table({new: columns[old][order] for old, new in (
+        ("name", "name"), ("sum", "sum (us)"), ("max", "max (us)"), ("min", "min (us)"), ("std", "stddev"),
+        ("mean", "mean (us)"), ("kernel_type", "kernel_type"), ("rank", "rank"))})
 
 
-STAT_COLUMNS = ["sum", "max", "min", "mean", "std"]
-
-
-def _aggregate(groups: np.ndarray, dur: np.ndarray) -> pd.DataFrame:
-    """HTA's `groupby(name)[dur].agg(["sum", "max", "min", "mean", "std"])` with a missing std
-    (one value) as 0: one row per group, in sorted group order. `groups` are names or
-    their sort ranks (the same groups in the same order, so the same arithmetic)."""
-    stats = pd.DataFrame({"name": groups, "dur": dur}).groupby("name")["dur"].agg(STAT_COLUMNS)
-    return stats.fillna({"std": 0})
+def all_analyses(traces: Sequence[RankTrace]) -> dict[str, Table]:
+    """HTA's five analyses with their defaults, on traces loaded once: temporal, overlap, idle,
+    launch, kernels and kernel_types (per rank), each with a rank column."""
+    return {
+        c.TORCH_TEMPORAL.key: temporal_breakdown(traces),
+        c.TORCH_OVERLAP.key: comm_comp_overlap(traces),
+        c.TORCH_IDLE.key: idle_time_breakdown(traces),
+        c.TORCH_LAUNCH.key: kernel_launch_stats(traces),
+        c.TORCH_KERNELS.key: kernel_breakdown(traces),
+        c.TORCH_KERNEL_TYPES.key: kernel_type_breakdown(traces, per_rank=True),
+    }

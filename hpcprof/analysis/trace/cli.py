@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 import click
-import pandas as pd
 
 from hpcprof.analysis.trace import analyses
 from hpcprof.analysis.trace.load import RankTrace, find_trace_files, load_traces
+from hpcprof.analysis.trace.table import Table
 from hpcprof.cli_options import one_file_per_rank
 from hpcprof.errors import FiniteRange, UserError, printable
 from hpcprof.output import FORMATS, emit
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 #: Most numbers a --ranks/--streams list may name (ranges included).
 MAX_LIST = 1 << 20
@@ -70,14 +74,24 @@ def fail_if(errors: list[str]) -> None:
         raise UserError(f"{len(errors)} input(s) not analysed, see the 'hpcprof:' lines")
 
 
-def trace_command(name: str, help_: str) -> Callable[[Callable[..., pd.DataFrame]], click.Command]:
+def show(result: Table | pd.DataFrame, fmt: str, out: TextIO | None = None, title: str | None = None) -> None:
+    """output.emit of an analysis; a Table's CSV is written from its columns (Table.write_csv: the
+    same bytes, without pandas)."""
+    out = out or sys.stdout
+    if isinstance(result, Table) and fmt == "csv":
+        result.write_csv(out, terminal=out.isatty())
+    else:
+        emit(result.frame() if isinstance(result, Table) else result, fmt, out, title)
+
+
+def trace_command(name: str, help_: str) -> Callable[[Callable[..., Table | pd.DataFrame]], click.Command]:
     """A `trace` subcommand: loads PATH... and emits what the wrapped function returns.
 
     Unreadable files and files without GPU events get one line each on stderr; the others are
     still analysed, and the command then exits with status 2.
     """
 
-    def decorate(func: Callable[..., pd.DataFrame]) -> click.Command:
+    def decorate(func: Callable[..., Table | pd.DataFrame]) -> click.Command:
         @trace.command(name, help=help_)
         @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
         @click.option("--ranks", help="Ranks to analyse, e.g. 0,2,4-7 (default: all).")
@@ -98,7 +112,7 @@ def trace_command(name: str, help_: str) -> Callable[[Callable[..., pd.DataFrame
                     **options: Any) -> None:
             traces, errors = load_or_fail(paths, ranks, include_last_step, clamp_sub_us, ignore_unmatched_launches,
                                           workers)
-            emit(func(traces, **options), fmt, title=name)
+            show(func(traces, **options), fmt, title=name)
             fail_if(errors)
 
         return command
@@ -117,12 +131,12 @@ def trace() -> None:
 
 
 @trace_command("temporal", "Idle, compute and non-compute GPU time per rank.")
-def temporal(traces: list[RankTrace]) -> pd.DataFrame:
+def temporal(traces: list[RankTrace]) -> Table:
     return analyses.temporal_breakdown(traces)
 
 
 @trace_command("overlap", "Percentage of communication time overlapped by computation, per rank.")
-def overlap(traces: list[RankTrace]) -> pd.DataFrame:
+def overlap(traces: list[RankTrace]) -> Table:
     return analyses.comm_comp_overlap(traces)
 
 
@@ -132,7 +146,7 @@ def overlap(traces: list[RankTrace]) -> pd.DataFrame:
               help="Gaps shorter than this (µs) count as kernel wait.")
 @click.option("--stats", is_flag=True, help="Show statistics of the idle intervals instead.")
 def idle(traces: list[RankTrace], streams: str | None, consecutive_kernel_delay: float,
-         stats: bool) -> pd.DataFrame:
+         stats: bool) -> Table | pd.DataFrame:
     analysis = analyses.idle_interval_stats if stats else analyses.idle_time_breakdown
     chosen = sorted(parse_int_list(streams, "--streams")) if streams else None
     return analysis(traces, chosen, consecutive_kernel_delay)
@@ -146,7 +160,7 @@ def idle(traces: list[RankTrace], streams: str | None, consecutive_kernel_delay:
 @click.option("--no-memory-events", is_flag=True,
               help="Leave out cudaMemcpyAsync / cudaMemsetAsync.")
 def launch(traces: list[RankTrace], runtime_cutoff: float, launch_delay_cutoff: float,
-           no_memory_events: bool) -> pd.DataFrame:
+           no_memory_events: bool) -> Table:
     return analyses.kernel_launch_stats(traces, runtime_cutoff, launch_delay_cutoff,
                                         not no_memory_events)
 
@@ -164,7 +178,7 @@ def launch(traces: list[RankTrace], runtime_cutoff: float, launch_delay_cutoff: 
               help="Once kernels are collapsed into 'others', keep per-instance max/min/mean/stddev "
                    "(HTA recomputes them from per-kernel totals).")
 def kernels(traces: list[RankTrace], by_type: bool, per_rank: bool, num_kernels: int,
-            duration_ratio: float, no_memory: bool, instance_stats: bool) -> pd.DataFrame:
+            duration_ratio: float, no_memory: bool, instance_stats: bool) -> Table:
     if by_type:
         return analyses.kernel_type_breakdown(traces, not no_memory, per_rank)
     return analyses.kernel_breakdown(traces, num_kernels, duration_ratio, not no_memory, instance_stats)
@@ -183,27 +197,23 @@ def all_(paths: tuple[Path, ...], ranks: str | None, include_last_step: bool, fm
          output_dir: Path | None, workers: int | None) -> None:
     """Every analysis (temporal, overlap, idle, launch, kernels, kernel_types) with its defaults,
     loading the traces once; one output per analysis."""
-    from hpcprof.analysis.trace.collect import all_analyses
-
     traces, errors = load_or_fail(paths, ranks, include_last_step, workers=workers)
-    results = all_analyses(traces)
+    results = analyses.all_analyses(traces)
     if output_dir is None:
-        for name, df in results.items():
-            if fmt == "table":
-                emit(df, fmt, title=name)
-            else:
+        for name, table in results.items():
+            if fmt != "table":
                 click.echo(f"# {name}")
-                emit(df, fmt)
+            show(table, fmt, title=name)
     else:
         if fmt == "table":
             raise UserError("-o DIR writes files: add --format csv or --format json")
-        from hpcprof.analysis.trace.load import find_trace_files
-        from hpcprof.output import write
+        from hpcprof.atomic import write_text_stream
 
         inputs = find_trace_files(paths)
         try:
-            for name, df in results.items():
-                written = write(df, output_dir / f"{name}.{fmt}", fmt, inputs)
+            for name, table in results.items():
+                written = write_text_stream(output_dir / f"{name}.{fmt}",
+                                            functools.partial(show, table, fmt), inputs=inputs)
                 click.echo(f"wrote {printable(str(written))}", err=True)
         except OSError as exc:
             raise UserError(f"-o {output_dir}: cannot write ({exc.strerror}); choose a writable directory") from None

@@ -1,6 +1,5 @@
-"""torch.profiler traces in `hpcprof collect` (one rank's trace at a time, then the kernels table
-across ranks), and the one path that runs every analysis on traces loaded once (`hpcprof trace
-all` uses it too)."""
+"""torch.profiler traces in `hpcprof collect`: one rank's trace at a time (analyses.all_analyses, as
+`hpcprof trace all` runs them, as DataFrames for the store), then the kernels table across ranks."""
 
 from __future__ import annotations
 
@@ -13,23 +12,11 @@ from hpcprof import catalog as c
 from hpcprof.analysis import busbw
 from hpcprof.analysis.collector import Log, NothingToAnalyse, ReadTable, Reducer, ToolCollector
 from hpcprof.analysis.detect_steps import window_note
-from hpcprof.analysis.trace import analyses, critical_path
+from hpcprof.analysis.trace import critical_path
+from hpcprof.analysis.trace.analyses import all_analyses
 from hpcprof.analysis.trace.collectives import TraceCollectives, busbw_table
-from hpcprof.analysis.trace.load import RankTrace, TraceColumns, TraceError, gather, helpers_of
+from hpcprof.analysis.trace.load import TraceColumns, TraceError, gather, helpers_of
 from hpcprof.analysis.trace.window import trace_window, window_kernels
-
-
-def all_analyses(traces: Sequence[RankTrace]) -> dict[str, pd.DataFrame]:
-    """HTA's five analyses with their defaults, on traces loaded once: temporal, overlap, idle,
-    launch, kernels and kernel_types (per rank), each with a rank column."""
-    return {
-        c.TORCH_TEMPORAL.key: analyses.temporal_breakdown(traces),
-        c.TORCH_OVERLAP.key: analyses.comm_comp_overlap(traces),
-        c.TORCH_IDLE.key: analyses.idle_time_breakdown(traces),
-        c.TORCH_LAUNCH.key: analyses.kernel_launch_stats(traces),
-        c.TORCH_KERNELS.key: analyses.kernel_breakdown(traces),
-        c.TORCH_KERNEL_TYPES.key: analyses.kernel_type_breakdown(traces, per_rank=True),
-    }
 
 
 def analyse_file(path: Path, rank: int, cores: int = 1) -> dict[str, pd.DataFrame]:
@@ -49,7 +36,8 @@ def analyse_file(path: Path, rank: int, cores: int = 1) -> dict[str, pd.DataFram
             raise NothingToAnalyse(str(exc)) from None
         raise
     window, iterations = trace_window(trace)
-    return {**all_analyses([trace]), c.TORCH_WINDOW.key: window, c.TORCH_ITERATIONS.key: iterations,
+    analysed = {key: table.frame() for key, table in all_analyses([trace]).items()}
+    return {**analysed, c.TORCH_WINDOW.key: window, c.TORCH_ITERATIONS.key: iterations,
             c.TORCH_WINDOW_KERNELS.key: window_kernels(trace, window),
             c.TORCH_BUSBW.key: busbw_table(collectives, trace.rank, window, path),
             critical_path.EVENTS_TABLE: path_events.frame(path, trace.rank)}

@@ -19,7 +19,8 @@ import pandas as pd
 from hpcprof.analysis import busbw
 from hpcprof.analysis.nccl import collective_kind
 from hpcprof.analysis.trace.critical_path import _ns
-from hpcprof.analysis.trace.load import Event, Gatherer
+from hpcprof.analysis.trace.load import Gatherer
+from hpcprof.analysis.trace.schema import Event
 
 #: a collective's sizes as recorded: (collective name, in nelems, out nelems, dtype, group size, group)
 Sizes = tuple[Any, Any, Any, Any, Any, str | None]

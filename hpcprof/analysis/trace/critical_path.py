@@ -7,7 +7,7 @@ name are told apart, else the stream in order of first use; seq: the collective'
 number, `args["Seq"]`/`args["seq"]`, where the trace has one, else launch order in the iteration),
 the iterations (the `ProfilerStep#N` annotations, numbered N) and the other CPU `user_annotation`
 ranges inside them as phases (seqpar's `matmul2`, ddp's `backward`). Times are converted to ns.
-A trace is decoded once, streaming, against load.Event (the fields of both): `CriticalPathEvents.add`
+A trace is decoded once, streaming, against schema.Event (the fields of both): `CriticalPathEvents.add`
 takes its batches beside load's TraceColumns (trace/collect.py).
 """
 
@@ -32,7 +32,8 @@ from hpcprof.analysis.critical_path import (  # noqa: F401  (re-exported for col
 )
 from hpcprof.analysis.critical_path import rank_events as events_of_rank
 from hpcprof.analysis.nccl import collective_kind
-from hpcprof.analysis.trace.load import KINETO_SLACK_NS, Event, Gatherer, TraceError, gather, map_traces
+from hpcprof.analysis.trace.load import KINETO_SLACK_NS, Gatherer, TraceError, gather, map_traces
+from hpcprof.analysis.trace.schema import Event
 
 STEP = re.compile(r"ProfilerStep\s*#\s*(\d+)")
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")

@@ -1,10 +1,11 @@
 """Load torch.profiler (Kineto) traces, one file per rank, into the columns HTA's analyses read.
 
 A trace is decoded once, streaming (trace/stream.py: batches of about 8 MB of JSON, gzip inflated
-on the fly), with msgspec against a schema that names only the fields the analyses and the critical
-path use (`Event`: `ts, dur, cat, name, args.stream, args.correlation`, and the NCCL kernels'
-process group and sequence number, the collectives' sizes: trace/collectives.py), so the other fields are skipped without being built as Python
-objects and the whole JSON is never in memory: a batch's events are reduced to columns before the
+on the fly), with msgspec against a schema that names only the fields read (trace/schema.py:
+`LoadEvent`'s `ts, dur, cat, name, args.stream, args.correlation` for the analyses; `Event` adds the
+NCCL kernels' process group and sequence number and the collectives' sizes for the critical path
+and trace/collectives.py, when decoded in the same pass), so the other fields are skipped without
+being built as Python objects and the whole JSON is never in memory: a batch's events are reduced to columns before the
 next is decoded. Only the events the analyses need are kept: GPU events (`stream` set), CPU
 events with a correlation id (CUDA runtime/driver calls) and the `ProfilerStep#N` annotations
 (48 bytes each).
@@ -39,10 +40,11 @@ from typing import Any, NamedTuple, TypeVar
 
 import msgspec
 import numpy as np
-import pandas as pd
 
 from hpcprof.analysis.clocks import clock_problem
+from hpcprof.analysis.trace.schema import Event, Head, Ids, LoadEvent, NoFields
 from hpcprof.analysis.trace.stream import BATCH_BYTES, EventStream, TraceError
+from hpcprof.analysis.trace.table import Table, first_seen, used_categories
 from hpcprof.cpus import usable_cpus
 from hpcprof.pool import process_pool, worker_context
 from hpcprof.ranks import rank_from_filename
@@ -58,60 +60,27 @@ KINETO_SLACK_NS = 1000.0
 T = TypeVar("T")
 
 
-class _Args(msgspec.Struct, gc=False):
-    stream: Any = -1
-    correlation: Any = -1
-    # the critical path's (trace/critical_path.py): NCCL kernels' process group and sequence number
-    group: Any = msgspec.field(default=None, name="Process Group Name")
-    members: Any = msgspec.field(default=None, name="Process Group Ranks")
-    seq: Any = None
-    Seq: Any = None
-    # the collectives' sizes (trace/collectives.py): record_param_comms' and its NCCL kernel's
-    collective: Any = msgspec.field(default=None, name="Collective name")
-    in_nelems: Any = msgspec.field(default=None, name="In msg nelems")
-    out_nelems: Any = msgspec.field(default=None, name="Out msg nelems")
-    dtype: Any = None
-    group_size: Any = msgspec.field(default=None, name="Group size")
-    external: Any = msgspec.field(default=None, name="External id")
-
-
-class Event(msgspec.Struct, gc=False):
-    """The fields of a trace event that the analyses and the critical path read."""
-
-    cat: Any = None
-    name: Any = None
-    ts: int | float | None = None
-    dur: float | None = math.nan  # missing (flow, metadata events) -> NaN, fast to convert
-    args: _Args | None = None
-
-
-class _Head(msgspec.Struct):
-    distributedInfo: Any = None  # noqa: N815 (Kineto's key)
-
-
-class _NoFields(msgspec.Struct):
-    """An event decoded for nothing (peek_rank only needs the trace's other members)."""
-
-
 @dataclass
 class RankTrace:
     """One rank's events, reduced to what the analyses read (times in µs, file order).
 
-    `gpu`: GPU events (`stream != -1`) with columns ts, dur, end, name, cat (categoricals),
-    stream, correlation and launch_ts (start of the CPU call with the same correlation id, NaN
-    when it is not in the trace). `cpu`: CPU events with a correlation id (runtime/driver calls)
-    with ts, dur, name, correlation. `profiler_steps`: the step numbers that were kept. Times are
-    relative to `origin`, the earliest loaded start (µs on the trace's clock).
+    `gpu`: GPU events (`stream != -1`) with columns ts, dur, end, name, cat (categorical: codes
+    into `gpu.categories`), stream, correlation and launch_ts (start of the CPU call with the same
+    correlation id, NaN when it is not in the trace). `cpu`: CPU events with a correlation id
+    (runtime/driver calls) with ts, dur, name (categorical), correlation. `profiler_steps`: the step
+    numbers that were kept. Times are relative to `origin`, the earliest loaded start (µs on the
+    trace's clock).
     """
 
     path: Path
     rank: int
-    gpu: pd.DataFrame
-    cpu: pd.DataFrame
+    gpu: Table
+    cpu: Table
     profiler_steps: list[int] = field(default_factory=list)
     origin: float = 0.0
     #: the kept `ProfilerStep#N` annotations of the CPU: step (N), ts, end (µs, relative to `origin`)
-    steps: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=["step", "ts", "end"]))
+    steps: Table = field(default_factory=lambda: Table({"step": np.zeros(0, dtype=np.int64),
+                                                        "ts": np.zeros(0), "end": np.zeros(0)}))
 
 
 def find_trace_files(paths: Iterable[Path]) -> list[Path]:
@@ -169,23 +138,28 @@ def _as_text(values: Iterable[Any]) -> list[str]:
     return [v if isinstance(v, str) else str(v) for v in values]
 
 
-def _str_index(values: np.ndarray) -> pd.Index:
-    return pd.Index(_as_text(values), dtype=object)
+def _texts(values: Iterable[Any]) -> np.ndarray:
+    """Names or categories as an object array of text (_as_text)."""
+    texts = _as_text(values)
+    out = np.empty(len(texts), dtype=object)
+    out[:] = texts
+    return out
 
 
 def peek_rank(path: Path) -> int | None:
     """The rank of a trace file (distributedInfo.rank, else `rank<N>` in the name), or None."""
-    stream = EventStream(path, _Head, _NoFields)
+    stream = EventStream(path, Head, NoFields)
     for _ in stream:
         pass
     return _rank_from(stream.head.distributedInfo, path)
 
 
-def scan_trace(path: Path, *consumers: Callable[[list[Event]], None],
-               batch_bytes: int = BATCH_BYTES) -> int | None:
-    """Decode the trace once, streaming: each batch of its events (file order) goes to every
-    consumer in turn; returns the rank of the trace's distributedInfo, else of its file name."""
-    stream = EventStream(path, _Head, Event, batch_bytes)
+def scan_trace(path: Path, *consumers: Callable[[list[Any]], None],
+               batch_bytes: int = BATCH_BYTES, event: type[LoadEvent] = Event) -> int | None:
+    """Decode the trace once, streaming, into `event` Structs: each batch of its events (file order)
+    goes to every consumer in turn; returns the rank of the trace's distributedInfo, else of its
+    file name."""
+    stream = EventStream(path, Head, event, batch_bytes)
     for batch in stream:
         for consume in consumers:
             consume(batch)
@@ -196,7 +170,10 @@ class Gatherer:
     """What one decode of a trace gathers, batch by batch: `part` reduces a batch of events to what
     `merge` keeps (a static method, so that scan_split's helper processes can run it: its result is
     sent back), `merge` keeps it (the batches in file order); `add` is both, a scan_trace consumer.
-    `reset` empties it (a split decode that failed is done again in order), and makes it."""
+    `reset` empties it (a split decode that failed is done again in order), and makes it. `event`:
+    the Struct of the fields `part` reads."""
+
+    event: type[LoadEvent] = Event
 
     def __init__(self) -> None:
         self.reset()
@@ -227,7 +204,19 @@ def gather(path: Path, *gatherers: Gatherer, helpers: int = 1) -> int | None:
         except SplitFailed:
             for gatherer in gatherers:
                 gatherer.reset()
-    return scan_trace(path, *(g.add for g in gatherers))
+    return scan_trace(path, *(g.add for g in gatherers), event=_event_of([type(g) for g in gatherers]))
+
+
+def _event_of(kinds: Iterable[type[Gatherer]]) -> type[LoadEvent]:
+    """The Struct one decode for all these kinds of gatherers uses: theirs where they agree, else
+    Event (every field)."""
+    events = {kind.event for kind in kinds}
+    return events.pop() if len(events) == 1 else Event
+
+
+@functools.cache
+def _decoder(event: type[LoadEvent]) -> msgspec.json.Decoder[Any]:
+    return msgspec.json.Decoder(list[event])  # type: ignore[valid-type]  # (the Struct type given at run time)
 
 
 def helpers_of(cores: int) -> int:
@@ -257,7 +246,7 @@ class BatchColumns(NamedTuple):
     correlation: np.ndarray
 
 
-def batch_columns(events: list[Event]) -> BatchColumns | None:
+def batch_columns(events: Sequence[LoadEvent]) -> BatchColumns | None:
     """The usable events of one batch (GPU events, CPU events with a correlation id, ProfilerStep
     annotations, sync events) as BatchColumns; None for no events."""
     if not events:
@@ -266,7 +255,7 @@ def batch_columns(events: list[Event]) -> BatchColumns | None:
     first_ts = (float(first.ts) if first.ts is not None and first.cat is not None
                 and first.dur is not None and first.dur == first.dur else math.nan)
     ts_is_float = bool(set(map(type, [e.ts for e in events])) - {int})
-    no_args = _Args()
+    no_args = Ids()
     args = [e.args or no_args for e in events]
     stream = _int_column([a.stream for a in args])
     corr = _int_column([a.correlation for a in args])
@@ -284,7 +273,6 @@ def batch_columns(events: list[Event]) -> BatchColumns | None:
                         name_codes[idx], cat_codes, stream[idx], corr[idx])
 
 
-_EVENTS = msgspec.json.Decoder(list[Event])
 #: where scan_split puts the texts its helpers decode, when they are forked from it: a shared
 #: anonymous mapping of a slot per batch in flight, made before the helpers start so that they
 #: inherit it (a text sent through the pipe costs a helper its copies, ~2 MB of heap it keeps)
@@ -299,9 +287,9 @@ def decode_batch(text: bytes | tuple[int, int], kinds: Sequence[type[Gatherer]])
         assert _SHARED is not None, "a slot of _SHARED outside a helper forked by scan_split"
         offset, length = text
         with memoryview(_SHARED) as shared:
-            events = _EVENTS.decode(shared[offset:offset + length])
+            events = _decoder(_event_of(kinds)).decode(shared[offset:offset + length])
     else:
-        events = _EVENTS.decode(text)
+        events = _decoder(_event_of(kinds)).decode(text)
     return [kind.part(events) for kind in kinds]
 
 
@@ -319,8 +307,8 @@ def scan_split(path: Path, gatherers: Sequence[Gatherer], helpers: int) -> int |
     does not decode (a cut inside a string, which misplaces the later cuts too, or a damaged file:
     scan_trace then says which), a helper died or none could start."""
     global _SHARED
-    stream = EventStream(path, _Head, Event, SPLIT_BATCH_BYTES)
     kinds = [type(g) for g in gatherers]
+    stream = EventStream(path, Head, _event_of(kinds), SPLIT_BATCH_BYTES)
     pending: deque[Future[list[Any]]] = deque()
 
     def merge(parts: list[Any]) -> None:
@@ -366,6 +354,7 @@ class TraceColumns(Gatherer):
     ProfilerStep annotations and sync events (most CPU ops and flow events are dropped here)."""
 
     part = staticmethod(batch_columns)
+    event = LoadEvent
 
     def reset(self) -> None:
         self.ts_is_float = False  # any float ts (pandas would make the column float64)
@@ -399,15 +388,15 @@ class TraceColumns(Gatherer):
         ranked = 0 if rank is None else rank
         ts_is_float, first_ts = self.ts_is_float, self.first_ts
         col = {key: np.concatenate(parts) if parts else np.zeros(0) for key, parts in self.columns.items()}
-        names = _str_index(np.array(list(self.names), dtype=object))
+        names = _texts(self.names)
         cat = col["cat"].astype(np.int64)
         keep = np.flatnonzero(~np.isnan(col["dur"]) & (cat != -1) & (cat != self.cats.get("Trace", -1)))
         ts, dur, name_codes = col["ts"][keep], col["dur"][keep], col["name"][keep].astype(np.int64)
         stream, corr = col["stream"][keep].astype(np.int64), col["correlation"][keep].astype(np.int64)
-        step_name = np.append(names.str.contains("ProfilerStep", regex=False), False)[name_codes]
-        sync_name = np.append(names.isin(SYNC_NAMES), False)[name_codes]  # code -1 (no name): False
-        cat_codes, kept_cats = pd.factorize(cat[keep])  # categories in order of first appearance
-        cats = _str_index(np.array(list(self.cats), dtype=object)[kept_cats])
+        step_name = np.array([*("ProfilerStep" in n for n in names), False])[name_codes]
+        sync_name = np.array([*(n in SYNC_NAMES for n in names), False])[name_codes]  # code -1 (no name): False
+        cat_codes, kept_cats = first_seen(cat[keep])  # categories in order of first appearance
+        cats = _texts(np.array(list(self.cats), dtype=object)[kept_cats])
         del cat, col
         if ts_is_float:
             end = np.floor(ts + dur)
@@ -427,9 +416,9 @@ class TraceColumns(Gatherer):
         is_gpu = ((stream >= 0) & (corr >= 0)) | sync_name
         is_cpu = ~is_gpu
         # The CPU call of each GPU event: the last CPU event in file order with its correlation id.
-        cpu_corr = pd.Series(np.flatnonzero(is_cpu & (corr != -1)))
-        partner_of = pd.Series(cpu_corr.values, index=corr[cpu_corr.values])
-        partner_of = partner_of[~partner_of.index.duplicated(keep="last")]
+        cpu_rows = np.flatnonzero(is_cpu & (corr != -1))[::-1]
+        partner_corr, last = np.unique(corr[cpu_rows], return_index=True)
+        partner_row = cpu_rows[last]
 
         steps = is_cpu & step_name
         kept = np.ones(len(ts), dtype=bool)
@@ -443,27 +432,23 @@ class TraceColumns(Gatherer):
 
         on_stream = kept & (stream != -1)
         gpu_idx = np.flatnonzero(on_stream)
-        partner = partner_of.reindex(corr[gpu_idx]).to_numpy()
-        has_partner = ~np.isnan(partner)
-        partner_i = np.where(has_partner, partner, 0).astype(np.int64)
+        at = np.minimum(np.searchsorted(partner_corr, corr[gpu_idx]), max(len(partner_corr) - 1, 0))
+        has_partner = partner_corr[at] == corr[gpu_idx] if len(partner_corr) else np.zeros(len(gpu_idx), dtype=bool)
+        partner_i = np.where(has_partner, partner_row[at] if len(partner_row) else 0, 0)
         unmatched = math.nan if ignore_unmatched_launches else first_ts
         launched = np.where(has_partner & kept[partner_i], ts[partner_i], np.nan)   # the launches in the trace
         launch_ts = np.where(~has_partner & (corr[gpu_idx] >= 0), unmatched, launched)
         problem = clock_problem(ts[gpu_idx], end[gpu_idx], 1000.0, KINETO_SLACK_NS, launched,
-                                np.asarray(cats, dtype=object)[cat_codes[gpu_idx]], what="GPU events")
+                                cats[cat_codes[gpu_idx]], what="GPU events")
         if problem is not None:
             raise TraceError(f"{path}: {problem}")
 
-        def categorical(codes: np.ndarray, uniques: pd.Index) -> pd.Categorical:
-            return pd.Categorical.from_codes(codes, categories=uniques).remove_unused_categories()
-
-        gpu = pd.DataFrame({
-            "ts": ts[gpu_idx], "dur": dur[gpu_idx], "end": end[gpu_idx],
-            "name": categorical(name_codes[gpu_idx], names),
-            "cat": categorical(cat_codes[gpu_idx], cats),
-            "stream": stream[gpu_idx], "correlation": corr[gpu_idx], "launch_ts": launch_ts,
-        })
-        if gpu.empty:
+        gpu_names, gpu_name_values = used_categories(name_codes[gpu_idx], names)
+        gpu_cats, gpu_cat_values = used_categories(cat_codes[gpu_idx], cats)
+        gpu = Table({"ts": ts[gpu_idx], "dur": dur[gpu_idx], "end": end[gpu_idx], "name": gpu_names,
+                     "cat": gpu_cats, "stream": stream[gpu_idx], "correlation": corr[gpu_idx],
+                     "launch_ts": launch_ts}, {"name": gpu_name_values, "cat": gpu_cat_values})
+        if not len(gpu):
             raise TraceError(
                 f"{path}: no GPU events (kernel, gpu_memcpy, gpu_memset)"
                 + (" before the last ProfilerStep; try --include-last-step"
@@ -471,23 +456,23 @@ class TraceColumns(Gatherer):
                    "; was it recorded with ProfilerActivity.CUDA?")
             )
         cpu_idx = np.flatnonzero(kept & (stream == -1) & (corr != -1))
-        cpu = pd.DataFrame({
-            "ts": ts[cpu_idx], "dur": dur[cpu_idx],
-            "name": categorical(name_codes[cpu_idx], names), "correlation": corr[cpu_idx],
-        })
+        cpu_names, cpu_name_values = used_categories(name_codes[cpu_idx], names)
+        cpu = Table({"ts": ts[cpu_idx], "dur": dur[cpu_idx], "name": cpu_names, "correlation": corr[cpu_idx]},
+                    {"name": cpu_name_values})
         step_numbers = {
             int(m.group(1))
-            for m in map(_STEP_RE.search, names[name_codes[kept & steps]].unique())
+            for m in map(_STEP_RE.search, set(names[name_codes[kept & steps]].tolist()))
             if m
         }
-        cpu_steps = steps & (cat_codes != (cats.get_loc("gpu_user_annotation") if "gpu_user_annotation" in cats else -1))
+        annotation = cats.tolist().index("gpu_user_annotation") if "gpu_user_annotation" in cats.tolist() else -1
+        cpu_steps = steps & (cat_codes != annotation)
         step_idx = np.flatnonzero(kept & cpu_steps)         # torch 2.11 repeats each step on the GPU's row
         if len(np.unique(name_codes[step_name])) >= 2 and not include_last_profiler_step:
             step_idx = step_idx[ts[step_idx] < ts[cpu_steps].max()]  # the last, even where its GPU row came later
         step_of = [_STEP_RE.search(names[c]) for c in name_codes[step_idx]]
         numbered = np.array([m is not None for m in step_of], dtype=bool)
-        step_table = pd.DataFrame({"step": np.array([int(m.group(1)) for m in step_of if m], dtype=np.int64),
-                                   "ts": ts[step_idx][numbered], "end": end[step_idx][numbered]})
+        step_table = Table({"step": np.array([int(m.group(1)) for m in step_of if m], dtype=np.int64),
+                            "ts": ts[step_idx][numbered], "end": end[step_idx][numbered]})
         return RankTrace(path, ranked, gpu, cpu, sorted(step_numbers), origin, step_table)
 
 

@@ -22,17 +22,17 @@ def trace_steps(trace: RankTrace) -> tuple[str, pd.DataFrame] | None:
     cpu_start_us, cpu_end_us relative to the trace's origin) of the steps found in `trace`, or
     None when the detection refuses."""
     gpu = trace.gpu
-    correlation, ts = gpu["correlation"].to_numpy(), gpu["ts"].to_numpy(np.float64)
-    launched = np.isin(correlation, trace.cpu["correlation"].to_numpy())     # its launch is in the trace
-    launch = np.where(launched, gpu["launch_ts"].to_numpy(np.float64), np.nan)
-    cat = gpu["cat"].astype(str).to_numpy()
+    correlation, ts = gpu["correlation"], gpu["ts"]
+    launched = np.isin(correlation, trace.cpu["correlation"])     # its launch is in the trace
+    launch = np.where(launched, gpu["launch_ts"], np.nan)
+    cat = gpu.values("cat").astype(str)
     work = np.flatnonzero(np.isin(cat, WORK))
     kernel = work[np.isin(cat[work], WORK[:2]) & launched[work]]
     kernel = kernel[np.lexsort((ts[kernel], correlation[kernel]))]
-    found = find_steps(gpu["name"].to_numpy(dtype=object)[kernel], run_categories(trace.path))
+    found = find_steps(gpu.values("name")[kernel], run_categories(trace.path))
     if isinstance(found, str):
         return None
-    step = project(found, launch[kernel], launch[work], ts[work], gpu["end"].to_numpy(np.float64)[work])
+    step = project(found, launch[kernel], launch[work], ts[work], gpu["end"][work])
     if uneven(step["start"], step["end"]):
         return None
     return found.label, pd.DataFrame({"iteration": np.arange(len(found.starts)), "start_us": step["start"],

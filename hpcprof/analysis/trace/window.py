@@ -70,15 +70,15 @@ def _intersection(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndar
 def step_iterations(trace: RankTrace) -> pd.DataFrame:
     """Per kept ProfilerStep: its GPU projection (start_us, end_us relative to the origin) and the
     step on the host (cpu_start_us, cpu_end_us: the GPU events launched in it are its own)."""
-    gpu = trace.gpu
-    launch = gpu["launch_ts"].to_numpy(np.float64)
+    gpu, steps = trace.gpu, trace.steps
+    launch = gpu["launch_ts"]
     rows = []
-    for step in trace.steps.sort_values("ts", kind="stable").to_dict("records"):
-        inside = (launch >= step["ts"]) & (launch <= step["end"])
+    for i in np.argsort(steps["ts"], kind="stable").tolist():
+        start, end = float(steps["ts"][i]), float(steps["end"][i])
+        inside = (launch >= start) & (launch <= end)
         if inside.any():
-            rows.append({"iteration": int(step["step"]), "start_us": float(gpu["ts"].to_numpy()[inside].min()),
-                         "end_us": float(gpu["end"].to_numpy()[inside].max()),
-                         "cpu_start_us": float(step["ts"]), "cpu_end_us": float(step["end"])})
+            rows.append({"iteration": int(steps["step"][i]), "start_us": float(gpu["ts"][inside].min()),
+                         "end_us": float(gpu["end"][inside].max()), "cpu_start_us": start, "cpu_end_us": end})
     return pd.DataFrame(rows, columns=STEP_COLUMNS)
 
 
@@ -97,8 +97,8 @@ def trace_window(trace: RankTrace) -> tuple[pd.DataFrame, pd.DataFrame]:
     idle time, compute, communication and their overlap (HTA's kernel types); per iteration the
     GPU bounds, length, busy and idle time. All in ns."""
     gpu = trace.gpu
-    ts, end = gpu["ts"].to_numpy(np.float64), gpu["end"].to_numpy(np.float64)
-    kinds = np.array([kernel_type(str(n)) for n in gpu["name"].cat.categories], dtype=object)[gpu["name"].cat.codes]
+    ts, end = gpu["ts"], gpu["end"]
+    kinds = np.array([kernel_type(str(n)) for n in gpu.categories["name"]], dtype=object)[gpu["name"]]
     busy = _union(ts, end)
     comm = _union(ts[kinds == COMM], end[kinds == COMM])
     comp = _union(ts[kinds == COMP], end[kinds == COMP])
@@ -135,10 +135,10 @@ def window_kernels(trace: RankTrace, window: pd.DataFrame) -> pd.DataFrame:
     gpu = trace.gpu
     row = window.iloc[0]
     lo, hi = row["start_ns"] / 1000.0 - trace.origin, row["end_ns"] / 1000.0 - trace.origin
-    ts, end = gpu["ts"].to_numpy(np.float64), gpu["end"].to_numpy(np.float64)
-    inside = np.isin(gpu["cat"].astype(str).to_numpy(), WORK) & (end > lo) & (ts < hi)
+    ts, end = gpu["ts"], gpu["end"]
+    inside = np.isin(gpu.values("cat").astype(str), WORK) & (end > lo) & (ts < hi)
     cut = np.minimum(end[inside], hi) - np.maximum(ts[inside], lo)
-    names = gpu["name"].astype(str).to_numpy()[inside]
+    names = gpu.values("name").astype(str)[inside]
     per = pd.DataFrame({"name": names, "ns": np.round(cut * 1000.0).astype(np.int64)}).groupby("name", sort=True)["ns"]
     out = pd.DataFrame({"rank": trace.rank, "window": row["window"], "name": per.size().index.to_numpy(dtype=object),
                         "instances": per.size().to_numpy(np.int64), "total_ns": per.sum().to_numpy(np.int64)})
