@@ -17,7 +17,7 @@ import numpy as np
 
 from hpcprof import catalog as c
 from hpcprof.analysis.trace.load import RankTrace
-from hpcprof.analysis.trace.table import Table, group_stats, group_sum, sort_descending, sorted_groups
+from hpcprof.analysis.trace.table import Table, group_stats, group_sum, isin, sort_descending, sorted_groups
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -239,9 +239,9 @@ def kernel_launch_stats(traces: Sequence[RankTrace], runtime_cutoff: float = 50,
     names = LAUNCH_NAMES + (MEMORY_LAUNCH_NAMES if include_memory_events else ())
     parts = []
     for t in traces:
-        launched = np.unique(t.cpu["correlation"][_is_in(t.cpu, "name", names)])
-        cpu = np.flatnonzero(np.isin(t.cpu["correlation"], launched))
-        gpu = np.flatnonzero(np.isin(t.gpu["correlation"], launched))
+        launched = t.cpu["correlation"][_is_in(t.cpu, "name", names)]
+        cpu = np.flatnonzero(isin(t.cpu["correlation"], launched))
+        gpu = np.flatnonzero(isin(t.gpu["correlation"], launched))
         left, right = _inner_join(t.cpu["correlation"][cpu], t.gpu["correlation"][gpu])
         cpu, gpu = cpu[left], gpu[right]
         cpu_dur = t.cpu["dur"][cpu]
