@@ -17,7 +17,7 @@ import numpy as np
 
 from hpcprof import catalog as c
 from hpcprof.analysis.trace.load import RankTrace
-from hpcprof.analysis.trace.table import Table, group_stats, group_sum, isin, sort_descending, sorted_groups
+from hpcprof.analysis.trace.table import Table, group_stats, group_sum, isin, quantile, sort_descending, sorted_groups
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -343,7 +343,7 @@ def kernel_breakdown(traces: Sequence[RankTrace], num_kernels: int = 10,
                 label, sums = label[by_time], sums[by_time]
                 keep = sums < 0                                    # HTA's "always false": negative totals stay
                 cumulative = np.cumsum(sums)
-                collapse = ~keep & (cumulative > np.percentile(cumulative, np.asarray([duration_ratio]) * 100.0)[0])
+                collapse = ~keep & (cumulative > quantile(cumulative, duration_ratio * 100.0 / 100))  # (HTA: percentile of ratio x 100)
                 collapse |= ~keep & (np.arange(len(sums)) >= num_kernels)
                 label = np.where(collapse, "others", label).astype(object)
                 if instance_stats:
