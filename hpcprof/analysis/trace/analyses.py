@@ -17,7 +17,7 @@ import numpy as np
 
 from hpcprof import catalog as c
 from hpcprof.analysis.trace.load import RankTrace
-from hpcprof.analysis.trace.table import Table, group_stats, group_sum, sort_descending, sorted_groups
+from hpcprof.analysis.trace.table import Table, group_stats, group_sum, isin, quantile, sort_descending, sorted_groups
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -239,9 +239,9 @@ def kernel_launch_stats(traces: Sequence[RankTrace], runtime_cutoff: float = 50,
     names = LAUNCH_NAMES + (MEMORY_LAUNCH_NAMES if include_memory_events else ())
     parts = []
     for t in traces:
-        launched = np.unique(t.cpu["correlation"][_is_in(t.cpu, "name", names)])
-        cpu = np.flatnonzero(np.isin(t.cpu["correlation"], launched))
-        gpu = np.flatnonzero(np.isin(t.gpu["correlation"], launched))
+        launched = t.cpu["correlation"][_is_in(t.cpu, "name", names)]
+        cpu = np.flatnonzero(isin(t.cpu["correlation"], launched))
+        gpu = np.flatnonzero(isin(t.gpu["correlation"], launched))
         left, right = _inner_join(t.cpu["correlation"][cpu], t.gpu["correlation"][gpu])
         cpu, gpu = cpu[left], gpu[right]
         cpu_dur = t.cpu["dur"][cpu]
@@ -343,7 +343,7 @@ def kernel_breakdown(traces: Sequence[RankTrace], num_kernels: int = 10,
                 label, sums = label[by_time], sums[by_time]
                 keep = sums < 0                                    # HTA's "always false": negative totals stay
                 cumulative = np.cumsum(sums)
-                collapse = ~keep & (cumulative > np.percentile(cumulative, np.asarray([duration_ratio]) * 100.0)[0])
+                collapse = ~keep & (cumulative > quantile(cumulative, duration_ratio * 100.0 / 100))  # (HTA: percentile of ratio x 100)
                 collapse |= ~keep & (np.arange(len(sums)) >= num_kernels)
                 label = np.where(collapse, "others", label).astype(object)
                 if instance_stats:

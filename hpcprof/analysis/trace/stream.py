@@ -17,9 +17,12 @@ into the caller's head Struct.
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import importlib
 import os
 import re
+import sys
 import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -54,6 +57,26 @@ T = TypeVar("T")
 
 class TraceError(Exception):
     """A trace file that cannot be analysed; the message names the file."""
+
+
+#: glibc's mallopt(3) parameters
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+
+
+@functools.cache
+def reuse_freed_memory() -> None:
+    """Have glibc's malloc keep the buffers a decode frees (chunks of a few MB, allocated again
+    batch after batch) in the heap, to be reused, rather than mmap each one and trim the heap: every
+    page of each was faulted in again (`trace all` of 2 files of 66 MB on 2 cores: 90k -> 33k page
+    faults, 0.15 -> 0.06 system s; up to 16 MB a chunk, 64 MB kept free). Once per process; elsewhere
+    than Linux nothing."""
+    if sys.platform.startswith("linux"):
+        try:
+            mallopt = ctypes.CDLL(None).mallopt
+        except (OSError, AttributeError):
+            return
+        mallopt(M_MMAP_THRESHOLD, 16 << 20)
+        mallopt(M_TRIM_THRESHOLD, 64 << 20)
 
 
 def read_chunks(path: Path, size: int = BATCH_BYTES) -> Iterator[bytes]:
@@ -137,6 +160,7 @@ class EventStream(Generic[H, E]):
     def _batches(self, split: Callable[[bytearray], tuple[T | None, int]]) -> Iterator[T]:
         """`split` applied to the buffered text of the array (`[` and what is not consumed yet)
         until the array ends: each item it returns, the rest kept; None means no boundary yet."""
+        reuse_freed_memory()
         chunks = read_chunks(self.path, self.batch_bytes)
         prefix = b""
         for chunk in chunks:  # the text up to the array: small (schemaVersion, deviceProperties, ...)
