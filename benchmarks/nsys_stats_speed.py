@@ -527,7 +527,7 @@ resources:
 
 def collect_run(fixtures: Path, work: Path, files: int) -> tuple[Path, Path]:
     """(workdir, run) of a finished local run turned into an nsys run of `files` rank exports (the two
-    H200 ranks, copied), as tests/test_collect.py makes them."""
+    H200 ranks, copied; its world that many ranks), as tests/test_collect.py makes them."""
     root = work / "collect"
     runs = sorted((root / "hpcprof-runs").glob("speed/*/config.json")) if root.exists() else []
     if not runs:
@@ -539,6 +539,7 @@ def collect_run(fixtures: Path, work: Path, files: int) -> tuple[Path, Path]:
     config = json.loads((run / "config.json").read_text())
     config["experiment"]["profile"]["tool"] = "nsys"
     config["experiment"]["profile"]["ranks"] = list(range(files))
+    config["experiment"]["resources"]["ranks_per_node"] = config["ranks_per_node"] = config["world_size"] = files
     (run / "config.json").write_text(json.dumps(config))
     profiles = run / "profiles" / "nsys"
     profiles.mkdir(parents=True, exist_ok=True)

@@ -114,7 +114,7 @@ def test_sizes_and_busbw_agree_with_tracelens(fixture: str) -> None:
         bus = mine[0].loc[i, "bytes"] / fastest * busbw.factor(kind, row["Group size"])
         assert bus == pytest.approx(row["bus bw (GB/s)"] * GIB / 1e9, rel=1e-4)
     for r in (0, 1):                      # the table's per-rank medians, over the whole trace
-        table = busbw.rank_table(mine[r], "capture").set_index(["collective", "bucket_lo"])
+        table = busbw.rank_table(mine[r], {r: "capture"}).set_index(["collective", "bucket_lo"])
         gold["kind"] = gold["Collective name"].map(busbw.collective_type)
         gold["lo"] = [busbw.bucket_of(b * 2**20)[0] for b in gold["Full msg size (MB)"]]
         for (kind, lo), g in gold.groupby(["kind", "lo"]):

@@ -212,9 +212,12 @@ def busbw_table(act: Activity, bounds: dict[str, np.ndarray]) -> pd.DataFrame:
     """The per-rank rows of nsys_busbw: each rank's NCCL kernels inside its measured window
     (`bounds`: window.Window.bounds) per communicator, collective and size bucket."""
     inst, notes = instances(act)
-    parts = []
-    for r, label, lo, hi in zip(bounds["rank"].tolist(), bounds["window"].tolist(), bounds["start_ns"].tolist(),
-                                bounds["end_ns"].tolist(), strict=True):
-        mine = busbw.in_window(inst[inst["rank"] == r], lo, hi)
-        parts.append(busbw.rank_table(mine, str(label), notes.get(r, "")))
-    return pd.concat(parts, ignore_index=True) if parts else busbw.rank_table(inst.iloc[:0], "")
+    ranks = bounds["rank"].tolist()
+    at = pd.Series(np.arange(len(ranks)), index=ranks).reindex(inst["rank"]).to_numpy()   # NaN: no window
+    known = ~np.isnan(at)
+    row = at[known].astype(np.int64)
+    lo, hi = np.full(len(inst), np.inf), np.full(len(inst), -np.inf)
+    lo[known], hi[known] = np.asarray(bounds["start_ns"])[row], np.asarray(bounds["end_ns"])[row]
+    mid = (inst["start_ns"].to_numpy(np.float64) + inst["end_ns"].to_numpy(np.float64)) / 2
+    windows = {r: str(label) for r, label in zip(ranks, bounds["window"].tolist(), strict=True)}
+    return busbw.rank_table(inst[(mid >= lo) & (mid <= hi)], windows, notes)

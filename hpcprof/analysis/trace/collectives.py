@@ -93,4 +93,4 @@ def busbw_table(collectives: TraceCollectives, rank: int, window: pd.DataFrame, 
     note = (f"{busbw.SIZES_UNKNOWN}: {missing} NCCL kernels of {path.name} carry no record_param_comms sizes "
             "(Collective name, In msg nelems: their launch is not in the trace, or PyTorch recorded none)") \
         if missing else ""
-    return busbw.rank_table(inst, str(row["window"]), note)
+    return busbw.rank_table(inst, {rank: str(row["window"])}, {rank: note})
