@@ -20,6 +20,7 @@ sizes; hpcprof.analysis.nsys.collectives: NCCL's NVTX payloads); this module is 
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from typing import TYPE_CHECKING
@@ -59,6 +60,7 @@ SIZES_UNKNOWN = "sizes unknown"
 _UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
 
 
+@functools.lru_cache(maxsize=4096)
 def collective_type(name: object) -> str | None:
     """The collective type (FACTORS' spelling, or Barrier) of a name as PyTorch or NCCL writes it
     (`allreduce`, `_allgather_base`, `ncclAllReduce`, `reduce_scatter_tensor_coalesced`), else None."""

@@ -176,7 +176,8 @@ def instances(act: Activity) -> tuple[pd.DataFrame, dict[int, str]]:
     launched from), and per rank why some have no size."""
     comm = act.column("comm") & act.column("kernel")
     call_code, op_code = call_op_codes(act)
-    first = {code: i for i, code in reversed(list(enumerate(call_code.tolist())))}
+    codes, at = np.unique(call_code, return_index=True)       # each call code's first call
+    first = dict(zip(codes.tolist(), at.tolist(), strict=True))
     gtid, call_start = act.call("gtid"), act.call("start")
     files, rank = act.column("file"), act.column("rank")
     start, end, names = act.column("start"), act.column("end"), act.column("name")
