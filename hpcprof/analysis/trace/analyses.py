@@ -17,7 +17,17 @@ import numpy as np
 
 from hpcprof import catalog as c
 from hpcprof.analysis.trace.load import RankTrace
-from hpcprof.analysis.trace.table import Table, group_stats, group_sum, isin, quantile, sort_descending, sorted_groups
+from hpcprof.analysis.trace.table import (
+    Table,
+    first_seen,
+    group_stats,
+    group_sum,
+    isin,
+    quantile,
+    sort_descending,
+    sorted_groups,
+    texts,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -88,12 +98,6 @@ def _sweep(intervals: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, 
     return running[:-1], np.diff(times)
 
 
-def _texts(values: list[str]) -> np.ndarray:
-    out = np.empty(len(values), dtype=object)
-    out[:] = values
-    return out
-
-
 def _is_in(table: Table, column: str, values: tuple[str, ...]) -> np.ndarray:
     """Whether each row's categorical `column` is one of `values`."""
     return np.array([v in values for v in table.categories[column]] + [False], dtype=bool)[table[column]]
@@ -154,11 +158,7 @@ def _classify_idle(traces: Sequence[RankTrace], streams: Sequence[int] | None,
         g = t.gpu.take(_is_in(t.gpu, "cat", KERNEL_CATS))
         if streams:
             g = g.take(np.isin(g["stream"], streams))
-        distinct, first, position = np.unique(g["stream"], return_index=True, return_inverse=True)
-        order = np.argsort(first)   # streams in order of first appearance, as HTA lists them
-        rank_of = np.empty(len(order), dtype=np.int64)
-        rank_of[order] = np.arange(len(order))
-        pos = rank_of[position.reshape(-1)]
+        pos, order = first_seen(g["stream"])   # streams in order of first appearance, as HTA lists them
         ts, end, launch = g["ts"], g["end"], g["launch_ts"]
         idx = np.lexsort((ts, pos))
         pos, ts, end, launch = pos[idx], ts[idx], end[idx], launch[idx]
@@ -168,7 +168,7 @@ def _classify_idle(traces: Sequence[RankTrace], streams: Sequence[int] | None,
         host_wait = launch > prev_end  # the CPU enqueued it after the stream had drained
         kernel_wait = ~host_wait & (interval < consecutive_kernel_delay)
         parts.append({"rank": np.full(len(pos), t.rank, dtype=np.int64), "order": pos,
-                      "stream": distinct[order][pos], "idle_interval": interval,
+                      "stream": order[pos], "idle_interval": interval,
                       "idle_category": np.select([host_wait, kernel_wait], [0, 1], 2)})
     return Table({k: np.concatenate([p[k] for p in parts]) for k in parts[0]})
 
@@ -198,7 +198,7 @@ def idle_time_breakdown(traces: Sequence[RankTrace], streams: Sequence[int] | No
     streams_of = np.unique(np.stack([rank[first], order[first]], axis=1), axis=0, return_inverse=True)[1].reshape(-1)
     total = group_sum(streams_of, idle_time, streams_of.max() + 1 if len(first) else 0)[streams_of]
     return Table({"rank": rank[first], "stream": rows["stream"][first],
-                  "idle_category": _texts(list(IDLE_CATEGORIES))[category[first]],
+                  "idle_category": texts(list(IDLE_CATEGORIES))[category[first]],
                   "idle_time": np.round(idle_time, 2),
                   "idle_time_ratio": np.round(idle_time / np.where(total != 0, total, np.nan), 2)})
 
@@ -282,7 +282,7 @@ def kernel_type_breakdown(traces: Sequence[RankTrace], include_memory_kernels: b
         ranks += [t.rank] * len(present)
         kinds += [labels[i] for i in present]
         sums.append(total[present].astype(np.int64))
-    rank, kind, value = np.array(ranks, dtype=np.int64), _texts(kinds), np.concatenate(sums)
+    rank, kind, value = np.array(ranks, dtype=np.int64), texts(kinds), np.concatenate(sums)
     # groupby(keys).sum() (kernel types in sorted order), then a stable sort by sum, descending (per rank)
     named = {k: i for i, k in enumerate(sorted(set(kinds)))}
     by_name = np.array([named[k] for k in kinds], dtype=np.int64)

@@ -44,7 +44,7 @@ import numpy as np
 from hpcprof.analysis.clocks import clock_problem
 from hpcprof.analysis.trace.schema import Event, Head, Ids, LoadEvent, NoFields
 from hpcprof.analysis.trace.stream import BATCH_BYTES, EventStream, TraceError
-from hpcprof.analysis.trace.table import Table, first_seen, used_categories
+from hpcprof.analysis.trace.table import Table, first_seen, texts, used_categories
 from hpcprof.cpus import usable_cpus
 from hpcprof.pool import process_pool, worker_context
 from hpcprof.ranks import rank_from_filename
@@ -131,19 +131,6 @@ def _factorize(values: list[Any]) -> tuple[np.ndarray, np.ndarray]:
     uniques = np.empty(len(seen), dtype=object)
     uniques[:] = list(seen)
     return codes, uniques
-
-
-def _as_text(values: Iterable[Any]) -> list[str]:
-    """Names and categories as text (a JSON number or true as its str)."""
-    return [v if isinstance(v, str) else str(v) for v in values]
-
-
-def _texts(values: Iterable[Any]) -> np.ndarray:
-    """Names or categories as an object array of text (_as_text)."""
-    texts = _as_text(values)
-    out = np.empty(len(texts), dtype=object)
-    out[:] = texts
-    return out
 
 
 def peek_rank(path: Path) -> int | None:
@@ -261,7 +248,7 @@ def batch_columns(events: Sequence[LoadEvent]) -> BatchColumns | None:
     corr = _int_column([a.correlation for a in args])
     del args
     name_codes, uniques = _factorize([e.name for e in events])
-    names = _as_text(uniques.tolist())
+    names = texts(uniques.tolist())
     step_name = np.array([*("ProfilerStep" in n for n in names), False])[name_codes]
     sync_name = np.array([*(n in SYNC_NAMES for n in names), False])[name_codes]  # code -1 (no name): False
     idx = np.flatnonzero((stream != -1) | (corr != -1) | step_name | sync_name)
@@ -388,7 +375,7 @@ class TraceColumns(Gatherer):
         ranked = 0 if rank is None else rank
         ts_is_float, first_ts = self.ts_is_float, self.first_ts
         col = {key: np.concatenate(parts) if parts else np.zeros(0) for key, parts in self.columns.items()}
-        names = _texts(self.names)
+        names = texts(self.names)
         cat = col["cat"].astype(np.int64)
         keep = np.flatnonzero(~np.isnan(col["dur"]) & (cat != -1) & (cat != self.cats.get("Trace", -1)))
         ts, dur, name_codes = col["ts"][keep], col["dur"][keep], col["name"][keep].astype(np.int64)
@@ -396,7 +383,7 @@ class TraceColumns(Gatherer):
         step_name = np.array([*("ProfilerStep" in n for n in names), False])[name_codes]
         sync_name = np.array([*(n in SYNC_NAMES for n in names), False])[name_codes]  # code -1 (no name): False
         cat_codes, kept_cats = first_seen(cat[keep])  # categories in order of first appearance
-        cats = _texts(np.array(list(self.cats), dtype=object)[kept_cats])
+        cats = texts(np.array(list(self.cats), dtype=object)[kept_cats])
         del cat, col
         if ts_is_float:
             end = np.floor(ts + dur)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import csv
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TextIO
 
 import numpy as np
@@ -76,6 +76,14 @@ def _csv_texts(column: np.ndarray, terminal: bool) -> list[Any]:
         return ["" if v is None or (isinstance(v, float) and math.isnan(v)) else csv_cell(v, terminal)
                 for v in column.tolist()]
     return column.tolist()
+
+
+def texts(values: Iterable[Any]) -> np.ndarray:
+    """Names or categories as an object array of text (a JSON number or true as its str)."""
+    listed = [v if isinstance(v, str) else str(v) for v in values]
+    out = np.empty(len(listed), dtype=object)
+    out[:] = listed
+    return out
 
 
 def first_seen(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
