@@ -2,7 +2,9 @@
 target, then a rename, so a reader never sees half a file and a failed write (a full disk, an
 unwritable directory, SIGTERM) leaves nothing behind: the temporary file is removed on any
 failure, and on SIGTERM by a handler that removes the temporaries in flight and then dies of the
-signal as before. Temporaries a killed process (SIGKILL) left are removed by `remove_stale_temps`
+signal as before; before dying, the handler stops the worker processes registered by
+`stop_on_sigterm` with SIGTERM and waits briefly for them, so that their own handlers remove their
+temporaries too. Temporaries a killed process (SIGKILL) left are removed by `remove_stale_temps`
 once their process is gone. A user's output (a write given `inputs`) is checked first by
 hpcprof.safe_paths.check_output: never an input, a workdir's own file, a special file or a link.
 """
@@ -27,12 +29,49 @@ TEMP_NAME = re.compile(r"^\..+\.([A-Za-z0-9\-]*)-(\d+)\.[0-9a-f]{16}\.tmp(?:\.[A
 #: a leftover of another host's writer is stale after this long (seconds) untouched
 OTHER_HOST_STALE = 3600
 HOST = re.sub(r"[^A-Za-z0-9\-]", "-", os.uname().nodename)[:64]  # gethostname(); no socket import
+#: how long (seconds) a process stopped by SIGTERM waits for its workers to remove their temporaries
+WORKERS_GRACE = 5.0
 _in_flight: set[Path] = set()
 _previous_handler: object = None
+#: the registering process's PID and its functions naming its worker processes (a forked worker
+#: inherits them, and must not stop its siblings)
+_workers: tuple[int, list[Callable[[], Iterable[int]]]] = (0, [])
+
+
+def stop_on_sigterm(workers: Callable[[], Iterable[int]]) -> None:
+    """On SIGTERM, before this process dies, the processes `workers()` names (its pool workers,
+    whose own handlers remove their temporaries in flight) get SIGTERM, and are waited for up to
+    WORKERS_GRACE seconds (a worker still busy then dies with this process, e.g. by
+    PR_SET_PDEATHSIG; the next collect's remove_stale_temps removes what it left)."""
+    global _workers
+    if _workers[0] != os.getpid():
+        _workers = (os.getpid(), [])
+    if workers not in _workers[1]:
+        _workers[1].append(workers)
+    _watch_sigterm()
+
+
+def _stop_workers() -> None:
+    owner, named = _workers
+    if owner != os.getpid():
+        return
+    pids = set()
+    for workers in named:
+        for pid in workers():
+            try:
+                os.kill(pid, signal.SIGTERM)
+                pids.add(pid)
+            except OSError:
+                pass
+    deadline = time.monotonic() + WORKERS_GRACE
+    while pids and time.monotonic() < deadline:
+        pids = {pid for pid in pids if _alive(pid)}
+        time.sleep(0.005)
 
 
 def _on_sigterm(signum: int, frame: object) -> None:
-    """Remove the temporaries in flight, then die of SIGTERM (or run the handler there was)."""
+    """Remove the temporaries in flight, stop the workers (stop_on_sigterm), then die of SIGTERM
+    (or run the handler there was)."""
     for path in list(_in_flight):
         try:
             path.unlink()
@@ -40,6 +79,7 @@ def _on_sigterm(signum: int, frame: object) -> None:
             shutil.rmtree(path, ignore_errors=True)
         except OSError:
             pass
+    _stop_workers()
     if callable(_previous_handler):
         _previous_handler(signum, frame)
         return

@@ -17,12 +17,13 @@ import os
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable, Hashable, Iterable, Iterator
 from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
 
-from hpcprof.atomic import atomic_write
+from hpcprof.atomic import atomic_write, stop_on_sigterm
 from hpcprof.cpus import default_workers, usable_cpus
 
 if TYPE_CHECKING:
@@ -119,8 +120,22 @@ def make_executor(workers: int | None, preload: Iterable[str] = ()) -> tuple[Exe
 
 def process_pool(workers: int, context: multiprocessing.context.BaseContext) -> ProcessPoolExecutor:
     """A process pool of `workers` started by `context`, whose workers die with this process
-    (die_with_parent): every pool hpcprof starts is made here."""
-    return ProcessPoolExecutor(workers, mp_context=context, initializer=die_with_parent, initargs=(os.getpid(),))
+    (die_with_parent) and are stopped with it by SIGTERM (atomic.stop_on_sigterm): every pool
+    hpcprof starts is made here."""
+    pool = ProcessPoolExecutor(workers, mp_context=context, initializer=die_with_parent, initargs=(os.getpid(),))
+    _pools.add(pool)
+    stop_on_sigterm(_pool_workers)
+    return pool
+
+
+#: the process pools this process started (process_pool), for _pool_workers
+_pools: weakref.WeakSet[ProcessPoolExecutor] = weakref.WeakSet()
+
+
+def _pool_workers() -> list[int]:
+    """The PIDs of the live pools' workers: stopped with SIGTERM when this process gets it, so that
+    they remove their temporaries in flight (atomic.stop_on_sigterm)."""
+    return [pid for pool in list(_pools) for pid in list(getattr(pool, "_processes", None) or {})]
 
 
 #: prctl(2) option: the signal this process gets when its parent dies (Linux)

@@ -132,6 +132,32 @@ def test_a_tracked_temporary_directory_goes_on_sigterm(tmp_path: Path) -> None:
     assert result.stdout.strip() and list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("start", ["fork", "forkserver"])
+def test_a_pool_workers_temporary_goes_when_its_parent_gets_sigterm(tmp_path: Path, start: str) -> None:
+    """A bundle being written by a pool worker when collect gets SIGTERM: collect stops its workers
+    with SIGTERM and waits for them, their handlers remove their temporaries, then it dies of the
+    signal (found left behind by the faults group's "SIGTERM mid-collect": the workers had died by
+    SIGKILL with their parent, PR_SET_PDEATHSIG)."""
+    code = ("import multiprocessing, sys, time\nfrom pathlib import Path\nfrom hpcprof.atomic import atomic_write\n"
+            "from hpcprof.pool import process_pool\n"
+            "def slow(tmp):\n    tmp.write_text('part')\n    print('writing', flush=True)\n    time.sleep(60)\n"
+            "def task(out):\n    atomic_write(Path(out), slow)\n"
+            "if __name__ == '__main__':\n"
+            f"    pool = process_pool(2, multiprocessing.get_context({start!r}))\n"
+            "    pool.submit(task, sys.argv[1]).result()\n")
+    script = tmp_path / "collect_like.py"
+    script.write_text(code)
+    out = tmp_path / "out"
+    out.mkdir()
+    proc = subprocess.Popen([sys.executable, str(script), str(out / "part.arrow")], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[1])
+    assert proc.stdout.readline().strip() == "writing", proc.stderr.read()
+    assert [p for p in out.iterdir() if p.name.endswith(".tmp")]  # the worker's temporary exists mid-write
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == -signal.SIGTERM  # it still dies of the signal
+    assert list(out.iterdir()) == []
+
+
 def test_a_foreign_sqlite_file_is_refused_unchanged(tmp_path: Path, fixtures_dir: Path) -> None:
     export = tmp_path / "report.sqlite"
     shutil.copyfile(fixtures_dir / "nsys" / "nsysai_mock.sqlite", export)
