@@ -32,6 +32,7 @@ HOST = re.sub(r"[^A-Za-z0-9\-]", "-", os.uname().nodename)[:64]  # gethostname()
 #: how long (seconds) a process stopped by SIGTERM waits for its workers to remove their temporaries
 WORKERS_GRACE = 5.0
 _in_flight: set[Path] = set()
+os.register_at_fork(after_in_child=_in_flight.clear)   # a forked worker's temporaries are its own
 _previous_handler: object = None
 #: the registering process's PID and its functions naming its worker processes (a forked worker
 #: inherits them, and must not stop its siblings)

@@ -158,6 +158,21 @@ def test_a_pool_workers_temporary_goes_when_its_parent_gets_sigterm(tmp_path: Pa
     assert list(out.iterdir()) == []
 
 
+def test_a_forked_workers_sigterm_leaves_its_parents_temporaries(tmp_path: Path) -> None:
+    """A worker forked while its parent had a temporary in flight, stopped alone by SIGTERM, removes
+    only its own temporaries, not the parent's (which the parent still writes)."""
+    code = ("import os, signal, sys; from pathlib import Path; from hpcprof.atomic import temp_path, track_temporary\n"
+            "d = temp_path(Path(sys.argv[1]) / 'pieces'); d.mkdir(); track_temporary(d)\n"
+            "pid = os.fork()\n"
+            "if pid == 0:\n    os.kill(os.getpid(), signal.SIGTERM)\n    os._exit(3)\n"
+            "_, status = os.waitpid(pid, 0)\n"
+            "print(os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGTERM, d.exists())")
+    result = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True,
+                            cwd=Path(__file__).resolve().parents[1])
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["True", "True"]
+
+
 def test_a_foreign_sqlite_file_is_refused_unchanged(tmp_path: Path, fixtures_dir: Path) -> None:
     export = tmp_path / "report.sqlite"
     shutil.copyfile(fixtures_dir / "nsys" / "nsysai_mock.sqlite", export)
