@@ -128,49 +128,48 @@ def nccl_ranges(export: Export) -> Ranges:
     communicator as `group` (None where the payload is not in the export), its ranks `n`
     (ncclCommInitRank*'s payload; NaN: unknown), their `bytes` (nccl-tests' size: NVTX's × n for
     AllGather and ReduceScatter; NaN where unknown) and `no_ranks` (unknown for want of n); and why
-    sizes are unknown (""). The names are looked at once each, the payloads of the rows that have one."""
+    sizes are unknown (""). One read of the ranges; each name looked at once, only the payloads
+    parsed per row (and their domains' schemas read)."""
     empty = {name: np.zeros(0, dtype=dtype) for name, dtype in RANGE_COLUMNS.items()}
     if not export.has(NVTX):
-        return empty, NO_RANGES
-    domains = [int(r[0]) for r in export.sql_rows(
-        f"SELECT DISTINCT domainId FROM {NVTX} WHERE eventType = 75 AND text = 'NCCL' AND domainId IS NOT NULL")]
-    if not domains:
         return empty, NO_RANGES
     blob = "e.binaryData" if "binaryData" in export.columns(NVTX) else "NULL"
     text = "COALESCE(e.text, s.value)" if export.has("StringIds") else "e.text"
     join = "LEFT JOIN StringIds s ON s.id = e.textId" if export.has("StringIds") else ""
     rows = export.sql_rows(
-        f"SELECT e.globalTid, e.start, e.end, {text}, {blob}, e.domainId FROM {NVTX} e {join} "
-        f"WHERE e.domainId IN ({', '.join(map(str, domains))}) AND e.end IS NOT NULL ORDER BY e.globalTid, e.start")
-    if not rows:
-        return empty, NO_RANGES
-    gtid, start, end, name, raw, domain = zip(*rows, strict=True)
-    names = np.array(name, dtype=object)
-    kind = per_distinct(names, busbw.collective_type)
-    kept = per_distinct(kind, lambda k: k not in (None, "Barrier"), bool)
-    init = per_distinct(names, lambda v: str(v).startswith("ncclCommInit"), bool)
-    schemas = {d: _schemas(export, d) for d in domains}
+        f"SELECT e.globalTid, e.start, e.end, {text}, {blob}, e.domainId FROM {NVTX} e {join} WHERE e.domainId IN "
+        f"(SELECT domainId FROM {NVTX} WHERE eventType = 75 AND text = 'NCCL') AND e.end IS NOT NULL "
+        "ORDER BY e.globalTid, e.start")
+    kinds = {name: busbw.collective_type(name) for name in {row[3] for row in rows}}
+    schemas: dict[int, dict[int, dict[str, int]]] = {}
     ranks: dict[object, int] = {}
-    size, comm = np.full(len(rows), np.nan), np.full(len(rows), NO_COMM)
+    entries: dict[int, dict[str, int]] = {}         # of the rows with a payload
     blobs = 0
-    for i in [i for i, value in enumerate(raw) if value is not None]:
-        data = payload_bytes(raw[i])
+    for i in [i for i, row in enumerate(rows) if row[4] is not None]:
+        _, _, _, name, raw, domain = rows[i]
+        data = payload_bytes(raw)
         blobs += data is not None
-        got = _entries(data, schemas[domain[i]])
-        if init[i] and COMM_ENTRY in got and got.get(RANKS_ENTRY):
-            ranks[got[COMM_ENTRY]] = got[RANKS_ENTRY]
-        elif kept[i] and not init[i]:
-            size[i], comm[i] = got.get(SIZE_ENTRY, math.nan), got.get(COMM_ENTRY, NO_COMM)
-    at = np.flatnonzero(kept & ~init)
-    if not len(at):
+        if domain not in schemas:
+            schemas[domain] = _schemas(export, domain)
+        found = entries[i] = _entries(data, schemas[domain])
+        if str(name).startswith("ncclCommInit") and COMM_ENTRY in found and found.get(RANKS_ENTRY):
+            ranks[found[COMM_ENTRY]] = found[RANKS_ENTRY]
+    kept = [i for i, row in enumerate(rows) if kinds[row[3]] not in (None, "Barrier")]    # ncclCommInit*: None
+    if not kept:
         return empty, NO_RANGES
-    n = per_distinct(comm[at], lambda c: ranks.get(c, math.nan), np.float64)
-    group = per_distinct(comm[at], lambda c: None if c == NO_COMM else f"comm {c:#x}")
-    part = per_distinct(kind[at], lambda k: k in ("AllGather", "ReduceScatter"), bool)
-    out = {"gtid": np.array(gtid, dtype=np.int64)[at], "start": np.array(start, dtype=np.int64)[at],
-           "end": np.array(end, dtype=np.int64)[at], "kind": kind[at], "group": group, "n": n,
-           "bytes": np.where(part, size[at] * n, size[at]), "no_ranks": part & (comm[at] != NO_COMM) & np.isnan(n)}
-    return out, "" if blobs else NO_BLOBS
+    given = [entries.get(i, {}) for i in kept]
+    comm = [g.get(COMM_ENTRY, NO_COMM) for g in given]
+    kind = [kinds[rows[i][3]] for i in kept]
+    n = np.array([ranks.get(c, math.nan) for c in comm], dtype=np.float64)
+    size = np.array([g.get(SIZE_ENTRY, math.nan) for g in given], dtype=np.float64)
+    part = np.array([k in ("AllGather", "ReduceScatter") for k in kind])
+    with_comm = np.array([c != NO_COMM for c in comm])
+    gtid, start, end = np.array([rows[i][:3] for i in kept], dtype=np.int64).T
+    return ({"gtid": gtid, "start": start, "end": end, "kind": np.array(kind, dtype=object),
+             "group": np.array([f"comm {c:#x}" if has else None for c, has in zip(comm, with_comm.tolist(), strict=True)],
+                               dtype=object),
+             "n": n, "bytes": np.where(part, size * n, size), "no_ranks": part & with_comm & np.isnan(n)},
+            "" if blobs else NO_BLOBS)
 
 
 def _launches(act: Activity, ops: np.ndarray) -> np.ndarray:
