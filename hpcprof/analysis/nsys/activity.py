@@ -191,18 +191,27 @@ def _call_op_codes(act: Activity) -> tuple[np.ndarray, np.ndarray]:
     return code[:n], code[n:]
 
 
-def launch_starts(act: Activity) -> np.ndarray:
-    """For each GPU operation of `act`, the start of the CUDA API call that launched it (the first
-    call of the same file, process and correlation id), NaN when none did: a left join as a
-    sorted search, no hash join to build. Computed once per activity (the clock check and the critical
-    path both use them)."""
-    got = act.derived.get("launch_starts")
+def launch_calls(act: Activity) -> np.ndarray:
+    """For each GPU operation of `act`, the CUDA API call that launched it (its runtime row: the
+    first call of the same file, process and correlation id), -1 where none did: a left join as
+    one scatter over the codes, no hash join to build. Computed once per activity (the clock check,
+    the critical path and the NCCL kernels' NVTX ranges use them)."""
+    got = act.derived.get("launch_calls")
     if got is None:
         call_code, op_code = call_op_codes(act)
         code = np.concatenate((call_code, op_code))
         first_call = np.full(int(code.max()) + 1 if len(code) else 0, -1, dtype=np.int64)
         first_call[call_code[::-1]] = np.arange(len(call_code) - 1, -1, -1)   # the first call of each key wins
-        call = first_call[op_code]
+        got = act.derived["launch_calls"] = first_call[op_code]
+    return cast(np.ndarray, got)
+
+
+def launch_starts(act: Activity) -> np.ndarray:
+    """For each GPU operation of `act`, the start of the CUDA API call that launched it (launch_calls),
+    NaN when none did. Computed once per activity (the clock check and the critical path both use them)."""
+    got = act.derived.get("launch_starts")
+    if got is None:
+        call = launch_calls(act)
         starts = act.call("start").astype(np.float64)
         got = act.derived["launch_starts"] = np.where(call >= 0, starts[np.maximum(call, 0)] if len(starts) else np.nan,
                                                       np.nan)

@@ -25,7 +25,7 @@ import pandas as pd
 
 from hpcprof.analysis import busbw
 from hpcprof.analysis.nccl import collective_kind
-from hpcprof.analysis.nsys.activity import call_op_codes, per_distinct
+from hpcprof.analysis.nsys.activity import launch_calls, per_distinct
 from hpcprof.analysis.nsys.distributed import Activity
 from hpcprof.analysis.nsys_stats.db import Export
 
@@ -172,17 +172,6 @@ def nccl_ranges(export: Export) -> Ranges:
             "" if blobs else NO_BLOBS)
 
 
-def _launches(act: Activity, ops: np.ndarray) -> np.ndarray:
-    """The CUDA API call (runtime row) that launched each of the GPU operations `ops` (rows of ops):
-    the first call of the operation's code (call_op_codes); -1 where none did."""
-    call_code, op_code = call_op_codes(act)
-    codes, first = np.unique(call_code, return_index=True)
-    if not len(codes):
-        return np.full(len(ops), -1)
-    at = np.minimum(np.searchsorted(codes, op_code[ops]), len(codes) - 1)
-    return np.where(codes[at] == op_code[ops], first[at], -1)
-
-
 def _containing(ranges: dict[str, np.ndarray], file: np.ndarray, gtid: np.ndarray, start: np.ndarray) -> np.ndarray:
     """For each launch (file, thread, start), the range of the same file and thread that starts last
     at or before it (`ranges` sorted by file, thread and start), where that range has not ended
@@ -212,7 +201,7 @@ def instances(act: Activity) -> tuple[dict[str, np.ndarray], dict[int, str]]:
     ranges["file"] = np.repeat(np.arange(len(got)), [len(cols["start"]) for cols, _ in got])
     position = {str(path): i for i, path in enumerate(act.exports)}
     file = per_distinct(act.column("file")[ops], lambda f: position.get(str(f), -1), np.int64)
-    call = _launches(act, ops)
+    call = launch_calls(act)[ops]
     match = np.full(len(ops), -1)
     launched = np.flatnonzero((call >= 0) & (file >= 0))
     match[launched] = _containing(ranges, file[launched], act.call("gtid")[call[launched]],
