@@ -11,7 +11,7 @@ from typing import cast
 import numpy as np
 import pandas as pd
 
-from hpcprof.analysis.clocks import clock_problem
+from hpcprof.analysis.clocks import clock_problem, clock_suspects
 from hpcprof.analysis.nccl import nccl_name
 from hpcprof.analysis.nsys_stats.arrays import codes_of, filled
 from hpcprof.analysis.nsys_stats.db import KERNEL, MEMCPY, MEMSET, RUNTIME, Export, NsysInputError, pid_of, process_of
@@ -281,20 +281,19 @@ def load_activity(exports: list[Export], rank_map: dict[str, int] | None = None)
 
 def _untrusted_clocks(act: Activity) -> dict[Path, str]:
     """The exports of `act` whose times cannot be believed (clocks.clock_problem of each one's GPU
-    operations, with their launches): path -> why."""
+    operations, with their launches, called for those clocks.clock_suspects names): path -> why."""
     files = act.column("file")
     if not len(files):
         return {}
     launch = launch_starts(act)
-    codes, names = pd.factorize(files)
-    order = np.argsort(codes, kind="stable")
-    bounds = np.searchsorted(codes[order], np.arange(len(names) + 1))
+    codes = codes_of(files)
+    names = files[np.unique(codes, return_index=True)[1]].tolist()      # by code: first seen first
     start, end, kind = act.column("start"), act.column("end"), act.column("kind")
     paths = {str(path): path for path in act.exports}
     out = {}
-    for i, name in enumerate(names.tolist()):
-        mine = order[bounds[i]:bounds[i + 1]]
+    for i in np.flatnonzero(clock_suspects(codes, len(names), start, end, launch, kind)).tolist():
+        mine = np.flatnonzero(codes == i)
         problem = clock_problem(start[mine], end[mine], 1.0, launch=launch[mine], kind=kind[mine])
         if problem is not None:
-            out[paths[name]] = f"{name}: {problem}"
+            out[paths[names[i]]] = f"{names[i]}: {problem}"
     return out
