@@ -128,8 +128,8 @@ def nccl_ranges(export: Export) -> Ranges:
     communicator as `group` (None where the payload is not in the export), its ranks `n`
     (ncclCommInitRank*'s payload; NaN: unknown), their `bytes` (nccl-tests' size: NVTX's × n for
     AllGather and ReduceScatter; NaN where unknown) and `no_ranks` (unknown for want of n); and why
-    sizes are unknown (""). One read of the ranges; each name looked at once, only the payloads
-    parsed per row (and their domains' schemas read)."""
+    sizes are unknown (""). One read of the ranges; each name looked at once; a row's payload parsed
+    only where it has one (its domain's schema read once)."""
     empty = {name: np.zeros(0, dtype=dtype) for name, dtype in RANGE_COLUMNS.items()}
     if not export.has(NVTX):
         return empty, NO_RANGES
@@ -214,7 +214,7 @@ def instances(act: Activity) -> tuple[dict[str, np.ndarray], dict[int, str]]:
         values[hit] = ranges[name][j]
     rank = act.column("rank")[ops].astype(np.int64)
     unsized = np.isnan(nbytes)
-    reason = np.array([reason for _, reason in got] + [NO_RANGES], dtype=object)[file[unsized]]   # -1: not read
+    reason = np.array([said for _, said in got] + [NO_RANGES], dtype=object)[file[unsized]]     # -1: not read
     why = np.where(reason != "", reason, np.where(no_ranks[unsized], NO_RANKS, UNMATCHED))
     last = dict(zip(rank[unsized].tolist(), why.tolist(), strict=True))    # each rank's last, in first order
     ranks, counts = np.unique(rank[unsized], return_counts=True)
