@@ -113,13 +113,19 @@ def in_window(instances: pd.DataFrame, lo_ns: float, hi_ns: float) -> pd.DataFra
 
 def rank_table(instances: pd.DataFrame | Mapping[str, np.ndarray], windows: Mapping[int, str],
                notes: Mapping[int, str] | None = None) -> pd.DataFrame:
-    """The per-rank rows (`scope == "rank"`) of the busbw table from one or more ranks' instances
-    (INSTANCE_COLUMNS as a frame or numpy columns, each rank's already cut to its window, named in
-    `windows`), in one pass over all of them: the rows grouped by sorting on their keys (rank,
-    group, collective, bucket), each group's medians picked from its sorted values (a pass per
-    rank, then per group, cost a batch of 32 small exports 10 ms a file). A rank's instances
-    without a size form one row per collective with `bytes` unknown and its `notes` entry (why) as
-    its note."""
+    """The per-rank rows (`scope == "rank"`) of the busbw table (rank_columns) as a frame."""
+    return frame_of(rank_columns(instances, windows, notes))
+
+
+def rank_columns(instances: pd.DataFrame | Mapping[str, np.ndarray], windows: Mapping[int, str],
+                 notes: Mapping[int, str] | None = None) -> dict[str, np.ndarray]:
+    """The per-rank rows (`scope == "rank"`) of the busbw table as numpy columns (_columns) from one
+    or more ranks' instances (INSTANCE_COLUMNS as a frame or numpy columns, each rank's already cut
+    to its window, named in `windows`), in one pass over all of them: the rows grouped by sorting on
+    their keys (rank, group, collective, bucket), each group's medians picked from its sorted values
+    (a pass per rank, then per group, cost a batch of 32 small exports 10 ms a file). A rank's
+    instances without a size form one row per collective with `bytes` unknown and its `notes` entry
+    (why) as its note."""
     group, groups = _codes(instances["group"], "")
     coll, colls = _codes(instances["collective"], "other")
     rank, nbytes = np.asarray(instances["rank"], dtype=np.int64), np.asarray(instances["bytes"], dtype=np.float64)
@@ -146,7 +152,7 @@ def rank_table(instances: pd.DataFrame | Mapping[str, np.ndarray], windows: Mapp
                                                                          strict=True)], dtype=np.float64)
     labels = {b: bucket_label(b, 2 * b or 1) for b in set(lo[first].tolist()) if b >= 0}
     note_of = notes or {}
-    return _table(len(first), {
+    return _columns(len(first), {
         "rank": (rank[first], None), "group_size": (n, np.isnan(n)), "bucket_lo": (lo[first], ~known),
         "bucket_hi": (hi[first], ~known), "count": (np.diff(first, append=len(order)), None),
         "bytes": _medians(member, nbytes, len(first)),
@@ -199,22 +205,29 @@ def _sums(values: np.ndarray, first: np.ndarray) -> np.ndarray:
                                                        strict=True)], dtype=np.float64)
 
 
-def _table(rows: int, columns: Mapping[str, object]) -> pd.DataFrame:
-    """A table of COLUMNS in the types _typed gives them, from `columns` (those not given: NA, NaN,
-    ""): integers as (values, mask of the missing ones or None), floats (rounded as _typed rounds
-    them), texts."""
-    out: dict[str, object] = {}
+def _columns(rows: int, given: Mapping[str, object]) -> dict[str, np.ndarray]:
+    """COLUMNS as numpy columns from those `given` (the others NA, NaN, ""): integers as masked arrays
+    (given as values and the mask of the missing ones, or None), floats rounded as _typed rounds
+    them, texts as object arrays of str."""
+    out: dict[str, np.ndarray] = {}
     for col in COLUMNS:
-        given = columns.get(col)
+        value = given.get(col)
         if col in INT_COLUMNS:
-            values, missing = given if isinstance(given, tuple) else (np.zeros(rows), np.ones(rows, dtype=bool))
+            values, missing = value if isinstance(value, tuple) else (np.zeros(rows), np.ones(rows, dtype=bool))
             mask = np.zeros(rows, dtype=bool) if missing is None else missing
-            out[col] = pd.arrays.IntegerArray(np.where(mask, 0, values).astype(np.int64), mask)
+            out[col] = np.ma.MaskedArray(np.where(mask, 0, values).astype(np.int64), mask=mask)
         elif col in FLOAT_COLUMNS:
-            out[col] = np.round(np.full(rows, np.nan) if given is None else np.asarray(given, dtype=np.float64), 4)
+            out[col] = np.round(np.full(rows, np.nan) if value is None else np.asarray(value, dtype=np.float64), 4)
         else:
-            out[col] = pd.Series(np.array([""] * rows if given is None else given, dtype=object), dtype=str)
-    return pd.DataFrame(out)
+            out[col] = np.array([""] * rows if value is None else value, dtype=object)
+    return out
+
+
+def frame_of(columns: Mapping[str, np.ndarray]) -> pd.DataFrame:
+    """The busbw table of rank_columns' columns as a frame, in the types _typed gives them."""
+    return pd.DataFrame({
+        col: pd.arrays.IntegerArray(np.ma.getdata(values), np.ma.getmaskarray(values)) if col in INT_COLUMNS
+        else pd.Series(values, dtype=str) if col in TEXT_COLUMNS else values for col, values in columns.items()})
 
 
 def _typed(table: pd.DataFrame) -> pd.DataFrame:

@@ -182,7 +182,7 @@ def activity_tables(activity: dist.Activity, nvtx_window: str | None) -> dict[st
     module's rules, window.py)."""
     out: dict[str, pa.Table] = {}
     window = win.find_window(activity, nvtx_window)
-    busbw = to_arrow(busbw_table(activity, window.bounds), pandas_metadata=False)   # first: clip's rows keep its NCCL mask
+    busbw = busbw_table(activity, window.bounds)         # first: the clip's rows keep the NCCL mask it makes
     inside = win.clip(activity, window)
     out[c.NSYS_WINDOW.key] = win.window_summary(activity, window)
     out[c.NSYS_ITERATIONS.key] = win.iteration_series(activity, window)

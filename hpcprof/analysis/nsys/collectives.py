@@ -21,13 +21,14 @@ import struct
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
+import pyarrow as pa
 
 from hpcprof.analysis import busbw
 from hpcprof.analysis.nccl import collective_kind
 from hpcprof.analysis.nsys.activity import launch_calls, per_distinct
 from hpcprof.analysis.nsys.distributed import Activity
 from hpcprof.analysis.nsys_stats.db import Export
+from hpcprof.results import arrow_table, to_arrow
 
 NVTX = "NVTX_EVENTS"
 SIZE_ENTRY, COMM_ENTRY, RANKS_ENTRY = "Message size [bytes]", "NCCL communicator ID", "No. of ranks"
@@ -225,8 +226,9 @@ def instances(act: Activity) -> tuple[dict[str, np.ndarray], dict[int, str]]:
             {r: text.format(n=count[r]) for r, text in last.items()})
 
 
-def busbw_table(act: Activity, bounds: dict[str, np.ndarray]) -> pd.DataFrame:
-    """The per-rank rows of nsys_busbw: each rank's NCCL kernels inside its measured window
+def busbw_table(act: Activity, bounds: dict[str, np.ndarray]) -> pa.Table:
+    """The per-rank rows of nsys_busbw, as the Arrow table collect writes (to_arrow of its frame, made
+    without the frame where it has rows): each rank's NCCL kernels inside its measured window
     (`bounds`: window.Window.bounds) per communicator, collective and size bucket."""
     inst, notes = instances(act)
     ranks = bounds["rank"].tolist()
@@ -238,4 +240,5 @@ def busbw_table(act: Activity, bounds: dict[str, np.ndarray]) -> pd.DataFrame:
     mid = (inst["start_ns"].astype(np.float64) + inst["end_ns"].astype(np.float64)) / 2
     inside = (mid >= lo) & (mid <= hi)
     windows = {r: str(label) for r, label in zip(ranks, bounds["window"].tolist(), strict=True)}
-    return busbw.rank_table({name: values[inside] for name, values in inst.items()}, windows, notes)
+    columns = busbw.rank_columns({name: values[inside] for name, values in inst.items()}, windows, notes)
+    return arrow_table(columns) if len(columns["rank"]) else to_arrow(busbw.frame_of(columns), pandas_metadata=False)
