@@ -45,6 +45,8 @@ NO_COMM = np.uint64(2**64 - 1)
 #: the columns of one export's NCCL ranges (nccl_ranges) and their types
 RANGE_COLUMNS = {"gtid": np.int64, "start": np.int64, "end": np.int64, "kind": object, "group": object,
                  "n": np.float64, "bytes": np.float64, "no_ranks": bool}
+#: the NCCL ranges of an export that has none (never changed: their arrays are empty)
+NO_RANGE_ROWS = {name: np.zeros(0, dtype=dtype) for name, dtype in RANGE_COLUMNS.items()}
 #: one export's NCCL ranges (RANGE_COLUMNS) and why their sizes are unknown ("")
 Ranges = tuple[dict[str, np.ndarray], str]
 
@@ -131,9 +133,8 @@ def nccl_ranges(export: Export) -> Ranges:
     AllGather and ReduceScatter; NaN where unknown) and `no_ranks` (unknown for want of n); and why
     sizes are unknown (""). One read of the ranges; each name looked at once; a row's payload parsed
     only where it has one (its domain's schema read once)."""
-    empty = {name: np.zeros(0, dtype=dtype) for name, dtype in RANGE_COLUMNS.items()}
     if not export.has(NVTX):
-        return empty, NO_RANGES
+        return NO_RANGE_ROWS, NO_RANGES
     blob = "e.binaryData" if "binaryData" in export.columns(NVTX) else "NULL"
     text = "COALESCE(e.text, s.value)" if export.has("StringIds") else "e.text"
     join = "LEFT JOIN StringIds s ON s.id = e.textId" if export.has("StringIds") else ""
@@ -157,7 +158,7 @@ def nccl_ranges(export: Export) -> Ranges:
             ranks[found[COMM_ENTRY]] = found[RANKS_ENTRY]
     kept = [i for i, row in enumerate(rows) if kinds[row[3]] not in (None, "Barrier")]    # ncclCommInit*: None
     if not kept:
-        return empty, NO_RANGES
+        return NO_RANGE_ROWS, NO_RANGES
     given = [entries.get(i, {}) for i in kept]
     comm = [g.get(COMM_ENTRY, NO_COMM) for g in given]
     kind = [kinds[rows[i][3]] for i in kept]
@@ -197,8 +198,7 @@ def instances(act: Activity) -> tuple[dict[str, np.ndarray], dict[int, str]]:
     (the reason of its last kernel without one)."""
     ops = np.flatnonzero(act.column("comm") & act.column("kernel"))
     got = [nccl_ranges(export) for export in act.exports.values()]
-    ranges = {name: np.concatenate([np.zeros(0, dtype=dtype), *(cols[name] for cols, _ in got)])
-              for name, dtype in RANGE_COLUMNS.items()}
+    ranges = {name: np.concatenate([NO_RANGE_ROWS[name], *(cols[name] for cols, _ in got)]) for name in RANGE_COLUMNS}
     ranges["file"] = np.repeat(np.arange(len(got)), [len(cols["start"]) for cols, _ in got])
     position = {str(path): i for i, path in enumerate(act.exports)}
     file = per_distinct(act.column("file")[ops], lambda f: position.get(str(f), -1), np.int64)
