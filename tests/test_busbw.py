@@ -12,6 +12,7 @@ import statistics
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -116,7 +117,7 @@ def test_sizes_and_busbw_agree_with_tracelens(fixture: str) -> None:
     for r in (0, 1):                      # the table's per-rank medians, over the whole trace
         table = busbw.rank_table(mine[r], {r: "capture"}).set_index(["collective", "bucket_lo"])
         gold["kind"] = gold["Collective name"].map(busbw.collective_type)
-        gold["lo"] = [busbw.bucket_of(b * 2**20)[0] for b in gold["Full msg size (MB)"]]
+        gold["lo"] = busbw.buckets(gold["Full msg size (MB)"].to_numpy() * 2**20)[0]
         for (kind, lo), g in gold.groupby(["kind", "lo"]):
             factor = g["bus bw (GB/s)"] / g["algo bw (GB/s)"]           # TraceLens' own factor
             theirs = (g["Full msg size (MB)"] * 2**20 / (g[f"rank_{r}_dur"] * 1000) * factor).median()
@@ -133,7 +134,9 @@ def test_collective_names_and_factors() -> None:
          "Barrier", None]
     assert [busbw.factor(k, 8) for k in ("AllReduce", "AllGather", "ReduceScatter", "AllToAll", "Broadcast")] == \
         [1.75, 0.875, 0.875, 0.875, 1.0]
-    assert math.isnan(busbw.factor("AllReduce", math.nan)) and busbw.bucket_of(3 << 20) == (2 << 20, 4 << 20)
+    assert math.isnan(busbw.factor("AllReduce", math.nan))
+    lo, hi = busbw.buckets(np.array([3 << 20, 2.0**40 - 0.5, 1.0, 0.5, 0.0, math.nan, -1.0]))
+    assert lo.tolist() == [2 << 20, 2**39, 1, 0, 0, -1, -1] and hi.tolist() == [4 << 20, 2**40, 2, 1, 1, -1, -1]
     assert busbw.bucket_label(2 << 20, 4 << 20) == "2-4 MiB"
 
 

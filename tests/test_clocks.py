@@ -40,6 +40,51 @@ def test_a_gpu_clock_off_its_cpu_clock_by_kind() -> None:
     assert clocks.clock_problem(few, few + 100, 1.0, launch=launch[2:], kind=kind[2:]) is None
 
 
+def test_the_suspects_are_the_ranks_with_a_problem() -> None:
+    """clock_suspects, the tests of clock_problem for all ranks at once, names exactly the ranks it
+    finds a problem in (ns, no slack): each fault of the module's rules, at its edge and past it, on
+    its own rank among ranks without one."""
+    rng = np.random.default_rng(3)
+    faults = [None, "nan", "inf", "negative", "zero", "huge", "backwards", "late", "just late", "early",
+              "just early", "late, few", "late, one kind", "no launch", "no kind"]
+    for _ in range(20):
+        group, start, end, launch, kind = [], [], [], [], []
+        for g, fault in enumerate(faults):
+            n = int(rng.integers(1, 12))
+            lag = rng.uniform(1e3, 1e6, n)
+            launched = rng.uniform(S, 100 * S, n)
+            kinds = rng.choice(np.array(["kernel", "memcpy", None], dtype=object), n, p=[0.7, 0.2, 0.1])
+            if fault in ("late", "just late", "early", "just early", "late, few", "late, one kind"):
+                n = 5 if fault != "late, few" else 3
+                lag, launched, kinds = np.full(n, 5e3), np.full(n, 10.0 * S), np.array(["kernel"] * n, dtype=object)
+                shift = {"late": 2 * S, "just late": S - 5e3 - 1, "early": -3 * S, "just early": -S - 5e3 + 1,
+                         "late, few": 2 * S, "late, one kind": 2 * S}[fault]
+                lag = lag + np.where(np.arange(n) < 4, shift, 0) if fault == "late, one kind" else lag + shift
+                if fault == "late, one kind":
+                    kinds = np.array(["memset"] * 4 + ["kernel"], dtype=object)
+            first = launched + lag
+            last = first + rng.uniform(0, 1e4, n)
+            if fault in ("nan", "inf", "negative", "zero", "huge", "backwards"):
+                at = int(rng.integers(0, n))
+                first[at] = {"nan": np.nan, "inf": np.inf, "negative": -1.0, "zero": 0.0, "huge": 2.0**62,
+                             "backwards": last[at] + 1}[fault]
+            if fault == "no launch":
+                launched = np.full(n, np.nan)
+            if fault == "no kind":
+                kinds = np.full(n, None, dtype=object)
+            group += [g] * n
+            start, end, launch, kind = (np.concatenate((a, b)) for a, b in
+                                        ((start, first), (end, last), (launch, launched), (kind, kinds)))
+        group_of = np.array(group)
+        suspects = clocks.clock_suspects(group_of, len(faults), start, end, launch, np.asarray(kind, dtype=object))
+        problems = [clocks.clock_problem(start[group_of == g], end[group_of == g], 1.0, launch=launch[group_of == g],
+                                         kind=np.asarray(kind, dtype=object)[group_of == g]) is not None
+                    for g in range(len(faults))]
+        assert suspects.tolist() == problems
+        assert [f for f, p in zip(faults, problems, strict=True) if p] == \
+            ["nan", "inf", "negative", "huge", "backwards", "late", "early", "late, one kind"]
+
+
 def events(offsets: dict[int, int]) -> pd.DataFrame:
     """Two iterations of two collectives on each rank, ending together on one clock, each rank's times
     then `offsets[rank]` off it (a compute row before each collective)."""

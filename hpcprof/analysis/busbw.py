@@ -25,10 +25,11 @@ import math
 import re
 from typing import TYPE_CHECKING
 
+import numpy as np
+import pandas as pd
+
 if TYPE_CHECKING:
     from collections.abc import Mapping
-
-    import pandas as pd
 
     from hpcprof.analysis.collector import Log, ReadTable
 
@@ -38,6 +39,11 @@ INSTANCE_COLUMNS = ["rank", "group", "group_size", "collective", "dtype", "bytes
 COLUMNS = ["scope", "rank", "window", "group", "group_size", "collective", "bucket", "bucket_lo", "bucket_hi",
            "count", "bytes", "total_bytes", "median_ns", "algbw_gbps", "busbw_gbps",
            "slowest_rank", "slowest_busbw_gbps", "fastest_rank", "fastest_busbw_gbps", "skew_pct", "note"]
+#: COLUMNS by type: nullable integers (a row across ranks has no rank), floats (rounded to 4 places), texts
+INT_COLUMNS = ("rank", "group_size", "bucket_lo", "bucket_hi", "count", "slowest_rank", "fastest_rank")
+FLOAT_COLUMNS = ("bytes", "total_bytes", "median_ns", "algbw_gbps", "busbw_gbps", "slowest_busbw_gbps",
+                 "fastest_busbw_gbps", "skew_pct")
+TEXT_COLUMNS = ("scope", "window", "group", "collective", "bucket", "note")
 #: nccl-tests' bus bandwidth factor of each collective type for a group of n ranks
 FACTORS = {"AllReduce": lambda n: 2 * (n - 1) / n, "AllGather": lambda n: (n - 1) / n,
            "ReduceScatter": lambda n: (n - 1) / n, "AllToAll": lambda n: (n - 1) / n,
@@ -78,12 +84,15 @@ def factor(collective: str, group_size: float) -> float:
     return float(rule(int(group_size)))
 
 
-def bucket_of(nbytes: float) -> tuple[int, int]:
-    """The power-of-two bucket [lo, hi) holding a message of `nbytes` bytes ((0, 1) for 0)."""
-    if not nbytes or nbytes < 1:
-        return 0, 1
-    lo = 1 << (int(nbytes).bit_length() - 1)
-    return lo, lo * 2
+def buckets(nbytes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The power-of-two bucket [lo, hi) holding each message of `nbytes` bytes (int64 arrays: lo = the
+    highest power of two at or below its whole bytes; (0, 1) below 1 byte), (-1, -1) where the size is
+    unknown (NaN or negative)."""
+    sized = nbytes >= 1                                                  # NaN >= 1 is False
+    exponent = np.frexp(np.trunc(np.where(sized, nbytes, 1.0)))[1]       # whole bytes in [2^(e-1), 2^e)
+    lo = np.where(sized, np.ldexp(1.0, exponent - 1).astype(np.int64), 0)
+    unknown = ~(nbytes >= 0)
+    return np.where(unknown, -1, lo), np.where(unknown, -1, np.where(sized, 2 * lo, 1))
 
 
 def bucket_label(lo: int, hi: int) -> str:
@@ -102,57 +111,132 @@ def in_window(instances: pd.DataFrame, lo_ns: float, hi_ns: float) -> pd.DataFra
     return instances[(mid >= lo_ns) & (mid <= hi_ns)]
 
 
-def rank_table(instances: pd.DataFrame, windows: Mapping[int, str], notes: Mapping[int, str] | None = None
-               ) -> pd.DataFrame:
-    """The per-rank rows (`scope == "rank"`) of the busbw table from one or more ranks' instances
-    (INSTANCE_COLUMNS, each rank's already cut to its window, named in `windows`), in one pass
-    over all of them (a pass per rank cost a batch of 32 small exports 10 ms a file). A rank's
-    instances without a size form one row per collective with `bytes` unknown and its `notes`
-    entry (why) as its note."""
-    import numpy as np
-    import pandas as pd
+def rank_table(instances: pd.DataFrame | Mapping[str, np.ndarray], windows: Mapping[int, str],
+               notes: Mapping[int, str] | None = None) -> pd.DataFrame:
+    """The per-rank rows (`scope == "rank"`) of the busbw table (rank_columns) as a frame."""
+    return frame_of(rank_columns(instances, windows, notes))
 
-    rows = []
-    if len(instances):
-        nbytes_all = instances["bytes"].to_numpy(np.float64, na_value=np.nan)
-        time_all = (instances["end_ns"] - instances["start_ns"]).to_numpy().astype(np.int64).astype(np.float64)
-        size_all = instances["group_size"].to_numpy(np.float64, na_value=np.nan)
-        lo_hi = [bucket_of(b) if b >= 0 else (-1, -1) for b in nbytes_all.tolist()]      # NaN >= 0 is False
-        keys = pd.DataFrame({"rank": instances["rank"].to_numpy(np.int64),
-                             "group": instances["group"].fillna("").astype(str).to_numpy(),
-                             "collective": instances["collective"].fillna("other").astype(str).to_numpy(),
-                             "bucket_lo": [lo for lo, _ in lo_hi], "bucket_hi": [hi for _, hi in lo_hi]})
-        groups = keys.groupby(list(keys.columns), sort=True).indices
-        for (rank, group, coll, lo, hi) in sorted(groups):
-            at = groups[rank, group, coll, lo, hi]
-            size = size_all[at][~np.isnan(size_all[at])]
-            n = int(size[0]) if len(size) else None
-            known = lo >= 0
-            nbytes, time = nbytes_all[at], time_all[at]
-            algbw = nbytes / np.where(time > 0, time, np.nan) if known else np.full(len(at), np.nan)
-            med_alg = float(np.nanmedian(algbw)) if known and np.isfinite(algbw).any() else math.nan
-            fac = factor(coll, n) if n else math.nan
-            note = (notes or {}).get(int(rank), "")
-            rows.append({"scope": "rank", "rank": int(rank), "window": windows[int(rank)], "group": group,
-                         "group_size": n, "collective": coll,
-                         "bucket": bucket_label(lo, hi) if known else SIZES_UNKNOWN,
-                         "bucket_lo": lo if known else None, "bucket_hi": hi if known else None,
-                         "count": len(at), "bytes": float(np.median(nbytes)) if known else math.nan,
-                         "total_bytes": float(nbytes.sum()) if known else math.nan,
-                         "median_ns": float(np.median(time)), "algbw_gbps": med_alg,
-                         "busbw_gbps": med_alg * fac if n else math.nan,
-                         "note": (note or SIZES_UNKNOWN) if not known else ("" if n else "group size unknown")})
-    return _typed(pd.DataFrame(rows, columns=COLUMNS))
+
+def rank_columns(instances: pd.DataFrame | Mapping[str, np.ndarray], windows: Mapping[int, str],
+                 notes: Mapping[int, str] | None = None) -> dict[str, np.ndarray]:
+    """The per-rank rows (`scope == "rank"`) of the busbw table as numpy columns (_columns) from one
+    or more ranks' instances (INSTANCE_COLUMNS as a frame or numpy columns, each rank's already cut
+    to its window, named in `windows`), in one pass over all of them: the rows grouped by sorting on
+    their keys (rank, group, collective, bucket), each group's medians picked from its sorted values
+    (a pass per rank, then per group, cost a batch of 32 small exports 10 ms a file). A rank's
+    instances without a size form one row per collective with `bytes` unknown and its `notes` entry
+    (why) as its note."""
+    group, groups = _codes(instances["group"], "")
+    coll, colls = _codes(instances["collective"], "other")
+    rank, nbytes = np.asarray(instances["rank"], dtype=np.int64), np.asarray(instances["bytes"], dtype=np.float64)
+    lo, hi = buckets(nbytes)
+    order = np.lexsort((lo, coll, group, rank))                 # the groups in key order (hi follows lo)
+    rank, group, coll, lo, hi, nbytes = rank[order], group[order], coll[order], lo[order], hi[order], nbytes[order]
+    time = (np.asarray(instances["end_ns"], dtype=np.int64) - np.asarray(instances["start_ns"], dtype=np.int64)
+            )[order].astype(np.float64)
+    size = np.asarray(instances["group_size"], dtype=np.float64)[order]
+    new = np.zeros(len(order), dtype=bool)
+    for key in (rank, group, coll, lo):
+        new[1:] |= key[1:] != key[:-1]
+    new[:1] = True
+    first = np.flatnonzero(new)                                 # each group's first row (rows in order within it)
+    member = np.cumsum(new) - 1                                 # each row's group
+    sized = np.flatnonzero(~np.isnan(size))
+    with_size, at = np.unique(member[sized], return_index=True)
+    n = np.full(len(first), np.nan)
+    n[with_size] = np.trunc(size[sized[at]])                    # the group's first size given, as int() takes it
+    known, has_n = lo[first] >= 0, ~np.isnan(n) & (n != 0)
+    med_alg = _medians(member, np.where(lo >= 0, nbytes / np.where(time > 0, time, np.nan), np.nan), len(first))
+    coll_of = [colls[c] for c in coll[first].tolist()]
+    fac = np.array([factor(c, s) if h else math.nan for c, s, h in zip(coll_of, n.tolist(), has_n.tolist(),
+                                                                         strict=True)], dtype=np.float64)
+    labels = {b: bucket_label(b, 2 * b or 1) for b in set(lo[first].tolist()) if b >= 0}
+    note_of = notes or {}
+    return _columns(len(first), {
+        "rank": (rank[first], None), "group_size": (n, np.isnan(n)), "bucket_lo": (lo[first], ~known),
+        "bucket_hi": (hi[first], ~known), "count": (np.diff(first, append=len(order)), None),
+        "bytes": _medians(member, nbytes, len(first)),
+        "total_bytes": np.where(known, _sums(nbytes, first), np.nan),
+        "median_ns": _medians(member, time, len(first)), "algbw_gbps": med_alg,
+        "busbw_gbps": np.where(has_n, med_alg * fac, np.nan),
+        "scope": ["rank"] * len(first), "window": [windows[r] for r in rank[first].tolist()],
+        "group": [groups[g] for g in group[first].tolist()], "collective": coll_of,
+        "bucket": [labels.get(b, SIZES_UNKNOWN) for b in lo[first].tolist()],
+        "note": [("" if h else "group size unknown") if k else (note_of.get(r, "") or SIZES_UNKNOWN)
+                 for r, k, h in zip(rank[first].tolist(), known.tolist(), has_n.tolist(), strict=True)]})
+
+
+def _codes(values: pd.Series | np.ndarray, missing: str) -> tuple[np.ndarray, list[str]]:
+    """Each value's position in the sorted distinct texts (its str, `missing` for None and NaN: as
+    pandas' fillna(missing).astype(str)), and those texts; one look-up per distinct value."""
+    listed = values.tolist()
+    text = {v: missing if pd.isna(v) else str(v) for v in dict.fromkeys(listed)}
+    distinct = sorted(set(text.values()))
+    position = {t: i for i, t in enumerate(distinct)}
+    code = {v: position[t] for v, t in text.items()}
+    return np.fromiter(map(code.__getitem__, listed), dtype=np.int64, count=len(listed)), distinct
+
+
+def _medians(group: np.ndarray, values: np.ndarray, groups: int) -> np.ndarray:
+    """np.median of each group's values (`group`: each value's, 0 .. groups - 1), NaN values left out
+    (np.nanmedian); NaN for a group without values. Each group's values sorted: its middle one, or
+    the mean of its middle two as np.median takes it ((a + b) / 2)."""
+    keep = ~np.isnan(values)
+    group, values = group[keep], values[keep]
+    values = values[np.lexsort((values, group))]
+    count = np.bincount(group, minlength=groups)
+    has = np.flatnonzero(count)
+    low = (np.cumsum(count) - count + (count - 1) // 2)[has]
+    high = low + 1 - count[has] % 2
+    out = np.full(groups, np.nan)
+    out[has] = np.where(count[has] % 2, values[low], (values[low] + values[high]) / 2)
+    return out
+
+
+def _sums(values: np.ndarray, first: np.ndarray) -> np.ndarray:
+    """np.sum of each group's values (the rows from each of `first` to the next): one np.add.reduceat
+    where the (finite) values are whole numbers whose sum stays below 2^53, every partial sum then
+    exact in any order (message sizes are whole bytes); else each group's np.sum (its pairwise
+    summation rounds as the reduceat's running sum need not)."""
+    finite = values[np.isfinite(values)]
+    if (finite == np.trunc(finite)).all() and np.abs(finite).sum() < 2.0**53:
+        return np.add.reduceat(values, first) if len(first) else np.zeros(0)
+    return np.array([values[a:b].sum() for a, b in zip(first.tolist(), [*first[1:].tolist(), len(values)],
+                                                       strict=True)], dtype=np.float64)
+
+
+def _columns(rows: int, given: Mapping[str, object]) -> dict[str, np.ndarray]:
+    """COLUMNS as numpy columns from those `given` (the others NA, NaN, ""): integers as masked arrays
+    (given as values and the mask of the missing ones, or None), floats rounded as _typed rounds
+    them, texts as object arrays of str."""
+    out: dict[str, np.ndarray] = {}
+    for col in COLUMNS:
+        value = given.get(col)
+        if col in INT_COLUMNS:
+            values, missing = value if isinstance(value, tuple) else (np.zeros(rows), np.ones(rows, dtype=bool))
+            mask = np.zeros(rows, dtype=bool) if missing is None else missing
+            out[col] = np.ma.MaskedArray(np.where(mask, 0, values).astype(np.int64), mask=mask)
+        elif col in FLOAT_COLUMNS:
+            out[col] = np.round(np.full(rows, np.nan) if value is None else np.asarray(value, dtype=np.float64), 4)
+        else:
+            out[col] = np.array([""] * rows if value is None else value, dtype=object)
+    return out
+
+
+def frame_of(columns: Mapping[str, np.ndarray]) -> pd.DataFrame:
+    """The busbw table of rank_columns' columns as a frame, in the types _typed gives them."""
+    return pd.DataFrame({
+        col: pd.arrays.IntegerArray(np.ma.getdata(values), np.ma.getmaskarray(values)) if col in INT_COLUMNS
+        else pd.Series(values, dtype=str) if col in TEXT_COLUMNS else values for col, values in columns.items()})
 
 
 def _typed(table: pd.DataFrame) -> pd.DataFrame:
     """COLUMNS in their types (integers nullable: a row across ranks has no rank)."""
-    for col in ("rank", "group_size", "bucket_lo", "bucket_hi", "count", "slowest_rank", "fastest_rank"):
+    for col in INT_COLUMNS:
         table[col] = table[col].astype("Int64")
-    for col in ("bytes", "total_bytes", "median_ns", "algbw_gbps", "busbw_gbps", "slowest_busbw_gbps",
-                "fastest_busbw_gbps", "skew_pct"):
+    for col in FLOAT_COLUMNS:
         table[col] = table[col].astype(float).round(4)
-    for col in ("scope", "window", "group", "collective", "bucket", "note"):
+    for col in TEXT_COLUMNS:
         table[col] = table[col].fillna("").astype(str)
     return table[COLUMNS]
 
@@ -162,8 +246,6 @@ def across_ranks(per: pd.DataFrame) -> pd.DataFrame:
     ranks (`scope == "all"`): count and bytes summed, the median time and bandwidths the median of
     the ranks' medians, the slowest and the fastest rank by median busbw and how far apart they are
     (`skew_pct` = 100 · (fastest / slowest − 1))."""
-    import pandas as pd
-
     per = per[per["scope"] == "rank"]
     rows = []
     keys = ["group", "collective", "bucket"]

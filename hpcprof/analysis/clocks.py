@@ -93,6 +93,30 @@ def clock_problem(start: np.ndarray, end: np.ndarray, unit_ns: float, slack_ns: 
     return None
 
 
+def clock_suspects(group: np.ndarray, groups: int, start: np.ndarray, end: np.ndarray, launch: np.ndarray,
+                   kind: np.ndarray) -> np.ndarray:
+    """Whether clock_problem (times in ns, no slack) can find a problem in each of `groups` groups of
+    GPU operations (`group`: each one's, 0 .. groups - 1; `launch`, `kind` as clock_problem takes
+    them): its tests made for all groups at once, as counts per group (a pass per rank cost a batch of
+    small exports more in numpy's calls than in their work), so that it is called only for these,
+    for its words; it finds none in the others (test_clocks)."""
+    import pandas as pd
+
+    start, end, launch = (np.asarray(a, dtype=np.float64) for a in (start, end, launch))
+    with np.errstate(invalid="ignore"):
+        broken = ~(np.isfinite(start) & np.isfinite(end)) | (np.minimum(start, end) < 0) \
+            | (np.maximum(start, end) >= MAX_NS) | (end - start < 0)
+    kinds, names = pd.factorize(np.asarray(kind, dtype=object))          # -1: no kind (None, NaN)
+    launched = np.isfinite(launch) & (kinds >= 0)
+    cell = (group * len(names) + kinds)[launched]                         # (group, kind)
+    lag, cells = (start - launch)[launched], groups * len(names)
+    count = np.bincount(cell, minlength=cells)
+    soon = np.bincount(cell[lag < CLOCK_OFF_NS], minlength=cells)        # none: every one starts that late
+    late = np.bincount(cell[lag > -EARLY_NS], minlength=cells)           # none: every one starts that early
+    off = ((count >= MIN_LAUNCHED) & ((soon == 0) | (late == 0))).reshape(groups, len(names)).any(axis=1)
+    return (np.bincount(group[broken], minlength=groups) > 0) | off
+
+
 def rank_offsets(events: pd.DataFrame) -> dict[int, int]:
     """Each rank's clock against the lowest rank's (ns to take off its times), from the ends of the
     collectives that several ranks share in a critical-path events table (critical_path.EVENT_COLUMNS:

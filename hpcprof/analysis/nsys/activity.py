@@ -11,7 +11,7 @@ from typing import cast
 import numpy as np
 import pandas as pd
 
-from hpcprof.analysis.clocks import clock_problem
+from hpcprof.analysis.clocks import clock_problem, clock_suspects
 from hpcprof.analysis.nccl import nccl_name
 from hpcprof.analysis.nsys_stats.arrays import codes_of, filled
 from hpcprof.analysis.nsys_stats.db import KERNEL, MEMCPY, MEMSET, RUNTIME, Export, NsysInputError, pid_of, process_of
@@ -191,18 +191,27 @@ def _call_op_codes(act: Activity) -> tuple[np.ndarray, np.ndarray]:
     return code[:n], code[n:]
 
 
-def launch_starts(act: Activity) -> np.ndarray:
-    """For each GPU operation of `act`, the start of the CUDA API call that launched it (the first
-    call of the same file, process and correlation id), NaN when none did: a left join as a
-    sorted search, no hash join to build. Computed once per activity (the clock check and the critical
-    path both use them)."""
-    got = act.derived.get("launch_starts")
+def launch_calls(act: Activity) -> np.ndarray:
+    """For each GPU operation of `act`, the CUDA API call that launched it (its runtime row: the
+    first call of the same file, process and correlation id), -1 where none did: a left join as
+    one scatter over the codes, no hash join to build. Computed once per activity (the clock check,
+    the critical path and the NCCL kernels' NVTX ranges use them)."""
+    got = act.derived.get("launch_calls")
     if got is None:
         call_code, op_code = call_op_codes(act)
         code = np.concatenate((call_code, op_code))
         first_call = np.full(int(code.max()) + 1 if len(code) else 0, -1, dtype=np.int64)
         first_call[call_code[::-1]] = np.arange(len(call_code) - 1, -1, -1)   # the first call of each key wins
-        call = first_call[op_code]
+        got = act.derived["launch_calls"] = first_call[op_code]
+    return cast(np.ndarray, got)
+
+
+def launch_starts(act: Activity) -> np.ndarray:
+    """For each GPU operation of `act`, the start of the CUDA API call that launched it (launch_calls),
+    NaN when none did. Computed once per activity (the clock check and the critical path both use them)."""
+    got = act.derived.get("launch_starts")
+    if got is None:
+        call = launch_calls(act)
         starts = act.call("start").astype(np.float64)
         got = act.derived["launch_starts"] = np.where(call >= 0, starts[np.maximum(call, 0)] if len(starts) else np.nan,
                                                       np.nan)
@@ -272,20 +281,19 @@ def load_activity(exports: list[Export], rank_map: dict[str, int] | None = None)
 
 def _untrusted_clocks(act: Activity) -> dict[Path, str]:
     """The exports of `act` whose times cannot be believed (clocks.clock_problem of each one's GPU
-    operations, with their launches): path -> why."""
+    operations, with their launches, called for those clocks.clock_suspects names): path -> why."""
     files = act.column("file")
     if not len(files):
         return {}
     launch = launch_starts(act)
-    codes, names = pd.factorize(files)
-    order = np.argsort(codes, kind="stable")
-    bounds = np.searchsorted(codes[order], np.arange(len(names) + 1))
+    codes = codes_of(files)
+    names = files[np.unique(codes, return_index=True)[1]].tolist()      # by code: first seen first
     start, end, kind = act.column("start"), act.column("end"), act.column("kind")
     paths = {str(path): path for path in act.exports}
     out = {}
-    for i, name in enumerate(names.tolist()):
-        mine = order[bounds[i]:bounds[i + 1]]
+    for i in np.flatnonzero(clock_suspects(codes, len(names), start, end, launch, kind)).tolist():
+        mine = np.flatnonzero(codes == i)
         problem = clock_problem(start[mine], end[mine], 1.0, launch=launch[mine], kind=kind[mine])
         if problem is not None:
-            out[paths[name]] = f"{name}: {problem}"
+            out[paths[names[i]]] = f"{names[i]}: {problem}"
     return out

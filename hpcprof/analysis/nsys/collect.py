@@ -182,12 +182,13 @@ def activity_tables(activity: dist.Activity, nvtx_window: str | None) -> dict[st
     module's rules, window.py)."""
     out: dict[str, pa.Table] = {}
     window = win.find_window(activity, nvtx_window)
+    busbw = busbw_table(activity, window.bounds)         # first: the clip's rows keep the NCCL mask it makes
     inside = win.clip(activity, window)
     out[c.NSYS_WINDOW.key] = win.window_summary(activity, window)
     out[c.NSYS_ITERATIONS.key] = win.iteration_series(activity, window)
     out[c.NSYS_KERNELS.key] = win.with_window(win.kernel_sum(inside), window)
     out[c.NSYS_NCCL.key] = win.with_window(rank_nccl(inside), window)
-    out[c.NSYS_BUSBW.key] = to_arrow(busbw_table(activity, window.bounds), pandas_metadata=False)
+    out[c.NSYS_BUSBW.key] = busbw
     out[c.NSYS_OVERLAP.key] = win.with_window(columns_table(dist.overlap_columns(inside)), window)
     out[c.NSYS_PHASES.key] = win.with_window(columns_table(dist.phase_columns(activity, win.instances_inside(window))), window)
     out[c.NSYS_TIMELINE.key] = iteration_timeline(activity, window)

@@ -21,13 +21,14 @@ import struct
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
+import pyarrow as pa
 
 from hpcprof.analysis import busbw
 from hpcprof.analysis.nccl import collective_kind
-from hpcprof.analysis.nsys.activity import call_op_codes
+from hpcprof.analysis.nsys.activity import launch_calls, per_distinct
 from hpcprof.analysis.nsys.distributed import Activity
 from hpcprof.analysis.nsys_stats.db import Export
+from hpcprof.results import arrow_table, to_arrow
 
 NVTX = "NVTX_EVENTS"
 SIZE_ENTRY, COMM_ENTRY, RANKS_ENTRY = "Message size [bytes]", "NCCL communicator ID", "No. of ranks"
@@ -41,8 +42,13 @@ NO_RANKS = ("{n} NCCL kernels without a size: AllGather's and ReduceScatter's NV
             "the communicator's ranks are unknown (its ncclCommInitRank range is not in the capture)")
 #: the communicator of a range whose payload is not in the export
 NO_COMM = np.uint64(2**64 - 1)
-#: the per-rank parts of one export: NCCL ranges (thread, start, end, name, bytes, communicator) and ranks per communicator
-Ranges = tuple[dict[str, np.ndarray], dict[int, int], str]
+#: the columns of one export's NCCL ranges (nccl_ranges) and their types
+RANGE_COLUMNS = {"gtid": np.int64, "start": np.int64, "end": np.int64, "kind": object, "group": object,
+                 "n": np.float64, "bytes": np.float64, "no_ranks": bool}
+#: the NCCL ranges of an export that has none (never changed: their arrays are empty)
+NO_RANGE_ROWS = {name: np.zeros(0, dtype=dtype) for name, dtype in RANGE_COLUMNS.items()}
+#: one export's NCCL ranges (RANGE_COLUMNS) and why their sizes are unknown ("")
+Ranges = tuple[dict[str, np.ndarray], str]
 
 
 def without_payloads(path: Path) -> bool:
@@ -121,104 +127,118 @@ def _entries(blob: bytes | None, schemas: dict[int, dict[str, int]]) -> dict[str
 
 
 def nccl_ranges(export: Export) -> Ranges:
-    """The NCCL NVTX ranges of one export with their sizes (bytes NaN where the payload is not in the
-    export), the ranks of each communicator (ncclCommInitRank*'s payload), and why sizes are unknown ("")."""
-    empty = {"gtid": np.zeros(0, np.int64), "start": np.zeros(0, np.int64), "end": np.zeros(0, np.int64),
-             "name": np.zeros(0, object), "bytes": np.zeros(0, np.float64), "comm": np.zeros(0, np.uint64)}
+    """The NCCL NVTX ranges of one export, in thread and start order, with their collective, their
+    communicator as `group` (None where the payload is not in the export), its ranks `n`
+    (ncclCommInitRank*'s payload; NaN: unknown), their `bytes` (nccl-tests' size: NVTX's × n for
+    AllGather and ReduceScatter; NaN where unknown) and `no_ranks` (unknown for want of n); and why
+    sizes are unknown (""). One read of the ranges; each name looked at once; a row's payload parsed
+    only where it has one (its domain's schema read once)."""
     if not export.has(NVTX):
-        return empty, {}, NO_RANGES
-    domains = [int(r[0]) for r in export.sql_rows(
-        f"SELECT DISTINCT domainId FROM {NVTX} WHERE eventType = 75 AND text = 'NCCL' AND domainId IS NOT NULL")]
-    if not domains:
-        return empty, {}, NO_RANGES
+        return NO_RANGE_ROWS, NO_RANGES
     blob = "e.binaryData" if "binaryData" in export.columns(NVTX) else "NULL"
     text = "COALESCE(e.text, s.value)" if export.has("StringIds") else "e.text"
     join = "LEFT JOIN StringIds s ON s.id = e.textId" if export.has("StringIds") else ""
     rows = export.sql_rows(
-        f"SELECT e.globalTid, e.start, e.end, {text}, {blob}, e.domainId FROM {NVTX} e {join} "
-        f"WHERE e.domainId IN ({', '.join(map(str, domains))}) AND e.end IS NOT NULL ORDER BY e.globalTid, e.start")
-    schemas = {d: _schemas(export, d) for d in domains}
-    ranks: dict[int, int] = {}
-    kept: list[tuple[int, int, int, str, float, int]] = []
+        f"SELECT e.globalTid, e.start, e.end, {text}, {blob}, e.domainId FROM {NVTX} e {join} WHERE e.domainId IN "
+        f"(SELECT domainId FROM {NVTX} WHERE eventType = 75 AND text = 'NCCL') AND e.end IS NOT NULL "
+        "ORDER BY e.globalTid, e.start")
+    kinds = {name: busbw.collective_type(name) for name in {row[3] for row in rows}}
+    schemas: dict[int, dict[int, dict[str, int]]] = {}
+    ranks: dict[object, int] = {}
+    entries: dict[int, dict[str, int]] = {}         # of the rows with a payload
     blobs = 0
-    for gtid, start, end, name, raw, domain in rows:
+    for i in [i for i, row in enumerate(rows) if row[4] is not None]:
+        _, _, _, name, raw, domain = rows[i]
         data = payload_bytes(raw)
         blobs += data is not None
-        got = _entries(data, schemas[domain])
-        comm = got.get(COMM_ENTRY)
-        if str(name).startswith("ncclCommInit"):
-            if comm is not None and got.get(RANKS_ENTRY):
-                ranks[comm] = got[RANKS_ENTRY]
-            continue
-        if busbw.collective_type(name) in (None, "Barrier"):
-            continue
-        size = got.get(SIZE_ENTRY)
-        kept.append((int(gtid), int(start), int(end), str(name), math.nan if size is None else float(size),
-                     int(NO_COMM) if comm is None else comm))
+        if domain not in schemas:
+            schemas[domain] = _schemas(export, domain)
+        found = entries[i] = _entries(data, schemas[domain])
+        if str(name).startswith("ncclCommInit") and COMM_ENTRY in found and found.get(RANKS_ENTRY):
+            ranks[found[COMM_ENTRY]] = found[RANKS_ENTRY]
+    kept = [i for i, row in enumerate(rows) if kinds[row[3]] not in (None, "Barrier")]    # ncclCommInit*: None
     if not kept:
-        return empty, ranks, NO_RANGES
-    cols = list(zip(*kept, strict=True))
-    out = {"gtid": np.array(cols[0], np.int64), "start": np.array(cols[1], np.int64),
-           "end": np.array(cols[2], np.int64), "name": np.array(cols[3], object),
-           "bytes": np.array(cols[4], np.float64), "comm": np.array(cols[5], np.uint64)}
-    return out, ranks, "" if blobs else NO_BLOBS
+        return NO_RANGE_ROWS, NO_RANGES
+    given = [entries.get(i, {}) for i in kept]
+    comm = [g.get(COMM_ENTRY, NO_COMM) for g in given]
+    kind = [kinds[rows[i][3]] for i in kept]
+    n = np.array([ranks.get(c, math.nan) for c in comm], dtype=np.float64)
+    size = np.array([g.get(SIZE_ENTRY, math.nan) for g in given], dtype=np.float64)
+    part = np.array([k in ("AllGather", "ReduceScatter") for k in kind])
+    with_comm = np.array([c != NO_COMM for c in comm])
+    gtid, start, end = np.array([rows[i][:3] for i in kept], dtype=np.int64).T
+    return ({"gtid": gtid, "start": start, "end": end, "kind": np.array(kind, dtype=object),
+             "group": np.array([f"comm {c:#x}" if has else None for c, has in zip(comm, with_comm.tolist(), strict=True)],
+                               dtype=object),
+             "n": n, "bytes": np.where(part, size * n, size), "no_ranks": part & with_comm & np.isnan(n)},
+            "" if blobs else NO_BLOBS)
 
 
-def _thread_slices(gtid: np.ndarray) -> dict[int, tuple[int, int]]:
-    """The [lo, hi) rows of each thread in ranges sorted by thread (nccl_ranges' order)."""
-    values, first = np.unique(gtid, return_index=True)
-    bounds = np.append(first, len(gtid)).tolist()
-    return {int(v): (bounds[i], bounds[i + 1]) for i, v in enumerate(values.tolist())}
+def _containing(ranges: dict[str, np.ndarray], file: np.ndarray, gtid: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """For each launch (file, thread, start), the range of the same file and thread that starts last
+    at or before it (`ranges` sorted by file, thread and start), where that range has not ended
+    before it; -1 where none. One stable sort of the ranges and the launches together: a launch
+    comes after the ranges of its key, so the ranges before it end with the one sought."""
+    if not len(ranges["start"]):
+        return np.full(len(start), -1)
+    count = len(ranges["start"])
+    order = np.lexsort((np.repeat([0, 1], [count, len(start)]), np.concatenate((ranges["start"], start)),
+                        np.concatenate((ranges["gtid"], gtid)), np.concatenate((ranges["file"], file))))
+    launch = order >= count
+    last = np.empty(len(start), dtype=np.int64)
+    last[order[launch] - count] = (np.cumsum(~launch) - 1)[launch]     # the ranges before it, less one
+    j = np.maximum(last, 0)
+    inside = (last >= 0) & (ranges["file"][j] == file) & (ranges["gtid"][j] == gtid) & (start <= ranges["end"][j])
+    return np.where(inside, last, -1)
 
 
-def instances(act: Activity) -> tuple[pd.DataFrame, dict[int, str]]:
-    """One row per NCCL kernel of `act` (busbw.INSTANCE_COLUMNS: sizes from the NVTX range it was
-    launched from), and per rank why some have no size."""
-    comm = act.column("comm") & act.column("kernel")
-    call_code, op_code = call_op_codes(act)
-    codes, at = np.unique(call_code, return_index=True)       # each call code's first call
-    first = dict(zip(codes.tolist(), at.tolist(), strict=True))
-    gtid, call_start = act.call("gtid"), act.call("start")
-    files, rank = act.column("file"), act.column("rank")
-    start, end, names = act.column("start"), act.column("end"), act.column("name")
-    ranges = {str(path): nccl_ranges(export) for path, export in act.exports.items()}
-    threads = {file: _thread_slices(got[0]["gtid"]) for file, got in ranges.items()}
-    rows: list[tuple[object, ...]] = []
-    why: dict[int, str] = {}
-    unmatched: dict[int, int] = {}
-    for i in np.flatnonzero(comm).tolist():
-        r, file = int(rank[i]), str(files[i])
-        got, comm_ranks, reason = ranges.get(file, (None, {}, NO_RANGES))
-        call = first.get(int(op_code[i]))
-        kind = busbw.collective_type(collective_kind(names[i])) or "other"
-        size, group, n = math.nan, None, None
-        lo, hi = threads.get(file, {}).get(int(gtid[call]), (0, 0)) if call is not None else (0, 0)
-        if got is not None and hi > lo:
-            j = lo + int(np.searchsorted(got["start"][lo:hi], call_start[call], side="right")) - 1
-            if j >= lo and call_start[call] <= got["end"][j]:
-                kind = busbw.collective_type(got["name"][j]) or kind
-                n = comm_ranks.get(int(got["comm"][j]))
-                group = f"comm {int(got['comm'][j]):#x}" if got["comm"][j] != NO_COMM else None
-                size = got["bytes"][j] * (n or math.nan) if kind in ("AllGather", "ReduceScatter") else got["bytes"][j]
-        if size != size:
-            unmatched[r] = unmatched.get(r, 0) + 1
-            why[r] = reason or (NO_RANKS if group and n is None and kind in ("AllGather", "ReduceScatter")
-                                else UNMATCHED)
-        rows.append((r, group, n, kind, None, size, int(start[i]), int(end[i])))
-    notes = {r: why[r].format(n=unmatched[r]) for r in why}
-    return pd.DataFrame(rows, columns=busbw.INSTANCE_COLUMNS), notes
+def instances(act: Activity) -> tuple[dict[str, np.ndarray], dict[int, str]]:
+    """One entry per NCCL kernel of `act` as numpy columns (busbw.INSTANCE_COLUMNS: sizes from the NVTX
+    range it was launched from, all kernels matched at once), and per rank why some have no size
+    (the reason of its last kernel without one)."""
+    ops = np.flatnonzero(act.column("comm") & act.column("kernel"))
+    got = [nccl_ranges(export) for export in act.exports.values()]
+    ranges = {name: np.concatenate([NO_RANGE_ROWS[name], *(cols[name] for cols, _ in got)]) for name in RANGE_COLUMNS}
+    ranges["file"] = np.repeat(np.arange(len(got)), [len(cols["start"]) for cols, _ in got])
+    position = {str(path): i for i, path in enumerate(act.exports)}
+    file = per_distinct(act.column("file")[ops], lambda f: position.get(str(f), -1), np.int64)
+    call = launch_calls(act)[ops]
+    match = np.full(len(ops), -1)
+    launched = np.flatnonzero((call >= 0) & (file >= 0))
+    match[launched] = _containing(ranges, file[launched], act.call("gtid")[call[launched]],
+                                  act.call("start")[call[launched]])
+    hit, j = np.flatnonzero(match >= 0), match[match >= 0]
+    kind = per_distinct(act.column("name")[ops], lambda n: busbw.collective_type(collective_kind(n)) or "other")
+    group, n, nbytes, no_ranks = (np.full(len(ops), None, dtype=object), np.full(len(ops), np.nan),
+                                  np.full(len(ops), np.nan), np.zeros(len(ops), dtype=bool))
+    for values, name in ((kind, "kind"), (group, "group"), (n, "n"), (nbytes, "bytes"), (no_ranks, "no_ranks")):
+        values[hit] = ranges[name][j]
+    rank = act.column("rank")[ops].astype(np.int64)
+    unsized = np.isnan(nbytes)
+    reason = np.array([said for _, said in got] + [NO_RANGES], dtype=object)[file[unsized]]     # -1: not read
+    why = np.where(reason != "", reason, np.where(no_ranks[unsized], NO_RANKS, UNMATCHED))
+    last = dict(zip(rank[unsized].tolist(), why.tolist(), strict=True))    # each rank's last, in first order
+    ranks, counts = np.unique(rank[unsized], return_counts=True)
+    count = dict(zip(ranks.tolist(), counts.tolist(), strict=True))
+    return ({"rank": rank, "group": group, "group_size": n, "collective": kind,
+             "dtype": np.full(len(ops), None, dtype=object), "bytes": nbytes,
+             "start_ns": act.column("start")[ops].astype(np.int64), "end_ns": act.column("end")[ops].astype(np.int64)},
+            {r: text.format(n=count[r]) for r, text in last.items()})
 
 
-def busbw_table(act: Activity, bounds: dict[str, np.ndarray]) -> pd.DataFrame:
-    """The per-rank rows of nsys_busbw: each rank's NCCL kernels inside its measured window
+def busbw_table(act: Activity, bounds: dict[str, np.ndarray]) -> pa.Table:
+    """The per-rank rows of nsys_busbw, as the Arrow table collect writes (to_arrow of its frame, made
+    without the frame where it has rows): each rank's NCCL kernels inside its measured window
     (`bounds`: window.Window.bounds) per communicator, collective and size bucket."""
     inst, notes = instances(act)
     ranks = bounds["rank"].tolist()
-    at = pd.Series(np.arange(len(ranks)), index=ranks).reindex(inst["rank"]).to_numpy()   # NaN: no window
-    known = ~np.isnan(at)
-    row = at[known].astype(np.int64)
-    lo, hi = np.full(len(inst), np.inf), np.full(len(inst), -np.inf)
-    lo[known], hi[known] = np.asarray(bounds["start_ns"])[row], np.asarray(bounds["end_ns"])[row]
-    mid = (inst["start_ns"].to_numpy(np.float64) + inst["end_ns"].to_numpy(np.float64)) / 2
+    row_of = {r: i for i, r in enumerate(ranks)}
+    row = per_distinct(inst["rank"], lambda r: row_of.get(r, -1), np.int64)      # -1: no window
+    known = row >= 0
+    lo, hi = np.full(len(row), np.inf), np.full(len(row), -np.inf)
+    lo[known], hi[known] = np.asarray(bounds["start_ns"])[row[known]], np.asarray(bounds["end_ns"])[row[known]]
+    mid = (inst["start_ns"].astype(np.float64) + inst["end_ns"].astype(np.float64)) / 2
+    inside = (mid >= lo) & (mid <= hi)
     windows = {r: str(label) for r, label in zip(ranks, bounds["window"].tolist(), strict=True)}
-    return busbw.rank_table(inst[(mid >= lo) & (mid <= hi)], windows, notes)
+    columns = busbw.rank_columns({name: values[inside] for name, values in inst.items()}, windows, notes)
+    return arrow_table(columns) if len(columns["rank"]) else to_arrow(busbw.frame_of(columns), pandas_metadata=False)

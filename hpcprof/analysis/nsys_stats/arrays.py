@@ -145,9 +145,14 @@ def filled(n: int, value: object) -> np.ndarray:
 
 def codes_of(values: np.ndarray) -> np.ndarray:
     """One code per distinct value (equal values, equal codes; in no particular order): all zeros
-    when every value is the first (one file's rows: an identity check, no hashing)."""
-    if len(values) == 0 or bool((values == values[0]).all()):
-        return np.zeros(len(values), dtype=np.int64)
+    when every value is the first. The values come in runs (an activity's rows: each export's
+    together), so pandas' factorize is of each run's first value only, its code spread over the
+    run: a comparison per row, no hashing (20 exports' 190 k rows of paths: 15 -> 2 ms)."""
+    if len(values) == 0:
+        return np.zeros(0, dtype=np.int64)
     import pandas as pd
 
-    return pd.factorize(values)[0].astype(np.int64)
+    heads = np.flatnonzero(np.concatenate(([True], values[1:] != values[:-1])))
+    if len(heads) == 1 and values[0] == values[0]:           # one run (of no NaN)
+        return np.zeros(len(values), dtype=np.int64)
+    return np.repeat(pd.factorize(values[heads])[0].astype(np.int64), np.diff(heads, append=len(values)))
