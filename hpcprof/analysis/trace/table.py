@@ -65,17 +65,26 @@ class Table:
         shortest repr, missing values empty, text cells through safe_text.csv_cell."""
         writer = csv.writer(out, lineterminator="\n")
         writer.writerow([csv_cell(name, terminal) for name in self.columns])
-        writer.writerows(zip(*(_csv_texts(self.values(name), terminal) for name in self.columns), strict=True))
+        columns = [self.values(name) for name in self.columns]
+        cells = [_csv_texts(column, terminal) for column in columns]
+        if any(column.dtype.kind == "O" for column in columns):
+            writer.writerows(zip(*cells, strict=True))
+        elif len(self):             # numbers only: no cell to quote, the rows joined at once (launch: 32 -> 20 ms)
+            out.write("\n".join(map(",".join, zip(*cells, strict=True))) + "\n")
 
 
 def _csv_texts(column: np.ndarray, terminal: bool) -> list[Any]:
-    """The cells pandas writes for a column (its get_values_for_csv)."""
+    """The cells pandas writes for a column (its get_values_for_csv), as text; an object column's
+    through csv_cell (the csv writer quotes them where needed)."""
     if column.dtype.kind == "f":    # pandas: astype(str), numpy's shortest repr: Python's repr (3x faster)
-        return ["" if v != v else repr(v) for v in column.tolist()]
+        texts = list(map(repr, column.tolist()))
+        for i in np.flatnonzero(np.isnan(column)).tolist():
+            texts[i] = ""
+        return texts
     if column.dtype.kind == "O":
         return ["" if v is None or (isinstance(v, float) and math.isnan(v)) else csv_cell(v, terminal)
                 for v in column.tolist()]
-    return column.tolist()
+    return list(map(str, column.tolist()))
 
 
 def texts(values: Iterable[Any]) -> np.ndarray:
