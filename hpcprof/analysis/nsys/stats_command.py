@@ -179,10 +179,12 @@ def _small_sqlite(path: Path | str) -> bool:
         return False
 
 
-def _outcomes(path: Path | str, names: list[str], fmt: str, engine: str) -> list[Any] | None:
+def _outcomes(path: Path | str, names: list[str], fmt: str, engine: str, files: bool) -> list[Any] | None:
     """Each report of `path` (a Table or DataFrame, or the MissingData/NsysInputError it raised), by
     the engines `engine` picks for it; None (named on stderr) when the file is not a usable export.
-    (contextlib only on the columnar path: 2 ms of the quick lane's start-up.)"""
+    (contextlib only on the columnar path: 2 ms of the quick lane's start-up.) `files`: the reports
+    go to files, whose writer (hpcprof.atomic, which imports click: 0.05 s) the columnar path
+    imports in a thread of its own while the reports read the export, not after them."""
     outcomes: list[Any] = [None] * len(names)
     if engine == "python" or (engine == "auto" and fmt == "csv" and _small_sqlite(path)):
         from hpcprof.analysis.nsys_stats.stats import run_python_reports
@@ -197,7 +199,9 @@ def _outcomes(path: Path | str, names: list[str], fmt: str, engine: str) -> list
                     if outcome is None else outcome for name, outcome in zip(names, outcomes, strict=True)]
     rest = [name for name, outcome in zip(names, outcomes, strict=True) if outcome is None]
     if rest:
+        import threading
         from contextlib import ExitStack
+        from importlib import import_module
 
         from hpcprof.analysis.nsys_stats.stats import run_reports
 
@@ -205,6 +209,8 @@ def _outcomes(path: Path | str, names: list[str], fmt: str, engine: str) -> list
             exports, failed = open_exports([path], stack, gpu=False)
             if failed:
                 return None
+            if files:               # (not sooner: imports hold the GIL, the export's reads do not)
+                threading.Thread(target=import_module, args=("hpcprof.atomic",), daemon=True).start()
             computed = dict(zip(rest, run_reports(exports[0], rest, frames=fmt != "csv"), strict=True))
         outcomes = [computed[name] if outcome is None else outcome for name, outcome in zip(names, outcomes, strict=True)]
     return outcomes
@@ -219,7 +225,7 @@ def run_stats(files: Sequence[Path | str], names: list[str], fmt: str, prefix: s
     blocks = len(files) * len(names)
     failures = 0
     for path in files:
-        outcomes = _outcomes(path, names, fmt, engine)
+        outcomes = _outcomes(path, names, fmt, engine, prefix is not None)
         if outcomes is None:
             failures += 1
             continue

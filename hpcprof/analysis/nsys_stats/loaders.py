@@ -102,40 +102,30 @@ def nullable_ints(export: Export, table: str, columns: Sequence[str] | Mapping[s
     values, 1.48 M memcpys' 5 columns 0.8 -> 0.4 CPU-s). A column of other values (text, real)
     is read again as NULL-coalesced integers with the masks as the bits of one column."""
     exprs = dict(columns) if isinstance(columns, Mapping) else {c: f'"{c}"' for c in columns}
+    n = len(exprs)
 
-    def decode(batch: pa.RecordBatch) -> list[tuple[np.ndarray, np.ndarray | None]] | None:
-        out: list[tuple[np.ndarray, np.ndarray | None]] = []
-        for column in batch.columns:
+    def fill(batch: pa.RecordBatch, views: list[np.ndarray]) -> bool:
+        # the masks start all False: a batch without NULLs writes none of its mask's pages
+        for column, values, null in zip(batch.columns, views[:n], views[n:], strict=True):
             if pa.types.is_null(column.type):
-                out.append((np.zeros(len(column), dtype=np.int64), np.ones(len(column), dtype=bool)))
+                null[:] = True
                 continue
             if column.type != pa.int64():
-                return None
-            values = np.frombuffer(column.buffers()[1], dtype=np.int64, count=len(column), offset=column.offset * 8)
-            null = None                              # no NULL in the batch: no mask to build
-            if column.null_count:                    # a view until then: copied once, by the concatenation
+                return False
+            values[:] = np.frombuffer(column.buffers()[1], dtype=np.int64, count=len(column), offset=column.offset * 8)
+            if column.null_count:
                 bits = np.unpackbits(np.frombuffer(column.buffers()[0], dtype=np.uint8), bitorder="little")
-                null = ~bits[column.offset:column.offset + len(column)].astype(bool)
-                values = np.where(null, 0, values)
-            out.append((values, null))
-        return out
+                np.equal(bits[column.offset:column.offset + len(column)], 0, out=null)
+                values[null] = 0
+        return True
 
-    parts = export.map_batches(", ".join(exprs.values()), table, where, decode)
-    if any(p is None for p in parts):
+    arrays = export.read_into(", ".join(exprs.values()), table, where, [np.int64] * n + [np.bool_] * n, fill)
+    if arrays is None:
         nulls = " | ".join(f"((({e}) IS NULL) << {i})" for i, e in enumerate(exprs.values()))
         sql = ", ".join(f"coalesce({e}, 0)" for e in exprs.values()) + f", {nulls}"
-        arrays = export.sql_ints(sql, table, where, ncols=len(exprs) + 1)
-        parts = [[(arrays[i], (arrays[-1] >> i & 1).astype(bool)) for i in range(len(exprs))]]
-    columns_of = [cast(list[tuple[np.ndarray, np.ndarray | None]], p) for p in parts]
-    result = {}
-    for i, c in enumerate(exprs):
-        result[c] = np.concatenate([p[i][0] for p in columns_of]) if parts else np.empty(0, dtype=np.int64)
-    none = np.zeros(len(next(iter(result.values()))), dtype=bool)   # the columns without NULLs share it, unwritten
-    for i, c in enumerate(exprs):
-        masks = [p[i][1] for p in columns_of]
-        result[c + "?"] = none if all(m is None for m in masks) else np.concatenate(
-            [np.zeros(len(p[i][0]), dtype=bool) if m is None else m for p, m in zip(columns_of, masks, strict=True)])
-    return result
+        read = export.sql_ints(sql, table, where, ncols=n + 1)
+        arrays = read[:n] + [(read[-1] >> i & 1).astype(bool) for i in range(n)]
+    return {c: arrays[i] for i, c in enumerate(exprs)} | {c + "?": arrays[n + i] for i, c in enumerate(exprs)}
 
 
 def memcpy_columns(export: Export) -> dict[str, np.ndarray]:
@@ -152,45 +142,48 @@ def memcpy_columns(export: Export) -> dict[str, np.ndarray]:
     return cast(dict[str, np.ndarray], export.memo("memcpy", read))
 
 
-def _memop_codes(export: Export, layout: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(label code per memcpy/memset row, labels, duration per row, bytes per row; NULL as -1):
-    the memcpy rows (memcpy_columns) with a label only (nsys inner-joins the label table), then
-    the memsets."""
+#: one part of the memory operations (memop_parts): the label code of each row (an int: every
+#: row's), and each row's duration and bytes (NULL as -1, as nsys's SQL coalesces)
+MemopPart = tuple[np.ndarray | int, np.ndarray, np.ndarray]
+
+
+def _memop_parts(export: Export, layout: str) -> tuple[list[MemopPart], np.ndarray]:
+    """(parts, labels) of memop_parts."""
     names: list[Any] = []
-    codes: list[Any] = []
-    durations: list[Any] = []
-    sizes: list[Any] = []
+    parts: list[MemopPart] = []
     if export.has(MEMCPY):
-        m = memcpy_columns(export)                       # NULL as -1, as nsys's SQL coalesces
+        m = memcpy_columns(export)
         kind, dur, size = (np.where(m[c + "?"], -1, m[c]) if m[c + "?"].any() else m[c]
                            for c in ("copyKind", "dur", "bytes"))
         labels = memcpy_labels(export, layout)
         kinds, kind_codes, keep = labeled_codes(kind, labels)
         names += [labels[k] for k in kinds.tolist()]
-        codes.append(kind_codes)
-        durations.append(dur[keep])
-        sizes.append(size[keep])
+        parts.append((kind_codes, dur[keep], size[keep]))
     if export.has(MEMSET):
         dur, size = export.sql_ints(f"coalesce({DUR}, -1), coalesce(bytes, -1)", MEMSET, ncols=2)
         if len(dur):
-            codes.append(np.full(len(dur), len(names), dtype=np.int64))
+            parts.append((len(names), dur, size))
             names.append(MEMSET_LABEL)
-            durations.append(dur)
-            sizes.append(size)
-    if not codes:
-        empty = np.empty(0, dtype=np.int64)
-        return empty, np.array(names, dtype=object), empty, empty
-    return (np.concatenate(codes), np.array(names, dtype=object), np.concatenate(durations),
-            np.concatenate(sizes))
+    return parts, np.array(names, dtype=object)
+
+
+def memop_parts(export: Export, layout: str) -> tuple[list[MemopPart], np.ndarray]:
+    """The memcpy rows (memcpy_columns) with a label only (nsys inner-joins the label table), then
+    the memsets, as parts, and the labels their codes index: computed once per export and layout,
+    and never concatenated here (the memory summaries pack them straight into their sort keys)."""
+    if not export.has(MEMCPY) and not export.has(MEMSET):
+        raise MissingData("no GPU memory data")
+    return export.memo(f"memops {layout}", lambda: _memop_parts(export, layout))  # type: ignore[no-any-return]
 
 
 def memop_codes(export: Export, layout: str, value: str = "duration") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(label code per memcpy/memset row, labels, duration or bytes per row): computed once per
-    export and layout for both values."""
-    if not export.has(MEMCPY) and not export.has(MEMSET):
-        raise MissingData("no GPU memory data")
-    codes, names, durations, sizes = export.memo(f"memops {layout}", lambda: _memop_codes(export, layout))
-    return codes, names, durations if value == "duration" else sizes
+    """(label code per memcpy/memset row, labels, duration or bytes per row) of memop_parts."""
+    parts, names = memop_parts(export, layout)
+    at = 1 if value == "duration" else 2
+    if not parts:
+        return np.empty(0, dtype=np.int64), names, np.empty(0, dtype=np.int64)
+    codes = [np.full(len(p[1]), p[0], dtype=np.int64) if isinstance(p[0], int) else p[0] for p in parts]
+    return np.concatenate(codes), names, np.concatenate([p[at] for p in parts])
 
 
 #: copyKind values up to this are looked up by value (a table of this size at most)

@@ -193,12 +193,45 @@ def sort_in_place(v: np.ndarray) -> None:
     v.sort(kind="stable")
 
 
+def exact_sum(values: np.ndarray) -> int:
+    """The exact sum of integers `values`: in int64 where no partial sum can overflow it (the
+    largest magnitude times the count below 2^63), else as Python integers."""
+    if not len(values):
+        return 0
+    bound = max(abs(int(values.min())), abs(int(values.max())))
+    return int(values.sum()) if bound * len(values) < 1 << 63 else sum(values.tolist())
+
+
+#: values per block of squared deviations (_squared_deviations): 2 MB of float64, reused block
+#: after block instead of two arrays as long as the values (fresh pages cost this VM ~3 us each)
+DEVIATION_BLOCK = 1 << 18
+
+
+def _squared_deviations(v: np.ndarray, starts: np.ndarray, n: np.ndarray, avg: np.ndarray) -> np.ndarray:
+    """Σ (x - avg)² of each group of `v` (groups contiguous: `n` values from `starts`, all
+    nonempty), in blocks of DEVIATION_BLOCK values, each group's running sum carried into the
+    next block."""
+    ends = starts + n
+    ss = np.zeros(len(starts))
+    block = np.empty(min(len(v), DEVIATION_BLOCK))
+    for a in range(0, len(v), DEVIATION_BLOCK):
+        b = min(a + DEVIATION_BLOCK, len(v))
+        first, last = np.searchsorted(ends, a, "right"), np.searchsorted(starts, b, "left")
+        lo = np.maximum(starts[first:last], a) - a
+        d = block[:b - a]
+        np.subtract(v[a:b], np.repeat(avg[first:last], np.minimum(ends[first:last], b) - a - lo), out=d)
+        d *= d
+        ss[first:last] += np.add.reduceat(d, lo)
+    return ss
+
+
 class Groups:
     """Sample statistics of `values` per group code (codes 0..n-1 in GROUP BY order)."""
 
     def __init__(self, codes: np.ndarray, values: np.ndarray, ngroups: int) -> None:
         if len(values) and ngroups < PACK_KEYS and values.min() >= 0 and values.max() <= PACK_MASK:
-            v = codes.astype(np.int64) << PACK_BITS     # one int64 sort instead of a lexsort
+            v = codes.astype(np.int64)                  # one int64 sort instead of a lexsort
+            v <<= PACK_BITS
             v |= values
             sort_in_place(v)
             v &= PACK_MASK                              # groups are contiguous: counts give the bounds
@@ -208,9 +241,13 @@ class Groups:
                      lambda g: values[codes == g])
 
     @classmethod
-    def from_packed(cls, v: np.ndarray) -> tuple[np.ndarray, Groups]:
-        """Groups of packed `key << 41 | value` (sorted here, in place): (keys ascending, groups)."""
-        in_rows = v.copy()                  # row order, for StdDev ties (see _stdev_at_ties)
+    def from_packed(cls, v: np.ndarray, in_rows: Callable[[int], np.ndarray] | None = None,
+                    ) -> tuple[np.ndarray, Groups]:
+        """Groups of packed `key << 41 | value` (sorted here, in place): (keys ascending, groups).
+        `in_rows(key)`: that key's values in row order, for StdDev ties (see _stdev_at_ties);
+        without it they come from a copy of `v` made before the sort."""
+        kept = v.copy() if in_rows is None else v[:0]
+        values_of = in_rows or (lambda key: kept[(kept >> PACK_BITS) == key] & PACK_MASK)
         sort_in_place(v)
         keys = v >> PACK_BITS
         starts = np.flatnonzero(keys[1:] != keys[:-1]) + 1 if len(v) else np.empty(0, dtype=np.int64)
@@ -219,8 +256,7 @@ class Groups:
         del keys
         v &= PACK_MASK
         g = cls.__new__(cls)
-        g._reduce(v, np.diff(np.append(starts, len(v))).astype(np.int64),
-                  lambda i: in_rows[(in_rows >> PACK_BITS) == ukeys[i]] & PACK_MASK)
+        g._reduce(v, np.diff(np.append(starts, len(v))).astype(np.int64), lambda i: values_of(int(ukeys[i])))
         return ukeys, g
 
     def _reduce(self, v: np.ndarray, count: np.ndarray, in_rows: Callable[[int], np.ndarray]) -> None:
@@ -245,10 +281,7 @@ class Groups:
                 self.med[nonempty] = (v[s + (n - 1) // 2].astype(np.float64) + v[s + n // 2]) / 2.0
             self.avg = self.total / self.count
             if len(v):
-                dev = v.astype(np.float64)
-                dev -= np.repeat(self.avg[nonempty], n)
-                dev *= dev
-                ss = np.add.reduceat(dev, s)
+                ss = _squared_deviations(v, s, n, self.avg[nonempty])
                 self.std[nonempty] = np.where(n > 1, np.sqrt(ss / np.maximum(n - 1, 1)), 0.0)
                 self._stdev_at_ties(in_rows, nonempty)
 

@@ -21,6 +21,7 @@ from hpcprof.analysis.nsys_stats.loaders import (
     mem_kind_labels,
     memcpy_labels,
     memop_codes,
+    memop_parts,
     memops,
 )
 from hpcprof.analysis.nsys_stats.numerics import (
@@ -205,10 +206,33 @@ def cuda_gpu_kern_sum(export: Export, layout: str = NEW) -> Table:
 
 
 def _memop_groups(export: Export, layout: str, value: str) -> tuple[np.ndarray, Groups]:
-    """Distinct operation labels (sorted, as SQLite groups them) and their statistics."""
-    codes, names, values = memop_codes(export, layout, value)
+    """Distinct operation labels (sorted, as SQLite groups them) and their statistics: each part's
+    rows packed as (label << 41 | value) straight into one array (Groups.from_packed), where the
+    values fit, else through the concatenated rows (memop_codes)."""
+    parts, names = memop_parts(export, layout)
     label_codes, (uniq,) = group_codes(names)                 # labels, not copyKinds, are the groups
-    return uniq, Groups(label_codes[codes], values, len(uniq))
+    columns = [(code, durations if value == "duration" else sizes) for code, durations, sizes in parts]
+    if not all(len(values) and values.min() >= 0 and values.max() <= PACK_MASK for _, values in columns):
+        codes, _, values = memop_codes(export, layout, value)
+        return uniq, Groups(label_codes[codes], values, len(uniq))
+    v = np.empty(sum(len(values) for _, values in columns), dtype=np.int64)
+    start = 0
+    for code, values in columns:
+        rows = v[start:start + len(values)]
+        if isinstance(code, int):
+            rows[:] = label_codes[code]
+        else:
+            np.take(label_codes, code, out=rows)
+        rows <<= PACK_BITS
+        rows |= values
+        start += len(rows)
+
+    def in_rows(key: int) -> np.ndarray:
+        return np.concatenate([values[:len(values) * int(label_codes[code] == key)] if isinstance(code, int)
+                               else values[label_codes[code] == key] for code, values in columns])
+
+    keys, g = Groups.from_packed(v, in_rows)
+    return uniq[keys], g
 
 
 def cuda_gpu_mem_time_sum(export: Export, layout: str = NEW) -> Table:

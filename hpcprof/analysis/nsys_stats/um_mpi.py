@@ -24,7 +24,7 @@ import numpy as np
 
 from hpcprof.analysis.nsys_stats.db import Export
 from hpcprof.analysis.nsys_stats.loaders import memcpy_columns, nullable_ints
-from hpcprof.analysis.nsys_stats.numerics import DUR, Groups, by_total, group_codes, round1_array
+from hpcprof.analysis.nsys_stats.numerics import DUR, Groups, by_total, exact_sum, group_codes, round1_array
 from hpcprof.analysis.nsys_stats.schema import MEMCPY, OLD, UM_CPU, UM_GPU, MissingData
 from hpcprof.analysis.nsys_stats.table import SUMMARY_COLS, SUMMARY_FMT, Table, make_table, null_text
 
@@ -93,33 +93,27 @@ def _cpu_faults(export: Export) -> dict[str, np.ndarray]:
     return export.memo("um cpu faults", lambda: nullable_ints(export, UM_CPU, ["address", "CpuInstruction"]))
 
 
-def _um_columns(export: Export) -> dict[str, dict[str, np.ndarray]]:
+def _um_columns(export: Export) -> dict[str | int, dict[str, np.ndarray]]:
     """What both unified-memory reports read, once per export (each table scanned once): the CPU
     page faults' addresses (_cpu_faults), the GPU page faults' addresses and counts, and the
-    migrations' (copyKind 11 HtoD, 12 DtoH) kind, address, bytes and duration ("dur"), each
-    with its NULL mask (loaders.nullable_ints: NULL as 0)."""
+    migrations of each copyKind (11 HtoD, 12 DtoH, _migrations), each column with its NULL mask
+    (loaders.nullable_ints: NULL as 0)."""
     return export.memo("unified memory", lambda: {
         UM_CPU: _cpu_faults(export), UM_GPU: nullable_ints(export, UM_GPU, ["address", "numberOfPageFaults"]),
-        MEMCPY: _migration_columns(export)})
+        **_migrations(export)})
 
 
-def _migration_columns(export: Export) -> dict[str, np.ndarray]:
-    """The migrations' columns of _um_columns, from the memory summaries' read of every memcpy
-    (loaders.memcpy_columns; a NULL duration counts 0, as SQL's sum() skips it), or read alone
-    where that read has no addresses."""
+def _migrations(export: Export) -> dict[int, dict[str, np.ndarray]]:
+    """The migrations' address, bytes and duration ("dur") per copyKind (HtoD, DtoH), in table
+    order, from the memory summaries' read of every memcpy (loaders.memcpy_columns; a NULL
+    duration counts 0, as SQL's sum() skips it), or read alone where that read has no addresses."""
     m = memcpy_columns(export)
     if "virtualAddress" not in m:
         m = nullable_ints(export, MEMCPY, {"copyKind": '"copyKind"', "virtualAddress": '"virtualAddress"',
                                            "bytes": '"bytes"', "dur": DUR}, f"copyKind IN ({UM_HTOD}, {UM_DTOH})")
-    rows = (m["copyKind"] == UM_HTOD) | (m["copyKind"] == UM_DTOH)       # (a NULL copyKind reads 0)
-    return {c: v[rows] for c, v in m.items()}
-
-
-def _migrations(export: Export, kind: int) -> dict[str, np.ndarray]:
-    """The migrations of one copyKind (_um_columns), in table order."""
-    m = _um_columns(export)[MEMCPY]
-    rows = m["copyKind"] == kind
-    return {c: v[rows] for c, v in m.items()}
+    kinds = {kind: m["copyKind"] == kind for kind in (UM_HTOD, UM_DTOH)}     # (a NULL copyKind reads 0)
+    return {kind: {c: m[c][rows] for c in ("virtualAddress", "virtualAddress?", "bytes", "dur")}
+            for kind, rows in kinds.items()}
 
 
 def _by_address(d: dict[str, np.ndarray], value: str | None, address: str = "address", durations: bool = False) -> Sums:
@@ -154,8 +148,8 @@ def um_sum(export: Export, layout: str) -> Table:
     um = _um_columns(export)
     cpu = _by_address(um[UM_CPU], None)
     gpu = _by_address(um[UM_GPU], "numberOfPageFaults")
-    d2h = _by_address(_migrations(export, UM_DTOH), "bytes", "virtualAddress", durations=True)
-    h2d = _by_address(_migrations(export, UM_HTOD), "bytes", "virtualAddress", durations=True)
+    d2h = _by_address(um[UM_DTOH], "bytes", "virtualAddress", durations=True)
+    h2d = _by_address(um[UM_HTOD], "bytes", "virtualAddress", durations=True)
     # PageFaults: the CPU addresses (with GPU faults where the address has them), then GPU-only ones
     faults: list[tuple[int | None, int | None, int | None]] = [
         (a, n, gpu[a][0] if a in gpu else None) for a, (n, _) in cpu.items()]
@@ -190,9 +184,9 @@ def um_total_sum(export: Export, layout: str) -> Table:
     highs: list[int | None] = []
     totals: dict[int, int | None] = {}
     for kind in (UM_HTOD, UM_DTOH):
-        m = _migrations(export, kind)
+        m = um[kind]
         known = m["virtualAddress"][~m["virtualAddress?"]]
-        totals[kind] = int(m["bytes"].astype(object).sum()) if len(m["bytes"]) else None
+        totals[kind] = exact_sum(m["bytes"]) if len(m["bytes"]) else None
         lows.append(int(known.min()) if len(known) else None)
         highs.append(int(known.max()) if len(known) else None)
     for addresses in (cpu, g["address"]):
@@ -202,7 +196,7 @@ def um_total_sum(export: Export, layout: str) -> Table:
     known_highs = [v for v in highs if v is not None]
     low = min(known_lows) if len(known_lows) == len(lows) else None
     high = max(known_highs) if len(known_highs) == len(highs) else None
-    gpu_total = int(g["numberOfPageFaults"].astype(object).sum()) if len(g["address"]) else None
+    gpu_total = exact_sum(g["numberOfPageFaults"]) if len(g["address"]) else None
     cols = {"Total HtoD Migration Size (MB)": _mb([totals[UM_HTOD]]),
             "Total DtoH Migration Size (MB)": _mb([totals[UM_DTOH]]),
             "Total CPU Page Faults": np.array([len(cpu)], dtype=np.int64),
