@@ -3,6 +3,8 @@ critical path's vectorised leads against the per-iteration, per-collective loop 
 
 from __future__ import annotations
 
+import statistics
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -36,6 +38,32 @@ def test_the_parallel_sort_is_numpys_sort(monkeypatch: pytest.MonkeyPatch, cores
         got = values.copy()
         numerics.sort_in_place(got)
         assert np.array_equal(got, np.sort(values))
+
+
+@pytest.mark.parametrize("block", [7, 64, 1 << 18])
+def test_group_statistics_are_the_loop(monkeypatch: pytest.MonkeyPatch, block: int) -> None:
+    """Groups' count, total, min, max, median and StdDev (its deviations summed block by block,
+    groups running across blocks) against statistics per group in Python; exact_sum against
+    Python's sum, in int64 and past it."""
+    monkeypatch.setattr(numerics, "DEVIATION_BLOCK", block)
+    rng = np.random.default_rng(block)
+    ngroups = 40
+    codes = rng.integers(0, ngroups, 3000)
+    codes[codes == 5] = 6                                  # an empty group
+    values = rng.integers(0, 10**9, 3000) * rng.integers(0, 2, 3000)
+    for g in (numerics.Groups(codes, values, ngroups), numerics.Groups(codes, values - 10**8, ngroups)):
+        shift = 0 if g.min.min() >= 0 else 10**8
+        for k in range(ngroups):
+            rows = (values[codes == k] - shift).tolist()
+            assert g.count[k] == len(rows)
+            if not rows:
+                continue
+            assert (g.total[k], g.min[k], g.max[k]) == (sum(rows), min(rows), max(rows))
+            assert g.med[k] == float(np.median(rows))
+            assert g.std[k] == pytest.approx(statistics.stdev(rows) if len(rows) > 1 else 0.0, rel=1e-12)
+    big = np.array([2**62, 2**62, -5], dtype=np.int64)
+    for array in (values, big, big[:0]):
+        assert numerics.exact_sum(array) == sum(array.tolist())
 
 
 def test_group_starts_is_groupby() -> None:
