@@ -12,7 +12,6 @@ back to nvtx_ranges.
 from __future__ import annotations
 
 import re
-import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, cast
 
@@ -357,10 +356,13 @@ def nvtx_groups_packed(export: Export, event_types: tuple[int, ...], layout: str
     NVTX domains (eventType 75 rows), a third, `domainId << 24 | pid`, and a domain row's start
     in place of its duration, so that ranges are named by their domain in the same scan. SQLite's
     expressions cost per row as much as the columns moved, so the SQL stays this small. Each
-    batch's text is dictionary-encoded in C and released; the batch dictionaries are merged once
-    at the end and only the distinct texts become Python strings. Whether the export creates
-    domains (`named`) is probed in its first DOMAIN_PROBE_ROWS rows; a domain row the read finds
-    past them has it read again with the domain key. Returns (keys name rank * 2 +
+    batch is taken apart by the thread that read it (_PackedBatch: its text dictionary-encoded in
+    C, its rows checked and split, the batch released); the batch dictionaries are merged once at
+    the end and only the distinct texts become Python strings, and each range row is written once
+    more, into the packed array (1.91 M rows: the steps after the read 190 -> 40 ms of CPU in a
+    fresh process, most of it the first touches of the arrays they no longer make). Whether the
+    export creates domains (`named`) is probed in its first DOMAIN_PROBE_ROWS rows; a domain row
+    the read finds past them has it read again with the domain key. Returns (keys name rank * 2 +
     style, groups, names in GROUP BY order), or None where this does not apply (an unterminated
     range, a negative duration or one of 2^41 ns or more, a domain row without a start, a domainId
     of 2^39 or more): nvtx_ranges then does it."""
@@ -383,70 +385,17 @@ def nvtx_groups_packed(export: Export, event_types: tuple[int, ...], layout: str
         key = f", {key}"
     else:
         value, key = f"(eventType << {NVTX_TYPE_SHIFT}) | coalesce({DUR}, {NVTX_NO_END})", ""
-
-    seen: dict[int, list[pa.Array]] = {}                  # per reading thread: its distinct texts so far
-
-    def encode(batch: pa.RecordBatch) -> tuple[int, np.ndarray, np.ndarray, np.ndarray | None]:
-        encoded = batch.column(0).cast(pa.string()).dictionary_encode()
-        known = seen.setdefault(threading.get_ident(), [pa.nulls(0, pa.string())])
-        where = pc.index_in(encoded.dictionary, value_set=known[0])
-        if where.null_count:                                  # texts new to this thread: append them
-            known[0] = pa.concat_arrays([known[0], encoded.dictionary.filter(where.is_null())])
-            where = pc.index_in(encoded.dictionary, value_set=known[0])
-        codes = numpy_of(where).astype(np.int32)[numpy_of(encoded.indices)]
-        # copies: a view would keep the driver's whole batch (its text) alive
-        keys = None
-        if named:   # a NULL (a domainId out of range) leaves no key: nvtx_ranges does it
-            keys = np.array(numpy_of(batch.column(2)), dtype=np.int64) if not batch.column(2).null_count else None
-        return threading.get_ident(), codes, np.array(numpy_of(batch.column(1)), dtype=np.int64), keys
-
-    parts = export.map_batches(f"{text}, {value}{key}", NVTX, "", encode)     # no WHERE: filtering costs SQLite more
-    if not parts:
+    parts = export.map_batches(f"{text}, {value}{key}", NVTX, "",      # no WHERE: filtering costs SQLite more
+                               lambda batch: _PackedBatch(batch, event_types, style, named))
+    if not parts or any(p.unusable for p in parts):
         return None
-    threads, local, packed, keyed = (list(x) for x in zip(*parts, strict=False))
-    del parts
-    if named and any(k is None for k in keyed):
-        return None
-    v = np.concatenate(packed)
-    key_rows = np.concatenate(keyed) if named else None
-    del packed, keyed
-    if v.min() < 0:
-        return None
-    etype = (v >> NVTX_TYPE_SHIFT).astype(np.int16)
-    if not named and (etype == NVTX_DOMAIN_CREATE).any():   # a domain row past the probe: read with the key
-        del v, etype, local
-        seen.clear()
+    if not named and any(p.creates_domains for p in parts):   # a domain row past the probe: read with the key
+        del parts
         return nvtx_groups_packed(export, event_types, layout, style, named=True)
-    keep = one_of(etype, event_types + (NVTX_DOMAIN_CREATE,))
-    everything = bool(keep.all())
-    if not everything:
-        v, etype = v[keep], etype[keep]
-        key_rows = key_rows[keep] if key_rows is not None else None
-    v &= NVTX_NO_END
-    domains = etype == NVTX_DOMAIN_CREATE
-    domain_starts = v[domains]
-    if (domain_starts == NVTX_NO_END).any():                  # a domain row without a start in range
-        return None
-    domain_starts -= DOMAIN_START_OFFSET
-    v[domains] = 0                                            # a domain's "duration" is unused
-    if v.max(initial=0) > PACK_MASK:
-        return None
-    kls = one_of(etype, NVTX_STARTEND)
-    del etype
-    # one dictionary for all threads' texts (C, hashing); each thread's codes mapped onto it
-    order = list(seen)
-    merged = pa.concat_arrays([seen[t][0] for t in order]).dictionary_encode()
+    # one dictionary for all batches' texts (C, hashing); each batch's codes mapped onto it
+    merged = pc.dictionary_encode(pa.concat_arrays([p.texts for p in parts]))
     to_global = numpy_of(merged.indices)
-    offsets = dict(zip(order, np.cumsum([0] + [len(seen[t][0]) for t in order]).tolist(), strict=False))
-    seen.clear()
-    pair = np.empty(sum(len(c) for c in local), dtype=np.int32)
-    at = 0
-    for t, c in zip(threads, local, strict=False):
-        pair[at:at + len(c)] = to_global[c + offsets[t]] if offsets[t] else to_global[c]
-        at += len(c)
-    del local, to_global
-    if not everything:
-        pair = pair[keep]
+    bounds = np.cumsum([0] + [len(p.texts) for p in parts]).tolist()
     text_ids, inline = [], []
     for value_text in merged.dictionary.to_pylist():
         m = _TEXT_ID.fullmatch(value_text) if value_text.startswith("\x01") else None
@@ -456,38 +405,117 @@ def nvtx_groups_packed(export: Export, event_types: tuple[int, ...], layout: str
     del merged
     inline_text = np.array(inline + [None], dtype=object)[:-1]
     label = _nvtx_labels(export, np.array(text_ids, dtype=np.int64), inline_text)
-    if domains.any():
-        if key_rows is None:
-            return None
+    if any(len(p.domain_codes) for p in parts):
         dom_names = np.array([nvtx_domain_name(inline, lab, layout) for inline, lab in
                               zip(inline_text.tolist(), label.tolist(), strict=True)] + [None], dtype=object)[:-1]
-        ranges = ~domains
-        domain_ids, pids = key_rows >> PID_BITS, key_rows & PID_MASK
-        n_ranges, n_domains = int(ranges.sum()), int(domains.sum())
-        one = _Pairs(pair[ranges], np.zeros(len(label), dtype=np.int64), np.full(len(label), -1, dtype=np.int64),
-                     label)
-        pair, by_export = _with_domains({"domainId": domain_ids[ranges], "pid": pids[ranges],
-                                         "e": np.zeros(n_ranges, dtype=np.int64)},
-                                        {"start": domain_starts, "domainId": domain_ids[domains], "pid": pids[domains],
-                                         "name": dom_names[pair[domains]], "e": np.zeros(n_domains, dtype=np.int64)},
-                                        slice(None), one, layout, True)
+        keys = np.concatenate([p.keys for p in parts])
+        domain_keys = np.concatenate([p.domain_keys for p in parts])
+        n_ranges, n_domains = len(keys), len(domain_keys)
+        one = _Pairs(_gathered(to_global, bounds, [p.codes for p in parts]), np.zeros(len(label), dtype=np.int64),
+                     np.full(len(label), -1, dtype=np.int64), label)
+        code, by_export = _with_domains(
+            {"domainId": keys >> PID_BITS, "pid": keys & PID_MASK, "e": np.zeros(n_ranges, dtype=np.int64)},
+            {"start": np.concatenate([p.domain_starts for p in parts]), "domainId": domain_keys >> PID_BITS,
+             "pid": domain_keys & PID_MASK, "e": np.zeros(n_domains, dtype=np.int64),
+             "name": dom_names[_gathered(to_global, bounds, [p.domain_codes for p in parts])]},
+            slice(None), one, layout, True)
         names = by_export.get(0, NO_NAMES)
-        del key_rows, domain_ids, pids
-        v, kls = v[ranges], kls[ranges]
-    else:
-        names = range_names_of(np.full(len(label), None, dtype=object), label, layout)
+        del keys, domain_keys
+    else:       # each batch's codes straight to name ranks, through its slice of to_global (below)
+        code, names = None, range_names_of(np.full(len(label), None, dtype=object), label, layout)
     name_rank, (sorted_names,) = group_codes(names)
     if len(sorted_names) * 2 > PACK_KEYS:
         return None
-    key_rows = name_rank[pair] * 2
-    del pair
-    if style:
-        key_rows += kls                                       # PushPop (0) before StartEnd (1)
-    del kls
-    v |= key_rows << PACK_BITS
-    del key_rows
+    # per range row, in read order: name rank << 42 | its values (the StartEnd bit, the duration)
+    v = np.empty(sum(len(p.values) for p in parts), dtype=np.int64)
+    at = 0
+    for p, lo, hi in zip(parts, bounds, bounds[1:], strict=False):
+        rows = v[at:at + len(p.values)]
+        if code is None:
+            # mode "clip": the default mode writes `out` through a buffer (the codes are in range)
+            np.take(name_rank[to_global[lo:hi]] << (PACK_BITS + 1), p.codes, out=rows, mode="clip")
+        else:
+            np.left_shift(name_rank[code[at:at + len(rows)]], PACK_BITS + 1, out=rows)
+        rows |= p.values
+        at += len(rows)
+    del parts, code
     ukey, g = Groups.from_packed(v)
     return ukey, g, sorted_names
+
+
+def _gathered(to_global: np.ndarray, bounds: list[int], codes: list[np.ndarray]) -> np.ndarray:
+    """Each batch's `codes` (into its own dictionary, the batch's slice of `to_global`) as codes
+    into the merged dictionary, all batches in one array."""
+    out = np.empty(sum(len(c) for c in codes), dtype=to_global.dtype)
+    at = 0
+    for lo, hi, c in zip(bounds, bounds[1:], codes, strict=False):
+        np.take(to_global[lo:hi], c, out=out[at:at + len(c)])
+        at += len(c)
+    return out
+
+
+class _PackedBatch:
+    """One batch of nvtx_groups_packed's read, taken apart by the thread that read it (numpy and
+    Arrow release the GIL: the other thread reads meanwhile), keeping none of the batch's buffers
+    (its text alone is ~2 MB). `texts`: the batch's distinct texts (in C, by hashing); its range
+    rows (of `event_types`): `codes` (into `texts`), `values` (duration, | 1 << PACK_BITS for a
+    start/end range with `style`) and, `named`, `keys`; its domain rows (eventType 75):
+    `domain_codes`, `domain_starts` and `domain_keys`. `unusable`: a row the packed read does not
+    apply to (see nvtx_groups_packed); `creates_domains`: a domain row in a read without the key."""
+
+    def __init__(self, batch: pa.RecordBatch, event_types: tuple[int, ...], style: bool, named: bool) -> None:
+        empty = np.empty(0, dtype=np.int64)
+        self.unusable = self.creates_domains = False
+        self.keys = self.domain_keys = self.domain_starts = empty
+        self.domain_codes = self.codes = np.empty(0, dtype=np.int32)
+        self.values = empty
+        encoded = pc.dictionary_encode(pc.cast(batch.column(0), pa.string()))
+        self.texts = encoded.dictionary
+        if not batch.num_rows:
+            return
+        key = batch.column(2) if named else None
+        if batch.column(1).null_count or (key is not None and key.null_count):   # a NULL key: a domainId out of range
+            self.unusable = True
+            return
+        packed = numpy_of(batch.column(1))
+        lo, hi = int(packed.min()), int(packed.max())
+        if lo < 0:
+            self.unusable = True
+            return
+        kind = lo >> NVTX_TYPE_SHIFT
+        ranges: np.ndarray | slice
+        domains: np.ndarray | slice
+        startend: np.ndarray | slice
+        if kind == hi >> NVTX_TYPE_SHIFT:      # one event type (the usual batch): no test per row (30 batches 55 -> 48 ms)
+            ranges, domains, startend = (slice(None) if kind in types else slice(0)
+                                         for types in (event_types, (NVTX_DOMAIN_CREATE,), NVTX_STARTEND))
+        else:
+            etype = packed >> NVTX_TYPE_SHIFT
+            ranges, domains = one_of(etype, event_types), etype == NVTX_DOMAIN_CREATE
+            startend = one_of(etype[ranges], NVTX_STARTEND)
+        codes = numpy_of(encoded.indices)
+        self.codes = codes[ranges]
+        self.values = packed[ranges] & NVTX_NO_END
+        if self.values.max(initial=0) > PACK_MASK:
+            self.unusable = True
+            return
+        if style:
+            self.values[startend] |= 1 << PACK_BITS
+        if key is not None:                       # copies: a view would keep the whole batch alive
+            self.keys = np.array(numpy_of(key)[ranges])
+        domain_rows = packed[domains]
+        if not len(domain_rows):
+            return
+        if not named:
+            self.creates_domains = True
+            return
+        self.domain_codes = codes[domains]
+        self.domain_starts = domain_rows & NVTX_NO_END
+        if (self.domain_starts == NVTX_NO_END).any():        # a domain row without a start in range
+            self.unusable = True
+            return
+        self.domain_starts -= DOMAIN_START_OFFSET
+        self.domain_keys = np.array(numpy_of(key)[domains])
 
 
 def _nvtx_labels(export: Export, text_ids: np.ndarray, inline: np.ndarray) -> np.ndarray:
