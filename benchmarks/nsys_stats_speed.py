@@ -81,6 +81,9 @@ NEEDS: dict[str, dict[str, str]] = {
     "osrtsum": {"OSRT_API": "start, end, nameId, eventClass"},
 }
 NEEDS |= {new: NEEDS[old] for old, new in zip(OLD_NAMES, NEW_NAMES, strict=True) if new not in NEEDS}
+#: what hpcprof's `nsys` commands set for themselves (hpcprof.__main__), given to the floors that
+#: import numpy too: its OpenBLAS then starts no threads (~0.1 s of a 2-core machine's time)
+QUIET_BLAS = {"OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS", "1")}
 GOAL_RATIO = 1.3        # issue 21: hpcprof nsys stats within 1.3x of (one scan of the needed columns + start-up)
 
 
@@ -476,7 +479,8 @@ def goal_shapes(fixtures: Path, nsys: str, rounds: int, work: Path, only: list[s
                              str(export)],
                     "floor": [sys.executable, "-c", reads_code(export, reads, imports)],
                     "scan": [sys.executable, "-c", reads_code(export, reads)]}
-        runs = alternate(commands, rounds, out, {**os.environ, "HPCPROF_NSYS_CACHE": "off"})
+        # the floor imports numpy as hpcprof's `nsys` commands do: without OpenBLAS's threads
+        runs = alternate(commands, rounds, out, {**os.environ, "HPCPROF_NSYS_CACHE": "off", **QUIET_BLAS})
         wall = {k: median_wall(v) for k, v in runs.items()}
         cpu = {k: median_cpu(v) for k, v in runs.items()}
         ratio = wall["hpcprof"] / wall["floor"]
@@ -490,7 +494,8 @@ def goal_shapes(fixtures: Path, nsys: str, rounds: int, work: Path, only: list[s
               f"{max(r[1] for r in runs['nsys']):<7d} {load()}"
               f"{'' if identical else f'  OUTPUT DIFFERS ({files} nsys files)'}")
     print(f"  (floor: one process importing what hpcprof imports for that export and scanning the {len(DEFAULT_NEEDS)} "
-          "tables' needed columns once, count() in SQLite; scan+pass: the scan alone after `python -c pass`'s start)")
+          "tables' needed columns once, count() in SQLite, with OPENBLAS_NUM_THREADS=1 as hpcprof's `nsys` commands "
+          "set for themselves; scan+pass: the scan alone after `python -c pass`'s start)")
     return met, same
 
 
@@ -718,7 +723,7 @@ def report_sets(args: argparse.Namespace) -> None:
     tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     con.close()
     sets = {"all": REPORTS} | {r: [r] for r in REPORTS if any(t in tables for t in NEEDS[r])}
-    scan_env = {**os.environ, "HPCPROF_NSYS_CACHE": "off"}
+    scan_env = {**os.environ, "HPCPROF_NSYS_CACHE": "off", **QUIET_BLAS}
     cache_env = {**os.environ, "HPCPROF_NSYS_CACHE": "on"}
 
     def hp_cmd(names: list[str], out: str) -> list[str]:
