@@ -1,6 +1,6 @@
 """Load torch.profiler (Kineto) traces, one file per rank, into the columns HTA's analyses read.
 
-A trace is decoded once, streaming (trace/stream.py: batches of about 8 MB of JSON, gzip inflated
+A trace is decoded once, streaming (trace/stream.py: batches of about 1 MB of JSON, gzip inflated
 on the fly), with msgspec against a schema that names only the fields read (trace/schema.py:
 `LoadEvent`'s `ts, dur, cat, name, args.stream, args.correlation` for the analyses; `Event` adds the
 NCCL kernels' process group and sequence number and the collectives' sizes for the critical path
