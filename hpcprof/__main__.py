@@ -1,6 +1,7 @@
 """The `hpcprof` program: the console script and `python -m hpcprof`."""
 
 import gc
+import os
 import sys
 
 #: the `hpcprof nsys` commands with a quick lane
@@ -18,8 +19,15 @@ def main() -> None:
 
     `hpcprof nsys stats|nccl|overlap|gaps ... --format csv` goes first to the command's quick lane,
     which runs it without click where it reads the whole command line and the file
-    (stats_command.quick)."""
+    (stats_command.quick).
+
+    `hpcprof trace ...` does no linear algebra: numpy's OpenBLAS is told to start no thread of its own
+    (it starts one per core at numpy's import, which spin for ~0.1 s: `trace all` of 2 files of 72 MB
+    on 2 cores 0.64 -> 0.57 CPU s, a core's time the second file's worker or other work would lack
+    on a busy machine; the same wall time on an idle one)."""
     gc.disable()
+    if sys.argv[1:2] == ["trace"]:
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     if sys.argv[1:2] == ["nsys"] and sys.argv[2:3] and sys.argv[2] in QUICK:
         from hpcprof.analysis.nsys import stats_command
 

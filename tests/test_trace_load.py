@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from hpcprof.analysis.trace import analyses as A
-from hpcprof.analysis.trace.load import TraceError, _factorize, load_trace, load_traces
+from hpcprof.analysis.trace.load import TraceError, _codes, _distinct, load_trace, load_traces
 
 
 def write_trace(path: Path, events: list[dict[str, Any]], rank: int | None = None) -> Path:
@@ -219,8 +219,11 @@ def test_odd_stream_values_are_not_streams(tmp_path: Path) -> None:
     ["nccl:all_reduce"] * 50 + [None] * 3 + ["aten::mm", 7] * 20,
 ])
 def test_factorize_equals_pandas_on_json_values(values: list[Any]) -> None:
-    """batch_columns' factorize (no pandas in scan_split's helpers) gives pd.factorize's codes and values."""
-    codes, uniques = _factorize(values)
+    """batch_columns' factorize (no pandas in scan_split's helpers) gives pd.factorize's codes and values,
+    of the values and of a part of them."""
+    uniques = _distinct(values)
+    codes = _codes(values, uniques)
+    assert _codes(values[1::2], uniques).tolist() == codes[1::2].tolist()
     expected_codes, expected_uniques = pd.factorize(np.array(values, dtype=object))
     assert codes.dtype == np.int64 and codes.tolist() == expected_codes.tolist()
     assert uniques.dtype == object and uniques.tolist() == expected_uniques.tolist()

@@ -1,6 +1,6 @@
 """Load torch.profiler (Kineto) traces, one file per rank, into the columns HTA's analyses read.
 
-A trace is decoded once, streaming (trace/stream.py: batches of about 8 MB of JSON, gzip inflated
+A trace is decoded once, streaming (trace/stream.py: batches of about 1 MB of JSON, gzip inflated
 on the fly), with msgspec against a schema that names only the fields read (trace/schema.py:
 `LoadEvent`'s `ts, dur, cat, name, args.stream, args.correlation` for the analyses; `Event` adds the
 NCCL kernels' process group and sequence number and the collectives' sizes for the critical path
@@ -42,7 +42,7 @@ import msgspec
 import numpy as np
 
 from hpcprof.analysis.clocks import clock_problem
-from hpcprof.analysis.trace.schema import Event, Head, Ids, LoadEvent, NoFields
+from hpcprof.analysis.trace.schema import Event, Head, LoadEvent, NoFields
 from hpcprof.analysis.trace.stream import BATCH_BYTES, EventStream, TraceError
 from hpcprof.analysis.trace.table import Table, first_seen, texts, used_categories
 from hpcprof.cpus import usable_cpus
@@ -121,16 +121,22 @@ def _file_codes(codes: dict[Any, int], uniques: np.ndarray) -> np.ndarray:
     return np.array([codes.setdefault(u, len(codes)) for u in uniques.tolist()] + [-1], dtype=np.int64)
 
 
-def _factorize(values: list[Any]) -> tuple[np.ndarray, np.ndarray]:
-    """pd.factorize of JSON values (codes in order of first appearance, None -1; the distinct
-    values) without pandas: batch_columns runs in scan_split's helper processes, where pandas'
-    machinery copied ~1.6 MiB of the pages each inherited (benchmarks/gpu/trace_factorize_ab.py)."""
-    seen: dict[Any, int] = {}
-    codes = np.fromiter((-1 if v is None else seen.setdefault(v, len(seen)) for v in values), dtype=np.int64,
-                        count=len(values))
-    uniques = np.empty(len(seen), dtype=object)
-    uniques[:] = list(seen)
-    return codes, uniques
+def _distinct(values: list[Any]) -> np.ndarray:
+    """pd.factorize's distinct values of JSON values (in order of first appearance, None left out)
+    without pandas: batch_columns runs in scan_split's helper processes, where pandas' machinery
+    copied ~1.6 MiB of the pages each inherited (benchmarks/gpu/trace_factorize_ab.py)."""
+    seen = dict.fromkeys(values)
+    seen.pop(None, None)
+    distinct = np.empty(len(seen), dtype=object)
+    distinct[:] = list(seen)
+    return distinct
+
+
+def _codes(values: list[Any], distinct: np.ndarray) -> np.ndarray:
+    """pd.factorize's codes of `values` (None -1) against `distinct`, _distinct of values that include them."""
+    index = dict(zip(distinct.tolist(), range(len(distinct)), strict=True))
+    index[None] = -1
+    return np.fromiter(map(index.__getitem__, values), dtype=np.int64, count=len(values))
 
 
 def peek_rank(path: Path) -> int | None:
@@ -242,22 +248,26 @@ def batch_columns(events: Sequence[LoadEvent]) -> BatchColumns | None:
     first_ts = (float(first.ts) if first.ts is not None and first.cat is not None
                 and first.dur is not None and first.dur == first.dur else math.nan)
     ts_is_float = bool(set(map(type, [e.ts for e in events])) - {int})
-    no_args = Ids()
-    args = [e.args or no_args for e in events]
-    stream = _int_column([a.stream for a in args])
-    corr = _int_column([a.correlation for a in args])
+    args = [e.args for e in events]
+    stream = _int_column([-1 if a is None else a.stream for a in args])
+    corr = _int_column([-1 if a is None else a.correlation for a in args])
     del args
-    name_codes, uniques = _factorize([e.name for e in events])
-    names = texts(uniques.tolist())
-    step_name = np.array([*("ProfilerStep" in n for n in names), False])[name_codes]
-    sync_name = np.array([*(n in SYNC_NAMES for n in names), False])[name_codes]  # code -1 (no name): False
-    idx = np.flatnonzero((stream != -1) | (corr != -1) | step_name | sync_name)
+    names = [e.name for e in events]
+    uniques = _distinct(names)
+    kept = (stream != -1) | (corr != -1)
+    # the names of ProfilerStep annotations and sync events, looked for only in a batch that has one
+    marked = {name for name, text in zip(uniques.tolist(), texts(uniques.tolist()).tolist(), strict=True)
+              if "ProfilerStep" in text or text in SYNC_NAMES}
+    if marked:
+        kept |= np.fromiter(map(marked.__contains__, names), dtype=bool, count=len(names))
+    idx = np.flatnonzero(kept)
     chosen = [events[i] for i in idx.tolist()]
-    cat_codes, cats = _factorize([e.cat for e in chosen])
+    cat_values = [e.cat for e in chosen]
+    cats = _distinct(cat_values)
     return BatchColumns(len(events), first_ts, ts_is_float, uniques, cats,
                         np.array([e.ts for e in chosen], dtype=np.float64),
                         np.array([e.dur for e in chosen], dtype=np.float64),
-                        name_codes[idx], cat_codes, stream[idx], corr[idx])
+                        _codes([e.name for e in chosen], uniques), _codes(cat_values, cats), stream[idx], corr[idx])
 
 
 #: where scan_split puts the texts its helpers decode, when they are forked from it: a shared
@@ -519,8 +529,13 @@ def map_traces(fn: Callable[[Path, int], T], files: Sequence[Path], workers: int
 def _share_out(fn: Callable[[Path, int], T], files: Sequence[Path], pool: ProcessPoolExecutor) -> list[T]:
     """`fn(file, 0)` for each of `files`, in order: the first here while `pool` starts on the others,
     then each one no worker has started yet, from the last (a start and a transfer of its result
-    fewer: `trace all` of 2 files of 7 MB on 2 cores 0.504 -> 0.477 s, its peak 63 -> 72 MiB)."""
+    fewer: `trace all` of 2 files of 7 MB on 2 cores 0.504 -> 0.477 s, its peak 63 -> 72 MiB).
+    The pool takes no more work once they are submitted: a worker then exits as soon as it is done,
+    while this process decodes, rather than when the caller shuts the pool down (one that is still
+    decoding, and so writes nothing, then dies with this process by die_with_parent alone: a shut
+    down pool lists no workers for atomic.stop_on_sigterm)."""
     futures = [pool.submit(fn, f, 0) for f in files[1:]]
+    pool.shutdown(wait=False)
     first = fn(files[0], 0)
     mine: dict[int, T] = {}
     for i in reversed(range(len(futures))):
