@@ -21,12 +21,13 @@ def main() -> None:
     which runs it without click where it reads the whole command line and the file
     (stats_command.quick).
 
-    `hpcprof trace ...` does no linear algebra: numpy's OpenBLAS is told to start no thread of its own
-    (it starts one per core at numpy's import, which spin for ~0.1 s: `trace all` of 2 files of 72 MB
-    on 2 cores 0.64 -> 0.57 CPU s, a core's time the second file's worker or other work would lack
-    on a busy machine; the same wall time on an idle one)."""
+    `hpcprof trace ...` and `hpcprof nsys ...` do no linear algebra and start no workload (nsys
+    export at most): numpy's OpenBLAS is told to start no thread of its own, unless the user set
+    OPENBLAS_NUM_THREADS (it starts one per core at numpy's import, which spin for ~0.1 s: `trace
+    all` of 2 files of 72 MB on 2 cores 0.64 -> 0.57 CPU s; `nsys stats` of the memcpy/UM-heavy
+    export 1.16 -> 1.05 CPU s; a core's time the other threads and workers lack on a busy machine)."""
     gc.disable()
-    if sys.argv[1:2] == ["trace"]:
+    if sys.argv[1:2] in (["trace"], ["nsys"]):
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     if sys.argv[1:2] == ["nsys"] and sys.argv[2:3] and sys.argv[2] in QUICK:
         from hpcprof.analysis.nsys import stats_command
