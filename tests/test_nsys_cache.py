@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from hpcprof.analysis.nsys.collect import analyse_file
-from hpcprof.analysis.nsys_stats import cache, db, stats
+from hpcprof.analysis.nsys_stats import arrow, cache, stats
 from hpcprof.analysis.nsys_stats.cache import cache_dir
 from hpcprof.analysis.nsys_stats.db import Export
 from hpcprof.analysis.nsys_stats.schema import MissingData
@@ -66,10 +66,10 @@ def test_second_analysis_reads_the_cache_and_matches(export: Path, monkeypatch: 
     assert len(written) >= 5                          # GPU activity, runtime, NVTX, OS runtime, overhead, ...
     # the second time every columnar read comes from the cache: reading the export would fail
 
-    def no_scan(self: object, sql: str) -> None:
+    def no_scan(self: object, sql: str, *rows: int) -> None:
         raise AssertionError(f"read the export: {sql}")
 
-    monkeypatch.setattr(db.ArrowConnection, "batches", no_scan)
+    monkeypatch.setattr(arrow.ArrowConnection, "batches", no_scan)
     same(analysis(export), reference)
     assert files(export) == written                   # nothing rewritten
 
@@ -116,13 +116,13 @@ def test_a_touched_export_rebuilds_the_cache(export: Path, monkeypatch: pytest.M
     st = export.stat()
     os.utime(export, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
     reads: list[str] = []
-    scan = db.ArrowConnection.batches
+    scan = arrow.ArrowConnection.batches
 
-    def counted(self: db.ArrowConnection, sql: str) -> object:
+    def counted(self: arrow.ArrowConnection, sql: str, *rows: int) -> object:
         reads.append(sql)
-        return scan(self, sql)
+        return scan(self, sql, *rows)
 
-    monkeypatch.setattr(db.ArrowConnection, "batches", counted)
+    monkeypatch.setattr(arrow.ArrowConnection, "batches", counted)
     same(analysis(export), reference)
     assert (cache_dir(export) / "key.json").read_text() != key
     assert len(reads) >= len(written)                                     # read from the export again

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+import hpcprof.analysis.nsys_stats.arrow as nsys_arrow
 import hpcprof.analysis.nsys_stats.db as nsys_db
 from hpcprof.analysis.nsys_stats import reports
 from hpcprof.analysis.nsys_stats.db import Export
@@ -145,7 +146,7 @@ def test_small_tables_read_through_sqlite3_equal_the_adbc_reads(fixtures_dir: Pa
     db = fixtures_dir / "nsys" / f"{fixture}.sqlite"
     outputs = []
     opened: list[str] = []
-    monkeypatch.setattr(nsys_db.ArrowConnection, "__init__", _counting(opened))
+    monkeypatch.setattr(nsys_arrow.ArrowConnection, "__init__", _counting(opened))
     for bound in (1 << 40, -1):
         monkeypatch.setattr(nsys_db, "SMALL_READ_ROWS", bound)
         opened.clear()
@@ -158,11 +159,11 @@ def test_small_tables_read_through_sqlite3_equal_the_adbc_reads(fixtures_dir: Pa
     assert outputs[0] == outputs[1]
 
 
-def _counting(opened: list[str]) -> Callable[[nsys_db.ArrowConnection, str], None]:
+def _counting(opened: list[str]) -> Callable[[nsys_arrow.ArrowConnection, str], None]:
     """ArrowConnection.__init__, noting each connection opened."""
-    original = nsys_db.ArrowConnection.__init__
+    original = nsys_arrow.ArrowConnection.__init__
 
-    def init(self: nsys_db.ArrowConnection, uri: str) -> None:
+    def init(self: nsys_arrow.ArrowConnection, uri: str) -> None:
         opened.append(uri)
         original(self, uri)
 
@@ -170,8 +171,8 @@ def _counting(opened: list[str]) -> Callable[[nsys_db.ArrowConnection, str], Non
 
 
 def test_small_batch_types_as_adbc_and_declines_what_it_cannot() -> None:
-    batch = nsys_db.small_batch([(1, 2.5, "a\x00b"), (-3, 0.0, "\x00")])
+    batch = nsys_arrow.small_batch([(1, 2.5, "a\x00b"), (-3, 0.0, "\x00")])
     assert batch is not None and [str(t) for t in batch.schema.types] == ["int64", "double", "string"]
     assert batch.column(2).to_pylist() == ["a\x00b", "\x00"]                 # NUL kept (the NULL marker)
-    assert nsys_db.small_batch([(1,), (None,)]) is None                      # a NULL: read by ADBC
-    assert nsys_db.small_batch([(1,), ("x",)]) is None                       # mixed types likewise
+    assert nsys_arrow.small_batch([(1,), (None,)]) is None                      # a NULL: read by ADBC
+    assert nsys_arrow.small_batch([(1,), ("x",)]) is None                       # mixed types likewise

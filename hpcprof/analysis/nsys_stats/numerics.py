@@ -318,7 +318,7 @@ def factorize_sorted(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     which is SQLite's byte order of UTF-8), None and NaN as NULL."""
     import pyarrow as pa
 
-    from hpcprof.analysis.nsys_stats.db import arrow_of, numpy_of
+    from hpcprof.analysis.nsys_stats.arrow import arrow_of, numpy_of
 
     if key.dtype == object and len(key) <= PYTHON_FACTORIZE_MAX:
         return _factorize_objects(key)
@@ -344,10 +344,10 @@ def _factorize_objects(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     index: dict[object, int] = {}
     raw = np.fromiter((index.setdefault(None if v is None or v != v else v, len(index)) for v in key.tolist()),
                       dtype=np.int64, count=len(key))
-    distinct = list(index)
-    # NULL first, then the texts by value (a key per text, no tuples: 18.5 k names 15 -> 5 ms)
+    distinct: list[Any] = list(index)
+    # NULL first, then the texts by value (no tuple made per text)
     order = [i for i, v in enumerate(distinct) if v is None]
-    order += sorted((i for i, v in enumerate(distinct) if v is not None), key=distinct.__getitem__)
+    order += sorted((i for i, v in enumerate(distinct) if v is not None), key=lambda i: distinct[i])
     rank = np.empty(len(distinct), dtype=np.int64)
     rank[order] = np.arange(len(distinct))
     return rank[raw] if len(raw) else raw, np.array([distinct[i] for i in order] + [None], dtype=object)[:-1]

@@ -20,7 +20,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from hpcprof.analysis.nsys_stats.arrays import one_of
-from hpcprof.analysis.nsys_stats.db import BATCH_ROWS, PID_BITS, PID_MASK, Export, TextCodes, numpy_of, pid_of
+from hpcprof.analysis.nsys_stats.arrow import TextCodes, numpy_of
+from hpcprof.analysis.nsys_stats.db import BATCH_ROWS, PID_BITS, PID_MASK, Export, pid_of
 from hpcprof.analysis.nsys_stats.loaders import need
 from hpcprof.analysis.nsys_stats.numerics import (
     DUR,
