@@ -339,6 +339,16 @@ def factorize_sorted(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return codes, np.concatenate((np.array([None], dtype=object), uniq[order].astype(object)))
 
 
+def distinct_of(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(index of each value into the distinct values, the distinct values in order of first
+    appearance) of an integer array without NULLs, by Arrow's hash: the index is a view of Arrow's
+    int32 indices (kernel-heavy's 2.15 M grids: no int64 copy and no sorted codes made per row)."""
+    from hpcprof.analysis.nsys_stats.arrow import arrow_of, numpy_of
+
+    encoded = arrow_of(values).dictionary_encode()
+    return numpy_of(encoded.indices), numpy_of(encoded.dictionary)
+
+
 def _factorize_objects(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """factorize_sorted of an object array (text, None/NaN as NULL) with a dict."""
     index: dict[object, int] = {}

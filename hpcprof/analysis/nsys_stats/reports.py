@@ -31,6 +31,7 @@ from hpcprof.analysis.nsys_stats.numerics import (
     PACK_MASK,
     Groups,
     by_total,
+    distinct_of,
     factorize_sorted,
     group_codes,
     join_rows,
@@ -165,17 +166,19 @@ def _kern_gb_packed(export: Export) -> tuple[np.ndarray, Groups, np.ndarray, np.
     v, gp, bp = export.sql_ints(f"{pack_sql('demangledName', DUR)}, {grid}, {block}", KERNEL, ncols=3)
     if len(v) and min(v.min(), gp.min(), bp.min()) < 0:
         return None
-    gcode, gu = factorize_sorted(gp)
-    bcode, bu = factorize_sorted(bp)
+    # each row's grid and block as its index into their distinct values (Arrow's hash: a view of
+    # int32 indices, no sort and no code array per row), ranked by their text
+    gindex, gu = distinct_of(gp)
+    bindex, bu = distinct_of(bp)
     grid_rank, (grid_u,) = group_codes(_dims_text(gu, (32, 16), 0xFFFF))       # text order of the grids
     block_rank, (block_u,) = group_codes(_dims_text(bu, (42, 21), 0x1FFFFF))
     ng, nb = max(len(grid_u), 1), max(len(block_u), 1)
     key = v >> PACK_BITS
     key *= ng
-    key += grid_rank[gcode]
+    key += grid_rank[gindex]
     key *= nb
-    key += block_rank[bcode]
-    del gcode, bcode, gp, bp
+    key += block_rank[bindex]
+    del gindex, bindex, gp, bp
     packs = int(key.max(initial=0)) < PACK_KEYS          # the key as it is (no hashing pass over the rows)
     code, ukey = (key, None) if packs else factorize_sorted(key)
     del key
