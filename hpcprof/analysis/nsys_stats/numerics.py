@@ -318,16 +318,18 @@ def factorize_sorted(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     which is SQLite's byte order of UTF-8), None and NaN as NULL."""
     import pyarrow as pa
 
-    from hpcprof.analysis.nsys_stats.arrow import arrow_of, numpy_of
+    from hpcprof.analysis.nsys_stats.arrow import numpy_of
 
-    if key.dtype == object and len(key) <= PYTHON_FACTORIZE_MAX:
+    if key.dtype != object:                               # numbers: no NULL
+        index, uniq = distinct_of(key)
+        order = np.argsort(uniq, kind="stable")
+        rank = np.empty(len(uniq), dtype=np.int64)
+        rank[order] = np.arange(len(uniq))
+        return rank[index], uniq[order]
+    if len(key) <= PYTHON_FACTORIZE_MAX:
         return _factorize_objects(key)
-    if key.dtype == object:
-        encoded = pa.array(key, type=pa.string(), from_pandas=True).dictionary_encode()
-        uniq = np.asarray(encoded.dictionary.to_numpy(zero_copy_only=False), dtype=object)
-    else:
-        encoded = arrow_of(key).dictionary_encode()
-        uniq = numpy_of(encoded.dictionary)
+    encoded = pa.array(key, type=pa.string(), from_pandas=True).dictionary_encode()
+    uniq = np.asarray(encoded.dictionary.to_numpy(zero_copy_only=False), dtype=object)
     order = np.argsort(uniq, kind="stable")
     rank = np.empty(len(uniq) + 1, dtype=np.int64)
     rank[order] = np.arange(len(uniq))
