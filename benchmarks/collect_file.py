@@ -37,7 +37,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -76,19 +76,39 @@ NEEDED = {"CUPTI_ACTIVITY_KIND_KERNEL": ["start", "end", "deviceId", "streamId",
 
 
 def floor(path: Path) -> int:
-    """Open the export and read every needed column once as Arrow batches (ADBC); the number of
-    values read."""
-    from hpcprof.analysis.nsys_stats.db import Export
+    """Open the export and read every needed column once as Arrow batches through ADBC's SQLite
+    driver itself, read-only, immutable and memory-mapped (the fastest read known here), not
+    through hpcprof's reader: the floor stays the same whichever tree is measured (with the tree's
+    own reader, a faster reader raised the tree's ratio); the number of values read."""
+    import urllib.parse
+
+    import adbc_driver_manager
+    import adbc_driver_sqlite
+    import pyarrow as pa
+
+    def batches(sql: str) -> Iterator[pa.RecordBatch]:
+        statement = adbc_driver_manager.AdbcStatement(connection)
+        try:
+            statement.set_sql_query(sql)
+            stream, _ = statement.execute_query()
+            yield from pa.RecordBatchReader.from_stream(stream)
+        finally:
+            statement.close()
 
     values = 0
-    with Export(path) as export:
+    database = adbc_driver_sqlite.connect(f"file:{urllib.parse.quote(str(path.resolve()))}?mode=ro&immutable=1")
+    connection = adbc_driver_manager.AdbcConnection(database)
+    try:
+        list(batches(f"PRAGMA mmap_size = {1 << 40}"))
         for table, wanted in NEEDED.items():
-            have = export.columns(table)
+            have = {b.column(1)[i].as_py() for b in batches(f'PRAGMA table_info("{table}")') for i in range(b.num_rows)}
             cols = [c for c in wanted if c in have]
-            if not cols:
-                continue
-            for batch in export.sql_batches(f'SELECT {", ".join(chr(34) + c + chr(34) for c in cols)} FROM "{table}"'):
-                values += batch.num_rows * batch.num_columns
+            if cols:
+                for batch in batches(f'SELECT {", ".join(chr(34) + c + chr(34) for c in cols)} FROM "{table}"'):
+                    values += batch.num_rows * batch.num_columns
+    finally:
+        connection.close()
+        database.close()
     return values
 
 
