@@ -466,7 +466,7 @@ def goal_shapes(fixtures: Path, nsys: str, rounds: int, work: Path, only: list[s
     print(f"== goal 2: every shape at its floor: nsys 2022.4's default report set, --format csv -o, without hpcprof's "
           f"cache; median of {rounds} alternated runs")
     print(f"  {'shape':16s} {'MiB':>4s} {'rows':>10s} {'hpcprof s':>9s} {'nsys s':>7s} {'floor s':>7s} {'ratio':>6s}  "
-          f"{'goal':6s} {'to scan+pass':>12s} {'x nsys':>6s} {'CPU ratio':>9s} {'peak MiB hp/nsys':>16s}  load")
+          f"{'goal':6s} {'rounds':>11s} {'to scan+pass':>12s} {'x nsys':>6s} {'CPU ratio':>9s} {'peak MiB hp/nsys':>16s}  load")
     for shape in only or SHAPES:
         export, counts = make(shape, work / "shapes")
         out = work / "out" / shape.replace("/", "-")
@@ -485,17 +485,21 @@ def goal_shapes(fixtures: Path, nsys: str, rounds: int, work: Path, only: list[s
         cpu = {k: median_cpu(v) for k, v in runs.items()}
         ratio = wall["hpcprof"] / wall["floor"]
         met.append(ratio <= GOAL_SHAPE_FLOOR)
+        # each round runs hpcprof and its floor one after the other: the spread of their ratios is the noise
+        paired = sorted(h[0] / f[0] for h, f in zip(runs["hpcprof"], runs["floor"], strict=True))
         identical, files = same_files(out, out, "h_", "n_")
         same.append(identical)
         print(f"  {shape:16s} {export.stat().st_size / 2**20:4.0f} {sum(counts.values()):10,d} {wall['hpcprof']:9.2f} "
               f"{wall['nsys']:7.2f} {wall['floor']:7.2f} {ratio:5.2f}x  {verdict(met[-1]):6s} "
+              f"{paired[0]:5.2f}-{paired[-1]:4.2f}x "
               f"{wall['hpcprof'] / wall['scan']:11.2f}x {wall['nsys'] / wall['hpcprof']:5.2f}x "
               f"{cpu['hpcprof'] / cpu['floor']:8.2f}x {max(r[1] for r in runs['hpcprof']):7d} / "
               f"{max(r[1] for r in runs['nsys']):<7d} {load()}"
               f"{'' if identical else f'  OUTPUT DIFFERS ({files} nsys files)'}")
     print(f"  (floor: one process importing what hpcprof imports for that export and scanning the {len(DEFAULT_NEEDS)} "
           "tables' needed columns once, count() in SQLite, with OPENBLAS_NUM_THREADS=1 as hpcprof's `nsys` commands "
-          "set for themselves; scan+pass: the scan alone after `python -c pass`'s start)")
+          "set for themselves; rounds: the lowest and highest ratio of one round's hpcprof and floor, run one after the "
+          "other; scan+pass: the scan alone after `python -c pass`'s start)")
     return met, same
 
 
