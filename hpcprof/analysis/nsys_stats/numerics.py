@@ -322,20 +322,18 @@ def factorize_sorted(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
     if key.dtype != object:                               # numbers: no NULL
         index, uniq = distinct_of(key)
-        order = np.argsort(uniq, kind="stable")
-        rank = np.empty(len(uniq), dtype=np.int64)
-        rank[order] = np.arange(len(uniq))
-        return rank[index], uniq[order]
-    if len(key) <= PYTHON_FACTORIZE_MAX:
+        nulls = False
+    elif len(key) <= PYTHON_FACTORIZE_MAX:
         return _factorize_objects(key)
-    encoded = pa.array(key, type=pa.string(), from_pandas=True).dictionary_encode()
-    uniq = np.asarray(encoded.dictionary.to_numpy(zero_copy_only=False), dtype=object)
+    else:
+        encoded = pa.array(key, type=pa.string(), from_pandas=True).dictionary_encode()
+        uniq = np.asarray(encoded.dictionary.to_numpy(zero_copy_only=False), dtype=object)
+        index, nulls = numpy_of(encoded.indices), encoded.indices.null_count > 0
     order = np.argsort(uniq, kind="stable")
     rank = np.empty(len(uniq) + 1, dtype=np.int64)
     rank[order] = np.arange(len(uniq))
-    index = numpy_of(encoded.indices)
-    if not encoded.indices.null_count:
-        return rank[index.astype(np.int64, copy=False)], uniq[order]
+    if not nulls:
+        return rank[index], uniq[order]
     rank[-1] = -1                                         # NULL: a code before every value
     codes = rank[np.where(np.isnan(index), len(uniq), index).astype(np.int64)] + 1
     return codes, np.concatenate((np.array([None], dtype=object), uniq[order].astype(object)))
