@@ -52,7 +52,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from itertools import chain
 from pathlib import Path
 from typing import Any
@@ -205,19 +205,20 @@ def engine_in_process(engine: str, db: Path) -> str:
     """Seconds one engine spends importing itself, then on the reports and their CSV text."""
     t0 = time.perf_counter()
     from hpcprof.analysis.nsys_stats import stats
-    from hpcprof.analysis.nsys_stats.table import write_csv
+    from hpcprof.analysis.nsys_stats.table import Table, write_csv
 
     if engine == "columnar":
         import hpcprof.analysis.nsys_stats.reports  # noqa: F401  (the columnar engine's imports)
         from hpcprof.analysis.nsys_stats.db import Export
     t1 = time.perf_counter()
+    tables: Sequence[object]                  # Tables, and the reports' MissingData/None where they have none
     if engine == "columnar":
         with Export(db) as export:
             tables = stats.run_reports(export, ENGINE_REPORTS, frames=False)
     else:
         tables = stats.run_python_reports(db, ENGINE_REPORTS)
     for table in tables:
-        if not isinstance(table, Exception):
+        if isinstance(table, Table):
             write_csv(table, io.StringIO())
     return f"{t1 - t0} {time.perf_counter() - t1}"
 
@@ -301,6 +302,49 @@ def verdict(ok: bool) -> str:
 
 def load() -> str:
     return " ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def _loop_s() -> float:
+    """Seconds of one fixed pure-Python loop (about 20 ms on a 2026 server core)."""
+    start = time.perf_counter()
+    total = 0
+    for i in range(400_000):
+        total += i
+    return time.perf_counter() - start
+
+
+def cpu_speeds() -> list[float]:
+    """The fixed loop's ms on each CPU this process may use, pinned to it (best of 3; [] where
+    affinity cannot be set): a VM's CPUs lent by a shared host can differ and change by the minute
+    (a 2-vCPU host here, 2026-11-27: one loop 1.7 s on one CPU and 3.0 s on the other, then 1.7 on
+    both), and a command that uses two CPUs waits for the slower while a one-process floor runs on
+    either: the state a wall-time verdict was made in."""
+    if not hasattr(os, "sched_setaffinity"):
+        return []
+    mine = os.sched_getaffinity(0)
+    times: list[float] = []
+    try:
+        for cpu in sorted(mine):
+            os.sched_setaffinity(0, {cpu})
+            times.append(min(_loop_s() for _ in range(3)) * 1e3)
+    finally:
+        os.sched_setaffinity(0, mine)
+    return times
+
+
+def cpu_spread(times: list[float]) -> str:
+    """The slowest CPU's loop time over the fastest's (cpu_speeds), e.g. "1.65x"."""
+    return f"{max(times) / min(times):.2f}x" if times else "n/a"
+
+
+def cpu_state() -> str:
+    """cpu_speeds in words."""
+    times = cpu_speeds()
+    if not times:
+        return "each CPU's speed: not measurable here (no sched_setaffinity)"
+    each = (", ".join(f"{t:.0f}" for t in times) if len(times) <= 8
+            else f"{min(times):.0f} / {statistics.median(times):.0f} / {max(times):.0f} (lowest / median / highest)")
+    return f"a fixed loop's ms on each of the {len(times)} CPUs alone: {each}; the slowest {cpu_spread(times)} the fastest"
 
 
 def captured_sql(run: Callable[[], object]) -> list[str]:
@@ -452,9 +496,9 @@ def child_modules(export: Path, out: Path) -> list[str]:
              "import contextlib, io\nwith contextlib.suppress(SystemExit), contextlib.redirect_stdout(io.StringIO()):\n"
              "    main()\n"
              "print(' '.join(sorted(m for m in set(sys.modules) - before if '.' not in m or m.startswith('hpcprof.'))))")
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                         env={**os.environ, "HPCPROF_NSYS_CACHE": "off"}).stdout
-    return [m for m in out.split() if not m.startswith("_") and m != "__main__"]
+    said = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          env={**os.environ, "HPCPROF_NSYS_CACHE": "off"}).stdout
+    return [m for m in said.split() if not m.startswith("_") and m != "__main__"]
 
 
 def goal_shapes(fixtures: Path, nsys: str, rounds: int, work: Path, only: list[str]) -> tuple[list[bool], list[bool]]:
@@ -466,7 +510,7 @@ def goal_shapes(fixtures: Path, nsys: str, rounds: int, work: Path, only: list[s
     print(f"== goal 2: every shape at its floor: nsys 2022.4's default report set, --format csv -o, without hpcprof's "
           f"cache; median of {rounds} alternated runs")
     print(f"  {'shape':16s} {'MiB':>4s} {'rows':>10s} {'hpcprof s':>9s} {'nsys s':>7s} {'floor s':>7s} {'ratio':>6s}  "
-          f"{'goal':6s} {'rounds':>11s} {'to scan+pass':>12s} {'x nsys':>6s} {'CPU ratio':>9s} {'peak MiB hp/nsys':>16s}  load")
+          f"{'goal':6s} {'rounds':>11s} {'to scan+pass':>12s} {'x nsys':>6s} {'CPU ratio':>9s} {'peak MiB hp/nsys':>16s}  load          CPUs")
     for shape in only or SHAPES:
         export, counts = make(shape, work / "shapes")
         out = work / "out" / shape.replace("/", "-")
@@ -494,12 +538,13 @@ def goal_shapes(fixtures: Path, nsys: str, rounds: int, work: Path, only: list[s
               f"{paired[0]:5.2f}-{paired[-1]:4.2f}x "
               f"{wall['hpcprof'] / wall['scan']:11.2f}x {wall['nsys'] / wall['hpcprof']:5.2f}x "
               f"{cpu['hpcprof'] / cpu['floor']:8.2f}x {max(r[1] for r in runs['hpcprof']):7d} / "
-              f"{max(r[1] for r in runs['nsys']):<7d} {load()}"
+              f"{max(r[1] for r in runs['nsys']):<7d} {load():13s} {cpu_spread(cpu_speeds())}"
               f"{'' if identical else f'  OUTPUT DIFFERS ({files} nsys files)'}")
     print(f"  (floor: one process importing what hpcprof imports for that export and scanning the {len(DEFAULT_NEEDS)} "
           "tables' needed columns once, count() in SQLite, with OPENBLAS_NUM_THREADS=1 as hpcprof's `nsys` commands "
           "set for themselves; rounds: the lowest and highest ratio of one round's hpcprof and floor, run one after the "
-          "other; scan+pass: the scan alone after `python -c pass`'s start)")
+          "other; scan+pass: the scan alone after `python -c pass`'s start; CPUs: after the shape's rounds, a fixed loop's "
+          "time on the slowest CPU over the fastest, each alone: 1.00x where they run alike)")
     return met, same
 
 
@@ -626,6 +671,7 @@ def goals(args: argparse.Namespace) -> None:
     version = subprocess.run([args.nsys, "--version"], capture_output=True, text=True).stdout.split()[-1:]
     print(f"# issue 45 goals, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} CPUs, load "
           f"average {load()} at the start; nsys {' '.join(version)}; {sys.executable} (bytecode compiled)")
+    print(f"# {cpu_state()}")
     verdicts: dict[str, list[bool]] = {}
     if 1 in wanted:
         verdicts["1 per-rank files"] = goal_rank(fixtures, args.nsys, args.rank_repeat, work)
@@ -641,6 +687,7 @@ def goals(args: argparse.Namespace) -> None:
         verdicts["6 collect keeps its ratio"] = [goal_collect_file(args.collect_repeat)]
     print("== goals: " + "; ".join(f"{name}: {verdict(all(v))} ({sum(v)} of {len(v)})" for name, v in verdicts.items())
           + f" (load average {load()} at the end)")
+    print(f"# at the end, {cpu_state()}")
 
 
 def main() -> None:
