@@ -327,6 +327,8 @@ def cpu_speeds() -> list[float]:
         for cpu in sorted(mine):
             os.sched_setaffinity(0, {cpu})
             times.append(min(_loop_s() for _ in range(3)) * 1e3)
+    except OSError:                                       # a sandbox that refuses to pin
+        return []
     finally:
         os.sched_setaffinity(0, mine)
     return times

@@ -180,8 +180,8 @@ def test_a_joint_pass_gives_each_file_the_tables_of_its_own(fixtures_dir: Path, 
             expected.append(exc)
     alone: list[tuple[Path, int]] = []
     analyse_tables = collect.analyse_tables
-    monkeypatch.setattr(collect, "analyse_tables", lambda path, rank: alone.append((path, rank)) or
-                        analyse_tables(path, rank))
+    monkeypatch.setattr(collect, "analyse_tables", lambda path, rank, **kw: alone.append((path, rank)) or
+                        analyse_tables(path, rank, **kw))
     got = collect.analyse_batch(files)
     # on their own: each file whose analysis fails (an export with no GPU activity, 900, 901), the
     # unknown rank, and the damaged file's partner in its pass
@@ -199,6 +199,29 @@ def test_a_joint_pass_gives_each_file_the_tables_of_its_own(fixtures_dir: Path, 
     assert windows == [["nvtx:matmul1"], ["nvtx:matmul1"]]
     assert sum(t["kernels"].num_rows for t in got[:joint] if isinstance(t, dict)) > 100
     assert all(isinstance(t, Exception) for t in got[-2:])
+
+
+def test_collect_reads_each_export_on_its_share_of_the_cpus(fixtures_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The nsys collector opens each export with its `cores` (pool.cores_per_file: the file's share
+    of the workers), alone or in a joint pass, so that its large tables are read in that many parts
+    (Export.cpus; at least db.MIN_PARTS), not one per CPU of the machine in every worker."""
+    from hpcprof.analysis.nsys import collect
+    from hpcprof.analysis.nsys_stats.db import Export
+
+    opened: list[int] = []
+
+    class Recording(Export):
+        def __init__(self, path: Path, cpus: int | None = None) -> None:
+            super().__init__(path, cpus)
+            opened.append(self.cpus)
+
+    monkeypatch.setattr(collect, "Export", Recording)
+    seqpar = fixtures_dir / "nsys" / "h200_seqpar_bf16"
+    nsys = collector("nsys", cores=3)
+    assert "kernels" in nsys.analyse_tables(seqpar / "rank0.sqlite", 0)
+    got = nsys.analyse_batch([(seqpar / "rank0.sqlite", 0), (seqpar / "rank1.sqlite", 1)])
+    assert all(isinstance(tables, dict) for tables in got)
+    assert opened == [3, 3, 3]
 
 
 def _is_nsys_export(path: Path) -> bool:

@@ -53,7 +53,7 @@ def _expected(db: Path, where: str) -> dict[str, np.ndarray]:
 @pytest.fixture
 def small_parts(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(nsys_db, "SPLIT_ROWS", 1000)        # split into parallel parts ...
-    monkeypatch.setattr(nsys_db, "SPLIT_PARTS", 3)
+    monkeypatch.setattr(nsys_db, "MIN_PARTS", 3)
     monkeypatch.setattr(nsys_db, "BATCH_ROWS", 256)         # ... of many batches each
     monkeypatch.setattr(nsys_db, "SMALL_READ_ROWS", 10)     # through ADBC, not sqlite3
 
@@ -81,3 +81,31 @@ def test_a_text_value_is_a_damaged_export(tmp_path: Path, small_parts: None) -> 
             nullable_ints(export, "T", ["a", "c"])
         with pytest.raises(NsysInputError, match="T holds values that are not integers"):
             export.sql_ints("coalesce(c, 0)", "T")
+
+
+@pytest.mark.parametrize("cpus, parts", [(1, 2), (2, 2), (4, 4), (64, 5)])
+def test_parts_follow_the_cpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cpus: int, parts: int) -> None:
+    """A large table is read in one rowid part per CPU the export may use, MIN_PARTS at least and
+    no part under SPLIT_ROWS rows (5,000 rows: 5 parts of 1,000 at most), covering the rowids once;
+    the values are those of one part."""
+    monkeypatch.setattr(nsys_db, "SPLIT_ROWS", 1000)
+    monkeypatch.setattr(nsys_db, "BATCH_ROWS", 256)
+    monkeypatch.setattr(nsys_db, "SMALL_READ_ROWS", 10)
+    db = _export(tmp_path, "dense")
+    with Export(db, cpus) as export:
+        ranges = export._parts("T")
+        got = nullable_ints(export, "T", ["a", "b", "c"])
+    spans = [r for r in ranges if r is not None]
+    assert len(spans) == len(ranges) == parts
+    assert spans[0][0] == 1 and spans[-1][1] == ROWS
+    assert [lo for lo, _ in spans[1:]] == [hi + 1 for _, hi in spans[:-1]]    # contiguous, no rowid twice
+    for key, values in _expected(db, "").items():
+        np.testing.assert_array_equal(got[key], values, err_msg=key)
+
+
+def test_parts_default_to_the_usable_cpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without `cpus`, an export reads on the CPUs this process may use (cpus.usable_cpus)."""
+    monkeypatch.setattr(nsys_db, "usable_cpus", lambda: 3)
+    with Export(_export(tmp_path, "dense")) as export:
+        assert export.cpus == 3
+

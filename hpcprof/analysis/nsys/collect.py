@@ -141,7 +141,7 @@ def load_activity(exports: list[Export], ranks: dict[str, int]) -> dist.Activity
     return dist.load_activity(exports, ranks)
 
 
-def analyse_tables(path: Path, rank: int, nvtx_window: str | None = None) -> dict[str, pa.Table]:
+def analyse_tables(path: Path, rank: int, nvtx_window: str | None = None, cpus: int | None = None) -> dict[str, pa.Table]:
     """One rank's export as the Arrow tables collect writes: its summary reports (whole capture,
     as `nsys stats` gives them); over the measured window (nsys/window.py; `nvtx_window`, else
     the run's `profile.window.nvtx`, names the iteration range): the window, its iterations,
@@ -149,8 +149,8 @@ def analyse_tables(path: Path, rank: int, nvtx_window: str | None = None) -> dic
     overlap, NVTX ranges, iteration timeline and GPU idle gaps over
     GAP_NS; over the whole capture: overlap and NVTX ranges again (`capture_*`). Each table has a
     `rank` column, those of the window a `window` column. NsysInputError when the export cannot
-    be used."""
-    with Export(path) as export:
+    be used; `cpus`: the CPUs its large tables are read on (Export; collect's: the file's share)."""
+    with Export(path, cpus) as export:
         export.check_usable()
         activity = load_activity([export], {str(path): rank})
         [summaries] = summary_tables([(export, rank)])
@@ -244,27 +244,29 @@ def split_by_rank(table: pa.Table, ranks: Sequence[int]) -> list[pa.Table]:
     return [table.take(order[a:b]) for a, b in zip(lo, hi, strict=True)]
 
 
-def analyse_batch(files: Sequence[tuple[Path, int]]) -> list[dict[str, pa.Table] | Exception]:
+def analyse_batch(files: Sequence[tuple[Path, int]], cpus: int | None = None) -> list[dict[str, pa.Table] | Exception]:
     """analyse_tables of each of `files`, or the exception it raised, with the same tables: the
     summary reports of each export on its own, the analyses of the activity in one pass over the
     exports of each joint_groups group (joint_pass). A pass that fails is tried again as two
     halves, so that one damaged file costs a few passes, not the group's; a file no pass takes is
-    analysed on its own, its error its own."""
+    analysed on its own, its error its own. `cpus`: as analyse_tables takes it, for each file."""
     out: dict[int, dict[str, pa.Table] | Exception] = {}
     pending = joint_groups(files)
     while pending:
         group = pending.pop()
         try:
-            out.update(joint_pass(files, group))
+            out.update(joint_pass(files, group, cpus))
         except Exception:                   # halves tried again; single files below
             if len(group) >= 4:
                 pending += [group[:len(group) // 2], group[len(group) // 2:]]
     alone = [i for i in range(len(files)) if i not in out]
-    out.update(zip(alone, each_alone(analyse_tables, [files[i] for i in alone]), strict=True))
+    out.update(zip(alone, each_alone(functools.partial(analyse_tables, cpus=cpus), [files[i] for i in alone]),
+                   strict=True))
     return [out[i] for i in range(len(files))]
 
 
-def joint_pass(files: Sequence[tuple[Path, int]], group: list[int]) -> dict[int, dict[str, pa.Table]]:
+def joint_pass(files: Sequence[tuple[Path, int]], group: list[int],
+               cpus: int | None = None) -> dict[int, dict[str, pa.Table]]:
     """The tables of the files at positions `group` (distinct ranks, one window range), by position:
     the activity of their exports analysed in one pass (the analyses are per rank and vectorised
     over ranks: numpy's cost per call, most of a small export's time, is paid once for all), each
@@ -274,7 +276,7 @@ def joint_pass(files: Sequence[tuple[Path, int]], group: list[int]) -> dict[int,
         exports: dict[int, Export] = {}
         for i in group:
             try:
-                exports[i] = stack.enter_context(Export(files[i][0]))
+                exports[i] = stack.enter_context(Export(files[i][0], cpus))
                 exports[i].check_usable()
             except Exception:               # left to the caller
                 exports.pop(i, None)
@@ -289,9 +291,10 @@ def joint_pass(files: Sequence[tuple[Path, int]], group: list[int]) -> dict[int,
                 for at, (i, got) in enumerate(zip(joint, summaries, strict=True)) if isinstance(got, dict)}
 
 
-def analyse_file(path: Path, rank: int, nvtx_window: str | None = None) -> dict[str, pd.DataFrame]:
+def analyse_file(path: Path, rank: int, nvtx_window: str | None = None, cpus: int | None = None,
+                 ) -> dict[str, pd.DataFrame]:
     """analyse_tables' tables as frames, as the run's results read them back (results.read_table)."""
-    return {name: table.to_pandas() for name, table in analyse_tables(path, rank, nvtx_window).items()}
+    return {name: table.to_pandas() for name, table in analyse_tables(path, rank, nvtx_window, cpus).items()}
 
 
 def median_timeline(read: ReadTable, log: Log) -> dict[str, pd.DataFrame]:
@@ -333,13 +336,13 @@ class NsysCollector(ToolCollector):
         return sqlite_files(ctx, self.tool_paths)
 
     def analyse_file(self, path: Path, rank: int) -> dict[str, pd.DataFrame]:
-        return analyse_file(path, rank)
+        return analyse_file(path, rank, cpus=self.cores)
 
     def analyse_tables(self, path: Path, rank: int) -> dict[str, pa.Table]:
-        return analyse_tables(path, rank)
+        return analyse_tables(path, rank, cpus=self.cores)
 
     def analyse_batch(self, files: Sequence[tuple[Path, int]]) -> list[dict[str, pa.Table] | Exception]:
-        return analyse_batch(files)
+        return analyse_batch(files, self.cores)
 
     def reducers(self) -> Sequence[Reducer]:
         return REDUCERS

@@ -45,6 +45,7 @@ from hpcprof.analysis.nsys_stats.schema import (  # noqa: F401  (re-exported: th
     NsysInputError,
     check_sqlite_file,
 )
+from hpcprof.cpus import usable_cpus
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -52,8 +53,8 @@ if TYPE_CHECKING:
     from sqlalchemy.engine import Connection, Engine
 
 BATCH_ROWS = 1 << 16          # rows per Arrow batch read from SQLite
-SPLIT_ROWS = 1 << 17          # tables larger than this are read in parallel parts ...
-SPLIT_PARTS = 2               # ... of this many rowid ranges
+SPLIT_ROWS = 1 << 17          # tables larger than this are read in parallel rowid parts ...
+MIN_PARTS = 2                 # ... at least this many, else one per CPU the export may use, each of SPLIT_ROWS rows or more
 SMALL_READ_ROWS = 1 << 12     # tables up to this many rows are read through sqlite3 (sql_batches)
 #: the tables whose rowid spans (Export.size) are looked up together: those collect's analyses read
 SIZED_TABLES = (KERNEL, MEMCPY, MEMSET, RUNTIME, NVTX, OSRT)
@@ -99,8 +100,10 @@ def _affinity(declared: str) -> sa.types.TypeEngine:
 class Export:
     """One nsys SQLite export, opened read-only, with the tables it actually has."""
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], cpus: int | None = None) -> None:
         self.path = Path(path)
+        #: the CPUs its large tables are read on (_parts): `cpus`, else those this process may use
+        self.cpus = cpus or usable_cpus()
         check_sqlite_file(self.path)
         self._uri = "file:" + urllib.parse.quote(os.path.abspath(self.path)) + "?mode=ro&immutable=1"
         self._lock = threading.RLock()          # the sqlite3 connection is shared by report threads
@@ -349,12 +352,15 @@ class Export:
         return dict(zip(exprs, self.sql_ints(sql, table, where, len(exprs)), strict=True))
 
     def _parts(self, table: str) -> list[tuple[int, int] | None]:
-        """The rowid ranges map_batches reads `table` in: SPLIT_PARTS of them for a table of more
-        than SPLIT_ROWS rows, else one (None: the whole table)."""
+        """The rowid ranges map_batches reads `table` in: for a table of more than SPLIT_ROWS rows,
+        one per CPU of `self.cpus`, as many as give each SPLIT_ROWS rows, and MIN_PARTS at least
+        (on a 16-CPU H200 host `nsys stats` of benchmarks/read_parts.py's four shapes ran 1.4-1.6x
+        faster than in 2 parts, the same bytes); else one (None: the whole table)."""
         lo, hi = self._rowids(table)
         if lo is None or hi is None or hi - lo + 1 <= SPLIT_ROWS:
             return [None]
-        step = (hi - lo + SPLIT_PARTS) // SPLIT_PARTS
+        parts = max(MIN_PARTS, min(self.cpus, (hi - lo + 1) // SPLIT_ROWS))
+        step = (hi - lo + parts) // parts
         return [(a, min(a + step - 1, hi)) for a in range(lo, hi + 1, step)]
 
     def _part_batches(self, columns: str, table: str, where: str, rowids: tuple[int, int] | None,
@@ -368,7 +374,7 @@ class Export:
     def map_batches(self, columns: str, table: str, where: str, fn: Callable[[pa.RecordBatch], T]) -> list[T]:
         """`fn` of each record batch of `SELECT columns FROM table WHERE where`, in table order.
 
-        A table of more than SPLIT_ROWS rows is read as SPLIT_PARTS rowid ranges in parallel
+        A table of more than SPLIT_ROWS rows is read as rowid ranges (_parts) in parallel
         threads, each on its own ADBC connection (the driver and numpy release the GIL)."""
         def run(rowids: tuple[int, int] | None) -> list[T]:
             return [fn(batch) for batch in self._part_batches(columns, table, where, rowids)]
