@@ -87,7 +87,7 @@ def test_a_text_value_is_a_damaged_export(tmp_path: Path, small_parts: None) -> 
 def test_parts_follow_the_cpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cpus: int, parts: int) -> None:
     """A large table is read in one rowid part per CPU the export may use, MIN_PARTS at least and
     no part under SPLIT_ROWS rows (5,000 rows: 5 parts of 1,000 at most), covering the rowids once;
-    the values are those of one part."""
+    the values those SQLite gives, whatever the part count."""
     monkeypatch.setattr(nsys_db, "SPLIT_ROWS", 1000)
     monkeypatch.setattr(nsys_db, "BATCH_ROWS", 256)
     monkeypatch.setattr(nsys_db, "SMALL_READ_ROWS", 10)

@@ -5,8 +5,8 @@ Speed: the summary reports read each table once, with as few columns as possible
 driver's cost is per row and per value moved): a group key and the duration packed into one
 int64 in SQL (numerics.pack_sql), so one int64 sort gives groups, medians and all. Tables over
 db.SPLIT_ROWS rows are read as rowid ranges in parallel threads, one per CPU the export may use
-(db.Export._parts, map_batches). Where a
-packed read does not apply (a value out of range) the caller falls back to the general column reads.
+(db.Export._parts, map_batches). Where a packed read does not apply (a value out of range) the
+caller falls back to the general column reads.
 """
 
 from __future__ import annotations
