@@ -89,8 +89,9 @@ def main() -> None:
         same = all(same_outputs(out / f"p{parts[0]}", out / f"p{p}") for p in parts[1:])
         cells = " ".join(f"{median_wall(runs[p]):10.2f} {median_wall(runs[p]) / floor:5.2f}x" for p in parts)
         cpu = " ".join(f"{median_cpu(runs[p]):.2f}" for p in parts)
+        peak = " ".join(f"{max(r[1] for r in runs[p])}" for p in parts)
         print(f"  {shape:16s} {sum(counts.values()):10,d} {floor:7.2f} {cells}  {'yes' if same else 'NO'}"
-              f"   (CPU s: floor {median_cpu(runs['floor']):.2f}, cpus= {cpu}; load {load()})")
+              f"   (CPU s: floor {median_cpu(runs['floor']):.2f}, cpus= {cpu}; peak MiB: {peak}; load {load()})")
 
 
 if __name__ == "__main__":
