@@ -16,7 +16,6 @@ table is read; on this repository's 2-CPU CI host every variant reads in 2 parts
 from __future__ import annotations
 
 import argparse
-import filecmp
 import os
 import shutil
 import sys
@@ -37,8 +36,11 @@ from nsys_stats_speed import (  # noqa: E402  (it puts tests/ on the path, for t
     median_cpu,
     median_wall,
     reads_code,
+    same_files,
     scans,
 )
+
+from hpcprof.analysis.nsys_stats.stats import DEFAULT_REPORTS  # noqa: E402
 
 
 def stats_with_parts(parts: str, export: Path, out: Path) -> list[str]:
@@ -50,14 +52,6 @@ def stats_with_parts(parts: str, export: Path, out: Path) -> list[str]:
     code += (f"sys.argv = ['hpcprof', 'nsys', 'stats', '--format', 'csv', '-o', {str(out)!r}, {str(export)!r}]\n"
              "from hpcprof.__main__ import main\nmain()\n")
     return [sys.executable, "-c", code]
-
-
-def same_outputs(a: Path, b: Path) -> bool:
-    """Whether the CSV files written under prefixes `a` and `b` (same directory) are the same bytes."""
-    mine = sorted(p.name[len(a.name):] for p in a.parent.glob(f"{a.name}_*"))
-    theirs = sorted(p.name[len(b.name):] for p in b.parent.glob(f"{b.name}_*"))
-    return bool(mine) and mine == theirs and all(
-        filecmp.cmp(a.parent / f"{a.name}{n}", b.parent / f"{b.name}{n}", shallow=False) for n in mine)
 
 
 def main() -> None:
@@ -86,7 +80,7 @@ def main() -> None:
         commands |= {p: stats_with_parts(p, export, out / f"p{p}") for p in parts}
         runs = alternate(commands, args.repeat, out, env)
         floor = median_wall(runs["floor"])
-        same = all(same_outputs(out / f"p{parts[0]}", out / f"p{p}") for p in parts[1:])
+        same = all(same_files(out, out, f"p{parts[0]}_", f"p{p}_") == (True, len(DEFAULT_REPORTS)) for p in parts[1:])
         cells = " ".join(f"{median_wall(runs[p]):10.2f} {median_wall(runs[p]) / floor:5.2f}x" for p in parts)
         cpu = " ".join(f"{median_cpu(runs[p]):.2f}" for p in parts)
         peak = " ".join(f"{max(r[1] for r in runs[p])}" for p in parts)
