@@ -316,8 +316,8 @@ def _loop_s() -> float:
 def cpu_speeds() -> list[float]:
     """The fixed loop's ms on each CPU this process may use, pinned to it (best of 3; [] where
     affinity cannot be set): a VM's CPUs lent by a shared host can differ and change by the minute
-    (a 2-vCPU host here, 2026-11-27: one loop 1.7 s on one CPU and 3.0 s on the other, then 1.7 on
-    both), and a command that uses two CPUs waits for the slower while a one-process floor runs on
+    (a 2-vCPU host here, 2026-11-27: one loop 1.76 s on one CPU and 3.05 s on the other, then 1.7-2.5
+    s on either), and a command that uses two CPUs waits for the slower while a one-process floor runs on
     either: the state a wall-time verdict was made in."""
     if not hasattr(os, "sched_setaffinity"):
         return []

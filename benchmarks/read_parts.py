@@ -4,8 +4,9 @@ whatever the CPUs before 2026-11-27), on the four export shapes of issue 45's go
 report set with -o (without hpcprof's cache), one process per run, with the CPUs an export reads on
 set to each of --parts ("all": left to the process's CPUs, what a user gets) while the reports
 still run on every CPU, alternated with the shape's floor (nsys_stats_speed.py's: one process
-importing what hpcprof imports and scanning the needed columns once, count() in SQLite). Every
-run's CSV files are compared with the first variant's: a part count must not change a byte.
+importing what hpcprof imports and scanning the needed columns once, count() in SQLite). The CSV
+files each variant wrote (its last run's) are compared with the first variant's: a part count must
+not change a byte.
 
 Made for many-core hosts (a GPU node), where two parts leave most CPUs idle while the largest
 table is read; on this repository's 2-CPU CI host every variant reads in 2 parts.
@@ -80,11 +81,12 @@ def main() -> None:
         commands |= {p: stats_with_parts(p, export, out / f"p{p}") for p in parts}
         runs = alternate(commands, args.repeat, out, env)
         floor = median_wall(runs["floor"])
-        same = all(same_files(out, out, f"p{parts[0]}_", f"p{p}_") == (True, len(DEFAULT_REPORTS)) for p in parts[1:])
+        same = ("yes" if all(same_files(out, out, f"p{parts[0]}_", f"p{p}_") == (True, len(DEFAULT_REPORTS))
+                             for p in parts[1:]) else "NO") if len(parts) > 1 else "n/a"
         cells = " ".join(f"{median_wall(runs[p]):10.2f} {median_wall(runs[p]) / floor:5.2f}x" for p in parts)
         cpu = " ".join(f"{median_cpu(runs[p]):.2f}" for p in parts)
         peak = " ".join(f"{max(r[1] for r in runs[p])}" for p in parts)
-        print(f"  {shape:16s} {sum(counts.values()):10,d} {floor:7.2f} {cells}  {'yes' if same else 'NO'}"
+        print(f"  {shape:16s} {sum(counts.values()):10,d} {floor:7.2f} {cells}  {same:8s}"
               f"   (CPU s: floor {median_cpu(runs['floor']):.2f}, cpus= {cpu}; peak MiB: {peak}; load {load()})")
 
 
