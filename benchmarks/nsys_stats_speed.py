@@ -343,7 +343,7 @@ def cpu_state() -> str:
     """cpu_speeds in words."""
     times = cpu_speeds()
     if not times:
-        return "each CPU's speed: not measurable here (no sched_setaffinity)"
+        return "each CPU's speed: not measurable here (this process cannot pin itself to one CPU)"
     each = (", ".join(f"{t:.0f}" for t in times) if len(times) <= 8
             else f"{min(times):.0f} / {statistics.median(times):.0f} / {max(times):.0f} (lowest / median / highest)")
     return f"a fixed loop's ms on each of the {len(times)} CPUs alone: {each}; the slowest {cpu_spread(times)} the fastest"

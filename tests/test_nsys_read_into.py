@@ -51,11 +51,15 @@ def _expected(db: Path, where: str) -> dict[str, np.ndarray]:
 
 
 @pytest.fixture
-def small_parts(monkeypatch: pytest.MonkeyPatch) -> None:
+def small_reads(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(nsys_db, "SPLIT_ROWS", 1000)        # split into parallel parts ...
-    monkeypatch.setattr(nsys_db, "MIN_PARTS", 3)
     monkeypatch.setattr(nsys_db, "BATCH_ROWS", 256)         # ... of many batches each
     monkeypatch.setattr(nsys_db, "SMALL_READ_ROWS", 10)     # through ADBC, not sqlite3
+
+
+@pytest.fixture
+def small_parts(small_reads: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(nsys_db, "MIN_PARTS", 3)            # 3 parts on any machine
 
 
 @pytest.mark.parametrize("rowids", ["dense", "gaps", "sparse"])
@@ -84,13 +88,10 @@ def test_a_text_value_is_a_damaged_export(tmp_path: Path, small_parts: None) -> 
 
 
 @pytest.mark.parametrize("cpus, parts", [(1, 2), (2, 2), (4, 4), (64, 5)])
-def test_parts_follow_the_cpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cpus: int, parts: int) -> None:
+def test_parts_follow_the_cpus(tmp_path: Path, small_reads: None, cpus: int, parts: int) -> None:
     """A large table is read in one rowid part per CPU the export may use, MIN_PARTS at least and
     no part under SPLIT_ROWS rows (5,000 rows: 5 parts of 1,000 at most), covering the rowids once;
     the values those SQLite gives, whatever the part count."""
-    monkeypatch.setattr(nsys_db, "SPLIT_ROWS", 1000)
-    monkeypatch.setattr(nsys_db, "BATCH_ROWS", 256)
-    monkeypatch.setattr(nsys_db, "SMALL_READ_ROWS", 10)
     db = _export(tmp_path, "dense")
     with Export(db, cpus) as export:
         ranges = export._parts("T")
