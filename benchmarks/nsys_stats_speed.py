@@ -17,14 +17,17 @@ issue 45's goals, each printed with its ratio, its floor and met/missed, in one 
    same files (names and bytes) as nsys writes.
 4. Collect uses the machine: `hpcprof collect` of a run of --collect-files rank files without
    --workers (the log says how many) against --workers 1: the tables identical, both times shown.
+5. Whole-process Kineto speed: benchmarks/trace_speed.py on the 2 x 72 MB H200 DDP case against
+   HTA 0.5.0 (--hta-python: its own virtual environment, see trace_speed.py), its "as a user
+   waits" line (>= 20x HTA's wall time, <= 0.2 of its peak memory, largest process and all).
 6. Collect keeps its ratio: benchmarks/collect_file.py on the committed H200 rank exports
    (it exits 1 above the ratio it keeps).
-(Goal 5, Kineto: benchmarks/trace_speed.py.)
 
 Every command runs as a child process; the commands of a goal alternate (--repeat rounds) and
 medians are printed with the load average: the machine may be shared.
 
-    python benchmarks/nsys_stats_speed.py [--repeat 3] [--rank-repeat 11] [--work DIR] [--goals 1,2,3,4,6] [--shapes S,...]
+    python benchmarks/nsys_stats_speed.py [--repeat 3] [--rank-repeat 11] [--work DIR] [--goals 1,2,3,4,5,6] [--shapes S,...]
+        [--hta-python PY]
     python benchmarks/nsys_stats_speed.py --report-sets [--source FIXTURE.sqlite] [--copies N]
     python benchmarks/nsys_stats_speed.py --engines [--source FIXTURE.sqlite] [--repeat N]
 
@@ -647,6 +650,29 @@ def goal_collect(fixtures: Path, rounds: int, work: Path, files: int) -> bool:
     return ok
 
 
+def goal_trace(hta_python: str, repeat: int, work: Path) -> bool:
+    """Goal 5: benchmarks/trace_speed.py's whole-process run of the 2 x 72 MB H200 DDP case against
+    HTA 0.5.0; met where both its speed and its memory verdicts are."""
+    print(f"== goal 5: whole-process Kineto speed (benchmarks/trace_speed.py, 2 x 72 MB h200_ddp_gpt2 against HTA "
+          f"0.5.0 at {hta_python}, median of {repeat} alternated runs)")
+    if not Path(hta_python).is_file():
+        print(f"  not measured: no {hta_python} (HTA 0.5.0's virtual environment: see benchmarks/trace_speed.py; "
+              "--hta-python sets another)")
+        return False
+    res = subprocess.run([sys.executable, str(REPO / "benchmarks" / "trace_speed.py"), "--fixtures", "h200_ddp_gpt2",
+                          "--target-mb", "72", "--repeat", str(repeat), "--hta-python", hta_python,
+                          "--workdir", str(work / "trace-speed")], capture_output=True, text=True)
+    said = [line.strip() for line in res.stdout.splitlines()
+            if line.strip().startswith(("as a user waits", "goal 5:", "speed-up,", "memory, all processes"))]
+    for line in said:
+        print(f"  {line}")
+    if res.returncode or not any(line.startswith("goal 5:") for line in said):
+        print(f"  trace_speed.py failed ({res.returncode}): {res.stderr.strip().splitlines()[-1:]}")
+        return False
+    goal = next(line for line in said if line.startswith("goal 5:"))
+    return "goal >= 20x: met" in goal and "goal <= 0.20: met" in goal
+
+
 def goal_collect_file(repeat: int) -> bool:
     """Goal 6: benchmarks/collect_file.py on the committed H200 exports (exit 1 above the kept ratio)."""
     res = subprocess.run([sys.executable, str(REPO / "benchmarks" / "collect_file.py"), "--repeat", str(repeat)],
@@ -685,6 +711,8 @@ def goals(args: argparse.Namespace) -> None:
         verdicts["3 default report set"] = [goal_default_set(fixtures, args.nsys, work, same)]
     if 4 in wanted:
         verdicts["4 collect uses the machine"] = [goal_collect(fixtures, args.repeat, work, args.collect_files)]
+    if 5 in wanted:
+        verdicts["5 whole-process Kineto speed"] = [goal_trace(args.hta_python, args.repeat, work)]
     if 6 in wanted:
         verdicts["6 collect keeps its ratio"] = [goal_collect_file(args.collect_repeat)]
     print("== goals: " + "; ".join(f"{name}: {verdict(all(v))} ({sum(v)} of {len(v)})" for name, v in verdicts.items())
@@ -694,7 +722,9 @@ def goals(args: argparse.Namespace) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--goals", default="1,2,3,4,6", help="issue 45's goals to measure (comma separated)")
+    parser.add_argument("--goals", default="1,2,3,4,5,6", help="issue 45's goals to measure (comma separated)")
+    parser.add_argument("--hta-python", default="/tmp/hta-venv/bin/python",
+                        help="goal 5: the Python of HTA 0.5.0's virtual environment (benchmarks/trace_speed.py)")
     parser.add_argument("--work", type=Path, default=Path("/tmp/nsys_stats_speed"),
                         help="where the shapes and the collect run are built (kept for the next run)")
     parser.add_argument("--rank-repeat", type=int, default=11, help="rounds of goal 1's commands")

@@ -35,9 +35,10 @@ all cores.
 As a user waits (issue 45 goal 5: >= 20x HTA's speed, <= 0.2 of its peak memory, both the largest
 process and all processes summed): each tool as a whole process, imports included, alternated
 --repeat times: `hpcprof trace all DIR --format csv` (the console script, bytecode compiled) and a
-Python process that imports HTA and runs its load and five analyses; wall time (median), the peak
-RSS of the largest process (the kernel's accounting of the waited-for process tree) and the peak
-PSS of all of them (sampled), printed beside the in-process figures above.
+Python process that imports HTA and runs its load and five analyses; wall time (median, of runs
+nobody samples), the peak RSS of the largest process (the kernel's accounting of the waited-for
+process tree) and the peak PSS of all of them (sampled every 20 ms in one more round, first),
+printed beside the in-process figures above.
 """
 
 from __future__ import annotations
@@ -177,16 +178,19 @@ a.get_cuda_kernel_launch_stats(ranks=ranks, visualize=False)
 
 #: runs a command as a user would (output thrown away) from a small process: prints [wall seconds, peak RSS
 #: of its largest process in kB (the kernel's accounting of the waited-for processes), peak PSS of all of
-#: them in kB (sampled every 20 ms)]
+#: them in kB, sampled every 20 ms where the second argument is "sample", else 0 and no sampling: the
+#: sampler reads each process's smaps_rollup, ~3 ms of CPU per sample, ~13 % of a core the command lacks
+#: (hpcprof's 2 x 72 MB run on 2 cores 0.77 -> 0.81 s sampled), and polls at 20 ms]
 #: the whole-process runner: tree_pss_kb (below) is put in front of it as its own source text
 WHOLE_RUNNER_BODY = r"""
-argv = json.loads(sys.argv[1])
+argv, sample = json.loads(sys.argv[1]), sys.argv[2] == "sample"
 peak = 0
 t0 = time.perf_counter()
 proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-while proc.poll() is None:
+while sample and proc.poll() is None:
     peak = max(peak, tree_pss_kb(proc.pid))
     time.sleep(0.02)
+proc.wait()
 wall = time.perf_counter() - t0
 if proc.returncode != 0:
     sys.exit(f"{argv[:3]} failed ({proc.returncode})")
@@ -251,16 +255,18 @@ def run_sampled(argv: list[str], log: Path) -> int:
 
 
 def whole_processes(traces: Path, hta_python: str, repeat: int) -> dict[str, list[tuple[float, int, int]]]:
-    """Each tool's whole process on `traces`, alternated `repeat` times, each started by a fresh small
-    process (whole_runner: its RUSAGE_CHILDREN peak is that run's, and no forked copy of this one counts)."""
+    """Each tool's whole process on `traces`: one round with its process tree's PSS sampled (the
+    memory), then `repeat` rounds unsampled (the wall times, as a user waits), the tools alternated,
+    each run started by a fresh small process (whole_runner: its RUSAGE_CHILDREN peak is that run's,
+    and no forked copy of this one counts). Per tool: the sampled run, then the timed ones."""
     script = Path(sys.executable).with_name("hpcprof")
     hpcprof = [str(script)] if script.exists() else [sys.executable, "-m", "hpcprof"]
     commands = {"hta": [hta_python, "-c", HTA_WHOLE, str(traces)],
                 "hpcprof": [*hpcprof, "trace", "all", str(traces), "--format", "csv"]}
     runs: dict[str, list[tuple[float, int, int]]] = {k: [] for k in commands}
-    for _ in range(repeat):
+    for mode in ["sample"] + ["time"] * repeat:
         for key, argv in commands.items():
-            out = subprocess.run([sys.executable, "-c", whole_runner(), json.dumps(argv)], capture_output=True,
+            out = subprocess.run([sys.executable, "-c", whole_runner(), json.dumps(argv), mode], capture_output=True,
                                  text=True, check=True, cwd=REPO).stdout
             wall, rss, pss = json.loads(out)
             runs[key].append((wall, rss, pss))
@@ -391,11 +397,12 @@ def bench(source: Path, target_mb: float, hta_python: str, workdir: Path, repeat
           f"{floor['floor_s']:.2f} s; "
           f"hpcprof's load + analyses = {ours_s / floor['floor_s']:.2f}x the floor")
     whole = whole_processes(traces, hta_python, repeat)
-    wall = {k: statistics.median(r[0] for r in v) for k, v in whole.items()}
+    wall = {k: statistics.median(r[0] for r in v[1:]) for k, v in whole.items()}
     rss = {k: max(r[1] for r in v) for k, v in whole.items()}
-    pss = {k: max(r[2] for r in v) for k, v in whole.items()}
+    pss = {k: v[0][2] for k, v in whole.items()}
     speed, largest, summed = wall["hta"] / wall["hpcprof"], rss["hpcprof"] / rss["hta"], pss["hpcprof"] / pss["hta"]
-    print(f"  as a user waits (whole processes, imports included; median of {repeat} alternated runs; load average "
+    print(f"  as a user waits (whole processes, imports included; median of {repeat} alternated runs, unsampled; "
+          f"all processes' PSS from one sampled round before them; load average "
           f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}): `hpcprof trace all --format csv` {wall['hpcprof']:.2f} s, "
           f"largest process {rss['hpcprof'] / 1024:.0f} MiB, all processes {pss['hpcprof'] / 1024:.0f} MiB; HTA 0.5.0's "
           f"load and five analyses {wall['hta']:.2f} s, {rss['hta'] / 1024:.0f} MiB, {pss['hta'] / 1024:.0f} MiB")
