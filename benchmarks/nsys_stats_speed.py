@@ -663,7 +663,7 @@ def goal_trace(hta_python: str, repeat: int, work: Path) -> bool:
                           "--target-mb", "72", "--repeat", str(repeat), "--hta-python", hta_python,
                           "--workdir", str(work / "trace-speed")], capture_output=True, text=True)
     said = [line.strip() for line in res.stdout.splitlines()
-            if line.strip().startswith(("as a user waits", "goal 5:", "speed-up,", "memory, all processes"))]
+            if line.strip().startswith(("speed-up,", "memory, all processes", "floor (", "as a user waits", "goal 5:"))]
     for line in said:
         print(f"  {line}")
     if res.returncode or not any(line.startswith("goal 5:") for line in said):
