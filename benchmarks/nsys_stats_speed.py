@@ -666,10 +666,10 @@ def goal_trace(hta_python: str, repeat: int, work: Path) -> list[bool]:
             if line.strip().startswith(("speed-up,", "memory, all processes", "floor (", "as a user waits", "goal 5:"))]
     for line in said:
         print(f"  {line}")
-    if res.returncode or not any(line.startswith("goal 5:") for line in said):
+    goal = next((line for line in said if line.startswith("goal 5:")), None)
+    if res.returncode or goal is None:
         print(f"  trace_speed.py failed ({res.returncode}): {res.stderr.strip().splitlines()[-1:]}")
         return [False]
-    goal = next(line for line in said if line.startswith("goal 5:"))
     return ["goal >= 20x: met" in goal and "goal <= 0.20: met" in goal]
 
 
