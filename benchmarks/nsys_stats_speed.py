@@ -145,19 +145,28 @@ def _columns(con: sqlite3.Connection, table: str) -> list[str]:
 Run = tuple[float, int, str, float]
 
 
+class CommandFailed(SystemExit):
+    """A measured command's non-zero exit, with the last line it wrote on stderr: ends the run, or
+    (in `goals`) the goal it belongs to."""
+
+
 def measure(cmd: list[str], cwd: Path, env: dict[str, str] | None = None) -> Run:
     """Run `cmd`; (wall seconds, peak RSS in MiB of that child from wait4, its stdout, its CPU
     seconds, user + system: what a loaded machine inflates less than wall time).
 
     Every step runs in a child: a forked child starts with its parent's resident set, so
     the parent stays small and holds no data."""
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - t0
-    out = proc.stdout.read() if proc.stdout else ""
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"{cmd[0]} failed ({os.waitstatus_to_exitcode(status)})")
+    with tempfile.TemporaryFile("w+") as err:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=err, text=True)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t0
+        out = proc.stdout.read() if proc.stdout else ""
+        if os.waitstatus_to_exitcode(status) != 0:
+            err.seek(0)
+            said = [line for line in err.read().splitlines() if line.strip()]
+            raise CommandFailed(f"{' '.join(cmd[:4])}{' ...' if len(cmd) > 4 else ''} failed "
+                                f"({os.waitstatus_to_exitcode(status)}): {said[-1] if said else 'nothing on stderr'}")
     return wall, usage.ru_maxrss // 1024, out, usage.ru_utime + usage.ru_stime
 
 
@@ -701,20 +710,30 @@ def goals(args: argparse.Namespace) -> None:
           f"average {load()} at the start; nsys {' '.join(version)}; {sys.executable} (bytecode compiled)")
     print(f"# {cpu_state()}")
     verdicts: dict[str, list[bool]] = {}
-    if 1 in wanted:
-        verdicts["1 per-rank files"] = goal_rank(fixtures, args.nsys, args.rank_repeat, work)
     same: list[bool] = []
-    if 2 in wanted:
-        verdicts["2 every shape at its floor"], same = goal_shapes(fixtures, args.nsys, args.repeat, work,
-                                                                  [s for s in args.shapes.split(",") if s])
-    if 3 in wanted:
-        verdicts["3 default report set"] = [goal_default_set(fixtures, args.nsys, work, same)]
-    if 4 in wanted:
-        verdicts["4 collect uses the machine"] = [goal_collect(fixtures, args.repeat, work, args.collect_files)]
-    if 5 in wanted:
-        verdicts["5 whole-process Kineto speed"] = goal_trace(args.hta_python, args.repeat, work)
-    if 6 in wanted:
-        verdicts["6 collect keeps its ratio"] = [goal_collect_file(args.collect_repeat)]
+
+    def goal(name: str, measured: Callable[[], list[bool]]) -> None:
+        """`measured`'s verdicts under `name`; a command that failed fails the goal, and the run goes on."""
+        try:
+            verdicts[name] = measured()
+        except CommandFailed as exc:
+            print(f"== goal {name}: failed: {exc}")
+            verdicts[name] = [False]
+
+    def shapes() -> list[bool]:
+        nonlocal same
+        met, same = goal_shapes(fixtures, args.nsys, args.repeat, work, [s for s in args.shapes.split(",") if s])
+        return met
+
+    chosen = {1: ("1 per-rank files", lambda: goal_rank(fixtures, args.nsys, args.rank_repeat, work)),
+              2: ("2 every shape at its floor", shapes),
+              3: ("3 default report set", lambda: [goal_default_set(fixtures, args.nsys, work, same)]),
+              4: ("4 collect uses the machine",
+                  lambda: [goal_collect(fixtures, args.repeat, work, args.collect_files)]),
+              5: ("5 whole-process Kineto speed", lambda: goal_trace(args.hta_python, args.repeat, work)),
+              6: ("6 collect keeps its ratio", lambda: [goal_collect_file(args.collect_repeat)])}
+    for number in sorted(wanted & chosen.keys()):
+        goal(*chosen[number])
     print("== goals: " + "; ".join(f"{name}: {verdict(all(v)) if v else 'not measured'} ({sum(v)} of {len(v)})"
                                    for name, v in verdicts.items())
           + f" (load average {load()} at the end)")
