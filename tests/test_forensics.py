@@ -316,6 +316,26 @@ def test_rank_lists_and_error_lines() -> None:
                                                                                   None)
 
 
+def test_where_no_rank_started_the_job_log_s_error_is_named(tmp_path: Path) -> None:
+    """launch_failure: the first line of the job log that says something failed, past the job's own
+    notes and a site set-up's chatter (Hydra's C source positions dropped); none once a rank left a log."""
+    from hpcprof.analysis.forensics.ranks import launch_failure
+
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "job.out").write_text(
+        "hpcprof: NCCL_NET=Socket uses none\nLoading module cray-mpich/8.1.28\n"
+        "[mpiexec@x1] HYDT_bsci_init (lib/tools/bootstrap/src/bsci_init.c:156): unrecognized launcher: bogus\n"
+        "[mpiexec@x1] main (/mpich-5.0.2/src/pm/hydra/mpiexec/mpiexec.c:75): unable to initialize the bootstrap server\n")
+    assert launch_failure(tmp_path) == "[mpiexec@x1] HYDT_bsci_init: unrecognized launcher: bogus"
+    (tmp_path / "logs" / "job.out").write_text("/usr/bin/mpiexec: Error: unknown option \"-ppn\"\n"
+                                               "Type '/usr/bin/mpiexec --help' for usage.\n")
+    assert launch_failure(tmp_path) == '/usr/bin/mpiexec: Error: unknown option "-ppn"'
+    (tmp_path / "logs" / "job.out").write_text("module: loaded\nthe job script ended here\n")
+    assert launch_failure(tmp_path) == "the job script ended here"
+    (tmp_path / "logs" / "rank0.log").write_text("")
+    assert launch_failure(tmp_path) is None
+
+
 def test_nsys_recorded_nothing_because_the_program_failed_first(tmp_path: Path) -> None:
     """Issue 42: "the capture range never opened" only where the program did not fail first; a rank
     whose program raised is named with its error, found in its log past nsys's own output."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -68,6 +69,37 @@ def test_rank_exit_code_is_reported(tmp_path: Path) -> None:
     assert result.returncode == 1
     [row] = status_json(tmp_path)
     assert row["state"] == "FAILED" and row["exit_code"] == 3
+
+
+def local_site_file(path: Path, edit: Callable[[str], str]) -> Path:
+    """The local site's config, edited, as a site file."""
+    path.write_text(edit((Path(__file__).parents[1] / "site_configs" / "local.yaml").read_text()))
+    return path
+
+
+def test_a_launcher_that_starts_no_rank_is_named_by_its_own_words(tmp_path: Path) -> None:
+    """A job whose launcher fails before any rank starts (here Hydra, given a host file that does not
+    exist) says what the launcher said, not only its exit code."""
+    exp = write_experiment(tmp_path / "exp.yaml", ["true"])
+    site = local_site_file(tmp_path / "site.yaml", lambda text: text + "  HYDRA_HOST_FILE: /nonexistent/hosts\n")
+    result = hpcprof("submit", str(exp), "--site-file", str(site), "--wait", cwd=tmp_path, check=False)
+    assert result.returncode == 1
+    [row] = status_json(tmp_path)
+    assert (row["state"], row["exit_code"]) == ("FAILED", 255)
+    assert row["reason"].startswith("no rank started; the job log says: [mpiexec@")
+    assert row["reason"].endswith("HYDU_parse_hostfile: unable to open host file: /nonexistent/hosts"), row["reason"]
+
+
+def test_a_local_site_whose_mpiexec_is_another_flavour_is_refused_at_submit(tmp_path: Path) -> None:
+    """The local site's launcher.flavor against what its mpiexec says it is (`--version`): a one-line
+    error naming the field and the fix, nothing written, instead of a job the launcher refuses."""
+    exp = write_experiment(tmp_path / "exp.yaml", ["true"])
+    site = local_site_file(tmp_path / "site.yaml", lambda text: text.replace("flavor: hydra", "flavor: openmpi"))
+    result = hpcprof("submit", str(exp), "--site-file", str(site), cwd=tmp_path, check=False)
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "launcher.flavor: openmpi, but " in result.stderr and "is MPICH (Hydra)'s mpiexec" in result.stderr
+    assert "set launcher.flavor: hydra" in result.stderr
+    assert not (tmp_path / "hpcprof-runs").exists()
 
 
 @pytest.mark.slow

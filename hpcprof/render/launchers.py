@@ -74,6 +74,28 @@ def check_local_launcher(site: SiteConfig) -> None:
     if shutil.which(program) is None:
         raise UserError(f"site {site.name}: launcher.command: {program} is not a program here; install {name}, "
                         "or set launcher.command to its full path")
+    if site.launcher.kind == "mpiexec" and (found := mpiexec_flavor(program)) not in (None, site.launcher.flavor):
+        raise UserError(f"site {site.name}: launcher.flavor: {site.launcher.flavor}, but {program} is {FLAVOR_NAMES[found]}'s "
+                        f"mpiexec, which would refuse the job's options; set launcher.flavor: {found} in a site file "
+                        f"(--site-file), or launcher.command to {FLAVOR_NAMES[site.launcher.flavor or found]}'s mpiexec")
+
+
+#: mpiexec flavours -> the implementation `mpiexec --version` names, and the words that name it there
+FLAVOR_NAMES = {"hydra": "MPICH (Hydra)", "openmpi": "Open MPI", "pals": "Cray PALS"}
+FLAVOR_WORDS = {"hydra": ("HYDRA",), "openmpi": ("Open MPI", "OpenRTE"), "pals": ("PALS",)}
+
+
+def mpiexec_flavor(program: str) -> str | None:
+    """The flavour `program --version` says it is (FLAVOR_WORDS), None when it says none of them."""
+    import subprocess
+
+    try:
+        said = subprocess.run([program, "--version"], capture_output=True, text=True, timeout=30,
+                              stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    found = [flavor for flavor, words in FLAVOR_WORDS.items() if any(w in said.stdout + said.stderr for w in words)]
+    return found[0] if len(found) == 1 else None
 
 
 def mpiexec_pals(site: SiteConfig, nodes: int, ppn: int) -> list[str]:

@@ -292,6 +292,29 @@ def read_ranks(run_dir: Path, world_size: int) -> tuple[dict[int, RankFiles], st
     return ranks, hydra[1] if hydra is not None else None
 
 
+#: a line of the job log that says something failed (where no rank started: the launcher's or the job script's)
+_JOB_ERROR = re.compile(r"error|unknown|unrecogni[sz]ed|invalid|not found|no such|cannot|can't|failed|denied|"
+                        r"refused|abort|usage|unable", re.I)
+#: a C source position in a launcher's message: Hydra's `match_arg (/mpich-5.0.2/src/.../args.c:166)`
+_C_SOURCE = re.compile(r"\s*\([^()\s]*\.[ch]:\d+\)")
+
+
+def launch_failure(run_dir: Path) -> str | None:
+    """Where no rank started (no rank left a log: each rank's wrapper opens its log first), what the
+    job log says: its first line that says something failed (the launcher refusing its options, a
+    missing program), else its last line; None where a rank started or the log says nothing."""
+    logs = run_dir / "logs"
+    try:
+        if any(name.startswith("rank") and name.endswith(".log") for name in os.listdir(logs)):
+            return None
+    except OSError:
+        pass
+    lines = [line.strip() for line in read_text_tail(logs / "job.out").splitlines()]
+    said = [line for line in lines if line and not line.startswith("hpcprof:")]   # not the job's own notes
+    line = next((x for x in said if _JOB_ERROR.search(x)), said[-1] if said else None)
+    return _C_SOURCE.sub("", line)[:400] if line else None
+
+
 def rank_error(run_dir: Path, rank: int) -> str | None:
     """Rank `rank`'s own error (its exception record, else its log's error line), or None."""
     record = _exception(run_dir / "forensics" / f"exception_rank{rank}.json")

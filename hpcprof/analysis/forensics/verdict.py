@@ -2,7 +2,8 @@
 Recorder dumps (hpcprof.analysis.forensics.dumps) and what each rank left (.ranks), cached in
 `derived/forensics.json` while the files it came from are unchanged.
 
-Which cause is named, first match wins: a collective whose ranks disagreed on the operation or
+Which cause is named, first match wins: where no rank started, the job log's error (the launcher
+refusing its options, a missing program); a collective whose ranks disagreed on the operation or
 the sizes; else the first rank that failed on its own (its uncaught exception, earliest first;
 Python's fatal error such as a segmentation fault; its log's error line; what its launcher said),
 not one whose collective timed out or lost its peer (CONSEQUENCE); else the first collective some
@@ -24,7 +25,15 @@ from typing import Any
 
 from hpcprof import catalog as c
 from hpcprof.analysis.forensics.dumps import Finding, FlightRecord, Group, analyse_dumps, op_name
-from hpcprof.analysis.forensics.ranks import LIBRARY, Frame, RankFiles, is_consequence, read_ranks, where
+from hpcprof.analysis.forensics.ranks import (
+    LIBRARY,
+    Frame,
+    RankFiles,
+    is_consequence,
+    launch_failure,
+    read_ranks,
+    where,
+)
 from hpcprof.atomic import atomic_write
 from hpcprof.errors import UserError
 from hpcprof.rundir import RunDir
@@ -34,7 +43,7 @@ from hpcprof.schedulers.base import FAILED, RUNNING, TIMEOUT, JobState
 #: the cache of `analyse` (derived/, collect's own files)
 CACHE = "derived/forensics.json"
 #: bumped when the analysis changes what it says: older caches are made again
-CACHE_VERSION = 11
+CACHE_VERSION = 12
 #: a C++ source position in a message: `[/__w/pytorch/.../unbound_buffer.cc:78] Timed out ...`, `[enforce fail at ...:456] `
 _SOURCE = re.compile(r"\[(?:enforce fail at )?[^\]\s]*\.(?:cc|cpp|cu|h|hpp):\d+\]\s*")
 #: the states a sentence explains
@@ -115,6 +124,7 @@ class Evidence:
         self.ranks: dict[int, RankFiles]
         self.ranks, self.unattributed = read_ranks(run.path, self.world)
         self.flight: FlightRecord = analyse_dumps(run.path / "forensics", use_torch)
+        self.launch_failure = launch_failure(run.path)
 
     def _stacks(self, rank: int, incident: bool) -> list[tuple[str, list[Frame]]]:
         """Rank `rank`'s stacks, most recent call first, each with its heading: its exception's
@@ -252,6 +262,8 @@ def _root_sentence(ev: Evidence, ranks: list[int], kind: str, error: str) -> str
 def _sentence(ev: Evidence, state: str) -> tuple[str | None, int | None, bool]:
     """The sentence, the rank whose stack goes below it, and whether that is its stack at the incident."""
     findings = ev.flight.findings
+    if ev.launch_failure:
+        return f"no rank started; the job log says: {ev.launch_failure}", None, False
     if mismatch := next((f for f in findings if f.kind == "mismatch"), None):
         return (*_mismatch_sentence(ev, mismatch), True)
     if roots := _roots(ev):
