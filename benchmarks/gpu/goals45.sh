@@ -15,7 +15,7 @@
 # Steps (device calls, the machine kept warm between them; each call carries the folders its setup names):
 #   pack                  (here) the folders above
 #   setup FOLDER...       installs them: wheels into /tmp/site, nsys into /tmp/goals45/nsys, HTA's into /tmp/goals45/hta
-#                         (plotly into both), where /tmp/goals45/hta-python (the machine's python3 with them first on its
+#                         (plotly into both), MPICH into /tmp/goals45/mpich (first on the benchmark's PATH), where /tmp/goals45/hta-python (the machine's python3 with them first on its
 #                         path: HTA's own environment) finds them. In order: setup .gpu/nsys .gpu/whl; setup .gpu/whl2
 #                         .gpu/plotly; setup .gpu/hta; setup .gpu/mpich
 #   start OUT [ARGS...]   copies the checkout to /tmp/goals45/repo and runs the benchmark there in its own process
@@ -56,6 +56,7 @@ case "$STEP" in
         .gpu/nsys) tar xJf .gpu/nsys/*.tar.xz -C "$G/nsys" && "$G/nsys/target-linux-x64/nsys" --version ;;
         .gpu/hta) install "$G/hta" .gpu/hta/*.whl ;;
         .gpu/plotly) install "$G/hta" .gpu/plotly/*.whl && install /tmp/site .gpu/plotly/*.whl ;;
+        .gpu/mpich) install "$G/mpich" .gpu/mpich/*.whl && "$G/mpich/bin/mpiexec" --version | head -2 ;;
         *) install /tmp/site "$folder"/*.whl ;;
       esac || exit 1
     done
@@ -69,7 +70,7 @@ case "$STEP" in
     ARGS=("$@"); [ ${#ARGS[@]} -eq 0 ] && ARGS=(--repeat 5)
     rm -rf "$G/repo" && cp -a . "$G/repo" && cd "$G/repo" || exit 1
     # goal 4's local run starts its ranks with the local site's launcher, MPICH's Hydra mpiexec
-    export PYTHONPATH=/tmp/site:$G/repo PYTHONUNBUFFERED=1 PATH=/tmp/site/bin:$PATH   # MPICH's mpiexec first
+    export PYTHONPATH=/tmp/site:$G/repo PYTHONUNBUFFERED=1 PATH=$G/mpich/bin:$PATH   # MPICH's mpiexec first
     python3 -m compileall -q hpcprof /tmp/site > /dev/null
     {
       echo "# $(date -u +%FT%TZ): $(nproc) CPUs ($(lscpu | sed -n 's/^Model name: *//p')), load average $(cut -d' ' -f1-3 /proc/loadavg); $(python3 -c 'import sys, numpy, pandas, pyarrow; print("Python", sys.version.split()[0], "numpy", numpy.__version__, "pandas", pandas.__version__, "pyarrow", pyarrow.__version__)')"
