@@ -24,7 +24,9 @@ issue 45's goals, each printed with its ratio, its floor and met/missed, in one 
    (it exits 1 above the ratio it keeps).
 
 Every command runs as a child process; the commands of a goal alternate (--repeat rounds) and
-medians are printed with the load average: the machine may be shared.
+medians are printed with the load average: the machine may be shared. A command that fails fails
+its goal (with the last line it wrote on stderr) and the run goes on. benchmarks/gpu/goals45.sh runs
+it on the lent GPU machine's CPUs (results/nsys_stats_speed_gpu_host.txt).
 
     python benchmarks/nsys_stats_speed.py [--repeat 3] [--rank-repeat 11] [--work DIR] [--goals 1,2,3,4,5,6] [--shapes S,...]
         [--hta-python PY]
