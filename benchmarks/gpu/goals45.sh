@@ -15,9 +15,9 @@
 # Steps (device calls, the machine kept warm between them; each call carries the folders its setup names):
 #   pack                  (here) the folders above
 #   setup FOLDER...       installs them: wheels into /tmp/site, nsys into /tmp/goals45/nsys, HTA's into /tmp/goals45/hta
-#                         (plotly into both), MPICH into /tmp/goals45/mpich (first on the benchmark's PATH), where /tmp/goals45/hta-python (the machine's python3 with them first on its
-#                         path: HTA's own environment) finds them. In order: setup .gpu/nsys .gpu/whl; setup .gpu/whl2
-#                         .gpu/plotly; setup .gpu/hta; setup .gpu/mpich
+#                         (plotly into both: /tmp/goals45/hta-python, the machine's python3 with them first on its
+#                         path, is HTA's own environment), MPICH into /tmp/goals45/mpich (first on the benchmark's PATH).
+#                         In order: setup .gpu/nsys .gpu/whl; setup .gpu/whl2 .gpu/plotly; setup .gpu/hta; setup .gpu/mpich
 #   start OUT [ARGS...]   copies the checkout to /tmp/goals45/repo and runs the benchmark there in its own process
 #                         session (it outlasts one call's 10 minutes; ARGS go to it, default --repeat 5), its log
 #                         /tmp/goals45/goals.log; waits up to WAIT seconds (default 540) and copies the log to OUT
