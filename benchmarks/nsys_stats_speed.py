@@ -723,19 +723,21 @@ def goals(args: argparse.Namespace) -> None:
             verdicts[name] = [False]
 
     def shapes() -> list[bool]:
-        nonlocal same
-        met, same = goal_shapes(fixtures, args.nsys, args.repeat, work, [s for s in args.shapes.split(",") if s])
+        met, same[:] = goal_shapes(fixtures, args.nsys, args.repeat, work, [s for s in args.shapes.split(",") if s])
         return met
 
-    chosen = {1: ("1 per-rank files", lambda: goal_rank(fixtures, args.nsys, args.rank_repeat, work)),
-              2: ("2 every shape at its floor", shapes),
-              3: ("3 default report set", lambda: [goal_default_set(fixtures, args.nsys, work, same)]),
-              4: ("4 collect uses the machine",
-                  lambda: [goal_collect(fixtures, args.repeat, work, args.collect_files)]),
-              5: ("5 whole-process Kineto speed", lambda: goal_trace(args.hta_python, args.repeat, work)),
-              6: ("6 collect keeps its ratio", lambda: [goal_collect_file(args.collect_repeat)])}
-    for number in sorted(wanted & chosen.keys()):
-        goal(*chosen[number])
+    if 1 in wanted:
+        goal("1 per-rank files", lambda: goal_rank(fixtures, args.nsys, args.rank_repeat, work))
+    if 2 in wanted:
+        goal("2 every shape at its floor", shapes)
+    if 3 in wanted:
+        goal("3 default report set", lambda: [goal_default_set(fixtures, args.nsys, work, same)])
+    if 4 in wanted:
+        goal("4 collect uses the machine", lambda: [goal_collect(fixtures, args.repeat, work, args.collect_files)])
+    if 5 in wanted:
+        goal("5 whole-process Kineto speed", lambda: goal_trace(args.hta_python, args.repeat, work))
+    if 6 in wanted:
+        goal("6 collect keeps its ratio", lambda: [goal_collect_file(args.collect_repeat)])
     print("== goals: " + "; ".join(f"{name}: {verdict(all(v)) if v else 'not measured'} ({sum(v)} of {len(v)})"
                                    for name, v in verdicts.items())
           + f" (load average {load()} at the end)")
