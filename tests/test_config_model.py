@@ -34,7 +34,9 @@ def error(model: type, data: Any) -> str:
     (site(gpu_affinity="left"), "src: field 'gpu_affinity': 'left' is not one of: 'none', 'identity', 'reverse'"),
     (site(name="a b"), "src: field 'name': 'a b' is not a site name: letters, digits and _.- only (got 'a b')"),
     (site(launcher={"kind": "mpiexec"}), "src: field 'launcher': launcher.flavor is required for mpiexec: pals, "
-                                         "hydra or openmpi"),
+                                         "hydra, openmpi or auto"),
+    (site(launcher={"kind": "mpiexec", "flavor": "auto"}), "src: launcher.flavor: auto asks the mpiexec of the machine "
+     "that submits, which runs the ranks of a local site without a container only; set pals, hydra or openmpi"),
     (site(defaults={"walltime": "1:99:00"}), "src: field 'defaults.walltime': walltime must look like HH:MM:SS"),
     (site(queues={"debug": {}, "prod": {"by_nodes": [{"max_nodes": 10, "max_walltime": "x"}]}}),
      "src: field 'queues.prod.by_nodes.0.max_walltime': walltime must look like HH:MM:SS"),

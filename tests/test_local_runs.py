@@ -94,11 +94,37 @@ def test_a_local_site_whose_mpiexec_is_another_flavour_is_refused_at_submit(tmp_
     """The local site's launcher.flavor against what its mpiexec says it is (`--version`): a one-line
     error naming the field and the fix, nothing written, instead of a job the launcher refuses."""
     exp = write_experiment(tmp_path / "exp.yaml", ["true"])
-    site = local_site_file(tmp_path / "site.yaml", lambda text: text.replace("flavor: hydra", "flavor: openmpi"))
+    site = local_site_file(tmp_path / "site.yaml", lambda text: text.replace("flavor: auto", "flavor: openmpi"))
     result = hpcprof("submit", str(exp), "--site-file", str(site), cwd=tmp_path, check=False)
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert "launcher.flavor: openmpi, but " in result.stderr and "is MPICH (Hydra)'s mpiexec" in result.stderr
-    assert "set launcher.flavor: hydra" in result.stderr
+    assert "set launcher.flavor: hydra (or auto)" in result.stderr
+    assert not (tmp_path / "hpcprof-runs").exists()
+
+
+def test_the_local_sites_auto_flavour_is_what_its_mpiexec_says(tmp_path: Path) -> None:
+    """`launcher.flavor: auto` (the shipped local site's): the job speaks the dialect of the mpiexec
+    beside hpcprof's Python, the mpich wheel's Hydra (`-ppn`, `-genv`, SIGPIPE ignored around it;
+    the runs themselves: test_two_ranks_complete_and_collect_is_idempotent)."""
+    exp = write_experiment(tmp_path / "exp.yaml", ["true"])
+    job = hpcprof("submit", str(exp), "--site", "local", "--dry-run", cwd=tmp_path, check=True).stdout
+    assert " -n 2 -ppn 2 -genv TMPDIR " in job and "--map-by" not in job
+    assert "trap '' PIPE" in job
+
+
+@pytest.mark.parametrize(("command", "said"), [
+    ("/bin/true", "launcher.flavor: auto, but `/bin/true --version` names none of MPICH (Hydra), Open MPI, Cray "
+                  "PALS; set launcher.flavor: hydra, openmpi, pals in a site file (--site-file)"),
+    ("/nonexistent/mpiexec", "launcher.command: /nonexistent/mpiexec is not a program here; install mpiexec, or set "
+                             "launcher.command to its full path"),
+])
+def test_an_auto_flavour_that_cannot_be_told_is_one_line(tmp_path: Path, command: str, said: str) -> None:
+    """`auto` with a launcher that names no flavour hpcprof knows, or is no program: one line naming the
+    first cause's field, exit 2, nothing written."""
+    exp = write_experiment(tmp_path / "exp.yaml", ["true"])
+    site = local_site_file(tmp_path / "site.yaml", lambda text: text.replace("command: auto ", f"command: {command} "))
+    result = hpcprof("submit", str(exp), "--site-file", str(site), cwd=tmp_path, check=False)
+    assert (result.returncode, result.stderr.strip().splitlines()) == (2, [f"Error: site local: {said}"])
     assert not (tmp_path / "hpcprof-runs").exists()
 
 

@@ -117,14 +117,14 @@ class Launcher(Model):
     """How ranks are started: mpiexec (PALS/Hydra/Open MPI), srun or torchrun."""
 
     kind: Literal["mpiexec", "srun", "torchrun"]
-    flavor: Literal["pals", "hydra", "openmpi"] | None = None   # mpiexec only
+    flavor: Literal["pals", "hydra", "openmpi", "auto"] | None = None   # mpiexec only; auto: local sites
     mpi: Literal["pmi2", "pmix", "cray_shasta", "none"] | None = None  # srun --mpi=
     command: str | None = None          # path of the launcher binary (default: kind)
     extra_args: list[str] = []
 
     def __post_init__(self) -> None:
         if self.kind == "mpiexec" and self.flavor is None:
-            raise ValueError("launcher.flavor is required for mpiexec: pals, hydra or openmpi")
+            raise ValueError("launcher.flavor is required for mpiexec: pals, hydra, openmpi or auto")
         if self.kind != "mpiexec" and self.flavor is not None:
             raise ValueError(f"launcher.flavor applies to mpiexec only, not {self.kind}")
         if self.kind != "srun" and self.mpi is not None:
@@ -263,6 +263,9 @@ class SiteConfig(Model, kw_only=True):
         run_checks(self, {"name": check_site_name, "scheduler": check_scheduler, "env": check_env,
                           "pbs_select": check_directive, "sbatch_options": check_options, "pbs_options": check_options,
                           "workdir": check_workdir})
+        if self.launcher.flavor == "auto" and (self.scheduler != "local" or self.container is not None):
+            raise ValueError("launcher.flavor: auto asks the mpiexec of the machine that submits, which runs the "
+                             "ranks of a local site without a container only; set pals, hydra or openmpi")
         try:
             check_fields(self.scheduler, {**{f"defaults.{k}": v for k, v in dump(self.defaults).items()},
                                           "pbs_select": self.pbs_select})

@@ -6,6 +6,7 @@ shell expressions are `Raw`.
 
 from __future__ import annotations
 
+import functools
 import shutil
 import sys
 from collections.abc import Callable
@@ -67,17 +68,26 @@ def resolve_command(name: str, configured: str | None) -> str:
 
 def check_local_launcher(site: SiteConfig) -> None:
     """At submit on a local site, where the job starts here at once: the launcher program
-    (launcher.command, else its kind) runs here; a missing one is a one-line error naming
-    launcher.command, never a job that fails with 127 after the fact."""
+    (launcher.command, else its kind) runs here; a missing one, or an mpiexec that says (`--version`)
+    it is another flavour than launcher.flavor, is a one-line error naming the field, never a job that
+    fails with 127 or 255 after the fact."""
+    program = local_program(site)
+    flavor = site.launcher.flavor
+    if site.launcher.kind == "mpiexec" and flavor != "auto" and (found := mpiexec_flavor(program)) not in (None, flavor):
+        raise UserError(f"site {site.name}: launcher.flavor: {flavor}, but {program} is {FLAVOR_NAMES[found]}'s "
+                        f"mpiexec, which would refuse the job's options; set launcher.flavor: {found} (or auto) in a "
+                        f"site file (--site-file), or launcher.command to {FLAVOR_NAMES[flavor or found]}'s mpiexec")
+
+
+def local_program(site: SiteConfig) -> str:
+    """The local site's launcher program (launcher.command, else its kind) as it runs here; a
+    one-line error naming launcher.command where it is not a program here."""
     name = "mpiexec" if site.launcher.kind == "mpiexec" else site.launcher.kind
     program = resolve_command(name, site.launcher.command)
     if shutil.which(program) is None:
         raise UserError(f"site {site.name}: launcher.command: {program} is not a program here; install {name}, "
                         "or set launcher.command to its full path")
-    if site.launcher.kind == "mpiexec" and (found := mpiexec_flavor(program)) not in (None, site.launcher.flavor):
-        raise UserError(f"site {site.name}: launcher.flavor: {site.launcher.flavor}, but {program} is {FLAVOR_NAMES[found]}'s "
-                        f"mpiexec, which would refuse the job's options; set launcher.flavor: {found} in a site file "
-                        f"(--site-file), or launcher.command to {FLAVOR_NAMES[site.launcher.flavor or found]}'s mpiexec")
+    return program
 
 
 #: mpiexec flavours -> the implementation `mpiexec --version` names, and the words that name it there
@@ -85,8 +95,10 @@ FLAVOR_NAMES = {"hydra": "MPICH (Hydra)", "openmpi": "Open MPI", "pals": "Cray P
 FLAVOR_WORDS = {"hydra": ("HYDRA",), "openmpi": ("Open MPI", "OpenRTE"), "pals": ("PALS",)}
 
 
+@functools.cache
 def mpiexec_flavor(program: str) -> str | None:
-    """The flavour `program --version` says it is (FLAVOR_WORDS), None when it says none of them."""
+    """The flavour `program --version` says it is (FLAVOR_WORDS), None when it says none of them
+    (asked once per process)."""
     import subprocess
 
     try:
@@ -96,6 +108,18 @@ def mpiexec_flavor(program: str) -> str | None:
         return None
     found = [flavor for flavor, words in FLAVOR_WORDS.items() if any(w in said.stdout + said.stderr for w in words)]
     return found[0] if len(found) == 1 else None
+
+
+def local_flavor(site: SiteConfig) -> str:
+    """`launcher.flavor: auto` (a local site's): the flavour its mpiexec says it is; a one-line error
+    naming the field where it names none hpcprof knows."""
+    program = local_program(site)
+    found = mpiexec_flavor(program)
+    if found is None:
+        raise UserError(f"site {site.name}: launcher.flavor: auto, but `{program} --version` names none of "
+                        f"{', '.join(FLAVOR_NAMES.values())}; set launcher.flavor: {', '.join(FLAVOR_NAMES)} "
+                        "in a site file (--site-file)")
+    return found
 
 
 def mpiexec_pals(site: SiteConfig, nodes: int, ppn: int) -> list[str]:
@@ -175,8 +199,9 @@ SIGPIPE_IGNORED = frozenset({"mpiexec:hydra"})
 
 
 def launcher_key(site: SiteConfig) -> str:
-    """The site's launcher as LAUNCHERS names it: `kind`, or `kind:flavor`."""
-    return f"{site.launcher.kind}:{site.launcher.flavor}" if site.launcher.flavor else site.launcher.kind
+    """The site's launcher as LAUNCHERS names it: `kind`, or `kind:flavor` (`auto`: local_flavor)."""
+    flavor = local_flavor(site) if site.launcher.flavor == "auto" else site.launcher.flavor
+    return f"{site.launcher.kind}:{flavor}" if flavor else site.launcher.kind
 
 
 def launch_argv(site: SiteConfig, nodes: int, ppn: int) -> list[str]:
