@@ -11,7 +11,7 @@
 #                        writes the same bytes from them as from the whole package
 #   .gpu/plotly          plotly, for hpcprof and HTA
 #   .gpu/hta             HolisticTraceAnalysis 0.5.0 with pandas 2.3.3, pytz, tzdata (HTA 0.5.0 needs pandas < 3)
-#   .gpu/mpich           MPICH's wheel (Hydra's mpiexec, the local site's launcher: the machine's own is Open MPI's)
+#   .gpu/mpich           MPICH's wheel (Hydra's mpiexec, as on the development machine; the machine's own is Open MPI's)
 # Steps (device calls, the machine kept warm between them; each call carries the folders its setup names):
 #   pack                  (here) the folders above
 #   setup FOLDER...       installs them: wheels into /tmp/site, nsys into /tmp/goals45/nsys, HTA's into /tmp/goals45/hta
@@ -69,7 +69,7 @@ case "$STEP" in
     OUT_DIR=${2:?output folder}; shift 2
     ARGS=("$@"); [ ${#ARGS[@]} -eq 0 ] && ARGS=(--repeat 5)
     rm -rf "$G/repo" && cp -a . "$G/repo" && cd "$G/repo" || exit 1
-    # goal 4's local run starts its ranks with the local site's launcher, MPICH's Hydra mpiexec
+    # goal 4's local run starts its ranks with the local site's launcher (flavor: auto): MPICH's Hydra, as here
     export PYTHONPATH=/tmp/site:$G/repo PYTHONUNBUFFERED=1 PATH=$G/mpich/bin:$PATH   # MPICH's mpiexec first
     python3 -m compileall -q hpcprof /tmp/site > /dev/null
     {
