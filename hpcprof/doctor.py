@@ -1,6 +1,7 @@
 """`hpcprof doctor --site S`: the job-start checks of a site, run here (a login node), and what
-they found: the site's setup lines (modules), its Python, hpcprof, torch/CUDA/NCCL versions, nsys
-and ncu, the NCCL network plugin, the account and whether the workdir is writable.
+they found: the site's setup lines (modules), its launcher (mpiexec's flavour), its Python, hpcprof,
+torch/CUDA/NCCL versions, nsys and ncu, the NCCL network plugin, the account and whether the workdir
+is writable.
 
 The probes run in one bash process that first runs the site's `setup:` lines and exports its
 `env:`, as the job does; each probe prints one `@@name value` line."""
@@ -19,6 +20,7 @@ import click
 from hpcprof.cli_options import site_file_option, site_option
 from hpcprof.config.site import SiteConfig, expand_workdir, find_site
 from hpcprof.errors import UserError, expand_home
+from hpcprof.render.launchers import FLAVOR_NAMES, flavor_named, launcher_program
 from hpcprof.render.profilers import profiler_paths
 from hpcprof.render.quoting import quote
 
@@ -72,6 +74,7 @@ class Finding:
     ok: bool
     found: str
     fix: str = ""
+    failed: str = "MISSING"     # the status when not ok
 
 
 def probe_script(site: SiteConfig) -> str:
@@ -84,6 +87,9 @@ def probe_script(site: SiteConfig) -> str:
                  'else echo "@@modules"; fi')
     python = sys.executable if site.paths.python == "auto" else site.paths.python
     lines += [f"{quote(python)} -c {quote(PYTHON_PROBE)} || echo \"@@python-failed $?\""]
+    said = ' "$("$hp_tool" --version 2>&1 | head -n 5 | tr "\\n" " ")"' if site.launcher.kind == "mpiexec" else ""
+    lines.append(f'if hp_tool=$(command -v {quote(launcher_program(site))}); then echo "@@launcher $hp_tool"; '
+                 f'echo "@@launcher-version{said}"; else echo "@@launcher"; fi')
     for tool, path in profiler_paths(site).items():
         lines.append(f'if hp_tool=$(command -v {quote(path)}); then echo "@@{tool} $("$hp_tool" --version 2>&1 | '
                      f'tail -n 1) ($hp_tool)"; else echo "@@{tool}"; fi')
@@ -114,10 +120,31 @@ def setup_findings(site: SiteConfig, found: dict[str, str]) -> list[Finding]:
         status, _, said = found.get(f"setup-{index}", "not-run").partition(" ")
         ok = status == "0"
         findings.append(Finding(f"setup: {line}", ok, f"exit {status}" + (f": {said}" if said and not ok else ""),
-                                "" if ok else "fix or remove this line in the site file (it runs before every job)"))
+                                "" if ok else "fix or remove this line in the site file (it runs before every job)",
+                                "FAILED"))
     if site.setup:
         findings.append(Finding("modules", True, found.get("modules") or "(no module command here)"))
     return findings
+
+
+def launcher_finding(site: SiteConfig, found: dict[str, str]) -> Finding:
+    """The launcher program as the job finds it (after the site's setup) and, for mpiexec, the flavour
+    its `--version` names against launcher.flavor (`auto`: a local site's, whatever it names)."""
+    path, flavor = found.get("launcher", ""), site.launcher.flavor
+    if not path:
+        return Finding("launcher", False, f"{launcher_program(site)}: not on PATH",
+                       "load its module in the site's setup: or set launcher.command to its full path")
+    if site.launcher.kind != "mpiexec":
+        return Finding("launcher", True, path)
+    named = flavor_named(found.get("launcher-version", ""))
+    if named is None:
+        return Finding("launcher", flavor != "auto", f"{path}: its --version names none of {', '.join(FLAVOR_NAMES.values())}",
+                       "set launcher.flavor to hydra, openmpi or pals in the site file" if flavor == "auto" else "", "FAILED")
+    if flavor not in ("auto", named):
+        return Finding("launcher", False, f"{path}: {FLAVOR_NAMES[named]}'s mpiexec, where the site says flavor: {flavor}",
+                       f"set launcher.flavor: {named} in the site file, or launcher.command to "
+                       f"{FLAVOR_NAMES[flavor or named]}'s mpiexec", "FAILED")
+    return Finding("launcher", True, f"{path}: {FLAVOR_NAMES[named]}" + (" (flavor: auto)" if flavor == "auto" else ""))
 
 
 def python_findings(site: SiteConfig, found: dict[str, str]) -> list[Finding]:
@@ -201,7 +228,8 @@ def account_findings(site: SiteConfig, account: str | None) -> list[Finding]:
 def diagnose(site: SiteConfig, account: str | None) -> list[Finding]:
     """Every finding for `site`."""
     found = run_probes(site)
-    return [*setup_findings(site, found), *python_findings(site, found), *tool_findings(site, found),
+    return [*setup_findings(site, found), launcher_finding(site, found), *python_findings(site, found),
+            *tool_findings(site, found),
             *account_findings(site, account or site.defaults.account)]
 
 
@@ -212,13 +240,14 @@ def diagnose(site: SiteConfig, account: str | None) -> list[Finding]:
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 def doctor(site_name: str, site_file: Path | None, account: str | None, fmt: str) -> None:
     """Run a site's job-start checks here (a login node) and print what they found: setup lines
-    (modules), Python, hpcprof, torch/CUDA/NCCL, nsys/ncu, the NCCL network plugin, account, workdir.
+    (modules), the launcher (mpiexec's flavour), Python, hpcprof, torch/CUDA/NCCL, nsys/ncu, the NCCL
+    network plugin, account, workdir.
     Exit status 1 when something is missing."""
     from hpcprof.output import emit_rows
 
     site = find_site(site_name, site_file)
     findings = diagnose(site, account)
-    rows = [{"check": f.check, "status": "ok" if f.ok else "FAILED" if f.check.startswith("setup") else "MISSING",
+    rows = [{"check": f.check, "status": "ok" if f.ok else f.failed,
              "found": f.found, "fix": f.fix} for f in findings]
     emit_rows(rows, ["check", "status", "found", "fix"], fmt)
     if not all(f.ok for f in findings if f.check not in profiler_paths(site)):   # each needed by its tool only

@@ -72,6 +72,32 @@ def test_doctor_reports_versions_of_a_working_site(tmp_path: Path) -> None:
     assert rows["mpi4py"]["found"] == mpi4py.__version__
     assert rows["cuda"]["found"].startswith("none (CPU build)") if torch.version.cuda is None else True
     assert rows["workdir"]["status"] == "ok" and f"would be created under {tmp_path}" in rows["workdir"]["found"]
+    assert rows["launcher"] == {"check": "launcher", "status": "ok", "found": f"{Path(sys.executable).parent}/mpiexec: "
+                                "MPICH (Hydra) (flavor: auto)", "fix": ""}
+
+
+@pytest.mark.parametrize(("launcher", "status", "found", "fix"), [
+    ({"flavor": "openmpi"}, "FAILED", "{mpiexec}: MPICH (Hydra)'s mpiexec, where the site says flavor: openmpi",
+     "set launcher.flavor: hydra in the site file, or launcher.command to Open MPI's mpiexec"),
+    ({"command": "/bin/true"}, "FAILED", "/bin/true: its --version names none of MPICH (Hydra), Open MPI, Cray PALS",
+     "set launcher.flavor to hydra, openmpi or pals in the site file"),
+    ({"flavor": "hydra", "command": "/bin/true"}, "ok", "/bin/true: its --version names none of MPICH (Hydra), Open "
+     "MPI, Cray PALS", ""),
+    ({"command": "/nonexistent/mpiexec"}, "MISSING", "/nonexistent/mpiexec: not on PATH",
+     "load its module in the site's setup: or set launcher.command to its full path"),
+])
+def test_doctor_checks_the_launcher_and_its_flavour(tmp_path: Path, launcher: dict[str, str], status: str, found: str,
+                                                    fix: str) -> None:
+    """The launcher as the job finds it, and the flavour its real `--version` names (the mpich wheel's
+    Hydra beside this Python) against launcher.flavor; exit 1 when it would fail the job."""
+    data = yaml.safe_load((shipped_site_dir() / "local.yaml").read_text())
+    data["launcher"] |= launcher
+    site = tmp_path / "site.yaml"
+    site.write_text(yaml.safe_dump(data))
+    code, rows = doctor("--site-file", str(site))
+    expected = {"status": status, "found": found.format(mpiexec=f"{Path(sys.executable).parent}/mpiexec"), "fix": fix}
+    assert {k: rows["launcher"][k] for k in expected} == expected
+    assert code == (0 if status == "ok" else 1)
 
 
 def test_doctor_workdir_of_polaris_with_account(tmp_path: Path) -> None:

@@ -114,7 +114,7 @@ def test_the_local_sites_auto_flavour_is_what_its_mpiexec_says(tmp_path: Path) -
 
 @pytest.mark.parametrize(("command", "said"), [
     ("/bin/true", "launcher.flavor: auto, but `/bin/true --version` names none of MPICH (Hydra), Open MPI, Cray "
-                  "PALS; set launcher.flavor: hydra, openmpi, pals in a site file (--site-file)"),
+                  "PALS; set launcher.flavor to hydra, openmpi or pals in a site file (--site-file)"),
     ("/nonexistent/mpiexec", "launcher.command: /nonexistent/mpiexec is not a program here; install mpiexec, or set "
                              "launcher.command to its full path"),
 ])

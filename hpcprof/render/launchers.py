@@ -82,12 +82,16 @@ def check_local_launcher(site: SiteConfig) -> None:
 def local_program(site: SiteConfig) -> str:
     """The local site's launcher program (launcher.command, else its kind) as it runs here; a
     one-line error naming launcher.command where it is not a program here."""
-    name = "mpiexec" if site.launcher.kind == "mpiexec" else site.launcher.kind
-    program = resolve_command(name, site.launcher.command)
+    program = launcher_program(site)
     if shutil.which(program) is None:
-        raise UserError(f"site {site.name}: launcher.command: {program} is not a program here; install {name}, "
-                        "or set launcher.command to its full path")
+        raise UserError(f"site {site.name}: launcher.command: {program} is not a program here; install "
+                        f"{site.launcher.kind}, or set launcher.command to its full path")
     return program
+
+
+def launcher_program(site: SiteConfig) -> str:
+    """The site's launcher program as its jobs name it: launcher.command (resolve_command), else its kind."""
+    return resolve_command(site.launcher.kind, site.launcher.command)
 
 
 #: mpiexec flavours -> the implementation `mpiexec --version` names, and the words that name it there
@@ -106,7 +110,12 @@ def mpiexec_flavor(program: str) -> str | None:
                               stdin=subprocess.DEVNULL)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    found = [flavor for flavor, words in FLAVOR_WORDS.items() if any(w in said.stdout + said.stderr for w in words)]
+    return flavor_named(said.stdout + said.stderr)
+
+
+def flavor_named(version: str) -> str | None:
+    """The one flavour an mpiexec's `--version` text names (FLAVOR_WORDS), else None."""
+    found = [flavor for flavor, words in FLAVOR_WORDS.items() if any(w in version for w in words)]
     return found[0] if len(found) == 1 else None
 
 
@@ -117,8 +126,8 @@ def local_flavor(site: SiteConfig) -> str:
     found = mpiexec_flavor(program)
     if found is None:
         raise UserError(f"site {site.name}: launcher.flavor: auto, but `{program} --version` names none of "
-                        f"{', '.join(FLAVOR_NAMES.values())}; set launcher.flavor: {', '.join(FLAVOR_NAMES)} "
-                        "in a site file (--site-file)")
+                        f"{', '.join(FLAVOR_NAMES.values())}; set launcher.flavor to hydra, openmpi or pals in a site "
+                        "file (--site-file)")
     return found
 
 
