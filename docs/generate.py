@@ -310,8 +310,8 @@ def experiment_page() -> Page:
 
 def site_page() -> Page:
     """Every key of a site config, the scheduler names and the shipped sites."""
-    from hpcprof.config.site import SiteConfig, load_site_file, shipped_site_dir
     from hpcprof.config.schedulers import REGISTRY
+    from hpcprof.config.site import SiteConfig, load_site_file, shipped_site_dir
 
     lines = [NOTICE, "", "# Site config reference", "",
              "A site config says how jobs run on one machine: its scheduler, launcher, node shape, setup "
