@@ -133,7 +133,7 @@ def local_flavor(site: SiteConfig) -> str:
 
 def mpiexec_pals(site: SiteConfig, nodes: int, ppn: int) -> list[str]:
     """Cray PALS mpiexec (Polaris, Aurora)."""
-    cmd = [resolve_command("mpiexec", site.launcher.command), "-n", str(nodes * ppn), "--ppn", str(ppn)]
+    cmd = [launcher_program(site), "-n", str(nodes * ppn), "--ppn", str(ppn)]
     if site.binding.depth:
         cmd += [f"--depth={site.binding.depth}"]
     if (bind := cpu_bind(site, "pals")) is not None:
@@ -143,7 +143,7 @@ def mpiexec_pals(site: SiteConfig, nodes: int, ppn: int) -> list[str]:
 
 def mpiexec_hydra(site: SiteConfig, nodes: int, ppn: int) -> list[str]:
     """MPICH Hydra mpiexec (the mpich wheel; finds hosts from Slurm/PBS itself)."""
-    cmd = [resolve_command("mpiexec", site.launcher.command), "-n", str(nodes * ppn), "-ppn", str(ppn)]
+    cmd = [launcher_program(site), "-n", str(nodes * ppn), "-ppn", str(ppn)]
     if (bind := cpu_bind(site, "hydra")) is not None:
         cmd += ["-bind-to", bind]
     return [*cmd, "-genv", "TMPDIR", Raw('"$TMPDIR"'), *site.launcher.extra_args]
@@ -152,7 +152,7 @@ def mpiexec_hydra(site: SiteConfig, nodes: int, ppn: int) -> list[str]:
 def mpiexec_openmpi(site: SiteConfig, nodes: int, ppn: int) -> list[str]:
     """Open MPI mpiexec."""
     mapping = f"ppr:{ppn}:node" + (f":PE={site.binding.depth}" if site.binding.depth else "")
-    cmd = [resolve_command("mpiexec", site.launcher.command), "-n", str(nodes * ppn), "--map-by", mapping]
+    cmd = [launcher_program(site), "-n", str(nodes * ppn), "--map-by", mapping]
     if (bind := cpu_bind(site, "openmpi")) is not None:
         cmd += ["--bind-to", bind]
     return [*cmd, "-x", "TMPDIR", *site.launcher.extra_args]
@@ -161,7 +161,7 @@ def mpiexec_openmpi(site: SiteConfig, nodes: int, ppn: int) -> list[str]:
 def srun(site: SiteConfig, nodes: int, ppn: int) -> list[str]:
     """Slurm srun with the site's --mpi plugin and binding; a rank that fails ends the step
     (--kill-on-bad-exit), so the others do not wait for it until the walltime."""
-    cmd = [resolve_command("srun", site.launcher.command), "-N", str(nodes), "-n", str(nodes * ppn),
+    cmd = [launcher_program(site), "-N", str(nodes), "-n", str(nodes * ppn),
            "--ntasks-per-node", str(ppn), "--kill-on-bad-exit=1"]
     if site.launcher.mpi:
         cmd.append(f"--mpi={site.launcher.mpi}")
@@ -174,7 +174,7 @@ def srun(site: SiteConfig, nodes: int, ppn: int) -> list[str]:
 
 def torchrun(site: SiteConfig, nodes: int, ppn: int) -> list[str]:
     """torchrun, one agent per node (started by srun or PALS mpiexec on more than one node)."""
-    run = [resolve_command("torchrun", site.launcher.command), f"--nnodes={nodes}", f"--nproc-per-node={ppn}"]
+    run = [launcher_program(site), f"--nnodes={nodes}", f"--nproc-per-node={ppn}"]
     if nodes == 1:
         return [*run, "--standalone", "--no-python", *site.launcher.extra_args]
     rdzv = ["--rdzv-backend=c10d", Raw('--rdzv-endpoint="$MASTER_ADDR:$MASTER_PORT"'), "--no-python"]
