@@ -25,7 +25,7 @@ PSS of the process with its workers (sampled from outside every 20 ms): both too
 ranks in a pool of worker processes by default. The results of both are compared number by
 number before the ratios are printed, with the floor: reading, inflating and decoding (msgspec)
 the fields used, whole files in memory, one after the other in one process. hpcprof inflates
-with ISA-L when `isal` is installed (the `fast` extra), as the floor does. Last, `hpcprof
+with ISA-L where `isal` is installed (a dependency on x86-64 and ARM64), as the floor does. Last, `hpcprof
 collect`'s map of the same files (hpcprof.collect.map_files: the analyses, the window and the
 critical path's events of each file, written as bundles) in a pool of one worker per file (each
 file on one core) and of one worker per core (the cores the files leave decode their batches),

@@ -4,6 +4,7 @@ stay bounded: on the committed fixtures, on generated traces with awkward text, 
 from __future__ import annotations
 
 import gzip
+import importlib
 import json
 import tracemalloc
 from pathlib import Path
@@ -12,6 +13,7 @@ from typing import Any
 import msgspec
 import pytest
 
+from hpcprof.analysis.trace import stream
 from hpcprof.analysis.trace.load import TraceColumns, load_trace, scan_trace
 from hpcprof.analysis.trace.schema import Event
 from hpcprof.analysis.trace.schema import Head as _Head
@@ -164,6 +166,24 @@ def test_damaged_streams_raise_trace_error(tmp_path: Path, content: bytes, messa
         with pytest.raises(TraceError, match=message) as info:
             list(EventStream(path, _Head, Event, batch_bytes))
         assert str(info.value).startswith(f"{path}: ")
+
+
+@pytest.mark.parametrize("inflater", ["isal.isal_zlib", "zlib"])
+def test_isal_and_zlib_inflate_alike(fixtures_dir: Path, tmp_path: Path, inflater: str,
+                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """ISA-L (a dependency on x86-64 and ARM64) and zlib (elsewhere) inflate the same bytes, across gzip
+    members, and a damaged gzip file is the same one-line error with either."""
+    monkeypatch.setattr(stream, "INFLATE", importlib.import_module(inflater))
+    source = fixtures_dir / "hta" / "h200_ddp_gpt2" / "rank0.pt.trace.json.gz"
+    text = gzip.decompress(source.read_bytes())
+    members = tmp_path / "members.json.gz"                   # concatenated .gz files: two members
+    members.write_bytes(gzip.compress(text[:100_000], mtime=0) + gzip.compress(text[100_000:], mtime=0))
+    for path in (source, members):
+        assert b"".join(read_chunks(path, 1 << 16)) == text
+    cut = tmp_path / "cut.json.gz"
+    cut.write_bytes(source.read_bytes()[:50_000])
+    with pytest.raises(TraceError, match=f"^{cut}: truncated or corrupt gzip data"):
+        b"".join(read_chunks(cut))
 
 
 def test_collect_decodes_each_trace_once(fixtures_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:

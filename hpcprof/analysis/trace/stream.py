@@ -49,7 +49,7 @@ _SPACE = re.compile(rb"[ \t\r\n]*")
 #: Kineto's events are < 2 kB and the object's other members a few kB
 MAX_UNSPLIT = 64 << 20
 
-try:  # ISA-L inflates gzip about 3x faster than zlib (the `fast` extra: pip install isal)
+try:  # ISA-L inflates gzip about 3x faster than zlib (isal: a dependency on x86-64 and ARM64, where it has wheels)
     INFLATE: Any = importlib.import_module("isal.isal_zlib")
 except ImportError:
     INFLATE = zlib
