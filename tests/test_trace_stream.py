@@ -4,8 +4,8 @@ stay bounded: on the committed fixtures, on generated traces with awkward text, 
 from __future__ import annotations
 
 import gzip
-import importlib
 import json
+import re
 import tracemalloc
 from pathlib import Path
 from typing import Any
@@ -173,7 +173,7 @@ def test_isal_and_zlib_inflate_alike(fixtures_dir: Path, tmp_path: Path, inflate
                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """ISA-L (a dependency on x86-64 and ARM64) and zlib (elsewhere) inflate the same bytes, across gzip
     members, and a damaged gzip file is the same one-line error with either."""
-    monkeypatch.setattr(stream, "INFLATE", importlib.import_module(inflater))
+    monkeypatch.setattr(stream, "INFLATE", pytest.importorskip(inflater))   # isal: absent where it has no wheel
     source = fixtures_dir / "hta" / "h200_ddp_gpt2" / "rank0.pt.trace.json.gz"
     text = gzip.decompress(source.read_bytes())
     members = tmp_path / "members.json.gz"                   # concatenated .gz files: two members
@@ -182,7 +182,7 @@ def test_isal_and_zlib_inflate_alike(fixtures_dir: Path, tmp_path: Path, inflate
         assert b"".join(read_chunks(path, 1 << 16)) == text
     cut = tmp_path / "cut.json.gz"
     cut.write_bytes(source.read_bytes()[:50_000])
-    with pytest.raises(TraceError, match=f"^{cut}: truncated or corrupt gzip data"):
+    with pytest.raises(TraceError, match=f"^{re.escape(str(cut))}: truncated or corrupt gzip data"):
         b"".join(read_chunks(cut))
 
 
