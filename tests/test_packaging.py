@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import configparser
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
 
 import pytest
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.slow
@@ -34,28 +37,27 @@ def test_wheel_ships_templates_and_sites(repo: Path, tmp_path: Path) -> None:
     assert out[2] == "pbs"
 
 
+def setup_cfg() -> configparser.ConfigParser:
+    """The repository's setup.cfg, parsed."""
+    config = configparser.ConfigParser()
+    config.read(REPO / "setup.cfg")
+    return config
+
+
 def test_every_package_is_listed_in_setup_cfg() -> None:
     """A package left out of setup.cfg's `packages` is missing from the installed hpcprof (the tests run the
     installed one): every folder of hpcprof/ with an __init__.py is listed."""
-    import configparser
-
-    repo = Path(__file__).resolve().parents[1]
-    config = configparser.ConfigParser()
-    config.read(repo / "setup.cfg")
-    listed = set(config["options"]["packages"].split())
-    found = {".".join(p.parent.relative_to(repo).parts) for p in (repo / "hpcprof").rglob("__init__.py")}
+    listed = set(setup_cfg()["options"]["packages"].split())
+    found = {".".join(p.parent.relative_to(REPO).parts) for p in (REPO / "hpcprof").rglob("__init__.py")}
     assert found - listed == set()
 
 
 def test_isal_is_a_dependency_where_it_has_wheels() -> None:
     """ISA-L's inflate (trace/stream.py: `hpcprof trace all` of 2 x 72 MB traces 1.11 -> 1.03 s on 2 vCPUs, 0.77 ->
     0.69 s on 16 CPUs) comes with a plain install on x86-64 and ARM64 (its wheels), not only with an extra."""
-    import configparser
-
     from packaging.requirements import Requirement
 
-    config = configparser.ConfigParser()
-    config.read(Path(__file__).resolve().parents[1] / "setup.cfg")
+    config = setup_cfg()
     required = [Requirement(line) for line in config["options"]["install_requires"].splitlines()
                 if line.strip() and not line.lstrip().startswith("#")]
     (isal,) = [r for r in required if r.name == "isal"]
