@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -205,3 +208,37 @@ def test_shutdown_after_torch_profiler_frees_the_process_group(bare_env: pytest.
     line = proc.stdout.strip().splitlines()[-1]
     assert line.startswith("before ['") and line.endswith("after []"), line  # gloo threads existed, then joined
     assert (tmp_path / "torch" / "rank0.pt.trace.json").is_file()
+
+
+def test_aborting_rank_waits_until_its_message_is_read(tmp_path: Path) -> None:
+    """The wait before MPI_Abort ends when the reader has drained the pipe, not before, and is bounded."""
+    read_fd, write_fd = os.pipe()
+    os.write(write_fd, b"error: the cause\n")
+    got: list[tuple[float, bytes]] = []
+
+    def late_reader() -> None:
+        time.sleep(0.3)
+        got.append((time.monotonic(), os.read(read_fd, 100)))
+
+    reader = threading.Thread(target=late_reader)
+    reader.start()
+    bootstrap._wait_for_forward(write_fd, 10.0)
+    returned = time.monotonic()
+    reader.join()
+    assert got[0][1] == b"error: the cause\n"
+    assert returned >= got[0][0]  # not before the launcher's read
+
+    os.write(write_fd, b"never read\n")  # nobody reads: the wait gives up at its limit
+    start = time.monotonic()
+    bootstrap._wait_for_forward(write_fd, 0.2)
+    assert 0.2 <= time.monotonic() - start < 2.0
+
+    plain = tmp_path / "stderr.txt"  # not a pipe (a file, a terminal): no wait at all
+    with plain.open("w") as handle:
+        handle.write("x" * 100)
+        handle.flush()
+        start = time.monotonic()
+        bootstrap._wait_for_forward(handle.fileno(), 10.0)
+        assert time.monotonic() - start < 1.0
+    os.close(read_fd)
+    os.close(write_fd)

@@ -196,4 +196,6 @@ def test_bad_model_after_init_aborts_all_ranks_with_2(tmp_path: Path) -> None:
     model_file.write_text(NOT_A_MODULE)
     proc = run_ddp(2, ["--model-file", str(model_file)], tmp_path)
     assert proc.returncode == 2, proc.stderr
-    assert "error: get_model returned str, expected a torch.nn.Module" in proc.stderr
+    # The first rank to abort is heard (it waits for Hydra to read its line); the other may be killed
+    # before it writes. No rank prints its error twice.
+    assert 1 <= proc.stderr.count("error: get_model returned str, expected a torch.nn.Module\n") <= 2, proc.stderr

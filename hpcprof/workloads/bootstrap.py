@@ -9,11 +9,16 @@ launchers' own ones.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import platform
 import re
 import socket
+import stat
+import struct
 import sys
+import termios
+import time
 import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -36,6 +41,8 @@ LOCAL_RANK_VARS = (
     "LOCAL_RANK",
 )
 # Variables that only an MPI launcher (or srun with an MPI plugin) sets.
+# How long an aborting rank waits for its launcher to read its error message (see _wait_for_forward).
+STDERR_FORWARD_WAIT_S = 5.0
 MPI_MARKERS = ("PALS_RANKID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "PMI_FD", "HYDI_CONTROL_FD")
 
 
@@ -203,7 +210,8 @@ def init_distributed(
 @contextlib.contextmanager
 def abort_on_error(ctx: Dist) -> Iterator[None]:
     """On an exception in one rank, print it and abort the MPI job so the other ranks do not hang
-    (exit code 2 for a UserError, printed as one line; 1 otherwise)."""
+    (exit code 2 for a UserError, printed as one line; 1 otherwise). The rank waits until its launcher
+    has read the message before it aborts, so the user sees the cause and not only the exit code."""
     try:
         yield
     except BaseException as exc:
@@ -213,10 +221,33 @@ def abort_on_error(ctx: Dist) -> Iterator[None]:
             else:
                 traceback.print_exc()
             sys.stderr.flush()
+            _wait_for_forward(sys.stderr.fileno(), STDERR_FORWARD_WAIT_S)
             from mpi4py import MPI
 
-            MPI.COMM_WORLD.Abort(2 if isinstance(exc, UserError) else 1)
+            code = 2 if isinstance(exc, UserError) else 1
+            MPI.COMM_WORLD.Abort(code)
+            # MPI_Abort may return (MPICH 5.0.2 does once torch is loaded; its launcher kills the job after):
+            # leave now, so the error is not printed a second time and no teardown waits on dead peers.
+            sys.stdout.flush()
+            os._exit(code)
         raise
+
+
+def _wait_for_forward(fd: int, limit_s: float) -> None:
+    """Wait (at most `limit_s`) until the launcher has read what this rank wrote to the pipe `fd`.
+
+    MPI launchers forward each rank's stderr through a pipe and kill the job on MPI_Abort; bytes still
+    in the pipe then are lost, and the user sees the exit code without the error (MPICH's Hydra under
+    load). Does nothing where `fd` is not a pipe.
+    """
+    if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+        return
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        unread = struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0]
+        if unread == 0:
+            return
+        time.sleep(0.005)
 
 
 def shutdown(ctx: Dist) -> None:
