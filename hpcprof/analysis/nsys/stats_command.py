@@ -115,22 +115,15 @@ def _table_cell(value: Any, fmt: str, null: str) -> str:
 
 def _emit_stats_table(df: pd.DataFrame | Table, out: TextIO, title: str | None) -> None:
     """A stats report as a table with nsys's number formatting."""
-    from rich.console import Console
-    from rich.table import Table as RichTable
-
     from hpcprof.analysis.nsys_stats.table import Table
-    from hpcprof.output import table_width
-    from hpcprof.safe_text import rich_text
+    from hpcprof.errors import printable
+    from hpcprof.output import print_table
 
     table = df if isinstance(df, Table) else Table.from_frame(df)
-    shown = RichTable(title=None if title is None else rich_text(title), show_lines=False)
-    for name, fmt in zip(table.columns, table.formats, strict=True):
-        shown.add_column(rich_text(name), justify="right" if fmt in TABLE_CELLS else "left")
-    cells = [[rich_text(_table_cell(v, fmt, table.null)) for v in values]
+    cells = [[printable(_table_cell(v, fmt, table.null)) for v in values]
              for values, fmt in zip(table.column_values(), table.formats, strict=True)]
-    for row in zip(*cells, strict=True):
-        shown.add_row(*row)
-    Console(file=out, width=table_width(out)).print(shown)
+    print_table(out, [printable(name) for name in table.columns], [fmt in TABLE_CELLS for fmt in table.formats],
+                list(zip(*cells, strict=True)), None if title is None else printable(title))
 
 
 def emit(df: pd.DataFrame | Table, fmt: str, out: TextIO, title: str | None = None) -> None:
