@@ -564,6 +564,29 @@ def goal_shapes(fixtures: Path, nsys: str, rounds: int, work: Path, only: list[s
     return met, same
 
 
+def default_format(nsys: str, rounds: int, work: Path, only: list[str]) -> None:
+    """Beside goal 2: each shape's default report set in each tool's default format, as a user first
+    runs it (hpcprof's table, nsys's column), against hpcprof's CSV of the same reads (the table's floor)."""
+    from nsys_shapes import SHAPES, make
+
+    hp = hpcprof_command()
+    print(f"== beside goal 2: the default format (hpcprof: table, nsys: column), -o, without hpcprof's cache; median of "
+          f"{rounds} alternated runs")
+    print(f"  {'shape':16s} {'table s':>7s} {'csv s':>6s} {'nsys s':>7s} {'table/csv':>9s} {'x nsys':>6s}  load")
+    for shape in only or SHAPES:
+        export, _ = make(shape, work / "shapes")
+        out = work / "out-format" / shape.replace("/", "-")
+        shutil.rmtree(out, ignore_errors=True)
+        out.mkdir(parents=True)
+        commands = {"table": [*hp, "nsys", "stats", "-o", str(out / "t"), str(export)],
+                    "csv": [*hp, "nsys", "stats", "--format", "csv", "-o", str(out / "c"), str(export)],
+                    "nsys": [nsys, "stats", "-o", str(out / "n"), "--force-overwrite", "true", str(export)]}
+        wall = {k: median_wall(v) for k, v in
+                alternate(commands, rounds, out, {**os.environ, "HPCPROF_NSYS_CACHE": "off"}).items()}
+        print(f"  {shape:16s} {wall['table']:7.2f} {wall['csv']:6.2f} {wall['nsys']:7.2f} "
+              f"{wall['table'] / wall['csv']:8.2f}x {wall['nsys'] / wall['table']:5.2f}x  {load()}")
+
+
 def goal_default_set(fixtures: Path, nsys: str, work: Path, shapes_same: list[bool]) -> bool:
     """Goal 3: the default set is nsys 2022.4's; the rank export's files as nsys writes them."""
     from hpcprof.analysis.nsys_stats.stats import DEFAULT_REPORTS
@@ -746,6 +769,7 @@ def goals(args: argparse.Namespace) -> None:
         goal("1 per-rank files", lambda: goal_rank(fixtures, args.nsys, args.rank_repeat, work))
     if 2 in wanted:
         goal("2 every shape at its floor", shapes)
+        default_format(args.nsys, args.repeat, work, [s for s in args.shapes.split(",") if s])
     if 3 in wanted:
         goal("3 default report set", lambda: [goal_default_set(fixtures, args.nsys, work, same)])
     if 4 in wanted:

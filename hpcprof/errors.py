@@ -42,6 +42,8 @@ def shorten(text: str, limit: int) -> str:
 def printable(text: str) -> str:
     """`text` with terminal control characters (escape sequences, carriage returns, ...) shown as
     escapes, so user-provided text cannot drive the terminal."""
+    if text.isprintable():  # the common case, checked at C speed
+        return text
     return "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in text)
 
 

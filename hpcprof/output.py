@@ -65,20 +65,20 @@ def emit(df: pd.DataFrame, fmt: str, out: TextIO | None = None, title: str | Non
         import pandas as pd
 
         right = [pd.api.types.is_numeric_dtype(df[col]) for col in df.columns]
-        rows = [[printable(format_cell(v)) for v in row] for row in df.itertuples(index=False)]
-        print_table(out, [printable(str(c)) for c in df.columns], right, rows, title)
+        columns = [[printable(format_cell(v)) for v in df[col].tolist()] for col in df.columns]
+        print_table(out, [printable(str(c)) for c in df.columns], right, columns, title)
     else:
         raise ValueError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
 
 
-def print_table(out: TextIO, header: Sequence[str], right: Sequence[bool], rows: Sequence[Sequence[str]],
+def print_table(out: TextIO, header: Sequence[str], right: Sequence[bool], columns: Sequence[Sequence[str]],
                 title: str | None = None) -> None:
-    """Print a table of printable cells (safe_text's rule: no control characters) as rich prints its
-    Table (heavy head, no row lines), numbers right-aligned where `right`. On a file or a pipe, where
-    it fits WIDE, it is drawn here, byte for byte as rich draws it (tests/test_output_table.py), because
-    rich takes ~1.6 ms a row (an NVTX report of 18.5 k rows: 30 s); on a terminal (styles, fitting
-    its width) and where it does not fit, rich draws it."""
-    text = None if out.isatty() else _drawn_table(header, right, rows, title, WIDE)
+    """Print a table, given by its columns of printable cells (safe_text's rule: no control
+    characters), as rich prints its Table (heavy head, no row lines), numbers right-aligned where
+    `right`. On a file or a pipe, where it fits WIDE, it is drawn here, byte for byte as rich draws it
+    (tests/test_output_table.py), because rich takes ~1.6 ms a row (an NVTX report of 18.5 k rows:
+    30 s); on a terminal (styles, fitting its width) and where it does not fit, rich draws it."""
+    text = None if out.isatty() else _drawn_table(header, right, columns, title, WIDE)
     if text is not None:
         out.write(text)
         return
@@ -89,7 +89,7 @@ def print_table(out: TextIO, header: Sequence[str], right: Sequence[bool], rows:
     table = Table(title=None if title is None else Text(title), show_lines=False)
     for name, numeric in zip(header, right, strict=True):
         table.add_column(Text(name), justify="right" if numeric else "left")
-    for row in rows:
+    for row in zip(*columns, strict=True):
         table.add_row(*(Text(cell) for cell in row))
     Console(file=out, width=table_width(out), emoji=False).print(table)
 
@@ -103,35 +103,33 @@ def _cells(text: str) -> int:
     return cell_len(text)
 
 
-def _drawn_table(header: Sequence[str], right: Sequence[bool], rows: Sequence[Sequence[str]], title: str | None,
+def _padded(cells: Sequence[str], width: int, numeric: bool) -> list[str]:
+    """A column's cells without their trailing spaces, padded to `width` terminal cells."""
+    if all(map(str.isascii, cells)):  # the common case: str's own padding, at C speed
+        return [c.rstrip(" ").rjust(width) if numeric else c.rstrip(" ").ljust(width) for c in cells]
+    bare = [c.rstrip(" ") for c in cells]
+    return [" " * (width - _cells(c)) + c if numeric else c + " " * (width - _cells(c)) for c in bare]
+
+
+def _drawn_table(header: Sequence[str], right: Sequence[bool], columns: Sequence[Sequence[str]], title: str | None,
                  width: int) -> str | None:
     """rich's unstyled Table as text, or None where rich would fold it (wider than `width`, a title
     wider than the table). Like rich, a column is as wide as its widest cell, trailing spaces
     included, and a cell is drawn without its trailing spaces."""
-    widths = [_cells(name) for name in header]
-    for row in rows:
-        for i, cell in enumerate(row):
-            if (n := len(cell) if cell.isascii() else _cells(cell)) > widths[i]:
-                widths[i] = n
+    widths = [max(_cells(name), max(map(len if all(map(str.isascii, cells)) else _cells, cells), default=0))
+              for name, cells in zip(header, columns, strict=True)]
     total = sum(widths) + 3 * len(widths) + 1
     if total > width or (title and _cells(title) > total):
         return None
-
-    def line(cells: Sequence[str], bar: str) -> str:
-        parts = []
-        for cell, w, numeric in zip(cells, widths, right, strict=True):
-            cell = cell.rstrip(" ")
-            pad = " " * (w - (len(cell) if cell.isascii() else _cells(cell)))
-            parts.append(f" {pad}{cell} " if numeric else f" {cell}{pad} ")
-        return bar + bar.join(parts) + bar
-
+    heads = [_padded([name], w, numeric)[0] for name, w, numeric in zip(header, widths, right, strict=True)]
     lines = []
     if title:
         left = (total - _cells(title)) // 2
         lines.append(" " * left + title + " " * (total - _cells(title) - left))
-    lines += ["┏" + "┳".join("━" * (w + 2) for w in widths) + "┓", line(header, "┃"),
+    lines += ["┏" + "┳".join("━" * (w + 2) for w in widths) + "┓", "┃ " + " ┃ ".join(heads) + " ┃",
               "┡" + "╇".join("━" * (w + 2) for w in widths) + "┩"]
-    lines += [line(row, "│") for row in rows]
+    padded = [_padded(cells, w, numeric) for cells, w, numeric in zip(columns, widths, right, strict=True)]
+    lines += ["│ " + " │ ".join(row) + " │" for row in zip(*padded, strict=True)]
     lines.append("└" + "┴".join("─" * (w + 2) for w in widths) + "┘")
     return "\n".join(lines) + "\n"
 

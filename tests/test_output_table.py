@@ -41,16 +41,18 @@ def test_random_tables_are_drawn_as_rich_draws_them(seed: int) -> None:
         right = [rng.random() < 0.5 for _ in range(ncol)]
         rows = [[words(rng, rng.choice([8, 30, 70])) for _ in range(ncol)] for _ in range(rng.randint(0, 8))]
         title = rng.choice([None, "", "t", "a title: x", "a title longer than many of these tables are wide, folded"])
+        columns = [[row[i] for row in rows] for i in range(ncol)]
         buf = io.StringIO()
-        print_table(buf, header, right, rows, title)
+        print_table(buf, header, right, columns, title)
         assert buf.getvalue() == rich_drawn(header, right, rows, title), (header, right, rows, title)
-        drawn_here += _drawn_table(header, right, rows, title, WIDE) is not None
+        drawn_here += _drawn_table(header, right, columns, title, WIDE) is not None
     assert 50 < drawn_here < 150  # both paths ran: drawn here, and left to rich (too wide, a folded title)
 
 
 def test_a_report_of_many_rows_is_drawn_here() -> None:
-    rows = [[f"{i * 7919 % 100_003:,d}", f"aten::op_{i}, op_id = {i}"] for i in range(2_000)]
+    columns = [[f"{i * 7919 % 100_003:,d}" for i in range(2_000)], [f"aten::op_{i}, op_id = {i}" for i in range(2_000)]]
     buf = io.StringIO()
-    print_table(buf, ["Total Time (ns)", "Range"], [True, False], rows, "NVTX-heavy.sqlite: nvtxsum")
+    print_table(buf, ["Total Time (ns)", "Range"], [True, False], columns, "NVTX-heavy.sqlite: nvtxsum")
+    rows = [list(row) for row in zip(*columns, strict=True)]
     assert buf.getvalue() == rich_drawn(["Total Time (ns)", "Range"], [True, False], rows, "NVTX-heavy.sqlite: nvtxsum")
-    assert _drawn_table(["Total Time (ns)", "Range"], [True, False], rows, None, WIDE) is not None
+    assert _drawn_table(["Total Time (ns)", "Range"], [True, False], columns, None, WIDE) is not None

@@ -103,27 +103,24 @@ def open_exports(paths: Sequence[Path | str], stack: ExitStack, gpu: bool = True
 TABLE_CELLS = {"i": "{:,d}", "f1": "{:,.1f}", "f3": "{:,.3f}"}
 
 
-def _table_cell(value: Any, fmt: str, null: str) -> str:
-    import math
-
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return null
-    if fmt in TABLE_CELLS and not isinstance(value, str):
-        return TABLE_CELLS[fmt].format(int(value) if fmt == "i" else float(value))
-    return str(value)
+def _table_column(values: Sequence[Any], fmt: str, null: str) -> list[str]:
+    """A column's cells as `nsys stats --format table` shows them (`null` for None and NaN)."""
+    if fmt in TABLE_CELLS:
+        spec, number = TABLE_CELLS[fmt].format, int if fmt == "i" else float
+        return [null if v is None or (isinstance(v, float) and v != v) else v if isinstance(v, str) else spec(number(v))
+                for v in values]
+    return [null if v is None or (isinstance(v, float) and v != v) else shown(str(v)) for v in values]
 
 
 def _emit_stats_table(df: pd.DataFrame | Table, out: TextIO, title: str | None) -> None:
     """A stats report as a table with nsys's number formatting."""
     from hpcprof.analysis.nsys_stats.table import Table
-    from hpcprof.errors import printable
     from hpcprof.output import print_table
 
     table = df if isinstance(df, Table) else Table.from_frame(df)
-    cells = [[printable(_table_cell(v, fmt, table.null)) for v in values]
-             for values, fmt in zip(table.column_values(), table.formats, strict=True)]
-    print_table(out, [printable(name) for name in table.columns], [fmt in TABLE_CELLS for fmt in table.formats],
-                list(zip(*cells, strict=True)), None if title is None else printable(title))
+    cells = [_table_column(values, fmt, table.null) for values, fmt in zip(table.column_values(), table.formats, strict=True)]
+    print_table(out, [shown(name) for name in table.columns], [fmt in TABLE_CELLS for fmt in table.formats],
+                cells, None if title is None else shown(title))
 
 
 def emit(df: pd.DataFrame | Table, fmt: str, out: TextIO, title: str | None = None) -> None:
