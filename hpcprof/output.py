@@ -75,23 +75,31 @@ def print_table(out: TextIO, header: Sequence[str], right: Sequence[bool], colum
                 title: str | None = None) -> None:
     """Print a table, given by its columns of printable cells (safe_text's rule: no control
     characters), as rich prints its Table (heavy head, no row lines), numbers right-aligned where
-    `right`. On a file or a pipe, where it fits WIDE, it is drawn here, byte for byte as rich draws it
-    (tests/test_output_table.py), because rich takes ~1.6 ms a row (an NVTX report of 18.5 k rows:
-    30 s); on a terminal (styles, fitting its width) and where it does not fit, rich draws it."""
-    text = None if out.isatty() else _drawn_table(header, right, columns, title, WIDE)
-    if text is not None:
-        out.write(text)
-        return
+    `right`. rich draws the title and the header (styled on a terminal) and every table it must fold
+    to fit the width; the rows of a table that fits are drawn here, byte for byte as rich draws them
+    (tests/test_output_table.py), because rich takes ~1.6 ms a row (an NVTX report of 18.5 k rows: 30 s)."""
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
+    console = Console(file=out, width=table_width(out), emoji=False)
+    widths = [max(_cells(name), max(map(len if all(map(str.isascii, cells)) else _cells, cells), default=0))
+              for name, cells in zip(header, columns, strict=True)]
+    total = sum(widths) + 3 * len(widths) + 1
+    fits = total <= console.width and not (title and _cells(title) > total)
     table = Table(title=None if title is None else Text(title), show_lines=False)
-    for name, numeric in zip(header, right, strict=True):
-        table.add_column(Text(name), justify="right" if numeric else "left")
-    for row in zip(*columns, strict=True):
-        table.add_row(*(Text(cell) for cell in row))
-    Console(file=out, width=table_width(out), emoji=False).print(table)
+    for name, numeric, width in zip(header, right, widths, strict=True):
+        table.add_column(Text(name), justify="right" if numeric else "left", min_width=width if fits else None)
+    if not fits:
+        for row in zip(*columns, strict=True):
+            table.add_row(*(Text(cell) for cell in row))
+        console.print(table)
+        return
+    with console.capture() as captured:
+        console.print(table)              # the title and the header: all but the empty table's last line
+    head, bottom = captured.get().rstrip("\n").rsplit("\n", 1)
+    padded = [_padded(cells, width, numeric) for cells, width, numeric in zip(columns, widths, right, strict=True)]
+    out.write("\n".join([head, *("│ " + " │ ".join(row) + " │" for row in zip(*padded, strict=True)), bottom]) + "\n")
 
 
 def _cells(text: str) -> int:
@@ -104,34 +112,11 @@ def _cells(text: str) -> int:
 
 
 def _padded(cells: Sequence[str], width: int, numeric: bool) -> list[str]:
-    """A column's cells without their trailing spaces, padded to `width` terminal cells."""
+    """A column's cells as rich draws them: without their trailing spaces, padded to `width` terminal cells."""
     if all(map(str.isascii, cells)):  # the common case: str's own padding, at C speed
         return [c.rstrip(" ").rjust(width) if numeric else c.rstrip(" ").ljust(width) for c in cells]
     bare = [c.rstrip(" ") for c in cells]
     return [" " * (width - _cells(c)) + c if numeric else c + " " * (width - _cells(c)) for c in bare]
-
-
-def _drawn_table(header: Sequence[str], right: Sequence[bool], columns: Sequence[Sequence[str]], title: str | None,
-                 width: int) -> str | None:
-    """rich's unstyled Table as text, or None where rich would fold it (wider than `width`, a title
-    wider than the table). Like rich, a column is as wide as its widest cell, trailing spaces
-    included, and a cell is drawn without its trailing spaces."""
-    widths = [max(_cells(name), max(map(len if all(map(str.isascii, cells)) else _cells, cells), default=0))
-              for name, cells in zip(header, columns, strict=True)]
-    total = sum(widths) + 3 * len(widths) + 1
-    if total > width or (title and _cells(title) > total):
-        return None
-    heads = [_padded([name], w, numeric)[0] for name, w, numeric in zip(header, widths, right, strict=True)]
-    lines = []
-    if title:
-        left = (total - _cells(title)) // 2
-        lines.append(" " * left + title + " " * (total - _cells(title) - left))
-    lines += ["┏" + "┳".join("━" * (w + 2) for w in widths) + "┓", "┃ " + " ┃ ".join(heads) + " ┃",
-              "┡" + "╇".join("━" * (w + 2) for w in widths) + "┩"]
-    padded = [_padded(cells, w, numeric) for cells, w, numeric in zip(columns, widths, right, strict=True)]
-    lines += ["│ " + " │ ".join(row) + " │" for row in zip(*padded, strict=True)]
-    lines.append("└" + "┴".join("─" * (w + 2) for w in widths) + "┘")
-    return "\n".join(lines) + "\n"
 
 
 #: the narrowest a wrapping column of emit_rows' table is taken to be when fitting it to a width

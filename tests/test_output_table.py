@@ -2,28 +2,43 @@
 
 from __future__ import annotations
 
+import fcntl
 import io
+import os
+import pty
 import random
+import select
+import struct
+import termios
+from collections.abc import Callable
+from functools import partial
+from typing import TextIO
 
 import pytest
+from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from hpcprof.output import WIDE, _drawn_table, print_table
+from hpcprof.output import WIDE, print_table
 
 #: ASCII, punctuation rich could take for markup, spaces, a 2-cell-wide character and an accented one
 ALPHABET = "abc XYZ019,.:-_()[]/  é漢"
 
 
-def rich_drawn(header: list[str], right: list[bool], rows: list[list[str]], title: str | None) -> str:
+def rich_print(stream: TextIO, header: list[str], right: list[bool], rows: list[list[str]], title: str | None,
+               width: int | None = None) -> None:
     table = Table(title=None if title is None else Text(title), show_lines=False)
     for name, numeric in zip(header, right, strict=True):
         table.add_column(Text(name), justify="right" if numeric else "left")
     for row in rows:
         table.add_row(*(Text(cell) for cell in row))
+    Console(file=stream, width=width, emoji=False).print(table)
+
+
+def rich_drawn(header: list[str], right: list[bool], rows: list[list[str]], title: str | None) -> str:
     buf = io.StringIO()
-    Console(file=buf, width=WIDE, emoji=False).print(table)
+    rich_print(buf, header, right, rows, title, WIDE)
     return buf.getvalue()
 
 
@@ -45,14 +60,49 @@ def test_random_tables_are_drawn_as_rich_draws_them(seed: int) -> None:
         buf = io.StringIO()
         print_table(buf, header, right, columns, title)
         assert buf.getvalue() == rich_drawn(header, right, rows, title), (header, right, rows, title)
-        drawn_here += _drawn_table(header, right, columns, title, WIDE) is not None
-    assert 50 < drawn_here < 150  # both paths ran: drawn here, and left to rich (too wide, a folded title)
+        drawn_here += sum(max([cell_len(h), *map(cell_len, c)]) for h, c in zip(header, columns, strict=True)) + 3 * ncol + 1 <= WIDE
+    assert 30 < drawn_here < 120  # both paths ran: rows drawn here, and tables left to rich (too wide)
 
 
-def test_a_report_of_many_rows_is_drawn_here() -> None:
+def test_a_report_of_many_rows_is_drawn_here(monkeypatch: pytest.MonkeyPatch) -> None:
     columns = [[f"{i * 7919 % 100_003:,d}" for i in range(2_000)], [f"aten::op_{i}, op_id = {i}" for i in range(2_000)]]
     buf = io.StringIO()
-    print_table(buf, ["Total Time (ns)", "Range"], [True, False], columns, "NVTX-heavy.sqlite: nvtxsum")
+    with monkeypatch.context() as patched:  # no row reaches rich
+        patched.setattr(Table, "add_row", lambda *args, **kwargs: pytest.fail("a row was given to rich"))
+        print_table(buf, ["Total Time (ns)", "Range"], [True, False], columns, "NVTX-heavy.sqlite: nvtxsum")
     rows = [list(row) for row in zip(*columns, strict=True)]
     assert buf.getvalue() == rich_drawn(["Total Time (ns)", "Range"], [True, False], rows, "NVTX-heavy.sqlite: nvtxsum")
-    assert _drawn_table(["Total Time (ns)", "Range"], [True, False], columns, None, WIDE) is not None
+
+
+def on_a_terminal(draw: Callable[[TextIO], None], columns: int = 100) -> bytes:
+    """What `draw` writes to a real pseudo-terminal `columns` wide (rich styles the header there)."""
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
+    attrs = termios.tcgetattr(follower)
+    attrs[1] &= ~termios.OPOST  # bytes as written (no \n -> \r\n)
+    termios.tcsetattr(follower, termios.TCSANOW, attrs)
+    chunks = []
+    with open(follower, "w", encoding="utf-8", closefd=True) as stream:
+        assert stream.isatty()
+        draw(stream)
+        stream.flush()
+        while select.select([leader], [], [], 0.2)[0]:
+            chunks.append(os.read(leader, 1 << 16))
+    os.close(leader)
+    return b"".join(chunks)
+
+
+@pytest.mark.parametrize("env", [{"TERM": "xterm-256color"}, {"TERM": "dumb"}, {"NO_COLOR": "1", "TERM": "xterm"}])
+def test_on_a_terminal_as_rich_draws_it(env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("COLUMNS", "LINES", "NO_COLOR", "FORCE_COLOR", "TERM", "TTY_COMPATIBLE", "TTY_INTERACTIVE"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    header, right = ["Time (%)", "Name"], [True, False]
+    for columns in ([["12.5", "1.0"], ["aten::mm", "漢字 kernel"]], [["1"], ["a name far wider than the terminal " * 4]]):
+        rows = [list(row) for row in zip(*columns, strict=True)]
+        mine = on_a_terminal(partial(print_table, header=header, right=right, columns=columns, title="x.sqlite: nvtxsum"))
+        theirs = on_a_terminal(partial(rich_print, header=header, right=right, rows=rows, title="x.sqlite: nvtxsum"))
+        assert mine == theirs != b""
+        if env["TERM"] != "dumb":
+            assert b"\x1b[1m" in mine  # the header is bold there: drawn by rich
