@@ -37,8 +37,8 @@ def render_table(df: pd.DataFrame, title: str | None = None) -> Table:
     from rich.table import Table
 
     table = Table(title=None if title is None else rich_text(title), show_lines=False)
-    for col in df.columns:
-        table.add_column(rich_text(col), justify="right" if pd.api.types.is_numeric_dtype(df[col]) else "left")
+    for i, col in enumerate(df.columns):  # by position: a repeated name is two columns
+        table.add_column(rich_text(col), justify="right" if pd.api.types.is_numeric_dtype(df.iloc[:, i]) else "left")
     for row in df.itertuples(index=False):
         table.add_row(*(rich_text(format_cell(v)) for v in row))
     return table
@@ -64,8 +64,9 @@ def emit(df: pd.DataFrame, fmt: str, out: TextIO | None = None, title: str | Non
     elif fmt == "table":
         import pandas as pd
 
-        right = [pd.api.types.is_numeric_dtype(df[col]) for col in df.columns]
-        columns = [[printable(format_cell(v)) for v in df[col].tolist()] for col in df.columns]
+        series = [df.iloc[:, i] for i in range(df.shape[1])]
+        right = [pd.api.types.is_numeric_dtype(values) for values in series]
+        columns = [[printable(format_cell(v)) for v in values.tolist()] for values in series]
         print_table(out, [printable(str(c)) for c in df.columns], right, columns, title)
     else:
         raise ValueError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
@@ -86,7 +87,7 @@ def print_table(out: TextIO, header: Sequence[str], right: Sequence[bool], colum
     widths = [max(_cells(name), max(map(len if all(map(str.isascii, cells)) else _cells, cells), default=0))
               for name, cells in zip(header, columns, strict=True)]
     total = sum(widths) + 3 * len(widths) + 1
-    fits = total <= console.width and not (title and _cells(title) > total)
+    fits = bool(header) and total <= console.width and not (title and _cells(title) > total)
     table = Table(title=None if title is None else Text(title), show_lines=False)
     for name, numeric, width in zip(header, right, widths, strict=True):
         table.add_column(Text(name), justify="right" if numeric else "left", min_width=width if fits else None)

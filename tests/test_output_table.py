@@ -106,3 +106,22 @@ def test_on_a_terminal_as_rich_draws_it(env: dict[str, str], monkeypatch: pytest
         assert mine == theirs != b""
         if env["TERM"] != "dumb":
             assert b"\x1b[1m" in mine  # the header is bold there: drawn by rich
+
+
+@pytest.mark.parametrize("frame", [
+    {"rank": [0, 1, 2], "busy %": [12.5, float("nan"), 1e-7], "kernel": ["aten::mm", None, "漢字 [bold]x[/]"], "ok": [True, False, True]},
+    {"n": [], "name": []},
+    {},
+])
+def test_emit_of_a_frame_is_rich_s_table_of_it(frame: dict[str, list[object]]) -> None:
+    import pandas as pd
+
+    from hpcprof.output import emit, render_table
+
+    df = pd.DataFrame(frame)
+    if len(df.columns) == 4:
+        df.columns = ["rank", "busy %", "rank", "ok"]  # a repeated name stays two columns
+    mine, theirs = io.StringIO(), io.StringIO()
+    emit(df, "table", mine, title="a frame")
+    Console(file=theirs, width=WIDE, emoji=False).print(render_table(df, "a frame"))
+    assert mine.getvalue() == theirs.getvalue()

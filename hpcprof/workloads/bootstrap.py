@@ -40,9 +40,9 @@ LOCAL_RANK_VARS = (
     "SLURM_LOCALID",
     "LOCAL_RANK",
 )
-# Variables that only an MPI launcher (or srun with an MPI plugin) sets.
 # How long an aborting rank waits for its launcher to read its error message (see _wait_for_forward).
 STDERR_FORWARD_WAIT_S = 5.0
+# Variables that only an MPI launcher (or srun with an MPI plugin) sets.
 MPI_MARKERS = ("PALS_RANKID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "PMI_FD", "HYDI_CONTROL_FD")
 
 
