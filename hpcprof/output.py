@@ -33,14 +33,31 @@ def table_width(stream: TextIO | None) -> int | None:
 
 def render_table(df: pd.DataFrame, title: str | None = None) -> Table:
     """A rich Table of a DataFrame; numbers right-aligned."""
+    header, right, columns = _frame_cells(df)
+    return _rich_table(header, right, columns, title)
+
+
+def _frame_cells(df: pd.DataFrame) -> tuple[list[str], list[bool], list[list[str]]]:
+    """A DataFrame's header, which columns are numbers, and its columns of printable cells (taken by
+    position: a repeated name is two columns)."""
     import pandas as pd
+
+    series = [df.iloc[:, i] for i in range(df.shape[1])]
+    return ([printable(str(c)) for c in df.columns], [pd.api.types.is_numeric_dtype(values) for values in series],
+            [[printable(format_cell(v)) for v in values.tolist()] for values in series])
+
+
+def _rich_table(header: Sequence[str], right: Sequence[bool], columns: Sequence[Sequence[str]], title: str | None,
+                widths: Sequence[int | None] | None = None) -> Table:
+    """rich's Table of printable cells and title (Text: never parsed as markup), numbers right-aligned."""
     from rich.table import Table
+    from rich.text import Text
 
     table = Table(title=None if title is None else rich_text(title), show_lines=False)
-    for i, col in enumerate(df.columns):  # by position: a repeated name is two columns
-        table.add_column(rich_text(col), justify="right" if pd.api.types.is_numeric_dtype(df.iloc[:, i]) else "left")
-    for row in df.itertuples(index=False):
-        table.add_row(*(rich_text(format_cell(v)) for v in row))
+    for name, numeric, width in zip(header, right, widths or [None] * len(header), strict=True):
+        table.add_column(Text(name), justify="right" if numeric else "left", min_width=width)
+    for row in zip(*columns, strict=True):
+        table.add_row(*(Text(cell) for cell in row))
     return table
 
 
@@ -62,12 +79,7 @@ def emit(df: pd.DataFrame, fmt: str, out: TextIO | None = None, title: str | Non
         out.write(df.to_json(orient="records", indent=1))
         out.write("\n")
     elif fmt == "table":
-        import pandas as pd
-
-        series = [df.iloc[:, i] for i in range(df.shape[1])]
-        right = [pd.api.types.is_numeric_dtype(values) for values in series]
-        columns = [[printable(format_cell(v)) for v in values.tolist()] for values in series]
-        print_table(out, [printable(str(c)) for c in df.columns], right, columns, title)
+        print_table(out, *_frame_cells(df), title)
     else:
         raise ValueError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
 
@@ -75,31 +87,26 @@ def emit(df: pd.DataFrame, fmt: str, out: TextIO | None = None, title: str | Non
 def print_table(out: TextIO, header: Sequence[str], right: Sequence[bool], columns: Sequence[Sequence[str]],
                 title: str | None = None) -> None:
     """Print a table, given by its columns of printable cells (safe_text's rule: no control
-    characters), as rich prints its Table (heavy head, no row lines), numbers right-aligned where
+    characters; the title is made so here), as rich prints its Table (heavy head, no row lines), numbers right-aligned where
     `right`. rich draws the title and the header (styled on a terminal) and every table it must fold
     to fit the width; the rows of a table that fits are drawn here, byte for byte as rich draws them
     (tests/test_output_table.py), because rich takes ~1.6 ms a row (an NVTX report of 18.5 k rows: 30 s)."""
     from rich.console import Console
-    from rich.table import Table
-    from rich.text import Text
 
+    title = None if title is None else printable(title)
     console = Console(file=out, width=table_width(out), emoji=False)
-    widths = [max(_cells(name), max(map(len if all(map(str.isascii, cells)) else _cells, cells), default=0))
-              for name, cells in zip(header, columns, strict=True)]
+    ascii_only = [all(map(str.isascii, cells)) for cells in columns]
+    widths = [max(_cells(name), max(map(len if ascii else _cells, cells), default=0))
+              for name, cells, ascii in zip(header, columns, ascii_only, strict=True)]
     total = sum(widths) + 3 * len(widths) + 1
-    fits = bool(header) and total <= console.width and not (title and _cells(title) > total)
-    table = Table(title=None if title is None else Text(title), show_lines=False)
-    for name, numeric, width in zip(header, right, widths, strict=True):
-        table.add_column(Text(name), justify="right" if numeric else "left", min_width=width if fits else None)
-    if not fits:
-        for row in zip(*columns, strict=True):
-            table.add_row(*(Text(cell) for cell in row))
-        console.print(table)
+    if not header or total > console.width or (title and _cells(title) > total):
+        console.print(_rich_table(header, right, columns, title))
         return
-    with console.capture() as captured:
-        console.print(table)              # the title and the header: all but the empty table's last line
+    with console.capture() as captured:   # the title and the header: all but the empty table's last line
+        console.print(_rich_table(header, right, [[] for _ in header], title, widths))
     head, bottom = captured.get().rstrip("\n").rsplit("\n", 1)
-    padded = [_padded(cells, width, numeric) for cells, width, numeric in zip(columns, widths, right, strict=True)]
+    padded = [_padded(cells, width, numeric, ascii)
+              for cells, width, numeric, ascii in zip(columns, widths, right, ascii_only, strict=True)]
     out.write("\n".join([head, *("│ " + " │ ".join(row) + " │" for row in zip(*padded, strict=True)), bottom]) + "\n")
 
 
@@ -112,9 +119,9 @@ def _cells(text: str) -> int:
     return cell_len(text)
 
 
-def _padded(cells: Sequence[str], width: int, numeric: bool) -> list[str]:
+def _padded(cells: Sequence[str], width: int, numeric: bool, ascii_only: bool) -> list[str]:
     """A column's cells as rich draws them: without their trailing spaces, padded to `width` terminal cells."""
-    if all(map(str.isascii, cells)):  # the common case: str's own padding, at C speed
+    if ascii_only:  # the common case: str's own padding, at C speed
         return [c.rstrip(" ").rjust(width) if numeric else c.rstrip(" ").ljust(width) for c in cells]
     bare = [c.rstrip(" ") for c in cells]
     return [" " * (width - _cells(c)) + c if numeric else c + " " * (width - _cells(c)) for c in bare]

@@ -125,3 +125,9 @@ def test_emit_of_a_frame_is_rich_s_table_of_it(frame: dict[str, list[object]]) -
     emit(df, "table", mine, title="a frame")
     Console(file=theirs, width=WIDE, emoji=False).print(render_table(df, "a frame"))
     assert mine.getvalue() == theirs.getvalue()
+
+
+def test_a_title_cannot_drive_the_terminal() -> None:
+    buf = io.StringIO()
+    print_table(buf, ["the number of ranks in this run"], [True], [["1"]], "run \x1b[31mred\x1b[0m")
+    assert chr(27) not in buf.getvalue() and "run \\x1b[31mred\\x1b[0m" in buf.getvalue()

@@ -120,7 +120,7 @@ def _emit_stats_table(df: pd.DataFrame | Table, out: TextIO, title: str | None) 
     table = df if isinstance(df, Table) else Table.from_frame(df)
     cells = [_table_column(values, fmt, table.null) for values, fmt in zip(table.column_values(), table.formats, strict=True)]
     print_table(out, [shown(name) for name in table.columns], [fmt in TABLE_CELLS for fmt in table.formats],
-                cells, None if title is None else shown(title))
+                cells, title)
 
 
 def emit(df: pd.DataFrame | Table, fmt: str, out: TextIO, title: str | None = None) -> None:
