@@ -8,6 +8,7 @@ spreadsheet would run are neutralised (and control characters shown as escapes o
 from __future__ import annotations
 
 import math
+import re
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -55,7 +56,7 @@ def _rich_table(header: Sequence[str], right: Sequence[bool], columns: Sequence[
 
     table = Table(title=None if title is None else rich_text(title), show_lines=False)
     for name, numeric, width in zip(header, right, widths or [None] * len(header), strict=True):
-        table.add_column(Text(name), justify="right" if numeric else "left", min_width=width)
+        table.add_column(Text(name), justify="right" if numeric else "left", width=width)
     for row in zip(*columns, strict=True):
         table.add_row(*(Text(cell) for cell in row))
     return table
@@ -86,28 +87,87 @@ def emit(df: pd.DataFrame, fmt: str, out: TextIO | None = None, title: str | Non
 
 def print_table(out: TextIO, header: Sequence[str], right: Sequence[bool], columns: Sequence[Sequence[str]],
                 title: str | None = None) -> None:
-    """Print a table, given by its columns of printable cells (safe_text's rule: no control
-    characters; the title is made so here), as rich prints its Table (heavy head, no row lines), numbers right-aligned where
-    `right`. rich draws the title and the header (styled on a terminal) and every table it must fold
-    to fit the width; the rows of a table that fits are drawn here, byte for byte as rich draws them
-    (tests/test_output_table.py), because rich takes ~1.6 ms a row (an NVTX report of 18.5 k rows: 30 s)."""
+    """Print a table, given by its columns of printable cells (safe_text's rule: no control characters; the
+    title is made so here), as rich prints its Table (heavy head, no row lines), numbers right-aligned where
+    `right`, folded to the width as rich folds it. rich sets the column widths (from each column's widest
+    cell) and draws the title, the header (styled on a terminal) and each cell wider than its column; the
+    rest is drawn here, byte for byte as rich draws it (tests/test_output_table.py), because rich takes
+    ~1.6 ms a row (an NVTX report of 18.5 k rows: 30 s)."""
+    from rich import box
     from rich.console import Console
+    from rich.text import Text
 
     title = None if title is None else printable(title)
     console = Console(file=out, width=table_width(out), emoji=False)
     ascii_only = [all(map(str.isascii, cells)) for cells in columns]
-    widths = [max(_cells(name), max(map(len if ascii else _cells, cells), default=0))
-              for name, cells, ascii in zip(header, columns, ascii_only, strict=True)]
-    total = sum(widths) + 3 * len(widths) + 1
-    if not header or total > console.width or (title and _cells(title) > total):
+    lengths = [list(map(len if ascii else _cells, cells)) for cells, ascii in zip(columns, ascii_only, strict=True)]
+    widest = [[cells[max(range(len(cells)), key=sizes.__getitem__)]] if cells else []
+              for cells, sizes in zip(columns, lengths, strict=True)]
+    proxy = _rich_table(header, right, widest, title)  # rich's widths of the whole table: from each widest cell
+    widths = proxy._calculate_column_widths(console, console.options.update_width(console.width - proxy._extra_width))
+    if min(widths, default=0) < 3:  # no column, or one too narrow for its padding: rich draws it all
         console.print(_rich_table(header, right, columns, title))
         return
-    with console.capture() as captured:   # the title and the header: all but the empty table's last line
-        console.print(_rich_table(header, right, [[] for _ in header], title, widths))
+    inner = [width - 2 for width in widths]
+    with console.capture() as captured:  # the title and the header: all but the empty table's last line
+        console.print(_rich_table(header, right, [[] for _ in header], title, inner))
     head, bottom = captured.get().rstrip("\n").rsplit("\n", 1)
-    padded = [_padded(cells, width, numeric, ascii)
-              for cells, width, numeric, ascii in zip(columns, widths, right, ascii_only, strict=True)]
-    out.write("\n".join([head, *("│ " + " │ ".join(row) + " │" for row in zip(*padded, strict=True)), bottom]) + "\n")
+    drawn: list[list[str]] = []  # each column's cells as drawn; a folded one's lines joined by "\n"
+    folded: set[int] = set()
+    for cells, sizes, width, numeric, ascii in zip(columns, lengths, inner, right, ascii_only, strict=True):
+        column = _padded(cells, width, numeric, ascii)
+        for index in (i for i, size in enumerate(sizes) if size > width):  # a cell wider than its column: folded
+            column[index] = "\n".join(_folded(cells[index], width, numeric) if ascii else
+                                      [line.plain for line in Text(cells[index]).wrap(
+                                          console, width, justify="right" if numeric else "left", overflow="ellipsis")])
+            folded.add(index)
+        drawn.append(column)
+    edges = box.HEAVY_HEAD.substitute(console.options, safe=console.safe_box)
+    mid = (f"{edges.mid_left} ", f" {edges.mid_vertical} ", f" {edges.mid_right}")
+    foot = (f"{edges.foot_left} ", f" {edges.foot_vertical} ", f" {edges.foot_right}")  # the last row's
+    blanks = [" " * width for width in inner]
+    lines = [head]
+    for number, row in enumerate(zip(*drawn, strict=True)):
+        left, divider, end = foot if number == len(columns[0]) - 1 else mid
+        if number in folded:  # a row of several lines; a cell of fewer lines is blank below them
+            stacked = [cell.split("\n") for cell in row]
+            height = max(map(len, stacked))
+            lines.extend(left + divider.join(line) + end for line in zip(
+                *(cell + [blank] * (height - len(cell)) for cell, blank in zip(stacked, blanks, strict=True)), strict=True))
+        else:
+            lines.append(left + divider.join(row) + end)
+    out.write("\n".join([*lines, bottom]) + "\n")
+
+
+#: rich's word (rich._wrap.words) and trailing whitespace (rich.text._re_whitespace)
+_WORD = re.compile(r"\s*\S+\s*")
+_TRAILING = re.compile(r"\s+$")
+
+
+def _folded(text: str, width: int, numeric: bool) -> list[str]:
+    """An ASCII cell wider than `width` as rich's Text.wrap folds it in a table column (overflow "ellipsis"):
+    split between words, a word wider than the column cut to an ellipsis, each line padded to `width`."""
+    if " " not in text:  # one word: cut (the only whitespace printable ASCII has is the space)
+        return [text[:width - 1] + "…"]
+    breaks, offset = [0], 0
+    for word in _WORD.finditer(text):  # rich._wrap.divide_line, fold=False
+        start, size = word.start(), len(word.group().rstrip())
+        if width - offset >= size:
+            offset += len(word.group())
+        elif size > width or (offset and start):
+            if start:
+                breaks.append(start)
+            offset = len(word.group())
+    lines = []
+    for begin, end in zip(breaks, [*breaks[1:], len(text)], strict=True):
+        line = text[begin:end]
+        if len(line) > width and (space := _TRAILING.search(line)):  # Text.rstrip_end
+            line = line[:len(line) - min(len(space.group()), len(line) - width)]
+        if numeric:  # Lines.justify: "right" strips the line's end, "left" pads it
+            line = line.rstrip()
+        line = line[:width - 1] + "…" if len(line) > width else line  # Text.truncate
+        lines.append(line.rjust(width) if numeric else line.ljust(width))
+    return lines
 
 
 def _cells(text: str) -> int:

@@ -20,10 +20,11 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from hpcprof.output import WIDE, print_table
+from hpcprof.output import WIDE, _folded, print_table
 
 #: ASCII, punctuation rich could take for markup, spaces, a 2-cell-wide character and an accented one
 ALPHABET = "abc XYZ019,.:-_()[]/  é漢"
+ASCII = "ab XY01,.:-_()   "
 
 
 def rich_print(stream: TextIO, header: list[str], right: list[bool], rows: list[list[str]], title: str | None,
@@ -36,42 +37,77 @@ def rich_print(stream: TextIO, header: list[str], right: list[bool], rows: list[
     Console(file=stream, width=width, emoji=False).print(table)
 
 
-def rich_drawn(header: list[str], right: list[bool], rows: list[list[str]], title: str | None) -> str:
-    buf = io.StringIO()
-    rich_print(buf, header, right, rows, title, WIDE)
+def rich_drawn(header: list[str], right: list[bool], rows: list[list[str]], title: str | None,
+               stream: io.StringIO | None = None) -> str:
+    buf = stream or io.StringIO()
+    rich_print(buf, header, right, rows, title, None if isinstance(buf, Terminal) else WIDE)
     return buf.getvalue()
 
 
-def words(rng: random.Random, longest: int) -> str:
-    return "".join(rng.choice(ALPHABET) for _ in range(rng.randint(0, longest)))
+class Terminal(io.StringIO):
+    """A stream taken for a terminal: rich styles it and takes its width from COLUMNS."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def words(rng: random.Random, longest: int, alphabet: str = ALPHABET) -> str:
+    return "".join(rng.choice(alphabet) for _ in range(rng.randint(0, longest)))
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_random_tables_are_drawn_as_rich_draws_them(seed: int) -> None:
+def test_random_tables_are_drawn_as_rich_draws_them(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("NO_COLOR", "FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("TERM", "xterm-256color")
     rng = random.Random(seed)
-    drawn_here = 0
+    folded = 0
     for _ in range(150):
         ncol = rng.randint(1, 7)
-        header = [words(rng, 12) for _ in range(ncol)]
+        alphabet = rng.choice([ALPHABET, ASCII])  # an ASCII column is folded here, any other by rich's Text.wrap
+        header = [words(rng, 12, alphabet) for _ in range(ncol)]
         right = [rng.random() < 0.5 for _ in range(ncol)]
-        rows = [[words(rng, rng.choice([8, 30, 70])) for _ in range(ncol)] for _ in range(rng.randint(0, 8))]
+        rows = [[words(rng, rng.choice([8, 30, 70]), alphabet) for _ in range(ncol)] for _ in range(rng.randint(0, 8))]
         title = rng.choice([None, "", "t", "a title: x", "a title longer than many of these tables are wide, folded"])
         columns = [[row[i] for row in rows] for i in range(ncol)]
-        buf = io.StringIO()
-        print_table(buf, header, right, columns, title)
-        assert buf.getvalue() == rich_drawn(header, right, rows, title), (header, right, rows, title)
-        drawn_here += sum(max([cell_len(h), *map(cell_len, c)]) for h, c in zip(header, columns, strict=True)) + 3 * ncol + 1 <= WIDE
-    assert 30 < drawn_here < 120  # both paths ran: rows drawn here, and tables left to rich (too wide)
+        width = rng.choice([WIDE, 100, 80, 50, 30, 12])  # a file, or terminals of these widths
+        monkeypatch.setenv("COLUMNS", str(width))
+        mine, theirs = (io.StringIO(), io.StringIO()) if width == WIDE else (Terminal(), Terminal())
+        print_table(mine, header, right, columns, title)
+        assert mine.getvalue() == rich_drawn(header, right, rows, title, theirs), (header, right, rows, title, width)
+        folded += sum(max([cell_len(h), *map(cell_len, c)]) for h, c in zip(header, columns, strict=True)) + 3 * ncol + 1 > width
+    assert 30 < folded < 120  # both kinds ran: tables that fit their width, and tables folded to it
 
 
 def test_a_report_of_many_rows_is_drawn_here(monkeypatch: pytest.MonkeyPatch) -> None:
-    columns = [[f"{i * 7919 % 100_003:,d}" for i in range(2_000)], [f"aten::op_{i}, op_id = {i}" for i in range(2_000)]]
-    buf = io.StringIO()
-    with monkeypatch.context() as patched:  # no row reaches rich
-        patched.setattr(Table, "add_row", lambda *args, **kwargs: pytest.fail("a row was given to rich"))
-        print_table(buf, ["Total Time (ns)", "Range"], [True, False], columns, "NVTX-heavy.sqlite: nvtxsum")
-    rows = [list(row) for row in zip(*columns, strict=True)]
-    assert buf.getvalue() == rich_drawn(["Total Time (ns)", "Range"], [True, False], rows, "NVTX-heavy.sqlite: nvtxsum")
+    columns = [[f"{i * 7919 % 100_003:,d}" for i in range(2_000)],
+               [f"aten::op_{i}, op_id = {i}" + " and a name too long for a terminal" * (i % 3 == 0) for i in range(2_000)]]
+    given = []
+    add_row = Table.add_row
+
+    def counted(table: Table, *cells: Text, **options: object) -> None:
+        given.append(cells)
+        add_row(table, *cells, **options)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Table, "add_row", counted)
+    monkeypatch.setenv("COLUMNS", "60")
+    for stream in (io.StringIO(), Terminal()):  # a file (200 wide: every cell fits) and a terminal (a third fold)
+        given.clear()
+        print_table(stream, ["Total Time (ns)", "Range"], [True, False], columns, "NVTX-heavy.sqlite: nvtxsum")
+        assert len(given) == 1  # one row reaches rich's Table: each column's widest cell, for rich's widths
+        rows = [list(row) for row in zip(*columns, strict=True)]
+        assert stream.getvalue() == rich_drawn(["Total Time (ns)", "Range"], [True, False], rows,
+                                               "NVTX-heavy.sqlite: nvtxsum", type(stream)())
+
+
+def test_an_ascii_cell_is_folded_as_rich_s_text_wraps_it() -> None:
+    console = Console(width=80)
+    rng = random.Random(7)
+    for _ in range(3_000):
+        text, width, numeric = words(rng, 40, ASCII), rng.randint(1, 20), rng.random() < 0.5
+        if len(text) > width:  # the cells folded: those wider than their column
+            wrapped = Text(text).wrap(console, width, justify="right" if numeric else "left", overflow="ellipsis")
+            assert _folded(text, width, numeric) == [line.plain for line in wrapped], (text, width, numeric)
 
 
 def on_a_terminal(draw: Callable[[TextIO], None], columns: int = 100) -> bytes:
