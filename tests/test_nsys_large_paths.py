@@ -5,6 +5,7 @@ tested once per distinct value (distributed.per_distinct), which must equal a te
 
 from __future__ import annotations
 
+import re
 import shutil
 import sqlite3
 from pathlib import Path
@@ -86,7 +87,7 @@ def test_names_tested_once_per_distinct_value_as_per_row() -> None:
     others = names[::-1].copy()
 
     def kind(n: object) -> str | None:
-        m = NCCL_KERNEL.match(n) if isinstance(n, str) else None
+        m = re.match(NCCL_KERNEL, n) if isinstance(n, str) else None
         return m.group(1) if m else None
 
     per_row = [n.startswith("nccl") if isinstance(n, str) else n is not None for n in names.tolist()]

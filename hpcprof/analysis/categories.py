@@ -33,7 +33,7 @@ OTHER = "other"
 #: (category, pattern) in order: the first whose pattern is found in the name decides; a category's
 #: `{group}` is the text of that named group of its pattern
 RULES: tuple[tuple[str, str], ...] = (
-    ("nccl.{collective}", NCCL_KERNEL.pattern),     # the one NCCL name rule (hpcprof.analysis.nccl)
+    ("nccl.{collective}", NCCL_KERNEL),             # the one NCCL name rule (hpcprof.analysis.nccl)
     ("nccl.other", r"^nccl"),
     ("attention", r"(?i)flash|fmha|attention|_attn|sdpa|mha_fwd|mha_bwd|dot_do_o|convert_dq"),
     ("reduction", r"^triton_(?:red|per)_"),
