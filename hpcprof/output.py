@@ -50,7 +50,8 @@ def _frame_cells(df: pd.DataFrame) -> tuple[list[str], list[bool], list[list[str
 
 def _rich_table(header: Sequence[str], right: Sequence[bool], columns: Sequence[Sequence[str]], title: str | None,
                 widths: Sequence[int | None] | None = None) -> Table:
-    """rich's Table of printable cells and title (Text: never parsed as markup), numbers right-aligned."""
+    """rich's Table of printable cells and title (Text: never parsed as markup), numbers right-aligned;
+    `widths`: each column's fixed width (None: rich's)."""
     from rich.table import Table
     from rich.text import Text
 
@@ -103,7 +104,9 @@ def print_table(out: TextIO, header: Sequence[str], right: Sequence[bool], colum
     lengths = [list(map(len if ascii else _cells, cells)) for cells, ascii in zip(columns, ascii_only, strict=True)]
     widest = [[cells[max(range(len(cells)), key=sizes.__getitem__)]] if cells else []
               for cells, sizes in zip(columns, lengths, strict=True)]
-    proxy = _rich_table(header, right, widest, title)  # rich's widths of the whole table: from each widest cell
+    # rich's widths of the whole table, from each column's widest cell (rich measures a column by it alone;
+    # its private width method: tests/test_output_table.py holds the result to rich's drawing)
+    proxy = _rich_table(header, right, widest, title)
     widths = proxy._calculate_column_widths(console, console.options.update_width(console.width - proxy._extra_width))
     if min(widths, default=0) < 3:  # no column, or one too narrow for its padding: rich draws it all
         console.print(_rich_table(header, right, columns, title))
