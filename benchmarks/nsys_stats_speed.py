@@ -49,6 +49,7 @@ import filecmp
 import io
 import json
 import os
+import shlex
 import shutil
 import sqlite3
 import statistics
@@ -564,15 +565,31 @@ def goal_shapes(fixtures: Path, nsys: str, rounds: int, work: Path, only: list[s
     return met, same
 
 
+#: the width of the terminal beside goal 2 prints on (where long names are folded: rich's layout)
+TERMINAL_COLUMNS = 80
+
+
+def on_terminal(cmd: list[str]) -> list[str] | None:
+    """`cmd` with its output on a pseudo-terminal TERMINAL_COLUMNS wide (util-linux's script, its copy of
+    what the terminal shows sent to /dev/null: measure reads a command's output once it ends), or None
+    where script is not installed."""
+    script = shutil.which("script")
+    return None if script is None else ["sh", "-c", shlex.join(
+        [script, "-qec", f"stty cols {TERMINAL_COLUMNS}; exec {shlex.join(cmd)}", "/dev/null"]) + " > /dev/null"]
+
+
 def default_format(nsys: str, rounds: int, work: Path, only: list[str]) -> None:
     """Beside goal 2: each shape's default report set in each tool's default format, as a user first
-    runs it (hpcprof's table, nsys's column), against hpcprof's CSV of the same reads (the table's floor)."""
+    runs it (hpcprof's table, nsys's column), against hpcprof's CSV of the same reads (the table's floor):
+    written with -o, and printed on a terminal TERMINAL_COLUMNS wide (hpcprof's tables folded to it)."""
     from nsys_shapes import SHAPES, make
 
     hp = hpcprof_command()
-    print(f"== beside goal 2: the default format (hpcprof: table, nsys: column), -o, without hpcprof's cache; median of "
-          f"{rounds} alternated runs")
-    print(f"  {'shape':16s} {'table s':>7s} {'csv s':>6s} {'nsys s':>7s} {'table/csv':>9s} {'x nsys':>6s}  load")
+    terminal = f"{TERMINAL_COLUMNS}-col"
+    print(f"== beside goal 2: the default format (hpcprof: table, nsys: column), -o and on a {TERMINAL_COLUMNS}-column "
+          f"pseudo-terminal, without hpcprof's cache; median of {rounds} alternated runs")
+    print(f"  {'shape':16s} {'table s':>7s} {'csv s':>6s} {'nsys s':>7s} {'table/csv':>9s} {'x nsys':>6s} "
+          f"{terminal + ' s':>9s} {'nsys s':>7s} {'x nsys':>6s}  load")
     for shape in only or SHAPES:
         export, _ = make(shape, work / "shapes")
         out = work / "out-format" / shape.replace("/", "-")
@@ -581,10 +598,16 @@ def default_format(nsys: str, rounds: int, work: Path, only: list[str]) -> None:
         commands = {"table": [*hp, "nsys", "stats", "-o", str(out / "t"), str(export)],
                     "csv": [*hp, "nsys", "stats", "--format", "csv", "-o", str(out / "c"), str(export)],
                     "nsys": [nsys, "stats", "-o", str(out / "n"), "--force-overwrite", "true", str(export)]}
+        shown = {"terminal": on_terminal([*hp, "nsys", "stats", str(export)]),
+                 "nsys terminal": on_terminal([nsys, "stats", str(export)])}
+        commands.update({k: v for k, v in shown.items() if v is not None})
         wall = {k: median_wall(v) for k, v in
                 alternate(commands, rounds, out, {**os.environ, "HPCPROF_NSYS_CACHE": "off"}).items()}
+        on_tty = (f"{wall['terminal']:9.2f} {wall['nsys terminal']:7.2f} "
+                  f"{wall['nsys terminal'] / wall['terminal']:5.2f}x" if "terminal" in wall else
+                  f"{'-':>9s} {'-':>7s} {'-':>6s} (no util-linux script here)")
         print(f"  {shape:16s} {wall['table']:7.2f} {wall['csv']:6.2f} {wall['nsys']:7.2f} "
-              f"{wall['table'] / wall['csv']:8.2f}x {wall['nsys'] / wall['table']:5.2f}x  {load()}")
+              f"{wall['table'] / wall['csv']:8.2f}x {wall['nsys'] / wall['table']:5.2f}x {on_tty}  {load()}")
 
 
 def goal_default_set(fixtures: Path, nsys: str, work: Path, shapes_same: list[bool]) -> bool:
