@@ -129,9 +129,10 @@ def print_table(out: TextIO, header: Sequence[str], right: Sequence[bool], colum
     mid = (f"{edges.mid_left} ", f" {edges.mid_vertical} ", f" {edges.mid_right}")
     foot = (f"{edges.foot_left} ", f" {edges.foot_vertical} ", f" {edges.foot_right}")  # the last row's
     blanks = [" " * width for width in inner]
+    last = len(columns[0]) - 1
     lines = [head]
     for number, row in enumerate(zip(*drawn, strict=True)):
-        left, divider, end = foot if number == len(columns[0]) - 1 else mid
+        left, divider, end = foot if number == last else mid
         if number in folded:  # a row of several lines; a cell of fewer lines is blank below them
             stacked = [cell.split("\n") for cell in row]
             height = max(map(len, stacked))
