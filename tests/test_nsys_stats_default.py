@@ -158,3 +158,32 @@ def test_the_quick_lane_imports_neither_click_nor_numpy(exports: list[Path]) -> 
     res = subprocess.run([sys.executable, "-c", probe, "nsys", "stats", "--format", "csv", str(exports[0])],
                          capture_output=True, text=True)
     assert res.returncode == 0 and "HEAVY []" in res.stderr and "Time (%)" in res.stdout
+
+
+FAULTS = """
+import resource, sys
+from hpcprof.analysis.nsys.stats_command import retain_freed_memory
+said = retain_freed_memory() if sys.argv[1] == "retain" else None
+faults = []
+for _ in range(2):
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    block = bytearray(24 << 20)         # zeroed: every page written
+    del block
+    faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+print(said, *faults)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc")
+def test_a_large_exports_reads_reuse_the_memory_they_free() -> None:
+    """retain_freed_memory (the columnar path of a large export): a second 24 MiB block takes the
+    pages the first freed (no new page faults), where by default it is mapped and faulted in anew."""
+    def faults(mode: str) -> list[str]:
+        return subprocess.run([sys.executable, "-c", FAULTS, mode], capture_output=True, text=True,
+                              check=True).stdout.split()
+
+    said, first, second = faults("retain")
+    assert said == "True"
+    assert int(first) > 1000 and int(second) < int(first) // 10
+    _, first, second = faults("default")
+    assert int(second) > int(first) // 2

@@ -169,6 +169,28 @@ def _small_sqlite(path: Path | str) -> bool:
         return False
 
 
+#: glibc's mallopt parameters (malloc.h) and the values retain_freed_memory sets
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+HEAP_BLOCK_BYTES = 32 << 20     # blocks up to this come from the heap (glibc's cap on 64-bit)
+KEPT_FREE_BYTES = 1 << 30       # free heap kept before any is handed back to the OS
+
+
+def retain_freed_memory() -> bool:
+    """Have glibc's malloc keep the memory a large export's reads free for the next reads, in this
+    process (the command's own): blocks up to HEAP_BLOCK_BYTES (the ADBC driver's batch buffers,
+    numpy's arrays) from the heap rather than a fresh mapping each, and free heap kept up to
+    KEPT_FREE_BYTES, so that each batch and array does not fault in and zero new pages (the
+    memcpy/UM-heavy shape's default set: 0.62 -> 0.59 s, system time 0.18 -> 0.12 s, median of 15
+    alternated runs). False where the C library has no mallopt (not glibc): nothing changes."""
+    import ctypes
+
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    return bool(mallopt(M_MMAP_THRESHOLD, HEAP_BLOCK_BYTES)) and bool(mallopt(M_TRIM_THRESHOLD, KEPT_FREE_BYTES))
+
+
 def _outcomes(path: Path | str, names: list[str], fmt: str, engine: str, files: bool) -> list[Any] | None:
     """Each report of `path` (a Table or DataFrame, or the MissingData/NsysInputError it raised), by
     the engines `engine` picks for it; None (named on stderr) when the file is not a usable export.
@@ -195,6 +217,8 @@ def _outcomes(path: Path | str, names: list[str], fmt: str, engine: str, files: 
 
         from hpcprof.analysis.nsys_stats.stats import run_reports
 
+        if not _small_sqlite(path):
+            retain_freed_memory()
         with ExitStack() as stack:
             exports, failed = open_exports([path], stack, gpu=False)
             if failed:
