@@ -6,6 +6,7 @@ with none of click, numpy or pandas imported."""
 
 from __future__ import annotations
 
+import platform
 import re
 import sqlite3
 import subprocess
@@ -174,7 +175,7 @@ print(said, *faults)
 """
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc")
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's malloc (mallopt)")
 def test_a_large_exports_reads_reuse_the_memory_they_free() -> None:
     """retain_freed_memory (the columnar path of a large export): a second 24 MiB block takes the
     pages the first freed (no new page faults), where by default it is mapped and faulted in anew."""

@@ -171,7 +171,7 @@ def _small_sqlite(path: Path | str) -> bool:
 
 #: glibc's mallopt parameters (malloc.h) and the values retain_freed_memory sets
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
-HEAP_BLOCK_BYTES = 32 << 20     # blocks up to this come from the heap (glibc's cap on 64-bit)
+HEAP_BLOCK_BYTES = 32 << 20     # blocks up to this come from the heap (the most glibc takes on 64-bit)
 KEPT_FREE_BYTES = 1 << 30       # free heap kept before any is handed back to the OS
 
 
@@ -180,7 +180,7 @@ def retain_freed_memory() -> bool:
     process (the command's own): blocks up to HEAP_BLOCK_BYTES (the ADBC driver's batch buffers,
     numpy's arrays) from the heap rather than a fresh mapping each, and free heap kept up to
     KEPT_FREE_BYTES, so that each batch and array does not fault in and zero new pages (the
-    memcpy/UM-heavy shape's default set: 0.62 -> 0.59 s, system time 0.18 -> 0.12 s, median of 15
+    memcpy/UM-heavy shape's default set: 0.62 -> 0.60 s, system time 0.16 -> 0.12 s, median of 15
     alternated runs). False where the C library has no mallopt (not glibc): nothing changes."""
     import ctypes
 
