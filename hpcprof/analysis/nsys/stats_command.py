@@ -180,8 +180,10 @@ def retain_freed_memory() -> bool:
     process (the command's own): blocks up to HEAP_BLOCK_BYTES (the ADBC driver's batch buffers,
     numpy's arrays) from the heap rather than a fresh mapping each, and free heap kept up to
     KEPT_FREE_BYTES, so that each batch and array does not fault in and zero new pages (the
-    memcpy/UM-heavy shape's default set: 0.62 -> 0.60 s, system time 0.16 -> 0.12 s, median of 15
-    alternated runs). False where the C library has no mallopt (not glibc): nothing changes."""
+    memcpy/UM-heavy shape's default set: system time 0.16 -> 0.12 s, median of 15 alternated runs,
+    lower in each of four such A/B sets; its wall time 0.62 -> 0.60 s is within the runs' spread).
+    Set again for each large file (idempotent, microseconds). False where the C library has no
+    mallopt (not glibc): nothing changes."""
     import ctypes
 
     try:
