@@ -67,6 +67,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "tests"), str(REPO), str(REPO / "benchmarks")]
 from fixture_files import materialize  # noqa: E402  (the repository's fixtures, unpacked)
 
+from hpcprof.__main__ import COMMAND_ENV  # noqa: E402
+
 DEFAULT_SOURCE = materialize(REPO / ".fixtures") / "nsys" / "h200_seqpar_bf16" / "rank0.sqlite"
 NSYS_2022 = "/usr/lib/x86_64-linux-gnu/nsight-systems/target-linux-x64/nsys"
 OLD_NAMES = ["gpukernsum", "cudaapisum", "gpumemtimesum", "gpumemsizesum", "nvtxsum", "osrtsum"]  # nsys 2022.4
@@ -87,9 +89,10 @@ NEEDS: dict[str, dict[str, str]] = {
     "osrtsum": {"OSRT_API": "start, end, nameId, eventClass"},
 }
 NEEDS |= {new: NEEDS[old] for old, new in zip(OLD_NAMES, NEW_NAMES, strict=True) if new not in NEEDS}
-#: what hpcprof's `nsys` commands set for themselves (hpcprof.__main__), given to the floors that
-#: import numpy too: its OpenBLAS then starts no threads (~0.1 s of a 2-core machine's time)
-QUIET_BLAS = {"OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS", "1")}
+#: what hpcprof's `nsys` commands set for themselves (hpcprof.__main__.COMMAND_ENV, where this
+#: environment has not), given to the floors that import numpy too: its OpenBLAS then starts no
+#: threads (~0.1 s of a 2-core machine's time), and it asks for no huge pages
+NSYS_ENV = {name: os.environ.get(name, value) for name, value in COMMAND_ENV["nsys"].items()}
 GOAL_RATIO = 1.3        # issue 21: hpcprof nsys stats within 1.3x of (one scan of the needed columns + start-up)
 
 
@@ -541,7 +544,7 @@ def goal_shapes(fixtures: Path, nsys: str, rounds: int, work: Path, only: list[s
                     "floor": [sys.executable, "-c", reads_code(export, reads, imports)],
                     "scan": [sys.executable, "-c", reads_code(export, reads)]}
         # the floor imports numpy as hpcprof's `nsys` commands do: without OpenBLAS's threads
-        runs = alternate(commands, rounds, out, {**os.environ, "HPCPROF_NSYS_CACHE": "off", **QUIET_BLAS})
+        runs = alternate(commands, rounds, out, {**os.environ, "HPCPROF_NSYS_CACHE": "off", **NSYS_ENV})
         wall = {k: median_wall(v) for k, v in runs.items()}
         cpu = {k: median_cpu(v) for k, v in runs.items()}
         ratio = wall["hpcprof"] / wall["floor"]
@@ -558,9 +561,9 @@ def goal_shapes(fixtures: Path, nsys: str, rounds: int, work: Path, only: list[s
               f"{max(r[1] for r in runs['nsys']):<7d} {load():13s} {cpu_spread(cpu_speeds())}"
               f"{'' if identical else f'  OUTPUT DIFFERS ({files} nsys files)'}")
     print(f"  (floor: one process importing what hpcprof imports for that export and scanning the {len(DEFAULT_NEEDS)} "
-          "tables' needed columns once, count() in SQLite, with OPENBLAS_NUM_THREADS=1 as hpcprof's `nsys` commands "
-          "set for themselves; rounds: the lowest and highest ratio of one round's hpcprof and floor, run one after the "
-          "other; scan+pass: the scan alone after `python -c pass`'s start; CPUs: after the shape's rounds, a fixed loop's "
+          "tables' needed columns once, count() in SQLite, with what hpcprof's `nsys` commands set in their environment "
+          f"({', '.join(f'{k}={v}' for k, v in NSYS_ENV.items())}); rounds: the lowest and highest ratio of one round's "
+          "hpcprof and floor, run one after the other; scan+pass: the scan alone after `python -c pass`'s start; CPUs: after the shape's rounds, a fixed loop's "
           "time on the slowest CPU over the fastest, each alone: 1.00x where they run alike)")
     return met, same
 
@@ -893,7 +896,7 @@ def report_sets(args: argparse.Namespace) -> None:
     tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     con.close()
     sets = {"all": REPORTS} | {r: [r] for r in REPORTS if any(t in tables for t in NEEDS[r])}
-    scan_env = {**os.environ, "HPCPROF_NSYS_CACHE": "off", **QUIET_BLAS}
+    scan_env = {**os.environ, "HPCPROF_NSYS_CACHE": "off", **NSYS_ENV}
     cache_env = {**os.environ, "HPCPROF_NSYS_CACHE": "on"}
 
     def hp_cmd(names: list[str], out: str) -> list[str]:

@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from nsys_shapes import SHAPES, make  # noqa: E402
 from nsys_stats_speed import (  # noqa: E402  (it puts tests/ on the path, for the fixtures)
     DEFAULT_NEEDS,
-    QUIET_BLAS,
+    NSYS_ENV,
     REPO,
     alternate,
     child_modules,
@@ -66,7 +66,7 @@ def main() -> None:
     parts = args.parts.split(",")
     materialize(REPO / ".fixtures")
     path = os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])
-    env = {**os.environ, "HPCPROF_NSYS_CACHE": "off", "PYTHONPATH": path, **QUIET_BLAS}
+    env = {**os.environ, "HPCPROF_NSYS_CACHE": "off", "PYTHONPATH": path, **NSYS_ENV}
     print(f"# read_parts: {os.cpu_count()} CPUs ({len(os.sched_getaffinity(0))} usable), load average {load()}, "
           f"CPU spread {cpu_spread(cpu_speeds())}; {sys.executable}; median of {args.repeat} alternated runs")
     print(f"  {'shape':16s} {'rows':>10s} {'floor s':>7s} " + " ".join(f"{f'cpus={p} s':>10s} {'/floor':>6s}"

@@ -6,6 +6,10 @@ import sys
 
 #: the `hpcprof nsys` commands with a quick lane
 QUICK = ("stats", "nccl", "overlap", "gaps")
+#: what the commands that read large profiles set in their own environment before numpy is imported,
+#: where the user has not (see main)
+COMMAND_ENV = {"trace": {"OPENBLAS_NUM_THREADS": "1"},
+               "nsys": {"OPENBLAS_NUM_THREADS": "1", "NUMPY_MADVISE_HUGEPAGE": "0"}}
 
 
 def main() -> None:
@@ -25,10 +29,19 @@ def main() -> None:
     export at most): numpy's OpenBLAS is told to start no thread of its own, unless the user set
     OPENBLAS_NUM_THREADS (it starts one per core at numpy's import, which spin for ~0.1 s: `trace
     all` of 2 files of 72 MB on 2 cores 0.64 -> 0.57 CPU s; `nsys stats` of the memcpy/UM-heavy
-    export 1.16 -> 1.05 CPU s; a core's time the other threads and workers lack on a busy machine)."""
+    export 1.16 -> 1.05 CPU s; a core's time the other threads and workers lack on a busy machine).
+
+    `hpcprof nsys ...` also has numpy ask for no transparent huge pages (numpy's madvise for arrays
+    of 4 MB or more), unless the user set NUMPY_MADVISE_HUGEPAGE: where THP is in madvise mode, a
+    fault on such an array may first compact memory for a 2 MB page, and a short command that
+    fills its arrays once gains nothing from them. nsys 2022.4's default set on the four export
+    shapes of benchmarks/nsys_stats_speed.py, each run alternated with nsys's own (medians of 7-9):
+    kernel-heavy 0.82 -> 0.74 s, NVTX-heavy 0.63 -> 0.59 s, memcpy/UM-heavy 0.71 -> 0.68 s,
+    CUDA-API-heavy 0.95 -> 0.94 s. `trace all` of 2 files of 72 MB did not change (0.42 s), so the
+    trace commands keep numpy's default."""
     gc.disable()
-    if sys.argv[1:2] in (["trace"], ["nsys"]):
-        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    for name, value in COMMAND_ENV.get(sys.argv[1] if len(sys.argv) > 1 else "", {}).items():
+        os.environ.setdefault(name, value)
     if sys.argv[1:2] == ["nsys"] and sys.argv[2:3] and sys.argv[2] in QUICK:
         from hpcprof.analysis.nsys import stats_command
 

@@ -5,6 +5,7 @@ names the heavy modules it imported."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -131,3 +132,43 @@ def test_the_command_line_called_in_a_process_freezes_nothing(tmp_path: Path) ->
         main(["sites"])
     assert exited.value.code == 0
     assert gc.isenabled() and gc.get_freeze_count() == frozen
+
+
+ENV_PROBE = """
+import atexit, json, os, sys
+from hpcprof.__main__ import main
+
+def said():
+    import numpy._core.multiarray as multiarray
+    names = ("OPENBLAS_NUM_THREADS", "NUMPY_MADVISE_HUGEPAGE")
+    print(json.dumps({"env": {n: os.environ.get(n) for n in names}, "hugepage": multiarray._get_madvise_hugepage()}),
+          file=sys.stderr)
+
+atexit.register(said)
+sys.argv = ["hpcprof", *sys.argv[1:]]
+main()
+"""
+
+
+def numpy_state(*argv: str, cwd: Path, **env: str) -> dict[str, object]:
+    """The environment `hpcprof ARGV` (hpcprof.__main__) ran in, and whether numpy asked for huge pages in it."""
+    base = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_NUM_THREADS", "NUMPY_MADVISE_HUGEPAGE")}
+    proc = subprocess.run([sys.executable, "-c", ENV_PROBE, *argv], cwd=cwd, capture_output=True, text=True,
+                          timeout=120, check=False, env={**base, **env})
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stderr.splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def test_the_nsys_commands_run_numpy_without_huge_pages_unless_the_user_asks(tmp_path: Path) -> None:
+    """`hpcprof nsys ...` sets OPENBLAS_NUM_THREADS=1 and NUMPY_MADVISE_HUGEPAGE=0 for itself (numpy then
+    asks the kernel for no transparent huge pages); `hpcprof trace ...` only the first; a value the
+    user set is kept."""
+    plain = subprocess.run([sys.executable, "-c", "import numpy._core.multiarray as m; print(m._get_madvise_hugepage())"],
+                           capture_output=True, text=True, check=True,
+                           env={k: v for k, v in os.environ.items() if k != "NUMPY_MADVISE_HUGEPAGE"}).stdout.strip()
+    nsys = numpy_state("nsys", "stats", "--help", cwd=tmp_path)
+    assert nsys == {"env": {"OPENBLAS_NUM_THREADS": "1", "NUMPY_MADVISE_HUGEPAGE": "0"}, "hugepage": False}
+    trace = numpy_state("trace", "all", "--help", cwd=tmp_path)
+    assert trace == {"env": {"OPENBLAS_NUM_THREADS": "1", "NUMPY_MADVISE_HUGEPAGE": None}, "hugepage": plain == "True"}
+    mine = numpy_state("nsys", "stats", "--help", cwd=tmp_path, NUMPY_MADVISE_HUGEPAGE="1", OPENBLAS_NUM_THREADS="4")
+    assert mine == {"env": {"OPENBLAS_NUM_THREADS": "4", "NUMPY_MADVISE_HUGEPAGE": "1"}, "hugepage": True}
