@@ -433,7 +433,9 @@ def nvtx_groups_packed(export: Export, event_types: tuple[int, ...], layout: str
     for p, lo, hi in zip(parts, bounds, bounds[1:], strict=False):
         rows = v[at:at + len(p.values)]
         if code is None:
-            # mode "clip": the default mode writes `out` through a buffer (the codes are in range)
+            # mode "clip": the default mode ("raise") copies `out` into a buffer first and writes it
+            # back (the codes are in range): reading fresh pages maps the zero page, and the write
+            # back then faults each page again and flushes it from the other CPUs' TLBs
             np.take(name_rank[to_global[lo:hi]] << (PACK_BITS + 1), p.codes, out=rows, mode="clip")
         else:
             np.left_shift(name_rank[code[at:at + len(rows)]], PACK_BITS + 1, out=rows)
@@ -450,7 +452,7 @@ def _gathered(to_global: np.ndarray, bounds: list[int], codes: list[np.ndarray])
     out = np.empty(sum(len(c) for c in codes), dtype=to_global.dtype)
     at = 0
     for lo, hi, c in zip(bounds, bounds[1:], codes, strict=False):
-        np.take(to_global[lo:hi], c, out=out[at:at + len(c)])
+        np.take(to_global[lo:hi], c, out=out[at:at + len(c)], mode="clip")     # (see nvtx_groups_packed)
         at += len(c)
     return out
 

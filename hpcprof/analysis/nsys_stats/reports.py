@@ -225,7 +225,7 @@ def _memop_groups(export: Export, layout: str, value: str) -> tuple[np.ndarray, 
         if isinstance(code, int):
             rows[:] = label_codes[code]
         else:
-            np.take(label_codes, code, out=rows)
+            np.take(label_codes, code, out=rows, mode="clip")   # unbuffered (see nvtx.nvtx_groups_packed)
         rows <<= PACK_BITS
         rows |= values
         start += len(rows)
