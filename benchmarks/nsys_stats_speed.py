@@ -543,7 +543,7 @@ def goal_shapes(fixtures: Path, nsys: str, rounds: int, work: Path, only: list[s
                              str(export)],
                     "floor": [sys.executable, "-c", reads_code(export, reads, imports)],
                     "scan": [sys.executable, "-c", reads_code(export, reads)]}
-        # the floor imports numpy as hpcprof's `nsys` commands do: without OpenBLAS's threads
+        # the floor imports numpy in the environment hpcprof's `nsys` commands set for themselves (NSYS_ENV)
         runs = alternate(commands, rounds, out, {**os.environ, "HPCPROF_NSYS_CACHE": "off", **NSYS_ENV})
         wall = {k: median_wall(v) for k, v in runs.items()}
         cpu = {k: median_cpu(v) for k, v in runs.items()}
@@ -563,8 +563,9 @@ def goal_shapes(fixtures: Path, nsys: str, rounds: int, work: Path, only: list[s
     print(f"  (floor: one process importing what hpcprof imports for that export and scanning the {len(DEFAULT_NEEDS)} "
           "tables' needed columns once, count() in SQLite, with what hpcprof's `nsys` commands set in their environment "
           f"({', '.join(f'{k}={v}' for k, v in NSYS_ENV.items())}); rounds: the lowest and highest ratio of one round's "
-          "hpcprof and floor, run one after the other; scan+pass: the scan alone after `python -c pass`'s start; CPUs: after the shape's rounds, a fixed loop's "
-          "time on the slowest CPU over the fastest, each alone: 1.00x where they run alike)")
+          "hpcprof and floor, run one after the other; scan+pass: the scan alone after `python -c pass`'s start; CPUs: "
+          "after the shape's rounds, a fixed loop's time on the slowest CPU over the fastest, each alone: 1.00x where "
+          "they run alike)")
     return met, same
 
 
