@@ -2,11 +2,13 @@
 `taskset`, a container's), not the machine's. On a shared node a job given 8 of 128 cores that
 started a process per core of the machine would run 16 processes on each of its own. And the
 number of worker processes the commands that map over rank files start unless told otherwise
-(`default_workers`: those CPUs, fewer where the memory available would not hold them)."""
+(`default_workers`: those CPUs, fewer where the memory available would not hold them). And how
+this process's malloc keeps the memory it frees (`keep_freed_memory`)."""
 
 from __future__ import annotations
 
 import os
+import sys
 
 
 def usable_cpus() -> int:
@@ -50,3 +52,24 @@ def default_workers(worker_bytes: int = WORKER_BYTES) -> tuple[int, str]:
         return by_memory, (f"{cpus} CPUs this process may use, bounded by memory: {memory / 2**30:.1f} GiB available, "
                            f"{worker_bytes / 2**30:.1f} GiB a worker")
     return cpus, f"the CPU{'s' if cpus > 1 else ''} this process may use"
+
+
+#: glibc's mallopt(3) parameters (malloc.h)
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+
+
+def keep_freed_memory(heap_block_bytes: int, kept_free_bytes: int) -> bool:
+    """Have glibc's malloc, in this process, serve blocks up to `heap_block_bytes` from the heap
+    rather than map each one afresh, and keep up to `kept_free_bytes` of freed heap rather than hand
+    it back to the OS: memory the process frees and allocates again is then not faulted in and
+    zeroed again. False where that cannot be set (not Linux, or a C library without mallopt):
+    nothing changes. (ctypes is imported here: 2 ms the quick lane's small exports never need.)"""
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    return bool(mallopt(M_MMAP_THRESHOLD, heap_block_bytes)) and bool(mallopt(M_TRIM_THRESHOLD, kept_free_bytes))

@@ -164,8 +164,9 @@ def test_the_quick_lane_imports_neither_click_nor_numpy(exports: list[Path]) -> 
 
 FAULTS = """
 import resource, sys
-from hpcprof.analysis.nsys.stats_command import retain_freed_memory
-said = retain_freed_memory() if sys.argv[1] == "retain" else None
+from hpcprof.analysis.nsys.stats_command import HEAP_BLOCK_BYTES, KEPT_FREE_BYTES
+from hpcprof.cpus import keep_freed_memory
+said = keep_freed_memory(HEAP_BLOCK_BYTES, KEPT_FREE_BYTES) if sys.argv[1] == "retain" else None
 faults = []
 for _ in range(2):
     before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
@@ -178,8 +179,9 @@ print(said, *faults)
 
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's malloc (mallopt)")
 def test_a_large_exports_reads_reuse_the_memory_they_free() -> None:
-    """retain_freed_memory (the columnar path of a large export): a second 24 MiB block takes the
-    pages the first freed (no new page faults), where by default it is mapped and faulted in anew."""
+    """What nsys stats has malloc keep on the columnar path of a large export (HEAP_BLOCK_BYTES,
+    KEPT_FREE_BYTES, cpus.keep_freed_memory): a second 24 MiB block takes the pages the first freed
+    (no new page faults), where by default it is mapped and faulted in anew."""
     def faults(mode: str) -> list[str]:
         return subprocess.run([sys.executable, "-c", FAULTS, mode], capture_output=True, text=True,
                               check=True).stdout.split()

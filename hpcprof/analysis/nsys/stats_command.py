@@ -169,28 +169,14 @@ def _small_sqlite(path: Path | str) -> bool:
         return False
 
 
-#: glibc's mallopt parameters (malloc.h) and the values retain_freed_memory sets
-M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
-HEAP_BLOCK_BYTES = 32 << 20     # blocks up to this come from the heap (the most glibc takes on 64-bit)
-KEPT_FREE_BYTES = 1 << 30       # free heap kept before any is handed back to the OS
-
-
-def retain_freed_memory() -> bool:
-    """Have glibc's malloc keep the memory a large export's reads free for the next reads, in this
-    process (the command's own): blocks up to HEAP_BLOCK_BYTES (the ADBC driver's batch buffers,
-    numpy's arrays) from the heap rather than a fresh mapping each, and free heap kept up to
-    KEPT_FREE_BYTES, so that each batch and array does not fault in and zero new pages (the
-    memcpy/UM-heavy shape's default set: system time 0.16 -> 0.12 s, median of 15 alternated runs,
-    lower in each of four such A/B sets; its wall time 0.62 -> 0.60 s is within the runs' spread).
-    Set again for each large file (idempotent, microseconds). False where the C library has no
-    mallopt (not glibc): nothing changes."""
-    import ctypes
-
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):
-        return False
-    return bool(mallopt(M_MMAP_THRESHOLD, HEAP_BLOCK_BYTES)) and bool(mallopt(M_TRIM_THRESHOLD, KEPT_FREE_BYTES))
+#: what nsys stats of a large export has malloc keep (cpus.keep_freed_memory, in the command's own
+#: process, set again for each large file): blocks up to HEAP_BLOCK_BYTES (the ADBC driver's batch
+#: buffers, numpy's arrays) from the heap, and up to KEPT_FREE_BYTES of it kept free, so that each
+#: batch and array does not fault in and zero new pages (the memcpy/UM-heavy shape's default set:
+#: system time 0.16 -> 0.12 s, median of 15 alternated runs, lower in each of four such A/B sets;
+#: its wall time 0.62 -> 0.60 s is within the runs' spread)
+HEAP_BLOCK_BYTES = 32 << 20     # the most glibc takes on 64-bit
+KEPT_FREE_BYTES = 1 << 30
 
 
 def _outcomes(path: Path | str, names: list[str], fmt: str, engine: str, files: bool) -> list[Any] | None:
@@ -200,7 +186,8 @@ def _outcomes(path: Path | str, names: list[str], fmt: str, engine: str, files: 
     go to files, whose writer (hpcprof.atomic, which imports click: 0.05 s) the columnar path
     imports in a thread of its own while the reports read the export, not after them."""
     outcomes: list[Any] = [None] * len(names)
-    if engine == "python" or (engine == "auto" and fmt == "csv" and _small_sqlite(path)):
+    small = _small_sqlite(path)
+    if engine == "python" or (engine == "auto" and fmt == "csv" and small):
         from hpcprof.analysis.nsys_stats.stats import run_python_reports
 
         try:
@@ -218,9 +205,10 @@ def _outcomes(path: Path | str, names: list[str], fmt: str, engine: str, files: 
         from importlib import import_module
 
         from hpcprof.analysis.nsys_stats.stats import run_reports
+        from hpcprof.cpus import keep_freed_memory
 
-        if not _small_sqlite(path):
-            retain_freed_memory()
+        if not small:
+            keep_freed_memory(HEAP_BLOCK_BYTES, KEPT_FREE_BYTES)
         with ExitStack() as stack:
             exports, failed = open_exports([path], stack, gpu=False)
             if failed:

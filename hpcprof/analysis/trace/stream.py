@@ -17,12 +17,10 @@ into the caller's head Struct.
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import importlib
 import os
 import re
-import sys
 import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -30,6 +28,7 @@ from typing import Any, Generic, TypeVar
 
 import msgspec
 
+from hpcprof.cpus import keep_freed_memory
 from hpcprof.safe_paths import INFLATE_RATIO, inflate_limit, open_regular
 
 #: JSON text per batch: about 4k Kineto events, whose text, Structs and columns stay in the caches and in the
@@ -64,24 +63,14 @@ class TraceError(Exception):
     """A trace file that cannot be analysed; the message names the file."""
 
 
-#: glibc's mallopt(3) parameters
-M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
-
-
 @functools.cache
 def reuse_freed_memory() -> None:
     """Have glibc's malloc keep the buffers a decode frees (chunks of a few MB, allocated again
     batch after batch) in the heap, to be reused, rather than mmap each one and trim the heap: every
     page of each was faulted in again (`trace all` of 2 files of 66 MB on 2 cores: 90k -> 33k page
     faults, 0.15 -> 0.06 system s; up to 16 MB a chunk, 64 MB kept free). Once per process; elsewhere
-    than Linux nothing."""
-    if sys.platform.startswith("linux"):
-        try:
-            mallopt = ctypes.CDLL(None).mallopt
-        except (OSError, AttributeError):
-            return
-        mallopt(M_MMAP_THRESHOLD, 16 << 20)
-        mallopt(M_TRIM_THRESHOLD, 64 << 20)
+    than Linux nothing (cpus.keep_freed_memory)."""
+    keep_freed_memory(16 << 20, 64 << 20)
 
 
 def read_chunks(path: Path, size: int = BATCH_BYTES) -> Iterator[bytes]:
