@@ -1,4 +1,4 @@
-"""The paths hpcprof writes, deletes and reads, each rule enforced in one function (issue 46).
+"""The paths hpcprof writes, deletes and reads, each rule enforced in one function.
 
 - `check_confined(root, *subdirs)`: nothing is written, deleted or chmod-ed through a symbolic link
   that leads out of a run directory. collect checks the trees it writes and cleans (results/,

@@ -1,5 +1,5 @@
 """Profile and user text is data in every medium it leaves hpcprof by: one function per medium
-(issue 46). Kernel and NVTX names, swept values, reasons, log lines and file names can hold
+Kernel and NVTX names, swept values, reasons, log lines and file names can hold
 anything: rich markup, terminal escape sequences, HTML, spreadsheet formulas.
 
 - the terminal: `hpcprof.errors.printable` (control characters shown as escapes: every message,

@@ -1,4 +1,4 @@
-"""Capture windows that work (issue 17, part 2): a command workload under an nsys capture range
+"""Capture windows that work: a command workload under an nsys capture range
 must say that it opens it; a profiled rank whose nsys recorded nothing makes the collect partial
 (exit 3), named with its cause, and `status` shows it."""
 

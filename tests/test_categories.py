@@ -1,4 +1,4 @@
-"""Kernel categories a performance engineer reads (issue 42, part 6): one table of name rules
+"""Kernel categories a performance engineer reads: one table of name rules
 (hpcprof/analysis/categories.py), checked against hand classifications of the kernels of two real
 GPT-2 trainers (tests/data/kernel_categories_gpt2*.tsv), extended by a site's and an experiment's
 `kernel_categories:`, and used for the `gpu.<category>` metrics."""

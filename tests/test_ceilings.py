@@ -226,7 +226,7 @@ def test_real_local_job_then_collect_and_report(tmp_path: Path) -> None:
 
 
 def test_attainable_known_answer() -> None:
-    """The issue's numbers: seqpar's all-gather at 233.8 GB/s on a 2xH200 whose all-gather reaches 238
+    """Numbers of a real 2xH200 run: seqpar's all-gather at 233.8 GB/s on a 2xH200 whose all-gather reaches 238
     at that size (51.96 % of NVLink's 450 per direction, 98.2 % of attainable); the bf16 matmul at 814
     of cuBLAS's 820 at its shape."""
     def row(**kw: object) -> dict[str, object]:

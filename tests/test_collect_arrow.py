@@ -7,7 +7,7 @@ wrote them at commit 5481a9c (every table a DataFrame converted by results.to_ar
 pyarrow 26.0.1). It was made by
 running this file at that commit: `PYTHONPATH=<worktree at 5481a9c> python tests/test_collect_arrow.py`.
 The entries of nsys/nsysai_h100_2gpu_1s, nsysai_mfu_2gpu_before and _after were made again (the same
-way) when their window became the steps found in their kernels (issue 42: they carry no iteration
+way) when their window became the steps found in their kernels (they carry no iteration
 ranges): their windowed tables (window, iterations, kernels, nccl, overlap, phases, timeline, gaps)
 changed, their other tables did not.
 """
@@ -54,7 +54,7 @@ def collected(fixtures: Path) -> dict[str, dict[str, list]]:
     return out
 
 
-#: the per-rank tables collect writes that 5481a9c did not (bus bandwidth per collective, issue 48)
+#: the per-rank tables collect writes that 5481a9c did not (bus bandwidth per collective)
 ADDED_SINCE = {"busbw"}
 
 

@@ -1,6 +1,6 @@
 """collect's bundles (one file of Arrow tables per map task of several rank files, checked by CRC-32), the fast
 DataFrame -> Arrow conversion they use, and collect's tables being the same whatever the number of
-worker processes (issue 21: 1 vs 2 and 16; HPCPROF_TEST_WORKERS lists the counts)."""
+worker processes (1 vs 2 and 16; HPCPROF_TEST_WORKERS lists the counts)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Steps found in exports and traces that carry no marks (issue 42, part 2): the marks of real
+"""Steps found in exports and traces that carry no marks: the marks of real
 traces are stripped from a copy, and the steps found in the kernels must be the marked ones (the
 same count; the boundaries within the tolerance each test states); where there is no clear period
 the detection refuses and the window stays the whole capture."""

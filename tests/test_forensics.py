@@ -1,4 +1,4 @@
-"""Why a run hung or died (issue 43): real `hpcprof submit` of a Gloo program with one planted fault
+"""Why a run hung or died: real `hpcprof submit` of a Gloo program with one planted fault
 (tests/data/forensics_plant.py, 3 ranks) on the local site (Hydra mpiexec), each named by `status`,
 `report`, the HTML report and `hpcprof logs --hang`, nothing else in the run lost; the Flight
 Recorder reader against PyTorch's own analyser on the dumps of those runs; the start-up hook and
@@ -337,7 +337,7 @@ def test_where_no_rank_started_the_job_log_s_error_is_named(tmp_path: Path) -> N
 
 
 def test_nsys_recorded_nothing_because_the_program_failed_first(tmp_path: Path) -> None:
-    """Issue 42: "the capture range never opened" only where the program did not fail first; a rank
+    """A rank's nsys says "the capture range never opened" only where the program did not fail first; a rank
     whose program raised is named with its error, found in its log past nsys's own output."""
     import msgspec
 

@@ -1,4 +1,4 @@
-"""Why a run hung or died (issue 43) on the real one-node Slurm: `hpcprof submit --site slurm-local`
+"""Why a run hung or died on the real one-node Slurm: `hpcprof submit --site slurm-local`
 (srun --mpi=pmi2 --kill-on-bad-exit, 3 ranks) of the Gloo program with one planted fault
 (tests/data/forensics_plant.py): the local site's faults (tests/test_forensics.py), a rank killed
 by SIGKILL (srun names the task), and a hang ended by the walltime after Slurm's

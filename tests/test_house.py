@@ -1,4 +1,4 @@
-"""The house's bars (issue 44), besides the rooms and cycles of tests/test_layers.py: no module of
+"""The house's bars, besides the rooms and cycles of tests/test_layers.py: no module of
 hpcprof/ over MAX_LINES lines; ruff and mypy clean (configured in pyproject.toml; tests/run.sh also
 runs both before pytest, so that CI stops on them at once); and the fast tier (the tests not marked
 slow: tests/run.sh --fast) tests every level of rooms."""

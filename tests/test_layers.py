@@ -2,7 +2,7 @@
 
 The rule (LAYERS, bottom first) and the edges still allowed against it (TEMPORARY) are written
 once, here. Every `import`/`from ... import` of hpcprof/ counts, at module level or inside a
-function (a lazy import is still a dependency). Decided from the code (issue 20): the base
+function (a lazy import is still a dependency). Decided from the code: the base
 modules every room uses; the profiler table (hpcprof.profilers: each tool's options, launch and
 the names of its collector and result tables) sits on them, so that every room above looks tools up
 there; workloads run on compute nodes and import only the base; config
@@ -11,7 +11,7 @@ RunDir) and render (a scheduler renders its directives and the Kubernetes manife
 it; the campaign submits rendered runs and records them in the store; analyses read profiles;
 collect runs the analyses and fills the store; report reads what collect wrote; the commands and
 the Python API are at the top. The re-implementation of NVIDIA's `nsys stats`/`nsys analyze`
-(analysis.nsys_stats) sits below hpcprof's own analyses, which build on it (issue 44).
+(analysis.nsys_stats) sits below hpcprof's own analyses, which build on it.
 
 Every module has a room, named here: a module directly in hpcprof/ by its own name, a package
 (a directory) by its name or by an enclosing package's. A new package of hpcprof/ (as the
@@ -54,7 +54,7 @@ LAYERS: list[list[str]] = [
      "hpcprof.__main__"],
 ]
 
-#: (importing room, imported room): upward edges other issue 20 branches remove; the lead deletes
+#: (importing room, imported room): upward edges that other branches remove; the lead deletes
 #: each line when its branch is merged. Nothing else may be added here.
 TEMPORARY: dict[tuple[str, str], str] = {
 }
@@ -198,18 +198,18 @@ def package_of(module: str) -> str:
 
 def test_no_module_cycle() -> None:
     """No two modules import each other, directly or through others (a package's __init__ and its
-    own modules included; issue 44: nsys/echo <-> nsys/echo_match was one)."""
+    own modules included; nsys/echo <-> nsys/echo_match was one)."""
     assert cycles(graph_of(edges())) == []
 
 
 def test_no_package_cycle() -> None:
-    """No two packages import each other, directly or through others (issue 44: config <->
+    """No two packages import each other, directly or through others (config <->
     schedulers and analysis <-> collect were two)."""
     assert cycles(graph_of(edges(), package_of)) == []
 
 
 def test_the_cycle_rules_catch_a_cycle() -> None:
-    """The checkers themselves, on the cycles issue 44 removed."""
+    """The checkers themselves, on two cycles the code once had."""
     module_cycle = [("hpcprof.analysis.nsys.echo", "hpcprof.analysis.nsys.echo_match"),
                     ("hpcprof.analysis.nsys.echo_match", "hpcprof.analysis.nsys.echo"),
                     ("hpcprof.analysis.nsys.echo", "hpcprof.errors")]

@@ -247,7 +247,7 @@ def test_cli_json_and_table(fixtures_dir: Path, fmt: str) -> None:
         rows = pd.read_json(io.StringIO(res.stdout))
         assert rows["Total Time (ns)"].tolist() == [2689, 1440]
     else:
-        assert "reduce_kernel" in res.stdout and "2,689" in res.stdout   # nsys's table style (issue 19)
+        assert "reduce_kernel" in res.stdout and "2,689" in res.stdout   # nsys's table style
 
 
 def test_cli_rejects_unknown_report(fixtures_dir: Path) -> None:

@@ -1,4 +1,4 @@
-"""Config faults of issue 22: ambiguous sweeps, repeat in the point limit, env values past the
+"""Config faults a user can make: ambiguous sweeps, repeat in the point limit, env values past the
 kernel's limits or read by YAML 1.1 as something else, merge keys, --site as a path, huge values,
 templates in Jinja's sandbox and their errors as one line."""
 

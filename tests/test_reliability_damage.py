@@ -1,4 +1,4 @@
-"""Damaged run files of issue 22: a rank file that cannot be read is a Problem that makes the run
+"""Damaged run files: a rank file that cannot be read is a Problem that makes the run
 partial (exit 3), whatever the cause; collect's own damaged cache is made again; a finished run
 with a garbage exit code is FAILED; one run's damaged files never hide the healthy runs."""
 

@@ -1,4 +1,4 @@
-"""The `faults` group of benchmarks/reliability.py (issue 22) in CI: every case handled, nothing
+"""The `faults` group of benchmarks/reliability.py in CI: every case handled, nothing
 lost, no traceback, nothing accepted in silence, nothing blocked, nothing left behind."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The `hostile` group of benchmarks/reliability.py (issue 46) in CI: every case of its classes
+"""The `hostile` group of benchmarks/reliability.py in CI: every case of its classes
 (links out of the run directory, outputs over inputs, workdir files and special files, spreadsheet
 formulas, hangs, unbounded reads and orphaned workers, rich markup, escape sequences and live links)
 handled, class by class."""

@@ -1,4 +1,4 @@
-"""The `silent` group of benchmarks/reliability.py (issue 46, classes 5, 6 and 8) in CI: every case
+"""The `silent` group of benchmarks/reliability.py in CI: every case
 handled (rank sets, clocks, run listing, tracebacks other than rich markup, the smaller faults):
 nothing accepted in silence, no traceback, nothing lost or left behind."""
 

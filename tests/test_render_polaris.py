@@ -177,7 +177,7 @@ def test_pbs_extra_options_with_spaces() -> None:
 
 
 def test_done_when_command(tmp_path: Path) -> None:
-    """The issue's acceptance command: `hpcprof render examples/seqpar_polaris.yaml --site polaris
+    """The Polaris example's command: `hpcprof render examples/seqpar_polaris.yaml --site polaris
     --set resources.nodes=2 --set profile.tool=nsys --set profile.ranks=local:0 -o DIR` writes one
     PBS script and wrapper per sweep point (float32, bfloat16)."""
     example = Path(__file__).parents[1] / "examples" / "seqpar_polaris.yaml"

@@ -1,5 +1,5 @@
-"""The report's findings and tables that misled a reader of the committed 2x H200 window campaign
-(issue 48), each checked against the runs' own files: the critical path summarised over the
+"""The report's findings and tables that misled a reader of the committed 2x H200 window campaign,
+each checked against the runs' own files: the critical path summarised over the
 iterations, stragglers named only above noise, compare's top kernel per rank, no ratio on a rank
 id and p-values as `< 1e-3`, the measured window named (never `window.iterations 0` beside a
 duration), every figure and table saying its window, the HTML of a run without metrics saying why,

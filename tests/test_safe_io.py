@@ -1,4 +1,4 @@
-"""hpcprof.safe_paths and hpcprof.safe_text, the one function per rule of issue 46, on real files:
+"""hpcprof.safe_paths and hpcprof.safe_text, one function per rule of what is written and shown, on real files:
 outputs refused over inputs, workdir files, data files, special files and links; nothing written
 through a link out of a run directory; FIFOs and devices never read; profile text as data in
 rich, CSV, .xlsx and plotly."""

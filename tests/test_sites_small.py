@@ -1,4 +1,4 @@
-"""Issue 19's smaller items: nsys stats tables print numbers as nsys does, nsys gaps says when no
+"""Smaller behaviours: nsys stats tables print numbers as nsys does, nsys gaps says when no
 gap is over the threshold, submit --array --dry-run shows the array script, collect does not
 collect (nor reprint) runs collected after they ended, Echo's ignored global_config.json keys are
 warned about, status shows sweep ids."""

@@ -1,5 +1,5 @@
-"""The commands that list or render start without the libraries they do not use (issue 21 goal 6:
-<= 10x `python -c pass`; benchmarks/startup.py times them): each runs in a fresh interpreter and
+"""The commands that list or render start without the libraries they do not use (the
+goal: <= 10x `python -c pass`; benchmarks/startup.py times them): each runs in a fresh interpreter and
 names the heavy modules it imported."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`hpcprof status` of N runs asks the scheduler ONCE per poll (issue 20 item 3, issue 21 goal 5), on the
+"""`hpcprof status` of N runs asks the scheduler ONCE per poll (benchmarks/status_scale.py times 1,000), on the
 real one-node Slurm and the real OpenPBS: each scheduler query client (sacct, squeue, scontrol, qstat) is
 shadowed by a PATH shim that logs its call and execs the real one. Runs whose final state is recorded
 are not asked about again; `compare` never asks."""

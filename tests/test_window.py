@@ -1,4 +1,4 @@
-"""Metrics over the measured window (issue 17, part 1): the timed iterations projected onto GPU
+"""Metrics over the measured window: the timed iterations projected onto GPU
 time, checked by hand on a small export, against nsys 2025.3.1's nvtx_gpu_proj_sum, on the
 committed H200 exports (window idle small, capture idle large) and against HTA 0.5.0 (Kineto)."""
 
@@ -131,7 +131,7 @@ def test_window_equals_nsys_nvtx_gpu_proj_sum(gpu_data: Path) -> None:
 
 def test_h200_fp32_window_idle_small_capture_idle_large(fixtures_dir: Path, tmp_path: Path) -> None:
     """seqpar float32 on 2 H200s, whole capture (start-up, warm-up, NCCL set-up and teardown):
-    the issue's 56-64 % idle is the capture's; the timed iterations keep the GPU busy."""
+    the capture's idle is large; the timed iterations keep the GPU busy."""
     tables = analyse_file(fixtures_dir / "nsys/h200_campaign/seqpar_fp32_p2_rank1.sqlite", 1)
     run = tmp_path / "run"
     for name, df in tables.items():

@@ -2,7 +2,7 @@
 measured in the same job (collect's bench_ceilings), next to the % of the datasheet peak
 (hpcprof.report.peaks). A datasheet peak is what no program reaches; the measured ceiling is what
 cuBLAS and NCCL reach on these devices and links at that size, so 98 % of it reads as "at the
-ceiling" where 52 % of NVLink's figure read as "half idle" (issue 48).
+ceiling" where 52 % of NVLink's figure read as "half idle".
 
 `attainable(metrics, ceilings, ...)` is the pure function (the findings call it); `run_attainable`
 reads one run's tables for it.

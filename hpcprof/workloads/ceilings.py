@@ -1,5 +1,5 @@
 """`hpcprof bench ceilings`: the attainable GEMM TFLOP/s and collective bus bandwidth of the job's
-own devices and ranks, to set a run's figures against (issue 48).
+own devices and ranks, to set a run's figures against.
 
 GEMMs: torch.matmul (cuBLAS) per rank, all ranks at once; after the warm-up, each call between CUDA
 events (wall clock on CPU), the median of `iters`; TFLOP/s = 2·m·n·k / time. The inputs rotate over

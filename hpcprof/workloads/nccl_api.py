@@ -1,7 +1,7 @@
 """NCCL's own C API and the CUDA runtime's stream capture, called through ctypes on the libnccl and
 libcudart this process already loaded (torch's): the collectives of `hpcprof bench ceilings` run as
-NVIDIA's nccl-tests runs them, without torch.distributed's per-call host work in between (issue 48:
-below 16 MiB that work, not the link, set the ceiling), on buffers from NCCL's allocator (ncclMemAlloc,
+NVIDIA's nccl-tests runs them, without torch.distributed's per-call host work in between (below
+16 MiB that work, not the link, set the ceiling), on buffers from NCCL's allocator (ncclMemAlloc,
 which lets NCCL register them when the calls are captured in a CUDA graph), captured with
 cudaStreamBeginCapture (torch.cuda.graph's capture of the same calls ran 5-32 % slower on 2x H100).
 Declarations from nccl.h (NCCL 2.19+) and cuda_runtime_api.h."""

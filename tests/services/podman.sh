@@ -1,5 +1,5 @@
 #!/bin/bash
-# Debian's podman for the container tests (issue 11): install it and configure it the way it
+# Debian's podman for the container tests: install it and configure it the way it
 # runs as root on these machines (no systemd, cgroup v2 layout crun rejects): runc as the
 # runtime, cgroupfs as the cgroup manager, no default ulimits (setrlimit is refused).
 # Idempotent; run as root. Images are built by the tests themselves from local files.
