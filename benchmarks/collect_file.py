@@ -18,9 +18,9 @@ caller only).
     python benchmarks/collect_file.py [--export FILE ...] [--repeat 30] [--reduce-files 256] [--out FILE]
                                       [--kept-commit REV | --kept-tree DIR] [--tolerance 1.15]
 
-Goals (issue 21): <= 15 ms per rank file per core; <= 3x the floor. Issue 45: the ratio to the floor
+Goals: <= 15 ms per rank file per core; <= 3x the floor; the ratio to the floor
 stays where it is as analyses are added: each export is also measured, in child processes
-alternating with this tree's, with the hpcprof of --kept-commit (issue 45's, unpacked with git
+alternating with this tree's, with the hpcprof of --kept-commit (unpacked with git
 archive; or a checkout given as --kept-tree); the benchmark exits 1 when this tree's ratio is over
 --tolerance times the kept one's on any export (the two measured in the same minutes: the
 machine's load moves both; both ratios over one floor, the best of all their runs' floors, the read
@@ -56,7 +56,7 @@ from fixture_files import materialize  # noqa: E402  (the repository's fixtures,
 
 FIXTURES = Path(os.environ["HPCPROF_FIXTURES"]) if "HPCPROF_FIXTURES" in os.environ else materialize(REPO / ".fixtures")
 GOAL_MS, GOAL_RATIO = 15.0, 3.0
-#: issue 45: the commit whose ratio to the floor collect keeps (the ratios of this tree may exceed it by --tolerance)
+#: the commit whose ratio to the floor collect keeps (the ratios of this tree may exceed it by --tolerance)
 KEPT_COMMIT = "59269fd"
 #: runs of each tree, alternated, whose best ratio is compared (a host whose speed moves from minute to minute)
 KEPT_ROUNDS = 3
@@ -299,7 +299,7 @@ def measure_export(path: Path, repeat: int, reduce_files: int) -> tuple[dict[str
              "# where the time goes (one profiled pass, mean CPU ms per file)"]
     lines += [f"  {name:<28} {1000 * s:7.2f} ms {100 * s / total:5.1f} %"
               for name, s in sorted(split.items(), key=lambda kv: -kv[1])]
-    lines += ["# goals (issue 21)",
+    lines += ["# goals",
               f"{'met' if 1000 * per_file <= GOAL_MS else 'missed'}: <= {GOAL_MS:.0f} ms per rank file per core: "
               f"{1000 * per_file:.1f} ms",
               f"{'met' if ratio <= GOAL_RATIO else 'missed'}: <= {GOAL_RATIO:.0f}x the floor: {ratio:.1f}x "
@@ -362,7 +362,7 @@ def main() -> None:
             now, before = ours / fl, kept_ms / fl
             ok = now <= args.tolerance * before
             kept_ok &= ok
-            lines.append(f"{'met' if ok else 'MISSED'}: the ratio kept (issue 45): {path.name} {now:.2f}x the floor "
+            lines.append(f"{'met' if ok else 'MISSED'}: the ratio kept: {path.name} {now:.2f}x the floor "
                          f"against {before:.2f}x with {kept.name if args.kept_tree else args.kept_commit}'s hpcprof "
                          f"({1000 * ours:.2f} against {1000 * kept_ms:.2f} ms per file, the floor {1000 * fl:.2f} ms: "
                          f"best of {KEPT_ROUNDS} runs each, alternated; tolerance {args.tolerance:.2f}x; load average "

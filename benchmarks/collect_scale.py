@@ -20,7 +20,7 @@ process each): wall time and peak RSS. Last, each goal as met or missed, with it
                                        [--out FILE]
 
 Goals: <= 15 ms CPU per rank file (4,096 ranks in <= 60 s on 2 idle cores); >= 1.8x with 2 workers; parallel efficiency (speed-up / workers) >= 0.7 at the most
-workers when that is more than 2 (issue 21: 16 on the GPU machine, benchmarks/gpu/collect_cores.sh; with
+workers when that is more than 2 (16 on the GPU machine, benchmarks/gpu/collect_cores.sh; with
 what bounds it: the CPU per file with all workers busy, beside the machine's own slowdown of a CPU-bound loop run
 by as many processes at once, and the serial phases);
 main-process peak RSS flat in N (within 15 %); 4,096 ranks collected; the cross-rank commands at

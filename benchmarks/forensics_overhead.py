@@ -1,4 +1,4 @@
-"""What the forensics arming (issue 43; hpcprof.config.forensics) costs a running program: the same
+"""What the forensics arming (hpcprof.config.forensics) costs a running program: the same
 multi-rank run with and without it, interleaved (plain, armed, armed, plain, ...: drift on a shared
 machine falls on both), for three programs under this Python's `mpiexec` (the mpich wheel):
 

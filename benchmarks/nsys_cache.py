@@ -8,7 +8,7 @@ export is read), then again (`second`: the command's kept table, read from the c
 options, of the same export pays: its reads come from the cached columns, its compute is done
 again). Also the start-up of a child that imports the CLI and the columnar engine (interpreter +
 imports), which every run pays before reading: `stats` imports the CLI and the columnar engine, the
-other analyses also pandas and the distributed analyses. Goal (issue 21): the second analysis <= 0.3 s
+other analyses also pandas and the distributed analyses. Goal: the second analysis <= 0.3 s
 plus output, taken here as (second run - its start-up) <= 0.3 s, wall and CPU (user + system) both
 printed; the floor of a cached analysis is that start-up.
 

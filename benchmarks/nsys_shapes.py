@@ -1,5 +1,5 @@
 """Large nsys exports of four shapes, made from committed exports by repeating some of their tables'
-rows in time (benchmarks/nsys_stats_speed.py, issue 45 goal 2): each copy of a row shifted by the
+rows in time (benchmarks/nsys_stats_speed.py, goal 2): each copy of a row shifted by the
 source's activity span (and its correlation id by the largest one, so launches still pair with
 their kernels).
 

@@ -1,5 +1,5 @@
 """`hpcprof nsys stats` (and the per-rank analyses) against nsys 2022.4 and against their floors:
-issue 45's goals, each printed with its ratio, its floor and met/missed, in one run.
+its six speed goals, each printed with its ratio, its floor and met/missed, in one run.
 
 1. Per-rank files: on a rank export under 1 MB (the DDP rank export, 557 kB) the whole command as a
    user waits for it (the `hpcprof` console script, bytecode compiled as an install leaves it):
@@ -33,7 +33,7 @@ it on the lent GPU machine's CPUs (results/nsys_stats_speed_gpu_host.txt).
     python benchmarks/nsys_stats_speed.py --report-sets [--source FIXTURE.sqlite] [--copies N]
     python benchmarks/nsys_stats_speed.py --engines [--source FIXTURE.sqlite] [--repeat N]
 
---report-sets: issue 21's run: a fixture's activity repeated --copies times, each of the six
+--report-sets: a fixture's activity repeated --copies times, each of the six
 summary reports (and the six together) against one SQLite scan of the columns it reads plus
 hpcprof's start-up, and the cached second run. --engines: hpcprof's two engines on a small
 per-rank export as it is (no reference nsys needed): the whole `hpcprof nsys stats` command with
@@ -93,7 +93,7 @@ NEEDS |= {new: NEEDS[old] for old, new in zip(OLD_NAMES, NEW_NAMES, strict=True)
 #: environment has not), given to the floors that import numpy too: its OpenBLAS then starts no
 #: threads (~0.1 s of a 2-core machine's time), and it asks for no huge pages
 NSYS_ENV = {name: os.environ.get(name, value) for name, value in COMMAND_ENV["nsys"].items()}
-GOAL_RATIO = 1.3        # issue 21: hpcprof nsys stats within 1.3x of (one scan of the needed columns + start-up)
+GOAL_RATIO = 1.3        # hpcprof nsys stats within 1.3x of (one scan of the needed columns + start-up)
 
 
 def needed_columns(reports: list[str]) -> dict[str, list[str]]:
@@ -271,7 +271,7 @@ def engines(source: Path, repeat: int) -> None:
 
 
 # ---------------------------------------------------------------------------------------
-# issue 45's goals
+# the six speed goals
 
 RANK_EXPORT = Path("gpu/run3/nsys/ddp_gpt2_p2_rank0.sqlite")       # the 557 kB DDP rank export
 GOAL_NSYS, GOAL_RANK_FLOOR, GOAL_SHAPE_FLOOR = 1.0, 1.5, 1.3
@@ -766,7 +766,7 @@ def goal_collect_file(repeat: int) -> bool:
 
 
 def goals(args: argparse.Namespace) -> None:
-    """Issue 45's goals, each with its ratio, floor and met/missed."""
+    """The six speed goals, each with its ratio, floor and met/missed."""
     wanted = {int(g) for g in args.goals.split(",")}
     fixtures = materialize(REPO / ".fixtures")
     work = args.work
@@ -774,7 +774,7 @@ def goals(args: argparse.Namespace) -> None:
     subprocess.run([sys.executable, "-m", "compileall", "-q", str(REPO / "hpcprof")], check=True,
                    stdout=subprocess.DEVNULL)            # bytecode, as an install leaves it
     version = subprocess.run([args.nsys, "--version"], capture_output=True, text=True).stdout.split()[-1:]
-    print(f"# issue 45 goals, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} CPUs, load "
+    print(f"# speed goals, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} CPUs, load "
           f"average {load()} at the start; nsys {' '.join(version)}; {sys.executable} (bytecode compiled)")
     print(f"# {cpu_state()}")
     verdicts: dict[str, list[bool]] = {}
@@ -813,7 +813,7 @@ def goals(args: argparse.Namespace) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--goals", default="1,2,3,4,5,6", help="issue 45's goals to measure (comma separated)")
+    parser.add_argument("--goals", default="1,2,3,4,5,6", help="the goals to measure (comma separated)")
     parser.add_argument("--hta-python", default="/tmp/hta-venv/bin/python",
                         help="goal 5: the Python of HTA 0.5.0's virtual environment (benchmarks/trace_speed.py)")
     parser.add_argument("--work", type=Path, default=Path("/tmp/nsys_stats_speed"),
@@ -822,7 +822,7 @@ def main() -> None:
     parser.add_argument("--shapes", default="", help="goal 2's shapes to measure (comma separated; default: all four)")
     parser.add_argument("--collect-files", type=int, default=256, help="rank files of goal 4's run")
     parser.add_argument("--collect-repeat", type=int, default=15, help="collect_file.py's --repeat (goal 6)")
-    parser.add_argument("--report-sets", action="store_true", help="issue 21's run (see above)")
+    parser.add_argument("--report-sets", action="store_true", help="each summary report against its floor (see above)")
     parser.add_argument("--source", type=Path, default=DEFAULT_SOURCE, help="fixture export to repeat")
     parser.add_argument("--copies", type=int, default=15_000, help="repetitions of its activity")
     parser.add_argument("--nsys", default=NSYS_2022, help="reference nsys (2022.4 from Debian non-free)")
@@ -878,7 +878,7 @@ def main() -> None:
 
 
 def report_sets(args: argparse.Namespace) -> None:
-    """Issue 21's run: each of the six summary reports, and the six together, against its floor."""
+    """Each of the six summary reports, and the six together, against its floor."""
     version = " ".join(subprocess.run([args.nsys, "--version"], capture_output=True, text=True).stdout.split()[-1:])
     work = Path(tempfile.mkdtemp(prefix="nsys_stats_speed_", dir="/tmp"))
     db = work / "big.sqlite"

@@ -1,6 +1,6 @@
 """How `hpcprof nsys stats` scales with the rowid parts its large tables are read in (Export.cpus:
 one part per CPU the process may use, at least db.MIN_PARTS, none under db.SPLIT_ROWS rows; 2 parts
-whatever the CPUs before 2026-11-27), on the four export shapes of issue 45's goal 2: the default
+whatever the CPUs before 2026-11-27), on the four export shapes of nsys_stats_speed.py's goal 2: the default
 report set with -o (without hpcprof's cache), one process per run, with the CPUs an export reads on
 set to each of --parts ("all": left to the process's CPUs, what a user gets) while the reports
 still run on every CPU, alternated with the shape's floor (nsys_stats_speed.py's: one process

@@ -17,9 +17,9 @@ real damaged exports, with --slurm also the local one-node Slurm), then is class
   left behind a file left by a failed, refused or interrupted command (a temporary, a 0-byte or
               half-written output, a store, workdir or lock file of a read-only command)
   other       none of the above (e.g. a wrong state, a wrong exit code, a 1 MB error line)
-Groups (--group, repeatable; default all): input, damaged, jobs, faults (the cases of issue 22:
-files touched, silently incomplete results, damage isolation, leftovers), hostile (the cases of
-issue 46: links out of the run directory, outputs over inputs and special files, formulas,
+Groups (--group, repeatable; default all): input, damaged, jobs, faults (files
+touched, silently incomplete results, damage isolation, leftovers), hostile (links
+out of the run directory, outputs over inputs and special files, formulas,
 hangs and orphans, markup and escapes; counted per class too), slurm (with --slurm).
 Prints one line per case that is not handled, then the counts (goal: all but handled 0).
 """
@@ -408,9 +408,9 @@ GROUPS = ("input", "damaged", "jobs", "faults", "hostile", "silent", "slurm")
 
 
 def main() -> None:
-    from reliability_faults import fault_cases  # the cases of issue 22
-    from reliability_hostile import hostile_cases  # the cases of issue 46
-    from reliability_silent import silent_cases  # issue 46, classes 5, 6 and 8
+    from reliability_faults import fault_cases
+    from reliability_hostile import hostile_cases
+    from reliability_silent import silent_cases
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--slurm", action="store_true", help="also the cases on the local one-node Slurm")

@@ -1,4 +1,4 @@
-"""The `faults` group of benchmarks/reliability.py (issue 22): files touched by a refused command,
+"""The `faults` group of benchmarks/reliability.py: files touched by a refused command,
 results silently incomplete, one damaged file hiding the others, tracebacks and leftovers.
 
 Every case runs the real CLI on real local runs, real nsys exports and, for a full disk, a real

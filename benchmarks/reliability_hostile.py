@@ -1,4 +1,4 @@
-"""The `hostile` group of benchmarks/reliability.py (issue 46): what a careless or hostile user, or
+"""The `hostile` group of benchmarks/reliability.py: what a careless or hostile user, or
 hostile profile text, can make hpcprof do. Six classes, each label starting `class N:`:
 
   1  written or deleted outside the run directory through a symlink (results/, derived/, parts/,

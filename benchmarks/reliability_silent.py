@@ -1,10 +1,10 @@
-"""The `silent` group of benchmarks/reliability.py (issue 46, classes 5, 6 and 8): results wrong or
+"""The `silent` group of benchmarks/reliability.py: results wrong or
 incomplete without a word (rank sets, clocks, a renamed kernel table, an unreadable run directory,
 the "latest" sweep, one run id twice), tracebacks other than rich markup, and the smaller faults.
 
 Every case runs the real CLI on real local runs made into nsys, torch and ncu runs with the real
-fixtures (the 2xH200 seqpar exports and Kineto traces, an H200 ncu details page), damaged the way
-the issue describes. A fault that only shows as a wrong number counts `accepted in silence` unless
+fixtures (the 2xH200 seqpar exports and Kineto traces, an H200 ncu details page), damaged on purpose,
+one fault per case. A fault that only shows as a wrong number counts `accepted in silence` unless
 a line names it (and, in collect, the run is `partial`, exit 3); a file refused with its reason is
 handled. An unreadable directory and a store of another user are made real for root too: the
 command runs without CAP_DAC_OVERRIDE/CAP_DAC_READ_SEARCH (setpriv), so permission bits hold.

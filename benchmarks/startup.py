@@ -6,7 +6,7 @@ PYTHONDONTWRITEBYTECODE, under which every run compiled hpcprof's modules again)
 and the best CPU time (user+sys, less disturbed by other work on a shared machine) are reported
 with their ratios to `python -c pass`, and, where `perf` can count them, the user-space instructions
 of one run (independent of other work on the machine: the measure to compare before/after here). Goals: every command that lists or renders (`sites`,
-`render`, `status` and `report` in the terminal, of a collected 2-rank seqpar run) under 0.3 s and (issue 21) at most 10x `python -c pass`; `nsys stats` on a per-rank export no slower than `nsys stats` itself (the nsys on
+`render`, `status` and `report` in the terminal, of a collected 2-rank seqpar run) under 0.3 s and at most 10x `python -c pass`; `nsys stats` on a per-rank export no slower than `nsys stats` itself (the nsys on
 PATH: one and six summary reports as CSV, the names of its generation). What bounds each command
 that lists or renders is printed beside it: the import of the libraries it uses (with one msgspec
 model validated, for those that validate a config), timed the same way (`x libs`: the command over it).

@@ -1,4 +1,4 @@
-"""Issue 21 goal 5: `hpcprof status` of 1,000 runs in <= 2 s with ONE scheduler query per poll, on the
+"""`hpcprof status` of 1,000 runs in <= 2 s with ONE scheduler query per poll, on the
 real one-node Slurm (`TORQUE=1 CPUS=4 bash ../shared/tools/slurm-local.sh install && ... start`, root).
 
 A 1,000-point sweep is submitted as one `--array` of `sleep 600` jobs (4 run, 996 pend), so every run

@@ -1,4 +1,4 @@
-"""Issue 21 goal 2 on a many-core machine: how many decode helpers per trace file (load.MAX_HELPERS)
+"""trace_speed.py's speed goal on a many-core machine: how many decode helpers per trace file (load.MAX_HELPERS)
 buy how much speed for how much memory, against HTA 0.5.0 on the same traces in the same run.
 
 `hpcprof trace`'s load + five analyses (benchmarks/trace_speed.py's driver) of the 2 x 72 MB case with

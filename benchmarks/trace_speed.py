@@ -13,7 +13,7 @@ Then, from the repository root:
 (`--hta-python` defaults to /tmp/hta-venv/bin/python.)
 
 Real fixtures (`hta/trace_filter`: 2 ranks, µs timestamps, NCCL; `hta/ns_resolution_trace`:
-1 rank, ns timestamps; `hta/h200_ddp_gpt2`: a 2-rank DDP run on H200s, issue 21's case with
+1 rank, ns timestamps; `hta/h200_ddp_gpt2`: a 2-rank DDP run on H200s, the large case with
 `--fixtures h200_ddp_gpt2 --target-mb 72`) are scaled up by repeating their events (shifted in
 time, with new correlation ids and ProfilerStep numbers) into .json.gz files of about
 `--target-mb` MB each under `--workdir`. Each tool then runs in its own subprocess: load all
@@ -32,7 +32,7 @@ file on one core) and of one worker per core (the cores the files leave decode t
 and the load of `hpcprof trace critical-path` (critical_path.load_events) in one process and on
 all cores.
 
-As a user waits (issue 45 goal 5: >= 20x HTA's speed, <= 0.2 of its peak memory, both the largest
+As a user waits (goal: >= 20x HTA's speed, <= 0.2 of its peak memory, both the largest
 process and all processes summed): each tool as a whole process, imports included, alternated
 --repeat times: `hpcprof trace all DIR --format csv` (the console script, bytecode compiled) and a
 Python process that imports HTA and runs its load and five analyses; wall time (median, of runs

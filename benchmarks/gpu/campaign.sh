@@ -1,5 +1,5 @@
 #!/bin/bash
-# Issue 8's GPU campaign on one 4-GPU machine (the shape of a Polaris node), all through `hpcprof submit`:
+# The GPU campaign on one 4-GPU machine (the shape of a Polaris node), all through `hpcprof submit`:
 #   1. seqpar float32 vs bfloat16 on 2 and 4 ranks, nsys on every rank, 2 repetitions per point;
 #   2. Echo's GPT-2 DDP example (examples/ddp_slowdown.yaml, GPT2_PRESET=gpt2) at world size 1 and 2
 #      under nsys, so that collect computes Echo's slowdown of every device of the ws-2 run.

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Issue 48 item 2 on 2 GPUs: `hpcprof bench ceilings` against NVIDIA nccl-tests at the same sizes.
+# On 2 GPUs: `hpcprof bench ceilings` against NVIDIA nccl-tests at the same sizes.
 # Builds nccl-tests (nccl_tests_build.sh: against the NCCL torch uses; 2 processes, one GPU each, as hpcprof's
 # ranks, where Open MPI is), runs all_gather_perf, reduce_scatter_perf and all_reduce_perf, each size in a run of
 # its own, and hpcprof bench ceilings under torchrun --nproc-per-node 2 at the same sizes, iterations and warm-up:

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Issue 48: why hpcprof bench ceilings finds 4-17 % more bus bandwidth than nccl-tests at 1-16 MiB on 2 GPUs
+# Why hpcprof bench ceilings finds 4-17 % more bus bandwidth than nccl-tests at 1-16 MiB on 2 GPUs
 # (results/ceilings.txt) while the two agree within 1 % from 64 MiB. At 1, 4 and 16 MiB, float32, 50 calls,
 # 5 warm-up, the best of 5 runs, one by one on ncclMemAlloc buffers, unregistered (-R 0), each of:
 #   A  nccl-tests under mpirun as ceilings.sh runs it (Open MPI's default binding: each rank to one core);

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Issue 21 goal 4: `hpcprof collect` over many cores of one GPU machine (16-32 cores; no GPU used).
+# `hpcprof collect` over many cores of one GPU machine (16-32 cores; no GPU used).
 # Generated run: N rank exports (hard links of the H200 seqpar fixtures, 442 kB each) collected with
 # 1, 2, 4, 8, 16 worker processes (`--workers N`), then with mpi4py.futures over Open MPI
 # (WORKERS overrides the list; `mpiexec -n W+1 python -m mpi4py.futures`: W MPI workers for each W of

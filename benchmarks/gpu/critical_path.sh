@@ -1,5 +1,5 @@
 #!/bin/bash
-# Issue 17 part 5 on 2 GPUs: the critical path across ranks against a known straggler.
+# On 2 GPUs: the critical path across ranks against a known straggler.
 # critical_path_delay.py makes rank 1 run 2 extra matmuls inside `matmul2` in timed iterations 5 and 11
 # (their GPU time measured with CUDA events); run under nsys on both ranks, then under torch.profiler.
 # Expected (checked at the end, PASS/FAIL lines in OUT/critical_path.txt): in iterations 5 and 11 the

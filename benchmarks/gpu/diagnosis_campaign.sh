@@ -1,5 +1,5 @@
 #!/bin/bash
-# Issue 48's fresh campaign on the lent 2-GPU machine, all through `hpcprof submit` / `collect`, each
+# A diagnosis campaign on the lent 2-GPU machine, all through `hpcprof submit` / `collect`, each
 # with `ceilings: true` (hpcprof bench ceilings after the workload, in the same job):
 #   1. seqpar float32 and bfloat16 on 2 ranks, 3 repetitions, nsys on every rank (its timed loop opens
 #      the capture range);

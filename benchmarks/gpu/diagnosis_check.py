@@ -1,4 +1,4 @@
-"""Issue 48's campaign reports checked in headless Chromium (the tests' own probes: tests/test_report_html.py,
+"""diagnosis_campaign.sh's reports checked in headless Chromium (the tests' own probes: tests/test_report_html.py,
 tests/test_report_findings.py): per report, console messages, figures declared and drawn with marks,
 every plot area's size at 1,400 px, the page's width against the window; and a screenshot of the first
 screen (1,400 x 1,000) to OUT/<name>_first_screen.png.

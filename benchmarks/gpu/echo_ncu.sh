@@ -1,5 +1,5 @@
 #!/bin/bash
-# Gold for the ncu side of issue 18: Echo's kernel_metric module (its ncu commands, its exports, its own
+# Gold for hpcprof's ncu analyses: Echo's kernel_metric module (its ncu commands, its exports, its own
 # ncu_report_process.py, unmodified) on Echo's GPT-2 input folder at world size 1 on the GPU machine,
 # offline, then `hpcprof ncu metrics --layout echo` on the same exports, compared byte for byte.
 #

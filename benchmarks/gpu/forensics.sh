@@ -1,5 +1,5 @@
 #!/bin/bash
-# Issue 43 on the lent 2-GPU machine: plant_nccl.py's hang and exception under NCCL with the Flight
+# Forensics on the lent 2-GPU machine: plant_nccl.py's hang and exception under NCCL with the Flight
 # Recorder, and the exception under nsys; hpcprof's status, report and `logs --hang` of each, and
 # the dumps' sizes.   bash benchmarks/gpu/forensics.sh OUT [FAULT:TOOL...]   (default: hang:none
 # exception:none exception:nsys; after trainers.sh's set-up, or alone: the same .gpu/whl and .gpu/libs)

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Issue 45's goal benchmark (benchmarks/nsys_stats_speed.py: all six goals in one run, against nsys 2022.4 and HTA
+# The speed goal benchmark (benchmarks/nsys_stats_speed.py: all six goals in one run, against nsys 2022.4 and HTA
 # 0.5.0) on the lent GPU machine's CPUs (no GPU used): the many-core host users run hpcprof on, beside the 2-vCPU
 # development machine the results in benchmarks/results/nsys_stats_speed.txt come from.
 #

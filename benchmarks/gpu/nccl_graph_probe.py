@@ -1,4 +1,4 @@
-"""Probe (issue 48, the ceilings below 16 MiB): NCCL all-gather and all-reduce through NCCL's own API
+"""Probe (the ceilings below 16 MiB): NCCL all-gather and all-reduce through NCCL's own API
 (hpcprof.workloads.nccl_api) on buffers from torch, cudaMalloc and ncclMemAlloc, launched one by one, captured
 with torch.cuda.graph and captured with cudaStreamBeginCapture (thread-local mode, as nccl-tests); busbw per way.
 Run: torchrun --nproc-per-node 2 benchmarks/gpu/nccl_graph_probe.py (2x H100 2026-11-26: results/ceilings.txt

@@ -11,7 +11,7 @@
 # Environment: NSYS_GOLD_REPORTS (space-separated report names, default the list below) and
 # NSYS_GOLD_GENERATOR (a generator under tests/differential/ taking FIXTURES DEST FIRST COUNT, default
 # nsys_exports.py).
-# The exports with exact ties (issue 18), to commit as tests/fixtures/nsys/gold_generated_ties_2025.3.1.tar.xz:
+# The exports with exact ties, to commit as tests/fixtures/nsys/gold_generated_ties_2025.3.1.tar.xz:
 #        bash benchmarks/gpu/nsys_gold.sh --seeds 1000 520 $OUT
 # The exports with NVTX ranges enclosing launches (nsys_exports.PROJECTION_SEEDS), committed as
 # tests/fixtures/nsys/gold_generated_projection_2025.3.1.tar.xz:

@@ -1,5 +1,5 @@
 #!/bin/bash
-# The SQL of nsys 2025.3.1's `nsys stats` reports (issue 18): copies the report scripts shipped next to
+# The SQL of nsys 2025.3.1's `nsys stats` reports: copies the report scripts shipped next to
 # the nsys binary on the GPU machine (reports/*.py and their helpers nsysstats.py, kernel_helper.py, ...)
 # to OUT/nsys_reports_2025.3.1/, with OUT/nsys_report_sql.log listing what was found.
 # Their ORDER BY / GROUP BY clauses decide the row order and ties hpcprof must reproduce.

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Issue 9 on the GPU machine (16 cores, nsys 2025.3.1, the newest nsys we can run): `hpcprof nsys stats`
+# On the GPU machine (16 cores, nsys 2025.3.1, the newest nsys we can run): `hpcprof nsys stats`
 # against `nsys stats` of that version on the same machine.
 #   - a per-rank export: start-up of one and of the six summary reports (benchmarks/startup.py);
 #   - large exports: the six summary reports, current names (benchmarks/nsys_stats_speed.py --names new),

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Issue 19 on the GPU machine: a run rendered from the SHIPPED polaris site with only what this
+# On the GPU machine: a run rendered from the SHIPPED polaris site with only what this
 # machine cannot have swapped out (PBS -> local, PALS mpiexec -> Open MPI mpiexec with Polaris's
 # 8 cores per rank, the `module`/`conda` setup lines dropped; the aws-ofi-nccl/hwloc
 # LD_LIBRARY_PATH lines, the NCCL/FI_* env, node shape and gpu_affinity: reverse are Polaris's)

@@ -1,5 +1,5 @@
 #!/bin/bash
-# GPU campaign of issue 3: seqpar on 1 and 2 GPUs (fp32, bf16) unprofiled, under nsys on every rank,
+# The first GPU campaign: seqpar on 1 and 2 GPUs (fp32, bf16) unprofiled, under nsys on every rank,
 # under ncu on one rank (GEMM kernels, launch-skip/count), the per-phase capture mode, the slowdown
 # of unprofiled ranks, DDP (Echo GPT-2) under nsys with the window, and standalone matmul and
 # collective loops of the same shapes. Run from the repository root:

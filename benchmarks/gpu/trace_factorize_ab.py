@@ -1,4 +1,4 @@
-"""Issue 21 goal 2 on one GPU-machine host: scan_split's helpers with batch_columns before (pandas'
+"""trace_speed.py's speed goal on one GPU-machine host: scan_split's helpers with batch_columns before (pandas'
 factorize, .str.contains and .isin: the helpers touched pandas' machinery and so copied its pages) and
 after (hpcprof's _distinct and _codes, no pandas), alternated, each the 2 x 72 MB case's load + five analyses in a
 process of its own (3 helpers per file where the cores allow, as landed); HTA 0.5.0 once per round.

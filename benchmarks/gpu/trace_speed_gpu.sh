@@ -1,5 +1,5 @@
 #!/bin/bash
-# Issue 21 goal 2 on a many-core GPU machine (its CPUs only): benchmarks/trace_speed.py, hpcprof against HTA 0.5.0 on
+# trace_speed.py's speed goal on a many-core GPU machine (its CPUs only): benchmarks/trace_speed.py, hpcprof against HTA 0.5.0 on
 # the 2 x 72 MB case (the H200 DDP fixture's events repeated), on an idle machine with more cores than ranks.
 # No network there, so wheels are carried (call `run` with carry [".gpu/trace"]): what hpcprof's trace analyses need
 # beyond the machine's packages (msgspec, isal, typing_extensions) in .gpu/trace/hpcprof, and HTA 0.5.0 with plotly,

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Issue 45 goal 5 on a many-core host: where `hpcprof trace all` of the 2 x 72 MB h200_ddp_gpt2 case spends the time a
+# The whole-process speed goal on a many-core host: where `hpcprof trace all` of the 2 x 72 MB h200_ddp_gpt2 case spends the time a
 # user waits, beyond its in-process load and analyses (on a 16-CPU H200 host the whole process took 0.75 s where those
 # took 0.29 s: benchmarks/results/nsys_stats_speed_gpu_host.txt). One device call, no GPU used:
 #

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Public trainers, unchanged, through hpcprof on the lent 2-GPU machine (issue 42's "done when"):
+# Public trainers, unchanged, through hpcprof on the lent 2-GPU machine:
 # each trainer as a `command` under torchrun (site-torchrun-x2.yaml: the shipped identity
 # convention, which torchrun's workers get as local-rank), under nsys, torch.profiler and no
 # profiler (the overhead's baseline), then again with `gpu_affinity: none`; collect, report (text

@@ -1,4 +1,4 @@
-"""Check trainers.sh's collected runs of public trainers (issue 42's "done when"), one line per run:
+"""Check trainers.sh's collected runs of public trainers, one line per run:
 its state; `window.iterations` against the optimizer steps the step hook saw in the window; the
 median step time over the window (hpcprof's `iteration.median`, from the hook) against the
 trainer's own logged step times of the same steps (rank 0's log: nanoGPT's `iter N: ... time X ms`,

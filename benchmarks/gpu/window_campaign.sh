@@ -1,5 +1,5 @@
 #!/bin/bash
-# Issue 17 (parts 1-2) on the lent 2x H200 machine, all through `hpcprof submit` / `collect`:
+# The measured window and capture windows on the lent 2x H200 machine, all through `hpcprof submit` / `collect`:
 #   1. seqpar float32 and bfloat16 on 2 ranks, 2 repetitions, nsys on every rank with
 #      capture_range cudaProfilerApi: seqpar opens the range around its timed loop itself;
 #   2. the same bfloat16 point with capture_range nvtx (nvtx_capture: timed);

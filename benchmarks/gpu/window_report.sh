@@ -1,5 +1,5 @@
 #!/bin/bash
-# The local half of window_campaign.sh (issue 17), as campaign_report.sh is campaign.sh's: unpack the GPU
+# The local half of window_campaign.sh, as campaign_report.sh is campaign.sh's: unpack the GPU
 # machine's workdir at its path (/tmp/hpcprof-window, the store's run_dir), collect it here from the nsys
 # SQLite exports it holds (no nsys needed), and write under benchmarks/gpu/results/:
 #   window_collect.log, window_status.txt         collect (exit 3 expected: the never-opened run) and status

@@ -1,5 +1,5 @@
 #!/bin/bash
-# NCCL's NVTX payloads in an nsys export (issue 48, busbw per collective): ddp_blobs.py on 2 GPUs under
+# NCCL's NVTX payloads in an nsys export (busbw per collective): ddp_blobs.py on 2 GPUs under
 # torchrun, each rank under nsys (cuda,nvtx), exported with and without --include-blobs; writes
 # OUT/rank{0,1}.sqlite.xz (with blobs), OUT/buckets.json and OUT/versions.txt.
 #   bash benchmarks/gpu/busbw/ddp_blobs.sh OUT      (needs .gpu/libs: shared/tools/gpu-nsys-libs.sh)

@@ -1,5 +1,5 @@
 #!/bin/bash
-# AllGather's and ReduceScatter's sizes from NCCL's NVTX payloads on a real nsys export (issue 48, busbw per
+# AllGather's and ReduceScatter's sizes from NCCL's NVTX payloads on a real nsys export (busbw per
 # collective): seqpar bf16 on 2 GPUs through hpcprof submit, nsys on every rank over the whole run (so that the
 # ncclCommInitRank ranges, which give a communicator's ranks, are captured), collected; prints the nsys_busbw rows.
 # NCCL's payload gives one rank's part (sendcount, recvcount): x the communicator's 2 ranks the size must be

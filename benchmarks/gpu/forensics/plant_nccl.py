@@ -1,4 +1,4 @@
-"""An NCCL program with one planted fault, for the GPU part of issue 43 (forensics.sh):
+"""An NCCL program with one planted fault, for the GPU part of the forensics tests (forensics.sh):
 `python plant_nccl.py FAULT TIMEOUT_S HOLD_S`. Each rank (env:// rendezvous, its GPU by
 LOCAL_RANK) all-reduces a batch six times, then saves a checkpoint and meets the others at a
 barrier. FAULT: `hang` (rank 1 skips the all-reduce of step 3 and saves its checkpoint for
