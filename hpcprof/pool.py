@@ -173,7 +173,7 @@ def _freeze_inherited_at_fork() -> None:
 
 def worker_context(preload: Iterable[str] = ()) -> multiprocessing.context.BaseContext:
     """How worker processes start: forked from this process while it runs no other Python thread
-    (the cheapest start: 0.9 s against 2.2 s for `hpcprof trace` on 2 x 72 MB traces, the workers
+    (the cheapest start, benchmarks/results/trace_speed.txt: the workers
     share its imports), else forked from a fork server (a clean process that imported `preload`
     once): a fork of a process running threads (a notebook's, rich's progress, an executor's) can
     inherit a lock one of them holds and hang in the child. (Native pools such as OpenBLAS's reset

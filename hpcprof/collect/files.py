@@ -108,10 +108,10 @@ def manifest(run: RunDir) -> pd.DataFrame:
 
 def rank_files(profile_dir: Path, problem: Report) -> dict[str, int]:
     """The per-rank files of a profile directory (a rank in the name) with their ranks, in name
-    order, their paths as text (making and hashing a Path costs ~8 us on Python 3.12: 0.13 s of the
-    0.15 s this took for 16,384 ranks on the H200 hosts warm, 0.20-0.38 s in a collect; 0.04-0.07 s
-    now); every entry named like one that is not a readable regular file (a directory, a symlink
-    loop, a dangling link) is a Problem. One read of the directory: a regular file's type is in the
+    order, their paths as text (making and hashing a Path costs most of a listing of many ranks:
+    benchmarks/gpu/results/collect_cores.txt); every entry named like one that is not a readable
+    regular file (a directory, a symlink loop, a dangling link) is a Problem. One read of the
+    directory: a regular file's type is in the
     listing, only links (and entries of a file system that gives no type) are stat'ed."""
     with os.scandir(profile_dir) as listing:
         entries = sorted((entry.name, entry) for entry in listing if not entry.name.startswith("."))
