@@ -6,6 +6,7 @@ slow: tests/run.sh --fast) tests every level of rooms."""
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -81,3 +82,79 @@ def test_the_fast_tier_tests_every_level_of_rooms(request: pytest.FixtureRequest
     fast = sorted(path for path, has_fast in collected.items() if has_fast)
     levels = {LEVEL[room_of(module)] for path in fast for module in hpcprof_modules(path)}
     assert [rooms for level, rooms in enumerate(LAYERS) if level not in levels] == []
+
+
+#: the trees whose text a reader of the repository reads (besides README.md and tests/fixtures/SOURCES.md)
+TREES = ("hpcprof", "tests", "benchmarks", "docs", "templates", "site_configs", "examples")
+#: the suffixes of their text files
+TEXT = {".py", ".md", ".txt", ".sh", ".yaml", ".yml", ".j2", ".toml", ".cfg", ".ipynb"}
+#: a reference to an issue or pull request of a tracker the reader cannot see (the word issue or PR with a
+#: number, a number after "#" in brackets or after "see", "fixes", "closes"; test_the_issue_rule_tells_... shows
+#: them); not "ProfilerStep#3", "all_reduce #6", "#1f77b4" or "`#1` of"
+ISSUE_REF = re.compile(r"\bissues?[ _-]?#?\d|(?:\(|\bsee |\bfix(?:es|ed)? |\bclose[sd]? )#\d+\b|\b(?:PR|pull request) ?#?\d+",
+                       re.IGNORECASE)
+
+
+def text_files() -> list[Path]:
+    """The text files of TREES (tests/fixtures: its SOURCES.md only), README.md."""
+    files = [REPO / "README.md", REPO / "tests" / "fixtures" / "SOURCES.md"]
+    for tree in TREES:
+        files += [p for p in (REPO / tree).rglob("*") if p.suffix in TEXT and p.is_file()
+                  and (REPO / "tests" / "fixtures") not in p.parents and "__pycache__" not in p.parts]
+    return files
+
+
+def test_no_issue_numbers() -> None:
+    """Code, docs and results say what and why, never "see issue N": the reader has no tracker."""
+    found = [f"{path.relative_to(REPO)}:{n}: {line.strip()[:100]}" for path in text_files()
+             for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1) if ISSUE_REF.search(line)]
+    assert found == []
+
+
+def test_the_issue_rule_tells_references_from_counts() -> None:
+    refs = ["(iss" "ue 46)", "Iss" "ue 17's parts", "iss" "ues 43-48", "iss" "ue #9", "fixes #" "3", "(#" "45)", "P" "R 12"]
+    legit = ["ProfilerStep#3", "entered all_reduce #6", "color #1f77b4", "`#1`, `#2` in every figure",
+             "#1 of 3", "lambda()#3", "tissue 3"]
+    assert [t for t in refs if not ISSUE_REF.search(t)] == [] and [t for t in legit if ISSUE_REF.search(t)] == []
+
+
+#: the commit after which every commit keeps the form below (main's head when the form was adopted)
+FORM_SINCE = "3ccb797"
+#: the verbs a subject starts with (imperative, capitalised)
+VERBS = set("""Add Fix Remove Make Move Keep Use Split Merge Measure Record Document Test Name Refuse Read Write
+Show Replace Rename Report Run Give Let Drop Check Speed Guard Handle Explain Attribute Extend Bound Validate Mark
+Count Update Restore Revert State Say Put Find Compute Tell Skip Stop Start Cache Load Store Export Import Allow
+Limit Reuse Route Derive Rebase Time Trim Simplify Clean Wire Arm Sample Plant Close Open Turn Bring Build Set
+Collect Profile Render Submit List Print Parse Pass Return Raise Catch Share Shorten Lower Raise Reduce Avoid
+Support Prefer Require Accept Reject Ignore Include Exclude Enable Disable Align Sort Group Join Filter Map Keep
+Copy Link Unify Inline Extract Factor Lift Hoist Defer Delay Wait Retry Time Format Round Pin Bump Upgrade
+Downgrade Declare Define Describe Note Clarify Correct Reword Regenerate Generate Mend Tidy Polish Harden Shrink
+Grow Fill Free Release Kill End Finish Apply Register Expose Hide Print Draw Plot Place Land Ship Teach""".split())
+
+
+def git(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True, timeout=60)
+
+
+def test_commit_messages_keep_the_form() -> None:
+    """Every commit after FORM_SINCE: a subject of at most 72 characters that starts with a capitalised
+    imperative verb (VERBS) and names no issue, subject and body alike."""
+    try:
+        inside = git("rev-parse", "--is-inside-work-tree").stdout.strip() == "true"
+    except (OSError, subprocess.TimeoutExpired):
+        inside = False
+    if not inside:
+        pytest.skip("not a git checkout: no commits to read")
+    if git("merge-base", "--is-ancestor", FORM_SINCE, "HEAD").returncode != 0:
+        pytest.skip(f"{FORM_SINCE} is not an ancestor of HEAD here (a shallow clone, or another history)")
+    log = git("log", "--format=%h%x00%s%x00%b%x1e", f"{FORM_SINCE}..HEAD").stdout
+    bad = []
+    for entry in filter(str.strip, log.split("\x1e")):
+        sha, subject, body = entry.strip("\n").split("\x00")
+        if len(subject) > 72:
+            bad.append(f"{sha} longer than 72 characters ({len(subject)}): {subject}")
+        if subject.split(" ", 1)[0] not in VERBS:
+            bad.append(f"{sha} starts with no imperative verb of VERBS: {subject}")
+        if ISSUE_REF.search(subject) or ISSUE_REF.search(body):
+            bad.append(f"{sha} names an issue: {subject}")
+    assert bad == []
