@@ -42,41 +42,24 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from reliability_common import (
+    ACCEPTED,
+    BLOCKED,
+    HANDLED,
+    LEFT,
+    LOST,
+    OTHER,
+    REPO,
+    TRACEBACK,
+    cli,
+    one_line,
+    run_dirs,
+    status,
+    write_exp,
+)
+
 FIXTURES = Path(os.environ.get("HPCPROF_FIXTURES", REPO.parent / "shared" / "fixtures"))
 BASE = 'name: t\nworkload:\n  kind: command\n  argv: ["true"]\n'
-HANDLED, LOST, TRACEBACK, ACCEPTED, OTHER = "handled", "lost data", "traceback", "accepted in silence", "other"
-BLOCKED, LEFT = "blocked", "left behind"
-
-
-def cli(*args: str, cwd: Path, timeout: float = 300, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "hpcprof", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, **(env or {})})
-
-
-def one_line(result: subprocess.CompletedProcess[str]) -> str:
-    """HANDLED for exit 2 with exactly one `Error:` line, else the class of what happened."""
-    if "Traceback" in result.stderr:
-        return TRACEBACK
-    if result.returncode == 0:
-        return ACCEPTED
-    errors = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
-    return HANDLED if result.returncode == 2 and len(errors) == 1 else OTHER
-
-
-def run_dirs(workdir: Path) -> list[Path]:
-    return sorted(p.parent for p in workdir.glob("*/*/config.json"))
-
-
-def status(cwd: Path, run: Path) -> dict:
-    result = cli("status", str(run), "--format", "json", cwd=cwd)
-    return json.loads(result.stdout)[0] if result.returncode == 0 else {"state": "?", "stderr": result.stderr}
-
-
-def write_exp(path: Path, argv: list[str], extra: str = "") -> Path:
-    path.write_text(f"name: t\nworkload:\n  kind: command\n  argv: {json.dumps(argv)}\n"
-                    f"resources:\n  nodes: 1\n  ranks_per_node: 1\n{extra}")
-    return path
 
 
 # ---- bad input: one line, exit 2, nothing written ---------------------------------------------

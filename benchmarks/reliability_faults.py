@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from reliability import (
+from reliability_common import (
     ACCEPTED,
     BLOCKED,
     HANDLED,

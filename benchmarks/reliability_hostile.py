@@ -38,7 +38,19 @@ import zlib
 from collections.abc import Callable
 from pathlib import Path
 
-from reliability import ACCEPTED, BLOCKED, HANDLED, LEFT, LOST, OTHER, TRACEBACK, cli, one_line, run_dirs, write_exp
+from reliability_common import (
+    ACCEPTED,
+    BLOCKED,
+    HANDLED,
+    LEFT,
+    LOST,
+    OTHER,
+    TRACEBACK,
+    cli,
+    one_line,
+    run_dirs,
+    write_exp,
+)
 from reliability_faults import Fixtures, digest, exit_class
 
 Case = tuple[str, Callable[[], str]]

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from reliability import ACCEPTED, HANDLED, LEFT, LOST, OTHER, REPO, TRACEBACK, cli, one_line, run_dirs, write_exp
+from reliability_common import ACCEPTED, HANDLED, LEFT, LOST, OTHER, REPO, TRACEBACK, cli, one_line, run_dirs, write_exp
 from reliability_faults import full_disk, worst
 
 Case = tuple[str, Callable[[], str]]
