@@ -20,7 +20,7 @@ def usable_cpus() -> int:
 
 
 #: memory planned for one worker process that analyses rank files (its imports, ~150 MB, and one
-#: rank's tables; collect's workers peaked at 154 MiB on 442 kB H200 rank exports)
+#: rank's tables; collect's workers' peak: benchmarks/results/comment_measurements.txt)
 WORKER_BYTES = 1 << 30
 
 

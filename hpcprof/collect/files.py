@@ -76,8 +76,7 @@ def manifest(run: RunDir) -> pd.DataFrame:
     """Every log, profile and workload result file of the run (regular files, and links to them;
     no hidden, temporary or Parquet file; linked directories not entered), with rank and size,
     in path order. One scandir per directory and one stat per file: it runs while the workers
-    analyse, on a core they would use (16,384 ranks: 0.06 s here, 0.15 s with two stats and a
-    relpath per file)."""
+    analyse, on a core they would use (benchmarks/results/comment_measurements.txt)."""
     import pandas as pd
 
     rows = []       # text and tuples, no Path or dict per file: at 16,384 ranks ~10 MB less at the collect's peak

@@ -529,7 +529,7 @@ def map_traces(fn: Callable[[Path, int], T], files: Sequence[Path], workers: int
 def _share_out(fn: Callable[[Path, int], T], files: Sequence[Path], pool: ProcessPoolExecutor) -> list[T]:
     """`fn(file, 0)` for each of `files`, in order: the first here while `pool` starts on the others,
     then each one no worker has started yet, from the last (a start and a transfer of its result
-    fewer: `trace all` of 2 files of 7 MB on 2 cores 0.504 -> 0.477 s, its peak 63 -> 72 MiB).
+    fewer: benchmarks/results/comment_measurements.txt).
     The pool takes no more work once they are submitted: a worker then exits as soon as it is done,
     while this process decodes, rather than when the caller shuts the pool down (one that is still
     decoding, and so writes nothing, then dies with this process by die_with_parent alone: a shut
