@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from conftest import FAST_FILES
-from test_layers import LAYERS, LEVEL, room_of
+from test_layers import LAYERS, LEVEL, cycles, room_of
 
 REPO = Path(__file__).resolve().parents[1]
 #: the most lines a module of hpcprof/ may have
@@ -82,6 +82,30 @@ def test_the_fast_tier_tests_every_level_of_rooms(request: pytest.FixtureRequest
     fast = sorted(path for path, has_fast in collected.items() if has_fast)
     levels = {LEVEL[room_of(module)] for path in fast for module in hpcprof_modules(path)}
     assert [rooms for level, rooms in enumerate(LAYERS) if level not in levels] == []
+
+
+def script_imports(folder: Path) -> dict[str, set[str]]:
+    """The scripts of a folder run from it (benchmarks/, tests/'s helpers) and the scripts of the same
+    folder each imports, at the top or inside a function: what `python folder/x.py` puts on sys.path."""
+    names = {path.stem for path in folder.glob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for path in folder.glob("*.py"):
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                found |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                found.add(node.module)
+        graph[path.stem] = found & names - {path.stem}
+    return graph
+
+
+def test_no_import_cycle_among_scripts() -> None:
+    """tests/test_layers.py keeps hpcprof/ free of cycles; the benchmarks and the tests' helpers import
+    one another one way too (the reliability suite's case modules take its helpers from reliability_common)."""
+    for folder in (REPO / "benchmarks", REPO / "benchmarks" / "gpu", REPO / "tests"):
+        assert cycles(script_imports(folder)) == [], folder
+    assert cycles({"reliability": {"reliability_faults"}, "reliability_faults": {"reliability"}}) != []
 
 
 #: the trees whose text a reader of the repository reads (besides README.md and tests/fixtures/SOURCES.md)
