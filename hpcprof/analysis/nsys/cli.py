@@ -30,7 +30,7 @@ from hpcprof.cli_options import (
     window_option,
 )
 from hpcprof.errors import FiniteRange, UserError, printable
-from hpcprof.lazy import LazyModule
+from hpcprof.lazy import LazyModule, load_target
 from hpcprof.ranks import rank_from_filename
 
 if TYPE_CHECKING:
@@ -42,7 +42,19 @@ else:
     dist = LazyModule("hpcprof.analysis.nsys.distributed")   # SQLAlchemy and the analyses: imported when used
 
 
-@click.group("nsys")
+class NsysGroup(click.Group):
+    """The `hpcprof nsys` commands; `analyze` (rules_cli.py, the rules' module) imported only when run."""
+
+    LAZY = {"analyze": "hpcprof.analysis.nsys_stats.rules_cli:analyze_cmd"}
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted([*super().list_commands(ctx), *self.LAZY])
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        return load_target(self.LAZY[name]) if name in self.LAZY else super().get_command(ctx, name)
+
+
+@click.group("nsys", cls=NsysGroup)
 def nsys() -> None:
     """Reports and distributed analyses of Nsight Systems exports (.sqlite / .nsys-rep)."""
 
@@ -405,4 +417,3 @@ def critical_path_cmd(files: tuple[Path, ...], rank_map: str | None, iteration_r
 
     _run_analysis(files, rank_map, fmt, output, "critical-path", per_file, across_ranks=across_ranks,
                   note=said_when_none, options=f"iteration_range={iteration_range!r} segments={segments}")
-nsys.add_command(LazyModule("hpcprof.analysis.nsys_stats.rules_cli").analyze_cmd)   # `hpcprof nsys analyze` (rules_cli.py)
