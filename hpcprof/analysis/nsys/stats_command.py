@@ -147,24 +147,16 @@ HEAP_BLOCK_BYTES = 32 << 20     # the most glibc takes on 64-bit
 KEPT_FREE_BYTES = 1 << 30
 
 
-def _outcomes(path: Path | str, names: list[str], fmt: str, files: bool) -> list[Any] | None:
-    """Each report of `path` (a Table or DataFrame, or the MissingData/NsysInputError it raised);
-    None (named on stderr) when the file is not a usable export. `files`: the reports go to files,
-    whose writer (hpcprof.atomic) is imported in a thread of its own while the reports read the
-    export, not after them."""
-    import threading
+def _outcomes(path: Path | str, names: list[str], fmt: str) -> list[Any] | None:
+    """Each report of `path` (a Table, a DataFrame for table and JSON, or the MissingData/
+    NsysInputError it raised); None (named on stderr) when the file is not a usable export."""
     from contextlib import ExitStack
-    from importlib import import_module
 
     from hpcprof.analysis.nsys_stats.stats import run_reports
 
     with ExitStack() as stack:
         exports, failed = open_exports([path], stack, gpu=False)
-        if failed:
-            return None
-        if files:               # (not sooner: imports hold the GIL, the export's reads do not)
-            threading.Thread(target=import_module, args=("hpcprof.atomic",), daemon=True).start()
-        return run_reports(exports[0], names, frames=fmt != "csv")
+        return None if failed else run_reports(exports[0], names, frames=fmt != "csv")
 
 
 def run_stats(files: Sequence[Path | str], names: list[str], fmt: str, prefix: str | None) -> int:
@@ -179,7 +171,7 @@ def run_stats(files: Sequence[Path | str], names: list[str], fmt: str, prefix: s
     blocks = len(files) * len(names)
     failures = 0
     for path in files:
-        outcomes = _outcomes(path, names, fmt, prefix is not None)
+        outcomes = _outcomes(path, names, fmt)
         if outcomes is None:
             failures += 1
             continue
