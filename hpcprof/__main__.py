@@ -4,8 +4,6 @@ import gc
 import os
 import sys
 
-#: the `hpcprof nsys` commands with a quick lane
-QUICK = ("stats", "nccl", "overlap", "gaps")
 #: what the commands that read large profiles set in their own environment before numpy is imported,
 #: where the user has not (see main)
 COMMAND_ENV = {"trace": {"OPENBLAS_NUM_THREADS": "1"},
@@ -20,10 +18,6 @@ def main() -> None:
     does the process: everything is frozen then, so that the interpreter's collections at exit skip
     what the OS frees anyway (exit handlers still run, and objects still go as their last reference
     does; only garbage cycles left uncollected at exit are not finalized, as Python never promises).
-
-    `hpcprof nsys stats|nccl|overlap|gaps ... --format csv` goes first to the command's quick lane,
-    which runs it without click where it reads the whole command line and the file
-    (stats_command.quick).
 
     `hpcprof trace ...` and `hpcprof nsys ...` do no linear algebra and start no workload (nsys
     export at most): numpy's OpenBLAS is told to start no thread of its own, unless the user set
@@ -42,15 +36,6 @@ def main() -> None:
     gc.disable()
     for name, value in COMMAND_ENV.get(sys.argv[1] if len(sys.argv) > 1 else "", {}).items():
         os.environ.setdefault(name, value)
-    if sys.argv[1:2] == ["nsys"] and sys.argv[2:3] and sys.argv[2] in QUICK:
-        from hpcprof.analysis.nsys import stats_command
-
-        gc.freeze()
-        gc.enable()
-        code = stats_command.quick(sys.argv[2], sys.argv[3:])
-        if code is not None:
-            gc.freeze()
-            sys.exit(code)
     from hpcprof.cli import main as command_line
 
     try:

@@ -63,7 +63,7 @@ def keep_freed_memory(heap_block_bytes: int, kept_free_bytes: int) -> bool:
     rather than map each one afresh, and keep up to `kept_free_bytes` of freed heap rather than hand
     it back to the OS: memory the process frees and allocates again is then not faulted in and
     zeroed again. False where that cannot be set (not Linux, or a C library without mallopt):
-    nothing changes. (ctypes is imported here: 2 ms the quick lane's small exports never need.)"""
+    nothing changes."""
     if not sys.platform.startswith("linux"):
         return False
     import ctypes

@@ -8,7 +8,6 @@ spreadsheet would run are neutralised (and control characters shown as escapes o
 from __future__ import annotations
 
 import math
-import re
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -48,16 +47,15 @@ def _frame_cells(df: pd.DataFrame) -> tuple[list[str], list[bool], list[list[str
             [[printable(format_cell(v)) for v in values.tolist()] for values in series])
 
 
-def _rich_table(header: Sequence[str], right: Sequence[bool], columns: Sequence[Sequence[str]], title: str | None,
-                widths: Sequence[int | None] | None = None) -> Table:
-    """rich's Table of printable cells and title (Text: never parsed as markup), numbers right-aligned;
-    `widths`: each column's fixed width (None: rich's)."""
+def _rich_table(header: Sequence[str], right: Sequence[bool], columns: Sequence[Sequence[str]],
+                title: str | None) -> Table:
+    """rich's Table of printable cells and title (Text: never parsed as markup), numbers right-aligned."""
     from rich.table import Table
     from rich.text import Text
 
     table = Table(title=None if title is None else rich_text(title), show_lines=False)
-    for name, numeric, width in zip(header, right, widths or [None] * len(header), strict=True):
-        table.add_column(Text(name), justify="right" if numeric else "left", width=width)
+    for name, numeric in zip(header, right, strict=True):
+        table.add_column(Text(name), justify="right" if numeric else "left")
     for row in zip(*columns, strict=True):
         table.add_row(*(Text(cell) for cell in row))
     return table
@@ -89,106 +87,12 @@ def emit(df: pd.DataFrame, fmt: str, out: TextIO | None = None, title: str | Non
 def print_table(out: TextIO, header: Sequence[str], right: Sequence[bool], columns: Sequence[Sequence[str]],
                 title: str | None = None) -> None:
     """Print a table, given by its columns of printable cells (safe_text's rule: no control characters; the
-    title is made so here), as rich prints its Table (heavy head, no row lines), numbers right-aligned where
-    `right`, folded to the width as rich folds it. rich sets the column widths (from each column's widest
-    cell) and draws the title, the header (styled on a terminal) and each cell wider than its column; the
-    rest is drawn here, byte for byte as rich draws it (tests/test_output_table.py), because rich takes
-    ~1.6 ms a row (an NVTX report of 18.5 k rows: 30 s)."""
-    from rich import box
+    title is made so here), as rich's Table (heavy head, no row lines), numbers right-aligned where `right`,
+    at table_width."""
     from rich.console import Console
-    from rich.text import Text
 
-    title = None if title is None else printable(title)
     console = Console(file=out, width=table_width(out), emoji=False)
-    ascii_only = [all(map(str.isascii, cells)) for cells in columns]
-    lengths = [list(map(len if ascii else _cells, cells)) for cells, ascii in zip(columns, ascii_only, strict=True)]
-    widest = [[cells[max(range(len(cells)), key=sizes.__getitem__)]] if cells else []
-              for cells, sizes in zip(columns, lengths, strict=True)]
-    # rich's widths of the whole table, from each column's widest cell (rich measures a column by it alone;
-    # its private width method: tests/test_output_table.py holds the result to rich's drawing)
-    proxy = _rich_table(header, right, widest, title)
-    widths = proxy._calculate_column_widths(console, console.options.update_width(console.width - proxy._extra_width))
-    if min(widths, default=0) < 3:  # no column, or one too narrow for its padding: rich draws it all
-        console.print(_rich_table(header, right, columns, title))
-        return
-    inner = [width - 2 for width in widths]
-    with console.capture() as captured:  # the title and the header: all but the empty table's last line
-        console.print(_rich_table(header, right, [[] for _ in header], title, inner))
-    head, bottom = captured.get().rstrip("\n").rsplit("\n", 1)
-    drawn: list[list[str]] = []  # each column's cells as drawn; a folded one's lines joined by "\n"
-    folded: set[int] = set()
-    for cells, sizes, width, numeric, ascii in zip(columns, lengths, inner, right, ascii_only, strict=True):
-        column = _padded(cells, width, numeric, ascii)
-        for index in (i for i, size in enumerate(sizes) if size > width):  # a cell wider than its column: folded
-            column[index] = "\n".join(_folded(cells[index], width, numeric) if ascii else
-                                      [line.plain for line in Text(cells[index]).wrap(
-                                          console, width, justify="right" if numeric else "left", overflow="ellipsis")])
-            folded.add(index)
-        drawn.append(column)
-    edges = box.HEAVY_HEAD.substitute(console.options, safe=console.safe_box)
-    mid = (f"{edges.mid_left} ", f" {edges.mid_vertical} ", f" {edges.mid_right}")
-    foot = (f"{edges.foot_left} ", f" {edges.foot_vertical} ", f" {edges.foot_right}")  # the last row's
-    blanks = [" " * width for width in inner]
-    last = len(columns[0]) - 1
-    lines = [head]
-    for number, row in enumerate(zip(*drawn, strict=True)):
-        left, divider, end = foot if number == last else mid
-        if number in folded:  # a row of several lines; a cell of fewer lines is blank below them
-            stacked = [cell.split("\n") for cell in row]
-            height = max(map(len, stacked))
-            lines.extend(left + divider.join(line) + end for line in zip(
-                *(cell + [blank] * (height - len(cell)) for cell, blank in zip(stacked, blanks, strict=True)), strict=True))
-        else:
-            lines.append(left + divider.join(row) + end)
-    out.write("\n".join([*lines, bottom]) + "\n")
-
-
-#: rich's word (rich._wrap.words) and trailing whitespace (rich.text._re_whitespace)
-_WORD = re.compile(r"\s*\S+\s*")
-_TRAILING = re.compile(r"\s+$")
-
-
-def _folded(text: str, width: int, numeric: bool) -> list[str]:
-    """An ASCII cell wider than `width` as rich's Text.wrap folds it in a table column (overflow "ellipsis"):
-    split between words, a word wider than the column cut to an ellipsis, each line padded to `width`."""
-    if " " not in text:  # one word: cut (the only whitespace printable ASCII has is the space)
-        return [text[:width - 1] + "…"]
-    breaks, offset = [0], 0
-    for word in _WORD.finditer(text):  # rich._wrap.divide_line, fold=False
-        start, size = word.start(), len(word.group().rstrip())
-        if width - offset >= size:
-            offset += len(word.group())
-        elif size > width or (offset and start):
-            if start:
-                breaks.append(start)
-            offset = len(word.group())
-    lines = []
-    for begin, end in zip(breaks, [*breaks[1:], len(text)], strict=True):
-        line = text[begin:end]
-        if len(line) > width and (space := _TRAILING.search(line)):  # Text.rstrip_end
-            line = line[:len(line) - min(len(space.group()), len(line) - width)]
-        if numeric:  # Lines.justify: "right" strips the line's end, "left" pads it
-            line = line.rstrip()
-        line = line[:width - 1] + "…" if len(line) > width else line  # Text.truncate
-        lines.append(line.rjust(width) if numeric else line.ljust(width))
-    return lines
-
-
-def _cells(text: str) -> int:
-    """The terminal cells `text` takes (rich's measure; one a character for ASCII)."""
-    if text.isascii():
-        return len(text)
-    from rich.cells import cell_len
-
-    return cell_len(text)
-
-
-def _padded(cells: Sequence[str], width: int, numeric: bool, ascii_only: bool) -> list[str]:
-    """A column's cells as rich draws them: without their trailing spaces, padded to `width` terminal cells."""
-    if ascii_only:  # the common case: str's own padding, at C speed
-        return [c.rstrip(" ").rjust(width) if numeric else c.rstrip(" ").ljust(width) for c in cells]
-    bare = [c.rstrip(" ") for c in cells]
-    return [" " * (width - _cells(c)) + c if numeric else c + " " * (width - _cells(c)) for c in bare]
+    console.print(_rich_table(header, right, columns, None if title is None else printable(title)))
 
 
 #: the narrowest a wrapping column of emit_rows' table is taken to be when fitting it to a width

@@ -11,8 +11,9 @@ against its world is hpcprof.rank_sets'.
 from __future__ import annotations
 
 import os
+import re
+from typing import TYPE_CHECKING
 
-TYPE_CHECKING = False          # typing's constant without importing typing (the nsys quick lane's start-up)
 if TYPE_CHECKING:
     from pathlib import PurePath
 
@@ -22,23 +23,8 @@ RANK_IN_NAME = r"rank[-_]?(\d+)"
 
 def rank_from_filename(path: PurePath | str) -> int | None:
     """The rank in a file's name (`rank_3.sqlite` -> 3), or None when the name has none."""
-    name = os.path.basename(os.fspath(path))
-    if not name.isascii():
-        import re
-
-        match = re.search(RANK_IN_NAME, name, re.IGNORECASE)
-        return int(match.group(1)) if match else None
-    name = name.lower()  # an ASCII name: RANK_IN_NAME's search without importing re (the nsys quick lane's start-up)
-    start = name.find("rank")
-    while start >= 0:
-        digits = start + 4 + (name[start + 4:start + 5] in ("-", "_"))
-        end = digits
-        while end < len(name) and name[end] in "0123456789":
-            end += 1
-        if end > digits:
-            return int(name[digits:end])
-        start = name.find("rank", start + 1)
-    return None
+    match = re.search(RANK_IN_NAME, os.path.basename(os.fspath(path)), re.IGNORECASE)
+    return int(match.group(1)) if match else None
 
 
 class RankSelection:

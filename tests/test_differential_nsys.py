@@ -30,8 +30,8 @@ import pytest
 
 from hpcprof.analysis.nsys_stats.db import Export
 from hpcprof.analysis.nsys_stats.schema import MissingData
-from hpcprof.analysis.nsys_stats.stats import PYTHON_REPORTS, run_python_reports, run_table
-from hpcprof.analysis.nsys_stats.table import Table, write_csv
+from hpcprof.analysis.nsys_stats.stats import run_table
+from hpcprof.analysis.nsys_stats.table import write_csv
 
 sys.path.insert(0, str(Path(__file__).parent / "differential"))
 from nsys_exports import PROJECTION_SEEDS, TIE_SEEDS, derive  # noqa: E402
@@ -96,46 +96,29 @@ def ours(db: Path, reports: list[str]) -> dict[str, str]:
     return out
 
 
-def ours_python(db: Path, reports: list[str]) -> dict[str, str]:
-    """The standard-library engine's CSV text of each report it has ('' where no such data)."""
-    names = [r for r in reports if r in PYTHON_REPORTS]
-    out = {}
-    for report, result in zip(names, run_python_reports(db, names), strict=True):
-        buf = io.StringIO()
-        if isinstance(result, Table):
-            write_csv(result, buf)
-        elif not isinstance(result, MissingData):
-            raise result
-        out[report] = buf.getvalue()
-    return out
-
-
 def _derive(args: tuple[int, Path, Path]) -> Path:
     return derive(*args)
 
 
 def _compare(args: tuple[Path, Path, list[str]]) -> dict[str, Outcome]:
     """One export against nsys 2022.4's files beside it (if it ran) and the 2025.3.1 gold (if
-    made for its seed: `gold_reports`), for both engines: columnar (stats.py, every report) and python
-    (small.py, the summary reports)."""
+    made for its seed: `gold_reports`), every report."""
     db, gold_dir, gold_reports = args
-    outcomes = {key: Outcome() for key in KEYS}
+    outcomes = {version: Outcome() for version in VERSIONS}
     with_2022 = Path(f"{db.with_suffix('')}_{OLD_REPORTS[0]}.csv").exists()
     reports = (OLD_REPORTS if with_2022 else []) + NEW_REPORTS
-    engines = {"columnar": ours(db, reports), "python": ours_python(db, reports)}
-    for engine, mine in engines.items():
-        if with_2022:
-            for report in (r for r in OLD_REPORTS if r in mine):
-                theirs = Path(f"{db.with_suffix('')}_{report}.csv").read_text()
-                outcomes[("2022.4", engine)].add(db.name, report, theirs, mine[report])
-        for report in (r for r in NEW_REPORTS if r in mine and r in gold_reports):
-            gold = gold_dir / f"{db.stem}_{report}.csv"
-            outcomes[("2025.3.1", engine)].add(db.name, report, gold.read_text() if gold.exists() else "",
-                                               mine[report])
+    mine = ours(db, reports)
+    if with_2022:
+        for report in OLD_REPORTS:
+            theirs = Path(f"{db.with_suffix('')}_{report}.csv").read_text()
+            outcomes["2022.4"].add(db.name, report, theirs, mine[report])
+    for report in (r for r in NEW_REPORTS if r in gold_reports):
+        gold = gold_dir / f"{db.stem}_{report}.csv"
+        outcomes["2025.3.1"].add(db.name, report, gold.read_text() if gold.exists() else "", mine[report])
     return outcomes
 
 
-KEYS = [(version, engine) for version in ("2022.4", "2025.3.1") for engine in ("columnar", "python")]
+VERSIONS = ("2022.4", "2025.3.1")
 
 
 def _nsys_2022() -> Path | str:
@@ -170,7 +153,7 @@ def comparisons(fixtures_dir: Path, tmp_path_factory: pytest.TempPathFactory) ->
                            capture_output=True, timeout=300, check=False)
         with ThreadPoolExecutor(max_workers=2) as threads:        # the exports with ties only (CI time)
             list(threads.map(reference, [db for seed, db in zip(SEEDS, exports, strict=False) if seed >= TIE_SEEDS]))
-    totals = {key: Outcome() for key in KEYS}
+    totals = {version: Outcome() for version in VERSIONS}
     with ProcessPoolExecutor(max_workers=2, mp_context=SPAWN) as pool:
         jobs = [(db, work / f"gold_2025_{kind_of(seed)}", gold_reports[kind_of(seed)])
                 for seed, db in zip(SEEDS, exports, strict=False)]
@@ -179,8 +162,8 @@ def comparisons(fixtures_dir: Path, tmp_path_factory: pytest.TempPathFactory) ->
                 totals[key].compared += part.compared
                 totals[key].identical += part.identical
                 totals[key].differing += part.differing
-    return {f"{version} {engine}": totals[(version, engine)] if version != "2022.4" or isinstance(nsys, Path) else nsys
-            for version, engine in KEYS} | {
+    return {version: totals[version] if version != "2022.4" or isinstance(nsys, Path) else nsys
+            for version in VERSIONS} | {
         "exports": f"{2 * PER_KIND} generated exports with exact ties ({PER_KIND} with NVTX ranges enclosing launches)",
         "exports 2025.3.1": f"{sum(bool(gold_reports[kind_of(s)]) for s in SEEDS)} generated exports"
                             + "".join(f" ({kind}: gold of {len(set(r))} reports)" for kind, r in gold_reports.items())}
@@ -188,18 +171,15 @@ def comparisons(fixtures_dir: Path, tmp_path_factory: pytest.TempPathFactory) ->
 
 @pytest.mark.slow               # nsys 2022.4, a long differential sweep
 @pytest.mark.timeout(1800)     # the first one runs nsys on every export (module fixture)
-@pytest.mark.parametrize("version", ["2022.4", "2025.3.1"])
-@pytest.mark.parametrize("engine", ["columnar", "python"])
-def test_every_report_identical_to_nsys_on_generated_exports(comparisons: dict, version: str, engine: str,
-                                                             record_counts) -> None:
-    outcome = comparisons[f"{version} {engine}"]
+@pytest.mark.parametrize("version", VERSIONS)
+def test_every_report_identical_to_nsys_on_generated_exports(comparisons: dict, version: str, record_counts) -> None:
+    outcome = comparisons[version]
     if isinstance(outcome, str):
         pytest.skip(outcome)
     source = "run here" if version == "2022.4" else "gold made on the GPU machine"
-    reports = [r for r in (OLD_REPORTS if version == "2022.4" else NEW_REPORTS)
-               if engine == "columnar" or r in PYTHON_REPORTS]
+    reports = OLD_REPORTS if version == "2022.4" else NEW_REPORTS
     exports = comparisons["exports" if version == "2022.4" else "exports 2025.3.1"]
-    record_counts(f"nsys {version} ({source}), {engine} engine: {outcome.compared} reports compared over "
+    record_counts(f"nsys {version} ({source}): {outcome.compared} reports compared over "
                   f"{exports}, {outcome.identical} identical")
     assert outcome.compared >= 500 * len(reports) or PER_KIND < 500
     assert not outcome.differing, (f"{len(outcome.differing)} reports differ; first:\n"

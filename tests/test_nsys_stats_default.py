@@ -1,14 +1,16 @@
 """`hpcprof nsys stats` without -r runs nsys 2022.4's default report set (the same reports, order
 and output file names as nsys, byte-identical files, the same reports skipped for the same missing
-data), and its quick lane (`hpcprof.__main__` runs CSV command lines without click,
-stats_command.quick_args) is the click command: the same bytes, messages, files and exit status,
-with none of click, numpy or pandas imported."""
+data); its files go through the output checks every command's -o goes through; and it starts
+without the heavy libraries where it computes nothing."""
 
 from __future__ import annotations
 
 import ast
+import os
 import platform
 import re
+import resource
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -16,7 +18,6 @@ from pathlib import Path
 
 import pytest
 
-from hpcprof.analysis.nsys.stats_command import quick_args
 from hpcprof.analysis.nsys_stats.stats import DEFAULT_REPORTS, NOT_COMPUTED, REPORTS
 
 sys.path.insert(0, str(Path(__file__).parent / "differential"))
@@ -24,9 +25,8 @@ from nsys_extra_exports import FIRST_SEED, derive_extra  # noqa: E402
 from test_differential_nsys import _nsys_2022  # noqa: E402
 
 SIX = "gpukernsum,cudaapisum,gpumemtimesum,gpumemsizesum,nvtxsum,osrtsum"
-#: the command line through hpcprof.__main__ (the quick lane first) and through click alone
-QUICK = [sys.executable, "-m", "hpcprof", "nsys", "stats"]
-CLICK = [sys.executable, "-c", "import sys; from hpcprof.cli import main; main(sys.argv[1:])", "nsys", "stats"]
+#: the command line as the console script runs it
+STATS = [sys.executable, "-m", "hpcprof", "nsys", "stats"]
 
 
 def _nsys() -> Path:
@@ -67,7 +67,7 @@ def test_the_default_set_writes_the_files_nsys_writes(exports: list[Path], tmp_p
         mine.mkdir()
         run = subprocess.run([str(nsys), "stats", "--format", "csv", "-o", str(theirs / "p"), str(export)],
                              capture_output=True, text=True, check=True)
-        ours = subprocess.run([*QUICK, "--format", "csv", "-o", str(mine / "p"), str(export)],
+        ours = subprocess.run([*STATS, "--format", "csv", "-o", str(mine / "p"), str(export)],
                               capture_output=True, text=True)
         assert ours.returncode == 0, ours.stderr
         names = sorted(p.name for p in theirs.iterdir())
@@ -85,8 +85,8 @@ def test_the_default_set_writes_the_files_nsys_writes(exports: list[Path], tmp_p
 def test_the_default_set_on_stdout_is_the_same_tables(exports: list[Path]) -> None:
     """Without -o: each report under its `# FILE REPORT` line, in nsys's order, the same CSV as -r names."""
     export = exports[0]
-    default = subprocess.run([*QUICK, "--format", "csv", str(export)], capture_output=True, text=True, check=True)
-    named = subprocess.run([*QUICK, "-r", ",".join(DEFAULT_REPORTS), "--format", "csv", str(export)],
+    default = subprocess.run([*STATS, "--format", "csv", str(export)], capture_output=True, text=True, check=True)
+    named = subprocess.run([*STATS, "-r", ",".join(DEFAULT_REPORTS), "--format", "csv", str(export)],
                            capture_output=True, text=True, check=True)
     assert default.stdout == named.stdout and default.stderr == named.stderr
     headers = re.findall(r"^# \S+ (\w+)$", default.stdout, re.M)
@@ -102,64 +102,79 @@ def test_a_report_hpcprof_does_not_compute_is_said_where_the_export_has_its_data
     export.write_bytes(exports[0].read_bytes())
     with sqlite3.connect(export) as con:
         con.execute("CREATE TABLE KHR_DEBUG_EVENTS (eventClass INTEGER, start INTEGER, end INTEGER, textId INTEGER)")
-    for command in (QUICK, CLICK):
-        res = subprocess.run([*command, "--format", "csv", str(export)], capture_output=True, text=True)
-        assert res.returncode == 2
-        assert "khrdebugsum: the export has KHR Extension (KHR_DEBUG) data, which hpcprof does not report" in res.stderr
-        assert "Traceback" not in res.stderr and "Time (%)" in res.stdout
+    res = subprocess.run([*STATS, "--format", "csv", str(export)], capture_output=True, text=True)
+    assert res.returncode == 2
+    assert "khrdebugsum: the export has KHR Extension (KHR_DEBUG) data, which hpcprof does not report" in res.stderr
+    assert "Traceback" not in res.stderr and "Time (%)" in res.stdout
 
 
-def _both(args: list[str], cwd: Path) -> list[tuple[int, str, str, dict[str, bytes]]]:
-    """(exit status, stdout, stderr, files written) of `args` through the quick lane and through click,
-    each in a fresh folder under `cwd`."""
-    out = []
-    for label, command in (("quick", QUICK), ("click", CLICK)):
-        here = cwd / label
-        here.mkdir()
-        res = subprocess.run([*command, *args], capture_output=True, text=True, cwd=here)
-        out.append((res.returncode, res.stdout, res.stderr.replace(str(here), "HERE"),
-                    {p.name: p.read_bytes() for p in sorted(here.iterdir())}))
-    return out
-
-
-@pytest.mark.parametrize("case", ["default", "six", "two-files-prefix", "damaged", "missing", "python", "not-small"])
-def test_the_quick_lane_is_the_click_command(exports: list[Path], tmp_path: Path, case: str) -> None:
+@pytest.mark.parametrize(("case", "code"), [("two-files-prefix", 0), ("damaged", 2), ("missing", 2)])
+def test_each_file_is_reported_on_its_own(exports: list[Path], tmp_path: Path, case: str, code: int) -> None:
+    """Several files: each one's reports to PREFIX_<file>_<report>.csv; a damaged or missing file is
+    one line naming it, the others still done, and exit 2."""
     truncated = tmp_path / "truncated.sqlite"
     truncated.write_bytes(exports[0].read_bytes()[:50_000])
     one, two = str(exports[0]), str(exports[1])
-    args = {"default": ["--format", "csv", one],
-            "six": ["-r", SIX, "--format", "csv", two],
-            "two-files-prefix": [one, "--format=csv", "--report=gpukernsum,osrtsum", two, "-o", "out"],
+    args = {"two-files-prefix": [one, "--format=csv", "--report=gpukernsum,osrtsum", two, "-o", "out"],
             "damaged": [str(truncated), one, "--format", "csv", "-r", "cuda_gpu_kern_sum"],
-            "missing": [str(tmp_path / "nowhere.sqlite"), "--format", "csv"],
-            "python": ["--engine", "python", "-r", "nvtx_sum", "--format", "csv", one],
-            "not-small": ["--engine", "columnar", "-r", "cuda_gpu_trace", "--format", "csv", two]}[case]
-    assert quick_args(args) is not None                 # the quick lane runs it (the test is not vacuous)
-    quick, click = _both(args, tmp_path)
-    assert quick == click
-    assert quick[0] == (2 if case in ("damaged", "missing") else 0)
+            "missing": [str(tmp_path / "nowhere.sqlite"), one, "--format", "csv", "-r", "cuda_gpu_kern_sum"]}[case]
+    res = subprocess.run([*STATS, *args], capture_output=True, text=True, cwd=tmp_path)
+    assert res.returncode == code and "Traceback" not in res.stderr
+    if case == "two-files-prefix":
+        assert sorted(p.name for p in tmp_path.glob("out_*")) == sorted(
+            f"out_{Path(f).stem}_{r}.csv" for f in (one, two) for r in ("gpukernsum", "osrtsum"))
+        return
+    said = [line for line in res.stderr.splitlines() if line.startswith("hpcprof nsys: ")]
+    assert len(said) == 1 and ("truncated.sqlite" in said[0] or "nowhere.sqlite" in said[0])
+    assert "1 of 2 input file(s) could not be processed" in res.stderr
+    assert res.stdout.count("Time (%)") == 1               # the other file's report
 
 
-@pytest.mark.parametrize("args", [["--help"], ["x.sqlite"], ["x.sqlite", "--format", "table"],
-                                  ["x.sqlite", "--format", "csv", "-r", "nosuchreport"],
-                                  ["x.sqlite", "--format", "csv", "-rgpukernsum"],
-                                  ["x.sqlite", "--format", "csv", "-r", "nvtxsum", "-r", "osrtsum"],
-                                  ["./x.sqlite", "--format", "csv"], ["x.sqlite", "--format", "csv", "--", "y"],
-                                  ["x.sqlite", "--format", "csv", "--engine", "python"],
-                                  ["x.sqlite", "--format", "csv", "--engine", "python", "-r", "gputrace"],
-                                  ["x.sqlite", "--format", "csv", "-o"], ["--format", "csv"]])
-def test_the_quick_lane_leaves_every_other_command_line_to_click(args: list[str]) -> None:
-    assert quick_args(args) is None
-
-
-def test_the_quick_lane_imports_neither_click_nor_numpy(exports: list[Path]) -> None:
-    probe = ("import sys; from hpcprof.__main__ import main\n"
-             "try:\n    main()\nfinally:\n"
-             "    print('HEAVY', sorted(m for m in ('click', 'numpy', 'pandas', 'pyarrow', 'sqlalchemy', 'rich', 're', "
-             "'typing', 'pathlib', 'dataclasses', 'fractions') if m in sys.modules), file=sys.stderr)")
-    res = subprocess.run([sys.executable, "-c", probe, "nsys", "stats", "--format", "csv", str(exports[0])],
+def test_a_symbolic_link_as_an_output_is_refused(exports: list[Path], tmp_path: Path) -> None:
+    """-o PREFIX whose report file is a symbolic link: refused as every command's -o refuses it (one
+    line, exit 2), the file it points to untouched."""
+    target = tmp_path / "elsewhere.csv"
+    target.write_text("mine\n")
+    (tmp_path / "out_nvtxsum.csv").symlink_to(target)
+    res = subprocess.run([*STATS, "-r", "nvtxsum", "--format", "csv", "-o", str(tmp_path / "out"), str(exports[0])],
                          capture_output=True, text=True)
-    assert res.returncode == 0 and "HEAVY []" in res.stderr and "Time (%)" in res.stdout
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert res.stderr.strip().splitlines() == [
+        f"Error: -o {tmp_path / 'out_nvtxsum.csv'}: a symbolic link (to {target}); hpcprof does not write through "
+        "links; nothing was written: give the path it points to, or leave -o out to write to stdout"]
+    assert target.read_text() == "mine\n"
+
+
+def _file_size_limit(limit: int) -> None:
+    """In the child: files larger than `limit` bytes cannot be written (EFBIG, as a full disk's ENOSPC)."""
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+
+@pytest.mark.skipif(not hasattr(resource, "RLIMIT_FSIZE"), reason="a file-size limit (RLIMIT_FSIZE)")
+def test_an_output_that_cannot_be_written_is_one_line_and_nothing_half_written(exports: list[Path],
+                                                                               tmp_path: Path) -> None:
+    """A report file the disk will not take (here a file-size limit below its size): one line naming
+    it, exit 2, and neither the file nor a temporary left behind."""
+    res = subprocess.run([*STATS, "-r", "cuda_gpu_trace", "--format", "csv", "-o", str(tmp_path / "out"),
+                          str(exports[0])], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}, preexec_fn=lambda: _file_size_limit(1024))
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert res.stderr.strip().splitlines() == [
+        f"Error: {tmp_path / 'out_cuda_gpu_trace.csv'}: cannot write (File too large); nothing was written there"]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_command_imports_no_heavy_library_until_it_reads_an_export(tmp_path: Path) -> None:
+    """Start-up is click and the standard library: `nsys stats --help` and `nsys nccl --help` import
+    none of numpy, pandas, pyarrow, SQLAlchemy or rich."""
+    probe = ("import sys\nfrom hpcprof.cli import main\ntry:\n    main(sys.argv[1:])\nfinally:\n"
+             "    print('HEAVY', sorted(m for m in ('numpy', 'pandas', 'pyarrow', 'sqlalchemy', 'rich') "
+             "if m in sys.modules), file=sys.stderr)")
+    for command in ("stats", "nccl", "overlap", "gaps"):
+        res = subprocess.run([sys.executable, "-c", probe, "nsys", command, "--help"], capture_output=True, text=True,
+                             cwd=tmp_path)
+        assert res.returncode == 0 and "HEAVY []" in res.stderr and "Usage:" in res.stdout, res.stderr
 
 
 FAULTS = """

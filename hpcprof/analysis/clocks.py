@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 CLOCK_OFF_NS = 1_000_000_000
 #: every GPU operation of a kind starting at least this long before its launch: the GPU clock is off
 #: (as for CLOCK_OFF_NS: an offset that skews a window's idle time, not a millisecond of clock-sync
-#: jitter, which the quick lane of `hpcprof nsys`, without this check, would then disagree on)
+#: jitter)
 EARLY_NS = CLOCK_OFF_NS
 #: a kind of GPU operation is judged against the CPU clock from this many launched operations on
 MIN_LAUNCHED = 4

@@ -1,15 +1,16 @@
 """NCCL kernels by their names: the one rule of what is communication and which collective it is,
 per name (the standard library only: the analyses apply it once per distinct name: nsys's activity.py
-and distributed.py over numpy columns, quick_analyses.py over rows, the Kineto critical path, the
-kernel categories' `nccl.<collective>`)."""
+and distributed.py over numpy columns, the Kineto critical path, the kernel categories'
+`nccl.<collective>`)."""
 
 from __future__ import annotations
+
+import re
 
 #: the rule, as the regular expression the kernel categories search with: `ncclKernel_` or
 #: `ncclDevKernel_`, then the collective (ASCII letters and digits) ended by `_`, `(` or the name's end
 NCCL_KERNEL = r"^nccl(?:Dev)?Kernel_(?P<collective>[A-Za-z0-9]+?)(?:_|\(|$)"
-_PREFIXES = ("ncclKernel_", "ncclDevKernel_")
-_LETTERS_AND_DIGITS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789")
+_NCCL_KERNEL = re.compile(NCCL_KERNEL)
 
 
 def nccl_name(name: object) -> bool:
@@ -20,14 +21,8 @@ def nccl_name(name: object) -> bool:
 
 def collective_kind(name: object) -> str | None:
     """The collective an NCCL kernel name names (`AllReduce` of `ncclDevKernel_AllReduce_Sum_f32_RING_LL(...)`), else None."""
-    if not isinstance(name, str) or not name.startswith(_PREFIXES):  # NCCL_KERNEL's match, without importing
-        return None                                                   # re (the nsys quick lane's start-up)
-    rest = name[name.index("_") + 1:]
-    end = 0
-    while end < len(rest) and rest[end] in _LETTERS_AND_DIGITS:
-        end += 1
-    ended = rest[end:end + 1] in ("", "_", "(") or rest[end:] == "\n"  # `$`: the end, or before a last newline
-    return rest[:end] if end and ended else None
+    match = _NCCL_KERNEL.match(name) if isinstance(name, str) else None
+    return match.group("collective") if match else None
 
 
 def collective_of(short: object, name: object) -> str:

@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING
 import click
 
 from hpcprof.analysis.nsys.stats_command import (
-    ENGINES,
     FORMATS,
     failed_files,
     open_exports,
@@ -21,7 +20,7 @@ from hpcprof.analysis.nsys.stats_command import (
     write,
 )
 from hpcprof.analysis.nsys_stats.schema import NsysInputError
-from hpcprof.analysis.nsys_stats.stats import DEFAULT_REPORTS, PYTHON_REPORTS, REPORTS
+from hpcprof.analysis.nsys_stats.stats import DEFAULT_REPORTS, REPORTS
 from hpcprof.cli_options import (
     expand_paths,
     files_argument,
@@ -31,7 +30,7 @@ from hpcprof.cli_options import (
     window_option,
 )
 from hpcprof.errors import FiniteRange, UserError, printable
-from hpcprof.lazy import LazyModule
+from hpcprof.lazy import LazyModule, load_target
 from hpcprof.ranks import rank_from_filename
 
 if TYPE_CHECKING:
@@ -43,7 +42,19 @@ else:
     dist = LazyModule("hpcprof.analysis.nsys.distributed")   # SQLAlchemy and the analyses: imported when used
 
 
-@click.group("nsys")
+class NsysGroup(click.Group):
+    """The `hpcprof nsys` commands; `analyze` (rules_cli.py, the rules' module) imported only when run."""
+
+    LAZY = {"analyze": "hpcprof.analysis.nsys_stats.rules_cli:analyze_cmd"}
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted([*super().list_commands(ctx), *self.LAZY])
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        return load_target(self.LAZY[name]) if name in self.LAZY else super().get_command(ctx, name)
+
+
+@click.group("nsys", cls=NsysGroup)
 def nsys() -> None:
     """Reports and distributed analyses of Nsight Systems exports (.sqlite / .nsys-rep)."""
 
@@ -67,26 +78,14 @@ format_option = click.option("--format", "fmt", type=click.Choice(FORMATS), defa
 @format_option
 @click.option("--output", "-o", "prefix", default=None,
               help="Write PREFIX_<report>.<ext> (PREFIX_<file>_<report>.<ext> for several files) instead of stdout.")
-@click.option("--engine", type=click.Choice(ENGINES), default="auto", show_default=True,
-              help="python: standard library only (CSV of the summary reports); columnar: numpy/Arrow, "
-                   "every report and format, fast on large exports; auto: python for CSV of the reports it has "
-                   "on exports up to 32 MB, columnar otherwise. Both give nsys's bytes.")
-def stats_cmd(files: tuple[Path, ...], reports: str | None, fmt: str, prefix: str | None, engine: str) -> None:
+def stats_cmd(files: tuple[Path, ...], reports: str | None, fmt: str, prefix: str | None) -> None:
     """`nsys stats` reports, with the same numbers, rows and CSV bytes as nsys. A report whose
     tables the export lacks is skipped with what it lacks, as nsys does (exit 0)."""
-    # hpcprof.__main__ runs most CSV command lines without click (stats_command.quick), through run_stats too
     names = report_names(reports)
     if names is None:
         unknown = [r.strip() for r in (reports or "").split(",") if r.strip() and report_names(r) is None]
         raise click.BadParameter(f"unknown report(s) {', '.join(unknown)}; known: {', '.join(REPORTS)}")
-    if engine == "python":
-        if fmt != "csv" or (reports is not None and not all(n in PYTHON_REPORTS for n in names)):
-            raise UserError(f"--engine python writes --format csv of {', '.join(PYTHON_REPORTS)}; "
-                            "use --engine columnar (or auto) for other reports and formats")
-        if any(p.suffix == ".nsys-rep" for p in files):
-            raise UserError("--engine python reads SQLite exports; export the .nsys-rep files first "
-                            "(nsys export -t sqlite) or use --engine columnar")
-    _finish(run_stats(files, names, fmt, prefix, engine), len(files))
+    _finish(run_stats(files, names, fmt, prefix), len(files))
 
 
 def _in_window(func: Callable[[dist.Activity], pd.DataFrame], spec: str, files: tuple[Path, ...]
@@ -418,4 +417,3 @@ def critical_path_cmd(files: tuple[Path, ...], rank_map: str | None, iteration_r
 
     _run_analysis(files, rank_map, fmt, output, "critical-path", per_file, across_ranks=across_ranks,
                   note=said_when_none, options=f"iteration_range={iteration_range!r} segments={segments}")
-nsys.add_command(LazyModule("hpcprof.analysis.nsys_stats.rules_cli").analyze_cmd)   # `hpcprof nsys analyze` (rules_cli.py)

@@ -1,29 +1,20 @@
-"""`hpcprof nsys stats` without click: the reports of each export by the engine that suits it,
-written as the command writes them (`run_stats`, which cli.py's click command calls), and its quick
-lane (`quick_args`, `quick_run`): `hpcprof.__main__` hands it the command line first, and for CSV
-(the per-rank case: thousands of small exports) it runs the same `run_stats` with the standard
-library only (no click, numpy or pandas imported), so the whole process costs about Python's own
-start-up, the SQLite reads and the reports. A command line it does not read exactly (help, another
-format, an option it does not know, a bad value) goes to click unchanged. Also the plumbing the
-other `hpcprof nsys` commands share: `say`, `open_exports`, `emit`, `write`.
-
-Engines, per export: `--engine columnar` (numpy/Arrow, every report and format); `--engine python`
-(the standard library, CSV of the summary reports it has); `--engine auto`: for CSV of a .sqlite
-export up to SMALL_EXPORT_BYTES, the standard library for the reports it has and the columnar
-engine for the others whose data the export has (a report skipped for missing data needs neither),
-else the columnar engine. Both give nsys's bytes (the differential tests), so which one ran is
-invisible in the output.
+"""`hpcprof nsys stats`: the reports of each export by the columnar engine, written as the
+command writes them (`run_stats`, which cli.py's click command calls). Also the plumbing the other
+`hpcprof nsys` commands share: `say`, `open_exports`, `emit`, `write`. Heavy libraries (numpy,
+pandas, pyarrow, rich) are imported inside the functions that use them, so the command starts with
+click and the standard library only.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from hpcprof.analysis.nsys_stats.schema import MissingData, NsysInputError
-from hpcprof.analysis.nsys_stats.stats import DEFAULT_REPORTS, NOT_COMPUTED, PYTHON_REPORTS, REPORTS, SMALL_EXPORT_BYTES
+from hpcprof.analysis.nsys_stats.stats import DEFAULT_REPORTS, NOT_COMPUTED, REPORTS
+from hpcprof.errors import UserError, printable
 
-TYPE_CHECKING = False          # typing's constant without importing typing (the quick lane's start-up)
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
     from contextlib import ExitStack
@@ -34,27 +25,15 @@ if TYPE_CHECKING:
 
     from hpcprof.analysis.nsys_stats.db import Export
     from hpcprof.analysis.nsys_stats.table import Table
-    from hpcprof.errors import UserError
 
 FORMATS = ("csv", "table", "json")     # = hpcprof.output.FORMATS (output imports rich: only for table/json)
 EXTENSIONS = {"csv": "csv", "json": "json", "table": "txt"}
-ENGINES = ("auto", "python", "columnar")
-
-
-def shown(text: str) -> str:
-    """`text` as a person may be shown it (hpcprof.errors.printable), that module imported only
-    where a character needs it (it imports click: the quick lane's start-up)."""
-    if text.isprintable():
-        return text
-    from hpcprof.errors import printable
-
-    return printable(text)
 
 
 def say(path: Path | str, message: str) -> None:
     """One line on stderr naming the file."""
     text = message if message.startswith(str(path)) else f"{path}: {message}"
-    sys.stderr.write(f"hpcprof nsys: {shown(text)}\n")
+    sys.stderr.write(f"hpcprof nsys: {printable(text)}\n")
     sys.stderr.flush()
 
 
@@ -109,7 +88,7 @@ def _table_column(values: Sequence[Any], fmt: str, null: str) -> list[str]:
         spec, number = TABLE_CELLS[fmt].format, int if fmt == "i" else float
         return [null if v is None or (isinstance(v, float) and v != v) else v if isinstance(v, str) else spec(number(v))
                 for v in values]
-    return [null if v is None or (isinstance(v, float) and v != v) else shown(str(v)) for v in values]
+    return [null if v is None or (isinstance(v, float) and v != v) else printable(str(v)) for v in values]
 
 
 def _emit_stats_table(df: pd.DataFrame | Table, out: TextIO, title: str | None) -> None:
@@ -119,7 +98,7 @@ def _emit_stats_table(df: pd.DataFrame | Table, out: TextIO, title: str | None) 
 
     table = df if isinstance(df, Table) else Table.from_frame(df)
     cells = [_table_column(values, fmt, table.null) for values, fmt in zip(table.column_values(), table.formats, strict=True)]
-    print_table(out, [shown(name) for name in table.columns], [fmt in TABLE_CELLS for fmt in table.formats],
+    print_table(out, [printable(name) for name in table.columns], [fmt in TABLE_CELLS for fmt in table.formats],
                 cells, title)
 
 
@@ -152,7 +131,7 @@ def write(df: pd.DataFrame | Table | None, fmt: str, output: str | None, title: 
 
     path = write_text_stream(Path(output), lambda fh: None if df is None else emit(df, fmt, fh, title),
                              inputs=[Path(p) for p in inputs])
-    sys.stderr.write(f"wrote {shown(str(path))}\n")
+    sys.stderr.write(f"wrote {printable(str(path))}\n")
     sys.stderr.flush()
 
 
@@ -160,76 +139,39 @@ def write(df: pd.DataFrame | Table | None, fmt: str, output: str | None, title: 
 # nsys stats
 
 
-def _small_sqlite(path: Path | str) -> bool:
-    """Whether `path` is a file up to SMALL_EXPORT_BYTES and not a .nsys-rep (an SQLite export, or
-    not an export at all: the standard-library engine says so at once)."""
-    try:
-        return not str(path).endswith(".nsys-rep") and os.path.isfile(path) and os.stat(path).st_size <= SMALL_EXPORT_BYTES
-    except (OSError, ValueError):
-        return False
-
-
-#: what nsys stats of a large export has malloc keep (cpus.keep_freed_memory, in the command's own
-#: process, set again for each large file): blocks up to HEAP_BLOCK_BYTES (the ADBC driver's batch
-#: buffers, numpy's arrays) from the heap, and up to KEPT_FREE_BYTES of it kept free, so that each
-#: batch and array does not fault in and zero new pages (the memcpy/UM-heavy shape's default set:
-#: system time 0.16 -> 0.12 s, median of 15 alternated runs, lower in each of four such A/B sets;
-#: its wall time 0.62 -> 0.60 s is within the runs' spread)
+#: what nsys stats has malloc keep (cpus.keep_freed_memory, in the command's own process): blocks up
+#: to HEAP_BLOCK_BYTES (the ADBC driver's batch buffers, numpy's arrays) from the heap, and up to
+#: KEPT_FREE_BYTES of it kept free, so that each batch and array of a large export does not fault
+#: in and zero new pages
 HEAP_BLOCK_BYTES = 32 << 20     # the most glibc takes on 64-bit
 KEPT_FREE_BYTES = 1 << 30
 
 
-def _outcomes(path: Path | str, names: list[str], fmt: str, engine: str, files: bool) -> list[Any] | None:
-    """Each report of `path` (a Table or DataFrame, or the MissingData/NsysInputError it raised), by
-    the engines `engine` picks for it; None (named on stderr) when the file is not a usable export.
-    (contextlib only on the columnar path: 2 ms of the quick lane's start-up.) `files`: the reports
-    go to files, whose writer (hpcprof.atomic, which imports click: 0.05 s) the columnar path
-    imports in a thread of its own while the reports read the export, not after them."""
-    outcomes: list[Any] = [None] * len(names)
-    small = _small_sqlite(path)
-    if engine == "python" or (engine == "auto" and fmt == "csv" and small):
-        from hpcprof.analysis.nsys_stats.stats import run_python_reports
+def _outcomes(path: Path | str, names: list[str], fmt: str) -> list[Any] | None:
+    """Each report of `path` (a Table, a DataFrame for table and JSON, or the MissingData/
+    NsysInputError it raised); None (named on stderr) when the file is not a usable export."""
+    from contextlib import ExitStack
 
-        try:
-            outcomes = run_python_reports(path, names)
-        except NsysInputError as exc:
-            say(path, str(exc))
-            return None
-        if engine == "python":
-            return [NsysInputError(f"{name}: --engine python does not compute it; use --engine auto")
-                    if outcome is None else outcome for name, outcome in zip(names, outcomes, strict=True)]
-    rest = [name for name, outcome in zip(names, outcomes, strict=True) if outcome is None]
-    if rest:
-        import threading
-        from contextlib import ExitStack
-        from importlib import import_module
+    from hpcprof.analysis.nsys_stats.stats import run_reports
 
-        from hpcprof.analysis.nsys_stats.stats import run_reports
-        from hpcprof.cpus import keep_freed_memory
-
-        if not small:
-            keep_freed_memory(HEAP_BLOCK_BYTES, KEPT_FREE_BYTES)
-        with ExitStack() as stack:
-            exports, failed = open_exports([path], stack, gpu=False)
-            if failed:
-                return None
-            if files:               # (not sooner: imports hold the GIL, the export's reads do not)
-                threading.Thread(target=import_module, args=("hpcprof.atomic",), daemon=True).start()
-            computed = dict(zip(rest, run_reports(exports[0], rest, frames=fmt != "csv"), strict=True))
-        outcomes = [computed[name] if outcome is None else outcome for name, outcome in zip(names, outcomes, strict=True)]
-    return outcomes
+    with ExitStack() as stack:
+        exports, failed = open_exports([path], stack, gpu=False)
+        return None if failed else run_reports(exports[0], names, frames=fmt != "csv")
 
 
-def run_stats(files: Sequence[Path | str], names: list[str], fmt: str, prefix: str | None, engine: str) -> int:
+def run_stats(files: Sequence[Path | str], names: list[str], fmt: str, prefix: str | None) -> int:
     """The reports `names` of each file in `fmt`: to PREFIX_<report>.<ext> (PREFIX_<file>_<report>.<ext>
     for several files) or stdout (each under a `# FILE REPORT` line where there are several); a
     report whose data the export lacks is named skipped on stderr, as nsys does (with a prefix, its
     file is written empty, as nsys 2022.4 writes it). Returns the number of files that could not be
     processed (each named on stderr)."""
+    from hpcprof.cpus import keep_freed_memory
+
+    keep_freed_memory(HEAP_BLOCK_BYTES, KEPT_FREE_BYTES)
     blocks = len(files) * len(names)
     failures = 0
     for path in files:
-        outcomes = _outcomes(path, names, fmt, engine, prefix is not None)
+        outcomes = _outcomes(path, names, fmt)
         if outcomes is None:
             failures += 1
             continue
@@ -247,7 +189,7 @@ def run_stats(files: Sequence[Path | str], names: list[str], fmt: str, prefix: s
             if isinstance(df, MissingData):
                 continue
             if blocks > 1:
-                sys.stdout.write(f"# {shown(str(path))} {name}\n")
+                sys.stdout.write(f"# {printable(str(path))} {name}\n")
             emit(df, fmt, sys.stdout, f"{os.path.basename(path)}: {name}")
             if blocks > 1:
                 sys.stdout.write("\n")
@@ -257,8 +199,6 @@ def run_stats(files: Sequence[Path | str], names: list[str], fmt: str, prefix: s
 
 def failed_files(failures: int, total: int) -> UserError:
     """The error that ends a command some of whose `total` input files could not be processed."""
-    from hpcprof.errors import UserError
-
     return UserError(f"{failures} of {total} input file(s) could not be processed (see messages above)")
 
 
@@ -269,63 +209,3 @@ def report_names(value: str | None) -> list[str] | None:
         return list(DEFAULT_REPORTS)
     names = [r.strip() for r in value.split(",") if r.strip()]
     return names if all(r in REPORTS or r in NOT_COMPUTED for r in names) else None
-
-
-# ---------------------------------------------------------------------------------------
-# the quick lane
-
-#: the options the quick lane reads (each with a value), by spelling
-_OPTIONS = {"-r": "report", "--report": "report", "--format": "format", "-o": "output", "--output": "output",
-            "--engine": "engine"}
-
-
-def quick_args(argv: list[str]) -> tuple[list[str], list[str], str | None, str] | None:
-    """(files, reports, output prefix, engine) of the arguments after `hpcprof nsys stats` when the
-    quick lane runs them: CSV, known reports, the standard library able to compute them (`--engine
-    python`) and every option spelt out once (`-r X`, `--report X` or `--report=X`, ...); None for
-    any other command line, which click then reads (and reports the errors of)."""
-    from hpcprof.analysis.nsys.quick_argv import split_argv
-
-    found = split_argv(argv, _OPTIONS)
-    if found is None:
-        return None
-    files, given = found
-    names = report_names(given.get("report"))
-    engine = given.get("engine", "auto")
-    if (not files or names is None or given.get("format") != "csv" or engine not in ENGINES
-            or (engine == "python" and ("report" not in given or not all(n in PYTHON_REPORTS for n in names)))):
-        return None
-    return files, names, given.get("output"), engine
-
-
-def quick(command: str, argv: list[str]) -> int | None:
-    """`hpcprof nsys COMMAND ARGV` by its quick lane (stats here, nccl, overlap and gaps in
-    quick_analyses.py): the exit status, or None (nothing done) for click to run it."""
-    if command == "stats":
-        found = quick_args(argv)
-        return None if found is None else quick_run(*found)
-    from hpcprof.analysis.nsys import quick_analyses
-
-    plan = quick_analyses.quick_args(command, argv)
-    return None if plan is None else quick_analyses.quick_run(command, *plan)
-
-
-def quick_run(files: list[str], names: list[str], prefix: str | None, engine: str) -> int:
-    """Run `hpcprof nsys stats` as click would (its exit status, its one-line errors)."""
-    try:
-        failures = run_stats(files, names, "csv", prefix, engine)
-        if not failures:
-            return 0
-        error = failed_files(failures, len(files))
-    except BrokenPipeError:                            # a closed pipe: silence and 1, as click
-        sys.stdout = open(os.devnull, "w")  # noqa: SIM115  (stdout's replacement, closed at exit)
-        return 1
-    except (OSError, UnicodeError, RecursionError, ValueError) as exc:
-        from hpcprof.errors import as_user_error
-
-        found = as_user_error(exc)
-        if found is None:
-            raise
-        error = found
-    error.show()
-    return error.exit_code

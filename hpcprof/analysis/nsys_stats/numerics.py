@@ -1,4 +1,4 @@
-"""The numbers of `nsys stats`, as nsys's SQL computes them, for both report engines.
+"""The numbers of `nsys stats`, as nsys's SQL computes them.
 
 Total = Σ(end-start); Avg/Med/StdDev rounded to one decimal as the nsys of the layout rounds
 (SQLite 3.36's long-double printf for 2022.4; for 2025 the exact binary value rounded half away
@@ -9,9 +9,8 @@ order (SQLite's ORDER BY sort is stable, so rows with equal sort keys keep the o
 produced them in: keys ascending, NULL first, text in byte order).
 
 The scalar functions (sqlite_round1, exact_round1, round1, sample_stdev) are the standard library
-only: the standard-library engine (small.py) uses them without importing numpy. The `_array`
-functions, Groups and the group-by helpers are the columnar engine's (numpy, imported when first
-used). Packing: a group key and a value in one int64 (`key << 41 | value`), so one int64 sort
+only: the rules (rules.py) use them without importing numpy. The `_array` functions, Groups and
+the group-by helpers are the columnar engine's (numpy, imported when first used). Packing: a group key and a value in one int64 (`key << 41 | value`), so one int64 sort
 gives groups, medians and all.
 """
 
@@ -25,7 +24,7 @@ from hpcprof.analysis.nsys_stats.table import SUMMARY_COLS
 from hpcprof.cpus import usable_cpus
 from hpcprof.lazy import LazyModule
 
-TYPE_CHECKING = False          # typing's constant without importing typing (the quick lane's start-up)
+TYPE_CHECKING = False          # typing's constant without importing typing
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
     from typing import Any
@@ -33,9 +32,9 @@ if TYPE_CHECKING:
     import numpy as np
 else:
     class _Numpy(LazyModule):
-        """numpy, imported when an array function first runs (the standard-library engine imports
-        this module), then bound as this module's `np`: a LazyModule look-up costs 2-8 µs, and a
-        summary report makes ~50 of them."""
+        """numpy, imported when an array function first runs (the rules import this module), then
+        bound as this module's `np`: a LazyModule look-up costs 2-8 µs, and a summary report makes
+        ~50 of them."""
 
         def __getattr__(self, attr: str) -> Any:
             global np

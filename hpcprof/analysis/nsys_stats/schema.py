@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 
-TYPE_CHECKING = False          # typing's constant without importing typing (the quick lane's start-up)
+TYPE_CHECKING = False          # typing's constant without importing typing
 if TYPE_CHECKING:
     from pathlib import Path
 

@@ -4,24 +4,10 @@ that run them: same columns, rounding, row order and CSV bytes as nsys.
 A ReportSpec is what NVIDIA's own report scripts declare: the report's names (the current one,
 whose layout is nsys 2024-2025's, and nsys 2022.4's, whose layout is that version's), the tables
 it needs and what nsys says is missing without them (its `table_checks`), whether `hpcprof
-collect` keeps it per rank, and its implementations: columnar (reports.py, traces.py,
-projection.py: numpy and Arrow, every report and format, fast on large exports) and, for the summary reports, the standard
-library (small.py: CSV only). REPORTS, SUMMARY_REPORTS and the engines' report lists are derived
-from SPECS. How the numbers are computed: numerics.py; the columns read: loaders.py, nvtx.py; the CSV:
-table.py.
-
-Why two engines: the standard-library one earns its keep on per-rank exports, where start-up is
-the whole cost. `benchmarks/nsys_stats_speed.py --engines` (benchmarks/results/nsys_stats_engines.txt;
-2 CPUs shared with ~5 sessions, load average ~7, so every time is inflated and the ratio is what
-holds), the seven summary reports as CSV of a 442 kB export (h200_seqpar_bf16/rank0), the whole
-command, 11 interleaved runs: --engine python 0.23 s best / 0.57 s median, --engine columnar 1.90 /
-2.39 s, `python -c pass` 0.03 / 0.07 s: the columnar engine is 4.2-8.2x slower (5.1-5.5x in a second
-run). In process (median): python imports 0.09 s and computes 0.05 s; columnar imports 0.94 s
-(numpy, pyarrow, the ADBC driver) and computes 1.13 s (SQLAlchemy's import included). So `--engine
-auto` keeps it for CSV of these reports on exports up to 32 MB (SMALL_EXPORT_BYTES); the columnar
-engine does every report, format and size (and `hpcprof collect`'s per-rank summaries, many
-exports at once: summaries.py). Its cost is kept small: one ReportSpec (its `python` field), the shared numerics, names and CSV writer, and
-the differential tests check it against nsys as they check the columnar engine.
+collect` keeps it per rank, and its one implementation, run by the columnar engine (reports.py,
+traces.py, projection.py, um_mpi.py: numpy and Arrow, every report and format). REPORTS and
+SUMMARY_REPORTS are derived from SPECS. How the numbers are computed: numerics.py; the columns
+read: loaders.py, nvtx.py; the CSV: table.py.
 """
 
 from __future__ import annotations
@@ -43,10 +29,9 @@ from hpcprof.analysis.nsys_stats.schema import (
 from hpcprof.analysis.nsys_stats.table import Table
 from hpcprof.cpus import usable_cpus
 
-TYPE_CHECKING = False          # typing's constant without importing typing (the quick lane's start-up)
+TYPE_CHECKING = False          # typing's constant without importing typing
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection
-    from pathlib import Path
 
     import pandas as pd
 
@@ -56,8 +41,7 @@ if TYPE_CHECKING:
 class Need:
     """One of `tables` must be in the export, else the report is skipped: nsys says the export
     "does not contain `what`" (hpcprof: "skipped: no `what`"). A name ending in `*` stands for the
-    tables whose names start with the rest (nsys's `search_tables(r'^PREFIX.+$')`). (Plain classes,
-    not dataclasses, here: dataclasses imports inspect, 5 ms of the quick lane's start-up.)"""
+    tables whose names start with the rest (nsys's `search_tables(r'^PREFIX.+$')`)."""
 
     __slots__ = ("tables", "what")
 
@@ -73,16 +57,15 @@ class Need:
 class ReportSpec:
     """One `nsys stats` report. `name`: its current name (nsys 2024-2025 layout; None where hpcprof
     gives only nsys 2022.4's); `old_name`: nsys 2022.4's name (that layout; None where 2022.4 has
-    no such report). `columnar` and `python`: "module.function" under hpcprof.analysis.nsys_stats, each
-    a function (export, layout) -> Table; `python` (the standard-library engine) only for the
-    summary reports it implements. `summary`: one of the per-rank summaries `hpcprof collect` keeps."""
+    no such report). `columnar`: "module.function" under hpcprof.analysis.nsys_stats, a function
+    (export, layout) -> Table. `summary`: one of the per-rank summaries `hpcprof collect` keeps."""
 
-    __slots__ = ("name", "old_name", "needs", "columnar", "python", "summary")
+    __slots__ = ("name", "old_name", "needs", "columnar", "summary")
 
     def __init__(self, name: str | None, old_name: str | None, needs: tuple[Need, ...], columnar: str,
-                 python: str | None = None, summary: bool = False) -> None:
+                 summary: bool = False) -> None:
         self.name, self.old_name, self.needs = name, old_name, needs
-        self.columnar, self.python, self.summary = columnar, python, summary
+        self.columnar, self.summary = columnar, summary
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -123,23 +106,18 @@ MPI_EVENTS = (("MPI_P2P_EVENTS", "MPI_START_WAIT_EVENTS", "MPI_OTHER_EVENTS", "M
               "MPI event data")
 
 SPECS: tuple[ReportSpec, ...] = (
-    ReportSpec("cuda_gpu_kern_sum", None, KERNELS, "reports.cuda_gpu_kern_sum", "small.cuda_gpu_kern_sum",
+    ReportSpec("cuda_gpu_kern_sum", None, KERNELS, "reports.cuda_gpu_kern_sum",
                summary=True),
-    ReportSpec("cuda_gpu_kern_gb_sum", "gpukernsum", KERNELS, "reports.cuda_gpu_kern_gb_sum",
-               "small.cuda_gpu_kern_gb_sum"),
-    ReportSpec("cuda_api_sum", "cudaapisum", _needs(((RUNTIME,), "CUDA trace data")), "reports.cuda_api_sum",
-               "small.cuda_api_sum", summary=True),
-    ReportSpec("cuda_gpu_mem_time_sum", "gpumemtimesum", MEMORY, "reports.cuda_gpu_mem_time_sum",
-               "small.cuda_gpu_mem_time_sum", summary=True),
-    ReportSpec("cuda_gpu_mem_size_sum", "gpumemsizesum", MEMORY, "reports.cuda_gpu_mem_size_sum",
-               "small.cuda_gpu_mem_size_sum", summary=True),
+    ReportSpec("cuda_gpu_kern_gb_sum", "gpukernsum", KERNELS, "reports.cuda_gpu_kern_gb_sum"),
+    ReportSpec("cuda_api_sum", "cudaapisum", _needs(((RUNTIME,), "CUDA trace data")), "reports.cuda_api_sum", summary=True),
+    ReportSpec("cuda_gpu_mem_time_sum", "gpumemtimesum", MEMORY, "reports.cuda_gpu_mem_time_sum", summary=True),
+    ReportSpec("cuda_gpu_mem_size_sum", "gpumemsizesum", MEMORY, "reports.cuda_gpu_mem_size_sum", summary=True),
     ReportSpec("cuda_gpu_sum", "gpusum", _needs(((KERNEL, MEMCPY, MEMSET), "GPU kernel/memory operations data")),
                "reports.cuda_gpu_sum"),
-    ReportSpec("nvtx_sum", "nvtxsum", RANGES, "reports.nvtx_sum", "small.nvtx_sum", summary=True),
+    ReportSpec("nvtx_sum", "nvtxsum", RANGES, "reports.nvtx_sum", summary=True),
     ReportSpec("nvtx_pushpop_sum", "nvtxppsum", RANGES, "reports.nvtx_pushpop_sum"),
     ReportSpec("nvtx_startend_sum", "nvtxsesum", RANGES, "reports.nvtx_startend_sum"),
-    ReportSpec("osrt_sum", "osrtsum", _needs(((OSRT,), "OS Runtime trace data")), "reports.osrt_sum",
-               "small.osrt_sum", summary=True),
+    ReportSpec("osrt_sum", "osrtsum", _needs(((OSRT,), "OS Runtime trace data")), "reports.osrt_sum", summary=True),
     # nsys's report needs the GPU table: without TARGET_INFO_GPU it fails and writes nothing (2022.4, 2025.3.1)
     ReportSpec("cuda_gpu_trace", "gputrace",
                _needs((("TARGET_INFO_GPU",), "GPU description (TARGET_INFO_GPU) for the GPU trace"),
@@ -192,8 +170,6 @@ NOT_COMPUTED: dict[str, Need] = {
 #: every report name hpcprof knows (current names first) -> its spec
 REPORTS: dict[str, ReportSpec] = {
     **{s.name: s for s in SPECS if s.name is not None}, **{s.old_name: s for s in SPECS if s.old_name is not None}}
-#: the names the standard-library engine computes
-PYTHON_REPORTS = tuple(name for name, spec in REPORTS.items() if spec.python is not None)
 #: the per-rank summary reports `hpcprof collect` keeps
 SUMMARY_REPORTS = tuple(s.name for s in SPECS if s.summary and s.name is not None)
 
@@ -222,10 +198,6 @@ def implementation(path: str) -> Callable[..., Table]:
     return getattr(importlib.import_module(f"hpcprof.analysis.nsys_stats.{module}"), function)
 
 
-#: exports up to this size have their summary reports computed by the standard-library engine where it
-#: has them (`--engine auto` for CSV): below it, the columnar engine's
-#: set-up per report costs more than the standard library's row loop
-SMALL_EXPORT_BYTES = 32 << 20
 #: reports of up to this many rows are kept in the export's cache (the summaries, not the traces)
 CACHED_ROWS = 10_000
 
@@ -272,26 +244,3 @@ def run_reports(export: Export, names: list[str], workers: int | None = None,
             raise exc
         out.append(exc if exc is not None else future.result())
     return out
-
-
-def run_python_reports(path: str | Path, names: list[str]) -> list[Table | MissingData | NsysInputError | None]:
-    """Reports `names` of the export at `path` by the standard-library engine (NsysInputError when
-    the file itself is unusable); each entry is the Table, the MissingData/NsysInputError it raised,
-    or None for a report whose data the export has and which only the columnar engine computes."""
-    from hpcprof.analysis.nsys_stats.small import SmallExport
-
-    export = SmallExport(path)
-    try:
-        out: list[Table | MissingData | NsysInputError | None] = []
-        for name in names:
-            try:
-                if name in NOT_COMPUTED:
-                    raise not_computed(name, export.tables)
-                spec = spec_of(name)
-                spec.check(export.tables)
-                out.append(implementation(spec.python)(export, spec.layout(name)) if spec.python else None)
-            except (MissingData, NsysInputError) as exc:
-                out.append(exc)
-        return out
-    finally:
-        export.close()

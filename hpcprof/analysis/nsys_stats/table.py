@@ -1,9 +1,8 @@
-"""A report as both engines give it (`Table`) and the one CSV writer that prints it exactly as
-`nsys stats --format csv` does. The standard library only (numpy and pandas when a caller
-brings them): the standard-library engine's start-up path imports this module.
+"""A report as the columnar engine gives it (`Table`) and the one CSV writer that prints it exactly
+as `nsys stats --format csv` does. The standard library only (numpy and pandas when a caller
+brings them).
 
-A Table holds its columns (numpy arrays from the columnar engine, lists from the
-standard-library one), one CSV cell format per column ("i" integer, "f1" one decimal, "f3"
+A Table holds its columns (numpy arrays or lists), one CSV cell format per column ("i" integer, "f1" one decimal, "f3"
 three decimals, "s" text) and the text of NULL ("None" in nsys 2022.4's layout, "" in newer
 nsys's).
 """
@@ -12,7 +11,7 @@ from __future__ import annotations
 
 from hpcprof.analysis.nsys_stats.schema import OLD
 
-TYPE_CHECKING = False          # typing's constant without importing typing (the quick lane's start-up)
+TYPE_CHECKING = False          # typing's constant without importing typing
 if TYPE_CHECKING:
     from typing import Any, TextIO
 
@@ -120,8 +119,7 @@ def _cells(values: list[Any], fmt: str, null: str, dtype_kind: str = "O") -> lis
 
 def quoted(cells: list[str]) -> list[str]:
     """CSV cells quoted as Python's csv.writer (QUOTE_MINIMAL, "\\n" line ends) quotes them: a cell
-    holding a comma, a double quote or a newline in double quotes, its quotes doubled. (Not the csv
-    module itself: it imports re and enum, 2 ms of the quick lane's start-up.)"""
+    holding a comma, a double quote or a newline in double quotes, its quotes doubled."""
     return [f'"{c.replace(chr(34), chr(34) * 2)}"' if "," in c or '"' in c or "\n" in c else c for c in cells]
 
 
@@ -130,8 +128,7 @@ RISKY_START, RISKY_INSIDE = ("=", "+", "-", "@", "\t", "\r"), "\r"
 
 
 def _text_cells(cells: list[str], terminal: bool) -> list[str]:
-    """A text column's cells through safe_text.csv_cell, imported only where a cell needs it (the
-    quick lane's start-up: it imports the errors module and click)."""
+    """A text column's cells through safe_text.csv_cell, imported only where a cell needs it."""
     if not terminal and not any(c.startswith(RISKY_START) or RISKY_INSIDE in c for c in cells):
         return cells
     from hpcprof.safe_text import csv_cell
