@@ -220,8 +220,9 @@ def finding_at(family: str, group: Group, seq: int, kind: str | None = None) -> 
     missing = [r for r in sorted(group.by_rank) if seq not in group.by_rank[r]]
     entries = {r: group.by_rank[r][seq] for r in present}
     signatures = {r: signature(e) for r, e in entries.items()}
-    if kind is None:
-        kind = "mismatch" if len(set(signatures.values())) > 1 else "missing" if missing else None
+    agree = len(set(signatures.values())) == 1
+    if kind is None or (kind == "mismatch" and agree):  # fr_trace also calls ranks in different states a mismatch
+        kind = "missing" if agree and missing else None if agree else "mismatch"
         if kind is None:
             return None
     first = min(entries.values(), key=lambda e: int(e.get("time_created_ns") or 0))
