@@ -1,0 +1,97 @@
+#!/bin/bash
+# Memory and out-of-memory on the lent 1-2 GPU machine (H200), < 6 minutes, everything under $OUT:
+#   1. a real CUDA OOM through hpcprof (memory/oom_plant.py under torchrun, site-torchrun-x2.yaml):
+#      status, `logs --hang`, report; the run's small files as a test fixture (oom_run.tar.gz, < 2 MB);
+#   2. a small real memory snapshot with a planted leak (memory/leak_snapshot.py: leak_snapshot.pickle);
+#   3. peak memory of seqpar and the ddp harness (GPT-2 preset): the program's own
+#      torch.cuda.max_memory_allocated/reserved (memory/peak.py), then the same workload through
+#      hpcprof (collect) and whatever memory it recorded (headline.json, the report);
+#   4. the step time with PyTorch's memory history off, Python stacks, all stacks (memory/history_cost.py),
+#      3 alternated rounds, the medians in a table.
+# Usage, from the repository root: OUT=/some/dir bash benchmarks/gpu/memory.sh
+# Needs what env.sh needs (carried, git-ignored): .gpu/whl (msgspec, sqlalchemy, ...), .gpu/libs; torch with
+# CUDA, torchrun. With one GPU, parts 1 and 3 run on one rank only where they can (part 1 needs 2).
+set -u
+OUT_DIR=${OUT:-/tmp/memory-out}
+source benchmarks/gpu/env.sh
+mkdir -p "$OUT_DIR" /tmp/memory
+WORKDIR=/tmp/memory-runs
+HERE=$REPO/benchmarks/gpu/memory
+NGPU=$(nvidia-smi -L | wc -l)
+cp "$HERE"/*.py /tmp/memory/
+{
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+  python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
+  echo "== 1. a real CUDA OOM through hpcprof ($NGPU GPUs)"
+  if [ "$NGPU" -ge 2 ]; then
+    cd /tmp/memory
+    SECONDS=0
+    timeout 240 python3 -m hpcprof submit "$HERE/oom.yaml" --site-file "$REPO/benchmarks/gpu/site-torchrun-x2.yaml" \
+      --workdir "$WORKDIR" --wait
+    echo "oom run took ${SECONDS} s"
+    run=$(ls -t "$WORKDIR/memory-oom" | head -1)
+    python3 -m hpcprof status --workdir "$WORKDIR" "$run" --format json
+    python3 -m hpcprof logs --workdir "$WORKDIR" "$run" --hang
+    python3 -m hpcprof report --workdir "$WORKDIR" "$run" 2>&1 | head -40
+    tail -n 5 "$WORKDIR/memory-oom/$run"/logs/rank*.log
+    ls -l "$WORKDIR/memory-oom/$run/forensics"
+    tar -C "$WORKDIR/memory-oom" -czf "$OUT_DIR/oom_run.tar.gz" --exclude=profiles --exclude=derived --exclude=tmp \
+      --exclude='*.sqlite' --exclude='*.nsys-rep' "$run"
+    ls -l "$OUT_DIR/oom_run.tar.gz"
+    cd "$REPO"
+  else
+    echo "skipped: needs 2 GPUs"
+  fi
+  echo "== 2. a real memory snapshot with a planted leak"
+  (cd /tmp/memory && timeout 120 python3 leak_snapshot.py "$OUT_DIR/leak_snapshot.pickle")
+  ls -l "$OUT_DIR/leak_snapshot.pickle"
+  echo "== 3. peak memory: the program's own, then through hpcprof"
+  cd /tmp/memory
+  timeout 120 torchrun --standalone --nproc_per_node="$NGPU" peak.py seqpar -it 10 -wit 3 -p bfloat16 2>&1 | grep -E '^peak|Error'
+  GPT2_PRESET=gpt2 timeout 120 torchrun --standalone --nproc_per_node="$NGPU" peak.py ddp \
+    --echo-input "$REPO/examples/echo_gpt2" --world-size "$NGPU" --epochs 1 --warmup-epochs 0 --steps-per-epoch 20 \
+    2>&1 | grep -E '^peak|Error'
+  cd "$REPO"
+  COMMON=(--site-file benchmarks/gpu/site-h200x2.yaml --workdir "$WORKDIR" --wait --set resources.nodes=1
+          --set "resources.ranks_per_node=$NGPU" --set 'sweep={}' --set profile.tool=none)
+  timeout 120 python3 -m hpcprof submit examples/seqpar_polaris.yaml "${COMMON[@]}" --set workload.args.iterations=10 \
+    --set workload.args.warmup_iterations=3 --set workload.args.precision=bfloat16
+  timeout 120 python3 -m hpcprof submit examples/ddp_slowdown.yaml "${COMMON[@]}" --set env.GPT2_PRESET=gpt2 \
+    --set "workload.args.world_size=$NGPU" --set workload.args.epochs=1 --set workload.args.warmup_epochs=0 \
+    --set workload.args.steps_per_epoch=20
+  python3 -m hpcprof collect --workdir "$WORKDIR"
+  for headline in $(find "$WORKDIR" -name headline.json); do
+    python3 -c "
+import json, sys
+data = json.load(open(sys.argv[1]))
+found = {k: v for k, v in (data.items() if isinstance(data, dict) else []) if 'mem' in k.lower()}
+print(sys.argv[1], json.dumps(found) if found else 'no memory metric recorded')" "$headline"
+  done
+  echo "== 4. memory history: step time off / python stacks / all stacks, 3 alternated rounds"
+  cd /tmp/memory
+  for round in 1 2 3; do
+    for mode in off python all; do
+      timeout 60 python3 history_cost.py "$mode" 2>&1 | tail -1
+    done
+  done
+  cd "$REPO"
+} > "$OUT_DIR/memory.txt" 2>&1
+python3 - "$OUT_DIR/memory.txt" <<'PY'
+import re, statistics, sys
+text = open(sys.argv[1]).read()
+runs = {}
+for mode, median in re.findall(r"history (\w+): median ([\d.]+) ms", text):
+    runs.setdefault(mode, []).append(float(median))
+print("memory history     median step ms (3 runs)     vs off")
+base = statistics.median(runs.get("off", [float("nan")]))
+for mode, values in runs.items():
+    m = statistics.median(values)
+    print(f"  {mode:8s} {m:10.3f}   {' '.join(f'{v:.3f}' for v in values):30s} {100 * (m / base - 1):+6.2f} %")
+for line in re.findall(r"^peak .*$", text, re.M):
+    print(line)
+for line in re.findall(r"^leak line: .*$", text, re.M):
+    print(line)
+said = re.findall(r'"reason": "([^"]*out of CUDA memory[^"]*)"', text)
+print("OOM sentence:", said[0] if said else "NOT FOUND (see memory.txt)")
+PY
+ls -l "$OUT_DIR"
