@@ -209,6 +209,13 @@ STEPS_TIMES = _t(STEPS, "times", "rank and optimizer step", EACH_ITERATION,
                  "ns), its length from the previous step's end (ns; none for the first), whether it is in the "
                  "window (in_window), the rank's profiler (tool) and process (pid)",
                  "PyTorch's global optimizer step hooks (torch.optim.optimizer.register_optimizer_step_post_hook)")
+STEPS_MEMORY = _t(STEPS, "memory", PER_RANK, COUNTED,
+                  "each rank's device memory over the window's optimizer steps (the step hook, where CUDA is in "
+                  "use; bytes): the steps, peak_allocated and peak_reserved (the largest of each step's peaks), "
+                  "fragmentation (reserved − allocated peak of the step with the allocated peak), the device's "
+                  "capacity and headroom (capacity − peak_reserved)",
+                  "the caching allocator's torch.cuda.max_memory_allocated / max_memory_reserved of each step "
+                  "(reset_peak_memory_stats at each step's end)")
 #: the file `hpcprof bench ceilings` writes into the run directory (rank 0)
 CEILINGS_FILE = "ceilings.json"
 #: bench_ceilings' columns and what each holds
@@ -258,7 +265,7 @@ TABLES: tuple[TableSpec, ...] = (
     NCU_METRICS, ECHO_SLOWDOWN,
     WORKLOAD_SEQPAR, SEQPAR_PHASES, SEQPAR_ITERATIONS, SEQPAR_RANKS, SEQPAR_LOOP, SEQPAR_CHECK,
     WORKLOAD_DDP, DDP_PHASES, DDP_STEPS, DDP_RANKS, FILES_MANIFEST, FORENSICS_RANKS,
-    FORENSICS_COLLECTIVES, STEPS_TIMES, BENCH_CEILINGS)
+    FORENSICS_COLLECTIVES, STEPS_TIMES, STEPS_MEMORY, BENCH_CEILINGS)
 
 
 def table_window(name: str) -> str:
@@ -411,12 +418,28 @@ TOP_KERNEL_TIME = MetricSpec("top_kernel.time", "ms", MEASURED,
                              "GPU time per rank (Σ over ranks / ranks) of the kernel with the most GPU time "
                              "(compare's `top kernel` row names it)", (NSYS_KERNELS, TORCH_KERNELS), headline=False)
 
+_MEMORY = "torch.cuda.max_memory_allocated / max_memory_reserved, per step"
+MEMORY_PEAK_ALLOCATED = MetricSpec("memory.peak_allocated", "GiB", COUNTED,
+                                   "the largest over ranks of the rank's peak allocated bytes (steps_memory) / 2³⁰",
+                                   (STEPS_MEMORY,), _MEMORY)
+MEMORY_PEAK_RESERVED = MetricSpec("memory.peak_reserved", "GiB", COUNTED,
+                                  "the largest over ranks of the rank's peak reserved bytes / 2³⁰", (STEPS_MEMORY,),
+                                  _MEMORY)
+MEMORY_FRAGMENTATION = MetricSpec("memory.fragmentation", "GiB", COUNTED,
+                                  "the largest over ranks of reserved − allocated peak of the rank's step with its "
+                                  "allocated peak / 2³⁰ (memory the allocator holds but no tensor uses)",
+                                  (STEPS_MEMORY,), _MEMORY)
+MEMORY_HEADROOM = MetricSpec("memory.headroom", "GiB", COUNTED,
+                             "the smallest over ranks of the device's capacity − the rank's peak reserved / 2³⁰",
+                             (STEPS_MEMORY,), "torch.cuda.get_device_properties().total_memory")
+
 METRICS: tuple[MetricSpec, ...] = (
     ITERATION_MEAN, ITERATION_MEDIAN, ITERATION_SPREAD, ITERATION_SPREAD_PCT, SLOWEST_RANK, SLOWEST_RANK_EXCESS_PCT,
     PHASE_TIME, PHASE_TFLOPS, PHASE_BUSBW, WINDOW_DURATION, WINDOW_ITERATIONS, WINDOW_DETECTED, WINDOW_STEP_CV,
     *GPU_TIME, OVERLAP_PCT, IDLE_PCT,
     *CAPTURE_GPU_TIME, CAPTURE_OVERLAP_PCT, CAPTURE_IDLE_PCT, SLOWDOWN_MEDIAN, SLOWDOWN_MEAN, SLOWDOWN_P90,
-    PROFILER_OVERHEAD, ITERATION_IDLE_PCT, TOP_KERNEL_TIME)
+    PROFILER_OVERHEAD, MEMORY_PEAK_ALLOCATED, MEMORY_PEAK_RESERVED, MEMORY_FRAGMENTATION, MEMORY_HEADROOM,
+    ITERATION_IDLE_PCT, TOP_KERNEL_TIME)
 
 
 def declared(name: str) -> MetricSpec | None:

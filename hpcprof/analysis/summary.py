@@ -167,6 +167,19 @@ def step_metrics(tables: Tables, profiler_window: bool) -> list[Metric]:
     return out
 
 
+def memory_metrics(tables: Tables) -> list[Metric]:
+    """memory.* (GiB) from the step hook's per-rank peaks over the window (steps_memory)."""
+    memory = tables(c.STEPS_MEMORY.name)
+    if memory is None or memory.empty:
+        return []
+    gib = float(1 << 30)
+    out = [c.MEMORY_PEAK_ALLOCATED.value(float(memory["peak_allocated"].max()) / gib),
+           c.MEMORY_PEAK_RESERVED.value(float(memory["peak_reserved"].max()) / gib),
+           c.MEMORY_FRAGMENTATION.value(float(memory["fragmentation"].max()) / gib)]
+    headroom = memory["headroom"].dropna()
+    return out + ([c.MEMORY_HEADROOM.value(float(headroom.min()) / gib)] if not headroom.empty else [])
+
+
 def nsys_metrics(tables: Tables) -> list[Metric]:
     """GPU time by category, overlap and idle % over the measured window (nsys_kernels,
     nsys_overlap), the window itself, and the same over the whole capture as `capture.*`."""
@@ -254,6 +267,7 @@ def run_summary(tables: Tables, record: RunRecord) -> list[Metric]:
     if record.kind == "command":
         window = profiler.table("window") if profiler is not None else None
         out += step_metrics(tables, window is not None and tables(window) is not None)
+    out += memory_metrics(tables)
     for target in profiler.metrics if profiler is not None else ():
         out += load_target(target)(tables)
     return out

@@ -1,0 +1,88 @@
+"""Peak device memory per step (hpcprof/inject/_hpcprof_memory.py, called by the step hook) read by
+`collect` (hpcprof.analysis.steps: steps_memory) into memory.* headline metrics. The steps files
+below are written as the hook writes them on a GPU (header with the device's capacity, each step's
+"mem": [allocated peak, reserved peak]); on this CPU machine the real hook records no memory."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from hpcprof import catalog as c
+from hpcprof.analysis.steps import steps_tables
+
+INJECT = Path(__file__).resolve().parents[1] / "hpcprof" / "inject"
+GIB = 1 << 30
+CAPACITY = 150_754_820_096     # an H200's total_memory
+#: rank -> each step's (allocated peak, reserved peak); the window is steps 3..5 (skip 2, steps 3)
+PEAKS = {0: [(9 * GIB, 12 * GIB), (20 * GIB, 22 * GIB), (21 * GIB, 24 * GIB), (23 * GIB, 25 * GIB),
+             (22 * GIB, 26 * GIB), (40 * GIB, 41 * GIB)],
+         1: [(5 * GIB, 5 * GIB), (6 * GIB, 7 * GIB), (30 * GIB, 31 * GIB), (29 * GIB, 35 * GIB), (28 * GIB, 30 * GIB)]}
+
+
+def write_steps(run: Path) -> None:
+    (run / "steps").mkdir(parents=True)
+    for rank, peaks in PEAKS.items():
+        lines = [json.dumps({"rank": rank, "pid": 7, "host": "gpu01", "tool": "none", "skip": 2, "steps": 3,
+                             "capacity": CAPACITY})]
+        lines += [json.dumps({"step": n, "end_ns": 1000 * n, "ns": None if n == 1 else 1000, "mem": [a, r]})
+                  for n, (a, r) in enumerate(peaks, 1)]
+        (run / "steps" / f"rank{rank}.jsonl").write_text("\n".join(lines) + "\n")
+
+
+def test_the_window_s_peaks_per_rank(tmp_path: Path) -> None:
+    write_steps(tmp_path)
+    tables, problems = steps_tables(tmp_path)
+    assert problems == []
+    memory = tables[c.STEPS_MEMORY.key].set_index("rank")
+    for rank, peaks in PEAKS.items():
+        window = peaks[2:5]
+        allocated, reserved = max(a for a, _ in window), max(r for _, r in window)
+        at = next((a, r) for a, r in window if a == allocated)
+        row = memory.loc[rank]
+        assert (row["steps"], row["peak_allocated"], row["peak_reserved"]) == (len(window), allocated, reserved)
+        assert row["fragmentation"] == at[1] - at[0] and row["capacity"] == CAPACITY
+        assert row["headroom"] == CAPACITY - reserved
+    times = tables[c.STEPS_TIMES.key]
+    assert times["allocated_peak"].tolist() == [a for peaks in PEAKS.values() for a, _ in peaks]
+
+
+def test_the_headline_metrics_in_gib(tmp_path: Path) -> None:
+    from hpcprof.analysis.summary import memory_metrics
+
+    write_steps(tmp_path)
+    tables, _ = steps_tables(tmp_path)
+    named = {c.STEPS_MEMORY.name: tables[c.STEPS_MEMORY.key]}
+    metrics = {name: (value, unit) for name, value, unit in memory_metrics(named.get)}
+    # rank 0's window: allocated 23 (step 4), reserved 26; rank 1's: allocated 30 (step 3), reserved 35
+    assert metrics == {"memory.peak_allocated": (30.0, "GiB"), "memory.peak_reserved": (35.0, "GiB"),
+                       "memory.fragmentation": (2.0, "GiB"), "memory.headroom": (CAPACITY / GIB - 35, "GiB")}
+    assert all(c.declared(name) is not None for name in metrics)
+
+
+def test_steps_without_memory_have_no_memory_table(tmp_path: Path) -> None:
+    """The real hook on this CPU machine: no capacity, no "mem", no steps_memory (and the times as before)."""
+    code = ("import torch\nm = torch.nn.Linear(4, 4)\no = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+            "for _ in range(6):\n    m(torch.ones(2, 4)).sum().backward()\n    o.step()\n")
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(INJECT), "HPCPROF_RUN_DIR": str(tmp_path), "HPCPROF_RANK": "0",
+           "HPCPROF_STEPS": "1", "HPCPROF_STEPS_SKIP": "2", "HPCPROF_STEPS_COUNT": "3", "OMP_NUM_THREADS": "1"}
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=120)
+    head, *steps = [json.loads(line) for line in (tmp_path / "steps" / "rank0.jsonl").read_text().splitlines()]
+    assert "capacity" not in head and len(steps) == 6 and not any("mem" in s for s in steps)
+    tables, _ = steps_tables(tmp_path)
+    assert c.STEPS_MEMORY.key not in tables and tables[c.STEPS_TIMES.key]["allocated_peak"].isna().all()
+
+
+def test_a_damaged_memory_field_leaves_its_line_out(tmp_path: Path) -> None:
+    (tmp_path / "steps").mkdir()
+    (tmp_path / "steps" / "rank0.jsonl").write_text(
+        '{"rank":0,"pid":1,"host":"h","tool":"none","skip":0,"steps":3,"capacity":"lots"}\n'
+        '{"step":1,"end_ns":10,"ns":null,"mem":[5]}\n{"step":2,"end_ns":30,"ns":20,"mem":[7,9]}\n'
+        '{"step":3,"end_ns":50,"ns":20,"mem":"x"}\n')
+    tables, _ = steps_tables(tmp_path)
+    assert tables[c.STEPS_TIMES.key]["step"].tolist() == [2]
+    memory = tables[c.STEPS_MEMORY.key]
+    assert memory[["peak_allocated", "peak_reserved", "fragmentation"]].values.tolist() == [[7, 9, 2]]
+    assert memory["capacity"].isna().all() and memory["headroom"].isna().all()
