@@ -3,9 +3,9 @@
 #   1. a real CUDA OOM through hpcprof (memory/oom_plant.py under torchrun, site-torchrun-x2.yaml):
 #      status, `logs --hang`, report; the run's small files as a test fixture (oom_run.tar.gz, < 2 MB);
 #   2. a small real memory snapshot with a planted leak (memory/leak_snapshot.py: leak_snapshot.pickle);
-#   3. peak memory of seqpar and the ddp harness (GPT-2 preset): the program's own
-#      torch.cuda.max_memory_allocated/reserved (memory/peak.py), then the same workload through
-#      hpcprof (collect) and whatever memory it recorded (headline.json, the report);
+#   3. peak memory: a plain training loop's own torch.cuda.max_memory_allocated/reserved (memory/train_peak.py)
+#      and the same program through hpcprof (the step hook: steps_memory.parquet, headline memory.*); seqpar's
+#      and the ddp harness's (GPT-2 preset) own (memory/peak.py) and the same workloads through hpcprof;
 #   4. the step time with PyTorch's memory history off, Python stacks, all stacks (memory/history_cost.py),
 #      3 alternated rounds, the medians in a table.
 # Usage, from the repository root: OUT=/some/dir bash benchmarks/gpu/memory.sh
@@ -47,6 +47,9 @@ cp "$HERE"/*.py /tmp/memory/
   ls -l "$OUT_DIR/leak_snapshot.pickle"
   echo "== 3. peak memory: the program's own, then through hpcprof"
   cd /tmp/memory
+  timeout 120 python3 train_peak.py 20
+  timeout 180 python3 -m hpcprof submit "$HERE/train_peak.yaml" --site-file "$REPO/benchmarks/gpu/site-h200x2.yaml" \
+    --workdir "$WORKDIR" --wait
   timeout 120 torchrun --standalone --nproc_per_node="$NGPU" peak.py seqpar -it 10 -wit 3 -p bfloat16 2>&1 | grep -E '^peak|Error'
   GPT2_PRESET=gpt2 timeout 120 torchrun --standalone --nproc_per_node="$NGPU" peak.py ddp \
     --echo-input "$REPO/examples/echo_gpt2" --world-size "$NGPU" --epochs 1 --warmup-epochs 0 --steps-per-epoch 20 \
@@ -63,9 +66,12 @@ cp "$HERE"/*.py /tmp/memory/
   for headline in $(find "$WORKDIR" -name headline.json); do
     python3 -c "
 import json, sys
-data = json.load(open(sys.argv[1]))
-found = {k: v for k, v in (data.items() if isinstance(data, dict) else []) if 'mem' in k.lower()}
-print(sys.argv[1], json.dumps(found) if found else 'no memory metric recorded')" "$headline"
+metrics = json.load(open(sys.argv[1])).get('metrics', [])
+found = [m for m in metrics if str(m[0]).startswith('memory.')]
+print(sys.argv[1].split('/')[-4:-2], json.dumps(found) if found else 'no memory metric recorded')" "$headline"
+  done
+  for table in $(find "$WORKDIR" -name 'steps_memory.parquet'); do
+    echo "$table"; python3 -c "import pandas as pd, sys; print(pd.read_parquet(sys.argv[1]).to_string())" "$table"
   done
   echo "== 4. memory history: step time off / python stacks / all stacks, 3 alternated rounds"
   cd /tmp/memory
@@ -87,7 +93,7 @@ base = statistics.median(runs.get("off", [float("nan")]))
 for mode, values in runs.items():
     m = statistics.median(values)
     print(f"  {mode:8s} {m:10.3f}   {' '.join(f'{v:.3f}' for v in values):30s} {100 * (m / base - 1):+6.2f} %")
-for line in re.findall(r"^peak .*$", text, re.M):
+for line in re.findall(r"^(?:peak |own peak: ).*$", text, re.M):
     print(line)
 for line in re.findall(r"^leak line: .*$", text, re.M):
     print(line)
