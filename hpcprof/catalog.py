@@ -183,7 +183,8 @@ SEQPAR_PHASES = _t(WORKLOAD, f"{SEQPAR_FILE}.phases", "phase", COUNTED,
                    "time over ranks (ms), bytes and bus bandwidth of the collectives, FLOPs and TFLOP/s of "
                    "the matmuls", "nccl-tests' bus bandwidth (busbw)")
 SEQPAR_ITERATIONS = _t(WORKLOAD, f"{SEQPAR_FILE}.iterations", "rank, iteration and phase", COUNTED,
-                       "each iteration's time per phase (ms)")
+                       "each iteration's time per phase (ms); on CUDA the `iteration` phase's peak allocated and "
+                       "reserved bytes (allocated_peak, reserved_peak) and the device's capacity")
 SEQPAR_RANKS = _t(WORKLOAD, f"{SEQPAR_FILE}.ranks", "rank", RUN, "host, device and its name, CUDA_VISIBLE_DEVICES")
 SEQPAR_LOOP = _t(WORKLOAD, f"{SEQPAR_FILE}.loop", "rank", RUN, "the timed loop's wall time (s)")
 SEQPAR_CHECK = _t(WORKLOAD, f"{SEQPAR_FILE}.check", "rank", RUN,
@@ -193,7 +194,8 @@ DDP_PHASES = _t(WORKLOAD, f"{DDP_FILE}.phases", "phase", COUNTED,
                 "per phase (forward, backward, optimizer, step): mean, median, min, max time over ranks (ms)")
 DDP_STEPS = _t(WORKLOAD, f"{DDP_FILE}.steps", "rank, step and phase", EACH_ITERATION,
                "each step's time per phase (ms), its epoch, whether it is counted, whether it is the profiled "
-               "window")
+               "window; on CUDA the `step` phase's peak allocated and reserved bytes (allocated_peak, "
+               "reserved_peak) and the device's capacity")
 DDP_RANKS = _t(WORKLOAD, f"{DDP_FILE}.ranks", "rank", RUN, SEQPAR_RANKS.about)
 FILES_MANIFEST = _t(FILES, "manifest", "file", RUN, "every log, profile and workload result file: kind, path, "
                     "rank, bytes")
@@ -419,19 +421,21 @@ TOP_KERNEL_TIME = MetricSpec("top_kernel.time", "ms", MEASURED,
                              "(compare's `top kernel` row names it)", (NSYS_KERNELS, TORCH_KERNELS), headline=False)
 
 _MEMORY = "torch.cuda.max_memory_allocated / max_memory_reserved, per step"
+_MEMORY_TABLES = (STEPS_MEMORY, SEQPAR_ITERATIONS, DDP_STEPS)
+_OVER = " (a `command`: steps_memory, over the window's steps; seqpar, ddp: their counted iterations)"
 MEMORY_PEAK_ALLOCATED = MetricSpec("memory.peak_allocated", "GiB", COUNTED,
-                                   "the largest over ranks of the rank's peak allocated bytes (steps_memory) / 2³⁰",
-                                   (STEPS_MEMORY,), _MEMORY)
+                                   "the largest over ranks of the rank's peak allocated bytes / 2³⁰" + _OVER,
+                                   _MEMORY_TABLES, _MEMORY)
 MEMORY_PEAK_RESERVED = MetricSpec("memory.peak_reserved", "GiB", COUNTED,
-                                  "the largest over ranks of the rank's peak reserved bytes / 2³⁰", (STEPS_MEMORY,),
-                                  _MEMORY)
+                                  "the largest over ranks of the rank's peak reserved bytes / 2³⁰" + _OVER,
+                                  _MEMORY_TABLES, _MEMORY)
 MEMORY_FRAGMENTATION = MetricSpec("memory.fragmentation", "GiB", COUNTED,
                                   "the largest over ranks of reserved − allocated peak of the rank's step with its "
-                                  "allocated peak / 2³⁰ (memory the allocator holds but no tensor uses)",
-                                  (STEPS_MEMORY,), _MEMORY)
+                                  "allocated peak / 2³⁰ (memory the allocator holds but no tensor uses)" + _OVER,
+                                  _MEMORY_TABLES, _MEMORY)
 MEMORY_HEADROOM = MetricSpec("memory.headroom", "GiB", COUNTED,
-                             "the smallest over ranks of the device's capacity − the rank's peak reserved / 2³⁰",
-                             (STEPS_MEMORY,), "torch.cuda.get_device_properties().total_memory")
+                             "the smallest over ranks of the device's capacity − the rank's peak reserved / 2³⁰" + _OVER,
+                             _MEMORY_TABLES, "torch.cuda.get_device_properties().total_memory")
 
 METRICS: tuple[MetricSpec, ...] = (
     ITERATION_MEAN, ITERATION_MEDIAN, ITERATION_SPREAD, ITERATION_SPREAD_PCT, SLOWEST_RANK, SLOWEST_RANK_EXCESS_PCT,

@@ -54,8 +54,7 @@ def test_the_headline_metrics_in_gib(tmp_path: Path) -> None:
 
     write_steps(tmp_path)
     tables, _ = steps_tables(tmp_path)
-    named = {c.STEPS_MEMORY.name: tables[c.STEPS_MEMORY.key]}
-    metrics = {name: (value, unit) for name, value, unit in memory_metrics(named.get)}
+    metrics = {name: (value, unit) for name, value, unit in memory_metrics(tables[c.STEPS_MEMORY.key])}
     # rank 0's window: allocated 23 (step 4), reserved 26; rank 1's: allocated 30 (step 3), reserved 35
     assert metrics == {"memory.peak_allocated": (30.0, "GiB"), "memory.peak_reserved": (35.0, "GiB"),
                        "memory.fragmentation": (2.0, "GiB"), "memory.headroom": (CAPACITY / GIB - 35, "GiB")}
@@ -86,3 +85,30 @@ def test_a_damaged_memory_field_leaves_its_line_out(tmp_path: Path) -> None:
     memory = tables[c.STEPS_MEMORY.key]
     assert memory[["peak_allocated", "peak_reserved", "fragmentation"]].values.tolist() == [[7, 9, 2]]
     assert memory["capacity"].isna().all() and memory["headroom"].isna().all()
+
+
+def test_a_workload_s_own_timer_gives_the_same_metrics_over_its_counted_steps() -> None:
+    """ddp's step rows as its PhaseTimer writes them on CUDA (the outermost `step` phase with its
+    peaks and the capacity): warm-up and the profiled window step left out, as for its times."""
+    import msgspec
+    import pandas as pd
+
+    from hpcprof.analysis.summary import run_summary
+    from hpcprof.record import RunRecord
+
+    rows = []
+    for rank in (0, 1):
+        for step, counted, window in ((0, False, False), (1, True, False), (2, True, True), (3, True, False)):
+            peak = (10 + 10 * step + rank) * GIB   # warm-up and the window step hold no peak of the counted ones
+            rows.append({"rank": rank, "iteration": step, "phase": "step", "time_ms": 5.0, "counted": counted,
+                         "window": window, "allocated_peak": peak if step != 2 else 99 * GIB,
+                         "reserved_peak": peak + GIB, "capacity": CAPACITY})
+            rows.append({"rank": rank, "iteration": step, "phase": "forward", "time_ms": 2.0, "counted": counted,
+                         "window": window})
+    table = pd.DataFrame(rows)
+    record = msgspec.convert({"experiment": {"name": "e", "workload": {"kind": "ddp"},
+                                             "profile": {"tool": "none", "ranks": "all"}},
+                              "site": {}, "sweep_point": {}, "ranks_per_node": 2, "world_size": 2}, RunRecord)
+    metrics = {name: value for name, value, _ in run_summary({c.DDP_STEPS.name: table}.get, record)}
+    assert metrics["memory.peak_allocated"] == 41.0 and metrics["memory.peak_reserved"] == 42.0   # rank 1, step 3
+    assert metrics["memory.fragmentation"] == 1.0 and metrics["memory.headroom"] == CAPACITY / GIB - 42.0

@@ -67,16 +67,18 @@ def steps_tables(run_dir: Path) -> tuple[dict[str, pd.DataFrame], list[str]]:
     df = pd.DataFrame(rows, columns=COLUMNS).astype(
         {"duration_ns": "Int64", "allocated_peak": "Int64", "reserved_peak": "Int64", "capacity": "Int64"})
     df = df.sort_values(["rank", "step"], kind="stable", ignore_index=True)
-    memory = memory_table(df)
+    memory = memory_table(df[df["in_window"].astype(bool)])
     return {c.STEPS_TIMES.key: df, **({c.STEPS_MEMORY.key: memory} if not memory.empty else {})}, problems
 
 
 def memory_table(steps: pd.DataFrame) -> pd.DataFrame:
-    """Per rank over the window's steps that recorded memory: the peaks, the fragmentation at the
-    allocated peak (its step's reserved − allocated peak), capacity and headroom (bytes; MEMORY_COLUMNS)."""
+    """Per rank over the `steps` (rows {rank, allocated_peak, reserved_peak, capacity}: the step
+    hook's of the window, a workload's counted iterations) that recorded memory: the peaks, the
+    fragmentation at the allocated peak (its step's reserved − allocated peak), capacity and
+    headroom (bytes; MEMORY_COLUMNS)."""
     import pandas as pd
 
-    window = steps[steps["in_window"].astype(bool) & steps["allocated_peak"].notna()]
+    window = steps[steps["allocated_peak"].notna()]
     rows = []
     for rank, own in window.groupby("rank", sort=True):
         at = own.loc[own["allocated_peak"].idxmax()]
