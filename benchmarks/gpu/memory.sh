@@ -2,7 +2,8 @@
 # Memory and out-of-memory on the lent 1-2 GPU machine (H200), < 6 minutes, everything under $OUT:
 #   1. a real CUDA OOM through hpcprof (memory/oom_plant.py under torchrun, site-torchrun-x2.yaml):
 #      status, `logs --hang`, report; the run's small files as a test fixture (oom_run.tar.gz, < 2 MB);
-#   2. a small real memory snapshot with a planted leak (memory/leak_snapshot.py: leak_snapshot.pickle);
+#   2. a small real memory snapshot with a planted leak (memory/leak_snapshot.py: leak_snapshot.pickle) and
+#      `hpcprof memory` of it (its peak against the program's own max_memory_allocated, the leak's line);
 #   3. peak memory: a plain training loop's own torch.cuda.max_memory_allocated/reserved (memory/train_peak.py)
 #      and the same program through hpcprof (the step hook: steps_memory.parquet, headline memory.*); seqpar's
 #      and the ddp harness's (GPT-2 preset) own (memory/peak.py) and the same workloads through hpcprof;
@@ -45,6 +46,9 @@ cp "$HERE"/*.py /tmp/memory/
   echo "== 2. a real memory snapshot with a planted leak"
   (cd /tmp/memory && timeout 120 python3 leak_snapshot.py "$OUT_DIR/leak_snapshot.pickle")
   ls -l "$OUT_DIR/leak_snapshot.pickle"
+  SECONDS=0
+  python3 -m hpcprof memory "$OUT_DIR/leak_snapshot.pickle" --html "$OUT_DIR/leak_snapshot.html"
+  echo "hpcprof memory took ${SECONDS} s"
   echo "== 3. peak memory: the program's own, then through hpcprof"
   cd /tmp/memory
   timeout 120 python3 train_peak.py 20
