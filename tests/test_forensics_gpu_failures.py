@@ -121,3 +121,27 @@ def test_oom_messages_are_read_into_bytes() -> None:
     short = parse_oom("CUDA out of memory. Tried to allocate 2.00 GiB")
     assert short is not None and short.text() == "asking 2.00 GiB" and short.capacity is None
     assert parse_oom("RuntimeError: CUDA error: an illegal memory access was encountered") is None
+
+
+def test_the_oom_snapshot_names_what_held_the_memory(tmp_path: Path) -> None:
+    """The snapshot the start-up hook dumps on an OOM (forensics/memory_rank1.pickle: 64 blocks of
+    2 GiB from train.py:6, recorded in the history) adds what held the memory to the sentence."""
+    from hpcprof.analysis.forensics.verdict import analyse
+    from hpcprof.rundir import RunDir
+    from hpcprof.schedulers.base import FAILED
+
+    run = make_run(tmp_path, "oom")
+    frames = [{"filename": "/venv/lib/python3.12/site-packages/torch/nn/functional.py", "line": 9, "name": "gelu"},
+              {"filename": "/work/job/train.py", "line": 6, "name": "forward"}]
+    blocks = [{"address": (1 << 40) + i * (2 << 30), "size": 2 << 30, "requested_size": 2 << 30,
+               "state": "active_allocated", "frames": frames} for i in range(64)]
+    trace = [{"action": "alloc", "addr": b["address"], "size": b["size"], "stream": 0, "time_us": i, "frames": frames}
+             for i, b in enumerate(blocks)]
+    snapshot = {"segments": [{"device": 1, "address": 1 << 40, "total_size": 128 << 30, "stream": 0,
+                              "blocks": blocks}], "device_traces": [[], trace]}
+    (run / "forensics" / "memory_rank1.pickle").write_bytes(pickle.dumps(snapshot))
+    found = analyse(RunDir(run), FAILED)
+    assert found.sentence == OOM_SENTENCE + ("; 128.0 GiB were held by `train.py:6 forward` (64 blocks allocated "
+                                             "during the history and still held)")
+    (run / "forensics" / "memory_rank1.pickle").write_bytes(b"\x80\x04garbage")   # damaged: the sentence without it
+    assert analyse(RunDir(run), FAILED).sentence == OOM_SENTENCE

@@ -78,6 +78,7 @@ class DeviceMemory:
     peak_event: int                               # index into the device's trace (-1: the start)
     at_peak: list[Holder]                         # by bytes, largest first
     growing: list[Holder]                         # allocated during the history, still held at its end
+    at_end: list[Holder]                          # the blocks allocated at the snapshot, by site
     timeline: list[tuple[int, int]] = field(default_factory=list)   # (time_us, allocated bytes)
     ooms: list[str] = field(default_factory=list)
 
@@ -170,10 +171,11 @@ def device_memory(snapshot: dict[str, Any], device: int) -> DeviceMemory:
                    if isinstance(s, dict) and _int(s.get("device")) == device and _int(s.get("total_size")))
     ooms = [f"out of memory at {e.get('time_us', '?')} µs asking {e.get('size', '?')} bytes, "
             f"{e.get('device_free', '?')} free on the device" for e in events if e["action"] == "oom"]
-    if start == peak and not changes:     # no history: the end state is all there is
-        at_peak = _top(_held_blocks(snapshot, device))
+    at_end = _top(_held_blocks(snapshot, device))
+    if not changes:     # no history: the end state is all there is
+        at_peak = at_end
     return DeviceMemory(device, len(changes), start, end, reserved, peak, peak_time, peak_at, at_peak,
-                        [h for h in _top(held) if h.blocks > 0], _thin(timeline, peak_at), ooms)
+                        [h for h in _top(held) if h.blocks > 0], at_end, _thin(timeline, peak_at), ooms)
 
 
 def _held_blocks(snapshot: dict[str, Any], device: int) -> dict[str, Holder]:

@@ -36,3 +36,12 @@ def step_peaks() -> str:
     allocated, reserved = torch.cuda.max_memory_allocated(device), torch.cuda.max_memory_reserved(device)
     torch.cuda.reset_peak_memory_stats(device)
     return f',"mem":[{allocated},{reserved}]'
+
+
+def dump_snapshot(path: str) -> None:
+    """PyTorch's memory snapshot (torch.cuda.memory._dump_snapshot: the allocator's segments and
+    blocks, with the stacks and history where the memory history is recorded) to `path`, where
+    CUDA is in use."""
+    torch = _cuda()
+    if torch is not None:
+        torch.cuda.memory._dump_snapshot(path)

@@ -9,6 +9,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from pathlib import Path
+
+from hpcprof.errors import UserError
+
+#: the largest OOM snapshot read for the sentence (the start-up hook's, hpcprof/inject/_hpcprof_memory.py)
+MAX_SNAPSHOT_BYTES = 256 << 20
 
 _SIZE = r"(\d+(?:\.\d+)?) (bytes|KiB|MiB|GiB|TiB|PiB)"
 UNITS = {"bytes": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40, "PiB": 1 << 50}
@@ -63,3 +69,24 @@ def parse_oom(message: str) -> OutOfMemory | None:
 
     return OutOfMemory(f"{found[1]} {found[2]}", size_bytes(found[1], found[2]), int(capacity[1]) if capacity else None,
                        size(capacity, 2), size(capacity, 4), size(allocated, 1), size(reserved, 1))
+
+
+def holders_text(snapshot: Path, device: int | None) -> str:
+    """What held the memory when the rank ran out, from the snapshot the start-up hook dumped then:
+    `128.0 GiB were held by `train.py:6 forward` (64 blocks allocated during the history and still
+    held)`; "" where there is no snapshot, it cannot be read or its blocks have no stacks."""
+    from hpcprof.analysis.memory import UNKNOWN, analyse, read_snapshot
+
+    try:
+        devices = analyse(read_snapshot(snapshot, max_bytes=MAX_SNAPSHOT_BYTES))
+    except (OSError, UserError, ValueError):
+        return ""
+    found = next((d for d in devices if d.device == device), max(devices, key=lambda d: d.end, default=None))
+    if found is None or not found.at_end or found.at_end[0].site == UNKNOWN:
+        return ""
+    top = found.at_end[0]
+    text = f"{gib(top.bytes)} were held by `{top.site}`"
+    grown = next((h for h in found.growing if h.site == top.site), None)
+    if grown is not None and grown.blocks > 1:
+        text += f" ({grown.blocks:,} blocks allocated during the history and still held)"
+    return text
