@@ -218,6 +218,15 @@ STEPS_MEMORY = _t(STEPS, "memory", PER_RANK, COUNTED,
                   "capacity and headroom (capacity − peak_reserved)",
                   "the caching allocator's torch.cuda.max_memory_allocated / max_memory_reserved of each step "
                   "(reset_peak_memory_stats at each step's end)")
+_HISTORY = ("`profile.memory`'s snapshot per rank (PyTorch's memory history over the window: from the end of "
+            "step skip_steps to the window's last step; hpcprof.analysis.memory, as `hpcprof memory` reads it)")
+STEPS_MEMORY_SITES = _t(STEPS, "memory_sites", "rank, device and site", COUNTED,
+                        "the bytes and blocks each site (the innermost frame of the program's own code) held at the "
+                        "rank's peak of allocated bytes over the history; `(before the history)`: allocated before "
+                        "it began", _HISTORY)
+STEPS_MEMORY_GROWTH = _t(STEPS, "memory_growth", "rank, device and site", COUNTED,
+                         "the bytes and blocks each site allocated during the history and still held at its end "
+                         "(a leak: a site whose blocks keep growing)", _HISTORY)
 #: the file `hpcprof bench ceilings` writes into the run directory (rank 0)
 CEILINGS_FILE = "ceilings.json"
 #: bench_ceilings' columns and what each holds
@@ -267,7 +276,7 @@ TABLES: tuple[TableSpec, ...] = (
     NCU_METRICS, ECHO_SLOWDOWN,
     WORKLOAD_SEQPAR, SEQPAR_PHASES, SEQPAR_ITERATIONS, SEQPAR_RANKS, SEQPAR_LOOP, SEQPAR_CHECK,
     WORKLOAD_DDP, DDP_PHASES, DDP_STEPS, DDP_RANKS, FILES_MANIFEST, FORENSICS_RANKS,
-    FORENSICS_COLLECTIVES, STEPS_TIMES, STEPS_MEMORY, BENCH_CEILINGS)
+    FORENSICS_COLLECTIVES, STEPS_TIMES, STEPS_MEMORY, STEPS_MEMORY_SITES, STEPS_MEMORY_GROWTH, BENCH_CEILINGS)
 
 
 def table_window(name: str) -> str:

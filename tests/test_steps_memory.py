@@ -112,3 +112,47 @@ def test_a_workload_s_own_timer_gives_the_same_metrics_over_its_counted_steps() 
     metrics = {name: value for name, value, _ in run_summary({c.DDP_STEPS.name: table}.get, record)}
     assert metrics["memory.peak_allocated"] == 41.0 and metrics["memory.peak_reserved"] == 42.0   # rank 1, step 3
     assert metrics["memory.fragmentation"] == 1.0 and metrics["memory.headroom"] == CAPACITY / GIB - 42.0
+
+
+def test_profile_memory_is_rendered_and_its_snapshots_collected(tmp_path: Path) -> None:
+    """`profile.memory: true`: the rank wrapper asks the step hook for the memory history; collect
+    reads each rank's snapshot (<run>/memory/rank<N>.pickle) as `hpcprof memory` does: here one
+    made by test_memory_snapshot's allocator model, and a damaged one named in one line."""
+    import pickle
+
+    from hpcprof_cli import hpcprof
+    from test_memory_snapshot import training
+
+    from hpcprof.analysis.memory import analyse, snapshot_tables
+
+    exp = tmp_path / "exp.yaml"
+    exp.write_text('name: m\nworkload:\n  kind: command\n  argv: ["python", "train.py"]\n'
+                   "resources:\n  nodes: 1\n  ranks_per_node: 1\nprofile:\n  memory: true\n")
+    hpcprof("render", str(exp), "--site", "local", "-o", "out", cwd=tmp_path, check=True)
+    assert "export HPCPROF_MEMORY_HISTORY=100000" in (tmp_path / "out" / "rank_wrapper.sh").read_text()
+    hpcprof("render", str(exp), "--site", "local", "-o", "off", "--set", "profile.memory=false", cwd=tmp_path,
+            check=True)
+    assert "HPCPROF_MEMORY_HISTORY" not in (tmp_path / "off" / "rank_wrapper.sh").read_text()
+    (tmp_path / "memory").mkdir()
+    snapshot = training(8).snapshot()
+    (tmp_path / "memory" / "rank0.pickle").write_bytes(pickle.dumps(snapshot))
+    (tmp_path / "memory" / "rank1.pickle").write_bytes(b"\x80\x04\x95")
+    tables, problems = snapshot_tables(tmp_path)
+    [found] = analyse(snapshot)
+    sites = tables[c.STEPS_MEMORY_SITES.key]
+    assert sites[["site", "bytes", "blocks"]].values.tolist() == [[h.site, h.bytes, h.blocks] for h in found.at_peak]
+    assert sites["bytes"].sum() == found.peak and set(sites["rank"]) == {0}
+    growth = tables[c.STEPS_MEMORY_GROWTH.key].set_index("site")
+    assert growth.loc["train.py:51 main", "blocks"] == 8
+    assert len(problems) == 1 and "rank1.pickle: not read as a PyTorch memory snapshot" in problems[0]
+
+
+def test_the_hook_with_memory_history_on_a_cpu_program_records_none(tmp_path: Path) -> None:
+    code = ("import torch\nm = torch.nn.Linear(4, 4)\no = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+            "for _ in range(6):\n    m(torch.ones(2, 4)).sum().backward()\n    o.step()\n")
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(INJECT), "HPCPROF_RUN_DIR": str(tmp_path), "HPCPROF_RANK": "0",
+           "HPCPROF_STEPS": "1", "HPCPROF_STEPS_SKIP": "2", "HPCPROF_STEPS_COUNT": "3", "OMP_NUM_THREADS": "1",
+           "HPCPROF_MEMORY_HISTORY": "1000"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=120, capture_output=True, text=True)
+    assert done.stderr == "" and not (tmp_path / "memory").exists()
+    assert len((tmp_path / "steps" / "rank0.jsonl").read_text().splitlines()) == 7

@@ -7,6 +7,8 @@
 #   3. peak memory: a plain training loop's own torch.cuda.max_memory_allocated/reserved (memory/train_peak.py)
 #      and the same program through hpcprof (the step hook: steps_memory.parquet, headline memory.*); seqpar's
 #      and the ddp harness's (GPT-2 preset) own (memory/peak.py) and the same workloads through hpcprof;
+#      the training loop again with `profile.memory: true` (its snapshot read by `hpcprof memory`; its
+#      iteration.median beside the run without it);
 #   4. the step time with PyTorch's memory history off, Python stacks, all stacks (memory/history_cost.py),
 #      3 alternated rounds, the medians in a table.
 # Usage, from the repository root: OUT=/some/dir bash benchmarks/gpu/memory.sh
@@ -54,6 +56,11 @@ cp "$HERE"/*.py /tmp/memory/
   timeout 120 python3 train_peak.py 20
   timeout 180 python3 -m hpcprof submit "$HERE/train_peak.yaml" --site-file "$REPO/benchmarks/gpu/site-h200x2.yaml" \
     --workdir "$WORKDIR" --wait
+  timeout 180 python3 -m hpcprof submit "$HERE/train_peak.yaml" --site-file "$REPO/benchmarks/gpu/site-h200x2.yaml" \
+    --workdir "$WORKDIR" --wait --set profile.memory=true
+  for snapshot in $(find "$WORKDIR/memory-train" -path '*/memory/rank*.pickle'); do
+    ls -l "$snapshot"; python3 -m hpcprof memory "$snapshot" --top 5
+  done
   timeout 120 torchrun --standalone --nproc_per_node="$NGPU" peak.py seqpar -it 10 -wit 3 -p bfloat16 2>&1 | grep -E '^peak|Error'
   GPT2_PRESET=gpt2 timeout 120 torchrun --standalone --nproc_per_node="$NGPU" peak.py ddp \
     --echo-input "$REPO/examples/echo_gpt2" --world-size "$NGPU" --epochs 1 --warmup-epochs 0 --steps-per-epoch 20 \
@@ -71,7 +78,7 @@ cp "$HERE"/*.py /tmp/memory/
     python3 -c "
 import json, sys
 metrics = json.load(open(sys.argv[1])).get('metrics', [])
-found = [m for m in metrics if str(m[0]).startswith('memory.')]
+found = [m for m in metrics if str(m[0]).startswith('memory.') or m[0] == 'iteration.median']
 print(sys.argv[1].split('/')[-4:-2], json.dumps(found) if found else 'no memory metric recorded')" "$headline"
   done
   for table in $(find "$WORKDIR" -name 'steps_memory.parquet'); do
@@ -97,6 +104,8 @@ base = statistics.median(runs.get("off", [float("nan")]))
 for mode, values in runs.items():
     m = statistics.median(values)
     print(f"  {mode:8s} {m:10.3f}   {' '.join(f'{v:.3f}' for v in values):30s} {100 * (m / base - 1):+6.2f} %")
+for line in re.findall(r"^\['.*$", text, re.M):     # each collected run's memory.* and iteration.median
+    print(line[:400])
 for line in re.findall(r"^(?:peak |own peak: ).*$", text, re.M):
     print(line)
 for line in re.findall(r"^leak line: .*$", text, re.M):

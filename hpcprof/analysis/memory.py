@@ -19,10 +19,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hpcprof.errors import UserError
 from hpcprof.safe_paths import open_regular
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 #: a snapshot larger than this is not read (a snapshot of max_entries 1,000,000 with C++ stacks is ~1 GB)
 MAX_SNAPSHOT_BYTES = 4 << 30
@@ -202,3 +205,36 @@ def _thin(timeline: list[tuple[int, int]], keep: int) -> list[tuple[int, int]]:
 def analyse(snapshot: dict[str, Any]) -> list[DeviceMemory]:
     """Every device of the snapshot."""
     return [device_memory(snapshot, device) for device in _devices(snapshot)]
+
+
+SITE_COLUMNS = ["rank", "device", "site", "bytes", "blocks"]
+
+
+def snapshot_tables(run_dir: Path) -> tuple[dict[str, pd.DataFrame], list[str]]:
+    """`profile.memory`'s snapshots (<run>/memory/rank<N>.pickle) as the tables keyed as catalog's
+    STEPS_MEMORY_SITES (who held each rank's peak) and STEPS_MEMORY_GROWTH (what the window
+    allocated and still held at its end), by site; one line per snapshot that could not be read."""
+    import pandas as pd
+
+    from hpcprof import catalog as c
+
+    peaks: list[dict[str, Any]] = []
+    grown: list[dict[str, Any]] = []
+    problems = []
+    for path in sorted((run_dir / "memory").glob("rank*.pickle")):
+        rank = path.name.removeprefix("rank").removesuffix(".pickle")
+        if not rank.isdigit():
+            continue
+        try:
+            devices = analyse(read_snapshot(path))
+        except SnapshotError as exc:
+            problems.append(exc.format_message())
+            continue
+        for found in devices:
+            peaks += [{"rank": int(rank), "device": found.device, "site": h.site, "bytes": h.bytes, "blocks": h.blocks}
+                      for h in found.at_peak]
+            grown += [{"rank": int(rank), "device": found.device, "site": h.site, "bytes": h.bytes, "blocks": h.blocks}
+                      for h in found.growing]
+    tables = {key: pd.DataFrame(rows, columns=SITE_COLUMNS)
+              for key, rows in ((c.STEPS_MEMORY_SITES.key, peaks), (c.STEPS_MEMORY_GROWTH.key, grown)) if rows}
+    return tables, problems

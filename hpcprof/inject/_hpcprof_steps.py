@@ -209,6 +209,7 @@ def _step_ended(state: _State, now: int) -> None:
     memory = _hpcprof_memory.step_peaks()
     os.write(state.fd, f'{{"step":{step},"end_ns":{time.time_ns()},"ns":{length}{memory}}}\n'.encode())
     last = state.skip + state.count
+    _hpcprof_memory.history(step, state.skip, last, int(os.environ.get("HPCPROF_MEMORY_HISTORY", "0")), state.rank)
     if state.profiler is not None:
         state.profiler.step()
         if step > last:         # the trace of steps skip+1 .. last+1 is written
