@@ -45,7 +45,6 @@ class _Allowed:
 _NAMES = {("builtins", "set"): "set", ("__builtin__", "set"): "set", ("builtins", "frozenset"): "frozenset",
           ("__builtin__", "frozenset"): "frozenset", ("builtins", "bytes"): "bytes",
           ("__builtin__", "bytes"): "bytes", ("_codecs", "encode"): "encode"}
-_MARK = object()
 
 
 class _Reader:
@@ -87,8 +86,8 @@ class _Reader:
     def seal(self, item: Any) -> tuple[int, int]:
         """(nodes, depth) of `item` as a tree, which becomes an item of another container (or the
         result): a container is sealed, never added to again."""
-        if isinstance(item, _Allowed) or item is _MARK:
-            raise self.refuse(f"{getattr(item, 'name', 'a mark')} used as data")
+        if isinstance(item, _Allowed):
+            raise self.refuse(f"{item.name} used as data")
         if isinstance(item, _CONTAINERS):
             self.sealed.add(id(item))
             return self.weight.get(id(item), (1, 1))

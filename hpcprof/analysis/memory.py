@@ -5,7 +5,10 @@ as plain data (hpcprof.safe_pickle: a snapshot is a pickle; one naming code is r
   each `free_completed` takes it away, as PyTorch's own reading of the trace does
   (torch.cuda._memory_viz.trace); the level where the history begins is the end state (the
   segments' blocks still allocated, `active_allocated` or `active_pending_free`) less what the
-  history changed, so a history whose ring buffer dropped its first entries still starts right;
+  history changed, so a history whose ring buffer dropped its first entries still starts right.
+  Bytes are the sizes asked for, as the history records them and as torch.cuda._memory_viz
+  credits a block's stack (its `requested_size`); torch.cuda.max_memory_allocated counts blocks
+  rounded up to 512 bytes, so it is higher by that rounding of the small blocks then held;
 - the peak of that level and what held it, by site: the innermost frame of the program's own code
   (not Python's, not an installed package's) of each allocation's stack, `file:line function`;
   bytes allocated before the history began are one `(before the history)` holder;
@@ -146,7 +149,7 @@ def device_memory(snapshot: dict[str, Any], device: int) -> DeviceMemory:
     """One device's allocated bytes over the history, its peak, who held it, what grew."""
     events = _trace(snapshot, device)
     changes = [e for e in events if e["action"] != "oom"]
-    end = sum(int(b["size"]) for b in _blocks(snapshot, device))
+    end = sum(_asked(b) for b in _blocks(snapshot, device))
     start = end - sum(int(e["size"]) if e["action"] == ALLOC else -int(e["size"]) for e in changes)
     level, peak, peak_at, peak_time = start, start, -1, None
     timeline = []
@@ -186,8 +189,14 @@ def _held_blocks(snapshot: dict[str, Any], device: int) -> dict[str, Holder]:
     for block in _blocks(snapshot, device):
         where = site(block.get("frames"))
         holder = held.setdefault(where, Holder(where))
-        holder.bytes, holder.blocks = holder.bytes + int(block["size"]), holder.blocks + 1
+        holder.bytes, holder.blocks = holder.bytes + _asked(block), holder.blocks + 1
     return held
+
+
+def _asked(block: dict[str, Any]) -> int:
+    """A block's requested bytes (its size where the snapshot does not say)."""
+    requested = _int(block.get("requested_size"))
+    return requested if requested is not None and 0 < requested <= int(block["size"]) else int(block["size"])
 
 
 def _thin(timeline: list[tuple[int, int]], keep: int) -> list[tuple[int, int]]:

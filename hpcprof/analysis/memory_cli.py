@@ -50,7 +50,10 @@ def device_text(name: str, found: DeviceMemory, top: int) -> str:
 
 def timeline_figure(name: str, found: DeviceMemory) -> go.Figure:
     """The allocated bytes over the history, the peak marked."""
-    import plotly.graph_objects as go
+    try:
+        import plotly.graph_objects as go
+    except ImportError:
+        raise UserError("--html needs plotly (pip install plotly); without --html nothing needs it") from None
 
     origin = found.timeline[0][0] if found.timeline else 0
     xs = [(t - origin) / 1e6 for t, _ in found.timeline]
@@ -108,7 +111,8 @@ def memory(snapshots: tuple[Path, ...], top: int, html_path: Path | None) -> Non
             click.echo(f"{path}: no device memory recorded")
         for device in found:
             click.echo(device_text(str(path), device, top))
-            figures.append(timeline_figure(path.name, device))
+            if html_path is not None:
+                figures.append(timeline_figure(path.name, device))
     if html_path is not None and figures:
         write_html(html_path, figures)
         click.echo(f"wrote {html_path}")
