@@ -183,7 +183,8 @@ SEQPAR_PHASES = _t(WORKLOAD, f"{SEQPAR_FILE}.phases", "phase", COUNTED,
                    "time over ranks (ms), bytes and bus bandwidth of the collectives, FLOPs and TFLOP/s of "
                    "the matmuls", "nccl-tests' bus bandwidth (busbw)")
 SEQPAR_ITERATIONS = _t(WORKLOAD, f"{SEQPAR_FILE}.iterations", "rank, iteration and phase", COUNTED,
-                       "each iteration's time per phase (ms)")
+                       "each iteration's time per phase (ms); on CUDA the `iteration` phase's peak allocated and "
+                       "reserved bytes (allocated_peak, reserved_peak) and the device's capacity")
 SEQPAR_RANKS = _t(WORKLOAD, f"{SEQPAR_FILE}.ranks", "rank", RUN, "host, device and its name, CUDA_VISIBLE_DEVICES")
 SEQPAR_LOOP = _t(WORKLOAD, f"{SEQPAR_FILE}.loop", "rank", RUN, "the timed loop's wall time (s)")
 SEQPAR_CHECK = _t(WORKLOAD, f"{SEQPAR_FILE}.check", "rank", RUN,
@@ -193,7 +194,8 @@ DDP_PHASES = _t(WORKLOAD, f"{DDP_FILE}.phases", "phase", COUNTED,
                 "per phase (forward, backward, optimizer, step): mean, median, min, max time over ranks (ms)")
 DDP_STEPS = _t(WORKLOAD, f"{DDP_FILE}.steps", "rank, step and phase", EACH_ITERATION,
                "each step's time per phase (ms), its epoch, whether it is counted, whether it is the profiled "
-               "window")
+               "window; on CUDA the `step` phase's peak allocated and reserved bytes (allocated_peak, "
+               "reserved_peak) and the device's capacity")
 DDP_RANKS = _t(WORKLOAD, f"{DDP_FILE}.ranks", "rank", RUN, SEQPAR_RANKS.about)
 FILES_MANIFEST = _t(FILES, "manifest", "file", RUN, "every log, profile and workload result file: kind, path, "
                     "rank, bytes")
@@ -209,6 +211,22 @@ STEPS_TIMES = _t(STEPS, "times", "rank and optimizer step", EACH_ITERATION,
                  "ns), its length from the previous step's end (ns; none for the first), whether it is in the "
                  "window (in_window), the rank's profiler (tool) and process (pid)",
                  "PyTorch's global optimizer step hooks (torch.optim.optimizer.register_optimizer_step_post_hook)")
+STEPS_MEMORY = _t(STEPS, "memory", PER_RANK, COUNTED,
+                  "each rank's device memory over the window's optimizer steps (the step hook, where CUDA is in "
+                  "use; bytes): the steps, peak_allocated and peak_reserved (the largest of each step's peaks), "
+                  "fragmentation (reserved − allocated peak of the step with the allocated peak), the device's "
+                  "capacity and headroom (capacity − peak_reserved)",
+                  "the caching allocator's torch.cuda.max_memory_allocated / max_memory_reserved of each step "
+                  "(reset_peak_memory_stats at each step's end)")
+_HISTORY = ("`profile.memory`'s snapshot per rank (PyTorch's memory history over the window: from the end of "
+            "step skip_steps to the window's last step; hpcprof.analysis.memory, as `hpcprof memory` reads it)")
+STEPS_MEMORY_SITES = _t(STEPS, "memory_sites", "rank, device and site", COUNTED,
+                        "the bytes and blocks each site (the innermost frame of the program's own code) held at the "
+                        "rank's peak of allocated bytes over the history; `(before the history)`: allocated before "
+                        "it began", _HISTORY)
+STEPS_MEMORY_GROWTH = _t(STEPS, "memory_growth", "rank, device and site", COUNTED,
+                         "the bytes and blocks each site allocated during the history and still held at its end "
+                         "(a leak: a site whose blocks keep growing)", _HISTORY)
 #: the file `hpcprof bench ceilings` writes into the run directory (rank 0)
 CEILINGS_FILE = "ceilings.json"
 #: bench_ceilings' columns and what each holds
@@ -258,7 +276,7 @@ TABLES: tuple[TableSpec, ...] = (
     NCU_METRICS, ECHO_SLOWDOWN,
     WORKLOAD_SEQPAR, SEQPAR_PHASES, SEQPAR_ITERATIONS, SEQPAR_RANKS, SEQPAR_LOOP, SEQPAR_CHECK,
     WORKLOAD_DDP, DDP_PHASES, DDP_STEPS, DDP_RANKS, FILES_MANIFEST, FORENSICS_RANKS,
-    FORENSICS_COLLECTIVES, STEPS_TIMES, BENCH_CEILINGS)
+    FORENSICS_COLLECTIVES, STEPS_TIMES, STEPS_MEMORY, STEPS_MEMORY_SITES, STEPS_MEMORY_GROWTH, BENCH_CEILINGS)
 
 
 def table_window(name: str) -> str:
@@ -411,12 +429,30 @@ TOP_KERNEL_TIME = MetricSpec("top_kernel.time", "ms", MEASURED,
                              "GPU time per rank (Σ over ranks / ranks) of the kernel with the most GPU time "
                              "(compare's `top kernel` row names it)", (NSYS_KERNELS, TORCH_KERNELS), headline=False)
 
+_MEMORY = "torch.cuda.max_memory_allocated / max_memory_reserved, per step"
+_MEMORY_TABLES = (STEPS_MEMORY, SEQPAR_ITERATIONS, DDP_STEPS)
+_OVER = " (a `command`: steps_memory, over the window's steps; seqpar, ddp: their counted iterations)"
+MEMORY_PEAK_ALLOCATED = MetricSpec("memory.peak_allocated", "GiB", COUNTED,
+                                   "the largest over ranks of the rank's peak allocated bytes / 2³⁰" + _OVER,
+                                   _MEMORY_TABLES, _MEMORY)
+MEMORY_PEAK_RESERVED = MetricSpec("memory.peak_reserved", "GiB", COUNTED,
+                                  "the largest over ranks of the rank's peak reserved bytes / 2³⁰" + _OVER,
+                                  _MEMORY_TABLES, _MEMORY)
+MEMORY_FRAGMENTATION = MetricSpec("memory.fragmentation", "GiB", COUNTED,
+                                  "the largest over ranks of reserved − allocated peak of the rank's step with its "
+                                  "allocated peak / 2³⁰ (memory the allocator holds but no tensor uses)" + _OVER,
+                                  _MEMORY_TABLES, _MEMORY)
+MEMORY_HEADROOM = MetricSpec("memory.headroom", "GiB", COUNTED,
+                             "the smallest over ranks of the device's capacity − the rank's peak reserved / 2³⁰" + _OVER,
+                             _MEMORY_TABLES, "torch.cuda.get_device_properties().total_memory")
+
 METRICS: tuple[MetricSpec, ...] = (
     ITERATION_MEAN, ITERATION_MEDIAN, ITERATION_SPREAD, ITERATION_SPREAD_PCT, SLOWEST_RANK, SLOWEST_RANK_EXCESS_PCT,
     PHASE_TIME, PHASE_TFLOPS, PHASE_BUSBW, WINDOW_DURATION, WINDOW_ITERATIONS, WINDOW_DETECTED, WINDOW_STEP_CV,
     *GPU_TIME, OVERLAP_PCT, IDLE_PCT,
     *CAPTURE_GPU_TIME, CAPTURE_OVERLAP_PCT, CAPTURE_IDLE_PCT, SLOWDOWN_MEDIAN, SLOWDOWN_MEAN, SLOWDOWN_P90,
-    PROFILER_OVERHEAD, ITERATION_IDLE_PCT, TOP_KERNEL_TIME)
+    PROFILER_OVERHEAD, MEMORY_PEAK_ALLOCATED, MEMORY_PEAK_RESERVED, MEMORY_FRAGMENTATION, MEMORY_HEADROOM,
+    ITERATION_IDLE_PCT, TOP_KERNEL_TIME)
 
 
 def declared(name: str) -> MetricSpec | None:

@@ -29,6 +29,7 @@ COMMANDS = {
     "nsys": "hpcprof.analysis.nsys.cli:nsys",
     "trace": "hpcprof.analysis.trace.cli:trace",
     "ncu": "hpcprof.analysis.ncu.cli:ncu",
+    "memory": "hpcprof.analysis.memory_cli:memory",
     "bench": "hpcprof.workloads.cli:bench",
     "doctor": "hpcprof.doctor:doctor",
 }
@@ -48,6 +49,7 @@ SHORT_HELP = {
     "nsys": "nsys stats reports and distributed analyses of Nsight Systems exports.",
     "trace": "HTA's analyses of torch.profiler traces.",
     "ncu": "Nsight Compute kernel metrics (Echo's table).",
+    "memory": "Peak, holders by site and growth of PyTorch memory snapshots.",
     "bench": "Run a built-in workload directly under any launcher.",
     "doctor": "Run a site's job-start checks here and print what they found.",
 }

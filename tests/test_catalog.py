@@ -98,10 +98,15 @@ def test_what_collect_makes_is_declared(collected: Path) -> None:
     assert made_tables <= declared_tables, sorted(made_tables - declared_tables)
     # these runs did not check their result, none is a `command` (the step hook's: tests/test_steps.py)
     # and none failed (forensics': tests/test_forensics.py) or measured its ceilings (tests/test_ceilings.py)
-    assert declared_tables - made_tables == {c.SEQPAR_CHECK.name, c.STEPS_TIMES.name, c.FORENSICS_RANKS.name,
-                                             c.FORENSICS_COLLECTIVES.name, c.BENCH_CEILINGS.name}
+    assert declared_tables - made_tables == {c.SEQPAR_CHECK.name, c.STEPS_TIMES.name, c.STEPS_MEMORY.name,
+                                             c.STEPS_MEMORY_SITES.name, c.STEPS_MEMORY_GROWTH.name,
+                                             c.FORENSICS_RANKS.name, c.FORENSICS_COLLECTIVES.name,
+                                             c.BENCH_CEILINGS.name}
     # every declared metric is made, but the overhead that report and compare find (tests/test_steps.py)
-    assert made_metrics == {m.name for m in c.METRICS if m.headline} - {c.PROFILER_OVERHEAD.name}
+    # and device memory, recorded where CUDA is in use (tests/test_steps_memory.py)
+    memory = {c.MEMORY_PEAK_ALLOCATED, c.MEMORY_PEAK_RESERVED, c.MEMORY_FRAGMENTATION, c.MEMORY_HEADROOM}
+    assert made_metrics == {m.name for m in c.METRICS if m.headline} - {c.PROFILER_OVERHEAD.name} - {
+        m.name for m in memory}
 
 
 @pytest.mark.slow

@@ -167,6 +167,19 @@ def step_metrics(tables: Tables, profiler_window: bool) -> list[Metric]:
     return out
 
 
+def memory_metrics(memory: pd.DataFrame | None) -> list[Metric]:
+    """memory.* (GiB) from per-rank peaks (hpcprof.analysis.steps.memory_table's: the step hook's
+    steps_memory, a workload's counted iterations)."""
+    if memory is None or memory.empty:
+        return []
+    gib = float(1 << 30)
+    out = [c.MEMORY_PEAK_ALLOCATED.value(float(memory["peak_allocated"].max()) / gib),
+           c.MEMORY_PEAK_RESERVED.value(float(memory["peak_reserved"].max()) / gib),
+           c.MEMORY_FRAGMENTATION.value(float(memory["fragmentation"].max()) / gib)]
+    headroom = memory["headroom"].dropna()
+    return out + ([c.MEMORY_HEADROOM.value(float(headroom.min()) / gib)] if not headroom.empty else [])
+
+
 def nsys_metrics(tables: Tables) -> list[Metric]:
     """GPU time by category, overlap and idle % over the measured window (nsys_kernels,
     nsys_overlap), the window itself, and the same over the whole capture as `capture.*`."""
@@ -247,6 +260,10 @@ def run_summary(tables: Tables, record: RunRecord) -> list[Metric]:
         rows = tables(rows_table.name)
         if rows is not None and not rows.empty:
             out += iteration_metrics(rows, iteration)
+            if "allocated_peak" in rows:    # the workload's own timer recorded memory (CUDA)
+                from hpcprof.analysis.steps import memory_table
+
+                out += memory_metrics(memory_table(counted(rows[rows["phase"] == iteration])))
         phases = tables(phases_table.name)
         if phases is not None and not phases.empty:
             out += phase_metrics(phases, iteration)
@@ -254,6 +271,7 @@ def run_summary(tables: Tables, record: RunRecord) -> list[Metric]:
     if record.kind == "command":
         window = profiler.table("window") if profiler is not None else None
         out += step_metrics(tables, window is not None and tables(window) is not None)
+    out += memory_metrics(tables(c.STEPS_MEMORY.name))
     for target in profiler.metrics if profiler is not None else ():
         out += load_target(target)(tables)
     return out

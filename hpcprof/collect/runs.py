@@ -173,10 +173,13 @@ def collect_run(run: RunDir, store: Store, log: Log = print, executor: Executor 
 
     def steps() -> None:
         """The step hook's records (profile.window.auto on a `command`): its table, or why there is none."""
+        from hpcprof.analysis.memory import snapshot_tables
         from hpcprof.analysis.steps import steps_tables
         from hpcprof.jobstate import recorded_state
 
         tables, problems = steps_tables(run.path)
+        snapshots, unread = snapshot_tables(run.path)        # profile.memory's
+        tables, problems = {**tables, **snapshots}, problems + unread
         for line in problems:
             done.report(Problem(None, f"steps: {line}"))
         save(c.STEPS, tables)

@@ -74,6 +74,7 @@ class ProfileConfig(Model):
     tool: ToolName = ToolName("none")
     ranks: str | int | list[int] = "all"
     window: WindowConfig = msgspec.field(default_factory=WindowConfig)
+    memory: bool = False    # a `command` on CUDA: PyTorch's memory history over the window, a snapshot per rank
     nsys: NsysOptions = msgspec.field(default_factory=NsysOptions)
     ncu: NcuOptions = msgspec.field(default_factory=NcuOptions)
     torch: TorchOptions = msgspec.field(default_factory=TorchOptions)

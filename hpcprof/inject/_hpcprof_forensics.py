@@ -9,6 +9,8 @@ $HPCPROF_RUN_DIR/forensics/:
   only the first line when the program exits is removed.
 - `exception_rank{R}.json`: the uncaught exception that ended the program (type, message, the
   traceback's frames, time), written after Python printed the traceback.
+- `memory_rank{R}.pickle`: where that exception is CUDA's OutOfMemoryError, PyTorch's memory
+  snapshot at that moment (_hpcprof_memory.dump_snapshot).
 - `fr_rank{R}` / `fr_nccl_rank{R}`: PyTorch's Flight Recorder buffers (the one Gloo records into,
   NCCL's) as torch's `_dump_fr_trace` / `_dump_nccl_trace` give them (the pickle PyTorch's
   `fr_trace` reads), with the process groups filled in from torch.distributed where the dump's
@@ -263,6 +265,10 @@ def _on_exception(kind: type[BaseException], value: BaseException, tb: Traceback
     path = os.path.join(_state["directory"], f"exception_rank{rank}.json")
     if not os.path.exists(path):
         _write(path, json.dumps(record).encode())
+    if kind.__name__ == "OutOfMemoryError":  # what held the memory: the allocator's blocks (and stacks where recorded)
+        import _hpcprof_memory
+
+        _hpcprof_memory.dump_snapshot(os.path.join(_state["directory"], f"memory_rank{rank}.pickle"))
     _flight_recorder(f"exception on rank {rank}", replace=_request(f"exception on rank {rank}"))
     # every failing rank waits (not only the first): a launcher that stops the job at the first rank
     # that exits (srun --kill-on-bad-exit, Hydra) would stop the others before their watcher dumped

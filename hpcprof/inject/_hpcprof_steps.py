@@ -54,6 +54,8 @@ import time
 import weakref
 from typing import Any
 
+import _hpcprof_memory
+
 #: the NVTX range of a step in the window, and of any other step (hpcprof.config.profile names them too)
 STEP_RANGE = "hpcprof:step"
 UNMEASURED_RANGE = "hpcprof:step-unmeasured"
@@ -204,8 +206,10 @@ def _step_ended(state: _State, now: int) -> None:
         state.range = None
     length = "null" if step == 1 else str(now - state.last_ns)
     assert state.fd is not None
-    os.write(state.fd, f'{{"step":{step},"end_ns":{time.time_ns()},"ns":{length}}}\n'.encode())
+    memory = _hpcprof_memory.step_peaks()
+    os.write(state.fd, f'{{"step":{step},"end_ns":{time.time_ns()},"ns":{length}{memory}}}\n'.encode())
     last = state.skip + state.count
+    _hpcprof_memory.history(step, state.skip, last, int(os.environ.get("HPCPROF_MEMORY_HISTORY", "0")), state.rank)
     if state.profiler is not None:
         state.profiler.step()
         if step > last:         # the trace of steps skip+1 .. last+1 is written
@@ -249,7 +253,7 @@ def _claim(state: _State) -> bool:
                          "process's of this rank\n")
         return False
     header = {"rank": int(state.rank), "pid": os.getpid(), "host": os.uname().nodename, "tool": state.tool,
-              "skip": state.skip, "steps": state.count}
+              "skip": state.skip, "steps": state.count, **_hpcprof_memory.header()}
     os.write(state.fd, (_json(header) + "\n").encode())
     import torch
 

@@ -12,6 +12,9 @@ from hpcprof.config.profile import ProfileConfig
 from hpcprof.profilers.ncu import NcuOptions
 from hpcprof.profilers.nsys import NsysOptions
 
+#: `profile.memory`: the memory history's entries (PyTorch's ring buffer: the window's last allocations and frees)
+MEMORY_HISTORY_ENTRIES = 100_000
+
 
 def opens_capture(options: Any) -> bool:
     """Whether the tool records only between cudaProfilerStart and Stop (nsys `capture_range:
@@ -23,7 +26,7 @@ def opens_capture(options: Any) -> bool:
 def steps_env(point: Point) -> dict[str, str]:
     """What the rank wrapper exports for the hook (empty: no hook): on, the window (steps skipped,
     steps measured), whether the hook opens it (not `opened_by_program`) and whether that means the
-    cudaProfilerApi range."""
+    cudaProfilerApi range; with `profile.memory`, the memory history's entries."""
     exp = point.experiment
     window = exp.profile.window
     if not window.hooked(exp.workload.kind):
@@ -31,7 +34,8 @@ def steps_env(point: Point) -> dict[str, str]:
     drive = not window.opened_by_program
     return {"HPCPROF_STEPS": "1", "HPCPROF_STEPS_SKIP": str(window.skip_steps),
             "HPCPROF_STEPS_COUNT": str(window.steps), "HPCPROF_STEPS_DRIVE": "1" if drive else "0",
-            **({"HPCPROF_STEPS_CAPTURE": "1"} if drive and opens_capture(exp.profile.options) else {})}
+            **({"HPCPROF_STEPS_CAPTURE": "1"} if drive and opens_capture(exp.profile.options) else {}),
+            **({"HPCPROF_MEMORY_HISTORY": str(MEMORY_HISTORY_ENTRIES)} if exp.profile.memory else {})}
 
 
 def tool_options(profile: ProfileConfig, workload: str) -> Any:

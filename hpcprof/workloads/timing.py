@@ -25,35 +25,51 @@ class PhaseTimer:
 
     On CUDA it records an event pair per phase on the current stream and reads them once at the
     end (no synchronisation between phases); on CPU it synchronises nothing and uses perf_counter.
+    On CUDA the outermost phase of an iteration (one not inside another) also records the caching
+    allocator's peak allocated and reserved bytes within it (reset_peak_memory_stats as it starts:
+    host-side counters, no synchronisation) and the device's capacity, as the step hook does.
     """
 
     def __init__(self, device: torch.device) -> None:
         self.cuda = device.type == "cuda"
-        self._pending: list[tuple[int, str, Any, Any]] = []
+        self._pending: list[tuple[int, str, Any, Any, dict[str, int]]] = []
+        self._depth = 0
         self.rows: list[dict[str, Any]] = []
+        self.capacity = torch.cuda.get_device_properties(device).total_memory if self.cuda else 0
 
     @contextlib.contextmanager
     def phase(self, iteration: int, name: str) -> Iterator[None]:
         """Time the body as phase `name` of `iteration`; also an NVTX and a torch.profiler range."""
         with nvtx_range(name), torch.profiler.record_function(name):
             if self.cuda:
+                outermost = self._depth == 0
+                if outermost:
+                    torch.cuda.reset_peak_memory_stats()
                 start = torch.cuda.Event(enable_timing=True)
                 end = torch.cuda.Event(enable_timing=True)
                 start.record()
-                yield
+                self._depth += 1
+                try:
+                    yield
+                finally:
+                    self._depth -= 1
                 end.record()
-                self._pending.append((iteration, name, start, end))
+                memory = {"allocated_peak": torch.cuda.max_memory_allocated(), "reserved_peak":
+                          torch.cuda.max_memory_reserved(), "capacity": self.capacity} if outermost else {}
+                self._pending.append((iteration, name, start, end, memory))
             else:
                 t0 = time.perf_counter()
                 yield
                 self.rows.append({"iteration": iteration, "phase": name, "time_ms": (time.perf_counter() - t0) * 1e3})
 
     def finish(self) -> list[dict[str, Any]]:
-        """Resolve pending CUDA events (one synchronize) and return rows {iteration, phase, time_ms}."""
+        """Resolve pending CUDA events (one synchronize) and return rows {iteration, phase, time_ms}
+        (and the outermost phases' allocated_peak, reserved_peak, capacity on CUDA)."""
         if self._pending:
             torch.cuda.synchronize()
-            for iteration, name, start, end in self._pending:
-                self.rows.append({"iteration": iteration, "phase": name, "time_ms": float(start.elapsed_time(end))})
+            for iteration, name, start, end, memory in self._pending:
+                self.rows.append({"iteration": iteration, "phase": name, "time_ms": float(start.elapsed_time(end)),
+                                  **memory})
             self._pending.clear()
         return self.rows
 

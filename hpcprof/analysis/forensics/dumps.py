@@ -20,12 +20,12 @@ way the details (who passed what, who waited how long) come from this reader.
 from __future__ import annotations
 
 import os
-import pickle
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hpcprof import safe_pickle
 from hpcprof.safe_paths import open_regular
 
 #: the dumps' families, `<family>_rank<N>`: fr (Gloo and any backend recording into the generic buffer), fr_nccl (NCCL)
@@ -38,22 +38,14 @@ class DumpError(ValueError):
     """A dump that cannot be read: damaged, too large, or naming code to run."""
 
 
-class _Plain(pickle.Unpickler):
-    """Built-in containers and scalars only: a pickle naming any class or function is refused,
-    since loading it would run code (a run directory may be someone else's)."""
-
-    def find_class(self, module: str, name: str) -> Any:
-        raise pickle.UnpicklingError(f"refused {module}.{name}")
-
-
 def load_dump(path: Path) -> dict[str, Any]:
     """One dump, as a dict; DumpError when it cannot be read."""
     try:
         with open_regular(path) as fh:     # a FIFO or a device is refused, never waited on
             if os.fstat(fh.fileno()).st_size > MAX_DUMP_BYTES:
                 raise DumpError(f"{path}: larger than {MAX_DUMP_BYTES >> 20} MiB, not read")
-            data = _Plain(fh).load()
-    except (OSError, pickle.UnpicklingError, EOFError, ValueError, TypeError, IndexError, KeyError) as exc:
+            data = safe_pickle.load(fh, max_bytes=MAX_DUMP_BYTES)  # plain data only: a run directory may be someone else's
+    except (OSError, ValueError) as exc:
         raise DumpError(f"{path}: not a Flight Recorder dump ({type(exc).__name__}: {exc})") from None
     if not isinstance(data, dict) or not isinstance(data.get("entries"), list):
         raise DumpError(f"{path}: not a Flight Recorder dump (no entries)")
@@ -220,8 +212,9 @@ def finding_at(family: str, group: Group, seq: int, kind: str | None = None) -> 
     missing = [r for r in sorted(group.by_rank) if seq not in group.by_rank[r]]
     entries = {r: group.by_rank[r][seq] for r in present}
     signatures = {r: signature(e) for r, e in entries.items()}
-    if kind is None:
-        kind = "mismatch" if len(set(signatures.values())) > 1 else "missing" if missing else None
+    agree = len(set(signatures.values())) == 1
+    if kind is None or (kind == "mismatch" and agree):  # fr_trace also calls ranks in different states a mismatch
+        kind = "missing" if agree and missing else None if agree else "mismatch"
         if kind is None:
             return None
     first = min(entries.values(), key=lambda e: int(e.get("time_created_ns") or 0))

@@ -255,7 +255,7 @@ def _exception(path: Path) -> dict[str, Any] | None:
     try:
         data = json.loads(read_regular(path))
         frames = [Frame(str(f[0]), int(f[1]), str(f[2])) for f in reversed(data.get("frames") or [])]
-        return {"type": str(data["type"]), "message": str(data.get("message", "")).splitlines()[0][:400]
+        return {"type": str(data["type"]), "message": str(data.get("message", "")).splitlines()[0][:1000]
                 if data.get("message") else "", "time": float(data.get("time") or 0), "frames": frames,
                 "pid": data.get("pid"), "host": data.get("host")}
     except (OSError, ValueError, KeyError, TypeError, IndexError):

@@ -25,6 +25,7 @@ from typing import Any
 
 from hpcprof import catalog as c
 from hpcprof.analysis.forensics.dumps import Finding, FlightRecord, Group, analyse_dumps, op_name
+from hpcprof.analysis.forensics.oom import holders_text, parse_oom
 from hpcprof.analysis.forensics.ranks import (
     LIBRARY,
     Frame,
@@ -43,7 +44,7 @@ from hpcprof.schedulers.base import FAILED, RUNNING, TIMEOUT, JobState
 #: the cache of `analyse` (derived/, collect's own files)
 CACHE = "derived/forensics.json"
 #: bumped when the analysis changes what it says: older caches are made again
-CACHE_VERSION = 12
+CACHE_VERSION = 13
 #: a C++ source position in a message: `[/__w/pytorch/.../unbound_buffer.cc:78] Timed out ...`, `[enforce fail at ...:456] `
 _SOURCE = re.compile(r"\[(?:enforce fail at )?[^\]\s]*\.(?:cc|cpp|cu|h|hpp):\d+\]\s*")
 #: the states a sentence explains
@@ -121,6 +122,7 @@ class Evidence:
         except UserError:   # a damaged config.json: the ranks the files name
             submit_dir, self.world = None, 0
         self.base = Path(submit_dir or run.path)
+        self.directory = run.path / "forensics"
         self.ranks: dict[int, RankFiles]
         self.ranks, self.unattributed = read_ranks(run.path, self.world)
         self.flight: FlightRecord = analyse_dumps(run.path / "forensics", use_torch)
@@ -237,7 +239,12 @@ def _root_sentence(ev: Evidence, ranks: list[int], kind: str, error: str) -> str
     where = ev.where(ranks[0])
     at = f" in {where}" if where else ""
     who = rank_list(ranks)
-    if kind == "raised":
+    own = ev.ranks[ranks[0]].error() if kind in ("raised", "log") and ranks[0] in ev.ranks else None
+    if own and (oom := parse_oom(own)):
+        text = f"{who} ran out of CUDA memory" + (f" at {where}" if where else "") + f" ({oom.text()})"
+        if held := holders_text(ev.directory / f"memory_rank{ranks[0]}.pickle", oom.device):
+            text += f"; {held}"
+    elif kind == "raised":
         text = f"{who} raised {error}{at}"
     elif kind == "fatal":
         text = f"{who} {error}{at}"
