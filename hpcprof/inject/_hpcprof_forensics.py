@@ -47,7 +47,7 @@ import signal
 import sys
 import threading
 import time
-from types import TracebackType
+from types import FrameType, TracebackType
 
 from _hpcprof_files import number, open_high, ours, say, subdirectory
 from _hpcprof_files import rank as rank_setting
@@ -87,7 +87,7 @@ def arm() -> None:
 
     def excepthook(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
         previous(kind, value, tb)  # the traceback first, as without hpcprof
-        if _state.get("pid") != os.getpid() or _called_by_program():
+        if _state.get("pid") != os.getpid() or not _uncaught():
             return  # a forked child's, or a handled error the program shows (code.InteractiveInterpreter)
         try:
             _on_exception(kind, value, tb)
@@ -103,13 +103,17 @@ def arm() -> None:
     _thread.start_new_thread(_watch, ())
 
 
-def _called_by_program() -> bool:
-    """Whether sys.excepthook was called from Python code (a program showing a handled error), not
-    by the interpreter for an uncaught exception (then no Python frame is left to call it)."""
-    try:
-        sys._getframe(2)        # 0: this function, 1: the hook, 2: its caller
-    except ValueError:
+def _uncaught() -> bool:
+    """Whether the interpreter called sys.excepthook (directly or through hooks chained to this one,
+    torch.distributed's) for an uncaught exception: the main thread's stack has unwound, no module's
+    code runs. A program showing a handled error (code.py, a logging helper) calls it from its code."""
+    if threading.get_ident() != threading.main_thread().ident:
         return False
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "<module>":
+            return False
+        frame = frame.f_back
     return True
 
 
