@@ -352,18 +352,26 @@ PROGRAMS = [
     Program("setting: HPCPROF_TORCH_SCHEDULE=warmup=x under profile.tool torch", TRAINS, lines=1, said="HPCPROF_TORCH_SCHEDULE",
             hook_env={**TORCH_PROFILE, "HPCPROF_TORCH_SCHEDULE": "warmup=x"}),
 ]
-#: an `env` that sets the hook's own variables: (where, YAML)
+#: an experiment `env` that sets one of the hook's own variables: (where, YAML)
 RESERVED = {
     "experiment env": "env:\n  HPCPROF_FORENSICS_POLL: '0'\n",
     "experiment env, the run directory": "env:\n  HPCPROF_RUN_DIR: /tmp\n",
 }
 
 
+def refused_naming(result: subprocess.CompletedProcess[str]) -> str:
+    """one_line's class, and HANDLED only where the error names an HPCPROF_ variable and the field."""
+    outcome = one_line(result)
+    if outcome == HANDLED and not re.search(r"field 'env'.*HPCPROF_[A-Z_]+", result.stderr):
+        return f"{OTHER} (refused for another reason: {result.stderr.strip()[-200:]})"
+    return outcome
+
+
 def render_refused(tmp: Path, extra: str) -> Callable[[], str]:
     def case() -> str:
         work = Path(tempfile.mkdtemp(dir=tmp))
         (work / "e.yaml").write_text(f"name: t\nworkload:\n  kind: command\n  argv: [\"true\"]\n{extra}")
-        return one_line(cli("render", "e.yaml", "--site", "local", "--workdir", "w", cwd=work))
+        return refused_naming(cli("render", "e.yaml", "--site", "local", "--workdir", "w", cwd=work))
     return case
 
 
@@ -372,9 +380,9 @@ def site_refused(tmp: Path) -> Callable[[], str]:
         work = Path(tempfile.mkdtemp(dir=tmp))
         (work / "sites").mkdir()
         (work / "sites" / "mine.yaml").write_text("name: mine\nscheduler: local\nlauncher:\n  kind: mpiexec\n"
-                                                  "env:\n  HPCPROF_STEPS: '1'\n")
+                                                  "  flavor: hydra\nenv:\n  HPCPROF_STEPS: '1'\n")
         (work / "e.yaml").write_text("name: t\nworkload:\n  kind: command\n  argv: [\"true\"]\n")
-        return one_line(cli("render", "e.yaml", "--site-file", "sites/mine.yaml", "--workdir", "w", cwd=work))
+        return refused_naming(cli("render", "e.yaml", "--site-file", "sites/mine.yaml", "--workdir", "w", cwd=work))
     return case
 
 
