@@ -293,7 +293,8 @@ for i in range(8):
         prof.start()
 prof.stop()
 prof.export_chrome_trace("mine.json")
-print("own trace:", any(e.get("name") == "aten::linear" for e in __import__("json").load(open("mine.json"))["traceEvents"]))
+import json
+print("own trace:", any(e.get("name") == "aten::linear" for e in json.load(open("mine.json"))["traceEvents"]))
 """
 TRAINS = TRAIN + """for _ in range(4):
     step()
@@ -314,6 +315,14 @@ print("slept")
 RAISES = "raise RuntimeError('failed')\n"
 TORCH_PROFILE = {"HPCPROF_PROFILE_TOOL": "torch", "HPCPROF_STEPS_DRIVE": "1", "HPCPROF_STEPS_SKIP": "4"}
 
+
+def setting(name: str, value: str, code: str = HELLO, note: str = "", env: dict[str, str] | None = None,
+            check: Check | None = None) -> Program:
+    """A bad value of one of the hook's variables: the hook steps aside with one line naming it."""
+    return Program(f"setting: {name}={value}{note}", code, lines=1, said=name, hook_env={**(env or {}), name: value},
+                   check=check)
+
+
 PROGRAMS = [
     Program("own torch.profiler started after step 2, before the hook's would", OWN_PROFILER, lines=1,
             said="its own torch.profiler", vary=("mine.json",),
@@ -330,27 +339,23 @@ PROGRAMS = [
     Program("threads: join every thread but the main one", JOIN_ALL),
     Program("threads: a fork-safety guard counting threads", FORK_GUARD),
     Program("descriptors: closerange, then the program's own files", CLOSERANGE, check=steps_and_dumps_kept_out),
-    Program("run directory removed before the start: not recreated", HELLO, lines=1, said="not armed", setup=removed_run_dir,
-            check=not_recreated),
+    Program("run directory removed before the start: not recreated", HELLO, lines=1, said="not armed",
+            setup=removed_run_dir, check=not_recreated),
     Program("run directory removed while training: not recreated", RMTREE_TRAINS, lines=1, check=not_recreated),
     Program("run directory read-only: Python starts", HELLO, lines=1, said="not armed", setup=read_only_run_dir,
             plain_user=True),
     Program("closed stderr: a hook failure never raises out of optimizer.step()", TRAINS, closed_stderr=True,
             setup=steps_not_a_directory),
     Program("sitecustomize reached twice through a link; the user's own runs", HELLO, setup=linked_twice),
-    Program("setting: HPCPROF_FORENSICS_POLL=0 (a spinning watcher)", SLEEPS, lines=1, said="HPCPROF_FORENSICS_POLL",
-            hook_env={"HPCPROF_FORENSICS_POLL": "0"}),
-    Program("setting: HPCPROF_FORENSICS_POLL=nan", SLEEPS, lines=1, said="HPCPROF_FORENSICS_POLL", hook_env={"HPCPROF_FORENSICS_POLL": "nan"}),
-    Program("setting: HPCPROF_FORENSICS_POLL=-1", SLEEPS, lines=1, said="HPCPROF_FORENSICS_POLL", hook_env={"HPCPROF_FORENSICS_POLL": "-1"}),
-    Program("setting: HPCPROF_FORENSICS_WAIT=1e9 and an uncaught exception", RAISES, lines=1, said="HPCPROF_FORENSICS_WAIT",
-            hook_env={"HPCPROF_FORENSICS_WAIT": "1e9"}),
-    Program("setting: HPCPROF_RANK=../../escape", HELLO, lines=1, said="HPCPROF_RANK", hook_env={"HPCPROF_RANK": "../../escape"},
-            check=nothing_outside),
-    Program("setting: HPCPROF_RANK=\u0661 (an Arabic-Indic digit)", HELLO, lines=1, said="HPCPROF_RANK", hook_env={"HPCPROF_RANK": "\u0661"}),
-    Program("setting: HPCPROF_STEPS_SKIP=abc", HELLO, lines=1, said="HPCPROF_STEPS_SKIP", hook_env={"HPCPROF_STEPS_SKIP": "abc"}),
-    Program("setting: HPCPROF_STEPS_COUNT=-3", HELLO, lines=1, said="HPCPROF_STEPS_COUNT", hook_env={"HPCPROF_STEPS_COUNT": "-3"}),
-    Program("setting: HPCPROF_TORCH_SCHEDULE=warmup=x under profile.tool torch", TRAINS, lines=1, said="HPCPROF_TORCH_SCHEDULE",
-            hook_env={**TORCH_PROFILE, "HPCPROF_TORCH_SCHEDULE": "warmup=x"}),
+    setting("HPCPROF_FORENSICS_POLL", "0", SLEEPS, " (a spinning watcher)"),
+    setting("HPCPROF_FORENSICS_POLL", "nan", SLEEPS),
+    setting("HPCPROF_FORENSICS_POLL", "-1", SLEEPS),
+    setting("HPCPROF_FORENSICS_WAIT", "1e9", RAISES, " and an uncaught exception"),
+    setting("HPCPROF_RANK", "../../escape", check=nothing_outside),
+    setting("HPCPROF_RANK", "\u0661", note=" (an Arabic-Indic digit)"),
+    setting("HPCPROF_STEPS_SKIP", "abc"),
+    setting("HPCPROF_STEPS_COUNT", "-3"),
+    setting("HPCPROF_TORCH_SCHEDULE", "warmup=x", TRAINS, " under profile.tool torch", TORCH_PROFILE),
 ]
 #: an experiment `env` that sets one of the hook's own variables: (where, YAML)
 RESERVED = {
@@ -391,5 +396,6 @@ def hook_cases(tmp: Path, fixtures: Path) -> list[tuple[str, Callable[[], str]]]
         return lambda: compare(program, Path(tempfile.mkdtemp(dir=tmp)))
 
     return [*((f"class 9: {p.label}", attempt(p)) for p in PROGRAMS),
-            *((f"class 9: {where}: refused at render", render_refused(tmp, extra)) for where, extra in RESERVED.items()),
+            *((f"class 9: {where}: refused at render", render_refused(tmp, extra))
+              for where, extra in RESERVED.items()),
             ("class 9: site env: refused at render", site_refused(tmp))]

@@ -48,7 +48,7 @@ def number(name: str, default: str, low: float, high: float) -> float:
 def whole(name: str, default: str, low: int, high: int) -> int:
     """The environment's `name`: an integer within [low, high]."""
     text = os.environ.get(name, default)
-    if not (text.isascii() and text.lstrip("-").isdigit() and low <= int(text) <= high):
+    if not (text.isascii() and text.removeprefix("-").isdigit() and len(text) <= 12 and low <= int(text) <= high):
         raise ValueError(f"{name}={text[:40]!r} is not a whole number from {low} to {high}")
     return int(text)
 

@@ -38,14 +38,15 @@ then on:
   (HPCPROF_TORCH_SCHEDULE's warmup), its trace written to
   $HPCPROF_PROFILE_DIR/rank{R}.pt.trace.json[.gz] and the profiler stopped after it. A program
   whose own profiler records when the hook's would start, or starts during the hook's warm-up,
-  keeps it: the hook's steps aside with one line (one started while the hook's records is not seen).
+  keeps it: the hook's profiler steps aside with one line (one started while the hook's records
+  is not seen).
 
 The hooks read the clock, write a line and call NVTX: they change nothing the program computes
 (benchmarks/step_hook.py measures their cost). A bad setting or a failure is one line on stderr
 (where the program has one) and the hooks step aside; the program runs on. The steps file is
 written through a high descriptor checked before each line (a program that closed it keeps its own
-files), and only its `steps/` directory is ever made (a removed run directory stays removed). Standard library only; torch is used only once the program
-imported it.
+files), and only its `steps/` directory is ever made (a removed run directory stays removed).
+Standard library only; torch is used only once the program imported it.
 """
 
 from __future__ import annotations
