@@ -52,7 +52,8 @@ RANK_ENV = frozenset({
 
 
 def check_rank_env(env: dict[str, str]) -> None:
-    """No variable the launcher sets per rank (said first: HPCPROF_RANK too), and `check_env`."""
+    """Set for every rank: shell identifiers, none that the launcher sets per rank (RANK, SLURM_PROCID, ...:
+    named first) nor hpcprof's own (HPCPROF_*), within the kernel's limits."""
     clash = sorted(RANK_ENV.intersection(env))
     if clash:
         raise ValueError(f"sets the launcher's rank variable {', '.join(clash)}: remove it "

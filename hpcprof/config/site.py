@@ -77,8 +77,8 @@ def env_bytes(name: str, value: str) -> int:
 
 
 def check_env(env: dict[str, str]) -> None:
-    """Environment variable names must be shell identifiers, and not ones bash acts on; each
-    variable and all together within the kernel's limits."""
+    """Environment variable names must be shell identifiers, not ones bash acts on nor hpcprof's own
+    (HPCPROF_*); each variable and all together within the kernel's limits."""
     for name, value in env.items():
         check_text(value)
         if env_bytes(name, value) - 8 > MAX_ENV_STRING:
