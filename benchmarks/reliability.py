@@ -20,7 +20,8 @@ real damaged exports, with --slurm also the local one-node Slurm), then is class
 Groups (--group, repeatable; default all): input, damaged, jobs, faults (files
 touched, silently incomplete results, damage isolation, leftovers), hostile (links
 out of the run directory, outputs over inputs and special files, formulas,
-hangs and orphans, markup and escapes; counted per class too), slurm (with --slurm).
+hangs and orphans, markup and escapes; counted per class too), silent, hook (hostile programs under
+the start-up hook: benchmarks/reliability_hook.py), slurm (with --slurm).
 Prints one line per case that is not handled, then the counts (goal: all but handled 0).
 """
 
@@ -387,11 +388,12 @@ def slurm_cases(tmp: Path) -> list[tuple[str, Callable[[], str]]]:
             ("slurm: cancel a FAILED job", final)]
 
 
-GROUPS = ("input", "damaged", "jobs", "faults", "hostile", "silent", "slurm")
+GROUPS = ("input", "damaged", "jobs", "faults", "hostile", "silent", "hook", "slurm")
 
 
 def main() -> None:
     from reliability_faults import fault_cases
+    from reliability_hook import hook_cases
     from reliability_hostile import hostile_cases
     from reliability_silent import silent_cases
 
@@ -408,7 +410,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="hpcprof-reliability-") as name:
         tmp = Path(name)
         makers = {"input": bad_input_cases, "damaged": damaged_cases, "jobs": lambda t, f: job_cases(t),
-                  "faults": fault_cases, "hostile": hostile_cases, "silent": silent_cases,
+                  "faults": fault_cases, "hostile": hostile_cases, "silent": silent_cases, "hook": hook_cases,
                   "slurm": lambda t, f: slurm_cases(t) if args.slurm else []}
         cases = [case for group in GROUPS if group in groups for case in makers[group](tmp, args.fixtures)
                  if args.only in case[0]]

@@ -140,6 +140,7 @@ def test_the_hook_registers_when_torch_is_imported_late_and_says_nothing_without
                       "o.SGD([__import__('torch').nn.Parameter(__import__('torch').ones(1))]).step()\n"
                       "import torch.optim.optimizer as m\nprint(len(m._global_optimizer_post_hooks))")
     assert late.stdout.strip() == "1" and len(recorded(tmp_path)) == 2
+    (tmp_path / "bare").mkdir()     # a run directory (the hook makes only its steps/ in it)
     bare = run_python(tmp_path / "bare", "import sys\nprint(any(type(f).__name__ == '_Finder' for f in sys.meta_path))")
     assert bare.stdout.strip() == "True" and bare.stderr == "" and not (tmp_path / "bare" / "steps").exists()
 
@@ -207,7 +208,7 @@ def test_the_hook_opens_nsys_capture_range_and_keeps_the_program_running(tmp_pat
     own = (tmp_path / "own" / "rank_wrapper.sh").read_text()
     assert "export HPCPROF_STEPS_DRIVE=0" in own and "HPCPROF_STEPS_CAPTURE" not in own
     assert "--capture-range-end" not in own and sorted(p.name for p in (tmp_path / "own" / "inject").iterdir()) == [
-        "_hpcprof_memory.py", "_hpcprof_steps.py", "sitecustomize.py"]
+        "_hpcprof_files.py", "_hpcprof_memory.py", "_hpcprof_steps.py", "sitecustomize.py"]
 
 
 def test_a_window_the_program_never_reached_is_said(tmp_path: Path) -> None:

@@ -52,12 +52,13 @@ RANK_ENV = frozenset({
 
 
 def check_rank_env(env: dict[str, str]) -> None:
-    """`check_env`, and no variable the launcher sets per rank."""
-    check_env(env)
+    """Set for every rank: shell identifiers, none that the launcher sets per rank (RANK, SLURM_PROCID, ...:
+    named first) nor hpcprof's own (HPCPROF_*), within the kernel's limits."""
     clash = sorted(RANK_ENV.intersection(env))
     if clash:
         raise ValueError(f"sets the launcher's rank variable {', '.join(clash)}: remove it "
                          "(each rank gets its own from the launcher)")
+    check_env(env)
 
 
 def check_sweep_fields(fields: list[tuple[str, str]]) -> None:

@@ -33,6 +33,8 @@ SITE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}")
 #: non-interactive bash, e.g. the rank wrapper) or that the job script itself uses.
 RESERVED_ENV = frozenset({"BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS", "IFS", "PS4",
                           "PROMPT_COMMAND", "RUN_DIR"})
+#: hpcprof's own variables (templates/rank_wrapper.sh.j2, hpcprof/inject): no experiment or site `env` sets them
+HOOK_ENV_PREFIX = "HPCPROF_"
 #: A value inside a #PBS/#SBATCH line (queue, account, ...), and a whole extra option line.
 DIRECTIVE_VALUE = re.compile(r"[A-Za-z0-9_.:@+&|,=/\-]+")
 DIRECTIVE_OPTION = re.compile(r"-[A-Za-z0-9_.:@+&|,=/\- ]*")
@@ -75,8 +77,8 @@ def env_bytes(name: str, value: str) -> int:
 
 
 def check_env(env: dict[str, str]) -> None:
-    """Environment variable names must be shell identifiers, and not ones bash acts on; each
-    variable and all together within the kernel's limits."""
+    """Environment variable names must be shell identifiers, not ones bash acts on nor hpcprof's own
+    (HPCPROF_*); each variable and all together within the kernel's limits."""
     for name, value in env.items():
         check_text(value)
         if env_bytes(name, value) - 8 > MAX_ENV_STRING:
@@ -85,6 +87,9 @@ def check_env(env: dict[str, str]) -> None:
                              "of the job would fail to start (E2BIG): pass large data in a file")
         if not ENV_NAME.fullmatch(name):
             raise ValueError(f"environment variable name {name!r} is not a valid identifier")
+        if name.startswith(HOOK_ENV_PREFIX):
+            raise ValueError(f"environment variable {name} is hpcprof's own (its rank wrapper and start-up hook "
+                             f"set the {HOOK_ENV_PREFIX}* variables from the experiment): remove it")
         if name in RESERVED_ENV:
             raise ValueError(f"environment variable {name} is reserved (bash or the job script "
                              f"uses it); not allowed: {', '.join(sorted(RESERVED_ENV))}")

@@ -8,7 +8,9 @@ $HPCPROF_RUN_DIR/forensics/:
   adds a block headed with its reason, time and main thread. A file that holds
   only the first line when the program exits is removed.
 - `exception_rank{R}.json`: the uncaught exception that ended the program (type, message, the
-  traceback's frames, time), written after Python printed the traceback.
+  traceback's frames, time), written after Python printed the traceback. Only the interpreter's
+  call of sys.excepthook counts: a program that shows a handled error through it (code.py, a
+  logging helper) pays nothing. The same process re-executing itself (os.execv) is armed again.
 - `memory_rank{R}.pickle`: where that exception is CUDA's OutOfMemoryError, PyTorch's memory
   snapshot at that moment (_hpcprof_memory.dump_snapshot).
 - `fr_rank{R}` / `fr_nccl_rank{R}`: PyTorch's Flight Recorder buffers (the one Gloo records into,
@@ -27,12 +29,19 @@ $HPCPROF_RUN_DIR/forensics/:
   waits HPCPROF_FORENSICS_WAIT seconds before it exits, so that the others dump before the
   launcher stops them.
 
+Invisible to the program: the watcher is a bare thread (not in threading.enumerate(), joined by no
+one); a forked child keeps every handler as it was, the stacks file's descriptor there pointed at
+/dev/null; the stacks file's descriptor is a high one, checked before the watcher writes (a program
+that closed it keeps its own files); only the `forensics/` directory is made. A bad setting or an
+unwritable run directory: one line on stderr, nothing armed.
+
 Nothing here imports torch: the Flight Recorder is dumped only where the program itself imported
 torch.distributed and initialised a process group.
 """
 
 from __future__ import annotations
 
+import _thread
 import atexit
 import faulthandler
 import os
@@ -40,7 +49,10 @@ import signal
 import sys
 import threading
 import time
-from types import TracebackType
+from types import FrameType, TracebackType
+
+from _hpcprof_files import number, open_high, ours, say, subdirectory
+from _hpcprof_files import rank as rank_setting
 
 #: what arm() set up: the forensics directory, this rank, the stacks file's descriptor, ... (json,
 #: pickle, traceback, typing and re are imported where used: at start-up they cost every rank ~20 ms)
@@ -48,18 +60,23 @@ _state: dict = {}
 
 
 def arm() -> None:
-    """Open the stacks file, hand it to faulthandler, hook uncaught exceptions, start the watcher."""
+    """Open the stacks file, hand it to faulthandler, hook uncaught exceptions, start the watcher.
+    A bad setting or a run directory it cannot write: one line, and nothing armed."""
+    try:
+        rank = rank_setting()
+        poll = number("HPCPROF_FORENSICS_POLL", "1", 0.01, 3600)
+        wait = number("HPCPROF_FORENSICS_WAIT", str(2 * poll + 0.5), 0, 3600)
+        directory = subdirectory(os.environ["HPCPROF_RUN_DIR"], "forensics")
+        path = os.path.join(directory, f"stacks_rank{rank}.txt")
+        fd, identity = open_high(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    except (OSError, ValueError) as exc:
+        say(f"hpcprof: forensics not armed ({type(exc).__name__}: {exc})")
+        return
     _legacy_names()
-    rank = os.environ.get("HPCPROF_RANK", "0")
-    directory = os.path.join(os.environ["HPCPROF_RUN_DIR"], "forensics")
-    os.makedirs(directory, exist_ok=True)
-    fd = os.open(os.path.join(directory, f"stacks_rank{rank}.txt"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     head = f"# hpcprof: rank {rank} pid {os.getpid()} host {os.uname().nodename} started {time.time():.3f}\n"
     os.write(fd, head.encode())
-    poll = float(os.environ.get("HPCPROF_FORENSICS_POLL", "1"))
-    _state.update(directory=directory, rank=rank, fd=fd, bare=os.fstat(fd).st_size, poll=poll,
-                  wait=float(os.environ.get("HPCPROF_FORENSICS_WAIT", str(2 * poll + 0.5))),
-                  request=os.path.join(directory, "dump.request"),
+    _state.update(directory=directory, rank=rank, fd=fd, identity=identity, path=path, bare=os.fstat(fd).st_size,
+                  poll=poll, wait=wait, pid=os.getpid(), request=os.path.join(directory, "dump.request"),
                   nccl_dump=os.environ.get("TORCH_FR_DUMP_TEMP_FILE") or os.environ.get("TORCH_NCCL_DEBUG_INFO_TEMP_FILE"))
     if not faulthandler.is_enabled():  # PYTHONFAULTHANDLER / -X faulthandler: the user's, to stderr
         faulthandler.enable(fd, all_threads=True)
@@ -72,15 +89,34 @@ def arm() -> None:
 
     def excepthook(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
         previous(kind, value, tb)  # the traceback first, as without hpcprof
+        if _state.get("pid") != os.getpid() or not _uncaught():
+            return  # a forked child's, or a handled error the program shows (code.InteractiveInterpreter)
         try:
             _on_exception(kind, value, tb)
         except Exception:
             pass
 
     sys.excepthook = excepthook
+    if previous is sys.__excepthook__:  # `sys.excepthook is sys.__excepthook__` holds as before (code.py's test)
+        sys.__excepthook__ = excepthook
     atexit.register(_at_exit)
     _state["seen"] = _stamp(_state["request"])
-    threading.Thread(target=_watch, name="hpcprof-forensics", daemon=True).start()
+    # a bare thread: not in threading.enumerate() nor active_count(), joined by no one, gone at exit
+    _thread.start_new_thread(_watch, ())
+
+
+def _uncaught() -> bool:
+    """Whether the interpreter called sys.excepthook (directly or through hooks chained to this one,
+    torch.distributed's) for an uncaught exception: the main thread's stack has unwound, no module's
+    code runs. A program showing a handled error (code.py, a logging helper) calls it from its code."""
+    if threading.get_ident() != threading.main_thread().ident:
+        return False
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "<module>":
+            return False
+        frame = frame.f_back
+    return True
 
 
 #: the Flight Recorder's variables (torch >= 2.8) -> the names torch before 2.8 reads
@@ -109,22 +145,25 @@ def _legacy_names() -> None:
 
 
 def _disarm_child() -> None:
-    """A forked child (a data loader worker) is not the rank: it writes nothing to the rank's files."""
-    faulthandler.disable()
-    faulthandler.unregister(signal.SIGUSR1)  # back to the handlers before (the defaults)
-    faulthandler.unregister(signal.SIGTERM)
-    sys.excepthook = sys.__excepthook__
+    """A forked child (a data loader worker) is not the rank: it writes nothing to the rank's files.
+    Its handlers stay as they are (the program's own, faulthandler's): the stacks file's descriptor,
+    where still the rank's, becomes /dev/null, so what faulthandler writes there goes nowhere."""
+    fd = _state.get("fd")
+    if fd is not None and ours(fd, _state.get("identity")):
+        null = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
+        os.dup2(null, fd, inheritable=False)
+        os.close(null)
     _state.clear()
 
 
 def _at_exit() -> None:
     """Remove the stacks file when nothing but its first line was written."""
     fd = _state.get("fd")
-    if fd is None:
+    if fd is None or not ours(fd, _state.get("identity")):
         return
     try:
         if os.fstat(fd).st_size <= _state["bare"]:
-            os.unlink(os.path.join(_state["directory"], f"stacks_rank{_state['rank']}.txt"))
+            os.unlink(_state["path"])
     except OSError:
         pass
 
@@ -153,9 +192,18 @@ def _nccl_dumped() -> bool:
 
 
 def _watch() -> None:
-    """Dump on every new dump.request, and once when a rank's Flight Recorder dumped (_nccl_dumped)."""
+    """Dump on every new dump.request, and once when a rank's Flight Recorder dumped (_nccl_dumped);
+    a failure ends the watch in silence (the program's stderr is its own)."""
+    try:
+        _watching()
+    except BaseException:
+        pass
+
+
+def _watching() -> None:
+    poll = _state["poll"]
     while True:
-        time.sleep(_state["poll"])
+        time.sleep(poll)
         if not _state:
             return
         if _nccl_dumped():
@@ -173,13 +221,22 @@ def _watch() -> None:
             _dump(reason)
 
 
+def _stacks() -> int:
+    """The stacks file's descriptor; where the program closed it (and maybe reused its number for a
+    file of its own), the file opened again by its path."""
+    if not ours(_state["fd"], _state["identity"]):
+        _state["fd"], _state["identity"] = open_high(_state["path"], os.O_WRONLY | os.O_APPEND)
+    return int(_state["fd"])
+
+
 def _dump(reason: str) -> None:
     now = time.time()
     main = threading.main_thread().ident or 0
-    os.write(_state["fd"], f"# hpcprof: stacks of rank {_state['rank']} pid {os.getpid()} at {now:.3f} "
-                           f"({reason}); main thread 0x{main:016x}\n".encode())
-    faulthandler.dump_traceback(_state["fd"], all_threads=True)
-    os.write(_state["fd"], b"\n")
+    fd = _stacks()
+    os.write(fd, f"# hpcprof: stacks of rank {_state['rank']} pid {os.getpid()} at {now:.3f} "
+                 f"({reason}); main thread 0x{main:016x}\n".encode())
+    faulthandler.dump_traceback(fd, all_threads=True)
+    os.write(fd, b"\n")
     _flight_recorder(reason, replace=True)
 
 
@@ -234,7 +291,7 @@ def _flight_recorder(reason: str, replace: bool) -> None:
             data["hpcprof"] = note
             _write(path, pickle.dumps(data))
         except Exception as exc:  # one buffer that cannot be dumped does not stop the other
-            os.write(_state["fd"], f"# hpcprof: {function} failed: {type(exc).__name__}: {exc}\n".encode())
+            os.write(_stacks(), f"# hpcprof: {function} failed: {type(exc).__name__}: {exc}\n".encode())
 
 
 def _request(reason: str) -> bool:

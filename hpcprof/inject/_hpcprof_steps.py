@@ -32,16 +32,21 @@ then on:
   rank: with HPCPROF_STEPS_CAPTURE=1 (nsys `capture_range: cudaProfilerApi`, ncu
   `profile_from_start: false`), cudaProfilerStart at the end of step skip and, after the GPU
   finished, cudaProfilerStop at the end of step skip+count; under `profile.tool: torch`, a
-  torch.profiler started at the end of the first step whose schedule makes steps skip+1 ..
+  torch.profiler started at the end of step skip-warmup whose schedule makes steps skip+1 ..
   skip+count+1 its active `ProfilerStep`s (one more than the window: a trace reader drops the
   last, possibly truncated, step as HTA does), its warm-up taken from the skipped steps
   (HPCPROF_TORCH_SCHEDULE's warmup), its trace written to
-  $HPCPROF_PROFILE_DIR/rank{R}.pt.trace.json[.gz] and the profiler stopped after it.
+  $HPCPROF_PROFILE_DIR/rank{R}.pt.trace.json[.gz] and the profiler stopped after it. A program
+  whose own profiler records when the hook's would start, or starts during the hook's warm-up,
+  keeps it: the hook's profiler steps aside with one line (one started while the hook's records
+  is not seen).
 
 The hooks read the clock, write a line and call NVTX: they change nothing the program computes
-(benchmarks/step_hook.py measures their cost). A failure is one line on stderr and the hooks
-step aside; the program runs on. Standard library only; torch is used only once the program
-imported it.
+(benchmarks/step_hook.py measures their cost). A bad setting or a failure is one line on stderr
+(where the program has one) and the hooks step aside; the program runs on. The steps file is
+written through a high descriptor checked before each line (a program that closed it keeps its own
+files), and only its `steps/` directory is ever made (a removed run directory stays removed).
+Standard library only; torch is used only once the program imported it.
 """
 
 from __future__ import annotations
@@ -55,6 +60,8 @@ import weakref
 from typing import Any
 
 import _hpcprof_memory
+from _hpcprof_files import Identity, open_high, ours, say, subdirectory, whole
+from _hpcprof_files import rank as rank_setting
 
 #: the NVTX range of a step in the window, and of any other step (hpcprof.config.profile names them too)
 STEP_RANGE = "hpcprof:step"
@@ -68,16 +75,18 @@ class _State:
 
     def __init__(self) -> None:
         env = os.environ
-        self.rank = env.get("HPCPROF_RANK", "0")
-        self.skip = int(env.get("HPCPROF_STEPS_SKIP", "5"))
-        self.count = int(env.get("HPCPROF_STEPS_COUNT", "10"))
+        self.rank = rank_setting()
+        self.skip = whole("HPCPROF_STEPS_SKIP", "5", 0, 10**9)
+        self.count = whole("HPCPROF_STEPS_COUNT", "10", 1, 10**9)
         self.tool = env.get("HPCPROF_PROFILE_TOOL", "none")
         drive = env.get("HPCPROF_STEPS_DRIVE") == "1" and self.tool != "none"
         self.capture = drive and env.get("HPCPROF_STEPS_CAPTURE") == "1"
         self.torch_profile = drive and self.tool == "torch"
-        self.directory = os.path.join(env["HPCPROF_RUN_DIR"], "steps")
+        self.run_dir = env["HPCPROF_RUN_DIR"]
+        self.path = os.path.join(self.run_dir, "steps", f"rank{self.rank}.jsonl")
         self.off = False                # a failure, another process records, or a forked child
         self.fd: int | None = None      # the steps file, once claimed
+        self.identity: Identity | None = None
         self.step = 0
         self.last_ns = 0                # perf_counter_ns at the end of the previous step
         self.lead: weakref.ref[Any] | None = None
@@ -92,8 +101,10 @@ _state: _State | None = None
 
 
 def arm() -> None:
-    """Register the hooks now if torch.optim is imported, else when it is."""
+    """Register the hooks now if torch.optim is imported, else when it is (once per process)."""
     global _state
+    if _state is not None:
+        return
     try:
         _state = _State()
         module = sys.modules.get(WATCHED)
@@ -148,7 +159,7 @@ def _register(module: Any) -> None:
 def _fail(what: str, exc: BaseException) -> None:
     if _state is not None:
         _state.off = True
-    sys.stderr.write(f"hpcprof: optimizer step hook {what} ({type(exc).__name__}: {exc})\n")
+    say(f"hpcprof: optimizer step hook {what} ({type(exc).__name__}: {exc})")
 
 
 def _fork_child() -> None:
@@ -205,21 +216,23 @@ def _step_ended(state: _State, now: int) -> None:
         state.nvtx.range_end(state.range)
         state.range = None
     length = "null" if step == 1 else str(now - state.last_ns)
-    assert state.fd is not None
     memory = _hpcprof_memory.step_peaks()
-    os.write(state.fd, f'{{"step":{step},"end_ns":{time.time_ns()},"ns":{length}{memory}}}\n'.encode())
+    _append(state, f'{{"step":{step},"end_ns":{time.time_ns()},"ns":{length}{memory}}}\n')
     last = state.skip + state.count
     _hpcprof_memory.history(step, state.skip, last, int(os.environ.get("HPCPROF_MEMORY_HISTORY", "0")), state.rank)
     if state.profiler is not None:
-        state.profiler.step()
-        if step > last:         # the trace of steps skip+1 .. last+1 is written
-            state.profiler.stop()
-            state.profiler = None
-    elif state.torch_profile and step == 1:
+        if _foreign_profiler(state.profiler):
+            state.profiler = None       # the program's now: neither stepped nor stopped by the hook
+            _leave_profiler()
+        else:
+            state.profiler.step()
+            if step > last:             # the trace of steps skip+1 .. last+1 is written
+                state.profiler.stop()
+                state.profiler = None
+    elif state.torch_profile and step == max(1, state.skip - _warmup(state)):
+        state.torch_profile = False
         if _profiling():
-            state.torch_profile = False
-            sys.stderr.write("hpcprof: the program runs its own torch.profiler: the step hook leaves it the window "
-                             "(set profile.window.opened_by_program: true)\n")
+            _leave_profiler()
         else:
             state.profiler = _torch_profiler(state)
             state.profiler.start()
@@ -243,23 +256,31 @@ def _step_ended(state: _State, now: int) -> None:
 
 def _claim(state: _State) -> bool:
     """Open the rank's steps file, first process only; find NVTX. False: another process records."""
-    os.makedirs(state.directory, exist_ok=True)
-    path = os.path.join(state.directory, f"rank{state.rank}.jsonl")
+    subdirectory(state.run_dir, "steps")
     try:
-        state.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL, 0o644)
+        state.fd, state.identity = open_high(state.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL)
     except FileExistsError:
         state.off = True
-        sys.stderr.write(f"hpcprof: optimizer steps of pid {os.getpid()} not recorded: {path} is another "
-                         "process's of this rank\n")
+        say(f"hpcprof: optimizer steps of pid {os.getpid()} not recorded: {state.path} is another "
+            "process's of this rank")
         return False
     header = {"rank": int(state.rank), "pid": os.getpid(), "host": os.uname().nodename, "tool": state.tool,
               "skip": state.skip, "steps": state.count, **_hpcprof_memory.header()}
-    os.write(state.fd, (_json(header) + "\n").encode())
+    _append(state, _json(header) + "\n")
     import torch
 
     state.nvtx = torch.cuda.nvtx if hasattr(torch._C, "_nvtx") else None   # a CPU build has no NVTX
     atexit.register(_close, state)
     return True
+
+
+def _append(state: _State, line: str) -> None:
+    """One line onto the steps file; a descriptor the program closed (or reused for a file of its
+    own) is left to it, and the file opened again by its path (never made anew)."""
+    if not ours(state.fd, state.identity):
+        state.fd, state.identity = open_high(state.path, os.O_WRONLY | os.O_APPEND)
+    assert state.fd is not None
+    os.write(state.fd, line.encode())
 
 
 def _json(values: dict[str, Any]) -> str:
@@ -275,6 +296,28 @@ def _profiling() -> bool:
     return bool(torch._C._autograd._profiler_enabled())
 
 
+def _foreign_profiler(profiler: Any) -> bool:
+    """The hook's profiler is in its warm-up (prepared, not recording) yet a profiler records: the
+    program started its own, which the hook's would stop under it."""
+    import torch
+
+    return profiler.current_action == torch.profiler.ProfilerAction.WARMUP and _profiling()
+
+
+def _leave_profiler() -> None:
+    say("hpcprof: the program runs its own torch.profiler: the step hook leaves it the window "
+        "(set profile.window.opened_by_program: true)")
+
+
+def _warmup(state: _State) -> int:
+    """The torch.profiler's warm-up steps: HPCPROF_TORCH_SCHEDULE's, within the skipped steps."""
+    schedule = dict(item.split("=", 1) for item in os.environ.get("HPCPROF_TORCH_SCHEDULE", "").split(",") if "=" in item)
+    text = schedule.get("warmup", "1")
+    if not (text.isascii() and text.isdigit() and len(text) <= 9):
+        raise ValueError(f"HPCPROF_TORCH_SCHEDULE's warmup={text[:40]!r} is not a whole number")
+    return max(0, min(int(text), state.skip - 1))
+
+
 def _cuda_in_use() -> bool:
     """The program initialised CUDA (the capture range is a CUDA call; none is made for a CPU program)."""
     torch = sys.modules.get("torch")
@@ -282,17 +325,18 @@ def _cuda_in_use() -> bool:
 
 
 def _torch_profiler(state: _State) -> Any:
-    """torch.profiler over steps skip+1 .. skip+count+1, started at the end of step 1 (see the module)."""
+    """torch.profiler over steps skip+1 .. skip+count+1, started at the end of step skip-warmup, its
+    warm-up's first step ProfilerStep#0 (see the module)."""
     import torch
 
-    schedule = dict(item.split("=", 1) for item in os.environ.get("HPCPROF_TORCH_SCHEDULE", "").split(",") if "=" in item)
-    warmup = min(int(schedule.get("warmup", "1")), state.skip - 1)
+    warmup = _warmup(state)
     gzip = os.environ.get("HPCPROF_TORCH_GZIP") == "1"
-    directory = os.environ.get("HPCPROF_PROFILE_DIR") or os.path.join(os.environ["HPCPROF_RUN_DIR"], "profiles", "torch")
+    directory = os.environ.get("HPCPROF_PROFILE_DIR") or os.path.join(state.run_dir, "profiles", "torch")
     path = os.path.join(directory, f"rank{state.rank}.pt.trace.json" + (".gz" if gzip else ""))
 
     def write(profile: Any) -> None:
-        os.makedirs(directory, exist_ok=True)
+        if not os.path.isdir(directory):    # the wrapper makes it; a removed one stays removed
+            raise FileNotFoundError(f"{directory} is gone")
         profile.export_chrome_trace(path)
 
     activities = [torch.profiler.ProfilerActivity.CPU]
@@ -300,7 +344,7 @@ def _torch_profiler(state: _State) -> Any:
         activities.append(torch.profiler.ProfilerActivity.CUDA)
     return torch.profiler.profile(
         activities=activities, record_shapes=True, on_trace_ready=write,
-        schedule=torch.profiler.schedule(wait=state.skip - 1 - warmup, warmup=warmup, active=state.count + 1, repeat=1))
+        schedule=torch.profiler.schedule(wait=0, warmup=warmup, active=state.count + 1, repeat=1))
 
 
 def _close(state: _State) -> None:

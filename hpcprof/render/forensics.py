@@ -15,7 +15,7 @@ from hpcprof.render.steps import steps_env
 
 #: the start-up hook's modules, copied into a run's inject/ directory (the forensics', the step hook's where armed)
 INJECT_DIR = Path(__file__).resolve().parents[1] / "inject"
-INJECT_FILES = ("sitecustomize.py", "_hpcprof_forensics.py", "_hpcprof_memory.py")
+INJECT_FILES = ("sitecustomize.py", "_hpcprof_files.py", "_hpcprof_forensics.py", "_hpcprof_memory.py")
 STEPS_FILES = ("_hpcprof_steps.py", "_hpcprof_memory.py")
 
 
@@ -25,7 +25,7 @@ def inject_files(point: Point) -> dict[str, str]:
     names = list(dict.fromkeys([*(INJECT_FILES if point.experiment.forensics.enabled else ()),
                                 *(STEPS_FILES if steps_env(point) else ())]))
     if names and names[0] != INJECT_FILES[0]:
-        names.insert(0, INJECT_FILES[0])
+        names[:0] = INJECT_FILES[:2]    # the hook and what its modules share
     return {f"inject/{name}": (INJECT_DIR / name).read_text() for name in names}
 
 
