@@ -206,6 +206,10 @@ def _step_ended(state: _State, now: int) -> None:
     assert state.fd is not None
     os.write(state.fd, f'{{"step":{step},"end_ns":{time.time_ns()},"ns":{length}}}\n'.encode())
     last = state.skip + state.count
+    if step in (state.skip, last):  # the window's edges: the stack sampler's too
+        import _hpcprof_sampler
+
+        _hpcprof_sampler.window(step == state.skip, state.rank)
     if state.profiler is not None:
         state.profiler.step()
         if step > last:         # the trace of steps skip+1 .. last+1 is written

@@ -17,12 +17,14 @@ from hpcprof.render.steps import steps_env
 INJECT_DIR = Path(__file__).resolve().parents[1] / "inject"
 INJECT_FILES = ("sitecustomize.py", "_hpcprof_forensics.py")
 STEPS_FILE = "_hpcprof_steps.py"
+#: the stack sampler the step hook arms over the window
+SAMPLER_FILE = "_hpcprof_sampler.py"
 
 
 def inject_files(point: Point) -> dict[str, str]:
     """The run's inject/ files (relative path -> text): sitecustomize with the forensics module and the
     step hook's, each where it is armed; none when neither is."""
-    names = [*(INJECT_FILES if point.experiment.forensics.enabled else ()), *((STEPS_FILE,) if steps_env(point) else ())]
+    names = [*(INJECT_FILES if point.experiment.forensics.enabled else ()), *((STEPS_FILE, SAMPLER_FILE) if steps_env(point) else ())]
     if names and names[0] != INJECT_FILES[0]:
         names.insert(0, INJECT_FILES[0])
     return {f"inject/{name}": (INJECT_DIR / name).read_text() for name in names}
