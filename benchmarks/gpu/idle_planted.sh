@@ -8,6 +8,7 @@
 # measurement (own.json). Small fixtures go to $OUT/idle_planted/TOOL-CAUSE/: own.json,
 # steps/rank0.jsonl, samples/rank0.jsonl, the torch trace (.json.gz) or the nsys export
 # (VACUUMed, xz); the launch program runs 300 tiny ops (600 kernels) a step to keep them small.
+# Then the stack sampler's overhead on this host (benchmarks/sampler_overhead.py).
 #   OUT=/some/dir bash benchmarks/gpu/idle_planted.sh        (from the repository root; < 6 min)
 set -u
 OUT=${OUT:?set OUT to the output directory}
@@ -48,6 +49,8 @@ rm -rf "$WORK" && mkdir -p "$WORK" "$OUT/idle_planted"
       fi
     done
   done
+  # the stack sampler's own cost per step on this host's CPU (sampler off against every 5 ms)
+  python3 benchmarks/sampler_overhead.py --steps 30 --repeat 5 --out "$OUT/sampler_overhead_gpu_host.txt"
   du -sh "$OUT/idle_planted"
   find "$OUT/idle_planted" -type f -printf '%s %p\n' | sort -n | tail -20
 } 2>&1 | tee "$OUT/idle_planted.txt"
