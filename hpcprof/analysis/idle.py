@@ -169,7 +169,7 @@ def _lines(t: Timeline, where: Intervals) -> tuple[str, str]:
 
 def fix(cause: str, ms: float, at: str, evidence: dict[str, str]) -> str:
     """The fix for a cause, its saving bounded by the idle it can remove (`ms` per step)."""
-    where = f" at {at}" if at else ""
+    where = f" at {short(at)}" if at else ""
     bound = f"saves up to {ms:.1f} ms/step"
     return {
         "gc": f"gc.freeze() after start-up or gc.disable() in the loop with gc.collect() between epochs: {bound}",
@@ -269,3 +269,26 @@ def add_samples(t: Timeline, path: Path | None, offset_ns: float) -> None:
     t.sample_at = [at[i] for i in order]
     t.sample_in = [kinds[i] for i in order]
     t.host["gc"] = intervals((collections[:, 0] - offset_ns) / 1000, (collections[:, 1] - offset_ns) / 1000)
+
+
+def across_ranks(frame: pd.DataFrame) -> pd.DataFrame:
+    """The named causes over ranks: per cause the mean ms per step and % of idle, and the line, detail
+    and fix of the rank where it costs most; largest first (the report's verdict, compare)."""
+    import pandas as pd
+
+    chosen = frame[frame["cause"].isin(named(frame)["cause"])]
+    if chosen.empty:
+        return pd.DataFrame(columns=["cause", "ms_per_step", "pct_of_idle", "pct_of_step", "at", "via", "detail", "fix"])
+    means = chosen.groupby("cause", sort=False)[["ms_per_step", "pct_of_idle", "pct_of_step"]].mean()
+    worst = chosen.loc[chosen.groupby("cause", sort=False)["ms_per_step"].idxmax(), ["cause", "at", "via", "detail"]]
+    out = means.reset_index().merge(worst, on="cause")
+    out = out[out["pct_of_step"] >= NAMED_PCT_OF_STEP]
+    out["fix"] = [fix(r.cause, r.ms_per_step, r.at, {r.cause: r.detail}) for r in out.itertuples()]
+    return pd.DataFrame(out).sort_values("ms_per_step", ascending=False, kind="stable", ignore_index=True)
+
+
+def short(at: str) -> str:
+    """`data.py:41 in __getitem__` of a sampler frame `/path/to/data.py:41:__getitem__`."""
+    path, _, rest = at.rpartition("/")[2].partition(":")
+    line, _, function = rest.partition(":")
+    return f"{path}:{line} in {function}" if function else at
