@@ -97,3 +97,40 @@ def test_control_gets_no_cause_and_the_cli_says_so(tmp_path: Path) -> None:
                           "--all-causes"], capture_output=True, text=True, env=os.environ | {"PYTHONPATH": str(REPO)})
     assert out.returncode == 0, out.stderr
     assert [line.split(",")[4] for line in out.stdout.splitlines()[1:]] == list(I.CAUSES)
+
+
+GPU = Path(__file__).parent / "fixtures" / "idle_gpu"
+
+
+@pytest.mark.parametrize("cause", ["input", "sync", "launch", "control"])
+def test_planted_programs_on_the_gpu(cause: str) -> None:
+    """The planted programs' torch.profiler traces and stack samples from one H200 (fixtures/idle_gpu,
+    made by benchmarks/gpu/idle_planted.sh): each cause named first, within 25 % of the program's own
+    measurement, at its line; the control gets no cause."""
+    from hpcprof.analysis.trace.idle import timeline
+
+    folder = GPU / f"torch-{cause}"
+    own = json.loads((folder / "own.json").read_text())
+    frame = I.attribute([timeline(folder / "profiles" / "rank0.pt.trace.json.gz")])
+    assert frame["ms_per_step"].sum() == pytest.approx(frame["idle_ms"].iloc[0])
+    found = I.named(frame)
+    if cause == "control":
+        assert own["cause"] is None and found.empty, found
+        return
+    top = found.iloc[0]
+    assert top["cause"] == cause and len(found) == 1, found
+    assert top["ms_per_step"] == pytest.approx(own["ms_per_step"], rel=0.25)
+    source = PLANTED.read_text().splitlines()
+    planted_line = int(str(own["line"]).split(":")[1])
+    at_line = int(top["at"].split(":")[-2])
+    assert top["at"].rsplit(":", 2)[0].endswith("benchmarks/gpu/idle_planted.py")
+    if cause == "input":     # the step's call into the DataLoader (the samples fell in its collation)
+        assert "next(loader)" in source[at_line - 1] or top["at"].endswith(":__getitem__"), top["at"]
+    elif cause == "sync":    # the host work right after the planted .item()
+        via_line = int(top["via"].split(":")[-2])
+        assert 0 < via_line - planted_line <= 2 and "aten::item x1/step" in top["detail"], top.to_dict()
+    else:                    # the tiny ops' line itself; the kernels per step and the launch against the kernel
+        assert at_line == planted_line
+        # the 600 tiny kernels and the 9 of the step's Linear forward, backward and SGD step (9 a step in
+        # the input and sync programs' traces too)
+        assert top["detail"].startswith(f"{own['kernels_per_step'] + 9} kernels a step"), top["detail"]
