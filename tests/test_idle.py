@@ -134,3 +134,35 @@ def test_planted_programs_on_the_gpu(cause: str) -> None:
         # the 600 tiny kernels and the 9 of the step's Linear forward, backward and SGD step (9 a step in
         # the input and sync programs' traces too)
         assert top["detail"].startswith(f"{own['kernels_per_step'] + 9} kernels a step"), top["detail"]
+
+
+@pytest.mark.parametrize("cause", ["input", "sync", "launch", "control"])
+def test_planted_programs_under_nsys(cause: str, tmp_path: Path) -> None:
+    """The same programs under nsys (fixtures/idle_gpu/nsys-*: the export trimmed to the tables the
+    attribution reads): the causes from the runtime calls and the stack samples (nsys sees no
+    DataLoader annotation: the samples name the input), within 25 % of the program's own time; the
+    control gets none; `hpcprof nsys causes` says the same."""
+    import lzma
+
+    from hpcprof.analysis.nsys.idle import timeline
+
+    folder = GPU / f"nsys-{cause}"
+    export = tmp_path / "rank0.sqlite"
+    export.write_bytes(lzma.decompress((folder / "profiles" / "rank0.sqlite.xz").read_bytes()))
+    own = json.loads((folder / "own.json").read_text())
+    frame = I.attribute([timeline(export, 0, folder / "samples" / "rank0.jsonl")])
+    assert frame["ms_per_step"].sum() == pytest.approx(frame["idle_ms"].iloc[0])
+    found = I.named(frame)
+    if cause == "control":
+        assert found.empty, found
+        return
+    assert list(found["cause"]) == [cause]
+    assert found["ms_per_step"].iloc[0] == pytest.approx(own["ms_per_step"], rel=0.25)
+    at = found["at"].iloc[0]
+    expected = {"input": ":__getitem__", "sync": ":host_work", "launch": f":{own['line'].split(':')[1]}:run"}[cause]
+    assert at.rsplit(":", 2)[0].endswith("idle_planted.py") and expected in at, at
+    (tmp_path / "samples").mkdir()
+    (tmp_path / "samples" / "rank0.jsonl").write_bytes((folder / "samples" / "rank0.jsonl").read_bytes())
+    out = subprocess.run([sys.executable, "-m", "hpcprof", "nsys", "causes", str(export), "--format", "csv"],
+                         capture_output=True, text=True, env=os.environ | {"PYTHONPATH": str(REPO)})
+    assert out.returncode == 0 and out.stdout.splitlines()[1].split(",")[4] == cause, out.stdout + out.stderr
