@@ -228,9 +228,9 @@ def test_render_arms_every_scheduler(tmp_path: Path) -> None:
     assert "sleep 300 &" in script and "--signal" not in script  # 600 s walltime: warned at half of it
     assert f"export PYTHONPATH={out}/inject${{PYTHONPATH:+:$PYTHONPATH}}" in wrapper
     assert "hp_unset TORCH_FR_BUFFER_SIZE && export TORCH_FR_BUFFER_SIZE=2000" in wrapper
-    assert sorted(p.name for p in (out / "inject").iterdir()) == ["_hpcprof_files.py", "_hpcprof_forensics.py",
-                                                                  "_hpcprof_memory.py", "_hpcprof_steps.py",
-                                                                  "sitecustomize.py"]  # a command: the step hook too
+    assert sorted(p.name for p in (out / "inject").iterdir()) == [
+        "_hpcprof_files.py", "_hpcprof_forensics.py", "_hpcprof_memory.py", "_hpcprof_sampler.py", "_hpcprof_steps.py",
+        "sitecustomize.py"]  # a command: the step hook too
     # the experiment's own value wins: exported by the job before the wrapper runs
     env = {"TORCH_FR_BUFFER_SIZE": "64", "HPCPROF_RANK": "0", "PMI_RANK": "0", "PMI_LOCAL_RANK": "0"}
     shown = subprocess.run(["bash", str(out / "rank_wrapper.sh"), "bash", "-c", "echo $TORCH_FR_BUFFER_SIZE "

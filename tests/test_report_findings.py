@@ -459,3 +459,35 @@ def test_a_trainers_collectives_get_a_fix_against_the_ceiling_nearest_in_size(ca
     assert fix.saves_ms == pytest.approx(42.0 / step.iterations * (1 - 95.0 / 200.0))
     assert "(16 MiB float32, NCCL's API, one CUDA graph of the calls)" in fix.action and "(now 47.50 %)" in fix.action
     assert any(re.match(r"AllReduce \(16-32 MiB\) 95(\.0+)? GB/s = 47\.50 % of the ceiling", said) for said in found.rates)
+
+
+def test_a_host_bound_runs_first_screen_names_the_idle_cause_and_line(campaign: tuple[Path, str],
+                                                                      tmp_path: Path) -> None:
+    """A run whose idle_causes table (hpcprof.analysis.idle) names a slow dataset: the first screen's
+    GPU idle part names the cause and its line, and its fix is the input pipeline's, bounded by that
+    cause's share of the idle time (the Echo ws2 run, copied, given the table)."""
+    import shutil
+
+    from hpcprof.analysis import idle as I
+    from hpcprof.report import limits, sweep
+    from hpcprof.report.runs import load, select_runs
+    from hpcprof.results import write_table
+
+    workdir = tmp_path / "work"
+    shutil.copytree(campaign[0], workdir, symlinks=True)
+    points = sweep.sweep_points(load(select_runs((ECHO,), workdir), require_collected=True, one_workload=True), None)
+    ws2 = max(points, key=lambda p: p.first.record.world_size)
+    t = I.Timeline(rank=0, steps=(np.array([0.0]), np.array([1000.0])), busy=I.intervals([0], [400]),
+                   host={"input": I.intervals([400], [850])}, sync_ops=I.intervals([], []),
+                   sample_t=np.array([500.0, 600.0]), sample_at=["/src/data.py:41:__getitem__;/src/train.py:9:main"] * 2,
+                   sample_in=["input", "input"])
+    write_table(ws2.first.run.path, c.TORCH_IDLE_CAUSES.name, I.attribute([t]))   # input 450 of 600 µs idle: 75 %
+    found = {d.point: d for d in limits.diagnoses(points)}[ws2.label]
+    idle = next(p for p in found.parts if p.name == "GPU idle")
+    assert "input 75.00 % at data.py:41 in __getitem__" in idle.detail
+    [fix] = [f for f in found.fixes if f.action.startswith("input: ")]
+    assert "num_workers" in fix.action and fix.saves_ms == pytest.approx(idle.ms * 0.75)
+    done = hpcprof("report", ws2.first.run.run_id, workdir=workdir, env={**__import__("os").environ, "COLUMNS": "400"})
+    assert done.returncode == 0, done.stderr
+    block = " ".join(diagnosis_block(done.stdout))   # idle is not this run's limiter: its fix names the line
+    assert "input: DataLoader(num_workers=N" in block and "the work at data.py:41 in __getitem__ out of the step" in block

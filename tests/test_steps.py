@@ -208,7 +208,7 @@ def test_the_hook_opens_nsys_capture_range_and_keeps_the_program_running(tmp_pat
     own = (tmp_path / "own" / "rank_wrapper.sh").read_text()
     assert "export HPCPROF_STEPS_DRIVE=0" in own and "HPCPROF_STEPS_CAPTURE" not in own
     assert "--capture-range-end" not in own and sorted(p.name for p in (tmp_path / "own" / "inject").iterdir()) == [
-        "_hpcprof_files.py", "_hpcprof_memory.py", "_hpcprof_steps.py", "sitecustomize.py"]
+        "_hpcprof_files.py", "_hpcprof_memory.py", "_hpcprof_sampler.py", "_hpcprof_steps.py", "sitecustomize.py"]
 
 
 def test_a_window_the_program_never_reached_is_said(tmp_path: Path) -> None:

@@ -220,6 +220,10 @@ def _step_ended(state: _State, now: int) -> None:
     _append(state, f'{{"step":{step},"end_ns":{time.time_ns()},"ns":{length}{memory}}}\n')
     last = state.skip + state.count
     _hpcprof_memory.history(step, state.skip, last, int(os.environ.get("HPCPROF_MEMORY_HISTORY", "0")), state.rank)
+    if step in (state.skip, last):  # the window's edges: the stack sampler's too
+        import _hpcprof_sampler
+
+        _hpcprof_sampler.window(step == state.skip, state.rank)
     if state.profiler is not None:
         if _foreign_profiler(state.profiler):
             state.profiler = None       # the program's now: neither stepped nor stopped by the hook

@@ -16,7 +16,8 @@ from hpcprof.render.steps import steps_env
 #: the start-up hook's modules, copied into a run's inject/ directory (the forensics', the step hook's where armed)
 INJECT_DIR = Path(__file__).resolve().parents[1] / "inject"
 INJECT_FILES = ("sitecustomize.py", "_hpcprof_files.py", "_hpcprof_forensics.py", "_hpcprof_memory.py")
-STEPS_FILES = ("_hpcprof_steps.py", "_hpcprof_memory.py")
+#: the step hook and what it arms: the memory recorder, the stack sampler over the window
+STEPS_FILES = ("_hpcprof_steps.py", "_hpcprof_memory.py", "_hpcprof_sampler.py")
 
 
 def inject_files(point: Point) -> dict[str, str]:

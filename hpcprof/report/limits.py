@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from hpcprof import catalog as c
+from hpcprof.analysis.idle import across_ranks, short
 from hpcprof.report import sweep
 from hpcprof.report.sweep import Point
 from hpcprof.report.terminal import format_value
@@ -215,6 +216,14 @@ def collective_fixes(point: Point, bounds: pd.DataFrame, step: Step) -> tuple[li
     return fixes, said
 
 
+def idle_causes(point: Point) -> pd.DataFrame | None:
+    """The named causes of the point's first run's GPU idle (hpcprof.analysis.idle), None without the table."""
+    from hpcprof.results import read_table
+
+    frame = read_table(point.first.run.path, c.TORCH_IDLE_CAUSES.name)
+    return across_ranks(frame) if frame is not None and not frame.empty else None
+
+
 def diagnose(point: Point, bounds: pd.DataFrame, stragglers: pd.DataFrame, series: pd.DataFrame) -> Diagnosis | None:
     """The diagnosis of one point (None without a step time or GPU categories)."""
     step = step_time(point)
@@ -237,10 +246,12 @@ def diagnose(point: Point, bounds: pd.DataFrame, stragglers: pd.DataFrame, serie
                           "kernel's time includes its wait for the other ranks"))
     if copies:
         parts.append(Part("copies", sum(copies.values()), ", ".join(f"{k} {ms(v)}" for k, v in copies.items())))
+    causes = idle_causes(point)
     if idle_pct is not None:
-        parts.append(Part("GPU idle", window * idle_pct / 100.0,
-                          f"{format_value(idle_pct)} % of the window: the GPU waited for the host (launches, "
-                          "synchronisation, input)"))
+        parts.append(Part("GPU idle", window * idle_pct / 100.0, f"{format_value(idle_pct)} % of the window: " + (
+            "; ".join(f"{r.cause} {format_value(r.pct_of_idle)} %" + (f" at {short(r.at)}" if r.at else "")
+                      for r in causes.itertuples()) if causes is not None and not causes.empty else
+            "the GPU waited for the host (launches, synchronisation, input)")))
     fixes = []
     for name, value in sorted(comm.items(), key=lambda kv: -kv[1]):
         exposed = min(value * (1.0 - overlap), compute_ms)
@@ -254,7 +265,11 @@ def diagnose(point: Point, bounds: pd.DataFrame, stragglers: pd.DataFrame, serie
     if copies:
         fixes.append(Fix("remove or overlap the copies (pinned memory, non_blocking, fewer host round trips)",
                          sum(copies.values()), "their time"))
-    if idle_pct:
+    if idle_pct and causes is not None and not causes.empty:
+        fixes += [Fix(f"{r.cause}: {r.fix.rpartition(': saves up to')[0]}", window * idle_pct / 100.0 * r.pct_of_idle / 100.0,
+                      f"the idle time of this cause ({format_value(r.pct_of_idle)} % of the idle)")
+                  for r in causes.itertuples()]
+    elif idle_pct:
         fixes.append(Fix("keep the GPU fed (CUDA graphs or fewer launches, no synchronisation in the step, a "
                          "faster input pipeline)", window * idle_pct / 100.0, "the idle time"))
     if step_ms - window > 0:

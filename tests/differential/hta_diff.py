@@ -84,6 +84,16 @@ def analyses(directory: Path) -> dict[str, Callable[[], str | None]]:
                 return f"rank {rank}: {diff}"
         return None
 
+    def queue() -> str | None:
+        """HTA's summary has its (rank, stream) index and a column level ("queue_length") that
+        to_csv(index=False) would drop: compared with them as columns."""
+        theirs = hta.get_queue_length_summary(ranks=ranks)
+        ours = A.queue_length_summary(traces)
+        if theirs is None:
+            return None if ours.empty else f"HTA no queue, hpcprof {len(ours)} rows"
+        theirs.columns = theirs.columns.droplevel(0)
+        return _csv_diff(ours, theirs.reset_index())
+
     def kernel_types() -> str | None:
         """HTA may list a type whose overlap lasts 0 µs (depending on its sort of equal times);
         hpcprof leaves those out: the other rows, byte for byte."""
@@ -94,7 +104,7 @@ def analyses(directory: Path) -> dict[str, Callable[[], str | None]]:
         return _csv_diff(A.kernel_breakdown(traces).frame(), hta_kernels()[1])
 
     return {"temporal": temporal, "idle": idle, "idle_stats": idle_stats, "overlap": overlap, "launch": launch,
-            "kernel_types": kernel_types, "kernels": kernels}
+            "queue": queue, "kernel_types": kernel_types, "kernels": kernels}
 
 
 def _compare_seeds(seeds: list[int]) -> tuple[int, int, list[str]]:

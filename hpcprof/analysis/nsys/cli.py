@@ -417,3 +417,36 @@ def critical_path_cmd(files: tuple[Path, ...], rank_map: str | None, iteration_r
 
     _run_analysis(files, rank_map, fmt, output, "critical-path", per_file, across_ranks=across_ranks,
                   note=said_when_none, options=f"iteration_range={iteration_range!r} segments={segments}")
+
+
+@nsys.command("causes")
+@click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--samples", type=click.Path(path_type=Path, file_okay=False),
+              help="Folder of the stack sampler's rank<N>.jsonl (default: samples/ of the run, found above each export).")
+@click.option("--all-causes", is_flag=True, help="List every cause, also those under 5 % of the step.")
+@format_option
+def causes_cmd(files: tuple[Path, ...], samples: Path | None, all_causes: bool, fmt: str) -> None:
+    """Why the GPU waits: each `hpcprof:step`'s idle time per rank (a .sqlite export each) split into
+    its host-side causes in ms per step, with the line of the program and the fix."""
+    import sqlite3
+
+    from hpcprof.analysis import idle as I
+    from hpcprof.analysis.nsys.idle import timeline
+    from hpcprof.output import emit
+
+    timelines, errors = [], 0
+    for path in files:
+        rank = rank_from_filename(path) or 0
+        found = samples / f"rank{rank}.jsonl" if samples else I.find_samples(path, rank)
+        try:
+            timelines.append(timeline(path, rank, found))
+        except (sqlite3.Error, OSError) as exc:
+            errors += 1
+            click.echo(f"hpcprof: {printable(f'{path}: {exc}')}", err=True)
+    if not timelines:
+        raise UserError("no export could be analysed (a .sqlite from nsys export --type sqlite)")
+    frame = I.attribute(timelines)
+    emit(frame if all_causes else I.named(frame), fmt, title="idle causes")
+    if errors:
+        raise UserError(f"{errors} export(s) not analysed, see the 'hpcprof:' lines")
+

@@ -39,6 +39,11 @@ KERNEL_CATS = ("kernel", "Kernel", "gpu_memset", "Memset", "gpu_memcpy", "Memcpy
 LAUNCH_NAMES = ("cudaLaunchKernel", "cudaLaunchKernelExC",
                 "runFunction - job_prep_and_submit_for_execution")
 MEMORY_LAUNCH_NAMES = ("cudaMemcpyAsync", "cudaMemsetAsync")
+#: the runtime calls that enqueue work on a stream, for the queue length (HTA 0.5.0's
+#: `get_runtime_launch_events_query`)
+QUEUE_LAUNCH_NAMES = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cudaMemcpyAsync",
+                      "cudaMemsetAsync", "runFunction - job_prep_and_submit_for_execution", "hipLaunchKernel",
+                      "hipExtModuleLaunchKernel", "hipMemsetAsync", "hipMemcpyAsync", "hipMemcpyWithStream")
 
 _COMM_RE = re.compile(r"^nccl.*Kernel")
 _MEM_RE = re.compile(r"(^Memcpy)|(^Memset)|(^dma)")
@@ -255,6 +260,47 @@ def kernel_launch_stats(traces: Sequence[RankTrace], runtime_cutoff: float = 50,
     columns["runtime_outlier"] = cpu_dur > runtime_cutoff
     columns["launch_delay_outlier"] = columns["launch_delay"] > launch_delay_cutoff
     return Table(columns)
+
+
+def queue_length_series(traces: Sequence[RankTrace]) -> Table:
+    """Queue length of each stream over time, per rank (HTA `get_queue_length_time_series`, for all
+    ranks): +1 at each launch call (its stream: its GPU event's), -1 at the start of each GPU event,
+    counting only launches whose GPU event is in the trace and GPU events whose launch is. One row per
+    change: rank, ts (µs from the trace's origin), stream, queue_length."""
+    parts = []
+    for t in traces:
+        launches = np.flatnonzero(_is_in(t.cpu, "name", QUEUE_LAUNCH_NAMES))
+        launched = t.cpu["correlation"][launches]
+        gpu = np.flatnonzero(isin(t.gpu["correlation"], launched))
+        cpu_rows, gpu_rows = _inner_join(launched, t.gpu["correlation"][gpu])
+        cpu, gpu_of_cpu = launches[cpu_rows], gpu[gpu_rows]
+        kept = gpu[isin(t.gpu["correlation"][gpu], t.cpu["correlation"][cpu])]
+        ts = np.concatenate([t.cpu["ts"][cpu], t.gpu["ts"][kept]])
+        stream = np.concatenate([t.gpu["stream"][gpu_of_cpu], t.gpu["stream"][kept]])
+        step = np.concatenate([np.ones(len(cpu), dtype=np.int64), -np.ones(len(kept), dtype=np.int64)])
+        order = _hta_order(ts)
+        ts, stream, step = ts[order], stream[order], step[order]
+        by_stream = np.argsort(stream, kind="stable")  # groupby("stream"): sorted streams, time order kept
+        ts, stream, step = ts[by_stream], stream[by_stream], step[by_stream]
+        length = np.cumsum(step)
+        if len(length):
+            new = np.ones(len(stream), dtype=bool)
+            new[1:] = stream[1:] != stream[:-1]
+            first = np.flatnonzero(new)
+            before = np.concatenate(([0], length[first[1:] - 1]))
+            length -= np.repeat(before, np.diff(np.append(first, len(stream))))
+        parts.append({"rank": np.full(len(ts), t.rank, dtype=np.int64), "ts": ts, "stream": stream,
+                      "queue_length": length})
+    return Table({k: np.concatenate([p[k] for p in parts]) for k in ("rank", "ts", "stream", "queue_length")})
+
+
+def queue_length_summary(traces: Sequence[RankTrace]) -> pd.DataFrame:
+    """Statistics of the queue length (pandas `describe` of its changes, HTA
+    `get_queue_length_summary`) per rank and stream: count, mean, std, min, 25%, 50%, 75%, max."""
+    frame = queue_length_series(traces).frame()
+    df = frame[["rank", "stream", "queue_length"]].groupby(["rank", "stream"]).describe()
+    df.columns = df.columns.droplevel(0)
+    return df.reset_index()
 
 
 def _analysed_types(include_memory_kernels: bool) -> list[str]:

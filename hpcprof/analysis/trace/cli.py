@@ -260,3 +260,30 @@ def critical_path_cmd(paths: tuple[Path, ...], segments: bool, fmt: str, output:
         except OSError as exc:
             raise UserError(f"-o {output}: cannot write ({exc.strerror}); choose a writable path") from None
     fail_if(errors)
+
+
+@trace.command("causes")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--samples", type=click.Path(path_type=Path, file_okay=False),
+              help="Folder of the stack sampler's rank<N>.jsonl (default: samples/ of the run, found above each trace).")
+@click.option("--all-causes", is_flag=True, help="List every cause, also those under 5 % of the step.")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
+def causes_cmd(paths: tuple[Path, ...], samples: Path | None, all_causes: bool, fmt: str) -> None:
+    """Why the device waits: each step's idle time per rank split into its host-side causes (input,
+    sync, launch, optimizer, ...) in ms per step, with the line of the program and the fix."""
+    from hpcprof.analysis import idle as I
+    from hpcprof.analysis.trace.idle import timeline
+    from hpcprof.analysis.trace.stream import TraceError
+
+    timelines, errors = [], []
+    for path in find_trace_files(paths):
+        try:
+            timelines.append(timeline(path, samples_dir=samples))
+        except (TraceError, OSError, ValueError) as exc:
+            errors.append(f"{path}: {exc}")
+            click.echo(f"hpcprof: {printable(str(exc))}", err=True)
+    if not timelines:
+        raise UserError("no trace could be analysed")
+    frame = I.attribute(timelines)
+    show(frame if all_causes else I.named(frame), fmt, title="idle causes")
+    fail_if(errors)

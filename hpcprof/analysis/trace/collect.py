@@ -12,9 +12,11 @@ from hpcprof import catalog as c
 from hpcprof.analysis import busbw
 from hpcprof.analysis.collector import Log, NothingToAnalyse, ReadTable, Reducer, ToolCollector
 from hpcprof.analysis.detect_steps import window_note
+from hpcprof.analysis.idle import attribute
 from hpcprof.analysis.trace import critical_path
 from hpcprof.analysis.trace.analyses import all_analyses
 from hpcprof.analysis.trace.collectives import TraceCollectives, busbw_table
+from hpcprof.analysis.trace.idle import timeline
 from hpcprof.analysis.trace.load import TraceColumns, TraceError, gather, helpers_of
 from hpcprof.analysis.trace.window import trace_window, window_kernels
 
@@ -24,7 +26,8 @@ def analyse_file(path: Path, rank: int, cores: int = 1) -> dict[str, pd.DataFram
     all_analyses of that trace, its measured window (ProfilerStep ranges on GPU time, else the steps
     found in its kernels: trace/window.py) as `window` and `iterations`, the GPU time per kernel
     name in that window (`window_kernels`), the bus bandwidth of its collectives in that window
-    (`busbw`, trace/collectives.py) and its critical-path events; on `cores` cores
+    (`busbw`, trace/collectives.py), its critical-path events and its idle's causes
+    (hpcprof.analysis.idle, from a second decode); on `cores` cores
     (load.gather's helpers, load.helpers_of). TraceError names a damaged file; NothingToAnalyse a
     trace without GPU events."""
     columns, path_events, collectives = TraceColumns(), critical_path.CriticalPathEvents(), TraceCollectives()
@@ -37,7 +40,8 @@ def analyse_file(path: Path, rank: int, cores: int = 1) -> dict[str, pd.DataFram
         raise
     window, iterations = trace_window(trace)
     analysed = {key: table.frame() for key, table in all_analyses([trace]).items()}
-    return {**analysed, c.TORCH_WINDOW.key: window, c.TORCH_ITERATIONS.key: iterations,
+    causes = attribute([timeline(path, trace.rank)])
+    return {**analysed, c.TORCH_IDLE_CAUSES.key: causes, c.TORCH_WINDOW.key: window, c.TORCH_ITERATIONS.key: iterations,
             c.TORCH_WINDOW_KERNELS.key: window_kernels(trace, window),
             c.TORCH_BUSBW.key: busbw_table(collectives, trace.rank, window, path),
             critical_path.EVENTS_TABLE: path_events.frame(path, trace.rank)}
