@@ -209,6 +209,13 @@ STEPS_TIMES = _t(STEPS, "times", "rank and optimizer step", EACH_ITERATION,
                  "ns), its length from the previous step's end (ns; none for the first), whether it is in the "
                  "window (in_window), the rank's profiler (tool) and process (pid)",
                  "PyTorch's global optimizer step hooks (torch.optim.optimizer.register_optimizer_step_post_hook)")
+STEPS_PERTURBATION = _t(STEPS, "perturbation", PER_RANK, COUNTED,
+                        "the profiler's perturbation of the rank's steps: the median of the window's steps "
+                        "(profiled_ms) and of the same process's steps the profiler did not touch (unprofiled_ms: "
+                        "under the step hook's torch.profiler, those before its warm-up step and after its trace "
+                        "was written), slowdown_pct = 100 · (profiled_ms / unprofiled_ms − 1) with its 95 % "
+                        "percentile bootstrap interval (low_pct, high_pct), and the steps of each side; ranks with "
+                        "3 steps or more on each side")
 #: the file `hpcprof bench ceilings` writes into the run directory (rank 0)
 CEILINGS_FILE = "ceilings.json"
 #: bench_ceilings' columns and what each holds
@@ -258,7 +265,7 @@ TABLES: tuple[TableSpec, ...] = (
     NCU_METRICS, ECHO_SLOWDOWN,
     WORKLOAD_SEQPAR, SEQPAR_PHASES, SEQPAR_ITERATIONS, SEQPAR_RANKS, SEQPAR_LOOP, SEQPAR_CHECK,
     WORKLOAD_DDP, DDP_PHASES, DDP_STEPS, DDP_RANKS, FILES_MANIFEST, FORENSICS_RANKS,
-    FORENSICS_COLLECTIVES, STEPS_TIMES, BENCH_CEILINGS)
+    FORENSICS_COLLECTIVES, STEPS_TIMES, STEPS_PERTURBATION, BENCH_CEILINGS)
 
 
 def table_window(name: str) -> str:
@@ -405,6 +412,18 @@ PROFILER_OVERHEAD = MetricSpec("profiler.overhead_pct", "%", COUNTED,
                                "under `profile.tool: none` − 1): the profiler's perturbation of each step (a "
                                f"`command`'s step hook times both); a warning above {OVERHEAD_WARN_PCT:g} %. Found "
                                "by `report` and `compare` among the runs of the experiment", (STEPS_TIMES,))
+_SLOWED = "the rank the profiler slowed most (the largest slowdown_pct of steps_perturbation)"
+PROFILER_SLOWDOWN = MetricSpec("profiler.slowdown_pct", "%", COUNTED,
+                               f"{_SLOWED}: 100 · (its median window step / its median unprofiled step − 1), both "
+                               "timed by the step hook in the same process; a warning above "
+                               f"{OVERHEAD_WARN_PCT:g} %", (STEPS_TIMES,))
+PROFILER_SLOWDOWN_LOW, PROFILER_SLOWDOWN_HIGH = (
+    MetricSpec(f"profiler.slowdown_pct.{end}", "%", COUNTED,
+               f"the {words} end of the 95 % percentile bootstrap interval of profiler.slowdown_pct", (STEPS_TIMES,))
+    for end, words in (("low", "lower"), ("high", "upper")))
+PROFILER_UNPROFILED_STEP = MetricSpec("profiler.unprofiled_step", "ms", COUNTED,
+                                      "median over ranks of each rank's median unprofiled step (steps_perturbation's "
+                                      "unprofiled_ms): the step without the profiler", (STEPS_TIMES,))
 ITERATION_IDLE_PCT = MetricSpec("idle_pct", "%", EACH_ITERATION, f"{_IDLE}, per iteration",
                                 (NSYS_ITERATIONS, TORCH_ITERATIONS), IDLE_PCT.reference, headline=False)
 TOP_KERNEL_TIME = MetricSpec("top_kernel.time", "ms", MEASURED,
@@ -416,7 +435,8 @@ METRICS: tuple[MetricSpec, ...] = (
     PHASE_TIME, PHASE_TFLOPS, PHASE_BUSBW, WINDOW_DURATION, WINDOW_ITERATIONS, WINDOW_DETECTED, WINDOW_STEP_CV,
     *GPU_TIME, OVERLAP_PCT, IDLE_PCT,
     *CAPTURE_GPU_TIME, CAPTURE_OVERLAP_PCT, CAPTURE_IDLE_PCT, SLOWDOWN_MEDIAN, SLOWDOWN_MEAN, SLOWDOWN_P90,
-    PROFILER_OVERHEAD, ITERATION_IDLE_PCT, TOP_KERNEL_TIME)
+    PROFILER_OVERHEAD, PROFILER_SLOWDOWN, PROFILER_SLOWDOWN_LOW, PROFILER_SLOWDOWN_HIGH, PROFILER_UNPROFILED_STEP,
+    ITERATION_IDLE_PCT, TOP_KERNEL_TIME)
 
 
 def declared(name: str) -> MetricSpec | None:

@@ -1,6 +1,13 @@
 """The optimizer steps the step hook recorded (hpcprof/inject/_hpcprof_steps.py writes
-`<run>/steps/rank<N>.jsonl`): one table row per rank and step, and the rows of the window as the
-per-iteration timing of a `command` run (iteration.* metrics, hpcprof.analysis.summary)."""
+`<run>/steps/rank<N>.jsonl`): one table row per rank and step, the rows of the window as the
+per-iteration timing of a `command` run (iteration.* metrics, hpcprof.analysis.summary), and the
+profiler's perturbation of each rank's steps (`perturbation`).
+
+The perturbation compares, per rank, the window's steps (profiled) with the same process's steps
+the profiler did not touch: under the hook's torch.profiler, those before its warm-up step and
+after the step that exported its trace (the header's `profiled` range; never the first step, whose
+start is not seen). Under nsys and ncu every step is slowed (the injection lasts the process):
+there is no unprofiled step in the process."""
 
 from __future__ import annotations
 
@@ -17,12 +24,17 @@ if TYPE_CHECKING:
 
     from hpcprof.record import RunRecord
 
-COLUMNS = ["rank", "step", "end_ns", "duration_ns", "in_window", "tool", "pid"]
+COLUMNS = ["rank", "step", "end_ns", "duration_ns", "in_window", "unprofiled", "tool", "pid"]
+PERTURBATION_COLUMNS = ["rank", "profiled_ms", "unprofiled_ms", "slowdown_pct", "low_pct", "high_pct",
+                        "profiled_steps", "unprofiled_steps"]
+#: the fewest steps on either side of a rank's perturbation, and the bootstrap's resamples and seed
+MIN_STEPS, RESAMPLES, SEED = 3, 2000, 0
 
 
 def read_rank(path: Path) -> list[dict[str, Any]]:
     """One rank's steps: its header's rank, tool and pid with each step; a step in the window when
-    skip < step <= skip + steps (the header's). A line that does not parse (a write cut short) is
+    skip < step <= skip + steps (the header's); unprofiled when the header names the steps the
+    profiler touched (`profiled`: [first, last]) and the step, not the first, is outside them. A line that does not parse (a write cut short) is
     left out; a file without its header has no steps. ValueError: the header is not one."""
     rows: list[dict[str, Any]] = []
     with io.TextIOWrapper(open_regular(path), encoding="utf-8", errors="replace") as fh:   # no FIFO waited on
@@ -30,6 +42,8 @@ def read_rank(path: Path) -> list[dict[str, Any]]:
         if not isinstance(head, dict) or not {"rank", "skip", "steps"} <= head.keys():
             raise ValueError(f"{path.name}: no step hook header on its first line")
         first, last = int(head["skip"]) + 1, int(head["skip"]) + int(head["steps"])
+        profiled = head.get("profiled")
+        touched = (int(profiled[0]), int(profiled[1])) if isinstance(profiled, list) and len(profiled) == 2 else None
         for line in fh:
             try:
                 step = json.loads(line)
@@ -38,6 +52,7 @@ def read_rank(path: Path) -> list[dict[str, Any]]:
                 continue
             rows.append({"rank": int(head["rank"]), "step": number, "end_ns": int(step["end_ns"]),
                          "duration_ns": step["ns"], "in_window": first <= number <= last,
+                         "unprofiled": touched is not None and number > 1 and not touched[0] <= number <= touched[1],
                          "tool": str(head.get("tool", "")), "pid": int(head.get("pid", 0))})
     return rows
 
@@ -57,7 +72,37 @@ def steps_tables(run_dir: Path) -> tuple[dict[str, pd.DataFrame], list[str]]:
     if not rows:
         return {}, problems
     df = pd.DataFrame(rows, columns=COLUMNS).astype({"duration_ns": "Int64"})
-    return {c.STEPS_TIMES.key: df.sort_values(["rank", "step"], kind="stable", ignore_index=True)}, problems
+    df = df.sort_values(["rank", "step"], kind="stable", ignore_index=True)
+    tables = {c.STEPS_TIMES.key: df}
+    if not (found := perturbation(df)).empty:
+        tables[c.STEPS_PERTURBATION.key] = found
+    return tables, problems
+
+
+def perturbation(steps: pd.DataFrame) -> pd.DataFrame:
+    """Per rank with MIN_STEPS profiled steps (the window's) and unprofiled steps or more: their
+    medians (ms), the slowdown 100 · (profiled / unprofiled − 1) and its 95 % percentile bootstrap
+    interval (each side resampled on its own, RESAMPLES times, seeded: the same steps give the same
+    interval). Empty where no rank has both."""
+    import numpy as np
+    import pandas as pd
+
+    rows = []
+    rng = np.random.default_rng(SEED)
+    timed = steps[steps["duration_ns"].notna()]
+    for rank, group in timed.groupby("rank", sort=True):
+        unprofiled = group["unprofiled"].astype(bool)
+        quiet = group.loc[unprofiled, "duration_ns"].to_numpy(dtype=float) / 1e6
+        slowed = group.loc[group["in_window"].astype(bool) & ~unprofiled, "duration_ns"].to_numpy(dtype=float) / 1e6
+        if len(quiet) < MIN_STEPS or len(slowed) < MIN_STEPS:
+            continue
+        ratio = (np.median(rng.choice(slowed, (RESAMPLES, len(slowed))), axis=1)
+                 / np.median(rng.choice(quiet, (RESAMPLES, len(quiet))), axis=1))
+        low, high = np.percentile(100.0 * (ratio - 1.0), [2.5, 97.5])
+        profiled_ms, unprofiled_ms = float(np.median(slowed)), float(np.median(quiet))
+        rows.append([int(rank), profiled_ms, unprofiled_ms, 100.0 * (profiled_ms / unprofiled_ms - 1.0),
+                     float(low), float(high), len(slowed), len(quiet)])
+    return pd.DataFrame(rows, columns=PERTURBATION_COLUMNS)
 
 
 def iteration_rows(steps: pd.DataFrame) -> pd.DataFrame:

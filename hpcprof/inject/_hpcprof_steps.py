@@ -20,9 +20,12 @@ then on:
   nothing behind. An optimizer step that a GradScaler skips is no step.
 - The first process of the rank whose optimizer steps records them in
   $HPCPROF_RUN_DIR/steps/rank{R}.jsonl, one line per step written with one append each (a line
-  is whole or absent): a header {"rank", "pid", "host", "tool", "skip", "steps"} then
+  is whole or absent): a header {"rank", "pid", "host", "tool", "skip", "steps", "profiled"} then
   {"step": N, "end_ns": wall-clock ns at its end, "ns": its length (null for the first step,
-  whose start is not seen)}. Other processes of the rank (forked workers, a second program that
+  whose start is not seen)}. `profiled` is [first, last]: the steps the hook's torch.profiler may
+  slow (its warm-up step to the step after it stopped, which holds the trace's export); the
+  others (but the first) are the process's unprofiled steps. Null where every step may be slowed
+  (nsys and ncu inject into the whole process) or none is (`tool: none`). Other processes of the rank (forked workers, a second program that
   steps) record nothing.
 - Each step after the first is an NVTX range (torch.cuda.nvtx start/end ranges, which any
   nesting of the program's own push/pop ranges leaves intact): `hpcprof:step` for the steps of
@@ -73,6 +76,7 @@ class _State:
         drive = env.get("HPCPROF_STEPS_DRIVE") == "1" and self.tool != "none"
         self.capture = drive and env.get("HPCPROF_STEPS_CAPTURE") == "1"
         self.torch_profile = drive and self.tool == "torch"
+        self.warmup = _warmup(self.skip) if self.torch_profile else 0
         self.directory = os.path.join(env["HPCPROF_RUN_DIR"], "steps")
         self.off = False                # a failure, another process records, or a forked child
         self.fd: int | None = None      # the steps file, once claimed
@@ -248,8 +252,9 @@ def _claim(state: _State) -> bool:
         sys.stderr.write(f"hpcprof: optimizer steps of pid {os.getpid()} not recorded: {path} is another "
                          "process's of this rank\n")
         return False
+    profiled = [state.skip - state.warmup + 1, state.skip + state.count + 2] if state.torch_profile else None
     header = {"rank": int(state.rank), "pid": os.getpid(), "host": os.uname().nodename, "tool": state.tool,
-              "skip": state.skip, "steps": state.count}
+              "skip": state.skip, "steps": state.count, "profiled": profiled}
     os.write(state.fd, (_json(header) + "\n").encode())
     import torch
 
@@ -277,12 +282,17 @@ def _cuda_in_use() -> bool:
     return torch is not None and torch.cuda.is_initialized()
 
 
+def _warmup(skip: int) -> int:
+    """The torch.profiler schedule's warm-up steps (HPCPROF_TORCH_SCHEDULE's), at most skip - 1."""
+    schedule = dict(item.split("=", 1) for item in os.environ.get("HPCPROF_TORCH_SCHEDULE", "").split(",") if "=" in item)
+    return min(int(schedule.get("warmup", "1")), skip - 1)
+
+
 def _torch_profiler(state: _State) -> Any:
     """torch.profiler over steps skip+1 .. skip+count+1, started at the end of step 1 (see the module)."""
     import torch
 
-    schedule = dict(item.split("=", 1) for item in os.environ.get("HPCPROF_TORCH_SCHEDULE", "").split(",") if "=" in item)
-    warmup = min(int(schedule.get("warmup", "1")), state.skip - 1)
+    warmup = state.warmup
     gzip = os.environ.get("HPCPROF_TORCH_GZIP") == "1"
     directory = os.environ.get("HPCPROF_PROFILE_DIR") or os.path.join(os.environ["HPCPROF_RUN_DIR"], "profiles", "torch")
     path = os.path.join(directory, f"rank{state.rank}.pt.trace.json" + (".gz" if gzip else ""))
@@ -295,7 +305,8 @@ def _torch_profiler(state: _State) -> Any:
     if torch.cuda.is_available():
         activities.append(torch.profiler.ProfilerActivity.CUDA)
     return torch.profiler.profile(
-        activities=activities, record_shapes=True, on_trace_ready=write,
+        activities=activities, record_shapes=os.environ.get("HPCPROF_TORCH_SHAPES") == "1",
+        with_stack=os.environ.get("HPCPROF_TORCH_STACK") == "1", on_trace_ready=write,
         schedule=torch.profiler.schedule(wait=state.skip - 1 - warmup, warmup=warmup, active=state.count + 1, repeat=1))
 
 
