@@ -367,7 +367,7 @@ WINDOW_STEP_CV = MetricSpec("window.step_cv", "%", EACH_ITERATION,
                             "largest over ranks (ranks with two steps or more)", (NSYS_ITERATIONS, TORCH_ITERATIONS))
 _CATEGORIES = ("kernels by name (hpcprof.analysis.categories, after the site's and experiment's "
                "`kernel_categories`): `nccl.<Collective>`, `nccl.other`, `attention`, `conv`, `gemm`, `optimizer`, "
-               "`memset`, `memcpy`, `reduction`, `elementwise`, `other`")
+               "`memset`, `copy` (on the device), `memcpy` (host↔device), `reduction`, `elementwise` (dtype casts included), `other`")
 
 
 def _gpu_time(prefix: str, window: str, tables: tuple[TableSpec, ...], reference: str,

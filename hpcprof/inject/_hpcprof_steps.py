@@ -23,8 +23,9 @@ then on:
   is whole or absent): a header {"rank", "pid", "host", "tool", "skip", "steps", "profiled"} then
   {"step": N, "end_ns": wall-clock ns at its end, "ns": its length (null for the first step,
   whose start is not seen)}. `profiled` is [first, last]: the steps the hook's torch.profiler may
-  slow (its warm-up step to the step after it stopped, which holds the trace's export); the
-  others (but the first) are the process's unprofiled steps. Null where every step may be slowed
+  slow: its warm-up step to two steps after it stopped (the first holds the trace's export, the
+  second the wait for the other ranks' exports); the others (but the first) are the process's
+  unprofiled steps. Null where every step may be slowed
   (nsys and ncu inject into the whole process) or none is (`tool: none`). Other processes of the rank (forked workers, a second program that
   steps) record nothing.
 - Each step after the first is an NVTX range (torch.cuda.nvtx start/end ranges, which any
@@ -252,7 +253,7 @@ def _claim(state: _State) -> bool:
         sys.stderr.write(f"hpcprof: optimizer steps of pid {os.getpid()} not recorded: {path} is another "
                          "process's of this rank\n")
         return False
-    profiled = [state.skip - state.warmup + 1, state.skip + state.count + 2] if state.torch_profile else None
+    profiled = [state.skip - state.warmup + 1, state.skip + state.count + 3] if state.torch_profile else None
     header = {"rank": int(state.rank), "pid": os.getpid(), "host": os.uname().nodename, "tool": state.tool,
               "skip": state.skip, "steps": state.count, "profiled": profiled}
     os.write(state.fd, (_json(header) + "\n").encode())

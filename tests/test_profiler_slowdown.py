@@ -1,0 +1,219 @@
+"""The profiler's slowdown stated by every run that has unprofiled steps of its own
+(hpcprof.analysis.steps.perturbation, hpcprof.report.overhead): the steps the hook's header marks,
+the per-rank medians and bootstrap interval against a hand computation, the headline, the
+diagnosis re-based on the unprofiled step (hpcprof.report.limits), and real jobs on the local site
+(2 ranks, gloo): a trainer of thousands of small operations a step under torch.profiler, whose
+stated slowdown must be within 50 % of the one a separate unprofiled run gives, and the CI gate
+(`compare --fail-if-slower`) failing a `command` made 10 ms a step slower."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hpcprof_cli import hpcprof
+
+from hpcprof import catalog as c
+from hpcprof.analysis.steps import MIN_STEPS, perturbation, read_rank, steps_tables
+from hpcprof.report import limits
+from hpcprof.report.overhead import in_run, unmeasured
+from hpcprof.results import read_headline, read_table
+
+REPO = Path(__file__).resolve().parents[1]
+INJECT = REPO / "hpcprof" / "inject"
+TRAINER = Path(__file__).parent / "data" / "small_ops_train.py"
+
+
+def write_steps(run: Path, rank: int, header: dict[str, Any], lengths_ms: list[float | None]) -> None:
+    (run / "steps").mkdir(parents=True, exist_ok=True)
+    lines = [json.dumps({"rank": rank, "pid": 1, "host": "h", "tool": "torch", "skip": 5, "steps": 10, **header})]
+    lines += [json.dumps({"step": n, "end_ns": n, "ns": None if ms is None else int(ms * 1e6)})
+              for n, ms in enumerate(lengths_ms, start=1)]
+    (run / "steps" / f"rank{rank}.jsonl").write_text("\n".join(lines) + "\n")
+
+
+def lengths(profiled: tuple[int, int], slow: float, fast: float, steps: int = 40) -> list[float | None]:
+    """Step 1 unseen; the steps in `profiled` take `slow` ms (+ a little each), the others `fast` ms."""
+    return [None] + [(slow if profiled[0] <= n <= profiled[1] else fast) + 0.01 * (n % 7) for n in range(2, steps + 1)]
+
+
+def test_the_unprofiled_steps_are_those_outside_the_headers_range(tmp_path: Path) -> None:
+    write_steps(tmp_path, 0, {"profiled": [5, 18]}, lengths((5, 18), 12.0, 10.0))
+    rows = read_rank(tmp_path / "steps" / "rank0.jsonl")
+    assert [r["step"] for r in rows if r["unprofiled"]] == [2, 3, 4, *range(19, 41)]
+    assert [r["step"] for r in rows if r["in_window"]] == list(range(6, 16))
+    write_steps(tmp_path, 1, {"profiled": None}, lengths((1, 40), 12.0, 12.0))    # nsys: every step slowed
+    assert not any(r["unprofiled"] for r in read_rank(tmp_path / "steps" / "rank1.jsonl"))
+    tables, problems = steps_tables(tmp_path)
+    assert not problems
+    [row] = tables[c.STEPS_PERTURBATION.key].to_dict("records")
+    quiet = [10.0 + 0.01 * (n % 7) for n in [2, 3, 4, *range(19, 41)]]
+    slowed = [12.0 + 0.01 * (n % 7) for n in range(6, 16)]
+    assert row["rank"] == 0 and (row["profiled_steps"], row["unprofiled_steps"]) == (10, 25)
+    assert row["profiled_ms"] == pytest.approx(statistics.median(slowed))
+    assert row["unprofiled_ms"] == pytest.approx(statistics.median(quiet))
+    assert row["slowdown_pct"] == pytest.approx(100 * (statistics.median(slowed) / statistics.median(quiet) - 1))
+    assert row["low_pct"] <= row["slowdown_pct"] <= row["high_pct"]
+    assert 19.0 < row["low_pct"] and row["high_pct"] < 21.0       # ~20 %, the steps barely vary
+
+
+def test_the_interval_is_reproducible_and_wide_when_the_steps_vary(tmp_path: Path) -> None:
+    import numpy as np
+
+    noisy = np.random.default_rng(7).normal(10.0, 2.0, 40).clip(1.0)
+    write_steps(tmp_path, 0, {"profiled": [5, 18]}, [None, *(float(v) for v in noisy[1:])])
+    tables, _ = steps_tables(tmp_path)
+    first = tables[c.STEPS_PERTURBATION.key]
+    again = perturbation(tables[c.STEPS_TIMES.key])
+    assert first.equals(again)                                  # seeded: the same steps, the same interval
+    [row] = first.to_dict("records")
+    assert row["low_pct"] < 0.0 < row["high_pct"]               # no slowdown: the interval holds 0
+    assert row["high_pct"] - row["low_pct"] > 10.0
+
+
+def test_too_few_unprofiled_steps_give_no_slowdown(tmp_path: Path) -> None:
+    write_steps(tmp_path, 0, {"profiled": [2, 40 - MIN_STEPS + 2]}, lengths((2, 40 - MIN_STEPS + 2), 12.0, 10.0))
+    tables, _ = steps_tables(tmp_path)
+    assert c.STEPS_PERTURBATION.key not in tables
+
+
+def test_the_sentence_says_the_slowdown_its_interval_and_each_rank() -> None:
+    metrics = [(c.PROFILER_SLOWDOWN.name, 25.0, "%"), (c.PROFILER_SLOWDOWN_LOW.name, 20.0, "%"),
+               (c.PROFILER_SLOWDOWN_HIGH.name, 31.0, "%"), (c.PROFILER_UNPROFILED_STEP.name, 8.0, "ms")]
+    found = in_run("torch", metrics, ((1, 25.0, 20.0, 31.0), (0, 12.0, 9.0, 15.0)))
+    assert found is not None and found.warning and found.pct == pytest.approx(25.0)
+    text = found.sentence()
+    assert text.startswith("torch slowed each step by 25 % (95 % CI +20.0 to +31.0 %)")
+    assert "median step 10 ms against 8 ms in the same processes' steps outside the profiler's" in text
+    assert "rank 1 +25.0 % [+20.0, +31.0]; rank 0 +12.0 % [+9.0, +15.0]" in text
+    assert in_run("nsys", metrics[:1]) is None
+    assert "not measured" in unmeasured("nsys") and unmeasured("none") == ""
+
+
+def test_the_diagnosis_is_rebased_on_the_unprofiled_step() -> None:
+    """A 10 ms step under the profiler, 6 ms without: 5 ms of compute and 1 ms of exposed
+    communication as measured, 4 ms idle as measured; without the profiler the idle is 0 and the
+    step is limited by compute; the idle fix is gone from the ranking, the overlap fix kept."""
+    parts = [limits.Part("compute", 5.0, "gemm 5 ms"), limits.Part(limits.EXPOSED, 1.0),
+             limits.Part(limits.IDLE, 4.0), limits.Part(limits.OUTSIDE, 0.5, observed=False)]
+    fixes = [limits.Fix("keep the GPU fed", 4.0, "the idle time", limits.IDLE),
+             limits.Fix("overlap the AllReduce", 1.0, "its exposed time", limits.EXPOSED)]
+    new_parts, new_fixes = limits.rebased(parts, fixes, 6.0)
+    by_name = {p.name: p for p in new_parts}
+    assert limits.OUTSIDE not in by_name
+    assert (by_name[limits.IDLE].ms, by_name[limits.IDLE].measured_ms) == (0.0, 4.0)
+    assert by_name["compute"].ms == 5.0 and by_name["compute"].measured_ms is None
+    assert by_name[limits.EXPOSED].ms == 1.0            # busy 6 ms = the unprofiled step: no excess
+    assert [f.saves_ms for f in new_fixes] == [0.0, 1.0]
+    d = limits.Diagnosis("p", 6.0, "iteration.mean", new_parts, [new_fixes[1]], 0.1, measured_step_ms=10.0)
+    text = limits.sentence(d)
+    assert text.startswith("p: limited by compute: 5.00 ms (83.33 %) of the 6.00 ms step without the profiler "
+                           "(10.00 ms as measured)")
+    assert text.endswith("; as measured under the profiler: GPU idle 4.00 ms (40.00 %).")
+    # busy parts above the unprofiled step: the exposed communication gives up the excess
+    squeezed, _ = limits.rebased(parts, fixes, 5.5)
+    assert {p.name: p.ms for p in squeezed}[limits.EXPOSED] == pytest.approx(0.5)
+    table = limits.diagnosis_table([d])
+    assert table.loc[0, "step as measured (ms)"] == 10.0 and table.loc[0, "GPU idle as measured (ms)"] == 4.0
+
+
+def test_pinned_memory_is_offered_only_for_host_device_copies() -> None:
+    from hpcprof.analysis.categories import Categories
+
+    categories = Categories()
+    cast = ("void at::native::vectorized_elementwise_kernel<8, at::native::bfloat16_copy_kernel_cuda("
+            "at::TensorIteratorBase&)::{lambda(float)#1}, std::array<char*, 2ul> >(int, float, std::array<char*, 2ul>)")
+    assert categories(cast) == "elementwise"          # a cast is compute, never a copy
+    device = {categories("Memcpy DtoD (Device -> Device)"): 2.0, categories("[CUDA memset]"): 1.0}
+    [fix] = limits.copy_fixes(device)
+    assert fix.saves_ms == 3.0 and "pinned" not in fix.action and "on the device" in fix.action
+    host, on_device = limits.copy_fixes({**device, categories("Memcpy HtoD (Pageable -> Device)"): 4.0})
+    assert host.saves_ms == 4.0 and "pinned memory" in host.action and on_device.saves_ms == 3.0
+
+
+def test_the_hook_names_the_steps_its_torch_profiler_touched(tmp_path: Path) -> None:
+    """The header's `profiled` range from a real Python under the hook: warm-up step 5 (skip 5,
+    warm-up 1) to step skip + steps + 3; under nsys none (every step is slowed)."""
+    loop = ("import torch\nm = torch.nn.Linear(4, 4)\no = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+            "for _ in range(20):\n    m(torch.ones(2, 4)).sum().backward(); o.step(); o.zero_grad()\n")
+    for tool, expected in (("torch", [5, 13]), ("nsys", None)):
+        run = tmp_path / tool
+        env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(INJECT), "HPCPROF_RUN_DIR": str(run), "HPCPROF_RANK": "0",
+               "HPCPROF_STEPS": "1", "HPCPROF_STEPS_SKIP": "5", "HPCPROF_STEPS_COUNT": "5", "HPCPROF_STEPS_DRIVE": "1",
+               "HPCPROF_PROFILE_TOOL": tool, "HPCPROF_PROFILE_DIR": str(run / "profiles"), "OMP_NUM_THREADS": "1"}
+        subprocess.run([sys.executable, "-c", loop], env=env, check=True, timeout=120, capture_output=True)
+        header = json.loads((run / "steps" / "rank0.jsonl").read_text().splitlines()[0])
+        assert header["profiled"] == expected
+    trace = json.loads((tmp_path / "torch" / "profiles" / "rank0.pt.trace.json").read_text())
+    ops = [e for e in trace["traceEvents"] if e.get("cat") == "cpu_op"]
+    assert ops and not any("Input Dims" in e.get("args", {}) for e in ops)      # record_shapes is opt-in
+
+
+def write_experiment(path: Path, extra: str) -> Path:
+    path.write_text(f"name: slowdown\nworkload:\n  kind: command\n  argv: [{sys.executable}, {TRAINER}, '40', '100', '0']\n"
+                    f"resources:\n  nodes: 1\n  ranks_per_node: 2\nprofile:\n  window:\n    skip_steps: 5\n    steps: 10\n"
+                    f"{extra}")
+    return path
+
+
+def headline(run: Path) -> dict[str, float]:
+    found = read_headline(run)
+    assert found is not None
+    return {name: value for name, value, _ in found.metrics}
+
+
+def runs_by(cwd: Path) -> dict[tuple[str, str], Path]:
+    out = {}
+    for config in sorted((cwd / "hpcprof-runs").glob("*/*/config.json")):
+        record = json.loads(config.read_text())
+        params = record["sweep_point"]["params"]
+        out[(params["profile.tool"], params["workload.argv"][-1])] = config.parent
+    return out
+
+
+@pytest.mark.slow     # real multi-rank jobs (the developer tier leaves them to the full suite)
+def test_the_stated_slowdown_is_the_truth_and_the_gate_fails_a_slower_program(tmp_path: Path) -> None:
+    """The small-ops trainer under torch.profiler alone states its slowdown from its own unprofiled
+    steps; a separate unprofiled run of the same program gives the truth (its window steps' median
+    against the profiled run's): within 50 % of it. The same program sleeping 10 ms more a step
+    fails `compare --baseline --fail-if-slower 10` on the step hook's step times."""
+    argv = [[sys.executable, str(TRAINER), "40", "100", delay] for delay in ("0", "10")]
+    exp = write_experiment(tmp_path / "exp.yaml", "sweep:\n  profile.tool: [none, torch]\n"
+                           f"  workload.argv: {json.dumps(argv)}\n")
+    hpcprof("submit", str(exp), "--site", "local", "--wait", cwd=tmp_path, check=True, timeout=900)
+    hpcprof("collect", cwd=tmp_path, check=True, timeout=900)
+    runs = runs_by(tmp_path)
+    traced, plain, slower = runs[("torch", "0")], runs[("none", "0")], runs[("none", "10")]
+    truth = 100 * (headline(traced)["iteration.median"] / headline(plain)["iteration.median"] - 1)
+    stated = headline(traced)[c.PROFILER_SLOWDOWN.name]
+    print(f"truth {truth:.1f} %, stated {stated:.1f} %")
+    assert truth > 20, truth                   # thousands of small operations: the profiler's cost is large
+    assert abs(stated - truth) <= 0.5 * truth, (stated, truth)
+    assert c.PROFILER_SLOWDOWN.name not in headline(plain)
+    ranks = read_table(traced, c.STEPS_PERTURBATION.name)
+    assert ranks is not None and sorted(ranks["rank"]) == [0, 1] and (ranks["unprofiled_steps"] >= 20).all()
+    # said first: in the report right after the run's header, in status, compare and the HTML
+    report = hpcprof("report", traced.name, cwd=tmp_path, check=True).stdout
+    sentence = "torch slowed each step by" if stated > c.OVERHEAD_WARN_PCT else "torch changed each step by"
+    assert sentence in report and report.index(sentence) < report.index("headline metrics")
+    assert "warning" in report.split(sentence)[0].splitlines()[-1] or stated <= c.OVERHEAD_WARN_PCT
+    [row] = json.loads(hpcprof("status", traced.name, "--format", "json", cwd=tmp_path, check=True).stdout)
+    assert row["profiler"].endswith(f"{stated:+.1f} % [{headline(traced)[c.PROFILER_SLOWDOWN_LOW.name]:+.1f}, "
+                                    f"{headline(traced)[c.PROFILER_SLOWDOWN_HIGH.name]:+.1f}]")
+    compared = hpcprof("compare", traced.name, plain.name, cwd=tmp_path, check=True).stdout
+    assert sentence in compared
+    hpcprof("report", traced.name, "--html", "r.html", cwd=tmp_path, check=True)
+    assert sentence in (tmp_path / "r.html").read_text()
+    # the CI gate on the step hook's step times
+    gate = hpcprof("compare", plain.name, slower.name, "--baseline", plain.name, "--fail-if-slower", "10",
+                   cwd=tmp_path, check=False)
+    assert gate.returncode == 1, gate.stdout + gate.stderr
+    assert "slower than the baseline by +" in gate.stderr and "Welch t-test over iterations (10 vs 10" in gate.stderr
+    passed = hpcprof("compare", plain.name, slower.name, "--baseline", plain.name, "--fail-if-slower", "500",
+                     cwd=tmp_path, check=False)
+    assert passed.returncode == 0, passed.stderr
