@@ -213,8 +213,10 @@ STEPS_PERTURBATION = _t(STEPS, "perturbation", PER_RANK, COUNTED,
                         "the profiler's perturbation of the rank's steps: the median of the window's steps "
                         "(profiled_ms) and of the same process's steps the profiler did not touch (unprofiled_ms: "
                         "under the step hook's torch.profiler, those before its warm-up step and after its trace "
-                        "was written), slowdown_pct = 100 · (profiled_ms / unprofiled_ms − 1) with its 95 % "
-                        "percentile bootstrap interval (low_pct, high_pct), and the steps of each side; ranks with "
+                        "was written; else the window's steps of the job's unprofiled reference run, "
+                        "profile.reference), slowdown_pct = 100 · (profiled_ms / unprofiled_ms − 1) with its 95 % "
+                        "percentile bootstrap interval (low_pct, high_pct), the steps of each side and where the "
+                        "unprofiled ones come from (baseline: `same process` or `reference run`); ranks with "
                         "3 steps or more on each side")
 #: the file `hpcprof bench ceilings` writes into the run directory (rank 0)
 CEILINGS_FILE = "ceilings.json"

@@ -96,12 +96,17 @@ def test_what_collect_makes_is_declared(collected: Path) -> None:
             made_metrics.add(metric.name)
     declared_tables = {t.name for t in c.TABLES}
     assert made_tables <= declared_tables, sorted(made_tables - declared_tables)
-    # these runs did not check their result, none is a `command` (the step hook's: tests/test_steps.py)
-    # and none failed (forensics': tests/test_forensics.py) or measured its ceilings (tests/test_ceilings.py)
-    assert declared_tables - made_tables == {c.SEQPAR_CHECK.name, c.STEPS_TIMES.name, c.FORENSICS_RANKS.name,
-                                             c.FORENSICS_COLLECTIVES.name, c.BENCH_CEILINGS.name}
-    # every declared metric is made, but the overhead that report and compare find (tests/test_steps.py)
-    assert made_metrics == {m.name for m in c.METRICS if m.headline} - {c.PROFILER_OVERHEAD.name}
+    # these runs did not check their result, none is a `command` (the step hook's: tests/test_steps.py,
+    # tests/test_profiler_slowdown.py) and none failed (forensics': tests/test_forensics.py) or measured its
+    # ceilings (tests/test_ceilings.py)
+    assert declared_tables - made_tables == {c.SEQPAR_CHECK.name, c.STEPS_TIMES.name, c.STEPS_PERTURBATION.name,
+                                             c.FORENSICS_RANKS.name, c.FORENSICS_COLLECTIVES.name,
+                                             c.BENCH_CEILINGS.name}
+    # every declared metric is made, but the overhead that report and compare find (tests/test_steps.py) and the
+    # slowdown of a `command`'s steps (tests/test_profiler_slowdown.py)
+    slowdown = {m.name for m in (c.PROFILER_SLOWDOWN, c.PROFILER_SLOWDOWN_LOW, c.PROFILER_SLOWDOWN_HIGH,
+                                 c.PROFILER_UNPROFILED_STEP)}
+    assert made_metrics == {m.name for m in c.METRICS if m.headline} - {c.PROFILER_OVERHEAD.name} - slowdown
 
 
 @pytest.mark.slow

@@ -29,12 +29,13 @@ INJECT = REPO / "hpcprof" / "inject"
 TRAINER = Path(__file__).parent / "data" / "small_ops_train.py"
 
 
-def write_steps(run: Path, rank: int, header: dict[str, Any], lengths_ms: list[float | None]) -> None:
-    (run / "steps").mkdir(parents=True, exist_ok=True)
+def write_steps(run: Path, rank: int, header: dict[str, Any], lengths_ms: list[float | None],
+                folder: str = "steps") -> None:
+    (run / folder).mkdir(parents=True, exist_ok=True)
     lines = [json.dumps({"rank": rank, "pid": 1, "host": "h", "tool": "torch", "skip": 5, "steps": 10, **header})]
     lines += [json.dumps({"step": n, "end_ns": n, "ns": None if ms is None else int(ms * 1e6)})
               for n, ms in enumerate(lengths_ms, start=1)]
-    (run / "steps" / f"rank{rank}.jsonl").write_text("\n".join(lines) + "\n")
+    (run / folder / f"rank{rank}.jsonl").write_text("\n".join(lines) + "\n")
 
 
 def lengths(profiled: tuple[int, int], slow: float, fast: float, steps: int = 40) -> list[float | None]:
@@ -82,6 +83,21 @@ def test_too_few_unprofiled_steps_give_no_slowdown(tmp_path: Path) -> None:
     assert c.STEPS_PERTURBATION.key not in tables
 
 
+def test_without_unprofiled_steps_the_reference_runs_window_is_the_baseline(tmp_path: Path) -> None:
+    """Under nsys (no unprofiled step in the process) the reference run's window steps of the same
+    rank are the baseline; a rank without a reference has no slowdown."""
+    for rank in (0, 1):
+        write_steps(tmp_path, rank, {"profiled": None, "tool": "nsys"}, lengths((1, 40), 15.0, 15.0))
+    write_steps(tmp_path, 0, {"profiled": None, "tool": "none"}, lengths((1, 15), 10.0, 10.0, steps=15),
+                "steps/reference")
+    tables, problems = steps_tables(tmp_path)
+    assert not problems
+    [row] = tables[c.STEPS_PERTURBATION.key].to_dict("records")
+    assert (row["rank"], row["baseline"], row["unprofiled_steps"]) == (0, "reference run", 10)
+    assert row["unprofiled_ms"] == pytest.approx(statistics.median([10.0 + 0.01 * (n % 7) for n in range(6, 16)]))
+    assert row["slowdown_pct"] == pytest.approx(50.0, abs=0.5)
+
+
 def test_the_sentence_says_the_slowdown_its_interval_and_each_rank() -> None:
     metrics = [(c.PROFILER_SLOWDOWN.name, 25.0, "%"), (c.PROFILER_SLOWDOWN_LOW.name, 20.0, "%"),
                (c.PROFILER_SLOWDOWN_HIGH.name, 31.0, "%"), (c.PROFILER_UNPROFILED_STEP.name, 8.0, "ms")]
@@ -89,7 +105,7 @@ def test_the_sentence_says_the_slowdown_its_interval_and_each_rank() -> None:
     assert found is not None and found.warning and found.pct == pytest.approx(25.0)
     text = found.sentence()
     assert text.startswith("torch slowed each step by 25 % (95 % CI +20.0 to +31.0 %)")
-    assert "median step 10 ms against 8 ms in the same processes' steps outside the profiler's" in text
+    assert "the ranks' median unprofiled step 8 ms in the same processes' steps outside the profiler's" in text
     assert "rank 1 +25.0 % [+20.0, +31.0]; rank 0 +12.0 % [+9.0, +15.0]" in text
     assert in_run("nsys", metrics[:1]) is None
     assert "not measured" in unmeasured("nsys") and unmeasured("none") == ""
@@ -154,6 +170,49 @@ def test_the_hook_names_the_steps_its_torch_profiler_touched(tmp_path: Path) -> 
     assert ops and not any("Input Dims" in e.get("args", {}) for e in ops)      # record_shapes is opt-in
 
 
+def test_the_hook_ends_the_reference_run_after_its_window(tmp_path: Path) -> None:
+    loop = ("import torch\nm = torch.nn.Linear(4, 4)\no = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+            "for _ in range(20):\n    m(torch.ones(2, 4)).sum().backward(); o.step(); o.zero_grad()\nprint('the end')\n")
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(INJECT), "HPCPROF_RUN_DIR": str(tmp_path), "HPCPROF_RANK": "1",
+           "HPCPROF_STEPS": "1", "HPCPROF_STEPS_SKIP": "3", "HPCPROF_STEPS_COUNT": "4", "HPCPROF_STEPS_REFERENCE": "1",
+           "HPCPROF_PROFILE_TOOL": "none", "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-c", loop], env=env, timeout=120, capture_output=True, text=True)
+    assert done.returncode == 0 and "the end" not in done.stdout, done.stderr
+    rows = read_rank(tmp_path / "steps" / "reference" / "rank1.jsonl")
+    assert [r["step"] for r in rows] == list(range(1, 8)) and not (tmp_path / "steps" / "rank1.jsonl").exists()
+
+
+def test_the_job_runs_the_reference_before_the_profiled_command_under_nsys(tmp_path: Path) -> None:
+    """Rendered: under nsys (default on) the job launches the command through the rank wrapper
+    with --hpcprof-reference first, which runs it unprofiled; not under torch.profiler (its
+    process has unprofiled steps) unless asked, never with `reference: false`; asked on seqpar, one
+    line naming the field."""
+    def render(tool: str, extra: str = "", kind: str = "command") -> subprocess.CompletedProcess[str]:
+        workload = "  kind: command\n  argv: [python3, train.py]\n" if kind == "command" else "  kind: seqpar\n"
+        exp = tmp_path / f"{tool}{len(extra)}{kind}.yaml"
+        exp.write_text(f"name: ref\nworkload:\n{workload}resources:\n  nodes: 1\n  ranks_per_node: 2\n"
+                       f"profile:\n  tool: {tool}\n{extra}")
+        return hpcprof("render", str(exp), "--site", "local", "-o", str(tmp_path / exp.stem), cwd=tmp_path)
+
+    assert render("nsys").returncode == 0
+    job = (tmp_path / "nsys0command" / "job.sh").read_text()
+    wrapper = (tmp_path / "nsys0command" / "rank_wrapper.sh").read_text()
+    reference = job.index('"$RUN_DIR/rank_wrapper.sh" --hpcprof-reference python3 train.py')
+    assert reference < job.index('"$RUN_DIR/rank_wrapper.sh" python3 train.py')
+    assert "ended by the step hook after step 15" in job and "hp_status reference_exit_code" in job
+    assert 'if [ "${1:-}" = --hpcprof-reference ]; then shift; hp_profiled=0; export HPCPROF_STEPS_REFERENCE=1; fi' \
+        in wrapper and 'if [ "$hp_profiled" = 1 ] && ' in wrapper
+    assert render("torch").returncode == 0 and "--hpcprof-reference" not in (tmp_path / "torch0command" / "job.sh").read_text()
+    extra = "  reference: true\n"
+    assert render("torch", extra).returncode == 0
+    assert "--hpcprof-reference" in (tmp_path / f"torch{len(extra)}command" / "job.sh").read_text()
+    extra = "  reference: false\n"
+    assert render("nsys", extra).returncode == 0
+    assert "--hpcprof-reference" not in (tmp_path / f"nsys{len(extra)}command" / "job.sh").read_text()
+    refused = render("nsys", "  reference: true\n", "seqpar")
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1 and "profile.reference:" in refused.stderr
+
+
 def write_experiment(path: Path, extra: str) -> Path:
     path.write_text(f"name: slowdown\nworkload:\n  kind: command\n  argv: [{sys.executable}, {TRAINER}, '40', '100', '0']\n"
                     f"resources:\n  nodes: 1\n  ranks_per_node: 2\nprofile:\n  window:\n    skip_steps: 5\n    steps: 10\n"
@@ -183,7 +242,7 @@ def test_the_stated_slowdown_is_the_truth_and_the_gate_fails_a_slower_program(tm
     against the profiled run's): within 50 % of it. The same program sleeping 10 ms more a step
     fails `compare --baseline --fail-if-slower 10` on the step hook's step times."""
     argv = [[sys.executable, str(TRAINER), "40", "100", delay] for delay in ("0", "10")]
-    exp = write_experiment(tmp_path / "exp.yaml", "sweep:\n  profile.tool: [none, torch]\n"
+    exp = write_experiment(tmp_path / "exp.yaml", "  reference: true\nsweep:\n  profile.tool: [none, torch]\n"
                            f"  workload.argv: {json.dumps(argv)}\n")
     hpcprof("submit", str(exp), "--site", "local", "--wait", cwd=tmp_path, check=True, timeout=900)
     hpcprof("collect", cwd=tmp_path, check=True, timeout=900)
@@ -195,8 +254,13 @@ def test_the_stated_slowdown_is_the_truth_and_the_gate_fails_a_slower_program(tm
     assert truth > 20, truth                   # thousands of small operations: the profiler's cost is large
     assert abs(stated - truth) <= 0.5 * truth, (stated, truth)
     assert c.PROFILER_SLOWDOWN.name not in headline(plain)
+    # the reference ran first, unprofiled, ended by the hook after its window; the run's own steps are the baseline
+    for rank in (0, 1):
+        assert [r["step"] for r in read_rank(traced / "steps" / "reference" / f"rank{rank}.jsonl")] == list(range(1, 16))
+    assert "reference_exit_code=0" in (traced / "status").read_text() and not (plain / "steps" / "reference").exists()
     ranks = read_table(traced, c.STEPS_PERTURBATION.name)
     assert ranks is not None and sorted(ranks["rank"]) == [0, 1] and (ranks["unprofiled_steps"] >= 20).all()
+    assert set(ranks["baseline"]) == {"same process"}
     # said first: in the report right after the run's header, in status, compare and the HTML
     report = hpcprof("report", traced.name, cwd=tmp_path, check=True).stdout
     sentence = "torch slowed each step by" if stated > c.OVERHEAD_WARN_PCT else "torch changed each step by"

@@ -7,7 +7,8 @@ The perturbation compares, per rank, the window's steps (profiled) with the same
 the profiler did not touch: under the hook's torch.profiler, those before its warm-up step and
 after the step that exported its trace (the header's `profiled` range; never the first step, whose
 start is not seen). Under nsys and ncu every step is slowed (the injection lasts the process):
-there is no unprofiled step in the process."""
+there is no unprofiled step in the process; the baseline is then the window's steps of the job's
+unprofiled reference run of the same command (profile.reference: `<run>/steps/reference/`)."""
 
 from __future__ import annotations
 
@@ -26,7 +27,9 @@ if TYPE_CHECKING:
 
 COLUMNS = ["rank", "step", "end_ns", "duration_ns", "in_window", "unprofiled", "tool", "pid"]
 PERTURBATION_COLUMNS = ["rank", "profiled_ms", "unprofiled_ms", "slowdown_pct", "low_pct", "high_pct",
-                        "profiled_steps", "unprofiled_steps"]
+                        "profiled_steps", "unprofiled_steps", "baseline"]
+#: where a rank's unprofiled steps come from (steps_perturbation's `baseline`)
+SAME_PROCESS, REFERENCE_RUN = "same process", "reference run"
 #: the fewest steps on either side of a rank's perturbation, and the bootstrap's resamples and seed
 MIN_STEPS, RESAMPLES, SEED = 3, 2000, 0
 
@@ -60,30 +63,40 @@ def read_rank(path: Path) -> list[dict[str, Any]]:
 def steps_tables(run_dir: Path) -> tuple[dict[str, pd.DataFrame], list[str]]:
     """({catalog.STEPS_TIMES.key: every rank's steps} or {} where no rank stepped, lines about files
     that could not be read)."""
+
+    problems: list[str] = []
+    df, reference = (_read_ranks(directory, problems) for directory in (run_dir / "steps", run_dir / "steps" / "reference"))
+    if df is None:
+        return {}, problems
+    tables = {c.STEPS_TIMES.key: df}
+    if not (found := perturbation(df, reference)).empty:
+        tables[c.STEPS_PERTURBATION.key] = found
+    return tables, problems
+
+
+def _read_ranks(directory: Path, problems: list[str]) -> pd.DataFrame | None:
+    """The steps of every rank file in `directory`, by rank and step (None: no step); a file that
+    cannot be read is a line in `problems`."""
     import pandas as pd
 
     rows: list[dict[str, Any]] = []
-    problems: list[str] = []
-    for path in sorted((run_dir / "steps").glob("rank*.jsonl")):
+    for path in sorted(directory.glob("rank*.jsonl")):
         try:
             rows += read_rank(path)
         except (OSError, ValueError) as exc:
             problems.append(f"{path}: skipped ({exc})")
     if not rows:
-        return {}, problems
+        return None
     df = pd.DataFrame(rows, columns=COLUMNS).astype({"duration_ns": "Int64"})
-    df = df.sort_values(["rank", "step"], kind="stable", ignore_index=True)
-    tables = {c.STEPS_TIMES.key: df}
-    if not (found := perturbation(df)).empty:
-        tables[c.STEPS_PERTURBATION.key] = found
-    return tables, problems
+    return df.sort_values(["rank", "step"], kind="stable", ignore_index=True)
 
 
-def perturbation(steps: pd.DataFrame) -> pd.DataFrame:
+def perturbation(steps: pd.DataFrame, reference: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per rank with MIN_STEPS profiled steps (the window's) and unprofiled steps or more: their
     medians (ms), the slowdown 100 · (profiled / unprofiled − 1) and its 95 % percentile bootstrap
     interval (each side resampled on its own, RESAMPLES times, seeded: the same steps give the same
-    interval). Empty where no rank has both."""
+    interval), and where the unprofiled steps come from: the same process, else the window's steps
+    of the rank in the reference run (`reference`, its steps table). Empty where no rank has both."""
     import numpy as np
     import pandas as pd
 
@@ -94,6 +107,11 @@ def perturbation(steps: pd.DataFrame) -> pd.DataFrame:
         unprofiled = group["unprofiled"].astype(bool)
         quiet = group.loc[unprofiled, "duration_ns"].to_numpy(dtype=float) / 1e6
         slowed = group.loc[group["in_window"].astype(bool) & ~unprofiled, "duration_ns"].to_numpy(dtype=float) / 1e6
+        baseline = SAME_PROCESS
+        if len(quiet) < MIN_STEPS and reference is not None:
+            mine = reference[(reference["rank"] == rank) & reference["in_window"].astype(bool)
+                             & reference["duration_ns"].notna()]
+            quiet, baseline = mine["duration_ns"].to_numpy(dtype=float) / 1e6, REFERENCE_RUN
         if len(quiet) < MIN_STEPS or len(slowed) < MIN_STEPS:
             continue
         ratio = (np.median(rng.choice(slowed, (RESAMPLES, len(slowed))), axis=1)
@@ -101,7 +119,7 @@ def perturbation(steps: pd.DataFrame) -> pd.DataFrame:
         low, high = np.percentile(100.0 * (ratio - 1.0), [2.5, 97.5])
         profiled_ms, unprofiled_ms = float(np.median(slowed)), float(np.median(quiet))
         rows.append([int(rank), profiled_ms, unprofiled_ms, 100.0 * (profiled_ms / unprofiled_ms - 1.0),
-                     float(low), float(high), len(slowed), len(quiet)])
+                     float(low), float(high), len(slowed), len(quiet), baseline])
     return pd.DataFrame(rows, columns=PERTURBATION_COLUMNS)
 
 

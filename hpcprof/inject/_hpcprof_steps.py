@@ -42,6 +42,11 @@ then on:
   (HPCPROF_TORCH_SCHEDULE's warmup), its trace written to
   $HPCPROF_PROFILE_DIR/rank{R}.pt.trace.json[.gz] and the profiler stopped after it.
 
+In the unprofiled reference run of the job (HPCPROF_STEPS_REFERENCE=1, profile.reference), the
+steps go to $HPCPROF_RUN_DIR/steps/reference/rank{R}.jsonl and the process ends (exit status 0,
+its output flushed) when step skip+count has been recorded: the reference costs its start-up and
+the steps up to the window's end.
+
 The hooks read the clock, write a line and call NVTX: they change nothing the program computes
 (benchmarks/step_hook.py measures their cost). A failure is one line on stderr and the hooks
 step aside; the program runs on. Standard library only; torch is used only once the program
@@ -78,7 +83,8 @@ class _State:
         self.capture = drive and env.get("HPCPROF_STEPS_CAPTURE") == "1"
         self.torch_profile = drive and self.tool == "torch"
         self.warmup = _warmup(self.skip) if self.torch_profile else 0
-        self.directory = os.path.join(env["HPCPROF_RUN_DIR"], "steps")
+        self.reference = env.get("HPCPROF_STEPS_REFERENCE") == "1"
+        self.directory = os.path.join(env["HPCPROF_RUN_DIR"], "steps", *(("reference",) if self.reference else ()))
         self.off = False                # a failure, another process records, or a forked child
         self.fd: int | None = None      # the steps file, once claimed
         self.step = 0
@@ -236,6 +242,11 @@ def _step_ended(state: _State, now: int) -> None:
             torch.cuda.synchronize()
             torch.cuda.profiler.stop()
             state.capturing = False
+    if state.reference and step >= last:
+        _close(state)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)     # the reference's window is recorded: the rest of the program is not needed
     if state.nvtx is not None:
         name = STEP_RANGE if state.skip <= step < last else UNMEASURED_RANGE
         state.range = state.nvtx.range_start(name)

@@ -50,6 +50,7 @@ class Overhead:
     low: float | None = None
     high: float | None = None
     ranks: tuple[tuple[int, float, float, float], ...] = ()
+    per_rank: bool = False      # in the run: pct is the most slowed rank's, baseline_ms the ranks' median
 
     @property
     def pct(self) -> float:
@@ -63,7 +64,8 @@ class Overhead:
         """What the report, compare, status and the HTML say about it."""
         interval = f" (95 % CI {self.low:+.1f} to {self.high:+.1f} %)" if self.low is not None and self.high is not None \
             else ""
-        against = f"median step {self.step_ms:,.3g} ms against {self.baseline_ms:,.3g} ms {self.against}"
+        against = f"median step {self.step_ms:,.3g} ms against {self.baseline_ms:,.3g} ms {self.against}" \
+            if not self.per_rank else f"the ranks' median unprofiled step {self.baseline_ms:,.3g} ms {self.against}"
         if self.ranks:
             shown = "; ".join(f"rank {r} {p:+.1f} % [{lo:+.1f}, {hi:+.1f}]" for r, p, lo, hi in self.ranks[:RANKS_SHOWN])
             more = len(self.ranks) - RANKS_SHOWN
@@ -74,17 +76,23 @@ class Overhead:
         return f"{self.tool} changed each step by {self.pct:+.1f} %{interval}, within {c.OVERHEAD_WARN_PCT:g} % ({against})"
 
 
-def in_run(tool: str, metrics: list[Metric], ranks: tuple[tuple[int, float, float, float], ...] = ()
-           ) -> Overhead | None:
-    """The slowdown measured against the run's own unprofiled steps (its headline's
-    profiler.slowdown_pct and profiler.unprofiled_step), None where it has none."""
+#: what an in-run baseline is, by steps_perturbation's `baseline` (hpcprof.analysis.steps)
+AGAINST = {"same process": "in the same processes' steps outside the profiler's",
+           "reference run": "in the job's unprofiled reference run of the same command (profile.reference)"}
+
+
+def in_run(tool: str, metrics: list[Metric], ranks: tuple[tuple[int, float, float, float], ...] = (),
+           baseline: str = "same process") -> Overhead | None:
+    """The slowdown measured in the run's own job (its headline's profiler.slowdown_pct and
+    profiler.unprofiled_step) against `baseline`'s steps, None where it has none."""
     values = {name: value for name, value, _ in metrics}
     if c.PROFILER_SLOWDOWN.name not in values or c.PROFILER_UNPROFILED_STEP.name not in values:
         return None
-    baseline = values[c.PROFILER_UNPROFILED_STEP.name]
-    return Overhead(tool, baseline * (1.0 + values[c.PROFILER_SLOWDOWN.name] / 100.0), baseline,
-                    "in the same processes' steps outside the profiler's (the most slowed rank)",
-                    values.get(c.PROFILER_SLOWDOWN_LOW.name), values.get(c.PROFILER_SLOWDOWN_HIGH.name), ranks)
+    unprofiled = values[c.PROFILER_UNPROFILED_STEP.name]
+    return Overhead(tool, unprofiled * (1.0 + values[c.PROFILER_SLOWDOWN.name] / 100.0), unprofiled,
+                    f"{AGAINST.get(baseline, AGAINST['same process'])}; the slowdown is the most slowed rank's",
+                    values.get(c.PROFILER_SLOWDOWN_LOW.name), values.get(c.PROFILER_SLOWDOWN_HIGH.name), ranks,
+                    per_rank=True)
 
 
 def _point(record: RunRecord) -> tuple[Any, ...]:
@@ -140,6 +148,6 @@ def unmeasured(tool: str) -> str:
     """What a profiled run without a baseline says instead ('' for an unprofiled run)."""
     if tool in ("none", ""):
         return ""
-    return (f"the slowdown {tool} caused is not measured: the run has no unprofiled steps ({tool} slows the whole "
-            "process unless it is torch.profiler under the step hook) and its experiment no run under "
-            "profile.tool: none to compare with")
+    return (f"the slowdown {tool} caused is not measured: the run has no unprofiled steps of its own (torch.profiler "
+            "under the step hook) nor of a reference run in its job (profile.reference, a `command`), and its "
+            "experiment no run under profile.tool: none to compare with")

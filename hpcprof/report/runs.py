@@ -93,7 +93,8 @@ def add_overheads(infos: list[RunInfo]) -> None:
 
     for info in infos:
         if info.tool != "none":
-            info.overhead = in_run(info.tool, info.metrics, rank_slowdowns(info.run.path))
+            ranks, baseline = rank_slowdowns(info.run.path)
+            info.overhead = in_run(info.tool, info.metrics, ranks, baseline)
     found = overheads([(i.run, i.record, i.metrics) for i in infos if i.metrics and i.overhead is None])
     for info in infos:
         if (overhead := found.get(info.run.run_id)) is not None:
@@ -101,17 +102,16 @@ def add_overheads(infos: list[RunInfo]) -> None:
             info.metrics.append(overhead_metric(overhead))
 
 
-def rank_slowdowns(path: Path) -> tuple[tuple[int, float, float, float], ...]:
+def rank_slowdowns(path: Path) -> tuple[tuple[tuple[int, float, float, float], ...], str]:
     """Each rank's (rank, slowdown %, low, high) from the run's steps_perturbation table, the most
-    slowed first (read with pandas only where the run has one)."""
+    slowed first, and the most slowed rank's baseline (read with pandas only where the run has one)."""
     from hpcprof.catalog import STEPS_PERTURBATION
     from hpcprof.results import read_table
 
-    if STEPS_PERTURBATION.name not in list_tables(path):
-        return ()
-    table = read_table(path, STEPS_PERTURBATION.name)
-    if table is None:
-        return ()
+    table = read_table(path, STEPS_PERTURBATION.name) if STEPS_PERTURBATION.name in list_tables(path) else None
+    if table is None or table.empty:
+        return (), ""
     table = table.sort_values("slowdown_pct", ascending=False, kind="stable")
-    return tuple((int(r), float(p), float(lo), float(hi)) for r, p, lo, hi in
-                 zip(table["rank"], table["slowdown_pct"], table["low_pct"], table["high_pct"], strict=True))
+    ranks = tuple((int(r), float(p), float(lo), float(hi)) for r, p, lo, hi in
+                  zip(table["rank"], table["slowdown_pct"], table["low_pct"], table["high_pct"], strict=True))
+    return ranks, str(table["baseline"].iloc[0]) if "baseline" in table else ""
