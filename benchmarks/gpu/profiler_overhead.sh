@@ -5,7 +5,9 @@
 # each round; then overhead/summarize.py's table: the unprofiled and profiled median step (mean
 # over runs), the slowdown with its 95 % Welch interval over the runs, and for torch.profiler the
 # slowdown hpcprof states from the run's own unprofiled steps. No collect (nsys: no export): the
-# step times are read from the runs' files. It stops starting runs after BUDGET_S seconds.
+# step times are read from the runs' files. Under nsys each minigpt job also runs hpcprof's unprofiled
+# reference first (profile.reference: start-up + 15 steps), the baseline of the "stated %" column.
+# It stops starting runs after BUDGET_S seconds.
 #   bash benchmarks/gpu/profiler_overhead.sh [OUT] [REPS]      (OUT default $OUT; REPS default 3)
 # Needs what env.sh needs (.gpu/whl, .gpu/libs carried); site-h200x2.yaml (mpiexec, 2 GPUs).
 set -u

@@ -255,6 +255,7 @@ def diagnose(point: Point, bounds: pd.DataFrame, stragglers: pd.DataFrame, serie
     if copies:
         parts.append(Part("copies", sum(copies.values()), ", ".join(f"{k} {ms(v)}" for k, v in copies.items())))
     if idle_pct is not None:
+        parts = fit_to_busy(parts, window * (1.0 - idle_pct / 100.0))
         parts.append(Part(IDLE, window * idle_pct / 100.0,
                           f"{format_value(idle_pct)} % of the window: the GPU waited for the host (launches, "
                           "synchronisation, input)"))
@@ -290,6 +291,19 @@ def diagnose(point: Point, bounds: pd.DataFrame, stragglers: pd.DataFrame, serie
     kept = sorted((f for f in fixes if f.saves_ms > noise), key=lambda f: -f.saves_ms)
     return Diagnosis(point.label, step_ms, step.source, parts, kept, noise, len(fixes) - len(kept), said,
                      measured_step)
+
+
+def fit_to_busy(parts: list[Part], busy: float) -> list[Part]:
+    """The GPU-busy parts scaled to the GPU's busy time per step (`busy`: the window less its idle)
+    where their sum is larger (kernels running at once on several streams), so that with the idle
+    they sum to the window; each scaled part keeps its sum of kernel times in its detail."""
+    total = sum(p.ms for p in parts if p.name in BUSY)
+    if busy <= 0.0 or total <= busy * (1.0 + 1e-9):
+        return parts
+    factor = busy / total
+    return [replace(p, ms=p.ms * factor, detail=f"{p.detail}; {ms(p.ms)} of kernel time, {format_value(100 * factor)} % "
+                    "of it counted: kernels ran at once on several streams".lstrip("; "))
+            if p.name in BUSY else p for p in parts]
 
 
 def copy_fixes(copies: dict[str, float]) -> list[Fix]:

@@ -207,6 +207,9 @@ def headline(info: RunInfo, out: Console) -> None:
     for key, text in rows:   # swept values, a reason, a path: plain text
         head.add_row(rich_text(key), rich_text(text))
     out.print(head)
+    failed = info.state not in ("COMPLETED", "RUNNING", "PENDING")
+    if failed:      # the cause first, before any number of the run
+        failure(info, out)
     if info.overhead is not None:   # the profiler's slowdown before any number it slowed
         out.print(("[yellow]warning[/]: " if info.overhead.warning else "") + rich_markup(info.overhead.sentence()),
                   highlight=False)
@@ -232,9 +235,7 @@ def headline(info: RunInfo, out: Console) -> None:
         out.print(top)
     if (bandwidth := busbw_summary(run.path, info.tool)) is not None:
         out.print(render_table(*bandwidth))
-    if info.state not in ("COMPLETED", "RUNNING", "PENDING"):
-        failure(info, out)
-    elif not info.metrics and info.state == "COMPLETED" and not list_tables(run.path):
+    if not failed and not info.metrics and info.state == "COMPLETED" and not list_tables(run.path):
         out.print(rich_text(f"not collected yet: run `hpcprof collect {run.run_id}`"))
 
 

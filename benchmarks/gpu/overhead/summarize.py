@@ -2,8 +2,9 @@
 (a `command`: the step hook's window steps, every rank; seqpar/ddp: their own whole-iteration
 phase's median), the mean over the set's runs, the slowdown against the unprofiled runs
 (profile.tool: none) with the 95 % Welch interval of the difference of the means, and for a
-`command` under torch.profiler the slowdown hpcprof states from each run's own unprofiled steps
-(hpcprof.analysis.steps.perturbation, the most slowed rank; mean over runs).
+`command` the slowdown hpcprof states in the run (hpcprof.analysis.steps.perturbation, the most
+slowed rank; mean over runs): under torch.profiler from the process's own unprofiled steps, under
+nsys from the job's unprofiled reference run (profile.reference).
 
     python3 benchmarks/gpu/overhead/summarize.py WORKDIR
 """
@@ -30,7 +31,9 @@ def step_ms(run: Path) -> tuple[float | None, float | None]:
     if files:
         steps = pd.DataFrame([row for path in files for row in read_rank(path)])
         window = steps[steps["in_window"] & steps["duration_ns"].notna()]
-        stated = perturbation(steps.astype({"duration_ns": "Float64"}))
+        reference = [row for path in sorted((run / "steps" / "reference").glob("rank*.jsonl")) for row in read_rank(path)]
+        stated = perturbation(steps.astype({"duration_ns": "Float64"}),
+                              pd.DataFrame(reference).astype({"duration_ns": "Float64"}) if reference else None)
         return (float(window["duration_ns"].astype(float).median()) / 1e6 if not window.empty else None,
                 float(stated["slowdown_pct"].max()) if not stated.empty else None)
     for name, phase in PHASE.items():
