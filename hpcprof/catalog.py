@@ -231,6 +231,15 @@ STEPS_MEMORY_SITES = _t(STEPS, "memory_sites", "rank, device and site", COUNTED,
 STEPS_MEMORY_GROWTH = _t(STEPS, "memory_growth", "rank, device and site", COUNTED,
                          "the bytes and blocks each site allocated during the history and still held at its end "
                          "(a leak: a site whose blocks keep growing)", _HISTORY)
+STEPS_PERTURBATION = _t(STEPS, "perturbation", PER_RANK, COUNTED,
+                        "the profiler's perturbation of the rank's steps: the median of the window's steps "
+                        "(profiled_ms) and of the same process's steps the profiler did not touch (unprofiled_ms: "
+                        "under the step hook's torch.profiler, those before its warm-up step and after its trace "
+                        "was written; else the window's steps of the job's unprofiled reference run, "
+                        "profile.reference), slowdown_pct = 100 · (profiled_ms / unprofiled_ms − 1) with its 95 % "
+                        "percentile bootstrap interval (low_pct, high_pct), the steps of each side and where the "
+                        "unprofiled ones come from (baseline: `same process` or `reference run`); ranks with "
+                        "3 steps or more on each side")
 #: the file `hpcprof bench ceilings` writes into the run directory (rank 0)
 CEILINGS_FILE = "ceilings.json"
 #: bench_ceilings' columns and what each holds
@@ -280,7 +289,8 @@ TABLES: tuple[TableSpec, ...] = (
     NCU_METRICS, ECHO_SLOWDOWN,
     WORKLOAD_SEQPAR, SEQPAR_PHASES, SEQPAR_ITERATIONS, SEQPAR_RANKS, SEQPAR_LOOP, SEQPAR_CHECK,
     WORKLOAD_DDP, DDP_PHASES, DDP_STEPS, DDP_RANKS, FILES_MANIFEST, FORENSICS_RANKS,
-    FORENSICS_COLLECTIVES, STEPS_TIMES, STEPS_MEMORY, STEPS_MEMORY_SITES, STEPS_MEMORY_GROWTH, BENCH_CEILINGS)
+    FORENSICS_COLLECTIVES, STEPS_TIMES, STEPS_PERTURBATION, STEPS_MEMORY, STEPS_MEMORY_SITES, STEPS_MEMORY_GROWTH,
+    BENCH_CEILINGS)
 
 
 def table_window(name: str) -> str:
@@ -382,7 +392,7 @@ WINDOW_STEP_CV = MetricSpec("window.step_cv", "%", EACH_ITERATION,
                             "largest over ranks (ranks with two steps or more)", (NSYS_ITERATIONS, TORCH_ITERATIONS))
 _CATEGORIES = ("kernels by name (hpcprof.analysis.categories, after the site's and experiment's "
                "`kernel_categories`): `nccl.<Collective>`, `nccl.other`, `attention`, `conv`, `gemm`, `optimizer`, "
-               "`memset`, `memcpy`, `reduction`, `elementwise`, `other`")
+               "`memset`, `copy` (on the device), `memcpy` (host↔device), `reduction`, `elementwise` (dtype casts included), `other`")
 
 
 def _gpu_time(prefix: str, window: str, tables: tuple[TableSpec, ...], reference: str,
@@ -427,6 +437,18 @@ PROFILER_OVERHEAD = MetricSpec("profiler.overhead_pct", "%", COUNTED,
                                "under `profile.tool: none` − 1): the profiler's perturbation of each step (a "
                                f"`command`'s step hook times both); a warning above {OVERHEAD_WARN_PCT:g} %. Found "
                                "by `report` and `compare` among the runs of the experiment", (STEPS_TIMES,))
+_SLOWED = "the rank the profiler slowed most (the largest slowdown_pct of steps_perturbation)"
+PROFILER_SLOWDOWN = MetricSpec("profiler.slowdown_pct", "%", COUNTED,
+                               f"{_SLOWED}: 100 · (its median window step / its median unprofiled step − 1), both "
+                               "timed by the step hook in the same process; a warning above "
+                               f"{OVERHEAD_WARN_PCT:g} %", (STEPS_TIMES,))
+PROFILER_SLOWDOWN_LOW, PROFILER_SLOWDOWN_HIGH = (
+    MetricSpec(f"profiler.slowdown_pct.{end}", "%", COUNTED,
+               f"the {words} end of the 95 % percentile bootstrap interval of profiler.slowdown_pct", (STEPS_TIMES,))
+    for end, words in (("low", "lower"), ("high", "upper")))
+PROFILER_UNPROFILED_STEP = MetricSpec("profiler.unprofiled_step", "ms", COUNTED,
+                                      "median over ranks of each rank's median unprofiled step (steps_perturbation's "
+                                      "unprofiled_ms): the step without the profiler", (STEPS_TIMES,))
 ITERATION_IDLE_PCT = MetricSpec("idle_pct", "%", EACH_ITERATION, f"{_IDLE}, per iteration",
                                 (NSYS_ITERATIONS, TORCH_ITERATIONS), IDLE_PCT.reference, headline=False)
 TOP_KERNEL_TIME = MetricSpec("top_kernel.time", "ms", MEASURED,
@@ -455,7 +477,8 @@ METRICS: tuple[MetricSpec, ...] = (
     PHASE_TIME, PHASE_TFLOPS, PHASE_BUSBW, WINDOW_DURATION, WINDOW_ITERATIONS, WINDOW_DETECTED, WINDOW_STEP_CV,
     *GPU_TIME, OVERLAP_PCT, IDLE_PCT,
     *CAPTURE_GPU_TIME, CAPTURE_OVERLAP_PCT, CAPTURE_IDLE_PCT, SLOWDOWN_MEDIAN, SLOWDOWN_MEAN, SLOWDOWN_P90,
-    PROFILER_OVERHEAD, MEMORY_PEAK_ALLOCATED, MEMORY_PEAK_RESERVED, MEMORY_FRAGMENTATION, MEMORY_HEADROOM,
+    PROFILER_OVERHEAD, PROFILER_SLOWDOWN, PROFILER_SLOWDOWN_LOW, PROFILER_SLOWDOWN_HIGH, PROFILER_UNPROFILED_STEP,
+    MEMORY_PEAK_ALLOCATED, MEMORY_PEAK_RESERVED, MEMORY_FRAGMENTATION, MEMORY_HEADROOM,
     ITERATION_IDLE_PCT, TOP_KERNEL_TIME)
 
 

@@ -68,6 +68,7 @@ class ExperimentRecord(msgspec.Struct, frozen=True, kw_only=True):
     profile: ProfileRecord
     resources: ResourcesRecord = msgspec.field(default_factory=ResourcesRecord)
     analysis: AnalysisRecord = msgspec.field(default_factory=AnalysisRecord)
+    gpu_affinity: str | None = None
 
 
 class ToolPathsRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -83,8 +84,14 @@ class PeaksRecord(msgspec.Struct, frozen=True, kw_only=True):
     source: str = ""
 
 
+class LauncherRecord(msgspec.Struct, frozen=True, kw_only=True):
+    kind: str = ""
+
+
 class SiteRecord(msgspec.Struct, frozen=True, kw_only=True):
     name: str = ""
+    launcher: LauncherRecord = msgspec.field(default_factory=LauncherRecord)
+    gpu_affinity: str = "none"
     paths: ToolPathsRecord = msgspec.field(default_factory=ToolPathsRecord)
     peaks: PeaksRecord | None = None
     kernel_categories: list[CategoryRuleRecord] = []

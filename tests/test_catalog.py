@@ -96,17 +96,21 @@ def test_what_collect_makes_is_declared(collected: Path) -> None:
             made_metrics.add(metric.name)
     declared_tables = {t.name for t in c.TABLES}
     assert made_tables <= declared_tables, sorted(made_tables - declared_tables)
-    # these runs did not check their result, none is a `command` (the step hook's: tests/test_steps.py)
-    # and none failed (forensics': tests/test_forensics.py) or measured its ceilings (tests/test_ceilings.py)
-    assert declared_tables - made_tables == {c.SEQPAR_CHECK.name, c.STEPS_TIMES.name, c.STEPS_MEMORY.name,
-                                             c.STEPS_MEMORY_SITES.name, c.STEPS_MEMORY_GROWTH.name,
-                                             c.FORENSICS_RANKS.name, c.FORENSICS_COLLECTIVES.name,
-                                             c.BENCH_CEILINGS.name}
-    # every declared metric is made, but the overhead that report and compare find (tests/test_steps.py)
-    # and device memory, recorded where CUDA is in use (tests/test_steps_memory.py)
-    memory = {c.MEMORY_PEAK_ALLOCATED, c.MEMORY_PEAK_RESERVED, c.MEMORY_FRAGMENTATION, c.MEMORY_HEADROOM}
-    assert made_metrics == {m.name for m in c.METRICS if m.headline} - {c.PROFILER_OVERHEAD.name} - {
-        m.name for m in memory}
+    # these runs did not check their result, none is a `command` (the step hook's: tests/test_steps.py,
+    # tests/test_profiler_slowdown.py) and none failed (forensics': tests/test_forensics.py) or measured its
+    # ceilings (tests/test_ceilings.py)
+    assert declared_tables - made_tables == {c.SEQPAR_CHECK.name, c.STEPS_TIMES.name, c.STEPS_PERTURBATION.name,
+                                             c.STEPS_MEMORY.name, c.STEPS_MEMORY_SITES.name,
+                                             c.STEPS_MEMORY_GROWTH.name, c.FORENSICS_RANKS.name,
+                                             c.FORENSICS_COLLECTIVES.name, c.BENCH_CEILINGS.name}
+    # every declared metric is made, but the overhead that report and compare find (tests/test_steps.py), the
+    # slowdown of a `command`'s steps (tests/test_profiler_slowdown.py) and device memory, recorded where CUDA
+    # is in use (tests/test_steps_memory.py)
+    slowdown = {m.name for m in (c.PROFILER_SLOWDOWN, c.PROFILER_SLOWDOWN_LOW, c.PROFILER_SLOWDOWN_HIGH,
+                                 c.PROFILER_UNPROFILED_STEP)}
+    memory = {m.name for m in (c.MEMORY_PEAK_ALLOCATED, c.MEMORY_PEAK_RESERVED, c.MEMORY_FRAGMENTATION,
+                               c.MEMORY_HEADROOM)}
+    assert made_metrics == {m.name for m in c.METRICS if m.headline} - {c.PROFILER_OVERHEAD.name} - slowdown - memory
 
 
 @pytest.mark.slow

@@ -125,7 +125,8 @@ def test_ranks_really_run_in_containers(tmp_path: Path, image: str, profiler: st
                       str(site_file(tmp_path, profiler=profiler)), "--wait", cwd=tmp_path)
     assert sub.returncode == 0, sub.stdout + sub.stderr
     [run] = [p.parent for p in (tmp_path / "hpcprof-runs").glob("*/*/config.json")]
-    [line] = [x for x in (run / "job.sh").read_text().splitlines() if "rank_wrapper.sh" in x]
+    [line] = [x for x in (run / "job.sh").read_text().splitlines() if "rank_wrapper.sh" in x
+              and "--hpcprof-reference" not in x]   # the workload's, not its unprofiled reference
     assert (line.index("podman run") < line.index("rank_wrapper.sh")) == (profiler == "inside")
     assert [(run / "results" / f"where{r}.txt").read_text() for r in (0, 1)] == ["inside\n", "inside\n"]
 

@@ -41,7 +41,8 @@ def job_script(exp: dict[str, Any], site: SiteConfig, run_dir: str) -> str:
 
 def launch(script: str) -> list[str]:
     """The launch line split as the shell would; the wrapper as WRAPPER, "$RUN_DIR" kept."""
-    (line,) = [line for line in script.splitlines() if '"$RUN_DIR/rank_wrapper.sh"' in line]
+    (line,) = [line for line in script.splitlines()
+               if '"$RUN_DIR/rank_wrapper.sh"' in line and "--hpcprof-reference" not in line]   # not the reference
     return shlex.split(line.replace('"$RUN_DIR/rank_wrapper.sh"', "WRAPPER"))
 
 

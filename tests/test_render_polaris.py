@@ -123,7 +123,8 @@ def test_polaris_directives_match_alcf(polaris: RenderedRun) -> None:
 
 def launch_line(script: str) -> list[str]:
     """The launcher command of a job script, split as the shell would (variables left as text)."""
-    (line,) = [line for line in script.splitlines() if '"$RUN_DIR/rank_wrapper.sh"' in line]
+    (line,) = [line for line in script.splitlines()
+               if '"$RUN_DIR/rank_wrapper.sh"' in line and "--hpcprof-reference" not in line]   # not the reference
     return shlex.split(line.replace('"$RUN_DIR/rank_wrapper.sh"', "WRAPPER"))
 
 
@@ -146,10 +147,12 @@ def test_polaris_wrapper_affinity_and_output(polaris: RenderedRun) -> None:
     RANKCUTOFF=8); one report per resolved rank under profiles/nsys."""
     wrapper = polaris.files["rank_wrapper.sh"]
     assert "export CUDA_VISIBLE_DEVICES=$(( 4 - 1 - hp_local_rank % 4 ))" in wrapper
-    assert re.search(r'if \{ \[ "\$hp_local_rank" -eq 0 \]; \} && \{ \[ "\$hp_rank" -lt 8 \]; \}; then', wrapper)
+    assert re.search(r'if \[ "\$hp_profiled" = 1 \] && \{ \[ "\$hp_local_rank" -eq 0 \]; \} && '
+                     r'\{ \[ "\$hp_rank" -lt 8 \]; \}; then', wrapper)   # not the unprofiled reference run
+    # hpcprof's default traces: CUDA and NVTX (the seed's osrt is opt-in: profile.nsys.trace)
     (nsys,) = [line.strip() for line in wrapper.splitlines() if line.strip().startswith("exec nsys")]
     assert shlex.split(nsys) == [
-        "exec", "nsys", "profile", "--trace=cuda,nvtx,osrt", "--capture-range=none", "--stats=true",
+        "exec", "nsys", "profile", "--trace=cuda,nvtx", "--capture-range=none", "--stats=true",
         "--export=sqlite", "--force-overwrite=true", "-o", "$HPCPROF_PROFILE_DIR/rank${hp_rank}", "$@"]
 
 

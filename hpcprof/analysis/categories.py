@@ -7,9 +7,11 @@ multi-head attention, cuDNN's attention and the helpers of its backward), `conv`
 convolutions), `gemm` (cuBLAS/cuBLASLt incl. Hopper's nvjet, CUTLASS, the xmma families),
 `optimizer` (PyTorch's multi_tensor_apply: foreach and fused Adam/AdamW/SGD, the grad-norm and
 unscale before them; fused Adam/LAMB of apex and DeepSpeed), `memset` (memsets and fill kernels),
-`memcpy` (memcpys, copy, cast, concatenation and layout kernels), `reduction` (sums and other
-reductions, normalisations, softmax, losses, pooling), `elementwise` (TensorIterator and Triton
-pointwise kernels, activations), else `other`. Triton kernels of torch.compile are named by their
+`copy` (copies on the device: device-to-device and peer memcpys, copy, concatenation and layout
+kernels), `memcpy` (the memcpys between host and device), `reduction` (sums and other reductions,
+normalisations, softmax, losses, pooling), `elementwise` (TensorIterator and Triton pointwise
+kernels, activations, dtype casts: PyTorch's copy kernels that load or store with a cast, its
+bfloat16/half copy kernels), else `other`. Triton kernels of torch.compile are named by their
 kind (triton_poi_ pointwise, triton_red_/per_ reductions, triton_tem_ templates). HTA's
 COMM/COMP/MEM kernel types (trace/analyses.py) are HTA's own definition, kept apart.
 """
@@ -43,7 +45,10 @@ RULES: tuple[tuple[str, str], ...] = (
     ("optimizer", r"multi_tensor_apply|multi_tensor_(?:adam|lamb|sgd|l2norm|scale)|(?i:fused_?adam|adamw?_kernel|"
                   r"fused_?lamb|fused_?sgd)"),
     ("memset", r"(?i)^memset|\[CUDA memset|FillFunctor|fill_kernel"),
-    ("memcpy", r"(?i)^memcpy|\[CUDA memcpy|direct_copy|copy_kernel|CatArray|cat_array|transpose|To(?:Nhwc|Nchw)"),
+    ("elementwise", r"(?:bfloat16|float16|half)_copy_kernel|LoadWithCast|StoreWithCast"),     # dtype casts
+    ("copy", r"(?i)memcpy (?:Device-to-Device|DtoD|Peer-to-Peer|PtoP)|direct_copy|copy_kernel|CatArray|cat_array|"
+             r"transpose|To(?:Nhwc|Nchw)"),
+    ("memcpy", r"(?i)^memcpy|\[CUDA memcpy"),
     ("reduction", r"(?i)reduce|reduction|norm(?!al)|GammaBeta|bn_(?:fw|bw)|welford|moments|softmax|nll_loss|"
                   r"cross_entropy|argmax|argmin|topk|_pool|pool_"),
     ("elementwise", r"(?i)elementwise|pointwise|Functor|gelu|relu|silu|dropout|activation"),

@@ -164,7 +164,19 @@ def step_metrics(tables: Tables, profiler_window: bool) -> list[Metric]:
         window = steps[steps["in_window"].astype(bool)]
         out.append(c.WINDOW_ITERATIONS.value(float(window.groupby("rank").size().reindex(
             steps["rank"].unique(), fill_value=0).mean())))
-    return out
+    return out + perturbation_metrics(tables(c.STEPS_PERTURBATION.name))
+
+
+def perturbation_metrics(ranks: pd.DataFrame | None) -> list[Metric]:
+    """The profiler's slowdown of the most slowed rank with its interval, and the unprofiled step
+    (median over ranks), from steps_perturbation."""
+    if ranks is None or ranks.empty:
+        return []
+    worst = ranks.loc[ranks["slowdown_pct"].idxmax()]
+    return [c.PROFILER_SLOWDOWN.value(float(worst["slowdown_pct"])),
+            c.PROFILER_SLOWDOWN_LOW.value(float(worst["low_pct"])),
+            c.PROFILER_SLOWDOWN_HIGH.value(float(worst["high_pct"])),
+            c.PROFILER_UNPROFILED_STEP.value(float(ranks["unprofiled_ms"].median()))]
 
 
 def memory_metrics(memory: pd.DataFrame | None) -> list[Metric]:

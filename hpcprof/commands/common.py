@@ -141,7 +141,24 @@ def show_states(pairs: list[tuple[RunDir, JobState]], fmt: str, collected: dict[
     rows = [{"run": run.run_id, "sweep": sweep_of(run.run_id), "experiment": run.path.parent.name,
              "state": state.state, "exit_code": state.exit_code, "reason": state.reason,
              "job_id": run.submission.get("job_id", ""), "path": str(run.path),
-             "collected": (collected or {}).get(run.run_id, "")} for run, state in pairs]
+             "collected": (collected or {}).get(run.run_id, ""), "profiler": slowdown(run)} for run, state in pairs]
     columns = ["run", "sweep", "experiment", "state", "exit_code", "reason", "job_id", "path"]
-    emit_rows(rows, columns + ["collected"] if collected else columns, fmt, whole=["run", "state"],
-              optional=["path", "sweep", "job_id", "experiment"])
+    columns += ["collected"] if collected else []
+    columns += ["profiler"] if any(row["profiler"] for row in rows) else []
+    emit_rows(rows, columns, fmt, whole=["run", "state"], optional=["path", "sweep", "job_id", "experiment"])
+
+
+def slowdown(run: RunDir) -> str:
+    """The profiler's slowdown of the run's steps as collect measured it in the run (`+23.1 %
+    [+18.0, +29.5]`, `warning: ` first above catalog.OVERHEAD_WARN_PCT), '' where it has none."""
+    from hpcprof import catalog as c
+    from hpcprof.results import read_headline
+
+    headline = read_headline(run.path)
+    values = {name: value for name, value, _ in headline.metrics} if headline is not None else {}
+    if c.PROFILER_SLOWDOWN.name not in values:
+        return ""
+    pct = values[c.PROFILER_SLOWDOWN.name]
+    interval = f" [{values[c.PROFILER_SLOWDOWN_LOW.name]:+.1f}, {values[c.PROFILER_SLOWDOWN_HIGH.name]:+.1f}]" \
+        if c.PROFILER_SLOWDOWN_LOW.name in values and c.PROFILER_SLOWDOWN_HIGH.name in values else ""
+    return f"{'warning: ' if pct > c.OVERHEAD_WARN_PCT else ''}{pct:+.1f} %{interval}"

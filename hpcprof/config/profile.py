@@ -78,9 +78,20 @@ class ProfileConfig(Model):
     nsys: NsysOptions = msgspec.field(default_factory=NsysOptions)
     ncu: NcuOptions = msgspec.field(default_factory=NcuOptions)
     torch: TorchOptions = msgspec.field(default_factory=TorchOptions)
+    #: an unprofiled reference of a `command` in the same job, before the profiled run, which the step
+    #: hook ends after its window: the baseline of the profiler's slowdown where no step of the profiled
+    #: process is unprofiled (nsys, ncu). Default (null): on under nsys and ncu where the hook runs;
+    #: nothing under `tool: none`.
+    reference: bool | None = None
 
     def __post_init__(self) -> None:
         run_checks(self, {"ranks": RankSelection})
+
+    def references(self, workload: str) -> bool:
+        """Whether the job runs the unprofiled reference (see `reference`) for workload kind `workload`."""
+        if self.tool == "none" or not self.window.hooked(workload):
+            return False
+        return self.reference if self.reference is not None else self.tool in ("nsys", "ncu")
 
     @property
     def selection(self) -> RankSelection:

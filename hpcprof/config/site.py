@@ -40,6 +40,21 @@ DIRECTIVE_VALUE = re.compile(r"[A-Za-z0-9_.:@+&|,=/\-]+")
 DIRECTIVE_OPTION = re.compile(r"-[A-Za-z0-9_.:@+&|,=/\- ]*")
 
 
+#: the GPU affinities that leave each rank one GPU (cuda:0 is its GPU)
+NARROWING_AFFINITIES = ("identity", "reverse")
+
+
+def resolve_affinity(chosen: str | None, site_affinity: str, launcher_kind: str) -> str:
+    """The ranks' GPU convention given the experiment's `gpu_affinity` (`chosen`, None where it does
+    not choose): under a torchrun launcher a narrowing site's becomes `local-rank`
+    (hpcprof.render.rank_env says why)."""
+    if chosen is not None:
+        return chosen
+    if launcher_kind == "torchrun" and site_affinity in NARROWING_AFFINITIES:
+        return "local-rank"
+    return site_affinity
+
+
 class EnvValue(str):
     """An environment value: text; a number is written as text (a bool is refused: `true` is
     rarely what a program wants in its environment, write "1" or "true")."""

@@ -20,9 +20,13 @@ then on:
   nothing behind. An optimizer step that a GradScaler skips is no step.
 - The first process of the rank whose optimizer steps records them in
   $HPCPROF_RUN_DIR/steps/rank{R}.jsonl, one line per step written with one append each (a line
-  is whole or absent): a header {"rank", "pid", "host", "tool", "skip", "steps"} then
+  is whole or absent): a header {"rank", "pid", "host", "tool", "skip", "steps", "profiled"} then
   {"step": N, "end_ns": wall-clock ns at its end, "ns": its length (null for the first step,
-  whose start is not seen)}. Other processes of the rank (forked workers, a second program that
+  whose start is not seen)}. `profiled` is [first, last]: the steps the hook's torch.profiler may
+  slow: its warm-up step to two steps after it stopped (the first holds the trace's export, the
+  second the wait for the other ranks' exports); the others (but the first) are the process's
+  unprofiled steps. Null where every step may be slowed
+  (nsys and ncu inject into the whole process) or none is (`tool: none`). Other processes of the rank (forked workers, a second program that
   steps) record nothing.
 - Each step after the first is an NVTX range (torch.cuda.nvtx start/end ranges, which any
   nesting of the program's own push/pop ranges leaves intact): `hpcprof:step` for the steps of
@@ -40,6 +44,11 @@ then on:
   whose own profiler records when the hook's would start, or starts during the hook's warm-up,
   keeps it: the hook's profiler steps aside with one line (one started while the hook's records
   is not seen).
+
+In the unprofiled reference run of the job (HPCPROF_STEPS_REFERENCE=1, profile.reference), the
+steps go to $HPCPROF_RUN_DIR/steps/reference/rank{R}.jsonl and the process ends (exit status 0,
+its output flushed) when step skip+count has been recorded: the reference costs its start-up and
+the steps up to the window's end.
 
 The hooks read the clock, write a line and call NVTX: they change nothing the program computes
 (benchmarks/step_hook.py measures their cost). A bad setting or a failure is one line on stderr
@@ -83,7 +92,16 @@ class _State:
         self.capture = drive and env.get("HPCPROF_STEPS_CAPTURE") == "1"
         self.torch_profile = drive and self.tool == "torch"
         self.run_dir = env["HPCPROF_RUN_DIR"]
-        self.path = os.path.join(self.run_dir, "steps", f"rank{self.rank}.jsonl")
+        self.reference = env.get("HPCPROF_STEPS_REFERENCE") == "1"   # the job's unprofiled reference run
+        self.path = os.path.join(self.run_dir, "steps", *(("reference",) if self.reference else ()),
+                                 f"rank{self.rank}.jsonl")
+        self.warmup = 0
+        if self.torch_profile:
+            try:
+                self.warmup = _warmup(self)
+            except ValueError as exc:
+                say(f"hpcprof: {exc}: the step hook starts no torch.profiler")
+                self.torch_profile = False
         self.off = False                # a failure, another process records, or a forked child
         self.fd: int | None = None      # the steps file, once claimed
         self.identity: Identity | None = None
@@ -233,7 +251,7 @@ def _step_ended(state: _State, now: int) -> None:
             if step > last:             # the trace of steps skip+1 .. last+1 is written
                 state.profiler.stop()
                 state.profiler = None
-    elif state.torch_profile and step == max(1, state.skip - _warmup(state)):
+    elif state.torch_profile and step == max(1, state.skip - state.warmup):
         state.torch_profile = False
         if _profiling():
             _leave_profiler()
@@ -252,6 +270,11 @@ def _step_ended(state: _State, now: int) -> None:
             torch.cuda.synchronize()
             torch.cuda.profiler.stop()
             state.capturing = False
+    if state.reference and step >= last:
+        _close(state)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)     # the reference's window is recorded: the rest of the program is not needed
     if state.nvtx is not None:
         name = STEP_RANGE if state.skip <= step < last else UNMEASURED_RANGE
         state.range = state.nvtx.range_start(name)
@@ -260,7 +283,9 @@ def _step_ended(state: _State, now: int) -> None:
 
 def _claim(state: _State) -> bool:
     """Open the rank's steps file, first process only; find NVTX. False: another process records."""
-    subdirectory(state.run_dir, "steps")
+    steps = subdirectory(state.run_dir, "steps")
+    if state.reference:
+        subdirectory(steps, "reference")
     try:
         state.fd, state.identity = open_high(state.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL)
     except FileExistsError:
@@ -268,8 +293,9 @@ def _claim(state: _State) -> bool:
         say(f"hpcprof: optimizer steps of pid {os.getpid()} not recorded: {state.path} is another "
             "process's of this rank")
         return False
+    profiled = [state.skip - state.warmup + 1, state.skip + state.count + 3] if state.torch_profile else None
     header = {"rank": int(state.rank), "pid": os.getpid(), "host": os.uname().nodename, "tool": state.tool,
-              "skip": state.skip, "steps": state.count, **_hpcprof_memory.header()}
+              "skip": state.skip, "steps": state.count, "profiled": profiled, **_hpcprof_memory.header()}
     _append(state, _json(header) + "\n")
     import torch
 
@@ -333,7 +359,7 @@ def _torch_profiler(state: _State) -> Any:
     warm-up's first step ProfilerStep#0 (see the module)."""
     import torch
 
-    warmup = _warmup(state)
+    warmup = state.warmup
     gzip = os.environ.get("HPCPROF_TORCH_GZIP") == "1"
     directory = os.environ.get("HPCPROF_PROFILE_DIR") or os.path.join(state.run_dir, "profiles", "torch")
     path = os.path.join(directory, f"rank{state.rank}.pt.trace.json" + (".gz" if gzip else ""))
@@ -347,7 +373,8 @@ def _torch_profiler(state: _State) -> Any:
     if torch.cuda.is_available():
         activities.append(torch.profiler.ProfilerActivity.CUDA)
     return torch.profiler.profile(
-        activities=activities, record_shapes=True, on_trace_ready=write,
+        activities=activities, record_shapes=os.environ.get("HPCPROF_TORCH_SHAPES") == "1",
+        with_stack=os.environ.get("HPCPROF_TORCH_STACK") == "1", on_trace_ready=write,
         schedule=torch.profiler.schedule(wait=0, warmup=warmup, active=state.count + 1, repeat=1))
 
 

@@ -21,7 +21,7 @@ NSYS_TRACES = ("cuda", "nvtx", "osrt", "cublas", "cublas-verbose", "cudnn", "cus
 NSYS_FLAGS = {"nvtx_capture": "--nvtx-capture", "capture_range_end": "--capture-range-end",
               "stats": "--stats", "sample": "--sample", "cpuctxsw": "--cpuctxsw", "gpuctxsw": "--gpuctxsw",
               "cuda_graph_trace": "--cuda-graph-trace", "mpi_impl": "--mpi-impl",
-              "python_sampling": "--python-sampling"}
+              "python_sampling": "--python-sampling", "cuda_event_trace": "--cuda-event-trace"}
 SAFE_TOKEN = re.compile(r"^[A-Za-z0-9_.,:@/=+\-]+$")
 
 
@@ -45,9 +45,10 @@ def check_nvtx_capture(value: str | None) -> None:
 
 
 class NsysOptions(Model):
-    """`nsys profile` options."""
+    """`nsys profile` options. The defaults trace CUDA and NVTX only: OS runtime tracing (`osrt`),
+    sampling, backtraces and CUDA event tracing are opt-in, each for its cost (docs/user-guide/report.md)."""
 
-    trace: list[str] = msgspec.field(default_factory=lambda: ["cuda", "nvtx", "osrt"])
+    trace: list[str] = msgspec.field(default_factory=lambda: ["cuda", "nvtx"])
     capture_range: Literal["none", "cudaProfilerApi", "nvtx"] = "none"
     nvtx_capture: str | None = None
     capture_range_end: str | None = None
@@ -58,6 +59,7 @@ class NsysOptions(Model):
     cuda_graph_trace: Literal["graph", "node"] | None = None
     mpi_impl: Literal["openmpi", "mpich"] | None = None
     python_sampling: bool | None = None
+    cuda_event_trace: bool | None = None
     export_sqlite: bool = True
     extra_args: list[str] = []
 

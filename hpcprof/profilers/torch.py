@@ -21,6 +21,9 @@ class TorchOptions(Model):
     active: Annotated[int, Meta(ge=1)] = 3
     repeat: Annotated[int, Meta(ge=0)] = 1
     gzip: bool = False
+    #: opt-in recorders, each costly (docs/user-guide/profilers.md's table): operator input shapes, Python stacks
+    record_shapes: bool = False
+    with_stack: bool = False
 
     def schedule(self) -> str:
         return f"wait={self.wait},warmup={self.warmup},active={self.active},repeat={self.repeat}"
@@ -37,9 +40,11 @@ def check(options: TorchOptions, workload: str, window: Any) -> tuple[str, str] 
 
 
 def launch(options: TorchOptions, program: str) -> Launch:
-    """The command itself, with the schedule and trace compression in its environment."""
+    """The command itself, with the schedule, trace compression and opt-in recorders in its environment."""
     return Launch([], env={"HPCPROF_TORCH_SCHEDULE": options.schedule(),
-                           "HPCPROF_TORCH_GZIP": "1" if options.gzip else "0"})
+                           "HPCPROF_TORCH_GZIP": "1" if options.gzip else "0",
+                           "HPCPROF_TORCH_SHAPES": "1" if options.record_shapes else "0",
+                           "HPCPROF_TORCH_STACK": "1" if options.with_stack else "0"})
 
 
 PROFILER = Profiler(

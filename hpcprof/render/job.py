@@ -31,7 +31,7 @@ from hpcprof.render.forensics import forensics_context, inject_files
 from hpcprof.render.launchers import SIGPIPE_IGNORED, launch_argv, launcher_key
 from hpcprof.render.quoting import directive, quote, quote_join
 from hpcprof.render.rank_env import rank_env_context
-from hpcprof.render.steps import steps_env, tool_options
+from hpcprof.render.steps import reference_argv, steps_env, tool_options
 from hpcprof.resources import template_dir
 from hpcprof.rundir import RECORD_FORMAT, RECORD_VERSION
 from hpcprof.schedulers import get_scheduler
@@ -203,6 +203,9 @@ TEMPLATE_VARS: dict[str, str] = {
     "gpu_order": "CUDA_VISIBLE_DEVICES of gpu_affinity local-rank on a reverse site ('' = not set)",
     "gpu_note": "what a rank's log line about its GPUs adds",
     "master_addr_local": "true when every rank is on one node (MASTER_ADDR 127.0.0.1 where unset)",
+    "reference_argv": "the rank wrapper's arguments of the unprofiled reference run before the workload "
+                      "(profile.reference: hpcprof.render.steps); empty: none",
+    "reference_steps": "the optimizer steps after which the step hook ends the reference run",
     "ceilings_argv": "what each rank runs after the workload for the experiment's `ceilings:` (hpcprof bench "
                      "ceilings, after the rank wrapper and its unprofiled flag); [] when off; use with | qjoin",
 }
@@ -243,6 +246,7 @@ def template_context(point: Point, site: SiteConfig, run_dir: Path, run_id: str,
                                  rank_argv(exp.workload.kind, exp.workload.argv, point.workload_args, python),
                                  env_names, submit_dir not in (None, run_dir))
     ceilings = ceilings_argv(point, python, scheduler.runs_containers)
+    reference = reference_argv(point, rank, scheduler.runs_containers)
     if ceilings:
         ceilings = [UNPROFILED, *wrap_launch(container, launcher_argv, ceilings, env_names,
                                              submit_dir not in (None, run_dir))[1]]
@@ -277,6 +281,8 @@ def template_context(point: Point, site: SiteConfig, run_dir: Path, run_id: str,
         "launcher_ignores_sigpipe": launcher_key(site) in SIGPIPE_IGNORED,
         "rank_argv": rank,
         "ceilings_argv": ceilings,
+        "reference_argv": reference,
+        "reference_steps": profile.window.skip_steps + profile.window.steps,
         "tool": profile.tool,
         "selection": str(profile.selection),
         "condition": profile.selection.bash_condition(point.ranks_per_node),

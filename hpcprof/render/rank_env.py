@@ -24,20 +24,12 @@ from __future__ import annotations
 from typing import Any
 
 from hpcprof.config.experiment import Point
-from hpcprof.config.site import SiteConfig
-
-#: the affinities that leave each rank one GPU
-NARROWING = ("identity", "reverse")
+from hpcprof.config.site import SiteConfig, resolve_affinity
 
 
 def gpu_affinity(point: Point, site: SiteConfig) -> str:
     """The rank's GPU convention (see the module)."""
-    chosen = point.experiment.gpu_affinity
-    if chosen is not None:
-        return chosen
-    if site.launcher.kind == "torchrun" and site.gpu_affinity in NARROWING:
-        return "local-rank"
-    return site.gpu_affinity
+    return resolve_affinity(point.experiment.gpu_affinity, site.gpu_affinity, site.launcher.kind)
 
 
 def rank_env_context(point: Point, site: SiteConfig) -> dict[str, Any]:

@@ -1,5 +1,6 @@
 """The rendered side of the optimizer step hook (`profile.window.auto`, hpcprof/inject/_hpcprof_steps.py):
-the variables the rank wrapper exports for it, and the profiler options it needs."""
+the variables the rank wrapper exports for it, the profiler options it needs, and the unprofiled
+reference run it ends after its window (`profile.reference`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import msgspec
 
 from hpcprof.config.experiment import Point
 from hpcprof.config.profile import ProfileConfig
+from hpcprof.errors import UserError
 from hpcprof.profilers.ncu import NcuOptions
 from hpcprof.profilers.nsys import NsysOptions
 
@@ -36,6 +38,30 @@ def steps_env(point: Point) -> dict[str, str]:
             "HPCPROF_STEPS_COUNT": str(window.steps), "HPCPROF_STEPS_DRIVE": "1" if drive else "0",
             **({"HPCPROF_STEPS_CAPTURE": "1"} if drive and opens_capture(exp.profile.options) else {}),
             **({"HPCPROF_MEMORY_HISTORY": str(MEMORY_HISTORY_ENTRIES)} if exp.profile.memory else {})}
+
+
+#: the rank wrapper's first argument that runs the command as the unprofiled reference (templates/rank_wrapper.sh.j2)
+REFERENCE = "--hpcprof-reference"
+
+
+def reference_argv(point: Point, rank_argv: list[str], runs_containers: bool) -> list[str]:
+    """The rank wrapper's arguments of the unprofiled reference run ([] for none): REFERENCE, then
+    the workload's own. UserError where `profile.reference: true` cannot be: no step hook (seqpar,
+    ddp, `window.auto: false`), or a scheduler that runs the containers (Kubernetes)."""
+    exp = point.experiment
+    profile = exp.profile
+    if profile.reference and not profile.window.hooked(exp.workload.kind):
+        raise UserError("profile.reference: the reference run is ended by the step hook, which runs on a `command` "
+                        "with profile.window.auto: true; drop profile.reference (seqpar and ddp: compare with a run "
+                        "under profile.tool: none)")
+    if not profile.references(exp.workload.kind):
+        return []
+    if runs_containers:
+        if profile.reference:
+            raise UserError("profile.reference: not supported where the scheduler runs the containers (Kubernetes); "
+                            "set it to false and compare with a run under profile.tool: none")
+        return []
+    return [REFERENCE, *rank_argv]
 
 
 def tool_options(profile: ProfileConfig, workload: str) -> Any:

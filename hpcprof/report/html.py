@@ -23,6 +23,7 @@ from hpcprof.report import findings as words
 from hpcprof.report import limits, plots, sweep
 from hpcprof.report.ceilings import points_attainable
 from hpcprof.report.compare import measured_window
+from hpcprof.report.overhead import unmeasured
 from hpcprof.report.runs import RunInfo
 from hpcprof.report.stats import p_text
 from hpcprof.report.terminal import busbw_summary, format_value, top_kernels_window, with_unit
@@ -344,6 +345,8 @@ def run_header(info: RunInfo) -> str:
     if info.overhead is not None:    # the profiler's perturbation of each step
         text += (f"<p class='{'warning' if info.overhead.warning else 'note'}'>"
                  f"{html.escape(info.overhead.sentence())}</p>")
+    elif info.metrics and (note := unmeasured(info.tool)):
+        text += f"<p class='note'>{html.escape(note)}</p>"
     if not metrics.empty:
         text += table_html(metrics, "Headline metrics, each over its window")
     if info.top:

@@ -6,7 +6,8 @@ split over the measured window's GPU time per rank into the parts that can limit
 - compute: the non-communication kernels (GEMM, attention, ... by hpcprof.analysis.categories),
   with the matmul phases' rate against what the machine attains where the workload reports one;
 - exposed communication: the NCCL kernels' time not overlapped by compute (overlap_pct);
-- copies: memcpy and memset kernels;
+- copies: memcpys between host and device, copies on the device and memsets (a fix each: pinned
+  memory and non_blocking only for the host's);
 - GPU idle: the window's idle (idle_pct): the GPU waited for the host (launches, synchronisation,
   input);
 - imbalance: a rank the others wait for, only where sweep.persistent_stragglers finds it above noise.
@@ -21,12 +22,20 @@ idle or copies at most their time, balancing the ranks at most the straggler's e
 bound is below the point's noise (the repetitions' 95 % CI of the iteration time, or the
 per-iteration spread: 1.4826 · the median absolute deviation of the counted iterations' times) is
 noise, never a fix; how many were dropped is said.
+
+Without the profiler: where the run measured its own unprofiled step (profiler.unprofiled_step,
+hpcprof.analysis.steps.perturbation) and the profiler slowed the step, the diagnosis is re-based on
+that step: the GPU-busy parts stay as measured (the profiler is taken to leave kernel durations
+alone: it slows the host), the GPU idle becomes max(0, unprofiled step − busy), and where the busy
+parts exceed the unprofiled step the exposed communication gives up the excess (a kernel's wait for
+the profiled ranks' lateness). The limiter and the fixes are ranked on these; the parts as
+measured are said beside them.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 import pandas as pd
@@ -43,10 +52,15 @@ if TYPE_CHECKING:
 
     from hpcprof.report.runs import RunInfo
 
-#: the categories of copies (the rest of the non-NCCL kernels is compute)
-COPIES = ("memcpy", "memset")
+#: the categories of copies (the rest of the non-NCCL kernels is compute; a dtype cast is compute,
+#: hpcprof.analysis.categories' elementwise), and the one of them that moves data between host and device
+COPIES = ("memcpy", "memset", "copy")
+HOST_COPIES = "memcpy"
 #: the fixes shown per point
 TOP = 3
+#: the parts re-basing on the unprofiled step changes, and the GPU-busy parts it keeps
+IDLE, EXPOSED, OUTSIDE = "GPU idle", "exposed communication", "outside the measured window"
+BUSY = ("compute", EXPOSED, "copies")
 
 
 @dataclass(frozen=True)
@@ -58,6 +72,7 @@ class Part:
     ms: float
     detail: str = ""
     observed: bool = True
+    measured_ms: float | None = None    # as measured, where the profiler's slowdown changed it (ms: without it)
 
 
 @dataclass(frozen=True)
@@ -67,6 +82,7 @@ class Fix:
     action: str
     saves_ms: float
     basis: str
+    part: str = ""      # the part whose time it saves, where re-basing on the unprofiled step changes it
 
 
 @dataclass(frozen=True)
@@ -82,6 +98,7 @@ class Diagnosis:
     noise_ms: float
     dropped: int = 0
     rates: list[str] = field(default_factory=list)      # where each rate phase stands against its bound
+    measured_step_ms: float | None = None               # the step as measured, where step_ms is the unprofiled one
 
     @property
     def limiter(self) -> Part | None:
@@ -241,14 +258,15 @@ def diagnose(point: Point, bounds: pd.DataFrame, stragglers: pd.DataFrame, serie
     top_compute = sorted(compute.items(), key=lambda kv: -kv[1])[:3]
     parts = [Part("compute", compute_ms, ", ".join(f"{k} {ms(v)}" for k, v in top_compute))]
     if comm:
-        parts.append(Part("exposed communication", comm_ms * (1.0 - overlap),
+        parts.append(Part(EXPOSED, comm_ms * (1.0 - overlap),
                           f"{ms(comm_ms)} of NCCL kernels, {format_value(100.0 * overlap)} % overlapped by compute; a "
                           "kernel's time includes its wait for the other ranks"))
     if copies:
         parts.append(Part("copies", sum(copies.values()), ", ".join(f"{k} {ms(v)}" for k, v in copies.items())))
     causes = idle_causes(point)
     if idle_pct is not None:
-        parts.append(Part("GPU idle", window * idle_pct / 100.0, f"{format_value(idle_pct)} % of the window: " + (
+        parts = fit_to_busy(parts, window * (1.0 - idle_pct / 100.0))
+        parts.append(Part(IDLE, window * idle_pct / 100.0, f"{format_value(idle_pct)} % of the window: " + (
             "; ".join(f"{r.cause} {format_value(r.pct_of_idle)} %" + (f" at {short(r.at)}" if r.at else "")
                       for r in causes.itertuples()) if causes is not None and not causes.empty else
             "the GPU waited for the host (launches, synchronisation, input)")))
@@ -257,23 +275,21 @@ def diagnose(point: Point, bounds: pd.DataFrame, stragglers: pd.DataFrame, serie
         exposed = min(value * (1.0 - overlap), compute_ms)
         fixes.append(Fix(f"overlap the {name.removeprefix('nccl.')} with compute "
                          f"({format_value(100.0 * overlap)} % overlapped now)", exposed,
-                         "its exposed time, at most the compute to hide it behind"))
+                         "its exposed time, at most the compute to hide it behind", EXPOSED))
     to_bound, said = rate_fixes(point, bounds)
     collective_bound, collective_said = collective_fixes(point, bounds, step)
     fixes += to_bound + collective_bound
     said += collective_said
-    if copies:
-        fixes.append(Fix("remove or overlap the copies (pinned memory, non_blocking, fewer host round trips)",
-                         sum(copies.values()), "their time"))
+    fixes += copy_fixes(copies)
     if idle_pct and causes is not None and not causes.empty:
         fixes += [Fix(f"{r.cause}: {r.fix.rpartition(': saves up to')[0]}", window * idle_pct / 100.0 * r.pct_of_idle / 100.0,
-                      f"the idle time of this cause ({format_value(r.pct_of_idle)} % of the idle)")
+                      f"the idle time of this cause ({format_value(r.pct_of_idle)} % of the idle)", IDLE)
                   for r in causes.itertuples()]
     elif idle_pct:
         fixes.append(Fix("keep the GPU fed (CUDA graphs or fewer launches, no synchronisation in the step, a "
-                         "faster input pipeline)", window * idle_pct / 100.0, "the idle time"))
+                         "faster input pipeline)", window * idle_pct / 100.0, "the idle time", IDLE))
     if step_ms - window > 0:
-        parts.append(Part("outside the measured window", step_ms - window,
+        parts.append(Part(OUTSIDE, step_ms - window,
                           f"the step's time beyond the window's {ms(window)} per step: not profiled", observed=False))
     slow = stragglers[(stragglers["point"] == point.label) & stragglers["above_noise"]] \
         if not stragglers.empty else stragglers
@@ -281,9 +297,62 @@ def diagnose(point: Point, bounds: pd.DataFrame, stragglers: pd.DataFrame, serie
         parts.append(Part("imbalance", float(row["excess_ms"]), f"rank {int(row['rank'])} slower than the median rank"))
         fixes.append(Fix(f"balance rank {int(row['rank'])}'s work", float(row["excess_ms"]),
                          "its mean excess over the median rank"))
+    measured_step = None
+    unprofiled = point.metric(c.PROFILER_UNPROFILED_STEP)
+    if unprofiled is not None and 0.0 < unprofiled < step_ms:
+        parts, fixes = rebased(parts, fixes, unprofiled)
+        measured_step, step_ms = step_ms, unprofiled
     noise = iteration_noise(point, series)
     kept = sorted((f for f in fixes if f.saves_ms > noise), key=lambda f: -f.saves_ms)
-    return Diagnosis(point.label, step_ms, step.source, parts, kept, noise, len(fixes) - len(kept), said)
+    return Diagnosis(point.label, step_ms, step.source, parts, kept, noise, len(fixes) - len(kept), said,
+                     measured_step)
+
+
+def fit_to_busy(parts: list[Part], busy: float) -> list[Part]:
+    """The GPU-busy parts scaled to the GPU's busy time per step (`busy`: the window less its idle)
+    where their sum is larger (kernels running at once on several streams), so that with the idle
+    they sum to the window; each scaled part keeps its sum of kernel times in its detail."""
+    total = sum(p.ms for p in parts if p.name in BUSY)
+    if busy <= 0.0 or total <= busy * (1.0 + 1e-9):
+        return parts
+    factor = busy / total
+    return [replace(p, ms=p.ms * factor, detail=f"{p.detail}; {ms(p.ms)} of kernel time, {format_value(100 * factor)} % "
+                    "of it counted: kernels ran at once on several streams".lstrip("; "))
+            if p.name in BUSY else p for p in parts]
+
+
+def copy_fixes(copies: dict[str, float]) -> list[Fix]:
+    """The fixes of the copies per step (ms by category): pinned memory and non_blocking for the
+    host↔device memcpys only, fewer or fused kernels for the copies on the device and the memsets."""
+    fixes = []
+    if host := copies.get(HOST_COPIES, 0.0):
+        fixes.append(Fix("remove or overlap the host↔device copies (pinned memory, non_blocking, fewer host round "
+                         "trips)", host, "their time"))
+    if device := sum(v for k, v in copies.items() if k != HOST_COPIES):
+        fixes.append(Fix("remove the copies on the device (fewer .contiguous() calls, layout changes, concatenations "
+                         "and memsets; fuse them into their neighbours)", device, "their time"))
+    return fixes
+
+
+def rebased(parts: list[Part], fixes: list[Fix], unprofiled: float) -> tuple[list[Part], list[Fix]]:
+    """The parts and fixes on the unprofiled step (the module's rule): GPU idle max(0, unprofiled −
+    busy), the exposed communication less the busy parts' excess over the unprofiled step, the part
+    outside the window gone (the unprofiled step is the parts'); each fix of a changed part scaled
+    with it."""
+    busy = sum(p.ms for p in parts if p.name in BUSY)
+    excess = max(0.0, busy - unprofiled)
+    new: dict[str, float] = {}
+    for part in parts:
+        if part.name == IDLE:
+            new[IDLE] = max(0.0, unprofiled - busy)
+        elif part.name == EXPOSED:
+            new[EXPOSED] = max(0.0, part.ms - excess)
+    out = [replace(p, ms=new[p.name], measured_ms=p.ms) if p.name in new and new[p.name] != p.ms else p
+           for p in parts if p.name != OUTSIDE]
+    old = {p.name: p.ms for p in parts}
+    scaled = [replace(f, saves_ms=f.saves_ms * new[f.part] / old[f.part]) if f.part in new and old[f.part] else f
+              for f in fixes]
+    return out, scaled
 
 
 def diagnoses(points: list[Point]) -> list[Diagnosis]:
@@ -300,12 +369,18 @@ def sentence(d: Diagnosis) -> str:
     unseen = [p for p in d.parts if not p.observed and p.ms > d.noise_ms]
     if limiter is None:
         return f"{d.point}: nothing to diagnose."
+    step = f"{ms(d.step_ms)} step" if d.measured_step_ms is None else \
+        f"{ms(d.step_ms)} step without the profiler ({ms(d.measured_step_ms)} as measured)"
     text = (f"{d.point}: limited by {limiter.name}: {ms(limiter.ms)} ({share(limiter.ms, d.step_ms)}) of the "
-            f"{ms(d.step_ms)} step ({limiter.detail})")
+            f"{step} ({limiter.detail})")
     if others:
         text += "; then " + ", ".join(f"{p.name} {ms(p.ms)} ({share(p.ms, d.step_ms)})" for p in others)
     if unseen:
         text += "; " + ", ".join(f"{p.name}: {ms(p.ms)} ({share(p.ms, d.step_ms)})" for p in unseen)
+    if changed := [p for p in d.parts if p.measured_ms is not None]:
+        text += "; as measured under the profiler: " + ", ".join(
+            f"{p.name} {ms(p.measured_ms)} ({share(p.measured_ms, d.measured_step_ms or d.step_ms)})"
+            for p in changed if p.measured_ms is not None)
     if d.rates:
         text += "; rates: " + "; ".join(d.rates)
     return text + "."
@@ -332,6 +407,9 @@ def diagnosis_table(found: list[Diagnosis]) -> pd.DataFrame:
         row: dict[str, object] = {"point": d.point, "step (ms)": d.step_ms, "the step": d.step_source,
                                   "limited by": limiter.name if limiter else ""}
         row.update({f"{p.name} (ms)": p.ms for p in d.parts})
+        if d.measured_step_ms is not None:
+            row["step as measured (ms)"] = d.measured_step_ms
+            row.update({f"{p.name} as measured (ms)": p.measured_ms for p in d.parts if p.measured_ms is not None})
         row["noise (ms)"] = d.noise_ms
         rows.append(row)
     return pd.DataFrame(rows)

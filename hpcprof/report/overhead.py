@@ -1,7 +1,12 @@
-"""The profiler's perturbation of each step (catalog.PROFILER_OVERHEAD): a profiled run's median
-step time (iteration.median) against that of the same experiment's run under `profile.tool: none`
-(a `tool` sweep, or a repetition with `--set profile.tool=none`), both timed the same way: a
-`command`'s step hook, seqpar's and ddp's own timers.
+"""The profiler's perturbation of each step, from one of two baselines:
+
+- in the run (catalog.PROFILER_SLOWDOWN, `in_run`): the same process's steps the profiler did
+  not touch, per rank, with a 95 % interval (hpcprof.analysis.steps.perturbation); the first
+  choice wherever the run has them (a `command` under the step hook's torch.profiler);
+- another run (catalog.PROFILER_OVERHEAD, `overheads`): a profiled run's median step time
+  (iteration.median) against that of the same experiment's run under `profile.tool: none`
+  (a `tool` sweep, or a repetition with `--set profile.tool=none`), both timed the same way: a
+  `command`'s step hook, seqpar's and ddp's own timers.
 
 The baseline is a run of the same experiment and sweep point but for the tool (same workload,
 ranks, site, window and other parameters), found among the runs compared and the other runs of
@@ -29,14 +34,23 @@ MEANING = {"ncu": "ncu serialises and replays each kernel: only its per-kernel m
            "": "host-side and launch-bound numbers are inflated; kernel durations are not"}
 
 
+#: the per-rank slowdowns a sentence names before it says how many more there are
+RANKS_SHOWN = 4
+
+
 @dataclass(frozen=True)
 class Overhead:
-    """A profiled run's median step against its baseline's."""
+    """A profiled run's median step against its baseline's, with the 95 % interval of the
+    slowdown and each rank's (rank, slowdown %, low, high) where the baseline is in the run."""
 
     tool: str
     step_ms: float
     baseline_ms: float
-    baselines: tuple[str, ...]      # the run ids of the baseline
+    against: str                    # what the baseline is
+    low: float | None = None
+    high: float | None = None
+    ranks: tuple[tuple[int, float, float, float], ...] = ()
+    per_rank: bool = False      # in the run: pct is the most slowed rank's, baseline_ms the ranks' median
 
     @property
     def pct(self) -> float:
@@ -47,12 +61,38 @@ class Overhead:
         return self.pct > c.OVERHEAD_WARN_PCT
 
     def sentence(self) -> str:
-        """What the report and compare say about it."""
-        against = (f"median step {self.step_ms:,.3g} ms against {self.baseline_ms:,.3g} ms under profile.tool: none "
-                   f"({', '.join(self.baselines)})")
+        """What the report, compare, status and the HTML say about it."""
+        interval = f" (95 % CI {self.low:+.1f} to {self.high:+.1f} %)" if self.low is not None and self.high is not None \
+            else ""
+        against = f"median step {self.step_ms:,.3g} ms against {self.baseline_ms:,.3g} ms {self.against}" \
+            if not self.per_rank else f"the ranks' median unprofiled step {self.baseline_ms:,.3g} ms {self.against}"
+        if self.ranks:
+            shown = "; ".join(f"rank {r} {p:+.1f} % [{lo:+.1f}, {hi:+.1f}]" for r, p, lo, hi in self.ranks[:RANKS_SHOWN])
+            more = len(self.ranks) - RANKS_SHOWN
+            against += f"; per rank: {shown}" + (f" and {more} more (steps_perturbation)" if more > 0 else "")
         if self.warning:
-            return f"{self.tool} slowed each step by {self.pct:.0f} %: {MEANING.get(self.tool, MEANING[''])} ({against})"
-        return f"{self.tool} changed each step by {self.pct:+.1f} %, within {c.OVERHEAD_WARN_PCT:g} % ({against})"
+            return (f"{self.tool} slowed each step by {self.pct:.0f} %{interval}: "
+                    f"{MEANING.get(self.tool, MEANING[''])} ({against})")
+        return f"{self.tool} changed each step by {self.pct:+.1f} %{interval}, within {c.OVERHEAD_WARN_PCT:g} % ({against})"
+
+
+#: what an in-run baseline is, by steps_perturbation's `baseline` (hpcprof.analysis.steps)
+AGAINST = {"same process": "in the same processes' steps outside the profiler's",
+           "reference run": "in the job's unprofiled reference run of the same command (profile.reference)"}
+
+
+def in_run(tool: str, metrics: list[Metric], ranks: tuple[tuple[int, float, float, float], ...] = (),
+           baseline: str = "same process") -> Overhead | None:
+    """The slowdown measured in the run's own job (its headline's profiler.slowdown_pct and
+    profiler.unprofiled_step) against `baseline`'s steps, None where it has none."""
+    values = {name: value for name, value, _ in metrics}
+    if c.PROFILER_SLOWDOWN.name not in values or c.PROFILER_UNPROFILED_STEP.name not in values:
+        return None
+    unprofiled = values[c.PROFILER_UNPROFILED_STEP.name]
+    return Overhead(tool, unprofiled * (1.0 + values[c.PROFILER_SLOWDOWN.name] / 100.0), unprofiled,
+                    f"{AGAINST.get(baseline, AGAINST['same process'])}; the slowdown is the most slowed rank's",
+                    values.get(c.PROFILER_SLOWDOWN_LOW.name), values.get(c.PROFILER_SLOWDOWN_HIGH.name), ranks,
+                    per_rank=True)
 
 
 def _point(record: RunRecord) -> tuple[Any, ...]:
@@ -85,7 +125,7 @@ def overheads(runs: list[tuple[RunDir, RunRecord, list[Metric]]]) -> dict[str, O
                 and _point(other) == point]
         if base:
             out[run.run_id] = Overhead(record.tool, step, sum(ms for _, ms in base) / len(base),
-                                       tuple(name for name, _ in base))
+                                       f"under profile.tool: none ({', '.join(name for name, _ in base)})")
     return out
 
 
@@ -102,3 +142,12 @@ def _sibling(path: Path) -> tuple[RunRecord | None, list[Metric]]:
 
 def overhead_metric(overhead: Overhead) -> Metric:
     return c.PROFILER_OVERHEAD.value(overhead.pct)
+
+
+def unmeasured(tool: str) -> str:
+    """What a profiled run without a baseline says instead ('' for an unprofiled run)."""
+    if tool in ("none", ""):
+        return ""
+    return (f"the slowdown {tool} caused is not measured: the run has no unprofiled steps of its own (torch.profiler "
+            "under the step hook) nor of a reference run in its job (profile.reference, a `command`), and its "
+            "experiment no run under profile.tool: none to compare with")

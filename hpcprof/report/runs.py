@@ -87,11 +87,31 @@ def load(runs: list[RunDir], require_collected: bool = True, one_workload: bool 
 
 def add_overheads(infos: list[RunInfo]) -> None:
     """The profiler's perturbation of each step of the profiled runs that have a baseline
-    (hpcprof.report.overhead), as RunInfo.overhead and its metric."""
-    from hpcprof.report.overhead import overhead_metric, overheads
+    (hpcprof.report.overhead), as RunInfo.overhead: the run's own unprofiled steps first, else
+    a run under profile.tool: none (and its metric)."""
+    from hpcprof.report.overhead import in_run, overhead_metric, overheads
 
-    found = overheads([(i.run, i.record, i.metrics) for i in infos if i.metrics])
+    for info in infos:
+        if info.tool != "none":
+            ranks, baseline = rank_slowdowns(info.run.path)
+            info.overhead = in_run(info.tool, info.metrics, ranks, baseline)
+    found = overheads([(i.run, i.record, i.metrics) for i in infos if i.metrics and i.overhead is None])
     for info in infos:
         if (overhead := found.get(info.run.run_id)) is not None:
             info.overhead = overhead
             info.metrics.append(overhead_metric(overhead))
+
+
+def rank_slowdowns(path: Path) -> tuple[tuple[tuple[int, float, float, float], ...], str]:
+    """Each rank's (rank, slowdown %, low, high) from the run's steps_perturbation table, the most
+    slowed first, and the most slowed rank's baseline (read with pandas only where the run has one)."""
+    from hpcprof.catalog import STEPS_PERTURBATION
+    from hpcprof.results import read_table
+
+    table = read_table(path, STEPS_PERTURBATION.name) if STEPS_PERTURBATION.name in list_tables(path) else None
+    if table is None or table.empty:
+        return (), ""
+    table = table.sort_values("slowdown_pct", ascending=False, kind="stable")
+    ranks = tuple((int(r), float(p), float(lo), float(hi)) for r, p, lo, hi in
+                  zip(table["rank"], table["slowdown_pct"], table["low_pct"], table["high_pct"], strict=True))
+    return ranks, str(table["baseline"].iloc[0]) if "baseline" in table else ""

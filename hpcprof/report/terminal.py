@@ -18,6 +18,7 @@ from hpcprof import profilers
 from hpcprof.catalog import BENCH_CEILINGS, RUN, parse_column, table_window
 from hpcprof.output import render_table
 from hpcprof.report.ceilings import run_attainable, terminal_table
+from hpcprof.report.overhead import unmeasured
 from hpcprof.report.runs import RunInfo
 from hpcprof.results import list_tables, read_table
 from hpcprof.rundir import LOG_TAIL_BYTES, sweep_of
@@ -206,6 +207,14 @@ def headline(info: RunInfo, out: Console) -> None:
     for key, text in rows:   # swept values, a reason, a path: plain text
         head.add_row(rich_text(key), rich_text(text))
     out.print(head)
+    failed = info.state not in ("COMPLETED", "RUNNING", "PENDING")
+    if failed:      # the cause first, before any number of the run
+        failure(info, out)
+    if info.overhead is not None:   # the profiler's slowdown before any number it slowed
+        out.print(("[yellow]warning[/]: " if info.overhead.warning else "") + rich_markup(info.overhead.sentence()),
+                  highlight=False)
+    elif info.metrics and (note := unmeasured(info.tool)):
+        out.print(rich_text(note), highlight=False)
     if info.metrics:
         table = Table(title="headline metrics", title_justify="left")
         table.add_column("metric")
@@ -216,9 +225,6 @@ def headline(info: RunInfo, out: Console) -> None:
         reached = run_attainable(info)   # the run's rates against its ceilings (experiment `ceilings:`)
         if not reached.empty:
             out.print(terminal_table(reached))
-    if info.overhead is not None:
-        out.print(("[yellow]warning[/]: " if info.overhead.warning else "") + info.overhead.sentence(),
-                  highlight=False)
     if info.top:
         top = Table(title=f"top kernels ({top_kernels_window(info.tool)})", title_justify="left")
         top.add_column("name")
@@ -229,9 +235,7 @@ def headline(info: RunInfo, out: Console) -> None:
         out.print(top)
     if (bandwidth := busbw_summary(run.path, info.tool)) is not None:
         out.print(render_table(*bandwidth))
-    if info.state not in ("COMPLETED", "RUNNING", "PENDING"):
-        failure(info, out)
-    elif not info.metrics and info.state == "COMPLETED" and not list_tables(run.path):
+    if not failed and not info.metrics and info.state == "COMPLETED" and not list_tables(run.path):
         out.print(rich_text(f"not collected yet: run `hpcprof collect {run.run_id}`"))
 
 

@@ -18,7 +18,7 @@ import pandas as pd
 
 from hpcprof import profilers
 from hpcprof.analysis.summary import counted
-from hpcprof.catalog import ITERATION_MEAN, WORKLOAD_TIMINGS
+from hpcprof.catalog import ITERATION_MEAN, STEPS_TIMES, WORKLOAD_TIMINGS
 from hpcprof.report.stats import ALPHA, welch
 from hpcprof.results import read_table
 
@@ -30,13 +30,21 @@ VERDICT_COLUMNS = ["change_pct", "p_value", "verdict", "test"]
 
 def iteration_samples(run_dir: Path, kind: str, tool: str) -> list[float]:
     """The run's per-iteration times in ms (counted iterations, mean over ranks): from the
-    workload's timing rows, else from the per-iteration table of its profile `tool` (by ranks:
-    start_ns, end_ns); [] when neither exists."""
+    workload's timing rows (a `command`'s: the step hook's window steps, what its iteration.mean
+    is), else from the per-iteration table of its profile `tool` (by ranks: start_ns, end_ns); []
+    when none exists."""
     if kind in WORKLOAD_TIMINGS:
         _, rows_table, iteration = WORKLOAD_TIMINGS[kind]
         rows = read_table(run_dir, rows_table.name)
         if rows is not None and not rows.empty:
             rows = counted(rows[rows["phase"] == iteration])
+            return [float(v) for v in rows.groupby("iteration")["time_ms"].mean()]
+    steps = read_table(run_dir, STEPS_TIMES.name)
+    if steps is not None and not steps.empty:
+        from hpcprof.analysis.steps import iteration_rows
+
+        rows = iteration_rows(steps)
+        if not rows.empty:
             return [float(v) for v in rows.groupby("iteration")["time_ms"].mean()]
     profiler = profilers.find(tool)
     name = profiler.table("iterations") if profiler is not None else None

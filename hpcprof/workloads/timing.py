@@ -185,7 +185,8 @@ def make_torch_profiler(rank: int, schedule: dict[str, int], gzip_output: bool) 
         activities=activities,
         schedule=torch.profiler.schedule(**schedule),
         on_trace_ready=TorchTraceWriter(trace_dir(), rank, gzip_output),
-        record_shapes=True,
+        record_shapes=os.environ.get("HPCPROF_TORCH_SHAPES") == "1",
+        with_stack=os.environ.get("HPCPROF_TORCH_STACK") == "1",
     )
 
 

@@ -29,6 +29,9 @@ case "${NCCL_NET:-}" in
      [ -n "$hp_plugin" ] || hp_fail "NCCL_NET=$NCCL_NET needs an NCCL network plugin (libnccl-net*.so) on LD_LIBRARY_PATH and there is none: add the plugin lib directory to LD_LIBRARY_PATH in the site setup: (Polaris: /soft/libraries/aws-ofi-nccl/v1.9.1-aws/lib) or drop NCCL_NET from the site env:"
      echo "hpcprof: NCCL_NET=$NCCL_NET uses $hp_plugin" ;;
 esac
+# ---- unprofiled reference (profile.reference): the same command without the profiler, ended by the step hook after step 15; the baseline of the profiler's slowdown
+<VENV_BIN>/mpiexec -n 2 -ppn 2 -genv TMPDIR "$TMPDIR" "$RUN_DIR/rank_wrapper.sh" --hpcprof-reference python app.py --precision bfloat16
+hp_status reference_exit_code "$?"
 trap '' PIPE  # Hydra's mpiexec could die of SIGPIPE as the job ends (exit 141, not the ranks' status); its ranks start with the default
 # ---- forensics: warned of the walltime (1680 s after the start), every rank dumps its stacks and Flight Recorder into $RUN_DIR/forensics
 mkdir -p "$RUN_DIR/forensics"

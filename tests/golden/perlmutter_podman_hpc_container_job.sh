@@ -45,6 +45,9 @@ case "${NCCL_NET:-}" in
      [ -n "$hp_plugin" ] || hp_fail "NCCL_NET=$NCCL_NET needs an NCCL network plugin (libnccl-net*.so) on LD_LIBRARY_PATH and there is none: add the plugin lib directory to LD_LIBRARY_PATH in the site setup: (Polaris: /soft/libraries/aws-ofi-nccl/v1.9.1-aws/lib) or drop NCCL_NET from the site env:"
      echo "hpcprof: NCCL_NET=$NCCL_NET uses $hp_plugin" ;;
 esac
+# ---- unprofiled reference (profile.reference): the same command without the profiler, ended by the step hook after step 15; the baseline of the profiler's slowdown
+srun -N 2 -n 8 --ntasks-per-node 4 --kill-on-bad-exit=1 --mpi=pmi2 -c 32 --cpu-bind=cores podman-hpc run --rm --gpu --network=host --ipc=host -v /global/cfs/cdirs/m1234:/data:ro -v "$RUN_DIR:$RUN_DIR" -w "$PWD" -e 'PMI_*' -e 'PMIX_*' -e 'MPI_*' -e 'HYDI_*' -e 'PALS_*' -e 'OMPI_*' -e 'SLURM_*' -e 'HPCPROF_*' -e RANK -e LOCAL_RANK -e GROUP_RANK -e ROLE_RANK -e ROLE_NAME -e WORLD_SIZE -e LOCAL_WORLD_SIZE -e ROLE_WORLD_SIZE -e MASTER_ADDR -e MASTER_PORT -e 'TORCHELASTIC_*' -e 'TORCH_*' -e 'NCCL_*' -e CUDA_VISIBLE_DEVICES -e TMPDIR -e FI_MR_CACHE_MONITOR -e OMP_NUM_THREADS -e SLURM_CPU_BIND --mpi registry.nersc.gov/m1234/pytorch:24.05 "$RUN_DIR/rank_wrapper.sh" --hpcprof-reference python3 train.py --epochs 1
+hp_status reference_exit_code "$?"
 # ---- forensics: warned of the walltime (--signal=B:USR1@120), every rank dumps its stacks and Flight Recorder into $RUN_DIR/forensics
 mkdir -p "$RUN_DIR/forensics"
 hp_woken=0

@@ -45,6 +45,9 @@ case "${NCCL_NET:-}" in
      [ -n "$hp_plugin" ] || hp_fail "NCCL_NET=$NCCL_NET needs an NCCL network plugin (libnccl-net*.so) on LD_LIBRARY_PATH and there is none: add the plugin lib directory to LD_LIBRARY_PATH in the site setup: (Polaris: /soft/libraries/aws-ofi-nccl/v1.9.1-aws/lib) or drop NCCL_NET from the site env:"
      echo "hpcprof: NCCL_NET=$NCCL_NET uses $hp_plugin" ;;
 esac
+# ---- unprofiled reference (profile.reference): the same command without the profiler, ended by the step hook after step 15; the baseline of the profiler's slowdown
+srun -N 2 -n 8 --ntasks-per-node 4 --kill-on-bad-exit=1 --mpi=pmi2 -c 32 --cpu-bind=cores "$RUN_DIR/rank_wrapper.sh" --hpcprof-reference shifter --image=docker:nersc/pytorch:24.05 --module=gpu --volume=/global/cfs/cdirs/m1234:/data python3 train.py --epochs 1
+hp_status reference_exit_code "$?"
 # ---- forensics: warned of the walltime (--signal=B:USR1@120), every rank dumps its stacks and Flight Recorder into $RUN_DIR/forensics
 mkdir -p "$RUN_DIR/forensics"
 hp_woken=0

@@ -10,6 +10,9 @@ hp_first() {
   echo "hpcprof: no rank variable set (tried $*): start this wrapper through the site's launcher" >&2
   return 1
 }
+hp_profiled=1
+# the unprofiled reference (profile.reference) comes with --hpcprof-reference first: no profiler, the step hook ends it
+if [ "${1:-}" = --hpcprof-reference ]; then shift; hp_profiled=0; export HPCPROF_STEPS_REFERENCE=1; fi
 hp_rank=$(hp_first PALS_RANKID OMPI_COMM_WORLD_RANK PMI_RANK PMIX_RANK SLURM_PROCID RANK) || exit 2
 hp_local_rank=$(hp_first PALS_LOCAL_RANKID OMPI_COMM_WORLD_LOCAL_RANK MPI_LOCALRANKID PMI_LOCAL_RANK SLURM_LOCALID LOCAL_RANK) || exit 2
 export HPCPROF_RUN_DIR=/lus/eagle/projects/datascience/hpcprof-runs/seqpar-like/20250101-120000-abc123
@@ -47,12 +50,12 @@ exec > >(tee -a "$HPCPROF_RUN_DIR/logs/rank${hp_rank}.log") 2>&1
 echo "hpcprof: rank $hp_rank (local $hp_local_rank) sees GPU(s) ${CUDA_VISIBLE_DEVICES-all of the node} (CUDA_VISIBLE_DEVICES; gpu_affinity reverse; cuda:0 is its GPU, a program that picks cuda:LOCAL_RANK needs gpu_affinity: local-rank)"
 
 # ---- profiled ranks: local:0+first-nodes:2
-if { [ "$hp_local_rank" -eq 0 ]; } && { [ "$hp_rank" -lt 8 ]; }; then
+if [ "$hp_profiled" = 1 ] && { [ "$hp_local_rank" -eq 0 ]; } && { [ "$hp_rank" -lt 8 ]; }; then
   export HPCPROF_PROFILE_TOOL=nsys
   export HPCPROF_PROFILE_DIR="$HPCPROF_RUN_DIR/profiles/nsys"
   mkdir -p "$HPCPROF_PROFILE_DIR"
   echo "hpcprof: rank $hp_rank (local $hp_local_rank) on $(hostname) runs under nsys"
-  exec nsys profile --trace=cuda,nvtx,osrt --capture-range=none --stats=true --export=sqlite --force-overwrite=true -o "$HPCPROF_PROFILE_DIR/rank${hp_rank}" "$@"
+  exec nsys profile --trace=cuda,nvtx --capture-range=none --stats=true --export=sqlite --force-overwrite=true -o "$HPCPROF_PROFILE_DIR/rank${hp_rank}" "$@"
 fi
 export HPCPROF_PROFILE_TOOL=none
 exec "$@"

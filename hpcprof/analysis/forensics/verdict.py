@@ -371,7 +371,31 @@ def explained(run: RunDir, state: JobState) -> JobState:
         sentence = cached_analysis(run, state.state).sentence
     except (OSError, UserError, ValueError, KeyError, TypeError):
         return state
-    return state._replace(reason=sentence) if sentence else state
+    return state._replace(reason=sentence + convention_fix(run, sentence)) if sentence else state
+
+
+#: the error of a program that picks a GPU its rank does not see
+ORDINAL = "invalid device ordinal"
+
+
+def convention_fix(run: RunDir, sentence: str) -> str:
+    """The fix a site convention calls for, added to the reason ('' for none): an invalid device
+    ordinal where gpu_affinity left each rank one GPU names `gpu_affinity: local-rank`."""
+    if ORDINAL not in sentence.lower():
+        return ""
+    from hpcprof.config.site import NARROWING_AFFINITIES, resolve_affinity
+    from hpcprof.record import read_record
+
+    try:
+        record = read_record(run)
+    except (OSError, UserError, ValueError):
+        return ""
+    affinity = resolve_affinity(record.experiment.gpu_affinity, record.site.gpu_affinity, record.site.launcher.kind)
+    if affinity not in NARROWING_AFFINITIES:
+        return ""
+    return (f"; gpu_affinity {affinity} shows each rank only its own GPU (cuda:0), so a program that picks "
+            "cuda:LOCAL_RANK asks rank 1 and up for a GPU they do not see: set gpu_affinity: local-rank in the "
+            "experiment")
 
 
 def stack_lines(run: RunDir, state: str) -> list[str]:
