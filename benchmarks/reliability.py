@@ -404,10 +404,11 @@ def slurm_cases(tmp: Path) -> list[tuple[str, Callable[[], str]]]:
             ("slurm: cancel a FAILED job", final)]
 
 
-GROUPS = ("input", "damaged", "jobs", "faults", "hostile", "silent", "slurm")
+GROUPS = ("input", "damaged", "jobs", "faults", "hostile", "silent", "data", "slurm")
 
 
 def main() -> None:
+    from reliability_data import data_cases  # forensics records and steps files as data
     from reliability_faults import fault_cases  # the cases of issue 22
     from reliability_hostile import hostile_cases  # the cases of issue 46
     from reliability_silent import silent_cases  # issue 46, classes 5, 6 and 8
@@ -426,7 +427,7 @@ def main() -> None:
         tmp = Path(name)
         makers = {"input": bad_input_cases, "damaged": damaged_cases, "jobs": lambda t, f: job_cases(t),
                   "faults": fault_cases, "hostile": hostile_cases, "silent": silent_cases,
-                  "slurm": lambda t, f: slurm_cases(t) if args.slurm else []}
+                  "data": data_cases, "slurm": lambda t, f: slurm_cases(t) if args.slurm else []}
         cases = [case for group in GROUPS if group in groups for case in makers[group](tmp, args.fixtures)
                  if args.only in case[0]]
         def attempt(case: Callable[[], str]) -> tuple[str, float]:

@@ -176,7 +176,7 @@ def collect_run(run: RunDir, store: Store, log: Log = print, executor: Executor 
         from hpcprof.analysis.steps import steps_tables
         from hpcprof.jobstate import recorded_state
 
-        tables, problems = steps_tables(run.path)
+        tables, problems = steps_tables(run.path, record.world_size)
         for line in problems:
             done.report(Problem(None, f"steps: {line}"))
         save(c.STEPS, tables)
