@@ -46,8 +46,7 @@ class Base:
         """A workdir of its own holding a copy of the run: (the case's directory, the run directory)."""
         with self.lock:
             if self.run is None:
-                work = self.tmp / "base"
-                work.mkdir()
+                work = Path(tempfile.mkdtemp(prefix="base", dir=self.tmp))
                 exp = write_exp(work / "e.yaml", PROGRAM, "")
                 exp.write_text(exp.read_text().replace("ranks_per_node: 1", "ranks_per_node: 2"))
                 cli("submit", str(exp), "--site", "local", "--wait", cwd=work, timeout=120)
