@@ -1,0 +1,85 @@
+"""The output check every writing command shares (safe_paths.check_output), for the commands that
+skipped it: `bench ceilings --out` and its `--sizes-from` input, and an SQLite journal beside any
+database (`diff --csv` onto a store's -wal); `bench ceilings` on sizes it cannot allocate and on a
+GPU it does not have: one line each."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+
+import pytest
+from hpcprof_cli import hpcprof
+from reliability_util import one_line_error
+
+from hpcprof.errors import UserError
+from hpcprof.safe_paths import check_output
+
+
+def fake_run(path: Path) -> Path:
+    path.mkdir(parents=True)
+    (path / "config.json").write_text("{}")
+    (path / "job.sh").write_text("#!/bin/sh\n")
+    return path
+
+
+@pytest.mark.parametrize(("target", "said"), [
+    ("hpcprof.db", "the name of a campaign store"),
+    ("run/config.json", "inside the run directory"),
+    ("e.yaml", "that is an input of this command"),
+    ("fifo", "a FIFO"),
+    ("/dev/null", "a character device"),
+    ("link", "a symbolic link"),
+])
+def test_bench_ceilings_out_is_checked_before_anything_runs(tmp_path: Path, target: str, said: str) -> None:
+    fake_run(tmp_path / "run")
+    (tmp_path / "hpcprof.db").write_bytes(b"SQLite format 3\x00")
+    (tmp_path / "e.yaml").write_text("name: t\nworkload:\n  kind: command\n  argv: [\"true\"]\n")
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "link").symlink_to(tmp_path / "elsewhere.json")
+    before = {p: p.read_bytes() for p in (tmp_path / "hpcprof.db", tmp_path / "run" / "config.json", tmp_path / "e.yaml")}
+    result = hpcprof("bench", "ceilings", "--sizes-from", "e.yaml", "--out", target, cwd=tmp_path, timeout=60)
+    one_line_error(result, f"--out {target}", said)
+    assert {p: p.read_bytes() for p in before} == before and not (tmp_path / "elsewhere.json").exists()
+
+
+def test_sizes_from_a_fifo_or_a_device_is_refused_without_waiting(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "fifo")
+    for source, said in (("fifo", "a FIFO"), ("/dev/zero", "not a regular file")):
+        result = hpcprof("bench", "ceilings", "--sizes-from", source, cwd=tmp_path, timeout=30)
+        one_line_error(result, f"--sizes-from {source}", said)
+
+
+def test_an_sqlite_journal_beside_any_database_is_never_an_output(tmp_path: Path) -> None:
+    db = tmp_path / "mine.db"
+    conn = sqlite3.connect(db)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("CREATE TABLE t (x)")
+    conn.execute("INSERT INTO t VALUES (1)")
+    conn.commit()
+    try:
+        wal = Path(f"{db}-wal")
+        assert wal.stat().st_size > 0
+        for path in (wal, Path(f"{db}-shm"), Path(f"{db}-journal")):
+            with pytest.raises(UserError, match="SQLite journal of the database|SQLite write-ahead log"):
+                check_output(path, [], "--csv")
+        check_output(tmp_path / "other-wal", [], "--csv")          # no database beside it: a file like any other
+    finally:
+        conn.close()
+
+
+def test_bench_ceilings_names_sizes_it_cannot_allocate_and_a_missing_gpu(tmp_path: Path) -> None:
+    if Path("/proc/sys/vm/overcommit_memory").read_text().strip() == "1":
+        pytest.skip("the kernel grants any allocation (vm.overcommit_memory=1): a 4 TB matrix would be paged in")
+    result = hpcprof("bench", "ceilings", "--gemm", "1000000,1000000,1000000", "--iters", "1", "--warmup", "0",
+                     "--device", "cpu", "--out", "c.json", cwd=tmp_path, timeout=120)
+    one_line_error(result, "do not fit in this CPU's memory", "tried to allocate 4000000000000 bytes")
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    result = hpcprof("bench", "ceilings", "--device", "cuda", "--gemm", "64,64,64", "--out", "c.json", cwd=tmp_path,
+                     timeout=120)
+    one_line_error(result, "--device cuda: torch sees no CUDA device")
+    assert not (tmp_path / "c.json").exists()
