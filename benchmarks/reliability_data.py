@@ -7,7 +7,9 @@ another rank's or another job's records, ranks outside the world, names with non
 leading zero, 20,000 unreadable dumps, escape sequences and rich markup in an exception, hostile
 Flight Recorder values (10^12 collectives, 3 M ranks, deep nesting, wrong types), a `derived/`
 link out of the run, damaged steps lines, stray steps files, a 300 MB line without a newline, a
-steps file changed after a collect. Classes: forensics (`status`, `logs --hang`), steps (`collect`).
+steps file changed after a collect. Classes: forensics (`status`, `logs --hang`), steps (`collect`),
+leftovers (YAML alias bombs and merge keys; `bench ceilings --out`, `--sizes-from`, sizes it cannot
+allocate, `--device cuda` without a GPU).
 A forged record or line counts as handled when a line names what was refused or left out and the
 command printed no traceback; used without a word it is `accepted in silence`.
 """
@@ -27,7 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from reliability import ACCEPTED, BLOCKED, HANDLED, LOST, OTHER, TRACEBACK, cli, write_exp
+from reliability import ACCEPTED, BLOCKED, HANDLED, LOST, OTHER, TRACEBACK, cli, one_line, write_exp
 
 Case = tuple[str, Callable[[], str]]
 #: rank 1 ends on os._exit(3) after half a second; Hydra then stops rank 0
@@ -334,9 +336,103 @@ def steps_cases(base: Base) -> list[Case]:
     ]
 
 
+EXPERIMENT = 'name: t\nworkload:\n  kind: command\n  argv: ["true"]\n'
+
+
+def bomb(under: str) -> str:
+    """An alias bomb of 9^9 values in 9 lines under `under`."""
+    lines = [f"  a: &a [{', '.join(['lol'] * 9)}]"]
+    lines += [f"  {n}: &{n} [{', '.join([f'*{p}'] * 9)}]" for p, n in zip("abcdefgh", "bcdefghi", strict=True)]
+    return f"{under}:\n" + "\n".join(lines) + "\n"
+
+
+MERGES = "x0: &x0 {k0: 1, k1: 2}\n" + "".join(f"x{i}: &x{i} {{<<: [*x{i - 1}, *x{i - 1}, *x{i - 1}], k{i}: 1}}\n"
+                                             for i in range(1, 20))
+
+
+def leftover_cases(tmp: Path) -> list[Case]:
+    def yaml_case(text: str) -> Callable[[], str]:
+        def run_case() -> str:
+            work = Path(tempfile.mkdtemp(dir=tmp))
+            (work / "e.yaml").write_text(EXPERIMENT + text)
+            try:
+                result = cli("render", "e.yaml", "--site", "local", "-o", "out", cwd=work, timeout=60)
+            except subprocess.TimeoutExpired:
+                return BLOCKED + " (past its time)"
+            return one_line(result)
+        return run_case
+
+    def out_case(target: str, make: Callable[[Path], None]) -> Callable[[], str]:
+        """bench ceilings --sizes-from e.yaml --out `target` (made by `make`): handled when refused and nothing changed."""
+        def run_case() -> str:
+            work = Path(tempfile.mkdtemp(dir=tmp))
+            (work / "e.yaml").write_text(EXPERIMENT)
+            make(work)
+            files = {p: p.read_bytes() for p in work.rglob("*") if p.is_file() and not p.is_symlink()}
+            try:
+                result = cli("bench", "ceilings", "--sizes-from", "e.yaml", "--gemm", "64,64,64", "--iters", "1",
+                             "--warmup", "0", "--device", "cpu", "--out", target, cwd=work, timeout=120)
+            except subprocess.TimeoutExpired:
+                return BLOCKED + " (past its time)"
+            changed = [p for p, data in files.items() if not p.exists() or p.read_bytes() != data]
+            return LOST + f" ({changed[0].name} replaced)" if changed else one_line(result)
+        return run_case
+
+    def run_dir(work: Path) -> None:
+        (work / "run").mkdir()
+        (work / "run" / "config.json").write_text("{}")
+        (work / "run" / "job.sh").write_text("#!/bin/sh\n")
+
+    def store(work: Path) -> None:
+        import sqlite3
+
+        conn = sqlite3.connect(work / "hpcprof.db")
+        conn.execute("CREATE TABLE t (x)")
+        conn.commit()
+        conn.close()
+
+    def sizes_from(source: str, make: Callable[[Path], None]) -> Callable[[], str]:
+        def run_case() -> str:
+            work = Path(tempfile.mkdtemp(dir=tmp))
+            make(work)
+            try:
+                return one_line(cli("bench", "ceilings", "--sizes-from", source, cwd=work, timeout=30))
+            except subprocess.TimeoutExpired:
+                return BLOCKED + " (waited on it)"
+        return run_case
+
+    def ceilings(*args: str) -> Callable[[], str]:
+        def run_case() -> str:
+            work = Path(tempfile.mkdtemp(dir=tmp))
+            return one_line(cli("bench", "ceilings", *args, "--iters", "1", "--warmup", "0", "--out", "c.json",
+                                cwd=work, timeout=120))
+        return run_case
+
+    cases = [
+        ("class leftovers: a YAML alias bomb under an unknown key", yaml_case(bomb("unknown"))),
+        ("class leftovers: a YAML alias bomb in sweep", yaml_case(bomb("sweep"))),
+        ("class leftovers: 800 bytes of YAML merge keys", yaml_case(MERGES)),
+        ("class leftovers: bench ceilings --out the campaign store", out_case("hpcprof.db", store)),
+        ("class leftovers: bench ceilings --out a run's config.json", out_case("run/config.json", run_dir)),
+        ("class leftovers: bench ceilings --out its own --sizes-from", out_case("e.yaml", lambda w: None)),
+        ("class leftovers: bench ceilings --out a FIFO", out_case("fifo", lambda w: os.mkfifo(w / "fifo"))),
+        ("class leftovers: bench ceilings --out /dev/null", out_case("/dev/null", lambda w: None)),
+        ("class leftovers: bench ceilings --out a link",
+         out_case("link", lambda w: (w / "link").symlink_to(w / "e.yaml"))),
+        ("class leftovers: bench ceilings --sizes-from a FIFO", sizes_from("fifo", lambda w: os.mkfifo(w / "fifo"))),
+        ("class leftovers: bench ceilings --sizes-from /dev/zero", sizes_from("/dev/zero", lambda w: None)),
+        ("class leftovers: bench ceilings a GEMM of 4 TB", ceilings("--gemm", "1000000,1000000,1000000",
+                                                                    "--device", "cpu")),
+    ]
+    if not any(Path("/dev").glob("nvidia[0-9]*")):
+        cases.append(("class leftovers: bench ceilings --device cuda without a GPU",
+                      ceilings("--gemm", "64,64,64", "--device", "cuda")))
+    return cases
+
+
 def data_cases(tmp: Path, fixtures: Path) -> list[Case]:
     base = Base(tmp)
-    return forensics_cases(base) + steps_cases(base)
+    return forensics_cases(base) + steps_cases(base) + leftover_cases(tmp)
 
 
 if __name__ == "__main__":

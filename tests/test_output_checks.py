@@ -83,3 +83,9 @@ def test_bench_ceilings_names_sizes_it_cannot_allocate_and_a_missing_gpu(tmp_pat
                      timeout=120)
     one_line_error(result, "--device cuda: torch sees no CUDA device")
     assert not (tmp_path / "c.json").exists()
+
+
+def test_report_html_onto_a_fifo_is_refused_before_the_report_is_made(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "fifo")
+    result = hpcprof("report", "--html", "fifo", "--workdir", str(tmp_path / "none"), cwd=tmp_path, timeout=30)
+    one_line_error(result, "--html fifo: a FIFO")
