@@ -1,12 +1,15 @@
 """The output check every writing command shares (safe_paths.check_output), for the commands that
 skipped it: `bench ceilings --out` and its `--sizes-from` input, and an SQLite journal beside any
 database (`diff --csv` onto a store's -wal); `bench ceilings` on sizes it cannot allocate and on a
-GPU it does not have: one line each."""
+GPU it does not have, `report --html` onto a FIFO, a store of another user: one line each."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +18,7 @@ from reliability_util import one_line_error
 
 from hpcprof.errors import UserError
 from hpcprof.safe_paths import check_output
+from hpcprof.store import Store
 
 
 def fake_run(path: Path) -> Path:
@@ -89,3 +93,18 @@ def test_report_html_onto_a_fifo_is_refused_before_the_report_is_made(tmp_path: 
     os.mkfifo(tmp_path / "fifo")
     result = hpcprof("report", "--html", "fifo", "--workdir", str(tmp_path / "none"), cwd=tmp_path, timeout=30)
     one_line_error(result, "--html fifo: a FIFO")
+
+
+def test_a_store_of_another_user_is_one_line(tmp_path: Path) -> None:
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root (to give the store to another user) and setpriv (to drop the root's override)")
+    workdir = tmp_path / "runs"
+    workdir.mkdir()
+    Store(f"sqlite:///{workdir / 'hpcprof.db'}").engine.dispose()
+    os.chown(workdir / "hpcprof.db", 65534, 65534)
+    os.chmod(workdir / "hpcprof.db", 0o600)
+    fake_run(workdir / "t" / "r1")
+    plain = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search", "--"]
+    result = subprocess.run([*plain, sys.executable, "-m", "hpcprof", "collect", "--workdir", str(workdir)],
+                            capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    one_line_error(result, "cannot be opened", "mode 600, not readable or writable by this user")
