@@ -108,3 +108,20 @@ def test_a_store_of_another_user_is_one_line(tmp_path: Path) -> None:
     result = subprocess.run([*plain, sys.executable, "-m", "hpcprof", "collect", "--workdir", str(workdir)],
                             capture_output=True, text=True, timeout=120, cwd=tmp_path)
     one_line_error(result, "cannot be opened", "mode 600, not readable or writable by this user")
+
+
+def test_diff_refuses_a_rank_given_twice_and_a_directory_of_both_kinds(tmp_path: Path) -> None:
+    from hpcprof.analysis.diff.profiles import DiffInputError, profile_files
+
+    for name in ("rank0.pt.trace.json", "rank1.pt.trace.json", "rank0.sqlite"):
+        (tmp_path / name).write_text("{}")
+    (tmp_path / "again.json").symlink_to(tmp_path / "rank0.pt.trace.json")
+    with pytest.raises(DiffInputError, match="rank0.pt.trace.json: given twice"):
+        profile_files([tmp_path / "rank0.pt.trace.json", tmp_path / "rank0.pt.trace.json"])
+    with pytest.raises(DiffInputError, match="again.json: given twice \\(also as .*rank0.pt.trace.json\\)"):
+        profile_files([tmp_path / "rank0.pt.trace.json", tmp_path / "again.json"])
+    with pytest.raises(DiffInputError, match="holds nsys exports and Kineto traces; give one kind as files"):
+        profile_files([tmp_path])
+    (tmp_path / "rank0.sqlite").unlink()
+    (tmp_path / "again.json").unlink()
+    assert profile_files([tmp_path])[1] == [tmp_path / "rank0.pt.trace.json", tmp_path / "rank1.pt.trace.json"]
