@@ -20,6 +20,7 @@ import json
 import os
 import pickle
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -378,6 +379,13 @@ def leftover_cases(tmp: Path) -> list[Case]:
             return LOST + f" ({changed[0].name} replaced)" if changed else one_line(result)
         return run_case
 
+    def device_node(work: Path) -> None:
+        """A null device of the case's own (as root; else /dev/null, which a plain user cannot replace):
+        a command that replaces its output by a rename must never be given the system's /dev/null as root."""
+        if os.geteuid() == 0:
+            os.mknod(work / "null", 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    device = "null" if os.geteuid() == 0 else "/dev/null"
+
     def run_dir(work: Path) -> None:
         (work / "run").mkdir()
         (work / "run" / "config.json").write_text("{}")
@@ -416,7 +424,7 @@ def leftover_cases(tmp: Path) -> list[Case]:
         ("class leftovers: bench ceilings --out a run's config.json", out_case("run/config.json", run_dir)),
         ("class leftovers: bench ceilings --out its own --sizes-from", out_case("e.yaml", lambda w: None)),
         ("class leftovers: bench ceilings --out a FIFO", out_case("fifo", lambda w: os.mkfifo(w / "fifo"))),
-        ("class leftovers: bench ceilings --out /dev/null", out_case("/dev/null", lambda w: None)),
+        ("class leftovers: bench ceilings --out a device node", out_case(device, device_node)),
         ("class leftovers: bench ceilings --out a link",
          out_case("link", lambda w: (w / "link").symlink_to(w / "e.yaml"))),
         ("class leftovers: bench ceilings --sizes-from a FIFO", sizes_from("fifo", lambda w: os.mkfifo(w / "fifo"))),

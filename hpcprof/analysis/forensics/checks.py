@@ -35,6 +35,8 @@ MAX_INT = (1 << 63) - 1
 #: a rank in a file's name: ASCII digits, no leading zero
 _RANK = re.compile(r"0|[1-9][0-9]{0,8}")
 _TYPE = re.compile(r"[A-Za-z_][\w.]{0,199}")
+_SCALARS = (str, bytes, int, float, complex, type(None))      # bool is an int
+_CONTAINERS = (list, tuple, dict, set, frozenset)
 
 
 class RecordError(ValueError):
@@ -110,28 +112,35 @@ def _shown(value: Any) -> str:
 
 def check_plain(data: Any) -> None:
     """`data` holds only built-in containers and scalars, at most MAX_DEPTH deep and MAX_NODES values
-    in all (a value shared by many containers counts each time: a small pickle of shared lists
-    is no way round it); walked without recursion."""
-    stack: list[tuple[Any, int]] = [(data, 0)]
-    nodes = 0
+    in all as a reader would reach them (a container shared by many counts each time: a small pickle
+    of shared lists is no way round it). Walked without recursion, each distinct container once (its
+    size and height kept), so a shared-list pickle costs its own size, not what it expands to."""
+    if isinstance(data, _SCALARS):
+        return
+    sizes: dict[int, tuple[int, int]] = {}      # id -> (values it expands to, height)
+    stack: list[tuple[Any, int, list[Any] | None]] = [(data, 1, None)]     # (value, depth, its containers once walked)
     while stack:
-        value, depth = stack.pop()
-        nodes += 1
-        if nodes > MAX_NODES:
-            raise RecordError(f"more than {MAX_NODES:,} values (shared values counted each time they are reached)")
-        if isinstance(value, (list, tuple, set, frozenset)):
-            items: Any = value
-        elif isinstance(value, dict):
-            items = [*value.keys(), *value.values()]
-        elif value is None or isinstance(value, (str, bytes, int, float, bool, complex)):
+        value, depth, inner = stack.pop()
+        if inner is None:
+            if not isinstance(value, _CONTAINERS):
+                raise RecordError(f"a value of type {type(value).__name__}")
+            if id(value) in sizes:
+                continue
+            if depth > MAX_DEPTH:
+                raise RecordError(f"values nested more than {MAX_DEPTH} deep")
+            items: Any = [*value.keys(), *value.values()] if isinstance(value, dict) else value
+            inner = [item for item in items if not isinstance(item, _SCALARS)]
+            stack.append((value, depth, inner))
+            stack.extend([(item, depth + 1, None) for item in inner if id(item) not in sizes])
             continue
-        else:
-            raise RecordError(f"a value of type {type(value).__name__}")
-        if depth >= MAX_DEPTH:
-            raise RecordError(f"values nested more than {MAX_DEPTH} deep")
-        if len(items) > MAX_NODES - nodes:
+        below = [sizes[id(item)] for item in inner]
+        size = 1 + len(value) * (2 if isinstance(value, dict) else 1) - len(inner) + sum(n for n, _ in below)
+        height = 1 + max((h for _, h in below), default=0)
+        if size > MAX_NODES:
             raise RecordError(f"more than {MAX_NODES:,} values (shared values counted each time they are reached)")
-        stack.extend((item, depth + 1) for item in items)
+        if height > MAX_DEPTH:
+            raise RecordError(f"values nested more than {MAX_DEPTH} deep")
+        sizes[id(value)] = (size, height)
 
 
 def check_entry(entry: Any, index: int) -> dict[str, Any]:
