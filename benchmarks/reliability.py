@@ -21,7 +21,8 @@ Groups (--group, repeatable; default all): input, damaged, jobs, faults (files
 touched, silently incomplete results, damage isolation, leftovers), hostile (links
 out of the run directory, outputs over inputs and special files, formulas,
 hangs and orphans, markup and escapes; counted per class too), silent, hook (hostile programs under
-the start-up hook: benchmarks/reliability_hook.py), slurm (with --slurm).
+the start-up hook: benchmarks/reliability_hook.py), data (forensics records and steps files as
+data: benchmarks/reliability_data.py), slurm (with --slurm).
 Prints one line per case that is not handled, then the counts (goal: all but handled 0).
 """
 
@@ -388,10 +389,11 @@ def slurm_cases(tmp: Path) -> list[tuple[str, Callable[[], str]]]:
             ("slurm: cancel a FAILED job", final)]
 
 
-GROUPS = ("input", "damaged", "jobs", "faults", "hostile", "silent", "hook", "slurm")
+GROUPS = ("input", "damaged", "jobs", "faults", "hostile", "silent", "hook", "data", "slurm")
 
 
 def main() -> None:
+    from reliability_data import data_cases
     from reliability_faults import fault_cases
     from reliability_hook import hook_cases
     from reliability_hostile import hostile_cases
@@ -411,7 +413,7 @@ def main() -> None:
         tmp = Path(name)
         makers = {"input": bad_input_cases, "damaged": damaged_cases, "jobs": lambda t, f: job_cases(t),
                   "faults": fault_cases, "hostile": hostile_cases, "silent": silent_cases, "hook": hook_cases,
-                  "slurm": lambda t, f: slurm_cases(t) if args.slurm else []}
+                  "data": data_cases, "slurm": lambda t, f: slurm_cases(t) if args.slurm else []}
         cases = [case for group in GROUPS if group in groups for case in makers[group](tmp, args.fixtures)
                  if args.only in case[0]]
         def attempt(case: Callable[[], str]) -> tuple[str, float]:

@@ -8,7 +8,8 @@
   is not looked for: the check is against careless set-ups, not a concurrent attacker.)
 - `check_output(path, inputs, option)`: a user's output (`report --html`, `compare -o`, `trace ... -o`,
   `nsys ... -o`, `ncu ... -o`, Echo's tables, `sites init -o`) never replaces one of the command's
-  inputs, a file of a workdir (the store `hpcprof.db` and its -wal/-shm/-journal, anything in a run
+  inputs, a file of a workdir (the store `hpcprof.db` and its -wal/-shm/-journal, the -wal/-shm/-journal
+  beside any SQLite database, anything in a run
   directory), a data file hpcprof reads (SQLite, Parquet, Arrow, gzip), a directory, a special file
   (FIFO, device, socket) or a symbolic link: all refused in one line (exit 2) before anything is
   written. Links are refused, not written through: `-o /dev/stdout` and the like are special files,
@@ -45,10 +46,13 @@ INFLATE_RATIO = 200
 INFLATE_FLOOR = 256 << 20
 #: file names of the campaign store (SQLite) and the files SQLite keeps beside it
 STORE_NAME = re.compile(r"hpcprof\.db(-wal|-shm|-journal)?")
+#: the files SQLite keeps beside a database (any name): `<database>-wal`, `-shm`, `-journal`
+SQLITE_JOURNAL = re.compile(r"(.+)-(?:wal|shm|journal)")
 #: files that make a directory a run directory (with its config.json)
 RUN_MARKS = ("job.sh", "status", "submission.json", "rank_wrapper.sh")
 #: the leading bytes of the data files hpcprof reads, which an output never replaces
-DATA_MAGIC = {b"SQLite format 3\x00": "an SQLite database", b"PAR1": "a Parquet file", b"ARROW1": "an Arrow file",
+DATA_MAGIC = {b"SQLite format 3\x00": "an SQLite database", b"\x37\x7f\x06\x82": "an SQLite write-ahead log",
+              b"\x37\x7f\x06\x83": "an SQLite write-ahead log", b"PAR1": "a Parquet file", b"ARROW1": "an Arrow file",
               b"\x1f\x8b": "gzip data"}
 
 
@@ -143,6 +147,8 @@ def check_output(path: Path, inputs: Iterable[Path] = (), option: str = "-o") ->
     real = os.path.realpath(path)
     if STORE_NAME.fullmatch(os.path.basename(real)):
         raise refuse("the name of a campaign store (or its SQLite journal)")
+    if (journal := SQLITE_JOURNAL.fullmatch(real)) and _data_kind(Path(journal[1])) == "an SQLite database":
+        raise refuse(f"the SQLite journal of the database {journal[1]} (a store's committed data may be there)")
     if (run := _run_directory(real)) is not None:
         raise refuse(f"inside the run directory {run}, whose files hpcprof writes and reads",
                      "give a path outside the run directory")

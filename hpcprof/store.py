@@ -183,6 +183,22 @@ def sqlite_file(engine: Engine) -> Path | None:
     return Path(database)
 
 
+def _access(path: Path) -> str:
+    """Who owns `path` and its mode, and whether this user may read and write it: `owned by nobody, mode 600,
+    not readable or writable by this user`."""
+    import pwd
+    import stat
+
+    info = path.stat()
+    try:
+        owner = pwd.getpwuid(info.st_uid).pw_name
+    except KeyError:
+        owner = f"uid {info.st_uid}"
+    may = "readable" if os.access(path, os.R_OK) else "not readable"
+    may += " and writable" if os.access(path, os.W_OK) else " and not writable" if may == "readable" else " or writable"
+    return f"owned by {owner}, mode {stat.S_IMODE(info.st_mode):o}, {may} by this user"
+
+
 def check_ours(path: Path) -> None:
     """Refuse, before anything opens it for writing, an existing file that is not a hpcprof
     store (another SQLite database such as an nsys export, or not SQLite at all). It is read
@@ -193,6 +209,9 @@ def check_ours(path: Path) -> None:
         conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
     except OSError:
         return  # the engine's own open gives the one-line error
+    except sqlite3.OperationalError as exc:   # e.g. another user's store, mode 600
+        raise UserError(f"--db {path}: cannot be opened ({exc}; {_access(path)}); run as its owner, or give "
+                        "another --db or --workdir") from None
     try:
         present = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     except sqlite3.DatabaseError as exc:

@@ -78,6 +78,31 @@ def test_yaml_merge_keys(tmp_path: Path) -> None:
         parse_yaml("resources:\n  <<: {walltime: '00:10:00'}\n  nodes: 1\n  nodes: 2\n")
 
 
+def bomb(under: str) -> str:
+    """An alias bomb of 9^9 values in 9 lines under `under`."""
+    lines = [f"  a: &a [{', '.join(['lol'] * 9)}]"]
+    lines += [f"  {n}: &{n} [{', '.join([f'*{p}'] * 9)}]" for p, n in zip("abcdefgh", "bcdefghi", strict=True)]
+    return f"{under}:\n" + "\n".join(lines) + "\n"
+
+
+def merges() -> str:
+    """Merge keys of merged mappings, each merging the one before three times: 3^19 merged pairs in 800 bytes."""
+    return "x0: &x0 {k0: 1, k1: 2}\n" + "".join(f"x{i}: &x{i} {{<<: [*x{i - 1}, *x{i - 1}, *x{i - 1}], k{i}: 1}}\n"
+                                                for i in range(1, 20))
+
+
+@pytest.mark.parametrize("text", [bomb("unknown"), bomb("sweep"), bomb("env"), merges()],
+                         ids=["bomb under an unknown key", "bomb in sweep", "bomb in env", "merge keys"])
+def test_alias_bombs_and_merge_blow_ups_are_refused_before_expansion(tmp_path: Path, text: str) -> None:
+    exp = tmp_path / "e.yaml"
+    exp.write_text("name: t\nworkload:\n  kind: command\n  argv: [\"true\"]\n" + text)
+    result = hpcprof("render", str(exp), "--site", "local", "-o", "out", cwd=tmp_path, timeout=20)
+    assert "aliases expand to more than 100,000 values" in one_line_error(result)
+    assert not (tmp_path / "out").exists()
+    small = "base: &b [1, 2]\nuse: [*b, *b, *b]\n"      # aliases that expand to little are as before
+    assert parse_yaml(small) == {"base": [1, 2], "use": [[1, 2]] * 3}
+
+
 def test_site_name_is_not_a_path(tmp_path: Path) -> None:
     (tmp_path / "evil.yaml").write_text("name: evil\nscheduler: local\nlauncher: {kind: torchrun}\n")
     exp = experiment(tmp_path / "e.yaml", ["true"])

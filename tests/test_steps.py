@@ -169,7 +169,9 @@ def test_steps_files_a_write_cut_short_and_a_file_without_header(tmp_path: Path)
     tables, problems = steps_tables(tmp_path)
     df = tables["times"]
     assert df[["rank", "step", "in_window", "tool"]].values.tolist() == [[0, 1, False, "nsys"], [0, 2, True, "nsys"]]
-    assert df["duration_ns"].tolist()[1] == 20 and len(problems) == 1 and "rank1.jsonl" in problems[0]
+    assert df["duration_ns"].tolist()[1] == 20 and len(problems) == 2
+    assert problems[0].endswith("rank0.jsonl: 2 steps read; left out: 1 line: cut short at the end of the file")
+    assert "rank1.jsonl: skipped (rank1.jsonl: no step hook header on its first line)" in problems[1]
 
 
 def test_the_hook_and_the_config_name_the_same_ranges() -> None:

@@ -14,10 +14,13 @@ unprofiled reference run of the same command (profile.reference: `<run>/steps/re
 
 from __future__ import annotations
 
-import io
 import json
+import math
+import os
+from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from hpcprof import catalog as c
 from hpcprof.safe_paths import open_regular
@@ -36,44 +39,156 @@ PERTURBATION_COLUMNS = ["rank", "profiled_ms", "unprofiled_ms", "slowdown_pct", 
 SAME_PROCESS, REFERENCE_RUN = "same process", "reference run"
 #: the fewest steps on either side of a rank's perturbation, and the bootstrap's resamples and seed
 MIN_STEPS, RESAMPLES, SEED = 3, 2000, 0
+#: the longest line read (a step's line is about 60 bytes, the header about 150): a longer one is skipped, not read
+MAX_LINE = 4096
+#: the most bytes read at once
+CHUNK = 1 << 20
+#: the largest step number, step count or skip accepted
+MAX_STEP = 10 ** 9
+MAX_NS = (1 << 63) - 1
+#: the largest byte count accepted (a device's memory)
+MAX_BYTES = 1 << 62
 
 
-def read_rank(path: Path) -> list[dict[str, Any]]:
-    """One rank's steps: its header's rank, tool and pid with each step; a step in the window when
-    skip < step <= skip + steps (the header's); unprofiled when the header names the steps the
-    profiler touched (`profiled`: [first, last]) and the step, not the first, is outside them. A line that does not parse (a write cut short) is
-    left out; a file without its header has no steps. ValueError: the header is not one."""
+def _lines(fh: BinaryIO, size: int) -> Iterator[bytes | None]:
+    """The lines of the first `size` bytes of `fh`, read CHUNK at a time: each without its newline,
+    None for a line longer than MAX_LINE (never held whole), the last one only where it ends in a newline
+    (_CutShort at the end of a file that ends inside a line)."""
+    left, held, skipping = size, b"", False
+    while left > 0:
+        chunk = fh.read(min(CHUNK, left))
+        if not chunk:
+            break
+        left -= len(chunk)
+        *whole, rest = chunk.split(b"\n")
+        for part in whole:
+            if skipping:
+                skipping = False
+                yield None
+            else:
+                line, held = held + part, b""
+                yield None if len(line) > MAX_LINE else line
+        if skipping or len(held) + len(rest) > MAX_LINE:
+            held, skipping = b"", True
+        else:
+            held += rest
+    if skipping or held:
+        raise _CutShort()
+
+
+class _CutShort(Exception):
+    """The file ends inside a line."""
+
+
+def _int(value: Any, low: int, high: int) -> int | str:
+    """`value` if it is an int (not a bool) in low..high, else why it is not one."""
+    if isinstance(value, bool) or value is None:
+        return "missing" if value is None else "not a number"
+    if isinstance(value, float):
+        return "NaN or infinite" if not math.isfinite(value) else "fractional" if value != int(value) else "not an integer"
+    if not isinstance(value, int):
+        return "text" if isinstance(value, str) else "not a number"
+    return value if low <= value <= high else "negative" if value < low and value < 0 else "out of range"
+
+
+def _step(line: bytes) -> tuple[int, int, int | None, tuple[int, int] | None] | str:
+    """(step, end_ns, duration ns, (allocated, reserved) peak bytes or None) of a step's line, else why
+    it is dropped."""
+    try:
+        data = json.loads(line)
+    except (ValueError, RecursionError):
+        return "not JSON"
+    if not isinstance(data, dict):
+        return "not a step"
+    number = _int(data.get("step"), 1, MAX_STEP)
+    if isinstance(number, str):
+        return f"step number {number}"
+    end = _int(data.get("end_ns"), 0, MAX_NS)
+    if isinstance(end, str):
+        return f"end time {end}"
+    mem = data.get("mem")
+    memory = (mem[0], mem[1]) if isinstance(mem, list) and len(mem) == 2 and all(
+        isinstance(_int(v, 0, MAX_BYTES), int) for v in mem) else None
+    if data.get("ns") is None:
+        return (number, end, None, memory) if number == 1 else "no duration after step 1"
+    ns = _int(data["ns"], 0, MAX_NS)
+    return f"duration {ns}" if isinstance(ns, str) else (number, end, ns, memory)
+
+
+def _header(line: bytes | None, path: Path, rank: int | None) -> dict[str, Any]:
+    """A steps file's header, checked: its rank the file's, its window and pid integers."""
+    try:
+        head = json.loads(line or b"null")
+    except (ValueError, RecursionError):
+        head = None
+    if not isinstance(head, dict) or not {"rank", "skip", "steps"} <= head.keys():
+        raise ValueError(f"{path.name}: no step hook header on its first line")
+    for key, high in (("rank", 1 << 31), ("skip", MAX_STEP), ("steps", MAX_STEP), ("pid", 1 << 31)):
+        if key in head and isinstance(_int(head[key], 0, high), str):
+            raise ValueError(f"{path.name}: its header's {key} is {_int(head[key], 0, high)}")
+    if rank is not None and head["rank"] != rank:
+        raise ValueError(f"{path.name}: its header names rank {head['rank']}: another rank's file")
+    if not isinstance(head.get("tool", ""), str) or len(head.get("tool", "")) > 64:
+        raise ValueError(f"{path.name}: its header's tool is not a tool's name")
+    return head
+
+
+def read_rank(path: Path, rank: int | None = None) -> tuple[list[dict[str, Any]], str | None]:
+    """One rank's steps and one line saying what was left out and why (None: nothing). Each step
+    with its header's rank, tool and pid; in the window when skip < step <= skip + steps (the
+    header's). A line is dropped when it is not a step's (not JSON, a step number, end time or
+    duration that is missing, text, fractional, NaN, infinite, negative or out of range, a step
+    number seen before) or is longer than MAX_LINE; the file is read up to its size when opened
+    (lines written since are left, and said). ValueError: no header, or another rank's (`rank`)."""
     rows: list[dict[str, Any]] = []
-    with io.TextIOWrapper(open_regular(path), encoding="utf-8", errors="replace") as fh:   # no FIFO waited on
-        head = json.loads(fh.readline() or "null")
-        if not isinstance(head, dict) or not {"rank", "skip", "steps"} <= head.keys():
-            raise ValueError(f"{path.name}: no step hook header on its first line")
-        first, last = int(head["skip"]) + 1, int(head["skip"]) + int(head["steps"])
-        capacity = head.get("capacity") if isinstance(head.get("capacity"), int) else None
-        profiled = head.get("profiled")
-        touched = (int(profiled[0]), int(profiled[1])) if isinstance(profiled, list) and len(profiled) == 2 else None
-        for line in fh:
-            try:
-                step = json.loads(line)
-                number = int(step["step"])
-                memory = step.get("mem")
-                allocated, reserved = (int(memory[0]), int(memory[1])) if memory is not None else (None, None)
-            except (ValueError, KeyError, TypeError, IndexError):
-                continue
-            rows.append({"rank": int(head["rank"]), "step": number, "end_ns": int(step["end_ns"]),
-                         "duration_ns": step["ns"], "in_window": first <= number <= last,
-                         "unprofiled": touched is not None and number > 1 and not touched[0] <= number <= touched[1],
-                         "tool": str(head.get("tool", "")), "pid": int(head.get("pid", 0)),
-                         "allocated_peak": allocated, "reserved_peak": reserved, "capacity": capacity})
-    return rows
+    dropped: Counter[str] = Counter()
+    grew = 0
+    with open_regular(path) as fh:   # no FIFO waited on
+        size = os.fstat(fh.fileno()).st_size
+        lines = _lines(fh, size)
+        try:
+            head = _header(next(lines, None), path, rank)
+            first, last = int(head["skip"]) + 1, int(head["skip"]) + int(head["steps"])
+            capacity = head.get("capacity") if isinstance(_int(head.get("capacity"), 0, MAX_BYTES), int) else None
+            profiled = head.get("profiled")
+            touched = (profiled[0], profiled[1]) if isinstance(profiled, list) and len(profiled) == 2 and all(
+                isinstance(_int(v, 0, MAX_STEP), int) for v in profiled) else None
+            seen: set[int] = set()
+            for line in lines:
+                step = f"longer than {MAX_LINE:,} bytes" if line is None else _step(line)
+                if isinstance(step, tuple) and step[0] in seen:
+                    step = "a step number seen before"
+                if isinstance(step, str):
+                    dropped[step] += 1
+                    continue
+                number, end, ns, memory = step
+                seen.add(number)
+                if memory is None and line is not None and b'"mem"' in line:
+                    dropped["memory left out (not two byte counts)"] += 1
+                rows.append({"rank": int(head["rank"]), "step": number, "end_ns": end, "duration_ns": ns,
+                             "in_window": first <= number <= last,
+                             "unprofiled": touched is not None and number > 1 and not touched[0] <= number <= touched[1],
+                             "tool": str(head.get("tool", "")), "pid": int(head.get("pid", 0)),
+                             "allocated_peak": memory[0] if memory else None,
+                             "reserved_peak": memory[1] if memory else None, "capacity": capacity})
+        except _CutShort:
+            dropped["cut short at the end of the file"] += 1
+        grew = os.fstat(fh.fileno()).st_size - size
+    if not dropped and grew <= 0:
+        return rows, None
+    said = [f"{n:,} line{'s' if n > 1 else ''}: {why}" for why, n in dropped.most_common()]
+    if grew > 0:
+        said.append(f"{grew:,} bytes written while it was read not read (read up to its {size:,} bytes at the start)")
+    return rows, f"{path}: {len(rows):,} steps read; left out: " + "; ".join(said)
 
 
-def steps_tables(run_dir: Path) -> tuple[dict[str, pd.DataFrame], list[str]]:
-    """({catalog.STEPS_TIMES.key: every rank's steps} or {} where no rank stepped, lines about files
-    that could not be read)."""
-
+def steps_tables(run_dir: Path, world: int = 0) -> tuple[dict[str, pd.DataFrame], list[str]]:
+    """({catalog.STEPS_TIMES.key: every rank's steps, with the memory and perturbation tables where
+    they have rows} or {} where no rank stepped, one line per file not read or with lines left out).
+    The reference run's steps (`steps/reference/`) are the perturbation's baseline only."""
     problems: list[str] = []
-    df, reference = (_read_ranks(directory, problems) for directory in (run_dir / "steps", run_dir / "steps" / "reference"))
+    df, reference = (_read_ranks(directory, world, problems)
+                     for directory in (run_dir / "steps", run_dir / "steps" / "reference"))
     if df is None:
         return {}, problems
     tables = {c.STEPS_TIMES.key: df}
@@ -84,17 +199,31 @@ def steps_tables(run_dir: Path) -> tuple[dict[str, pd.DataFrame], list[str]]:
     return tables, problems
 
 
-def _read_ranks(directory: Path, problems: list[str]) -> pd.DataFrame | None:
-    """The steps of every rank file in `directory`, by rank and step (None: no step); a file that
-    cannot be read is a line in `problems`."""
+def _read_ranks(directory: Path, world: int, problems: list[str]) -> pd.DataFrame | None:
+    """The steps of every rank file in `directory`, by rank and step (None: no step). Only
+    `rank<R>.jsonl` files are read (R in ASCII digits, no leading zero, inside the world of `world`
+    ranks where it is known): another file (a stray copy) is named and left; a file not read, or
+    with lines left out, is a line in `problems`."""
     import pandas as pd
 
+    from hpcprof.analysis.forensics.checks import rank_in_name
+
     rows: list[dict[str, Any]] = []
-    for path in sorted(directory.glob("rank*.jsonl")):
+    for path in sorted(directory.glob("rank*")):
+        rank = rank_in_name(path.name, "rank", ".jsonl")
+        if rank is None or (world and rank >= world):
+            why = f"rank {rank} is outside the world of {world} ranks" if rank is not None else \
+                "not a rank's file (rank<R>.jsonl: R in ASCII digits, no leading zero)"
+            problems.append(f"{path}: not read ({why})")
+            continue
         try:
-            rows += read_rank(path)
+            found, line = read_rank(path, rank)
         except (OSError, ValueError) as exc:
             problems.append(f"{path}: skipped ({exc})")
+            continue
+        rows += found
+        if line is not None:
+            problems.append(line)
     if not rows:
         return None
     df = pd.DataFrame(rows, columns=COLUMNS).astype(
@@ -170,7 +299,7 @@ def window_not_reached(run_dir: Path, rank: int, record: RunRecord) -> str:
         return ""
     path = run_dir / "steps" / f"rank{rank}.jsonl"
     try:
-        seen = max((row["step"] for row in read_rank(path)), default=0)
+        seen = max((row["step"] for row in read_rank(path, rank)[0]), default=0)
     except (OSError, ValueError):
         seen = 0
     return (f": the step hook saw {seen or 'no'} optimizer step{'' if seen == 1 else 's'}, the window opens "

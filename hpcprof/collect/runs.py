@@ -177,7 +177,7 @@ def collect_run(run: RunDir, store: Store, log: Log = print, executor: Executor 
         from hpcprof.analysis.steps import steps_tables
         from hpcprof.jobstate import recorded_state
 
-        tables, problems = steps_tables(run.path)
+        tables, problems = steps_tables(run.path, record.world_size)
         snapshots, unread = snapshot_tables(run.path)        # profile.memory's
         tables, problems = {**tables, **snapshots}, problems + unread
         for line in problems:

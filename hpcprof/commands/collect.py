@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -64,15 +65,35 @@ def collect(runs: tuple[str, ...], workdir: Path, db: str | None, workers: int |
         raise SystemExit(status)
 
 
+#: the run's inputs besides its end: a file in these trees changed after the last collect is collected again
+INPUTS = ("profiles", "steps", "forensics")
+
+
+def changed_since(run: RunDir, when: float) -> bool:
+    """Whether a file of the run's inputs (INPUTS) was written, replaced or had its times set after `when`
+    (its change time: a copy with the old modification time is seen too)."""
+    for sub in INPUTS:
+        for directory, _, names in os.walk(run.path / sub):
+            for name in names:
+                try:
+                    info = os.lstat(os.path.join(directory, name))
+                except OSError:
+                    continue
+                if max(info.st_mtime, info.st_ctime) > when:
+                    return True
+    return False
+
+
 def collected_after_end(run: RunDir, store: Store) -> bool:
-    """Whether the run ended (DONE), was collected completely (the store says so) and its results
-    were written after it ended; a partial collect is tried again."""
+    """Whether the run ended (DONE), was collected completely (the store says so), its results were
+    written after it ended and no input changed since (changed_since); a partial collect is tried again."""
     from hpcprof.results import results_dir
 
     done = run.path / "DONE"
     try:
         tables = list(results_dir(run.path).glob("*.parquet")) if done.exists() else []
-        if not tables or max(t.stat().st_mtime for t in tables) < done.stat().st_mtime:
+        written = max(t.stat().st_mtime for t in tables) if tables else 0.0
+        if not tables or written < done.stat().st_mtime or changed_since(run, written):
             return False
     except OSError:         # a run directory that cannot be read: collecting it says why
         return False

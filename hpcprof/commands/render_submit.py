@@ -6,6 +6,7 @@ when the command is resolved: start-up then ends with them (`hpcprof.__main__`).
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -119,6 +120,8 @@ def submit(experiment: Path, site_name: str, site_file: Path | None, overrides: 
             console.print(line, markup=False)
     wait_for = after_jobs(after, workdir, site.scheduler)
     array = campaign.check_array(planned) if as_array else None
+    if wait:   # a Ctrl-C (SIGINT) cancels the runs, also where this process was started with SIGINT ignored
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     if dry_run:
         for run in planned.runs:
             console.print(f"[bold]{run.run_id}[/] {rich_markup(run.point.params or '')} -> {rich_markup(run.run_dir)}")
@@ -177,7 +180,14 @@ def launch(planned: Plan, run_dirs: list[RunDir], store: Store, foreground: bool
 
 def finish(run_dirs: list[RunDir], store: Store) -> None:
     """Wait for the runs, show their states; exit 1 unless all completed."""
-    final = jobstate.wait(run_dirs, store)
+    try:
+        final = jobstate.wait(run_dirs, store)
+    except KeyboardInterrupt:
+        going = [run for run in run_dirs if not jobstate.current_state(run).terminal]
+        for run in going:
+            jobstate.cancel(run, store)
+        console.print(f"interrupted: {len(going)} run(s) still going cancelled", markup=False)
+        sys.exit(130)
     show_states(list(final.items()), "table")
     if any(s.state != "COMPLETED" for s in final.values()):
         sys.exit(1)

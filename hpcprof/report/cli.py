@@ -98,6 +98,10 @@ def report(runs: tuple[str, ...], workdir: Path, full: bool, rows: int, html_fil
     from hpcprof.report.runs import load, select_runs
     from hpcprof.rundir import find_run
 
+    if html_file is not None:   # a FIFO, a device, a link, a workdir's file: refused before the report is made
+        from hpcprof.safe_paths import check_output
+
+        check_output(html_file, (), "--html")
     selected = select_runs(runs, workdir)
     if baseline is not None:
         base_run = find_run(baseline, workdir)

@@ -120,7 +120,8 @@ def choose_device(kind: DeviceKind, local_rank: int, gpu_map: GpuMap) -> torch.d
     if not use_cuda:
         return torch.device("cpu")
     if not torch.cuda.is_available():
-        raise RuntimeError("--device cuda asked for, but torch sees no CUDA device")
+        raise UserError("--device cuda: torch sees no CUDA device here; run on a GPU node, or give --device cpu "
+                        "(or auto)")
     count = torch.cuda.device_count()
     index = local_rank % count
     if gpu_map == "reverse":

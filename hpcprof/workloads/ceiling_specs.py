@@ -138,20 +138,25 @@ def default_specs(kind: str, args: dict[str, Any], world_size: int) -> tuple[lis
     return gemms, [CollectiveSpec(op, b, "float32") for op in BUS_FACTORS for b in DEFAULT_BYTES]
 
 
+#: the largest experiment file --sizes-from reads (bytes)
+SIZES_FILE = 4 << 20
+
+
 def sizes_from(path: Path) -> tuple[str, dict[str, Any], int]:
     """(workload kind, workload args, world size) of a run directory (its config.json) or of an
     experiment file (its first point: world size = nodes x ranks_per_node, default 1 x 1)."""
     import yaml
 
     from hpcprof.errors import UserError
+    from hpcprof.safe_paths import read_regular
 
     flag = "--sizes-from"
-    try:
+    try:   # bounded reads of regular files only: a FIFO or a device is refused, never waited on
         if path.is_dir():
-            record = json.loads((path / "config.json").read_text())
+            record = json.loads(read_regular(path / "config.json"))
             experiment, world = record["experiment"], int(record["world_size"])
         else:
-            experiment = yaml.safe_load(path.read_text())
+            experiment = yaml.safe_load(read_regular(path, SIZES_FILE).decode())
             resources = experiment.get("resources") or {}
             world = int(resources.get("nodes", 1)) * int(resources.get("ranks_per_node") or 1)
         workload = experiment["workload"]

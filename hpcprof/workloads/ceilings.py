@@ -352,6 +352,14 @@ def summary(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def short_alloc_error(exc: BaseException) -> str:
+    """PyTorch's allocation failure without its C++ source position: `tried to allocate 4000000000000 bytes`."""
+    import re
+
+    found = re.search(r"tried to allocate [\d.,]+ ?[KMGT]?i?B(?:ytes)?|[Tt]ried to allocate [^(.]*", str(exc))
+    return found[0].strip() if found else type(exc).__name__
+
+
 def run(gemms: list[GemmSpec], collectives: list[CollectiveSpec], iters: int, warmup: int, out: Path | None,
         device: DeviceKind) -> int:
     """Measure on this rank; rank 0 writes the result and prints the summary."""
@@ -366,7 +374,13 @@ def run(gemms: list[GemmSpec], collectives: list[CollectiveSpec], iters: int, wa
             raise UserError(f"--collective {coll.text()}: {exc}") from None
     ctx = bootstrap.init_distributed(layout, "auto", device)
     with bootstrap.abort_on_error(ctx):
-        result = measure(gemms, collectives, ctx, iters, warmup)
+        try:
+            result = measure(gemms, collectives, ctx, iters, warmup)
+        except (torch.OutOfMemoryError, MemoryError, RuntimeError) as exc:
+            if not isinstance(exc, (torch.OutOfMemoryError, MemoryError)) and "allocate" not in str(exc):
+                raise
+            raise UserError(f"the sizes asked for do not fit in this {ctx.device.type.upper()}'s memory "
+                            f"({short_alloc_error(exc)}); give smaller --gemm or --collective sizes") from None
     bootstrap.shutdown(ctx)
     if ctx.rank == 0:
         path = timing.write_json(out or default_out(), result)

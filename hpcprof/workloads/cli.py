@@ -80,8 +80,12 @@ def count(low: int, high: int = 100000) -> Callable[[str], int]:
 def ceilings_command(ctx: click.Context, gemms: tuple[str, ...], collectives: tuple[str, ...],
                      sizes_from: Path | None, iters: str, warmup: str, device: str, out: Path | None) -> None:
     """Attainable GEMM TFLOP/s and collective bus bandwidth on the job's own ranks (nccl-tests' way)."""
+    from hpcprof.safe_paths import check_output
     from hpcprof.workloads import ceiling_specs as specs
 
+    if out is not None:   # never over the store, a run's file, the --sizes-from input, a special file or a link
+        read = [sizes_from / "config.json" if sizes_from.is_dir() else sizes_from] if sizes_from is not None else []
+        check_output(out, read, "--out")
     calls = flag_value("--iters", count(1), iters)
     warm = flag_value("--warmup", count(0), warmup)
     gemm_specs = [flag_value("--gemm", specs.parse_gemm, text) for text in gemms]

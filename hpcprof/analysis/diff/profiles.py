@@ -25,6 +25,7 @@ window is the whole capture) a rank has one iteration holding all its operations
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -102,7 +103,11 @@ def profile_files(paths: Sequence[Path]) -> tuple[str, list[Path]]:
     if len(paths) == 1 and paths[0].is_dir():
         folder = paths[0]
         run = (folder / "config.json").is_file() or (folder / "profiles").is_dir()
-        files = _run_files(folder) if run else _traces_first(sorted(p for p in folder.iterdir() if _kind_of(p)))
+        found = sorted(p for p in folder.iterdir() if _kind_of(p))
+        files = _run_files(folder) if run else _traces_first(found)
+        if not run and {_kind_of(p) for p in files} == {TRACE} and any(_kind_of(p) == NSYS for p in found):
+            raise DiffInputError(f"{folder}: holds nsys exports and Kineto traces; give one kind as files (a quoted "
+                                 f"glob such as '{folder}/*.sqlite'), not the directory")
         if not files:
             raise DiffInputError(f"{folder}: no nsys export (.sqlite, .nsys-rep) or Kineto trace (.json, .json.gz) "
                                  f"{'in its profiles/' if run else 'in it'}; give the profile files")
@@ -113,6 +118,10 @@ def profile_files(paths: Sequence[Path]) -> tuple[str, list[Path]]:
             raise DiffInputError(f"{path}: no such file")
         if path.is_dir():
             raise DiffInputError(f"{path}: a directory among files; give the directory alone")
+    seen: dict[str, Path] = {}
+    for path in files:   # one rank's file twice (the same path, a link, a glob and a name) would be counted twice
+        if (other := seen.setdefault(os.path.realpath(path), path)) is not path:
+            raise DiffInputError(f"{path}: given twice (also as {other}); give each rank's file once")
     kinds = {_kind_of(p) for p in files}
     if None in kinds:
         odd = next(p for p in files if _kind_of(p) is None)

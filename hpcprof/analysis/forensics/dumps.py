@@ -20,12 +20,23 @@ way the details (who passed what, who waited how long) come from this reader.
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from hpcprof import safe_pickle
+from hpcprof.analysis.forensics.checks import (
+    MAX_ENTRIES,
+    MAX_GROUPS,
+    Job,
+    RecordError,
+    check_entry,
+    check_note,
+    check_plain,
+    group_ranks,
+    rank_in_name,
+    text,
+)
 from hpcprof.safe_paths import open_regular
 
 #: the dumps' families, `<family>_rank<N>`: fr (Gloo and any backend recording into the generic buffer), fr_nccl (NCCL)
@@ -52,14 +63,9 @@ def load_dump(path: Path) -> dict[str, Any]:
     return data
 
 
-def _ranks(text: Any) -> list[int]:
-    """`pg_config`'s ranks, written as the text of a list: `[0, 1, 2]`."""
-    return [int(r) for r in re.findall(r"-?\d+", str(text))]
-
-
 @dataclass
 class Dump:
-    """One rank's dump of one buffer."""
+    """One rank's dump of one buffer, every field the reader uses checked (hpcprof.analysis.forensics.checks)."""
 
     family: str
     rank: int
@@ -69,33 +75,56 @@ class Dump:
     reason: str
     pg_config: dict[str, Any]
     entries: list[dict[str, Any]]
+    members: dict[str, tuple[str, list[int]]] = field(default_factory=dict)   # group -> (desc, global ranks)
 
     @classmethod
-    def read(cls, path: Path) -> Dump:
+    def read(cls, path: Path, job: Job | None = None, pid: int | None = None) -> Dump:
+        """The dump at `path`, checked against `job` and the pid of its rank's process (None: unknown);
+        DumpError naming the field that fails."""
+        job = job or Job()
         family, rank = dump_name(path.name) or ("", None)
         if rank is None:
             raise DumpError(f"{path}: not named <family>_rank<N>")
         data = load_dump(path)
-        note: dict[str, Any] = data["hpcprof"] if isinstance(data.get("hpcprof"), dict) else {}
+        try:
+            job.check_rank(rank, "its name")
+            check_plain(data)
+            note = check_note(data.get("hpcprof"), rank, job, pid)
+            if len(data["entries"]) > MAX_ENTRIES:
+                raise RecordError(f"{len(data['entries']):,} entries, more than {MAX_ENTRIES:,}")
+            entries = [check_entry(e, i) for i, e in enumerate(data["entries"])]
+            config: dict[str, Any] = data["pg_config"] if isinstance(data.get("pg_config"), dict) else {}
+            if len(config) > MAX_GROUPS:
+                raise RecordError(f"pg_config holds {len(config):,} groups, more than {MAX_GROUPS:,}")
+            members = {str(name): (str(conf.get("desc", "")), ranks) for name, conf in config.items()
+                       if (ranks := group_ranks(conf, str(name), job))}
+            version = text(str(data.get("version", "")), "version", 32)
+        except RecordError as exc:
+            raise DumpError(f"{path}: refused ({exc})") from None
         try:
             time_ns = int(note.get("time_ns") or path.stat().st_mtime_ns)
         except OSError:
             time_ns = 0
-        entries = [e for e in data["entries"] if isinstance(e, dict) and isinstance(e.get("process_group"), (tuple, list))
-                   and isinstance(e.get("collective_seq_id"), int)]
-        config: dict[str, Any] = data["pg_config"] if isinstance(data.get("pg_config"), dict) else {}
-        return cls(family, rank, path, str(data.get("version", "")), time_ns,
-                   str(note.get("reason") or "dumped by PyTorch"), config, entries)
+        return cls(family, rank, path, version, time_ns, str(note.get("reason") or "dumped by PyTorch"), config,
+                   entries, members)
 
 
 def dump_name(name: str) -> tuple[str, int] | None:
-    """(family, rank) of a dump's file name, None for any other file."""
+    """(family, rank) of a dump's file name (the rank in ASCII digits, no leading zero), None for any other file."""
     family, sep, tail = name.rpartition("_rank")
-    return (family, int(tail)) if sep and family in FAMILIES and tail.isdigit() else None
+    rank = rank_in_name(tail, "") if sep and family in FAMILIES else None
+    return None if rank is None else (family, rank)
 
 
-def read_dumps(directory: Path) -> tuple[dict[str, dict[int, Dump]], list[str]]:
-    """Every dump in `directory` by family and rank, and one line per dump that could not be read."""
+#: the most unreadable dumps named one line each; beyond, one line says how many
+NAMED_PROBLEMS = 3
+
+
+def read_dumps(directory: Path, job: Job | None = None,
+               pids: dict[int, int] | None = None) -> tuple[dict[str, dict[int, Dump]], list[str]]:
+    """Every dump in `directory` by family and rank, checked against `job` and the ranks' `pids`, and
+    the lines on those that could not be read or were refused (up to NAMED_PROBLEMS one each, else
+    one line for all)."""
     found: dict[str, dict[int, Dump]] = {}
     problems = []
     try:
@@ -103,13 +132,19 @@ def read_dumps(directory: Path) -> tuple[dict[str, dict[int, Dump]], list[str]]:
     except OSError:
         return {}, []
     for name in names:
-        if dump_name(name) is not None:
+        if name.startswith(tuple(f"{family}_rank" for family in FAMILIES)) and not name.endswith(".tmp"):
             try:
-                dump = Dump.read(directory / name)
+                named = dump_name(name)
+                if named is None:
+                    raise DumpError(f"{directory / name}: refused (not named <family>_rank<N>: N in ASCII "
+                                    "digits, no leading zero)")
+                dump = Dump.read(directory / name, job, (pids or {}).get(named[1]))
             except DumpError as exc:
                 problems.append(str(exc))
                 continue
             found.setdefault(dump.family, {})[dump.rank] = dump
+    if len(problems) > NAMED_PROBLEMS:
+        problems = [f"{len(problems):,} dumps in {directory} not read or refused; the first: {problems[0]}"]
     return found, problems
 
 
@@ -183,9 +218,8 @@ def groups_of(dumps: dict[int, Dump], family: str) -> dict[str, Group]:
     groups: dict[str, Group] = {}
     configured: dict[str, tuple[str, list[int]]] = {}
     for dump in dumps.values():
-        for name, conf in dump.pg_config.items():
-            if isinstance(conf, dict) and _ranks(conf.get("ranks")) and str(name) not in configured:
-                configured[str(name)] = (str(conf.get("desc", "")), _ranks(conf.get("ranks")))
+        for name, conf in dump.members.items():
+            configured.setdefault(name, conf)
     for rank, dump in sorted(dumps.items()):
         for entry in dump.entries:
             if entry.get("is_p2p"):
@@ -195,7 +229,8 @@ def groups_of(dumps: dict[int, Dump], family: str) -> dict[str, Group]:
             group.by_rank.setdefault(rank, {})[entry["collective_seq_id"]] = entry
             group.dumped_at[rank] = dump.time_ns
     for name, group in groups.items():
-        desc, members = configured.get(name, (group.desc, []))
+        desc, ranks = configured.get(name, (group.desc, []))
+        members: list[int] = ranks
         group.members = sorted(set(members) | set(group.by_rank)) if members else sorted(group.by_rank)
         for rank in group.members:  # a dumped rank that never entered this group's collectives
             if rank in dumps and rank not in group.by_rank:
@@ -229,8 +264,8 @@ def own_findings(family: str, groups: dict[str, Group]) -> list[Finding]:
     with a dump never entered."""
     found = []
     for group in groups.values():
-        last = max([group.entered(r) for r in group.by_rank] or [0])
-        for seq in range(max(group.start(), 1), last + 1):
+        start = max(group.start(), 1)
+        for seq in sorted({seq for seqs in group.by_rank.values() for seq in seqs if seq >= start}):
             if (finding := finding_at(family, group, seq)) is not None:
                 found.append(finding)
                 break
@@ -289,9 +324,11 @@ class FlightRecord:
     dumped: dict[int, list[str]]                    # rank -> its dump files
 
 
-def analyse_dumps(directory: Path, use_torch: bool = True) -> FlightRecord:
-    """Read the dumps of `directory` and find, per family and group, the first collective that went wrong."""
-    families, problems = read_dumps(directory)
+def analyse_dumps(directory: Path, use_torch: bool = True, job: Job | None = None,
+                  pids: dict[int, int] | None = None) -> FlightRecord:
+    """Read the dumps of `directory` (checked against `job` and the ranks' `pids`, read_dumps) and find,
+    per family and group, the first collective that went wrong."""
+    families, problems = read_dumps(directory, job, pids)
     groups: dict[str, dict[str, Group]] = {}
     findings: list[Finding] = []
     engines = set()

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hpcprof.analysis.forensics.checks import Job, RecordError, check_exception, integer, rank_in_name
+
 #: how much of the end of a rank log (and of the job log) is searched
 LOG_BYTES = 1 << 16
 #: errors that follow from another rank's failure, not causes: a collective that timed out or lost its peer
@@ -41,7 +43,7 @@ SIGNAL_WORDS = {"Killed": 9, "Terminated": 15, "Segmentation fault": 11, "Aborte
                 "Floating point exception": 8, "Illegal instruction": 4}
 _FRAME = re.compile(r'^\s+File "(.*)", line (\d+) in (.*)$')
 _THREAD = re.compile(r"^(Current thread|Thread) (0x[0-9a-fA-F]+)(?: \[[^\]]*\])? \(most recent call first\):$|^Stack \(most recent call first\):$")
-_STARTED = re.compile(r"^# hpcprof: rank (\d+) pid (\d+) host (\S+) started ([\d.]+)$")
+_STARTED = re.compile(r"^# hpcprof: rank ([0-9]+) pid ([0-9]+) host (\S+) started ([0-9.]+)$")
 _DUMPED = re.compile(r"^# hpcprof: stacks of rank \d+ pid \d+ at ([\d.]+) \((.*)\); main thread (0x[0-9a-fA-F]+)$")
 
 
@@ -101,7 +103,7 @@ def parse_stacks(text: str) -> tuple[dict[str, Any], list[StackBlock]]:
 
     for line in text.splitlines():
         if match := _STARTED.match(line):
-            process = {"pid": int(match[2]), "host": match[3], "started": float(match[4])}
+            process = {"rank": int(match[1]), "pid": int(match[2]), "host": match[3], "started": float(match[4])}
         elif match := _DUMPED.match(line):
             close()
             threads, main_id = [], match[3]
@@ -249,33 +251,72 @@ class RankFiles:
         return self.log_error or self.exit
 
 
-def _exception(path: Path) -> dict[str, Any] | None:
+def _exception(path: Path, rank: int, job: Job, pid: int | None) -> dict[str, Any] | None:
+    """Rank `rank`'s exception record, checked (checks.check_exception); None where there is none;
+    RecordError where it is refused."""
     from hpcprof.safe_paths import read_regular
 
     try:
-        data = json.loads(read_regular(path))
-        frames = [Frame(str(f[0]), int(f[1]), str(f[2])) for f in reversed(data.get("frames") or [])]
-        return {"type": str(data["type"]), "message": str(data.get("message", "")).splitlines()[0][:1000]
-                if data.get("message") else "", "time": float(data.get("time") or 0), "frames": frames,
-                "pid": data.get("pid"), "host": data.get("host")}
-    except (OSError, ValueError, KeyError, TypeError, IndexError):
+        data = json.loads(read_regular(path, 4 << 20))
+    except FileNotFoundError:
         return None
+    except (OSError, ValueError, RecursionError) as exc:
+        raise RecordError(f"not read ({type(exc).__name__}: {exc})"[:300]) from None
+    record = check_exception(data, rank, job, pid)
+    record["frames"] = [Frame(str(f[0]), int(f[1]), str(f[2])) for f in reversed(record["frames"])]
+    return record
 
 
-def read_ranks(run_dir: Path, world_size: int) -> tuple[dict[int, RankFiles], str | None]:
-    """Every rank's files (a rank's log is searched only when it left no exception record), and
-    what Hydra said of a process it did not tie to a rank (`was killed by SIGKILL (signal 9)`)."""
+def _process(process: dict[str, Any], rank: int, job: Job) -> None:
+    """A stacks file's process line, checked: its rank, its pid, its start inside the job's time."""
+    if process.get("rank") != rank:
+        raise RecordError(f"the process line of rank {process.get('rank')} in rank {rank}'s file")
+    integer(process["pid"], "pid", 1, 1 << 31)
+    job.check_time(process["started"], "started")
+
+
+#: the forensics files named for a rank, and the name of rank R's
+_RANK_FILES = {"stacks_rank": ".txt", "exception_rank": ".json"}
+
+
+def read_ranks(run_dir: Path, world_size: int,
+               job: Job | None = None) -> tuple[dict[int, RankFiles], str | None, list[str]]:
+    """Every rank's files (a rank's log is searched only when it left no exception record), what
+    Hydra said of a process it did not tie to a rank (`was killed by SIGKILL (signal 9)`), and a
+    line per record refused (checks: another rank's, another job's, a rank outside the world, a
+    name that is no rank's)."""
+    job = job or Job(world_size)
     forensics, logs = run_dir / "forensics", run_dir / "logs"
     ranks = {rank: RankFiles(rank) for rank in range(world_size)}
+    problems: list[str] = []
     try:
         names = set(os.listdir(forensics))
     except OSError:
         names = set()
+    for name in sorted(names):
+        for prefix, suffix in _RANK_FILES.items():
+            if name.startswith(prefix) and name.endswith(suffix):
+                found = rank_in_name(name, prefix, suffix)
+                if found is None or found not in ranks:
+                    why = (f"rank {found} is outside the world of {world_size} ranks" if found is not None else
+                           "not named for a rank (ASCII digits, no leading zero)")
+                    problems.append(f"{forensics / name}: refused ({why})")
     for rank, files in ranks.items():
         if f"stacks_rank{rank}.txt" in names:
-            files.process, files.blocks = parse_stacks(read_text_tail(forensics / f"stacks_rank{rank}.txt", 1 << 20))
+            path = forensics / f"stacks_rank{rank}.txt"
+            files.process, files.blocks = parse_stacks(read_text_tail(path, 1 << 20))
+            try:
+                if files.process:
+                    _process(files.process, rank, job)
+            except RecordError as exc:
+                problems.append(f"{path}: refused ({exc})")
+                files.process, files.blocks = {}, []
         if f"exception_rank{rank}.json" in names:
-            files.exception = _exception(forensics / f"exception_rank{rank}.json")
+            path = forensics / f"exception_rank{rank}.json"
+            try:
+                files.exception = _exception(path, rank, job, files.process.get("pid"))
+            except RecordError as exc:
+                problems.append(f"{path}: refused ({exc})")
         if files.exception is None:
             files.log_error = error_line(read_text_tail(logs / f"rank{rank}.log"))
             if files.log_error and files.log_error.startswith("Fatal Python error") and files.fatal is not None:
@@ -285,11 +326,13 @@ def read_ranks(run_dir: Path, world_size: int) -> tuple[dict[int, RankFiles], st
     for order, (rank, text) in enumerate(exits.items()):
         if rank in ranks:
             ranks[rank].exit, ranks[rank].exit_order = text, order
+    if len(problems) > 3:
+        problems = [f"{len(problems):,} forensics records refused; the first: {problems[0]}"]
     vanished = [rank for rank, f in ranks.items() if f.vanished]
     if hydra is not None and len(vanished) == 1:  # the one rank that died without a word (Hydra's PID is any)
         ranks[vanished[0]].exit = hydra[1]
-        return ranks, None
-    return ranks, hydra[1] if hydra is not None else None
+        return ranks, None, problems
+    return ranks, hydra[1] if hydra is not None else None, problems
 
 
 #: a line of the job log that says something failed (where no rank started: the launcher's or the job script's)
@@ -317,7 +360,10 @@ def launch_failure(run_dir: Path) -> str | None:
 
 def rank_error(run_dir: Path, rank: int) -> str | None:
     """Rank `rank`'s own error (its exception record, else its log's error line), or None."""
-    record = _exception(run_dir / "forensics" / f"exception_rank{rank}.json")
+    try:
+        record = _exception(run_dir / "forensics" / f"exception_rank{rank}.json", rank, Job(), None)
+    except RecordError:
+        record = None
     if record is not None:
         return f"{record['type']}: {record['message']}".strip().removesuffix(":")
     return error_line(read_text_tail(run_dir / "logs" / f"rank{rank}.log"))

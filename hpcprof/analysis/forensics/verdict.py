@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from hpcprof import catalog as c
+from hpcprof.analysis.forensics.checks import Job
 from hpcprof.analysis.forensics.dumps import Finding, FlightRecord, Group, analyse_dumps, op_name
 from hpcprof.analysis.forensics.oom import holders_text, parse_oom
 from hpcprof.analysis.forensics.ranks import (
@@ -36,9 +37,9 @@ from hpcprof.analysis.forensics.ranks import (
     where,
 )
 from hpcprof.atomic import atomic_write
-from hpcprof.errors import UserError
+from hpcprof.errors import UserError, printable
 from hpcprof.rundir import RunDir
-from hpcprof.safe_paths import read_regular
+from hpcprof.safe_paths import check_confined, read_regular
 from hpcprof.schedulers.base import FAILED, RUNNING, TIMEOUT, JobState
 
 #: the cache of `analyse` (derived/, collect's own files)
@@ -49,6 +50,9 @@ CACHE_VERSION = 13
 _SOURCE = re.compile(r"\[(?:enforce fail at )?[^\]\s]*\.(?:cc|cpp|cu|h|hpp):\d+\]\s*")
 #: the states a sentence explains
 EXPLAINED = (FAILED, TIMEOUT)
+#: what a run's damaged forensics may still raise past the checks: that run keeps its state, the others are shown
+DAMAGED = (OSError, UserError, ValueError, KeyError, TypeError, IndexError, AttributeError, OverflowError,
+           RecursionError, MemoryError)
 
 
 def rank_list(ranks: list[int]) -> str:
@@ -123,9 +127,14 @@ class Evidence:
             submit_dir, self.world = None, 0
         self.base = Path(submit_dir or run.path)
         self.directory = run.path / "forensics"
+        status = run.job_status()
+        job = Job.of(self.world, status)
+        self.exit_code = status.get("exit_code", "")
         self.ranks: dict[int, RankFiles]
-        self.ranks, self.unattributed = read_ranks(run.path, self.world)
-        self.flight: FlightRecord = analyse_dumps(run.path / "forensics", use_torch)
+        self.ranks, self.unattributed, refused = read_ranks(run.path, self.world, job)
+        pids = {rank: files.process["pid"] for rank, files in self.ranks.items() if files.process}
+        self.flight: FlightRecord = analyse_dumps(run.path / "forensics", use_torch, job, pids)
+        self.flight.problems[:0] = refused
         self.launch_failure = launch_failure(run.path)
 
     def _stacks(self, rank: int, incident: bool) -> list[tuple[str, list[Frame]]]:
@@ -189,9 +198,25 @@ def _roots(ev: Evidence) -> list[tuple[int, str, str]]:
             found.append((3, float(files.exit_order), rank, "exit", files.exit))  # in the launcher's order
     vanished = [rank for rank, files in ev.ranks.items() if files.vanished]
     if len(vanished) == 1:
-        found.append((4, 0.0, vanished[0], "exit", "died without a Python error or exit (a signal it cannot catch, "
-                                                    "such as SIGKILL)"))
+        found.append((4, 0.0, vanished[0], "exit", vanished_text(ev.exit_code)))
     return [(rank, kind, error) for _, _, rank, kind, error in sorted(found)]
+
+
+def vanished_text(exit_code: str) -> str:
+    """What a rank that ended without a Python error or exit did, after the job's exit code: a code
+    of 1-127 is the program's own (os._exit, a native exit), 128+N and a negative one a signal N."""
+    from hpcprof.analysis.forensics.ranks import signal_text
+
+    try:
+        code = int(exit_code)
+    except ValueError:
+        code = 0
+    if 0 < code < 128:
+        return (f"ended without a Python error or exit (os._exit or a native exit; the job exited with code "
+                f"{code})")
+    if code > 128 or code < 0:
+        return f"was killed by {signal_text(code - 128 if code > 128 else -code)} without a Python error"
+    return "died without a Python error or exit (a signal it cannot catch, such as SIGKILL)"
 
 
 def _missing_sentence(ev: Evidence, finding: Finding, state: str) -> tuple[str, int]:
@@ -356,6 +381,7 @@ def cached_analysis(run: RunDir, state: str) -> Analysis:
         pass
     result = analyse(run, state)
     try:
+        check_confined(run.path, "derived")    # a read command never writes through a link out of the run
         atomic_write(path, json.dumps({"key": key, "analysis": asdict(result)}))
     except (UserError, OSError):
         pass
@@ -369,7 +395,7 @@ def explained(run: RunDir, state: JobState) -> JobState:
         return state
     try:
         sentence = cached_analysis(run, state.state).sentence
-    except (OSError, UserError, ValueError, KeyError, TypeError):
+    except DAMAGED:
         return state
     return state._replace(reason=sentence + convention_fix(run, sentence)) if sentence else state
 
@@ -404,7 +430,7 @@ def stack_lines(run: RunDir, state: str) -> list[str]:
         return []
     try:
         return cached_analysis(run, state).stack
-    except (OSError, UserError, ValueError, KeyError, TypeError):
+    except DAMAGED:
         return []
 
 
@@ -442,13 +468,13 @@ def hang_report(run: RunDir, fmt: str = "table") -> str:
     if fmt != "table":
         emit_rows(rows, ["group", *RANK_COLUMNS], fmt, out)
         return out.getvalue()
-    out.write(f"{state.state}: {sentence or state.reason or 'no forensics found'}\n")
+    out.write(printable(f"{state.state}: {sentence or state.reason or 'no forensics found'}") + "\n")
     groups = sorted({row.group for row in found.ranks if row.group})
     engine = f"; collectives matched by {found.engine}" if found.engine else ""
     out.write(f"collectives of {', '.join(groups) or 'no process group (no Flight Recorder dump)'}{engine}\n")
     emit_rows(rows, RANK_COLUMNS, "table", out)
-    out.writelines(line + "\n" for line in found.stack)
-    out.writelines(f"not read: {problem}\n" for problem in found.problems)
+    out.writelines(printable(line) + "\n" for line in found.stack)   # the records' text: no escape reaches the terminal
+    out.writelines(printable(f"not read: {problem}") + "\n" for problem in found.problems)
     return out.getvalue()
 
 
