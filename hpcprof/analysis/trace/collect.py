@@ -32,9 +32,17 @@ def analyse_file(path: Path, rank: int, cores: int = 1) -> dict[str, pd.DataFram
     try:
         trace = columns.trace(path, rank)
     except TraceError as exc:
-        if "no GPU events" in str(exc):  # a CPU run's trace: nothing for HTA's GPU analyses, not a fault
+        if "no GPU events" not in str(exc):
+            raise
+        # a CPU run's trace: nothing for HTA's GPU analyses, not a fault; its gloo collectives still
+        # give the critical path across ranks
+        try:
+            events = path_events.frame(path, rank)
+        except TraceError:
+            events = None
+        if events is None or events.empty:
             raise NothingToAnalyse(str(exc)) from None
-        raise
+        return {critical_path.EVENTS_TABLE: events}
     window, iterations = trace_window(trace)
     analysed = {key: table.frame() for key, table in all_analyses([trace]).items()}
     return {**analysed, c.TORCH_WINDOW.key: window, c.TORCH_ITERATIONS.key: iterations,
