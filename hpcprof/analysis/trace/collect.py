@@ -64,8 +64,17 @@ def busbw_across_ranks(read: ReadTable, log: Log) -> dict[str, pd.DataFrame]:
     return busbw.reduce_table(c.TORCH_BUSBW.key, read, log)
 
 
+def cpu_note(read: ReadTable, log: Log) -> dict[str, pd.DataFrame]:
+    """The line that says why traces with gloo's collectives but no GPU event (CPU ranks) give the
+    critical path and nothing of HTA's GPU analyses."""
+    if read(c.TORCH_WINDOW.key) is None and read(critical_path.EVENTS_TABLE) is not None:
+        log("torch: no GPU events in the traces (CPU ranks): HTA's GPU analyses skipped; the critical path "
+            "and stragglers from gloo's collectives")
+    return {}
+
+
 #: the cross-rank steps of torch traces in collect (TorchCollector.reducers), independent of one another
-REDUCERS = (sorted_kernels, critical_path.collect_tables, window_note, busbw_across_ranks)
+REDUCERS = (sorted_kernels, critical_path.collect_tables, window_note, busbw_across_ranks, cpu_note)
 
 
 class TorchCollector(ToolCollector):
