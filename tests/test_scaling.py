@@ -48,7 +48,7 @@ def test_cpu_sweep_gives_efficiency_per_point_and_names_the_late_rank(tmp_path: 
     step = dict(zip(compared["world_size"], compared["iteration.mean [ms]"], strict=True))
     for world, eff in rows.items():
         assert eff == pytest.approx(100 * step[1] / step[world], rel=5e-3)      # 3 significant digits
-    found = re.search(r"4 ranks, step .*?rank (\d) is late in (\d+) of (\d+) steps: the others wait ([\d.]+) ms",
+    found = re.search(r"4 ranks, step .*?rank (\d) is late in (\d+) of (\d+) steps: it delays a step by ([\d.]+) ms",
                       " ".join(table.split()))
     assert found is not None, table
     rank, late, steps, cost = int(found.group(1)), int(found.group(2)), int(found.group(3)), float(found.group(4))

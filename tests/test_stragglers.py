@@ -58,7 +58,53 @@ def test_a_planted_straggler_is_named_with_its_cost(ranks: int) -> None:
     assert found is not None and (found.rank, found.steps_late, found.steps, found.always) == (ranks - 1, 8, 8, True)
     assert found.median_late_ns == pytest.approx(late, abs=50_000)        # not halved at 2 ranks
     said = found.sentence()
-    assert said.startswith(f"rank {ranks - 1} is late in 8 of 8 steps: the others wait 3") and "always the latest" in said
+    assert said.startswith(f"rank {ranks - 1} is late in 8 of 8 steps: it delays a step by 3") and "always the latest" in said
+    assert found.median_wait_ns == pytest.approx(late, abs=50_000)        # one collective a step: wait = delay
+
+
+def ddp_schedule(ranks: int, steps: int, late_rank: int, late_ns: int, buckets: int = 4) -> list[list[dict]]:
+    """Per rank, per step: DDP's bucket all-reduces on one NCCL stream. Every rank computes FWD_NS,
+    then its backward yields a bucket every BUCKET_NS; a bucket's all-reduce starts when its bucket is
+    ready and the previous all-reduce is done, and ends XFER_NS after the last rank started it.
+    `late_rank` sleeps late_ns before its forward; the others' backward does not wait for their
+    all-reduces, so it runs ahead while they wait in the first bucket."""
+    fwd, bucket, xfer = 3_000_000, 2_000_000, 500_000
+    out: list[list[dict]] = [[] for _ in range(ranks)]
+    t = 1_000_000_000
+    for step in range(steps):
+        done = [t] * ranks
+        for b in range(buckets):
+            start = [max(t + (late_ns if r == late_rank else 0) + fwd + (b + 1) * bucket, done[r]) for r in range(ranks)]
+            end = max(start) + xfer
+            for r in range(ranks):
+                out[r].append({"step": step, "seq": b, "start": start[r], "end": end, "t0": t})
+            done = [end] * ranks
+        t = done[0] + 1_000
+    return out
+
+
+def test_a_late_rank_delays_a_ddp_step_once_not_once_per_bucket() -> None:
+    """4 buckets a step, rank 3 planted 5 ms late: after the first bucket's all-reduce the others'
+    next buckets wait again for rank 3's backward (1.5 ms each), so the summed lateness is
+    5 + 3 x 1.5 = 9.5 ms a step, while the step ends 5 ms later than the same schedule without the
+    plant: the straggler's cost is that delay, the 9.5 ms its separate wait."""
+    late = 5_000_000
+
+    def events(sched: list[list[dict]]) -> pd.DataFrame:
+        rows = [{"rank": r, "iteration": op["step"], "kind": "collective", "channel": "pg 0", "seq": op["seq"],
+                 "name": "AllReduce", "start": op["start"], "end": op["end"], "prev_channel": "", "prev_seq": -1}
+                for r, ops in enumerate(sched) for op in ops]
+        return pd.DataFrame(rows, columns=EVENT_COLUMNS)
+
+    planted, clean = ddp_schedule(4, 6, 3, late), ddp_schedule(4, 6, -1, 0)
+    delay = (planted[0][-1]["end"] - planted[0][-1]["t0"]) - (clean[0][-1]["end"] - clean[0][-1]["t0"])
+    assert delay == late                                           # the schedule's own step delay
+    found = st.straggler(events(planted), st.per_step(events(planted)))
+    assert found is not None and (found.rank, found.steps_late, found.always) == (3, 6, True)
+    assert found.median_late_ns == pytest.approx(delay, rel=1e-6)
+    assert found.median_wait_ns == pytest.approx(late + 3 * 1_500_000, rel=1e-6)
+    assert "it delays a step by 5 ms" in found.sentence() and "wait 9.5 ms a step" in found.sentence()
+    assert st.straggler(events(clean), st.per_step(events(clean))) is None
 
 
 def test_noise_and_a_one_off_delay_are_no_straggler() -> None:

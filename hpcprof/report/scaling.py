@@ -8,7 +8,7 @@ Weak scaling (the batch per rank fixed): ideal step time = the reference's, effi
 T_ref / T. Strong (the global batch fixed): ideal = T_ref · N_ref / N, efficiency = T_ref · N_ref /
 (T · N). Lost per step = T − ideal (the weak ideal where the mode is not stated). The split comes
 from each point's first run's critical-path events (`<tool>_critical_path_events`, two or more
-ranks): late = the straggler's median cost per step where one is above the noise floor, else 0;
+ranks): late = the straggler's median delay of a step where one is above the noise floor, else 0;
 transfer = each collective's mean transfer per instance × its instances per step; other = lost −
 late − transfer (negative where the collectives' transfer overlaps compute, as DDP's all-reduce
 overlaps backward).
