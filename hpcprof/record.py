@@ -60,6 +60,7 @@ class CategoryRuleRecord(msgspec.Struct, frozen=True, kw_only=True):
 class AnalysisRecord(msgspec.Struct, frozen=True, kw_only=True):
     slowdown_match: str = "hpcprof"         # runs written before the `analysis:` block: hpcprof's
     kernel_categories: list[CategoryRuleRecord] = []
+    scaling: str = "auto"                   # weak | strong | auto (runs written before it: auto)
 
 
 class ExperimentRecord(msgspec.Struct, frozen=True, kw_only=True):

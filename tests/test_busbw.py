@@ -48,7 +48,7 @@ def _table(fixture: str) -> pd.DataFrame:
 
 def test_ddp_all_reduce_by_hand() -> None:
     """DDP's fp32 all-reduce buckets (h200_ddp_gpt2) from the raw JSON: bytes = In msg nelems × 4
-    (Float), busbw = median(bytes / kernel time) · 2(n−1)/n per power-of-two bucket, over the kernels
+    (Float), busbw = median bytes / median kernel time · 2(n−1)/n per power-of-two bucket, over the kernels
     whose midpoint is in the rank's window; the kernels without sizes counted apart."""
     tool = TorchCollector()
     for rank in (0, 1):
@@ -71,7 +71,7 @@ def test_ddp_all_reduce_by_hand() -> None:
             assert row["collective"] == "AllReduce" and row["group"] == "0 [0, 1]" and row["count"] == len(got)
             assert row["total_bytes"] == sum(b for b, _ in got)
             assert row["median_ns"] == pytest.approx(statistics.median(t for _, t in got), abs=1)
-            alg = statistics.median(b / t for b, t in got)             # bytes per ns = GB/s
+            alg = statistics.median(b for b, _ in got) / statistics.median(t for _, t in got)  # bytes/ns = GB/s
             assert row["algbw_gbps"] == pytest.approx(alg, rel=1e-3)
             assert row["busbw_gbps"] == pytest.approx(alg * 2 * (2 - 1) / 2, rel=1e-3)
         unknown = table[table["bucket"] == busbw.SIZES_UNKNOWN]
@@ -120,7 +120,8 @@ def test_sizes_and_busbw_agree_with_tracelens(fixture: str) -> None:
         gold["lo"] = busbw.buckets(gold["Full msg size (MB)"].to_numpy() * 2**20)[0]
         for (kind, lo), g in gold.groupby(["kind", "lo"]):
             factor = g["bus bw (GB/s)"] / g["algo bw (GB/s)"]           # TraceLens' own factor
-            theirs = (g["Full msg size (MB)"] * 2**20 / (g[f"rank_{r}_dur"] * 1000) * factor).median()
+            theirs = (g["Full msg size (MB)"] * 2**20).median() / (g[f"rank_{r}_dur"] * 1000).median() \
+                * factor.median()
             assert table.loc[(kind, lo), "busbw_gbps"] == pytest.approx(theirs, rel=1e-3)
             assert table.loc[(kind, lo), "count"] == len(g)
 
@@ -268,7 +269,8 @@ def test_nsys_ddp_all_reduce_by_hand(fixtures_dir: Path) -> None:
             mine = [(b, ns) for _, b, ns in hand if lo <= b < 2 * lo]
             assert row["count"] == len(mine) and row["bytes"] == statistics.median(b for b, _ in mine)
             assert row["median_ns"] == statistics.median(ns for _, ns in mine)
-            assert row["busbw_gbps"] == pytest.approx(statistics.median(b / ns for b, ns in mine) * 2 * 1 / 2, abs=1e-4)
+            alg = statistics.median(b for b, _ in mine) / statistics.median(ns for _, ns in mine)
+            assert row["busbw_gbps"] == pytest.approx(alg * 2 * 1 / 2, abs=1e-4)
         per.append(table)
     joined = pd.concat(per, ignore_index=True)
     out = tool.reduce(lambda name: joined if name == c.NSYS_BUSBW.key else None, [].append)[c.NSYS_BUSBW.key]
@@ -304,3 +306,60 @@ def test_an_export_without_payloads_beside_its_report_is_made_again(fixtures_dir
     old.write_text('#!/bin/sh\necho "  -t, --type="\n')
     old.chmod(0o755)
     assert sqlite_files(ctx, {"nsys": str(old)}) == {str(beside): 0}
+
+
+def _agree(table: pd.DataFrame) -> None:
+    """Every sized row's columns agree: bytes / median_ns = algbw, algbw · nccl-tests' factor = busbw
+    (the table that printed 27 MiB in 2,279 µs as 122 GB/s broke the first)."""
+    sized = table[table["bytes"].notna() & table["median_ns"].notna() & table["group_size"].notna()]
+    assert len(sized) and (sized["scope"] == "all").any() and (sized["scope"] == "rank").any()
+    for _, row in sized.iterrows():
+        assert row["algbw_gbps"] == pytest.approx(row["bytes"] / row["median_ns"], rel=1e-3, abs=1e-4)
+        want = row["algbw_gbps"] * busbw.factor(row["collective"], row["group_size"])
+        assert row["busbw_gbps"] == pytest.approx(want, rel=1e-3, abs=1e-4)
+
+
+def _csv(args: list[str]) -> pd.DataFrame:
+    from io import StringIO
+
+    from click.testing import CliRunner
+
+    from hpcprof.cli import main
+
+    res = CliRunner().invoke(main, [*args, "--format", "csv"])
+    assert res.exit_code == 0, res.output
+    return pd.read_csv(StringIO(res.stdout), keep_default_na=False, na_values=[""])
+
+
+@pytest.mark.parametrize("fixture", ["h200_ddp_gpt2", "h200_ddp_gpt2_bf16", "h200_seqpar_bf16"])
+def test_trace_nccl_is_collects_table_and_its_columns_agree(fixture: str) -> None:
+    """`hpcprof trace nccl` standalone gives collect's torch_busbw row for row (one implementation)."""
+    mine = _csv(["trace", "nccl", str(_trace(fixture, 0)), str(_trace(fixture, 1))])
+    collected = _table(fixture)
+    assert len(mine) == len(collected)
+    for col in ("scope", "collective", "bucket", "count"):
+        assert mine[col].astype(str).tolist() == collected[col].astype(str).tolist(), col
+    for col in ("bytes", "median_ns", "algbw_gbps", "busbw_gbps"):
+        assert mine[col].tolist() == pytest.approx(collected[col].astype(float).tolist(), nan_ok=True), col
+    _agree(collected)
+
+
+def test_nsys_nccl_busbw_is_collects_table_and_its_columns_agree(fixtures_dir: Path) -> None:
+    """`hpcprof nsys nccl --busbw` (default window: collect's) gives collect's nsys_busbw; with
+    `--window capture` it counts every NCCL kernel of the capture (the window's and the others)."""
+    from hpcprof.analysis.nsys.collect import NsysCollector
+
+    paths = [fixtures_dir / "nsys" / "ddp_blobs" / f"rank{rank}.sqlite" for rank in (0, 1)]
+    mine = _csv(["nsys", "nccl", "--busbw", *map(str, paths)])
+    tool = NsysCollector()
+    joined = pd.concat([tool.analyse_file(p, r)[c.NSYS_BUSBW.key] for r, p in enumerate(paths)], ignore_index=True)
+    collected = tool.reduce(lambda name: joined if name == c.NSYS_BUSBW.key else None, [].append)[c.NSYS_BUSBW.key]
+    assert mine[["scope", "collective", "bucket", "count"]].astype(str).values.tolist() == \
+        collected[["scope", "collective", "bucket", "count"]].astype(str).values.tolist()
+    assert mine["busbw_gbps"].tolist() == pytest.approx(collected["busbw_gbps"].tolist(), nan_ok=True)
+    _agree(collected)
+    _agree(mine)
+    whole = _csv(["nsys", "nccl", "--busbw", "--window", "capture", *map(str, paths)])
+    assert set(whole["window"]) == {"capture"}
+    assert whole.loc[whole["scope"] == "rank", "count"].sum() >= mine.loc[mine["scope"] == "rank", "count"].sum()
+    assert (whole["collective"] == "AllGather").any() and not (mine["collective"] == "AllGather").any()

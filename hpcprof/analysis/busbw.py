@@ -7,11 +7,13 @@ that group's size), message bytes (nccl-tests' `size`: AllGather's whole output,
 whole input, the buffer of the others) and the kernel's duration. Per rank, process group,
 collective and message-size bucket (powers of two: [2^k, 2^(k+1)) bytes) over the measured window:
 
-* `algbw` = bytes / time, `busbw` = algbw · factor (nccl-tests' PERFORMANCE.md): AllReduce 2(n−1)/n;
-  AllGather, ReduceScatter, AllToAll (n−1)/n; Broadcast, Reduce, SendRecv 1 (n: the group's ranks);
-  in GB/s (10^9 bytes/s), the median over the bucket's instances;
-* across ranks (`scope == "all"`): the median of the ranks' medians, and the slowest rank's
-  median busbw against the fastest rank's (`skew_pct`). A rank's kernel time includes its wait for
+* `bytes` and `median_ns`: the median message size and the median kernel time of the bucket's
+  instances; `algbw` = bytes / median_ns, `busbw` = algbw · factor (nccl-tests' PERFORMANCE.md):
+  AllReduce 2(n−1)/n; AllGather, ReduceScatter, AllToAll (n−1)/n; Broadcast, Reduce, SendRecv 1 (n:
+  the group's ranks); in GB/s (10^9 bytes/s). Every row's columns agree: its bytes over its time
+  are its algbw, its algbw times the factor its busbw;
+* across ranks (`scope == "all"`): bytes and median_ns the median of the ranks' (algbw and busbw
+  from them, as above), and the slowest rank's busbw against the fastest rank's (`skew_pct`). A rank's kernel time includes its wait for
   the last rank to arrive, so the rank that arrives last shows the highest busbw.
 
 The profiles give the instances (hpcprof.analysis.trace.collectives: Kineto's `record_param_comms`
@@ -146,7 +148,8 @@ def rank_columns(instances: pd.DataFrame | Mapping[str, np.ndarray], windows: Ma
     n = np.full(len(first), np.nan)
     n[with_size] = np.trunc(size[sized[at]])                    # the group's first size given, as int() takes it
     known, has_n = lo[first] >= 0, ~np.isnan(n) & (n != 0)
-    med_alg = _medians(member, np.where(lo >= 0, nbytes / np.where(time > 0, time, np.nan), np.nan), len(first))
+    med_bytes, med_time = _medians(member, nbytes, len(first)), _medians(member, time, len(first))
+    med_alg = np.where(known & (med_time > 0), med_bytes / np.where(med_time > 0, med_time, np.nan), np.nan)
     coll_of = [colls[c] for c in coll[first].tolist()]
     fac = np.array([factor(c, s) if h else math.nan for c, s, h in zip(coll_of, n.tolist(), has_n.tolist(),
                                                                          strict=True)], dtype=np.float64)
@@ -155,9 +158,8 @@ def rank_columns(instances: pd.DataFrame | Mapping[str, np.ndarray], windows: Ma
     return _columns(len(first), {
         "rank": (rank[first], None), "group_size": (n, np.isnan(n)), "bucket_lo": (lo[first], ~known),
         "bucket_hi": (hi[first], ~known), "count": (np.diff(first, append=len(order)), None),
-        "bytes": _medians(member, nbytes, len(first)),
-        "total_bytes": np.where(known, _sums(nbytes, first), np.nan),
-        "median_ns": _medians(member, time, len(first)), "algbw_gbps": med_alg,
+        "bytes": med_bytes, "total_bytes": np.where(known, _sums(nbytes, first), np.nan),
+        "median_ns": med_time, "algbw_gbps": med_alg,
         "busbw_gbps": np.where(has_n, med_alg * fac, np.nan),
         "scope": ["rank"] * len(first), "window": [windows[r] for r in rank[first].tolist()],
         "group": [groups[g] for g in group[first].tolist()], "collective": coll_of,
@@ -243,20 +245,23 @@ def _typed(table: pd.DataFrame) -> pd.DataFrame:
 
 def across_ranks(per: pd.DataFrame) -> pd.DataFrame:
     """The per-rank rows followed by one row per process group, collective and bucket across all
-    ranks (`scope == "all"`): count and bytes summed, the median time and bandwidths the median of
-    the ranks' medians, the slowest and the fastest rank by median busbw and how far apart they are
+    ranks (`scope == "all"`): count and total bytes summed, bytes and time the median of the ranks'
+    medians, algbw and busbw from them (bytes / time, · factor), the slowest and the fastest rank by median busbw and how far apart they are
     (`skew_pct` = 100 · (fastest / slowest − 1))."""
     per = per[per["scope"] == "rank"]
     rows = []
     keys = ["group", "collective", "bucket"]
     for (group, coll, bucket), g in per.groupby(keys, sort=True):
+        size = g["group_size"].dropna().max() if g["group_size"].notna().any() else None
+        nbytes, time = g["bytes"].median(), g["median_ns"].median()
+        alg = nbytes / time if time > 0 else math.nan               # NaN bytes or time: NaN
         row = {"scope": "all", "rank": None, "window": "+".join(sorted(set(g["window"].astype(str)))),
-               "group": group, "group_size": g["group_size"].dropna().max() if g["group_size"].notna().any() else None,
-               "collective": coll, "bucket": bucket, "bucket_lo": g["bucket_lo"].iloc[0],
-               "bucket_hi": g["bucket_hi"].iloc[0], "count": int(g["count"].sum()),
-               "bytes": g["bytes"].median(), "total_bytes": g["total_bytes"].sum(min_count=1),
-               "median_ns": g["median_ns"].median(), "algbw_gbps": g["algbw_gbps"].median(),
-               "busbw_gbps": g["busbw_gbps"].median(), "note": "; ".join(sorted({n for n in g["note"] if n}))}
+               "group": group, "group_size": size, "collective": coll, "bucket": bucket,
+               "bucket_lo": g["bucket_lo"].iloc[0], "bucket_hi": g["bucket_hi"].iloc[0],
+               "count": int(g["count"].sum()), "bytes": nbytes, "total_bytes": g["total_bytes"].sum(min_count=1),
+               "median_ns": time, "algbw_gbps": alg,
+               "busbw_gbps": alg * factor(str(coll), math.nan if size is None else float(size)),
+               "note": "; ".join(sorted({n for n in g["note"] if n}))}
         bw = g["busbw_gbps"]
         if bw.notna().any():
             slow, fast = g.loc[bw.idxmin()], g.loc[bw.idxmax()]

@@ -166,6 +166,9 @@ class AnalysisConfig(Model):
     slowdown_match: Literal["hpcprof", "echo"] = "hpcprof"
     # kernel category rules tried before the site's and hpcprof's own (`gpu.<category>` metrics)
     kernel_categories: list[KernelCategoryRule] = []
+    # how a sweep over world size scales: weak (the batch per rank fixed), strong (the global batch
+    # fixed) or auto (seqpar strong, ddp weak, a command not stated: the report shows both)
+    scaling: Literal["auto", "weak", "strong"] = "auto"
 
 
 class Experiment(Model):

@@ -17,6 +17,9 @@ from hpcprof.output import emit, table_width
 if TYPE_CHECKING:
     import pandas as pd
 
+    from hpcprof.report.runs import RunInfo
+    from hpcprof.rundir import RunDir
+
 selection = click.argument("runs", nargs=-1, metavar="[SWEEP | RUN...]")
 
 
@@ -46,8 +49,11 @@ def compare(runs: tuple[str, ...], workdir: Path, baseline: str | None, fail_pct
     def write(out: TextIO) -> None:
         if fmt == "table":
             buf = io.StringIO()
-            Console(file=buf, width=table_width(sys.stdout if output is None else None)).print(comparison_table(df))
-            out.write(buf.getvalue() + "".join(f"{note}\n" for note in df.attrs.get("notes", [])))
+            console = Console(file=buf, width=table_width(sys.stdout if output is None else None))
+            console.print(comparison_table(df))
+            console.print("".join(f"{note}\n" for note in df.attrs.get("notes", [])), end="", markup=False)
+            _scaling_of(runs, workdir, console)
+            out.write(buf.getvalue())
         else:   # hpcprof.output's CSV (formula-like text neutralised) or JSON
             emit(df, fmt, out)
 
@@ -91,8 +97,12 @@ def gate(df: pd.DataFrame, pct: float) -> None:
               help="Write a self-contained interactive HTML report (plots) to this file.")
 @click.option("--baseline", metavar="RUN", help="With --html: the run the verdicts compare against "
               "(default: the first run).")
+@click.option("--timeline", "timeline_file", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write the merged timeline of one run's ranks to this file (Chrome trace JSON for Perfetto or "
+                   "chrome://tracing: a process per rank; steps, GPU work, collectives with their wait and the "
+                   "critical path on one clock).")
 def report(runs: tuple[str, ...], workdir: Path, full: bool, rows: int, html_file: Path | None,
-           baseline: str | None) -> None:
+           baseline: str | None, timeline_file: Path | None) -> None:
     """Headline metrics of runs (a sweep id selects all its points; default: the latest sweep);
     failed runs with their reason and log tail."""
     from hpcprof.report.runs import load, select_runs
@@ -103,6 +113,9 @@ def report(runs: tuple[str, ...], workdir: Path, full: bool, rows: int, html_fil
 
         check_output(html_file, (), "--html")
     selected = select_runs(runs, workdir)
+    if timeline_file is not None:
+        write_timeline(selected, timeline_file)
+        return
     if baseline is not None:
         base_run = find_run(baseline, workdir)
         if html_file is None or base_run not in selected:
@@ -122,6 +135,47 @@ def report(runs: tuple[str, ...], workdir: Path, full: bool, rows: int, html_fil
     console = Console(width=table_width(sys.stdout))
     print_diagnoses(infos, console)
     terminal_report(infos, full, rows, console)
+    print_scaling(infos, console)
+
+
+def write_timeline(selected: list[RunDir], path: Path) -> None:
+    """`report --timeline FILE`: the merged timeline of the one selected run (report.timeline)."""
+    import json
+
+    from hpcprof.atomic import atomic_write
+    from hpcprof.report.runs import load
+    from hpcprof.report.timeline import run_timeline
+
+    if len(selected) != 1:
+        raise UserError(f"--timeline: name one run ({len(selected)} selected), e.g. hpcprof report RUN --timeline t.json")
+    [info] = load(selected, require_collected=True)
+    atomic_write(path, json.dumps(run_timeline(info)), inputs=(), option="--timeline")
+    click.echo(f"wrote {printable(str(path))}", err=True)
+
+
+def _scaling_of(runs: tuple[str, ...], workdir: Path, console: Console) -> None:
+    """compare's scaling view: print_scaling of the compared runs that are collected."""
+    from hpcprof.report.runs import load, select_runs
+
+    print_scaling(load(select_runs(runs, workdir), require_collected=False, one_workload=False), console)
+
+
+def print_scaling(infos: list[RunInfo], console: Console) -> None:
+    """The scaling view of a sweep over world size (sweep.scaling_view): its table and sentences."""
+    from rich.table import Table
+
+    from hpcprof.report.sweep import scaling_view
+
+    table, said = scaling_view([i for i in infos if i.metrics])
+    if table.empty:
+        return
+    console.rule("[bold]scaling[/]")
+    shown = Table(*table.columns)
+    for row in table.itertuples(index=False):
+        shown.add_row(*(str(v) for v in row))
+    console.print(shown)
+    for line in said:
+        console.print(line, markup=False, highlight=False)
 
 
 @click.command()

@@ -65,15 +65,11 @@ def changes(points: list[Point]) -> list[str]:
 
 
 def scaling_sentences(df: pd.DataFrame) -> list[str]:
-    """Per group and world size above the smallest: speed-up against the ideal and efficiency."""
-    out = []
-    for _, row in df.iterrows():
-        if row["point"] == row["reference"]:
-            continue
-        out.append(f"{row['group']}: {row['world_size']} ranks against {row['reference']}: speed-up "
-                   f"{row['speedup']:.2f}x (ideal {row['ideal']:.2f}x), parallel efficiency "
-                   f"{pct(row['efficiency_pct'])} ({row['mode']} scaling).")
-    return out
+    """Per group and world size above the smallest: the efficiency and where the lost time went
+    (report.scaling.sentences)."""
+    from hpcprof.report.scaling import sentences
+
+    return sentences(df)
 
 
 def wait_text(ms: float) -> str:

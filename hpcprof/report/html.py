@@ -25,6 +25,7 @@ from hpcprof.report.ceilings import points_attainable
 from hpcprof.report.compare import measured_window
 from hpcprof.report.overhead import unmeasured
 from hpcprof.report.runs import RunInfo
+from hpcprof.report.scaling import shown as scaling_table
 from hpcprof.report.stats import p_text
 from hpcprof.report.terminal import busbw_summary, format_value, top_kernels_window, with_unit
 from hpcprof.results import read_table
@@ -142,7 +143,8 @@ def main_sections(page: Page, points: list[sweep.Point]) -> list[str]:
                      [plots.against_ranks(scale, "speedup", "ideal", "speed-up",
                                           titled("How much faster with more ranks?", c.COUNTED)),
                       plots.against_ranks(scale, "efficiency_pct", 100.0, "parallel efficiency (%)",
-                                          titled("How efficiently are the added ranks used?", c.COUNTED))])
+                                          titled("How efficiently are the added ranks used?", c.COUNTED))],
+                     table_html(scaling_table(scale), titled("Where the lost time went per step", c.COUNTED)))
 
     peaks = sweep.peak_shares(points)
     if not peaks.empty:

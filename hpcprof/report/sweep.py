@@ -23,8 +23,6 @@ from hpcprof.results import list_tables, read_table
 
 #: sweep parameters that set the number of ranks (scaling is drawn against the world size)
 WORLD_PARAMS = ("resources.ranks_per_node", "resources.nodes", "workload.args.world_size")
-#: how each workload scales: strong (the problem is split over the ranks) or weak (work per rank fixed)
-SCALING = {"seqpar": "strong", "ddp": "weak"}
 
 
 @dataclass
@@ -110,10 +108,13 @@ def window_note(points: list[Point]) -> str:
 
 def scaling(points: list[Point]) -> pd.DataFrame:
     """Speed-up and parallel efficiency against the smallest world size of each group of points
-    that differ only in the number of ranks: strong scaling (seqpar: speed-up = T_min / T) or weak
-    (ddp: throughput speed-up = (N / N_min) * T_min / T); ideal speed-up N / N_min. Empty when
-    the world size does not vary."""
-    rows = []
+    that differ only in the number of ranks: strong scaling (speed-up = T_min / T) or weak
+    (throughput speed-up = (N / N_min) * T_min / T), as scaling.mode_of says (a mode not stated: the
+    strong speed-up, both efficiencies); ideal speed-up N / N_min; and the time lost per step with
+    where it went (scaling.with_lost_time). Empty when the world size does not vary."""
+    from hpcprof.report.scaling import mode_of, with_lost_time
+
+    rows, infos = [], []
     for p in points:
         time = p.metric(c.ITERATION_MEAN)
         if time is None or not time:
@@ -122,7 +123,8 @@ def scaling(points: list[Point]) -> pd.DataFrame:
                           if k not in WORLD_PARAMS and k != "repeat")
         rows.append({"group": group or "all", "point": p.label, "world_size": p.first.record.world_size,
                      "nodes": p.first.record.experiment.resources.nodes,
-                     "time_ms": time, "mode": SCALING.get(p.first.kind, "strong")})
+                     "time_ms": time, "mode": mode_of(p.first)})
+        infos.append(p.first)
     df = pd.DataFrame(rows)
     if df.empty or df["world_size"].nunique() < 2:
         return pd.DataFrame()
@@ -133,10 +135,22 @@ def scaling(points: list[Point]) -> pd.DataFrame:
         ref = g.loc[g["world_size"].idxmin()]
         ideal = g["world_size"] / ref["world_size"]
         time_ratio = ref["time_ms"] / g["time_ms"]
-        speedup = time_ratio if ref["mode"] == "strong" else ideal * time_ratio
+        speedup = ideal * time_ratio if ref["mode"] == "weak" else time_ratio
         out.append(g.assign(ideal=ideal, speedup=speedup, efficiency_pct=100.0 * speedup / ideal,
                             reference=ref["point"]))
-    return pd.concat(out, ignore_index=True) if out else pd.DataFrame()
+    if not out:
+        return pd.DataFrame()
+    kept = pd.concat(out)
+    return with_lost_time(kept.reset_index(drop=True), [infos[i] for i in kept.index])
+
+
+def scaling_view(infos: list[RunInfo]) -> tuple[pd.DataFrame, list[str]]:
+    """The scaling table of the runs' sweep points (scaling(), report.scaling.shown) and its
+    sentences; an empty table where the world size does not vary."""
+    from hpcprof.report.scaling import sentences, shown
+
+    df = scaling(sweep_points(infos, None))
+    return (shown(df), sentences(df)) if not df.empty else (df, [])
 
 
 def tool_table(info: RunInfo, role: str) -> pd.DataFrame | None:

@@ -114,12 +114,41 @@ def _in_window(func: Callable[[dist.Activity], pd.DataFrame], spec: str, files: 
 @files_argument
 @rank_map_option
 @window_option()
+@click.option("--busbw", is_flag=True, help="Per process group, collective and message-size bucket: median bytes, "
+              "median kernel time, algbw = bytes / time and busbw = algbw · nccl-tests' factor (collect's "
+              "nsys_busbw; sizes from NCCL's NVTX payloads: an export made with --include-blobs=true).")
 @format_option
 @output_file_option
-def nccl_cmd(files: tuple[Path, ...], rank_map: str | None, window: str, fmt: str, output: str | None) -> None:
-    """NCCL collectives per type: count, total, mean, min, max per rank and across ranks, slowest rank."""
+def nccl_cmd(files: tuple[Path, ...], rank_map: str | None, window: str, busbw: bool, fmt: str,
+             output: str | None) -> None:
+    """NCCL collectives per type: count, total, mean, min, max per rank and across ranks, slowest
+    rank; with --busbw their bus bandwidth per size bucket."""
+    if busbw:
+        from hpcprof.analysis import busbw as bw
+
+        _run_analysis(files, rank_map, fmt, output, "nccl-busbw", partial(_busbw_per_rank, window, files),
+                      across_ranks=bw.across_ranks, options=f"window={window}")
+        return
     _run_analysis(files, rank_map, fmt, output, "nccl", _in_window(dist.nccl_per_rank, window, files),
                   across_ranks=dist.nccl_across_ranks, options=f"window={window}")
+
+
+def _busbw_per_rank(spec: str, files: tuple[Path, ...], act: dist.Activity) -> pd.DataFrame:
+    """The per-rank busbw rows of `act`'s NCCL kernels inside each rank's window (--window: as
+    collect's nsys_busbw; `capture`: each rank's whole capture)."""
+    import numpy as np
+
+    from hpcprof.analysis.nsys import window as win
+    from hpcprof.analysis.nsys.collectives import rank_busbw
+
+    if spec != "capture":
+        return rank_busbw(act, win.find_window(act, win.window_range(spec, files)).bounds)
+    rank, start, end = act.column("rank"), act.column("start"), act.column("end")
+    ranks = np.unique(rank)
+    bounds = {"rank": ranks, "window": np.full(len(ranks), win.CAPTURE, dtype=object),
+              "start_ns": np.array([start[rank == r].min() for r in ranks.tolist()]),
+              "end_ns": np.array([end[rank == r].max() for r in ranks.tolist()])}
+    return rank_busbw(act, bounds)
 
 
 @nsys.command("overlap")
@@ -389,14 +418,20 @@ def _run_analysis(files: tuple[Path, ...], rank_map: str | None, fmt: str, outpu
                    "`timed`, `step<N>`, or Echo's `backward` window).")
 @click.option("--segments", is_flag=True, help="Show the chain of each iteration (compute, wait and collective "
               "segments per rank) instead of one row per iteration.")
+@click.option("--waits", is_flag=True, help="Show, per collective type, each rank's kernel time split into the "
+              "transfer (after the last rank arrived) and the wait for the last rank, and which rank came last.")
 @format_option
 @output_file_option
 def critical_path_cmd(files: tuple[Path, ...], rank_map: str | None, iteration_range: str | None, segments: bool,
-                      fmt: str, output: str | None) -> None:
+                      waits: bool, fmt: str, output: str | None) -> None:
     """Per timed iteration, across ranks: the collective the others waited longest in, the rank they
     waited for, the NVTX phase (or kernel) that held it, the wait, and the iteration's length on the
     critical path."""
+    from hpcprof.analysis.collective_wait import transfer_wait
     from hpcprof.analysis.nsys import critical_path as cp
+
+    if segments and waits:
+        raise UserError("--segments and --waits show different tables: give one of them")
 
     def per_file(act: dist.Activity) -> pd.DataFrame:
         return cp.rank_events(act, iteration_range)
@@ -407,7 +442,7 @@ def critical_path_cmd(files: tuple[Path, ...], rank_map: str | None, iteration_r
         events, said = aligned(events)
         if said is not None:
             say("critical-path", said)
-        return cp.critical_path(events)[1 if segments else 0]
+        return transfer_wait(events) if waits else cp.critical_path(events)[1 if segments else 0]
 
     def said_when_none(table: pd.DataFrame) -> None:
         if table.empty:
@@ -416,7 +451,7 @@ def critical_path_cmd(files: tuple[Path, ...], rank_map: str | None, iteration_r
                      "`step<N>` or `backward`; name another with --iteration-range") + ")")
 
     _run_analysis(files, rank_map, fmt, output, "critical-path", per_file, across_ranks=across_ranks,
-                  note=said_when_none, options=f"iteration_range={iteration_range!r} segments={segments}")
+                  note=said_when_none, options=f"iteration_range={iteration_range!r} segments={segments} waits={waits}")
 
 
 @nsys.command("causes")

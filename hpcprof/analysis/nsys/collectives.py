@@ -21,6 +21,7 @@ import struct
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 
 from hpcprof.analysis import busbw
@@ -228,8 +229,19 @@ def instances(act: Activity) -> tuple[dict[str, np.ndarray], dict[int, str]]:
 
 def busbw_table(act: Activity, bounds: dict[str, np.ndarray]) -> pa.Table:
     """The per-rank rows of nsys_busbw, as the Arrow table collect writes (to_arrow of its frame, made
-    without the frame where it has rows): each rank's NCCL kernels inside its measured window
-    (`bounds`: window.Window.bounds) per communicator, collective and size bucket."""
+    without the frame where it has rows)."""
+    columns = _rank_columns(act, bounds)
+    return arrow_table(columns) if len(columns["rank"]) else to_arrow(busbw.frame_of(columns), pandas_metadata=False)
+
+
+def rank_busbw(act: Activity, bounds: dict[str, np.ndarray]) -> pd.DataFrame:
+    """The per-rank rows of nsys_busbw as a frame (`hpcprof nsys nccl --busbw`)."""
+    return busbw.frame_of(_rank_columns(act, bounds))
+
+
+def _rank_columns(act: Activity, bounds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Each rank's NCCL kernels inside its measured window (`bounds`: window.Window.bounds' rank,
+    window, start_ns, end_ns) per communicator, collective and size bucket (busbw.rank_columns)."""
     inst, notes = instances(act)
     ranks = bounds["rank"].tolist()
     row_of = {r: i for i, r in enumerate(ranks)}
@@ -240,5 +252,4 @@ def busbw_table(act: Activity, bounds: dict[str, np.ndarray]) -> pa.Table:
     mid = (inst["start_ns"].astype(np.float64) + inst["end_ns"].astype(np.float64)) / 2
     inside = (mid >= lo) & (mid <= hi)
     windows = {r: str(label) for r, label in zip(ranks, bounds["window"].tolist(), strict=True)}
-    columns = busbw.rank_columns({name: values[inside] for name, values in inst.items()}, windows, notes)
-    return arrow_table(columns) if len(columns["rank"]) else to_arrow(busbw.frame_of(columns), pandas_metadata=False)
+    return busbw.rank_columns({name: values[inside] for name, values in inst.items()}, windows, notes)

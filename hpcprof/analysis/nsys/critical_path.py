@@ -3,7 +3,8 @@
 Per export: the GPU operations with the start of their launching CUDA API call (the runtime
 correlation), the NCCL kernels as collectives (channel: the NCCL stream in order of first use; seq:
 launch order in the iteration), the iterations (the workload's NVTX `iteration`/`step<N>` ranges
-inside its `timed` range when it has one, else all of them, else Echo's `backward` window) and the
+inside its `timed` range when it has one, else all of them, else the optimizer step hook's
+`hpcprof:step` ranges of a `command`, else Echo's `backward` window) and the
 NVTX ranges inside them as phases. Then the cross-rank reduce over all ranks' rows. An export does
 not say which communicator a kernel belongs to, so collectives are matched over all the ranks given:
 right for one communicator per NCCL stream across them (data or sequence parallel); for disjoint
@@ -41,13 +42,14 @@ from hpcprof.analysis.nsys_stats.db import (
     NsysInputError,
     pid_of,
 )
+from hpcprof.config.profile import STEP_RANGE
 
 
 def timed_iterations(names: np.ndarray, start: np.ndarray, end: np.ndarray,
                      iteration_range: str | None = None) -> dict[str, np.ndarray]:
     """The iteration ranges (number, start, end) among one process's NVTX ranges (names, start, end):
     those named `iteration_range` when given; else `iteration`/`step<N>` inside `timed` when there is
-    such a range, else every one, else `backward`."""
+    such a range, else every one, else the step hook's `hpcprof:step`, else `backward`."""
     texts = per_distinct(names, str)                              # as str_each: str() of each
 
     def named(match: Callable[[str], bool]) -> np.ndarray:      # one test per distinct name
@@ -57,6 +59,8 @@ def timed_iterations(names: np.ndarray, start: np.ndarray, end: np.ndarray,
         its = named(lambda n: n == iteration_range)
     else:
         its = named(lambda n: ITERATION_RANGE.fullmatch(n) is not None)
+        if not len(its):                    # a `command`: the optimizer step hook's steps of the window
+            its = named(lambda n: n == STEP_RANGE)
         if not len(its):
             its = named(lambda n: n == ECHO_RANGE)
     timed = named(lambda n: n == TIMED_RANGE)

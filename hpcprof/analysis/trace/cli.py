@@ -224,21 +224,26 @@ def all_(paths: tuple[Path, ...], ranks: str | None, include_last_step: bool, fm
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--segments", is_flag=True, help="Show the chain of each iteration (compute, wait and collective "
               "segments per rank) instead of one row per iteration.")
+@click.option("--waits", is_flag=True, help="Show, per collective type, each rank's kernel time split into the "
+              "transfer (after the last rank arrived) and the wait for the last rank, and which rank came last.")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
               help="Write to this file (--format csv or json) instead of stdout.")
 @workers_option
-def critical_path_cmd(paths: tuple[Path, ...], segments: bool, fmt: str, output: Path | None,
+def critical_path_cmd(paths: tuple[Path, ...], segments: bool, waits: bool, fmt: str, output: Path | None,
                       workers: int | None) -> None:
     """Per ProfilerStep, across ranks: the collective the others waited longest in, the rank they
     waited for, the annotation (or kernel) that held it, the wait, and the step's length on the
     critical path. Collectives are matched by process group and sequence number (launch order where
     the trace has none)."""
     from hpcprof.analysis.clocks import aligned
+    from hpcprof.analysis.collective_wait import transfer_wait
     from hpcprof.analysis.trace import critical_path as cp
 
     if output is not None and fmt == "table":
         raise UserError("-o FILE writes --format csv or --format json; add one of them")
+    if segments and waits:
+        raise UserError("--segments and --waits show different tables: give one of them")
     files = find_trace_files(paths)
     one_file_per_rank(files)
     events, errors = cp.load_events(files, workers)
@@ -249,16 +254,47 @@ def critical_path_cmd(paths: tuple[Path, ...], segments: bool, fmt: str, output:
     events, said = aligned(events)
     if said is not None:
         click.echo(f"hpcprof: {said}", err=True)
-    table = cp.critical_path(events)[1 if segments else 0]
-    if output is None:
-        emit(table, fmt, title="critical-path")
-    else:
-        from hpcprof.output import write
+    table = transfer_wait(events) if waits else cp.critical_path(events)[1 if segments else 0]
+    _emit_or_write(table, fmt, output, files, "transfer-wait" if waits else "critical-path")
+    fail_if(errors)
 
-        try:
-            click.echo(f"wrote {printable(str(write(table, output, fmt, files)))}", err=True)
-        except OSError as exc:
-            raise UserError(f"-o {output}: cannot write ({exc.strerror}); choose a writable path") from None
+
+def _emit_or_write(table: pd.DataFrame, fmt: str, output: Path | None, files: list[Path], title: str) -> None:
+    """The table on stdout, or written to `output` (-o) in `fmt`."""
+    if output is None:
+        emit(table, fmt, title=title)
+        return
+    from hpcprof.output import write
+
+    try:
+        click.echo(f"wrote {printable(str(write(table, output, fmt, files)))}", err=True)
+    except OSError as exc:
+        raise UserError(f"-o {output}: cannot write ({exc.strerror}); choose a writable path") from None
+
+
+@trace.command("nccl")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write to this file (--format csv or json) instead of stdout.")
+@workers_option
+def nccl_cmd(paths: tuple[Path, ...], fmt: str, output: Path | None, workers: int | None) -> None:
+    """Bus bandwidth of the NCCL collectives per rank, process group, collective and message-size
+    bucket, in each trace's measured window (its ProfilerSteps), then across ranks with the slowest
+    and fastest rank: median bytes, median kernel time, algbw = bytes / time, busbw = algbw ·
+    nccl-tests' factor (collect's torch_busbw; sizes from record_param_comms)."""
+    from hpcprof.analysis.trace.collectives import busbw_of_files
+
+    if output is not None and fmt == "table":
+        raise UserError("-o FILE writes --format csv or --format json; add one of them")
+    files = find_trace_files(paths)
+    one_file_per_rank(files)
+    table, errors = busbw_of_files(files, workers)
+    for line in errors:
+        click.echo(f"hpcprof: {printable(line)}", err=True)
+    if table is None:
+        raise UserError("no trace could be analysed")
+    _emit_or_write(table, fmt, output, files, "nccl")
     fail_if(errors)
 
 

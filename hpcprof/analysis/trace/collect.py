@@ -35,9 +35,17 @@ def analyse_file(path: Path, rank: int, cores: int = 1) -> dict[str, pd.DataFram
     try:
         trace = columns.trace(path, rank)
     except TraceError as exc:
-        if "no GPU events" in str(exc):  # a CPU run's trace: nothing for HTA's GPU analyses, not a fault
+        if "no GPU events" not in str(exc):
+            raise
+        # a CPU run's trace: nothing for HTA's GPU analyses, not a fault; its gloo collectives still
+        # give the critical path across ranks
+        try:
+            events = path_events.frame(path, rank)
+        except TraceError:
+            events = None
+        if events is None or events.empty:
             raise NothingToAnalyse(str(exc)) from None
-        raise
+        return {critical_path.EVENTS_TABLE: events}
     window, iterations = trace_window(trace)
     analysed = {key: table.frame() for key, table in all_analyses([trace]).items()}
     causes = attribute([timeline(path, trace.rank)])
@@ -60,8 +68,17 @@ def busbw_across_ranks(read: ReadTable, log: Log) -> dict[str, pd.DataFrame]:
     return busbw.reduce_table(c.TORCH_BUSBW.key, read, log)
 
 
+def cpu_note(read: ReadTable, log: Log) -> dict[str, pd.DataFrame]:
+    """The line that says why traces with gloo's collectives but no GPU event (CPU ranks) give the
+    critical path and nothing of HTA's GPU analyses."""
+    if read(c.TORCH_WINDOW.key) is None and read(critical_path.EVENTS_TABLE) is not None:
+        log("torch: no GPU events in the traces (CPU ranks): HTA's GPU analyses skipped; the critical path "
+            "and stragglers from gloo's collectives")
+    return {}
+
+
 #: the cross-rank steps of torch traces in collect (TorchCollector.reducers), independent of one another
-REDUCERS = (sorted_kernels, critical_path.collect_tables, window_note, busbw_across_ranks)
+REDUCERS = (sorted_kernels, critical_path.collect_tables, window_note, busbw_across_ranks, cpu_note)
 
 
 class TorchCollector(ToolCollector):

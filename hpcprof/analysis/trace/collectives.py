@@ -94,3 +94,35 @@ def busbw_table(collectives: TraceCollectives, rank: int, window: pd.DataFrame, 
             "(Collective name, In msg nelems: their launch is not in the trace, or PyTorch recorded none)") \
         if missing else ""
     return busbw.rank_table(inst, {rank: str(row["window"])}, {rank: note})
+
+
+def _file_busbw(path: Path, helpers: int) -> pd.DataFrame | str:
+    """One trace's busbw rows (busbw_table in its measured window, as collect makes them), or the
+    line saying why it could not be used."""
+    from hpcprof.analysis.trace.load import TraceColumns, TraceError, gather
+    from hpcprof.analysis.trace.window import trace_window
+
+    columns, collectives = TraceColumns(), TraceCollectives()
+    try:
+        rank = gather(path, columns, collectives, helpers=helpers)
+        trace = columns.trace(path, rank)
+    except (TraceError, OSError) as exc:
+        return f"{path}: {exc}"
+    return busbw_table(collectives, trace.rank, trace_window(trace)[0], path)
+
+
+def busbw_of_files(paths: list[Path], workers: int | None = None) -> tuple[pd.DataFrame | None, list[str]]:
+    """`hpcprof trace nccl`'s table: the busbw rows of each trace (one per rank) and the rows across
+    ranks (busbw.across_ranks), collect's torch_busbw computed the same way; None where no trace
+    could be used, and one line per trace that could not."""
+    from hpcprof.analysis.trace.load import map_traces
+
+    parts, errors = [], []
+    for result in map_traces(_file_busbw, paths, workers):
+        if isinstance(result, str):
+            errors.append(result)
+        else:
+            parts.append(result)
+    if not parts:
+        return None, errors
+    return busbw.across_ranks(pd.concat(parts, ignore_index=True)), errors

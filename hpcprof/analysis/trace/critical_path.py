@@ -6,7 +6,9 @@ call (same `correlation`), the `nccl*` kernels as collectives (channel: the proc
 name are told apart, else the stream in order of first use; seq: the collective's sequence
 number, `args["Seq"]`/`args["seq"]`, where the trace has one, else launch order in the iteration),
 the iterations (the `ProfilerStep#N` annotations, numbered N) and the other CPU `user_annotation`
-ranges inside them as phases (seqpar's `matmul2`, ddp's `backward`). Times are converted to ns.
+ranges inside them as phases (seqpar's `matmul2`, ddp's `backward`). CPU ranks' gloo collectives
+(`gloo:all_reduce` ... annotations, no GPU event) are collectives too, on a host stream: their
+lead has no GPU work, so a rank that held one was late on its host. Times are converted to ns.
 A trace is decoded once, streaming, against schema.Event (the fields of both): `CriticalPathEvents.add`
 takes its batches beside load's TraceColumns (trace/collect.py).
 """
@@ -22,6 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from hpcprof.analysis.busbw import collective_type
 from hpcprof.analysis.clocks import clock_problem
 from hpcprof.analysis.critical_path import (  # noqa: F401  (re-exported for collect and the report)
     EVENTS_TABLE,
@@ -36,6 +39,9 @@ from hpcprof.analysis.trace.load import KINETO_SLACK_NS, Gatherer, TraceError, g
 from hpcprof.analysis.trace.schema import Event
 
 STEP = re.compile(r"ProfilerStep\s*#\s*(\d+)")
+#: gloo's collectives (CPU ranks): `gloo:all_reduce` ... annotations on its worker thread, whose time
+#: includes the wait for the last rank as an NCCL kernel's does; taken as collectives on HOST_STREAM
+GLOO, HOST_STREAM = "gloo:", -2
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 _READ_CATS = (*GPU_CATS, "cuda_runtime", "cuda_driver", "user_annotation")
 
@@ -63,6 +69,18 @@ def _ns(us: Any) -> Ns:
     return whole * 1000 + round((us - whole) * 1000)
 
 
+def _host_key(start: Ns) -> int:
+    """The correlation key of a gloo collective (below every real one, which are >= 0): from its start."""
+    return -2 - int(start) if isinstance(start, int) else -1
+
+
+def _kind(name: str) -> str:
+    """The collective of an NCCL kernel or a gloo annotation (`gloo:all_reduce`: AllReduce), else `other`."""
+    if name.startswith(GLOO):
+        return collective_type(name[len(GLOO):]) or "other"
+    return collective_kind(name) or "other"
+
+
 def batch_events(events: list[Event]) -> tuple[list[tuple[Any, ...]], dict[int, Ns], list[tuple[int, Ns, Ns]],
                                                 list[tuple[str, Ns, Ns]]]:
     """The critical path's events of one batch: its GPU operations, the launch time of each
@@ -87,6 +105,10 @@ def batch_events(events: list[Event]) -> tuple[list[tuple[Any, ...]], dict[int, 
             m = STEP.fullmatch(str(e.name))
             if m:
                 steps.append((int(m.group(1)), _ns(e.ts), _ns(e.ts + e.dur)))
+            elif str(e.name).startswith(GLOO):      # a CPU collective: launched where it starts
+                start = _ns(e.ts)
+                gpu.append((start, _ns(e.ts + e.dur), HOST_STREAM, _host_key(start), str(e.name), None, -1))
+                launch[_host_key(start)] = start
             else:
                 ranges.append((str(e.name), _ns(e.ts), _ns(e.ts + e.dur)))
     return gpu, launch, steps, ranges
@@ -117,16 +139,15 @@ class CriticalPathEvents(Gatherer):
         """The rank's events table (critical_path.rank_events, given numpy columns). TraceError: no
         GPU operation."""
         if not self.gpu:
-            raise TraceError(f"{path}: no GPU events (kernel, gpu_memcpy, gpu_memset)")
+            raise TraceError(f"{path}: no GPU events (kernel, gpu_memcpy, gpu_memset) nor gloo collectives")
         start, end, stream, corr, name, group, seq = (np.array(c, dtype=object) for c in zip(*self.gpu, strict=True))
         stream, corr = stream.astype(np.int64), corr.astype(np.int64)
         codes, names = pd.factorize(name)                  # a regex per kernel name, not per kernel
         self._check_clocks(path, start, end, corr, codes, names)
         start = start.astype(np.int64)
-        nccl_name = np.array([n.startswith("nccl") for n in names.tolist()], dtype=bool)
+        nccl_name = np.array([n.startswith(("nccl", GLOO)) for n in names.tolist()], dtype=bool)
         nccl = nccl_name[codes]
-        kinds = [(collective_kind(n) or "other") if is_nccl else None
-                 for n, is_nccl in zip(names.tolist(), nccl_name.tolist(), strict=True)]
+        kinds = [_kind(n) if is_nccl else None for n, is_nccl in zip(names.tolist(), nccl_name.tolist(), strict=True)]
         # NCCL streams named in order of first start (equal starts: by stream number)
         streams, which = np.unique(stream[nccl], return_inverse=True)
         first = np.full(len(streams), np.iinfo(np.int64).max, dtype=np.int64)
