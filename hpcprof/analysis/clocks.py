@@ -153,3 +153,33 @@ def aligned(events: pd.DataFrame) -> tuple[pd.DataFrame, str | None]:
                      for r, off in sorted(offsets.items()))
     return moved, (f"clocks: {said} (from the ends of the collectives they share, which end together): "
                    f"{'its' if len(offsets) == 1 else 'their'} times are moved onto rank {base}'s clock")
+
+
+def host_skew(rank: np.ndarray, step: np.ndarray, end: np.ndarray, what: str) -> str | None:
+    """The line naming each rank whose host clock is over SKEW_NS off the lowest rank's, from the
+    wall-clock ends (`end`, ns) of the steps (`step`) each rank shares with it (`what`: where they
+    come from), or None. A step ends together on every rank of synchronous training (its collectives
+    hold them together), so a steady offset at each shared step is the clocks'; an offset that
+    grows or shrinks over the steps by more than half of itself (ranks that do not step together)
+    is no clock's and not named."""
+    rank, step, end = (np.asarray(a) for a in (rank, step, end))
+    if len(rank) == 0:
+        return None
+    base = int(rank.min())
+    mine = rank == base
+    ends = dict(zip(step[mine].tolist(), end[mine].astype(np.float64).tolist(), strict=True))
+    said = []
+    for other in np.unique(rank[~mine]).tolist():
+        theirs = rank == other
+        off = np.array([e - ends[s] for s, e in zip(step[theirs].tolist(), end[theirs].astype(np.float64).tolist(),
+                                                     strict=True) if s in ends])
+        if not len(off):
+            continue
+        middle = float(np.median(off))
+        if abs(middle) > SKEW_NS and float(off.max() - off.min()) <= abs(middle) / 2:
+            said.append(f"rank {other}'s clock is {span(middle)} {'ahead of' if middle > 0 else 'behind'} "
+                        f"rank {base}'s")
+    if not said:
+        return None
+    return (f"clocks: {', '.join(said)} (from the ends of the {what} they share, which end together): wall-clock "
+            "times of different ranks are not comparable; durations, each on its rank's own clock, are")

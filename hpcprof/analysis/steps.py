@@ -191,6 +191,10 @@ def steps_tables(run_dir: Path, world: int = 0) -> tuple[dict[str, pd.DataFrame]
                      for directory in (run_dir / "steps", run_dir / "steps" / "reference"))
     if df is None:
         return {}, problems
+    from hpcprof.analysis.clocks import host_skew
+
+    if (skew := host_skew(df["rank"], df["step"], df["end_ns"], "steps")) is not None:
+        problems.append(skew)
     tables = {c.STEPS_TIMES.key: df}
     if not (memory := memory_table(df[df["in_window"].astype(bool)])).empty:
         tables[c.STEPS_MEMORY.key] = memory
@@ -207,11 +211,21 @@ def _read_ranks(directory: Path, world: int, problems: list[str]) -> pd.DataFram
     import pandas as pd
 
     from hpcprof.analysis.forensics.checks import rank_in_name
+    from hpcprof.rank_sets import check_rank_set
 
+    named = {path: rank_in_name(path.name, "rank", ".jsonl") for path in sorted(directory.glob("rank*"))}
+    numbered = [(str(path), rank) for path, rank in named.items() if rank is not None]
+    from_one = bool(world and numbered and check_rank_set(numbered, world).from_one)
+    if from_one:
+        outside = [path.name for path, rank in named.items() if rank is not None and rank >= world]
+        problems.append(f"{directory}: the steps files are numbered from 1 (rank1-rank{world}) for a world of "
+                        f"{world} ranks, which count from 0 as MPI's do: {', '.join(outside)} not read (outside "
+                        "the world), rank 0 has no file")
     rows: list[dict[str, Any]] = []
-    for path in sorted(directory.glob("rank*")):
-        rank = rank_in_name(path.name, "rank", ".jsonl")
+    for path, rank in named.items():
         if rank is None or (world and rank >= world):
+            if from_one and rank is not None:
+                continue
             why = f"rank {rank} is outside the world of {world} ranks" if rank is not None else \
                 "not a rank's file (rank<R>.jsonl: R in ASCII digits, no leading zero)"
             problems.append(f"{path}: not read ({why})")
