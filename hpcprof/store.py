@@ -199,6 +199,15 @@ def _access(path: Path) -> str:
     return f"owned by {owner}, mode {stat.S_IMODE(info.st_mode):o}, {may} by this user"
 
 
+def _free(path: Path) -> str:
+    """The space left beside `path` for this user: `0 bytes free on its disk`."""
+    try:
+        info = os.statvfs(path.parent)
+    except OSError as exc:
+        return f"its disk cannot be looked at: {exc.strerror}"
+    return f"{info.f_bavail * info.f_frsize:,} bytes free on its disk"
+
+
 def check_ours(path: Path) -> None:
     """Refuse, before anything opens it for writing, an existing file that is not a hpcprof
     store (another SQLite database such as an nsys export, or not SQLite at all). It is read
@@ -214,6 +223,9 @@ def check_ours(path: Path) -> None:
                         "another --db or --workdir") from None
     try:
         present = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    except sqlite3.OperationalError as exc:     # a full disk: SQLite cannot make its -shm to read a WAL store
+        raise UserError(f"--db {path}: cannot be read ({exc}; {_free(path)}); free space there, or give another "
+                        "--db or --workdir") from None
     except sqlite3.DatabaseError as exc:
         raise UserError(f"--db {path}: not a hpcprof store ({exc}); give a new file or a hpcprof "
                         "store") from None
@@ -258,8 +270,9 @@ class Store:
                     name = f"uid {owner}"
                 raise UserError(f"--db {path}: the store belongs to {name} and this user cannot write it ({message}); "
                                 "give a --workdir (or --db) of your own")
-        raise UserError(f"--db {shown}: the store refused the change ({message}); check the path's permissions and "
-                        "free space, or give another --workdir (or --db)")
+        room = f"; {_free(path)}" if path is not None else ""
+        raise UserError(f"--db {shown}: the store refused the change ({message}{room}); check the path's permissions "
+                        "and free space, or give another --workdir (or --db)")
 
     def _create_schema(self) -> None:
         """Create the tables once, safely when several processes start on a fresh store."""
