@@ -210,8 +210,8 @@ def _read_ranks(directory: Path, world: int, problems: list[str]) -> pd.DataFram
     with lines left out, is a line in `problems`."""
     import pandas as pd
 
-    from hpcprof.analysis.forensics.checks import rank_in_name
     from hpcprof.rank_sets import check_rank_set
+    from hpcprof.ranks import rank_in_name
 
     named = {path: rank_in_name(path.name, "rank", ".jsonl") for path in sorted(directory.glob("rank*"))}
     numbered = [(str(path), rank) for path, rank in named.items() if rank is not None]
