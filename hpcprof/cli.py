@@ -3,10 +3,8 @@ does not pay for the run machinery (and nothing but `bench` imports torch)."""
 
 from __future__ import annotations
 
-import codecs
 import gc
 import importlib
-import sys
 
 import click
 
@@ -80,10 +78,11 @@ class LazyGroup(click.Group):
 
     def invoke(self, ctx: click.Context) -> object:
         """Run the command; known failures of bad input become one line and exit code 2. Output
-        to a stream whose encoding cannot write a character (an ASCII-only terminal) escapes it."""
-        for stream in (sys.stdout, sys.stderr):
-            if hasattr(stream, "reconfigure") and codecs.lookup(stream.encoding or "utf-8").name != "utf-8":
-                stream.reconfigure(errors="backslashreplace")
+        to a stream whose encoding cannot write a character (an ASCII-only terminal) gets its ASCII
+        stand-in (safe_text.honour_encoding)."""
+        from hpcprof.safe_text import honour_encoding
+
+        honour_encoding()
         try:
             return super().invoke(ctx)
         except (OSError, UnicodeError, RecursionError, ValueError, RuntimeError) as exc:

@@ -15,6 +15,9 @@ anything: rich markup, terminal escape sequences, HTML, spreadsheet formulas.
   `xlsx_frame` shows control characters as escapes (a worksheet cannot hold them) and
   `text_cells_only` makes every formula cell of an openpyxl sheet a text cell, so that Excel shows
   the text it holds and runs nothing;
+- a stream whose encoding lacks a character (`PYTHONIOENCODING=ascii`, a Latin-1 terminal):
+  `honour_encoding` has every write to stdout and stderr give it its ASCII stand-in (`µs` as `us`,
+  a table's box lines as `+-|`), in the stream's own encoding, whoever writes;
 - HTML and plotly's labels (which render a subset of HTML, <a href> included): `plotly_escaped`
   escapes & < > in every text of a figure (data, hover text, names, titles, annotations); HTML
   written by hand uses html.escape.
@@ -22,7 +25,11 @@ anything: rich markup, terminal escape sequences, HTML, spreadsheet formulas.
 
 from __future__ import annotations
 
+import codecs
 import html
+import io
+import sys
+import unicodedata
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +44,87 @@ if TYPE_CHECKING:
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 
+#: the ASCII stand-ins of the characters hpcprof's own text uses (others: stand_in)
+STAND_INS = {"µ": "u", "·": ".", "−": "-", "–": "-", "—": "-", "Σ": "sum ", "→": "->", "←": "<-", "↔": "<->",
+             "×": "x", "±": "+/-", "…": "...", "≤": "<=", "≥": ">=", "≈": "~", "∩": "&", "∈": " in ", "•": "*",
+             "‘": "'", "’": "'", "“": '"', "”": '"'}
+#: the name of the codecs error handler `honour_encoding` sets
+STAND_IN = "hpcprof.stand-in"
+
+
+def stand_in(char: str) -> str:
+    """The ASCII a stream that cannot write `char` shows instead: STAND_INS, a box-drawing line as
+    `-`, `|` or `+`, a superscript as `^N`, a letter's base letter (`é` -> `e`), else its escape."""
+    if char in STAND_INS:
+        return STAND_INS[char]
+    name = unicodedata.name(char, "")
+    if name.startswith("BOX DRAWINGS"):       # a line, else a corner or a junction
+        line = " AND " not in name and ("HORIZONTAL" in name) != ("VERTICAL" in name)
+        return ("-" if "HORIZONTAL" in name else "|") if line else "+"
+    base = "".join(c for c in unicodedata.normalize("NFKD", char) if c.isascii() and c.isprintable())
+    if base:
+        return f"^{base}" if name.startswith("SUPERSCRIPT") else base
+    return char.encode("ascii", "backslashreplace").decode("ascii")
+
+
+def _stand_ins(error: UnicodeError) -> tuple[str, int]:
+    """The codecs error handler STAND_IN: each character the encoding lacks as its stand_in."""
+    if not isinstance(error, UnicodeEncodeError):
+        raise error
+    return "".join(stand_in(c) for c in error.object[error.start:error.end]), error.end
+
+
+codecs.register_error(STAND_IN, _stand_ins)
+
+
+class DeclaredEncoding(io.TextIOBase):
+    """A text stream written in its own encoding, lacking characters as their stand_in: it has no
+    `buffer`, so that click, which takes an ASCII stream for a misconfigured one and writes UTF-8
+    to its buffer instead, writes through it like everything else."""
+
+    def __init__(self, stream: io.TextIOWrapper) -> None:
+        self.stream = stream
+
+    @property
+    def encoding(self) -> str:      # type: ignore[override]
+        return self.stream.encoding
+
+    def write(self, text: str) -> int:
+        return self.stream.write(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    def isatty(self) -> bool:
+        return self.stream.isatty()
+
+    def fileno(self) -> int:
+        return self.stream.fileno()
+
+    def writable(self) -> bool:
+        return True
+
+
+def honour_encoding() -> None:
+    """Have sys.stdout and sys.stderr write, where their encoding lacks a character hpcprof prints
+    (`PYTHONIOENCODING=ascii`, a Latin-1 terminal), its stand_in in their own encoding, whatever
+    writes (click, rich, print): rich then draws its tables in ASCII, as it does for such a stream."""
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        encoding = getattr(stream, "encoding", None)
+        if not isinstance(stream, io.TextIOWrapper) or not encoding:
+            continue
+        try:
+            "\u2503\u2501µ→".encode(encoding)
+            continue
+        except UnicodeEncodeError:
+            pass
+        except LookupError:
+            continue
+        stream.reconfigure(errors=STAND_IN)
+        setattr(sys, name, DeclaredEncoding(stream))
+
+
 def terminal_log(text: str) -> str:
     """Log text for a terminal: its lines and tabs kept, every other control character (escape
     sequences, carriage returns) shown as an escape."""
@@ -47,7 +135,10 @@ def rich_text(value: object, style: str = "") -> Text:
     """`value` as a rich Text: never parsed as markup, control characters shown as escapes."""
     from rich.text import Text
 
-    return Text(printable(str(value)), style=style)
+    text = printable(str(value))
+    if isinstance(sys.stdout, DeclaredEncoding):        # measured as the stream will show it
+        text = text.encode(sys.stdout.encoding, STAND_IN).decode(sys.stdout.encoding)
+    return Text(text, style=style)
 
 
 def rich_markup(value: object) -> str:

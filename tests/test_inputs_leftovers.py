@@ -9,6 +9,7 @@ import os
 import shutil
 import sqlite3
 import subprocess
+import sys
 from contextlib import closing
 from pathlib import Path
 
@@ -111,3 +112,32 @@ def test_a_store_on_a_full_disk_is_one_line_and_left_unchanged(tmp_path: Path) -
             assert conn.execute("SELECT value FROM run_metrics WHERE metric = 'window.iterations'").fetchone() == (2.0,)
     finally:
         subprocess.run(["umount", str(disk)], check=False)
+
+
+#: what the failing program raises, and how an ASCII stream shows it
+RAISED, SHOWN = "\u00b5s \u2192 \u00d7 \u00e9 \u4e2d", "us -> x e \\u4e2d"
+
+
+def test_an_ascii_stream_gets_every_command_s_text_in_ascii(tmp_path: Path) -> None:
+    """status, report and logs --hang under PYTHONIOENCODING=ascii: no UnicodeEncodeError, every byte
+    ASCII, the program's message with its stand-ins (no `?`, no UTF-8 bytes, no escapes of µ and →),
+    tables (status's, logs --hang's; report's of a failed run has none) drawn in ASCII, aligned."""
+    (tmp_path / "e.yaml").write_text("name: t\nworkload:\n  kind: command\n  argv: " + json.dumps(
+        ["python", "-c", f"raise ValueError({RAISED!r})"]) + "\n")
+    hpcprof("submit", "e.yaml", "--site", "local", "--wait", cwd=tmp_path)
+    [run] = [p.parent for p in (tmp_path / "hpcprof-runs").glob("*/*/config.json")]
+    for args, tables in ((["status"], True), (["report"], False), (["logs", run.name, "--hang"], True)):
+        result = subprocess.run([sys.executable, "-m", "hpcprof", *args], cwd=tmp_path, capture_output=True,
+                                env={**os.environ, "PYTHONIOENCODING": "ascii"}, timeout=120)
+        out = result.stdout + result.stderr
+        assert result.returncode == 0 and b"Traceback" not in result.stderr and b"UnicodeEncodeError" not in out, out
+        assert out.isascii() and SHOWN.encode() in out and b"\\xb5" not in out, (args, out)
+        table = [line for line in result.stdout.decode().splitlines() if line.startswith(("+", "|"))]
+        assert not tables or (table and len({len(line) for line in table}) == 1), (args, table)
+
+
+def test_the_ascii_stand_ins() -> None:
+    from hpcprof.safe_text import stand_in
+
+    assert [stand_in(c) for c in "\u250f\u2501\u2533\u2503\u2502\u2547\u2514\u2500"] == list("+-+||++-")
+    assert [stand_in(c) for c in "\u00b5\u00d7\u2192\u00e9\u00b3\u20ac"] == ["u", "x", "->", "e", "^3", "\\u20ac"]

@@ -8,6 +8,7 @@ and a process counts as the job, and is signalled, only while all of them still 
 
 from __future__ import annotations
 
+import codecs
 import json
 import os
 import signal
@@ -100,16 +101,18 @@ class LocalScheduler(Scheduler):
         log file, never to us, so it does not depend on this process; a Ctrl-C reaches the
         caller (hpcprof.campaign.submit), which cancels the job."""
         process = self._children[int(job_id.removeprefix("local-"))]
-        with open(run_dir / "logs" / "job.out", "rb") as log:
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        with open(run_dir / "logs" / "job.out", "rb") as log:     # as text: in stdout's own encoding
             while True:
                 chunk = log.read(65536)
                 if chunk:
-                    sys.stdout.buffer.write(chunk)
-                    sys.stdout.buffer.flush()
+                    sys.stdout.write(decoder.decode(chunk))
+                    sys.stdout.flush()
                 elif process.poll() is not None:
                     break
                 else:
                     time.sleep(0.1)
+        sys.stdout.write(decoder.decode(b"", final=True))
 
     def _ours(self, run_dir: Path) -> Identity | None:
         """The job's process if it is still alive and still the one we started."""
