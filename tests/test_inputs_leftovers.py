@@ -141,3 +141,25 @@ def test_the_ascii_stand_ins() -> None:
 
     assert [stand_in(c) for c in "\u250f\u2501\u2533\u2503\u2502\u2547\u2514\u2500"] == list("+-+||++-")
     assert [stand_in(c) for c in "\u00b5\u00d7\u2192\u00e9\u00b3\u20ac"] == ["u", "x", "->", "e", "^3", "\\u20ac"]
+
+
+def test_sizes_from_refuses_an_alias_bomb_before_expanding_it(tmp_path: Path) -> None:
+    """bench ceilings --sizes-from reads YAML through the bounded loader config files use
+    (hpcprof.safe_yaml): 9^9 values under the workload's args are refused in one line, in well under
+    a second; a file whose aliases expand to little loads as before."""
+    import time
+
+    from hpcprof.errors import UserError
+    from hpcprof.workloads.ceiling_specs import sizes_from
+
+    lines = ["      a: &a [" + ", ".join(["lol"] * 9) + "]"]
+    lines += [f"      {n}: &{n} [" + ", ".join([f"*{p}"] * 9) + "]" for p, n in zip("abcdefgh", "bcdefghi", strict=True)]
+    head = "name: t\nworkload:\n  kind: seqpar\n  args:\n    sequence_length: 64\n"
+    (tmp_path / "bomb.yaml").write_text(head + "    bomb:\n" + "\n".join(lines) + "\n")
+    started = time.perf_counter()
+    with pytest.raises(UserError, match=r"line 12: its aliases expand to more than 100,000 values"):
+        sizes_from(tmp_path / "bomb.yaml")
+    assert time.perf_counter() - started < 1.0
+    (tmp_path / "small.yaml").write_text(head + "    hidden_dim: &h 128\n    other: *h\n"
+                                         "resources:\n  nodes: 2\n  ranks_per_node: 4\n")
+    assert sizes_from(tmp_path / "small.yaml") == ("seqpar", {"sequence_length": 64, "hidden_dim": 128, "other": 128}, 8)

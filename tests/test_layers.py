@@ -35,7 +35,7 @@ LAYERS: list[list[str]] = [
     ["hpcprof", "hpcprof.errors", "hpcprof.lazy", "hpcprof.ranks", "hpcprof.rank_sets", "hpcprof.resources", "hpcprof.atomic", "hpcprof.cpus",
      "hpcprof.models",
      "hpcprof.output", "hpcprof.results", "hpcprof.catalog", "hpcprof.workdirs", "hpcprof.pool", "hpcprof.safe_paths", "hpcprof.safe_text",
-     "hpcprof.safe_pickle",
+     "hpcprof.safe_pickle", "hpcprof.safe_yaml",
      "hpcprof._templates",
      "hpcprof._site_configs", "hpcprof.inject"],
     ["hpcprof.profilers"],

@@ -149,6 +149,7 @@ def sizes_from(path: Path) -> tuple[str, dict[str, Any], int]:
 
     from hpcprof.errors import UserError
     from hpcprof.safe_paths import read_regular
+    from hpcprof.safe_yaml import load_bounded
 
     flag = "--sizes-from"
     try:   # bounded reads of regular files only: a FIFO or a device is refused, never waited on
@@ -156,7 +157,7 @@ def sizes_from(path: Path) -> tuple[str, dict[str, Any], int]:
             record = json.loads(read_regular(path / "config.json"))
             experiment, world = record["experiment"], int(record["world_size"])
         else:
-            experiment = yaml.safe_load(read_regular(path, SIZES_FILE).decode())
+            experiment = load_bounded(read_regular(path, SIZES_FILE).decode())
             resources = experiment.get("resources") or {}
             world = int(resources.get("nodes", 1)) * int(resources.get("ranks_per_node") or 1)
         workload = experiment["workload"]
