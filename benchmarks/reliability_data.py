@@ -20,6 +20,7 @@ import json
 import os
 import pickle
 import shutil
+import sqlite3
 import stat
 import subprocess
 import sys
@@ -27,10 +28,11 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
-from reliability import ACCEPTED, BLOCKED, HANDLED, LOST, OTHER, TRACEBACK, cli, one_line, write_exp
+from reliability_common import ACCEPTED, BLOCKED, HANDLED, LOST, OTHER, TRACEBACK, cli, one_line, write_exp
 
 Case = tuple[str, Callable[[], str]]
 #: rank 1 ends on os._exit(3) after half a second; Hydra then stops rank 0
@@ -234,8 +236,8 @@ def forensics_cases(base: Base) -> list[Case]:
         ("class forensics: a dump with 10^12 collectives",
          finishes(entries({"collective_seq_id": 1}, {"collective_seq_id": 10 ** 12, "input_sizes": [[2]]}))),
         ("class forensics: a dump naming 3 M ranks", forged(three_million)),
-        ("class forensics: a dump nested 5,000 deep", forged(deep)),
-        ("class forensics: a dump of shared lists (100^10 values)", forged(shared_dag)),
+        ("class forensics: a dump nested 5,000 deep", forged(deep, "not a Flight Recorder dump")),
+        ("class forensics: a dump of shared lists (100^10 values)", forged(shared_dag, "not a Flight Recorder dump")),
         ("class forensics: a dump whose sizes are text", forged(entries({"input_sizes": "[[4]] FORGED"}))),
         ("class forensics: 20,000 unreadable dumps", many_dumps),
         ("class forensics: escape sequences and rich markup in an exception", escapes),
@@ -296,6 +298,22 @@ def steps_cases(base: Base) -> list[Case]:
         with open(run / "steps" / "rank0.jsonl", "a") as fh:
             fh.truncate(os.path.getsize(run / "steps" / "rank0.jsonl") + (300 << 20))
 
+    def skewed(off_s: int) -> Callable[[Path], None]:
+        """Both ranks' steps at the job's time, rank 1's as its host clock `off_s` seconds off rank 0's writes them."""
+        def write(run: Path) -> None:
+            start = int(job_times(run)[0] * 1e9)
+            for rank, off in ((0, 0), (1, off_s * 10 ** 9)):
+                (run / "steps" / f"rank{rank}.jsonl").write_text(json.dumps({**HEADER, "rank": rank}) + "\n" + "".join(
+                    json.dumps({"step": n, "end_ns": start + n * 10 ** 8 + off, "ns": None if n == 1 else 10 ** 8}) + "\n"
+                    for n in (1, 2, 3, 4)))
+        return write
+
+    def from_one(run: Path) -> None:
+        """rank1.jsonl and rank2.jsonl in a world of 2 (a launcher that counts ranks from 1)."""
+        steps = run / "steps"
+        (steps / "rank1.jsonl").rename(steps / "rank2.jsonl")
+        (steps / "rank0.jsonl").rename(steps / "rank1.jsonl")
+
     def recollect() -> str:
         case, run = base.copy()
         (run / "steps").mkdir()
@@ -334,6 +352,9 @@ def steps_cases(base: Base) -> list[Case]:
          collected(named("rank7.jsonl", lambda r: json.dumps({**HEADER, "rank": 7}) + "\n" + steps_line(1)), "rank7")),
         ("class steps: a 300 MB line without a newline", collected(huge, "rank0.jsonl")),
         ("class steps: a steps file changed after a collect: collect again", recollect),
+        ("class steps: rank 1's host clock 100 s ahead", collected(skewed(100), "rank 1's clock is 100.0 s ahead")),
+        ("class steps: rank 1's host clock 1 h behind", collected(skewed(-3600), "rank 1's clock is 3,600.0 s behind")),
+        ("class steps: files numbered from 1 (rank1, rank2 in a world of 2)", collected(from_one, "numbered from 1")),
     ]
 
 
@@ -416,6 +437,55 @@ def leftover_cases(tmp: Path) -> list[Case]:
                                 cwd=work, timeout=120))
         return run_case
 
+    def full_disk() -> str:
+        """collect onto a store (--db) on a 2 MB tmpfs filled to its last byte: handled when one line says
+        so (exit 2) and the store's bytes are unchanged."""
+        work = Path(tempfile.mkdtemp(dir=tmp))
+        cli("submit", str(write_exp(work / "e.yaml", ["true"])), "--site", "local", "--wait", cwd=work, timeout=120)
+        [run] = [p.parent for p in (work / "hpcprof-runs").glob("*/*/config.json")]
+        (run / "steps").mkdir()
+        (run / "steps" / "rank0.jsonl").write_text(json.dumps(HEADER) + "\n" + "".join(steps_line(n) for n in (1, 2)))
+        disk = work / "disk"
+        disk.mkdir()
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(disk)], check=True)
+        try:
+            with closing(sqlite3.connect(work / "hpcprof-runs" / "hpcprof.db")) as conn:
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            shutil.copyfile(work / "hpcprof-runs" / "hpcprof.db", disk / "s.db")
+            before = (disk / "s.db").read_bytes()
+            with open(disk / "fill", "wb", buffering=0) as fh:
+                try:
+                    while fh.write(b"\0" * 1024):
+                        pass
+                except OSError:     # the disk is full
+                    pass
+            result = cli("collect", "--db", f"sqlite:///{disk / 's.db'}", cwd=work, timeout=120)
+            changed = (disk / "s.db").read_bytes() != before
+        finally:
+            subprocess.run(["umount", str(disk)], check=False)
+        if changed:
+            return LOST + " (the store changed)"
+        said = one_line(result)
+        return said if said != HANDLED or "free" in result.stderr else OTHER + f" (said: {result.stderr.strip()[:90]})"
+
+    def ascii_terminal() -> str:
+        """status, report and logs --hang of a run whose program raised `µs → × é 中`, under
+        PYTHONIOENCODING=ascii: handled when every byte is ASCII and the message reads `us -> x e \\u4e2d`
+        (no UTF-8 bytes on an ASCII stream, no `\\xb5`-style escapes, no traceback)."""
+        work = Path(tempfile.mkdtemp(dir=tmp))
+        cli("submit", str(write_exp(work / "e.yaml", ["python", "-c", "raise ValueError('\u00b5s \u2192 \u00d7 \u00e9 \u4e2d')"])),
+            "--site", "local", "--wait", cwd=work, timeout=120)
+        [run] = [p.parent for p in (work / "hpcprof-runs").glob("*/*/config.json")]
+        for args in (["status"], ["report"], ["logs", run.name, "--hang"]):
+            result = subprocess.run([sys.executable, "-m", "hpcprof", *args], cwd=work, capture_output=True,
+                                    timeout=120, env={**os.environ, "PYTHONIOENCODING": "ascii"})
+            if b"Traceback" in result.stderr or b"UnicodeEncodeError" in result.stdout:
+                return TRACEBACK
+            out = result.stdout + result.stderr
+            if not out.isascii() or b"us -> x e \\u4e2d" not in out:
+                return ACCEPTED + f" ({args[-1]}: {'UTF-8 bytes' if not out.isascii() else 'escapes'})"
+        return HANDLED
+
     cases = [
         ("class leftovers: a YAML alias bomb under an unknown key", yaml_case(bomb("unknown"))),
         ("class leftovers: a YAML alias bomb in sweep", yaml_case(bomb("sweep"))),
@@ -429,9 +499,16 @@ def leftover_cases(tmp: Path) -> list[Case]:
          out_case("link", lambda w: (w / "link").symlink_to(w / "e.yaml"))),
         ("class leftovers: bench ceilings --sizes-from a FIFO", sizes_from("fifo", lambda w: os.mkfifo(w / "fifo"))),
         ("class leftovers: bench ceilings --sizes-from /dev/zero", sizes_from("/dev/zero", lambda w: None)),
+        ("class leftovers: bench ceilings --sizes-from an alias bomb under the workload's args",
+         sizes_from("e.yaml", lambda w: (w / "e.yaml").write_text(
+             "name: t\nworkload:\n  kind: seqpar\n  args:\n    sequence_length: 64\n"
+             + bomb("    bomb").replace("\n  ", "\n      ")))),
         ("class leftovers: bench ceilings a GEMM of 4 TB", ceilings("--gemm", "1000000,1000000,1000000",
                                                                     "--device", "cpu")),
     ]
+    cases.append(("class leftovers: an ASCII terminal: status, report, logs --hang", ascii_terminal))
+    if os.geteuid() == 0:       # mounts its tmpfs
+        cases.append(("class leftovers: collect onto a store on a full disk", full_disk))
     if not any(Path("/dev").glob("nvidia[0-9]*")):
         cases.append(("class leftovers: bench ceilings --device cuda without a GPU",
                       ceilings("--gemm", "64,64,64", "--device", "cuda")))

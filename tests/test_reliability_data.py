@@ -10,6 +10,6 @@ import pytest
 from reliability_util import every_case_handled
 
 
-@pytest.mark.slow     # a real run copied for each of 39 cases (the developer tier leaves them to the full suite)
+@pytest.mark.slow     # a real run copied for most of 58 cases (the developer tier leaves them to the full suite)
 def test_every_data_case_is_handled(repo: Path, fixtures_dir: Path) -> None:
-    every_case_handled(repo, fixtures_dir, "data", 39, 900)
+    every_case_handled(repo, fixtures_dir, "data", 58, 900)
