@@ -106,9 +106,11 @@ def _step(line: bytes) -> tuple[int, int, int | None, tuple[int, int] | None] | 
     end = _int(data.get("end_ns"), 0, MAX_NS)
     if isinstance(end, str):
         return f"end time {end}"
-    mem = data.get("mem")
-    memory = (mem[0], mem[1]) if isinstance(mem, list) and len(mem) == 2 and all(
-        isinstance(_int(v, 0, MAX_BYTES), int) for v in mem) else None
+    mem, memory = data.get("mem"), None
+    if mem is not None:
+        if not (isinstance(mem, list) and len(mem) == 2 and all(isinstance(_int(v, 0, MAX_BYTES), int) for v in mem)):
+            return "memory peaks not two byte counts"
+        memory = (mem[0], mem[1])
     if data.get("ns") is None:
         return (number, end, None, memory) if number == 1 else "no duration after step 1"
     ns = _int(data["ns"], 0, MAX_NS)
