@@ -14,6 +14,7 @@
 # It stops starting runs after BUDGET_S seconds of runs (default 330; a run is cut at 90 s), so the
 # whole fits 10 minutes (in the first run ddp's three sets took 50 s a round; minigpt's not timed).
 #   bash benchmarks/gpu/profiler_overhead.sh [OUT] [REPS]      (OUT default $OUT; REPS default 3)
+#   WORKLOADS=minigpt EXTRA=" " BUDGET_S=170 bash ... 2      (the GPT alone under none, nsys, torch)
 #   EXTRA="nsys.osrt torch.shapes.stack nsys.noevent nsys.sample" BUDGET_S=450 bash ...   (more sets)
 # Needs what env.sh needs (.gpu/whl, .gpu/libs carried); site-h200x2.yaml (mpiexec, 2 GPUs).
 set -u
@@ -36,6 +37,8 @@ declare -A SETS=(
   [torch.shapes.stack]="profile.tool=torch profile.torch.record_shapes=true profile.torch.with_stack=true"
 )
 read -r -a EXTRA <<< "${EXTRA:-nsys.osrt torch.shapes.stack}"
+# the workloads of parts 1 and 2 (WORKLOADS=minigpt: the GPT alone, and no seqpar)
+WORKLOADS=${WORKLOADS:-minigpt ddp}
 SPENT=0
 
 # overrides SET: the --set arguments of option set SET (in the array ARGS)
@@ -95,9 +98,9 @@ rounds() {
   for set in "${valid[@]}"; do
     case $set in none|nsys|torch) base+=("$set") ;; *) extra+=("$set") ;; esac
   done
-  rounds "minigpt ddp" "${base[*]}"
-  (( ${#extra[@]} )) && rounds "minigpt ddp" "${extra[*]}"
-  rounds "seqpar" "${base[*]}"
+  rounds "$WORKLOADS" "${base[*]}"
+  (( ${#extra[@]} )) && rounds "$WORKLOADS" "${extra[*]}"
+  [[ " $WORKLOADS " == *" ddp "* ]] && rounds "seqpar" "${base[*]}"
   echo "runs took $(( $(date +%s) - START ))s"
 } > "$OUT_DIR/profiler_overhead.log" 2>&1
 python3 benchmarks/gpu/overhead/summarize.py "$WORKDIR" | tee "$OUT_DIR/profiler_overhead_gpu.txt"

@@ -54,7 +54,7 @@ class GPT(nn.Module):
         for block in self.blocks:
             x = block(x)
         logits = self.head(self.ln_f(x))
-        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+        return F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
 
 
 def main() -> None:
