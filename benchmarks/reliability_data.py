@@ -30,7 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from reliability import ACCEPTED, BLOCKED, HANDLED, LOST, OTHER, TRACEBACK, cli, one_line, write_exp
+from reliability_common import ACCEPTED, BLOCKED, HANDLED, LOST, OTHER, TRACEBACK, cli, one_line, write_exp
 
 Case = tuple[str, Callable[[], str]]
 #: rank 1 ends on os._exit(3) after half a second; Hydra then stops rank 0

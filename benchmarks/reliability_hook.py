@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from reliability import ACCEPTED, BLOCKED, HANDLED, LOST, OTHER, REPO, TRACEBACK, cli, one_line
+from reliability_common import ACCEPTED, BLOCKED, HANDLED, LOST, OTHER, REPO, TRACEBACK, cli, one_line
 
 INJECT = REPO / "hpcprof" / "inject"
 #: permission bits hold for root too (no CAP_DAC_OVERRIDE), as in reliability_silent

@@ -105,3 +105,15 @@ class RankSelection:
 
     def __str__(self) -> str:
         return str(self.spec)
+
+
+#: a rank number in a file name: ASCII digits, no leading zero
+_RANK_NUMBER = re.compile(r"0|[1-9][0-9]{0,8}")
+
+
+def rank_in_name(name: str, prefix: str, suffix: str = "") -> int | None:
+    """The rank of `<prefix><N><suffix>` with N in ASCII digits and no leading zero, else None."""
+    if not (name.startswith(prefix) and name.endswith(suffix)) or len(name) < len(prefix) + len(suffix):
+        return None
+    middle = name[len(prefix):len(name) - len(suffix)]
+    return int(middle) if _RANK_NUMBER.fullmatch(middle) else None

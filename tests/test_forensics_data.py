@@ -17,12 +17,13 @@ from typing import Any
 
 import pytest
 
-from hpcprof.analysis.forensics.checks import Job, RecordError, check_entry, check_plain, group_ranks, rank_in_name
+from hpcprof.analysis.forensics.checks import Job, RecordError, check_entry, check_plain, group_ranks
 from hpcprof.analysis.forensics.dumps import analyse_dumps, read_dumps
 from hpcprof.analysis.forensics.ranks import read_ranks
 from hpcprof.analysis.forensics.verdict import cached_analysis, vanished_text
 from hpcprof.analysis.steps import read_rank, steps_tables
 from hpcprof.commands.collect import changed_since
+from hpcprof.ranks import rank_in_name
 from hpcprof.rundir import RunDir
 
 START = 1_800_000_000.0

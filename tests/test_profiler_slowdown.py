@@ -45,11 +45,11 @@ def lengths(profiled: tuple[int, int], slow: float, fast: float, steps: int = 40
 
 def test_the_unprofiled_steps_are_those_outside_the_headers_range(tmp_path: Path) -> None:
     write_steps(tmp_path, 0, {"profiled": [5, 18]}, lengths((5, 18), 12.0, 10.0))
-    rows = read_rank(tmp_path / "steps" / "rank0.jsonl")
+    rows = read_rank(tmp_path / "steps" / "rank0.jsonl")[0]
     assert [r["step"] for r in rows if r["unprofiled"]] == [2, 3, 4, *range(19, 41)]
     assert [r["step"] for r in rows if r["in_window"]] == list(range(6, 16))
     write_steps(tmp_path, 1, {"profiled": None}, lengths((1, 40), 12.0, 12.0))    # nsys: every step slowed
-    assert not any(r["unprofiled"] for r in read_rank(tmp_path / "steps" / "rank1.jsonl"))
+    assert not any(r["unprofiled"] for r in read_rank(tmp_path / "steps" / "rank1.jsonl")[0])
     tables, problems = steps_tables(tmp_path)
     assert not problems
     [row] = tables[c.STEPS_PERTURBATION.key].to_dict("records")
@@ -171,6 +171,7 @@ def test_the_hook_names_the_steps_its_torch_profiler_touched(tmp_path: Path) -> 
             "for _ in range(20):\n    m(torch.ones(2, 4)).sum().backward(); o.step(); o.zero_grad()\n")
     for tool, expected in (("torch", [5, 13]), ("nsys", None)):
         run = tmp_path / tool
+        (run / "profiles").mkdir(parents=True)     # the rank wrapper makes the run's directories
         env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(INJECT), "HPCPROF_RUN_DIR": str(run), "HPCPROF_RANK": "0",
                "HPCPROF_STEPS": "1", "HPCPROF_STEPS_SKIP": "5", "HPCPROF_STEPS_COUNT": "5", "HPCPROF_STEPS_DRIVE": "1",
                "HPCPROF_PROFILE_TOOL": tool, "HPCPROF_PROFILE_DIR": str(run / "profiles"), "OMP_NUM_THREADS": "1"}
@@ -190,7 +191,7 @@ def test_the_hook_ends_the_reference_run_after_its_window(tmp_path: Path) -> Non
            "HPCPROF_PROFILE_TOOL": "none", "OMP_NUM_THREADS": "1"}
     done = subprocess.run([sys.executable, "-c", loop], env=env, timeout=120, capture_output=True, text=True)
     assert done.returncode == 0 and "the end" not in done.stdout, done.stderr
-    rows = read_rank(tmp_path / "steps" / "reference" / "rank1.jsonl")
+    rows = read_rank(tmp_path / "steps" / "reference" / "rank1.jsonl")[0]
     assert [r["step"] for r in rows] == list(range(1, 8)) and not (tmp_path / "steps" / "rank1.jsonl").exists()
 
 
@@ -267,7 +268,7 @@ def test_the_stated_slowdown_is_the_truth_and_the_gate_fails_a_slower_program(tm
     traced, plain = runs["torch"], runs["none"]
     fast, slower = gate_runs["0"], gate_runs["10"]
     reference = [r["duration_ns"] / 1e6 for rank in (0, 1)
-                 for r in read_rank(traced / "steps" / "reference" / f"rank{rank}.jsonl") if r["in_window"]]
+                 for r in read_rank(traced / "steps" / "reference" / f"rank{rank}.jsonl")[0] if r["in_window"]]
     truth = 100 * (headline(traced)["iteration.median"] / statistics.median(reference) - 1)
     stated = headline(traced)[c.PROFILER_SLOWDOWN.name]
     apart = 100 * (headline(traced)["iteration.median"] / headline(plain)["iteration.median"] - 1)
@@ -277,7 +278,7 @@ def test_the_stated_slowdown_is_the_truth_and_the_gate_fails_a_slower_program(tm
     assert c.PROFILER_SLOWDOWN.name not in headline(plain)
     # the reference ran first, unprofiled, ended by the hook after its window; the run's own steps are the baseline
     for rank in (0, 1):
-        assert [r["step"] for r in read_rank(traced / "steps" / "reference" / f"rank{rank}.jsonl")] == list(range(1, 16))
+        assert [r["step"] for r in read_rank(traced / "steps" / "reference" / f"rank{rank}.jsonl")[0]] == list(range(1, 16))
     assert "reference_exit_code=0" in (traced / "status").read_text() and not (plain / "steps" / "reference").exists()
     ranks = read_table(traced, c.STEPS_PERTURBATION.name)
     assert ranks is not None and sorted(ranks["rank"]) == [0, 1] and (ranks["unprofiled_steps"] >= 20).all()

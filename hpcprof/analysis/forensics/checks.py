@@ -33,7 +33,6 @@ MAX_NAME = 400
 #: the largest sequence number, time (ns) or size accepted
 MAX_INT = (1 << 63) - 1
 #: a rank in a file's name: ASCII digits, no leading zero
-_RANK = re.compile(r"0|[1-9][0-9]{0,8}")
 _TYPE = re.compile(r"[A-Za-z_][\w.]{0,199}")
 _SCALARS = (str, bytes, int, float, complex, type(None))      # bool is an int
 _CONTAINERS = (list, tuple, dict, set, frozenset)
@@ -72,14 +71,6 @@ class Job:
             raise RecordError(f"{what} {seconds - self.start:+,.0f} s from the job's start: another job's record")
         if self.end is not None and seconds > self.end + SLACK_S:
             raise RecordError(f"{what} {seconds - self.end:+,.0f} s after the job's end: another job's record")
-
-
-def rank_in_name(name: str, prefix: str, suffix: str = "") -> int | None:
-    """The rank of `<prefix><N><suffix>` with N in ASCII digits and no leading zero, else None."""
-    if not (name.startswith(prefix) and name.endswith(suffix)) or len(name) < len(prefix) + len(suffix):
-        return None
-    middle = name[len(prefix):len(name) - len(suffix)]
-    return int(middle) if _RANK.fullmatch(middle) else None
 
 
 def integer(value: Any, what: str, low: int = 0, high: int = MAX_INT) -> int:

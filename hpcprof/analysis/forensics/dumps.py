@@ -34,9 +34,9 @@ from hpcprof.analysis.forensics.checks import (
     check_note,
     check_plain,
     group_ranks,
-    rank_in_name,
     text,
 )
+from hpcprof.ranks import rank_in_name
 from hpcprof.safe_paths import open_regular
 
 #: the dumps' families, `<family>_rank<N>`: fr (Gloo and any backend recording into the generic buffer), fr_nccl (NCCL)

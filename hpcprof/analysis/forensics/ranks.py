@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hpcprof.analysis.forensics.checks import Job, RecordError, check_exception, integer, rank_in_name
+from hpcprof.analysis.forensics.checks import Job, RecordError, check_exception, integer
+from hpcprof.ranks import rank_in_name
 
 #: how much of the end of a rank log (and of the job log) is searched
 LOG_BYTES = 1 << 16
