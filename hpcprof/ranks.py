@@ -27,19 +27,6 @@ def rank_from_filename(path: PurePath | str) -> int | None:
     return int(match.group(1)) if match else None
 
 
-#: a rank in a file hpcprof's own hooks name (`fr_rank<N>`, `rank<N>.jsonl`): ASCII digits, no leading zero
-_RANK = re.compile(r"0|[1-9][0-9]{0,8}")
-
-
-def rank_in_name(name: str, prefix: str, suffix: str = "") -> int | None:
-    """The rank of `<prefix><N><suffix>` with N in ASCII digits and no leading zero, else None (the
-    strict rule for the files hpcprof's hooks write: a stray copy such as `rank00` is no rank's)."""
-    if not (name.startswith(prefix) and name.endswith(suffix)) or len(name) < len(prefix) + len(suffix):
-        return None
-    middle = name[len(prefix):len(name) - len(suffix)]
-    return int(middle) if _RANK.fullmatch(middle) else None
-
-
 class RankSelection:
     """Which ranks a profiler wraps: all | 0,3,5 | local:K | first-nodes:N | every:N, combined
     with `+` (all must hold), e.g. `local:0+first-nodes:2` = local rank 0 on the first 2 nodes."""
@@ -118,3 +105,15 @@ class RankSelection:
 
     def __str__(self) -> str:
         return str(self.spec)
+
+
+#: a rank number in a file name: ASCII digits, no leading zero
+_RANK_NUMBER = re.compile(r"0|[1-9][0-9]{0,8}")
+
+
+def rank_in_name(name: str, prefix: str, suffix: str = "") -> int | None:
+    """The rank of `<prefix><N><suffix>` with N in ASCII digits and no leading zero, else None."""
+    if not (name.startswith(prefix) and name.endswith(suffix)) or len(name) < len(prefix) + len(suffix):
+        return None
+    middle = name[len(prefix):len(name) - len(suffix)]
+    return int(middle) if _RANK_NUMBER.fullmatch(middle) else None

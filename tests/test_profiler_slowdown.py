@@ -171,6 +171,7 @@ def test_the_hook_names_the_steps_its_torch_profiler_touched(tmp_path: Path) -> 
             "for _ in range(20):\n    m(torch.ones(2, 4)).sum().backward(); o.step(); o.zero_grad()\n")
     for tool, expected in (("torch", [5, 13]), ("nsys", None)):
         run = tmp_path / tool
+        (run / "profiles").mkdir(parents=True)     # the rank wrapper makes the run's directories
         env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(INJECT), "HPCPROF_RUN_DIR": str(run), "HPCPROF_RANK": "0",
                "HPCPROF_STEPS": "1", "HPCPROF_STEPS_SKIP": "5", "HPCPROF_STEPS_COUNT": "5", "HPCPROF_STEPS_DRIVE": "1",
                "HPCPROF_PROFILE_TOOL": tool, "HPCPROF_PROFILE_DIR": str(run / "profiles"), "OMP_NUM_THREADS": "1"}

@@ -92,8 +92,8 @@ def _int(value: Any, low: int, high: int) -> int | str:
 
 
 def _step(line: bytes) -> tuple[int, int, int | None, tuple[int, int] | None] | str:
-    """(step, end_ns, duration ns, (allocated, reserved) peak bytes or None) of a step's line, else why
-    it is dropped."""
+    """(step, end_ns, duration ns, (allocated, reserved) peak bytes or None where not recorded) of a
+    step's line, else why it is dropped."""
     try:
         data = json.loads(line)
     except (ValueError, RecursionError):
@@ -106,11 +106,11 @@ def _step(line: bytes) -> tuple[int, int, int | None, tuple[int, int] | None] | 
     end = _int(data.get("end_ns"), 0, MAX_NS)
     if isinstance(end, str):
         return f"end time {end}"
-    mem, memory = data.get("mem"), None
-    if mem is not None:
-        if not (isinstance(mem, list) and len(mem) == 2 and all(isinstance(_int(v, 0, MAX_BYTES), int) for v in mem)):
-            return "memory peaks not two byte counts"
-        memory = (mem[0], mem[1])
+    mem = data.get("mem")
+    memory = (mem[0], mem[1]) if isinstance(mem, list) and len(mem) == 2 and all(
+        isinstance(_int(v, 0, MAX_BYTES), int) for v in mem) else None
+    if mem is not None and memory is None:
+        return "memory not two byte counts"
     if data.get("ns") is None:
         return (number, end, None, memory) if number == 1 else "no duration after step 1"
     ns = _int(data["ns"], 0, MAX_NS)
@@ -165,8 +165,6 @@ def read_rank(path: Path, rank: int | None = None) -> tuple[list[dict[str, Any]]
                     continue
                 number, end, ns, memory = step
                 seen.add(number)
-                if memory is None and line is not None and b'"mem"' in line:
-                    dropped["memory left out (not two byte counts)"] += 1
                 rows.append({"rank": int(head["rank"]), "step": number, "end_ns": end, "duration_ns": ns,
                              "in_window": first <= number <= last,
                              "unprofiled": touched is not None and number > 1 and not touched[0] <= number <= touched[1],

@@ -25,6 +25,8 @@ import sys
 import time
 from typing import Any
 
+from _hpcprof_files import say, subdirectory
+
 #: path parts of the library frames the sampler looks past, to the user's own frame
 _LIBRARY = ("site-packages", "dist-packages", os.path.dirname(os.__file__), os.path.dirname(os.path.abspath(__file__)))
 #: (path part, what a stack running it does), the first found from the innermost frame out wins
@@ -56,7 +58,7 @@ class _Sampler:
                     self.sample(frame)
         except Exception as exc:
             self.running = False
-            sys.stderr.write(f"hpcprof: stack sampler stopped ({type(exc).__name__}: {exc})\n")
+            say(f"hpcprof: stack sampler stopped ({type(exc).__name__}: {exc})")
 
     def sample(self, frame: Any) -> None:
         now = time.time_ns()
@@ -109,8 +111,7 @@ def window(opening: bool, rank: str) -> None:
             interval_ms = float(os.environ.get("HPCPROF_SAMPLE_MS", "5"))
             if interval_ms <= 0 or _sampler is not None:
                 return
-            directory = os.path.join(os.environ["HPCPROF_RUN_DIR"], "samples")
-            os.makedirs(directory, exist_ok=True)
+            directory = subdirectory(os.environ["HPCPROF_RUN_DIR"], "samples")   # never the run directory itself
             _sampler = _Sampler(os.path.join(directory, f"rank{rank}.jsonl"), interval_ms / 1000)
             gc.callbacks.append(_sampler.on_gc)
             _thread.start_new_thread(_sampler.loop, ())
@@ -119,4 +120,4 @@ def window(opening: bool, rank: str) -> None:
             gc.callbacks.remove(_sampler.on_gc)
             _sampler.write()
     except Exception as exc:
-        sys.stderr.write(f"hpcprof: stack sampler not armed ({type(exc).__name__}: {exc})\n")
+        say(f"hpcprof: stack sampler not armed ({type(exc).__name__}: {exc})")

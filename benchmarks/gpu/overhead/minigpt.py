@@ -1,10 +1,11 @@
 """A small nanoGPT-style GPT trainer as users write it (written from PyTorch's public docs and
 nanoGPT's README): pre-norm transformer blocks, PyTorch's scaled_dot_product_attention, tied
-embeddings, DDP over the ranks the launcher started (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR),
+embeddings, DDP over the ranks the launcher started (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR;
+GPU LOCAL_RANK of those visible, cuda:0 where CUDA_VISIBLE_DEVICES names one per rank),
 bf16 autocast, fused AdamW, random tokens. Nothing in it knows hpcprof: the step hook finds its
 optimizer steps.
 
-    python3 minigpt.py [--steps 40] [--layers 6] [--width 384] [--batch 16] [--block 256]
+    python3 minigpt.py [--steps 30] [--layers 6] [--width 384] [--batch 16] [--block 256]
 """
 
 from __future__ import annotations
@@ -53,23 +54,25 @@ class GPT(nn.Module):
         for block in self.blocks:
             x = block(x)
         logits = self.head(self.ln_f(x))
-        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+        return F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    for name, default in (("steps", 40), ("layers", 6), ("width", 384), ("heads", 6), ("batch", 16),
+    for name, default in (("steps", 30), ("layers", 6), ("width", 384), ("heads", 6), ("batch", 16),
                           ("block", 256), ("vocab", 50304)):
         parser.add_argument(f"--{name}", type=int, default=default)
     args = parser.parse_args()
     local = int(os.environ.get("LOCAL_RANK", "0"))
-    torch.cuda.set_device(local)
+    # the launcher's CUDA_VISIBLE_DEVICES may leave each rank only its own GPU (then cuda:0)
+    device = local % torch.cuda.device_count()
+    torch.cuda.set_device(device)
     distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
     if distributed:
         dist.init_process_group("nccl")
     torch.manual_seed(1234 + local)
     model = GPT(args.vocab, args.block, args.layers, args.width, args.heads).cuda()
-    net = DistributedDataParallel(model, device_ids=[local]) if distributed else model
+    net = DistributedDataParallel(model, device_ids=[device]) if distributed else model
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4, fused=True)
     for step in range(args.steps):
         start = time.perf_counter()

@@ -17,9 +17,8 @@ import statistics
 import sys
 from pathlib import Path
 
-import pandas as pd
-
-from hpcprof.analysis.steps import perturbation, read_rank
+from hpcprof import catalog as c
+from hpcprof.analysis.steps import steps_tables
 from hpcprof.report.stats import mean_sd, t_quantile
 
 PHASE = {"seqpar.json": "iteration", "ddp_steps.json": "step"}
@@ -27,15 +26,13 @@ PHASE = {"seqpar.json": "iteration", "ddp_steps.json": "step"}
 
 def step_ms(run: Path) -> tuple[float | None, float | None]:
     """(the run's median step in ms, the slowdown % hpcprof states from the run's own steps or None)."""
-    files = sorted((run / "steps").glob("rank*.jsonl"))
-    if files:
-        steps = pd.DataFrame([row for path in files for row in read_rank(path)])
+    tables, _ = steps_tables(run)
+    if c.STEPS_TIMES.key in tables:
+        steps = tables[c.STEPS_TIMES.key]
         window = steps[steps["in_window"] & steps["duration_ns"].notna()]
-        reference = [row for path in sorted((run / "steps" / "reference").glob("rank*.jsonl")) for row in read_rank(path)]
-        stated = perturbation(steps.astype({"duration_ns": "Float64"}),
-                              pd.DataFrame(reference).astype({"duration_ns": "Float64"}) if reference else None)
+        stated = tables.get(c.STEPS_PERTURBATION.key)
         return (float(window["duration_ns"].astype(float).median()) / 1e6 if not window.empty else None,
-                float(stated["slowdown_pct"].max()) if not stated.empty else None)
+                float(stated["slowdown_pct"].max()) if stated is not None and not stated.empty else None)
     for name, phase in PHASE.items():
         path = run / "results" / name
         if path.is_file():
