@@ -53,6 +53,7 @@ def test_every_idle_us_has_one_cause_by_priority() -> None:
 def planted(tmp_path: Path, cause: str, ms: float = 20.0) -> tuple[Path, dict[str, object]]:
     """Run a planted program under the step hook's torch.profiler window (steps 4-9)."""
     run_dir = tmp_path / cause
+    (run_dir / "profiles").mkdir(parents=True)   # the launcher makes it; the hook does not
     env = {k: v for k, v in os.environ.items() if not k.startswith("HPCPROF_")} | {
         "PYTHONPATH": str(REPO / "hpcprof" / "inject"), "HPCPROF_STEPS": "1", "HPCPROF_RUN_DIR": str(run_dir),
         "HPCPROF_RANK": "0", "HPCPROF_STEPS_DRIVE": "1", "HPCPROF_PROFILE_TOOL": "torch", "HPCPROF_STEPS_SKIP": "3",
