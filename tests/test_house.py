@@ -154,7 +154,7 @@ Support Prefer Require Accept Reject Ignore Include Exclude Enable Disable Align
 Copy Link Unify Inline Extract Factor Lift Hoist Defer Delay Wait Retry Time Format Round Pin Bump Upgrade
 Downgrade Declare Define Describe Note Clarify Correct Reword Regenerate Generate Mend Tidy Polish Harden Shrink
 Grow Fill Free Release Kill End Finish Apply Register Expose Hide Draw Plot Place Land Ship Teach Dump Cancel
-Lead Re-base Cost Hold Compare Detect Sweep""".split())
+Lead Re-base Cost Hold Compare Detect Sweep Gather""".split())
 
 
 def git(*args: str) -> subprocess.CompletedProcess[str]:

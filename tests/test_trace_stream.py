@@ -293,7 +293,7 @@ def test_collect_decodes_a_trace_on_the_cores_the_files_leave(fixtures_dir: Path
     monkeypatch.setattr(load, "PARALLEL_MIN_BYTES", 0)
     path = fixtures_dir / "hta" / "h200_ddp_gpt2" / "rank0.pt.trace.json.gz"
     expected = collect.analyse_file(path, 0)
-    split = helpers_of_splits(monkeypatch, "TraceColumns", "CriticalPathEvents", "TraceCollectives")
+    split = helpers_of_splits(monkeypatch, "TraceColumns", "CriticalPathEvents", "TraceCollectives", "IdleEvents")
     got = collect.analyse_file(path, 0, cores=4)
     assert split == [3] and sorted(got) == sorted(expected)
     for name, table in expected.items():

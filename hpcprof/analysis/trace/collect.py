@@ -16,7 +16,7 @@ from hpcprof.analysis.idle import attribute
 from hpcprof.analysis.trace import critical_path
 from hpcprof.analysis.trace.analyses import all_analyses
 from hpcprof.analysis.trace.collectives import TraceCollectives, busbw_table
-from hpcprof.analysis.trace.idle import timeline
+from hpcprof.analysis.trace.idle import IdleEvents
 from hpcprof.analysis.trace.load import TraceColumns, TraceError, gather, helpers_of
 from hpcprof.analysis.trace.window import trace_window, window_kernels
 
@@ -27,11 +27,12 @@ def analyse_file(path: Path, rank: int, cores: int = 1) -> dict[str, pd.DataFram
     found in its kernels: trace/window.py) as `window` and `iterations`, the GPU time per kernel
     name in that window (`window_kernels`), the bus bandwidth of its collectives in that window
     (`busbw`, trace/collectives.py), its critical-path events and its idle's causes
-    (hpcprof.analysis.idle, from a second decode); on `cores` cores
+    (hpcprof.analysis.idle, trace/idle.py); on `cores` cores
     (load.gather's helpers, load.helpers_of). TraceError names a damaged file; NothingToAnalyse a
     trace without GPU events."""
     columns, path_events, collectives = TraceColumns(), critical_path.CriticalPathEvents(), TraceCollectives()
-    gather(path, columns, path_events, collectives, helpers=helpers_of(cores))
+    idle = IdleEvents()
+    gather(path, columns, path_events, collectives, idle, helpers=helpers_of(cores))
     try:
         trace = columns.trace(path, rank)
     except TraceError as exc:
@@ -48,7 +49,7 @@ def analyse_file(path: Path, rank: int, cores: int = 1) -> dict[str, pd.DataFram
         return {critical_path.EVENTS_TABLE: events}
     window, iterations = trace_window(trace)
     analysed = {key: table.frame() for key, table in all_analyses([trace]).items()}
-    causes = attribute([timeline(path, trace.rank)])
+    causes = attribute([idle.timeline(path, trace.rank)])
     return {**analysed, c.TORCH_IDLE_CAUSES.key: causes, c.TORCH_WINDOW.key: window, c.TORCH_ITERATIONS.key: iterations,
             c.TORCH_WINDOW_KERNELS.key: window_kernels(trace, window),
             c.TORCH_BUSBW.key: busbw_table(collectives, trace.rank, window, path),

@@ -8,16 +8,15 @@ its baseTimeNanoseconds (Kineto: epoch ns = baseTimeNanoseconds + ts x 1000)."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
-import msgspec
 import numpy as np
 
 from hpcprof.analysis import idle as I
-from hpcprof.analysis.trace.load import rank_from_filename
-from hpcprof.analysis.trace.schema import Ids
-from hpcprof.analysis.trace.stream import EventStream
+from hpcprof.analysis.trace.load import Gatherer, gather
+from hpcprof.analysis.trace.schema import Head, IdleEvent
 
 GPU_CATS = frozenset({"kernel", "Kernel", "gpu_memcpy", "Memcpy", "gpu_memset", "Memset"})
 HOST_CATS = frozenset({"cpu_op", "user_annotation", "cuda_runtime", "cuda_driver"})
@@ -25,32 +24,57 @@ LAUNCHES = frozenset({"cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel
                       "cudaMemsetAsync", "cudaGraphLaunch"})
 
 
-class _Head(msgspec.Struct):
-    distributedInfo: Any = None  # noqa: N815 (Kineto's key)
-    baseTimeNanoseconds: Any = None  # noqa: N815
+class Span(NamedTuple):
+    """One complete event ("X") the timeline reads: a step, a host op or a device op."""
+
+    cat: Any
+    name: str
+    ts: float
+    dur: float
+    tid: Any
 
 
-class _Event(msgspec.Struct, gc=False):
-    ph: Any = None
-    cat: Any = None
-    name: Any = None
-    ts: float | None = None
-    dur: float | None = None
-    tid: Any = None
-    args: Ids | None = None
+def _spans(events: Sequence[IdleEvent]) -> list[Span]:
+    """The steps, host ops and device ops of one batch (IdleEvents.part)."""
+    return [Span(e.cat, e.name, e.ts, e.dur, e.tid) for e in events
+            if e.ph == "X" and e.ts is not None and e.dur is not None and e.dur == e.dur and isinstance(e.name, str)
+            and (e.cat in HOST_CATS or e.cat in GPU_CATS or e.name.startswith("ProfilerStep#"))]
+
+
+class IdleEvents(Gatherer):
+    """The events the idle attribution's timeline is made of, gathered batch by batch (a Gatherer,
+    beside the analyses' in collect's one decode), and the trace's baseTimeNanoseconds."""
+
+    part = staticmethod(_spans)
+    event = IdleEvent
+
+    def reset(self) -> None:
+        self.events: list[Span] = []
+        self.base: Any = None
+
+    def merge(self, part: list[Span]) -> None:
+        self.events += part
+
+    def head(self, head: Head) -> None:
+        self.base = head.baseTimeNanoseconds
+
+    def timeline(self, path: Path, rank: int, samples_dir: Path | None = None) -> I.Timeline:
+        """The timeline of the events gathered from `path`, rank `rank`'s trace (samples_dir as timeline's)."""
+        return _timeline(self.events, self.base, Path(path), rank, samples_dir)
 
 
 def timeline(path: Path, rank: int | None = None, samples_dir: Path | None = None) -> I.Timeline:
-    """The idle attribution's timeline of one rank's trace; `samples_dir`: the folder of the stack
-    sampler's rank<N>.jsonl (default: find_samples, the run's samples/ above the trace)."""
-    stream = EventStream(path, _Head, _Event)
-    events = [e for batch in stream for e in batch
-              if e.ph == "X" and e.ts is not None and e.dur is not None and isinstance(e.name, str)]
-    head = stream.head
-    info = head.distributedInfo
-    if rank is None:
-        rank = info["rank"] if isinstance(info, dict) and isinstance(info.get("rank"), int) else \
-            (rank_from_filename(path) or 0)
+    """The idle attribution's timeline of one rank's trace (a decode of its own: IdleEvents);
+    `rank`: default the trace's (distributedInfo, else its file name, else 0); `samples_dir`: the
+    folder of the stack sampler's rank<N>.jsonl (default: find_samples, the run's samples/ above
+    the trace)."""
+    events = IdleEvents()
+    found = gather(path, events)
+    return events.timeline(path, (found or 0) if rank is None else rank, samples_dir)
+
+
+def _timeline(events: list[Span], base: Any, path: Path, rank: int, samples_dir: Path | None) -> I.Timeline:
+    """The timeline of a trace's spans (file order) and baseTimeNanoseconds (IdleEvents.timeline)."""
     steps = sorted((e for e in events if e.name.startswith("ProfilerStep#")), key=lambda e: e.ts or 0.0)[:-1]
     main = steps[0].tid if steps else None
     host = [e for e in events if e.cat in HOST_CATS and e.tid == main]
@@ -95,9 +119,8 @@ def timeline(path: Path, rank: int | None = None, samples_dir: Path | None = Non
               np.array([(e.ts or 0.0) + (e.dur or 0.0) for e in steps], dtype=np.float64))
     t = I.Timeline(rank=rank, steps=window, busy=busy, host=host_map, sync_ops=sync_ops)
     t.evidence = _evidence(window, gpu, start, end, names, blocking, len(loader))
-    base = head.baseTimeNanoseconds
     if isinstance(base, int | float):
-        found = samples_dir / f"rank{rank}.jsonl" if samples_dir else I.find_samples(Path(path), rank)
+        found = samples_dir / f"rank{rank}.jsonl" if samples_dir else I.find_samples(path, rank)
         I.add_samples(t, found if found and found.is_file() else None, float(base))
     return t
 
@@ -114,7 +137,7 @@ def _issuing(start: np.ndarray, end: np.ndarray, cats: list[str], names: list[st
     return s[first], np.maximum.reduceat(e, first)
 
 
-def _evidence(window: I.Intervals, gpu: list[_Event], start: np.ndarray, end: np.ndarray, names: list[str],
+def _evidence(window: I.Intervals, gpu: list[Span], start: np.ndarray, end: np.ndarray, names: list[str],
               blocking: list[int], loader_calls: int) -> dict[str, str]:
     """What each cause's detail says: counts per step and the launch-bound comparison."""
     steps = max(len(window[0]), 1)

@@ -1,14 +1,13 @@
 """Load torch.profiler (Kineto) traces, one file per rank, into the columns HTA's analyses read.
 
-A trace is decoded once, streaming (trace/stream.py: batches of about 1 MB of JSON, gzip inflated
-on the fly), with msgspec against a schema that names only the fields read (trace/schema.py:
-`LoadEvent`'s `ts, dur, cat, name, args.stream, args.correlation` for the analyses; `Event` adds the
-NCCL kernels' process group and sequence number and the collectives' sizes for the critical path
-and trace/collectives.py, when decoded in the same pass), so the other fields are skipped without
-being built as Python objects and the whole JSON is never in memory: a batch's events are reduced to columns before the
-next is decoded. Only the events the analyses need are kept: GPU events (`stream` set), CPU
-events with a correlation id (CUDA runtime/driver calls) and the `ProfilerStep#N` annotations
-(48 bytes each).
+A trace is decoded once, streaming (trace/stream.py: batches of about 1 MB of JSON, gzip inflated on the fly), with
+msgspec against a schema that names only the fields read (trace/schema.py: `LoadEvent`'s `ts, dur, cat, name,
+args.stream, args.correlation` for the analyses; `Event` adds the events' phase and thread for the idle attribution,
+the NCCL kernels' process group and sequence number and the collectives' sizes for the critical path and
+trace/collectives.py, when decoded in the same pass), so the other fields are skipped without being built as Python
+objects and the whole JSON is never in memory: a batch's events are reduced to columns before the next is decoded.
+Only the events the analyses need are kept: GPU events (`stream` set), CPU events with a correlation id (CUDA
+runtime/driver calls) and the `ProfilerStep#N` annotations (48 bytes each).
 
 Semantics follow HTA 0.5.0's parser (`hta.common.trace_parser`, `hta.common.trace`):
 
@@ -147,24 +146,25 @@ def peek_rank(path: Path) -> int | None:
     return _rank_from(stream.head.distributedInfo, path)
 
 
-def scan_trace(path: Path, *consumers: Callable[[list[Any]], None],
-               batch_bytes: int = BATCH_BYTES, event: type[LoadEvent] = Event) -> int | None:
-    """Decode the trace once, streaming, into `event` Structs: each batch of its events (file order)
-    goes to every consumer in turn; returns the rank of the trace's distributedInfo, else of its
-    file name."""
+def scan_trace(path: Path, *consumers: Callable[[list[Any]], None], batch_bytes: int = BATCH_BYTES,
+               event: type[LoadEvent] = Event, heads: Iterable[Callable[[Head], None]] = ()) -> int | None:
+    """Decode the trace once, streaming, into `event` Structs: each batch of its events (file order) goes to every
+    consumer in turn, then its other members to each of `heads`; returns the rank of its distributedInfo, else name."""
     stream = EventStream(path, Head, event, batch_bytes)
     for batch in stream:
         for consume in consumers:
             consume(batch)
+    for keep in heads:
+        keep(stream.head)
     return _rank_from(stream.head.distributedInfo, path)
 
 
 class Gatherer:
-    """What one decode of a trace gathers, batch by batch: `part` reduces a batch of events to what
-    `merge` keeps (a static method, so that scan_split's helper processes can run it: its result is
-    sent back), `merge` keeps it (the batches in file order); `add` is both, a scan_trace consumer.
-    `reset` empties it (a split decode that failed is done again in order), and makes it. `event`:
-    the Struct of the fields `part` reads."""
+    """What one decode of a trace gathers, batch by batch: `part` reduces a batch of events to what `merge` keeps (a
+    static method, so that scan_split's helper processes can run it: its result is sent back), `merge` keeps it (the
+    batches in file order); `add` is both, a scan_trace consumer; `head` keeps what the trace's other members say.
+    `reset` empties it (a split decode that failed is done again in order), and makes it. `event`: the Struct of
+    the fields `part` reads."""
 
     event: type[LoadEvent] = Event
 
@@ -185,6 +185,9 @@ class Gatherer:
         """Keep what one batch holds (in file order)."""
         self.merge(self.part(events))
 
+    def head(self, head: Head) -> None:
+        """Given the trace's other members after its events (kept only where a gatherer needs them)."""
+
 
 def gather(path: Path, *gatherers: Gatherer, helpers: int = 1) -> int | None:
     """Decode the trace once into every gatherer, as scan_trace; with `helpers` > 1, a file of
@@ -197,7 +200,8 @@ def gather(path: Path, *gatherers: Gatherer, helpers: int = 1) -> int | None:
         except SplitFailed:
             for gatherer in gatherers:
                 gatherer.reset()
-    return scan_trace(path, *(g.add for g in gatherers), event=_event_of([type(g) for g in gatherers]))
+    return scan_trace(path, *(g.add for g in gatherers), event=_event_of([type(g) for g in gatherers]),
+                      heads=[g.head for g in gatherers])
 
 
 def _event_of(kinds: Iterable[type[Gatherer]]) -> type[LoadEvent]:
@@ -296,12 +300,11 @@ class SplitFailed(Exception):
 
 
 def scan_split(path: Path, gatherers: Sequence[Gatherer], helpers: int) -> int | None:
-    """scan_trace(path, *(g.add for g in gatherers)) with the batches decoded by `helpers`
-    processes: this one inflates the file and cuts its text at candidate event boundaries
-    (EventStream.texts), the helpers decode each batch to each gatherer's part (decode_batch), and
-    the parts are merged here in file order, at most 2 x `helpers` batches in flight (memory stays
-    flat in the file's size). Returns the trace's rank, as scan_trace. SplitFailed when a batch
-    does not decode (a cut inside a string, which misplaces the later cuts too, or a damaged file:
+    """scan_trace(path, *(g.add for g in gatherers)) with the batches decoded by `helpers` processes: this one
+    inflates the file and cuts its text at candidate event boundaries (EventStream.texts), the helpers decode each
+    batch to each gatherer's part (decode_batch), and the parts are merged here in file order, at most 2 x `helpers`
+    batches in flight (memory stays flat in the file's size). Returns the trace's rank, as scan_trace. SplitFailed
+    when a batch does not decode (a cut inside a string, which misplaces the later cuts too, or a damaged file:
     scan_trace then says which), a helper died or none could start."""
     global _SHARED
     kinds = [type(g) for g in gatherers]
@@ -342,6 +345,8 @@ def scan_split(path: Path, gatherers: Sequence[Gatherer], helpers: int) -> int |
         if _SHARED is not None:
             _SHARED.close()
             _SHARED = None
+    for gatherer in gatherers:
+        gatherer.head(stream.head)
     return _rank_from(stream.head.distributedInfo, path)
 
 

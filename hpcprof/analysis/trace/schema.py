@@ -43,16 +43,25 @@ class LoadEvent(msgspec.Struct, gc=False):
     args: Ids | None = None
 
 
-class Event(LoadEvent, gc=False):
-    """The fields of a trace event that the analyses, the critical path and the collectives read."""
+class IdleEvent(LoadEvent, gc=False):
+    """And those the idle attribution reads (trace/idle.py): the event's phase and thread."""
+
+    ph: Any = None
+    tid: Any = None
+
+
+class Event(IdleEvent, gc=False):
+    """The fields of a trace event that the analyses, the idle attribution, the critical path and
+    the collectives read."""
 
     args: Args | None = None
 
 
 class Head(msgspec.Struct):
-    """The trace's member other than its events that is read."""
+    """The trace's members other than its events that are read."""
 
     distributedInfo: Any = None  # noqa: N815 (Kineto's key)
+    baseTimeNanoseconds: Any = None  # noqa: N815 (the idle attribution's, trace/idle.py)
 
 
 class NoFields(msgspec.Struct):
