@@ -65,11 +65,13 @@ def test_collect_tables_equal_those_of_the_pandas_route(fixtures_dir: Path) -> N
     """Every table of every usable fixture export is the one 5481a9c wrote (31 exports, 16-18 tables
     each). Echo's two minimal exports, whose tables lack globalPid and globalTid, are usable since
     those columns are read as NULL (as NVTX's optional ones are): 5481a9c stopped on them; the DDP
-    exports with NCCL's payloads (nsys/ddp_blobs) and the busbw table (ADDED_SINCE) came after it."""
+    exports with NCCL's payloads (nsys/ddp_blobs), the idle attribution's planted programs (idle_gpu) and
+    the busbw table (ADDED_SINCE) came after it."""
     golden = json.loads(GOLDEN.read_text())
     got = collected(fixtures_dir)
+    idle = [f"idle_gpu/nsys-{cause}/profiles/rank0.sqlite" for cause in ("control", "input", "launch", "sync")]
     assert len(golden) == 31 and sorted(set(got) - set(golden)) == ["echo/quirks/ws1.sqlite", "echo/quirks/ws2.sqlite",
-                                                                     "nsys/ddp_blobs/rank0.sqlite",
+                                                                     *idle, "nsys/ddp_blobs/rank0.sqlite",
                                                                      "nsys/ddp_blobs/rank1.sqlite"]
     for export, tables in golden.items():
         mine = {name: digest for name, digest in got[export].items() if name not in ADDED_SINCE}

@@ -13,7 +13,9 @@ from pathlib import Path
 
 from test_layers import ROOT, imports, module_name
 
-DOCS = ROOT.parent / "docs" / "developer"
+#: the checkout (the docs and site configs are not installed with the package that ROOT is)
+REPO = Path(__file__).resolve().parents[1]
+DOCS = REPO / "docs" / "developer"
 #: a line of extending.md's count: `- LABEL (`OWN`, ...), N files: `FILE`, ...` (paths under hpcprof/)
 COUNT_LINE = re.compile(r"^\s*- (?P<label>[^(]+?) \((?P<own>[^)]*)\), (?P<n>\d+) files?: (?P<files>.*)$")
 TICKED = re.compile(r"`([^`]+)`")
@@ -98,6 +100,6 @@ def test_metrics_are_declared_in_the_catalog_only() -> None:
 
 def test_a_site_is_its_file_only() -> None:
     """No module of hpcprof/ names a shipped site's file: a new site is one YAML file in site_configs/."""
-    sites = [p.name for p in (ROOT.parent / "site_configs").glob("*.yaml")]
+    sites = [p.name for p in (REPO / "site_configs").glob("*.yaml")]
     assert sites
     assert [p for p in ROOT.rglob("*.py") if any(site in p.read_text() for site in sites)] == []

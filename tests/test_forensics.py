@@ -295,6 +295,17 @@ def test_the_start_up_hook_records_an_exception_and_a_fatal_signal(tmp_path: Pat
     assert where(blocks[-1].frames).function == "step"
 
 
+def test_a_stacks_block_whose_threads_show_no_frame_is_read() -> None:
+    """A dump whose threads all show `<no Python frame>` (none of them the crashing one) gives a
+    block without frames, not an IndexError."""
+    from hpcprof.analysis.forensics.ranks import parse_stacks
+
+    text = ("Fatal Python error: Segmentation fault\n\nThread 0x00007f01 (most recent call first):\n"
+            "  <no Python frame>\n\nThread 0x00007f02 (most recent call first):\n  <no Python frame>\n")
+    _, blocks = parse_stacks(text)
+    assert [(b.kind, b.reason, b.frames) for b in blocks] == [("fatal", "Segmentation fault", [])]
+
+
 def test_rank_lists_and_error_lines() -> None:
     from hpcprof.analysis.forensics.ranks import error_line, launcher_exits
     from hpcprof.analysis.forensics.verdict import rank_list, short_error

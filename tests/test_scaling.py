@@ -48,7 +48,7 @@ def test_cpu_sweep_gives_efficiency_per_point_and_names_the_late_rank(tmp_path: 
     step = dict(zip(compared["world_size"], compared["iteration.mean [ms]"], strict=True))
     for world, eff in rows.items():
         assert eff == pytest.approx(100 * step[1] / step[world], rel=5e-3)      # 3 significant digits
-    found = re.search(r"4 ranks, step .*?rank (\d) is late in (\d+) of (\d+) steps: it delays a step by ([\d.]+) ms",
+    found = re.search(r"4 ranks against .*?rank (\d) is late in (\d+) of (\d+) steps: it delays a step by ([\d.]+) ms",
                       " ".join(table.split()))
     assert found is not None, table
     rank, late, steps, cost = int(found.group(1)), int(found.group(2)), int(found.group(3)), float(found.group(4))
@@ -94,10 +94,11 @@ def test_fsdp2_on_two_gloo_ranks_all_gathers_and_reduce_scatters(tmp_path: Path)
 
 def test_the_sentences_say_both_efficiencies_where_the_mode_is_not_stated() -> None:
     row = {"group": "all", "point": "ranks=4", "reference": "ranks=1", "world_size": 4, "time_ms": 20.0,
+           "speedup": 0.5, "ideal": 4.0,
            "mode": NOT_STATED, "efficiency_pct": 12.5, "efficiency_weak_pct": 50.0, "efficiency_strong_pct": 12.5,
            "lost_ms": 10.0, "late_ms": 6.0, "transfer_ms": 3.0, "transfer_by_collective": "AllReduce 3 ms",
            "other_ms": 1.0, "straggler": "rank 3 is late in 6 of 6 steps"}
     [said] = sentences(pd.DataFrame([row, row | {"point": "ranks=1", "world_size": 1}]).iloc[[0]])
-    assert said == ("all: 4 ranks, step 20 ms against ranks=1: efficiency 50 % if weak, 12 % if strong "
-                    f"({NOT_STATED}); lost 10 ms a step (against the weak ideal): 6 ms waiting for late ranks, 3 ms collective transfer "
+    assert said == ("all: 4 ranks against ranks=1: speed-up 0.50x (ideal 4.00x), parallel efficiency 50 % if weak, "
+                    f"12 % if strong ({NOT_STATED}); step 20 ms, lost 10 ms a step (against the weak ideal): 6 ms waiting for late ranks, 3 ms collective transfer "
                     "(AllReduce 3 ms), 1 ms other. rank 3 is late in 6 of 6 steps.")

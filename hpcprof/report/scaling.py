@@ -106,18 +106,20 @@ def shown(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def sentences(df: pd.DataFrame) -> list[str]:
-    """Per point above its group's smallest world: the step, the efficiency, the lost time and where it went."""
+    """Per point above its group's smallest world: the speed-up against its ideal, the efficiency, the
+    step, the lost time and where it went."""
     out = []
     for _, row in df.iterrows():
         if row["point"] == row["reference"]:
             continue
-        eff = (f"efficiency {row['efficiency_weak_pct']:.0f} % if weak, {row['efficiency_strong_pct']:.0f} % if "
-               f"strong ({NOT_STATED})" if row["mode"] == NOT_STATED else
-               f"{row['mode']} scaling efficiency {row['efficiency_pct']:.0f} %")
+        eff = (f"{row['efficiency_weak_pct']:.0f} % if weak, {row['efficiency_strong_pct']:.0f} % if strong "
+               f"({NOT_STATED})" if row["mode"] == NOT_STATED else
+               f"{row['efficiency_pct']:.0f} % ({row['mode']} scaling)")
         against = " (against the weak ideal)" if row["mode"] == NOT_STATED else ""
         split = (f"lost {row['lost_ms']:.3g} ms a step{against}: {row['late_ms']:.3g} ms waiting for late ranks, "
                  f"{row['transfer_ms']:.3g} ms collective transfer ({row['transfer_by_collective'] or 'none'}), "
                  f"{row['other_ms']:.3g} ms other")
-        out.append(f"{row['group']}: {row['world_size']} ranks, step {row['time_ms']:.3g} ms against "
-                   f"{row['reference']}: {eff}; {split}. {row['straggler']}.".replace("..", "."))
+        out.append(f"{row['group']}: {row['world_size']} ranks against {row['reference']}: speed-up "
+                   f"{row['speedup']:.2f}x (ideal {row['ideal']:.2f}x), parallel efficiency {eff}; step "
+                   f"{row['time_ms']:.3g} ms, {split}. {row['straggler']}.".replace("..", "."))
     return out

@@ -99,7 +99,8 @@ def parse_stacks(text: str) -> tuple[dict[str, Any], list[StackBlock]]:
             own = [t for t in threads if t[2] and not any(HOOK.search(f.file) for f in t[2])] or threads
             chosen = next((t for t in threads if main_id and t[0].lower() == main_id.lower()), None) \
                 or next((t for t in own if t[1]), None) \
-                or next((t for t in own if t[2][-1].function == "<module>" or t[2][-1].file.endswith("runpy.py")), own[0])
+                or next((t for t in own if t[2] and (t[2][-1].function == "<module>"
+                                                     or t[2][-1].file.endswith("runpy.py"))), own[0])
             blocks[-1].frames = chosen[2]
 
     for line in text.splitlines():
