@@ -252,7 +252,10 @@ class Store:
 
     def _refused(self, context: Any) -> None:
         """Every error of the database once the store is open, as one line naming the store (a store
-        of another user, a full disk, a lock held too long): never a driver's traceback."""
+        of another user, a full disk, a lock held too long): never a driver's traceback. An interrupt
+        (Ctrl-C, SystemExit) that reaches the driver is left to propagate: it is not the store's error."""
+        if not isinstance(context.original_exception, Exception):
+            return
         shown = self.engine.url.render_as_string(hide_password=True)
         message = _one_line(context.original_exception)
         path = sqlite_file(self.engine)
