@@ -285,12 +285,14 @@ def test_the_start_up_hook_records_an_exception_and_a_fatal_signal(tmp_path: Pat
     record = json.loads((tmp_path / "forensics" / "exception_rank3.json").read_text())
     assert (record["type"], record["message"], record["frames"][-1][2]) == ("KeyError", "'batch 7'", "load")
     assert (tmp_path / "forensics" / "dump.request").read_text().startswith("exception on rank 3\n")
+    # another run directory: the first program's dump request would make this one's watcher dump too
+    (crash := tmp_path / "crash").mkdir()
     crashed = subprocess.run([sys.executable, "-c", "import os, signal\ndef step():\n    os.kill(os.getpid(), "
-                              "signal.SIGSEGV)\nstep()"], env=hook_env(tmp_path, inject), capture_output=True, text=True)
+                              "signal.SIGSEGV)\nstep()"], env=hook_env(crash, inject), capture_output=True, text=True)
     assert crashed.returncode == -11
     from hpcprof.analysis.forensics.ranks import parse_stacks, where
 
-    process, blocks = parse_stacks((tmp_path / "forensics" / "stacks_rank3.txt").read_text())
+    process, blocks = parse_stacks((crash / "forensics" / "stacks_rank3.txt").read_text())
     assert process["pid"] > 0 and blocks[-1].kind == "fatal" and blocks[-1].reason == "Segmentation fault"
     assert where(blocks[-1].frames).function == "step"
 
