@@ -9,14 +9,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SHARED="${HPCPROF_SHARED:-$(cd .. && pwd)/shared}"
-TIER=()
+FAST=0
 if [ "${1:-}" = --fast ]; then
-  TIER=(-m "not slow")
+  FAST=1
   shift
 fi
 # Root starts and installs the test services, for the full suite alone (the fast tier uses none).
 SERVICES=0
-if [ "$(id -u)" = 0 ] && [ ${#TIER[@]} = 0 ]; then SERVICES=1; fi
+if [ "$(id -u)" = 0 ] && [ "$FAST" = 0 ]; then SERVICES=1; fi
 
 python3 -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
@@ -59,8 +59,18 @@ fi
 # Three workers by default (HPCPROF_WORKERS): on 2 cores part of the suite waits on schedulers and subprocesses;
 # tests/conftest.py's groups keep a shared server's tests in one worker and start the longest groups first
 # (--no-loadscope-reorder keeps that order).
+# The tests marked `quiet` compare the step times of runs, which the other tests' load would move by
+# tens of %: they run after the rest, one at a time (the fast tier has none: they are slow too).
 DURATIONS="${HPCPROF_DURATIONS:-test-durations.txt}"
+MARKS="not quiet"
+if [ "$FAST" = 1 ]; then MARKS="not slow and not quiet"; fi
 set +e
-.venv/bin/pytest -q -p no:cacheprovider -n "${HPCPROF_WORKERS:-3}" --dist loadgroup --no-loadscope-reorder --durations=25 "${TIER[@]}" "$@" | tee "$DURATIONS"
+.venv/bin/pytest -q -p no:cacheprovider -n "${HPCPROF_WORKERS:-3}" --dist loadgroup --no-loadscope-reorder --durations=25 -m "$MARKS" "$@" | tee "$DURATIONS"
 status=${PIPESTATUS[0]}
+if [ "$FAST" = 0 ]; then
+  .venv/bin/pytest -q -p no:cacheprovider --durations=25 -m quiet "$@" | tee -a "$DURATIONS"
+  quiet=${PIPESTATUS[0]}
+  # 5: no test selected (arguments that name none of them)
+  if [ "$status" = 0 ] && [ "$quiet" != 5 ]; then status=$quiet; fi
+fi
 exit "$status"

@@ -308,6 +308,23 @@ def test_a_stacks_block_whose_threads_show_no_frame_is_read() -> None:
     assert [(b.kind, b.reason, b.frames) for b in blocks] == [("fatal", "Segmentation fault", [])]
 
 
+def test_a_thread_not_yet_run_does_not_split_a_fatal_dump() -> None:
+    """A thread started just before the crash and not yet run shows its creator's ident without a
+    frame (Python 3.11's faulthandler, seen with the hook's watcher under load): the dump stays one
+    fatal block whose frames are the crashing thread's; a later dump that repeats a thread with
+    frames is a block of its own."""
+    from hpcprof.analysis.forensics.ranks import parse_stacks
+
+    fatal = ("Fatal Python error: Segmentation fault\n\nThread 0x00007ffad0be4b80 (most recent call first):\n"
+             "  <no Python frame>\n\nCurrent thread 0x00007ffad0be4b80 (most recent call first):\n"
+             '  File "<string>", line 3 in step\n  File "<string>", line 4 in <module>\n')
+    _, blocks = parse_stacks(fatal)
+    assert [(b.kind, [f.function for f in b.frames]) for b in blocks] == [("fatal", ["step", "<module>"])]
+    signal = ('Current thread 0x00007ffad0be4b80 (most recent call first):\n  File "t.py", line 9 in wait\n\n')
+    _, blocks = parse_stacks(signal + signal)
+    assert [(b.kind, [f.function for f in b.frames]) for b in blocks] == [("signal", ["wait"])] * 2
+
+
 def test_rank_lists_and_error_lines() -> None:
     from hpcprof.analysis.forensics.ranks import error_line, launcher_exits
     from hpcprof.analysis.forensics.verdict import rank_list, short_error

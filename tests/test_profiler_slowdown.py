@@ -9,7 +9,6 @@ stated slowdown must be within 50 % of the one a separate unprofiled run gives, 
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -250,6 +249,7 @@ def runs_by(cwd: Path, experiment: str, key: str) -> dict[str, Path]:
 
 
 @pytest.mark.slow     # real multi-rank jobs (the developer tier leaves them to the full suite)
+@pytest.mark.quiet    # it compares step times of two runs: tests/run.sh runs it alone, after the rest
 def test_the_stated_slowdown_is_the_truth_and_the_gate_fails_a_slower_program(tmp_path: Path) -> None:
     """The small-ops trainer under torch.profiler alone states its slowdown from its own unprofiled
     steps; a separate unprofiled run of the same program gives the truth (its window steps' median
@@ -275,10 +275,10 @@ def test_the_stated_slowdown_is_the_truth_and_the_gate_fails_a_slower_program(tm
     apart = 100 * (headline(traced)["iteration.median"] / headline(plain)["iteration.median"] - 1)
     print(f"truth {truth:.1f} %, stated {stated:.1f} % (against the sweep's unprofiled run: {apart:.1f} %)")
     assert truth > 20, truth                   # thousands of small operations: the profiler's cost is large
-    # the accuracy is compared last, and only where the machine has a core per busy process: on a
-    # loaded 2-core machine the two runs' steps move by tens of % with the load, whatever the profiler
-    # does (benchmarks/results/profiler_slowdown_cpu.txt)
-    quiet = os.getloadavg()[0] <= (os.cpu_count() or 1)
+    # the accuracy holds on a machine with a core per busy process: beside other tests on a 2-core
+    # machine the two runs' steps move by tens of % with the load, whatever the profiler does
+    # (benchmarks/results/profiler_slowdown_cpu.txt), hence the `quiet` mark
+    assert abs(stated - truth) <= 0.5 * truth, (stated, truth)
     assert c.PROFILER_SLOWDOWN.name not in headline(plain)
     # the reference ran first, unprofiled, ended by the hook after its window; the run's own steps are the baseline
     for rank in (0, 1):
@@ -307,10 +307,6 @@ def test_the_stated_slowdown_is_the_truth_and_the_gate_fails_a_slower_program(tm
     passed = hpcprof("compare", fast.name, slower.name, "--baseline", fast.name, "--fail-if-slower", "500",
                      cwd=tmp_path, check=False)
     assert passed.returncode == 0, passed.stderr
-    if not quiet:
-        pytest.skip(f"stated {stated:.1f} % against a truth of {truth:.1f} %: not compared at a load average of "
-                    f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
-    assert abs(stated - truth) <= 0.5 * truth, (stated, truth)
 
 
 @pytest.mark.slow     # a real multi-rank job

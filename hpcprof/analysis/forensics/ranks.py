@@ -115,12 +115,18 @@ def parse_stacks(text: str) -> tuple[dict[str, Any], list[StackBlock]]:
             threads, main_id = [], ""
             blocks.append(StackBlock("fatal", None, line.removeprefix("Fatal Python error: ").strip(), []))
         elif match := _THREAD.match(line):
-            ident = match[2] or ""
-            if not blocks or any(t[0] == ident for t in threads):  # a dump lists each thread once
+            ident, current = match[2] or "", match[1] == "Current thread" or match[1] is None
+            earlier = next((t for t in threads if t[0] == ident), None)
+            # a dump lists each thread once; but a thread started and not yet run carries its creator's
+            # ident (Python 3.11), without a frame, before the creator's own entry as the current thread
+            unstarted = earlier is not None and not earlier[2] and current
+            if unstarted:
+                threads.remove(earlier)
+            elif not blocks or earlier:
                 close()
                 threads, main_id = [], ""
                 blocks.append(StackBlock("signal", None, "SIGUSR1", []))
-            threads.append((ident, match[1] == "Current thread" or match[1] is None, []))
+            threads.append((ident, current, []))
         elif (match := _FRAME.match(line)) and threads:
             threads[-1][2].append(Frame(match[1], int(match[2]), match[3]))
     close()
