@@ -360,7 +360,8 @@ _RATE = "; the whole-iteration phase is iteration.mean"
 ITERATION_MEAN = MetricSpec("iteration.mean", "ms", COUNTED,
                             "mean over ranks of each rank's mean iteration time", _TIMING)
 ITERATION_MEDIAN = MetricSpec("iteration.median", "ms", COUNTED,
-                              "median of every counted iteration time of every rank", _TIMING)
+                              "median of every counted iteration time of every rank (a capture without "
+                              "marks: of its steps found past the warm-up, each its GPU span)", _TIMING)
 ITERATION_SPREAD = MetricSpec("iteration.spread", "ms", COUNTED,
                               "the slowest rank's mean iteration time minus the fastest rank's", _TIMING)
 ITERATION_SPREAD_PCT = MetricSpec("iteration.spread_pct", "%", COUNTED,

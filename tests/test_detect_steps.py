@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 
 from hpcprof.analysis.categories import BUILTIN
-from hpcprof.analysis.detect_steps import describe, find_steps
+from hpcprof.analysis.detect_steps import MIN_STEPS, WARMUP_STEPS, describe, find_steps
 from hpcprof.analysis.nsys import distributed as dist
 from hpcprof.analysis.nsys.collect import NsysCollector, analyse_file
 from hpcprof.analysis.nsys_stats.db import Export
@@ -26,6 +26,11 @@ from hpcprof.analysis.trace.collect import analyse_file as trace_file
 from hpcprof.analysis.trace.load import load_trace
 from hpcprof.analysis.trace.window import step_iterations
 from hpcprof.results import write_table
+
+
+def warmup(steps: int) -> int:
+    """The steps of `steps` found that detection leaves out as warm-up."""
+    return min(WARMUP_STEPS, steps - MIN_STEPS)
 
 
 def strip_profiler_steps(source: Path, dest: Path) -> Path:
@@ -59,7 +64,8 @@ def strip_nvtx(source: Path, dest: Path) -> Path:
 def test_kineto_steps_are_the_profiler_steps(fixtures_dir: Path, tmp_path: Path, trace: str, label: str,
                                             steps: int) -> None:
     """Every ProfilerStep of the original (the last one included) is found, each within 1 µs (the
-    trace's resolution; the ns-resolution trace is rounded to whole µs either way) at both ends:
+    trace's resolution; the ns-resolution trace is rounded to whole µs either way) at both ends,
+    and those past the warm-up kept, numbered from the first found:
     a CNN trained with a foreach optimizer, a DDP trainer (NCCL), a loop without optimizer, a
     GPT-2 DDP trainer (bf16, fused AdamW, gradient clipping)."""
     source = fixtures_dir / "hta" / trace
@@ -67,8 +73,10 @@ def test_kineto_steps_are_the_profiler_steps(fixtures_dir: Path, tmp_path: Path,
     marked = step_iterations(original)[["start_us", "end_us"]].to_numpy() + original.origin
     tables = trace_file(strip_profiler_steps(source, tmp_path / "stripped.json.gz"), 0)
     window, found = tables["window"].iloc[0], tables["iterations"]
-    assert (window["window"], window["iterations"], len(marked)) == (label, steps, steps)
-    assert np.abs(found[["start_ns", "end_ns"]].to_numpy() / 1000.0 - marked).max() <= 1.0
+    skip = warmup(steps)
+    assert (window["window"], window["iterations"], len(marked)) == (label, steps - skip, steps)
+    assert found["iteration"].tolist() == list(range(skip, steps))
+    assert np.abs(found[["start_ns", "end_ns"]].to_numpy() / 1000.0 - marked[skip:]).max() <= 1.0
     assert (found["busy_ns"] + found["idle_ns"] == found["gpu_ns"]).all()
     assert set(tables["window_kernels"]["window"]) == {label}
 
@@ -83,13 +91,14 @@ NSYS = [("gpu/run1/nsys/seqpar_float32_p2_rank0.sqlite", "iteration", 120),
 def test_gpt2_steps_agree_with_the_trainers_own_times(fixtures_dir: Path, tmp_path: Path) -> None:
     """The GPT-2 trainer's steps found without marks last what the trainer itself timed (from its
     batch to a CUDA synchronize: tests/fixtures/hta/h200_ddp_gpt2_bf16/steps.json) within 1 %
-    (GPU time of steps 5-9: 41-53 ms)."""
+    (GPU time of the active steps past the warm-up left out: 41-53 ms)."""
     trainer = fixtures_dir / "hta" / "h200_ddp_gpt2_bf16"
     own = json.loads((trainer / "steps.json").read_text())
     for rank in (0, 1):
         tables = trace_file(strip_profiler_steps(trainer / f"rank{rank}.pt.trace.json.gz", tmp_path / f"{rank}.json.gz"),
                             rank)
-        timed = np.array(own["step_ms"][rank][own["wait"] + own["warmup"]:])
+        active = own["step_ms"][rank][own["wait"] + own["warmup"]:]
+        timed = np.array(active[warmup(len(active)):])
         assert np.abs(tables["iterations"]["gpu_ns"].to_numpy() / 1e6 / timed - 1).max() < 0.01
 
 
@@ -111,7 +120,8 @@ def test_nsys_steps_are_the_marked_iterations(fixtures_dir: Path, tmp_path: Path
     short holds 2 of 4, and is no step), and equal to the ns, but for the first iteration's start:
     its range also holds the GPU operations NCCL launches at its first call (memsets, memcpys before
     the first kernel, 0.15-0.3 s earlier), which the found step (from its first kernel) leaves out.
-    Kernels between iterations (a barrier after the warm-up, the teardown) belong to no step."""
+    Kernels between iterations (a barrier after the warm-up, the teardown) belong to no step; the
+    first (up to WARMUP_STEPS, leaving MIN_STEPS) are left out as warm-up."""
     source = fixtures_dir / export
     with Export(source) as db:
         act = dist.load_activity([db], {str(source): 0})
@@ -122,12 +132,14 @@ def test_nsys_steps_are_the_marked_iterations(fixtures_dir: Path, tmp_path: Path
     marked = marked[marked["kernels"] == marked["kernels"].median()]
     tables = analyse_file(strip_nvtx(source, tmp_path / "rank0.sqlite"), 0)
     window, found = tables["window"].iloc[0], tables["iterations"]
-    assert (window["window"], window["iterations"], len(marked)) == ("detected:sequence", steps, steps)
-    assert found["end_ns"].tolist() == marked["proj_end"].tolist()
-    assert found["start_ns"].tolist()[1:] == marked["proj_start"].tolist()[1:]
-    first = marked["proj_start"].iloc[0]
+    skip = warmup(steps)
+    assert (window["window"], window["iterations"], len(marked)) == ("detected:sequence", steps - skip, steps)
+    assert found["iteration"].tolist() == list(range(skip, steps))
+    assert found["end_ns"].tolist() == marked["proj_end"].tolist()[skip:]
+    assert found["start_ns"].tolist()[1:] == marked["proj_start"].tolist()[skip + 1:]
+    first = marked["proj_start"].iloc[skip]
     if found["start_ns"].iloc[0] != first:          # only where NCCL's set-up opens the first range
-        assert found["start_ns"].iloc[0] > first and set(kinds[op_start == first]) <= {"memcpy", "memset"}
+        assert skip == 0 and found["start_ns"].iloc[0] > first and set(kinds[op_start == first]) <= {"memcpy", "memset"}
 
 
 @pytest.mark.parametrize("export, reason", [
@@ -170,9 +182,15 @@ def test_collect_says_how_the_window_was_found(fixtures_dir: Path, tmp_path: Pat
     NsysCollector().reduce(lambda name: pd.concat([p[name] for p in parts], ignore_index=True), lines.append)
     cv = max(100 * p["iterations"]["gpu_ns"].std() / p["iterations"]["gpu_ns"].mean() for p in parts)
     assert [line for line in lines if line.startswith("window:")] == [
-        f"window: detected: kernel sequence period, 5 steps, CV {cv:.1f} % (ranks 0-1)"]
+        f"window: detected: kernel sequence period, 3 steps after 2 of warm-up, CV {cv:.1f} % (ranks 0-1)"]
     metrics = {m: v for m, v, _ in nsys_metrics(tables_of(run))}
-    assert metrics["window.detected"] == 1 and metrics["window.iterations"] == 5 and metrics["window.step_cv"] > 0
+    assert metrics["window.detected"] == 1 and metrics["window.iterations"] == 3 and metrics["window.step_cv"] > 0
+    # the steps' time over the steps kept, and the window (of idle_pct, the GPU time...) theirs: past the warm-up
+    found = pd.concat([p["iterations"] for p in parts])
+    assert metrics["iteration.median"] == pytest.approx(found["gpu_ns"].median() / 1e6)
+    window = pd.concat([p["window"] for p in parts])
+    assert window["start_ns"].tolist() == found.groupby("rank")["start_ns"].min().tolist()
+    assert window["end_ns"].tolist() == found.groupby("rank")["end_ns"].max().tolist() and "idle_pct" in metrics
 
 
 def test_torch_headline_over_the_detected_window(fixtures_dir: Path, tmp_path: Path) -> None:
@@ -203,11 +221,13 @@ def test_find_steps_on_kernel_names() -> None:
     names = np.array(["init"] * 5 + step * 3 + evaluation + step * 2, dtype=object)
     found = find_steps(names, BUILTIN)
     assert not isinstance(found, str) and found.method == "optimizer"
-    assert (found.stops - found.starts).tolist() == [len(step)] * 5 and found.starts[0] == 5
-    assert found.starts[3] == 5 + 3 * len(step) + len(evaluation)
+    assert found.first == 2                         # 5 found: 2 left out as warm-up, MIN_STEPS kept
+    assert (found.stops - found.starts).tolist() == [len(step)] * 3 and found.starts[0] == 5 + 2 * len(step)
+    assert found.starts[1] == 5 + 3 * len(step) + len(evaluation)
     layers = np.array((fwd * 12 + bwd * 12) * 2, dtype=object)
     assert find_steps(layers, BUILTIN).startswith("backward kernels but no optimizer kernels")  # type: ignore[union-attr]
     assert describe(found.label, 5, 2.04) == "detected: optimizer kernel period, 5 steps, CV 2.0 %"
+    assert describe(found.label, 30, None, 5) == "detected: optimizer kernel period, 30 steps after 5 of warm-up"
     assert describe("capture", 0) == "capture (no marks; no clear period)"
 
 

@@ -13,6 +13,12 @@ the iterations read from one rank's kernels in launch order, or the reason none 
   occurrence, or P kernels later where that is farther by more than a tenth of P (kernels
   between iterations: a barrier, the teardown).
 
+The first steps found are the program's warm-up (compilation, autotuning, the communicators' set-up,
+the allocator's growth), which the start-up hook leaves out of its window: as many as its default
+`profile.window.skip_steps` are left out here too, fewer where that would leave under MIN_STEPS; the
+steps kept are numbered from the capture's first step found (0), so the first kept one's number is
+the count left out.
+
 A step is kept when its kernels (names and counts) are at least SIMILAR to those of the typical
 step (the one of median length); at least MIN_STEPS must be kept. Refused: too few kernels, no
 repeating sequence, fewer than MIN_STEPS steps alike (by kernels, and by GPU span: within SPAN_FACTOR
@@ -33,6 +39,7 @@ import numpy as np
 
 from hpcprof.analysis.categories import Categories
 from hpcprof.analysis.nsys_stats.arrays import range_reduce
+from hpcprof.config.profile import WindowConfig
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -41,6 +48,8 @@ if TYPE_CHECKING:
     from hpcprof.results import Metric
 
 MIN_STEPS = 3
+#: the warm-up steps left out: the start-up hook's default (profile.window.skip_steps)
+WARMUP_STEPS = WindowConfig().skip_steps
 #: a step whose GPU span is more than this many times the median step's is not alike (the wait of a hang)
 SPAN_FACTOR = 2.0
 #: optimizer kernels more than this many kernels apart (or half the widest spacing, if less, but more
@@ -61,11 +70,13 @@ PREFIX = "detected:"
 
 @dataclass(frozen=True)
 class Steps:
-    """The steps found: step i holds kernels starts[i] .. stops[i] - 1 of the sequence."""
+    """The steps found past the warm-up: step i holds kernels starts[i] .. stops[i] - 1 of the
+    sequence, and is the capture's step `first` + i (the first `first` found were the warm-up)."""
 
     method: str
     starts: np.ndarray
     stops: np.ndarray
+    first: int = 0
 
     @property
     def label(self) -> str:
@@ -83,10 +94,15 @@ def find_steps(names: np.ndarray, categories: Categories) -> Steps | str:
     uniques = np.asarray(uniques, dtype=object)
     optimizer = (categories.of(uniques) == "optimizer")[codes]
     if optimizer.any():
-        return _optimizer_steps(codes, optimizer)
-    if any(BACKWARD.search(str(u)) for u in uniques.tolist()):
+        found = _optimizer_steps(codes, optimizer)
+    elif any(BACKWARD.search(str(u)) for u in uniques.tolist()):
         return "backward kernels but no optimizer kernels: a repeating unit may be a layer, not a step"
-    return _sequence_steps(codes)
+    else:
+        found = _sequence_steps(codes)
+    if isinstance(found, str):
+        return found
+    skip = min(WARMUP_STEPS, len(found.starts) - MIN_STEPS)
+    return Steps(found.method, found.starts[skip:], found.stops[skip:], skip)
 
 
 def _optimizer_steps(codes: np.ndarray, optimizer: np.ndarray) -> Steps | str:
@@ -207,14 +223,15 @@ def uneven(start: np.ndarray, end: np.ndarray) -> str | None:
             if alike < MIN_STEPS else None)
 
 
-def describe(label: str, iterations: int, cv_pct: float | None = None) -> str:
-    """How a window was found, in words: `detected: optimizer kernel period, 12 steps, CV 3.1 %`,
-    `ProfilerStep marks, 3 steps`, `NVTX ranges (timed), 100 iterations`, `capture (no marks; no
-    clear period)`."""
+def describe(label: str, iterations: int, cv_pct: float | None = None, warmup: int = 0) -> str:
+    """How a window was found, in words: `detected: optimizer kernel period, 12 steps after 5 of
+    warm-up, CV 3.1 %`, `ProfilerStep marks, 3 steps`, `NVTX ranges (timed), 100 iterations`,
+    `capture (no marks; no clear period)`."""
     if label.startswith(PREFIX):
         method = METHODS.get(label[len(PREFIX):], label[len(PREFIX):])
         cv = f", CV {cv_pct:.1f} %" if cv_pct is not None else ""
-        return f"detected: {method}, {iterations} steps{cv}"
+        left_out = f" after {warmup} of warm-up" if warmup else ""
+        return f"detected: {method}, {iterations} steps{left_out}{cv}"
     if label == "ProfilerStep":
         return f"ProfilerStep marks, {iterations} steps"
     if label.startswith("nvtx:"):
@@ -253,7 +270,9 @@ def window_note(read: ReadTable, log: Log) -> dict[str, pd.DataFrame]:
     for label, ranks in window.groupby(window["window"].astype(str))["rank"]:
         counts = sorted({int(n) for n in window.loc[ranks.index, "iterations"]})
         mine = iterations[iterations["rank"].isin(ranks)] if iterations is not None else None
-        text = describe(str(label), counts[0], step_cv(mine) if str(label).startswith(PREFIX) else None)
+        detected = str(label).startswith(PREFIX)
+        warmup = int(mine["iteration"].min()) if detected and mine is not None and len(mine) else 0
+        text = describe(str(label), counts[0], step_cv(mine) if detected else None, warmup)
         if len(counts) > 1:
             text = text.replace(f" {counts[0]} ", f" {counts[0]}-{counts[-1]} ", 1)
         log(f"window: {text} (ranks {_ranks(sorted(int(r) for r in ranks))})")

@@ -20,6 +20,7 @@ import pandas as pd
 from hpcprof import catalog as c
 from hpcprof import profilers
 from hpcprof.analysis.categories import BUILTIN, Categories, categories_for
+from hpcprof.analysis.detect_steps import PREFIX as DETECTED
 from hpcprof.analysis.detect_steps import window_source_metrics
 from hpcprof.lazy import load_target
 from hpcprof.results import Headline, Metric, TopKernel, read_table
@@ -167,6 +168,18 @@ def step_metrics(tables: Tables, profiler_window: bool) -> list[Metric]:
     return out + perturbation_metrics(tables(c.STEPS_PERTURBATION.name))
 
 
+def detected_step_metrics(window: pd.DataFrame | None, iterations: pd.DataFrame | None) -> list[Metric]:
+    """iteration.* over the steps found in the kernels of a capture without marks (past the warm-up
+    detect_steps leaves out), each step's GPU span (first kernel's start to last operation's end) as
+    its time; none where the window was marked or is the whole capture."""
+    if window is None or iterations is None or iterations.empty:
+        return []
+    found = iterations[iterations["window"].astype(str).str.startswith(DETECTED)]
+    rows = pd.DataFrame({"rank": found["rank"], "iteration": found["iteration"], "phase": c.STEP_PHASE,
+                         "time_ms": found["gpu_ns"].astype(float) / 1e6})
+    return iteration_metrics(rows, c.STEP_PHASE) if not rows.empty else []
+
+
 def perturbation_metrics(ranks: pd.DataFrame | None) -> list[Metric]:
     """The profiler's slowdown of the most slowed rank with its interval, and the unprofiled step
     (median over ranks), from steps_perturbation."""
@@ -197,6 +210,7 @@ def nsys_metrics(tables: Tables) -> list[Metric]:
     nsys_overlap), the window itself, and the same over the whole capture as `capture.*`."""
     out: list[Metric] = window_metrics(tables(c.NSYS_WINDOW.name))
     out += window_source_metrics(tables(c.NSYS_WINDOW.name), tables(c.NSYS_ITERATIONS.name))
+    out += detected_step_metrics(tables(c.NSYS_WINDOW.name), tables(c.NSYS_ITERATIONS.name))
     kern = tables(c.NSYS_KERNELS.name)
     if kern is not None and not kern.empty:
         out += gpu_time_metrics(kern["name"].astype(str), kern["total_ns"].astype(float) / 1e6, kern["rank"].nunique(),
@@ -221,6 +235,7 @@ def torch_metrics(tables: Tables) -> list[Metric]:
     window = tables(c.TORCH_WINDOW.name)
     out += window_metrics(window)
     out += window_source_metrics(window, tables(c.TORCH_ITERATIONS.name))
+    out += detected_step_metrics(window, tables(c.TORCH_ITERATIONS.name))
     out += overlap_idle_metrics(window)
     kernels = tables(c.TORCH_WINDOW_KERNELS.name)
     if kernels is not None and not kernels.empty:

@@ -119,8 +119,7 @@ def parse_stacks(text: str) -> tuple[dict[str, Any], list[StackBlock]]:
             earlier = next((t for t in threads if t[0] == ident), None)
             # a dump lists each thread once; but a thread started and not yet run carries its creator's
             # ident (Python 3.11), without a frame, before the creator's own entry as the current thread
-            unstarted = earlier is not None and not earlier[2] and current
-            if unstarted:
+            if earlier is not None and not earlier[2] and current:
                 threads.remove(earlier)
             elif not blocks or earlier:
                 close()

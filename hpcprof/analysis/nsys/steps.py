@@ -57,5 +57,6 @@ def rank_steps(act: Activity, ops: np.ndarray) -> tuple[str, dict[str, np.ndarra
                    act.column("end")[mine].astype(np.int64))
     if uneven(step["start"], step["end"]):
         return None
-    return found.label, {"start_ns": step["start"], "end_ns": step["end"], "cpu_start": step["cpu_start"],
+    return found.label, {"iteration": found.first + np.arange(len(found.starts), dtype=np.int64),
+                         "start_ns": step["start"], "end_ns": step["end"], "cpu_start": step["cpu_start"],
                          "cpu_end": step["cpu_end"]}

@@ -160,8 +160,9 @@ def find_window(act: Activity, nvtx: str | None = None) -> Window:
         for c, v in {"rank": r, **row}.items():
             bounds[c].append(v)
         count = len(steps["start_ns"])
+        numbers = steps.pop("iteration", np.arange(count, dtype=np.int64))    # detected: past the warm-up
         for c, v in (("rank", np.full(count, r, dtype=np.int64)), ("window", np.full(count, row["window"], dtype=object)),
-                     ("iteration", np.arange(count, dtype=np.int64)), *steps.items()):
+                     ("iteration", numbers), *steps.items()):
             iterations[c].append(np.asarray(v))
     dtype = {c: ITERATION_DTYPES.get(c, object) for c in (*WINDOW_COLUMNS, *ITERATION_RANGES)}
     if not bounds["rank"]:

@@ -35,6 +35,6 @@ def trace_steps(trace: RankTrace) -> tuple[str, pd.DataFrame] | None:
     step = project(found, launch[kernel], launch[work], ts[work], gpu["end"][work])
     if uneven(step["start"], step["end"]):
         return None
-    return found.label, pd.DataFrame({"iteration": np.arange(len(found.starts)), "start_us": step["start"],
+    return found.label, pd.DataFrame({"iteration": found.first + np.arange(len(found.starts)), "start_us": step["start"],
                                       "end_us": step["end"], "cpu_start_us": step["cpu_start"],
                                       "cpu_end_us": step["cpu_end"]})
