@@ -220,3 +220,25 @@ def test_no_common_window_kind(fixtures_dir: Path) -> None:
     captures = hpcprof("diff", timed, whole, "--window", "capture", "--json", check=True)
     rows = pd.read_json(io.StringIO(captures.stdout))
     assert set(rows["verdict"]) == {"untested"} and set(rows["a_window"]) == {"capture"}
+
+
+def test_an_nsys_export_and_a_kineto_trace_of_one_program_match_its_kernels(fixtures_dir: Path) -> None:
+    """The same H200 program (tests/fixtures/idle_gpu's control: 10 steps) under nsys and under
+    torch.profiler: nsys demangles with cu++filt (`(int)128`, `<unnamed>`, `[lambda(int) (instance 1)]`,
+    `T1` parameters), Kineto with the GNU demangler (`128`, `(anonymous namespace)`, `{lambda(int)#1}`,
+    the types): each of the 15 kernels and copies is one row with both sides, under A's spelling, and
+    no operation takes negative time (Kineto's sub-µs memsets on HTA's µs grid)."""
+    from hpcprof.analysis.diff.profiles import kernel_key
+
+    nsys = load_profile([fixtures_dir / "idle_gpu" / "nsys-control" / "profiles" / "rank0.sqlite"], "auto")
+    torch = load_profile([fixtures_dir / "idle_gpu" / "torch-control" / "profiles" / "rank0.pt.trace.json.gz"], "auto")
+    table = diff_table(nsys, torch, top=100)
+    kernels = table[table["section"] == "kernel"]
+    assert len(kernels) == 15 and (kernels["a_count"] > 0).all() and (kernels["b_count"] > 0).all()
+    assert set(kernels["name"]) == set(nsys.samples.loc[nsys.samples["section"] == "kernel", "name"])
+    assert (table[table["section"] != "iteration"][["a_ms", "b_ms"]] >= 0).all().all()
+    gemm = kernels[kernels["name"].str.startswith("sm80_xmma_gemm_f32f32_f32f32_f32_nn")].iloc[0]
+    assert gemm["a_count"] == gemm["b_count"] == 8 and abs(gemm["change_pct"]) < 1
+    # two instantiations stay two kernels
+    assert kernel_key("void k<(int)4, (bool)0>(T1)") == kernel_key("void k<4, false>(int)") != kernel_key("k<8, false>")
+    assert kernel_key("[CUDA memcpy Device-to-Device]") == kernel_key("Memcpy DtoD (Device -> Device)")

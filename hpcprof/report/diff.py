@@ -11,7 +11,9 @@ Noise is never a finding: a change that is not significant reads `no significant
 
 Columns of diff_table (one row per section and name):
 - section: `iteration` (the iteration time), `category`, `kernel` (the top N by |change_ms|), `collective`;
-- name: the category, kernel name (whole) or collective; `iteration time` for the iteration row;
+- name: the category, kernel name (whole; A's spelling of a kernel both have, which nsys and a
+  Kineto trace demangle differently: analysis.diff.profiles.kernel_key) or collective; `iteration
+  time` for the iteration row;
 - a_ms, b_ms: mean time per iteration in A and B (ms, per rank);
 - change_ms: b_ms - a_ms;
 - change_pct: 100 × change_ms / a_ms (empty where a_ms is 0: a name only B has);
@@ -43,14 +45,34 @@ TOP_KERNELS = 10
 HEADLINE_CHANGES = 3
 
 
-def per_iteration(profile: Profile) -> tuple[pd.DataFrame, pd.DataFrame, pd.Series]:
+def kernel_names(*profiles: Profile) -> dict[str, str]:
+    """Each kernel name of the profiles -> the name it is shown under: the first profile's spelling
+    of the same kernel (analysis.diff.profiles.kernel_key: nsys and Kineto demangle differently)."""
+    from hpcprof.analysis.diff.profiles import kernel_key
+
+    shown: dict[str, str] = {}
+    named: dict[str, str] = {}
+    for profile in profiles:
+        samples = profile.samples
+        for name in samples.loc[samples["section"] == "kernel", "name"].unique().tolist():
+            named[name] = shown.setdefault(kernel_key(name), name)
+    return named
+
+
+def per_iteration(profile: Profile, kernels: dict[str, str] | None = None) -> tuple[pd.DataFrame, pd.DataFrame,
+                                                                                   pd.Series]:
     """(ms, count, iteration_ms) of a profile: per iteration (rows) and (section, name) (columns) the
-    time (ms) and operations per rank, averaged over the ranks that have that iteration; and the
-    iteration's GPU span (ms) averaged over ranks."""
+    time (ms) and operations per rank, averaged over the ranks that have that iteration (kernels
+    under their names in `kernels`, those of one kernel summed); and the iteration's GPU span (ms)
+    averaged over ranks."""
     import pandas as pd
 
     index = pd.MultiIndex.from_frame(profile.iterations[["rank", "iteration"]])
-    wide = profile.samples.pivot_table(index=["rank", "iteration"], columns=["section", "name"],
+    samples = profile.samples
+    if kernels:
+        samples = samples.assign(name=samples["name"].where(samples["section"] != "kernel",
+                                                            samples["name"].map(kernels).fillna(samples["name"])))
+    wide = samples.pivot_table(index=["rank", "iteration"], columns=["section", "name"],
                                        values=["ns", "instances"], aggfunc="sum", fill_value=0)
     wide = wide.reindex(index, fill_value=0)
     by_iteration = wide.groupby(level="iteration").mean()
@@ -81,8 +103,9 @@ def diff_table(a: Profile, b: Profile, top: int = TOP_KERNELS) -> pd.DataFrame:
     and the `top` kernels, each section most changed (|change_ms|) first."""
     import pandas as pd
 
-    a_ms, a_count, a_span = per_iteration(a)
-    b_ms, b_count, b_span = per_iteration(b)
+    kernels = kernel_names(a, b)
+    a_ms, a_count, a_span = per_iteration(a, kernels)
+    b_ms, b_count, b_span = per_iteration(b, kernels)
     rows = [_row("iteration", ITERATION_ROW, a_span.tolist(), b_span.tolist(), math.nan, math.nan)]
     for section in ("category", "collective", "kernel"):
         names = sorted({n for ms in (a_ms, b_ms) if section in ms.columns.get_level_values(0)

@@ -26,6 +26,7 @@ window is the whole capture) a rank has one iteration holding all its operations
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +44,37 @@ TRACE_SUFFIXES = (".json", ".json.gz")
 SECTIONS = ("category", "kernel", "collective")
 SAMPLE_COLUMNS = ["rank", "iteration", "section", "name", "ns", "instances"]
 ITERATION_COLUMNS = ["rank", "iteration", "gpu_ns"]
+
+
+#: the spellings of one kernel that nsys (cu++filt) and Kineto (the GNU demangler) write differently
+_ANONYMOUS = re.compile(r"<unnamed>|\(anonymous namespace\)")
+_LAMBDA = re.compile(r"\[lambda\(([^()]*)\) \(instance (\d+)\)\]|\{lambda\(([^()]*)\)#(\d+)\}")
+_CAST = re.compile(r"\((?:unsigned |signed )?(?:char|short|int|long|long long)\)(-?\d+)")
+_SUFFIX = re.compile(r"\b(\d+)(?:ull|ul|ll|u|l)\b")
+_CONST = re.compile(r"\bconst\s+([\w:]+)")
+_COPIES = {"memcpy": re.compile(r"^\[CUDA memcpy|^Memcpy\b"), "memset": re.compile(r"^\[CUDA memset|^Memset\b")}
+
+
+def kernel_key(name: str) -> str:
+    """What one GPU operation's name is under either tool, for matching a kernel across an nsys
+    export and a Kineto trace: casts and integer suffixes of template arguments, `(bool)0`/`false`,
+    anonymous namespaces, lambdas, `const T`/`T const`, `void`, whitespace and every parameter list
+    (cu++filt writes `T1`, the GNU demangler the types) written one way; copies and sets by kind."""
+    for kind, pattern in _COPIES.items():
+        if pattern.search(name):
+            return f"[{kind}]"
+    key = _ANONYMOUS.sub("{anonymous}", name)
+    key = _LAMBDA.sub(lambda m: f"{{lambda#{m[2] or m[4]}}}", key)
+    key = key.replace("(bool)0", "false").replace("(bool)1", "true")
+    key = _SUFFIX.sub(r"\1", _CAST.sub(r"\1", key))
+    key = re.sub(r"\bvoid\s+", "", _CONST.sub(r"\1 const", key))
+    depth, kept = 0, []
+    for char in key:                    # every (...) group: parameter lists, `operator()`
+        depth += char == "("
+        if not depth:
+            kept.append(char)
+        depth -= char == ")" and depth > 0
+    return re.sub(r"\s+", "", "".join(kept))
 
 
 class DiffInputError(Exception):
@@ -296,7 +328,9 @@ def trace_profile(files: list[Path], spec: str, include_last_step: bool = False)
     if spec.startswith("nvtx:"):
         raise DiffInputError(f"{files[0]}: --window {spec}: a Kineto trace has no NVTX ranges; give --window auto "
                              "(its ProfilerSteps) or capture")
-    traces, errors = load_traces(files, include_last_profiler_step=include_last_step)
+    # a GPU operation's time here is its duration: one shorter than a µs that crosses no µs boundary
+    # gets 0, not HTA's negative duration on its µs grid
+    traces, errors = load_traces(files, include_last_profiler_step=include_last_step, clamp_sub_us=True)
     if errors:
         raise DiffInputError(errors[0])
     parts = [_trace_rank(t, spec) for t in traces]
