@@ -441,7 +441,7 @@ PROFILER_OVERHEAD = MetricSpec("profiler.overhead_pct", "%", COUNTED,
 _SLOWED = "the rank the profiler slowed most (the largest slowdown_pct of steps_perturbation)"
 PROFILER_SLOWDOWN = MetricSpec("profiler.slowdown_pct", "%", COUNTED,
                                f"{_SLOWED}: 100 · (its median window step / its median unprofiled step − 1), both "
-                               "timed by the step hook in the same process; a warning above "
+                               "timed by the step hook (or seqpar's timer) in the same process; a warning above "
                                f"{OVERHEAD_WARN_PCT:g} %", (STEPS_TIMES,))
 PROFILER_SLOWDOWN_LOW, PROFILER_SLOWDOWN_HIGH = (
     MetricSpec(f"profiler.slowdown_pct.{end}", "%", COUNTED,

@@ -73,8 +73,9 @@ def test_two_ranks_check_and_schema(tmp_path: Path, precision: str) -> None:
 
     iterations = pd.DataFrame(result["iterations"])
     assert len(iterations) == 2 * ITERS * len(seqpar.PHASES)
-    assert set(iterations.columns) == {"rank", "iteration", "phase", "time_ms"}
-    assert (iterations["time_ms"] > 0).all()
+    assert set(iterations.columns) == {"rank", "iteration", "phase", "time_ms", "counted", "window", "profiled"}
+    assert (iterations["time_ms"] > 0).all() and iterations["counted"].all()
+    assert not (iterations["window"].any() or iterations["profiled"].any())    # no torch.profiler: none touched
 
 
 @pytest.mark.slow

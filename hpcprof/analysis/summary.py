@@ -180,6 +180,20 @@ def detected_step_metrics(window: pd.DataFrame | None, iterations: pd.DataFrame 
     return iteration_metrics(rows, c.STEP_PHASE) if not rows.empty else []
 
 
+def loop_perturbation_metrics(rows: pd.DataFrame, phase: str) -> list[Metric]:
+    """The profiler's slowdown in a workload's own timed loop (seqpar under torch.profiler): per
+    rank its iterations the profiler recorded in (`profiled`) against those it did not touch (not
+    `window`), as the step hook's steps (hpcprof.analysis.steps.perturbation)."""
+    if "profiled" not in rows or "window" not in rows:
+        return []
+    from hpcprof.analysis.steps import perturbation
+
+    loop = rows[rows["phase"] == phase]
+    steps = pd.DataFrame({"rank": loop["rank"], "duration_ns": loop["time_ms"].astype(float) * 1e6,
+                          "in_window": loop["profiled"].astype(bool), "unprofiled": ~loop["window"].astype(bool)})
+    return perturbation_metrics(perturbation(steps))
+
+
 def perturbation_metrics(ranks: pd.DataFrame | None) -> list[Metric]:
     """The profiler's slowdown of the most slowed rank with its interval, and the unprofiled step
     (median over ranks), from steps_perturbation."""
@@ -287,6 +301,7 @@ def run_summary(tables: Tables, record: RunRecord) -> list[Metric]:
         rows = tables(rows_table.name)
         if rows is not None and not rows.empty:
             out += iteration_metrics(rows, iteration)
+            out += loop_perturbation_metrics(rows, iteration)
             if "allocated_peak" in rows:    # the workload's own timer recorded memory (CUDA)
                 from hpcprof.analysis.steps import memory_table
 

@@ -149,5 +149,5 @@ def unmeasured(tool: str) -> str:
     if tool in ("none", ""):
         return ""
     return (f"the slowdown {tool} caused is not measured: the run has no unprofiled steps of its own (torch.profiler "
-            "under the step hook) nor of a reference run in its job (profile.reference, a `command`), and its "
+            "under the step hook or seqpar's loop) nor of a reference run in its job (profile.reference, a `command`), and its "
             "experiment no run under profile.tool: none to compare with")

@@ -214,7 +214,11 @@ def benchmark(args: SeqparArgs, ctx: bootstrap.Dist) -> dict[str, Any]:
         torch.cuda.synchronize()
     loop_wall_s = time.perf_counter() - loop_start
 
-    rows = [{"rank": ctx.rank, **row} for row in timer.finish()]
+    # the iterations torch.profiler worked in are not the program's: left out of its figures, as ddp's
+    # window steps; those it recorded in, against those it did not touch, give its slowdown
+    touched, recorded = timing.profiler_iterations(schedule, args.iterations) if prof is not None else (set(), set())
+    rows = [{"rank": ctx.rank, **row, "counted": True, "window": row["iteration"] in touched,
+             "profiled": row["iteration"] in recorded} for row in timer.finish()]
     check = reference_check(args, buf, ctx) if args.check else None
     gathered = bootstrap.gather_objects(
         {"rows": rows, "info": bootstrap.rank_info(ctx), "check": check, "loop_wall_s": loop_wall_s}
@@ -237,7 +241,8 @@ def benchmark(args: SeqparArgs, ctx: bootstrap.Dist) -> dict[str, Any]:
         "config": config,
         "versions": bootstrap.versions(ctx),
         "ranks": [part["info"] for part in gathered],
-        "phases": derived_rates(timing.phase_stats(all_rows, PHASES), args, ctx.world_size),
+        "phases": derived_rates(timing.phase_stats([r for r in all_rows if not r["window"]], PHASES), args,
+                                ctx.world_size),
         "iterations": all_rows,
         "loop": [{"rank": part["info"]["rank"], "wall_s": part["loop_wall_s"]} for part in gathered],
         "check": [part["check"] for part in gathered] if args.check else None,

@@ -195,6 +195,22 @@ def resolve_torch_schedule(flag_value: str | None) -> dict[str, int]:
     return parse_schedule(flag_value or os.environ.get("HPCPROF_TORCH_SCHEDULE") or DEFAULT_TORCH_SCHEDULE)
 
 
+def profiler_iterations(schedule: dict[str, int], iterations: int) -> tuple[set[int], set[int]]:
+    """(touched, recorded) iterations of a loop that calls `step()` of a torch.profiler driven by
+    `schedule` after each. Touched: those whose time holds the profiler's work, the ones it warms up
+    or records in and the one after each trace it writes (the trace is gathered and written in
+    `step()`, and the other ranks wait for it in that iteration's first collective). Recorded: the
+    ones it records in, its steady state."""
+    from torch.profiler import ProfilerAction
+
+    action = torch.profiler.schedule(**schedule)
+    recording = (ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE)
+    recorded = {i for i in range(iterations) if action(i) in recording}
+    touched = recorded | {i for i in range(iterations) if action(i) == ProfilerAction.WARMUP
+                          or (i > 0 and action(i - 1) == ProfilerAction.RECORD_AND_SAVE)}
+    return touched, recorded
+
+
 def schedule_length(schedule: dict[str, int]) -> int:
     """Steps a schedule needs before its last trace is written."""
     return schedule["skip_first"] + (schedule["wait"] + schedule["warmup"] + schedule["active"]) * schedule["repeat"]
