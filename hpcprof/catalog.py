@@ -307,7 +307,8 @@ WORKLOAD_TIMINGS: dict[str, tuple[TableSpec, TableSpec, str]] = {
 
 #: what a `{part}` of a metric name matches
 #: (a category: hpcprof.analysis.categories' or a site's or experiment's dotted words, never `total` or `*.share`)
-PARTS = {"phase": r".+", "category": r"(?!total$)[A-Za-z][A-Za-z0-9_]*(?:\.(?!share$)[A-Za-z0-9_]+)*"}
+PARTS = {"phase": r".+", "category": r"(?!total$)[A-Za-z][A-Za-z0-9_]*(?:\.(?!share$)[A-Za-z0-9_]+)*",
+         "cause": r"[a-z]+"}
 
 
 @dataclass(frozen=True)
@@ -450,6 +451,10 @@ PROFILER_SLOWDOWN_LOW, PROFILER_SLOWDOWN_HIGH = (
 PROFILER_UNPROFILED_STEP = MetricSpec("profiler.unprofiled_step", "ms", COUNTED,
                                       "median over ranks of each rank's median unprofiled step (steps_perturbation's "
                                       "unprofiled_ms): the step without the profiler", (STEPS_TIMES,))
+IDLE_CAUSE = MetricSpec("idle.{cause}", "ms", MEASURED,
+                        "each step's GPU idle that the host-side cause explains (gc, input, sync, collective, "
+                        "compile, optimizer, launch, program, unattributed), ms per step, mean over ranks; the "
+                        "causes with any time", (TORCH_IDLE_CAUSES,))
 ITERATION_IDLE_PCT = MetricSpec("idle_pct", "%", EACH_ITERATION, f"{_IDLE}, per iteration",
                                 (NSYS_ITERATIONS, TORCH_ITERATIONS), IDLE_PCT.reference, headline=False)
 TOP_KERNEL_TIME = MetricSpec("top_kernel.time", "ms", MEASURED,
@@ -476,7 +481,7 @@ MEMORY_HEADROOM = MetricSpec("memory.headroom", "GiB", COUNTED,
 METRICS: tuple[MetricSpec, ...] = (
     ITERATION_MEAN, ITERATION_MEDIAN, ITERATION_SPREAD, ITERATION_SPREAD_PCT, SLOWEST_RANK, SLOWEST_RANK_EXCESS_PCT,
     PHASE_TIME, PHASE_TFLOPS, PHASE_BUSBW, WINDOW_DURATION, WINDOW_ITERATIONS, WINDOW_DETECTED, WINDOW_STEP_CV,
-    *GPU_TIME, OVERLAP_PCT, IDLE_PCT,
+    *GPU_TIME, OVERLAP_PCT, IDLE_PCT, IDLE_CAUSE,
     *CAPTURE_GPU_TIME, CAPTURE_OVERLAP_PCT, CAPTURE_IDLE_PCT, SLOWDOWN_MEDIAN, SLOWDOWN_MEAN, SLOWDOWN_P90,
     PROFILER_OVERHEAD, PROFILER_SLOWDOWN, PROFILER_SLOWDOWN_LOW, PROFILER_SLOWDOWN_HIGH, PROFILER_UNPROFILED_STEP,
     MEMORY_PEAK_ALLOCATED, MEMORY_PEAK_RESERVED, MEMORY_FRAGMENTATION, MEMORY_HEADROOM,

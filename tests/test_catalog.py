@@ -105,12 +105,14 @@ def test_what_collect_makes_is_declared(collected: Path) -> None:
                                              c.FORENSICS_COLLECTIVES.name, c.BENCH_CEILINGS.name}
     # every declared metric is made, but the overhead that report and compare find (tests/test_steps.py), the
     # slowdown of a `command`'s steps (tests/test_profiler_slowdown.py) and device memory, recorded where CUDA
-    # is in use (tests/test_steps_memory.py)
+    # is in use (tests/test_steps_memory.py); the idle by cause, of a trace of two ProfilerSteps or more
+    # (this one has one: tests/test_idle.py)
     slowdown = {m.name for m in (c.PROFILER_SLOWDOWN, c.PROFILER_SLOWDOWN_LOW, c.PROFILER_SLOWDOWN_HIGH,
                                  c.PROFILER_UNPROFILED_STEP)}
     memory = {m.name for m in (c.MEMORY_PEAK_ALLOCATED, c.MEMORY_PEAK_RESERVED, c.MEMORY_FRAGMENTATION,
                                c.MEMORY_HEADROOM)}
-    assert made_metrics == {m.name for m in c.METRICS if m.headline} - {c.PROFILER_OVERHEAD.name} - slowdown - memory
+    assert made_metrics == ({m.name for m in c.METRICS if m.headline} - {c.PROFILER_OVERHEAD.name, c.IDLE_CAUSE.name}
+                            - slowdown - memory)
 
 
 @pytest.mark.slow

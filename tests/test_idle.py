@@ -167,3 +167,22 @@ def test_planted_programs_under_nsys(cause: str, tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-m", "hpcprof", "nsys", "causes", str(export), "--format", "csv"],
                          capture_output=True, text=True, env=os.environ | {"PYTHONPATH": str(REPO)})
     assert out.returncode == 0 and out.stdout.splitlines()[1].split(",")[4] == cause, out.stdout + out.stderr
+
+
+def test_each_cause_is_a_headline_metric_that_compare_reads(tmp_path: Path) -> None:
+    """collect's torch_idle_causes of the planted input program (H200) give `idle.<cause>`, ms per
+    step, the metric compare and the store read like any other: input at the table's time."""
+    from hpcprof import catalog as c
+    from hpcprof.analysis.summary import tables_of, torch_metrics
+    from hpcprof.analysis.trace.collect import analyse_file
+    from hpcprof.results import write_table
+
+    run = tmp_path / "run"
+    for name, df in analyse_file(GPU / "torch-input" / "profiles" / "rank0.pt.trace.json.gz", 0).items():
+        write_table(run, f"torch_{name}", df)
+    causes = tables_of(run)(c.TORCH_IDLE_CAUSES.name)
+    assert causes is not None
+    metrics = {name: value for name, value, _ in torch_metrics(tables_of(run))}
+    by_cause = causes.set_index("cause")["ms_per_step"]
+    assert metrics["idle.input"] == pytest.approx(by_cause["input"]) and metrics["idle.input"] > 10
+    assert {m.removeprefix("idle.") for m in metrics if c.declared(m) is c.IDLE_CAUSE} == set(by_cause[by_cause > 0].index)

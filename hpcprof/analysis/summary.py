@@ -242,8 +242,8 @@ def nsys_metrics(tables: Tables) -> list[Metric]:
 
 def torch_metrics(tables: Tables) -> list[Metric]:
     """Over the measured window (torch_window: the ProfilerSteps, else the steps found in the trace):
-    idle and overlap %, the window itself, GPU time by category (torch_window_kernels); over the
-    whole trace as `capture.*`: HTA's overlap % (mean over ranks) and idle % (idle_pct of HTA's idle
+    idle and overlap %, the window itself, GPU time by category (torch_window_kernels), the idle
+    per step by host-side cause (torch_idle_causes); over the whole trace as `capture.*`: HTA's overlap % (mean over ranks) and idle % (idle_pct of HTA's idle
     and kernel time)."""
     out: list[Metric] = []
     window = tables(c.TORCH_WINDOW.name)
@@ -255,6 +255,10 @@ def torch_metrics(tables: Tables) -> list[Metric]:
     if kernels is not None and not kernels.empty:
         out += gpu_time_metrics(kernels["name"].astype(str), kernels["total_ns"].astype(float) / 1e6,
                                 kernels["rank"].nunique(), categories=tables.categories)
+    causes = tables(c.TORCH_IDLE_CAUSES.name)
+    if causes is not None and not causes.empty:     # mean over ranks, a rank without a cause's time at 0
+        per_rank = causes.pivot_table(index="rank", columns="cause", values="ms_per_step", aggfunc="sum", fill_value=0)
+        out += [c.IDLE_CAUSE.value(float(ms), cause=str(cause)) for cause, ms in per_rank.mean().items() if ms > 0]
     ov = tables(c.TORCH_OVERLAP.name)
     if ov is not None and ov["comp_comm_overlap_pctg"].notna().any():
         out.append(c.CAPTURE_OVERLAP_PCT.value(float(ov["comp_comm_overlap_pctg"].mean())))
