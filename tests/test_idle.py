@@ -65,6 +65,8 @@ def planted(tmp_path: Path, cause: str, ms: float = 20.0) -> tuple[Path, dict[st
     return run_dir / "profiles" / "rank0.pt.trace.json", json.loads((tmp_path / f"{cause}.json").read_text())
 
 
+@pytest.mark.slow
+@pytest.mark.quiet     # the cause's time against the program's own: tests/run.sh runs it alone, after the rest
 @pytest.mark.parametrize("cause", ["input", "sync"])
 def test_planted_cause_is_named_with_its_time_and_line(tmp_path: Path, cause: str) -> None:
     pytest.importorskip("torch")
@@ -85,6 +87,8 @@ def test_planted_cause_is_named_with_its_time_and_line(tmp_path: Path, cause: st
         assert top["at"].startswith(str(PLANTED)) and "aten::item x1/step" in top["detail"], top.to_dict()
 
 
+@pytest.mark.slow
+@pytest.mark.quiet     # no cause above 5 % of the step: the load's delays would be one
 def test_control_gets_no_cause_and_the_cli_says_so(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     from hpcprof.analysis.trace.idle import timeline
@@ -186,3 +190,26 @@ def test_each_cause_is_a_headline_metric_that_compare_reads(tmp_path: Path) -> N
     by_cause = causes.set_index("cause")["ms_per_step"]
     assert metrics["idle.input"] == pytest.approx(by_cause["input"]) and metrics["idle.input"] > 10
     assert {m.removeprefix("idle.") for m in metrics if c.declared(m) is c.IDLE_CAUSE} == set(by_cause[by_cause > 0].index)
+
+
+def test_the_launch_evidence_holds_htas_queue_length() -> None:
+    """The launch cause's detail carries HTA's queue length (get_queue_length_summary, differential-tested
+    in tests/test_trace_differential.py) of the busiest stream: about empty in the H200 launch-bound
+    program (its 609 tiny kernels), over a hundred kernels deep in the compute-bound control."""
+    from hpcprof.analysis.trace.analyses import queue_length_summary
+    from hpcprof.analysis.trace.idle import add_queue_length, timeline
+    from hpcprof.analysis.trace.load import load_trace
+
+    medians = {}
+    for cause in ("launch", "control"):
+        path = GPU / f"torch-{cause}" / "profiles" / "rank0.pt.trace.json.gz"
+        found, trace = timeline(path), load_trace(path, 0)
+        add_queue_length(found, trace)
+        frame = I.attribute([found])
+        detail = frame.loc[frame["cause"] == "launch", "detail"].iloc[0]
+        summary = queue_length_summary([trace])
+        busiest = summary.loc[summary["count"].idxmax()]
+        assert detail.endswith(f"queue length median {busiest['50%']:.3g} (HTA's, stream {int(busiest['stream'])}, "
+                               "whole trace)"), detail
+        medians[cause] = float(busiest["50%"])
+    assert medians["launch"] < 1 < 100 < medians["control"], medians

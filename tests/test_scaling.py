@@ -30,6 +30,7 @@ def _argv(*extra: str) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.quiet     # the late rank's delay against the planted one: run alone, after the rest
 def test_cpu_sweep_gives_efficiency_per_point_and_names_the_late_rank(tmp_path: Path) -> None:
     """The report's scaling view: one row per world size with its efficiency against 1 rank (checked
     against the step times `compare` gives, T_1 / T_N: weak scaling as the example states), and at 4

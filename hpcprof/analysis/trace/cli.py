@@ -308,16 +308,22 @@ def causes_cmd(paths: tuple[Path, ...], samples: Path | None, all_causes: bool, 
     """Why the device waits: each step's idle time per rank split into its host-side causes (input,
     sync, launch, optimizer, ...) in ms per step, with the line of the program and the fix."""
     from hpcprof.analysis import idle as I
-    from hpcprof.analysis.trace.idle import timeline
+    from hpcprof.analysis.trace.idle import add_queue_length, timeline
+    from hpcprof.analysis.trace.load import load_trace
     from hpcprof.analysis.trace.stream import TraceError
 
     timelines, errors = [], []
     for path in find_trace_files(paths):
         try:
-            timelines.append(timeline(path, samples_dir=samples))
+            timelines.append(found := timeline(path, samples_dir=samples))
         except (TraceError, OSError, ValueError) as exc:
             errors.append(f"{path}: {exc}")
             click.echo(f"hpcprof: {printable(str(exc))}", err=True)
+            continue
+        try:
+            add_queue_length(found, load_trace(path, found.rank))
+        except TraceError:          # a CPU run's trace: no device events, no device queue
+            pass
     if not timelines:
         raise UserError("no trace could be analysed")
     frame = I.attribute(timelines)

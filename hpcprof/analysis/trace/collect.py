@@ -16,7 +16,7 @@ from hpcprof.analysis.idle import attribute
 from hpcprof.analysis.trace import critical_path
 from hpcprof.analysis.trace.analyses import all_analyses
 from hpcprof.analysis.trace.collectives import TraceCollectives, busbw_table
-from hpcprof.analysis.trace.idle import IdleEvents
+from hpcprof.analysis.trace.idle import IdleEvents, add_queue_length
 from hpcprof.analysis.trace.load import TraceColumns, TraceError, gather, helpers_of
 from hpcprof.analysis.trace.window import trace_window, window_kernels
 
@@ -49,7 +49,9 @@ def analyse_file(path: Path, rank: int, cores: int = 1) -> dict[str, pd.DataFram
         return {critical_path.EVENTS_TABLE: events}
     window, iterations = trace_window(trace)
     analysed = {key: table.frame() for key, table in all_analyses([trace]).items()}
-    causes = attribute([idle.timeline(path, trace.rank)])
+    steps = idle.timeline(path, trace.rank)
+    add_queue_length(steps, trace)
+    causes = attribute([steps])
     return {**analysed, c.TORCH_IDLE_CAUSES.key: causes, c.TORCH_WINDOW.key: window, c.TORCH_ITERATIONS.key: iterations,
             c.TORCH_WINDOW_KERNELS.key: window_kernels(trace, window),
             c.TORCH_BUSBW.key: busbw_table(collectives, trace.rank, window, path),

@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from hpcprof.analysis import idle as I
-from hpcprof.analysis.trace.load import Gatherer, gather
+from hpcprof.analysis.trace.load import Gatherer, RankTrace, gather
 from hpcprof.analysis.trace.schema import Head, IdleEvent
 
 GPU_CATS = frozenset({"kernel", "Kernel", "gpu_memcpy", "Memcpy", "gpu_memset", "Memset"})
@@ -123,6 +123,20 @@ def _timeline(events: list[Span], base: Any, path: Path, rank: int, samples_dir:
         found = samples_dir / f"rank{rank}.jsonl" if samples_dir else I.find_samples(path, rank)
         I.add_samples(t, found if found and found.is_file() else None, float(base))
     return t
+
+
+def add_queue_length(t: I.Timeline, trace: RankTrace) -> None:
+    """The launch evidence with HTA's queue length (get_queue_length_summary, over the whole trace)
+    of the stream with the most launches: a median near 0 says the device drains its queue as fast
+    as the host fills it."""
+    from hpcprof.analysis.trace.analyses import queue_length_summary
+
+    summary = queue_length_summary([trace])
+    if summary.empty or "launch" not in t.evidence:
+        return
+    busiest = summary.loc[summary["count"].idxmax()]
+    t.evidence["launch"] += (f", queue length median {float(busiest['50%']):.3g} (HTA's, stream "
+                             f"{int(busiest['stream'])}, whole trace)")
 
 
 def _issuing(start: np.ndarray, end: np.ndarray, cats: list[str], names: list[str]) -> I.Intervals:
