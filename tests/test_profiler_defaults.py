@@ -1,0 +1,88 @@
+"""The profilers' low-overhead defaults (hpcprof.profilers.nsys, hpcprof.profilers.torch): nsys traces
+CUDA and NVTX without CPU sampling or context switches, torch.profiler records no shapes or stacks,
+and every costly option is opt-in, its flag written only where the experiment asks for it; the
+default `nsys profile` line runs on nsys 2022.4, the oldest nsys hpcprof supports, which refuses the
+CUDA event trace flag (why that option stays nsys's own unless set)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from hpcprof.profilers.nsys import NsysOptions
+from hpcprof.profilers.torch import TorchOptions, launch
+
+NSYS_2022 = Path("/usr/lib/x86_64-linux-gnu/nsight-systems/target-linux-x64/nsys")   # tests/services/nsys.sh
+INJECT = Path(__file__).resolve().parents[1] / "hpcprof" / "inject"
+
+#: each costly nsys option as an experiment sets it -> the flag it adds
+COSTLY_NSYS = {
+    "OS runtime": ({"trace": ["cuda", "nvtx", "osrt"]}, "--trace=cuda,nvtx,osrt"),
+    "CUDA event trace": ({"cuda_event_trace": True}, "--cuda-event-trace=true"),
+    "CPU sampling": ({"sample": "process-tree"}, "--sample=process-tree"),
+    "context switches": ({"cpuctxsw": "process-tree"}, "--cpuctxsw=process-tree"),
+    "GPU context switches": ({"gpuctxsw": True}, "--gpuctxsw=true"),
+    "Python sampling": ({"python_sampling": True}, "--python-sampling=true"),
+}
+
+
+def test_the_nsys_default_is_cuda_and_nvtx_without_sampling() -> None:
+    assert NsysOptions().argv() == ["--trace=cuda,nvtx", "--capture-range=none", "--stats=false", "--sample=none",
+                                    "--cpuctxsw=none", "--export=sqlite", "--force-overwrite=true"]
+
+
+@pytest.mark.parametrize("name", COSTLY_NSYS)
+def test_each_costly_nsys_option_is_opt_in(name: str) -> None:
+    fields, flag = COSTLY_NSYS[name]
+    assert flag not in NsysOptions().argv()
+    assert flag in msgspec.convert(fields, NsysOptions).argv()
+
+
+def test_null_gives_nsys_its_own_default() -> None:
+    """`sample: null` leaves the flag out: nsys's own default (CPU sampling where it launches the program)."""
+    argv = msgspec.convert({"sample": None, "cpuctxsw": None}, NsysOptions).argv()
+    assert not any(a.startswith(("--sample", "--cpuctxsw")) for a in argv)
+
+
+def test_the_default_nsys_line_runs_on_nsys_2022(tmp_path: Path) -> None:
+    """nsys 2022.4 takes every flag of the default line, and refuses `--cuda-event-trace` (2024 and later)."""
+    if not NSYS_2022.exists():
+        pytest.skip("nsys 2022.4 not installed (tests/services/nsys.sh)")
+    argv = NsysOptions(export_sqlite=False).argv()
+    done = subprocess.run([str(NSYS_2022), "profile", *argv, "-o", str(tmp_path / "rank0"), "/bin/true"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "unrecognised option" not in done.stdout + done.stderr, done.stdout + done.stderr
+    assert list(tmp_path.glob("rank0.*"))           # the capture (.qdstrm, or .nsys-rep where the importer is there)
+    refused = subprocess.run([str(NSYS_2022), "profile", *NsysOptions(cuda_event_trace=False).argv(),
+                              "-o", str(tmp_path / "event"), "/bin/true"], capture_output=True, text=True, timeout=120)
+    assert "unrecognised option '--cuda-event-trace=false'" in refused.stdout + refused.stderr
+
+
+def test_torch_profiler_records_no_shapes_or_stacks_unless_asked() -> None:
+    env = launch(TorchOptions(), "").env
+    assert (env["HPCPROF_TORCH_SHAPES"], env["HPCPROF_TORCH_STACK"]) == ("0", "0")
+    env = launch(TorchOptions(record_shapes=True, with_stack=True), "").env
+    assert (env["HPCPROF_TORCH_SHAPES"], env["HPCPROF_TORCH_STACK"]) == ("1", "1")
+
+
+def test_the_hooks_torch_profiler_records_shapes_and_stacks_when_asked(tmp_path: Path) -> None:
+    """A real Python under the step hook with both opt-in recorders on: the trace's operators carry
+    their input shapes and the Python functions that called them (test_profiler_slowdown shows the
+    default trace without shapes)."""
+    loop = ("import torch\nm = torch.nn.Linear(4, 4)\no = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+            "for _ in range(12):\n    m(torch.ones(2, 4)).sum().backward(); o.step(); o.zero_grad()\n")
+    (tmp_path / "profiles").mkdir()
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(INJECT), "HPCPROF_RUN_DIR": str(tmp_path), "HPCPROF_RANK": "0",
+           "HPCPROF_STEPS": "1", "HPCPROF_STEPS_SKIP": "3", "HPCPROF_STEPS_COUNT": "3", "HPCPROF_STEPS_DRIVE": "1",
+           "HPCPROF_PROFILE_TOOL": "torch", "HPCPROF_PROFILE_DIR": str(tmp_path / "profiles"), "OMP_NUM_THREADS": "1",
+           **launch(TorchOptions(record_shapes=True, with_stack=True), "").env}
+    subprocess.run([sys.executable, "-c", loop], env=env, check=True, timeout=120, capture_output=True)
+    events = json.loads((tmp_path / "profiles" / "rank0.pt.trace.json").read_text())["traceEvents"]
+    ops = [e for e in events if e.get("cat") == "cpu_op"]
+    assert ops and any("Input Dims" in e.get("args", {}) for e in ops)
+    assert any(e.get("cat") == "python_function" for e in events)
