@@ -63,26 +63,34 @@ def test_the_default_nsys_line_runs_on_nsys_2022(tmp_path: Path) -> None:
     assert "unrecognised option '--cuda-event-trace=false'" in refused.stdout + refused.stderr
 
 
-def test_torch_profiler_records_no_shapes_or_stacks_unless_asked() -> None:
+def test_torch_profiler_records_no_shapes_stacks_or_memory_unless_asked() -> None:
+    recorders = ("HPCPROF_TORCH_SHAPES", "HPCPROF_TORCH_STACK", "HPCPROF_TORCH_MEMORY")
     env = launch(TorchOptions(), "").env
-    assert (env["HPCPROF_TORCH_SHAPES"], env["HPCPROF_TORCH_STACK"]) == ("0", "0")
-    env = launch(TorchOptions(record_shapes=True, with_stack=True), "").env
-    assert (env["HPCPROF_TORCH_SHAPES"], env["HPCPROF_TORCH_STACK"]) == ("1", "1")
+    assert [env[name] for name in recorders] == ["0", "0", "0"]
+    env = launch(TorchOptions(record_shapes=True, with_stack=True, profile_memory=True), "").env
+    assert [env[name] for name in recorders] == ["1", "1", "1"]
 
 
-def test_the_hooks_torch_profiler_records_shapes_and_stacks_when_asked(tmp_path: Path) -> None:
-    """A real Python under the step hook with both opt-in recorders on: the trace's operators carry
-    their input shapes and the Python functions that called them (test_profiler_slowdown shows the
-    default trace without shapes)."""
+def test_the_hooks_torch_profiler_records_shapes_stacks_and_memory_when_asked(tmp_path: Path) -> None:
+    """A real Python under the step hook with the opt-in recorders on: the trace's operators carry
+    their input shapes, the Python functions that called them are in it, and so are the tensors'
+    allocations; the default trace has none of the three."""
     loop = ("import torch\nm = torch.nn.Linear(4, 4)\no = torch.optim.SGD(m.parameters(), lr=0.1)\n"
             "for _ in range(12):\n    m(torch.ones(2, 4)).sum().backward(); o.step(); o.zero_grad()\n")
-    (tmp_path / "profiles").mkdir()
-    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(INJECT), "HPCPROF_RUN_DIR": str(tmp_path), "HPCPROF_RANK": "0",
-           "HPCPROF_STEPS": "1", "HPCPROF_STEPS_SKIP": "3", "HPCPROF_STEPS_COUNT": "3", "HPCPROF_STEPS_DRIVE": "1",
-           "HPCPROF_PROFILE_TOOL": "torch", "HPCPROF_PROFILE_DIR": str(tmp_path / "profiles"), "OMP_NUM_THREADS": "1",
-           **launch(TorchOptions(record_shapes=True, with_stack=True), "").env}
-    subprocess.run([sys.executable, "-c", loop], env=env, check=True, timeout=120, capture_output=True)
-    events = json.loads((tmp_path / "profiles" / "rank0.pt.trace.json").read_text())["traceEvents"]
-    ops = [e for e in events if e.get("cat") == "cpu_op"]
-    assert ops and any("Input Dims" in e.get("args", {}) for e in ops)
-    assert any(e.get("cat") == "python_function" for e in events)
+    seen = {}
+    for name, options in (("asked", TorchOptions(record_shapes=True, with_stack=True, profile_memory=True)),
+                          ("default", TorchOptions())):
+        run = tmp_path / name
+        (run / "profiles").mkdir(parents=True)
+        env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(INJECT), "HPCPROF_RUN_DIR": str(run), "HPCPROF_RANK": "0",
+               "HPCPROF_STEPS": "1", "HPCPROF_STEPS_SKIP": "3", "HPCPROF_STEPS_COUNT": "3", "HPCPROF_STEPS_DRIVE": "1",
+               "HPCPROF_PROFILE_TOOL": "torch", "HPCPROF_PROFILE_DIR": str(run / "profiles"), "OMP_NUM_THREADS": "1",
+               **launch(options, "").env}
+        subprocess.run([sys.executable, "-c", loop], env=env, check=True, timeout=120, capture_output=True)
+        events = json.loads((run / "profiles" / "rank0.pt.trace.json").read_text())["traceEvents"]
+        ops = [e for e in events if e.get("cat") == "cpu_op"]
+        assert ops
+        seen[name] = (any("Input Dims" in e.get("args", {}) for e in ops),
+                      any(e.get("cat") == "python_function" for e in events),
+                      any(e.get("name") == "[memory]" for e in events))
+    assert seen == {"asked": (True, True, True), "default": (False, False, False)}

@@ -39,6 +39,7 @@ declare -A SETS=(
   [torch]="profile.tool=torch"
   [torch.shapes]="profile.tool=torch profile.torch.record_shapes=true"
   [torch.stack]="profile.tool=torch profile.torch.with_stack=true"
+  [torch.memory]="profile.tool=torch profile.torch.profile_memory=true"
 )
 # workload -> its experiment file (benchmarks/gpu/overhead/) and site
 declare -A SITE=([minigpt]=$SITE_MPI [seqpar]=$SITE_MPI [ddp]=$SITE_MPI [hf]=$SITE_TORCHRUN [lightning]=$SITE_TORCHRUN)
