@@ -2,20 +2,26 @@
 CUDA and NVTX without CPU sampling or context switches, torch.profiler records no shapes or stacks,
 and every costly option is opt-in, its flag written only where the experiment asks for it; the
 default `nsys profile` line runs on nsys 2022.4, the oldest nsys hpcprof supports, which refuses the
-CUDA event trace flag (why that option stays nsys's own unless set)."""
+CUDA event trace flag (why that option stays nsys's own unless set); a run's slowdown names the
+costly options its profiler had on."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import msgspec
 import pytest
+from hpcprof_cli import hpcprof
 
+from hpcprof import catalog as c
 from hpcprof.profilers.nsys import NsysOptions
 from hpcprof.profilers.torch import TorchOptions, launch
+from hpcprof.record import read_record
+from hpcprof.report.overhead import costly_options, in_run
 
 NSYS_2022 = Path("/usr/lib/x86_64-linux-gnu/nsight-systems/target-linux-x64/nsys")   # tests/services/nsys.sh
 INJECT = Path(__file__).resolve().parents[1] / "hpcprof" / "inject"
@@ -94,3 +100,25 @@ def test_the_hooks_torch_profiler_records_shapes_stacks_and_memory_when_asked(tm
                       any(e.get("cat") == "python_function" for e in events),
                       any(e.get("name") == "[memory]" for e in events))
     assert seen == {"asked": (True, True, True), "default": (False, False, False)}
+
+
+@pytest.mark.parametrize(("profile", "expected"), [
+    ("{tool: nsys}", ()),
+    ("{tool: torch}", ()),
+    ("{tool: nsys, nsys: {trace: [cuda, nvtx, osrt], sample: null, cuda_event_trace: true}}",
+     ("osrt tracing", "CPU sampling (nsys default)", "CUDA event tracing")),
+    ("{tool: torch, torch: {record_shapes: true, profile_memory: true}}", ("operator shapes", "memory")),
+])
+def test_a_runs_slowdown_names_the_costly_options_it_had_on(tmp_path: Path, profile: str,
+                                                            expected: tuple[str, ...]) -> None:
+    """The options read back from the config.json that `render` writes, and said after the slowdown."""
+    (tmp_path / "exp.yaml").write_text("name: costly\nworkload: {kind: command, argv: [python3, train.py]}\n"
+                                       f"resources: {{nodes: 1, ranks_per_node: 2}}\nprofile: {profile}\n")
+    hpcprof("render", "exp.yaml", "--site", "local", "-o", "out", cwd=tmp_path, check=True)
+    record = read_record(tmp_path / "out" / "config.json")
+    assert costly_options(record.experiment.profile) == expected
+    metrics = [(c.PROFILER_SLOWDOWN.name, 4.0, "%"), (c.PROFILER_UNPROFILED_STEP.name, 8.0, "ms")]
+    found = in_run(record.tool, metrics)
+    assert found is not None
+    text = replace(found, options=expected).sentence()
+    assert ("costly options on: " + ", ".join(expected) in text) if expected else "costly" not in text
