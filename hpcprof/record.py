@@ -39,6 +39,18 @@ class WindowRecord(msgspec.Struct, frozen=True, kw_only=True):
 
 class NsysRecord(msgspec.Struct, frozen=True, kw_only=True):
     capture_range: str = "none"
+    trace: list[str] = msgspec.field(default_factory=lambda: ["cuda", "nvtx"])
+    sample: str | None = None               # None: nsys's own default
+    cpuctxsw: str | None = None
+    cuda_event_trace: bool | None = None
+    gpuctxsw: bool | None = None
+    python_sampling: bool | None = None
+
+
+class TorchRecord(msgspec.Struct, frozen=True, kw_only=True):
+    record_shapes: bool = False
+    with_stack: bool = False
+    profile_memory: bool = False
 
 
 class ProfileRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -46,6 +58,7 @@ class ProfileRecord(msgspec.Struct, frozen=True, kw_only=True):
     ranks: str | int | list[int] = "all"
     window: WindowRecord = msgspec.field(default_factory=WindowRecord)
     nsys: NsysRecord = msgspec.field(default_factory=NsysRecord)
+    torch: TorchRecord = msgspec.field(default_factory=TorchRecord)
 
 
 class ResourcesRecord(msgspec.Struct, frozen=True, kw_only=True):

@@ -149,11 +149,12 @@ def test_polaris_wrapper_affinity_and_output(polaris: RenderedRun) -> None:
     assert "export CUDA_VISIBLE_DEVICES=$(( 4 - 1 - hp_local_rank % 4 ))" in wrapper
     assert re.search(r'if \[ "\$hp_profiled" = 1 \] && \{ \[ "\$hp_local_rank" -eq 0 \]; \} && '
                      r'\{ \[ "\$hp_rank" -lt 8 \]; \}; then', wrapper)   # not the unprofiled reference run
-    # hpcprof's default traces: CUDA and NVTX (the seed's osrt is opt-in: profile.nsys.trace)
+    # hpcprof's default traces: CUDA and NVTX, no CPU sampling or context switches (the seed's osrt is
+    # opt-in: profile.nsys.trace)
     (nsys,) = [line.strip() for line in wrapper.splitlines() if line.strip().startswith("exec nsys")]
     assert shlex.split(nsys) == [
         "exec", "nsys", "profile", "--trace=cuda,nvtx", "--capture-range=none", "--stats=true",
-        "--export=sqlite", "--force-overwrite=true", "-o", "$HPCPROF_PROFILE_DIR/rank${hp_rank}", "$@"]
+        "--sample=none", "--cpuctxsw=none", "--export=sqlite", "--force-overwrite=true", "-o", "$HPCPROF_PROFILE_DIR/rank${hp_rank}", "$@"]
 
 
 def test_perlmutter_directives() -> None:

@@ -1,51 +1,60 @@
 #!/bin/bash
-# The profilers' cost on 2 GPUs, per option set: a nanoGPT-style GPT (overhead/minigpt.py, a
-# `command` timed by the step hook), the ddp harness and seqpar (their own timers), each unprofiled
-# (profile.tool: none) and under each option set below, with the sets alternated inside each round;
+# The profilers' cost on 2 GPUs, per workload and option set: public trainers run unchanged as
+# `command` workloads timed by the step hook (overhead/minigpt.py: a nanoGPT-style GPT;
+# overhead/hf_trainer.py: a Hugging Face `Trainer` script; overhead/lightning_ddp.py: a Lightning
+# DDP script; the last two under torchrun), and seqpar and the ddp harness (their own timers). Each
+# round runs every workload under `none` and every option set in turn (alternated), REPS rounds;
 # then overhead/summarize.py's table: the unprofiled and profiled median step (mean over runs), the
-# slowdown with its 95 % Welch interval over the runs, and for a `command` the slowdown hpcprof
-# states (torch.profiler: the run's own unprofiled steps; nsys: the job's unprofiled reference,
-# profile.reference: start-up + 15 steps). No collect (nsys: no export): the step times are read
-# from the runs' files. Order, most wanted first, each part only while the budget lasts:
-#   1. REPS rounds of none, nsys, torch on minigpt and ddp;
-#   2. REPS rounds of the optional sets (EXTRA) on minigpt and ddp (their baseline: part 1's none);
-#   3. REPS rounds of none, nsys, torch on seqpar.
-# Every set is first checked with `submit --dry-run` (a set that fails it is left out, its error logged).
-# It stops starting runs after BUDGET_S seconds of runs (default 330; a run is cut at 90 s), so the
-# whole fits 10 minutes (in the first run ddp's three sets took 50 s a round; minigpt's not timed).
-#   bash benchmarks/gpu/profiler_overhead.sh [OUT] [REPS]      (OUT default $OUT; REPS default 3)
-#   WORKLOADS=minigpt EXTRA=" " BUDGET_S=170 bash ... 2      (the GPT alone under none, nsys, torch)
-#   EXTRA="nsys.osrt torch.shapes.stack nsys.noevent nsys.sample" BUDGET_S=450 bash ...   (more sets)
-# Needs what env.sh needs (.gpu/whl, .gpu/libs carried); site-h200x2.yaml (mpiexec, 2 GPUs).
+# slowdown with its 95 % Welch interval over the runs. No collect (nsys: no export) and no
+# unprofiled reference run (profile.reference: false): the step times are read from the runs' files.
+# Every set is first checked with `submit --dry-run` (a set that fails it is left out, its error
+# logged). It stops starting runs after BUDGET_S seconds of runs (a run is cut at RUN_S seconds),
+# so a call fits the device's 10 minutes; what ran is summarized either way.
+#   bash benchmarks/gpu/profiler_overhead.sh [OUT] [REPS]          (OUT default $OUT; REPS default 3)
+#   WORKLOADS="minigpt hf" OPTION_SETS="nsys.osrt torch.shapes" bash ...  (the costly options, one at a time)
+# Needs what env.sh needs (.gpu/whl, .gpu/libs carried). SITE_MPI / SITE_TORCHRUN / SET_ARGS (extra
+# --set overrides, ';'-separated per workload as WORKLOAD:KEY=VALUE) let it run on a CPU site.
 set -u
 OUT_DIR=${1:-${OUT:?output directory}}
 REPS=${2:-3}
-BUDGET_S=${BUDGET_S:-330}
-source benchmarks/gpu/env.sh
+BUDGET_S=${BUDGET_S:-480}
+RUN_S=${RUN_S:-120}
+if [[ -z ${NO_ENV:-} ]]; then source benchmarks/gpu/env.sh; else REPO=$(pwd); fi
 mkdir -p "$OUT_DIR"
-WORKDIR=/tmp/overhead-runs
-SITE=$REPO/benchmarks/gpu/site-h200x2.yaml
-# option set name (a part of the run's name: letters, digits, _.-) -> --set overrides; the
-# defaults are hpcprof's, each costly option opt-in
+WORKDIR=${WORKDIR:-/tmp/overhead-runs}
+SITE_MPI=${SITE_MPI:-$REPO/benchmarks/gpu/site-h200x2.yaml}
+SITE_TORCHRUN=${SITE_TORCHRUN:-$REPO/benchmarks/gpu/site-torchrun-x2.yaml}
+# option set name (a part of the run's name: letters, digits, _.-) -> --set overrides; `nsys` and
+# `torch` are hpcprof's defaults, every other set one costly option on top of them
 declare -A SETS=(
   [none]="profile.tool=none"
   [nsys]="profile.tool=nsys"
-  [nsys.osrt]="profile.tool=nsys profile.nsys.trace=[cuda,nvtx,osrt]"
+  [nsys.nsysdefaults]="profile.tool=nsys profile.nsys.sample=null profile.nsys.cpuctxsw=null"
+  [nsys.event]="profile.tool=nsys profile.nsys.cuda_event_trace=true"
   [nsys.noevent]="profile.tool=nsys profile.nsys.cuda_event_trace=false"
   [nsys.sample]="profile.tool=nsys profile.nsys.sample=process-tree profile.nsys.cpuctxsw=process-tree"
+  [nsys.osrt]="profile.tool=nsys profile.nsys.trace=[cuda,nvtx,osrt]"
+  [nsys.cudaonly]="profile.tool=nsys profile.nsys.trace=[cuda]"
+  [nsys.nonccl]="profile.tool=nsys profile.nsys.extra_args=[--nvtx-domain-exclude=NCCL]"
   [torch]="profile.tool=torch"
-  [torch.shapes.stack]="profile.tool=torch profile.torch.record_shapes=true profile.torch.with_stack=true"
+  [torch.shapes]="profile.tool=torch profile.torch.record_shapes=true"
+  [torch.stack]="profile.tool=torch profile.torch.with_stack=true"
+  [torch.memory]="profile.tool=torch profile.torch.profile_memory=true"
 )
-read -r -a EXTRA <<< "${EXTRA:-nsys.osrt torch.shapes.stack}"
-# the workloads of parts 1 and 2 (WORKLOADS=minigpt: the GPT alone, and no seqpar)
-WORKLOADS=${WORKLOADS:-minigpt ddp}
+# workload -> its experiment file (benchmarks/gpu/overhead/) and site
+declare -A SITE=([minigpt]=$SITE_MPI [seqpar]=$SITE_MPI [ddp]=$SITE_MPI [hf]=$SITE_TORCHRUN [lightning]=$SITE_TORCHRUN)
+read -r -a WORKLOAD_LIST <<< "${WORKLOADS:-minigpt hf lightning seqpar ddp}"
+read -r -a SET_LIST <<< "${OPTION_SETS:-nsys torch}"
 SPENT=0
 
-# overrides SET: the --set arguments of option set SET (in the array ARGS)
+# overrides WORKLOAD SET: the --set arguments of option set SET and of SET_ARGS for WORKLOAD (in ARGS)
 overrides() {
-  ARGS=()
+  ARGS=(--set profile.reference=false)
   local kv
-  for kv in ${SETS[$1]}; do ARGS+=(--set "$kv"); done
+  for kv in ${SETS[$2]}; do ARGS+=(--set "$kv"); done
+  local -a extra
+  IFS=';' read -r -a extra <<< "${SET_ARGS:-}"
+  for kv in "${extra[@]}"; do [[ $kv == "$1:"* ]] && ARGS+=(--set "${kv#"$1:"}"); done
 }
 
 # one REP WORKLOAD SET: one run, unless the budget is spent
@@ -55,52 +64,51 @@ one() {
     SPENT=1
     return
   fi
-  overrides "$3"
+  overrides "$2" "$3"
   local t0 rc
   t0=$(date +%s)
-  timeout 90 python3 -m hpcprof submit "benchmarks/gpu/overhead/$2.yaml" --site-file "$SITE" \
-    --workdir "$WORKDIR" --set "name=overhead-$2--$3" "${ARGS[@]}" --wait > /dev/null 2>&1
+  # the run's end is its DONE file, polled every 0.2 s (submit --wait backs off to 10 s polls)
+  local runs=$WORKDIR/overhead-$2--$3 before
+  before=$(compgen -G "$runs/*/DONE" | wc -l)
+  python3 -m hpcprof submit "benchmarks/gpu/overhead/$2.yaml" --site-file "${SITE[$2]}" \
+    --workdir "$WORKDIR" --set "name=overhead-$2--$3" "${ARGS[@]}" > /dev/null 2>&1
   rc=$?
-  echo "round $1 $2 $3: rc $rc in $(( $(date +%s) - t0 ))s"
-}
-
-# rounds WORKLOADS SETS: REPS rounds, each every workload under every set in turn
-rounds() {
-  local -a workloads sets
-  read -r -a workloads <<< "$1"
-  read -r -a sets <<< "$2"
-  local rep workload set
-  for rep in $(seq "$REPS"); do
-    for workload in "${workloads[@]}"; do
-      for set in "${sets[@]}"; do one "$rep" "$workload" "$set"; done
-    done
+  while (( rc == 0 && $(compgen -G "$runs/*/DONE" | wc -l) == before )); do
+    if (( $(date +%s) - t0 > RUN_S )); then
+      python3 -m hpcprof cancel --workdir "$WORKDIR" "$(ls -td "$runs"/*/ | head -1)" > /dev/null 2>&1
+      rc=124
+      break
+    fi
+    sleep 0.2
   done
+  echo "round $1 $2 $3: rc $rc, $(grep -h '^exit_code=' "$(ls -td "$runs"/*/ | head -1)status" 2>/dev/null) in $(( $(date +%s) - t0 ))s"
 }
 
 {
+  date -u +%FT%TZ
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
   python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
-  nsys --version
-  valid=()
-  for set in none nsys torch "${EXTRA[@]}"; do
+  python3 -c 'import transformers, lightning; print("transformers", transformers.__version__, "lightning", lightning.__version__)'
+  nsys --version && nsys profile --help | grep -A4 -e '--cuda-event-trace=' -e '--sample=' | head -20
+  valid=(none)
+  for set in "${SET_LIST[@]}"; do
     if [[ -z ${SETS[$set]+x} ]]; then echo "option set $set: unknown (one of: ${!SETS[*]})"; continue; fi
-    overrides "$set"
-    if error=$(python3 -m hpcprof submit benchmarks/gpu/overhead/minigpt.yaml --site-file "$SITE" \
-        --workdir "$WORKDIR" --set "name=overhead-minigpt--$set" "${ARGS[@]}" --dry-run 2>&1 >/dev/null); then
+    overrides "${WORKLOAD_LIST[0]}" "$set"
+    if error=$(python3 -m hpcprof submit "benchmarks/gpu/overhead/${WORKLOAD_LIST[0]}.yaml" \
+        --site-file "${SITE[${WORKLOAD_LIST[0]}]}" --workdir "$WORKDIR" \
+        --set "name=overhead-${WORKLOAD_LIST[0]}--$set" "${ARGS[@]}" --dry-run 2>&1 >/dev/null); then
       valid+=("$set")
     else
       echo "option set $set: left out, submit --dry-run refused it: $(grep -m1 '^Error' <<< "$error")"
     fi
   done
-  echo "option sets: ${valid[*]}"
+  echo "option sets: ${valid[*]}; workloads: ${WORKLOAD_LIST[*]}"
   START=$(date +%s)
-  base=() extra=()
-  for set in "${valid[@]}"; do
-    case $set in none|nsys|torch) base+=("$set") ;; *) extra+=("$set") ;; esac
+  for rep in $(seq "$REPS"); do
+    for workload in "${WORKLOAD_LIST[@]}"; do
+      for set in "${valid[@]}"; do one "$rep" "$workload" "$set"; done
+    done
   done
-  rounds "$WORKLOADS" "${base[*]}"
-  (( ${#extra[@]} )) && rounds "$WORKLOADS" "${extra[*]}"
-  [[ " $WORKLOADS " == *" ddp "* ]] && rounds "seqpar" "${base[*]}"
   echo "runs took $(( $(date +%s) - START ))s"
 } > "$OUT_DIR/profiler_overhead.log" 2>&1
 python3 benchmarks/gpu/overhead/summarize.py "$WORKDIR" | tee "$OUT_DIR/profiler_overhead_gpu.txt"

@@ -374,7 +374,8 @@ def _torch_profiler(state: _State) -> Any:
         activities.append(torch.profiler.ProfilerActivity.CUDA)
     return torch.profiler.profile(
         activities=activities, record_shapes=os.environ.get("HPCPROF_TORCH_SHAPES") == "1",
-        with_stack=os.environ.get("HPCPROF_TORCH_STACK") == "1", on_trace_ready=write,
+        with_stack=os.environ.get("HPCPROF_TORCH_STACK") == "1",
+        profile_memory=os.environ.get("HPCPROF_TORCH_MEMORY") == "1", on_trace_ready=write,
         schedule=torch.profiler.schedule(wait=0, warmup=warmup, active=state.count + 1, repeat=1))
 
 

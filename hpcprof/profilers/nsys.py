@@ -45,16 +45,18 @@ def check_nvtx_capture(value: str | None) -> None:
 
 
 class NsysOptions(Model):
-    """`nsys profile` options. The defaults trace CUDA and NVTX only: OS runtime tracing (`osrt`),
-    sampling, backtraces and CUDA event tracing are opt-in, each for its cost (docs/user-guide/report.md)."""
+    """`nsys profile` options. The defaults trace CUDA and NVTX, with no CPU sampling or context
+    switch tracing (hpcprof reads neither; its own stack sampler names idle causes): OS runtime
+    tracing (`osrt`), sampling and backtraces are opt-in, each for its cost (docs/user-guide/report.md).
+    `None` leaves a flag out: nsys's own default (CUDA event tracing: nsys before 2024 has no flag)."""
 
     trace: list[str] = msgspec.field(default_factory=lambda: ["cuda", "nvtx"])
     capture_range: Literal["none", "cudaProfilerApi", "nvtx"] = "none"
     nvtx_capture: str | None = None
     capture_range_end: str | None = None
     stats: bool = False
-    sample: Literal["none", "cpu", "process-tree", "system-wide"] | None = None
-    cpuctxsw: Literal["none", "process-tree", "system-wide"] | None = None
+    sample: Literal["none", "cpu", "process-tree", "system-wide"] | None = "none"
+    cpuctxsw: Literal["none", "process-tree", "system-wide"] | None = "none"
     gpuctxsw: bool | None = None
     cuda_graph_trace: Literal["graph", "node"] | None = None
     mpi_impl: Literal["openmpi", "mpich"] | None = None

@@ -21,9 +21,11 @@ class TorchOptions(Model):
     active: Annotated[int, Meta(ge=1)] = 3
     repeat: Annotated[int, Meta(ge=0)] = 1
     gzip: bool = False
-    #: opt-in recorders, each costly (docs/user-guide/profilers.md's table): operator input shapes, Python stacks
+    #: opt-in recorders, each costly (docs/user-guide/report.md's table): operator input shapes, Python
+    #: stacks, tensor allocations and frees
     record_shapes: bool = False
     with_stack: bool = False
+    profile_memory: bool = False
 
     def schedule(self) -> str:
         return f"wait={self.wait},warmup={self.warmup},active={self.active},repeat={self.repeat}"
@@ -44,7 +46,8 @@ def launch(options: TorchOptions, program: str) -> Launch:
     return Launch([], env={"HPCPROF_TORCH_SCHEDULE": options.schedule(),
                            "HPCPROF_TORCH_GZIP": "1" if options.gzip else "0",
                            "HPCPROF_TORCH_SHAPES": "1" if options.record_shapes else "0",
-                           "HPCPROF_TORCH_STACK": "1" if options.with_stack else "0"})
+                           "HPCPROF_TORCH_STACK": "1" if options.with_stack else "0",
+                           "HPCPROF_TORCH_MEMORY": "1" if options.profile_memory else "0"})
 
 
 PROFILER = Profiler(

@@ -23,7 +23,7 @@ from typing import Any
 
 from hpcprof import catalog as c
 from hpcprof.config import REPEAT
-from hpcprof.record import RunRecord, read_record
+from hpcprof.record import ProfileRecord, RunRecord, read_record
 from hpcprof.results import Metric, read_headline
 from hpcprof.rundir import DamagedRunFile, RunDir
 
@@ -51,6 +51,7 @@ class Overhead:
     high: float | None = None
     ranks: tuple[tuple[int, float, float, float], ...] = ()
     per_rank: bool = False      # in the run: pct is the most slowed rank's, baseline_ms the ranks' median
+    options: tuple[str, ...] = ()   # the costly options the run's profiler had on (costly_options)
 
     @property
     def pct(self) -> float:
@@ -70,10 +71,33 @@ class Overhead:
             shown = "; ".join(f"rank {r} {p:+.1f} % [{lo:+.1f}, {hi:+.1f}]" for r, p, lo, hi in self.ranks[:RANKS_SHOWN])
             more = len(self.ranks) - RANKS_SHOWN
             against += f"; per rank: {shown}" + (f" and {more} more (steps_perturbation)" if more > 0 else "")
+        options = f"; costly options on: {', '.join(self.options)} (what each costs: docs/user-guide/report.md)" \
+            if self.options else ""
         if self.warning:
             return (f"{self.tool} slowed each step by {self.pct:.0f} %{interval}: "
-                    f"{MEANING.get(self.tool, MEANING[''])} ({against})")
-        return f"{self.tool} changed each step by {self.pct:+.1f} %{interval}, within {c.OVERHEAD_WARN_PCT:g} % ({against})"
+                    f"{MEANING.get(self.tool, MEANING[''])} ({against}){options}")
+        return (f"{self.tool} changed each step by {self.pct:+.1f} %{interval}, within {c.OVERHEAD_WARN_PCT:g} % "
+                f"({against}){options}")
+
+
+def costly_options(profile: ProfileRecord) -> tuple[str, ...]:
+    """The options of the run's profiler that are off by default for their cost (docs/user-guide/report.md's
+    table) and were on in the run; an nsys field left to nsys's own default (null) counts as on."""
+    if profile.tool == "nsys":
+        nsys = profile.nsys
+        found = [f"{trace} tracing" for trace in nsys.trace if trace not in ("cuda", "nvtx", "none")]
+        found += [f"{label} ({'nsys default' if value is None else value})"
+                  for label, value in (("CPU sampling", nsys.sample), ("context switch tracing", nsys.cpuctxsw))
+                  if value != "none"]
+        found += [label for label, value in (("CUDA event tracing", nsys.cuda_event_trace),
+                                             ("GPU context switch tracing", nsys.gpuctxsw),
+                                             ("Python sampling", nsys.python_sampling)) if value]
+        return tuple(found)
+    if profile.tool == "torch":
+        torch = profile.torch
+        return tuple(label for label, on in (("operator shapes", torch.record_shapes),
+                                             ("Python stacks", torch.with_stack), ("memory", torch.profile_memory)) if on)
+    return ()
 
 
 #: what an in-run baseline is, by steps_perturbation's `baseline` (hpcprof.analysis.steps)

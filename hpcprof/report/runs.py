@@ -6,7 +6,7 @@ hpcprof, a damaged note)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -89,7 +89,7 @@ def add_overheads(infos: list[RunInfo]) -> None:
     """The profiler's perturbation of each step of the profiled runs that have a baseline
     (hpcprof.report.overhead), as RunInfo.overhead: the run's own unprofiled steps first, else
     a run under profile.tool: none (and its metric)."""
-    from hpcprof.report.overhead import in_run, overhead_metric, overheads
+    from hpcprof.report.overhead import costly_options, in_run, overhead_metric, overheads
 
     for info in infos:
         if info.tool != "none":
@@ -100,6 +100,8 @@ def add_overheads(infos: list[RunInfo]) -> None:
         if (overhead := found.get(info.run.run_id)) is not None:
             info.overhead = overhead
             info.metrics.append(overhead_metric(overhead))
+        if info.overhead is not None:
+            info.overhead = replace(info.overhead, options=costly_options(info.record.experiment.profile))
 
 
 def rank_slowdowns(path: Path) -> tuple[tuple[tuple[int, float, float, float], ...], str]:

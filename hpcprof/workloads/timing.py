@@ -187,6 +187,7 @@ def make_torch_profiler(rank: int, schedule: dict[str, int], gzip_output: bool) 
         on_trace_ready=TorchTraceWriter(trace_dir(), rank, gzip_output),
         record_shapes=os.environ.get("HPCPROF_TORCH_SHAPES") == "1",
         with_stack=os.environ.get("HPCPROF_TORCH_STACK") == "1",
+        profile_memory=os.environ.get("HPCPROF_TORCH_MEMORY") == "1",
     )
 
 

@@ -55,7 +55,7 @@ if [ "$hp_profiled" = 1 ] && { [ "$hp_local_rank" -eq 0 ]; } && { [ "$hp_rank" -
   export HPCPROF_PROFILE_DIR="$HPCPROF_RUN_DIR/profiles/nsys"
   mkdir -p "$HPCPROF_PROFILE_DIR"
   echo "hpcprof: rank $hp_rank (local $hp_local_rank) on $(hostname) runs under nsys"
-  exec nsys profile --trace=cuda,nvtx --capture-range=none --stats=true --export=sqlite --force-overwrite=true -o "$HPCPROF_PROFILE_DIR/rank${hp_rank}" "$@"
+  exec nsys profile --trace=cuda,nvtx --capture-range=none --stats=true --sample=none --cpuctxsw=none --export=sqlite --force-overwrite=true -o "$HPCPROF_PROFILE_DIR/rank${hp_rank}" "$@"
 fi
 export HPCPROF_PROFILE_TOOL=none
 exec "$@"

@@ -4,7 +4,8 @@ phase's median), the mean over the set's runs, the slowdown against the unprofil
 (profile.tool: none) with the 95 % Welch interval of the difference of the means, and for a
 `command` the slowdown hpcprof states in the run (hpcprof.analysis.steps.perturbation, the most
 slowed rank; mean over runs): under torch.profiler from the process's own unprofiled steps, under
-nsys from the job's unprofiled reference run (profile.reference).
+nsys from the job's unprofiled reference run where it had one (profile.reference; the script
+leaves it out to save its start-up).
 
     python3 benchmarks/gpu/overhead/summarize.py WORKDIR
 """
@@ -51,7 +52,7 @@ def main(workdir: Path) -> None:
             medians.setdefault((workload, option_set), []).append(ms)
         if own is not None:
             stated.setdefault((workload, option_set), []).append(own)
-    print(f"{'workload':<9}{'option set':<20}{'runs':>5}{'step ms':>10}{'unprof ms':>10}{'slowdown %':>11}"
+    print(f"{'workload':<10}{'option set':<20}{'runs':>5}{'step ms':>10}{'unprof ms':>10}{'slowdown %':>11}"
           f"{'95 % CI':>18}{'stated %':>10}")
     for (workload, option_set), values in sorted(medians.items()):
         base = medians.get((workload, "none"), [])
@@ -69,7 +70,7 @@ def main(workdir: Path) -> None:
         if stated.get((workload, option_set)):
             cells[2] = f"{statistics.fmean(stated[(workload, option_set)]):+.1f}"
         reference_text = f"{statistics.fmean(base):.2f}" if base else ""
-        print(f"{workload:<9}{option_set:<20}{len(values):>5}{mean:>10.2f}{reference_text:>10}{cells[0]:>11}"
+        print(f"{workload:<10}{option_set:<20}{len(values):>5}{mean:>10.2f}{reference_text:>10}{cells[0]:>11}"
               f"{cells[1]:>18}{cells[2]:>10}")
 
 
