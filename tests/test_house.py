@@ -153,7 +153,7 @@ Collect Profile Render Submit List Print Parse Pass Return Raise Catch Share Sho
 Support Prefer Require Accept Reject Ignore Include Exclude Enable Disable Align Sort Group Join Filter Map Keep
 Copy Link Unify Inline Extract Factor Lift Hoist Defer Delay Wait Retry Time Format Round Pin Bump Upgrade
 Downgrade Declare Define Describe Note Clarify Correct Reword Regenerate Generate Mend Tidy Polish Harden Shrink
-Grow Fill Free Release Kill End Finish Apply Register Expose Hide Draw Plot Place Land Ship Teach Dump Cancel
+Grow Fill Free Release Kill End Finish Apply Register Expose Hide Draw Plot Place Land Ship Teach Dump Cancel Leave Match
 Lead Re-base Cost Hold Compare Detect Sweep Gather""".split())
 
 
