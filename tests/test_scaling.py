@@ -103,3 +103,15 @@ def test_the_sentences_say_both_efficiencies_where_the_mode_is_not_stated() -> N
     assert said == ("all: 4 ranks against ranks=1: speed-up 0.50x (ideal 4.00x), parallel efficiency 50 % if weak, "
                     f"12 % if strong ({NOT_STATED}); step 20 ms, lost 10 ms a step (against the weak ideal): 6 ms waiting for late ranks, 3 ms collective transfer "
                     "(AllReduce 3 ms), 1 ms other. rank 3 is late in 6 of 6 steps.")
+
+
+def test_a_transfer_that_overlapped_compute_is_said_so_not_a_negative_rest() -> None:
+    """DDP's all-reduce overlaps backward: its transfer counted in full can exceed the time lost, and
+    the rest is then no negative "other" but the overlap it shows at least."""
+    row = {"group": "all", "point": "ranks=2", "reference": "ranks=1", "world_size": 2, "time_ms": 18.3,
+           "speedup": 1.58, "ideal": 2.0, "mode": "weak", "efficiency_pct": 79.2, "efficiency_weak_pct": 79.2,
+           "efficiency_strong_pct": 39.6, "lost_ms": 3.82, "late_ms": 1.1, "transfer_ms": 8.99,
+           "transfer_by_collective": "AllReduce 8.99 ms", "other_ms": 3.82 - 1.1 - 8.99, "straggler": "x"}
+    [said] = sentences(pd.DataFrame([row]))
+    assert "8.99 ms collective transfer (AllReduce 8.99 ms), of which at least 6.27 ms overlapped compute, " \
+           "nothing else lost." in said and "-6.27" not in said

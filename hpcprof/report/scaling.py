@@ -116,9 +116,12 @@ def sentences(df: pd.DataFrame) -> list[str]:
                f"({NOT_STATED})" if row["mode"] == NOT_STATED else
                f"{row['efficiency_pct']:.0f} % ({row['mode']} scaling)")
         against = " (against the weak ideal)" if row["mode"] == NOT_STATED else ""
+        # a negative rest: the transfer counted in full overlapped the step's compute by at least that much
+        rest = (f"{row['other_ms']:.3g} ms other" if row["other_ms"] >= 0 else
+                f"of which at least {-row['other_ms']:.3g} ms overlapped compute, nothing else lost")
         split = (f"lost {row['lost_ms']:.3g} ms a step{against}: {row['late_ms']:.3g} ms waiting for late ranks, "
                  f"{row['transfer_ms']:.3g} ms collective transfer ({row['transfer_by_collective'] or 'none'}), "
-                 f"{row['other_ms']:.3g} ms other")
+                 f"{rest}")
         out.append(f"{row['group']}: {row['world_size']} ranks against {row['reference']}: speed-up "
                    f"{row['speedup']:.2f}x (ideal {row['ideal']:.2f}x), parallel efficiency {eff}; step "
                    f"{row['time_ms']:.3g} ms, {split}. {row['straggler']}.".replace("..", "."))
