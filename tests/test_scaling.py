@@ -34,7 +34,8 @@ def _argv(*extra: str) -> str:
 def test_cpu_sweep_gives_efficiency_per_point_and_names_the_late_rank(tmp_path: Path) -> None:
     """The report's scaling view: one row per world size with its efficiency against 1 rank (checked
     against the step times `compare` gives, T_1 / T_N: weak scaling as the example states), and at 4
-    ranks rank 3 named as the late rank with a cost within 40 % of the 30 ms it sleeps."""
+    ranks rank 3 named as the late rank with a cost within 40 % of the 30 ms it sleeps, and where it
+    spends its step instead: the sleep's line, for about as long (the stack samples)."""
     exp = REPO / "tests" / "data" / "dp_scaling_cpu.yaml"
     hpcprof("submit", str(exp), "--site", "local", "--wait", "--set",
             _argv("--late-rank", "3", "--late-ms", str(LATE_MS)), cwd=tmp_path, check=True, timeout=240)
@@ -54,6 +55,11 @@ def test_cpu_sweep_gives_efficiency_per_point_and_names_the_late_rank(tmp_path: 
     assert found is not None, table
     rank, late, steps, cost = int(found.group(1)), int(found.group(2)), int(found.group(3)), float(found.group(4))
     assert rank == 3 and late >= steps - 1 and abs(cost - LATE_MS) <= 0.4 * LATE_MS, found.group(0)
+    # where rank 3 spends its step instead: the planted sleep's line, about as long as it sleeps
+    doing = re.search(r"rank 3 spends ([\d.]+) ms a step more than the others at (\S+) in", " ".join(table.split()))
+    assert doing is not None, table
+    sleep = next(n for n, line in enumerate(Path(TRAINER).read_text().splitlines(), 1) if "time.sleep(args.late_ms" in line)
+    assert doing.group(2) == f"dp_trainer.py:{sleep}" and abs(float(doing.group(1)) - LATE_MS) <= 0.4 * LATE_MS
     # the 4-rank run's merged timeline: a Chrome trace with a process per rank, the waits for rank 3
     many = hpcprof("report", "--timeline", str(tmp_path / "all.json"), cwd=tmp_path)
     assert many.returncode == 2 and "--timeline: name one run (3 selected)" in many.stderr

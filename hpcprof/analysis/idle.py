@@ -271,6 +271,24 @@ def add_samples(t: Timeline, path: Path | None, offset_ns: float) -> None:
     t.host["gc"] = intervals((collections[:, 0] - offset_ns) / 1000, (collections[:, 1] - offset_ns) / 1000)
 
 
+def line_time(timelines: list[Timeline]) -> pd.DataFrame:
+    """Per rank and line of the program (the innermost user frame the stack samples name), the time a
+    step spends there over the window's steps, busy or idle: its samples in the steps times the
+    samples' median spacing, per step. Columns rank, at, ms_per_step; none without samples."""
+    import pandas as pd
+
+    rows = []
+    for t in timelines:
+        steps = len(t.steps[0])
+        if not steps or len(t.sample_t) < 2:
+            continue
+        spacing_us = float(np.median(np.diff(t.sample_t)))
+        inside = np.flatnonzero(_inside(t.sample_t, intervals(*t.steps)))
+        counts = Counter(t.sample_at[i].split(";")[0] for i in inside.tolist() if t.sample_at[i])
+        rows += [{"rank": t.rank, "at": at, "ms_per_step": n * spacing_us / steps / 1000} for at, n in counts.items()]
+    return pd.DataFrame(rows, columns=["rank", "at", "ms_per_step"])
+
+
 def across_ranks(frame: pd.DataFrame) -> pd.DataFrame:
     """The named causes over ranks: per cause the mean ms per step and % of idle, and the line, detail
     and fix of the rank where it costs most; largest first (the report's verdict, compare)."""

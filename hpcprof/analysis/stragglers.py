@@ -126,3 +126,19 @@ def straggler(events: pd.DataFrame, steps: pd.DataFrame) -> Straggler | None:
     found = steps[steps["finding"]]
     return Straggler(rank, int((mine["late_ns"] > floor).sum()), len(steps), float(typical[rank]),
                      float(mine["wait_ns"].median()), bool((found["late_rank"] == rank).all()), floor)
+
+
+def doing(lines: pd.DataFrame, rank: int, floor_ns: float) -> str:
+    """Where the late `rank` spends its step beyond the other ranks: the line of the program (a
+    `<tool>_lines` table: rank, at, ms_per_step, from the stack samples) whose time per step exceeds
+    the other ranks' median there (0 where a rank has none) the most; '' where no other rank has
+    samples or no excess is above the noise floor."""
+    from hpcprof.analysis.idle import short
+
+    per = lines.pivot_table(index="at", columns="rank", values="ms_per_step", aggfunc="sum", fill_value=0.0)
+    if rank not in per.columns or len(per.columns) < 2:
+        return ""
+    excess = (per[rank] - per.drop(columns=rank).median(axis=1)).sort_values(ascending=False, kind="stable")
+    if excess.empty or excess.iloc[0] * 1e6 <= floor_ns:
+        return ""
+    return f"rank {rank} spends {excess.iloc[0]:.3g} ms a step more than the others at {short(str(excess.index[0]))}"

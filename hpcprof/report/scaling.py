@@ -1,7 +1,8 @@
 """Where the time of a sweep over world size went: per point, against the smallest world of its group,
 the step time, the parallel efficiency (weak, strong, or both where the experiment does not state
 which) and the time lost per step, split into the wait for late ranks (the straggler's cost,
-hpcprof.analysis.stragglers), each collective's transfer after the last rank arrived
+hpcprof.analysis.stragglers, with the line of the program where it spends its step beyond the
+others, from the stack samples), each collective's transfer after the last rank arrived
 (hpcprof.analysis.collective_wait) and the rest (imbalance, idle, host work, slower kernels).
 
 Weak scaling (the batch per rank fixed): ideal step time = the reference's, efficiency =
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from hpcprof import catalog as c
 from hpcprof.analysis.collective_wait import transfer_wait
 from hpcprof.analysis.critical_path import EVENTS_TABLE
-from hpcprof.analysis.stragglers import per_step, straggler
+from hpcprof.analysis.stragglers import doing, per_step, straggler
 from hpcprof.results import read_table
 
 if TYPE_CHECKING:
@@ -53,12 +54,14 @@ def lost_split(info: RunInfo) -> dict[str, Any]:
     if steps.empty:
         return {}
     found = straggler(events, steps)
+    lines = read_table(info.run.path, c.table_name(info.tool, "lines")) if found else None
+    where = doing(lines, found.rank, found.floor_ns) if found and lines is not None and not lines.empty else ""
     waits = transfer_wait(events)
     every = waits[waits["scope"] == "all"]
     transfer = {str(r.collective): float(r.transfer_ns) * int(r.instances) / len(steps) / 1e6
                 for r in every.itertuples()}
     return {"late_rank": found.rank if found else None, "late_ms": found.median_late_ns / 1e6 if found else 0.0,
-            "straggler": found.sentence() if found else
+            "straggler": found.sentence() + (f"; {where}" if where else "") if found else
             f"no rank late above the noise floor ({float(steps['floor_ns'].iloc[0]) / 1e6:.3g} ms a step)",
             "transfer": transfer}
 
