@@ -157,6 +157,9 @@ TORCH_IDLE_CAUSES = _t(TORCH, "idle_causes", "rank and cause", MEASURED,
                        "each step's GPU idle by host-side cause (gc, input, sync, collective, compile, optimizer, "
                        "launch, program, unattributed): ms per step, % of idle and step, the line, the fix",
                        "hpcprof.analysis.idle (ProfilerStep spans but the last; the stack sampler's lines)")
+TORCH_STEP_IDLE = _t(TORCH, "step_idle", "busy interval or idle gap of the median step, per rank", EACH_ITERATION,
+                     "one step (the window's median) on every rank: the device's busy intervals and each idle gap "
+                     "under its host-side cause and line, ms from the step's start", "hpcprof.analysis.idle.typical_step")
 TORCH_LINES = _t(TORCH, "lines", "rank and line", MEASURED,
                  "each line of the program (the innermost user frame of the stack samples): the time a step "
                  "spends there, busy or idle, ms per step", "hpcprof.analysis.idle.line_time (the stack sampler)")
@@ -286,7 +289,7 @@ TABLES: tuple[TableSpec, ...] = (
     NSYS_WINDOW, NSYS_ITERATIONS, NSYS_KERNELS, NSYS_NCCL, NSYS_BUSBW, NSYS_OVERLAP, NSYS_PHASES, NSYS_TIMELINE, NSYS_GAPS,
     NSYS_CAPTURE_OVERLAP, NSYS_CAPTURE_PHASES, *NSYS_SUMMARIES,
     NSYS_CRITICAL_EVENTS, NSYS_CRITICAL_PATH, NSYS_CRITICAL_SEGMENTS,
-    TORCH_WINDOW, TORCH_ITERATIONS, TORCH_TEMPORAL, TORCH_OVERLAP, TORCH_IDLE, TORCH_IDLE_CAUSES, TORCH_LINES, TORCH_LAUNCH, TORCH_KERNELS,
+    TORCH_WINDOW, TORCH_ITERATIONS, TORCH_TEMPORAL, TORCH_OVERLAP, TORCH_IDLE, TORCH_IDLE_CAUSES, TORCH_STEP_IDLE, TORCH_LINES, TORCH_LAUNCH, TORCH_KERNELS,
     TORCH_WINDOW_KERNELS, TORCH_BUSBW,
     TORCH_KERNEL_TYPES, TORCH_CRITICAL_EVENTS, TORCH_CRITICAL_PATH, TORCH_CRITICAL_SEGMENTS,
     NCU_METRICS, ECHO_SLOWDOWN,

@@ -213,3 +213,22 @@ def test_the_launch_evidence_holds_htas_queue_length() -> None:
                                "whole trace)"), detail
         medians[cause] = float(busiest["50%"])
     assert medians["launch"] < 1 < 100 < medians["control"], medians
+
+
+def test_the_typical_step_shows_each_idle_gap_under_its_cause_and_line() -> None:
+    """The H200 planted input program's median step (collect's torch_step_idle, the HTML's figure):
+    the device's busy intervals and the idle gaps under their causes tile the step without overlap,
+    and the largest gap is the input wait labelled with the program's line."""
+    from hpcprof.analysis.trace.collect import analyse_file
+    from hpcprof.report import plots
+
+    step = analyse_file(GPU / "torch-input" / "profiles" / "rank0.pt.trace.json.gz", 0)["step_idle"]
+    assert set(step["kind"]) == {"device", "idle"} and step["rank"].unique().tolist() == [0]
+    ordered = step.sort_values("start_ms")
+    assert (ordered["start_ms"].to_numpy()[1:] >= ordered["end_ms"].to_numpy()[:-1] - 1e-9).all()   # no overlap
+    own = json.loads((GPU / "torch-input" / "own.json").read_text())
+    widest = step.loc[(step["end_ms"] - step["start_ms"]).idxmax()]
+    assert widest["range"].startswith("idle: input at idle_planted.py:")
+    assert (widest["end_ms"] - widest["start_ms"]) == pytest.approx(own["ms_per_step"], rel=0.25)
+    figure = plots.gantt(step, "one step")
+    assert {trace.name for trace in figure.data} >= {"device busy"}

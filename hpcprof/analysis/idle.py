@@ -271,6 +271,31 @@ def add_samples(t: Timeline, path: Path | None, offset_ns: float) -> None:
     t.host["gc"] = intervals((collections[:, 0] - offset_ns) / 1000, (collections[:, 1] - offset_ns) / 1000)
 
 
+def typical_step(timelines: list[Timeline]) -> pd.DataFrame:
+    """One step of each rank, the one of median length: the device's busy intervals and each idle
+    gap under its cause (the same split as `attribute`), labelled with the cause's line, in ms from
+    the step's start. Columns rank, kind (`device` or `idle`), range, start_ms, end_ms."""
+    import pandas as pd
+
+    rows = []
+    for t in timelines:
+        if not len(t.steps[0]):
+            continue
+        spans = t.steps[1] - t.steps[0]
+        i = int(np.argsort(spans, kind="stable")[(len(spans) - 1) // 2])
+        step = intervals([t.steps[0][i]], [t.steps[1][i]])
+        origin = float(t.steps[0][i])
+        parts = {"device busy": intersect(t.busy, step)}
+        for cause, where in _split(t).items():
+            at, _ = _lines(t, t.sync_ops if cause == "sync" and len(t.sync_ops[0]) else where)
+            parts[f"idle: {cause}" + (f" at {short(at)}" if at else "")] = intersect(where, step)
+        for label, (starts, ends) in parts.items():
+            rows += [{"rank": t.rank, "kind": "device" if label == "device busy" else "idle", "range": label,
+                      "start_ms": (s - origin) / 1000, "end_ms": (e - origin) / 1000}
+                     for s, e in zip(starts.tolist(), ends.tolist(), strict=True)]
+    return pd.DataFrame(rows, columns=["rank", "kind", "range", "start_ms", "end_ms"])
+
+
 def line_time(timelines: list[Timeline]) -> pd.DataFrame:
     """Per rank and line of the program (the innermost user frame the stack samples name), the time a
     step spends there over the window's steps, busy or idle: its samples in the steps times the

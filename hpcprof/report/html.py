@@ -261,6 +261,10 @@ def torch_figures(info: RunInfo) -> Iterator[go.Figure]:
     if overlap is not None and overlap["comp_comm_overlap_pctg"].notna().any():
         yield plots.bars_per_rank(overlap.fillna(0), "comp_comm_overlap_pctg", None, "%", titled(
             "communication overlapped by computation per rank", run_window(info, c.TORCH_OVERLAP)))
+    step = read_table(run, c.TORCH_STEP_IDLE.name)
+    if step is not None and not step.empty:
+        yield plots.gantt(step, titled("one step on every rank: what the device does, why it waits",
+                                       "the median step of the window (the idle's causes and lines)"))
     launch = read_table(run, c.TORCH_LAUNCH.name)
     if launch is not None and not launch.empty:
         yield plots.histogram(launch["launch_delay"], "launch delay (us)",
