@@ -60,6 +60,9 @@ fi
 # tests/conftest.py's groups keep a shared server's tests in one worker and start the longest groups first
 # (--no-loadscope-reorder keeps that order).
 DURATIONS="${HPCPROF_DURATIONS:-test-durations.txt}"
+# Byte code cached as an installed package has it: under PYTHONDONTWRITEBYTECODE every worker, spawned
+# process and script compiles (and pytest rewrites) every test module again at every start.
+unset PYTHONDONTWRITEBYTECODE
 set +e
 .venv/bin/pytest -q -p no:cacheprovider -n "${HPCPROF_WORKERS:-3}" --dist loadgroup --no-loadscope-reorder --durations=25 "${TIER[@]}" "$@" | tee "$DURATIONS"
 status=${PIPESTATUS[0]}
