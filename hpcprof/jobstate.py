@@ -51,9 +51,11 @@ def _walltime_reached(run: RunDir, status: dict[str, str]) -> bool:
 def reconcile(run: RunDir, scheduler_view: JobState | None) -> JobState:
     """The run's state: the job's own status file first, the scheduler's view second. A job that
     wrote DONE keeps the exit code it wrote (a later cancel does not rewrite it); a job whose
-    TERM trap ran (no DONE) was cancelled by hpcprof, or else reached its walltime."""
-    status = run.job_status()
+    TERM trap ran (no DONE) was cancelled by hpcprof, or else reached its walltime. DONE is looked
+    at before the status file is read: the job writes its exit code, then DONE, so a job that ends
+    between the two looks is still running here, never DONE without its exit code."""
     done = run.done
+    status = run.job_status()
     code = int(status["exit_code"]) if re.fullmatch(r"-?\d{1,9}", status.get("exit_code", "")) else None
     if status.get("cancelled") and code != 0:  # marked only while running: see `cancel`
         return JobState(CANCELLED, code, "cancelled by hpcprof")

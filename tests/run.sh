@@ -59,9 +59,12 @@ fi
 # Three workers by default (HPCPROF_WORKERS): on 2 cores part of the suite waits on schedulers and subprocesses;
 # tests/conftest.py's groups keep a shared server's tests in one worker and start the longest groups first
 # (--no-loadscope-reorder keeps that order).
+DURATIONS="${HPCPROF_DURATIONS:-test-durations.txt}"
+# Byte code cached as an installed package has it: under PYTHONDONTWRITEBYTECODE every worker, spawned
+# process and script compiles (and pytest rewrites) every test module again at every start.
+unset PYTHONDONTWRITEBYTECODE
 # The tests marked `quiet` compare the step times of runs, which the other tests' load would move by
 # tens of %: they run after the rest, one at a time (the fast tier has none: they are slow too).
-DURATIONS="${HPCPROF_DURATIONS:-test-durations.txt}"
 MARKS="not quiet"
 if [ "$FAST" = 1 ]; then MARKS="not slow and not quiet"; fi
 set +e

@@ -15,16 +15,17 @@ Blocks by language:
 - ```toml: parsed (tomllib); an entry point of hpcprof's groups must name `module:attribute`;
 - ```text: output or plain text, shown only.
 
-Everything runs in a sandbox: one workdir for all docs (`hpcprof-runs`, holding a collected
-2-point sweep of examples/seqpar_cpu.yaml on the local site, the README tour's, before any other
-docs file runs), a directory per docs file to run in (with the repository's folders and
-`hpcprof-runs` linked into it, as in a clone), HOME and XDG_* in the sandbox, and `hpcprof` on PATH
-running this checkout. An HTML comment on the line above a block steers it: `<!-- docs-test: not
-run: REASON -->` skips it (a reason is required), `<!-- docs-test: file NAME -->` writes it to
-NAME in the file's directory (for later blocks) instead of running it, `<!-- docs-test: on
-slurm-local -->` runs the file on the real one-node Slurm (tests/slurm_cluster.py; its jobs go to the
-sandbox's workdir), and `<!-- docs-test: run by .ci/run -->` marks a block whose every command CI's
-script runs as it is written (the README's two commands: the tests, then the quickstart).
+Everything runs in a sandbox: one workdir for all docs (`hpcprof-runs`, holding a collected 2-point
+sweep of examples/seqpar_cpu.yaml on the local site, the README tour's, before any other docs file
+runs but those on Slurm, whose blocks make their own runs), a directory per docs file to run in
+(with the repository's folders and `hpcprof-runs` linked into it, as in a clone), HOME and XDG_* in
+the sandbox, and `hpcprof` on PATH running this checkout. An HTML comment on the line above a block
+steers it: `<!-- docs-test: not run: REASON -->` skips it (a reason is required),
+`<!-- docs-test: file NAME -->` writes it to NAME in the file's directory (for later blocks) instead
+of running it, `<!-- docs-test: on slurm-local -->` runs the file on the real one-node Slurm
+(tests/slurm_cluster.py; its jobs go to the sandbox's workdir), and
+`<!-- docs-test: run by .ci/run -->` marks a block whose every command CI's script runs as it is
+written (the README's two commands: the tests, then the quickstart).
 """
 
 from __future__ import annotations
@@ -330,9 +331,10 @@ def docs_files() -> Iterator[Any]:
 @pytest.mark.parametrize("path", list(docs_files()))
 def test_docs_blocks_run(path: Path, sandbox: Sandbox, request: pytest.FixtureRequest) -> None:
     """Every block of one docs file, in order, in a directory of its own."""
-    if any(b.directive == ON_SLURM for b in blocks(path)):
+    on_slurm = any(b.directive == ON_SLURM for b in blocks(path))
+    if on_slurm:
         request.getfixturevalue("slurm_cluster")
-    if path != REPO / "README.md":
+    if path != REPO / "README.md" and not on_slurm:      # a file on Slurm makes (and reads) its own runs
         seed(sandbox)
     cwd = workspace(sandbox.root, re.sub(r"[^\w.-]", "_", str(path.relative_to(REPO))))
     assignments: list[str] = []

@@ -12,9 +12,8 @@ import functools
 import shlex
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import jsonschema
 import pytest
 import yaml
 from hpcprof_cli import hpcprof
@@ -25,6 +24,9 @@ from hpcprof.models import validate
 from hpcprof.render.job import render_point, template_dirs
 from hpcprof.schedulers.base import COMPLETED, FAILED, PENDING, RUNNING
 from hpcprof.schedulers.kubernetes import MANIFEST, k8s_name, parse_state
+
+if TYPE_CHECKING:
+    import jsonschema
 
 CRD = Path(__file__).parent / "data" / "kubernetes" / "kubeflow.org_mpijobs.yaml"
 RUN_ID = "20250101-120000-abc123"
@@ -68,6 +70,8 @@ def closed(schema: Any) -> Any:
 
 @functools.lru_cache(maxsize=1)
 def mpijob_validator() -> jsonschema.Draft7Validator:
+    import jsonschema  # here, not at collection: its format checkers build a grammar at import
+
     crd = yaml.safe_load(CRD.read_text())
     (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v2beta1"]
     schema = closed(version["schema"]["openAPIV3Schema"])

@@ -24,12 +24,13 @@ import sqlite3
 import subprocess
 import sys
 import tarfile
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from test_differential_nsys import NSYS_2022, Outcome, _nsys_2022
+from test_differential_nsys import NSYS_2022, SPAWN, Outcome, _nsys_2022
 
 from hpcprof.analysis.nsys_stats import rules
 from hpcprof.cli import main
@@ -62,24 +63,63 @@ def _run_nsys(nsys: Path, db: Path) -> None:
 
 
 def _ours(db: Path, rule: rules.Rule, opts: rules.Options) -> str:
+    (found,) = _ours_many(db, [(rule, opts)])
+    return found
+
+
+def _ours_many(db: Path, jobs: list[tuple[rules.Rule, rules.Options]]) -> list[str]:
+    """Our CSV of each (rule, options) on `db`, the rules run over one connection of the export as
+    `hpcprof nsys analyze` runs its rules (the export is opened read-only and immutable)."""
     conn = rules.open_export(db)
+    out = []
     try:
-        found = rules.run_rule(conn, rule, opts, str(db))
+        for rule, opts in jobs:
+            found = rules.run_rule(conn, rule, opts, str(db))
+            buf = io.StringIO()
+            if not isinstance(found, rules.Skipped):
+                rules.write_csv(rule, found, buf)
+            out.append(buf.getvalue())
     finally:
         conn.close()
-    buf = io.StringIO()
-    if not isinstance(found, rules.Skipped):
-        rules.write_csv(rule, found, buf)
-    return buf.getvalue()
+    return out
 
 
 def _compare(db: Path, outcome: Outcome) -> None:
     sets = option_sets(db)
-    for name in SETS_2022:
-        for rule in rules.RULES_2022.values():
-            spec = rule_spec(rule.name, sets[name])
-            theirs = Path(f"{db.with_suffix('')}_{spec.replace(':', '_')}.csv").read_text()
-            outcome.add(db.name, spec, theirs, _ours(db, rule, _options(sets[name])))
+    jobs = [(spec, rule, _options(sets[name])) for name in SETS_2022 for rule in rules.RULES_2022.values()
+            for spec in [rule_spec(rule.name, sets[name])]]
+    mine = _ours_many(db, [(rule, opts) for _, rule, opts in jobs])
+    for (spec, _, _), ours in zip(jobs, mine, strict=True):
+        theirs = Path(f"{db.with_suffix('')}_{spec.replace(':', '_')}.csv").read_text()
+        outcome.add(db.name, spec, theirs, ours)
+
+
+def _compared(db: Path) -> Outcome:
+    """`_compare` of one export, in a worker process."""
+    outcome = Outcome()
+    _compare(db, outcome)
+    return outcome
+
+
+def _merge(parts: Iterable[Outcome]) -> Outcome:
+    """The outcomes of several exports as one."""
+    total = Outcome()
+    for part in parts:
+        total.compared += part.compared
+        total.identical += part.identical
+        total.differing += part.differing
+    return total
+
+
+def _derive(args: tuple[int, Path, Path]) -> Path:
+    return derive_rules(*args)
+
+
+@pytest.fixture(scope="module")
+def pool() -> Iterator[ProcessPoolExecutor]:
+    """Two worker processes (spawned: see SPAWN) that derive the exports and run our rules on them."""
+    with ProcessPoolExecutor(max_workers=2, mp_context=SPAWN) as workers:
+        yield workers
 
 
 @pytest.fixture(scope="module")
@@ -91,11 +131,12 @@ def nsys() -> Path:
 
 
 @pytest.fixture(scope="module")
-def rule_exports(fixtures_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+def rule_exports(fixtures_dir: Path, tmp_path_factory: pytest.TempPathFactory, pool: ProcessPoolExecutor) -> list[Path]:
     """The generated exports (seeds TIE_SEEDS ..), as many as either comparison needs."""
     work = tmp_path_factory.mktemp("rules")
     count = EXPORTS if _nsys_2022_found() else min(EXPORTS, GOLD_2025_EXPORTS)
-    return [derive_rules(seed, fixtures_dir, work) for seed in range(TIE_SEEDS, TIE_SEEDS + count)]
+    seeds = range(TIE_SEEDS, TIE_SEEDS + count)
+    return list(pool.map(_derive, [(seed, fixtures_dir, work) for seed in seeds], chunksize=8))
 
 
 def _nsys_2022_found() -> bool:
@@ -103,14 +144,12 @@ def _nsys_2022_found() -> bool:
 
 
 @pytest.fixture(scope="module")
-def rule_outcome(nsys: Path, rule_exports: list[Path]) -> tuple[Outcome, dict[str, int]]:
+def rule_outcome(nsys: Path, rule_exports: list[Path], pool: ProcessPoolExecutor) -> tuple[Outcome, dict[str, int]]:
     """Our CSV of every rule vs nsys 2022.4's on the generated exports; how many findings nsys made."""
     exports = rule_exports
     with ThreadPoolExecutor(max_workers=2) as threads:
         list(threads.map(lambda db: _run_nsys(nsys, db), exports))
-    outcome = Outcome()
-    for db in exports:
-        _compare(db, outcome)
+    outcome = _merge(pool.map(_compared, exports, chunksize=8))
     with_rows = {rule.name: sum(bool(Path(f"{db.with_suffix('')}_{rule.name}.csv").stat().st_size)
                                 for db in exports) for rule in rules.RULES_2022.values()}
     return outcome, with_rows
@@ -135,23 +174,33 @@ def _unpacked(fixtures_dir: Path, name: str, into: Path) -> Path:
     return into
 
 
+def _against_2025_gold(args: tuple[Path, Path]) -> tuple[Outcome, Outcome]:
+    """One export's 2025 rules (defaults and the rows=5 set) against nsys 2025.3.1's CSVs in `gold`;
+    and the same files against 2022.4's layout (in a worker process)."""
+    db, gold = args
+    sets = option_sets(db)
+    checks = [(rule_spec(rule.name, sets[name]), rule_spec(old_rule.name, sets[name]), rule, old_rule,
+               _options(sets[name])) for name in ("default", "tight")
+              for rule, old_rule in zip(rules.RULES.values(), rules.RULES_2022.values(), strict=True)]
+    mine = iter(_ours_many(db, [job for _, _, rule, old_rule, opts in checks
+                                for job in ((rule, opts), (old_rule, opts))]))
+    outcome, old_layout = Outcome(), Outcome()
+    for spec, old_spec, *_ in checks:
+        theirs = (gold / f"{db.stem}_{spec.replace(':', '_')}.csv").read_text()
+        outcome.add(db.name, spec, theirs, next(mine))
+        old_layout.add(db.name, old_spec, theirs, next(mine))
+    return outcome, old_layout
+
+
 @pytest.mark.slow
 def test_rules_identical_to_nsys_2025_gold(rule_exports: list[Path], fixtures_dir: Path, tmp_path: Path,
-                                           record_counts) -> None:
+                                           pool: ProcessPoolExecutor, record_counts) -> None:
     """The 2025 rule names against nsys 2025.3.1's own CSVs (GPU-machine gold) of the 520 exports, both
     option sets; also how many of those files 2022.4's layout (the hyphen names) would get wrong."""
     gold = _unpacked(fixtures_dir, GOLD_2025, tmp_path / "gold")
     exports = rule_exports[:GOLD_2025_EXPORTS]
-    outcome, old_layout = Outcome(), Outcome()
-    for db in exports:
-        sets = option_sets(db)
-        for name in ("default", "tight"):
-            opts = _options(sets[name])
-            for rule, old_rule in zip(rules.RULES.values(), rules.RULES_2022.values(), strict=True):
-                spec = rule_spec(rule.name, sets[name])
-                theirs = (gold / f"{db.stem}_{spec.replace(':', '_')}.csv").read_text()
-                outcome.add(db.name, spec, theirs, _ours(db, rule, opts))
-                old_layout.add(db.name, rule_spec(old_rule.name, sets[name]), theirs, _ours(db, old_rule, opts))
+    parts = list(pool.map(_against_2025_gold, [(db, gold) for db in exports], chunksize=8))
+    outcome, old_layout = _merge(p[0] for p in parts), _merge(p[1] for p in parts)
     with_rows = {rule.name: sum(bool((gold / f"{db.stem}_{rule.name}.csv").stat().st_size) for db in exports)
                  for rule in rules.RULES.values()}
     record_counts(f"nsys analyze 2025.3.1 (gold from the GPU machine), six rules x two option sets (defaults; rows=5, gap=1, "
@@ -174,30 +223,38 @@ def _stdout_csv(text: str) -> str:
     return "" if found and found[0].startswith("SKIPPED:") else "".join(line + "\n" for line in found)
 
 
+def _against_2025_options(args: tuple[Path, Path]) -> tuple[Outcome, dict[str, int]]:
+    """One export's 2025 rules under the other option sets against nsys 2025.3.1's outputs in `gold`;
+    how many of those outputs have findings, per set (in a worker process)."""
+    db, gold = args
+    sets = option_sets(db)
+    checks = [(name, rule_spec(rule.name, sets[name]), rule, _options(sets[name])) for name in SETS_2025[2:]
+              for rule in rules.RULES.values()
+              if name not in ("process", "thread") or rule.name in rules.TAKE_PROCESS_AND_THREAD]
+    mine = _ours_many(db, [(rule, opts) for _, _, rule, opts in checks])
+    outcome, found = Outcome(), dict.fromkeys(SETS_2025[2:], 0)
+    for (name, spec, rule, _), ours in zip(checks, mine, strict=True):
+        if name == "nvtx_second":
+            theirs = _stdout_csv((gold / f"{db.stem}.{name}_{rule.name}.out").read_text())
+        else:
+            theirs = (gold / f"{db.stem}.{name}_{spec.replace(':', '_')}.csv").read_text()
+        found[name] += bool(theirs)
+        outcome.add(db.name, spec, theirs, ours)
+    return outcome, found
+
+
 @pytest.mark.slow
 def test_rule_options_identical_to_nsys_2025_gold(rule_exports: list[Path], fixtures_dir: Path, tmp_path: Path,
-                                                  record_counts) -> None:
+                                                  pool: ProcessPoolExecutor, record_counts) -> None:
     """nsys 2025.3.1's other rule options (gold from the GPU machine, benchmarks/gpu/nsys_rules_gold_options.sh): a
     start/end window with rows=-1, nvtx=NAME, nvtx=NAME/1 for the six rules; process=PID and thread=TID
     for cuda_api_sync, the one rule that takes them (nsys refuses them for the others: see
     test_process_and_thread_only_for_cuda_api_sync)."""
     gold = _unpacked(fixtures_dir, GOLD_2025_OPTIONS, tmp_path / "gold")
     exports = rule_exports[:GOLD_2025_EXPORTS]
-    outcome = Outcome()
-    found = dict.fromkeys(SETS_2025[2:], 0)
-    for db in exports:
-        sets = option_sets(db)
-        for name in SETS_2025[2:]:
-            for rule in rules.RULES.values():
-                if name in ("process", "thread") and rule.name not in rules.TAKE_PROCESS_AND_THREAD:
-                    continue
-                spec = rule_spec(rule.name, sets[name])
-                if name == "nvtx_second":
-                    theirs = _stdout_csv((gold / f"{db.stem}.{name}_{rule.name}.out").read_text())
-                else:
-                    theirs = (gold / f"{db.stem}.{name}_{spec.replace(':', '_')}.csv").read_text()
-                found[name] += bool(theirs)
-                outcome.add(db.name, spec, theirs, _ours(db, rule, _options(sets[name])))
+    parts = list(pool.map(_against_2025_options, [(db, gold) for db in exports], chunksize=8))
+    outcome = _merge(p[0] for p in parts)
+    found = {name: sum(p[1][name] for p in parts) for name in SETS_2025[2:]}
     record_counts(f"nsys analyze 2025.3.1 (gold from the GPU machine), the 2025 rules x five more option sets (start/end with rows=-1, "
                   f"nvtx=NAME, nvtx=NAME/1; process= and thread= for cuda_api_sync): {outcome.compared} CSVs compared over {len(exports)} "
                   f"exports, {outcome.identical} identical; files with findings per set: "

@@ -11,7 +11,6 @@ import re
 import sys
 from pathlib import Path
 
-import jsonschema
 import pandas as pd
 import pytest
 from hpcprof_cli import hpcprof
@@ -36,6 +35,8 @@ def test_cpu_sweep_gives_efficiency_per_point_and_names_the_late_rank(tmp_path: 
     against the step times `compare` gives, T_1 / T_N: weak scaling as the example states), and at 4
     ranks rank 3 named as the late rank with a cost within 40 % of the 30 ms it sleeps, and where it
     spends its step instead: the sleep's line, for about as long (the stack samples)."""
+    import jsonschema  # here, not at collection: its format checkers build a grammar at import
+
     exp = REPO / "tests" / "data" / "dp_scaling_cpu.yaml"
     hpcprof("submit", str(exp), "--site", "local", "--wait", "--set",
             _argv("--late-rank", "3", "--late-ms", str(LATE_MS)), cwd=tmp_path, check=True, timeout=240)

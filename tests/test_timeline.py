@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import jsonschema
 import pandas as pd
 import pytest
 from test_critical_path import HOST_DELAY, MM2_DELAY, simulate, write_kineto, write_nsys_export
@@ -60,6 +59,8 @@ def _nsys_events(tmp_path: Path) -> pd.DataFrame:
 
 @pytest.mark.parametrize("source", [_kineto_events, _nsys_events])
 def test_the_timeline_is_a_chrome_trace_of_the_schedule(tmp_path: Path, source) -> None:  # type: ignore[no-untyped-def]
+    import jsonschema  # here, not at collection: its format checkers build a grammar at import
+
     events = source(tmp_path)
     _, segments = critical_path(aligned(events)[0])                      # as collect makes them
     doc = json.loads(json.dumps(chrome_trace(events, segments)))       # as written: plain JSON

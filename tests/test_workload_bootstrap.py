@@ -13,24 +13,31 @@ import pytest
 
 from hpcprof.errors import UserError
 from hpcprof.models import validate
-from hpcprof.workloads import args, bootstrap, options, seqpar, timing
+from hpcprof.workloads import args, options
 
-LAUNCHER_VARS = [*bootstrap.GLOBAL_RANK_VARS, *bootstrap.LOCAL_RANK_VARS, *bootstrap.MPI_MARKERS,
-                 "HPCPROF_RANK", "HPCPROF_LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "SLURM_NTASKS", "TORCHELASTIC_RUN_ID"]
+#: the launcher variables besides bootstrap's own rank variables and MPI markers
+OTHER_LAUNCHER_VARS = ["HPCPROF_RANK", "HPCPROF_LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "SLURM_NTASKS",
+                       "TORCHELASTIC_RUN_ID"]
 
 
 @pytest.fixture
 def bare_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
-    for name in LAUNCHER_VARS:
+    from hpcprof.workloads import bootstrap  # here, not at collection: it imports torch
+
+    for name in [*bootstrap.GLOBAL_RANK_VARS, *bootstrap.LOCAL_RANK_VARS, *bootstrap.MPI_MARKERS, *OTHER_LAUNCHER_VARS]:
         monkeypatch.delenv(name, raising=False)
     return monkeypatch
 
 
 def test_single_process_layout(bare_env: pytest.MonkeyPatch) -> None:
+    from hpcprof.workloads import bootstrap
+
     assert bootstrap.discover_layout() == bootstrap.RankLayout(0, 1, 0, "single")
 
 
 def test_torchrun_layout(bare_env: pytest.MonkeyPatch) -> None:
+    from hpcprof.workloads import bootstrap
+
     for name, value in {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "MASTER_ADDR": "n1"}.items():
         bare_env.setenv(name, value)
     assert bootstrap.discover_layout() == bootstrap.RankLayout(3, 4, 1, "torchrun")
@@ -39,6 +46,8 @@ def test_torchrun_layout(bare_env: pytest.MonkeyPatch) -> None:
 def test_torchrun_workers_started_by_srun_are_not_mpi_ranks(bare_env: pytest.MonkeyPatch) -> None:
     """srun starts one torchrun agent per node; its workers inherit srun's PMI variables and
     SLURM_LOCALID=0, but their rank and local rank are torchrun's (MPI_Init would fail there)."""
+    from hpcprof.workloads import bootstrap
+
     for name, value in {"TORCHELASTIC_RUN_ID": "none", "RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1",
                         "MASTER_ADDR": "node1", "PMI_FD": "13", "PMI_RANK": "1", "SLURM_PROCID": "1",
                         "SLURM_LOCALID": "0"}.items():
@@ -47,12 +56,16 @@ def test_torchrun_workers_started_by_srun_are_not_mpi_ranks(bare_env: pytest.Mon
 
 
 def test_srun_layout_and_wrapper_local_rank_wins(bare_env: pytest.MonkeyPatch) -> None:
+    from hpcprof.workloads import bootstrap
+
     for name, value in {"SLURM_PROCID": "5", "SLURM_NTASKS": "8", "SLURM_LOCALID": "1", "HPCPROF_LOCAL_RANK": "2"}.items():
         bare_env.setenv(name, value)
     assert bootstrap.discover_layout() == bootstrap.RankLayout(5, 8, 2, "srun")
 
 
 def test_local_rank_order_prefers_launcher_over_slurm(bare_env: pytest.MonkeyPatch) -> None:
+    from hpcprof.workloads import bootstrap
+
     bare_env.setenv("SLURM_LOCALID", "0")  # inherited by every rank of an mpiexec inside a Slurm job
     bare_env.setenv("MPI_LOCALRANKID", "3")
     assert bootstrap.local_rank_from_env() == 3
@@ -63,10 +76,14 @@ def test_local_rank_order_prefers_launcher_over_slurm(bare_env: pytest.MonkeyPat
     [("nid[001-004,010],gpu7", "nid001"), ("x3005c0s13b0n0", "x3005c0s13b0n0"), ("gpu[7,9]", "gpu7"), ("a,b", "a")],
 )
 def test_first_slurm_host(nodelist: str, host: str) -> None:
+    from hpcprof.workloads import bootstrap
+
     assert bootstrap.first_slurm_host(nodelist) == host
 
 
 def test_cpu_device_and_results_dir(bare_env: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from hpcprof.workloads import bootstrap
+
     assert bootstrap.choose_device("cpu", 3, "reverse").type == "cpu"
     bare_env.delenv("HPCPROF_RUN_DIR", raising=False)
     assert bootstrap.results_dir(None) == Path("results")
@@ -76,6 +93,8 @@ def test_cpu_device_and_results_dir(bare_env: pytest.MonkeyPatch, tmp_path: Path
 
 
 def test_schedule_parsing() -> None:
+    from hpcprof.workloads import timing
+
     assert timing.parse_schedule("wait=1,warmup=1,active=3,repeat=1") == {
         "skip_first": 0, "wait": 1, "warmup": 1, "active": 3, "repeat": 1
     }
@@ -86,12 +105,16 @@ def test_schedule_parsing() -> None:
 
 
 def test_schedule_source_named_in_errors(monkeypatch: pytest.MonkeyPatch) -> None:
+    from hpcprof.workloads import timing
+
     monkeypatch.setenv("HPCPROF_TORCH_SCHEDULE", "wait=oops")
     with pytest.raises(UserError, match="HPCPROF_TORCH_SCHEDULE: bad item 'wait=oops'"):
         timing.check_schedule_fits("seqpar", None, 10)
 
 
 def test_phase_stats_across_ranks() -> None:
+    from hpcprof.workloads import timing
+
     rows = [
         {"rank": 0, "iteration": 0, "phase": "a", "time_ms": 1.0},
         {"rank": 0, "iteration": 1, "phase": "a", "time_ms": 3.0},
@@ -106,6 +129,8 @@ def test_phase_stats_across_ranks() -> None:
 
 
 def test_bool_flags_round_trip() -> None:
+    from hpcprof.workloads import seqpar
+
     args = validate(seqpar.SeqparArgs, {"check": False, "torch_gzip": True}, "seqpar")
     assert options.to_argv(args) == ["--no-check", "--torch-gzip"]
     assert seqpar.parse_args(options.to_argv(args)) == args
@@ -160,6 +185,8 @@ def test_render_and_submit_do_not_import_torch(tmp_path: Path) -> None:
 
 
 def test_args_module_imports_no_torch_and_workloads_reexport_it() -> None:
+    from hpcprof.workloads import bootstrap, seqpar, timing
+
     proc = subprocess.run(
         [sys.executable, "-c", "import sys, hpcprof.workloads.args, hpcprof.workloads.options; "
          "assert 'torch' not in sys.modules"],
@@ -212,6 +239,8 @@ def test_shutdown_after_torch_profiler_frees_the_process_group(bare_env: pytest.
 
 def test_aborting_rank_waits_until_its_message_is_read(tmp_path: Path) -> None:
     """The wait before MPI_Abort ends when the reader has drained the pipe, not before, and is bounded."""
+    from hpcprof.workloads import bootstrap
+
     read_fd, write_fd = os.pipe()
     os.write(write_fd, b"error: the cause\n")
     got: list[bytes] = []

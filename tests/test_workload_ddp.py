@@ -12,8 +12,6 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from hpcprof.workloads import ddp
-
 BIN = Path(sys.executable).parent
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "echo_gpt2"
 
@@ -46,6 +44,8 @@ def run_ddp(n: int, argv: list[str], cwd: Path, **env: str) -> subprocess.Comple
     ],
 )
 def test_window_rule_counts_warmups(steps: int, epochs: int, warmups: int, iteration: int, epoch: int, step: int) -> None:
+    from hpcprof.workloads import ddp
+
     window = ddp.profile_window(steps, epochs, warmups)
     assert window == ddp.Window(iteration, epoch, step)
     assert window.epoch == warmups + epochs - 1  # always the last epoch that runs
@@ -53,12 +53,16 @@ def test_window_rule_counts_warmups(steps: int, epochs: int, warmups: int, itera
 
 
 def test_window_rule_rejects_empty_epochs() -> None:
+    from hpcprof.workloads import ddp
+
     with pytest.raises(ValueError):
         ddp.profile_window(0, 3, 0)
 
 
 @pytest.mark.slow
 def test_echo_folder_runs_unchanged_two_ranks(tmp_path: Path) -> None:
+    from hpcprof.workloads import ddp
+
     echo = tmp_path / "input"
     shutil.copytree(EXAMPLE, echo)
     before = {p.name: p.read_bytes() for p in echo.iterdir()}
@@ -169,6 +173,8 @@ def test_bench_ddp_command_bad_input(tmp_path: Path) -> None:
 
 
 def test_args_need_a_model_and_round_trip() -> None:
+    from hpcprof.workloads import ddp
+
     with pytest.raises(ValueError, match="echo_input or model_file is required"):
         ddp.DdpArgs()
     args = ddp.DdpArgs(echo_input=Path("in"), epochs=2, window="step", torch_profiler=True)
@@ -179,6 +185,8 @@ def test_args_need_a_model_and_round_trip() -> None:
 
 
 def test_explicit_fields_override_echo_configs(tmp_path: Path) -> None:
+    from hpcprof.workloads import ddp
+
     echo = write_echo(tmp_path / "input", global_='{"cuda_version_check": "", "nsys_path": "/x/nsys"}')
     resolved = ddp.resolve_args(ddp.DdpArgs(echo_input=echo, epochs=5))
     assert (resolved.epochs, resolved.cap_size, resolved.warmup_epochs, resolved.world_size) == (5, 2.0, 1, 2)

@@ -14,7 +14,6 @@ import pytest
 
 from hpcprof.errors import UserError
 from hpcprof.models import validate
-from hpcprof.workloads import seqpar
 
 BIN = Path(sys.executable).parent
 MPIEXEC = BIN / "mpiexec"
@@ -43,6 +42,8 @@ def small(*extra: str) -> list[str]:
 @pytest.mark.slow
 @pytest.mark.parametrize("precision", ["float32", "bfloat16"])
 def test_two_ranks_check_and_schema(tmp_path: Path, precision: str) -> None:
+    from hpcprof.workloads import seqpar
+
     proc = mpirun(2, small("-p", precision, "--check"), tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "check vs float64" in proc.stdout and "PASS" in proc.stdout
@@ -80,6 +81,8 @@ def test_two_ranks_check_and_schema(tmp_path: Path, precision: str) -> None:
 
 @pytest.mark.slow
 def test_torch_profiler_one_trace_per_rank(tmp_path: Path) -> None:
+    from hpcprof.workloads import seqpar
+
     run_dir = tmp_path / "run"
     profile_dir = run_dir / "profiles" / "torch"
     proc = mpirun(
@@ -150,6 +153,8 @@ def test_torchrun_without_mpi(tmp_path: Path) -> None:
 
 
 def test_launch_argv_round_trip() -> None:
+    from hpcprof.workloads import seqpar
+
     args = validate(seqpar.SeqparArgs, {"sequence_length": 4608, "precision": "bfloat16", "check": True,
                                         "profile_iterations": "2:5"}, "seqpar")
     argv = seqpar.launch_argv(args, "/usr/bin/python3")
@@ -159,6 +164,8 @@ def test_launch_argv_round_trip() -> None:
 
 
 def test_args_reject_unknown_and_late_window() -> None:
+    from hpcprof.workloads import seqpar
+
     with pytest.raises(UserError, match="extra_field"):
         validate(seqpar.SeqparArgs, {"extra_field": 1}, "seqpar")
     with pytest.raises(ValueError, match="profile_iterations end 30 is past iterations=18"):
