@@ -167,6 +167,13 @@ def _lines(t: Timeline, where: Intervals) -> tuple[str, str]:
     return at, callers.most_common(1)[0][0] if callers else ""
 
 
+def _cause_line(t: Timeline, cause: str, where: Intervals) -> tuple[str, str]:
+    """A cause's line and caller: its samples' in `where` (its idle), for sync those inside the
+    blocking ops first (the line that blocks, not the host work after it)."""
+    at, via = _lines(t, t.sync_ops) if cause == "sync" and len(t.sync_ops[0]) else ("", "")
+    return (at, via) if at else _lines(t, where)
+
+
 def fix(cause: str, ms: float, at: str, evidence: dict[str, str]) -> str:
     """The fix for a cause, its saving bounded by the idle it can remove (`ms` per step)."""
     where = f" at {short(at)}" if at else ""
@@ -203,9 +210,7 @@ def attribute(timelines: list[Timeline]) -> pd.DataFrame:
         idle_us = sum(length(p) for p in parts.values())
         for cause in CAUSES:
             us = length(parts[cause])
-            at, via = _lines(t, t.sync_ops if cause == "sync" and len(t.sync_ops[0]) else parts[cause])
-            if cause == "sync" and not at:
-                at, via = _lines(t, parts[cause])
+            at, via = _cause_line(t, cause, parts[cause])
             ms = us / steps / 1000
             rows.append({"rank": t.rank, "steps": steps, "step_ms": step_us / steps / 1000,
                          "idle_ms": idle_us / steps / 1000, "cause": cause, "ms_per_step": ms,
@@ -287,7 +292,7 @@ def typical_step(timelines: list[Timeline]) -> pd.DataFrame:
         origin = float(t.steps[0][i])
         parts = {"device busy": intersect(t.busy, step)}
         for cause, where in _split(t).items():
-            at, _ = _lines(t, t.sync_ops if cause == "sync" and len(t.sync_ops[0]) else where)
+            at, _ = _cause_line(t, cause, where)
             parts[f"idle: {cause}" + (f" at {short(at)}" if at else "")] = intersect(where, step)
         for label, (starts, ends) in parts.items():
             rows += [{"rank": t.rank, "kind": "device" if label == "device busy" else "idle", "range": label,
