@@ -243,8 +243,8 @@ def nsys_metrics(tables: Tables) -> list[Metric]:
 def torch_metrics(tables: Tables) -> list[Metric]:
     """Over the measured window (torch_window: the ProfilerSteps, else the steps found in the trace):
     idle and overlap %, the window itself, GPU time by category (torch_window_kernels), the idle
-    per step by host-side cause (torch_idle_causes); over the whole trace as `capture.*`: HTA's overlap % (mean over ranks) and idle % (idle_pct of HTA's idle
-    and kernel time)."""
+    per step by host-side cause (torch_idle_causes); over the whole trace as `capture.*`: HTA's
+    overlap % (mean over ranks) and idle % (idle_pct of HTA's idle and kernel time)."""
     out: list[Metric] = []
     window = tables(c.TORCH_WINDOW.name)
     out += window_metrics(window)

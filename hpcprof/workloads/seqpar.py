@@ -217,6 +217,8 @@ def benchmark(args: SeqparArgs, ctx: bootstrap.Dist) -> dict[str, Any]:
     # the iterations torch.profiler worked in are not the program's: left out of its figures, as ddp's
     # window steps; those it recorded in, against those it did not touch, give its slowdown
     touched, recorded = timing.profiler_iterations(schedule, args.iterations) if prof is not None else (set(), set())
+    if len(touched) == args.iterations:     # the profiler in every iteration: none to leave out, no baseline
+        touched, recorded = set(), set()
     rows = [{"rank": ctx.rank, **row, "counted": True, "window": row["iteration"] in touched,
              "profiled": row["iteration"] in recorded} for row in timer.finish()]
     check = reference_check(args, buf, ctx) if args.check else None
