@@ -122,3 +122,17 @@ def test_a_transfer_that_overlapped_compute_is_said_so_not_a_negative_rest() -> 
     [said] = sentences(pd.DataFrame([row]))
     assert "8.99 ms collective transfer (AllReduce 8.99 ms), of which at least 6.27 ms overlapped compute, " \
            "nothing else lost." in said and "-6.27" not in said
+
+
+def test_the_kernels_slowdown_is_said_where_echo_measured_it() -> None:
+    """A point whose run has Echo's slowdown (slowdown.median: its kernels against world size 1) says
+    how much longer its compute kernels last; a point without it says nothing of kernels."""
+    row = {"group": "all", "point": "ranks=2", "reference": "ranks=1", "world_size": 2, "time_ms": 10.0,
+           "speedup": 1.6, "ideal": 2.0, "mode": "weak", "efficiency_pct": 80.0, "efficiency_weak_pct": 80.0,
+           "efficiency_strong_pct": 40.0, "lost_ms": 2.0, "late_ms": 0.0, "transfer_ms": 1.0,
+           "transfer_by_collective": "AllReduce 1 ms", "other_ms": 1.0, "straggler": "x", "kernel_slowdown": 0.218}
+    [said] = sentences(pd.DataFrame([row]))
+    assert said.endswith(" Its compute kernels last +22 % against one GPU (Echo's median per-kernel slowdown, "
+                         "the whole capture).")
+    [plain] = sentences(pd.DataFrame([row | {"kernel_slowdown": float("nan")}]))
+    assert "kernels last" not in plain

@@ -3,7 +3,8 @@ the step time, the parallel efficiency (weak, strong, or both where the experime
 which) and the time lost per step, split into the wait for late ranks (the straggler's cost,
 hpcprof.analysis.stragglers, with the line of the program where it spends its step beyond the
 others, from the stack samples), each collective's transfer after the last rank arrived
-(hpcprof.analysis.collective_wait) and the rest (imbalance, idle, host work, slower kernels).
+(hpcprof.analysis.collective_wait) and the rest (imbalance, idle, host work, slower kernels: Echo's
+median per-kernel slowdown against world size 1 where the run's exports give it).
 
 Weak scaling (the batch per rank fixed): ideal step time = the reference's, efficiency =
 T_ref / T. Strong (the global batch fixed): ideal = T_ref · N_ref / N, efficiency = T_ref · N_ref /
@@ -87,6 +88,8 @@ def with_lost_time(df: pd.DataFrame, infos: list[RunInfo]) -> pd.DataFrame:
     out["transfer_by_collective"] = ["; ".join(f"{k} {v:.3g} ms" for k, v in s.get("transfer", {}).items())
                                      for s in splits]
     out["other_ms"] = out["lost_ms"] - out["late_ms"] - out["transfer_ms"]
+    out["kernel_slowdown"] = [next((v for n, v, _ in info.metrics if n == c.SLOWDOWN_MEDIAN.name), float("nan"))
+                              for info in infos]
     out["straggler"] = [s.get("straggler", "") for s in splits]
     return out
 
@@ -125,7 +128,10 @@ def sentences(df: pd.DataFrame) -> list[str]:
         split = (f"lost {row['lost_ms']:.3g} ms a step{against}: {row['late_ms']:.3g} ms waiting for late ranks, "
                  f"{row['transfer_ms']:.3g} ms collective transfer ({row['transfer_by_collective'] or 'none'}), "
                  f"{rest}")
+        slower = row.get("kernel_slowdown", float("nan"))
+        kernels = (f" Its compute kernels last {100 * slower:+.0f} % against one GPU (Echo's median per-kernel "
+                   "slowdown, the whole capture)." if slower == slower else "")
         out.append(f"{row['group']}: {row['world_size']} ranks against {row['reference']}: speed-up "
                    f"{row['speedup']:.2f}x (ideal {row['ideal']:.2f}x), parallel efficiency {eff}; step "
-                   f"{row['time_ms']:.3g} ms, {split}. {row['straggler']}.".replace("..", "."))
+                   f"{row['time_ms']:.3g} ms, {split}. {row['straggler']}.".replace("..", ".") + kernels)
     return out
