@@ -153,16 +153,25 @@ TORCH_OVERLAP = _t(TORCH, "overlap", PER_RANK, CAPTURE, "% of communication time
                    "HTA `get_comm_comp_overlap`")
 TORCH_IDLE = _t(TORCH, "idle", "rank, stream and cause", CAPTURE,
                 "GPU idle time by cause: host wait, kernel wait, other", "HTA `get_idle_time_breakdown`")
-TORCH_IDLE_CAUSES = _t(TORCH, "idle_causes", "rank and cause", MEASURED,
-                       "each step's GPU idle by host-side cause (gc, input, sync, collective, compile, optimizer, "
-                       "launch, program, unattributed): ms per step, % of idle and step, the line, the fix",
-                       "hpcprof.analysis.idle (ProfilerStep spans but the last; the stack sampler's lines)")
-TORCH_STEP_IDLE = _t(TORCH, "step_idle", "busy interval or idle gap of the median step, per rank", EACH_ITERATION,
-                     "one step (the window's median) on every rank: the device's busy intervals and each idle gap "
-                     "under its host-side cause and line, ms from the step's start", "hpcprof.analysis.idle.typical_step")
-TORCH_LINES = _t(TORCH, "lines", "rank and line", MEASURED,
-                 "each line of the program (the innermost user frame of the stack samples): the time a step "
-                 "spends there, busy or idle, ms per step", "hpcprof.analysis.idle.line_time (the stack sampler)")
+
+
+def _idle_tables(tool: str, steps: str) -> tuple[TableSpec, TableSpec, TableSpec]:
+    """A tool's idle attribution (hpcprof.analysis.idle) over its `steps`: the causes, one typical
+    step's intervals, and the time per line of the program."""
+    return (_t(tool, "idle_causes", "rank and cause", MEASURED,
+               "each step's GPU idle by host-side cause (gc, input, sync, collective, compile, optimizer, "
+               "launch, program, unattributed): ms per step, % of idle and step, the line, the fix",
+               f"hpcprof.analysis.idle ({steps}; the stack sampler's lines)"),
+            _t(tool, "step_idle", "busy interval or idle gap of the median step, per rank", EACH_ITERATION,
+               "one step (the window's median) on every rank: the device's busy intervals and each idle gap "
+               "under its host-side cause and line, ms from the step's start", "hpcprof.analysis.idle.typical_step"),
+            _t(tool, "lines", "rank and line", MEASURED,
+               "each line of the program (the innermost user frame of the stack samples): the time a step "
+               "spends there, busy or idle, ms per step", "hpcprof.analysis.idle.line_time (the stack sampler)"))
+
+
+TORCH_IDLE_CAUSES, TORCH_STEP_IDLE, TORCH_LINES = _idle_tables(TORCH, "ProfilerStep spans but the last")
+NSYS_IDLE_CAUSES, NSYS_STEP_IDLE, NSYS_LINES = _idle_tables(NSYS, "the step hook's hpcprof:step ranges")
 TORCH_LAUNCH = _t(TORCH, "launch", "kernel launch", EACH_KERNEL,
                   "CPU and GPU duration and launch delay of each kernel, outliers flagged",
                   "HTA `get_cuda_kernel_launch_stats`")
@@ -287,6 +296,7 @@ STEP_PHASE = "step"
 
 TABLES: tuple[TableSpec, ...] = (
     NSYS_WINDOW, NSYS_ITERATIONS, NSYS_KERNELS, NSYS_NCCL, NSYS_BUSBW, NSYS_OVERLAP, NSYS_PHASES, NSYS_TIMELINE, NSYS_GAPS,
+    NSYS_IDLE_CAUSES, NSYS_STEP_IDLE, NSYS_LINES,
     NSYS_CAPTURE_OVERLAP, NSYS_CAPTURE_PHASES, *NSYS_SUMMARIES,
     NSYS_CRITICAL_EVENTS, NSYS_CRITICAL_PATH, NSYS_CRITICAL_SEGMENTS,
     TORCH_WINDOW, TORCH_ITERATIONS, TORCH_TEMPORAL, TORCH_OVERLAP, TORCH_IDLE, TORCH_IDLE_CAUSES, TORCH_STEP_IDLE, TORCH_LINES, TORCH_LAUNCH, TORCH_KERNELS,
@@ -460,7 +470,7 @@ PROFILER_UNPROFILED_STEP = MetricSpec("profiler.unprofiled_step", "ms", COUNTED,
 IDLE_CAUSE = MetricSpec("idle.{cause}", "ms", MEASURED,
                         "each step's GPU idle that the host-side cause explains (gc, input, sync, collective, "
                         "compile, optimizer, launch, program, unattributed), ms per step, mean over ranks; the "
-                        "causes with any time", (TORCH_IDLE_CAUSES,))
+                        "causes with any time", (TORCH_IDLE_CAUSES, NSYS_IDLE_CAUSES))
 ITERATION_IDLE_PCT = MetricSpec("idle_pct", "%", EACH_ITERATION, f"{_IDLE}, per iteration",
                                 (NSYS_ITERATIONS, TORCH_ITERATIONS), IDLE_PCT.reference, headline=False)
 TOP_KERNEL_TIME = MetricSpec("top_kernel.time", "ms", MEASURED,

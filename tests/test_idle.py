@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from hpcprof.analysis import idle as I
@@ -171,6 +172,19 @@ def test_planted_programs_under_nsys(cause: str, tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-m", "hpcprof", "nsys", "causes", str(export), "--format", "csv"],
                          capture_output=True, text=True, env=os.environ | {"PYTHONPATH": str(REPO)})
     assert out.returncode == 0 and out.stdout.splitlines()[1].split(",")[4] == cause, out.stdout + out.stderr
+    # collect's tables of the export (the run's samples found beside it): the same causes, the
+    # headline's idle.<cause>, and the typical step's idle mostly under the cause
+    from hpcprof.analysis.nsys.collect import idle_tables
+    from hpcprof.analysis.summary import idle_cause_metrics
+
+    tables = {name: table.to_pandas() for name, table in idle_tables(export, 0).items()}
+    pd.testing.assert_frame_equal(tables["idle_causes"], frame)
+    metrics = {name: value for name, value, _ in idle_cause_metrics(tables["idle_causes"])}
+    assert metrics[f"idle.{cause}"] == pytest.approx(found["ms_per_step"].iloc[0])
+    step = tables["step_idle"]
+    idle = step[step["kind"] == "idle"]
+    by_cause = (idle["end_ms"] - idle["start_ms"]).groupby(idle["range"].str.split().str[1]).sum()
+    assert by_cause.idxmax() == cause, by_cause
 
 
 def test_each_cause_is_a_headline_metric_that_compare_reads(tmp_path: Path) -> None:

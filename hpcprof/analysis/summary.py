@@ -194,6 +194,15 @@ def loop_perturbation_metrics(rows: pd.DataFrame, phase: str) -> list[Metric]:
     return perturbation_metrics(perturbation(steps))
 
 
+def idle_cause_metrics(causes: pd.DataFrame | None) -> list[Metric]:
+    """idle.<cause>: each cause's idle ms per step, the mean over ranks (a rank without the cause's
+    time at 0), from a `<tool>_idle_causes` table; the causes with any time."""
+    if causes is None or causes.empty:
+        return []
+    per_rank = causes.pivot_table(index="rank", columns="cause", values="ms_per_step", aggfunc="sum", fill_value=0)
+    return [c.IDLE_CAUSE.value(float(ms), cause=str(cause)) for cause, ms in per_rank.mean().items() if ms > 0]
+
+
 def perturbation_metrics(ranks: pd.DataFrame | None) -> list[Metric]:
     """The profiler's slowdown of the most slowed rank with its interval, and the unprofiled step
     (median over ranks), from steps_perturbation."""
@@ -225,6 +234,7 @@ def nsys_metrics(tables: Tables) -> list[Metric]:
     out: list[Metric] = window_metrics(tables(c.NSYS_WINDOW.name))
     out += window_source_metrics(tables(c.NSYS_WINDOW.name), tables(c.NSYS_ITERATIONS.name))
     out += detected_step_metrics(tables(c.NSYS_WINDOW.name), tables(c.NSYS_ITERATIONS.name))
+    out += idle_cause_metrics(tables(c.NSYS_IDLE_CAUSES.name))
     kern = tables(c.NSYS_KERNELS.name)
     if kern is not None and not kern.empty:
         out += gpu_time_metrics(kern["name"].astype(str), kern["total_ns"].astype(float) / 1e6, kern["rank"].nunique(),
@@ -255,10 +265,7 @@ def torch_metrics(tables: Tables) -> list[Metric]:
     if kernels is not None and not kernels.empty:
         out += gpu_time_metrics(kernels["name"].astype(str), kernels["total_ns"].astype(float) / 1e6,
                                 kernels["rank"].nunique(), categories=tables.categories)
-    causes = tables(c.TORCH_IDLE_CAUSES.name)
-    if causes is not None and not causes.empty:     # mean over ranks, a rank without a cause's time at 0
-        per_rank = causes.pivot_table(index="rank", columns="cause", values="ms_per_step", aggfunc="sum", fill_value=0)
-        out += [c.IDLE_CAUSE.value(float(ms), cause=str(cause)) for cause, ms in per_rank.mean().items() if ms > 0]
+    out += idle_cause_metrics(tables(c.TORCH_IDLE_CAUSES.name))
     ov = tables(c.TORCH_OVERLAP.name)
     if ov is not None and ov["comp_comm_overlap_pctg"].notna().any():
         out.append(c.CAPTURE_OVERLAP_PCT.value(float(ov["comp_comm_overlap_pctg"].mean())))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -245,6 +246,14 @@ def workload_figures(info: RunInfo) -> Iterator[go.Figure]:
         yield plots.phase_time_per_rank(counted(rows), titled("time per phase and rank", c.COUNTED))
 
 
+def step_idle_figure(run: Path, table: c.TableSpec) -> Iterator[go.Figure]:
+    """One typical step on every rank: the device's busy time and its idle gaps by cause and line."""
+    step = read_table(run, table.name)
+    if step is not None and not step.empty:
+        yield plots.gantt(step, titled("one step on every rank: what the device does, why it waits",
+                                       "the median step of the window (the idle's causes and lines)"))
+
+
 def torch_figures(info: RunInfo) -> Iterator[go.Figure]:
     """HTA's views: temporal breakdown, idle time, overlap, launch delay, kernel types."""
     run = info.run.path
@@ -261,10 +270,7 @@ def torch_figures(info: RunInfo) -> Iterator[go.Figure]:
     if overlap is not None and overlap["comp_comm_overlap_pctg"].notna().any():
         yield plots.bars_per_rank(overlap.fillna(0), "comp_comm_overlap_pctg", None, "%", titled(
             "communication overlapped by computation per rank", run_window(info, c.TORCH_OVERLAP)))
-    step = read_table(run, c.TORCH_STEP_IDLE.name)
-    if step is not None and not step.empty:
-        yield plots.gantt(step, titled("one step on every rank: what the device does, why it waits",
-                                       "the median step of the window (the idle's causes and lines)"))
+    yield from step_idle_figure(run, c.TORCH_STEP_IDLE)
     launch = read_table(run, c.TORCH_LAUNCH.name)
     if launch is not None and not launch.empty:
         yield plots.histogram(launch["launch_delay"], "launch delay (us)",
@@ -297,6 +303,7 @@ def nsys_figures(info: RunInfo) -> Iterator[go.Figure]:
         if not per_rank.empty:
             yield plots.bars_per_rank(per_rank, "time_ms", "collective", "NCCL time (ms)",
                                       titled("NCCL collectives per type and rank", run_window(info, c.NSYS_NCCL)))
+    yield from step_idle_figure(run, c.NSYS_STEP_IDLE)
     timeline = read_table(run, c.NSYS_TIMELINE.name)
     if timeline is not None and not timeline.empty:
         yield plots.gantt(timeline, titled("one iteration on every rank",

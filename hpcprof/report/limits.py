@@ -237,7 +237,7 @@ def idle_causes(point: Point) -> pd.DataFrame | None:
     """The named causes of the point's first run's GPU idle (hpcprof.analysis.idle), None without the table."""
     from hpcprof.results import read_table
 
-    frame = read_table(point.first.run.path, c.TORCH_IDLE_CAUSES.name)
+    frame = read_table(point.first.run.path, c.table_name(point.first.tool, "idle_causes"))
     return across_ranks(frame) if frame is not None and not frame.empty else None
 
 

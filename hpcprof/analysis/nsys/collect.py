@@ -156,7 +156,20 @@ def analyse_tables(path: Path, rank: int, nvtx_window: str | None = None, cpus: 
         [summaries] = summary_tables([(export, rank)])
         if isinstance(summaries, Exception):
             raise summaries
-        return summaries | activity_tables(activity, nvtx_window or win.run_window_range(path))
+        return summaries | activity_tables(activity, nvtx_window or win.run_window_range(path)) | idle_tables(path, rank)
+
+
+def idle_tables(path: Path, rank: int) -> dict[str, pa.Table]:
+    """The idle attribution of the step hook's steps in one rank's export (hpcprof.analysis.idle,
+    nsys/idle.py, with the run's stack samples where found): its causes, one typical step, the
+    time per line; empty tables for an export without the hook's steps."""
+    from hpcprof.analysis import idle as I
+    from hpcprof.analysis.nsys.idle import timeline
+
+    steps = timeline(path, rank, I.find_samples(path, rank))
+    frames = {c.NSYS_IDLE_CAUSES.key: I.attribute([steps]), c.NSYS_STEP_IDLE.key: I.typical_step([steps]),
+              c.NSYS_LINES.key: I.line_time([steps])}
+    return {key: pa.Table.from_pandas(frame, preserve_index=False) for key, frame in frames.items()}
 
 
 def summary_tables(exports: Sequence[tuple[Export, int]]) -> list[dict[str, pa.Table] | Exception]:
@@ -287,8 +300,9 @@ def joint_pass(files: Sequence[tuple[Path, int]], group: list[int],
         tables = activity_tables(activity, win.run_window_range(files[group[0]][0]))
         parts = {name: split_by_rank(table, [files[i][1] for i in joint]) for name, table in tables.items()}
         summaries = summary_tables([(exports[i], files[i][1]) for i in joint])
-        return {i: got | {name: rows[at] for name, rows in parts.items()}       # a failed export: left to the caller
-                for at, (i, got) in enumerate(zip(joint, summaries, strict=True)) if isinstance(got, dict)}
+        return {i: got | {name: rows[at] for name, rows in parts.items()} | idle_tables(*files[i])
+                for at, (i, got) in enumerate(zip(joint, summaries, strict=True))
+                if isinstance(got, dict)}       # a failed export: left to the caller
 
 
 def analyse_file(path: Path, rank: int, nvtx_window: str | None = None, cpus: int | None = None,

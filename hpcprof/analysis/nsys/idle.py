@@ -35,6 +35,9 @@ def timeline(path: Path, rank: int = 0, samples: Path | None = None) -> I.Timeli
         tables = _tables(db)
         steps = db.execute("SELECT start, end, globalTid FROM NVTX_EVENTS WHERE text = ? AND end IS NOT NULL "
                            "ORDER BY start", (STEP_RANGE,)).fetchall() if "NVTX_EVENTS" in tables else []
+        if not steps:       # no step hook's steps: nothing to attribute (nothing more read)
+            none = I.intervals(np.zeros(0), np.zeros(0))
+            return I.Timeline(rank=rank, steps=none, busy=none, host={}, sync_ops=none)
         busy = [r for t in GPU_TABLES if t in tables for r in db.execute(f"SELECT start, end FROM {t}")]
         main = steps[0][2] if steps else None
         calls = db.execute("SELECT r.start, r.end, s.value FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds s "
