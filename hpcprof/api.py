@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     import pandas as pd
     import plotly.graph_objects as go
 
-    from hpcprof.analysis.trace.load import RankTrace
+    from hpcprof.tools.torch.analysis.load import RankTrace
 
 PathLike = str | Path
 
@@ -58,7 +58,7 @@ class Traces:
     def temporal_breakdown(self, ranks: Sequence[int] | None = None, plot: bool = False) -> pd.DataFrame | go.Figure:
         """Idle, compute and non-compute GPU time per rank (HTA `get_temporal_breakdown`)."""
         from hpcprof import api_plots
-        from hpcprof.analysis.trace.analyses import temporal_breakdown
+        from hpcprof.tools.torch.analysis.analyses import temporal_breakdown
 
         df = temporal_breakdown(self._of(ranks)).frame()
         return api_plots.temporal_breakdown(df) if plot else df
@@ -70,7 +70,7 @@ class Traces:
         `get_idle_time_breakdown`; with `show_idle_interval_stats`, also the interval statistics,
         as the tuple HTA returns)."""
         from hpcprof import api_plots
-        from hpcprof.analysis.trace.analyses import (
+        from hpcprof.tools.torch.analysis.analyses import (
             idle_interval_stats,
             idle_time_breakdown,
         )
@@ -86,7 +86,7 @@ class Traces:
     def comm_comp_overlap(self, ranks: Sequence[int] | None = None, plot: bool = False) -> pd.DataFrame | go.Figure:
         """% of communication time overlapped by computation, per rank (HTA `get_comm_comp_overlap`)."""
         from hpcprof import api_plots
-        from hpcprof.analysis.trace.analyses import comm_comp_overlap
+        from hpcprof.tools.torch.analysis.analyses import comm_comp_overlap
 
         df = comm_comp_overlap(self._of(ranks)).frame()
         return api_plots.comm_comp_overlap(df) if plot else df
@@ -96,7 +96,7 @@ class Traces:
         """CPU launch time, GPU time and launch delay of every kernel (HTA
         `get_cuda_kernel_launch_stats`, all ranks in one frame with a rank column)."""
         from hpcprof import api_plots
-        from hpcprof.analysis.trace.analyses import kernel_launch_stats
+        from hpcprof.tools.torch.analysis.analyses import kernel_launch_stats
 
         df = kernel_launch_stats(self._of(ranks), runtime_cutoff, launch_delay_cutoff).frame()
         return api_plots.kernel_launch_stats(df) if plot else df
@@ -107,7 +107,7 @@ class Traces:
         """(time by kernel type, the longest kernels of each type per rank), HTA
         `get_gpu_kernel_breakdown`; `plot=True`: the kernel-type pie."""
         from hpcprof import api_plots
-        from hpcprof.analysis.trace.analyses import (
+        from hpcprof.tools.torch.analysis.analyses import (
             kernel_breakdown,
             kernel_type_breakdown,
         )
@@ -124,7 +124,7 @@ def load_traces(paths: PathLike | Iterable[PathLike], ranks: Sequence[int] | Non
     """Load torch.profiler traces (`*.pt.trace.json[.gz]` or HTA's `*.json[.gz]`, directories
     expanded; HTA's `TraceAnalysis(trace_dir=...)`). Files that cannot be used are listed in
     `.skipped`; none usable is an error."""
-    from hpcprof.analysis.trace.load import load_traces as load
+    from hpcprof.tools.torch.analysis.load import load_traces as load
 
     traces, errors = load(_paths(paths), set(ranks) if ranks is not None else None, include_last_profiler_step)
     if not traces:
@@ -135,7 +135,7 @@ def load_traces(paths: PathLike | Iterable[PathLike], ranks: Sequence[int] | Non
 
 def nsys_reports() -> list[str]:
     """The `nsys stats` reports hpcprof computes (names as nsys spells them)."""
-    from hpcprof.analysis.nsys_stats.stats import REPORTS
+    from hpcprof.tools.nsys.stats.stats import REPORTS
 
     return sorted(REPORTS)
 
@@ -143,8 +143,8 @@ def nsys_reports() -> list[str]:
 def nsys_report(export: PathLike, name: str) -> pd.DataFrame:
     """One `nsys stats` report (e.g. cuda_gpu_kern_sum) of an nsys SQLite export, as nsys
     computes it (`hpcprof nsys stats`)."""
-    from hpcprof.analysis.nsys_stats.db import Export
-    from hpcprof.analysis.nsys_stats.stats import REPORTS, run_report
+    from hpcprof.tools.nsys.stats.db import Export
+    from hpcprof.tools.nsys.stats.stats import REPORTS, run_report
 
     if name not in REPORTS:
         raise UserError(f"nsys report {name!r}: unknown; known: {', '.join(nsys_reports())}")

@@ -68,7 +68,7 @@ def planted(tmp_path: Path, cause: str, ms: float = 20.0) -> tuple[Path, dict[st
 @pytest.mark.parametrize("cause", ["input", "sync"])
 def test_planted_cause_is_named_with_its_time_and_line(tmp_path: Path, cause: str) -> None:
     pytest.importorskip("torch")
-    from hpcprof.analysis.trace.idle import timeline
+    from hpcprof.tools.torch.analysis.idle import timeline
 
     trace, own = planted(tmp_path, cause)
     frame = I.attribute([timeline(trace)])
@@ -87,7 +87,7 @@ def test_planted_cause_is_named_with_its_time_and_line(tmp_path: Path, cause: st
 
 def test_control_gets_no_cause_and_the_cli_says_so(tmp_path: Path) -> None:
     pytest.importorskip("torch")
-    from hpcprof.analysis.trace.idle import timeline
+    from hpcprof.tools.torch.analysis.idle import timeline
 
     trace, own = planted(tmp_path, "control")
     assert own["cause"] is None
@@ -108,7 +108,7 @@ def test_planted_programs_on_the_gpu(cause: str) -> None:
     """The planted programs' torch.profiler traces and stack samples from one H200 (fixtures/idle_gpu,
     made by benchmarks/gpu/idle_planted.sh): each cause named first, within 25 % of the program's own
     measurement, at its line; the control gets no cause."""
-    from hpcprof.analysis.trace.idle import timeline
+    from hpcprof.tools.torch.analysis.idle import timeline
 
     folder = GPU / f"torch-{cause}"
     own = json.loads((folder / "own.json").read_text())
@@ -145,7 +145,7 @@ def test_planted_programs_under_nsys(cause: str, tmp_path: Path) -> None:
     control gets none; `hpcprof nsys causes` says the same."""
     import lzma
 
-    from hpcprof.analysis.nsys.idle import timeline
+    from hpcprof.tools.nsys.analysis.idle import timeline
 
     folder = GPU / f"nsys-{cause}"
     export = tmp_path / "rank0.sqlite"

@@ -38,7 +38,7 @@ LAYERS: list[list[str]] = [
      "hpcprof.safe_pickle", "hpcprof.safe_yaml",
      "hpcprof._templates",
      "hpcprof._site_configs", "hpcprof.inject"],
-    ["hpcprof.profilers"],
+    ["hpcprof.profilers", "hpcprof.tools"],
     ["hpcprof.workloads"],
     ["hpcprof.config"],
     ["hpcprof.rundir", "hpcprof.record"],
@@ -47,8 +47,8 @@ LAYERS: list[list[str]] = [
     ["hpcprof.render"],
     ["hpcprof.store"],
     ["hpcprof.campaign", "hpcprof.jobstate"],
-    ["hpcprof.analysis.nsys_stats"],
-    ["hpcprof.analysis"],
+    ["hpcprof.tools.nsys.stats"],
+    ["hpcprof.analysis", "hpcprof.tools.nsys.analysis", "hpcprof.tools.torch.analysis", "hpcprof.tools.ncu.analysis"],
     ["hpcprof.collect"],
     ["hpcprof.report"],
     ["hpcprof.doctor", "hpcprof.api", "hpcprof.api_plots", "hpcprof.commands", "hpcprof.cli",
@@ -211,10 +211,10 @@ def test_no_package_cycle() -> None:
 
 def test_the_cycle_rules_catch_a_cycle() -> None:
     """The checkers themselves, on two cycles the code once had."""
-    module_cycle = [("hpcprof.analysis.nsys.echo", "hpcprof.analysis.nsys.echo_match"),
-                    ("hpcprof.analysis.nsys.echo_match", "hpcprof.analysis.nsys.echo"),
-                    ("hpcprof.analysis.nsys.echo", "hpcprof.errors")]
-    assert cycles(graph_of(module_cycle)) == [["hpcprof.analysis.nsys.echo", "hpcprof.analysis.nsys.echo_match"]]
+    module_cycle = [("hpcprof.tools.nsys.analysis.echo", "hpcprof.tools.nsys.analysis.echo_match"),
+                    ("hpcprof.tools.nsys.analysis.echo_match", "hpcprof.tools.nsys.analysis.echo"),
+                    ("hpcprof.tools.nsys.analysis.echo", "hpcprof.errors")]
+    assert cycles(graph_of(module_cycle)) == [["hpcprof.tools.nsys.analysis.echo", "hpcprof.tools.nsys.analysis.echo_match"]]
     package_cycle = [("hpcprof.config.site", "hpcprof.schedulers.registry"),
                      ("hpcprof.schedulers.slurm", "hpcprof.render.job"), ("hpcprof.render.job", "hpcprof.config.site"),
                      ("hpcprof.schedulers.slurm", "hpcprof.errors")]
@@ -234,7 +234,7 @@ def test_every_module_has_a_named_room() -> None:
 def test_the_rule_catches_an_upward_edge() -> None:
     """The checker itself: an analysis importing the collect orchestration is upward, one using
     collect's engine is not, and every module of hpcprof/ has a room."""
-    assert LEVEL[room_of("hpcprof.collect.runs")] > LEVEL[room_of("hpcprof.analysis.nsys.cli")]
-    assert LEVEL[room_of("hpcprof.pool")] < LEVEL[room_of("hpcprof.analysis.nsys.cli")]
-    assert room_of("hpcprof.analysis.nsys.echo") == "hpcprof.analysis"
-    assert LEVEL[room_of("hpcprof.analysis.nsys_stats.db")] < LEVEL[room_of("hpcprof.analysis.nsys.echo")]
+    assert LEVEL[room_of("hpcprof.collect.runs")] > LEVEL[room_of("hpcprof.tools.nsys.analysis.cli")]
+    assert LEVEL[room_of("hpcprof.pool")] < LEVEL[room_of("hpcprof.tools.nsys.analysis.cli")]
+    assert room_of("hpcprof.tools.nsys.analysis.echo") == "hpcprof.tools.nsys.analysis"
+    assert LEVEL[room_of("hpcprof.tools.nsys.stats.db")] < LEVEL[room_of("hpcprof.tools.nsys.analysis.echo")]

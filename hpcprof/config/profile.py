@@ -15,10 +15,10 @@ from msgspec import Meta
 from hpcprof import profilers
 from hpcprof.errors import shorten
 from hpcprof.models import FieldError, Model, kind_of, run_checks
-from hpcprof.profilers.ncu import NcuOptions
-from hpcprof.profilers.nsys import NsysOptions
-from hpcprof.profilers.torch import TorchOptions
 from hpcprof.ranks import RankSelection
+from hpcprof.tools.ncu.profiler import NcuOptions
+from hpcprof.tools.nsys.profiler import NsysOptions
+from hpcprof.tools.torch.profiler import TorchOptions
 
 
 class ToolName(str):

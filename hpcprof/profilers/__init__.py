@@ -28,8 +28,10 @@ from __future__ import annotations
 import functools
 
 from hpcprof.errors import UserError
-from hpcprof.profilers import ncu, nsys, torch
-from hpcprof.profilers.base import KernelTime, Launch, Profiler, Tables
+from hpcprof.tools.base import KernelTime, Launch, Profiler, Tables
+from hpcprof.tools.ncu import profiler as ncu
+from hpcprof.tools.nsys import profiler as nsys
+from hpcprof.tools.torch import profiler as torch
 
 __all__ = ["BUILTIN", "ENTRY_POINTS", "KernelTime", "Launch", "Profiler", "Tables", "every", "find", "get",
            "installed"]

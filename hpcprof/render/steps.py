@@ -11,8 +11,8 @@ import msgspec
 from hpcprof.config.experiment import Point
 from hpcprof.config.profile import ProfileConfig
 from hpcprof.errors import UserError
-from hpcprof.profilers.ncu import NcuOptions
-from hpcprof.profilers.nsys import NsysOptions
+from hpcprof.tools.ncu.profiler import NcuOptions
+from hpcprof.tools.nsys.profiler import NsysOptions
 
 #: `profile.memory`: the memory history's entries (PyTorch's ring buffer: the window's last allocations and frees)
 MEMORY_HISTORY_ENTRIES = 100_000

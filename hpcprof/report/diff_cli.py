@@ -32,8 +32,8 @@ TABLES = (("Iteration time and kernel categories", ("iteration", "category")), (
 def _load(argument: str, values: str, window: str, include_last_step: bool) -> Profile:
     """The profile of argument A or B; bad input as one line naming the argument."""
     from hpcprof.analysis.diff.profiles import DiffInputError, load_profile
-    from hpcprof.analysis.nsys_stats.schema import NsysInputError
-    from hpcprof.analysis.trace.stream import TraceError
+    from hpcprof.tools.nsys.stats.schema import NsysInputError
+    from hpcprof.tools.torch.analysis.stream import TraceError
 
     try:
         return load_profile(expand_paths([values], argument), window, include_last_step)

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     import numpy as np
     import pandas as pd
 
-    from hpcprof.analysis.trace.load import RankTrace
+    from hpcprof.tools.torch.analysis.load import RankTrace
 
 NSYS, TRACE = "nsys", "Kineto trace"
 NSYS_SUFFIXES = (".sqlite", ".nsys-rep")
@@ -210,11 +210,11 @@ def nsys_profile(files: list[Path], spec: str) -> Profile:
     import pandas as pd
 
     from hpcprof.analysis.categories import run_categories
-    from hpcprof.analysis.nsys import distributed as dist
-    from hpcprof.analysis.nsys import window as win
-    from hpcprof.analysis.nsys.stats_command import open_exports
-    from hpcprof.analysis.nsys.steps import UNKNOWN, launch_times
-    from hpcprof.analysis.nsys_stats.schema import NsysInputError
+    from hpcprof.tools.nsys.analysis import distributed as dist
+    from hpcprof.tools.nsys.analysis import window as win
+    from hpcprof.tools.nsys.analysis.stats_command import open_exports
+    from hpcprof.tools.nsys.analysis.steps import UNKNOWN, launch_times
+    from hpcprof.tools.nsys.stats.schema import NsysInputError
 
     def refuse(path: Path, why: str) -> None:
         raise DiffInputError(why if why.startswith(str(path)) else f"{path}: {why}")
@@ -262,8 +262,8 @@ def _trace_rank(trace: RankTrace, spec: str) -> tuple[str, pd.DataFrame, pd.Data
     import pandas as pd
 
     from hpcprof.analysis.categories import run_categories
-    from hpcprof.analysis.trace.steps import WORK
-    from hpcprof.analysis.trace.window import CAPTURE, window_iterations
+    from hpcprof.tools.torch.analysis.steps import WORK
+    from hpcprof.tools.torch.analysis.window import CAPTURE, window_iterations
 
     gpu = trace.gpu.take(np.isin(trace.gpu.values("cat").astype(str), WORK))
     ts, end = gpu["ts"], gpu["end"]
@@ -291,7 +291,7 @@ def trace_profile(files: list[Path], spec: str, include_last_step: bool = False)
     """The Profile of Kineto traces (one per rank); `nvtx:NAME` is refused (a trace has no NVTX ranges)."""
     import pandas as pd
 
-    from hpcprof.analysis.trace.load import load_traces
+    from hpcprof.tools.torch.analysis.load import load_traces
 
     if spec.startswith("nvtx:"):
         raise DiffInputError(f"{files[0]}: --window {spec}: a Kineto trace has no NVTX ranges; give --window auto "
