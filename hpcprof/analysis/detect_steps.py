@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from hpcprof.analysis.categories import Categories
-from hpcprof.tools.nsys.stats.arrays import range_reduce
+from hpcprof.analysis.ranges import range_reduce
 
 if TYPE_CHECKING:
     import pandas as pd

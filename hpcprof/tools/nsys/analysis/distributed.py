@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from hpcprof.analysis.nccl import collective_kind
+from hpcprof.analysis.ranges import range_reduce
 from hpcprof.tools.nsys.analysis.activity import (  # noqa: F401  (Activity, load_activity, is_nccl: re-exported)
     Activity,
     call_op_codes,
@@ -30,7 +31,6 @@ from hpcprof.tools.nsys.stats.arrays import (
     merge_intervals,
     no_rows,
     one_of,
-    range_reduce,
     rows_of,
 )
 from hpcprof.tools.nsys.stats.db import NVTX, NVTX_PUSHPOP, Export, NsysInputError, pid_of, process_of
