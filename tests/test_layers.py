@@ -4,14 +4,16 @@ The rule (LAYERS, bottom first) and the edges still allowed against it (TEMPORAR
 once, here. Every `import`/`from ... import` of hpcprof/ counts, at module level or inside a
 function (a lazy import is still a dependency). Decided from the code: the base
 modules every room uses; the profiler table (hpcprof.profilers: each tool's options, launch and
-the names of its collector and result tables) sits on them, so that every room above looks tools up
-there; workloads run on compute nodes and import only the base; config
+the names of its collector and result tables) sits on them with the built-in tools' declarations
+(hpcprof.tools: each tool's package and its `profiler` module), so that every room above looks tools
+up there; workloads run on compute nodes and import only the base; config
 validates workload arguments; a run directory is layout only, so schedulers (pbs reads a
 RunDir) and render (a scheduler renders its directives and the Kubernetes manifest) sit above
 it; the campaign submits rendered runs and records them in the store; analyses read profiles;
 collect runs the analyses and fills the store; report reads what collect wrote; the commands and
-the Python API are at the top. The re-implementation of NVIDIA's `nsys stats`/`nsys analyze`
-(analysis.nsys_stats) sits below hpcprof's own analyses, which build on it.
+the Python API are at the top. A tool's analyses (hpcprof.tools.<tool>.analysis) sit with
+hpcprof's own; the re-implementation of NVIDIA's `nsys stats`/`nsys analyze` (tools.nsys.stats) sits
+below them (they build on it); torch's part of the Python API sits with the API.
 
 Every module has a room, named here: a module directly in hpcprof/ by its own name, a package
 (a directory) by its name or by an enclosing package's. A new package of hpcprof/ (as the
@@ -51,7 +53,7 @@ LAYERS: list[list[str]] = [
     ["hpcprof.analysis", "hpcprof.tools.nsys.analysis", "hpcprof.tools.torch.analysis", "hpcprof.tools.ncu.analysis"],
     ["hpcprof.collect"],
     ["hpcprof.report"],
-    ["hpcprof.doctor", "hpcprof.api", "hpcprof.api_plots", "hpcprof.commands", "hpcprof.cli",
+    ["hpcprof.doctor", "hpcprof.api", "hpcprof.api_plots", "hpcprof.tools.torch.analysis.api", "hpcprof.commands", "hpcprof.cli",
      "hpcprof.__main__"],
 ]
 

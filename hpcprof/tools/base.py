@@ -43,6 +43,9 @@ class KernelTime(NamedTuple):
 Launcher = Callable[[Any, str], Launch]
 #: (options, workload kind, profile.window) -> (field, problem) of an experiment point, None when it is fine
 PointCheck = Callable[[Any, str, Any], "tuple[str, str] | None"]
+#: options -> None where the tool records from the start, else the options it starts with when the
+#: optimizer step hook opens and closes its capture range (cudaProfilerStart/Stop) around the window
+CaptureHook = Callable[[Any], Any]
 
 
 class Profiler(NamedTuple):
@@ -55,11 +58,15 @@ class Profiler(NamedTuple):
     options: type | None = None                 # the model of `profile.<name>:` (None: it takes none)
     launch: Launcher | None = None              # how a profiled rank starts (None: not profiled)
     check: PointCheck | None = None             # its check of an experiment point
+    capture: CaptureHook | None = None          # its capture hook (None: it records from the start)
     collector: str | None = None                # "module:Class" of its ToolCollector (None: nothing to collect)
     tables: Tables = Tables()                   # its result tables by role
     kernel_time: KernelTime | None = None       # the kernels table's name and time columns
     metrics: tuple[str, ...] = ()               # "module:function"s (tables -> headline metrics)
     figures: str | None = None                  # "module:function" (RunInfo -> the report's figures of a run)
+    diff: str | None = None                     # "module:function" (files, window, include_last_step -> the
+                                                # Profile `hpcprof diff` compares: hpcprof.analysis.diff.profiles)
+    api: tuple[str, ...] = ()                   # "module:attribute"s hpcprof.api offers under their own names
 
     def table(self, role: str) -> str | None:
         """The result table of `role` (a field of Tables) as written, `<tool>_<name>`; None where it has none."""

@@ -84,10 +84,15 @@ def launch(options: NcuOptions, program: str) -> Launch:
     return Launch([program, *options.argv()], "-o")
 
 
+def capture(options: NcuOptions) -> NcuOptions | None:
+    """Under `profile_from_start: false`, the options as they are."""
+    return None if options.profile_from_start else options
+
+
 PROFILER = Profiler(
     "ncu", program="ncu", paths_key="ncu",
     suffixes=(".ncu-rep", ".csv"),                  # a report, or its CSV export
-    options=NcuOptions, launch=launch,
+    options=NcuOptions, launch=launch, capture=capture,
     collector="hpcprof.tools.ncu.analysis.collect:NcuCollector",
     tables=Tables(kernels=c.NCU_METRICS.key),
     figures="hpcprof.report.html:ncu_figures")

@@ -109,13 +109,23 @@ def check(options: NsysOptions, workload: str, window: Any) -> tuple[str, str] |
             "(or cudaProfilerApi, which the step hook of profile.window.auto opens)")
 
 
+def capture(options: NsysOptions) -> NsysOptions | None:
+    """Under `capture_range: cudaProfilerApi`, the options with `capture_range_end: stop` where none
+    is given (nsys's own default, stop-shutdown, would end the program when the window closes)."""
+    if options.capture_range != "cudaProfilerApi":
+        return None
+    return options if options.capture_range_end is not None else msgspec.structs.replace(options, capture_range_end="stop")
+
+
 PROFILER = Profiler(
     "nsys", program="nsys", paths_key="nsys",
     suffixes=(".nsys-rep", ".qdrep", ".sqlite"),     # a report, the old name of one, its SQLite export
-    options=NsysOptions, launch=launch, check=check,
+    options=NsysOptions, launch=launch, check=check, capture=capture,
     collector="hpcprof.tools.nsys.analysis.collect:NsysCollector",
     tables=Tables(iterations=c.NSYS_ITERATIONS.key, window=c.NSYS_WINDOW.key, critical_path=c.NSYS_CRITICAL_PATH.key,
                   kernels=c.NSYS_KERNELS.key, collectives=c.NSYS_NCCL.key, busbw=c.NSYS_BUSBW.key),
     kernel_time=KernelTime("name", "total_ns", 1e6),
     metrics=("hpcprof.analysis.summary:nsys_metrics", "hpcprof.analysis.summary:slowdown_metrics"),
-    figures="hpcprof.report.html:nsys_figures")
+    figures="hpcprof.report.html:nsys_figures",
+    diff="hpcprof.tools.nsys.analysis.diff:diff_profile",
+    api=("hpcprof.tools.nsys.analysis.api:nsys_reports", "hpcprof.tools.nsys.analysis.api:nsys_report"))

@@ -57,4 +57,6 @@ PROFILER = Profiler(
                   busbw=c.TORCH_BUSBW.key),
     kernel_time=KernelTime("name", "total_ns", 1e6),
     metrics=("hpcprof.analysis.summary:torch_metrics",),
-    figures="hpcprof.report.html:torch_figures")
+    figures="hpcprof.report.html:torch_figures",
+    diff="hpcprof.tools.torch.analysis.diff:diff_profile",
+    api=("hpcprof.tools.torch.analysis.api:load_traces", "hpcprof.tools.torch.analysis.api:Traces"))
