@@ -1,7 +1,7 @@
 """`hpcprof collect`'s per-file path on one rank export, against its floor, with where the time goes.
 
 The per-file path is collect's map step, hpcprof.collect.mapping.map_task: the analyses of one export
-(hpcprof.analysis.nsys.collect.analyse_tables: summary reports, window, NCCL, overlap, phases, gaps,
+(hpcprof.tools.nsys.analysis.collect.analyse_tables: summary reports, window, NCCL, overlap, phases, gaps,
 timeline, critical-path events, as Arrow tables) and the write of its tables (one bundle file per
 map task of TASK_FILES rank files: here TASK_FILES copies of the export as ranks 0..TASK_FILES-1,
 whose activity analyses run in one joint pass (analyse_batch), the time divided by that), plus
@@ -147,7 +147,7 @@ def best(fn: Callable[[], Any], repeat: int) -> float:
 
 def breakdown(files: list[Path], parts: Path, repeat: int) -> dict[str, float]:
     """CPU seconds per file of each function the map step calls (mean over `repeat` map tasks)."""
-    from hpcprof.analysis.nsys import collect as nsys_collect
+    from hpcprof.tools.nsys.analysis import collect as nsys_collect
 
     mapping = sys.modules[collect_steps()[0].__module__]   # where map_task writes its bundle
     spent: dict[str, float] = defaultdict(float)
@@ -211,7 +211,7 @@ def collect_steps() -> tuple[Callable[..., Any], type, Callable[..., Any]]:
 def map_one_task(files: list[Path], parts: Path, joint: bool = True) -> list[str]:
     """collect's map task over `files` (as ranks 0, 1, ...), into one bundle `parts/task.arrow`;
     the table names. `joint=False`: each file analysed on its own (no joint pass)."""
-    from hpcprof.analysis.nsys import collect as nsys_collect
+    from hpcprof.tools.nsys.analysis import collect as nsys_collect
 
     map_task, file_part, _ = collect_steps()
     batch_bytes = nsys_collect.BATCH_BYTES
@@ -257,7 +257,7 @@ def reduce_share(task: list[Path], work: Path, files: int, workers: int = 2) -> 
 
 def measure_export(path: Path, repeat: int, reduce_files: int) -> tuple[dict[str, float], list[str]]:
     """The per-file figures of one export (CPU seconds) and the lines that print them."""
-    from hpcprof.analysis.nsys.collect import analyse_tables
+    from hpcprof.tools.nsys.analysis.collect import analyse_tables
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         parts = work / "parts"

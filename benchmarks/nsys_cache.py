@@ -1,4 +1,4 @@
-"""The nsys columnar cache (hpcprof/analysis/nsys_stats/cache.py): first vs second analysis of a large export.
+"""The nsys columnar cache (hpcprof/tools/nsys/stats/cache.py): first vs second analysis of a large export.
 
 Builds a large export as benchmarks/nsys_stats_speed.py does (a real fixture's activity repeated in
 time), then runs `hpcprof nsys stats` (six summary reports), `nccl`, `overlap`, `phases` and
@@ -66,7 +66,7 @@ def main() -> None:
     parser.add_argument("--commands", default=",".join(COMMANDS), help="analyses to run (comma-separated)")
     parser.add_argument("--out", type=Path, help="also write the table here")
     args = parser.parse_args()
-    from hpcprof.analysis.nsys_stats.cache import cache_dir
+    from hpcprof.tools.nsys.stats.cache import cache_dir
 
     work = Path(tempfile.mkdtemp(prefix="nsys_cache_", dir="/tmp"))
     try:
@@ -79,9 +79,9 @@ def main() -> None:
                  f"(built in {built:.0f} s), {sum(counts.values()):,} activity rows; {os.cpu_count()} CPUs, "
                  f"load average {load:.1f}; wall s, second run best of {args.repeat}"]
         lines += [f"#   {table:38s} {n:>12,d} rows" for table, n in counts.items()]
-        imports = "import hpcprof.cli, hpcprof.analysis.nsys.cli, hpcprof.analysis.nsys_stats.reports"
+        imports = "import hpcprof.cli, hpcprof.tools.nsys.analysis.cli, hpcprof.tools.nsys.stats.reports"
         startup_cmds = {"stats": [sys.executable, "-c", imports],
-                        "analyses": [sys.executable, "-c", imports + ", hpcprof.analysis.nsys.distributed"]}
+                        "analyses": [sys.executable, "-c", imports + ", hpcprof.tools.nsys.analysis.distributed"]}
         startups = {k: best([run(cmd, work) for _ in range(args.repeat)]) for k, cmd in startup_cmds.items()}
         lines.append(f"start-up (the floor of a cached run), wall (CPU): stats {startups['stats'][0]:.3f} s "
                      f"({startups['stats'][1]:.3f}; interpreter, CLI, columnar engine), the analyses "

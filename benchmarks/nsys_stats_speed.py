@@ -173,9 +173,9 @@ def measure(cmd: list[str], cwd: Path, env: dict[str, str] | None = None) -> Run
 
 def reports_in_process(db: Path) -> float:
     """Seconds hpcprof spends on the reports and their CSV text once imported (what the CLI does)."""
-    from hpcprof.analysis.nsys_stats.db import Export
-    from hpcprof.analysis.nsys_stats.stats import run_reports
-    from hpcprof.analysis.nsys_stats.table import write_csv
+    from hpcprof.tools.nsys.stats.db import Export
+    from hpcprof.tools.nsys.stats.stats import run_reports
+    from hpcprof.tools.nsys.stats.table import write_csv
 
     t0 = time.perf_counter()
     with Export(db) as export:
@@ -518,7 +518,7 @@ def default_format(nsys: str, rounds: int, work: Path, only: list[str]) -> None:
 
 def goal_default_set(fixtures: Path, nsys: str, work: Path, shapes_same: list[bool]) -> bool:
     """Goal 3: the default set is nsys 2022.4's; the rank export's files as nsys writes them."""
-    from hpcprof.analysis.nsys_stats.stats import DEFAULT_REPORTS
+    from hpcprof.tools.nsys.stats.stats import DEFAULT_REPORTS
 
     listed = subprocess.run([nsys, "stats", "--help"], capture_output=True, text=True).stdout
     names = tuple(listed.split("default report set:")[1].split("See --help")[0].split())
@@ -796,7 +796,7 @@ def report_sets(args: argparse.Namespace) -> None:
     ns_cmd = [args.nsys, "stats", "--report", ",".join(REPORTS), "--format", "csv", "--output", str(work / "nsys"),
               "--force-overwrite", "true", str(db)]
     # interpreter + the CLI + the columnar engine's imports (what a large export pays before reading)
-    help_cmd = [sys.executable, "-c", "import hpcprof.cli, hpcprof.analysis.nsys.cli, hpcprof.analysis.nsys_stats.reports"]
+    help_cmd = [sys.executable, "-c", "import hpcprof.cli, hpcprof.tools.nsys.analysis.cli, hpcprof.tools.nsys.stats.reports"]
     pass_cmd = [sys.executable, "-c", "pass"]
     measure(hp_cmd(REPORTS, "cached"), work, cache_env)          # writes the export's columnar cache
     runs: dict[str, list[Run]] = defaultdict(list)
@@ -850,7 +850,7 @@ def report_sets(args: argparse.Namespace) -> None:
               f"{hp / fl:5.2f}x  {'met' if met[-1] else 'missed':6s}  {hp / (scan[key] + pass_s):23.2f}x  "
               f"{cpu[f'hp {key}']:8.2f} / {scan_cpu[key] + cpu['startup']:.2f} = "
               f"{cpu[f'hp {key}'] / (scan_cpu[key] + cpu['startup']):.2f}x")
-    from hpcprof.analysis.nsys_stats.cache import cache_dir  # here: the engines' children time their own imports
+    from hpcprof.tools.nsys.stats.cache import cache_dir  # here: the engines' children time their own imports
 
     cached = best["cached"]
     print(f"cached (second run, the export's columnar cache): all {len(REPORTS)} {cached:.2f} s = start-up + "

@@ -41,13 +41,13 @@ from nsys_stats_speed import (  # noqa: E402  (it puts tests/ on the path, for t
     scans,
 )
 
-from hpcprof.analysis.nsys_stats.stats import DEFAULT_REPORTS  # noqa: E402
+from hpcprof.tools.nsys.stats.stats import DEFAULT_REPORTS  # noqa: E402
 
 
 def stats_with_parts(parts: str, export: Path, out: Path) -> list[str]:
     """`hpcprof nsys stats --format csv -o OUT EXPORT` in a child whose exports read on `parts`
     CPUs (db.usable_cpus replaced before hpcprof's code runs; "all": as it is)."""
-    code = "import sys\nimport hpcprof.analysis.nsys_stats.db as db\n"
+    code = "import sys\nimport hpcprof.tools.nsys.stats.db as db\n"
     if parts != "all":
         code += f"db.usable_cpus = lambda: {int(parts)}\n"
     code += (f"sys.argv = ['hpcprof', 'nsys', 'stats', '--format', 'csv', '-o', {str(out)!r}, {str(export)!r}]\n"

@@ -39,7 +39,7 @@ def main() -> None:
     runs: dict[int, list[dict]] = {h: [] for h in settings}
     for _ in range(args.repeat):
         for helpers in settings:
-            driver = f"import hpcprof.analysis.trace.load as _load; _load.MAX_HELPERS = {helpers}\n" + \
+            driver = f"import hpcprof.tools.torch.analysis.load as _load; _load.MAX_HELPERS = {helpers}\n" + \
                 trace_speed.HPCPROF_DRIVER
             runs[helpers].append(trace_speed.run(sys.executable, driver, traces,
                                                  args.workdir / f"helpers_{helpers}.json", 1))

@@ -100,8 +100,8 @@ json.dump({"load_s": load, "analyses_s": analyses, "base_kb": base, "peak_kb": p
 
 HPCPROF_DRIVER = r"""
 import json, sys, time
-from hpcprof.analysis.trace import analyses as A
-from hpcprof.analysis.trace.load import load_traces
+from hpcprof.tools.torch.analysis import analyses as A
+from hpcprof.tools.torch.analysis.load import load_traces
 def hwm_kb():
     with open("/proc/self/status") as f:
         return int(next(l for l in f if l.startswith("VmHWM")).split()[1])
@@ -131,7 +131,7 @@ json.dump({"load_s": load, "analyses_s": analyses, "base_kb": base, "peak_kb": p
 
 CORES_DRIVER = r"""
 import json, os, pathlib, sys, tempfile, time
-from hpcprof.analysis.trace.critical_path import load_events
+from hpcprof.tools.torch.analysis.critical_path import load_events
 from hpcprof.collect import map_files
 from hpcprof.pool import make_executor
 from hpcprof.collect.runs import _worker_modules
@@ -200,8 +200,8 @@ print(json.dumps([wall, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, 
 FLOOR_DRIVER = r"""
 import json, pathlib, sys, time
 import msgspec
-from hpcprof.analysis.trace.schema import Event
-from hpcprof.analysis.trace.stream import INFLATE, read_chunks  # hpcprof's inflate (multi-member)
+from hpcprof.tools.torch.analysis.schema import Event
+from hpcprof.tools.torch.analysis.stream import INFLATE, read_chunks  # hpcprof's inflate (multi-member)
 class Doc(msgspec.Struct):
     traceEvents: list[Event] = []
 decode = msgspec.json.Decoder(Doc).decode
@@ -373,7 +373,7 @@ def bench(source: Path, target_mb: float, hta_python: str, workdir: Path, repeat
         raw = len(gzip.decompress(p.read_bytes()))
         print(f"  {p.name}: {raw / 1e6:.1f} MB JSON ({p.stat().st_size / 1e6:.1f} MB gzip)")
     print("same numbers (every value HTA returns, 1e-9 relative; per-kernel statistics other")
-    print("than the sum differ by design, see hpcprof.analysis.trace.analyses.kernel_breakdown):")
+    print("than the sum differ by design, see hpcprof.tools.torch.analysis.analyses.kernel_breakdown):")
     print("\n".join(compare(hta["tables"], ours["tables"])))
     floor = run(sys.executable, FLOOR_DRIVER, traces, workdir / f"{source.name}_floor.json", repeat)
     print(f"  {'':10} {'load s':>7} {'analyses s':>11} {'total s':>8} {'peak RSS MiB':>13} "

@@ -26,15 +26,15 @@ from typing import Any
 
 import msgspec
 
-from hpcprof.analysis.trace.stream import read_chunks
+from hpcprof.tools.torch.analysis.stream import read_chunks
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from trace_speed import FIXTURES, FLOOR_DRIVER, run_sampled  # noqa: E402
 
 DRIVER = r"""
 import json, resource, sys, time
-from hpcprof.analysis.trace.analyses import all_analyses
-from hpcprof.analysis.trace.load import load_traces
+from hpcprof.tools.torch.analysis.analyses import all_analyses
+from hpcprof.tools.torch.analysis.load import load_traces
 def hwm_kb():
     with open("/proc/self/status") as f:
         return int(next(l for l in f if l.startswith("VmHWM")).split()[1])

@@ -137,8 +137,21 @@ def command_section(ctx: Any) -> list[str]:
 # -- the schema pages ------------------------------------------------------------------------------
 
 def field_comments(model: type) -> dict[str, str]:
-    """Field name -> the comment beside its declaration in the class source (on its lines, or on
-    comment lines right above it)."""
+    """Field name -> the comment beside its declaration in the source of the class or of a base it
+    inherits the field from (on its lines, or on comment lines right above it); a base made at run
+    time (hpcprof.config.profile's ToolOptions) has no source."""
+    found: dict[str, str] = {}
+    for cls in reversed(model.__mro__):
+        if is_model(cls) and cls.__module__.startswith("hpcprof."):
+            try:
+                found |= class_comments(cls)
+            except OSError:     # made at run time
+                continue
+    return found
+
+
+def class_comments(model: type) -> dict[str, str]:
+    """field_comments of the fields a class declares itself."""
     source = textwrap.dedent(inspect.getsource(model))
     lines = source.splitlines()
     comments = {tok.start[0]: tok.string.lstrip("#:").strip()

@@ -18,9 +18,9 @@ import pytest
 
 from hpcprof import catalog as c
 from hpcprof.analysis import busbw
-from hpcprof.analysis.trace.collect import TorchCollector, busbw_across_ranks
-from hpcprof.analysis.trace.collectives import TraceCollectives
-from hpcprof.analysis.trace.load import gather
+from hpcprof.tools.torch.analysis.collect import TorchCollector, busbw_across_ranks
+from hpcprof.tools.torch.analysis.collectives import TraceCollectives
+from hpcprof.tools.torch.analysis.load import gather
 
 HTA = Path(__file__).parent / "fixtures" / "hta"
 GOLD = Path(__file__).parent / "fixtures" / "tracelens" / "busbw_gold.csv"
@@ -146,8 +146,8 @@ def test_collective_names_and_factors() -> None:
 def test_nsys_without_payloads_says_sizes_unknown(fixtures_dir: Path) -> None:
     """The committed DDP exports have NCCL's payload schemas but no payloads (exported without
     --include-blobs): every NCCL kernel of the window is counted, its size unknown, the note says why."""
-    from hpcprof.analysis.nsys.collect import NsysCollector
-    from hpcprof.analysis.nsys.collectives import without_payloads
+    from hpcprof.tools.nsys.analysis.collect import NsysCollector
+    from hpcprof.tools.nsys.analysis.collectives import without_payloads
 
     tool = NsysCollector()
     per = []
@@ -174,7 +174,7 @@ def test_nsys_without_payloads_says_sizes_unknown(fixtures_dir: Path) -> None:
 
 def test_export_asks_for_payloads_only_where_nsys_has_the_option(tmp_path: Path) -> None:
     """`nsys export --include-blobs true` where `nsys export --help` names it; 2022.4 has no such option."""
-    from hpcprof.analysis.nsys.collect import export_options
+    from hpcprof.tools.nsys.analysis.collect import export_options
 
     newer = tmp_path / "nsys"
     newer.write_text("#!/bin/sh\necho '  --include-blobs=  Include binary blobs'\n")
@@ -251,7 +251,7 @@ def test_nsys_ddp_all_reduce_by_hand(fixtures_dir: Path) -> None:
     """The DDP export with payloads: every step all-reduces DDP's buckets once (Σ bytes = 12 × the
     model's 67,141,632 parameter bytes), and per bucket the median kernel time and busbw
     (bytes / time · 2(n−1)/n, n = 2 from ncclCommInitRankConfig's payload) as computed by hand."""
-    from hpcprof.analysis.nsys.collect import NsysCollector
+    from hpcprof.tools.nsys.analysis.collect import NsysCollector
 
     tool = NsysCollector()
     per = []
@@ -287,7 +287,7 @@ def test_an_export_without_payloads_beside_its_report_is_made_again(fixtures_dir
     import shutil
 
     from hpcprof.analysis.collector import CollectContext
-    from hpcprof.analysis.nsys.collect import sqlite_files
+    from hpcprof.tools.nsys.analysis.collect import sqlite_files
 
     beside = tmp_path / "rank0.sqlite"
     shutil.copy(fixtures_dir / "nsys" / "h200_campaign" / "ddp_ws2_rank0.sqlite", beside)
@@ -347,7 +347,7 @@ def test_trace_nccl_is_collects_table_and_its_columns_agree(fixture: str) -> Non
 def test_nsys_nccl_busbw_is_collects_table_and_its_columns_agree(fixtures_dir: Path) -> None:
     """`hpcprof nsys nccl --busbw` (default window: collect's) gives collect's nsys_busbw; with
     `--window capture` it counts every NCCL kernel of the capture (the window's and the others)."""
-    from hpcprof.analysis.nsys.collect import NsysCollector
+    from hpcprof.tools.nsys.analysis.collect import NsysCollector
 
     paths = [fixtures_dir / "nsys" / "ddp_blobs" / f"rank{rank}.sqlite" for rank in (0, 1)]
     mine = _csv(["nsys", "nccl", "--busbw", *map(str, paths)])

@@ -14,10 +14,10 @@ import pytest
 import yaml
 from hpcprof_cli import hpcprof
 
-from hpcprof.analysis.nsys.collect import NsysCollector
-from hpcprof.profilers.nsys import NsysOptions
 from hpcprof.ranks import rank_from_filename
 from hpcprof.record import read_record
+from hpcprof.tools.nsys.analysis.collect import NsysCollector
+from hpcprof.tools.nsys.profiler import NsysOptions
 
 #: The CLI runs this checkout and finds no site files outside it.
 CLI_ENV = {"HPCPROF_SITE_PATH": "", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}

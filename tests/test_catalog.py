@@ -15,10 +15,10 @@ from hpcprof_cli import hpcprof
 from test_report_html import gpu_run
 
 from hpcprof import catalog as c
-from hpcprof.analysis.nsys_stats.stats import SUMMARY_REPORTS
 from hpcprof.record import read_record
 from hpcprof.results import list_tables, read_headline, read_table
 from hpcprof.rundir import RunDir
+from hpcprof.tools.nsys.stats.stats import SUMMARY_REPORTS
 
 REPO = Path(__file__).resolve().parents[1]
 PAGE = REPO / "docs" / "reference" / "metrics.md"

@@ -31,7 +31,7 @@ WORKERS = [int(n) for n in os.environ.get("HPCPROF_TEST_WORKERS", "2,16").split(
 
 def frames(fixtures_dir: Path) -> dict[str, pd.DataFrame]:
     """Every table collect makes of one real export, and one frame of each awkward column kind."""
-    from hpcprof.analysis.nsys.collect import analyse_file
+    from hpcprof.tools.nsys.analysis.collect import analyse_file
 
     tables = analyse_file(fixtures_dir / "nsys/h200_seqpar_bf16/rank0.sqlite", 0)
     tables["awkward"] = pd.DataFrame({

@@ -13,10 +13,10 @@ import pandas as pd
 import pytest
 from hpcprof_cli import hpcprof
 
-from hpcprof.analysis.ncu.metrics import metrics_table
-from hpcprof.analysis.trace.analyses import all_analyses
-from hpcprof.analysis.trace.load import load_traces
 from hpcprof.results import read_table
+from hpcprof.tools.ncu.analysis.metrics import metrics_table
+from hpcprof.tools.torch.analysis.analyses import all_analyses
+from hpcprof.tools.torch.analysis.load import load_traces
 
 pytestmark = pytest.mark.slow
 

@@ -13,8 +13,8 @@ from click.testing import CliRunner
 from test_critical_path import simulate, write_kineto, write_nsys_export
 
 from hpcprof.analysis.collective_wait import transfer_wait
-from hpcprof.analysis.trace import critical_path as trace_cp
 from hpcprof.cli import main
+from hpcprof.tools.torch.analysis import critical_path as trace_cp
 
 HTA = Path(__file__).parent / "fixtures" / "hta"
 

@@ -11,7 +11,7 @@ from hpcprof.config.experiment import Experiment
 from hpcprof.config.site import SiteConfig, find_site
 from hpcprof.errors import UserError
 from hpcprof.models import dump, given_fields, validate
-from hpcprof.profilers.nsys import NSYS_TRACES
+from hpcprof.tools.nsys.profiler import NSYS_TRACES
 from hpcprof.workloads.args import DdpArgs, SeqparArgs
 
 

@@ -20,13 +20,13 @@ import pytest
 from click.testing import CliRunner
 
 from hpcprof.analysis import critical_path as core
-from hpcprof.analysis.nsys import collect as nsys_collect
-from hpcprof.analysis.nsys import critical_path as nsys_cp
-from hpcprof.analysis.nsys import distributed as dist
-from hpcprof.analysis.nsys_stats.db import Export
-from hpcprof.analysis.trace import collect as trace_collect
-from hpcprof.analysis.trace import critical_path as trace_cp
 from hpcprof.cli import main
+from hpcprof.tools.nsys.analysis import collect as nsys_collect
+from hpcprof.tools.nsys.analysis import critical_path as nsys_cp
+from hpcprof.tools.nsys.analysis import distributed as dist
+from hpcprof.tools.nsys.stats.db import Export
+from hpcprof.tools.torch.analysis import collect as trace_collect
+from hpcprof.tools.torch.analysis import critical_path as trace_cp
 
 RANKS = 3
 #: (phase, collective or None, GPU duration ns) of one iteration
@@ -515,7 +515,7 @@ def test_kineto_events_table_equals_the_pandas_formulation(fixtures_dir: Path, t
     """CriticalPathEvents.frame (numpy columns) gives the table of the pandas formulation on every
     Kineto fixture (NCCL kernels with and without process groups, streams in order of first use,
     launches missing from the trace) and on the hand-built traces (with and without Seq)."""
-    from hpcprof.analysis.trace.load import scan_trace
+    from hpcprof.tools.torch.analysis.load import scan_trace
 
     paths = sorted((fixtures_dir / "hta").glob("*/*.json.gz"))
     for rank, ops in enumerate(simulate()):

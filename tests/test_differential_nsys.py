@@ -28,10 +28,10 @@ from pathlib import Path
 
 import pytest
 
-from hpcprof.analysis.nsys_stats.db import Export
-from hpcprof.analysis.nsys_stats.schema import MissingData
-from hpcprof.analysis.nsys_stats.stats import run_table
-from hpcprof.analysis.nsys_stats.table import write_csv
+from hpcprof.tools.nsys.stats.db import Export
+from hpcprof.tools.nsys.stats.schema import MissingData
+from hpcprof.tools.nsys.stats.stats import run_table
+from hpcprof.tools.nsys.stats.table import write_csv
 
 sys.path.insert(0, str(Path(__file__).parent / "differential"))
 from nsys_exports import PROJECTION_SEEDS, TIE_SEEDS, derive  # noqa: E402

@@ -106,6 +106,6 @@ def test_every_known_report_has_a_differential_test() -> None:
     test_differential_nsys.py), so a report added to the registry cannot go unchecked."""
     from test_differential_nsys import NEW_REPORTS, OLD_REPORTS
 
-    from hpcprof.analysis.nsys_stats.stats import REPORTS
+    from hpcprof.tools.nsys.stats.stats import REPORTS
 
     assert set(REPORTS) == {*OLD_REPORTS, *NEW_REPORTS, *OLD, *NEW}

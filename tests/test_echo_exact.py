@@ -15,8 +15,8 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from hpcprof.analysis.nsys import echo_match as em
 from hpcprof.cli import main
+from hpcprof.tools.nsys.analysis import echo_match as em
 
 CAMPAIGN = "gpu/h200_window_campaign/echo-slowdown/20261122-234316-b2f418-{}/profiles/nsys/rank{}.sqlite.xz"
 #: Echo's compute kernels (analyse.py's query_other), counted by SQL independently of hpcprof
@@ -104,11 +104,11 @@ def test_match_echo_bad_input_is_one_line(exports: dict[str, Path], tmp_path: Pa
 def test_collect_rule_from_the_experiment(repo: Path, exports: dict[str, Path]) -> None:
     """`analysis.slowdown_match` picks collect's table: Echo's rows (rank, device in front) or
     hpcprof's, each with the `match` column naming the rule."""
-    from hpcprof.analysis.nsys import distributed as dist
-    from hpcprof.analysis.nsys_stats.db import Export
     from hpcprof.config.experiment import Experiment
     from hpcprof.errors import UserError
     from hpcprof.models import validate
+    from hpcprof.tools.nsys.analysis import distributed as dist
+    from hpcprof.tools.nsys.stats.db import Export
 
     workload = {"kind": "ddp"}
     assert validate(Experiment, {"name": "e", "workload": workload}, "e").analysis.slowdown_match == "hpcprof"

@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from hpcprof.analysis.nsys.echo import ECHO_COLUMNS
 from hpcprof.cli import main
+from hpcprof.tools.nsys.analysis.echo import ECHO_COLUMNS
 
 
 @pytest.fixture(scope="module")

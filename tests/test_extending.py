@@ -23,7 +23,7 @@ GLUE = re.compile(r"(hpcprof(?:\.\w+)+)(?::\w+)?")
 
 
 def module_of(path: str) -> str:
-    """The dotted module or package of a path under hpcprof/ (`analysis/nsys/` -> hpcprof.analysis.nsys)."""
+    """The dotted module or package of a path under hpcprof/ (`tools/nsys/analysis/` -> hpcprof.tools.nsys.analysis)."""
     return ".".join(["hpcprof", *path.strip("/").removesuffix(".py").split("/")])
 
 
@@ -72,9 +72,9 @@ def test_extending_lists_the_files_each_kind_touches() -> None:
 def test_the_count_finds_imports_and_glue_strings() -> None:
     """The rule finds an import, a `from` import of a module and a "module:function" string, never the module itself."""
     assert "collect/files.py" in naming(["hpcprof.catalog"])       # `from hpcprof import catalog as c`
-    assert "profilers/__init__.py" in naming(["hpcprof.profilers.ncu"])    # `from hpcprof.profilers import ncu`
-    assert "profilers/ncu.py" not in naming(["hpcprof.profilers.ncu"])     # its own module
-    assert "cli.py" in naming(["hpcprof.analysis.ncu"])     # its COMMANDS table names hpcprof.analysis.ncu.cli
+    assert "profilers/__init__.py" in naming(["hpcprof.tools.ncu.profiler"])    # `from hpcprof.profilers import ncu`
+    assert "tools/ncu/profiler.py" not in naming(["hpcprof.tools.ncu.profiler"])     # its own module
+    assert "cli.py" in naming(["hpcprof.tools.ncu.analysis"])     # its COMMANDS table names hpcprof.tools.ncu.analysis.cli
 
 
 def test_architecture_counts_the_catalog_importers() -> None:

@@ -372,8 +372,8 @@ def test_nsys_recorded_nothing_because_the_program_failed_first(tmp_path: Path) 
     whose program raised is named with its error, found in its log past nsys's own output."""
     import msgspec
 
-    from hpcprof.analysis.nsys.collect import NsysCollector
     from hpcprof.record import RunRecord
+    from hpcprof.tools.nsys.analysis.collect import NsysCollector
 
     (tmp_path / "logs").mkdir()
     (tmp_path / "profiles" / "nsys").mkdir(parents=True)

@@ -370,7 +370,7 @@ def kineto_trace(path: Path, steps: bool) -> Path:
 def test_trace_critical_path_says_when_a_trace_has_no_profiler_steps(tmp_path: Path) -> None:
     """The GPU check's torch traces (no schedule: no ProfilerStep#N) gave an empty table in silence;
     such a trace is now named with the cause, and the command exits 2."""
-    from hpcprof.analysis.trace import critical_path as trace_cp
+    from hpcprof.tools.torch.analysis import critical_path as trace_cp
 
     with_steps = kineto_trace(tmp_path / "rank0.pt.trace.json", steps=True)
     events, errors = trace_cp.load_events([with_steps])

@@ -71,7 +71,7 @@ def planted(tmp_path: Path, cause: str, ms: float = 20.0) -> tuple[Path, dict[st
 @pytest.mark.parametrize("cause", ["input", "sync"])
 def test_planted_cause_is_named_with_its_time_and_line(tmp_path: Path, cause: str) -> None:
     pytest.importorskip("torch")
-    from hpcprof.analysis.trace.idle import timeline
+    from hpcprof.tools.torch.analysis.idle import timeline
 
     trace, own = planted(tmp_path, cause)
     frame = I.attribute([timeline(trace)])
@@ -92,7 +92,7 @@ def test_planted_cause_is_named_with_its_time_and_line(tmp_path: Path, cause: st
 @pytest.mark.quiet     # no cause above 5 % of the step: the load's delays would be one
 def test_control_gets_no_cause_and_the_cli_says_so(tmp_path: Path) -> None:
     pytest.importorskip("torch")
-    from hpcprof.analysis.trace.idle import timeline
+    from hpcprof.tools.torch.analysis.idle import timeline
 
     trace, own = planted(tmp_path, "control")
     assert own["cause"] is None
@@ -113,7 +113,7 @@ def test_planted_programs_on_the_gpu(cause: str) -> None:
     """The planted programs' torch.profiler traces and stack samples from one H200 (fixtures/idle_gpu,
     made by benchmarks/gpu/idle_planted.sh): each cause named first, within 25 % of the program's own
     measurement, at its line; the control gets no cause."""
-    from hpcprof.analysis.trace.idle import timeline
+    from hpcprof.tools.torch.analysis.idle import timeline
 
     folder = GPU / f"torch-{cause}"
     own = json.loads((folder / "own.json").read_text())
@@ -150,7 +150,7 @@ def test_planted_programs_under_nsys(cause: str, tmp_path: Path) -> None:
     control gets none; `hpcprof nsys causes` says the same."""
     import lzma
 
-    from hpcprof.analysis.nsys.idle import timeline
+    from hpcprof.tools.nsys.analysis.idle import timeline
 
     folder = GPU / f"nsys-{cause}"
     export = tmp_path / "rank0.sqlite"
@@ -174,7 +174,7 @@ def test_planted_programs_under_nsys(cause: str, tmp_path: Path) -> None:
     assert out.returncode == 0 and out.stdout.splitlines()[1].split(",")[4] == cause, out.stdout + out.stderr
     # collect's tables of the export (the run's samples found beside it): the same causes, the
     # headline's idle.<cause>, and the typical step's idle mostly under the cause
-    from hpcprof.analysis.nsys.collect import idle_tables
+    from hpcprof.tools.nsys.analysis.collect import idle_tables
     from hpcprof.analysis.summary import idle_cause_metrics
 
     tables = {name: table.to_pandas() for name, table in idle_tables(export, 0).items()}
@@ -192,7 +192,7 @@ def test_each_cause_is_a_headline_metric_that_compare_reads(tmp_path: Path) -> N
     step, the metric compare and the store read like any other: input at the table's time."""
     from hpcprof import catalog as c
     from hpcprof.analysis.summary import tables_of, torch_metrics
-    from hpcprof.analysis.trace.collect import analyse_file
+    from hpcprof.tools.torch.analysis.collect import analyse_file
     from hpcprof.results import write_table
 
     run = tmp_path / "run"
@@ -210,9 +210,9 @@ def test_the_launch_evidence_holds_htas_queue_length() -> None:
     """The launch cause's detail carries HTA's queue length (get_queue_length_summary, differential-tested
     in tests/test_trace_differential.py) of the busiest stream: about empty in the H200 launch-bound
     program (its 609 tiny kernels), over a hundred kernels deep in the compute-bound control."""
-    from hpcprof.analysis.trace.analyses import queue_length_summary
-    from hpcprof.analysis.trace.idle import add_queue_length, timeline
-    from hpcprof.analysis.trace.load import load_trace
+    from hpcprof.tools.torch.analysis.analyses import queue_length_summary
+    from hpcprof.tools.torch.analysis.idle import add_queue_length, timeline
+    from hpcprof.tools.torch.analysis.load import load_trace
 
     medians = {}
     for cause in ("launch", "control"):
@@ -233,7 +233,7 @@ def test_the_typical_step_shows_each_idle_gap_under_its_cause_and_line() -> None
     """The H200 planted input program's median step (collect's torch_step_idle, the HTML's figure):
     the device's busy intervals and the idle gaps under their causes tile the step without overlap,
     and the largest gap is the input wait labelled with the program's line."""
-    from hpcprof.analysis.trace.collect import analyse_file
+    from hpcprof.tools.torch.analysis.collect import analyse_file
     from hpcprof.report import plots
 
     step = analyse_file(GPU / "torch-input" / "profiles" / "rank0.pt.trace.json.gz", 0)["step_idle"]

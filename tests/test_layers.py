@@ -4,14 +4,16 @@ The rule (LAYERS, bottom first) and the edges still allowed against it (TEMPORAR
 once, here. Every `import`/`from ... import` of hpcprof/ counts, at module level or inside a
 function (a lazy import is still a dependency). Decided from the code: the base
 modules every room uses; the profiler table (hpcprof.profilers: each tool's options, launch and
-the names of its collector and result tables) sits on them, so that every room above looks tools up
-there; workloads run on compute nodes and import only the base; config
+the names of its collector and result tables) sits on them with the built-in tools' declarations
+(hpcprof.tools: each tool's package and its `profiler` module), so that every room above looks tools
+up there; workloads run on compute nodes and import only the base; config
 validates workload arguments; a run directory is layout only, so schedulers (pbs reads a
 RunDir) and render (a scheduler renders its directives and the Kubernetes manifest) sit above
 it; the campaign submits rendered runs and records them in the store; analyses read profiles;
 collect runs the analyses and fills the store; report reads what collect wrote; the commands and
-the Python API are at the top. The re-implementation of NVIDIA's `nsys stats`/`nsys analyze`
-(analysis.nsys_stats) sits below hpcprof's own analyses, which build on it.
+the Python API are at the top. A tool's analyses (hpcprof.tools.<tool>.analysis) sit with
+hpcprof's own; the re-implementation of NVIDIA's `nsys stats`/`nsys analyze` (tools.nsys.stats) sits
+below them (they build on it); torch's part of the Python API sits with the API.
 
 Every module has a room, named here: a module directly in hpcprof/ by its own name, a package
 (a directory) by its name or by an enclosing package's. A new package of hpcprof/ (as the
@@ -38,7 +40,7 @@ LAYERS: list[list[str]] = [
      "hpcprof.safe_pickle", "hpcprof.safe_yaml",
      "hpcprof._templates",
      "hpcprof._site_configs", "hpcprof.inject"],
-    ["hpcprof.profilers"],
+    ["hpcprof.profilers", "hpcprof.tools"],
     ["hpcprof.workloads"],
     ["hpcprof.config"],
     ["hpcprof.rundir", "hpcprof.record"],
@@ -47,11 +49,11 @@ LAYERS: list[list[str]] = [
     ["hpcprof.render"],
     ["hpcprof.store"],
     ["hpcprof.campaign", "hpcprof.jobstate"],
-    ["hpcprof.analysis.nsys_stats"],
-    ["hpcprof.analysis"],
+    ["hpcprof.tools.nsys.stats"],
+    ["hpcprof.analysis", "hpcprof.tools.nsys.analysis", "hpcprof.tools.torch.analysis", "hpcprof.tools.ncu.analysis"],
     ["hpcprof.collect"],
     ["hpcprof.report"],
-    ["hpcprof.doctor", "hpcprof.api", "hpcprof.api_plots", "hpcprof.commands", "hpcprof.cli",
+    ["hpcprof.doctor", "hpcprof.api", "hpcprof.api_plots", "hpcprof.tools.torch.analysis.api", "hpcprof.commands", "hpcprof.cli",
      "hpcprof.__main__"],
 ]
 
@@ -211,10 +213,10 @@ def test_no_package_cycle() -> None:
 
 def test_the_cycle_rules_catch_a_cycle() -> None:
     """The checkers themselves, on two cycles the code once had."""
-    module_cycle = [("hpcprof.analysis.nsys.echo", "hpcprof.analysis.nsys.echo_match"),
-                    ("hpcprof.analysis.nsys.echo_match", "hpcprof.analysis.nsys.echo"),
-                    ("hpcprof.analysis.nsys.echo", "hpcprof.errors")]
-    assert cycles(graph_of(module_cycle)) == [["hpcprof.analysis.nsys.echo", "hpcprof.analysis.nsys.echo_match"]]
+    module_cycle = [("hpcprof.tools.nsys.analysis.echo", "hpcprof.tools.nsys.analysis.echo_match"),
+                    ("hpcprof.tools.nsys.analysis.echo_match", "hpcprof.tools.nsys.analysis.echo"),
+                    ("hpcprof.tools.nsys.analysis.echo", "hpcprof.errors")]
+    assert cycles(graph_of(module_cycle)) == [["hpcprof.tools.nsys.analysis.echo", "hpcprof.tools.nsys.analysis.echo_match"]]
     package_cycle = [("hpcprof.config.site", "hpcprof.schedulers.registry"),
                      ("hpcprof.schedulers.slurm", "hpcprof.render.job"), ("hpcprof.render.job", "hpcprof.config.site"),
                      ("hpcprof.schedulers.slurm", "hpcprof.errors")]
@@ -234,7 +236,7 @@ def test_every_module_has_a_named_room() -> None:
 def test_the_rule_catches_an_upward_edge() -> None:
     """The checker itself: an analysis importing the collect orchestration is upward, one using
     collect's engine is not, and every module of hpcprof/ has a room."""
-    assert LEVEL[room_of("hpcprof.collect.runs")] > LEVEL[room_of("hpcprof.analysis.nsys.cli")]
-    assert LEVEL[room_of("hpcprof.pool")] < LEVEL[room_of("hpcprof.analysis.nsys.cli")]
-    assert room_of("hpcprof.analysis.nsys.echo") == "hpcprof.analysis"
-    assert LEVEL[room_of("hpcprof.analysis.nsys_stats.db")] < LEVEL[room_of("hpcprof.analysis.nsys.echo")]
+    assert LEVEL[room_of("hpcprof.collect.runs")] > LEVEL[room_of("hpcprof.tools.nsys.analysis.cli")]
+    assert LEVEL[room_of("hpcprof.pool")] < LEVEL[room_of("hpcprof.tools.nsys.analysis.cli")]
+    assert room_of("hpcprof.tools.nsys.analysis.echo") == "hpcprof.tools.nsys.analysis"
+    assert LEVEL[room_of("hpcprof.tools.nsys.stats.db")] < LEVEL[room_of("hpcprof.tools.nsys.analysis.echo")]

@@ -13,11 +13,11 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from hpcprof.analysis.ncu.collect import analyse_file
-from hpcprof.analysis.ncu.echo import RULE_HPCPROF
-from hpcprof.analysis.ncu.metrics import ECHO_COLUMNS
-from hpcprof.analysis.ncu.parse import NcuInputError
 from hpcprof.cli import main
+from hpcprof.tools.ncu.analysis.collect import analyse_file
+from hpcprof.tools.ncu.analysis.echo import RULE_HPCPROF
+from hpcprof.tools.ncu.analysis.metrics import ECHO_COLUMNS
+from hpcprof.tools.ncu.analysis.parse import NcuInputError
 
 GOLD = "ncu/gold_ncu_2022.3"
 REP = "ncu/indexspaces_74de19f.ncu-rep"
@@ -190,8 +190,8 @@ def test_empty_columns_name_their_section(fixtures_dir: Path) -> None:
 def test_default_sections_fill_echo_table() -> None:
     """With neither `set` nor `sections`, hpcprof asks ncu for every section Echo's table needs;
     a user's own choice is passed through unchanged."""
-    from hpcprof.analysis.ncu.metrics import ECHO_SECTION_IDS, ECHO_SOURCES
-    from hpcprof.profilers.ncu import NcuOptions
+    from hpcprof.tools.ncu.analysis.metrics import ECHO_SECTION_IDS, ECHO_SOURCES
+    from hpcprof.tools.ncu.profiler import NcuOptions
 
     argv = NcuOptions().argv()
     asked = {argv[i + 1] for i, a in enumerate(argv) if a == "--section"}

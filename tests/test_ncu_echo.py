@@ -20,8 +20,8 @@ from click.testing import CliRunner
 from differential.ncu_exports import ECHO_COMMIT, ECHO_SCRIPT_SHA256, make_case, run_echo, script_sha256, write_case
 from test_ncu_cli import GOLD, fake_ncu
 
-from hpcprof.analysis.ncu.echo import ECHO_METRICS
 from hpcprof.cli import main
+from hpcprof.tools.ncu.analysis.echo import ECHO_METRICS
 
 ECHO_PYTHON = os.environ.get("HPCPROF_ECHO_PYTHON", sys.executable)
 SEEDS = int(os.environ.get("HPCPROF_NCU_ECHO_SEEDS", "200"))

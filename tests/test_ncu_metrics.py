@@ -10,14 +10,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from hpcprof.analysis.ncu.metrics import (
+from hpcprof.tools.ncu.analysis.metrics import (
     ECHO_COLUMNS,
     function_name,
     kernel_table,
     metric_key,
     metrics_table,
 )
-from hpcprof.analysis.ncu.parse import load
+from hpcprof.tools.ncu.analysis.parse import load
 
 GOLD = "ncu/gold_ncu_2022.3"
 B200 = "ncu/superbench_cublaslt_ncu_b200.log"

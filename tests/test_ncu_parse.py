@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from hpcprof.analysis.ncu.parse import (
+from hpcprof.tools.ncu.analysis.parse import (
     LONG_COLUMNS,
     NcuInputError,
     load,

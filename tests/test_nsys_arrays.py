@@ -10,8 +10,9 @@ import pandas as pd
 import pytest
 
 from hpcprof.analysis.critical_path import END, EVENT_COLUMNS, IDLE, _iteration_events
-from hpcprof.analysis.nsys_stats import numerics
-from hpcprof.analysis.nsys_stats.arrays import group_starts, range_reduce
+from hpcprof.analysis.ranges import range_reduce
+from hpcprof.tools.nsys.stats import numerics
+from hpcprof.tools.nsys.stats.arrays import group_starts
 
 
 @pytest.mark.parametrize("longest", [300, 3])         # ranges over most rows (sparse table), short ones (reduceat)

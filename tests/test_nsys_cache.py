@@ -1,4 +1,4 @@
-"""The columnar cache of an nsys export's reads (hpcprof/analysis/nsys_stats/cache.py): a second analysis
+"""The columnar cache of an nsys export's reads (hpcprof/tools/nsys/stats/cache.py): a second analysis
 reads the cache and gives the same tables; a changed export empties it; a damaged file is read again."""
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from hpcprof.analysis.nsys.collect import analyse_file
-from hpcprof.analysis.nsys_stats import arrow, cache, stats
-from hpcprof.analysis.nsys_stats.cache import cache_dir
-from hpcprof.analysis.nsys_stats.db import Export
-from hpcprof.analysis.nsys_stats.schema import MissingData
-from hpcprof.analysis.nsys_stats.stats import REPORTS, SUMMARY_REPORTS, run_report, run_table
-from hpcprof.analysis.nsys_stats.table import write_csv
+from hpcprof.tools.nsys.analysis.collect import analyse_file
+from hpcprof.tools.nsys.stats import arrow, cache, stats
+from hpcprof.tools.nsys.stats.cache import cache_dir
+from hpcprof.tools.nsys.stats.db import Export
+from hpcprof.tools.nsys.stats.schema import MissingData
+from hpcprof.tools.nsys.stats.stats import REPORTS, SUMMARY_REPORTS, run_report, run_table
+from hpcprof.tools.nsys.stats.table import write_csv
 
 SEQPAR = Path("nsys") / "h200_seqpar_bf16"
 
@@ -191,7 +191,7 @@ def test_second_analysis_reads_its_kept_table(argv: list[str], export: Path, fix
     """A second `hpcprof nsys nccl|overlap|phases|gaps|critical-path` of an unchanged export gives the
     same output without loading its activity (the kept table); so do two rank files analysed one at
     a time (each file's rows kept); another option is another table; a touched export is analysed again."""
-    from hpcprof.analysis.nsys import distributed as dist
+    from hpcprof.tools.nsys.analysis import distributed as dist
 
     rank1 = tmp_path / "rank1.sqlite"
     shutil.copyfile(fixtures_dir / SEQPAR / "rank1.sqlite", rank1)

@@ -106,9 +106,9 @@ def test_nccl_across_ranks_is_one_reduction_for_the_cli_and_collect(run_dir: Pat
     """`hpcprof nsys nccl` (file by file through collect's engine) and collect's nsys_nccl table
     reduce the same per-rank rows with the one function: equal rows across ranks, even where the
     old collect rounding (Python's round) and the CLI's (pandas) differed in the last digit."""
-    from hpcprof.analysis.nsys import distributed as dist
-    from hpcprof.analysis.nsys.cli import _analyse_one_at_a_time
-    from hpcprof.analysis.nsys.collect import NsysCollector
+    from hpcprof.tools.nsys.analysis import distributed as dist
+    from hpcprof.tools.nsys.analysis.cli import _analyse_one_at_a_time
+    from hpcprof.tools.nsys.analysis.collect import NsysCollector
 
     files = (run_dir / "rank0.sqlite", run_dir / "rank1.sqlite")
     cli, failures = _analyse_one_at_a_time(files, [0, 1], dist.nccl_per_rank, dist.nccl_across_ranks)
@@ -147,7 +147,7 @@ def test_a_joint_pass_gives_each_file_the_tables_of_its_own(fixtures_dir: Path, 
     pass of its own) gives each file the tables analyse_tables gives it alone, row for row; files of
     an unknown rank, a damaged export and one that is not there are analysed on their own, each
     with its own error; a repeated rank or path starts a new pass, which holds at most BATCH_BYTES."""
-    from hpcprof.analysis.nsys import collect
+    from hpcprof.tools.nsys.analysis import collect
 
     exports = sorted(p for p in fixtures_dir.rglob("*.sqlite") if _is_nsys_export(p))
     assert len(exports) >= 20
@@ -205,8 +205,8 @@ def test_collect_reads_each_export_on_its_share_of_the_cpus(fixtures_dir: Path, 
     """The nsys collector opens each export with its `cores` (pool.cores_per_file: the file's share
     of the workers), alone or in a joint pass, so that its large tables are read in that many parts
     (Export.cpus; at least db.MIN_PARTS), not one per CPU of the machine in every worker."""
-    from hpcprof.analysis.nsys import collect
-    from hpcprof.analysis.nsys_stats.db import Export
+    from hpcprof.tools.nsys.analysis import collect
+    from hpcprof.tools.nsys.stats.db import Export
 
     opened: list[int] = []
 
@@ -255,9 +255,9 @@ def test_nvtx_ranges_of_many_exports_equal_each_alone(fixtures_dir: Path, tmp_pa
     own."""
     import numpy as np
 
-    from hpcprof.analysis.nsys_stats.db import Export
-    from hpcprof.analysis.nsys_stats.nvtx import nvtx_range_columns, nvtx_range_columns_of
-    from hpcprof.analysis.nsys_stats.schema import NVTX_PUSHPOP, NVTX_STARTEND, OLD
+    from hpcprof.tools.nsys.stats.db import Export
+    from hpcprof.tools.nsys.stats.nvtx import nvtx_range_columns, nvtx_range_columns_of
+    from hpcprof.tools.nsys.stats.schema import NVTX_PUSHPOP, NVTX_STARTEND, OLD
 
     seqpar = fixtures_dir / "nsys" / "h200_seqpar_bf16" / "rank0.sqlite"
     domain_row = "(SELECT min(rowid) FROM NVTX_EVENTS WHERE eventType = 75)"
@@ -336,10 +336,10 @@ def test_summaries_of_many_exports_equal_the_columnar_engine_on_each(fixtures_di
 
     import numpy as np
 
-    from hpcprof.analysis.nsys_stats.db import Export
-    from hpcprof.analysis.nsys_stats.schema import MissingData, NsysInputError
-    from hpcprof.analysis.nsys_stats.stats import SUMMARY_REPORTS, run_table
-    from hpcprof.analysis.nsys_stats.summaries import summaries_of
+    from hpcprof.tools.nsys.stats.db import Export
+    from hpcprof.tools.nsys.stats.schema import MissingData, NsysInputError
+    from hpcprof.tools.nsys.stats.stats import SUMMARY_REPORTS, run_table
+    from hpcprof.tools.nsys.stats.summaries import summaries_of
 
     sys.path.insert(0, str(Path(__file__).parent / "differential"))
     from nsys_exports import PROJECTION_SEEDS, TIE_SEEDS, derive

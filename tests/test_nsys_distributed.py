@@ -19,9 +19,9 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hpcprof.analysis.nsys import distributed as dist
-from hpcprof.analysis.nsys_stats.db import Export
 from hpcprof.cli import main
+from hpcprof.tools.nsys.analysis import distributed as dist
+from hpcprof.tools.nsys.stats.db import Export
 
 ALLGATHER = {0: 37_409_145, 1: 942_620}          # rank -> total ns of the 5 all-gather kernels
 REDUCE_SCATTER = {0: 1_335_128, 1: 991_132}

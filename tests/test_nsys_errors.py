@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from hpcprof.analysis.nsys_stats.db import Export, NsysInputError
 from hpcprof.cli import main
+from hpcprof.tools.nsys.stats.db import Export, NsysInputError
 
 
 def _copy(fixtures_dir: Path, tmp_path: Path, name: str = "nsysai_mock.sqlite") -> Path:

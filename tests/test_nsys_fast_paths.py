@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
-import hpcprof.analysis.nsys_stats.arrow as nsys_arrow
-import hpcprof.analysis.nsys_stats.db as nsys_db
-from hpcprof.analysis.nsys_stats import reports
-from hpcprof.analysis.nsys_stats.db import Export
-from hpcprof.analysis.nsys_stats.nvtx import nvtx_groups_packed
-from hpcprof.analysis.nsys_stats.schema import NVTX_PUSHPOP, NVTX_STARTEND, OLD, RUNTIME
-from hpcprof.analysis.nsys_stats.stats import run_reports
-from hpcprof.analysis.nsys_stats.table import write_csv
+import hpcprof.tools.nsys.stats.arrow as nsys_arrow
+import hpcprof.tools.nsys.stats.db as nsys_db
+from hpcprof.tools.nsys.stats import reports
+from hpcprof.tools.nsys.stats.db import Export
+from hpcprof.tools.nsys.stats.nvtx import nvtx_groups_packed
+from hpcprof.tools.nsys.stats.schema import NVTX_PUSHPOP, NVTX_STARTEND, OLD, RUNTIME
+from hpcprof.tools.nsys.stats.stats import run_reports
+from hpcprof.tools.nsys.stats.table import write_csv
 
 FIXTURES = ["fuser_report1_nsys2024.6.2", "fuser_report1_nsys2025.1.1", "nsysai_h100_2gpu_1s",
             "nsysai_mfu_2gpu_after", "nsysai_mfu_2gpu_before", "nsysai_mock", "h200_seqpar_bf16/rank0"]
@@ -141,7 +141,7 @@ def test_small_tables_read_through_sqlite3_equal_the_adbc_reads(fixtures_dir: Pa
     """Tables up to SMALL_READ_ROWS rows are read through sqlite3 (no ADBC connection); with the
     bound raised past every table, and at -1 (every read through ADBC), the reports and collect's
     per-rank tables are the same."""
-    from hpcprof.analysis.nsys.collect import analyse_tables
+    from hpcprof.tools.nsys.analysis.collect import analyse_tables
 
     db = fixtures_dir / "nsys" / f"{fixture}.sqlite"
     outputs = []

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from hpcprof.analysis.nsys_stats.numerics import join_rows
+from hpcprof.tools.nsys.stats.numerics import join_rows
 
 
 @pytest.mark.slow

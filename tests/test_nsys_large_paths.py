@@ -1,4 +1,4 @@
-"""The nsys analyses on a large export (hpcprof/analysis/nsys/distributed.py, critical_path.py): one
+"""The nsys analyses on a large export (hpcprof/tools/nsys/analysis/distributed.py, critical_path.py): one
 rank's export repeated K times in time (every copy's activity shifted past the last) must give K
 times the sums of one copy (phases, nccl, overlap, the critical path's events); the names are
 tested once per distinct value (distributed.per_distinct), which must equal a test of each row."""
@@ -15,9 +15,9 @@ import pandas as pd
 import pytest
 
 from hpcprof.analysis.nccl import NCCL_KERNEL
-from hpcprof.analysis.nsys import critical_path as cp
-from hpcprof.analysis.nsys import distributed as dist
-from hpcprof.analysis.nsys_stats.db import Export
+from hpcprof.tools.nsys.analysis import critical_path as cp
+from hpcprof.tools.nsys.analysis import distributed as dist
+from hpcprof.tools.nsys.stats.db import Export
 
 SEQPAR = Path("nsys") / "h200_seqpar_bf16"
 COPIES = 250                 # 2,500 NCCL kernels (10 a copy)

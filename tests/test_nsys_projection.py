@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hpcprof.analysis.nsys_stats.projection import rtree_scale
+from hpcprof.tools.nsys.stats.projection import rtree_scale
 
 PROBE = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu" / "results" / "rtree_scale_probe.txt"
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import hpcprof.analysis.nsys_stats.db as nsys_db
-from hpcprof.analysis.nsys_stats.db import Export
-from hpcprof.analysis.nsys_stats.loaders import nullable_ints
-from hpcprof.analysis.nsys_stats.schema import NsysInputError
+import hpcprof.tools.nsys.stats.db as nsys_db
+from hpcprof.tools.nsys.stats.db import Export
+from hpcprof.tools.nsys.stats.loaders import nullable_ints
+from hpcprof.tools.nsys.stats.schema import NsysInputError
 
 ROWS = 5000
 

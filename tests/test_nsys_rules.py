@@ -1,4 +1,4 @@
-"""`hpcprof nsys analyze` (hpcprof/analysis/nsys_stats/rules.py) against `nsys analyze` of nsys 2022.4 itself
+"""`hpcprof nsys analyze` (hpcprof/tools/nsys/stats/rules.py) against `nsys analyze` of nsys 2022.4 itself
 (the 2022.4 rule names) and against nsys 2025.3.1's committed gold (the 2025 rule names).
 
 The differential test generates exports with tests/differential/nsys_rules_exports.py (pageable,
@@ -32,8 +32,8 @@ import pytest
 from click.testing import CliRunner
 from test_differential_nsys import NSYS_2022, SPAWN, Outcome, _nsys_2022
 
-from hpcprof.analysis.nsys_stats import rules
 from hpcprof.cli import main
+from hpcprof.tools.nsys.stats import rules
 
 sys.path.insert(0, str(Path(__file__).parent / "differential"))
 from nsys_exports import TIE_SEEDS  # noqa: E402

@@ -13,13 +13,13 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from hpcprof.analysis.nsys_stats.db import Export, pid_of, process_of, tid_of
-from hpcprof.analysis.nsys_stats.loaders import clean_api_names
-from hpcprof.analysis.nsys_stats.numerics import exact_round1_array, sqlite_round1_array
-from hpcprof.analysis.nsys_stats.schema import MissingData
-from hpcprof.analysis.nsys_stats.stats import REPORTS, run_report
-from hpcprof.analysis.nsys_stats.table import write_csv
 from hpcprof.cli import main
+from hpcprof.tools.nsys.stats.db import Export, pid_of, process_of, tid_of
+from hpcprof.tools.nsys.stats.loaders import clean_api_names
+from hpcprof.tools.nsys.stats.numerics import exact_round1_array, sqlite_round1_array
+from hpcprof.tools.nsys.stats.schema import MissingData
+from hpcprof.tools.nsys.stats.stats import REPORTS, run_report
+from hpcprof.tools.nsys.stats.table import write_csv
 
 NSYS = "nsys"
 OLD_GOLD = "gold_nsys_stats_2022.4.2"

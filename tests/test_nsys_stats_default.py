@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcprof.analysis.nsys_stats.stats import DEFAULT_REPORTS, NOT_COMPUTED, REPORTS
+from hpcprof.tools.nsys.stats.stats import DEFAULT_REPORTS, NOT_COMPUTED, REPORTS
 
 sys.path.insert(0, str(Path(__file__).parent / "differential"))
 from nsys_extra_exports import FIRST_SEED, derive_extra  # noqa: E402
@@ -179,7 +179,7 @@ def test_the_command_imports_no_heavy_library_until_it_reads_an_export(tmp_path:
 
 FAULTS = """
 import resource, sys
-from hpcprof.analysis.nsys.stats_command import HEAP_BLOCK_BYTES, KEPT_FREE_BYTES
+from hpcprof.tools.nsys.analysis.stats_command import HEAP_BLOCK_BYTES, KEPT_FREE_BYTES
 from hpcprof.cpus import keep_freed_memory
 said = keep_freed_memory(HEAP_BLOCK_BYTES, KEPT_FREE_BYTES) if sys.argv[1] == "retain" else None
 faults = []

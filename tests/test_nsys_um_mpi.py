@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from hpcprof_cli import hpcprof
 
-from hpcprof.analysis.nsys_stats.db import Export
-from hpcprof.analysis.nsys_stats.schema import MissingData
-from hpcprof.analysis.nsys_stats.stats import run_table
-from hpcprof.analysis.nsys_stats.table import write_csv
+from hpcprof.tools.nsys.stats.db import Export
+from hpcprof.tools.nsys.stats.schema import MissingData
+from hpcprof.tools.nsys.stats.stats import run_table
+from hpcprof.tools.nsys.stats.table import write_csv
 
 G1, G2 = 5 << 24 | 6, 7 << 24 | 8            # (pid 5, tid 6) has rank 0; (pid 7, tid 8) no rank
 

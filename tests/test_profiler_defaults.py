@@ -1,4 +1,4 @@
-"""The profilers' low-overhead defaults (hpcprof.profilers.nsys, hpcprof.profilers.torch): nsys traces
+"""The profilers' low-overhead defaults (hpcprof.tools.nsys.profiler, hpcprof.tools.torch.profiler): nsys traces
 CUDA and NVTX without CPU sampling or context switches, torch.profiler records no shapes or stacks,
 and every costly option is opt-in, its flag written only where the experiment asks for it; the
 default `nsys profile` line runs on nsys 2022.4, the oldest nsys hpcprof supports, which refuses the
@@ -18,8 +18,8 @@ import pytest
 from hpcprof_cli import hpcprof
 
 from hpcprof import catalog as c
-from hpcprof.profilers.nsys import NsysOptions
-from hpcprof.profilers.torch import TorchOptions, launch
+from hpcprof.tools.nsys.profiler import NsysOptions
+from hpcprof.tools.torch.profiler import TorchOptions, launch
 from hpcprof.record import read_record
 from hpcprof.report.overhead import costly_options, in_run
 

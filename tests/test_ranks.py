@@ -42,8 +42,8 @@ def test_collective_kind_is_the_name_rule(name: object, kind: str | None) -> Non
 
 def test_every_reader_uses_the_one_rule(tmp_path: Path) -> None:
     """collect's rank files, the manifest's rank column and trace loading agree on `rank_3`."""
-    from hpcprof.analysis.trace.load import peek_rank
     from hpcprof.collect import rank_files
+    from hpcprof.tools.torch.analysis.load import peek_rank
 
     profiles = tmp_path / "profiles"
     profiles.mkdir()

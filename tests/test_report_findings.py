@@ -247,7 +247,7 @@ def test_status_fits_a_100_column_terminal(campaign: tuple[Path, str]) -> None:
 def test_collect_messages_are_whole(campaign: tuple[Path, str]) -> None:
     """nsys's message for the nvtx run's empty rank-1 export ends `... was the run traced with -t cuda?)`:
     collect cut it at 160 characters (`... was the run )`)."""
-    from hpcprof.analysis.nsys_stats.schema import NO_GPU_ACTIVITY
+    from hpcprof.tools.nsys.stats.schema import NO_GPU_ACTIVITY
 
     workdir, printed = campaign
     export = run_dir(workdir, NVTX_RUN) / "profiles" / "nsys" / "rank1.sqlite"

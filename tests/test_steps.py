@@ -214,8 +214,8 @@ def test_the_hook_opens_nsys_capture_range_and_keeps_the_program_running(tmp_pat
 
 
 def test_a_window_the_program_never_reached_is_said(tmp_path: Path) -> None:
-    from hpcprof.analysis.nsys.collect import NOTHING_RECORDED, NsysCollector
     from hpcprof.record import read_record
+    from hpcprof.tools.nsys.analysis.collect import NOTHING_RECORDED, NsysCollector
 
     exp = write_experiment(tmp_path / "exp.yaml", ["python", "train.py"],
                            "profile:\n  tool: nsys\n  nsys:\n    capture_range: cudaProfilerApi\n")

@@ -17,10 +17,10 @@ from test_critical_path import expected_rows, hand_exports  # noqa: F401  (hand_
 
 from hpcprof.analysis import stragglers as st
 from hpcprof.analysis.critical_path import EVENT_COLUMNS
-from hpcprof.analysis.nsys import critical_path as nsys_cp
-from hpcprof.analysis.nsys import distributed as dist
-from hpcprof.analysis.nsys_stats.db import Export
-from hpcprof.analysis.trace import critical_path as trace_cp
+from hpcprof.tools.nsys.analysis import critical_path as nsys_cp
+from hpcprof.tools.nsys.analysis import distributed as dist
+from hpcprof.tools.nsys.stats.db import Export
+from hpcprof.tools.torch.analysis import critical_path as trace_cp
 
 STEP_NS, COLL_NS = 10_000_000, 2_000_000
 

@@ -14,11 +14,11 @@ from test_critical_path import HOST_DELAY, MM2_DELAY, simulate, write_kineto, wr
 
 from hpcprof.analysis.clocks import aligned
 from hpcprof.analysis.critical_path import critical_path
-from hpcprof.analysis.nsys import critical_path as nsys_cp
-from hpcprof.analysis.nsys import distributed as dist
-from hpcprof.analysis.nsys_stats.db import Export
-from hpcprof.analysis.trace import critical_path as trace_cp
 from hpcprof.report.timeline import THREADS, chrome_trace
+from hpcprof.tools.nsys.analysis import critical_path as nsys_cp
+from hpcprof.tools.nsys.analysis import distributed as dist
+from hpcprof.tools.nsys.stats.db import Export
+from hpcprof.tools.torch.analysis import critical_path as trace_cp
 
 #: the Trace Event Format's JSON object form: complete ("X") events with numeric ts and dur (µs) and
 #: integer pid and tid, metadata ("M") events naming processes and threads

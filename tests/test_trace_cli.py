@@ -14,11 +14,11 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from hpcprof.analysis.trace import analyses as A
-from hpcprof.analysis.trace.collect import TorchCollector, analyse_file
-from hpcprof.analysis.trace.load import TraceError, load_traces
 from hpcprof.cli import main
 from hpcprof.safe_text import csv_frame
+from hpcprof.tools.torch.analysis import analyses as A
+from hpcprof.tools.torch.analysis.collect import TorchCollector, analyse_file
+from hpcprof.tools.torch.analysis.load import TraceError, load_traces
 
 
 @pytest.fixture(scope="module")
@@ -165,7 +165,7 @@ def test_named_deviations_are_options(trace_filter: Path, fixtures_dir: Path) ->
 def test_workers_option_gives_the_same_output(fixtures_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """--workers N of `trace all` and `trace critical-path` (a process per file, the rest as decode
     helpers) prints what one process prints; --workers 0 is refused with exit status 2."""
-    from hpcprof.analysis.trace import load
+    from hpcprof.tools.torch.analysis import load
 
     monkeypatch.setattr(load, "PARALLEL_MIN_BYTES", 0)        # the fixtures are small: helpers all the same
     pair = fixtures_dir / "hta" / "h200_ddp_gpt2"
@@ -183,7 +183,7 @@ def test_default_workers_are_the_cpus_this_process_may_use(fixtures_dir: Path, m
     import subprocess
     import sys
 
-    from hpcprof.analysis.trace import load
+    from hpcprof.tools.torch.analysis import load
 
     probe = "import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); " \
             "from hpcprof.cpus import usable_cpus; print(usable_cpus(), os.cpu_count())"

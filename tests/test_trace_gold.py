@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from hpcprof.analysis.trace import analyses as A
-from hpcprof.analysis.trace.load import RankTrace, load_traces
+from hpcprof.tools.torch.analysis import analyses as A
+from hpcprof.tools.torch.analysis.load import RankTrace, load_traces
 
 
 def _load(path: Path) -> list[RankTrace]:

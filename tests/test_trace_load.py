@@ -11,8 +11,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from hpcprof.analysis.trace import analyses as A
-from hpcprof.analysis.trace.load import TraceError, _codes, _distinct, load_trace, load_traces
+from hpcprof.tools.torch.analysis import analyses as A
+from hpcprof.tools.torch.analysis.load import TraceError, _codes, _distinct, load_trace, load_traces
 
 
 def write_trace(path: Path, events: list[dict[str, Any]], rank: int | None = None) -> Path:

@@ -13,11 +13,11 @@ from typing import Any
 import msgspec
 import pytest
 
-from hpcprof.analysis.trace import stream
-from hpcprof.analysis.trace.load import TraceColumns, load_trace, scan_trace
-from hpcprof.analysis.trace.schema import Event
-from hpcprof.analysis.trace.schema import Head as _Head
-from hpcprof.analysis.trace.stream import EventStream, TraceError, read_chunks
+from hpcprof.tools.torch.analysis import stream
+from hpcprof.tools.torch.analysis.load import TraceColumns, load_trace, scan_trace
+from hpcprof.tools.torch.analysis.schema import Event
+from hpcprof.tools.torch.analysis.schema import Head as _Head
+from hpcprof.tools.torch.analysis.stream import EventStream, TraceError, read_chunks
 
 
 class _Whole(msgspec.Struct):
@@ -190,8 +190,8 @@ def test_collect_decodes_each_trace_once(fixtures_dir: Path, monkeypatch: pytest
     """`hpcprof collect`'s per-file step reads the trace once for the analyses, the window and the
     critical path (one decode with the union of their fields), with the same tables as separate
     loads."""
-    from hpcprof.analysis.trace import collect, critical_path, stream
-    from hpcprof.analysis.trace.analyses import all_analyses
+    from hpcprof.tools.torch.analysis import collect, critical_path, stream
+    from hpcprof.tools.torch.analysis.analyses import all_analyses
 
     path = fixtures_dir / "hta" / "h200_ddp_gpt2" / "rank0.pt.trace.json.gz"
     opened: list[Path] = []
@@ -237,7 +237,7 @@ def test_texts_are_the_events_cut_without_decoding(fixtures_dir: Path) -> None:
 def helpers_of_splits(monkeypatch: pytest.MonkeyPatch, *kinds: str) -> list[int]:
     """load.scan_split made to record the helpers of each call, and to check that its gatherers are
     `kinds` (class names) where given; the record."""
-    from hpcprof.analysis.trace import load
+    from hpcprof.tools.torch.analysis import load
 
     calls: list[int] = []
     scan = load.scan_split
@@ -256,7 +256,7 @@ def test_one_file_decoded_by_several_processes_loads_the_same(fixtures_dir: Path
     """load_trace with helpers (scan_split: batches decoded in other processes, merged in file
     order) gives the trace that one process gives, and load_traces shares its workers out over
     fewer files that way."""
-    from hpcprof.analysis.trace import load
+    from hpcprof.tools.torch.analysis import load
 
     monkeypatch.setattr(load, "SPLIT_BATCH_BYTES", 1 << 16)   # many batches from a small fixture
     monkeypatch.setattr(load, "PARALLEL_MIN_BYTES", 0)
@@ -285,9 +285,9 @@ def test_collect_decodes_a_trace_on_the_cores_the_files_leave(fixtures_dir: Path
     from concurrent.futures import ProcessPoolExecutor
 
     from hpcprof.analysis.registry import collector
-    from hpcprof.analysis.trace import collect, load
     from hpcprof.pool import InProcess, cores_per_file, worker_context
     from hpcprof.results import to_arrow
+    from hpcprof.tools.torch.analysis import collect, load
 
     monkeypatch.setattr(load, "SPLIT_BATCH_BYTES", 1 << 16)
     monkeypatch.setattr(load, "PARALLEL_MIN_BYTES", 0)
@@ -356,7 +356,7 @@ def test_critical_path_events_load_on_workers_and_helpers(fixtures_dir: Path, mo
     the events of one process."""
     import pandas as pd
 
-    from hpcprof.analysis.trace import critical_path, load
+    from hpcprof.tools.torch.analysis import critical_path, load
 
     monkeypatch.setattr(load, "SPLIT_BATCH_BYTES", 1 << 16)
     monkeypatch.setattr(load, "PARALLEL_MIN_BYTES", 0)
@@ -376,7 +376,7 @@ SHARED_PROBE = """
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from hpcprof.analysis.trace import load
+from hpcprof.tools.torch.analysis import load
 load.PARALLEL_MIN_BYTES, load.SPLIT_BATCH_BYTES = 0, int(sys.argv[2])
 path = Path(sys.argv[1])
 sent = []
@@ -422,7 +422,7 @@ def test_helpers_that_cannot_start_fall_back_to_one_process(fixtures_dir: Path, 
     import errno
     from concurrent.futures import ProcessPoolExecutor
 
-    from hpcprof.analysis.trace import load
+    from hpcprof.tools.torch.analysis import load
 
     class NoProcesses(ProcessPoolExecutor):
         def submit(self, *args: Any, **kwargs: Any) -> Any:
@@ -448,7 +448,7 @@ def test_helpers_that_cannot_start_fall_back_to_one_process(fixtures_dir: Path, 
 def test_a_cut_inside_a_string_falls_back_to_one_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A `}` followed by `,` inside a string can be where texts() cuts: that batch does not decode,
     and the file is then loaded in order by this process, with the same result."""
-    from hpcprof.analysis.trace import load
+    from hpcprof.tools.torch.analysis import load
 
     path = tmp_path / "awkward.json"
     path.write_text(json.dumps({"traceEvents": awkward_events(2000)}))

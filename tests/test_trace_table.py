@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from hpcprof.analysis.trace.table import Table, group_stats, group_sum, sort_descending, sorted_groups
 from hpcprof.safe_text import csv_frame
+from hpcprof.tools.torch.analysis.table import Table, group_stats, group_sum, sort_descending, sorted_groups
 
 
 def _texts(values: list[object]) -> np.ndarray:

@@ -15,13 +15,13 @@ import pandas as pd
 import pytest
 from differential.hta_reference import hta_trace_analysis
 
-from hpcprof.analysis.nsys import distributed as dist
-from hpcprof.analysis.nsys import window as win
-from hpcprof.analysis.nsys.collect import NsysCollector, analyse_file
-from hpcprof.analysis.nsys_stats.db import Export
 from hpcprof.analysis.summary import nsys_metrics, tables_of, torch_metrics
-from hpcprof.analysis.trace.collect import analyse_file as trace_file
 from hpcprof.results import write_table
+from hpcprof.tools.nsys.analysis import distributed as dist
+from hpcprof.tools.nsys.analysis import window as win
+from hpcprof.tools.nsys.analysis.collect import NsysCollector, analyse_file
+from hpcprof.tools.nsys.stats.db import Export
+from hpcprof.tools.torch.analysis.collect import analyse_file as trace_file
 
 GEMM, NCCL = 525, 518       # StringIds of a GEMM and an NCCL kernel in h200_seqpar_bf16/rank0.sqlite
 KERNEL, RUNTIME = "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME"
@@ -258,7 +258,7 @@ def test_a_sub_microsecond_event_covers_nothing_on_htas_grid() -> None:
     """On HTA's whole-µs grid a 0.4 µs kernel at 10.3 µs becomes [11, 10): it covers nothing. Found
     on the H200 GPT-2 and ResNet-50 traces (benchmarks/gpu/trainers_check.py): such events had
     counted as negative busy time, idle % over the window 0.03-0.1 points high."""
-    from hpcprof.analysis.trace.window import _covered, _union
+    from hpcprof.tools.torch.analysis.window import _covered, _union
 
     ts, end = np.array([0.0, 11.0, 20.0]), np.array([5.0, 10.0, 25.0])   # the middle one inverted
     assert _covered(_union(ts, end), 0.0, 30.0) == 10.0

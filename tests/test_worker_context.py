@@ -11,7 +11,7 @@ import threading, time
 from hpcprof.pool import worker_context
 print(worker_context().get_start_method())
 threading.Thread(target=time.sleep, args=(2,), daemon=True).start()
-print(worker_context(["hpcprof.analysis.trace.load"]).get_start_method())
+print(worker_context(["hpcprof.tools.torch.analysis.load"]).get_start_method())
 """
 
 

@@ -53,7 +53,7 @@ sweep=$(ls "$WORK/echo-slowdown" | tail -n 1)
 import sys
 from pathlib import Path
 
-from hpcprof.analysis.nsys.echo import write_echo
+from hpcprof.tools.nsys.analysis.echo import write_echo
 from hpcprof.results import read_table
 
 table = read_table(Path(sys.argv[1]), "echo_slowdown")

@@ -62,7 +62,7 @@ case "$STEP" in
     done
     printf '#!/bin/sh\nPYTHONPATH=%s${PYTHONPATH:+:$PYTHONPATH} exec %s "$@"\n' "$G/hta" "$(command -v python3)" > "$G/hta-python"
     chmod +x "$G/hta-python"
-    PYTHONPATH=/tmp/site:$PWD python3 -c 'import hpcprof.analysis.nsys_stats.db' && echo "hpcprof's columnar engine imports"
+    PYTHONPATH=/tmp/site:$PWD python3 -c 'import hpcprof.tools.nsys.stats.db' && echo "hpcprof's columnar engine imports"
     "$G/hta-python" -c 'import hta.trace_analysis, pandas; print("HTA imports, pandas", pandas.__version__)' 2>/dev/null
     true ;;
   start)

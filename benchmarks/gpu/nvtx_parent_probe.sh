@@ -2,7 +2,7 @@
 # nsys 2025.3.1's NVTX parents (the NVTX_PARENT table its nvtx_gpu_proj_* reports build in an R*Tree) on
 # generated exports of the projection seeds, with its SQLite's version and settings: a copy of its
 # nvtx_gpu_proj_trace.py whose final query reads that table is put in its reports folder and run.
-# hpcprof.analysis.nsys_stats.projection._parents is compared with these (benchmarks/gpu/results/nvtx_parent_probe.txt).
+# hpcprof.tools.nsys.stats.projection._parents is compared with these (benchmarks/gpu/results/nvtx_parent_probe.txt).
 # Usage (GPU machine, repository root, .gpu/libs carried): bash benchmarks/gpu/nvtx_parent_probe.sh OUT
 OUT=$1; export LD_LIBRARY_PATH=$PWD/.gpu/libs
 NSYS=$(ls -d /opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys | tail -1)

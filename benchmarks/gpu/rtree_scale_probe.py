@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """An `nsys stats` report script (run by nsys's own Python and SQLite, on the GPU machine) that prints
 nsys 2025.3.1's SQLite function rtree_scale(t, min, max) over a grid: the NVTX projection reports
-store it in their R*Tree (hpcprof/analysis/nsys/projection.rtree_scale reproduces it). nsys runs a
+store it in their R*Tree (hpcprof/tools/nsys/analysis/projection.rtree_scale reproduces it). nsys runs a
 report only from its reports folder:
 
     cp benchmarks/gpu/rtree_scale_probe.py $(dirname $NSYS)/reports/

@@ -15,7 +15,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import trace_speed  # noqa: E402  (its drivers, fixtures and sampling)
 
-#: batch_columns as it was before (hpcprof/analysis/trace/load.py at 073b77a), run in load's namespace
+#: batch_columns as it was before (hpcprof/tools/torch/analysis/load.py at 073b77a), run in load's namespace
 BEFORE = '''
 def batch_columns(events: list[Event]) -> BatchColumns | None:
     """The usable events of one batch (GPU events, CPU events with a correlation id, ProfilerStep
@@ -43,7 +43,7 @@ def batch_columns(events: list[Event]) -> BatchColumns | None:
                         np.array([e.dur for e in chosen], dtype=np.float64),
                         name_codes[idx], cat_codes, stream[idx], corr[idx])
 '''
-BEFORE_DRIVER = ("import hpcprof.analysis.trace.load as _load\n"
+BEFORE_DRIVER = ("import hpcprof.tools.torch.analysis.load as _load\n"
                  f"exec({BEFORE!r}, _load.__dict__)\n"
                  "_load.TraceColumns.part = staticmethod(_load.batch_columns)\n")
 

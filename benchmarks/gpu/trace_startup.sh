@@ -42,7 +42,7 @@ trace = [sys.executable, "-m", "hpcprof", "trace", "all", case, "--format", "csv
 commands = {
     "python3 -c pass": ([sys.executable, "-c", "pass"], base),
     "numpy's import alone": ([sys.executable, "-c", "import numpy"], base),
-    "imports of the trace lane": ([sys.executable, "-c", "import hpcprof.analysis.trace.cli, numpy, msgspec"], base),
+    "imports of the trace lane": ([sys.executable, "-c", "import hpcprof.tools.torch.analysis.cli, numpy, msgspec"], base),
     "trace all (default workers), zlib": (trace, base),
     "trace all (default workers), isal": (trace, with_isal),
     "trace all --workers 2, zlib": (trace + ["--workers", "2"], base),
@@ -65,8 +65,8 @@ t0 = time.perf_counter()
 marks = []
 def mark(what):
     marks.append((time.perf_counter() - t0, time.process_time(), what))
-import hpcprof.analysis.trace.cli as cli
-import hpcprof.analysis.trace.load as load
+import hpcprof.tools.torch.analysis.cli as cli
+import hpcprof.tools.torch.analysis.load as load
 mark("imports (the trace command's modules)")
 orig = load.map_traces
 def map_traces(*a, **k):

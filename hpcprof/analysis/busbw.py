@@ -16,8 +16,8 @@ collective and message-size bucket (powers of two: [2^k, 2^(k+1)) bytes) over th
   from them, as above), and the slowest rank's busbw against the fastest rank's (`skew_pct`). A rank's kernel time includes its wait for
   the last rank to arrive, so the rank that arrives last shows the highest busbw.
 
-The profiles give the instances (hpcprof.analysis.trace.collectives: Kineto's `record_param_comms`
-sizes; hpcprof.analysis.nsys.collectives: NCCL's NVTX payloads); this module is the arithmetic.
+The profiles give the instances (hpcprof.tools.torch.analysis.collectives: Kineto's `record_param_comms`
+sizes; hpcprof.tools.nsys.analysis.collectives: NCCL's NVTX payloads); this module is the arithmetic.
 """
 
 from __future__ import annotations

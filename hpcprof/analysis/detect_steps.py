@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from hpcprof.analysis.categories import Categories
-from hpcprof.analysis.nsys_stats.arrays import range_reduce
+from hpcprof.analysis.ranges import range_reduce
 from hpcprof.config.profile import WindowConfig
 
 if TYPE_CHECKING:

@@ -1,13 +1,14 @@
 """Profile settings of an experiment: tool, rank selection and tool options.
 
-The tools and their options models are those of the profiler table (hpcprof.profilers).
+The tools and their options models are those of the profiler table (hpcprof.profilers):
+ProfileConfig holds one options field per built-in tool, made from the table.
 Everything here is validated when the experiment is loaded, so a wrong option fails at render
 time on the login node, not an hour later in the queue.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import msgspec
 from msgspec import Meta
@@ -15,9 +16,6 @@ from msgspec import Meta
 from hpcprof import profilers
 from hpcprof.errors import shorten
 from hpcprof.models import FieldError, Model, kind_of, run_checks
-from hpcprof.profilers.ncu import NcuOptions
-from hpcprof.profilers.nsys import NsysOptions
-from hpcprof.profilers.torch import TorchOptions
 from hpcprof.ranks import RankSelection
 
 
@@ -68,16 +66,29 @@ class WindowConfig(Model):
         return self.auto and workload == "command"
 
 
-class ProfileConfig(Model):
-    """Which profiler wraps which ranks, with its options."""
+class ProfileFields(Model):
+    """ProfileConfig's fields before the tools' options: which profiler wraps which ranks, over which window."""
 
     tool: ToolName = ToolName("none")
     ranks: str | int | list[int] = "all"
     window: WindowConfig = msgspec.field(default_factory=WindowConfig)
     memory: bool = False    # a `command` on CUDA: PyTorch's memory history over the window, a snapshot per rank
-    nsys: NsysOptions = msgspec.field(default_factory=NsysOptions)
-    ncu: NcuOptions = msgspec.field(default_factory=NcuOptions)
-    torch: TorchOptions = msgspec.field(default_factory=TorchOptions)
+
+
+if TYPE_CHECKING:
+    ToolOptions = ProfileFields
+else:
+    #: ProfileFields, then one field per built-in tool that takes options (`nsys:`, `ncu:`, `torch:`),
+    #: named for it, of its options model, in the registry's order (hpcprof.profilers.BUILTIN)
+    ToolOptions = msgspec.defstruct(
+        "ToolOptions", [(name, tool.options, msgspec.field(default_factory=tool.options))
+                        for name, tool in profilers.BUILTIN.items() if tool.options is not None],
+        bases=(ProfileFields,), module=__name__)
+
+
+class ProfileConfig(ToolOptions):
+    """Which profiler wraps which ranks, with its options."""
+
     #: an unprofiled reference of a `command` in the same job, before the profiled run, which the step
     #: hook ends after its window: the baseline of the profiler's slowdown where no step of the profiled
     #: process is unprofiled (nsys, ncu). Default (null): on under nsys and ncu where the hook runs;

@@ -1,17 +1,20 @@
 """The one table of profilers by name (an experiment's `profile.tool`): nsys, ncu, torch and none
 built in, and the tools installed packages add through the `hpcprof.profilers` entry points.
 
-A tool's knowledge sits in one module (hpcprof/profilers/<tool>.py) as one `Profiler`: the
-program the rank wrapper starts and the site's `paths:` key that names it, the suffixes of its
-per-rank files under `profiles/<tool>/`, the model of its `profile.<tool>:` options, how a profiled
-rank is started (`Launch`), its check of an experiment point, its collector (a ToolCollector as
-"module:Class", imported only when a run of it is collected), the roles of its result tables
-(iterations, window, critical path, kernels, collectives) and its headline metrics and report
-figures (as "module:function"). The experiment schema, render, doctor, collect, the summary and the
-report look tools up here instead of naming them; this package imports nothing above hpcprof's base
-modules, so the config models take their tools from it.
+A built-in tool is one package (hpcprof/tools/<tool>/), declared in its `profiler` module as one
+`Profiler` (hpcprof.tools.base): the program the rank wrapper starts and the site's `paths:` key
+that names it, the suffixes of its per-rank files under `profiles/<tool>/`, the model of its
+`profile.<tool>:` options, how a profiled rank is started (`Launch`), its check of an experiment
+point, its capture hook (the options it starts with when the optimizer step hook opens its capture
+range), its collector (a ToolCollector as "module:Class", imported only when a run of it is
+collected), the roles of its result tables (iterations, window, critical path, kernels,
+collectives), its headline metrics and report figures, its `hpcprof diff` loader and the functions
+hpcprof.api offers for it (as "module:function"s). The experiment schema, render, doctor, collect,
+the summary, the report, the diff and the API look tools up here instead of naming them; this
+package imports nothing above hpcprof's base modules and the tools' declarations, so the config
+models take their tools from it.
 
-Adding a tool is one module with its `Profiler` (and its collector) plus one registration: a line
+Adding a tool is one package with its `Profiler` (and its collector) plus one registration: a line
 in BUILTIN here, or, from a package of its own, an entry point of the group `hpcprof.profilers`
 named for the tool and naming its Profiler (pyproject.toml):
 
@@ -28,8 +31,10 @@ from __future__ import annotations
 import functools
 
 from hpcprof.errors import UserError
-from hpcprof.profilers import ncu, nsys, torch
-from hpcprof.profilers.base import KernelTime, Launch, Profiler, Tables
+from hpcprof.tools.base import KernelTime, Launch, Profiler, Tables
+from hpcprof.tools.ncu import profiler as ncu
+from hpcprof.tools.nsys import profiler as nsys
+from hpcprof.tools.torch import profiler as torch
 
 __all__ = ["BUILTIN", "ENTRY_POINTS", "KernelTime", "Launch", "Profiler", "Tables", "every", "find", "get",
            "installed"]

@@ -6,23 +6,21 @@ from __future__ import annotations
 
 from typing import Any
 
-import msgspec
-
+from hpcprof import profilers
 from hpcprof.config.experiment import Point
 from hpcprof.config.profile import ProfileConfig
 from hpcprof.errors import UserError
-from hpcprof.profilers.ncu import NcuOptions
-from hpcprof.profilers.nsys import NsysOptions
 
 #: `profile.memory`: the memory history's entries (PyTorch's ring buffer: the window's last allocations and frees)
 MEMORY_HISTORY_ENTRIES = 100_000
 
 
-def opens_capture(options: Any) -> bool:
-    """Whether the tool records only between cudaProfilerStart and Stop (nsys `capture_range:
-    cudaProfilerApi`, ncu `profile_from_start: false`): the hook then opens and closes that range."""
-    return (isinstance(options, NsysOptions) and options.capture_range == "cudaProfilerApi") or \
-        (isinstance(options, NcuOptions) and not options.profile_from_start)
+def capture_options(profile: ProfileConfig) -> Any:
+    """The tool's capture hook (hpcprof.profilers.Profiler.capture) on its options: None where it
+    records from the start, else the options it starts with when the hook opens and closes its range
+    (nsys `capture_range: cudaProfilerApi`, ncu `profile_from_start: false`)."""
+    hook = profilers.get(profile.tool).capture
+    return hook(profile.options) if hook else None
 
 
 def steps_env(point: Point) -> dict[str, str]:
@@ -36,7 +34,7 @@ def steps_env(point: Point) -> dict[str, str]:
     drive = not window.opened_by_program
     return {"HPCPROF_STEPS": "1", "HPCPROF_STEPS_SKIP": str(window.skip_steps),
             "HPCPROF_STEPS_COUNT": str(window.steps), "HPCPROF_STEPS_DRIVE": "1" if drive else "0",
-            **({"HPCPROF_STEPS_CAPTURE": "1"} if drive and opens_capture(exp.profile.options) else {}),
+            **({"HPCPROF_STEPS_CAPTURE": "1"} if drive and capture_options(exp.profile) is not None else {}),
             **({"HPCPROF_MEMORY_HISTORY": str(MEMORY_HISTORY_ENTRIES)} if exp.profile.memory else {})}
 
 
@@ -65,12 +63,8 @@ def reference_argv(point: Point, rank_argv: list[str], runs_containers: bool) ->
 
 
 def tool_options(profile: ProfileConfig, workload: str) -> Any:
-    """The options the profiler starts with: the experiment's, except that where the hook opens
-    nsys's capture range and no `capture_range_end` is given, `stop` (nsys's own default,
-    stop-shutdown, would end the program when the window closes)."""
-    options = profile.options
+    """The options the profiler starts with: the experiment's, except where the hook opens the tool's
+    capture range: then those of its capture hook (nsys: `capture_range_end: stop` where none is given)."""
     window = profile.window
-    if isinstance(options, NsysOptions) and options.capture_range_end is None and opens_capture(options) \
-            and window.hooked(workload) and not window.opened_by_program:
-        return msgspec.structs.replace(options, capture_range_end="stop")
-    return options
+    captured = capture_options(profile) if window.hooked(workload) and not window.opened_by_program else None
+    return profile.options if captured is None else captured

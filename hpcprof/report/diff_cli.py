@@ -32,12 +32,10 @@ TABLES = (("Iteration time and kernel categories", ("iteration", "category")), (
 def _load(argument: str, values: str, window: str, include_last_step: bool) -> Profile:
     """The profile of argument A or B; bad input as one line naming the argument."""
     from hpcprof.analysis.diff.profiles import DiffInputError, load_profile
-    from hpcprof.analysis.nsys_stats.schema import NsysInputError
-    from hpcprof.analysis.trace.stream import TraceError
 
     try:
         return load_profile(expand_paths([values], argument), window, include_last_step)
-    except (DiffInputError, NsysInputError, TraceError) as exc:
+    except DiffInputError as exc:
         raise UserError(f"{argument}: {exc}") from None
 
 

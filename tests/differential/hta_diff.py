@@ -38,8 +38,8 @@ def _csv_diff(ours: pd.DataFrame, theirs: pd.DataFrame) -> str | None:
 
 def analyses(directory: Path) -> dict[str, Callable[[], str | None]]:
     """analysis name -> a check comparing HTA's CSV bytes with hpcprof's on the set in `directory`."""
-    from hpcprof.analysis.trace import analyses as A
-    from hpcprof.analysis.trace.load import load_traces
+    from hpcprof.tools.torch.analysis import analyses as A
+    from hpcprof.tools.torch.analysis.load import load_traces
 
     traces, errors = load_traces([directory], workers=1)
     assert not errors, errors

@@ -36,9 +36,9 @@ if TYPE_CHECKING:
     import numpy as np
     import pandas as pd
 
-    from hpcprof.analysis.trace.load import RankTrace
-
 NSYS, TRACE = "nsys", "Kineto trace"
+#: the profiler (hpcprof.profilers) whose diff loader reads each kind
+TOOLS = {NSYS: "nsys", TRACE: "torch"}
 NSYS_SUFFIXES = (".sqlite", ".nsys-rep")
 TRACE_SUFFIXES = (".json", ".json.gz")
 SECTIONS = ("category", "kernel", "collective")
@@ -165,10 +165,17 @@ def profile_files(paths: Sequence[Path]) -> tuple[str, list[Path]]:
 
 
 def load_profile(paths: Sequence[Path], window: str, include_last_step: bool = False) -> Profile:
-    """The profile of `paths` over the window `window` (auto, capture or nvtx:NAME); a trace's last
-    ProfilerStep is dropped (as HTA does) unless `include_last_step`."""
+    """The profile of `paths` over the window `window` (auto, capture or nvtx:NAME), read by the diff
+    loader of its tool (hpcprof.profilers.Profiler.diff); a trace's last ProfilerStep is dropped (as
+    HTA does) unless `include_last_step`."""
+    from hpcprof import profilers
+    from hpcprof.lazy import load_target
+
     kind, files = profile_files(paths)
-    return nsys_profile(files, window) if kind == NSYS else trace_profile(files, window, include_last_step)
+    loader = profilers.get(TOOLS[kind]).diff
+    assert loader is not None, f"the tool of {kind} has a diff loader"
+    profile: Profile = load_target(loader)(files, window, include_last_step)
+    return profile
 
 
 def _within(rank: np.ndarray, at: np.ndarray, its_rank: np.ndarray, its_number: np.ndarray, lo: np.ndarray,
@@ -188,7 +195,7 @@ def _within(rank: np.ndarray, at: np.ndarray, its_rank: np.ndarray, its_number: 
     return out
 
 
-def _iteration_of(rank: np.ndarray, launch: np.ndarray, start: np.ndarray, its: dict[str, np.ndarray]) -> np.ndarray:
+def iteration_of(rank: np.ndarray, launch: np.ndarray, start: np.ndarray, its: dict[str, np.ndarray]) -> np.ndarray:
     """The iteration of each operation (its rank, launch time, NaN where its launch is not in the
     profile, and GPU start) among `its` (rank, iteration, cpu_start, cpu_end, start, end): the one
     its launch falls in; for an operation launched outside the profile, the one whose GPU span its
@@ -201,8 +208,8 @@ def _iteration_of(rank: np.ndarray, launch: np.ndarray, start: np.ndarray, its: 
     return out
 
 
-def _samples(rank: np.ndarray, iteration: np.ndarray, names: np.ndarray, short: np.ndarray, ns: np.ndarray,
-             categories: np.ndarray) -> pd.DataFrame:
+def samples_of(rank: np.ndarray, iteration: np.ndarray, names: np.ndarray, short: np.ndarray, ns: np.ndarray,
+               categories: np.ndarray) -> pd.DataFrame:
     """SAMPLE_COLUMNS of the operations in an iteration (iteration >= 0)."""
     import numpy as np
     import pandas as pd
@@ -224,7 +231,7 @@ def _samples(rank: np.ndarray, iteration: np.ndarray, names: np.ndarray, short: 
     return pd.concat(parts, ignore_index=True)[SAMPLE_COLUMNS]
 
 
-def _capture_iterations(rank: np.ndarray, start: np.ndarray, end: np.ndarray) -> pd.DataFrame:
+def capture_iterations(rank: np.ndarray, start: np.ndarray, end: np.ndarray) -> pd.DataFrame:
     """One iteration (0) per rank: its operations' first start to last end."""
     import pandas as pd
 
@@ -232,108 +239,3 @@ def _capture_iterations(rank: np.ndarray, start: np.ndarray, end: np.ndarray) ->
     span = ops["end"].max() - ops["start"].min()
     return pd.DataFrame({"rank": span.index.to_numpy(), "iteration": 0, "gpu_ns": span.to_numpy().round()
                          .astype("int64")})
-
-
-def nsys_profile(files: list[Path], spec: str) -> Profile:
-    """The Profile of nsys exports (one per rank, or one holding several processes)."""
-    from contextlib import ExitStack
-
-    import numpy as np
-    import pandas as pd
-
-    from hpcprof.analysis.categories import run_categories
-    from hpcprof.analysis.nsys import distributed as dist
-    from hpcprof.analysis.nsys import window as win
-    from hpcprof.analysis.nsys.stats_command import open_exports
-    from hpcprof.analysis.nsys.steps import UNKNOWN, launch_times
-    from hpcprof.analysis.nsys_stats.schema import NsysInputError
-
-    def refuse(path: Path, why: str) -> None:
-        raise DiffInputError(why if why.startswith(str(path)) else f"{path}: {why}")
-
-    with ExitStack() as stack:
-        exports, _ = open_exports(files, stack, report=refuse)
-        try:
-            act = dist.load_activity(exports, {})
-        except NsysInputError as exc:
-            raise DiffInputError(str(exc)) from None
-        if act.failed:
-            refuse(*next(iter(act.failed.items())))
-        rank, start, end = act.column("rank"), act.column("start"), act.column("end")
-        iteration = np.zeros(len(rank), dtype=np.int64)
-        its = _capture_iterations(rank, start, end)
-        labels = dict.fromkeys(its["rank"].tolist(), win.CAPTURE)
-        if spec != "capture":
-            window = win.find_window(act, win.window_range(spec, files))
-            w = window.iterations
-            marked = np.isin(rank, w["rank"])
-            launch = launch_times(act).astype(np.float64)
-            launch[launch == UNKNOWN] = np.nan
-            bounds = {"rank": w["rank"], "iteration": w["iteration"], "cpu_start": w["cpu_start"].astype(np.float64),
-                      "cpu_end": w["cpu_end"].astype(np.float64), "start": w["start_ns"].astype(np.float64),
-                      "end": w["end_ns"].astype(np.float64)}
-            iteration = np.where(marked, _iteration_of(rank, launch, start.astype(np.float64), bounds), iteration)
-            its = pd.concat([its[~its["rank"].isin(w["rank"])],
-                             pd.DataFrame({"rank": w["rank"], "iteration": w["iteration"],
-                                           "gpu_ns": w["end_ns"] - w["start_ns"]})], ignore_index=True)
-            labels |= window.labels
-        names = act.column("name").astype(object)
-        categories = run_categories(files[0]).of(names)
-        samples = _samples(rank, iteration, names, act.column("short").astype(object), end - start, categories)
-    its = its.sort_values(["rank", "iteration"], ignore_index=True)[ITERATION_COLUMNS]
-    unmarked = sorted(r for r, label in labels.items() if label != spec)     # the range not found: detected or capture
-    if spec.startswith("nvtx:") and unmarked:
-        raise DiffInputError(f"--window {spec}: rank(s) {', '.join(map(str, unmarked))} have no instance of the NVTX "
-                             "range on the GPU; give the range that marks one iteration, or --window auto")
-    return Profile(files, sorted(set(labels.values())), its, samples)
-
-
-def _trace_rank(trace: RankTrace, spec: str) -> tuple[str, pd.DataFrame, pd.DataFrame]:
-    """(window label, iterations, samples) of one rank's trace."""
-    import numpy as np
-    import pandas as pd
-
-    from hpcprof.analysis.categories import run_categories
-    from hpcprof.analysis.trace.steps import WORK
-    from hpcprof.analysis.trace.window import CAPTURE, window_iterations
-
-    gpu = trace.gpu.take(np.isin(trace.gpu.values("cat").astype(str), WORK))
-    ts, end = gpu["ts"], gpu["end"]
-    rank = np.full(len(gpu), trace.rank, dtype=np.int64)
-    label, steps = (CAPTURE, pd.DataFrame()) if spec == "capture" else window_iterations(trace)
-    if len(steps):
-        launched = np.isin(gpu["correlation"], trace.cpu["correlation"])   # in the trace
-        launch = np.where(launched, gpu["launch_ts"], np.nan)
-        bounds = {"rank": np.full(len(steps), trace.rank), "iteration": steps["iteration"].to_numpy(np.int64)} | {
-            c: steps[f"{c}_us"].to_numpy(np.float64) for c in ("cpu_start", "cpu_end", "start", "end")}
-        iteration = _iteration_of(rank, launch, ts, bounds)
-        its = pd.DataFrame({"rank": trace.rank, "iteration": steps["iteration"].to_numpy(np.int64),
-                            "gpu_ns": np.round((steps["end_us"] - steps["start_us"]).to_numpy() * 1000).astype(np.int64)})
-    else:
-        iteration = np.zeros(len(gpu), dtype=np.int64)
-        its = _capture_iterations(rank, ts * 1000, end * 1000)
-        label = CAPTURE
-    names = gpu.values("name").astype(str).astype(object)
-    samples = _samples(rank, iteration, names, names, np.round((end - ts) * 1000).astype(np.int64),
-                       run_categories(trace.path).of(names))
-    return label, its, samples
-
-
-def trace_profile(files: list[Path], spec: str, include_last_step: bool = False) -> Profile:
-    """The Profile of Kineto traces (one per rank); `nvtx:NAME` is refused (a trace has no NVTX ranges)."""
-    import pandas as pd
-
-    from hpcprof.analysis.trace.load import load_traces
-
-    if spec.startswith("nvtx:"):
-        raise DiffInputError(f"{files[0]}: --window {spec}: a Kineto trace has no NVTX ranges; give --window auto "
-                             "(its ProfilerSteps) or capture")
-    # a GPU operation's time here is its duration: one shorter than a µs that crosses no µs boundary
-    # gets 0, not HTA's negative duration on its µs grid
-    traces, errors = load_traces(files, include_last_profiler_step=include_last_step, clamp_sub_us=True)
-    if errors:
-        raise DiffInputError(errors[0])
-    parts = [_trace_rank(t, spec) for t in traces]
-    return Profile(files, sorted({p[0] for p in parts}),
-                   pd.concat([p[1] for p in parts], ignore_index=True)[ITERATION_COLUMNS],
-                   pd.concat([p[2] for p in parts], ignore_index=True)[SAMPLE_COLUMNS])

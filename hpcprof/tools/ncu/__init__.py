@@ -1,0 +1,1 @@
+"""Nsight Compute: its declaration (profiler) and the analyses of its reports (analysis)."""
