@@ -174,8 +174,8 @@ def test_planted_programs_under_nsys(cause: str, tmp_path: Path) -> None:
     assert out.returncode == 0 and out.stdout.splitlines()[1].split(",")[4] == cause, out.stdout + out.stderr
     # collect's tables of the export (the run's samples found beside it): the same causes, the
     # headline's idle.<cause>, and the typical step's idle mostly under the cause
-    from hpcprof.tools.nsys.analysis.collect import idle_tables
     from hpcprof.analysis.summary import idle_cause_metrics
+    from hpcprof.tools.nsys.analysis.collect import idle_tables
 
     tables = {name: table.to_pandas() for name, table in idle_tables(export, 0).items()}
     pd.testing.assert_frame_equal(tables["idle_causes"], frame)
@@ -192,8 +192,8 @@ def test_each_cause_is_a_headline_metric_that_compare_reads(tmp_path: Path) -> N
     step, the metric compare and the store read like any other: input at the table's time."""
     from hpcprof import catalog as c
     from hpcprof.analysis.summary import tables_of, torch_metrics
-    from hpcprof.tools.torch.analysis.collect import analyse_file
     from hpcprof.results import write_table
+    from hpcprof.tools.torch.analysis.collect import analyse_file
 
     run = tmp_path / "run"
     for name, df in analyse_file(GPU / "torch-input" / "profiles" / "rank0.pt.trace.json.gz", 0).items():
@@ -233,8 +233,8 @@ def test_the_typical_step_shows_each_idle_gap_under_its_cause_and_line() -> None
     """The H200 planted input program's median step (collect's torch_step_idle, the HTML's figure):
     the device's busy intervals and the idle gaps under their causes tile the step without overlap,
     and the largest gap is the input wait labelled with the program's line."""
-    from hpcprof.tools.torch.analysis.collect import analyse_file
     from hpcprof.report import plots
+    from hpcprof.tools.torch.analysis.collect import analyse_file
 
     step = analyse_file(GPU / "torch-input" / "profiles" / "rank0.pt.trace.json.gz", 0)["step_idle"]
     assert set(step["kind"]) == {"device", "idle"} and step["rank"].unique().tolist() == [0]

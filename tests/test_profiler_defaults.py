@@ -18,10 +18,10 @@ import pytest
 from hpcprof_cli import hpcprof
 
 from hpcprof import catalog as c
-from hpcprof.tools.nsys.profiler import NsysOptions
-from hpcprof.tools.torch.profiler import TorchOptions, launch
 from hpcprof.record import read_record
 from hpcprof.report.overhead import costly_options, in_run
+from hpcprof.tools.nsys.profiler import NsysOptions
+from hpcprof.tools.torch.profiler import TorchOptions, launch
 
 NSYS_2022 = Path("/usr/lib/x86_64-linux-gnu/nsight-systems/target-linux-x64/nsys")   # tests/services/nsys.sh
 INJECT = Path(__file__).resolve().parents[1] / "hpcprof" / "inject"
