@@ -304,7 +304,8 @@ def test_the_stated_slowdown_is_the_truth_and_the_gate_fails_a_slower_program(tm
                    cwd=tmp_path, check=False)
     assert gate.returncode == 1, gate.stdout + gate.stderr
     assert "slower than the baseline by +" in gate.stderr and "Welch t-test over iterations (10 vs 10" in gate.stderr
-    passed = hpcprof("compare", fast.name, slower.name, "--baseline", fast.name, "--fail-if-slower", "500",
+    # a bound above the slowdown passes (10 ms on a light step of 2 ms or less on a quiet machine: +500 % and more)
+    passed = hpcprof("compare", fast.name, slower.name, "--baseline", fast.name, "--fail-if-slower", "100000",
                      cwd=tmp_path, check=False)
     assert passed.returncode == 0, passed.stderr
 

@@ -463,7 +463,7 @@ def test_a_trainers_collectives_get_a_fix_against_the_ceiling_nearest_in_size(ca
 
 def test_a_host_bound_runs_first_screen_names_the_idle_cause_and_line(campaign: tuple[Path, str],
                                                                       tmp_path: Path) -> None:
-    """A run whose idle_causes table (hpcprof.analysis.idle) names a slow dataset: the first screen's
+    """A run whose nsys_idle_causes table (hpcprof.analysis.idle) names a slow dataset: the first screen's
     GPU idle part names the cause and its line, and its fix is the input pipeline's, bounded by that
     cause's share of the idle time (the Echo ws2 run, copied, given the table)."""
     import shutil
@@ -481,7 +481,8 @@ def test_a_host_bound_runs_first_screen_names_the_idle_cause_and_line(campaign: 
                    host={"input": I.intervals([400], [850])}, sync_ops=I.intervals([], []),
                    sample_t=np.array([500.0, 600.0]), sample_at=["/src/data.py:41:__getitem__;/src/train.py:9:main"] * 2,
                    sample_in=["input", "input"])
-    write_table(ws2.first.run.path, c.TORCH_IDLE_CAUSES.name, I.attribute([t]))   # input 450 of 600 µs idle: 75 %
+    assert ws2.first.tool == "nsys"     # the run's own tool's table is the one read
+    write_table(ws2.first.run.path, c.NSYS_IDLE_CAUSES.name, I.attribute([t]))   # input 450 of 600 µs idle: 75 %
     found = {d.point: d for d in limits.diagnoses(points)}[ws2.label]
     idle = next(p for p in found.parts if p.name == "GPU idle")
     assert "input 75.00 % at data.py:41 in __getitem__" in idle.detail

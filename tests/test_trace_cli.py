@@ -130,7 +130,7 @@ def test_collect_traces_per_file(tmp_path: Path, trace_filter: Path, fixtures_di
     tables.update(TorchCollector().reduce(tables.get, lambda line: None))
     hta = {"temporal", "overlap", "idle", "launch", "kernels", "kernel_types", "window", "iterations"}
     assert set(tables) == hta | {"window_kernels", "busbw", "critical_path_events", "critical_path", "critical_path_segments",
-                           "idle_causes"}
+                           "idle_causes", "step_idle", "lines"}
     for name in hta | {"window_kernels", "critical_path_events"}:
         assert set(tables[name]["rank"]) == {0, 1}, name
     gold = json.loads((fixtures_dir / "hta" / "gold_hta" / "hta0.5.0_trace_filter.json")
