@@ -59,6 +59,7 @@ class ProfileRecord(msgspec.Struct, frozen=True, kw_only=True):
     window: WindowRecord = msgspec.field(default_factory=WindowRecord)
     nsys: NsysRecord = msgspec.field(default_factory=NsysRecord)
     torch: TorchRecord = msgspec.field(default_factory=TorchRecord)
+    memory: bool = False
 
 
 class ResourcesRecord(msgspec.Struct, frozen=True, kw_only=True):

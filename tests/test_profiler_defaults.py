@@ -19,7 +19,7 @@ from hpcprof_cli import hpcprof
 
 from hpcprof import catalog as c
 from hpcprof.record import read_record
-from hpcprof.report.overhead import costly_options, in_run
+from hpcprof.report.overhead import MEMORY_HISTORY, costly_options, in_run
 from hpcprof.tools.nsys.profiler import NsysOptions
 from hpcprof.tools.torch.profiler import TorchOptions, launch
 
@@ -108,6 +108,8 @@ def test_the_hooks_torch_profiler_records_shapes_stacks_and_memory_when_asked(tm
     ("{tool: nsys, nsys: {trace: [cuda, nvtx, osrt], sample: null, cuda_event_trace: true}}",
      ("osrt tracing", "CPU sampling (nsys default)", "CUDA event tracing")),
     ("{tool: torch, torch: {record_shapes: true, profile_memory: true}}", ("operator shapes", "memory")),
+    ("{tool: nsys, memory: true}", ("memory history (profile.memory)",)),
+    ("{tool: none, memory: true}", ()),
 ])
 def test_a_runs_slowdown_names_the_costly_options_it_had_on(tmp_path: Path, profile: str,
                                                             expected: tuple[str, ...]) -> None:
@@ -118,7 +120,8 @@ def test_a_runs_slowdown_names_the_costly_options_it_had_on(tmp_path: Path, prof
     record = read_record(tmp_path / "out" / "config.json")
     assert costly_options(record.experiment.profile) == expected
     metrics = [(c.PROFILER_SLOWDOWN.name, 4.0, "%"), (c.PROFILER_UNPROFILED_STEP.name, 8.0, "ms")]
-    found = in_run(record.tool, metrics)
+    found = in_run(record.tool if record.tool != "none" else MEMORY_HISTORY, metrics)
     assert found is not None
+    assert found.sentence().startswith(f"{record.tool if record.tool != 'none' else MEMORY_HISTORY} changed each step")
     text = replace(found, options=expected).sentence()
     assert ("costly options on: " + ", ".join(expected) in text) if expected else "costly" not in text

@@ -24,10 +24,13 @@ mkdir -p "$OUT_DIR"
 WORKDIR=${WORKDIR:-/tmp/overhead-runs}
 SITE_MPI=${SITE_MPI:-$REPO/benchmarks/gpu/site-h200x2.yaml}
 SITE_TORCHRUN=${SITE_TORCHRUN:-$REPO/benchmarks/gpu/site-torchrun-x2.yaml}
-# option set name (a part of the run's name: letters, digits, _.-) -> --set overrides; `nsys` and
-# `torch` are hpcprof's defaults, every other set one costly option on top of them
+# option set name (a part of the run's name: letters, digits, _.-) -> --set overrides; `none` is the
+# unobserved program (no profiler, no stack sampler), `none.sampler` the step hook's stack sampler
+# alone; `nsys` and `torch` are hpcprof's defaults, every other set one option changed from them
 declare -A SETS=(
-  [none]="profile.tool=none"
+  [none]="profile.tool=none profile.window.stack_sample_ms=0"
+  [none.sampler]="profile.tool=none"
+  [none.memory]="profile.tool=none profile.memory=true"
   [nsys]="profile.tool=nsys"
   [nsys.nsysdefaults]="profile.tool=nsys profile.nsys.sample=null profile.nsys.cpuctxsw=null"
   [nsys.event]="profile.tool=nsys profile.nsys.cuda_event_trace=true"
@@ -46,10 +49,16 @@ declare -A SITE=([minigpt]=$SITE_MPI [seqpar]=$SITE_MPI [ddp]=$SITE_MPI [hf]=$SI
 read -r -a WORKLOAD_LIST <<< "${WORKLOADS:-minigpt hf lightning seqpar ddp}"
 read -r -a SET_LIST <<< "${OPTION_SETS:-nsys torch}"
 SPENT=0
+# the workloads ask for 2 ranks; a machine lent with one GPU runs them on one
+NGPU=${NGPU:-$(nvidia-smi -L 2>/dev/null | wc -l)}
 
 # overrides WORKLOAD SET: the --set arguments of option set SET and of SET_ARGS for WORKLOAD (in ARGS)
 overrides() {
   ARGS=(--set profile.reference=false)
+  if (( NGPU < 2 )); then
+    ARGS+=(--set resources.ranks_per_node=1)
+    [[ $1 == ddp ]] && ARGS+=(--set workload.args.world_size=1)   # Echo's local_config.json asks for 2
+  fi
   local kv
   for kv in ${SETS[$2]}; do ARGS+=(--set "$kv"); done
   local -a extra
@@ -102,7 +111,7 @@ one() {
       echo "option set $set: left out, submit --dry-run refused it: $(grep -m1 '^Error' <<< "$error")"
     fi
   done
-  echo "option sets: ${valid[*]}; workloads: ${WORKLOAD_LIST[*]}"
+  echo "option sets: ${valid[*]}; workloads: ${WORKLOAD_LIST[*]}; GPUs: $NGPU"
   START=$(date +%s)
   for rep in $(seq "$REPS"); do
     for workload in "${WORKLOAD_LIST[@]}"; do

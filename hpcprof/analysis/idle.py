@@ -190,7 +190,7 @@ def fix(cause: str, ms: float, at: str, evidence: dict[str, str]) -> str:
         "launch": f"CUDA graphs (torch.compile mode='reduce-overhead') or fusion (torch.compile): "
                   f"{evidence.get('launch', '')}; {bound}",
         "program": f"move the Python{where} out of the step or onto a thread: {bound}",
-        "unattributed": "no host interval or sample explains it (turn the stack sampler on: HPCPROF_SAMPLE_MS=5)",
+        "unattributed": "no host interval or sample explains it (turn the stack sampler on: profile.window.stack_sample_ms: 5)",
     }[cause]
 
 

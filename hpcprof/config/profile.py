@@ -56,6 +56,9 @@ class WindowConfig(Model):
     steps: Annotated[int, Meta(ge=1, le=1_000_000)] = 10        # optimizer steps in the window
     nvtx: str | None = None
     opened_by_program: bool = False
+    #: the stack sampler's interval over the window, in ms (hpcprof.inject._hpcprof_sampler: the
+    #: lines behind the idle causes); 0 turns it off. Its cost is part of the profiler's slowdown.
+    stack_sample_ms: Annotated[float, Meta(ge=0, le=1000)] = 5.0
 
     def __post_init__(self) -> None:
         if self.nvtx is not None and not self.nvtx.strip():

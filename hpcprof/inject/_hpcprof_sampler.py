@@ -2,8 +2,8 @@
 (hpcprof.analysis.idle names the line of the user's program behind each cause of idle).
 
 Armed by the optimizer step hook (_hpcprof_steps) at the end of the window's first step and
-stopped at the end of its last: a `_thread` thread wakes every HPCPROF_SAMPLE_MS ms (default 5;
-0 turns it off), reads the main thread's frame (sys._current_frames) and keeps, per sample, the
+stopped at the end of its last, never in the job's unprofiled reference run: a `_thread` thread
+wakes every HPCPROF_SAMPLE_MS ms (profile.window.stack_sample_ms, default 5; 0 turns it off), reads the main thread's frame (sys._current_frames) and keeps, per sample, the
 wall-clock ns, the innermost frame of the user's program (not the standard library, not an
 installed package, not this hook) and the two user frames that called it, innermost first,
 as "file:line:function;file:line:function;...", and what the stack runs

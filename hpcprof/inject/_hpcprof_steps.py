@@ -25,7 +25,8 @@ then on:
   whose start is not seen)}. `profiled` is [first, last]: the steps the hook's torch.profiler may
   slow: its warm-up step to two steps after it stopped (the first holds the trace's export, the
   second the wait for the other ranks' exports); the others (but the first) are the process's
-  unprofiled steps. Null where every step may be slowed
+  unprofiled steps. Under `tool: none` with the memory history (HPCPROF_MEMORY_HISTORY), the
+  window's steps and the next, which holds the snapshot's dump. Null where every step may be slowed
   (nsys and ncu inject into the whole process) or none is (`tool: none`). Other processes of the rank (forked workers, a second program that
   steps) record nothing.
 - Each step after the first is an NVTX range (torch.cuda.nvtx start/end ranges, which any
@@ -48,7 +49,7 @@ then on:
 In the unprofiled reference run of the job (HPCPROF_STEPS_REFERENCE=1, profile.reference), the
 steps go to $HPCPROF_RUN_DIR/steps/reference/rank{R}.jsonl and the process ends (exit status 0,
 its output flushed) when step skip+count has been recorded: the reference costs its start-up and
-the steps up to the window's end.
+the steps up to the window's end. Nothing observes it: no profiler, no stack sampler.
 
 The hooks read the clock, write a line and call NVTX: they change nothing the program computes
 (benchmarks/step_hook.py measures their cost). A bad setting or a failure is one line on stderr
@@ -237,8 +238,9 @@ def _step_ended(state: _State, now: int) -> None:
     memory = _hpcprof_memory.step_peaks()
     _append(state, f'{{"step":{step},"end_ns":{time.time_ns()},"ns":{length}{memory}}}\n')
     last = state.skip + state.count
-    _hpcprof_memory.history(step, state.skip, last, int(os.environ.get("HPCPROF_MEMORY_HISTORY", "0")), state.rank)
-    if step in (state.skip, last):  # the window's edges: the stack sampler's too
+    entries = 0 if state.reference else int(os.environ.get("HPCPROF_MEMORY_HISTORY", "0"))
+    _hpcprof_memory.history(step, state.skip, last, entries, state.rank)
+    if step in (state.skip, last) and not state.reference:  # the window's edges: the stack sampler's too
         import _hpcprof_sampler
 
         _hpcprof_sampler.window(step == state.skip, state.rank)
@@ -293,9 +295,12 @@ def _claim(state: _State) -> bool:
         say(f"hpcprof: optimizer steps of pid {os.getpid()} not recorded: {state.path} is another "
             "process's of this rank")
         return False
-    profiled = [state.skip - state.warmup + 1, state.skip + state.count + 3] if state.torch_profile else None
+    device = _hpcprof_memory.header()     # {} where CUDA is not in use: no memory history either
+    history = state.tool == "none" and bool(device) and os.environ.get("HPCPROF_MEMORY_HISTORY", "0") not in ("", "0")
+    profiled = [state.skip - state.warmup + 1, state.skip + state.count + 3] if state.torch_profile else \
+        [state.skip + 1, state.skip + state.count + 1] if history else None
     header = {"rank": int(state.rank), "pid": os.getpid(), "host": os.uname().nodename, "tool": state.tool,
-              "skip": state.skip, "steps": state.count, "profiled": profiled, **_hpcprof_memory.header()}
+              "skip": state.skip, "steps": state.count, "profiled": profiled, **device}
     _append(state, _json(header) + "\n")
     import torch
 

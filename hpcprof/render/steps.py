@@ -26,7 +26,7 @@ def capture_options(profile: ProfileConfig) -> Any:
 def steps_env(point: Point) -> dict[str, str]:
     """What the rank wrapper exports for the hook (empty: no hook): on, the window (steps skipped,
     steps measured), whether the hook opens it (not `opened_by_program`) and whether that means the
-    cudaProfilerApi range; with `profile.memory`, the memory history's entries."""
+    cudaProfilerApi range, the stack sampler's interval; with `profile.memory`, the memory history's entries."""
     exp = point.experiment
     window = exp.profile.window
     if not window.hooked(exp.workload.kind):
@@ -34,6 +34,7 @@ def steps_env(point: Point) -> dict[str, str]:
     drive = not window.opened_by_program
     return {"HPCPROF_STEPS": "1", "HPCPROF_STEPS_SKIP": str(window.skip_steps),
             "HPCPROF_STEPS_COUNT": str(window.steps), "HPCPROF_STEPS_DRIVE": "1" if drive else "0",
+            "HPCPROF_SAMPLE_MS": f"{window.stack_sample_ms:g}",
             **({"HPCPROF_STEPS_CAPTURE": "1"} if drive and capture_options(exp.profile) is not None else {}),
             **({"HPCPROF_MEMORY_HISTORY": str(MEMORY_HISTORY_ENTRIES)} if exp.profile.memory else {})}
 

@@ -34,6 +34,8 @@ MEANING = {"ncu": "ncu serialises and replays each kernel: only its per-kernel m
            "": "host-side and launch-bound numbers are inflated; kernel durations are not"}
 
 
+#: what slowed the window's steps of a run under `profile.tool: none` with `profile.memory`
+MEMORY_HISTORY = "PyTorch's memory history (profile.memory)"
 #: the per-rank slowdowns a sentence names before it says how many more there are
 RANKS_SHOWN = 4
 
@@ -83,6 +85,7 @@ class Overhead:
 def costly_options(profile: ProfileRecord) -> tuple[str, ...]:
     """The options of the run's profiler that are off by default for their cost (docs/user-guide/report.md's
     table) and were on in the run; an nsys field left to nsys's own default (null) counts as on."""
+    history = ("memory history (profile.memory)",) if profile.memory and profile.tool != "none" else ()
     if profile.tool == "nsys":
         nsys = profile.nsys
         found = [f"{trace} tracing" for trace in nsys.trace if trace not in ("cuda", "nvtx", "none")]
@@ -92,12 +95,12 @@ def costly_options(profile: ProfileRecord) -> tuple[str, ...]:
         found += [label for label, value in (("CUDA event tracing", nsys.cuda_event_trace),
                                              ("GPU context switch tracing", nsys.gpuctxsw),
                                              ("Python sampling", nsys.python_sampling)) if value]
-        return tuple(found)
+        return tuple(found) + history
     if profile.tool == "torch":
         torch = profile.torch
         return tuple(label for label, on in (("operator shapes", torch.record_shapes),
-                                             ("Python stacks", torch.with_stack), ("memory", torch.profile_memory)) if on)
-    return ()
+                                             ("Python stacks", torch.with_stack), ("memory", torch.profile_memory)) if on) + history
+    return history
 
 
 #: what an in-run baseline is, by steps_perturbation's `baseline` (hpcprof.analysis.steps)

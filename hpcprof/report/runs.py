@@ -89,12 +89,12 @@ def add_overheads(infos: list[RunInfo]) -> None:
     """The profiler's perturbation of each step of the profiled runs that have a baseline
     (hpcprof.report.overhead), as RunInfo.overhead: the run's own unprofiled steps first, else
     a run under profile.tool: none (and its metric)."""
-    from hpcprof.report.overhead import costly_options, in_run, overhead_metric, overheads
+    from hpcprof.report.overhead import MEMORY_HISTORY, costly_options, in_run, overhead_metric, overheads
 
     for info in infos:
-        if info.tool != "none":
+        if info.tool != "none" or info.record.experiment.profile.memory:
             ranks, baseline = rank_slowdowns(info.run.path)
-            info.overhead = in_run(info.tool, info.metrics, ranks, baseline)
+            info.overhead = in_run(info.tool if info.tool != "none" else MEMORY_HISTORY, info.metrics, ranks, baseline)
     found = overheads([(i.run, i.record, i.metrics) for i in infos if i.metrics and i.overhead is None])
     for info in infos:
         if (overhead := found.get(info.run.run_id)) is not None:

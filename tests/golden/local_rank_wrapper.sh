@@ -38,6 +38,7 @@ export HPCPROF_STEPS=1
 export HPCPROF_STEPS_SKIP=5
 export HPCPROF_STEPS_COUNT=10
 export HPCPROF_STEPS_DRIVE=1
+export HPCPROF_SAMPLE_MS=5
 exec > >(tee -a "$HPCPROF_RUN_DIR/logs/rank${hp_rank}.log") 2>&1
 
 # ---- profiled ranks: all

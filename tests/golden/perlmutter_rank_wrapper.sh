@@ -45,6 +45,7 @@ export HPCPROF_STEPS=1
 export HPCPROF_STEPS_SKIP=5
 export HPCPROF_STEPS_COUNT=10
 export HPCPROF_STEPS_DRIVE=1
+export HPCPROF_SAMPLE_MS=5
 export CUDA_VISIBLE_DEVICES=$(( 4 - 1 - hp_local_rank % 4 ))
 exec > >(tee -a "$HPCPROF_RUN_DIR/logs/rank${hp_rank}.log") 2>&1
 echo "hpcprof: rank $hp_rank (local $hp_local_rank) sees GPU(s) ${CUDA_VISIBLE_DEVICES-all of the node} (CUDA_VISIBLE_DEVICES; gpu_affinity reverse; cuda:0 is its GPU, a program that picks cuda:LOCAL_RANK needs gpu_affinity: local-rank)"
