@@ -12,7 +12,7 @@ from hpcprof import catalog as c
 from hpcprof.analysis import busbw
 from hpcprof.analysis.collector import Log, NothingToAnalyse, ReadTable, Reducer, ToolCollector
 from hpcprof.analysis.detect_steps import window_note
-from hpcprof.analysis.idle import attribute, line_time, typical_step
+from hpcprof.analysis.idle import attribute, line_time, split, typical_step
 from hpcprof.tools.torch.analysis import critical_path
 from hpcprof.tools.torch.analysis.analyses import all_analyses
 from hpcprof.tools.torch.analysis.collectives import TraceCollectives, busbw_table
@@ -53,9 +53,9 @@ def analyse_file(path: Path, rank: int, cores: int = 1) -> dict[str, pd.DataFram
     analysed = {key: table.frame() for key, table in all_analyses([trace]).items()}
     steps = idle.timeline(path, trace.rank)
     add_queue_length(steps, trace)
-    causes = attribute([steps])
-    return {**analysed, c.TORCH_IDLE_CAUSES.key: causes, c.TORCH_LINES.key: line_time([steps]),
-            c.TORCH_STEP_IDLE.key: typical_step([steps]), c.TORCH_WINDOW.key: window, c.TORCH_ITERATIONS.key: iterations,
+    cut = [split(steps)]
+    return {**analysed, c.TORCH_IDLE_CAUSES.key: attribute([steps], cut), c.TORCH_LINES.key: line_time([steps]),
+            c.TORCH_STEP_IDLE.key: typical_step([steps], cut), c.TORCH_WINDOW.key: window, c.TORCH_ITERATIONS.key: iterations,
             c.TORCH_WINDOW_KERNELS.key: window_kernels(trace, window),
             c.TORCH_BUSBW.key: busbw_table(collectives, trace.rank, window, path),
             critical_path.EVENTS_TABLE: path_events.frame(path, trace.rank)}
