@@ -156,18 +156,29 @@ def analyse_tables(path: Path, rank: int, nvtx_window: str | None = None, cpus: 
         [summaries] = summary_tables([(export, rank)])
         if isinstance(summaries, Exception):
             raise summaries
-        return summaries | activity_tables(activity, nvtx_window or win.run_window_range(path)) | idle_tables(path, rank)
+        return summaries | activity_tables(activity, nvtx_window or win.run_window_range(path)) | \
+            idle_tables(path, rank, (export, activity))
 
 
-def idle_tables(path: Path, rank: int) -> dict[str, pa.Table]:
+def idle_tables(path: Path, rank: int, opened: tuple[Export, dist.Activity] | None = None) -> dict[str, pa.Table]:
     """The idle attribution of the step hook's steps in one rank's export (hpcprof.analysis.idle,
     nsys/idle.py, with the run's stack samples where found): its causes, one typical step, the
-    time per line; empty tables for an export without the hook's steps."""
+    time per line; empty tables for an export without the hook's steps. `opened`: the export
+    already open and the activity read from it (its GPU operations are the device's busy time)."""
     from hpcprof.analysis import idle as I
-    from hpcprof.tools.nsys.analysis.idle import timeline
+    from hpcprof.tools.nsys.analysis.idle import export_timeline, timeline
 
-    steps = timeline(path, rank, I.find_samples(path, rank))
-    frames = {c.NSYS_IDLE_CAUSES.key: I.attribute([steps]), c.NSYS_STEP_IDLE.key: I.typical_step([steps]),
+    samples = I.find_samples(path, rank)
+    if opened is None:
+        steps = timeline(path, rank, samples)
+    else:
+        export, activity = opened
+        mine = activity.column("file") == str(export.path)
+        busy = I.intervals(activity.column("start")[mine].astype(np.float64) / 1000,
+                           activity.column("end")[mine].astype(np.float64) / 1000)
+        steps = export_timeline(export.sql_rows, export.table_names, rank, samples, busy)
+    cut = [I.split(steps)]
+    frames = {c.NSYS_IDLE_CAUSES.key: I.attribute([steps], cut), c.NSYS_STEP_IDLE.key: I.typical_step([steps], cut),
               c.NSYS_LINES.key: I.line_time([steps])}
     return {key: pa.Table.from_pandas(frame, preserve_index=False) for key, frame in frames.items()}
 
@@ -300,7 +311,7 @@ def joint_pass(files: Sequence[tuple[Path, int]], group: list[int],
         tables = activity_tables(activity, win.run_window_range(files[group[0]][0]))
         parts = {name: split_by_rank(table, [files[i][1] for i in joint]) for name, table in tables.items()}
         summaries = summary_tables([(exports[i], files[i][1]) for i in joint])
-        return {i: got | {name: rows[at] for name, rows in parts.items()} | idle_tables(*files[i])
+        return {i: got | {name: rows[at] for name, rows in parts.items()} | idle_tables(*files[i], (exports[i], activity))
                 for at, (i, got) in enumerate(zip(joint, summaries, strict=True))
                 if isinstance(got, dict)}       # a failed export: left to the caller
 
