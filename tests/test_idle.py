@@ -197,14 +197,16 @@ def test_each_cause_is_a_headline_metric_that_compare_reads(tmp_path: Path) -> N
     """collect's torch_idle_causes of the planted input program (H200) give `idle.<cause>`, ms per
     step, the metric compare and the store read like any other: input at the table's time."""
     from hpcprof import catalog as c
-    from hpcprof.analysis.summary import tables_of, torch_metrics
+    from hpcprof.analysis.summary import tables_of
     from hpcprof.results import write_table
+    from hpcprof.tools.torch import tables as tt
     from hpcprof.tools.torch.analysis.collect import analyse_file
+    from hpcprof.tools.torch.analysis.headline import torch_metrics
 
     run = tmp_path / "run"
     for name, df in analyse_file(GPU / "torch-input" / "profiles" / "rank0.pt.trace.json.gz", 0).items():
         write_table(run, f"torch_{name}", df)
-    causes = tables_of(run)(c.TORCH_IDLE_CAUSES.name)
+    causes = tables_of(run)(tt.IDLE_CAUSES.name)
     assert causes is not None
     metrics = {name: value for name, value, _ in torch_metrics(tables_of(run))}
     by_cause = causes.set_index("cause")["ms_per_step"]
