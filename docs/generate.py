@@ -349,10 +349,12 @@ def site_page() -> Page:
 
 #: the generated pages, in the order they are written
 def metrics_page() -> Page:
-    """The result tables and metrics, from their declarations (hpcprof/catalog.py)."""
+    """The result tables and metrics, from their declarations (hpcprof/catalog.py and each built-in
+    tool's hpcprof/tools/<tool>/tables.py, gathered by the profiler table)."""
     from hpcprof.catalog import metrics_page as text
+    from hpcprof.profilers import catalogs
 
-    return Page("metrics.md", text())
+    return Page("metrics.md", text(catalogs()))
 
 
 PAGES: list[Callable[[], Page]] = [cli_page, experiment_page, site_page, metrics_page]

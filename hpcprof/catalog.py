@@ -1,8 +1,11 @@
-"""The result tables `collect` writes and the headline metrics computed from them, each declared
-once: the producers (the analyses, collect, hpcprof.analysis.summary) and the consumers (report,
-compare, the docs) take the names from here. A metric is declared with its unit, the time window
-it is computed over, its formula in words, the tables it comes from and the reference tool whose
-definition it follows; docs/reference/metrics.md is `metrics_page()`.
+"""The tool-neutral names the rooms share, each declared once: the time windows, the result tables
+`collect` writes that no profiler tool owns (Echo's slowdown, the workloads', collect's manifest,
+forensics, the step hook's, the ceilings) and every headline metric, with its unit, the time
+window it is computed over, its formula in words, the tables it comes from and the reference tool
+whose definition it follows. A profiler tool declares its own tables in its package
+(hpcprof/tools/<tool>/tables.py, a ToolCatalog: its TableSpecs and the Feed of its tables into
+each metric here); the profiler table (hpcprof.profilers) gathers them, and
+docs/reference/metrics.md is `metrics_page` of every tool's catalog.
 
 A metric's name may hold a part the data names (`phase.{phase}.time`: one metric per workload
 phase); `MetricSpec.match` reads such a name back, `MetricSpec.value` makes one.
@@ -11,7 +14,9 @@ phase); `MetricSpec.match` reads such a name back, `MetricSpec.value` makes one.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import NamedTuple
 
 #: the time windows a table or metric covers, with what each means
 WINDOWS: dict[str, str] = {
@@ -34,8 +39,8 @@ MEASURED, CAPTURE, COUNTED, EACH_ITERATION, EACH_KERNEL, RUN = WINDOWS
 #: the name a `window` column gives a measured window that is the whole capture (no iteration range found)
 CAPTURE_WINDOW = "capture"
 
-#: who writes a table: `collect` names it `<producer>_<key>`
-NSYS, TORCH, NCU, ECHO, WORKLOAD, FILES, FORENSICS = "nsys", "torch", "ncu", "echo", "workload", "files", "forensics"
+#: who writes a tool-neutral table (a tool's own tables: its name): `collect` names it `<producer>_<key>`
+ECHO, WORKLOAD, FILES, FORENSICS = "echo", "workload", "files", "forensics"
 STEPS = "steps"     # the optimizer step hook's records (<run>/steps/)
 BENCH = "bench"     # `hpcprof bench ceilings` run in the same job (experiment `ceilings:`; <run>/ceilings.json)
 
@@ -49,7 +54,7 @@ def table_name(producer: str, key: str) -> str:
 class TableSpec:
     """One result table (`results/<name>.parquet`)."""
 
-    producer: str       # nsys, torch, ncu (the profile's collector), echo, workload (its JSON results), files,
+    producer: str       # a profiler tool (its collector), echo, workload (its JSON results), files,
     #                     forensics (a failed or timed-out run's dumps), bench (`hpcprof bench ceilings` in the job)
     key: str            # the producer's own name for it
     rows: str           # one row per ...
@@ -67,69 +72,9 @@ def _t(producer: str, key: str, rows: str, window: str, about: str, reference: s
 
 
 PER_RANK = "rank (one row per rank)"
-NSYS_STATS = "`nsys stats --report {}` (2025.3.1), per rank"
 
-# -- nsys: the measured window -----------------------------------------------------------------------
-NSYS_WINDOW = _t(NSYS, "window", PER_RANK, MEASURED,
-                 "the window's name, GPU start and end, duration, iterations, GPU busy and idle time (ns)",
-                 "`nsys stats --report nvtx_gpu_proj_sum`: the projection of the `timed` range")
-NSYS_ITERATIONS = _t(NSYS, "iterations", "rank and iteration", EACH_ITERATION,
-                     "each iteration's GPU start and end (first kernel start to last kernel end of its "
-                     "projected range), gpu_ns, busy_ns and idle_ns",
-                     "`nsys stats --report nvtx_gpu_proj_sum`: the iteration ranges' projections")
-NSYS_KERNELS = _t(NSYS, "kernels", "rank and kernel name", MEASURED,
-                  "GPU time per kernel name inside the window: instances, total_ns",
-                  "`nsys stats --report cuda_gpu_kern_sum`, cut to the window")
-NSYS_NCCL = _t(NSYS, "nccl", "collective type, per rank and over all ranks (`scope`)", MEASURED,
-               "NCCL kernels per collective: count, total, mean, min, max (ns), the slowest rank")
-NSYS_OVERLAP = _t(NSYS, "overlap", "rank and device", MEASURED,
-                  "compute, communication and compute-during-communication time (merged intervals), "
-                  "overlap_pct, idle_ns and span_ns of the GPU work",
-                  "HTA `get_comm_comp_overlap` (overlap) and `get_temporal_breakdown` (idle)")
-NSYS_PHASES = _t(NSYS, "phases", "rank and NVTX range", MEASURED,
-                 "GPU work under each NVTX range inside the window: instances, GPU operations, kernels, "
-                 "kernel time, projected time, CPU time",
-                 "`nsys stats --report nvtx_gpu_proj_sum` (projected time)")
-NSYS_TIMELINE = _t(NSYS, "timeline", "range or kernel of the median iteration, per rank", EACH_ITERATION,
-                   "one iteration (the window's median) on every rank: ranges and kernels, start and end in "
-                   "ms from the iteration's GPU start")
-#: the shortest GPU idle gap nsys_gaps keeps (ns)
-NSYS_GAP_NS = 100_000
-NSYS_GAPS = _t(NSYS, "gaps", "gap, per process and device", MEASURED,
-               "GPU idle gaps longer than 0.1 ms: start, end, duration, the operations before and after",
-               "`nsys analyze` rule gpu_gaps")
-_BUSBW_ROWS = "rank, process group, collective and message-size bucket (`scope` rank); the same across ranks (`scope` all)"
-_BUSBW = ("bus bandwidth per collective and message size: scope (rank, all), rank, window, group (process group: "
-          "name and ranks, nsys: NCCL communicator id), group_size (its ranks, n), collective (AllReduce, AllGather, "
-          "ReduceScatter, AllToAll, Broadcast, Reduce, SendRecv), bucket (message-size range, powers of two; `sizes "
-          "unknown` where the profile has none) with bucket_lo, bucket_hi (bytes, [lo, hi)), count (collectives), "
-          "bytes (median message size: nccl-tests' size, AllGather's whole output, ReduceScatter's whole input), "
-          "total_bytes, median_ns (median NCCL kernel time), algbw_gbps (median of bytes / kernel time, GB/s = "
-          "1e9 B/s), busbw_gbps (algbw · nccl-tests' factor: AllReduce 2(n−1)/n; AllGather, ReduceScatter, "
-          "AllToAll (n−1)/n; Broadcast, Reduce, SendRecv 1); across ranks the medians of the ranks' medians, "
-          "slowest_rank and fastest_rank with their busbw (slowest_busbw_gbps, fastest_busbw_gbps) and "
-          "skew_pct = 100 · (fastest / slowest − 1); note: why sizes or the group size are unknown. A collective "
-          "is in the window when its kernel's midpoint is; a rank's kernel time includes its wait for the others")
-NSYS_BUSBW = _t(NSYS, "busbw", _BUSBW_ROWS, MEASURED,
-                _BUSBW + "; sizes from NCCL's NVTX ranges (`ncclAllReduce`, ...: the payload's `Message size "
-                "[bytes]`, in exports made with `nsys export --include-blobs=true`), matched to the NCCL kernel "
-                "each launched (the CUDA launch inside the range on its thread, by correlation id)",
-                "nccl-tests' PERFORMANCE.md (algbw, busbw); NCCL Inspector")
-# -- nsys: the whole capture -------------------------------------------------------------------------
-NSYS_CAPTURE_OVERLAP = _t(NSYS, "capture_overlap", "rank and device", CAPTURE,
-                          "nsys_overlap's columns over the whole capture", NSYS_OVERLAP.reference)
-NSYS_CAPTURE_PHASES = _t(NSYS, "capture_phases", "rank and NVTX range", CAPTURE,
-                         "nsys_phases' columns over the whole capture", NSYS_PHASES.reference)
-NSYS_SUMMARIES = tuple(_t(NSYS, report, "row of the report, per rank", CAPTURE, about, NSYS_STATS.format(report))
-                       for report, about in (
-                           ("cuda_gpu_kern_sum", "GPU time per kernel"),
-                           ("cuda_api_sum", "CUDA API calls"),
-                           ("cuda_gpu_mem_time_sum", "GPU memory operations by time"),
-                           ("cuda_gpu_mem_size_sum", "GPU memory operations by size"),
-                           ("nvtx_sum", "NVTX ranges (CPU time)"),
-                           ("osrt_sum", "OS runtime calls")))
-NSYS_CUDA_GPU_KERN_SUM = NSYS_SUMMARIES[0]
-# -- the critical path (nsys and torch) --------------------------------------------------------------
+# -- what several tools' tables share ----------------------------------------------------------------
+#: the critical path's tables (hpcprof.analysis.critical_path), one set per tool that has one
 CRITICAL_PATH_KEYS = ("critical_path_events", "critical_path", "critical_path_segments")
 _CRITICAL = (("rank, iteration and collective kernel", "each rank's collective kernels per iteration with "
               "the GPU work before each (the per-rank input of the critical path)"),
@@ -137,25 +82,31 @@ _CRITICAL = (("rank, iteration and collective kernel", "each rank's collective k
               "its critical rank, what held it and for how long, the ranks that waited"),
              ("segment of the chain", "the chain of compute, collective and wait segments that set the "
               "iteration's length (rank, kind, name, start, end, duration)"))
-NSYS_CRITICAL_EVENTS, NSYS_CRITICAL_PATH, NSYS_CRITICAL_SEGMENTS = (
-    _t(NSYS, key, rows, EACH_ITERATION, about) for key, (rows, about) in zip(CRITICAL_PATH_KEYS, _CRITICAL, strict=True))
-TORCH_CRITICAL_EVENTS, TORCH_CRITICAL_PATH, TORCH_CRITICAL_SEGMENTS = (
-    _t(TORCH, key, rows, EACH_ITERATION, about) for key, (rows, about) in zip(CRITICAL_PATH_KEYS, _CRITICAL, strict=True))
-# -- torch.profiler (Kineto traces) ------------------------------------------------------------------
-TORCH_WINDOW = _t(TORCH, "window", PER_RANK, MEASURED,
-                  "nsys_window's columns, and span, compute, communication and overlap time (ns)",
-                  "HTA `get_temporal_breakdown` (kernel_time, idle_time) where the steps span the trace")
-TORCH_ITERATIONS = _t(TORCH, "iterations", "rank and ProfilerStep", EACH_ITERATION, "nsys_iterations' columns")
-TORCH_TEMPORAL = _t(TORCH, "temporal", PER_RANK, CAPTURE,
-                    "idle, compute and non-compute time (us) and their % of the kernel time",
-                    "HTA `get_temporal_breakdown`")
-TORCH_OVERLAP = _t(TORCH, "overlap", PER_RANK, CAPTURE, "% of communication time overlapped by computation",
-                   "HTA `get_comm_comp_overlap`")
-TORCH_IDLE = _t(TORCH, "idle", "rank, stream and cause", CAPTURE,
-                "GPU idle time by cause: host wait, kernel wait, other", "HTA `get_idle_time_breakdown`")
 
 
-def _idle_tables(tool: str, steps: str) -> tuple[TableSpec, TableSpec, TableSpec]:
+def critical_path_tables(tool: str) -> tuple[TableSpec, TableSpec, TableSpec]:
+    """A tool's critical path (hpcprof.analysis.critical_path): its events, iterations and segments."""
+    events, path, segments = (_t(tool, key, rows, EACH_ITERATION, about)
+                              for key, (rows, about) in zip(CRITICAL_PATH_KEYS, _CRITICAL, strict=True))
+    return events, path, segments
+
+
+#: a busbw table's rows and columns (hpcprof.analysis.busbw); each tool adds where its sizes come from
+BUSBW_ROWS = "rank, process group, collective and message-size bucket (`scope` rank); the same across ranks (`scope` all)"
+BUSBW = ("bus bandwidth per collective and message size: scope (rank, all), rank, window, group (process group: "
+         "name and ranks, nsys: NCCL communicator id), group_size (its ranks, n), collective (AllReduce, AllGather, "
+         "ReduceScatter, AllToAll, Broadcast, Reduce, SendRecv), bucket (message-size range, powers of two; `sizes "
+         "unknown` where the profile has none) with bucket_lo, bucket_hi (bytes, [lo, hi)), count (collectives), "
+         "bytes (median message size: nccl-tests' size, AllGather's whole output, ReduceScatter's whole input), "
+         "total_bytes, median_ns (median NCCL kernel time), algbw_gbps (median of bytes / kernel time, GB/s = "
+         "1e9 B/s), busbw_gbps (algbw · nccl-tests' factor: AllReduce 2(n−1)/n; AllGather, ReduceScatter, "
+         "AllToAll (n−1)/n; Broadcast, Reduce, SendRecv 1); across ranks the medians of the ranks' medians, "
+         "slowest_rank and fastest_rank with their busbw (slowest_busbw_gbps, fastest_busbw_gbps) and "
+         "skew_pct = 100 · (fastest / slowest − 1); note: why sizes or the group size are unknown. A collective "
+         "is in the window when its kernel's midpoint is; a rank's kernel time includes its wait for the others")
+
+
+def idle_tables(tool: str, steps: str) -> tuple[TableSpec, TableSpec, TableSpec]:
     """A tool's idle attribution (hpcprof.analysis.idle) over its `steps`: the causes, one typical
     step's intervals, and the time per line of the program."""
     return (_t(tool, "idle_causes", "rank and cause", MEASURED,
@@ -170,28 +121,7 @@ def _idle_tables(tool: str, steps: str) -> tuple[TableSpec, TableSpec, TableSpec
                "spends there, busy or idle, ms per step", "hpcprof.analysis.idle.line_time (the stack sampler)"))
 
 
-TORCH_IDLE_CAUSES, TORCH_STEP_IDLE, TORCH_LINES = _idle_tables(TORCH, "ProfilerStep spans but the last")
-NSYS_IDLE_CAUSES, NSYS_STEP_IDLE, NSYS_LINES = _idle_tables(NSYS, "the step hook's hpcprof:step ranges")
-TORCH_LAUNCH = _t(TORCH, "launch", "kernel launch", EACH_KERNEL,
-                  "CPU and GPU duration and launch delay of each kernel, outliers flagged",
-                  "HTA `get_cuda_kernel_launch_stats`")
-TORCH_KERNELS = _t(TORCH, "kernels", "kernel name (the top ones; `others`), per rank", CAPTURE,
-                   "GPU time per kernel: sum, max, min, mean (us), stddev, kernel type",
-                   "HTA `get_gpu_kernel_breakdown`")
-TORCH_WINDOW_KERNELS = _t(TORCH, "window_kernels", "rank and kernel name", MEASURED,
-                          "GPU time of the kernels, memcpys and memsets inside the window (cut to it): "
-                          "instances, total_ns (nsys_kernels' columns)")
-TORCH_KERNEL_TYPES = _t(TORCH, "kernel_types", "rank and kernel type", CAPTURE,
-                        "GPU time per kernel type (computation, communication, memory) and its %",
-                        "HTA `get_gpu_kernel_breakdown` (kernel types)")
-TORCH_BUSBW = _t(TORCH, "busbw", _BUSBW_ROWS, MEASURED,
-                 _BUSBW + "; sizes from PyTorch's record_param_comms (`In msg nelems`, `Out msg nelems`, `dtype`, "
-                 "`Group size`, on the NCCL kernel or its cpu_op by External id); barriers left out",
-                 "TraceLens' NcclAnalyser (sizes, algbw, busbw; GB/s here are 1e9 B/s, TraceLens' 2^30); "
-                 "nccl-tests' PERFORMANCE.md")
-# -- ncu, Echo, the workloads, collect's manifest ----------------------------------------------------
-NCU_METRICS = _t(NCU, "metrics", "profiled kernel", EACH_KERNEL,
-                 "Echo's ncu metric table: throughputs, occupancy, hit rates of each kernel", "Echo's ncu table")
+# -- Echo, the workloads, collect's manifest ---------------------------------------------------------
 ECHO_SLOWDOWN = _t(ECHO, "slowdown", "compute kernel of each device", EACH_KERNEL,
                    "each kernel of a world-size-N DDP run against the same kernel of its world-size-1 run: "
                    "durations, overlap with communication, slowdown", "Echo's analyse.py")
@@ -294,24 +224,13 @@ BENCH_CEILINGS = _t(BENCH, "ceilings", "measurement: a GEMM shape and precision,
 #: the phase name of a `command`'s steps in the per-iteration timing rows (hpcprof.analysis.steps)
 STEP_PHASE = "step"
 
+#: the tool-neutral tables (each profiler tool's: its ToolCatalog)
 TABLES: tuple[TableSpec, ...] = (
-    NSYS_WINDOW, NSYS_ITERATIONS, NSYS_KERNELS, NSYS_NCCL, NSYS_BUSBW, NSYS_OVERLAP, NSYS_PHASES, NSYS_TIMELINE, NSYS_GAPS,
-    NSYS_IDLE_CAUSES, NSYS_STEP_IDLE, NSYS_LINES,
-    NSYS_CAPTURE_OVERLAP, NSYS_CAPTURE_PHASES, *NSYS_SUMMARIES,
-    NSYS_CRITICAL_EVENTS, NSYS_CRITICAL_PATH, NSYS_CRITICAL_SEGMENTS,
-    TORCH_WINDOW, TORCH_ITERATIONS, TORCH_TEMPORAL, TORCH_OVERLAP, TORCH_IDLE, TORCH_IDLE_CAUSES, TORCH_STEP_IDLE, TORCH_LINES, TORCH_LAUNCH, TORCH_KERNELS,
-    TORCH_WINDOW_KERNELS, TORCH_BUSBW,
-    TORCH_KERNEL_TYPES, TORCH_CRITICAL_EVENTS, TORCH_CRITICAL_PATH, TORCH_CRITICAL_SEGMENTS,
-    NCU_METRICS, ECHO_SLOWDOWN,
+    ECHO_SLOWDOWN,
     WORKLOAD_SEQPAR, SEQPAR_PHASES, SEQPAR_ITERATIONS, SEQPAR_RANKS, SEQPAR_LOOP, SEQPAR_CHECK,
     WORKLOAD_DDP, DDP_PHASES, DDP_STEPS, DDP_RANKS, FILES_MANIFEST, FORENSICS_RANKS,
     FORENSICS_COLLECTIVES, STEPS_TIMES, STEPS_PERTURBATION, STEPS_MEMORY, STEPS_MEMORY_SITES, STEPS_MEMORY_GROWTH,
     BENCH_CEILINGS)
-
-
-def table_window(name: str) -> str:
-    """The window (a key of WINDOWS) of the result table called `name`; the run's for a table not declared."""
-    return next((t.window for t in TABLES if t.name == name), RUN)
 
 
 #: each workload kind's timing tables: (phase statistics, per-iteration rows, the per-iteration phase)
@@ -335,8 +254,8 @@ class MetricSpec:
     unit: str
     window: str         # a key of WINDOWS
     formula: str
-    tables: tuple[TableSpec, ...]
-    reference: str = ""
+    tables: tuple[TableSpec, ...]      # the tool-neutral ones; a tool's: its Feed (metric_tables)
+    reference: str = ""     # where the tools' Feeds give none
     headline: bool = True
     identifier: bool = False    # names something (a rank): no mean, spread or ratio of it
 
@@ -396,52 +315,48 @@ PHASE_BUSBW = MetricSpec("phase.{phase}.busbw", "GB/s", COUNTED,
                          _PHASES, "nccl-tests' busBw")
 WINDOW_DURATION = MetricSpec("window.duration", "ms", MEASURED,
                              "mean over ranks of the window's GPU length (first GPU start to last GPU end)",
-                             (NSYS_WINDOW, TORCH_WINDOW), f"nsys: {NSYS_WINDOW.reference}; torch: {TORCH_WINDOW.reference}")
+                             ())
 WINDOW_ITERATIONS = MetricSpec("window.iterations", "count", MEASURED,
                                "mean over ranks of the iterations in the window (a `command` without a profiler "
                                "window, `tool: none`: of the step hook's steps in its window)",
-                               (NSYS_WINDOW, TORCH_WINDOW, STEPS_TIMES))
+                               (STEPS_TIMES,))
 WINDOW_DETECTED = MetricSpec("window.detected", "", MEASURED,
                              "1 where the window's steps were found in the kernels (the profile carries no marks: "
                              "`detected:optimizer` or `detected:sequence`, hpcprof.analysis.detect_steps), else 0",
-                             (NSYS_WINDOW, TORCH_WINDOW))
+                             ())
 WINDOW_STEP_CV = MetricSpec("window.step_cv", "%", EACH_ITERATION,
                             "coefficient of variation of the steps' GPU time (100 · std / mean), per rank, the "
-                            "largest over ranks (ranks with two steps or more)", (NSYS_ITERATIONS, TORCH_ITERATIONS))
+                            "largest over ranks (ranks with two steps or more)", ())
 _CATEGORIES = ("kernels by name (hpcprof.analysis.categories, after the site's and experiment's "
                "`kernel_categories`): `nccl.<Collective>`, `nccl.other`, `attention`, `conv`, `gemm`, `optimizer`, "
                "`memset`, `copy` (on the device), `memcpy` (host↔device), `reduction`, `elementwise` (dtype casts included), `other`")
 
 
-def _gpu_time(prefix: str, window: str, tables: tuple[TableSpec, ...], reference: str,
-              ) -> tuple[MetricSpec, MetricSpec, MetricSpec]:
-    """(total, per category, share) of the GPU kernel time over `window`."""
-    return (MetricSpec(f"{prefix}gpu.total", "ms", window, "Σ kernel durations / ranks (GPU time per rank)",
-                       tables, reference),
+def _gpu_time(prefix: str, window: str) -> tuple[MetricSpec, MetricSpec, MetricSpec]:
+    """(total, per category, share) of the GPU kernel time over `window` (the tools' kernel tables)."""
+    return (MetricSpec(f"{prefix}gpu.total", "ms", window, "Σ kernel durations / ranks (GPU time per rank)", ()),
             MetricSpec(prefix + "gpu.{category}", "ms", window,
-                       f"Σ durations of the category's kernels / ranks; {_CATEGORIES}", tables, reference),
+                       f"Σ durations of the category's kernels / ranks; {_CATEGORIES}", ()),
             MetricSpec(prefix + "gpu.{category}.share", "%", window,
-                       f"100 · {prefix}gpu.<category> / {prefix}gpu.total", tables, reference))
+                       f"100 · {prefix}gpu.<category> / {prefix}gpu.total", ()))
 
 
-GPU_TIME = _gpu_time("", MEASURED, (NSYS_KERNELS, TORCH_WINDOW_KERNELS),
-                     "nsys: `nsys stats` cuda_gpu_kern_sum over the window; torch: the window's kernels, memcpys "
-                     "and memsets cut to it")
-CAPTURE_GPU_TIME = _gpu_time("capture.", CAPTURE, (NSYS_CUDA_GPU_KERN_SUM,), NSYS_CUDA_GPU_KERN_SUM.reference)
+GPU_TIME = _gpu_time("", MEASURED)
+CAPTURE_GPU_TIME = _gpu_time("capture.", CAPTURE)
 _OVERLAP = "100 · Σ |compute ∩ communication| / Σ |communication| over ranks and devices (merged intervals)"
 _IDLE = "100 · Σ idle / Σ span over ranks and devices; span: first GPU operation to the last, idle: span − " \
         "the union of the GPU operations (torch: on HTA's whole-µs grid, each event's start rounded up and its " \
         "end down, as HTA reads Kineto's fractional µs)"
-OVERLAP_PCT = MetricSpec("overlap_pct", "%", MEASURED, _OVERLAP, (NSYS_OVERLAP, TORCH_WINDOW),
+OVERLAP_PCT = MetricSpec("overlap_pct", "%", MEASURED, _OVERLAP, (),
                          "HTA `get_comm_comp_overlap`'s definition")
-IDLE_PCT = MetricSpec("idle_pct", "%", MEASURED, _IDLE, (NSYS_OVERLAP, TORCH_WINDOW),
+IDLE_PCT = MetricSpec("idle_pct", "%", MEASURED, _IDLE, (),
                       "HTA `get_temporal_breakdown`'s idle over kernel_time")
 CAPTURE_OVERLAP_PCT = MetricSpec("capture.overlap_pct", "%", CAPTURE,
                                  f"nsys: {_OVERLAP}; torch: mean over ranks of HTA's comp_comm_overlap_pctg",
-                                 (NSYS_CAPTURE_OVERLAP, TORCH_OVERLAP), OVERLAP_PCT.reference)
+                                 (), OVERLAP_PCT.reference)
 CAPTURE_IDLE_PCT = MetricSpec("capture.idle_pct", "%", CAPTURE,
                               f"{_IDLE} (torch: HTA's idle_time and kernel_time)",
-                              (NSYS_CAPTURE_OVERLAP, TORCH_TEMPORAL), IDLE_PCT.reference)
+                              (), IDLE_PCT.reference)
 _SLOWDOWN = ("of the matched compute kernels' slowdown: (duration at world size N − at world size 1) / "
              "(overlap_ratio · duration at world size 1), 0 where the kernel does not overlap communication; "
              "kernels matched by name and occurrence (`analysis.slowdown_match: echo`: Echo's rule)")
@@ -470,12 +385,12 @@ PROFILER_UNPROFILED_STEP = MetricSpec("profiler.unprofiled_step", "ms", COUNTED,
 IDLE_CAUSE = MetricSpec("idle.{cause}", "ms", MEASURED,
                         "each step's GPU idle that the host-side cause explains (gc, input, sync, collective, "
                         "compile, optimizer, launch, program, unattributed), ms per step, mean over ranks; the "
-                        "causes with any time", (TORCH_IDLE_CAUSES, NSYS_IDLE_CAUSES))
+                        "causes with any time", ())
 ITERATION_IDLE_PCT = MetricSpec("idle_pct", "%", EACH_ITERATION, f"{_IDLE}, per iteration",
-                                (NSYS_ITERATIONS, TORCH_ITERATIONS), IDLE_PCT.reference, headline=False)
+                                (), IDLE_PCT.reference, headline=False)
 TOP_KERNEL_TIME = MetricSpec("top_kernel.time", "ms", MEASURED,
                              "GPU time per rank (Σ over ranks / ranks) of the kernel with the most GPU time "
-                             "(compare's `top kernel` row names it)", (NSYS_KERNELS, TORCH_KERNELS), headline=False)
+                             "(compare's `top kernel` row names it)", (), headline=False)
 
 _MEMORY = "torch.cuda.max_memory_allocated / max_memory_reserved, per step"
 _MEMORY_TABLES = (STEPS_MEMORY, SEQPAR_ITERATIONS, DDP_STEPS)
@@ -524,14 +439,59 @@ def find_column(columns: list[str], name: str) -> str | None:
     return next((c for c in columns if (name_unit := parse_column(c)) is not None and name_unit[0] == name), None)
 
 
+# -- the tools' parts --------------------------------------------------------------------------------
+
+class Feed(NamedTuple):
+    """A tool's part in a tool-neutral metric: its tables the metric is computed from, and the
+    reference its value follows there where the tools differ ("" where the metric's own holds)."""
+
+    tables: tuple[TableSpec, ...]
+    reference: str = ""
+
+
+class ToolCatalog(NamedTuple):
+    """A profiler tool's declarations (hpcprof/tools/<tool>/tables.py; its Profiler's `catalog`): its
+    result tables, and its Feed into each tool-neutral metric."""
+
+    tables: tuple[TableSpec, ...] = ()
+    feeds: Mapping[MetricSpec, Feed] = {}
+
+
+def every_table(tools: Mapping[str, ToolCatalog]) -> tuple[TableSpec, ...]:
+    """Every result table: the `tools`' (by name, in their order), then the tool-neutral ones."""
+    return (*(t for tool in tools.values() for t in tool.tables), *TABLES)
+
+
+def table_window(name: str, tools: Mapping[str, ToolCatalog]) -> str:
+    """The window (a key of WINDOWS) of the result table called `name`; the run's for a table not declared."""
+    return next((t.window for t in every_table(tools) if t.name == name), RUN)
+
+
+def metric_tables(metric: MetricSpec, tools: Mapping[str, ToolCatalog]) -> tuple[TableSpec, ...]:
+    """The tables `metric` is computed from: the `tools`' (their Feeds, in their order), then its own."""
+    return (*(t for tool in tools.values() if metric in tool.feeds for t in tool.feeds[metric].tables),
+            *metric.tables)
+
+
+def metric_reference(metric: MetricSpec, tools: Mapping[str, ToolCatalog]) -> str:
+    """The reference `metric` follows: the tools' where their Feeds name one (`tool: reference; ...`
+    for several), else its own."""
+    named = [(name, tool.feeds[metric].reference) for name, tool in tools.items()
+             if metric in tool.feeds and tool.feeds[metric].reference]
+    if not named:
+        return metric.reference
+    return named[0][1] if len(named) == 1 else "; ".join(f"{name}: {reference}" for name, reference in named)
+
+
 # -- the reference page ------------------------------------------------------------------------------
 
 def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def metrics_page() -> str:
-    """docs/reference/metrics.md: the windows, every result table and every metric, from the declarations."""
+def metrics_page(tools: Mapping[str, ToolCatalog]) -> str:
+    """docs/reference/metrics.md: the windows, every result table and every metric, from the
+    declarations here and the `tools`' (hpcprof.profilers.catalogs)."""
     lines = ["# Result tables and metrics", "",
              "<!-- generated from hpcprof/catalog.py by hpcprof.catalog.metrics_page(); do not edit -->", "",
              "`hpcprof collect` writes each run's result tables to `results/<table>.parquet` and its headline "
@@ -543,11 +503,12 @@ def metrics_page() -> str:
               "| --- | --- | --- | --- | --- | --- |"]
     rows = [m for m in METRICS if m.headline]
     lines += [f"| `{m.name}` | {m.unit or '(ratio)'} | {m.window} | {_cell(m.formula)} | "
-              f"{', '.join(f'`{t.name}`' for t in m.tables)} | {_cell(m.reference)} |" for m in rows]
+              f"{', '.join(f'`{t.name}`' for t in metric_tables(m, tools))} | {_cell(metric_reference(m, tools))} |"
+              for m in rows]
     lines += ["", "## Report figures", "", "| figure | unit | window | formula | from | reference |",
               "| --- | --- | --- | --- | --- | --- |"]
     lines += [f"| `{m.name}` | {m.unit} | {m.window} | {_cell(m.formula)} | "
-              f"{', '.join(f'`{t.name}`' for t in m.tables)} | {_cell(m.reference)} |"
+              f"{', '.join(f'`{t.name}`' for t in metric_tables(m, tools))} | {_cell(metric_reference(m, tools))} |"
               for m in METRICS if not m.headline]
     lines += ["", "## Result tables", "",
               "Per-rank tables have a `rank` column; tables over the measured window a `window` column naming it. "
@@ -555,5 +516,5 @@ def metrics_page() -> str:
               "`workload_<file>.<key>` (each list of records) as well.", "",
               "| table | one row per | window | holds | reference |", "| --- | --- | --- | --- | --- |"]
     lines += [f"| `{t.name}` | {_cell(t.rows)} | {t.window} | {_cell(t.about)} | {_cell(t.reference)} |"
-              for t in TABLES]
+              for t in every_table(tools)]
     return "\n".join(lines) + "\n"

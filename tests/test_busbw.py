@@ -16,8 +16,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from hpcprof import catalog as c
 from hpcprof.analysis import busbw
+from hpcprof.tools.nsys import tables as nt
+from hpcprof.tools.torch import tables as tt
 from hpcprof.tools.torch.analysis.collect import TorchCollector, busbw_across_ranks
 from hpcprof.tools.torch.analysis.collectives import TraceCollectives
 from hpcprof.tools.torch.analysis.load import gather
@@ -41,9 +42,9 @@ def _instances(fixture: str, rank: int) -> pd.DataFrame:
 def _table(fixture: str) -> pd.DataFrame:
     """torch_busbw of a fixture's two ranks as collect makes it (each rank's file, then the reducer)."""
     tool = TorchCollector()
-    per = pd.concat([tool.analyse_file(_trace(fixture, r), r)[c.TORCH_BUSBW.key] for r in (0, 1)], ignore_index=True)
+    per = pd.concat([tool.analyse_file(_trace(fixture, r), r)[tt.BUSBW.key] for r in (0, 1)], ignore_index=True)
     lines: list[str] = []
-    return busbw_across_ranks(lambda name: per if name == c.TORCH_BUSBW.key else None, lines.append)[c.TORCH_BUSBW.key]
+    return busbw_across_ranks(lambda name: per if name == tt.BUSBW.key else None, lines.append)[tt.BUSBW.key]
 
 
 def test_ddp_all_reduce_by_hand() -> None:
@@ -53,7 +54,7 @@ def test_ddp_all_reduce_by_hand() -> None:
     tool = TorchCollector()
     for rank in (0, 1):
         tables = tool.analyse_file(_trace("h200_ddp_gpt2", rank), rank)
-        window, table = tables[c.TORCH_WINDOW.key].iloc[0], tables[c.TORCH_BUSBW.key]
+        window, table = tables[tt.WINDOW.key].iloc[0], tables[tt.BUSBW.key]
         events = json.loads(gzip.decompress(_trace("h200_ddp_gpt2", rank).read_bytes()))["traceEvents"]
         kernels = [e for e in events if e.get("cat") == "kernel" and e["name"].startswith("nccl")]
         inside = [e for e in kernels
@@ -155,7 +156,7 @@ def test_nsys_without_payloads_says_sizes_unknown(fixtures_dir: Path) -> None:
         path = fixtures_dir / "nsys" / "h200_campaign" / f"ddp_ws2_rank{rank}.sqlite"
         assert without_payloads(path)
         tables = tool.analyse_file(path, rank)
-        window, table = tables[c.NSYS_WINDOW.key].iloc[0], tables[c.NSYS_BUSBW.key]
+        window, table = tables[nt.WINDOW.key].iloc[0], tables[nt.BUSBW.key]
         with sqlite3.connect(path) as db:
             kernels = db.execute(
                 "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = k.demangledName "
@@ -167,7 +168,7 @@ def test_nsys_without_payloads_says_sizes_unknown(fixtures_dir: Path) -> None:
         per.append(table)
     lines: list[str] = []
     joined = pd.concat(per, ignore_index=True)
-    out = tool.reduce(lambda name: joined if name == c.NSYS_BUSBW.key else None, lines.append)[c.NSYS_BUSBW.key]
+    out = tool.reduce(lambda name: joined if name == nt.BUSBW.key else None, lines.append)[nt.BUSBW.key]
     assert out[out["scope"] == "all"]["count"].tolist() == [joined["count"].sum()]
     assert any(line.startswith("busbw: ") and "--include-blobs" in line for line in lines)
 
@@ -206,7 +207,7 @@ def test_collect_writes_torch_busbw_and_both_reports_show_it(repo: Path, gpu_dat
                   {f"rank{r}.pt.trace.json.gz": data / "torch" / f"rank{r}.pt.trace.json.gz" for r in (0, 1)},
                   data / "ddp" / "torch_p2" / "ddp_steps.json")
     hpcprof("collect", "--workdir", str(work), cwd=tmp_path, check=True)
-    table = read_table(run, c.TORCH_BUSBW.name)
+    table = read_table(run, tt.BUSBW.name)
     assert table is not None and set(table["scope"]) == {"rank", "all"}
     every = table[table["scope"] == "all"]
     assert (every["collective"] == "AllReduce").any() and every["busbw_gbps"].notna().any()
@@ -258,7 +259,7 @@ def test_nsys_ddp_all_reduce_by_hand(fixtures_dir: Path) -> None:
     for rank in (0, 1):
         path = fixtures_dir / "nsys" / "ddp_blobs" / f"rank{rank}.sqlite"
         tables = tool.analyse_file(path, rank)
-        table, window = tables[c.NSYS_BUSBW.key], tables[c.NSYS_WINDOW.key].iloc[0]
+        table, window = tables[nt.BUSBW.key], tables[nt.WINDOW.key].iloc[0]
         assert window["iterations"] == DDP_STEPS and (table["note"] == "").all()
         assert table["group_size"].tolist() == [2] * len(table) and table["group"].str.startswith("comm 0x").all()
         hand = [r for r in _nccl_ranges_by_hand(path) if r[0] == "ncclAllReduce"]
@@ -273,7 +274,7 @@ def test_nsys_ddp_all_reduce_by_hand(fixtures_dir: Path) -> None:
             assert row["busbw_gbps"] == pytest.approx(alg * 2 * 1 / 2, abs=1e-4)
         per.append(table)
     joined = pd.concat(per, ignore_index=True)
-    out = tool.reduce(lambda name: joined if name == c.NSYS_BUSBW.key else None, [].append)[c.NSYS_BUSBW.key]
+    out = tool.reduce(lambda name: joined if name == nt.BUSBW.key else None, [].append)[nt.BUSBW.key]
     every = out[(out["scope"] == "all") & (out["collective"] == "AllReduce")]
     for _, row in every.iterrows():
         ranks = joined[(joined["collective"] == "AllReduce") & (joined["bucket"] == row["bucket"])]
@@ -352,8 +353,8 @@ def test_nsys_nccl_busbw_is_collects_table_and_its_columns_agree(fixtures_dir: P
     paths = [fixtures_dir / "nsys" / "ddp_blobs" / f"rank{rank}.sqlite" for rank in (0, 1)]
     mine = _csv(["nsys", "nccl", "--busbw", *map(str, paths)])
     tool = NsysCollector()
-    joined = pd.concat([tool.analyse_file(p, r)[c.NSYS_BUSBW.key] for r, p in enumerate(paths)], ignore_index=True)
-    collected = tool.reduce(lambda name: joined if name == c.NSYS_BUSBW.key else None, [].append)[c.NSYS_BUSBW.key]
+    joined = pd.concat([tool.analyse_file(p, r)[nt.BUSBW.key] for r, p in enumerate(paths)], ignore_index=True)
+    collected = tool.reduce(lambda name: joined if name == nt.BUSBW.key else None, [].append)[nt.BUSBW.key]
     assert mine[["scope", "collective", "bucket", "count"]].astype(str).values.tolist() == \
         collected[["scope", "collective", "bucket", "count"]].astype(str).values.tolist()
     assert mine["busbw_gbps"].tolist() == pytest.approx(collected["busbw_gbps"].tolist(), nan_ok=True)

@@ -15,10 +15,13 @@ from hpcprof_cli import hpcprof
 from test_report_html import gpu_run
 
 from hpcprof import catalog as c
+from hpcprof.profilers import catalogs
 from hpcprof.record import read_record
 from hpcprof.results import list_tables, read_headline, read_table
 from hpcprof.rundir import RunDir
+from hpcprof.tools.nsys import tables as nt
 from hpcprof.tools.nsys.stats.stats import SUMMARY_REPORTS
+from hpcprof.tools.torch import tables as tt
 
 REPO = Path(__file__).resolve().parents[1]
 PAGE = REPO / "docs" / "reference" / "metrics.md"
@@ -27,20 +30,38 @@ DDP, TORCH_RUN, SEQPAR, NCU_RUN = "20261121-000000-ec40ec", "20261121-000001-70c
 
 
 def test_the_committed_reference_page_is_the_generated_one() -> None:
-    assert PAGE.read_text() == c.metrics_page(), \
-        "docs/reference/metrics.md is stale: write hpcprof.catalog.metrics_page() to it"
+    assert PAGE.read_text() == c.metrics_page(catalogs()), \
+        "docs/reference/metrics.md is stale: run python docs/generate.py"
 
 
 def test_every_name_is_declared_once() -> None:
-    tables = [t.name for t in c.TABLES]
+    tables = [t.name for t in c.every_table(catalogs())]
     assert len(tables) == len(set(tables))
     headline = [m.name for m in c.METRICS if m.headline]
     assert len(headline) == len(set(headline))
-    assert {t.name for t in c.NSYS_SUMMARIES} == {c.table_name(c.NSYS, r) for r in SUMMARY_REPORTS}
-    assert all(m.window in c.WINDOWS for m in c.METRICS) and all(t.window in c.WINDOWS for t in c.TABLES)
+    assert {t.name for t in nt.SUMMARIES} == {c.table_name(nt.NSYS, r) for r in SUMMARY_REPORTS}
+    assert all(m.window in c.WINDOWS for m in c.METRICS) and all(t.window in c.WINDOWS for t in c.every_table(catalogs()))
     assert c.PHASE_TIME.match("phase.reduce_scatter.time") == {"phase": "reduce_scatter"}
     assert c.GPU_TIME[1].match("gpu.nccl.AllGather") == {"category": "nccl.AllGather"}
     assert c.GPU_TIME[1].match("gpu.nccl.AllGather.share") is None and c.declared("gpu.total") is c.GPU_TIME[0]
+
+
+def test_each_tool_declares_its_tables_and_their_part_in_the_metrics() -> None:
+    """A built-in tool's tables are its own (their producer its name) and its Feeds name the catalog's
+    metrics from those tables; a metric's tables are the tools' (in their order), then its own, its
+    reference the tools' where they differ; a table's window is found among every tool's."""
+    tools = catalogs()
+    assert [name for name, tool in tools.items() if tool.tables] == ["nsys", "ncu", "torch"]
+    for name, tool in tools.items():
+        assert all(t.producer == name for t in tool.tables), name
+        assert set(tool.feeds) <= set(c.METRICS) and all(set(f.tables) <= set(tool.tables) for f in tool.feeds.values())
+    assert c.metric_tables(c.WINDOW_ITERATIONS, tools) == (nt.WINDOW, tt.WINDOW, c.STEPS_TIMES)
+    assert c.metric_tables(c.IDLE_PCT, tools) == (nt.OVERLAP, tt.WINDOW)
+    assert c.metric_tables(c.ITERATION_IDLE_PCT, tools) == (nt.ITERATIONS, tt.ITERATIONS)   # the same name, a figure
+    assert c.metric_reference(c.WINDOW_DURATION, tools) == f"nsys: {nt.WINDOW.reference}; torch: {tt.WINDOW.reference}"
+    assert c.metric_reference(c.CAPTURE_GPU_TIME[0], tools) == nt.CUDA_GPU_KERN_SUM.reference
+    assert c.metric_reference(c.OVERLAP_PCT, tools) == c.OVERLAP_PCT.reference
+    assert c.table_window(tt.TEMPORAL.name, tools) == c.CAPTURE and c.table_window("nsys_nothing", tools) == c.RUN
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +115,7 @@ def test_what_collect_makes_is_declared(collected: Path) -> None:
             assert metric is not None, f"{name}: not declared in hpcprof.catalog"
             assert unit == metric.unit, (name, unit, metric.unit)
             made_metrics.add(metric.name)
-    declared_tables = {t.name for t in c.TABLES}
+    declared_tables = {t.name for t in c.every_table(catalogs())}
     assert made_tables <= declared_tables, sorted(made_tables - declared_tables)
     # these runs did not check their result, none is a `command` (the step hook's: tests/test_steps.py,
     # tests/test_profiler_slowdown.py) and none failed (forensics': tests/test_forensics.py) or measured its

@@ -17,13 +17,15 @@ import pytest
 
 from hpcprof.analysis.categories import BUILTIN
 from hpcprof.analysis.detect_steps import MIN_STEPS, WARMUP_STEPS, describe, find_steps
-from hpcprof.analysis.summary import nsys_metrics, tables_of, torch_metrics
+from hpcprof.analysis.summary import tables_of
 from hpcprof.results import write_table
 from hpcprof.tools.nsys.analysis import distributed as dist
 from hpcprof.tools.nsys.analysis.collect import NsysCollector, analyse_file
+from hpcprof.tools.nsys.analysis.headline import nsys_metrics
 from hpcprof.tools.nsys.stats.db import Export
 from hpcprof.tools.torch.analysis.collect import TorchCollector
 from hpcprof.tools.torch.analysis.collect import analyse_file as trace_file
+from hpcprof.tools.torch.analysis.headline import torch_metrics
 from hpcprof.tools.torch.analysis.load import load_trace
 from hpcprof.tools.torch.analysis.window import step_iterations
 

@@ -197,14 +197,16 @@ def test_each_cause_is_a_headline_metric_that_compare_reads(tmp_path: Path) -> N
     """collect's torch_idle_causes of the planted input program (H200) give `idle.<cause>`, ms per
     step, the metric compare and the store read like any other: input at the table's time."""
     from hpcprof import catalog as c
-    from hpcprof.analysis.summary import tables_of, torch_metrics
+    from hpcprof.analysis.summary import tables_of
     from hpcprof.results import write_table
+    from hpcprof.tools.torch import tables as tt
     from hpcprof.tools.torch.analysis.collect import analyse_file
+    from hpcprof.tools.torch.analysis.headline import torch_metrics
 
     run = tmp_path / "run"
     for name, df in analyse_file(GPU / "torch-input" / "profiles" / "rank0.pt.trace.json.gz", 0).items():
         write_table(run, f"torch_{name}", df)
-    causes = tables_of(run)(c.TORCH_IDLE_CAUSES.name)
+    causes = tables_of(run)(tt.IDLE_CAUSES.name)
     assert causes is not None
     metrics = {name: value for name, value, _ in torch_metrics(tables_of(run))}
     by_cause = causes.set_index("cause")["ms_per_step"]
@@ -252,3 +254,44 @@ def test_the_typical_step_shows_each_idle_gap_under_its_cause_and_line() -> None
     assert (widest["end_ms"] - widest["start_ms"]) == pytest.approx(own["ms_per_step"], rel=0.25)
     figure = plots.gantt(step, "one step")
     assert {trace.name for trace in figure.data} >= {"device busy"}
+
+
+def test_one_split_serves_the_causes_and_the_typical_step() -> None:
+    """`split` once, then attribute and typical_step from it: the same tables as each splitting the
+    timeline itself; the causes' parts are the idle of the step and their lines the causes' lines."""
+    t = I.Timeline(rank=1, steps=(np.array([0.0, 100.0, 250.0]), np.array([100.0, 250.0, 350.0])),
+                   busy=I.intervals([0, 80, 120, 300], [40, 100, 200, 340]),
+                   host={"input": I.intervals([40, 200], [70, 240]), "launch": I.intervals([65, 240], [80, 300])},
+                   sync_ops=I.intervals([], []), sample_t=np.array([50.0, 210.0, 345.0]),
+                   sample_at=["data.py:41:__getitem__;train.py:9:main"] * 2 + ["train.py:12:main"],
+                   sample_in=["input", "input", ""])
+    cut = I.split(t)
+    assert list(cut.parts) == list(I.CAUSES)
+    assert sum(I.length(p) for p in cut.parts.values()) == 350 - (40 + 20 + 80 + 40)    # the window less the busy
+    assert cut.lines["input"] == ("data.py:41:__getitem__", "train.py:9:main")
+    pd.testing.assert_frame_equal(I.attribute([t], [cut]), I.attribute([t]))
+    pd.testing.assert_frame_equal(I.typical_step([t], [cut]), I.typical_step([t]))
+    with pytest.raises(ValueError, match="1 splits for 2 timelines"):
+        I.attribute([t, t], [cut])
+
+
+@pytest.mark.parametrize("cause", ["input", "launch"])
+def test_collect_reads_the_idle_from_the_export_it_opened(cause: str, tmp_path: Path) -> None:
+    """collect's idle tables of an export it has open, the device's busy time from the GPU
+    operations it has read, are those of the export file read on its own (samples found beside it)."""
+    import lzma
+
+    from hpcprof.tools.nsys.analysis.collect import idle_tables, load_activity
+    from hpcprof.tools.nsys.stats.db import Export
+
+    folder = GPU / f"nsys-{cause}"
+    export = tmp_path / "profiles" / "rank0.sqlite"
+    export.parent.mkdir()
+    export.write_bytes(lzma.decompress((folder / "profiles" / "rank0.sqlite.xz").read_bytes()))
+    (tmp_path / "samples").mkdir()
+    (tmp_path / "samples" / "rank0.jsonl").write_bytes((folder / "samples" / "rank0.jsonl").read_bytes())
+    alone = idle_tables(export, 0)
+    with Export(export) as opened:
+        reused = idle_tables(export, 0, (opened, load_activity([opened], {str(export): 0})))
+    assert alone["lines"].num_rows and alone["step_idle"].num_rows and alone.keys() == reused.keys()
+    assert all(reused[name].equals(alone[name]) for name in alone)

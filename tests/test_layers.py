@@ -11,8 +11,9 @@ validates workload arguments; a run directory is layout only, so schedulers (pbs
 RunDir) and render (a scheduler renders its directives and the Kubernetes manifest) sit above
 it; the campaign submits rendered runs and records them in the store; analyses read profiles;
 collect runs the analyses and fills the store; report reads what collect wrote; the commands and
-the Python API are at the top. A tool's analyses (hpcprof.tools.<tool>.analysis) sit with
-hpcprof's own; the re-implementation of NVIDIA's `nsys stats`/`nsys analyze` (tools.nsys.stats) sits
+the Python API are at the top. A tool's result tables (hpcprof.tools.<tool>.tables) sit with its
+declaration; its analyses and headline metrics (hpcprof.tools.<tool>.analysis) with hpcprof's own;
+its report figures (hpcprof.tools.<tool>.report) with the report; the re-implementation of NVIDIA's `nsys stats`/`nsys analyze` (tools.nsys.stats) sits
 below them (they build on it); torch's part of the Python API sits with the API.
 
 Every module has a room, named here: a module directly in hpcprof/ by its own name, a package
@@ -40,7 +41,8 @@ LAYERS: list[list[str]] = [
      "hpcprof.safe_pickle", "hpcprof.safe_yaml",
      "hpcprof._templates",
      "hpcprof._site_configs", "hpcprof.inject"],
-    ["hpcprof.profilers", "hpcprof.tools"],
+    ["hpcprof.profilers", "hpcprof.tools", "hpcprof.tools.nsys.tables", "hpcprof.tools.torch.tables",
+     "hpcprof.tools.ncu.tables"],
     ["hpcprof.workloads"],
     ["hpcprof.config"],
     ["hpcprof.rundir", "hpcprof.record"],
@@ -52,7 +54,7 @@ LAYERS: list[list[str]] = [
     ["hpcprof.tools.nsys.stats"],
     ["hpcprof.analysis", "hpcprof.tools.nsys.analysis", "hpcprof.tools.torch.analysis", "hpcprof.tools.ncu.analysis"],
     ["hpcprof.collect"],
-    ["hpcprof.report"],
+    ["hpcprof.report", "hpcprof.tools.nsys.report", "hpcprof.tools.torch.report", "hpcprof.tools.ncu.report"],
     ["hpcprof.doctor", "hpcprof.api", "hpcprof.api_plots", "hpcprof.tools.torch.analysis.api", "hpcprof.commands", "hpcprof.cli",
      "hpcprof.__main__"],
 ]

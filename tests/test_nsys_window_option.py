@@ -12,11 +12,11 @@ import pandas as pd
 import pytest
 from window_campaign import ECHO_RUNS, FP32, collected_campaign, hpcprof, run_dir
 
-from hpcprof import catalog as c
+from hpcprof.tools.nsys import tables as nt
 
 #: command -> (its collect table, its options that collect uses)
-COMMANDS = {"nccl": (c.NSYS_NCCL, []), "overlap": (c.NSYS_OVERLAP, []),
-            "gaps": (c.NSYS_GAPS, ["--threshold-ms", "0.1"])}     # collect keeps gaps over 0.1 ms
+COMMANDS = {"nccl": (nt.NCCL, []), "overlap": (nt.OVERLAP, []),
+            "gaps": (nt.GAPS, ["--threshold-ms", "0.1"])}     # collect keeps gaps over 0.1 ms
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +53,7 @@ def test_capture_and_a_named_range(workdir: Path) -> None:
     assert set(auto["window"]) == {"nvtx:timed"} and "window" not in capture
     assert set(auto["collective"]) == {"AllGather", "ReduceScatter"}
     assert set(capture["collective"]) == {"AllGather", "AllReduce", "ReduceScatter"}
-    kern = pd.read_parquet(run_dir(workdir, FP32[0]) / "results" / f"{c.NSYS_CUDA_GPU_KERN_SUM.name}.parquet")
+    kern = pd.read_parquet(run_dir(workdir, FP32[0]) / "results" / f"{nt.CUDA_GPU_KERN_SUM.name}.parquet")
     all_reduce = kern[kern["Name"].str.startswith("ncclDevKernel_AllReduce")]
     per_rank = capture[(capture["scope"] == "rank") & (capture["collective"] == "AllReduce")].set_index("rank")
     assert per_rank["total_ns"].to_dict() == all_reduce.groupby("rank")["Total Time (ns)"].sum().to_dict()

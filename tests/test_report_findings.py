@@ -33,6 +33,7 @@ from window_campaign import (
 )
 
 from hpcprof import catalog as c
+from hpcprof.tools.nsys import tables as nt
 
 
 @pytest.fixture(scope="module")
@@ -444,7 +445,7 @@ def test_a_trainers_collectives_get_a_fix_against_the_ceiling_nearest_in_size(ca
             "algbw_gbps": 0.0, "note": ""}
     busbw = pd.DataFrame([{**base, "rank": 0, "count": 20, "median_ns": 2.0e6, "busbw_gbps": 100.0},
                           {**base, "rank": 1, "count": 20, "median_ns": 2.2e6, "busbw_gbps": 90.0}])
-    write_table(ws2.first.run.path, c.NSYS_BUSBW.name, busbw)
+    write_table(ws2.first.run.path, nt.BUSBW.name, busbw)
     ceiling = {"kind": "collective", "op": "all_reduce", "dtype": "float32", "world_size": 2,
                "statistic": "calls back to back (NCCL's API, one CUDA graph of the calls) / calls", "device_name": "x",
                "created": "2026-11-26T16:14:57+00:00"}
@@ -482,7 +483,7 @@ def test_a_host_bound_runs_first_screen_names_the_idle_cause_and_line(campaign: 
                    sample_t=np.array([500.0, 600.0]), sample_at=["/src/data.py:41:__getitem__;/src/train.py:9:main"] * 2,
                    sample_in=["input", "input"])
     assert ws2.first.tool == "nsys"     # the run's own tool's table is the one read
-    write_table(ws2.first.run.path, c.NSYS_IDLE_CAUSES.name, I.attribute([t]))   # input 450 of 600 µs idle: 75 %
+    write_table(ws2.first.run.path, nt.IDLE_CAUSES.name, I.attribute([t]))   # input 450 of 600 µs idle: 75 %
     found = {d.point: d for d in limits.diagnoses(points)}[ws2.label]
     idle = next(p for p in found.parts if p.name == "GPU idle")
     assert "input 75.00 % at data.py:41 in __getitem__" in idle.detail

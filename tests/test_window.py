@@ -15,13 +15,15 @@ import pandas as pd
 import pytest
 from differential.hta_reference import hta_trace_analysis
 
-from hpcprof.analysis.summary import nsys_metrics, tables_of, torch_metrics
+from hpcprof.analysis.summary import tables_of
 from hpcprof.results import write_table
 from hpcprof.tools.nsys.analysis import distributed as dist
 from hpcprof.tools.nsys.analysis import window as win
 from hpcprof.tools.nsys.analysis.collect import NsysCollector, analyse_file
+from hpcprof.tools.nsys.analysis.headline import nsys_metrics
 from hpcprof.tools.nsys.stats.db import Export
 from hpcprof.tools.torch.analysis.collect import analyse_file as trace_file
+from hpcprof.tools.torch.analysis.headline import torch_metrics
 
 GEMM, NCCL = 525, 518       # StringIds of a GEMM and an NCCL kernel in h200_seqpar_bf16/rank0.sqlite
 KERNEL, RUNTIME = "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME"

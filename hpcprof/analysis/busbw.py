@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
 #: one collective instance (a kernel of a rank): the columns the profiles' readers give
 INSTANCE_COLUMNS = ["rank", "group", "group_size", "collective", "dtype", "bytes", "start_ns", "end_ns"]
-#: the busbw tables' columns (catalog: TORCH_BUSBW, NSYS_BUSBW)
+#: the busbw tables' columns (hpcprof.tools.nsys.tables.BUSBW, hpcprof.tools.torch.tables.BUSBW)
 COLUMNS = ["scope", "rank", "window", "group", "group_size", "collective", "bucket", "bucket_lo", "bucket_hi",
            "count", "bytes", "total_bytes", "median_ns", "algbw_gbps", "busbw_gbps",
            "slowest_rank", "slowest_busbw_gbps", "fastest_rank", "fastest_busbw_gbps", "skew_pct", "note"]

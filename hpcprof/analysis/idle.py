@@ -128,7 +128,7 @@ def after(ends: np.ndarray, starts: np.ndarray) -> Intervals:
     return intervals(ends[has], ordered[i[has]])
 
 
-def _split(t: Timeline) -> dict[str, Intervals]:
+def _parts(t: Timeline) -> dict[str, Intervals]:
     """Each cause's idle intervals: every idle µs of the window under exactly one cause."""
     window = intervals(*t.steps)
     rest = subtract(window, t.busy)
@@ -174,6 +174,30 @@ def _cause_line(t: Timeline, cause: str, where: Intervals) -> tuple[str, str]:
     return (at, via) if at else _lines(t, where)
 
 
+@dataclass(frozen=True)
+class Split:
+    """One timeline's idle split under its causes (all CAUSES, in order): each cause's intervals and
+    its line and caller; `attribute` and `typical_step` read the same split."""
+
+    parts: dict[str, Intervals]
+    lines: dict[str, tuple[str, str]]
+
+
+def split(t: Timeline) -> Split:
+    """The timeline's idle under its causes, with each cause's line (computed once per timeline)."""
+    parts = _parts(t)
+    return Split(parts, {cause: _cause_line(t, cause, where) for cause, where in parts.items()})
+
+
+def _splits(timelines: list[Timeline], splits: list[Split] | None) -> list[Split]:
+    """`splits` (one per timeline, from `split`), or the timelines split here."""
+    if splits is None:
+        return [split(t) for t in timelines]
+    if len(splits) != len(timelines):
+        raise ValueError(f"{len(splits)} splits for {len(timelines)} timelines")
+    return splits
+
+
 def fix(cause: str, ms: float, at: str, evidence: dict[str, str]) -> str:
     """The fix for a cause, its saving bounded by the idle it can remove (`ms` per step)."""
     where = f" at {short(at)}" if at else ""
@@ -194,23 +218,22 @@ def fix(cause: str, ms: float, at: str, evidence: dict[str, str]) -> str:
     }[cause]
 
 
-def attribute(timelines: list[Timeline]) -> pd.DataFrame:
+def attribute(timelines: list[Timeline], splits: list[Split] | None = None) -> pd.DataFrame:
     """One row per rank and cause (all CAUSES, in order): its idle ms per step, its share of the idle
     and of the step, its line and caller, the evidence and the fix. ms_per_step over causes adds up
-    to idle_ms."""
+    to idle_ms. `splits`: the timelines' splits where the caller has them (`split`)."""
     import pandas as pd
 
     rows = []
-    for t in timelines:
+    for t, cut in zip(timelines, _splits(timelines, splits), strict=True):
         steps = len(t.steps[0])
         if not steps:
             continue
         step_us = length(intervals(*t.steps))
-        parts = _split(t)
-        idle_us = sum(length(p) for p in parts.values())
+        idle_us = sum(length(p) for p in cut.parts.values())
         for cause in CAUSES:
-            us = length(parts[cause])
-            at, via = _cause_line(t, cause, parts[cause])
+            us = length(cut.parts[cause])
+            at, via = cut.lines[cause]
             ms = us / steps / 1000
             rows.append({"rank": t.rank, "steps": steps, "step_ms": step_us / steps / 1000,
                          "idle_ms": idle_us / steps / 1000, "cause": cause, "ms_per_step": ms,
@@ -276,14 +299,15 @@ def add_samples(t: Timeline, path: Path | None, offset_ns: float) -> None:
     t.host["gc"] = intervals((collections[:, 0] - offset_ns) / 1000, (collections[:, 1] - offset_ns) / 1000)
 
 
-def typical_step(timelines: list[Timeline]) -> pd.DataFrame:
+def typical_step(timelines: list[Timeline], splits: list[Split] | None = None) -> pd.DataFrame:
     """One step of each rank, the one of median length: the device's busy intervals and each idle
     gap under its cause (the same split as `attribute`), labelled with the cause's line, in ms from
-    the step's start. Columns rank, kind (`device` or `idle`), range, start_ms, end_ms."""
+    the step's start. Columns rank, kind (`device` or `idle`), range, start_ms, end_ms. `splits`:
+    the timelines' splits where the caller has them (`split`)."""
     import pandas as pd
 
     rows = []
-    for t in timelines:
+    for t, cut in zip(timelines, _splits(timelines, splits), strict=True):
         if not len(t.steps[0]):
             continue
         spans = t.steps[1] - t.steps[0]
@@ -291,8 +315,8 @@ def typical_step(timelines: list[Timeline]) -> pd.DataFrame:
         step = intervals([t.steps[0][i]], [t.steps[1][i]])
         origin = float(t.steps[0][i])
         parts = {"device busy": intersect(t.busy, step)}
-        for cause, where in _split(t).items():
-            at, _ = _cause_line(t, cause, where)
+        for cause, where in cut.parts.items():
+            at, _ = cut.lines[cause]
             parts[f"idle: {cause}" + (f" at {short(at)}" if at else "")] = intersect(where, step)
         for label, (starts, ends) in parts.items():
             rows += [{"rank": t.rank, "kind": "device" if label == "device busy" else "idle", "range": label,

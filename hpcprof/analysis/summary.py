@@ -3,8 +3,10 @@
 `run_summary` reads the run's result tables (workload timings, nsys or Kineto analyses; `tables_of`:
 each read once) and returns (metric, value, unit) triples; a metric is absent when its source table
 is. `run_headline` adds the top kernels from the same reads: what collect records beside the tables
-(hpcprof.results.write_headline). The tables and metrics are declared in hpcprof.catalog (name,
-unit, window, formula); `idle_pct` and `overlap_pct` are computed by the one function each here,
+(hpcprof.results.write_headline). The metrics are declared in hpcprof.catalog (name, unit,
+window, formula), a tool's tables in its package; a tool's own metrics are made by its Profiler's
+`metrics` (hpcprof/tools/<tool>/analysis/headline.py) with the functions here; `idle_pct` and
+`overlap_pct` are computed by the one function each here,
 GPU time by kernel category with the run's categories (hpcprof.analysis.categories: its site's and
 experiment's rules first).
 """
@@ -21,7 +23,6 @@ from hpcprof import catalog as c
 from hpcprof import profilers
 from hpcprof.analysis.categories import BUILTIN, Categories, categories_for
 from hpcprof.analysis.detect_steps import PREFIX as DETECTED
-from hpcprof.analysis.detect_steps import window_source_metrics
 from hpcprof.lazy import load_target
 from hpcprof.results import Headline, Metric, TopKernel, read_table
 
@@ -226,55 +227,6 @@ def memory_metrics(memory: pd.DataFrame | None) -> list[Metric]:
            c.MEMORY_FRAGMENTATION.value(float(memory["fragmentation"].max()) / gib)]
     headroom = memory["headroom"].dropna()
     return out + ([c.MEMORY_HEADROOM.value(float(headroom.min()) / gib)] if not headroom.empty else [])
-
-
-def nsys_metrics(tables: Tables) -> list[Metric]:
-    """GPU time by category, overlap and idle % over the measured window (nsys_kernels,
-    nsys_overlap), the window itself, and the same over the whole capture as `capture.*`."""
-    out: list[Metric] = window_metrics(tables(c.NSYS_WINDOW.name))
-    out += window_source_metrics(tables(c.NSYS_WINDOW.name), tables(c.NSYS_ITERATIONS.name))
-    out += detected_step_metrics(tables(c.NSYS_WINDOW.name), tables(c.NSYS_ITERATIONS.name))
-    out += idle_cause_metrics(tables(c.NSYS_IDLE_CAUSES.name))
-    kern = tables(c.NSYS_KERNELS.name)
-    if kern is not None and not kern.empty:
-        out += gpu_time_metrics(kern["name"].astype(str), kern["total_ns"].astype(float) / 1e6, kern["rank"].nunique(),
-                                categories=tables.categories)
-    ov = tables(c.NSYS_OVERLAP.name)             # collected before windows: the whole capture's
-    out += overlap_idle_metrics(ov) if ov is None or "window" in ov else \
-        overlap_idle_metrics(ov, c.CAPTURE_OVERLAP_PCT, c.CAPTURE_IDLE_PCT)
-    kern = tables(c.NSYS_CUDA_GPU_KERN_SUM.name)
-    if kern is not None and not kern.empty:
-        out += gpu_time_metrics(kern["Name"].astype(str), kern["Total Time (ns)"].astype(float) / 1e6,
-                                kern["rank"].nunique(), c.CAPTURE_GPU_TIME, tables.categories)
-    out += overlap_idle_metrics(tables(c.NSYS_CAPTURE_OVERLAP.name), c.CAPTURE_OVERLAP_PCT, c.CAPTURE_IDLE_PCT)
-    return out
-
-
-def torch_metrics(tables: Tables) -> list[Metric]:
-    """Over the measured window (torch_window: the ProfilerSteps, else the steps found in the trace):
-    idle and overlap %, the window itself, GPU time by category (torch_window_kernels), the idle
-    per step by host-side cause (torch_idle_causes); over the whole trace as `capture.*`: HTA's
-    overlap % (mean over ranks) and idle % (idle_pct of HTA's idle and kernel time)."""
-    out: list[Metric] = []
-    window = tables(c.TORCH_WINDOW.name)
-    out += window_metrics(window)
-    out += window_source_metrics(window, tables(c.TORCH_ITERATIONS.name))
-    out += detected_step_metrics(window, tables(c.TORCH_ITERATIONS.name))
-    out += overlap_idle_metrics(window)
-    kernels = tables(c.TORCH_WINDOW_KERNELS.name)
-    if kernels is not None and not kernels.empty:
-        out += gpu_time_metrics(kernels["name"].astype(str), kernels["total_ns"].astype(float) / 1e6,
-                                kernels["rank"].nunique(), categories=tables.categories)
-    out += idle_cause_metrics(tables(c.TORCH_IDLE_CAUSES.name))
-    ov = tables(c.TORCH_OVERLAP.name)
-    if ov is not None and ov["comp_comm_overlap_pctg"].notna().any():
-        out.append(c.CAPTURE_OVERLAP_PCT.value(float(ov["comp_comm_overlap_pctg"].mean())))
-    temporal = tables(c.TORCH_TEMPORAL.name)
-    if temporal is not None and not temporal.empty:
-        value = idle_pct(temporal["idle_time(us)"], temporal["kernel_time(us)"])
-        if not math.isnan(value):
-            out.append(c.CAPTURE_IDLE_PCT.value(value))
-    return out
 
 
 def slowdown_metrics(tables: Tables) -> list[Metric]:

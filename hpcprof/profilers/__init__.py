@@ -8,7 +8,9 @@ that names it, the suffixes of its per-rank files under `profiles/<tool>/`, the 
 point, its capture hook (the options it starts with when the optimizer step hook opens its capture
 range), its collector (a ToolCollector as "module:Class", imported only when a run of it is
 collected), the roles of its result tables (iterations, window, critical path, kernels,
-collectives), its headline metrics and report figures, its `hpcprof diff` loader and the functions
+collectives), its result tables' declarations (hpcprof.catalog.ToolCatalog, from its package's
+`tables` module: gathered here with the tool-neutral ones, `catalogs`), its headline metrics and
+report figures, its `hpcprof diff` loader and the functions
 hpcprof.api offers for it (as "module:function"s). The experiment schema, render, doctor, collect,
 the summary, the report, the diff and the API look tools up here instead of naming them; this
 package imports nothing above hpcprof's base modules and the tools' declarations, so the config
@@ -30,14 +32,15 @@ from __future__ import annotations
 
 import functools
 
+from hpcprof.catalog import ToolCatalog
 from hpcprof.errors import UserError
 from hpcprof.tools.base import KernelTime, Launch, Profiler, Tables
 from hpcprof.tools.ncu import profiler as ncu
 from hpcprof.tools.nsys import profiler as nsys
 from hpcprof.tools.torch import profiler as torch
 
-__all__ = ["BUILTIN", "ENTRY_POINTS", "KernelTime", "Launch", "Profiler", "Tables", "every", "find", "get",
-           "installed"]
+__all__ = ["BUILTIN", "ENTRY_POINTS", "KernelTime", "Launch", "Profiler", "Tables", "catalogs", "every", "find",
+           "get", "installed"]
 
 #: the entry point group of the tools other packages add
 ENTRY_POINTS = "hpcprof.profilers"
@@ -85,3 +88,9 @@ def get(name: str) -> Profiler:
 def every() -> dict[str, Profiler]:
     """Every tool by name: the built-in ones, then the installed ones."""
     return {**BUILTIN, **installed()}
+
+
+def catalogs() -> dict[str, ToolCatalog]:
+    """The built-in tools' declarations by name, in their order: their result tables and their part in
+    the tool-neutral metrics (hpcprof.catalog's every_table, table_window, metrics_page take them)."""
+    return {name: entry.catalog for name, entry in BUILTIN.items()}

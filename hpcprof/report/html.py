@@ -16,7 +16,6 @@ from plotly.offline import get_plotlyjs
 
 from hpcprof import catalog as c
 from hpcprof import profilers
-from hpcprof.analysis.categories import categories_for
 from hpcprof.analysis.forensics.verdict import stack_lines
 from hpcprof.analysis.summary import counted
 from hpcprof.lazy import load_target
@@ -35,8 +34,6 @@ from hpcprof.safe_text import plotly_escaped
 MAX_FIGURES = 24
 #: a table's text cell longer than this may break anywhere (a kernel's name, a path): the table keeps the page's width
 LONG_CELL = 40
-#: ncu's Echo columns drawn as speed-of-light bars (by name prefix)
-SOL_COLUMNS = ("Compute throughput", "Memory throughput", "DRAM throughput", "Achieved occupancy")
 STYLE = ("body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin:.5em 0}"
          "caption{text-align:left;font-style:italic;padding:2px 0}"
          "td,th{padding:2px 10px;border-bottom:1px solid #ddd;text-align:left}td.n{text-align:right}"
@@ -252,89 +249,6 @@ def step_idle_figure(run: Path, table: c.TableSpec) -> Iterator[go.Figure]:
     if step is not None and not step.empty:
         yield plots.gantt(step, titled("one step on every rank: what the device does, why it waits",
                                        "the median step of the window (the idle's causes and lines)"))
-
-
-def torch_figures(info: RunInfo) -> Iterator[go.Figure]:
-    """HTA's views: temporal breakdown, idle time, overlap, launch delay, kernel types."""
-    run = info.run.path
-    temporal = read_table(run, c.TORCH_TEMPORAL.name)
-    if temporal is not None and not temporal.empty:
-        yield plots.stacked_per_rank(temporal, {"compute_time(us)": "compute", "non_compute_time(us)": "non-compute",
-                                                "idle_time(us)": "idle"}, "time (us)",
-                                     titled("temporal breakdown per rank", run_window(info, c.TORCH_TEMPORAL)))
-    idle = read_table(run, c.TORCH_IDLE.name)
-    if idle is not None and not idle.empty:
-        yield plots.bars_per_rank(idle, "idle_time", "idle_category", "idle time (us)",
-                                  titled("GPU idle time breakdown", run_window(info, c.TORCH_IDLE)))
-    overlap = read_table(run, c.TORCH_OVERLAP.name)
-    if overlap is not None and overlap["comp_comm_overlap_pctg"].notna().any():
-        yield plots.bars_per_rank(overlap.fillna(0), "comp_comm_overlap_pctg", None, "%", titled(
-            "communication overlapped by computation per rank", run_window(info, c.TORCH_OVERLAP)))
-    yield from step_idle_figure(run, c.TORCH_STEP_IDLE)
-    launch = read_table(run, c.TORCH_LAUNCH.name)
-    if launch is not None and not launch.empty:
-        yield plots.histogram(launch["launch_delay"], "launch delay (us)",
-                              titled("kernel launch delay", f"{run_window(info, c.TORCH_LAUNCH)} of the trace"),
-                              launch["rank"].astype(str))
-    types = read_table(run, c.TORCH_KERNEL_TYPES.name)
-    if types is not None and not types.empty:
-        yield plots.shares(types.groupby("kernel_type", as_index=False)["sum"].sum(), "kernel_type", "sum",
-                           titled("GPU time by kernel type, sum over ranks", run_window(info, c.TORCH_KERNEL_TYPES)))
-
-
-def nsys_figures(info: RunInfo) -> Iterator[go.Figure]:
-    """Echo's slowdown, GPU time by category and NCCL per rank, the timeline, busy/idle, gaps."""
-    run = info.run.path
-    slowdown = read_table(run, c.ECHO_SLOWDOWN.name)
-    if slowdown is not None and "slowdown" in slowdown and slowdown["slowdown"].notna().any():
-        yield plots.histogram(slowdown["slowdown"].dropna(), "slowdown (distributed / 1 GPU)", titled(
-            "kernel slowdown distribution (Echo)", f"{run_window(info, c.ECHO_SLOWDOWN)} of the whole capture"))
-    kern = read_table(run, c.NSYS_KERNELS.name)
-    if kern is not None and not kern.empty:
-        df = kern.assign(category=kern["name"].astype(str).map(categories_for(info.record)),
-                         time_ms=kern["total_ns"] / 1e6)
-        by = df.groupby(["rank", "category"], as_index=False)["time_ms"].sum()
-        yield plots.bars_per_rank(by, "time_ms", "category", "GPU time (ms)", titled(
-            "GPU time by kernel category per rank", run_window(info, c.NSYS_KERNELS)))
-    nccl = read_table(run, c.NSYS_NCCL.name)
-    if nccl is not None and not nccl.empty and "scope" in nccl:
-        per_rank = nccl[nccl["scope"] != "all"].assign(time_ms=lambda d: d["total_ns"] / 1e6,
-                                                       rank=lambda d: d["rank"].astype(int))
-        if not per_rank.empty:
-            yield plots.bars_per_rank(per_rank, "time_ms", "collective", "NCCL time (ms)",
-                                      titled("NCCL collectives per type and rank", run_window(info, c.NSYS_NCCL)))
-    yield from step_idle_figure(run, c.NSYS_STEP_IDLE)
-    timeline = read_table(run, c.NSYS_TIMELINE.name)
-    if timeline is not None and not timeline.empty:
-        yield plots.gantt(timeline, titled("one iteration on every rank",
-                                           f"the median iteration of the {run_window(info, c.NSYS_WINDOW)}"))
-    overlap = read_table(run, c.NSYS_OVERLAP.name)
-    if overlap is not None and not overlap.empty:
-        ms = overlap.assign(**{c: overlap[c] / 1e6 for c in ("compute_ns", "comm_ns", "idle_ns")})
-        yield plots.stacked_per_rank(ms, {"compute_ns": "compute", "comm_ns": "communication", "idle_ns": "idle"},
-                                     "ms", titled("GPU busy and idle time per rank", run_window(info, c.NSYS_OVERLAP)))
-    gaps = read_table(run, c.NSYS_GAPS.name)
-    if gaps is not None and not gaps.empty:
-        window = read_table(run, c.NSYS_WINDOW.name)
-        starts = dict(zip(window["rank"], window["start_ns"], strict=True)) if window is not None else {}
-        length = float(window["duration_ns"].max()) / 1e6 if window is not None and not window.empty else \
-            float((gaps["end_ns"] - gaps["start_ns"].min()).max()) / 1e6
-        yield plots.gaps(gaps, starts, length, titled(f"GPU idle gaps over {c.NSYS_GAP_NS / 1e6:g} ms per rank",
-                                                      run_window(info, c.NSYS_GAPS)))
-
-
-def ncu_figures(info: RunInfo) -> Iterator[go.Figure]:
-    """Echo's kernel metric table as speed-of-light bars."""
-    table = read_table(info.run.path, c.NCU_METRICS.name)
-    if table is None or table.empty:
-        return
-    cols = [c for c in table.columns if c.startswith(SOL_COLUMNS) and pd.api.types.is_numeric_dtype(table[c])]
-    if cols:
-        head = table.head(20)
-        head = head.assign(kernel=head["ID"].astype(str) + " " + head["Kernel Name"].astype(str).str.slice(0, 40))
-        long = head.melt(id_vars="kernel", value_vars=cols, var_name="metric", value_name="pct")
-        yield plots.sol_bars(long, titled("ncu speed of light (Echo metrics)", f"{run_window(info, c.NCU_METRICS)} "
-                                          "profiled, the first 20"))
 
 
 def run_figures(info: RunInfo) -> Iterator[go.Figure]:

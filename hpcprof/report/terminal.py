@@ -145,7 +145,7 @@ def top_kernels_window(tool: str) -> str:
     """What the top kernels' times are: per rank, over the window of the tool's kernels table."""
     profiler = profilers.find(tool)
     table = profiler.table("kernels") if profiler is not None else None
-    return f"GPU time per rank, {table_window(table) if table else RUN}"
+    return f"GPU time per rank, {table_window(table, profilers.catalogs()) if table else RUN}"
 
 
 #: the bus bandwidth table's title in both reports, and how many of its rows they show (most time first)
@@ -185,7 +185,7 @@ def busbw_summary(run_dir: Path, tool: str) -> tuple[pd.DataFrame, str] | None:
     shown = shown[columns]
     shown.columns = names
     unknown = int(table.loc[(table["scope"] == rows["scope"].iloc[0]) & table["bytes"].isna(), "count"].sum())
-    return shown, f"{BUSBW_TITLE} ({table_window(name)})" + \
+    return shown, f"{BUSBW_TITLE} ({table_window(name, profilers.catalogs())})" + \
         (f"; {unknown} NCCL kernels without a size ({name}'s note says why)" if unknown else "") + \
         ("; % of attainable: of hpcprof bench ceilings in the same job, the same collective nearest in size"
          if "attainable" in columns else "")

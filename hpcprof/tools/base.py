@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
-from hpcprof.catalog import table_name
+from hpcprof.catalog import ToolCatalog, table_name
 
 
 class Launch(NamedTuple):
@@ -61,6 +61,7 @@ class Profiler(NamedTuple):
     capture: CaptureHook | None = None          # its capture hook (None: it records from the start)
     collector: str | None = None                # "module:Class" of its ToolCollector (None: nothing to collect)
     tables: Tables = Tables()                   # its result tables by role
+    catalog: ToolCatalog = ToolCatalog()        # its result tables declared, and their part in the metrics
     kernel_time: KernelTime | None = None       # the kernels table's name and time columns
     metrics: tuple[str, ...] = ()               # "module:function"s (tables -> headline metrics)
     figures: str | None = None                  # "module:function" (RunInfo -> the report's figures of a run)

@@ -8,9 +8,9 @@ from typing import Annotated, Literal
 
 from msgspec import Meta
 
-from hpcprof import catalog as c
 from hpcprof.models import Model, run_checks
 from hpcprof.tools.base import Launch, Profiler, Tables
+from hpcprof.tools.ncu import tables as nc
 
 #: Sections asked for when an experiment names neither `set` nor `sections`: those that fill
 #: Echo's kernel metric table (hpcprof.tools.ncu.analysis.metrics.ECHO_SECTION_IDS).
@@ -94,5 +94,6 @@ PROFILER = Profiler(
     suffixes=(".ncu-rep", ".csv"),                  # a report, or its CSV export
     options=NcuOptions, launch=launch, capture=capture,
     collector="hpcprof.tools.ncu.analysis.collect:NcuCollector",
-    tables=Tables(kernels=c.NCU_METRICS.key),
-    figures="hpcprof.report.html:ncu_figures")
+    catalog=nc.CATALOG,
+    tables=Tables(kernels=nc.METRICS.key),
+    figures="hpcprof.tools.ncu.report.figures:ncu_figures")

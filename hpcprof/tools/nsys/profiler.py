@@ -10,9 +10,9 @@ from typing import Any, Literal
 
 import msgspec
 
-from hpcprof import catalog as c
 from hpcprof.models import Model, run_checks
 from hpcprof.tools.base import KernelTime, Launch, Profiler, Tables
+from hpcprof.tools.nsys import tables as nt
 
 NSYS_TRACES = ("cuda", "nvtx", "osrt", "cublas", "cublas-verbose", "cudnn", "cusparse", "cusolver",
                "mpi", "ucx", "oshmem", "openacc", "openmp", "opengl", "vulkan", "nvvideo",
@@ -124,10 +124,11 @@ PROFILER = Profiler(
     suffixes=(".nsys-rep", ".qdrep", ".sqlite"),     # a report, the old name of one, its SQLite export
     options=NsysOptions, launch=launch, check=check, capture=capture,
     collector="hpcprof.tools.nsys.analysis.collect:NsysCollector",
-    tables=Tables(iterations=c.NSYS_ITERATIONS.key, window=c.NSYS_WINDOW.key, critical_path=c.NSYS_CRITICAL_PATH.key,
-                  kernels=c.NSYS_KERNELS.key, collectives=c.NSYS_NCCL.key, busbw=c.NSYS_BUSBW.key),
+    catalog=nt.CATALOG,
+    tables=Tables(iterations=nt.ITERATIONS.key, window=nt.WINDOW.key, critical_path=nt.CRITICAL_PATH.key,
+                  kernels=nt.KERNELS.key, collectives=nt.NCCL.key, busbw=nt.BUSBW.key),
     kernel_time=KernelTime("name", "total_ns", 1e6),
-    metrics=("hpcprof.analysis.summary:nsys_metrics", "hpcprof.analysis.summary:slowdown_metrics"),
-    figures="hpcprof.report.html:nsys_figures",
+    metrics=("hpcprof.tools.nsys.analysis.headline:nsys_metrics", "hpcprof.analysis.summary:slowdown_metrics"),
+    figures="hpcprof.tools.nsys.report.figures:nsys_figures",
     diff="hpcprof.tools.nsys.analysis.diff:diff_profile",
     api=("hpcprof.tools.nsys.analysis.api:nsys_reports", "hpcprof.tools.nsys.analysis.api:nsys_report"))

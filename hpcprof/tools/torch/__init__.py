@@ -1,1 +1,2 @@
-"""torch.profiler: its declaration (profiler) and HTA's analyses of its Kineto traces (analysis)."""
+"""torch.profiler: its declaration (profiler), its result tables (tables), HTA's analyses of its
+Kineto traces and its headline metrics (analysis) and its figures in the HTML report (report)."""

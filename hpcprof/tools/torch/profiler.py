@@ -8,9 +8,9 @@ from typing import Annotated, Any
 
 from msgspec import Meta
 
-from hpcprof import catalog as c
 from hpcprof.models import Model, given_fields
 from hpcprof.tools.base import KernelTime, Launch, Profiler, Tables
+from hpcprof.tools.torch import tables as tt
 
 
 class TorchOptions(Model):
@@ -55,11 +55,12 @@ PROFILER = Profiler(
     suffixes=(".pt.trace.json", ".pt.trace.json.gz"),
     options=TorchOptions, launch=launch, check=check,
     collector="hpcprof.tools.torch.analysis.collect:TorchCollector",
-    tables=Tables(iterations=c.TORCH_ITERATIONS.key, window=c.TORCH_WINDOW.key,
-                  critical_path=c.TORCH_CRITICAL_PATH.key, kernels=c.TORCH_WINDOW_KERNELS.key,
-                  busbw=c.TORCH_BUSBW.key),
+    catalog=tt.CATALOG,
+    tables=Tables(iterations=tt.ITERATIONS.key, window=tt.WINDOW.key,
+                  critical_path=tt.CRITICAL_PATH.key, kernels=tt.WINDOW_KERNELS.key,
+                  busbw=tt.BUSBW.key),
     kernel_time=KernelTime("name", "total_ns", 1e6),
-    metrics=("hpcprof.analysis.summary:torch_metrics",),
-    figures="hpcprof.report.html:torch_figures",
+    metrics=("hpcprof.tools.torch.analysis.headline:torch_metrics",),
+    figures="hpcprof.tools.torch.report.figures:torch_figures",
     diff="hpcprof.tools.torch.analysis.diff:diff_profile",
     api=("hpcprof.tools.torch.analysis.api:load_traces", "hpcprof.tools.torch.analysis.api:Traces"))

@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 
 from hpcprof.analysis.collector import Log, ReadTable, Reducer, ToolCollector
-from hpcprof.catalog import NCU_METRICS
+from hpcprof.tools.ncu import tables as nc
 from hpcprof.tools.ncu.analysis.metrics import kernel_table, missing_sections
 from hpcprof.tools.ncu.analysis.parse import load
 
@@ -19,12 +19,12 @@ def analyse_file(path: Path, rank: int, ncu: str | None = None) -> dict[str, pd.
     df = kernel_table(load(path, ncu))
     df.insert(0, "file", path.name)
     df.insert(0, "rank", pd.array([rank] * len(df), dtype="Int64"))
-    return {NCU_METRICS.key: df}
+    return {nc.METRICS.key: df}
 
 
 def note_missing_sections(read: ReadTable, log: Log) -> dict[str, pd.DataFrame]:
     """No new table; logs the Echo columns empty in every file (the ncu section to add)."""
-    metrics = read(NCU_METRICS.key)
+    metrics = read(nc.METRICS.key)
     for note in missing_sections(metrics if metrics is not None else pd.DataFrame()):
         log(f"ncu: {note}")
     return {}

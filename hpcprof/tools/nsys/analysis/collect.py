@@ -15,7 +15,6 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from hpcprof import catalog as c
 from hpcprof.analysis import busbw
 from hpcprof.analysis.collector import CollectContext, Log, ReadTable, Reducer, RunStep, ToolCollector, each_alone
 from hpcprof.analysis.detect_steps import window_note
@@ -24,6 +23,7 @@ from hpcprof.errors import Problem
 from hpcprof.results import arrow_table, to_arrow
 from hpcprof.rundir import LOG_TAIL_BYTES
 from hpcprof.safe_paths import read_tail
+from hpcprof.tools.nsys import tables as nt
 from hpcprof.tools.nsys.analysis import critical_path
 from hpcprof.tools.nsys.analysis import distributed as dist
 from hpcprof.tools.nsys.analysis import window as win
@@ -106,7 +106,7 @@ def sqlite_files(ctx: CollectContext, tool_paths: Mapping[str, str]) -> dict[str
 
 
 #: GPU idle gaps reported by collect (the report's gaps plot): longer than 0.1 ms
-GAP_NS = c.NSYS_GAP_NS
+GAP_NS = nt.GAP_NS
 
 
 def rank_nccl(act: dist.Activity) -> pa.Table:
@@ -156,19 +156,30 @@ def analyse_tables(path: Path, rank: int, nvtx_window: str | None = None, cpus: 
         [summaries] = summary_tables([(export, rank)])
         if isinstance(summaries, Exception):
             raise summaries
-        return summaries | activity_tables(activity, nvtx_window or win.run_window_range(path)) | idle_tables(path, rank)
+        return summaries | activity_tables(activity, nvtx_window or win.run_window_range(path)) | \
+            idle_tables(path, rank, (export, activity))
 
 
-def idle_tables(path: Path, rank: int) -> dict[str, pa.Table]:
+def idle_tables(path: Path, rank: int, opened: tuple[Export, dist.Activity] | None = None) -> dict[str, pa.Table]:
     """The idle attribution of the step hook's steps in one rank's export (hpcprof.analysis.idle,
     nsys/idle.py, with the run's stack samples where found): its causes, one typical step, the
-    time per line; empty tables for an export without the hook's steps."""
+    time per line; empty tables for an export without the hook's steps. `opened`: the export
+    already open and the activity read from it (its GPU operations are the device's busy time)."""
     from hpcprof.analysis import idle as I
-    from hpcprof.tools.nsys.analysis.idle import timeline
+    from hpcprof.tools.nsys.analysis.idle import export_timeline, timeline
 
-    steps = timeline(path, rank, I.find_samples(path, rank))
-    frames = {c.NSYS_IDLE_CAUSES.key: I.attribute([steps]), c.NSYS_STEP_IDLE.key: I.typical_step([steps]),
-              c.NSYS_LINES.key: I.line_time([steps])}
+    samples = I.find_samples(path, rank)
+    if opened is None:
+        steps = timeline(path, rank, samples)
+    else:
+        export, activity = opened
+        mine = activity.column("file") == str(export.path)
+        busy = I.intervals(activity.column("start")[mine].astype(np.float64) / 1000,
+                           activity.column("end")[mine].astype(np.float64) / 1000)
+        steps = export_timeline(export.sql_rows, export.table_names, rank, samples, busy)
+    cut = [I.split(steps)]
+    frames = {nt.IDLE_CAUSES.key: I.attribute([steps], cut), nt.STEP_IDLE.key: I.typical_step([steps], cut),
+              nt.LINES.key: I.line_time([steps])}
     return {key: pa.Table.from_pandas(frame, preserve_index=False) for key, frame in frames.items()}
 
 
@@ -197,17 +208,17 @@ def activity_tables(activity: dist.Activity, nvtx_window: str | None) -> dict[st
     window = win.find_window(activity, nvtx_window)
     busbw = busbw_table(activity, window.bounds)         # first: the clip's rows keep the NCCL mask it makes
     inside = win.clip(activity, window)
-    out[c.NSYS_WINDOW.key] = win.window_summary(activity, window)
-    out[c.NSYS_ITERATIONS.key] = win.iteration_series(activity, window)
-    out[c.NSYS_KERNELS.key] = win.with_window(win.kernel_sum(inside), window)
-    out[c.NSYS_NCCL.key] = win.with_window(rank_nccl(inside), window)
-    out[c.NSYS_BUSBW.key] = busbw
-    out[c.NSYS_OVERLAP.key] = win.with_window(columns_table(dist.overlap_columns(inside)), window)
-    out[c.NSYS_PHASES.key] = win.with_window(columns_table(dist.phase_columns(activity, win.instances_inside(window))), window)
-    out[c.NSYS_TIMELINE.key] = iteration_timeline(activity, window)
-    out[c.NSYS_GAPS.key] = win.with_window(columns_table(dist.gap_columns(inside, GAP_NS)), window)
-    out[c.NSYS_CAPTURE_OVERLAP.key] = columns_table(dist.overlap_columns(activity))
-    out[c.NSYS_CAPTURE_PHASES.key] = columns_table(dist.phase_columns(activity, window.instance_columns))
+    out[nt.WINDOW.key] = win.window_summary(activity, window)
+    out[nt.ITERATIONS.key] = win.iteration_series(activity, window)
+    out[nt.KERNELS.key] = win.with_window(win.kernel_sum(inside), window)
+    out[nt.NCCL.key] = win.with_window(rank_nccl(inside), window)
+    out[nt.BUSBW.key] = busbw
+    out[nt.OVERLAP.key] = win.with_window(columns_table(dist.overlap_columns(inside)), window)
+    out[nt.PHASES.key] = win.with_window(columns_table(dist.phase_columns(activity, win.instances_inside(window))), window)
+    out[nt.TIMELINE.key] = iteration_timeline(activity, window)
+    out[nt.GAPS.key] = win.with_window(columns_table(dist.gap_columns(inside, GAP_NS)), window)
+    out[nt.CAPTURE_OVERLAP.key] = columns_table(dist.overlap_columns(activity))
+    out[nt.CAPTURE_PHASES.key] = columns_table(dist.phase_columns(activity, window.instance_columns))
     events = critical_path.rank_event_columns(activity)
     out[critical_path.EVENTS_TABLE] = arrow_table(events) if events is not None else \
         to_arrow(critical_path.empty_events(), pandas_metadata=False)
@@ -300,7 +311,7 @@ def joint_pass(files: Sequence[tuple[Path, int]], group: list[int],
         tables = activity_tables(activity, win.run_window_range(files[group[0]][0]))
         parts = {name: split_by_rank(table, [files[i][1] for i in joint]) for name, table in tables.items()}
         summaries = summary_tables([(exports[i], files[i][1]) for i in joint])
-        return {i: got | {name: rows[at] for name, rows in parts.items()} | idle_tables(*files[i])
+        return {i: got | {name: rows[at] for name, rows in parts.items()} | idle_tables(*files[i], (exports[i], activity))
                 for at, (i, got) in enumerate(zip(joint, summaries, strict=True))
                 if isinstance(got, dict)}       # a failed export: left to the caller
 
@@ -313,24 +324,24 @@ def analyse_file(path: Path, rank: int, nvtx_window: str | None = None, cpus: in
 
 def median_timeline(read: ReadTable, log: Log) -> dict[str, pd.DataFrame]:
     """The timeline cut to the window's median iteration (the same iteration on every rank)."""
-    timeline = read(c.NSYS_TIMELINE.key)
-    middle = median_iteration(read(c.NSYS_ITERATIONS.key))
+    timeline = read(nt.TIMELINE.key)
+    middle = median_iteration(read(nt.ITERATIONS.key))
     if timeline is None or middle is None:
         return {}
-    return {c.NSYS_TIMELINE.key: timeline[timeline["iteration"] == middle].reset_index(drop=True)}
+    return {nt.TIMELINE.key: timeline[timeline["iteration"] == middle].reset_index(drop=True)}
 
 
 def nccl_with_totals(read: ReadTable, log: Log) -> dict[str, pd.DataFrame]:
     """Per collective, the totals over all ranks and the slowest rank (`scope == "all"`,
     distributed.nccl_across_ranks: the same rows as `hpcprof nsys nccl`) appended to the per-rank
     NCCL rows."""
-    per = read(c.NSYS_NCCL.key)
-    return {c.NSYS_NCCL.key: dist.nccl_across_ranks(per)} if per is not None and not per.empty else {}
+    per = read(nt.NCCL.key)
+    return {nt.NCCL.key: dist.nccl_across_ranks(per)} if per is not None and not per.empty else {}
 
 
 def busbw_across_ranks(read: ReadTable, log: Log) -> dict[str, pd.DataFrame]:
     """nsys_busbw with its rows across ranks (the slowest and fastest rank: busbw.across_ranks)."""
-    return busbw.reduce_table(c.NSYS_BUSBW.key, read, log)
+    return busbw.reduce_table(nt.BUSBW.key, read, log)
 
 
 #: the cross-rank steps of nsys in collect (NsysCollector.reducers), independent of one another
@@ -342,7 +353,7 @@ class NsysCollector(ToolCollector):
     summary and timeline across ranks; the ranks whose capture left no profile, and Echo's slowdown
     of the run against its sweep's world-size-1 run."""
 
-    rewritten = (c.NSYS_TIMELINE.key, c.NSYS_NCCL.key, c.NSYS_BUSBW.key)  # median_timeline, nccl_with_totals, busbw
+    rewritten = (nt.TIMELINE.key, nt.NCCL.key, nt.BUSBW.key)  # median_timeline, nccl_with_totals, busbw
     report_and_export = True            # rank1.nsys-rep and rank1.sqlite: one rank's report and its export
     check_without_files = True          # a run whose profiled ranks left no file at all names them
 

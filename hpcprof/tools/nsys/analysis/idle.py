@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -23,30 +24,40 @@ SYNC_CALLS = frozenset({"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaE
 GPU_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET")
 
 
-def _tables(db: sqlite3.Connection) -> set[str]:
-    return {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+#: SQL with `?` parameters -> its rows (an open export's query)
+Query = Callable[[str, Sequence[object]], list[tuple]]
 
 
 def timeline(path: Path, rank: int = 0, samples: Path | None = None) -> I.Timeline:
-    """The idle attribution's timeline of one rank's export (µs on the export's clock); `samples`:
-    the stack sampler's file of that rank."""
+    """The idle attribution's timeline of one rank's export file (µs on the export's clock);
+    `samples`: the stack sampler's file of that rank."""
     db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
-        tables = _tables(db)
-        steps = db.execute("SELECT start, end, globalTid FROM NVTX_EVENTS WHERE text = ? AND end IS NOT NULL "
-                           "ORDER BY start", (STEP_RANGE,)).fetchall() if "NVTX_EVENTS" in tables else []
-        if not steps:       # no step hook's steps: nothing to attribute (nothing more read)
-            none = I.intervals(np.zeros(0), np.zeros(0))
-            return I.Timeline(rank=rank, steps=none, busy=none, host={}, sync_ops=none)
-        busy = [r for t in GPU_TABLES if t in tables for r in db.execute(f"SELECT start, end FROM {t}")]
-        main = steps[0][2] if steps else None
-        calls = db.execute("SELECT r.start, r.end, s.value FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds s "
-                           "ON r.nameId = s.id WHERE r.globalTid = ? ORDER BY r.start", (main,)).fetchall() \
-            if "CUPTI_ACTIVITY_KIND_RUNTIME" in tables else []
-        start_ns = db.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone() \
-            if "TARGET_INFO_SESSION_START_TIME" in tables else None
+        tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        return export_timeline(lambda sql, params: db.execute(sql, params).fetchall(), tables, rank, samples)
     finally:
         db.close()
+
+
+def export_timeline(query: Query, tables: set[str], rank: int = 0, samples: Path | None = None,
+                    busy: I.Intervals | None = None) -> I.Timeline:
+    """The idle attribution's timeline of an open export (its `query` and `tables`): `busy` the
+    device's busy intervals (µs) where the caller has read its GPU operations, else read here."""
+    steps = query("SELECT start, end, globalTid FROM NVTX_EVENTS WHERE text = ? AND end IS NOT NULL "
+                  "ORDER BY start", (STEP_RANGE,)) if "NVTX_EVENTS" in tables else []
+    if not steps:       # no step hook's steps: nothing to attribute (nothing more read)
+        none = I.intervals(np.zeros(0), np.zeros(0))
+        return I.Timeline(rank=rank, steps=none, busy=none, host={}, sync_ops=none)
+    if busy is None:
+        rows = [r for t in GPU_TABLES if t in tables for r in query(f"SELECT start, end FROM {t}", ())]
+        busy = I.intervals(np.array([b[0] for b in rows], dtype=np.float64) / 1000,
+                           np.array([b[1] for b in rows], dtype=np.float64) / 1000)
+    main = steps[0][2]
+    calls = query("SELECT r.start, r.end, s.value FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds s "
+                  "ON r.nameId = s.id WHERE r.globalTid = ? ORDER BY r.start", (main,)) \
+        if "CUPTI_ACTIVITY_KIND_RUNTIME" in tables else []
+    start_ns = query("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME", ())[:1] \
+        if "TARGET_INFO_SESSION_START_TIME" in tables else None
     s = np.array([c[0] for c in calls], dtype=np.float64) / 1000
     e = np.array([c[1] for c in calls], dtype=np.float64) / 1000
     names = [_VERSION.sub("", c[2]) for c in calls]
@@ -61,9 +72,7 @@ def timeline(path: Path, rank: int = 0, samples: Path | None = None) -> I.Timeli
         issuing = issuing[0][first], np.maximum.reduceat(issuing[1], first)
     window = (np.array([r[0] for r in steps], dtype=np.float64) / 1000,
               np.array([r[1] for r in steps], dtype=np.float64) / 1000)
-    t = I.Timeline(rank=rank, steps=window,
-                   busy=I.intervals(np.array([b[0] for b in busy], dtype=np.float64) / 1000,
-                                    np.array([b[1] for b in busy], dtype=np.float64) / 1000),
+    t = I.Timeline(rank=rank, steps=window, busy=busy,
                    host={"sync": I.intervals(np.concatenate([sync_ops[0], after[0]]),
                                              np.concatenate([sync_ops[1], after[1]])),
                          "launch": issuing},
@@ -80,5 +89,5 @@ def timeline(path: Path, rank: int = 0, samples: Path | None = None) -> I.Timeli
     t.evidence["launch"] = f"{len(launches) / steps_n:.0f} kernel launches a step, median launch " \
                            f"{float(np.median(launches)) if launches else float('nan'):.1f} us"
     if start_ns and samples is not None and samples.is_file():
-        I.add_samples(t, samples, float(start_ns[0]))
+        I.add_samples(t, samples, float(start_ns[0][0]))
     return t

@@ -300,11 +300,12 @@ class Export:
         """Run a Core select on the driver cursor; all rows as tuples."""
         return self.sql_rows(str(stmt.compile(self.engine, compile_kwargs={"literal_binds": True})))
 
-    def sql_rows(self, sql: str) -> list[tuple]:
-        """Run SQL text on the sqlite3 connection; all rows as tuples (small results only)."""
+    def sql_rows(self, sql: str, params: Sequence[object] = ()) -> list[tuple]:
+        """Run SQL text (its `?` bound to `params`) on the sqlite3 connection; all rows as tuples
+        (small results only)."""
         try:
             with self._lock:
-                return self._db.execute(sql).fetchall()
+                return self._db.execute(sql, params).fetchall()
         except sqlite3.DatabaseError as exc:
             raise NsysInputError(f"{self.path}: SQLite error ({exc})") from None
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from hpcprof import catalog as c
+from hpcprof.tools.torch import tables as tt
 from hpcprof.tools.torch.analysis.load import RankTrace
 from hpcprof.tools.torch.analysis.table import (
     Table,
@@ -412,10 +412,10 @@ def all_analyses(traces: Sequence[RankTrace]) -> dict[str, Table]:
     """HTA's five analyses with their defaults, on traces loaded once: temporal, overlap, idle,
     launch, kernels and kernel_types (per rank), each with a rank column."""
     return {
-        c.TORCH_TEMPORAL.key: temporal_breakdown(traces),
-        c.TORCH_OVERLAP.key: comm_comp_overlap(traces),
-        c.TORCH_IDLE.key: idle_time_breakdown(traces),
-        c.TORCH_LAUNCH.key: kernel_launch_stats(traces),
-        c.TORCH_KERNELS.key: kernel_breakdown(traces),
-        c.TORCH_KERNEL_TYPES.key: kernel_type_breakdown(traces, per_rank=True),
+        tt.TEMPORAL.key: temporal_breakdown(traces),
+        tt.OVERLAP.key: comm_comp_overlap(traces),
+        tt.IDLE.key: idle_time_breakdown(traces),
+        tt.LAUNCH.key: kernel_launch_stats(traces),
+        tt.KERNELS.key: kernel_breakdown(traces),
+        tt.KERNEL_TYPES.key: kernel_type_breakdown(traces, per_rank=True),
     }

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from hpcprof import catalog as c
 from hpcprof.analysis import busbw
 from hpcprof.analysis.collector import Log, NothingToAnalyse, ReadTable, Reducer, ToolCollector
 from hpcprof.analysis.detect_steps import window_note
-from hpcprof.analysis.idle import attribute, line_time, typical_step
+from hpcprof.analysis.idle import attribute, line_time, split, typical_step
+from hpcprof.tools.torch import tables as tt
 from hpcprof.tools.torch.analysis import critical_path
 from hpcprof.tools.torch.analysis.analyses import all_analyses
 from hpcprof.tools.torch.analysis.collectives import TraceCollectives, busbw_table
@@ -47,37 +47,37 @@ def analyse_file(path: Path, rank: int, cores: int = 1) -> dict[str, pd.DataFram
         if events is None or events.empty:
             raise NothingToAnalyse(str(exc)) from None
         steps = idle.timeline(path, rank)
-        return {critical_path.EVENTS_TABLE: events, c.TORCH_LINES.key: line_time([steps]),
-                c.TORCH_STEP_IDLE.key: typical_step([steps])}
+        return {critical_path.EVENTS_TABLE: events, tt.LINES.key: line_time([steps]),
+                tt.STEP_IDLE.key: typical_step([steps])}
     window, iterations = trace_window(trace)
     analysed = {key: table.frame() for key, table in all_analyses([trace]).items()}
     steps = idle.timeline(path, trace.rank)
     add_queue_length(steps, trace)
-    causes = attribute([steps])
-    return {**analysed, c.TORCH_IDLE_CAUSES.key: causes, c.TORCH_LINES.key: line_time([steps]),
-            c.TORCH_STEP_IDLE.key: typical_step([steps]), c.TORCH_WINDOW.key: window, c.TORCH_ITERATIONS.key: iterations,
-            c.TORCH_WINDOW_KERNELS.key: window_kernels(trace, window),
-            c.TORCH_BUSBW.key: busbw_table(collectives, trace.rank, window, path),
+    cut = [split(steps)]
+    return {**analysed, tt.IDLE_CAUSES.key: attribute([steps], cut), tt.LINES.key: line_time([steps]),
+            tt.STEP_IDLE.key: typical_step([steps], cut), tt.WINDOW.key: window, tt.ITERATIONS.key: iterations,
+            tt.WINDOW_KERNELS.key: window_kernels(trace, window),
+            tt.BUSBW.key: busbw_table(collectives, trace.rank, window, path),
             critical_path.EVENTS_TABLE: path_events.frame(path, trace.rank)}
 
 
 def sorted_kernels(read: ReadTable, log: Log) -> dict[str, pd.DataFrame]:
     """The kernels table in all_analyses' order over all ranks (kernel type, name, rank)."""
-    kernels = read(c.TORCH_KERNELS.key)
+    kernels = read(tt.KERNELS.key)
     if kernels is None:
         return {}
-    return {c.TORCH_KERNELS.key: kernels.sort_values(["kernel_type", "name", "rank"], kind="stable", ignore_index=True)}
+    return {tt.KERNELS.key: kernels.sort_values(["kernel_type", "name", "rank"], kind="stable", ignore_index=True)}
 
 
 def busbw_across_ranks(read: ReadTable, log: Log) -> dict[str, pd.DataFrame]:
     """torch_busbw with its rows across ranks (the slowest and fastest rank: busbw.across_ranks)."""
-    return busbw.reduce_table(c.TORCH_BUSBW.key, read, log)
+    return busbw.reduce_table(tt.BUSBW.key, read, log)
 
 
 def cpu_note(read: ReadTable, log: Log) -> dict[str, pd.DataFrame]:
     """The line that says why traces with gloo's collectives but no GPU event (CPU ranks) give the
     critical path and nothing of HTA's GPU analyses."""
-    if read(c.TORCH_WINDOW.key) is None and read(critical_path.EVENTS_TABLE) is not None:
+    if read(tt.WINDOW.key) is None and read(critical_path.EVENTS_TABLE) is not None:
         log("torch: no GPU events in the traces (CPU ranks): HTA's GPU analyses skipped; the critical path "
             "and stragglers from gloo's collectives")
     return {}
@@ -91,7 +91,7 @@ class TorchCollector(ToolCollector):
     """torch.profiler traces in `collect`: HTA's analyses and the window of each rank's trace,
     then the kernels and critical-path tables across ranks."""
 
-    rewritten = (c.TORCH_KERNELS.key, c.TORCH_BUSBW.key)    # sorted_kernels, busbw_across_ranks
+    rewritten = (tt.KERNELS.key, tt.BUSBW.key)    # sorted_kernels, busbw_across_ranks
 
     def analyse_file(self, path: Path, rank: int) -> dict[str, pd.DataFrame]:
         return analyse_file(path, rank, self.cores)

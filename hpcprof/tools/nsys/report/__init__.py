@@ -1,0 +1,1 @@
+"""nsys's part of the HTML report (above hpcprof.report: its figures of a run)."""
