@@ -91,6 +91,21 @@ def test_world_size_must_match_resources(tmp_path: Path, monkeypatch: pytest.Mon
              ["sweep={}", "resources.ranks_per_node=2", "workload.args.world_size=3"], tmp_path)
 
 
+
+def test_echos_world_size_must_match_resources_at_submit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Echo folder's local_config.json asks for 2 ranks: one rank is refused when planned, not
+    when the run starts; the experiment's own world_size overrides Echo's."""
+    monkeypatch.chdir(REPO)
+    exp = tmp_path / "ddp.yaml"
+    exp.write_text("name: echo\nworkload: {kind: ddp, args: {echo_input: examples/echo_gpt2}}\n"
+                   "resources: {nodes: 1, ranks_per_node: 1}\n")
+    with pytest.raises(UserError, match=r"field 'world_size of examples/echo_gpt2/local_config.json': 2 but the "
+                                        r"resources give 1 ranks .*workload.args.world_size overrides Echo's"):
+        plan(exp, find_site("local"), [], tmp_path)
+    [run] = plan(exp, find_site("local"), ["workload.args.world_size=1"], tmp_path).runs
+    assert run.point.workload_args.world_size == 1
+
+
 def quickstart_commands() -> list[list[str]]:
     """The `hpcprof ...` command lines of examples/quickstart.sh (continuations joined), as argv."""
     import shlex

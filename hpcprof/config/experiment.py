@@ -38,6 +38,7 @@ from hpcprof.config.validation import load_yaml, parse_yaml
 from hpcprof.errors import UserError
 from hpcprof.models import Model, dump, matching, run_checks, validate
 from hpcprof.workloads import workload_args_model
+from hpcprof.workloads.args import echo_world_size
 from hpcprof.workloads.ceiling_specs import parse_collective, parse_gemm
 
 #: an experiment's `name:` (it names directories and jobs)
@@ -367,10 +368,14 @@ def resolve_point(index: int, params: dict[str, Any], experiment: Experiment, wo
                         f"{account}{site.gpu_account_suffix}")
     selection = experiment.profile.selection
     world = res.nodes * ranks_per_node
-    expected = getattr(workload_args, "world_size", None)
+    expected, field = getattr(workload_args, "world_size", None), "workload.args.world_size"
+    if expected is None and (folder := getattr(workload_args, "echo_input", None)) is not None:
+        # Echo's local_config.json holds it where the experiment does not (the experiment's wins)
+        expected, field = echo_world_size(Path(folder)), f"world_size of {Path(folder) / 'local_config.json'}"
     if expected is not None and expected != world:
-        raise UserError(f"{where}: field 'workload.args.world_size': {expected} but the resources give "
-                        f"{world} ranks ({res.nodes} nodes x {ranks_per_node}); make them agree")
+        raise UserError(f"{where}: field '{field}': {expected} but the resources give "
+                        f"{world} ranks ({res.nodes} nodes x {ranks_per_node}); make them agree "
+                        "(workload.args.world_size overrides Echo's)")
     profile = experiment.profile
     check = profilers.get(profile.tool).check
     problem = check(profile.options, experiment.workload.kind, profile.window) if check else None

@@ -168,6 +168,19 @@ def launch_argv(args: WorkloadArgs, python: str) -> list[str]:
 ECHO_IGNORED_GLOBAL_KEYS = {"python_path": "paths.python", "nsys_path": "paths.nsys", "ncu_path": "paths.ncu"}
 
 
+def echo_world_size(folder: Path) -> int | None:
+    """The world_size an Echo folder's local_config.json asks for; None where it names none or
+    cannot be read (the workload reports a damaged file itself)."""
+    import json
+
+    try:
+        local = json.loads((Path(folder) / "local_config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    size = local.get("world_size") if isinstance(local, dict) else None
+    return size if isinstance(size, int) and not isinstance(size, bool) else None
+
+
 def echo_global_config_notes(folder: Path) -> list[str]:
     """One warning line per global_config.json key of an Echo folder that hpcprof ignores (the
     tool paths: the site's `paths:` are used), so that they are not ignored silently."""
