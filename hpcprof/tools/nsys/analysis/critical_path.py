@@ -29,20 +29,10 @@ from hpcprof.analysis.critical_path import (  # noqa: F401  (re-exported for col
 )
 from hpcprof.config.profile import STEP_RANGE
 from hpcprof.tools.nsys.analysis.activity import launch_starts
-from hpcprof.tools.nsys.analysis.distributed import (
-    Activity,
-    collectives,
-    per_distinct,
-    process_ranges,
-    read_process_ranges,
-)
+from hpcprof.tools.nsys.analysis.distributed import Activity, collectives, exports_ranges, per_distinct
 from hpcprof.tools.nsys.analysis.window import ECHO_RANGE, ITERATION_RANGE, TIMED_RANGE
 from hpcprof.tools.nsys.stats.arrays import group_starts
-from hpcprof.tools.nsys.stats.db import (
-    NVTX,
-    NsysInputError,
-    pid_of,
-)
+from hpcprof.tools.nsys.stats.db import pid_of
 
 
 def timed_iterations(names: np.ndarray, start: np.ndarray, end: np.ndarray,
@@ -89,15 +79,7 @@ def rank_event_columns(act: Activity, iteration_range: str | None = None) -> dic
     collective[comm] = collectives(act.column("short")[comm], act.column("name")[comm])
     files, rank, pid = act.column("file"), act.column("rank"), act.column("pid")
     parts: list[tuple[int, dict[str, np.ndarray], dict[str, np.ndarray], dict[str, np.ndarray]]] = []
-    read_process_ranges(act)
-    for path, export in act.exports.items():
-        try:
-            if not export.has(NVTX):
-                continue
-            ranges, names = process_ranges(export)
-        except NsysInputError as exc:       # as dist.phases: the export is named, the others analysed
-            act.failed[path] = str(exc)
-            continue
+    for path, ranges, names in exports_ranges(act):
         range_name = names[ranges["name"]]
         range_start, range_end = ranges["start"].astype(np.int64, copy=False), ranges["end"].astype(np.int64, copy=False)
         range_pid = pid_of(ranges["globalTid"])

@@ -9,6 +9,9 @@ pairwise join.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 
@@ -230,6 +233,21 @@ def read_process_ranges(act: Activity) -> None:
     nvtx.read_process_ranges(list(act.exports.values()), (OLD,))
 
 
+def exports_ranges(act: Activity) -> Iterator[tuple[Path, Columns, np.ndarray]]:
+    """(path, ranges, names) of each export of the activity that has NVTX ranges (process_ranges,
+    read together first); an export that fails is named in act.failed and the others analysed."""
+    read_process_ranges(act)
+    for path, export in act.exports.items():
+        try:
+            if not export.has(NVTX):
+                continue
+            ranges, names = process_ranges(export)
+        except NsysInputError as exc:
+            act.failed[path] = str(exc)
+            continue
+        yield path, ranges, names
+
+
 def _launched_ops(act: Activity) -> dict[str, np.ndarray]:
     """Each CUDA API call with each GPU operation it launched (same file, process and correlation id):
     the call's file, gtid, gpid and start, then the operation's start_op, end_op, kind and rank, as
@@ -276,15 +294,7 @@ def instance_columns(act: Activity) -> Columns:
     is_kernel = launches["kind"] == "kernel"
     kernel_ns = np.where(is_kernel, launches["end_op"] - launches["start_op"], 0)
     rows: list[dict[str, np.ndarray]] = []
-    read_process_ranges(act)
-    for path, export in act.exports.items():
-        try:
-            if not export.has(NVTX):
-                continue
-            ranges, names = process_ranges(export)
-        except NsysInputError as exc:
-            act.failed[path] = str(exc)
-            continue
+    for path, ranges, names in exports_ranges(act):
         if not len(ranges["start"]):
             continue
         range_name = names[ranges["name"]]
