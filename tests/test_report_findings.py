@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+import subprocess
 from collections import Counter
 from html import unescape
 from pathlib import Path
@@ -27,7 +28,6 @@ from window_campaign import (
     NEVER_RUN,
     NVTX_RUN,
     SWEEP,
-    collected_campaign,
     hpcprof,
     run_dir,
 )
@@ -36,9 +36,9 @@ from hpcprof import catalog as c
 
 
 @pytest.fixture(scope="module")
-def campaign(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    """(the campaign's workdir, collected here; what that collect printed)."""
-    workdir, collected = collected_campaign(tmp_path_factory.mktemp("findings"))
+def campaign(window_campaign: tuple[Path, subprocess.CompletedProcess[str]]) -> tuple[Path, str]:
+    """(the campaign's workdir, collected once per session; what that collect printed)."""
+    workdir, collected = window_campaign
     return workdir, collected.stdout + collected.stderr
 
 
