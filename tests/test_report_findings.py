@@ -295,6 +295,7 @@ def plotly_figures(html: Path) -> dict[str, tuple[list[dict], dict]]:
     return out
 
 
+@pytest.mark.slow   # Chromium
 @pytest.mark.parametrize("page", ["sweep", "echo"])
 def test_figures_take_the_page_width_and_keep_their_plot_area(reports: dict[str, Path], page: str,
                                                               tmp_path: Path) -> None:
