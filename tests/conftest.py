@@ -9,9 +9,10 @@ import pytest
 from fixture_files import materialize
 
 #: The service fixtures (each skips with its reason where the service cannot be started):
-#: slurm_cluster and torque_cluster, openpbs, postgres_server; and user_dirs: the session's own
-#: home and each test's own XDG directories, and the guard on the real user's.
-pytest_plugins = ["user_dirs", "slurm_cluster", "pbs_server", "postgres_server"]
+#: slurm_cluster and torque_cluster, openpbs, postgres_server; window_campaign (a collected workdir
+#: several files read); and user_dirs: the session's own home and each test's own XDG directories,
+#: and the guard on the real user's.
+pytest_plugins = ["user_dirs", "slurm_cluster", "pbs_server", "postgres_server", "window_campaign"]
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES_OVERRIDE = os.environ.get("HPCPROF_FIXTURES")  # an unpacked tree to use instead
@@ -55,12 +56,15 @@ COUNT_LINES: list[str] = []
 #: one at a time (a test asserting on Slurm's whole queue, say, must not see another test's jobs)
 SERVICE_FIXTURES = {"slurm_cluster": "slurm", "torque_cluster": "slurm", "cluster": "slurm-cluster",
                     "openpbs": "openpbs", "postgres_server": "postgres"}
+#: session fixtures that several test files only read -> the xdist group of the tests using one, so
+#: that one worker makes it once (the tests of a service keep the service's group)
+SHARED_FIXTURES = {"window_campaign": "window-campaign"}
 #: the groups measured longest (benchmarks/results/test_durations.txt), started first so that none of
 #: them is left to run alone at the end; the others follow in collection order (tests/run.sh passes
 #: --no-loadscope-reorder: xdist would otherwise start the groups with the most tests first)
 START_FIRST = ("slurm", "slurm-cluster", "test_differential_nsys.py", "test_forensics.py", "test_nsys_rules.py",
-               "test_reliability_hostile.py", "test_report_html.py", "test_trace_differential.py", "test_docs.py",
-               "test_reliability_silent.py", "test_steps.py", "test_differential_nsys_extra.py", "openpbs")
+               "test_reliability_hostile.py", "test_report_html.py", "window-campaign", "test_trace_differential.py",
+               "test_docs.py", "test_reliability_silent.py", "test_steps.py", "test_differential_nsys_extra.py", "openpbs")
 #: every collected test file (before -m deselects any): whether it has a test not marked slow
 FAST_FILES = pytest.StashKey[dict[Path, bool]]()
 
@@ -98,7 +102,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     group_of: dict[str, str] = {}
     for item in items:
         services = services_of(item)
-        group = group_of[item.nodeid] = groups[min(services)] if services else item.path.name
+        shared = sorted(SHARED_FIXTURES[name] for name in getattr(item, "fixturenames", ()) if name in SHARED_FIXTURES)
+        group = group_of[item.nodeid] = groups[min(services)] if services else shared[0] if shared else item.path.name
         item.add_marker(pytest.mark.xdist_group(group))
         if services:
             item.add_marker(pytest.mark.slow)

@@ -3,6 +3,7 @@
 `slurm_cluster` makes sure `sinfo` answers and the node takes jobs: if not, and we are root, it
 runs `slurm-local.sh start` (a few seconds); otherwise the test is skipped with the reason
 (conftest turns skips into failures under CI=true). `torque_cluster` adds the Torque wrappers.
+`time_limit_jobs` runs the jobs that wait for Slurm's time limit (TIME_LIMIT_JOBS) side by side.
 Knobs: HPCPROF_SLURM_LOCAL (path of slurm-local.sh; default $HPCPROF_SHARED/tools/, as in
 tests/run.sh), and the script's own (STATE, CPUS, TORQUE, AUTH, ACCT), defaulting here to
 CPUS=4 TORQUE=1 so that two small jobs run side by side and qsub/qstat/qdel work.
@@ -15,6 +16,7 @@ import shutil
 import subprocess
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
@@ -76,6 +78,21 @@ def torque_cluster(slurm_cluster: str) -> str:
     if missing:
         pytest.skip(f"{', '.join(missing)} missing: run `TORQUE=1 bash {SCRIPT} install` as root")
     return slurm_cluster
+
+
+#: the jobs that end at Slurm's time limit, by name: each takes its own empty directory and returns
+#: what its test asserts on (the test modules that import this add theirs)
+TIME_LIMIT_JOBS: dict[str, Callable[[Path], object]] = {}
+
+
+@pytest.fixture(scope="session")
+def time_limit_jobs(slurm_cluster: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Future[object]]:
+    """Every TIME_LIMIT_JOBS job started at once and waited for, name -> its finished Future (a
+    job's error is raised by `.result()` in its own test). Slurm's limits are whole minutes, checked
+    lazily: a 1-minute job ends 76-120 s after its start here, so the tests wait for that once, side
+    by side on the node's CPUs, and no other test of the one-node Slurm's group runs meanwhile."""
+    with ThreadPoolExecutor(max(1, len(TIME_LIMIT_JOBS))) as pool:
+        return {name: pool.submit(job, tmp_path_factory.mktemp(name)) for name, job in TIME_LIMIT_JOBS.items()}
 
 
 def write_job(run_dir: Path, directives: list[str], body: str) -> Path:

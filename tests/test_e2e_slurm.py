@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from hpcprof_cli import hpcprof
-from slurm_cluster import poll
+from slurm_cluster import TIME_LIMIT_JOBS, poll
 
 REPO = Path(__file__).resolve().parents[1]
 HELLO = REPO / "examples" / "command_hello.yaml"
@@ -93,11 +93,21 @@ def test_cancel_running(tmp_path: Path) -> None:
     assert not (run_dir(workdir, run_id) / "DONE").exists()
 
 
-def test_time_limit_is_timeout(tmp_path: Path) -> None:
-    """walltime 1 min: Slurm kills the job at its next limit check (76-120 s here)."""
+def time_limit_run(tmp_path: Path) -> tuple[Path, str, int]:
+    """walltime 1 min on `sleep 600`, submitted with --wait: the workdir, run id and exit code."""
     workdir = tmp_path / "runs"
     run_id, _, rc = submit(workdir, "--wait", "--set", "resources.walltime='00:01:00'",
                            "--set", 'workload.argv=[sleep, "600"]', timeout=400)
+    return workdir, run_id, rc
+
+
+TIME_LIMIT_JOBS["e2e"] = time_limit_run
+
+
+def test_time_limit_is_timeout(time_limit_jobs: dict) -> None:
+    """walltime 1 min: Slurm kills the job at its next limit check (76-120 s here; run beside the
+    other time-limit jobs by `time_limit_jobs`)."""
+    workdir, run_id, rc = time_limit_jobs["e2e"].result()
     assert rc == 1
     row = status(workdir, run_id)
     assert row["state"] == "TIMEOUT"

@@ -138,6 +138,7 @@ def test_quickstart_runs_as_written(tmp_path: Path) -> None:
     assert (tmp_path / "hpcprof-report.html").stat().st_size > 10_000
 
 
+@pytest.mark.slow     # a real 2-rank run under torch.profiler, collected and reported
 def test_quickstarts_torch_profiler_step_works_on_a_cpu_machine(tmp_path: Path) -> None:
     """The quickstart's suggested torch.profiler step runs as written on this CPU machine: it suggested
     `hpcprof trace temporal`, which needs GPU kernels and failed asking about CUDA; HTA's analyses are

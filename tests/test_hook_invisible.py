@@ -19,7 +19,12 @@ from reliability import HANDLED  # noqa: E402
 PROGRAMS = {program.label: program for program in reliability_hook.PROGRAMS}
 
 
-@pytest.mark.parametrize("label", list(PROGRAMS))
+#: the programs that import torch run it twice (plain, hooked): the full suite's, not the developer tier's
+CASES = [pytest.param(label, marks=pytest.mark.slow) if "import torch" in program.code else label
+         for label, program in PROGRAMS.items()]
+
+
+@pytest.mark.parametrize("label", CASES)
 def test_a_hostile_program_behaves_as_without_hpcprof(tmp_path: Path, label: str) -> None:
     assert reliability_hook.compare(PROGRAMS[label], tmp_path) == HANDLED
 

@@ -6,11 +6,12 @@ as nsys's own rules; `nvtx:NAME` the iterations a range marks. On the committed 
 from __future__ import annotations
 
 import io
+import subprocess
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from window_campaign import ECHO_RUNS, FP32, collected_campaign, hpcprof, run_dir
+from window_campaign import ECHO_RUNS, FP32, hpcprof, run_dir
 
 from hpcprof.tools.nsys import tables as nt
 
@@ -20,8 +21,8 @@ COMMANDS = {"nccl": (nt.NCCL, []), "overlap": (nt.OVERLAP, []),
 
 
 @pytest.fixture(scope="module")
-def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return collected_campaign(tmp_path_factory.mktemp("window-option"))[0]
+def workdir(window_campaign: tuple[Path, subprocess.CompletedProcess[str]]) -> Path:
+    return window_campaign[0]
 
 
 def analysis(workdir: Path, run: str, command: str, *options: str) -> pd.DataFrame:

@@ -77,6 +77,7 @@ def test_torch_profiler_records_no_shapes_stacks_or_memory_unless_asked() -> Non
     assert [env[name] for name in recorders] == ["1", "1", "1"]
 
 
+@pytest.mark.slow     # two torch processes under torch.profiler
 def test_the_hooks_torch_profiler_records_shapes_stacks_and_memory_when_asked(tmp_path: Path) -> None:
     """A real Python under the step hook with the opt-in recorders on: the trace's operators carry
     their input shapes, the Python functions that called them are in it, and so are the tensors'

@@ -164,6 +164,7 @@ def test_pinned_memory_is_offered_only_for_host_device_copies() -> None:
     assert host.saves_ms == 4.0 and "pinned memory" in host.action and on_device.saves_ms == 3.0
 
 
+@pytest.mark.slow     # two torch processes under the hook
 def test_the_hook_names_the_steps_its_torch_profiler_touched(tmp_path: Path) -> None:
     """The header's `profiled` range from a real Python under the hook: warm-up step 5 (skip 5,
     warm-up 1) to step skip + steps + 3; under nsys none (every step is slowed)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+import subprocess
 from collections import Counter
 from html import unescape
 from pathlib import Path
@@ -27,7 +28,6 @@ from window_campaign import (
     NEVER_RUN,
     NVTX_RUN,
     SWEEP,
-    collected_campaign,
     hpcprof,
     run_dir,
 )
@@ -37,9 +37,9 @@ from hpcprof.tools.nsys import tables as nt
 
 
 @pytest.fixture(scope="module")
-def campaign(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    """(the campaign's workdir, collected here; what that collect printed)."""
-    workdir, collected = collected_campaign(tmp_path_factory.mktemp("findings"))
+def campaign(window_campaign: tuple[Path, subprocess.CompletedProcess[str]]) -> tuple[Path, str]:
+    """(the campaign's workdir, collected once per session; what that collect printed)."""
+    workdir, collected = window_campaign
     return workdir, collected.stdout + collected.stderr
 
 
@@ -296,6 +296,7 @@ def plotly_figures(html: Path) -> dict[str, tuple[list[dict], dict]]:
     return out
 
 
+@pytest.mark.slow   # Chromium
 @pytest.mark.parametrize("page", ["sweep", "echo"])
 def test_figures_take_the_page_width_and_keep_their_plot_area(reports: dict[str, Path], page: str,
                                                               tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from slurm_cluster import poll, write_job
+from slurm_cluster import TIME_LIMIT_JOBS, poll, write_job
 
 from hpcprof.errors import UserError
 from hpcprof.schedulers import get_scheduler
@@ -204,15 +204,23 @@ def test_cancel_running_job(tmp_path: Path) -> None:
     assert scheduler.cancel(job_id, tmp_path) is False  # again: already ended, no error
 
 
+def time_limit_job(run_dir: Path) -> tuple[Path, JobState]:
+    """`-t 1` on `sleep 600`: its run directory and final state."""
+    scheduler, job_id = submit(run_dir, "sleep 600", "#SBATCH -t 1")
+    return run_dir, final(scheduler, job_id, run_dir, timeout=240)
+
+
+TIME_LIMIT_JOBS["sched"] = time_limit_job
+
+
 @pytest.mark.slurm
-@pytest.mark.usefixtures("slurm_cluster")
-def test_time_limit_is_timeout(tmp_path: Path) -> None:
-    """`-t 1`: Slurm kills the job at its next limit check (76-120 s here)."""
-    scheduler, job_id = submit(tmp_path, "sleep 600", "#SBATCH -t 1")
-    state = final(scheduler, job_id, tmp_path, timeout=240)
+def test_time_limit_is_timeout(time_limit_jobs: dict) -> None:
+    """`-t 1`: Slurm kills the job at its next limit check (76-120 s here; run beside the other
+    time-limit jobs by `time_limit_jobs`)."""
+    run_dir, state = time_limit_jobs["sched"].result()
     assert state.state == TIMEOUT
     assert state.exit_code == 128 + 15  # scontrol's 0:15, more specific than jobcomp's 0:0
-    assert "DUE TO TIME LIMIT" in (tmp_path / "logs" / "job.out").read_text()
+    assert "DUE TO TIME LIMIT" in (run_dir / "logs" / "job.out").read_text()
 
 
 @pytest.mark.slurm

@@ -57,6 +57,7 @@ print(repr(model.weight.sum().item()))
 """
 
 
+@pytest.mark.slow     # two torch processes (hooked, plain)
 def test_each_optimizer_step_is_recorded_and_the_result_is_unchanged(tmp_path: Path) -> None:
     hooked = run_python(tmp_path, LOOP)
     plain = subprocess.run([sys.executable, "-c", LOOP], capture_output=True, text=True, check=True)
@@ -115,6 +116,7 @@ print(iterations)
     assert int(out.stdout) == 9 and len(steps) == 4 + 3 - 1 + 2
 
 
+@pytest.mark.slow     # torch processes, forked and spawned
 def test_only_the_first_process_of_a_rank_records_and_forked_children_never(tmp_path: Path) -> None:
     code = """
 import os, subprocess, sys, torch

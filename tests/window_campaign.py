@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from fixture_files import STORED, materialize
 
 REPO = Path(__file__).resolve().parents[1]
@@ -39,6 +40,13 @@ def collected_campaign(dest: Path) -> tuple[Path, subprocess.CompletedProcess[st
     with sqlite3.connect(workdir / "hpcprof.db") as db:
         db.execute("UPDATE runs SET collect_status = NULL, collect_note = NULL")
     return workdir, hpcprof("collect", "--workers", "2", workdir=workdir)
+
+
+@pytest.fixture(scope="session")
+def window_campaign(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """collected_campaign's workdir and collect, once per session: its tests only read the workdir
+    (reports, compares, `nsys` commands on its exports), and conftest keeps them in one xdist group."""
+    return collected_campaign(tmp_path_factory.mktemp("window-campaign"))
 
 
 def run_dir(workdir: Path, run: str) -> Path:
