@@ -230,8 +230,8 @@ def reduce_share(task: list[Path], work: Path, files: int, workers: int = 2) -> 
     does with `workers` workers (each concatenates a contiguous slice of the bundles into a
     Parquet piece per table, then the pieces of each table are joined); the cross-rank reduce,
     once per run, is left out."""
-    from hpcprof.pool import concat_pieces
-    from hpcprof.results import table_path
+    from hpcprof.core.pool import concat_pieces
+    from hpcprof.run.results import table_path
 
     _, _, concat_slice = collect_steps()
 

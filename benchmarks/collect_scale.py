@@ -53,11 +53,11 @@ EXPERIMENT = 'name: scale\nworkload:\n  kind: command\n  argv: ["true"]\nresourc
 
 def one(workdir: Path, workers: int) -> None:
     """Child: collect every run of `workdir`; print a JSON line of measurements."""
-    from hpcprof import jobstate
+    from hpcprof.campaign import jobstate
+    from hpcprof.campaign.store import Store, database_url
     from hpcprof.collect import collect_runs
     from hpcprof.collect import runs as runs_module
-    from hpcprof.rundir import all_runs
-    from hpcprof.store import Store, database_url
+    from hpcprof.run.rundir import all_runs
 
     def cpu() -> float:                  # this process and its ended workers, user + system
         return sum(u.ru_utime + u.ru_stime for u in map(resource.getrusage,

@@ -1,4 +1,4 @@
-"""Concatenating per-rank tables as they stream in (hpcprof.pool.concat_frames, used by the
+"""Concatenating per-rank tables as they stream in (hpcprof.core.pool.concat_frames, used by the
 `hpcprof nsys` cross-rank commands over N rank files), against one pd.concat and the scheme it replaced.
 
 Per N: N frames of `--rows` rows (a rank's NCCL rows: an int, a float and a text column) made
@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from hpcprof.pool import concat_frames  # noqa: E402
+from hpcprof.core.pool import concat_frames  # noqa: E402
 
 
 def whole(frames: list[pd.DataFrame], every: int = 64) -> pd.DataFrame:

@@ -581,7 +581,7 @@ def same_tables(one: Path, other: Path) -> tuple[int, bool]:
 
 def goal_collect(fixtures: Path, rounds: int, work: Path, files: int) -> bool:
     """Goal 4: collect without --workers against --workers 1 on the same run, the tables compared."""
-    from hpcprof.cpus import default_workers
+    from hpcprof.core.cpus import default_workers
 
     root, run = collect_run(fixtures, work, files)
     fresh = (f"import shutil, subprocess, sys; shutil.rmtree({str(run / 'derived')!r}, ignore_errors=True); "

@@ -4,7 +4,7 @@
 
 The experiment is a `command` workload profiled with nsys on Polaris, swept over a 10 x 10 x 10
 cartesian product (nodes x walltime x argv), so every point is validated and rendered in full
-by `hpcprof.campaign.plan`, exactly as `hpcprof submit` does; then `write_run` writes each run
+by `hpcprof.campaign.submit.plan`, exactly as `hpcprof submit` does; then `write_run` writes each run
 directory to a temporary workdir (removed afterwards).
 """
 
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import yaml
 
-from hpcprof.campaign import plan
+from hpcprof.campaign.submit import plan
 from hpcprof.config.site import find_site
 from hpcprof.render.job import write_run
 

@@ -1,4 +1,4 @@
-"""Reading a PyTorch memory snapshot as plain data (hpcprof.safe_pickle, what `hpcprof memory` and
+"""Reading a PyTorch memory snapshot as plain data (hpcprof.core.safe_pickle, what `hpcprof memory` and
 forensics read), against `pickle.loads` of the same bytes: the floor (the unpickler with nothing
 checked, which would run any code the file names).
 
@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from hpcprof import safe_pickle  # noqa: E402
+from hpcprof.core import safe_pickle  # noqa: E402
 
 SNAPSHOT = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "gpu" / "memory" / "leak_snapshot.pickle"
 

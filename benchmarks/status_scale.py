@@ -84,9 +84,9 @@ def write_ended_runs(cwd: Path, points: int) -> None:
     """`points` runs of a slurm-local sweep as `submit --array` leaves them (hpcprof's plan and write,
     the store's jobs), each ended as its job script ends one: status lines, then DONE."""
     sys.path.insert(0, str(REPO))
-    from hpcprof import campaign
+    from hpcprof.campaign import submit as campaign
+    from hpcprof.campaign.store import Store, database_url
     from hpcprof.config.site import find_site
-    from hpcprof.store import Store, database_url
 
     workdir = cwd / "runs"
     planned = campaign.plan(cwd / "scale.yaml", find_site("slurm-local"), [], workdir, None, points)

@@ -133,7 +133,7 @@ CORES_DRIVER = r"""
 import json, os, pathlib, sys, tempfile, time
 from hpcprof.tools.torch.analysis.critical_path import load_events
 from hpcprof.collect import map_files
-from hpcprof.pool import make_executor
+from hpcprof.core.pool import make_executor
 from hpcprof.collect.runs import _worker_modules
 files = sorted(p for p in pathlib.Path(sys.argv[1]).iterdir() if p.name.endswith((".json", ".json.gz")))
 result = {}

@@ -279,7 +279,7 @@ class Schema:
         return [line for current, where, heading in order for line in self.section(current, where, heading)]
 
     def section(self, model: type, path: str, heading: str | None) -> list[str]:
-        from hpcprof.models import field_help
+        from hpcprof.core.models import field_help
         from hpcprof.workloads.options import flag_name
 
         comments, checks = field_comments(model), field_checks(model)
@@ -349,9 +349,9 @@ def site_page() -> Page:
 
 #: the generated pages, in the order they are written
 def metrics_page() -> Page:
-    """The result tables and metrics, from their declarations (hpcprof/catalog.py and each built-in
+    """The result tables and metrics, from their declarations (hpcprof/core/catalog.py and each built-in
     tool's hpcprof/tools/<tool>/tables.py, gathered by the profiler table)."""
-    from hpcprof.catalog import metrics_page as text
+    from hpcprof.core.catalog import metrics_page as text
     from hpcprof.profilers import catalogs
 
     return Page("metrics.md", text(catalogs()))

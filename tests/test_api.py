@@ -17,7 +17,7 @@ import plotly.graph_objects as go
 import pytest
 
 from hpcprof import api
-from hpcprof.errors import UserError
+from hpcprof.core.errors import UserError
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOK = REPO / "examples" / "hta_notebook.md"

@@ -196,7 +196,7 @@ def test_collect_writes_torch_busbw_and_both_reports_show_it(repo: Path, gpu_dat
     from hpcprof_cli import hpcprof
     from test_report_html import gpu_run
 
-    from hpcprof.results import read_table
+    from hpcprof.run.results import read_table
 
     data = gpu_data / "run3"
     hpcprof("render", str(repo / "examples" / "ddp_slowdown.yaml"), "--site", "polaris", "--set",

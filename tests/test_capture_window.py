@@ -14,8 +14,8 @@ import pytest
 import yaml
 from hpcprof_cli import hpcprof
 
-from hpcprof.ranks import rank_from_filename
-from hpcprof.record import read_record
+from hpcprof.run.ranks import rank_from_filename
+from hpcprof.run.record import read_record
 from hpcprof.tools.nsys.analysis.collect import NsysCollector
 from hpcprof.tools.nsys.profiler import NsysOptions
 

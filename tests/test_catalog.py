@@ -1,4 +1,4 @@
-"""The result tables and metrics declared once (hpcprof.catalog): the committed reference page is
+"""The result tables and metrics declared once (hpcprof.core.catalog): the committed reference page is
 the one the declarations generate, and what the real `collect` makes of real fixture runs (nsys,
 torch.profiler and ncu profiles of seqpar and DDP runs on H200s, Echo's slowdown) is all declared,
 with the declared units, so the declarations cannot drift from the code. `idle_pct` is one formula
@@ -14,11 +14,11 @@ import pytest
 from hpcprof_cli import hpcprof
 from test_report_html import gpu_run
 
-from hpcprof import catalog as c
+from hpcprof.core import catalog as c
 from hpcprof.profilers import catalogs
-from hpcprof.record import read_record
-from hpcprof.results import list_tables, read_headline, read_table
-from hpcprof.rundir import RunDir
+from hpcprof.run.record import read_record
+from hpcprof.run.results import list_tables, read_headline, read_table
+from hpcprof.run.rundir import RunDir
 from hpcprof.tools.nsys import tables as nt
 from hpcprof.tools.nsys.stats.stats import SUMMARY_REPORTS
 from hpcprof.tools.torch import tables as tt
@@ -112,7 +112,7 @@ def test_what_collect_makes_is_declared(collected: Path) -> None:
         assert headline is not None and headline.metrics, run
         for name, _, unit in headline.metrics:
             metric = c.declared(name)
-            assert metric is not None, f"{name}: not declared in hpcprof.catalog"
+            assert metric is not None, f"{name}: not declared in hpcprof.core.catalog"
             assert unit == metric.unit, (name, unit, metric.unit)
             made_metrics.add(metric.name)
     declared_tables = {t.name for t in c.every_table(catalogs())}

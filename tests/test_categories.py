@@ -18,8 +18,8 @@ from hpcprof_cli import hpcprof
 
 from hpcprof.analysis.categories import BUILTIN, categories_for, kernel_category
 from hpcprof.analysis.summary import run_summary, tables_of
-from hpcprof.record import RunRecord
-from hpcprof.results import write_table
+from hpcprof.run.record import RunRecord
+from hpcprof.run.results import write_table
 from hpcprof.tools.torch.analysis.load import load_trace
 
 DATA = Path(__file__).resolve().parent / "data"

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 from hpcprof_cli import hpcprof
 
-from hpcprof.catalog import BENCH_CEILINGS, CEILINGS_COLUMNS
+from hpcprof.core.catalog import BENCH_CEILINGS, CEILINGS_COLUMNS
 from hpcprof.report.ceilings import attainable
 from hpcprof.report.peaks import known_peaks
 from hpcprof.workloads.ceiling_specs import (
@@ -208,7 +208,7 @@ def test_real_local_job_then_collect_and_report(tmp_path: Path) -> None:
     status = dict(line.split("=", 1) for line in (run / "status").read_text().splitlines())
     assert status["exit_code"] == "0" and status["ceilings_exit_code"] == "0"
     hpcprof("collect", cwd=tmp_path, check=True)
-    from hpcprof.results import read_table
+    from hpcprof.run.results import read_table
 
     table = read_table(run, BENCH_CEILINGS.name)
     assert list(table.columns) == list(CEILINGS_COLUMNS)

@@ -17,7 +17,7 @@ from hpcprof_cli import hpcprof
 from postgres_server import fresh_postgres_db
 from sqlalchemy import create_engine, text
 
-from hpcprof.results import list_tables, read_table
+from hpcprof.run.results import list_tables, read_table
 
 EXPERIMENT = """name: t
 workload:
@@ -109,7 +109,7 @@ def test_bad_file_and_bad_run_are_isolated(tmp_path: Path, fixtures_dir: Path, d
 def test_parallel_equals_serial_and_is_incremental(tmp_path: Path, fixtures_dir: Path) -> None:
     """Without --workers, collect uses the CPUs it may use (as memory allows: cpus.default_workers)
     and says how many; its tables are those of one process."""
-    from hpcprof.cpus import default_workers
+    from hpcprof.core.cpus import default_workers
 
     runs = nsys_runs(tmp_path, fixtures_dir, {})
     default = hpcprof("collect", runs[0].name, *(["--workers", "2"] if default_workers()[0] == 1 else []), cwd=tmp_path)
@@ -229,7 +229,7 @@ def test_the_files_manifest_lists_what_the_run_left(tmp_path: Path) -> None:
     too, and links to files), not hidden, temporary or Parquet files, dangling links or linked
     directories; in path order (rank10 after rank1/ as Path objects sort), with rank and size."""
     from hpcprof.collect import manifest
-    from hpcprof.rundir import RunDir
+    from hpcprof.run.rundir import RunDir
 
     files = {"logs/rank0.log": 3, "logs/.hidden": 1, "logs/x.tmp": 1, "profiles/nsys/rank10.sqlite": 7,
              "profiles/nsys/rank1/rank1.sqlite": 5, "profiles/nsys/rank2.nsys-rep": 2, "results/a.json": 4,

@@ -1,4 +1,4 @@
-"""collect's per-file tables built as Arrow (hpcprof.results.arrow_table, nsys analyse_tables) are
+"""collect's per-file tables built as Arrow (hpcprof.run.results.arrow_table, nsys analyse_tables) are
 the tables the pandas route made: same schemas, same values.
 
 tests/data/collect_tables_5481a9c.json holds, for every nsys export of the fixtures that collect
@@ -44,8 +44,8 @@ def collected(fixtures: Path) -> dict[str, dict[str, list]]:
     """Each usable nsys export under `fixtures` -> {table: digest} of the bundle collect's map step writes."""
     from hpcprof.collect.cache import FilePart
     from hpcprof.collect.mapping import map_task
-    from hpcprof.pool import read_bundle
-    from hpcprof.ranks import rank_from_filename
+    from hpcprof.core.pool import read_bundle
+    from hpcprof.run.ranks import rank_from_filename
 
     out = {}
     for path in sorted(fixtures.rglob("*.sqlite")):
@@ -103,7 +103,7 @@ COLUMNS = {
 @pytest.mark.parametrize("name", sorted(COLUMNS))
 def test_arrow_table_equals_the_frame_route(name: str) -> None:
     """arrow_table(columns) is to_arrow(DataFrame(columns)) without the frame, column kind by kind."""
-    from hpcprof.results import arrow_table, to_arrow
+    from hpcprof.run.results import arrow_table, to_arrow
 
     values = COLUMNS[name]
     for rows in (values, values[:0]):                      # and no rows: a frame's types of no rows

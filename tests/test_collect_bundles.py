@@ -13,7 +13,7 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from hpcprof.pool import (
+from hpcprof.core.pool import (
     BundleRows,
     Compacting,
     DamagedBundle,
@@ -24,7 +24,7 @@ from hpcprof.pool import (
     read_pieces,
     write_bundle,
 )
-from hpcprof.results import to_arrow
+from hpcprof.run.results import to_arrow
 
 WORKERS = [int(n) for n in os.environ.get("HPCPROF_TEST_WORKERS", "2,16").split(",")]
 
@@ -127,7 +127,7 @@ def collect_tables(exports: dict[str, int], run: Path, workers: int) -> dict[str
     (the slices concatenated as the map goes): the run's tables."""
     from hpcprof.collect import map_files, reduce_parts
     from hpcprof.collect.reduce import SLICES_PER_WORKER, SliceConcat
-    from hpcprof.results import list_tables, read_table
+    from hpcprof.run.results import list_tables, read_table
 
     problems: list[object] = []
     executor, _ = make_executor(workers)
@@ -256,7 +256,7 @@ def test_a_changed_file_is_mapped_again_alone_and_superseded_bundles_go(fixtures
     again: the others' rows are read from their task's bundle around it, and the run's tables are
     those of a fresh collect; a bundle no file names any more is removed."""
     from hpcprof.collect import InProcess, map_files, reduce_parts
-    from hpcprof.results import list_tables, read_table
+    from hpcprof.run.results import list_tables, read_table
 
     profiles = tmp_path / "profiles"
     profiles.mkdir()

@@ -13,7 +13,7 @@ import pytest
 from hpcprof import profilers
 from hpcprof.analysis import registry
 from hpcprof.analysis.collector import CollectContext, Log, ReadTable, Reducer, ToolCollector
-from hpcprof.ranks import rank_from_filename
+from hpcprof.run.ranks import rank_from_filename
 
 
 class CsvCollector(ToolCollector):
@@ -46,7 +46,7 @@ def test_every_registered_tool_is_a_tool_collector(tool: str) -> None:
 
 def test_a_new_tool_is_one_class_and_one_table_entry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from hpcprof.collect import InProcess, map_files, reduce_parts
-    from hpcprof.results import read_table
+    from hpcprof.run.results import read_table
 
     monkeypatch.setitem(profilers.BUILTIN, "csv", profilers.Profiler("csv", collector=f"{__name__}:CsvCollector"))
     profiles = tmp_path / "profiles" / "csv"
@@ -103,8 +103,8 @@ sys.path.insert(0, sys.argv[1])
 from hpcprof import profilers
 from hpcprof import profilers
 from hpcprof.collect import map_files, reduce_parts
-from hpcprof.pool import make_executor
-from hpcprof.results import read_table
+from hpcprof.core.pool import make_executor
+from hpcprof.run.results import read_table
 
 run, case, workers = Path(sys.argv[2]), sys.argv[3], int(sys.argv[4])
 tool = "UndeclaredCollector" if case == "undeclared" else "RewritingCollector"

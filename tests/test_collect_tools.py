@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 from hpcprof_cli import hpcprof
 
-from hpcprof.results import read_table
+from hpcprof.run.results import read_table
 from hpcprof.tools.ncu.analysis.metrics import metrics_table
 from hpcprof.tools.torch.analysis.analyses import all_analyses
 from hpcprof.tools.torch.analysis.load import load_traces

@@ -1,4 +1,4 @@
-"""The config models' one-line errors (hpcprof.models): every kind of msgspec problem names
+"""The config models' one-line errors (hpcprof.core.models): every kind of msgspec problem names
 its field by the path the user wrote (a mapping's key included) and says what is expected."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import pytest
 
 from hpcprof.config.experiment import Experiment
 from hpcprof.config.site import SiteConfig, find_site
-from hpcprof.errors import UserError
-from hpcprof.models import dump, given_fields, validate
+from hpcprof.core.errors import UserError
+from hpcprof.core.models import dump, given_fields, validate
 from hpcprof.tools.nsys.profiler import NSYS_TRACES
 from hpcprof.workloads.args import DdpArgs, SeqparArgs
 
@@ -90,7 +90,7 @@ def test_options_take_text_and_remember_what_was_given() -> None:
 def test_every_option_flag_says_what_it_does(model: type) -> None:
     """Each workload option's flag carries its description (an optional field's too: its Meta sits
     inside the union with None) and its default."""
-    from hpcprof.models import field_help, fields
+    from hpcprof.core.models import field_help, fields
     from hpcprof.workloads.options import build_parser
 
     helps = {action.dest: action.help for action in build_parser(model, "x", "x", {})._actions}
@@ -107,7 +107,7 @@ def test_the_profile_schema_is_the_profiler_tables() -> None:
     from hpcprof import profilers
     from hpcprof.config.profile import ProfileConfig
     from hpcprof.config.site import ToolPaths
-    from hpcprof.models import fields
+    from hpcprof.core.models import fields
 
     blocks = {field.name: field.type for field in fields(ProfileConfig)}
     minimal = {"name": "x", "workload": {"kind": "command", "argv": ["true"]}}

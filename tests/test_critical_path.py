@@ -370,7 +370,7 @@ def test_one_rank_gives_no_cross_rank_table() -> None:
 def test_collect_writes_the_tables(hand_exports: list[Path], tmp_path: Path) -> None:
     """`collect`'s map (one worker call per rank file, parts on disk) and reduce (Parquet in, Parquet out)."""
     from hpcprof.collect import InProcess, map_files, reduce_parts
-    from hpcprof.results import read_table
+    from hpcprof.run.results import read_table
 
     problems: list[str] = []
     mapped = map_files("nsys", {str(p): r for r, p in enumerate(hand_exports)}, tmp_path, InProcess(), lambda line: None,

@@ -18,7 +18,7 @@ import pytest
 from hpcprof.analysis.categories import BUILTIN
 from hpcprof.analysis.detect_steps import MIN_STEPS, WARMUP_STEPS, describe, find_steps
 from hpcprof.analysis.summary import tables_of
-from hpcprof.results import write_table
+from hpcprof.run.results import write_table
 from hpcprof.tools.nsys.analysis import distributed as dist
 from hpcprof.tools.nsys.analysis.collect import NsysCollector, analyse_file
 from hpcprof.tools.nsys.analysis.headline import nsys_metrics

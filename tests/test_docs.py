@@ -262,7 +262,7 @@ def check_yaml(block: Block) -> None:
     from hpcprof.config.experiment import Experiment, expand
     from hpcprof.config.site import SiteConfig, find_site
     from hpcprof.config.validation import parse_yaml
-    from hpcprof.models import fields, validate
+    from hpcprof.core.models import fields, validate
 
     data = parse_yaml(block.text)
     assert isinstance(data, dict), f"{block.where}: YAML that is not a mapping; mark it or show it as text"

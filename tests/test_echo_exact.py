@@ -105,8 +105,8 @@ def test_collect_rule_from_the_experiment(repo: Path, exports: dict[str, Path]) 
     """`analysis.slowdown_match` picks collect's table: Echo's rows (rank, device in front) or
     hpcprof's, each with the `match` column naming the rule."""
     from hpcprof.config.experiment import Experiment
-    from hpcprof.errors import UserError
-    from hpcprof.models import validate
+    from hpcprof.core.errors import UserError
+    from hpcprof.core.models import validate
     from hpcprof.tools.nsys.analysis import distributed as dist
     from hpcprof.tools.nsys.stats.db import Export
 
@@ -131,7 +131,7 @@ def test_collect_rule_from_the_experiment(repo: Path, exports: dict[str, Path]) 
 def test_collect_with_slowdown_match_echo_stores_echos_table(repo: Path, tmp_path: Path) -> None:
     """The campaign's two runs collected with `analysis.slowdown_match: echo` in the ws2 run's
     experiment: results/echo_slowdown is Echo's table of both ranks."""
-    from hpcprof.results import read_table
+    from hpcprof.run.results import read_table
 
     source = repo / "tests" / "fixtures" / "gpu" / "h200_window_campaign" / "echo-slowdown"
     work = tmp_path / "work" / "echo-slowdown"

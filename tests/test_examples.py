@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hpcprof.campaign import plan
+from hpcprof.campaign.submit import plan
 from hpcprof.config.site import SiteConfig, available_sites, find_site
-from hpcprof.errors import UserError
+from hpcprof.core.errors import UserError
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
@@ -167,7 +167,7 @@ def test_quickstarts_torch_profiler_step_works_on_a_cpu_machine(tmp_path: Path) 
     import json
     import statistics
 
-    from hpcprof.results import read_headline
+    from hpcprof.run.results import read_headline
     from hpcprof.workloads.timing import DEFAULT_TORCH_SCHEDULE, parse_schedule, profiler_iterations
 
     [run] = (tmp_path / "runs").glob("*/*/results/seqpar.json")

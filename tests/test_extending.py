@@ -1,6 +1,6 @@
 """The developer docs count what the code holds: docs/developer/extending.md lists, for each kind
 of extension, the files of hpcprof/ that name today's built-in ones, and docs/developer/architecture.md
-says how many modules import hpcprof.catalog. Each list and number is computed here from the imports
+says how many modules import hpcprof.core.catalog. Each list and number is computed here from the imports
 (tests/test_layers.py's, lazy ones included) and the `"module:function"` strings, so that a change that
 spreads a kind over more files fails until the doc says so."""
 
@@ -29,7 +29,7 @@ def module_of(path: str) -> str:
 
 def glue(path: Path) -> set[str]:
     """The modules a file names in a string that is a whole module name or `"module:attribute"`
-    (what hpcprof.lazy and the command table import later, unseen by an import statement)."""
+    (what hpcprof.core.lazy and the command table import later, unseen by an import statement)."""
     return {match[1] for node in ast.walk(ast.parse(path.read_text(), str(path)))
             if isinstance(node, ast.Constant) and isinstance(node.value, str)
             and (match := GLUE.fullmatch(node.value))}
@@ -71,19 +71,19 @@ def test_extending_lists_the_files_each_kind_touches() -> None:
 
 def test_the_count_finds_imports_and_glue_strings() -> None:
     """The rule finds an import, a `from` import of a module and a "module:function" string, never the module itself."""
-    assert "collect/files.py" in naming(["hpcprof.catalog"])       # `from hpcprof import catalog as c`
+    assert "collect/files.py" in naming(["hpcprof.core.catalog"])       # `from hpcprof.core import catalog as c`
     assert "profilers/__init__.py" in naming(["hpcprof.tools.ncu.profiler"])    # `from hpcprof.profilers import ncu`
     assert "tools/ncu/profiler.py" not in naming(["hpcprof.tools.ncu.profiler"])     # its own module
-    assert "cli.py" in naming(["hpcprof.tools.ncu.analysis"])     # its COMMANDS table names hpcprof.tools.ncu.analysis.cli
+    assert "cli/__init__.py" in naming(["hpcprof.tools.ncu.analysis"])     # its COMMANDS table names hpcprof.tools.ncu.analysis.cli
 
 
 def test_architecture_counts_the_catalog_importers() -> None:
     text = (DOCS / "architecture.md").read_text()
     match = re.search(r"(\d+) modules of `hpcprof/` import it", text)
     assert match, "architecture.md: say how many modules of `hpcprof/` import it (the catalog)"
-    importers = naming(["hpcprof.catalog"])
-    assert int(match[1]) == len(importers), f"architecture.md: {len(importers)} modules import hpcprof.catalog"
-    assert imports(ROOT / "catalog.py") == set()     # the catalog imports nothing of hpcprof: any room may read it
+    importers = naming(["hpcprof.core.catalog"])
+    assert int(match[1]) == len(importers), f"architecture.md: {len(importers)} modules import hpcprof.core.catalog"
+    assert imports(ROOT / "core" / "catalog.py") == set()     # the catalog imports nothing of hpcprof: any room may read it
 
 
 def test_metrics_are_declared_in_the_catalog_only() -> None:
@@ -92,7 +92,7 @@ def test_metrics_are_declared_in_the_catalog_only() -> None:
     match = re.search(r"its value is made by (\d+) modules?: (.*)$", text, re.M)
     assert match, "extending.md: say which modules make a metric's value"
     declares = {p.relative_to(ROOT).as_posix() for p in ROOT.rglob("*.py") if "MetricSpec(" in p.read_text()}
-    assert declares == {"catalog.py"}
+    assert declares == {"core/catalog.py"}
     makes = sorted(p.relative_to(ROOT).as_posix() for p in ROOT.rglob("*.py")
                    if re.search(r"\b[A-Z][A-Z0-9_]+\.value\(", p.read_text()))
     assert (int(match[1]), sorted(TICKED.findall(match[2]))) == (len(makes), makes)

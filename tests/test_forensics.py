@@ -105,7 +105,7 @@ def test_a_planted_fault_is_named_by_status_report_html_and_logs(planted: Plante
                  *(f"logs/rank{rank}.log" for rank in range(3))):
         assert (run / name).is_file(), name
     hpcprof("collect", run.name, cwd=cwd, check=True)
-    from hpcprof.results import read_table
+    from hpcprof.run.results import read_table
 
     ranks = read_table(run, "forensics_ranks")
     assert ranks is not None and ranks["rank"].tolist() == [0, 1, 2]
@@ -372,7 +372,7 @@ def test_nsys_recorded_nothing_because_the_program_failed_first(tmp_path: Path) 
     whose program raised is named with its error, found in its log past nsys's own output."""
     import msgspec
 
-    from hpcprof.record import RunRecord
+    from hpcprof.run.record import RunRecord
     from hpcprof.tools.nsys.analysis.collect import NsysCollector
 
     (tmp_path / "logs").mkdir()
@@ -411,7 +411,7 @@ def test_the_collect_job_is_not_armed(tmp_path: Path) -> None:
     """`collect --submit`'s job runs hpcprof itself: no start-up hook (its watcher thread made collect's
     pool start from a fork server, whose socket path in the job's $TMPDIR was too long: found by
     tests/test_arrays_deps.py on the one-node Slurm) and no optimizer step hook."""
-    from hpcprof import campaign
+    from hpcprof.campaign import submit as campaign
     from hpcprof.config.site import find_site
 
     [run] = campaign.plan_collect([], find_site("local", None), tmp_path, None, None, "00:10:00").runs

@@ -22,9 +22,9 @@ from hpcprof.analysis.forensics.dumps import analyse_dumps, read_dumps
 from hpcprof.analysis.forensics.ranks import read_ranks
 from hpcprof.analysis.forensics.verdict import cached_analysis, vanished_text
 from hpcprof.analysis.steps import read_rank, steps_tables
-from hpcprof.commands.collect import changed_since
-from hpcprof.ranks import rank_in_name
-from hpcprof.rundir import RunDir
+from hpcprof.cli.collect import changed_since
+from hpcprof.run.ranks import rank_in_name
+from hpcprof.run.rundir import RunDir
 
 START = 1_800_000_000.0
 JOB = Job(2, START, START + 60)

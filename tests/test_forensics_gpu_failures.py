@@ -100,7 +100,7 @@ def test_a_state_difference_is_no_mismatch(tmp_path: Path) -> None:
 ])
 def test_each_gpu_failure_is_one_sentence(tmp_path: Path, case: str, said: str) -> None:
     from hpcprof.analysis.forensics.verdict import analyse
-    from hpcprof.rundir import RunDir
+    from hpcprof.run.rundir import RunDir
     from hpcprof.schedulers.base import FAILED
 
     found = analyse(RunDir(make_run(tmp_path, case)), FAILED)
@@ -127,7 +127,7 @@ def test_the_oom_snapshot_names_what_held_the_memory(tmp_path: Path) -> None:
     """The snapshot the start-up hook dumps on an OOM (forensics/memory_rank1.pickle: 64 blocks of
     2 GiB from train.py:6, recorded in the history) adds what held the memory to the sentence."""
     from hpcprof.analysis.forensics.verdict import analyse
-    from hpcprof.rundir import RunDir
+    from hpcprof.run.rundir import RunDir
     from hpcprof.schedulers.base import FAILED
 
     run = make_run(tmp_path, "oom")

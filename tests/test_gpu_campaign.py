@@ -191,9 +191,9 @@ def test_collect_records_the_headline_the_tables_give(campaign: tuple[Path, obje
     """Every collected run's results/headline.json holds what hpcprof.analysis.summary computes from its
     tables now (the values to the bit), and the top kernels of a bf16 run are those counted by hand."""
     from hpcprof.analysis.summary import run_headline
-    from hpcprof.record import read_record
-    from hpcprof.results import list_tables, read_headline
-    from hpcprof.rundir import RunDir
+    from hpcprof.run.record import read_record
+    from hpcprof.run.results import list_tables, read_headline
+    from hpcprof.run.rundir import RunDir
 
     workdir, _ = campaign
     runs = [RunDir(p.parent) for p in sorted(workdir.glob("*/*/config.json")) if list_tables(p.parent)]
@@ -243,9 +243,9 @@ def test_report_of_collected_runs_reads_the_recorded_headline(campaign: tuple[Pa
 
 def test_collect_again_replaces_a_stale_headline(campaign: tuple[Path, object]) -> None:
     from hpcprof.analysis.summary import run_headline
-    from hpcprof.record import read_record
-    from hpcprof.results import Headline, read_headline, write_headline
-    from hpcprof.rundir import RunDir
+    from hpcprof.run.record import read_record
+    from hpcprof.run.results import Headline, read_headline, write_headline
+    from hpcprof.run.rundir import RunDir
 
     workdir, _ = campaign
     run = RunDir(run_dir(workdir, FP32[0]))

@@ -50,7 +50,7 @@ def test_ruff_and_mypy_are_clean() -> None:
 #: what runs hpcprof's command line: the test helper (`python -m hpcprof`) and click's entry point
 RUNS_THE_CLI = {"hpcprof_cli", "hpcprof.cli"}
 #: the modules every run of the command line uses: the entry point and the options all commands share
-THE_CLI = {"hpcprof.__main__", "hpcprof.cli", "hpcprof.cli_options"}
+THE_CLI = {"hpcprof.__main__", "hpcprof.cli", "hpcprof.cli.options"}
 
 
 def hpcprof_modules(path: Path, seen: set[Path] | None = None) -> set[str]:

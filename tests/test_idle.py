@@ -196,9 +196,9 @@ def test_planted_programs_under_nsys(cause: str, tmp_path: Path) -> None:
 def test_each_cause_is_a_headline_metric_that_compare_reads(tmp_path: Path) -> None:
     """collect's torch_idle_causes of the planted input program (H200) give `idle.<cause>`, ms per
     step, the metric compare and the store read like any other: input at the table's time."""
-    from hpcprof import catalog as c
     from hpcprof.analysis.summary import tables_of
-    from hpcprof.results import write_table
+    from hpcprof.core import catalog as c
+    from hpcprof.run.results import write_table
     from hpcprof.tools.torch import tables as tt
     from hpcprof.tools.torch.analysis.collect import analyse_file
     from hpcprof.tools.torch.analysis.headline import torch_metrics

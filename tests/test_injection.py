@@ -27,8 +27,8 @@ from hypothesis import strategies as st
 
 from hpcprof.config.experiment import expand
 from hpcprof.config.site import SiteConfig
-from hpcprof.errors import UserError
-from hpcprof.models import validate
+from hpcprof.core.errors import UserError
+from hpcprof.core.models import validate
 from hpcprof.render.job import render_point, template_dirs, write_run
 
 FAKE_TOOL = r"""#!/bin/bash

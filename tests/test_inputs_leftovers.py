@@ -137,7 +137,7 @@ def test_an_ascii_stream_gets_every_command_s_text_in_ascii(tmp_path: Path) -> N
 
 
 def test_the_ascii_stand_ins() -> None:
-    from hpcprof.safe_text import stand_in
+    from hpcprof.core.safe_text import stand_in
 
     assert [stand_in(c) for c in "\u250f\u2501\u2533\u2503\u2502\u2547\u2514\u2500"] == list("+-+||++-")
     assert [stand_in(c) for c in "\u00b5\u00d7\u2192\u00e9\u00b3\u20ac"] == ["u", "x", "->", "e", "^3", "\\u20ac"]
@@ -145,11 +145,11 @@ def test_the_ascii_stand_ins() -> None:
 
 def test_sizes_from_refuses_an_alias_bomb_before_expanding_it(tmp_path: Path) -> None:
     """bench ceilings --sizes-from reads YAML through the bounded loader config files use
-    (hpcprof.safe_yaml): 9^9 values under the workload's args are refused in one line, in well under
+    (hpcprof.core.safe_yaml): 9^9 values under the workload's args are refused in one line, in well under
     a second; a file whose aliases expand to little loads as before."""
     import time
 
-    from hpcprof.errors import UserError
+    from hpcprof.core.errors import UserError
     from hpcprof.workloads.ceiling_specs import sizes_from
 
     lines = ["      a: &a [" + ", ".join(["lol"] * 9) + "]"]

@@ -1,4 +1,4 @@
-"""hpcprof.jobstate against a job that ends while its state is read: the job appends its exit code
+"""hpcprof.campaign.jobstate against a job that ends while its state is read: the job appends its exit code
 to the status file, then creates DONE (templates/_job.sh.j2), so a reader that looks at DONE first
 and reads the status file second never sees DONE without the exit code."""
 
@@ -8,8 +8,8 @@ import os
 import subprocess
 from pathlib import Path
 
-from hpcprof.jobstate import reconcile
-from hpcprof.rundir import RunDir
+from hpcprof.campaign.jobstate import reconcile
+from hpcprof.run.rundir import RunDir
 from hpcprof.schedulers.base import COMPLETED, RUNNING, JobState
 
 #: the last lines of every job script (templates/_job.sh.j2), as the job runs them

@@ -20,7 +20,7 @@ from hpcprof_cli import hpcprof
 
 from hpcprof.config.experiment import expand
 from hpcprof.config.site import SiteConfig
-from hpcprof.models import validate
+from hpcprof.core.models import validate
 from hpcprof.render.job import render_point, template_dirs
 from hpcprof.schedulers.base import COMPLETED, FAILED, PENDING, RUNNING
 from hpcprof.schedulers.kubernetes import MANIFEST, k8s_name, parse_state

@@ -2,24 +2,29 @@
 
 The rule (LAYERS, bottom first) and the edges still allowed against it (TEMPORARY) are written
 once, here. Every `import`/`from ... import` of hpcprof/ counts, at module level or inside a
-function (a lazy import is still a dependency). Decided from the code: the base
-modules every room uses; the profiler table (hpcprof.profilers: each tool's options, launch and
-the names of its collector and result tables) sits on them with the built-in tools' declarations
-(hpcprof.tools: each tool's package and its `profiler` module), so that every room above looks tools
-up there; workloads run on compute nodes and import only the base; config
-validates workload arguments; a run directory is layout only, so schedulers (pbs reads a
-RunDir) and render (a scheduler renders its directives and the Kubernetes manifest) sit above
-it; the campaign submits rendered runs and records them in the store; analyses read profiles;
-collect runs the analyses and fills the store; report reads what collect wrote; the commands and
-the Python API are at the top. A tool's result tables (hpcprof.tools.<tool>.tables) sit with its
-declaration; its analyses and headline metrics (hpcprof.tools.<tool>.analysis) with hpcprof's own;
-its report figures (hpcprof.tools.<tool>.report) with the report; the re-implementation of NVIDIA's `nsys stats`/`nsys analyze` (tools.nsys.stats) sits
-below them (they build on it); torch's part of the Python API sits with the API.
+function (a lazy import is still a dependency). Decided from the code, each room a folder of
+hpcprof/: the base every room uses (core); a run directory read back (run: its layout, record,
+result tables and the rank of a per-rank file), on the base alone; the profiler table
+(hpcprof.profilers: each tool's options, launch and the names of its collector and result tables)
+sits on them with the built-in tools' declarations (hpcprof.tools: each tool's package and its
+`profiler` module), so that every room above looks tools up there; workloads run on compute nodes
+and import only the base; config validates workload arguments; the options the commands share
+(cli.options) sit on config, below the tools' commands that use them; schedulers (pbs reads a
+RunDir) and render (a scheduler renders its directives and the Kubernetes manifest) sit above; the
+campaign submits rendered runs, decides their state and records them in the store; analyses read
+profiles (forensics reads a run's state); collect runs the analyses and fills the store; report
+reads what collect wrote; the command line (cli) and the Python API (api) are at the top. A tool's
+result tables (hpcprof.tools.<tool>.tables) sit with its declaration; its analyses and headline
+metrics (hpcprof.tools.<tool>.analysis) with hpcprof's own; its report figures
+(hpcprof.tools.<tool>.report) with the report; the re-implementation of NVIDIA's `nsys
+stats`/`nsys analyze` (tools.nsys.stats) sits below them (they build on it); torch's part of the
+Python API sits with the API.
 
-Every module has a room, named here: a module directly in hpcprof/ by its own name, a package
-(a directory) by its name or by an enclosing package's. A new package of hpcprof/ (as the
-profiler table's hpcprof/profilers/ was) fails test_every_module_has_a_named_room until it is given
-its room here: its own level, above every room it imports and below every room that imports it.
+Every module has a room, named here: a package (a directory) by its name or by an enclosing
+package's; only __init__ and __main__ stand directly in hpcprof/ (test_no_module_loose_at_the_root).
+A new package of hpcprof/ (as the profiler table's hpcprof/profilers/ was) fails
+test_every_module_has_a_named_room until it is given its room here: its own level, above every room
+it imports and below every room that imports it.
 No module cycle and no package cycle, lazy imports (inside functions) included.
 """
 
@@ -35,28 +40,21 @@ import hpcprof
 
 #: rooms, bottom first; a room is a module or package prefix (the longest prefix names a module's room)
 LAYERS: list[list[str]] = [
-    ["hpcprof", "hpcprof.errors", "hpcprof.lazy", "hpcprof.ranks", "hpcprof.rank_sets", "hpcprof.resources", "hpcprof.atomic", "hpcprof.cpus",
-     "hpcprof.models",
-     "hpcprof.output", "hpcprof.results", "hpcprof.catalog", "hpcprof.workdirs", "hpcprof.pool", "hpcprof.safe_paths", "hpcprof.safe_text",
-     "hpcprof.safe_pickle", "hpcprof.safe_yaml",
-     "hpcprof._templates",
-     "hpcprof._site_configs", "hpcprof.inject"],
+    ["hpcprof", "hpcprof.core", "hpcprof._templates", "hpcprof._site_configs", "hpcprof.inject"],
+    ["hpcprof.run"],
     ["hpcprof.profilers", "hpcprof.tools", "hpcprof.tools.nsys.tables", "hpcprof.tools.torch.tables",
      "hpcprof.tools.ncu.tables"],
     ["hpcprof.workloads"],
     ["hpcprof.config"],
-    ["hpcprof.rundir", "hpcprof.record"],
-    ["hpcprof.cli_options"],
+    ["hpcprof.cli.options"],
     ["hpcprof.schedulers"],
     ["hpcprof.render"],
-    ["hpcprof.store"],
-    ["hpcprof.campaign", "hpcprof.jobstate"],
+    ["hpcprof.campaign"],
     ["hpcprof.tools.nsys.stats"],
     ["hpcprof.analysis", "hpcprof.tools.nsys.analysis", "hpcprof.tools.torch.analysis", "hpcprof.tools.ncu.analysis"],
     ["hpcprof.collect"],
     ["hpcprof.report", "hpcprof.tools.nsys.report", "hpcprof.tools.torch.report", "hpcprof.tools.ncu.report"],
-    ["hpcprof.doctor", "hpcprof.api", "hpcprof.api_plots", "hpcprof.tools.torch.analysis.api", "hpcprof.commands", "hpcprof.cli",
-     "hpcprof.__main__"],
+    ["hpcprof.cli", "hpcprof.api", "hpcprof.tools.torch.analysis.api", "hpcprof.__main__"],
 ]
 
 #: (importing room, imported room): upward edges that other branches remove; the lead deletes
@@ -143,17 +141,17 @@ def command_edges(found: list[tuple[str, str]], commands: set[str]) -> list[str]
 
 
 def test_no_module_imports_a_command_module() -> None:
-    """A command is a leaf: what two commands share lives in cli_options, commands.common or a lower
+    """A command is a leaf: what two commands share lives in cli.options, cli.common or a lower
     room (`render`'s submit imported `doctor` for its profiler check; it is in render.profilers now)."""
     assert command_edges(edges(), command_modules()) == []
 
 
 def test_the_command_rule_catches_a_command_importing_another() -> None:
     commands = command_modules()
-    assert {"hpcprof.doctor", "hpcprof.commands.render_submit", "hpcprof.report.cli"} <= commands
-    assert command_edges([("hpcprof.commands.render_submit", "hpcprof.doctor"),
-                          ("hpcprof.commands.status", "hpcprof.commands.common")], commands) == [
-        "hpcprof.commands.render_submit -> hpcprof.doctor"]
+    assert {"hpcprof.cli.doctor", "hpcprof.cli.render_submit", "hpcprof.cli.report"} <= commands
+    assert command_edges([("hpcprof.cli.render_submit", "hpcprof.cli.doctor"),
+                          ("hpcprof.cli.status", "hpcprof.cli.common")], commands) == [
+        "hpcprof.cli.render_submit -> hpcprof.cli.doctor"]
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -217,13 +215,33 @@ def test_the_cycle_rules_catch_a_cycle() -> None:
     """The checkers themselves, on two cycles the code once had."""
     module_cycle = [("hpcprof.tools.nsys.analysis.echo", "hpcprof.tools.nsys.analysis.echo_match"),
                     ("hpcprof.tools.nsys.analysis.echo_match", "hpcprof.tools.nsys.analysis.echo"),
-                    ("hpcprof.tools.nsys.analysis.echo", "hpcprof.errors")]
+                    ("hpcprof.tools.nsys.analysis.echo", "hpcprof.core.errors")]
     assert cycles(graph_of(module_cycle)) == [["hpcprof.tools.nsys.analysis.echo", "hpcprof.tools.nsys.analysis.echo_match"]]
     package_cycle = [("hpcprof.config.site", "hpcprof.schedulers.registry"),
                      ("hpcprof.schedulers.slurm", "hpcprof.render.job"), ("hpcprof.render.job", "hpcprof.config.site"),
-                     ("hpcprof.schedulers.slurm", "hpcprof.errors")]
+                     ("hpcprof.schedulers.slurm", "hpcprof.core.errors")]
     assert cycles(graph_of(package_cycle, package_of)) == [["hpcprof.config", "hpcprof.render", "hpcprof.schedulers"]]
     assert cycles(graph_of(package_cycle)) == []    # no module cycle among those modules
+
+
+def test_no_module_loose_at_the_root() -> None:
+    """The folders are the rooms: a new module goes into the folder of its floor (core, run, ...),
+    not beside hpcprof/__init__.py and the program's entry (__main__.py)."""
+    assert sorted(p.name for p in ROOT.glob("*.py")) == ["__init__.py", "__main__.py"]
+
+
+def test_every_command_module_is_in_cli_or_its_tool() -> None:
+    """The command line's modules are in hpcprof/cli/, but a tool's commands, which its own package
+    holds (hpcprof/tools/<tool>/)."""
+    from hpcprof.cli import COMMANDS
+
+    elsewhere = sorted(target for target in COMMANDS.values()
+                       if not target.startswith("hpcprof.cli.")
+                       and not any(target.startswith(f"hpcprof.tools.{path.name}.")
+                                   for path in (ROOT / "tools").iterdir() if path.is_dir()))
+    assert elsewhere == []
+    assert {t.partition(":")[0] for t in COMMANDS.values()} >= {"hpcprof.cli.render_submit", "hpcprof.cli.doctor",
+                                                                "hpcprof.tools.nsys.analysis.cli"}
 
 
 def test_every_module_has_a_named_room() -> None:
@@ -239,6 +257,6 @@ def test_the_rule_catches_an_upward_edge() -> None:
     """The checker itself: an analysis importing the collect orchestration is upward, one using
     collect's engine is not, and every module of hpcprof/ has a room."""
     assert LEVEL[room_of("hpcprof.collect.runs")] > LEVEL[room_of("hpcprof.tools.nsys.analysis.cli")]
-    assert LEVEL[room_of("hpcprof.pool")] < LEVEL[room_of("hpcprof.tools.nsys.analysis.cli")]
+    assert LEVEL[room_of("hpcprof.core.pool")] < LEVEL[room_of("hpcprof.tools.nsys.analysis.cli")]
     assert room_of("hpcprof.tools.nsys.analysis.echo") == "hpcprof.tools.nsys.analysis"
     assert LEVEL[room_of("hpcprof.tools.nsys.stats.db")] < LEVEL[room_of("hpcprof.tools.nsys.analysis.echo")]

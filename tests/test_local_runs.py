@@ -52,7 +52,7 @@ def test_two_ranks_complete_and_collect_is_idempotent(tmp_path: Path) -> None:
     assert (row["state"], row["exit_code"]) == ("COMPLETED", 0)
 
     hpcprof("collect", cwd=tmp_path, check=True)
-    from hpcprof.results import read_table
+    from hpcprof.run.results import read_table
 
     manifest = read_table(run, "files_manifest")["path"].tolist()
     assert "logs/rank0.log" in manifest and "logs/rank1.log" in manifest

@@ -22,7 +22,7 @@ MAX_MEMORY_ALLOCATED = 1_293_099_520
 
 def test_the_real_oom_is_one_sentence(tmp_path: Path) -> None:
     from hpcprof.analysis.forensics.verdict import analyse
-    from hpcprof.rundir import RunDir
+    from hpcprof.run.rundir import RunDir
     from hpcprof.schedulers.base import FAILED
 
     with tarfile.open(FIXTURES / "oom_run.tar.gz") as tar:

@@ -15,7 +15,7 @@ import pytest
 
 from hpcprof.analysis.collector import CollectContext
 from hpcprof.analysis.registry import collector
-from hpcprof.errors import Problem
+from hpcprof.core.errors import Problem
 
 KERN_SUM_TOTALS = {0: 43_530_292, 1: 6_906_115}   # Σ Total Time of the gold cuda_gpu_kern_sum per rank
 

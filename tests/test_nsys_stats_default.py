@@ -180,7 +180,7 @@ def test_the_command_imports_no_heavy_library_until_it_reads_an_export(tmp_path:
 FAULTS = """
 import resource, sys
 from hpcprof.tools.nsys.analysis.stats_command import HEAP_BLOCK_BYTES, KEPT_FREE_BYTES
-from hpcprof.cpus import keep_freed_memory
+from hpcprof.core.cpus import keep_freed_memory
 said = keep_freed_memory(HEAP_BLOCK_BYTES, KEPT_FREE_BYTES) if sys.argv[1] == "retain" else None
 faults = []
 for _ in range(2):

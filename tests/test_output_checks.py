@@ -17,9 +17,9 @@ import pytest
 from hpcprof_cli import hpcprof
 from reliability_util import one_line_error
 
-from hpcprof.errors import UserError
-from hpcprof.safe_paths import check_output
-from hpcprof.store import Store
+from hpcprof.campaign.store import Store
+from hpcprof.core.errors import UserError
+from hpcprof.core.safe_paths import check_output
 
 
 def fake_run(path: Path) -> Path:

@@ -1,4 +1,4 @@
-"""hpcprof.output's tables: rich's Table of printable cells, numbers right-aligned, a file or a pipe
+"""hpcprof.core.output's tables: rich's Table of printable cells, numbers right-aligned, a file or a pipe
 drawn at WIDE columns, user text never parsed as markup nor able to drive the terminal."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import io
 import pytest
 from rich.console import Console
 
-from hpcprof.output import WIDE, print_table
+from hpcprof.core.output import WIDE, print_table
 
 
 @pytest.mark.parametrize("frame", [
@@ -19,7 +19,7 @@ from hpcprof.output import WIDE, print_table
 def test_emit_of_a_frame_is_rich_s_table_of_it(frame: dict[str, list[object]]) -> None:
     import pandas as pd
 
-    from hpcprof.output import emit, render_table
+    from hpcprof.core.output import emit, render_table
 
     df = pd.DataFrame(frame)
     if len(df.columns) == 4:

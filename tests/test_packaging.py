@@ -28,7 +28,7 @@ def test_wheel_ships_templates_and_sites(repo: Path, tmp_path: Path) -> None:
 
     unpacked = tmp_path / "site-packages"
     zipfile.ZipFile(wheel).extractall(unpacked)
-    probe = ("from hpcprof.resources import template_dir, site_config_dir;"
+    probe = ("from hpcprof.core.resources import template_dir, site_config_dir;"
              "from hpcprof.config.site import find_site;"
              "print(template_dir()); print(site_config_dir()); print(find_site('polaris').scheduler)")
     out = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True,

@@ -16,7 +16,7 @@ import yaml
 from hpcprof.config.experiment import expand
 from hpcprof.config.site import load_site_file
 from hpcprof.render.job import render_point, template_dirs, write_run
-from hpcprof.rundir import RunDir
+from hpcprof.run.rundir import RunDir
 
 JOB_ID = "123.polaris-pbs-01.hsn.cm.polaris.alcf.anl.gov"
 SITE = {

@@ -17,9 +17,9 @@ import msgspec
 import pytest
 from hpcprof_cli import hpcprof
 
-from hpcprof import catalog as c
-from hpcprof.record import read_record
+from hpcprof.core import catalog as c
 from hpcprof.report.overhead import MEMORY_HISTORY, costly_options, in_run
+from hpcprof.run.record import read_record
 from hpcprof.tools.nsys.profiler import NsysOptions
 from hpcprof.tools.torch.profiler import TorchOptions, launch
 

@@ -100,7 +100,7 @@ def test_the_rank_wrapper_starts_its_program(installed: dict[str, str], experime
 def test_a_two_rank_run_under_it_is_collected_into_its_tables(collected: Path) -> None:
     import pandas as pd
 
-    from hpcprof.results import read_headline, read_table
+    from hpcprof.run.results import read_headline, read_table
 
     traces = {rank: pd.read_csv(collected / "profiles" / "fakeroc" / f"rank{rank}.csv") for rank in (0, 1)}
     assert [len(t) for t in traces.values()] == [6, 6]

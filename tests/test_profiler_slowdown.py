@@ -18,11 +18,11 @@ from typing import Any
 import pytest
 from hpcprof_cli import hpcprof
 
-from hpcprof import catalog as c
 from hpcprof.analysis.steps import MIN_STEPS, perturbation, read_rank, steps_tables
+from hpcprof.core import catalog as c
 from hpcprof.report import limits
 from hpcprof.report.overhead import in_run, unmeasured
-from hpcprof.results import read_headline, read_table
+from hpcprof.run.results import read_headline, read_table
 
 REPO = Path(__file__).resolve().parents[1]
 INJECT = REPO / "hpcprof" / "inject"

@@ -13,7 +13,7 @@ from test_wrapper import LAUNCHERS, run_ranks, site_with_tools, tools  # noqa: F
 
 from hpcprof.config.experiment import Experiment, Point
 from hpcprof.config.site import SiteConfig
-from hpcprof.models import dump, validate
+from hpcprof.core.models import dump, validate
 from hpcprof.render.job import render_point, template_dirs, write_run
 
 SHOW = ('printf "%s\\n" "${RANK-} ${WORLD_SIZE-} ${LOCAL_RANK-} ${LOCAL_WORLD_SIZE-} ${MASTER_ADDR-} ${MASTER_PORT-} '

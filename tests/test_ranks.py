@@ -1,4 +1,4 @@
-"""The one rank-from-file-name rule (hpcprof.ranks), and that collect, the nsys/ncu/trace
+"""The one rank-from-file-name rule (hpcprof.run.ranks), and that collect, the nsys/ncu/trace
 commands and the analyses all use it (the names below used to give different ranks)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from hpcprof.analysis.nccl import collective_kind
-from hpcprof.ranks import rank_from_filename
+from hpcprof.run.ranks import rank_from_filename
 
 
 @pytest.mark.parametrize(("name", "rank"), [
@@ -73,7 +73,7 @@ def test_no_other_rank_pattern_in_the_package() -> None:
 # -- the rank set (check_rank_set): one place for collect and the analysis commands -------------------
 
 def check(names: list[str], world: int | None = None, **options: object) -> tuple[dict[str, int | None], str | None]:
-    from hpcprof.rank_sets import check_rank_set
+    from hpcprof.run.rank_sets import check_rank_set
 
     found = check_rank_set([(n, rank_from_filename(n)) for n in names], world, **options)
     return found.files, found.summary()
@@ -105,7 +105,7 @@ def test_a_report_and_its_export_are_one_rank_file_where_the_tool_says_so() -> N
 
 
 def test_outside_the_world_numbered_from_1_and_missing_in_one_line() -> None:
-    from hpcprof.ranks import RankSelection
+    from hpcprof.run.ranks import RankSelection
 
     assert check(["rank0.sqlite", "rank1.sqlite", "rank7.sqlite"], 2) == (
         {"rank0.sqlite": 0, "rank1.sqlite": 1}, "1 file(s) of ranks outside the world of 2 left out: rank7.sqlite (rank 7)")
@@ -119,7 +119,7 @@ def test_outside_the_world_numbered_from_1_and_missing_in_one_line() -> None:
 
 
 def test_missing_ranks_grouped_by_cause_each_log_as_rank_n() -> None:
-    from hpcprof.rank_sets import check_rank_set
+    from hpcprof.run.rank_sets import check_rank_set
 
     def cause(rank: int) -> str:
         return f"no profile written (see logs/rank{rank}.log)" if rank % 2 else "no rank log: the rank never started"

@@ -1,4 +1,4 @@
-"""The run record (hpcprof.record): config.json read back once, typed and versioned. A run written
+"""The run record (hpcprof.run.record): config.json read back once, typed and versioned. A run written
 before the record had a version (the committed 2x H200 campaign) still reads; a rendered run writes
 `format`/`version` and reads back what was rendered; a record that cannot be read is one line
 naming the file, with the messages it had before the record was typed."""
@@ -14,8 +14,8 @@ from fixture_files import STORED
 from hpcprof_cli import hpcprof
 from reliability_util import one_line_error
 
-from hpcprof.record import ResolvedRun, RunRecord, read_record
-from hpcprof.rundir import RECORD_FORMAT, RECORD_VERSION, DamagedRunFile, RunDir
+from hpcprof.run.record import ResolvedRun, RunRecord, read_record
+from hpcprof.run.rundir import RECORD_FORMAT, RECORD_VERSION, DamagedRunFile, RunDir
 
 #: a run of the committed campaign, written by hpcprof before the record was versioned
 OLD_RUN = STORED / "gpu" / "h200_window_campaign" / "window-seqpar" / "20261122-234202-18a6d5-p002"

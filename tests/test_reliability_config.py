@@ -13,7 +13,7 @@ from reliability_util import experiment, ok, one_line_error
 from hpcprof.config.experiment import expand, load_experiment, parse_override
 from hpcprof.config.site import find_site
 from hpcprof.config.validation import parse_yaml
-from hpcprof.errors import UserError
+from hpcprof.core.errors import UserError
 
 BASE = 'name: t\nworkload:\n  kind: command\n  argv: ["true"]\n'
 

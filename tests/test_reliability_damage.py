@@ -14,8 +14,8 @@ from hpcprof_cli import hpcprof
 from reliability_util import experiment, ok, one_line_error, runs
 
 from hpcprof.collect import rank_files
-from hpcprof.errors import Problem, WorkerDied
-from hpcprof.results import read_table
+from hpcprof.core.errors import Problem, WorkerDied
+from hpcprof.run.results import read_table
 
 SWEEP = "sweep:\n  env.A: [x, y]\n"
 
@@ -128,7 +128,7 @@ def test_a_damaged_state_note_is_written_again(tmp_path: Path) -> None:
     [run] = runs(tmp_path / "hpcprof-runs")
     (run / "state.stored").write_bytes(b"\xff\xfe")
     [row] = json.loads(ok(hpcprof("status", "--format", "json", cwd=tmp_path)).stdout)
-    # the note is "STATE EXIT" and, on its second line, the reason (hpcprof.jobstate)
+    # the note is "STATE EXIT" and, on its second line, the reason (hpcprof.campaign.jobstate)
     assert row["state"] == "COMPLETED" and (run / "state.stored").read_text().splitlines()[0] == "COMPLETED 0"
 
 

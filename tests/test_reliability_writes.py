@@ -19,10 +19,10 @@ import pytest
 from hpcprof_cli import hpcprof
 from reliability_util import experiment, ok, one_line_error, runs
 
-from hpcprof.atomic import HOST, atomic_write, remove_stale_temps, temp_path
-from hpcprof.errors import UserError
-from hpcprof.safe_paths import check_output
-from hpcprof.store import Store
+from hpcprof.campaign.store import Store
+from hpcprof.core.atomic import HOST, atomic_write, remove_stale_temps, temp_path
+from hpcprof.core.errors import UserError
+from hpcprof.core.safe_paths import check_output
 
 
 def sha(path: Path) -> str:
@@ -59,7 +59,7 @@ def test_an_output_is_never_an_input(tmp_path: Path) -> None:
 
 
 def test_sigterm_mid_write_removes_the_temporary(tmp_path: Path) -> None:
-    code = ("import sys, time\nfrom pathlib import Path\nfrom hpcprof.atomic import atomic_write\n"
+    code = ("import sys, time\nfrom pathlib import Path\nfrom hpcprof.core.atomic import atomic_write\n"
             "def slow(tmp):\n    tmp.write_text('part')\n    print('writing', flush=True)\n    time.sleep(60)\n"
             f"atomic_write(Path({str(tmp_path / 'out')!r}), slow)\n")
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
@@ -123,7 +123,7 @@ def test_a_zombie_writers_temporary_is_stale(tmp_path: Path) -> None:
 def test_a_tracked_temporary_directory_goes_on_sigterm(tmp_path: Path) -> None:
     """collect's directory of reduce pieces (atomic.track_temporary) is removed by the SIGTERM handler,
     as the files in flight are: found left behind by the faults group's "SIGTERM mid-collect"."""
-    code = ("import os, signal, sys; from pathlib import Path; from hpcprof.atomic import temp_path, track_temporary\n"
+    code = ("import os, signal, sys; from pathlib import Path; from hpcprof.core.atomic import temp_path, track_temporary\n"
             "d = temp_path(Path(sys.argv[1]) / 'pieces'); d.mkdir(); (d / 'kernels.0.parquet').write_text('x')\n"
             "track_temporary(d); print(d, flush=True); os.kill(os.getpid(), signal.SIGTERM)")
     result = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True,
@@ -138,8 +138,8 @@ def test_a_pool_workers_temporary_goes_when_its_parent_gets_sigterm(tmp_path: Pa
     with SIGTERM and waits for them, their handlers remove their temporaries, then it dies of the
     signal (found left behind by the faults group's "SIGTERM mid-collect": the workers had died by
     SIGKILL with their parent, PR_SET_PDEATHSIG)."""
-    code = ("import multiprocessing, sys, time\nfrom pathlib import Path\nfrom hpcprof.atomic import atomic_write\n"
-            "from hpcprof.pool import process_pool\n"
+    code = ("import multiprocessing, sys, time\nfrom pathlib import Path\nfrom hpcprof.core.atomic import atomic_write\n"
+            "from hpcprof.core.pool import process_pool\n"
             "def slow(tmp):\n    tmp.write_text('part')\n    print('writing', flush=True)\n    time.sleep(60)\n"
             "def task(out):\n    atomic_write(Path(out), slow)\n"
             "if __name__ == '__main__':\n"
@@ -161,7 +161,7 @@ def test_a_pool_workers_temporary_goes_when_its_parent_gets_sigterm(tmp_path: Pa
 def test_a_forked_workers_sigterm_leaves_its_parents_temporaries(tmp_path: Path) -> None:
     """A worker forked while its parent had a temporary in flight, stopped alone by SIGTERM, removes
     only its own temporaries, not the parent's (which the parent still writes)."""
-    code = ("import os, signal, sys; from pathlib import Path; from hpcprof.atomic import temp_path, track_temporary\n"
+    code = ("import os, signal, sys; from pathlib import Path; from hpcprof.core.atomic import temp_path, track_temporary\n"
             "d = temp_path(Path(sys.argv[1]) / 'pieces'); d.mkdir(); track_temporary(d)\n"
             "pid = os.fork()\n"
             "if pid == 0:\n    os.kill(os.getpid(), signal.SIGTERM)\n    os._exit(3)\n"

@@ -48,7 +48,7 @@ def test_a_rendered_local_job_runs_by_hand(tmp_path: Path) -> None:
 def test_a_run_rendered_with_o_and_started_by_hand_is_collected(tmp_path: Path) -> None:
     """No submission record: the job's own status file says it ran (it was NOT_SUBMITTED, and collect
     skipped it as not collected)."""
-    from hpcprof.results import list_tables
+    from hpcprof.run.results import list_tables
 
     out = tmp_path / "job"
     code, _ = render(str(REPO / "examples" / "seqpar_cpu.yaml"), "--site", "local", "-o", str(out),
@@ -71,7 +71,7 @@ def test_render_prints_the_run_dir_submit_uses(tmp_path: Path, monkeypatch: pyte
                                                env: dict[str, str], workdir: str) -> None:
     """The printed job script's RUN_DIR is under the workdir submit will use (it was ./hpcprof-runs
     whatever $HPCPROF_WORKDIR or the site said); each render and submit makes a new run id."""
-    from hpcprof.commands.render_submit import submit_workdir
+    from hpcprof.cli.render_submit import submit_workdir
     from hpcprof.config.site import find_site
 
     monkeypatch.chdir(tmp_path)

@@ -17,7 +17,7 @@ import pytest
 
 from hpcprof.config.experiment import expand
 from hpcprof.config.site import find_site
-from hpcprof.errors import UserError
+from hpcprof.core.errors import UserError
 from hpcprof.render.job import (
     ENV_OPTIONS,
     FILTERS,

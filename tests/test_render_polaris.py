@@ -20,7 +20,7 @@ from click.testing import CliRunner
 from hpcprof.cli import main
 from hpcprof.config.experiment import expand
 from hpcprof.config.site import SiteConfig, find_site
-from hpcprof.models import dump, validate
+from hpcprof.core.models import dump, validate
 from hpcprof.render.job import RenderedRun, render_point, template_dirs
 
 GOLDEN = Path(__file__).parent / "golden"

@@ -120,7 +120,7 @@ def test_report_headline_first_and_failed_run_with_log_tail(campaign: dict) -> N
 def test_report_shows_the_recorded_headline_as_plain_text(campaign: dict) -> None:
     """The headline collect recorded is what `report` shows; a kernel name is printed as it is
     (no rich markup, no emoji codes)."""
-    from hpcprof.results import Headline, read_headline, write_headline
+    from hpcprof.run.results import Headline, read_headline, write_headline
 
     run = campaign["runs"][0]
     recorded = read_headline(run)

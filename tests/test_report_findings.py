@@ -32,7 +32,7 @@ from window_campaign import (
     run_dir,
 )
 
-from hpcprof import catalog as c
+from hpcprof.core import catalog as c
 from hpcprof.tools.nsys import tables as nt
 
 
@@ -435,7 +435,7 @@ def test_a_trainers_collectives_get_a_fix_against_the_ceiling_nearest_in_size(ca
 
     from hpcprof.report import limits, sweep
     from hpcprof.report.runs import load, select_runs
-    from hpcprof.results import write_table
+    from hpcprof.run.results import write_table
 
     workdir = tmp_path / "work"
     shutil.copytree(campaign[0], workdir, symlinks=True)
@@ -473,7 +473,7 @@ def test_a_host_bound_runs_first_screen_names_the_idle_cause_and_line(campaign: 
     from hpcprof.analysis import idle as I
     from hpcprof.report import limits, sweep
     from hpcprof.report.runs import load, select_runs
-    from hpcprof.results import write_table
+    from hpcprof.run.results import write_table
 
     workdir = tmp_path / "work"
     shutil.copytree(campaign[0], workdir, symlinks=True)

@@ -20,8 +20,8 @@ import pandas as pd
 import pytest
 from hpcprof_cli import hpcprof
 
-from hpcprof.results import read_table
-from hpcprof.store import Store, database_url
+from hpcprof.campaign.store import Store, database_url
+from hpcprof.run.results import read_table
 
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync",

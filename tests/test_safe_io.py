@@ -1,4 +1,4 @@
-"""hpcprof.safe_paths and hpcprof.safe_text, one function per rule of what is written and shown, on real files:
+"""hpcprof.core.safe_paths and hpcprof.core.safe_text, one function per rule of what is written and shown, on real files:
 outputs refused over inputs, workdir files, data files, special files and links; nothing written
 through a link out of a run directory; FIFOs and devices never read; profile text as data in
 rich, CSV, .xlsx and plotly."""
@@ -15,10 +15,10 @@ import pytest
 from rich.console import Console
 from rich.table import Table
 
-from hpcprof.errors import UnsafeFile, UserError, printable
-from hpcprof.output import write_spreadsheet
-from hpcprof.safe_paths import check_confined, check_output, read_regular, read_tail
-from hpcprof.safe_text import csv_cell, csv_frame, plotly_escaped, rich_text
+from hpcprof.core.errors import UnsafeFile, UserError, printable
+from hpcprof.core.output import write_spreadsheet
+from hpcprof.core.safe_paths import check_confined, check_output, read_regular, read_tail
+from hpcprof.core.safe_text import csv_cell, csv_frame, plotly_escaped, rich_text
 
 HOSTILE = '=HYPERLINK("https://evil.example")[/][link=https://evil.example]x[/link]\x1b]0;t\x07<a href="x">y</a>'
 

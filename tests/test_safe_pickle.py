@@ -1,4 +1,4 @@
-"""hpcprof.safe_pickle: plain data read as pickle itself reads it, and everything else refused
+"""hpcprof.core.safe_pickle: plain data read as pickle itself reads it, and everything else refused
 before any code runs: code (REDUCE of os.system, BUILD, INST, OBJ, NEWOBJ), sizes beyond the bytes
 held, nesting past the depth limit, memo-shared trees past the node limit, cycles, damaged files."""
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcprof.safe_pickle import PickleRefused, load, loads
+from hpcprof.core.safe_pickle import PickleRefused, load, loads
 
 SHARED = [1, "two"]
 PLAIN = [None, True, False, 0, 1, -1, 255, 256, 65535, 65536, -2**31, 2**31 - 1, 2**31, 2**64, -2**100, 1.5, -0.0,

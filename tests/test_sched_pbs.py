@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from slurm_cluster import poll, write_job
 
-from hpcprof.errors import UserError
-from hpcprof.jobstate import reconcile
-from hpcprof.rundir import RunDir
+from hpcprof.campaign.jobstate import reconcile
+from hpcprof.core.errors import UserError
+from hpcprof.run.rundir import RunDir
 from hpcprof.schedulers import get_scheduler
 from hpcprof.schedulers.base import (
     CANCELLED,
@@ -76,7 +76,7 @@ def test_pbspro_json_other_job() -> None:
         COMPLETED, None, "job_state=C; no exit status (the run's status file has it)")),
 ])
 def test_torque_wrapper_recorded(tmp_path: Path, fixture: str, cancelled: bool, expected: JobState) -> None:
-    """The wrappers cannot say a job was deleted: the run's `cancelled=` line (hpcprof.jobstate) does."""
+    """The wrappers cannot say a job was deleted: the run's `cancelled=` line (hpcprof.campaign.jobstate) does."""
     text = (DATA / fixture).read_text()
     assert parse_qstat_full(text) == expected
     job_id = text.split("Job Id:", 1)[1].split()[0]
@@ -151,7 +151,7 @@ def test_qsub_exit_3(tmp_path: Path) -> None:
 def test_qdel_running_job(tmp_path: Path) -> None:
     scheduler, job_id = submit(tmp_path, "sleep 300")
     poll(lambda: scheduler.state(job_id, tmp_path), lambda s: s.state == RUNNING, 60)
-    assert scheduler.cancel(job_id, tmp_path) is True  # a live job: hpcprof.jobstate marks the run
+    assert scheduler.cancel(job_id, tmp_path) is True  # a live job: hpcprof.campaign.jobstate marks the run
     RunDir(tmp_path).mark_cancelled()
     state = final(scheduler, job_id, tmp_path)
     assert reconcile(RunDir(tmp_path), state).state == CANCELLED  # the wrappers' `C` cannot say it

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from slurm_cluster import TIME_LIMIT_JOBS, poll, write_job
 
-from hpcprof.errors import UserError
+from hpcprof.core.errors import UserError
 from hpcprof.schedulers import get_scheduler
 from hpcprof.schedulers.base import (
     CANCELLED,
@@ -198,7 +198,7 @@ def test_cancel_running_job(tmp_path: Path) -> None:
     scheduler, job_id = submit(tmp_path, "srun sleep 300", "#SBATCH -t 2")
     poll(lambda: status(tmp_path), lambda s: "start" in s, 60)
     assert scheduler.state(job_id, tmp_path).state == RUNNING
-    assert scheduler.cancel(job_id, tmp_path) is True  # a live job: hpcprof.jobstate marks the run
+    assert scheduler.cancel(job_id, tmp_path) is True  # a live job: hpcprof.campaign.jobstate marks the run
     state = final(scheduler, job_id, tmp_path, timeout=60)
     assert (state.state, state.exit_code) == (CANCELLED, 128 + 15)
     assert scheduler.cancel(job_id, tmp_path) is False  # again: already ended, no error

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from hpcprof.cli import main
 from hpcprof.config.site import available_sites, expand_workdir, find_site
-from hpcprof.errors import UserError
+from hpcprof.core.errors import UserError
 
 REPO = Path(__file__).resolve().parents[1]
 POLARIS_EXP = REPO / "examples" / "seqpar_polaris.yaml"

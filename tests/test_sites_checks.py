@@ -18,10 +18,10 @@ import yaml
 from click.testing import CliRunner
 
 import hpcprof
+from hpcprof.campaign.jobstate import reconcile
 from hpcprof.cli import main
 from hpcprof.config.site import shipped_site_dir
-from hpcprof.jobstate import reconcile
-from hpcprof.rundir import RunDir
+from hpcprof.run.rundir import RunDir
 
 REPO = Path(__file__).resolve().parents[1]
 

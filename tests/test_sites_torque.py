@@ -15,8 +15,8 @@ from slurm_cluster import poll
 from hpcprof.config.directives import check_rendered
 from hpcprof.config.schedulers import REGISTRY, SCHEDULER_NAMES
 from hpcprof.config.site import SiteConfig, load_site_file
-from hpcprof.errors import UserError
-from hpcprof.models import validate
+from hpcprof.core.errors import UserError
+from hpcprof.core.models import validate
 from hpcprof.render.launchers import launch_argv
 from hpcprof.schedulers import get_scheduler
 

@@ -90,7 +90,7 @@ def test_status_shows_how_a_run_was_collected_without_the_store(one_run: Path, t
 
 PROBE = """
 import gc, json, sys
-import hpcprof.commands.sites as sites
+import hpcprof.cli.sites as sites
 from hpcprof.__main__ import main
 seen = {}
 listed = sites.sites.callback

@@ -17,11 +17,11 @@ import pytest
 from hpcprof_cli import hpcprof
 from reliability_util import one_line_error
 
-from hpcprof import catalog as c
 from hpcprof.analysis.steps import steps_tables
 from hpcprof.config.profile import STEP_RANGE, UNMEASURED_STEP_RANGE
+from hpcprof.core import catalog as c
 from hpcprof.profilers import catalogs
-from hpcprof.results import list_tables, read_headline, read_table
+from hpcprof.run.results import list_tables, read_headline, read_table
 
 REPO = Path(__file__).resolve().parents[1]
 INJECT = REPO / "hpcprof" / "inject"
@@ -217,7 +217,7 @@ def test_the_hook_opens_nsys_capture_range_and_keeps_the_program_running(tmp_pat
 
 
 def test_a_window_the_program_never_reached_is_said(tmp_path: Path) -> None:
-    from hpcprof.record import read_record
+    from hpcprof.run.record import read_record
     from hpcprof.tools.nsys.analysis.collect import NOTHING_RECORDED, NsysCollector
 
     exp = write_experiment(tmp_path / "exp.yaml", ["python", "train.py"],

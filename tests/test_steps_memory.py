@@ -10,8 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from hpcprof import catalog as c
 from hpcprof.analysis.steps import steps_tables
+from hpcprof.core import catalog as c
 
 INJECT = Path(__file__).resolve().parents[1] / "hpcprof" / "inject"
 GIB = 1 << 30
@@ -94,7 +94,7 @@ def test_a_workload_s_own_timer_gives_the_same_metrics_over_its_counted_steps() 
     import pandas as pd
 
     from hpcprof.analysis.summary import run_summary
-    from hpcprof.record import RunRecord
+    from hpcprof.run.record import RunRecord
 
     rows = []
     for rank in (0, 1):

@@ -16,8 +16,8 @@ import pytest
 from postgres_server import fresh_postgres_db
 from sqlalchemy import text
 
-from hpcprof.errors import UserError
-from hpcprof.store import Store
+from hpcprof.campaign.store import Store
+from hpcprof.core.errors import UserError
 
 REPO = Path(__file__).resolve().parents[1]
 

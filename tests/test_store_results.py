@@ -1,4 +1,4 @@
-"""Per-run Parquet result tables (hpcprof.results): typed round trip, names confined to
+"""Per-run Parquet result tables (hpcprof.run.results): typed round trip, names confined to
 results/, atomic writes, damaged files as one-line errors."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from hpcprof.results import ResultError, list_tables, read_table, write_table
+from hpcprof.run.results import ResultError, list_tables, read_table, write_table
 
 
 def test_round_trip_keeps_types(tmp_path: Path) -> None:

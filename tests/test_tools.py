@@ -14,7 +14,7 @@ from test_extending import naming
 from hpcprof import api, profilers
 from hpcprof.analysis.diff.profiles import DiffInputError, load_profile
 from hpcprof.config.profile import ProfileConfig, ToolName, WindowConfig
-from hpcprof.models import convert
+from hpcprof.core.models import convert
 from hpcprof.render.steps import capture_options, tool_options
 from hpcprof.tools.ncu.profiler import NcuOptions
 from hpcprof.tools.nsys.analysis import api as nsys_api
@@ -25,7 +25,7 @@ from hpcprof.tools.torch.profiler import TorchOptions
 
 @pytest.mark.parametrize("tool", ["nsys", "torch", "ncu"])
 def test_a_tool_is_named_outside_its_package_by_the_registry_and_the_cli_only(tool: str) -> None:
-    assert sorted(naming([f"hpcprof.tools.{tool}"])) == ["cli.py", "profilers/__init__.py"]
+    assert sorted(naming([f"hpcprof.tools.{tool}"])) == ["cli/__init__.py", "profilers/__init__.py"]
 
 
 def test_profile_config_has_the_registry_options_models_as_fields() -> None:

@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from hpcprof.cli import main
-from hpcprof.safe_text import csv_frame
+from hpcprof.core.safe_text import csv_frame
 from hpcprof.tools.torch.analysis import analyses as A
 from hpcprof.tools.torch.analysis.collect import TorchCollector, analyse_file
 from hpcprof.tools.torch.analysis.load import TraceError, load_traces
@@ -186,7 +186,7 @@ def test_default_workers_are_the_cpus_this_process_may_use(fixtures_dir: Path, m
     from hpcprof.tools.torch.analysis import load
 
     probe = "import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); " \
-            "from hpcprof.cpus import usable_cpus; print(usable_cpus(), os.cpu_count())"
+            "from hpcprof.core.cpus import usable_cpus; print(usable_cpus(), os.cpu_count())"
     one, machine = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.split()
     assert one == "1" and int(machine) >= 1
     monkeypatch.setattr(load, "PARALLEL_MIN_BYTES", 0)

@@ -285,8 +285,8 @@ def test_collect_decodes_a_trace_on_the_cores_the_files_leave(fixtures_dir: Path
     from concurrent.futures import ProcessPoolExecutor
 
     from hpcprof.analysis.registry import collector
-    from hpcprof.pool import InProcess, cores_per_file, worker_context
-    from hpcprof.results import to_arrow
+    from hpcprof.core.pool import InProcess, cores_per_file, worker_context
+    from hpcprof.run.results import to_arrow
     from hpcprof.tools.torch.analysis import collect, load
 
     monkeypatch.setattr(load, "SPLIT_BATCH_BYTES", 1 << 16)
@@ -319,7 +319,7 @@ def test_collect_gives_each_trace_its_share_of_the_workers(fixtures_dir: Path, t
 
     from hpcprof.collect import InProcess, map_files
     from hpcprof.collect.cache import parts_dir
-    from hpcprof.pool import read_bundle, worker_context
+    from hpcprof.core.pool import read_bundle, worker_context
 
     class Recording(ProcessPoolExecutor):
         """A process pool that keeps the arguments of each task submitted."""
@@ -433,9 +433,9 @@ def test_helpers_that_cannot_start_fall_back_to_one_process(fixtures_dir: Path, 
     expected = load_trace(path)
     pair = [path, path.with_name("rank1.pt.trace.json.gz")]
     expected_pair, _ = load.load_traces(pair, workers=1)
-    import hpcprof.pool
+    import hpcprof.core.pool
 
-    monkeypatch.setattr(hpcprof.pool, "ProcessPoolExecutor", NoProcesses)   # every pool is made by pool.process_pool
+    monkeypatch.setattr(hpcprof.core.pool, "ProcessPoolExecutor", NoProcesses)   # every pool is made by pool.process_pool
     with pytest.raises(load.SplitFailed, match="temporarily unavailable"):
         load.scan_split(path, [TraceColumns()], 2)
     same_trace(load_trace(path, helpers=2), expected)

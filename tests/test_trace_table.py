@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from hpcprof.safe_text import csv_frame
+from hpcprof.core.safe_text import csv_frame
 from hpcprof.tools.torch.analysis.table import Table, group_stats, group_sum, sort_descending, sorted_groups
 
 

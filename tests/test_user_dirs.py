@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from user_dirs import SESSION_HOME, XDG_DIRS, changes, hpcprof_dirs, snapshot
 
-from hpcprof.workdirs import known_workdirs, known_workdirs_file, record_workdir
+from hpcprof.run.workdirs import known_workdirs, known_workdirs_file, record_workdir
 
 TESTS = Path(__file__).resolve().parent
 

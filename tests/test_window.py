@@ -16,7 +16,7 @@ import pytest
 from differential.hta_reference import hta_trace_analysis
 
 from hpcprof.analysis.summary import tables_of
-from hpcprof.results import write_table
+from hpcprof.run.results import write_table
 from hpcprof.tools.nsys.analysis import distributed as dist
 from hpcprof.tools.nsys.analysis import window as win
 from hpcprof.tools.nsys.analysis.collect import NsysCollector, analyse_file

@@ -8,7 +8,7 @@ import sys
 
 CODE = """
 import threading, time
-from hpcprof.pool import worker_context
+from hpcprof.core.pool import worker_context
 print(worker_context().get_start_method())
 threading.Thread(target=time.sleep, args=(2,), daemon=True).start()
 print(worker_context(["hpcprof.tools.torch.analysis.load"]).get_start_method())
@@ -24,7 +24,7 @@ def test_fork_only_while_single_threaded() -> None:
 FROZEN = """
 import gc
 from concurrent.futures import ProcessPoolExecutor
-from hpcprof.pool import worker_context
+from hpcprof.core.pool import worker_context
 with ProcessPoolExecutor(1, mp_context=worker_context()) as pool:
     print(pool.submit(gc.get_freeze_count).result() > 1000, gc.get_freeze_count())
 """

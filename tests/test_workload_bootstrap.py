@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from hpcprof.errors import UserError
-from hpcprof.models import validate
+from hpcprof.core.errors import UserError
+from hpcprof.core.models import validate
 from hpcprof.workloads import args, options
 
 #: the launcher variables besides bootstrap's own rank variables and MPI markers

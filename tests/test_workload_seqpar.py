@@ -12,8 +12,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from hpcprof.errors import UserError
-from hpcprof.models import validate
+from hpcprof.core.errors import UserError
+from hpcprof.core.models import validate
 
 BIN = Path(sys.executable).parent
 MPIEXEC = BIN / "mpiexec"

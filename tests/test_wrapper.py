@@ -24,9 +24,9 @@ from hypothesis import strategies as st
 from hpcprof.cli import main
 from hpcprof.config.experiment import RANK_ENV, Experiment, Point, expand
 from hpcprof.config.site import SiteConfig, find_site
-from hpcprof.models import dump, validate
-from hpcprof.ranks import RankSelection
+from hpcprof.core.models import dump, validate
 from hpcprof.render.job import render_point, template_dirs, write_run
+from hpcprof.run.ranks import RankSelection
 
 FAKE_TOOL = r"""#!/bin/bash
 # Test double for nsys/ncu: record argv beside the -o report, create the report, run the app.

@@ -54,7 +54,7 @@ import sys
 from pathlib import Path
 
 from hpcprof.tools.nsys.analysis.echo import write_echo
-from hpcprof.results import read_table
+from hpcprof.run.results import read_table
 
 table = read_table(Path(sys.argv[1]), "echo_slowdown")
 for path in write_echo(table, Path(sys.argv[2])):

@@ -67,7 +67,7 @@ import sys
 from pathlib import Path
 from hpcprof.analysis.clocks import aligned
 from hpcprof.analysis.stragglers import per_step, straggler
-from hpcprof.results import read_table
+from hpcprof.run.results import read_table
 run, rank, late_ms = Path(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
 events, _ = aligned(read_table(run, "torch_critical_path_events"))
 found = straggler(events, per_step(events))

@@ -30,10 +30,10 @@ import sys
 from pathlib import Path
 
 from hpcprof.analysis.summary import run_headline
-from hpcprof.jobstate import recorded_state
-from hpcprof.record import read_record
-from hpcprof.results import read_table
-from hpcprof.rundir import RunDir
+from hpcprof.campaign.jobstate import recorded_state
+from hpcprof.run.record import read_record
+from hpcprof.run.results import read_table
+from hpcprof.run.rundir import RunDir
 
 STEP_RANGE = "hpcprof:step"
 #: a trainer's own step time in its rank 0 log: (step number as logged, seconds)

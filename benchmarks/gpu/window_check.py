@@ -11,9 +11,9 @@ import sys
 from pathlib import Path
 
 from hpcprof.analysis.summary import run_headline
-from hpcprof.record import read_record
-from hpcprof.results import read_table
-from hpcprof.store import Store, database_url
+from hpcprof.campaign.store import Store, database_url
+from hpcprof.run.record import read_record
+from hpcprof.run.results import read_table
 
 SHOWN = ("window.duration", "window.iterations", "iteration.mean", "idle_pct", "capture.idle_pct",
          "overlap_pct", "capture.overlap_pct", "gpu.gemm.share", "capture.gpu.gemm.share")

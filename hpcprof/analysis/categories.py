@@ -29,7 +29,7 @@ import numpy as np
 from hpcprof.analysis.nccl import NCCL_KERNEL
 
 if TYPE_CHECKING:
-    from hpcprof.record import RunRecord
+    from hpcprof.run.record import RunRecord
 
 OTHER = "other"
 #: (category, pattern) in order: the first whose pattern is found in the name decides; a category's
@@ -119,7 +119,7 @@ def categories_for(record: RunRecord | None) -> Categories:
 def run_categories(path: Path) -> Categories:
     """The categories of the run a profile file belongs to (record.profile_record); RULES for a file
     outside a run."""
-    from hpcprof.record import profile_record
+    from hpcprof.run.record import profile_record
 
     try:
         return categories_for(profile_record(path))

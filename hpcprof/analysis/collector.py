@@ -12,7 +12,7 @@ A tool's collector is one `ToolCollector` subclass that its entry in the profile
   `NothingToAnalyse` for a readable file with nothing in it for the analyses (a note), any
   other exception for a damaged file (that file is skipped, a Problem).
 - `analyse_tables(path, rank)`: the same tables as Arrow tables, as collect writes them (by
-  default analyse_file's frames converted by hpcprof.results.to_arrow); a tool whose analyses
+  default analyse_file's frames converted by hpcprof.run.results.to_arrow); a tool whose analyses
   build their columns directly implements this one, and analyse_file is then its tables read
   back as the run's results read them.
 - `analyse_batch(files)`: analyse_tables of the several (path, rank) files of one map task, each
@@ -23,7 +23,7 @@ A tool's collector is one `ToolCollector` subclass that its entry in the profile
   tables and logging notes; independent of one another, so collect runs them in parallel workers
   (`reduce(read, log)` runs them all in this process).
 - `check_ranks(run_dir, record, files)`: the run's rank files checked against its world and
-  profile.ranks (hpcprof.rank_sets.check_rank_set over the files ending in the tool's suffixes in
+  profile.ranks (hpcprof.run.rank_sets.check_rank_set over the files ending in the tool's suffixes in
   the profiler table; a rank's report and its export beside it are one file where
   `report_and_export`): the files collect analyses and one line naming what is wrong, which makes
   the run `partial`; `missing_cause(run_dir, record, rank)` says why a profiled rank left no file,
@@ -44,15 +44,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from hpcprof.errors import Problem
-from hpcprof.rank_sets import check_rank_set
-from hpcprof.ranks import RankSelection
+from hpcprof.core.errors import Problem
+from hpcprof.run.rank_sets import check_rank_set
+from hpcprof.run.ranks import RankSelection
 
 if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
 
-    from hpcprof.record import RunRecord
+    from hpcprof.run.record import RunRecord
 
 Log = Callable[[str], None]
 #: a concatenated per-rank table by name, None when no rank has it
@@ -121,7 +121,7 @@ class ToolCollector:
 
     def analyse_tables(self, path: Path, rank: int) -> dict[str, pa.Table]:
         """One rank's file -> its tables as collect writes them (Arrow, no pandas metadata)."""
-        from hpcprof.results import to_arrow
+        from hpcprof.run.results import to_arrow
 
         return {name: to_arrow(df, pandas_metadata=False) for name, df in self.analyse_file(path, rank).items()}
 

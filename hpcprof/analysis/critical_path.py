@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from hpcprof.catalog import CRITICAL_PATH_KEYS
+from hpcprof.core.catalog import CRITICAL_PATH_KEYS
 
 if TYPE_CHECKING:
     from typing import TypeAlias

@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from hpcprof.analysis.collector import Log, ReadTable
-    from hpcprof.results import Metric
+    from hpcprof.run.results import Metric
 
 MIN_STEPS = 3
 #: the warm-up steps left out: the start-up hook's default (profile.window.skip_steps)

@@ -1,5 +1,5 @@
 """PyTorch memory snapshots (`torch.cuda.memory._dump_snapshot`, by hpcprof or by the user), read
-as plain data (hpcprof.safe_pickle: a snapshot is a pickle; one naming code is refused), per device:
+as plain data (hpcprof.core.safe_pickle: a snapshot is a pickle; one naming code is refused), per device:
 
 - the allocated bytes over the recorded history (`device_traces`): each `alloc` adds its size,
   each `free_completed` takes it away, as PyTorch's own reading of the trace does
@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hpcprof.errors import UserError
-from hpcprof.safe_paths import open_regular
+from hpcprof.core.errors import UserError
+from hpcprof.core.safe_paths import open_regular
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -91,7 +91,7 @@ class DeviceMemory:
 
 def read_snapshot(path: Path, max_bytes: int = MAX_SNAPSHOT_BYTES, max_nodes: int = MAX_SNAPSHOT_NODES) -> dict[str, Any]:
     """The snapshot at `path` as plain data; SnapshotError (one line naming the file) otherwise."""
-    from hpcprof import safe_pickle
+    from hpcprof.core import safe_pickle
 
     try:
         with open_regular(path) as fh:
@@ -225,7 +225,7 @@ def snapshot_tables(run_dir: Path) -> tuple[dict[str, pd.DataFrame], list[str]]:
     allocated and still held at its end), by site; one line per snapshot that could not be read."""
     import pandas as pd
 
-    from hpcprof import catalog as c
+    from hpcprof.core import catalog as c
 
     peaks: list[dict[str, Any]] = []
     grown: list[dict[str, Any]] = []

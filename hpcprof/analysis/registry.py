@@ -8,7 +8,7 @@ from collections.abc import Mapping
 
 from hpcprof import profilers
 from hpcprof.analysis.collector import ToolCollector
-from hpcprof.lazy import load_target
+from hpcprof.core.lazy import load_target
 
 
 def collector(tool: str, tool_paths: Mapping[str, str] | None = None, cores: int = 1) -> ToolCollector:

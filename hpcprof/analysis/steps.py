@@ -22,13 +22,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-from hpcprof import catalog as c
-from hpcprof.safe_paths import open_regular
+from hpcprof.core import catalog as c
+from hpcprof.core.safe_paths import open_regular
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from hpcprof.record import RunRecord
+    from hpcprof.run.record import RunRecord
 
 COLUMNS = ["rank", "step", "end_ns", "duration_ns", "in_window", "unprofiled", "tool", "pid", "allocated_peak",
            "reserved_peak", "capacity"]
@@ -210,8 +210,8 @@ def _read_ranks(directory: Path, world: int, problems: list[str]) -> pd.DataFram
     with lines left out, is a line in `problems`."""
     import pandas as pd
 
-    from hpcprof.rank_sets import check_rank_set
-    from hpcprof.ranks import rank_in_name
+    from hpcprof.run.rank_sets import check_rank_set
+    from hpcprof.run.ranks import rank_in_name
 
     named = {path: rank_in_name(path.name, "rank", ".jsonl") for path in sorted(directory.glob("rank*"))}
     numbered = [(str(path), rank) for path, rank in named.items() if rank is not None]

@@ -3,7 +3,7 @@
 `run_summary` reads the run's result tables (workload timings, nsys or Kineto analyses; `tables_of`:
 each read once) and returns (metric, value, unit) triples; a metric is absent when its source table
 is. `run_headline` adds the top kernels from the same reads: what collect records beside the tables
-(hpcprof.results.write_headline). The metrics are declared in hpcprof.catalog (name, unit,
+(hpcprof.run.results.write_headline). The metrics are declared in hpcprof.core.catalog (name, unit,
 window, formula), a tool's tables in its package; a tool's own metrics are made by its Profiler's
 `metrics` (hpcprof/tools/<tool>/analysis/headline.py) with the functions here; `idle_pct` and
 `overlap_pct` are computed by the one function each here,
@@ -19,15 +19,15 @@ from typing import TYPE_CHECKING, Protocol
 
 import pandas as pd
 
-from hpcprof import catalog as c
 from hpcprof import profilers
 from hpcprof.analysis.categories import BUILTIN, Categories, categories_for
 from hpcprof.analysis.detect_steps import PREFIX as DETECTED
-from hpcprof.lazy import load_target
-from hpcprof.results import Headline, Metric, TopKernel, read_table
+from hpcprof.core import catalog as c
+from hpcprof.core.lazy import load_target
+from hpcprof.run.results import Headline, Metric, TopKernel, read_table
 
 if TYPE_CHECKING:
-    from hpcprof.record import RunRecord
+    from hpcprof.run.record import RunRecord
 
 
 class Tables(Protocol):

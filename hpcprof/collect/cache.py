@@ -1,5 +1,5 @@
 """collect's cache of the per-file parts of a run's profiles, `derived/<tool>/parts/`: the map's
-bundles (each task's rank files' tables, hpcprof.pool.write_bundle) and the manifest of what was
+bundles (each task's rank files' tables, hpcprof.core.pool.write_bundle) and the manifest of what was
 mapped (FilePart per rank file: its bundle, its place there, its tables; with the size and mtime it
 was mapped at). A file unchanged since (size, mtime, rank) whose bundle reads is not mapped again."""
 
@@ -13,10 +13,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
-from hpcprof.atomic import atomic_write
 from hpcprof.collect.common import Report
-from hpcprof.errors import Problem
-from hpcprof.pool import DamagedBundle, read_bundle
+from hpcprof.core.atomic import atomic_write
+from hpcprof.core.errors import Problem
+from hpcprof.core.pool import DamagedBundle, read_bundle
 
 #: a rank file the map analyses: its path, rank, (size, mtime_ns) and part key (no os.stat_result: ~0.5 kB each)
 PendingFile = tuple[str, int, tuple[int, int], str]

@@ -7,7 +7,7 @@ import contextlib
 import gc
 from collections.abc import Callable, Iterator
 
-from hpcprof.errors import Problem, UserError
+from hpcprof.core.errors import Problem, UserError
 
 #: where a Problem goes (Collected.report of the run being collected)
 Report = Callable[[Problem], None]

@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hpcprof.collect.common import Report, short
-from hpcprof.errors import Problem
-from hpcprof.ranks import rank_from_filename
-from hpcprof.results import ResultError, check_name
-from hpcprof.rundir import RunDir
-from hpcprof.safe_paths import RESULT_FILE, read_regular
+from hpcprof.core.errors import Problem
+from hpcprof.core.safe_paths import RESULT_FILE, read_regular
+from hpcprof.run.ranks import rank_from_filename
+from hpcprof.run.results import ResultError, check_name
+from hpcprof.run.rundir import RunDir
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -57,7 +57,7 @@ def ceilings_tables(run_dir: Path, problem: Report) -> dict[str, pd.DataFrame]:
     measurement, the catalog's columns in order; none without the file, a damaged one reported."""
     import pandas as pd
 
-    from hpcprof import catalog as c
+    from hpcprof.core import catalog as c
 
     path = run_dir / c.CEILINGS_FILE
     if not path.exists():

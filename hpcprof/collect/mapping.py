@@ -19,9 +19,9 @@ from hpcprof.collect.cache import (
     save_manifest,
 )
 from hpcprof.collect.common import Report, gc_paused, short
-from hpcprof.errors import Problem, WorkerDied
-from hpcprof.pool import Log, Progress, cores_per_file, executor_workers, stream_map, write_bundle
-from hpcprof.results import ResultError, check_name
+from hpcprof.core.errors import Problem, WorkerDied
+from hpcprof.core.pool import Log, Progress, cores_per_file, executor_workers, stream_map, write_bundle
+from hpcprof.run.results import ResultError, check_name
 
 if TYPE_CHECKING:
     import pyarrow as pa

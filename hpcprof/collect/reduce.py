@@ -10,11 +10,11 @@ from concurrent.futures import Executor, Future
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from hpcprof.atomic import temp_path, track_temporary
-from hpcprof.catalog import table_name
 from hpcprof.collect.cache import MANIFEST, FilePart, parts_dir
 from hpcprof.collect.common import Timed, short, untimed
-from hpcprof.pool import (
+from hpcprof.core.atomic import temp_path, track_temporary
+from hpcprof.core.catalog import table_name
+from hpcprof.core.pool import (
     BundleRows,
     InProcess,
     Log,
@@ -23,7 +23,7 @@ from hpcprof.pool import (
     executor_workers,
     read_pieces,
 )
-from hpcprof.results import write_table
+from hpcprof.run.results import write_table
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -38,7 +38,7 @@ def cross_rank_tables(tool: str, run_path: Path, step: int,
     from their slices' `pieces` where given, else from results/), written to results/; returns
     (table names written, notes to log)."""
     from hpcprof.analysis.registry import collector
-    from hpcprof.results import read_table
+    from hpcprof.run.results import read_table
 
     def read(name: str) -> pd.DataFrame | None:
         if pieces is None:
@@ -129,7 +129,7 @@ class SliceConcat:
         concatenated straight into results/, which the steps read then (`cross_rank(None)`).
         Returns the table names written and the steps' outcomes (a step's error is raised once every
         table is written; DamagedCache when a cached part does not read: the manifest is dropped)."""
-        from hpcprof.results import table_path
+        from hpcprof.run.results import table_path
 
         def damaged(exc: Exception) -> DamagedCache:  # a cached part whose footer reads but whose data does not
             (self.parts / MANIFEST).unlink(missing_ok=True)  # every part is made again

@@ -1,12 +1,12 @@
-"""Collect finished runs, one run at a time (the engine it runs on is hpcprof.pool):
+"""Collect finished runs, one run at a time (the engine it runs on is hpcprof.core.pool):
 workload results, a manifest of logs and profiles, and each profile tool's analysis, into
-`results/<table>.parquet` (hpcprof.results) and the run's typed summary in the campaign store.
+`results/<table>.parquet` (hpcprof.run.results) and the run's typed summary in the campaign store.
 Collecting twice changes nothing. This module runs the steps of a run and of many runs; the steps
 are collect.files (a run's files), collect.mapping with collect.cache (the map of the rank files)
 and collect.reduce (the run's tables and the cross-rank steps).
 
 Isolation: every run and every file is collected on its own; one that cannot be read is a
-`Problem` (hpcprof.errors: the file and why), reported in one line and recorded (`collect_status
+`Problem` (hpcprof.core.errors: the file and why), reported in one line and recorded (`collect_status
 = partial`, exit status 3), the rest is collected. Whatever the cause (a damaged export, an export
 nsys could not make or no nsys to make it, a directory or a symlink loop named like a rank file,
 a worker that died), it is a Problem value handed to `Collected.report`, never a log line matched
@@ -33,22 +33,22 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from hpcprof import catalog as c
 from hpcprof import profilers
-from hpcprof.atomic import remove_stale_temps
-from hpcprof.catalog import table_name
+from hpcprof.campaign.store import Store
 from hpcprof.collect.cache import part_key
 from hpcprof.collect.common import gc_paused, short
 from hpcprof.collect.files import ceilings_tables, manifest, rank_files, workload_tables
 from hpcprof.collect.mapping import map_files
 from hpcprof.collect.reduce import DamagedCache, SliceConcat, reduce_parts
-from hpcprof.errors import Problem, WorkerDied
-from hpcprof.pool import InProcess, Log, make_executor
-from hpcprof.record import read_record
-from hpcprof.results import ResultError, forget_headline, write_headline, write_table
-from hpcprof.rundir import RunDir
-from hpcprof.safe_paths import check_confined
-from hpcprof.store import Store
+from hpcprof.core import catalog as c
+from hpcprof.core.atomic import remove_stale_temps
+from hpcprof.core.catalog import table_name
+from hpcprof.core.errors import Problem, WorkerDied
+from hpcprof.core.pool import InProcess, Log, make_executor
+from hpcprof.core.safe_paths import check_confined
+from hpcprof.run.record import read_record
+from hpcprof.run.results import ResultError, forget_headline, write_headline, write_table
+from hpcprof.run.rundir import RunDir
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -175,7 +175,7 @@ def collect_run(run: RunDir, store: Store, log: Log = print, executor: Executor 
         """The step hook's records (profile.window.auto on a `command`): its table, or why there is none."""
         from hpcprof.analysis.memory import snapshot_tables
         from hpcprof.analysis.steps import steps_tables
-        from hpcprof.jobstate import recorded_state
+        from hpcprof.campaign.jobstate import recorded_state
 
         tables, problems = steps_tables(run.path, record.world_size)
         snapshots, unread = snapshot_tables(run.path)        # profile.memory's

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 import string
 
-from hpcprof.models import FieldError, Model, run_checks
+from hpcprof.core.models import FieldError, Model, run_checks
 
 #: a category: dotted words, as it ends a metric name (`gpu.<category>`); `{group}` takes the
 #: text of a named group of the pattern (hpcprof's own `nccl.{collective}`)

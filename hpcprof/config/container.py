@@ -14,7 +14,7 @@ from typing import Literal
 
 import msgspec
 
-from hpcprof.models import Model, matching, run_checks
+from hpcprof.core.models import Model, matching, run_checks
 
 #: An image reference (`registry/name:tag@sha256:...`), a `docker://` / `docker:` URI or a .sif path.
 check_image = matching(r"[A-Za-z0-9/][A-Za-z0-9._/:@+\-]*", "an image name: letters, digits and ._/:@+- only, "

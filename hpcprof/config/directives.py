@@ -13,7 +13,7 @@ import re
 from typing import Any
 
 from hpcprof.config.schedulers import dialect
-from hpcprof.errors import UserError
+from hpcprof.core.errors import UserError
 
 NAME = r"[A-Za-z0-9_.\-]+"
 #: directive dialect (hpcprof.config.schedulers: pbs for PBS Pro and Torque, slurm) -> field ->

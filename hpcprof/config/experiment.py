@@ -35,8 +35,8 @@ from hpcprof.config.site import (
     check_walltime,
 )
 from hpcprof.config.validation import load_yaml, parse_yaml
-from hpcprof.errors import UserError
-from hpcprof.models import Model, dump, matching, run_checks, validate
+from hpcprof.core.errors import UserError
+from hpcprof.core.models import Model, dump, matching, run_checks, validate
 from hpcprof.workloads import workload_args_model
 from hpcprof.workloads.args import echo_world_size
 from hpcprof.workloads.ceiling_specs import parse_collective, parse_gemm

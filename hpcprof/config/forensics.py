@@ -16,7 +16,7 @@ from typing import Annotated
 
 from msgspec import Meta
 
-from hpcprof.models import Model
+from hpcprof.core.models import Model
 
 #: seconds between a rank's looks for a dump request (the start-up hook's watcher)
 POLL_SECONDS = 1.0

@@ -14,9 +14,9 @@ import msgspec
 from msgspec import Meta
 
 from hpcprof import profilers
-from hpcprof.errors import shorten
-from hpcprof.models import FieldError, Model, kind_of, run_checks
-from hpcprof.ranks import RankSelection
+from hpcprof.core.errors import shorten
+from hpcprof.core.models import FieldError, Model, kind_of, run_checks
+from hpcprof.run.ranks import RankSelection
 
 
 class ToolName(str):

@@ -20,9 +20,9 @@ from hpcprof.config.container import ContainerConfig, KubernetesConfig
 from hpcprof.config.directives import check_fields, walltime_seconds
 from hpcprof.config.schedulers import SCHEDULER_NAMES
 from hpcprof.config.validation import load_yaml
-from hpcprof.errors import UserError, expand_home, shorten
-from hpcprof.models import FieldError, Model, dump, matching, run_checks, validate
-from hpcprof.resources import site_config_dir
+from hpcprof.core.errors import UserError, expand_home, shorten
+from hpcprof.core.models import FieldError, Model, dump, matching, run_checks, validate
+from hpcprof.core.resources import site_config_dir
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 #: a site config's `name:`
@@ -382,7 +382,7 @@ def write_user_site(name: str, venv_dir: Path, account: str | None, output: Path
     and `account` as defaults.account; validated before it replaces anything. Returns its path."""
     import yaml
 
-    from hpcprof.atomic import atomic_write
+    from hpcprof.core.atomic import atomic_write
 
     source = shipped_site_dir() / f"{name}.yaml"
     if not source.is_file():

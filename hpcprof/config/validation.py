@@ -1,5 +1,5 @@
 """Config files as YAML mappings: strict parsing with one-line errors naming the line and the fix
-(the models' own errors: `hpcprof.models`)."""
+(the models' own errors: `hpcprof.core.models`)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Any
 
 import yaml
 
-from hpcprof.errors import UserError
-from hpcprof.safe_yaml import SafeLoader, check_depth
+from hpcprof.core.errors import UserError
+from hpcprof.core.safe_yaml import SafeLoader, check_depth
 
 #: Largest config file read (bytes).
 MAX_BYTES = 4 << 20

@@ -8,7 +8,7 @@ that names it, the suffixes of its per-rank files under `profiles/<tool>/`, the 
 point, its capture hook (the options it starts with when the optimizer step hook opens its capture
 range), its collector (a ToolCollector as "module:Class", imported only when a run of it is
 collected), the roles of its result tables (iterations, window, critical path, kernels,
-collectives), its result tables' declarations (hpcprof.catalog.ToolCatalog, from its package's
+collectives), its result tables' declarations (hpcprof.core.catalog.ToolCatalog, from its package's
 `tables` module: gathered here with the tool-neutral ones, `catalogs`), its headline metrics and
 report figures, its `hpcprof diff` loader and the functions
 hpcprof.api offers for it (as "module:function"s). The experiment schema, render, doctor, collect,
@@ -32,8 +32,8 @@ from __future__ import annotations
 
 import functools
 
-from hpcprof.catalog import ToolCatalog
-from hpcprof.errors import UserError
+from hpcprof.core.catalog import ToolCatalog
+from hpcprof.core.errors import UserError
 from hpcprof.tools.base import KernelTime, Launch, Profiler, Tables
 from hpcprof.tools.ncu import profiler as ncu
 from hpcprof.tools.nsys import profiler as nsys
@@ -92,5 +92,5 @@ def every() -> dict[str, Profiler]:
 
 def catalogs() -> dict[str, ToolCatalog]:
     """The built-in tools' declarations by name, in their order: their result tables and their part in
-    the tool-neutral metrics (hpcprof.catalog's every_table, table_window, metrics_page take them)."""
+    the tool-neutral metrics (hpcprof.core.catalog's every_table, table_window, metrics_page take them)."""
     return {name: entry.catalog for name, entry in BUILTIN.items()}

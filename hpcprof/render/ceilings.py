@@ -8,8 +8,8 @@ Every size on the command line is re-written from its parsed numbers (`GemmSpec.
 from __future__ import annotations
 
 from hpcprof.config.experiment import CeilingsConfig, Point
-from hpcprof.errors import UserError
-from hpcprof.models import dump
+from hpcprof.core.errors import UserError
+from hpcprof.core.models import dump
 from hpcprof.workloads.ceiling_specs import check_fits, default_specs, parse_collective, parse_gemm
 
 #: the rank wrapper's first argument that runs the command unprofiled (templates/rank_wrapper.sh.j2)

@@ -14,8 +14,8 @@ from pathlib import Path
 
 from hpcprof.config.container import ContainerConfig
 from hpcprof.config.site import SiteConfig
-from hpcprof.errors import UserError
-from hpcprof.models import dump
+from hpcprof.core.errors import UserError
+from hpcprof.core.models import dump
 from hpcprof.render.quoting import Raw
 
 #: Variables podman must pass in (it starts containers with a clean environment): the

@@ -20,11 +20,12 @@ import msgspec
 
 import hpcprof
 from hpcprof import profilers
-from hpcprof.atomic import WriteError, atomic_write, temp_path
 from hpcprof.config.experiment import Point
 from hpcprof.config.site import SiteConfig
-from hpcprof.errors import UserError, expand_home
-from hpcprof.models import dump
+from hpcprof.core.atomic import WriteError, atomic_write, temp_path
+from hpcprof.core.errors import UserError, expand_home
+from hpcprof.core.models import dump
+from hpcprof.core.resources import template_dir
 from hpcprof.render.ceilings import UNPROFILED, ceilings_argv
 from hpcprof.render.containers import check_container, effective_container, wrap_launch
 from hpcprof.render.forensics import forensics_context, inject_files
@@ -32,8 +33,7 @@ from hpcprof.render.launchers import SIGPIPE_IGNORED, launch_argv, launcher_key
 from hpcprof.render.quoting import directive, quote, quote_join
 from hpcprof.render.rank_env import rank_env_context
 from hpcprof.render.steps import reference_argv, steps_env, tool_options
-from hpcprof.resources import template_dir
-from hpcprof.rundir import RECORD_FORMAT, RECORD_VERSION
+from hpcprof.run.rundir import RECORD_FORMAT, RECORD_VERSION
 from hpcprof.schedulers import get_scheduler
 from hpcprof.workloads import rank_argv
 
@@ -306,7 +306,7 @@ def render_point(point: Point, site: SiteConfig, run_dir: Path, run_id: str,
     env = jinja_env(dirs)
     job = render_template(env, scheduler.template, context)
     wrapper = render_template(env, WRAPPER_TEMPLATE, context)
-    config = {                  # the run record (hpcprof.record reads it back)
+    config = {                  # the run record (hpcprof.run.record reads it back)
         "format": RECORD_FORMAT,
         "version": RECORD_VERSION,
         "run_id": run_id,

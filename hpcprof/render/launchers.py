@@ -14,7 +14,7 @@ from pathlib import Path
 
 from hpcprof.config.schedulers import dialect
 from hpcprof.config.site import SiteConfig
-from hpcprof.errors import UserError
+from hpcprof.core.errors import UserError
 from hpcprof.render.quoting import Raw
 
 #: site `binding.cpu_bind` words every launcher knows -> each launcher's own spelling

@@ -13,7 +13,7 @@ import msgspec
 
 from hpcprof import profilers
 from hpcprof.config.site import SiteConfig
-from hpcprof.errors import UserError
+from hpcprof.core.errors import UserError
 
 
 def profiler_paths(site: SiteConfig, tools: Iterable[str] | None = None) -> dict[str, str]:

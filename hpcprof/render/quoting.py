@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from hpcprof.config.site import DIRECTIVE_OPTION, DIRECTIVE_VALUE
-from hpcprof.errors import UserError
+from hpcprof.core.errors import UserError
 
 
 class Raw(str):

@@ -9,7 +9,7 @@ from typing import Any
 from hpcprof import profilers
 from hpcprof.config.experiment import Point
 from hpcprof.config.profile import ProfileConfig
-from hpcprof.errors import UserError
+from hpcprof.core.errors import UserError
 
 #: `profile.memory`: the memory history's entries (PyTorch's ring buffer: the window's last allocations and frees)
 MEMORY_HISTORY_ENTRIES = 100_000

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from hpcprof import catalog as c
+from hpcprof.core import catalog as c
 from hpcprof.report.peaks import Peaks, device_peaks, matmul_precision
 from hpcprof.workloads.ceiling_specs import CollectiveSpec, GemmSpec, default_specs
 
@@ -130,7 +130,7 @@ def run_attainable(info: RunInfo) -> pd.DataFrame:
     """`attainable` for one collected run: its headline metrics, its bench_ceilings table, its
     workload's sizes and the datasheet peaks of the device the ceilings ran on (empty without a
     ceilings table)."""
-    from hpcprof.results import read_table
+    from hpcprof.run.results import read_table
 
     ceilings = read_table(info.run.path, c.BENCH_CEILINGS.name)
     if ceilings is None or ceilings.empty:
@@ -150,7 +150,7 @@ def terminal_table(rows: pd.DataFrame) -> Table:
     """The terminal report's table of `attainable` rows, sources in the caption."""
     from rich.table import Table
 
-    from hpcprof.safe_text import rich_text
+    from hpcprof.core.safe_text import rich_text
 
     table = Table(title="% of attainable (measured in the same job) and % of datasheet peak", title_justify="left",
                   caption="; ".join(sorted({*rows["ceiling_source"], *rows["datasheet_source"]} - {""})),

@@ -12,13 +12,13 @@ import pandas as pd
 from hpcprof import profilers
 from hpcprof.analysis.detect_steps import PREFIX as DETECTED
 from hpcprof.analysis.detect_steps import describe, step_cv
-from hpcprof.catalog import CAPTURE_WINDOW, TOP_KERNEL_TIME, column, is_identifier, parse_column
 from hpcprof.config import REPEAT
-from hpcprof.errors import UserError
+from hpcprof.core.catalog import CAPTURE_WINDOW, TOP_KERNEL_TIME, column, is_identifier, parse_column
+from hpcprof.core.errors import UserError
 from hpcprof.report.runs import RunInfo, load, select_runs
 from hpcprof.report.stats import ci_halfwidth
-from hpcprof.results import read_table
-from hpcprof.rundir import find_run
+from hpcprof.run.results import read_table
+from hpcprof.run.rundir import find_run
 
 #: the comparison's column of each run's kernel with the most GPU time
 TOP_KERNEL = "top kernel"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pandas as pd
 
 from hpcprof.analysis.critical_path import IDLE
-from hpcprof.catalog import ITERATION_IDLE_PCT, ITERATION_MEAN
+from hpcprof.core.catalog import ITERATION_IDLE_PCT, ITERATION_MEAN
 from hpcprof.report.stats import p_text
 from hpcprof.report.sweep import Point, window_note
 from hpcprof.report.terminal import format_value

@@ -14,11 +14,12 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
-from hpcprof import catalog as c
 from hpcprof import profilers
 from hpcprof.analysis.forensics.verdict import stack_lines
 from hpcprof.analysis.summary import counted
-from hpcprof.lazy import load_target
+from hpcprof.core import catalog as c
+from hpcprof.core.lazy import load_target
+from hpcprof.core.safe_text import plotly_escaped
 from hpcprof.report import findings as words
 from hpcprof.report import limits, plots, sweep
 from hpcprof.report.ceilings import points_attainable
@@ -28,8 +29,7 @@ from hpcprof.report.runs import RunInfo
 from hpcprof.report.scaling import shown as scaling_table
 from hpcprof.report.stats import p_text
 from hpcprof.report.terminal import busbw_summary, format_value, top_kernels_window, with_unit
-from hpcprof.results import read_table
-from hpcprof.safe_text import plotly_escaped
+from hpcprof.run.results import read_table
 
 MAX_FIGURES = 24
 #: a table's text cell longer than this may break anywhere (a kernel's name, a path): the table keeps the page's width

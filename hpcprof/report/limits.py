@@ -40,12 +40,12 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from hpcprof import catalog as c
 from hpcprof.analysis.idle import across_ranks, short
+from hpcprof.core import catalog as c
+from hpcprof.core.safe_text import rich_text
 from hpcprof.report import sweep
 from hpcprof.report.sweep import Point
 from hpcprof.report.terminal import format_value
-from hpcprof.safe_text import rich_text
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -207,7 +207,7 @@ def collective_fixes(point: Point, bounds: pd.DataFrame, step: Step) -> tuple[li
     in the same job (its kernels' time per step · (1 − busbw / ceiling)) and the sentence of where it stands."""
     from hpcprof import profilers
     from hpcprof.report.ceilings import collective_shortfalls
-    from hpcprof.results import read_table
+    from hpcprof.run.results import read_table
 
     own = bounds[(bounds["point"] == point.label) & (bounds["what"] == "busbw")]
     profiler = profilers.find(point.first.tool)
@@ -235,7 +235,7 @@ def collective_fixes(point: Point, bounds: pd.DataFrame, step: Step) -> tuple[li
 
 def idle_causes(point: Point) -> pd.DataFrame | None:
     """The named causes of the point's first run's GPU idle (hpcprof.analysis.idle), None without the table."""
-    from hpcprof.results import read_table
+    from hpcprof.run.results import read_table
 
     frame = read_table(point.first.run.path, c.table_name(point.first.tool, "idle_causes"))
     return across_ranks(frame) if frame is not None and not frame.empty else None

@@ -21,11 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hpcprof import catalog as c
 from hpcprof.config import REPEAT
-from hpcprof.record import ProfileRecord, RunRecord, read_record
-from hpcprof.results import Metric, read_headline
-from hpcprof.rundir import DamagedRunFile, RunDir
+from hpcprof.core import catalog as c
+from hpcprof.run.record import ProfileRecord, RunRecord, read_record
+from hpcprof.run.results import Metric, read_headline
+from hpcprof.run.rundir import DamagedRunFile, RunDir
 
 #: the sweep parameters that may differ between a run and its baseline
 IGNORED_PARAMS = ("profile.tool", REPEAT)

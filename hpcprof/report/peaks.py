@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from hpcprof.record import SiteRecord
+    from hpcprof.run.record import SiteRecord
 
 A100_SHEET = ("NVIDIA A100 Tensor Core GPU datasheet (nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf): "
               "FP32 19.5, TF32 156, BF16/FP16 312 TFLOPS dense; NVLink 600 GB/s")

@@ -1,5 +1,5 @@
 """The runs a report or comparison is about: selected by run id, run directory or sweep id, each
-with its state and the headline collect recorded (hpcprof.results.read_headline). Without pandas:
+with its state and the headline collect recorded (hpcprof.run.results.read_headline). Without pandas:
 `hpcprof report` of collected runs reads small notes only; the headline is computed from the
 tables (hpcprof.analysis.summary) only where collect recorded none (a run collected by an older
 hpcprof, a damaged note)."""
@@ -10,11 +10,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hpcprof.errors import UserError
-from hpcprof.record import RunRecord, read_record
-from hpcprof.results import Metric, TopKernel, list_tables, read_headline
-from hpcprof.rundir import RunDir, all_runs, latest_sweep
-from hpcprof.rundir import select_runs as rundir_select
+from hpcprof.core.errors import UserError
+from hpcprof.run.record import RunRecord, read_record
+from hpcprof.run.results import Metric, TopKernel, list_tables, read_headline
+from hpcprof.run.rundir import RunDir, all_runs, latest_sweep
+from hpcprof.run.rundir import select_runs as rundir_select
 
 if TYPE_CHECKING:
     from hpcprof.report.overhead import Overhead
@@ -60,7 +60,7 @@ def load(runs: list[RunDir], require_collected: bool = True, one_workload: bool 
     """Each run's state and headline; every completed run must be collected, and with
     `one_workload` all runs must run the same workload kind."""
     from hpcprof.analysis.forensics.verdict import explained
-    from hpcprof.jobstate import recorded_state
+    from hpcprof.campaign.jobstate import recorded_state
 
     infos = []
     for run in runs:
@@ -107,8 +107,8 @@ def add_overheads(infos: list[RunInfo]) -> None:
 def rank_slowdowns(path: Path) -> tuple[tuple[tuple[int, float, float, float], ...], str]:
     """Each rank's (rank, slowdown %, low, high) from the run's steps_perturbation table, the most
     slowed first, and the most slowed rank's baseline (read with pandas only where the run has one)."""
-    from hpcprof.catalog import STEPS_PERTURBATION
-    from hpcprof.results import read_table
+    from hpcprof.core.catalog import STEPS_PERTURBATION
+    from hpcprof.run.results import read_table
 
     table = read_table(path, STEPS_PERTURBATION.name) if STEPS_PERTURBATION.name in list_tables(path) else None
     if table is None or table.empty:

@@ -20,11 +20,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from hpcprof import catalog as c
 from hpcprof.analysis.collective_wait import transfer_wait
 from hpcprof.analysis.critical_path import EVENTS_TABLE
 from hpcprof.analysis.stragglers import doing, per_step, straggler
-from hpcprof.results import read_table
+from hpcprof.core import catalog as c
+from hpcprof.run.results import read_table
 
 if TYPE_CHECKING:
     import pandas as pd

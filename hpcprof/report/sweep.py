@@ -11,15 +11,15 @@ from typing import Any
 
 import pandas as pd
 
-from hpcprof import catalog as c
 from hpcprof import profilers
 from hpcprof.analysis.summary import counted, idle_pct
+from hpcprof.core import catalog as c
 from hpcprof.report.compare import WINDOW, judged, param_columns
 from hpcprof.report.peaks import Peaks, device_peaks, matmul_precision
 from hpcprof.report.runs import RunInfo
 from hpcprof.report.stats import ALPHA, mean_above_zero
 from hpcprof.report.terminal import format_value
-from hpcprof.results import list_tables, read_table
+from hpcprof.run.results import list_tables, read_table
 
 #: sweep parameters that set the number of ranks (scaling is drawn against the world size)
 WORLD_PARAMS = ("resources.ranks_per_node", "resources.nodes", "workload.args.world_size")

@@ -15,15 +15,15 @@ from rich.table import Table
 from rich.text import Text
 
 from hpcprof import profilers
-from hpcprof.catalog import BENCH_CEILINGS, RUN, parse_column, table_window
-from hpcprof.output import render_table
+from hpcprof.core.catalog import BENCH_CEILINGS, RUN, parse_column, table_window
+from hpcprof.core.output import render_table
+from hpcprof.core.safe_paths import read_tail
+from hpcprof.core.safe_text import rich_markup, rich_text
 from hpcprof.report.ceilings import run_attainable, terminal_table
 from hpcprof.report.overhead import unmeasured
 from hpcprof.report.runs import RunInfo
-from hpcprof.results import list_tables, read_table
-from hpcprof.rundir import LOG_TAIL_BYTES, sweep_of
-from hpcprof.safe_paths import read_tail
-from hpcprof.safe_text import rich_markup, rich_text
+from hpcprof.run.results import list_tables, read_table
+from hpcprof.run.rundir import LOG_TAIL_BYTES, sweep_of
 
 if TYPE_CHECKING:
     import pandas as pd

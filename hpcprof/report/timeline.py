@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from hpcprof import catalog as c
 from hpcprof.analysis.critical_path import EVENTS_TABLE, SEGMENTS_TABLE
-from hpcprof.errors import UserError
-from hpcprof.results import read_table
+from hpcprof.core import catalog as c
+from hpcprof.core.errors import UserError
+from hpcprof.run.results import read_table
 
 if TYPE_CHECKING:
     import pandas as pd

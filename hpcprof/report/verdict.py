@@ -18,9 +18,9 @@ import pandas as pd
 
 from hpcprof import profilers
 from hpcprof.analysis.summary import counted
-from hpcprof.catalog import ITERATION_MEAN, STEPS_TIMES, WORKLOAD_TIMINGS
+from hpcprof.core.catalog import ITERATION_MEAN, STEPS_TIMES, WORKLOAD_TIMINGS
 from hpcprof.report.stats import ALPHA, welch
-from hpcprof.results import read_table
+from hpcprof.run.results import read_table
 
 #: the compared metric: each run's mean iteration time
 ITERATION = ITERATION_MEAN.column

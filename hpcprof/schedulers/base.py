@@ -2,7 +2,7 @@
 what a scheduler adds to a run (`extra_files`) or does while a run goes on (`follow`).
 
 Rendering is shared (hpcprof.render picks the scheduler's template by `Scheduler.template`).
-A run's state is decided by `hpcprof.jobstate` (the job's own status file first, the
+A run's state is decided by `hpcprof.campaign.jobstate` (the job's own status file first, the
 scheduler's view second); schedulers never read or write a run directory's state files.
 """
 
@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from hpcprof.errors import UserError
+from hpcprof.core.errors import UserError
 
 if TYPE_CHECKING:
     import subprocess

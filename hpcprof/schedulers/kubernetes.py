@@ -20,7 +20,7 @@ import yaml
 
 from hpcprof.config.container import ContainerConfig, KubernetesConfig
 from hpcprof.config.site import SiteConfig, walltime_seconds
-from hpcprof.errors import UserError
+from hpcprof.core.errors import UserError
 from hpcprof.schedulers.base import (
     COMPLETED,
     FAILED,

@@ -80,7 +80,7 @@ class LocalScheduler(Scheduler):
 
     def submit(self, script: Path, run_dir: Path, after: Sequence[str] = ()) -> str:
         no_dependencies(self.name, after)
-        from hpcprof.record import read_record
+        from hpcprof.run.record import read_record
 
         walltime = read_record(run_dir / "config.json").walltime or "00:30:00"
         argv = ["timeout", "--signal=TERM", f"--kill-after={KILL_AFTER}", str(walltime_seconds(walltime)),

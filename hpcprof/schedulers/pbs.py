@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from hpcprof.errors import UserError
+from hpcprof.core.errors import UserError
 from hpcprof.schedulers.base import (
     CANCELLED,
     COMPLETED,
@@ -174,7 +174,7 @@ def pbspro_state(job: dict[str, Any]) -> JobState:
 
 def parse_qstat_full(text: str) -> JobState:
     """Torque `qstat -f ID` text (`job_state = C`, `exit_status = N` when present) → state. The
-    wrappers cannot say that a job was cancelled: the run's `cancelled=` line does (hpcprof.jobstate)."""
+    wrappers cannot say that a job was cancelled: the run's `cancelled=` line does (hpcprof.campaign.jobstate)."""
     attrs = dict(re.findall(r"^\s+([\w.]+) = (.*)$", text, re.MULTILINE))
     letter = attrs.get("job_state", "").strip()
     detail = f"job_state={letter}"

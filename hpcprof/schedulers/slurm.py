@@ -18,7 +18,7 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from hpcprof.errors import UserError
+from hpcprof.core.errors import UserError
 from hpcprof.schedulers.base import (
     CANCELLED,
     COMPLETED,

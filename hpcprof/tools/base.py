@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
-from hpcprof.catalog import ToolCatalog, table_name
+from hpcprof.core.catalog import ToolCatalog, table_name
 
 
 class Launch(NamedTuple):

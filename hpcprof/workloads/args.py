@@ -14,7 +14,7 @@ from typing import Annotated, ClassVar, Literal
 
 from msgspec import Meta
 
-from hpcprof.models import Model, run_checks
+from hpcprof.core.models import Model, run_checks
 from hpcprof.workloads import options
 
 Backend = Literal["auto", "nccl", "gloo"]

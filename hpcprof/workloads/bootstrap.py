@@ -28,7 +28,7 @@ from typing import Any, Literal
 import torch
 import torch.distributed as dist
 
-from hpcprof.errors import UserError
+from hpcprof.core.errors import UserError
 from hpcprof.workloads.args import Backend, DeviceKind, GpuMap
 
 GLOBAL_RANK_VARS = ("PALS_RANKID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID", "RANK")

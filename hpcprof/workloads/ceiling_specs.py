@@ -147,9 +147,9 @@ def sizes_from(path: Path) -> tuple[str, dict[str, Any], int]:
     experiment file (its first point: world size = nodes x ranks_per_node, default 1 x 1)."""
     import yaml
 
-    from hpcprof.errors import UserError
-    from hpcprof.safe_paths import read_regular
-    from hpcprof.safe_yaml import load_bounded
+    from hpcprof.core.errors import UserError
+    from hpcprof.core.safe_paths import read_regular
+    from hpcprof.core.safe_yaml import load_bounded
 
     flag = "--sizes-from"
     try:   # bounded reads of regular files only: a FIFO or a device is refused, never waited on

@@ -363,7 +363,7 @@ def short_alloc_error(exc: BaseException) -> str:
 def run(gemms: list[GemmSpec], collectives: list[CollectiveSpec], iters: int, warmup: int, out: Path | None,
         device: DeviceKind) -> int:
     """Measure on this rank; rank 0 writes the result and prints the summary."""
-    from hpcprof.errors import UserError
+    from hpcprof.core.errors import UserError
     from hpcprof.workloads.ceiling_specs import check_fits
 
     layout = bootstrap.discover_layout()

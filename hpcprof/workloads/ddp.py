@@ -27,8 +27,8 @@ from typing import Any
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from hpcprof.errors import UserError
-from hpcprof.models import dump, given_fields, validate
+from hpcprof.core.errors import UserError
+from hpcprof.core.models import dump, given_fields, validate
 from hpcprof.workloads import bootstrap, options, timing
 from hpcprof.workloads.args import DdpArgs, launch_argv  # noqa: F401  (re-exported; torch-free)
 

@@ -1,6 +1,6 @@
 """Command-line flags <-> the workloads' Args models, and the one-line bad-input exit.
 
-Bad values are one line naming the flag's field (`hpcprof.models.validate`, as for configs)."""
+Bad values are one line naming the flag's field (`hpcprof.core.models.validate`, as for configs)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, NoReturn, TypeVar
 
 import msgspec
 
-from hpcprof.errors import UserError
-from hpcprof.models import Model, field_help, fields, given_fields, type_members, validate
+from hpcprof.core.errors import UserError
+from hpcprof.core.models import Model, field_help, fields, given_fields, type_members, validate
 
 if TYPE_CHECKING:
     import argparse

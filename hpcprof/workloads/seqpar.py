@@ -19,8 +19,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from hpcprof.errors import UserError
-from hpcprof.models import dump
+from hpcprof.core.errors import UserError
+from hpcprof.core.models import dump
 from hpcprof.workloads import bootstrap, options, timing
 from hpcprof.workloads.args import SeqparArgs, launch_argv  # noqa: F401  (re-exported; torch-free)
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from hpcprof.errors import UserError
+from hpcprof.core.errors import UserError
 from hpcprof.workloads.args import SCHEDULE_KEYS, parse_schedule  # noqa: F401  (re-exported; torch-free)
 
 DEFAULT_TORCH_SCHEDULE = "wait=1,warmup=1,active=3,repeat=1"
@@ -233,7 +233,7 @@ def torch_gzip_requested(flag: bool) -> bool:
 
 
 def write_json(path: Path, payload: dict[str, Any]) -> Path:
-    """Write JSON whole or not at all (hpcprof.atomic)."""
-    from hpcprof.atomic import atomic_write
+    """Write JSON whole or not at all (hpcprof.core.atomic)."""
+    from hpcprof.core.atomic import atomic_write
 
     return atomic_write(path, json.dumps(payload, indent=1, default=str), what="workload results")

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from hpcprof.analysis.summary import Tables as RunTables
-    from hpcprof.results import Metric
+    from hpcprof.run.results import Metric
 
 
 def launch(options: None, program: str) -> Launch:

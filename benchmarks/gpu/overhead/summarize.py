@@ -18,8 +18,8 @@ import statistics
 import sys
 from pathlib import Path
 
-from hpcprof import catalog as c
 from hpcprof.analysis.steps import steps_tables
+from hpcprof.core import catalog as c
 from hpcprof.report.stats import mean_sd, t_quantile
 
 PHASE = {"seqpar.json": "iteration", "ddp_steps.json": "step"}

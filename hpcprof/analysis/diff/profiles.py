@@ -98,7 +98,7 @@ class Profile:
     @property
     def iterated(self) -> bool:
         """Whether the window has iterations (not the whole capture)."""
-        from hpcprof.catalog import CAPTURE_WINDOW
+        from hpcprof.core.catalog import CAPTURE_WINDOW
 
         return CAPTURE_WINDOW not in self.windows
 
@@ -169,7 +169,7 @@ def load_profile(paths: Sequence[Path], window: str, include_last_step: bool = F
     loader of its tool (hpcprof.profilers.Profiler.diff); a trace's last ProfilerStep is dropped (as
     HTA does) unless `include_last_step`."""
     from hpcprof import profilers
-    from hpcprof.lazy import load_target
+    from hpcprof.core.lazy import load_target
 
     kind, files = profile_files(paths)
     loader = profilers.get(TOOLS[kind]).diff

@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hpcprof import safe_pickle
 from hpcprof.analysis.forensics.checks import (
     MAX_ENTRIES,
     MAX_GROUPS,
@@ -36,8 +35,9 @@ from hpcprof.analysis.forensics.checks import (
     group_ranks,
     text,
 )
-from hpcprof.ranks import rank_in_name
-from hpcprof.safe_paths import open_regular
+from hpcprof.core import safe_pickle
+from hpcprof.core.safe_paths import open_regular
+from hpcprof.run.ranks import rank_in_name
 
 #: the dumps' families, `<family>_rank<N>`: fr (Gloo and any backend recording into the generic buffer), fr_nccl (NCCL)
 FAMILIES = ("fr", "fr_nccl")

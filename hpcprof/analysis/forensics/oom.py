@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from hpcprof.errors import UserError
+from hpcprof.core.errors import UserError
 
 #: the largest OOM snapshot read for the sentence (the start-up hook's, hpcprof/inject/_hpcprof_memory.py)
 MAX_SNAPSHOT_BYTES = 256 << 20

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from hpcprof.analysis.forensics.checks import Job, RecordError, check_exception, integer
-from hpcprof.ranks import rank_in_name
+from hpcprof.run.ranks import rank_in_name
 
 #: how much of the end of a rank log (and of the job log) is searched
 LOG_BYTES = 1 << 16
@@ -135,7 +135,7 @@ def parse_stacks(text: str) -> tuple[dict[str, Any], list[StackBlock]]:
 def read_text_tail(path: Path, size: int = LOG_BYTES) -> str:
     """The last `size` bytes of a regular file as text ('' when it cannot be read, or is a FIFO or a
     device: safe_paths.read_tail, never waited on nor read without bound)."""
-    from hpcprof.safe_paths import read_tail
+    from hpcprof.core.safe_paths import read_tail
 
     try:
         return read_tail(path, size).decode(errors="replace")
@@ -261,7 +261,7 @@ class RankFiles:
 def _exception(path: Path, rank: int, job: Job, pid: int | None) -> dict[str, Any] | None:
     """Rank `rank`'s exception record, checked (checks.check_exception); None where there is none;
     RecordError where it is refused."""
-    from hpcprof.safe_paths import read_regular
+    from hpcprof.core.safe_paths import read_regular
 
     try:
         data = json.loads(read_regular(path, 4 << 20))

@@ -23,7 +23,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hpcprof import catalog as c
 from hpcprof.analysis.forensics.checks import Job
 from hpcprof.analysis.forensics.dumps import Finding, FlightRecord, Group, analyse_dumps, op_name
 from hpcprof.analysis.forensics.oom import holders_text, parse_oom
@@ -36,10 +35,11 @@ from hpcprof.analysis.forensics.ranks import (
     read_ranks,
     where,
 )
-from hpcprof.atomic import atomic_write
-from hpcprof.errors import UserError, printable
-from hpcprof.rundir import RunDir
-from hpcprof.safe_paths import check_confined, read_regular
+from hpcprof.core import catalog as c
+from hpcprof.core.atomic import atomic_write
+from hpcprof.core.errors import UserError, printable
+from hpcprof.core.safe_paths import check_confined, read_regular
+from hpcprof.run.rundir import RunDir
 from hpcprof.schedulers.base import FAILED, RUNNING, TIMEOUT, JobState
 
 #: the cache of `analyse` (derived/, collect's own files)
@@ -118,7 +118,7 @@ class Evidence:
     """The run's files, joined: ranks, dumps, where the ranks started."""
 
     def __init__(self, run: RunDir, use_torch: bool = True) -> None:
-        from hpcprof.record import read_record  # status imports this module: no msgspec until a run needs it
+        from hpcprof.run.record import read_record  # status imports this module: no msgspec until a run needs it
 
         try:
             record = read_record(run)
@@ -410,7 +410,7 @@ def convention_fix(run: RunDir, sentence: str) -> str:
     if ORDINAL not in sentence.lower():
         return ""
     from hpcprof.config.site import NARROWING_AFFINITIES, resolve_affinity
-    from hpcprof.record import read_record
+    from hpcprof.run.record import read_record
 
     try:
         record = read_record(run)
@@ -453,8 +453,8 @@ def hang_report(run: RunDir, fmt: str = "table") -> str:
     running run (armed) is asked for its dumps first: where its ranks are now."""
     import io
 
-    from hpcprof.jobstate import current_state
-    from hpcprof.output import emit_rows
+    from hpcprof.campaign.jobstate import current_state
+    from hpcprof.core.output import emit_rows
 
     state = current_state(run)
     if state.state == RUNNING and (run.path / "inject").is_dir():
@@ -483,7 +483,7 @@ def forensics_tables(run: RunDir) -> dict[str, Any]:
     `collectives` (the first collective of each group that went wrong); none for other runs."""
     import pandas as pd
 
-    from hpcprof.jobstate import recorded_state
+    from hpcprof.campaign.jobstate import recorded_state
 
     state = recorded_state(run).state
     if state not in EXPLAINED:

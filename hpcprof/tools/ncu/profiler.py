@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 
 from msgspec import Meta
 
-from hpcprof.models import Model, run_checks
+from hpcprof.core.models import Model, run_checks
 from hpcprof.tools.base import Launch, Profiler, Tables
 from hpcprof.tools.ncu import tables as nc
 

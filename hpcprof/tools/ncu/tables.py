@@ -1,9 +1,9 @@
-"""Nsight Compute's result table (`ncu_metrics`, hpcprof.catalog's TableSpec), declared once: its
+"""Nsight Compute's result table (`ncu_metrics`, hpcprof.core.catalog's TableSpec), declared once: its
 collector and its figures take the name from here; the profiler table gathers it (CATALOG)."""
 
 from __future__ import annotations
 
-from hpcprof.catalog import EACH_KERNEL, TableSpec, ToolCatalog
+from hpcprof.core.catalog import EACH_KERNEL, TableSpec, ToolCatalog
 
 NCU = "ncu"
 

@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from hpcprof.models import Model, run_checks
+from hpcprof.core.models import Model, run_checks
 from hpcprof.tools.base import KernelTime, Launch, Profiler, Tables
 from hpcprof.tools.nsys import tables as nt
 

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 from msgspec import Meta
 
-from hpcprof.models import Model, given_fields
+from hpcprof.core.models import Model, given_fields
 from hpcprof.tools.base import KernelTime, Launch, Profiler, Tables
 from hpcprof.tools.torch import tables as tt
 

@@ -1,11 +1,11 @@
-"""torch.profiler's result tables (`torch_<key>`, hpcprof.catalog's TableSpec), each declared once,
-and its part in the tool-neutral metrics (hpcprof.catalog's Feed): its collector, its headline
+"""torch.profiler's result tables (`torch_<key>`, hpcprof.core.catalog's TableSpec), each declared once,
+and its part in the tool-neutral metrics (hpcprof.core.catalog's Feed): its collector, its headline
 metrics and its figures take the names from here; the profiler table gathers them (CATALOG)."""
 
 from __future__ import annotations
 
-from hpcprof import catalog as c
-from hpcprof.catalog import CAPTURE, EACH_ITERATION, EACH_KERNEL, MEASURED, PER_RANK, Feed, TableSpec, ToolCatalog
+from hpcprof.core import catalog as c
+from hpcprof.core.catalog import CAPTURE, EACH_ITERATION, EACH_KERNEL, MEASURED, PER_RANK, Feed, TableSpec, ToolCatalog
 
 TORCH = "torch"
 

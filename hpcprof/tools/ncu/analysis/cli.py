@@ -8,10 +8,10 @@ from typing import TextIO
 
 import click
 
-from hpcprof.cli_options import files_argument, one_file_per_rank, output_file_option
-from hpcprof.errors import UserError, printable
-from hpcprof.output import FORMATS, emit, write
-from hpcprof.safe_text import csv_frame
+from hpcprof.cli.options import files_argument, one_file_per_rank, output_file_option
+from hpcprof.core.errors import UserError, printable
+from hpcprof.core.output import FORMATS, emit, write
+from hpcprof.core.safe_text import csv_frame
 from hpcprof.tools.ncu.analysis.echo import RULE_HPCPROF
 from hpcprof.tools.ncu.analysis.metrics import metric_key, metrics_table, missing_sections
 
@@ -93,7 +93,7 @@ def metrics(ctx: click.Context, files: tuple[Path, ...], metrics: tuple[str, ...
 def _echo(ctx: click.Context, files: tuple[Path, ...], metrics: tuple[str, ...], fmt: str, ncu_path: str | None,
           kshortname: Path | None, output: str | None) -> None:
     """`--layout echo`: Echo's kernel_metric_output.csv of one profile, to `output` or stdout."""
-    from hpcprof.atomic import write_text_stream
+    from hpcprof.core.atomic import write_text_stream
     from hpcprof.tools.ncu.analysis.echo import echo_metrics
     from hpcprof.tools.ncu.analysis.parse import NcuInputError
 

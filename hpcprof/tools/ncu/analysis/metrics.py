@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from hpcprof.ranks import rank_from_filename
+from hpcprof.run.ranks import rank_from_filename
 from hpcprof.tools.ncu.analysis.parse import NcuInputError, load, parse_number, to_base_unit
 
 SOL = "GPU Speed Of Light Throughput"

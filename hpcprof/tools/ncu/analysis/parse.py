@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from hpcprof.safe_paths import read_regular
+from hpcprof.core.safe_paths import read_regular
 
 LONG_COLUMNS = ["ID", "Kernel Name", "Section Name", "Metric Name", "Metric Unit", "Metric Value"]
 SUMMARY_MARKERS = {"Invocations", "Minimum", "Maximum", "Average"}

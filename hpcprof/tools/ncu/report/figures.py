@@ -10,7 +10,7 @@ import pandas as pd
 
 from hpcprof.report import plots
 from hpcprof.report.html import run_window, titled
-from hpcprof.results import read_table
+from hpcprof.run.results import read_table
 from hpcprof.tools.ncu import tables as nc
 
 if TYPE_CHECKING:

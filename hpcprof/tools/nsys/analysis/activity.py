@@ -13,7 +13,7 @@ import pandas as pd
 
 from hpcprof.analysis.clocks import clock_problem, clock_suspects
 from hpcprof.analysis.nccl import nccl_name
-from hpcprof.ranks import rank_from_filename
+from hpcprof.run.ranks import rank_from_filename
 from hpcprof.tools.nsys.stats.arrays import codes_of, filled
 from hpcprof.tools.nsys.stats.db import KERNEL, MEMCPY, MEMSET, RUNTIME, Export, NsysInputError, pid_of, process_of
 from hpcprof.tools.nsys.stats.loaders import API_ACTIVITY, KERNEL_ACTIVITY, api_calls, kernels

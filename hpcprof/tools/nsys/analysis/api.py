@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from hpcprof.errors import UserError
+from hpcprof.core.errors import UserError
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from hpcprof.cli_options import (
+from hpcprof.cli.options import (
     expand_paths,
     files_argument,
     one_file_per_rank,
@@ -18,9 +18,9 @@ from hpcprof.cli_options import (
     rank_map_option,
     window_option,
 )
-from hpcprof.errors import FiniteRange, UserError, printable
-from hpcprof.lazy import LazyModule, load_target
-from hpcprof.ranks import rank_from_filename
+from hpcprof.core.errors import FiniteRange, UserError, printable
+from hpcprof.core.lazy import LazyModule, load_target
+from hpcprof.run.ranks import rank_from_filename
 from hpcprof.tools.nsys.analysis.stats_command import (
     FORMATS,
     failed_files,
@@ -354,7 +354,7 @@ def _analyse_one_at_a_time(files: tuple[Path, ...], ranks: list[int], func: Call
     and one rank's activity in memory at a time; each file's result kept in its cache as
     `_per_file_result` does), the results concatenated as they stream in, then `across_ranks`
     over them. Returns (the table or None when no file could be used, failures)."""
-    from hpcprof.pool import InProcess, concat_frames, stream_map
+    from hpcprof.core.pool import InProcess, concat_frames, stream_map
 
     failures = 0
 
@@ -466,7 +466,7 @@ def causes_cmd(files: tuple[Path, ...], samples: Path | None, all_causes: bool, 
     import sqlite3
 
     from hpcprof.analysis import idle as I
-    from hpcprof.output import emit
+    from hpcprof.core.output import emit
     from hpcprof.tools.nsys.analysis.idle import timeline
 
     timelines, errors = [], 0

@@ -18,11 +18,11 @@ import pyarrow as pa
 from hpcprof.analysis import busbw
 from hpcprof.analysis.collector import CollectContext, Log, ReadTable, Reducer, RunStep, ToolCollector, each_alone
 from hpcprof.analysis.detect_steps import window_note
-from hpcprof.atomic import atomic_write
-from hpcprof.errors import Problem
-from hpcprof.results import arrow_table, to_arrow
-from hpcprof.rundir import LOG_TAIL_BYTES
-from hpcprof.safe_paths import read_tail
+from hpcprof.core.atomic import atomic_write
+from hpcprof.core.errors import Problem
+from hpcprof.core.safe_paths import read_tail
+from hpcprof.run.results import arrow_table, to_arrow
+from hpcprof.run.rundir import LOG_TAIL_BYTES
 from hpcprof.tools.nsys import tables as nt
 from hpcprof.tools.nsys.analysis import critical_path
 from hpcprof.tools.nsys.analysis import distributed as dist
@@ -37,7 +37,7 @@ from hpcprof.tools.nsys.stats.schema import OLD
 from hpcprof.tools.nsys.stats.summaries import LAYOUT, summaries_of
 
 if TYPE_CHECKING:
-    from hpcprof.record import RunRecord
+    from hpcprof.run.record import RunRecord
 
 
 def find_nsys(tool_paths: Mapping[str, str]) -> str | None:

@@ -26,7 +26,7 @@ import pyarrow as pa
 
 from hpcprof.analysis import busbw
 from hpcprof.analysis.nccl import collective_kind
-from hpcprof.results import arrow_table, to_arrow
+from hpcprof.run.results import arrow_table, to_arrow
 from hpcprof.tools.nsys.analysis.activity import launch_calls, per_distinct
 from hpcprof.tools.nsys.analysis.distributed import Activity
 from hpcprof.tools.nsys.stats.db import Export

@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from hpcprof.catalog import ECHO_SLOWDOWN
-from hpcprof.ranks import rank_from_filename
-from hpcprof.rundir import RunDir, sweep_of
+from hpcprof.core.catalog import ECHO_SLOWDOWN
+from hpcprof.run.ranks import rank_from_filename
+from hpcprof.run.rundir import RunDir, sweep_of
 from hpcprof.tools.nsys.analysis.echo_match import by_rule, echo_paths
 
 if TYPE_CHECKING:
-    from hpcprof.record import RunRecord
+    from hpcprof.run.record import RunRecord
 
 ECHO_COLUMNS = ["id", "kShortName", "kDemangledName", "ground_truth", "duration", "overlap_ratio", "slowdown"]
 
@@ -44,8 +44,8 @@ def echo_layout(slowdown: pd.DataFrame) -> dict[tuple[int, int], pd.DataFrame]:
 
 def write_echo(slowdown: pd.DataFrame, path: Path, inputs: Iterable[Path]) -> list[Path]:
     """Write Echo's layout as CSV, or as .xlsx when `path` ends in .xlsx, each file a user's output
-    (hpcprof.output.write_spreadsheet: checked against `inputs`, formulas neutralised, whole or not at all)."""
-    from hpcprof.output import write_spreadsheet
+    (hpcprof.core.output.write_spreadsheet: checked against `inputs`, formulas neutralised, whole or not at all)."""
+    from hpcprof.core.output import write_spreadsheet
 
     tables = echo_layout(slowdown)
     inputs = list(inputs)
@@ -85,7 +85,7 @@ def is_baseline_for(record: RunRecord, candidate: RunRecord) -> bool:
 def baseline_run(run_dir: Path, record: RunRecord) -> Path | None:
     """The world-size-1 run of the same DDP model under nsys in the sweep of the run in `run_dir`
     (whose record is `record`), if any: Echo's baseline."""
-    from hpcprof.record import read_record
+    from hpcprof.run.record import read_record
 
     run = RunDir(run_dir)
     sweep = sweep_of(run.run_id)

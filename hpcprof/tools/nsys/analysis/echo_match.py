@@ -150,8 +150,8 @@ def echo_paths(path: Path, gpus: list[tuple[int, int]]) -> dict[tuple[int, int],
 def write_echo_tables(tables: dict[tuple[int, int], pd.DataFrame], path: Path, inputs: Iterable[Path]) -> list[Path]:
     """Write each table as Echo does (`to_excel(index=False)`), or as CSV unless `path` ends in
     .xlsx; one GPU writes `path`, several `<stem>_rank<r>_device_<d><suffix>`; each a user's output
-    (hpcprof.output.write_spreadsheet: checked against `inputs`, formulas neutralised, whole or not at all)."""
-    from hpcprof.output import write_spreadsheet
+    (hpcprof.core.output.write_spreadsheet: checked against `inputs`, formulas neutralised, whole or not at all)."""
+    from hpcprof.core.output import write_spreadsheet
 
     inputs = list(inputs)
     return [write_spreadsheet(tables[gpu], target, inputs, what="Echo table")

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from hpcprof import catalog as c
 from hpcprof.analysis.detect_steps import window_source_metrics
 from hpcprof.analysis.summary import (
     Tables,
@@ -13,7 +12,8 @@ from hpcprof.analysis.summary import (
     overlap_idle_metrics,
     window_metrics,
 )
-from hpcprof.results import Metric
+from hpcprof.core import catalog as c
+from hpcprof.run.results import Metric
 from hpcprof.tools.nsys import tables as nt
 
 

@@ -11,7 +11,7 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from hpcprof.errors import UserError, printable
+from hpcprof.core.errors import UserError, printable
 from hpcprof.tools.nsys.stats.schema import MissingData, NsysInputError
 from hpcprof.tools.nsys.stats.stats import DEFAULT_REPORTS, NOT_COMPUTED, REPORTS
 
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from hpcprof.tools.nsys.stats.db import Export
     from hpcprof.tools.nsys.stats.table import Table
 
-FORMATS = ("csv", "table", "json")     # = hpcprof.output.FORMATS (output imports rich: only for table/json)
+FORMATS = ("csv", "table", "json")     # = hpcprof.core.output.FORMATS (output imports rich: only for table/json)
 EXTENSIONS = {"csv": "csv", "json": "json", "table": "txt"}
 
 
@@ -93,7 +93,7 @@ def _table_column(values: Sequence[Any], fmt: str, null: str) -> list[str]:
 
 def _emit_stats_table(df: pd.DataFrame | Table, out: TextIO, title: str | None) -> None:
     """A stats report as a table with nsys's number formatting."""
-    from hpcprof.output import print_table
+    from hpcprof.core.output import print_table
     from hpcprof.tools.nsys.stats.table import Table
 
     table = df if isinstance(df, Table) else Table.from_frame(df)
@@ -112,7 +112,7 @@ def emit(df: pd.DataFrame | Table, fmt: str, out: TextIO, title: str | None = No
         else:
             _emit_stats_table(df, out, title)
     else:
-        from hpcprof.output import emit as emit_frame
+        from hpcprof.core.output import emit as emit_frame
 
         emit_frame(df, fmt, out, title=title)
 
@@ -127,7 +127,7 @@ def write(df: pd.DataFrame | Table | None, fmt: str, output: str | None, title: 
         return
     from pathlib import Path
 
-    from hpcprof.atomic import write_text_stream
+    from hpcprof.core.atomic import write_text_stream
 
     path = write_text_stream(Path(output), lambda fh: None if df is None else emit(df, fmt, fh, title),
                              inputs=[Path(p) for p in inputs])
@@ -165,7 +165,7 @@ def run_stats(files: Sequence[Path | str], names: list[str], fmt: str, prefix: s
     report whose data the export lacks is named skipped on stderr, as nsys does (with a prefix, its
     file is written empty, as nsys 2022.4 writes it). Returns the number of files that could not be
     processed (each named on stderr)."""
-    from hpcprof.cpus import keep_freed_memory
+    from hpcprof.core.cpus import keep_freed_memory
 
     keep_freed_memory(HEAP_BLOCK_BYTES, KEPT_FREE_BYTES)
     blocks = len(files) * len(names)

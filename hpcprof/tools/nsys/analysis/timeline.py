@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from hpcprof.results import arrow_table
+from hpcprof.run.results import arrow_table
 from hpcprof.tools.nsys.analysis.distributed import Activity
 from hpcprof.tools.nsys.analysis.window import Window
 

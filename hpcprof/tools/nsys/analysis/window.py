@@ -30,11 +30,11 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from hpcprof.catalog import CAPTURE_WINDOW
 from hpcprof.config.profile import STEP_RANGE
-from hpcprof.errors import UserError
-from hpcprof.record import profile_record
-from hpcprof.results import arrow_table
+from hpcprof.core.catalog import CAPTURE_WINDOW
+from hpcprof.core.errors import UserError
+from hpcprof.run.record import profile_record
+from hpcprof.run.results import arrow_table
 from hpcprof.tools.nsys.analysis.distributed import Activity, instance_columns, instance_frame
 from hpcprof.tools.nsys.analysis.steps import rank_steps
 from hpcprof.tools.nsys.stats.arrays import Columns, covered_within, group_starts, merge_intervals

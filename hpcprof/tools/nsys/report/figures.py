@@ -6,11 +6,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from hpcprof import catalog as c
 from hpcprof.analysis.categories import categories_for
+from hpcprof.core import catalog as c
 from hpcprof.report import plots
 from hpcprof.report.html import run_window, step_idle_figure, titled
-from hpcprof.results import read_table
+from hpcprof.run.results import read_table
 from hpcprof.tools.nsys import tables as nt
 
 if TYPE_CHECKING:

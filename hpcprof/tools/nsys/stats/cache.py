@@ -37,12 +37,12 @@ def code_version() -> str:
     """A digest of what computes a cached result: the export readers and reports (hpcprof/tools/nsys/stats/*.py),
     hpcprof's analyses of exports (hpcprof/tools/nsys/analysis/*.py), the critical-path reduce
     (hpcprof/analysis/critical_path.py), the range reductions (hpcprof/analysis/ranges.py) and the
-    rank-of-file rule (hpcprof/ranks.py)."""
+    rank-of-file rule (hpcprof/run/ranks.py)."""
     here = Path(__file__).parent
     root = here.parents[2]
     digest = hashlib.sha256()
     for module in [*sorted(here.glob("*.py")), *sorted((here.parent / "analysis").glob("*.py")),
-                   root / "analysis" / "critical_path.py", root / "analysis" / "ranges.py", root / "ranks.py"]:
+                   root / "analysis" / "critical_path.py", root / "analysis" / "ranges.py", root / "run" / "ranks.py"]:
         digest.update(module.name.encode() + b"\0" + module.read_bytes())
     return digest.hexdigest()[:16]
 

@@ -26,7 +26,7 @@ import adbc_driver_manager
 import numpy as np
 import pyarrow as pa
 
-from hpcprof.cpus import usable_cpus
+from hpcprof.core.cpus import usable_cpus
 from hpcprof.tools.nsys.stats.arrow import MMAP_PRAGMA, ArrowConnection, numpy_of, small_batch
 from hpcprof.tools.nsys.stats.cache import QueryCache, wanted
 from hpcprof.tools.nsys.stats.schema import (  # noqa: F401  (re-exported: the analyses import them from here)

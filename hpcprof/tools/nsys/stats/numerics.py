@@ -19,8 +19,8 @@ from __future__ import annotations
 import importlib
 import math
 
-from hpcprof.cpus import usable_cpus
-from hpcprof.lazy import LazyModule
+from hpcprof.core.cpus import usable_cpus
+from hpcprof.core.lazy import LazyModule
 from hpcprof.tools.nsys.stats.schema import OLD
 from hpcprof.tools.nsys.stats.table import SUMMARY_COLS
 

@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from hpcprof.lazy import LazyModule
+from hpcprof.core.lazy import LazyModule
 from hpcprof.tools.nsys.stats.arrays import one_of
 from hpcprof.tools.nsys.stats.arrow import TextCodes, numpy_of
 from hpcprof.tools.nsys.stats.db import BATCH_ROWS, PID_BITS, PID_MASK, Export, pid_of

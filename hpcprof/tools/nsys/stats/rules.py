@@ -531,7 +531,7 @@ def write_csv(rule: Rule, rows: list[tuple[Any, ...]], out: TextIO) -> None:
     """The rule's rows as `nsys analyze --format csv` writes them (nothing when there are none)."""
     if not rows:
         return
-    from hpcprof.safe_text import csv_cell
+    from hpcprof.core.safe_text import csv_cell
 
     terminal = out.isatty()
     writer = csv.writer(out, lineterminator="\n")

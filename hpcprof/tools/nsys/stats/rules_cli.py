@@ -12,8 +12,8 @@ from typing import Any
 
 import click
 
-from hpcprof.cli_options import files_argument
-from hpcprof.errors import UserError
+from hpcprof.cli.options import files_argument
+from hpcprof.core.errors import UserError
 from hpcprof.tools.nsys.stats.rules import (
     RULES,
     RULES_2022,
@@ -115,7 +115,7 @@ def analyze_cmd(files: tuple[Path, ...], rule_names: str, rows: int, gap_ms: int
 
 
 def _write_file(rule: Rule, rows: list[tuple[Any, ...]], stem: Path, source: Path) -> None:
-    from hpcprof.atomic import write_text_stream
+    from hpcprof.core.atomic import write_text_stream
 
     target = write_text_stream(Path(f"{stem}_{rule.name}.csv"), lambda fh: write_csv(rule, rows, fh), inputs=[source])
     click.echo(f"wrote {target}", err=True)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import importlib
 
-from hpcprof.cpus import usable_cpus
+from hpcprof.core.cpus import usable_cpus
 from hpcprof.tools.nsys.stats.schema import (
     KERNEL,
     MEMCPY,

@@ -131,7 +131,7 @@ def _text_cells(cells: list[str], terminal: bool) -> list[str]:
     """A text column's cells through safe_text.csv_cell, imported only where a cell needs it."""
     if not terminal and not any(c.startswith(RISKY_START) or RISKY_INSIDE in c for c in cells):
         return cells
-    from hpcprof.safe_text import csv_cell
+    from hpcprof.core.safe_text import csv_cell
 
     return [csv_cell(c, terminal) for c in cells]
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from hpcprof.errors import UserError
+from hpcprof.core.errors import UserError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -46,7 +46,7 @@ class Traces:
 
     def temporal_breakdown(self, ranks: Sequence[int] | None = None, plot: bool = False) -> pd.DataFrame | go.Figure:
         """Idle, compute and non-compute GPU time per rank (HTA `get_temporal_breakdown`)."""
-        from hpcprof import api_plots
+        from hpcprof.api import plots as api_plots
         from hpcprof.tools.torch.analysis.analyses import temporal_breakdown
 
         df = temporal_breakdown(self._of(ranks)).frame()
@@ -58,7 +58,7 @@ class Traces:
         """GPU idle time per rank and stream by cause: host wait, kernel wait, other (HTA
         `get_idle_time_breakdown`; with `show_idle_interval_stats`, also the interval statistics,
         as the tuple HTA returns)."""
-        from hpcprof import api_plots
+        from hpcprof.api import plots as api_plots
         from hpcprof.tools.torch.analysis.analyses import (
             idle_interval_stats,
             idle_time_breakdown,
@@ -74,7 +74,7 @@ class Traces:
 
     def comm_comp_overlap(self, ranks: Sequence[int] | None = None, plot: bool = False) -> pd.DataFrame | go.Figure:
         """% of communication time overlapped by computation, per rank (HTA `get_comm_comp_overlap`)."""
-        from hpcprof import api_plots
+        from hpcprof.api import plots as api_plots
         from hpcprof.tools.torch.analysis.analyses import comm_comp_overlap
 
         df = comm_comp_overlap(self._of(ranks)).frame()
@@ -84,7 +84,7 @@ class Traces:
                             launch_delay_cutoff: float = 100, plot: bool = False) -> pd.DataFrame | go.Figure:
         """CPU launch time, GPU time and launch delay of every kernel (HTA
         `get_cuda_kernel_launch_stats`, all ranks in one frame with a rank column)."""
-        from hpcprof import api_plots
+        from hpcprof.api import plots as api_plots
         from hpcprof.tools.torch.analysis.analyses import kernel_launch_stats
 
         df = kernel_launch_stats(self._of(ranks), runtime_cutoff, launch_delay_cutoff).frame()
@@ -95,7 +95,7 @@ class Traces:
                              ) -> tuple[pd.DataFrame, pd.DataFrame] | go.Figure:
         """(time by kernel type, the longest kernels of each type per rank), HTA
         `get_gpu_kernel_breakdown`; `plot=True`: the kernel-type pie."""
-        from hpcprof import api_plots
+        from hpcprof.api import plots as api_plots
         from hpcprof.tools.torch.analysis.analyses import (
             kernel_breakdown,
             kernel_type_breakdown,

@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import click
 
-from hpcprof.cli_options import one_file_per_rank
-from hpcprof.errors import FiniteRange, UserError, printable
-from hpcprof.output import FORMATS, emit
+from hpcprof.cli.options import one_file_per_rank
+from hpcprof.core.errors import FiniteRange, UserError, printable
+from hpcprof.core.output import FORMATS, emit
 from hpcprof.tools.torch.analysis import analyses
 from hpcprof.tools.torch.analysis.load import RankTrace, find_trace_files, load_traces
 from hpcprof.tools.torch.analysis.table import Table
@@ -207,7 +207,7 @@ def all_(paths: tuple[Path, ...], ranks: str | None, include_last_step: bool, fm
     else:
         if fmt == "table":
             raise UserError("-o DIR writes files: add --format csv or --format json")
-        from hpcprof.atomic import write_text_stream
+        from hpcprof.core.atomic import write_text_stream
 
         inputs = find_trace_files(paths)
         try:
@@ -264,7 +264,7 @@ def _emit_or_write(table: pd.DataFrame, fmt: str, output: Path | None, files: li
     if output is None:
         emit(table, fmt, title=title)
         return
-    from hpcprof.output import write
+    from hpcprof.core.output import write
 
     try:
         click.echo(f"wrote {printable(str(write(table, output, fmt, files)))}", err=True)

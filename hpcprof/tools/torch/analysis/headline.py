@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 
-from hpcprof import catalog as c
 from hpcprof.analysis.detect_steps import window_source_metrics
 from hpcprof.analysis.summary import (
     Tables,
@@ -16,7 +15,8 @@ from hpcprof.analysis.summary import (
     overlap_idle_metrics,
     window_metrics,
 )
-from hpcprof.results import Metric
+from hpcprof.core import catalog as c
+from hpcprof.run.results import Metric
 from hpcprof.tools.torch import tables as tt
 
 

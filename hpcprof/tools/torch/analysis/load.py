@@ -41,9 +41,9 @@ import msgspec
 import numpy as np
 
 from hpcprof.analysis.clocks import clock_problem
-from hpcprof.cpus import usable_cpus
-from hpcprof.pool import process_pool, worker_context
-from hpcprof.ranks import rank_from_filename
+from hpcprof.core.cpus import usable_cpus
+from hpcprof.core.pool import process_pool, worker_context
+from hpcprof.run.ranks import rank_from_filename
 from hpcprof.tools.torch.analysis.schema import Event, Head, LoadEvent, NoFields
 from hpcprof.tools.torch.analysis.stream import BATCH_BYTES, EventStream, TraceError
 from hpcprof.tools.torch.analysis.table import Table, first_seen, texts, used_categories

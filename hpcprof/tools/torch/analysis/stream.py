@@ -28,8 +28,8 @@ from typing import Any, Generic, TypeVar
 
 import msgspec
 
-from hpcprof.cpus import keep_freed_memory
-from hpcprof.safe_paths import INFLATE_RATIO, inflate_limit, open_regular
+from hpcprof.core.cpus import keep_freed_memory
+from hpcprof.core.safe_paths import INFLATE_RATIO, inflate_limit, open_regular
 
 #: JSON text per batch: about 4k Kineto events, whose text, Structs and columns stay in the caches and in the
 #: heap's pages already touched (4 MiB: `trace all` of 2 files of 72 MB on 2 cores 33.8k -> 23.0k page faults,

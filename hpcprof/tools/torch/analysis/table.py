@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import numpy as np
 
-from hpcprof.safe_text import csv_cell
+from hpcprof.core.safe_text import csv_cell
 
 if TYPE_CHECKING:
     import pandas as pd

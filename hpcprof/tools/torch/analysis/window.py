@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from hpcprof.catalog import CAPTURE_WINDOW
+from hpcprof.core.catalog import CAPTURE_WINDOW
 from hpcprof.tools.torch.analysis.analyses import COMM, COMP, kernel_type
 from hpcprof.tools.torch.analysis.load import RankTrace
 from hpcprof.tools.torch.analysis.steps import WORK, trace_steps

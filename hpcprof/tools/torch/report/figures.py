@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from hpcprof.report import plots
 from hpcprof.report.html import run_window, step_idle_figure, titled
-from hpcprof.results import read_table
+from hpcprof.run.results import read_table
 from hpcprof.tools.torch import tables as tt
 
 if TYPE_CHECKING:

@@ -1,0 +1,2 @@
+"""Runs as a campaign: submit rendered runs (submit), decide their state (jobstate) and
+record both in the campaign store (store)."""
