@@ -30,12 +30,21 @@ db_option = click.option("--db", default=None, help="SQLAlchemy URL of the campa
 site_option = click.option("--site", "site_name", default="local", show_default=True, help="Site config name.")
 site_file_option = click.option("--site-file", type=click.Path(dir_okay=False, exists=True, path_type=Path),
                                 help="A site config file (overrides --site).")
-set_option = click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
-                          help="Override an experiment field, e.g. resources.nodes=2 (repeatable).")
-max_points_option = click.option("--max-points", type=click.IntRange(min=1), default=MAX_POINTS, show_default=True,
-                                 help="Most sweep points to expand (a larger sweep is refused).")
-templates_option = click.option("--templates", type=click.Path(file_okay=False, path_type=Path),
-                                help="Directory of edited templates (from `hpcprof templates copy`).")
+#: what plans an experiment's runs (render, submit): EXPERIMENT, --site, --site-file, --set, --templates,
+#: --max-points, in that order
+_PLAN = (click.argument("experiment", type=click.Path(dir_okay=False, exists=True, path_type=Path)),
+         site_option, site_file_option,
+         click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
+                      help="Override an experiment field, e.g. resources.nodes=2 (repeatable)."),
+         click.option("--templates", type=click.Path(file_okay=False, path_type=Path),
+                      help="Directory of edited templates (from `hpcprof templates copy`)."),
+         click.option("--max-points", type=click.IntRange(min=1), default=MAX_POINTS, show_default=True,
+                      help="Most sweep points to expand (a larger sweep is refused)."))
+
+
+def plan_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """The arguments and options that plan an experiment's runs (_PLAN), on `command`."""
+    return functools.reduce(lambda wrapped, decorate: decorate(wrapped), reversed(_PLAN), command)
 
 after_option = click.option("--after", multiple=True, metavar="RUN|SWEEP",
                             help="Start only once these runs' jobs have ended, in any state (Slurm "

@@ -20,12 +20,8 @@ from hpcprof.cli.options import (
     after_option,
     check_workdir,
     db_option,
-    max_points_option,
-    set_option,
-    site_file_option,
-    site_option,
+    plan_options,
     submit_workdir_option,
-    templates_option,
     workdir_option,
 )
 from hpcprof.config.site import find_site
@@ -44,12 +40,7 @@ if TYPE_CHECKING:
 
 
 @click.command()
-@click.argument("experiment", type=click.Path(dir_okay=False, exists=True, path_type=Path))
-@site_option
-@site_file_option
-@set_option
-@templates_option
-@max_points_option
+@plan_options
 @click.option("-o", "--output", type=click.Path(file_okay=False, path_type=Path),
               help="Write each point's run directory here (DIR, or DIR/pNNN for a sweep): job.sh, "
                    "rank_wrapper.sh, config.json and logs/, ready to submit by hand (default: print job.sh). "
@@ -85,12 +76,7 @@ def render(experiment: Path, site_name: str, site_file: Path | None, overrides: 
 
 
 @click.command()
-@click.argument("experiment", type=click.Path(dir_okay=False, exists=True, path_type=Path))
-@site_option
-@site_file_option
-@set_option
-@templates_option
-@max_points_option
+@plan_options
 @submit_workdir_option
 @db_option
 @click.option("--dry-run", is_flag=True, help="Validate and render, print the plan, write nothing.")

@@ -94,6 +94,8 @@ class _State:
         self.torch_profile = drive and self.tool == "torch"
         self.run_dir = env["HPCPROF_RUN_DIR"]
         self.reference = env.get("HPCPROF_STEPS_REFERENCE") == "1"   # the job's unprofiled reference run
+        # the memory history's entries (profile.memory); nothing observes the reference run
+        self.history = 0 if self.reference else whole("HPCPROF_MEMORY_HISTORY", "0", 0, 10**9)
         self.path = os.path.join(self.run_dir, "steps", *(("reference",) if self.reference else ()),
                                  f"rank{self.rank}.jsonl")
         self.warmup = 0
@@ -238,8 +240,7 @@ def _step_ended(state: _State, now: int) -> None:
     memory = _hpcprof_memory.step_peaks()
     _append(state, f'{{"step":{step},"end_ns":{time.time_ns()},"ns":{length}{memory}}}\n')
     last = state.skip + state.count
-    entries = 0 if state.reference else int(os.environ.get("HPCPROF_MEMORY_HISTORY", "0"))
-    _hpcprof_memory.history(step, state.skip, last, entries, state.rank)
+    _hpcprof_memory.history(step, state.skip, last, state.history, state.rank)
     if step in (state.skip, last) and not state.reference:  # the window's edges: the stack sampler's too
         import _hpcprof_sampler
 
@@ -296,9 +297,8 @@ def _claim(state: _State) -> bool:
             "process's of this rank")
         return False
     device = _hpcprof_memory.header()     # {} where CUDA is not in use: no memory history either
-    history = state.tool == "none" and bool(device) and os.environ.get("HPCPROF_MEMORY_HISTORY", "0") not in ("", "0")
     profiled = [state.skip - state.warmup + 1, state.skip + state.count + 3] if state.torch_profile else \
-        [state.skip + 1, state.skip + state.count + 1] if history else None
+        [state.skip + 1, state.skip + state.count + 1] if state.tool == "none" and device and state.history else None
     header = {"rank": int(state.rank), "pid": os.getpid(), "host": os.uname().nodename, "tool": state.tool,
               "skip": state.skip, "steps": state.count, "profiled": profiled, **device}
     _append(state, _json(header) + "\n")
