@@ -4,10 +4,13 @@ steps and name the program's own line."""
 
 from __future__ import annotations
 
+import _thread
 import json
 import os
 import subprocess
 import sys
+import time
+import weakref
 from pathlib import Path
 
 import pytest
@@ -61,3 +64,32 @@ def test_sample_ms_0_turns_it_off(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     assert not run(tmp_path, "0").exists()
     assert len((tmp_path / "steps" / "rank0.jsonl").read_text().splitlines()) == 13
+
+
+def test_a_sampled_frame_does_not_keep_the_program_s_objects_alive(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A frame object outlives its function while referenced, and keeps its locals: a sampler that
+    held the last sampled frame through its sleep kept the program's tensors alive up to an interval
+    longer (a higher peak memory in the window)."""
+    monkeypatch.syspath_prepend(str(INJECT))
+    import _hpcprof_sampler
+
+    class Activation:
+        pass
+
+    sampler = _hpcprof_sampler._Sampler(str(tmp_path / "samples.jsonl"), 0.05)
+
+    def work() -> weakref.ref[Activation]:
+        activation = Activation()
+        end = time.monotonic() + 0.15       # sampled about every 50 ms, the last time before it returns
+        while time.monotonic() < end:
+            pass
+        return weakref.ref(activation)
+
+    _thread.start_new_thread(sampler.loop, ())
+    try:
+        kept = work()
+        alive = kept() is not None
+    finally:
+        sampler.running = False
+    assert any(":work" in at for _, at, _ in sampler.samples), sampler.samples
+    assert not alive

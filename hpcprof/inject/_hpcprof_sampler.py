@@ -56,6 +56,7 @@ class _Sampler:
                 frame = sys._current_frames().get(self.main)
                 if frame is not None and self.running:
                     self.sample(frame)
+                frame = None    # a frame held past its return would keep its locals (the program's tensors) alive
         except Exception as exc:
             self.running = False
             say(f"hpcprof: stack sampler stopped ({type(exc).__name__}: {exc})")
