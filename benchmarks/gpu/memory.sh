@@ -11,7 +11,7 @@
 #      iteration.median beside the run without it);
 #   4. the step time with PyTorch's memory history off, Python stacks, all stacks (memory/history_cost.py),
 #      3 alternated rounds, the medians in a table.
-# Usage, from the repository root: OUT=/some/dir bash benchmarks/gpu/memory.sh
+# Usage, from the repository root: OUT=/some/dir [PARTS="2 3"] bash benchmarks/gpu/memory.sh   (PARTS: all four by default)
 # Needs what env.sh needs (carried, git-ignored): .gpu/whl (msgspec, sqlalchemy, ...), .gpu/libs; torch with
 # CUDA, torchrun. With one GPU, parts 1 and 3 run on one rank only where they can (part 1 needs 2).
 set -u
@@ -23,11 +23,14 @@ HERE=$REPO/benchmarks/gpu/memory
 NGPU=$(nvidia-smi -L | wc -l)
 [ "$NGPU" -gt 2 ] && NGPU=2     # the site files declare 2 GPUs
 cp "$HERE"/*.py /tmp/memory/
+want() { [[ " ${PARTS:-1 2 3 4} " == *" $1 "* ]]; }
 {
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
   python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
   echo "== 1. a real CUDA OOM through hpcprof ($NGPU GPUs)"
-  if [ "$NGPU" -ge 2 ]; then
+  if ! want 1; then
+    echo "skipped: not in PARTS"
+  elif [ "$NGPU" -ge 2 ]; then
     cd /tmp/memory
     SECONDS=0
     timeout 240 python3 -m hpcprof submit "$HERE/oom.yaml" --site-file "$REPO/benchmarks/gpu/site-torchrun-x2.yaml" \
@@ -47,47 +50,48 @@ cp "$HERE"/*.py /tmp/memory/
     echo "skipped: needs 2 GPUs"
   fi
   echo "== 2. a real memory snapshot with a planted leak"
-  (cd /tmp/memory && timeout 120 python3 leak_snapshot.py "$OUT_DIR/leak_snapshot.pickle")
-  ls -l "$OUT_DIR/leak_snapshot.pickle"
+  want 2 && (cd /tmp/memory && timeout 120 python3 leak_snapshot.py "$OUT_DIR/leak_snapshot.pickle")
   SECONDS=0
-  python3 -m hpcprof memory "$OUT_DIR/leak_snapshot.pickle" --html "$OUT_DIR/leak_snapshot.html"
+  want 2 && python3 -m hpcprof memory "$OUT_DIR/leak_snapshot.pickle" --html "$OUT_DIR/leak_snapshot.html"
   echo "hpcprof memory took ${SECONDS} s"
   echo "== 3. peak memory: the program's own, then through hpcprof"
-  cd /tmp/memory
-  timeout 120 python3 train_peak.py 20
-  timeout 180 python3 -m hpcprof submit "$HERE/train_peak.yaml" --site-file "$REPO/benchmarks/gpu/site-h200x2.yaml" \
-    --workdir "$WORKDIR" --wait
-  timeout 180 python3 -m hpcprof submit "$HERE/train_peak.yaml" --site-file "$REPO/benchmarks/gpu/site-h200x2.yaml" \
-    --workdir "$WORKDIR" --wait --set profile.memory=true
-  for snapshot in $(find "$WORKDIR/memory-train" -path '*/memory/rank*.pickle'); do
-    ls -l "$snapshot"; python3 -m hpcprof memory "$snapshot" --top 5
-  done
-  timeout 120 torchrun --standalone --nproc_per_node="$NGPU" peak.py seqpar -it 10 -wit 3 -p bfloat16 2>&1 | grep -E '^peak|Error'
-  GPT2_PRESET=gpt2 timeout 120 torchrun --standalone --nproc_per_node="$NGPU" peak.py ddp \
-    --echo-input "$REPO/examples/echo_gpt2" --world-size "$NGPU" --epochs 1 --warmup-epochs 0 --steps-per-epoch 20 \
-    2>&1 | grep -E '^peak|Error'
-  cd "$REPO"
-  COMMON=(--site-file benchmarks/gpu/site-h200x2.yaml --workdir "$WORKDIR" --wait --set resources.nodes=1
-          --set "resources.ranks_per_node=$NGPU" --set 'sweep={}' --set profile.tool=none)
-  timeout 120 python3 -m hpcprof submit examples/seqpar_polaris.yaml "${COMMON[@]}" --set workload.args.iterations=10 \
-    --set workload.args.warmup_iterations=3 --set workload.args.precision=bfloat16
-  timeout 120 python3 -m hpcprof submit examples/ddp_slowdown.yaml "${COMMON[@]}" --set env.GPT2_PRESET=gpt2 \
-    --set "workload.args.world_size=$NGPU" --set workload.args.epochs=1 --set workload.args.warmup_epochs=0 \
-    --set workload.args.steps_per_epoch=20
-  python3 -m hpcprof collect --workdir "$WORKDIR"
-  for headline in $(find "$WORKDIR" -name headline.json); do
-    python3 -c "
+  if want 3; then
+    cd /tmp/memory
+    timeout 120 python3 train_peak.py 20
+    timeout 180 python3 -m hpcprof submit "$HERE/train_peak.yaml" --site-file "$REPO/benchmarks/gpu/site-h200x2.yaml" \
+      --workdir "$WORKDIR" --wait
+    timeout 180 python3 -m hpcprof submit "$HERE/train_peak.yaml" --site-file "$REPO/benchmarks/gpu/site-h200x2.yaml" \
+      --workdir "$WORKDIR" --wait --set profile.memory=true
+    for snapshot in $(find "$WORKDIR/memory-train" -path '*/memory/rank*.pickle'); do
+      ls -l "$snapshot"; python3 -m hpcprof memory "$snapshot" --top 5
+    done
+    timeout 120 torchrun --standalone --nproc_per_node="$NGPU" peak.py seqpar -it 10 -wit 3 -p bfloat16 2>&1 | grep -E '^peak|Error'
+    GPT2_PRESET=gpt2 timeout 120 torchrun --standalone --nproc_per_node="$NGPU" peak.py ddp \
+      --echo-input "$REPO/examples/echo_gpt2" --world-size "$NGPU" --epochs 1 --warmup-epochs 0 --steps-per-epoch 20 \
+      2>&1 | grep -E '^peak|Error'
+    cd "$REPO"
+    COMMON=(--site-file benchmarks/gpu/site-h200x2.yaml --workdir "$WORKDIR" --wait --set resources.nodes=1
+            --set "resources.ranks_per_node=$NGPU" --set 'sweep={}' --set profile.tool=none)
+    timeout 120 python3 -m hpcprof submit examples/seqpar_polaris.yaml "${COMMON[@]}" --set workload.args.iterations=10 \
+      --set workload.args.warmup_iterations=3 --set workload.args.precision=bfloat16
+    timeout 120 python3 -m hpcprof submit examples/ddp_slowdown.yaml "${COMMON[@]}" --set env.GPT2_PRESET=gpt2 \
+      --set "workload.args.world_size=$NGPU" --set workload.args.epochs=1 --set workload.args.warmup_epochs=0 \
+      --set workload.args.steps_per_epoch=20
+    python3 -m hpcprof collect --workdir "$WORKDIR"
+    for headline in $(find "$WORKDIR" -name headline.json); do
+      python3 -c "
 import json, sys
 metrics = json.load(open(sys.argv[1])).get('metrics', [])
 found = [m for m in metrics if str(m[0]).startswith('memory.') or m[0] == 'iteration.median']
 print(sys.argv[1].split('/')[-4:-2], json.dumps(found) if found else 'no memory metric recorded')" "$headline"
-  done
-  for table in $(find "$WORKDIR" -name 'steps_memory.parquet'); do
-    echo "$table"; python3 -c "import pandas as pd, sys; print(pd.read_parquet(sys.argv[1]).to_string())" "$table"
-  done
+    done
+    for table in $(find "$WORKDIR" -name 'steps_memory.parquet'); do
+      echo "$table"; python3 -c "import pandas as pd, sys; print(pd.read_parquet(sys.argv[1]).to_string())" "$table"
+    done
+  fi
   echo "== 4. memory history: step time off / python stacks / all stacks, 3 alternated rounds"
   cd /tmp/memory
-  for round in 1 2 3; do
+  want 4 && for round in 1 2 3; do
     for mode in off python all; do
       timeout 60 python3 history_cost.py "$mode" 2>&1 | tail -1
     done

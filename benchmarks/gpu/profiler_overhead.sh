@@ -32,6 +32,7 @@ declare -A SETS=(
   [none.sampler]="profile.tool=none"
   [none.memory]="profile.tool=none profile.memory=true"
   [nsys]="profile.tool=nsys"
+  [nsys.nosampler]="profile.tool=nsys profile.window.stack_sample_ms=0"
   [nsys.nsysdefaults]="profile.tool=nsys profile.nsys.sample=null profile.nsys.cpuctxsw=null"
   [nsys.event]="profile.tool=nsys profile.nsys.cuda_event_trace=true"
   [nsys.noevent]="profile.tool=nsys profile.nsys.cuda_event_trace=false"

@@ -1,11 +1,14 @@
 #!/bin/bash
-# Public trainers, unchanged, through hpcprof on the lent 2-GPU machine:
+# Public trainers, unchanged, through hpcprof on the lent 1-2 GPU machine (one rank per GPU):
 # each trainer as a `command` under torchrun (site-torchrun-x2.yaml: the shipped identity
 # convention, which torchrun's workers get as local-rank), under nsys, torch.profiler and no
-# profiler (the overhead's baseline), then again with `gpu_affinity: none`; collect, report (text
-# text here, HTML from the runs brought back) and trainers_check.py's checks against the trainers' own step times and a hand
-# computation of idle % on the rank files.
-#   bash benchmarks/gpu/trainers.sh OUT TRAINER...     (TRAINER: nanogpt | timm)
+# profiler (the overhead's baseline), then with no profiler and `profile.memory` (the memory history's
+# cost, from the run's own steps), then (AFFINITY_NONE=1, the default) again with `gpu_affinity: none`;
+# the trainer alone under memory/peak.py (its own torch.cuda.max_memory_allocated over the whole run,
+# no hook); collect, report (text here, HTML from the runs brought back) and trainers_check.py's
+# checks against the trainers' own step times and peaks, a hand computation of idle % on the rank
+# files, and the idle's named causes.
+#   [AFFINITY_NONE=0] bash benchmarks/gpu/trainers.sh OUT TRAINER...     (TRAINER: nanogpt | timm)
 # Needs (carried, git-ignored): .gpu/whl (sqlalchemy, msgspec, adbc, greenlet for Python 3.12),
 # .gpu/libs (libdw/libelf for nsys: shared/tools/gpu-nsys-libs.sh) and the trainers' sources as
 # fetched, unchanged: .gpu/trainers/nanogpt (karpathy/nanoGPT's train.py, model.py,
@@ -17,6 +20,9 @@ source benchmarks/gpu/env.sh
 mkdir -p "$OUT_DIR" /tmp/trainers
 WORKDIR=/tmp/hpcprof-runs
 SITE=$REPO/benchmarks/gpu/site-torchrun-x2.yaml
+NGPU=$(nvidia-smi -L | wc -l)
+[ "$NGPU" -gt 2 ] && NGPU=2     # the site file declares 2 GPUs
+RANKS=(--set "resources.ranks_per_node=$NGPU")
 
 prepare() {   # the trainer's data: random tokens (nanoGPT), a folder of random JPEGs (timm)
   case $1 in
@@ -49,11 +55,18 @@ with ProcessPoolExecutor(16) as pool:
   for trainer in "$@"; do
     rm -rf "/tmp/trainers/$trainer" && cp -r "$REPO/.gpu/trainers/$trainer" "/tmp/trainers/$trainer"
     cd "/tmp/trainers/$trainer" && prepare "$trainer"
+    experiment=$REPO/benchmarks/gpu/trainers/$trainer.yaml
     set -x
-    python3 -m hpcprof submit "$REPO/benchmarks/gpu/trainers/$trainer.yaml" --site-file "$SITE" --workdir "$WORKDIR" --wait
-    python3 -m hpcprof submit "$REPO/benchmarks/gpu/trainers/$trainer.yaml" --site-file "$SITE" --workdir "$WORKDIR" \
-      --set gpu_affinity=none --wait
+    python3 -m hpcprof submit "$experiment" --site-file "$SITE" --workdir "$WORKDIR" "${RANKS[@]}" --wait
+    python3 -m hpcprof submit "$experiment" --site-file "$SITE" --workdir "$WORKDIR" "${RANKS[@]}" --wait \
+      --set 'sweep={}' --set profile.tool=none --set profile.memory=true
+    [ "${AFFINITY_NONE:-1}" = 1 ] && python3 -m hpcprof submit "$experiment" --site-file "$SITE" --workdir "$WORKDIR" \
+      "${RANKS[@]}" --set gpu_affinity=none --wait
+    mapfile -t argv < <(python3 -c 'import sys, yaml; print("\n".join(yaml.safe_load(open(sys.argv[1]))["workload"]["argv"][2:]))' "$experiment")
+    timeout 300 torchrun --standalone --nproc_per_node="$NGPU" "$REPO/benchmarks/gpu/memory/peak.py" train.py "${argv[@]}" \
+      > "$OUT_DIR/own-$trainer.log" 2>&1
     set +x
+    grep '^peak ' "$OUT_DIR/own-$trainer.log" | sed "s/^peak /peak $trainer /" >> "$OUT_DIR/peaks.txt"
     cd "$REPO"
   done
   python3 -m hpcprof collect --workdir "$WORKDIR"
@@ -67,7 +80,7 @@ for trainer in "$@"; do   # one report per submit (the sweep of tools: nsys, tor
   python3 -m hpcprof compare --workdir "$WORKDIR" $(ls "$WORKDIR/$trainer") > "$OUT_DIR/compare-$trainer.txt" 2>&1
   grep -h "^iter \|Train: " "$WORKDIR/$trainer"/*/logs/rank0.log | head -3 >> "$OUT_DIR/trainers.log"
 done
-python3 benchmarks/gpu/trainers_check.py "$WORKDIR" "$OUT_DIR"/report-*.txt > "$OUT_DIR/check.txt" 2>&1
+python3 benchmarks/gpu/trainers_check.py "$WORKDIR" "$OUT_DIR/peaks.txt" "$OUT_DIR"/report-*.txt > "$OUT_DIR/check.txt" 2>&1
 # the runs without their profiles (the HTML report is made where plotly is: `hpcprof report --html`)
 tar -C "$WORKDIR" -czf "$OUT_DIR/runs.tar.gz" --exclude='profiles' --exclude='derived' --exclude='tmp' .
 tail -n 30 "$OUT_DIR/trainers.log"

@@ -6,9 +6,14 @@ timm's `Train: E [ N/M ...] ... Time: X s`, whole ms; its step ends after a loss
 the GPU, the hook's where optimizer.step returns, so single steps differ, their sums agree: the
 means are printed beside); `idle_pct` against a hand computation on the rank
 files (nsys: SQL on the export; torch: the Kineto JSON, on HTA's whole-µs grid as hpcprof and HTA
-read it, and on its own fractional µs beside), and whether the report has its overhead line. Exit 1 when a run fails a check.
+read it, and on its own fractional µs beside), and whether the report has its overhead line; the
+slowdown hpcprof states from the run's own steps (profiler.slowdown_pct, where the run has unprofiled
+steps); a profiled run's idle by named cause and line (its `<tool>_idle_causes` table, over ranks);
+a run without a profiler: its peak memory (memory.peak_allocated, the step hook's peaks over the
+window) against the trainer's own torch.cuda.max_memory_allocated over a whole run alone (PEAKS:
+memory/peak.py's `peak TRAINER {json}` lines). Exit 1 when a run fails a check.
 
-    python benchmarks/gpu/trainers_check.py WORKDIR REPORT_TEXT...
+    python benchmarks/gpu/trainers_check.py WORKDIR PEAKS REPORT_TEXT...
 
 The hand computation, per rank: the window's steps are the `hpcprof:step` NVTX ranges (nsys) or
 the `ProfilerStep#N` annotations but the last (torch, as HTA drops the last one); the GPU
@@ -29,6 +34,7 @@ import statistics
 import sys
 from pathlib import Path
 
+from hpcprof.analysis.idle import across_ranks
 from hpcprof.analysis.summary import run_headline
 from hpcprof.campaign.jobstate import recorded_state
 from hpcprof.run.record import read_record
@@ -115,7 +121,28 @@ def trainer_steps(log: Path) -> dict[int, float]:
     return out
 
 
-def check(run: Path, reports: str) -> tuple[str, bool]:
+def own_peaks(path: Path) -> dict[str, int]:
+    """Each trainer's own peak allocated bytes, the largest over its ranks (PEAKS lines)."""
+    out: dict[str, int] = {}
+    for line in path.read_text().splitlines() if path.is_file() else []:
+        _, trainer, data = line.split(" ", 2)
+        out[trainer] = max(out.get(trainer, 0), int(json.loads(data)["max_memory_allocated"]))
+    return out
+
+
+def idle_explained(run: Path, tool: str) -> str:
+    """The window's idle per step and its named causes over ranks (the report's, with line and evidence)."""
+    causes = read_table(run, f"{tool}_idle_causes")
+    if causes is None or causes.empty:
+        return "; idle causes: no table"
+    idle_ms = float(causes.groupby("rank")["idle_ms"].first().mean())
+    named = across_ranks(causes)
+    said = ", ".join(f"{r.cause} {r.ms_per_step:.2f} ms/step ({r.pct_of_idle:.0f} % of idle) at {r.at} [{r.detail}]"
+                     for r in named.itertuples()) or "none above the naming threshold"
+    return f"; idle {idle_ms:.2f} ms/step, named causes: {said}"
+
+
+def check(run: Path, reports: str, peaks: dict[str, int]) -> tuple[str, bool]:
     record = read_record(run / "config.json")
     tool = record.tool
     state = recorded_state(RunDir(run)).state
@@ -133,11 +160,20 @@ def check(run: Path, reports: str) -> tuple[str, bool]:
              if own_ms and len(hook_ms) else "")
     iterations = metrics.get("window.iterations")
     ok = state == "COMPLETED" and abs(diff) <= 5
-    text = (f"{run.name} {record.experiment.name} tool={tool} affinity={record_affinity(run)} "
+    memory = " memory" if record.experiment.profile.memory else ""
+    text = (f"{run.name} {record.experiment.name} tool={tool}{memory} affinity={record_affinity(run)} "
             f"state={state}: "
             f"steps in window {len(hook_steps)} ({hook_steps[0] if hook_steps else '-'}-{hook_steps[-1] if hook_steps else '-'}), "
             f"window.iterations {iterations}, median step {median_hp:.2f} ms (hpcprof) vs {median_own:.2f} ms "
             f"(trainer's log, {len(own_ms)} steps): {diff:+.2f} %{means}")
+    if "profiler.slowdown_pct" in metrics:
+        text += (f"; stated slowdown {metrics['profiler.slowdown_pct']:+.1f} % [{metrics.get('profiler.slowdown_pct.low', math.nan):+.1f}, "
+                 f"{metrics.get('profiler.slowdown_pct.high', math.nan):+.1f}] against its own unprofiled steps")
+    own_peak = peaks.get(record.experiment.name)
+    if tool == "none" and "memory.peak_allocated" in metrics:
+        peak = round(metrics["memory.peak_allocated"] * (1 << 30))
+        text += f"; peak allocated {peak:,} B (hpcprof, window) vs "
+        text += f"{own_peak:,} B (the trainer's own, whole run): {100 * (peak / own_peak - 1):+.3f} %" if own_peak else "no own peak"
     if tool != "none":
         ok = ok and iterations == len(hook_steps)
         files = sorted((run / "profiles" / tool).glob("rank*.sqlite" if tool == "nsys" else "rank*.pt.trace.json*"))
@@ -154,6 +190,7 @@ def check(run: Path, reports: str) -> tuple[str, bool]:
         overhead = f"{tool} slowed each step" in reports or f"{tool} changed each step" in reports
         text += f"; overhead line {'present' if overhead else 'MISSING'}"
         ok = ok and overhead
+        text += idle_explained(run, tool)
     return text + ("" if ok else "  <-- FAILED"), ok
 
 
@@ -164,11 +201,15 @@ def record_affinity(run: Path) -> str:
     return found[1] if found else "?"
 
 
-def main(workdir: Path, report_files: list[Path]) -> int:
+def main(workdir: Path, peaks_file: Path, report_files: list[Path]) -> int:
     reports = "\n".join(p.read_text(errors="replace") for p in report_files)
+    peaks = own_peaks(peaks_file)
     failed = 0
     for config in sorted(workdir.glob("*/*/config.json")):
-        line, ok = check(config.parent, reports)
+        try:
+            line, ok = check(config.parent, reports, peaks)
+        except Exception as error:   # one run's damaged files do not hide the others' lines
+            line, ok = f"{config.parent.name}: the check failed: {error!r}  <-- FAILED", False
         print(line)
         failed += not ok
     print(f"{failed} run(s) failed a check")
@@ -176,4 +217,4 @@ def main(workdir: Path, report_files: list[Path]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(Path(sys.argv[1]), [Path(p) for p in sys.argv[2:]]))
+    sys.exit(main(Path(sys.argv[1]), Path(sys.argv[2]), [Path(p) for p in sys.argv[3:]]))
