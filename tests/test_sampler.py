@@ -93,3 +93,34 @@ def test_a_sampled_frame_does_not_keep_the_program_s_objects_alive(tmp_path: Pat
         sampler.running = False
     assert any(":work" in at for _, at, _ in sampler.samples), sampler.samples
     assert not alive
+
+
+@pytest.mark.parametrize(("closure", "expected"), [(True, ""), (False, "optimizer")])
+def test_a_closure_run_by_the_optimizer_is_the_program_s_time(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, closure: bool, expected: str) -> None:
+    """Lightning runs forward and backward inside optimizer.step(closure): a sample there is the
+    program's, not the optimizer's; a sample inside an optimizer's own step (here a user's
+    optimizer, called by torch.optim's step wrapper) is the optimizer's."""
+    torch = pytest.importorskip("torch")
+    monkeypatch.syspath_prepend(str(INJECT))
+    import _hpcprof_sampler
+
+    sampler = _hpcprof_sampler._Sampler(str(tmp_path / "samples.jsonl"), 1.0)
+    weight = torch.nn.Parameter(torch.zeros(2))
+
+    def training_step() -> torch.Tensor:
+        sampler.sample(sys._getframe())
+        return (weight * 2).sum()
+
+    class UserOptimizer(torch.optim.SGD):
+        def step(self, closure=None):  # type: ignore[no-untyped-def, override]
+            sampler.sample(sys._getframe())
+            return super().step(closure)
+
+    if closure:
+        torch.optim.SGD([weight], lr=0.1).step(lambda: training_step())
+    else:
+        UserOptimizer([weight], lr=0.1).step()
+    _, at, kind = sampler.samples[0]
+    assert kind == expected, sampler.samples
+    assert at.split(";")[0].endswith(":training_step" if closure else ":step")

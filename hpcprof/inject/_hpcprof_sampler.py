@@ -8,7 +8,10 @@ wall-clock ns, the innermost frame of the user's program (not the standard libra
 installed package, not this hook) and the two user frames that called it, innermost first,
 as "file:line:function;file:line:function;...", and what the stack runs
 (`input`: torch.utils.data; `collective`: torch.distributed; `compile`: torch._dynamo/_inductor;
-`optimizer`: torch.optim; `backward`: torch.autograd; else empty). Garbage collections of the
+`optimizer`: torch.optim; `backward`: torch.autograd; else empty). An optimizer's step that runs
+the program's closure (Lightning's forward and backward run inside optimizer.step) is not the
+optimizer's: torch.optim counts only where no frame of the program runs inside it but the program's
+own `step` (an optimizer written by the user). Garbage collections of the
 window are kept too (gc.callbacks: their start and end). At the window's end the samples are
 written, one append each line, to $HPCPROF_RUN_DIR/samples/rank{R}.jsonl:
 {"t_ns", "at", "in"} per sample, {"gc_ns": [start, end]} per collection.
@@ -65,6 +68,7 @@ class _Sampler:
         now = time.time_ns()
         chain: list[str] = []
         kind = ""
+        user_seen = user_step = False
         while frame is not None:
             code = frame.f_code
             known = self.where.get(code)
@@ -72,9 +76,11 @@ class _Sampler:
                 name = code.co_filename.replace(os.sep, "/")
                 user = not name.startswith("<") and not any(part in name for part in _LIBRARY)
                 known = self.where[code] = (user, next((k for part, k in _KINDS if part in name), ""))
-            if known[0] and len(chain) < USER_FRAMES:
-                chain.append(f"{code.co_filename}:{frame.f_lineno}:{code.co_name}")
-            if known[1] and not kind:
+            if known[0]:
+                user_seen, user_step = True, user_step or code.co_name == "step"
+                if len(chain) < USER_FRAMES:
+                    chain.append(f"{code.co_filename}:{frame.f_lineno}:{code.co_name}")
+            if known[1] and not kind and (known[1] != "optimizer" or not user_seen or user_step):
                 kind = known[1]
             if len(chain) == USER_FRAMES and kind:
                 break
