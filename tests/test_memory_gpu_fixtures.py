@@ -49,6 +49,23 @@ def test_the_leak_snapshot_s_peak_and_leak() -> None:
     assert found.at_peak[0].site == "leak_snapshot.py:22 train"
 
 
+def test_the_leak_snapshot_s_peak_by_kind_matches_the_program_s_shapes() -> None:
+    """By kind, against what the program allocates (benchmarks/gpu/memory/leak_snapshot.py): the
+    parameters of Linear(2048, 8192) and Linear(8192, 2048) in float32, AdamW's two state tensors a
+    parameter (its step counters are on the CPU), and the program's own at the peak (during step 12's
+    optimizer step): the 11 leak blocks of steps 1-11 and the 4-byte loss. The kinds add up to the peak."""
+    from hpcprof.analysis.memory import analyse, read_snapshot
+
+    [found] = analyse(read_snapshot(FIXTURES / "leak_snapshot.pickle"))
+    kinds = {h.site: h.bytes for h in found.kinds_at_peak}
+    parameters = (2048 * 8192 + 8192 + 8192 * 2048 + 2048) * 4
+    assert kinds["parameters"] == parameters
+    assert kinds["optimizer state"] == 2 * parameters
+    assert kinds["the program's own"] == sum(step * (8 << 20) for step in range(1, 12)) + 4
+    assert kinds["backward (no Python frame)"] >= parameters          # the gradients, not yet set to None
+    assert sum(kinds.values()) == found.peak
+
+
 def test_the_leak_snapshot_s_bytes_match_pytorch_s_memory_viz() -> None:
     """torch.cuda._memory_viz.memory of the same snapshot: its allocated blocks' bytes by stack
     (innermost frame of the program's own code, as hpcprof names a site) are hpcprof's."""

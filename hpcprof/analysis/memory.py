@@ -12,6 +12,10 @@ as plain data (hpcprof.core.safe_pickle: a snapshot is a pickle; one naming code
 - the peak of that level and what held it, by site: the innermost frame of the program's own code
   (not Python's, not an installed package's) of each allocation's stack, `file:line function`;
   bytes allocated before the history began are one `(before the history)` holder;
+- what held the peak by kind, from each allocation's whole stack (KINDS): parameters (a module
+  built or moved to the device), optimizer state (torch.optim creating it), the optimizer's step
+  (its temporaries), the forward (a module's forward: activations), the backward (no Python frame:
+  the autograd engine's thread, gradients and their temporaries), the program's own (the rest);
 - growth: by site, the allocations made during the history and still held at its end (a leak
   allocates and never frees: blocks from one site that keep growing);
 - reserved bytes at the end (the segments' sizes) and any out-of-memory event the history holds.
@@ -20,6 +24,7 @@ as plain data (hpcprof.core.safe_pickle: a snapshot is a pickle; one naming code
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,6 +43,16 @@ MAX_SNAPSHOT_NODES = 30_000_000
 LIBRARY = re.compile(r"/(site|dist)-packages/|/lib/python\d[\d.]*/|^<|^\?\?$|^$|/torch/|\.(?:cpp|cc|h|c)$")
 BEFORE = "(before the history)"
 UNKNOWN = "(no Python frame)"
+#: what an allocation is, from its stack: (kind, test on one frame's path and function), the first that
+#: any frame of the stack passes wins; an allocation with no Python frame at all is BACKWARD
+KINDS: tuple[tuple[str, re.Pattern[str], re.Pattern[str]], ...] = (
+    ("parameters", re.compile(r"/torch/nn/(modules/module|parameter)\.py$"), re.compile(r"^(_apply|to|cuda|__new__)$")),
+    ("optimizer state", re.compile(r"/torch/optim/"), re.compile(r"^_init_group$")),
+    ("optimizer step", re.compile(r"/torch/optim/"), re.compile(r"")),
+    ("forward", re.compile(r"/torch/nn/modules/"), re.compile(r"^forward$")),
+)
+BACKWARD = "backward (no Python frame)"
+PROGRAM = "the program's own"
 #: the trace's actions that change the allocated bytes
 ALLOC, FREE = "alloc", "free_completed"
 #: the most points a timeline keeps (the peak always among them)
@@ -59,6 +74,19 @@ def site(frames: Any) -> str:
     if chosen is None:
         return UNKNOWN
     return f"{Path(chosen['filename']).name}:{chosen.get('line', '?')} {chosen.get('name', '?')}"
+
+
+def kind(frames: Any) -> str:
+    """What an allocation is, by its stack (KINDS); BACKWARD without any Python frame, else PROGRAM."""
+    valid = [f for f in frames if isinstance(f, dict) and isinstance(f.get("filename"), str)] \
+        if isinstance(frames, list) else []
+    python = [f for f in valid if f["filename"].endswith(".py")]
+    if not python:
+        return BACKWARD
+    for name, path, function in KINDS:
+        if any(path.search(f["filename"].replace("\\", "/")) and function.search(str(f.get("name", ""))) for f in python):
+            return name
+    return PROGRAM
 
 
 @dataclass
@@ -83,6 +111,7 @@ class DeviceMemory:
     peak_time_us: int | None
     peak_event: int                               # index into the device's trace (-1: the start)
     at_peak: list[Holder]                         # by bytes, largest first
+    kinds_at_peak: list[Holder]                   # the same bytes by kind (Holder.site: the kind)
     growing: list[Holder]                         # allocated during the history, still held at its end
     at_end: list[Holder]                          # the blocks allocated at the snapshot, by site
     timeline: list[tuple[int, int]] = field(default_factory=list)   # (time_us, allocated bytes)
@@ -158,36 +187,41 @@ def device_memory(snapshot: dict[str, Any], device: int) -> DeviceMemory:
         timeline.append((_int(event.get("time_us")) or 0, level))
         if level > peak:
             peak, peak_at, peak_time = level, index, _int(event.get("time_us"))
-    live: dict[int, tuple[int, str]] = {}              # address -> (size, site) of allocations of the history
+    live: dict[int, tuple[int, str, str]] = {}     # address -> (size, site, kind) of allocations of the history
     held: dict[str, Holder] = {}
+    kinds: dict[str, Holder] = {}
     at_peak: list[Holder] = _top({}, start)
+    kinds_at_peak: list[Holder] = _top({}, start)
     for index, event in enumerate(changes):
         if event["action"] == ALLOC:
-            where = site(event.get("frames"))
-            live[int(event["addr"])] = (int(event["size"]), where)
-            holder = held.setdefault(where, Holder(where))
-            holder.bytes, holder.blocks = holder.bytes + int(event["size"]), holder.blocks + 1
+            where, what = site(event.get("frames")), kind(event.get("frames"))
+            live[int(event["addr"])] = (int(event["size"]), where, what)
+            for key, table in ((where, held), (what, kinds)):
+                holder = table.setdefault(key, Holder(key))
+                holder.bytes, holder.blocks = holder.bytes + int(event["size"]), holder.blocks + 1
         elif (gone := live.pop(int(event["addr"]), None)) is not None:
-            holder = held[gone[1]]
-            holder.bytes, holder.blocks = holder.bytes - gone[0], holder.blocks - 1
+            for key, table in ((gone[1], held), (gone[2], kinds)):
+                holder = table[key]
+                holder.bytes, holder.blocks = holder.bytes - gone[0], holder.blocks - 1
         if index == peak_at:
-            at_peak = _top({k: Holder(h.site, h.bytes, h.blocks) for k, h in held.items()},
-                           peak - sum(size for size, _ in live.values()))
+            before = peak - sum(size for size, _, _ in live.values())
+            at_peak = _top({k: Holder(h.site, h.bytes, h.blocks) for k, h in held.items()}, before)
+            kinds_at_peak = _top({k: Holder(h.site, h.bytes, h.blocks) for k, h in kinds.items()}, before)
     reserved = sum(int(s.get("total_size") or 0) for s in snapshot["segments"]
                    if isinstance(s, dict) and _int(s.get("device")) == device and _int(s.get("total_size")))
     ooms = [f"out of memory at {e.get('time_us', '?')} µs asking {e.get('size', '?')} bytes, "
             f"{e.get('device_free', '?')} free on the device" for e in events if e["action"] == "oom"]
     at_end = _top(_held_blocks(snapshot, device))
     if not changes:     # no history: the end state is all there is
-        at_peak = at_end
-    return DeviceMemory(device, len(changes), start, end, reserved, peak, peak_time, peak_at, at_peak,
+        at_peak, kinds_at_peak = at_end, _top(_held_blocks(snapshot, device, kind))
+    return DeviceMemory(device, len(changes), start, end, reserved, peak, peak_time, peak_at, at_peak, kinds_at_peak,
                         [h for h in _top(held) if h.blocks > 0], at_end, _thin(timeline, peak_at), ooms)
 
 
-def _held_blocks(snapshot: dict[str, Any], device: int) -> dict[str, Holder]:
+def _held_blocks(snapshot: dict[str, Any], device: int, key: Callable[[Any], str] = site) -> dict[str, Holder]:
     held: dict[str, Holder] = {}
     for block in _blocks(snapshot, device):
-        where = site(block.get("frames"))
+        where = key(block.get("frames"))
         holder = held.setdefault(where, Holder(where))
         holder.bytes, holder.blocks = holder.bytes + _asked(block), holder.blocks + 1
     return held

@@ -1,5 +1,5 @@
-"""`hpcprof memory SNAPSHOT...`: each PyTorch memory snapshot's peak, what held it by site, what
-grew, and (--html) the allocated bytes over its history with the peak marked (hpcprof.analysis.memory)."""
+"""`hpcprof memory SNAPSHOT...`: each PyTorch memory snapshot's peak, what held it by site and by
+kind, what grew, and (--html) the allocated bytes over its history with the peak marked (hpcprof.analysis.memory)."""
 
 from __future__ import annotations
 
@@ -44,6 +44,7 @@ def device_text(name: str, found: DeviceMemory, top: int) -> str:
              f"{gib(found.end)} allocated, {gib(found.reserved)} reserved"]
     lines += [f"  {oom}" for oom in found.ooms]
     lines += holders_text("held at the peak, by site:", found.at_peak, top)
+    lines += holders_text("held at the peak, by kind (from each allocation's stack):", found.kinds_at_peak, top)
     lines += holders_text("allocated during the history and still held at its end, by site:", found.growing, top)
     return "\n".join(lines)
 
