@@ -122,7 +122,7 @@ def test_what_collect_makes_is_declared(collected: Path) -> None:
     # ceilings (tests/test_ceilings.py)
     assert declared_tables - made_tables == {c.SEQPAR_CHECK.name, c.STEPS_TIMES.name, c.STEPS_PERTURBATION.name,
                                              c.STEPS_MEMORY.name, c.STEPS_MEMORY_SITES.name,
-                                             c.STEPS_MEMORY_GROWTH.name, c.FORENSICS_RANKS.name,
+                                             c.STEPS_MEMORY_KINDS.name, c.STEPS_MEMORY_GROWTH.name, c.FORENSICS_RANKS.name,
                                              c.FORENSICS_COLLECTIVES.name, c.BENCH_CEILINGS.name}
     # every declared metric is made, but the overhead that report and compare find (tests/test_steps.py), the
     # slowdown of a `command`'s steps (tests/test_profiler_slowdown.py) and device memory, recorded where CUDA

@@ -142,6 +142,9 @@ def test_profile_memory_is_rendered_and_its_snapshots_collected(tmp_path: Path) 
     sites = tables[c.STEPS_MEMORY_SITES.key]
     assert sites[["site", "bytes", "blocks"]].values.tolist() == [[h.site, h.bytes, h.blocks] for h in found.at_peak]
     assert sites["bytes"].sum() == found.peak and set(sites["rank"]) == {0}
+    kinds = tables[c.STEPS_MEMORY_KINDS.key]
+    assert kinds[["kind", "bytes"]].values.tolist() == [[h.site, h.bytes] for h in found.kinds_at_peak]
+    assert kinds["bytes"].sum() == found.peak
     growth = tables[c.STEPS_MEMORY_GROWTH.key].set_index("site")
     assert growth.loc["train.py:51 main", "blocks"] == 8
     assert len(problems) == 1 and "rank1.pickle: not read as a PyTorch memory snapshot" in problems[0]

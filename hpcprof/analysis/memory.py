@@ -251,17 +251,20 @@ def analyse(snapshot: dict[str, Any]) -> list[DeviceMemory]:
 
 
 SITE_COLUMNS = ["rank", "device", "site", "bytes", "blocks"]
+KIND_COLUMNS = ["rank", "device", "kind", "bytes", "blocks"]
 
 
 def snapshot_tables(run_dir: Path) -> tuple[dict[str, pd.DataFrame], list[str]]:
     """`profile.memory`'s snapshots (<run>/memory/rank<N>.pickle) as the tables keyed as catalog's
-    STEPS_MEMORY_SITES (who held each rank's peak) and STEPS_MEMORY_GROWTH (what the window
-    allocated and still held at its end), by site; one line per snapshot that could not be read."""
+    STEPS_MEMORY_SITES (who held each rank's peak), STEPS_MEMORY_KINDS (the same bytes by kind) and
+    STEPS_MEMORY_GROWTH (what the window allocated and still held at its end), by site; one line per
+    snapshot that could not be read."""
     import pandas as pd
 
     from hpcprof.core import catalog as c
 
     peaks: list[dict[str, Any]] = []
+    kinds: list[dict[str, Any]] = []
     grown: list[dict[str, Any]] = []
     problems = []
     for path in sorted((run_dir / "memory").glob("rank*.pickle")):
@@ -276,8 +279,11 @@ def snapshot_tables(run_dir: Path) -> tuple[dict[str, pd.DataFrame], list[str]]:
         for found in devices:
             peaks += [{"rank": int(rank), "device": found.device, "site": h.site, "bytes": h.bytes, "blocks": h.blocks}
                       for h in found.at_peak]
+            kinds += [{"rank": int(rank), "device": found.device, "kind": h.site, "bytes": h.bytes, "blocks": h.blocks}
+                      for h in found.kinds_at_peak]
             grown += [{"rank": int(rank), "device": found.device, "site": h.site, "bytes": h.bytes, "blocks": h.blocks}
                       for h in found.growing]
-    tables = {key: pd.DataFrame(rows, columns=SITE_COLUMNS)
-              for key, rows in ((c.STEPS_MEMORY_SITES.key, peaks), (c.STEPS_MEMORY_GROWTH.key, grown)) if rows}
+    tables = {key: pd.DataFrame(rows, columns=columns) for key, rows, columns in (
+        (c.STEPS_MEMORY_SITES.key, peaks, SITE_COLUMNS), (c.STEPS_MEMORY_KINDS.key, kinds, KIND_COLUMNS),
+        (c.STEPS_MEMORY_GROWTH.key, grown, SITE_COLUMNS)) if rows}
     return tables, problems

@@ -173,6 +173,11 @@ STEPS_MEMORY_SITES = _t(STEPS, "memory_sites", "rank, device and site", COUNTED,
                         "the bytes and blocks each site (the innermost frame of the program's own code) held at the "
                         "rank's peak of allocated bytes over the history; `(before the history)`: allocated before "
                         "it began", _HISTORY)
+STEPS_MEMORY_KINDS = _t(STEPS, "memory_kinds", "rank, device and kind", COUNTED,
+                        "the same bytes and blocks as memory_sites, by kind from each allocation's whole stack: "
+                        "parameters, optimizer state, optimizer step, forward, backward (no Python frame: the "
+                        "autograd engine's thread, the gradients among them), the program's own, `(before the "
+                        "history)`", _HISTORY)
 STEPS_MEMORY_GROWTH = _t(STEPS, "memory_growth", "rank, device and site", COUNTED,
                          "the bytes and blocks each site allocated during the history and still held at its end "
                          "(a leak: a site whose blocks keep growing)", _HISTORY)
@@ -229,8 +234,8 @@ TABLES: tuple[TableSpec, ...] = (
     ECHO_SLOWDOWN,
     WORKLOAD_SEQPAR, SEQPAR_PHASES, SEQPAR_ITERATIONS, SEQPAR_RANKS, SEQPAR_LOOP, SEQPAR_CHECK,
     WORKLOAD_DDP, DDP_PHASES, DDP_STEPS, DDP_RANKS, FILES_MANIFEST, FORENSICS_RANKS,
-    FORENSICS_COLLECTIVES, STEPS_TIMES, STEPS_PERTURBATION, STEPS_MEMORY, STEPS_MEMORY_SITES, STEPS_MEMORY_GROWTH,
-    BENCH_CEILINGS)
+    FORENSICS_COLLECTIVES, STEPS_TIMES, STEPS_PERTURBATION, STEPS_MEMORY, STEPS_MEMORY_SITES, STEPS_MEMORY_KINDS,
+    STEPS_MEMORY_GROWTH, BENCH_CEILINGS)
 
 
 #: each workload kind's timing tables: (phase statistics, per-iteration rows, the per-iteration phase)
