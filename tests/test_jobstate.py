@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import os
 import subprocess
+import threading
+import time
 from pathlib import Path
 
-from hpcprof.campaign.jobstate import reconcile
+from hpcprof.campaign.jobstate import pause_until_done, reconcile
 from hpcprof.run.rundir import RunDir
 from hpcprof.schedulers.base import COMPLETED, RUNNING, JobState
 
@@ -44,3 +46,17 @@ def test_a_job_ending_between_the_reads_is_never_failed(tmp_path: Path) -> None:
     assert first == JobState(RUNNING, None, "started, no DONE yet")      # not a terminal FAILED
     assert reconcile(run, None) == JobState(COMPLETED, 0, "")               # the next poll sees it end
 
+
+
+def test_a_wait_s_pause_ends_when_the_job_writes_done(tmp_path: Path) -> None:
+    """`submit --wait` backs off to 10 s between scheduler queries; the job's DONE ends the pause
+    at once, so a run is seen done within a look (0.25 s), not up to 10 s late."""
+    run = RunDir(started(tmp_path))
+    ending = threading.Timer(0.5, subprocess.run, (["bash", "-c", JOB_END],),
+                             {"env": {**os.environ, "RUN_DIR": str(tmp_path)}, "check": True})
+    ending.start()
+    began = time.monotonic()
+    pause_until_done([run], 60.0)
+    ending.join()
+    assert run.done and time.monotonic() - began < 30
+    assert reconcile(run, None) == JobState(COMPLETED, 0, "")

@@ -173,19 +173,32 @@ def refresh(run: RunDir, store: Store | None) -> JobState:
     return state
 
 
+#: how often `wait` looks for a DONE file between its scheduler queries (seconds)
+DONE_LOOK_S = 0.25
+
+
 def wait(runs: Sequence[RunDir], store: Store, timeout: float | None = None) -> dict[RunDir, JobState]:
     """Poll until every run is terminal (one scheduler query per poll for those still going),
-    backing off from 0.5 s to 10 s."""
+    backing off from 0.5 s to 10 s; a run's DONE file, looked for every DONE_LOOK_S, ends the
+    pause at once (its own files settle its state)."""
     delay, start = 0.5, time.monotonic()
     final: dict[RunDir, JobState] = {}
     while True:
-        states = current_states([run for run in runs if run not in final])
+        going = [run for run in runs if run not in final]
+        states = current_states(going)
         record(states, store)
         final.update({run: state for run, state in states.items() if state.terminal})
         if len(final) == len(set(runs)) or (timeout is not None and time.monotonic() - start > timeout):
             return {run: final.get(run) or states[run] for run in runs}
-        time.sleep(delay)
+        pause_until_done([run for run in going if run not in final], delay)
         delay = min(delay * 1.5, 10.0)
+
+
+def pause_until_done(runs: Sequence[RunDir], seconds: float) -> None:
+    """Sleep `seconds`, or less: until one of `runs` has its DONE file."""
+    end = time.monotonic() + seconds
+    while (left := end - time.monotonic()) > 0 and not any(run.done for run in runs):
+        time.sleep(min(DONE_LOOK_S, left))
 
 
 def cancel(run: RunDir, store: Store | None) -> JobState:
