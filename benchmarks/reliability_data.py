@@ -1,7 +1,7 @@
 """The `data` group of benchmarks/reliability.py: forensics records and steps files are data that
 any process of the job (or a copy from another job) may have written.
 
-One real local run (2 ranks under MPICH's Hydra: rank 1 ends with os._exit(3), Hydra stops rank 0)
+One real local run (2 ranks under MPICH's Hydra: rank 1 ends with os._exit(3), rank 0 a little later)
 is copied for each case and its forensics or steps files forged as a hostile or broken job would:
 another rank's or another job's records, ranks outside the world, names with non-ASCII digits or a
 leading zero, 20,000 unreadable dumps, escape sequences and rich markup in an exception, hostile
@@ -35,9 +35,10 @@ from typing import Any
 from reliability_common import ACCEPTED, BLOCKED, HANDLED, LOST, OTHER, TRACEBACK, cli, one_line, write_exp
 
 Case = tuple[str, Callable[[], str]]
-#: rank 1 ends on os._exit(3) after half a second; Hydra then stops rank 0
+#: rank 1 ends on os._exit(3) after half a second, rank 0 after its own short sleep: Hydra does not stop a
+#: rank beside one that ends before MPI_Init, and its proxy spins on a CPU while it waits for that rank
 PROGRAM = ["python", "-c", "import os, time; time.sleep(0.5); os._exit(3) if os.environ['PMI_RANK'] == '1' "
-           "else time.sleep(30)"]
+           "else time.sleep(3)"]
 HEADER = {"rank": 0, "pid": 11, "host": "h", "tool": "none", "skip": 1, "steps": 3}
 
 

@@ -28,7 +28,8 @@ if [ "$SERVICES" = 1 ] && [ -f "$SHARED/tools/slurm-local.sh" ]; then
   bash tests/services/munge.sh   # munged as the munge user, a dead one's root-owned lock cleared
   bash "$SHARED/tools/slurm-local.sh" install
   scontrol ping >/dev/null 2>&1 && slurm_was_up=1 || slurm_was_up=0
-  bash "$SHARED/tools/slurm-local.sh" start
+  # six CPUs (more than the machine's, allowed): the time-limit jobs (tests/slurm_cluster.py) run side by side
+  CPUS=6 bash "$SHARED/tools/slurm-local.sh" start
   # A controller started now recovers the queue an earlier, killed run left, with the cancels it made
   # after the last state save undone: those jobs would hold the node's CPUs, so they are cancelled.
   [ "$slurm_was_up" = 0 ] && bash tests/services/cancel-recovered.sh

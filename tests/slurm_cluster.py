@@ -6,7 +6,7 @@ runs `slurm-local.sh start` (a few seconds); otherwise the test is skipped with 
 `time_limit_jobs` runs the jobs that wait for Slurm's time limit (TIME_LIMIT_JOBS) side by side.
 Knobs: HPCPROF_SLURM_LOCAL (path of slurm-local.sh; default $HPCPROF_SHARED/tools/, as in
 tests/run.sh), and the script's own (STATE, CPUS, TORQUE, AUTH, ACCT), defaulting here to
-CPUS=4 TORQUE=1 so that two small jobs run side by side and qsub/qstat/qdel work.
+CPUS=6 TORQUE=1 so that the time-limit jobs (1 + 2 + 3 ranks) run side by side and qsub/qstat/qdel work.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def slurm_cluster() -> str:
     if os.geteuid() != 0 or not SCRIPT.is_file():
         pytest.skip(f"Slurm is not running ({state}) and cannot be started here "
                     f"(root: {os.geteuid() == 0}, {SCRIPT} exists: {SCRIPT.is_file()})")
-    env = {"CPUS": "4", "TORQUE": "1", **os.environ}
+    env = {"CPUS": "6", "TORQUE": "1", **os.environ}
     proc = subprocess.run(["bash", str(SCRIPT), "start"], capture_output=True, text=True,
                           env=env, timeout=120, check=False)
     state = _node_state()

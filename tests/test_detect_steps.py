@@ -9,6 +9,7 @@ import gzip
 import json
 import shutil
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -45,6 +46,20 @@ def strip_profiler_steps(source: Path, dest: Path) -> Path:
     return dest
 
 
+@pytest.fixture(scope="module")
+def stripped(tmp_path_factory: pytest.TempPathFactory) -> Callable[[Path, int], dict[str, pd.DataFrame]]:
+    """trace_file of a Kineto trace without its ProfilerSteps (strip_profiler_steps), as rank `rank`:
+    each (trace, rank) analysed once for the module's tests, each test given its own copies."""
+    made: dict[tuple[Path, int], dict[str, pd.DataFrame]] = {}
+
+    def tables(source: Path, rank: int) -> dict[str, pd.DataFrame]:
+        if (source, rank) not in made:
+            dest = tmp_path_factory.mktemp("stripped") / "trace.json.gz"
+            made[source, rank] = trace_file(strip_profiler_steps(source, dest), rank)
+        return {name: df.copy() for name, df in made[source, rank].items()}
+    return tables
+
+
 def strip_nvtx(source: Path, dest: Path) -> Path:
     """A copy of an nsys export without its NVTX ranges."""
     shutil.copyfile(source, dest)
@@ -63,8 +78,8 @@ def strip_nvtx(source: Path, dest: Path) -> Path:
     ("h200_ddp_gpt2_bf16/rank0.pt.trace.json.gz", "detected:optimizer", 5),
     ("h200_ddp_gpt2_bf16/rank1.pt.trace.json.gz", "detected:optimizer", 5),
 ], ids=["resnet-sgd-5-steps", "ddp-3-steps", "seqpar-rank0", "seqpar-rank1", "gpt2-bf16-rank0", "gpt2-bf16-rank1"])
-def test_kineto_steps_are_the_profiler_steps(fixtures_dir: Path, tmp_path: Path, trace: str, label: str,
-                                            steps: int) -> None:
+def test_kineto_steps_are_the_profiler_steps(fixtures_dir: Path, stripped: Callable[[Path, int], dict[str, pd.DataFrame]],
+                                            trace: str, label: str, steps: int) -> None:
     """Every ProfilerStep of the original (the last one included) is found, each within 1 µs (the
     trace's resolution; the ns-resolution trace is rounded to whole µs either way) at both ends,
     and those past the warm-up kept, numbered from the first found:
@@ -73,7 +88,7 @@ def test_kineto_steps_are_the_profiler_steps(fixtures_dir: Path, tmp_path: Path,
     source = fixtures_dir / "hta" / trace
     original = load_trace(source, 0, include_last_profiler_step=True)
     marked = step_iterations(original)[["start_us", "end_us"]].to_numpy() + original.origin
-    tables = trace_file(strip_profiler_steps(source, tmp_path / "stripped.json.gz"), 0)
+    tables = stripped(source, 0)
     window, found = tables["window"].iloc[0], tables["iterations"]
     skip = warmup(steps)
     assert (window["window"], window["iterations"], len(marked)) == (label, steps - skip, steps)
@@ -90,15 +105,15 @@ NSYS = [("gpu/run1/nsys/seqpar_float32_p2_rank0.sqlite", "iteration", 120),
         ("gpu/h200_window_campaign/window-seqpar-nvtx/20261122-234301-2b23fc/profiles/nsys/rank0.sqlite", "iteration", 32)]
 
 
-def test_gpt2_steps_agree_with_the_trainers_own_times(fixtures_dir: Path, tmp_path: Path) -> None:
+def test_gpt2_steps_agree_with_the_trainers_own_times(fixtures_dir: Path,
+                                                     stripped: Callable[[Path, int], dict[str, pd.DataFrame]]) -> None:
     """The GPT-2 trainer's steps found without marks last what the trainer itself timed (from its
     batch to a CUDA synchronize: tests/fixtures/hta/h200_ddp_gpt2_bf16/steps.json) within 1 %
     (GPU time of the active steps past the warm-up left out: 41-53 ms)."""
     trainer = fixtures_dir / "hta" / "h200_ddp_gpt2_bf16"
     own = json.loads((trainer / "steps.json").read_text())
     for rank in (0, 1):
-        tables = trace_file(strip_profiler_steps(trainer / f"rank{rank}.pt.trace.json.gz", tmp_path / f"{rank}.json.gz"),
-                            rank)
+        tables = stripped(trainer / f"rank{rank}.pt.trace.json.gz", rank)
         active = own["step_ms"][rank][own["wait"] + own["warmup"]:]
         timed = np.array(active[warmup(len(active)):])
         assert np.abs(tables["iterations"]["gpu_ns"].to_numpy() / 1e6 / timed - 1).max() < 0.01
@@ -195,11 +210,12 @@ def test_collect_says_how_the_window_was_found(fixtures_dir: Path, tmp_path: Pat
     assert window["end_ns"].tolist() == found.groupby("rank")["end_ns"].max().tolist() and "idle_pct" in metrics
 
 
-def test_torch_headline_over_the_detected_window(fixtures_dir: Path, tmp_path: Path) -> None:
+def test_torch_headline_over_the_detected_window(fixtures_dir: Path, tmp_path: Path,
+                                                 stripped: Callable[[Path, int], dict[str, pd.DataFrame]]) -> None:
     """A torch run without ProfilerSteps: GPU time by category over the found steps (the window's
     kernels), and collect's line."""
     source = fixtures_dir / "hta" / "nccl_parser_config" / "nccl_data.json.gz"
-    tables = trace_file(strip_profiler_steps(source, tmp_path / "rank0.json.gz"), 0)
+    tables = stripped(source, 0)
     run = tmp_path / "run"
     for name, df in tables.items():
         write_table(run, f"torch_{name}", df)

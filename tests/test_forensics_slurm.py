@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from hpcprof_cli import hpcprof
+from slurm_cluster import TIME_LIMIT_JOBS
 from test_forensics import FAULTS, PLANT, SAID, flat, write_experiment
 
 pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm_cluster")]
@@ -62,11 +63,20 @@ def test_a_planted_fault_is_named(tmp_path: Path, fault: str) -> None:
     shown_everywhere(run, row)
 
 
-def test_a_hang_ended_by_the_walltime(tmp_path: Path) -> None:
+def walltime_hang(tmp_path: Path) -> tuple[Path, dict]:
+    """Walltime 2 min, warning 60 s before it, on a rank that hangs: the run directory and status row."""
+    return submit(tmp_path, ["hang", "3", "600", "3600"],
+                  "  walltime: '00:02:00'\nforensics:\n  warning_seconds: 60\n", timeout=500)
+
+
+TIME_LIMIT_JOBS["walltime"] = walltime_hang
+
+
+def test_a_hang_ended_by_the_walltime(time_limit_jobs: dict) -> None:
     """Walltime 2 min, warning 60 s before it (--signal=B:USR1@60; Slurm sends it up to a minute
-    early): every rank dumps while rank 2 saves its checkpoint and the others wait in all-reduce #6."""
-    run, row = submit(tmp_path, ["hang", "3", "600", "3600"],
-                      "  walltime: '00:02:00'\nforensics:\n  warning_seconds: 60\n", timeout=500)
+    early): every rank dumps while rank 2 saves its checkpoint and the others wait in all-reduce #6
+    (run beside the other time-limit jobs by `time_limit_jobs`)."""
+    run, row = time_limit_jobs["walltime"].result()
     assert "#SBATCH --signal=B:USR1@60" in (run / "job.sh").read_text()
     assert row["state"] == "TIMEOUT", row
     assert re.fullmatch(r"rank 2 never entered all_reduce #6 of the default group \(ranks 0, 1 waited \d+ s\); "
