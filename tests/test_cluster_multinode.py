@@ -68,14 +68,41 @@ def profiled_ranks(path: Path) -> set[int]:
             for m in re.finditer(r"hpcprof: rank (\d+) \(local \d+\) on \S+ runs under", log.read_text())}
 
 
+#: profile.ranks of the rank-selection runs and the ranks each profiles
+SELECTIONS = {"local:0": {0, 2}, "local:0+first-nodes:1": {0}}
+
+
+@pytest.fixture(scope="module")
+def queued(cluster: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], tuple[str, Path]]:
+    """seqpar under each launcher, plain and with each rank selection, submitted at once (Slurm runs
+    two side by side on the two nodes' CPUs): (launcher, profile.ranks or "") -> (run id, workdir)."""
+    out = {}
+    for ranks in ("", *SELECTIONS):
+        for launcher, site in LAUNCHERS.items():
+            workdir = tmp_path_factory.mktemp("runs")
+            args = ("--set", "profile.tool=torch", "--set", f"profile.ranks={ranks}",
+                    "--set", "workload.args.iterations=8") if ranks else ()
+            run_id, rc = submit(cluster, workdir, *args, site=site)
+            assert rc == 0, (launcher, ranks)
+            out[(launcher, ranks)] = (run_id, workdir)
+    return out
+
+
+def ended(env: dict[str, str], queued: dict[tuple[str, str], tuple[str, Path]], launcher: str,
+          ranks: str = "") -> tuple[str, Path, dict[str, Any]]:
+    """The queued run's id, workdir and final status row, once it ended."""
+    run_id, workdir = queued[(launcher, ranks)]
+    row = poll(lambda: status(env, workdir, run_id), lambda r: r["state"] not in ("PENDING", "RUNNING", "UNKNOWN"), 600)
+    return run_id, workdir, row
+
+
 @pytest.mark.parametrize(("launcher", "reported"), [("srun", "mpi"), ("torchrun", "torchrun"), ("hydra", "mpi")])
-def test_seqpar_on_two_nodes(cluster: dict[str, str], tmp_path: Path, launcher: str, reported: str) -> None:
+def test_seqpar_on_two_nodes(cluster: dict[str, str], queued: dict[tuple[str, str], tuple[str, Path]], launcher: str,
+                             reported: str) -> None:
     """2 nodes x 2 ranks: the rank -> host map is the launcher's (block: ranks 0-1 on node1), the
     gloo rendezvous at $MASTER_ADDR (node1, from scontrol) is reached from both nodes."""
-    workdir = tmp_path / "runs"
-    run_id, rc = submit(cluster, workdir, "--wait", site=LAUNCHERS[launcher])
-    assert rc == 0, (status(cluster, workdir, run_id), (run_dir(workdir, run_id) / "logs" / "job.out").read_text()[-2000:])
-    assert status(cluster, workdir, run_id)["state"] == "COMPLETED"
+    run_id, workdir, row = ended(cluster, queued, launcher)
+    assert row["state"] == "COMPLETED", (row, (run_dir(workdir, run_id) / "logs" / "job.out").read_text()[-2000:])
     results = json.loads((run_dir(workdir, run_id) / "results" / "seqpar.json").read_text())
     hosts = {r["rank"]: r["host"] for r in results["ranks"]}
     assert hosts == {0: "node1", 1: "node1", 2: "node2", 3: "node2"}
@@ -88,14 +115,12 @@ def test_seqpar_on_two_nodes(cluster: dict[str, str], tmp_path: Path, launcher: 
 
 
 @pytest.mark.parametrize("launcher", ["srun", "torchrun", "hydra"])
-@pytest.mark.parametrize(("ranks", "expected"), [("local:0", {0, 2}), ("local:0+first-nodes:1", {0})])
-def test_rank_selection_across_nodes(cluster: dict[str, str], tmp_path: Path, launcher: str, ranks: str,
-                                     expected: set[int]) -> None:
-    workdir = tmp_path / "runs"
-    run_id, rc = submit(cluster, workdir, "--wait", "--set", "profile.tool=torch",
-                        "--set", f"profile.ranks={ranks}", "--set", "workload.args.iterations=8",
-                        site=LAUNCHERS[launcher])
-    assert rc == 0
+@pytest.mark.parametrize("ranks", list(SELECTIONS))
+def test_rank_selection_across_nodes(cluster: dict[str, str], queued: dict[tuple[str, str], tuple[str, Path]],
+                                     launcher: str, ranks: str) -> None:
+    expected = SELECTIONS[ranks]
+    run_id, workdir, row = ended(cluster, queued, launcher, ranks)
+    assert row["state"] == "COMPLETED", row
     path = run_dir(workdir, run_id)
     assert profiled_ranks(path) == expected
     traces = {int(m[1]) for p in (path / "profiles" / "torch").iterdir() if (m := re.search(r"rank(\d+)", p.name))}
