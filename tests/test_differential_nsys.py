@@ -18,10 +18,14 @@ from __future__ import annotations
 import io
 import multiprocessing
 import os
+import random
+import shutil
+import sqlite3
 import subprocess
 import sys
 import tarfile
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from contextlib import closing
 from dataclasses import dataclass, field
 from difflib import unified_diff
 from pathlib import Path
@@ -34,7 +38,7 @@ from hpcprof.tools.nsys.stats.stats import run_table
 from hpcprof.tools.nsys.stats.table import write_csv
 
 sys.path.insert(0, str(Path(__file__).parent / "differential"))
-from nsys_exports import PROJECTION_SEEDS, TIE_SEEDS, derive  # noqa: E402
+from nsys_exports import MAX_ROWS, PROJECTION_SEEDS, TIE_SEEDS, _cut, derive, open_generated  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 NSYS_2022 = Path("/usr/lib/x86_64-linux-gnu/nsight-systems/target-linux-x64/nsys")
@@ -184,3 +188,50 @@ def test_every_report_identical_to_nsys_on_generated_exports(comparisons: dict, 
     assert outcome.compared >= 500 * len(reports) or PER_KIND < 500
     assert not outcome.differing, (f"{len(outcome.differing)} reports differ; first:\n"
                                    + "\n".join(outcome.differing[:5]))
+
+
+def _cut_row_by_row(con: sqlite3.Connection, table: str, rng: random.Random, at_least: int) -> None:
+    """nsys_exports._cut as a plain reading of it: a sample of the list of rowids deleted one by one."""
+    n = con.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+    keep = min(n, MAX_ROWS)
+    roll = rng.random()
+    if roll < 0.05:
+        keep = min(n, at_least)
+    elif roll < 0.12:
+        keep = min(n, 1)
+    elif n > keep or roll < 0.4:
+        keep = rng.randint(min(n, max(1, at_least)), keep) if keep else 0
+    if keep < n:
+        rowids = [r[0] for r in con.execute(f"SELECT rowid FROM {table} ORDER BY rowid")]
+        con.executemany(f"DELETE FROM {table} WHERE rowid = ?", [(r,) for r in rng.sample(rowids, n - keep)])
+
+
+def test_cut_keeps_the_rows_a_row_by_row_cut_keeps(tmp_path: Path) -> None:
+    """The generators' cut (the table emptied at once, the kept rows put back) leaves the rows, rowids,
+    values with their types, and index entries that deleting a sample of the rowids one by one leaves,
+    and the random generator in the same state, for tables above and below MAX_ROWS."""
+    base = tmp_path / "base.sqlite"
+    with sqlite3.connect(base) as con:
+        con.execute('CREATE TABLE T (start INTEGER NOT NULL, "end" INTEGER, text TEXT, value REAL, data BLOB)')
+        con.execute("CREATE INDEX t_start ON T (start)")
+        con.executemany("INSERT INTO T VALUES (?, ?, ?, ?, ?)",
+                        [(i % 97, None if i % 5 else i + 3, f"r{i}" if i % 3 else None, i / 7, bytes([i % 256]))
+                         for i in range(1500)])
+    cases = 0
+    for rows in (1500, 401, 400, 37, 1):
+        for seed in range(40):
+            kept = []
+            for cut in (_cut, _cut_row_by_row):
+                db = tmp_path / f"{cut.__name__}.sqlite"
+                shutil.copyfile(base, db)
+                rng = random.Random(seed)
+                with closing(open_generated(db)) as con:
+                    con.execute("DELETE FROM T WHERE rowid > ?", (rows,))
+                    cut(con, "T", rng, seed % 3)
+                    con.commit()
+                    kept.append((con.execute("SELECT rowid, *, typeof(value), typeof(data) FROM T ORDER BY rowid").fetchall(),
+                                 con.execute("SELECT start, rowid FROM T INDEXED BY t_start ORDER BY start").fetchall(),
+                                 rng.random()))
+            assert kept[0] == kept[1], (rows, seed)
+            cases += len(kept[0][0]) < rows
+    assert cases > 100                  # most cases cut something
