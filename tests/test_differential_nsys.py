@@ -104,10 +104,10 @@ def _derive(args: tuple[int, Path, Path]) -> Path:
     return derive(*args)
 
 
-def _compare(args: tuple[Path, Path, list[str]]) -> dict[str, Outcome]:
-    """One export against nsys 2022.4's files beside it (if it ran) and the 2025.3.1 gold (if
-    made for its seed: `gold_reports`), every report."""
-    db, gold_dir, gold_reports = args
+def _compare(args: tuple[Path, dict[str, str]]) -> dict[str, Outcome]:
+    """One export against nsys 2022.4's files beside it (if it ran) and the 2025.3.1 gold of the
+    reports made for its seed (`gold`: report -> CSV text, '' where nsys skipped), every report."""
+    db, gold = args
     outcomes = {version: Outcome() for version in VERSIONS}
     with_2022 = Path(f"{db.with_suffix('')}_{OLD_REPORTS[0]}.csv").exists()
     reports = (OLD_REPORTS if with_2022 else []) + NEW_REPORTS
@@ -116,10 +116,17 @@ def _compare(args: tuple[Path, Path, list[str]]) -> dict[str, Outcome]:
         for report in OLD_REPORTS:
             theirs = Path(f"{db.with_suffix('')}_{report}.csv").read_text()
             outcomes["2022.4"].add(db.name, report, theirs, mine[report])
-    for report in (r for r in NEW_REPORTS if r in gold_reports):
-        gold = gold_dir / f"{db.stem}_{report}.csv"
-        outcomes["2025.3.1"].add(db.name, report, gold.read_text() if gold.exists() else "", mine[report])
+    for report in (r for r in NEW_REPORTS if r in gold):
+        outcomes["2025.3.1"].add(db.name, report, gold[report], mine[report])
     return outcomes
+
+
+def gold_texts(tarball: Path) -> dict[str, str]:
+    """The text of each file of a gold tarball by its file name, read from the tarball (not
+    unpacked: tens of thousands of small files)."""
+    with tarfile.open(tarball) as tar:
+        return {Path(member.name).name: io.TextIOWrapper(tar.extractfile(member), encoding="utf-8").read()  # type: ignore[arg-type]
+                for member in tar if member.isfile()}
 
 
 VERSIONS = ("2022.4", "2025.3.1")
@@ -140,27 +147,26 @@ def comparisons(fixtures_dir: Path, tmp_path_factory: pytest.TempPathFactory) ->
     """Both comparisons over the same generated exports (made and compared in 2 processes)."""
     work = tmp_path_factory.mktemp("differential")
     gold_reports: dict[str, list[str]] = {kind: [] for kind in GOLD_2025}
+    gold: dict[str, str] = {}
     for kind, parts in GOLD_2025.items():         # each tarball once made on the GPU machine
         for name, reports in parts:
             stored = fixtures_dir / "nsys" / name
             if stored.exists():
                 gold_reports[kind] += reports
-                with tarfile.open(stored) as tar:
-                    tar.extractall(work / f"gold_2025_{kind}", filter="data")
-    with ProcessPoolExecutor(max_workers=2, mp_context=SPAWN) as pool:
-        exports = list(pool.map(_derive, [(seed, fixtures_dir, work) for seed in SEEDS], chunksize=16))
+                gold |= gold_texts(stored)
     nsys = _nsys_2022()
-    if isinstance(nsys, Path):
-        def reference(db: Path) -> None:         # nsys writes an empty file where it skips
-            subprocess.run([str(nsys), "stats", "--report", ",".join(OLD_REPORTS), "--format", "csv",
-                            "--force-overwrite", "true", "--output", str(db.with_suffix("")), str(db)],
-                           capture_output=True, timeout=300, check=False)
-        with ThreadPoolExecutor(max_workers=2) as threads:        # the exports with ties only (CI time)
-            list(threads.map(reference, [db for seed, db in zip(SEEDS, exports, strict=False) if seed >= TIE_SEEDS]))
     totals = {version: Outcome() for version in VERSIONS}
     with ProcessPoolExecutor(max_workers=2, mp_context=SPAWN) as pool:
-        jobs = [(db, work / f"gold_2025_{kind_of(seed)}", gold_reports[kind_of(seed)])
-                for seed, db in zip(SEEDS, exports, strict=False)]
+        exports = list(pool.map(_derive, [(seed, fixtures_dir, work) for seed in SEEDS], chunksize=16))
+        if isinstance(nsys, Path):
+            def reference(db: Path) -> None:         # nsys writes an empty file where it skips
+                subprocess.run([str(nsys), "stats", "--report", ",".join(OLD_REPORTS), "--format", "csv",
+                                "--force-overwrite", "true", "--output", str(db.with_suffix("")), str(db)],
+                               capture_output=True, timeout=300, check=False)
+            with ThreadPoolExecutor(max_workers=2) as threads:        # the exports with ties only (CI time)
+                list(threads.map(reference, [db for seed, db in zip(SEEDS, exports, strict=True) if seed >= TIE_SEEDS]))
+        jobs = [(db, {report: gold.get(f"{db.stem}_{report}.csv", "") for report in gold_reports[kind_of(seed)]})
+                for seed, db in zip(SEEDS, exports, strict=True)]
         for outcomes in pool.map(_compare, jobs, chunksize=8):
             for key, part in outcomes.items():
                 totals[key].compared += part.compared
