@@ -18,10 +18,14 @@ from __future__ import annotations
 import io
 import multiprocessing
 import os
+import random
+import shutil
+import sqlite3
 import subprocess
 import sys
 import tarfile
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from contextlib import closing
 from dataclasses import dataclass, field
 from difflib import unified_diff
 from pathlib import Path
@@ -34,7 +38,7 @@ from hpcprof.tools.nsys.stats.stats import run_table
 from hpcprof.tools.nsys.stats.table import write_csv
 
 sys.path.insert(0, str(Path(__file__).parent / "differential"))
-from nsys_exports import PROJECTION_SEEDS, TIE_SEEDS, derive  # noqa: E402
+from nsys_exports import MAX_ROWS, PROJECTION_SEEDS, TIE_SEEDS, _cut, derive, open_generated  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 NSYS_2022 = Path("/usr/lib/x86_64-linux-gnu/nsight-systems/target-linux-x64/nsys")
@@ -100,10 +104,10 @@ def _derive(args: tuple[int, Path, Path]) -> Path:
     return derive(*args)
 
 
-def _compare(args: tuple[Path, Path, list[str]]) -> dict[str, Outcome]:
-    """One export against nsys 2022.4's files beside it (if it ran) and the 2025.3.1 gold (if
-    made for its seed: `gold_reports`), every report."""
-    db, gold_dir, gold_reports = args
+def _compare(args: tuple[Path, dict[str, str]]) -> dict[str, Outcome]:
+    """One export against nsys 2022.4's files beside it (if it ran) and the 2025.3.1 gold of the
+    reports made for its seed (`gold`: report -> CSV text, '' where nsys skipped), every report."""
+    db, gold = args
     outcomes = {version: Outcome() for version in VERSIONS}
     with_2022 = Path(f"{db.with_suffix('')}_{OLD_REPORTS[0]}.csv").exists()
     reports = (OLD_REPORTS if with_2022 else []) + NEW_REPORTS
@@ -112,10 +116,17 @@ def _compare(args: tuple[Path, Path, list[str]]) -> dict[str, Outcome]:
         for report in OLD_REPORTS:
             theirs = Path(f"{db.with_suffix('')}_{report}.csv").read_text()
             outcomes["2022.4"].add(db.name, report, theirs, mine[report])
-    for report in (r for r in NEW_REPORTS if r in gold_reports):
-        gold = gold_dir / f"{db.stem}_{report}.csv"
-        outcomes["2025.3.1"].add(db.name, report, gold.read_text() if gold.exists() else "", mine[report])
+    for report in (r for r in NEW_REPORTS if r in gold):
+        outcomes["2025.3.1"].add(db.name, report, gold[report], mine[report])
     return outcomes
+
+
+def gold_texts(tarball: Path) -> dict[str, str]:
+    """The text of each file of a gold tarball by its file name, read from the tarball (not
+    unpacked: tens of thousands of small files)."""
+    with tarfile.open(tarball) as tar:
+        return {Path(member.name).name: io.TextIOWrapper(tar.extractfile(member), encoding="utf-8").read()  # type: ignore[arg-type]
+                for member in tar if member.isfile()}
 
 
 VERSIONS = ("2022.4", "2025.3.1")
@@ -136,27 +147,26 @@ def comparisons(fixtures_dir: Path, tmp_path_factory: pytest.TempPathFactory) ->
     """Both comparisons over the same generated exports (made and compared in 2 processes)."""
     work = tmp_path_factory.mktemp("differential")
     gold_reports: dict[str, list[str]] = {kind: [] for kind in GOLD_2025}
+    gold: dict[str, str] = {}
     for kind, parts in GOLD_2025.items():         # each tarball once made on the GPU machine
         for name, reports in parts:
             stored = fixtures_dir / "nsys" / name
             if stored.exists():
                 gold_reports[kind] += reports
-                with tarfile.open(stored) as tar:
-                    tar.extractall(work / f"gold_2025_{kind}", filter="data")
-    with ProcessPoolExecutor(max_workers=2, mp_context=SPAWN) as pool:
-        exports = list(pool.map(_derive, [(seed, fixtures_dir, work) for seed in SEEDS], chunksize=16))
+                gold |= gold_texts(stored)
     nsys = _nsys_2022()
-    if isinstance(nsys, Path):
-        def reference(db: Path) -> None:         # nsys writes an empty file where it skips
-            subprocess.run([str(nsys), "stats", "--report", ",".join(OLD_REPORTS), "--format", "csv",
-                            "--force-overwrite", "true", "--output", str(db.with_suffix("")), str(db)],
-                           capture_output=True, timeout=300, check=False)
-        with ThreadPoolExecutor(max_workers=2) as threads:        # the exports with ties only (CI time)
-            list(threads.map(reference, [db for seed, db in zip(SEEDS, exports, strict=False) if seed >= TIE_SEEDS]))
     totals = {version: Outcome() for version in VERSIONS}
     with ProcessPoolExecutor(max_workers=2, mp_context=SPAWN) as pool:
-        jobs = [(db, work / f"gold_2025_{kind_of(seed)}", gold_reports[kind_of(seed)])
-                for seed, db in zip(SEEDS, exports, strict=False)]
+        exports = list(pool.map(_derive, [(seed, fixtures_dir, work) for seed in SEEDS], chunksize=16))
+        if isinstance(nsys, Path):
+            def reference(db: Path) -> None:         # nsys writes an empty file where it skips
+                subprocess.run([str(nsys), "stats", "--report", ",".join(OLD_REPORTS), "--format", "csv",
+                                "--force-overwrite", "true", "--output", str(db.with_suffix("")), str(db)],
+                               capture_output=True, timeout=300, check=False)
+            with ThreadPoolExecutor(max_workers=2) as threads:        # the exports with ties only (CI time)
+                list(threads.map(reference, [db for seed, db in zip(SEEDS, exports, strict=True) if seed >= TIE_SEEDS]))
+        jobs = [(db, {report: gold.get(f"{db.stem}_{report}.csv", "") for report in gold_reports[kind_of(seed)]})
+                for seed, db in zip(SEEDS, exports, strict=True)]
         for outcomes in pool.map(_compare, jobs, chunksize=8):
             for key, part in outcomes.items():
                 totals[key].compared += part.compared
@@ -184,3 +194,50 @@ def test_every_report_identical_to_nsys_on_generated_exports(comparisons: dict, 
     assert outcome.compared >= 500 * len(reports) or PER_KIND < 500
     assert not outcome.differing, (f"{len(outcome.differing)} reports differ; first:\n"
                                    + "\n".join(outcome.differing[:5]))
+
+
+def _cut_row_by_row(con: sqlite3.Connection, table: str, rng: random.Random, at_least: int) -> None:
+    """nsys_exports._cut as a plain reading of it: a sample of the list of rowids deleted one by one."""
+    n = con.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+    keep = min(n, MAX_ROWS)
+    roll = rng.random()
+    if roll < 0.05:
+        keep = min(n, at_least)
+    elif roll < 0.12:
+        keep = min(n, 1)
+    elif n > keep or roll < 0.4:
+        keep = rng.randint(min(n, max(1, at_least)), keep) if keep else 0
+    if keep < n:
+        rowids = [r[0] for r in con.execute(f"SELECT rowid FROM {table} ORDER BY rowid")]
+        con.executemany(f"DELETE FROM {table} WHERE rowid = ?", [(r,) for r in rng.sample(rowids, n - keep)])
+
+
+def test_cut_keeps_the_rows_a_row_by_row_cut_keeps(tmp_path: Path) -> None:
+    """The generators' cut (the table emptied at once, the kept rows put back) leaves the rows, rowids,
+    values with their types, and index entries that deleting a sample of the rowids one by one leaves,
+    and the random generator in the same state, for tables above and below MAX_ROWS."""
+    base = tmp_path / "base.sqlite"
+    with sqlite3.connect(base) as con:
+        con.execute('CREATE TABLE T (start INTEGER NOT NULL, "end" INTEGER, text TEXT, value REAL, data BLOB)')
+        con.execute("CREATE INDEX t_start ON T (start)")
+        con.executemany("INSERT INTO T VALUES (?, ?, ?, ?, ?)",
+                        [(i % 97, None if i % 5 else i + 3, f"r{i}" if i % 3 else None, i / 7, bytes([i % 256]))
+                         for i in range(1500)])
+    cases = 0
+    for rows in (1500, 401, 400, 37, 1):
+        for seed in range(40):
+            kept = []
+            for cut in (_cut, _cut_row_by_row):
+                db = tmp_path / f"{cut.__name__}.sqlite"
+                shutil.copyfile(base, db)
+                rng = random.Random(seed)
+                with closing(open_generated(db)) as con:
+                    con.execute("DELETE FROM T WHERE rowid > ?", (rows,))
+                    cut(con, "T", rng, seed % 3)
+                    con.commit()
+                    kept.append((con.execute("SELECT rowid, *, typeof(value), typeof(data) FROM T ORDER BY rowid").fetchall(),
+                                 con.execute("SELECT start, rowid FROM T INDEXED BY t_start ORDER BY start").fetchall(),
+                                 rng.random()))
+            assert kept[0] == kept[1], (rows, seed)
+            cases += len(kept[0][0]) < rows
+    assert cases > 100                  # most cases cut something

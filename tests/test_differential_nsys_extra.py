@@ -16,12 +16,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import tarfile
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from test_differential_nsys import SPAWN, Outcome, _nsys_2022, ours
+from test_differential_nsys import SPAWN, Outcome, _nsys_2022, gold_texts, ours
 
 sys.path.insert(0, str(Path(__file__).parent / "differential"))
 from nsys_extra_exports import FIRST_SEED, derive_extra  # noqa: E402
@@ -37,17 +36,17 @@ def _derive(args: tuple[int, Path, Path]) -> Path:
     return derive_extra(*args)
 
 
-def _compare(args: tuple[Path, bool, Path | None]) -> dict[str, Outcome]:
-    """One export against nsys 2022.4's files beside it (if it ran) and the 2025.3.1 gold (if made)."""
-    db, with_2022, gold_dir = args
-    mine = ours(db, (OLD if with_2022 else []) + (NEW if gold_dir is not None else []))
+def _compare(args: tuple[Path, bool, dict[str, str] | None]) -> dict[str, Outcome]:
+    """One export against nsys 2022.4's files beside it (if it ran) and the 2025.3.1 gold (if made:
+    report -> CSV text, '' where nsys skipped)."""
+    db, with_2022, gold = args
+    mine = ours(db, (OLD if with_2022 else []) + (NEW if gold is not None else []))
     out = {"2022.4": Outcome(), "2025.3.1": Outcome()}
     for report in OLD if with_2022 else []:
         theirs = Path(f"{db.with_suffix('')}_{report}.csv")
         out["2022.4"].add(db.name, report, theirs.read_text() if theirs.exists() else "", mine[report])
-    for report in NEW if gold_dir is not None else []:
-        gold = gold_dir / f"{db.stem}_{report}.csv"
-        out["2025.3.1"].add(db.name, report, gold.read_text() if gold.exists() else "", mine[report])
+    for report in NEW if gold is not None else []:
+        out["2025.3.1"].add(db.name, report, gold[report], mine[report])
     return out
 
 
@@ -56,23 +55,22 @@ def comparisons(fixtures_dir: Path, tmp_path_factory: pytest.TempPathFactory) ->
     """Both comparisons over the same generated exports (made and compared in 2 processes)."""
     work = tmp_path_factory.mktemp("differential_extra")
     stored = fixtures_dir / "nsys" / GOLD_2025
-    gold_dir = work / "gold_2025" if stored.exists() else None
-    if gold_dir is not None:
-        with tarfile.open(stored) as tar:
-            tar.extractall(gold_dir, filter="data")
-    with ProcessPoolExecutor(max_workers=2, mp_context=SPAWN) as pool:
-        exports = list(pool.map(_derive, [(seed, fixtures_dir, work) for seed in SEEDS], chunksize=16))
+    gold = gold_texts(stored) if stored.exists() else None
     nsys = _nsys_2022()
-    if isinstance(nsys, Path):
-        def reference(db: Path) -> None:         # one nsys per export, every report (an empty file where it skips)
-            subprocess.run([str(nsys), "stats", "--report", ",".join(OLD), "--format", "csv",
-                            "--force-overwrite", "true", "--output", str(db.with_suffix("")), str(db)],
-                           capture_output=True, timeout=300, check=False)
-        with ThreadPoolExecutor(max_workers=2) as threads:
-            list(threads.map(reference, exports))
     totals = {"2022.4": Outcome(), "2025.3.1": Outcome()}
     with ProcessPoolExecutor(max_workers=2, mp_context=SPAWN) as pool:
-        for outcomes in pool.map(_compare, [(db, isinstance(nsys, Path), gold_dir) for db in exports], chunksize=16):
+        exports = list(pool.map(_derive, [(seed, fixtures_dir, work) for seed in SEEDS], chunksize=16))
+        if isinstance(nsys, Path):
+            def reference(db: Path) -> None:         # one nsys per export, every report (an empty file where it skips)
+                subprocess.run([str(nsys), "stats", "--report", ",".join(OLD), "--format", "csv",
+                                "--force-overwrite", "true", "--output", str(db.with_suffix("")), str(db)],
+                               capture_output=True, timeout=300, check=False)
+            with ThreadPoolExecutor(max_workers=2) as threads:
+                list(threads.map(reference, exports))
+        jobs = [(db, isinstance(nsys, Path),
+                 None if gold is None else {report: gold.get(f"{db.stem}_{report}.csv", "") for report in NEW})
+                for db in exports]
+        for outcomes in pool.map(_compare, jobs, chunksize=16):
             for key, part in outcomes.items():
                 totals[key].compared += part.compared
                 totals[key].identical += part.identical
@@ -80,7 +78,7 @@ def comparisons(fixtures_dir: Path, tmp_path_factory: pytest.TempPathFactory) ->
     why_not_2025 = (f"no nsys 2025.3.1 gold yet (tests/fixtures/nsys/{GOLD_2025}.xz): make it on the GPU machine "
                     "with NSYS_GOLD_GENERATOR=nsys_extra_exports.py benchmarks/gpu/nsys_gold.sh --seeds 3000 520")
     return {"2022.4": totals["2022.4"] if isinstance(nsys, Path) else nsys,
-            "2025.3.1": totals["2025.3.1"] if gold_dir is not None else why_not_2025}
+            "2025.3.1": totals["2025.3.1"] if gold is not None else why_not_2025}
 
 
 @pytest.mark.slow               # nsys 2022.4, a long differential sweep

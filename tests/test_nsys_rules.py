@@ -20,17 +20,17 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import sqlite3
 import subprocess
 import sys
-import tarfile
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from test_differential_nsys import NSYS_2022, SPAWN, Outcome, _nsys_2022
+from test_differential_nsys import NSYS_2022, SPAWN, Outcome, _nsys_2022, gold_texts
 
 from hpcprof.cli import main
 from hpcprof.tools.nsys.stats import rules
@@ -168,15 +168,18 @@ def test_rules_identical_to_nsys_2022_on_generated_exports(rule_outcome: tuple[O
     assert not outcome.differing, f"{len(outcome.differing)} differ; first:\n" + "\n".join(outcome.differing[:5])
 
 
-def _unpacked(fixtures_dir: Path, name: str, into: Path) -> Path:
-    with tarfile.open(fixtures_dir / "nsys" / name) as tar:
-        tar.extractall(into, filter="data")
-    return into
+def _gold_per_export(fixtures_dir: Path, name: str) -> dict[str, dict[str, str]]:
+    """The files of a gold tarball (name -> text) per export: by its stem, the name up to the first
+    '_' or '.'."""
+    per_export: dict[str, dict[str, str]] = {}
+    for file, text in gold_texts(fixtures_dir / "nsys" / name).items():
+        per_export.setdefault(re.split(r"[._]", file, maxsplit=1)[0], {})[file] = text
+    return per_export
 
 
-def _against_2025_gold(args: tuple[Path, Path]) -> tuple[Outcome, Outcome]:
-    """One export's 2025 rules (defaults and the rows=5 set) against nsys 2025.3.1's CSVs in `gold`;
-    and the same files against 2022.4's layout (in a worker process)."""
+def _against_2025_gold(args: tuple[Path, dict[str, str]]) -> tuple[Outcome, Outcome]:
+    """One export's 2025 rules (defaults and the rows=5 set) against nsys 2025.3.1's CSVs (`gold`: its
+    gold files by name); and the same files against 2022.4's layout (in a worker process)."""
     db, gold = args
     sets = option_sets(db)
     checks = [(rule_spec(rule.name, sets[name]), rule_spec(old_rule.name, sets[name]), rule, old_rule,
@@ -186,22 +189,22 @@ def _against_2025_gold(args: tuple[Path, Path]) -> tuple[Outcome, Outcome]:
                                 for job in ((rule, opts), (old_rule, opts))]))
     outcome, old_layout = Outcome(), Outcome()
     for spec, old_spec, *_ in checks:
-        theirs = (gold / f"{db.stem}_{spec.replace(':', '_')}.csv").read_text()
+        theirs = gold[f"{db.stem}_{spec.replace(':', '_')}.csv"]
         outcome.add(db.name, spec, theirs, next(mine))
         old_layout.add(db.name, old_spec, theirs, next(mine))
     return outcome, old_layout
 
 
 @pytest.mark.slow
-def test_rules_identical_to_nsys_2025_gold(rule_exports: list[Path], fixtures_dir: Path, tmp_path: Path,
+def test_rules_identical_to_nsys_2025_gold(rule_exports: list[Path], fixtures_dir: Path,
                                            pool: ProcessPoolExecutor, record_counts) -> None:
     """The 2025 rule names against nsys 2025.3.1's own CSVs (GPU-machine gold) of the 520 exports, both
     option sets; also how many of those files 2022.4's layout (the hyphen names) would get wrong."""
-    gold = _unpacked(fixtures_dir, GOLD_2025, tmp_path / "gold")
+    gold = _gold_per_export(fixtures_dir, GOLD_2025)
     exports = rule_exports[:GOLD_2025_EXPORTS]
-    parts = list(pool.map(_against_2025_gold, [(db, gold) for db in exports], chunksize=8))
+    parts = list(pool.map(_against_2025_gold, [(db, gold[db.stem]) for db in exports], chunksize=8))
     outcome, old_layout = _merge(p[0] for p in parts), _merge(p[1] for p in parts)
-    with_rows = {rule.name: sum(bool((gold / f"{db.stem}_{rule.name}.csv").stat().st_size) for db in exports)
+    with_rows = {rule.name: sum(bool(gold[db.stem][f"{db.stem}_{rule.name}.csv"]) for db in exports)
                  for rule in rules.RULES.values()}
     record_counts(f"nsys analyze 2025.3.1 (gold from the GPU machine), six rules x two option sets (defaults; rows=5, gap=1, "
                   f"threshold=80, chunks=97): {outcome.compared} CSV files compared over {len(exports)} generated "
@@ -223,9 +226,9 @@ def _stdout_csv(text: str) -> str:
     return "" if found and found[0].startswith("SKIPPED:") else "".join(line + "\n" for line in found)
 
 
-def _against_2025_options(args: tuple[Path, Path]) -> tuple[Outcome, dict[str, int]]:
-    """One export's 2025 rules under the other option sets against nsys 2025.3.1's outputs in `gold`;
-    how many of those outputs have findings, per set (in a worker process)."""
+def _against_2025_options(args: tuple[Path, dict[str, str]]) -> tuple[Outcome, dict[str, int]]:
+    """One export's 2025 rules under the other option sets against nsys 2025.3.1's outputs (`gold`: its
+    gold files by name); how many of those outputs have findings, per set (in a worker process)."""
     db, gold = args
     sets = option_sets(db)
     checks = [(name, rule_spec(rule.name, sets[name]), rule, _options(sets[name])) for name in SETS_2025[2:]
@@ -235,24 +238,24 @@ def _against_2025_options(args: tuple[Path, Path]) -> tuple[Outcome, dict[str, i
     outcome, found = Outcome(), dict.fromkeys(SETS_2025[2:], 0)
     for (name, spec, rule, _), ours in zip(checks, mine, strict=True):
         if name == "nvtx_second":
-            theirs = _stdout_csv((gold / f"{db.stem}.{name}_{rule.name}.out").read_text())
+            theirs = _stdout_csv(gold[f"{db.stem}.{name}_{rule.name}.out"])
         else:
-            theirs = (gold / f"{db.stem}.{name}_{spec.replace(':', '_')}.csv").read_text()
+            theirs = gold[f"{db.stem}.{name}_{spec.replace(':', '_')}.csv"]
         found[name] += bool(theirs)
         outcome.add(db.name, spec, theirs, ours)
     return outcome, found
 
 
 @pytest.mark.slow
-def test_rule_options_identical_to_nsys_2025_gold(rule_exports: list[Path], fixtures_dir: Path, tmp_path: Path,
+def test_rule_options_identical_to_nsys_2025_gold(rule_exports: list[Path], fixtures_dir: Path,
                                                   pool: ProcessPoolExecutor, record_counts) -> None:
     """nsys 2025.3.1's other rule options (gold from the GPU machine, benchmarks/gpu/nsys_rules_gold_options.sh): a
     start/end window with rows=-1, nvtx=NAME, nvtx=NAME/1 for the six rules; process=PID and thread=TID
     for cuda_api_sync, the one rule that takes them (nsys refuses them for the others: see
     test_process_and_thread_only_for_cuda_api_sync)."""
-    gold = _unpacked(fixtures_dir, GOLD_2025_OPTIONS, tmp_path / "gold")
+    gold = _gold_per_export(fixtures_dir, GOLD_2025_OPTIONS)
     exports = rule_exports[:GOLD_2025_EXPORTS]
-    parts = list(pool.map(_against_2025_options, [(db, gold) for db in exports], chunksize=8))
+    parts = list(pool.map(_against_2025_options, [(db, gold[db.stem]) for db in exports], chunksize=8))
     outcome = _merge(p[0] for p in parts)
     found = {name: sum(p[1][name] for p in parts) for name in SETS_2025[2:]}
     record_counts(f"nsys analyze 2025.3.1 (gold from the GPU machine), the 2025 rules x five more option sets (start/end with rows=-1, "

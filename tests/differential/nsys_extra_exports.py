@@ -32,7 +32,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from nsys_exports import derive, write_exports  # noqa: E402
+from nsys_exports import derive, open_generated, write_exports  # noqa: E402
 
 FIRST_SEED = 3000          # this generator's seeds: 3000 .. (other generators use 0.., 1000..)
 MEMCPY = "CUPTI_ACTIVITY_KIND_MEMCPY"
@@ -237,7 +237,7 @@ def derive_extra(seed: int, fixtures: Path, dest: Path) -> Path:
     """Write the export of `seed` (nsys_exports.derive's, plus the tables above) into `dest`."""
     out = derive(seed, fixtures, dest)
     rng = random.Random(seed * 7919 + 3)
-    con = sqlite3.connect(out)
+    con = open_generated(out)
     try:
         strings = _Strings(con, rng)
         t0 = con.execute("SELECT coalesce(min(start), 0) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0] \

@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from nsys_exports import derive, write_exports  # noqa: E402
+from nsys_exports import derive, open_generated, write_exports  # noqa: E402
 
 RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
 MEMCPY = "CUPTI_ACTIVITY_KIND_MEMCPY"
@@ -157,7 +157,7 @@ def derive_rules(seed: int, fixtures: Path, dest: Path) -> Path:
     """Write the rules export of `seed` into `dest`; returns its path."""
     out = derive(seed, fixtures, dest)
     rng = random.Random(seed * 7919 + 17)
-    con = sqlite3.connect(out)
+    con = open_generated(out)
     try:
         present = _tables(con)
         ids = _string_ids(con, MEMCPY_APIS + MEMSET_APIS + SYNC_APIS)
