@@ -66,6 +66,22 @@ def test_the_leak_snapshot_s_peak_by_kind_matches_the_program_s_shapes() -> None
     assert sum(kinds.values()) == found.peak
 
 
+def test_without_python_stacks_no_kind_is_told() -> None:
+    """A history recorded without stacks has no Python frame anywhere: the kinds are not guessed
+    (every allocation would look like the backward's), the peak and its holders stay."""
+    from hpcprof.analysis.memory import analyse, read_snapshot
+
+    snapshot = read_snapshot(FIXTURES / "leak_snapshot.pickle")
+    for event in snapshot["device_traces"][0]:
+        event["frames"] = []
+    for segment in snapshot["segments"]:
+        for block in segment.get("blocks") or []:
+            block["frames"] = []
+    [found] = analyse(snapshot)
+    assert found.kinds_at_peak == [] and found.peak == MAX_MEMORY_ALLOCATED - (512 - 4)
+    assert sum(h.bytes for h in found.at_peak) == found.peak
+
+
 def test_the_leak_snapshot_s_bytes_match_pytorch_s_memory_viz() -> None:
     """torch.cuda._memory_viz.memory of the same snapshot: its allocated blocks' bytes by stack
     (innermost frame of the program's own code, as hpcprof names a site) are hpcprof's."""

@@ -76,11 +76,16 @@ def site(frames: Any) -> str:
     return f"{Path(chosen['filename']).name}:{chosen.get('line', '?')} {chosen.get('name', '?')}"
 
 
+def _python(frames: Any) -> list[dict[str, Any]]:
+    """The Python frames of a recorded stack."""
+    return [f for f in frames if isinstance(f, dict) and isinstance(f.get("filename"), str)
+            and f["filename"].endswith(".py")] if isinstance(frames, list) else []
+
+
 def kind(frames: Any) -> str:
-    """What an allocation is, by its stack (KINDS); BACKWARD without any Python frame, else PROGRAM."""
-    valid = [f for f in frames if isinstance(f, dict) and isinstance(f.get("filename"), str)] \
-        if isinstance(frames, list) else []
-    python = [f for f in valid if f["filename"].endswith(".py")]
+    """What an allocation is, by its stack (KINDS); BACKWARD without any Python frame, else PROGRAM.
+    Meaningful only where the history recorded Python stacks (`device_memory` tells none otherwise)."""
+    python = _python(frames)
     if not python:
         return BACKWARD
     for name, path, function in KINDS:
@@ -214,6 +219,8 @@ def device_memory(snapshot: dict[str, Any], device: int) -> DeviceMemory:
     at_end = _top(_held_blocks(snapshot, device))
     if not changes:     # no history: the end state is all there is
         at_peak, kinds_at_peak = at_end, _top(_held_blocks(snapshot, device, kind))
+    if not any(_python(e.get("frames")) for e in changes or _blocks(snapshot, device)):
+        kinds_at_peak = []      # no Python stack recorded at all: the kinds cannot be told
     return DeviceMemory(device, len(changes), start, end, reserved, peak, peak_time, peak_at, at_peak, kinds_at_peak,
                         [h for h in _top(held) if h.blocks > 0], at_end, _thin(timeline, peak_at), ooms)
 
