@@ -38,7 +38,7 @@ from hpcprof.tools.nsys.stats.stats import run_table
 from hpcprof.tools.nsys.stats.table import write_csv
 
 sys.path.insert(0, str(Path(__file__).parent / "differential"))
-from nsys_exports import MAX_ROWS, PROJECTION_SEEDS, TIE_SEEDS, _cut, derive, open_generated  # noqa: E402
+from nsys_exports import PROJECTION_SEEDS, TIE_SEEDS, _cut, derive, open_generated, rows_to_keep  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 NSYS_2022 = Path("/usr/lib/x86_64-linux-gnu/nsight-systems/target-linux-x64/nsys")
@@ -199,14 +199,7 @@ def test_every_report_identical_to_nsys_on_generated_exports(comparisons: dict, 
 def _cut_row_by_row(con: sqlite3.Connection, table: str, rng: random.Random, at_least: int) -> None:
     """nsys_exports._cut as a plain reading of it: a sample of the list of rowids deleted one by one."""
     n = con.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
-    keep = min(n, MAX_ROWS)
-    roll = rng.random()
-    if roll < 0.05:
-        keep = min(n, at_least)
-    elif roll < 0.12:
-        keep = min(n, 1)
-    elif n > keep or roll < 0.4:
-        keep = rng.randint(min(n, max(1, at_least)), keep) if keep else 0
+    keep = rows_to_keep(n, rng, at_least)
     if keep < n:
         rowids = [r[0] for r in con.execute(f"SELECT rowid FROM {table} ORDER BY rowid")]
         con.executemany(f"DELETE FROM {table} WHERE rowid = ?", [(r,) for r in rng.sample(rowids, n - keep)])

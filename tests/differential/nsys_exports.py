@@ -105,10 +105,9 @@ def _rewrite_durations(con: sqlite3.Connection, table: str, rng: random.Random) 
     con.executemany(f'UPDATE {table} SET start = ?, "end" = ? WHERE rowid = ?', updates)
 
 
-def _cut(con: sqlite3.Connection, table: str, rng: random.Random, at_least: int = 0) -> None:
-    """Keep at most MAX_ROWS rows; sometimes one row only, sometimes none (empty groups/tables),
-    but `at_least` rows where the table has them."""
-    n = con.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+def rows_to_keep(n: int, rng: random.Random, at_least: int) -> int:
+    """How many of a table's `n` rows a cut keeps: at most MAX_ROWS; sometimes one row only,
+    sometimes none (empty groups/tables), but `at_least` rows where the table has them."""
     keep = min(n, MAX_ROWS)
     roll = rng.random()
     if roll < 0.05:
@@ -117,6 +116,13 @@ def _cut(con: sqlite3.Connection, table: str, rng: random.Random, at_least: int 
         keep = min(n, 1)
     elif n > keep or roll < 0.4:
         keep = rng.randint(min(n, max(1, at_least)), keep) if keep else 0
+    return keep
+
+
+def _cut(con: sqlite3.Connection, table: str, rng: random.Random, at_least: int = 0) -> None:
+    """Keep `rows_to_keep` rows of `table`, a random sample of them."""
+    n = con.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+    keep = rows_to_keep(n, rng, at_least)
     if keep < n:
         first, last = con.execute(f"SELECT (SELECT min(rowid) FROM {table}), (SELECT max(rowid) FROM {table})").fetchone()
         assert last - first + 1 == n, f"{table}: rowids with gaps"      # the base's, as nsys numbers them
