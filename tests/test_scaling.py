@@ -1,7 +1,9 @@
 """A sweep over world size explained, end to end on CPU: tests/data/dp_scaling_cpu.yaml (the gloo DDP
 trainer at 1, 2 and 4 ranks under torch.profiler, rank 3 sleeping 30 ms a step at 4 ranks) through
 submit, collect and report; FSDP2 (`fully_shard`) on 2 gloo ranks, its all-gathers and
-reduce-scatters matched across ranks; the scaling view's arithmetic by hand."""
+reduce-scatters matched across ranks; the scaling view's arithmetic by hand: its step the median (H200
+seqpar runs, one with a planted slow first iteration), the exposed transfer and the split of the lost
+time on a planted two-rank schedule."""
 
 from __future__ import annotations
 

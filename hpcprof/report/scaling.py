@@ -6,10 +6,10 @@ others, from the stack samples), each collective's exposed transfer (hpcprof.ana
 and the rest (imbalance, idle, host work, slower kernels: Echo's median per-kernel slowdown against
 world size 1 where the run's exports give it).
 
-The step (`step ms`, `time_ms`): the point's `iteration.median`, the median of every counted step of
-every rank (warm-up, and the steps torch.profiler starts, records or writes its trace in, left out),
-the mean over the point's repetitions: the program's steady state, which one slow step (the
-profiler's start-up in a timed loop) does not move.
+The step (`step ms (median)`, `time_ms`): the point's `iteration.median`, the median of every counted
+step of every rank (warm-up, and the steps torch.profiler warms up, records or writes its trace in,
+left out), the mean over the point's repetitions: the program's steady state, which one slow step
+(a profiler's start-up in a timed loop) does not move.
 
 Weak scaling (the batch per rank fixed): ideal step time = the reference's, efficiency =
 T_ref / T. Strong (the global batch fixed): ideal = T_ref · N_ref / N, efficiency = T_ref · N_ref /
@@ -20,9 +20,10 @@ collectives on two or more ranks):
 - late ranks (`late_ms`): the straggler's median delay of a step where one is above the noise floor,
   else 0;
 - exposed transfer (`exposed_ms`): per collective, the time after the last rank arrived that no
-  other work of the rank overlapped (collective_wait's `exposed_ns` × its instances a step): the
-  transfer that lengthens the step; `overlapped_ms`: the rest of the transfer, hidden under compute
-  (DDP's all-reduce under backward), no part of the lost time;
+  other GPU work of the rank overlapped (collective_wait's `exposed_ns`, a mean over ranks, × its
+  instances a step): the transfer that lengthens the step; `overlapped_ms`: the rest of the
+  transfer, hidden under compute (DDP's all-reduce under backward), no part of the lost time. CPU
+  ranks (gloo) record no GPU work beside their collectives: all their transfer counts as exposed;
 - other (`other_ms`) = lost − late − exposed where that is ≥ 0: imbalance, idle, host work, slower
   kernels; else 0, and `gained_ms` = late + exposed − lost: the ranks' own work ran that much faster a
   step than at the reference (or the point is super-linear).
