@@ -23,8 +23,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
+from hpcprof.analysis.critical_path import OVERLAP
 from hpcprof.analysis.detect_steps import MIN_STEPS, WARMUP_STEPS
 
 GOLDEN = Path(__file__).resolve().parent / "data" / "collect_tables_5481a9c.json"
@@ -54,14 +56,20 @@ def collected(fixtures: Path) -> dict[str, dict[str, list]]:
             if not isinstance(outcome, FilePart):   # an export collect cannot use (no StringIds, no GPU rows)
                 continue
             tables = read_bundle(Path(parts) / "task.arrow")
-        out[path.relative_to(fixtures).as_posix()] = {"(order)": list(tables),
-                                                      **{n: table_digest(t) for n, t in tables.items()}}
+        digests = {n: table_digest(t) for n, t in tables.items()}
+        if "critical_path_events" in tables:      # the work beside each collective apart (ADDED_SINCE)
+            events = tables["critical_path_events"]
+            beside = pc.equal(events["kind"], OVERLAP)
+            digests["critical_path_events"] = table_digest(events.filter(pc.invert(beside)))
+            digests["critical_path_overlap"] = table_digest(events.filter(beside))
+        out[path.relative_to(fixtures).as_posix()] = {"(order)": list(tables), **digests}
     return out
 
 
 #: the per-rank tables collect writes that 5481a9c did not (bus bandwidth per collective; the idle
-#: attribution of the step hook's steps: empty on these exports, which have none)
-ADDED_SINCE = {"busbw", "idle_causes", "step_idle", "lines"}
+#: attribution of the step hook's steps: empty on these exports, which have none), and the critical
+#: path events' rows of the work beside each collective (kind `overlap`), digested apart from the rest
+ADDED_SINCE = {"busbw", "idle_causes", "step_idle", "lines", "critical_path_overlap"}
 
 
 @pytest.mark.slow

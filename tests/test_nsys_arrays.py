@@ -87,8 +87,16 @@ def _runs(labels: np.ndarray, starts: np.ndarray, lo: int, hi: int) -> list[tupl
 
 def _loop(rank: int, iteration: np.ndarray, is_coll: np.ndarray, start: np.ndarray, end: np.ndarray,
           channel: np.ndarray, seq: np.ndarray, label: np.ndarray, kind: np.ndarray) -> list[tuple]:
-    """The events as the loop before the vectorised form made them: per iteration, per collective."""
+    """The events as the loop before the vectorised form made them: per iteration, per collective, with
+    the pieces of the rank's other work (every iteration's: a union made by a plain loop) inside each
+    collective after it."""
     rows: list[tuple] = []
+    union: list[list[int]] = []
+    for s, e in sorted(zip(start[~is_coll].tolist(), end[~is_coll].tolist(), strict=True)):
+        if union and s <= union[-1][1]:
+            union[-1][1] = max(union[-1][1], e)
+        else:
+            union.append([s, e])
     for number in np.unique(iteration):
         mine = iteration == number
         cm, wm = mine & is_coll, mine & ~is_coll
@@ -114,6 +122,8 @@ def _loop(rank: int, iteration: np.ndarray, is_coll: np.ndarray, start: np.ndarr
             lead(keys[j], int(ce[prev]) if prev >= 0 else first_start, int(cs[j]))
             rows.append((rank, int(number), "collective", keys[j][0], keys[j][1], str(kind[cm][j]), int(cs[j]),
                          int(ce[j]), pkey[0], pkey[1]))
+            rows.extend((rank, int(number), "overlap", keys[j][0], keys[j][1], "", max(s, int(cs[j])),
+                         min(e, int(ce[j])), "", -1) for s, e in union if min(e, int(ce[j])) > max(s, int(cs[j])))
         last = int(np.argmax(ce))
         lead(END, int(ce[last]), last_end)
         rows.append((rank, int(number), "end", END[0], END[1], "", last_end, last_end, keys[last][0], keys[last][1]))

@@ -3,8 +3,9 @@
 # examples/dp_trainer.py on FSDP2 (`fully_shard`, a `command`) at 1, 2 and, where the machine has 4
 # GPUs, 4 ranks under torch.profiler; then the trainer on DDP with a planted straggler (the last rank
 # sleeps LATE_MS before every step's forward). Each sweep is collected and reported: the report's
-# scaling view gives per point the step time, the efficiency against 1 rank and the time lost per
-# step by cause (late ranks, collective transfer, other); `hpcprof trace nccl` and
+# scaling view gives per point the median step, the efficiency against 1 rank and the time lost per
+# step by cause (late ranks, exposed collective transfer, other; gained where the ranks' own work ran
+# faster; the transfer compute hid apart), checked to add up; `hpcprof trace nccl` and
 # `trace critical-path --waits` the FSDP all-gathers and reduce-scatters per size bucket and their
 # transfer/wait split. The last lines check the planted straggler: PASS where the largest world's
 # report names the last rank with a cost within 40 % of LATE_MS.
@@ -33,8 +34,22 @@ run() {   # name experiment sweep [--set ...]: submit the sweep in a workdir of 
     --set "sweep=$sweep" "$@" --wait > "$OUT_DIR/submit_$name.log" 2>&1
   python3 -m hpcprof collect --workdir "$WORKDIR" > "$OUT_DIR/collect_$name.log" 2>&1
   echo "=== $name"
-  python3 -m hpcprof report --workdir "$WORKDIR" > "$OUT_DIR/report_$name.txt" 2>&1
+  COLUMNS=250 python3 -m hpcprof report --workdir "$WORKDIR" > "$OUT_DIR/report_$name.txt" 2>&1
   sed -n '/ scaling /,$p' "$OUT_DIR/report_$name.txt"
+  python3 - "$WORKDIR" <<'PY'
+import sys
+from pathlib import Path
+from hpcprof.report import sweep
+from hpcprof.report.runs import load, select_runs
+infos = load(select_runs((), Path(sys.argv[1])), require_collected=False, one_workload=False)
+df = sweep.scaling(sweep.sweep_points([i for i in infos if i.metrics], None))
+if not df.empty:
+    parts = df["late_ms"] + df["exposed_ms"] + df["other_ms"] - df["gained_ms"]
+    ok = bool(((parts - df["lost_ms"]).abs() < 1e-9).all()
+              and (df[["other_ms", "gained_ms", "exposed_ms", "overlapped_ms"]] >= 0).all().all())
+    print(f"{'PASS' if ok else 'FAIL'} split: late + exposed + other - gained = lost, no part negative, "
+          f"at {len(df)} points")
+PY
   grep -hE "^─+ .* FAILED ─+$" "$OUT_DIR/report_$name.txt" | sed 's/^─* */  /; s/ ─*$//'    # failed points
 }
 

@@ -21,13 +21,15 @@ Two steps, so that one rank's profile is read at a time and memory stays flat in
   the longest work after its last collective, that collective on its critical rank, that rank's lead,
   the collective the lead started from, and so on to the iteration's start. What held a collective is
   the phase of the critical rank's lead that took the most longer than on the rank that waited longest
-  (the one nearest the collective among equals). Each segment's start/end
-  is on its own rank's clock; the iteration's length on the critical path is the sum of the chain's
-  compute and collective segments.
+  (the one nearest the collective among equals). Each segment's start/end is on its own rank's
+  clock; the iteration's length on the critical path is the sum of the chain's compute and
+  collective segments.
 
-Times are ns. Tables (the report consumes these names): one row per iteration (`ROW_COLUMNS`) and
-the chain's segments (`SEGMENT_COLUMNS`; wait segments: the rank that waited longest in each
-collective of the chain).
+Beside each collective, the rank's other work that ran during it (kind `overlap`: the union of its
+operations other than collectives cut to the collective's span, keyed by the collective's channel
+and seq; collective_wait.transfer_wait counts the transfer it hides). Times are ns. Tables (the
+report consumes these names): one row per iteration (`ROW_COLUMNS`) and the chain's segments
+(`SEGMENT_COLUMNS`; wait segments: the rank that waited longest in each collective of the chain).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from hpcprof.analysis.ranges import inside
 from hpcprof.core.catalog import CRITICAL_PATH_KEYS
 
 if TYPE_CHECKING:
@@ -49,6 +52,8 @@ if TYPE_CHECKING:
 
 #: the name of a lead in which the rank's GPU ran nothing
 IDLE = "[GPU idle]"
+#: the kind of the rows of the other work a rank ran during one of its collectives (module docstring)
+OVERLAP = "overlap"
 EVENT_COLUMNS = ["rank", "iteration", "kind", "channel", "seq", "name", "start", "end", "prev_channel", "prev_seq"]
 ROW_COLUMNS = ["iteration", "iteration_ns", "collective", "critical_rank", "held_by", "held_ns", "waiting_ranks"]
 SEGMENT_COLUMNS = ["iteration", "segment", "rank", "kind", "name", "start_ns", "end_ns", "duration_ns"]
@@ -198,31 +203,35 @@ def _iteration_events(rank: np.ndarray, iteration: np.ndarray, number: np.ndarra
     label_code = pd.factorize(label)[0]
     run_lead, run_op, run_start, run_end = _lead_runs(lead_lo, lead_hi, pair_lead[by_start], pair_op[by_start],
                                                       start, label_code)
-    # rows: per iteration, per collective (start order) its lead's runs then itself; then the tail and the end
-    n_c, n_runs, n_it = len(coll), len(run_lead), len(groups)
+    over, over_start, over_end = inside(cs, ce, start[work], end[work])      # the work during each collective
+    # rows: per iteration, per collective (start order) its lead's runs, itself, the work beside it; the tail
+    n_c, n_runs, n_it, n_ov = len(coll), len(run_lead), len(groups), len(over)
     slot = np.concatenate((j - np.searchsorted(c_group, c_group), np.full(n_it, 1 << 40)))   # the tail last
     lead_key = np.concatenate((channel[coll], np.full(n_it, END[0], dtype=object)))
     lead_seq = np.concatenate((seq[coll], np.full(n_it, END[1])))
     key = (lambda i: np.where(i >= 0, channel[coll][np.maximum(i, 0)], END[0]),
            lambda i: np.where(i >= 0, seq[coll][np.maximum(i, 0)], END[1]))
-    row_group = np.concatenate((lead_group[run_lead], c_group, groups))
-    row_slot = np.concatenate((slot[run_lead], slot[:n_c], np.full(n_it, 1 << 40)))
-    row_sub = np.repeat([0, 1, 1], [n_runs, n_c, n_it])
+    row_group = np.concatenate((lead_group[run_lead], c_group, groups, c_group[over]))
+    row_slot = np.concatenate((slot[run_lead], slot[:n_c], np.full(n_it, 1 << 40), slot[over]))
+    row_sub = np.repeat([0, 1, 1, 2], [n_runs, n_c, n_it, n_ov])
     order = np.lexsort((np.arange(len(row_group)), row_sub, row_slot, row_group))
     back = shift[bounds][row_group]
     run_name = np.array([IDLE if i < 0 else str(label[i]) for i in run_op.tolist()], dtype=object)
     cols = {
         "rank": rank[bounds][row_group],
         "iteration": number[bounds][row_group],
-        "kind": np.repeat(np.array(["compute", "collective", "end"], dtype=object), [n_runs, n_c, n_it]),
-        "channel": np.concatenate((lead_key[run_lead], channel[coll], np.full(n_it, END[0], dtype=object))),
-        "seq": np.concatenate((lead_seq[run_lead], seq[coll], np.full(n_it, END[1]))),
+        "kind": np.repeat(np.array(["compute", "collective", "end", OVERLAP], dtype=object),
+                          [n_runs, n_c, n_it, n_ov]),
+        "channel": np.concatenate((lead_key[run_lead], channel[coll], np.full(n_it, END[0], dtype=object),
+                                   channel[coll][over])),
+        "seq": np.concatenate((lead_seq[run_lead], seq[coll], np.full(n_it, END[1]), seq[coll][over])),
         "name": np.concatenate((run_name, np.array([str(x) for x in kind[coll].tolist()], dtype=object),
-                                np.full(n_it, "", dtype=object))),
-        "start": np.concatenate((run_start, cs, last_end[groups])) - back,
-        "end": np.concatenate((run_end, ce, last_end[groups])) - back,
-        "prev_channel": np.concatenate((np.full(n_runs, "", dtype=object), key[0](prev), channel[coll][last])),
-        "prev_seq": np.concatenate((np.full(n_runs, -1), key[1](prev), seq[coll][last]))}
+                                np.full(n_it + n_ov, "", dtype=object))),
+        "start": np.concatenate((run_start, cs, last_end[groups], over_start)) - back,
+        "end": np.concatenate((run_end, ce, last_end[groups], over_end)) - back,
+        "prev_channel": np.concatenate((np.full(n_runs, "", dtype=object), key[0](prev), channel[coll][last],
+                                        np.full(n_ov, "", dtype=object))),
+        "prev_seq": np.concatenate((np.full(n_runs, -1), key[1](prev), seq[coll][last], np.full(n_ov, -1)))}
     return {c: v[order].astype(object if v.dtype == object else np.int64) for c, v in cols.items()}
 
 
@@ -521,7 +530,6 @@ def critical_path(events: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     span = int(iteration.max()) - first_iteration + 1
     lead_key = rank[compute] * span + (iteration[compute] - first_iteration)   # sorted: rank, then iteration
     c_channel, c_seq = channel[compute], seq[compute]
-    
     rows: list[tuple[Any, ...]] = []
     segs: list[tuple[Any, ...]] = []
     for t in last.tolist():

@@ -2,22 +2,37 @@
 the step time, the parallel efficiency (weak, strong, or both where the experiment does not state
 which) and the time lost per step, split into the wait for late ranks (the straggler's cost,
 hpcprof.analysis.stragglers, with the line of the program where it spends its step beyond the
-others, from the stack samples), each collective's transfer after the last rank arrived
-(hpcprof.analysis.collective_wait) and the rest (imbalance, idle, host work, slower kernels: Echo's
-median per-kernel slowdown against world size 1 where the run's exports give it).
+others, from the stack samples), each collective's exposed transfer (hpcprof.analysis.collective_wait)
+and the rest (imbalance, idle, host work, slower kernels: Echo's median per-kernel slowdown against
+world size 1 where the run's exports give it).
+
+The step (`step ms (median)`, `time_ms`): the point's `iteration.median`, the median of every counted
+step of every rank (warm-up, and the steps torch.profiler warms up, records or writes its trace in,
+left out), the mean over the point's repetitions: the program's steady state, which one slow step
+(a profiler's start-up in a timed loop) does not move.
 
 Weak scaling (the batch per rank fixed): ideal step time = the reference's, efficiency =
 T_ref / T. Strong (the global batch fixed): ideal = T_ref · N_ref / N, efficiency = T_ref · N_ref /
-(T · N). Lost per step = T − ideal (the weak ideal where the mode is not stated). The split comes
-from each point's first run's critical-path events (`<tool>_critical_path_events`, two or more
-ranks): late = the straggler's median delay of a step where one is above the noise floor, else 0;
-transfer = each collective's mean transfer per instance × its instances per step; other = lost −
-late − transfer (negative where the collectives' transfer overlaps compute, as DDP's all-reduce
-overlaps backward).
+(T · N). Lost per step = T − ideal (the weak ideal where the mode is not stated); below 0 the point
+is super-linear (faster than its ideal), and says so. The split comes from each point's first run's
+critical-path events (`<tool>_critical_path_events`, two or more ranks), per step (the steps with
+collectives on two or more ranks):
+- late ranks (`late_ms`): the straggler's median delay of a step where one is above the noise floor,
+  else 0;
+- exposed transfer (`exposed_ms`): per collective, the time after the last rank arrived that no
+  other GPU work of the rank overlapped (collective_wait's `exposed_ns`, a mean over ranks, × its
+  instances a step): the transfer that lengthens the step; `overlapped_ms`: the rest of the
+  transfer, hidden under compute (DDP's all-reduce under backward), no part of the lost time. CPU
+  ranks (gloo) record no GPU work beside their collectives: all their transfer counts as exposed;
+- other (`other_ms`) = lost − late − exposed where that is ≥ 0: imbalance, idle, host work, slower
+  kernels; else 0, and `gained_ms` = late + exposed − lost: the ranks' own work ran that much faster a
+  step than at the reference (or the point is super-linear).
+So late + exposed + other − gained = lost, every part ≥ 0.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from hpcprof.analysis.collective_wait import transfer_wait
@@ -43,11 +58,17 @@ def mode_of(info: RunInfo) -> str:
 
 
 def lost_split(info: RunInfo) -> dict[str, Any]:
-    """The run's straggler (rank, sentence, cost per step in ms) and each collective's transfer per
-    step (ms) from its critical-path events; {} where it has none (one rank, no collectives)."""
+    """split_of the run's critical-path events (and, where it has a straggler, its `lines` table)."""
     events = read_table(info.run.path, c.table_name(info.tool, EVENTS_TABLE))
     if events is None or events.empty:
         return {}
+    return split_of(events, lambda: read_table(info.run.path, c.table_name(info.tool, "lines")))
+
+
+def split_of(events: pd.DataFrame, lines: Callable[[], pd.DataFrame | None] = lambda: None) -> dict[str, Any]:
+    """A run's straggler (rank, sentence, cost per step in ms, where it spends its step from `lines`)
+    and each collective's exposed and overlapped transfer per step (ms), from its critical-path
+    events; {} where they have no step with collectives on two ranks."""
     from hpcprof.analysis.clocks import aligned
 
     events, _ = aligned(events)
@@ -55,21 +76,22 @@ def lost_split(info: RunInfo) -> dict[str, Any]:
     if steps.empty:
         return {}
     found = straggler(events, steps)
-    lines = read_table(info.run.path, c.table_name(info.tool, "lines")) if found else None
-    where = doing(lines, found.rank, found.floor_ns) if found and lines is not None and not lines.empty else ""
+    table = lines() if found else None
+    where = doing(table, found.rank, found.floor_ns) if found and table is not None and not table.empty else ""
     waits = transfer_wait(events)
-    every = waits[waits["scope"] == "all"]
-    transfer = {str(r.collective): float(r.transfer_ns) * int(r.instances) / len(steps) / 1e6
-                for r in every.itertuples()}
+    each = {str(r.collective): (float(r.exposed_ns) * int(r.instances) / len(steps) / 1e6,
+                                float(r.transfer_ns - r.exposed_ns) * int(r.instances) / len(steps) / 1e6)
+            for r in waits[waits["scope"] == "all"].itertuples()}
     return {"late_rank": found.rank if found else None, "late_ms": found.median_late_ns / 1e6 if found else 0.0,
             "straggler": found.sentence() + (f"; {where}" if where else "") if found else
             f"no rank late above the noise floor ({float(steps['floor_ns'].iloc[0]) / 1e6:.3g} ms a step)",
-            "transfer": transfer}
+            "transfer": each}
 
 
-def with_lost_time(df: pd.DataFrame, infos: list[RunInfo]) -> pd.DataFrame:
-    """sweep.scaling's rows (group, point, world_size, time_ms, reference, mode) with the step's
-    ideal, the efficiencies, the lost time and its split (module docstring); `infos`: each row's run."""
+def with_lost_time(df: pd.DataFrame, splits: list[dict[str, Any]]) -> pd.DataFrame:
+    """sweep.scaling's rows (group, point, world_size, time_ms, reference, mode, kernel_slowdown) with
+    the step's ideal, the efficiencies, the lost time and its split (module docstring); `splits`: each
+    row's run's split_of."""
     import pandas as pd
 
     out = df.reset_index(drop=True)
@@ -81,24 +103,24 @@ def with_lost_time(df: pd.DataFrame, infos: list[RunInfo]) -> pd.DataFrame:
     strong = out["mode"] == "strong"
     ideal = ref["time_ms"].where(~strong, ref["time_ms"] * ref["world_size"] / out["world_size"])
     out["lost_ms"] = out["time_ms"] - ideal
-    splits = [lost_split(info) for info in infos]
     out["late_rank"] = [s.get("late_rank") for s in splits]
     out["late_ms"] = [s.get("late_ms", 0.0) for s in splits]
-    out["transfer_ms"] = [sum(s.get("transfer", {}).values()) for s in splits]
-    out["transfer_by_collective"] = ["; ".join(f"{k} {v:.3g} ms" for k, v in s.get("transfer", {}).items())
-                                     for s in splits]
-    out["other_ms"] = out["lost_ms"] - out["late_ms"] - out["transfer_ms"]
-    out["kernel_slowdown"] = [next((v for n, v, _ in info.metrics if n == c.SLOWDOWN_MEDIAN.name), float("nan"))
-                              for info in infos]
+    out["exposed_ms"] = [sum(e for e, _ in s.get("transfer", {}).values()) for s in splits]
+    out["overlapped_ms"] = [sum(o for _, o in s.get("transfer", {}).values()) for s in splits]
+    out["transfer_by_collective"] = ["; ".join(f"{k} {e:.3g} ms exposed, {o:.3g} ms overlapped"
+                                               for k, (e, o) in s.get("transfer", {}).items()) for s in splits]
+    out["other_ms"] = (out["lost_ms"] - out["late_ms"] - out["exposed_ms"]).clip(lower=0.0)
+    out["gained_ms"] = (out["late_ms"] + out["exposed_ms"] - out["lost_ms"]).clip(lower=0.0)
     out["straggler"] = [s.get("straggler", "") for s in splits]
     return out
 
 
 #: the columns of the scaling table as the terminal and the HTML show them, and their headings
-SHOWN = {"point": "point", "world_size": "ranks", "mode": "scaling", "time_ms": "step ms",
+SHOWN = {"point": "point", "world_size": "ranks", "mode": "scaling", "time_ms": "step ms (median)",
          "efficiency_weak_pct": "efficiency if weak %", "efficiency_strong_pct": "efficiency if strong %",
          "lost_ms": "lost ms/step", "late_ms": "late ranks ms", "late_rank": "late rank",
-         "transfer_ms": "transfer ms", "other_ms": "other ms"}
+         "exposed_ms": "exposed transfer ms", "other_ms": "other ms", "gained_ms": "gained ms",
+         "overlapped_ms": "overlapped transfer ms"}
 
 
 def shown(df: pd.DataFrame) -> pd.DataFrame:
@@ -122,16 +144,22 @@ def sentences(df: pd.DataFrame) -> list[str]:
                f"({NOT_STATED})" if row["mode"] == NOT_STATED else
                f"{row['efficiency_pct']:.0f} % ({row['mode']} scaling)")
         against = " (against the weak ideal)" if row["mode"] == NOT_STATED else ""
-        # a negative rest: the transfer counted in full overlapped the step's compute by at least that much
-        rest = (f"{row['other_ms']:.3g} ms other" if row["other_ms"] >= 0 else
-                f"of which at least {-row['other_ms']:.3g} ms overlapped compute, nothing else lost")
-        split = (f"lost {row['lost_ms']:.3g} ms a step{against}: {row['late_ms']:.3g} ms waiting for late ranks, "
-                 f"{row['transfer_ms']:.3g} ms collective transfer ({row['transfer_by_collective'] or 'none'}), "
-                 f"{rest}")
+        parts = (f"{row['late_ms']:.3g} ms waiting for late ranks, {row['exposed_ms']:.3g} ms exposed collective "
+                 f"transfer ({row['transfer_by_collective'] or 'none'})")
+        if row["lost_ms"] < 0:
+            split = (f"super-linear: {-row['lost_ms']:.3g} ms a step faster than its ideal{against}, with "
+                     f"{parts}: the ranks' own work ran {row['gained_ms']:.3g} ms a step faster than at "
+                     f"{row['reference']}")
+        elif row["gained_ms"] > 0:
+            split = (f"lost {row['lost_ms']:.3g} ms a step{against}, less than its {parts}: the ranks' own work "
+                     f"ran {row['gained_ms']:.3g} ms a step faster than at {row['reference']}, nothing else lost")
+        else:
+            split = f"lost {row['lost_ms']:.3g} ms a step{against}: {parts}, {row['other_ms']:.3g} ms other"
         slower = row.get("kernel_slowdown", float("nan"))
         kernels = (f" Its compute kernels last {100 * slower:+.0f} % against one GPU (Echo's median per-kernel "
                    "slowdown, the whole capture)." if slower == slower else "")
         out.append(f"{row['group']}: {row['world_size']} ranks against {row['reference']}: speed-up "
-                   f"{row['speedup']:.2f}x (ideal {row['ideal']:.2f}x), parallel efficiency {eff}; step "
-                   f"{row['time_ms']:.3g} ms, {split}. {row['straggler']}.".replace("..", ".") + kernels)
+                   f"{row['speedup']:.2f}x (ideal {row['ideal']:.2f}x), parallel efficiency {eff}; median step "
+                   f"{row['time_ms']:.3g} ms (counted steps), {split}. {row['straggler']}.".replace("..", ".")
+                   + kernels)
     return out

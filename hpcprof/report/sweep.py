@@ -108,22 +108,25 @@ def window_note(points: list[Point]) -> str:
 
 def scaling(points: list[Point]) -> pd.DataFrame:
     """Speed-up and parallel efficiency against the smallest world size of each group of points
-    that differ only in the number of ranks: strong scaling (speed-up = T_min / T) or weak
+    that differ only in the number of ranks, T each point's median step (iteration.median): strong
+    scaling (speed-up = T_min / T) or weak
     (throughput speed-up = (N / N_min) * T_min / T), as scaling.mode_of says (a mode not stated: the
     strong speed-up, both efficiencies); ideal speed-up N / N_min; and the time lost per step with
     where it went (scaling.with_lost_time). Empty when the world size does not vary."""
-    from hpcprof.report.scaling import mode_of, with_lost_time
+    from hpcprof.report.scaling import lost_split, mode_of, with_lost_time
 
     rows, infos = [], []
     for p in points:
-        time = p.metric(c.ITERATION_MEAN)
+        time = p.metric(c.ITERATION_MEDIAN)        # the steady step (report.scaling's docstring)
         if time is None or not time:
             continue
         group = ", ".join(f"{k.rpartition('.')[2]}={v}" for k, v in p.first.params.items()
                           if k not in WORLD_PARAMS and k != "repeat")
         rows.append({"group": group or "all", "point": p.label, "world_size": p.first.record.world_size,
                      "nodes": p.first.record.experiment.resources.nodes,
-                     "time_ms": time, "mode": mode_of(p.first)})
+                     "time_ms": time, "mode": mode_of(p.first),
+                     "kernel_slowdown": next((v for n, v, _ in p.first.metrics if n == c.SLOWDOWN_MEDIAN.name),
+                                             math.nan)})
         infos.append(p.first)
     df = pd.DataFrame(rows)
     if df.empty or df["world_size"].nunique() < 2:
@@ -141,7 +144,7 @@ def scaling(points: list[Point]) -> pd.DataFrame:
     if not out:
         return pd.DataFrame()
     kept = pd.concat(out)
-    return with_lost_time(kept.reset_index(drop=True), [infos[i] for i in kept.index])
+    return with_lost_time(kept.reset_index(drop=True), [lost_split(infos[i]) for i in kept.index])
 
 
 def scaling_view(infos: list[RunInfo]) -> tuple[pd.DataFrame, list[str]]:

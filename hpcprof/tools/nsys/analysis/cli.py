@@ -419,7 +419,8 @@ def _run_analysis(files: tuple[Path, ...], rank_map: str | None, fmt: str, outpu
 @click.option("--segments", is_flag=True, help="Show the chain of each iteration (compute, wait and collective "
               "segments per rank) instead of one row per iteration.")
 @click.option("--waits", is_flag=True, help="Show, per collective type, each rank's kernel time split into the "
-              "transfer (after the last rank arrived) and the wait for the last rank, and which rank came last.")
+              "transfer (after the last rank arrived) and the wait for the last rank, which rank came last, and the "
+              "transfer no other GPU work of the rank overlapped (exposed_ns).")
 @format_option
 @output_file_option
 def critical_path_cmd(files: tuple[Path, ...], rank_map: str | None, iteration_range: str | None, segments: bool,

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from hpcprof.analysis.nccl import collective_kind
-from hpcprof.analysis.ranges import range_reduce
+from hpcprof.analysis.ranges import covered, covered_within, intersection, merge_intervals, range_reduce
 from hpcprof.tools.nsys.analysis.activity import (  # noqa: F401  (Activity, load_activity, is_nccl: re-exported)
     Activity,
     call_op_codes,
@@ -25,17 +25,7 @@ from hpcprof.tools.nsys.analysis.activity import (  # noqa: F401  (Activity, loa
     per_distinct,
 )
 from hpcprof.tools.nsys.stats import nvtx
-from hpcprof.tools.nsys.stats.arrays import (
-    Columns,
-    covered,
-    covered_within,
-    group_starts,
-    intersection,
-    merge_intervals,
-    no_rows,
-    one_of,
-    rows_of,
-)
+from hpcprof.tools.nsys.stats.arrays import Columns, group_starts, no_rows, one_of, rows_of
 from hpcprof.tools.nsys.stats.db import NVTX, NVTX_PUSHPOP, Export, NsysInputError, pid_of, process_of
 from hpcprof.tools.nsys.stats.schema import OLD
 

@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from hpcprof.analysis.ranges import covered_within, merge_intervals
 from hpcprof.config.profile import STEP_RANGE
 from hpcprof.core.catalog import CAPTURE_WINDOW
 from hpcprof.core.errors import UserError
@@ -37,7 +38,7 @@ from hpcprof.run.record import profile_record
 from hpcprof.run.results import arrow_table
 from hpcprof.tools.nsys.analysis.distributed import Activity, instance_columns, instance_frame
 from hpcprof.tools.nsys.analysis.steps import rank_steps
-from hpcprof.tools.nsys.stats.arrays import Columns, covered_within, group_starts, merge_intervals
+from hpcprof.tools.nsys.stats.arrays import Columns, group_starts
 
 TIMED_RANGE = "timed"
 ITERATION_RANGE = re.compile(r"(?:iteration|step)\d*")

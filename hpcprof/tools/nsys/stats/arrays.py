@@ -1,5 +1,5 @@
-"""numpy helpers of the per-rank analyses: groups of sorted keys and
-unions of time intervals (sorted sweeps, O(n log n), never a pairwise join).
+"""numpy helpers of the per-rank analyses: groups of sorted keys (unions of time intervals:
+hpcprof.analysis.ranges).
 
 One rank's export holds a few hundred GPU operations, on which pandas' groupby and frame building
 cost ~0.1 ms a call, far more than the work; large exports hold millions, on which a Python loop
@@ -42,54 +42,6 @@ def group_starts(*keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         k = key[order]
         change[1:] |= k[1:] != k[:-1]
     return order, np.flatnonzero(change)
-
-
-def merge_intervals(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Union of intervals as sorted, disjoint (start, end) arrays."""
-    if len(start) == 0:
-        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
-    order = np.argsort(start, kind="stable")
-    s, e = np.asarray(start)[order], np.asarray(end)[order]
-    reach = np.maximum.accumulate(e)
-    new = np.concatenate(([True], s[1:] > reach[:-1]))
-    idx = np.flatnonzero(new)
-    seg_end = np.maximum.reduceat(e, idx)
-    return s[idx], seg_end
-
-
-def covered(start: np.ndarray, end: np.ndarray) -> int:
-    """Length of the union of intervals."""
-    s, e = merge_intervals(start, end)
-    return int((e - s).sum())
-
-
-def intersection(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> int:
-    """Length of the intersection of two unions of disjoint sorted intervals (a sweep)."""
-    if len(a[0]) == 0 or len(b[0]) == 0:
-        return 0
-    times = np.concatenate((a[0], a[1], b[0], b[1]))
-    da = np.concatenate((np.ones(len(a[0])), -np.ones(len(a[1])), np.zeros(len(b[0]) + len(b[1]))))
-    db = np.concatenate((np.zeros(len(a[0]) + len(a[1])), np.ones(len(b[0])), -np.ones(len(b[1]))))
-    order = np.argsort(times, kind="stable")
-    t = times[order]
-    both = (np.cumsum(da[order]) > 0) & (np.cumsum(db[order]) > 0)
-    return int((np.diff(t) * both[:-1]).sum())
-
-
-def covered_within(union: tuple[np.ndarray, np.ndarray], start: np.ndarray, end: np.ndarray) -> np.ndarray:
-    """For each interval [start, end): how much of it the disjoint sorted `union` covers."""
-    us, ue = union
-    if len(us) == 0:
-        return np.zeros(len(start), dtype=np.int64)
-    cum = np.concatenate(([0], np.cumsum(ue - us)))
-
-    def upto(t: np.ndarray) -> np.ndarray:            # covered length in (-inf, t)
-        i = np.searchsorted(us, t, side="right")       # segments starting before or at t
-        full = cum[np.maximum(i - 1, 0)]
-        last = np.where(i > 0, np.clip(t - us[np.maximum(i - 1, 0)], 0, (ue - us)[np.maximum(i - 1, 0)]), 0)
-        return np.where(i > 0, full + last, 0)
-
-    return upto(np.asarray(end)) - upto(np.asarray(start))
 
 
 def one_of(values: np.ndarray, choices: tuple[int, ...]) -> np.ndarray:

@@ -225,7 +225,8 @@ def all_(paths: tuple[Path, ...], ranks: str | None, include_last_step: bool, fm
 @click.option("--segments", is_flag=True, help="Show the chain of each iteration (compute, wait and collective "
               "segments per rank) instead of one row per iteration.")
 @click.option("--waits", is_flag=True, help="Show, per collective type, each rank's kernel time split into the "
-              "transfer (after the last rank arrived) and the wait for the last rank, and which rank came last.")
+              "transfer (after the last rank arrived) and the wait for the last rank, which rank came last, and the "
+              "transfer no other GPU work of the rank overlapped (exposed_ns).")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
               help="Write to this file (--format csv or json) instead of stdout.")
