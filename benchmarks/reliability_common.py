@@ -5,19 +5,21 @@ Its own module, so that the suite imports its case modules and they import nothi
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+from hpcprof_cli import hpcprof  # noqa: E402  (tests/ is no package)
+
 HANDLED, LOST, TRACEBACK, ACCEPTED, OTHER = "handled", "lost data", "traceback", "accepted in silence", "other"
 BLOCKED, LEFT = "blocked", "left behind"
 
 
 def cli(*args: str, cwd: Path, timeout: float = 300, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "hpcprof", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, **(env or {})})
+    """`python -m hpcprof ARGS` as its own process, run as the tests run it (tests/hpcprof_cli.py)."""
+    return hpcprof(*args, cwd=cwd, timeout=timeout, env=env)
 
 
 def one_line(result: subprocess.CompletedProcess[str]) -> str:

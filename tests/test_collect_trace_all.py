@@ -4,13 +4,12 @@ single commands and as collect (one code path)."""
 from __future__ import annotations
 
 import io
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
 from click.testing import CliRunner
+from hpcprof_cli import hpcprof
 
 from hpcprof.cli import main
 
@@ -35,11 +34,9 @@ def test_trace_all_bad_input(tmp_path: Path, fixtures_dir: Path) -> None:
     blocked = tmp_path / "file"
     blocked.write_text("")
     for args in (["--format", "table", "-o", str(tmp_path / "o")], ["--format", "csv", "-o", str(blocked / "o")]):
-        result = subprocess.run([sys.executable, "-m", "hpcprof", "trace", "all", str(traces), *args],
-                                capture_output=True, text=True, timeout=120)
+        result = hpcprof("trace", "all", str(traces), *args, timeout=120)
         assert result.returncode == 2 and "Traceback" not in result.stderr
         assert "-o" in result.stderr.strip().splitlines()[-1]
     (tmp_path / "bad.json").write_text("{not json")
-    result = subprocess.run([sys.executable, "-m", "hpcprof", "trace", "all", str(tmp_path / "bad.json")],
-                            capture_output=True, text=True, timeout=120)
+    result = hpcprof("trace", "all", str(tmp_path / "bad.json"), timeout=120)
     assert result.returncode == 2 and "Traceback" not in result.stderr

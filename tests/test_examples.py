@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hpcprof_cli import hpcprof
 
 from hpcprof.campaign.submit import plan
 from hpcprof.config.site import SiteConfig, available_sites, find_site
@@ -120,8 +121,6 @@ def test_quickstart_runs_as_written(tmp_path: Path) -> None:
     """The quickstart's hpcprof commands (its venv set-up aside) end with the answer: the sweep's
     two points compared and the HTML report written."""
     import os
-    import subprocess
-    import sys
 
     commands = quickstart_commands()
     assert [c[0] for c in commands] == ["submit", "collect", "compare", "report"]
@@ -129,8 +128,7 @@ def test_quickstart_runs_as_written(tmp_path: Path) -> None:
     outputs = []
     for argv in commands:
         argv = [str(REPO / a) if a.startswith("examples/") else a for a in argv]
-        done = subprocess.run([sys.executable, "-m", "hpcprof", *argv], cwd=tmp_path, env=env, capture_output=True,
-                              text=True, timeout=600, check=False)
+        done = hpcprof(*argv, cwd=tmp_path, env=env, timeout=600)
         assert done.returncode == 0, f"hpcprof {' '.join(argv)}: {done.stderr}"
         outputs.append(done.stdout)
     compare = outputs[2]
@@ -145,8 +143,6 @@ def test_quickstarts_torch_profiler_step_works_on_a_cpu_machine(tmp_path: Path) 
     now suggested for a GPU run only."""
     import os
     import shlex
-    import subprocess
-    import sys
 
     text = (REPO / "examples" / "quickstart.sh").read_text()
     hints = text[text.index("To go on"):].splitlines()
@@ -155,8 +151,7 @@ def test_quickstarts_torch_profiler_step_works_on_a_cpu_machine(tmp_path: Path) 
     env = {**os.environ, "PYTHONPATH": str(REPO), "HPCPROF_WORKDIR": str(tmp_path / "runs")}
     for command in step.split("&&"):
         argv = [str(REPO / a) if a.startswith("examples/") else a for a in shlex.split(command)[1:]]
-        done = subprocess.run([sys.executable, "-m", "hpcprof", *argv], cwd=tmp_path, env=env, capture_output=True,
-                              text=True, timeout=600, check=False)
+        done = hpcprof(*argv, cwd=tmp_path, env=env, timeout=600)
         assert done.returncode == 0, f"hpcprof {' '.join(argv)}: {done.stderr}"
     assert "COMPLETED" in done.stdout and "iteration.mean" in done.stdout      # the report of the traced run
     traces = sorted(p.name for p in (tmp_path / "runs").glob("*/*/profiles/torch/*"))

@@ -21,6 +21,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from fixture_files import STORED, materialize
+from hpcprof_cli import hpcprof as run_cli
 from test_report_html import chromium, drawn_figures, figure_count, findings, load_in_chromium
 
 REPO = Path(__file__).resolve().parents[1]
@@ -34,8 +35,7 @@ ITERATIONS = 50
 
 def hpcprof(*args: str, workdir: Path) -> subprocess.CompletedProcess[str]:
     """`hpcprof ARGS --workdir WORKDIR`, run as a user would (any exit status)."""
-    return subprocess.run([sys.executable, "-m", "hpcprof", *args, "--workdir", str(workdir)], cwd=REPO,
-                          capture_output=True, text=True, timeout=600, check=False)
+    return run_cli(*args, workdir=workdir, cwd=REPO, timeout=600)
 
 
 @pytest.fixture(scope="module")

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from hpcprof_cli import hpcprof
 
 from hpcprof.analysis import idle as I
 
@@ -105,8 +106,7 @@ def test_control_gets_no_cause_and_the_cli_says_so(tmp_path: Path) -> None:
     frame = I.attribute([timeline(trace)])
     assert I.named(frame).empty, frame
     assert frame["pct_of_step"].sum() < I.NAMED_PCT_OF_STEP * 2
-    out = subprocess.run([sys.executable, "-m", "hpcprof", "trace", "causes", str(trace), "--format", "csv",
-                          "--all-causes"], capture_output=True, text=True, env=os.environ | {"PYTHONPATH": str(REPO)})
+    out = hpcprof("trace", "causes", str(trace), "--format", "csv", "--all-causes", env={"PYTHONPATH": str(REPO)})
     assert out.returncode == 0, out.stderr
     assert [line.split(",")[4] for line in out.stdout.splitlines()[1:]] == list(I.CAUSES)
 
@@ -175,8 +175,7 @@ def test_planted_programs_under_nsys(cause: str, tmp_path: Path) -> None:
     assert at.rsplit(":", 2)[0].endswith("idle_planted.py") and expected in at, at
     (tmp_path / "samples").mkdir()
     (tmp_path / "samples" / "rank0.jsonl").write_bytes((folder / "samples" / "rank0.jsonl").read_bytes())
-    out = subprocess.run([sys.executable, "-m", "hpcprof", "nsys", "causes", str(export), "--format", "csv"],
-                         capture_output=True, text=True, env=os.environ | {"PYTHONPATH": str(REPO)})
+    out = hpcprof("nsys", "causes", str(export), "--format", "csv", env={"PYTHONPATH": str(REPO)})
     assert out.returncode == 0 and out.stdout.splitlines()[1].split(",")[4] == cause, out.stdout + out.stderr
     # collect's tables of the export (the run's samples found beside it): the same causes, the
     # headline's idle.<cause>, and the typical step's idle mostly under the cause

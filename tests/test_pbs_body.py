@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import yaml
+from hpcprof_cli import hpcprof
 
 from hpcprof.config.experiment import expand
 from hpcprof.config.site import load_site_file
@@ -58,10 +59,8 @@ def run_body(run: RunDir, tmp_path: Path) -> subprocess.CompletedProcess[str]:
 
 def hpcprof_status(run: RunDir, workdir: Path, path: str | None = None) -> dict[str, object]:
     """`hpcprof status RUN --format json` through the real CLI."""
-    env = dict(os.environ, PATH=path) if path else None
-    result = subprocess.run([sys.executable, "-m", "hpcprof", "status", str(run.path), "--workdir",
-                             str(workdir), "--format", "json"], capture_output=True, text=True,
-                            timeout=60, env=env)
+    result = hpcprof("status", str(run.path), "--format", "json", workdir=workdir, cwd=Path.cwd(),
+                     env={"PATH": path} if path else None, timeout=60)
     assert result.returncode == 0, result.stderr
     (row,) = json.loads(result.stdout)
     return row

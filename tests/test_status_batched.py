@@ -10,10 +10,10 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from hpcprof_cli import hpcprof as run_cli
 from pbs_server import openpbs  # noqa: F401 (fixture)
 from slurm_cluster import poll, slurm_cluster  # noqa: F401 (fixture)
 
@@ -42,8 +42,7 @@ def shimmed(base: dict[str, str], tmp_path: Path) -> tuple[dict[str, str], Path]
 
 
 def hpcprof(env: dict[str, str], cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run([sys.executable, "-m", "hpcprof", *args, "--workdir", str(cwd / "runs")], cwd=cwd,
-                          capture_output=True, text=True, timeout=300, env=env, check=False)
+    proc = run_cli(*args, workdir=cwd / "runs", cwd=cwd, env=env)
     assert proc.returncode == 0, f"hpcprof {' '.join(args)}: rc {proc.returncode}\n{proc.stderr}"
     return proc
 

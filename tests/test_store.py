@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import os
 import sqlite3
-import subprocess
-import sys
 import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import pytest
+from hpcprof_cli import hpcprof
 from postgres_server import fresh_postgres_db
 from sqlalchemy import text
 
@@ -123,8 +122,7 @@ def test_unusable_store_is_one_line_exit_2(make: str, tmp_path: Path) -> None:
     with pytest.raises(UserError):
         Store(url)
     (tmp_path / "w").mkdir()
-    result = subprocess.run([sys.executable, "-m", "hpcprof", "collect", "--workdir", str(tmp_path / "w"),
-                             "--db", url], capture_output=True, text=True, timeout=60)
+    result = hpcprof("collect", "--db", url, workdir=tmp_path / "w", cwd=Path.cwd(), timeout=60)
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
     assert "--db" in result.stderr

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import sqlite3
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from fixture_files import STORED, materialize
+from hpcprof_cli import hpcprof as run_cli
 
 REPO = Path(__file__).resolve().parents[1]
 SWEEP = "20261122-234202-18a6d5"
@@ -29,9 +29,7 @@ NEVER_RUN = "20261122-234359-f820d7"
 def hpcprof(*args: str, workdir: Path | None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """`hpcprof ARGS --workdir WORKDIR` (ARGS alone for a command of files: None), run as a user would (any
     exit status)."""
-    where = ["--workdir", str(workdir)] if workdir is not None else []
-    return subprocess.run([sys.executable, "-m", "hpcprof", *args, *where], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=600, check=False)
+    return run_cli(*args, workdir=workdir, cwd=REPO, env=env, timeout=600)
 
 
 def collected_campaign(dest: Path) -> tuple[Path, subprocess.CompletedProcess[str]]:
