@@ -87,6 +87,7 @@ def test_nsys_report_equals_nsys(fixtures_dir: Path) -> None:
     assert list(ours["Instances"]) == list(theirs["Instances"])
 
 
+@pytest.mark.slow
 def test_compare_plots_a_metric_named_with_or_without_its_unit(repo: Path, gpu_data: Path, tmp_path: Path) -> None:
     """`plot="iteration.mean"`, as the README, the notebook and the docstring write it, failed: the column is
     `iteration.mean [ms]`. Both names draw the same bars (two H200 seqpar runs, fp32 and bf16)."""

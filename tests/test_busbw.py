@@ -82,6 +82,7 @@ def test_ddp_all_reduce_by_hand() -> None:
             assert "carry no record_param_comms sizes" in unknown["note"].iloc[0]
 
 
+@pytest.mark.slow
 def test_across_ranks_names_the_slowest_and_fastest_rank() -> None:
     """The rows across ranks: counts summed, the rank of the lowest and highest median busbw, the skew."""
     table = _table("h200_ddp_gpt2_bf16")
@@ -190,6 +191,7 @@ def test_export_asks_for_payloads_only_where_nsys_has_the_option(tmp_path: Path)
 
 # -- collect and report ------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_collect_writes_torch_busbw_and_both_reports_show_it(repo: Path, gpu_data: Path, tmp_path: Path) -> None:
     """The GPT-2 DDP torch run of tests/fixtures/gpu/run3 rendered, collected and reported: torch_busbw
     with the rows across ranks, its short table in the terminal report and in the HTML report."""
@@ -332,6 +334,7 @@ def _csv(args: list[str]) -> pd.DataFrame:
     return pd.read_csv(StringIO(res.stdout), keep_default_na=False, na_values=[""])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fixture", ["h200_ddp_gpt2", "h200_ddp_gpt2_bf16", "h200_seqpar_bf16"])
 def test_trace_nccl_is_collects_table_and_its_columns_agree(fixture: str) -> None:
     """`hpcprof trace nccl` standalone gives collect's torch_busbw row for row (one implementation)."""

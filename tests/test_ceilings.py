@@ -80,6 +80,7 @@ def check_consistent(result: dict, world_size: int) -> None:
             assert "(torch.distributed, calls launched one by one)" in row["statistic"]
 
 
+@pytest.mark.slow
 def test_two_ranks_under_mpiexec(tmp_path: Path) -> None:
     args = [x for g in GEMMS for x in ("--gemm", g)] + [x for c in COLLECTIVES for x in ("--collective", c)]
     proc = bench([str(BIN / "mpiexec"), "-n", "2"], [*args, "--iters", "4", "--warmup", "1"], tmp_path)
@@ -148,6 +149,7 @@ def test_bad_flags_are_one_line_exit_2(tmp_path: Path, args: list[str], flag: st
     assert not (tmp_path / "ceilings.json").exists()
 
 
+@pytest.mark.slow
 def test_size_not_split_over_the_ranks_exits_2_on_every_rank(tmp_path: Path) -> None:
     proc = bench([str(BIN / "mpiexec"), "-n", "2"], ["--collective", "all_gather:6:float32"], tmp_path)
     assert proc.returncode == 2

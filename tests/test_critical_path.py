@@ -510,6 +510,7 @@ def reference_frame(gathered: trace_cp.CriticalPathEvents, rank: int) -> pd.Data
     return core.rank_events(rank, ops, its, pd.DataFrame(gathered.ranges, columns=["name", "start", "end"]))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("with_seq", [True, False])
 def test_kineto_events_table_equals_the_pandas_formulation(fixtures_dir: Path, tmp_path: Path, with_seq: bool) -> None:
     """CriticalPathEvents.frame (numpy columns) gives the table of the pandas formulation on every

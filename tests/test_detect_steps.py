@@ -78,6 +78,7 @@ def strip_nvtx(source: Path, dest: Path) -> Path:
     ("h200_ddp_gpt2_bf16/rank0.pt.trace.json.gz", "detected:optimizer", 5),
     ("h200_ddp_gpt2_bf16/rank1.pt.trace.json.gz", "detected:optimizer", 5),
 ], ids=["resnet-sgd-5-steps", "ddp-3-steps", "seqpar-rank0", "seqpar-rank1", "gpt2-bf16-rank0", "gpt2-bf16-rank1"])
+@pytest.mark.slow
 def test_kineto_steps_are_the_profiler_steps(fixtures_dir: Path, stripped: Callable[[Path, int], dict[str, pd.DataFrame]],
                                             trace: str, label: str, steps: int) -> None:
     """Every ProfilerStep of the original (the last one included) is found, each within 1 µs (the
@@ -105,6 +106,7 @@ NSYS = [("gpu/run1/nsys/seqpar_float32_p2_rank0.sqlite", "iteration", 120),
         ("gpu/h200_window_campaign/window-seqpar-nvtx/20261122-234301-2b23fc/profiles/nsys/rank0.sqlite", "iteration", 32)]
 
 
+@pytest.mark.slow
 def test_gpt2_steps_agree_with_the_trainers_own_times(fixtures_dir: Path,
                                                      stripped: Callable[[Path, int], dict[str, pd.DataFrame]]) -> None:
     """The GPT-2 trainer's steps found without marks last what the trainer itself timed (from its
@@ -180,6 +182,7 @@ def test_nsys_refuses_without_a_clear_period(fixtures_dir: Path, export: str, re
         assert str(find_steps(act.column("name")[kernel], BUILTIN)).startswith(reason)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("trace", ["h200_ddp_gpt2/rank0.pt.trace.json.gz", "trace_filter/sampled_rank-0.json.gz"])
 def test_kineto_refuses_one_or_two_steps(fixtures_dir: Path, tmp_path: Path, trace: str) -> None:
     """A GPT-2 trace of one step (its optimizer twice: the step before ends in it) and a trace of

@@ -130,6 +130,7 @@ def trace_steps(path: Path) -> list[float]:
     return gemm
 
 
+@pytest.mark.slow
 def test_kineto_float32_to_bfloat16_gemm(fixtures_dir: Path) -> None:
     """The fp32 trainer's traces keep one ProfilerStep: its change is shown, untested (a verdict
     needs 2 iterations a side); bf16's GEMMs take less time, by the JSON's own numbers."""

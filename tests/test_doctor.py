@@ -86,6 +86,7 @@ def test_doctor_reports_versions_of_a_working_site(tmp_path: Path) -> None:
     ({"command": "/nonexistent/mpiexec"}, "MISSING", "/nonexistent/mpiexec: not on PATH",
      "load its module in the site's setup: or set launcher.command to its full path"),
 ])
+@pytest.mark.slow
 def test_doctor_checks_the_launcher_and_its_flavour(tmp_path: Path, launcher: dict[str, str], status: str, found: str,
                                                     fix: str) -> None:
     """The launcher as the job finds it, and the flavour its real `--version` names (the mpich wheel's
@@ -100,6 +101,7 @@ def test_doctor_checks_the_launcher_and_its_flavour(tmp_path: Path, launcher: di
     assert code == (0 if status == "ok" else 1)
 
 
+@pytest.mark.slow
 def test_doctor_workdir_of_polaris_with_account(tmp_path: Path) -> None:
     _, rows = doctor("--site", "polaris", "--account", "PROJECT")
     assert rows["account"]["found"] == "PROJECT"
@@ -147,6 +149,7 @@ def test_submit_on_the_local_site_checks_the_profiler(tmp_path: Path) -> None:
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.slow
 def test_doctor_fails_a_cpu_only_torch_on_a_gpu_site(tmp_path: Path) -> None:
     """Polaris's nodes have 4 GPUs; a venv with torch's CPU build passed there ("none (CPU build)": ok).
     The local site has no GPUs: the same torch is fine there (test_doctor_reports_versions_of_a_working_site)."""

@@ -298,6 +298,7 @@ def test_the_start_up_hook_names_the_flight_recorder_for_an_older_torch(tmp_path
     assert out.stdout.split() == [repr(legacy), "False"]
 
 
+@pytest.mark.slow
 def test_the_start_up_hook_records_an_exception_and_a_fatal_signal(tmp_path: Path) -> None:
     inject = REPO / "hpcprof" / "inject"
     failed = subprocess.run([sys.executable, "-c", "def load():\n    raise KeyError('batch 7')\nload()"],

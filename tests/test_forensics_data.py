@@ -226,6 +226,7 @@ def test_a_long_line_without_newline_is_never_held_whole(tmp_path: Path) -> None
     assert peak < 8 << 20, peak
 
 
+@pytest.mark.slow
 def test_a_steps_file_that_grows_while_read_is_read_up_to_its_size_at_the_start(tmp_path: Path) -> None:
     path = tmp_path / "rank0.jsonl"
     lines = 200_000

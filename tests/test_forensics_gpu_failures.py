@@ -67,6 +67,7 @@ def make_run(cwd: Path, case: str) -> Path:
     return run
 
 
+@pytest.mark.slow
 def test_the_oom_is_one_sentence_in_status_and_report(tmp_path: Path) -> None:
     """`status` and `report` of a run whose rank 1 ran out of CUDA memory, with NCCL dumps whose
     ranks disagree only on a collective's state: the OOM's sentence, no traceback."""
@@ -79,6 +80,7 @@ def test_the_oom_is_one_sentence_in_status_and_report(tmp_path: Path) -> None:
     assert f"FAILED: {OOM_SENTENCE}" in re.sub(r"\s+", " ", report.stdout), report.stdout
 
 
+@pytest.mark.slow
 def test_a_state_difference_is_no_mismatch(tmp_path: Path) -> None:
     """PyTorch's fr_trace reports all_reduce #2 (completed on rank 0, started on rank 1) as a
     mismatch; every rank passed the same, so it is no finding of either reader."""

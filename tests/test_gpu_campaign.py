@@ -24,6 +24,9 @@ from fixture_files import STORED, materialize
 from hpcprof_cli import hpcprof as run_cli
 from test_report_html import chromium, drawn_figures, figure_count, findings, load_in_chromium
 
+#: the collected campaign this module reads takes seconds to make (docs/developer/testing.md: Tiers)
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[1]
 SWEEP = "20261122-234202-18a6d5"
 FP32 = (f"{SWEEP}-p000", f"{SWEEP}-p001")

@@ -228,6 +228,7 @@ payloads = st.lists(st.one_of(st.sampled_from(FRAGMENTS),
                     min_size=1, max_size=5).map("".join)
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None)
 @given(field=st.sampled_from(FIELDS), payload=payloads)
 def test_random_payloads(field: tuple[str, str, str, str], payload: str, tools: Path) -> None:

@@ -118,6 +118,7 @@ def test_a_store_on_a_full_disk_is_one_line_and_left_unchanged(tmp_path: Path) -
 RAISED, SHOWN = "\u00b5s \u2192 \u00d7 \u00e9 \u4e2d", "us -> x e \\u4e2d"
 
 
+@pytest.mark.slow
 def test_an_ascii_stream_gets_every_command_s_text_in_ascii(tmp_path: Path) -> None:
     """status, report and logs --hang under PYTHONIOENCODING=ascii: no UnicodeEncodeError, every byte
     ASCII, the program's message with its stand-ins (no `?`, no UTF-8 bytes, no escapes of µ and →),

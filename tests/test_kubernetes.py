@@ -78,6 +78,7 @@ def mpijob_validator() -> jsonschema.Draft7Validator:
     return jsonschema.Draft7Validator(schema)
 
 
+@pytest.mark.slow
 def test_rendered_mpijob_matches_the_crd_schema() -> None:
     files = render(eks_site(), experiment())
     doc = yaml.safe_load(files[MANIFEST])

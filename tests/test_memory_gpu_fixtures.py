@@ -20,6 +20,7 @@ SAID = ("rank 1 ran out of CUDA memory at `oom_plant.py:17 keep_activation` (ask
 MAX_MEMORY_ALLOCATED = 1_293_099_520
 
 
+@pytest.mark.slow
 def test_the_real_oom_is_one_sentence(tmp_path: Path) -> None:
     from hpcprof.analysis.forensics.verdict import analyse
     from hpcprof.run.rundir import RunDir

@@ -222,6 +222,7 @@ def test_phases_match_nsys_nvtx_gpu_proj_sum(gpu_data: Path) -> None:
     assert checked == 29
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", ["nccl", "overlap", "gaps", "phases"])
 def test_cross_rank_commands_one_file_at_a_time_equal_all_at_once(command: str, fixtures_dir: Path,
                                                                   tmp_path: Path) -> None:

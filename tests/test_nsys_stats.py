@@ -141,6 +141,7 @@ def extra_exports(fixtures_dir: Path, tmp_path_factory: pytest.TempPathFactory) 
     work = tmp_path_factory.mktemp("extra")
     return [derive_extra(seed, fixtures_dir, work) for seed in range(FIRST_SEED, FIRST_SEED + 10)]
 
+@pytest.mark.slow
 @pytest.mark.parametrize("report", sorted(REPORTS))
 def test_every_report_runs_on_every_fixture_with_sane_totals(fixtures_dir: Path, extra_exports: list[Path],
                                                             report: str) -> None:

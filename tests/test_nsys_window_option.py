@@ -15,6 +15,9 @@ from window_campaign import ECHO_RUNS, FP32, hpcprof, run_dir
 
 from hpcprof.tools.nsys import tables as nt
 
+#: the collected campaign this module reads takes seconds to make (docs/developer/testing.md: Tiers)
+pytestmark = pytest.mark.slow
+
 #: command -> (its collect table, its options that collect uses)
 COMMANDS = {"nccl": (nt.NCCL, []), "overlap": (nt.OVERLAP, []),
             "gaps": (nt.GAPS, ["--threshold-ms", "0.1"])}     # collect keeps gaps over 0.1 ms

@@ -78,6 +78,7 @@ def test_an_sqlite_journal_beside_any_database_is_never_an_output(tmp_path: Path
         conn.close()
 
 
+@pytest.mark.slow
 def test_bench_ceilings_names_sizes_it_cannot_allocate_and_a_missing_gpu(tmp_path: Path) -> None:
     if Path("/proc/sys/vm/overcommit_memory").read_text().strip() == "1":
         pytest.skip("the kernel grants any allocation (vm.overcommit_memory=1): a 4 TB matrix would be paged in")

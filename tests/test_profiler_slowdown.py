@@ -187,6 +187,7 @@ def test_the_hook_names_the_steps_its_torch_profiler_touched(tmp_path: Path) -> 
     assert ops and not any("Input Dims" in e.get("args", {}) for e in ops)      # record_shapes is opt-in
 
 
+@pytest.mark.slow
 def test_the_hook_ends_the_reference_run_after_its_window(tmp_path: Path) -> None:
     loop = ("import torch\nm = torch.nn.Linear(4, 4)\no = torch.optim.SGD(m.parameters(), lr=0.1)\n"
             "for _ in range(20):\n    m(torch.ones(2, 4)).sum().backward(); o.step(); o.zero_grad()\nprint('the end')\n")

@@ -208,6 +208,7 @@ def test_postgresql_without_its_driver_names_the_extra(tmp_path: Path) -> None:
     assert "u@localhost" not in line and not (tmp_path / "hpcprof-runs").exists()
 
 
+@pytest.mark.slow
 def test_render_o_never_overwrites_a_run_or_foreign_files(tmp_path: Path) -> None:
     exp = experiment(tmp_path / "e.yaml", ["true"])
     ok(hpcprof("submit", str(exp), "--wait", cwd=tmp_path))

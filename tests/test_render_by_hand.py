@@ -45,6 +45,7 @@ def test_a_rendered_local_job_runs_by_hand(tmp_path: Path) -> None:
         assert f"rank {rank} of run job on" in (out / "logs" / f"rank{rank}.log").read_text()
 
 
+@pytest.mark.slow
 def test_a_run_rendered_with_o_and_started_by_hand_is_collected(tmp_path: Path) -> None:
     """No submission record: the job's own status file says it ran (it was NOT_SUBMITTED, and collect
     skipped it as not collected)."""

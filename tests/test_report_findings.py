@@ -35,6 +35,9 @@ from window_campaign import (
 from hpcprof.core import catalog as c
 from hpcprof.tools.nsys import tables as nt
 
+#: the collected campaign this module reads takes seconds to make (docs/developer/testing.md: Tiers)
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def campaign(window_campaign: tuple[Path, subprocess.CompletedProcess[str]]) -> tuple[Path, str]:

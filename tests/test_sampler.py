@@ -45,6 +45,7 @@ def run(tmp_path: Path, sample_ms: str) -> Path:
     return tmp_path / "samples" / "rank0.jsonl"
 
 
+@pytest.mark.slow
 def test_samples_cover_the_window_and_name_the_line(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     samples = [json.loads(line) for line in run(tmp_path, "5").read_text().splitlines()]
@@ -60,6 +61,7 @@ def test_samples_cover_the_window_and_name_the_line(tmp_path: Path) -> None:
     assert all(s["at"].split(";")[1].startswith(f"{tmp_path / 'prog.py'}:12:<module>") for s in work)
 
 
+@pytest.mark.slow
 def test_sample_ms_0_turns_it_off(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     assert not run(tmp_path, "0").exists()
@@ -95,6 +97,7 @@ def test_a_sampled_frame_does_not_keep_the_program_s_objects_alive(tmp_path: Pat
     assert not alive
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("closure", "expected"), [(True, ""), (False, "optimizer")])
 def test_a_closure_run_by_the_optimizer_is_the_program_s_time(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, closure: bool, expected: str) -> None:

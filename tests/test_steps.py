@@ -71,6 +71,7 @@ def test_each_optimizer_step_is_recorded_and_the_result_is_unchanged(tmp_path: P
     assert df["in_window"].tolist() == [False, False, True, True, True, False, False]   # steps 3..5
 
 
+@pytest.mark.slow
 def test_what_a_step_is_with_several_optimizers(tmp_path: Path) -> None:
     """A GAN's two optimizers: one step per iteration. An optimizer stepping another (ZeRO-like): one.
     A second phase with a new optimizer: its steps count. A step that raised and was caught: the next
@@ -138,6 +139,7 @@ opt.step()
     assert "not recorded" in out.stdout and "is another process's of this rank" in out.stdout
 
 
+@pytest.mark.slow
 def test_the_hook_registers_when_torch_is_imported_late_and_says_nothing_without_torch(tmp_path: Path) -> None:
     late = run_python(tmp_path, "import json, sys\nassert 'torch' not in sys.modules\nimport torch.optim as o\n"
                       "o.SGD([__import__('torch').nn.Parameter(__import__('torch').ones(1))]).step()\n"
@@ -148,6 +150,7 @@ def test_the_hook_registers_when_torch_is_imported_late_and_says_nothing_without
     assert bare.stdout.strip() == "True" and bare.stderr == "" and not (tmp_path / "bare" / "steps").exists()
 
 
+@pytest.mark.slow
 def test_a_program_with_its_own_torch_profiler_keeps_it(tmp_path: Path) -> None:
     code = """
 import torch
@@ -195,6 +198,7 @@ def write_experiment(path: Path, argv: list[str], extra: str = "") -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_the_hook_opens_nsys_capture_range_and_keeps_the_program_running(tmp_path: Path) -> None:
     exp = write_experiment(tmp_path / "exp.yaml", ["python", "train.py"],
                            "profile:\n  tool: nsys\n  nsys:\n    capture_range: cudaProfilerApi\n")

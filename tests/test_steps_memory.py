@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from hpcprof.analysis.steps import steps_tables
 from hpcprof.core import catalog as c
 
@@ -61,6 +63,7 @@ def test_the_headline_metrics_in_gib(tmp_path: Path) -> None:
     assert all(c.declared(name) is not None for name in metrics)
 
 
+@pytest.mark.slow
 def test_steps_without_memory_have_no_memory_table(tmp_path: Path) -> None:
     """The real hook on this CPU machine: no capacity, no "mem", no steps_memory (and the times as before)."""
     code = ("import torch\nm = torch.nn.Linear(4, 4)\no = torch.optim.SGD(m.parameters(), lr=0.1)\n"
@@ -150,6 +153,7 @@ def test_profile_memory_is_rendered_and_its_snapshots_collected(tmp_path: Path) 
     assert len(problems) == 1 and "rank1.pickle: not read as a PyTorch memory snapshot" in problems[0]
 
 
+@pytest.mark.slow
 def test_the_hook_with_memory_history_on_a_cpu_program_records_none(tmp_path: Path) -> None:
     code = ("import torch\nm = torch.nn.Linear(4, 4)\no = torch.optim.SGD(m.parameters(), lr=0.1)\n"
             "for _ in range(6):\n    m(torch.ones(2, 4)).sum().backward()\n    o.step()\n")

@@ -11,10 +11,12 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from hpcprof_cli import hpcprof
 from reliability_util import experiment
 
 
+@pytest.mark.slow
 def test_sigint_on_submit_wait_cancels_the_run(tmp_path: Path) -> None:
     exp = experiment(tmp_path / "e.yaml", ["sleep", "120"])
     proc = subprocess.Popen([sys.executable, "-m", "hpcprof", "submit", str(exp), "--site", "local", "--wait"],

@@ -57,6 +57,7 @@ def _nsys_events(tmp_path: Path) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("source", [_kineto_events, _nsys_events])
 def test_the_timeline_is_a_chrome_trace_of_the_schedule(tmp_path: Path, source) -> None:  # type: ignore[no-untyped-def]
     import jsonschema  # here, not at collection: its format checkers build a grammar at import

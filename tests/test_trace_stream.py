@@ -44,6 +44,7 @@ def fixture_traces(fixtures_dir: Path) -> list[Path]:
     return sorted((fixtures_dir / "hta").glob("*/*.json.gz"))
 
 
+@pytest.mark.slow
 def test_fixtures_stream_to_the_same_events(fixtures_dir: Path) -> None:
     traces = fixture_traces(fixtures_dir)
     assert len(traces) >= 8
@@ -217,6 +218,7 @@ def same_trace(got: Any, expected: Any) -> None:
     assert (got.rank, got.origin, got.profiler_steps) == (expected.rank, expected.origin, expected.profiler_steps)
 
 
+@pytest.mark.slow
 def test_texts_are_the_events_cut_without_decoding(fixtures_dir: Path) -> None:
     """EventStream.texts() of the traces Kineto wrote (an event per line break): the array's text in
     batches, each `[` + whole events + `]`, although their kernel names hold `}, `; decoded one by
