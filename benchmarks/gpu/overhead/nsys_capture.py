@@ -12,35 +12,18 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 
 import torch
-from minigpt import GPT
+from torch_activities import MODEL, timed_step
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    for name, default in (("block_steps", 30), ("layers", 6), ("width", 384), ("batch", 16), ("block", 256),
-                          ("vocab", 50304)):
+    for name, default in (("block_steps", 30), *MODEL):
         parser.add_argument(f"--{name.replace('_', '-')}", type=int, default=default)
     parser.add_argument("--label", default="")
     args = parser.parse_args()
-    torch.manual_seed(0)
-    model = GPT(args.vocab, args.block, args.layers, args.width, args.width // 64).cuda()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4, fused=True)
-
-    def step() -> float:
-        start = time.perf_counter()
-        idx = torch.randint(args.vocab, (args.batch, args.block + 1), device="cuda")
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = model(idx[:, :-1], idx[:, 1:])
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        torch.cuda.synchronize()
-        return time.perf_counter() - start
-
+    step = timed_step(args)
     for _ in range(10):
         step()
     before = [step() for _ in range(args.block_steps)]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from collections.abc import Callable
 
 import torch
 from minigpt import GPT
@@ -21,12 +22,13 @@ MODES = {"none": None, "cpu+cuda": [ProfilerActivity.CPU, ProfilerActivity.CUDA]
          "cuda": [ProfilerActivity.CUDA], "cpu": [ProfilerActivity.CPU]}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    for name, default in (("rounds", 4), ("block_steps", 12), ("layers", 6), ("width", 384), ("batch", 16),
-                          ("block", 256), ("vocab", 50304)):
-        parser.add_argument(f"--{name.replace('_', '-')}", type=int, default=default)
-    args = parser.parse_args()
+#: the model and batch of minigpt.py's defaults, as command-line options of both probes
+MODEL = (("layers", 6), ("width", 384), ("batch", 16), ("block", 256), ("vocab", 50304))
+
+
+def timed_step(args: argparse.Namespace) -> Callable[[], float]:
+    """minigpt.py's GPT and training step (one head per 64 of width) as a function that runs one step,
+    waits for the GPU and returns its seconds."""
     torch.manual_seed(0)
     model = GPT(args.vocab, args.block, args.layers, args.width, args.width // 64).cuda()
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4, fused=True)
@@ -43,6 +45,15 @@ def main() -> None:
         torch.cuda.synchronize()
         return time.perf_counter() - start
 
+    return step
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    for name, default in (("rounds", 4), ("block_steps", 12), *MODEL):
+        parser.add_argument(f"--{name.replace('_', '-')}", type=int, default=default)
+    args = parser.parse_args()
+    step = timed_step(args)
     for _ in range(10):
         step()
     times: dict[str, list[float]] = {mode: [] for mode in MODES}
