@@ -26,7 +26,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from hpcprof.workloads.bootstrap import discover_layout, init_distributed, shutdown
+from hpcprof.workloads.bootstrap import Dist, discover_layout, init_distributed, shutdown
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -63,35 +63,40 @@ def wrapped(net: nn.Sequential, strategy: str, device: torch.device) -> nn.Modul
     return net
 
 
+def train(args: argparse.Namespace, ctx: Dist) -> None:
+    """The training loop; rank 0 prints the median step. Its model is freed when it returns."""
+    torch.manual_seed(1234)
+    net = wrapped(model(args.dim, args.layers), args.strategy, ctx.device)
+    opt = torch.optim.AdamW(net.parameters(), lr=1e-4)
+    per_rank = args.batch if args.global_batch is None else max(1, args.global_batch // ctx.world_size)
+    gen = torch.Generator(device="cpu").manual_seed(ctx.rank)
+    x = torch.randn(per_rank, args.dim, generator=gen).to(ctx.device)
+    y = torch.randn(per_rank, 1, generator=gen).to(ctx.device)
+    times = []
+    for _ in range(args.steps):
+        start = time.perf_counter()
+        if ctx.rank == args.late_rank and args.late_ms > 0:
+            time.sleep(args.late_ms / 1000)
+        loss = nn.functional.mse_loss(net(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if ctx.is_cuda:
+            torch.cuda.synchronize(ctx.device)
+        times.append(time.perf_counter() - start)
+    dist.barrier()
+    if ctx.rank == 0:
+        print(f"{args.strategy} world={ctx.world_size} batch/rank={per_rank} "
+              f"median step {1e3 * statistics.median(times[1:] or times):.2f} ms", flush=True)
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse(argv)
     ctx = init_distributed(discover_layout(), device_kind=args.device)
     try:
-        torch.manual_seed(1234)
-        net = wrapped(model(args.dim, args.layers), args.strategy, ctx.device)
-        opt = torch.optim.AdamW(net.parameters(), lr=1e-4)
-        per_rank = args.batch if args.global_batch is None else max(1, args.global_batch // ctx.world_size)
-        gen = torch.Generator(device="cpu").manual_seed(ctx.rank)
-        x = torch.randn(per_rank, args.dim, generator=gen).to(ctx.device)
-        y = torch.randn(per_rank, 1, generator=gen).to(ctx.device)
-        times = []
-        for _ in range(args.steps):
-            start = time.perf_counter()
-            if ctx.rank == args.late_rank and args.late_ms > 0:
-                time.sleep(args.late_ms / 1000)
-            loss = nn.functional.mse_loss(net(x), y)
-            loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            if ctx.is_cuda:
-                torch.cuda.synchronize(ctx.device)
-            times.append(time.perf_counter() - start)
-        dist.barrier()
-        if ctx.rank == 0:
-            print(f"{args.strategy} world={ctx.world_size} batch/rank={per_rank} "
-                  f"median step {1e3 * statistics.median(times[1:] or times):.2f} ms", flush=True)
+        train(args, ctx)
     finally:
-        shutdown(ctx)
+        shutdown(ctx)     # after the model is out of scope (its docstring says why)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import gc
 import os
 import platform
 import re
@@ -252,7 +253,12 @@ def _wait_for_forward(fd: int, limit_s: float) -> None:
 
 
 def shutdown(ctx: Dist) -> None:
-    """Barrier, then destroy the process group."""
+    """Free what no one references (a DDP module in a reference cycle), then barrier and destroy the
+    process group. Call it once the model is out of scope. A DDP module freed after the group is
+    destroyed holds the group's last reference, and its C++ destructor joins gloo's threads with the
+    GIL held while one of them may wait for the GIL: the rank hangs at exit
+    (benchmarks/results/gloo_exit_hang.txt)."""
+    gc.collect()
     if dist.is_initialized():
         if ctx.is_cuda:
             torch.cuda.synchronize(ctx.device)
