@@ -1,9 +1,13 @@
 """Differential tests of `hpcprof nsys stats` against the real `nsys stats` on generated exports.
 
 The exports come from tests/differential/nsys_exports.py (seeded, derived from the real fixtures).
-nsys 2022.4 (Debian non-free, installed by tests/services/nsys.sh when root) runs here on every
-export with ties (the seeds below TIE_SEEDS are compared with the 2025.3.1 gold only); nsys
-2025.3.1 exists only on the GPU machine, so its outputs for the same seeds were made there
+nsys 2022.4 (Debian non-free, installed by tests/services/nsys.sh when root) made the files of every
+export with ties (the seeds below TIE_SEEDS are compared with the 2025.3.1 gold only) once, kept in
+tests/fixtures/nsys/gold_generated_ties_2022.4.tar.xz and gold_generated_projection_2022.4.tar.xz
+(benchmarks/gpu/nsys_gold.sh with NSYS set); it runs again here on every LIVE_EVERY-th of those
+exports, and its files must equal the kept ones byte for byte, so the kept files stay what this
+nsys writes (each of its 1,040 runs costs 0.15 s of CPU, most of the suite's single largest setup,
+benchmarks/results/test_durations.txt). nsys 2025.3.1 exists only on the GPU machine, so its outputs for the same seeds were made there
 (benchmarks/gpu/nsys_gold.sh) and are kept in tests/fixtures/nsys/gold_generated_2025.3.1.tar.xz
 (seeds 0..519) and gold_generated_ties_2025.3.1.tar.xz (seeds 1000..1519, made with exact ties in
 every ORDER BY: see nsys_exports.TIE_SEEDS); the reports added later have their own tarballs per seed
@@ -60,6 +64,10 @@ GOLD_2025 = {"plain": [("gold_generated_2025.3.1.tar", FIRST_2025), ("gold_gener
              "projection": [("gold_generated_projection_2025.3.1.tar", FIRST_2025 + API_2025)]}
 #: worker processes are spawned, not forked: the test process has threads (a forked child can inherit a held lock)
 SPAWN = multiprocessing.get_context("spawn")
+#: nsys 2022.4's kept files per seed range (tests/fixtures/nsys/), unpacked from .tar.xz by fixture_files
+GOLD_2022 = {"ties": "gold_generated_ties_2022.4.tar", "projection": "gold_generated_projection_2022.4.tar"}
+#: nsys 2022.4 runs here on the exports whose seed is a multiple of this
+LIVE_EVERY = 8
 PER_KIND = int(os.environ.get("HPCPROF_DIFF_EXPORTS", "520"))
 SEEDS = [*range(PER_KIND), *range(TIE_SEEDS, TIE_SEEDS + PER_KIND), *range(PROJECTION_SEEDS, PROJECTION_SEEDS + PER_KIND)]
 
@@ -104,18 +112,21 @@ def _derive(args: tuple[int, Path, Path]) -> Path:
     return derive(*args)
 
 
-def _compare(args: tuple[Path, dict[str, str]]) -> dict[str, Outcome]:
-    """One export against nsys 2022.4's files beside it (if it ran) and the 2025.3.1 gold of the
-    reports made for its seed (`gold`: report -> CSV text, '' where nsys skipped), every report."""
-    db, gold = args
-    outcomes = {version: Outcome() for version in VERSIONS}
-    with_2022 = Path(f"{db.with_suffix('')}_{OLD_REPORTS[0]}.csv").exists()
-    reports = (OLD_REPORTS if with_2022 else []) + NEW_REPORTS
+def _compare(args: tuple[Path, dict[str, str], dict[str, str]]) -> dict[str, Outcome]:
+    """One export against nsys 2022.4: its files beside the export where it ran here, else its kept
+    files (`kept`: report -> CSV text, '' where nsys skipped; the kept files are also compared with
+    those it wrote here), and against the 2025.3.1 gold of the reports made for its seed (`gold`),
+    every report."""
+    db, gold, kept = args
+    outcomes = {version: Outcome() for version in (*VERSIONS, KEPT)}
+    live = Path(f"{db.with_suffix('')}_{OLD_REPORTS[0]}.csv").exists()
+    reports = (OLD_REPORTS if live or kept else []) + NEW_REPORTS
     mine = ours(db, reports)
-    if with_2022:
-        for report in OLD_REPORTS:
-            theirs = Path(f"{db.with_suffix('')}_{report}.csv").read_text()
-            outcomes["2022.4"].add(db.name, report, theirs, mine[report])
+    for report in OLD_REPORTS if live or kept else []:
+        theirs = Path(f"{db.with_suffix('')}_{report}.csv").read_text() if live else kept[report]
+        outcomes["2022.4"].add(db.name, report, theirs, mine[report])
+        if live and kept:
+            outcomes[KEPT].add(db.name, report, theirs, kept[report])
     for report in (r for r in NEW_REPORTS if r in gold):
         outcomes["2025.3.1"].add(db.name, report, gold[report], mine[report])
     return outcomes
@@ -130,6 +141,8 @@ def gold_texts(tarball: Path) -> dict[str, str]:
 
 
 VERSIONS = ("2022.4", "2025.3.1")
+#: the outcome of nsys 2022.4's kept files against the files it wrote here
+KEPT = "2022.4 kept"
 
 
 def _nsys_2022() -> Path | str:
@@ -154,8 +167,9 @@ def comparisons(fixtures_dir: Path, tmp_path_factory: pytest.TempPathFactory) ->
             if stored.exists():
                 gold_reports[kind] += reports
                 gold |= gold_texts(stored)
+    kept = {kind: gold_texts(fixtures_dir / "nsys" / name) for kind, name in GOLD_2022.items()}
     nsys = _nsys_2022()
-    totals = {version: Outcome() for version in VERSIONS}
+    totals = {version: Outcome() for version in (*VERSIONS, KEPT)}
     with ProcessPoolExecutor(max_workers=2, mp_context=SPAWN) as pool:
         exports = list(pool.map(_derive, [(seed, fixtures_dir, work) for seed in SEEDS], chunksize=16))
         if isinstance(nsys, Path):
@@ -163,36 +177,52 @@ def comparisons(fixtures_dir: Path, tmp_path_factory: pytest.TempPathFactory) ->
                 subprocess.run([str(nsys), "stats", "--report", ",".join(OLD_REPORTS), "--format", "csv",
                                 "--force-overwrite", "true", "--output", str(db.with_suffix("")), str(db)],
                                capture_output=True, timeout=300, check=False)
-            with ThreadPoolExecutor(max_workers=2) as threads:        # the exports with ties only (CI time)
-                list(threads.map(reference, [db for seed, db in zip(SEEDS, exports, strict=True) if seed >= TIE_SEEDS]))
-        jobs = [(db, {report: gold.get(f"{db.stem}_{report}.csv", "") for report in gold_reports[kind_of(seed)]})
+            with ThreadPoolExecutor(max_workers=2) as threads:
+                list(threads.map(reference, [db for seed, db in zip(SEEDS, exports, strict=True)
+                                             if seed >= TIE_SEEDS and seed % LIVE_EVERY == 0]))
+        jobs = [(db, {report: gold.get(f"{db.stem}_{report}.csv", "") for report in gold_reports[kind_of(seed)]},
+                 {report: kept[kind_of(seed)][f"{db.stem}_{report}.csv"] for report in OLD_REPORTS}
+                 if kind_of(seed) in kept else {})
                 for seed, db in zip(SEEDS, exports, strict=True)]
         for outcomes in pool.map(_compare, jobs, chunksize=8):
             for key, part in outcomes.items():
                 totals[key].compared += part.compared
                 totals[key].identical += part.identical
                 totals[key].differing += part.differing
-    return {version: totals[version] if version != "2022.4" or isinstance(nsys, Path) else nsys
-            for version in VERSIONS} | {
-        "exports": f"{2 * PER_KIND} generated exports with exact ties ({PER_KIND} with NVTX ranges enclosing launches)",
-        "exports 2025.3.1": f"{sum(bool(gold_reports[kind_of(s)]) for s in SEEDS)} generated exports"
-                            + "".join(f" ({kind}: gold of {len(set(r))} reports)" for kind, r in gold_reports.items())}
+    return {**totals, KEPT: totals[KEPT] if isinstance(nsys, Path) else nsys,
+            "exports": f"{2 * PER_KIND} generated exports with exact ties ({PER_KIND} with NVTX ranges enclosing launches; "
+                       f"nsys run here on every {LIVE_EVERY}th, its kept files for the others)",
+            "exports 2025.3.1": f"{sum(bool(gold_reports[kind_of(s)]) for s in SEEDS)} generated exports"
+                                + "".join(f" ({kind}: gold of {len(set(r))} reports)" for kind, r in gold_reports.items())}
 
 
 @pytest.mark.slow               # nsys 2022.4, a long differential sweep
-@pytest.mark.timeout(1800)     # the first one runs nsys on every export (module fixture)
+@pytest.mark.timeout(1800)     # the first one makes and compares every export (module fixture)
 @pytest.mark.parametrize("version", VERSIONS)
 def test_every_report_identical_to_nsys_on_generated_exports(comparisons: dict, version: str, record_counts) -> None:
     outcome = comparisons[version]
-    if isinstance(outcome, str):
-        pytest.skip(outcome)
-    source = "run here" if version == "2022.4" else "gold made on the GPU machine"
+    source = "run here and kept" if version == "2022.4" else "gold made on the GPU machine"
     reports = OLD_REPORTS if version == "2022.4" else NEW_REPORTS
     exports = comparisons["exports" if version == "2022.4" else "exports 2025.3.1"]
     record_counts(f"nsys {version} ({source}): {outcome.compared} reports compared over "
                   f"{exports}, {outcome.identical} identical")
     assert outcome.compared >= 500 * len(reports) or PER_KIND < 500
     assert not outcome.differing, (f"{len(outcome.differing)} reports differ; first:\n"
+                                   + "\n".join(outcome.differing[:5]))
+
+
+@pytest.mark.slow               # nsys 2022.4, a long differential sweep
+def test_nsys_2022_writes_its_kept_files(comparisons: dict, record_counts) -> None:
+    """The files nsys 2022.4 writes here are its kept files, byte for byte: the kept files compared
+    with ours above are still this nsys's output for these exports."""
+    outcome = comparisons[KEPT]
+    if isinstance(outcome, str):
+        pytest.skip(outcome)
+    record_counts(f"nsys 2022.4 run here on every {LIVE_EVERY}th export with ties: {outcome.compared} files "
+                  f"against its kept ones, {outcome.identical} identical")
+    assert outcome.compared >= 2 * PER_KIND // LIVE_EVERY * len(OLD_REPORTS)
+    assert not outcome.differing, (f"{len(outcome.differing)} files differ from the kept ones (remake them: "
+                                   "benchmarks/gpu/nsys_gold.sh with NSYS set); first:\n"
                                    + "\n".join(outcome.differing[:5]))
 
 

@@ -7,7 +7,10 @@ on several devices, CUDA profiling overheads, dropped tables), runs nsys 2022.4'
 each four times (nsys's defaults; rows=5 / gap=1 ms / threshold=80 % / chunks=97; a start/end
 window over the middle 40 % of the export's GPU span with rows=-1; nvtx=<one of its NVTX ranges>;
 tests/differential/nsys_rules_exports.option_sets) and compares
-each CSV file with ours byte for byte (an empty file where nsys skips or finds nothing).
+each CSV file with ours byte for byte (an empty file where nsys skips or finds nothing). nsys's
+files of all 520 exports are kept in tests/fixtures/nsys/rules_gold_2022.4.tar.xz
+(tests/differential/nsys_rules_2022.py); nsys runs again here on every LIVE_EVERY-th export, whose
+files must equal the kept ones byte for byte.
 nsys 2022.4 is installed by tests/services/nsys.sh (as root); elsewhere the tests needing it skip
 with the reason, except under CI=true. The nsys 2025.3.1 gold (tests/fixtures/nsys/
 rules_gold_2025.3.1.tar.xz, made on the GPU machine by benchmarks/gpu/nsys_rules_gold.sh over the
@@ -37,12 +40,15 @@ from hpcprof.tools.nsys.stats import rules
 
 sys.path.insert(0, str(Path(__file__).parent / "differential"))
 from nsys_exports import TIE_SEEDS  # noqa: E402
+from nsys_rules_2022 import run_nsys  # noqa: E402
 from nsys_rules_exports import SETS_2022, SETS_2025, derive_rules, option_sets, rule_spec  # noqa: E402
 
 EXPORTS = int(os.environ.get("HPCPROF_RULES_EXPORTS", "520"))
 GOLD_2025 = "rules_gold_2025.3.1.tar"     # tests/fixtures/nsys/, unpacked from .tar.xz by fixtures_dir
 GOLD_2025_OPTIONS = "rules_options_gold_2025.3.1.tar"  # the other options' gold (nsys_rules_gold_options.sh)
 GOLD_2025_EXPORTS = 520                   # seeds TIE_SEEDS .. TIE_SEEDS + 519
+KEPT_2022 = "rules_gold_2022.4.tar"       # nsys 2022.4's files of the EXPORTS exports (nsys_rules_2022.py)
+LIVE_EVERY = 8                            # nsys 2022.4 runs here on every LIVE_EVERY-th export
 REAL = ["h200_campaign/ddp_ws2_rank0", "h200_campaign/ddp_ws2_rank1", "h200_campaign/seqpar_bf16_p4_rank3",
         "h200_seqpar_bf16/rank1"]
 
@@ -51,15 +57,6 @@ def _options(args: dict[str, int | str]) -> rules.Options:
     """rules.Options of nsys's rule arguments."""
     names = {"gap": "gap_ms"}
     return rules.Options(**{names.get(key, key): value for key, value in args.items()})  # type: ignore[arg-type]
-
-
-def _run_nsys(nsys: Path, db: Path) -> None:
-    """Every rule with every option set; nsys writes <db>_<rule>[_<args>].csv (empty when skipped)."""
-    sets = option_sets(db)
-    specs = [rule_spec(rule, sets[name]) for name in SETS_2022 for rule in rules.RULES_2022]
-    subprocess.run([str(nsys), "analyze", "--format", "csv", "--force-overwrite", "true", "-o",
-                    str(db.with_suffix("")), "-r", ",".join(specs), str(db)],
-                   capture_output=True, timeout=300, check=True)
 
 
 def _ours(db: Path, rule: rules.Rule, opts: rules.Options) -> str:
@@ -84,21 +81,27 @@ def _ours_many(db: Path, jobs: list[tuple[rules.Rule, rules.Options]]) -> list[s
     return out
 
 
-def _compare(db: Path, outcome: Outcome) -> None:
+def _compare(db: Path, outcome: Outcome, theirs: dict[str, str] | None = None) -> None:
+    """Ours against nsys's files of `db` (`theirs`: by file name; the files beside it by default)."""
     sets = option_sets(db)
     jobs = [(spec, rule, _options(sets[name])) for name in SETS_2022 for rule in rules.RULES_2022.values()
             for spec in [rule_spec(rule.name, sets[name])]]
     mine = _ours_many(db, [(rule, opts) for _, rule, opts in jobs])
     for (spec, _, _), ours in zip(jobs, mine, strict=True):
-        theirs = Path(f"{db.with_suffix('')}_{spec.replace(':', '_')}.csv").read_text()
-        outcome.add(db.name, spec, theirs, ours)
+        name = f"{db.stem}_{spec.replace(':', '_')}.csv"
+        outcome.add(db.name, spec, theirs[name] if theirs is not None else (db.parent / name).read_text(), ours)
 
 
-def _compared(db: Path) -> Outcome:
-    """`_compare` of one export, in a worker process."""
-    outcome = Outcome()
-    _compare(db, outcome)
-    return outcome
+def _compared(args: tuple[Path, dict[str, str], bool]) -> tuple[Outcome, Outcome]:
+    """One export in a worker process: ours against nsys's files (those it wrote here where `live`,
+    else its kept ones, `kept`), and the kept files against those it wrote here."""
+    db, kept, live = args
+    outcome, kept_outcome = Outcome(), Outcome()
+    _compare(db, outcome, None if live else kept)
+    if live:
+        for name, text in kept.items():
+            kept_outcome.add(db.name, name, (db.parent / name).read_text(), text)
+    return outcome, kept_outcome
 
 
 def _merge(parts: Iterable[Outcome]) -> Outcome:
@@ -132,40 +135,56 @@ def nsys() -> Path:
 
 @pytest.fixture(scope="module")
 def rule_exports(fixtures_dir: Path, tmp_path_factory: pytest.TempPathFactory, pool: ProcessPoolExecutor) -> list[Path]:
-    """The generated exports (seeds TIE_SEEDS ..), as many as either comparison needs."""
+    """The generated exports, seeds TIE_SEEDS .. in order."""
     work = tmp_path_factory.mktemp("rules")
-    count = EXPORTS if _nsys_2022_found() else min(EXPORTS, GOLD_2025_EXPORTS)
-    seeds = range(TIE_SEEDS, TIE_SEEDS + count)
+    seeds = range(TIE_SEEDS, TIE_SEEDS + EXPORTS)
     return list(pool.map(_derive, [(seed, fixtures_dir, work) for seed in seeds], chunksize=8))
 
 
-def _nsys_2022_found() -> bool:
-    return not isinstance(_nsys_2022(), str)
-
-
 @pytest.fixture(scope="module")
-def rule_outcome(nsys: Path, rule_exports: list[Path], pool: ProcessPoolExecutor) -> tuple[Outcome, dict[str, int]]:
-    """Our CSV of every rule vs nsys 2022.4's on the generated exports; how many findings nsys made."""
-    exports = rule_exports
-    with ThreadPoolExecutor(max_workers=2) as threads:
-        list(threads.map(lambda db: _run_nsys(nsys, db), exports))
-    outcome = _merge(pool.map(_compared, exports, chunksize=8))
-    with_rows = {rule.name: sum(bool(Path(f"{db.with_suffix('')}_{rule.name}.csv").stat().st_size)
-                                for db in exports) for rule in rules.RULES_2022.values()}
-    return outcome, with_rows
+def rule_outcome(rule_exports: list[Path], fixtures_dir: Path,
+                 pool: ProcessPoolExecutor) -> tuple[Outcome, Outcome | str, dict[str, int]]:
+    """Our CSV of every rule vs nsys 2022.4's on the generated exports (written here on every
+    LIVE_EVERY-th, kept for the others); its kept files against those it wrote here (or why it did
+    not run); how many exports nsys found something in per rule (defaults)."""
+    nsys = _nsys_2022()
+    kept = _gold_per_export(fixtures_dir, KEPT_2022)
+    live = set(rule_exports[::LIVE_EVERY]) if isinstance(nsys, Path) else set()
+    if isinstance(nsys, Path):
+        with ThreadPoolExecutor(max_workers=2) as threads:
+            list(threads.map(lambda db: run_nsys(nsys, db), live))
+    parts = list(pool.map(_compared, [(db, kept[db.stem], db in live) for db in rule_exports], chunksize=8))
+    with_rows = {rule.name: sum(bool(kept[db.stem][f"{db.stem}_{rule.name}.csv"]) for db in rule_exports)
+                 for rule in rules.RULES_2022.values()}
+    return _merge(p for p, _ in parts), _merge(k for _, k in parts) if live else str(nsys), with_rows
 
 
-@pytest.mark.slow   # nsys 2022.4, a long differential sweep
-def test_rules_identical_to_nsys_2022_on_generated_exports(rule_outcome: tuple[Outcome, dict[str, int]],
+@pytest.mark.slow   # a long differential sweep
+def test_rules_identical_to_nsys_2022_on_generated_exports(rule_outcome: tuple[Outcome, Outcome | str, dict[str, int]],
                                                            record_counts) -> None:
-    outcome, with_rows = rule_outcome
-    record_counts(f"nsys analyze 2022.4 (run here), six rules x four option sets (defaults; rows=5, gap=1, "
+    outcome, _, with_rows = rule_outcome
+    record_counts(f"nsys analyze 2022.4 (run here and kept), six rules x four option sets (defaults; rows=5, gap=1, "
                   f"threshold=80, chunks=97; a start/end window with rows=-1; an NVTX range): {outcome.compared} CSV files "
                   f"compared over {EXPORTS} generated exports, {outcome.identical} identical; exports with "
                   f"findings per rule (defaults): " + ", ".join(f"{k} {v}" for k, v in with_rows.items()))
     assert outcome.compared == EXPORTS * len(rules.RULES_2022) * len(SETS_2022)
     assert EXPORTS < 100 or min(with_rows.values()) >= 10        # every rule finds something somewhere
     assert not outcome.differing, f"{len(outcome.differing)} differ; first:\n" + "\n".join(outcome.differing[:5])
+
+
+@pytest.mark.slow   # nsys 2022.4
+def test_nsys_2022_writes_its_kept_rule_files(rule_outcome: tuple[Outcome, Outcome | str, dict[str, int]],
+                                              record_counts) -> None:
+    """The files nsys 2022.4 writes here are its kept files byte for byte: the kept files compared
+    with ours above are still this nsys's output for these exports."""
+    kept = rule_outcome[1]
+    if isinstance(kept, str):
+        pytest.skip(kept)
+    record_counts(f"nsys analyze 2022.4 run here on every {LIVE_EVERY}th export: {kept.compared} files against "
+                  f"its kept ones, {kept.identical} identical")
+    assert kept.compared == len(range(0, EXPORTS, LIVE_EVERY)) * len(rules.RULES_2022) * len(SETS_2022)
+    assert not kept.differing, (f"{len(kept.differing)} differ from the kept ones (remake them: "
+                                "tests/differential/nsys_rules_2022.py); first:\n" + "\n".join(kept.differing[:5]))
 
 
 def _gold_per_export(fixtures_dir: Path, name: str) -> dict[str, dict[str, str]]:
@@ -313,7 +332,7 @@ def test_real_exports_identical_to_nsys_2022(nsys: Path, fixtures_dir: Path, tmp
     for name in REAL:
         db = tmp_path / (name.replace("/", "__") + ".sqlite")
         db.write_bytes((fixtures_dir / "nsys" / f"{name}.sqlite").read_bytes())
-        _run_nsys(nsys, db)
+        run_nsys(nsys, db)
         outcome = Outcome()
         _compare(db, outcome)
         assert not outcome.differing, "\n".join(outcome.differing[:3])

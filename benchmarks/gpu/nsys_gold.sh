@@ -8,9 +8,12 @@
 # Needs .gpu/libs carried (libdw/libelf, shared/tools/gpu-nsys-libs.sh).
 # Usage: nsys_gold.sh DIR OUT
 #        nsys_gold.sh --seeds FIRST COUNT OUT
-# Environment: NSYS_GOLD_REPORTS (space-separated report names, default the list below) and
+# Environment: NSYS_GOLD_REPORTS (space-separated report names, default the list below),
 # NSYS_GOLD_GENERATOR (a generator under tests/differential/ taking FIXTURES DEST FIRST COUNT, default
-# nsys_exports.py).
+# nsys_exports.py) and NSYS (the nsys to run, default the newest under /opt/nvidia/nsight-compute).
+# nsys 2022.4's gold is made on the CPU machine (tests/test_differential_nsys.py says which):
+#        NSYS=/usr/lib/x86_64-linux-gnu/nsight-systems/target-linux-x64/nsys NSYS_GOLD_REPORTS="..." \
+#          bash benchmarks/gpu/nsys_gold.sh --seeds 1000 520 $OUT
 # The exports with exact ties, to commit as tests/fixtures/nsys/gold_generated_ties_2025.3.1.tar.xz:
 #        bash benchmarks/gpu/nsys_gold.sh --seeds 1000 520 $OUT
 # The exports with NVTX ranges enclosing launches (nsys_exports.PROJECTION_SEEDS), committed as
@@ -30,7 +33,7 @@ REPORTS="$REPORTS cuda_api_gpu_sum cuda_kern_exec_sum cuda_kern_exec_trace cuda_
 nvtx_gpu_proj_trace nvtx_kern_sum"
 REPORTS=${NSYS_GOLD_REPORTS:-$REPORTS}
 export LD_LIBRARY_PATH=$PWD/.gpu/libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-NSYS=$(ls -d /opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys | tail -1)
+NSYS=${NSYS:-$(ls -d /opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys | tail -1)}
 work=$(mktemp -d); gold=$work/gold; mkdir -p "$gold"
 for f in "$SRC"/*.sqlite "$SRC"/*.sqlite.xz; do
   [ -e "$f" ] || continue
