@@ -2,13 +2,16 @@
 bytes compared (`DataFrame.to_csv(index=False)` on both sides).
 
 `python -m tests.differential.hta_diff N` prints compared/identical counts and the first
-differences. Used by tests/test_trace_differential.py.
+differences (HTA run on every set); `python -m tests.differential.hta_diff --keep N OUT.json.xz`
+writes HTA's texts of the sets of seeds 0..N-1 (tests/fixtures/hta/generated_hta_0.5.0.json.xz).
+Used by tests/test_trace_differential.py.
 """
 
 from __future__ import annotations
 
-import functools
+import json
 import logging
+import lzma
 import multiprocessing
 import os
 import sys
@@ -17,17 +20,22 @@ import warnings
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
 from .hta_reference import hta_trace_analysis
 from .kineto_gen import generate
 
+#: the analyses compared, in order
+NAMES = ("temporal", "idle", "idle_stats", "overlap", "launch", "queue", "kernel_types", "kernels")
+#: HTA 0.5.0's texts of the generated sets of seeds 0..KEPT_SETS-1, kept (tests/fixtures/hta/, unpacked
+#: by fixture_files); HTA runs again on every LIVE_EVERY-th set, whose texts must equal the kept ones
+KEPT, KEPT_SETS, LIVE_EVERY = "generated_hta_0.5.0.json", 200, 8
 
-def _csv_diff(ours: pd.DataFrame, theirs: pd.DataFrame) -> str | None:
-    """None when the two frames write the same CSV bytes (`to_csv(index=False)`, what `hpcprof
-    trace ... --format csv` writes), else the first differing line of each."""
-    a, b = ours.to_csv(index=False), theirs.to_csv(index=False)
+
+def _text_diff(a: str, b: str) -> str | None:
+    """None when hpcprof's CSV text `a` is HTA's `b`, else the first differing line of each."""
     if a == b:
         return None
     for i, (x, y) in enumerate(zip(a.splitlines(), b.splitlines(), strict=False)):
@@ -36,102 +44,155 @@ def _csv_diff(ours: pd.DataFrame, theirs: pd.DataFrame) -> str | None:
     return f"hpcprof {len(a.splitlines())} lines, HTA {len(b.splitlines())}"
 
 
-def analyses(directory: Path) -> dict[str, Callable[[], str | None]]:
-    """analysis name -> a check comparing HTA's CSV bytes with hpcprof's on the set in `directory`."""
-    from hpcprof.tools.torch.analysis import analyses as A
+def hta_texts(directory: Path, ranks: list[int]) -> dict[str, str | None]:
+    """HTA 0.5.0's CSV text (`to_csv(index=False)`) of each analysis of NAMES on the set in
+    `directory`, shaped as hpcprof writes it (None where HTA's own assertion failed: negative
+    durations). The idle breakdown and its interval stats come from one HTA call, as do the kernel
+    type and kernel breakdowns (the second result does not depend on the option that adds it)."""
+    hta = hta_trace_analysis(directory)
+
+    def idle() -> tuple[pd.DataFrame, pd.DataFrame]:
+        return hta.get_idle_time_breakdown(ranks=ranks, visualize=False, show_idle_interval_stats=True)
+
+    def idle_stats(frames: tuple[pd.DataFrame, pd.DataFrame]) -> str:
+        """HTA keeps idle_category in the index: hpcprof writes it as a column, after rank and stream."""
+        stats = frames[1].reset_index()
+        first = ["rank", "stream", "idle_category"]
+        return stats[first + [c for c in stats.columns if c not in first]].to_csv(index=False)
+
+    def launch() -> str:
+        """HTA gives one frame per rank: each rank's block, `rank N` and its CSV."""
+        per_rank = hta.get_cuda_kernel_launch_stats(ranks=ranks, visualize=False)
+        return "".join(f"rank {rank}\n{frame.to_csv(index=False)}" for rank, frame in per_rank.items())
+
+    def queue() -> str:
+        """HTA's (rank, stream) index and its column level ("queue_length") as hpcprof's columns;
+        '' where HTA finds no queue."""
+        summary = hta.get_queue_length_summary(ranks=ranks)
+        if summary is None:
+            return ""
+        summary.columns = summary.columns.droplevel(0)
+        return summary.reset_index().to_csv(index=False)
+
+    def kernel_types(frames: tuple[pd.DataFrame, pd.DataFrame]) -> str:
+        """HTA may list a type whose overlap lasts 0 µs (depending on its sort of equal times);
+        hpcprof leaves those out: the other rows."""
+        return frames[0][frames[0]["sum"] > 0].to_csv(index=False)
+
+    texts: dict[str, str | None] = {}
+    shared: dict[str, tuple[pd.DataFrame, pd.DataFrame] | None] = {}
+    makers: dict[str, Callable[[], str]] = {
+        "temporal": lambda: hta.get_temporal_breakdown(visualize=False).to_csv(index=False),
+        "idle": lambda: _of(shared, "idle", idle)[0].to_csv(index=False),
+        "idle_stats": lambda: idle_stats(_of(shared, "idle", idle)),
+        "overlap": lambda: hta.get_comm_comp_overlap(visualize=False).to_csv(index=False),
+        "launch": launch, "queue": queue,
+        "kernel_types": lambda: kernel_types(_of(shared, "kernels", lambda: hta.get_gpu_kernel_breakdown(visualize=False))),
+        "kernels": lambda: _of(shared, "kernels", lambda: hta.get_gpu_kernel_breakdown(visualize=False))[1].to_csv(index=False)}
+    for name in NAMES:
+        try:
+            texts[name] = makers[name]()
+        except AssertionError:
+            texts[name] = None
+    return texts
+
+
+def _of(shared: dict[str, Any], key: str, make: Callable[[], Any]) -> Any:
+    """`make()` once per key (an AssertionError raised again for each later use)."""
+    if key not in shared:
+        try:
+            shared[key] = make()
+        except AssertionError:
+            shared[key] = None
+    if shared[key] is None:
+        raise AssertionError(f"HTA's {key} failed")
+    return shared[key]
+
+
+def load(directory: Path) -> list[Any]:
+    """hpcprof's traces of the set in `directory`."""
     from hpcprof.tools.torch.analysis.load import load_traces
 
     traces, errors = load_traces([directory], workers=1)
     assert not errors, errors
-    hta = hta_trace_analysis(directory)
-    ranks = [t.rank for t in traces]
+    return traces
 
-    @functools.cache
-    def hta_idle() -> tuple[pd.DataFrame, pd.DataFrame]:
-        """HTA's idle breakdown and interval stats, from one call (the breakdown does not depend
-        on show_idle_interval_stats): its two analyses share it (CI time)."""
-        return hta.get_idle_time_breakdown(ranks=ranks, visualize=False, show_idle_interval_stats=True)
 
-    @functools.cache
-    def hta_kernels() -> tuple[pd.DataFrame, pd.DataFrame]:
-        """HTA's kernel-type and kernel breakdowns, from one call, shared likewise."""
-        return hta.get_gpu_kernel_breakdown(visualize=False)
+def our_texts(traces: list[Any], theirs: dict[str, str | None]) -> dict[str, str]:
+    """hpcprof's CSV text of each analysis HTA made (`theirs`), shaped as HTA's: the launch
+    statistics per rank block with HTA's columns, an empty queue as ''."""
+    from hpcprof.tools.torch.analysis import analyses as A
 
-    def temporal() -> str | None:
-        return _csv_diff(A.temporal_breakdown(traces).frame(), hta.get_temporal_breakdown(visualize=False))
-
-    def idle() -> str | None:
-        return _csv_diff(A.idle_time_breakdown(traces).frame(), hta_idle()[0])
-
-    def idle_stats() -> str | None:
-        """HTA keeps idle_category in the index, which to_csv(index=False) would drop: hpcprof
-        writes it as a column, so HTA's frame is compared with its index as that column."""
-        theirs = hta_idle()[1]
-        ours = A.idle_interval_stats(traces)
-        return _csv_diff(ours, theirs.reset_index()[list(ours.columns)])
-
-    def overlap() -> str | None:
-        return _csv_diff(A.comm_comp_overlap(traces).frame(), hta.get_comm_comp_overlap(visualize=False))
-
-    def launch() -> str | None:
-        """HTA gives one frame per rank; hpcprof one frame with a rank column and the outlier
-        flags: each rank's rows, HTA's columns, byte for byte."""
-        per_rank = hta.get_cuda_kernel_launch_stats(ranks=ranks, visualize=False)
+    def launch(hta_text: str) -> str:
         ours = A.kernel_launch_stats(traces).frame()
-        for rank, theirs in per_rank.items():
-            diff = _csv_diff(ours[ours["rank"] == rank][list(theirs.columns)], theirs)
-            if diff:
-                return f"rank {rank}: {diff}"
-        return None
+        blocks = []
+        for block in hta_text.split("rank ")[1:]:
+            rank, header = int(block.split("\n", 1)[0]), block.split("\n", 2)[1]
+            blocks.append(f"rank {rank}\n" + ours[ours["rank"] == rank][header.split(",")].to_csv(index=False))
+        return "".join(blocks)
 
-    def queue() -> str | None:
-        """HTA's summary has its (rank, stream) index and a column level ("queue_length") that
-        to_csv(index=False) would drop: compared with them as columns."""
-        theirs = hta.get_queue_length_summary(ranks=ranks)
+    def queue() -> str:
         ours = A.queue_length_summary(traces)
-        if theirs is None:
-            return None if ours.empty else f"HTA no queue, hpcprof {len(ours)} rows"
-        theirs.columns = theirs.columns.droplevel(0)
-        return _csv_diff(ours, theirs.reset_index())
+        return "" if ours.empty else ours.to_csv(index=False)
 
-    def kernel_types() -> str | None:
-        """HTA may list a type whose overlap lasts 0 µs (depending on its sort of equal times);
-        hpcprof leaves those out: the other rows, byte for byte."""
-        by_type = hta_kernels()[0]
-        return _csv_diff(A.kernel_type_breakdown(traces).frame(), by_type[by_type["sum"] > 0])
-
-    def kernels() -> str | None:
-        return _csv_diff(A.kernel_breakdown(traces).frame(), hta_kernels()[1])
-
-    return {"temporal": temporal, "idle": idle, "idle_stats": idle_stats, "overlap": overlap, "launch": launch,
-            "queue": queue, "kernel_types": kernel_types, "kernels": kernels}
+    makers: dict[str, Callable[[str], str]] = {
+        "temporal": lambda _: A.temporal_breakdown(traces).frame().to_csv(index=False),
+        "idle": lambda _: A.idle_time_breakdown(traces).frame().to_csv(index=False),
+        "idle_stats": lambda _: A.idle_interval_stats(traces).to_csv(index=False),
+        "overlap": lambda _: A.comm_comp_overlap(traces).frame().to_csv(index=False),
+        "launch": launch, "queue": lambda _: queue(),
+        "kernel_types": lambda _: A.kernel_type_breakdown(traces).frame().to_csv(index=False),
+        "kernels": lambda _: A.kernel_breakdown(traces).frame().to_csv(index=False)}
+    return {name: makers[name](text) for name, text in theirs.items() if text is not None}
 
 
-def _compare_seeds(seeds: list[int]) -> tuple[int, int, list[str]]:
-    """(compared, HTA failures, differences) over the trace sets of `seeds`, in this process."""
+def analyses(directory: Path) -> dict[str, str | None]:
+    """Each analysis's first difference between hpcprof and HTA 0.5.0 run now on the set in
+    `directory` (None: the same CSV bytes); an analysis HTA fails on is left out."""
+    traces = load(directory)
+    theirs = hta_texts(directory, [t.rank for t in traces])
+    return {name: _text_diff(text, theirs[name] or "") for name, text in our_texts(traces, theirs).items()}
+
+
+def _compare_seeds(args: tuple[list[int], dict[str, dict[str, str | None]]]) -> tuple[int, int, list[str], int, list[str]]:
+    """(compared, HTA failures, differences, kept texts checked, kept texts that differ) over the
+    trace sets of `seeds`, in this process: against HTA run now on every LIVE_EVERY-th set or where
+    none is kept (`kept`: by seed), else against its kept texts."""
+    seeds, kept = args
     logging.disable(logging.WARNING)
     warnings.simplefilter("ignore")
-    compared = failed = 0
+    compared = failed = checked = 0
     diffs: list[str] = []
+    stale: list[str] = []
     with tempfile.TemporaryDirectory(prefix="hta-diff-") as tmp:
         for seed in seeds:
-            for name, check in analyses(generate(seed, Path(tmp) / str(seed))).items():
-                try:
-                    diff = check()
-                except AssertionError:             # HTA's own assertions (negative durations)
-                    failed += 1
-                    continue
-                compared += 1
-                if diff:
-                    diffs.append(f"seed {seed} {name}: {diff}")
-    return compared, failed, diffs
+            directory = generate(seed, Path(tmp) / str(seed))
+            traces = load(directory)
+            theirs = kept.get(str(seed))
+            if theirs is None or seed % LIVE_EVERY == 0:
+                now = hta_texts(directory, [t.rank for t in traces])
+                if theirs is not None:
+                    checked += len(NAMES)
+                    stale += [f"seed {seed} {name}: HTA now {now[name]!r:.80} kept {theirs[name]!r:.80}"
+                              for name in NAMES if now[name] != theirs[name]]
+                theirs = now
+            ours = our_texts(traces, theirs)
+            failed += len(NAMES) - len(ours)
+            compared += len(ours)
+            diffs += [f"seed {seed} {name}: {diff}" for name, text in ours.items()
+                      if (diff := _text_diff(text, theirs[name] or ""))]
+    return compared, failed, diffs, checked, stale
 
 
-def compare(seeds: range, workers: int | None = None) -> tuple[int, int, int, list[str]]:
-    """(compared, identical, HTA failures, differences) over the trace sets of `seeds`, spread over
-    `workers` spawned processes (default: the cores; spawned, not forked, as the test process has threads)."""
+def compare(seeds: range, kept: dict[str, dict[str, str | None]] | None = None,
+            workers: int | None = None) -> tuple[int, int, int, list[str], int, list[str]]:
+    """(compared, identical, HTA failures, differences, kept texts checked, kept texts that differ)
+    over the trace sets of `seeds` (`kept`: HTA's kept texts by seed), spread over `workers` spawned
+    processes (default: the cores; spawned, not forked, as the test process has threads)."""
+    kept = kept or {}
     workers = min(workers or os.cpu_count() or 1, len(seeds)) or 1
-    chunks = [list(seeds[i::workers]) for i in range(workers)]
+    chunks = [(list(seeds[i::workers]), {str(s): kept[str(s)] for s in seeds[i::workers] if str(s) in kept})
+              for i in range(workers)]
     if workers == 1:
         results = [_compare_seeds(chunks[0])]
     else:
@@ -139,12 +200,29 @@ def compare(seeds: range, workers: int | None = None) -> tuple[int, int, int, li
             results = list(pool.map(_compare_seeds, chunks))
     compared = sum(r[0] for r in results)
     diffs = sorted((d for r in results for d in r[2]), key=lambda d: int(d.split()[1]))
-    return compared, compared - len(diffs), sum(r[1] for r in results), diffs
+    return (compared, compared - len(diffs), sum(r[1] for r in results), diffs,
+            sum(r[3] for r in results), [d for r in results for d in r[4]])
+
+
+def keep(count: int, out: Path) -> None:
+    """HTA 0.5.0's texts of the sets of seeds 0..count-1 as JSON, xz-compressed (KEPT's stored form)."""
+    logging.disable(logging.WARNING)
+    warnings.simplefilter("ignore")
+    texts = {}
+    with tempfile.TemporaryDirectory(prefix="hta-keep-") as tmp:
+        for seed in range(count):
+            directory = generate(seed, Path(tmp) / str(seed))
+            texts[str(seed)] = hta_texts(directory, [t.rank for t in load(directory)])
+    with lzma.open(out, "wt", encoding="utf-8") as fh:
+        json.dump(texts, fh, sort_keys=True)
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["--keep"]:
+        keep(int(sys.argv[2]), Path(sys.argv[3]))
+        return
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 200
-    compared, identical, failed, diffs = compare(range(n))
+    compared, identical, failed, diffs, _, _ = compare(range(n))
     print(f"HTA 0.5.0 differential: {n} trace sets, {compared} analyses compared, {identical} identical, "
           f"{failed} not compared (HTA assertion)")
     for d in diffs[:30]:
