@@ -37,6 +37,7 @@ declare -A SETS=(
   [nsys.event]="profile.tool=nsys profile.nsys.cuda_event_trace=true"
   [nsys.noevent]="profile.tool=nsys profile.nsys.cuda_event_trace=false"
   [nsys.sample]="profile.tool=nsys profile.nsys.sample=process-tree profile.nsys.cpuctxsw=process-tree"
+  [nsys.cpuctxsw]="profile.tool=nsys profile.nsys.cpuctxsw=process-tree"
   [nsys.osrt]="profile.tool=nsys profile.nsys.trace=[cuda,nvtx,osrt]"
   [nsys.cudaonly]="profile.tool=nsys profile.nsys.trace=[cuda]"
   [nsys.nonccl]="profile.tool=nsys profile.nsys.extra_args=[--nvtx-domain-exclude=NCCL]"
