@@ -9,6 +9,7 @@ Used by tests/test_trace_differential.py.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import lzma
@@ -51,12 +52,17 @@ def hta_texts(directory: Path, ranks: list[int]) -> dict[str, str | None]:
     type and kernel breakdowns (the second result does not depend on the option that adds it)."""
     hta = hta_trace_analysis(directory)
 
+    @functools.cache
     def idle() -> tuple[pd.DataFrame, pd.DataFrame]:
         return hta.get_idle_time_breakdown(ranks=ranks, visualize=False, show_idle_interval_stats=True)
 
-    def idle_stats(frames: tuple[pd.DataFrame, pd.DataFrame]) -> str:
+    @functools.cache
+    def kernels() -> tuple[pd.DataFrame, pd.DataFrame]:
+        return hta.get_gpu_kernel_breakdown(visualize=False)
+
+    def idle_stats() -> str:
         """HTA keeps idle_category in the index: hpcprof writes it as a column, after rank and stream."""
-        stats = frames[1].reset_index()
+        stats = idle()[1].reset_index()
         first = ["rank", "stream", "idle_category"]
         return stats[first + [c for c in stats.columns if c not in first]].to_csv(index=False)
 
@@ -74,39 +80,25 @@ def hta_texts(directory: Path, ranks: list[int]) -> dict[str, str | None]:
         summary.columns = summary.columns.droplevel(0)
         return summary.reset_index().to_csv(index=False)
 
-    def kernel_types(frames: tuple[pd.DataFrame, pd.DataFrame]) -> str:
+    def kernel_types() -> str:
         """HTA may list a type whose overlap lasts 0 µs (depending on its sort of equal times);
         hpcprof leaves those out: the other rows."""
-        return frames[0][frames[0]["sum"] > 0].to_csv(index=False)
+        by_type = kernels()[0]
+        return by_type[by_type["sum"] > 0].to_csv(index=False)
 
-    texts: dict[str, str | None] = {}
-    shared: dict[str, tuple[pd.DataFrame, pd.DataFrame] | None] = {}
     makers: dict[str, Callable[[], str]] = {
         "temporal": lambda: hta.get_temporal_breakdown(visualize=False).to_csv(index=False),
-        "idle": lambda: _of(shared, "idle", idle)[0].to_csv(index=False),
-        "idle_stats": lambda: idle_stats(_of(shared, "idle", idle)),
+        "idle": lambda: idle()[0].to_csv(index=False), "idle_stats": idle_stats,
         "overlap": lambda: hta.get_comm_comp_overlap(visualize=False).to_csv(index=False),
-        "launch": launch, "queue": queue,
-        "kernel_types": lambda: kernel_types(_of(shared, "kernels", lambda: hta.get_gpu_kernel_breakdown(visualize=False))),
-        "kernels": lambda: _of(shared, "kernels", lambda: hta.get_gpu_kernel_breakdown(visualize=False))[1].to_csv(index=False)}
+        "launch": launch, "queue": queue, "kernel_types": kernel_types,
+        "kernels": lambda: kernels()[1].to_csv(index=False)}
+    texts: dict[str, str | None] = {}
     for name in NAMES:
         try:
             texts[name] = makers[name]()
         except AssertionError:
             texts[name] = None
     return texts
-
-
-def _of(shared: dict[str, Any], key: str, make: Callable[[], Any]) -> Any:
-    """`make()` once per key (an AssertionError raised again for each later use)."""
-    if key not in shared:
-        try:
-            shared[key] = make()
-        except AssertionError:
-            shared[key] = None
-    if shared[key] is None:
-        raise AssertionError(f"HTA's {key} failed")
-    return shared[key]
 
 
 def load(directory: Path) -> list[Any]:
@@ -154,7 +146,8 @@ def analyses(directory: Path) -> dict[str, str | None]:
     return {name: _text_diff(text, theirs[name] or "") for name, text in our_texts(traces, theirs).items()}
 
 
-def _compare_seeds(args: tuple[list[int], dict[str, dict[str, str | None]]]) -> tuple[int, int, list[str], int, list[str]]:
+def _compare_seeds(args: tuple[list[int], dict[str, dict[str, str | None]]]
+                   ) -> tuple[int, int, list[str], int, list[str]]:
     """(compared, HTA failures, differences, kept texts checked, kept texts that differ) over the
     trace sets of `seeds`, in this process: against HTA run now on every LIVE_EVERY-th set or where
     none is kept (`kept`: by seed), else against its kept texts."""
