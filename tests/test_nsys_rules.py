@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from test_differential_nsys import NSYS_2022, SPAWN, Outcome, _nsys_2022, gold_texts
+from test_differential_nsys import LIVE_EVERY, NSYS_2022, SPAWN, Outcome, _nsys_2022, gold_texts
 
 from hpcprof.cli import main
 from hpcprof.tools.nsys.stats import rules
@@ -48,7 +48,6 @@ GOLD_2025 = "rules_gold_2025.3.1.tar"     # tests/fixtures/nsys/, unpacked from 
 GOLD_2025_OPTIONS = "rules_options_gold_2025.3.1.tar"  # the other options' gold (nsys_rules_gold_options.sh)
 GOLD_2025_EXPORTS = 520                   # seeds TIE_SEEDS .. TIE_SEEDS + 519
 KEPT_2022 = "rules_gold_2022.4.tar"       # nsys 2022.4's files of the EXPORTS exports (nsys_rules_2022.py)
-LIVE_EVERY = 8                            # nsys 2022.4 runs here on every LIVE_EVERY-th export
 REAL = ["h200_campaign/ddp_ws2_rank0", "h200_campaign/ddp_ws2_rank1", "h200_campaign/seqpar_bf16_p4_rank3",
         "h200_seqpar_bf16/rank1"]
 
