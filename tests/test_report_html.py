@@ -46,15 +46,12 @@ def chromium() -> str:
 
 
 def load_in_chromium(html: Path, screenshot: Path) -> tuple[str, list[str]]:
-    """(DOM after the scripts ran, console messages), and a 1400-wide screenshot of the page."""
-    exe = chromium()
+    """(DOM after the scripts ran, console messages), and a 1400-wide screenshot of the page: one
+    Chromium does both."""
     with tempfile.TemporaryDirectory(prefix="hpcprof-chromium-") as profile:
-        dump = subprocess.run([exe, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--dump-dom", html.as_uri()],
+        dump = subprocess.run([chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--window-size=1400,2400",
+                               f"--screenshot={screenshot}", "--dump-dom", html.as_uri()],
                               capture_output=True, text=True, timeout=120, check=False)
-    with tempfile.TemporaryDirectory(prefix="hpcprof-chromium-") as profile:
-        subprocess.run([exe, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--window-size=1400,2400",
-                        f"--screenshot={screenshot}", html.as_uri()], capture_output=True, text=True, timeout=120,
-                       check=False)
     console = [line for line in dump.stderr.splitlines() if ":CONSOLE" in line]
     return dump.stdout, console
 
