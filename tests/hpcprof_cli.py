@@ -3,8 +3,12 @@
 By default that process is forked from a server, one per test process, that has imported the heavy
 third-party libraries the commands use (PRELOAD: pandas, SQLAlchemy, pyarrow, ...), so that each call
 does not import them again: about 1 s of CPU a call on the 2-core CI machine, where the suite is
-CPU-bound. Everything else starts afresh in the forked process as `python -m hpcprof` starts it:
-hpcprof's own modules, the environment, the working directory, sys.argv and sys.path[0], stdin from
+CPU-bound. The server also imports hpcprof's own modules but the workloads' (which import torch)
+and the ranks' start-up hook: a forked call whose sys.path finds another hpcprof first (a PYTHONPATH
+folder or its working directory holding one) drops them and imports that one afresh. Their modules
+hold no state from the environment at import, and a call's own state (the plug-ins' entry points,
+caches) is made in the call. Everything else starts afresh in the forked process as `python -m
+hpcprof` starts it: the environment, the working directory, sys.argv and sys.path[0], stdin from
 /dev/null, stdout and stderr captured; it ends in the interpreter's own exit (an uncaught exception's
 traceback, atexit handlers, non-daemon threads). A new interpreter is started instead where that
 difference could matter: `fresh=True`, an environment that changes how an interpreter starts
@@ -46,6 +50,19 @@ for name in sys.argv[2].split(","):
         __import__(name)
     except Exception:
         pass
+own = None                                      # the folder holding the hpcprof preloaded here
+try:
+    import importlib, pkgutil
+    import hpcprof
+    own = os.path.dirname(os.path.dirname(os.path.realpath(hpcprof.__file__)))
+    for info in pkgutil.walk_packages(hpcprof.__path__, "hpcprof.", onerror=lambda name: None):
+        if not info.name.startswith(("hpcprof.workloads.", "hpcprof.inject.", "hpcprof.__main__")):
+            try:
+                importlib.import_module(info.name)
+            except Exception:
+                pass
+except Exception:
+    pass
 path = sys.argv[1]
 own_path = [os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
 listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -107,6 +124,11 @@ if child is not None:
     sys.path[0] = os.getcwd()
     if request["pythonpath"] is not None:
         sys.path[1:] = [*request["pythonpath"], *(p for p in sys.path[1:] if p not in own_path)]
+    found = next((os.path.realpath(p) for p in sys.path if os.path.isfile(os.path.join(p, "hpcprof", "__init__.py"))),
+                 None)
+    if found != own:                            # this call imports another hpcprof: all of it afresh
+        for name in [m for m in sys.modules if m == "hpcprof" or m.startswith("hpcprof.")]:
+            del sys.modules[name]
     sys.argv = ["-m", *request["args"]]
     import runpy
     runpy.run_module("hpcprof", run_name="__main__", alter_sys=True)
