@@ -1,5 +1,6 @@
 """compare / report / logs on a real local CPU sweep (mpiexec from the mpich wheel, 2 ranks,
-float32 vs bfloat16, 2 repetitions) and a failed run; bad input exits 2 and writes nothing."""
+float32 vs bfloat16, 2 repetitions) and a failed run, the sweep's HTML page checked in headless
+Chromium (test_report_html); bad input exits 2 and writes nothing."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from hpcprof_cli import hpcprof
+from test_report_html import MAX_FIGURES, check_html, figure_count, findings
 
 pytestmark = pytest.mark.slow
 
@@ -50,6 +52,18 @@ def campaign(tmp_path_factory: pytest.TempPathFactory) -> dict:
 def test_repeat_makes_runs_per_point(campaign: dict) -> None:
     params = [json.loads((r / "config.json").read_text())["sweep_point"]["params"] for r in campaign["runs"]]
     assert params == [{"workload.args.precision": p, "repeat": r} for p in ("float32", "bfloat16") for r in (0, 1)]
+
+
+def test_html_report_of_the_sweep(campaign: dict, tmp_path: Path) -> None:
+    """4 runs (2 points x 2 repetitions): breakdown, repetitions, stragglers, jitter, a figure per
+    point's first run; every figure drawn in Chromium."""
+    html = tmp_path / "report.html"
+    hpcprof("report", campaign["sweep"], "--html", str(html), cwd=campaign["cwd"], check=True)
+    assert 6 <= figure_count(html) <= MAX_FIGURES
+    said = "\n".join(findings(html))
+    assert "precision=bfloat16 against precision=float32 (baseline)" in said and "2 repetitions" in said
+    assert "no peak known for device 'cpu'" in said   # no GPU: no % of peak, and it says so
+    check_html(html, tmp_path / "cpu_sweep.png", at_least=6)
 
 
 def test_compare_folds_repetitions_into_mean_and_sd(campaign: dict) -> None:

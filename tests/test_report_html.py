@@ -1,8 +1,9 @@
 """`hpcprof report --html` checked in a real headless Chromium: no console errors, every figure
-drawn, a PNG screenshot written. Two campaigns: a real local CPU sweep, and the GPT-2 DDP GPU
-runs of tests/fixtures/gpu/run3 (nsys at world size 1 and 2, torch.profiler at 2) laid out as
-run directories rendered by `hpcprof render` and collected by the real `collect` (Echo's slowdown
-included)."""
+drawn, a PNG screenshot written. The GPU runs of tests/fixtures/gpu laid out as run directories
+rendered by `hpcprof render` and collected by the real `collect`: GPT-2 DDP (run3: nsys at world
+size 1 and 2, torch.profiler at 2, Echo's slowdown included), and H200 seqpar runs under nsys and
+ncu and as a sweep. The real local CPU sweep's page is checked by test_report.py on its campaign.
+"""
 
 from __future__ import annotations
 
@@ -26,15 +27,6 @@ from hpcprof.run.results import read_table
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync",
                   "--enable-logging=stderr", "--v=0", "--virtual-time-budget=15000"]
-SEQPAR = """name: seqpar-html
-workload:
-  kind: seqpar
-  args: {sequence_length: 128, hidden_dim: 64, iterations: 4, warmup_iterations: 1}
-resources: {nodes: 1, ranks_per_node: 2, walltime: "00:05:00"}
-repeat: 2
-sweep:
-  workload.args.precision: [float32, bfloat16]
-"""
 MAX_FIGURES = 24
 
 
@@ -88,21 +80,6 @@ def check_html(html: Path, screenshot: Path, at_least: int) -> None:
     assert "cdn" not in html.read_text()[:2000].lower() and "<script src" not in html.read_text()
     if os.environ.get("HPCPROF_SCREENSHOTS"):
         shutil.copy(screenshot, Path(os.environ["HPCPROF_SCREENSHOTS"]) / screenshot.name)
-
-
-@pytest.mark.slow   # Chromium
-def test_html_report_of_a_local_cpu_sweep(tmp_path: Path) -> None:
-    (tmp_path / "exp.yaml").write_text(SEQPAR)
-    hpcprof("submit", "exp.yaml", "--site", "local", "--wait", cwd=tmp_path, check=True)
-    hpcprof("collect", cwd=tmp_path, check=True)
-    html = tmp_path / "report.html"
-    hpcprof("report", "--html", str(html), cwd=tmp_path, check=True)
-    # 4 runs (2 points x 2 repetitions): breakdown, repetitions, stragglers, jitter, a figure per point's first run
-    assert 6 <= figure_count(html) <= MAX_FIGURES
-    said = "\n".join(findings(html))
-    assert "precision=bfloat16 against precision=float32 (baseline)" in said and "2 repetitions" in said
-    assert "no peak known for device 'cpu'" in said   # no GPU: no % of peak, and it says so
-    check_html(html, tmp_path / "cpu_sweep.png", at_least=6)
 
 
 def gpu_run(workdir: Path, rendered: Path, run_id: str, tool: str, profiles: dict[str, Path], result: Path) -> Path:
