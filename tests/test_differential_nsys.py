@@ -7,13 +7,13 @@ tests/fixtures/nsys/gold_generated_ties_2022.4.tar.xz and gold_generated_project
 (benchmarks/gpu/nsys_gold.sh with NSYS set); it runs again here on every LIVE_EVERY-th of those
 exports, and its files must equal the kept ones byte for byte, so the kept files stay what this
 nsys writes (each of its 1,040 runs costs 0.15 s of CPU, most of the suite's single largest setup,
-benchmarks/results/test_durations.txt). nsys 2025.3.1 exists only on the GPU machine, so its
-outputs for the same seeds were made there (benchmarks/gpu/nsys_gold.sh) and are kept in
+benchmarks/results/test_durations.txt). nsys 2025.3.1 exists only on the GPU machine, so its outputs
+for the same seeds were made there (benchmarks/gpu/nsys_gold.sh) and are kept in
 tests/fixtures/nsys/gold_generated_2025.3.1.tar.xz (seeds 0..519) and
 gold_generated_ties_2025.3.1.tar.xz (seeds 1000..1519, made with exact ties in every ORDER BY: see
-nsys_exports.TIE_SEEDS); the reports added later have their own tarballs per seed
-range (GOLD_2025), and seeds 2000..2519 add NVTX ranges enclosing GPU launches
-(nsys_exports.PROJECTION_SEEDS) for the NVTX projection reports.
+nsys_exports.TIE_SEEDS); the reports added later have their own tarballs per seed range (GOLD_2025),
+and seeds 2000..2519 add NVTX ranges enclosing GPU launches (nsys_exports.PROJECTION_SEEDS) for the
+NVTX projection reports.
 Every report both tools know is compared byte for byte; a report nsys skips (no such data) or
 fails on is an empty file on its side and MissingData (nothing written) on ours.
 """
