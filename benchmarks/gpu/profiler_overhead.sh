@@ -10,8 +10,13 @@
 # Every set is first checked with `submit --dry-run` (a set that fails it is left out, its error
 # logged). It stops starting runs after BUDGET_S seconds of runs (a run is cut at RUN_S seconds),
 # so a call fits the device's 10 minutes; what ran is summarized either way.
+# VERDICT_SETS (e.g. "nsys torch"): after the rounds, one run per workload and set as a user runs it,
+# with the profiler's own unprofiled baseline (profile.reference left at its default: on under nsys;
+# torch.profiler's steps outside its window), collected and reported: overhead/verdicts.py's table of
+# the step and the limiter as measured and re-based on the unprofiled step (OUT/verdicts.txt).
 #   bash benchmarks/gpu/profiler_overhead.sh [OUT] [REPS]          (OUT default $OUT; REPS default 3)
 #   WORKLOADS="minigpt hf" OPTION_SETS="nsys.osrt torch.shapes" bash ...  (the costly options, one at a time)
+#   VERDICT_SETS="nsys torch" bash ... OUT 0                       (the verdicts alone, no rounds)
 # Needs what env.sh needs (.gpu/whl, .gpu/libs carried). SITE_MPI / SITE_TORCHRUN / SET_ARGS (extra
 # --set overrides, ';'-separated per workload as WORKLOAD:KEY=VALUE) let it run on a CPU site.
 set -u
@@ -54,9 +59,11 @@ SPENT=0
 # the workloads ask for 2 ranks; a machine lent with one GPU runs them on one
 NGPU=${NGPU:-$(nvidia-smi -L 2>/dev/null | wc -l)}
 
-# overrides WORKLOAD SET: the --set arguments of option set SET and of SET_ARGS for WORKLOAD (in ARGS)
+# overrides WORKLOAD SET [PREFIX]: the --set arguments of option set SET and of SET_ARGS for WORKLOAD
+# (in ARGS); a round's run (PREFIX overhead) has no unprofiled reference run, a verdict's has the default
 overrides() {
-  ARGS=(--set profile.reference=false)
+  ARGS=()
+  [[ ${3:-overhead} == overhead ]] && ARGS+=(--set profile.reference=false)
   if (( NGPU < 2 )); then
     ARGS+=(--set resources.ranks_per_node=1)
     [[ $1 == ddp ]] && ARGS+=(--set workload.args.world_size=1)   # Echo's local_config.json asks for 2
@@ -68,21 +75,23 @@ overrides() {
   for kv in "${extra[@]}"; do [[ $kv == "$1:"* ]] && ARGS+=(--set "${kv#"$1:"}"); done
 }
 
-# one REP WORKLOAD SET: one run, unless the budget is spent
+# one REP WORKLOAD SET [PREFIX]: one run of experiment PREFIX-WORKLOAD--SET (PREFIX: overhead, a
+# round's; verdict), unless the budget is spent
 one() {
   if (( SPENT )) || (( $(date +%s) - START > BUDGET_S )); then
     (( SPENT )) || echo "budget of ${BUDGET_S}s spent: no more runs"
     SPENT=1
     return
   fi
-  overrides "$2" "$3"
+  local prefix=${4:-overhead}
+  overrides "$2" "$3" "$prefix"
   local t0 rc
   t0=$(date +%s)
   # the run's end is its DONE file, polled every 0.2 s (submit --wait backs off to 10 s polls)
-  local runs=$WORKDIR/overhead-$2--$3 before
+  local runs=$WORKDIR/$prefix-$2--$3 before
   before=$(compgen -G "$runs/*/DONE" | wc -l)
   python3 -m hpcprof submit "benchmarks/gpu/overhead/$2.yaml" --site-file "${SITE[$2]}" \
-    --workdir "$WORKDIR" --set "name=overhead-$2--$3" "${ARGS[@]}" > /dev/null 2>&1
+    --workdir "$WORKDIR" --set "name=$prefix-$2--$3" "${ARGS[@]}" > /dev/null 2>&1
   rc=$?
   while (( rc == 0 && $(compgen -G "$runs/*/DONE" | wc -l) == before )); do
     if (( $(date +%s) - t0 > RUN_S )); then
@@ -92,7 +101,7 @@ one() {
     fi
     sleep 0.2
   done
-  echo "round $1 $2 $3: rc $rc, $(grep -h '^exit_code=' "$(ls -td "$runs"/*/ | head -1)status" 2>/dev/null) in $(( $(date +%s) - t0 ))s"
+  echo "$prefix $1 $2 $3: rc $rc, $(grep -h '^exit_code=' "$(ls -td "$runs"/*/ | head -1)status" 2>/dev/null) in $(( $(date +%s) - t0 ))s"
 }
 
 {
@@ -120,8 +129,19 @@ one() {
       for set in "${valid[@]}"; do one "$rep" "$workload" "$set"; done
     done
   done
+  read -r -a VERDICT_LIST <<< "${VERDICT_SETS:-}"
+  for workload in "${WORKLOAD_LIST[@]}"; do
+    for set in "${VERDICT_LIST[@]}"; do
+      one 1 "$workload" "$set" verdict
+      run=$(ls -td "$WORKDIR/verdict-$workload--$set"/*/ 2>/dev/null | head -1)
+      [[ -n $run ]] && python3 -m hpcprof collect --workdir "$WORKDIR" "$run" > /dev/null 2>&1
+    done
+  done
   echo "runs took $(( $(date +%s) - START ))s"
 } > "$OUT_DIR/profiler_overhead.log" 2>&1
 python3 benchmarks/gpu/overhead/summarize.py "$WORKDIR" | tee "$OUT_DIR/profiler_overhead_gpu.txt"
 tar -C "$WORKDIR" -czf "$OUT_DIR/overhead-runs.tar.gz" --exclude='profiles' --exclude='tmp' .
 tail -n 5 "$OUT_DIR/profiler_overhead.log"
+if [[ -n ${VERDICT_SETS:-} ]]; then
+  python3 benchmarks/gpu/overhead/verdicts.py "$WORKDIR" | tee "$OUT_DIR/verdicts.txt"
+fi
