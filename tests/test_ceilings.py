@@ -4,6 +4,7 @@ job script and a real local job, collect's bench_ceilings and the report's % of 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -42,9 +43,9 @@ def clean_env() -> dict[str, str]:
     return {**env, "OMP_NUM_THREADS": "1"}
 
 
-def bench(launcher: list[str], args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+def bench(launcher: list[str], args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
     cmd = [*launcher, sys.executable, "-m", "hpcprof", "bench", "ceilings", *args]
-    return subprocess.run(cmd, cwd=cwd, env=clean_env(), capture_output=True, text=True, timeout=180)
+    return subprocess.run(cmd, cwd=cwd, env={**clean_env(), **env}, capture_output=True, text=True, timeout=180)
 
 
 def nccl_tests_factor(op: str, n: int) -> float:
@@ -151,9 +152,13 @@ def test_bad_flags_are_one_line_exit_2(tmp_path: Path, args: list[str], flag: st
 
 @pytest.mark.slow
 def test_size_not_split_over_the_ranks_exits_2_on_every_rank(tmp_path: Path) -> None:
-    proc = bench([str(BIN / "mpiexec"), "-n", "2"], ["--collective", "all_gather:6:float32"], tmp_path)
+    proc = bench([str(BIN / "mpiexec"), "-n", "2"], ["--collective", "all_gather:6:float32"], tmp_path,
+                 PYTHONPROFILEIMPORTTIME="1")
     assert proc.returncode == 2
     assert proc.stderr.count("--collective all_gather:6:float32: 6 bytes do not split") == 2, proc.stderr
+    # refused before torch loads: the ranks' import profiles (-X importtime) name hpcprof's modules, not torch
+    assert re.search(r"\| +hpcprof\.workloads\.ranks$", proc.stderr, re.M), proc.stderr
+    assert not re.search(r"\| +torch$", proc.stderr, re.M), proc.stderr
 
 
 SEQPAR = ("name: t\nworkload:\n  kind: seqpar\n  args: {sequence_length: 16, hidden_dim: 8, iterations: 6, "

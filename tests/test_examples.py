@@ -163,7 +163,8 @@ def test_quickstarts_torch_profiler_step_works_on_a_cpu_machine(tmp_path: Path) 
     import statistics
 
     from hpcprof.run.results import read_headline
-    from hpcprof.workloads.timing import DEFAULT_TORCH_SCHEDULE, parse_schedule, profiler_iterations
+    from hpcprof.workloads.args import DEFAULT_TORCH_SCHEDULE, parse_schedule
+    from hpcprof.workloads.timing import profiler_iterations
 
     [run] = (tmp_path / "runs").glob("*/*/results/seqpar.json")
     rows = [r for r in json.loads(run.read_text())["iterations"] if r["phase"] == "iteration"]

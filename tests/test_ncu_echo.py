@@ -2,11 +2,15 @@
 unmodified on the same ncu exports (real ones and generated ones), compared byte for byte.
 
 Echo's script runs under this interpreter's pandas, or under $HPCPROF_ECHO_PYTHON (e.g. a venv
-with Echo's pinned pandas 2.2.0); $HPCPROF_NCU_ECHO_SEEDS sets the number of generated cases.
+with Echo's pinned pandas 2.2.0); $HPCPROF_NCU_ECHO_SEEDS sets the number of generated cases. Its
+outputs on the first 200 generated cases are kept (tests/fixtures/ncu/generated_echo_ncu.json.xz,
+`python -m tests.differential.ncu_exports --keep 200 OUT`): it runs here on every 8th (LIVE_EVERY),
+whose output must equal the kept one, on any case beyond them and on all under another pandas.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -17,7 +21,19 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from click.testing import CliRunner
-from differential.ncu_exports import ECHO_COMMIT, ECHO_SCRIPT_SHA256, make_case, run_echo, script_sha256, write_case
+from differential.ncu_exports import (
+    ECHO_COMMIT,
+    ECHO_SCRIPT_SHA256,
+    KEPT,
+    KEPT_CASES,
+    LIVE_EVERY,
+    case_sha256,
+    kept_output,
+    make_case,
+    run_echo,
+    script_sha256,
+    write_case,
+)
 from test_ncu_cli import GOLD, fake_ncu
 
 from hpcprof.cli import main
@@ -66,7 +82,7 @@ def test_real_exports_identical(fixtures_dir: Path, tmp_path: Path, record_count
     gold = sorted((fixtures_dir / "ncu").glob("echo_*/kernel_metric_output.csv"))
     cases.update({g.with_name("output_details.csv"): g.with_name("output_kshortname.csv") for g in gold})
     folders = {echo_folder(tmp_path / "echo" / str(n), d, k): (d, k) for n, (d, k) in enumerate(cases.items())}
-    echo = run_echo(list(folders), ECHO_PYTHON)
+    echo, _ = run_echo(list(folders), ECHO_PYTHON)
     identical = 0
     for folder, (details, names) in folders.items():
         result = echo_layout(str(details), "--kshortname", str(names))
@@ -114,19 +130,35 @@ def test_echo_values_are_the_printed_ones(fixtures_dir: Path) -> None:
 
 
 @pytest.mark.slow
-def test_generated_differential(tmp_path: Path, record_counts) -> None:
-    """Echo's script and --layout echo on the same generated exports: identical bytes, or both fail."""
+def test_generated_differential(fixtures_dir: Path, tmp_path: Path, record_counts) -> None:
+    """Echo's script and --layout echo on the same generated exports: identical bytes, or both fail.
+    Echo's outputs on the first KEPT_CASES cases are kept: the script runs here on every LIVE_EVERY-th
+    case, whose output must equal the kept one, on any case beyond them, and on all where $HPCPROF_ECHO_PYTHON
+    has another pandas than the kept outputs' (a case costs Echo's script 0.1 s of CPU)."""
+    kept = json.loads((fixtures_dir / "ncu" / KEPT).read_text())
+    assert kept["script"] == ECHO_SCRIPT_SHA256 and len(kept["cases"]) == KEPT_CASES
     folders = {}
     for seed in range(SEEDS):
         case = make_case(seed)
-        folders[tmp_path / f"seed{seed}"] = case
+        folders[tmp_path / f"seed{seed}"] = (seed, case)
         write_case(tmp_path / f"seed{seed}", case)
-    echo = run_echo(list(folders), ECHO_PYTHON)
-    identical, differing, modes = 0, [], Counter()
-    for folder, case in folders.items():
+    live = [f for f, (seed, _) in folders.items() if seed % LIVE_EVERY == 0 or str(seed) not in kept["cases"]]
+    echo, version = run_echo(live, ECHO_PYTHON)
+    if version != kept["pandas"]:        # the kept outputs are another pandas': the script runs on every case
+        echo.update(run_echo([f for f in folders if f not in echo], ECHO_PYTHON)[0])
+    identical, differing, modes, checked, stale = 0, [], Counter(), 0, []
+    for folder, (seed, case) in folders.items():
+        record = kept["cases"].get(str(seed)) if version == kept["pandas"] else None
+        if record is not None and record["input"] != case_sha256(case):
+            stale.append(f"{folder.name}: the kept output was made from other exports")
+            continue
+        if record is not None and folder in echo:
+            checked += 1
+            if echo[folder] != kept_output(record):
+                stale.append(f"{folder.name}: Echo's script's output here is not the kept one")
+        expected = echo[folder] if record is None or folder in echo else kept_output(record)
         result = echo_layout(str(folder / "temp/output_details.csv"), "--kshortname",
                              str(folder / "temp/output_kshortname.csv"), "-o", str(folder / "hpcprof.csv"))
-        expected = echo[folder]
         if isinstance(expected, str):  # Echo's script raised: hpcprof refuses in one line
             same = result.exit_code == 2 and len(result.stderr.splitlines()) == 1
         else:
@@ -135,12 +167,15 @@ def test_generated_differential(tmp_path: Path, record_counts) -> None:
         modes[case.mode] += 1
         if not same:
             differing.append(f"{folder.name}: {result.stderr.strip()[:300]}")
-    version = subprocess.run([ECHO_PYTHON, "-c", "import pandas; print(pandas.__version__)"],
-                             capture_output=True, text=True, check=True).stdout.strip()
-    record_counts(f"Echo ncu_report_process.py (pandas {version}) vs ncu metrics --layout echo (pandas "
-                  f"{pd.__version__}): {SEEDS} generated export pairs ({modes['text']} text, {modes['float']} "
-                  f"all-number, {modes['int']} all-integer Metric Value columns), {identical} identical")
+    record_counts(f"Echo ncu_report_process.py (pandas {version}; run here on {len(echo)} cases, its kept outputs "
+                  f"for the others) vs ncu metrics --layout echo (pandas {pd.__version__}): {SEEDS} generated export "
+                  f"pairs ({modes['text']} text, {modes['float']} all-number, {modes['int']} all-integer Metric Value "
+                  f"columns), {identical} identical; {checked} of Echo's outputs written here against its kept ones, "
+                  f"{checked - len(stale)} identical")
     assert SEEDS >= 100 or "HPCPROF_NCU_ECHO_SEEDS" in os.environ
+    assert not stale, ("Echo's outputs differ from the kept ones (remake them: python -m "
+                       "tests.differential.ncu_exports --keep 200 OUT):\n" + "\n".join(stale[:5]))
+    assert version != kept["pandas"] or checked == len(range(0, min(SEEDS, KEPT_CASES), LIVE_EVERY))
     assert not differing, "\n".join(differing[:5])
 
 

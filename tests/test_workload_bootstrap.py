@@ -13,62 +13,50 @@ import pytest
 
 from hpcprof.core.errors import UserError
 from hpcprof.core.models import validate
-from hpcprof.workloads import args, options
+from hpcprof.workloads import args, options, ranks
 
-#: the launcher variables besides bootstrap's own rank variables and MPI markers
+#: the launcher variables besides ranks' own rank variables and MPI markers
 OTHER_LAUNCHER_VARS = ["HPCPROF_RANK", "HPCPROF_LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "SLURM_NTASKS",
                        "TORCHELASTIC_RUN_ID"]
 
 
 @pytest.fixture
 def bare_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
-    from hpcprof.workloads import bootstrap  # here, not at collection: it imports torch
-
-    for name in [*bootstrap.GLOBAL_RANK_VARS, *bootstrap.LOCAL_RANK_VARS, *bootstrap.MPI_MARKERS, *OTHER_LAUNCHER_VARS]:
+    for name in [*ranks.GLOBAL_RANK_VARS, *ranks.LOCAL_RANK_VARS, *ranks.MPI_MARKERS, *OTHER_LAUNCHER_VARS]:
         monkeypatch.delenv(name, raising=False)
     return monkeypatch
 
 
 def test_single_process_layout(bare_env: pytest.MonkeyPatch) -> None:
-    from hpcprof.workloads import bootstrap
-
-    assert bootstrap.discover_layout() == bootstrap.RankLayout(0, 1, 0, "single")
+    assert ranks.discover_layout() == ranks.RankLayout(0, 1, 0, "single")
 
 
 def test_torchrun_layout(bare_env: pytest.MonkeyPatch) -> None:
-    from hpcprof.workloads import bootstrap
-
     for name, value in {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "MASTER_ADDR": "n1"}.items():
         bare_env.setenv(name, value)
-    assert bootstrap.discover_layout() == bootstrap.RankLayout(3, 4, 1, "torchrun")
+    assert ranks.discover_layout() == ranks.RankLayout(3, 4, 1, "torchrun")
 
 
 def test_torchrun_workers_started_by_srun_are_not_mpi_ranks(bare_env: pytest.MonkeyPatch) -> None:
     """srun starts one torchrun agent per node; its workers inherit srun's PMI variables and
     SLURM_LOCALID=0, but their rank and local rank are torchrun's (MPI_Init would fail there)."""
-    from hpcprof.workloads import bootstrap
-
     for name, value in {"TORCHELASTIC_RUN_ID": "none", "RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1",
                         "MASTER_ADDR": "node1", "PMI_FD": "13", "PMI_RANK": "1", "SLURM_PROCID": "1",
                         "SLURM_LOCALID": "0"}.items():
         bare_env.setenv(name, value)
-    assert bootstrap.discover_layout() == bootstrap.RankLayout(3, 4, 1, "torchrun")
+    assert ranks.discover_layout() == ranks.RankLayout(3, 4, 1, "torchrun")
 
 
 def test_srun_layout_and_wrapper_local_rank_wins(bare_env: pytest.MonkeyPatch) -> None:
-    from hpcprof.workloads import bootstrap
-
     for name, value in {"SLURM_PROCID": "5", "SLURM_NTASKS": "8", "SLURM_LOCALID": "1", "HPCPROF_LOCAL_RANK": "2"}.items():
         bare_env.setenv(name, value)
-    assert bootstrap.discover_layout() == bootstrap.RankLayout(5, 8, 2, "srun")
+    assert ranks.discover_layout() == ranks.RankLayout(5, 8, 2, "srun")
 
 
 def test_local_rank_order_prefers_launcher_over_slurm(bare_env: pytest.MonkeyPatch) -> None:
-    from hpcprof.workloads import bootstrap
-
     bare_env.setenv("SLURM_LOCALID", "0")  # inherited by every rank of an mpiexec inside a Slurm job
     bare_env.setenv("MPI_LOCALRANKID", "3")
-    assert bootstrap.local_rank_from_env() == 3
+    assert ranks.local_rank_from_env() == 3
 
 
 @pytest.mark.parametrize(
@@ -93,23 +81,19 @@ def test_cpu_device_and_results_dir(bare_env: pytest.MonkeyPatch, tmp_path: Path
 
 
 def test_schedule_parsing() -> None:
-    from hpcprof.workloads import timing
-
-    assert timing.parse_schedule("wait=1,warmup=1,active=3,repeat=1") == {
+    assert args.parse_schedule("wait=1,warmup=1,active=3,repeat=1") == {
         "skip_first": 0, "wait": 1, "warmup": 1, "active": 3, "repeat": 1
     }
-    assert timing.schedule_length(timing.parse_schedule("skip_first=2,wait=1,active=2,repeat=2")) == 8
+    assert args.schedule_length(args.parse_schedule("skip_first=2,wait=1,active=2,repeat=2")) == 8
     for bad in ("wait=x", "sleep=1", "active=0", "wait"):
         with pytest.raises(ValueError):
-            timing.parse_schedule(bad)
+            args.parse_schedule(bad)
 
 
 def test_schedule_source_named_in_errors(monkeypatch: pytest.MonkeyPatch) -> None:
-    from hpcprof.workloads import timing
-
     monkeypatch.setenv("HPCPROF_TORCH_SCHEDULE", "wait=oops")
     with pytest.raises(UserError, match="HPCPROF_TORCH_SCHEDULE: bad item 'wait=oops'"):
-        timing.check_schedule_fits("seqpar", None, 10)
+        args.check_schedule_fits("seqpar", None, 10)
 
 
 def test_phase_stats_across_ranks() -> None:
@@ -188,14 +172,52 @@ def test_args_module_imports_no_torch_and_workloads_reexport_it() -> None:
     from hpcprof.workloads import bootstrap, seqpar, timing
 
     proc = subprocess.run(
-        [sys.executable, "-c", "import sys, hpcprof.workloads.args, hpcprof.workloads.options; "
-         "assert 'torch' not in sys.modules"],
+        [sys.executable, "-c", "import sys, hpcprof.workloads.args, hpcprof.workloads.options, "
+         "hpcprof.workloads.ranks, hpcprof.workloads.seqpar, hpcprof.workloads.ddp; assert 'torch' not in sys.modules"],
         capture_output=True, text=True, timeout=60,
     )
     assert proc.returncode == 0, proc.stderr
     assert seqpar.SeqparArgs is args.SeqparArgs and seqpar.launch_argv is args.launch_argv
     assert timing.parse_schedule is args.parse_schedule
     assert bootstrap.Backend is args.Backend and bootstrap.GpuMap is args.GpuMap
+
+
+REFUSED_SCRIPT = r"""
+import contextlib, io, runpy, sys
+echo = sys.argv[1]
+cases = [("hpcprof.workloads.seqpar", ["-s", "15"], "seqpar: sequence_length: 15 is not divisible by the 4 ranks"),
+         ("hpcprof.workloads.seqpar", ["-it", "4", "--torch-profiler", "--torch-schedule", "wait=5"],
+          "seqpar: torch_schedule: the schedule needs 6 steps, only 4 are run"),
+         ("hpcprof.workloads.ddp", ["--echo-input", echo],
+          "ddp: world_size: the config asks for 2 ranks, the launcher started 4"),
+         ("hpcprof", ["bench", "ceilings", "--collective", "all_gather:6:float32"],
+          "--collective all_gather:6:float32: 6 bytes do not split")]
+for module, argv, message in cases:
+    sys.argv = ["-m", *argv]
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        try:
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
+        except SystemExit as exc:
+            assert exc.code == 2, (module, argv, exc.code, err.getvalue())
+    assert message in err.getvalue(), (module, argv, err.getvalue())
+    assert "torch" not in sys.modules, f"{module} {' '.join(argv)} imported torch"
+print("refused without torch")
+"""
+
+
+def test_refused_runs_never_import_torch(tmp_path: Path) -> None:
+    """The workloads' entries (`python -m`, as ranks run them) check their input against the job's ranks
+    (4 here, torchrun's variables) before torch loads: a refused run costs no `import torch`."""
+    repo = Path(__file__).resolve().parents[1]
+    drop = ("HPCPROF_", "PMI_", "PMIX_", "OMPI_", "SLURM_", "PALS_", "MPI_LOCAL", "TORCHELASTIC_")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(drop) and k not in ("LOCAL_RANK", "MASTER_PORT")}
+    env.update(RANK="0", WORLD_SIZE="4", MASTER_ADDR="127.0.0.1")
+    proc = subprocess.run([sys.executable, "-c", REFUSED_SCRIPT, str(repo / "examples" / "echo_gpt2")], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().endswith("refused without torch")
+    assert not any(tmp_path.iterdir())     # nothing written
 
 
 PROFILED_SHUTDOWN_SCRIPT = r"""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -44,24 +45,24 @@ def run_ddp(n: int, argv: list[str], cwd: Path, **env: str) -> subprocess.Comple
     ],
 )
 def test_window_rule_counts_warmups(steps: int, epochs: int, warmups: int, iteration: int, epoch: int, step: int) -> None:
-    from hpcprof.workloads import ddp
+    from hpcprof.workloads import ddp_train
 
-    window = ddp.profile_window(steps, epochs, warmups)
-    assert window == ddp.Window(iteration, epoch, step)
+    window = ddp_train.profile_window(steps, epochs, warmups)
+    assert window == ddp_train.Window(iteration, epoch, step)
     assert window.epoch == warmups + epochs - 1  # always the last epoch that runs
     assert window.iteration < (warmups + epochs) * steps
 
 
 def test_window_rule_rejects_empty_epochs() -> None:
-    from hpcprof.workloads import ddp
+    from hpcprof.workloads import ddp_train
 
     with pytest.raises(ValueError):
-        ddp.profile_window(0, 3, 0)
+        ddp_train.profile_window(0, 3, 0)
 
 
 @pytest.mark.slow
 def test_echo_folder_runs_unchanged_two_ranks(tmp_path: Path) -> None:
-    from hpcprof.workloads import ddp
+    from hpcprof.workloads import ddp_train
 
     echo = tmp_path / "input"
     shutil.copytree(EXAMPLE, echo)
@@ -79,12 +80,12 @@ def test_echo_folder_runs_unchanged_two_ranks(tmp_path: Path) -> None:
         "iteration": 15, "epoch": 2, "step": 3, "mode": "backward", "total_epochs": 3, "total_iterations": 18
     }
     steps = pd.DataFrame(result["steps"])
-    assert len(steps) == 2 * 18 * len(ddp.PHASES)
+    assert len(steps) == 2 * 18 * len(ddp_train.PHASES)
     assert set(steps["rank"]) == {0, 1}
     assert (steps["counted"] == (steps["epoch"] >= 1)).all()
     assert set(steps.loc[steps["window"], "iteration"]) == {15}
     phases = pd.DataFrame(result["phases"]).set_index("phase")
-    assert list(phases.index) == ddp.PHASES
+    assert list(phases.index) == ddp_train.PHASES
     assert (phases["samples"] == 2 * 11).all()  # counted epochs, window step left out
     assert "window: iteration 15 (epoch 2, step 3)" in proc.stdout
 
@@ -157,9 +158,13 @@ def write_echo(folder: Path, model: str | None = None, local: str | None = None,
 )
 def test_bad_echo_input_exit_2_without_hang(tmp_path: Path, files: dict[str, str], message: str) -> None:
     echo = write_echo(tmp_path / "input", **files)
-    proc = run_ddp(2, ["--echo-input", str(echo)], tmp_path)
+    proc = run_ddp(2, ["--echo-input", str(echo)], tmp_path, PYTHONPROFILEIMPORTTIME="1")
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.count(message) == 2, proc.stderr
+    # refused before torch loads, but for the check of torch's CUDA version: the ranks' import profiles
+    # (-X importtime) name hpcprof's modules, and torch only there
+    assert re.search(r"\| +hpcprof\.workloads\.ranks$", proc.stderr, re.M), proc.stderr
+    assert bool(re.search(r"\| +torch$", proc.stderr, re.M)) == message.startswith("cuda_version_check"), proc.stderr
 
 
 @pytest.mark.slow

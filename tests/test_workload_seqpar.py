@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -42,7 +43,7 @@ def small(*extra: str) -> list[str]:
 @pytest.mark.slow
 @pytest.mark.parametrize("precision", ["float32", "bfloat16"])
 def test_two_ranks_check_and_schema(tmp_path: Path, precision: str) -> None:
-    from hpcprof.workloads import seqpar
+    from hpcprof.workloads import seqpar_bench
 
     proc = mpirun(2, small("-p", precision, "--check"), tmp_path)
     assert proc.returncode == 0, proc.stderr
@@ -58,7 +59,7 @@ def test_two_ranks_check_and_schema(tmp_path: Path, precision: str) -> None:
     assert all(c["passed"] and c["allgather_exact"] for c in result["check"])
 
     phases = pd.DataFrame(result["phases"]).set_index("phase")
-    assert list(phases.index) == seqpar.PHASES
+    assert list(phases.index) == seqpar_bench.PHASES
     assert (phases["ranks"] == 2).all() and (phases["samples"] == 2 * ITERS).all()
     assert (phases["min_rank_mean_ms"] <= phases["max_rank_mean_ms"]).all()
     elem = 4 if precision == "float32" else 2
@@ -73,7 +74,7 @@ def test_two_ranks_check_and_schema(tmp_path: Path, precision: str) -> None:
         assert row["tflops"] == pytest.approx(row["flops"] / (row["mean_ms"] * 1e-3) / 1e12)
 
     iterations = pd.DataFrame(result["iterations"])
-    assert len(iterations) == 2 * ITERS * len(seqpar.PHASES)
+    assert len(iterations) == 2 * ITERS * len(seqpar_bench.PHASES)
     assert set(iterations.columns) == {"rank", "iteration", "phase", "time_ms", "counted", "window", "profiled"}
     assert (iterations["time_ms"] > 0).all() and iterations["counted"].all()
     assert not (iterations["window"].any() or iterations["profiled"].any())    # no torch.profiler: none touched
@@ -81,7 +82,7 @@ def test_two_ranks_check_and_schema(tmp_path: Path, precision: str) -> None:
 
 @pytest.mark.slow
 def test_torch_profiler_one_trace_per_rank(tmp_path: Path) -> None:
-    from hpcprof.workloads import seqpar
+    from hpcprof.workloads import seqpar_bench
 
     run_dir = tmp_path / "run"
     profile_dir = run_dir / "profiles" / "torch"
@@ -101,7 +102,7 @@ def test_torch_profiler_one_trace_per_rank(tmp_path: Path) -> None:
         trace = json.loads(gzip.decompress((profile_dir / f"rank{rank}.pt.trace.json.gz").read_bytes()))
         assert trace["distributedInfo"]["rank"] == rank
         names = {e.get("name") for e in trace["traceEvents"]}
-        assert set(seqpar.PHASES) <= names  # the phases are record_function ranges
+        assert set(seqpar_bench.PHASES) <= names  # the phases are record_function ranges
         assert any("matmul" in str(n) for n in names)
         steps = {n for n in names if str(n).startswith("ProfilerStep#")}
         assert len(steps) == 2
@@ -124,9 +125,12 @@ def test_schedule_longer_than_loop_is_bad_input(tmp_path: Path) -> None:
     ],
 )
 def test_bad_input_exit_2_on_every_rank(tmp_path: Path, argv: list[str], message: str) -> None:
-    proc = mpirun(2, small(*argv), tmp_path)
+    proc = mpirun(2, small(*argv), tmp_path, PYTHONPROFILEIMPORTTIME="1")
     assert proc.returncode == 2
     assert proc.stderr.count(f"error: seqpar: {message}") == 2, proc.stderr
+    # refused before torch loads: the ranks' import profiles (-X importtime) name hpcprof's modules, not torch
+    assert re.search(r"\| +hpcprof\.workloads\.ranks$", proc.stderr, re.M), proc.stderr
+    assert not re.search(r"\| +torch$", proc.stderr, re.M), proc.stderr
 
 
 @pytest.mark.slow

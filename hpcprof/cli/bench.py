@@ -93,7 +93,11 @@ def ceilings_command(ctx: click.Context, gemms: tuple[str, ...], collectives: tu
     if not gemm_specs and not coll_specs:
         kind, args, world = specs.sizes_from(sizes_from) if sizes_from is not None else ("command", {}, 1)
         gemm_specs, coll_specs = specs.default_specs(kind, args, world)
+    from hpcprof.workloads.ranks import discover_layout
+
+    layout = discover_layout()
+    specs.check_all_fit(coll_specs, layout.world_size)   # before torch loads: a refused run never imports it
     from hpcprof.workloads import ceilings
 
     ctx.exit(ceilings.run(gemm_specs, coll_specs, calls, warm, out, "cpu" if device == "cpu" else
-                          "cuda" if device == "cuda" else "auto"))
+                          "cuda" if device == "cuda" else "auto", layout))

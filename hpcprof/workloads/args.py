@@ -1,4 +1,5 @@
-"""The built-in workloads' options (Args models) and the argv one rank runs, without torch.
+"""The built-in workloads' options (Args models), their torch.profiler schedule's checks and the
+argv one rank runs, without torch.
 
 `hpcprof render` and `submit` validate `workload.args` and build each rank's command line on a
 login node, where torch may be slow to import or not work at all; so this module imports only
@@ -8,12 +9,14 @@ msgspec (through the config models' base), the standard library and `hpcprof.wor
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Annotated, ClassVar, Literal
 
 from msgspec import Meta
 
+from hpcprof.core.errors import UserError
 from hpcprof.core.models import Model, run_checks
 from hpcprof.workloads import options
 
@@ -22,6 +25,7 @@ DeviceKind = Literal["auto", "cuda", "cpu"]
 GpuMap = Literal["identity", "reverse"]
 
 SCHEDULE_KEYS = ("skip_first", "wait", "warmup", "active", "repeat")
+DEFAULT_TORCH_SCHEDULE = "wait=1,warmup=1,active=3,repeat=1"
 SCHEDULE_HELP = "e.g. wait=1,warmup=1,active=3,repeat=1 (HPCPROF_TORCH_SCHEDULE)"
 RESULTS_HELP = "default $HPCPROF_RUN_DIR/results or ./results"
 
@@ -44,6 +48,32 @@ def check_schedule(value: str | None) -> None:
     """Check of the torch_schedule fields: parses (raising ValueError); None passes."""
     if value is not None:
         parse_schedule(value)
+
+
+def torch_profile_tool_requested(flag: bool) -> bool:
+    """Torch profiler mode: the workload flag, or HPCPROF_PROFILE_TOOL=torch from the rank wrapper."""
+    return flag or os.environ.get("HPCPROF_PROFILE_TOOL", "").strip().lower() == "torch"
+
+
+def resolve_torch_schedule(flag_value: str | None) -> dict[str, int]:
+    """Schedule from the flag, else HPCPROF_TORCH_SCHEDULE, else the default."""
+    return parse_schedule(flag_value or os.environ.get("HPCPROF_TORCH_SCHEDULE") or DEFAULT_TORCH_SCHEDULE)
+
+
+def schedule_length(schedule: dict[str, int]) -> int:
+    """Steps a schedule needs before its last trace is written."""
+    return schedule["skip_first"] + (schedule["wait"] + schedule["warmup"] + schedule["active"]) * schedule["repeat"]
+
+
+def check_schedule_fits(workload: str, flag_value: str | None, steps: int | None) -> None:
+    """UserError when the torch.profiler schedule is malformed or longer than `steps` (if given)."""
+    source = "torch_schedule" if flag_value else "HPCPROF_TORCH_SCHEDULE"
+    try:
+        needed = schedule_length(resolve_torch_schedule(flag_value))
+    except ValueError as exc:
+        raise UserError(f"{workload}: {source}: {exc}") from None
+    if steps is not None and needed > steps:
+        raise UserError(f"{workload}: {source}: the schedule needs {needed} steps, only {steps} are run")
 
 
 class Options(Model):

@@ -1,9 +1,8 @@
-"""Rank discovery, device choice and process-group setup shared by the workloads.
+"""Device choice and process-group setup shared by the workloads, on the rank layout of
+`hpcprof.workloads.ranks` (torch-free, so that the entries check their input before torch loads).
 
 Works under MPI launchers (MPICH Hydra, Open MPI, Cray PALS, `srun --mpi=pmi2|pmix`) through
 mpi4py, under torchrun (env://), under plain `srun` (no MPI) and as a single process.
-Rank variables set by hpcprof's rank wrapper (`HPCPROF_RANK`, `HPCPROF_LOCAL_RANK`) win over the
-launchers' own ones.
 """
 
 from __future__ import annotations
@@ -24,37 +23,17 @@ import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from hpcprof.core.errors import UserError
 from hpcprof.workloads.args import Backend, DeviceKind, GpuMap
+from hpcprof.workloads.ranks import RankLayout, discover_layout  # noqa: F401  (re-exported; torch-free)
 
-GLOBAL_RANK_VARS = ("PALS_RANKID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID", "RANK")
-LOCAL_RANK_VARS = (
-    "PALS_LOCAL_RANKID",
-    "OMPI_COMM_WORLD_LOCAL_RANK",
-    "MPI_LOCALRANKID",
-    "PMI_LOCAL_RANK",
-    "SLURM_LOCALID",
-    "LOCAL_RANK",
-)
 # How long an aborting rank waits for its launcher to read its error message (see _wait_for_forward).
 STDERR_FORWARD_WAIT_S = 5.0
-# Variables that only an MPI launcher (or srun with an MPI plugin) sets.
-MPI_MARKERS = ("PALS_RANKID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "PMI_FD", "HYDI_CONTROL_FD")
-
-
-@dataclass(frozen=True)
-class RankLayout:
-    """Where this process sits in the job, before any process group exists."""
-
-    rank: int
-    world_size: int
-    local_rank: int
-    launcher: Literal["mpi", "torchrun", "srun", "single"]
 
 
 @dataclass(frozen=True)
@@ -76,40 +55,6 @@ class Dist:
     @property
     def is_cuda(self) -> bool:
         return self.device.type == "cuda"
-
-
-def _first_int(names: tuple[str, ...]) -> int | None:
-    for name in names:
-        value = os.environ.get(name, "").strip()
-        if value.isdigit():
-            return int(value)
-    return None
-
-
-def local_rank_from_env() -> int:
-    """HPCPROF_LOCAL_RANK, else the launchers' local-rank variables, else 0."""
-    found = _first_int(("HPCPROF_LOCAL_RANK",) + LOCAL_RANK_VARS)
-    return 0 if found is None else found
-
-
-def discover_layout() -> RankLayout:
-    """Rank, size and local rank of this process, from the launcher (MPI is asked when present)."""
-    env = os.environ
-    local_rank = local_rank_from_env()
-    torchrun = "TORCHELASTIC_RUN_ID" in env and "RANK" in env and "WORLD_SIZE" in env
-    if torchrun:      # a torchrun worker, also where srun/mpiexec started the agent (their PMI variables leak in)
-        local = _first_int(("HPCPROF_LOCAL_RANK", "LOCAL_RANK"))
-        return RankLayout(int(env["RANK"]), int(env["WORLD_SIZE"]), local or 0, "torchrun")
-    if any(name in env for name in MPI_MARKERS):
-        from mpi4py import MPI
-
-        comm = MPI.COMM_WORLD
-        return RankLayout(comm.Get_rank(), comm.Get_size(), local_rank, "mpi")
-    if "SLURM_PROCID" in env and "SLURM_NTASKS" in env:  # before RANK: the rank wrapper sets it under srun too
-        return RankLayout(int(env["SLURM_PROCID"]), int(env["SLURM_NTASKS"]), local_rank, "srun")
-    if "RANK" in env and "WORLD_SIZE" in env and "MASTER_ADDR" in env:
-        return RankLayout(int(env["RANK"]), int(env["WORLD_SIZE"]), local_rank, "torchrun")
-    return RankLayout(0, 1, 0, "single")
 
 
 def choose_device(kind: DeviceKind, local_rank: int, gpu_map: GpuMap) -> torch.device:

@@ -118,6 +118,17 @@ def check_fits(spec: CollectiveSpec, world_size: int) -> None:
                          f"{world_size} ranks; use a multiple of {unit}")
 
 
+def check_all_fit(collectives: list[CollectiveSpec], world_size: int) -> None:
+    """check_fits of each collective, as a one-line UserError naming its --collective flag."""
+    from hpcprof.core.errors import UserError
+
+    for spec in collectives:
+        try:
+            check_fits(spec, world_size)
+        except ValueError as exc:
+            raise UserError(f"--collective {spec.text()}: {exc}") from None
+
+
 def default_specs(kind: str, args: dict[str, Any], world_size: int) -> tuple[list[GemmSpec], list[CollectiveSpec]]:
     """The sizes a workload's ceilings are measured at. seqpar: its two matmuls (m, n, k of
     [S,H]@[H,H/p] and [S,H/p]@[H/p,H]) and its all-gather/reduce-scatter of S*H elements, in its

@@ -33,6 +33,7 @@ import torch.distributed as dist
 from hpcprof.workloads import bootstrap, timing
 from hpcprof.workloads.args import DeviceKind
 from hpcprof.workloads.ceiling_specs import CollectiveSpec, GemmSpec, bus_factor
+from hpcprof.workloads.ranks import RankLayout
 
 if TYPE_CHECKING:
     from hpcprof.workloads.nccl_api import Communicator
@@ -361,17 +362,11 @@ def short_alloc_error(exc: BaseException) -> str:
 
 
 def run(gemms: list[GemmSpec], collectives: list[CollectiveSpec], iters: int, warmup: int, out: Path | None,
-        device: DeviceKind) -> int:
-    """Measure on this rank; rank 0 writes the result and prints the summary."""
+        device: DeviceKind, layout: RankLayout) -> int:
+    """Measure on this rank of `layout` (the collectives checked against it: ceiling_specs.check_all_fit);
+    rank 0 writes the result and prints the summary."""
     from hpcprof.core.errors import UserError
-    from hpcprof.workloads.ceiling_specs import check_fits
 
-    layout = bootstrap.discover_layout()
-    for coll in collectives:
-        try:
-            check_fits(coll, layout.world_size)
-        except ValueError as exc:
-            raise UserError(f"--collective {coll.text()}: {exc}") from None
     ctx = bootstrap.init_distributed(layout, "auto", device)
     with bootstrap.abort_on_error(ctx):
         try:

@@ -14,10 +14,7 @@ from typing import Any
 
 import torch
 
-from hpcprof.core.errors import UserError
 from hpcprof.workloads.args import SCHEDULE_KEYS, parse_schedule  # noqa: F401  (re-exported; torch-free)
-
-DEFAULT_TORCH_SCHEDULE = "wait=1,warmup=1,active=3,repeat=1"
 
 
 class PhaseTimer:
@@ -149,11 +146,6 @@ def profiler_range(on: bool) -> Iterator[None]:
             profiler_stop()
 
 
-def torch_profile_tool_requested(flag: bool) -> bool:
-    """Torch profiler mode: the workload flag, or HPCPROF_PROFILE_TOOL=torch from the rank wrapper."""
-    return flag or os.environ.get("HPCPROF_PROFILE_TOOL", "").strip().lower() == "torch"
-
-
 def trace_dir() -> Path:
     """$HPCPROF_PROFILE_DIR, else ./profiles/torch."""
     return Path(os.environ.get("HPCPROF_PROFILE_DIR") or Path("profiles") / "torch")
@@ -191,11 +183,6 @@ def make_torch_profiler(rank: int, schedule: dict[str, int], gzip_output: bool) 
     )
 
 
-def resolve_torch_schedule(flag_value: str | None) -> dict[str, int]:
-    """Schedule from the flag, else HPCPROF_TORCH_SCHEDULE, else the default."""
-    return parse_schedule(flag_value or os.environ.get("HPCPROF_TORCH_SCHEDULE") or DEFAULT_TORCH_SCHEDULE)
-
-
 def profiler_iterations(schedule: dict[str, int], iterations: int) -> tuple[set[int], set[int]]:
     """(touched, recorded) iterations of a loop that calls `step()` of a torch.profiler driven by
     `schedule` after each. Touched: those whose time holds the profiler's work, the ones it warms up
@@ -210,22 +197,6 @@ def profiler_iterations(schedule: dict[str, int], iterations: int) -> tuple[set[
     touched = recorded | {i for i in range(iterations) if action(i) == ProfilerAction.WARMUP
                           or (i > 0 and action(i - 1) == ProfilerAction.RECORD_AND_SAVE)}
     return touched, recorded
-
-
-def schedule_length(schedule: dict[str, int]) -> int:
-    """Steps a schedule needs before its last trace is written."""
-    return schedule["skip_first"] + (schedule["wait"] + schedule["warmup"] + schedule["active"]) * schedule["repeat"]
-
-
-def check_schedule_fits(workload: str, flag_value: str | None, steps: int | None) -> None:
-    """UserError when the torch.profiler schedule is malformed or longer than `steps` (if given)."""
-    source = "torch_schedule" if flag_value else "HPCPROF_TORCH_SCHEDULE"
-    try:
-        needed = schedule_length(resolve_torch_schedule(flag_value))
-    except ValueError as exc:
-        raise UserError(f"{workload}: {source}: {exc}") from None
-    if steps is not None and needed > steps:
-        raise UserError(f"{workload}: {source}: the schedule needs {needed} steps, only {steps} are run")
 
 
 def torch_gzip_requested(flag: bool) -> bool:

@@ -13,6 +13,10 @@ all integers, repeated kernel IDs and repeated metric rows, kernels in or out of
 from or extra in the kshortname export, repeated names, names pandas reads as NA or numbers,
 names with commas and quotes.
 
+Echo's outputs on the cases of seeds 0..KEPT_CASES-1 are kept (tests/fixtures/ncu/KEPT, `python -m
+tests.differential.ncu_exports --keep 200 OUT.json.xz`); the test runs the script again on every
+LIVE_EVERY-th case, whose output must equal the kept one.
+
 Echo's script is `ncu_report_process_echo.txt` beside this file: kernel_metric/ncu_report_process.py
 of NetX-lab/Echo-slowdown at 7d698a77c0318f2b706ed27d3f6221f8b1e0a349, unmodified (sha256
 `ECHO_SCRIPT_SHA256`; MIT License, Copyright (c) 2025 NetX: ncu_report_process_echo.LICENSE).
@@ -21,15 +25,21 @@ of NetX-lab/Echo-slowdown at 7d698a77c0318f2b706ed27d3f6221f8b1e0a349, unmodifie
 from __future__ import annotations
 
 import hashlib
+import json
+import lzma
 import random
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 ECHO_SCRIPT = Path(__file__).with_name("ncu_report_process_echo.txt")
 ECHO_SCRIPT_SHA256 = "1e172b5c8e8b6187fb334b1b4f61cc0f2c1cf6f70034c212fb5f57cc1a685a23"
 ECHO_COMMIT = "7d698a77c0318f2b706ed27d3f6221f8b1e0a349"
+#: Echo's outputs on the cases of seeds 0..KEPT_CASES-1, kept (tests/fixtures/ncu/, unpacked by fixture_files);
+#: the script runs again on every LIVE_EVERY-th case, whose output must equal the kept one
+KEPT, KEPT_CASES, LIVE_EVERY = "generated_echo_ncu.json", 200, 8
 
 HEADER_2022 = ["ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Kernel Time", "Context", "Stream",
                "Section Name", "Metric Name", "Metric Unit", "Metric Value", "Rule Name", "Rule Type",
@@ -201,6 +211,8 @@ def script_sha256() -> str:
 
 _DRIVER = """
 import os, runpy, sys
+import pandas
+print(pandas.__version__)
 for folder in sys.argv[2:]:
     os.chdir(folder)
     try:
@@ -211,13 +223,49 @@ for folder in sys.argv[2:]:
 """
 
 
-def run_echo(folders: list[Path], python: str = sys.executable) -> dict[Path, bytes | str]:
+def run_echo(folders: list[Path], python: str = sys.executable) -> tuple[dict[Path, bytes | str], str]:
     """Echo's script (unmodified) in each case folder, in one `python` process (any pandas, e.g. Echo's
-    2.2.0): per folder the bytes of output/kernel_metric_output.csv, or the error Echo's script raised."""
-    subprocess.run([python, "-c", _DRIVER, str(ECHO_SCRIPT), *map(str, folders)], check=True,
-                   capture_output=True, timeout=900)
+    2.2.0): per folder the bytes of output/kernel_metric_output.csv, or the error Echo's script raised;
+    and the version of the pandas it ran under."""
+    proc = subprocess.run([python, "-c", _DRIVER, str(ECHO_SCRIPT), *map(str, folders)], check=True,
+                          capture_output=True, text=True, timeout=900)
     results: dict[Path, bytes | str] = {}
     for folder in folders:
         error = folder / "echo_error.txt"
         results[folder] = error.read_text() if error.exists() else (folder / "output/kernel_metric_output.csv").read_bytes()
-    return results
+    return results, proc.stdout.splitlines()[0]
+
+
+def case_sha256(case: Case) -> str:
+    """The sha256 of a case's two exports (what a kept output was made from)."""
+    return hashlib.sha256(f"{case.details}\0{case.kshortname}".encode()).hexdigest()
+
+
+def kept_output(record: dict[str, str]) -> bytes | str:
+    """A kept case's output as run_echo gives it: the CSV's bytes, or the error Echo's script raised."""
+    return record["error"] if "error" in record else record["csv"].encode("utf-8")
+
+
+def keep(count: int, out: Path, python: str = sys.executable) -> None:
+    """Echo's outputs on the cases of seeds 0..count-1 under `python` as JSON, xz-compressed (KEPT's stored
+    form): the script's sha256, the pandas it ran under and, per seed, the case's sha256 and Echo's CSV
+    text or the error it raised."""
+    with tempfile.TemporaryDirectory(prefix="echo-keep-") as tmp:
+        cases = {Path(tmp) / f"seed{seed}": (seed, make_case(seed)) for seed in range(count)}
+        for folder, (_, case) in cases.items():
+            write_case(folder, case)
+        echo, version = run_echo(list(cases), python)
+    kept = {}
+    for folder, (seed, case) in cases.items():
+        result = echo[folder]
+        kept[str(seed)] = {"input": case_sha256(case),
+                           **({"error": result} if isinstance(result, str) else {"csv": result.decode("utf-8")})}
+        assert kept_output(kept[str(seed)]) == result
+    with lzma.open(out, "wt", encoding="utf-8") as fh:
+        json.dump({"script": script_sha256(), "pandas": version, "cases": kept}, fh, sort_keys=True)
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] != ["--keep"] or len(sys.argv) != 4:
+        sys.exit("usage: python -m tests.differential.ncu_exports --keep N OUT.json.xz")
+    keep(int(sys.argv[2]), Path(sys.argv[3]))
