@@ -59,6 +59,19 @@ def test_env_rendezvous_under_every_launcher(launcher: str, tools: Path, tmp_pat
         assert values == expected, launcher
 
 
+def test_the_rendezvous_port_is_never_one_the_kernel_hands_out(tools: Path, tmp_path: Path) -> None:  # noqa: F811
+    """MASTER_PORT lies below this machine's ephemeral ports (the kernel's own range, read here):
+    under load, mpiexec's PMI listener was once given a run's port, rank 0's TCPStore could not
+    bind it and rank 1 waited on Hydra's socket until the test's timeout."""
+    ephemeral = Path("/proc/sys/net/ipv4/ip_local_port_range")
+    low = int(ephemeral.read_text().split()[0]) if ephemeral.is_file() else 32768
+    site = site_with_tools(tools)
+    ports = [int(next(line for line in (make_run(site, tmp_path / f"run{i}", 1, 2) / "rank_wrapper.sh")
+                      .read_text().splitlines() if "export MASTER_PORT=" in line).rsplit("=", 1)[1])
+             for i in range(40)]
+    assert len(set(ports)) > 30 and all(20000 <= port < low for port in ports), sorted(ports)
+
+
 def gpu_site(tools: Path, affinity: str, launcher: str = "mpiexec") -> SiteConfig:  # noqa: F811
     data = dump(site_with_tools(tools, node={"gpus": 4, "cores": 32, "ranks_per_node": 4}, gpu_affinity=affinity))
     if launcher == "torchrun":

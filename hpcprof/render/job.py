@@ -38,6 +38,11 @@ from hpcprof.schedulers import get_scheduler
 from hpcprof.workloads import rank_argv
 
 WRAPPER_TEMPLATE = "rank_wrapper.sh.j2"
+#: the ports MASTER_PORT is hashed into: below Linux's default ephemeral range (32768-60999), so that
+#: no port the kernel hands out (an outgoing connection's, mpiexec's own PMI listener's) is the
+#: rendezvous port; where one is, rank 0's TCPStore cannot bind it and the others wait on Hydra's
+#: listener for ever
+MASTER_PORTS = range(20000, 32768)
 
 
 def shipped_template_dir() -> Path:
@@ -179,7 +184,7 @@ TEMPLATE_VARS: dict[str, str] = {
     "constraint": "resources.constraint, else the site's default (Slurm)",
     "job_name": "the job name (the experiment's name, at most 64 characters)",
     "log_path": "the job's stdout/stderr file, RUN_DIR/logs/job.out",
-    "master_port": "a port for torch.distributed, fixed per run id",
+    "master_port": "a port for torch.distributed, fixed per run id (MASTER_PORTS)",
     "container": "the container config the ranks run in, or none",
     "launcher": "the launcher's tokens up to the rank wrapper (srun/mpiexec/torchrun ...); use with | qjoin",
     "launcher_ignores_sigpipe": "true where the job starts the launcher with SIGPIPE ignored (MPICH's Hydra "
@@ -275,7 +280,7 @@ def template_context(point: Point, site: SiteConfig, run_dir: Path, run_id: str,
         "constraint": res.constraint or site.defaults.constraint,
         "job_name": f"{exp.name}"[:64],
         "log_path": str(run_dir / "logs" / "job.out"),
-        "master_port": 20000 + zlib.crc32(run_id.encode()) % 20000,
+        "master_port": MASTER_PORTS.start + zlib.crc32(run_id.encode()) % len(MASTER_PORTS),
         "container": container,
         "launcher": launcher,
         "launcher_ignores_sigpipe": launcher_key(site) in SIGPIPE_IGNORED,

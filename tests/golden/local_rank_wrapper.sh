@@ -23,7 +23,7 @@ export HPCPROF_RANK="$hp_rank" HPCPROF_LOCAL_RANK="$hp_local_rank"
 [ -n "${WORLD_SIZE:-}" ] || export WORLD_SIZE=2
 [ -n "${LOCAL_WORLD_SIZE:-}" ] || export LOCAL_WORLD_SIZE=2
 [ -n "${MASTER_ADDR:-}" ] || export MASTER_ADDR=127.0.0.1
-[ -n "${MASTER_PORT:-}" ] || export MASTER_PORT=23612
+[ -n "${MASTER_PORT:-}" ] || export MASTER_PORT=26588
 # ---- forensics (experiment forensics:): hpcprof's start-up hook first on PYTHONPATH; each variable only where unset
 export PYTHONPATH=/tmp/hpcprof-runs/seqpar-like/20250101-120000-abc123/inject${PYTHONPATH:+:$PYTHONPATH}
 hp_unset() { [ -z "${!1+set}" ]; }

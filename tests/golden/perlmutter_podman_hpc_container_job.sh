@@ -30,7 +30,7 @@ export OMP_NUM_THREADS=1
 export TMPDIR="$RUN_DIR/tmp"
 mkdir -p "$TMPDIR" "$RUN_DIR/logs" "$RUN_DIR/results" "$RUN_DIR/profiles"
 export MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"
-export MASTER_PORT=23612
+export MASTER_PORT=26588
 # ---- launch 8 ranks (2 nodes x 4) from the submit directory
 cd /pscratch/sd/u/user/hpcprof-runs/torch-app/20250101-120000-abc123 || exit 1
 # ---- job-start checks, before any rank starts: each failure is one line naming the fix (exit 3)

@@ -39,7 +39,7 @@ mkdir -p "$TMPDIR" "$RUN_DIR/logs" "$RUN_DIR/results" "$RUN_DIR/profiles"
 hp_nodes=$(wc -l < "$PBS_NODEFILE")
 hp_status nodes "$hp_nodes"
 export MASTER_ADDR="$(head -n 1 "$PBS_NODEFILE")"
-export MASTER_PORT=23612
+export MASTER_PORT=26588
 # ---- launch 8 ranks (2 nodes x 4) from the submit directory
 cd /lus/eagle/projects/datascience/hpcprof-runs/seqpar-like/20250101-120000-abc123 || exit 1
 # ---- job-start checks, before any rank starts: each failure is one line naming the fix (exit 3)

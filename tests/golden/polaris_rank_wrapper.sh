@@ -30,7 +30,7 @@ hp_first_host() {  # the allocation's first host: PBS's node file, else Slurm's 
   case ${list#"$prefix"} in "["*) printf '%s%s\n' "$prefix" "${rest%%[],-]*}" ;; *) printf '%s\n' "$prefix" ;; esac
 }
 [ -n "${MASTER_ADDR:-}" ] || { hp_host=$(hp_first_host) && export MASTER_ADDR="$hp_host"; }
-[ -n "${MASTER_PORT:-}" ] || export MASTER_PORT=23612
+[ -n "${MASTER_PORT:-}" ] || export MASTER_PORT=26588
 # ---- forensics (experiment forensics:): hpcprof's start-up hook first on PYTHONPATH; each variable only where unset
 export PYTHONPATH=/lus/eagle/projects/datascience/hpcprof-runs/seqpar-like/20250101-120000-abc123/inject${PYTHONPATH:+:$PYTHONPATH}
 hp_unset() { [ -z "${!1+set}" ]; }
