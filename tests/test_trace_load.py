@@ -228,3 +228,16 @@ def test_factorize_equals_pandas_on_json_values(values: list[Any]) -> None:
     assert codes.dtype == np.int64 and codes.tolist() == expected_codes.tolist()
     assert uniques.dtype == object and uniques.tolist() == expected_uniques.tolist()
     assert [type(u) for u in uniques.tolist()] == [type(u) for u in expected_uniques.tolist()]
+
+
+def test_an_event_kineto_ends_before_its_start_is_no_time_in_the_window(tmp_path: Path) -> None:
+    """Kineto's µs rounding can end a memset 1 µs before its start; loading allows it (the clock's
+    slack) and the window's GPU time per name counts it as 0, never negative."""
+    from hpcprof.tools.torch.analysis.window import trace_window, window_kernels
+
+    events = [launch(0, 2, 1), kernel(10, 10, 1), launch(3, 2, 2, "cudaMemsetAsync"),
+              kernel(25, -1, 2, "[memset]", cat="gpu_memset"), launch(5, 2, 3), kernel(30, 5, 3)]
+    trace = load_trace(write_trace(tmp_path / "t.json", events))
+    window, _ = trace_window(trace)
+    times = window_kernels(trace, window).set_index("name")["total_ns"].to_dict()
+    assert times == {"gemm": 15_000, "[memset]": 0}

@@ -131,13 +131,14 @@ def trace_window(trace: RankTrace) -> tuple[pd.DataFrame, pd.DataFrame]:
 def window_kernels(trace: RankTrace, window: pd.DataFrame) -> pd.DataFrame:
     """GPU time per name of the kernels, memcpys and memsets inside the rank's window (`trace_window`'s
     row; events cut to it), as nsys' kernel table: rank, window, name, instances, total_ns (most
-    time first)."""
+    time first). An event Kineto's µs rounding ends before its start (within KINETO_SLACK_NS, which
+    loading allows) counts as no time, not a negative one."""
     gpu = trace.gpu
     row = window.iloc[0]
     lo, hi = row["start_ns"] / 1000.0 - trace.origin, row["end_ns"] / 1000.0 - trace.origin
     ts, end = gpu["ts"], gpu["end"]
     inside = np.isin(gpu.values("cat").astype(str), WORK) & (end > lo) & (ts < hi)
-    cut = np.minimum(end[inside], hi) - np.maximum(ts[inside], lo)
+    cut = np.maximum(np.minimum(end[inside], hi) - np.maximum(ts[inside], lo), 0.0)
     names = gpu.values("name").astype(str)[inside]
     per = pd.DataFrame({"name": names, "ns": np.round(cut * 1000.0).astype(np.int64)}).groupby("name", sort=True)["ns"]
     out = pd.DataFrame({"rank": trace.rank, "window": row["window"], "name": per.size().index.to_numpy(dtype=object),
