@@ -150,6 +150,38 @@ def test_the_parts_of_a_step_sum_to_its_window() -> None:
     assert limits.fit_to_busy(parts, 12.0) == parts          # no overlap: as they are
 
 
+def test_a_stragglers_imbalance_comes_out_of_the_exposed_communication() -> None:
+    """Rank 1 is 1.5 ms late a step: the others wait for it inside their collectives, so the
+    imbalance is taken out of the 2 ms of exposed communication and the parts keep their 10 ms sum;
+    a late rank beyond the exposed time is seen only up to it."""
+    parts = [limits.Part("compute", 5.0), limits.Part(limits.EXPOSED, 2.0), limits.Part(limits.IDLE, 3.0)]
+    carved = limits.carve_imbalance(parts, 1, 1.5)
+    assert {p.name: p.ms for p in carved} == {"compute": 5.0, limits.EXPOSED: 0.5, limits.IDLE: 3.0,
+                                              limits.IMBALANCE: 1.5}
+    assert sum(p.ms for p in carved) == pytest.approx(10.0)
+    assert {p.name: p.ms for p in limits.carve_imbalance(parts, 1, 4.0)}[limits.IMBALANCE] == 2.0
+    assert limits.carve_imbalance(parts[:1], 1, 1.5) == parts[:1]      # no collective to wait in
+
+
+def test_a_window_longer_than_the_counted_step_is_fitted_to_it() -> None:
+    """A workload timer that leaves out 3 ms between its 10 ms iterations (a 13 ms window per
+    iteration): the idle gives up the 3 ms; with less idle than that the busy parts give up the
+    rest in proportion; the parts then sum to the step, and a fix of a changed part is scaled."""
+    parts = [limits.Part("compute", 6.0), limits.Part(limits.EXPOSED, 2.0), limits.Part(limits.IDLE, 5.0)]
+    fitted = limits.fit_to_step(parts, 10.0, 13.0)
+    assert {p.name: p.ms for p in fitted} == {"compute": 6.0, limits.EXPOSED: 2.0, limits.IDLE: 2.0}
+    assert fitted[2].detail.endswith("3.00 ms per iteration of the window fell between the counted steps, "
+                                     "taken out of the idle")
+    short_idle = [*parts[:2], limits.Part(limits.IDLE, 1.0)]
+    squeezed = limits.fit_to_step(short_idle, 7.0, 9.0)
+    assert sum(p.ms for p in squeezed) == pytest.approx(7.0)
+    assert {p.name: p.ms for p in squeezed}[limits.IDLE] == 0.0
+    assert {p.name: p.ms for p in squeezed}["compute"] == pytest.approx(6.0 * 7.0 / 8.0)
+    fixes = [limits.Fix("keep the GPU fed", 5.0, "the idle time", limits.IDLE),
+             limits.Fix("overlap", 2.0, "its exposed time", limits.EXPOSED)]
+    assert [f.saves_ms for f in limits.scaled_fixes(fixes, parts, fitted)] == [2.0, 2.0]
+
+
 def test_pinned_memory_is_offered_only_for_host_device_copies() -> None:
     from hpcprof.analysis.categories import Categories
 

@@ -422,6 +422,10 @@ def test_no_fix_below_the_noise_and_the_unprofiled_part_is_never_the_limiter(cam
             assert all(f.saves_ms > d.noise_ms for f in d.fixes)
             assert d.limiter is not None and d.limiter.observed
             assert d.limiter.ms == max(p.ms for p in d.parts if p.observed)
+            # the parts, the imbalance and the time outside the window among them, sum to the step, to
+            # within the GPU's busy time (the union of its intervals) less its kernels' categories
+            assert sum(p.ms for p in d.parts) == pytest.approx(d.step_ms, rel=0.02)
+            assert all(p.ms >= 0 for p in d.parts)
             unseen = [p for p in d.parts if not p.observed]
             if selection == ECHO:   # Echo's window is one backward pass: the rest of the step is not profiled
                 step = limits.step_time(next(p for p in points if p.label == d.point))

@@ -10,7 +10,13 @@ split over the measured window's GPU time per rank into the parts that can limit
   memory and non_blocking only for the host's);
 - GPU idle: the window's idle (idle_pct): the GPU waited for the host (launches, synchronisation,
   input);
-- imbalance: a rank the others wait for, only where sweep.persistent_stragglers finds it above noise.
+- imbalance: a rank the others wait for, only where sweep.persistent_stragglers finds it above noise,
+  taken out of the exposed communication (the others wait for it inside their collectives).
+
+The parts sum to the step: the GPU-busy parts are fitted to the GPU's busy time (kernels at once on
+several streams), the part of the step outside the measured window is its own, and where the window
+per iteration is longer than the counted step (a workload's own timer that leaves out the time
+between its iterations) the idle gives up that time first, the busy parts the rest.
 
 The limiter is the largest part. Each fix's saving is an upper bound per step, stated as such: hiding
 a collective behind compute saves at most its exposed time (and no more than the compute there is to
@@ -59,8 +65,8 @@ HOST_COPIES = "memcpy"
 #: the fixes shown per point
 TOP = 3
 #: the parts re-basing on the unprofiled step changes, and the GPU-busy parts it keeps
-IDLE, EXPOSED, OUTSIDE = "GPU idle", "exposed communication", "outside the measured window"
-BUSY = ("compute", EXPOSED, "copies")
+IDLE, EXPOSED, OUTSIDE, IMBALANCE = "GPU idle", "exposed communication", "outside the measured window", "imbalance"
+BUSY = ("compute", EXPOSED, "copies", IMBALANCE)
 
 
 @dataclass(frozen=True)
@@ -288,15 +294,19 @@ def diagnose(point: Point, bounds: pd.DataFrame, stragglers: pd.DataFrame, serie
     elif idle_pct:
         fixes.append(Fix("keep the GPU fed (CUDA graphs or fewer launches, no synchronisation in the step, a "
                          "faster input pipeline)", window * idle_pct / 100.0, "the idle time", IDLE))
-    if step_ms - window > 0:
-        parts.append(Part(OUTSIDE, step_ms - window,
-                          f"the step's time beyond the window's {ms(window)} per step: not profiled", observed=False))
     slow = stragglers[(stragglers["point"] == point.label) & stragglers["above_noise"]] \
         if not stragglers.empty else stragglers
     for _, row in slow.iterrows():
-        parts.append(Part("imbalance", float(row["excess_ms"]), f"rank {int(row['rank'])} slower than the median rank"))
+        carved = carve_imbalance(parts, int(row["rank"]), float(row["excess_ms"]))
+        parts, fixes = carved, scaled_fixes(fixes, parts, carved)
         fixes.append(Fix(f"balance rank {int(row['rank'])}'s work", float(row["excess_ms"]),
                          "its mean excess over the median rank"))
+    if step_ms - window > 0:
+        parts.append(Part(OUTSIDE, step_ms - window,
+                          f"the step's time beyond the window's {ms(window)} per step: not profiled", observed=False))
+    elif window - step_ms > 0:
+        fitted = fit_to_step(parts, step_ms, window)
+        parts, fixes = fitted, scaled_fixes(fixes, parts, fitted)
     measured_step = None
     unprofiled = point.metric(c.PROFILER_UNPROFILED_STEP)
     if unprofiled is not None and 0.0 < unprofiled < step_ms:
@@ -319,6 +329,40 @@ def fit_to_busy(parts: list[Part], busy: float) -> list[Part]:
     return [replace(p, ms=p.ms * factor, detail=f"{p.detail}; {ms(p.ms)} of kernel time, {format_value(100 * factor)} % "
                     "of it counted: kernels ran at once on several streams".lstrip("; "))
             if p.name in BUSY else p for p in parts]
+
+
+def carve_imbalance(parts: list[Part], rank: int, excess: float) -> list[Part]:
+    """The straggler's excess as a part of its own, taken out of the exposed communication (the
+    others wait for it inside their collectives' kernels), at most all of it, so that the parts keep
+    their sum."""
+    exposed = next((p for p in parts if p.name == EXPOSED), None)
+    seen = min(excess, exposed.ms) if exposed is not None else 0.0
+    if seen <= 0.0:
+        return parts
+    detail = f"rank {rank} slower than the median rank by {ms(excess)}; the others' wait for it, out of the exposed communication"
+    return [replace(p, ms=p.ms - seen) if p is exposed else p for p in parts] + [Part(IMBALANCE, seen, detail)]
+
+
+def fit_to_step(parts: list[Part], step: float, window: float) -> list[Part]:
+    """The parts of a window per iteration longer than the counted step (a workload that times less
+    than the whole iteration: the time between its counted iterations is in the window) fitted to the
+    step, so that they sum to it: the GPU idle gives up the excess first (the host's time between the
+    counted iterations), the GPU-busy parts the rest, in proportion."""
+    excess = window - step
+    idle = next((p for p in parts if p.name == IDLE), None)
+    from_idle = min(excess, idle.ms) if idle is not None else 0.0
+    rest = excess - from_idle
+    busy = sum(p.ms for p in parts if p.name in BUSY)
+    factor = max(0.0, 1.0 - rest / busy) if busy else 1.0
+    between = f"{ms(excess)} per iteration of the window fell between the counted steps"
+    out = []
+    for part in parts:
+        if part is idle and from_idle:
+            part = replace(part, ms=part.ms - from_idle, detail=f"{part.detail}; {between}, taken out of the idle")
+        elif part.name in BUSY and rest > 0.0:
+            part = replace(part, ms=part.ms * factor, detail=f"{part.detail}; scaled to the step ({between})")
+        out.append(part)
+    return out
 
 
 def copy_fixes(copies: dict[str, float]) -> list[Fix]:
@@ -349,10 +393,14 @@ def rebased(parts: list[Part], fixes: list[Fix], unprofiled: float) -> tuple[lis
             new[EXPOSED] = max(0.0, part.ms - excess)
     out = [replace(p, ms=new[p.name], measured_ms=p.ms) if p.name in new and new[p.name] != p.ms else p
            for p in parts if p.name != OUTSIDE]
-    old = {p.name: p.ms for p in parts}
-    scaled = [replace(f, saves_ms=f.saves_ms * new[f.part] / old[f.part]) if f.part in new and old[f.part] else f
-              for f in fixes]
-    return out, scaled
+    return out, scaled_fixes(fixes, parts, out)
+
+
+def scaled_fixes(fixes: list[Fix], before: list[Part], after: list[Part]) -> list[Fix]:
+    """Each fix of a part whose time changed from `before` to `after`, scaled with it."""
+    old, new = {p.name: p.ms for p in before}, {p.name: p.ms for p in after}
+    return [replace(f, saves_ms=f.saves_ms * new[f.part] / old[f.part])
+            if f.part in new and old.get(f.part) and new[f.part] != old[f.part] else f for f in fixes]
 
 
 def diagnoses(points: list[Point]) -> list[Diagnosis]:
