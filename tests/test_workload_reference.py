@@ -195,8 +195,9 @@ def test_an_h200_pair_and_a_damaged_reference(tmp_path: Path, fixtures_dir: Path
     """seqpar bf16 on 2 H200s (tests/fixtures/gpu/run1): its run under nsys as the profiled run (with
     its exports) and a run of the same workload without a profiler as its reference, laid out as the
     job lays them out: collect states the slowdown of each rank's median iteration, and the median
-    unprofiled one, from the two results files. A damaged reference file is one problem line naming
-    it; the rest is collected, and no slowdown is stated."""
+    unprofiled one, from the two results files, and the report's verdict is re-based on the latter.
+    A damaged reference file is one problem line naming it; the rest is collected, and the report
+    says the slowdown is not measured."""
     from test_report_html import gpu_run
 
     exp = write_experiment(tmp_path / "exp.yaml", "seqpar", {"tool": "nsys"}, "h200")
@@ -223,9 +224,12 @@ def test_an_h200_pair_and_a_damaged_reference(tmp_path: Path, fixtures_dir: Path
     headline = {n: v for n, v, _ in (read_headline(damaged) or pytest.fail("no headline")).metrics}
     assert c.PROFILER_SLOWDOWN.name not in headline and "iteration.median" in headline
     assert read_table(damaged, c.STEPS_PERTURBATION.name) is None
-    report = " ".join(hpcprof("report", damaged.name, "--workdir", str(tmp_path / "runs"), cwd=tmp_path,
-                              check=True).stdout.split())
-    assert "the slowdown nsys caused is not measured" in report
+    report = {run.name: " ".join(hpcprof("report", run.name, "--workdir", str(tmp_path / "runs"), cwd=tmp_path,
+                                         check=True).stdout.split()) for run in (good, damaged)}
+    assert "the slowdown nsys caused is not measured" in report[damaged.name]
+    # the verdict re-based on the reference's step (hpcprof.report.limits)
+    unprofiled = f"{statistics.median(quiet.values()):.2f} ms step without the profiler"
+    assert unprofiled in report[good.name] and "without the profiler" not in report[damaged.name]
 
 
 def local_site(tmp_path: Path, **paths: str) -> Path:
@@ -261,7 +265,7 @@ def test_collect_states_the_slowdown_against_the_reference_run(tmp_path: Path, k
     results/reference/, the profiled run its own; collect states profiler.slowdown_pct with its
     interval, and profiler.unprofiled_step equals the median over ranks of each rank's median counted
     iteration in the reference's own results file (each rank's profiled median that of the profiled
-    run's file); the report says the baseline."""
+    run's file); report, status and compare say it and its baseline."""
     if tool == "nsys" and not NSYS_2022.exists():
         pytest.skip("nsys 2022.4 not installed (tests/services/nsys.sh)")
     site = local_site(tmp_path, **({"nsys": str(NSYS_2022)} if tool == "nsys" else {}))
@@ -292,3 +296,8 @@ def test_collect_states_the_slowdown_against_the_reference_run(tmp_path: Path, k
     report = " ".join(hpcprof("report", run.name, cwd=tmp_path, check=True).stdout.split())
     assert "in the job's unprofiled reference run of the same workload (profile.reference)" in report
     assert "is not measured" not in report
+    [row] = json.loads(hpcprof("status", run.name, "--format", "json", cwd=tmp_path, check=True).stdout)
+    assert row["profiler"].endswith(f"{worst:+.1f} % [{headline[c.PROFILER_SLOWDOWN_LOW.name]:+.1f}, "
+                                    f"{headline[c.PROFILER_SLOWDOWN_HIGH.name]:+.1f}]"), row
+    compared = " ".join(hpcprof("compare", run.name, cwd=tmp_path, check=True).stdout.split())
+    assert "in the job's unprofiled reference run of the same workload" in compared
