@@ -125,7 +125,8 @@ def test_what_collect_makes_is_declared(collected: Path) -> None:
                                              c.STEPS_MEMORY_KINDS.name, c.STEPS_MEMORY_GROWTH.name, c.FORENSICS_RANKS.name,
                                              c.FORENSICS_COLLECTIVES.name, c.BENCH_CEILINGS.name}
     # every declared metric is made, but the overhead that report and compare find (tests/test_steps.py), the
-    # slowdown of a `command`'s steps (tests/test_profiler_slowdown.py) and device memory, recorded where CUDA
+    # slowdown of a `command`'s steps (tests/test_profiler_slowdown.py) or of a run with a reference run
+    # (tests/test_workload_reference.py) and device memory, recorded where CUDA
     # is in use (tests/test_steps_memory.py); the idle by cause, of a trace of two ProfilerSteps or more
     # (this one has one: tests/test_idle.py)
     slowdown = {m.name for m in (c.PROFILER_SLOWDOWN, c.PROFILER_SLOWDOWN_LOW, c.PROFILER_SLOWDOWN_HIGH,

@@ -237,8 +237,8 @@ def test_the_hook_ends_the_reference_run_after_its_window(tmp_path: Path) -> Non
 def test_the_job_runs_the_reference_before_the_profiled_command_under_nsys(tmp_path: Path) -> None:
     """Rendered: under nsys (default on) the job launches the command through the rank wrapper
     with --hpcprof-reference first, which runs it unprofiled; not under torch.profiler (its
-    process has unprofiled steps) unless asked, never with `reference: false`; asked on seqpar, one
-    line naming the field."""
+    process has unprofiled steps) unless asked, never with `reference: false`; asked on a command
+    without the step hook (nothing would end it), one line naming the field."""
     def render(tool: str, extra: str = "", kind: str = "command") -> subprocess.CompletedProcess[str]:
         workload = "  kind: command\n  argv: [python3, train.py]\n" if kind == "command" else "  kind: seqpar\n"
         exp = tmp_path / f"{tool}{len(extra)}{kind}.yaml"
@@ -261,7 +261,8 @@ def test_the_job_runs_the_reference_before_the_profiled_command_under_nsys(tmp_p
     extra = "  reference: false\n"
     assert render("nsys", extra).returncode == 0
     assert "--hpcprof-reference" not in (tmp_path / f"nsys{len(extra)}command" / "job.sh").read_text()
-    refused = render("nsys", "  reference: true\n", "seqpar")
+    assert render("nsys", "  reference: true\n", "seqpar").returncode == 0      # tests/test_workload_reference.py
+    refused = render("nsys", "  reference: true\n  window:\n    auto: false\n")
     assert refused.returncode == 2 and refused.stderr.count("\n") == 1 and "profile.reference:" in refused.stderr
 
 

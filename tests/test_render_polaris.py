@@ -198,8 +198,9 @@ def test_done_when_command(tmp_path: Path) -> None:
             "mpiexec", "-n", "8", "--ppn", "4", "--depth=8", "--cpu-bind", "depth", "--env",
             "TMPDIR=$TMPDIR", "-l", "--line-buffer"]
         assert argv[argv.index("WRAPPER") + 1:][-2:] == ["--precision", precision]
-        assert 'if { [ "$hp_local_rank" -eq 0 ]; }; then' in wrapper
-        assert 'exec nsys profile' in wrapper
+        # nsys's unprofiled reference run (profile.reference) first: its ranks are not profiled
+        assert 'if [ "$hp_profiled" = 1 ] && { [ "$hp_local_rank" -eq 0 ]; }; then' in wrapper
+        assert 'exec nsys profile' in wrapper and '"$RUN_DIR/rank_wrapper.sh" --hpcprof-reference ' in job
 
 
 @pytest.mark.parametrize(("kind", "flavor", "bind", "expected"), [

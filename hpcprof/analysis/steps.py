@@ -10,7 +10,9 @@ the profiler did not touch: under the hook's torch.profiler, those before its wa
 after the step that exported its trace (the header's `profiled` range; never the first step, whose
 start is not seen). Under nsys and ncu every step is slowed (the injection lasts the process):
 there is no unprofiled step in the process; the baseline is then the window's steps of the job's
-unprofiled reference run of the same command (profile.reference: `<run>/steps/reference/`)."""
+unprofiled reference run of the same command (profile.reference: `<run>/steps/reference/`). The
+same comparison holds for seqpar's and ddp's own timed loops (`loop_perturbation`): their counted
+iterations against those of the reference run's results (`<run>/results/reference/`)."""
 
 from __future__ import annotations
 
@@ -188,7 +190,7 @@ def steps_tables(run_dir: Path, world: int = 0) -> tuple[dict[str, pd.DataFrame]
     The reference run's steps (`steps/reference/`) are the perturbation's baseline only."""
     problems: list[str] = []
     df, reference = (_read_ranks(directory, world, problems)
-                     for directory in (run_dir / "steps", run_dir / "steps" / "reference"))
+                     for directory in (run_dir / "steps", run_dir / "steps" / c.REFERENCE_DIR))
     if df is None:
         return {}, problems
     from hpcprof.analysis.clocks import host_skew
@@ -295,6 +297,31 @@ def perturbation(steps: pd.DataFrame, reference: pd.DataFrame | None = None) -> 
         rows.append([int(rank), profiled_ms, unprofiled_ms, 100.0 * (profiled_ms / unprofiled_ms - 1.0),
                      float(low), float(high), len(slowed), len(quiet), baseline])
     return pd.DataFrame(rows, columns=PERTURBATION_COLUMNS)
+
+
+def loop_steps(rows: pd.DataFrame, phase: str) -> pd.DataFrame:
+    """A workload's own timed loop as steps for `perturbation`: its per-iteration rows {rank,
+    time_ms, phase, counted, window[, profiled]} (seqpar's iterations, ddp's steps) of `phase`. Where
+    torch.profiler recorded in some iterations only (seqpar's `profiled`), those are in the window
+    and the iterations it did not touch (not `window`) unprofiled; else the window is the iterations
+    the workload counts (counted, not `window`: those of iteration.*) and none is unprofiled."""
+    import pandas as pd
+
+    loop = rows[rows["phase"] == phase]
+    touched = loop["window"].astype(bool) if "window" in loop else pd.Series(False, index=loop.index)
+    counted = loop["counted"].astype(bool) if "counted" in loop else pd.Series(True, index=loop.index)
+    recorded = loop["profiled"].astype(bool) if "profiled" in loop else pd.Series(False, index=loop.index)
+    some = bool(recorded.any())
+    return pd.DataFrame({"rank": loop["rank"], "duration_ns": loop["time_ms"].astype(float) * 1e6,
+                         "in_window": recorded if some else counted & ~touched,
+                         "unprofiled": ~touched if some else pd.Series(False, index=loop.index)})
+
+
+def loop_perturbation(rows: pd.DataFrame, phase: str, reference: pd.DataFrame | None = None) -> pd.DataFrame:
+    """`perturbation` of a workload's own timed loop (`loop_steps` of its rows): against the
+    iterations the profiler did not touch in the same process, else against the counted iterations
+    of the job's unprofiled reference run (`reference`: its rows, results/reference/)."""
+    return perturbation(loop_steps(rows, phase), None if reference is None else loop_steps(reference, phase))
 
 
 def iteration_rows(steps: pd.DataFrame) -> pd.DataFrame:

@@ -181,20 +181,6 @@ def detected_step_metrics(window: pd.DataFrame | None, iterations: pd.DataFrame 
     return iteration_metrics(rows, c.STEP_PHASE) if not rows.empty else []
 
 
-def loop_perturbation_metrics(rows: pd.DataFrame, phase: str) -> list[Metric]:
-    """The profiler's slowdown in a workload's own timed loop (seqpar under torch.profiler): per
-    rank its iterations the profiler recorded in (`profiled`) against those it did not touch (not
-    `window`), as the step hook's steps (hpcprof.analysis.steps.perturbation)."""
-    if "profiled" not in rows or "window" not in rows:
-        return []
-    from hpcprof.analysis.steps import perturbation
-
-    loop = rows[rows["phase"] == phase]
-    steps = pd.DataFrame({"rank": loop["rank"], "duration_ns": loop["time_ms"].astype(float) * 1e6,
-                          "in_window": loop["profiled"].astype(bool), "unprofiled": ~loop["window"].astype(bool)})
-    return perturbation_metrics(perturbation(steps))
-
-
 def idle_cause_metrics(causes: pd.DataFrame | None) -> list[Metric]:
     """idle.<cause>: each cause's idle ms per step, the mean over ranks (a rank without the cause's
     time at 0), from a `<tool>_idle_causes` table; the causes with any time."""
@@ -264,7 +250,6 @@ def run_summary(tables: Tables, record: RunRecord) -> list[Metric]:
         rows = tables(rows_table.name)
         if rows is not None and not rows.empty:
             out += iteration_metrics(rows, iteration)
-            out += loop_perturbation_metrics(rows, iteration)
             if "allocated_peak" in rows:    # the workload's own timer recorded memory (CUDA)
                 from hpcprof.analysis.steps import memory_table
 
@@ -272,6 +257,7 @@ def run_summary(tables: Tables, record: RunRecord) -> list[Metric]:
         phases = tables(phases_table.name)
         if phases is not None and not phases.empty:
             out += phase_metrics(phases, iteration)
+        out += perturbation_metrics(tables(c.STEPS_PERTURBATION.name))   # its loop's (collect.files)
     profiler = profilers.find(record.tool)
     if record.kind == "command":
         window = profiler.table("window") if profiler is not None else None

@@ -1,5 +1,6 @@
-"""A run's files as collect finds them: the workload's JSON results as tables, the manifest of its
-logs, profiles and results, and the per-rank files of a profile directory."""
+"""A run's files as collect finds them: the workload's JSON results as tables (with seqpar's and
+ddp's profiler slowdown from them and their reference run's), the manifest of its logs, profiles
+and results, and the per-rank files of a profile directory."""
 
 from __future__ import annotations
 
@@ -50,6 +51,25 @@ def workload_tables(results_dir: Path, problem: Report) -> dict[str, pd.DataFram
             except (ResultError, ValueError, TypeError) as exc:
                 problem(Problem(path, f"table {name!r} skipped ({short(exc)})"))
     return tables
+
+
+def loop_perturbation_tables(results_dir: Path, kind: str, tables: dict[str, pd.DataFrame],
+                             problem: Report) -> dict[str, pd.DataFrame]:
+    """steps_perturbation of a seqpar or ddp run's own timed loop (`tables`: its workload tables,
+    workload_tables'), against the iterations the profiler did not touch in its processes, else
+    against the job's unprofiled reference run's (its results in `results_dir`/reference/,
+    profile.reference; hpcprof.analysis.steps.loop_perturbation); none where neither has enough."""
+    from hpcprof.analysis.steps import loop_perturbation
+    from hpcprof.core import catalog as c
+
+    _, rows_table, phase = c.WORKLOAD_TIMINGS[kind]
+    rows = tables.get(rows_table.key)
+    if rows is None or rows.empty:
+        return {}
+    folder = results_dir / c.REFERENCE_DIR
+    reference = workload_tables(folder, problem).get(rows_table.key) if folder.is_dir() else None
+    found = loop_perturbation(rows, phase, reference)
+    return {c.STEPS_PERTURBATION.key: found} if not found.empty else {}
 
 
 def ceilings_tables(run_dir: Path, problem: Report) -> dict[str, pd.DataFrame]:

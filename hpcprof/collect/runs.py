@@ -37,7 +37,7 @@ from hpcprof import profilers
 from hpcprof.campaign.store import Store
 from hpcprof.collect.cache import part_key
 from hpcprof.collect.common import gc_paused, short
-from hpcprof.collect.files import ceilings_tables, manifest, rank_files, workload_tables
+from hpcprof.collect.files import ceilings_tables, loop_perturbation_tables, manifest, rank_files, workload_tables
 from hpcprof.collect.mapping import map_files
 from hpcprof.collect.reduce import DamagedCache, SliceConcat, reduce_parts
 from hpcprof.core import catalog as c
@@ -164,12 +164,19 @@ def collect_run(run: RunDir, store: Store, log: Log = print, executor: Executor 
             return
         own_steps_done = True
         suffix = f" (during {during})" if during else ""
-        step("workload" + suffix, lambda: save(c.WORKLOAD, workload_tables(run.path / "results", done.report)))
+        step("workload" + suffix, workload)
         step("ceilings" + suffix, lambda: save(c.BENCH, ceilings_tables(run.path, done.report)))
         step("files" + suffix, lambda: save(c.FILES, {c.FILES_MANIFEST.key: manifest(run)}))
         step("profiles" + suffix, missing)
         step("forensics" + suffix, lambda: save(c.FORENSICS, forensics_tables(run)))
         step("steps" + suffix, steps)
+
+    def workload() -> None:
+        """The workload's JSON results; a seqpar or ddp run's profiler slowdown in its own loop."""
+        tables = workload_tables(run.path / "results", done.report)
+        save(c.WORKLOAD, tables)
+        if record.kind in c.WORKLOAD_TIMINGS:
+            save(c.STEPS, loop_perturbation_tables(run.path / "results", record.kind, tables, done.report))
 
     def steps() -> None:
         """The step hook's records (profile.window.auto on a `command`): its table, or why there is none."""

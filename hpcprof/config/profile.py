@@ -92,9 +92,11 @@ else:
 class ProfileConfig(ToolOptions):
     """Which profiler wraps which ranks, with its options."""
 
-    #: an unprofiled reference of a `command` in the same job, before the profiled run, which the step
-    #: hook ends after its window: the baseline of the profiler's slowdown where no step of the profiled
-    #: process is unprofiled (nsys, ncu). Default (null): on under nsys and ncu where the hook runs;
+    #: an unprofiled run of the same workload in the same job, before the profiled one, over the same
+    #: ranks and launcher: the baseline of the profiler's slowdown where no step of the profiled process
+    #: is unprofiled (nsys, ncu). A `command`'s is ended by the step hook after its window (it needs
+    #: `window.auto`); seqpar and ddp run their whole loop and write their results into
+    #: `results/reference/`. Default (null): on under nsys and ncu (a `command`: where the hook runs);
     #: nothing under `tool: none`.
     reference: bool | None = None
 
@@ -103,7 +105,7 @@ class ProfileConfig(ToolOptions):
 
     def references(self, workload: str) -> bool:
         """Whether the job runs the unprofiled reference (see `reference`) for workload kind `workload`."""
-        if self.tool == "none" or not self.window.hooked(workload):
+        if self.tool == "none" or (workload == "command" and not self.window.hooked(workload)):
             return False
         return self.reference if self.reference is not None else self.tool in ("nsys", "ncu")
 

@@ -126,6 +126,9 @@ ECHO_SLOWDOWN = _t(ECHO, "slowdown", "compute kernel of each device", EACH_KERNE
                    "each kernel of a world-size-N DDP run against the same kernel of its world-size-1 run: "
                    "durations, overlap with communication, slowdown", "Echo's analyse.py")
 SEQPAR_FILE, DDP_FILE = "seqpar", "ddp_steps"      # the workloads' JSON results (results/<file>.json)
+#: the job's unprofiled reference run's folder (profile.reference): under `steps/` a `command`'s steps,
+#: under `results/` seqpar's and ddp's JSON results
+REFERENCE_DIR = "reference"
 WORKLOAD_SEQPAR = _t(WORKLOAD, SEQPAR_FILE, "run", RUN, "seqpar.json's scalar fields (schema, workload)")
 SEQPAR_PHASES = _t(WORKLOAD, f"{SEQPAR_FILE}.phases", "phase", COUNTED,
                    "per phase (allgather, matmul1, matmul2, reduce_scatter, iteration): mean, median, min, max "
@@ -183,10 +186,12 @@ STEPS_MEMORY_GROWTH = _t(STEPS, "memory_growth", "rank, device and site", COUNTE
                          "(a leak: a site whose blocks keep growing)", _HISTORY)
 STEPS_PERTURBATION = _t(STEPS, "perturbation", PER_RANK, COUNTED,
                         "the profiler's perturbation of the rank's steps: the median of the window's steps "
-                        "(profiled_ms) and of the same process's steps the profiler did not touch (unprofiled_ms: "
-                        "under the step hook's torch.profiler, those before its warm-up step and after its trace "
-                        "was written; else the window's steps of the job's unprofiled reference run, "
-                        "profile.reference), slowdown_pct = 100 · (profiled_ms / unprofiled_ms − 1) with its 95 % "
+                        "(profiled_ms; seqpar and ddp: of their counted iterations, seqpar's under torch.profiler "
+                        "those it recorded in) and of the same process's steps the profiler did not touch "
+                        "(unprofiled_ms: under torch.profiler, those before its warm-up step and after its trace "
+                        "was written; else the same steps of the job's unprofiled reference run, "
+                        "profile.reference: a `command`'s window steps, seqpar's and ddp's counted iterations), "
+                        "slowdown_pct = 100 · (profiled_ms / unprofiled_ms − 1) with its 95 % "
                         "percentile bootstrap interval (low_pct, high_pct), the steps of each side and where the "
                         "unprofiled ones come from (baseline: `same process` or `reference run`); ranks with "
                         "3 steps or more on each side")
@@ -378,15 +383,16 @@ PROFILER_OVERHEAD = MetricSpec("profiler.overhead_pct", "%", COUNTED,
 _SLOWED = "the rank the profiler slowed most (the largest slowdown_pct of steps_perturbation)"
 PROFILER_SLOWDOWN = MetricSpec("profiler.slowdown_pct", "%", COUNTED,
                                f"{_SLOWED}: 100 · (its median window step / its median unprofiled step − 1), both "
-                               "timed by the step hook (or seqpar's timer) in the same process; a warning above "
-                               f"{OVERHEAD_WARN_PCT:g} %", (STEPS_TIMES,))
+                               "timed by the step hook (or seqpar's and ddp's timers), the unprofiled ones in the "
+                               "same process or in the job's unprofiled reference run (profile.reference); a "
+                               f"warning above {OVERHEAD_WARN_PCT:g} %", _TIMING)
 PROFILER_SLOWDOWN_LOW, PROFILER_SLOWDOWN_HIGH = (
     MetricSpec(f"profiler.slowdown_pct.{end}", "%", COUNTED,
-               f"the {words} end of the 95 % percentile bootstrap interval of profiler.slowdown_pct", (STEPS_TIMES,))
+               f"the {words} end of the 95 % percentile bootstrap interval of profiler.slowdown_pct", _TIMING)
     for end, words in (("low", "lower"), ("high", "upper")))
 PROFILER_UNPROFILED_STEP = MetricSpec("profiler.unprofiled_step", "ms", COUNTED,
                                       "median over ranks of each rank's median unprofiled step (steps_perturbation's "
-                                      "unprofiled_ms): the step without the profiler", (STEPS_TIMES,))
+                                      "unprofiled_ms): the step without the profiler", _TIMING)
 IDLE_CAUSE = MetricSpec("idle.{cause}", "ms", MEASURED,
                         "each step's GPU idle that the host-side cause explains (gc, input, sync, collective, "
                         "compile, optimizer, launch, program, unattributed), ms per step, mean over ranks; the "

@@ -32,7 +32,7 @@ from hpcprof.render.forensics import forensics_context, inject_files
 from hpcprof.render.launchers import SIGPIPE_IGNORED, launch_argv, launcher_key
 from hpcprof.render.quoting import directive, quote, quote_join
 from hpcprof.render.rank_env import rank_env_context
-from hpcprof.render.steps import reference_argv, steps_env, tool_options
+from hpcprof.render.steps import reference_argv, reference_steps, steps_env, tool_options
 from hpcprof.run.rundir import RECORD_FORMAT, RECORD_VERSION
 from hpcprof.schedulers import get_scheduler
 from hpcprof.workloads import rank_argv
@@ -210,7 +210,8 @@ TEMPLATE_VARS: dict[str, str] = {
     "master_addr_local": "true when every rank is on one node (MASTER_ADDR 127.0.0.1 where unset)",
     "reference_argv": "the rank wrapper's arguments of the unprofiled reference run before the workload "
                       "(profile.reference: hpcprof.render.steps); empty: none",
-    "reference_steps": "the optimizer steps after which the step hook ends the reference run",
+    "reference_steps": "the optimizer steps after which the step hook ends a `command`'s reference run (0: "
+                       "seqpar and ddp, whose reference runs the whole loop)",
     "ceilings_argv": "what each rank runs after the workload for the experiment's `ceilings:` (hpcprof bench "
                      "ceilings, after the rank wrapper and its unprofiled flag); [] when off; use with | qjoin",
 }
@@ -287,7 +288,7 @@ def template_context(point: Point, site: SiteConfig, run_dir: Path, run_id: str,
         "rank_argv": rank,
         "ceilings_argv": ceilings,
         "reference_argv": reference,
-        "reference_steps": profile.window.skip_steps + profile.window.steps,
+        "reference_steps": reference_steps(point),
         "tool": profile.tool,
         "selection": str(profile.selection),
         "condition": profile.selection.bash_condition(point.ranks_per_node),

@@ -1,6 +1,6 @@
 """The rendered side of the optimizer step hook (`profile.window.auto`, hpcprof/inject/_hpcprof_steps.py):
 the variables the rank wrapper exports for it, the profiler options it needs, and the unprofiled
-reference run it ends after its window (`profile.reference`)."""
+reference run (`profile.reference`): a `command`'s the hook ends after its window."""
 
 from __future__ import annotations
 
@@ -39,21 +39,22 @@ def steps_env(point: Point) -> dict[str, str]:
             **({"HPCPROF_MEMORY_HISTORY": str(MEMORY_HISTORY_ENTRIES)} if exp.profile.memory else {})}
 
 
-#: the rank wrapper's first argument that runs the command as the unprofiled reference (templates/rank_wrapper.sh.j2)
+#: the rank wrapper's first argument that runs the workload as the unprofiled reference (templates/rank_wrapper.sh.j2)
 REFERENCE = "--hpcprof-reference"
 
 
 def reference_argv(point: Point, rank_argv: list[str], runs_containers: bool) -> list[str]:
     """The rank wrapper's arguments of the unprofiled reference run ([] for none): REFERENCE, then
-    the workload's own. UserError where `profile.reference: true` cannot be: no step hook (seqpar,
-    ddp, `window.auto: false`), or a scheduler that runs the containers (Kubernetes)."""
+    the workload's own. UserError where `profile.reference: true` cannot be: a `command` without
+    the step hook (`window.auto: false`), which would end it, or a scheduler that runs the
+    containers (Kubernetes)."""
     exp = point.experiment
-    profile = exp.profile
-    if profile.reference and not profile.window.hooked(exp.workload.kind):
-        raise UserError("profile.reference: the reference run is ended by the step hook, which runs on a `command` "
-                        "with profile.window.auto: true; drop profile.reference (seqpar and ddp: compare with a run "
-                        "under profile.tool: none)")
-    if not profile.references(exp.workload.kind):
+    profile, kind = exp.profile, exp.workload.kind
+    if profile.reference and kind == "command" and not profile.window.hooked(kind):
+        raise UserError("profile.reference: a `command`'s reference run is ended by the step hook, which needs "
+                        "profile.window.auto: true; set it, or drop profile.reference and compare with a run "
+                        "under profile.tool: none")
+    if not profile.references(kind):
         return []
     if runs_containers:
         if profile.reference:
@@ -61,6 +62,13 @@ def reference_argv(point: Point, rank_argv: list[str], runs_containers: bool) ->
                             "set it to false and compare with a run under profile.tool: none")
         return []
     return [REFERENCE, *rank_argv]
+
+
+def reference_steps(point: Point) -> int:
+    """The optimizer steps after which the step hook ends a `command`'s reference run; 0 for seqpar
+    and ddp, whose reference runs its whole loop."""
+    window = point.experiment.profile.window
+    return window.skip_steps + window.steps if point.experiment.workload.kind == "command" else 0
 
 
 def tool_options(profile: ProfileConfig, workload: str) -> Any:

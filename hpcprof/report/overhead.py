@@ -1,8 +1,9 @@
 """The profiler's perturbation of each step, from one of two baselines:
 
 - in the run (catalog.PROFILER_SLOWDOWN, `in_run`): the same process's steps the profiler did
-  not touch, per rank, with a 95 % interval (hpcprof.analysis.steps.perturbation); the first
-  choice wherever the run has them (a `command` under the step hook's torch.profiler);
+  not touch, else those of the unprofiled reference run in the same job (profile.reference), per
+  rank, with a 95 % interval (hpcprof.analysis.steps.perturbation); the first choice wherever the
+  run has them;
 - another run (catalog.PROFILER_OVERHEAD, `overheads`): a profiled run's median step time
   (iteration.median) against that of the same experiment's run under `profile.tool: none`
   (a `tool` sweep, or a repetition with `--set profile.tool=none`), both timed the same way: a
@@ -105,7 +106,7 @@ def costly_options(profile: ProfileRecord) -> tuple[str, ...]:
 
 #: what an in-run baseline is, by steps_perturbation's `baseline` (hpcprof.analysis.steps)
 AGAINST = {"same process": "in the same processes' steps outside the profiler's",
-           "reference run": "in the job's unprofiled reference run of the same command (profile.reference)"}
+           "reference run": "in the job's unprofiled reference run of the same workload (profile.reference)"}
 
 
 def in_run(tool: str, metrics: list[Metric], ranks: tuple[tuple[int, float, float, float], ...] = (),
@@ -176,5 +177,5 @@ def unmeasured(tool: str) -> str:
     if tool in ("none", ""):
         return ""
     return (f"the slowdown {tool} caused is not measured: the run has no unprofiled steps of its own (torch.profiler "
-            "under the step hook or seqpar's loop) nor of a reference run in its job (profile.reference, a `command`), and its "
+            "under the step hook or seqpar's loop) nor of a reference run in its job (profile.reference), and its "
             "experiment no run under profile.tool: none to compare with")

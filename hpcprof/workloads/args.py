@@ -50,9 +50,16 @@ def check_schedule(value: str | None) -> None:
         parse_schedule(value)
 
 
+def in_reference_run() -> bool:
+    """Whether this rank runs in the job's unprofiled reference run (profile.reference: the rank
+    wrapper exports HPCPROF_STEPS_REFERENCE=1 there)."""
+    return os.environ.get("HPCPROF_STEPS_REFERENCE") == "1"
+
+
 def torch_profile_tool_requested(flag: bool) -> bool:
-    """Torch profiler mode: the workload flag, or HPCPROF_PROFILE_TOOL=torch from the rank wrapper."""
-    return flag or os.environ.get("HPCPROF_PROFILE_TOOL", "").strip().lower() == "torch"
+    """Torch profiler mode: the workload flag, or HPCPROF_PROFILE_TOOL=torch from the rank wrapper;
+    never in the job's unprofiled reference run."""
+    return not in_reference_run() and (flag or os.environ.get("HPCPROF_PROFILE_TOOL", "").strip().lower() == "torch")
 
 
 def resolve_torch_schedule(flag_value: str | None) -> dict[str, int]:

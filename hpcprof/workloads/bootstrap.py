@@ -28,8 +28,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from hpcprof.core.catalog import REFERENCE_DIR
 from hpcprof.core.errors import UserError
-from hpcprof.workloads.args import Backend, DeviceKind, GpuMap
+from hpcprof.workloads.args import Backend, DeviceKind, GpuMap, in_reference_run
 from hpcprof.workloads.ranks import RankLayout, discover_layout  # noqa: F401  (re-exported; torch-free)
 
 # How long an aborting rank waits for its launcher to read its error message (see _wait_for_forward).
@@ -248,11 +249,11 @@ def rank_info(ctx: Dist) -> dict[str, Any]:
 
 
 def results_dir(override: Path | None) -> Path:
-    """`--results-dir`, else `$HPCPROF_RUN_DIR/results`, else `./results`."""
-    if override is not None:
-        return override
+    """`--results-dir`, else `$HPCPROF_RUN_DIR/results`, else `./results`; in the job's unprofiled
+    reference run (profile.reference) its `reference/` folder, apart from the profiled run's results."""
     run_dir = os.environ.get("HPCPROF_RUN_DIR")
-    return Path(run_dir) / "results" if run_dir else Path("results")
+    found = override if override is not None else Path(run_dir) / "results" if run_dir else Path("results")
+    return found / REFERENCE_DIR if in_reference_run() else found
 
 
 def gather_objects(obj: Any) -> list[Any]:
