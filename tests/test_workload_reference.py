@@ -17,6 +17,7 @@ import pandas as pd
 import pytest
 import yaml
 from hpcprof_cli import hpcprof
+from test_workload_ddp import BARE_MODEL
 
 from hpcprof.analysis.steps import MIN_STEPS, REFERENCE_RUN, SAME_PROCESS, loop_perturbation
 from hpcprof.core import catalog as c
@@ -24,21 +25,6 @@ from hpcprof.run.results import read_headline, read_table
 
 REPO = Path(__file__).resolve().parents[1]
 NSYS_2022 = Path("/usr/lib/x86_64-linux-gnu/nsight-systems/target-linux-x64/nsys")   # tests/services/nsys.sh
-MODEL = """
-import torch
-
-def get_model(rank, cap_size):
-    return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 8))
-
-def get_dataloader(rank, batchsize):
-    return [(torch.randn(batchsize, 8).to(rank), None)] * 5
-
-def forward_pass(model, inputs):
-    return model(inputs)
-
-def backward_pass(output):
-    output.square().mean().backward()
-"""
 #: each workload's results file and its per-iteration rows' key and phase
 RESULTS = {"seqpar": ("seqpar.json", "iterations", "iteration"), "ddp": ("ddp_steps.json", "steps", "step")}
 
@@ -49,7 +35,7 @@ def workload(kind: str, folder: Path) -> dict[str, Any]:
         return {"kind": "seqpar", "args": {"sequence_length": 64, "hidden_dim": 32, "iterations": 12,
                                            "warmup_iterations": 2, "precision": "float32", "device": "cpu"}}
     model = folder / "define_model.py"
-    model.write_text(MODEL)
+    model.write_text(BARE_MODEL)
     return {"kind": "ddp", "args": {"model_file": str(model), "epochs": 2, "warmup_epochs": 1, "batchsize": 3,
                                     "optimizer": "sgd", "device": "cpu"}}
 
