@@ -103,22 +103,45 @@ start() {
   export SLURM_CONF=$CONF
   local recovered=0
   alive "$STATE/slurmctld.pid" || { /usr/sbin/slurmctld -f "$CONF"; recovered=1; }
-  for k in $(seq 1 "$NODES"); do
-    alive "$STATE/node$k.pid" && continue
-    # its own network (nsenter into the netns; not ip netns exec, which mounts a fresh /sys without
-    # the cgroup mounts slurmd reads), hostname (unshare --uts) and TmpFS (a mount namespace binding
-    # its own directory on $STATE/nodetmp: the nodes share /tmp, where PMIx's per-step directories
-    # would collide); none of them forks: $! is slurmd
-    mkdir -p "$STATE/spool.node$k" "$STATE/nodetmp" "$STATE/tmp.node$k"
-    SLURM_CONF=$CONF setsid nsenter --net="/var/run/netns/hpn$k" unshare --uts --mount --propagation private sh -c \
-      "mount --bind $STATE/tmp.node$k $STATE/nodetmp && hostname node$k && exec /usr/sbin/slurmd -D -N node$k -f $CONF" \
-      >/dev/null 2>&1 < /dev/null &
-    echo $! > "$STATE/node$k.pid"
+  for k in $(seq 1 "$NODES"); do alive "$STATE/node$k.pid" || start_node "$k"; done
+  # a slurmd that died before registering is started again, and a node the controller marked down
+  # while its slurmd was still starting (SlurmdTimeout) is resumed: a slow first start is not a failure
+  for i in $(seq 1 300); do
+    nodes_up && break
+    if [ $((i % 25)) = 0 ]; then
+      for k in $(seq 1 "$NODES"); do
+        alive "$STATE/node$k.pid" || start_node "$k"
+        sinfo -h -n "node$k" -o %T 2>/dev/null | grep -q '^down' && scontrol update nodename="node$k" state=resume 2>/dev/null || true
+      done
+    fi
+    sleep 0.2
   done
-  for _ in $(seq 1 100); do nodes_up && break; sleep 0.2; done
-  nodes_up || die "nodes not up: $(sinfo -N 2>&1 | tr '\n' ' ')"
+  nodes_up || die "nodes not up after 60 s: $(sinfo -N 2>&1 | tr '\n' ' ')$(node_logs)"
   # a controller started now recovers the jobs of an earlier, killed run (cancels after its last state save undone)
   [ "$recovered" = 1 ] && bash "$(dirname "$0")/cancel-recovered.sh"
+  return 0
+}
+
+start_node() {
+  local k=$1
+  # its own network (nsenter into the netns; not ip netns exec, which mounts a fresh /sys without
+  # the cgroup mounts slurmd reads), hostname (unshare --uts) and TmpFS (a mount namespace binding
+  # its own directory on $STATE/nodetmp: the nodes share /tmp, where PMIx's per-step directories
+  # would collide); none of them forks: $! is slurmd
+  mkdir -p "$STATE/spool.node$k" "$STATE/nodetmp" "$STATE/tmp.node$k"
+  SLURM_CONF=$CONF setsid nsenter --net="/var/run/netns/hpn$k" unshare --uts --mount --propagation private sh -c \
+    "mount --bind $STATE/tmp.node$k $STATE/nodetmp && hostname node$k && exec /usr/sbin/slurmd -D -N node$k -f $CONF" \
+    >>"$STATE/log/start.node$k.log" 2>&1 < /dev/null &
+  echo $! > "$STATE/node$k.pid"
+}
+
+# the last lines each node's slurmd wrote: why a node did not come up
+node_logs() {
+  for k in $(seq 1 "$NODES"); do
+    for f in "$STATE/log/start.node$k.log" "$STATE/log/slurmd.node$k.log"; do
+      [ -s "$f" ] && printf ' | %s: %s' "$(basename "$f")" "$(tail -n 3 "$f" | tr '\n' ' ')"
+    done
+  done
   return 0
 }
 
