@@ -20,15 +20,15 @@ import pytest
 from hpcprof_cli import hpcprof
 from test_timeline import SCHEMA
 
-from hpcprof.report.scaling import NOT_STATED, sentences
+from hpcprof.report.scaling import NOT_STATED, PROFILED, sentences
 
 REPO = Path(__file__).resolve().parent.parent
 TRAINER = str(REPO / "examples" / "dp_trainer.py")
 LATE_MS = 30.0
 
 
-def _argv(*extra: str) -> str:
-    return "workload.argv=" + json.dumps([sys.executable, TRAINER, "--steps", "10", "--dim", "32", "--layers", "2",
+def _argv(steps: int, *extra: str) -> str:
+    return "workload.argv=" + json.dumps([sys.executable, TRAINER, "--steps", str(steps), "--dim", "32", "--layers", "2",
                                           "--batch", "32", "--device", "cpu", *extra])
 
 
@@ -43,18 +43,23 @@ def test_cpu_sweep_gives_efficiency_per_point_and_names_the_late_rank(tmp_path: 
 
     exp = REPO / "tests" / "data" / "dp_scaling_cpu.yaml"
     hpcprof("submit", str(exp), "--site", "local", "--wait", "--set",
-            _argv("--late-rank", "3", "--late-ms", str(LATE_MS)), cwd=tmp_path, check=True, timeout=240)
+            _argv(18, "--late-rank", "3", "--late-ms", str(LATE_MS)), cwd=tmp_path, check=True, timeout=240)
     hpcprof("collect", cwd=tmp_path, check=True, timeout=240)
     said = hpcprof("report", cwd=tmp_path, check=True, env={"COLUMNS": "250"}).stdout
     table = said[said.index(" scaling "):]
-    rows = {int(m.group(1)): float(m.group(2)) for m in re.finditer(
-        r"│ ranks_per_node=(\d) *│ \d *│ weak *│ [\d.e+-]+ *│ ([\d.e+-]+) *│", table)}
-    assert sorted(rows) == [1, 2, 4] and rows[1] == 100
+    rows = {int(m.group(1)): (float(m.group(2)), float(m.group(3)), float(m.group(4))) for m in re.finditer(
+        r"│ ranks_per_n\S* *│ (\d) *│ weak *│ ([\d.e+-]+) *│ unprofiled *│ ([\d.e+-]+) *│ ([\d.e+-]+) *│", table)}
+    assert sorted(rows) == [1, 2, 4] and rows[1][2] == 100
     assert "rank 3 is late in" in " ".join(hpcprof("compare", cwd=tmp_path, check=True).stdout.split())
+    # the program's step, not the profiler's: every point timed its steps outside the profiler's window
+    # (18 steps, the window's 6 after 4 skipped), and the efficiency is theirs
     compared = pd.read_csv(io.StringIO(hpcprof("compare", "--format", "csv", cwd=tmp_path, check=True).stdout))
-    step = dict(zip(compared["world_size"], compared["iteration.median [ms]"], strict=True))
-    for world, eff in rows.items():
-        assert eff == pytest.approx(100 * step[1] / step[world], rel=5e-3)      # 3 significant digits
+    step = dict(zip(compared["world_size"], compared["profiler.unprofiled_step [ms]"], strict=True))
+    profiled = dict(zip(compared["world_size"], compared["iteration.median [ms]"], strict=True))
+    for world, (ms, profiler, eff) in rows.items():
+        assert ms == pytest.approx(step[world], rel=5e-3)      # 3 significant digits
+        assert profiler == pytest.approx(profiled[world] - step[world], rel=5e-3, abs=5e-3)
+        assert eff == pytest.approx(100 * step[1] / step[world], rel=5e-3)
     found = re.search(r"4 ranks against .*?rank (\d) is late in (\d+) of (\d+) steps: it delays a step by ([\d.]+) ms",
                       " ".join(table.split()))
     assert found is not None, table
@@ -88,7 +93,7 @@ def test_fsdp2_on_two_gloo_ranks_all_gathers_and_reduce_scatters(tmp_path: Path)
     exp = tmp_path / "fsdp.yaml"
     exp.write_text("name: fsdp\nworkload: {kind: command, argv: [python]}\nresources: {nodes: 1, ranks_per_node: 2}\n"
                    "profile: {tool: torch, window: {skip_steps: 2, steps: 4}}\n")
-    hpcprof("submit", str(exp), "--site", "local", "--wait", "--set", _argv("--strategy", "fsdp"),
+    hpcprof("submit", str(exp), "--site", "local", "--wait", "--set", _argv(10, "--strategy", "fsdp"),
             cwd=tmp_path, check=True, timeout=240)
     [run] = (tmp_path / "hpcprof-runs" / "fsdp").iterdir()
     assert "fsdp world=2" in (run / "logs" / "rank0.log").read_text()
@@ -107,6 +112,8 @@ def test_fsdp2_on_two_gloo_ranks_all_gathers_and_reduce_scatters(tmp_path: Path)
 def _row(**over: object) -> dict:
     """A scaling row as with_lost_time makes it (the sentences' input), `over` replacing its values."""
     row = {"group": "all", "point": "ranks=4", "reference": "ranks=1", "world_size": 4, "time_ms": 20.0,
+           "tool": "torch", "profiled_ms": 20.0, "program_ms": float("nan"), "timed": PROFILED,
+           "profiler_ms": float("nan"),
            "speedup": 0.5, "ideal": 4.0, "mode": NOT_STATED, "efficiency_pct": 12.5, "efficiency_weak_pct": 50.0,
            "efficiency_strong_pct": 12.5, "lost_ms": 10.0, "late_ms": 6.0, "exposed_ms": 3.0, "overlapped_ms": 1.0,
            "transfer_by_collective": "AllReduce 3 ms exposed, 1 ms overlapped", "other_ms": 1.0, "gained_ms": 0.0,
@@ -117,7 +124,8 @@ def _row(**over: object) -> dict:
 def test_the_sentences_say_both_efficiencies_where_the_mode_is_not_stated() -> None:
     [said] = sentences(pd.DataFrame([_row(), _row(point="ranks=1", world_size=1)]).iloc[[0]])
     assert said == ("all: 4 ranks against ranks=1: speed-up 0.50x (ideal 4.00x), parallel efficiency 50 % if weak, "
-                    f"12 % if strong ({NOT_STATED}); median step 20 ms (counted steps), lost 10 ms a step (against "
+                    f"12 % if strong ({NOT_STATED}); median step 20 ms (counted steps, profiled: the profiler's slowdown "
+                    "in it, no unprofiled step at any point), lost 10 ms a step (against "
                     "the weak ideal): 6 ms waiting for late ranks, 3 ms exposed collective transfer (AllReduce 3 ms "
                     "exposed, 1 ms overlapped), 1 ms other. rank 3 is late in 6 of 6 steps.")
 
@@ -253,4 +261,32 @@ def test_the_step_is_the_median_a_slow_first_step_does_not_move(repo: Path, gpu_
     assert df.loc[2, "efficiency_pct"] == pytest.approx(100 * medians[1] / (2 * medians[2]))
     assert df.loc[2, "mode"] == "strong" and df.loc[2, "efficiency_pct"] > 90
     table, said = sweep.scaling_view(infos)
-    assert "step ms (median)" in table.columns and f"median step {medians[2]:.3g} ms (counted steps)" in said[0]
+    assert "step ms (median)" in table.columns and f"median step {medians[2]:.3g} ms (counted steps, no profiler ran)" in said[0]
+
+
+def test_the_step_is_the_programs_where_every_point_timed_it_without_the_profiler() -> None:
+    """FSDP2 on 2 H200 (benchmarks/results/scaling_gpu.txt, third run), weak: profiled median steps 27.6
+    and 37.0 ms, the same runs' unprofiled steps 26.4 and 30.4 ms, 3.31 ms exposed transfer at 2 ranks.
+    On the unprofiled basis the efficiency is 26.4 / 30.4 = 86.8 %, not 27.6 / 37.0 = 74.6 %; the lost
+    4.0 ms is 3.31 exposed + 0.69 other, the profiler's 6.6 ms a step left out. Where one point has no
+    unprofiled step, every point of the group keeps its profiled step, and the sentence names it."""
+    from hpcprof.report.scaling import UNPROFILED, on_one_basis, with_lost_time
+
+    split = {"late_rank": None, "late_ms": 0.0, "transfer": {"AllGather": (3.31, 1.0)}, "straggler": "no rank late"}
+    rows = pd.DataFrame({"group": "all", "point": ["ranks=1", "ranks=2"], "reference": "ranks=1", "world_size": [1, 2],
+                         "tool": "torch", "profiled_ms": [27.6, 37.0], "program_ms": [26.4, 30.4], "mode": "weak",
+                         "kernel_slowdown": float("nan"), "speedup": [1.0, 2 * 26.4 / 30.4], "ideal": [1.0, 2.0]})
+    out = with_lost_time(on_one_basis(rows), [{}, split]).assign(efficiency_pct=lambda d: d["efficiency_weak_pct"])
+    two = out.iloc[1]
+    assert (out["timed"] == UNPROFILED).all() and two["efficiency_weak_pct"] == pytest.approx(100 * 26.4 / 30.4)
+    assert two["lost_ms"] == pytest.approx(4.0) and two["exposed_ms"] == pytest.approx(3.31)
+    assert two["other_ms"] == pytest.approx(0.69) and two["profiler_ms"] == pytest.approx(6.6)
+    [said] = sentences(out)
+    assert ("median step 30.4 ms without the profiler (counted steps; profiled 37 ms: the profiler's 6.6 ms a step "
+            "left out), lost 4 ms a step: 0 ms waiting for late ranks, 3.31 ms exposed") in said
+    mixed = with_lost_time(on_one_basis(rows.assign(program_ms=[26.4, float("nan")])), [{}, split]).assign(
+        efficiency_pct=lambda d: d["efficiency_weak_pct"])
+    assert mixed.iloc[1]["efficiency_weak_pct"] == pytest.approx(100 * 27.6 / 37.0)
+    assert mixed["profiler_ms"].isna().all() and mixed.iloc[1]["other_ms"] == pytest.approx(37.0 - 27.6 - 3.31)
+    [said] = sentences(mixed)
+    assert "median step 37 ms (counted steps, profiled: the profiler's slowdown in it, no unprofiled step at ranks=2)" in said

@@ -137,7 +137,9 @@ def main_sections(page: Page, points: list[sweep.Point]) -> list[str]:
     if not scale.empty:
         found += words.scaling_sentences(scale)
         page.section("scaling", "Scaling", "Speed-up and parallel efficiency against the smallest world size of "
-                     "each group of points, from each point's median step (iteration.median); dashed: ideal.",
+                     "each group of points, from each point's median step without the profiler where every point of the "
+                     "group timed it (profiler.unprofiled_step), else its profiled median step (iteration.median), "
+                     "as `step timed` says; dashed: ideal.",
                      [plots.against_ranks(scale, "speedup", "ideal", "speed-up",
                                           titled("How much faster with more ranks?", c.COUNTED)),
                       plots.against_ranks(scale, "efficiency_pct", 100.0, "parallel efficiency (%)",

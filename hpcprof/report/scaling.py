@@ -6,17 +6,27 @@ others, from the stack samples), each collective's exposed transfer (hpcprof.ana
 and the rest (imbalance, idle, host work, slower kernels: Echo's median per-kernel slowdown against
 world size 1 where the run's exports give it).
 
-The step (`step ms (median)`, `time_ms`): the point's `iteration.median`, the median of every counted
-step of every rank (warm-up, and the steps torch.profiler warms up, records or writes its trace in,
-left out), the mean over the point's repetitions: the program's steady state, which one slow step
-(a profiler's start-up in a timed loop) does not move.
+The step (`step ms (median)`, `time_ms`) is the program's, not the profiler's, where the run measured
+it: a group's points are put on one basis (on_one_basis), the same for every point, as `step timed`
+says:
+- `unprofiled` (the step without the profiler): where every point of the group timed its own unprofiled steps
+  (`profiler.unprofiled_step`, the steps outside torch.profiler's or nsys's window, or the job's
+  unprofiled reference run) or ran under `profile.tool: none`: that step. The profiler's time a step
+  (`profiler ms`: the profiled median step less it) is left out of the step and so of the lost time,
+  as the diagnosis of each point leaves it out (hpcprof.report.limits);
+- `profiled`: where a point of the group did not, each point's `iteration.median`, the profiler's
+  slowdown in it; the sentences say which point lacks the unprofiled step.
+Either is a median over the counted steps of every rank (warm-up, and the steps torch.profiler warms
+up, records or writes its trace in, left out), the mean over the point's repetitions: the steady state,
+which one slow step (a profiler's start-up in a timed loop) does not move.
 
 Weak scaling (the batch per rank fixed): ideal step time = the reference's, efficiency =
 T_ref / T. Strong (the global batch fixed): ideal = T_ref · N_ref / N, efficiency = T_ref · N_ref /
 (T · N). Lost per step = T − ideal (the weak ideal where the mode is not stated); below 0 the point
 is super-linear (faster than its ideal), and says so. The split comes from each point's first run's
 critical-path events (`<tool>_critical_path_events`, two or more ranks), per step (the steps with
-collectives on two or more ranks):
+collectives on two or more ranks), as the profiler saw them (the lateness and transfer it may have
+added are not taken out: where they exceed the unprofiled lost time, `gained_ms` holds the excess):
 - late ranks (`late_ms`): the straggler's median delay of a step where one is above the noise floor,
   else 0;
 - exposed transfer (`exposed_ms`): per collective, the time after the last rank arrived that no
@@ -32,6 +42,7 @@ So late + exposed + other − gained = lost, every part ≥ 0.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -55,6 +66,29 @@ def mode_of(info: RunInfo) -> str:
     """weak, strong, or NOT_STATED: the experiment's `analysis.scaling`, else its workload kind's."""
     said = info.record.experiment.analysis.scaling
     return said if said != "auto" else KIND_SCALING.get(info.kind, NOT_STATED)
+
+
+#: the bases of a group's step (module docstring)
+UNPROFILED, PROFILED = "unprofiled", "profiled"
+
+
+def program_step(info: RunInfo, median_ms: float, unprofiled_ms: float | None) -> float:
+    """The point's step without a profiler (ms): its unprofiled step where measured, its median step
+    where no profiler ran (`profile.tool: none` without memory history), else NaN."""
+    if unprofiled_ms:
+        return unprofiled_ms
+    quiet = info.tool == "none" and not info.record.experiment.profile.memory
+    return median_ms if quiet else math.nan
+
+
+def on_one_basis(group: pd.DataFrame) -> pd.DataFrame:
+    """A group's rows (profiled_ms, program_ms per point) with `time_ms`, `timed` (UNPROFILED where
+    every point has its program's step, else PROFILED) and `profiler_ms` (profiled − program step,
+    on the UNPROFILED basis)."""
+    if group["program_ms"].notna().all():
+        return group.assign(time_ms=group["program_ms"], timed=UNPROFILED,
+                            profiler_ms=group["profiled_ms"] - group["program_ms"])
+    return group.assign(time_ms=group["profiled_ms"], timed=PROFILED, profiler_ms=math.nan)
 
 
 def lost_split(info: RunInfo) -> dict[str, Any]:
@@ -117,7 +151,7 @@ def with_lost_time(df: pd.DataFrame, splits: list[dict[str, Any]]) -> pd.DataFra
 
 #: the columns of the scaling table as the terminal and the HTML show them, and their headings
 SHOWN = {"point": "point", "world_size": "ranks", "mode": "scaling", "time_ms": "step ms (median)",
-         "efficiency_weak_pct": "efficiency if weak %", "efficiency_strong_pct": "efficiency if strong %",
+         "timed": "step timed", "profiler_ms": "profiler ms", "efficiency_weak_pct": "efficiency if weak %", "efficiency_strong_pct": "efficiency if strong %",
          "lost_ms": "lost ms/step", "late_ms": "late ranks ms", "late_rank": "late rank",
          "exposed_ms": "exposed transfer ms", "other_ms": "other ms", "gained_ms": "gained ms",
          "overlapped_ms": "overlapped transfer ms"}
@@ -128,7 +162,7 @@ def shown(df: pd.DataFrame) -> pd.DataFrame:
     out = df[list(SHOWN)].rename(columns=SHOWN)
     for col in out.columns:
         if out[col].dtype.kind == "f":
-            out[col] = out[col].map(lambda v: f"{v:.3g}")
+            out[col] = out[col].map(lambda v: f"{v:.3g}" if v == v else "")
     out["late rank"] = [f"{int(r)}" if r is not None and r == r else "" for r in df["late_rank"]]
     return out
 
@@ -137,29 +171,37 @@ def sentences(df: pd.DataFrame) -> list[str]:
     """Per point above its group's smallest world: the speed-up against its ideal, the efficiency, the
     step, the lost time and where it went."""
     out = []
+    unmeasured = {group: "any point" if g["program_ms"].isna().all() else ", ".join(g.loc[g["program_ms"].isna(), "point"])
+                  for group, g in df.groupby("group", sort=False)}
     for _, row in df.iterrows():
         if row["point"] == row["reference"]:
             continue
+        step = (f"median step {row['time_ms']:.3g} ms (counted steps, no profiler ran)" if row["tool"] == "none" else
+                f"median step {row['time_ms']:.3g} ms without the profiler (counted steps; profiled "
+                f"{row['profiled_ms']:.3g} ms: the profiler's {row['profiler_ms']:.3g} ms a step left out)"
+                if row["timed"] == UNPROFILED else
+                f"median step {row['time_ms']:.3g} ms (counted steps, profiled: the profiler's slowdown in it, "
+                f"no unprofiled step at {unmeasured[row['group']]})")
         eff = (f"{row['efficiency_weak_pct']:.0f} % if weak, {row['efficiency_strong_pct']:.0f} % if strong "
                f"({NOT_STATED})" if row["mode"] == NOT_STATED else
                f"{row['efficiency_pct']:.0f} % ({row['mode']} scaling)")
         against = " (against the weak ideal)" if row["mode"] == NOT_STATED else ""
         parts = (f"{row['late_ms']:.3g} ms waiting for late ranks, {row['exposed_ms']:.3g} ms exposed collective "
                  f"transfer ({row['transfer_by_collective'] or 'none'})")
+        faster = (f"the ranks' own work ran {row['gained_ms']:.3g} ms a step faster than at {row['reference']}"
+                  + (" (or the profiler added that much to the lateness and transfer it measured)"
+                     if row["timed"] == UNPROFILED else ""))
         if row["lost_ms"] < 0:
-            split = (f"super-linear: {-row['lost_ms']:.3g} ms a step faster than its ideal{against}, with "
-                     f"{parts}: the ranks' own work ran {row['gained_ms']:.3g} ms a step faster than at "
-                     f"{row['reference']}")
+            split = f"super-linear: {-row['lost_ms']:.3g} ms a step faster than its ideal{against}, with {parts}: {faster}"
         elif row["gained_ms"] > 0:
-            split = (f"lost {row['lost_ms']:.3g} ms a step{against}, less than its {parts}: the ranks' own work "
-                     f"ran {row['gained_ms']:.3g} ms a step faster than at {row['reference']}, nothing else lost")
+            split = f"lost {row['lost_ms']:.3g} ms a step{against}, less than its {parts}: {faster}, nothing else lost"
         else:
             split = f"lost {row['lost_ms']:.3g} ms a step{against}: {parts}, {row['other_ms']:.3g} ms other"
         slower = row.get("kernel_slowdown", float("nan"))
         kernels = (f" Its compute kernels last {100 * slower:+.0f} % against one GPU (Echo's median per-kernel "
                    "slowdown, the whole capture)." if slower == slower else "")
         out.append(f"{row['group']}: {row['world_size']} ranks against {row['reference']}: speed-up "
-                   f"{row['speedup']:.2f}x (ideal {row['ideal']:.2f}x), parallel efficiency {eff}; median step "
-                   f"{row['time_ms']:.3g} ms (counted steps), {split}. {row['straggler']}.".replace("..", ".")
+                   f"{row['speedup']:.2f}x (ideal {row['ideal']:.2f}x), parallel efficiency {eff}; {step}, "
+                   f"{split}. {row['straggler']}.".replace("..", ".")
                    + kernels)
     return out

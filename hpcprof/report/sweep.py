@@ -108,12 +108,13 @@ def window_note(points: list[Point]) -> str:
 
 def scaling(points: list[Point]) -> pd.DataFrame:
     """Speed-up and parallel efficiency against the smallest world size of each group of points
-    that differ only in the number of ranks, T each point's median step (iteration.median): strong
+    that differ only in the number of ranks, T each point's step without the profiler where every
+    point of the group measured it, else its median step (scaling.on_one_basis): strong
     scaling (speed-up = T_min / T) or weak
     (throughput speed-up = (N / N_min) * T_min / T), as scaling.mode_of says (a mode not stated: the
     strong speed-up, both efficiencies); ideal speed-up N / N_min; and the time lost per step with
     where it went (scaling.with_lost_time). Empty when the world size does not vary."""
-    from hpcprof.report.scaling import lost_split, mode_of, with_lost_time
+    from hpcprof.report.scaling import lost_split, mode_of, on_one_basis, program_step, with_lost_time
 
     rows, infos = [], []
     for p in points:
@@ -124,7 +125,9 @@ def scaling(points: list[Point]) -> pd.DataFrame:
                           if k not in WORLD_PARAMS and k != "repeat")
         rows.append({"group": group or "all", "point": p.label, "world_size": p.first.record.world_size,
                      "nodes": p.first.record.experiment.resources.nodes,
-                     "time_ms": time, "mode": mode_of(p.first),
+                     "tool": p.first.tool, "profiled_ms": time,
+                     "program_ms": program_step(p.first, time, p.metric(c.PROFILER_UNPROFILED_STEP)),
+                     "mode": mode_of(p.first),
                      "kernel_slowdown": next((v for n, v, _ in p.first.metrics if n == c.SLOWDOWN_MEDIAN.name),
                                              math.nan)})
         infos.append(p.first)
@@ -135,6 +138,7 @@ def scaling(points: list[Point]) -> pd.DataFrame:
     for _, g in df.groupby("group", sort=False):
         if g["world_size"].nunique() < 2:
             continue
+        g = on_one_basis(g)
         ref = g.loc[g["world_size"].idxmin()]
         ideal = g["world_size"] / ref["world_size"]
         time_ratio = ref["time_ms"] / g["time_ms"]
