@@ -37,7 +37,7 @@ LONG_CELL = 40
 STYLE = ("body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin:.5em 0}"
          "caption{text-align:left;font-style:italic;padding:2px 0}"
          "td,th{padding:2px 10px;border-bottom:1px solid #ddd;text-align:left}td.n{text-align:right}"
-         "td.w{overflow-wrap:anywhere;min-width:16em}"
+         "td.w{overflow-wrap:anywhere;min-width:16em}div.t{overflow-x:auto}"
          "#findings li{margin:.3em 0}figure{margin:1.2em 0;width:100%}figcaption{font-weight:bold;margin:.3em 0}"
          "details{margin:1em 0}summary{font-weight:bold;cursor:pointer}")
 
@@ -49,7 +49,7 @@ def titled(question: str, window: str) -> str:
 
 def table_html(df: pd.DataFrame, caption: str = "") -> str:
     """A small HTML table with its caption (what it is, over which window); numbers formatted as
-    the terminal report does."""
+    the terminal report does; a table wider than the page scrolls in its own box."""
     def cell(v: object) -> str:
         text = html.escape(format_value(v))
         if isinstance(v, (int, float)) and not isinstance(v, bool):
@@ -59,7 +59,7 @@ def table_html(df: pd.DataFrame, caption: str = "") -> str:
     head = "".join(f"<th>{html.escape(str(c))}</th>" for c in df.columns)
     body = "".join("<tr>" + "".join(cell(v) for v in row) + "</tr>" for row in df.itertuples(index=False))
     title = f"<caption>{html.escape(caption)}</caption>" if caption else ""
-    return f"<table>{title}<tr>{head}</tr>{body}</table>"
+    return f"<div class='t'><table>{title}<tr>{head}</tr>{body}</table></div>"
 
 
 class Page:
