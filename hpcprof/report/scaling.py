@@ -9,9 +9,10 @@ world size 1 where the run's exports give it).
 The step (`step ms (median)`, `time_ms`) is the program's, not the profiler's, where the run measured
 it: a group's points are put on one basis (on_one_basis), the same for every point, as `step timed`
 says:
-- `unprofiled` (the step without the profiler): where every point of the group timed its own unprofiled steps
-  (`profiler.unprofiled_step`, the steps outside torch.profiler's or nsys's window, or the job's
-  unprofiled reference run) or ran under `profile.tool: none`: that step. The profiler's time a step
+- `unprofiled` (the step without the profiler): where every point of the group timed its own
+  unprofiled steps (`profiler.unprofiled_step`, the steps outside torch.profiler's or nsys's window,
+  or the job's unprofiled reference run) or ran under `profile.tool: none`: that step, whether it is
+  below the profiled step or not (one basis for every point). The profiler's time a step
   (`profiler ms`: the profiled median step less it) is left out of the step and so of the lost time,
   as the diagnosis of each point leaves it out (hpcprof.report.limits);
 - `profiled`: where a point of the group did not, each point's `iteration.median`, the profiler's
@@ -151,7 +152,8 @@ def with_lost_time(df: pd.DataFrame, splits: list[dict[str, Any]]) -> pd.DataFra
 
 #: the columns of the scaling table as the terminal and the HTML show them, and their headings
 SHOWN = {"point": "point", "world_size": "ranks", "mode": "scaling", "time_ms": "step ms (median)",
-         "timed": "step timed", "profiler_ms": "profiler ms", "efficiency_weak_pct": "efficiency if weak %", "efficiency_strong_pct": "efficiency if strong %",
+         "timed": "step timed", "profiler_ms": "profiler ms", "efficiency_weak_pct": "efficiency if weak %",
+         "efficiency_strong_pct": "efficiency if strong %",
          "lost_ms": "lost ms/step", "late_ms": "late ranks ms", "late_rank": "late rank",
          "exposed_ms": "exposed transfer ms", "other_ms": "other ms", "gained_ms": "gained ms",
          "overlapped_ms": "overlapped transfer ms"}
@@ -171,12 +173,13 @@ def sentences(df: pd.DataFrame) -> list[str]:
     """Per point above its group's smallest world: the speed-up against its ideal, the efficiency, the
     step, the lost time and where it went."""
     out = []
-    unmeasured = {group: "any point" if g["program_ms"].isna().all() else ", ".join(g.loc[g["program_ms"].isna(), "point"])
-                  for group, g in df.groupby("group", sort=False)}
+    unmeasured = {group: "any point" if g["program_ms"].isna().all() else
+                  ", ".join(g.loc[g["program_ms"].isna(), "point"]) for group, g in df.groupby("group", sort=False)}
     for _, row in df.iterrows():
         if row["point"] == row["reference"]:
             continue
-        step = (f"median step {row['time_ms']:.3g} ms (counted steps, no profiler ran)" if row["tool"] == "none" else
+        step = (f"median step {row['time_ms']:.3g} ms (counted steps, no profiler ran)"
+                if row["tool"] == "none" and row["timed"] == UNPROFILED else
                 f"median step {row['time_ms']:.3g} ms without the profiler (counted steps; profiled "
                 f"{row['profiled_ms']:.3g} ms: the profiler's {row['profiler_ms']:.3g} ms a step left out)"
                 if row["timed"] == UNPROFILED else
@@ -192,7 +195,8 @@ def sentences(df: pd.DataFrame) -> list[str]:
                   + (" (or the profiler added that much to the lateness and transfer it measured)"
                      if row["timed"] == UNPROFILED else ""))
         if row["lost_ms"] < 0:
-            split = f"super-linear: {-row['lost_ms']:.3g} ms a step faster than its ideal{against}, with {parts}: {faster}"
+            split = f"super-linear: {-row['lost_ms']:.3g} ms a step faster than its ideal{against}, with {parts}: " \
+                    f"{faster}"
         elif row["gained_ms"] > 0:
             split = f"lost {row['lost_ms']:.3g} ms a step{against}, less than its {parts}: {faster}, nothing else lost"
         else:
