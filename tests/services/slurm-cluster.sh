@@ -21,7 +21,16 @@ BR=hpbr0
 CONF=$STATE/slurm.conf
 
 die() { echo "slurm-cluster.sh: $*" >&2; exit 1; }
-alive() { [ -f "$1" ] && grep -qa slurm "/proc/$(cat "$1")/cmdline" 2>/dev/null; }   # a Slurm daemon, not a reused PID
+# a daemon of this cluster, from its pid file: its command line names this cluster's configuration and,
+# for a node, the node (not a reused PID, nor slurm-local.sh's daemons, which a rebooted machine may
+# have given the PID an earlier boot's node held)
+alive() {
+  local name cmd
+  [ -f "$1" ] || return 1
+  name=$(basename "$1" .pid)
+  cmd=$(tr '\0' ' ' 2>/dev/null < "/proc/$(cat "$1")/cmdline") || return 1
+  [[ $cmd == *"$CONF"* ]] && { [ "$name" = slurmctld ] && [[ $cmd == *slurmctld* ]] || [[ $cmd == *"-N $name "* ]]; }
+}
 
 install() {
   # libpmix-dev: srun --mpi=pmix (Slurm's pmix_v4 plugin) opens the unversioned libpmix.so
@@ -158,7 +167,7 @@ stop() {
     pids=$(ip netns pids "hpn$k" 2>/dev/null || true)
     [ -n "$pids" ] && kill -9 $pids 2>/dev/null || true
   done
-  [ -f "$STATE/slurmctld.pid" ] && kill "$(cat "$STATE/slurmctld.pid")" 2>/dev/null || true
+  alive "$STATE/slurmctld.pid" && kill "$(cat "$STATE/slurmctld.pid")" 2>/dev/null || true
   sleep 1
   rm -f "$STATE"/node*.pid "$STATE/slurmctld.pid"
   for k in $(seq 1 "$NODES"); do ip netns del "hpn$k" 2>/dev/null || true; done
