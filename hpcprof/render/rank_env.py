@@ -6,8 +6,8 @@ WORLD_SIZE and LOCAL_WORLD_SIZE the ranks hpcprof asked the launcher for; MASTER
 allocation's first host (on one node, 127.0.0.1; the PBS, Slurm and Torque job scripts export the
 first host of the job before the launcher starts, and a rank elsewhere reads $PBS_NODEFILE or
 $SLURM_JOB_NODELIST); MASTER_PORT the run's port (a hash of the run id, below the kernel's
-ephemeral ports: hpcprof.render.job.MASTER_PORTS). Each only where unset: torchrun sets its own. `dist.init_process_group(backend)` with env:// then works unchanged under
-every launcher.
+ephemeral ports: hpcprof.render.job.MASTER_PORTS). Each only where unset: torchrun sets its own.
+`dist.init_process_group(backend)` with env:// then works unchanged under every launcher.
 
 GPUs (`gpu_affinity`, the experiment's, else the site's): `identity` and `reverse` narrow
 CUDA_VISIBLE_DEVICES to the rank's one GPU (local rank r: GPU r, or GPU n-1-r), so that cuda:0

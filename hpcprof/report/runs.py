@@ -92,7 +92,7 @@ def add_overheads(infos: list[RunInfo]) -> None:
     from hpcprof.report.overhead import MEMORY_HISTORY, costly_options, in_run, overhead_metric, overheads
 
     for info in infos:
-        if info.tool != "none" or info.record.experiment.profile.memory:
+        if info.record.experiment.profile.observed:
             ranks, baseline = rank_slowdowns(info.run.path)
             info.overhead = in_run(info.tool if info.tool != "none" else MEMORY_HISTORY, info.metrics, ranks, baseline)
     found = overheads([(i.run, i.record, i.metrics) for i in infos if i.metrics and i.overhead is None])

@@ -78,8 +78,7 @@ def program_step(info: RunInfo, median_ms: float, unprofiled_ms: float | None) -
     where no profiler ran (`profile.tool: none` without memory history), else NaN."""
     if unprofiled_ms:
         return unprofiled_ms
-    quiet = info.tool == "none" and not info.record.experiment.profile.memory
-    return median_ms if quiet else math.nan
+    return math.nan if info.record.experiment.profile.observed else median_ms
 
 
 def on_one_basis(group: pd.DataFrame) -> pd.DataFrame:

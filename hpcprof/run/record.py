@@ -61,6 +61,11 @@ class ProfileRecord(msgspec.Struct, frozen=True, kw_only=True):
     torch: TorchRecord = msgspec.field(default_factory=TorchRecord)
     memory: bool = False
 
+    @property
+    def observed(self) -> bool:
+        """Whether anything observed the ranks: a profiler, or the memory history under `tool: none`."""
+        return self.tool != "none" or self.memory
+
 
 class ResourcesRecord(msgspec.Struct, frozen=True, kw_only=True):
     nodes: int = 1
